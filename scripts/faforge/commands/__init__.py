@@ -1,0 +1,9 @@
+"""One module per subcommand, each with configure_parser(parser) and execute(args) -> int.
+
+Add a subcommand by adding its module name to COMMANDS.
+"""
+
+COMMANDS = [
+    "matrix",
+    "render",
+]
