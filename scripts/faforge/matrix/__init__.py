@@ -1,0 +1,34 @@
+"""The build matrix: release facts + selection policy -> cells -> variant configs -> renders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge import paths
+from faforge.matrix.cells import Cell, build_cells
+from faforge.matrix.policy import BuildPolicy, load_policy
+from faforge.matrix.releases import ReleaseTable, load_releases
+
+
+@dataclass(frozen=True)
+class Matrix:
+    table: ReleaseTable
+    policy: BuildPolicy
+    cells: list[Cell]
+    variants_dir: Path
+    recipe_path: Path
+
+
+def load_matrix(root: Path | None = None) -> Matrix:
+    root = root or paths.repo_root()
+    variants_dir = root / "variants"
+    table = load_releases(variants_dir / "releases.yaml")
+    policy = load_policy(variants_dir / "matrix.yaml")
+    return Matrix(
+        table=table,
+        policy=policy,
+        cells=build_cells(table, policy),
+        variants_dir=variants_dir,
+        recipe_path=root / "recipes" / "flash-attn" / "recipe.yaml",
+    )

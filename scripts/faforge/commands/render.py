@@ -1,0 +1,32 @@
+"""Show the rendered recipe for one cell (by build string or cell id)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+
+import yaml
+
+from faforge.errors import EXIT_OK, FaforgeError
+from faforge.matrix import load_matrix
+from faforge.matrix.cells import CELL_ID, explain_missing
+from faforge.matrix.render import render_cells
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cell", metavar="CELL", help="a build string or cell id exactly as `faforge matrix` prints it")
+    parser.add_argument("--json", action="store_true", help="print the rendered recipe as JSON instead of YAML")
+
+
+def execute(args: argparse.Namespace) -> int:
+    matrix = load_matrix()
+    rendered = render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)
+    for r in rendered:
+        if args.cell in (r.cell.id, r.build_string):
+            print(json.dumps(r.recipe, indent=2) if args.json else yaml.safe_dump(r.recipe, sort_keys=False), end="")
+            return EXIT_OK
+    names = [r.cell.id for r in rendered] + [r.build_string for r in rendered]
+    nearest = difflib.get_close_matches(args.cell, names, n=3, cutoff=0.5)
+    reason = explain_missing(matrix.table, matrix.policy, args.cell) if CELL_ID.fullmatch(args.cell) else f"unknown cell {args.cell!r}"
+    raise FaforgeError(reason, hint=("nearest cells: " + ", ".join(nearest)) if nearest else "`faforge matrix` lists every cell")

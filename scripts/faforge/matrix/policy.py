@@ -1,0 +1,123 @@
+"""The build selection (variants/matrix.yaml): which of the existing torch builds we build for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from faforge.errors import DataError
+from faforge.matrix.versions import is_constraint, is_version, satisfies
+
+CELL_FIELDS = ("world", "torch", "cuda", "python", "platform")
+
+
+@dataclass(frozen=True)
+class RangeRule:
+    """A value chosen by CUDA version: the first rule whose constraint matches wins."""
+
+    cuda: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    fields: dict
+    reason: str
+
+    def matches(self, **cell) -> bool:
+        return all(str(cell[k]) == str(v) for k, v in self.fields.items())
+
+
+@dataclass(frozen=True)
+class BuildPolicy:
+    path: Path
+    flash_attn_version: str
+    flash_attn_sha256: str
+    build_number: int
+    python: tuple[str, ...]
+    min_cuda: str
+    min_torch: str
+    cuda_archs: tuple[RangeRule, ...]
+    host_gcc: tuple[RangeRule, ...]
+    c_stdlib_version: tuple[RangeRule, ...]
+    exclude: tuple[Exclusion, ...]
+
+    def pick(self, rules_name: str, cuda: str) -> str:
+        for rule in getattr(self, rules_name):
+            if satisfies(cuda, rule.cuda):
+                return rule.value
+        raise DataError(self.path, rules_name, f"no rule covers CUDA {cuda}", hint=f"add a `cuda: ...` entry to {rules_name} that matches {cuda}")
+
+    def exclusion_for(self, **cell) -> Exclusion | None:
+        return next((e for e in self.exclude if e.matches(**cell)), None)
+
+
+def _rules(path: Path, raw: dict, name: str, value_key: str) -> tuple[RangeRule, ...]:
+    rules = raw.get(name)
+    if not isinstance(rules, list) or not rules:
+        raise DataError(path, name, f"expected a list of {{cuda: <constraint>, {value_key}: ...}}")
+    out = []
+    for i, rule in enumerate(rules):
+        key = f"{name}[{i}]"
+        if not isinstance(rule, dict) or set(rule) != {"cuda", value_key}:
+            raise DataError(path, key, f"invalid rule {rule!r}", hint=f"expected keys cuda and {value_key}")
+        if not isinstance(rule["cuda"], str) or not is_constraint(rule["cuda"]):
+            raise DataError(path, f"{key}.cuda", f"invalid constraint {rule['cuda']!r}", hint="e.g. '>=12.8' or '>=12.6,<12.8' (quoted)")
+        out.append(RangeRule(cuda=rule["cuda"], value=str(rule[value_key])))
+    return tuple(out)
+
+
+def _exclusions(path: Path, raw) -> tuple[Exclusion, ...]:
+    if not isinstance(raw, list):
+        raise DataError(path, "exclude", "expected a list (use [] for none)")
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"exclude[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("reason"), str) or not entry["reason"].strip():
+            raise DataError(path, key, "each exclusion needs a non-empty `reason`")
+        fields = {k: str(v) for k, v in entry.items() if k != "reason"}
+        unknown = sorted(set(fields) - set(CELL_FIELDS))
+        if unknown or not fields:
+            raise DataError(path, key, f"invalid cell fields {unknown or '(none)'}", hint=f"use some of {', '.join(CELL_FIELDS)}")
+        out.append(Exclusion(fields=fields, reason=entry["reason"]))
+    return tuple(out)
+
+
+def load_policy(path: Path) -> BuildPolicy:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise DataError(path, "(file)", f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("schema") != 1:
+        raise DataError(path, "schema", f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}", hint="this faforge reads schema 1")
+    fa = raw.get("flash_attn")
+    if not isinstance(fa, dict) or not isinstance(fa.get("version"), str):
+        raise DataError(path, "flash_attn.version", "missing", hint="e.g. version: 2.8.3.post2")
+    sha = str(fa.get("sha256", ""))
+    if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise DataError(path, "flash_attn.sha256", f"invalid value {sha!r}", hint="the sdist's sha256 from PyPI, 64 lowercase hex digits")
+    if not isinstance(fa.get("build_number"), int) or fa["build_number"] < 0:
+        raise DataError(path, "flash_attn.build_number", f"invalid value {fa.get('build_number')!r}", hint="a non-negative integer")
+    python = raw.get("python")
+    if not isinstance(python, list) or not all(isinstance(p, str) and is_version(p) for p in python):
+        raise DataError(path, "python", f"invalid value {python!r}", hint="quoted versions such as '3.12'")
+    for key in ("min_cuda", "min_torch"):
+        if not isinstance(raw.get(key), str) or not is_version(raw[key]):
+            raise DataError(path, key, f"invalid value {raw.get(key)!r}", hint="a quoted version such as '12.0'")
+    return BuildPolicy(
+        path=path,
+        flash_attn_version=fa["version"],
+        flash_attn_sha256=sha,
+        build_number=fa["build_number"],
+        python=tuple(python),
+        min_cuda=raw["min_cuda"],
+        min_torch=raw["min_torch"],
+        cuda_archs=_rules(path, raw, "cuda_archs", "archs"),
+        host_gcc=_rules(path, raw, "host_gcc", "gcc"),
+        c_stdlib_version=_rules(path, raw, "c_stdlib_version", "version"),
+        exclude=_exclusions(path, raw.get("exclude")),
+    )

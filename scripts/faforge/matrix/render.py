@@ -1,0 +1,77 @@
+"""Render the recipe for every cell through py-rattler-build (offline, no solve).
+
+The build string and run requirements come from rattler-build's own render, never from a
+re-implementation, so what `faforge matrix` prints is what a build will produce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge.errors import FaforgeError
+from faforge.matrix.cells import Cell
+from faforge.matrix.variants import variant_config_path
+
+
+@dataclass(frozen=True)
+class RenderedCell:
+    cell: Cell
+    build_string: str
+    hash: str
+    run_requirements: tuple[str, ...]
+    host_requirements: tuple[str, ...]
+    build_requirements: tuple[str, ...]
+    recipe: dict
+
+
+def _cell_key(values: dict) -> tuple:
+    return (str(values["python"]), str(values["torch_version"]), str(values["cuda_compiler_version"]), str(values["cxx11_abi"]))
+
+
+def render_platform(recipe_path: Path, variant_file: Path, platform: str) -> list:
+    from rattler_build import JinjaConfig, PlatformConfig, RenderConfig, Stage0Recipe, VariantConfig  # noqa: PLC0415
+
+    try:
+        variants = VariantConfig.from_file_with_context(
+            variant_file, JinjaConfig(platform=PlatformConfig(target_platform=platform))
+        )
+        recipe = Stage0Recipe.from_file(recipe_path)
+        return recipe.render(variants, RenderConfig(platform=PlatformConfig(target_platform=platform)))
+    except Exception as exc:  # py-rattler-build raises its own exception types per failure
+        raise FaforgeError(
+            f"rendering {recipe_path} with {variant_file} for {platform} failed: {exc}",
+            hint="run `faforge generate` if variants/ is stale; otherwise the recipe's Jinja is broken",
+        ) from None
+
+
+def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:
+    out = []
+    for platform in sorted({c.platform for c in cells}):
+        wanted = {_cell_key(c.variant()): c for c in cells if c.platform == platform}
+        rendered = render_platform(recipe_path, variant_config_path(variants_dir, platform), platform)
+        by_key = {}
+        for variant in rendered:
+            stage1 = variant.recipe
+            by_key[_cell_key(stage1.used_variant)] = (variant, stage1)
+        for key, cell in wanted.items():
+            if key not in by_key:
+                raise FaforgeError(
+                    f"cell {cell.id} is in the matrix but the recipe did not render it for {platform}",
+                    hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules",
+                )
+            variant, stage1 = by_key[key]
+            recipe = stage1.to_dict()
+            requirements = recipe.get("requirements", {})
+            out.append(
+                RenderedCell(
+                    cell=cell,
+                    build_string=recipe["build"]["string"],
+                    hash=str(variant.hash_info.hash) if hasattr(variant.hash_info, "hash") else str(variant.hash_info),
+                    run_requirements=tuple(str(r) for r in requirements.get("run", [])),
+                    host_requirements=tuple(str(r) for r in requirements.get("host", [])),
+                    build_requirements=tuple(str(r) for r in requirements.get("build", [])),
+                    recipe=recipe,
+                )
+            )
+    return sorted(out, key=lambda rc: rc.cell.sort_key)
