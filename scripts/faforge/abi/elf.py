@@ -1,0 +1,392 @@
+"""Read what the dynamic linker reads from an ELF file, and nothing else.
+
+Only the ELF header, the section table and the dynamic sections (.dynamic,
+.dynsym, .dynstr, .gnu.version, .gnu.version_r, .gnu.version_d) are read, each
+as one array (mmap + numpy), so a 1 GB libtorch_cuda.so costs a few MB of
+memory and a fraction of a second.  Headers are parsed with `struct` rather
+than pyelftools: this module is shipped into build and test environments that
+hold only the standard library and numpy (see faforge.abi.gate).
+
+Every malformed input raises ElfError (exit code 2) naming the file and what
+is wrong with it; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from faforge.errors import EXIT_BAD_INPUT, FaforgeError
+
+# e_machine values, from the System V gABI registry (https://www.sco.com/developers/gabi/latest/ch4.eheader.html),
+# named as `uname -m` does.
+MACHINES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86_64",
+            183: "aarch64", 190: "cuda", 243: "riscv64", 258: "loongarch64"}
+
+SHT_DYNAMIC = 6
+SHT_NOBITS = 8
+SHT_DYNSYM = 11
+SHT_GNU_VERDEF = 0x6FFFFFFD
+SHT_GNU_VERNEED = 0x6FFFFFFE
+SHT_GNU_VERSYM = 0x6FFFFFFF
+SHN_UNDEF = 0
+SHN_XINDEX = 0xFFFF
+DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 14, 15, 29
+STB_WEAK = 2
+EXPORTED_BINDINGS = (1, 2, 10)  # GLOBAL, WEAK, GNU_UNIQUE
+EXPORTED_VISIBILITIES = (0, 3)  # DEFAULT, PROTECTED
+VERSYM_HIDDEN = 0x8000
+VER_FLG_BASE = 1
+# A version chain longer than this is corrupt (glibc defines fewer than 60 versions).
+MAX_VERSION_ENTRIES = 1 << 16
+
+
+class ElfError(FaforgeError):
+    """The file is missing, unreadable, not ELF, or malformed."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    type: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    """Header and dynamic-section facts of one ELF file."""
+
+    path: Path
+    elf_class: int  # 32 or 64
+    little_endian: bool
+    machine: str  # as `uname -m` names it ("x86_64", "aarch64"), or "EM_<n>" when unknown
+    file_type: int  # ET_DYN = 3 for shared objects
+    soname: str | None
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+    @property
+    def abi_key(self) -> tuple[str, int, bool]:
+        """What must match between an object and the libraries it may load."""
+        return (self.machine, self.elf_class, self.little_endian)
+
+
+@dataclass(frozen=True)
+class VersionNeed:
+    """One DT_VERNEED entry: versions this object requires from the library `file`."""
+
+    file: str
+    versions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    version: str | None  # "GLIBC_2.28", or None for an unversioned symbol
+    defined: bool
+    weak: bool
+    default_version: bool  # False for a hidden (name@VER, not name@@VER) definition
+
+
+@dataclass(frozen=True, eq=False)
+class DynamicSymbols:
+    """The .dynsym table as columns; row i of every array is symbol i (row 0 is the null symbol)."""
+
+    names: tuple[str, ...]
+    defined: np.ndarray  # bool
+    exported: np.ndarray  # bool: defined, global/weak/unique, default or protected visibility
+    weak: np.ndarray  # bool
+    version_index: np.ndarray  # uint16 index into version_names, hidden bit cleared; 0/1 = unversioned
+    hidden: np.ndarray  # bool: the .gnu.version hidden bit
+    version_names: dict[int, str]
+    needs: tuple[VersionNeed, ...]
+    defines: tuple[str, ...]  # versions from .gnu.version_d, without the base (soname) entry
+
+    def version_of(self, i: int) -> str | None:
+        return self.version_names.get(int(self.version_index[i]))
+
+    def symbol(self, i: int) -> Symbol:
+        return Symbol(self.names[i], self.version_of(i), bool(self.defined[i]), bool(self.weak[i]), not self.hidden[i])
+
+    def all_symbols(self) -> Iterator[Symbol]:
+        return (self.symbol(i) for i in range(1, len(self.names)))
+
+    def undefined(self) -> list[Symbol]:
+        """Symbols this object imports (weak ones included; callers decide whether those matter)."""
+        return [self.symbol(i) for i in np.flatnonzero(~self.defined[1:]) + 1 if self.names[i]]
+
+    def exports(self) -> dict[str, tuple[str | None, ...]]:
+        """Exported name -> the versions it is defined under (None: unversioned); hidden ones last."""
+        rows = np.flatnonzero(self.exported)
+        order = rows[np.argsort(self.hidden[rows], kind="stable")]
+        table: dict[str, tuple[str | None, ...]] = {}
+        names, get_version = self.names, self.version_names.get
+        for i, v in zip(order.tolist(), self.version_index[order].tolist()):
+            table[names[i]] = table.get(names[i], ()) + (get_version(v),)
+        return table
+
+
+class _Image:
+    """Bounds-checked reads from a memory-mapped ELF file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                self.size = f.seek(0, 2)
+                if self.size == 0:
+                    raise ElfError(f"{path}: empty file, not an ELF shared library")
+                self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except FileNotFoundError:
+            raise ElfError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise ElfError(f"{path}: is a directory, expected an ELF shared library") from None
+        except (PermissionError, OSError, ValueError) as exc:
+            raise ElfError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+    def read(self, offset: int, size: int, what: str) -> bytes:
+        if offset < 0 or size < 0 or offset + size > self.size:
+            raise ElfError(f"{self.path}: truncated or malformed ELF: {what} lies outside the file "
+                           f"(bytes {offset}..{offset + size} of {self.size})")
+        return self.map[offset:offset + size]
+
+    def close(self) -> None:
+        self.map.close()
+
+
+class ElfFile:
+    """An open ELF file; use as a context manager. Parses the header and section table on open."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.image = _Image(self.path)
+        try:
+            self._parse_header()
+        except BaseException:
+            self.image.close()
+            raise
+
+    def __enter__(self) -> ElfFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.image.close()
+
+    def _parse_header(self) -> None:
+        ident = self.image.map[:16]
+        if ident[:4] == b"\x7fELF" and len(ident) < 16:
+            raise ElfError(f"{self.path}: truncated ELF file ({len(ident)} bytes)")
+        if ident[:4] != b"\x7fELF":
+            raise ElfError(f"{self.path}: not an ELF file (starts with {bytes(ident[:4])!r}); "
+                           "expected a compiled extension module or shared library")
+        if ident[4] not in (1, 2) or ident[5] not in (1, 2):
+            raise ElfError(f"{self.path}: malformed ELF header (class {ident[4]}, data encoding {ident[5]})")
+        self.elf_class = 32 if ident[4] == 1 else 64
+        self.little_endian = ident[5] == 1
+        self.bo = "<" if self.little_endian else ">"
+        fields = "HHIIIIIHHHHHH" if self.elf_class == 32 else "HHIQQQIHHHHHH"
+        header = struct.unpack(self.bo + fields, self.image.read(16, struct.calcsize(fields), "ELF header"))
+        self.file_type, machine = header[0], header[1]
+        self.machine = MACHINES.get(machine, f"EM_{machine}")
+        self.e_flags = header[6]
+        shoff, shentsize, shnum, shstrndx = header[5], header[10], header[11], header[12]
+        self.sections = self._parse_sections(shoff, shentsize, shnum, shstrndx)
+
+    def _parse_sections(self, shoff: int, shentsize: int, shnum: int, shstrndx: int) -> list[Section]:
+        if shoff == 0:
+            return []
+        fmt = self.bo + ("IIIIIIIIII" if self.elf_class == 32 else "IIQQQQIIQQ")
+        if shentsize != struct.calcsize(fmt):
+            raise ElfError(f"{self.path}: malformed ELF: section header size {shentsize}, expected {struct.calcsize(fmt)}")
+        first = struct.unpack(fmt, self.image.read(shoff, shentsize, "section header 0"))
+        if shnum == 0:  # more than 0xff00 sections: the count lives in section 0
+            shnum = first[5]
+        if shstrndx == SHN_XINDEX:
+            shstrndx = first[6]
+        raw = self.image.read(shoff, shnum * shentsize, f"section table ({shnum} entries)")
+        rows = list(struct.iter_unpack(fmt, raw))
+        names = b""
+        if 0 < shstrndx < len(rows) and rows[shstrndx][1] != SHT_NOBITS:
+            names = self.image.read(rows[shstrndx][4], rows[shstrndx][5], "section name table")
+        sections = []
+        for name_off, type_, _flags, _addr, offset, size, link, _info, _align, entsize in rows:
+            end = names.find(b"\0", name_off)
+            name = names[name_off:end if end >= 0 else len(names)].decode("latin-1") if name_off < len(names) else ""
+            sections.append(Section(name, type_, offset, size, link, entsize))
+        return sections
+
+    # -- sections -----------------------------------------------------------------------------
+
+    def section_by_type(self, type_: int) -> Section | None:
+        return next((s for s in self.sections if s.type == type_), None)
+
+    def section_by_name(self, name: str) -> Section | None:
+        return next((s for s in self.sections if s.name == name), None)
+
+    def section_bytes(self, section: Section) -> bytes:
+        if section.type == SHT_NOBITS:
+            return b""
+        return self.image.read(section.offset, section.size, f"section {section.name or section.type}")
+
+    def linked_strings(self, section: Section) -> bytes:
+        """The string table a section's sh_link points at."""
+        if not 0 < section.link < len(self.sections):
+            raise ElfError(f"{self.path}: malformed ELF: section {section.name} links to section {section.link}")
+        return self.section_bytes(self.sections[section.link])
+
+    def _array(self, section: Section, dtype: np.dtype, what: str) -> np.ndarray:
+        if section.entsize not in (0, dtype.itemsize):
+            raise ElfError(f"{self.path}: malformed ELF: {what} entry size {section.entsize}, expected {dtype.itemsize}")
+        data = self.section_bytes(section)
+        return np.frombuffer(data, dtype=dtype, count=len(data) // dtype.itemsize)
+
+    # -- dynamic section ----------------------------------------------------------------------
+
+    def info(self) -> ElfInfo:
+        entries: dict[int, list[str]] = {DT_NEEDED: [], DT_SONAME: [], DT_RPATH: [], DT_RUNPATH: []}
+        dynamic = self.section_by_type(SHT_DYNAMIC)
+        if dynamic is not None:
+            width = "i4" if self.elf_class == 32 else "i8"
+            dtype = np.dtype([("tag", self.bo + width), ("val", self.bo + width.replace("i", "u"))])
+            table = self._array(dynamic, dtype, ".dynamic")
+            strings = self.linked_strings(dynamic)
+            for tag, val in zip(table["tag"].tolist(), table["val"].tolist()):
+                if tag == 0:
+                    break
+                if tag in entries:
+                    entries[tag].append(_c_string(strings, val, self.path, ".dynamic"))
+        split = lambda tag: tuple(p for e in entries[tag] for p in e.split(":") if p)  # noqa: E731
+        return ElfInfo(
+            path=self.path, elf_class=self.elf_class, little_endian=self.little_endian, machine=self.machine,
+            file_type=self.file_type, soname=(entries[DT_SONAME] or [None])[0], needed=tuple(entries[DT_NEEDED]),
+            rpath=split(DT_RPATH), runpath=split(DT_RUNPATH),
+        )
+
+    def dynamic_symbols(self) -> DynamicSymbols:
+        dynsym = self.section_by_type(SHT_DYNSYM)
+        if dynsym is None:
+            return _empty_symbols()
+        if self.elf_class == 64:
+            fields = [("name", "u4"), ("info", "u1"), ("other", "u1"), ("shndx", "u2"), ("value", "u8"), ("size", "u8")]
+        else:
+            fields = [("name", "u4"), ("value", "u4"), ("size", "u4"), ("info", "u1"), ("other", "u1"), ("shndx", "u2")]
+        table = self._array(dynsym, np.dtype([(n, self.bo + t) for n, t in fields]), ".dynsym")
+        names = _names_at(self.linked_strings(dynsym), table["name"], self.path)
+        binding = table["info"] >> 4
+        defined = table["shndx"] != SHN_UNDEF
+        exported = defined & np.isin(binding, EXPORTED_BINDINGS) & np.isin(table["other"] & 3, EXPORTED_VISIBILITIES)
+        exported[:1] = False
+        versym_section = self.section_by_type(SHT_GNU_VERSYM)
+        versym = np.zeros(len(table), dtype=np.uint16)
+        if versym_section is not None:
+            raw = self._array(versym_section, np.dtype(self.bo + "u2"), ".gnu.version")
+            versym[:min(len(raw), len(table))] = raw[:len(table)]
+        needs, needed_names = self._version_needs()
+        defines, defined_names = self._version_definitions()
+        return DynamicSymbols(
+            names=names, defined=defined, exported=exported, weak=binding == STB_WEAK,
+            version_index=versym & ~np.uint16(VERSYM_HIDDEN), hidden=(versym & VERSYM_HIDDEN) != 0,
+            version_names={**defined_names, **needed_names}, needs=needs, defines=defines,
+        )
+
+    def _version_needs(self) -> tuple[tuple[VersionNeed, ...], dict[int, str]]:
+        section = self.section_by_type(SHT_GNU_VERNEED)
+        if section is None:
+            return (), {}
+        data, strings = self.section_bytes(section), self.linked_strings(section)
+        needs, index = [], {}
+        for at, (_version, count, file_off, aux, _next) in self._chain(data, "HHIII", section.name):
+            versions = []
+            for _, (_hash, _flags, other, name_off, _n) in self._chain(data, "IHHII", section.name, start=at + aux, limit=count):
+                name = _c_string(strings, name_off, self.path, section.name)
+                index[other & ~VERSYM_HIDDEN] = name
+                versions.append(name)
+            needs.append(VersionNeed(_c_string(strings, file_off, self.path, section.name), tuple(versions)))
+        return tuple(needs), index
+
+    def _version_definitions(self) -> tuple[tuple[str, ...], dict[int, str]]:
+        section = self.section_by_type(SHT_GNU_VERDEF)
+        if section is None:
+            return (), {}
+        data, strings = self.section_bytes(section), self.linked_strings(section)
+        defines, index = [], {}
+        for at, (_version, flags, ndx, _count, _hash, aux, _next) in self._chain(data, "HHHHIII", section.name):
+            name_off = self._unpack(data, at + aux, "I", section.name)[0]
+            name = _c_string(strings, name_off, self.path, section.name)
+            if not flags & VER_FLG_BASE:
+                index[ndx] = name
+                defines.append(name)
+        return tuple(defines), index
+
+    def _chain(self, data: bytes, fmt: str, what: str, start: int = 0, limit: int | None = None):
+        """Walk a version linked list, yielding (offset, record); each record's last field is the
+        distance to the next one (0 ends the list)."""
+        offset, seen = start, 0
+        while True:
+            record = self._unpack(data, offset, fmt, what)
+            yield offset, record
+            seen += 1
+            step = record[-1]
+            if step == 0 or (limit is not None and seen >= limit):
+                return
+            if seen > MAX_VERSION_ENTRIES:
+                raise ElfError(f"{self.path}: malformed ELF: {what} has a cycle or too many entries")
+            offset += step
+
+    def _unpack(self, data: bytes, offset: int, fmt: str, what: str) -> tuple:
+        size = struct.calcsize(fmt)
+        if offset < 0 or offset + size > len(data):
+            raise ElfError(f"{self.path}: malformed ELF: {what} entry at {offset} runs past the section")
+        return struct.unpack_from(self.bo + fmt, data, offset)
+
+
+def _c_string(strings: bytes, offset: int, path: Path, what: str) -> str:
+    if offset >= len(strings):
+        raise ElfError(f"{path}: malformed ELF: {what} names string {offset}, past its table ({len(strings)} bytes)")
+    end = strings.find(b"\0", offset)
+    return strings[offset:end if end >= 0 else len(strings)].decode("latin-1")
+
+
+def _names_at(strings: bytes, offsets: np.ndarray, path: Path) -> tuple[str, ...]:
+    """Vectorised C-string lookup: every offset ends at the next NUL of the table."""
+    if len(offsets) and int(offsets.max()) >= max(len(strings), 1):
+        raise ElfError(f"{path}: malformed ELF: a .dynsym name lies past .dynstr ({len(strings)} bytes)")
+    raw = np.frombuffer(strings, dtype=np.uint8)
+    nuls = np.append(np.flatnonzero(raw == 0), len(strings))
+    ends = nuls[np.searchsorted(nuls, offsets)]
+    text = strings.decode("latin-1")
+    return tuple(text[a:b] for a, b in zip(offsets.tolist(), ends.tolist()))
+
+
+def _empty_symbols() -> DynamicSymbols:
+    none = np.zeros(0, dtype=bool)
+    return DynamicSymbols((), none, none, none, np.zeros(0, dtype=np.uint16), none, {}, (), ())
+
+
+def read_info(path: str | Path) -> ElfInfo:
+    """Header, DT_NEEDED, SONAME, RPATH and RUNPATH of one ELF file."""
+    with ElfFile(path) as elf:
+        return elf.info()
+
+
+def read_dynamic_symbols(path: str | Path) -> DynamicSymbols:
+    """The dynamic symbol table of one ELF file, with symbol versions resolved to names."""
+    with ElfFile(path) as elf:
+        return elf.dynamic_symbols()
+
+
+def read_elf(path: str | Path) -> tuple[ElfInfo, DynamicSymbols]:
+    """Both of the above with one open."""
+    with ElfFile(path) as elf:
+        return elf.info(), elf.dynamic_symbols()
