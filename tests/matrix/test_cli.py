@@ -1,0 +1,89 @@
+"""`faforge matrix` and `faforge render` as a user runs them: offline, JSON schema, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "matrix.json"
+
+
+def run(args, *, offline=False):
+    cmd = [sys.executable, "-m", "faforge", *args]
+    if offline:
+        cmd = ["unshare", "-n", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def _network_can_be_cut() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(["unshare", "-n", "true"]).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def matrix_json():
+    if not _network_can_be_cut():
+        pytest.skip("unshare -n is not permitted here, so the offline run cannot be proven")
+    result = run(["matrix", "--platform", "all", "--json"], offline=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_matrix_json_runs_offline_and_matches_schema(matrix_json):
+    jsonschema.validate(matrix_json, json.loads(SCHEMA.read_text()))
+    assert {(c["platform"], c["torch_source"]) for c in matrix_json} == {
+        ("linux-64", "conda-forge"), ("linux-aarch64", "conda-forge"), ("linux-64", "pytorch"),
+    }
+    assert not [c for c in matrix_json if c["platform"] == "linux-aarch64" and c["cxx11_abi"] == 0]
+    counts = Counter((c["platform"], c["build_string"]) for c in matrix_json)
+    assert max(counts.values()) == 1
+
+
+def test_matrix_platform_filter(matrix_json):
+    result = run(["matrix", "--platform", "linux-aarch64", "--json"])
+    cells = json.loads(result.stdout)
+    assert cells == [c for c in matrix_json if c["platform"] == "linux-aarch64"]
+
+
+def test_human_table_lists_every_cell(matrix_json):
+    result = run(["matrix"])
+    assert result.returncode == 0
+    for cell in matrix_json:
+        assert cell["build_string"] in result.stdout
+    assert f"{len(matrix_json)} cells" in result.stdout
+
+
+def test_render_by_build_string_and_by_id(matrix_json):
+    cell = matrix_json[0]
+    by_string = run(["render", cell["build_string"], "--json"])
+    by_id = run(["render", cell["id"], "--json"])
+    assert by_string.returncode == 0 and by_id.returncode == 0
+    recipe = json.loads(by_string.stdout)
+    assert recipe == json.loads(by_id.stdout)
+    assert recipe["build"]["string"] == cell["build_string"]
+    assert recipe["requirements"]["run"] == cell["run_requirements"]
+
+
+def test_unknown_cell_exits_2_and_names_the_nearest(matrix_json):
+    cell = matrix_json[0]
+    result = run(["render", cell["build_string"][:-1] + "9"])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "nearest cells:" in result.stderr and cell["build_string"] in result.stderr
+
+
+def test_nonexistent_torch_build_is_explained():
+    result = run(["render", "linux-64/py312/torch2.7/cu121/abi1"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "conda-forge has no torch 2.7 build for CUDA 12.1" in result.stderr
+
+
+def test_bad_platform_is_a_usage_error():
+    result = run(["matrix", "--platform", "win-64"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "invalid choice" in result.stderr

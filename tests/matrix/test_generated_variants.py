@@ -1,0 +1,47 @@
+"""Generated variant configs: marked as generated, fresh, and caught when stale."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from faforge.matrix import load_matrix
+from faforge.matrix.variants import GENERATED_HEADER, generated_files, stale_files
+
+
+def _faforge(args, root):
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args],
+        capture_output=True, text=True, env={"FAFORGE_ROOT": str(root), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_generated_variant_configs_are_fresh(repo):
+    matrix = load_matrix(repo)
+    expected = generated_files(matrix.cells, matrix.variants_dir)
+    assert stale_files(expected) == [], "run `faforge generate` and commit variants/"
+    for path in expected:
+        assert path.read_text().startswith(GENERATED_HEADER)
+
+
+def test_generated_files_are_marked_in_gitattributes_and_readme(repo):
+    attributes = (repo / ".gitattributes").read_text()
+    readme = (repo / "variants" / "README.md").read_text()
+    for name in ("linux-64.yaml", "linux-aarch64.yaml"):
+        assert f"variants/{name} linguist-generated=true" in attributes
+        assert name in readme
+    assert "faforge generate" in readme
+
+
+def test_freshness_check_fails_when_the_table_changes_without_regeneration(repo_copy):
+    assert _faforge(["generate", "--check"], repo_copy).returncode == 0
+    releases = repo_copy / "variants" / "releases.yaml"
+    # Drop python 3.12 from the first release row that has it: that removes cells.
+    lines = releases.read_text().splitlines(keepends=True)
+    row = next(i for i, line in enumerate(lines) if line.startswith("  python:") and "'3.12', " in line)
+    lines[row] = lines[row].replace("'3.12', ", "")
+    releases.write_text("".join(lines))
+    result = _faforge(["generate", "--check"], repo_copy)
+    assert result.returncode == 1 and "stale" in result.stderr
+    assert _faforge(["generate"], repo_copy).returncode == 0
+    assert _faforge(["generate", "--check"], repo_copy).returncode == 0
