@@ -2,10 +2,12 @@
 
 Only the ELF header, the section table and the dynamic sections (.dynamic,
 .dynsym, .dynstr, .gnu.version, .gnu.version_r, .gnu.version_d) are read, each
-as one array (mmap + numpy), so a 1 GB libtorch_cuda.so costs a few MB of
-memory and a fraction of a second.  Headers are parsed with `struct` rather
-than pyelftools: this module is shipped into build and test environments that
-hold only the standard library and numpy (see faforge.abi.gate).
+as one block from a memory map and unpacked as a table (struct.iter_unpack),
+so a 1 GB libtorch_cuda.so costs a few MB of memory and a fraction of a second.
+Only the standard library is used, not pyelftools or numpy: this module is
+shipped into build and test environments that hold little more than Python and
+torch (see faforge.abi.gate), and importing numpy alone would take longer than
+reading all of torch's symbol tables.
 
 Every malformed input raises ElfError (exit code 2) naming the file and what
 is wrong with it; nothing here prints.
@@ -15,11 +17,11 @@ from __future__ import annotations
 
 import mmap
 import struct
+import sys
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError
 
@@ -99,41 +101,48 @@ class Symbol:
     default_version: bool  # False for a hidden (name@VER, not name@@VER) definition
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class DynamicSymbols:
-    """The .dynsym table as columns; row i of every array is symbol i (row 0 is the null symbol)."""
+    """The .dynsym table as columns; row i of every column is symbol i (row 0 is the null symbol).
+
+    Columns stay raw (st_info, st_other, st_shndx, .gnu.version) so that reading a large
+    library costs one unpack; the questions below are answered in one pass each.
+    """
 
     names: tuple[str, ...]
-    defined: np.ndarray  # bool
-    exported: np.ndarray  # bool: defined, global/weak/unique, default or protected visibility
-    weak: np.ndarray  # bool
-    version_index: np.ndarray  # uint16 index into version_names, hidden bit cleared; 0/1 = unversioned
-    hidden: np.ndarray  # bool: the .gnu.version hidden bit
+    info: tuple[int, ...]  # st_info: binding << 4 | type
+    other: tuple[int, ...]  # st_other: visibility in the low 2 bits
+    shndx: tuple[int, ...]  # 0 (SHN_UNDEF) for an imported symbol
+    versym: tuple[int, ...]  # .gnu.version: a version_names key, | 0x8000 when hidden; 0/1 unversioned
     version_names: dict[int, str]
     needs: tuple[VersionNeed, ...]
     defines: tuple[str, ...]  # versions from .gnu.version_d, without the base (soname) entry
 
-    def version_of(self, i: int) -> str | None:
-        return self.version_names.get(int(self.version_index[i]))
-
     def symbol(self, i: int) -> Symbol:
-        return Symbol(self.names[i], self.version_of(i), bool(self.defined[i]), bool(self.weak[i]), not self.hidden[i])
+        raw = self.versym[i]
+        return Symbol(self.names[i], self.version_names.get(raw & ~VERSYM_HIDDEN), self.shndx[i] != SHN_UNDEF,
+                      self.info[i] >> 4 == STB_WEAK, not raw & VERSYM_HIDDEN)
 
     def all_symbols(self) -> Iterator[Symbol]:
         return (self.symbol(i) for i in range(1, len(self.names)))
 
     def undefined(self) -> list[Symbol]:
         """Symbols this object imports (weak ones included; callers decide whether those matter)."""
-        return [self.symbol(i) for i in np.flatnonzero(~self.defined[1:]) + 1 if self.names[i]]
+        return [self.symbol(i) for i in range(1, len(self.names)) if self.shndx[i] == SHN_UNDEF and self.names[i]]
 
-    def exports(self) -> dict[str, tuple[str | None, ...]]:
-        """Exported name -> the versions it is defined under (None: unversioned); hidden ones last."""
-        rows = np.flatnonzero(self.exported)
-        order = rows[np.argsort(self.hidden[rows], kind="stable")]
-        table: dict[str, tuple[str | None, ...]] = {}
-        names, get_version = self.names, self.version_names.get
-        for i, v in zip(order.tolist(), self.version_index[order].tolist()):
-            table[names[i]] = table.get(names[i], ()) + (get_version(v),)
+    def exports(self) -> dict[str, tuple[tuple[str | None, bool], ...]]:
+        """Exported name -> its definitions as (version or None, hidden): defined symbols with global,
+        weak or unique binding and default or protected visibility."""
+        one = {raw: ((self.version_names.get(raw & ~VERSYM_HIDDEN), bool(raw & VERSYM_HIDDEN)),) for raw in set(self.versym)}
+        rows = zip(self.names, self.info, self.other, self.shndx, self.versym)
+        next(rows, None)  # the null symbol
+        exported = [(name, raw) for name, info, other, shndx, raw in rows
+                    if shndx != SHN_UNDEF and info >> 4 in EXPORTED_BINDINGS and other & 3 in EXPORTED_VISIBILITIES]
+        table = {name: one[raw] for name, raw in exported}
+        if len(table) < len(exported):  # some names are defined under several versions (libc's memcpy)
+            table = {}
+            for name, raw in exported:
+                table[name] = table.get(name, ()) + one[raw]
         return table
 
 
@@ -199,6 +208,8 @@ class ElfFile:
         header = struct.unpack(self.bo + fields, self.image.read(16, struct.calcsize(fields), "ELF header"))
         self.file_type, machine = header[0], header[1]
         self.machine = MACHINES.get(machine, f"EM_{machine}")
+        if self.machine == "ppc64" and self.little_endian:
+            self.machine = "ppc64le"
         self.e_flags = header[6]
         shoff, shentsize, shnum, shstrndx = header[5], header[10], header[11], header[12]
         self.sections = self._parse_sections(shoff, shentsize, shnum, shstrndx)
@@ -245,11 +256,13 @@ class ElfFile:
             raise ElfError(f"{self.path}: malformed ELF: section {section.name} links to section {section.link}")
         return self.section_bytes(self.sections[section.link])
 
-    def _array(self, section: Section, dtype: np.dtype, what: str) -> np.ndarray:
-        if section.entsize not in (0, dtype.itemsize):
-            raise ElfError(f"{self.path}: malformed ELF: {what} entry size {section.entsize}, expected {dtype.itemsize}")
+    def _rows(self, section: Section, fmt: str, what: str) -> list[tuple]:
+        """A table section unpacked row by row (a partial last row is ignored)."""
+        size = struct.calcsize(fmt)
+        if section.entsize not in (0, size):
+            raise ElfError(f"{self.path}: malformed ELF: {what} entry size {section.entsize}, expected {size}")
         data = self.section_bytes(section)
-        return np.frombuffer(data, dtype=dtype, count=len(data) // dtype.itemsize)
+        return list(struct.iter_unpack(self.bo + fmt, data[:len(data) - len(data) % size]))
 
     # -- dynamic section ----------------------------------------------------------------------
 
@@ -257,11 +270,8 @@ class ElfFile:
         entries: dict[int, list[str]] = {DT_NEEDED: [], DT_SONAME: [], DT_RPATH: [], DT_RUNPATH: []}
         dynamic = self.section_by_type(SHT_DYNAMIC)
         if dynamic is not None:
-            width = "i4" if self.elf_class == 32 else "i8"
-            dtype = np.dtype([("tag", self.bo + width), ("val", self.bo + width.replace("i", "u"))])
-            table = self._array(dynamic, dtype, ".dynamic")
             strings = self.linked_strings(dynamic)
-            for tag, val in zip(table["tag"].tolist(), table["val"].tolist()):
+            for tag, val in self._rows(dynamic, "iI" if self.elf_class == 32 else "qQ", ".dynamic"):
                 if tag == 0:
                     break
                 if tag in entries:
@@ -278,27 +288,32 @@ class ElfFile:
         if dynsym is None:
             return _empty_symbols()
         if self.elf_class == 64:
-            fields = [("name", "u4"), ("info", "u1"), ("other", "u1"), ("shndx", "u2"), ("value", "u8"), ("size", "u8")]
+            rows = self._rows(dynsym, "IBBHQQ", ".dynsym")  # name, info, other, shndx, value, size
+            columns = (0, 1, 2, 3)
         else:
-            fields = [("name", "u4"), ("value", "u4"), ("size", "u4"), ("info", "u1"), ("other", "u1"), ("shndx", "u2")]
-        table = self._array(dynsym, np.dtype([(n, self.bo + t) for n, t in fields]), ".dynsym")
-        names = _names_at(self.linked_strings(dynsym), table["name"], self.path)
-        binding = table["info"] >> 4
-        defined = table["shndx"] != SHN_UNDEF
-        exported = defined & np.isin(binding, EXPORTED_BINDINGS) & np.isin(table["other"] & 3, EXPORTED_VISIBILITIES)
-        exported[:1] = False
-        versym_section = self.section_by_type(SHT_GNU_VERSYM)
-        versym = np.zeros(len(table), dtype=np.uint16)
-        if versym_section is not None:
-            raw = self._array(versym_section, np.dtype(self.bo + "u2"), ".gnu.version")
-            versym[:min(len(raw), len(table))] = raw[:len(table)]
+            rows = self._rows(dynsym, "IIIBBH", ".dynsym")  # name, value, size, info, other, shndx
+            columns = (0, 3, 4, 5)
+        if not rows:
+            return DynamicSymbols((), (), (), (), (), {}, (), ())
+        table = list(zip(*rows))
+        name_offsets, info, other, shndx = (table[c] for c in columns)
         needs, needed_names = self._version_needs()
         defines, defined_names = self._version_definitions()
         return DynamicSymbols(
-            names=names, defined=defined, exported=exported, weak=binding == STB_WEAK,
-            version_index=versym & ~np.uint16(VERSYM_HIDDEN), hidden=(versym & VERSYM_HIDDEN) != 0,
-            version_names={**defined_names, **needed_names}, needs=needs, defines=defines,
+            names=_names_at(self.linked_strings(dynsym), name_offsets, self.path), info=info, other=other,
+            shndx=shndx, versym=self._versym(len(rows)), version_names={**defined_names, **needed_names},
+            needs=needs, defines=defines,
         )
+
+    def _versym(self, count: int) -> tuple[int, ...]:
+        section = self.section_by_type(SHT_GNU_VERSYM)
+        if section is None:
+            return (0,) * count
+        data = self.section_bytes(section)
+        versym = array("H", data[:min(len(data) // 2, count) * 2])
+        if self.little_endian != (sys.byteorder == "little"):
+            versym.byteswap()
+        return tuple(versym) + (0,) * (count - len(versym))
 
     def _version_needs(self) -> tuple[tuple[VersionNeed, ...], dict[int, str]]:
         section = self.section_by_type(SHT_GNU_VERNEED)
@@ -358,20 +373,13 @@ def _c_string(strings: bytes, offset: int, path: Path, what: str) -> str:
     return strings[offset:end if end >= 0 else len(strings)].decode("latin-1")
 
 
-def _names_at(strings: bytes, offsets: np.ndarray, path: Path) -> tuple[str, ...]:
-    """Vectorised C-string lookup: every offset ends at the next NUL of the table."""
-    if len(offsets) and int(offsets.max()) >= max(len(strings), 1):
+def _names_at(strings: bytes, offsets: tuple[int, ...], path: Path) -> tuple[str, ...]:
+    """The C string at each offset of a string table (faster than splitting the table, measured)."""
+    if offsets and max(offsets) >= max(len(strings), 1):
         raise ElfError(f"{path}: malformed ELF: a .dynsym name lies past .dynstr ({len(strings)} bytes)")
-    raw = np.frombuffer(strings, dtype=np.uint8)
-    nuls = np.append(np.flatnonzero(raw == 0), len(strings))
-    ends = nuls[np.searchsorted(nuls, offsets)]
-    text = strings.decode("latin-1")
-    return tuple(text[a:b] for a, b in zip(offsets.tolist(), ends.tolist()))
-
-
-def _empty_symbols() -> DynamicSymbols:
-    none = np.zeros(0, dtype=bool)
-    return DynamicSymbols((), none, none, none, np.zeros(0, dtype=np.uint16), none, {}, (), ())
+    text = strings.decode("latin-1") + "\0"
+    find = text.find
+    return tuple(text[o:find("\0", o)] for o in offsets)
 
 
 def read_info(path: str | Path) -> ElfInfo:

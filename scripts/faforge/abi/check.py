@@ -1,0 +1,182 @@
+"""Check extension modules against a torch: read (elf, fatbin) -> resolve -> classify -> report."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from faforge.abi import classify
+from faforge.abi.demangle import demangle
+from faforge.abi.elf import ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
+from faforge.abi.fatbin import read_gpu_archs
+from faforge.abi.inputs import extension_modules
+from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
+from faforge.abi.resolve import Closure, is_torch_library, load_closure, torch_lib_dirs
+from faforge.errors import FaforgeError
+
+ET_DYN = 3
+# conda subdir -> ELF machine as faforge.abi.elf names it.
+PLATFORM_MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": "ppc64le"}
+# Symbols the Python interpreter that imports the module provides (extensions do not link libpython).
+INTERPRETER_SYMBOL = re.compile(r"^_?Py")
+_TORCH_VERSION = re.compile(r"^__version__\s*=\s*['\"]([^'\"]+)", re.MULTILINE)
+_TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)", re.MULTILINE)
+
+
+def parse_glibc(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    if not re.fullmatch(r"\d+\.\d+", text):
+        raise FaforgeError(f"--glibc {text!r}: expected a glibc version such as 2.17 or 2.28")
+    return tuple(int(x) for x in text.split("."))
+
+
+def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | None = None,
+               platform: str | None = None) -> Verdict:
+    """Check every extension module in `path` (a .so, wheel, conda package or folder) against the
+    torch found in the `against` folders."""
+    limit = parse_glibc(glibc)
+    if platform is not None and platform not in PLATFORM_MACHINES:
+        raise FaforgeError(f"--platform {platform!r}: expected one of {', '.join(PLATFORM_MACHINES)}")
+    if not against:
+        raise FaforgeError("no --against folder: pass the torch/lib, site-packages or prefix of the torch to check against")
+    lib_dirs = tuple(dict.fromkeys(d for a in against for d in torch_lib_dirs(a)))
+    torch = torch_facts(lib_dirs)
+    with extension_modules(path) as modules:
+        verdicts = tuple(
+            check_module(real, lib_dirs, shown_as=shown, torch=torch, glibc=limit,
+                         machine=PLATFORM_MACHINES.get(platform or ""))
+            for shown, real in modules
+        )
+    return Verdict(extension=str(path), against=tuple(str(a) for a in against), torch=torch, modules=verdicts,
+                   glibc=glibc, platform=platform)
+
+
+def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
+    """Version, CUDA, machine and C++ ABI of the torch whose libraries are in lib_dirs."""
+    libs = [p for d in lib_dirs for p in sorted(d.glob("lib*.so*")) if is_torch_library(p.name) and p.is_file()]
+    c10 = next((p for p in libs if p.name.startswith("libc10.so")), libs[0] if libs else None)
+    machine = abi = None
+    if c10 is not None:
+        machine = read_info(c10).machine
+        abi = classify.cxx11_abi_of(read_dynamic_symbols(c10).names)
+    version = cuda = None
+    for d in lib_dirs:
+        for version_py in [d.parent / "version.py", *d.glob("python3*/site-packages/torch/version.py")]:
+            if version_py.is_file():
+                text = version_py.read_text(errors="replace")
+                version = (m := _TORCH_VERSION.search(text)) and m.group(1)
+                cuda = (m := _TORCH_CUDA.search(text)) and m.group(1)
+                break
+        if version:
+            break
+    return TorchFacts(tuple(str(d) for d in lib_dirs), version or None, cuda or None, machine, abi)
+
+
+def check_module(path: Path, lib_dirs: Sequence[Path], *, shown_as: str, torch: TorchFacts,
+                 glibc: tuple[int, ...] | None = None, machine: str | None = None) -> ModuleVerdict:
+    """The verdict for one extension module."""
+    info, symbols = read_elf(path)
+    if info.file_type != ET_DYN:
+        raise ElfError(f"{path}: ELF type {info.file_type} is not a shared library; pass a built extension (.so)")
+    required = [v for need in symbols.needs for v in need.versions]
+    declared = Declared(machine=info.machine, elf_class=info.elf_class, cxx11_abi=classify.cxx11_abi_of(symbols.names),
+                        gpu=read_gpu_archs(path), newest_versions=classify.newest_versions(required))
+    arch_problems = _architecture_problems(info.machine, machine, torch)
+    if arch_problems:  # every symbol would be unresolved; the architecture is the whole story
+        return ModuleVerdict(shown_as, declared, (), tuple(arch_problems), (), 0, 0)
+
+    closure = load_closure(info, lib_dirs)
+    problems: list[Problem] = []
+    unverified: list[Unverified] = []
+    for nf in closure.not_found:
+        where = f"not in {', '.join(torch.lib_dirs)}, the needing library's RUNPATH or the system library path"
+        if nf.wrong_machine:
+            where = f"only built for another machine: {', '.join(map(str, nf.wrong_machine))}"
+        if nf.is_torch:
+            problems.append(Problem(classify.MISSING_LIBRARY, None, None, nf.name,
+                                    f"torch library {nf.name} (needed by {nf.needed_by}) is {where}"))
+        else:
+            unverified.append(Unverified(nf.name, nf.needed_by, f"{where}; its symbols were not checked"))
+
+    imports = symbols.undefined()
+    failed_versions = _version_problems(symbols.needs, closure, glibc, problems, imports)
+    unresolved, interpreter = [], 0
+    for sym in imports:
+        if sym.weak or sym.version in failed_versions:
+            continue
+        if INTERPRETER_SYMBOL.match(sym.name):
+            interpreter += 1
+        elif closure.provider(sym.name, sym.version) is None:
+            unresolved.append(sym)
+    unresolved_unverified = 0
+    for problem in _explain(unresolved, closure, symbols):
+        if problem.kind == classify.MISSING_SYMBOL and closure.not_found:
+            unresolved_unverified += 1
+        else:
+            problems.append(problem)
+    libraries = tuple(LoadedLibrary(lib.name, str(lib.path)) for lib in closure.libraries)
+    return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
+                         unresolved_unverified)
+
+
+def _architecture_problems(binary: str, target: str | None, torch: TorchFacts) -> list[Problem]:
+    problems = []
+    if target and binary != target:
+        problems.append(Problem(classify.WRONG_ARCHITECTURE, None, None, None,
+                                f"the binary is built for {binary}, but the target platform runs {target}"))
+    if torch.machine and binary != torch.machine:
+        problems.append(Problem(classify.WRONG_ARCHITECTURE, None, None, torch.lib_dirs[0],
+                                f"the binary is built for {binary}, but the torch libraries are {torch.machine}"))
+    return problems
+
+
+def _version_problems(needs, closure: Closure, glibc, problems: list[Problem], imports: list[Symbol]) -> set[str]:
+    """Check DT_VERNEED as ld.so does at load time, and GLIBC_ versions against --glibc."""
+    failed: set[str] = set()
+    for need in needs:
+        library = closure.library_named(need.file)
+        if library is None:
+            continue
+        for version in need.versions:
+            if version in library.symbols.defines:
+                continue
+            failed.add(version)
+            parsed = classify.parse_version(version)
+            kind = classify.GLIBC_TOO_NEW if parsed and parsed[0] in classify.RUNTIME_VERSION_PREFIXES else classify.MISSING_SYMBOL
+            newest = classify.newest_versions(library.symbols.defines).get(parsed[0]) if parsed else None
+            problems.append(Problem(kind, version, None, need.file,
+                                    f"needs {version} from {need.file} ({_users(imports, version)}), but "
+                                    f"{library.path} provides {'up to ' + newest if newest else 'no such version'}"))
+    if glibc is not None:
+        for version in classify.glibc_above([v for need in needs for v in need.versions], glibc):
+            if version not in failed:
+                failed.add(version)
+                problems.append(Problem(classify.GLIBC_TOO_NEW, version, None, "libc.so.6",
+                                        f"needs {version} ({_users(imports, version)}), newer than the target "
+                                        f"glibc {'.'.join(map(str, glibc))}"))
+    return failed
+
+
+def _users(imports: list[Symbol], version: str, shown: int = 3) -> str:
+    names = sorted({s.name for s in imports if s.version == version})
+    if not names:
+        return "no symbol uses it, but ld.so checks every listed version"
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return "used by " + ", ".join(names[:shown]) + more
+
+
+def _explain(unresolved, closure: Closure, symbols) -> list[Problem]:
+    """Classify each unresolved symbol, searching the libraries once per distinct search key."""
+    hints = {v: need.file for need in symbols.needs for v in need.versions}
+    by_key: dict[str, list[tuple[str, str]]] = {}
+    problems = []
+    for sym in unresolved:
+        wanted = demangle(sym.name)
+        key = classify.search_key(classify.parse_signature(wanted).qualified_name) if wanted else None
+        if key is not None and key not in by_key:
+            by_key[key] = [(name, lib.name) for lib in closure.libraries
+                           for name in classify.lines_containing(lib.export_text, key).values()]
+        problems.append(classify.explain_missing(sym.name, hints.get(sym.version), by_key.get(key, ())))
+    return problems
