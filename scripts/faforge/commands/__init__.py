@@ -4,6 +4,7 @@ Add a subcommand by adding its module name to COMMANDS.
 """
 
 COMMANDS = [
+    "check-abi",
     "generate",
     "matrix",
     "render",
