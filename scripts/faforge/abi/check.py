@@ -55,12 +55,16 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
 
 def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
     """Version, CUDA, machine and C++ ABI of the torch whose libraries are in lib_dirs."""
-    libs = [p for d in lib_dirs for p in sorted(d.glob("lib*.so*")) if is_torch_library(p.name) and p.is_file()]
-    c10 = next((p for p in libs if p.name.startswith("libc10.so")), libs[0] if libs else None)
+    libs = [p for d in lib_dirs for p in d.glob("lib*.so*") if is_torch_library(p.name) and p.is_file()]
     machine = abi = None
-    if c10 is not None:
-        machine = read_info(c10).machine
-        abi = classify.cxx11_abi_of(read_dynamic_symbols(c10).names)
+    for lib in sorted(libs, key=lambda p: p.stat().st_size):  # libc10.so first in a real torch
+        try:
+            machine = machine or read_info(lib).machine
+            abi = classify.cxx11_abi_of(read_dynamic_symbols(lib).names)
+        except ElfError:
+            continue
+        if abi is not None:
+            break
     version = cuda = None
     for d in lib_dirs:
         for version_py in [d.parent / "version.py", *d.glob("python3*/site-packages/torch/version.py")]:

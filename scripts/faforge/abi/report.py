@@ -1,19 +1,17 @@
 """The ABI gate's verdict as data, and its versioned JSON form.
 
-The JSON shape is fixed by check-abi.schema.json beside this file (tests
-validate every report against it); bump REPORT_VERSION when it changes
+The JSON shape is fixed by tests/schemas/check-abi.json (the tests validate
+every report they produce against it); bump REPORT_VERSION when it changes
 incompatibly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from faforge.abi.fatbin import GpuArchs
 
 REPORT_VERSION = 1
-SCHEMA = Path(__file__).with_name("check-abi.schema.json")
 
 
 @dataclass(frozen=True)
@@ -133,3 +131,51 @@ def _module_json(m: ModuleVerdict) -> dict:
         "interpreter_symbols": m.interpreter_symbols,
         "unresolved_unverified": m.unresolved_unverified,
     }
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def render_text(verdict: Verdict) -> list[str]:
+    """The verdict in plain words, one line each, for people and CI logs."""
+    lines = [f"torch: {_torch_words(verdict.torch)}"]
+    for module in verdict.modules:
+        lines += _module_lines(module)
+    count = sum(len(m.problems) for m in verdict.modules)
+    status = "OK" if verdict.ok else f"FAILED ({count} problem{'s' if count != 1 else ''})"
+    lines.append(f"{status}: {verdict.extension} against {', '.join(verdict.against)}")
+    return lines
+
+
+def _abi_words(abi: int | None) -> str:
+    return "C++ ABI unknown (no std::string in its symbols)" if abi is None else f"_GLIBCXX_USE_CXX11_ABI={abi}"
+
+
+def _torch_words(torch: TorchFacts) -> str:
+    version = torch.version or "unknown version"
+    cuda = f", CUDA {torch.cuda}" if torch.cuda else ""
+    return f"{version}{cuda}, {torch.machine or 'unknown machine'}, {_abi_words(torch.cxx11_abi)} in {', '.join(torch.lib_dirs)}"
+
+
+def _module_lines(module: ModuleVerdict) -> list[str]:
+    d = module.declared
+    gpu = ", ".join([*d.gpu.sass, *(f"PTX {p}" for p in d.gpu.ptx)]) or "none (CPU only)"
+    versions = ", ".join(d.newest_versions.values()) or "none"
+    lines = [
+        f"{module.path}:",
+        f"  built for: {d.machine} ({d.elf_class}-bit), {_abi_words(d.cxx11_abi)}",
+        f"  GPU code: {gpu}",
+        f"  needs at least: {versions}",
+        f"  loads {len(module.libraries)} libraries; {module.interpreter_symbols} symbols come from the Python interpreter",
+    ]
+    for u in module.unverified_libraries:
+        lines.append(f"  unverified: {u.name} (needed by {u.needed_by}): {u.reason}")
+    if module.unresolved_unverified:
+        lines.append(f"  unverified: {module.unresolved_unverified} symbols are not in the libraries found; "
+                     "they may come from the unverified ones")
+    for p in module.problems:
+        lines.append(f"  {p.kind}: {p.demangled or p.symbol or p.library}")
+        if p.symbol and p.demangled and p.demangled != p.symbol:
+            lines.append(f"    symbol: {p.symbol}")
+        lines.append(f"    {p.detail}")
+    return lines
