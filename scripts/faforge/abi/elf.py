@@ -44,8 +44,6 @@ EXPORTED_BINDINGS = (1, 2, 10)  # GLOBAL, WEAK, GNU_UNIQUE
 EXPORTED_VISIBILITIES = (0, 3)  # DEFAULT, PROTECTED
 VERSYM_HIDDEN = 0x8000
 VER_FLG_BASE = 1
-# A version chain longer than this is corrupt (glibc defines fewer than 60 versions).
-MAX_VERSION_ENTRIES = 1 << 16
 
 
 class ElfError(FaforgeError):
@@ -144,6 +142,9 @@ class DynamicSymbols:
             for name, raw in exported:
                 table[name] = table.get(name, ()) + one[raw]
         return table
+
+
+NO_SYMBOLS = DynamicSymbols((), (), (), (), (), {}, (), ())
 
 
 class _Image:
@@ -286,7 +287,7 @@ class ElfFile:
     def dynamic_symbols(self) -> DynamicSymbols:
         dynsym = self.section_by_type(SHT_DYNSYM)
         if dynsym is None:
-            return _empty_symbols()
+            return NO_SYMBOLS
         if self.elf_class == 64:
             rows = self._rows(dynsym, "IBBHQQ", ".dynsym")  # name, info, other, shndx, value, size
             columns = (0, 1, 2, 3)
@@ -294,7 +295,7 @@ class ElfFile:
             rows = self._rows(dynsym, "IIIBBH", ".dynsym")  # name, value, size, info, other, shndx
             columns = (0, 3, 4, 5)
         if not rows:
-            return DynamicSymbols((), (), (), (), (), {}, (), ())
+            return NO_SYMBOLS
         table = list(zip(*rows))
         name_offsets, info, other, shndx = (table[c] for c in columns)
         needs, needed_names = self._version_needs()
@@ -319,11 +320,11 @@ class ElfFile:
         section = self.section_by_type(SHT_GNU_VERNEED)
         if section is None:
             return (), {}
-        data, strings = self.section_bytes(section), self.linked_strings(section)
+        data, strings, seen = self.section_bytes(section), self.linked_strings(section), set()
         needs, index = [], {}
-        for at, (_version, count, file_off, aux, _next) in self._chain(data, "HHIII", section.name):
+        for at, (_version, count, file_off, aux, _next) in self._chain(data, "HHIII", section.name, seen):
             versions = []
-            for _, (_hash, _flags, other, name_off, _n) in self._chain(data, "IHHII", section.name, start=at + aux, limit=count):
+            for _, (_hash, _flags, other, name_off, _n) in self._chain(data, "IHHII", section.name, seen, at + aux, count):
                 name = _c_string(strings, name_off, self.path, section.name)
                 index[other & ~VERSYM_HIDDEN] = name
                 versions.append(name)
@@ -336,7 +337,7 @@ class ElfFile:
             return (), {}
         data, strings = self.section_bytes(section), self.linked_strings(section)
         defines, index = [], {}
-        for at, (_version, flags, ndx, _count, _hash, aux, _next) in self._chain(data, "HHHHIII", section.name):
+        for at, (_version, flags, ndx, _count, _hash, aux, _next) in self._chain(data, "HHHHIII", section.name, set()):
             name_off = self._unpack(data, at + aux, "I", section.name)[0]
             name = _c_string(strings, name_off, self.path, section.name)
             if not flags & VER_FLG_BASE:
@@ -344,20 +345,21 @@ class ElfFile:
                 defines.append(name)
         return tuple(defines), index
 
-    def _chain(self, data: bytes, fmt: str, what: str, start: int = 0, limit: int | None = None):
+    def _chain(self, data: bytes, fmt: str, what: str, seen: set[int], start: int = 0, limit: int | None = None):
         """Walk a version linked list, yielding (offset, record); each record's last field is the
-        distance to the next one (0 ends the list)."""
-        offset, seen = start, 0
+        distance to the next one (0 ends the list). A record visited twice means a corrupt file,
+        which also bounds the walk by the section's size."""
+        offset, count = start, 0
         while True:
+            if offset in seen:
+                raise ElfError(f"{self.path}: malformed ELF: {what} links back to the record at {offset}")
+            seen.add(offset)
             record = self._unpack(data, offset, fmt, what)
             yield offset, record
-            seen += 1
-            step = record[-1]
-            if step == 0 or (limit is not None and seen >= limit):
+            count += 1
+            if record[-1] == 0 or (limit is not None and count >= limit):
                 return
-            if seen > MAX_VERSION_ENTRIES:
-                raise ElfError(f"{self.path}: malformed ELF: {what} has a cycle or too many entries")
-            offset += step
+            offset += record[-1]
 
     def _unpack(self, data: bytes, offset: int, fmt: str, what: str) -> tuple:
         size = struct.calcsize(fmt)

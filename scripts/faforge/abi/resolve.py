@@ -174,12 +174,12 @@ def _find(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path]
         candidates = [Path(d) / name for d in dict.fromkeys(dirs) if d is not None]
     wrong = []
     for candidate in candidates:
-        if not candidate.is_file():
-            continue
         try:
+            if not candidate.is_file():
+                continue
             info = read_info(candidate)
-        except ElfError:
-            continue  # ld.so skips files it cannot use and keeps searching
+        except (ElfError, OSError):  # ld.so skips files it cannot use and keeps searching
+            continue
         if info.abi_key == root.abi_key:
             return (candidate, info), wrong
         wrong.append(candidate)
