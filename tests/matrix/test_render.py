@@ -64,6 +64,7 @@ def test_run_requirements_pin_the_torch_build(rendered):
             bound = next_minor(cell.torch)
             assert f"pytorch >={cell.torch},<{bound} {cell.cuda_tag.replace('cu', 'cuda')}*" in run
             assert f"libtorch >={cell.torch},<{bound}" in run
+            assert ("arm-variant * sbsa" in run) == (cell.platform == "linux-aarch64")
         else:
             assert f"pytorch =={cell.torch} py3*" in run
             assert f"pytorch-cuda {cell.cuda}.*" in run

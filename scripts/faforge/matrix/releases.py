@@ -11,7 +11,7 @@ from faforge.errors import DataError
 from faforge.matrix.versions import is_version, minor_of, vtuple
 
 PLATFORMS = ("linux-64", "linux-aarch64")
-ROW_KEYS = ("world", "torch", "cuda", "python", "platforms", "source")
+ROW_KEYS = ("world", "torch", "cuda", "python", "platforms", "tegra", "source")
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ class Release:
     python: tuple[str, ...]
     platforms: tuple[str, ...]
     source: tuple[str, ...]
+    # conda-forge also publishes a Jetson (tegra) linux-aarch64 build of this torch+CUDA;
+    # we build sbsa only, and the run requirements keep tegra out.
+    tegra: bool = False
 
     @property
     def torch_minor(self) -> str:
@@ -83,11 +86,12 @@ def _parse_release(path: Path, index: int, raw, worlds: dict[str, World]) -> Rel
     cuda = _require(path, f"{key}.cuda", raw.get("cuda"), str, is_version, "expected a quoted version such as '12.9'")
     python = _str_list(path, f"{key}.python", raw.get("python"), lambda v: is_version(v) and len(vtuple(v)) == 2, "expected versions such as '3.12'")
     platforms = _str_list(path, f"{key}.platforms", raw.get("platforms"), lambda p: p in worlds[world].platforms, f"expected platforms of world {world}: {worlds[world].platforms}")
+    tegra = _require(path, f"{key}.tegra", raw.get("tegra", False), bool, hint="true or false")
     source = raw.get("source")
     sources = (source,) if isinstance(source, str) else _str_list(path, f"{key}.source", source)
     if not all(s.strip() for s in sources):
         raise DataError(path, f"{key}.source", "empty source", hint="cite a feedstock commit, a channel listing or a PyPI file")
-    return Release(world=world, torch=torch, cuda=cuda, python=python, platforms=platforms, source=sources)
+    return Release(world=world, torch=torch, cuda=cuda, python=python, platforms=platforms, source=sources, tegra=tegra)
 
 
 def load_releases(path: Path) -> ReleaseTable:
@@ -133,6 +137,8 @@ def dump_releases(table: ReleaseTable, header: str) -> str:
             f"  python: [{', '.join(repr(p) for p in r.python)}]",
             f"  platforms: [{', '.join(r.platforms)}]",
         ]
+        if r.tegra:
+            lines.append("  tegra: true")
         if len(r.source) == 1:
             lines.append(f"  source: {r.source[0]}")
         else:
