@@ -100,6 +100,7 @@ _SPECIAL = re.compile(r"^(?:(?:construction vtable|vtable|VTT|typeinfo name|type
 _TRAILER = re.compile(r"\)((?: const| volatile| &&| &| noexcept)*)(?: \[clone [^\]]*\])*$")
 _ABI_TAG = re.compile(r"\[abi:[^\]]*\]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OPERATOR = re.compile(r"operator(?![A-Za-z0-9_])")
 _OPEN, _CLOSE = "<({[", ">)}]"
 
 
@@ -161,9 +162,10 @@ def components(qualified_name: str) -> list[str]:
 def search_key(qualified_name: str) -> str | None:
     """The longest run of mangled source names that every spelling of this function contains.
 
-    'c10::cuda::SetDevice' -> '3c104cuda9SetDevice'. Constructors and destructors are
-    mangled as C1/D1, so they contribute their class; a templated or ABI-tagged
-    component ends the run (its arguments sit between it and the next name).
+    'c10::cuda::SetDevice' -> '3c104cuda9SetDevice'. Constructors, destructors and
+    operators are mangled as codes (C2, D1, lt), so they contribute only their scope;
+    a templated or ABI-tagged component ends the run (its arguments sit between it
+    and the next name).
     """
     parts = components(qualified_name)
     key: list[str] = []
@@ -173,7 +175,7 @@ def search_key(qualified_name: str) -> str | None:
         decorated = ident != part
         if i == len(parts) - 1 and i > 0:
             outer = _ABI_TAG.sub("", parts[i - 1]).split("<", 1)[0]
-            if ident in (outer, f"~{outer}"):
+            if ident in (outer, f"~{outer}") or _OPERATOR.match(part):
                 continue
         if not _IDENTIFIER.fullmatch(ident) or ident == "std" or (decorated and key):
             break
