@@ -1,0 +1,156 @@
+"""Run the GPU suite under pytest and turn its outcome into one verdict: passed (0), failed (1), skipped (3).
+
+`faforge test-gpu` calls `run()`. A conda test environment, which has torch,
+pytest, einops and flash_attn but not faforge's own dependencies, runs the same
+thing as `python -m faforge.gpu.run_suite`, with the faforge/ folder (this
+package's `__init__.py`, errors.py and gpu/) next to it; only the standard
+library and pytest are needed besides what the suite itself imports.
+
+pytest runs in a child process, so a crashing kernel fails the run instead of
+killing the caller, and with its own settings rather than those of whatever
+checkout it is started from. All tests skipped means nothing was verified:
+exit 3, never 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import TextIO
+
+import faforge
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
+from faforge.gpu.gate import evaluate
+
+SUITE_DIR = Path(__file__).resolve().parent / "suite"
+SCHEMA_VERSION = 1
+PYTEST_INI = """\
+[pytest]
+addopts = --strict-markers -p no:cacheprovider
+xfail_strict = true
+junit_family = xunit2
+"""
+
+
+def parse_junit(path: Path) -> list[dict]:
+    """One record per test case: id, outcome (passed/failed/error/skipped), duration and message."""
+    records = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module = case.get("classname", "").rsplit(".", 1)[-1]
+        outcome, message = "passed", None
+        for tag in ("failure", "error", "skipped"):
+            element = case.find(tag)
+            if element is not None:
+                outcome = "failed" if tag == "failure" else tag
+                message = element.get("message") or (element.text or "").strip() or None
+                break
+        records.append(
+            {"id": f"{module}.py::{case.get('name')}", "outcome": outcome, "duration_s": float(case.get("time", 0)), "message": message}
+        )
+    return records
+
+
+OUTCOMES = ("passed", "failed", "error", "skipped")
+
+
+def count_outcomes(tests: list[dict]) -> dict[str, int]:
+    return {outcome: sum(t["outcome"] == outcome for t in tests) for outcome in OUTCOMES}
+
+
+def verdict(pytest_exit_code: int, tests: list[dict]) -> tuple[int, str, str | None]:
+    """(exit code, status, reason) from what pytest reported."""
+    counts = count_outcomes(tests)
+    if counts["failed"] or counts["error"]:
+        return EXIT_PROBLEMS, "failed", f"{counts['failed']} failed, {counts['error']} errors"
+    if pytest_exit_code not in (0, 5):  # interrupted, internal error, usage error: nothing trustworthy ran
+        return EXIT_PROBLEMS, "failed", f"pytest exited {pytest_exit_code} without a failing test (see its output)"
+    if not tests:
+        return EXIT_PROBLEMS, "failed", f"pytest collected no tests from {SUITE_DIR}"
+    if counts["passed"] == 0:
+        return EXIT_SKIPPED, "skipped", "; ".join(sorted({t["message"] or "no reason given" for t in tests}))
+    return EXIT_OK, "passed", None
+
+
+def run(report_dir: Path | None = None, pytest_args: tuple[str, ...] = (), output: TextIO = sys.stdout) -> dict:
+    """Run the suite (its output goes to `output`) and return the versioned summary; see tests/schemas/test-gpu.json."""
+    gate = evaluate()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="faforge-gpu-") as scratch:
+        work = Path(report_dir) if report_dir else Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        ini, junit = Path(scratch) / "pytest.ini", work / "junit.xml"
+        ini.write_text(PYTEST_INI)
+        command = [sys.executable, "-m", "pytest", str(SUITE_DIR), "-c", str(ini), "--rootdir", str(SUITE_DIR)]
+        command += ["-rfEs", f"--junitxml={junit}", *pytest_args]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(faforge.__file__).parents[1]), os.environ.get("PYTHONPATH")])))
+        print("+ " + " ".join(command), file=output, flush=True)
+        with open(work / "pytest.log", "w") if report_dir else open(os.devnull, "w") as log:
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for line in child.stdout:
+                output.write(line)
+                log.write(line)
+            pytest_exit_code = child.wait()
+        output.flush()
+        tests = parse_junit(junit) if junit.exists() else []
+    exit_code, status, reason = verdict(pytest_exit_code, tests)
+    summary = {
+        "version": SCHEMA_VERSION,
+        "status": status,
+        "exit_code": exit_code,
+        "reason": reason,
+        "gate": gate.to_json(),
+        "counts": count_outcomes(tests),
+        "duration_s": round(time.monotonic() - started, 2),
+        "pytest_exit_code": pytest_exit_code,
+        "report_dir": str(report_dir) if report_dir else None,
+        "tests": tests,
+    }
+    if report_dir:
+        (Path(report_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    """The closing lines a person reads: counts, and the reason when nothing was verified."""
+    counts = summary["counts"]
+    line = (
+        f"faforge GPU suite: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['error']} errors, {counts['skipped']} skipped in {summary['duration_s']:.1f}s"
+    )
+    lines = [line, f"{summary['status'].upper()}" + (f": {summary['reason']}" if summary["reason"] else "")]
+    lines += [f"note: {note}" for note in summary["gate"]["notes"]]
+    if summary["report_dir"]:
+        lines.append(f"report: {summary['report_dir']}/summary.json, junit.xml, pytest.log")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by `faforge test-gpu` and `python -m faforge.gpu.run_suite`."""
+    parser.add_argument("--report-dir", type=Path, help="write junit.xml, summary.json and pytest.log there")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON (schema: tests/schemas/test-gpu.json)")
+    parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense")
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Run, print the summary (JSON or text; pytest's output goes to stderr with --json), return the exit code."""
+    summary = run(args.report_dir, tuple(args.pytest_args), output=sys.stderr if args.json else sys.stdout)
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    return summary["exit_code"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m faforge.gpu.run_suite`: `faforge test-gpu` for environments without faforge's CLI."""
+    parser = argparse.ArgumentParser(prog="python -m faforge.gpu.run_suite", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return execute(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
