@@ -1,0 +1,37 @@
+"""Names of the CI compiler caches: one per group of cells whose kernel objects are the same.
+
+The kernel TUs never include Python headers, so every python variant of a (platform, torch minor,
+CUDA, C++ ABI, arch list) compiles byte-identical objects, and one ccache serves them all.  The
+torch minor stays in the key because the kernels include torch headers (see variants/README.md,
+"Build cost", for why they are not shimmed away).  The flash-attn version keeps a new release
+from inheriting (and bloating) the old one's cache.
+"""
+
+from __future__ import annotations
+
+import re
+
+KEY_VERSION = "v1"
+
+
+def archs_tag(cuda_archs: str) -> str:
+    """'80;90;100;120+PTX' -> '80_90_100_120ptx' (cache keys allow no ';' or '+')."""
+    items = [a for a in re.split(r"[;,\s]+", cuda_archs.strip()) if a]
+    return "_".join(a.lower().replace("+", "") for a in items)
+
+
+def torch_minor(version: str) -> str:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if not match:
+        raise ValueError(f"torch version {version!r} has no major.minor")
+    return f"{match.group(1)}.{match.group(2)}"
+
+
+def kernel_cache_key(cell, flash_attn_version: str = "") -> str:
+    """e.g. 'ccache-v1-fa2.8.3.post2-linux-64-torch2.7-cu129-abi1-sm80_90_100_120ptx'."""
+    parts = ["ccache", KEY_VERSION]
+    if flash_attn_version:
+        parts.append(f"fa{flash_attn_version}")
+    parts += [cell.platform, f"torch{torch_minor(cell.torch)}", f"cu{cell.cuda.replace('.', '')}",
+              f"abi{cell.cxx11_abi}", f"sm{archs_tag(cell.cuda_archs)}"]
+    return "-".join(parts)

@@ -1,0 +1,128 @@
+"""variants/build-measurements.yaml: measured compile costs, kept as data.
+
+Each sample is one nvcc call on one kernel TU for one arch; each reuse entry is one run of the
+cross-python compiler-cache benchmark.  `faforge bench-build --measure --write` appends to the
+file; `faforge bench-build` (and `faforge plan`, through extrapolate.py) read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from faforge import paths
+from faforge.buildcost.tus import parse_tu
+from faforge.errors import DataError, FaforgeError
+
+FILE_NAME = "build-measurements.yaml"
+HEADER = """\
+# Measured compile cost of flash-attn kernel TUs (one nvcc call, one TU, one arch) and of the
+# cross-python compiler cache. Written by `faforge bench-build --measure --write`; read by
+# `faforge bench-build`, which extrapolates per-cell totals from it (see variants/README.md,
+# "Build cost"). cpu_s is user+system time of nvcc and its children: it does not depend on what
+# else the machine runs, wall_s does. Each entry says where and when it was measured.
+"""
+
+
+@dataclass(frozen=True)
+class Sample:
+    tu: str
+    arch: str
+    nvcc: str
+    torch: str
+    cxx_std: str
+    cpu_s: float
+    wall_s: float
+    peak_rss_gb: float
+    source: str
+
+
+@dataclass(frozen=True)
+class ReuseRun:
+    tus: list[str]
+    arch: str
+    first: str  # the cold variant, e.g. "py3.11"
+    second: str
+    cold_wall_s: float
+    cold_cpu_s: float
+    second_wall_s: float
+    second_cpu_s: float
+    hits: int
+    misses: int
+    cache: str  # "ccache 4.14.2"
+    source: str
+
+    @property
+    def wall_ratio(self) -> float:
+        return self.second_wall_s / self.cold_wall_s
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.second_cpu_s / self.cold_cpu_s
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / max(1, self.hits + self.misses)
+
+
+@dataclass(frozen=True)
+class Measurements:
+    path: Path
+    samples: tuple[Sample, ...]
+    reuse: tuple[ReuseRun, ...]
+
+
+def default_path() -> Path:
+    return paths.variants_dir() / FILE_NAME
+
+
+def _entry(path: Path, key: str, raw, cls):
+    names = [f.name for f in fields(cls)]
+    if not isinstance(raw, dict) or set(raw) != set(names):
+        raise DataError(path, key, f"invalid entry {raw!r}", hint=f"keys: {', '.join(names)}")
+    for f in fields(cls):
+        value = raw[f.name]
+        numeric = f.type in ("float", "int")
+        if numeric and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise DataError(path, f"{key}.{f.name}", f"invalid value {value!r}", hint="a non-negative number")
+        if f.type == "str" and not (isinstance(value, str) and value):
+            raise DataError(path, f"{key}.{f.name}", f"invalid value {value!r}", hint="a non-empty string")
+    return cls(**raw)
+
+
+def load(path: Path | None = None) -> Measurements:
+    path = path or default_path()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise DataError(path, "(file)", f"cannot read: {exc.strerror}", hint="measure with `faforge bench-build --measure --write`") from None
+    except yaml.YAMLError as exc:
+        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("schema") != 1 or set(raw) != {"schema", "samples", "reuse"}:
+        raise DataError(path, "schema", "expected keys schema: 1, samples, reuse")
+    samples = tuple(_entry(path, f"samples[{i}]", s, Sample) for i, s in enumerate(raw["samples"] or []))
+    for i, sample in enumerate(samples):
+        try:
+            parse_tu(sample.tu)
+        except FaforgeError as exc:
+            raise DataError(path, f"samples[{i}].tu", str(exc)) from None
+    reuse = tuple(_entry(path, f"reuse[{i}]", r, ReuseRun) for i, r in enumerate(raw["reuse"] or []))
+    return Measurements(path=path, samples=samples, reuse=reuse)
+
+
+def dump(measurements: Measurements) -> str:
+    body = {
+        "schema": 1,
+        "samples": [asdict(s) for s in measurements.samples],
+        "reuse": [asdict(r) for r in measurements.reuse],
+    }
+    return HEADER + yaml.safe_dump(body, sort_keys=False, width=120)
+
+
+def append(path: Path, samples: list[Sample], reuse: list[ReuseRun]) -> Measurements:
+    current = load(path) if path.exists() else Measurements(path=path, samples=(), reuse=())
+    updated = Measurements(path=path, samples=current.samples + tuple(samples), reuse=current.reuse + tuple(reuse))
+    path.write_text(dump(updated))
+    return updated

@@ -1,0 +1,36 @@
+"""Kernel TU names and the 72-TU grid of flash-attn 2.8."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from faforge.buildcost.tus import class_counts, default_grid, parse_tu, sdist_tus
+from faforge.errors import FaforgeError
+
+
+def test_parse_tu_reads_class_hdim_dtype_causal():
+    tu = parse_tu("csrc/flash_attn/src/flash_fwd_split_hdim256_bf16_causal_sm80.cu")
+    assert (tu.tu_class, tu.hdim, tu.dtype, tu.causal) == ("fwd_split", 256, "bf16", True)
+    assert parse_tu("flash_fwd_hdim32_fp16_sm80.cu").tu_class == "fwd"
+
+
+def test_parse_tu_rejects_other_files():
+    with pytest.raises(FaforgeError, match="flash_api.cpp"):
+        parse_tu("flash_api.cpp")
+
+
+def test_default_grid_is_72_tus_24_per_class():
+    grid = default_grid()
+    assert len(grid) == len({t.name for t in grid}) == 72
+    assert class_counts(grid) == {"fwd": 24, "fwd_split": 24, "bwd": 24}
+
+
+def test_default_grid_matches_a_real_sdist():
+    # The unpacked flash-attn 2.8.3.post2 sdist, where a build host has one.
+    sdist = Path(os.environ.get("FAFORGE_FLASH_ATTN_SDIST", "/work/fa-build/src/flash_attn-2.8.3.post2"))
+    if not (sdist / "csrc/flash_attn/src").is_dir():
+        pytest.skip(f"no unpacked flash-attn sdist at {sdist} (set FAFORGE_FLASH_ATTN_SDIST)")
+    assert sorted(t.name for t in sdist_tus(sdist)) == sorted(t.name for t in default_grid())
