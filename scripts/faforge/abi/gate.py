@@ -116,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     mismatches = declaration_mismatches(verdict, args.expect_cxx11_abi, sass, ptx)
     for line in mismatches:
         print(f"declaration mismatch: {line}")
-    return EXIT_OK if verdict.ok and not mismatches else EXIT_PROBLEMS
+    passed = verdict.ok and not mismatches
+    declared = f"_GLIBCXX_USE_CXX11_ABI={args.expect_cxx11_abi}, SASS {', '.join(sass)}, PTX {', '.join(ptx) or 'none'}"
+    print(f"ABI gate {'passed' if passed else 'FAILED'}: {module.name} against {verdict.against[0]} ({declared})")
+    return EXIT_OK if passed else EXIT_PROBLEMS
 
 
 if __name__ == "__main__":
