@@ -4,8 +4,10 @@ Add a subcommand by adding its module name to COMMANDS.
 """
 
 COMMANDS = [
+    "bench-gpu",
     "check-abi",
     "generate",
     "matrix",
     "render",
+    "test-gpu",
 ]
