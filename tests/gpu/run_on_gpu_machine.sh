@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The GPU gate in one call on a GPU machine with no network (the H200 device machine: x86_64, CPython 3.12
+# with torch 2.11.0+cu130 as `python3`, nvcc 13.0):
+#   1. installs the wheels carried in .gpu-wheels/ (see tests/gpu/stage_gpu_wheels.sh) with pip --no-index
+#      into a private folder, decompressing the xz'd flash_attn wheel first;
+#   2. runs `faforge test-gpu` (the suite: compat check first, then numerics; capped at 240 s);
+#   3. runs `faforge bench-gpu` (TFLOP/s vs PyTorch SDPA; capped at 120 s);
+#   4. leaves run.log, summary.json, junit.xml, pytest.log, bench.json and bench.txt in REPORT_DIR.
+# The whole run stays under 6 minutes on an H200.
+#
+# usage: bash tests/gpu/run_on_gpu_machine.sh REPORT_DIR
+#   environment: PYTHON (default python3), FAFORGE_GPU_WHEELS (default <repo>/.gpu-wheels)
+# exit: 0 suite passed and benchmark ran; 1 a failure (install, a test, the benchmark, a time cap);
+#       3 nothing verified (no usable GPU, no CUDA torch, no flash_attn, or a binary without code for this GPU).
+# Device tool: command="bash tests/gpu/run_on_gpu_machine.sh $OUT", carry=[".gpu-wheels"], timeout_s=420.
+set -uo pipefail
+
+REPORT=${1:?usage: run_on_gpu_machine.sh REPORT_DIR}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WHEELS=${FAFORGE_GPU_WHEELS:-$REPO/.gpu-wheels}
+PY=${PYTHON:-python3}
+TEST_CAP_S=240
+BENCH_CAP_S=120
+
+main() {
+  local site unpacked
+  site=$(mktemp -d /tmp/faforge-gpu-site.XXXXXX)
+  unpacked=$(mktemp -d /tmp/faforge-gpu-wheels.XXXXXX)
+  echo "== machine"
+  echo "$(uname -m), $("$PY" --version 2>&1) at $(command -v "$PY")"
+  nvidia-smi -L 2>&1 || echo "(no nvidia-smi)"
+
+  echo "== install from $WHEELS (pip --no-index)"
+  if ! compgen -G "$WHEELS/faforge-*.whl" >/dev/null; then
+    echo "no faforge wheel in $WHEELS: run tests/gpu/stage_gpu_wheels.sh where there is network, then carry .gpu-wheels"
+    return 1
+  fi
+  local xz
+  for xz in "$WHEELS"/*.whl.xz; do
+    [ -e "$xz" ] || continue
+    echo "+ unxz $(basename "$xz")"
+    "$PY" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$xz" "$unpacked/$(basename "${xz%.xz}")" || return 1
+  done
+  compgen -G "$unpacked/flash_attn-*.whl" >/dev/null || echo "note: no flash_attn wheel carried; the suite will skip"
+  local wheels=("$WHEELS"/*.whl)
+  compgen -G "$unpacked/*.whl" >/dev/null && wheels+=("$unpacked"/*.whl)
+  echo "+ $PY -m pip install --no-index --no-deps --target $site ${wheels[*]##*/}"
+  "$PY" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check --target "$site" "${wheels[@]}" \
+    || return 1
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+
+  echo "== faforge test-gpu"
+  timeout "$TEST_CAP_S" "$PY" -m faforge test-gpu --report-dir "$REPORT"
+  local test_rc=$?
+  [ "$test_rc" -eq 124 ] && echo "faforge test-gpu: stopped after ${TEST_CAP_S}s"
+
+  echo "== faforge bench-gpu"
+  timeout "$BENCH_CAP_S" "$PY" -m faforge bench-gpu --report-dir "$REPORT" | tee "$REPORT/bench.txt"
+  local bench_rc=${PIPESTATUS[0]}
+  [ "$bench_rc" -eq 124 ] && echo "faforge bench-gpu: stopped after ${BENCH_CAP_S}s"
+
+  echo "== exit codes: test-gpu $test_rc, bench-gpu $bench_rc"
+  rm -rf "$site" "$unpacked"
+  case "$test_rc/$bench_rc" in
+    0/0) return 0 ;;
+    3/3 | 3/0) return 3 ;;
+    *) return 1 ;;
+  esac
+}
+
+mkdir -p "$REPORT" || exit 1
+main 2>&1 | tee "$REPORT/run.log"
+rc=${PIPESTATUS[0]}
+echo "run_on_gpu_machine.sh: exit $rc (0 passed, 1 failed, 3 not verified)" | tee -a "$REPORT/run.log"
+exit "$rc"
