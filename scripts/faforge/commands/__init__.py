@@ -6,6 +6,7 @@ Add a subcommand by adding its module name to COMMANDS.
 COMMANDS = [
     "bench-gpu",
     "check-abi",
+    "doctor",
     "generate",
     "matrix",
     "render",

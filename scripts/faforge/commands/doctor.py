@@ -1,0 +1,36 @@
+"""Diagnose a Python environment's flash-attn and print the exact fix.
+
+Inspects the current interpreter, or the one at --python (a venv, conda prefix
+or system Python): Python, OS, glibc, torch (version, CUDA, C++ ABI, pip or
+conda and which channel), GPUs, and flash-attn (version, how it was installed,
+what its binary was built for). Imports flash_attn_2_cuda in that interpreter
+to capture the real error, runs the ABI gate on the installed binary against
+the environment's own torch, states each problem in plain words and gives the
+conda install spec (or environment.yml, or local-build command) that fixes it.
+Exit status: 0 healthy, 1 problems found, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from faforge.doctor.examine import examine
+from faforge.doctor.report import text_lines, to_json
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--python", metavar="PATH", help="interpreter (or environment folder) to inspect; default: this one")
+    parser.add_argument("--json", action="store_true", help="print facts, problems and fixes as versioned JSON (schema: tests/schemas/doctor.json)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    report = examine(args.python)
+    if args.json:
+        json.dump(to_json(report), sys.stdout, indent=2)
+        print()
+    else:
+        print("\n".join(text_lines(report)))
+    return EXIT_OK if report.healthy else EXIT_PROBLEMS

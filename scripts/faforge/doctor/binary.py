@@ -1,0 +1,91 @@
+"""What the installed flash-attn binary was built for, and the ABI gate run on it in place.
+
+The gate (faforge.abi.check) resolves the extension against the libraries this
+environment really loads once torch is imported: torch/lib, the CUDA libraries
+pip's nvidia-* wheels put under site-packages/nvidia, a conda prefix's lib/,
+and LD_LIBRARY_PATH, then the system path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge.abi.check import check_module, torch_facts
+from faforge.abi.elf import ElfError, read_dynamic_symbols, read_elf
+from faforge.abi.report import ModuleVerdict, Verdict
+from faforge.doctor.facts import EnvFacts
+from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, offered
+
+# flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so -> "cpython-310-x86_64-linux-gnu"
+_SO_TAG = re.compile(r"^[^.]+\.(?P<tag>[^.]+)\.so$")
+_CUDART = re.compile(r"^libcudart\.so\.(?P<major>\d+)")
+
+
+@dataclass(frozen=True)
+class BinaryFacts:
+    path: str
+    so_tag: str | None  # the interpreter tag in the file name; None for a bare flash_attn_2_cuda.so
+    cudart_majors: tuple[int, ...]  # from its own DT_NEEDED libcudart.so.N
+    built_for: BuiltFor
+    # For each table function the binary imports: the spellings this environment's torch exports
+    # (empty when its library is there without any of them; absent when the library is not there).
+    torch_offers: dict[str, tuple[str, ...]]
+    verdict: Verdict  # the ABI gate's report (declared C++ ABI, GPU archs, glibc, problems)
+
+    @property
+    def module(self) -> ModuleVerdict:
+        return self.verdict.modules[0]
+
+
+def library_dirs(facts: EnvFacts) -> tuple[Path, ...]:
+    """Where this environment's libraries are found after `import torch`, torch's own first."""
+    dirs: list[Path] = []
+    if facts.torch_package:
+        dirs.append(Path(facts.torch_package) / "lib")
+    for site in facts.site_dirs:
+        dirs += sorted(Path(site).glob("nvidia/*/lib"))
+    if facts.conda is not None:
+        dirs.append(Path(facts.python.prefix) / "lib")
+    dirs += [Path(d) for d in facts.system.ld_library_path]
+    return tuple(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
+
+
+def so_tag(path: str) -> str | None:
+    match = _SO_TAG.match(Path(path).name)
+    return match["tag"] if match else None
+
+
+def read_binary(path: str, facts: EnvFacts, table: SymbolTable) -> BinaryFacts:
+    """Declared facts, the torch range its symbols imply, and the gate verdict, for one extension file."""
+    dirs = library_dirs(facts)
+    torch = torch_facts(dirs)
+    module = check_module(Path(path), dirs, shown_as=path, torch=torch)
+    info, symbols = read_elf(path)
+    imported = [s.name for s in symbols.undefined()]
+    cudart = tuple(sorted({int(m["major"]) for lib in info.needed if (m := _CUDART.match(lib))}))
+    verdict = Verdict(extension=path, against=tuple(str(d) for d in dirs), torch=torch, modules=(module,))
+    built = built_for(table, imported)
+    return BinaryFacts(path, so_tag(path), cudart, built, _torch_offers(table, built, dirs), verdict)
+
+
+def _torch_offers(table: SymbolTable, built: BuiltFor, dirs: tuple[Path, ...]) -> dict[str, tuple[str, ...]]:
+    offers = {}
+    for function in {e.function for e in built.evidence}:
+        library = next(f.library for f in table.functions if f.function == function)
+        found = next((d / library for d in dirs if (d / library).is_file()), None)
+        if found is not None:
+            exports = read_dynamic_symbols(found).exports()
+            offers[function] = tuple(form.signature for form in offered(table, function, exports))
+    return offers
+
+
+def try_read_binary(path: str | None, facts: EnvFacts, table: SymbolTable) -> tuple[BinaryFacts | None, str | None]:
+    """read_binary, or why the file could not be read (a corrupt install is a finding, not a crash)."""
+    if path is None:
+        return None, None
+    try:
+        return read_binary(path, facts, table), None
+    except ElfError as exc:
+        return None, str(exc)

@@ -1,0 +1,367 @@
+"""Turn the facts about an environment into problems stated in plain words.
+
+Each rule looks at one cause and returns at most one Problem. The import of
+flash_attn_2_cuda is the ground truth: when it succeeds, no symbol-level
+problem is reported, whatever a static check might suspect; when it fails and
+no rule explains why, the raw error is reported as `import-failed`.
+Problems are listed root cause first (a wrong torch before the symbols it breaks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from faforge.abi import classify
+from faforge.doctor.binary import BinaryFacts
+from faforge.doctor.facts import EnvFacts, Gpu
+from faforge.doctor.installs import Claim, Install
+from faforge.gpu import compat
+
+ERROR, WARNING = "error", "warning"
+# Every kind doctor reports, in the order it lists them (root causes first).
+KINDS = (
+    "torch-missing", "torch-import-failed", "mixed-channels", "mixed-conda-pip-torch", "cpu-only-torch",
+    "python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old", "cxx11-abi-mismatch",
+    "signature-drift", "cuda-major-mismatch", "libcudart-missing", "flash-attn-missing", "gpu-arch-missing",
+    "import-failed", "gpu-arch-jit", "no-gpu",
+)
+ABI_WORDS = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
+TORCH_STACK = ("pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "torchvision", "torchaudio")
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    severity: str
+    message: str  # one sentence a user can act on
+    details: tuple[str, ...] = ()
+    evidence: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the rules look at, gathered once."""
+
+    facts: EnvFacts
+    torch: Install
+    flash_attn: Install
+    claim: Claim | None
+    binary: BinaryFacts | None
+    binary_error: str | None  # why the extension file could not be read
+
+    @property
+    def torch_version(self) -> str | None:
+        return self.facts.torch.version or self.torch.version
+
+    @property
+    def torch_words(self) -> str:
+        return f"torch {self.torch_version}" if self.torch_version else "torch"
+
+    @property
+    def torch_cuda(self) -> str | None:
+        return self.facts.torch.cuda or (self.binary.verdict.torch.cuda if self.binary else None)
+
+    @property
+    def torch_abi(self) -> int | None:
+        rt = self.facts.torch.cxx11_abi
+        return rt if rt is not None else (self.binary.verdict.torch.cxx11_abi if self.binary else None)
+
+    @property
+    def import_failed(self) -> bool:
+        outcome = self.facts.import_outcome
+        return not outcome.ok and (self.flash_attn.installed or bool(self.facts.extension_files))
+
+    def gate_problems(self, *kinds: str) -> list:
+        if self.binary is None or not self.import_failed:
+            return []
+        return [p for p in self.binary.module.problems if p.kind in kinds]
+
+
+def _major(version: str | None) -> int | None:
+    return int(version.split(".")[0]) if version and version.split(".")[0].isdigit() else None
+
+
+# -- torch ---------------------------------------------------------------------------------------
+
+
+def torch_missing(s: Situation) -> Problem | None:
+    if s.torch.installed or s.facts.torch.imported:
+        return None
+    return Problem("torch-missing", ERROR, f"torch is not installed in {s.facts.python.prefix}; flash-attn needs a CUDA build of torch")
+
+
+def torch_import_failed(s: Situation) -> Problem | None:
+    if not s.torch.installed or s.facts.torch.imported:
+        return None
+    error = s.facts.torch.error
+    return Problem("torch-import-failed", ERROR, f"torch is installed ({s.torch.how}) but `import torch` fails",
+                   (f"{error.type}: {error.message}",) if error else ())
+
+
+def mixed_channels(s: Situation) -> Problem | None:
+    records = [r for r in s.facts.conda or () if r.name in TORCH_STACK]
+    worlds = {}
+    for record in records:
+        worlds.setdefault(record.world, []).append(record)
+    if len(worlds) < 2:
+        return None
+    listed = {world: ", ".join(f"{r.name} {r.version} ({r.build}) from {r.channel_name}" for r in rs) for world, rs in worlds.items()}
+    return Problem(
+        "mixed-channels", ERROR,
+        "torch packages come from both the legacy `pytorch` channel and conda-forge; the two worlds build torch "
+        "differently (pre-C++11 vs C++11 ABI, bundled vs separate libtorch) and cannot be mixed in one environment",
+        tuple(f"{world}: {text}" for world, text in sorted(listed.items())),
+        {"worlds": {world: [r.name for r in rs] for world, rs in sorted(worlds.items())}},
+    )
+
+
+def mixed_conda_pip_torch(s: Situation) -> Problem | None:
+    record = s.torch.conda_record or next((r for r in s.facts.conda or () if r.name in ("pytorch", "libtorch")), None)
+    if record is None:
+        return None
+    dist = s.torch.distribution
+    shadowed = [d for d in s.torch.others]
+    if s.torch.how == "pip":
+        message = (f"torch {dist.version} from pip shadows conda's {record.name} {record.version} ({record.build}) in "
+                   f"this conda environment; their files are now mixed in {dist.site}")
+    elif shadowed:
+        message = f"this environment holds {len(shadowed) + 1} copies of torch: conda's {record.version} and pip's {', '.join(d.version or '?' for d in shadowed)}"
+    else:
+        return None
+    details = [f"active: {dist.path} (installer: {dist.installer or 'unknown'})"] + [f"also: {d.path}" for d in shadowed]
+    return Problem("mixed-conda-pip-torch", ERROR, message, tuple(details),
+                   {"conda": f"{record.name} {record.version} {record.build}", "pip": dist.version if dist else None})
+
+
+def cpu_only_torch(s: Situation) -> Problem | None:
+    rt = s.facts.torch
+    if not rt.imported or rt.cuda is not None:
+        return None
+    details = []
+    missing = [p for p in s.gate_problems(classify.MISSING_LIBRARY)]
+    if s.facts.import_outcome.missing_library:
+        details.append(f"that is why flash_attn_2_cuda cannot load: {s.facts.import_outcome.missing_library} is not there")
+    elif missing:
+        details.append(f"flash_attn_2_cuda needs {missing[0].library}, which a CPU torch does not ship")
+    return Problem("cpu-only-torch", ERROR,
+                   f"torch {rt.version} is a CPU-only build (torch.version.cuda is None); flash-attn needs a CUDA build of torch",
+                   tuple(details))
+
+
+# -- the extension file --------------------------------------------------------------------------
+
+
+def flash_attn_missing(s: Situation) -> Problem | None:
+    if s.facts.extension or s.facts.extension_files:
+        return None
+    if s.flash_attn.installed:
+        return Problem("flash-attn-missing", ERROR,
+                       f"flash-attn {s.flash_attn.version} is installed ({s.flash_attn.how}) but its extension "
+                       "flash_attn_2_cuda*.so is not on sys.path; the install is incomplete")
+    return Problem("flash-attn-missing", ERROR, "flash-attn is not installed in this environment")
+
+
+def python_tag_mismatch(s: Situation) -> Problem | None:
+    py = s.facts.python
+    wanted = (py.ext_suffix or "").removesuffix(".so").lstrip(".")
+    if s.facts.extension is None and s.facts.extension_files:
+        names = ", ".join(f.rsplit("/", 1)[-1] for f in s.facts.extension_files)
+        return Problem("python-tag-mismatch", ERROR,
+                       f"flash-attn's extension is built for another Python ({names}); this interpreter is "
+                       f"{py.implementation} {py.version} and loads only *.{wanted}.so",
+                       evidence={"files": list(s.facts.extension_files), "expected_tag": wanted})
+    if s.claim and s.claim.python and s.claim.python != py.minor:
+        return Problem("python-tag-mismatch", ERROR,
+                       f"flash-attn's {s.claim.source} says Python {s.claim.python} ({s.claim.text}); this interpreter is Python {py.version}")
+    return None
+
+
+def wrong_architecture(s: Situation) -> Problem | None:
+    found = s.gate_problems(classify.WRONG_ARCHITECTURE)
+    if not found:
+        return None
+    return Problem("wrong-architecture", ERROR,
+                   f"flash-attn's binary is built for {s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
+                   tuple(p.detail for p in found))
+
+
+def _version_problems(s: Situation, prefixes: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(required version, detail) for runtime-library versions the loader or the gate could not satisfy."""
+    found = [(p.symbol, p.detail) for p in s.gate_problems(classify.GLIBC_TOO_NEW)]
+    missing = s.facts.import_outcome.missing_version
+    if missing and missing not in {v for v, _ in found}:
+        found.append((missing, s.facts.import_outcome.error.message))
+    return [(v, d) for v, d in found if (parsed := classify.parse_version(v)) and parsed[0] in prefixes]
+
+
+def glibc_too_old(s: Situation) -> Problem | None:
+    found = _version_problems(s, ("GLIBC",))
+    if not found:
+        return None
+    newest = max((v for v, _ in found), key=lambda v: classify.parse_version(v)[1])
+    return Problem("glibc-too-old", ERROR,
+                   f"flash-attn's binary needs glibc {newest.split('_', 1)[1]} ({newest}); this system has glibc {s.facts.system.glibc}",
+                   tuple(d for _, d in found), {"required": newest, "system": s.facts.system.glibc})
+
+
+def libstdcxx_too_old(s: Situation) -> Problem | None:
+    found = _version_problems(s, ("GLIBCXX", "CXXABI", "GCC"))
+    if not found:
+        return None
+    return Problem("libstdcxx-too-old", ERROR,
+                   f"flash-attn's binary needs a newer C++ runtime than the one loaded here ({', '.join(v for v, _ in found)})",
+                   tuple(d for _, d in found))
+
+
+def cxx11_abi_mismatch(s: Situation) -> Problem | None:
+    if s.binary is None or s.facts.import_outcome.ok:
+        return None
+    mine, theirs = s.binary.module.declared.cxx11_abi, s.torch_abi
+    gate = s.gate_problems(classify.ABI_MISMATCH)
+    symbol = s.facts.import_outcome.undefined_symbol
+    if not gate and (mine is None or theirs is None or mine == theirs):
+        return None
+    if mine is None and symbol:
+        mine = classify.abi_of_name(symbol)
+    details = [f"undefined symbol: {symbol}"] if symbol else []
+    details += [f"{p.demangled or p.symbol}: {p.detail}" for p in gate[:3]]
+    if s.claim and s.claim.cxx11_abi is not None and mine is not None and s.claim.cxx11_abi != mine:
+        details.append(f"its {s.claim.source} ({s.claim.text}) claims cxx11abi {'TRUE' if s.claim.cxx11_abi else 'FALSE'}, "
+                       "but the binary says otherwise (upstream's FLASH_ATTENTION_FORCE_CXX11_ABI=FALSE did not force ABI 0)")
+    return Problem("cxx11-abi-mismatch", ERROR,
+                   f"flash-attn was built with {ABI_WORDS.get(mine, 'another C++ ABI')}; "
+                   f"your {s.torch_words} uses {ABI_WORDS.get(theirs, 'the other one')}",
+                   tuple(details), {"binary_cxx11_abi": mine, "torch_cxx11_abi": theirs})
+
+
+def signature_drift(s: Situation) -> Problem | None:
+    if s.binary is None or not s.import_failed:
+        return None
+    gate = s.gate_problems(classify.SIGNATURE_DRIFT, classify.MISSING_SYMBOL)
+    symbol = s.facts.import_outcome.undefined_symbol
+    built = s.binary.built_for
+    in_table = symbol is not None and any(e.symbol == symbol for e in built.evidence)
+    if not gate and not in_table:
+        return None
+    torch_release = s.torch_version
+    if built.known and torch_release and built.covers(torch_release) and not gate:
+        return None
+    wants = "; ".join(e.signature for e in built.evidence)
+    offers = sorted({sig for e in built.evidence for sig in s.binary.torch_offers.get(e.function, ())})
+    if built.known:
+        message = f"this flash-attn was built for {built.words} (it imports {wants})"
+        message += f"; your {s.torch_words} exports {'; '.join(offers)}" if offers else f"; your {s.torch_words} does not export it"
+    else:
+        first = gate[0]
+        message = (f"this flash-attn was built against another torch: it imports {first.demangled or first.symbol}, "
+                   f"which your {s.torch_words} does not export")
+        if first.offers:
+            message += f" (it offers {'; '.join(first.offers)})"
+    details = [f"undefined symbol: {symbol}"] if symbol else []
+    details += [f"{p.kind}: {p.demangled or p.symbol}" for p in gate[:5]]
+    if s.claim and s.claim.torch_minor:
+        details.append(f"its {s.claim.source} says torch {s.claim.torch_minor} ({s.claim.text})")
+    return Problem("signature-drift", ERROR, message, tuple(details),
+                   {"built_for": {"first": built.first, "last": built.last} if built.known else None,
+                    "torch": torch_release, "symbols": [e.symbol for e in built.evidence]})
+
+
+def cuda_major_mismatch(s: Situation) -> Problem | None:
+    torch_major = _major(s.torch_cuda)
+    if torch_major is None or s.binary is None:
+        return None
+    built = [m for m in s.binary.cudart_majors if m != torch_major]
+    source = "it needs " + ", ".join(f"libcudart.so.{m}" for m in built)
+    if not s.binary.cudart_majors and s.claim and _major(s.claim.cuda) not in (None, torch_major):
+        built, source = [_major(s.claim.cuda)], f"its {s.claim.source} says CUDA {s.claim.cuda} ({s.claim.text})"
+    if not built:
+        return None
+    return Problem("cuda-major-mismatch", ERROR,
+                   f"flash-attn was built for CUDA {built[0]} ({source}); your {s.torch_words} uses CUDA {s.torch_cuda}",
+                   evidence={"binary_cuda_major": built[0], "torch_cuda": s.torch_cuda})
+
+
+def libcudart_missing(s: Situation) -> Problem | None:
+    torch_major = _major(s.torch_cuda)
+    if s.binary is None or torch_major is None:
+        return None
+    unfound = {u.name for u in s.binary.module.unverified_libraries}
+    loader = s.facts.import_outcome.missing_library
+    if loader and loader.startswith("libcudart"):
+        unfound.add(loader)
+    missing = sorted(name for name in unfound if name == f"libcudart.so.{torch_major}")
+    if not missing:
+        return None
+    return Problem("libcudart-missing", ERROR,
+                   f"{missing[0]} (the CUDA {torch_major} runtime that flash-attn links to) is not installed in this "
+                   "environment or on the system library path",
+                   evidence={"library": missing[0]})
+
+
+def gpu_arch(s: Situation) -> list[Problem]:
+    gpus = _gpus(s)
+    if s.binary is None or not gpus:
+        return []
+    archs = s.binary.module.declared.gpu
+    problems = []
+    for gpu in gpus:
+        if gpu.capability is None:
+            continue
+        if not archs:
+            problems.append(Problem("gpu-arch-missing", ERROR,
+                                    f"flash-attn's binary holds no GPU code at all; your {gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]}) cannot run it",
+                                    evidence={"gpu": compat.gpu_name(gpu.capability), "sass": [], "ptx": []}))
+            continue
+        verdict = compat.check(gpu.capability, archs.sass, archs.ptx)
+        evidence = {"gpu": verdict.gpu, "sass": list(archs.sass), "ptx": list(archs.ptx)}
+        if verdict.status == compat.NONE:
+            problems.append(Problem("gpu-arch-missing", ERROR,
+                                    f"flash-attn has no kernels for your {gpu.name} ({verdict.gpu}): {verdict.message}",
+                                    (verdict.hint,) if verdict.hint else (), evidence))
+        elif verdict.status == compat.JIT:
+            problems.append(Problem("gpu-arch-jit", WARNING, f"{gpu.name}: {verdict.message}", (), evidence))
+    return problems
+
+
+def _gpus(s: Situation) -> list[Gpu]:
+    """GPUs from nvidia-smi, else from torch; one per capability."""
+    seen = {}
+    for gpu in (*s.facts.gpus, *s.facts.torch.devices):
+        key = gpu.capability or gpu.name
+        seen.setdefault(key, gpu)
+    return list(seen.values())
+
+
+def no_gpu(s: Situation) -> Problem | None:
+    if _gpus(s):
+        return None
+    return Problem("no-gpu", WARNING,
+                   "no NVIDIA GPU is visible here; flash-attn can be imported but not run",
+                   (f"nvidia-smi: {s.facts.nvidia_smi}",
+                    f"torch: {'no CUDA device' if s.facts.torch.imported else 'not importable'}"))
+
+
+def import_failed(s: Situation, found: list[Problem]) -> Problem | None:
+    outcome = s.facts.import_outcome
+    if outcome.ok or not s.facts.extension or any(p.severity == ERROR for p in found):
+        return None
+    if outcome.crashed:
+        return Problem("import-failed", ERROR, f"`import flash_attn_2_cuda` crashed the interpreter ({outcome.crashed})")
+    error = outcome.error
+    detail = (s.binary_error,) if s.binary_error else ()
+    return Problem("import-failed", ERROR, f"`import flash_attn_2_cuda` fails: {error.type}: {error.message}", detail)
+
+
+RULES = (torch_missing, torch_import_failed, mixed_channels, mixed_conda_pip_torch, cpu_only_torch, python_tag_mismatch,
+         wrong_architecture, glibc_too_old, libstdcxx_too_old, cxx11_abi_mismatch, signature_drift, cuda_major_mismatch,
+         libcudart_missing, flash_attn_missing)
+
+
+def diagnose(s: Situation) -> list[Problem]:
+    found = [p for rule in RULES if (p := rule(s)) is not None]
+    found += gpu_arch(s)
+    if (p := import_failed(s, found)) is not None:
+        found.append(p)
+    if (p := no_gpu(s)) is not None:
+        found.append(p)
+    return sorted(found, key=lambda p: KINDS.index(p.kind))

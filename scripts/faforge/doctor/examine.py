@@ -1,0 +1,44 @@
+"""Run the whole doctor on one interpreter: collect, read the binary, diagnose, plan fixes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from faforge.doctor import facts as env_facts
+from faforge.doctor.binary import try_read_binary
+from faforge.doctor.diagnose import ERROR, Problem, Situation, diagnose
+from faforge.doctor.fixes import Fix, offers_from, plan
+from faforge.doctor.installs import claim, flash_attn_install, torch_install
+from faforge.doctor.torch_symbols import default_table
+from faforge.matrix import load_matrix
+from faforge.matrix.render import render_cells
+
+
+@dataclass(frozen=True)
+class Report:
+    situation: Situation
+    problems: tuple[Problem, ...]
+    fixes: tuple[Fix, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return not any(p.severity == ERROR for p in self.problems)
+
+
+def situation(python: str | None) -> Situation:
+    facts = env_facts.collect(env_facts.resolve_interpreter(python))
+    flash = flash_attn_install(facts)
+    path = facts.extension or (facts.extension_files[0] if facts.extension_files else None)
+    binary, error = try_read_binary(path, facts, default_table())
+    return Situation(facts, torch_install(facts), flash, claim(flash), binary, error)
+
+
+def examine(python: str | None) -> Report:
+    s = situation(python)
+    problems = diagnose(s)
+    fixes: list[Fix] = []
+    if any(p.severity == ERROR for p in problems):
+        matrix = load_matrix()
+        offers = offers_from(render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir))
+        fixes = plan(s, problems, matrix, offers)
+    return Report(s, tuple(problems), tuple(fixes))

@@ -1,0 +1,194 @@
+"""Facts about a Python environment, gathered by its own interpreter and printed as JSON lines.
+
+faforge runs this file's source with the *target* interpreter (`python -c`), so
+it must work on any CPython 3.8+ with nothing but the standard library, and it
+must not import faforge (which is not installed there). It prints one marked
+JSON line per stage, flushing after each, so that a crash in a later stage
+(importing a broken extension can segfault) still leaves the earlier facts:
+
+  env     interpreter, platform, glibc, conda records, dist-infos, extension files
+  torch   what `import torch` reports (version, CUDA, C++ ABI, devices)
+  import  the outcome of `import flash_attn_2_cuda` after torch, as flash_attn does it
+"""
+
+import glob
+import importlib.util
+import json
+import os
+import platform
+import sys
+import sysconfig
+import traceback
+
+MARK = "@@faforge-probe@@"
+EXTENSION = "flash_attn_2_cuda"
+DISTRIBUTIONS = ("torch", "flash_attn", "flash-attn")
+# conda packages that make up a torch stack; their channels tell the torch world apart.
+CONDA_PACKAGES = ("python", "pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "pytorch-gpu", "pytorch-cpu",
+                  "torchvision", "torchaudio", "flash-attn", "cuda-version", "cuda-cudart", "cudatoolkit")
+
+
+def emit(stage, data):
+    data["stage"] = stage
+    sys.stdout.write(MARK + json.dumps(data) + "\n")
+    sys.stdout.flush()
+
+
+def glibc():
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.36"
+    except (AttributeError, ValueError, OSError):
+        text = None
+    if text and text.startswith("glibc "):
+        return text.split()[1]
+    name, version = platform.libc_ver()
+    return version if name == "glibc" and version else None
+
+
+def site_dirs():
+    dirs = []
+    for entry in sys.path:
+        if entry and os.path.isdir(entry) and entry not in dirs:
+            dirs.append(os.path.abspath(entry))
+    return dirs
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def dist_infos():
+    """Every torch / flash-attn .dist-info or .egg-info on sys.path, in import order."""
+    found = []
+    for directory in site_dirs():
+        for pattern in ("*.dist-info", "*.egg-info"):
+            for meta in sorted(glob.glob(os.path.join(directory, pattern))):
+                base = os.path.basename(meta).rsplit(".", 1)[0]
+                name = base.split("-")[0].lower().replace("_", "-")
+                if name not in ("torch", "flash-attn"):
+                    continue
+                metadata = read_text(os.path.join(meta, "METADATA")) or read_text(os.path.join(meta, "PKG-INFO")) or ""
+                version = next((line.split(":", 1)[1].strip() for line in metadata.splitlines()
+                                if line.startswith("Version:")), None)
+                direct = read_text(os.path.join(meta, "direct_url.json"))
+                wheel = read_text(os.path.join(meta, "WHEEL")) or ""
+                found.append({
+                    "name": name,
+                    "version": version,
+                    "path": meta,
+                    "site": directory,
+                    "installer": (read_text(os.path.join(meta, "INSTALLER")) or "").strip() or None,
+                    "direct_url": json.loads(direct).get("url") if direct else None,
+                    "wheel_tags": [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")],
+                })
+    return found
+
+
+def conda_records(prefix):
+    """The conda-meta records of the torch stack, with which of their files are dist-infos."""
+    meta = os.path.join(prefix, "conda-meta")
+    if not os.path.isdir(meta):
+        return None
+    records = []
+    for path in sorted(glob.glob(os.path.join(meta, "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                record = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if record.get("name") not in CONDA_PACKAGES:
+            continue
+        files = record.get("files") or []
+        records.append({
+            "name": record.get("name"),
+            "version": record.get("version"),
+            "build": record.get("build"),
+            "channel": record.get("channel") or "",
+            "url": record.get("url"),
+            "dist_infos": sorted({p.split(".dist-info/")[0] + ".dist-info" for p in files if ".dist-info/" in p}),
+        })
+    return records
+
+
+def extension_files():
+    files = []
+    for directory in site_dirs():
+        for path in sorted(glob.glob(os.path.join(directory, EXTENSION + "*.so"))):
+            files.append(os.path.abspath(path))
+    return files
+
+
+def env_facts():
+    spec = importlib.util.find_spec(EXTENSION)
+    torch_spec = importlib.util.find_spec("torch")
+    return {
+        "python": {
+            "executable": sys.executable,
+            "version": "%d.%d.%d" % sys.version_info[:3],
+            "implementation": sys.implementation.name,
+            "cache_tag": sys.implementation.cache_tag,
+            "soabi": sysconfig.get_config_var("SOABI"),
+            "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+            "prefix": sys.prefix,
+            "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+        },
+        "system": {"os": platform.system(), "machine": platform.machine(), "glibc": glibc(),
+                   "ld_library_path": [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]},
+        "site_dirs": site_dirs(),
+        "conda": conda_records(sys.prefix),
+        "distributions": dist_infos(),
+        "torch_package": os.path.dirname(torch_spec.origin) if torch_spec and torch_spec.origin else None,
+        "extension": spec.origin if spec and spec.origin else None,
+        "extension_files": extension_files(),
+    }
+
+
+def error_of(exc):
+    return {"type": type(exc).__name__, "message": str(exc),
+            "traceback": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+
+
+def torch_facts():
+    try:
+        import torch
+    except BaseException as exc:  # a broken torch raises anything from ImportError to OSError
+        return {"imported": False, "error": error_of(exc)}
+    facts = {"imported": True, "version": str(torch.__version__), "cuda": getattr(torch.version, "cuda", None),
+             "hip": getattr(torch.version, "hip", None), "file": torch.__file__,
+             "cxx11_abi": None, "devices": [], "arch_list": [], "cuda_available": False}
+    try:
+        facts["cxx11_abi"] = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
+    except AttributeError:
+        pass
+    try:
+        facts["cuda_available"] = bool(torch.cuda.is_available())
+        if facts["cuda_available"]:
+            facts["arch_list"] = list(torch.cuda.get_arch_list())
+            for index in range(torch.cuda.device_count()):
+                major, minor = torch.cuda.get_device_capability(index)
+                facts["devices"].append({"name": torch.cuda.get_device_name(index), "capability": [major, minor]})
+    except BaseException as exc:
+        facts["cuda_error"] = error_of(exc)
+    return facts
+
+
+def import_extension(torch_imported):
+    try:
+        module = importlib.import_module(EXTENSION)
+    except BaseException as exc:
+        return {"ok": False, "after_torch": torch_imported, "error": error_of(exc)}
+    return {"ok": True, "after_torch": torch_imported, "file": getattr(module, "__file__", None)}
+
+
+def main():
+    emit("env", env_facts())
+    torch = torch_facts()
+    emit("torch", torch)
+    emit("import", import_extension(torch["imported"]))
+
+
+main()
