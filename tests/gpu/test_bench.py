@@ -1,0 +1,42 @@
+"""The benchmark's shapes, FLOP counts, ratios and table (pure functions; timing needs a GPU)."""
+
+from __future__ import annotations
+
+from faforge.commands.bench_gpu import format_results
+from faforge.gpu.bench import HIDDEN, IMPLEMENTATIONS, TOTAL_TOKENS, Shape, ratios, shapes
+
+
+def test_shapes_keep_16k_tokens_and_cover_the_grid():
+    grid = shapes()
+    assert {s.seqlen for s in grid} == {512, 1024, 2048, 4096, 8192, 16384}
+    assert {s.head_dim for s in grid} == {64, 128} and {s.causal for s in grid} == {False, True}
+    assert all(s.batch * s.seqlen == TOTAL_TOKENS and s.heads * s.head_dim == HIDDEN for s in grid)
+    assert len(grid) == 24
+
+
+def test_flops_follow_upstream_counting():
+    shape = Shape(batch=2, seqlen=8192, heads=16, head_dim=128, causal=False)
+    assert shape.flops("fwd") == 4 * 2 * 8192**2 * 16 * 128
+    assert shape.flops("bwd") == 2.5 * shape.flops("fwd")
+    causal = Shape(batch=2, seqlen=8192, heads=16, head_dim=128, causal=True)
+    assert causal.flops("fwd") == shape.flops("fwd") / 2
+
+
+def test_ratios_are_none_where_a_backend_did_not_run():
+    assert ratios({"flash-attn": 400.0, "sdpa-flash": 200.0, "sdpa-efficient": None}) == {
+        "flash-attn/sdpa-flash": 2.0,
+        "flash-attn/sdpa-efficient": None,
+    }
+
+
+def test_table_shows_ratios_and_errors():
+    record = {
+        "batch": 8, "seqlen": 2048, "heads": 16, "head_dim": 128, "causal": True, "direction": "bwd",
+        "tflops": dict(zip(IMPLEMENTATIONS, (300.0, 150.0, None))),
+        "ratios": {"flash-attn/sdpa-flash": 2.0, "flash-attn/sdpa-efficient": None},
+        "errors": {"sdpa-efficient": "No available kernel."},
+    }  # fmt: skip
+    table = format_results([record])
+    row = next(line for line in table.splitlines() if line.startswith("2048"))
+    assert row.split() == ["2048", "8", "128", "yes", "bwd", "300.0", "150.0", "n/a", "2.00x", "n/a"]
+    assert "sdpa-efficient: No available kernel." in table

@@ -1,0 +1,107 @@
+"""`faforge test-gpu`, `faforge bench-gpu` and the suite under plain pytest, on this GPU-less machine: skipped, exit 3."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import jsonschema
+import pytest
+from referencing import Registry, Resource
+
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMAS = REPO / "tests" / "schemas"
+TEST_GPU_SCHEMA = json.loads((SCHEMAS / "test-gpu.json").read_text())
+BENCH_GPU_SCHEMA = json.loads((SCHEMAS / "bench-gpu.json").read_text())
+REGISTRY = Registry().with_resources([("test-gpu.json", Resource.from_contents(TEST_GPU_SCHEMA))])
+
+
+def faforge(*args: str, python: str = sys.executable, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-m", "faforge", *args], capture_output=True, text=True, cwd=REPO, env=env)
+
+
+def test_test_gpu_exits_3_with_the_reason_and_a_report(tmp_path):
+    result = faforge("test-gpu", "--json", "--report-dir", str(tmp_path))
+    assert result.returncode == 3, result.stderr
+    summary = json.loads(result.stdout)
+    jsonschema.validate(summary, TEST_GPU_SCHEMA)
+    assert summary["status"] == "skipped" and summary["reason"] == summary["gate"]["reason"]
+    assert summary["counts"]["skipped"] == len(summary["tests"]) > 0
+    assert {t["message"] for t in summary["tests"]} == {summary["reason"]}
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert (tmp_path / "junit.xml").is_file() and "skipped" in (tmp_path / "pytest.log").read_text()
+
+
+def test_test_gpu_text_output_ends_with_the_reason():
+    result = faforge("test-gpu")
+    assert result.returncode == 3
+    last = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"SKIPPED: torch is not importable .*|SKIPPED: no CUDA device visible to torch .*", last), last
+
+
+def test_suite_with_a_cuda_torch_and_no_device():
+    """The recipe-test entry point, with the CUDA 13.0 torch a build machine would have (pytest from this venv)."""
+    try:
+        env = torch_env("2.14.1")
+    except TorchEnvUnavailable as exc:
+        pytest.skip(str(exc))
+    pythonpath = f"{REPO / 'scripts'}:{sysconfig.get_paths()['purelib']}"
+    result = subprocess.run(
+        [str(env.python), "-m", "faforge.gpu.run_suite", "--json"], capture_output=True, text=True, env={"PYTHONPATH": pythonpath}
+    )
+    assert result.returncode == 3, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["reason"] == "no CUDA device visible to torch 2.14.1+cu130 (CUDA 13.0)"
+    assert summary["counts"]["passed"] == 0 and summary["counts"]["skipped"] > 0
+
+
+def test_pytest_shows_the_gpu_tests_as_skipped_with_the_reason():
+    """`pytest -m gpu` in this repository collects the suite through tests/gpu/test_flash_attn_suite.py."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-rs", "-p", "no:cacheprovider", "tests/gpu/test_flash_attn_suite.py"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    skipped = re.findall(r"^SKIPPED \[(\d+)\] \S+: (.+)$", result.stdout, re.MULTILINE)
+    total = int(re.search(r"^=+ (\d+) skipped in ", result.stdout, re.MULTILINE).group(1))
+    assert sum(int(count) for count, _ in skipped) == total > 0
+    assert len({reason for _, reason in skipped}) == 1
+    assert re.match(r"torch is not importable|no CUDA device visible", skipped[0][1])
+    assert " passed" not in result.stdout and " failed" not in result.stdout
+
+
+def test_bench_gpu_exits_3_with_the_reason():
+    text = faforge("bench-gpu")
+    assert text.returncode == 3 and text.stdout == ""
+    assert text.stderr.startswith("SKIPPED: ")
+    result = faforge("bench-gpu", "--json")
+    assert result.returncode == 3
+    report = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(BENCH_GPU_SCHEMA, registry=REGISTRY).validate(report)
+    assert report["status"] == "skipped" and report["results"] == []
+
+
+def test_bench_gpu_rejects_a_malformed_list():
+    result = faforge("bench-gpu", "--seqlens", "512,2k")
+    assert result.returncode == 2 and "'512,2k' is not a comma-separated list of integers" in result.stderr
+
+
+def test_cli_starts_without_torch_or_rattler():
+    """The GPU machine gets faforge with --no-deps: no py-rattler there (no room to carry it), torch only where
+    needed. Every command module must import those lazily, or `faforge test-gpu` cannot even start there."""
+    blocked = ("torch", "flash_attn", "rattler", "rattler_build")
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "from faforge.cli import main\n"
+        "sys.exit(main(['test-gpu', '--help']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "exit 0 all passed, 1 any failure, 3 no usable GPU" in result.stdout.replace("\n", " ")

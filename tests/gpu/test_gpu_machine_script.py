@@ -1,0 +1,63 @@
+"""tests/gpu/run_on_gpu_machine.sh rehearsed here with the network cut (unshare -n): no GPU, so exit 3.
+
+The rehearsal mirrors the GPU machine as far as this one allows: CPython 3.12 with numpy and pyyaml
+(which that machine's image has, and faforge's CLI imports), every other wheel staged by
+tests/gpu/stage_gpu_wheels.sh and installed offline. There is no flash_attn wheel and no torch, so
+the gate closes at its first check; on the GPU machine the same script runs the suite for real.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.torch_envs import TorchEnvUnavailable, find_python
+
+REPO = Path(__file__).resolve().parents[2]
+# numpy + pyyaml for CPython 3.12, installed once with pip --target; needed by this test only.
+SITE = REPO / ".cache" / "gpu-rehearsal-site-py3.12"
+
+
+def rehearsal_site(python: Path) -> Path:
+    SITE.parent.mkdir(parents=True, exist_ok=True)
+    with open(SITE.parent / f"{SITE.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (SITE / ".complete").exists():
+            shutil.rmtree(SITE, ignore_errors=True)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--target", str(SITE), "numpy", "pyyaml"], check=True)
+            (SITE / ".complete").touch()
+    return SITE
+
+
+@pytest.mark.slow
+def test_rehearsal_without_network_exits_3(tmp_path):
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -n is not permitted here: {probe.stderr.strip()}")
+    try:
+        python = find_python("3.12")
+    except TorchEnvUnavailable as exc:
+        pytest.skip(str(exc))
+    wheels, report = tmp_path / "wheels", tmp_path / "report"
+    stage = subprocess.run(
+        ["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--no-flash-attn", "--dest", str(wheels)], capture_output=True, text=True
+    )
+    assert stage.returncode == 0, stage.stdout + stage.stderr
+    env = {**os.environ, "PYTHON": str(python), "PYTHONPATH": str(rehearsal_site(python)), "FAFORGE_GPU_WHEELS": str(wheels)}
+    result = subprocess.run(
+        ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 3, result.stdout[-4000:] + result.stderr[-2000:]
+    assert result.stdout.rstrip().endswith("run_on_gpu_machine.sh: exit 3 (0 passed, 1 failed, 3 not verified)")
+    assert sorted(p.name for p in report.iterdir()) == ["bench.json", "bench.txt", "junit.xml", "pytest.log", "run.log", "summary.json"]
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["status"] == "skipped" and summary["reason"].startswith("torch is not importable")
+    assert json.loads((report / "bench.json").read_text())["status"] == "skipped"
