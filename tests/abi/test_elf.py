@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from faforge.abi.elf import ElfError, read_dynamic_symbols, read_elf, read_info
-from faforge.abi.resolve import system_library_dirs
+from faforge.abi.elf import ElfError, ElfFile, gnu_hash, read_dynamic_symbols, read_elf, read_info
+from faforge.abi.resolve import Library, system_library_dirs
 from tests.abi import elf_fixtures as fx
 
 READELF = shutil.which("readelf")
@@ -112,3 +112,28 @@ def test_bad_files_raise_elf_error(tmp_path, content, message):
     with pytest.raises(ElfError, match=message) as raised:
         read_elf(path)
     assert raised.value.exit_code == 2
+
+
+@pytest.mark.parametrize("which", ["fixture", "libstdc++", "libc"])
+def test_gnu_hash_lookups_agree_with_the_full_table(which, linked):
+    path = {"fixture": lambda: linked, "libstdc++": lambda: system_library("libstdc++.so.6"),
+            "libc": lambda: system_library("libc.so.6")}[which]()
+    symbols = read_dynamic_symbols(path)
+    with ElfFile(path) as elf:
+        hashed = elf.hashed_exports()
+    assert hashed is not None
+    exports = symbols.exports()
+    for name, definitions in exports.items():
+        assert sorted(hashed.lookup(name, gnu_hash(name)), key=str) == sorted(definitions, key=str), name
+    for name in {s.name for s in symbols.undefined()} - set(exports) | {"no_such_symbol", "_ZN3c104cuda9SetDeviceEb"}:
+        assert hashed.lookup(name, gnu_hash(name)) == (), name
+
+
+def test_a_library_without_gnu_hash_falls_back_to_the_full_table(gxx, tmp_path):
+    lib = fx.compile_shared(gxx, fx.LIBRARY_SOURCE, tmp_path / "libsysv.so", defines={"PARAMS": "int"},
+                            flags=["-Wl,--hash-style=sysv"])
+    with ElfFile(lib) as elf:
+        assert elf.hashed_exports() is None
+    library = Library("libsysv.so", lib, read_info(lib), "test")
+    assert library.provides("_ZN3c104cuda9SetDeviceEi", None)
+    assert not library.provides("_ZN3c104cuda9SetDeviceEa", None)

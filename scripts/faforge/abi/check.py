@@ -106,14 +106,11 @@ def check_module(path: Path, lib_dirs: Sequence[Path], *, shown_as: str, torch: 
 
     imports = symbols.undefined()
     failed_versions = _version_problems(symbols.needs, closure, glibc, problems, imports)
-    unresolved, interpreter = [], 0
-    for sym in imports:
-        if sym.weak or sym.version in failed_versions:
-            continue
-        if INTERPRETER_SYMBOL.match(sym.name):
-            interpreter += 1
-        elif closure.provider(sym.name, sym.version) is None:
-            unresolved.append(sym)
+    wanted = [sym for sym in imports if not sym.weak and sym.version not in failed_versions]
+    interpreter = sum(1 for sym in wanted if INTERPRETER_SYMBOL.match(sym.name))
+    wanted = [sym for sym in wanted if not INTERPRETER_SYMBOL.match(sym.name)]
+    providers = closure.providers([(sym.name, sym.version) for sym in wanted])
+    unresolved = [sym for sym, provider in zip(wanted, providers) if provider is None]
     unresolved_unverified = 0
     for problem in _explain(unresolved, closure, symbols):
         if problem.kind == classify.MISSING_SYMBOL and closure.not_found:
@@ -144,12 +141,12 @@ def _version_problems(needs, closure: Closure, glibc, problems: list[Problem], i
         if library is None:
             continue
         for version in need.versions:
-            if version in library.symbols.defines:
+            if version in library.defines:
                 continue
             failed.add(version)
             parsed = classify.parse_version(version)
             kind = classify.GLIBC_TOO_NEW if parsed and parsed[0] in classify.RUNTIME_VERSION_PREFIXES else classify.MISSING_SYMBOL
-            newest = classify.newest_versions(library.symbols.defines).get(parsed[0]) if parsed else None
+            newest = classify.newest_versions(library.defines).get(parsed[0]) if parsed else None
             problems.append(Problem(kind, version, None, need.file,
                                     f"needs {version} from {need.file} ({_users(imports, version)}), but "
                                     f"{library.path} provides {'up to ' + newest if newest else 'no such version'}"))

@@ -33,6 +33,7 @@ MACHINES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm"
 SHT_DYNAMIC = 6
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
+SHT_GNU_HASH = 0x6FFFFFF6
 SHT_GNU_VERDEF = 0x6FFFFFFD
 SHT_GNU_VERNEED = 0x6FFFFFFE
 SHT_GNU_VERSYM = 0x6FFFFFFF
@@ -145,6 +146,75 @@ class DynamicSymbols:
 
 
 NO_SYMBOLS = DynamicSymbols((), (), (), (), (), {}, (), ())
+
+
+def gnu_hash(name: str) -> int:
+    """The hash of the .gnu.hash table (dl_new_hash in glibc)."""
+    h = 5381
+    for byte in name.encode("latin-1"):
+        h = (h * 33 + byte) & 0xFFFFFFFF
+    return h
+
+
+@dataclass(frozen=True, eq=False)
+class HashedExports:
+    """Exact-name lookups in a library's exports through its .gnu.hash table, as ld.so does them.
+
+    Probing a few thousand names this way reads one bloom word, one bucket and a short
+    chain each, instead of decoding every name of a 450 MB libtorch_cpu.so.
+    """
+
+    path: Path
+    bloom: array
+    bloom_bits: int  # 64 for ELFCLASS64, 32 for ELFCLASS32
+    bloom_shift: int
+    buckets: array
+    chain: array  # hash values of symbols symoffset.., the low bit marks a chain's end
+    symoffset: int
+    dynsym: bytes
+    row: struct.Struct  # st_name and the binding/visibility/section fields, see ElfFile.hashed_exports
+    columns: tuple[int, int, int, int]
+    dynstr: bytes
+    versym: array
+    version_names: dict[int, str]
+
+    def might_define(self, hashes: list[int]) -> list[bool]:
+        """The bloom filter for many hashes at once: False means certainly not exported here."""
+        bloom, bits, shift, size = self.bloom, self.bloom_bits, self.bloom_shift, len(self.bloom)
+        return [bool((bloom[(h // bits) % size] >> (h % bits)) & (bloom[(h // bits) % size] >> ((h >> shift) % bits)) & 1)
+                for h in hashes]
+
+    def lookup(self, name: str, hashed: int) -> tuple[tuple[str | None, bool], ...]:
+        """The exported definitions of `name` as (version or None, hidden); `hashed` is gnu_hash(name)."""
+        word = self.bloom[(hashed // self.bloom_bits) % len(self.bloom)]
+        mask = (1 << (hashed % self.bloom_bits)) | (1 << ((hashed >> self.bloom_shift) % self.bloom_bits))
+        if word & mask != mask or not self.buckets:
+            return ()
+        i = self.buckets[hashed % len(self.buckets)]
+        if i < self.symoffset:
+            return ()
+        encoded, found = name.encode("latin-1"), []
+        while i - self.symoffset < len(self.chain):
+            value = self.chain[i - self.symoffset]
+            if (value | 1) == (hashed | 1) and (definition := self._definition(i, encoded)):
+                found.append(definition)
+            if value & 1:
+                return tuple(found)
+            i += 1
+        raise ElfError(f"{self.path}: malformed ELF: a .gnu.hash chain runs past the symbol table")
+
+    def _definition(self, i: int, encoded: bytes) -> tuple[str | None, bool] | None:
+        if (i + 1) * self.row.size > len(self.dynsym):
+            raise ElfError(f"{self.path}: malformed ELF: .gnu.hash names symbol {i}, past .dynsym")
+        fields = self.row.unpack_from(self.dynsym, i * self.row.size)
+        st_name, info, other, shndx = (fields[c] for c in self.columns)
+        end = st_name + len(encoded)
+        if not (self.dynstr.startswith(encoded, st_name) and self.dynstr[end:end + 1] == b"\0"):
+            return None
+        if shndx == SHN_UNDEF or info >> 4 not in EXPORTED_BINDINGS or other & 3 not in EXPORTED_VISIBILITIES:
+            return None
+        raw = self.versym[i] if i < len(self.versym) else 0
+        return self.version_names.get(raw & ~VERSYM_HIDDEN), bool(raw & VERSYM_HIDDEN)
 
 
 class _Image:
@@ -288,33 +358,66 @@ class ElfFile:
         dynsym = self.section_by_type(SHT_DYNSYM)
         if dynsym is None:
             return NO_SYMBOLS
-        if self.elf_class == 64:
-            rows = self._rows(dynsym, "IBBHQQ", ".dynsym")  # name, info, other, shndx, value, size
-            columns = (0, 1, 2, 3)
-        else:
-            rows = self._rows(dynsym, "IIIBBH", ".dynsym")  # name, value, size, info, other, shndx
-            columns = (0, 3, 4, 5)
+        fmt, columns = self._symbol_layout()
+        rows = self._rows(dynsym, fmt, ".dynsym")
         if not rows:
             return NO_SYMBOLS
         table = list(zip(*rows))
         name_offsets, info, other, shndx = (table[c] for c in columns)
         needs, needed_names = self._version_needs()
-        defines, defined_names = self._version_definitions()
+        defines, defined_names = self.version_definitions()
         return DynamicSymbols(
             names=_names_at(self.linked_strings(dynsym), name_offsets, self.path), info=info, other=other,
-            shndx=shndx, versym=self._versym(len(rows)), version_names={**defined_names, **needed_names},
+            shndx=shndx, versym=tuple(self._versym(len(rows))), version_names={**defined_names, **needed_names},
             needs=needs, defines=defines,
         )
 
-    def _versym(self, count: int) -> tuple[int, ...]:
-        section = self.section_by_type(SHT_GNU_VERSYM)
-        if section is None:
-            return (0,) * count
-        data = self.section_bytes(section)
-        versym = array("H", data[:min(len(data) // 2, count) * 2])
+    def hashed_exports(self) -> HashedExports | None:
+        """The .gnu.hash view of the exports, or None when the file has no .gnu.hash (then use
+        dynamic_symbols().exports())."""
+        table, dynsym = self.section_by_type(SHT_GNU_HASH), self.section_by_type(SHT_DYNSYM)
+        if table is None or dynsym is None:
+            return None
+        data = self.section_bytes(table)
+        if len(data) < 16:
+            raise ElfError(f"{self.path}: malformed ELF: .gnu.hash is {len(data)} bytes")
+        nbuckets, symoffset, bloom_size, bloom_shift = struct.unpack_from(self.bo + "IIII", data)
+        word = 8 if self.elf_class == 64 else 4
+        chain_at = 16 + bloom_size * word + nbuckets * 4
+        if bloom_size == 0 or chain_at > len(data):
+            raise ElfError(f"{self.path}: malformed ELF: .gnu.hash declares {bloom_size} bloom words and "
+                           f"{nbuckets} buckets in {len(data)} bytes")
+        bloom = self._array("Q" if word == 8 else "I", data[16:16 + bloom_size * word])
+        buckets = self._array("I", data[16 + bloom_size * word:chain_at])
+        chain = self._array("I", data[chain_at:len(data) - (len(data) - chain_at) % 4])
+        fmt, columns = self._symbol_layout()
+        raw = self.section_bytes(dynsym)
+        _, defined_names = self.version_definitions()
+        return HashedExports(
+            path=self.path, bloom=bloom, bloom_bits=word * 8, bloom_shift=bloom_shift, buckets=buckets, chain=chain,
+            symoffset=symoffset, dynsym=raw, row=struct.Struct(self.bo + fmt), columns=columns,
+            dynstr=self.linked_strings(dynsym), versym=self._versym(len(raw) // struct.calcsize(fmt)),
+            version_names=defined_names,
+        )
+
+    def _symbol_layout(self) -> tuple[str, tuple[int, int, int, int]]:
+        """The struct format of one .dynsym entry and where st_name, st_info, st_other, st_shndx sit in it."""
+        if self.elf_class == 64:
+            return "IBBHQQ", (0, 1, 2, 3)  # name, info, other, shndx, value, size
+        return "IIIBBH", (0, 3, 4, 5)  # name, value, size, info, other, shndx
+
+    def _array(self, typecode: str, data: bytes) -> array:
+        values = array(typecode, data)
         if self.little_endian != (sys.byteorder == "little"):
-            versym.byteswap()
-        return tuple(versym) + (0,) * (count - len(versym))
+            values.byteswap()
+        return values
+
+    def _versym(self, count: int) -> array:
+        section = self.section_by_type(SHT_GNU_VERSYM)
+        data = self.section_bytes(section) if section is not None else b""
+        versym = self._array("H", data[:min(len(data) // 2, count) * 2])
+        versym.extend([0] * (count - len(versym)))
+        return versym
 
     def _version_needs(self) -> tuple[tuple[VersionNeed, ...], dict[int, str]]:
         section = self.section_by_type(SHT_GNU_VERNEED)
@@ -331,7 +434,8 @@ class ElfFile:
             needs.append(VersionNeed(_c_string(strings, file_off, self.path, section.name), tuple(versions)))
         return tuple(needs), index
 
-    def _version_definitions(self) -> tuple[tuple[str, ...], dict[int, str]]:
+    def version_definitions(self) -> tuple[tuple[str, ...], dict[int, str]]:
+        """The versions this file defines (without its base entry) and their .gnu.version indexes."""
         section = self.section_by_type(SHT_GNU_VERDEF)
         if section is None:
             return (), {}

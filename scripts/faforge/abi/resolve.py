@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from faforge.abi.elf import DynamicSymbols, ElfError, ElfInfo, read_dynamic_symbols, read_info
+from faforge.abi.elf import DynamicSymbols, ElfError, ElfFile, ElfInfo, HashedExports, gnu_hash, read_dynamic_symbols, read_info
 from faforge.errors import FaforgeError
 
 # Libraries that belong to torch itself: missing one is an error, not "unverified".
@@ -82,7 +82,7 @@ def torch_lib_dirs(against: str | Path) -> tuple[Path, ...]:
 
 @dataclass(frozen=True)
 class Library:
-    """A library found for a DT_NEEDED entry; its symbols are read on first use."""
+    """A library found for a DT_NEEDED entry; its tables are read on first use."""
 
     name: str  # the DT_NEEDED name it was loaded under
     path: Path
@@ -91,6 +91,7 @@ class Library:
 
     @cached_property
     def symbols(self) -> DynamicSymbols:
+        """The whole symbol table (only needed to explain a missing symbol)."""
         return read_dynamic_symbols(self.path)
 
     @cached_property
@@ -102,9 +103,32 @@ class Library:
         """All exported names, one per line, for fast substring searches."""
         return "\n".join(self.exports)
 
-    def provides(self, name: str, version: str | None) -> bool:
+    @cached_property
+    def defines(self) -> tuple[str, ...]:
+        """The symbol versions this library defines (GLIBC_2.28, ...)."""
+        with ElfFile(self.path) as elf:
+            return elf.version_definitions()[0]
+
+    @cached_property
+    def _hashed(self) -> HashedExports | None:
+        with ElfFile(self.path) as elf:
+            return elf.hashed_exports()
+
+    def might_define(self, hashes: list[int]) -> list[bool]:
+        """A cheap first filter for many names (by elf.gnu_hash): False means certainly not here."""
+        if self._hashed is not None:
+            return self._hashed.might_define(hashes)
+        return [True] * len(hashes)
+
+    def definitions(self, name: str, hashed: int) -> tuple[tuple[str | None, bool], ...]:
+        """Exported definitions of `name` as (version, hidden); `hashed` is elf.gnu_hash(name)."""
+        if self._hashed is not None:
+            return self._hashed.lookup(name, hashed)
+        return self.exports.get(name, ())  # no .gnu.hash (old DT_HASH-only linkers): read the whole table
+
+    def provides(self, name: str, version: str | None, hashed: int | None = None) -> bool:
         """Whether a reference to name (@version) binds here, by glibc's check_match rules."""
-        for defined, hidden in self.exports.get(name, ()):
+        for defined, hidden in self.definitions(name, gnu_hash(name) if hashed is None else hashed):
             if version is None and not hidden:
                 return True
             if version is not None and (defined == version or (defined is None and not hidden)):
@@ -132,7 +156,29 @@ class Closure:
     not_found: tuple[NotFound, ...]
 
     def provider(self, name: str, version: str | None) -> Library | None:
-        return next((lib for lib in self.libraries if lib.provides(name, version)), None)
+        return self.providers([(name, version)])[0]
+
+    def providers(self, refs: Sequence[tuple[str, str | None]]) -> list[Library | None]:
+        """The library each (name, version) reference binds to, None when none exports it.
+
+        Libraries are visited in load order with all still-unresolved names at once, so
+        their bloom filters are probed in one tight loop each.
+        """
+        hashes = [gnu_hash(name) for name, _ in refs]
+        found: list[Library | None] = [None] * len(refs)
+        pending = list(range(len(refs)))
+        for library in self.libraries:
+            if not pending:
+                break
+            maybe = library.might_define([hashes[i] for i in pending])
+            still = []
+            for i, candidate in zip(pending, maybe):
+                if candidate and library.provides(*refs[i], hashes[i]):
+                    found[i] = library
+                else:
+                    still.append(i)
+            pending = still
+        return found
 
     def library_named(self, needed: str) -> Library | None:
         return next((lib for lib in self.libraries if needed in (lib.name, lib.info.soname)), None)
