@@ -205,3 +205,29 @@ def test_folder_input_finds_extension_modules(extensions, stand_ins, tmp_path):
     verdict = check_path(tmp_path, [stand_ins[("int", 0)]])
     assert [m.path for m in verdict.modules] == [str(Path("pkg") / "a.so")]
     assert verdict.ok
+
+
+def test_dot_conda_input(extensions, stand_ins, tmp_path):
+    """A .conda is a zip of zstd tarballs; py-rattler unpacks it (the package is built here with Debian's zstd)."""
+    import subprocess
+    import tarfile
+    import zipfile
+
+    zstd = shutil.which("zstd")
+    if zstd is None:
+        pytest.skip("the zstd program is missing; it is only used to build the .conda fixture")
+    ext, lib = extensions[("int8_bool", 1)], stand_ins[("int8_bool", 1)]
+    with tarfile.open(tmp_path / "pkg.tar", "w") as tar:
+        tar.add(ext, "lib/python3.11/site-packages/fixture_ext.cpython-311-x86_64-linux-gnu.so")
+    (tmp_path / "index.json").write_text('{"name": "fixture", "version": "1.0", "build": "0", "build_number": 0}')
+    with tarfile.open(tmp_path / "info.tar", "w") as tar:
+        tar.add(tmp_path / "index.json", "info/index.json")
+    package = tmp_path / "fixture-1.0-0.conda"
+    with zipfile.ZipFile(package, "w") as zf:
+        zf.writestr("metadata.json", '{"conda_pkg_format_version": 2}')
+        for part in ("info", "pkg"):
+            subprocess.run([zstd, "-q", str(tmp_path / f"{part}.tar"), "-o", str(tmp_path / f"{part}.tar.zst")], check=True)
+            zf.write(tmp_path / f"{part}.tar.zst", f"{part}-fixture-1.0-0.tar.zst")
+    verdict = check_path(package, [lib])
+    assert verdict.ok and [m.path for m in verdict.modules] == [
+        "lib/python3.11/site-packages/fixture_ext.cpython-311-x86_64-linux-gnu.so"]
