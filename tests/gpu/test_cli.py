@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -13,6 +14,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
+from faforge.gpu.run_suite import RECIPE_SKIP_MARK, RECIPE_TEST_FILES
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,19 +47,35 @@ def test_test_gpu_text_output_ends_with_the_reason():
     assert re.fullmatch(r"SKIPPED: torch is not importable .*|SKIPPED: no CUDA device visible to torch .*", last), last
 
 
-def test_suite_with_a_cuda_torch_and_no_device():
-    """The recipe-test entry point, with the CUDA 13.0 torch a build machine would have (pytest from this venv)."""
+def recipe_test_folder(root: Path) -> Path:
+    """What a recipe's test section ships: RECIPE_TEST_FILES copied out of the checkout, nothing else of faforge."""
+    for name in RECIPE_TEST_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / "scripts" / name, root / name)
+    return root
+
+
+def test_recipe_test_files_cover_the_gpu_package():
+    shipped = set(RECIPE_TEST_FILES)
+    needed = {str(p.relative_to(REPO / "scripts")) for p in (REPO / "scripts/faforge/gpu").rglob("*.py")} - {"faforge/gpu/bench.py"}
+    assert needed <= shipped, f"add {sorted(needed - shipped)} to RECIPE_TEST_FILES (and tell the recipe)"
+
+
+def test_recipe_test_with_a_cuda_torch_and_no_device(tmp_path):
+    """The recipe's test command in a bare folder, with the CUDA 13.0 torch a build machine would have
+    (pytest from this venv; no faforge installed): skipped, exit 0 for the build, marked in the log."""
     try:
         env = torch_env("2.14.1")
     except TorchEnvUnavailable as exc:
         pytest.skip(str(exc))
-    pythonpath = f"{REPO / 'scripts'}:{sysconfig.get_paths()['purelib']}"
-    result = subprocess.run(
-        [str(env.python), "-m", "faforge.gpu.run_suite", "--json"], capture_output=True, text=True, env={"PYTHONPATH": pythonpath}
-    )
-    assert result.returncode == 3, result.stderr
-    summary = json.loads(result.stdout)
-    assert summary["reason"] == "no CUDA device visible to torch 2.14.1+cu130 (CUDA 13.0)"
+    folder = recipe_test_folder(tmp_path / "faforge_checker")
+    command = [str(env.python), "-m", "faforge.gpu.run_suite", "--recipe-test", "--report-dir", str(tmp_path / "report")]
+    pythonpath = f"{folder}:{sysconfig.get_paths()['purelib']}"
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": pythonpath})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1].startswith(RECIPE_SKIP_MARK)
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["exit_code"] == 3 and summary["reason"] == "no CUDA device visible to torch 2.14.1+cu130 (CUDA 13.0)"
     assert summary["counts"]["passed"] == 0 and summary["counts"]["skipped"] > 0
 
 
