@@ -49,7 +49,7 @@ run "$PYTHON" -m pip wheel --quiet --no-deps -w "$DEST" "$REPO"
 
 if [ -n "$FA_WHEEL" ]; then
   case $(basename "$FA_WHEEL") in
-    flash_attn-*-cp312-cp312-linux_x86_64.whl|flash_attn-*-cp312-cp312-manylinux*_x86_64.whl) ;;
+    flash_attn-*-cp312-cp312-linux_x86_64.whl|flash_attn-*-cp312-cp312-manylinux*_x86_64.whl|flash_attn-*-py3-none-any.whl) ;;
     *) echo "stage_gpu_wheels.sh: $FA_WHEEL is not a flash_attn wheel for cp312 x86_64 (the GPU machine's Python)" >&2; exit 2 ;;
   esac
   echo "+ recompress $(basename "$FA_WHEEL") with xz"

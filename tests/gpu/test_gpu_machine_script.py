@@ -8,11 +8,14 @@ the gate closes at its first check; on the GPU machine the same script runs the 
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,22 @@ def rehearsal_site(python: Path) -> Path:
     return SITE
 
 
+def stand_in_flash_attn_wheel(folder: Path) -> Path:
+    """A minimal valid wheel named like flash-attn's (payload for the transport, not a flash-attn)."""
+    files = {
+        "flash_attn/__init__.py": b'__version__ = "0.0.0"  # rehearsal stand-in\n',
+        "flash_attn-0.0.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: flash_attn\nVersion: 0.0.0\n",
+        "flash_attn-0.0.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: faforge-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}" for name, data in files.items()]
+    files["flash_attn-0.0.0.dist-info/RECORD"] = ("\n".join([*record, "flash_attn-0.0.0.dist-info/RECORD,,"]) + "\n").encode()
+    wheel = folder / "flash_attn-0.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return wheel
+
+
 @pytest.mark.slow
 def test_rehearsal_without_network_exits_3(tmp_path):
     if shutil.which("unshare") is None:
@@ -48,14 +67,18 @@ def test_rehearsal_without_network_exits_3(tmp_path):
         pytest.skip(str(exc))
     wheels, report = tmp_path / "wheels", tmp_path / "report"
     stage = subprocess.run(
-        ["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--no-flash-attn", "--dest", str(wheels)], capture_output=True, text=True
+        ["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--flash-attn-wheel", str(stand_in_flash_attn_wheel(tmp_path)), "--dest", str(wheels)],
+        capture_output=True,
+        text=True,
     )
     assert stage.returncode == 0, stage.stdout + stage.stderr
+    assert (wheels / "flash_attn-0.0.0-py3-none-any.whl.xz").is_file(), stage.stdout + stage.stderr
     env = {**os.environ, "PYTHON": str(python), "PYTHONPATH": str(rehearsal_site(python)), "FAFORGE_GPU_WHEELS": str(wheels)}
     result = subprocess.run(
         ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)], env=env, capture_output=True, text=True
     )
     assert result.returncode == 3, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "+ unxz flash_attn-0.0.0-py3-none-any.whl.xz" in result.stdout
     assert result.stdout.rstrip().endswith("run_on_gpu_machine.sh: exit 3 (0 passed, 1 failed, 3 not verified)")
     assert sorted(p.name for p in report.iterdir()) == ["bench.json", "bench.txt", "junit.xml", "pytest.log", "run.log", "summary.json"]
     summary = json.loads((report / "summary.json").read_text())
