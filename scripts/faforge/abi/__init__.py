@@ -1,0 +1,15 @@
+"""The ABI gate: does an extension load against a torch, and if not, why (issue 3).
+
+Read -> resolve -> judge -> report, one module each, standard library only (the
+package is shipped into build and test environments that have little else):
+  elf       ELF header, DT_NEEDED/RPATH/RUNPATH, .dynsym/.gnu.version* as tables, .gnu.hash lookups
+  fatbin    SASS/PTX architectures in .nv_fatbin, without CUDA tools
+  resolve   the DT_NEEDED closure as ld.so finds it, and which library each symbol binds to
+  classify  C++ ABI from mangled names; missing symbols as abi-mismatch / signature-drift / ...
+  demangle  libstdc++'s __cxa_demangle through ctypes
+  report    the verdict as data, its JSON (version 1) and its text
+  inputs    extension modules inside a .so, wheel, .conda/.tar.bz2 or folder
+  check     all of the above for one PATH: check_path(), check_module(), torch_facts()
+  gate      `python -m faforge.abi.gate`, the recipe's test-time entry point
+The CLI is faforge.commands.check_abi (`faforge check-abi`).
+"""
