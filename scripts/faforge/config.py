@@ -15,3 +15,24 @@ DEFAULT_CHANNEL_DIR = Path("channel")
 
 def public_channel() -> str:
     return os.environ.get("FAFORGE_CHANNEL", PUBLIC_CHANNEL)
+
+
+# Where `faforge verify` records gate results and `faforge publish` reads them: one folder per
+# package sha256, one JSON file per gate, so results from several CI jobs merge by copying.
+DEFAULT_MANIFEST_DIR = Path("verification")
+
+# Gates a package must have passed (for its exact sha256) before `faforge publish` uploads it.
+# FAFORGE_REQUIRE overrides them with a comma-separated list (`--require` overrides both).
+DEFAULT_REQUIRED_GATES = ("abi", "import", "gpu")
+
+
+def required_gates() -> tuple[str, ...]:
+    raw = os.environ.get("FAFORGE_REQUIRE")
+    return tuple(g.strip() for g in raw.split(",") if g.strip()) if raw else DEFAULT_REQUIRED_GATES
+
+
+def cache_dir() -> Path:
+    """Downloads and torch environments `faforge verify` reuses (FAFORGE_CACHE_DIR overrides)."""
+    if os.environ.get("FAFORGE_CACHE_DIR"):
+        return Path(os.environ["FAFORGE_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "faforge"

@@ -20,7 +20,7 @@ DEFAULT_VIRTUALS = {"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__un
 
 @dataclass(frozen=True)
 class PackageSpec:
-    """A package to assemble: real metadata, optional files (path in package -> text)."""
+    """A package to assemble: real metadata, optional files (path in package -> text, or bytes for binaries)."""
 
     name: str
     version: str
@@ -48,7 +48,7 @@ def assemble(spec: PackageSpec, channel_dir: Path) -> Path:
         for rel, text in files.items():
             target = staging / rel
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
+            target.write_bytes(text) if isinstance(text, bytes) else target.write_text(text)
         output = assemble_package(
             name=spec.name,
             version=spec.version,

@@ -6,7 +6,7 @@ re-implementation, so what `faforge matrix` prints is what a build will produce.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge.errors import FaforgeError
@@ -23,6 +23,8 @@ class RenderedCell:
     host_requirements: tuple[str, ...]
     build_requirements: tuple[str, ...]
     recipe: dict
+    # py-rattler-build's RenderedVariant, which `faforge build` runs.
+    variant: object = field(default=None, compare=False, repr=False)
 
 
 def _cell_key(values: dict) -> tuple:
@@ -72,6 +74,7 @@ def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> li
                     host_requirements=tuple(str(r) for r in requirements.get("host", [])),
                     build_requirements=tuple(str(r) for r in requirements.get("build", [])),
                     recipe=recipe,
+                    variant=variant,
                 )
             )
     return sorted(out, key=lambda rc: rc.cell.sort_key)
