@@ -5,10 +5,12 @@ Add a subcommand by adding its module name to COMMANDS.
 
 COMMANDS = [
     "bench-gpu",
+    "build",
     "check-abi",
     "doctor",
     "generate",
     "matrix",
+    "plan",
     "render",
     "test-gpu",
 ]

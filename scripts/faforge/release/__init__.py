@@ -1,0 +1,1 @@
+"""The release pipeline: plan -> build -> verify -> publish, plus the torch-release bump and the channel page."""

@@ -1,0 +1,173 @@
+"""Build cost of a cell (variants/build-cost.yaml) and how to split one that outgrows a CI job.
+
+A cell is split by TU class (fwd, bwd, fwd_split), and a class further into equal runs of its
+TUs, until every piece fits the runner's job limit; flash_api.cpp and the link go to a final job.
+Splitting by arch instead would leave per-arch objects whose fatbinaries must be merged with
+nvcc -dlink/fatbinary before linking, which neither torch's build nor ours does; TU pieces are
+ordinary object files that the final job links as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from faforge import build_script, paths
+from faforge.buildcost.tus import default_grid
+from faforge.errors import DataError, FaforgeError
+
+HOST_TU = "csrc/flash_attn/flash_api.cpp"
+
+
+@dataclass(frozen=True)
+class TuClass:
+    name: str
+    minutes_per_arch: float
+    peak_gb: float
+
+
+@dataclass(frozen=True)
+class Runner:
+    platform: str
+    label: str
+    cpus: int
+    memory_gb: float
+    job_limit_minutes: int
+
+
+@dataclass(frozen=True)
+class Part:
+    """One CI job's share of a cell: 'all', a TU run such as 'bwd-1of2', or the final 'link'."""
+
+    name: str
+    tus: tuple[str, ...]
+    minutes: int  # estimate including setup and the safety factor; also the job's timeout
+
+    @property
+    def is_piece(self) -> bool:
+        return self.name not in ("all", "link")
+
+
+@dataclass(frozen=True)
+class BuildCost:
+    path: Path
+    classes: tuple[TuClass, ...]
+    host_tu_minutes: float
+    setup_minutes: float
+    link_minutes: float
+    safety_factor: float
+    runners: dict[str, Runner]
+    max_jobs_per_matrix: int
+
+    def tus(self, tu_class: str) -> tuple[str, ...]:
+        return tuple(tu.name for tu in default_grid() if tu.tu_class == tu_class)
+
+    def runner_for(self, platform: str) -> Runner:
+        if platform not in self.runners:
+            raise DataError(self.path, "runners", f"no runner for {platform}", hint=f"add `{platform}: {{label: ..., cpus: ..., memory_gb: ..., job_limit_minutes: ...}}`")
+        return self.runners[platform]
+
+
+def sass_archs(cuda_archs: str) -> int:
+    """SASS arch count of '80;90;120+PTX' (3): `+PTX` on an arch that also gets SASS costs nothing
+    extra (faforge.buildcost.extrapolate, from `nvcc --dryrun`)."""
+    script = build_script.load()
+    try:
+        return len(script.parse_arch_list(cuda_archs))
+    except script.BuildError as exc:
+        raise FaforgeError(f"cuda_archs {cuda_archs!r}: {exc}") from None
+
+
+def parallel_jobs(runner: Runner, n_archs: int) -> int:
+    """nvcc jobs the build script runs at once on this runner (MAX_JOBS derived from memory)."""
+    return build_script.load().derive_max_jobs(runner.memory_gb, runner.cpus, n_archs, 1)
+
+
+def _minutes(cost: BuildCost, compile_minutes: float, fixed: float) -> int:
+    return math.ceil(cost.setup_minutes + fixed + cost.safety_factor * compile_minutes)
+
+
+def split_cell(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]:
+    """The jobs one cell needs on its runner: [all], or TU pieces followed by a link job."""
+    runner = cost.runner_for(platform)
+    n_archs = sass_archs(cuda_archs)
+    jobs = parallel_jobs(runner, n_archs)
+    per_tu = {c.name: c.minutes_per_arch * n_archs / jobs for c in cost.classes}
+    all_tus = [(c.name, tu) for c in cost.classes for tu in cost.tus(c.name)]
+    whole = _minutes(cost, sum(per_tu[c] for c, _ in all_tus), cost.host_tu_minutes)
+    if whole <= runner.job_limit_minutes:
+        return [Part(name="all", tus=(), minutes=whole)]
+    parts = []
+    for tu_class in cost.classes:
+        tus = cost.tus(tu_class.name)
+        for pieces in range(1, len(tus) + 1):
+            size = math.ceil(len(tus) / pieces)
+            minutes = _minutes(cost, size * per_tu[tu_class.name], 0)
+            if minutes <= runner.job_limit_minutes:
+                break
+        else:
+            raise FaforgeError(
+                f"one {tu_class.name} TU with archs {cuda_archs} needs more than {runner.job_limit_minutes} minutes on {runner.label}",
+                hint=f"use a bigger runner for {platform} in {cost.path.name}, or fewer archs in matrix.yaml",
+            )
+        pieces = math.ceil(len(tus) / size)
+        for i in range(pieces):
+            chunk = tus[i * size:(i + 1) * size]
+            name = tu_class.name if pieces == 1 else f"{tu_class.name}-{i + 1}of{pieces}"
+            parts.append(Part(name=name, tus=chunk, minutes=_minutes(cost, len(chunk) * per_tu[tu_class.name], 0)))
+    link = _minutes(cost, cost.host_tu_minutes / jobs, cost.link_minutes)
+    parts.append(Part(name="link", tus=(HOST_TU,), minutes=link))
+    return parts
+
+
+def _number(path, key, value, *, integer=False):
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < 0:
+        raise DataError(path, key, f"invalid value {value!r}", hint="a non-negative number")
+    return value
+
+
+def load_build_cost(path: Path | None = None) -> BuildCost:
+    path = path or paths.variants_dir() / "build-cost.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise DataError(path, "(file)", f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("schema") != 1:
+        raise DataError(path, "schema", "expected schema: 1")
+    classes_raw = raw.get("classes")
+    if not isinstance(classes_raw, dict) or not classes_raw:
+        raise DataError(path, "classes", "expected a mapping of TU class -> {minutes_per_arch, peak_gb}")
+    classes = []
+    for name, entry in classes_raw.items():
+        if not isinstance(entry, dict) or set(entry) != {"minutes_per_arch", "peak_gb"}:
+            raise DataError(path, f"classes.{name}", f"invalid value {entry!r}", hint="keys: minutes_per_arch, peak_gb")
+        classes.append(TuClass(name=name, minutes_per_arch=_number(path, f"classes.{name}.minutes_per_arch", entry["minutes_per_arch"]),
+                               peak_gb=_number(path, f"classes.{name}.peak_gb", entry["peak_gb"])))
+    runners = {}
+    for platform, entry in (raw.get("runners") or {}).items():
+        keys = {"label", "cpus", "memory_gb", "job_limit_minutes"}
+        if not isinstance(entry, dict) or set(entry) != keys or not isinstance(entry["label"], str):
+            raise DataError(path, f"runners.{platform}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))}")
+        runners[platform] = Runner(
+            platform=platform,
+            label=entry["label"],
+            cpus=_number(path, f"runners.{platform}.cpus", entry["cpus"], integer=True),
+            memory_gb=_number(path, f"runners.{platform}.memory_gb", entry["memory_gb"]),
+            job_limit_minutes=_number(path, f"runners.{platform}.job_limit_minutes", entry["job_limit_minutes"], integer=True),
+        )
+    return BuildCost(
+        path=path,
+        classes=tuple(classes),
+        host_tu_minutes=_number(path, "host_tu_minutes", raw.get("host_tu_minutes")),
+        setup_minutes=_number(path, "setup_minutes", raw.get("setup_minutes")),
+        link_minutes=_number(path, "link_minutes", raw.get("link_minutes")),
+        safety_factor=_number(path, "safety_factor", raw.get("safety_factor")),
+        runners=runners,
+        max_jobs_per_matrix=_number(path, "max_jobs_per_matrix", raw.get("max_jobs_per_matrix"), integer=True),
+    )
