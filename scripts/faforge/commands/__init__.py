@@ -6,11 +6,15 @@ Add a subcommand by adding its module name to COMMANDS.
 COMMANDS = [
     "bench-gpu",
     "build",
+    "bump",
     "check-abi",
     "doctor",
     "generate",
     "matrix",
+    "page",
     "plan",
+    "publish",
     "render",
     "test-gpu",
+    "verify",
 ]

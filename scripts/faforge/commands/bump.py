@@ -1,0 +1,67 @@
+"""Find torch releases missing from variants/releases.yaml by reading a world's channel repodata.
+
+Shows the new release rows and the cells they add. With --write, adds the rows to the table
+(in its canonical form) and regenerates the variant configs; an unreachable channel is an
+error and leaves every file as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from faforge import paths
+from faforge.errors import EXIT_OK, FaforgeError
+from faforge.matrix import load_matrix
+from faforge.release.bump import extended, find_new, load_sources, new_cells, write
+from faforge.table import format_table
+
+BUMP_VERSION = 1
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", action="append", metavar="NAME",
+                        help="a source from variants/torch-sources.yaml (repeatable; default: all of them)")
+    parser.add_argument("--channel-url", metavar="URL", help="read this channel instead of the source's (a mirror); needs one --source")
+    parser.add_argument("--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs")
+    parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    sources = load_sources(paths.variants_dir() / "torch-sources.yaml")
+    names = args.source or list(sources)
+    unknown = [n for n in names if n not in sources]
+    if unknown:
+        raise FaforgeError(f"--source {unknown[0]}: unknown", hint=f"sources in variants/torch-sources.yaml: {', '.join(sources)}")
+    if args.channel_url and len(names) != 1:
+        raise FaforgeError("--channel-url replaces one source's channel", hint="pass exactly one --source with it")
+    matrix = load_matrix()
+    rows = []
+    for name in names:
+        rows += find_new(matrix.table, sources[name], args.channel_url)
+    table = extended(matrix.table, rows)
+    cells = new_cells(matrix.table, table, matrix.policy)
+    written = write(table, matrix.policy, matrix.variants_dir) if args.write and rows else []
+    if args.json:
+        print(json.dumps({
+            "version": BUMP_VERSION,
+            "sources": names,
+            "new_releases": [{"world": r.world, "torch": r.torch, "cuda": r.cuda, "python": list(r.python),
+                              "platforms": list(r.platforms), "tegra": r.tegra, "source": list(r.source)} for r in rows],
+            "new_cells": [c.id for c in cells],
+            "written": [str(p) for p in written],
+        }, indent=2))
+        return EXIT_OK
+    if not rows:
+        print(f"no torch releases missing from {matrix.table.path.name} ({', '.join(names)})")
+        return EXIT_OK
+    print(format_table(["world", "torch", "cuda", "python", "platforms", "tegra"],
+                       [[r.world, r.torch, r.cuda, " ".join(r.python), " ".join(r.platforms), "yes" if r.tegra else "no"] for r in rows]))
+    print(f"\n{len(cells)} new cells:")
+    for cell in cells:
+        print(f"  {cell.id}")
+    if written:
+        print("\nwrote " + ", ".join(str(p) for p in written))
+    else:
+        print("\nrun with --write to add them to the table and regenerate the variant configs")
+    return EXIT_OK

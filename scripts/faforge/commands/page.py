@@ -1,0 +1,38 @@
+"""Write the channel page: a static index.html (plus JSON) where users find the build for their torch.
+
+It lists the flash-attn packages a channel holds as a torch x CUDA grid per platform, C++ ABI and
+python, with the exact install command and environment.yml for each cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from faforge import config, paths
+from faforge.channel.repodata import query
+from faforge.errors import EXIT_OK
+from faforge.matrix.releases import PLATFORMS, load_releases
+from faforge.release.page import HERE, page_data, write_page
+
+PACKAGE_NAME = "flash-attn"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--channel", default=str(config.DEFAULT_CHANNEL_DIR), metavar="PATH_OR_URL",
+                        help=f"channel to list (folder, file://, http(s):// or a name); default: ./{config.DEFAULT_CHANNEL_DIR}")
+    parser.add_argument("--out", type=Path, help="where index.html and the JSON go; default: the --channel folder itself")
+    parser.add_argument("--install-channel", metavar="NAME_OR_URL",
+                        help=f"the -c value shown to users (default: {HERE!r} = the URL the page is served from when it is "
+                             f"written into the channel folder, else $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r})")
+
+
+def execute(args: argparse.Namespace) -> int:
+    records = query(args.channel, [PACKAGE_NAME], list(PLATFORMS))
+    in_channel = args.out is None
+    out = args.out or Path(args.channel)
+    install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
+    data = page_data(records, load_releases(paths.variants_dir() / "releases.yaml"), install_channel)
+    page, data_file = write_page(data, out)
+    print(f"wrote {page} and {data_file} ({len(data['packages'])} packages)")
+    return EXIT_OK

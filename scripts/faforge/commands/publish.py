@@ -1,0 +1,69 @@
+"""Publish packages whose required gates all passed (per the verification manifest) to a channel.
+
+Unverified or failed packages are refused with the reason. An existing file of the same name
+is never replaced unless --force. The default target, ./channel, is a local channel folder
+indexed with py-rattler; servers take KIND:URL (see --to) with a token from the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from faforge import config
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.release.manifest import check_gate_names
+from faforge.release.package import read_package
+from faforge.release.publish import judge, publish
+from faforge.release.targets import TOKEN_ENV, parse_target
+from faforge.table import format_table
+
+PUBLISH_VERSION = 1
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=".conda files")
+    servers = ", ".join(f"{kind}:https://HOST/CHANNEL (token in ${env})" for kind, env in TOKEN_ENV.items())
+    parser.add_argument("--to", metavar="TARGET", default=str(config.DEFAULT_CHANNEL_DIR),
+                        help=f"a channel folder or file:// URL (default: ./{config.DEFAULT_CHANNEL_DIR}), or {servers}")
+    parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
+                        help=f"verification manifest folder (default: ./{config.DEFAULT_MANIFEST_DIR})")
+    parser.add_argument("--require", metavar="GATES",
+                        help=f"comma-separated gates that must have passed (default: {','.join(config.DEFAULT_REQUIRED_GATES)}, or $FAFORGE_REQUIRE)")
+    parser.add_argument("--dry-run", action="store_true", help="decide and report, change nothing")
+    parser.add_argument("--force", action="store_true", help="replace a different file of the same name in the target")
+    parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/publish.json)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    required = check_gate_names(args.require.split(",") if args.require else config.required_gates(), what="--require")
+    target = parse_target(args.to)
+    decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
+    outcomes = publish(decisions, target, dry_run=args.dry_run, force=args.force)
+    by_file = {d.package.filename: d for d in decisions}
+    if args.json:
+        print(json.dumps({
+            "version": PUBLISH_VERSION,
+            "target": str(target),
+            "required": list(required),
+            "dry_run": args.dry_run,
+            "packages": [{
+                "package": o.package.filename,
+                "sha256": o.package.sha256,
+                "cell": o.package.cell_id,
+                "action": o.action,
+                "detail": o.detail,
+                "gates": {g: r.result for g, r in by_file[o.package.filename].results.items()},
+            } for o in outcomes],
+        }, indent=2))
+    else:
+        rows = [[o.package.filename, o.package.sha256[:12], by_file[o.package.filename].gate_words(), o.action, _short(o.detail)] for o in outcomes]
+        print(format_table(["package", "sha256", "gates", "action", "detail"], rows))
+        print(f"\nrequired gates: {', '.join(required)}; target: {target}")
+    bad = [o for o in outcomes if o.action in ("refused", "exists")]
+    return EXIT_PROBLEMS if bad else EXIT_OK
+
+
+def _short(text: str, width: int = 160) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"

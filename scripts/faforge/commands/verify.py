@@ -1,0 +1,56 @@
+"""Run a package's gates and record each result in the verification manifest, keyed by its sha256.
+
+By default the CPU gates: the ABI gate against the torch libraries of the package's cell, and
+an import in a clean environment (a fresh venv with the matching PyPI torch wheel, where no conda
+channel is reachable). `--gates gpu` runs the GPU suite the same way on a GPU runner. A gate that
+cannot run here is recorded as `skipped` with the reason; `publish` never counts that as passed.
+Exit status: 0 all passed, 1 a gate failed, 3 none failed but some were skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from faforge import config, progress
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
+from faforge.release.manifest import check_gate_names, record
+from faforge.release.package import read_package
+from faforge.release.verify import run_gates
+from faforge.table import format_table
+
+CPU_GATES = ("abi", "import")
+VERIFY_VERSION = 1
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=".conda files")
+    parser.add_argument("--gates", default=",".join(CPU_GATES), help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)")
+    parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
+                        help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")
+    parser.add_argument("--against", type=Path, action="append",
+                        help="check the ABI against this torch (torch/lib, site-packages or prefix) instead of the matching PyPI wheel")
+    parser.add_argument("--json", action="store_true", help="print the versioned results (schema: tests/schemas/verify.json)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    gates = check_gate_names([g.strip() for g in args.gates.split(",") if g.strip()], what="--gates")
+    entries = []
+    for path in args.packages:
+        package = read_package(path)
+        with progress.step(f"verify {package.filename} ({', '.join(gates)})") as state:
+            for check in run_gates(package, gates, args.against):
+                entries.append(record(args.manifest, package, check.gate, check.result, check.detail))
+                progress.say(f"  {check.gate}: {check.result}: {check.detail}")
+                state.failed = state.failed or check.result == "failed"
+    if args.json:
+        print(json.dumps({"version": VERIFY_VERSION, "manifest": str(args.manifest), "results": [e.to_json() for e in entries]}, indent=2))
+    else:
+        rows = [[e.package, e.sha256[:12], e.gate, e.result, e.detail[:100]] for e in entries]
+        print(format_table(["package", "sha256", "gate", "result", "detail"], rows))
+        print(f"\nrecorded in {args.manifest}/")
+    results = {e.result for e in entries}
+    if "failed" in results:
+        return EXIT_PROBLEMS
+    return EXIT_SKIPPED if "skipped" in results else EXIT_OK

@@ -1,0 +1,149 @@
+"""Find torch releases that a world's channel has and variants/releases.yaml lacks.
+
+The channel's repodata is read with py-rattler (faforge.channel.repodata), every CUDA build of
+torch is grouped by (version, CUDA), and a group becomes a new release row unless the table
+already has that build or a newer patch of the same minor with that CUDA, or the minor is older
+than anything the table lists for the world (history the table leaves out on purpose).
+Everything is computed in memory; writing happens only after the new table loads and yields cells.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from faforge.channel.repodata import query
+from faforge.errors import DataError, FaforgeError
+from faforge.matrix.cells import Cell, build_cells
+from faforge.matrix.policy import BuildPolicy
+from faforge.matrix.releases import Release, ReleaseTable, dump_releases, header_of, load_releases
+from faforge.matrix.variants import generated_files, stale_files
+from faforge.matrix.versions import minor_of, vtuple
+from faforge.release.package import cuda_of_tag
+
+TEGRA = re.compile(r"^arm-variant\s+\*\s+tegra$")
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    name: str
+    world: str
+    channel: str
+    package: str
+    build: re.Pattern
+
+
+def load_sources(path: Path) -> dict[str, TorchSource]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise DataError(path, "(file)", f"cannot read: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("schema") != 1 or not isinstance(raw.get("sources"), dict):
+        raise DataError(path, "schema", "expected schema: 1 and a `sources` mapping")
+    out = {}
+    for name, entry in raw["sources"].items():
+        keys = {"world", "channel", "package", "build"}
+        if not isinstance(entry, dict) or set(entry) != keys or not all(isinstance(entry[k], str) for k in keys):
+            raise DataError(path, f"sources.{name}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))}")
+        try:
+            pattern = re.compile(entry["build"])
+        except re.error as exc:
+            raise DataError(path, f"sources.{name}.build", f"not a regex: {exc}") from None
+        if not ({"cuda", "cuda_dotted"} & set(pattern.groupindex) and {"py", "py_dotted"} & set(pattern.groupindex)):
+            raise DataError(path, f"sources.{name}.build", "must capture cuda (or cuda_dotted) and py (or py_dotted)")
+        out[name] = TorchSource(name=name, world=entry["world"], channel=entry["channel"].rstrip("/"), package=entry["package"], build=pattern)
+    return out
+
+
+@dataclass(frozen=True)
+class Build:
+    torch: str
+    cuda: str
+    python: str
+    subdir: str
+    tegra: bool
+    url: str
+
+
+def parse_builds(source: TorchSource, records) -> list[Build]:
+    out = []
+    for record in records:
+        match = source.build.match(str(record.build))
+        if not match:
+            continue  # CPU builds and anything else that is not a CUDA build
+        groups = match.groupdict()
+        cuda = groups.get("cuda_dotted") or cuda_of_tag(groups["cuda"])
+        python = groups.get("py_dotted") or f"{groups['py'][0]}.{groups['py'][1:]}"
+        tegra = any(TEGRA.match(str(d)) for d in record.depends)
+        out.append(Build(torch=str(record.version), cuda=cuda, python=python, subdir=str(record.subdir), tegra=tegra, url=str(record.url)))
+    return out
+
+
+def new_releases(table: ReleaseTable, source: TorchSource, builds: list[Build]) -> list[Release]:
+    world = table.worlds[source.world]
+    have = [r for r in table.releases if r.world == source.world]
+    oldest_minor = min((vtuple(r.torch_minor) for r in have), default=(0,))
+    groups: dict[tuple[str, str], list[Build]] = defaultdict(list)
+    for b in builds:
+        groups[(b.torch, b.cuda)].append(b)
+    out = []
+    for (torch, cuda), group in sorted(groups.items(), key=lambda kv: (vtuple(kv[0][0]), vtuple(kv[0][1]))):
+        if vtuple(minor_of(torch)) < oldest_minor:
+            continue
+        if any(r.cuda == cuda and r.torch_minor == minor_of(torch) and vtuple(r.torch) >= vtuple(torch) for r in have):
+            continue
+        platforms = tuple(p for p in world.platforms if any(b.subdir == p and not b.tegra for b in group))
+        if not platforms:
+            continue
+        pythons = tuple(sorted({b.python for b in group if not b.tegra}, key=vtuple))
+        sources = tuple(min(b.url for b in group if b.subdir == p and not b.tegra) for p in platforms)
+        out.append(Release(world=source.world, torch=torch, cuda=cuda, python=pythons, platforms=platforms,
+                           source=sources, tegra=any(b.tegra for b in group)))
+    return out
+
+
+def find_new(table: ReleaseTable, source: TorchSource, channel: str | None = None) -> list[Release]:
+    """Rows for `source`'s world that its channel has and the table lacks (network: repodata)."""
+    if source.world not in table.worlds:
+        raise FaforgeError(f"source {source.name} names world {source.world!r}, which {table.path} does not define")
+    platforms = list(table.worlds[source.world].platforms)
+    records = query(channel or source.channel, [source.package], platforms)
+    return new_releases(table, source, parse_builds(source, records))
+
+
+def extended(table: ReleaseTable, rows: list[Release]) -> ReleaseTable:
+    return replace(table, releases=table.releases + tuple(rows))
+
+
+def new_cells(old: ReleaseTable, new: ReleaseTable, policy: BuildPolicy) -> list[Cell]:
+    before = {c.id for c in build_cells(old, policy)}
+    return [c for c in build_cells(new, policy) if c.id not in before]
+
+
+def write(table: ReleaseTable, policy: BuildPolicy, variants_dir: Path) -> list[Path]:
+    """Write releases.yaml (canonical form) and regenerate the variant configs.
+
+    The new text is loaded back and turned into cells before anything is replaced, so a table
+    that would not load is never written."""
+    path = table.path
+    old_text = path.read_text()
+    text = dump_releases(table, header_of(old_text))
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".releases-", suffix=".yaml", delete=False) as tmp:
+        tmp.write(text)
+    try:
+        reloaded = replace(load_releases(Path(tmp.name)), path=path)
+        generated = generated_files(build_cells(reloaded, policy), variants_dir)
+        os.replace(tmp.name, path)
+    finally:
+        if os.path.exists(tmp.name):
+            os.unlink(tmp.name)
+    stale = stale_files(generated)
+    for generated_path in stale:
+        generated_path.write_text(generated[generated_path])
+    return [path, *stale]

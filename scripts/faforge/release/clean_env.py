@@ -1,0 +1,171 @@
+"""A clean environment for one package where no conda channel is reachable: a fresh venv with the
+package extracted into it, on top of the PyPI torch wheel that matches the package's cell.
+
+The torch wheel (with its nvidia-* and other dependencies) is installed once per (torch, python)
+into a cached base venv; each check then gets a brand-new venv whose site-packages holds only
+the package and a .pth line pointing at the base. A conda package's files sit under
+lib/pythonX.Y/site-packages exactly as in a venv, so extracting it into the venv root installs it.
+
+A wheel "matches" when it has the cell's torch version, python, platform, CUDA and C++ ABI; the
+CUDA is read from torch/version.py inside the remote wheel (a range read, no download) and
+confirmed, with the ABI, from the installed torch. No such wheel means `skipped`, never `passed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from faforge import config, wheelfetch
+from faforge.release.package import PackageFacts
+
+# Run requirements the torch wheel's venv already satisfies (or that have no PyPI counterpart).
+PROVIDED_BY_VENV = {"python", "pytorch", "libtorch", "cuda-version", "pytorch-cuda", "pytorch-mutex"}
+# Always in the base venv: the GPU gate runs faforge.gpu.run_suite, which runs pytest.
+BASE_EXTRAS = ("pytest",)
+# Wheel platform tags per conda subdir.
+WHEEL_PLATFORMS = {"linux-64": r"manylinux[^-]*_x86_64", "linux-aarch64": r"manylinux[^-]*_aarch64"}
+MACHINE_SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+
+
+class Unavailable(Exception):
+    """No environment matching the package can be made here; the check is `skipped` with this reason."""
+
+
+@dataclass(frozen=True)
+class TorchVenv:
+    prefix: Path
+    python: Path
+    site_packages: Path
+    torch: str
+    cuda: str | None
+    cxx11_abi: int
+
+    @property
+    def torch_lib(self) -> Path:
+        return self.site_packages / "torch" / "lib"
+
+
+def pip_requirements(package: PackageFacts) -> list[str]:
+    """PyPI names for the package's run requirements that the torch venv does not provide, plus BASE_EXTRAS."""
+    names = [dep.split()[0] for dep in package.depends]
+    return sorted({n for n in names if n not in PROVIDED_BY_VENV and not n.startswith("__")} | set(BASE_EXTRAS))
+
+
+def find_python(version: str) -> Path:
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        return Path(sys.executable)
+    found = shutil.which(f"python{version}")
+    if not found:
+        raise Unavailable(f"no Python {version} interpreter on PATH (python{version})")
+    return Path(found)
+
+
+def check_runnable_here(package: PackageFacts) -> None:
+    here = MACHINE_SUBDIRS.get(platform.machine())
+    if package.subdir != here:
+        raise Unavailable(f"a {package.subdir} package cannot be imported on this {platform.machine()} machine")
+    if None in (package.python, package.torch, package.cuda, package.cxx11_abi):
+        raise Unavailable(f"{package.filename}: its build string does not name python/torch/CUDA/ABI, so no torch can be matched")
+
+
+@lru_cache(maxsize=None)
+def _torch_files() -> tuple:
+    return tuple(wheelfetch.list_files("torch"))
+
+
+@lru_cache(maxsize=None)
+def _remote_cuda(torch: str, python_tag: str, subdir: str) -> str | None:
+    try:
+        wheel = wheelfetch.pick_wheel(list(_torch_files()), torch, python_tag, WHEEL_PLATFORMS[subdir])
+    except wheelfetch.FetchError as exc:
+        if "no wheel for version" in exc.message:
+            raise Unavailable(f"PyPI has no torch {torch} wheel for {python_tag} on {subdir}") from None
+        return None
+    try:
+        text = wheelfetch.RemoteZip(wheel.url, wheel.size).read("torch/version.py").decode()
+    except wheelfetch.FetchError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("cuda"):
+            value = line.split("=", 1)[1].strip().strip("'\"")
+            return None if value == "None" else value
+    return None
+
+
+def remote_wheel_cuda(package: PackageFacts) -> str | None:
+    """CUDA of the PyPI torch wheel for this cell, read from torch/version.py inside it.
+
+    Raises Unavailable when PyPI has no such wheel; returns None when PyPI cannot be reached
+    (then the installed torch is checked instead)."""
+    return _remote_cuda(package.torch, "cp" + package.python.replace(".", ""), package.subdir)
+
+
+def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
+    shutil.rmtree(prefix, ignore_errors=True)
+    subprocess.run([str(python), "-m", "venv", str(prefix)], check=True, capture_output=True)
+    pip = [str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-input", "--quiet", "--only-binary", ":all:", *requirements]
+    result = subprocess.run(pip, capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(prefix, ignore_errors=True)
+        tail = " / ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
+        raise Unavailable(f"`pip install {' '.join(requirements)}` failed: {tail}")
+
+
+def torch_venv(package: PackageFacts, extra: list[str]) -> TorchVenv:
+    """The cached base venv with the cell's PyPI torch (built on first use, under a lock)."""
+    name = f"torch-{package.torch}-py{package.python}" + "".join(f"+{e}" for e in sorted(extra))
+    root = config.cache_dir() / "torch-venvs"
+    prefix = root / name
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = prefix / ".faforge-complete"
+        if not done.exists():
+            _install(prefix, find_python(package.python), [f"torch=={package.torch}", *extra])
+            done.write_text("ok\n")
+    python = prefix / "bin" / "python"
+    probe = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))"
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise Unavailable(f"torch {package.torch} in {prefix} does not import: {result.stderr.strip().splitlines()[-1:]}")
+    version, cuda, abi = json.loads(result.stdout)
+    site = next((prefix / "lib").glob("python3*/site-packages"))
+    return TorchVenv(prefix=prefix, python=python, site_packages=site, torch=version, cuda=cuda, cxx11_abi=abi)
+
+
+def matching_torch_venv(package: PackageFacts) -> TorchVenv:
+    """The base venv, or Unavailable saying exactly which fact of the cell PyPI's torch does not match."""
+    check_runnable_here(package)
+    remote_cuda = remote_wheel_cuda(package)
+    if remote_cuda is not None and remote_cuda != package.cuda:
+        raise Unavailable(f"PyPI's torch {package.torch} is built for CUDA {remote_cuda}, the cell for CUDA {package.cuda}")
+    venv = torch_venv(package, pip_requirements(package))
+    if venv.cuda != package.cuda:
+        raise Unavailable(f"torch {venv.torch} from PyPI is built for CUDA {venv.cuda}, the cell for CUDA {package.cuda}")
+    if venv.cxx11_abi != package.cxx11_abi:
+        raise Unavailable(f"torch {venv.torch} from PyPI uses C++ ABI {venv.cxx11_abi}, the cell ABI {package.cxx11_abi}")
+    return venv
+
+
+@contextlib.contextmanager
+def fresh_env(package: PackageFacts, base: TorchVenv):
+    """A new venv holding only `package`, with the base venv's torch visible through a .pth file."""
+    from rattler.package_streaming import extract  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="faforge-clean-env-") as tmp:
+        prefix = Path(tmp) / "env"
+        subprocess.run([str(find_python(package.python)), "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True)
+        site = next((prefix / "lib").glob("python3*/site-packages"))
+        (site / "_faforge_torch_venv.pth").write_text(f"{base.site_packages}\n")
+        extract(package.path, prefix)
+        yield prefix / "bin" / "python"

@@ -1,0 +1,107 @@
+"""What a built flash-attn package says about itself: name, build string, cell, sha256.
+
+Everything is read from the package file (info/index.json and its bytes), so `verify` and
+`publish` judge exactly the file they are given, whatever matrix produced it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge.errors import FaforgeError
+
+# py312_torch2_7_cu129_cxx11abi1_h<hash>_<n>, as recipes/flash-attn/recipe.yaml writes it.
+BUILD_STRING = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<torch>\d+_\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_h[0-9a-f]+_\d+")
+# The run requirement that names the exact torch: `pytorch >=2.7.1,<2.8 cuda129*` (conda-forge)
+# or `pytorch ==2.5.1 py3*` (legacy pytorch channel).
+TORCH_PIN = re.compile(r"^pytorch\s+(?:>=|==)\s*(?P<version>\d+(?:\.\d+)+)")
+PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cuda_of_tag(tag: str) -> str:
+    """'129' -> '12.9', '130' -> '13.0' (the last digit is the minor, as conda-forge spells it)."""
+    return f"{tag[:-1]}.{tag[-1]}"
+
+
+@dataclass(frozen=True)
+class PackageFacts:
+    path: Path
+    name: str
+    version: str
+    build: str
+    subdir: str
+    sha256: str
+    depends: tuple[str, ...]
+    python: str | None
+    torch: str | None
+    cuda: str | None
+    cxx11_abi: int | None
+
+    @property
+    def filename(self) -> str:
+        return self.path.name
+
+    @property
+    def torch_minor(self) -> str | None:
+        return ".".join(self.torch.split(".")[:2]) if self.torch else None
+
+    @property
+    def cell_id(self) -> str | None:
+        """The matrix cell id (linux-64/py312/torch2.7/cu129/abi1), when the build string has one."""
+        if None in (self.python, self.torch, self.cuda, self.cxx11_abi):
+            return None
+        py = self.python.replace(".", "")
+        return f"{self.subdir}/py{py}/torch{self.torch_minor}/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
+
+
+def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
+    """Facts from repodata-like metadata (an index.json or a channel's repodata record)."""
+    match = BUILD_STRING.fullmatch(build)
+    torch = next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None)
+    if match and torch is None:
+        torch = match["torch"].replace("_", ".")
+    return PackageFacts(
+        path=path,
+        name=name,
+        version=version,
+        build=build,
+        subdir=subdir,
+        sha256=sha256,
+        depends=tuple(depends),
+        python=f"{match['py']}.{match['pyminor']}" if match else None,
+        torch=torch,
+        cuda=cuda_of_tag(match["cuda"]) if match else None,
+        cxx11_abi=int(match["abi"]) if match else None,
+    )
+
+
+def read_package(path: str | Path) -> PackageFacts:
+    from rattler.package import IndexJson  # noqa: PLC0415
+
+    path = Path(path)
+    if not path.is_file() or not path.name.endswith(PACKAGE_SUFFIXES):
+        raise FaforgeError(f"{path}: not a conda package file", hint="pass a .conda or .tar.bz2 file, e.g. output/linux-64/flash-attn-*.conda")
+    try:
+        index = IndexJson.from_package_archive(path)
+    except Exception as exc:  # rattler raises its own error types for broken archives
+        raise FaforgeError(f"{path}: cannot read info/index.json: {exc}", hint="the file is not a complete conda package; rebuild or re-download it") from None
+    return facts_from_metadata(
+        path=path,
+        name=index.name.normalized,
+        version=str(index.version),
+        build=str(index.build),
+        subdir=index.subdir or "",
+        depends=[str(d) for d in index.depends],
+        sha256=sha256_of(path),
+    )

@@ -1,0 +1,135 @@
+"""Where `faforge publish` puts packages: a local channel folder, or a server via py-rattler-build.
+
+TARGET is a folder or file:// URL (the default, ./channel, works offline), or KIND:URL for a
+server: prefix:https://prefix.dev/CHANNEL, quetz:https://HOST/CHANNEL,
+artifactory:https://HOST/artifactory/api/conda/CHANNEL, anaconda:https://api.anaconda.org/OWNER[/LABEL].
+Tokens come only from the environment variable named per kind, never from the command line
+(where they would land in shell history and CI logs), and never appear in faforge's output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from faforge.channel.local import index
+from faforge.errors import FaforgeError
+
+# The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
+TOKEN_ENV = {
+    "prefix": "PREFIX_API_KEY",
+    "quetz": "QUETZ_API_KEY",
+    "artifactory": "ARTIFACTORY_TOKEN",
+    "anaconda": "ANACONDA_API_KEY",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # folder | prefix | quetz | artifactory | anaconda
+    url: str  # server base URL, or the folder path
+    channel: str  # channel (or anaconda owner[/label]) on the server
+
+    def __str__(self) -> str:
+        return self.url if self.kind == "folder" else f"{self.kind}:{self.url}/{self.channel}"
+
+
+def parse_target(text: str) -> Target:
+    kind, sep, rest = text.partition(":")
+    if sep and kind in TOKEN_ENV:
+        parts = urlsplit(rest)
+        if parts.scheme not in ("http", "https") or not parts.netloc or not parts.path.strip("/"):
+            raise FaforgeError(f"--to {text}: expected {kind}:https://HOST/CHANNEL", hint="e.g. prefix:https://prefix.dev/my-channel")
+        path = parts.path.strip("/")
+        if kind == "artifactory":
+            # The whole URL names the channel; rattler-build wants the server URL and that channel URL.
+            return Target(kind=kind, url=f"{parts.scheme}://{parts.netloc}", channel=path)
+        if kind == "anaconda":
+            return Target(kind=kind, url=f"{parts.scheme}://{parts.netloc}", channel=path)
+        base, _, channel = path.rpartition("/")
+        return Target(kind=kind, url=f"{parts.scheme}://{parts.netloc}" + (f"/{base}" if base else ""), channel=channel)
+    if text.startswith("file://"):
+        return Target(kind="folder", url=urlsplit(text).path, channel="")
+    if "://" in text:
+        raise FaforgeError(f"--to {text}: unknown target", hint=f"use a folder, file://PATH, or one of {', '.join(k + ':URL' for k in TOKEN_ENV)}")
+    return Target(kind="folder", url=str(Path(text).expanduser()), channel="")
+
+
+def token_for(target: Target) -> str:
+    name = TOKEN_ENV[target.kind]
+    token = os.environ.get(name, "")
+    if not token:
+        raise FaforgeError(f"publishing to {target} needs a token in the environment variable {name}",
+                           hint=f"export {name} (in CI: a repository secret); tokens are never taken from the command line")
+    return token
+
+
+def redact(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def existing_in_folder(target: Target, subdir: str, filename: str) -> Path | None:
+    path = Path(target.url) / subdir / filename
+    return path if path.exists() else None
+
+
+def copy_to_folder(target: Target, package: Path, subdir: str) -> Path:
+    dest_dir = Path(target.url) / subdir
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    partial = dest_dir / f".{package.name}.part"
+    shutil.copyfile(package, partial)
+    return partial.replace(dest_dir / package.name)
+
+
+def reindex_folder(target: Target) -> None:
+    index(Path(target.url))
+
+
+def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> bool:
+    """Artifactory's PUT replaces silently, so ask first (HEAD of the file's channel URL)."""
+    url = f"{target.url}/{target.channel}/{subdir}/{filename}"
+    request = urllib.request.Request(url, method="HEAD", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60):
+            return True
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return False
+        raise FaforgeError(f"cannot tell whether {url} exists: HTTP {exc.code}", exit_code=1) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise FaforgeError(f"cannot reach {target.url}: {getattr(exc, 'reason', exc)}", exit_code=1) from None
+
+
+def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> None:
+    """Upload (package, subdir) pairs through py-rattler-build; refuses to replace unless `force`."""
+    import rattler_build  # noqa: PLC0415
+
+    token = token_for(target)
+    files = [str(p) for p, _ in packages]
+    try:
+        if target.kind == "prefix":
+            rattler_build.upload_package_to_prefix(files, target.url, target.channel, api_key=token, force=force)
+        elif target.kind == "anaconda":
+            owner, _, label = target.channel.partition("/")
+            rattler_build.upload_package_to_anaconda(files, owner, channel=[label] if label else None, api_key=token,
+                                                     url=target.url, force=force)
+        elif target.kind == "quetz":
+            if force:
+                raise FaforgeError("quetz uploads cannot replace a file (py-rattler-build sends force=false)",
+                                   hint="delete the file on the server first, or publish without --force")
+            rattler_build.upload_package_to_quetz(files, target.url, target.channel, api_key=token)
+        elif target.kind == "artifactory":
+            if not force:
+                present = [p.name for p, subdir in packages if _artifactory_has(target, token, subdir, p.name)]
+                if present:
+                    raise FaforgeError(f"{', '.join(present)} already on {target}", hint="pass --force to replace", exit_code=1)
+            rattler_build.upload_package_to_artifactory(files, target.url, f"{target.url}/{target.channel}", token=token)
+    except FaforgeError:
+        raise
+    except Exception as exc:  # py-rattler-build's UploadError/AuthError; a server may echo the token back
+        raise FaforgeError(f"upload to {target} failed: {redact(str(exc), token)}", exit_code=1) from None
