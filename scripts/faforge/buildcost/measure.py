@@ -53,14 +53,16 @@ class Timing:
     stderr_tail: str
 
 
-def nvcc_command(nvcc_argv: list[str], source: Path, obj: Path, include_dirs: list[str], spec: CompileSpec) -> list[str]:
-    """`nvcc_argv` is $PYTORCH_NVCC split into words (possibly a launcher and nvcc) or [nvcc]."""
+def nvcc_command(nvcc_argv: list[str], source: Path, obj: Path, include_dirs: list[str], spec: CompileSpec,
+                 output_kind: str = "-c") -> list[str]:
+    """`nvcc_argv` is $PYTORCH_NVCC split into words (possibly a launcher and nvcc) or [nvcc];
+    `output_kind` "-cubin" stops after the device code, for SASS comparisons."""
     script = build_script.load()
     archs = script.parse_arch_list(spec.archs)
     return [
         *nvcc_argv, "-MD", "-MF", f"{obj}.d",
         *(f"-I{d}" for d in include_dirs),
-        "-c", str(source), "-o", str(obj),
+        output_kind, str(source), "-o", str(obj),
         *TORCH_NVCC_FLAGS,
         *script.NVCC_FLAGS, f"-std={spec.cxx_std}", f"-D_GLIBCXX_USE_CXX11_ABI={spec.cxx11_abi}",
         "--threads", str(spec.nvcc_threads), *script.gencode_flags(archs),
