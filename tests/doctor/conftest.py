@@ -79,6 +79,12 @@ def torch_cpu():
     return _torch("2.13.0")
 
 
+@pytest.fixture
+def cuda_overlay(torch_cuda, tmp_path):
+    """A venv of its own that imports the cached torch 2.14.1 (CUDA 13.0)."""
+    return envs.overlay(tmp_path / "venv", torch_cuda.python, torch_cuda.site_packages)
+
+
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("doctor-builds")

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -94,6 +95,12 @@ def pip_install(python: Path, *args: str) -> None:
          "--disable-pip-version-check", *args])
 
 
+def install_flash_attn(python: Path, extension: Path, tmp_path: Path, version: str = "2.8.3", *, name: str | None = None) -> None:
+    """Install a flash-attn wheel holding `extension` (as file `name`) with pip, as a user's pip would."""
+    files = {"flash_attn/__init__.py": f"__version__ = '{version}'\n", name or extension.name: extension.read_bytes()}
+    pip_install(python, str(wheel(tmp_path / "wheels", "flash_attn", version, files)))
+
+
 def python_include(python: Path) -> str:
     return run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"]).stdout.strip()
 
@@ -105,12 +112,13 @@ def ext_suffix(python: Path) -> str:
 def compile_shared(out: Path, source: str, *, language: str = "c++", args: tuple = (), soname: str | None = None) -> Path:
     """g++ -shared of one translation unit; `args` carry includes, defines and libraries."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    src = out.with_name(out.name.split(".")[0] + (".cpp" if language == "c++" else ".c"))
-    src.write_text(source)
     compiler = "g++" if language == "c++" else "gcc"
     std = ["-std=c++20"] if language == "c++" else []
     extra = [f"-Wl,-soname,{soname}"] if soname else []
-    run([compiler, *std, "-shared", "-fPIC", "-O0", "-w", src, "-o", out, *extra, *args])
+    with tempfile.TemporaryDirectory(prefix="faforge-src-") as tmp:
+        src = Path(tmp) / ("module.cpp" if language == "c++" else "module.c")
+        src.write_text(source)
+        run([compiler, *std, "-shared", "-fPIC", "-O0", "-w", src, "-o", out, *extra, *args])
     return out
 
 
@@ -270,3 +278,16 @@ def faforge_flash_attn(offer):
     modules = {"flash_attn/__init__.py": f"__version__ = '{offer.version}'\n"}
     return PackageSpec("flash-attn", offer.version, offer.build_string, "linux-64", depends=offer.run_requirements,
                        files=conda_python_files(SITE, "flash-attn", offer.version, modules))
+
+
+def cuda_extension(out: Path, python: Path, gencode: str) -> Path:
+    """A flash_attn_2_cuda holding one tiny kernel compiled by nvcc for `gencode`
+    (e.g. 'arch=compute_80,code=sm_80'); cudart is linked statically, as nvcc does by default."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="faforge-src-") as tmp:
+        source = Path(tmp) / "kernel.cu"
+        source.write_text(MODULE.format(
+            name=EXTENSION, decls="__global__ void faforge_kernel(float* x) { x[threadIdx.x] *= 2.0f; }",
+            calls="faforge_kernel<<<1, 1>>>(nullptr);"))
+        run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-gencode", gencode, f"-I{python_include(python)}", source, "-o", out])
+    return out

@@ -180,3 +180,36 @@ def test_mixed_pytorch_and_conda_forge_channels(run_doctor, offers, python311, t
     fix = result.fix("conda-environment")
     assert fix["cell"] == legacy.cell.id
     assert fix["environment_yml"].startswith("name: flash-attn\nchannels:\n  - faforge\n  - pytorch\n  - nvidia\n  - conda-forge\n")
+
+
+def test_pip_torch_and_an_old_pip_wheel_over_conda(run_doctor, offers, python311, builds, tmp_path):
+    """The worst of the seed reports at once: a conda-forge environment where `pip install torch` replaced
+    conda's torch, and an upstream flash-attn wheel for torch 2.2 / pre-C++11 ABI was pip-installed on top."""
+    offer = pick(offers, "conda-forge", ("2.7", "12.9"))
+    cell = offer.cell
+    channels = tmp_path / "channels"
+    python = envs.conda_prefix(tmp_path / "env", channels, {
+        "faforge": [envs.faforge_flash_attn(offer)], "conda-forge": envs.conda_forge_torch(cell.torch, cell.cuda)},
+        ["pytorch", "python 3.11.*"], python311)
+    pip_torch = next_minor(cell.torch) + ".0"
+    libs = envs.standin_c10(builds / f"c10-abi1-{pip_torch}", cxx11_abi=1, set_device=set_device_form(pip_torch))
+    torch_files = {**envs.torch_modules(pip_torch, "12.8", 1),
+                   **{f"torch/lib/{lib.name}": lib.read_bytes() for lib in sorted(libs.glob("*.so"))}}
+    envs.pip_install(python, str(envs.wheel(tmp_path / "wheels", "torch", pip_torch, torch_files)))
+    old = envs.standin_c10(builds / "c10-abi0-2.2", cxx11_abi=0, set_device="int")
+    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", python,
+                         [envs.SET_DEVICE["int"], envs.C10_ERROR],
+                         ("-D_GLIBCXX_USE_CXX11_ABI=0", f"-L{old}", "-lc10", "-lc10_cuda"))
+    envs.install_flash_attn(python, ext, tmp_path, "2.5.8+cu122torch2.2cxx11abiFALSE")
+
+    result = run_doctor("--python", python)
+    assert result.code == 1
+    assert result.kinds() == ["mixed-conda-pip-torch", "cxx11-abi-mismatch", "signature-drift"]
+    assert result.problem("signature-drift")["message"] == (
+        f"this flash-attn was built for torch 2.1-2.2 (it imports c10::cuda::SetDevice(int)); your torch {pip_torch} "
+        "exports c10::cuda::SetDevice(signed char, bool)")
+    remove_torch, install = result.report["fixes"]
+    assert remove_torch["kind"] == "pip" and remove_torch["commands"][0].endswith("-m pip uninstall -y torch")
+    assert install["kind"] == "conda-install" and install["cell"] == cell.id
+    assert install["commands"][0].endswith("-m pip uninstall -y flash-attn")
+    assert str(solve_fix(install["commands"][1], channels)["flash-attn"].build) == offer.build_string

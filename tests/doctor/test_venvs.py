@@ -7,8 +7,6 @@ import fails with the very error of the seed reports, and asserts the diagnosis 
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
-
 import pytest
 
 from tests.doctor import envs
@@ -16,19 +14,6 @@ from tests.doctor import envs
 pytestmark = pytest.mark.slow
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed to build the test extensions")
-
-
-def install_flash_attn(python: Path, extension: Path, tmp_path: Path, version: str = "2.8.3", *, name: str | None = None) -> None:
-    """Install a flash-attn wheel holding `extension` with the project's pip, as a user's pip would."""
-    files = {"flash_attn/__init__.py": f"__version__ = '{version}'\n",
-             name or extension.name: extension.read_bytes()}
-    envs.pip_install(python, str(envs.wheel(tmp_path / "wheels", "flash_attn", version, files)))
-
-
-@pytest.fixture
-def cuda_overlay(torch_cuda, tmp_path):
-    """A venv of its own that imports the cached torch 2.14.1 (CUDA 13.0)."""
-    return envs.overlay(tmp_path / "venv", torch_cuda.python, torch_cuda.site_packages)
 
 
 def test_venv_without_torch(run_doctor, offers, tmp_path):
@@ -45,13 +30,13 @@ def test_venv_without_torch(run_doctor, offers, tmp_path):
     if not expected:
         pytest.skip("the matrix has no linux-64 py3.12 cell")
     assert fix["cell"].startswith("linux-64/py312/")
-    assert f"flash-attn ==" in fix["environment_yml"] and fix["build_string"].startswith("py312_torch")
+    assert "flash-attn ==" in fix["environment_yml"] and fix["build_string"].startswith("py312_torch")
     assert any(c.endswith("-m pip install torch") for c in result.fix("pip")["commands"])
 
 
 @needs_gxx
 def test_healthy_environment(run_doctor, cuda_overlay, real_extension, tmp_path):
-    install_flash_attn(cuda_overlay, real_extension(1), tmp_path)
+    envs.install_flash_attn(cuda_overlay, real_extension(1), tmp_path)
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 0, result.report["problems"]
     assert result.kinds() == [] and result.report["healthy"] is True
@@ -71,7 +56,7 @@ def test_signature_drift_setdevice_int(run_doctor, cuda_overlay, torch_cuda, bui
     stub = envs.standin_c10(builds / "torch-2.2-libs", cxx11_abi=1, set_device="int")
     ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", cuda_overlay,
                          [envs.SET_DEVICE["int"]], (f"-L{stub}", "-lc10_cuda"))
-    install_flash_attn(cuda_overlay, ext, tmp_path, "2.3.3")
+    envs.install_flash_attn(cuda_overlay, ext, tmp_path, "2.3.3")
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert result.report["facts"]["import"]["error"]["message"].endswith("undefined symbol: _ZN3c104cuda9SetDeviceEi")
@@ -89,7 +74,7 @@ def test_signature_drift_setdevice_int(run_doctor, cuda_overlay, torch_cuda, bui
 def test_pre_cxx11_abi_binary_with_cxx11_torch(run_doctor, cuda_overlay, real_extension, tmp_path):
     """An ABI-0 build (upstream's cxx11abiFALSE wheels) beside a pip torch, which is ABI 1 since 2.7."""
     ext = real_extension(0)
-    install_flash_attn(cuda_overlay, ext, tmp_path, "2.8.3+cu13torch2.14cxx11abiFALSE")
+    envs.install_flash_attn(cuda_overlay, ext, tmp_path, "2.8.3+cu13torch2.14cxx11abiFALSE")
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert "_ZN3c105ErrorC2ENS_14SourceLocationESs" in result.report["facts"]["import"]["error"]["message"]
@@ -103,7 +88,7 @@ def test_pre_cxx11_abi_binary_with_cxx11_torch(run_doctor, cuda_overlay, real_ex
 
 @needs_gxx
 def test_extension_for_another_python(run_doctor, cuda_overlay, real_extension, tmp_path):
-    install_flash_attn(cuda_overlay, real_extension(1), tmp_path, name=f"{envs.EXTENSION}.cpython-310-x86_64-linux-gnu.so")
+    envs.install_flash_attn(cuda_overlay, real_extension(1), tmp_path, name=f"{envs.EXTENSION}.cpython-310-x86_64-linux-gnu.so")
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert result.kinds() == ["python-tag-mismatch"]
@@ -118,7 +103,7 @@ def test_cuda_12_binary_with_cuda_13_torch(run_doctor, cuda_overlay, torch_cuda,
     ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", cuda_overlay,
                          [envs.SET_DEVICE["char_bool"], envs.CUDART],
                          (f"-L{torch_cuda.torch_lib}", "-lc10_cuda", f"-L{cudart}", "-l:libcudart.so.12"))
-    install_flash_attn(cuda_overlay, ext, tmp_path, "2.8.3+cu12torch2.14cxx11abiTRUE")
+    envs.install_flash_attn(cuda_overlay, ext, tmp_path, "2.8.3+cu12torch2.14cxx11abiTRUE")
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert "libcudart.so.12: cannot open shared object file" in result.report["facts"]["import"]["error"]["message"]
@@ -132,7 +117,7 @@ def test_binary_needing_a_newer_glibc(run_doctor, cuda_overlay, builds, tmp_path
     libc = envs.standin_libc(builds / "glibc-2.99")
     ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", cuda_overlay,
                          [envs.NEW_GLIBC], (str(libc),))
-    install_flash_attn(cuda_overlay, ext, tmp_path)
+    envs.install_flash_attn(cuda_overlay, ext, tmp_path)
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert "version `GLIBC_2.99' not found" in result.report["facts"]["import"]["error"]["message"]
@@ -146,7 +131,7 @@ def test_binary_needing_a_newer_glibc(run_doctor, cuda_overlay, builds, tmp_path
 def test_cpu_torch_with_a_cuda_build(run_doctor, torch_cpu, real_extension, tmp_path):
     """torch 2.13.0+cpu (a real wheel) with flash-attn built for the CUDA torch: libc10_cuda.so is missing."""
     python = envs.overlay(tmp_path / "venv", torch_cpu.python, torch_cpu.site_packages)
-    install_flash_attn(python, real_extension(1), tmp_path)
+    envs.install_flash_attn(python, real_extension(1), tmp_path)
     result = run_doctor("--python", python)
     assert result.code == 1
     assert "libc10_cuda.so: cannot open shared object file" in result.report["facts"]["import"]["error"]["message"]

@@ -16,8 +16,6 @@ import argparse
 import json
 import sys
 
-from faforge.doctor.examine import examine
-from faforge.doctor.report import text_lines, to_json
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 
 
@@ -27,6 +25,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    # Imported here: the doctor pulls in numpy, the ABI gate and the matrix, which other commands' startup need not pay for.
+    from faforge.doctor.examine import examine  # noqa: PLC0415
+    from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
+
     report = examine(args.python)
     if args.json:
         json.dump(to_json(report), sys.stdout, indent=2)

@@ -120,7 +120,7 @@ def mixed_conda_pip_torch(s: Situation) -> Problem | None:
     if record is None:
         return None
     dist = s.torch.distribution
-    shadowed = [d for d in s.torch.others]
+    shadowed = list(s.torch.others)
     if s.torch.how == "pip":
         message = (f"torch {dist.version} from pip shadows conda's {record.name} {record.version} ({record.build}) in "
                    f"this conda environment; their files are now mixed in {dist.site}")
@@ -138,7 +138,7 @@ def cpu_only_torch(s: Situation) -> Problem | None:
     if not rt.imported or rt.cuda is not None:
         return None
     details = []
-    missing = [p for p in s.gate_problems(classify.MISSING_LIBRARY)]
+    missing = s.gate_problems(classify.MISSING_LIBRARY)
     if s.facts.import_outcome.missing_library:
         details.append(f"that is why flash_attn_2_cuda cannot load: {s.facts.import_outcome.missing_library} is not there")
     elif missing:

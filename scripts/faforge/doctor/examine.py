@@ -26,7 +26,11 @@ class Report:
 
 
 def situation(python: str | None) -> Situation:
-    facts = env_facts.collect(env_facts.resolve_interpreter(python))
+    return situation_from(env_facts.collect(env_facts.resolve_interpreter(python)))
+
+
+def situation_from(facts: env_facts.EnvFacts) -> Situation:
+    """Read the installed binary and the install records behind the probe's facts."""
     flash = flash_attn_install(facts)
     path = facts.extension or (facts.extension_files[0] if facts.extension_files else None)
     binary, error = try_read_binary(path, facts, default_table())
@@ -39,6 +43,8 @@ def examine(python: str | None) -> Report:
     fixes: list[Fix] = []
     if any(p.severity == ERROR for p in problems):
         matrix = load_matrix()
-        offers = offers_from(render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir))
+        platform = s.facts.system.platform
+        cells = [c for c in matrix.cells if platform in (None, c.platform)]  # render only what this machine can install
+        offers = offers_from(render_cells(cells, matrix.recipe_path, matrix.variants_dir))
         fixes = plan(s, problems, matrix, offers)
     return Report(s, tuple(problems), tuple(fixes))

@@ -34,11 +34,9 @@ class PythonFacts:
     executable: str
     version: str
     implementation: str
-    cache_tag: str | None
     soabi: str | None
     ext_suffix: str | None
     prefix: str
-    base_prefix: str
 
     @property
     def minor(self) -> str:
@@ -63,7 +61,6 @@ class CondaRecord:
     version: str
     build: str
     channel: str
-    url: str | None
     dist_infos: tuple[str, ...]  # dist-info folders this package installed (relative to the prefix)
 
     @property
@@ -90,7 +87,6 @@ class Distribution:
     site: str
     installer: str | None
     direct_url: str | None
-    wheel_tags: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -117,8 +113,6 @@ class TorchRuntime:
     cxx11_abi: int | None = None
     cuda_available: bool = False
     devices: tuple[Gpu, ...] = ()
-    arch_list: tuple[str, ...] = ()
-    file: str | None = None
     error: ProbeError | None = None
 
 
@@ -203,7 +197,8 @@ def run_probe(python: Path, timeout_s: int = PROBE_TIMEOUT_S) -> tuple[dict, str
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
     with tempfile.TemporaryDirectory(prefix="faforge-doctor-") as cwd:  # keep the cwd off the target's sys.path
         try:
-            result = subprocess.run([str(python), "-c", source], capture_output=True, text=True, cwd=cwd, env=env,
+            # The source goes in on stdin (`python -`), so `ps` shows a short command line.
+            result = subprocess.run([str(python), "-"], input=source, capture_output=True, text=True, cwd=cwd, env=env,
                                     timeout=timeout_s, errors="replace")
             stdout, stderr, code, stopped = result.stdout, result.stderr, result.returncode, None
         except subprocess.TimeoutExpired as exc:
@@ -265,8 +260,7 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
         torch = TorchRuntime(
             imported=torch_raw["imported"], version=torch_raw.get("version"), cuda=torch_raw.get("cuda"),
             cxx11_abi=torch_raw.get("cxx11_abi"), cuda_available=bool(torch_raw.get("cuda_available")),
-            devices=devices, arch_list=tuple(torch_raw.get("arch_list", ())), file=torch_raw.get("file"),
-            error=_error(torch_raw.get("error")),
+            devices=devices, error=_error(torch_raw.get("error")),
         )
     imported = stages.get("import")
     if imported is None:
@@ -275,16 +269,15 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
         outcome = ImportOutcome(ran=True, ok=imported["ok"], error=_error(imported.get("error")))
     conda = env.get("conda")
     return EnvFacts(
-        python=PythonFacts(py["executable"], py["version"], py["implementation"], py.get("cache_tag"), py.get("soabi"),
-                           py.get("ext_suffix"), py["prefix"], py["base_prefix"]),
+        python=PythonFacts(py["executable"], py["version"], py["implementation"], py.get("soabi"), py.get("ext_suffix"),
+                           py["prefix"]),
         system=SystemFacts(system["os"], system["machine"], system.get("glibc"), tuple(system.get("ld_library_path", ()))),
         site_dirs=tuple(env.get("site_dirs", ())),
         conda=None if conda is None else tuple(
-            CondaRecord(r["name"], r["version"], r["build"], r["channel"], r.get("url"), tuple(r.get("dist_infos", ())))
+            CondaRecord(r["name"], r["version"], r["build"], r["channel"], tuple(r.get("dist_infos", ())))
             for r in conda),
         distributions=tuple(
-            Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), d.get("direct_url"),
-                         tuple(d.get("wheel_tags", ())))
+            Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), d.get("direct_url"))
             for d in env.get("distributions", ())),
         torch_package=env.get("torch_package"),
         extension=env.get("extension"),

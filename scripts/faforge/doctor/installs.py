@@ -109,6 +109,7 @@ def claim(install: Install) -> Claim | None:
         match = UPSTREAM_WHEEL.search(text)
         if match:
             python = f"{match['py']}.{match['pyminor']}" if match["py"] else None
-            return Claim("wheel name", os.path.basename(text), python, match["torch"], match["cuda"],
-                         1 if match["abi"] == "TRUE" else 0)
+            digits = match["cuda"]  # cu12 (2.6+) is a major only; cu118, cu122 (older) carry the minor too
+            cuda = f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 3 else digits
+            return Claim("wheel name", os.path.basename(text), python, match["torch"], cuda, 1 if match["abi"] == "TRUE" else 0)
     return None

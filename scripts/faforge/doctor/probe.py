@@ -1,6 +1,6 @@
 """Facts about a Python environment, gathered by its own interpreter and printed as JSON lines.
 
-faforge runs this file's source with the *target* interpreter (`python -c`), so
+faforge feeds this file's source to the *target* interpreter (`python -`), so
 it must work on any CPython 3.8+ with nothing but the standard library, and it
 must not import faforge (which is not installed there). It prints one marked
 JSON line per stage, flushing after each, so that a crash in a later stage
@@ -18,11 +18,9 @@ import os
 import platform
 import sys
 import sysconfig
-import traceback
 
 MARK = "@@faforge-probe@@"
 EXTENSION = "flash_attn_2_cuda"
-DISTRIBUTIONS = ("torch", "flash_attn", "flash-attn")
 # conda packages that make up a torch stack; their channels tell the torch world apart.
 CONDA_PACKAGES = ("python", "pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "pytorch-gpu", "pytorch-cpu",
                   "torchvision", "torchaudio", "flash-attn", "cuda-version", "cuda-cudart", "cudatoolkit")
@@ -75,7 +73,6 @@ def dist_infos():
                 version = next((line.split(":", 1)[1].strip() for line in metadata.splitlines()
                                 if line.startswith("Version:")), None)
                 direct = read_text(os.path.join(meta, "direct_url.json"))
-                wheel = read_text(os.path.join(meta, "WHEEL")) or ""
                 found.append({
                     "name": name,
                     "version": version,
@@ -83,7 +80,6 @@ def dist_infos():
                     "site": directory,
                     "installer": (read_text(os.path.join(meta, "INSTALLER")) or "").strip() or None,
                     "direct_url": json.loads(direct).get("url") if direct else None,
-                    "wheel_tags": [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")],
                 })
     return found
 
@@ -108,7 +104,6 @@ def conda_records(prefix):
             "version": record.get("version"),
             "build": record.get("build"),
             "channel": record.get("channel") or "",
-            "url": record.get("url"),
             "dist_infos": sorted({p.split(".dist-info/")[0] + ".dist-info" for p in files if ".dist-info/" in p}),
         })
     return records
@@ -130,11 +125,9 @@ def env_facts():
             "executable": sys.executable,
             "version": "%d.%d.%d" % sys.version_info[:3],
             "implementation": sys.implementation.name,
-            "cache_tag": sys.implementation.cache_tag,
             "soabi": sysconfig.get_config_var("SOABI"),
             "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
             "prefix": sys.prefix,
-            "base_prefix": getattr(sys, "base_prefix", sys.prefix),
         },
         "system": {"os": platform.system(), "machine": platform.machine(), "glibc": glibc(),
                    "ld_library_path": [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]},
@@ -148,8 +141,7 @@ def env_facts():
 
 
 def error_of(exc):
-    return {"type": type(exc).__name__, "message": str(exc),
-            "traceback": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+    return {"type": type(exc).__name__, "message": str(exc)}
 
 
 def torch_facts():
@@ -158,8 +150,7 @@ def torch_facts():
     except BaseException as exc:  # a broken torch raises anything from ImportError to OSError
         return {"imported": False, "error": error_of(exc)}
     facts = {"imported": True, "version": str(torch.__version__), "cuda": getattr(torch.version, "cuda", None),
-             "hip": getattr(torch.version, "hip", None), "file": torch.__file__,
-             "cxx11_abi": None, "devices": [], "arch_list": [], "cuda_available": False}
+             "cxx11_abi": None, "devices": [], "cuda_available": False}
     try:
         facts["cxx11_abi"] = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
     except AttributeError:
@@ -167,7 +158,6 @@ def torch_facts():
     try:
         facts["cuda_available"] = bool(torch.cuda.is_available())
         if facts["cuda_available"]:
-            facts["arch_list"] = list(torch.cuda.get_arch_list())
             for index in range(torch.cuda.device_count()):
                 major, minor = torch.cuda.get_device_capability(index)
                 facts["devices"].append({"name": torch.cuda.get_device_name(index), "capability": [major, minor]})
@@ -176,19 +166,18 @@ def torch_facts():
     return facts
 
 
-def import_extension(torch_imported):
+def import_extension():
     try:
-        module = importlib.import_module(EXTENSION)
+        importlib.import_module(EXTENSION)
     except BaseException as exc:
-        return {"ok": False, "after_torch": torch_imported, "error": error_of(exc)}
-    return {"ok": True, "after_torch": torch_imported, "file": getattr(module, "__file__", None)}
+        return {"ok": False, "error": error_of(exc)}
+    return {"ok": True}
 
 
 def main():
     emit("env", env_facts())
-    torch = torch_facts()
-    emit("torch", torch)
-    emit("import", import_extension(torch["imported"]))
+    emit("torch", torch_facts())
+    emit("import", import_extension())
 
 
 main()

@@ -1,0 +1,85 @@
+"""GPU SM not compiled in: real fatbinaries built with nvcc, judged for a GPU given as data, and (on a
+machine with an NVIDIA GPU) the whole `faforge doctor` against the GPU that is really there."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from faforge.doctor import facts as env_facts
+from faforge.doctor.diagnose import diagnose
+from faforge.doctor.examine import situation_from
+from faforge.doctor.fixes import plan
+from faforge.matrix import load_matrix
+from tests.doctor import envs
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc builds the fatbinary fixtures")]
+H200 = env_facts.Gpu("NVIDIA H200", (9, 0), "580.65.06", "nvidia-smi")
+
+
+def situation_on(python, gpu):
+    """The doctor's view of `python`'s environment, as if nvidia-smi had reported `gpu`."""
+    stages, stopped = env_facts.run_probe(python)
+    return situation_from(env_facts.parse(stages, stopped, (gpu,), "ok"))
+
+
+@pytest.fixture
+def plain_venv(tmp_path):
+    base = envs.pyenv_python("3.11")
+    if base is None:
+        pytest.skip("pyenv has no Python 3.11 here")
+    return envs.venv(tmp_path / "venv", base)
+
+
+def install_kernel(python, tmp_path, gencode):
+    """Compile and drop the module straight into site-packages (no dist-info: only the binary matters here)."""
+    envs.cuda_extension(envs.site_packages(python) / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", python, gencode)
+
+
+@pytest.mark.parametrize(("gencode", "kinds"), [
+    ("arch=compute_80,code=sm_80", ["gpu-arch-missing"]),
+    ("arch=compute_80,code=[sm_80,compute_80]", ["gpu-arch-jit"]),
+    ("arch=compute_90a,code=sm_90a", []),
+])
+def test_embedded_archs_against_an_sm90_gpu(plain_venv, tmp_path, gencode, kinds):
+    install_kernel(plain_venv, tmp_path, gencode)
+    problems = diagnose(situation_on(plain_venv, H200))
+    assert [p.kind for p in problems if p.kind.startswith("gpu-")] == kinds
+    if kinds == ["gpu-arch-missing"]:
+        arch = gencode.rsplit("=", 1)[1]
+        assert problems[-1].message == ("flash-attn has no kernels for your NVIDIA H200 (sm_90): sm_90 GPU cannot run this "
+                                        f"binary: it has SASS {arch} and PTX none, none of which runs on sm_90")
+
+
+def test_the_fix_builds_for_the_gpus_arch(cuda_overlay, offers, tmp_path):
+    install_kernel(cuda_overlay, tmp_path, "arch=compute_80,code=sm_80")
+    s = situation_on(cuda_overlay, H200)
+    problems = diagnose(s)
+    assert [p.kind for p in problems] == ["gpu-arch-missing"]
+    build = next(f for f in plan(s, problems, load_matrix(), offers) if f.kind == "local-build")
+    assert "--archs 90" in " ".join(build.commands)
+
+
+def _visible_gpu() -> tuple[int, int] | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True)
+    first = out.stdout.strip().splitlines()[:1]
+    return tuple(int(x) for x in first[0].split(".")) if out.returncode == 0 and first else None
+
+
+@pytest.mark.gpu
+def test_doctor_on_the_real_gpu(run_doctor, cuda_overlay, tmp_path):
+    capability = _visible_gpu()
+    if capability is None:
+        pytest.skip("no NVIDIA GPU visible (nvidia-smi absent or reports none)")
+    other = "90" if capability[0] == 8 else "80"  # SASS of another major never runs here
+    ext = envs.cuda_extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", cuda_overlay,
+                              f"arch=compute_{other},code=sm_{other}")
+    envs.install_flash_attn(cuda_overlay, ext, tmp_path)
+    result = run_doctor("--python", cuda_overlay)
+    assert result.code == 1
+    assert result.kinds() == ["gpu-arch-missing"]
+    assert f"sm_{capability[0]}{capability[1]}" in result.problem("gpu-arch-missing")["message"]
