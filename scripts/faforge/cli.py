@@ -17,12 +17,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen_command(argv: list[str]) -> str | None:
+    """The subcommand named on the command line, if any, so only its module gets imported."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser; only the chosen command's module is imported (rattler, torch, ... are slow)."""
+    chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
     parser = _Parser(prog="faforge", description="flash-attn builds that match your PyTorch")
     parser.add_argument("--version", action="version", version=f"faforge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
+        if chosen is not None and name != chosen:
+            sub.add_parser(name)
+            continue
         module = importlib.import_module(f"faforge.commands.{name.replace('-', '_')}")
         doc = (module.__doc__ or "").strip().splitlines()
         command = sub.add_parser(name, help=doc[0] if doc else None, description=module.__doc__)
@@ -32,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return args._execute(args)
