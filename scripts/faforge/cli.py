@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 
@@ -55,3 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        # py-rattler's runtime threads can still hold Python objects (a finished index or solve);
+        # left to interpreter shutdown they abort it in PyGILState_Release, so collect them now.
+        gc.collect()

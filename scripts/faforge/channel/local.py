@@ -108,7 +108,7 @@ def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[s
 
 def install(records: dict[str, object], prefix: Path, platform: str, cache_dir: Path | None = None) -> None:
     """Link solved records into a real prefix (conda-meta/ and all)."""
-    from rattler import Platform  # noqa: PLC0415
+    from rattler import Subdir  # noqa: PLC0415
     from rattler import install as rattler_install  # noqa: PLC0415
 
     asyncio.run(
@@ -116,7 +116,7 @@ def install(records: dict[str, object], prefix: Path, platform: str, cache_dir: 
             list(records.values()),
             target_prefix=prefix,
             cache_dir=cache_dir,
-            platform=Platform(platform),
+            platform=Subdir(platform),
             show_progress=False,
             execute_link_scripts=False,
         )

@@ -57,7 +57,7 @@ def publish(decisions: list[Decision], target: Target, *, dry_run: bool, force: 
             if existing and sha256_of(existing) == pkg.sha256:
                 outcomes.append(Outcome(pkg, "unchanged", f"identical file already in {target}"))
             elif existing and not force:
-                outcomes.append(Outcome(pkg, "exists", f"{existing} exists with different content; pass --force to replace it"))
+                outcomes.append(Outcome(pkg, "exists", f"a different file of this name is already in {target}; pass --force to replace it"))
             elif dry_run:
                 outcomes.append(Outcome(pkg, "would-publish", f"{target}/{pkg.subdir}/{pkg.filename}"))
             else:

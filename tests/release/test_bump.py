@@ -1,0 +1,119 @@
+"""`faforge bump` against fixture repodata served over real HTTP on loopback.
+
+The fixture channel holds conda-forge-shaped pytorch records: builds the table already has, a new
+torch release (CUDA builds for two pythons on linux-64 and sbsa linux-aarch64, plus a Jetson tegra
+build), an older patch of a listed minor, and CPU builds; only the new release may become a row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from faforge.matrix.releases import dump_releases, header_of, load_releases
+from tests.support.http_server import serve_directory
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((REPO / "tests" / "schemas" / "bump.json").read_text())
+NEW_TORCH = "2.99.1"
+
+
+def record(version, build, subdir, depends=()):
+    return {"name": "pytorch", "version": version, "build": build, "build_number": int(build.rsplit("_", 1)[1]),
+            "subdir": subdir, "depends": list(depends), "md5": "0" * 32, "sha256": "0" * 64, "size": 1}
+
+
+def write_channel(root: Path, table) -> Path:
+    """conda-forge/<subdir>/repodata.json with pytorch records, the way the real channel lays them out."""
+    newest = max((r for r in table.releases if r.world == "conda-forge"), key=lambda r: tuple(map(int, r.torch.split("."))))
+    tag = newest.cuda.replace(".", "")
+    packages = {"linux-64": {}, "linux-aarch64": {}, "noarch": {}}
+
+    def add(subdir, version, build, depends=()):
+        packages[subdir][f"pytorch-{version}-{build}.conda"] = record(version, build, subdir, depends)
+
+    add("linux-64", newest.torch, f"cuda{tag}_mkl_py312_h0000001_300")          # already in the table
+    older = f"{newest.torch.rsplit('.', 1)[0]}.0"
+    if older != newest.torch:
+        add("linux-64", older, f"cuda{tag}_mkl_py312_h0000002_300")             # older patch: not a new row
+    for py in ("312", "313"):
+        add("linux-64", NEW_TORCH, f"cuda130_mkl_py{py}_h00000a{py}_300")
+        add("linux-aarch64", NEW_TORCH, f"cuda130_generic_py{py}_h00000b{py}_200", ["arm-variant * sbsa"])
+        add("linux-64", NEW_TORCH, f"cpu_mkl_py{py}_h00000c{py}_100")           # CPU build: ignored
+    add("linux-aarch64", NEW_TORCH, "cuda130_generic_py312_h00000d_200", ["arm-variant * tegra"])  # Jetson
+    add("linux-aarch64", NEW_TORCH, "cuda126_generic_py312_h00000e_200", ["arm-variant * tegra"])  # Jetson only: no row
+    channel = root / "conda-forge"
+    for subdir, entries in packages.items():
+        (channel / subdir).mkdir(parents=True)
+        (channel / subdir / "repodata.json").write_text(json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": entries}))
+    return channel
+
+
+@pytest.fixture
+def project(tmp_path):
+    for name in ("variants", "recipes"):
+        shutil.copytree(REPO / name, tmp_path / name)
+    return tmp_path
+
+
+def faforge(project, *args):
+    env = dict(os.environ, FAFORGE_ROOT=str(project))
+    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def digests(project) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((project / "variants").iterdir()) if p.is_file()}
+
+
+def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
+    table = load_releases(project / "variants" / "releases.yaml")
+    channel = write_channel(tmp_path / "served", table)
+    with serve_directory(channel.parent) as url:
+        shown = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--json")
+        assert shown.returncode == 0, shown.stderr
+        data = json.loads(shown.stdout)
+        jsonschema.validate(data, SCHEMA)
+        assert data["written"] == []
+        assert load_releases(project / "variants" / "releases.yaml") == table, "without --write nothing changes"
+        written = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write")
+    assert written.returncode == 0, written.stderr
+    assert [r["torch"] for r in data["new_releases"]] == [NEW_TORCH]
+    row = data["new_releases"][0]
+    assert row["cuda"] == "13.0" and row["python"] == ["3.12", "3.13"]
+    assert row["platforms"] == ["linux-64", "linux-aarch64"]
+    assert row["tegra"] is True
+    assert row["source"][0].startswith(url + "conda-forge/linux-64/pytorch-2.99.1-cuda130_mkl_py312_")
+    assert data["new_cells"] and all("torch2.99/cu130" in c for c in data["new_cells"])
+    assert {c.split("/")[1] for c in data["new_cells"]} <= {"py312", "py313"}
+
+    text = (project / "variants" / "releases.yaml").read_text()
+    new_table = load_releases(project / "variants" / "releases.yaml")
+    assert dump_releases(new_table, header_of(text)) == text, "bump must write the canonical form"
+    assert len(new_table.releases) == len(table.releases) + 1
+    check = faforge(project, "generate", "--check")
+    assert check.returncode == 0, check.stderr
+    assert all(cell in (project / "variants" / f"{cell.split('/')[0]}.yaml").read_text() for cell in data["new_cells"])
+    again = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--json")
+    assert again.returncode == 1, "the server is gone now"
+
+
+def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):
+    before = digests(project)
+    result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/conda-forge", "--write")
+    assert result.returncode == 1
+    assert "cannot read repodata of http://127.0.0.1:9/conda-forge" in result.stderr
+    assert "Traceback" not in result.stderr and "hint:" in result.stderr
+    assert digests(project) == before
+
+
+def test_unknown_source_is_bad_input(project):
+    result = faforge(project, "bump", "--source", "nope")
+    assert result.returncode == 2 and "torch-sources.yaml" in result.stderr

@@ -1,0 +1,172 @@
+"""`faforge publish`: gates per exact sha256, never overwrite without --force, tokens only from the
+environment and never printed. Packages are real .conda files assembled with py-rattler-build;
+the upload goes over real HTTP to a fake prefix.dev server on loopback (in its own process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from faforge.channel.local import PackageSpec, assemble
+from faforge.channel.repodata import query
+from faforge.release.manifest import record
+from faforge.release.package import read_package
+from faforge.release.publish import judge
+from tests.support.http_server import free_port, serve_process
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((REPO / "tests" / "schemas" / "publish.json").read_text())
+BUILD = "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
+TOKEN = "pfx-secret-0123456789abcdef"
+
+# A stand-in for prefix.dev's upload endpoint: logs each request (with its Authorization header)
+# and answers with the status given on its command line; on errors it echoes the header back,
+# as careless servers do, so faforge must scrub it from what it prints.
+FAKE_PREFIX = r"""
+import http.server, json, sys
+status, log = int(sys.argv[1]), sys.argv[3]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def handle_one(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        auth = self.headers.get("Authorization", "")
+        with open(log, "a") as f:
+            f.write(json.dumps({"method": self.command, "path": self.path, "auth": auth, "bytes": len(body)}) + "\n")
+        reply = json.dumps({"detail": "rejected credentials " + auth} if status >= 400 else {}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+    do_GET = do_POST = do_PUT = do_HEAD = handle_one
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), Handler).serve_forever()
+"""
+
+
+def package(directory: Path, text: str = "one") -> Path:
+    return assemble(PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-64", depends=("python 3.11.*",),
+                                files={"share/flash-attn-standin.txt": text}), directory)
+
+
+def faforge(*args, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def passed(manifest: Path, path: Path, gates=("abi", "import", "gpu"), result="passed") -> None:
+    facts = read_package(path)
+    for gate in gates:
+        record(manifest, facts, gate, result, "test")
+
+
+def test_gates_are_judged_for_the_exact_file(tmp_path):
+    manifest = tmp_path / "verification"
+    one, two = package(tmp_path / "a", "one"), package(tmp_path / "b", "two")
+    assert one.name == two.name
+    passed(manifest, one, ("abi", "import"))
+    record(manifest, read_package(one), "gpu", "skipped", "no CUDA device")
+    assert judge(read_package(one), manifest, ("abi", "import")).allowed
+    refused = judge(read_package(one), manifest, ("abi", "import", "gpu"))
+    assert not refused.allowed and refused.reason == "gpu: skipped"
+    other = judge(read_package(two), manifest, ("abi",))
+    assert not other.allowed and other.reason == "abi: not run", "results of another file with the same name must not count"
+
+
+def test_a_failed_gate_refuses_whatever_is_required(tmp_path):
+    manifest = tmp_path / "verification"
+    path = package(tmp_path / "a")
+    passed(manifest, path, ("import", "gpu"))
+    record(manifest, read_package(path), "abi", "failed", "abi-mismatch")
+    for required in [("gpu",), ("import",), ()]:
+        decision = judge(read_package(path), manifest, required)
+        assert not decision.allowed and decision.reason.startswith("abi: failed")
+
+
+def test_folder_channel_never_overwrites_without_force(tmp_path):
+    manifest, channel = tmp_path / "verification", tmp_path / "channel"
+    one, two = package(tmp_path / "a", "one"), package(tmp_path / "b", "two")
+    passed(manifest, one)
+    passed(manifest, two)
+    dry = faforge("publish", str(one), "--manifest", str(manifest), "--to", str(channel), "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["packages"][0]["action"] == "would-publish"
+    assert not channel.exists()
+    first = faforge("publish", str(one), "--manifest", str(manifest), "--to", str(channel), "--json")
+    assert first.returncode == 0, first.stderr
+    jsonschema.validate(json.loads(first.stdout), SCHEMA)
+    assert [str(r.file_name) for r in query(channel, ["flash-attn"], ["linux-64"])] == [one.name], "indexed with py-rattler"
+    same = faforge("publish", str(one), "--manifest", str(manifest), "--to", str(channel), "--json")
+    assert json.loads(same.stdout)["packages"][0]["action"] == "unchanged"
+    clash = faforge("publish", str(two), "--manifest", str(manifest), "--to", str(channel))
+    assert clash.returncode == 1 and "exists" in clash.stdout and "pass --force" in clash.stdout
+    assert (channel / "linux-64" / one.name).read_bytes() == one.read_bytes()
+    forced = faforge("publish", str(two), "--manifest", str(manifest), "--to", str(channel), "--force")
+    assert forced.returncode == 0
+    assert (channel / "linux-64" / one.name).read_bytes() == two.read_bytes()
+    assert [str(r.sha256.hex()) for r in query(channel, ["flash-attn"], ["linux-64"])] == [read_package(two).sha256]
+
+
+def test_default_target_is_the_local_channel_folder(tmp_path):
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    result = faforge("publish", str(one), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "channel" / "linux-64" / one.name).is_file()
+    assert (tmp_path / "channel" / "linux-64" / "repodata.json").is_file()
+
+
+@pytest.fixture
+def fake_prefix(tmp_path):
+    def start(status: int):
+        port, log = free_port(), tmp_path / f"requests-{status}.jsonl"
+        script = tmp_path / "fake_prefix.py"
+        script.write_text(FAKE_PREFIX)
+        return serve_process([sys.executable, str(script), str(status), str(port), str(log)], f"http://127.0.0.1:{port}/"), log
+    return start
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_upload_token_comes_from_the_environment_and_is_never_printed(tmp_path, fake_prefix, status):
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    server, log = fake_prefix(status)
+    with server as url:
+        env = dict(os.environ, PREFIX_API_KEY=TOKEN)
+        result = faforge("publish", str(one), "--manifest", str(manifest), "--to", f"prefix:{url}my-channel", env=env)
+    # (the first GET / is the fixture's readiness probe)
+    requests = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "POST"]
+    assert requests and all(r["auth"] == f"Bearer {TOKEN}" for r in requests), "the token must reach the server"
+    assert requests[0]["path"] == "/api/v1/upload/my-channel" and requests[0]["bytes"] >= one.stat().st_size
+    output = result.stdout + result.stderr
+    assert TOKEN not in output
+    if status == 200:
+        assert result.returncode == 0 and "published" in result.stdout
+    else:
+        assert result.returncode == 1 and "upload to prefix:" in result.stderr and "***" in result.stderr
+
+
+def test_missing_token_names_the_variable_and_uploads_nothing(tmp_path, fake_prefix):
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    server, log = fake_prefix(200)
+    with server as url:
+        env = {k: v for k, v in os.environ.items() if k != "PREFIX_API_KEY"}
+        result = faforge("publish", str(one), "--manifest", str(manifest), "--to", f"prefix:{url}my-channel", env=env)
+    assert result.returncode == 2 and "PREFIX_API_KEY" in result.stderr and "Traceback" not in result.stderr
+    assert not log.exists() or all(json.loads(line)["method"] != "POST" for line in log.read_text().splitlines())
+
+
+def test_unverified_package_is_refused_with_the_reason(tmp_path):
+    one = package(tmp_path / "a")
+    result = faforge("publish", str(one), "--manifest", str(tmp_path / "none"), "--to", str(tmp_path / "channel"))
+    assert result.returncode == 1
+    assert "abi: not run; import: not run; gpu: not run" in result.stdout
+    assert not (tmp_path / "channel").exists()

