@@ -1,0 +1,85 @@
+"""`faforge page` in real headless Chromium: load the page from a channel served over HTTP, click a
+cell, read the command it shows, and check a screenshot for the selected cell's highlight."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from faforge.channel.instructions import conda_command, environment_yml, match_spec
+from faforge.channel.local import PackageSpec, assemble, index
+from tests.support.chromium import BrowserUnavailable, Chromium
+from tests.support.http_server import serve_directory
+from tests.support.png import count_colour
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((REPO / "tests" / "schemas" / "page.json").read_text())
+VERSION = "2.8.3.post2"
+HIGHLIGHT = (0xE8, 0x59, 0x0C)  # `.grid button.selected` in scripts/faforge/release/page.html
+# (subdir, build string, torch pin): conda-forge cells and one legacy-channel (ABI 0) cell.
+PACKAGES = [
+    ("linux-64", "py311_torch2_14_cu130_cxx11abi1_h1111111_0", "pytorch >=2.14.1,<2.15 cuda130*"),
+    ("linux-64", "py311_torch2_13_cu129_cxx11abi1_h2222222_0", "pytorch >=2.13.0,<2.14 cuda129*"),
+    ("linux-64", "py311_torch2_13_cu130_cxx11abi1_h3333333_0", "pytorch >=2.13.0,<2.14 cuda130*"),
+    ("linux-64", "py312_torch2_13_cu130_cxx11abi1_h4444444_0", "pytorch >=2.13.0,<2.14 cuda130*"),
+    ("linux-aarch64", "py311_torch2_13_cu130_cxx11abi1_h5555555_0", "pytorch >=2.13.0,<2.14 cuda130*"),
+    ("linux-64", "py311_torch2_5_cu121_cxx11abi0_h6666666_0", "pytorch ==2.5.1 py3*"),
+]
+PICK = "linux-64/py311/torch2.13/cu130/abi1"
+PICK_BUILD = "py311_torch2_13_cu130_cxx11abi1_h3333333_0"
+
+
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("channel")
+    for subdir, build, torch in PACKAGES:
+        assemble(PackageSpec("flash-attn", VERSION, build, subdir, depends=(f"python {build[2]}.{build[3:5]}.*", torch)), directory)
+    index(directory)
+    result = subprocess.run([sys.executable, "-m", "faforge", "page", "--channel", str(directory)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return directory
+
+
+def test_page_data(channel):
+    data = json.loads((channel / "flash-attn-builds.json").read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert sorted(p["build"] for p in data["packages"]) == sorted(b for _, b, _ in PACKAGES)
+    legacy = next(p for p in data["packages"] if p["cxx11_abi"] == 0)
+    assert legacy["world"] == "pytorch" and legacy["torch"] == "2.5.1"
+    assert legacy["install"] == conda_command(match_spec("flash-attn", VERSION, legacy["build"]), ["@CHANNEL@", "pytorch", "nvidia", "conda-forge"])
+
+
+def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
+    try:
+        browser = Chromium(width=1000, height=760)
+    except BrowserUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        with serve_directory(channel) as url:
+            browser.open(url)
+            assert browser.evaluate("document.querySelectorAll('.grid button').length") >= 1
+            before = browser.screenshot(tmp_path / "before.png")
+            # Choose python 3.11 on linux-64, ABI 1, then click the torch 2.13 x CUDA 13.0 cell.
+            browser.evaluate("""(() => { for (const [id, v] of [['platform','linux-64'],['abi','1'],['python','3.11']]) {
+                const s = document.getElementById(id); s.value = v; s.dispatchEvent(new Event('change')); } })()""")
+            box = browser.evaluate(f"""(() => {{ const r = document.querySelector('button[data-cell="{PICK}"]').getBoundingClientRect();
+                return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
+            browser.click(*box)
+            shown = browser.evaluate("document.getElementById('install-command').textContent")
+            yml = browser.evaluate("document.getElementById('environment-yml').textContent")
+            picked = browser.evaluate("document.getElementById('picked').textContent")
+            hash_ = browser.evaluate("window.location.hash")
+            after = browser.screenshot(tmp_path / "after.png")
+    finally:
+        browser.close()
+    spec = match_spec("flash-attn", VERSION, PICK_BUILD)
+    assert picked == PICK and hash_ == f"#cell={PICK}"
+    assert shown == conda_command(spec, [url, "conda-forge"]), "the page must show the exact command for the clicked package"
+    assert yml == environment_yml(spec, [url, "conda-forge"])
+    assert count_colour(before, HIGHLIGHT) == 0
+    assert count_colour(after, HIGHLIGHT) > 500, "the clicked cell is not highlighted in the screenshot"
