@@ -64,7 +64,8 @@ class _LogWriter:
 def require_part_support(rendered: RenderedCell, part: str) -> None:
     if part == "all":
         return
-    env = ((rendered.recipe.get("build") or {}).get("script") or {}).get("env") or {}
+    script = (rendered.recipe.get("build") or {}).get("script")
+    env = (script.get("env") or {}) if isinstance(script, dict) else {}
     if PART_ENV not in env:
         raise FaforgeError(
             f"{rendered.cell.id}: the recipe cannot build the piece {part!r} yet (its build.script.env has no {PART_ENV})",
