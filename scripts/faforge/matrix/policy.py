@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.matrix.versions import is_constraint, is_version, satisfies
 
@@ -86,12 +85,7 @@ def _exclusions(path: Path, raw) -> tuple[Exclusion, ...]:
 
 
 def load_policy(path: Path) -> BuildPolicy:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise DataError(path, "(file)", f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1:
         raise DataError(path, "schema", f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}", hint="this faforge reads schema 1")
     fa = raw.get("flash_attn")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.matrix.versions import is_version, minor_of, vtuple
 
@@ -95,12 +94,7 @@ def _parse_release(path: Path, index: int, raw, worlds: dict[str, World]) -> Rel
 
 
 def load_releases(path: Path) -> ReleaseTable:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise DataError(path, "(file)", f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    raw = load_yaml(path)
     _require(path, "(top level)", raw, dict)
     _require(path, "schema", raw.get("schema"), int, lambda v: v == 1, "this faforge reads schema 1")
     worlds_raw = _require(path, "worlds", raw.get("worlds"), dict)

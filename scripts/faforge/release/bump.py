@@ -16,9 +16,8 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from faforge.channel.repodata import query
+from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.policy import BuildPolicy
@@ -40,10 +39,7 @@ class TorchSource:
 
 
 def load_sources(path: Path) -> dict[str, TorchSource]:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise DataError(path, "(file)", f"cannot read: {exc}") from None
+    raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1 or not isinstance(raw.get("sources"), dict):
         raise DataError(path, "schema", "expected schema: 1 and a `sources` mapping")
     out = {}

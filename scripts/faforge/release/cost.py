@@ -13,10 +13,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from faforge import build_script, paths
 from faforge.buildcost.tus import default_grid
+from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 
 HOST_TU = "csrc/flash_attn/flash_api.cpp"
@@ -45,10 +44,6 @@ class Part:
     name: str
     tus: tuple[str, ...]
     minutes: int  # estimate including setup and the safety factor; also the job's timeout
-
-    @property
-    def is_piece(self) -> bool:
-        return self.name not in ("all", "link")
 
 
 @dataclass(frozen=True)
@@ -132,12 +127,7 @@ def _number(path, key, value, *, integer=False):
 
 def load_build_cost(path: Path | None = None) -> BuildCost:
     path = path or paths.variants_dir() / "build-cost.yaml"
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise DataError(path, "(file)", f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1:
         raise DataError(path, "schema", "expected schema: 1")
     classes_raw = raw.get("classes")
