@@ -257,8 +257,9 @@ def signature_drift(s: Situation) -> Problem | None:
                    f"which your {s.torch_words} does not export")
         if first.offers:
             message += f" (it offers {'; '.join(first.offers)})"
-    details = [f"undefined symbol: {symbol}"] if symbol else []
-    details += [f"{p.kind}: {p.demangled or p.symbol}" for p in gate[:5]]
+    drifted = {p.symbol for p in gate} | {e.symbol for e in built.evidence}
+    details = [f"undefined symbol: {symbol}"] if symbol in drifted else []
+    details += [f"{p.kind}: {p.symbol} = {p.demangled}" if p.demangled else f"{p.kind}: {p.symbol}" for p in gate[:5]]
     if s.claim and s.claim.torch_minor:
         details.append(f"its {s.claim.source} says torch {s.claim.torch_minor} ({s.claim.text})")
     return Problem("signature-drift", ERROR, message, tuple(details),
