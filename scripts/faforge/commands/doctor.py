@@ -25,7 +25,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    # Imported here: the doctor pulls in numpy, the ABI gate and the matrix, which other commands' startup need not pay for.
+    # Imported here: the doctor pulls in the ABI gate (pyelftools) and the matrix, which other commands' startup need not pay for.
     from faforge.doctor.examine import examine  # noqa: PLC0415
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
 

@@ -15,8 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.matrix.versions import is_version, minor_of, vtuple
 
@@ -173,12 +172,7 @@ def _list(path: Path, key: str, value) -> list:
 
 
 def load_symbol_table(path: Path) -> SymbolTable:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise DataError(path, "(file)", f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1:
         raise DataError(path, "schema", f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}",
                         hint="this faforge reads schema 1")
