@@ -14,6 +14,7 @@ import pytest
 from faforge.commands.matrix import selected_cells
 from faforge.release.cost import load_build_cost, split_cell
 from faforge.release.plan import make_plan
+from tests.support.http_server import serve_directory
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "plan.json").read_text())
 ALL_TUS = 72
@@ -87,3 +88,12 @@ def test_github_output_and_the_chunk_count_guard(tmp_path):
     assert values["build-3"] == "" or json.loads(values["build-3"])
     too_few = faforge("plan", "--max-chunks", "0")
     assert too_few.returncode == 2 and "chunks" in too_few.stderr and "Traceback" not in too_few.stderr
+
+
+def test_a_channel_without_repodata_is_an_error_unless_new_channels_are_ok(tmp_path):
+    with serve_directory(tmp_path) as url:
+        strict = faforge("plan", "--channel", url, "--platform", "linux-64")
+        lenient = faforge("plan", "--channel", url, "--platform", "linux-64", "--new-channel-ok", "--json")
+    assert strict.returncode == 1 and "could not find subdir" in strict.stderr and "Traceback" not in strict.stderr
+    assert lenient.returncode == 0 and "no repodata yet" in lenient.stderr
+    assert json.loads(lenient.stdout)["in_channel"] == []

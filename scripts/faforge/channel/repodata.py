@@ -13,6 +13,10 @@ from pathlib import Path
 from faforge.errors import FaforgeError
 
 
+class ChannelNotFound(FaforgeError):
+    """The server answers but has no repodata there (HTTP 404): no such channel, or nothing published yet."""
+
+
 def channel_url(channel: str | Path) -> str:
     """A URL py-rattler accepts: URLs and names pass through; a folder becomes file://."""
     text = str(channel)
@@ -45,7 +49,8 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
         del gateway
         gc.collect()
     if error is not None:
-        raise FaforgeError(
+        kind = ChannelNotFound if "could not find subdir" in error else FaforgeError
+        raise kind(
             f"cannot read repodata of {url} ({', '.join(platforms)}): {error}",
             hint="check the channel URL and your network; a local channel needs `faforge publish` (or rattler index) first",
             exit_code=1,

@@ -11,7 +11,8 @@ import argparse
 import json
 import sys
 
-from faforge.channel.repodata import query
+from faforge import progress
+from faforge.channel.repodata import ChannelNotFound, query
 from faforge.commands.matrix import selected_cells
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix.releases import PLATFORMS
@@ -24,6 +25,8 @@ PACKAGE_NAME = "flash-attn"
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", metavar="URL_OR_PATH", help="channel whose packages need no build (folder, file://, http(s):// or a name); default: none")
+    parser.add_argument("--new-channel-ok", action="store_true",
+                        help="a channel with no repodata yet (HTTP 404: nothing published so far) counts as empty instead of an error")
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)")
     parser.add_argument("--github-output", metavar="FILE",
@@ -37,7 +40,12 @@ def execute(args: argparse.Namespace) -> int:
     present = set()
     if args.channel:
         platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
-        present = present_keys(query(args.channel, [PACKAGE_NAME], platforms))
+        try:
+            present = present_keys(query(args.channel, [PACKAGE_NAME], platforms))
+        except ChannelNotFound as exc:
+            if not args.new_channel_ok:
+                raise
+            progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
     plan = make_plan(rendered, load_build_cost(), present, args.channel)
     data = plan.to_json()
     for kind in ("build", "link"):
