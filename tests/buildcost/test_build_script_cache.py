@@ -70,7 +70,7 @@ def test_ccache_env_points_torch_at_ccache_and_keys_on_compiler_versions(script)
     assert a != script.compiler_identity(["Cuda compilation tools, release 13.0, V13.0.88", "gcc (GCC) 15.1.0"])
     env = script.ccache_env("/bin/ccache", "/be/bin/nvcc", Path("/out/bld/x"), a)
     assert env == {"PYTORCH_NVCC": "/bin/ccache /be/bin/nvcc", "CCACHE_BASEDIR": "/out/bld/x", "CCACHE_NOHASHDIR": "1",
-                   "CCACHE_COMPILERCHECK": f"string:{a}"}
+                   "CCACHE_COMPILERCHECK": f"string:{a}", "CCACHE_SLOPPINESS": "include_file_ctime"}
 
 
 def test_hits_and_misses_count_the_difference(script):
