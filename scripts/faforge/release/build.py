@@ -15,7 +15,12 @@ from faforge.errors import FaforgeError
 from faforge.matrix.render import RenderedCell
 from faforge.release.plan import job_slug, package_filename
 
-# Set in the recipe's build.script.env when the recipe can build one TU piece of a split cell.
+# Split cells (faforge.release.cost): a recipe opts in by passing, in build.script.env,
+#   FAFORGE_BUILD_PART: ${{ env.get("FAFORGE_BUILD_PART", default="all") }}
+#   FAFORGE_OBJECT_DIR: ${{ env.get("FAFORGE_OBJECT_DIR", default="") }}
+# and its build script then compiles only that piece's TUs (faforge.release.cost.split_cell names them)
+# into FAFORGE_OBJECT_DIR, or, for `link`, links the objects found there. Until the recipe does,
+# `faforge build --part` with anything but `all` is refused rather than silently building whole.
 PART_ENV = "FAFORGE_BUILD_PART"
 
 
