@@ -76,13 +76,26 @@ def add_extension(python: Path, tmp_path: Path, parts, args) -> Path:
     return target
 
 
+def conda_forge_env(offer: Offer, base_python: Path, tmp_path: Path, specs: list[str]) -> tuple[Path, Path]:
+    """A conda-forge-world prefix solved from stand-in conda-forge and faforge channels: (channels folder, python)."""
+    channels = tmp_path / "channels"
+    python = envs.conda_prefix(tmp_path / "env", channels, {
+        "faforge": [envs.faforge_flash_attn(offer)],
+        "conda-forge": envs.conda_forge_torch(offer.cell.torch, offer.cell.cuda)}, specs, base_python)
+    return channels, python
+
+
+def pip_install_torch(python: Path, torch: str, tmp_path: Path, libs: Path | None = None) -> None:
+    """`pip install torch==X` as it lands over a conda torch: a wheel with the torch package (and its libraries)."""
+    files = {**envs.torch_modules(torch, "12.8", 1),
+             **{f"torch/lib/{lib.name}": lib.read_bytes() for lib in (sorted(libs.glob("*.so")) if libs else ())}}
+    envs.pip_install(python, str(envs.wheel(tmp_path / "wheels", "torch", torch, files)))
+
+
 def test_conda_forge_env_without_the_cuda_runtime(run_doctor, offers, python311, builds, tmp_path):
     offer = pick(offers, "conda-forge", ("2.7", "12.9"))
     cell, major = offer.cell, offer.cell.cuda.split(".")[0]
-    channels = tmp_path / "channels"
-    python = envs.conda_prefix(tmp_path / "env", channels, {
-        "faforge": [envs.faforge_flash_attn(offer)], "conda-forge": envs.conda_forge_torch(cell.torch, cell.cuda)},
-        [offer.spec], python311)
+    _, python = conda_forge_env(offer, python311, tmp_path, [offer.spec])
     torch_lib = envs.standin_c10(envs.site_packages(python) / "torch" / "lib", cxx11_abi=1, set_device=set_device_form(cell.torch))
     cudart = envs.standin_cudart(builds / f"cudart{major}", int(major)).parent
     form = set_device_form(cell.torch)
@@ -140,12 +153,9 @@ def test_legacy_pytorch_channel_with_an_abi1_wheel(run_doctor, offers, python311
 def test_pip_torch_over_conda_torch(run_doctor, offers, python311, tmp_path):
     offer = pick(offers, "conda-forge", ("2.7", "12.9"))
     cell = offer.cell
-    channels = tmp_path / "channels"
-    python = envs.conda_prefix(tmp_path / "env", channels, {
-        "faforge": [envs.faforge_flash_attn(offer)], "conda-forge": envs.conda_forge_torch(cell.torch, cell.cuda)},
-        ["pytorch", "python 3.11.*"], python311)
+    channels, python = conda_forge_env(offer, python311, tmp_path, ["pytorch", "python 3.11.*"])
     pip_torch = next_minor(cell.torch) + ".0"  # what `pip install torch==2.8.0` over conda's 2.7.1 leaves behind
-    envs.pip_install(python, str(envs.wheel(tmp_path / "wheels", "torch", pip_torch, envs.torch_modules(pip_torch, "12.8", 1))))
+    pip_install_torch(python, pip_torch, tmp_path)
 
     result = run_doctor("--python", python)
     assert result.code == 1
@@ -187,15 +197,10 @@ def test_pip_torch_and_an_old_pip_wheel_over_conda(run_doctor, offers, python311
     conda's torch, and an upstream flash-attn wheel for torch 2.2 / pre-C++11 ABI was pip-installed on top."""
     offer = pick(offers, "conda-forge", ("2.7", "12.9"))
     cell = offer.cell
-    channels = tmp_path / "channels"
-    python = envs.conda_prefix(tmp_path / "env", channels, {
-        "faforge": [envs.faforge_flash_attn(offer)], "conda-forge": envs.conda_forge_torch(cell.torch, cell.cuda)},
-        ["pytorch", "python 3.11.*"], python311)
+    channels, python = conda_forge_env(offer, python311, tmp_path, ["pytorch", "python 3.11.*"])
     pip_torch = next_minor(cell.torch) + ".0"
     libs = envs.standin_c10(builds / f"c10-abi1-{pip_torch}", cxx11_abi=1, set_device=set_device_form(pip_torch))
-    torch_files = {**envs.torch_modules(pip_torch, "12.8", 1),
-                   **{f"torch/lib/{lib.name}": lib.read_bytes() for lib in sorted(libs.glob("*.so"))}}
-    envs.pip_install(python, str(envs.wheel(tmp_path / "wheels", "torch", pip_torch, torch_files)))
+    pip_install_torch(python, pip_torch, tmp_path, libs)
     old = envs.standin_c10(builds / "c10-abi0-2.2", cxx11_abi=0, set_device="int")
     ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", python,
                          [envs.SET_DEVICE["int"], envs.C10_ERROR],
