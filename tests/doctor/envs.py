@@ -31,10 +31,13 @@ SET_DEVICE = {
 }
 # c10::Error's constructor as flash-attn reaches it (through a derived exception, hence the C2 symbol
 # `_ZN3c105ErrorC2ENS_14SourceLocation...` of the seed reports); -D_GLIBCXX_USE_CXX11_ABI picks the spelling.
-C10_ERROR = (
+C10_DECLARATIONS = (
     "#include <cstdint>\n#include <string>\n"
     "namespace c10 { struct SourceLocation { const char* function; const char* file; uint32_t line; };\n"
     "  class Error { public: Error(SourceLocation, std::string); virtual ~Error(); }; }\n"
+)
+C10_ERROR = (
+    C10_DECLARATIONS +
     "struct Failure : c10::Error { Failure() : c10::Error({__func__, __FILE__, __LINE__}, std::string(\"x\")) {} };",
     "throw Failure();",
 )
@@ -141,7 +144,7 @@ def standin_c10(lib_dir: Path, *, cxx11_abi: int, set_device: str | None) -> Pat
     """libc10.so exporting c10::Error's constructor in one ABI, and (set_device given) libc10_cuda.so
     exporting one SetDevice spelling; both with their real SONAMEs."""
     abi = (f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}",)
-    compile_shared(lib_dir / "libc10.so", C10_ERROR[0].split("struct Failure")[0] +
+    compile_shared(lib_dir / "libc10.so", C10_DECLARATIONS +
                    "c10::Error::Error(SourceLocation, std::string) {}\nc10::Error::~Error() {}\n", args=abi, soname="libc10.so")
     if set_device is not None:
         decl = SET_DEVICE[set_device][0].replace(");", ") {}")
