@@ -17,7 +17,7 @@ import pytest
 from faforge.channel import local
 from faforge.doctor.fixes import Offer
 from faforge.doctor.torch_symbols import default_table
-from faforge.matrix.versions import next_minor
+from faforge.matrix.versions import next_minor, vtuple
 from tests.doctor import envs
 
 pytestmark = [
@@ -218,3 +218,27 @@ def test_pip_torch_and_an_old_pip_wheel_over_conda(run_doctor, offers, python311
     assert install["kind"] == "conda-install" and install["cell"] == cell.id
     assert install["commands"][0].endswith("-m pip uninstall -y flash-attn")
     assert str(solve_fix(install["commands"][1], channels)["flash-attn"].build) == offer.build_string
+
+
+def test_conda_torch_without_a_cell(run_doctor, offers, python311, builds, tmp_path):
+    """A conda-forge torch newer than the matrix: doctor says why no cell exists, names the closest ones and
+    gives the local build against this torch."""
+    newest = max((o.cell.torch for o in offers if o.cell.world == "conda-forge"), key=vtuple)
+    torch = next_minor(newest) + ".0"
+    python = envs.conda_prefix(tmp_path / "env", tmp_path / "channels",
+                               {"conda-forge": envs.conda_forge_torch(torch, "13.0")}, ["pytorch", "python 3.11.*"], python311)
+    envs.standin_c10(envs.site_packages(python) / "torch" / "lib", cxx11_abi=1, set_device="char_bool")
+    old = envs.standin_c10(builds / "c10-abi1-int", cxx11_abi=1, set_device="int")
+    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", python,
+                         [envs.SET_DEVICE["int"]], (f"-L{old}", "-lc10_cuda"))
+    envs.install_flash_attn(python, ext, tmp_path)
+
+    result = run_doctor("--python", python)
+    assert result.code == 1
+    assert result.kinds() == ["signature-drift"]
+    missing = result.fix("no-matching-cell")
+    assert missing["title"].startswith(f"faforge has no build for this environment (linux-64/py311/torch{next_minor(newest)}/cu130/abi1: ")
+    assert len(missing["notes"]) == 3 and all(n.startswith("closest: linux-64/py311/") for n in missing["notes"])
+    build = result.fix("local-build")
+    assert build["commands"][0].endswith("-m pip uninstall -y flash-attn")
+    assert any("build_flash_attn.py" in c for c in build["commands"])
