@@ -1,7 +1,8 @@
 """The ABI gate: does an extension load against a torch, and if not, why (issue 3).
 
-Read -> resolve -> judge -> report, one module each, standard library only (the
-package is shipped into build and test environments that have little else):
+Read -> resolve -> judge -> report, one module each, on the standard library and
+pyelftools only (the package is shipped into build and test environments that
+have little else; the recipe lists pyelftools there):
   elf       ELF header, DT_NEEDED/RPATH/RUNPATH, .dynsym/.gnu.version* as tables, .gnu.hash lookups
   fatbin    SASS/PTX architectures in .nv_fatbin, without CUDA tools
   resolve   the DT_NEEDED closure as ld.so finds it, and which library each symbol binds to

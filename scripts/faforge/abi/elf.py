@@ -1,16 +1,25 @@
 """Read what the dynamic linker reads from an ELF file, and nothing else.
 
-Only the ELF header, the section table and the dynamic sections (.dynamic,
-.dynsym, .dynstr, .gnu.version, .gnu.version_r, .gnu.version_d) are read, each
-as one block from a memory map and unpacked as a table (struct.iter_unpack),
-so a 1 GB libtorch_cuda.so costs a few MB of memory and a fraction of a second.
-Only the standard library is used, not pyelftools or numpy: this module is
-shipped into build and test environments that hold little more than Python and
-torch (see faforge.abi.gate), and importing numpy alone would take longer than
-reading all of torch's symbol tables.
+Two kinds of data, each read the way that is fast for it:
+  * The ELF header, the section header table and the .dynamic tags come from
+    pyelftools (an ELFFile over the memory map): a few dozen small records,
+    where a maintained parser of the gABI layouts (32/64-bit, both byte orders,
+    the e_shnum/e_shstrndx overflow escapes, machine-specific section types)
+    is worth more than speed. Only section *headers* are parsed: building
+    pyelftools' section object for .gnu.hash parses its whole bloom filter and
+    bucket array (14 ms per open of libtorch_cuda.so, and a check opens ~70
+    files), and iterating symbols object by object took 1.8 s on torch's
+    libraries (issue 3, "Performance").
+  * The tables (.dynsym, .dynstr, .gnu.version, .gnu.version_r, .gnu.version_d,
+    .gnu.hash) are each read as one block from the map and unpacked as arrays
+    (struct.iter_unpack, array), so a 1 GB libtorch_cuda.so costs a few MB of
+    memory and a fraction of a second. Not numpy: importing it alone takes
+    longer than reading all of torch's symbol tables, and this module is shipped
+    into build and test environments that hold little more than Python, torch
+    and pyelftools (see faforge.abi.gate and the recipe's test section).
 
 Every malformed input raises ElfError (exit code 2) naming the file and what
-is wrong with it; nothing here prints.
+is wrong with it, pyelftools' own exceptions included; nothing here prints.
 """
 
 from __future__ import annotations
@@ -20,8 +29,15 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.common.utils import struct_parse
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import StringTableSection
 
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError
 
@@ -30,6 +46,7 @@ from faforge.errors import EXIT_BAD_INPUT, FaforgeError
 MACHINES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86_64",
             183: "aarch64", 190: "cuda", 243: "riscv64", 258: "loongarch64"}
 
+SHT_STRTAB = 3
 SHT_DYNAMIC = 6
 SHT_NOBITS = 8
 SHT_DYNSYM = 11
@@ -38,8 +55,12 @@ SHT_GNU_VERDEF = 0x6FFFFFFD
 SHT_GNU_VERNEED = 0x6FFFFFFE
 SHT_GNU_VERSYM = 0x6FFFFFFF
 SHN_UNDEF = 0
-SHN_XINDEX = 0xFFFF
-DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH = 1, 14, 15, 29
+# The .dynamic tags kept, as pyelftools names them, and the DynamicTag attribute holding each one's string.
+DYNAMIC_STRINGS = {"DT_NEEDED": "needed", "DT_SONAME": "soname", "DT_RPATH": "rpath", "DT_RUNPATH": "runpath"}
+# What pyelftools and the parsers under it raise on malformed input; each becomes an ElfError naming the file.
+# (mmap raises ValueError/OverflowError for a seek past the end; AssertionError and IndexError come from
+# pyelftools' own consistency checks.)
+PARSE_ERRORS = (ELFError, struct.error, ValueError, OverflowError, IndexError, KeyError, AssertionError)
 STB_WEAK = 2
 EXPORTED_BINDINGS = (1, 2, 10)  # GLOBAL, WEAK, GNU_UNIQUE
 EXPORTED_VISIBILITIES = (0, 3)  # DEFAULT, PROTECTED
@@ -235,10 +256,13 @@ class _Image:
         except (PermissionError, OSError, ValueError) as exc:
             raise ElfError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
 
-    def read(self, offset: int, size: int, what: str) -> bytes:
+    def check(self, offset: int, size: int, what: str) -> None:
         if offset < 0 or size < 0 or offset + size > self.size:
             raise ElfError(f"{self.path}: truncated or malformed ELF: {what} lies outside the file "
                            f"(bytes {offset}..{offset + size} of {self.size})")
+
+    def read(self, offset: int, size: int, what: str) -> bytes:
+        self.check(offset, size, what)
         return self.map[offset:offset + size]
 
     def close(self) -> None:
@@ -246,13 +270,13 @@ class _Image:
 
 
 class ElfFile:
-    """An open ELF file; use as a context manager. Parses the header and section table on open."""
+    """An open ELF file; use as a context manager. Reads the header and section table on open."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.image = _Image(self.path)
         try:
-            self._parse_header()
+            self._read_header()
         except BaseException:
             self.image.close()
             raise
@@ -263,50 +287,52 @@ class ElfFile:
     def __exit__(self, *exc) -> None:
         self.image.close()
 
-    def _parse_header(self) -> None:
+    def _read_header(self) -> None:
         ident = self.image.map[:16]
         if ident[:4] == b"\x7fELF" and len(ident) < 16:
             raise ElfError(f"{self.path}: truncated ELF file ({len(ident)} bytes)")
         if ident[:4] != b"\x7fELF":
             raise ElfError(f"{self.path}: not an ELF file (starts with {bytes(ident[:4])!r}); "
                            "expected a compiled extension module or shared library")
-        if ident[4] not in (1, 2) or ident[5] not in (1, 2):
-            raise ElfError(f"{self.path}: malformed ELF header (class {ident[4]}, data encoding {ident[5]})")
-        self.elf_class = 32 if ident[4] == 1 else 64
-        self.little_endian = ident[5] == 1
+        with self._parsing("malformed ELF header"):
+            self._pyelf = ELFFile(self.image.map)
+            self.elf_class, self.little_endian = self._pyelf.elfclass, self._pyelf.little_endian
+            self.file_type = _number(self._pyelf.structs.Elf_Ehdr, "e_type", self._pyelf["e_type"])
+            machine = _number(self._pyelf.structs.Elf_Ehdr, "e_machine", self._pyelf["e_machine"])
         self.bo = "<" if self.little_endian else ">"
-        fields = "HHIIIIIHHHHHH" if self.elf_class == 32 else "HHIQQQIHHHHHH"
-        header = struct.unpack(self.bo + fields, self.image.read(16, struct.calcsize(fields), "ELF header"))
-        self.file_type, machine = header[0], header[1]
         self.machine = MACHINES.get(machine, f"EM_{machine}")
         if self.machine == "ppc64" and self.little_endian:
             self.machine = "ppc64le"
-        self.e_flags = header[6]
-        shoff, shentsize, shnum, shstrndx = header[5], header[10], header[11], header[12]
-        self.sections = self._parse_sections(shoff, shentsize, shnum, shstrndx)
+        with self._parsing("malformed section table"):
+            self.sections = self._read_sections()
 
-    def _parse_sections(self, shoff: int, shentsize: int, shnum: int, shstrndx: int) -> list[Section]:
-        if shoff == 0:
+    @contextmanager
+    def _parsing(self, what: str) -> Iterator[None]:
+        """pyelftools' exceptions on malformed input, as ElfError naming this file."""
+        try:
+            yield
+        except PARSE_ERRORS as exc:
+            raise ElfError(f"{self.path}: {what}: {str(exc) or type(exc).__name__}") from None
+
+    def _read_sections(self) -> list[Section]:
+        """Section headers through pyelftools' Elf_Shdr layout, without building its section objects
+        (see the module docstring)."""
+        count, shoff, shentsize = self._pyelf.num_sections(), self._pyelf["e_shoff"], self._pyelf["e_shentsize"]
+        if count == 0:
             return []
-        fmt = self.bo + ("IIIIIIIIII" if self.elf_class == 32 else "IIQQQQIIQQ")
-        if shentsize != struct.calcsize(fmt):
-            raise ElfError(f"{self.path}: malformed ELF: section header size {shentsize}, expected {struct.calcsize(fmt)}")
-        first = struct.unpack(fmt, self.image.read(shoff, shentsize, "section header 0"))
-        if shnum == 0:  # more than 0xff00 sections: the count lives in section 0
-            shnum = first[5]
-        if shstrndx == SHN_XINDEX:
-            shstrndx = first[6]
-        raw = self.image.read(shoff, shnum * shentsize, f"section table ({shnum} entries)")
-        rows = list(struct.iter_unpack(fmt, raw))
-        names = b""
-        if 0 < shstrndx < len(rows) and rows[shstrndx][1] != SHT_NOBITS:
-            names = self.image.read(rows[shstrndx][4], rows[shstrndx][5], "section name table")
-        sections = []
-        for name_off, type_, _flags, _addr, offset, size, link, _info, _align, entsize in rows:
-            end = names.find(b"\0", name_off)
-            name = names[name_off:end if end >= 0 else len(names)].decode("latin-1") if name_off < len(names) else ""
-            sections.append(Section(name, type_, offset, size, link, entsize))
-        return sections
+        layout = self._pyelf.structs.Elf_Shdr
+        if shentsize < layout.sizeof():
+            raise ElfError(f"{self.path}: malformed ELF: section header size {shentsize}, expected {layout.sizeof()}")
+        self.image.check(shoff, count * shentsize, f"section table ({count} entries)")
+        headers = [struct_parse(layout, self._pyelf.stream, shoff + i * shentsize) for i in range(count)]
+        types = [_number(layout, "sh_type", h.sh_type) for h in headers]
+        shstrndx, names = self._pyelf.get_shstrndx(), None
+        if 0 < shstrndx < count and types[shstrndx] != SHT_NOBITS:
+            names = StringTableSection(headers[shstrndx], "", self._pyelf)
+            self.image.check(names["sh_offset"], names["sh_size"], "section name table")
+        return [Section(names.get_string(h.sh_name) if names and h.sh_name < names["sh_size"] else "",
+                        type_, h.sh_offset, h.sh_size, h.sh_link, h.sh_entsize)
+                for h, type_ in zip(headers, types)]
 
     # -- sections -----------------------------------------------------------------------------
 
@@ -323,35 +349,52 @@ class ElfFile:
 
     def linked_strings(self, section: Section) -> bytes:
         """The string table a section's sh_link points at."""
+        return self.section_bytes(self.sections[self._link(section)])
+
+    def _link(self, section: Section) -> int:
         if not 0 < section.link < len(self.sections):
             raise ElfError(f"{self.path}: malformed ELF: section {section.name} links to section {section.link}")
-        return self.section_bytes(self.sections[section.link])
+        return section.link
 
     def _rows(self, section: Section, fmt: str, what: str) -> list[tuple]:
         """A table section unpacked row by row (a partial last row is ignored)."""
         size = struct.calcsize(fmt)
+        count = self._row_count(section, size, what)
+        return list(struct.iter_unpack(self.bo + fmt, self.section_bytes(section)[:count * size]))
+
+    def _row_count(self, section: Section, size: int, what: str) -> int:
+        """How many whole rows of `size` bytes a table section holds, once its entry size and extent are checked."""
         if section.entsize not in (0, size):
             raise ElfError(f"{self.path}: malformed ELF: {what} entry size {section.entsize}, expected {size}")
-        data = self.section_bytes(section)
-        return list(struct.iter_unpack(self.bo + fmt, data[:len(data) - len(data) % size]))
+        if section.type == SHT_NOBITS:
+            return 0
+        self.image.check(section.offset, section.size, f"section {section.name or section.type}")
+        return section.size // size
 
     # -- dynamic section ----------------------------------------------------------------------
 
     def info(self) -> ElfInfo:
-        entries: dict[int, list[str]] = {DT_NEEDED: [], DT_SONAME: [], DT_RPATH: [], DT_RUNPATH: []}
-        dynamic = self.section_by_type(SHT_DYNAMIC)
-        if dynamic is not None:
-            strings = self.linked_strings(dynamic)
-            for tag, val in self._rows(dynamic, "iI" if self.elf_class == 32 else "qQ", ".dynamic"):
-                if tag == 0:
-                    break
-                if tag in entries:
-                    entries[tag].append(_c_string(strings, val, self.path, ".dynamic"))
+        entries: dict[str, list[str]] = {tag: [] for tag in DYNAMIC_STRINGS}
+        index = next((i for i, s in enumerate(self.sections) if s.type == SHT_DYNAMIC), None)
+        if index is not None:
+            dynamic = self.sections[index]
+            strings = self.sections[self._link(dynamic)]
+            if strings.type != SHT_STRTAB:
+                raise ElfError(f"{self.path}: malformed ELF: .dynamic links to section {dynamic.link}, not a string table")
+            # Read no further than the section, whether or not a DT_NULL ends it (a corrupt one may not).
+            count = self._row_count(dynamic, self._pyelf.structs.Elf_Dyn.sizeof(), ".dynamic")
+            with self._parsing("malformed .dynamic"):
+                for tag in islice(self._pyelf.get_section(index).iter_tags(), count):
+                    if tag["d_tag"] in entries:
+                        if tag["d_val"] >= strings.size:
+                            raise ElfError(f"{self.path}: malformed ELF: .dynamic names string {tag['d_val']}, "
+                                           f"past its table ({strings.size} bytes)")
+                        entries[tag["d_tag"]].append(getattr(tag, DYNAMIC_STRINGS[tag["d_tag"]]))
         split = lambda tag: tuple(p for e in entries[tag] for p in e.split(":") if p)  # noqa: E731
         return ElfInfo(
             path=self.path, elf_class=self.elf_class, little_endian=self.little_endian, machine=self.machine,
-            file_type=self.file_type, soname=(entries[DT_SONAME] or [None])[0], needed=tuple(entries[DT_NEEDED]),
-            rpath=split(DT_RPATH), runpath=split(DT_RUNPATH),
+            file_type=self.file_type, soname=(entries["DT_SONAME"] or [None])[0], needed=tuple(entries["DT_NEEDED"]),
+            rpath=split("DT_RPATH"), runpath=split("DT_RUNPATH"),
         )
 
     def dynamic_symbols(self) -> DynamicSymbols:
@@ -470,6 +513,14 @@ class ElfFile:
         if offset < 0 or offset + size > len(data):
             raise ElfError(f"{self.path}: malformed ELF: {what} entry at {offset} runs past the section")
         return struct.unpack_from(self.bo + fmt, data, offset)
+
+
+def _number(layout, field: str, value: int | str) -> int:
+    """The number of an enum field that pyelftools decoded to its name ("SHT_DYNSYM", "EM_X86_64"),
+    through the field's own mapping in pyelftools' struct layout; values it has no name for stay numbers."""
+    if isinstance(value, int):
+        return value
+    return next(c for c in layout.subcons if c.name == field).encoding[value]
 
 
 def _c_string(strings: bytes, offset: int, path: Path, what: str) -> str:

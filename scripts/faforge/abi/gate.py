@@ -20,8 +20,9 @@ Arguments:
   --glibc X.Y               also fail when the binary needs a glibc newer than X.Y.
 
 Exit status: 0 all good, 1 problems found or a declaration mismatch, 2 bad input
-(module or torch not found, malformed file). Needs only the standard library, so the recipe can
-ship faforge/abi (with faforge/__init__.py and faforge/errors.py) as test files.
+(module or torch not found, malformed file). Needs only the standard library and pyelftools, so the
+recipe can ship faforge/abi (with faforge/__init__.py and faforge/errors.py) as test files and list
+pyelftools in that test's requirements.
 """
 
 from __future__ import annotations
