@@ -2,8 +2,8 @@
 # Fill a folder (default: .gpu-wheels/ at the repo root, git-ignored) with every wheel that
 # tests/gpu/run_on_gpu_machine.sh installs on the GPU machine, which has no network:
 #   * faforge itself, built from this checkout (installed there with --no-deps: the machine's image has
-#     numpy and pyyaml, and test-gpu/bench-gpu need nothing else of faforge's dependencies);
-#   * pytest, its dependencies and einops, pinned in tests/gpu/gpu-wheels.txt, for CPython 3.12 x86_64;
+#     pyyaml, and test-gpu/bench-gpu need nothing else of faforge's dependencies but pyelftools);
+#   * pytest, its dependencies, einops and pyelftools, pinned in tests/gpu/gpu-wheels.txt, for CPython 3.12 x86_64;
 #   * the flash_attn wheel under test, recompressed with xz as NAME.whl.xz (a wheel is a deflate zip; xz
 #     packs the big extension tighter), so that it fits the 64 MiB a device call carries.
 #

@@ -9,8 +9,9 @@ on that device (faforge.gpu.compat).
 
 Only the standard library is imported at module level, and torch lazily, so the
 gate also runs from a conda test environment holding just torch, pytest,
-einops and flash_attn (there the arch table is read only if faforge.abi.fatbin
-and its numpy import are available; otherwise the check is noted as not done).
+einops and flash_attn (the arch table is read only if faforge.abi.fatbin and
+the pyelftools it needs are importable, as in the recipe's GPU test; otherwise
+the check is noted as not done).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def built_head_dims(path: Path) -> tuple[int, ...]:
 def read_embedded_archs(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """(SASS, PTX) targets embedded in `path`, or None when faforge's fatbin reader is not importable."""
     try:
-        from faforge.abi.fatbin import read_gpu_archs  # noqa: PLC0415  (needs numpy; absent in a bare test env)
+        from faforge.abi.fatbin import read_gpu_archs  # noqa: PLC0415  (needs pyelftools; may be absent)
     except ImportError:
         return None
     archs = read_gpu_archs(path)

@@ -6,8 +6,9 @@ runs the same thing as
 
     PYTHONPATH=DIR python -m faforge.gpu.run_suite --recipe-test [--report-dir OUT]
 
-where DIR holds the files in RECIPE_TEST_FILES (stdlib-only modules: the GPU
-package, plus faforge.abi's ELF/fatbin reader for the SASS/PTX check).
+where DIR holds the files in RECIPE_TEST_FILES (the GPU package, which needs only
+the standard library, plus faforge.abi's ELF/fatbin reader for the SASS/PTX
+check, which needs pyelftools: the recipe's GPU test lists it).
 `--recipe-test` turns "skipped" (3) into exit 0 with a marked line, so that a
 build machine without a GPU still produces the package and its log says it was
 not verified.
