@@ -48,10 +48,16 @@ def test_cell_cost_is_tus_times_class_cost_times_archs():
     assert extrapolate.cell_cost(costs, "80;90+PTX").cpu_h == pytest.approx(cell.cpu_h / 2)
 
 
-def test_cell_cost_names_an_unmeasured_class():
-    costs = extrapolate.class_costs((sample("flash_fwd_hdim32_fp16_sm80.cu", 60),))
-    with pytest.raises(FaforgeError, match="fwd_split, bwd|bwd"):
-        extrapolate.cell_cost(costs, "80")
+def test_an_unmeasured_class_is_assumed_to_cost_the_mean_of_the_measured_ones():
+    costs = extrapolate.class_costs((sample("flash_fwd_hdim32_fp16_sm80.cu", 60), sample("flash_bwd_hdim32_fp16_sm80.cu", 120, 5.0)))
+    assert costs["fwd_split"].measured_hdims == ()
+    assert costs["fwd_split"].mean_cpu_s == 90.0 and costs["fwd_split"].peak_rss_gb == 5.0
+    assert extrapolate.cell_cost(costs, "80").cpu_h == pytest.approx(24 * (60 + 120 + 90) / 3600)
+
+
+def test_cell_cost_names_a_class_it_has_no_cost_for():
+    with pytest.raises(FaforgeError, match="fwd, fwd_split, bwd"):
+        extrapolate.cell_cost({}, "80")
 
 
 @pytest.mark.parametrize("archs", sorted({rule.value for rule in load_matrix().policy.cuda_archs}))

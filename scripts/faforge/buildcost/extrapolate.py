@@ -8,6 +8,7 @@ Model (each step is checked in tests/buildcost/test_extrapolate.py):
 - within a class, CPU time is linear in the head dim, fitted through the measured head dims.
   The six head dims 32..256 average 128, so the class mean is the fit at 128; dtype and causal
   variants cost the same as the measured one;
+- a class with no measurement costs the mean of the measured classes (the report says "assumed");
 - a cell's kernels cost the sum over its 72 TUs; flash_api.cpp (host C++) and the link are left
   out;
 - a runner runs MAX_JOBS single-threaded nvcc jobs at once (derive_max_jobs of the build script),
@@ -28,7 +29,7 @@ from faforge.errors import FaforgeError
 @dataclass(frozen=True)
 class ClassCost:
     tu_class: str
-    measured_hdims: tuple[int, ...]
+    measured_hdims: tuple[int, ...]  # empty: not measured, assumed to cost the mean of the measured classes
     mean_cpu_s: float  # per arch, averaged over the class's head dims
     worst_cpu_s: float  # per arch, the largest head dim
     peak_rss_gb: float  # largest measured
@@ -61,6 +62,15 @@ def class_costs(samples: tuple[Sample, ...], head_dims: tuple[int, ...] = HEAD_D
             worst_cpu_s=round(at[head_dims.index(max(head_dims))], 1),
             peak_rss_gb=max(r for _, _, r in points),
         )
+    measured = list(costs.values())
+    for tu_class in CLASSES:
+        if tu_class not in costs and measured:
+            costs[tu_class] = ClassCost(
+                tu_class=tu_class, measured_hdims=(),
+                mean_cpu_s=round(sum(c.mean_cpu_s for c in measured) / len(measured), 1),
+                worst_cpu_s=round(sum(c.worst_cpu_s for c in measured) / len(measured), 1),
+                peak_rss_gb=max(c.peak_rss_gb for c in measured),
+            )
     return costs
 
 
@@ -134,7 +144,7 @@ class Report:
         out = [("Measured TU compiles (one arch each)", ["TU", "arch", "CPU s", "wall s", "peak RSS GB", "torch", "source"],
                 [[s.tu, s.arch, s.cpu_s, s.wall_s, s.peak_rss_gb, s.torch, s.source] for s in self.measurements.samples])]
         out.append(("Per TU class, per SASS arch (linear in head dim)", ["class", "hdims measured", "mean CPU min", "worst TU CPU min", "peak RSS GB"],
-                    [[c.tu_class, ",".join(map(str, c.measured_hdims)), round(c.mean_cpu_s / 60, 2), round(c.worst_cpu_s / 60, 2), c.peak_rss_gb]
+                    [[c.tu_class, ",".join(map(str, c.measured_hdims)) or "assumed", round(c.mean_cpu_s / 60, 2), round(c.worst_cpu_s / 60, 2), c.peak_rss_gb]
                      for c in (self.costs[k] for k in CLASSES if k in self.costs)]))
         rows = []
         for cell, used_by in self.cells:
@@ -181,5 +191,5 @@ def report(measurements: Measurements, runners: list[tuple[int, float]], matrix_
     archs_lists = [rule.value for rule in matrix.policy.cuda_archs] if matrix is not None else sorted({c.cuda_archs for c in cells_list})
     used = {a: sum(1 for c in cells_list if c.cuda_archs == a) for a in archs_lists}
     groups = {a: len({kernel_cache_key(c) for c in cells_list if c.cuda_archs == a}) for a in archs_lists}
-    cells = [(cell_cost(costs, a), used[a]) for a in archs_lists] if all(c in costs for c in CLASSES) else []
+    cells = [(cell_cost(costs, a), used[a]) for a in archs_lists] if costs else []
     return Report(measurements=measurements, costs=costs, cells=cells, kernel_groups=groups, runners=runners)

@@ -4,6 +4,7 @@ Add a subcommand by adding its module name to COMMANDS.
 """
 
 COMMANDS = [
+    "bench-build",
     "bench-gpu",
     "build",
     "bump",

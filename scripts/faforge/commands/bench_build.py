@@ -1,0 +1,90 @@
+"""Build cost: per-TU compile time and memory, per-cell totals, MAX_JOBS, and cross-python cache reuse.
+
+Reports from variants/build-measurements.yaml; with --measure, first compiles a small TU subset in
+two rattler-build-like trees (one python cold, a second python through the compiler cache the first
+filled) and reports that run; --write appends it to the data file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import time
+
+from faforge import paths
+from faforge.buildcost import bench, extrapolate, samples
+from faforge.errors import EXIT_OK, FaforgeError
+from faforge.table import format_table
+
+SCHEMA_VERSION = 1
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=None, help="measurements file (default: variants/build-measurements.yaml)")
+    parser.add_argument("--runner", action="append", default=None, metavar="CPUS:GB",
+                        help="runner to extrapolate for: cores and GB of memory available to the build, e.g. 2:22 (repeatable; default: 2:22 for a 24 GiB box, 4:14 for 16 GB, 8:30 for 32 GB)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (version 1)")
+    measure = parser.add_argument_group("measuring (slow: real nvcc compiles)")
+    measure.add_argument("--measure", action="store_true", help="compile the TU subset in two python variants first")
+    measure.add_argument("--sdist", type=Path, help="unpacked flash-attn sdist to take the TUs from")
+    measure.add_argument("--torch-include", type=Path, help="torch's include dir (site-packages/torch/include) of the cell's torch")
+    measure.add_argument("--pythons", default="3.11,3.12", help="the two python variants (default 3.11,3.12)")
+    measure.add_argument("--tus", default=",".join(bench.DEFAULT_TUS), help="comma-separated kernel TUs (default: the hdim32 fp16 TU of each class)")
+    measure.add_argument("--arch", default="80", help="one SM arch to compile for (default 80)")
+    measure.add_argument("--cxx11-abi", type=int, choices=[0, 1], default=1)
+    measure.add_argument("--nice", type=int, default=0, help="run nvcc under nice -n N (default 0)")
+    measure.add_argument("--workdir", type=Path, default=None, help="fresh dir for the build trees and the cache (default: .cache/buildcost/<time>)")
+    measure.add_argument("--cuda-home", type=Path, default=Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")))
+    measure.add_argument("--write", action="store_true", help="append the measured numbers to the data file")
+
+
+def _runner(spec: str) -> tuple[int, float]:
+    try:
+        cpus, gb = spec.split(":")
+        return int(cpus), float(gb)
+    except ValueError:
+        raise FaforgeError(f"--runner {spec!r}: expected CPUS:GB, e.g. 2:24") from None
+
+
+def _measure(args: argparse.Namespace) -> bench.MeasureResult:
+    if not (args.sdist and args.torch_include):
+        raise FaforgeError("--measure needs --sdist and --torch-include", hint="e.g. --sdist src/flash_attn-2.8.3.post2 --torch-include venv/lib/python3.11/site-packages/torch/include")
+    workdir = args.workdir or paths.repo_root() / ".cache" / "buildcost" / time.strftime("%Y%m%d-%H%M%S")
+    pythons = [(v, bench.python_include_dir(v)) for v in args.pythons.split(",")]
+    tus = [t for t in args.tus.split(",") if t]
+    result = bench.measure(workdir=workdir.resolve(), sdist=args.sdist.resolve(), torch_include=args.torch_include.resolve(),
+                           pythons=pythons, tus=tus, arch=args.arch, cxx11_abi=args.cxx11_abi, nice=args.nice,
+                           cuda_home=args.cuda_home, progress=lambda item: print(f"  {_progress_line(item)}", flush=True))
+    (workdir / "result.json").write_text(json.dumps({"samples": [asdict(s) for s in result.samples], "reuse": asdict(result.reuse)}, indent=2))
+    return result
+
+
+def _progress_line(item) -> str:
+    if isinstance(item, str):
+        return item
+    t = item.timing
+    return f"{item.variant} {item.tu}: {t.wall_s:.0f}s wall, {t.cpu_s:.0f}s cpu, {t.peak_rss_gb:.2f} GB, {item.hits} hit / {item.misses} miss"
+
+
+def execute(args: argparse.Namespace) -> int:
+    runners = [_runner(r) for r in (args.runner or ["2:22", "4:14", "8:30"])]
+    data_path = args.data or samples.default_path()
+    measured = _measure(args) if args.measure else None
+    if measured and args.write:
+        samples.append(data_path, measured.samples, [measured.reuse])
+    if measured and not args.write:  # report this run alone
+        data = samples.Measurements(data_path, tuple(measured.samples), (measured.reuse,))
+    else:
+        data = samples.load(data_path)
+    report = extrapolate.report(data, runners)
+    if args.json:
+        print(json.dumps({"version": SCHEMA_VERSION, **report.as_json()}, indent=2))
+        return EXIT_OK
+    for title, headers, rows in report.tables():
+        print(f"\n{title}")
+        print(format_table(headers, rows))
+    return EXIT_OK

@@ -1,0 +1,40 @@
+"""variants/build-measurements.yaml: canonical form, validation errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from faforge.buildcost import samples
+from faforge.errors import DataError
+
+
+def test_committed_file_is_in_canonical_form():
+    path = samples.default_path()
+    assert samples.dump(samples.load(path)) == path.read_text()
+
+
+def test_append_round_trips(tmp_path):
+    path = tmp_path / "m.yaml"
+    s = samples.Sample(tu="flash_bwd_hdim32_fp16_sm80.cu", arch="80", nvcc="13.0", torch="2.14.1", cxx_std="c++20",
+                       cpu_s=100.5, wall_s=300.0, peak_rss_gb=3.2, source="test")
+    r = samples.ReuseRun(tus=[s.tu], arch="80", first="py3.11", second="py3.12", cold_wall_s=300.0, cold_cpu_s=100.5,
+                         second_wall_s=6.0, second_cpu_s=2.0, hits=1, misses=0, cache="ccache 4.14.2", source="test")
+    samples.append(path, [s], [r])
+    loaded = samples.append(path, [s], [])
+    assert loaded.samples == (s, s) and loaded.reuse == (r,)
+    assert samples.load(path) == loaded
+    assert r.hit_rate == 1.0 and r.wall_ratio == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("schema: 2\nsamples: []\nreuse: []\n", "schema"),
+    ("schema: 1\nsamples: [{tu: x}]\nreuse: []\n", "samples[0]"),
+    ("schema: 1\nsamples:\n- {tu: flash_api.cpp, arch: '80', nvcc: '13.0', torch: 2.14.1, cxx_std: c++20, cpu_s: 1, wall_s: 1, peak_rss_gb: 1, source: s}\nreuse: []\n", "samples[0].tu"),
+    ("schema: 1\nsamples:\n- {tu: flash_fwd_hdim32_fp16_sm80.cu, arch: '80', nvcc: '13.0', torch: 2.14.1, cxx_std: c++20, cpu_s: -1, wall_s: 1, peak_rss_gb: 1, source: s}\nreuse: []\n", "samples[0].cpu_s"),
+])
+def test_bad_entries_name_the_key(tmp_path, text, key):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(DataError) as info:
+        samples.load(path)
+    assert info.value.key == key
