@@ -22,6 +22,7 @@ from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import REPO, dlopen, validate
+from tests.support.recipe_test_envs import recipe_test_site
 from tests.support.torch_envs import TorchEnv, TorchEnvUnavailable, torch_env
 
 pytestmark = pytest.mark.slow
@@ -64,6 +65,12 @@ def torch214() -> TorchEnv:
         return torch_env(TORCH)
     except TorchEnvUnavailable as exc:
         pytest.skip(f"torch {TORCH} is not installable here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def gate_site(torch214) -> Path:
+    """The packages the recipe's ABI-gate test installs (its `requirements: run:`), for torch214's python."""
+    return recipe_test_site(torch214.python, "faforge.abi.gate")
 
 
 @pytest.fixture(scope="module")
@@ -129,16 +136,16 @@ def test_extension_for_an_older_torch_is_caught(gxx, torch214, tmp_path):
 @pytest.mark.parametrize(("abi", "archs", "code"), [
     ("1", "sm_80", 0), ("1", "80", 0), ("1", "sm_80,sm_90", 1), ("0", "sm_80", 1), ("1", "80+PTX", 1),
 ])
-def test_recipe_gate(real_extension, torch214, abi, archs, code):
-    env = {**os.environ, "PYTHONPATH": f"{real_extension.parent}{os.pathsep}{REPO / 'scripts'}"}
+def test_recipe_gate(real_extension, torch214, gate_site, abi, archs, code):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (real_extension.parent, REPO / "scripts", gate_site)))}
     result = subprocess.run([str(torch214.python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", abi,
                              "--expect-archs", archs], env=env, capture_output=True, text=True)
     assert result.returncode == code, result.stdout + result.stderr
     assert ("ABI gate passed" if code == 0 else "ABI gate FAILED") in result.stdout
 
 
-def test_recipe_gate_without_the_module(torch214, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+def test_recipe_gate_without_the_module(torch214, gate_site, tmp_path):
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'scripts'}{os.pathsep}{gate_site}"}
     result = subprocess.run([str(torch214.python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", "1",
                              "--expect-archs", "sm_80"], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2 and "no flash_attn_2_cuda*.so" in result.stderr and "Traceback" not in result.stderr

@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import jsonschema
@@ -15,6 +14,7 @@ import pytest
 from referencing import Registry, Resource
 
 from faforge.gpu.run_suite import RECIPE_SKIP_MARK, RECIPE_TEST_FILES
+from tests.support.recipe_test_envs import recipe_test_site
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,15 +62,16 @@ def test_recipe_test_files_cover_the_gpu_package():
 
 
 def test_recipe_test_with_a_cuda_torch_and_no_device(tmp_path):
-    """The recipe's test command in a bare folder, with the CUDA 13.0 torch a build machine would have
-    (pytest from this venv; no faforge installed): skipped, exit 0 for the build, marked in the log."""
+    """The recipe's test command in a bare folder, with the CUDA 13.0 torch a build machine would have and
+    only the packages that recipe test installs (pytest, einops, pyelftools; no faforge): skipped, exit 0
+    for the build, marked in the log."""
     try:
         env = torch_env("2.14.1")
     except TorchEnvUnavailable as exc:
         pytest.skip(str(exc))
     folder = recipe_test_folder(tmp_path / "faforge_checker")
     command = [str(env.python), "-m", "faforge.gpu.run_suite", "--recipe-test", "--report-dir", str(tmp_path / "report")]
-    pythonpath = f"{folder}:{sysconfig.get_paths()['purelib']}"
+    pythonpath = f"{folder}:{recipe_test_site(env.python, 'faforge.gpu.run_suite')}"
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": pythonpath})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert result.stdout.splitlines()[-1].startswith(RECIPE_SKIP_MARK)

@@ -9,7 +9,6 @@ the gate closes at its first check; on the GPU machine the same script runs the 
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import json
 import os
@@ -20,22 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.recipe_test_envs import pip_target
 from tests.support.torch_envs import TorchEnvUnavailable, find_python
 
 REPO = Path(__file__).resolve().parents[2]
-# numpy + pyyaml for CPython 3.12, installed once with pip --target; needed by this test only.
-SITE = REPO / ".cache" / "gpu-rehearsal-site-py3.12"
 
 
 def rehearsal_site(python: Path) -> Path:
-    SITE.parent.mkdir(parents=True, exist_ok=True)
-    with open(SITE.parent / f"{SITE.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (SITE / ".complete").exists():
-            shutil.rmtree(SITE, ignore_errors=True)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--target", str(SITE), "numpy", "pyyaml"], check=True)
-            (SITE / ".complete").touch()
-    return SITE
+    """numpy + pyyaml for CPython 3.12, installed once under .cache/pip-target/; needed by this test only."""
+    return pip_target(python, "gpu-rehearsal-py3.12", ("numpy", "pyyaml"))
 
 
 def stand_in_flash_attn_wheel(folder: Path) -> Path:
