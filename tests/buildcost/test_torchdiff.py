@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from faforge.buildcost.torchdiff import count_diff, source_diff, split_preprocessed, torch_headers
+from faforge.buildcost.torchdiff import count_diff, sass_lines, source_diff, split_preprocessed, torch_headers
 
 A = '''# 1 "flash.cu"
 # 1 "/h/lib/python3.11/site-packages/torch/include/c10/cuda/CUDAException.h" 1
@@ -41,3 +41,10 @@ def test_source_diff_ignores_paths_and_counts_changed_code():
 def test_count_diff_on_equal_and_disjoint_inputs():
     assert count_diff(["a", "b"], ["a", "b"]) == (0, 0)
     assert count_diff(["a"], ["b", "c"]) == (1, 2)
+
+
+def test_sass_of_an_object_and_of_a_bare_cubin_compare_equal():
+    body = "\tcode for sm_80\n\t\tFunction : _Z1kPf\n        /*0000*/    MOV R1, c[0x0][0x28] ;\n"
+    in_object = "\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\ncompile_size = 64bit\n\n" + body
+    in_cubin = "\n" + body
+    assert sass_lines(in_object, "k.o") == sass_lines(in_cubin, "k.cubin") == body.strip("\n").splitlines()

@@ -104,10 +104,20 @@ def source_diff(text_a: str, text_b: str) -> SourceDiff:
                       torch_headers_a=len(torch_headers(files_a)), torch_headers_b=len(torch_headers(files_b)))
 
 
+# What cuobjdump prints around each cubin of an object's fatbin, and not for a bare .cubin.
+_CONTAINER = re.compile(r"^(=+|arch = \S+|code version = .*|host = \S+|compile_size = \S+)$")
+
+
+def sass_lines(cuobjdump_output: str, name: str) -> list[str]:
+    """Instructions and kernel names only: no blank lines, no fatbin container header, no file name."""
+    return [line for line in cuobjdump_output.splitlines()
+            if line.strip() and "Fatbin" not in line and name not in line and not _CONTAINER.match(line)]
+
+
 def sass(obj: Path) -> list[str]:
-    """SASS of every kernel in `obj`, without the lines that name the object file."""
+    """SASS of every kernel in `obj` (an object file or a .cubin)."""
     out = subprocess.run([find_tool("cuobjdump"), "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if line.strip() and "Fatbin" not in line and str(obj.name) not in line]
+    return sass_lines(out, obj.name)
 
 
 def cubin_digests(obj: Path) -> list[str]:
