@@ -22,6 +22,7 @@ in the recipe).
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -406,7 +407,17 @@ def build(args: argparse.Namespace) -> Path:
     ccache = setup_ccache(source_dir, nvcc_path, [sys.prefix, cuda_home]) if args.compiler_cache == "ccache" else None
     stats_before = ccache_counts(ccache) if ccache else {}
 
+    pristine_args = {}
+
     class CheckedBuildExtension(cpp_extension.BuildExtension):
+        def build_extensions(self):
+            # BuildExtension appends torch's -D flags to extra_compile_args each time it runs, and
+            # bdist_wheel runs build_ext a second time: the longer command lines made ninja compile
+            # every TU twice. Each run starts from the arguments we gave (issue 7).
+            for ext in self.extensions:
+                ext.extra_compile_args = copy.deepcopy(pristine_args.setdefault(ext.name, copy.deepcopy(ext.extra_compile_args)))
+            super().build_extensions()
+
         def build_extension(self, ext):
             super().build_extension(ext)
             path = Path(self.get_ext_fullpath(ext.name))
