@@ -22,6 +22,7 @@ from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import REPO, dlopen, validate
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.recipe_test_envs import recipe_test_site
 from tests.support.torch_envs import TorchEnv, TorchEnvUnavailable, torch_env
 
@@ -75,10 +76,11 @@ def gate_site(torch214) -> Path:
 
 @pytest.fixture(scope="module")
 def real_extension(torch214) -> Path:
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not on PATH; the real torch extension has a CUDA kernel")
-    nvcc_version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    try:
+        toolkit = cuda_home()
+    except NoCudaToolkit as exc:
+        pytest.skip(f"the real torch extension has a CUDA kernel: {exc}")
+    nvcc_version = subprocess.run([toolkit / "bin" / "nvcc", "--version"], capture_output=True, text=True).stdout
     digest = hashlib.sha256(repr((SOURCES, TORCH, nvcc_version)).encode()).hexdigest()[:16]
     out = CACHE / f"torch{TORCH}-ext-{digest}"
     built = sorted(out.glob("lib/flash_attn_2_cuda*.so"))
@@ -88,14 +90,15 @@ def real_extension(torch214) -> Path:
     out.mkdir(parents=True)
     for name, text in SOURCES.items():
         (out / name).write_text(text)
-    cuda_home = str(Path(nvcc).resolve().parents[1])
-    env = {**os.environ, "CUDA_HOME": cuda_home, "TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "2"}
+    env = {**os.environ, "CUDA_HOME": str(toolkit), "TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "2"}
     result = subprocess.run([str(torch214.python), "setup.py", "build_ext", "--build-lib", "lib", "--build-temp", "tmp"],
                             cwd=out, env=env, capture_output=True, text=True)
     built = sorted(out.glob("lib/flash_attn_2_cuda*.so"))
     if result.returncode != 0 or not built:
         shutil.rmtree(out, ignore_errors=True)
-        pytest.fail(f"building the torch extension failed:\n{(result.stdout + result.stderr)[-3000:]}")
+        # The compiler's message comes before setuptools' traceback, which alone would fill the tail.
+        compiler_output = (result.stdout + result.stderr).split("Traceback (most recent call last)")[0]
+        pytest.fail(f"building the torch extension failed:\n{compiler_output[-4000:]}")
     return built[0]
 
 

@@ -18,6 +18,7 @@ from faforge.buildcost import reuse
 from faforge.buildcost.layout import LayoutSources, make_layout
 from faforge.buildcost.measure import CompileSpec
 from faforge.errors import FaforgeError
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,6 @@ KERNEL = """#include <c10/faforge_fixture.h>
 __global__ void k(float* x) { x[threadIdx.x] = FIXTURE_TORCH + FIXTURE_HOST; }
 void launch(float* x) { k<<<1, 32>>>(x); }
 """
-CUDA_HOME = Path("/usr/local/cuda")
 
 
 @pytest.fixture
@@ -36,8 +36,10 @@ def variants(tmp_path):
         reuse.find_ccache()
     except FaforgeError as exc:
         pytest.skip(str(exc))
-    if not (CUDA_HOME / "bin/nvcc").exists():
-        pytest.skip("needs nvcc in /usr/local/cuda")
+    try:
+        toolkit = cuda_home()
+    except NoCudaToolkit as exc:
+        pytest.skip(str(exc))
     torch = tmp_path / "torch/include/c10"
     torch.mkdir(parents=True)
     (torch / "faforge_fixture.h").write_text("#define FIXTURE_TORCH 1.0f\n")
@@ -48,7 +50,7 @@ def variants(tmp_path):
     py_include = Path(sysconfig.get_paths()["include"])
     out = []
     for build_id, placeholder, python in (("1780000001", 60, "3.11"), ("1780004242", 97, "3.12")):
-        sources = LayoutSources(cuda_home=CUDA_HOME, torch_include=tmp_path / "torch/include", python_include=py_include, sdist=sdist)
+        sources = LayoutSources(cuda_home=toolkit, torch_include=tmp_path / "torch/include", python_include=py_include, sdist=sdist)
         layout = make_layout(tmp_path / "out", build_id=build_id, placeholder_length=placeholder, python_version=python,
                              sources=sources, tus=[TU], triplet="x86_64-linux")
         (layout.host_env / "targets/x86_64-linux/include/faforge_host_only.h").write_text("#define FIXTURE_HOST 2.0f\n")

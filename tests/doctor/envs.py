@@ -19,8 +19,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from tests.support.cuda_toolkit import cuda_home
+
 PYENV = Path("/root/.pyenv/versions")
-CUDA_HOME = Path("/usr/local/cuda")
 EXTENSION = "flash_attn_2_cuda"
 
 # Declarations that make an extension import exactly the symbols of one torch era (CONTEXT.md section 1).
@@ -133,8 +134,9 @@ def extension(out: Path, python: Path, parts: list[tuple[str, str]], args: tuple
 
 def real_torch_args(torch_site: Path) -> tuple:
     """Compile and link against a real torch's headers and libraries, and the CUDA toolkit's runtime."""
-    return (f"-I{torch_site / 'torch' / 'include'}", f"-I{CUDA_HOME / 'include'}",
-            f"-L{torch_site / 'torch' / 'lib'}", "-lc10", "-lc10_cuda", f"-L{CUDA_HOME / 'lib64'}", "-lcudart")
+    toolkit = cuda_home()
+    return (f"-I{torch_site / 'torch' / 'include'}", f"-I{toolkit / 'include'}",
+            f"-L{torch_site / 'torch' / 'lib'}", "-lc10", "-lc10_cuda", f"-L{toolkit / 'lib64'}", "-lcudart")
 
 
 # -- stand-in libraries -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 
 from faforge import paths
 from faforge.abi import elf
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 pytestmark = pytest.mark.slow
@@ -66,10 +67,13 @@ def build_python():
         subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", *requirements], check=True)
         (tools / ".complete").write_text("\n".join(requirements) + "\n")
     env = dict(os.environ, PYTHONPATH=str(torch.site_packages), PATH=f"{tools / 'bin'}:{os.environ['PATH']}")
-    cuda_home = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
-    if not (cuda_home / "bin/nvcc").exists() or not list(cuda_home.glob("lib*/libcudart.so*")):
-        pytest.skip(f"no CUDA toolkit with libcudart at {cuda_home} (set CUDA_HOME)")
-    env["CUDA_HOME"] = str(cuda_home)
+    try:
+        toolkit = cuda_home()
+    except NoCudaToolkit as exc:
+        pytest.skip(str(exc))
+    if not list(toolkit.glob("lib*/libcudart.so*")):
+        pytest.skip(f"no libcudart in the CUDA toolkit at {toolkit}")
+    env["CUDA_HOME"] = str(toolkit)
     return tools / "bin/python", env
 
 
