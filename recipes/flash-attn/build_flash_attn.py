@@ -12,7 +12,10 @@ and ninja). It replaces upstream's setup.py because that one
   * links with undefined symbols allowed, so a torch mismatch surfaces only as
     "undefined symbol" at import time.
 
-The result is a wheel in --wheel-dir; the recipe installs it with pip.
+The result is a wheel in --wheel-dir; with --install (the recipe) it is pip-installed.
+With --only-tus the script compiles just those kernel TUs and stops: a CI job too short for a
+whole cell fills the compiler cache with its share, and the cell's final job, an ordinary full
+build, finds those objects in the cache (faforge.release.cost splits the cell).
 Only the standard library, setuptools and torch are imported, so the script
 runs in a bare conda host environment; the ABI check after the link imports
 faforge.abi from --checker-path, which also needs pyelftools (a host requirement
@@ -187,6 +190,21 @@ def kernel_sources(source_dir: Path) -> list[str]:
     return ["csrc/flash_attn/flash_api.cpp", *kernels]
 
 
+def select_kernels(sources: list[str], only: str) -> list[str]:
+    """The kernel sources named in `only` ('flash_bwd_hdim32_fp16_sm80.cu ...', by file name)."""
+    by_name = {Path(s).name: s for s in sources if s.endswith(".cu")}
+    wanted = [name for name in re.split(r"[,\s]+", only.strip()) if name]
+    unknown = [name for name in wanted if name not in by_name]
+    if unknown:
+        raise BuildError(
+            f"--only-tus: not a kernel TU of this sdist: {', '.join(unknown)}; "
+            f"expected file names like {next(iter(sorted(by_name)), 'flash_fwd_hdim32_fp16_sm80.cu')}"
+        )
+    if not wanted:
+        raise BuildError("--only-tus is empty: name kernel TUs, or leave it out to build everything")
+    return [by_name[name] for name in dict.fromkeys(wanted)]
+
+
 def sdist_version(source_dir: Path) -> str:
     pkg_info = source_dir / "PKG-INFO"
     if pkg_info.is_file():
@@ -347,7 +365,7 @@ def declared_cxx11_abi(names: set[str]) -> int | None:
     return classify.cxx11_abi_of(names)
 
 
-def build(args: argparse.Namespace) -> Path:
+def build(args: argparse.Namespace) -> Path | None:
     source_dir = Path(args.source_dir).resolve()
     build_dir = Path(args.build_dir).resolve()
     wheel_dir = Path(args.wheel_dir).resolve()
@@ -370,6 +388,8 @@ def build(args: argparse.Namespace) -> Path:
     nvcc_threads = int(args.nvcc_threads)
     max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), os.cpu_count() or 1, len(archs), nvcc_threads)
     py_link, libpython = python_link_args()
+    sources = kernel_sources(source_dir)
+    compile_only = select_kernels(sources, args.only_tus) if args.only_tus is not None else None
 
     plan = {
         "flash_attn": sdist_version(source_dir),
@@ -382,6 +402,7 @@ def build(args: argparse.Namespace) -> Path:
         "max_jobs": max_jobs,
         "nvcc_threads": nvcc_threads,
         "compiler_cache": args.compiler_cache,
+        "only_tus": len(compile_only) if compile_only else "all",
         "build_dir": str(build_dir),
         "wheel_dir": str(wheel_dir),
     }
@@ -419,6 +440,11 @@ def build(args: argparse.Namespace) -> Path:
             super().build_extensions()
 
         def build_extension(self, ext):
+            if compile_only:
+                # Objects stay in the build dir and the compiler cache; the full build links them.
+                self.compiler.link_shared_object = lambda *a, **k: log(f"compiled {len(compile_only)} kernel TUs; not linking")
+                super().build_extension(ext)
+                return
             super().build_extension(ext)
             path = Path(self.get_ext_fullpath(ext.name))
             drop_libpython_needed(path, libpython)
@@ -426,7 +452,7 @@ def build(args: argparse.Namespace) -> Path:
 
     extension = cpp_extension.CUDAExtension(
         name="flash_attn_2_cuda",
-        sources=kernel_sources(source_dir),
+        sources=compile_only or sources,
         extra_compile_args={
             "cxx": ["-O3", f"-std={std}", abi_define],
             "nvcc": [*NVCC_FLAGS, f"-std={std}", abi_define, "--threads", str(nvcc_threads), *gencode_flags(archs)],
@@ -453,15 +479,16 @@ def build(args: argparse.Namespace) -> Path:
         ext_modules=[extension],
         cmdclass={"build_ext": CheckedBuildExtension},
         zip_safe=False,
-        script_args=[
-            "build", "--build-base", str(build_dir),
+        script_args=["build", "--build-base", str(build_dir)] + ([] if compile_only else [
             "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist"),
-        ],
+        ]),
     )
     log(f"built in {time.monotonic() - started:.0f}s")
     if ccache:
         hits, misses = hits_and_misses(stats_before, ccache_counts(ccache))
         log(f"compiler cache: {hits} hits, {misses} misses")
+    if compile_only:
+        return None
     wheels = sorted(wheel_dir.glob(f"flash_attn-{plan['flash_attn']}-*.whl"), key=os.path.getmtime)
     if not wheels:
         raise BuildError(f"setuptools finished but left no wheel in {wheel_dir}")
@@ -504,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvcc-threads", default=os.environ.get("NVCC_THREADS", "1"), help="nvcc --threads (env NVCC_THREADS, default 1)")
     parser.add_argument("--compiler-cache", choices=COMPILER_CACHES, default=os.environ.get("FAFORGE_COMPILER_CACHE") or "none", help="put a compiler cache in front of nvcc (env FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
     parser.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"), help="directory holding the faforge package (for the ABI check)")
+    parser.add_argument("--only-tus", default=os.environ.get("FAFORGE_BUILD_TUS") or None, help="compile only these kernel TUs (file names) and stop, for a split cell's piece (env FAFORGE_BUILD_TUS)")
+    parser.add_argument("--install", action="store_true", help="pip-install the wheel into this Python (the recipe's build)")
     parser.add_argument("--plan-only", action="store_true", help="print the resolved build plan as JSON and stop")
     args = parser.parse_args(argv)
     if args.archs is None:
@@ -519,8 +548,16 @@ def main(argv: list[str] | None = None) -> int:
     except BuildError as exc:
         print(f"build_flash_attn: error: {exc}", file=sys.stderr)
         return 2
-    if not args.plan_only:
-        log(f"wheel: {wheel}")
+    if args.plan_only:
+        return 0
+    if wheel is None:
+        log("piece built: no wheel (the cell's final job links and packages)")
+        return 0
+    log(f"wheel: {wheel}")
+    if args.install:
+        pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", str(wheel)]
+        log("+ " + shlex.join(pip))
+        return subprocess.run(pip).returncode
     return 0
 
 

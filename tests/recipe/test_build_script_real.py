@@ -37,7 +37,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
 KERNEL = "__global__ void tiny_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 
 
-def _tiny_sdist(root: Path) -> Path:
+def _tiny_sdist(root: Path, kernels: tuple[str, ...] = ("flash_fwd_tiny_sm80.cu",)) -> Path:
     src = root / "flash_attn-0.0.1"
     (src / "csrc/flash_attn/src").mkdir(parents=True)
     (src / "csrc/cutlass/include").mkdir(parents=True)
@@ -45,7 +45,8 @@ def _tiny_sdist(root: Path) -> Path:
     (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 0.0.1\n")
     (src / "flash_attn/__init__.py").write_text('__version__ = "0.0.1"\n')
     (src / "csrc/flash_attn/flash_api.cpp").write_text(FLASH_API)
-    (src / "csrc/flash_attn/src/flash_fwd_tiny_sm80.cu").write_text(KERNEL)
+    for i, name in enumerate(kernels):
+        (src / "csrc/flash_attn/src" / name).write_text(KERNEL.replace("tiny_kernel", f"tiny_kernel_{i}"))
     return src
 
 
@@ -77,12 +78,12 @@ def build_python():
     return tools / "bin/python", env
 
 
-def _run(build_python, src: Path, abi: str, tmp: Path):
+def _run(build_python, src: Path, abi: str, tmp: Path, *extra: str):
     python, env = build_python
     return subprocess.run(
         [str(python), str(SCRIPT), "--source-dir", str(src), "--archs", "90", "--cxx11-abi", abi,
          "--build-dir", str(tmp / f"build-abi{abi}"), "--wheel-dir", str(tmp / f"dist-abi{abi}"),
-         "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts")],
+         "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts"), *extra],
         capture_output=True, text=True, env=env, timeout=1500,
     )
 

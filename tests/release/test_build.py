@@ -17,6 +17,7 @@ import pytest
 
 from faforge.channel.local import index
 from faforge.matrix.releases import dump_releases, header_of, load_releases
+from faforge.release.cost import load_build_cost, split_cell
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_RECIPE = """\
@@ -86,9 +87,51 @@ def test_one_failure_does_not_stop_the_others_and_reruns_resume(project):
     assert "present" in again.stdout and package.stat().st_mtime_ns == before, "a built cell is skipped on re-run"
 
 
-def test_pieces_need_recipe_support_and_unknown_cells_are_bad_input(project):
+PIECE_SCRIPT = """\
+  script:
+    env:
+      FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}
+    content:
+      - echo "stand-in build, TUs [$FAFORGE_BUILD_TUS]"
+      - mkdir -p $PREFIX/share && echo ok > $PREFIX/share/flash-attn-standin.txt
+"""
+
+
+def test_a_piece_passes_its_tus_to_the_recipe_and_leaves_no_package(project):
     env, output, good, _, _ = project
-    piece = run(env, "build", good["id"], "--part", "bwd-1of2", "--output-dir", str(output))
-    assert piece.returncode == 2 and "FAFORGE_BUILD_PART" in piece.stderr and "Traceback" not in piece.stderr
+    recipe = Path(env["FAFORGE_ROOT"]) / "recipes" / "flash-attn" / "recipe.yaml"
+    text = recipe.read_text()
+    start, end = text.index("  script:\n"), text.index("requirements:")
+    recipe.write_text(text[:start] + PIECE_SCRIPT + text[end:])
+    cost = load_build_cost(Path(env["FAFORGE_ROOT"]) / "variants" / "build-cost.yaml")
+    parts = split_cell(cost, "linux-64", good["cuda_archs"])
+    assert len(parts) > 2, "the measured costs split a 4-CPU / 16 GB hosted runner's cell"
+    piece = parts[0]
+
+    result = run(env, "build", good["id"], "--part", piece.name, "--output-dir", str(output))
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = (output / "logs" / f"{good['id'].replace('/', '-')}-{piece.name}.log").read_text()
+    assert f"stand-in build, TUs [{' '.join(piece.tus)}]" in log
+    assert not list(output.rglob("*.conda")), "a piece is not a package"
+    assert sorted(p.name for p in output.iterdir()) == ["logs"], "nothing of the piece's scratch output is left"
+
+    link = run(env, "build", good["id"], "--part", "link", "--output-dir", str(output))
+    assert link.returncode == 0, link.stdout + link.stderr
+    link_log = (output / "logs" / f"{good['id'].replace('/', '-')}-link.log").read_text()
+    assert "stand-in build, TUs []" in link_log, "the link job is a whole build"
+    planned = next(j for c in json.loads(run(env, "plan", "--platform", "linux-64", "--json").stdout)["link"]
+                   for j in c["include"] if j["cell"] == good["id"])
+    assert [p.name for p in output.glob("linux-64/*.conda")] == [planned["package"]], "the link job makes the package the plan names"
+
+
+def test_pieces_need_recipe_support_and_bad_parts_or_cells_are_bad_input(project):
+    env, output, good, _, _ = project
+    # The stand-in recipe does not pass FAFORGE_BUILD_TUS: building a piece would build the whole cell.
+    pieces = [p.name for p in split_cell(load_build_cost(), "linux-64", good["cuda_archs"])]
+    refused = run(env, "build", good["id"], "--part", pieces[0], "--output-dir", str(output))
+    assert refused.returncode == 2 and "does not pass FAFORGE_BUILD_TUS" in refused.stderr and "Traceback" not in refused.stderr
+    unknown_part = run(env, "build", good["id"], "--part", "bwd-9of9", "--output-dir", str(output))
+    assert unknown_part.returncode == 2 and "has no such piece" in unknown_part.stderr
+    assert f"its pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
     unknown = run(env, "build", "linux-64/py399/torch9.9/cu999/abi1", "--output-dir", str(output))
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr

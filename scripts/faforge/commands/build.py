@@ -2,7 +2,8 @@
 
 Cells already in the output dir are skipped (resumable); a failed cell does not stop the
 others, and the exit status is 1 if any failed. Channels come from each cell's torch world
-in variants/releases.yaml.
+in variants/releases.yaml. `--part` builds one job of a split cell as `faforge plan` made it:
+a piece compiles its TUs into the compiler cache; `link` (like `all`) builds the whole package.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ from pathlib import Path
 from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import require_cells_exist
-from faforge.matrix.render import render_cells
-from faforge.release.build import PART_ENV, build_cell
+from faforge.matrix.cells import Cell, require_cells_exist
+from faforge.matrix.render import RenderedCell, render_cells
+from faforge.release.build import TUS_ENV, build_cell
+from faforge.release.cost import load_build_cost, split_cell
 from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cells", nargs="*", metavar="CELL", help="cell ids as `faforge matrix` prints them")
     parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
-    parser.add_argument("--part", default="all", help="the piece of a split cell to build (a plan job's `part`); default: all")
+    parser.add_argument("--part", default="all", help="the job of a split cell to build (a plan job's `part`: a piece such as bwd-1of4, or link); default: all")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
 
@@ -48,33 +50,52 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     return [(j["cell"], j.get("part", "all")) for j in jobs]
 
 
+def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
+    """The kernel TUs of a piece job, as faforge plan split the cell; () for `all` and `link`."""
+    if part in ("all", "link"):
+        return ()
+    pieces = [p for p in split_cell(load_build_cost(), cell.platform, cell.cuda_archs) if p.name not in ("all", "link")]
+    for piece in pieces:
+        if piece.name == part:
+            return piece.tus
+    raise FaforgeError(
+        f"--part {part}: {cell.id} has no such piece",
+        hint=f"its pieces are {', '.join(p.name for p in pieces)}, then link" if pieces
+        else "it fits one job on its runner (variants/build-cost.yaml), so build it whole: --part all",
+    )
+
+
+def render_for_part(cell: Cell, tus: tuple[str, ...], matrix) -> RenderedCell:
+    """The recipe reads the piece's TUs at render time (env.get), so set them first."""
+    if tus:
+        os.environ[TUS_ENV] = " ".join(tus)
+    else:
+        os.environ.pop(TUS_ENV, None)
+    return render_cells([cell], matrix.recipe_path, matrix.variants_dir)[0]
+
+
 def execute(args: argparse.Namespace) -> int:
     wanted = [(c, args.part) for c in args.cells] + (jobs_from_plan(args.plan) if args.plan else [])
     if not wanted:
         raise FaforgeError("nothing to build", hint="name cells (see `faforge matrix`) or pass --plan FILE")
-    parts = {part for _, part in wanted}
-    if len(parts) > 1:
-        raise FaforgeError(f"one run builds one part, got {', '.join(sorted(parts))}", hint="run one `faforge build` per part (as the CI jobs do)")
-    # The recipe reads the part at render time (env.get), so it must be set before rendering.
-    os.environ[PART_ENV] = parts.pop()
     matrix = load_matrix()
     require_cells_exist(matrix.cells, matrix.table, matrix.policy, [c for c, _ in wanted])
-    ids = {c for c, _ in wanted}
-    by_id = {r.cell.id: r for r in render_cells([c for c in matrix.cells if c.id in ids], matrix.recipe_path, matrix.variants_dir)}
+    cells = {c.id: c for c in matrix.cells}
+    jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
     output_dir = args.output_dir.resolve()
     log_dir = (args.log_dir or output_dir / "logs").resolve()
     results = []
-    for i, (cell_id, part) in enumerate(wanted, 1):
-        title = f"[{i}/{len(wanted)}] {cell_id}" + ("" if part == "all" else f" [{part}]")
+    for i, (cell, part, tus) in enumerate(jobs, 1):
+        title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
         with progress.step(title) as state:
-            result = build_cell(by_id[cell_id], output_dir=output_dir, log_dir=log_dir, part=part,
-                                live=lambda line, t=title: progress.say(f"  {t}: {line}"))
+            result = build_cell(render_for_part(cell, tus, matrix), output_dir=output_dir, log_dir=log_dir, part=part,
+                                tus=tus, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
             state.failed = result.status == "failed"
         if state.failed:
-            progress.warn(f"{cell_id} failed: {result.error}; log: {result.log}")
+            progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")
         results.append(result)
-    rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.package.name if b.package else "-", b.log] for b in results]
-    print(format_table(["cell", "part", "status", "time", "package", "log"], rows))
+    rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log] for b in results]
+    print(format_table(["cell", "part", "status", "time", "compiler cache", "package", "log"], rows))
     failed = [b for b in results if b.status == "failed"]
     print(f"\n{len(results) - len(failed)} of {len(results)} ok" + (f", {len(failed)} failed" if failed else ""))
     return EXIT_PROBLEMS if failed else EXIT_OK

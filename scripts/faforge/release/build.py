@@ -6,6 +6,9 @@ conda-forge world; pytorch, nvidia, conda-forge for the legacy one), in priority
 
 from __future__ import annotations
 
+import re
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,13 +18,13 @@ from faforge.errors import FaforgeError
 from faforge.matrix.render import RenderedCell
 from faforge.release.plan import job_slug, package_filename
 
-# Split cells (faforge.release.cost): a recipe opts in by passing, in build.script.env,
-#   FAFORGE_BUILD_PART: ${{ env.get("FAFORGE_BUILD_PART", default="all") }}
-#   FAFORGE_OBJECT_DIR: ${{ env.get("FAFORGE_OBJECT_DIR", default="") }}
-# and its build script then compiles only that piece's TUs (faforge.release.cost.split_cell names them)
-# into FAFORGE_OBJECT_DIR, or, for `link`, links the objects found there. Until the recipe does,
-# `faforge build --part` with anything but `all` is refused rather than silently building whole.
-PART_ENV = "FAFORGE_BUILD_PART"
+# Split cells (faforge.release.cost). A piece job renders the recipe with this variable holding its
+# TU names; the recipe passes it on (build.script.env: ${{ env.get("FAFORGE_BUILD_TUS", default="") }})
+# and its build script compiles only those TUs into the compiler cache, then stops. The cell's
+# `link` job is an ordinary full build whose kernel objects come from the pieces' restored caches:
+# a missing object costs time (it is compiled there), never correctness.
+TUS_ENV = "FAFORGE_BUILD_TUS"
+CACHE_LINE = re.compile(r"compiler cache: (\d+) hits, (\d+) misses")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class CellBuild:
     package: Path | None
     log: Path
     error: str | None = None
+    cache: str = "-"  # the build script's compiler-cache hits/misses, e.g. "72 hits, 1 misses"
 
 
 class _LogWriter:
@@ -66,38 +70,53 @@ class _LogWriter:
         self._write(f"downloaded {event.url}")
 
 
-def require_part_support(rendered: RenderedCell, part: str) -> None:
-    if part == "all":
-        return
+def require_piece_support(rendered: RenderedCell, tus: tuple[str, ...]) -> None:
+    """A recipe that ignored the TU list would build the whole cell in a job sized for a piece."""
     script = (rendered.recipe.get("build") or {}).get("script")
     env = (script.get("env") or {}) if isinstance(script, dict) else {}
-    if PART_ENV not in env:
+    if str(env.get(TUS_ENV, "")).split() != list(tus):
         raise FaforgeError(
-            f"{rendered.cell.id}: the recipe cannot build the piece {part!r} yet (its build.script.env has no {PART_ENV})",
-            hint="build the cell whole (`faforge build CELL`) on a runner big enough for it (variants/build-cost.yaml: runners)",
+            f"{rendered.cell.id}: the recipe does not pass {TUS_ENV} to its build script, so it cannot build a piece",
+            hint=f'add `{TUS_ENV}: ${{{{ env.get("{TUS_ENV}", default="") }}}}` to build.script.env, or build the cell whole',
         )
 
 
-def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live: Callable[[str], None], part: str = "all") -> CellBuild:
-    """Build one cell (or one piece of it) into output_dir/<platform>/; skip it if already there."""
+def cache_summary(log_path: Path) -> str:
+    found = CACHE_LINE.findall(log_path.read_text(errors="replace")) if log_path.is_file() else []
+    return f"{found[-1][0]} hits, {found[-1][1]} misses" if found else "-"
+
+
+def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
+               part: str = "all", tus: tuple[str, ...] = ()) -> CellBuild:
+    """Build one cell into output_dir/<platform>/ (skipped if already there), or one piece of it.
+
+    A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
+    compiler cache: its package is a by-product, built in a scratch dir and deleted.
+    """
     from rattler_build import ToolConfiguration  # noqa: PLC0415
 
     cell = rendered.cell
     target = output_dir / cell.platform / package_filename(rendered)
     log_path = log_dir / f"{job_slug(cell.id, part)}.log"
-    if part in ("all", "link") and target.is_file():
+    if not tus and target.is_file():
         return CellBuild(cell=cell.id, part=part, status="present", seconds=0.0, package=target, log=log_path)
-    require_part_support(rendered, part)
+    if tus:
+        require_piece_support(rendered, tus)
     log_dir.mkdir(parents=True, exist_ok=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{job_slug(cell.id, part)}-", dir=output_dir))
     started = time.monotonic()
     with open(log_path, "w") as log:
         writer = _LogWriter(log, live)
         log.write(f"cell {cell.id} part {part} channels {' '.join(cell.channels)}\n")
+        if tus:
+            log.write(f"piece: {len(tus)} kernel TUs: {' '.join(tus)}\n")
         try:
             result = rendered.variant.run_build(
-                # Run the recipe's own tests (import, ABI gate) on native builds; the default skips them.
-                tool_config=ToolConfiguration(test_strategy="native"),
-                output_dir=output_dir,
+                # Run the recipe's own tests (import, ABI gate) on native builds; the default skips
+                # them. A piece has no binary to test.
+                tool_config=ToolConfiguration(test_strategy="skip" if tus else "native"),
+                output_dir=scratch if tus else output_dir,
                 channels=list(cell.channels),
                 progress_callback=writer,
             )
@@ -105,7 +124,10 @@ def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live:
             message = str(exc).strip() or type(exc).__name__
             log.write(f"FAILED: {message}\n")
             return CellBuild(cell=cell.id, part=part, status="failed", seconds=time.monotonic() - started,
-                             package=None, log=log_path, error=message)
+                             package=None, log=log_path, error=message, cache=cache_summary(log_path))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     packages = [Path(p) for p in result.packages]
     return CellBuild(cell=cell.id, part=part, status="built", seconds=time.monotonic() - started,
-                     package=packages[0] if packages else None, log=log_path)
+                     package=None if tus else (packages[0] if packages else None), log=log_path,
+                     cache=cache_summary(log_path))

@@ -4,12 +4,17 @@ GitHub allows at most 256 jobs per matrix and 6 hours per hosted job (variants/b
 so jobs come in chunks of at most `max_jobs_per_matrix`, and a cell whose estimated build is
 longer than its runner's limit becomes TU pieces plus a final link job (faforge.release.cost).
 Link jobs need their pieces, so they form a second list of chunks that runs afterwards.
+
+Pieces are planned once per kernel set, not per cell: the kernel objects do not depend on python
+(the recipe's ccache shares them, measured in variants/README.md), so the cells that differ only in
+python share one set of piece jobs, and each cell's link job restores their compiler caches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell
 from faforge.release.cost import BuildCost, Part, split_cell
 
@@ -51,14 +56,22 @@ def job_slug(cell_id: str, part: str) -> str:
     return slug if part == "all" else f"{slug}-{part}"
 
 
+def kernel_set(cell: Cell) -> str:
+    """The cells whose kernel objects are the same, as a file-safe name: all but python."""
+    return f"{cell.platform}-{cell.world}-torch{cell.torch}-{cell.cuda_tag}-abi{cell.cxx11_abi}"
+
+
 def matrix_entry(rendered: RenderedCell, part: Part, runner_label: str) -> dict:
+    """One job. A piece job builds its TUs for the kernel set; `cell` is the set's first cell."""
     cell = rendered.cell
+    kernels = kernel_set(cell)
+    piece = part.name not in ("all", "link")
     return {
         "cell": cell.id,
         "part": part.name,
-        "slug": job_slug(cell.id, part.name),
-        "cell-slug": job_slug(cell.id, "all"),
-        "name": cell.id if part.name == "all" else f"{cell.id} [{part.name}]",
+        "slug": f"{kernels}-{part.name}" if piece else job_slug(cell.id, part.name),
+        "kernels": kernels,
+        "name": f"{kernels} [{part.name}]" if piece else cell.id if part.name == "all" else f"{cell.id} [{part.name}]",
         "platform": cell.platform,
         "runs-on": runner_label,
         "timeout-minutes": part.minutes,
@@ -78,6 +91,7 @@ def present_keys(records) -> set[tuple[str, str, str, str]]:
 
 def make_plan(rendered: list[RenderedCell], cost: BuildCost, present: set[tuple[str, str, str, str]], channel: str | None) -> Plan:
     todo, done, build_jobs, link_jobs = [], [], [], []
+    planned_pieces = set()
     for r in rendered:
         package = r.recipe["package"]
         if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present:
@@ -86,6 +100,10 @@ def make_plan(rendered: list[RenderedCell], cost: BuildCost, present: set[tuple[
         todo.append(r)
         runner = cost.runner_for(r.cell.platform)
         for part in split_cell(cost, r.cell.platform, r.cell.cuda_archs):
-            (link_jobs if part.name == "link" else build_jobs).append(matrix_entry(r, part, runner.label))
+            if part.name == "link":
+                link_jobs.append(matrix_entry(r, part, runner.label))
+            elif part.name == "all" or (kernel_set(r.cell), part.name) not in planned_pieces:
+                planned_pieces.add((kernel_set(r.cell), part.name))
+                build_jobs.append(matrix_entry(r, part, runner.label))
     return Plan(channel=channel, todo=todo, present=done, build_jobs=build_jobs, link_jobs=link_jobs,
                 chunk_size=cost.max_jobs_per_matrix)
