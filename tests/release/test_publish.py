@@ -25,20 +25,27 @@ SCHEMA = json.loads((REPO / "tests" / "schemas" / "publish.json").read_text())
 BUILD = "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
 TOKEN = "pfx-secret-0123456789abcdef"
 
-# A stand-in for prefix.dev's upload endpoint: logs each request (with its Authorization header)
-# and answers with the status given on its command line; on errors it echoes the header back,
-# as careless servers do, so faforge must scrub it from what it prints.
-FAKE_PREFIX = r"""
+# A stand-in for an upload server (prefix.dev, quetz, artifactory): logs each request (with its
+# credential header) and answers uploads with the status given on its command line; on errors it
+# echoes the credential back, as careless servers do, so faforge must scrub it from what it prints.
+# HEAD finds a file only once it was PUT (artifactory's existence check).
+FAKE_SERVER = r"""
 import http.server, json, sys
 status, log = int(sys.argv[1]), sys.argv[3]
+stored = set()
 class Handler(http.server.BaseHTTPRequestHandler):
     def handle_one(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        auth = self.headers.get("Authorization", "")
+        auth = self.headers.get("Authorization") or self.headers.get("X-API-Key") or ""
         with open(log, "a") as f:
             f.write(json.dumps({"method": self.command, "path": self.path, "auth": auth, "bytes": len(body)}) + "\n")
-        reply = json.dumps({"detail": "rejected credentials " + auth} if status >= 400 else {}).encode()
-        self.send_response(status)
+        code = status if self.command in ("POST", "PUT") else 200
+        if self.command == "HEAD":
+            code = 200 if self.path in stored else 404
+        elif self.command == "PUT" and status < 400:
+            stored.add(self.path)
+        reply = json.dumps({"detail": "rejected credentials " + auth} if code >= 400 else {}).encode()
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
@@ -125,8 +132,8 @@ def test_default_target_is_the_local_channel_folder(tmp_path):
 def fake_prefix(tmp_path):
     def start(status: int):
         port, log = free_port(), tmp_path / f"requests-{status}.jsonl"
-        script = tmp_path / "fake_prefix.py"
-        script.write_text(FAKE_PREFIX)
+        script = tmp_path / "fake_server.py"
+        script.write_text(FAKE_SERVER)
         return serve_process([sys.executable, str(script), str(status), str(port), str(log)], f"http://127.0.0.1:{port}/"), log
     return start
 
@@ -150,6 +157,56 @@ def test_upload_token_comes_from_the_environment_and_is_never_printed(tmp_path, 
         assert result.returncode == 0 and "published" in result.stdout
     else:
         assert result.returncode == 1 and "upload to prefix:" in result.stderr and "***" in result.stderr
+
+
+# py-rattler-build's upload protocols: quetz POSTs to its channel API with X-API-Key, artifactory
+# PUTs the file under the channel URL with a bearer token.
+SERVERS = {
+    "quetz": ("QUETZ_API_KEY", "POST", "/api/channels/my-channel/upload/", TOKEN),
+    "artifactory": ("ARTIFACTORY_TOKEN", "PUT", "/artifactory/api/conda/my-channel/linux-64/", f"Bearer {TOKEN}"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SERVERS))
+@pytest.mark.parametrize("status", [200, 500])
+def test_other_servers_get_the_token_from_the_environment_and_never_print_it(tmp_path, fake_prefix, kind, status):
+    variable, method, path, credential = SERVERS[kind]
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    server, log = fake_prefix(status)
+    channel = "artifactory/api/conda/my-channel" if kind == "artifactory" else "my-channel"
+    with server as url:
+        result = faforge("publish", str(one), "--manifest", str(manifest), "--to", f"{kind}:{url}{channel}",
+                         env=dict(os.environ, **{variable: TOKEN}))
+    uploads = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == method]
+    assert uploads and uploads[0]["path"].startswith(path), uploads
+    assert one.name in uploads[0]["path"] or uploads[0]["bytes"] >= one.stat().st_size
+    assert all(r["auth"] == credential for r in uploads), "the token must reach the server"
+    output = result.stdout + result.stderr
+    assert TOKEN not in output and "Traceback" not in output
+    if status == 200:
+        assert result.returncode == 0 and "published" in result.stdout, output
+    else:
+        assert result.returncode == 1 and f"upload to {kind}:" in result.stderr, output
+
+
+def test_artifactory_replaces_a_file_only_with_force(tmp_path, fake_prefix):
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    server, log = fake_prefix(200)
+    env = dict(os.environ, ARTIFACTORY_TOKEN=TOKEN)
+    with server as url:
+        target = f"artifactory:{url}artifactory/api/conda/my-channel"
+        first = faforge("publish", str(one), "--manifest", str(manifest), "--to", target, env=env)
+        again = faforge("publish", str(one), "--manifest", str(manifest), "--to", target, env=env)
+        forced = faforge("publish", str(one), "--manifest", str(manifest), "--to", target, "--force", env=env)
+    assert first.returncode == 0, first.stderr
+    assert again.returncode == 1 and "already on" in again.stderr and "--force" in again.stderr
+    assert forced.returncode == 0, forced.stderr
+    puts = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "PUT"]
+    assert len(puts) == 2, "the refused publish uploads nothing"
 
 
 def test_missing_token_names_the_variable_and_uploads_nothing(tmp_path, fake_prefix):

@@ -59,6 +59,8 @@ def assemble(spec: PackageSpec, channel_dir: Path) -> Path:
             depends=list(spec.depends),
             constrains=list(spec.constrains),
             build_number=spec.build_number,
+            # about.json, as every real package has (artifactory's upload reads it).
+            summary=f"{spec.name} {spec.version} ({spec.build})",
             noarch="generic" if spec.subdir == "noarch" else None,
             detect_prefix=False,
         )
