@@ -1,6 +1,7 @@
 """`faforge publish`: gates per exact sha256, never overwrite without --force, tokens only from the
 environment and never printed. Packages are real .conda files assembled with py-rattler-build;
-the upload goes over real HTTP to a fake prefix.dev server on loopback (in its own process)."""
+uploads go over real HTTP to fake prefix.dev, quetz, artifactory and anaconda.org servers on loopback
+(each in its own process)."""
 
 from __future__ import annotations
 
@@ -207,6 +208,79 @@ def test_artifactory_replaces_a_file_only_with_force(tmp_path, fake_prefix):
     assert forced.returncode == 0, forced.stderr
     puts = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "PUT"]
     assert len(puts) == 2, "the refused publish uploads nothing"
+
+
+# anaconda.org's API as rattler-build's anaconda upload speaks it (prefix-dev/rattler-build,
+# src/upload/anaconda.rs): package and release are looked up (404) and created, the file is staged
+# (409 when it exists), posted to the storage URL the stage returns, then committed; --force
+# deletes the existing file first.
+FAKE_ANACONDA = r"""
+import http.server, json, sys
+port, log = int(sys.argv[1]), sys.argv[2]
+created, files = set(), set()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def reply(self, code, body=None):
+        data = json.dumps(body or {}).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def handle_one(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with open(log, "a") as f:
+            f.write(json.dumps({"method": self.command, "path": self.path, "auth": self.headers.get("Authorization", ""), "bytes": len(body)}) + "\n")
+        kind, _, rest = self.path.strip("/").partition("/")
+        if kind in ("package", "release"):
+            if self.command == "GET":
+                return self.reply(200 if self.path in created else 404)
+            created.add(self.path)
+            return self.reply(200)
+        if kind == "stage":
+            if rest in files:
+                return self.reply(409, {"error": "exists"})
+            return self.reply(200, {"post_url": f"http://127.0.0.1:{port}/storage", "form_data": {"key": rest}, "dist_id": "dist-1"})
+        if kind == "commit":
+            files.add(rest)
+        if kind == "dist" and self.command == "DELETE":
+            files.discard(rest)
+        self.reply(200)
+    do_GET = do_POST = do_PATCH = do_DELETE = handle_one
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def test_anaconda_upload_stages_stores_commits_and_replaces_only_with_force(tmp_path):
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    port, log = free_port(), tmp_path / "anaconda.jsonl"
+    script = tmp_path / "fake_anaconda.py"
+    script.write_text(FAKE_ANACONDA)
+    env = dict(os.environ, ANACONDA_API_KEY=TOKEN)
+    with serve_process([sys.executable, str(script), str(port), str(log)], f"http://127.0.0.1:{port}/") as url:
+        target = f"anaconda:{url}faforge/dev"
+        first = faforge("publish", str(one), "--manifest", str(manifest), "--to", target, env=env)
+        again = faforge("publish", str(one), "--manifest", str(manifest), "--to", target, env=env)
+        forced = faforge("publish", str(one), "--manifest", str(manifest), "--to", target, "--force", env=env)
+    requests = [json.loads(line) for line in log.read_text().splitlines()]
+    api = [r for r in requests if r["path"] != "/storage" and r["path"] != "/"]
+    assert first.returncode == 0 and "published" in first.stdout, first.stderr
+    assert all(r["auth"] == f"token {TOKEN}" for r in api), "the token reaches the API"
+    stage = f"/stage/faforge/flash-attn/2.8.3.post2/linux-64/{one.name}"
+    assert [r["path"] for r in api if r["method"] == "POST"][:4] == [
+        "/package/faforge/flash-attn", "/release/faforge/flash-attn/2.8.3.post2", stage,
+        f"/commit/faforge/flash-attn/2.8.3.post2/linux-64/{one.name}"]
+    assert any(r["path"] == "/storage" and r["bytes"] >= one.stat().st_size for r in requests), "the file itself is stored"
+    assert again.returncode == 1 and "already exists" in again.stderr and "Traceback" not in again.stderr
+    assert forced.returncode == 0, forced.stderr
+    assert any(r["method"] == "DELETE" for r in requests), "--force replaces the existing file"
+    commits = [r for r in requests if r["path"].startswith("/commit/")]
+    assert len(commits) == 2, "the forced publish stores the file again after deleting it"
+    for result in (first, again, forced):
+        assert TOKEN not in result.stdout + result.stderr
 
 
 def test_missing_token_names_the_variable_and_uploads_nothing(tmp_path, fake_prefix):
