@@ -5,16 +5,17 @@ so jobs come in chunks of at most `max_jobs_per_matrix`, and a cell whose estima
 longer than its runner's limit becomes TU pieces plus a final link job (faforge.release.cost).
 Link jobs need their pieces, so they form a second list of chunks that runs afterwards.
 
-Pieces are planned once per kernel set, not per cell: the kernel objects do not depend on python
-(the recipe's ccache shares them, measured in variants/README.md), so the cells that differ only in
-python share one set of piece jobs, and each cell's link job restores their compiler caches.
+Pieces are planned once per kernel cache key (faforge.buildcost.cachekey), not per cell: the
+kernel objects do not depend on python (the recipe's ccache shares them, measured in
+variants/README.md), so the cells that differ only in python share one set of piece jobs, and
+each cell's link job restores their compiler caches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from faforge.matrix.cells import Cell
+from faforge.buildcost.cachekey import kernel_cache_key
 from faforge.matrix.render import RenderedCell
 from faforge.release.cost import BuildCost, Part, split_cell
 
@@ -56,15 +57,10 @@ def job_slug(cell_id: str, part: str) -> str:
     return slug if part == "all" else f"{slug}-{part}"
 
 
-def kernel_set(cell: Cell) -> str:
-    """The cells whose kernel objects are the same, as a file-safe name: all but python."""
-    return f"{cell.platform}-{cell.world}-torch{cell.torch}-{cell.cuda_tag}-abi{cell.cxx11_abi}"
-
-
 def matrix_entry(rendered: RenderedCell, part: Part, runner_label: str) -> dict:
     """One job. A piece job builds its TUs for the kernel set; `cell` is the set's first cell."""
     cell = rendered.cell
-    kernels = kernel_set(cell)
+    kernels = kernel_cache_key(cell)
     piece = part.name not in ("all", "link")
     return {
         "cell": cell.id,
@@ -102,8 +98,8 @@ def make_plan(rendered: list[RenderedCell], cost: BuildCost, present: set[tuple[
         for part in split_cell(cost, r.cell.platform, r.cell.cuda_archs):
             if part.name == "link":
                 link_jobs.append(matrix_entry(r, part, runner.label))
-            elif part.name == "all" or (kernel_set(r.cell), part.name) not in planned_pieces:
-                planned_pieces.add((kernel_set(r.cell), part.name))
+            elif part.name == "all" or (kernel_cache_key(r.cell), part.name) not in planned_pieces:
+                planned_pieces.add((kernel_cache_key(r.cell), part.name))
                 build_jobs.append(matrix_entry(r, part, runner.label))
     return Plan(channel=channel, todo=todo, present=done, build_jobs=build_jobs, link_jobs=link_jobs,
                 chunk_size=cost.max_jobs_per_matrix)
