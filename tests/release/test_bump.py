@@ -117,3 +117,45 @@ def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):
 def test_unknown_source_is_bad_input(project):
     result = faforge(project, "bump", "--source", "nope")
     assert result.returncode == 2 and "torch-sources.yaml" in result.stderr
+
+
+# PyTorch's wheel server as a PEP 503 page (hrefs with hashes, '+' percent-encoded as on the real one).
+WHEEL_FILES = [
+    "torch-2.99.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl",
+    "torch-2.99.0%2Bcu130-cp313-cp313-manylinux_2_28_aarch64.whl",
+    "torch-2.99.0%2Bcu128-cp313-cp313t-manylinux_2_28_x86_64.whl",
+    "torch-2.99.0%2Bcpu-cp312-cp312-manylinux_2_28_x86_64.whl",       # CPU: ignored
+    "torch-2.99.0%2Bcu130-cp312-cp312-win_amd64.whl",                  # not Linux: ignored
+    "torch-2.13.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl",      # a minor the table lists
+    "torch-2.0.1%2Bcu118-cp311-cp311-linux_x86_64.whl",                # history
+]
+
+
+def write_wheel_index(root: Path) -> Path:
+    page = root / "whl" / "torch" / "index.html"
+    page.parent.mkdir(parents=True)
+    links = "\n".join(f'<a href="/whl/{name}#sha256={"0" * 64}">{name.replace("%2B", "+")}</a><br/>' for name in WHEEL_FILES)
+    page.write_text(f"<!DOCTYPE html>\n<html><body><h1>Links for torch</h1>\n{links}\n</body></html>\n")
+    return page.parent
+
+
+def test_wheel_index_lists_minors_ahead_of_the_channels_and_adds_no_rows(project, tmp_path):
+    index = write_wheel_index(tmp_path / "served")
+    before = digests(project)
+    with serve_directory(tmp_path / "served") as url:
+        shown = faforge(project, "bump", "--source", "pytorch-wheels", "--channel-url", url + "whl/torch/", "--json")
+        text = faforge(project, "bump", "--source", "pytorch-wheels", "--channel-url", url + "whl/torch/", "--write")
+    assert index.is_dir() and shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    jsonschema.validate(data, SCHEMA)
+    assert data["wheel_only"] == [{"torch": "2.99.0", "cuda": ["12.8", "13.0"], "python": ["3.12", "3.13"],
+                                   "platforms": ["linux-64", "linux-aarch64"]}]
+    assert data["new_releases"] == [] and data["new_cells"] == [] and data["written"] == []
+    assert text.returncode == 0 and "no conda world has yet" in text.stdout and "2.99.0" in text.stdout
+    assert digests(project) == before, "wheel-only releases never change the table"
+
+
+def test_unreachable_wheel_index_is_a_clear_error(project):
+    result = faforge(project, "bump", "--source", "pytorch-wheels", "--channel-url", "http://127.0.0.1:9/whl/torch/")
+    assert result.returncode == 1 and "cannot read the wheel index http://127.0.0.1:9/whl/torch/" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -2,7 +2,8 @@
 
 Shows the new release rows and the cells they add. With --write, adds the rows to the table
 (in its canonical form) and regenerates the variant configs; an unreachable channel is an
-error and leaves every file as it was.
+error and leaves every file as it was. Wheel indexes (torch-sources.yaml `wheel_indexes`) add
+no rows: they list torch minors that exist as wheels before any conda world has them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from faforge import paths
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.release.bump import extended, find_new, load_sources, new_cells, write
+from faforge.release.wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
 from faforge.table import format_table
 
 BUMP_VERSION = 1
@@ -21,25 +23,32 @@ BUMP_VERSION = 1
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", action="append", metavar="NAME",
-                        help="a source from variants/torch-sources.yaml (repeatable; default: all of them)")
-    parser.add_argument("--channel-url", metavar="URL", help="read this channel instead of the source's (a mirror); needs one --source")
+                        help="a source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)")
+    parser.add_argument("--channel-url", metavar="URL", help="read this channel (or wheel index) instead of the source's (a mirror); needs one --source")
     parser.add_argument("--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)")
 
 
 def execute(args: argparse.Namespace) -> int:
-    sources = load_sources(paths.variants_dir() / "torch-sources.yaml")
-    names = args.source or list(sources)
-    unknown = [n for n in names if n not in sources]
+    sources_file = paths.variants_dir() / "torch-sources.yaml"
+    sources, wheel_indexes = load_sources(sources_file), load_wheel_indexes(sources_file)
+    names = args.source or [*sources, *wheel_indexes]
+    unknown = [n for n in names if n not in sources and n not in wheel_indexes]
     if unknown:
-        raise FaforgeError(f"--source {unknown[0]}: unknown", hint=f"sources in variants/torch-sources.yaml: {', '.join(sources)}")
+        raise FaforgeError(f"--source {unknown[0]}: unknown", hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *wheel_indexes])}")
     if args.channel_url and len(names) != 1:
         raise FaforgeError("--channel-url replaces one source's channel", hint="pass exactly one --source with it")
     matrix = load_matrix()
     rows = []
     for name in names:
-        rows += find_new(matrix.table, sources[name], args.channel_url)
+        if name in sources:
+            rows += find_new(matrix.table, sources[name], args.channel_url)
     table = extended(matrix.table, rows)
+    # Read every source before anything is written: an unreachable index leaves the table as it was.
+    wheel_only = []
+    for name in names:
+        if name in wheel_indexes:
+            wheel_only += ahead_of_table(table, wheel_releases(read_index(args.channel_url or wheel_indexes[name])))
     cells = new_cells(matrix.table, table, matrix.policy)
     written = write(table, matrix.policy, matrix.variants_dir) if args.write and rows else []
     if args.json:
@@ -50,8 +59,14 @@ def execute(args: argparse.Namespace) -> int:
                               "platforms": list(r.platforms), "tegra": r.tegra, "source": list(r.source)} for r in rows],
             "new_cells": [c.id for c in cells],
             "written": [str(p) for p in written],
+            "wheel_only": [{"torch": w.torch, "cuda": list(w.cuda), "python": list(w.python), "platforms": list(w.platforms)}
+                           for w in wheel_only],
         }, indent=2))
         return EXIT_OK
+    if wheel_only:
+        print("torch releases with wheels that no conda world has yet (no rows until a channel builds them):")
+        print(format_table(["torch", "cuda", "python", "platforms"],
+                           [[w.torch, " ".join(w.cuda), " ".join(w.python), " ".join(w.platforms)] for w in wheel_only]) + "\n")
     if not rows:
         print(f"no torch releases missing from {matrix.table.path.name} ({', '.join(names)})")
         return EXIT_OK

@@ -1,0 +1,81 @@
+"""Torch releases that PyTorch's wheel index has and no conda world of the table has yet.
+
+A wheel-only fact for `faforge bump`: such a release cannot become a row (every world here is a
+conda channel), but it tells maintainers which minor the channels will bring next, and with which
+CUDA versions, pythons and platforms.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass
+from html import unescape
+from pathlib import Path
+from urllib.parse import unquote
+
+from faforge.datafile import load_yaml
+from faforge.errors import DataError, FaforgeError
+from faforge.matrix.releases import ReleaseTable
+from faforge.matrix.versions import minor_of, vtuple
+from faforge.release.package import cuda_of_tag
+
+WHEEL = re.compile(
+    r"torch-(?P<torch>\d+\.\d+\.\d+)\+cu(?P<cuda>\d+)-cp(?P<py>3\d+)-cp3\d+t?-[^\s\"'<>]*?(?P<arch>x86_64|aarch64)\.whl"
+)
+PLATFORM = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+
+
+@dataclass(frozen=True)
+class WheelRelease:
+    torch: str
+    cuda: tuple[str, ...]
+    python: tuple[str, ...]
+    platforms: tuple[str, ...]
+
+
+def load_wheel_indexes(path: Path) -> dict[str, str]:
+    """name -> index URL from torch-sources.yaml's `wheel_indexes`."""
+    raw = load_yaml(path).get("wheel_indexes") or {}
+    out = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, dict) or set(entry) != {"url"} or not str(entry["url"]).startswith(("http://", "https://")):
+            raise DataError(path, f"wheel_indexes.{name}", f"invalid value {entry!r}", hint="expected {url: https://...}")
+        out[name] = entry["url"]
+    return out
+
+
+def read_index(url: str) -> str:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "text/html"}), timeout=60) as response:
+            return response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        raise FaforgeError(f"cannot read the wheel index {url}: HTTP {exc.code}", hint="check the URL (a PEP 503 simple page)", exit_code=1) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise FaforgeError(f"cannot read the wheel index {url}: {getattr(exc, 'reason', exc)}",
+                           hint="check the URL and your network", exit_code=1) from None
+
+
+def wheel_releases(page: str) -> list[WheelRelease]:
+    """CUDA wheels on a simple page, grouped by torch version (Linux only; CPU wheels ignored)."""
+    groups: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+    for match in WHEEL.finditer(unquote(unescape(page))):
+        py = match["py"]
+        groups[match["torch"]].add((cuda_of_tag(match["cuda"]), f"{py[0]}.{py[1:]}", PLATFORM[match["arch"]]))
+    return [
+        WheelRelease(
+            torch=torch,
+            cuda=tuple(sorted({c for c, _, _ in found}, key=vtuple)),
+            python=tuple(sorted({p for _, p, _ in found}, key=vtuple)),
+            platforms=tuple(p for p in PLATFORM.values() if any(f[2] == p for f in found)),
+        )
+        for torch, found in sorted(groups.items(), key=lambda kv: vtuple(kv[0]))
+    ]
+
+
+def ahead_of_table(table: ReleaseTable, releases: list[WheelRelease]) -> list[WheelRelease]:
+    """Releases of a torch minor newer than every minor the table lists, in any world."""
+    newest = max((vtuple(r.torch_minor) for r in table.releases), default=(0,))
+    return [r for r in releases if vtuple(minor_of(r.torch)) > newest]
