@@ -88,6 +88,7 @@ def test_plan_json_matches_schema_and_every_cell_is_planned(rendered):
         assert [j["part"] for j in pieces] == [p.name for p in expected[:-1]]
         assert sum(len(p.tus) for p in expected[:-1]) == ALL_TUS
         assert all(j["slug"] == f"{kernels}-{j['part']}" for j in pieces)
+        assert {j["pieces"] for j in link if j["kernels"] == kernels} == {len(pieces)}, "a link job knows how many pieces to expect"
     sets = {j["kernels"] for j in link}
     assert len(sets) < len(link), "cells that differ only in python share their pieces"
     assert len(data["build"]) <= 4 and len(data["link"]) <= 4, "fits the 4 + 4 chunk jobs of .github/workflows/build.yml"

@@ -86,3 +86,24 @@ def test_gates_and_secrets_are_wired():
     assert "--require" not in publish_step["run"], "CI publishes under the default gates, GPU included"
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "bump.yml").read_text())
     assert "schedule" in bump[True] and "gh pr create" in bump["jobs"]["bump"]["steps"][-1]["run"]
+
+
+def test_link_job_refuses_missing_pieces_and_merges_their_caches(tmp_path):
+    """The link job's guard step, run by bash as the runner would: N of N pieces merge into .ccache."""
+    cells = yaml.safe_load((REPO / ".github" / "workflows" / "build-cells.yml").read_text())
+    step = next(s for s in cells["jobs"]["cell"]["steps"] if s.get("name", "").startswith("Every piece arrived"))
+    for name, entry in (("ccache-k-fwd", "a/1.o"), ("ccache-k-bwd", "b/2.o")):
+        (tmp_path / "pieces" / name / entry).parent.mkdir(parents=True)
+        (tmp_path / "pieces" / name / entry).write_text(name)
+
+    def guard(expected: int):
+        env = {"PATH": "/usr/bin:/bin", "EXPECTED": str(expected), "KERNELS": "ccache-k"}
+        return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    short = guard(3)
+    assert short.returncode == 1 and "2 of 3 pieces of ccache-k arrived" in short.stdout
+    assert not (tmp_path / ".ccache").exists(), "nothing is merged when a piece is missing"
+    ok = guard(2)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert (tmp_path / ".ccache" / "a" / "1.o").read_text() == "ccache-k-fwd"
+    assert (tmp_path / ".ccache" / "b" / "2.o").read_text() == "ccache-k-bwd"

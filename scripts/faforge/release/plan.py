@@ -57,8 +57,9 @@ def job_slug(cell_id: str, part: str) -> str:
     return slug if part == "all" else f"{slug}-{part}"
 
 
-def matrix_entry(rendered: RenderedCell, part: Part, runner_label: str) -> dict:
-    """One job. A piece job builds its TUs for the kernel set; `cell` is the set's first cell."""
+def matrix_entry(rendered: RenderedCell, part: Part, runner_label: str, pieces: int = 0) -> dict:
+    """One job. A piece job builds its TUs for the kernel set; `cell` is the set's first cell.
+    `pieces` is how many piece artifacts a link job must find before it builds."""
     cell = rendered.cell
     kernels = kernel_cache_key(cell)
     piece = part.name not in ("all", "link")
@@ -77,6 +78,7 @@ def matrix_entry(rendered: RenderedCell, part: Part, runner_label: str) -> dict:
         "cxx11-abi": cell.cxx11_abi,
         "build-string": rendered.build_string,
         "package": package_filename(rendered),
+        "pieces": pieces,
     }
 
 
@@ -95,9 +97,10 @@ def make_plan(rendered: list[RenderedCell], cost: BuildCost, present: set[tuple[
             continue
         todo.append(r)
         runner = cost.runner_for(r.cell.platform)
-        for part in split_cell(cost, r.cell.platform, r.cell.cuda_archs):
+        parts = split_cell(cost, r.cell.platform, r.cell.cuda_archs)
+        for part in parts:
             if part.name == "link":
-                link_jobs.append(matrix_entry(r, part, runner.label))
+                link_jobs.append(matrix_entry(r, part, runner.label, pieces=len(parts) - 1))
             elif part.name == "all" or (kernel_cache_key(r.cell), part.name) not in planned_pieces:
                 planned_pieces.add((kernel_cache_key(r.cell), part.name))
                 build_jobs.append(matrix_entry(r, part, runner.label))
