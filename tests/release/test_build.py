@@ -93,7 +93,8 @@ PIECE_SCRIPT = """\
       FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}
     content:
       - echo "stand-in build, TUs [$FAFORGE_BUILD_TUS]"
-      - mkdir -p $PREFIX/share && echo ok > $PREFIX/share/flash-attn-standin.txt
+      # Like build_flash_attn.py --only-tus: a piece installs nothing into the prefix.
+      - if [ -z "$FAFORGE_BUILD_TUS" ]; then mkdir -p $PREFIX/share && echo ok > $PREFIX/share/flash-attn-standin.txt; fi
 """
 
 
