@@ -68,7 +68,7 @@ class Member:
     header_offset: int
 
 
-def _request(url: str, byte_range: str | None = None, accept: str | None = None) -> bytes:
+def http_get(url: str, byte_range: str | None = None, accept: str | None = None) -> bytes:
     request = urllib.request.Request(url, headers={"User-Agent": "faforge-wheelfetch"})
     if byte_range:
         request.add_header("Range", f"bytes={byte_range}")
@@ -91,7 +91,7 @@ def list_files(project: str, index: str = SIMPLE_INDEX) -> list[RemoteFile]:
     """Every file of `project` on a PEP 691 index."""
     url = f"{index.rstrip('/')}/{project}/"
     try:
-        data = json.loads(_request(url, accept=SIMPLE_JSON))
+        data = json.loads(http_get(url, accept=SIMPLE_JSON))
     except json.JSONDecodeError:
         raise FetchError(f"{url}: not a PEP 691 JSON response", hint="the index must serve application/vnd.pypi.simple.v1+json") from None
     return [
@@ -126,7 +126,7 @@ class RemoteZip:
             raise FetchError(f"{self.url}: cannot learn the file size: {exc}") from None
 
     def _read(self, start: int, length: int) -> bytes:
-        data = _request(self.url, f"{start}-{start + length - 1}")
+        data = http_get(self.url, f"{start}-{start + length - 1}")
         if len(data) != length:
             raise FetchError(f"{self.url}: asked for {length} bytes at {start}, got {len(data)}")
         return data

@@ -8,8 +8,6 @@ CUDA versions, pythons and platforms.
 from __future__ import annotations
 
 import re
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass
 from html import unescape
@@ -21,6 +19,7 @@ from faforge.errors import DataError, FaforgeError
 from faforge.matrix.releases import ReleaseTable
 from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
+from faforge.wheelfetch import FetchError, http_get
 
 WHEEL = re.compile(
     r"torch-(?P<torch>\d+\.\d+\.\d+)\+cu(?P<cuda>\d+)-cp(?P<py>3\d+)-cp3\d+t?-[^\s\"'<>]*?(?P<arch>x86_64|aarch64)\.whl"
@@ -49,13 +48,10 @@ def load_wheel_indexes(path: Path) -> dict[str, str]:
 
 def read_index(url: str) -> str:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "text/html"}), timeout=60) as response:
-            return response.read().decode("utf-8", errors="replace")
-    except urllib.error.HTTPError as exc:
-        raise FaforgeError(f"cannot read the wheel index {url}: HTTP {exc.code}", hint="check the URL (a PEP 503 simple page)", exit_code=1) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise FaforgeError(f"cannot read the wheel index {url}: {getattr(exc, 'reason', exc)}",
-                           hint="check the URL and your network", exit_code=1) from None
+        return http_get(url, accept="text/html").decode("utf-8", errors="replace")
+    except FetchError as exc:
+        raise FaforgeError(f"cannot read the wheel index {exc.message}", hint="check the URL (a PEP 503 simple page) and your network",
+                           exit_code=1) from None
 
 
 def wheel_releases(page: str) -> list[WheelRelease]:
