@@ -429,6 +429,7 @@ def build(args: argparse.Namespace) -> Path | None:
     stats_before = ccache_counts(ccache) if ccache else {}
 
     pristine_args = {}
+    linked = set()
 
     class CheckedBuildExtension(cpp_extension.BuildExtension):
         def build_extensions(self):
@@ -445,10 +446,15 @@ def build(args: argparse.Namespace) -> Path | None:
                 self.compiler.link_shared_object = lambda *a, **k: log(f"compiled {len(compile_only)} kernel TUs; not linking")
                 super().build_extension(ext)
                 return
-            super().build_extension(ext)
             path = Path(self.get_ext_fullpath(ext.name))
+            if ext.name in linked and path.exists():
+                # bdist_wheel runs build_ext again and setuptools would relink the whole extension
+                # (20-30 s for a full build) only to strip and verify it once more.
+                return
+            super().build_extension(ext)
             drop_libpython_needed(path, libpython)
             verify_abi(path, abi)
+            linked.add(ext.name)
 
     extension = cpp_extension.CUDAExtension(
         name="flash_attn_2_cuda",

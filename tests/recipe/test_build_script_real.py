@@ -96,6 +96,8 @@ def test_abi1_builds_links_strictly_and_verifies(build_python, tmp_path):
     assert '"cxx_std": "c++20"' in log, "torch 2.14 headers need C++20"
     assert "-Wl,--no-undefined" in log
     assert "verified: flash_attn_2_cuda" in log and "_GLIBCXX_USE_CXX11_ABI=1" in log
+    links = [line for line in log.splitlines() if " -shared " in line and "flash_attn_2_cuda" in line]
+    assert len(links) == 1 and log.count("verified: flash_attn_2_cuda") == 1, "linked once, not again for bdist_wheel"
     wheel = next((tmp_path / "dist-abi1").glob("flash_attn-0.0.1-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.startswith("flash_attn_2_cuda") and n.endswith(".so"))
