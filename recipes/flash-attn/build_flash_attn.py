@@ -25,7 +25,6 @@ in the recipe).
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import os
@@ -428,17 +427,17 @@ def build(args: argparse.Namespace) -> Path | None:
     ccache = setup_ccache(source_dir, nvcc_path, [sys.prefix, cuda_home]) if args.compiler_cache == "ccache" else None
     stats_before = ccache_counts(ccache) if ccache else {}
 
-    pristine_args = {}
-    linked = set()
+    built = []
 
     class CheckedBuildExtension(cpp_extension.BuildExtension):
         def build_extensions(self):
-            # BuildExtension appends torch's -D flags to extra_compile_args each time it runs, and
-            # bdist_wheel runs build_ext a second time: the longer command lines made ninja compile
-            # every TU twice. Each run starts from the arguments we gave (issue 7).
-            for ext in self.extensions:
-                ext.extra_compile_args = copy.deepcopy(pristine_args.setdefault(ext.name, copy.deepcopy(ext.extra_compile_args)))
+            # bdist_wheel runs build_ext a second time. That run would append torch's -D flags to the
+            # compile args again (longer command lines: ninja recompiled every TU, issue 7), relink the
+            # whole extension and strip and verify it again; its output is already in build_lib.
+            if built:
+                return
             super().build_extensions()
+            built.append(True)
 
         def build_extension(self, ext):
             if compile_only:
@@ -446,15 +445,10 @@ def build(args: argparse.Namespace) -> Path | None:
                 self.compiler.link_shared_object = lambda *a, **k: log(f"compiled {len(compile_only)} kernel TUs; not linking")
                 super().build_extension(ext)
                 return
-            path = Path(self.get_ext_fullpath(ext.name))
-            if ext.name in linked and path.exists():
-                # bdist_wheel runs build_ext again and setuptools would relink the whole extension
-                # (20-30 s for a full build) only to strip and verify it once more.
-                return
             super().build_extension(ext)
+            path = Path(self.get_ext_fullpath(ext.name))
             drop_libpython_needed(path, libpython)
             verify_abi(path, abi)
-            linked.add(ext.name)
 
     extension = cpp_extension.CUDAExtension(
         name="flash_attn_2_cuda",
