@@ -1,9 +1,9 @@
 """Against the real torch 2.14.1 (CUDA 13.0, cp311): a freshly built extension checks clean, and so
 does the recipe-test gate; an extension built for an older torch's SetDevice is caught.
 
-The torch venv is cached in .cache/venvs (tests/support/torch_envs.py, ~5.5 GB from local disk).
+The torch venv is cached in the test cache's venvs/ (tests/support/torch_envs.py, ~5.5 GB from local disk).
 The extension build (torch/extension.h + a one-kernel .cu for sm_80) takes 1-4 minutes, so its
-result is cached under .cache/abi/ keyed by the sources, torch and nvcc versions.
+result is cached under the test cache's abi/ keyed by the sources, torch and nvcc versions.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.support.torch_envs import TorchEnv, TorchEnvUnavailable, torch_env
 
 pytestmark = pytest.mark.slow
 TORCH = "2.14.1"
-CACHE = REPO / ".cache" / "abi"
+CACHE = cache_dir("abi")
 
 SOURCES = {
     "ext.cpp": """
@@ -52,6 +52,7 @@ void launch_add_one(float* x, int n) { add_one_kernel<<<(n + 255) / 256, 256>>>(
     "setup.py": """
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+from tests.support.cache import cache_dir
 setup(name="fixture", cmdclass={"build_ext": BuildExtension}, ext_modules=[CUDAExtension(
     "flash_attn_2_cuda", ["ext.cpp", "kernel.cu"],
     extra_compile_args={"cxx": ["-O0", "-std=c++20"],

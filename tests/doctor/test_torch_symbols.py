@@ -1,7 +1,7 @@
 """variants/torch_symbols.yaml against the real torch libraries it was read from.
 
 Needs network once: torch/lib/libc10.so and libc10_cuda.so of every wheel listed in the table,
-read with HTTP range requests (faforge.wheelfetch) and cached under .cache/torch-libs/ (~40 MB).
+read with HTTP range requests (faforge.wheelfetch) and cached under the test cache (tests/support/cache.py) torch-libs/ (~40 MB).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from faforge.doctor.torch_symbols import built_for, default_table, dump_symbol_t
 from faforge.matrix.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
 from tests.support.torch_envs import CACHE as VENV_CACHE
+from tests.support.cache import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "variants" / "torch_symbols.yaml"
-LIBS = REPO / ".cache" / "torch-libs"
+LIBS = cache_dir("torch-libs")
 TABLE_DATA = load_symbol_table(TABLE)
 
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def rehearsal_site(python: Path) -> Path:
-    """numpy + pyyaml for CPython 3.12, installed once under .cache/pip-target/; needed by this test only."""
+    """numpy + pyyaml for CPython 3.12, installed once under the test cache's pip-target/; needed by this test only."""
     return pip_target(python, "gpu-rehearsal-py3.12", ("numpy", "pyyaml"))
 
 

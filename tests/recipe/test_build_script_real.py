@@ -19,11 +19,12 @@ from faforge import paths
 from faforge.abi import elf
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+from tests.support.cache import cache_dir
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = paths.recipe_dir() / "build_flash_attn.py"
-CACHE = Path(__file__).resolve().parents[2] / ".cache" / "venvs"
+CACHE = cache_dir("venvs")
 
 FLASH_API = r"""
 #include <torch/extension.h>

@@ -6,7 +6,7 @@ and rendered run requirements and a real extension compiled here against that to
 second one, built with the other C++ ABI, must fail its gates.
 
 Slow on first run: `faforge verify` installs PyPI torch 2.14.1 (~5 GB, from local disk here) into
-its cached base venv under .cache/faforge/ (FAFORGE_CACHE_DIR), as it would on a CI runner.
+its cached base venv under the test cache (tests/support/cache.py) faforge/ (FAFORGE_CACHE_DIR), as it would on a CI runner.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from faforge.matrix.releases import Release, dump_releases, header_of, load_rele
 from tests.support.http_server import free_port, serve_process
 from tests.support.standin_flash_attn import CannotCompile, compile_extension, standin_package
 from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
+from tests.support.cache import cache_dir
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 # Where `faforge verify` keeps its PyPI torch venv for this test (git-ignored, ~5 GB, built once).
-VERIFY_CACHE = REPO / ".cache" / "faforge"
+VERIFY_CACHE = cache_dir("faforge")
 TORCH, CUDA, PYTHON = "2.14.1", "13.0", "3.11"
 CELL = "linux-64/py311/torch2.14/cu130/abi1"
 

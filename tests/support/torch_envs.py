@@ -2,7 +2,7 @@
 
 Tests that compile or check against real torch libraries (the ABI gate's clean
 extension check, the doctor) call `torch_env(...)`.  The venv lives under
-`.cache/venvs/` (git-ignored) and is built once; a lock file keeps two pytest
+the test cache's `venvs/` (tests/support/cache.py, outside the work tree) and is built once; a lock file keeps two pytest
 processes from building the same one at the same time.  torch 2.14.1 (CUDA 13.0,
 cp311) and 2.13.0 (CPU, cp311) install from this machine's local disk
 (`/opt/pypi-more`, `/opt/wheels` in pip's config); anything else needs PyPI.
@@ -16,8 +16,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from tests.support.cache import cache_dir
 
-CACHE = Path(__file__).resolve().parents[2] / ".cache" / "venvs"
+CACHE = cache_dir("venvs")
 PYENV = Path("/root/.pyenv/versions")
 
 
