@@ -33,8 +33,9 @@ CACHE_LINE = re.compile(r"compiler cache: (\d+) hits, (\d+) misses")
 
 # Every conda-forge CUDA pytorch depends on the __cuda virtual package, which a solver sees only
 # with an NVIDIA driver or this override; rattler-build's solves read it (VirtualPackageOverrides::
-# from_env). conda-forge's CI sets it on its GPU-less runners (conda-forge-ci-setup,
-# run_conda_forge_build_setup_linux), and so do we, per cell, unless the caller set it.
+# from_env). conda-forge's CI sets it on its GPU-less runners to the config's cuda_compiler_version
+# (https://github.com/conda-forge/conda-forge-ci-setup-feedstock/blob/21dbc177d730ca00b0b5f7b9fec339734a1f0e8d/recipe/run_conda_forge_build_setup_linux#L80-L84),
+# and so do we, per cell, unless the caller set it (.github/workflows/build-cells.yml does, from the plan).
 CUDA_OVERRIDE_ENV = "CONDA_OVERRIDE_CUDA"
 # NAME=URL entries, whitespace-separated; `faforge build --channel-alias` entries win over these.
 CHANNEL_ALIAS_ENV = "FAFORGE_CHANNEL_ALIAS"
