@@ -24,13 +24,33 @@ def test_generated_variant_configs_are_fresh(repo):
         assert path.read_text().startswith(GENERATED_HEADER)
 
 
+def test_one_file_per_platform_and_world(repo):
+    matrix = load_matrix(repo)
+    names = {path.name for path in generated_files(matrix.cells, matrix.variants_dir)}
+    assert names == {"linux-64-conda-forge.yaml", "linux-64-pytorch.yaml", "linux-aarch64-conda-forge.yaml"}
+
+
 def test_generated_files_are_marked_in_gitattributes_and_readme(repo):
     attributes = (repo / ".gitattributes").read_text()
     readme = (repo / "variants" / "README.md").read_text()
-    for name in ("linux-64.yaml", "linux-aarch64.yaml"):
-        assert f"variants/{name} linguist-generated=true" in attributes
-        assert name in readme
+    matrix = load_matrix(repo)
+    for path in generated_files(matrix.cells, matrix.variants_dir):
+        assert f"variants/{path.name} linguist-generated=true" in attributes
+        assert path.name in readme
     assert "faforge generate" in readme
+
+
+def test_generate_removes_a_generated_file_the_matrix_no_longer_produces(repo_copy):
+    """The old per-platform layout (variants/linux-64.yaml) is found and removed, a hand file is not."""
+    old = repo_copy / "variants" / "linux-64.yaml"
+    old.write_text(GENERATED_HEADER + "python: ['3.12.*']\n")
+    hand = repo_copy / "variants" / "hand-written.yaml"
+    hand.write_text("# not generated\npython: ['3.12.*']\n")
+    check = _faforge(["generate", "--check"], repo_copy)
+    assert check.returncode == 1 and f"obsolete: {old}" in check.stderr and "hand-written" not in check.stderr
+    assert _faforge(["generate"], repo_copy).returncode == 0
+    assert not old.exists() and hand.exists()
+    assert _faforge(["generate", "--check"], repo_copy).returncode == 0
 
 
 def test_freshness_check_fails_when_the_table_changes_without_regeneration(repo_copy):

@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 from faforge.matrix.releases import dump_releases, header_of, load_releases
+from faforge.matrix.variants import variant_config_path
 from tests.support.http_server import serve_directory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
     assert len(new_table.releases) == len(table.releases) + 1
     check = faforge(project, "generate", "--check")
     assert check.returncode == 0, check.stderr
-    assert all(cell in (project / "variants" / f"{cell.split('/')[0]}.yaml").read_text() for cell in data["new_cells"])
+    assert all(cell in variant_config_path(project / "variants", cell.split("/")[0], "conda-forge").read_text() for cell in data["new_cells"])
     again = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--json")
     assert again.returncode == 1, "the server is gone now"
 

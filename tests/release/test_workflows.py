@@ -8,6 +8,7 @@ under node; the fixture fetches it once into the test cache (tests/support/cache
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -108,3 +109,42 @@ def test_link_job_refuses_missing_pieces_and_merges_their_caches(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert (tmp_path / ".ccache" / "a" / "1.o").read_text() == "ccache-k-fwd"
     assert (tmp_path / ".ccache" / "b" / "2.o").read_text() == "ccache-k-bwd"
+
+
+MATRIX_VALUE = re.compile(r"^\$\{\{ matrix\.(?P<key>[\w-]+) \}\}$")
+
+
+def jobs_running_faforge_build() -> list[tuple[str, str, dict]]:
+    """(workflow, job id, job) of every job with a step that runs `faforge build`."""
+    out = []
+    for workflow in WORKFLOWS:
+        for job_id, job in (yaml.safe_load(workflow.read_text())["jobs"] or {}).items():
+            if any("faforge build" in step.get("run", "") for step in job.get("steps", [])):
+                out.append((workflow.name, job_id, job))
+    return out
+
+
+@pytest.fixture(scope="module")
+def plan_jobs() -> list[dict]:
+    """Every job of the real plan, as `faforge plan --json` gives them to build-cells.yml's matrix."""
+    result = subprocess.run([sys.executable, "-m", "faforge", "plan", "--json"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    return [job for kind in ("build", "link") for chunk in data[kind] for job in chunk["include"]]
+
+
+def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
+    """conda-forge's CUDA pytorch depends on __cuda; hosted runners have no driver (issue 11, item 1)."""
+    from faforge.matrix import load_matrix
+
+    builds = jobs_running_faforge_build()
+    assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell")]
+    cuda_of = {c.id: c.cuda for c in load_matrix(REPO).cells}
+    for workflow, job_id, job in builds:
+        value = (job.get("env") or {}).get("CONDA_OVERRIDE_CUDA", "")
+        match = MATRIX_VALUE.match(value)
+        assert match, f"{workflow} {job_id}: env.CONDA_OVERRIDE_CUDA must come from the plan's job, got {value!r}"
+        for step in job["steps"]:
+            assert "CONDA_OVERRIDE_CUDA" not in (step.get("env") or {}), f"{workflow} {job_id}: a step overrides it"
+        # What the expression gives for each planned job is that job's cell's CUDA.
+        assert {str(j[match["key"]]) == cuda_of[j["cell"]] for j in plan_jobs} == {True}

@@ -2,7 +2,8 @@
 
 Cells already in the output dir are skipped (resumable); a failed cell does not stop the
 others, and the exit status is 1 if any failed. Channels come from each cell's torch world
-in variants/releases.yaml. `--part` builds one job of a split cell as `faforge plan` made it:
+in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FAFORGE_CHANNEL_ALIAS)
+points them at. CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job of a split cell as `faforge plan` made it:
 a piece compiles its TUs into the compiler cache; `link` (like `all`) builds the whole package.
 """
 
@@ -18,7 +19,7 @@ from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
 from faforge.matrix.render import RenderedCell, render_cells
-from faforge.release.build import TUS_ENV, build_cell
+from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, build_cell, parse_channel_aliases
 from faforge.release.cost import load_build_cost, split_cell
 from faforge.table import format_table
 
@@ -29,6 +30,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", default="all", help="the job of a split cell to build (a plan job's `part`: a piece such as bwd-1of4, or link); default: all")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
+    parser.add_argument("--channel-alias", action="append", default=[], metavar="NAME=URL",
+                        help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
+                             f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")
 
 
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
@@ -74,11 +78,19 @@ def render_for_part(cell: Cell, tus: tuple[str, ...], matrix) -> RenderedCell:
     return render_cells([cell], matrix.recipe_path, matrix.variants_dir)[0]
 
 
+def channel_aliases(matrix, cli_entries: list[str]) -> dict[str, str]:
+    """FAFORGE_CHANNEL_ALIAS, then --channel-alias over it; checked against the worlds' channels."""
+    known = {channel for world in matrix.table.worlds.values() for channel in world.channels}
+    from_env = parse_channel_aliases(os.environ.get(CHANNEL_ALIAS_ENV, "").split(), known, origin=CHANNEL_ALIAS_ENV)
+    return {**from_env, **parse_channel_aliases(cli_entries, known)}
+
+
 def execute(args: argparse.Namespace) -> int:
     wanted = [(c, args.part) for c in args.cells] + (jobs_from_plan(args.plan) if args.plan else [])
     if not wanted:
         raise FaforgeError("nothing to build", hint="name cells (see `faforge matrix`) or pass --plan FILE")
     matrix = load_matrix()
+    aliases = channel_aliases(matrix, args.channel_alias)
     require_cells_exist(matrix.cells, matrix.table, matrix.policy, [c for c, _ in wanted])
     cells = {c.id: c for c in matrix.cells}
     jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
@@ -89,7 +101,7 @@ def execute(args: argparse.Namespace) -> int:
         title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
         with progress.step(title) as state:
             result = build_cell(render_for_part(cell, tus, matrix), output_dir=output_dir, log_dir=log_dir, part=part,
-                                tus=tus, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
+                                tus=tus, channel_aliases=aliases, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
             state.failed = result.status == "failed"
         if state.failed:
             progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")

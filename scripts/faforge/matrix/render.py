@@ -48,10 +48,11 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str) -> lis
 
 
 def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:
+    """Each cell rendered from its platform's and world's variant file, as a plain build would."""
     out = []
-    for platform in sorted({c.platform for c in cells}):
-        wanted = {_cell_key(c.variant()): c for c in cells if c.platform == platform}
-        rendered = render_platform(recipe_path, variant_config_path(variants_dir, platform), platform)
+    for platform, world in sorted({(c.platform, c.world) for c in cells}):
+        wanted = {_cell_key(c.variant()): c for c in cells if c.platform == platform and c.world == world}
+        rendered = render_platform(recipe_path, variant_config_path(variants_dir, platform, world), platform)
         by_key = {}
         for variant in rendered:
             stage1 = variant.recipe

@@ -1,20 +1,25 @@
 """Build cells with py-rattler-build: one log per cell, resumable, one failure never stops the rest.
 
 The channels come from the cell's torch world in variants/releases.yaml (conda-forge for the
-conda-forge world; pytorch, nvidia, conda-forge for the legacy one), in priority order.
+conda-forge world; pytorch, nvidia, conda-forge for the legacy one), in priority order; channel
+aliases point any of those names at another URL (a mirror, a proxy, a local file:// channel).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from faforge.errors import FaforgeError
+from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell
 from faforge.release.plan import job_slug, package_filename
 
@@ -25,6 +30,56 @@ from faforge.release.plan import job_slug, package_filename
 # a missing object costs time (it is compiled there), never correctness.
 TUS_ENV = "FAFORGE_BUILD_TUS"
 CACHE_LINE = re.compile(r"compiler cache: (\d+) hits, (\d+) misses")
+
+# Every conda-forge CUDA pytorch depends on the __cuda virtual package, which a solver sees only
+# with an NVIDIA driver or this override; rattler-build's solves read it (VirtualPackageOverrides::
+# from_env). conda-forge's CI sets it on its GPU-less runners to the config's cuda_compiler_version
+# (https://github.com/conda-forge/conda-forge-ci-setup-feedstock/blob/21dbc177d730ca00b0b5f7b9fec339734a1f0e8d/recipe/run_conda_forge_build_setup_linux#L80-L84),
+# and so do we, per cell, unless the caller set it (.github/workflows/build-cells.yml does, from the plan).
+CUDA_OVERRIDE_ENV = "CONDA_OVERRIDE_CUDA"
+# NAME=URL entries, whitespace-separated; `faforge build --channel-alias` entries win over these.
+CHANNEL_ALIAS_ENV = "FAFORGE_CHANNEL_ALIAS"
+ALIAS_SCHEMES = ("http", "https", "file")
+
+
+def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--channel-alias") -> dict[str, str]:
+    """NAME=URL entries -> {channel name: URL}; names must be channels of variants/releases.yaml."""
+    aliases: dict[str, str] = {}
+    for entry in entries:
+        name, sep, url = entry.partition("=")
+        if not sep or not name or not url:
+            raise FaforgeError(f"{origin} {entry!r}: expected NAME=URL, e.g. conda-forge=https://mirror.example/conda-forge")
+        if name not in known:
+            raise FaforgeError(f"{origin} {entry}: unknown channel name {name!r} (channels of variants/releases.yaml: {', '.join(sorted(known))})")
+        parts = urlsplit(url)
+        local_ok = parts.netloc in ("", "localhost") and parts.path.startswith("/")
+        if parts.scheme not in ALIAS_SCHEMES or not (local_ok if parts.scheme == "file" else parts.netloc):
+            raise FaforgeError(f"{origin} {entry}: {url!r} is not an http://, https:// or file:/// URL of a channel")
+        if name in aliases:
+            raise FaforgeError(f"{origin}: {name} is given twice ({aliases[name]} and {url})")
+        aliases[name] = url
+    return aliases
+
+
+def channels_for(cell: Cell, aliases: dict[str, str]) -> list[str]:
+    """The cell's world channels in priority order, each replaced by its alias if it has one."""
+    return [aliases.get(channel, channel) for channel in cell.channels]
+
+
+@contextmanager
+def cuda_override(cell: Cell) -> Iterator[str]:
+    """CONDA_OVERRIDE_CUDA for this cell's solves: the caller's value, else the cell's CUDA.
+    Yields the line that says which, for the cell's log."""
+    given = os.environ.get(CUDA_OVERRIDE_ENV)
+    if given is not None:
+        yield f"{CUDA_OVERRIDE_ENV}={given} (set by the caller)"
+        return
+    os.environ[CUDA_OVERRIDE_ENV] = cell.cuda
+    try:
+        yield (f"{CUDA_OVERRIDE_ENV}={cell.cuda} (unset, so faforge set it to the cell's CUDA: "
+               "CUDA pytorch depends on __cuda, which a machine without an NVIDIA driver lacks)")
+    finally:
+        os.environ.pop(CUDA_OVERRIDE_ENV, None)
 
 
 @dataclass(frozen=True)
@@ -87,7 +142,7 @@ def cache_summary(log_path: Path) -> str:
 
 
 def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
-               part: str = "all", tus: tuple[str, ...] = ()) -> CellBuild:
+               part: str = "all", tus: tuple[str, ...] = (), channel_aliases: dict[str, str] | None = None) -> CellBuild:
     """Build one cell into output_dir/<platform>/ (skipped if already there), or one piece of it.
 
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
@@ -106,9 +161,12 @@ def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live:
     output_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{job_slug(cell.id, part)}-", dir=output_dir))
     started = time.monotonic()
-    with open(log_path, "w") as log:
+    channels = channels_for(cell, channel_aliases or {})
+    with open(log_path, "w") as log, cuda_override(cell) as override:
         writer = _LogWriter(log, live)
-        log.write(f"cell {cell.id} part {part} channels {' '.join(cell.channels)}\n")
+        log.write(f"cell {cell.id} part {part} channels {' '.join(channels)}\n")
+        log.write(f"{override}\n")
+        live(override.split(" (")[0])
         if tus:
             log.write(f"piece: {len(tus)} kernel TUs: {' '.join(tus)}\n")
         try:
@@ -117,7 +175,7 @@ def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live:
                 # them. A piece has no binary to test.
                 tool_config=ToolConfiguration(test_strategy="skip" if tus else "native"),
                 output_dir=scratch if tus else output_dir,
-                channels=list(cell.channels),
+                channels=channels,
                 progress_callback=writer,
             )
         except Exception as exc:  # py-rattler-build raises its own error types; the log has the details

@@ -67,15 +67,24 @@ class Build:
     url: str
 
 
+def cuda_and_python(source: TorchSource, build: str) -> tuple[str, str] | None:
+    """(CUDA, python) a torch build string names, e.g. ('12.0', '3.13'); None for CPU builds."""
+    match = source.build.match(build)
+    if not match:
+        return None
+    groups = match.groupdict()
+    cuda = groups.get("cuda_dotted") or cuda_of_tag(groups["cuda"])
+    python = groups.get("py_dotted") or f"{groups['py'][0]}.{groups['py'][1:]}"
+    return cuda, python
+
+
 def parse_builds(source: TorchSource, records) -> list[Build]:
     out = []
     for record in records:
-        match = source.build.match(str(record.build))
-        if not match:
+        named = cuda_and_python(source, str(record.build))
+        if named is None:
             continue  # CPU builds and anything else that is not a CUDA build
-        groups = match.groupdict()
-        cuda = groups.get("cuda_dotted") or cuda_of_tag(groups["cuda"])
-        python = groups.get("py_dotted") or f"{groups['py'][0]}.{groups['py'][1:]}"
+        cuda, python = named
         tegra = any(TEGRA.match(str(d)) for d in record.depends)
         out.append(Build(torch=str(record.version), cuda=cuda, python=python, subdir=str(record.subdir), tegra=tegra, url=str(record.url)))
     return out
