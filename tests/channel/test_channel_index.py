@@ -21,6 +21,15 @@ from faforge.channel.repodata import query
 from tests.release.test_publish import faforge, passed
 
 FILE_COUNT = 6
+# What CPython prints when SIGINT lands in its own startup (site.py, runpy), before `faforge` is imported.
+CPYTHON_STARTUP = ("init_import_site: Failed to import the site module", "Could not import runpy module")
+
+
+def interrupted_before_faforge(returncode: int, stderr: str) -> bool:
+    """SIGINT inside CPython's startup: its own message, or a KeyboardInterrupt with only <frozen ...> frames."""
+    frames = [line for line in stderr.splitlines() if line.strip().startswith("File ")]
+    frozen_only = stderr.rstrip().endswith("KeyboardInterrupt") and frames and all('"<frozen ' in f for f in frames)
+    return returncode == 1 and (any(m in stderr for m in CPYTHON_STARTUP) or bool(frozen_only))
 
 
 def build(i: int) -> str:
@@ -242,7 +251,7 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
     timed = time.monotonic()
     assert publish(paths, manifest, tmp_path / "timing").returncode == 0
     span = time.monotonic() - timed
-    done = 0
+    done = startup = 0
     while done < rounds and time.monotonic() - started < budget:
         channel = tmp_path / f"c{done}"
         shutil.copytree(prefilled, channel)
@@ -252,7 +261,11 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
         time.sleep(delay)
         proc.send_signal(signal_)
         stderr = proc.communicate(timeout=120)[1]
-        assert proc.returncode in (0, 130, -2, -9), f"seed {seed} round {done}: exit {proc.returncode}: {stderr}"
+        if interrupted_before_faforge(proc.returncode, stderr):
+            stderr, startup = "", startup + 1  # interrupted inside CPython's own startup, before any faforge code
+        else:
+            # -2: SIGINT before the interpreter installed its handler (it dies of the signal, like -9).
+            assert proc.returncode in (0, 130, -2, -9), f"seed {seed} round {done}: exit {proc.returncode}: {stderr}"
         assert "Traceback" not in stderr and "panicked" not in stderr and "Fatal Python error" not in stderr, f"seed {seed} round {done}: {stderr}"
         assert_consistent(channel)
         rerun = publish(paths, manifest, channel)
@@ -260,7 +273,7 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
         assert_holds_all(channel, paths)
         shutil.rmtree(channel)
         done += 1
-    print(f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s")
+    print(f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s ({startup} hit CPython's startup)")
     assert done >= min(rounds, 50), f"only {done} interrupts fit in {budget}s (seed {seed}); raise FAFORGE_FAULT_SECONDS"
 
 
