@@ -40,6 +40,9 @@ class Target:
 
 def shown(text: str) -> str:
     """A URL as it may be printed: user-info and query values become ***, whatever they hold."""
+    kind, sep, rest = text.partition(":")
+    if sep and kind in TOKEN_ENV:
+        return f"{kind}:{shown(rest)}"
     parts = urlsplit(text)
     if "://" not in text or not (parts.username or parts.password or parts.query):
         return text
