@@ -9,6 +9,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,11 @@ from tests.release.test_publish import faforge, passed
 FILE_COUNT = 6
 # What CPython prints when SIGINT lands in its own startup (site.py, runpy), before `faforge` is imported.
 CPYTHON_STARTUP = ("init_import_site: Failed to import the site module", "Could not import runpy module")
+
+
+def default_sigint() -> None:
+    """Children of a non-interactive shell's background job inherit SIGINT ignored; these must feel it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def interrupted_before_faforge(returncode: int, stderr: str) -> bool:
@@ -252,12 +258,13 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
     assert publish(paths, manifest, tmp_path / "timing").returncode == 0
     span = time.monotonic() - timed
     done = startup = 0
+    codes: dict[int, int] = {}
     while done < rounds and time.monotonic() - started < budget:
         channel = tmp_path / f"c{done}"
         shutil.copytree(prefilled, channel)
         signal_, delay = rng.choice([2, 9]), rng.uniform(0, span * 1.1)
         proc = subprocess.Popen([sys.executable, "-m", "faforge", "publish", *map(str, paths), "--manifest", str(manifest), "--to", str(channel)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
         time.sleep(delay)
         proc.send_signal(signal_)
         stderr = proc.communicate(timeout=120)[1]
@@ -267,13 +274,15 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
             # -2: SIGINT before the interpreter installed its handler (it dies of the signal, like -9).
             assert proc.returncode in (0, 130, -2, -9), f"seed {seed} round {done}: exit {proc.returncode}: {stderr}"
         assert "Traceback" not in stderr and "panicked" not in stderr and "Fatal Python error" not in stderr, f"seed {seed} round {done}: {stderr}"
+        codes[proc.returncode] = codes.get(proc.returncode, 0) + 1
         assert_consistent(channel)
         rerun = publish(paths, manifest, channel)
         assert rerun.returncode == 0, f"seed {seed} round {done}: {rerun.stdout}{rerun.stderr}"
         assert_holds_all(channel, paths)
         shutil.rmtree(channel)
         done += 1
-    print(f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s ({startup} hit CPython's startup)")
+    print(f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s, exit codes {codes} ({startup} hit CPython's startup)")
+    assert codes.get(130), f"no SIGINT ever interrupted faforge itself (seed {seed}): {codes}"
     assert done >= min(rounds, 50), f"only {done} interrupts fit in {budget}s (seed {seed}); raise FAFORGE_FAULT_SECONDS"
 
 
