@@ -44,15 +44,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
     try:
+        # Inside the try: Ctrl-C while the chosen command's module imports (rattler, torch) is still an interrupt.
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
         return args._execute(args)
     except FaforgeError as exc:
         print(f"faforge {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"faforge {args.command}: interrupted", file=sys.stderr)
+        name = _chosen_command(sys.argv[1:] if argv is None else argv)
+        print(f"faforge {name}: interrupted" if name else "faforge: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

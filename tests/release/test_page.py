@@ -13,6 +13,7 @@ import pytest
 
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.channel.local import PackageSpec, assemble, index
+from faforge.config import public_channel
 from tests.support.chromium import BrowserUnavailable, Chromium
 from tests.support.http_server import serve_directory
 from tests.support.png import count_colour
@@ -51,7 +52,9 @@ def test_page_data(channel):
     assert sorted(p["build"] for p in data["packages"]) == sorted(b for _, b, _ in PACKAGES)
     legacy = next(p for p in data["packages"] if p["cxx11_abi"] == 0)
     assert legacy["world"] == "pytorch" and legacy["torch"] == "2.5.1"
-    assert legacy["install"] == conda_command(match_spec("flash-attn", VERSION, legacy["build"]), ["@CHANNEL@", "pytorch", "nvidia", "conda-forge"])
+    # The JSON file cannot learn the URL it is served from, so it names the public channel, never a placeholder.
+    assert legacy["install"] == conda_command(match_spec("flash-attn", VERSION, legacy["build"]), [public_channel(), "pytorch", "nvidia", "conda-forge"])
+    assert "@CHANNEL@" not in json.dumps(data["packages"]) and data["install_channel"] == public_channel()
 
 
 def test_pick_a_cell_in_headless_chromium(channel, tmp_path):

@@ -295,6 +295,40 @@ def test_missing_token_names_the_variable_and_uploads_nothing(tmp_path, fake_pre
     assert not log.exists() or all(json.loads(line)["method"] != "POST" for line in log.read_text().splitlines())
 
 
+def test_file_url_needs_an_absolute_path_and_never_means_the_current_folder(tmp_path):
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    for url in ("file://", "file://channel", "file://host/channel"):
+        result = faforge("publish", str(one), "--manifest", str(manifest), "--to", url, cwd=work)
+        assert result.returncode == 2 and "file:///ABSOLUTE/PATH" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not list(work.iterdir()), "nothing is written into the current folder"
+    channel = tmp_path / "my channel"
+    result = faforge("publish", str(one), "--manifest", str(manifest), "--to", channel.as_uri(), cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert (channel / "linux-64" / one.name).is_file() and not list(work.iterdir())
+
+
+@pytest.mark.parametrize("to", [
+    f"prefix:https://user:{TOKEN}@prefix.dev/my-channel",
+    f"prefix:https://{TOKEN}@prefix.dev/my-channel",
+    f"quetz:https://quetz.example/my-channel?api_key={TOKEN}",
+    f"https://user:{TOKEN}@example.org/channel",
+    f"file://user:{TOKEN}@/tmp/channel",
+], ids=["user-info", "bare-user-info", "query", "unknown-kind", "file-url"])
+def test_a_token_in_the_url_is_refused_and_never_printed(tmp_path, to):
+    manifest = tmp_path / "verification"
+    one = package(tmp_path / "a")
+    passed(manifest, one)
+    for extra in ([], ["--json"], ["--dry-run"]):
+        result = faforge("publish", str(one), "--manifest", str(manifest), "--to", to, *extra, env=dict(os.environ, PREFIX_API_KEY=TOKEN))
+        output = result.stdout + result.stderr
+        assert result.returncode == 2 and "Traceback" not in output, output
+        assert TOKEN not in output and "***" in output, output
+
+
 def test_unverified_package_is_refused_with_the_reason(tmp_path):
     one = package(tmp_path / "a")
     result = faforge("publish", str(one), "--manifest", str(tmp_path / "none"), "--to", str(tmp_path / "channel"))

@@ -68,13 +68,16 @@ def assemble(spec: PackageSpec, channel_dir: Path) -> Path:
 
 
 def index(channel_dir: Path) -> None:
-    """(Re)write repodata.json for every subdir, and make sure noarch/ exists as clients expect."""
-    from rattler.index import index_fs  # noqa: PLC0415
+    """(Re)write repodata.json for every subdir (noarch/ included), as `faforge index` does.
 
-    (channel_dir / "noarch").mkdir(parents=True, exist_ok=True)
-    result = index_fs(channel_dir, force=True)
-    if asyncio.iscoroutine(result):
-        asyncio.run(result)
+    Raises FaforgeError(exit 1) naming any file that cannot be indexed.
+    """
+    from faforge.channel.index import channel_lock, heal  # noqa: PLC0415
+
+    with channel_lock(channel_dir):
+        found = heal(channel_dir)
+    if found.bad:
+        raise FaforgeError(f"{channel_dir}: cannot index " + "; ".join(f"{b.path}: {b.reason}" for b in found.bad), exit_code=1)
 
 
 def _virtual_packages(virtuals: dict[str, str]):

@@ -11,6 +11,7 @@ COMMANDS = [
     "check-abi",
     "doctor",
     "generate",
+    "index",
     "matrix",
     "page",
     "plan",

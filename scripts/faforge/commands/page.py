@@ -13,7 +13,7 @@ from faforge import config, paths
 from faforge.channel.repodata import query
 from faforge.errors import EXIT_OK
 from faforge.matrix.releases import PLATFORMS, load_releases
-from faforge.release.page import HERE, page_data, write_page
+from faforge.release.page import DATA_FILE, HERE, page_data, write_page
 
 PACKAGE_NAME = "flash-attn"
 
@@ -24,7 +24,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="where index.html and the JSON go; default: the --channel folder itself")
     parser.add_argument("--install-channel", metavar="NAME_OR_URL",
                         help=f"the -c value shown to users (default: {HERE!r} = the URL the page is served from when it is "
-                             f"written into the channel folder, else $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r})")
+                             f"written into the channel folder, else $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r}; "
+                             f"{DATA_FILE}, which cannot know its URL, names $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r} for {HERE!r})")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -33,6 +34,6 @@ def execute(args: argparse.Namespace) -> int:
     out = args.out or Path(args.channel)
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
     data = page_data(records, load_releases(paths.variants_dir() / "releases.yaml"), install_channel)
-    page, data_file = write_page(data, out)
+    page, data_file = write_page(data, out, config.public_channel())
     print(f"wrote {page} and {data_file} ({len(data['packages'])} packages)")
     return EXIT_OK

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from faforge import config
+from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.release.manifest import check_gate_names
 from faforge.release.package import read_package
@@ -40,7 +41,8 @@ def execute(args: argparse.Namespace) -> int:
     required = check_gate_names(args.require.split(",") if args.require else config.required_gates(), what="--require")
     target = parse_target(args.to)
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
-    outcomes = publish(decisions, target, dry_run=args.dry_run, force=args.force)
+    result = publish(decisions, target, dry_run=args.dry_run, force=args.force)
+    outcomes = result.outcomes
     by_file = {d.package.filename: d for d in decisions}
     if args.json:
         print(json.dumps({
@@ -56,13 +58,15 @@ def execute(args: argparse.Namespace) -> int:
                 "detail": o.detail,
                 "gates": {g: r.result for g, r in by_file[o.package.filename].results.items()},
             } for o in outcomes],
+            "channel_problems": [{"file": b.path, "reason": b.reason} for b in result.channel_problems],
         }, indent=2))
     else:
         rows = [[o.package.filename, o.package.sha256[:12], by_file[o.package.filename].gate_words(), o.action, _short(o.detail)] for o in outcomes]
         print(format_table(["package", "sha256", "gates", "action", "detail"], rows))
         print(f"\nrequired gates: {', '.join(required)}; target: {target}")
+        print_channel_problems(result.channel_problems, target)
     bad = [o for o in outcomes if o.action in ("refused", "exists")]
-    return EXIT_PROBLEMS if bad else EXIT_OK
+    return EXIT_PROBLEMS if bad or result.channel_problems else EXIT_OK
 
 
 def _short(text: str, width: int = 160) -> str:

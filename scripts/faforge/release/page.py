@@ -76,10 +76,20 @@ def page_data(records, table: ReleaseTable, install_channel: str) -> dict:
     }
 
 
-def write_page(data: dict, out_dir: Path) -> tuple[Path, Path]:
+def with_channel(data: dict, channel: str) -> dict:
+    """The data with the page's placeholder replaced: a JSON file, unlike the page, cannot learn its own URL."""
+    if data["install_channel"] is not None:
+        return data
+    fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731
+    packages = [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data["packages"]]
+    return {**data, "install_channel": channel, "packages": packages}
+
+
+def write_page(data: dict, out_dir: Path, file_channel: str) -> tuple[Path, Path]:
+    """index.html (which fills in its own URL for `here`) and the JSON file (which names `file_channel` instead)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     data_path = out_dir / DATA_FILE
-    data_path.write_text(json.dumps(data, indent=2) + "\n")
+    data_path.write_text(json.dumps(with_channel(data, file_channel), indent=2) + "\n")
     # Embedded too, so the page also works opened from disk (file://), where fetch() is blocked.
     embedded = json.dumps(data).replace("</", "<\\/")
     text = TEMPLATE.read_text().replace("@DATA@", embedded).replace("@TITLE@", html.escape(f"flash-attn builds ({len(data['packages'])})"))

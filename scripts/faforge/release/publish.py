@@ -7,12 +7,13 @@ gate refuses the package whatever is required, so a known-broken file never ship
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from faforge.channel.index import BadFile, channel_errors, channel_lock, check_folder, heal, naming_problem, place_file, rebuild, Survey, survey
 from faforge.release.manifest import GATES, GateResult, results_for
-from faforge.release.package import PackageFacts, sha256_of
-from faforge.release.targets import Target, copy_to_folder, existing_in_folder, reindex_folder, upload
+from faforge.release.package import PackageFacts
+from faforge.release.targets import Target, upload
 
 
 @dataclass(frozen=True)
@@ -46,28 +47,70 @@ class Outcome:
     detail: str
 
 
-def publish(decisions: list[Decision], target: Target, *, dry_run: bool, force: bool) -> list[Outcome]:
-    outcomes = []
-    allowed = [d for d in decisions if d.allowed]
-    outcomes += [Outcome(d.package, "refused", d.reason) for d in decisions if not d.allowed]
+@dataclass(frozen=True)
+class Published:
+    outcomes: list[Outcome]
+    channel_problems: list[BadFile] = field(default_factory=list)  # files already in a folder channel that cannot be indexed
+
+
+def publish(decisions: list[Decision], target: Target, *, dry_run: bool, force: bool) -> Published:
+    outcomes = [Outcome(d.package, "refused", d.reason) for d in decisions if not d.allowed]
+    allowed = []
+    for pkg in (d.package for d in decisions if d.allowed):
+        # Refused before anything is copied: an index (ours or a server's) would not list it.
+        problem = naming_problem(pkg.filename, pkg.name, pkg.version, pkg.build) or ("" if pkg.subdir else "its metadata names no subdir")
+        if problem:
+            outcomes.append(Outcome(pkg, "refused", f"cannot be indexed: {problem}"))
+        else:
+            allowed.append(pkg)
     if target.kind == "folder":
-        for d in allowed:
-            pkg = d.package
-            existing = existing_in_folder(target, pkg.subdir, pkg.filename)
-            if existing and sha256_of(existing) == pkg.sha256:
-                outcomes.append(Outcome(pkg, "unchanged", f"identical file already in {target}"))
-            elif existing and not force:
-                outcomes.append(Outcome(pkg, "exists", f"a different file of this name is already in {target}; pass --force to replace it"))
-            elif dry_run:
-                outcomes.append(Outcome(pkg, "would-publish", f"{target}/{pkg.subdir}/{pkg.filename}"))
-            else:
-                copy_to_folder(target, pkg.path, pkg.subdir)
-                outcomes.append(Outcome(pkg, "published", f"{target}/{pkg.subdir}/{pkg.filename}"))
-        if any(o.action == "published" for o in outcomes):
-            reindex_folder(target)
-        return outcomes
+        result = _publish_to_folder(allowed, Path(target.url), dry_run=dry_run, force=force)
+    elif dry_run:
+        result = Published([Outcome(p, "would-publish", str(target)) for p in allowed])
+    else:
+        if allowed:
+            upload(target, [(p.path, p.subdir) for p in allowed], force=force)
+        result = Published([Outcome(p, "published", str(target)) for p in allowed])
+    order = {d.package.path: i for i, d in enumerate(decisions)}
+    return Published(sorted(outcomes + result.outcomes, key=lambda o: order[o.package.path]), result.channel_problems)
+
+
+def _publish_to_folder(packages: list[PackageFacts], channel: Path, *, dry_run: bool, force: bool) -> Published:
+    """Copy, then heal the index; "unchanged" only when both the file and its index entry are right.
+
+    A file replaced with --force first leaves the index, then changes, then is indexed again, so no
+    moment shows an entry whose file has another sha256.
+    """
+    check_folder(channel, sorted({p.subdir for p in packages}))
+    if not packages:
+        return Published([])
     if dry_run:
-        return outcomes + [Outcome(d.package, "would-publish", str(target)) for d in allowed]
-    if allowed:
-        upload(target, [(d.package.path, d.package.subdir) for d in allowed], force=force)
-    return outcomes + [Outcome(d.package, "published", str(target)) for d in allowed]
+        before = survey(channel) if channel.is_dir() else Survey(subdirs=[])
+        return Published([_plan(p, channel, before, force)[0] for p in packages])
+    with channel_errors(channel), channel_lock(channel):
+        before = survey(channel)
+        plans = [_plan(p, channel, before, force) for p in packages]
+        outcomes = [Outcome(o.package, "published", o.detail) if o.action == "would-publish" else o for o, _ in plans]
+        moving = [o.package for o, copy in plans if copy]
+        leaving = frozenset(f"{p.subdir}/{p.filename}" for p in moving) & set(before.entries)
+        if leaving:
+            rebuild(channel, before, leave_out=leaving)
+        for pkg in moving:
+            place_file(pkg.path, channel / pkg.subdir)
+        after = heal(channel)
+    return Published(outcomes, after.bad)
+
+
+def _plan(pkg: PackageFacts, channel: Path, before: Survey, force: bool) -> tuple[Outcome, bool]:
+    """What publishing `pkg` into `channel` does, and whether its file must be copied."""
+    rel = f"{pkg.subdir}/{pkg.filename}"
+    where = f"{channel}/{rel}"
+    if rel not in before.files:
+        return Outcome(pkg, "would-publish", where), True
+    if before.files[rel][1] == pkg.sha256:
+        if before.entries.get(rel) == before.files[rel]:
+            return Outcome(pkg, "unchanged", f"identical file and index entry already in {channel}"), False
+        return Outcome(pkg, "would-publish", f"{where} (the identical file is there but not indexed; indexing it)"), False
+    if force:
+        return Outcome(pkg, "would-publish", f"{where} (replacing a different file)"), True
+    return Outcome(pkg, "exists", f"a different file of this name is already in {channel}; pass --force to replace it"), False

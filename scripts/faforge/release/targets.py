@@ -10,14 +10,13 @@ Tokens come only from the environment variable named per kind, never from the co
 from __future__ import annotations
 
 import os
-import shutil
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
+from urllib.request import url2pathname
 
-from faforge.channel.local import index
 from faforge.errors import FaforgeError
 
 # The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
@@ -39,10 +38,28 @@ class Target:
         return self.url if self.kind == "folder" else f"{self.kind}:{self.url}/{self.channel}"
 
 
-def parse_target(text: str) -> Target:
+def shown(text: str) -> str:
+    """A URL as it may be printed: user-info and query values become ***, whatever they hold."""
     kind, sep, rest = text.partition(":")
     if sep and kind in TOKEN_ENV:
-        parts = urlsplit(rest)
+        return f"{kind}:{shown(rest)}"
+    parts = urlsplit(text)
+    if "://" not in text or not (parts.username or parts.password or parts.query):
+        return text
+    host = parts.hostname or ""
+    netloc = ("***@" if parts.username or parts.password else "") + host + (f":{parts.port}" if parts.port else "")
+    query = "&".join(f"{k}=***" if sep else "***" for k, sep, _ in (q.partition("=") for q in parts.query.split("&")))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def parse_target(text: str) -> Target:
+    kind, sep, rest = text.partition(":")
+    parts = urlsplit(rest if sep and kind in TOKEN_ENV else text)
+    if parts.username or parts.password or parts.query:
+        # Typed into a URL, a token lands in shell history and CI logs; only the environment carries it.
+        raise FaforgeError(f"--to {shown(text)}: credentials or a query in the URL are not accepted",
+                           hint="remove them from the URL and put the token in " + ", ".join(f"${v}" for v in TOKEN_ENV.values()))
+    if sep and kind in TOKEN_ENV:
         if parts.scheme not in ("http", "https") or not parts.netloc or not parts.path.strip("/"):
             raise FaforgeError(f"--to {text}: expected {kind}:https://HOST/CHANNEL", hint="e.g. prefix:https://prefix.dev/my-channel")
         path = parts.path.strip("/")
@@ -54,7 +71,10 @@ def parse_target(text: str) -> Target:
         base, _, channel = path.rpartition("/")
         return Target(kind=kind, url=f"{parts.scheme}://{parts.netloc}" + (f"/{base}" if base else ""), channel=channel)
     if text.startswith("file://"):
-        return Target(kind="folder", url=urlsplit(text).path, channel="")
+        # file:///ABS/PATH only: `file://` alone would be the current folder, `file://x/y` a host named x.
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise FaforgeError(f"--to {text}: expected file:///ABSOLUTE/PATH (three slashes)", hint="or pass the folder path itself")
+        return Target(kind="folder", url=url2pathname(parts.path), channel="")
     if "://" in text:
         raise FaforgeError(f"--to {text}: unknown target", hint=f"use a folder, file://PATH, or one of {', '.join(k + ':URL' for k in TOKEN_ENV)}")
     return Target(kind="folder", url=str(Path(text).expanduser()), channel="")
@@ -70,24 +90,10 @@ def token_for(target: Target) -> str:
 
 
 def redact(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text
-
-
-def existing_in_folder(target: Target, subdir: str, filename: str) -> Path | None:
-    path = Path(target.url) / subdir / filename
-    return path if path.exists() else None
-
-
-def copy_to_folder(target: Target, package: Path, subdir: str) -> Path:
-    dest_dir = Path(target.url) / subdir
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    partial = dest_dir / f".{package.name}.part"
-    shutil.copyfile(package, partial)
-    return partial.replace(dest_dir / package.name)
-
-
-def reindex_folder(target: Target) -> None:
-    index(Path(target.url))
+    """Scrub the secret as typed and as a URL would spell it (percent-encoded)."""
+    for spelling in dict.fromkeys((secret, quote(secret, safe=""), quote_plus(secret))) if secret else ():
+        text = text.replace(spelling, "***")
+    return text
 
 
 def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> bool:
