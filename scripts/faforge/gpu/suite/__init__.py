@@ -16,9 +16,6 @@ import pytest
 
 from faforge.gpu.gate import evaluate
 
-DTYPE_NAMES = ("fp16", "bf16")
-
-
 def gate_marks() -> list:
     gate = evaluate()
     return [pytest.mark.gpu, pytest.mark.skipif(not gate.usable, reason=gate.reason)]
