@@ -11,6 +11,9 @@ from __future__ import annotations
 from faforge.gpu.dispatch import package_tus
 from faforge.gpu.suite.cases import launch_table
 
+# Where the suite's conftest writes the kernel TUs each test launched (set by faforge test-gpu).
+KERNELS_JSON_ENV = "FAFORGE_GPU_KERNELS_JSON"
+
 
 def compare(observed: dict, head_dims: tuple[int, ...]) -> dict:
     """The coverage record that test-gpu's summary carries (tests/schemas/test-gpu.json, kernel_coverage)."""

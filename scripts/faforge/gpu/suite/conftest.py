@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from faforge.gpu.coverage import KERNELS_JSON_ENV
 from faforge.gpu.dispatch import tu_of_kernel
 from faforge.gpu.gate import evaluate
 
-KERNELS_JSON_ENV = "FAFORGE_GPU_KERNELS_JSON"
 _SEEN: dict[str, list[str]] = {}
 
 
