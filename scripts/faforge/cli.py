@@ -11,6 +11,18 @@ from faforge import __version__
 from faforge.commands import COMMANDS
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError
 
+# Import name -> pip requirement, for modules whose distribution is named otherwise.
+_DISTRIBUTIONS = {"yaml": "pyyaml", "elftools": "pyelftools", "rattler": "py-rattler", "rattler_build": "py-rattler-build"}
+
+
+def missing_module_error(exc: ModuleNotFoundError) -> FaforgeError:
+    """A dependency that is not installed is the user's to fix (exit 2), with the command that fixes it."""
+    top = (exc.name or "?").split(".")[0]
+    return FaforgeError(
+        f"the Python module {top!r} is not importable ({exc})",
+        hint=f"{sys.executable} -m pip install {_DISTRIBUTIONS.get(top, top)}  (or reinstall faforge with its dependencies)",
+    )
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse exits 2 on usage errors; keep that, without a traceback
@@ -44,13 +56,18 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser(argv)
+    try:
+        parser = build_parser(argv)  # imports the chosen command's module
+    except ModuleNotFoundError as exc:
+        print(f"faforge: error: {missing_module_error(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     args = parser.parse_args(argv)
     try:
         return args._execute(args)
-    except FaforgeError as exc:
-        print(f"faforge {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except (FaforgeError, ModuleNotFoundError) as exc:
+        error = missing_module_error(exc) if isinstance(exc, ModuleNotFoundError) else exc
+        print(f"faforge {args.command}: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print(f"faforge {args.command}: interrupted", file=sys.stderr)
         return 130
