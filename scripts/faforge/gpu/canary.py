@@ -17,6 +17,7 @@ from datetime import date
 from pathlib import Path
 
 from faforge.errors import FaforgeError
+from faforge.release.package import sha256_of
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
@@ -33,14 +34,6 @@ def git_blob_hash(path: Path) -> str:
     """`git hash-object PATH`: sha1 of 'blob <size>\\0' + content, without needing git or a commit."""
     data = path.read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def make_manifest(
