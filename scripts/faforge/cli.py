@@ -11,6 +11,18 @@ from faforge import __version__
 from faforge.commands import COMMANDS
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError
 
+# Import name -> pip requirement, for modules whose distribution is named otherwise.
+_DISTRIBUTIONS = {"yaml": "pyyaml", "elftools": "pyelftools", "rattler": "py-rattler", "rattler_build": "py-rattler-build"}
+
+
+def missing_module_error(exc: ModuleNotFoundError) -> FaforgeError:
+    """A dependency that is not installed is the user's to fix (exit 2), with the command that fixes it."""
+    top = (exc.name or "?").split(".")[0]
+    return FaforgeError(
+        f"the Python module {top!r} is not importable ({exc})",
+        hint=f"{sys.executable} -m pip install {_DISTRIBUTIONS.get(top, top)}  (or reinstall faforge with its dependencies)",
+    )
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse exits 2 on usage errors; keep that, without a traceback
@@ -49,9 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(argv)
         args = parser.parse_args(argv)
         return args._execute(args)
-    except FaforgeError as exc:
-        print(f"faforge {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except (FaforgeError, ModuleNotFoundError) as exc:
+        # A missing module can surface while the chosen command's module imports, before `args` exists.
+        error = missing_module_error(exc) if isinstance(exc, ModuleNotFoundError) else exc
+        name = _chosen_command(sys.argv[1:] if argv is None else argv)
+        print(f"faforge {name}: error: {error}" if name else f"faforge: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         name = _chosen_command(sys.argv[1:] if argv is None else argv)
         print(f"faforge {name}: interrupted" if name else "faforge: interrupted", file=sys.stderr)

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The GPU gate in one call on a GPU machine with no network (the H200 device machine: x86_64, CPython 3.12
 # with torch 2.11.0+cu130 as `python3`, nvcc 13.0):
-#   1. installs the wheels carried in .gpu-wheels/ (see tests/gpu/stage_gpu_wheels.sh) with pip --no-index
-#      into a private folder, decompressing the xz'd flash_attn wheel first;
-#   2. runs `faforge test-gpu` (the suite: compat check first, then numerics; capped at 240 s);
+#   1. decompresses the canary (tests/gpu/canary/, the flash_attn build under test, committed) after checking
+#      its sha256 against manifest.json, and installs it with the wheels carried in .gpu-wheels/ (PyPI's small
+#      wheels and faforge, see tests/gpu/stage_gpu_wheels.sh) with pip --no-index into a private folder;
+#   2. runs `faforge test-gpu` with the archs and head dims the canary's manifest declares (the suite: compat
+#      check first, then numerics; capped at 240 s, after which the reports are still written);
 #   3. runs `faforge bench-gpu` (TFLOP/s vs PyTorch SDPA; capped at 120 s);
 #   4. leaves run.log, summary.json, junit.xml, pytest.log, bench.json and bench.txt in REPORT_DIR.
 # The whole run stays under 6 minutes on an H200.
 #
 # usage: bash tests/gpu/run_on_gpu_machine.sh REPORT_DIR
-#   environment: PYTHON (default python3), FAFORGE_GPU_WHEELS (default <repo>/.gpu-wheels)
+#   environment: PYTHON (default python3), FAFORGE_GPU_WHEELS (default <repo>/.gpu-wheels),
+#                FAFORGE_GPU_CANARY (default <repo>/tests/gpu/canary; the offline rehearsal points it at a stand-in)
 # exit: 0 suite passed and benchmark ran; 1 a failure (install, a test, the benchmark, a time cap);
 #       3 nothing verified (no usable GPU, no CUDA torch, no flash_attn, or a binary without code for this GPU).
 # Device tool: command="bash tests/gpu/run_on_gpu_machine.sh $OUT", carry=[".gpu-wheels"], timeout_s=420.
@@ -18,6 +21,7 @@ set -uo pipefail
 REPORT=${1:?usage: run_on_gpu_machine.sh REPORT_DIR}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WHEELS=${FAFORGE_GPU_WHEELS:-$REPO/.gpu-wheels}
+CANARY=${FAFORGE_GPU_CANARY:-$REPO/tests/gpu/canary}
 PY=${PYTHON:-python3}
 TEST_CAP_S=240
 BENCH_CAP_S=120
@@ -42,18 +46,38 @@ main() {
     "$PY" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
       "$xz" "$unpacked/$(basename "${xz%.xz}")" || return 1
   done
-  compgen -G "$unpacked/flash_attn-*.whl" >/dev/null || echo "note: no flash_attn wheel carried; the suite will skip"
+  local declared=()
+  if [ -f "$CANARY/manifest.json" ]; then
+    "$PY" - "$CANARY" "$unpacked" <<'PY' || return 1
+import hashlib, json, lzma, pathlib, shutil, sys
+folder, out = map(pathlib.Path, sys.argv[1:])
+manifest = json.loads((folder / "manifest.json").read_text())
+source = folder / manifest["file"]
+digest = hashlib.sha256(source.read_bytes()).hexdigest()
+print(f"canary: {source.name} sha256 {digest} {'equal to' if digest == manifest['sha256'] else 'DIFFERS FROM'} the manifest's")
+if digest != manifest["sha256"]:
+    sys.exit(1)
+target = out / source.name.removesuffix(".xz")
+with lzma.open(source) as packed, open(target, "wb") as unpacked:
+    shutil.copyfileobj(packed, unpacked)
+print(f"canary: decompressed {target.name} ({target.stat().st_size} bytes)")
+(out / "declared.txt").write_text(f"{manifest['declares']['archs']}\n{','.join(map(str, manifest['declares']['head_dims']))}\n")
+PY
+    declared=(--declared-archs "$(sed -n 1p "$unpacked/declared.txt")" --declared-head-dims "$(sed -n 2p "$unpacked/declared.txt")")
+  fi
+  compgen -G "$unpacked/flash_attn-*.whl" >/dev/null || echo "note: no canary and no flash_attn wheel carried; the suite will skip"
   local wheels=("$WHEELS"/*.whl)
   compgen -G "$unpacked/*.whl" >/dev/null && wheels+=("$unpacked"/*.whl)
   echo "+ $PY -m pip install --no-index --no-deps --target $site ${wheels[*]##*/}"
   "$PY" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check --target "$site" "${wheels[@]}" \
     || return 1
+  echo "installed: $(cd "$site" && ls -d *.dist-info | tr '\n' ' ')"
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 
   echo "== faforge test-gpu"
-  timeout "$TEST_CAP_S" "$PY" -m faforge test-gpu --report-dir "$REPORT"
+  timeout $((TEST_CAP_S + 45)) "$PY" -m faforge test-gpu --report-dir "$REPORT" --time-cap-s "$TEST_CAP_S" "${declared[@]}"
   local test_rc=$?
-  [ "$test_rc" -eq 124 ] && echo "faforge test-gpu: stopped after ${TEST_CAP_S}s"
+  [ "$test_rc" -eq 124 ] && echo "faforge test-gpu: killed $((TEST_CAP_S + 45))s in (its own cap did not stop it)"
 
   echo "== faforge bench-gpu"
   timeout "$BENCH_CAP_S" "$PY" -m faforge bench-gpu --report-dir "$REPORT" | tee "$REPORT/bench.txt"

@@ -4,35 +4,32 @@
 #   * faforge itself, built from this checkout (installed there with --no-deps: the machine's image has
 #     pyyaml, and test-gpu/bench-gpu need nothing else of faforge's dependencies but pyelftools);
 #   * pytest, its dependencies, einops and pyelftools, pinned in tests/gpu/gpu-wheels.txt, for CPython 3.12 x86_64;
-#   * the flash_attn wheel under test, recompressed with xz as NAME.whl.xz (a wheel is a deflate zip; xz
-#     packs the big extension tighter), so that it fits the 64 MiB a device call carries.
+#   * only with --flash-attn-wheel: another flash_attn wheel to test, recompressed with xz as NAME.whl.xz.
+# The flash_attn build under test is normally the canary committed in tests/gpu/canary/ (xz'd wheel +
+# manifest.json): run_on_gpu_machine.sh installs it from there, so it is not carried twice. The last line
+# here says whether the canary's kernel inputs changed since it was built (a report, not a failure).
 #
-# usage: tests/gpu/stage_gpu_wheels.sh (--flash-attn-wheel PATH | --no-flash-attn) [--dest DIR]
+# usage: tests/gpu/stage_gpu_wheels.sh [--flash-attn-wheel PATH] [--dest DIR]
 # then:  device run  command="bash tests/gpu/run_on_gpu_machine.sh $OUT"  carry=[".gpu-wheels"]  timeout_s=420
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 DEST=$REPO/.gpu-wheels
 FA_WHEEL=
-NO_FA=
 # What one device call may carry in all (working tree included); keep a margin for the tracked files.
 BUDGET_MIB=${FAFORGE_GPU_WHEELS_BUDGET_MIB:-60}
 PYTHON=${PYTHON:-python3}
 
-usage() { sed -n '2,13p' "$0" >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case $1 in
     --flash-attn-wheel) FA_WHEEL=${2:?--flash-attn-wheel needs a path}; shift 2 ;;
-    --no-flash-attn) NO_FA=1; shift ;;
+    --no-flash-attn) shift ;;  # the old spelling of the default
     --dest) DEST=${2:?--dest needs a folder}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "stage_gpu_wheels.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
-if [ -z "$FA_WHEEL" ] && [ -z "$NO_FA" ]; then
-  echo "stage_gpu_wheels.sh: name the flash_attn wheel to test (--flash-attn-wheel PATH), or --no-flash-attn for a rehearsal" >&2
-  exit 2
-fi
 if [ -n "$FA_WHEEL" ] && [ ! -f "$FA_WHEEL" ]; then
   echo "stage_gpu_wheels.sh: --flash-attn-wheel $FA_WHEEL: no such file" >&2
   exit 2
@@ -76,3 +73,4 @@ if [ "$total_kib" -gt $((BUDGET_MIB * 1024)) ]; then
        "with the working tree; build the wheel for fewer archs (e.g. --archs 90) or fewer head dims" >&2
   exit 1
 fi
+PYTHONPATH=$REPO/scripts "$PYTHON" -m faforge test-gpu --canary-status || echo "stage_gpu_wheels.sh: canary status not available"

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from faforge.commands.bench_gpu import format_results
+from faforge.gpu import bench
 from faforge.gpu.bench import HIDDEN, IMPLEMENTATIONS, TOTAL_TOKENS, Shape, ratios, shapes
 
 
@@ -40,3 +45,16 @@ def test_table_shows_ratios_and_errors():
     row = next(line for line in table.splitlines() if line.startswith("2048"))
     assert row.split() == ["2048", "8", "128", "yes", "bwd", "300.0", "150.0", "n/a", "2.00x", "n/a"]
     assert "sdpa-efficient: No available kernel." in table
+
+
+@pytest.mark.gpu
+def test_mean_ms_warms_up_at_least_100_ms_then_times_back_to_back_calls():
+    torch = pytest.importorskip("torch", reason="needs torch with CUDA")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    calls = []
+    x = torch.randn(2048, 2048, device="cuda")
+    started = time.perf_counter()
+    ms = bench.mean_ms(lambda: calls.append(x @ x), calls=20)
+    assert time.perf_counter() - started >= bench.WARMUP_S
+    assert len(calls) > 20 and ms > 0

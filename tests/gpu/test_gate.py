@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from faforge.gpu.compat import JIT, NATIVE, NONE, check
-from faforge.gpu.gate import Gate, built_head_dims, read_embedded_archs
+from faforge.buildcost.tus import HEAD_DIMS
+from faforge.gpu.gate import (
+    DECLARED_ARCHS_ENV,
+    DECLARED_HEAD_DIMS_ENV,
+    Gate,
+    built_head_dims,
+    judge_binary,
+    parse_declared_archs,
+    read_embedded_archs,
+)
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -99,3 +108,39 @@ def test_compat_of_a_ptx_only_binary(sm80_binaries):
     assert archs == ((), ("compute_80",))
     assert check((9, 0), *archs).status == JIT
     assert check((7, 5), *archs).status == NONE
+
+
+def test_no_code_for_a_gpu_the_package_declares_is_a_defect_not_a_skip(sm80_binaries, monkeypatch):
+    archs = read_embedded_archs(sm80_binaries["sass"])
+    found = {"capability": (9, 0), "device": "NVIDIA H200", "extension": str(sm80_binaries["sass"])}
+    monkeypatch.setenv(DECLARED_ARCHS_ENV, "80;90")
+    gate = judge_binary("NVIDIA H200 (sm_90)", found, HEAD_DIMS, archs)
+    assert not gate.usable
+    assert gate.defects == (f"the package declares sm_80, sm_90, which covers sm_90, but {check((9, 0), *archs).message}",)
+    monkeypatch.setenv(DECLARED_ARCHS_ENV, "80")  # the package never claimed sm_90: nothing verified, no defect
+    gate = judge_binary("NVIDIA H200 (sm_90)", found, HEAD_DIMS, archs)
+    assert not gate.usable and gate.defects == ()
+    monkeypatch.setenv(DECLARED_ARCHS_ENV, "80+PTX")  # PTX for compute_80 covers sm_90 by JIT: then it must be there
+    assert judge_binary("NVIDIA H200 (sm_90)", found, HEAD_DIMS, archs).defects != ()
+
+
+def test_declared_head_dims_missing_from_the_binary_are_a_defect(tmp_path, monkeypatch):
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed; the stand-in extension is compiled with it")
+    (tmp_path / "fwd.cpp").write_text(FWD_KERNELS)
+    subprocess.run([gxx, "-shared", "-fPIC", "-o", tmp_path / "ext.so", tmp_path / "fwd.cpp"], check=True)
+    found = {"capability": (9, 0), "extension": str(tmp_path / "ext.so")}
+    built = built_head_dims(tmp_path / "ext.so")
+    gate = judge_binary("GPU", found, built, (("sm_90",), ()))
+    assert gate.usable and gate.head_dims == HEAD_DIMS  # the suite still tests every declared dim
+    assert gate.defects == ("head dims [32, 96, 128, 256] declared but ext.so has no forward kernels for them (it has [64, 192])",)
+    monkeypatch.setenv(DECLARED_HEAD_DIMS_ENV, "64,192")
+    assert judge_binary("GPU", found, built, (("sm_90",), ())).defects == ()
+
+
+def test_declared_archs_parse_like_the_build_scripts_arch_list():
+    assert parse_declared_archs("80;90;120+PTX") == (("sm_80", "sm_90", "sm_120"), ("compute_120",))
+    assert parse_declared_archs("sm_90a") == (("sm_90a",), ())
+    with pytest.raises(ValueError, match="'ninety' is not an arch"):
+        parse_declared_archs("80;ninety")

@@ -1,5 +1,11 @@
 """tests/gpu/run_on_gpu_machine.sh rehearsed here with the network cut (unshare -n): no GPU, so exit 3.
 
+The flash_attn under test comes from a canary folder like tests/gpu/canary/ (xz'd wheel + manifest.json).
+Until the real canary is committed, the rehearsal uses a STAND-IN canary: a minimal wheel named like
+flash-attn's, with a manifest made by faforge.gpu.canary; it proves the transport (checksum against the
+manifest, decompression, installation), not flash-attn. check-abi of the real canary's extension against
+torch 2.11.0 is not rehearsed here (the stand-in has no extension).
+
 The rehearsal mirrors the GPU machine as far as this one allows: CPython 3.12 with numpy and pyyaml
 (which that machine's image has, and faforge's CLI imports), every other wheel staged by
 tests/gpu/stage_gpu_wheels.sh and installed offline. There is no flash_attn wheel and no torch, so
@@ -19,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from faforge.gpu import canary
 from tests.support.recipe_test_envs import pip_target
 from tests.support.torch_envs import TorchEnvUnavailable, find_python
 
@@ -46,6 +53,20 @@ def stand_in_flash_attn_wheel(folder: Path) -> Path:
     return wheel
 
 
+def stand_in_canary(folder: Path, wheel: Path) -> Path:
+    """A canary folder holding `wheel` xz'd, with its manifest (the real one: tests/gpu/canary/)."""
+    import lzma  # noqa: PLC0415
+
+    folder.mkdir()
+    packed = folder / f"{wheel.name}.xz"
+    packed.write_bytes(lzma.compress(wheel.read_bytes()))
+    manifest = canary.make_manifest(
+        REPO, packed, build_command="(stand-in for the rehearsal)", sdist_sha256="0" * 64, torch="none", nvcc="none", archs="90", head_dims=[32, 64]
+    )
+    (folder / canary.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return folder
+
+
 @pytest.mark.slow
 def test_rehearsal_without_network_exits_3(tmp_path):
     if shutil.which("unshare") is None:
@@ -59,18 +80,23 @@ def test_rehearsal_without_network_exits_3(tmp_path):
         pytest.skip(str(exc))
     wheels, report = tmp_path / "wheels", tmp_path / "report"
     stage = subprocess.run(
-        ["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--flash-attn-wheel", str(stand_in_flash_attn_wheel(tmp_path)), "--dest", str(wheels)],
+        ["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--dest", str(wheels)],
         capture_output=True,
         text=True,
     )
     assert stage.returncode == 0, stage.stdout + stage.stderr
-    assert (wheels / "flash_attn-0.0.0-py3-none-any.whl.xz").is_file(), stage.stdout + stage.stderr
-    env = {**os.environ, "PYTHON": str(python), "PYTHONPATH": str(rehearsal_site(python)), "FAFORGE_GPU_WHEELS": str(wheels)}
+    assert not list(wheels.glob("flash_attn*")), "the canary is installed from its folder, not carried twice"
+    assert "canary: " in stage.stdout  # the staleness report
+    folder = stand_in_canary(tmp_path / "canary", stand_in_flash_attn_wheel(tmp_path))
+    env = {**os.environ, "PYTHON": str(python), "PYTHONPATH": str(rehearsal_site(python)), "FAFORGE_GPU_WHEELS": str(wheels), "FAFORGE_GPU_CANARY": str(folder)}
     result = subprocess.run(
         ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)], env=env, capture_output=True, text=True
     )
     assert result.returncode == 3, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "+ unxz flash_attn-0.0.0-py3-none-any.whl.xz" in result.stdout
+    digest = json.loads((folder / canary.MANIFEST).read_text())["sha256"]
+    assert f"canary: flash_attn-0.0.0-py3-none-any.whl.xz sha256 {digest} equal to the manifest's" in result.stdout
+    assert "canary: decompressed flash_attn-0.0.0-py3-none-any.whl (" in result.stdout
+    assert "flash_attn-0.0.0.dist-info" in next(line for line in result.stdout.splitlines() if line.startswith("installed: "))
     assert result.stdout.rstrip().endswith("run_on_gpu_machine.sh: exit 3 (0 passed, 1 failed, 3 not verified)")
     assert sorted(p.name for p in report.iterdir()) == ["bench.json", "bench.txt", "junit.xml", "pytest.log", "run.log", "summary.json"]
     summary = json.loads((report / "summary.json").read_text())

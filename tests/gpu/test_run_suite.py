@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
-from faforge.gpu.run_suite import format_summary, parse_junit, verdict
+from faforge.gpu.run_suite import format_summary, parse_junit, run, verdict
 
 SAMPLE = """
 import pytest
@@ -77,9 +81,83 @@ def test_verdict(pytest_exit_code, tests, expected):
 def test_summary_text_names_the_reason():
     summary = {
         "counts": {"passed": 0, "failed": 0, "error": 0, "skipped": 72}, "duration_s": 2.5, "status": "skipped",
-        "reason": "no CUDA device visible to torch", "gate": {"notes": []}, "report_dir": None,
+        "reason": "no CUDA device visible to torch", "gate": {"defects": [], "notes": []}, "report_dir": None,
     }  # fmt: skip
     assert format_summary(summary).splitlines() == [
         "faforge GPU suite: 0 passed, 0 failed, 0 errors, 72 skipped in 2.5s",
         "SKIPPED: no CUDA device visible to torch",
     ]
+
+
+SLOW_SUITE = """
+import time
+
+def test_quick():
+    pass
+
+def test_slow():
+    time.sleep(60)
+"""
+
+
+def slow_suite(folder):
+    folder.mkdir()
+    (folder / "test_slow_suite.py").write_text(SLOW_SUITE)
+    return folder
+
+
+def test_a_time_cap_stops_the_run_and_still_writes_the_reports(tmp_path):
+    report = tmp_path / "report"
+    summary = run(report, output=io.StringIO(), time_cap_s=4, suite_dir=slow_suite(tmp_path / "suite"))
+    assert summary["duration_s"] < 40
+    assert (summary["exit_code"], summary["status"]) == (EXIT_PROBLEMS, "failed")
+    assert summary["reason"].startswith("stopped by the 4 s time cap after 1 passed")
+    assert json.loads((report / "summary.json").read_text()) == summary
+    assert [t["id"] for t in parse_junit(report / "junit.xml")] == ["test_slow_suite.py::test_quick"]
+    assert "test_slow_suite.py" in (report / "pytest.log").read_text()
+
+
+def test_sigterm_stops_the_run_and_still_writes_the_reports(tmp_path):
+    """What `timeout` sends: the same as the time cap, so a capped GPU call leaves its reports."""
+    report = tmp_path / "report"
+    code = f"from pathlib import Path; from faforge.gpu.run_suite import run; run(Path({str(report)!r}), suite_dir=Path({str(slow_suite(tmp_path / 'suite'))!r}))"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in child.stdout:  # wait until pytest has collected, then give test_quick time to pass
+        if "collected 2 items" in line:
+            break
+    time.sleep(3)
+    child.send_signal(signal.SIGTERM)
+    child.communicate(timeout=40)
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["reason"].startswith("stopped by SIGTERM after 1 passed")
+
+
+BROKEN_PLUGIN_DIST = {
+    "broken_plugin.py": "raise ImportError('this plugin breaks on import')\n",
+    "broken_plugin-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n",
+    "broken_plugin-1.0.dist-info/entry_points.txt": "[pytest11]\nbroken = broken_plugin\n",
+}
+
+
+def test_the_child_pytest_does_not_autoload_installed_plugins(tmp_path, monkeypatch):
+    """A pytest plugin installed on the GPU machine that fails to import must not end the run before a test."""
+    site = tmp_path / "site"
+    for name, text in BROKEN_PLUGIN_DIST.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_one.py").write_text("def test_one():\n    pass\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    plain = subprocess.run([sys.executable, "-m", "pytest", str(suite)], capture_output=True, text=True, cwd=tmp_path)
+    assert plain.returncode != 0 and "this plugin breaks on import" in plain.stdout + plain.stderr  # the hazard is real
+    summary = run(None, output=io.StringIO(), suite_dir=suite)
+    assert summary["status"] == "passed" and summary["counts"]["passed"] == 1
+
+
+def test_a_missing_pytest_is_exit_2_with_the_install_command():
+    code = "import sys; sys.modules['pytest'] = None; from faforge.gpu.run_suite import main; sys.exit(main([]))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    assert "needs pytest>=8" in result.stderr and "-m pip install 'pytest>=8'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -26,7 +26,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16", help="default: bf16")
     parser.add_argument("--seqlens", type=_ints, default=bench.SEQLENS, help="comma-separated (default: 512,...,16384)")
     parser.add_argument("--head-dims", type=_ints, default=bench.HEAD_DIMS, help="comma-separated (default: 64,128)")
-    parser.add_argument("--repeats", type=int, default=10, help="timed calls per number; the median is kept (default: 10)")
+    parser.add_argument("--repeats", type=int, default=10, help="calls timed back to back between two CUDA events, after >= 100 ms of warm-up; their mean is kept (default: 10)")
     parser.add_argument("--report-dir", type=Path, help="also write bench.json there")
     parser.add_argument("--json", action="store_true", help="print JSON (schema: tests/schemas/bench-gpu.json)")
 

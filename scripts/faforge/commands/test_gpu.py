@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import argparse
 
-from faforge.gpu import run_suite
+from faforge import paths
+from faforge.errors import EXIT_OK
+from faforge.gpu import canary, run_suite
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     run_suite.add_arguments(parser)
+    parser.add_argument(
+        "--canary-status",
+        action="store_true",
+        help="only report the committed GPU canary (tests/gpu/canary/): matches its manifest? kernel inputs changed since? (exit 0)",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.canary_status:
+        print("\n".join(canary.status_lines(paths.repo_root())))
+        return EXIT_OK
     return run_suite.execute(args)

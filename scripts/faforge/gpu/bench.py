@@ -4,8 +4,8 @@ The shapes follow upstream's benchmarks/benchmark_flash_attention.py: hidden siz
 2048 split into heads of 64 or 128, batch x seqlen kept at 16k tokens for
 seqlen 512 .. 16k, causal and not. FLOPs count the two matmuls of the forward
 (4 * batch * seqlen^2 * heads * head_dim, halved when causal) and 2.5x that for
-the backward, as upstream does. Each number is the median of `repeats` timed
-calls (CUDA events) after `warmup` untimed ones.
+the backward, as upstream does. Each number is the mean of `repeats` timed
+calls, back to back between two CUDA events, after at least 100 ms of untimed warm-up calls (clocks up).
 
 torch and flash_attn are imported inside `run_benchmark` only, so the faforge
 CLI starts without them.
@@ -13,7 +13,7 @@ CLI starts without them.
 
 from __future__ import annotations
 
-import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,22 +47,31 @@ def shapes(seqlens=SEQLENS, head_dims=HEAD_DIMS) -> list[Shape]:
     ]
 
 
-def median_ms(call: Callable[[], object], *, warmup: int, repeats: int, before: Callable[[], None] = lambda: None) -> float:
+WARMUP_S = 0.1  # at least this long of untimed calls first, so the GPU's clocks are up
+
+
+def mean_ms(call: Callable[[], object], *, calls: int, warmup_s: float = WARMUP_S, before: Callable[[], None] = lambda: None) -> float:
+    """Milliseconds per call: `calls` back-to-back calls between two CUDA events, after >= warmup_s of warm-up.
+
+    One pair of events around the whole batch measures the GPU's time, not the launch gaps a per-call
+    synchronize would add; `before` (e.g. clearing gradients) must be host-only work."""
     import torch  # noqa: PLC0415
 
-    for _ in range(warmup):
+    deadline = time.perf_counter() + warmup_s
+    while True:
         before()
         call()
-    times = []
-    for _ in range(repeats):
+        torch.cuda.synchronize()
+        if time.perf_counter() >= deadline:
+            break
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
         before()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
         call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
 
 
 def _attention_calls(shape: Shape, dtype):
@@ -92,14 +101,14 @@ def _attention_calls(shape: Shape, dtype):
     }
 
 
-def measure(shape: Shape, dtype, *, warmup: int, repeats: int) -> list[dict]:
+def measure(shape: Shape, dtype, *, repeats: int) -> list[dict]:
     """Two records (fwd, bwd) for one shape: TFLOP/s per implementation, or the error that stopped it."""
     import torch  # noqa: PLC0415
 
     records = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
     for name, (forward, leaves) in _attention_calls(shape, dtype).items():
         try:
-            ms = median_ms(forward, warmup=warmup, repeats=repeats)
+            ms = mean_ms(forward, calls=repeats)
             records["fwd"]["tflops"][name] = shape.flops("fwd") / ms / 1e9
             out = forward()
             grad = torch.randn_like(out)
@@ -108,7 +117,7 @@ def measure(shape: Shape, dtype, *, warmup: int, repeats: int) -> list[dict]:
                 for leaf in leaves:
                     leaf.grad = None
 
-            ms = median_ms(lambda: out.backward(grad, retain_graph=True), warmup=warmup, repeats=repeats, before=clear_grads)
+            ms = mean_ms(lambda: out.backward(grad, retain_graph=True), calls=repeats, before=clear_grads)
             records["bwd"]["tflops"][name] = shape.flops("bwd") / ms / 1e9
         except RuntimeError as exc:  # e.g. "No available kernel" from an SDPA backend that cannot take this shape
             for record in records.values():
@@ -143,7 +152,7 @@ def ratios(tflops: dict) -> dict:
 
 
 def run_benchmark(
-    *, dtype_name: str = "bf16", seqlens=SEQLENS, head_dims=HEAD_DIMS, warmup: int = 3, repeats: int = 10, progress=lambda shape: None
+    *, dtype_name: str = "bf16", seqlens=SEQLENS, head_dims=HEAD_DIMS, repeats: int = 10, progress=lambda shape: None
 ) -> list[dict]:
     import torch  # noqa: PLC0415
 
@@ -152,5 +161,5 @@ def run_benchmark(
     results = []
     for shape in shapes(seqlens, head_dims):
         progress(shape)
-        results += measure(shape, dtype, warmup=warmup, repeats=repeats)
+        results += measure(shape, dtype, repeats=repeats)
     return results

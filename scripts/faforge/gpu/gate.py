@@ -18,17 +18,26 @@ from __future__ import annotations
 
 import importlib.util
 import mmap
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from faforge.buildcost.tus import HEAD_DIMS
 from faforge.gpu.compat import JIT, Compat, check
 
 EXTENSION = "flash_attn_2_cuda"
-# Head dims flash-attn 2.x compiles kernels for (csrc/flash_attn/src/flash_fwd_hdim{32,64,96,128,192,256}_*.cu
-# in the 2.8.3 sdist); used only when the extension cannot be read, e.g. to name skipped tests.
-DEFAULT_HEAD_DIMS = (32, 64, 96, 128, 192, 256)
+# What the package under test declares, set by `faforge test-gpu --declared-archs/--declared-head-dims` (or
+# by hand for `python -m faforge.gpu.run_suite`): the cell's arch list in the build script's syntax
+# ("80;90;120+PTX", as FLASH_ATTN_CUDA_ARCHS) and its head dims. The suite tests the declared head dims,
+# not those found in the binary, so a build that lost one fails instead of running fewer tests.
+DECLARED_ARCHS_ENV = "FAFORGE_GPU_DECLARED_ARCHS"
+DECLARED_HEAD_DIMS_ENV = "FAFORGE_GPU_DECLARED_HEAD_DIMS"
+# Every cell's build compiles all kernel TUs of the sdist: flash-attn 2.x's head dims
+# (csrc/flash_attn/src/flash_fwd_hdim{32,64,96,128,192,256}_*.cu in 2.8.3.post2).
+DEFAULT_HEAD_DIMS = HEAD_DIMS
+_DECLARED_ARCH = re.compile(r"(?:sm_)?(\d{2,3})([af]?)(\+PTX)?")
 # run_mha_fwd_<cutlass::half_t, 128, false>(...) is mangled as _Z12run_mha_fwd_IN7cutlass6half_tELi128ELb0EE...;
 # the extension exports one such host function per compiled head dim.
 _FWD_KERNEL_SYMBOL = re.compile(rb"run_mha_fwd_IN7cutlass(?:6half_t|10bfloat16_t)ELi(\d+)ELb[01]E")
@@ -46,14 +55,17 @@ class Gate:
     capability: tuple[int, int] | None = None
     extension: str | None = None
     compat: Compat | None = None
-    head_dims: tuple[int, ...] = DEFAULT_HEAD_DIMS
+    head_dims: tuple[int, ...] = DEFAULT_HEAD_DIMS  # declared: what the suite tests
+    built_head_dims: tuple[int, ...] = ()  # found in the binary's symbols
+    declared_archs: tuple[str, ...] = ()
+    defects: tuple[str, ...] = field(default=())  # the binary lacks what its package declares: a failure
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["capability"] = list(self.capability) if self.capability else None
-        data["head_dims"] = list(self.head_dims)
-        data["notes"] = list(self.notes)
+        for name in ("head_dims", "built_head_dims", "declared_archs", "defects", "notes"):
+            data[name] = list(getattr(self, name))
         if self.compat is not None:
             data["compat"] = {
                 "gpu": self.compat.gpu,
@@ -91,11 +103,12 @@ def read_embedded_archs(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]] |
 @lru_cache(maxsize=1)
 def evaluate() -> Gate:
     """Run the checks once per process (the suite's modules and the CLI all ask)."""
+    head_dims = declaration()[1]
     try:
         import torch  # noqa: PLC0415  (lazy: the faforge CLI must start without torch)
     except ImportError as exc:
-        return Gate(False, f"torch is not importable ({exc}); install a CUDA build of torch to test flash-attn")
-    found = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
+        return Gate(False, f"torch is not importable ({exc}); install a CUDA build of torch to test flash-attn", head_dims=head_dims)
+    found = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "head_dims": head_dims}
     if torch.version.cuda is None:
         return Gate(False, f"torch {torch.__version__} is a CPU build; a CUDA build of torch is needed", **found)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
@@ -107,16 +120,55 @@ def evaluate() -> Gate:
     if extension is None:
         return Gate(False, f"flash_attn is not installed (no {EXTENSION} module) on a machine with {where}", **found)
     found["extension"] = str(extension)
-    built = built_head_dims(extension)
-    head_dims = built or DEFAULT_HEAD_DIMS
-    notes = [] if built else [f"no run_mha_fwd_ symbols in {extension.name}; testing flash-attn 2's default head dims"]
-    archs = read_embedded_archs(extension)
+    return judge_binary(where, found, built_head_dims(extension), read_embedded_archs(extension))
+
+
+def parse_declared_archs(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """'80;90;120+PTX' (the build script's --archs) -> SASS ('sm_80', 'sm_90', 'sm_120'), PTX ('compute_120',)."""
+    sass, ptx = [], []
+    for part in filter(None, re.split(r"[;,\s]+", text.strip())):
+        match = _DECLARED_ARCH.fullmatch(part)
+        if not match:
+            raise ValueError(f"{DECLARED_ARCHS_ENV}: {part!r} is not an arch like 90, 90a or 120+PTX")
+        sass.append(f"sm_{match[1]}{match[2]}")
+        if match[3]:
+            ptx.append(f"compute_{match[1]}{match[2]}")
+    return tuple(sass), tuple(ptx)
+
+
+def declaration() -> tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, tuple[int, ...]]:
+    """(declared SASS and PTX, or None when nothing is declared; declared head dims) from the environment."""
+    archs = os.environ.get(DECLARED_ARCHS_ENV, "").strip()
+    dims = os.environ.get(DECLARED_HEAD_DIMS_ENV, "").strip()
+    try:
+        head_dims = tuple(sorted({int(d) for d in re.split(r"[,;\s]+", dims) if d})) or DEFAULT_HEAD_DIMS
+    except ValueError:
+        raise ValueError(f"{DECLARED_HEAD_DIMS_ENV}={dims!r} is not a comma-separated list of head dims") from None
+    return (parse_declared_archs(archs) if archs else None), head_dims
+
+
+def judge_binary(
+    where: str, found: dict, built: tuple[int, ...], archs: tuple[tuple[str, ...], tuple[str, ...]] | None
+) -> Gate:
+    """The verdict once device and extension are known: the embedded code against the GPU, the binary against
+    its package's declaration. A binary that lacks what its package declares is a defect (the suite fails),
+    not a reason to skip."""
+    declared_archs, head_dims = declaration()
+    facts = dict(found, head_dims=head_dims, built_head_dims=built, declared_archs=declared_archs[0] + declared_archs[1] if declared_archs else ())
+    defects, notes = [], []
+    missing = sorted(set(head_dims) - set(built))
+    if not built:
+        notes.append(f"no run_mha_fwd_ symbols in {Path(found['extension']).name}; declared head dims not checked against it")
+    elif missing:
+        defects.append(f"head dims {missing} declared but {Path(found['extension']).name} has no forward kernels for them (it has {list(built)})")
     if archs is None:
         notes.append("embedded SASS/PTX not read (faforge.abi.fatbin unavailable); a missing kernel shows as test errors")
-        return Gate(True, f"{where}; arch check not done", head_dims=head_dims, notes=tuple(notes), **found)
+        return Gate(True, f"{where}; arch check not done", defects=tuple(defects), notes=tuple(notes), **facts)
     verdict = check(found["capability"], *archs)
     if not verdict.can_run:
-        return Gate(False, f"{verdict.message} ({verdict.hint})", compat=verdict, head_dims=head_dims, **found)
+        if declared_archs and check(found["capability"], *declared_archs).can_run:
+            defects.append(f"the package declares {', '.join(facts['declared_archs'])}, which covers {verdict.gpu}, but {verdict.message}")
+        return Gate(False, f"{verdict.message} ({verdict.hint})", compat=verdict, defects=tuple(defects), notes=tuple(notes), **facts)
     if verdict.status == JIT:
         notes.append(verdict.message)
-    return Gate(True, f"{where}; {verdict.message}", compat=verdict, head_dims=head_dims, notes=tuple(notes), **found)
+    return Gate(True, f"{where}; {verdict.message}", compat=verdict, defects=tuple(defects), notes=tuple(notes), **facts)

@@ -7,7 +7,8 @@ tests/test_flash_attn.py in the 2.8.3 sdist), written compactly here:
   with heads % heads_k == 0 (MQA/GQA repeat each k/v head heads/heads_k times).
 * Causal and sliding-window masks are aligned to the bottom-right: query row i
   sits at key position i + seqlen_k - seqlen_q (seqlen_k counted per batch
-  entry when a key padding mask is given, as for a KV cache).
+  entry when a key padding mask is given, as for a KV cache, and key positions
+  counted from cache_leftpad when it is given).
 * softcap replaces scores s by softcap * tanh(s / softcap); ALiBi adds
   -slope * |i + seqlen_k - seqlen_q - j|; rows with no visible key give 0.
 * Dropout is applied from an explicit keep-mask, scaled by 1 / (1 - p), so a
@@ -26,13 +27,18 @@ import math
 import torch
 
 
-def key_offsets(seqlen_q: int, seqlen_k: int, key_lengths: torch.Tensor | None, device) -> torch.Tensor:
+def key_offsets(
+    seqlen_q: int, seqlen_k: int, key_lengths: torch.Tensor | None, device, key_leftpad: torch.Tensor | None = None
+) -> torch.Tensor:
     """j - (i + seqlen_k - seqlen_q): how far key j lies right of query i's bottom-right-aligned diagonal.
 
     Shape (seqlen_q, seqlen_k), or (batch, 1, seqlen_q, seqlen_k) when each batch entry has its own key length.
+    With `key_leftpad` (a KV cache's cache_leftpad), batch entry b's keys start at column key_leftpad[b].
     """
     row = torch.arange(seqlen_q, device=device).view(-1, 1)
     col = torch.arange(seqlen_k, device=device)
+    if key_leftpad is not None:
+        col = col - key_leftpad.view(-1, 1, 1, 1)
     sk = seqlen_k if key_lengths is None else key_lengths.view(-1, 1, 1, 1)
     return col - (row + sk - seqlen_q)
 
@@ -58,6 +64,7 @@ def attention_ref(
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
     key_padding_mask: torch.Tensor | None = None,
+    key_leftpad: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     dropout_keep: torch.Tensor | None = None,
     upcast: bool = True,
@@ -77,7 +84,7 @@ def attention_ref(
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
     key_lengths = None if key_padding_mask is None else key_padding_mask.sum(-1)
-    offsets = key_offsets(seqlen_q, seqlen_k, key_lengths, q.device)
+    offsets = key_offsets(seqlen_q, seqlen_k, key_lengths, q.device, key_leftpad)
     masked = torch.zeros(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
     if key_padding_mask is not None:
         masked = masked | ~key_padding_mask.view(-1, 1, 1, seqlen_k)

@@ -22,19 +22,24 @@ exit 3, never 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TextIO
 
 import faforge
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
-from faforge.gpu.gate import evaluate
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError
+from faforge.gpu.coverage import KERNELS_JSON_ENV, compare, format_coverage
+from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, evaluate
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 SCHEMA_VERSION = 1
@@ -45,18 +50,29 @@ RECIPE_TEST_FILES = (
     "faforge/abi/__init__.py",
     "faforge/abi/elf.py",
     "faforge/abi/fatbin.py",
+    "faforge/buildcost/__init__.py",
+    "faforge/buildcost/tus.py",
     "faforge/gpu/__init__.py",
     "faforge/gpu/compat.py",
+    "faforge/gpu/coverage.py",
+    "faforge/gpu/dispatch.py",
     "faforge/gpu/gate.py",
     "faforge/gpu/reference.py",
     "faforge/gpu/run_suite.py",
     "faforge/gpu/suite/__init__.py",
+    "faforge/gpu/suite/cases.py",
     "faforge/gpu/suite/conftest.py",
     "faforge/gpu/suite/harness.py",
     "faforge/gpu/suite/test_attention.py",
+    "faforge/gpu/suite/test_declaration.py",
     "faforge/gpu/suite/test_dropout.py",
     "faforge/gpu/suite/test_kvcache.py",
 )
+# Modules the suite's process imports besides torch and flash_attn, with the pip requirement that brings each
+# (einops: flash_attn's own import needs it). Missing -> exit 2 with the install command, never a failed run.
+SUITE_REQUIREMENTS = {"pytest": "pytest>=8", "einops": "einops"}
+# After SIGINT, how long pytest gets to finish its report (junit.xml) before it is killed.
+INTERRUPT_GRACE_S = 30
 # What a build log shows when the recipe test could not verify anything (no GPU on the build machine).
 RECIPE_SKIP_MARK = "faforge-gpu-gate: skipped:"
 PYTEST_INI = """\
@@ -71,6 +87,8 @@ def parse_junit(path: Path) -> list[dict]:
     """One record per test case: id, outcome (passed/failed/error/skipped), duration and message."""
     records = []
     for case in ET.parse(path).getroot().iter("testcase"):
+        if case.get("name") is None:  # pytest's entry for the test a KeyboardInterrupt (time cap) stopped
+            continue
         module = case.get("classname", "").rsplit(".", 1)[-1]
         outcome, message = "passed", None
         for tag in ("failure", "error", "skipped"):
@@ -92,9 +110,11 @@ def count_outcomes(tests: list[dict]) -> dict[str, int]:
     return {outcome: sum(t["outcome"] == outcome for t in tests) for outcome in OUTCOMES}
 
 
-def verdict(pytest_exit_code: int, tests: list[dict]) -> tuple[int, str, str | None]:
-    """(exit code, status, reason) from what pytest reported."""
+def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None) -> tuple[int, str, str | None]:
+    """(exit code, status, reason) from what pytest reported; `stopped` says why the run was cut short."""
     counts = count_outcomes(tests)
+    if stopped:
+        return EXIT_PROBLEMS, "failed", f"{stopped} after {counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors"
     if counts["failed"] or counts["error"]:
         return EXIT_PROBLEMS, "failed", f"{counts['failed']} failed, {counts['error']} errors"
     if pytest_exit_code not in (0, 5):  # interrupted, internal error, usage error: nothing trustworthy ran
@@ -106,28 +126,77 @@ def verdict(pytest_exit_code: int, tests: list[dict]) -> tuple[int, str, str | N
     return EXIT_OK, "passed", None
 
 
-def run(report_dir: Path | None = None, pytest_args: tuple[str, ...] = (), output: TextIO = sys.stdout) -> dict:
-    """Run the suite (its output goes to `output`) and return the versioned summary; see tests/schemas/test-gpu.json."""
+def missing_requirements() -> list[str]:
+    """pip requirements of modules the suite needs that are not importable here (einops only with flash_attn)."""
+    wanted = {"pytest"} | ({"einops"} if importlib.util.find_spec("flash_attn") else set())
+    return [SUITE_REQUIREMENTS[name] for name in sorted(wanted) if importlib.util.find_spec(name) is None]
+
+
+def suite_env(kernels_json: Path) -> dict[str, str]:
+    """The child's environment: faforge importable, no auto-loaded pytest plugins (one that breaks on the GPU
+    machine's image would end the run before any test), unbuffered output, kernel recording on."""
+    pythonpath = os.pathsep.join(filter(None, [str(Path(faforge.__file__).parents[1]), os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=pythonpath, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONUNBUFFERED="1", **{KERNELS_JSON_ENV: str(kernels_json)})
+
+
+def run(
+    report_dir: Path | None = None,
+    pytest_args: tuple[str, ...] = (),
+    output: TextIO = sys.stdout,
+    time_cap_s: float | None = None,
+    suite_dir: Path = SUITE_DIR,
+) -> dict:
+    """Run the suite (its output goes to `output`) and return the versioned summary; see tests/schemas/test-gpu.json.
+
+    A time cap, or SIGTERM (e.g. from `timeout`), interrupts pytest like Ctrl-C, so it still writes junit.xml
+    and the report files hold every test that ran; the verdict is then "failed" with the reason."""
+    missing = missing_requirements()
+    if missing:
+        raise FaforgeError(
+            f"the GPU suite needs {', '.join(missing)}, which this Python ({sys.executable}) cannot import",
+            hint=f"{sys.executable} -m pip install {' '.join(repr(m) if '>' in m else m for m in missing)}",
+        )
     gate = evaluate()
     started = time.monotonic()
+    stopped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="faforge-gpu-") as scratch:
         work = Path(report_dir) if report_dir else Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
-        ini, junit = Path(scratch) / "pytest.ini", work / "junit.xml"
+        ini, junit, kernels = Path(scratch) / "pytest.ini", work / "junit.xml", work / "kernels.json"
         ini.write_text(PYTEST_INI)
-        command = [sys.executable, "-m", "pytest", str(SUITE_DIR), "-c", str(ini), "--rootdir", str(SUITE_DIR)]
+        command = [sys.executable, "-u", "-m", "pytest", str(suite_dir), "-c", str(ini), "--rootdir", str(suite_dir)]
         command += ["-rfEs", f"--junitxml={junit}", *pytest_args]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(faforge.__file__).parents[1]), os.environ.get("PYTHONPATH")])))
         print("+ " + " ".join(command), file=output, flush=True)
-        with open(work / "pytest.log", "w") if report_dir else open(os.devnull, "w") as log:
-            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-            for line in child.stdout:
-                output.write(line)
-                log.write(line)
-            pytest_exit_code = child.wait()
+        with open(work / "pytest.log", "w") if report_dir else open(os.devnull, "w") as log, contextlib.ExitStack() as stack:
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=suite_env(kernels))
+            stack.callback(child.stdout.close)
+
+            def interrupt(why: str) -> None:
+                if child.poll() is None and not stopped:
+                    stopped.append(why)
+                    child.send_signal(signal.SIGINT)
+
+            timer = threading.Timer(time_cap_s, interrupt, (f"stopped by the {time_cap_s:g} s time cap",)) if time_cap_s else None
+            previous = signal.signal(signal.SIGTERM, lambda *_: interrupt("stopped by SIGTERM"))
+            try:
+                if timer:
+                    timer.start()
+                for line in child.stdout:
+                    output.write(line)
+                    log.write(line)
+                try:
+                    pytest_exit_code = child.wait(timeout=INTERRUPT_GRACE_S if stopped else None)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    pytest_exit_code = child.wait()
+            finally:
+                if timer:
+                    timer.cancel()
+                signal.signal(signal.SIGTERM, previous)
         output.flush()
         tests = parse_junit(junit) if junit.exists() else []
-    exit_code, status, reason = verdict(pytest_exit_code, tests)
+        coverage = compare(json.loads(kernels.read_text()), gate.head_dims) if kernels.exists() else None
+    exit_code, status, reason = verdict(pytest_exit_code, tests, stopped[0] if stopped else None)
     summary = {
         "version": SCHEMA_VERSION,
         "status": status,
@@ -139,6 +208,7 @@ def run(report_dir: Path | None = None, pytest_args: tuple[str, ...] = (), outpu
         "pytest_exit_code": pytest_exit_code,
         "report_dir": str(report_dir) if report_dir else None,
         "tests": tests,
+        "kernel_coverage": coverage,
     }
     if report_dir:
         (Path(report_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -153,7 +223,10 @@ def format_summary(summary: dict) -> str:
         f"{counts['error']} errors, {counts['skipped']} skipped in {summary['duration_s']:.1f}s"
     )
     lines = [line, f"{summary['status'].upper()}" + (f": {summary['reason']}" if summary["reason"] else "")]
+    lines += [f"defect: {defect}" for defect in summary["gate"]["defects"]]
     lines += [f"note: {note}" for note in summary["gate"]["notes"]]
+    if summary.get("kernel_coverage"):
+        lines += format_coverage(summary["kernel_coverage"])
     if summary["report_dir"]:
         lines.append(f"report: {summary['report_dir']}/summary.json, junit.xml, pytest.log")
     return "\n".join(lines)
@@ -163,12 +236,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by `faforge test-gpu` and `python -m faforge.gpu.run_suite`."""
     parser.add_argument("--report-dir", type=Path, help="write junit.xml, summary.json and pytest.log there")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON (schema: tests/schemas/test-gpu.json)")
+    parser.add_argument("--time-cap-s", type=float, help="interrupt the suite after this many seconds; the reports are still written")
+    parser.add_argument(
+        "--declared-archs",
+        help=f"the package's arch list, e.g. '80;90;120+PTX' (env {DECLARED_ARCHS_ENV}); no code for a declared GPU fails (1) instead of skipping (3)",
+    )
+    parser.add_argument(
+        "--declared-head-dims",
+        help=f"the package's head dims, e.g. 32,64,96,128,192,256 (env {DECLARED_HEAD_DIMS_ENV}; default: flash-attn 2's)",
+    )
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense")
 
 
 def execute(args: argparse.Namespace) -> int:
     """Run, print the summary (JSON or text; pytest's output goes to stderr with --json), return the exit code."""
-    summary = run(args.report_dir, tuple(args.pytest_args), output=sys.stderr if args.json else sys.stdout)
+    for value, name in ((args.declared_archs, DECLARED_ARCHS_ENV), (args.declared_head_dims, DECLARED_HEAD_DIMS_ENV)):
+        if value is not None:
+            os.environ[name] = value  # read by the gate here and in the child pytest
+    try:
+        evaluate.cache_clear()
+        evaluate()
+    except ValueError as exc:
+        raise FaforgeError(str(exc), hint="e.g. --declared-archs '80;90;120+PTX' --declared-head-dims 32,64,96,128,192,256") from None
+    output = sys.stderr if args.json else sys.stdout
+    summary = run(args.report_dir, tuple(args.pytest_args), output=output, time_cap_s=args.time_cap_s)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return summary["exit_code"]
 
@@ -184,7 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         f"could be verified, after printing a line that starts with {RECIPE_SKIP_MARK!r}",
     )
     args = parser.parse_args(argv)
-    exit_code = execute(args)
+    try:
+        exit_code = execute(args)
+    except FaforgeError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     if args.recipe_test and exit_code == EXIT_SKIPPED:
         print(f"{RECIPE_SKIP_MARK} GPU tests skipped, package not verified on a GPU (exit 3 mapped to 0 for the build)")
         return EXIT_OK

@@ -12,13 +12,10 @@ every test is skipped with its reason.
 
 from __future__ import annotations
 
-import pytest
-
 from faforge.gpu.gate import evaluate
 
-DTYPE_NAMES = ("fp16", "bf16")
-
-
 def gate_marks() -> list:
+    import pytest  # noqa: PLC0415  (cases.py, in this package, is read by faforge test-gpu before pytest is known to exist)
+
     gate = evaluate()
     return [pytest.mark.gpu, pytest.mark.skipif(not gate.usable, reason=gate.reason)]

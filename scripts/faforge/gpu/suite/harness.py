@@ -15,6 +15,12 @@ FWD_FACTOR = 2
 BWD_FACTOR = 3
 KVCACHE_FACTOR = 3
 
+# The fp32 reference must be fp32: with TF32 (10-bit mantissa) matmuls, which a machine may enable by default
+# (torch.set_float32_matmul_precision, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE), the "exact" answer would be as coarse
+# as the fp16 run it judges. test_attention.py::test_reference_runs_in_full_fp32 checks it took effect.
+torch.set_float32_matmul_precision("highest")
+torch.backends.cudnn.allow_tf32 = False
+
 
 def randn(*shape: int, dtype: torch.dtype, grad: bool = True) -> torch.Tensor:
     return torch.randn(*shape, device=DEVICE, dtype=dtype).requires_grad_(grad)

@@ -1,4 +1,8 @@
-"""flash_attn_with_kvcache: appending to a cache in place, rotary embeddings, decoding with GQA."""
+"""flash_attn_with_kvcache: appending in place, rotary, decoding with GQA, cache_batch_idx, a paged block
+table, cache_leftpad, windows, softcap and ALiBi; upstream's test_flash_attn_kvcache semantics.
+
+The cases are faforge.gpu.suite.cases.kvcache(); each names the dispatch Call it makes.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import math
 import pytest
 
 from faforge.gpu.gate import evaluate
-from faforge.gpu.suite import DTYPE_NAMES, gate_marks
+from faforge.gpu.suite import cases, gate_marks
 
 pytestmark = gate_marks()
 if evaluate().usable:
@@ -17,54 +21,76 @@ if evaluate().usable:
     from faforge.gpu.reference import apply_rotary, assert_within_reference_error, attention_ref
     from faforge.gpu.suite.harness import DEVICE, DTYPES, KVCACHE_FACTOR, randn
 
-CAPACITY, HEADS, KV_HEADS, DIM, ROTARY_DIM = 257, 6, 2, 128, 64  # rotary_dim: a multiple of 16, <= DIM
-# name: (query and appended length, causal, rotary: None / "half" (GPT-NeoX) / "interleaved" (GPT-J))
-VARIANTS = {
-    "append": (37, False, None),
-    "append-causal": (37, True, None),
-    "rotary": (37, True, "half"),
-    "rotary-interleaved": (37, True, "interleaved"),
-    "decode": (1, True, None),  # one query, no new keys: the decode path that packs GQA heads
-}
+ROTARY_DIM = 64  # a multiple of 16, <= the head dim
+CACHE_SEQLENS = (61, 190)  # ragged; room left for the appended keys
+LEFTPAD = (13, 100)  # keys before these columns are not part of the sequence
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("dtype", DTYPE_NAMES)
-def test_kvcache(dtype, variant):
-    seqlen_q, causal, rotary = VARIANTS[variant]
-    appended = 0 if variant == "decode" else seqlen_q
+def make_cache(call, dt):
+    """(cache passed to flash-attn, block_table, cache_batch_idx, view of a passed cache as the logical
+    (batch, seqlen_k, kv_heads, head_dim) cache the reference attends to)."""
+    shape = (call.kv_heads, call.head_dim)
+    if call.paged:
+        blocks_per_seq = call.seqlen_k // cases.PAGE
+        cache = randn(call.batch * blocks_per_seq, cases.PAGE, *shape, dtype=dt, grad=False)
+        block_table = torch.randperm(call.batch * blocks_per_seq, device=DEVICE).to(torch.int32).view(call.batch, blocks_per_seq)
+        return cache, block_table, None, lambda c: c[block_table.long()].reshape(call.batch, call.seqlen_k, *shape)
+    if call.cache_batch_idx:  # a cache with room for more sequences than the batch; the batch picks some
+        cache = randn(2 * call.batch, call.seqlen_k, *shape, dtype=dt, grad=False)
+        batch_idx = torch.randperm(2 * call.batch, device=DEVICE)[: call.batch].to(torch.int32)
+        return cache, None, batch_idx, lambda c: c[batch_idx.long()]
+    return randn(call.batch, call.seqlen_k, *shape, dtype=dt, grad=False), None, None, lambda c: c
+
+
+@pytest.mark.parametrize("case", list(cases.kvcache().values()), ids=list(cases.kvcache()))
+def test_kvcache(case):
+    call = case.call
     torch.manual_seed(0)
-    dt = DTYPES[dtype]
-    q = randn(2, seqlen_q, HEADS, DIM, dtype=dt, grad=False)
-    k_cache, v_cache = (randn(2, CAPACITY, KV_HEADS, DIM, dtype=dt, grad=False) for _ in range(2))
-    k_new, v_new = (randn(2, appended, KV_HEADS, DIM, dtype=dt, grad=False) for _ in range(2))
-    cache_seqlens = torch.tensor([61, 190], dtype=torch.int32, device=DEVICE)  # ragged; room left for `appended`
+    dt = DTYPES[call.dtype]
+    q = randn(call.batch, call.seqlen_q, call.heads, call.head_dim, dtype=dt, grad=False)
+    k_cache, block_table, batch_idx, logical = make_cache(call, dt)
+    v_cache = torch.randn_like(k_cache)
+    k_new, v_new = (randn(call.batch, case.seqlen_new, call.kv_heads, call.head_dim, dtype=dt, grad=False) for _ in range(2))
+    cache_seqlens = torch.tensor(CACHE_SEQLENS, dtype=torch.int32, device=DEVICE)
+    leftpad = torch.tensor(LEFTPAD, dtype=torch.int32, device=DEVICE) if case.leftpad else None
     cos = sin = None
     q_ref, k_new_ref = q, k_new
-    if rotary:
-        angle = torch.rand(CAPACITY, ROTARY_DIM // 2, device=DEVICE) * 2 * math.pi
+    if case.rotary:
+        angle = torch.rand(call.seqlen_k, ROTARY_DIM // 2, device=DEVICE) * 2 * math.pi
         cos, sin = torch.cos(angle).to(dt), torch.sin(angle).to(dt)
-        interleaved = rotary == "interleaved"
-        q_ref = apply_rotary(q, cos, sin, cache_seqlens, interleaved=interleaved)  # causal: query i at seqlen + i
+        interleaved = case.rotary == "interleaved"
+        if call.causal or call.window != (-1, -1):  # query i at cache_seqlens + i
+            q_ref = apply_rotary(q, cos, sin, cache_seqlens, interleaved=interleaved)
+        else:  # every query at cache_seqlens
+            flat = q.reshape(call.batch, 1, call.seqlen_q * call.heads, call.head_dim)
+            q_ref = apply_rotary(flat, cos, sin, cache_seqlens, interleaved=interleaved).view_as(q)
         k_new_ref = apply_rotary(k_new, cos, sin, cache_seqlens, interleaved=interleaved)
-    k_cache_ref, v_cache_ref = k_cache.clone(), v_cache.clone()
-    for b, start in enumerate(cache_seqlens.tolist()):
-        k_cache_ref[b, start : start + appended] = k_new_ref[b]
-        v_cache_ref[b, start : start + appended] = v_new[b]
+    k_ref, v_ref = logical(k_cache).clone(), logical(v_cache).clone()
+    for b, start in enumerate(CACHE_SEQLENS):
+        k_ref[b, start : start + case.seqlen_new] = k_new_ref[b]
+        v_ref[b, start : start + case.seqlen_new] = v_new[b]
+    alibi = torch.rand(call.batch, call.heads, device=DEVICE, dtype=torch.float32) * 0.3 if call.alibi else None
 
     out = flash_attn_with_kvcache(
         q, k_cache, v_cache,
-        k=k_new if appended else None, v=v_new if appended else None,
-        rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens,
-        causal=causal, rotary_interleaved=rotary == "interleaved",
+        k=k_new if case.seqlen_new else None, v=v_new if case.seqlen_new else None,
+        rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens, cache_batch_idx=batch_idx,
+        cache_leftpad=leftpad, block_table=block_table, causal=call.causal, window_size=call.window,
+        softcap=call.softcap, rotary_interleaved=case.rotary == "interleaved", alibi_slopes=alibi,
+        num_splits=call.num_splits,
     )  # fmt: skip
 
     # The cache was updated in place: new keys rotated there like the reference's, values copied verbatim.
     eps = torch.finfo(dt).eps  # the kernel and the reference may round the rotated keys one ulp apart
-    torch.testing.assert_close(k_cache, k_cache_ref, rtol=eps, atol=eps)
-    assert torch.equal(v_cache, v_cache_ref)
-    valid = torch.arange(CAPACITY, device=DEVICE) < (cache_seqlens + appended).view(-1, 1)
-    reference = dict(key_padding_mask=valid, causal=causal)
-    exact = attention_ref(q_ref, k_cache_ref, v_cache_ref, **reference)
-    same_precision = attention_ref(q_ref, k_cache_ref, v_cache_ref, upcast=False, reorder_ops=True, **reference)
-    assert_within_reference_error(f"kvcache {variant} {dtype}", out, exact, same_precision, factor=KVCACHE_FACTOR)
+    torch.testing.assert_close(logical(k_cache), k_ref, rtol=eps, atol=eps)
+    assert torch.equal(logical(v_cache), v_ref)
+    columns = torch.arange(call.seqlen_k, device=DEVICE)
+    valid = columns < (cache_seqlens + case.seqlen_new).view(-1, 1)
+    if leftpad is not None:
+        valid &= columns >= leftpad.view(-1, 1)
+    reference = dict(
+        key_padding_mask=valid, key_leftpad=leftpad, causal=call.causal, window=call.window, softcap=call.softcap, alibi_slopes=alibi
+    )
+    exact = attention_ref(q_ref, k_ref, v_ref, **reference)
+    same_precision = attention_ref(q_ref, k_ref, v_ref, upcast=False, reorder_ops=True, **reference)
+    assert_within_reference_error(f"kvcache {call}", out, exact, same_precision, factor=KVCACHE_FACTOR)

@@ -1,0 +1,20 @@
+"""The binary holds what its package declares: the declared head dims and code for a declared GPU arch.
+
+Not behind the gate's skip: a binary without code for a GPU its package covers closes the gate, and
+that is a failure here (exit 1), not "nothing verified" (exit 3).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from faforge.gpu.gate import evaluate
+
+pytestmark = pytest.mark.gpu
+
+
+def test_binary_has_what_its_package_declares():
+    gate = evaluate()
+    if gate.extension is None:
+        pytest.skip(gate.reason)
+    assert not gate.defects, "; ".join(gate.defects)
