@@ -22,6 +22,7 @@ from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import REPO, dlopen, validate
+from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.recipe_test_envs import recipe_test_site
 from tests.support.torch_envs import TorchEnv, TorchEnvUnavailable, torch_env
@@ -52,7 +53,6 @@ void launch_add_one(float* x, int n) { add_one_kernel<<<(n + 255) / 256, 256>>>(
     "setup.py": """
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
-from tests.support.cache import cache_dir
 setup(name="fixture", cmdclass={"build_ext": BuildExtension}, ext_modules=[CUDAExtension(
     "flash_attn_2_cuda", ["ext.cpp", "kernel.cu"],
     extra_compile_args={"cxx": ["-O0", "-std=c++20"],
