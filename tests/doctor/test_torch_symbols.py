@@ -6,13 +6,16 @@ read with HTTP range requests (faforge.wheelfetch) and cached under the test cac
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 from pathlib import Path
 
 import pytest
 
 from faforge.abi.elf import read_dynamic_symbols
-from faforge.doctor.torch_symbols import built_for, default_table, dump_symbol_table, load_symbol_table, offered
+from faforge.doctor.torch_symbols import (EXPORT_LIBRARIES, built_for, default_table, dump_symbol_table, exported_ranges,
+                                          load_symbol_table, offered)
 from faforge.matrix.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
 from tests.support.torch_envs import CACHE as VENV_CACHE
@@ -62,6 +65,18 @@ def test_every_form_is_exported_exactly_in_its_range(wheel):
             assert (form.symbol in exports[function.library]) == form.exported_by(wheel.torch), (
                 f"{form.symbol} ({form.signature}) in torch {wheel.torch}: table says "
                 f"{'exported' if form.exported_by(wheel.torch) else 'absent'}")
+
+
+@pytest.mark.slow
+def test_exports_section_is_generated_from_the_wheels():
+    """The `exports` section equals what exported_ranges reads from the wheels listed in the table.
+    FAFORGE_UPDATE_TORCH_SYMBOLS=1 writes the regenerated file instead of failing."""
+    exports = {(library, wheel.torch): read_dynamic_symbols(torch_library(wheel, library)).exports()
+               for wheel in TABLE_DATA.wheels for library in EXPORT_LIBRARIES}
+    regenerated = dump_symbol_table(dataclasses.replace(TABLE_DATA, exports=exported_ranges(TABLE_DATA, exports)))
+    if os.environ.get("FAFORGE_UPDATE_TORCH_SYMBOLS") == "1":
+        TABLE.write_text(regenerated)
+    assert regenerated == TABLE.read_text(), "variants/torch_symbols.yaml's exports are stale; see its header"
 
 
 def test_installed_torch_agrees_with_the_table():

@@ -104,10 +104,15 @@ _TORCH_MANGLED = re.compile(r"^_ZN[KVRO]*(?:%s)" % "|".join(f"{len(n)}{n}" for n
 _TORCH_DEMANGLED = re.compile(r"^(?:%s)::" % "|".join(TORCH_NAMESPACES))
 
 
+def is_torch_mangled(name: str) -> bool:
+    """Whether a mangled name is nested in torch's namespaces."""
+    return bool(_TORCH_MANGLED.match(name))
+
+
 def torch_cxx11_abi(exports: Iterable[str]) -> int | None:
     """The _GLIBCXX_USE_CXX11_ABI torch was compiled with, from a torch library's exported names:
     only its own API (c10::, at::, torch::, caffe2::) counts."""
-    return cxx11_abi_of(name for name in exports if _TORCH_MANGLED.match(name))
+    return cxx11_abi_of(name for name in exports if is_torch_mangled(name))
 
 
 def is_torch_api(demangled: str | None) -> bool:
