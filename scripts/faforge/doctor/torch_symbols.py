@@ -215,6 +215,11 @@ def _group_key(library: str, first: str, last: str | None) -> tuple:
     return library, vtuple(first), vtuple(last) if last else (999,)
 
 
+def built_for_one(evidence: Evidence) -> BuiltFor:
+    """The range one imported symbol alone implies."""
+    return BuiltFor(evidence.first, evidence.last, (evidence,), evidence.last or evidence.first)
+
+
 def offered(table: SymbolTable, function: str, exports: Iterable[str]) -> tuple[Form, ...]:
     """The forms of `function` among a torch library's exported names."""
     names = set(exports)
