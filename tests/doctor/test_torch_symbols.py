@@ -121,3 +121,10 @@ def test_bad_table_names_file_key_and_value(tmp_path):
     bad.write_text(TABLE.read_text().replace("first: 2.3.0", "first: 2.3.5"))
     with pytest.raises(Exception, match=r"functions\[0\]\.forms\[1\]\.first: 2\.3\.5 is not among the wheels checked"):
         load_symbol_table(bad)
+
+
+def test_readme_states_the_table_size():
+    """README's doctor section quotes how many symbols and wheels the table holds."""
+    symbols = sum(len(e.symbols) for e in TABLE_DATA.exports)
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI torch wheels" in text
