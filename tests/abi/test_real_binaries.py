@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from faforge.doctor.torch_symbols import built_for, default_table
+from faforge.matrix.versions import vtuple
 from faforge.wheelfetch import FetchError, RemoteZip, http_get, list_files
 from tests.support.cache import cache_dir
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
@@ -284,3 +286,23 @@ def test_verdicts_agree_with_ground_truth_on_real_binaries(capsys):
     # The set covers what the issue asks for.
     assert any(r[3] != "loads" and "abi-mismatch" in r[2] for r in rows)  # a pre-C++11 / C++11 pairing
     assert any(r[3] == "loads" for r in rows if r[1] == "2.6.0 -> 2.6.0") and any(r[3] == "loads" for r in rows if r[1] == "2.8.0 -> 2.8.0")
+
+
+def test_built_for_ranges_contain_the_torch_each_binary_requires(capsys):
+    """doctor's range (variants/torch_symbols.yaml, every table symbol a binary imports) holds the torch
+    its METADATA pins, and stops short of the next minor when the binary imports a symbol it lost."""
+    table, lines = default_table(), []
+    for binary in BINARIES.values():
+        path = binary_wheel(binary) / binary.member
+        imported = [row[1] for row in _nm(path, "--undefined-only") if row[0] in "Uw"]
+        built = built_for(table, imported)
+        lines.append(f"{binary.name:32} requires torch {binary.built_for:7} -> doctor: built for {built.words} "
+                     f"({len(built.evidence)} table symbols)")
+        # A stable-ABI build (torchvision's _C_stable.so) imports no version-specific c10 symbol: unknown is right.
+        assert built.covers(binary.built_for) or (not built.known and "_stable" in binary.member), lines[-1]
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+    exact = {b.name: built_for(table, [r[1] for r in _nm(binary_wheel(b) / b.member, "--undefined-only")])
+             for b in BINARIES.values()}
+    assert exact["torchvision 0.24.0 _C"].words == "torch 2.9"
+    assert exact["torchvision 0.22.1 _C"].last is not None and vtuple(exact["torchvision 0.22.1 _C"].last) < (2, 8)
