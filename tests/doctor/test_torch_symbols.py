@@ -6,13 +6,16 @@ read with HTTP range requests (faforge.wheelfetch) and cached under the test cac
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 from pathlib import Path
 
 import pytest
 
 from faforge.abi.elf import read_dynamic_symbols
-from faforge.doctor.torch_symbols import built_for, default_table, dump_symbol_table, load_symbol_table, offered
+from faforge.doctor.torch_symbols import (EXPORT_LIBRARIES, built_for, default_table, dump_symbol_table, exported_ranges,
+                                          load_symbol_table, offered)
 from faforge.matrix.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
 from tests.support.torch_envs import CACHE as VENV_CACHE
@@ -64,6 +67,18 @@ def test_every_form_is_exported_exactly_in_its_range(wheel):
                 f"{'exported' if form.exported_by(wheel.torch) else 'absent'}")
 
 
+@pytest.mark.slow
+def test_exports_section_is_generated_from_the_wheels():
+    """The `exports` section equals what exported_ranges reads from the wheels listed in the table.
+    FAFORGE_UPDATE_TORCH_SYMBOLS=1 writes the regenerated file instead of failing."""
+    exports = {(library, wheel.torch): read_dynamic_symbols(torch_library(wheel, library)).exports()
+               for wheel in TABLE_DATA.wheels for library in EXPORT_LIBRARIES}
+    regenerated = dump_symbol_table(dataclasses.replace(TABLE_DATA, exports=exported_ranges(TABLE_DATA, exports)))
+    if os.environ.get("FAFORGE_UPDATE_TORCH_SYMBOLS") == "1":
+        TABLE.write_text(regenerated)
+    assert regenerated == TABLE.read_text(), "variants/torch_symbols.yaml's exports are stale; see its header"
+
+
 def test_installed_torch_agrees_with_the_table():
     """The torch 2.14.1 venv the ABI tests built (when present) exports the forms the table predicts."""
     lib = next(iter(sorted(VENV_CACHE.glob("torch-2.14.1-py3.11*/lib/python3.11/site-packages/torch/lib"))), None)
@@ -106,3 +121,10 @@ def test_bad_table_names_file_key_and_value(tmp_path):
     bad.write_text(TABLE.read_text().replace("first: 2.3.0", "first: 2.3.5"))
     with pytest.raises(Exception, match=r"functions\[0\]\.forms\[1\]\.first: 2\.3\.5 is not among the wheels checked"):
         load_symbol_table(bad)
+
+
+def test_readme_states_the_table_size():
+    """README's doctor section quotes how many symbols and wheels the table holds."""
+    symbols = sum(len(e.symbols) for e in TABLE_DATA.exports)
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI torch wheels" in text

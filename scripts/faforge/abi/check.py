@@ -12,7 +12,7 @@ from faforge.abi.elf import ElfError, Symbol, read_dynamic_symbols, read_elf, re
 from faforge.abi.fatbin import read_gpu_archs
 from faforge.abi.inputs import extension_modules
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
-from faforge.abi.resolve import Closure, is_torch_library, load_closure, torch_lib_dirs
+from faforge.abi.resolve import Closure, environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
 from faforge.errors import FaforgeError
 
 ET_DYN = 3
@@ -43,9 +43,10 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
         raise FaforgeError("no --against folder: pass the torch/lib, site-packages or prefix of the torch to check against")
     lib_dirs = tuple(dict.fromkeys(d for a in against for d in torch_lib_dirs(a)))
     torch = torch_facts(lib_dirs)
+    search_dirs = environment_dirs(lib_dirs)
     with extension_modules(path) as modules:
         verdicts = tuple(
-            check_module(real, lib_dirs, shown_as=shown, torch=torch, glibc=limit,
+            check_module(real, search_dirs, shown_as=shown, torch=torch, glibc=limit,
                          machine=PLATFORM_MACHINES.get(platform or ""))
             for shown, real in modules
         )
@@ -54,13 +55,18 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
 
 
 def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
-    """Version, CUDA, machine and C++ ABI of the torch whose libraries are in lib_dirs."""
+    """Version, CUDA, machine and C++ ABI of the torch whose libraries are in lib_dirs.
+
+    The C++ ABI comes from how torch's own exported API spells std::string (classify.torch_cxx11_abi),
+    read from libc10.so first: the smallest library, and one every torch has.
+    """
     libs = [p for d in lib_dirs for p in d.glob("lib*.so*") if is_torch_library(p.name) and p.is_file()]
     machine = abi = None
-    for lib in sorted(libs, key=lambda p: p.stat().st_size):  # libc10.so first in a real torch
+    torch_dirs = tuple(dict.fromkeys(p.parent for p in libs))
+    for lib in sorted(libs, key=lambda p: (not p.name.startswith("libc10.so"), p.stat().st_size)):
         try:
             machine = machine or read_info(lib).machine
-            abi = classify.cxx11_abi_of(read_dynamic_symbols(lib).names)
+            abi = classify.torch_cxx11_abi(read_dynamic_symbols(lib).exports())
         except ElfError:
             continue
         if abi is not None:
@@ -75,12 +81,12 @@ def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
                 break
         if version:
             break
-    return TorchFacts(tuple(str(d) for d in lib_dirs), version or None, cuda or None, machine, abi)
+    return TorchFacts(tuple(str(d) for d in torch_dirs or lib_dirs), version or None, cuda or None, machine, abi)
 
 
-def check_module(path: Path, lib_dirs: Sequence[Path], *, shown_as: str, torch: TorchFacts,
+def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torch: TorchFacts,
                  glibc: tuple[int, ...] | None = None, machine: str | None = None) -> ModuleVerdict:
-    """The verdict for one extension module."""
+    """The verdict for one extension module, loaded as `import` loads it: after torch's libraries."""
     info, symbols = read_elf(path)
     if info.file_type != ET_DYN:
         raise ElfError(f"{path}: ELF type {info.file_type} is not a shared library; pass a built extension (.so)")
@@ -91,16 +97,17 @@ def check_module(path: Path, lib_dirs: Sequence[Path], *, shown_as: str, torch: 
     if arch_problems:  # every symbol would be unresolved; the architecture is the whole story
         return ModuleVerdict(shown_as, declared, (), tuple(arch_problems), (), 0, 0)
 
-    closure = load_closure(info, lib_dirs)
+    closure = load_closure(info, search_dirs, loaded_by_torch(search_dirs))
     problems: list[Problem] = []
     unverified: list[Unverified] = []
     for nf in closure.not_found:
-        where = f"not in {', '.join(torch.lib_dirs)}, the needing library's RUNPATH or the system library path"
+        where = f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, the needing library's RUNPATH or the system library path"
         if nf.wrong_machine:
             where = f"only built for another machine: {', '.join(map(str, nf.wrong_machine))}"
-        if nf.is_torch:
+        if nf.is_required:
+            what = "torch library" if nf.is_torch else "CUDA runtime"
             problems.append(Problem(classify.MISSING_LIBRARY, None, None, nf.name,
-                                    f"torch library {nf.name} (needed by {nf.needed_by}) is {where}"))
+                                    f"{what} {nf.name} (needed by {nf.needed_by}) is {where}"))
         else:
             unverified.append(Unverified(nf.name, nf.needed_by, f"{where}; its symbols were not checked"))
 
@@ -112,14 +119,31 @@ def check_module(path: Path, lib_dirs: Sequence[Path], *, shown_as: str, torch: 
     providers = closure.providers([(sym.name, sym.version) for sym in wanted])
     unresolved = [sym for sym, provider in zip(wanted, providers) if provider is None]
     unresolved_unverified = 0
-    for problem in _explain(unresolved, closure, symbols):
-        if problem.kind == classify.MISSING_SYMBOL and closure.not_found:
+    for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols)):
+        if problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols):
             unresolved_unverified += 1
         else:
             problems.append(problem)
     libraries = tuple(LoadedLibrary(lib.name, str(lib.path)) for lib in closure.libraries)
     return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
                          unresolved_unverified)
+
+
+def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symbols) -> bool:
+    """Whether an unresolved symbol could be provided by a library that was not found (issue 12).
+
+    A symbol whose name says where it comes from is a problem when that library was found and
+    lacks it, whatever else is missing: a versioned one (GLIBC_2.28, GLIBCXX_3.4.29: DT_VERNEED
+    names its library) and one of torch's own (c10::, at::, torch::, caffe2::).
+    """
+    if not closure.not_found:
+        return False
+    if sym.version is not None:
+        owner = next((need.file for need in symbols.needs if sym.version in need.versions), None)
+        return owner is None or closure.library_named(owner) is None
+    if classify.is_torch_api(problem.demangled):
+        return any(nf.is_torch for nf in closure.not_found)
+    return True
 
 
 def _architecture_problems(binary: str, target: str | None, torch: TorchFacts) -> list[Problem]:

@@ -93,6 +93,33 @@ def cxx11_abi_of(names: Iterable[str]) -> int | None:
     return 1 if new > old else 0
 
 
+# torch's own API: mangled names nested in its namespaces (`_ZN3c10`, `_ZNK2at`, ...), and the same
+# namespaces demangled. How these functions spell std::string is the ABI torch was compiled with;
+# the std:: names torch exports (statically linked libstdc++ pieces, `std::__cxx11::basic_string`
+# members in every pre-C++11 PyPI torch) are not evidence (issue 12: libtorch.so and libc10.so of
+# torch 2.1-2.6 export more std::__cxx11 names than `Ss` ones, yet c10::Error(SourceLocation,
+# std::string) is `_ZN3c105ErrorC2ENS_14SourceLocationESs` there).
+TORCH_NAMESPACES = ("c10", "at", "torch", "caffe2")
+_TORCH_MANGLED = re.compile(r"^_ZN[KVRO]*(?:%s)" % "|".join(f"{len(n)}{n}" for n in TORCH_NAMESPACES))
+_TORCH_DEMANGLED = re.compile(r"^(?:%s)::" % "|".join(TORCH_NAMESPACES))
+
+
+def is_torch_mangled(name: str) -> bool:
+    """Whether a mangled name is nested in torch's namespaces."""
+    return bool(_TORCH_MANGLED.match(name))
+
+
+def torch_cxx11_abi(exports: Iterable[str]) -> int | None:
+    """The _GLIBCXX_USE_CXX11_ABI torch was compiled with, from a torch library's exported names:
+    only its own API (c10::, at::, torch::, caffe2::) counts."""
+    return cxx11_abi_of(name for name in exports if is_torch_mangled(name))
+
+
+def is_torch_api(demangled: str | None) -> bool:
+    """Whether a demangled name is in torch's namespaces, so only a torch library can provide it."""
+    return demangled is not None and bool(_TORCH_DEMANGLED.match(parse_signature(demangled).qualified_name))
+
+
 # -- demangled signatures ---------------------------------------------------------------------
 _SPECIAL = re.compile(r"^(?:(?:construction vtable|vtable|VTT|typeinfo name|typeinfo|guard variable|"
                       r"TLS init function|TLS wrapper function|reference temporary #\d+) for "

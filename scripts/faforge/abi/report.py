@@ -174,7 +174,11 @@ def _module_lines(module: ModuleVerdict) -> list[str]:
         lines.append(f"  unverified: {module.unresolved_unverified} symbols are not in the libraries found; "
                      "they may come from the unverified ones")
     for p in module.problems:
-        lines.append(f"  {p.kind}: {p.demangled or p.symbol or p.library}")
+        subject = p.demangled or p.symbol or p.library
+        if subject is None:  # nothing to name but the finding itself (the --platform check)
+            lines.append(f"  {p.kind}: {p.detail}")
+            continue
+        lines.append(f"  {p.kind}: {subject}")
         if p.symbol and p.demangled and p.demangled != p.symbol:
             lines.append(f"    symbol: {p.symbol}")
         lines.append(f"    {p.detail}")

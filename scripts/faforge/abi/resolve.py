@@ -6,9 +6,16 @@ name it was needed under) is reused; a candidate file for another machine or
 ELF class is skipped, as ld.so does; a symbol reference binds to the first
 library in load order that exports it under a matching version.
 
-The search order puts the torch being checked first: the --against
-directories, then the needing object's DT_RPATH/DT_RUNPATH ($ORIGIN expanded),
-then the system's default path (/etc/ld.so.conf and the built-in directories).
+An extension is loaded after `import torch`, which has already loaded torch's
+libraries and, through their RUNPATH, pip's nvidia/*/lib CUDA libraries. ld.so
+reuses a library already loaded under the needed name or SONAME before it
+searches, so an extension's own `libcudart.so.12` binds to the one torch
+loaded (issue 12). The closure models that: `loaded_by_torch` walks torch's
+libraries first, and `load_closure` takes what they loaded before searching.
+The search order puts the torch being checked first: the environment's folders
+(`environment_dirs`: torch/lib, nvidia/*/lib, the prefix's lib/), then the
+needing object's DT_RPATH/DT_RUNPATH ($ORIGIN expanded), then the system's
+default path (/etc/ld.so.conf and the built-in directories).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import functools
 import glob
 import re
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -25,8 +32,15 @@ from pathlib import Path
 from faforge.abi.elf import DynamicSymbols, ElfError, ElfFile, ElfInfo, HashedExports, gnu_hash, read_dynamic_symbols, read_info
 from faforge.errors import FaforgeError
 
-# Libraries that belong to torch itself: missing one is an error, not "unverified".
-TORCH_LIBRARY = re.compile(r"^lib(c10|torch)[^/]*\.so")
+# Libraries that belong to torch itself (libc10.so, libc10_cuda.so, libtorch.so, libtorch_cpu.so,
+# libtorch_cuda.so, libtorch_python.so, ...): missing one is an error, not "unverified". Not
+# libtorchaudio.so or libtorchvision.so, which ship beside other extensions (issue 12, item 5).
+TORCH_LIBRARY = re.compile(r"^lib(?:c10|torch)(?:_[A-Za-z0-9_]+)?\.so(?:\.[0-9.]+)?$")
+# The CUDA runtime: when it really is missing (not in the environment, not loaded by torch), that is
+# a finding of its own, not a reason to leave symbols unchecked (issue 12).
+CUDA_RUNTIME = re.compile(r"^libcudart\.so(?:\.[0-9.]+)?$")
+# Who loads torch's libraries before the extension.
+IMPORT_TORCH = "import torch"
 LD_SO_CONF = Path("/etc/ld.so.conf")
 # glibc's built-in trusted directories, searched after ld.so.conf's.
 BUILTIN_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
@@ -34,6 +48,12 @@ BUILTIN_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 def is_torch_library(name: str) -> bool:
     return bool(TORCH_LIBRARY.match(Path(name).name))
+
+
+def is_required_library(name: str) -> bool:
+    """Libraries whose absence is a problem: torch's own and the CUDA runtime."""
+    base = Path(name).name
+    return bool(TORCH_LIBRARY.match(base) or CUDA_RUNTIME.match(base))
 
 
 @functools.cache
@@ -78,6 +98,24 @@ def torch_lib_dirs(against: str | Path) -> tuple[Path, ...]:
         raise FaforgeError(f"--against {against}: no torch libraries (libc10*.so, libtorch*.so) in it, its torch/lib, "
                            "lib/ or lib/python3*/site-packages/torch/lib; pass the folder of an environment with torch")
     return tuple(dict.fromkeys(d.resolve() for d in found))
+
+
+def environment_dirs(torch_dirs: Sequence[Path]) -> tuple[Path, ...]:
+    """The folders a pip or conda environment's loader finds libraries in, torch's first.
+
+    For each torch/lib folder: pip's CUDA libraries in its site-packages' nvidia/*/lib
+    (torch's RUNPATH points there) and the environment prefix's lib/ (site-packages is
+    PREFIX/lib/python3.X/site-packages); a conda libtorch folder is PREFIX/lib itself.
+    """
+    dirs: list[Path] = []
+    for torch_dir in torch_dirs:
+        dirs.append(torch_dir)
+        if torch_dir.name == "lib" and torch_dir.parent.name == "torch":
+            site = torch_dir.parent.parent
+            dirs += sorted(site.glob("nvidia/*/lib")) + sorted(site.glob("nvidia/*/lib64"))
+            if site.parent.name.startswith("python3") and site.parent.parent.name in ("lib", "lib64"):
+                dirs.append(site.parent.parent)
+    return tuple(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
 
 
 @dataclass(frozen=True)
@@ -146,6 +184,10 @@ class NotFound:
     def is_torch(self) -> bool:
         return is_torch_library(self.name)
 
+    @property
+    def is_required(self) -> bool:
+        return is_required_library(self.name)
+
 
 @dataclass(frozen=True)
 class Closure:
@@ -184,30 +226,79 @@ class Closure:
         return next((lib for lib in self.libraries if needed in (lib.name, lib.info.soname)), None)
 
 
-def load_closure(root: ElfInfo, search_dirs: Sequence[Path]) -> Closure:
-    """Follow DT_NEEDED from `root` breadth first, looking in search_dirs before anything else."""
+def load_closure(root: ElfInfo, search_dirs: Sequence[Path], loaded: Mapping[str, Library] | None = None) -> Closure:
+    """Follow DT_NEEDED from `root` breadth first, reusing what is `loaded` already (by needed name
+    or SONAME, as ld.so does) and otherwise looking in search_dirs before anything else."""
+    libraries, not_found = _walk([(root, name) for name in root.needed], root, search_dirs, dict(loaded or {}))
+    return Closure(root, tuple(libraries), tuple(not_found))
+
+
+def loaded_by_torch(search_dirs: Sequence[Path]) -> dict[str, Library]:
+    """What `import torch` has loaded before an extension: torch's own libraries in search_dirs and
+    their DT_NEEDED closure (found through their RUNPATH), by needed name and SONAME."""
+    roots: list[Library] = []
+    for folder in search_dirs:
+        for path in sorted(folder.glob("lib*.so*")):
+            if not is_torch_library(path.name) or not path.is_file():
+                continue
+            try:
+                roots.append(Library(path.name, path, read_info(path), IMPORT_TORCH))
+            except ElfError:  # ld.so would not load it either
+                continue
+    if not roots:
+        return {}
+    names = _names(roots)
+    found, _ = _walk([(lib.info, name) for lib in roots for name in lib.info.needed], roots[0].info, search_dirs,
+                     dict(names), reuse_roots=False)
+    return {**names, **_names(found)}
+
+
+def _names(libraries: Sequence[Library]) -> dict[str, Library]:
+    names: dict[str, Library] = {}
+    for library in libraries:
+        names.setdefault(library.name, library)
+        if library.info.soname:
+            names.setdefault(library.info.soname, library)
+    return names
+
+
+def _walk(queue_items, root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[str, Library], *,
+          reuse_roots: bool = True) -> tuple[list[Library], list[NotFound]]:
+    """The breadth-first DT_NEEDED walk behind load_closure and loaded_by_torch.
+
+    With reuse_roots, a library taken from `loaded` joins this closure (it is in the new
+    object's search scope); without, `loaded` only marks what needs no second visit.
+    """
     libraries: list[Library] = []
+    taken: set[int] = set()  # id() of each library in `libraries`
     not_found: list[NotFound] = []
-    loaded: dict[str, Library] = {}
+    seen: set[str] = set() if reuse_roots else set(loaded)
     missing: set[str] = set()
-    queue: deque[tuple[ElfInfo, str]] = deque((root, name) for name in root.needed)
+    queue: deque[tuple[ElfInfo, str]] = deque(queue_items)
     while queue:
         needer, name = queue.popleft()
-        if name in loaded or name in missing:
+        if name in seen or name in missing:
             continue
-        found, wrong = _find(name, needer, root, search_dirs)
-        if found is None:
-            missing.add(name)
-            not_found.append(NotFound(name, needer.path.name, tuple(wrong)))
+        library = loaded.get(name)
+        if library is None:
+            found, wrong = _find(name, needer, root, search_dirs)
+            if found is None:
+                missing.add(name)
+                not_found.append(NotFound(name, needer.path.name, tuple(wrong)))
+                continue
+            path, info = found
+            library = Library(name, path, info, needer.path.name)
+            loaded[name] = library
+            if info.soname:
+                loaded.setdefault(info.soname, library)
+        seen.add(name)
+        if id(library) in taken:
             continue
-        path, info = found
-        library = Library(name, path, info, needer.path.name)
+        taken.add(id(library))
         libraries.append(library)
-        loaded[name] = library
-        if info.soname:
-            loaded.setdefault(info.soname, library)
-        queue.extend((info, dep) for dep in info.needed)
-    return Closure(root, tuple(libraries), tuple(not_found))
+        seen.update(n for n in (name, library.name, library.info.soname) if n)
+        queue.extend((library.info, dep) for dep in library.info.needed)
+    return libraries, not_found
 
 
 def _find(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path]):

@@ -72,8 +72,9 @@ def read_binary(path: str, facts: EnvFacts, table: SymbolTable) -> BinaryFacts:
 
 def _torch_offers(table: SymbolTable, built: BuiltFor, dirs: tuple[Path, ...]) -> dict[str, tuple[str, ...]]:
     offers = {}
-    for function in {e.function for e in built.evidence}:
-        library = next(f.library for f in table.functions if f.function == function)
+    hand_edited = {f.function: f.library for f in table.functions}
+    for function in {e.function for e in built.evidence} & hand_edited.keys():  # only they list other spellings
+        library = hand_edited[function]
         found = next((d / library for d in dirs if (d / library).is_file()), None)
         if found is not None:
             exports = read_dynamic_symbols(found).exports()

@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from faforge.abi import classify
+from faforge.abi.demangle import demangle
 from faforge.doctor.binary import BinaryFacts
 from faforge.doctor.facts import EnvFacts, Gpu
 from faforge.doctor.installs import Claim, Install
+from faforge.doctor.torch_symbols import built_for_one
 from faforge.gpu import compat
 
 ERROR, WARNING = "error", "warning"
@@ -216,7 +218,9 @@ def libstdcxx_too_old(s: Situation) -> Problem | None:
 def cxx11_abi_mismatch(s: Situation) -> Problem | None:
     if s.binary is None or s.facts.import_outcome.ok:
         return None
-    mine, theirs = s.binary.module.declared.cxx11_abi, s.torch_abi
+    mine = s.binary.module.declared.cxx11_abi
+    # Only a torch that imported says its ABI; a static guess about a broken torch is no cause (issue 12).
+    theirs = s.torch_abi if s.facts.torch.imported else None
     gate = s.gate_problems(classify.ABI_MISMATCH)
     symbol = s.facts.import_outcome.undefined_symbol
     if not gate and (mine is None or theirs is None or mine == theirs):
@@ -235,36 +239,44 @@ def cxx11_abi_mismatch(s: Situation) -> Problem | None:
 
 
 def signature_drift(s: Situation) -> Problem | None:
+    """Built against another torch. The stated range is the cause only when it excludes the user's
+    torch; a range that contains it is never called a mismatch (issue 12), and the symbol the import
+    failed on leads."""
     if s.binary is None or not s.import_failed:
         return None
-    gate = s.gate_problems(classify.SIGNATURE_DRIFT, classify.MISSING_SYMBOL)
     symbol = s.facts.import_outcome.undefined_symbol
+    gate = sorted(s.gate_problems(classify.SIGNATURE_DRIFT, classify.MISSING_SYMBOL), key=lambda p: p.symbol != symbol)
     built = s.binary.built_for
     in_table = symbol is not None and any(e.symbol == symbol for e in built.evidence)
     if not gate and not in_table:
         return None
     torch_release = s.torch_version
-    if built.known and torch_release and built.covers(torch_release) and not gate:
+    in_range = built.known and bool(torch_release) and built.covers(torch_release)
+    if in_range and not gate:
         return None
-    wants = "; ".join(e.signature for e in built.evidence)
-    offers = sorted({sig for e in built.evidence for sig in s.binary.torch_offers.get(e.function, ())})
-    if built.known:
+    lacking = [e for e in built.evidence if torch_release and not built_for_one(e).covers(torch_release)]
+    lacking.sort(key=lambda e: e.symbol != symbol)
+    if built.consistent and lacking:
+        offers = sorted({sig for e in lacking for sig in s.binary.torch_offers.get(e.function, ())})
+        more = len(lacking) - 1
+        wants = lacking[0].signature + (f" and {more} more symbol{'s' if more > 1 else ''} your torch lacks" if more else "")
         message = f"this flash-attn was built for {built.words} (it imports {wants})"
         message += f"; your {s.torch_words} exports {'; '.join(offers)}" if offers else f"; your {s.torch_words} does not export it"
     else:
-        first = gate[0]
-        message = (f"this flash-attn was built against another torch: it imports {first.demangled or first.symbol}, "
-                   f"which your {s.torch_words} does not export")
-        if first.offers:
+        first = gate[0] if gate else None
+        wanted = (first.demangled or first.symbol) if first else (demangle(symbol) or symbol)
+        message = f"this flash-attn was built against another torch: it imports {wanted}, which your {s.torch_words} does not export"
+        if first and first.offers:
             message += f" (it offers {'; '.join(first.offers)})"
     drifted = {p.symbol for p in gate} | {e.symbol for e in built.evidence}
     details = [f"undefined symbol: {symbol}"] if symbol in drifted else []
     details += [f"{p.kind}: {p.symbol} = {p.demangled}" if p.demangled else f"{p.kind}: {p.symbol}" for p in gate[:5]]
     if s.claim and s.claim.torch_minor:
         details.append(f"its {s.claim.source} says torch {s.claim.torch_minor} ({s.claim.text})")
+    stated = built.known and built.consistent and bool(lacking)
     return Problem("signature-drift", ERROR, message, tuple(details),
-                   {"built_for": {"first": built.first, "last": built.last} if built.known else None,
-                    "torch": torch_release, "symbols": [e.symbol for e in built.evidence]})
+                   {"built_for": {"first": built.first, "last": built.last} if stated else None,
+                    "torch": torch_release, "symbols": [e.symbol for e in lacking] or [p.symbol for p in gate]})
 
 
 def cuda_major_mismatch(s: Situation) -> Problem | None:
@@ -287,6 +299,7 @@ def libcudart_missing(s: Situation) -> Problem | None:
     if s.binary is None or torch_major is None:
         return None
     unfound = {u.name for u in s.binary.module.unverified_libraries}
+    unfound |= {p.library for p in s.binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
     loader = s.facts.import_outcome.missing_library
     if loader and loader.startswith("libcudart"):
         unfound.add(loader)
