@@ -18,7 +18,7 @@ from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
-from faforge.matrix.render import RenderedCell, render_cells
+from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, render_cells
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, build_cell, parse_channel_aliases
 from faforge.release.cost import load_build_cost, split_cell
 from faforge.table import format_table
@@ -30,6 +30,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", default="all", help="the job of a split cell to build (a plan job's `part`: a piece such as bwd-1of4, or link); default: all")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
+    parser.add_argument("--source", type=Path, metavar="SDIST",
+                        help="build from this flash-attn sdist instead of the recipe's PyPI one (only the url and sha256 change)")
     parser.add_argument("--channel-alias", action="append", default=[], metavar="NAME=URL",
                         help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
                              f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")
@@ -69,13 +71,13 @@ def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
     )
 
 
-def render_for_part(cell: Cell, tus: tuple[str, ...], matrix) -> RenderedCell:
+def render_for_part(cell: Cell, tus: tuple[str, ...], matrix, recipe_path: Path) -> RenderedCell:
     """The recipe reads the piece's TUs at render time (env.get), so set them first."""
     if tus:
         os.environ[TUS_ENV] = " ".join(tus)
     else:
         os.environ.pop(TUS_ENV, None)
-    return render_cells([cell], matrix.recipe_path, matrix.variants_dir)[0]
+    return render_cells([cell], recipe_path, matrix.variants_dir)[0]
 
 
 def channel_aliases(matrix, cli_entries: list[str]) -> dict[str, str]:
@@ -91,21 +93,23 @@ def execute(args: argparse.Namespace) -> int:
         raise FaforgeError("nothing to build", hint="name cells (see `faforge matrix`) or pass --plan FILE")
     matrix = load_matrix()
     aliases = channel_aliases(matrix, args.channel_alias)
+    source = SourceOverride.from_sdist(args.source) if args.source else None
     require_cells_exist(matrix.cells, matrix.table, matrix.policy, [c for c, _ in wanted])
     cells = {c.id: c for c in matrix.cells}
     jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
     output_dir = args.output_dir.resolve()
     log_dir = (args.log_dir or output_dir / "logs").resolve()
     results = []
-    for i, (cell, part, tus) in enumerate(jobs, 1):
-        title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
-        with progress.step(title) as state:
-            result = build_cell(render_for_part(cell, tus, matrix), output_dir=output_dir, log_dir=log_dir, part=part,
-                                tus=tus, channel_aliases=aliases, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
-            state.failed = result.status == "failed"
-        if state.failed:
-            progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")
-        results.append(result)
+    with recipe_file(matrix.recipe_path, source) as recipe_path:
+        for i, (cell, part, tus) in enumerate(jobs, 1):
+            title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
+            with progress.step(title) as state:
+                result = build_cell(render_for_part(cell, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
+                                    tus=tus, channel_aliases=aliases, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
+                state.failed = result.status == "failed"
+            if state.failed:
+                progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")
+            results.append(result)
     rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log] for b in results]
     print(format_table(["cell", "part", "status", "time", "compiler cache", "package", "log"], rows))
     failed = [b for b in results if b.status == "failed"]

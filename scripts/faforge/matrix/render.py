@@ -6,6 +6,11 @@ re-implementation, so what `faforge matrix` prints is what a build will produce.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +34,55 @@ class RenderedCell:
 
 def _cell_key(values: dict) -> tuple:
     return (str(values["python"]), str(values["torch_version"]), str(values["cuda_compiler_version"]), str(values["cxx11_abi"]))
+
+
+# The recipe's upstream source: its first `url:` entry and the `sha256:` line after it.
+UPSTREAM_SOURCE = re.compile(r"^(?P<indent>\s*)- url: .*\n(?P=indent)  sha256: .*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class SourceOverride:
+    """Build from another flash-attn sdist (a local file): a patched tree, a mirror's copy, a test's
+    tiny stand-in. Only the recipe's upstream url and sha256 change; build and tests stay as they are."""
+
+    url: str
+    sha256: str
+
+    @classmethod
+    def from_sdist(cls, path: Path) -> SourceOverride:
+        if not path.is_file():
+            raise FaforgeError(f"--source {path}: no such file", hint="pass a flash-attn sdist (.tar.gz)")
+        return cls(url=path.resolve().as_uri(), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def with_source(recipe_text: str, source: SourceOverride) -> str:
+    match = UPSTREAM_SOURCE.search(recipe_text)
+    if not match:
+        raise FaforgeError("the recipe has no `- url:` source followed by its sha256, so --source has nothing to replace")
+    indent = match.group("indent")
+    return recipe_text[: match.start()] + f'{indent}- url: {source.url}\n{indent}  sha256: "{source.sha256}"' + recipe_text[match.end():]
+
+
+@contextmanager
+def recipe_file(recipe_path: Path, source: SourceOverride | None):
+    """The recipe to render: the file itself, or, with a source override, recipe.yaml in a sibling
+    folder holding symlinks to everything else of the recipe's (rattler-build copies the recipe
+    folder into the package and wants its file named recipe.yaml; the same depth keeps the
+    recipe's relative `path:` sources pointing where they did). Removed afterwards."""
+    if source is None:
+        yield recipe_path
+        return
+    folder = recipe_path.parent.with_name(f".{recipe_path.parent.name}-source-{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
+        for item in recipe_path.parent.iterdir():
+            if item != recipe_path:
+                (folder / item.name).symlink_to(item.resolve())
+        (folder / "recipe.yaml").write_text(with_source(recipe_path.read_text(), source))
+        yield folder / "recipe.yaml"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def render_platform(recipe_path: Path, variant_file: Path, platform: str) -> list:
