@@ -457,7 +457,9 @@ def build(args: argparse.Namespace) -> Path | None:
             "cxx": ["-O3", f"-std={std}", abi_define],
             "nvcc": [*NVCC_FLAGS, f"-std={std}", abi_define, "--threads", str(nvcc_threads), *gencode_flags(archs)],
         },
-        extra_link_args=["-Wl,--no-undefined", *py_link],
+        # --strip-all: no static symbol table in a 200+ MB extension, as conda-forge's flash-attn
+        # feedstock links it; .dynsym (what the ABI checks read) stays.
+        extra_link_args=["-Wl,--no-undefined", "-Wl,--strip-all", *py_link],
         include_dirs=[
             str(source_dir / "csrc/flash_attn"),
             str(source_dir / "csrc/flash_attn/src"),
