@@ -242,8 +242,10 @@ def through_view(dirs: list[str], mapping: dict[str, str]) -> list[str]:
 
 def nvcc_cuda_include_dirs(cuda_home: str, environ: dict[str, str], triplet: str) -> list[str]:
     """CUDA header dirs nvcc searches by itself, in its order: nvcc.profile's
-    -I$(TOP)/targets/<triplet>/include, then conda-forge's CUDA_INCLUDE_DIRS (its cuda-nvcc
-    activation lists the host prefix's and the build prefix's targets/<triplet>/include)."""
+    -I$(TOP)/targets/<triplet>/include, then any -I in CUDA_INCLUDE_DIRS, which conda-forge's
+    nvcc.profile reads but nothing of conda-forge sets (its cuda-nvcc activation passes the host
+    prefix's targets/<triplet>/include through NVCC_APPEND_FLAGS and CFLAGS instead:
+    conda-forge/cuda-nvcc-feedstock 3451669, recipe/activate.sh); a user may set it."""
     dirs = [str(Path(cuda_home) / "targets" / triplet / "include")]
     dirs += [flag[2:] for flag in shlex.split(environ.get("CUDA_INCLUDE_DIRS", "")) if flag.startswith("-I") and len(flag) > 2]
     unique = []
