@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -28,8 +29,11 @@ from pathlib import Path
 from faforge import config, wheelfetch
 from faforge.release.package import PackageFacts
 
-# Run requirements the torch wheel's venv already satisfies (or that have no PyPI counterpart).
-PROVIDED_BY_VENV = {"python", "pytorch", "libtorch", "cuda-version", "pytorch-cuda", "pytorch-mutex"}
+# The package's Python run requirements that the torch wheel does not bring, by PyPI name. A real
+# build's other run requirements (libgcc, libstdcxx, cuda-cudart, python_abi, arm-variant from
+# run_exports; pytorch and its pins) are C libraries or conda metadata: the torch wheel and its
+# nvidia-* wheels provide what the venv needs of them, and PyPI has no package of those names.
+PYPI_NAMES = {"einops": "einops"}
 # Always in the base venv: the GPU gate runs faforge.gpu.run_suite, which runs pytest.
 BASE_EXTRAS = ("pytest",)
 # Wheel platform tags per conda subdir.
@@ -56,18 +60,32 @@ class TorchVenv:
 
 
 def pip_requirements(package: PackageFacts) -> list[str]:
-    """PyPI names for the package's run requirements that the torch venv does not provide, plus BASE_EXTRAS."""
+    """PyPI names of the package's Python run requirements (PYPI_NAMES), plus BASE_EXTRAS."""
     names = [dep.split()[0] for dep in package.depends]
-    return sorted({n for n in names if n not in PROVIDED_BY_VENV and not n.startswith("__")} | set(BASE_EXTRAS))
+    return sorted({PYPI_NAMES[n] for n in names if n in PYPI_NAMES} | set(BASE_EXTRAS))
+
+
+def _runs_as(python: Path, version: str) -> bool:
+    """pyenv puts shims for every version on PATH; one whose version is not selected exits 127."""
+    try:
+        result = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and result.stdout.strip() == version
 
 
 def find_python(version: str) -> Path:
+    """A working CPython <version>: this one, python<version> on PATH, then pyenv's installs."""
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
         return Path(sys.executable)
-    found = shutil.which(f"python{version}")
-    if not found:
-        raise Unavailable(f"no Python {version} interpreter on PATH (python{version})")
-    return Path(found)
+    candidates = [Path(found)] if (found := shutil.which(f"python{version}")) else []
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates += sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
+    for candidate in candidates:
+        if _runs_as(candidate, version):
+            return candidate
+    raise Unavailable(f"no working Python {version} interpreter (tried {', '.join(map(str, candidates)) or f'python{version} on PATH'})")
 
 
 def check_runnable_here(package: PackageFacts) -> None:
@@ -112,7 +130,9 @@ def remote_wheel_cuda(package: PackageFacts) -> str | None:
 
 def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
     shutil.rmtree(prefix, ignore_errors=True)
-    subprocess.run([str(python), "-m", "venv", str(prefix)], check=True, capture_output=True)
+    made = subprocess.run([str(python), "-m", "venv", str(prefix)], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise Unavailable(f"`{python} -m venv` failed (exit {made.returncode}): {(made.stderr or made.stdout).strip()[-300:]}")
     pip = [str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-input", "--quiet", "--only-binary", ":all:", *requirements]
     result = subprocess.run(pip, capture_output=True, text=True)
     if result.returncode != 0:
