@@ -1,0 +1,152 @@
+"""The real recipe, built end to end in the local conda world (issue 11).
+
+`faforge build` runs recipes/flash-attn/recipe.yaml, unmodified but for its upstream source (a tiny
+flash-attn-shaped sdist, through `--source`), through py-rattler-build against the world's
+conda-forge stand-in (`--channel-alias`). rattler-build solves the build, host and test environments,
+runs the build script, packages, and runs every test of the recipe. Then the package goes through
+verify -> publish -> HTTP -> a fresh py-rattler install -> import -> doctor, as a user's would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from faforge import paths
+from faforge.channel.local import install, solve
+from tests.conda_world.world import build_world
+from tests.recipe.test_build_script_real import _tiny_sdist
+from tests.support.cache import cache_dir
+from tests.support.http_server import serve_directory
+
+pytestmark = pytest.mark.slow
+
+CELL = "linux-64/py312/torch2.11/cu130/abi1"
+RECIPE_VERSION = yaml.safe_load(paths.recipe_dir().joinpath("recipe.yaml").read_text())["context"]["version"]
+
+
+def faforge(*args, env=None, timeout=1800):
+    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def world():
+    started = time.monotonic()
+    built = build_world(log=lambda line: print(line, flush=True))
+    print(f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root} "
+          f"(built in {built.seconds:.0f} s; this run {time.monotonic() - started:.0f} s)")
+    return built
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory) -> Path:
+    """The tiny flash-attn-shaped sdist (tests/recipe), versioned like the recipe, as a tarball."""
+    root = tmp_path_factory.mktemp("sdist")
+    src = _tiny_sdist(root / "tree")
+    for path in (src / "PKG-INFO", src / "flash_attn/__init__.py"):
+        path.write_text(path.read_text().replace("0.0.1", RECIPE_VERSION))
+    (src / "LICENSE").write_text("BSD-3-Clause (test stand-in)\n")
+    tarball = root / f"flash_attn-{RECIPE_VERSION}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(src, arcname=f"flash_attn-{RECIPE_VERSION}")
+    return tarball
+
+
+@pytest.fixture(scope="module")
+def built(world, sdist, tmp_path_factory):
+    out = tmp_path_factory.mktemp("build")
+    env = {"CCACHE_DIR": str(cache_dir("conda-world") / "ccache")}
+    started = time.monotonic()
+    result = faforge("build", CELL, "--source", str(sdist), "--channel-alias", f"conda-forge={world.url('conda-forge')}",
+                     "--output-dir", str(out), env=env)
+    log = next((out / "logs").glob("*.log")).read_text()
+    print(f"\nfaforge build {CELL}: exit {result.returncode} in {time.monotonic() - started:.0f} s")
+    packages = sorted((out / "linux-64").glob("flash-attn-*.conda"))
+    return result, log, packages, out
+
+
+def test_rattler_build_builds_and_runs_every_recipe_test(built):
+    result, log, packages, _ = built
+    assert result.returncode == 0, result.stdout[-2000:] + log[-6000:]
+    assert len(packages) == 1
+    # every test of the recipe ran in its own environment: imports + pip check, the ABI gate, the GPU gate
+    assert "pip check passed" in log
+    assert "ABI gate passed: flash_attn_2_cuda" in log
+    assert "faforge-gpu-gate: skipped:" in log
+
+
+def _index(package: Path) -> dict:
+    from tests.conda_world.archive import read_info  # noqa: PLC0415
+
+    return json.loads(read_info(package, "info/index.json"))
+
+
+def test_host_libraries_add_no_run_requirements(built):
+    """Review item 5: the -dev packages and numpy in host are there for headers; their run_exports must
+    not make every user install cuBLAS, cuRAND, cuSOLVER, cuSPARSE and numpy (flash-attn links none)."""
+    _, _, packages, _ = built
+    names = {dep.split()[0] for dep in _index(packages[0])["depends"]}
+    assert not names & {"libcublas", "libcurand", "libcusolver", "libcusparse", "numpy"}, sorted(names)
+    assert {"cuda-cudart", "pytorch", "libtorch", "python", "python_abi", "libstdcxx", "libgcc"} <= names, sorted(names)
+
+
+def test_extension_is_stripped(built, tmp_path):
+    """Review item 6: like conda-forge's feedstock (-Wl,--strip-all), no static symbol table ships."""
+    from elftools.elf.elffile import ELFFile  # noqa: PLC0415
+
+    _, _, packages, _ = built
+    subprocess.run(["python", "-m", "zipfile", "-e", str(packages[0]), str(tmp_path)], check=True)
+    subprocess.run(["tar", "--zstd", "-xf", str(next(tmp_path.glob("pkg-*.tar.zst"))), "-C", str(tmp_path)], check=True)
+    extension = next(tmp_path.glob("lib/python3.12/site-packages/flash_attn_2_cuda*.so"))
+    with open(extension, "rb") as fh:
+        sections = {s.name for s in ELFFile(fh).iter_sections()}
+    assert ".symtab" not in sections and ".dynsym" in sections
+
+
+def test_verify_publish_serve_install_import_doctor(built, world, tmp_path):
+    """The package's way to a user: verify -> publish -> HTTP -> fresh install -> import -> doctor."""
+    result, _, packages, _ = built
+    assert result.returncode == 0
+    package = packages[0]
+    env = {"FAFORGE_CACHE_DIR": str(cache_dir("faforge"))}
+
+    manifest = tmp_path / "verification"
+    verified = faforge("verify", str(package), "--gates", "abi,import,gpu", "--manifest", str(manifest), "--json", env=env)
+    results = {r["gate"]: r["result"] for r in json.loads(verified.stdout)["results"]}
+    assert results == {"abi": "passed", "import": "passed", "gpu": "skipped"}, verified.stdout[-3000:] + verified.stderr[-3000:]
+
+    channel = tmp_path / "channel"
+    published = faforge("publish", str(package), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import", env=env)
+    assert published.returncode == 0, published.stdout + published.stderr
+    assert (channel / "linux-64" / package.name).read_bytes() == package.read_bytes()
+
+    prefix = tmp_path / "env"
+    with serve_directory(channel) as url:
+        # our channel first, the torch world's after it, strict priority: as the README tells users
+        records = solve([url, world.url("conda-forge")], ["python 3.12.*", "flash-attn"], "linux-64",
+                        virtuals={"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"})
+        assert str(records["flash-attn"].channel).rstrip("/").endswith(url.rstrip("/").split("//")[1]) or url in str(records["flash-attn"].url)
+        assert str(records["pytorch"].version) == "2.11.0"
+        install(records, prefix, "linux-64", cache_dir=tmp_path / "pkgs")
+    python = prefix / "bin" / "python3.12"
+
+    # libpython resolves inside the environment (the relocated CPython), and the extension imports
+    ldd = subprocess.run(["ldd", str(python)], capture_output=True, text=True, check=True).stdout
+    assert f"{prefix}/bin/../lib/libpython3.12.so.1.0" in ldd or f"{prefix}/lib/libpython3.12.so.1.0" in ldd, ldd
+    imported = subprocess.run([str(python), "-c", "import flash_attn, flash_attn_2_cuda, torch; print(flash_attn.__version__, torch.__version__)"],
+                              capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert imported.stdout.split() == [RECIPE_VERSION, "2.11.0+cu130"]
+
+    doctor = faforge("doctor", "--python", str(python), "--json", env=env)
+    report = json.loads(doctor.stdout)
+    assert doctor.returncode == 0, json.dumps(report.get("problems"), indent=1)[:3000] + doctor.stderr[-2000:]

@@ -1,0 +1,211 @@
+"""Generate the local conda world: file:// channels standing in for conda-forge (and the legacy
+pytorch + nvidia channels), whose packages carry real, sourced metadata and real payloads.
+
+    python -m tests.conda_world.world [--out DIR]     # prints every channel, its size and the time
+
+The package list, each payload's origin and every way a stand-in differs from the real package
+are in world.yaml beside this file; the metadata records are in tests/fixtures/real_packages.yaml
+(each with its source). The world is cached under the test cache (tests/support/cache.py), keyed by
+the hash of those inputs, so only the first run on a machine downloads and packs (a few GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.conda_world import payloads
+from tests.conda_world.archive import Record, write_conda
+from tests.support.cache import cache_dir
+
+HERE = Path(__file__).resolve().parent
+SPEC = HERE / "world.yaml"
+FIXTURE = HERE.parent / "fixtures" / "real_packages.yaml"
+INPUTS = [SPEC, FIXTURE, HERE / "archive.py", HERE / "payloads.py", HERE / "world.py", *sorted((HERE / "activation").glob("*"))]
+VIRTUAL = "__"
+
+
+@dataclass(frozen=True)
+class World:
+    root: Path
+    channels: dict[str, Path]
+    seconds: float
+    size_bytes: int
+
+    def url(self, channel: str) -> str:
+        return self.channels[channel].as_uri()
+
+
+def _match_name(spec: str) -> str:
+    return spec.split()[0].split("[")[0]
+
+
+def load_spec() -> dict:
+    return yaml.safe_load(SPEC.read_text())
+
+
+def _records(spec: dict) -> dict[tuple, dict]:
+    """The fixture's sourced records, then world.yaml's derived ones (made-up build strings)."""
+    records = [*yaml.safe_load(FIXTURE.read_text())["packages"], *spec.get("derived_records", ())]
+    return {(r["channel"], r["subdir"], r["name"], str(r["version"]), r["build"]): r for r in records}
+
+
+def _record(entry: dict, fixture: dict[tuple, dict], world_names: set[str]) -> Record:
+    key = (entry["channel"], entry["subdir"], entry["name"], str(entry["version"]), entry["build"])
+    if key not in fixture:
+        raise LookupError(f"world.yaml: {'/'.join(key)} has no record in {FIXTURE.name}; add the real, sourced record there first")
+    real = fixture[key]
+    # A dependency stays when the world has a package of that name (or it is virtual); the rest of
+    # the published list is what the world leaves out (world.yaml: `left_out`).
+    published = [*(real.get("depends") or ()), *(real.get("depends_not_stood_in") or ())]
+    dropped = set(entry.get("drop_depends", ()))
+    depends = tuple(d for d in published if _match_name(d) not in dropped
+                    and (_match_name(d).startswith(VIRTUAL) or _match_name(d) in world_names))
+    return Record(
+        name=real["name"], version=str(real["version"]), build=real["build"], build_number=int(real.get("build_number", 0)),
+        subdir=real["subdir"], depends=depends, constrains=tuple(real.get("constrains") or ()),
+        noarch=real.get("noarch"), track_features=tuple(real.get("track_features") or ()),
+        run_exports=real.get("run_exports") or {}, license=str(real.get("license", "")),
+    )
+
+
+def inputs_digest() -> str:
+    digest = hashlib.sha256()
+    for path in INPUTS:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def download_wheels(spec: dict, wheels_root: Path, log) -> None:
+    """pip download every wheel group once, with that group's Python (its platform tags), from PyPI:
+    the only network use of the world."""
+    from tests.support.torch_envs import find_python  # noqa: PLC0415
+
+    for group, wanted in spec["wheels"].items():
+        wheel_dir = wheels_root / group
+        marker = wheel_dir / ".complete"
+        want = json.dumps(wanted, sort_keys=True)
+        if marker.is_file() and marker.read_text() == want:
+            continue
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        command = [str(find_python(wanted["python"])), "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
+                   "-d", str(wheel_dir), *(["--no-deps"] if not wanted.get("deps") else []), *wanted["requirements"]]
+        log("+ " + " ".join(command))
+        subprocess.run(command, check=True)
+        marker.write_text(want)
+
+
+def _wheel(wheel_dir: Path, pattern: str) -> Path:
+    found = sorted(p for p in wheel_dir.glob("*.whl") if fnmatch.fnmatch(p.name, pattern))
+    if len(found) != 1:
+        raise LookupError(f"world.yaml: wheel pattern {pattern!r} matches {[p.name for p in found]} in {wheel_dir}")
+    return found[0]
+
+
+def cuda_toolkit() -> Path:
+    """The CUDA toolkit behind `nvcc` (tests/support/cuda_toolkit asks nvcc itself)."""
+    from tests.support.cuda_toolkit import cuda_home  # noqa: PLC0415
+
+    return cuda_home()
+
+
+def _python_prefix(version: str) -> Path:
+    """Where this machine's CPython <version> is installed (a venv's base, not the venv)."""
+    from tests.support.torch_envs import find_python  # noqa: PLC0415
+
+    out = subprocess.run([str(find_python(version)), "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Payload:
+    kind = payload["kind"]
+    wheel_dir = wheels_root / payload.get("group", "")
+    if kind == "empty":
+        return payloads.files(stage, {f"share/faforge-world/{stage.name}.txt": "metadata-only stand-in (tests/conda_world/world.yaml)\n"})
+    if kind == "cpython":
+        return payloads.cpython(_python_prefix(payload["version"]), payload["version"], stage)
+    if kind == "noarch_wheel":
+        return payloads.noarch_python_wheel(_wheel(wheel_dir, payload["wheel"]), stage)
+    if kind == "python_wheel":
+        return payloads.python_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
+    if kind == "torch":
+        return payloads.torch_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
+    if kind == "libtorch":
+        staged = payloads.libtorch_wheel(_wheel(wheel_dir, payload["wheel"]), stage)
+        for pattern, members in payload.get("extra_wheels", {}).items():
+            payloads.wheel_members(_wheel(wheel_dir, pattern), stage, members)
+        return staged
+    if kind == "wheel_members":
+        staged = payloads.Payload(stage)
+        for pattern, members in payload["wheels"].items():
+            payloads.wheel_members(_wheel(wheel_dir, pattern), stage, members)
+        return staged
+    if kind == "toolkit":
+        return payloads.copy_tree(cuda_toolkit(), stage, payload["members"])
+    if kind == "symlinks":
+        return payloads.symlinks(stage, payload["links"])
+    if kind == "files":
+        texts = {rel: (HERE / "activation" / src).read_text() for rel, src in payload["files"].items()}
+        return payloads.files(stage, texts, executable=tuple(payload.get("executable", ())))
+    raise ValueError(f"world.yaml: unknown payload kind {kind!r}")
+
+
+def build_world(out: Path | None = None, *, log=print) -> World:
+    spec = load_spec()
+    key = inputs_digest()
+    root = (out or cache_dir("conda-world")) / f"world-{key}"
+    done = root / ".complete"
+    channels = {name: root / name for name in spec["channels"]}
+    if done.is_file():
+        info = json.loads(done.read_text())
+        return World(root, channels, info["seconds"], info["size_bytes"])
+    started = time.monotonic()
+    wheels_root = cache_dir("conda-world") / "wheels"
+    download_wheels(spec, wheels_root, log)
+    fixture = _records(spec)
+    world_names = {entry["name"] for packages in spec["channels"].values() for entry in packages}
+    shutil.rmtree(root, ignore_errors=True)
+    for channel, entries in spec["channels"].items():
+        for entry in entries:
+            record = _record({**entry, "channel": channel}, fixture, world_names)
+            with tempfile.TemporaryDirectory(prefix="faforge-world-") as scratch:
+                stage = Path(scratch) / record.name
+                stage.mkdir()
+                payload = stage_payload(entry.get("payload") or {"kind": "empty"}, stage, wheels_root)
+                path = write_conda(record, payload.root, channels[channel], text_prefix_files=payload.text_prefix_files,
+                                   link=payload.link, level=int(spec.get("zstd_level", 3)))
+            log(f"  {channel}/{record.subdir}/{path.name} ({path.stat().st_size / 2**20:.1f} MiB)")
+    from faforge.channel.local import index  # noqa: PLC0415
+
+    for directory in channels.values():
+        index(directory)
+    size = sum(p.stat().st_size for p in root.rglob("*.conda"))
+    seconds = time.monotonic() - started
+    done.write_text(json.dumps({"seconds": seconds, "size_bytes": size}))
+    return World(root, channels, seconds, size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="parent folder of the world (default: the test cache)")
+    args = parser.parse_args(argv)
+    world = build_world(args.out)
+    for name, path in world.channels.items():
+        print(f"{name}: {path.as_uri()}")
+    print(f"world: {world.size_bytes / 2**30:.2f} GiB of packages, built in {world.seconds:.0f} s, at {world.root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
