@@ -1,0 +1,72 @@
+"""README's plain `rattler-build build` line for the conda-forge world, run through py-rattler-build's
+CLI API (render with solve) against the conda world, its `-c conda-forge` pointing at the stand-in.
+
+It also reproduces review item 1: every conda-forge CUDA pytorch depends on `__cuda`, which a GPU-less
+runner has only when CONDA_OVERRIDE_CUDA is set, so without it the host environment cannot be solved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from faforge import paths
+from tests.conda_world.test_recipe_in_world import world  # noqa: F401  (fixture)
+from tests.matrix.test_readme_builds import documented_builds
+
+pytestmark = pytest.mark.slow
+
+# One cell of the file, as `--variant KEY=VALUE` overrides pick it on the command line.
+CELL = {"python": "3.12.*", "torch_version": "2.11.0", "torch_world": "conda-forge", "cuda_compiler_version": "13.0",
+        "cxx11_abi": "1", "cuda_archs": "80;90;100;120+PTX", "c_compiler_version": "15", "cxx_compiler_version": "15",
+        "c_stdlib_version": "2.28"}
+
+RUN = textwrap.dedent("""
+    import json, sys
+    from rattler_build import cli_api
+    args = json.loads(sys.argv[1])
+    cli_api.build_recipes([args["recipe"]], variant_config=[args["variants"]], channel=args["channels"],
+                          render_only=True, with_solve=True, variant_overrides={k: [v] for k, v in args["cell"].items()},
+                          output_dir=args["out"])
+""")
+
+
+def plain_build(line, world, tmp_path, cuda_override):  # noqa: F811
+    channels = [world.url(c) if c in world.channels else c for c in line.channel]
+    args = {"recipe": str(paths.repo_root() / line.recipe / "recipe.yaml"), "variants": str(paths.repo_root() / line.variant_config),
+            "channels": channels, "cell": CELL, "out": str(tmp_path / "out")}
+    env = {**os.environ, "CONDA_OVERRIDE_CUDA": cuda_override}
+    return subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", RUN, json.dumps(args)],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def conda_forge_line():
+    lines = [args for w, args in documented_builds((paths.repo_root() / "README.md").read_text())
+             if w == "conda-forge" and args.target_platform == "linux-64"]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_readme_line_solves_build_and_host_with_cuda_override(conda_forge_line, world, tmp_path):  # noqa: F811
+    assert conda_forge_line.channel == ["conda-forge"]
+    result = plain_build(conda_forge_line, world, tmp_path, "13.0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rendered = json.loads(result.stdout)
+    (output,) = rendered
+    resolved = output["finalized_dependencies"]
+    host = {p["name"]: p["version"] for p in resolved["host"]["resolved"]}
+    build = {p["name"]: p["version"] for p in resolved["build"]["resolved"]}
+    assert host["pytorch"] == "2.11.0" and host["python"].startswith("3.12") and host["cuda-version"] == "13.0"
+    assert "cuda-nvcc_linux-64" in build and "gxx_linux-64" in build
+
+
+def test_without_cuda_override_a_gpu_less_runner_cannot_solve(conda_forge_line, world, tmp_path):  # noqa: F811
+    result = plain_build(conda_forge_line, world, tmp_path, "")
+    assert result.returncode != 0
+    assert "Failed to resolve dependencies" in result.stderr or "__cuda" in result.stderr, result.stderr[-3000:]
