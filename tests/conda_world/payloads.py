@@ -229,6 +229,22 @@ def wheel_members(wheel: Path, stage: Path, members: dict[str, str]) -> Payload:
     return Payload(stage)
 
 
+def remote_wheel_members(spec: dict, stage: Path) -> Payload:
+    """A few files of a PyPI wheel, read with HTTP range requests (faforge.wheelfetch), not downloaded whole."""
+    from faforge import wheelfetch  # noqa: PLC0415
+
+    wheel = wheelfetch.pick_wheel(wheelfetch.list_files(spec["project"]), spec["version"], spec["python_tag"], spec["platform"])
+    remote = wheelfetch.RemoteZip(wheel.url, wheel.size)
+    for member, folder in spec["members"].items():
+        data = remote.read(member)
+        if Path(member).name == "METADATA":
+            data = b"".join(line for line in data.splitlines(keepends=True) if not PYPI_ONLY_TORCH_REQUIREMENT.match(line.decode()))
+        target = stage / folder / Path(member).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return Payload(stage)
+
+
 def copy_tree(source: Path, stage: Path, members: dict[str, str]) -> Payload:
     """Files of a local toolkit at conda's places: {path or glob under source: folder in the package}."""
     for pattern, folder in members.items():

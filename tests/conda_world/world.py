@@ -58,11 +58,11 @@ def load_spec() -> dict:
 def _records(spec: dict) -> dict[tuple, dict]:
     """The fixture's sourced records, then world.yaml's derived ones (made-up build strings)."""
     records = [*yaml.safe_load(FIXTURE.read_text())["packages"], *spec.get("derived_records", ())]
-    return {(r["channel"], r["subdir"], r["name"], str(r["version"]), r["build"]): r for r in records}
+    return {(r["channel"], r["subdir"], r["name"], str(r["version"]), str(r["build"])): r for r in records}
 
 
 def _record(entry: dict, fixture: dict[tuple, dict], world_names: set[str]) -> Record:
-    key = (entry["channel"], entry["subdir"], entry["name"], str(entry["version"]), entry["build"])
+    key = (entry["channel"], entry["subdir"], entry["name"], str(entry["version"]), str(entry["build"]))
     if key not in fixture:
         raise LookupError(f"world.yaml: {'/'.join(key)} has no record in {FIXTURE.name}; add the real, sourced record there first")
     real = fixture[key]
@@ -73,7 +73,7 @@ def _record(entry: dict, fixture: dict[tuple, dict], world_names: set[str]) -> R
     depends = tuple(d for d in published if _match_name(d) not in dropped
                     and (_match_name(d).startswith(VIRTUAL) or _match_name(d) in world_names))
     return Record(
-        name=real["name"], version=str(real["version"]), build=real["build"], build_number=int(real.get("build_number", 0)),
+        name=real["name"], version=str(real["version"]), build=str(real["build"]), build_number=int(real.get("build_number", 0)),
         subdir=real["subdir"], depends=depends, constrains=tuple(real.get("constrains") or ()),
         noarch=real.get("noarch"), track_features=tuple(real.get("track_features") or ()),
         run_exports=real.get("run_exports") or {}, license=str(real.get("license", "")),
@@ -153,6 +153,8 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
         return staged
     if kind == "toolkit":
         return payloads.copy_tree(cuda_toolkit(), stage, payload["members"])
+    if kind == "remote_wheel_members":
+        return payloads.remote_wheel_members(payload, stage)
     if kind == "symlinks":
         return payloads.symlinks(stage, payload["links"])
     if kind == "files":

@@ -18,11 +18,15 @@ from faforge.matrix.render import RenderedCell
 from faforge.matrix.versions import next_minor
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real_packages.yaml"
+# Records nobody could find published (made-up build strings, sourced depends), declared there.
+DERIVED = Path(__file__).resolve().parents[1] / "conda_world" / "world.yaml"
 OUR_CHANNEL = "faforge"
 
 
 def load_fixture() -> dict:
-    return yaml.safe_load(FIXTURE.read_text())
+    fixture = yaml.safe_load(FIXTURE.read_text())
+    fixture["packages"] += yaml.safe_load(DERIVED.read_text())["derived_records"]
+    return fixture
 
 
 def _cudart_version(fixture: dict, cuda: str, platform: str, channel: str) -> str:

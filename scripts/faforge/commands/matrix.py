@@ -33,6 +33,7 @@ def cell_record(rendered: RenderedCell) -> dict:
         "cuda_archs": cell.cuda_archs,
         "build_string": rendered.build_string,
         "run_requirements": list(rendered.run_requirements),
+        "run_constraints": list(rendered.run_constraints),
     }
 
 

@@ -25,6 +25,7 @@ class RenderedCell:
     build_string: str
     hash: str
     run_requirements: tuple[str, ...]
+    run_constraints: tuple[str, ...]
     host_requirements: tuple[str, ...]
     build_requirements: tuple[str, ...]
     recipe: dict
@@ -126,6 +127,7 @@ def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> li
                     build_string=recipe["build"]["string"],
                     hash=str(variant.hash_info.hash) if hasattr(variant.hash_info, "hash") else str(variant.hash_info),
                     run_requirements=tuple(str(r) for r in requirements.get("run", [])),
+                    run_constraints=tuple(str(r) for r in requirements.get("run_constraints", [])),
                     host_requirements=tuple(str(r) for r in requirements.get("host", [])),
                     build_requirements=tuple(str(r) for r in requirements.get("build", [])),
                     recipe=recipe,
