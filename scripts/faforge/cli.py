@@ -56,6 +56,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    name = _chosen_command(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(argv, name)
+    except KeyboardInterrupt:
+        # Also a Ctrl-C that lands after the command, in the clean-up below (seen in the fault-injection test).
+        print(f"faforge {name}: interrupted" if name else "faforge: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str] | None, name: str | None) -> int:
     try:
         # Inside the try: Ctrl-C while the chosen command's module imports (rattler, torch) is still an interrupt.
         parser = build_parser(argv)
@@ -64,13 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FaforgeError, ModuleNotFoundError) as exc:
         # A missing module can surface while the chosen command's module imports, before `args` exists.
         error = missing_module_error(exc) if isinstance(exc, ModuleNotFoundError) else exc
-        name = _chosen_command(sys.argv[1:] if argv is None else argv)
         print(f"faforge {name}: error: {error}" if name else f"faforge: error: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        name = _chosen_command(sys.argv[1:] if argv is None else argv)
-        print(f"faforge {name}: interrupted" if name else "faforge: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
     finally:

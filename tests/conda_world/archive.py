@@ -21,6 +21,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faforge.release.package import sha256_of
+
 # conda-build's classic placeholder; any prefix-length string works for text files.
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"
 
@@ -46,14 +48,6 @@ class Record:
         return f"{self.name}-{self.version}-{self.build}.conda"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _paths_json(root: Path, text_prefix_files: set[str]) -> dict:
     entries = []
     for path in sorted(p for p in root.rglob("*") if p.is_symlink() or p.is_file()):
@@ -61,7 +55,7 @@ def _paths_json(root: Path, text_prefix_files: set[str]) -> dict:
         if path.is_symlink():
             entries.append({"_path": rel, "path_type": "softlink", "sha256": hashlib.sha256(os.readlink(path).encode()).hexdigest(), "size_in_bytes": 0})
             continue
-        entry = {"_path": rel, "path_type": "hardlink", "sha256": _sha256(path), "size_in_bytes": path.stat().st_size}
+        entry = {"_path": rel, "path_type": "hardlink", "sha256": sha256_of(path), "size_in_bytes": path.stat().st_size}
         if rel in text_prefix_files:
             entry.update(prefix_placeholder=PLACEHOLDER, file_mode="text")
         entries.append(entry)

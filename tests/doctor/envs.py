@@ -238,13 +238,16 @@ def conda_prefix(prefix: Path, channel_root: Path, channels: dict, specs: list[s
 
 
 def conda_forge_base(cuda: str, python: str = "3.11"):
-    """python, cuda-version and einops as conda-forge serves them (stand-ins: names and versions only)."""
+    """python, cuda-version and the pure-Python run requirements of our cells (einops; fsspec and
+    setuptools for legacy cells) as conda-forge serves them (stand-ins: names and versions only)."""
     from faforge.channel.local import PackageSpec  # noqa: PLC0415
 
     return [
         PackageSpec("python", f"{python}.7", "h_standin_0_cpython", "linux-64"),
         PackageSpec("cuda-version", cuda, "h_standin_0", "noarch"),
         PackageSpec("einops", "0.8.1", "pyhd8ed1ab_0", "noarch"),
+        PackageSpec("fsspec", "2025.10.0", "pyhd8ed1ab_0", "noarch"),
+        PackageSpec("setuptools", "80.9.0", "pyhff2d567_0", "noarch"),
     ]
 
 

@@ -130,5 +130,5 @@ def test_a_missing_dependency_is_exit_2_with_the_install_command():
     code = "import sys; sys.modules['yaml'] = None; from faforge.cli import main; sys.exit(main(['matrix']))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2, result.stderr[-2000:]
-    assert result.stderr.startswith("faforge: error: the Python module 'yaml' is not importable")
+    assert result.stderr.startswith("faforge matrix: error: the Python module 'yaml' is not importable")
     assert "-m pip install pyyaml" in result.stderr and "Traceback" not in result.stderr

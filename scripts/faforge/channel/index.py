@@ -131,6 +131,8 @@ def survey(channel: Path) -> Survey:
     for subdir in result.subdirs:
         folder = channel / subdir
         if not folder.is_dir():
+            if subdir == "noarch":  # a fresh channel: index it so that clients find an (empty) noarch/
+                result.unreadable_index.append(subdir)
             continue
         entries = _read_entries(folder / REPODATA)
         if entries is None:
