@@ -1,5 +1,7 @@
-"""README's plain `rattler-build build` line for the conda-forge world, run through py-rattler-build's
-CLI API (render with solve) against the conda world, its `-c conda-forge` pointing at the stand-in.
+"""README's plain `rattler-build build` lines for the conda-forge world (linux-64, and the linux-aarch64
+cross build from linux-64), run through py-rattler-build's CLI API (render with solve) against the conda
+world, their `-c conda-forge` pointing at the stand-in. The cross cell cannot execute here, so solving
+its build (linux-64) and host (linux-aarch64) environments is as far as it goes.
 
 It also reproduces review item 1: every conda-forge CUDA pytorch depends on `__cuda`, which a GPU-less
 runner has only when CONDA_OVERRIDE_CUDA is set, so without it the host environment cannot be solved.
@@ -32,38 +34,47 @@ RUN = textwrap.dedent("""
     args = json.loads(sys.argv[1])
     cli_api.build_recipes([args["recipe"]], variant_config=[args["variants"]], channel=args["channels"],
                           render_only=True, with_solve=True, variant_overrides={k: [v] for k, v in args["cell"].items()},
-                          output_dir=args["out"])
+                          output_dir=args["out"], build_platform="linux-64", target_platform=args["target"])
 """)
 
 
 def plain_build(line, world, tmp_path, cuda_override):  # noqa: F811
     channels = [world.url(c) if c in world.channels else c for c in line.channel]
     args = {"recipe": str(paths.repo_root() / line.recipe / "recipe.yaml"), "variants": str(paths.repo_root() / line.variant_config),
-            "channels": channels, "cell": CELL, "out": str(tmp_path / "out")}
+            "channels": channels, "cell": CELL, "out": str(tmp_path / "out"), "target": line.target_platform}
     env = {**os.environ, "CONDA_OVERRIDE_CUDA": cuda_override}
     return subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", RUN, json.dumps(args)],
                           capture_output=True, text=True, env=env, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def conda_forge_line():
+def readme_line(target_platform: str):
     lines = [args for w, args in documented_builds((paths.repo_root() / "README.md").read_text())
-             if w == "conda-forge" and args.target_platform == "linux-64"]
+             if w == "conda-forge" and args.target_platform == target_platform]
     assert len(lines) == 1, lines
     return lines[0]
 
 
-def test_readme_line_solves_build_and_host_with_cuda_override(conda_forge_line, world, tmp_path):  # noqa: F811
-    assert conda_forge_line.channel == ["conda-forge"]
-    result = plain_build(conda_forge_line, world, tmp_path, "13.0")
+@pytest.fixture(scope="module")
+def conda_forge_line():
+    return readme_line("linux-64")
+
+
+@pytest.mark.parametrize("target", ["linux-64", "linux-aarch64"])
+def test_readme_line_solves_build_and_host_with_cuda_override(target, world, tmp_path):  # noqa: F811
+    line = readme_line(target)
+    assert line.channel == ["conda-forge"]
+    result = plain_build(line, world, tmp_path, "13.0")
     assert result.returncode == 0, result.stderr[-3000:]
-    rendered = json.loads(result.stdout)
-    (output,) = rendered
+    (output,) = json.loads(result.stdout)
     resolved = output["finalized_dependencies"]
-    host = {p["name"]: p["version"] for p in resolved["host"]["resolved"]}
-    build = {p["name"]: p["version"] for p in resolved["build"]["resolved"]}
-    assert host["pytorch"] == "2.11.0" and host["python"].startswith("3.12") and host["cuda-version"] == "13.0"
-    assert "cuda-nvcc_linux-64" in build and "gxx_linux-64" in build
+    host = {p["name"]: (p["version"], p["subdir"]) for p in resolved["host"]["resolved"]}
+    build = {p["name"]: (p["version"], p["subdir"]) for p in resolved["build"]["resolved"]}
+    assert host["pytorch"][0] == "2.11.0" and host["python"][0].startswith("3.12") and host["cuda-version"][0] == "13.0"
+    assert {subdir for _, subdir in host.values()} <= {target, "noarch"}
+    assert {subdir for _, subdir in build.values()} <= {"linux-64", "noarch"}
+    assert f"cuda-nvcc_{target}" in build and f"gxx_{target}" in build
+    if target == "linux-aarch64":
+        assert host["arm-variant"] == ("1.2.0", "noarch") and "cross-python_linux-aarch64" in build
 
 
 def test_without_cuda_override_a_gpu_less_runner_cannot_solve(conda_forge_line, world, tmp_path):  # noqa: F811

@@ -12,6 +12,7 @@ the hash of those inputs, so only the first run on a machine downloads and packs
 from __future__ import annotations
 
 import argparse
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -164,9 +165,18 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
 
 
 def build_world(out: Path | None = None, *, log=print) -> World:
+    """The world for the current inputs, generated once under a lock (pytest workers, a CI run and
+    a developer's shell may ask for it at the same time)."""
     spec = load_spec()
     key = inputs_digest()
-    root = (out or cache_dir("conda-world")) / f"world-{key}"
+    parent = out or cache_dir("conda-world")
+    parent.mkdir(parents=True, exist_ok=True)
+    with open(parent / f"world-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_world_locked(spec, parent / f"world-{key}", log)
+
+
+def _build_world_locked(spec: dict, root: Path, log) -> World:
     done = root / ".complete"
     channels = {name: root / name for name in spec["channels"]}
     if done.is_file():
