@@ -21,7 +21,6 @@ import sys
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index, install, solve
-from tests.conda_world.test_recipe_in_world import world  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +28,7 @@ CELL = "linux-64/py312/torch2.5/cu121/abi0"
 
 
 @pytest.fixture(scope="module")
-def legacy_env(world, tmp_path_factory):  # noqa: F811
+def legacy_env(world, tmp_path_factory):
     """A user's environment for the legacy cell: our package (its rendered run requirements) + pip."""
     matrix = subprocess.run([sys.executable, "-m", "faforge", "matrix", "--json"], capture_output=True, text=True, check=True)
     cell = next(c for c in json.loads(matrix.stdout) if c["id"] == CELL)

@@ -18,7 +18,6 @@ import textwrap
 import pytest
 
 from faforge import paths
-from tests.conda_world.test_recipe_in_world import world  # noqa: F401  (fixture)
 from tests.matrix.test_readme_builds import documented_builds
 
 pytestmark = pytest.mark.slow
@@ -38,7 +37,7 @@ RUN = textwrap.dedent("""
 """)
 
 
-def plain_build(line, world, tmp_path, cuda_override):  # noqa: F811
+def plain_build(line, world, tmp_path, cuda_override):
     channels = [world.url(c) if c in world.channels else c for c in line.channel]
     args = {"recipe": str(paths.repo_root() / line.recipe / "recipe.yaml"), "variants": str(paths.repo_root() / line.variant_config),
             "channels": channels, "cell": CELL, "out": str(tmp_path / "out"), "target": line.target_platform}
@@ -60,7 +59,7 @@ def conda_forge_line():
 
 
 @pytest.mark.parametrize("target", ["linux-64", "linux-aarch64"])
-def test_readme_line_solves_build_and_host_with_cuda_override(target, world, tmp_path):  # noqa: F811
+def test_readme_line_solves_build_and_host_with_cuda_override(target, world, tmp_path):
     line = readme_line(target)
     assert line.channel == ["conda-forge"]
     result = plain_build(line, world, tmp_path, "13.0")
@@ -77,7 +76,7 @@ def test_readme_line_solves_build_and_host_with_cuda_override(target, world, tmp
         assert host["arm-variant"] == ("1.2.0", "noarch") and "cross-python_linux-aarch64" in build
 
 
-def test_without_cuda_override_a_gpu_less_runner_cannot_solve(conda_forge_line, world, tmp_path):  # noqa: F811
+def test_without_cuda_override_a_gpu_less_runner_cannot_solve(conda_forge_line, world, tmp_path):
     result = plain_build(conda_forge_line, world, tmp_path, "")
     assert result.returncode != 0
     assert "Failed to resolve dependencies" in result.stderr or "__cuda" in result.stderr, result.stderr[-3000:]

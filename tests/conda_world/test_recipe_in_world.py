@@ -22,7 +22,6 @@ import yaml
 
 from faforge import paths
 from faforge.channel.local import install, solve
-from tests.conda_world.world import build_world
 from tests.recipe.test_build_script_real import _tiny_sdist
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
@@ -36,17 +35,6 @@ RECIPE_VERSION = yaml.safe_load(paths.recipe_dir().joinpath("recipe.yaml").read_
 def faforge(*args, env=None, timeout=1800):
     return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
-
-
-@pytest.fixture(scope="module")
-def world(request):
-    """The generated world; its size and build time go to the terminal (not captured), as CI logs them."""
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    started = time.monotonic()
-    built = build_world(log=lambda line: None)
-    reporter.write_line(f"conda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
-                        f"{built.seconds:.0f} s ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
-    return built
 
 
 @pytest.fixture(scope="module")
