@@ -15,6 +15,7 @@ def world(request):
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     started = time.monotonic()
     built = build_world(log=lambda line: None)
-    reporter.write_line(f"conda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
-                        f"{built.seconds:.0f} s ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        reporter.write_line(f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
+                            f"{built.seconds:.0f} s ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
     return built
