@@ -59,13 +59,16 @@ def test_dropout_with_probs(call):
 
 @parametrize(cases.dropout_training(evaluate().head_dims))
 def test_dropout_training_reproducible(call):
-    """Same torch.cuda.manual_seed, same output and gradients; another seed, another output."""
+    """Same torch.cuda.manual_seed, same output and gradients; another seed, another output.
+
+    deterministic=True: by default flash-attn's backward adds dQ up with atomics, whose order varies
+    (dq differed at head dims 192 and 256 on the first H200 run); the dropout mask is what is tested."""
     q, k, v = inputs(call)
     grad_out = torch.randn(q.shape, device=DEVICE, dtype=q.dtype)
 
     def run(seed: int):
         torch.cuda.manual_seed(seed)
-        out = flash_attn_func(q, k, v, dropout_p=P, causal=call.causal)
+        out = flash_attn_func(q, k, v, dropout_p=P, causal=call.causal, deterministic=True)
         return (out, *torch.autograd.grad(out, (q, k, v), grad_out))
 
     first, again, other = run(1234), run(1234), run(4321)
