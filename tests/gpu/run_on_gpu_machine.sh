@@ -74,6 +74,16 @@ PY
   echo "installed: $(cd "$site" && ls -d *.dist-info | tr '\n' ' ')"
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 
+  echo "== faforge check-abi (the installed extension against this machine's torch libraries)"
+  local ext torch_dir
+  ext=$(compgen -G "$site/flash_attn_2_cuda*.so" | head -1)
+  torch_dir=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null) || torch_dir=
+  if [ -n "$ext" ] && [ -n "$torch_dir" ]; then
+    "$PY" -m faforge check-abi "$ext" --against "$torch_dir/lib" || return 1
+  else
+    echo "note: check-abi skipped (extension: ${ext:-none}; torch: ${torch_dir:-not importable})"
+  fi
+
   echo "== faforge test-gpu"
   timeout $((TEST_CAP_S + 45)) "$PY" -m faforge test-gpu --report-dir "$REPORT" --time-cap-s "$TEST_CAP_S" "${declared[@]}"
   local test_rc=$?
