@@ -12,8 +12,19 @@ and ninja). It replaces upstream's setup.py because that one
   * links with undefined symbols allowed, so a torch mismatch surfaces only as
     "undefined symbol" at import time.
 
+The build has two parts (issue 15, "kernels once per CUDA"):
+  * the kernel library, libflash_attn_kernels.so: the 72 kernel TUs compiled against the torch
+    shim (torch_shim/, copies of the two device-side definitions the kernels take from torch) and
+    never against torch's headers, so one build serves every torch minor and both C++ ABIs;
+    `--kernels-only` builds just this (the recipe's libflash-attn-kernels output) and needs no torch;
+  * the glue, flash_attn_2_cuda: flash_api.cpp compiled against the running Python's torch and
+    linked with -Wl,--no-undefined against the kernel library; `--kernel-library PATH` builds just
+    this against an installed library (the recipe's flash-attn output).
+Without either option (a local build) the script builds both and the wheel carries the library in
+flash_attn_2_cuda.libs/ (auditwheel's layout), found through the module's RUNPATH.
+
 The result is a wheel in --wheel-dir; with --install (the recipe) it is pip-installed.
-With --only-tus the script compiles just those kernel TUs and stops: a CI job too short for a
+With --only-tus the script compiles just those kernel TUs of the library and stops: a CI job too short for a
 whole cell fills the compiler cache with its share, and the cell's final job, an ordinary full
 build, finds those objects in the cache (faforge.release.cost splits the cell).
 Only the standard library, setuptools and torch are imported, so the script
@@ -57,6 +68,15 @@ FLASH_ATTN_MIN_SM = 80
 # nvcc limits: CUDA 13 dropped everything below sm_75; sm_100/sm_120 need 12.8.
 NVCC_MIN_SM = [((13, 0), 75), ((12, 0), 50)]
 NVCC_MIN_VERSION_FOR_SM = {100: (12, 8), 103: (12, 9), 120: (12, 8), 121: (12, 9)}
+
+# The kernel library needs no torch header, so no torch decides its C++ standard: upstream's.
+KERNEL_CXX_STD = "c++17"
+KERNEL_LIBRARY = "libflash_attn_kernels.so"
+# Where a local build's wheel carries the kernel library, beside the module (auditwheel's layout).
+WHEEL_LIBS_DIR = "flash_attn_2_cuda.libs"
+# The sample ninja compiles first: one TU of each class (fwd, fwd_split, bwd), the cheapest, so an
+# interrupted first build already has one object per class to compare (variants/README.md).
+FIRST_TUS = ("flash_fwd_hdim32_fp16_sm80.cu", "flash_fwd_split_hdim32_fp16_sm80.cu", "flash_bwd_hdim32_fp16_sm80.cu")
 
 NVCC_FLAGS = [
     "-O3",
@@ -366,12 +386,166 @@ def declared_cxx11_abi(names: set[str]) -> int | None:
     return classify.cxx11_abi_of(names)
 
 
+def find_shim_dir(explicit: str | None) -> Path:
+    """torch_shim/ beside this script (the recipe copies it there), else the repo's copy."""
+    here = Path(__file__).resolve().parent
+    candidates = [Path(explicit)] if explicit else [here / "torch_shim", here.parents[1] / "scripts/faforge/buildcost/torch_shim"]
+    for candidate in candidates:
+        if (candidate / "c10/cuda/CUDAException.h").is_file():
+            return candidate.resolve()
+    raise BuildError(f"no torch shim (c10/cuda/CUDAException.h) in {' or '.join(map(str, candidates))}; pass --shim-dir")
+
+
+def find_cuda_home() -> str:
+    """As torch.utils.cpp_extension finds it (CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda),
+    for the kernel library, which is built without torch."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return str(Path(nvcc).resolve().parents[1])
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        return "/usr/local/cuda"
+    raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
+
+
+def kernel_include_dirs(source_dir: Path, shim: Path) -> list[str]:
+    """The shim first, so its c10/ and ATen/ headers stand in for torch's; then upstream's dirs."""
+    return [str(shim), str(shim / "api"), *(str(source_dir / d) for d in ("csrc/flash_attn", "csrc/flash_attn/src", "csrc/cutlass/include"))]
+
+
+def kernel_compile_flags(source_dir: Path, shim: Path, archs: list[tuple[int, bool]], nvcc_threads: int) -> list[str]:
+    return [*NVCC_FLAGS, f"-std={KERNEL_CXX_STD}", "--threads", str(nvcc_threads), "-Xcompiler", "-fPIC",
+            *gencode_flags(archs), *(f"-I{d}" for d in kernel_include_dirs(source_dir, shim))]
+
+
+def kernel_link_flags(shim: Path) -> list[str]:
+    """-cudart shared: the CUDA runtime torch loads too, not a second static copy."""
+    return ["-shared", "-cudart", "shared", f"-Xlinker=--version-script={shim / 'exports.map'}",
+            "-Xlinker=--no-undefined", f"-Xlinker=-soname={KERNEL_LIBRARY}", "-Xlinker=--strip-all"]
+
+
+def ordered_kernels(kernels: list[str]) -> list[str]:
+    first = [k for name in FIRST_TUS for k in kernels if Path(k).name == name]
+    return first + [k for k in kernels if k not in first]
+
+
+def object_name(source: str) -> str:
+    return f"obj/{Path(source).name}.o"
+
+
+def kernel_ninja(nvcc: list[str], source_dir: Path, kernels: list[str], shim: Path, compile_flags: list[str], link_flags: list[str]) -> str:
+    """A ninja file for the library: one compile per TU (in the order ninja should start them), one link."""
+    sources = [*(str(source_dir / k) for k in ordered_kernels(kernels)), str(shim / "kernel_errors.cpp")]
+    lines = [
+        "# Generated by build_flash_attn.py (the kernel library); rerun the script rather than edit.",
+        "ninja_required_version = 1.3",
+        f"nvcc = {shlex.join(nvcc)}",
+        f"cflags = {shlex.join(compile_flags)}",
+        f"ldflags = {shlex.join(link_flags)}",
+        "rule compile",
+        "  command = $nvcc -MD -MF $out.d $cflags -c $in -o $out",
+        "  depfile = $out.d",
+        "  deps = gcc",
+        "  description = nvcc $in",
+        "rule link",
+        f"  command = {shlex.quote(nvcc[-1])} $in -o $out $ldflags",
+        "  description = link $out",
+    ]
+    lines += [f"build {object_name(src)}: compile {ninja_escape(src)}" for src in sources]
+    lines += [f"build {KERNEL_LIBRARY}: link " + " ".join(object_name(src) for src in sources), f"default {KERNEL_LIBRARY}", ""]
+    return "\n".join(lines)
+
+
+def ninja_escape(path: str) -> str:
+    return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def build_kernel_library(args: argparse.Namespace, source_dir: Path, build_dir: Path, archs: list[tuple[int, bool]], max_jobs: int) -> Path | None:
+    """Compiles the kernel TUs against the shim and links libflash_attn_kernels.so; no torch.
+    With --only-tus, compiles just those into the compiler cache and returns None."""
+    cuda_home = find_cuda_home()
+    nvcc_path = str(Path(cuda_home) / "bin" / "nvcc")
+    shim = find_shim_dir(args.shim_dir)
+    kernels = kernel_sources(source_dir)[1:]
+    only = select_kernels(kernel_sources(source_dir), args.only_tus) if args.only_tus is not None else None
+    out_dir = build_dir / "kernels"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ccache = setup_ccache(source_dir, nvcc_path, [sys.prefix, cuda_home]) if args.compiler_cache == "ccache" else None
+    stats_before = ccache_counts(ccache) if ccache else {}
+    ninja_text = kernel_ninja([*([ccache] if ccache else []), nvcc_path], source_dir, kernels, shim,
+                              kernel_compile_flags(source_dir, shim, archs, int(args.nvcc_threads)), kernel_link_flags(shim))
+    ninja_file = out_dir / "build.ninja"
+    if not ninja_file.is_file() or ninja_file.read_text() != ninja_text:
+        ninja_file.write_text(ninja_text)
+    ninja = shutil.which("ninja")
+    if not ninja:
+        raise BuildError("ninja not found on PATH (conda: ninja, PyPI: ninja)")
+    targets = [object_name(str(source_dir / k)) for k in only] if only else []
+    command = [ninja, "-C", str(out_dir), "-j", str(max_jobs), *targets]
+    log(f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} (C++ standard {KERNEL_CXX_STD.replace('c', 'C')})")
+    log("+ " + shlex.join(command))
+    started = time.monotonic()
+    if subprocess.run(command).returncode != 0:
+        raise BuildError(f"the kernel library's build failed (ninja in {out_dir}); rerun to resume, compiled objects are kept")
+    log(f"kernel library built in {time.monotonic() - started:.0f}s")
+    if ccache:
+        hits, misses = hits_and_misses(stats_before, ccache_counts(ccache))
+        log(f"compiler cache: {hits} hits, {misses} misses")
+    return None if only else out_dir / KERNEL_LIBRARY
+
+
 def build(args: argparse.Namespace) -> Path | None:
+    """The kernel library (--kernels-only), or the wheel; None when only kernel TUs were compiled."""
     source_dir = Path(args.source_dir).resolve()
     build_dir = Path(args.build_dir).resolve()
-    wheel_dir = Path(args.wheel_dir).resolve()
     if args.checker_path:
         sys.path.insert(0, str(Path(args.checker_path).resolve()))
+    if args.kernels_only:
+        return build_kernels_only(args, source_dir, build_dir)
+    return build_glue(args, source_dir, build_dir)
+
+
+def kernel_plan(args: argparse.Namespace, source_dir: Path, archs: list[tuple[int, bool]]) -> tuple[dict, int]:
+    nvcc = nvcc_version(str(Path(find_cuda_home()) / "bin" / "nvcc"))
+    check_archs_supported(archs, nvcc)
+    nvcc_threads = int(args.nvcc_threads)
+    max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), os.cpu_count() or 1, len(archs), nvcc_threads)
+    only = select_kernels(kernel_sources(source_dir), args.only_tus) if args.only_tus is not None else None
+    return {
+        "flash_attn": sdist_version(source_dir),
+        "nvcc": f"{nvcc[0]}.{nvcc[1]}",
+        "archs": [f"sm_{sm}" + ("+PTX" if ptx else "") for sm, ptx in archs],
+        "kernel_cxx_std": KERNEL_CXX_STD,
+        "max_jobs": max_jobs,
+        "nvcc_threads": nvcc_threads,
+        "compiler_cache": args.compiler_cache,
+        "only_tus": len(only) if only else "all",
+    }, max_jobs
+
+
+def build_kernels_only(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> Path | None:
+    archs = parse_arch_list(args.archs)
+    plan, max_jobs = kernel_plan(args, source_dir, archs)
+    plan.update(part="kernel library", build_dir=str(build_dir), install_lib_dir=args.install_lib_dir)
+    log("plan " + json.dumps(plan, sort_keys=True))
+    if args.plan_only:
+        print(json.dumps(plan, indent=2, sort_keys=True))
+        return None
+    library = build_kernel_library(args, source_dir, build_dir, archs, max_jobs)
+    if library and args.install_lib_dir:
+        target = Path(args.install_lib_dir) / KERNEL_LIBRARY
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(library, target)
+        log(f"installed {target}")
+    return library
+
+
+def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> Path | None:
+    """flash_api.cpp against this Python's torch, linked against the kernel library: the one
+    given (--kernel-library), or one built here first and carried in the wheel."""
+    wheel_dir = Path(args.wheel_dir).resolve()
 
     import torch  # noqa: PLC0415  (the torch we build against)
     from torch.utils import cpp_extension  # noqa: PLC0415
@@ -381,36 +555,33 @@ def build(args: argparse.Namespace) -> Path | None:
     cuda_home = cpp_extension.CUDA_HOME
     if not cuda_home:
         raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
-    nvcc = nvcc_version(str(Path(cuda_home) / "bin" / "nvcc"))
-    archs = parse_arch_list(args.archs)
-    check_archs_supported(archs, nvcc)
     std = cxx_standard(torch.__version__)
     abi = int(args.cxx11_abi)
-    nvcc_threads = int(args.nvcc_threads)
-    max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), os.cpu_count() or 1, len(archs), nvcc_threads)
     py_link, libpython = python_link_args()
-    sources = kernel_sources(source_dir)
-    compile_only = select_kernels(sources, args.only_tus) if args.only_tus is not None else None
+    shim = find_shim_dir(args.shim_dir)
+    given = Path(args.kernel_library).resolve() if args.kernel_library else None
+    if given and not given.is_file():
+        raise BuildError(f"--kernel-library {args.kernel_library}: no such file; build it with --kernels-only (or install libflash-attn-kernels)")
+    archs = parse_arch_list(args.archs) if not given else None
+    kernels, max_jobs = kernel_plan(args, source_dir, archs) if archs else ({}, args.max_jobs or 1)
 
     plan = {
         "flash_attn": sdist_version(source_dir),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
-        "nvcc": f"{nvcc[0]}.{nvcc[1]}",
-        "archs": [f"sm_{sm}" + ("+PTX" if ptx else "") for sm, ptx in archs],
         "cxx_std": std,
         "cxx11_abi": abi,
-        "max_jobs": max_jobs,
-        "nvcc_threads": nvcc_threads,
-        "compiler_cache": args.compiler_cache,
-        "only_tus": len(compile_only) if compile_only else "all",
+        "kernel_library": str(given) if given else {"built here, carried in the wheel": kernels},
         "build_dir": str(build_dir),
         "wheel_dir": str(wheel_dir),
     }
     log("plan " + json.dumps(plan, sort_keys=True))
     if args.plan_only:
         print(json.dumps(plan, indent=2, sort_keys=True))
-        return wheel_dir
+        return None
+    library = given or build_kernel_library(args, source_dir, build_dir, archs, max_jobs)
+    if library is None:
+        return None  # --only-tus: kernel objects compiled, nothing to link yet
 
     # torch <= 2.5 adds -D_GLIBCXX_USE_CXX11_ABI from this attribute; make it
     # agree with the forced value so the compiler never sees two definitions.
@@ -418,54 +589,48 @@ def build(args: argparse.Namespace) -> Path | None:
         torch._C._GLIBCXX_USE_CXX11_ABI = bool(abi)
     abi_define = f"-D_GLIBCXX_USE_CXX11_ABI={abi}"
     os.environ["MAX_JOBS"] = str(max_jobs)
-    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(f"{sm // 10}.{sm % 10}" for sm, _ in archs)
 
     from setuptools import find_packages, setup  # noqa: PLC0415
 
-    nvcc_path = str(Path(cuda_home) / "bin" / "nvcc")
     torch_include = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
     cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(platform.machine()))
     view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
-    ccache = setup_ccache(source_dir, nvcc_path, [sys.prefix, cuda_home]) if args.compiler_cache == "ccache" else None
-    stats_before = ccache_counts(ccache) if ccache else {}
+    # A carried library is found beside the module; an installed one (conda's lib/) through the
+    # RUNPATH rattler-build and conda-build give every ELF file they package.
+    runpath = [] if given else [f"-Wl,-rpath,$ORIGIN/{WHEEL_LIBS_DIR}"]
 
     built = []
 
     class CheckedBuildExtension(cpp_extension.BuildExtension):
         def build_extensions(self):
             # bdist_wheel runs build_ext a second time. That run would append torch's -D flags to the
-            # compile args again (longer command lines: ninja recompiled every TU, issue 7), relink the
-            # whole extension and strip and verify it again; its output is already in build_lib.
+            # compile args again, relink the extension and verify it again; its output is already in build_lib.
             if built:
                 return
             super().build_extensions()
             built.append(True)
 
         def build_extension(self, ext):
-            if compile_only:
-                # Objects stay in the build dir and the compiler cache; the full build links them.
-                self.compiler.link_shared_object = lambda *a, **k: log(f"compiled {len(compile_only)} kernel TUs; not linking")
-                super().build_extension(ext)
-                return
             super().build_extension(ext)
             path = Path(self.get_ext_fullpath(ext.name))
             drop_libpython_needed(path, libpython)
             verify_abi(path, abi)
+            if not given:
+                (path.parent / WHEEL_LIBS_DIR).mkdir(exist_ok=True)
+                shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_LIBRARY)
 
     extension = cpp_extension.CUDAExtension(
         name="flash_attn_2_cuda",
-        sources=compile_only or sources,
-        extra_compile_args={
-            "cxx": ["-O3", f"-std={std}", abi_define],
-            "nvcc": [*NVCC_FLAGS, f"-std={std}", abi_define, "--threads", str(nvcc_threads), *gencode_flags(archs)],
-        },
-        # --strip-all: no static symbol table in a 200+ MB extension, as conda-forge's flash-attn
-        # feedstock links it; .dynsym (what the ABI checks read) stays.
-        extra_link_args=["-Wl,--no-undefined", "-Wl,--strip-all", *py_link],
+        sources=["csrc/flash_attn/flash_api.cpp", str(shim / "torch_cuda_check.cpp")],
+        extra_compile_args={"cxx": ["-O3", f"-std={std}", abi_define]},
+        # The kernel library by path: DT_NEEDED is its SONAME. --strip-all: no static symbol table,
+        # as conda-forge's flash-attn feedstock links it; .dynsym (what the ABI checks read) stays.
+        extra_link_args=[str(library), *runpath, "-Wl,--no-undefined", "-Wl,--strip-all", *py_link],
         include_dirs=[
             str(source_dir / "csrc/flash_attn"),
             str(source_dir / "csrc/flash_attn/src"),
             str(source_dir / "csrc/cutlass/include"),
+            str(shim / "api"),
         ],
     )
     # Same dirs in the same order, spelled through the view; nvcc's own CUDA dirs follow torch's
@@ -483,16 +648,9 @@ def build(args: argparse.Namespace) -> Path | None:
         ext_modules=[extension],
         cmdclass={"build_ext": CheckedBuildExtension},
         zip_safe=False,
-        script_args=["build", "--build-base", str(build_dir)] + ([] if compile_only else [
-            "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist"),
-        ]),
+        script_args=["build", "--build-base", str(build_dir), "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist")],
     )
-    log(f"built in {time.monotonic() - started:.0f}s")
-    if ccache:
-        hits, misses = hits_and_misses(stats_before, ccache_counts(ccache))
-        log(f"compiler cache: {hits} hits, {misses} misses")
-    if compile_only:
-        return None
+    log(f"glue built in {time.monotonic() - started:.0f}s")
     wheels = sorted(wheel_dir.glob(f"flash_attn-{plan['flash_attn']}-*.whl"), key=os.path.getmtime)
     if not wheels:
         raise BuildError(f"setuptools finished but left no wheel in {wheel_dir}")
@@ -536,30 +694,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compiler-cache", choices=COMPILER_CACHES, default=os.environ.get("FAFORGE_COMPILER_CACHE") or "none", help="put a compiler cache in front of nvcc (env FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
     parser.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"), help="directory holding the faforge package (for the ABI check)")
     parser.add_argument("--only-tus", default=os.environ.get("FAFORGE_BUILD_TUS") or None, help="compile only these kernel TUs (file names) and stop, for a split cell's piece (env FAFORGE_BUILD_TUS)")
+    parser.add_argument("--kernels-only", action="store_true", help="build only the kernel library (no torch needed; the recipe's libflash-attn-kernels)")
+    parser.add_argument("--install-lib-dir", default=None, help="with --kernels-only: copy the library here (the recipe: $PREFIX/lib)")
+    parser.add_argument("--kernel-library", default=None, help="build only the glue, against this libflash_attn_kernels.so (the recipe's flash-attn)")
+    parser.add_argument("--shim-dir", default=None, help="the torch shim (default: torch_shim/ beside this script, else the repo's)")
     parser.add_argument("--install", action="store_true", help="pip-install the wheel into this Python (the recipe's build)")
     parser.add_argument("--plan-only", action="store_true", help="print the resolved build plan as JSON and stop")
     args = parser.parse_args(argv)
-    if args.archs is None:
+    if args.kernels_only and args.kernel_library:
+        parser.error("--kernels-only builds the library that --kernel-library names; pass one of them")
+    if args.archs is None and not args.kernel_library:
         parser.error("no arch list: pass --archs or set FLASH_ATTN_CUDA_ARCHS")
-    if args.cxx11_abi is None:
+    if args.cxx11_abi is None and not args.kernels_only:
         parser.error("no C++ ABI: pass --cxx11-abi 0|1 or set FAFORGE_CXX11_ABI")
     if args.compiler_cache not in COMPILER_CACHES:
         parser.error(f"FAFORGE_COMPILER_CACHE={args.compiler_cache!r}: expected one of {', '.join(COMPILER_CACHES)}")
     args.build_dir = args.build_dir or str(Path(args.source_dir) / "build")
     args.wheel_dir = args.wheel_dir or str(Path(args.source_dir) / "dist")
     try:
-        wheel = build(args)
+        built = build(args)
     except BuildError as exc:
         print(f"build_flash_attn: error: {exc}", file=sys.stderr)
         return 2
     if args.plan_only:
         return 0
-    if wheel is None:
-        log("piece built: no wheel (the cell's final job links and packages)")
+    if built is None:
+        log("kernel TUs compiled into the compiler cache: nothing linked (the final job links)")
         return 0
-    log(f"wheel: {wheel}")
-    if args.install:
-        pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", str(wheel)]
+    log(f"{'kernel library' if args.kernels_only else 'wheel'}: {built}")
+    if args.install and not args.kernels_only:
+        pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", str(built)]
         log("+ " + shlex.join(pip))
         return subprocess.run(pip).returncode
     return 0

@@ -1,8 +1,9 @@
-"""The build script for real with `--compiler-cache ccache`: each TU is compiled once per build, and a
-second build of the same sources in another work directory takes its objects from the cache (torch's
-ninja file runs $PYTORCH_NVCC, the headers come through the include view, paths are relative to
-CCACHE_BASEDIR). The same mechanism carries a split cell: its pieces (`--only-tus`) compile shares of
-the kernels in separate jobs, and the final full build finds every kernel object in their merged caches."""
+"""The build script for real with `--compiler-cache ccache`: each kernel TU is compiled once per build,
+and a second build of the same sources in another work directory takes its objects from the cache
+(the kernel library's ninja file runs ccache in front of nvcc, paths are relative to CCACHE_BASEDIR).
+The same mechanism carries a kernel library too long for one job: its pieces (`--only-tus`) compile
+shares of the kernels in separate jobs, and the final full build finds every kernel object in their
+merged caches."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def cache_counts(log: str) -> tuple[int, int]:
     return tuple(map(int, re.search(r"compiler cache: (\d+) hits, (\d+) misses", log).groups()))
 
 
+def kernel_compiles(log: str) -> list[str]:
+    """The kernel TUs ninja compiled, from its progress lines ("[1/4] nvcc .../flash_fwd_x_sm80.cu")."""
+    return re.findall(r"^\[\d+/\d+\] nvcc \S*/(\S+\.cu)$", log, re.MULTILINE)
+
+
 def test_second_build_in_another_work_dir_hits_the_cache(build_python, tmp_path):  # noqa: F811
     python, _ = build_python
     env = ccache_env(build_python, tmp_path / "ccache")
@@ -43,12 +49,11 @@ def test_second_build_in_another_work_dir_hits_the_cache(build_python, tmp_path)
         assert (src.parent / "build-abi1" / "include-view" / "torch").is_symlink()
         logs.append(result.stdout)
     counts = [cache_counts(log) for log in logs]
-    # The first build compiles each TU once (bdist_wheel's second build_ext must find ninja up to
-    # date, not recompile); the second build, in another work dir, only hits.
+    # The first build compiles each TU once; the second build, in another work dir, only hits.
     assert counts[0][0] == 0 and counts[0][1] >= 1
     assert counts[1][0] >= 1 and counts[1][1] == 0
     for log in logs:
-        assert log.count("nvcc -MD") == 1, "a kernel TU was compiled more than once in one build"
+        assert kernel_compiles(log) == ["flash_fwd_tiny_sm80.cu"], "a kernel TU was compiled more than once in one build"
 
 
 def test_pieces_in_separate_jobs_fill_the_cache_for_the_final_build(build_python, tmp_path):  # noqa: F811
@@ -61,8 +66,8 @@ def test_pieces_in_separate_jobs_fill_the_cache_for_the_final_build(build_python
         log = result.stdout + result.stderr
         assert result.returncode == 0, log[-3000:]
         assert cache_counts(log) == (0, 1), "a piece compiles its own TU and nothing else"
-        assert log.count("nvcc -MD") == 1 and kernel in log and "flash_api.cpp" not in log.split("running build_ext")[-1]
-        assert "not linking" in log and "piece built: no wheel" in log
+        assert kernel_compiles(log) == [kernel] and "flash_api.cpp" not in log and "running build_ext" not in log
+        assert "nothing linked" in log
         assert not list((tmp_path / job).glob("dist-abi1/*.whl"))
     # The final job restores both pieces' caches into one (CI: download-artifact with merge-multiple).
     merged = tmp_path / "final" / "ccache"
@@ -72,10 +77,9 @@ def test_pieces_in_separate_jobs_fill_the_cache_for_the_final_build(build_python
     result = _run((python, ccache_env(build_python, merged)), src, "1", tmp_path / "final")
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-3000:]
-    # Both kernels come from the pieces; flash_api.cpp (also compiled through ccache) is the final
-    # job's own work, as faforge.release.cost plans it.
+    # Both kernels come from the pieces; the library's own error path (kernel_errors.cpp, compiled
+    # through the cache too) and the glue are the final job's work.
     assert cache_counts(log) == (2, 1), "every kernel object of the final build comes from the pieces"
-    assert re.search(r"ccache \S*c\+\+ .*flash_api\.cpp", log), "the host TU is compiled through the cache too"
     assert "verified: flash_attn_2_cuda" in log
     assert list((tmp_path / "final").glob("dist-abi1/flash_attn-0.0.1-*.whl"))
 

@@ -26,19 +26,49 @@ pytestmark = pytest.mark.slow
 SCRIPT = paths.recipe_dir() / "build_flash_attn.py"
 CACHE = cache_dir("venvs")
 
+# flash-attn's shape in miniature: flash.h declares the launch template and holds at::PhiloxCudaState
+# (from torch's header in the glue, from the shim's in the kernel library); the kernel TUs specialise
+# it and check the launch with C10_CUDA_KERNEL_LAUNCH_CHECK; flash_api.cpp calls it.
+FLASH_H = r"""
+#pragma once
+#include <cuda_runtime_api.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+namespace flash {
+struct Flash_fwd_params { float* x; int n; at::PhiloxCudaState philox_args; };
+template<typename T, int Headdim, bool Is_causal> void run_mha_fwd_(Flash_fwd_params &params, cudaStream_t stream);
+}
+"""
 FLASH_API = r"""
 #include <torch/extension.h>
+#include "flash.h"
 // TORCH_CHECK takes std::string, so the linked binary names c10 symbols in the forced ABI.
 at::Tensor twice(const at::Tensor& x) {
   TORCH_CHECK(x.dim() > 0, "expected a tensor with at least one dimension, got ", x.dim());
   return x * 2;
 }
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
+// A launch through the kernel library: on a machine without a GPU its check reports the CUDA error.
+void launch(int64_t n) {
+  flash::Flash_fwd_params params{};
+  params.n = static_cast<int>(n);
+  flash::run_mha_fwd_<float, 32, false>(params, nullptr);
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); m.def("launch", &launch); }
 """
-KERNEL = "__global__ void tiny_kernel(float* x) { x[threadIdx.x] *= 2.0f; }\n"
+KERNEL = r"""
+#include "flash.h"
+#include <c10/cuda/CUDAException.h>
+namespace flash {
+__global__ void tiny_kernel_HEADDIM(float* x, int n) { if (x && threadIdx.x < n) x[threadIdx.x] *= 2.0f; }
+template<> void run_mha_fwd_<float, HEADDIM, false>(Flash_fwd_params &params, cudaStream_t stream) {
+  tiny_kernel_HEADDIM<<<1, 32, 0, stream>>>(params.x, params.n);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+}
+"""
 
 
 def _tiny_sdist(root: Path, kernels: tuple[str, ...] = ("flash_fwd_tiny_sm80.cu",)) -> Path:
+    """Each kernel TU specialises run_mha_fwd_<float, 32 + 32 * i, false>; flash_api.cpp calls the first."""
     src = root / "flash_attn-0.0.1"
     (src / "csrc/flash_attn/src").mkdir(parents=True)
     (src / "csrc/cutlass/include").mkdir(parents=True)
@@ -46,8 +76,9 @@ def _tiny_sdist(root: Path, kernels: tuple[str, ...] = ("flash_fwd_tiny_sm80.cu"
     (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 0.0.1\n")
     (src / "flash_attn/__init__.py").write_text('__version__ = "0.0.1"\n')
     (src / "csrc/flash_attn/flash_api.cpp").write_text(FLASH_API)
+    (src / "csrc/flash_attn/src/flash.h").write_text(FLASH_H)
     for i, name in enumerate(kernels):
-        (src / "csrc/flash_attn/src" / name).write_text(KERNEL.replace("tiny_kernel", f"tiny_kernel_{i}"))
+        (src / "csrc/flash_attn/src" / name).write_text(KERNEL.replace("HEADDIM", str(32 + 32 * i)))
     return src
 
 

@@ -6,6 +6,10 @@
 #pragma once
 
 #include <cstdint>
+// torch's header brings these in transitively, and flash-attn's hardware_info.h relies on it
+// (fprintf, stderr, exit) without including them.
+#include <cstdio>
+#include <cstdlib>
 #include <cuda_runtime_api.h>
 
 namespace faforge_shim {

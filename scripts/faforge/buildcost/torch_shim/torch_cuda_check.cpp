@@ -1,0 +1,19 @@
+// The flash-attn glue's side of the shim's check macros, compiled against the cell's real torch:
+// when the glue loads, it hands torch's own CUDA check to the kernel library, so a failed launch
+// raises what a monolithic build raises (torch's c10::Error family, e.g. torch.AcceleratorError
+// in torch >= 2.8) with torch's device-side-assertion report. c10_cuda_check_implementation's
+// trailing parameters changed between torch minors (2.14 added CUDAErrorLogCapture* = nullptr);
+// the five leading ones compile against every torch the matrix serves.
+#include <c10/cuda/CUDAException.h>
+
+#include <cstdint>
+
+#include "flash_attn_kernels_api.h"
+
+namespace {
+void torch_cuda_check(int32_t err, const char* file, const char* function, uint32_t line) {
+  c10::cuda::c10_cuda_check_implementation(err, file, function, line, true);
+}
+
+const bool handler_installed = (flash_attn_kernels_set_cuda_error_handler(&torch_cuda_check), true);
+}  // namespace

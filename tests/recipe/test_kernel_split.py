@@ -1,0 +1,155 @@
+"""The kernel library and the glue (issue 15), built for real by the build script on the tiny
+flash-attn-shaped sdist: nvcc compiles the kernel TUs against the torch shim into
+libflash_attn_kernels.so, g++ compiles flash_api.cpp against torch 2.14.1, and the glue links with
+-Wl,--no-undefined against the library. What a user sees on a CUDA error is run for real too: this
+machine has no GPU, so every launch fails."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from faforge import paths
+from faforge.abi import elf
+from tests.recipe.test_build_script_real import _run, _tiny_sdist, build_python  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+SHIM = paths.repo_root() / "scripts/faforge/buildcost/torch_shim"
+LAUNCHES = re.compile(r"^_ZN5flash(12run_mha_fwd_|28run_mha_fwd_splitkv_dispatch|12run_mha_bwd_)I")
+
+
+def exported(path: Path) -> set[str]:
+    return {s.name for s in elf.read_dynamic_symbols(path).all_symbols() if s.defined and s.name}
+
+
+def imported(path: Path) -> set[str]:
+    return {s.name for s in elf.read_dynamic_symbols(path).undefined()}
+
+
+def wheel_members(wheel: Path, out: Path) -> dict[str, Path]:
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(out)
+        return {name: out / name for name in zf.namelist()}
+
+
+@pytest.fixture(scope="module")
+def kernel_library(build_python, tmp_path_factory):  # noqa: F811
+    """--kernels-only on a two-TU sdist, with no torch anywhere on the path."""
+    python, env = build_python
+    tmp = tmp_path_factory.mktemp("kernels")
+    src = _tiny_sdist(tmp, ("flash_fwd_tiny_a_sm80.cu", "flash_bwd_tiny_b_sm80.cu"))
+    env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    result = _run((python, env), src, "1", tmp, "--kernels-only", "--install-lib-dir", str(tmp / "prefix/lib"))
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    return tmp / "prefix/lib/libflash_attn_kernels.so", log
+
+
+def test_kernel_library_needs_no_torch_and_exports_only_launches(kernel_library):
+    library, log = kernel_library
+    info = elf.read_info(library)
+    assert info.soname == "libflash_attn_kernels.so"
+    assert any(n.startswith("libcudart.so") for n in info.needed), "the shared CUDA runtime, as torch loads it"
+    assert not [n for n in info.needed if re.match(r"lib(torch|c10|python)", n)], info.needed
+    names = exported(library)
+    launches = {n for n in names if LAUNCHES.match(n)}
+    assert len(launches) == 2 and names - launches == {"flash_attn_kernels_set_cuda_error_handler"}, sorted(names)
+    assert not [n for n in imported(library) if re.search(r"c10|at[0-9]|torch|__cxx11|Py", n)]
+    assert "kernel library: 2 kernel TUs against the shim" in log and "include-view/torch" not in log
+
+
+def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_python, kernel_library, tmp_path):  # noqa: F811
+    library, _ = kernel_library
+    src = _tiny_sdist(tmp_path, ("flash_fwd_tiny_a_sm80.cu", "flash_bwd_tiny_b_sm80.cu"))
+    result = _run(build_python, src, "1", tmp_path, "--kernel-library", str(library))
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert ".cu" not in " ".join(line for line in log.splitlines() if "nvcc" in line), "the glue compiled a kernel TU"
+    members = wheel_members(next((tmp_path / "dist-abi1").glob("flash_attn-0.0.1-*.whl")), tmp_path / "wheel")
+    assert not [m for m in members if "libflash_attn_kernels" in m], "an installed library is not carried again"
+    glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
+    assert "libflash_attn_kernels.so" in elf.read_info(glue).needed
+    assert {n for n in imported(glue) if LAUNCHES.match(n)} == {n for n in exported(library) if n.startswith("_ZN5flash12run_mha_fwd_IfLi32E")}
+
+
+def test_glue_missing_a_launch_does_not_link(build_python, tmp_path):  # noqa: F811
+    """-Wl,--no-undefined against the library: flash_api.cpp calls run_mha_fwd_<float, 32, false>,
+    which this library (one TU, specialising head dim 32 under another name) lacks."""
+    python, env = build_python
+    src = _tiny_sdist(tmp_path / "lib", ("flash_fwd_tiny_sm80.cu",))
+    kernel = src / "csrc/flash_attn/src/flash_fwd_tiny_sm80.cu"
+    kernel.write_text(kernel.read_text().replace("<float, 32, false>", "<float, 64, false>"))
+    built = _run((python, env), src, "1", tmp_path / "lib", "--kernels-only")
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    library = tmp_path / "lib/build-abi1/kernels/libflash_attn_kernels.so"
+    glue_src = _tiny_sdist(tmp_path / "glue")
+    result = _run(build_python, glue_src, "1", tmp_path / "glue", "--kernel-library", str(library))
+    log = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "undefined reference" in log and "run_mha_fwd_<float, 32, false>" in log, log[-3000:]
+
+
+def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python, tmp_path):  # noqa: F811
+    """A local build (no conda): one wheel, the library beside the module, found through RUNPATH.
+    The launch check goes through the glue's handler, so the error is torch's, as before the split."""
+    python, env = build_python
+    src = _tiny_sdist(tmp_path)
+    result = _run(build_python, src, "1", tmp_path)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    members = wheel_members(next((tmp_path / "dist-abi1").glob("flash_attn-0.0.1-*.whl")), tmp_path / "site")
+    assert "flash_attn_2_cuda.libs/libflash_attn_kernels.so" in members
+    glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
+    assert elf.read_info(glue).runpath == ("$ORIGIN/flash_attn_2_cuda.libs",)
+    probe = """
+import torch, flash_attn_2_cuda
+print("twice", flash_attn_2_cuda.twice(torch.ones(2)).tolist())
+try:
+    flash_attn_2_cuda.launch(4)
+    print("launched", torch.cuda.is_available())
+except Exception as exc:
+    print("error", type(exc).__module__, type(exc).__name__, str(exc).splitlines()[0])
+"""
+    run_env = dict(env, PYTHONPATH=f"{tmp_path / 'site'}:{env['PYTHONPATH']}")
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=run_env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "twice [2.0, 2.0]"
+    if lines[1].startswith("launched"):
+        pytest.skip("a GPU is present, so the launch succeeded; the error path needs a machine without one")
+    # torch's c10::AcceleratorError (torch >= 2.8), raised by c10_cuda_check_implementation
+    assert lines[1].startswith("error torch AcceleratorError CUDA error:"), lines[1]
+
+
+def test_without_the_glue_a_cuda_error_is_std_runtime_error(build_python, kernel_library, tmp_path):  # noqa: F811
+    """The library alone (no torch loaded, no handler installed) throws std::runtime_error."""
+    library, _ = kernel_library
+    src = _tiny_sdist(tmp_path)
+    program = tmp_path / "launch.cpp"
+    program.write_text("""#include <cstdio>
+#include <stdexcept>
+#include "flash.h"
+int main() {
+  flash::Flash_fwd_params params{};
+  try {
+    flash::run_mha_fwd_<float, 32, false>(params, nullptr);
+    std::puts("launched");
+  } catch (const std::runtime_error& e) {
+    std::printf("runtime_error %s\\n", e.what());
+  }
+}
+""")
+    cuda = Path(build_python[1]["CUDA_HOME"])
+    exe = tmp_path / "launch"
+    subprocess.run(["g++", "-std=c++17", f"-I{SHIM}", f"-I{src / 'csrc/flash_attn/src'}", f"-I{cuda / 'include'}", str(program),
+                    str(library), f"-Wl,-rpath,{library.parent}:{cuda / 'lib64'}", "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120).stdout
+    if out.startswith("launched"):
+        pytest.skip("a GPU is present, so the launch succeeded; the error path needs a machine without one")
+    assert out.startswith("runtime_error CUDA error: "), out
+    assert "[libflash_attn_kernels]" in out
