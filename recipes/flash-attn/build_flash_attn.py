@@ -421,8 +421,10 @@ def kernel_compile_flags(source_dir: Path, shim: Path, archs: list[tuple[int, bo
 
 
 def kernel_link_flags(shim: Path) -> list[str]:
-    """-cudart shared: the CUDA runtime torch loads too, not a second static copy."""
-    return ["-shared", "-cudart", "shared", f"-Xlinker=--version-script={shim / 'exports.map'}",
+    """-cudart shared: the CUDA runtime torch loads too, not a second static copy. -nodlink: the TUs
+    are whole-program (no -rdc), and nvcc's device-link step would add an sm_75 stub image (nvcc
+    13's default arch) to a library built for other archs."""
+    return ["-shared", "-nodlink", "-cudart", "shared", f"-Xlinker=--version-script={shim / 'exports.map'}",
             "-Xlinker=--no-undefined", f"-Xlinker=-soname={KERNEL_LIBRARY}", "-Xlinker=--strip-all"]
 
 

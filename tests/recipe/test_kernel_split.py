@@ -15,6 +15,7 @@ import pytest
 
 from faforge import paths
 from faforge.abi import elf
+from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from tests.recipe.test_build_script_real import _run, _tiny_sdist, build_python  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
@@ -61,6 +62,8 @@ def test_kernel_library_needs_no_torch_and_exports_only_launches(kernel_library)
     assert len(launches) == 2 and names - launches == {"flash_attn_kernels_set_cuda_error_handler"}, sorted(names)
     assert not [n for n in imported(library) if re.search(r"c10|at[0-9]|torch|__cxx11|Py", n)]
     assert "kernel library: 2 kernel TUs against the shim" in log and "include-view/torch" not in log
+    # Exactly the declared GPU code: no stub image from nvcc's device-link step (its default sm_75).
+    assert read_gpu_archs(library) == GpuArchs(("sm_90",), ())
 
 
 def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_python, kernel_library, tmp_path):  # noqa: F811
@@ -106,6 +109,11 @@ def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python
     assert "flash_attn_2_cuda.libs/libflash_attn_kernels.so" in members
     glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
     assert elf.read_info(glue).runpath == ("$ORIGIN/flash_attn_2_cuda.libs",)
+    # The recipe's ABI gate finds the cell's GPU code in the library the module carries.
+    gate = subprocess.run([str(python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", "1", "--expect-archs", "90"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(env, PYTHONPATH=f"{tmp_path / 'site'}:{paths.repo_root() / 'scripts'}:{env['PYTHONPATH']}"))
+    assert gate.returncode == 0 and "ABI gate passed: flash_attn_2_cuda" in gate.stdout, gate.stdout[-3000:] + gate.stderr[-2000:]
     probe = """
 import torch, flash_attn_2_cuda
 print("twice", flash_attn_2_cuda.twice(torch.ones(2)).tolist())

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from collections.abc import Sequence
 from pathlib import Path
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
 from faforge.abi.elf import ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
-from faforge.abi.fatbin import read_gpu_archs
+from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import extension_modules
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
 from faforge.abi.resolve import Closure, environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
@@ -98,6 +99,11 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
         return ModuleVerdict(shown_as, declared, (), tuple(arch_problems), (), 0, 0)
 
     closure = load_closure(info, search_dirs, loaded_by_torch(search_dirs))
+    # A split build's kernels live in a library the module itself needs (libflash_attn_kernels.so,
+    # issue 15), not in the module: its GPU code is the module's and that of its direct needs that
+    # torch did not load.
+    own_needs = [lib.path for lib in closure.libraries if lib.needed_by == path.name]
+    declared = replace(declared, gpu=combined([declared.gpu, *(read_gpu_archs(p) for p in own_needs)]))
     problems: list[Problem] = []
     unverified: list[Unverified] = []
     for nf in closure.not_found:

@@ -44,6 +44,13 @@ class GpuArchs:
         return bool(self.sass or self.ptx)
 
 
+def combined(parts: list[GpuArchs]) -> GpuArchs:
+    """The GPU code of a module and the libraries it carries, as one list."""
+    sass = {a for part in parts for a in part.sass}
+    ptx = {a for part in parts for a in part.ptx}
+    return GpuArchs(tuple(sorted(sass, key=_arch_order)), tuple(sorted(ptx, key=_arch_order)))
+
+
 def read_gpu_archs(path: str | Path) -> GpuArchs:
     """The SASS and PTX architectures in `path`'s .nv_fatbin section (empty for a CPU-only file)."""
     with ElfFile(path) as elf:
