@@ -31,10 +31,11 @@ from faforge.abi import kernel_abi
 from faforge.abi.params_layout import Layout, measure, struct_fields
 from faforge.matrix import load_matrix
 from faforge.matrix.versions import minor_of, vtuple
-from faforge.wheelfetch import FetchError, RemoteFile, fetch_member, list_files
+from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.pypi import pypi_listing
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 HEADERS = cache_dir("torch-headers")
@@ -51,20 +52,12 @@ def matrix_torch_versions() -> list[str]:
     return sorted({cell.torch for cell in load_matrix().cells}, key=vtuple)
 
 
-@functools.cache
-def torch_listing() -> dict[str, RemoteFile]:
-    try:
-        return {f.filename: f for f in list_files("torch")}
-    except FetchError as exc:
-        pytest.skip(f"PyPI's Simple API is not reachable ({exc})")
-
-
 def torch_wheel(version: str) -> RemoteFile:
     """The cp311 x86_64 PyPI wheel of `version` (manylinux1 up to 2.6, manylinux_2_28 from 2.7)."""
     pattern = re.compile(rf"torch-{re.escape(version)}-cp311-cp311-manylinux[_0-9a-z.]*x86_64\.whl")
-    found = sorted(name for name in torch_listing() if pattern.fullmatch(name))
+    found = sorted(name for name in pypi_listing("torch") if pattern.fullmatch(name))
     assert found, f"PyPI lists no cp311 x86_64 wheel of torch {version}"
-    return torch_listing()[found[0]]
+    return pypi_listing("torch")[found[0]]
 
 
 @functools.cache

@@ -21,9 +21,10 @@ import pytest
 
 from faforge.abi import torchfree
 from faforge.errors import FaforgeError
-from faforge.wheelfetch import FetchError, fetch_member, list_files
+from faforge.wheelfetch import fetch_member
 from tests.abi.conftest import REPO, run_faforge
 from tests.support.cache import cache_dir
+from tests.support.pypi import pypi_listing
 
 SCHEMA = json.loads((REPO / "tests" / "schemas" / "check-abi-torch-free.json").read_text())
 EXPORTS = "run_mha_*,flash_attn_kernels_*"
@@ -200,10 +201,7 @@ def real(spec) -> Path:
     cached = cache_dir(cache) / wheel / member
     if cached.is_file():
         return cached
-    try:
-        remote = {f.filename: f for f in list_files(project)}[wheel]
-    except FetchError as exc:
-        pytest.skip(f"PyPI's Simple API is not reachable ({exc}) and {wheel} is not cached")
+    remote = pypi_listing(project)[wheel]
     assert remote.sha256 == sha256, f"{wheel}: PyPI lists sha256 {remote.sha256}, pinned {sha256}"
     return fetch_member(remote, member, cache_dir(cache))
 
