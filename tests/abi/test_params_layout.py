@@ -96,9 +96,9 @@ def shim_layout(tmp_path_factory, toolchain, fields) -> Layout:
     return measure(tmp_path_factory.mktemp("shim"), [SHIM, *toolchain], fields)
 
 
-def torch_layout(workdir: Path, version: str, toolchain, fields) -> Layout:
+def torch_layout(workdir: Path, version: str, toolchain, fields, **compiler) -> Layout:
     wheel, include = torch_headers(version)
-    return measure(workdir, [include.parent.parent / "generator-stand-in", include, *toolchain], fields)
+    return measure(workdir, [include.parent.parent / "generator-stand-in", include, *toolchain], fields, **compiler)
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +175,19 @@ def test_partial_headers_measure_what_the_full_torch_tree_measures(tmp_path, too
         pytest.skip(str(exc))
     full = measure(tmp_path / "full", [include, include / "torch/csrc/api/include", *toolchain], fields, std="c++20")
     assert full == matrix_layouts[version]
+
+
+@pytest.mark.slow
+def test_aarch64_lays_the_params_out_as_x86_64_does(tmp_path, toolchain, fields, matrix_layouts, shim_layout):
+    """The matrix builds linux-aarch64 cells too: the cross compiler's layout (read from the object file,
+    not run) of every such torch and of the shim equals x86_64's, so the verdicts hold there as well."""
+    cross = shutil.which("aarch64-linux-gnu-g++")
+    if cross is None:
+        pytest.skip("needs aarch64-linux-gnu-g++ (Debian g++-aarch64-linux-gnu)")
+    versions = sorted({cell.torch for cell in load_matrix().cells if cell.platform == "linux-aarch64"}, key=vtuple)
+    assert versions
+    shim = measure(tmp_path / "shim", [SHIM, *toolchain], fields, compiler=cross, run=False)
+    assert (shim.sizes, shim.offsets) == (shim_layout.sizes, shim_layout.offsets)
+    for version in versions:
+        layout = torch_layout(tmp_path / version, version, toolchain, fields, compiler=cross, run=False)
+        assert (layout.sizes, layout.offsets) == (matrix_layouts[version].sizes, matrix_layouts[version].offsets), version

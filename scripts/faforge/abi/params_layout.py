@@ -12,14 +12,18 @@ two header sets can be compared field by field (`variants/kernel-abi.yaml` recor
 from __future__ import annotations
 
 import re
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
 
 from faforge.errors import FaforgeError
 
 FLASH_STRUCTS = ("Qkv_params", "Flash_fwd_params", "Flash_bwd_params")
 PHILOX_FIELDS = ("seed_", "offset_", "offset_intragraph_", "captured_")
+LAYOUT_SYMBOL = "faforge_params_layout"
 # cuda_runtime_api.h defines __host__/__device__/__forceinline__ for a host compiler, so g++ compiles
 # flash.h and torch's .cuh files as plain C++; flash.h's own includes do not declare cudaStream_t.
 PRELUDE = """#include <cstddef>
@@ -49,7 +53,8 @@ class ProbeError(FaforgeError):
 
 @dataclass(frozen=True)
 class Layout:
-    """sizeof/alignof per type (key 'T') and offsetof per field (key 'T.field'), plus unpack's results."""
+    """sizeof/alignof per type (key 'T') and offsetof per field (key 'T.field'), plus unpack's results
+    (None when the probe was cross-compiled and not run)."""
 
     sizes: dict[str, tuple[int, int]]
     offsets: dict[str, int]
@@ -98,43 +103,61 @@ def struct_fields(header_text: str) -> dict[str, list[str]]:
     return fields
 
 
-def probe_source(fields: dict[str, list[str]]) -> str:
-    """A host C++ program printing `T size align` and `T.field offset` lines and unpack's results.
+def _layout_keys(fields: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+    """(key, C++ expression, 'size'|'align'|'offset') for every number the probe records, in table order."""
+    keys = []
+    for type_name, names in {"at::PhiloxCudaState": list(PHILOX_FIELDS), **fields}.items():
+        keys += [(type_name, f"sizeof({type_name})", "size"), (type_name, f"alignof({type_name})", "align")]
+        keys += [(f"{type_name}.{f}", f"offsetof({type_name}, {f})", "offset") for f in names]
+    return keys
 
+
+def probe_source(fields: dict[str, list[str]]) -> str:
+    """A C++ program holding every size, alignment and offset in one constant table, LAYOUT_SYMBOL, and
+    printing unpack's results when run.
+
+    The table is read from the compiled file, not printed, so a cross compiler (aarch64) measures too.
     It includes flash.h exactly as the glue and the kernel TUs do, so at::PhiloxCudaState comes from
     whatever ATen/cuda/CUDAGeneratorImpl.h the include path finds first.
     """
-    body = []
-    for type_name, names in {"at::PhiloxCudaState": list(PHILOX_FIELDS), **fields}.items():
-        body.append(f'  std::printf("{type_name} %zu %zu\\n", sizeof({type_name}), alignof({type_name}));')
-        body += [f'  std::printf("{type_name}.{f} %zu\\n", offsetof({type_name}, {f}));' for f in names]
-    return PRELUDE + "\nint main() {\n" + "\n".join(body) + "\n" + UNPACK_CASES + "}\n"
+    values = ",\n  ".join(expression for _, expression, _ in _layout_keys(fields))
+    return (PRELUDE + f'\nextern "C" const unsigned long long {LAYOUT_SYMBOL}[] = {{\n  {values}}};\n'
+            + "\nint main() {\n" + UNPACK_CASES + "}\n")
 
 
-def parse_probe_output(text: str) -> Layout:
-    sizes, offsets, unpack = {}, {}, None
-    for line in text.splitlines():
-        key, *values = line.split()
-        if key == "unpack":
-            unpack = tuple(int(v) for v in values[0].split(","))
-        elif len(values) == 2:
-            sizes[key] = (int(values[0]), int(values[1]))
-        else:
-            offsets[key] = int(values[0])
-    return Layout(sizes, offsets, unpack)
+def _read_table(binary: Path, count: int) -> list[int]:
+    """The LAYOUT_SYMBOL array's `count` 64-bit values, from the compiled file's symbol table."""
+    with binary.open("rb") as stream:
+        elf = ELFFile(stream)
+        symbol = elf.get_section_by_name(".symtab").get_symbol_by_name(LAYOUT_SYMBOL)[0]
+        section = elf.get_section(symbol["st_shndx"])
+        start = symbol["st_value"] - section["sh_addr"]
+        data = section.data()[start:start + 8 * count]
+        order = "<" if elf.little_endian else ">"
+    return list(struct.unpack(f"{order}{count}Q", data))
 
 
 def measure(workdir: Path, include_dirs: list[Path], fields: dict[str, list[str]], *, std: str = "c++17",
-            compiler: str = "g++") -> Layout:
-    """Compile and run the probe with `include_dirs` (searched in order: the torch headers or the shim,
-    then flash.h's directory, then the CUDA toolkit's include directory) and return what it printed."""
+            compiler: str = "g++", run: bool = True) -> Layout:
+    """Compile the probe with `include_dirs` (searched in order: the torch headers or the shim, then
+    flash.h's directory, then the CUDA toolkit's include directory) and read its layout; with `run`
+    (a native compiler) also run it for unpack's results."""
     workdir.mkdir(parents=True, exist_ok=True)
     source, exe = workdir / "layout_probe.cpp", workdir / "layout_probe"
     source.write_text(probe_source(fields))
     # offsetof on a derived struct is "conditionally supported"; g++ supports it for non-virtual bases.
-    command = [compiler, f"-std={std}", "-Wno-invalid-offsetof", *(f"-I{d}" for d in include_dirs), str(source), "-o", str(exe)]
+    command = [compiler, f"-std={std}", "-Wno-invalid-offsetof", *(f"-I{d}" for d in include_dirs), str(source),
+               *([] if run else ["-c"]), "-o", str(exe)]
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
         raise ProbeError(f"layout probe in {workdir} did not compile: {built.stderr.strip()[-2000:]}",
                          hint="check that the include directories hold the headers the probe names")
-    return parse_probe_output(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+    keys = _layout_keys(fields)
+    table = {(key, kind): value for (key, _, kind), value in zip(keys, _read_table(exe, len(keys)))}
+    sizes = {key: (value, table[(key, "align")]) for (key, kind), value in table.items() if kind == "size"}
+    offsets = {key: value for (key, kind), value in table.items() if kind == "offset"}
+    unpack = None
+    if run:
+        printed = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+        unpack = tuple(int(v) for v in printed[1].split(","))
+    return Layout(sizes, offsets, unpack)
