@@ -231,3 +231,7 @@ def test_torchs_libc10_cuda_is_not():
 def test_a_bad_arch_list_is_bad_input(broken):
     with pytest.raises(FaforgeError, match="--expect-archs"):
         torchfree.check_torch_free(broken["c10_import"], expect_archs="ninety")
+
+
+def test_schema_names_every_kind():
+    assert tuple(SCHEMA["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == torchfree.KINDS
