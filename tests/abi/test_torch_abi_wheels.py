@@ -9,17 +9,15 @@ beside the ones tests/doctor/test_torch_symbols.py reads.
 
 from __future__ import annotations
 
-import functools
 import re
-
-import pytest
 
 from faforge.abi import classify
 from faforge.abi.check import torch_facts
 from faforge.abi.elf import read_dynamic_symbols
 from faforge.matrix.versions import vtuple
-from faforge.wheelfetch import FetchError, RemoteFile, fetch_member, list_files
+from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.support.cache import cache_dir
+from tests.support.pypi import pypi_listing
 
 LIBS = cache_dir("torch-libs")
 X86_64 = re.compile(r"torch-(?P<version>\d+\.\d+\.\d+)-cp311-cp311-manylinux(?:1|_2_28)_x86_64\.whl")
@@ -30,12 +28,8 @@ ERROR_CTOR = {0: "_ZN3c105ErrorC2ENS_14SourceLocationESs",
               1: "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"}
 
 
-@functools.cache
 def listing() -> dict[str, RemoteFile]:
-    try:
-        return {f.filename: f for f in list_files("torch")}
-    except FetchError as exc:
-        pytest.skip(f"PyPI's Simple API is not reachable ({exc})")
+    return pypi_listing("torch")
 
 
 def x86_64_releases() -> list[str]:

@@ -6,6 +6,10 @@ honouring symbol versions, and names each problem: missing-library,
 abi-mismatch, signature-drift, missing-symbol, wrong-architecture,
 glibc-too-new. Also prints what the binary declares: C++ ABI, machine, GPU
 architectures (SASS/PTX, read from the fatbinary) and newest GLIBC/GLIBCXX.
+With --torch-free instead of --against, checks a binary that must not touch torch at all (the
+kernel library of issue 15): no torch/c10/Python/pybind11 library or symbol, no export whose meaning
+depends on the C++ ABI, optionally only exports matching --exports, and exactly the GPU code of
+--expect-archs (faforge.abi.torchfree).
 Exit status: 0 no problems, 1 problems found, 2 bad input.
 """
 
@@ -16,15 +20,22 @@ import json
 import sys
 import time
 
+from faforge.abi import torchfree
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.report import render_text
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a folder holding extension modules")
-    parser.add_argument("--against", metavar="DIR", action="append", required=True,
+    parser.add_argument("--against", metavar="DIR", action="append",
                         help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)")
+    parser.add_argument("--torch-free", action="store_true",
+                        help="instead of --against: PATH is a shared library that must not touch torch, Python or the C++ ABI")
+    parser.add_argument("--expect-archs", metavar="LIST", help="with --torch-free: the GPU code PATH must carry, e.g. '80;90;100;120+PTX'")
+    parser.add_argument("--exports", metavar="PATTERNS",
+                        help="with --torch-free: the only exported names allowed, as shell patterns on demangled base names, "
+                             "e.g. 'run_mha_*,flash_attn_kernels_*'")
     parser.add_argument("--glibc", metavar="X.Y", help="oldest glibc the binary must run on (the target sysroot's), e.g. 2.28")
     parser.add_argument("--platform", choices=sorted(PLATFORM_MACHINES), help="conda platform the binary is for")
     parser.add_argument("--json", action="store_true", help="print the versioned JSON report instead of text")
@@ -32,6 +43,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    if args.torch_free:
+        return _torch_free(args, started)
+    if not args.against:
+        raise FaforgeError("check-abi needs --against DIR (the torch to check against), or --torch-free for a "
+                           "binary that must not use torch")
+    if args.expect_archs is not None or args.exports is not None:
+        raise FaforgeError("--expect-archs and --exports go with --torch-free; the torch check reports GPU code without judging it")
     verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform)
     if args.json:
         json.dump(verdict.to_json(), sys.stdout, indent=2)
@@ -40,3 +58,16 @@ def execute(args: argparse.Namespace) -> int:
         print("\n".join(render_text(verdict)))
         print(f"checked in {time.perf_counter() - started:.2f}s")
     return EXIT_OK if verdict.ok else EXIT_PROBLEMS
+
+
+def _torch_free(args: argparse.Namespace, started: float) -> int:
+    if args.against or args.glibc or args.platform:
+        raise FaforgeError("--torch-free checks PATH on its own; drop --against, --glibc and --platform")
+    report = torchfree.check_torch_free(args.path, expect_archs=args.expect_archs, exports=args.exports)
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=2)
+        print()
+    else:
+        print("\n".join(torchfree.render_text(report)))
+        print(f"checked in {time.perf_counter() - started:.2f}s")
+    return EXIT_OK if report.ok else EXIT_PROBLEMS

@@ -1,0 +1,83 @@
+"""Which torch minors may use the shared kernel library: the verdicts in variants/kernel-abi.yaml.
+
+The kernel library is compiled once against the torch shim; a torch minor's glue may link against it
+only if that torch lays out Flash_fwd_params / Flash_bwd_params (through at::PhiloxCudaState) exactly
+as the shim does. tests/abi/test_params_layout.py measures every matrix torch and fails when a verdict
+here is missing or disagrees with the measurement (faforge.abi.params_layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge import paths
+from faforge.abi.params_layout import Layout
+from faforge.datafile import load_yaml
+from faforge.errors import DataError
+from faforge.matrix.versions import is_version, minor_of
+
+SHARED = "shared"  # links against libflash-attn-kernels (compiled against the shim)
+OWN_BUILD = "own-build"  # its kernels are compiled against its own torch headers, inside its package
+VERDICTS = (SHARED, OWN_BUILD)
+SIZED_TYPES = ("at::PhiloxCudaState", "Flash_fwd_params", "Flash_bwd_params")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """sizeof of the three types the glue and the library exchange."""
+
+    philox_cuda_state: int
+    flash_fwd_params: int
+    flash_bwd_params: int
+
+    @classmethod
+    def of(cls, layout: Layout) -> Sizes:
+        return cls(*(layout.sizes[t][0] for t in SIZED_TYPES))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    minor: str
+    torch: str  # the version whose headers were measured
+    wheel: str  # the PyPI wheel they were read from
+    sha256: str
+    offset_intragraph: str  # the C type of PhiloxCudaState::offset_intragraph_ there
+    sizes: Sizes
+    verdict: str
+    reason: str
+
+
+def _sizes(path: Path, key: str, raw) -> Sizes:
+    names = [f.name for f in Sizes.__dataclass_fields__.values()]
+    if not isinstance(raw, dict) or sorted(raw) != sorted(names) or not all(isinstance(raw[n], int) for n in names):
+        raise DataError(path, key, f"expected integer sizes for exactly {', '.join(names)}, got {raw!r}")
+    return Sizes(**raw)
+
+
+def _verdict(path: Path, index: int, raw) -> Verdict:
+    key = f"torch[{index}]"
+    fields = ("minor", "torch", "wheel", "sha256", "offset_intragraph", "sizes", "verdict", "reason")
+    if not isinstance(raw, dict) or sorted(raw) != sorted(fields):
+        raise DataError(path, key, f"expected the keys {', '.join(fields)}, got {sorted(raw) if isinstance(raw, dict) else raw!r}")
+    if not is_version(str(raw["torch"])) or minor_of(str(raw["torch"])) != str(raw["minor"]):
+        raise DataError(path, f"{key}.torch", f"{raw['torch']!r} is not a version of torch minor {raw['minor']!r}")
+    if raw["verdict"] not in VERDICTS:
+        raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} is not one of {', '.join(VERDICTS)}")
+    return Verdict(str(raw["minor"]), str(raw["torch"]), raw["wheel"], raw["sha256"], raw["offset_intragraph"],
+                   _sizes(path, f"{key}.sizes", raw["sizes"]), raw["verdict"], raw["reason"])
+
+
+def load_kernel_abi(path: Path | None = None) -> dict[str, Verdict]:
+    """torch minor -> its verdict; every entry checked (file, key, value named on error)."""
+    path = path or paths.repo_root() / "variants" / "kernel-abi.yaml"
+    raw = load_yaml(path)
+    if not isinstance(raw, dict) or raw.get("schema") != 1 or not isinstance(raw.get("torch"), list):
+        raise DataError(path, "(file)", "expected schema: 1 and a list under torch:")
+    verdicts = {}
+    for index, row in enumerate(raw["torch"]):
+        verdict = _verdict(path, index, row)
+        if verdict.minor in verdicts:
+            raise DataError(path, f"torch[{index}].minor", f"torch {verdict.minor} has a second verdict")
+        verdicts[verdict.minor] = verdict
+    return verdicts
