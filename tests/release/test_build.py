@@ -17,7 +17,7 @@ import pytest
 
 from faforge.channel.local import index
 from faforge.matrix.releases import dump_releases, header_of, load_releases
-from faforge.release.cost import load_build_cost, split_cell
+from faforge.release.cost import load_build_cost, split_kernels
 from tests.support.tiny_recipe import TINY_RECIPE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,8 +87,8 @@ def test_a_piece_passes_its_tus_to_the_recipe_and_leaves_no_package(project):
     start, end = text.index("  script:\n"), text.index("requirements:")
     recipe.write_text(text[:start] + PIECE_SCRIPT + text[end:])
     cost = load_build_cost(Path(env["FAFORGE_ROOT"]) / "variants" / "build-cost.yaml")
-    parts = split_cell(cost, "linux-64", good["cuda_archs"])
-    assert len(parts) > 2, "the measured costs split a 4-CPU / 16 GB hosted runner's cell"
+    parts = split_kernels(cost, "linux-64", good["cuda_archs"])
+    assert len(parts) > 2, "the measured costs split a 4-CPU / 16 GB hosted runner's kernel package"
     piece = parts[0]
 
     result = run(env, "build", good["id"], "--part", piece.name, "--output-dir", str(output))
@@ -98,23 +98,31 @@ def test_a_piece_passes_its_tus_to_the_recipe_and_leaves_no_package(project):
     assert not list(output.rglob("*.conda")), "a piece is not a package"
     assert sorted(p.name for p in output.iterdir()) == ["logs"], "nothing of the piece's scratch output is left"
 
-    link = run(env, "build", good["id"], "--part", "link", "--output-dir", str(output))
+    link = run(env, "build", good["id"], "--part", "kernels-link", "--output-dir", str(output))
     assert link.returncode == 0, link.stdout + link.stderr
-    link_log = (output / "logs" / f"{good['id'].replace('/', '-')}-link.log").read_text()
-    assert "stand-in build, TUs []" in link_log, "the link job is a whole build"
-    planned = next(j for c in json.loads(run(env, "plan", "--platform", "linux-64", "--json").stdout)["link"]
+    link_log = (output / "logs" / f"{good['id'].replace('/', '-')}-kernels-link.log").read_text()
+    assert "stand-in build, TUs []" in link_log, "the kernels-link job is a whole build"
+    for built in output.glob("linux-64/*.conda"):
+        built.unlink()
+    kernels = Path(env["FAFORGE_ROOT"]).parent / "kernel-packages"
+    index(kernels)
+    cell = run(env, "build", good["id"], "--part", "cell", "--output-dir", str(output), "--extra-channel", kernels.as_uri())
+    assert cell.returncode == 0, cell.stdout + cell.stderr
+    cell_log = (output / "logs" / f"{good['id'].replace('/', '-')}-cell.log").read_text()
+    assert f"channels {kernels.as_uri()} " in cell_log, "the kernel packages' channel comes first"
+    planned = next(j for c in json.loads(run(env, "plan", "--platform", "linux-64", "--json").stdout)["flash_attn"]
                    for j in c["include"] if j["cell"] == good["id"])
-    assert [p.name for p in output.glob("linux-64/*.conda")] == [planned["package"]], "the link job makes the package the plan names"
+    assert [p.name for p in output.glob("linux-64/*.conda")] == [planned["package"]], "the cell job makes the package the plan names"
 
 
 def test_pieces_need_recipe_support_and_bad_parts_or_cells_are_bad_input(project):
     env, output, good, _, _ = project
     # The stand-in recipe does not pass FAFORGE_BUILD_TUS: building a piece would build the whole cell.
-    pieces = [p.name for p in split_cell(load_build_cost(), "linux-64", good["cuda_archs"])]
+    pieces = [p.name for p in split_kernels(load_build_cost(), "linux-64", good["cuda_archs"])]
     refused = run(env, "build", good["id"], "--part", pieces[0], "--output-dir", str(output))
     assert refused.returncode == 2 and "does not pass FAFORGE_BUILD_TUS" in refused.stderr and "Traceback" not in refused.stderr
     unknown_part = run(env, "build", good["id"], "--part", "bwd-9of9", "--output-dir", str(output))
     assert unknown_part.returncode == 2 and "has no such piece" in unknown_part.stderr
-    assert f"its pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
+    assert f"its kernel package's pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
     unknown = run(env, "build", "linux-64/py399/torch9.9/cu999/abi1", "--output-dir", str(output))
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
