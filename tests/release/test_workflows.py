@@ -87,6 +87,7 @@ def test_gates_and_secrets_are_wired():
     publish_step = next(s for s in jobs["publish"]["steps"] if "faforge publish" in s.get("run", ""))
     assert all(v.startswith("${{ secrets.") for v in publish_step["env"].values())
     assert "--require" not in publish_step["run"], "CI publishes under the default gates, GPU included"
+    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], "kernel packages already published count (issue 15)"
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "bump.yml").read_text())
     assert "schedule" in bump[True] and "gh pr create" in bump["jobs"]["bump"]["steps"][-1]["run"]
 

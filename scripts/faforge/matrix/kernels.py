@@ -104,3 +104,32 @@ def kernel_packages(cells, *, version: str, build_number: int, releases_path: Pa
         out.append(KernelPackage(key=key, version=version, build_number=build_number, world=worlds[0],
                                  cell_ids=tuple(c.id for c in users)))
     return out
+
+
+# rattler-build writes pin_subpackage('libflash-attn-kernels', exact=True) as `NAME ==VERSION BUILD`
+# (older conda-build: `NAME VERSION BUILD`); both name one build.
+KERNEL_PIN = re.compile(rf"^{re.escape(KERNEL_PACKAGE)}\s+(?:==)?\s*(?P<version>[^\s,|*<>=!]+)\s+(?P<build>[A-Za-z0-9_.]+)$")
+
+
+@dataclass(frozen=True)
+class KernelPin:
+    """The one kernel build a flash-attn package requires."""
+
+    version: str
+    build: str
+
+    def __str__(self) -> str:
+        return f"{KERNEL_PACKAGE} {self.version} {self.build}"
+
+    def filename(self) -> str:
+        return f"{KERNEL_PACKAGE}-{self.version}-{self.build}.conda"
+
+
+def kernel_pin(depends) -> KernelPin | None:
+    """The exact kernel pin among a package's run requirements; None for a flash-attn that carries
+    its kernels itself (built before the split, or by a local wheel build)."""
+    for spec in depends:
+        match = KERNEL_PIN.match(str(spec).strip())
+        if match:
+            return KernelPin(version=match["version"], build=match["build"])
+    return None
