@@ -70,3 +70,9 @@ def test_a_size_entry_of_an_unknown_part_names_its_key(tmp_path, measured):
     with pytest.raises(DataError) as caught:
         samples.load(path)
     assert caught.value.key == "sizes[1].part"
+
+
+def test_variants_readme_holds_the_table_bench_build_prints(repo, report):
+    text = (repo / "variants" / "README.md").read_text()
+    for label, before, after in report.rows():
+        assert f"| {label} | {before} | {after} |" in text, label
