@@ -4,13 +4,17 @@ and no kernel key in two torch worlds (the rule in faforge.matrix.kernels)."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 
 from faforge.errors import DataError
 from faforge.matrix import load_matrix
-from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
+from faforge.matrix.kernels import KERNEL_PACKAGE, KernelKey, kernel_key
+from faforge.matrix.render import render_platform
+from faforge.matrix.variants import variant_config_path
+from tests.support.tiny_recipe import TINY_SPLIT_RECIPE
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +74,42 @@ def test_a_kernel_key_in_two_worlds_is_refused(repo, tmp_path):
     message = str(caught.value)
     assert "releases.yaml" in message and "linux-64/cu124/sm80_90ptx" in message
     assert "conda-forge and pytorch" in message and "cu124_sm80_90ptx_h" in message
+
+
+def rendered_kernel_builds(recipe: Path, variants_dir: Path, platform: str, world: str) -> dict[KernelKey, set[str]]:
+    """Build strings of the recipe's libflash-attn-kernels output per kernel key, as rattler-build renders
+    the variant file of one platform and world."""
+    out: dict[KernelKey, set[str]] = {}
+    for variant in render_platform(recipe, variant_config_path(variants_dir, platform, world), platform):
+        stage1 = variant.recipe
+        recipe_dict = stage1.to_dict()
+        if recipe_dict["package"]["name"] == KERNEL_PACKAGE:
+            used = stage1.used_variant
+            key = KernelKey(platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]))
+            out.setdefault(key, set()).add(recipe_dict["build"]["string"])
+    return out
+
+
+def test_a_split_recipe_renders_one_kernel_build_per_key_from_the_real_variant_files(matrix, tmp_path):
+    """The stand-in split recipe (tests/support/tiny_recipe.py) over every generated variant file: each
+    (platform, CUDA, archs) renders one libflash-attn-kernels build string, the one the matrix expects."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(TINY_SPLIT_RECIPE)
+    by_key = {k.key: k for k in matrix.kernels}
+    seen = {}
+    for platform, world in sorted({(c.platform, c.world) for c in matrix.cells}):
+        seen.update(rendered_kernel_builds(recipe, matrix.variants_dir, platform, world))
+    assert set(seen) == set(by_key)
+    for key, builds in seen.items():
+        assert len(builds) == 1, f"{key.id}: {sorted(builds)}"
+        assert by_key[key].build_string_matches(next(iter(builds))), builds
+
+
+def test_a_torch_derived_context_entry_splits_the_kernel_build_per_torch(matrix, tmp_path):
+    """Control, and the trap for the real recipe: a top-level context entry computed from torch_version
+    is evaluated for every output, so the kernel output renders one build per torch minor."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(TINY_SPLIT_RECIPE.replace("context:\n", "context:\n  torch_minor: ${{ (torch_version | split('.'))[:2] | join('_') }}\n", 1))
+    builds = rendered_kernel_builds(recipe, matrix.variants_dir, "linux-64", "conda-forge")
+    cu130 = next(k for k in builds if k.cuda == "13.0")
+    assert len(builds[cu130]) == len({c.torch_minor for c in matrix.cells if kernel_key(c) == cu130}) > 1

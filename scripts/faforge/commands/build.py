@@ -5,8 +5,9 @@ others, and the exit status is 1 if any failed. Channels come from each cell's t
 in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FAFORGE_CHANNEL_ALIAS)
 points them at; `--extra-channel` adds channels searched first (where a cell's job finds its kernel
 package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job as
-`faforge plan` made it: a kernel piece compiles its TUs into the compiler cache; `kernels`,
-`kernels-link`, `cell` and `all` build the recipe for the cell's variant.
+`faforge plan` made it: `kernels` and `kernels-link` build the recipe's libflash-attn-kernels output
+for the cell's (platform, CUDA, archs), a piece compiles its share of those TUs into the compiler
+cache; `cell` and `all` build the cell's flash-attn.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
-from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, render_cells
+from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, render_cells, render_kernel_output
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, build_cell, parse_channel_aliases
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.plan import STAGES
@@ -79,12 +80,15 @@ def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
     )
 
 
-def render_for_part(cell: Cell, tus: tuple[str, ...], matrix, recipe_path: Path) -> RenderedCell:
-    """The recipe reads the piece's TUs at render time (env.get), so set them first."""
+def render_for_part(cell: Cell, part: str, tus: tuple[str, ...], matrix, recipe_path: Path) -> RenderedCell:
+    """The output a job builds: the kernel package for `kernels`, `kernels-link` and pieces, else the
+    cell's flash-attn. The recipe reads a piece's TUs at render time (env.get), so set them first."""
     if tus:
         os.environ[TUS_ENV] = " ".join(tus)
     else:
         os.environ.pop(TUS_ENV, None)
+    if tus or part in (KERNELS_PART, KERNELS_LINK_PART):
+        return render_kernel_output(cell, recipe_path, matrix.variants_dir)
     return render_cells([cell], recipe_path, matrix.variants_dir)[0]
 
 
@@ -112,7 +116,7 @@ def execute(args: argparse.Namespace) -> int:
         for i, (cell, part, tus) in enumerate(jobs, 1):
             title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
             with progress.step(title) as state:
-                result = build_cell(render_for_part(cell, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
+                result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
                                     tus=tus, channel_aliases=aliases, extra_channels=args.extra_channel, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
                 state.failed = result.status == "failed"
             if state.failed:
