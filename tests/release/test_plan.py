@@ -147,6 +147,8 @@ def test_a_kernel_package_in_the_channel_is_not_rebuilt(tmp_path, matrix):
     assert {cells[c]["kernel-in-channel"] for c in other_build.cell_ids} == {False}
     human = faforge("plan", "--channel", str(channel), "--platform", "linux-64")
     assert "(1 kernel packages already there)" in human.stdout
+    held_row = next(line for line in human.stdout.splitlines() if line.startswith(held.key.id + " "))
+    assert "in the channel" in held_row and held_row.split()[-1] == str(len(held.cell_ids))
 
 
 def test_github_output_and_the_chunk_count_guard(tmp_path):

@@ -64,6 +64,10 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
+    kernel_rows = [[k["id"], k["build_string_prefix"] + "*", "in the channel" if k["in_channel"] else "to build", len(k["cells"])]
+                   for k in data["kernel_packages"]]
+    if kernel_rows:
+        print(format_table(["kernel package", "build string", "status", "cells to build that need it"], kernel_rows) + "\n")
     rows = [[stage, j["name"], j["part"], j["runs-on"], j["timeout-minutes"]] for stage in STAGES for j in plan.jobs[stage]]
     if rows:
         print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
