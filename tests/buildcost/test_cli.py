@@ -25,12 +25,15 @@ def test_report_json_matches_schema_and_covers_every_matrix_arch_list():
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     assert {c["cuda_archs"] for c in report["cells"]} == {r.value for r in load_matrix().policy.cuda_archs}
     assert report["reuse"], "the committed measurements carry a cross-python reuse run"
+    split = report["kernel_split"]
+    assert split["kernel_builds"] == {"before": 38, "after": 10}
+    assert split["new_torch_minor"]["kernel_builds"]["after"] == 0
 
 
 def test_report_tables_and_the_module_entry_agree():
     table = run("--runner", "2:22")
     assert table.returncode == 0, table.stderr
-    for title in ("Per TU class", "Kernels of one cell", "MAX_JOBS", "Cross-python reuse"):
+    for title in ("Per TU class", "Kernels of one cell", "MAX_JOBS", "Cross-python reuse", "before / after the kernel split"):
         assert title in table.stdout
     module = subprocess.run([sys.executable, "-m", "faforge.buildcost.bench", "--runner", "2:22"], capture_output=True, text=True, timeout=120)
     assert module.stdout == table.stdout

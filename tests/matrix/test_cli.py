@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "matrix.json"
+KERNELS_SCHEMA = SCHEMA.with_name("matrix-kernels.json")
 
 
 def run(args, *, offline=False):
@@ -43,6 +44,23 @@ def test_matrix_json_runs_offline_and_matches_schema(matrix_json):
     assert not [c for c in matrix_json if c["platform"] == "linux-aarch64" and c["cxx11_abi"] == 0]
     counts = Counter((c["platform"], c["build_string"]) for c in matrix_json)
     assert max(counts.values()) == 1
+
+
+def test_kernel_packages_json_lists_each_once_with_the_cells_that_name_it(matrix_json):
+    result = run(["matrix", "--kernels", "--json"])
+    assert result.returncode == 0, result.stderr
+    kernels = json.loads(result.stdout)
+    jsonschema.validate(kernels, json.loads(KERNELS_SCHEMA.read_text()))
+    assert len(kernels) == len({k["id"] for k in kernels}) == len({(c["platform"], c["cuda"], c["cuda_archs"]) for c in matrix_json})
+    by_id = {k["id"]: k for k in kernels}
+    for cell in matrix_json:
+        package = by_id[cell["kernel_package"]["id"]]
+        assert cell["id"] in package["cells"]
+        assert (package["platform"], package["cuda"], package["cuda_archs"]) == (cell["platform"], cell["cuda"], cell["cuda_archs"])
+        assert cell["kernel_package"] == {k: package[k] for k in ("id", "name", "version", "build_string_prefix")}
+    assert sum(len(k["cells"]) for k in kernels) == len(matrix_json)
+    human = run(["matrix", "--kernels", "--platform", "linux-aarch64"])
+    assert human.returncode == 0 and f"{len([k for k in kernels if k['platform'] == 'linux-aarch64'])} kernel packages" in human.stdout
 
 
 def test_matrix_platform_filter(matrix_json):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from fnmatch import fnmatch
 import shutil
 import subprocess
 import sys
@@ -17,8 +18,9 @@ import pytest
 
 from faforge.channel.local import index
 from faforge.matrix.releases import dump_releases, header_of, load_releases
-from faforge.release.cost import load_build_cost, split_cell
-from tests.support.tiny_recipe import TINY_RECIPE
+from faforge.release.cost import load_build_cost, split_kernels
+from faforge.release.package import read_package
+from tests.support.tiny_recipe import TINY_RECIPE, TINY_SPLIT_RECIPE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,52 +71,57 @@ def test_one_failure_does_not_stop_the_others_and_reruns_resume(project):
     assert "present" in again.stdout and package.stat().st_mtime_ns == before, "a built cell is skipped on re-run"
 
 
-PIECE_SCRIPT = """\
-  script:
-    env:
-      FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}
-    content:
-      - echo "stand-in build, TUs [$FAFORGE_BUILD_TUS]"
-      # Like build_flash_attn.py --only-tus: a piece installs nothing into the prefix.
-      - if [ -z "$FAFORGE_BUILD_TUS" ]; then mkdir -p $PREFIX/share && echo ok > $PREFIX/share/flash-attn-standin.txt; fi
-"""
-
-
-def test_a_piece_passes_its_tus_to_the_recipe_and_leaves_no_package(project):
+def test_kernel_jobs_build_the_kernel_output_and_a_cell_job_pins_it(project):
+    """A piece passes its TUs to the kernel output and leaves no package; kernels-link builds the
+    kernel package and a cell job the flash-attn that pins it, both named as the plan names them."""
     env, output, good, _, _ = project
     recipe = Path(env["FAFORGE_ROOT"]) / "recipes" / "flash-attn" / "recipe.yaml"
-    text = recipe.read_text()
-    start, end = text.index("  script:\n"), text.index("requirements:")
-    recipe.write_text(text[:start] + PIECE_SCRIPT + text[end:])
+    recipe.write_text(TINY_SPLIT_RECIPE)
     cost = load_build_cost(Path(env["FAFORGE_ROOT"]) / "variants" / "build-cost.yaml")
-    parts = split_cell(cost, "linux-64", good["cuda_archs"])
-    assert len(parts) > 2, "the measured costs split a 4-CPU / 16 GB hosted runner's cell"
+    parts = split_kernels(cost, "linux-64", good["cuda_archs"])
+    assert len(parts) > 2, "the measured costs split a 4-CPU / 16 GB hosted runner's kernel package"
     piece = parts[0]
 
     result = run(env, "build", good["id"], "--part", piece.name, "--output-dir", str(output))
     assert result.returncode == 0, result.stdout + result.stderr
     log = (output / "logs" / f"{good['id'].replace('/', '-')}-{piece.name}.log").read_text()
-    assert f"stand-in build, TUs [{' '.join(piece.tus)}]" in log
+    assert f"stand-in kernels for CUDA {good['cuda']}, archs {good['cuda_archs']}, TUs [{' '.join(piece.tus)}]" in log
     assert not list(output.rglob("*.conda")), "a piece is not a package"
     assert sorted(p.name for p in output.iterdir()) == ["logs"], "nothing of the piece's scratch output is left"
 
-    link = run(env, "build", good["id"], "--part", "link", "--output-dir", str(output))
+    plan = json.loads(run(env, "plan", "--platform", "linux-64", "--json").stdout)
+    cell_job = next(j for c in plan["flash_attn"] for j in c["include"] if j["cell"] == good["id"])
+    link = run(env, "build", good["id"], "--part", "kernels-link", "--output-dir", str(output))
     assert link.returncode == 0, link.stdout + link.stderr
-    link_log = (output / "logs" / f"{good['id'].replace('/', '-')}-link.log").read_text()
-    assert "stand-in build, TUs []" in link_log, "the link job is a whole build"
-    planned = next(j for c in json.loads(run(env, "plan", "--platform", "linux-64", "--json").stdout)["link"]
-                   for j in c["include"] if j["cell"] == good["id"])
-    assert [p.name for p in output.glob("linux-64/*.conda")] == [planned["package"]], "the link job makes the package the plan names"
+    link_log = (output / "logs" / f"{good['id'].replace('/', '-')}-kernels-link.log").read_text()
+    assert "TUs []" in link_log, "the kernels-link job is a whole kernel build"
+    [kernels] = output.glob("linux-64/*.conda")
+    assert fnmatch(kernels.name, cell_job["kernel-package"]), "the kernel package is the one the plan's cell job expects"
+
+    cell = run(env, "build", good["id"], "--part", "cell", "--output-dir", str(output), "--extra-channel", (output).as_uri())
+    assert cell.returncode == 0, cell.stdout + cell.stderr
+    cell_log = (output / "logs" / f"{good['id'].replace('/', '-')}-cell.log").read_text()
+    assert f"channels {output.as_uri()} " in cell_log, "the kernel packages' channel comes first"
+    built = output / "linux-64" / cell_job["package"]
+    assert built.is_file(), "the cell job makes the package the plan names"
+    name, version, build = kernels.name.removesuffix(".conda").rsplit("-", 2)
+    assert f"{name} =={version} {build}" in read_package(built).depends, "flash-attn pins exactly its kernel build"
 
 
 def test_pieces_need_recipe_support_and_bad_parts_or_cells_are_bad_input(project):
     env, output, good, _, _ = project
-    # The stand-in recipe does not pass FAFORGE_BUILD_TUS: building a piece would build the whole cell.
-    pieces = [p.name for p in split_cell(load_build_cost(), "linux-64", good["cuda_archs"])]
+    # The one-output stand-in has no kernel output to build a piece or a kernel package of.
+    pieces = [p.name for p in split_kernels(load_build_cost(), "linux-64", good["cuda_archs"])]
+    for part in (pieces[0], "kernels-link"):
+        missing = run(env, "build", good["id"], "--part", part, "--output-dir", str(output))
+        assert missing.returncode == 2 and "renders no libflash-attn-kernels output" in missing.stderr and "Traceback" not in missing.stderr
+    # A kernel output that ignores FAFORGE_BUILD_TUS would build the whole kernel package in a piece job.
+    recipe = Path(env["FAFORGE_ROOT"]) / "recipes" / "flash-attn" / "recipe.yaml"
+    recipe.write_text(TINY_SPLIT_RECIPE.replace('FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}', 'UNRELATED: "1"'))
     refused = run(env, "build", good["id"], "--part", pieces[0], "--output-dir", str(output))
     assert refused.returncode == 2 and "does not pass FAFORGE_BUILD_TUS" in refused.stderr and "Traceback" not in refused.stderr
     unknown_part = run(env, "build", good["id"], "--part", "bwd-9of9", "--output-dir", str(output))
     assert unknown_part.returncode == 2 and "has no such piece" in unknown_part.stderr
-    assert f"its pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
+    assert f"its kernel package's pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
     unknown = run(env, "build", "linux-64/py399/torch9.9/cu999/abi1", "--output-dir", str(output))
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr

@@ -38,6 +38,9 @@ def test_channels_for_replaces_only_aliased_names_and_keeps_priority_order():
     assert channels_for(legacy, aliases) == ["pytorch", "https://proxy.example/nvidia", "file:///srv/mirror/conda-forge"]
     assert channels_for(forge, aliases) == ["file:///srv/mirror/conda-forge"]
     assert channels_for(forge, {}) == ["conda-forge"]
+    # A cell's job finds its kernel package in this run's folder or the publish channel, searched first.
+    assert channels_for(forge, aliases, ["file:///run/kernels", "https://ch.example/faforge"]) == [
+        "file:///run/kernels", "https://ch.example/faforge", "file:///srv/mirror/conda-forge"]
 
 
 def test_parse_channel_aliases_accepts_http_https_and_file_urls():

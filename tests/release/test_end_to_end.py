@@ -97,7 +97,7 @@ def test_plan_verify_publish_serve_install(project, extensions, tmp_path):
     plan = faforge(env, "plan", "--channel", str(channel), "--json")
     assert plan.returncode == 0, plan.stderr
     plan = json.loads(plan.stdout)
-    jobs = [j for chunk in plan["build"] for j in chunk["include"] if j["cell"] == CELL]
+    jobs = [j for chunk in plan["flash_attn"] for j in chunk["include"] if j["cell"] == CELL]
     assert CELL in plan["to_build"] and jobs, plan["to_build"][-3:]
     job = jobs[0]
     cell = next(c for c in json.loads(faforge(env, "matrix", "--json").stdout) if c["id"] == CELL)

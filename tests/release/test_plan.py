@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -11,9 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from faforge.channel.local import PackageSpec, assemble, index
 from faforge.commands.matrix import selected_cells
-from faforge.release.cost import load_build_cost, split_cell
-from faforge.release.plan import make_plan
+from faforge.matrix import load_matrix
+from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
+from faforge.release.plan import STAGES, make_plan
 from tests.support.http_server import serve_directory
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "plan.json").read_text())
@@ -30,78 +33,133 @@ def cost():
 
 
 @pytest.fixture(scope="module")
+def matrix():
+    return load_matrix()
+
+
+@pytest.fixture(scope="module")
 def rendered():
     return selected_cells("all")
 
 
 def test_every_piece_fits_the_runner_and_covers_each_tu_once(cost):
     for archs in ("80;90;100;120+PTX", "80;90+PTX", "90"):
-        parts = split_cell(cost, "linux-64", archs)
+        parts = split_kernels(cost, "linux-64", archs)
         limit = cost.runner_for("linux-64").job_limit_minutes
         assert all(0 < p.minutes <= limit for p in parts)
-        if [p.name for p in parts] == ["all"]:
+        if [p.name for p in parts] == ["kernels"]:
             continue
-        assert parts[-1].name == "link"
+        assert parts[-1].name == "kernels-link" and parts[-1].tus == ()
         kernels = [tu for p in parts[:-1] for tu in p.tus]
         assert len(kernels) == len(set(kernels)) == ALL_TUS
+        assert HOST_TU not in kernels, "flash_api.cpp belongs to the cells, not to the kernel package"
 
 
-def test_a_cell_that_fits_one_job_is_not_split_and_one_that_does_not_is(cost):
+def test_a_kernel_package_that_fits_one_job_is_not_split_and_one_that_does_not_is(cost):
     # At the measured ~8 CPU minutes per TU and arch, with one nvcc job at a time (16 GB), even one
     # arch's 72 TUs do not fit 6 h on a hosted runner; four archs need several pieces per class.
-    single = split_cell(cost, "linux-64", "90")
-    assert single[-1].name == "link" and len(single) > 2
-    many = split_cell(cost, "linux-64", "80;90;100;120+PTX")
-    assert len(many) > len(single) and many[-1].name == "link"
+    single = split_kernels(cost, "linux-64", "90")
+    assert single[-1].name == "kernels-link" and len(single) > 2
+    many = split_kernels(cost, "linux-64", "80;90;100;120+PTX")
+    assert len(many) > len(single) and many[-1].name == "kernels-link"
     assert {p.name.split("-")[0] for p in many[:-1]} == {"fwd", "bwd", "fwd_split"}, "pieces are runs of one TU class"
     # A big runner (16 nvcc jobs in 128 GB) builds one arch whole.
     big = replace(cost, runners={**cost.runners, "linux-64": replace(cost.runners["linux-64"], cpus=32, memory_gb=128)})
-    assert [p.name for p in split_cell(big, "linux-64", "90")] == ["all"]
+    assert [p.name for p in split_kernels(big, "linux-64", "90")] == ["kernels"]
 
 
-def test_chunks_never_exceed_the_matrix_limit(cost, rendered):
+def test_a_cell_job_compiles_only_flash_api_and_links(cost):
+    part = cell_part(cost)
+    assert part.name == "cell" and part.tus == (HOST_TU,)
+    assert part.minutes == math.ceil(cost.setup_minutes + cost.link_minutes + cost.safety_factor * cost.host_tu_minutes)
+    assert part.minutes < min(p.minutes for p in split_kernels(cost, "linux-64", "90") if p.tus), "a cell job is shorter than any kernel piece"
+
+
+def test_chunks_never_exceed_the_matrix_limit(cost, rendered, matrix):
     small = replace(cost, max_jobs_per_matrix=5)
-    plan = make_plan(rendered, small, set(), None)
+    plan = make_plan(rendered, matrix.kernels, small, set(), None)
     data = plan.to_json()
-    assert sum(len(c["include"]) for c in data["build"]) == len(plan.build_jobs) > 5
-    assert all(len(c["include"]) <= 5 for c in data["build"] + data["link"])
-    assert [j for c in data["build"] for j in c["include"]] == plan.build_jobs
+    for stage in STAGES:
+        assert [j for c in data[stage] for j in c["include"]] == plan.jobs[stage]
+        assert all(len(c["include"]) <= 5 for c in data[stage])
+    assert len(data["flash_attn"]) > 1
 
 
-def test_plan_json_matches_schema_and_every_cell_is_planned(rendered):
+def jobs_of(data, stage):
+    return [j for c in data[stage] for j in c["include"]]
+
+
+def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(rendered, matrix):
     result = faforge("plan", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     jsonschema.validate(data, SCHEMA)
     assert data["to_build"] == [r.cell.id for r in rendered]
-    build = [j for c in data["build"] for j in c["include"]]
-    link = [j for c in data["link"] for j in c["include"]]
-    # Each cell gets exactly one job that makes its package: `all`, or `link` after its pieces.
-    makers = sorted(j["cell"] for j in build + link if j["part"] in ("all", "link"))
-    assert makers == sorted(data["to_build"])
-    # Pieces are planned once per kernel set (cells differing only in python), and cover its 72 TUs once.
+    kernels, links, cells = (jobs_of(data, stage) for stage in STAGES)
+    # The kernels: about 10 cold builds for the whole matrix (issue 15), each planned once.
+    keys = {(r.cell.platform, r.cell.cuda, r.cell.cuda_archs) for r in rendered}
+    assert len(data["kernel_packages"]) == len(keys) == 10
     cost = load_build_cost()
-    archs = {r.cell.id: r.cell.cuda_archs for r in rendered}
-    for kernels in {j["kernels"] for j in link}:
-        pieces = [j for j in build if j["kernels"] == kernels and j["part"] != "all"]
-        expected = split_cell(cost, pieces[0]["platform"], archs[pieces[0]["cell"]])
-        assert [j["part"] for j in pieces] == [p.name for p in expected[:-1]]
-        assert sum(len(p.tus) for p in expected[:-1]) == ALL_TUS
-        assert all(j["slug"] == f"{kernels}-{j['part']}" for j in pieces)
-        assert {j["pieces"] for j in link if j["kernels"] == kernels} == {len(pieces)}, "a link job knows how many pieces to expect"
-    sets = {j["kernels"] for j in link}
-    assert len(sets) < len(link), "cells that differ only in python share their pieces"
-    assert len(data["build"]) <= 4 and len(data["link"]) <= 4, "fits the 4 + 4 chunk jobs of .github/workflows/build.yml"
+    by_slug = {k.key.slug: k for k in matrix.kernels}
+    assert {j["kernels"] for j in kernels} == set(by_slug)
+    for slug, package in by_slug.items():
+        expected = split_kernels(cost, package.key.platform, package.key.cuda_archs)
+        mine = [j for j in kernels + links if j["kernels"] == slug]
+        assert [j["part"] for j in mine] == [p.name for p in expected], "one kernel package, its jobs once"
+        assert all(j["slug"] == f"{slug}-{j['part']}" and j["cell"] in package.cell_ids for j in mine)
+        if expected[-1].name == "kernels-link":
+            assert mine[-1]["pieces"] == len(expected) - 1, "a link job knows how many pieces to expect"
+    # The cells: one job each, compiling flash_api.cpp only, against its own kernel package.
+    assert sorted(j["cell"] for j in cells) == sorted(data["to_build"])
+    kernels_of = {cell_id: k for k in matrix.kernels for cell_id in k.cell_ids}
+    for job in cells:
+        assert job["part"] == "cell" and job["kernels"] == kernels_of[job["cell"]].key.slug and not job["kernel-in-channel"]
+        assert job["timeout-minutes"] == cell_part(cost).minutes
+    for stage in STAGES:
+        assert len(data[stage]) <= 2, "fits the 2 chunk jobs per stage of .github/workflows/build.yml"
+
+
+def kernel_record(package, hash_="1a2b3c4"):
+    """A real libflash-attn-kernels .conda as the recipe would name it (PackageSpec -> py-rattler-build)."""
+    return PackageSpec(package.name, package.version, f"{package.key.build_string_prefix}{hash_}_{package.build_number}",
+                       package.key.platform)
+
+
+def test_a_kernel_package_in_the_channel_is_not_rebuilt(tmp_path, matrix):
+    """A real file:// channel holding one kernel package: its kernel jobs vanish, its cells take it from there."""
+    channel = tmp_path / "channel"
+    held = next(k for k in matrix.kernels if k.key.id == "linux-64/cu130/sm80_90_100_120ptx")
+    other_build = next(k for k in matrix.kernels if k.key.id == "linux-64/cu129/sm80_90_100_120ptx")
+    assemble(kernel_record(held), channel)
+    # Same name and version, but another kernel key's build string: not a stand-in for ours.
+    assemble(replace(kernel_record(other_build), build=f"{other_build.key.build_string_prefix}0000000_7"), channel)
+    index(channel)
+    result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    jsonschema.validate(data, SCHEMA)
+    packages = {k["id"]: k for k in data["kernel_packages"]}
+    assert packages[held.key.id]["in_channel"] and not packages[other_build.key.id]["in_channel"]
+    assert held.key.slug not in {j["kernels"] for stage in ("kernels", "kernel_links") for j in jobs_of(data, stage)}
+    assert other_build.key.slug in {j["kernels"] for j in jobs_of(data, "kernels")}
+    cells = {j["cell"]: j for j in jobs_of(data, "flash_attn")}
+    assert {cells[c]["kernel-in-channel"] for c in held.cell_ids} == {True}
+    assert {cells[c]["kernel-in-channel"] for c in other_build.cell_ids} == {False}
+    human = faforge("plan", "--channel", str(channel), "--platform", "linux-64")
+    assert "(1 kernel packages already there)" in human.stdout
+    held_row = next(line for line in human.stdout.splitlines() if line.startswith(held.key.id + " "))
+    assert "in the channel" in held_row and held_row.split()[-1] == str(len(held.cell_ids))
 
 
 def test_github_output_and_the_chunk_count_guard(tmp_path):
     out = tmp_path / "github_output"
-    result = faforge("plan", "--platform", "linux-64", "--github-output", str(out), "--max-chunks", "4")
+    result = faforge("plan", "--platform", "linux-64", "--github-output", str(out), "--max-chunks", "2")
     assert result.returncode == 0, result.stderr
     values = dict(line.split("=", 1) for line in out.read_text().splitlines())
-    assert int(values["build-chunks"]) >= 1
-    assert json.loads(values["build-0"])["include"]
-    assert values["build-3"] == "" or json.loads(values["build-3"])
+    for stage in STAGES:
+        assert int(values[f"{stage}-chunks"]) == 1
+        assert json.loads(values[f"{stage}-0"])["include"]
+        assert values[f"{stage}-1"] == ""
     too_few = faforge("plan", "--max-chunks", "0")
     assert too_few.returncode == 2 and "chunks" in too_few.stderr and "Traceback" not in too_few.stderr
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from faforge.release.plan import STAGES
 from tests.support.cache import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,6 +87,7 @@ def test_gates_and_secrets_are_wired():
     publish_step = next(s for s in jobs["publish"]["steps"] if "faforge publish" in s.get("run", ""))
     assert all(v.startswith("${{ secrets.") for v in publish_step["env"].values())
     assert "--require" not in publish_step["run"], "CI publishes under the default gates, GPU included"
+    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], "kernel packages already published count (issue 15)"
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "bump.yml").read_text())
     assert "schedule" in bump[True] and "gh pr create" in bump["jobs"]["bump"]["steps"][-1]["run"]
 
@@ -130,7 +132,7 @@ def plan_jobs() -> list[dict]:
     result = subprocess.run([sys.executable, "-m", "faforge", "plan", "--json"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    return [job for kind in ("build", "link") for chunk in data[kind] for job in chunk["include"]]
+    return [job for kind in STAGES for chunk in data[kind] for job in chunk["include"]]
 
 
 def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
@@ -148,3 +150,71 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
             assert "CONDA_OVERRIDE_CUDA" not in (step.get("env") or {}), f"{workflow} {job_id}: a step overrides it"
         # What the expression gives for each planned job is that job's cell's CUDA.
         assert {str(j[match["key"]]) == cuda_of[j["cell"]] for j in plan_jobs} == {True}
+
+
+# The reusable-workflow calls of build.yml per plan stage, in the order they must run.
+STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"))
+
+
+def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
+    """Kernel packages, then the links of split ones, then the cells that need them (issue 15)."""
+    build = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())
+    jobs = build["jobs"]
+    plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
+    chunks = int(re.search(r"--max-chunks (\d+)", plan_step["run"])[1])
+    assert {s for s, _ in STAGE_JOBS} == set(STAGES)
+    called = {}
+    for stage, prefix in STAGE_JOBS:
+        called[stage] = [f"{prefix}-{i}" for i in range(chunks)]
+        for i, job_id in enumerate(called[stage]):
+            job = jobs[job_id]
+            assert job["uses"] == "./.github/workflows/build-cells.yml"
+            assert job["with"]["matrix"] == f"${{{{ needs.plan.outputs.{stage}-{i} }}}}"
+            assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
+            assert "inputs.channel" in job["with"]["channel"]
+    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn)-\d+", j) and j not in sum(called.values(), [])]
+    for job_id in called["kernel_links"]:
+        assert set(called["kernels"]) <= set(jobs[job_id]["needs"])
+    for job_id in called["flash_attn"]:
+        assert set(called["kernels"]) | set(called["kernel_links"]) <= set(jobs[job_id]["needs"])
+    assert set(called["flash_attn"]) <= set(jobs["gpu-test"]["needs"])
+
+
+def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
+    cells = yaml.safe_load((REPO / ".github" / "workflows" / "build-cells.yml").read_text())
+    steps = cells["jobs"]["cell"]["steps"]
+    upload = next(s for s in steps if s.get("name", "").startswith("The kernel package, for the cell jobs"))
+    download = next(s for s in steps if s.get("name", "").startswith("The cell's kernel package, from this run"))
+    assert upload["with"]["name"] == download["with"]["name"] == "kernel-package-${{ matrix.kernels }}"
+    assert "matrix.kernel-in-channel" in download["if"]
+
+
+def _expand(text: str, job: dict) -> str:
+    """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does."""
+    return re.sub(r"\$\{\{ matrix\.([\w-]+) \}\}", lambda m: str(job[m[1]]).lower() if isinstance(job[m[1]], bool) else str(job[m[1]]), text)
+
+
+@pytest.mark.parametrize("in_channel", [False, True])
+def test_the_build_step_points_a_cell_job_at_its_kernel_package(plan_jobs, tmp_path, in_channel):
+    """The Build step's bash, run as the runner would, with the real plan's jobs; `faforge` is a
+    script on PATH that prints the arguments it got."""
+    cells = yaml.safe_load((REPO / ".github" / "workflows" / "build-cells.yml").read_text())
+    step = next(s for s in cells["jobs"]["cell"]["steps"] if s.get("name") == "Build")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "faforge").write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
+    (tmp_path / "bin" / "faforge").chmod(0o755)
+
+    def run_step(job):
+        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CHANNEL": "https://ch.example/faforge",
+               "KERNEL_IN_CHANNEL": str(job.get("kernel-in-channel", "")).lower()}
+        result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    cell = next(j for j in plan_jobs if j["part"] == "cell")
+    args = run_step({**cell, "kernel-in-channel": in_channel})
+    assert args[:5] == ["build", cell["cell"], "--part", "cell", "--output-dir"]
+    assert args[6:9] == ["--extra-channel", f"file://{tmp_path}/kernel-channel", *(["--extra-channel"] if in_channel else [])]
+    assert ("https://ch.example/faforge" in args) == in_channel
+    piece = next(j for j in plan_jobs if j["part"] not in ("cell", "kernels", "kernels-link"))
+    assert "--extra-channel" not in run_step(piece), "kernel jobs need no kernel package"

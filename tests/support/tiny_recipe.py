@@ -22,3 +22,46 @@ requirements:
   run:
     - python ${{ python }}
 """
+
+# The split recipe of issue 15 in miniature: a libflash-attn-kernels output that uses only CUDA and the
+# arch list (build string cu<tag>_sm<archs>_h<hash>_<n>, as faforge.matrix.kernels expects) and passes
+# a piece's TUs to its script, and the flash-attn output, which pins that exact kernel build.
+# torch_version appears only inside the flash-attn output: a top-level `context:` entry is evaluated
+# for every output, so a torch-derived one there makes torch_version a used variable of the kernel
+# output too, and its hash (so its build string) differs per torch minor (tests/matrix/test_kernels.py).
+TINY_SPLIT_RECIPE = """\
+schema_version: 1
+context:
+  version: "2.8.3.post2"
+  cuda_tag: ${{ cuda_compiler_version | replace('.', '') }}
+  archs_tag: ${{ cuda_archs | replace(';', '_') | replace('+PTX', 'ptx') }}
+recipe:
+  name: flash-attn-split
+  version: ${{ version }}
+outputs:
+  - package:
+      name: libflash-attn-kernels
+      version: ${{ version }}
+    build:
+      number: 0
+      string: cu${{ cuda_tag }}_sm${{ archs_tag }}_h${{ hash }}_0
+      script:
+        env:
+          FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}
+        content:
+          - echo "stand-in kernels for CUDA ${{ cuda_compiler_version }}, archs ${{ cuda_archs }}, TUs [$FAFORGE_BUILD_TUS]"
+          - if [ -z "$FAFORGE_BUILD_TUS" ]; then mkdir -p $PREFIX/lib && echo ok > $PREFIX/lib/libflash_attn_kernels.txt; fi
+  - package:
+      name: flash-attn
+      version: ${{ version }}
+    build:
+      number: 0
+      string: py${{ python | version_to_buildstring }}_torch${{ (torch_version | split('.'))[:2] | join('_') }}_cu${{ cuda_tag }}_cxx11abi${{ cxx11_abi }}_h${{ hash }}_0
+      script:
+        - echo "stand-in glue for torch ${{ torch_version }} (${{ torch_world }})"
+        - mkdir -p $PREFIX/share && echo ok > $PREFIX/share/flash-attn-standin.txt
+    requirements:
+      run:
+        - python ${{ python }}
+        - ${{ pin_subpackage('libflash-attn-kernels', exact=True) }}
+"""

@@ -1,10 +1,11 @@
-"""Names of the CI compiler caches: one per group of cells whose kernel objects are the same.
+"""Names of compiler caches per group of cells whose kernel objects are the same.
 
-The kernel TUs never include Python headers, so every python variant of a (platform, torch minor,
-CUDA, C++ ABI, arch list) compiles byte-identical objects, and one ccache serves them all.  The
-torch minor stays in the key because the kernels include torch headers (see variants/README.md,
-"Build cost", for why they are not shimmed away).  The flash-attn version keeps a new release
-from inheriting (and bloating) the old one's cache.
+`kernel_cache_key` is the key of the builds before the kernel split (issue 15): every python variant
+of a (platform, torch minor, CUDA, C++ ABI, arch list) compiled byte-identical kernel objects against
+torch's headers, and one ccache served them; `faforge bench-build` counts these keys as the "before"
+of its kernel-split table. Since the split the kernels compile against the torch shim once per
+kernel package (faforge.matrix.kernels), whose slug names CI's compiler cache. `archs_tag` spells an
+arch list for both.
 """
 
 from __future__ import annotations

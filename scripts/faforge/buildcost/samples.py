@@ -1,13 +1,17 @@
-"""variants/build-measurements.yaml: measured compile costs, kept as data.
+"""variants/build-measurements.yaml: measured compile costs and binary sizes, kept as data.
 
 Each sample is one nvcc call on one kernel TU for one arch; each reuse entry is one run of the
 cross-python compiler-cache benchmark.  `faforge bench-build --measure --write` appends to the
-file; `faforge bench-build` (and `faforge plan`, through extrapolate.py) read it.
+file; `faforge bench-build` (and `faforge plan`, through extrapolate.py) read it.  `glue` entries
+are compiles of flash_api.cpp, the one TU a cell's own job compiles once the kernels are a separate
+package; `sizes` entries are bytes of a real build's binaries, from which `faforge bench-build`
+models package sizes per arch count (faforge.buildcost.split).  Both are hand-entered, each with
+its source.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import yaml
@@ -17,6 +21,7 @@ from faforge.buildcost.tus import parse_tu
 from faforge.errors import DataError, FaforgeError
 
 FILE_NAME = "build-measurements.yaml"
+KEYS = ("schema", "samples", "reuse", "glue", "sizes")
 HEADER = """\
 # Measured compile cost of flash-attn kernel TUs (one nvcc call, one TU, one arch) and of the
 # cross-python compiler cache. Written by `faforge bench-build --measure --write`; read by
@@ -68,10 +73,40 @@ class ReuseRun:
 
 
 @dataclass(frozen=True)
+class GlueBuild:
+    """One compile of csrc/flash_attn/flash_api.cpp (host C++ against one torch's headers)."""
+
+    torch: str
+    cxx_std: str
+    cpu_s: float
+    wall_s: float
+    peak_rss_gb: float
+    source: str
+
+
+SIZE_PARTS = ("extension", "fatbin", "glue")
+
+
+@dataclass(frozen=True)
+class SizeSample:
+    """Bytes of one binary of a real build: `extension` the whole flash_attn_2_cuda .so, `fatbin`
+    its .nv_fatbin section (the GPU code), `glue` flash_api.o linked alone; raw and zstd-compressed."""
+
+    part: str
+    sass_archs: int  # SASS archs of the build it comes from
+    bytes: int
+    zstd_bytes: int
+    zstd_level: int
+    source: str
+
+
+@dataclass(frozen=True)
 class Measurements:
     path: Path
     samples: tuple[Sample, ...]
     reuse: tuple[ReuseRun, ...]
+    glue: tuple[GlueBuild, ...] = ()
+    sizes: tuple[SizeSample, ...] = ()
 
 
 def default_path() -> Path:
@@ -100,8 +135,8 @@ def load(path: Path | None = None) -> Measurements:
         raise DataError(path, "(file)", f"cannot read: {exc.strerror}", hint="measure with `faforge bench-build --measure --write`") from None
     except yaml.YAMLError as exc:
         raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("schema") != 1 or set(raw) != {"schema", "samples", "reuse"}:
-        raise DataError(path, "schema", "expected keys schema: 1, samples, reuse")
+    if not isinstance(raw, dict) or raw.get("schema") != 1 or not {"schema", "samples", "reuse"} <= set(raw) <= set(KEYS):
+        raise DataError(path, "schema", "expected keys schema: 1, samples, reuse (and optionally glue, sizes)")
     samples = tuple(_entry(path, f"samples[{i}]", s, Sample) for i, s in enumerate(raw["samples"] or []))
     for i, sample in enumerate(samples):
         try:
@@ -109,7 +144,12 @@ def load(path: Path | None = None) -> Measurements:
         except FaforgeError as exc:
             raise DataError(path, f"samples[{i}].tu", str(exc)) from None
     reuse = tuple(_entry(path, f"reuse[{i}]", r, ReuseRun) for i, r in enumerate(raw["reuse"] or []))
-    return Measurements(path=path, samples=samples, reuse=reuse)
+    glue = tuple(_entry(path, f"glue[{i}]", g, GlueBuild) for i, g in enumerate(raw.get("glue") or []))
+    sizes = tuple(_entry(path, f"sizes[{i}]", z, SizeSample) for i, z in enumerate(raw.get("sizes") or []))
+    for i, size in enumerate(sizes):
+        if size.part not in SIZE_PARTS:
+            raise DataError(path, f"sizes[{i}].part", f"invalid value {size.part!r}", hint=f"one of {', '.join(SIZE_PARTS)}")
+    return Measurements(path=path, samples=samples, reuse=reuse, glue=glue, sizes=sizes)
 
 
 def dump(measurements: Measurements) -> str:
@@ -118,11 +158,15 @@ def dump(measurements: Measurements) -> str:
         "samples": [asdict(s) for s in measurements.samples],
         "reuse": [asdict(r) for r in measurements.reuse],
     }
+    if measurements.glue:
+        body["glue"] = [asdict(g) for g in measurements.glue]
+    if measurements.sizes:
+        body["sizes"] = [asdict(z) for z in measurements.sizes]
     return HEADER + yaml.safe_dump(body, sort_keys=False, width=120)
 
 
 def append(path: Path, samples: list[Sample], reuse: list[ReuseRun]) -> Measurements:
     current = load(path) if path.exists() else Measurements(path=path, samples=(), reuse=())
-    updated = Measurements(path=path, samples=current.samples + tuple(samples), reuse=current.reuse + tuple(reuse))
+    updated = replace(current, path=path, samples=current.samples + tuple(samples), reuse=current.reuse + tuple(reuse))
     path.write_text(dump(updated))
     return updated

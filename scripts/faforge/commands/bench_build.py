@@ -2,7 +2,8 @@
 
 Reports from variants/build-measurements.yaml; with --measure, first compiles a small TU subset in
 two rattler-build-like trees (one python cold, a second python through the compiler cache the first
-filled) and reports that run; --write appends it to the data file.
+filled) and reports that run; --write appends it to the data file. With the file's glue and size
+entries it also prints the matrix before and after the kernel split (faforge.buildcost.split).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 import time
 
 from faforge import paths
-from faforge.buildcost import bench, extrapolate, samples
+from faforge.buildcost import bench, extrapolate, samples, split
 from faforge.errors import EXIT_OK, FaforgeError
+from faforge.matrix import load_matrix
 from faforge.table import format_table
 
 SCHEMA_VERSION = 1
@@ -81,10 +83,16 @@ def execute(args: argparse.Namespace) -> int:
     else:
         data = samples.load(data_path)
     report = extrapolate.report(data, runners)
+    matrix = load_matrix()
+    before_after = split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
     if args.json:
-        print(json.dumps({"version": SCHEMA_VERSION, **report.as_json()}, indent=2))
+        extra = {"kernel_split": before_after.as_json()} if before_after else {}
+        print(json.dumps({"version": SCHEMA_VERSION, **report.as_json(), **extra}, indent=2))
         return EXIT_OK
     for title, headers, rows in report.tables():
         print(f"\n{title}")
         print(format_table(headers, rows))
+    if before_after:
+        print("\nThe matrix before / after the kernel split (libflash-attn-kernels once per platform, CUDA and archs)")
+        print(format_table(["", "before", "after"], before_after.rows()))
     return EXIT_OK

@@ -3,8 +3,11 @@
 Cells already in the output dir are skipped (resumable); a failed cell does not stop the
 others, and the exit status is 1 if any failed. Channels come from each cell's torch world
 in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FAFORGE_CHANNEL_ALIAS)
-points them at. CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job of a split cell as `faforge plan` made it:
-a piece compiles its TUs into the compiler cache; `link` (like `all`) builds the whole package.
+points them at; `--extra-channel` adds channels searched first (where a cell's job finds its kernel
+package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job as
+`faforge plan` made it: `kernels` and `kernels-link` build the recipe's libflash-attn-kernels output
+for the cell's (platform, CUDA, archs), a piece compiles its share of those TUs into the compiler
+cache; `cell` and `all` build the cell's flash-attn.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
-from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, render_cells
+from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, render_cells, render_kernel_output
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, build_cell, parse_channel_aliases
-from faforge.release.cost import load_build_cost, split_cell
+from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
+from faforge.release.plan import STAGES
 from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cells", nargs="*", metavar="CELL", help="cell ids as `faforge matrix` prints them")
     parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
-    parser.add_argument("--part", default="all", help="the job of a split cell to build (a plan job's `part`: a piece such as bwd-1of4, or link); default: all")
+    parser.add_argument("--part", default="all",
+                        help=f"the plan job to build (its `part`: {KERNELS_PART}, a kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
+                             f"{CELL_PART}); default: all")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
     parser.add_argument("--source", type=Path, metavar="SDIST",
@@ -35,6 +41,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel-alias", action="append", default=[], metavar="NAME=URL",
                         help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
                              f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")
+    parser.add_argument("--extra-channel", action="append", default=[], metavar="URL",
+                        help="a channel searched before the world's channels, e.g. the folder holding this run's kernel packages "
+                             "or the channel they were published to; repeatable")
 
 
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
@@ -45,8 +54,8 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
         raise FaforgeError(f"--plan {path}: cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint="write it with `faforge plan --json > FILE`") from None
-    if isinstance(data, dict) and "build" in data:
-        jobs = [job for chunk in data["build"] + data["link"] for job in chunk["include"]]
+    if isinstance(data, dict) and all(stage in data for stage in STAGES):
+        jobs = [job for stage in STAGES for chunk in data[stage] for job in chunk["include"]]
     elif isinstance(data, dict) and "include" in data:
         jobs = data["include"]
     else:
@@ -57,26 +66,29 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
 
 
 def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
-    """The kernel TUs of a piece job, as faforge plan split the cell; () for `all` and `link`."""
-    if part in ("all", "link"):
+    """The kernel TUs of a piece job, as faforge plan split the cell's kernel package; () for whole builds."""
+    if part in ("all", KERNELS_PART, KERNELS_LINK_PART, CELL_PART):
         return ()
-    pieces = [p for p in split_cell(load_build_cost(), cell.platform, cell.cuda_archs) if p.name not in ("all", "link")]
+    pieces = [p for p in split_kernels(load_build_cost(), cell.platform, cell.cuda_archs) if p.tus]
     for piece in pieces:
         if piece.name == part:
             return piece.tus
     raise FaforgeError(
         f"--part {part}: {cell.id} has no such piece",
-        hint=f"its pieces are {', '.join(p.name for p in pieces)}, then link" if pieces
-        else "it fits one job on its runner (variants/build-cost.yaml), so build it whole: --part all",
+        hint=f"its kernel package's pieces are {', '.join(p.name for p in pieces)}, then {KERNELS_LINK_PART}" if pieces
+        else f"its kernel package fits one job on its runner (variants/build-cost.yaml): --part {KERNELS_PART}",
     )
 
 
-def render_for_part(cell: Cell, tus: tuple[str, ...], matrix, recipe_path: Path) -> RenderedCell:
-    """The recipe reads the piece's TUs at render time (env.get), so set them first."""
+def render_for_part(cell: Cell, part: str, tus: tuple[str, ...], matrix, recipe_path: Path) -> RenderedCell:
+    """The output a job builds: the kernel package for `kernels`, `kernels-link` and pieces, else the
+    cell's flash-attn. The recipe reads a piece's TUs at render time (env.get), so set them first."""
     if tus:
         os.environ[TUS_ENV] = " ".join(tus)
     else:
         os.environ.pop(TUS_ENV, None)
+    if tus or part in (KERNELS_PART, KERNELS_LINK_PART):
+        return render_kernel_output(cell, recipe_path, matrix.variants_dir)
     return render_cells([cell], recipe_path, matrix.variants_dir)[0]
 
 
@@ -104,8 +116,8 @@ def execute(args: argparse.Namespace) -> int:
         for i, (cell, part, tus) in enumerate(jobs, 1):
             title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
             with progress.step(title) as state:
-                result = build_cell(render_for_part(cell, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
-                                    tus=tus, channel_aliases=aliases, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
+                result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
+                                    tus=tus, channel_aliases=aliases, extra_channels=args.extra_channel, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
                 state.failed = result.status == "failed"
             if state.failed:
                 progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")

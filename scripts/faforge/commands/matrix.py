@@ -1,4 +1,5 @@
-"""List every cell of the build matrix (offline), with its build string and run requirements."""
+"""List every cell of the build matrix (offline), with its build string, run requirements and kernel
+package; `--kernels` lists the kernel packages instead, each with the cells that depend on it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections import Counter
 
 from faforge.errors import EXIT_OK
 from faforge.matrix import load_matrix
+from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell, render_cells
 from faforge.table import format_table
@@ -15,10 +17,14 @@ from faforge.table import format_table
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
-    parser.add_argument("--json", action="store_true", help="print a JSON list of cells (schema: tests/schemas/matrix.json)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="list the kernel packages (libflash-attn-kernels, one per platform, CUDA and arch list) instead of the cells")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
+                             "(tests/schemas/matrix-kernels.json)")
 
 
-def cell_record(rendered: RenderedCell) -> dict:
+def cell_record(rendered: RenderedCell, kernels: KernelPackage) -> dict:
     cell = rendered.cell
     return {
         "id": cell.id,
@@ -34,6 +40,8 @@ def cell_record(rendered: RenderedCell) -> dict:
         "build_string": rendered.build_string,
         "run_requirements": list(rendered.run_requirements),
         "run_constraints": list(rendered.run_constraints),
+        "kernel_package": {"id": kernels.key.id, "name": kernels.name, "version": kernels.version,
+                           "build_string_prefix": kernels.key.build_string_prefix},
     }
 
 
@@ -43,16 +51,34 @@ def selected_cells(platform: str) -> list[RenderedCell]:
     return render_cells(cells, matrix.recipe_path, matrix.variants_dir)
 
 
+def kernels_by_cell(kernels: list[KernelPackage]) -> dict[str, KernelPackage]:
+    return {cell_id: package for package in kernels for cell_id in package.cell_ids}
+
+
+def print_kernels(kernels: list[KernelPackage], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([k.as_json() for k in kernels], indent=2))
+        return EXIT_OK
+    rows = [[k.key.id, k.name, k.version, k.key.build_string_prefix + "*", k.world, len(k.cell_ids)] for k in kernels]
+    print(format_table(["kernel key", "package", "version", "build string", "source", "cells"], rows))
+    print(f"\n{len(kernels)} kernel packages for {sum(len(k.cell_ids) for k in kernels)} cells")
+    return EXIT_OK
+
+
 def execute(args: argparse.Namespace) -> int:
+    if args.kernels:
+        matrix = load_matrix()
+        return print_kernels([k for k in matrix.kernels if args.platform in ("all", k.key.platform)], args.json)
     rendered = selected_cells(args.platform)
+    by_cell = kernels_by_cell(load_matrix().kernels)
     if args.json:
-        print(json.dumps([cell_record(r) for r in rendered], indent=2))
+        print(json.dumps([cell_record(r, by_cell[r.cell.id]) for r in rendered], indent=2))
         return EXIT_OK
     rows = [
-        [r.cell.id, r.cell.torch, r.cell.cuda, r.cell.world, r.cell.cuda_archs, r.build_string]
+        [r.cell.id, r.cell.torch, r.cell.cuda, r.cell.world, r.cell.cuda_archs, r.build_string, by_cell[r.cell.id].key.id]
         for r in rendered
     ]
-    print(format_table(["cell", "torch", "cuda", "source", "archs", "build string"], rows))
+    print(format_table(["cell", "torch", "cuda", "source", "archs", "build string", "kernel package"], rows))
     counts = Counter((r.cell.platform, r.cell.world) for r in rendered)
     summary = ", ".join(f"{platform} {world}: {n}" for (platform, world), n in sorted(counts.items()))
     print(f"\n{len(rendered)} cells ({summary})")

@@ -1,8 +1,8 @@
 """Plan CI builds: the matrix minus what a channel holds, as GitHub Actions matrix chunks.
 
-Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. A cell too long for
-one hosted job (variants/build-cost.yaml) becomes TU pieces in the build chunks plus a job
-in the link chunks, which run after every build chunk.
+Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three stages run in order
+(faforge.release.plan): kernel packages (whole, or TU pieces when one is too long for a hosted job,
+variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from faforge import progress
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.commands.matrix import selected_cells
 from faforge.errors import EXIT_OK, FaforgeError
+from faforge.matrix import load_matrix
+from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.releases import PLATFORMS
 from faforge.release.cost import load_build_cost
-from faforge.release.plan import make_plan, present_keys
+from faforge.release.plan import STAGES, make_plan, present_keys
 from faforge.table import format_table
-
-PACKAGE_NAME = "flash-attn"
-
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", metavar="URL_OR_PATH", help="channel whose packages need no build (folder, file://, http(s):// or a name); default: none")
@@ -30,9 +29,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)")
     parser.add_argument("--github-output", metavar="FILE",
-                        help="also write build-N / link-N chunk outputs and their counts for a workflow (e.g. \"$GITHUB_OUTPUT\")")
-    parser.add_argument("--max-chunks", type=int, default=4, metavar="N",
-                        help="chunks the workflow has jobs for (default 4); more is an error, not a silent drop")
+                        help="also write <stage>-N chunk outputs and their counts for a workflow (stages: kernels, kernel_links, flash_attn; "
+                             "e.g. \"$GITHUB_OUTPUT\")")
+    parser.add_argument("--max-chunks", type=int, default=2, metavar="N",
+                        help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -41,14 +41,14 @@ def execute(args: argparse.Namespace) -> int:
     if args.channel:
         platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
         try:
-            present = present_keys(query(args.channel, [PACKAGE_NAME], platforms))
+            present = present_keys(query(args.channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
         except ChannelNotFound as exc:
             if not args.new_channel_ok:
                 raise
             progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
-    plan = make_plan(rendered, load_build_cost(), present, args.channel)
+    plan = make_plan(rendered, load_matrix().kernels, load_build_cost(), present, args.channel)
     data = plan.to_json()
-    for kind in ("build", "link"):
+    for kind in STAGES:
         if len(data[kind]) > args.max_chunks:
             raise FaforgeError(
                 f"the plan needs {len(data[kind])} {kind} chunks of at most {plan.chunk_size} jobs, but the workflow has {args.max_chunks}",
@@ -56,7 +56,7 @@ def execute(args: argparse.Namespace) -> int:
             )
     if args.github_output:
         with open(args.github_output, "a") as out:
-            for kind in ("build", "link"):
+            for kind in STAGES:
                 out.write(f"{kind}-chunks={len(data[kind])}\n")
                 for i in range(args.max_chunks):
                     value = json.dumps(data[kind][i], separators=(",", ":")) if i < len(data[kind]) else ""
@@ -64,10 +64,15 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    jobs = plan.build_jobs + plan.link_jobs
-    rows = [[j["cell"], j["part"], j["runs-on"], j["timeout-minutes"]] for j in jobs]
+    kernel_rows = [[k["id"], k["build_string_prefix"] + "*", "in the channel" if k["in_channel"] else "to build", len(k["cells"])]
+                   for k in data["kernel_packages"]]
+    if kernel_rows:
+        print(format_table(["kernel package", "build string", "status", "cells to build that need it"], kernel_rows) + "\n")
+    rows = [[stage, j["name"], j["part"], j["runs-on"], j["timeout-minutes"]] for stage in STAGES for j in plan.jobs[stage]]
     if rows:
-        print(format_table(["cell", "part", "runner", "timeout (min)"], rows))
-    print(f"\n{len(plan.todo)} cells to build in {len(plan.build_jobs)} build + {len(plan.link_jobs)} link jobs; "
-          f"{len(plan.present)} already in {args.channel or 'no channel'}", file=sys.stdout)
+        print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
+    built = len(plan.kernels) - len(plan.kernels_in_channel)
+    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs['flash_attn'])} cell jobs, after {built} kernel packages in "
+          f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
+          f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
     return EXIT_OK

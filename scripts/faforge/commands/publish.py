@@ -3,6 +3,8 @@
 Unverified or failed packages are refused with the reason. An existing file of the same name
 is never replaced unless --force. The default target, ./channel, is a local channel folder
 indexed with py-rattler; servers take KIND:URL (see --to) with a token from the environment.
+A flash-attn whose kernel package (libflash-attn-kernels) is neither published with it nor in the
+channel (the target folder, or --channel for a server) is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.release.manifest import check_gate_names
 from faforge.release.package import read_package
-from faforge.release.publish import judge, publish
+from faforge.release.publish import judge, publish, require_kernel_packages
 from faforge.release.targets import TOKEN_ENV, parse_target
 from faforge.table import format_table
 
@@ -32,6 +34,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"verification manifest folder (default: ./{config.DEFAULT_MANIFEST_DIR})")
     parser.add_argument("--require", metavar="GATES",
                         help=f"comma-separated gates that must have passed (default: {','.join(config.DEFAULT_REQUIRED_GATES)}, or $FAFORGE_REQUIRE)")
+    parser.add_argument("--channel", metavar="URL_OR_PATH",
+                        help="where users install from, read to find kernel packages published before (default: the target "
+                             "folder; a server target has none, so its flash-attn packages need their kernel package in the same publish)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, change nothing")
     parser.add_argument("--force", action="store_true", help="replace a different file of the same name in the target")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/publish.json)")
@@ -41,6 +46,8 @@ def execute(args: argparse.Namespace) -> int:
     required = check_gate_names(args.require.split(",") if args.require else config.required_gates(), what="--require")
     target = parse_target(args.to)
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
+    channel = args.channel or (Path(target.url) if target.kind == "folder" else None)
+    decisions = require_kernel_packages(decisions, channel, str(channel) if channel else f"the target {target} (pass --channel to read it)")
     result = publish(decisions, target, dry_run=args.dry_run, force=args.force)
     outcomes = result.outcomes
     by_file = {d.package.filename: d for d in decisions}
@@ -63,6 +70,9 @@ def execute(args: argparse.Namespace) -> int:
     else:
         rows = [[o.package.filename, o.package.sha256[:12], by_file[o.package.filename].gate_words(), o.action, _short(o.detail)] for o in outcomes]
         print(format_table(["package", "sha256", "gates", "action", "detail"], rows))
+        for o in outcomes:
+            if o.action == "refused" and _short(o.detail) != o.detail:
+                print(f"\nrefused {o.package.filename}: {o.detail}")
         print(f"\nrequired gates: {', '.join(required)}; target: {target}")
         print_channel_problems(result.channel_problems, target)
     bad = [o for o in outcomes if o.action in ("refused", "exists")]

@@ -17,6 +17,7 @@ from faforge.abi.elf import ElfError, read_dynamic_symbols, read_elf
 from faforge.abi.report import ModuleVerdict, Verdict
 from faforge.doctor.facts import EnvFacts
 from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, offered
+from faforge.matrix.kernels import KERNEL_LIBRARY
 
 # flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so -> "cpython-310-x86_64-linux-gnu"
 _SO_TAG = re.compile(r"^[^.]+\.(?P<tag>[^.]+)\.so$")
@@ -33,6 +34,7 @@ class BinaryFacts:
     # (empty when its library is there without any of them; absent when the library is not there).
     torch_offers: dict[str, tuple[str, ...]]
     verdict: Verdict  # the ABI gate's report (declared C++ ABI, GPU archs, glibc, problems)
+    needs_kernel_library: bool = False  # DT_NEEDED libflash_attn_kernels.so: a split build (issue 15)
 
     @property
     def module(self) -> ModuleVerdict:
@@ -67,7 +69,8 @@ def read_binary(path: str, facts: EnvFacts, table: SymbolTable) -> BinaryFacts:
     cudart = tuple(sorted({int(m["major"]) for lib in info.needed if (m := _CUDART.match(lib))}))
     verdict = Verdict(extension=path, against=tuple(str(d) for d in dirs), torch=torch, modules=(module,))
     built = built_for(table, imported)
-    return BinaryFacts(path, so_tag(path), cudart, built, _torch_offers(table, built, dirs), verdict)
+    return BinaryFacts(path, so_tag(path), cudart, built, _torch_offers(table, built, dirs), verdict,
+                       KERNEL_LIBRARY in info.needed)
 
 
 def _torch_offers(table: SymbolTable, built: BuiltFor, dirs: tuple[Path, ...]) -> dict[str, tuple[str, ...]]:

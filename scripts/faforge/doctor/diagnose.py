@@ -18,13 +18,15 @@ from faforge.doctor.facts import EnvFacts, Gpu
 from faforge.doctor.installs import Claim, Install
 from faforge.doctor.torch_symbols import built_for_one
 from faforge.gpu import compat
+from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin, kernel_pin
 
 ERROR, WARNING = "error", "warning"
 # Every kind doctor reports, in the order it lists them (root causes first).
 KINDS = (
     "torch-missing", "torch-import-failed", "mixed-channels", "mixed-conda-pip-torch", "cpu-only-torch",
     "python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old", "cxx11-abi-mismatch",
-    "signature-drift", "cuda-major-mismatch", "libcudart-missing", "flash-attn-missing", "gpu-arch-missing",
+    "signature-drift", "cuda-major-mismatch", "libcudart-missing", "kernel-library-missing", "kernel-library-mismatch",
+    "flash-attn-missing", "gpu-arch-missing",
     "import-failed", "gpu-arch-jit", "no-gpu",
 )
 ABI_WORDS = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
@@ -72,6 +74,12 @@ class Situation:
     def import_failed(self) -> bool:
         outcome = self.facts.import_outcome
         return not outcome.ok and (self.flash_attn.installed or bool(self.facts.extension_files))
+
+    @property
+    def kernel_pin(self) -> KernelPin | None:
+        """The exact libflash-attn-kernels build the installed flash-attn's conda record requires."""
+        record = self.flash_attn.conda_record
+        return kernel_pin(record.depends) if record is not None else None
 
     def gate_problems(self, *kinds: str) -> list:
         if self.binary is None or not self.import_failed:
@@ -312,6 +320,44 @@ def libcudart_missing(s: Situation) -> Problem | None:
                    evidence={"library": missing[0]})
 
 
+def _unfound_libraries(s: Situation) -> set[str]:
+    """Libraries of the extension that neither the loader model nor the import found."""
+    unfound = {u.name for u in s.binary.module.unverified_libraries}
+    unfound |= {p.library for p in s.binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
+    if s.facts.import_outcome.missing_library:
+        unfound.add(s.facts.import_outcome.missing_library)
+    return unfound
+
+
+def kernel_library(s: Situation) -> Problem | None:
+    """A split flash-attn (issue 15) loads its kernels from libflash_attn_kernels.so, which only the
+    exact libflash-attn-kernels build its conda record pins provides: another build holds kernels for
+    another CUDA or arch list behind the same file name."""
+    if s.binary is None or not s.binary.needs_kernel_library:
+        return None
+    pin = s.kernel_pin
+    installed = next((r for r in s.facts.conda or () if r.name == KERNEL_PACKAGE), None)
+    evidence = {"library": KERNEL_LIBRARY, "required": str(pin) if pin else None,
+                "installed": f"{installed.name} {installed.version} {installed.build}" if installed else None}
+    if pin is not None and installed is not None and (installed.version, installed.build) != (pin.version, pin.build):
+        record = s.flash_attn.conda_record
+        return Problem("kernel-library-mismatch", ERROR,
+                       f"flash-attn {record.version} ({record.build}) requires exactly {pin}, but this environment has "
+                       f"{installed.name} {installed.version} ({installed.build}), a kernel build for another CUDA or arch list",
+                       (f"{KERNEL_LIBRARY} comes from {installed.name} {installed.version} {installed.build} ({installed.channel_name})",),
+                       evidence)
+    if s.facts.import_outcome.ok or KERNEL_LIBRARY not in _unfound_libraries(s):
+        return None
+    if pin is not None and installed is None:
+        why = f"its conda package {KERNEL_PACKAGE} is not installed (flash-attn requires {pin})"
+    else:
+        why = "it is neither in this environment's library directories nor on the system library path"
+    return Problem("kernel-library-missing", ERROR,
+                   f"flash-attn's extension needs {KERNEL_LIBRARY} (its kernels, package {KERNEL_PACKAGE}), which the loader cannot find: {why}",
+                   (f"`import flash_attn_2_cuda` fails: {s.facts.import_outcome.error.message}",) if s.facts.import_outcome.error else (),
+                   evidence)
+
+
 def gpu_arch(s: Situation) -> list[Problem]:
     gpus = _gpus(s)
     if s.binary is None or not gpus:
@@ -368,7 +414,7 @@ def import_failed(s: Situation, found: list[Problem]) -> Problem | None:
 
 RULES = (torch_missing, torch_import_failed, mixed_channels, mixed_conda_pip_torch, cpu_only_torch, python_tag_mismatch,
          wrong_architecture, glibc_too_old, libstdcxx_too_old, cxx11_abi_mismatch, signature_drift, cuda_major_mismatch,
-         libcudart_missing, flash_attn_missing)
+         libcudart_missing, kernel_library, flash_attn_missing)
 
 
 def diagnose(s: Situation) -> list[Problem]:

@@ -55,6 +55,9 @@ class SystemFacts:
         return PLATFORMS.get(self.machine) if self.os == "Linux" else None
 
 
+SUBDIRS = ("linux-64", "linux-aarch64", "noarch", "osx-64", "osx-arm64", "win-64")
+
+
 @dataclass(frozen=True)
 class CondaRecord:
     name: str
@@ -62,14 +65,19 @@ class CondaRecord:
     build: str
     channel: str
     dist_infos: tuple[str, ...]  # dist-info folders this package installed (relative to the prefix)
+    depends: tuple[str, ...] = ()  # its run requirements (flash-attn's exact kernel pin among them)
 
     @property
     def channel_name(self) -> str:
         """'https://conda.anaconda.org/conda-forge/linux-64' or 'file:///srv/pytorch/' -> the channel's name."""
-        parts = [p for p in re.sub(r"^[a-z]+://", "", self.channel).split("/") if p]
-        if parts and parts[-1] in ("linux-64", "linux-aarch64", "noarch", "osx-64", "osx-arm64", "win-64"):
-            parts = parts[:-1]
+        parts = [p for p in re.sub(r"^[a-z]+://", "", self.channel_url).split("/") if p]
         return parts[-1] if parts else self.channel
+
+    @property
+    def channel_url(self) -> str:
+        """The channel without its subdir: 'https://conda.anaconda.org/conda-forge/linux-64' -> '.../conda-forge'."""
+        head, _, last = self.channel.rstrip("/").rpartition("/")
+        return head if head and last in SUBDIRS else self.channel.rstrip("/")
 
     @property
     def world(self) -> str:
@@ -274,7 +282,7 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
         system=SystemFacts(system["os"], system["machine"], system.get("glibc"), tuple(system.get("ld_library_path", ()))),
         site_dirs=tuple(env.get("site_dirs", ())),
         conda=None if conda is None else tuple(
-            CondaRecord(r["name"], r["version"], r["build"], r["channel"], tuple(r.get("dist_infos", ())))
+            CondaRecord(r["name"], r["version"], r["build"], r["channel"], tuple(r.get("dist_infos", ())), tuple(r.get("depends", ())))
             for r in conda),
         distributions=tuple(
             Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), d.get("direct_url"))

@@ -19,6 +19,7 @@ from faforge.doctor.diagnose import ERROR, Problem, Situation
 from faforge.gpu import compat
 from faforge.matrix import Matrix
 from faforge.matrix.cells import Cell, explain_missing
+from faforge.matrix.kernels import KERNEL_PACKAGE
 from faforge.matrix.render import RenderedCell
 from faforge.matrix.versions import minor_of, vtuple
 
@@ -35,6 +36,7 @@ REPLACE_FLASH_ATTN = ("python-tag-mismatch", "wrong-architecture", "glibc-too-ol
                       "cxx11-abi-mismatch", "signature-drift", "cuda-major-mismatch", "flash-attn-missing",
                       "gpu-arch-missing", "import-failed")
 CLOSEST = 3
+KERNEL_LIBRARY_KINDS = ("kernel-library-missing", "kernel-library-mismatch")
 
 
 @dataclass(frozen=True)
@@ -248,8 +250,13 @@ def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Off
         return fixes + _cuda_torch(s, kinds, matrix, offers, version)
     if "libcudart-missing" in kinds:
         fixes.append(_cudart(s))
-    if any(k in REPLACE_FLASH_ATTN for k in kinds):
-        fixes += _replace_flash_attn(s, tuple(k for k in kinds if k in REPLACE_FLASH_ATTN), target, matrix, offers, version)
+    kernel_kinds = tuple(k for k in kinds if k in KERNEL_LIBRARY_KINDS)
+    if kernel_kinds and s.kernel_pin is not None:
+        fixes.append(_kernel_library(s, kernel_kinds))
+    # Without a pin to satisfy (a wheel, or files no conda record owns) a whole flash-attn replaces it.
+    replaced = tuple(k for k in kinds if k in REPLACE_FLASH_ATTN or (k in kernel_kinds and s.kernel_pin is None))
+    if replaced:
+        fixes += _replace_flash_attn(s, replaced, target, matrix, offers, version)
     return fixes
 
 
@@ -330,6 +337,14 @@ def _cuda_torch(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: li
     if near:
         fixes.append(conda_environment(near[0], f"or use a conda environment with faforge's build for cell {near[0].cell.id}", kinds))
     return fixes
+
+
+def _kernel_library(s: Situation, kinds: tuple[str, ...]) -> Fix:
+    """Install the exact kernel build flash-attn pins, from the channel flash-attn came from; conda
+    replaces a mismatched build in place."""
+    pin, record = s.kernel_pin, s.flash_attn.conda_record
+    return Fix("conda-install", f"install the kernel build flash-attn {record.version} requires ({pin})",
+               (_conda(s, [record.channel_url], [f"{KERNEL_PACKAGE} =={pin.version} {pin.build}"]),), resolves=kinds)
 
 
 def _cudart(s: Situation) -> Fix:

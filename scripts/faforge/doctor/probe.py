@@ -23,7 +23,7 @@ MARK = "@@faforge-probe@@"
 EXTENSION = "flash_attn_2_cuda"
 # conda packages that make up a torch stack; their channels tell the torch world apart.
 CONDA_PACKAGES = ("python", "pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "pytorch-gpu", "pytorch-cpu",
-                  "torchvision", "torchaudio", "flash-attn", "cuda-version", "cuda-cudart", "cudatoolkit")
+                  "torchvision", "torchaudio", "flash-attn", "libflash-attn-kernels", "cuda-version", "cuda-cudart", "cudatoolkit")
 
 
 def emit(stage, data):
@@ -104,6 +104,7 @@ def conda_records(prefix):
             "version": record.get("version"),
             "build": record.get("build"),
             "channel": record.get("channel") or "",
+            "depends": [str(d) for d in record.get("depends") or []],
             "dist_infos": sorted({p.split(".dist-info/")[0] + ".dist-info" for p in files if ".dist-info/" in p}),
         })
     return records

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from faforge import paths
 from faforge.matrix.cells import Cell, build_cells
+from faforge.matrix.kernels import KernelPackage, kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
 from faforge.matrix.releases import ReleaseTable, load_releases
 
@@ -16,6 +17,7 @@ class Matrix:
     table: ReleaseTable
     policy: BuildPolicy
     cells: list[Cell]
+    kernels: list[KernelPackage]  # one per (platform, CUDA, archs); each names the cells that need it
     variants_dir: Path
     recipe_path: Path
 
@@ -25,10 +27,13 @@ def load_matrix(root: Path | None = None) -> Matrix:
     variants_dir = root / "variants"
     table = load_releases(variants_dir / "releases.yaml")
     policy = load_policy(variants_dir / "matrix.yaml")
+    cells = build_cells(table, policy)
     return Matrix(
         table=table,
         policy=policy,
-        cells=build_cells(table, policy),
+        cells=cells,
+        kernels=kernel_packages(cells, version=policy.flash_attn_version, build_number=policy.build_number,
+                                releases_path=table.path),
         variants_dir=variants_dir,
         recipe_path=root / "recipes" / "flash-attn" / "recipe.yaml",
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from faforge.errors import FaforgeError
 from faforge.matrix.cells import Cell
+from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
 from faforge.matrix.variants import variant_config_path
 
 
@@ -102,8 +103,24 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str) -> lis
         ) from None
 
 
+def _rendered(cell: Cell, variant, recipe: dict) -> RenderedCell:
+    requirements = recipe.get("requirements", {})
+    return RenderedCell(
+        cell=cell,
+        build_string=recipe["build"]["string"],
+        hash=str(variant.hash_info.hash) if hasattr(variant.hash_info, "hash") else str(variant.hash_info),
+        run_requirements=tuple(str(r) for r in requirements.get("run", [])),
+        run_constraints=tuple(str(r) for r in requirements.get("run_constraints", [])),
+        host_requirements=tuple(str(r) for r in requirements.get("host", [])),
+        build_requirements=tuple(str(r) for r in requirements.get("build", [])),
+        recipe=recipe,
+        variant=variant,
+    )
+
+
 def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:
-    """Each cell rendered from its platform's and world's variant file, as a plain build would."""
+    """Each cell's flash-attn rendered from its platform's and world's variant file, as a plain build
+    would. A recipe's other outputs (the kernel package) are left out: see render_kernel_output."""
     out = []
     for platform, world in sorted({(c.platform, c.world) for c in cells}):
         wanted = {_cell_key(c.variant()): c for c in cells if c.platform == platform and c.world == world}
@@ -111,27 +128,32 @@ def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> li
         by_key = {}
         for variant in rendered:
             stage1 = variant.recipe
-            by_key[_cell_key(stage1.used_variant)] = (variant, stage1)
+            recipe = stage1.to_dict()
+            if recipe["package"]["name"] == FLASH_ATTN_PACKAGE:
+                by_key[_cell_key(stage1.used_variant)] = (variant, recipe)
         for key, cell in wanted.items():
             if key not in by_key:
                 raise FaforgeError(
                     f"cell {cell.id} is in the matrix but the recipe did not render it for {platform}",
                     hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules",
                 )
-            variant, stage1 = by_key[key]
-            recipe = stage1.to_dict()
-            requirements = recipe.get("requirements", {})
-            out.append(
-                RenderedCell(
-                    cell=cell,
-                    build_string=recipe["build"]["string"],
-                    hash=str(variant.hash_info.hash) if hasattr(variant.hash_info, "hash") else str(variant.hash_info),
-                    run_requirements=tuple(str(r) for r in requirements.get("run", [])),
-                    run_constraints=tuple(str(r) for r in requirements.get("run_constraints", [])),
-                    host_requirements=tuple(str(r) for r in requirements.get("host", [])),
-                    build_requirements=tuple(str(r) for r in requirements.get("build", [])),
-                    recipe=recipe,
-                    variant=variant,
-                )
-            )
+            out.append(_rendered(cell, *by_key[key]))
     return sorted(out, key=lambda rc: rc.cell.sort_key)
+
+
+def render_kernel_output(cell: Cell, recipe_path: Path, variants_dir: Path) -> RenderedCell:
+    """The recipe's libflash-attn-kernels output for the cell's kernel key (platform, CUDA, archs), as
+    the cell's variant file renders it: what a kernel job of `faforge plan` builds."""
+    rendered = render_platform(recipe_path, variant_config_path(variants_dir, cell.platform, cell.world), cell.platform)
+    for variant in rendered:
+        stage1 = variant.recipe
+        recipe = stage1.to_dict()
+        used = stage1.used_variant
+        if (recipe["package"]["name"] == KERNEL_PACKAGE and str(used.get("cuda_compiler_version")) == cell.cuda
+                and str(used.get("cuda_archs")) == cell.cuda_archs):
+            return _rendered(cell, variant, recipe)
+    raise FaforgeError(
+        f"the recipe renders no {KERNEL_PACKAGE} output for {kernel_key(cell).id} (cell {cell.id})",
+        hint=f"{recipe_path} needs a {KERNEL_PACKAGE} output that uses cuda_compiler_version and cuda_archs; "
+             "without one, build the cell whole (--part all)",
+    )

@@ -23,11 +23,11 @@ from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell
 from faforge.release.plan import job_slug, package_filename
 
-# Split cells (faforge.release.cost). A piece job renders the recipe with this variable holding its
-# TU names; the recipe passes it on (build.script.env: ${{ env.get("FAFORGE_BUILD_TUS", default="") }})
-# and its build script compiles only those TUs into the compiler cache, then stops. The cell's
-# `link` job is an ordinary full build whose kernel objects come from the pieces' restored caches:
-# a missing object costs time (it is compiled there), never correctness.
+# Split kernel packages (faforge.release.cost). A piece job renders the recipe with this variable
+# holding its TU names; the recipe passes it on (build.script.env: ${{ env.get("FAFORGE_BUILD_TUS", default="") }})
+# and its build script compiles only those TUs into the compiler cache, then stops. The
+# `kernels-link` job is an ordinary full build whose kernel objects come from the pieces' restored
+# caches: a missing object costs time (it is compiled there), never correctness.
 TUS_ENV = "FAFORGE_BUILD_TUS"
 CACHE_LINE = re.compile(r"compiler cache: (\d+) hits, (\d+) misses")
 
@@ -61,9 +61,10 @@ def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--
     return aliases
 
 
-def channels_for(cell: Cell, aliases: dict[str, str]) -> list[str]:
-    """The cell's world channels in priority order, each replaced by its alias if it has one."""
-    return [aliases.get(channel, channel) for channel in cell.channels]
+def channels_for(cell: Cell, aliases: dict[str, str], extra: list[str] = ()) -> list[str]:
+    """The extra channels (a cell job's kernel package), then the cell's world channels in priority
+    order, each replaced by its alias if it has one."""
+    return [*extra, *(aliases.get(channel, channel) for channel in cell.channels)]
 
 
 @contextmanager
@@ -142,7 +143,8 @@ def cache_summary(log_path: Path) -> str:
 
 
 def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
-               part: str = "all", tus: tuple[str, ...] = (), channel_aliases: dict[str, str] | None = None) -> CellBuild:
+               part: str = "all", tus: tuple[str, ...] = (), channel_aliases: dict[str, str] | None = None,
+               extra_channels: list[str] = ()) -> CellBuild:
     """Build one cell into output_dir/<platform>/ (skipped if already there), or one piece of it.
 
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
@@ -161,7 +163,7 @@ def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live:
     output_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{job_slug(cell.id, part)}-", dir=output_dir))
     started = time.monotonic()
-    channels = channels_for(cell, channel_aliases or {})
+    channels = channels_for(cell, channel_aliases or {}, extra_channels)
     with open(log_path, "w") as log, cuda_override(cell) as override:
         writer = _LogWriter(log, live)
         log.write(f"cell {cell.id} part {part} channels {' '.join(channels)}\n")

@@ -1,9 +1,12 @@
-"""Build cost of a cell (variants/build-cost.yaml) and how to split one that outgrows a CI job.
+"""Build cost of CI jobs (variants/build-cost.yaml) and how to split a kernel build that outgrows one.
 
-A cell is split by TU class (fwd, bwd, fwd_split), and a class further into equal runs of its
-TUs, until every piece fits the runner's job limit; flash_api.cpp and the link go to a final job.
-Splitting by arch instead would leave per-arch objects whose fatbinaries must be merged with
-nvcc -dlink/fatbinary before linking, which neither torch's build nor ours does; TU pieces are
+The 72 kernel TUs are built once per kernel package (libflash-attn-kernels, one per platform, CUDA
+and arch list: faforge.matrix.kernels); each cell's own job compiles only flash_api.cpp against its
+torch and links it against that package. A kernel build too long for one job is split by TU class
+(fwd, bwd, fwd_split), and a class further into equal runs of its TUs, until every piece fits the
+runner's job limit; a final `kernels-link` job links the library from the pieces' objects and
+packages it. Splitting by arch instead would leave per-arch objects whose fatbinaries must be merged
+with nvcc -dlink/fatbinary before linking, which neither torch's build nor ours does; TU pieces are
 ordinary object files that the final job links as they are.
 """
 
@@ -19,6 +22,11 @@ from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 
 HOST_TU = "csrc/flash_attn/flash_api.cpp"
+# Job parts (a plan job's `part`, `faforge build --part`): a kernel package built in one job, the
+# final job of a split one, and a cell's own job; pieces are named after their TU class.
+KERNELS_PART = "kernels"
+KERNELS_LINK_PART = "kernels-link"
+CELL_PART = "cell"
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,8 @@ class Runner:
 
 @dataclass(frozen=True)
 class Part:
-    """One CI job's share of a cell: 'all', a TU run such as 'bwd-1of2', or the final 'link'."""
+    """One CI job: a whole kernel package ('kernels'), a TU run such as 'bwd-1of2', the final
+    'kernels-link' of a split kernel package, or a cell's own 'cell' job."""
 
     name: str
     tus: tuple[str, ...]
@@ -85,16 +94,16 @@ def _minutes(cost: BuildCost, compile_minutes: float, fixed: float) -> int:
     return math.ceil(cost.setup_minutes + fixed + cost.safety_factor * compile_minutes)
 
 
-def split_cell(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]:
-    """The jobs one cell needs on its runner: [all], or TU pieces followed by a link job."""
+def split_kernels(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]:
+    """The jobs one kernel package needs on its runner: [kernels], or TU pieces then kernels-link."""
     runner = cost.runner_for(platform)
     n_archs = sass_archs(cuda_archs)
     jobs = parallel_jobs(runner, n_archs)
     per_tu = {c.name: c.minutes_per_arch * n_archs / jobs for c in cost.classes}
     all_tus = [(c.name, tu) for c in cost.classes for tu in cost.tus(c.name)]
-    whole = _minutes(cost, sum(per_tu[c] for c, _ in all_tus), cost.host_tu_minutes)
+    whole = _minutes(cost, sum(per_tu[c] for c, _ in all_tus), 0)
     if whole <= runner.job_limit_minutes:
-        return [Part(name="all", tus=(), minutes=whole)]
+        return [Part(name=KERNELS_PART, tus=(), minutes=whole)]
     parts = []
     for tu_class in cost.classes:
         tus = cost.tus(tu_class.name)
@@ -113,9 +122,13 @@ def split_cell(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]:
             chunk = tus[i * size:(i + 1) * size]
             name = tu_class.name if pieces == 1 else f"{tu_class.name}-{i + 1}of{pieces}"
             parts.append(Part(name=name, tus=chunk, minutes=_minutes(cost, len(chunk) * per_tu[tu_class.name], 0)))
-    link = _minutes(cost, cost.host_tu_minutes / jobs, cost.link_minutes)
-    parts.append(Part(name="link", tus=(HOST_TU,), minutes=link))
+    parts.append(Part(name=KERNELS_LINK_PART, tus=(), minutes=_minutes(cost, 0, cost.link_minutes)))
     return parts
+
+
+def cell_part(cost: BuildCost) -> Part:
+    """A cell's own job: flash_api.cpp against the cell's torch, linked against its kernel package."""
+    return Part(name=CELL_PART, tus=(HOST_TU,), minutes=_minutes(cost, cost.host_tu_minutes, cost.link_minutes))
 
 
 def _number(path, key, value, *, integer=False):

@@ -1,25 +1,31 @@
 """What CI must build: the matrix minus what the channel holds, as GitHub Actions matrix jobs.
 
-GitHub allows at most 256 jobs per matrix and 6 hours per hosted job (variants/build-cost.yaml),
-so jobs come in chunks of at most `max_jobs_per_matrix`, and a cell whose estimated build is
-longer than its runner's limit becomes TU pieces plus a final link job (faforge.release.cost).
-Link jobs need their pieces, so they form a second list of chunks that runs afterwards.
+The kernels are built once per kernel package (libflash-attn-kernels, one per platform, CUDA and arch
+list: faforge.matrix.kernels), never per cell; each cell's job then compiles only flash_api.cpp and
+links it against its kernel package, which it takes from this run's artifacts or from the channel.
+So a plan has three stages, each a list of chunks that run one after the other:
 
-Pieces are planned once per kernel cache key (faforge.buildcost.cachekey), not per cell: the
-kernel objects do not depend on python (the recipe's ccache shares them, measured in
-variants/README.md), so the cells that differ only in python share one set of piece jobs, and
-each cell's link job restores their compiler caches.
+- `kernels`: a whole kernel package per job, or the TU pieces of one too long for a hosted job
+  (variants/build-cost.yaml: 6 hours), each filling its compiler cache;
+- `kernel_links`: the final job of each split kernel package, which restores its pieces' caches,
+  links the library and packages it;
+- `flash_attn`: one job per cell, making its flash-attn package, after its kernel package exists.
+
+GitHub allows at most 256 jobs per matrix, so each stage comes in chunks of at most
+`max_jobs_per_matrix`. A kernel package is built only when a cell to build needs it and the channel
+does not already hold it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from faforge.buildcost.cachekey import kernel_cache_key
+from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.render import RenderedCell
-from faforge.release.cost import BuildCost, Part, split_cell
+from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, BuildCost, Part, cell_part, split_kernels
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+STAGES = ("kernels", "kernel_links", "flash_attn")
 
 
 @dataclass(frozen=True)
@@ -27,22 +33,28 @@ class Plan:
     channel: str | None
     todo: list[RenderedCell]
     present: list[RenderedCell]
-    build_jobs: list[dict]
-    link_jobs: list[dict]
+    kernels: list[KernelPackage]  # needed by the cells to build
+    kernels_in_channel: set[str]  # ids of those the channel already holds
+    jobs: dict[str, list[dict]]  # stage -> jobs
     chunk_size: int
 
     def chunks(self, jobs: list[dict]) -> list[dict]:
         return [{"include": jobs[i:i + self.chunk_size]} for i in range(0, len(jobs), self.chunk_size)]
 
     def to_json(self) -> dict:
+        todo = {r.cell.id for r in self.todo}
         return {
             "version": PLAN_VERSION,
             "channel": self.channel,
             "cells": len(self.todo) + len(self.present),
             "in_channel": [r.cell.id for r in self.present],
             "to_build": [r.cell.id for r in self.todo],
-            "build": self.chunks(self.build_jobs),
-            "link": self.chunks(self.link_jobs),
+            "kernel_packages": [
+                {"id": k.key.id, "name": k.name, "version": k.version, "build_string_prefix": k.key.build_string_prefix,
+                 "in_channel": k.key.id in self.kernels_in_channel, "cells": [c for c in k.cell_ids if c in todo]}
+                for k in self.kernels
+            ],
+            **{stage: self.chunks(self.jobs[stage]) for stage in STAGES},
         }
 
 
@@ -51,24 +63,22 @@ def package_filename(rendered: RenderedCell) -> str:
     return f"{package['name']}-{package['version']}-{rendered.build_string}.conda"
 
 
+def kernel_package_glob(kernels: KernelPackage) -> str:
+    """The kernel package's file name up to its hash, which only its own render knows."""
+    return f"{kernels.name}-{kernels.version}-{kernels.key.build_string_prefix}*_{kernels.build_number}.conda"
+
+
 def job_slug(cell_id: str, part: str) -> str:
-    """A name safe for artifact and log files: linux-64-py312-torch2.7-cu129-abi1[-bwd-1of2]."""
+    """A name safe for artifact and log files: linux-64-py312-torch2.7-cu129-abi1[-cell]."""
     slug = cell_id.replace("/", "-")
     return slug if part == "all" else f"{slug}-{part}"
 
 
-def matrix_entry(rendered: RenderedCell, part: Part, runner_label: str, pieces: int = 0) -> dict:
-    """One job. A piece job builds its TUs for the kernel set; `cell` is the set's first cell.
-    `pieces` is how many piece artifacts a link job must find before it builds."""
+def _job(rendered: RenderedCell, kernels: KernelPackage, part: Part, runner_label: str) -> dict:
     cell = rendered.cell
-    kernels = kernel_cache_key(cell)
-    piece = part.name not in ("all", "link")
     return {
         "cell": cell.id,
         "part": part.name,
-        "slug": f"{kernels}-{part.name}" if piece else job_slug(cell.id, part.name),
-        "kernels": kernels,
-        "name": f"{kernels} [{part.name}]" if piece else cell.id if part.name == "all" else f"{cell.id} [{part.name}]",
         "platform": cell.platform,
         "runs-on": runner_label,
         "timeout-minutes": part.minutes,
@@ -76,9 +86,35 @@ def matrix_entry(rendered: RenderedCell, part: Part, runner_label: str, pieces: 
         "torch": cell.torch,
         "cuda": cell.cuda,
         "cxx11-abi": cell.cxx11_abi,
+        "kernels": kernels.key.slug,
+        "kernel-package": kernel_package_glob(kernels),
+    }
+
+
+def kernel_job(rendered: RenderedCell, kernels: KernelPackage, part: Part, runner_label: str, pieces: int = 0) -> dict:
+    """A job of a kernel package: the whole build, a piece, or the final link. `cell` is the package's
+    first cell, whose variant the build renders; `pieces` is how many piece artifacts a kernels-link
+    job must find before it builds."""
+    return {
+        **_job(rendered, kernels, part, runner_label),
+        "slug": f"{kernels.key.slug}-{part.name}",
+        "name": f"{kernels.key.id} [{part.name}]",
+        "build-string": kernels.key.build_string_prefix,
+        "package": kernel_package_glob(kernels),
+        "pieces": pieces,
+    }
+
+
+def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, cost: BuildCost, kernel_in_channel: bool) -> dict:
+    """A cell's job: flash_api.cpp and the link, against its kernel package (this run's or the channel's)."""
+    return {
+        **_job(rendered, kernels, cell_part(cost), runner_label),
+        "slug": job_slug(rendered.cell.id, CELL_PART),
+        "name": rendered.cell.id,
         "build-string": rendered.build_string,
         "package": package_filename(rendered),
-        "pieces": pieces,
+        "pieces": 0,
+        "kernel-in-channel": kernel_in_channel,
     }
 
 
@@ -87,22 +123,34 @@ def present_keys(records) -> set[tuple[str, str, str, str]]:
     return {(r.name.normalized, str(r.version), str(r.build), str(r.subdir)) for r in records}
 
 
-def make_plan(rendered: list[RenderedCell], cost: BuildCost, present: set[tuple[str, str, str, str]], channel: str | None) -> Plan:
-    todo, done, build_jobs, link_jobs = [], [], [], []
-    planned_pieces = set()
+def kernel_in(kernels: KernelPackage, present: set[tuple[str, str, str, str]]) -> bool:
+    return any(name == kernels.name and version == kernels.version and subdir == kernels.key.platform
+               and kernels.build_string_matches(build) for name, version, build, subdir in present)
+
+
+def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: BuildCost,
+              present: set[tuple[str, str, str, str]], channel: str | None) -> Plan:
+    kernels_of = {cell_id: k for k in kernels for cell_id in k.cell_ids}
+    todo, done = [], []
     for r in rendered:
         package = r.recipe["package"]
-        if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present:
-            done.append(r)
+        (done if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present else todo).append(r)
+    needed = [k for k in kernels if any(kernels_of[r.cell.id] == k for r in todo)]
+    in_channel = {k.key.id for k in needed if kernel_in(k, present)}
+    jobs: dict[str, list[dict]] = {stage: [] for stage in STAGES}
+    for k in needed:
+        if k.key.id in in_channel:
             continue
-        todo.append(r)
-        runner = cost.runner_for(r.cell.platform)
-        parts = split_cell(cost, r.cell.platform, r.cell.cuda_archs)
+        first = next(r for r in todo if kernels_of[r.cell.id] == k)
+        runner = cost.runner_for(k.key.platform)
+        parts = split_kernels(cost, k.key.platform, k.key.cuda_archs)
         for part in parts:
-            if part.name == "link":
-                link_jobs.append(matrix_entry(r, part, runner.label, pieces=len(parts) - 1))
-            elif part.name == "all" or (kernel_cache_key(r.cell), part.name) not in planned_pieces:
-                planned_pieces.add((kernel_cache_key(r.cell), part.name))
-                build_jobs.append(matrix_entry(r, part, runner.label))
-    return Plan(channel=channel, todo=todo, present=done, build_jobs=build_jobs, link_jobs=link_jobs,
+            if part.name == KERNELS_LINK_PART:
+                jobs["kernel_links"].append(kernel_job(first, k, part, runner.label, pieces=len(parts) - 1))
+            else:
+                jobs["kernels"].append(kernel_job(first, k, part, runner.label))
+    for r in todo:
+        k = kernels_of[r.cell.id]
+        jobs["flash_attn"].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
+    return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, jobs=jobs,
                 chunk_size=cost.max_jobs_per_matrix)

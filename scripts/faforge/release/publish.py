@@ -2,7 +2,9 @@
 
 A package may go out only if the manifest shows every required gate `passed` for its exact
 sha256. `skipped` is not `passed` (a missing GPU never counts as a pass), and a `failed`
-gate refuses the package whatever is required, so a known-broken file never ships.
+gate refuses the package whatever is required, so a known-broken file never ships. A flash-attn
+that pins its kernel build (libflash-attn-kernels, issue 15) goes out only with that exact kernel
+package, allowed in the same publish, or already in the channel: alone it could not be installed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge.channel.index import BadFile, channel_errors, channel_lock, check_folder, heal, naming_problem, place_file, rebuild, Survey, survey
+from faforge.channel.repodata import ChannelNotFound, query
+from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 from faforge.release.manifest import GATES, GateResult, results_for
 from faforge.release.package import PackageFacts
 from faforge.release.targets import Target, upload
@@ -38,6 +42,42 @@ def judge(package: PackageFacts, manifest_dir: Path, required: tuple[str, ...]) 
     if missing:
         return Decision(package, results, False, "; ".join(missing))
     return Decision(package, results, True, "all required gates passed: " + ", ".join(required))
+
+
+def channel_kernels(channel: str | Path | None, subdirs: list[str]) -> set[tuple[str, str, str]]:
+    """(version, build, subdir) of every kernel package `channel` holds; a channel with no
+    repodata yet (nothing published) holds none."""
+    if channel is None or (isinstance(channel, Path) and not channel.exists()):
+        return set()
+    try:
+        records = query(channel, [KERNEL_PACKAGE], subdirs)
+    except ChannelNotFound:
+        return set()
+    return {(str(r.version), str(r.build), str(r.subdir)) for r in records}
+
+
+def require_kernel_packages(decisions: list[Decision], channel: str | Path | None, channel_name: str) -> list[Decision]:
+    """Refuse each allowed flash-attn whose pinned kernel package is neither allowed in this publish
+    nor already in the channel, saying which file is missing and how to ship it."""
+    pins = {id(d): kernel_pin(d.package.depends) for d in decisions if d.allowed}
+    if not any(pins.values()):
+        return decisions
+    given = {(d.package.version, d.package.build, d.package.subdir): d for d in decisions if d.package.name == KERNEL_PACKAGE}
+    held = channel_kernels(channel, sorted({d.package.subdir for d in decisions}))
+    out = []
+    for d in decisions:
+        pin = pins.get(id(d))
+        key = (pin.version, pin.build, d.package.subdir) if pin else None
+        if pin is None or (key in given and given[key].allowed) or key in held:
+            out.append(d)
+            continue
+        if key in given:
+            why = f"it is in this publish but refused ({given[key].reason}); fix its gates first"
+        else:
+            why = (f"it is neither in this publish nor in {channel_name}; publish {d.package.subdir}/{pin.filename()} "
+                   "together with this package (its kernel job's artifact, e.g. `faforge publish` both files)")
+        out.append(Decision(d.package, d.results, False, f"needs its kernel package {pin} ({pin.filename()}): {why}"))
+    return out
 
 
 @dataclass(frozen=True)

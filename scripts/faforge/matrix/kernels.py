@@ -1,0 +1,135 @@
+"""Kernel packages: `libflash-attn-kernels`, one per (platform, CUDA minor, arch list), shared by every
+cell of that key across torch minors and both C++ ABIs (issue 15).
+
+The 72 kernel TUs are compiled against the torch shim (scripts/faforge/buildcost/torch_shim/), so
+nothing in them depends on the torch minor, the C++ ABI or python; each cell's flash-attn holds only
+flash_api.cpp and pins its kernel build exactly. This module is the one place that derives a cell's
+kernel key and the kernel package's name, version and build-string prefix; `faforge matrix`, `plan`,
+`bench-build`, `publish` and `doctor` all use it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge.buildcost.cachekey import archs_tag
+from faforge.errors import DataError
+
+KERNEL_PACKAGE = "libflash-attn-kernels"
+KERNEL_LIBRARY = "libflash_attn_kernels.so"
+FLASH_ATTN_PACKAGE = "flash-attn"
+
+
+@dataclass(frozen=True, order=True)
+class KernelKey:
+    """What the kernel objects depend on: the target platform, nvcc's CUDA minor, the arch list."""
+
+    platform: str
+    cuda: str
+    cuda_archs: str
+
+    @property
+    def id(self) -> str:
+        """e.g. 'linux-64/cu130/sm80_90_100_120ptx': logs, job names, artifact names."""
+        return f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
+
+    @property
+    def slug(self) -> str:
+        return "kernels-" + self.id.replace("/", "-")
+
+    @property
+    def build_string_prefix(self) -> str:
+        """The recipe's kernel build string up to its hash: cu130_sm80_90_100_120ptx_h."""
+        return f"cu{self.cuda.replace('.', '')}_sm{archs_tag(self.cuda_archs)}_h"
+
+
+def kernel_key(cell) -> KernelKey:
+    return KernelKey(platform=cell.platform, cuda=cell.cuda, cuda_archs=cell.cuda_archs)
+
+
+@dataclass(frozen=True)
+class KernelPackage:
+    key: KernelKey
+    version: str
+    build_number: int
+    world: str  # the torch world whose channels build it (see kernel_packages)
+    cell_ids: tuple[str, ...]
+    name: str = KERNEL_PACKAGE
+
+    def build_string_matches(self, build_string: str) -> bool:
+        """Whether a rendered or published build string is this package's: prefix, 7-hex hash, number."""
+        pattern = re.escape(self.key.build_string_prefix) + r"[0-9a-f]{7}_" + str(self.build_number)
+        return re.fullmatch(pattern, build_string) is not None
+
+    def as_json(self) -> dict:
+        return {
+            "id": self.key.id,
+            "name": self.name,
+            "version": self.version,
+            "build_string_prefix": self.key.build_string_prefix,
+            "build_number": self.build_number,
+            "platform": self.key.platform,
+            "cuda": self.key.cuda,
+            "cuda_archs": self.key.cuda_archs,
+            "torch_source": self.world,
+            "cells": list(self.cell_ids),
+        }
+
+
+def kernel_packages(cells, *, version: str, build_number: int, releases_path: Path | None = None) -> list[KernelPackage]:
+    """One kernel package per kernel key of `cells`, each listing the cells that depend on it.
+
+    A key may not occur in two torch worlds. Each world builds with its own channels (conda-forge
+    alone, or pytorch + nvidia + conda-forge: variants/releases.yaml), so its kernel build would take
+    cudart and the C++ runtime from other packages, yet the kernel output's hash covers only the
+    variant keys it uses (CUDA, archs, compilers), not the channels: two worlds would build two
+    different files under one name, version and build string, and a channel can hold only one of them.
+    """
+    by_key: dict[KernelKey, list] = {}
+    for cell in cells:
+        by_key.setdefault(kernel_key(cell), []).append(cell)
+    out = []
+    for key, users in sorted(by_key.items()):
+        worlds = sorted({c.world for c in users})
+        if len(worlds) > 1:
+            raise DataError(
+                releases_path or "variants/releases.yaml", "releases",
+                f"the kernel key {key.id} occurs in the torch worlds {' and '.join(worlds)}: both would build "
+                f"{KERNEL_PACKAGE} {version} {key.build_string_prefix}<hash>_{build_number}, from different channels",
+                hint="build that CUDA in one world only (variants/matrix.yaml `exclude:` the other world's cells), "
+                     "or give the kernel output a variant key that tells the worlds apart",
+            )
+        out.append(KernelPackage(key=key, version=version, build_number=build_number, world=worlds[0],
+                                 cell_ids=tuple(c.id for c in users)))
+    return out
+
+
+# rattler-build writes pin_subpackage('libflash-attn-kernels', exact=True) as `NAME ==VERSION BUILD`
+# (older conda-build: `NAME VERSION BUILD`); both name one build.
+KERNEL_PIN = re.compile(rf"^{re.escape(KERNEL_PACKAGE)}\s+(?:==)?\s*(?P<version>[^\s,|*<>=!]+)\s+(?P<build>[A-Za-z0-9_.]+)$")
+
+
+@dataclass(frozen=True)
+class KernelPin:
+    """The one kernel build a flash-attn package requires."""
+
+    version: str
+    build: str
+
+    def __str__(self) -> str:
+        return f"{KERNEL_PACKAGE} {self.version} {self.build}"
+
+    def filename(self) -> str:
+        return f"{KERNEL_PACKAGE}-{self.version}-{self.build}.conda"
+
+
+def kernel_pin(depends) -> KernelPin | None:
+    """The exact kernel pin among a package's run requirements; None for a flash-attn that carries
+    its kernels itself (built before the split, or by a local wheel build)."""
+    for spec in depends:
+        match = KERNEL_PIN.match(str(spec).strip())
+        if match:
+            return KernelPin(version=match["version"], build=match["build"])
+    return None

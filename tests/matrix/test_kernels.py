@@ -1,0 +1,115 @@
+"""Kernel packages from the real matrix: one per (platform, CUDA, archs), every cell in exactly one,
+and no kernel key in two torch worlds (the rule in faforge.matrix.kernels)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from faforge.errors import DataError
+from faforge.matrix import load_matrix
+from faforge.matrix.kernels import KERNEL_PACKAGE, KernelKey, kernel_key
+from faforge.matrix.render import render_platform
+from faforge.matrix.variants import variant_config_path
+from tests.support.tiny_recipe import TINY_SPLIT_RECIPE
+
+
+@pytest.fixture(scope="module")
+def matrix(repo):
+    return load_matrix(repo)
+
+
+def test_one_kernel_package_per_platform_cuda_and_archs(matrix):
+    keys = {(c.platform, c.cuda, c.cuda_archs) for c in matrix.cells}
+    assert len(matrix.kernels) == len(keys) == 10, "issue 15: about 10 kernel builds for the matrix"
+    assert sorted(c for k in matrix.kernels for c in k.cell_ids) == sorted(c.id for c in matrix.cells), "every cell in exactly one"
+    cells = {c.id: c for c in matrix.cells}
+    for package in matrix.kernels:
+        assert package.name == KERNEL_PACKAGE and package.version == matrix.policy.flash_attn_version
+        users = [cells[i] for i in package.cell_ids]
+        assert {kernel_key(c) for c in users} == {package.key}
+        assert {c.world for c in users} == {package.world}
+    shared = max(matrix.kernels, key=lambda k: len(k.cell_ids))
+    assert len({cells[i].torch_minor for i in shared.cell_ids}) > 1, "one kernel package serves several torch minors"
+
+
+def test_build_string_prefix_follows_the_recipe_convention(matrix):
+    by_id = {k.key.id: k for k in matrix.kernels}
+    cu130 = by_id["linux-64/cu130/sm80_90_100_120ptx"]
+    assert cu130.key.build_string_prefix == "cu130_sm80_90_100_120ptx_h"
+    assert cu130.build_string_matches("cu130_sm80_90_100_120ptx_h1a2b3c4_0")
+    assert not cu130.build_string_matches("cu130_sm80_90_100_120ptx_h1a2b3c4_1"), "another build number is another build"
+    assert not cu130.build_string_matches("cu129_sm80_90_100_120ptx_h1a2b3c4_0")
+    assert by_id["linux-64/cu121/sm80_90ptx"].key.build_string_prefix == "cu121_sm80_90ptx_h"
+
+
+def _variant_file_keys(path) -> set[tuple[str, str]]:
+    data = yaml.safe_load(path.read_text())
+    return set(zip(data["cuda_compiler_version"], data["cuda_archs"]))
+
+
+def test_the_two_linux_64_torch_worlds_share_no_kernel_key(repo):
+    """Read from the generated variant files that rattler-build renders: the conda-forge world builds
+    CUDA 12.0/12.6/12.9/13.0, the legacy pytorch world 12.1/12.4, so no (CUDA, archs) is built twice."""
+    conda_forge = _variant_file_keys(repo / "variants" / "linux-64-conda-forge.yaml")
+    pytorch = _variant_file_keys(repo / "variants" / "linux-64-pytorch.yaml")
+    assert conda_forge and pytorch
+    assert conda_forge.isdisjoint(pytorch), conda_forge & pytorch
+
+
+def test_a_kernel_key_in_two_worlds_is_refused(repo, tmp_path):
+    """A conda-forge torch built with CUDA 12.4, which the pytorch world also builds, would make two
+    different libflash-attn-kernels files with one name, version and build string: refused on load."""
+    root = tmp_path / "repo"
+    shutil.copytree(repo / "variants", root / "variants")
+    releases = root / "variants" / "releases.yaml"
+    text = releases.read_text()
+    row = "- world: conda-forge\n  torch: 2.5.1\n  cuda: '12.4'\n  python: ['3.10', '3.11', '3.12']\n  platforms: [linux-64]\n  source: a test's made-up row\n"
+    releases.write_text(text.replace("releases:\n", "releases:\n" + row, 1))
+    with pytest.raises(DataError) as caught:
+        load_matrix(root)
+    message = str(caught.value)
+    assert "releases.yaml" in message and "linux-64/cu124/sm80_90ptx" in message
+    assert "conda-forge and pytorch" in message and "cu124_sm80_90ptx_h" in message
+
+
+def rendered_kernel_builds(recipe: Path, variants_dir: Path, platform: str, world: str) -> dict[KernelKey, set[str]]:
+    """Build strings of the recipe's libflash-attn-kernels output per kernel key, as rattler-build renders
+    the variant file of one platform and world."""
+    out: dict[KernelKey, set[str]] = {}
+    for variant in render_platform(recipe, variant_config_path(variants_dir, platform, world), platform):
+        stage1 = variant.recipe
+        recipe_dict = stage1.to_dict()
+        if recipe_dict["package"]["name"] == KERNEL_PACKAGE:
+            used = stage1.used_variant
+            key = KernelKey(platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]))
+            out.setdefault(key, set()).add(recipe_dict["build"]["string"])
+    return out
+
+
+def test_a_split_recipe_renders_one_kernel_build_per_key_from_the_real_variant_files(matrix, tmp_path):
+    """The stand-in split recipe (tests/support/tiny_recipe.py) over every generated variant file: each
+    (platform, CUDA, archs) renders one libflash-attn-kernels build string, the one the matrix expects."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(TINY_SPLIT_RECIPE)
+    by_key = {k.key: k for k in matrix.kernels}
+    seen = {}
+    for platform, world in sorted({(c.platform, c.world) for c in matrix.cells}):
+        seen.update(rendered_kernel_builds(recipe, matrix.variants_dir, platform, world))
+    assert set(seen) == set(by_key)
+    for key, builds in seen.items():
+        assert len(builds) == 1, f"{key.id}: {sorted(builds)}"
+        assert by_key[key].build_string_matches(next(iter(builds))), builds
+
+
+def test_a_torch_derived_context_entry_splits_the_kernel_build_per_torch(matrix, tmp_path):
+    """Control, and the trap for the real recipe: a top-level context entry computed from torch_version
+    is evaluated for every output, so the kernel output renders one build per torch minor."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(TINY_SPLIT_RECIPE.replace("context:\n", "context:\n  torch_minor: ${{ (torch_version | split('.'))[:2] | join('_') }}\n", 1))
+    builds = rendered_kernel_builds(recipe, matrix.variants_dir, "linux-64", "conda-forge")
+    cu130 = next(k for k in builds if k.cuda == "13.0")
+    assert len(builds[cu130]) == len({c.torch_minor for c in matrix.cells if kernel_key(c) == cu130}) > 1
