@@ -10,10 +10,10 @@ import asyncio
 import gc
 from pathlib import Path
 
-from faforge.errors import FaforgeError
+from faforge.errors import EXIT_BAD_INPUT, FaforgeError, RemoteError
 
 
-class ChannelNotFound(FaforgeError):
+class ChannelNotFound(RemoteError):
     """The server answers but has no repodata there (HTTP 404): no such channel, or nothing published yet."""
 
 
@@ -49,10 +49,13 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
         del gateway
         gc.collect()
     if error is not None:
-        kind = ChannelNotFound if "could not find subdir" in error else FaforgeError
+        kind = ChannelNotFound if "could not find subdir" in error else RemoteError
+        local = url.startswith("file://")
+        # The first line of py-rattler's error says what failed; its cause chain (4-6 lines) is for --verbose.
         raise kind(
-            f"cannot read repodata of {url} ({', '.join(platforms)}): {error}",
-            hint="check the channel URL and your network; a local channel needs `faforge publish` (or rattler index) first",
-            exit_code=1,
+            f"cannot read repodata of {url} ({', '.join(platforms)}): {error.strip().splitlines()[0]}",
+            hint="a local channel needs `faforge publish` (or `faforge index`) first" if local
+            else "check the channel URL and your network, then retry",
+            detail=error, exit_code=EXIT_BAD_INPUT if local else None, input=str(channel),
         )
     return records

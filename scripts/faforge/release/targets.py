@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
-from faforge.errors import FaforgeError
+from faforge.errors import FaforgeError, RemoteError
 
 # The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
 TOKEN_ENV = {
@@ -106,9 +106,9 @@ def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> 
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return False
-        raise FaforgeError(f"cannot tell whether {url} exists: HTTP {exc.code}", exit_code=1) from None
+        raise RemoteError(f"cannot tell whether {url} exists: HTTP {exc.code}", hint="check the server and the token, then retry") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise FaforgeError(f"cannot reach {target.url}: {getattr(exc, 'reason', exc)}", exit_code=1) from None
+        raise RemoteError(f"cannot reach {target.url}: {getattr(exc, 'reason', exc)}", hint="check the URL and your network, then retry") from None
 
 
 def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> None:
@@ -138,4 +138,4 @@ def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> 
     except FaforgeError:
         raise
     except Exception as exc:  # py-rattler-build's UploadError/AuthError; a server may echo the token back
-        raise FaforgeError(f"upload to {target} failed: {redact(str(exc), token)}", exit_code=1) from None
+        raise RemoteError(f"upload to {target} failed: {redact(str(exc), token)}", hint="check the server, the channel and the token, then retry") from None

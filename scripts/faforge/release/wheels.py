@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from faforge.datafile import load_yaml
-from faforge.errors import DataError, FaforgeError
+from faforge.errors import DataError, RemoteError
 from faforge.matrix.releases import ReleaseTable
 from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
@@ -50,8 +50,8 @@ def read_index(url: str) -> str:
     try:
         return http_get(url, accept="text/html").decode("utf-8", errors="replace")
     except FetchError as exc:
-        raise FaforgeError(f"cannot read the wheel index {exc.message}", hint="check the URL (a PEP 503 simple page) and your network",
-                           exit_code=1) from None
+        raise RemoteError(f"cannot read the wheel index {exc.message}", input=url,
+                          hint="check the URL (a PEP 503 simple page of PyTorch's wheel index) and your network, then retry") from None
 
 
 def wheel_releases(page: str) -> list[WheelRelease]:
