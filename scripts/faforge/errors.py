@@ -106,6 +106,37 @@ def path_error(exc: OSError, option: str | None = None, path: str | os.PathLike 
         reason = getattr(exc, "reason", None) or exc.strerror or exc
         return RemoteError(f"network error: {reason}", hint="check the URL and your network, then retry")
     named = path if path is not None else exc.filename
-    what, todo = _PATH_PROBLEMS.get(exc.errno, (f"cannot be used: {exc.strerror or exc}", "check the path"))
+    code = errno.ELOOP if named is not None and _is_link_loop(named) else exc.errno
+    what, todo = _PATH_PROBLEMS.get(code, (f"cannot be used: {exc.strerror or exc}", "check the path"))
     subject = " ".join(filter(None, [option, os.fsdecode(named) if named is not None else "an output"]))
     return FaforgeError(f"{shorten(subject)} {what}", hint=todo, input=None if named is None else os.fsdecode(named))
+
+
+def _is_link_loop(path) -> bool:
+    """mkdir and open of a symlink loop report EEXIST or ENOENT; stat says what it really is."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    except ValueError:  # a NUL byte in the name
+        return False
+    return False
+
+
+def _missing(path) -> str:
+    """Why nothing usable is at `path`: a symlink loop or a dangling link is not "does not exist"."""
+    if os.path.islink(path):
+        return "is a symbolic link loop" if _is_link_loop(path) else "is a symbolic link to nothing"
+    return "does not exist"
+
+
+def why_not_a_folder(path) -> str:
+    """Why `path` cannot be used as a folder, in words: the real cause, not always "does not exist"."""
+    return "is a file, not a folder" if os.path.exists(path) else _missing(path)
+
+
+def why_not_a_file(path) -> str:
+    """Why `path` cannot be read as a file: a folder, a FIFO or device (reading blocks or never ends), or missing."""
+    if os.path.isdir(path):
+        return "is a folder, not a file"
+    return "is not a regular file (a FIFO, socket or device)" if os.path.exists(path) else _missing(path)

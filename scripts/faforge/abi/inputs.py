@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from faforge.abi.elf import ElfError, read_dynamic_symbols
-from faforge.errors import FaforgeError
+from faforge.errors import FaforgeError, why_not_a_file
 
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".conda", ".tar.bz2")
 
@@ -20,8 +20,8 @@ def extension_modules(path: str | Path) -> Iterator[list[tuple[str, Path]]]:
     """(name to show, file on disk) of each extension module in `path`; archives are unpacked to a
     temporary folder that lives as long as the context."""
     path = Path(path)
-    if not path.exists():
-        raise ElfError(f"{path}: no such file or directory")
+    if not (path.is_dir() or path.is_file()):
+        raise ElfError(f"{path}: {why_not_a_file(path)}")
     if path.is_dir():
         yield _modules_in(path, path)
     elif path.name.endswith(ARCHIVE_SUFFIXES):

@@ -10,7 +10,8 @@ import asyncio
 import gc
 from pathlib import Path
 
-from faforge.errors import EXIT_BAD_INPUT, FaforgeError, RemoteError
+from faforge import paths
+from faforge.errors import EXIT_BAD_INPUT, FaforgeError, RemoteError, why_not_a_folder
 
 
 class ChannelNotFound(RemoteError):
@@ -20,13 +21,17 @@ class ChannelNotFound(RemoteError):
 def channel_url(channel: str | Path) -> str:
     """A URL py-rattler accepts: URLs and names pass through; a folder becomes file://."""
     text = str(channel)
+    if not text.strip():  # e.g. `--channel "$UNSET"`: never read as "no channel"
+        raise FaforgeError("the channel is empty", input=repr(text), hint="pass a channel folder, a URL or a channel name")
     if "://" in text:
         return text
     path = Path(text).expanduser()
-    if path.exists() or text.startswith((".", "/", "~")) or "/" in text:
-        if not path.is_dir():
-            raise FaforgeError(f"channel folder {path} does not exist", hint="publish to it first (`faforge publish`), or pass the channel's URL")
-        return path.resolve().as_uri()
+    with paths.user_path(None, path):
+        if text.startswith((".", "/", "~")) or "/" in text or path.exists():
+            if not path.is_dir():
+                raise FaforgeError(f"channel folder {path} {why_not_a_folder(path)}",
+                                   hint="publish to it first (`faforge publish`), or pass the channel's URL")
+            return path.resolve().as_uri()
     return text  # a channel name such as conda-forge, resolved by py-rattler's channel alias
 
 

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from faforge import config
+from faforge import config, paths
 from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.release.manifest import check_gate_names
@@ -38,8 +38,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    required = check_gate_names(args.require.split(",") if args.require else config.required_gates(), what="--require")
+    required = check_gate_names(args.require.split(",") if args.require is not None else config.required_gates(), what="--require")
     target = parse_target(args.to)
+    if target.kind == "folder" and not args.dry_run:  # checked before any package is judged or copied
+        paths.output_dir(Path(target.url), "--to")
+    paths.folder_if_present(args.manifest, "--manifest")
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
     result = publish(decisions, target, dry_run=args.dry_run, force=args.force)
     outcomes = result.outcomes

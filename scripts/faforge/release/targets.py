@@ -53,6 +53,8 @@ def shown(text: str) -> str:
 
 
 def parse_target(text: str) -> Target:
+    if not text.strip():  # `--to "$UNSET"` must not publish into the current folder
+        raise FaforgeError("--to is empty", hint="pass a channel folder, file:///PATH or KIND:https://HOST/CHANNEL")
     kind, sep, rest = text.partition(":")
     parts = urlsplit(rest if sep and kind in TOKEN_ENV else text)
     if parts.username or parts.password or parts.query:

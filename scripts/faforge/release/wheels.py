@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from faforge.datafile import load_yaml
-from faforge.errors import DataError, RemoteError
+from faforge.errors import DataError, FaforgeError, RemoteError
 from faforge.matrix.releases import ReleaseTable
 from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
@@ -47,6 +47,8 @@ def load_wheel_indexes(path: Path) -> dict[str, str]:
 
 
 def read_index(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise FaforgeError("a wheel index is read over http(s)", input=url, hint="pass its URL, e.g. https://download.pytorch.org/whl/torch/")
     try:
         return http_get(url, accept="text/html").decode("utf-8", errors="replace")
     except FetchError as exc:
