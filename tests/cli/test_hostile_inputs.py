@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from faforge import cli
 from faforge.channel.local import PackageSpec, assemble
 from faforge.commands import COMMANDS
 from faforge.release.package import read_package
+from tests.support.http_server import serve_directory
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("hostile_cases.yaml")
@@ -85,11 +87,45 @@ def test_the_table_is_big_enough_and_spans_every_command():
     assert len(CASES) >= 300, per_command
 
 
+def hostile_site(tmp: Path, rng: random.Random) -> Path:
+    """What a hostile server serves: a wheel index of random bytes, one of names that only look like torch
+    wheels, and a conda channel whose repodata is random bytes."""
+    www = tmp / "www"
+    (www / "random-index").mkdir(parents=True)
+    (www / "random-index" / "index.html").write_bytes(rng.randbytes(8192))
+    (www / "odd-index").mkdir()
+    (www / "odd-index" / "index.html").write_text("".join(f'<a href="{name}">{name}</a>\n' for name in [
+        "torch-2.99.0+cu1-cp39-cp39-linux_x86_64.whl", "torch-2.99.0+cu-cp310-cp310-linux_x86_64.whl",
+        "torch-2.99.0+cu130-cp3-cp3-linux_x86_64.whl", "torch-2.99.0+cu130-cp312-cp312-linux_x86_64.whl%00", "torch-" * 5000]))
+    for subdir in ("linux-64", "linux-aarch64", "noarch"):
+        (www / "garbage-channel" / subdir).mkdir(parents=True)
+        (www / "garbage-channel" / subdir / "repodata.json").write_bytes(rng.randbytes(4096))
+    return www
+
+
+def venv_with_wrong_metadata(tmp: Path) -> Path:
+    """A Python whose flash-attn direct_url.json is valid JSON of the wrong type (doctor reads it)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True, timeout=120)
+    python = tmp / "venv" / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    meta = Path(site) / "flash_attn-2.8.3.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3\n")
+    (meta / "direct_url.json").write_text('{"url": 5}\n')
+    return python
+
+
 @pytest.fixture(scope="session")
-def places(tmp_path_factory) -> dict[str, str]:
-    """The placeholders the table uses, made once: hostile files, folders and names."""
+def places(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """The placeholders the table uses, made once: hostile files, folders, names and a hostile server."""
     tmp = tmp_path_factory.mktemp("hostile")
     rng = random.Random(14)
+    with serve_directory(hostile_site(tmp, rng)) as url:
+        yield make_places(tmp, rng, url)
+
+
+def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
     (tmp / "file.txt").write_text("hello\n")
     (tmp / "dir").mkdir()
     (tmp / "empty").write_bytes(b"")
@@ -124,16 +160,17 @@ def places(tmp_path_factory) -> dict[str, str]:
         shutil.copytree(REPO / "variants", project / "variants")
         shutil.copytree(REPO / "recipes", project / "recipes")
         (project / "variants" / "releases.yaml").write_bytes(content)
+    # {huge} is 131 KB: just under the kernel's limit on one argv string (MAX_ARG_STRLEN, 128 KiB), so a child gets it too
     return {
         "tmp": str(tmp), "file": str(tmp / "file.txt"), "dir": str(tmp / "dir"), "empty": str(tmp / "empty"),
         "random": str(tmp / "random.bin"), "random_conda": str(tmp / "random.conda"), "random_so": str(tmp / "random.so"),
         "loop": str(tmp / "loop"), "fifo": str(tmp / "fifo"), "ro": ro, "missing": str(tmp / "no" / "such"),
-        "full": "/dev/full", "long": str(tmp / ("x" * 300)), "huge": "A" * 131072, "unicode": "ünïcødé-✓-名前",
+        "full": "/dev/full", "long": str(tmp / ("x" * 300)), "huge": "A" * 131_000, "unicode": "ünïcødé-✓-名前",
         "list_json": str(tmp / "list.json"), "wrong_json": str(tmp / "wrong-types.json"),
         "plan_int_cell": str(tmp / "plan-int-cell.json"), "plan_no_link": str(tmp / "plan-no-link.json"),
         "plan_part_int": str(tmp / "plan-part-int.json"), "manifest_list": str(manifest),
         "measurements_wrong": str(tmp / "measurements-wrong.yaml"), "measurements_list": str(tmp / "measurements-list.yaml"),
-        "conda": str(conda), "torch_lib": str(torch_lib),
+        "conda": str(conda), "torch_lib": str(torch_lib), "www": url.rstrip("/"), "bad_direct_url": str(venv_with_wrong_metadata(tmp)),
         **{name.replace("-", "_"): str(tmp / name) for name in ("releases-random", "releases-list", "releases-wrong-types")},
     }
 

@@ -21,8 +21,10 @@ from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
 from faforge.wheelfetch import FetchError, http_get
 
+# CUDA tags have 2-4 digits (cu92, cu118, cu130) and CPython tags 3 or 4 (cp39, cp312): anything else on a
+# page (a hostile or broken index) is not a torch wheel name and is ignored.
 WHEEL = re.compile(
-    r"torch-(?P<torch>\d+\.\d+\.\d+)\+cu(?P<cuda>\d+)-cp(?P<py>3\d+)-cp3\d+t?-[^\s\"'<>]*?(?P<arch>x86_64|aarch64)\.whl"
+    r"torch-(?P<torch>\d+\.\d+\.\d+)\+cu(?P<cuda>\d{2,4})-cp(?P<py>3\d{1,2})-cp3\d+t?-[^\s\"'<>]*?(?P<arch>x86_64|aarch64)\.whl"
 )
 PLATFORM = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 
