@@ -47,12 +47,18 @@ def user_path(option: str | None, path: str | os.PathLike) -> Iterator[None]:
         raise path_error(exc, option, path) from None
 
 
-def output_dir(path: Path, option: str) -> Path:
-    """The folder a command writes into, created and proven writable before any work starts, so a file, a
-    read-only place or an over-long name is reported at once (exit 2) and not after an hour of building."""
+def output_dir(path: Path, option: str, *, create: bool = True) -> Path:
+    """The folder a command writes into, proven writable before any work starts, so a file, a read-only
+    place or an over-long name is reported at once (exit 2) and not after an hour of building. With
+    create=False nothing is made: the probe goes into the nearest folder that exists."""
     with user_path(option, path):
-        path.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=path).close()
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        existing = next(p for p in [path, *path.absolute().parents] if p.exists() or p.is_symlink())
+        if not existing.is_dir():
+            where = "" if existing == path else f": {existing}"
+            raise FaforgeError(f"{option} {path}{where} {why_not_a_folder(existing)}", hint="name a folder", input=str(path))
+        tempfile.TemporaryFile(dir=existing).close()
     return path
 
 

@@ -40,8 +40,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     required = check_gate_names(args.require.split(",") if args.require is not None else config.required_gates(), what="--require")
     target = parse_target(args.to)
-    if target.kind == "folder" and not args.dry_run:  # checked before any package is judged or copied
-        paths.output_dir(Path(target.url), "--to")
+    if target.kind == "folder" and not args.dry_run:  # checked, not created, before any package is judged
+        paths.output_dir(Path(target.url), "--to", create=False)
     paths.folder_if_present(args.manifest, "--manifest")
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
     result = publish(decisions, target, dry_run=args.dry_run, force=args.force)

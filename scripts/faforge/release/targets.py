@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
-from faforge.errors import FaforgeError, RemoteError
+from faforge.errors import EXIT_PROBLEMS, FaforgeError, RemoteError
 
 # The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
 TOKEN_ENV = {
@@ -140,4 +140,7 @@ def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> 
     except FaforgeError:
         raise
     except Exception as exc:  # py-rattler-build's UploadError/AuthError; a server may echo the token back
+        if "already exists" in str(exc):  # the server refused to replace: a finding (exit 1), as for a folder
+            raise FaforgeError(f"upload to {target} refused: {redact(str(exc), token)}", exit_code=EXIT_PROBLEMS,
+                               hint="pass --force to replace it") from None
         raise RemoteError(f"upload to {target} failed: {redact(str(exc), token)}", hint="check the server, the channel and the token, then retry") from None
