@@ -54,11 +54,7 @@ def output_dir(path: Path, option: str, *, create: bool = True) -> Path:
     with user_path(option, path):
         if create:
             path.mkdir(parents=True, exist_ok=True)
-        existing = next(p for p in [path, *path.absolute().parents] if p.exists() or p.is_symlink())
-        if not existing.is_dir():
-            where = "" if existing == path else f": {existing}"
-            raise FaforgeError(f"{option} {path}{where} {why_not_a_folder(existing)}", hint="name a folder", input=str(path))
-        tempfile.TemporaryFile(dir=existing).close()
+        tempfile.TemporaryFile(dir=nearest_folder(path, option)).close()
     return path
 
 
@@ -86,9 +82,12 @@ def read_user_file(path: str | os.PathLike, option: str | None = None, *, hint: 
                            hint=hint or "name a text file") from None
 
 
-def folder_if_present(path: Path, option: str) -> Path:
-    """A folder that may not exist yet (nothing recorded there so far); whatever is there must be a folder."""
+def nearest_folder(path: Path, option: str) -> Path:
+    """`path`, or the nearest folder above it when it does not exist yet (nothing recorded there so far).
+    Whatever is there must be a folder: a file, a symlink loop or a file as a parent is bad input."""
     with user_path(option, path):
-        if (path.exists() or path.is_symlink()) and not path.is_dir():
-            raise FaforgeError(f"{option} {path} {why_not_a_folder(path)}", hint="name a folder", input=str(path))
-    return path
+        existing = next(p for p in [path, *path.absolute().parents] if p.exists() or p.is_symlink())
+        if not existing.is_dir():
+            where = "" if existing == path else f": {existing}"
+            raise FaforgeError(f"{option} {path}{where} {why_not_a_folder(existing)}", hint="name a folder", input=str(path))
+    return existing

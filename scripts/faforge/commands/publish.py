@@ -42,7 +42,7 @@ def execute(args: argparse.Namespace) -> int:
     target = parse_target(args.to)
     if target.kind == "folder" and not args.dry_run:  # checked, not created, before any package is judged
         paths.output_dir(Path(target.url), "--to", create=False)
-    paths.folder_if_present(args.manifest, "--manifest")
+    paths.nearest_folder(args.manifest, "--manifest")
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
     result = publish(decisions, target, dry_run=args.dry_run, force=args.force)
     outcomes = result.outcomes
