@@ -77,7 +77,7 @@ class DataError(FaforgeError):
     """A data file under variants/ is malformed: names the file, key and value."""
 
     def __init__(self, path, key: str, message: str, *, hint: str | None = None):
-        super().__init__(f"{path}: {key}: {message}", hint=hint)
+        super().__init__(f"{path}: {key}: {message}", hint=hint or "correct it, or restore the file from git (`git checkout -- FILE`)")
         self.path = path
         self.key = key
 

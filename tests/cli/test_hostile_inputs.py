@@ -1,7 +1,8 @@
 """Every subcommand keeps the CLI contract on hostile input (issue 14): the table is hostile_cases.yaml.
 
 Each case runs `faforge` with one hostile value and asserts the exit code, that no traceback is
-printed, that an error is one `faforge CMD: error: ...` line, and, for commands with --json, that
+printed, that an error is one `faforge CMD: error: what (input) — what to do` line naming the option
+or the value, and, for commands with --json, that
 stdout is exactly one JSON object (the report or the versioned error object). The parsers are
 introspected: a subcommand, or an argument that takes a value, without a case fails the harness,
 so a new argument cannot land without hostile cases.
@@ -240,6 +241,7 @@ def test_hostile_input_keeps_the_contract(case, places, tmp_path, capsys, monkey
     if code in (2, 4):
         assert len(errors) == 1, f"one error line expected\n{shown}"
         assert len(errors[0]) < 1200, f"the error line echoes a long input in full ({len(errors[0])} chars)"
+        assert " — " in errors[0], f"the error line says no `— what to do`\n{shown}"
     if json_mode:
         try:
             data = json.loads(out)
