@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import json
 import sys
+import traceback
 
 from faforge import __version__
 from faforge.commands import COMMANDS
-from faforge.errors import EXIT_BAD_INPUT, FaforgeError
+from faforge.errors import EXIT_INTERRUPTED, FaforgeError, path_error
 
 # Import name -> pip requirement, for modules whose distribution is named otherwise.
 _DISTRIBUTIONS = {"yaml": "pyyaml", "elftools": "pyelftools", "rattler": "py-rattler", "rattler_build": "py-rattler-build"}
@@ -24,23 +26,42 @@ def missing_module_error(exc: ModuleNotFoundError) -> FaforgeError:
     )
 
 
+class UsageError(FaforgeError):
+    """argparse rejected the command line; carries the usage of the (sub)parser that rejected it."""
+
+    def __init__(self, message: str, parser: argparse.ArgumentParser):
+        super().__init__(message, hint=f"see `{parser.prog} --help`")
+        self.usage = parser.format_usage().strip()
+        self.prog = parser.prog
+
+
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits 2 on usage errors; keep that, without a traceback
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+    def error(self, message: str):  # argparse exits 2 on usage errors; keep that, through the one error path
+        raise UsageError(message, self)
+
+
+def _options(argv: list[str]) -> list[str]:
+    """The arguments before `--` (after it they belong to another program, e.g. pytest for test-gpu)."""
+    return argv[: argv.index("--")] if "--" in argv else argv
 
 
 def _chosen_command(argv: list[str]) -> str | None:
     """The subcommand named on the command line, if any, so only its module gets imported."""
-    first = next((a for a in argv if not a.startswith("-")), None)
+    first = next((a for a in _options(argv) if not a.startswith("-")), None)
     return first if first in COMMANDS else None
+
+
+VERBOSE_HELP = "show the cause chain of errors (e.g. py-rattler's) and tracebacks of OS errors"
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; only the chosen command's module is imported (rattler, torch, ... are slow)."""
     chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
-    parser = _Parser(prog="faforge", description="flash-attn builds that match your PyTorch")
+    parser = _Parser(prog="faforge", description="flash-attn builds that match your PyTorch",
+                     epilog="exit status: 0 ok, 1 problems found, 2 bad input, 3 nothing verified, 4 network or remote "
+                            "service, 130 interrupted (README.md, Exit codes)")
     parser.add_argument("--version", action="version", version=f"faforge {__version__}")
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
@@ -51,34 +72,67 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         doc = (module.__doc__ or "").strip().splitlines()
         command = sub.add_parser(name, help=doc[0] if doc else None, description=module.__doc__)
         module.configure_parser(command)
-        command.set_defaults(_execute=module.execute)
+        # Also after the command name; SUPPRESS keeps `faforge --verbose CMD` from being reset by the subparser.
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+        command.set_defaults(_execute=module.execute, _parser=command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    name = _chosen_command(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    name = _chosen_command(argv)
     try:
         return _run(argv, name)
     except KeyboardInterrupt:
         # Also a Ctrl-C that lands after the command, in the clean-up below (seen in the fault-injection test).
-        print(f"faforge {name}: interrupted" if name else "faforge: interrupted", file=sys.stderr)
-        return 130
+        return _fail(FaforgeError("interrupted", exit_code=EXIT_INTERRUPTED), name, argv)
 
 
-def _run(argv: list[str] | None, name: str | None) -> int:
+def _run(argv: list[str], name: str | None) -> int:
     try:
         # Inside the try: Ctrl-C while the chosen command's module imports (rattler, torch) is still an interrupt.
         parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # rejected by the subcommand's parser, so the usage printed is the subcommand's
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
         return args._execute(args)
-    except (FaforgeError, ModuleNotFoundError) as exc:
+    except (FaforgeError, ModuleNotFoundError, OSError) as exc:
         # A missing module can surface while the chosen command's module imports, before `args` exists.
-        error = missing_module_error(exc) if isinstance(exc, ModuleNotFoundError) else exc
-        print(f"faforge {name}: error: {error}" if name else f"faforge: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except BrokenPipeError:
-        return 0
+        if isinstance(exc, BrokenPipeError):  # stdout closed by the reader (`faforge matrix | head`)
+            return 0
+        return _fail(as_faforge_error(exc), name, argv)
     finally:
         # py-rattler's runtime threads can still hold Python objects (a finished index or solve);
         # left to interpreter shutdown they abort it in PyGILState_Release, so collect them now.
         gc.collect()
+
+
+def as_faforge_error(exc: BaseException) -> FaforgeError:
+    """The one place where errors become the contract: a missing module or an OSError on a path the user
+    named is bad input (2), a network error is remote (4); a FaforgeError already says which."""
+    if isinstance(exc, FaforgeError):
+        return exc
+    if isinstance(exc, ModuleNotFoundError):
+        return missing_module_error(exc)
+    error = path_error(exc)
+    error.detail = "".join(traceback.format_exception(exc)).rstrip()
+    return error
+
+
+def _fail(error: FaforgeError, name: str | None, argv: list[str]) -> int:
+    """One line on stderr (the usage line first for usage errors); with --json also the error object on stdout."""
+    options = _options(argv)
+    prefix = error.prog if isinstance(error, UsageError) else f"faforge {name}" if name else "faforge"
+    if isinstance(error, UsageError):
+        print(error.usage, file=sys.stderr)
+    if error.exit_code == EXIT_INTERRUPTED:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+    else:
+        verbose = "--verbose" in options
+        more = " (--verbose shows the cause)" if error.detail and not verbose else ""
+        print(f"{prefix}: error: {error.line()}{more}", file=sys.stderr)
+        if verbose and error.detail:
+            print(error.detail, file=sys.stderr)
+    if "--json" in options:
+        print(json.dumps(error.to_json()), flush=True)
+    return error.exit_code

@@ -1,4 +1,4 @@
-"""Read a YAML data file under variants/, turning I/O and syntax errors into DataError (file, key, cause)."""
+"""Read a YAML data file under variants/, turning I/O, encoding and syntax errors into errors naming the file."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 import yaml
 
 from faforge.errors import DataError
+from faforge.paths import read_user_file
 
 
-def load_yaml(path: Path):
+def load_yaml(path: Path, *, hint: str | None = None):
+    text = read_user_file(path, hint=hint)
     try:
-        return yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise DataError(path, "(file)", f"cannot read: {exc.strerror}") from None
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise DataError(path, "(file)", f"not valid YAML: {exc}") from None

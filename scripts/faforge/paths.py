@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from faforge.errors import FaforgeError
+from faforge.errors import FaforgeError, path_error, why_not_a_file, why_not_a_folder
 
 MARKER = Path("variants") / "releases.yaml"
 
@@ -32,3 +36,58 @@ def variants_dir() -> Path:
 
 def recipe_dir() -> Path:
     return repo_root() / "recipes" / "flash-attn"
+
+
+@contextmanager
+def user_path(option: str | None, path: str | os.PathLike) -> Iterator[None]:
+    """OS errors in the block are about `path`, which the user chose with `option`: bad input (exit 2) naming both."""
+    try:
+        yield
+    except OSError as exc:
+        raise path_error(exc, option, path) from None
+
+
+def output_dir(path: Path, option: str, *, create: bool = True) -> Path:
+    """The folder a command writes into, proven writable before any work starts, so a file, a read-only
+    place or an over-long name is reported at once (exit 2) and not after an hour of building. With
+    create=False nothing is made: the probe goes into the nearest folder that exists."""
+    with user_path(option, path):
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=nearest_folder(path, option)).close()
+    return path
+
+
+def output_file(path: str | os.PathLike, option: str) -> Path:
+    """A file a command appends to later (e.g. $GITHUB_OUTPUT), checked now: its folder exists and it can be opened."""
+    if not os.fspath(path):  # `--github-output "$UNSET"`
+        raise FaforgeError(f"{option} is empty", hint="name a file, e.g. \"$GITHUB_OUTPUT\"")
+    with user_path(option, path):
+        open(path, "a").close()  # noqa: SIM115 (only proving it opens)
+    return Path(path)
+
+
+def read_user_file(path: str | os.PathLike, option: str | None = None, *, hint: str | None = None) -> str:
+    """The text of a file the user (or a data folder) names. A FIFO or a device would block or never end,
+    random bytes are not text: each is bad input naming the path, never a hang or a traceback."""
+    label = " ".join(filter(None, [option, os.fsdecode(path)]))
+    with user_path(option, path):
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise FaforgeError(f"{label} {why_not_a_file(path)}", hint=hint or "name a file", input=os.fsdecode(path))
+        data = Path(path).read_bytes()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise FaforgeError(f"{label} is not UTF-8 text ({exc.reason} at byte {exc.start})", input=os.fsdecode(path),
+                           hint=hint or "name a text file") from None
+
+
+def nearest_folder(path: Path, option: str) -> Path:
+    """`path`, or the nearest folder above it when it does not exist yet (nothing recorded there so far).
+    Whatever is there must be a folder: a file, a symlink loop or a file as a parent is bad input."""
+    with user_path(option, path):
+        existing = next(p for p in [path, *path.absolute().parents] if p.exists() or p.is_symlink())
+        if not existing.is_dir():
+            where = "" if existing == path else f": {existing}"
+            raise FaforgeError(f"{option} {path}{where} {why_not_a_folder(existing)}", hint="name a folder", input=str(path))
+    return existing

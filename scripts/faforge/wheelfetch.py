@@ -24,7 +24,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.errors import FaforgeError
+from faforge.errors import RemoteError
 
 SIMPLE_INDEX = os.environ.get("FAFORGE_SIMPLE_INDEX", "https://pypi.org/simple")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -39,7 +39,7 @@ LOCAL_MAGIC = b"PK\x03\x04"
 STORED, DEFLATED = 0, 8
 
 
-class FetchError(FaforgeError):
+class FetchError(RemoteError):
     """A remote wheel could not be read (network, HTTP status, not a zip, member absent)."""
 
 

@@ -38,7 +38,7 @@ def good(extensions, stand_ins) -> tuple[Path, Path]:
 
 
 def test_missing_file(good, tmp_path):
-    assert_one_line_error(run_faforge("check-abi", tmp_path / "nope.so", "--against", good[1]), "nope.so", "no such file")
+    assert_one_line_error(run_faforge("check-abi", tmp_path / "nope.so", "--against", good[1]), "nope.so", "does not exist")
 
 
 def test_text_file(good, tmp_path):

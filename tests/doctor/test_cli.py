@@ -27,9 +27,9 @@ def test_bad_python_exits_2_with_one_message(run_doctor, tmp_path, given, messag
         given = str(tmp_path / given)
     result = run_doctor("--python", given)
     assert result.code == 2
-    assert result.stdout == ""
-    assert result.stderr.startswith(f"faforge doctor: error: --python {given}: {message}")
-    assert "hint:" in result.stderr
+    assert result.report["error"]["kind"] == "bad-input"  # --json: the versioned error object
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"faforge doctor: error: --python {given}: {message}") and " — " in line
 
 
 def test_python2_is_refused(run_doctor):
@@ -80,7 +80,7 @@ def test_docs_and_schema_name_every_kind():
     from faforge.doctor.diagnose import KINDS  # noqa: PLC0415
 
     schema = json.loads((REPO / "tests" / "schemas" / "doctor.json").read_text())
-    assert tuple(schema["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == KINDS
+    assert tuple(schema["$defs"]["report"]["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == KINDS
     section = (REPO / "README.md").read_text().split("## faforge doctor", 1)[1]
-    for kind in KINDS + tuple(schema["properties"]["fixes"]["items"]["properties"]["kind"]["enum"]):
+    for kind in KINDS + tuple(schema["$defs"]["report"]["properties"]["fixes"]["items"]["properties"]["kind"]["enum"]):
         assert f"`{kind}`" in section, kind

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -13,11 +14,24 @@ from faforge.errors import FaforgeError
 from faforge.matrix.render import SourceOverride, recipe_file, with_source
 
 
+def tiny_sdist(path):
+    """A real (if tiny) .tar.gz: --source refuses files that are not tar archives."""
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(__file__, arcname="flash_attn-2.8.3.post2/PKG-INFO")
+    return path
+
+
+def test_a_file_that_is_not_a_tar_archive_is_refused(tmp_path):
+    junk = tmp_path / "flash_attn-2.8.3.post2.tar.gz"
+    junk.write_bytes(b"not really a tarball")
+    with pytest.raises(FaforgeError, match="not a tar archive"):
+        SourceOverride.from_sdist(junk)
+
+
 def test_only_the_upstream_source_lines_change(tmp_path):
-    sdist = tmp_path / "flash_attn-2.8.3.post2.tar.gz"
-    sdist.write_bytes(b"not really a tarball")
+    sdist = tiny_sdist(tmp_path / "flash_attn-2.8.3.post2.tar.gz")
     source = SourceOverride.from_sdist(sdist)
-    assert source.sha256 == hashlib.sha256(b"not really a tarball").hexdigest() and source.url == sdist.as_uri()
+    assert source.sha256 == hashlib.sha256(sdist.read_bytes()).hexdigest() and source.url == sdist.as_uri()
     original = (paths.recipe_dir() / "recipe.yaml").read_text()
     changed = with_source(original, source)
     removed = [line for line in original.splitlines() if line not in changed.splitlines()]
@@ -28,8 +42,7 @@ def test_only_the_upstream_source_lines_change(tmp_path):
 
 
 def test_the_overridden_recipe_sits_beside_the_real_one_and_goes_away(tmp_path):
-    sdist = tmp_path / "x.tar.gz"
-    sdist.write_bytes(b"x")
+    sdist = tiny_sdist(tmp_path / "x.tar.gz")
     recipe = paths.recipe_dir() / "recipe.yaml"
     with recipe_file(recipe, SourceOverride.from_sdist(sdist)) as overridden:
         assert overridden.name == "recipe.yaml" and overridden.parent.parent == recipe.parent.parent

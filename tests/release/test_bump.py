@@ -103,15 +103,18 @@ def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
     assert check.returncode == 0, check.stderr
     assert all(cell in variant_config_path(project / "variants", cell.split("/")[0], "conda-forge").read_text() for cell in data["new_cells"])
     again = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--json")
-    assert again.returncode == 1, "the server is gone now"
+    assert again.returncode == 4, "the server is gone now: a remote failure"
 
 
 def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):
     before = digests(project)
     result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/conda-forge", "--write")
-    assert result.returncode == 1
+    assert result.returncode == 4, "a network failure has its own exit code"
     assert "cannot read repodata of http://127.0.0.1:9/conda-forge" in result.stderr
-    assert "Traceback" not in result.stderr and "hint:" in result.stderr
+    [line] = result.stderr.splitlines()  # one line; py-rattler's cause chain only with --verbose
+    assert "— check the channel URL and your network" in line and "faforge publish" not in line
+    verbose = faforge(project, "--verbose", "bump", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/conda-forge")
+    assert verbose.returncode == 4 and len(verbose.stderr.splitlines()) > 1, verbose.stderr
     assert digests(project) == before
 
 
@@ -158,5 +161,5 @@ def test_wheel_index_lists_minors_ahead_of_the_channels_and_adds_no_rows(project
 
 def test_unreachable_wheel_index_is_a_clear_error(project):
     result = faforge(project, "bump", "--source", "pytorch-wheels", "--channel-url", "http://127.0.0.1:9/whl/torch/")
-    assert result.returncode == 1 and "cannot read the wheel index http://127.0.0.1:9/whl/torch/" in result.stderr
+    assert result.returncode == 4 and "cannot read the wheel index http://127.0.0.1:9/whl/torch/" in result.stderr
     assert "Traceback" not in result.stderr

@@ -168,6 +168,7 @@ def test_a_channel_without_repodata_is_an_error_unless_new_channels_are_ok(tmp_p
     with serve_directory(tmp_path) as url:
         strict = faforge("plan", "--channel", url, "--platform", "linux-64")
         lenient = faforge("plan", "--channel", url, "--platform", "linux-64", "--new-channel-ok", "--json")
-    assert strict.returncode == 1 and "could not find subdir" in strict.stderr and "Traceback" not in strict.stderr
+    assert strict.returncode == 4 and "could not find subdir" in strict.stderr and "Traceback" not in strict.stderr
+    assert "--new-channel-ok" in strict.stderr.splitlines()[-1], "the hint names the way out for a channel with nothing published"
     assert lenient.returncode == 0 and "no repodata yet" in lenient.stderr
     assert json.loads(lenient.stdout)["in_channel"] == []

@@ -157,7 +157,7 @@ def test_upload_token_comes_from_the_environment_and_is_never_printed(tmp_path, 
     if status == 200:
         assert result.returncode == 0 and "published" in result.stdout
     else:
-        assert result.returncode == 1 and "upload to prefix:" in result.stderr and "***" in result.stderr
+        assert result.returncode == 4 and "upload to prefix:" in result.stderr and "***" in result.stderr
 
 
 # py-rattler-build's upload protocols: quetz POSTs to its channel API with X-API-Key, artifactory
@@ -189,7 +189,7 @@ def test_other_servers_get_the_token_from_the_environment_and_never_print_it(tmp
     if status == 200:
         assert result.returncode == 0 and "published" in result.stdout, output
     else:
-        assert result.returncode == 1 and f"upload to {kind}:" in result.stderr, output
+        assert result.returncode == 4 and f"upload to {kind}:" in result.stderr, output
 
 
 def test_artifactory_replaces_a_file_only_with_force(tmp_path, fake_prefix):

@@ -29,7 +29,7 @@ def parse_glibc(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     if not re.fullmatch(r"\d+\.\d+", text):
-        raise FaforgeError(f"--glibc {text!r}: expected a glibc version such as 2.17 or 2.28")
+        raise FaforgeError(f"--glibc {text!r}: expected a glibc version", hint="e.g. --glibc 2.28 (the target sysroot's)")
     return tuple(int(x) for x in text.split("."))
 
 

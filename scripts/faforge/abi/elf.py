@@ -73,6 +73,9 @@ class ElfError(FaforgeError):
 
     exit_code = EXIT_BAD_INPUT
 
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message, hint=hint or "pass the extension .so, its wheel or conda package, or the folder it is installed in")
+
 
 @dataclass(frozen=True)
 class Section:

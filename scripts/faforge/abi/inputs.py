@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from faforge.abi.elf import ElfError, read_dynamic_symbols
-from faforge.errors import FaforgeError
+from faforge.errors import FaforgeError, why_not_a_file
 
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".conda", ".tar.bz2")
 
@@ -20,8 +20,8 @@ def extension_modules(path: str | Path) -> Iterator[list[tuple[str, Path]]]:
     """(name to show, file on disk) of each extension module in `path`; archives are unpacked to a
     temporary folder that lives as long as the context."""
     path = Path(path)
-    if not path.exists():
-        raise ElfError(f"{path}: no such file or directory")
+    if not (path.is_dir() or path.is_file()):
+        raise ElfError(f"{path}: {why_not_a_file(path)}")
     if path.is_dir():
         yield _modules_in(path, path)
     elif path.name.endswith(ARCHIVE_SUFFIXES):
@@ -35,8 +35,7 @@ def extension_modules(path: str | Path) -> Iterator[list[tuple[str, Path]]]:
 def _modules_in(folder: Path, shown_as: Path) -> list[tuple[str, Path]]:
     modules = [(str(p.relative_to(folder)), p) for p in sorted(folder.rglob("*.so")) if p.is_file() and _is_extension(p)]
     if not modules:
-        raise FaforgeError(f"{shown_as}: no Python extension module (a .so exporting PyInit_*) inside; "
-                           "pass the extension .so, its wheel or conda package, or the folder it is installed in")
+        raise ElfError(f"{shown_as}: no Python extension module (a .so exporting PyInit_*) inside")
     return modules
 
 
@@ -61,7 +60,7 @@ def _unpack(archive: Path, dest: Path) -> None:
             with zipfile.ZipFile(archive) as zf:
                 zf.extractall(dest, members=[n for n in zf.namelist() if n.endswith(".so")])
     except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError) as exc:
-        raise FaforgeError(f"{archive}: cannot unpack ({exc}); is it a complete wheel or conda package?") from None
+        raise ElfError(f"{archive}: cannot unpack ({exc})", hint="is it a complete wheel or conda package? Rebuild or re-download it") from None
 
 
 def _unpack_conda(archive: Path, dest: Path) -> None:
@@ -73,4 +72,4 @@ def _unpack_conda(archive: Path, dest: Path) -> None:
     try:
         extract(archive, dest)
     except Exception as exc:  # rattler raises its own exception types for corrupt archives
-        raise FaforgeError(f"{archive}: cannot unpack this .conda package ({exc})") from None
+        raise ElfError(f"{archive}: cannot unpack this .conda package ({exc})") from None

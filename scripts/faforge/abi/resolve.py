@@ -88,15 +88,15 @@ def torch_lib_dirs(against: str | Path) -> tuple[Path, ...]:
     """
     root = Path(against)
     if not root.is_dir():
-        raise FaforgeError(f"--against {against}: {'no such directory' if not root.exists() else 'not a directory'}; "
-                           "pass a torch/lib folder, a site-packages or an environment prefix")
+        raise FaforgeError(f"--against {against}: {'no such directory' if not root.exists() else 'not a directory'}",
+                           hint="pass a torch/lib folder, a site-packages or an environment prefix")
     candidates = [root, root / "torch" / "lib", root / "lib",
                   *sorted(root.glob("lib/python3*/site-packages/torch/lib")),
                   *sorted(root.glob("lib64/python3*/site-packages/torch/lib"))]
     found = [d for d in candidates if d.is_dir() and any(is_torch_library(p.name) for p in d.glob("lib*.so*"))]
     if not found:
         raise FaforgeError(f"--against {against}: no torch libraries (libc10*.so, libtorch*.so) in it, its torch/lib, "
-                           "lib/ or lib/python3*/site-packages/torch/lib; pass the folder of an environment with torch")
+                           "lib/ or lib/python3*/site-packages/torch/lib", hint="pass the folder of an environment with torch")
     return tuple(dict.fromkeys(d.resolve() for d in found))
 
 

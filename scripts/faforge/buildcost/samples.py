@@ -18,6 +18,7 @@ import yaml
 
 from faforge import paths
 from faforge.buildcost.tus import parse_tu
+from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 
 FILE_NAME = "build-measurements.yaml"
@@ -129,14 +130,12 @@ def _entry(path: Path, key: str, raw, cls):
 
 def load(path: Path | None = None) -> Measurements:
     path = path or default_path()
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise DataError(path, "(file)", f"cannot read: {exc.strerror}", hint="measure with `faforge bench-build --measure --write`") from None
-    except yaml.YAMLError as exc:
-        raise DataError(path, "(file)", f"not valid YAML: {exc}") from None
+    raw = load_yaml(path, hint="measure with `faforge bench-build --measure --write`")
     if not isinstance(raw, dict) or raw.get("schema") != 1 or not {"schema", "samples", "reuse"} <= set(raw) <= set(KEYS):
         raise DataError(path, "schema", "expected keys schema: 1, samples, reuse (and optionally glue, sizes)")
+    for key in ("samples", "reuse"):
+        if not isinstance(raw[key], (list, type(None))):
+            raise DataError(path, key, f"invalid value {raw[key]!r}", hint="a list of measurements")
     samples = tuple(_entry(path, f"samples[{i}]", s, Sample) for i, s in enumerate(raw["samples"] or []))
     for i, sample in enumerate(samples):
         try:

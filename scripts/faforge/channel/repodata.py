@@ -10,23 +10,28 @@ import asyncio
 import gc
 from pathlib import Path
 
-from faforge.errors import FaforgeError
+from faforge import paths
+from faforge.errors import EXIT_BAD_INPUT, FaforgeError, RemoteError, why_not_a_folder
 
 
-class ChannelNotFound(FaforgeError):
+class ChannelNotFound(RemoteError):
     """The server answers but has no repodata there (HTTP 404): no such channel, or nothing published yet."""
 
 
 def channel_url(channel: str | Path) -> str:
     """A URL py-rattler accepts: URLs and names pass through; a folder becomes file://."""
     text = str(channel)
+    if not text.strip():  # e.g. `--channel "$UNSET"`: never read as "no channel"
+        raise FaforgeError("the channel is empty", input=repr(text), hint="pass a channel folder, a URL or a channel name")
     if "://" in text:
         return text
     path = Path(text).expanduser()
-    if path.exists() or text.startswith((".", "/", "~")) or "/" in text:
-        if not path.is_dir():
-            raise FaforgeError(f"channel folder {path} does not exist", hint="publish to it first (`faforge publish`), or pass the channel's URL")
-        return path.resolve().as_uri()
+    with paths.user_path(None, path):
+        if text.startswith((".", "/", "~")) or "/" in text or path.exists():
+            if not path.is_dir():
+                raise FaforgeError(f"channel folder {path} {why_not_a_folder(path)}",
+                                   hint="publish to it first (`faforge publish`), or pass the channel's URL")
+            return path.resolve().as_uri()
     return text  # a channel name such as conda-forge, resolved by py-rattler's channel alias
 
 
@@ -49,10 +54,13 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
         del gateway
         gc.collect()
     if error is not None:
-        kind = ChannelNotFound if "could not find subdir" in error else FaforgeError
+        kind = ChannelNotFound if "could not find subdir" in error else RemoteError
+        local = url.startswith("file://")
+        # The first line of py-rattler's error says what failed; its cause chain (4-6 lines) is for --verbose.
         raise kind(
-            f"cannot read repodata of {url} ({', '.join(platforms)}): {error}",
-            hint="check the channel URL and your network; a local channel needs `faforge publish` (or rattler index) first",
-            exit_code=1,
+            f"cannot read repodata of {url} ({', '.join(platforms)}): {error.strip().splitlines()[0]}",
+            hint="a local channel needs `faforge publish` (or `faforge index`) first" if local
+            else "check the channel URL and your network, then retry",
+            detail=error, exit_code=EXIT_BAD_INPUT if local else None, input=str(channel),
         )
     return records

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,8 +19,10 @@ import time
 
 from faforge import paths
 from faforge.buildcost import bench, extrapolate, samples, split
-from faforge.errors import EXIT_OK, FaforgeError
+from faforge.buildcost.tus import parse_tu
+from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.matrix import load_matrix
+from faforge.options import int_range
 from faforge.table import format_table
 
 SCHEMA_VERSION = 1
@@ -38,26 +41,58 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     measure.add_argument("--tus", default=",".join(bench.DEFAULT_TUS), help="comma-separated kernel TUs (default: the hdim32 fp16 TU of each class)")
     measure.add_argument("--arch", default="80", help="one SM arch to compile for (default 80)")
     measure.add_argument("--cxx11-abi", type=int, choices=[0, 1], default=1)
-    measure.add_argument("--nice", type=int, default=0, help="run nvcc under nice -n N (default 0)")
+    measure.add_argument("--nice", type=int_range(-20, 19), default=0, help="run nvcc under nice -n N (default 0)")
     measure.add_argument("--workdir", type=Path, default=None, help="fresh dir for the build trees and the cache (default: .cache/buildcost/<time>)")
     measure.add_argument("--cuda-home", type=Path, default=Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")))
     measure.add_argument("--write", action="store_true", help="append the measured numbers to the data file")
 
 
 def _runner(spec: str) -> tuple[int, float]:
+    """CPUS:GB with at least one core and some memory (the extrapolation divides by both)."""
     try:
         cpus, gb = spec.split(":")
-        return int(cpus), float(gb)
+        cpus, gb = int(cpus), float(gb)
     except ValueError:
-        raise FaforgeError(f"--runner {spec!r}: expected CPUS:GB, e.g. 2:24") from None
+        raise FaforgeError("expected CPUS:GB", input=f"--runner {spec}", hint="e.g. --runner 2:24") from None
+    if not (1 <= cpus <= 4096 and 0 < gb < 1e6):
+        raise FaforgeError("a runner needs 1 to 4096 cores and more than 0 GB", input=f"--runner {spec}", hint="e.g. --runner 2:24")
+    return cpus, gb
+
+
+def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(pythons, TUs) of --measure, every option checked before the first compile (they take minutes each)."""
+    pythons = args.pythons.split(",")
+    if len(pythons) != 2 or len(set(pythons)) != 2 or not all(re.fullmatch(r"3\.\d{1,2}", v) for v in pythons):
+        raise FaforgeError("--pythons needs two different Python versions", input=f"--pythons {args.pythons}", hint="e.g. --pythons 3.11,3.12")
+    tus = [t for t in args.tus.split(",") if t]
+    if not tus:
+        raise FaforgeError("--tus names no kernel TU", input=f"--tus {args.tus}", hint=f"e.g. --tus {bench.DEFAULT_TUS[0]}")
+    for tu in tus:
+        if Path(tu).name != tu:
+            raise FaforgeError(f"--tus {tu}: a TU file name, not a path", hint=f"e.g. --tus {bench.DEFAULT_TUS[0]}")
+        parse_tu(tu)
+    if not re.fullmatch(r"\d{2,3}[af]?", args.arch):
+        raise FaforgeError("--arch is not an SM architecture", input=f"--arch {args.arch}", hint="e.g. --arch 80 or --arch 90a")
+    if not (args.cuda_home / "bin" / "nvcc").is_file():
+        raise FaforgeError(f"--cuda-home {args.cuda_home}: no bin/nvcc there", hint="pass the CUDA toolkit's folder, e.g. /usr/local/cuda")
+    if args.workdir:
+        paths.output_dir(args.workdir, "--workdir")
+    if not (args.sdist and args.torch_include):
+        raise FaforgeError("--measure needs --sdist and --torch-include", hint="e.g. --sdist src/flash_attn-2.8.3.post2 --torch-include venv/lib/python3.11/site-packages/torch/include")
+    for option, folder in (("--sdist", args.sdist), ("--torch-include", args.torch_include)):
+        if not folder.is_dir():
+            raise FaforgeError(f"{option} {folder} {why_not_a_folder(folder)}", hint="pass a folder (an unpacked sdist; torch's include dir)")
+    if not (args.sdist / "csrc" / "flash_attn" / "src").is_dir():
+        raise FaforgeError(f"--sdist {args.sdist}: not an unpacked flash-attn sdist (no csrc/flash_attn/src)",
+                           hint="unpack flash_attn-VERSION.tar.gz and pass its folder")
+    bench.torch_version_at(args.torch_include)
+    return pythons, tus
 
 
 def _measure(args: argparse.Namespace) -> bench.MeasureResult:
-    if not (args.sdist and args.torch_include):
-        raise FaforgeError("--measure needs --sdist and --torch-include", hint="e.g. --sdist src/flash_attn-2.8.3.post2 --torch-include venv/lib/python3.11/site-packages/torch/include")
+    versions, tus = _measure_options(args)
     workdir = args.workdir or paths.repo_root() / ".cache" / "buildcost" / time.strftime("%Y%m%d-%H%M%S")
-    pythons = [(v, bench.python_include_dir(v)) for v in args.pythons.split(",")]
-    tus = [t for t in args.tus.split(",") if t]
+    pythons = [(v, bench.python_include_dir(v)) for v in versions]
     result = bench.measure(workdir=workdir.resolve(), sdist=args.sdist.resolve(), torch_include=args.torch_include.resolve(),
                            pythons=pythons, tus=tus, arch=args.arch, cxx11_abi=args.cxx11_abi, nice=args.nice,
                            cuda_home=args.cuda_home, progress=lambda item: print(f"  {_progress_line(item)}", flush=True))

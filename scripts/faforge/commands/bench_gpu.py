@@ -14,9 +14,11 @@ import json
 import sys
 from pathlib import Path
 
+from faforge import paths
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
 from faforge.gpu import bench
 from faforge.gpu.gate import evaluate
+from faforge.options import int_range, positive_ints
 from faforge.table import format_table
 
 SCHEMA_VERSION = 1
@@ -24,18 +26,11 @@ SCHEMA_VERSION = 1
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16", help="default: bf16")
-    parser.add_argument("--seqlens", type=_ints, default=bench.SEQLENS, help="comma-separated (default: 512,...,16384)")
-    parser.add_argument("--head-dims", type=_ints, default=bench.HEAD_DIMS, help="comma-separated (default: 64,128)")
-    parser.add_argument("--repeats", type=int, default=10, help="calls timed back to back between two CUDA events, after >= 100 ms of warm-up; their mean is kept (default: 10)")
+    parser.add_argument("--seqlens", type=positive_ints, default=bench.SEQLENS, help="comma-separated (default: 512,...,16384)")
+    parser.add_argument("--head-dims", type=positive_ints, default=bench.HEAD_DIMS, help="comma-separated (default: 64,128)")
+    parser.add_argument("--repeats", type=int_range(1, 100_000), default=10, help="calls timed back to back between two CUDA events, after >= 100 ms of warm-up; their mean is kept (default: 10)")
     parser.add_argument("--report-dir", type=Path, help="also write bench.json there")
     parser.add_argument("--json", action="store_true", help="print JSON (schema: tests/schemas/bench-gpu.json)")
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 512,2048") from None
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -55,6 +50,8 @@ def format_results(results: list[dict]) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.report_dir:  # before the GPU gate: a wrong path is bad input (2) even where nothing could run (3)
+        paths.output_dir(args.report_dir, "--report-dir")
     gate = evaluate()
     report = {"version": SCHEMA_VERSION, "status": "skipped", "reason": gate.reason, "gate": gate.to_json(), "dtype": args.dtype, "results": []}
     if gate.usable:
@@ -68,8 +65,8 @@ def execute(args: argparse.Namespace) -> int:
         report["status"] = "failed" if failed else "passed"
         report["reason"] = f"flash-attn failed on {len(failed)} of {len(report['results'])} runs" if failed else None
     if args.report_dir:
-        args.report_dir.mkdir(parents=True, exist_ok=True)
-        (args.report_dir / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+        with paths.user_path("--report-dir", args.report_dir):
+            (args.report_dir / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
     elif report["results"]:

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from faforge import progress
+from faforge import paths, progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
@@ -48,20 +48,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     """(cell id, part) of every job in a plan file, a single chunk, or a single job."""
+    hint = "write it with `faforge plan --json > FILE`"
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise FaforgeError(f"--plan {path}: cannot read: {exc.strerror}") from None
+        data = json.loads(paths.read_user_file(path, "--plan", hint=hint))
     except json.JSONDecodeError as exc:
-        raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint="write it with `faforge plan --json > FILE`") from None
-    if isinstance(data, dict) and all(stage in data for stage in STAGES):
-        jobs = [job for stage in STAGES for chunk in data[stage] for job in chunk["include"]]
-    elif isinstance(data, dict) and "include" in data:
-        jobs = data["include"]
-    else:
-        jobs = [data]
-    if not all(isinstance(j, dict) and "cell" in j for j in jobs):
-        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job", hint="write it with `faforge plan --json > FILE`")
+        raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint=hint) from None
+    try:
+        if isinstance(data, dict) and all(stage in data for stage in STAGES):
+            jobs = [job for stage in STAGES for chunk in data[stage] for job in chunk["include"]]
+        elif isinstance(data, dict) and "include" in data:
+            jobs = list(data["include"])
+        else:
+            jobs = [data]
+    except (KeyError, TypeError):  # valid JSON of the wrong shape: a number for a chunk, a chunk without `include`
+        jobs = [None]
+    if not all(isinstance(j, dict) and isinstance(j.get("cell"), str) and isinstance(j.get("part", "all"), str) for j in jobs):
+        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job (each job needs a string `cell` and `part`)", hint=hint)
     return [(j["cell"], j.get("part", "all")) for j in jobs]
 
 
@@ -109,8 +111,8 @@ def execute(args: argparse.Namespace) -> int:
     require_cells_exist(matrix.cells, matrix.table, matrix.policy, [c for c, _ in wanted])
     cells = {c.id: c for c in matrix.cells}
     jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
-    output_dir = args.output_dir.resolve()
-    log_dir = (args.log_dir or output_dir / "logs").resolve()
+    output_dir = paths.output_dir(args.output_dir, "--output-dir").resolve()
+    log_dir = paths.output_dir(args.log_dir or output_dir / "logs", "--log-dir" if args.log_dir else "--output-dir").resolve()
     results = []
     with recipe_file(matrix.recipe_path, source) as recipe_path:
         for i, (cell, part, tus) in enumerate(jobs, 1):

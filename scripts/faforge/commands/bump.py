@@ -36,6 +36,8 @@ def execute(args: argparse.Namespace) -> int:
     unknown = [n for n in names if n not in sources and n not in wheel_indexes]
     if unknown:
         raise FaforgeError(f"--source {unknown[0]}: unknown", hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *wheel_indexes])}")
+    if args.channel_url is not None and not args.channel_url.strip():
+        raise FaforgeError("--channel-url is empty", hint="pass the mirror's URL, or leave --channel-url out to read the source's own")
     if args.channel_url and len(names) != 1:
         raise FaforgeError("--channel-url replaces one source's channel", hint="pass exactly one --source with it")
     matrix = load_matrix()

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from faforge import paths
 from faforge.channel.index import BadFile, channel_errors, channel_lock, check_folder, heal
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def execute(args: argparse.Namespace) -> int:
     channel = args.channel
     if not channel.is_dir():
         check_folder(channel)
-        raise FaforgeError(f"channel folder {channel} does not exist", hint="pass the folder `faforge publish --to` wrote")
+        raise FaforgeError(f"channel folder {channel} {why_not_a_folder(channel)}", hint="pass the folder `faforge publish --to` wrote")
     with channel_errors(channel), channel_lock(channel):
         found = heal(channel)
     drift = found.drift_words()

@@ -7,11 +7,12 @@ python, with the exact install command and environment.yml for each cell.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from faforge import config, paths
 from faforge.channel.repodata import query
-from faforge.errors import EXIT_OK
+from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix.releases import PLATFORMS, load_releases
 from faforge.release.page import DATA_FILE, HERE, page_data, write_page
 
@@ -29,11 +30,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.install_channel is not None and not re.fullmatch(r"\S{1,2048}", args.install_channel):
+        raise FaforgeError("--install-channel is not a channel name or URL (empty, blank or too long)",
+                           input=f"--install-channel {args.install_channel}", hint="e.g. --install-channel https://prefix.dev/my-channel")
+    if args.out is not None:
+        paths.output_dir(args.out, "--out")
     records = query(args.channel, [PACKAGE_NAME], list(PLATFORMS))
     in_channel = args.out is None
     out = args.out or Path(args.channel)
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
     data = page_data(records, load_releases(paths.variants_dir() / "releases.yaml"), install_channel)
-    page, data_file = write_page(data, out, config.public_channel())
+    with paths.user_path("--out" if args.out else "--channel", out):
+        page, data_file = write_page(data, out, config.public_channel())
     print(f"wrote {page} and {data_file} ({len(data['packages'])} packages)")
     return EXIT_OK

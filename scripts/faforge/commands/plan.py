@@ -11,13 +11,14 @@ import argparse
 import json
 import sys
 
-from faforge import progress
-from faforge.channel.repodata import ChannelNotFound, query
+from faforge import paths, progress
+from faforge.channel.repodata import ChannelNotFound, channel_url, query
 from faforge.commands.matrix import selected_cells
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.releases import PLATFORMS
+from faforge.options import int_range
 from faforge.release.cost import load_build_cost
 from faforge.release.plan import STAGES, make_plan, present_keys
 from faforge.table import format_table
@@ -31,19 +32,23 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--github-output", metavar="FILE",
                         help="also write <stage>-N chunk outputs and their counts for a workflow (stages: kernels, kernel_links, flash_attn; "
                              "e.g. \"$GITHUB_OUTPUT\")")
-    parser.add_argument("--max-chunks", type=int, default=2, metavar="N",
+    parser.add_argument("--max-chunks", type=int_range(1, 256), default=2, metavar="N",
                         help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop")
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.github_output is not None:  # before the work: a wrong path fails now, not after reading the channel
+        paths.output_file(args.github_output, "--github-output")
+    channel = None if args.channel is None else channel_url(args.channel)  # a wrong folder fails before rendering
     rendered = selected_cells(args.platform)
     present = set()
-    if args.channel:
+    if args.channel is not None:
         platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
         try:
-            present = present_keys(query(args.channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
+            present = present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
         except ChannelNotFound as exc:
             if not args.new_channel_ok:
+                exc.hint = f"{exc.hint}; or pass --new-channel-ok if nothing is published there yet"
                 raise
             progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
     plan = make_plan(rendered, load_matrix().kernels, load_build_cost(), present, args.channel)
@@ -54,8 +59,8 @@ def execute(args: argparse.Namespace) -> int:
                 f"the plan needs {len(data[kind])} {kind} chunks of at most {plan.chunk_size} jobs, but the workflow has {args.max_chunks}",
                 hint="add chunk jobs to .github/workflows/build.yml and pass --max-chunks, or build fewer cells per run (--platform)",
             )
-    if args.github_output:
-        with open(args.github_output, "a") as out:
+    if args.github_output is not None:
+        with paths.user_path("--github-output", args.github_output), open(args.github_output, "a") as out:
             for kind in STAGES:
                 out.write(f"{kind}-chunks={len(data[kind])}\n")
                 for i in range(args.max_chunks):

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from faforge import config
+from faforge import config, paths
 from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.release.manifest import check_gate_names
@@ -43,8 +43,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    required = check_gate_names(args.require.split(",") if args.require else config.required_gates(), what="--require")
+    required = check_gate_names(args.require.split(",") if args.require is not None else config.required_gates(), what="--require")
     target = parse_target(args.to)
+    if target.kind == "folder" and not args.dry_run:  # checked, not created, before any package is judged
+        paths.output_dir(Path(target.url), "--to", create=False)
+    paths.nearest_folder(args.manifest, "--manifest")
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
     channel = args.channel or (Path(target.url) if target.kind == "folder" else None)
     decisions = require_kernel_packages(decisions, channel, str(channel) if channel else f"the target {target} (pass --channel to read it)")

@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from faforge import config, progress
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
+from faforge import config, paths, progress
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.release.manifest import check_gate_names, record
 from faforge.release.package import read_package
 from faforge.release.verify import run_gates
@@ -36,6 +36,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     gates = check_gate_names([g.strip() for g in args.gates.split(",") if g.strip()], what="--gates")
+    for against in args.against or []:
+        with paths.user_path("--against", against):
+            if not against.is_dir():
+                raise FaforgeError(f"--against {against} {why_not_a_folder(against)}", hint="pass a torch/lib folder, site-packages or prefix")
+    paths.output_dir(args.manifest, "--manifest")
     entries = []
     for path in args.packages:
         package = read_package(path)

@@ -285,7 +285,7 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
             CondaRecord(r["name"], r["version"], r["build"], r["channel"], tuple(r.get("dist_infos", ())), tuple(r.get("depends", ())))
             for r in conda),
         distributions=tuple(
-            Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), d.get("direct_url"))
+            Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), _text(d.get("direct_url")))
             for d in env.get("distributions", ())),
         torch_package=env.get("torch_package"),
         extension=env.get("extension"),
@@ -301,3 +301,9 @@ def collect(python: Path) -> EnvFacts:
     stages, stopped = run_probe(python)
     gpus, smi = nvidia_smi()
     return parse(stages, stopped, gpus, smi)
+
+
+def _text(value) -> str | None:
+    """A string field of installed metadata, or None: a direct_url.json with `"url": 5` is valid JSON
+    of the wrong type, and says nothing about where the package came from."""
+    return value if isinstance(value, str) else None

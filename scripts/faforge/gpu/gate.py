@@ -142,8 +142,10 @@ def declaration() -> tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, tuple
     dims = os.environ.get(DECLARED_HEAD_DIMS_ENV, "").strip()
     try:
         head_dims = tuple(sorted({int(d) for d in re.split(r"[,;\s]+", dims) if d})) or DEFAULT_HEAD_DIMS
+        if min(head_dims) < 1:
+            raise ValueError
     except ValueError:
-        raise ValueError(f"{DECLARED_HEAD_DIMS_ENV}={dims!r} is not a comma-separated list of head dims") from None
+        raise ValueError(f"{DECLARED_HEAD_DIMS_ENV}={dims!r} is not a comma-separated list of head dims (positive integers)") from None
     return (parse_declared_archs(archs) if archs else None), head_dims
 
 

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import TextIO
 
 import faforge
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
 from faforge.gpu.coverage import KERNELS_JSON_ENV, compare, format_coverage
 from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, evaluate
 
@@ -71,6 +72,8 @@ RECIPE_TEST_FILES = (
 # Modules the suite's process imports besides torch and flash_attn, with the pip requirement that brings each
 # (einops: flash_attn's own import needs it). Missing -> exit 2 with the install command, never a failed run.
 SUITE_REQUIREMENTS = {"pytest": "pytest>=8", "einops": "einops"}
+# pytest's exit status for a command-line usage error (pytest.ExitCode.USAGE_ERROR): bad input, not a failed run.
+PYTEST_USAGE_ERROR = 4
 # After SIGINT, how long pytest gets to finish its report (junit.xml) before it is killed.
 INTERRUPT_GRACE_S = 30
 # What a build log shows when the recipe test could not verify anything (no GPU on the build machine).
@@ -161,7 +164,10 @@ def run(
     stopped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="faforge-gpu-") as scratch:
         work = Path(report_dir) if report_dir else Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # faforge.paths.output_dir's check; that module is not among RECIPE_TEST_FILES
+            raise path_error(exc, "--report-dir", work) from None
         ini, junit, kernels = Path(scratch) / "pytest.ini", work / "junit.xml", work / "kernels.json"
         ini.write_text(PYTEST_INI)
         command = [sys.executable, "-u", "-m", "pytest", str(suite_dir), "-c", str(ini), "--rootdir", str(suite_dir)]
@@ -196,6 +202,9 @@ def run(
         output.flush()
         tests = parse_junit(junit) if junit.exists() else []
         coverage = compare(json.loads(kernels.read_text()), gate.head_dims) if kernels.exists() else None
+    if pytest_exit_code == PYTEST_USAGE_ERROR and not tests and not stopped:
+        raise FaforgeError("pytest rejected the arguments after `--` (its message is above)", input=" ".join(pytest_args),
+                           hint="see `python -m pytest --help`")
     exit_code, status, reason = verdict(pytest_exit_code, tests, stopped[0] if stopped else None)
     summary = {
         "version": SCHEMA_VERSION,
@@ -250,6 +259,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     """Run, print the summary (JSON or text; pytest's output goes to stderr with --json), return the exit code."""
+    if args.time_cap_s is not None and not (math.isfinite(args.time_cap_s) and args.time_cap_s > 0):
+        raise FaforgeError("--time-cap-s must be a finite number of seconds above 0", input=f"--time-cap-s {args.time_cap_s}",
+                           hint="e.g. --time-cap-s 600")
     for value, name in ((args.declared_archs, DECLARED_ARCHS_ENV), (args.declared_head_dims, DECLARED_HEAD_DIMS_ENV)):
         if value is not None:
             os.environ[name] = value  # read by the gate here and in the child pytest

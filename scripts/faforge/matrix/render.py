@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import shutil
+import tarfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,10 @@ class SourceOverride:
     @classmethod
     def from_sdist(cls, path: Path) -> SourceOverride:
         if not path.is_file():
-            raise FaforgeError(f"--source {path}: no such file", hint="pass a flash-attn sdist (.tar.gz)")
+            raise FaforgeError(f"--source {path}: {'not a regular file' if path.exists() else 'no such file'}",
+                               hint="pass a flash-attn sdist (.tar.gz)")
+        if not tarfile.is_tarfile(path):
+            raise FaforgeError(f"--source {path}: not a tar archive", hint="pass a flash-attn sdist (.tar.gz) as PyPI serves it")
         return cls(url=path.resolve().as_uri(), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
 
 

@@ -48,9 +48,10 @@ def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--
     for entry in entries:
         name, sep, url = entry.partition("=")
         if not sep or not name or not url:
-            raise FaforgeError(f"{origin} {entry!r}: expected NAME=URL, e.g. conda-forge=https://mirror.example/conda-forge")
+            raise FaforgeError(f"{origin} {entry!r}: expected NAME=URL", hint="e.g. conda-forge=https://mirror.example/conda-forge")
         if name not in known:
-            raise FaforgeError(f"{origin} {entry}: unknown channel name {name!r} (channels of variants/releases.yaml: {', '.join(sorted(known))})")
+            raise FaforgeError(f"{origin} {entry}: unknown channel name {name!r}",
+                               hint=f"name a channel of variants/releases.yaml: {', '.join(sorted(known))}")
         parts = urlsplit(url)
         local_ok = parts.netloc in ("", "localhost") and parts.path.startswith("/")
         if parts.scheme not in ALIAS_SCHEMES or not (local_ok if parts.scheme == "file" else parts.netloc):

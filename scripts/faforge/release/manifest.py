@@ -85,6 +85,9 @@ def results_for(manifest_dir: Path, sha256: str) -> dict[str, GateResult]:
             raw = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise FaforgeError(f"{path}: unreadable manifest entry ({exc})", hint="delete it and run `faforge verify` again") from None
+        if not isinstance(raw, dict):
+            raise FaforgeError(f"{path}: unreadable manifest entry (a JSON {type(raw).__name__}, not an object)",
+                               hint="delete it and run `faforge verify` again")
         if raw.get("version") != MANIFEST_VERSION or raw.get("sha256") != sha256 or raw.get("gate") != gate:
             continue
         raw.pop("version")

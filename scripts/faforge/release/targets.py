@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
-from faforge.errors import FaforgeError
+from faforge.errors import EXIT_PROBLEMS, FaforgeError, RemoteError
 
 # The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
 TOKEN_ENV = {
@@ -53,6 +53,8 @@ def shown(text: str) -> str:
 
 
 def parse_target(text: str) -> Target:
+    if not text.strip():  # `--to "$UNSET"` must not publish into the current folder
+        raise FaforgeError("--to is empty", hint="pass a channel folder, file:///PATH or KIND:https://HOST/CHANNEL")
     kind, sep, rest = text.partition(":")
     parts = urlsplit(rest if sep and kind in TOKEN_ENV else text)
     if parts.username or parts.password or parts.query:
@@ -106,9 +108,9 @@ def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> 
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return False
-        raise FaforgeError(f"cannot tell whether {url} exists: HTTP {exc.code}", exit_code=1) from None
+        raise RemoteError(f"cannot tell whether {url} exists: HTTP {exc.code}", hint="check the server and the token, then retry") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise FaforgeError(f"cannot reach {target.url}: {getattr(exc, 'reason', exc)}", exit_code=1) from None
+        raise RemoteError(f"cannot reach {target.url}: {getattr(exc, 'reason', exc)}", hint="check the URL and your network, then retry") from None
 
 
 def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> None:
@@ -138,4 +140,7 @@ def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> 
     except FaforgeError:
         raise
     except Exception as exc:  # py-rattler-build's UploadError/AuthError; a server may echo the token back
-        raise FaforgeError(f"upload to {target} failed: {redact(str(exc), token)}", exit_code=1) from None
+        if "already exists" in str(exc):  # the server refused to replace: a finding (exit 1), as for a folder
+            raise FaforgeError(f"upload to {target} refused: {redact(str(exc), token)}", exit_code=EXIT_PROBLEMS,
+                               hint="pass --force to replace it") from None
+        raise RemoteError(f"upload to {target} failed: {redact(str(exc), token)}", hint="check the server, the channel and the token, then retry") from None

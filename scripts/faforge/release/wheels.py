@@ -15,14 +15,16 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from faforge.datafile import load_yaml
-from faforge.errors import DataError, FaforgeError
+from faforge.errors import DataError, FaforgeError, RemoteError
 from faforge.matrix.releases import ReleaseTable
 from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
 from faforge.wheelfetch import FetchError, http_get
 
+# CUDA tags have 2-4 digits (cu92, cu118, cu130) and CPython tags 3 or 4 (cp39, cp312): anything else on a
+# page (a hostile or broken index) is not a torch wheel name and is ignored.
 WHEEL = re.compile(
-    r"torch-(?P<torch>\d+\.\d+\.\d+)\+cu(?P<cuda>\d+)-cp(?P<py>3\d+)-cp3\d+t?-[^\s\"'<>]*?(?P<arch>x86_64|aarch64)\.whl"
+    r"torch-(?P<torch>\d+\.\d+\.\d+)\+cu(?P<cuda>\d{2,4})-cp(?P<py>3\d{1,2})-cp3\d+t?-[^\s\"'<>]*?(?P<arch>x86_64|aarch64)\.whl"
 )
 PLATFORM = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 
@@ -47,11 +49,13 @@ def load_wheel_indexes(path: Path) -> dict[str, str]:
 
 
 def read_index(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise FaforgeError("a wheel index is read over http(s)", input=url, hint="pass its URL, e.g. https://download.pytorch.org/whl/torch/")
     try:
         return http_get(url, accept="text/html").decode("utf-8", errors="replace")
     except FetchError as exc:
-        raise FaforgeError(f"cannot read the wheel index {exc.message}", hint="check the URL (a PEP 503 simple page) and your network",
-                           exit_code=1) from None
+        raise RemoteError(f"cannot read the wheel index {exc.message}", input=url,
+                          hint="check the URL (a PEP 503 simple page of PyTorch's wheel index) and your network, then retry") from None
 
 
 def wheel_releases(page: str) -> list[WheelRelease]:
