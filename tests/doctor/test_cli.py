@@ -28,7 +28,9 @@ def test_bad_python_exits_2_with_one_message(run_doctor, tmp_path, given, messag
     result = run_doctor("--python", given)
     assert result.code == 2
     assert result.stdout == ""
-    assert result.stderr.startswith(f"faforge doctor: error: --python {given}: {message}")
+    progress, error = result.stderr.split("faforge doctor: error: ", 1)  # an interpreter that started says so first
+    assert all(line.startswith("faforge doctor: waiting for ") for line in progress.splitlines())
+    assert error.startswith(f"--python {given}: {message}")
     assert "hint:" in result.stderr
 
 

@@ -228,12 +228,16 @@ def probe_timeout(given: float | None = None) -> float:
     return value
 
 
-def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callable[[str], None], **popen) -> tuple[str, str, int | None]:
-    """Run cmd with `source` on stdin; stop its whole process group after timeout_s. (stdout, stderr, exit code or None)."""
+def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callable[[str | None], None],
+                 **popen) -> tuple[str, str, int | None]:
+    """Run cmd with `source` on stdin; stop its whole process group after timeout_s. (stdout, stderr, exit code or None).
+
+    on_line hears None once the process started, then each line of its stdout as it comes."""
     # A new session: the probe and anything it starts (a torch import can spawn helpers) share one
     # process group, so a timeout kills them all, not just the interpreter.
     process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True, **popen)
+    on_line(None)
     out, err = bytearray(), bytearray()
     deadline = time.monotonic() + timeout_s
     try:
@@ -291,7 +295,10 @@ def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
     """
     stages: dict = {}
 
-    def on_line(line: str) -> None:
+    def on_line(line: str | None) -> None:
+        if line is None:
+            progress(f"waiting for {WAITING_FOR[None]}: {python} (up to {timeout_s:g} s)")
+            return
         if not line.startswith(MARK):
             return
         try:
@@ -304,7 +311,6 @@ def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
             progress(f"waiting for {WAITING_FOR[stage]} in {python} (up to {timeout_s:g} s)")
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
-    progress(f"waiting for {WAITING_FOR[None]}: {python} (up to {timeout_s:g} s)")
     with tempfile.TemporaryDirectory(prefix="faforge-doctor-") as cwd:  # keep the cwd off the target's sys.path
         try:
             # The source goes in on stdin (`python -`), so `ps` shows a short command line.
