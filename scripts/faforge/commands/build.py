@@ -37,14 +37,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")
 
 
+# Not `--json > FILE`: the shell creates FILE even when plan fails (issue 14).
+PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
+
+
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     """(cell id, part) of every job in a plan file, a single chunk, or a single job."""
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        data = json.loads(text)
     except OSError as exc:
-        raise FaforgeError(f"--plan {path}: cannot read: {exc.strerror}") from None
+        raise FaforgeError(f"--plan {path}: cannot read: {exc.strerror}", hint=PLAN_HINT) from None
     except json.JSONDecodeError as exc:
-        raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint="write it with `faforge plan --json > FILE`") from None
+        if not text.strip():
+            raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)",
+                               hint=PLAN_HINT) from None
+        raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint=PLAN_HINT) from None
     if isinstance(data, dict) and "build" in data:
         jobs = [job for chunk in data["build"] + data["link"] for job in chunk["include"]]
     elif isinstance(data, dict) and "include" in data:
@@ -52,7 +60,7 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     else:
         jobs = [data]
     if not all(isinstance(j, dict) and "cell" in j for j in jobs):
-        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job", hint="write it with `faforge plan --json > FILE`")
+        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job", hint=PLAN_HINT)
     return [(j["cell"], j.get("part", "all")) for j in jobs]
 
 

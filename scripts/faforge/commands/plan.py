@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from faforge import progress
+from faforge import atomic, progress
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.commands.matrix import selected_cells
 from faforge.errors import EXIT_OK, FaforgeError
@@ -29,6 +30,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a channel with no repodata yet (HTTP 404: nothing published so far) counts as empty instead of an error")
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)")
+    parser.add_argument("--output", type=Path, metavar="FILE",
+                        help="write the versioned plan to FILE for `faforge build --plan FILE`; written only when planning "
+                             "succeeds (a failed plan keeps the previous file), which `--json > FILE` cannot promise")
     parser.add_argument("--github-output", metavar="FILE",
                         help="also write build-N / link-N chunk outputs and their counts for a workflow (e.g. \"$GITHUB_OUTPUT\")")
     parser.add_argument("--max-chunks", type=int, default=4, metavar="N",
@@ -54,6 +58,8 @@ def execute(args: argparse.Namespace) -> int:
                 f"the plan needs {len(data[kind])} {kind} chunks of at most {plan.chunk_size} jobs, but the workflow has {args.max_chunks}",
                 hint="add chunk jobs to .github/workflows/build.yml and pass --max-chunks, or build fewer cells per run (--platform)",
             )
+    if args.output:
+        atomic.write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.github_output:
         with open(args.github_output, "a") as out:
             for kind in ("build", "link"):
