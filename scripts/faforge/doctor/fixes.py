@@ -20,10 +20,9 @@ from faforge.doctor.diagnose import ERROR, Problem, Situation
 from faforge.gpu import compat
 from faforge.matrix import Matrix
 from faforge.matrix.cells import Cell, explain_missing
-from faforge.matrix.render import RenderedCell
+from faforge.matrix.render import RenderedCell, build_string_head
 from faforge.matrix.versions import minor_of, vtuple
 
-_BUILD_HASH = re.compile(r"^(?P<head>.+)_h[0-9a-f]+_\d+$")
 _CONDA_CUDA = re.compile(r"cuda(?P<tag>\d+)")  # pytorch builds: cuda129_mkl_py312_h..._302, py3.12_cuda12.1_cudnn9.1.0_0
 _LEGACY_CUDA = re.compile(r"_cuda(?P<version>\d+\.\d+)_")
 # The pip wheel that ships libcudart.so.N, per CUDA major, as torch's own wheels require it:
@@ -63,8 +62,7 @@ class Offer:
 
     @property
     def build_glob(self) -> str:
-        match = _BUILD_HASH.match(self.build_string)
-        return f"{match['head'] if match else self.build_string}_*"
+        return f"{build_string_head(self.build_string)}_*"
 
     @property
     def spec(self) -> str:
