@@ -111,6 +111,7 @@ def test_a_channel_without_repodata_is_an_error_unless_new_channels_are_ok(tmp_p
         strict = faforge("plan", "--channel", url, "--platform", "linux-64")
         lenient = faforge("plan", "--channel", url, "--platform", "linux-64", "--new-channel-ok", "--json")
     assert strict.returncode == 1 and "could not find subdir" in strict.stderr and "Traceback" not in strict.stderr
+    assert "--new-channel-ok plans every cell" in strict.stderr and "faforge publish" not in strict.stderr  # a remote URL
     assert lenient.returncode == 0 and "no repodata yet" in lenient.stderr
     assert json.loads(lenient.stdout)["in_channel"] == []
 
@@ -121,6 +122,7 @@ def test_plan_output_is_written_only_when_planning_succeeds(tmp_path):
     out.write_text("the previous plan\n")
     failed = faforge("plan", "--channel", "http://127.0.0.1:9/no-channel", "--platform", "linux-64", "--output", str(out))
     assert failed.returncode not in (0, 2) and "Traceback" not in failed.stderr
+    assert "check the channel URL and your network" in failed.stderr and "publish" not in failed.stderr  # not a local channel
     assert out.read_text() == "the previous plan\n"
     assert faforge("plan", "--platform", "linux-64", "--output", str(out)).returncode == 0
     assert json.loads(out.read_text()) == json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)

@@ -45,7 +45,12 @@ def test_package_without_cell_fields_is_skipped(tmp_path):
 
 def test_bad_input_is_exit_2(tmp_path):
     missing = faforge("verify", str(tmp_path / "nope.conda"))
-    assert missing.returncode == 2 and "not a conda package file" in missing.stderr
+    assert missing.returncode == 2 and f"{tmp_path / 'nope.conda'}: no such file" in missing.stderr
+    unexpanded = faforge("verify", str(tmp_path / "output/linux-64/*.conda"))  # a shell glob that matched nothing
+    assert unexpanded.returncode == 2 and "*.conda: no file matches this pattern" in unexpanded.stderr
+    (tmp_path / "notes.txt").write_text("x")
+    not_package = faforge("verify", str(tmp_path / "notes.txt"))
+    assert not_package.returncode == 2 and "not a conda package file" in not_package.stderr
     path = assemble(PackageSpec("flash-attn", "2.8.3", "pyhd8ed1ab_0", "linux-64"), tmp_path / "out")
     gate = faforge("verify", str(path), "--gates", "abi,nonsense")
     assert gate.returncode == 2 and "unknown gate 'nonsense'" in gate.stderr
@@ -74,7 +79,7 @@ def test_gates_naming_no_gate_is_exit_2(tmp_path):
 def test_each_package_table_is_printed_before_a_later_package_fails(tmp_path):
     first = _foreign(tmp_path)
     result = faforge("verify", str(first), str(tmp_path / "missing.conda"), "--manifest", str(tmp_path / "v"))
-    assert result.returncode == 2 and "not a conda package file" in result.stderr
+    assert result.returncode == 2 and "missing.conda: no such file" in result.stderr
     assert first.name in result.stdout and "skipped" in result.stdout  # the first package's results survived
 
 

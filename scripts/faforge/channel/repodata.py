@@ -52,7 +52,8 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
         kind = ChannelNotFound if "could not find subdir" in error else FaforgeError
         raise kind(
             f"cannot read repodata of {url} ({', '.join(platforms)}): {error}",
-            hint="check the channel URL and your network; a local channel needs `faforge publish` (or rattler index) first",
+            hint="a local channel needs `faforge publish` (or `faforge index`) first" if url.startswith("file://")
+            else "check the channel URL and your network (the URL must serve <subdir>/repodata.json)",
             exit_code=1,
         )
     return records

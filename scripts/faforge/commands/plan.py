@@ -48,7 +48,8 @@ def execute(args: argparse.Namespace) -> int:
             present = present_keys(query(args.channel, [PACKAGE_NAME], platforms))
         except ChannelNotFound as exc:
             if not args.new_channel_ok:
-                raise
+                raise ChannelNotFound(exc.message, hint="nothing published there yet? --new-channel-ok plans every cell; "
+                                                        "otherwise check the URL", exit_code=exc.exit_code) from None
             progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
     plan = make_plan(rendered, load_build_cost(), present, args.channel)
     data = plan.to_json()
