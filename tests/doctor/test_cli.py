@@ -34,6 +34,14 @@ def test_bad_python_exits_2_with_one_message(run_doctor, tmp_path, given, messag
     assert "hint:" in result.stderr
 
 
+def test_empty_python_names_the_unset_variable(run_doctor):
+    """The README's `faforge doctor --python "$CONDA_PREFIX"` outside a conda environment."""
+    result = run_doctor("--python", "")
+    assert result.code == 2 and result.stdout == ""
+    assert "--python '': empty, as an unset variable such as $CONDA_PREFIX gives" in result.stderr
+    assert "a folder without bin/python" not in result.stderr
+
+
 def test_python2_is_refused(run_doctor):
     python2 = Path("/root/.pyenv/versions/2.7.18/bin/python")
     if not python2.exists():

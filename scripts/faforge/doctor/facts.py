@@ -194,6 +194,9 @@ def resolve_interpreter(given: str | None) -> Path:
     """The interpreter to inspect: --python PATH (a file, or an environment folder), else this one."""
     if given is None:
         return Path(sys.executable)
+    if not given.strip():  # `--python "$CONDA_PREFIX"` outside a conda environment
+        raise FaforgeError("--python '': empty, as an unset variable such as $CONDA_PREFIX gives",
+                           hint="activate the environment first (conda activate NAME), or pass its folder or python")
     path = Path(os.path.abspath(Path(given).expanduser()))  # absolute, but keep the venv's symlink
     if path.is_dir():
         candidates = [path / "bin" / "python", path / "bin" / "python3"]

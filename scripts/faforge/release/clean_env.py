@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,11 @@ def remote_wheel_cuda(package: PackageFacts) -> str | None:
     return _remote_cuda(package.torch, "cp" + package.python.replace(".", ""), package.subdir)
 
 
+# What pip (urllib3) prints when it cannot reach an index at all.
+PIP_NETWORK_ERROR = re.compile(r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
+                               r"Connection refused|Failed to establish a new connection")
+
+
 def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
     shutil.rmtree(prefix, ignore_errors=True)
     made = subprocess.run([str(python), "-m", "venv", str(prefix)], capture_output=True, text=True)
@@ -138,7 +144,13 @@ def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
     result = subprocess.run(pip, capture_output=True, text=True)
     if result.returncode != 0:
         shutil.rmtree(prefix, ignore_errors=True)
-        tail = " / ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
+        output = result.stderr or result.stdout
+        # Offline, pip ends with "conflicting dependencies"/"no matching distribution"; the cause is the network.
+        unreachable = PIP_NETWORK_ERROR.search(output)
+        if unreachable:
+            raise Unavailable(f"`pip install {' '.join(requirements)}` could not reach the package index "
+                              f"({unreachable.group(0)}); the gate needs PyPI's torch wheel (network, or a pip mirror)")
+        tail = " / ".join(output.strip().splitlines()[-3:])
         raise Unavailable(f"`pip install {' '.join(requirements)}` failed: {tail}")
 
 
