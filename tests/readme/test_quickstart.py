@@ -5,26 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.fresh_clone import fresh_clone
+
 TEST_ONLY_MODULES = ("hypothesis", "check_jsonschema")  # pyproject.toml's `test` extra
-
-
-def fresh_clone(dest: Path) -> Path:
-    """The working tree's tracked and new files (a clone, uncommitted changes included), without .venv."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        source = REPO / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    return dest
 
 
 def importable(python: Path, module: str) -> bool:

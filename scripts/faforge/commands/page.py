@@ -34,7 +34,7 @@ def default_channel() -> str:
     folder = config.DEFAULT_CHANNEL_DIR
     if not folder.is_dir():
         raise FaforgeError(f"no channel to list: ./{folder} (the default --channel, where `faforge publish` writes) "
-                           "does not exist yet", hint="publish first (`faforge publish PACKAGE.conda`), or pass --channel URL")
+                           "does not exist yet", hint="publish first, or pass --channel URL (`faforge publish PACKAGE.conda` creates the folder)")
     return f"./{folder}"  # a path, so that faforge.channel.repodata reads the folder
 
 
