@@ -52,10 +52,7 @@ def test_python2_is_refused(run_doctor):
 
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory):
-    base = envs.pyenv_python("3.12")
-    if base is None:
-        pytest.skip("pyenv has no Python 3.12 here")
-    return envs.venv(tmp_path_factory.mktemp("bare") / "venv", base)
+    return envs.pyenv_venv(tmp_path_factory.mktemp("bare") / "venv", "3.12")
 
 
 def test_text_report_names_facts_problems_and_fixes(run_doctor, bare_venv):

@@ -26,10 +26,7 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 @pytest.fixture
 def venv312(tmp_path):
-    base = envs.pyenv_python("3.12")
-    if base is None:
-        pytest.skip("pyenv has no Python 3.12 here")
-    return envs.venv(tmp_path / "venv", base)
+    return envs.pyenv_venv(tmp_path / "venv", "3.12")
 
 
 def running(pid: int) -> bool:
