@@ -158,3 +158,12 @@ def test_local_build_names_the_cxx_standard_the_build_script_uses(torch, standar
     """recipes/flash-attn/build_flash_attn.py (CXX20_FROM_TORCH) switches to C++20 for torch >= 2.14 only."""
     fix = local_build(_situation(torch), "90", ("signature-drift",), "2.8.3.post2")
     assert [n for n in fix.notes if f"a {standard} compiler" in n], fix.notes
+
+
+@pytest.mark.parametrize(("args", "env"), [(("--timeout", "0"), {}), (("--timeout", "nan"), {}), (("--timeout", "-5"), {}),
+                                           ((), {"FAFORGE_DOCTOR_TIMEOUT": "soon"})])
+def test_a_timeout_that_is_no_number_of_seconds_is_exit_2(args, env):
+    result = subprocess.run([sys.executable, "-m", "faforge", "doctor", *args], capture_output=True, text=True,
+                            env={**os.environ, **env}, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "not a number of seconds between 0 and 86400" in result.stderr
