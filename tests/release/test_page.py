@@ -115,3 +115,9 @@ def test_an_owner_name_stays_an_anaconda_org_channel(tmp_path):
     result = _page(tmp_path, "--channel", "faforge-owner-that-does-not-exist")
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "conda.anaconda.org/faforge-owner-that-does-not-exist" in result.stderr
+
+
+def test_an_empty_channel_is_refused(tmp_path):
+    result = _page(tmp_path, "--channel", "")
+    assert result.returncode == 2 and "--channel '': empty" in result.stderr
+    assert not (tmp_path / "index.html").exists()

@@ -140,3 +140,9 @@ def test_build_with_the_plan_a_failed_plan_left_points_past_it(tmp_path, content
     assert "faforge plan --output FILE" in result.stderr and "without --channel it plans every cell, offline" in result.stderr
     if content == "":
         assert "empty, so the `faforge plan` that was to write it failed" in result.stderr
+
+
+def test_an_empty_channel_is_refused_not_ignored():
+    """CI passes --channel "$FAFORGE_CHANNEL_URL"; with the variable unset that must not plan every cell silently."""
+    result = faforge("plan", "--channel", "", "--platform", "linux-64", "--json")
+    assert result.returncode == 2 and result.stdout == "" and "--channel '': empty" in result.stderr

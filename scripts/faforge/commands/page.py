@@ -39,6 +39,8 @@ def default_channel() -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
+    if args.channel is not None and not args.channel.strip():  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset
+        raise FaforgeError("--channel '': empty", hint="set the variable that names the channel, or leave --channel out for ./channel")
     channel = args.channel if args.channel is not None else default_channel()
     records = query(channel, [PACKAGE_NAME], list(PLATFORMS))
     in_channel = args.out is None

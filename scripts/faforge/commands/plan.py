@@ -42,6 +42,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     rendered = selected_cells(args.platform)
     present = set()
+    if args.channel is not None and not args.channel.strip():  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset
+        raise FaforgeError("--channel '': empty, so no channel would be read and every cell planned",
+                           hint="set the variable that names the channel, or leave --channel out to plan every cell")
     if args.channel:
         platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
         try:
