@@ -121,3 +121,9 @@ def test_an_empty_channel_is_refused(tmp_path):
     result = _page(tmp_path, "--channel", "")
     assert result.returncode == 2 and "--channel '': empty" in result.stderr
     assert not (tmp_path / "index.html").exists()
+
+
+def test_a_file_given_as_the_channel_folder_is_named_as_such(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a channel\n")
+    result = _page(tmp_path, "--channel", str(tmp_path / "notes.txt"))
+    assert result.returncode == 2 and "is a file, not a folder" in result.stderr and "does not exist" not in result.stderr

@@ -24,6 +24,8 @@ def channel_url(channel: str | Path) -> str:
         return text
     path = Path(text).expanduser()
     if path.exists() or text.startswith((".", "/", "~")) or "/" in text:
+        if path.exists() and not path.is_dir():
+            raise FaforgeError(f"channel folder {path} is a file, not a folder", hint="pass the channel's folder (the one holding linux-64/, noarch/) or its URL")
         if not path.is_dir():
             raise FaforgeError(f"channel folder {path} does not exist", hint="publish to it first (`faforge publish`), or pass the channel's URL")
         return path.resolve().as_uri()
