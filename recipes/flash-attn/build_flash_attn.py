@@ -549,8 +549,15 @@ def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> P
     given (--kernel-library), or one built here first and carried in the wheel."""
     wheel_dir = Path(args.wheel_dir).resolve()
 
-    import torch  # noqa: PLC0415  (the torch we build against)
-    from torch.utils import cpp_extension  # noqa: PLC0415
+    if not source_dir.is_dir():
+        raise BuildError(f"--source-dir {source_dir}: no such folder; unpack the flash-attn sdist there first "
+                         "(pip download --no-deps --no-binary :all: flash-attn==VERSION, then tar -xzf it)")
+    try:
+        import torch  # noqa: PLC0415  (the torch we build against)
+        from torch.utils import cpp_extension  # noqa: PLC0415
+    except ImportError as exc:
+        raise BuildError(f"torch does not import in {sys.executable} ({exc}); the build compiles against this "
+                         "Python's torch, so install a CUDA build of torch here first (or run it with the python that has it)") from None
 
     if torch.version.cuda is None:
         raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU build; flash-attn needs a CUDA build of torch")

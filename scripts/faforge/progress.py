@@ -26,11 +26,13 @@ def warn(message: str) -> None:
 
 class Step:
     failed = False
+    skipped = None  # a reason: the step ran but checked nothing, so it must not look like a pass
 
 
 @contextmanager
 def step(title: str):
-    """Print the title, run the block, print '✓ title (12.3s)'; '✗' when it raised or set `failed`."""
+    """Print the title, run the block, print '✓ title (12.3s)'; '✗' when it raised or set `failed`,
+    '–' with the reason when it set `skipped`."""
     started = time.monotonic()
     say(f"::group::{title}" if in_github_actions() else f"== {title}")
     state = Step()
@@ -39,7 +41,10 @@ def step(title: str):
         yield state
         ok = not state.failed
     finally:
-        mark = "✓" if ok else "✗"
-        say(f"{mark} {title} ({time.monotonic() - started:.1f}s)")
+        elapsed = f"{time.monotonic() - started:.1f}s"
+        if ok and state.skipped:
+            say(f"– {title} ({elapsed}; skipped: {state.skipped})")
+        else:
+            say(f"{'✓' if ok else '✗'} {title} ({elapsed})")
         if in_github_actions():
             say("::endgroup::")

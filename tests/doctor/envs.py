@@ -19,6 +19,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.support.cuda_toolkit import cuda_home
 
 PYENV = Path("/root/.pyenv/versions")
@@ -79,6 +81,14 @@ def venv(prefix: Path, base_python: Path) -> Path:
     """A venv without pip (the project's pip installs into it with --python); returns its python."""
     run([base_python, "-m", "venv", "--without-pip", prefix])
     return prefix / "bin" / "python"
+
+
+def pyenv_venv(prefix: Path, version: str) -> Path:
+    """venv() from pyenv's Python `version`; the test skips when pyenv has none."""
+    base = pyenv_python(version)
+    if base is None:
+        pytest.skip(f"pyenv has no Python {version} here")
+    return venv(prefix, base)
 
 
 def site_packages(python: Path) -> Path:

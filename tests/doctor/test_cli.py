@@ -28,8 +28,18 @@ def test_bad_python_exits_2_with_one_message(run_doctor, tmp_path, given, messag
     result = run_doctor("--python", given)
     assert result.code == 2
     assert result.report["error"]["kind"] == "bad-input"  # --json: the versioned error object
-    [line] = result.stderr.splitlines()
-    assert line.startswith(f"faforge doctor: error: --python {given}: {message}") and " — " in line
+    progress, error = result.stderr.split("faforge doctor: error: ", 1)  # an interpreter that started says so first
+    assert all(line.startswith("faforge doctor: waiting for ") for line in progress.splitlines())
+    [line] = error.splitlines()
+    assert line.startswith(f"--python {given}: {message}") and " — " in line
+
+
+def test_empty_python_names_the_unset_variable(run_doctor):
+    """The README's `faforge doctor --python "$CONDA_PREFIX"` outside a conda environment."""
+    result = run_doctor("--python", "")
+    assert result.code == 2 and result.report["error"]["kind"] == "bad-input"
+    assert "--python '': empty, as an unset variable such as $CONDA_PREFIX gives" in result.stderr
+    assert "a folder without bin/python" not in result.stderr
 
 
 def test_python2_is_refused(run_doctor):
@@ -42,10 +52,7 @@ def test_python2_is_refused(run_doctor):
 
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory):
-    base = envs.pyenv_python("3.12")
-    if base is None:
-        pytest.skip("pyenv has no Python 3.12 here")
-    return envs.venv(tmp_path_factory.mktemp("bare") / "venv", base)
+    return envs.pyenv_venv(tmp_path_factory.mktemp("bare") / "venv", "3.12")
 
 
 def test_text_report_names_facts_problems_and_fixes(run_doctor, bare_venv):

@@ -27,10 +27,7 @@ def situation_on(python, gpu):
 
 @pytest.fixture
 def plain_venv(tmp_path):
-    base = envs.pyenv_python("3.11")
-    if base is None:
-        pytest.skip("pyenv has no Python 3.11 here")
-    return envs.venv(tmp_path / "venv", base)
+    return envs.pyenv_venv(tmp_path / "venv", "3.11")
 
 
 def install_kernel(python, tmp_path, gencode):

@@ -105,3 +105,23 @@ def test_nonexistent_torch_build_is_explained():
 def test_bad_platform_is_a_usage_error():
     result = run(["matrix", "--platform", "win-64"])
     assert result.returncode == 2 and "Traceback" not in result.stderr and "invalid choice" in result.stderr
+
+
+def test_render_fills_the_test_scripts_from_the_cell(matrix_json):
+    """rattler-build leaves test scripts unrendered in its stage-1 recipe; render shows what the test will run."""
+    for cell in (matrix_json[0], next(c for c in matrix_json if c["cxx11_abi"] == 0)):
+        recipe = json.loads(run(["render", cell["id"], "--json"]).stdout)
+        scripts = [t["script"] for t in recipe["tests"] if "script" in t]
+        assert not [s for s in scripts if "${{" in json.dumps(s)], scripts
+        assert [s for s in scripts
+                if f'--expect-cxx11-abi {cell["cxx11_abi"]} --expect-archs "{cell["cuda_archs"]}"' in json.dumps(s).replace('\\"', '"')]
+
+
+def test_a_build_string_with_another_hash_names_its_own_cells(matrix_json):
+    """A build string from an older recipe (another hash) names every cell with the same fields, on each platform."""
+    heads = Counter(c["build_string"].rsplit("_h", 1)[0] for c in matrix_json)
+    head = next(h for h, n in heads.items() if n > 1)  # the same fields on linux-64 and linux-aarch64
+    result = run(["render", f"{head}_h0000000_0"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    for c in [c for c in matrix_json if c["build_string"].rsplit("_h", 1)[0] == head]:
+        assert f"{c['build_string']} ({c['id']})" in result.stderr

@@ -118,6 +118,20 @@ def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):
     assert digests(project) == before
 
 
+def test_a_local_mirror_is_never_written_as_the_rows_source(project, tmp_path):
+    """Rows cite where their build was read (`source:`); a local folder's file:// URL would cite this machine."""
+    table = load_releases(project / "variants" / "releases.yaml")
+    channel = write_channel(tmp_path / "served", table)
+    before = digests(project)
+    for given in (str(channel), channel.as_uri()):
+        result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", given, "--write")
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert f"--channel-url {given}: a local channel" in result.stderr and "serve the mirror over http(s)" in result.stderr
+        assert digests(project) == before
+    shown = faforge(project, "bump", "--source", "conda-forge", "--channel-url", str(channel), "--json")
+    assert shown.returncode == 0 and [r["torch"] for r in json.loads(shown.stdout)["new_releases"]] == [NEW_TORCH]
+
+
 def test_unknown_source_is_bad_input(project):
     result = faforge(project, "bump", "--source", "nope")
     assert result.returncode == 2 and "torch-sources.yaml" in result.stderr

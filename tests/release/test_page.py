@@ -86,3 +86,44 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
     assert yml == environment_yml(spec, [url, "conda-forge"])
     assert count_colour(before, HIGHLIGHT) == 0
     assert count_colour(after, HIGHLIGHT) > 500, "the clicked cell is not highlighted in the screenshot"
+
+
+def _page(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "faforge", "page", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_page_before_anything_is_published_says_publish_first(tmp_path):
+    result = _page(tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "./channel (the default --channel, where `faforge publish` writes) does not exist yet" in result.stderr
+    assert "publish first" in result.stderr and "or pass --channel URL" in result.stderr
+    assert "anaconda.org" not in result.stderr
+
+
+def test_page_defaults_to_the_local_channel_folder(tmp_path):
+    subdir, build, torch = PACKAGES[0]
+    assemble(PackageSpec("flash-attn", VERSION, build, subdir, depends=("python 3.11.*", torch)), tmp_path / "channel")
+    index(tmp_path / "channel")
+    result = _page(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "channel" / "flash-attn-builds.json").read_text())["packages"][0]["build"] == build
+
+
+def test_an_owner_name_stays_an_anaconda_org_channel(tmp_path):
+    """CI passes an owner name or URL (.github/workflows/build.yml); offline that is a network error, not a missing folder."""
+    (tmp_path / "channel").mkdir()  # even with a local ./channel, a name given with --channel is remote
+    result = _page(tmp_path, "--channel", "faforge-owner-that-does-not-exist")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "conda.anaconda.org/faforge-owner-that-does-not-exist" in result.stderr
+
+
+def test_an_empty_channel_is_refused(tmp_path):
+    result = _page(tmp_path, "--channel", "")
+    assert result.returncode == 2 and "--channel '': empty" in result.stderr
+    assert not (tmp_path / "index.html").exists()
+
+
+def test_a_file_given_as_the_channel_folder_is_named_as_such(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a channel\n")
+    result = _page(tmp_path, "--channel", str(tmp_path / "notes.txt"))
+    assert result.returncode == 2 and "is a file, not a folder" in result.stderr and "does not exist" not in result.stderr

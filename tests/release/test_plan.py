@@ -169,6 +169,39 @@ def test_a_channel_without_repodata_is_an_error_unless_new_channels_are_ok(tmp_p
         strict = faforge("plan", "--channel", url, "--platform", "linux-64")
         lenient = faforge("plan", "--channel", url, "--platform", "linux-64", "--new-channel-ok", "--json")
     assert strict.returncode == 4 and "could not find subdir" in strict.stderr and "Traceback" not in strict.stderr
-    assert "--new-channel-ok" in strict.stderr.splitlines()[-1], "the hint names the way out for a channel with nothing published"
+    assert "--new-channel-ok plans every cell" in strict.stderr.splitlines()[-1], "the hint names the way out for a channel with nothing published"
+    assert "faforge publish" not in strict.stderr  # a remote URL
     assert lenient.returncode == 0 and "no repodata yet" in lenient.stderr
     assert json.loads(lenient.stdout)["in_channel"] == []
+
+
+def test_plan_output_is_written_only_when_planning_succeeds(tmp_path):
+    """`--json > plan.json` leaves an empty file when plan fails (the shell creates it first); --output never does."""
+    out = tmp_path / "plan.json"
+    out.write_text("the previous plan\n")
+    failed = faforge("plan", "--channel", "http://127.0.0.1:9/no-channel", "--platform", "linux-64", "--output", str(out))
+    assert failed.returncode not in (0, 2) and "Traceback" not in failed.stderr
+    assert "check the channel URL and your network" in failed.stderr and "publish" not in failed.stderr  # not a local channel
+    assert out.read_text() == "the previous plan\n"
+    assert faforge("plan", "--platform", "linux-64", "--output", str(out)).returncode == 0
+    assert json.loads(out.read_text()) == json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]  # no temporary file left beside it
+
+
+@pytest.mark.parametrize("content", [None, ""], ids=["missing", "empty"])
+def test_build_with_the_plan_a_failed_plan_left_points_past_it(tmp_path, content):
+    plan = tmp_path / "plan.json"
+    if content is not None:
+        plan.write_text(content)
+    result = faforge("build", "--plan", str(plan), "--output-dir", str(tmp_path / "output"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--json >" not in result.stderr  # the command that just left it empty
+    assert "faforge plan --output FILE" in result.stderr and "without --channel it plans every cell, offline" in result.stderr
+    if content == "":
+        assert "empty, so the `faforge plan` that was to write it failed" in result.stderr
+
+
+def test_an_empty_channel_is_refused_not_ignored():
+    """CI passes --channel "$FAFORGE_CHANNEL_URL"; with the variable unset that must not plan every cell silently."""
+    result = faforge("plan", "--channel", "", "--platform", "linux-64", "--json")
+    assert result.returncode == 2 and json.loads(result.stdout)["error"]["kind"] == "bad-input" and "--channel '': empty" in result.stderr

@@ -4,6 +4,7 @@ manifest records it for the exact sha256, and the exit status is 3 (never 0)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,55 @@ def test_package_without_cell_fields_is_skipped(tmp_path):
 
 def test_bad_input_is_exit_2(tmp_path):
     missing = faforge("verify", str(tmp_path / "nope.conda"))
-    assert missing.returncode == 2 and "not a conda package file" in missing.stderr
+    assert missing.returncode == 2 and f"{tmp_path / 'nope.conda'}: no such file" in missing.stderr
+    unexpanded = faforge("verify", str(tmp_path / "output/linux-64/*.conda"))  # a shell glob that matched nothing
+    assert unexpanded.returncode == 2 and "*.conda: no file matches this pattern" in unexpanded.stderr
+    (tmp_path / "notes.txt").write_text("x")
+    not_package = faforge("verify", str(tmp_path / "notes.txt"))
+    assert not_package.returncode == 2 and "not a conda package file" in not_package.stderr
     path = assemble(PackageSpec("flash-attn", "2.8.3", "pyhd8ed1ab_0", "linux-64"), tmp_path / "out")
     gate = faforge("verify", str(path), "--gates", "abi,nonsense")
     assert gate.returncode == 2 and "unknown gate 'nonsense'" in gate.stderr
+
+
+def _foreign(tmp_path: Path) -> Path:
+    return assemble(PackageSpec("flash-attn", "2.8.3.post2", "py312_torch2_13_cu130_cxx11abi1_h1234567_0", "linux-aarch64",
+                                depends=("python 3.12.*", "pytorch >=2.13.0,<2.14 cuda130*")), tmp_path / "out")
+
+
+def test_all_gates_skipped_does_not_look_like_a_pass(tmp_path):
+    result = faforge("verify", str(_foreign(tmp_path)), "--manifest", str(tmp_path / "v"))
+    assert result.returncode == 3
+    assert "✓" not in result.stderr
+    assert "– verify flash-attn-2.8.3.post2-py312_torch2_13_cu130_cxx11abi1_h1234567_0.conda (abi, import)" in result.stderr
+    assert "skipped: abi, import not verified" in result.stderr
+
+
+def test_gates_naming_no_gate_is_exit_2(tmp_path):
+    for given in ("", " , "):
+        result = faforge("verify", str(_foreign(tmp_path)), "--gates", given, "--manifest", str(tmp_path / "v"))
+        assert result.returncode == 2 and "names no gate, so nothing would be verified" in result.stderr
+        assert not (tmp_path / "v").exists()
+
+
+def test_each_package_table_is_printed_before_a_later_package_fails(tmp_path):
+    first = _foreign(tmp_path)
+    result = faforge("verify", str(first), str(tmp_path / "missing.conda"), "--manifest", str(tmp_path / "v"))
+    assert result.returncode == 2 and "missing.conda: no such file" in result.stderr
+    assert first.name in result.stdout and "skipped" in result.stdout  # the first package's results survived
+
+
+def test_first_use_of_a_torch_venv_is_announced(tmp_path):
+    """Building the cell's torch venv takes from seconds to minutes; the line comes before pip starts.
+    pip is pointed at an empty index here, so the install fails fast and the gate is skipped."""
+    path = assemble(PackageSpec("flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0", "linux-64",
+                                depends=("python 3.11.*", "pytorch >=2.14.1,<2.15 cuda130*")), tmp_path / "out")
+    (tmp_path / "no-wheels").mkdir()
+    env = {**os.environ, "FAFORGE_CACHE_DIR": str(tmp_path / "cache"), "PIP_NO_INDEX": "1",
+           "PIP_FIND_LINKS": str(tmp_path / "no-wheels")}
+    result = subprocess.run([sys.executable, "-m", "faforge", "verify", str(path), "--gates", "import",
+                             "--manifest", str(tmp_path / "v")], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 3, result.stderr
+    assert f"first use: creating {tmp_path / 'cache' / 'torch-venvs'}/torch-2.14.1-py3.11" in result.stderr
+    announced = result.stderr.index("first use: creating")
+    assert announced < result.stderr.index("import: skipped")

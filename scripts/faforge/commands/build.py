@@ -46,13 +46,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "or the channel they were published to; repeatable")
 
 
+# Not `--json > FILE`: the shell creates FILE even when plan fails (issue 14).
+PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
+
+
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     """(cell id, part) of every job in a plan file, a single chunk, or a single job."""
-    hint = "write it with `faforge plan --json > FILE`"
     try:
-        data = json.loads(paths.read_user_file(path, "--plan", hint=hint))
+        text = paths.read_user_file(path, "--plan", hint=PLAN_HINT)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint=hint) from None
+        if not text.strip():
+            raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)",
+                               hint=PLAN_HINT) from None
+        raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint=PLAN_HINT) from None
     try:
         if isinstance(data, dict) and all(stage in data for stage in STAGES):
             jobs = [job for stage in STAGES for chunk in data[stage] for job in chunk["include"]]
@@ -63,7 +70,7 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     except (KeyError, TypeError):  # valid JSON of the wrong shape: a number for a chunk, a chunk without `include`
         jobs = [None]
     if not all(isinstance(j, dict) and isinstance(j.get("cell"), str) and isinstance(j.get("part", "all"), str) for j in jobs):
-        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job (each job needs a string `cell` and `part`)", hint=hint)
+        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job (each job needs a string `cell` and `part`)", hint=PLAN_HINT)
     return [(j["cell"], j.get("part", "all")) for j in jobs]
 
 

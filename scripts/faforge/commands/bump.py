@@ -12,6 +12,7 @@ import argparse
 import json
 
 from faforge import paths
+from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.release.bump import extended, find_new, load_sources, new_cells, write
@@ -40,6 +41,11 @@ def execute(args: argparse.Namespace) -> int:
         raise FaforgeError("--channel-url is empty", hint="pass the mirror's URL, or leave --channel-url out to read the source's own")
     if args.channel_url and len(names) != 1:
         raise FaforgeError("--channel-url replaces one source's channel", hint="pass exactly one --source with it")
+    if args.channel_url and args.write and channel_url(args.channel_url).startswith("file://"):
+        # Each new row's `source` is the URL the build was read from: a local folder's would cite this machine.
+        raise FaforgeError(f"--channel-url {args.channel_url}: a local channel, so --write would record its file:// paths "
+                           "as the new rows' `source` in releases.yaml",
+                           hint="serve the mirror over http(s) and pass that URL, or leave out --write to see what it has")
     matrix = load_matrix()
     rows = []
     for name in names:

@@ -7,6 +7,8 @@ what its binary was built for). Imports flash_attn_2_cuda in that interpreter
 to capture the real error, runs the ABI gate on the installed binary against
 the environment's own torch, states each problem in plain words and gives the
 conda install spec (or environment.yml, or local-build command) that fixes it.
+The probe never runs longer than --timeout (it is stopped with every process it
+started, and what it reported until then is diagnosed); stderr says what it waits for.
 Exit status: 0 healthy, 1 problems found, 2 bad input.
 """
 
@@ -16,11 +18,16 @@ import argparse
 import json
 import sys
 
+from faforge.doctor.facts import PROBE_TIMEOUT_S, probe_timeout  # standard library only: cheap at startup
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.progress import say
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--python", metavar="PATH", help="interpreter (or environment folder) to inspect; default: this one")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="stop the probe in the interpreter after this long (default: FAFORGE_DOCTOR_TIMEOUT or "
+                             f"{PROBE_TIMEOUT_S:g} s)")
     parser.add_argument("--json", action="store_true", help="print facts, problems and fixes as versioned JSON (schema: tests/schemas/doctor.json)")
 
 
@@ -29,7 +36,7 @@ def execute(args: argparse.Namespace) -> int:
     from faforge.doctor.examine import examine  # noqa: PLC0415
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
 
-    report = examine(args.python)
+    report = examine(args.python, probe_timeout(args.timeout), progress=lambda message: say(f"faforge doctor: {message}"))
     if args.json:
         json.dump(to_json(report), sys.stdout, indent=2)
         print()

@@ -20,8 +20,9 @@ PACKAGE_NAME = "flash-attn"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--channel", default=str(config.DEFAULT_CHANNEL_DIR), metavar="PATH_OR_URL",
-                        help=f"channel to list (folder, file://, http(s):// or a name); default: ./{config.DEFAULT_CHANNEL_DIR}")
+    parser.add_argument("--channel", metavar="PATH_OR_URL",
+                        help="channel to list (folder, file://, http(s):// or an anaconda.org owner name); "
+                             f"default: ./{config.DEFAULT_CHANNEL_DIR}, the folder `faforge publish` writes")
     parser.add_argument("--out", type=Path, help="where index.html and the JSON go; default: the --channel folder itself")
     parser.add_argument("--install-channel", metavar="NAME_OR_URL",
                         help=f"the -c value shown to users (default: {HERE!r} = the URL the page is served from when it is "
@@ -29,15 +30,27 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              f"{DATA_FILE}, which cannot know its URL, names $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r} for {HERE!r})")
 
 
+def default_channel() -> str:
+    """./channel, publish's default; never the anaconda.org owner named "channel"."""
+    folder = config.DEFAULT_CHANNEL_DIR
+    if not folder.is_dir():
+        raise FaforgeError(f"no channel to list: ./{folder} (the default --channel, where `faforge publish` writes) "
+                           "does not exist yet", hint="publish first, or pass --channel URL (`faforge publish PACKAGE.conda` creates the folder)")
+    return f"./{folder}"  # a path, so that faforge.channel.repodata reads the folder
+
+
 def execute(args: argparse.Namespace) -> int:
     if args.install_channel is not None and not re.fullmatch(r"\S{1,2048}", args.install_channel):
         raise FaforgeError("--install-channel is not a channel name or URL (empty, blank or too long)",
                            input=f"--install-channel {args.install_channel}", hint="e.g. --install-channel https://prefix.dev/my-channel")
+    if args.channel is not None and not args.channel.strip():  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset
+        raise FaforgeError("--channel '': empty", hint="set the variable that names the channel, or leave --channel out for ./channel")
     if args.out is not None:
         paths.output_dir(args.out, "--out")
-    records = query(args.channel, [PACKAGE_NAME], list(PLATFORMS))
+    channel = args.channel if args.channel is not None else default_channel()
+    records = query(channel, [PACKAGE_NAME], list(PLATFORMS))
     in_channel = args.out is None
-    out = args.out or Path(args.channel)
+    out = args.out or Path(channel)
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
     data = page_data(records, load_releases(paths.variants_dir() / "releases.yaml"), install_channel)
     with paths.user_path("--out" if args.out else "--channel", out):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from faforge import paths, progress
+from faforge import atomic, paths, progress
 from faforge.channel.repodata import ChannelNotFound, channel_url, query
 from faforge.commands.matrix import selected_cells
 from faforge.errors import EXIT_OK, FaforgeError
@@ -29,6 +30,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a channel with no repodata yet (HTTP 404: nothing published so far) counts as empty instead of an error")
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)")
+    parser.add_argument("--output", type=Path, metavar="FILE",
+                        help="write the versioned plan to FILE for `faforge build --plan FILE`; written only when planning "
+                             "succeeds (a failed plan keeps the previous file), which `--json > FILE` cannot promise")
     parser.add_argument("--github-output", metavar="FILE",
                         help="also write <stage>-N chunk outputs and their counts for a workflow (stages: kernels, kernel_links, flash_attn; "
                              "e.g. \"$GITHUB_OUTPUT\")")
@@ -39,6 +43,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     if args.github_output is not None:  # before the work: a wrong path fails now, not after reading the channel
         paths.output_file(args.github_output, "--github-output")
+    if args.channel is not None and not args.channel.strip():  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset
+        raise FaforgeError("--channel '': empty, so no channel would be read and every cell planned",
+                           hint="set the variable that names the channel, or leave --channel out to plan every cell")
     channel = None if args.channel is None else channel_url(args.channel)  # a wrong folder fails before rendering
     rendered = selected_cells(args.platform)
     present = set()
@@ -48,8 +55,8 @@ def execute(args: argparse.Namespace) -> int:
             present = present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
         except ChannelNotFound as exc:
             if not args.new_channel_ok:
-                exc.hint = f"{exc.hint}; or pass --new-channel-ok if nothing is published there yet"
-                raise
+                raise ChannelNotFound(exc.message, hint="nothing published there yet? --new-channel-ok plans every cell; "
+                                                        "otherwise check the URL", exit_code=exc.exit_code) from None
             progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
     plan = make_plan(rendered, load_matrix().kernels, load_build_cost(), present, args.channel)
     data = plan.to_json()
@@ -59,6 +66,9 @@ def execute(args: argparse.Namespace) -> int:
                 f"the plan needs {len(data[kind])} {kind} chunks of at most {plan.chunk_size} jobs, but the workflow has {args.max_chunks}",
                 hint="add chunk jobs to .github/workflows/build.yml and pass --max-chunks, or build fewer cells per run (--platform)",
             )
+    if args.output:
+        with paths.user_path("--output", args.output):
+            atomic.write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.github_output is not None:
         with paths.user_path("--github-output", args.github_output), open(args.github_output, "a") as out:
             for kind in STAGES:

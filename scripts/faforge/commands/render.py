@@ -11,7 +11,7 @@ import yaml
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import CELL_ID, explain_missing
-from faforge.matrix.render import render_cells
+from faforge.matrix.render import RenderedCell, build_string_head, render_cells, with_test_scripts_filled
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +24,20 @@ def execute(args: argparse.Namespace) -> int:
     rendered = render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)
     for r in rendered:
         if args.cell in (r.cell.id, r.build_string):
-            print(json.dumps(r.recipe, indent=2) if args.json else yaml.safe_dump(r.recipe, sort_keys=False), end="")
+            recipe = with_test_scripts_filled(r.recipe, r.variant.recipe.used_variant)
+            print(json.dumps(recipe, indent=2) if args.json else yaml.safe_dump(recipe, sort_keys=False), end="")
             return EXIT_OK
-    names = [r.cell.id for r in rendered] + [r.build_string for r in rendered]
-    nearest = difflib.get_close_matches(args.cell, names, n=3, cutoff=0.5)
+    nearest = nearest_cells(args.cell, rendered)
     reason = explain_missing(matrix.table, matrix.policy, args.cell) if CELL_ID.fullmatch(args.cell) else f"unknown cell {args.cell!r}"
     raise FaforgeError(reason, hint=("nearest cells: " + ", ".join(nearest)) if nearest else "`faforge matrix` lists every cell")
+
+
+def nearest_cells(given: str, rendered: list[RenderedCell], n: int = 3) -> list[str]:
+    """Every cell whose build string differs only in hash and build number (one per platform), then the closest names.
+
+    A build string from an older recipe has another hash; its own cell must never be left out."""
+    same = [f"{r.build_string} ({r.cell.id})" for r in rendered if build_string_head(r.build_string) == build_string_head(given)]
+    if same:
+        return same
+    names = [r.cell.id for r in rendered] + [r.build_string for r in rendered]
+    return difflib.get_close_matches(given, names, n=n, cutoff=0.5)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from faforge import config, paths, progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
-from faforge.release.manifest import check_gate_names, record
+from faforge.release.manifest import GATES, check_gate_names, record
 from faforge.release.package import read_package
 from faforge.release.verify import run_gates
 from faforge.table import format_table
@@ -36,6 +36,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     gates = check_gate_names([g.strip() for g in args.gates.split(",") if g.strip()], what="--gates")
+    if not gates:
+        raise FaforgeError(f"--gates {args.gates!r}: names no gate, so nothing would be verified",
+                           hint=f"name gates ({', '.join(GATES)}), or leave --gates out for {','.join(CPU_GATES)}")
     for against in args.against or []:
         with paths.user_path("--against", against):
             if not against.is_dir():
@@ -44,16 +47,21 @@ def execute(args: argparse.Namespace) -> int:
     entries = []
     for path in args.packages:
         package = read_package(path)
+        checked = []
         with progress.step(f"verify {package.filename} ({', '.join(gates)})") as state:
-            for check in run_gates(package, gates, args.against):
-                entries.append(record(args.manifest, package, check.gate, check.result, check.detail))
+            for check in run_gates(package, gates, args.against, announce=progress.say):
+                checked.append(record(args.manifest, package, check.gate, check.result, check.detail))
                 progress.say(f"  {check.gate}: {check.result}: {check.detail}")
                 state.failed = state.failed or check.result == "failed"
+            skipped = [e.gate for e in checked if e.result == "skipped"]
+            state.skipped = f"{', '.join(skipped)} not verified" if skipped else None
+        entries += checked
+        if not args.json:  # each package's table as soon as it is done: a later package's error cannot lose it
+            print(format_table(["package", "sha256", "gate", "result", "detail"],
+                               [[e.package, e.sha256[:12], e.gate, e.result, e.detail[:100]] for e in checked]), flush=True)
     if args.json:
         print(json.dumps({"version": VERIFY_VERSION, "manifest": str(args.manifest), "results": [e.to_json() for e in entries]}, indent=2))
     else:
-        rows = [[e.package, e.sha256[:12], e.gate, e.result, e.detail[:100]] for e in entries]
-        print(format_table(["package", "sha256", "gate", "result", "detail"], rows))
         print(f"\nrecorded in {args.manifest}/")
     results = {e.result for e in entries}
     if "failed" in results:

@@ -27,7 +27,7 @@ KINDS = (
     "python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old", "cxx11-abi-mismatch",
     "signature-drift", "cuda-major-mismatch", "libcudart-missing", "kernel-library-missing", "kernel-library-mismatch",
     "flash-attn-missing", "gpu-arch-missing",
-    "import-failed", "gpu-arch-jit", "no-gpu",
+    "import-failed", "gpu-arch-jit", "no-gpu", "unreadable-metadata",
 )
 ABI_WORDS = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 TORCH_STACK = ("pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "torchvision", "torchaudio")
@@ -412,9 +412,20 @@ def import_failed(s: Situation, found: list[Problem]) -> Problem | None:
     return Problem("import-failed", ERROR, f"`import flash_attn_2_cuda` fails: {error.type}: {error.message}", detail)
 
 
+def unreadable_metadata(s: Situation) -> Problem | None:
+    """Corrupt install records do not stop Python from importing, but the facts read from them are missing."""
+    unreadable = s.facts.unreadable_metadata
+    if not unreadable:
+        return None
+    return Problem("unreadable-metadata", WARNING,
+                   f"{len(unreadable)} install record(s) could not be read, so how torch or flash-attn was installed "
+                   "may be unknown; reinstall the package that owns each file",
+                   tuple(f"{u.path}: {u.reason}" for u in unreadable))
+
+
 RULES = (torch_missing, torch_import_failed, mixed_channels, mixed_conda_pip_torch, cpu_only_torch, python_tag_mismatch,
          wrong_architecture, glibc_too_old, libstdcxx_too_old, cxx11_abi_mismatch, signature_drift, cuda_major_mismatch,
-         libcudart_missing, kernel_library, flash_attn_missing)
+         libcudart_missing, kernel_library, flash_attn_missing, unreadable_metadata)
 
 
 def diagnose(s: Situation) -> list[Problem]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from faforge.doctor import facts as env_facts
@@ -25,8 +26,9 @@ class Report:
         return not any(p.severity == ERROR for p in self.problems)
 
 
-def situation(python: str | None) -> Situation:
-    return situation_from(env_facts.collect(env_facts.resolve_interpreter(python)))
+def situation(python: str | None, timeout_s: float = env_facts.PROBE_TIMEOUT_S,
+              progress: Callable[[str], None] = lambda message: None) -> Situation:
+    return situation_from(env_facts.collect(env_facts.resolve_interpreter(python), timeout_s, progress))
 
 
 def situation_from(facts: env_facts.EnvFacts) -> Situation:
@@ -37,8 +39,9 @@ def situation_from(facts: env_facts.EnvFacts) -> Situation:
     return Situation(facts, torch_install(facts), flash, claim(flash), binary, error)
 
 
-def examine(python: str | None) -> Report:
-    s = situation(python)
+def examine(python: str | None, timeout_s: float = env_facts.PROBE_TIMEOUT_S,
+            progress: Callable[[str], None] = lambda message: None) -> Report:
+    s = situation(python, timeout_s, progress)
     problems = diagnose(s)
     fixes: list[Fix] = []
     if any(p.severity == ERROR for p in problems):

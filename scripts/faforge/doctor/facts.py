@@ -10,18 +10,27 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.errors import EXIT_BAD_INPUT, FaforgeError
+from faforge.errors import EXIT_BAD_INPUT, EXIT_PROBLEMS, FaforgeError
 
 PROBE = Path(__file__).with_name("probe.py")
 MARK = "@@faforge-probe@@"
-PROBE_TIMEOUT_S = 300  # importing a CUDA torch on a cold disk takes a while; a hung driver must not hang us
+# Importing a CUDA torch from a cold disk takes tens of seconds; a hung driver or file system must not
+# hang doctor. FAFORGE_DOCTOR_TIMEOUT or `doctor --timeout` change it.
+PROBE_TIMEOUT_S = 120
+# What the probe does after each stage it reports (probe.py's main()), for the progress line.
+WAITING_FOR = {None: "the interpreter to start and list its packages", "env": "`import torch`",
+               "torch": "`import flash_attn_2_cuda`"}
 NVIDIA_SMI_TIMEOUT_S = 30
 # `uname -m` -> conda subdir.
 PLATFORMS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
@@ -37,6 +46,7 @@ class PythonFacts:
     soabi: str | None
     ext_suffix: str | None
     prefix: str
+    externally_managed: bool = False  # PEP 668: pip may not install into it; a venv made from it may
 
     @property
     def minor(self) -> str:
@@ -95,6 +105,14 @@ class Distribution:
     site: str
     installer: str | None
     direct_url: str | None
+
+
+@dataclass(frozen=True)
+class UnreadableMetadata:
+    """A metadata file the probe could not read (corrupt JSON, a field of the wrong type)."""
+
+    path: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -171,6 +189,7 @@ class EnvFacts:
     import_outcome: ImportOutcome
     gpus: tuple[Gpu, ...]  # from nvidia-smi
     nvidia_smi: str  # "ok", "not found", or why it failed
+    unreadable_metadata: tuple[UnreadableMetadata, ...] = ()
 
     def conda_record(self, name: str) -> CondaRecord | None:
         return next((r for r in self.conda or () if r.name == name), None)
@@ -183,6 +202,9 @@ def resolve_interpreter(given: str | None) -> Path:
     """The interpreter to inspect: --python PATH (a file, or an environment folder), else this one."""
     if given is None:
         return Path(sys.executable)
+    if not given.strip():  # `--python "$CONDA_PREFIX"` outside a conda environment
+        raise FaforgeError("--python '': empty, as an unset variable such as $CONDA_PREFIX gives",
+                           hint="activate the environment first (conda activate NAME), or pass its folder or python")
     path = Path(os.path.abspath(Path(given).expanduser()))  # absolute, but keep the venv's symlink
     if path.is_dir():
         candidates = [path / "bin" / "python", path / "bin" / "python3"]
@@ -199,31 +221,121 @@ def resolve_interpreter(given: str | None) -> Path:
     return path
 
 
-def run_probe(python: Path, timeout_s: int = PROBE_TIMEOUT_S) -> tuple[dict, str | None]:
-    """The probe's stages by name, and why it stopped early (None when it finished)."""
-    source = PROBE.read_text()
+def probe_timeout(given: float | None = None) -> float:
+    """--timeout, else FAFORGE_DOCTOR_TIMEOUT, else PROBE_TIMEOUT_S."""
+    if given is not None:
+        value, source = given, "--timeout"
+    else:
+        raw = os.environ.get("FAFORGE_DOCTOR_TIMEOUT")
+        if raw is None:
+            return PROBE_TIMEOUT_S
+        source = f"FAFORGE_DOCTOR_TIMEOUT={raw[:40]}"
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+    if not 0 < value <= 24 * 3600:
+        raise FaforgeError(f"{source}: not a number of seconds between 0 and 86400", hint="e.g. --timeout 60")
+    return value
+
+
+def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callable[[str | None], None],
+                 **popen) -> tuple[str, str, int | None]:
+    """Run cmd with `source` on stdin; stop its whole process group after timeout_s. (stdout, stderr, exit code or None).
+
+    on_line hears None once the process started, then each line of its stdout as it comes."""
+    # A new session: the probe and anything it starts (a torch import can spawn helpers) share one
+    # process group, so a timeout kills them all, not just the interpreter.
+    process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True, **popen)
+    on_line(None)
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout_s
+    try:
+        try:
+            process.stdin.write(source.encode())
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ, out)
+            selector.register(process.stderr, selectors.EVENT_READ, err)
+            pending = b""
+            while selector.get_map() and (left := deadline - time.monotonic()) > 0:
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    key.data.extend(chunk)
+                    if key.data is out:
+                        *lines, pending = (pending + chunk).split(b"\n")
+                        for line in lines:
+                            on_line(line.decode(errors="replace"))
+        if selector.get_map():  # still open at the deadline: the probe hangs
+            return out.decode(errors="replace"), err.decode(errors="replace"), None
+        return out.decode(errors="replace"), err.decode(errors="replace"), process.wait(max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:  # closed its output but did not exit
+        return out.decode(errors="replace"), err.decode(errors="replace"), None
+    finally:
+        if process.poll() is None or _group_alive(process.pid):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
+              progress: Callable[[str], None] = lambda message: None) -> tuple[dict, str | None]:
+    """The probe's stages by name, and why it stopped early (None when it finished).
+
+    `progress` hears what the probe is waiting for before each stage, so a slow import is never silent.
+    """
+    stages: dict = {}
+
+    def on_line(line: str | None) -> None:
+        if line is None:
+            progress(f"waiting for {WAITING_FOR[None]}: {python} (up to {timeout_s:g} s)")
+            return
+        if not line.startswith(MARK):
+            return
+        try:
+            data = json.loads(line[len(MARK):])
+        except json.JSONDecodeError:
+            return
+        stage = data.pop("stage", "?")
+        stages[stage] = data
+        if stage in WAITING_FOR:
+            progress(f"waiting for {WAITING_FOR[stage]} in {python} (up to {timeout_s:g} s)")
+
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
     with tempfile.TemporaryDirectory(prefix="faforge-doctor-") as cwd:  # keep the cwd off the target's sys.path
         try:
             # The source goes in on stdin (`python -`), so `ps` shows a short command line.
-            result = subprocess.run([str(python), "-"], input=source, capture_output=True, text=True, cwd=cwd, env=env,
-                                    timeout=timeout_s, errors="replace")
-            stdout, stderr, code, stopped = result.stdout, result.stderr, result.returncode, None
-        except subprocess.TimeoutExpired as exc:
-            stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            stderr, code, stopped = "", None, f"timed out after {timeout_s}s"
+            stdout, stderr, code = _run_bounded([str(python), "-"], PROBE.read_text(), timeout_s, on_line, cwd=cwd, env=env)
         except OSError as exc:
             raise FaforgeError(f"--python {python}: cannot run it: {exc.strerror or exc}",
                                hint="pass a Python interpreter, e.g. .venv/bin/python") from None
-    stages = {}
-    for line in stdout.splitlines():
-        if line.startswith(MARK):
-            try:
-                data = json.loads(line[len(MARK):])
-            except json.JSONDecodeError:
-                continue
-            stages[data.pop("stage", "?")] = data
+    stopped = f"timed out after {timeout_s:g} s" if code is None else None
     if "env" not in stages:
+        if stopped:
+            raise FaforgeError(f"--python {python}: {stopped} waiting for {WAITING_FOR[None]}; the probe was stopped "
+                               "(with every process it started)",
+                               hint="a hung file system or a very slow disk? pass --timeout SECONDS to wait longer",
+                               exit_code=EXIT_PROBLEMS)
         tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
         raise FaforgeError(f"--python {python}: did not run faforge's probe, so it is not a usable Python 3 interpreter "
                            f"(exit {code}: {tail[0][:200]})", hint="pass the python of the environment to inspect",
@@ -278,7 +390,7 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
     conda = env.get("conda")
     return EnvFacts(
         python=PythonFacts(py["executable"], py["version"], py["implementation"], py.get("soabi"), py.get("ext_suffix"),
-                           py["prefix"]),
+                           py["prefix"], bool(py.get("externally_managed"))),
         system=SystemFacts(system["os"], system["machine"], system.get("glibc"), tuple(system.get("ld_library_path", ()))),
         site_dirs=tuple(env.get("site_dirs", ())),
         conda=None if conda is None else tuple(
@@ -294,11 +406,12 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
         import_outcome=outcome,
         gpus=gpus,
         nvidia_smi=smi,
+        unreadable_metadata=tuple(UnreadableMetadata(u["path"], u["reason"]) for u in env.get("unreadable_metadata", ())),
     )
 
 
-def collect(python: Path) -> EnvFacts:
-    stages, stopped = run_probe(python)
+def collect(python: Path, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable[[str], None] = lambda message: None) -> EnvFacts:
+    stages, stopped = run_probe(python, timeout_s, progress)
     gpus, smi = nvidia_smi()
     return parse(stages, stopped, gpus, smi)
 

@@ -10,20 +10,20 @@ the command that builds flash-attn locally against the environment's own torch.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, replace
 
-from faforge import config, paths
+from faforge import build_script, config, paths
 from faforge.doctor.diagnose import ERROR, Problem, Situation
 from faforge.gpu import compat
 from faforge.matrix import Matrix
 from faforge.matrix.cells import Cell, explain_missing
 from faforge.matrix.kernels import KERNEL_PACKAGE
-from faforge.matrix.render import RenderedCell
+from faforge.matrix.render import RenderedCell, build_string_head
 from faforge.matrix.versions import minor_of, vtuple
 
-_BUILD_HASH = re.compile(r"^(?P<head>.+)_h[0-9a-f]+_\d+$")
 _CONDA_CUDA = re.compile(r"cuda(?P<tag>\d+)")  # pytorch builds: cuda129_mkl_py312_h..._302, py3.12_cuda12.1_cudnn9.1.0_0
 _LEGACY_CUDA = re.compile(r"_cuda(?P<version>\d+\.\d+)_")
 # The pip wheel that ships libcudart.so.N, per CUDA major, as torch's own wheels require it:
@@ -37,6 +37,8 @@ REPLACE_FLASH_ATTN = ("python-tag-mismatch", "wrong-architecture", "glibc-too-ol
                       "gpu-arch-missing", "import-failed")
 CLOSEST = 3
 KERNEL_LIBRARY_KINDS = ("kernel-library-missing", "kernel-library-mismatch")
+# Where the fix for an externally managed Python (PEP 668) creates the venv that pip may install into.
+VENV_FOR_EXTERNALLY_MANAGED = "~/venvs/flash-attn"
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,7 @@ class Offer:
 
     @property
     def build_glob(self) -> str:
-        match = _BUILD_HASH.match(self.build_string)
-        return f"{match['head'] if match else self.build_string}_*"
+        return f"{build_string_head(self.build_string)}_*"
 
     @property
     def spec(self) -> str:
@@ -167,6 +168,29 @@ def _pip(s: Situation, *args: str) -> str:
     return shlex.join([s.facts.python.executable, "-m", "pip", *args])
 
 
+def _pip_install(s: Situation, *args: str) -> tuple[tuple[str, ...], str]:
+    """Commands that pip-install into this environment, and the python that then has the packages.
+
+    An externally managed Python (PEP 668: Debian's /usr/bin/python3) refuses `pip install`, so the
+    commands first create a venv from it and install there."""
+    if not s.facts.python.externally_managed:
+        return (_pip(s, "install", *args),), s.facts.python.executable
+    venv = os.path.expanduser(VENV_FOR_EXTERNALLY_MANAGED)
+    python = f"{venv}/bin/python"
+    return (shlex.join([s.facts.python.executable, "-m", "venv", venv]),
+            shlex.join([python, "-m", "pip", "install", *args])), python
+
+
+def _pip_fix(s: Situation, title: str, args: tuple[str, ...], resolves: tuple[str, ...], notes: tuple[str, ...] = ()) -> Fix:
+    """A fix that pip-installs `args`, then runs doctor again on the python that has them."""
+    commands, python = _pip_install(s, *args)
+    if python != s.facts.python.executable:
+        notes = (f"{s.facts.python.executable} is externally managed (PEP 668: pip may not install into it), "
+                 f"so this creates a venv at {python.removesuffix('/bin/python')} and installs there", *notes)
+    return Fix("pip", title, commands, resolves=resolves,
+               notes=(*notes, f"then run `faforge doctor --python {python}` again for the build command"))
+
+
 def environment_yml(offer: Offer, name: str = "flash-attn") -> str:
     lines = [f"name: {name}", "channels:", *(f"  - {c}" for c in offer.channels), "dependencies:",
              f"  - python {offer.cell.python}.*", *(f"  - {r}" for r in offer.torch_specs), f"  - {offer.spec}"]
@@ -202,7 +226,9 @@ def local_build(s: Situation, archs: str, resolves: tuple[str, ...], version: st
                     "--cxx11-abi", str(abi), "--wheel-dir", f"{work}/dist"]),
         f"{shlex.join([py, '-m', 'pip', 'install', '--no-deps'])} {work}/dist/flash_attn-*.whl",
     )
-    notes = ("needs nvcc for CUDA " + (s.torch_cuda or "?") + ", ninja and a C++20 compiler; one arch takes 1.5-2 h on 2 cores",)
+    standard = build_script.load().cxx_standard(s.torch_version) if _release(s.torch_version) else "C++17 or C++20"
+    notes = (f"needs nvcc for CUDA {s.torch_cuda or '?'}, ninja and a {standard.upper()} compiler (what the build script "
+             f"uses for {s.torch_words}); one arch takes 1.5-2 h on 2 cores",)
     return Fix("local-build", f"build flash-attn {version} against this {s.torch_words} (archs {archs})", commands,
                resolves=resolves, notes=notes)
 
@@ -302,9 +328,8 @@ def _fresh(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: list[Of
             fixes.append(conda_install(s, offer, kinds, with_torch=True))
         else:
             fixes.append(conda_environment(offer, f"create a conda environment with torch and faforge's build for cell {offer.cell.id}", kinds))
-    fixes.append(Fix("pip", "or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build flash-attn for it",
-                     (_pip(s, "install", "torch"),), resolves=kinds,
-                     notes=(f"then run `faforge doctor --python {s.facts.python.executable}` again for the build command",)))
+    fixes.append(_pip_fix(s, "or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build flash-attn for it",
+                          ("torch",), kinds))
     return fixes
 
 
@@ -330,10 +355,9 @@ def _cuda_torch(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: li
         fixes.append(conda_install(s, near[0], kinds, with_torch=True))
         return fixes
     release = _release(s.torch_version)
-    fixes.append(Fix("pip", f"replace the CPU torch with PyPI's CUDA build of torch {release}, then build flash-attn for it",
-                     (_pip(s, "install", "--force-reinstall", f"torch=={release}"),), resolves=kinds,
-                     notes=("PyPI's Linux wheels of torch are CUDA builds; +cpu builds come from download.pytorch.org/whl/cpu",
-                            f"then run `faforge doctor --python {s.facts.python.executable}` again for the build command")))
+    fixes.append(_pip_fix(s, f"replace the CPU torch with PyPI's CUDA build of torch {release}, then build flash-attn for it",
+                          ("--force-reinstall", f"torch=={release}"), kinds,
+                          ("PyPI's Linux wheels of torch are CUDA builds; +cpu builds come from download.pytorch.org/whl/cpu",)))
     if near:
         fixes.append(conda_environment(near[0], f"or use a conda environment with faforge's build for cell {near[0].cell.id}", kinds))
     return fixes

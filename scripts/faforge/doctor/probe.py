@@ -6,7 +6,9 @@ must not import faforge (which is not installed there). It prints one marked
 JSON line per stage, flushing after each, so that a crash in a later stage
 (importing a broken extension can segfault) still leaves the earlier facts:
 
-  env     interpreter, platform, glibc, conda records, dist-infos, extension files
+  env     interpreter, platform, glibc, conda records, dist-infos, extension files, and the metadata
+          files it could not read (a corrupt direct_url.json or conda-meta record is a finding,
+          never a reason to stop)
   torch   what `import torch` reports (version, CUDA, C++ ABI, devices)
   import  the outcome of `import flash_attn_2_cuda` after torch, as flash_attn does it
 """
@@ -51,6 +53,31 @@ def site_dirs():
     return dirs
 
 
+def read_json(path, unreadable):
+    """The JSON object in `path`, or None: a missing file is normal, a corrupt one goes to `unreadable`."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        unreadable.append({"path": path, "reason": "not valid JSON (%s)" % str(exc)[:120]})
+        return None
+    if not isinstance(data, dict):
+        unreadable.append({"path": path, "reason": "a JSON %s, not an object" % type(data).__name__})
+        return None
+    return data
+
+
+def text_field(data, key, path, unreadable):
+    """data[key] when it is a string (or absent); another type goes to `unreadable`."""
+    value = data.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    unreadable.append({"path": path, "reason": "%r is a %s, not a string" % (key, type(value).__name__)})
+    return None
+
+
 def read_text(path):
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -59,7 +86,7 @@ def read_text(path):
         return None
 
 
-def dist_infos():
+def dist_infos(unreadable):
     """Every torch / flash-attn .dist-info or .egg-info on sys.path, in import order."""
     found = []
     for directory in site_dirs():
@@ -72,39 +99,40 @@ def dist_infos():
                 metadata = read_text(os.path.join(meta, "METADATA")) or read_text(os.path.join(meta, "PKG-INFO")) or ""
                 version = next((line.split(":", 1)[1].strip() for line in metadata.splitlines()
                                 if line.startswith("Version:")), None)
-                direct = read_text(os.path.join(meta, "direct_url.json"))
+                direct_path = os.path.join(meta, "direct_url.json")
+                direct = read_json(direct_path, unreadable)
                 found.append({
                     "name": name,
                     "version": version,
                     "path": meta,
                     "site": directory,
                     "installer": (read_text(os.path.join(meta, "INSTALLER")) or "").strip() or None,
-                    "direct_url": json.loads(direct).get("url") if direct else None,
+                    "direct_url": text_field(direct, "url", direct_path, unreadable) if direct else None,
                 })
     return found
 
 
-def conda_records(prefix):
+def conda_records(prefix, unreadable):
     """The conda-meta records of the torch stack, with which of their files are dist-infos."""
     meta = os.path.join(prefix, "conda-meta")
     if not os.path.isdir(meta):
         return None
     records = []
     for path in sorted(glob.glob(os.path.join(meta, "*.json"))):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                record = json.load(handle)
-        except (OSError, ValueError):
+        record = read_json(path, unreadable)
+        if record is None or record.get("name") not in CONDA_PACKAGES:
             continue
-        if record.get("name") not in CONDA_PACKAGES:
-            continue
+        fields = {key: text_field(record, key, path, unreadable) for key in ("version", "build", "channel")}
         files = record.get("files") or []
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            unreadable.append({"path": path, "reason": "'files' is not a list of paths"})
+            files = []
         records.append({
             "name": record.get("name"),
-            "version": record.get("version"),
-            "build": record.get("build"),
-            "channel": record.get("channel") or "",
-            "depends": [str(d) for d in record.get("depends") or []],
+            "version": fields["version"] or "",
+            "build": fields["build"] or "",
+            "channel": fields["channel"] or "",
+            "depends": [str(d) for d in record.get("depends") or []] if isinstance(record.get("depends") or [], list) else [],
             "dist_infos": sorted({p.split(".dist-info/")[0] + ".dist-info" for p in files if ".dist-info/" in p}),
         })
     return records
@@ -118,9 +146,19 @@ def extension_files():
     return files
 
 
+def externally_managed():
+    """PEP 668: the distribution manages this Python's packages (a venv made from it is not managed)."""
+    if sys.prefix != getattr(sys, "base_prefix", sys.prefix):
+        return False
+    return os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+
+
 def env_facts():
     spec = importlib.util.find_spec(EXTENSION)
     torch_spec = importlib.util.find_spec("torch")
+    unreadable = []
+    conda = conda_records(sys.prefix, unreadable)
+    distributions = dist_infos(unreadable)
     return {
         "python": {
             "executable": sys.executable,
@@ -129,12 +167,14 @@ def env_facts():
             "soabi": sysconfig.get_config_var("SOABI"),
             "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
             "prefix": sys.prefix,
+            "externally_managed": externally_managed(),
         },
         "system": {"os": platform.system(), "machine": platform.machine(), "glibc": glibc(),
                    "ld_library_path": [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]},
         "site_dirs": site_dirs(),
-        "conda": conda_records(sys.prefix),
-        "distributions": dist_infos(),
+        "conda": conda,
+        "distributions": distributions,
+        "unreadable_metadata": unreadable,
         "torch_package": os.path.dirname(torch_spec.origin) if torch_spec and torch_spec.origin else None,
         "extension": spec.origin if spec and spec.origin else None,
         "extension_files": extension_files(),

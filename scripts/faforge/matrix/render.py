@@ -35,6 +35,16 @@ class RenderedCell:
     variant: object = field(default=None, compare=False, repr=False)
 
 
+# py312_torch2_7_cu129_cxx11abi1_h1a2b3c4_0: what the cell is, then the variant hash and build number.
+BUILD_HASH = re.compile(r"^(?P<head>.+)_h[0-9a-f]+_\d+$")
+
+
+def build_string_head(build_string: str) -> str:
+    """The build string without its variant hash and build number: the same for a cell across recipe changes."""
+    match = BUILD_HASH.match(build_string)
+    return match["head"] if match else build_string
+
+
 def _cell_key(values: dict) -> tuple:
     return (str(values["python"]), str(values["torch_version"]), str(values["cuda_compiler_version"]), str(values["cxx11_abi"]))
 
@@ -120,6 +130,29 @@ def _rendered(cell: Cell, variant, recipe: dict) -> RenderedCell:
         recipe=recipe,
         variant=variant,
     )
+
+
+# A plain variable reference in a recipe string, such as `${{ cxx11_abi }}`.
+JINJA_VARIABLE = re.compile(r"\$\{\{\s*(\w+)\s*\}\}")
+
+
+def with_test_scripts_filled(recipe: dict, used_variant: dict) -> dict:
+    """The rendered recipe with its `tests:` scripts' variables filled from the cell's used variant.
+
+    rattler-build renders test scripts only when it runs them, so its stage-1 recipe still holds
+    `${{ cxx11_abi }}`; the values are the ones that run gets, from the same render."""
+    def fill(text):
+        if not isinstance(text, str):
+            return text
+        return JINJA_VARIABLE.sub(lambda m: str(used_variant[m[1]]) if m[1] in used_variant else m[0], text)
+
+    tests = []
+    for test in recipe.get("tests", []):
+        if "script" in test:
+            script = test["script"]
+            test = {**test, "script": [fill(line) for line in script] if isinstance(script, list) else fill(script)}
+        tests.append(test)
+    return {**recipe, "tests": tests} if "tests" in recipe else recipe
 
 
 def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:

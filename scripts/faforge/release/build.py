@@ -143,6 +143,16 @@ def cache_summary(log_path: Path) -> str:
     return f"{found[-1][0]} hits, {found[-1][1]} misses" if found else "-"
 
 
+# rattler-build's log line for a source or package it could not fetch.
+FAILED_FETCH = re.compile(r"Failed to fetch from (\S+?):? ")
+
+
+def failed_download(log_path: Path) -> str | None:
+    """The last URL rattler-build's log says it could not fetch."""
+    found = FAILED_FETCH.findall(log_path.read_text(errors="replace")) if log_path.is_file() else []
+    return found[-1] if found else None
+
+
 def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
                part: str = "all", tus: tuple[str, ...] = (), channel_aliases: dict[str, str] | None = None,
                extra_channels: list[str] = ()) -> CellBuild:
@@ -183,6 +193,9 @@ def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live:
             )
         except Exception as exc:  # py-rattler-build raises its own error types; the log has the details
             message = str(exc).strip() or type(exc).__name__
+            log.flush()
+            if "download" in message.lower() and (url := failed_download(log_path)):
+                message += f" ({url})"  # its own message leaves the URL out: the source, or a channel?
             log.write(f"FAILED: {message}\n")
             return CellBuild(cell=cell.id, part=part, status="failed", seconds=time.monotonic() - started,
                              package=None, log=log_path, error=message, cache=cache_summary(log_path))

@@ -18,10 +18,12 @@ import fcntl
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -128,6 +130,11 @@ def remote_wheel_cuda(package: PackageFacts) -> str | None:
     return _remote_cuda(package.torch, "cp" + package.python.replace(".", ""), package.subdir)
 
 
+# What pip (urllib3) prints when it cannot reach an index at all.
+PIP_NETWORK_ERROR = re.compile(r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
+                               r"Connection refused|Failed to establish a new connection")
+
+
 def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
     shutil.rmtree(prefix, ignore_errors=True)
     made = subprocess.run([str(python), "-m", "venv", str(prefix)], capture_output=True, text=True)
@@ -137,12 +144,18 @@ def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
     result = subprocess.run(pip, capture_output=True, text=True)
     if result.returncode != 0:
         shutil.rmtree(prefix, ignore_errors=True)
-        tail = " / ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
+        output = result.stderr or result.stdout
+        # Offline, pip ends with "conflicting dependencies"/"no matching distribution"; the cause is the network.
+        unreachable = PIP_NETWORK_ERROR.search(output)
+        if unreachable:
+            raise Unavailable(f"`pip install {' '.join(requirements)}` could not reach the package index "
+                              f"({unreachable.group(0)}); the gate needs PyPI's torch wheel (network, or a pip mirror)")
+        tail = " / ".join(output.strip().splitlines()[-3:])
         raise Unavailable(f"`pip install {' '.join(requirements)}` failed: {tail}")
 
 
-def torch_venv(package: PackageFacts, extra: list[str]) -> TorchVenv:
-    """The cached base venv with the cell's PyPI torch (built on first use, under a lock)."""
+def torch_venv(package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
+    """The cached base venv with the cell's PyPI torch (built on first use, under a lock; `announce` hears it first)."""
     name = f"torch-{package.torch}-py{package.python}" + "".join(f"+{e}" for e in sorted(extra))
     root = config.cache_dir() / "torch-venvs"
     prefix = root / name
@@ -151,7 +164,10 @@ def torch_venv(package: PackageFacts, extra: list[str]) -> TorchVenv:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = prefix / ".faforge-complete"
         if not done.exists():
-            _install(prefix, find_python(package.python), [f"torch=={package.torch}", *extra])
+            python = find_python(package.python)
+            announce(f"first use: creating {prefix} with PyPI torch=={package.torch} for Python {package.python} "
+                     "(pip downloads and installs torch, from seconds to minutes; cached for later runs)")
+            _install(prefix, python, [f"torch=={package.torch}", *extra])
             done.write_text("ok\n")
     python = prefix / "bin" / "python"
     probe = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))"
@@ -163,13 +179,13 @@ def torch_venv(package: PackageFacts, extra: list[str]) -> TorchVenv:
     return TorchVenv(prefix=prefix, python=python, site_packages=site, torch=version, cuda=cuda, cxx11_abi=abi)
 
 
-def matching_torch_venv(package: PackageFacts) -> TorchVenv:
+def matching_torch_venv(package: PackageFacts, announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
     """The base venv, or Unavailable saying exactly which fact of the cell PyPI's torch does not match."""
     check_runnable_here(package)
     remote_cuda = remote_wheel_cuda(package)
     if remote_cuda is not None and remote_cuda != package.cuda:
         raise Unavailable(f"PyPI's torch {package.torch} is built for CUDA {remote_cuda}, the cell for CUDA {package.cuda}")
-    venv = torch_venv(package, pip_requirements(package))
+    venv = torch_venv(package, pip_requirements(package), announce)
     if venv.cuda != package.cuda:
         raise Unavailable(f"torch {venv.torch} from PyPI is built for CUDA {venv.cuda}, the cell for CUDA {package.cuda}")
     if venv.cxx11_abi != package.cxx11_abi:

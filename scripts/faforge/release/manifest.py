@@ -9,14 +9,12 @@ A rebuilt package has a new sha256 and so starts with no results: nothing carrie
 from __future__ import annotations
 
 import json
-import os
 import platform
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from faforge import __version__
+from faforge import __version__, atomic
 from faforge.errors import FaforgeError
 from faforge.release.package import PackageFacts
 
@@ -66,10 +64,7 @@ def record(manifest_dir: Path, package: PackageFacts, gate: str, result: str, de
     )
     folder = manifest_dir / package.sha256
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as tmp:
-        json.dump(entry.to_json(), tmp, indent=2)
-        tmp.write("\n")
-    os.replace(tmp.name, folder / f"{gate}.json")
+    atomic.write_text(folder / f"{gate}.json", json.dumps(entry.to_json(), indent=2) + "\n")
     return entry
 
 

@@ -90,6 +90,11 @@ def read_package(path: str | Path) -> PackageFacts:
     from rattler.package import IndexJson  # noqa: PLC0415
 
     path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        # An unmatched shell glob (output/linux-64/*.conda before any build) arrives as the pattern itself.
+        what = "no file matches this pattern" if any(c in str(path) for c in "*?[") else "no such file"
+        raise FaforgeError(f"{path}: {what}", hint="`faforge build` writes packages to --output-dir/<platform>/ (see its summary); "
+                                                   "pass those files")
     if not path.is_file() or not path.name.endswith(PACKAGE_SUFFIXES):
         raise FaforgeError(f"{path}: not a conda package file", hint="pass a .conda or .tar.bz2 file, e.g. output/linux-64/flash-attn-*.conda")
     try:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,12 +85,14 @@ def _tail(result: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {result.returncode}"
 
 
-def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None = None) -> list[Check]:
-    """Run `gates` (abi, import, gpu) on one package; gates without a matching torch are skipped."""
+def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None = None,
+              announce: Callable[[str], None] = lambda message: None) -> list[Check]:
+    """Run `gates` (abi, import, gpu) on one package; gates without a matching torch are skipped.
+    `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     venv, reason = None, None
     if set(gates) - ({"abi"} if against else set()):
         try:
-            venv = matching_torch_venv(package)
+            venv = matching_torch_venv(package, announce)
         except Unavailable as exc:
             reason = str(exc)
     checks = []
