@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -10,6 +12,8 @@ from pathlib import Path
 def write_text(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename it over `path` (atomic on POSIX)."""
     path = Path(path)
+    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):  # a rename would replace a folder's entry or a device
+        raise OSError(errno.EEXIST, "exists and is not a regular file, so it is not replaced", str(path))
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", suffix=".tmp", delete=False) as tmp:
         try:
             tmp.write(text)

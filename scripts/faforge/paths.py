@@ -67,6 +67,20 @@ def output_file(path: str | os.PathLike, option: str) -> Path:
     return Path(path)
 
 
+def replaceable_file(path: str | os.PathLike, option: str) -> Path:
+    """A file a command replaces atomically when it is done (faforge.atomic), checked now: absent or a
+    regular file (never a folder or a device such as /dev/full, which a rename would replace), in a
+    folder it may write into."""
+    if not os.fspath(path):
+        raise FaforgeError(f"{option} is empty", hint="name a file, e.g. plan.json")
+    with user_path(option, path):
+        if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            raise FaforgeError(f"{option} {os.fsdecode(path)} {why_not_a_file(path)}, so it is not replaced",
+                               hint="name a file", input=os.fsdecode(path))
+        tempfile.TemporaryFile(dir=Path(path).parent).close()
+    return Path(path)
+
+
 def read_user_file(path: str | os.PathLike, option: str | None = None, *, hint: str | None = None) -> str:
     """The text of a file the user (or a data folder) names. A FIFO or a device would block or never end,
     random bytes are not text: each is bad input naming the path, never a hang or a traceback."""

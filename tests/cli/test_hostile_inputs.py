@@ -37,9 +37,6 @@ REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("hostile_cases.yaml")
 HANG_TIMEOUT_S = 20
 # Cases whose fix belongs to the other half of issue 14 (branch issue-14-path): the lead removes this list after merging.
-KNOWN_OPEN_FOR_HELPER_B = {"page - ", "verify --gates {conda} --gates "}
-
-
 def load_cases() -> list[dict]:
     """One dict per case: the table's groups expanded over their `values`, each with an id."""
     cases = []
@@ -54,9 +51,7 @@ def load_cases() -> list[dict]:
 
 
 CASES = load_cases()
-# Strict: once the fix lands these pass, XPASS fails the run, and the entry must go.
-PARAMS = [pytest.param(c, id=c["id"], marks=[pytest.mark.xfail(strict=True, reason="fixed on branch issue-14-path")]
-                       if c["id"] in KNOWN_OPEN_FOR_HELPER_B else []) for c in CASES]
+PARAMS = [pytest.param(c, id=c["id"]) for c in CASES]
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -219,10 +214,6 @@ def subparsers_cache() -> dict[str, argparse.ArgumentParser]:
     if not _SUBPARSERS:
         _SUBPARSERS.update(subparsers())
     return _SUBPARSERS
-
-
-def test_known_open_cases_exist():
-    assert KNOWN_OPEN_FOR_HELPER_B <= {c["id"] for c in CASES}
 
 
 @pytest.mark.parametrize("case", PARAMS)

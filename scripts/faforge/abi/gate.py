@@ -47,13 +47,13 @@ def parse_archs(spec: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for item in filter(None, re.split(r"[,;\s]+", spec.strip())):
         match = _ARCH.fullmatch(item)
         if not match:
-            raise FaforgeError(f"--expect-archs {spec!r}: {item!r} is not an SM such as sm_80, 90, 90a or 120+PTX")
+            raise FaforgeError(f"--expect-archs {spec!r}: {item!r} is not an SM", hint="name SMs such as sm_80, 90, 90a or 120+PTX")
         number = f"{match.group(1)}{match.group(2)}{match.group(3).lower()}"
         sass.append(f"sm_{number}")
         if match.group(4):
             ptx.append(f"compute_{number}")
     if not sass:
-        raise FaforgeError("--expect-archs is empty; pass the cell's arch list, e.g. 'sm_80,sm_90'")
+        raise FaforgeError("--expect-archs is empty", hint="pass the arch list, e.g. 'sm_80,sm_90' or '80;90;120+PTX'")
     return tuple(sass), tuple(ptx)
 
 

@@ -96,7 +96,7 @@ def parse_export_patterns(spec: str | None) -> tuple[str, ...] | None:
         return None
     patterns = tuple(p.strip() for p in spec.split(",") if p.strip())
     if not patterns:
-        raise FaforgeError(f"--exports {spec!r}: no pattern; pass shell-style patterns of the allowed names, e.g. 'run_mha_*'")
+        raise FaforgeError(f"--exports {spec!r}: no pattern", hint="pass shell-style patterns of the allowed names, e.g. 'run_mha_*,flash_attn_kernels_*'")
     return patterns
 
 

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from faforge import paths, progress
+from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
@@ -108,12 +109,21 @@ def channel_aliases(matrix, cli_entries: list[str]) -> dict[str, str]:
     return {**from_env, **parse_channel_aliases(cli_entries, known)}
 
 
+def extra_channel(value: str) -> str:
+    """An --extra-channel checked before any build: a URL, a name, or a folder that exists."""
+    if not value.strip():
+        raise FaforgeError("--extra-channel '': empty", input="--extra-channel",
+                           hint="name the folder or URL holding the kernel packages, or leave the option out")
+    return channel_url(value)
+
+
 def execute(args: argparse.Namespace) -> int:
     wanted = [(c, args.part) for c in args.cells] + (jobs_from_plan(args.plan) if args.plan else [])
     if not wanted:
         raise FaforgeError("nothing to build", hint="name cells (see `faforge matrix`) or pass --plan FILE")
     matrix = load_matrix()
     aliases = channel_aliases(matrix, args.channel_alias)
+    extra_channels = [extra_channel(value) for value in args.extra_channel]
     source = SourceOverride.from_sdist(args.source) if args.source else None
     require_cells_exist(matrix.cells, matrix.table, matrix.policy, [c for c, _ in wanted])
     cells = {c.id: c for c in matrix.cells}
@@ -126,7 +136,7 @@ def execute(args: argparse.Namespace) -> int:
             title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
             with progress.step(title) as state:
                 result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
-                                    tus=tus, channel_aliases=aliases, extra_channels=args.extra_channel, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
+                                    tus=tus, channel_aliases=aliases, extra_channels=extra_channels, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
                 state.failed = result.status == "failed"
             if state.failed:
                 progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")

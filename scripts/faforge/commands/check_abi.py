@@ -46,10 +46,11 @@ def execute(args: argparse.Namespace) -> int:
     if args.torch_free:
         return _torch_free(args, started)
     if not args.against:
-        raise FaforgeError("check-abi needs --against DIR (the torch to check against), or --torch-free for a "
-                           "binary that must not use torch")
+        raise FaforgeError("check-abi needs a torch to check against, or --torch-free",
+                           hint="pass --against DIR (torch/lib, site-packages or a prefix), or --torch-free for a binary that must not use torch")
     if args.expect_archs is not None or args.exports is not None:
-        raise FaforgeError("--expect-archs and --exports go with --torch-free; the torch check reports GPU code without judging it")
+        raise FaforgeError("--expect-archs and --exports go with --torch-free (the torch check reports GPU code without judging it)",
+                           hint="add --torch-free, or drop them")
     verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform)
     if args.json:
         json.dump(verdict.to_json(), sys.stdout, indent=2)
@@ -62,7 +63,7 @@ def execute(args: argparse.Namespace) -> int:
 
 def _torch_free(args: argparse.Namespace, started: float) -> int:
     if args.against or args.glibc or args.platform:
-        raise FaforgeError("--torch-free checks PATH on its own; drop --against, --glibc and --platform")
+        raise FaforgeError("--torch-free checks PATH on its own", hint="drop --against, --glibc and --platform")
     report = torchfree.check_torch_free(args.path, expect_archs=args.expect_archs, exports=args.exports)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from faforge import paths
 from faforge.channel.index import BadFile, channel_errors, channel_lock, check_folder, heal
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
 

@@ -43,6 +43,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     if args.github_output is not None:  # before the work: a wrong path fails now, not after reading the channel
         paths.output_file(args.github_output, "--github-output")
+    if args.output is not None:
+        paths.replaceable_file(args.output, "--output")
     if args.channel is not None and not args.channel.strip():  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset
         raise FaforgeError("--channel '': empty, so no channel would be read and every cell planned",
                            hint="set the variable that names the channel, or leave --channel out to plan every cell")
