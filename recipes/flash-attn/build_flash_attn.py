@@ -386,6 +386,27 @@ def declared_cxx11_abi(names: set[str]) -> int | None:
     return classify.cxx11_abi_of(names)
 
 
+# at::PhiloxCudaState's offset_intragraph_ is uint32_t up to torch 2.9 and uint64_t from 2.10
+# (pytorch/pytorch#164515), which moves every Flash_fwd_params field after it: the kernel library is
+# built for one layout, and the glue names its torch's (torch_shim/api/flash_attn_kernels_api.h).
+PHILOX_BITS_DEFINE = "FAFORGE_PHILOX_OFFSET_INTRAGRAPH_BITS"
+PHILOX_DEFAULT_BITS = 64
+PHILOX_HEADER = "ATen/cuda/detail/PhiloxCudaStateRaw.cuh"
+
+
+def philox_offset_bits(torch_include: str) -> int:
+    """The width of this torch's PhiloxCudaState::offset_intragraph_, read from its header (the
+    glue's static_assert checks the reading against the real type)."""
+    header = Path(torch_include) / PHILOX_HEADER
+    try:
+        match = re.search(r"\buint(32|64)_t\s+offset_intragraph_\b", header.read_text())
+    except OSError as exc:
+        raise BuildError(f"cannot read {header} ({exc.strerror}); is this torch's include folder complete?") from None
+    if not match:
+        raise BuildError(f"{header}: no uint32_t/uint64_t offset_intragraph_ member; this torch's Philox state is new to the build script")
+    return int(match.group(1))
+
+
 def find_shim_dir(explicit: str | None) -> Path:
     """torch_shim/ beside this script (the recipe copies it there), else the repo's copy."""
     here = Path(__file__).resolve().parent
@@ -415,9 +436,11 @@ def kernel_include_dirs(source_dir: Path, shim: Path) -> list[str]:
     return [str(shim), str(shim / "api"), *(str(source_dir / d) for d in ("csrc/flash_attn", "csrc/flash_attn/src", "csrc/cutlass/include"))]
 
 
-def kernel_compile_flags(source_dir: Path, shim: Path, archs: list[tuple[int, bool]], nvcc_threads: int) -> list[str]:
+def kernel_compile_flags(source_dir: Path, shim: Path, archs: list[tuple[int, bool]], nvcc_threads: int, philox_bits: int) -> list[str]:
+    # The default layout needs no define (the shim's default), so its objects and cache keys stay as they were.
+    layout = [] if philox_bits == PHILOX_DEFAULT_BITS else [f"-D{PHILOX_BITS_DEFINE}={philox_bits}"]
     return [*NVCC_FLAGS, f"-std={KERNEL_CXX_STD}", "--threads", str(nvcc_threads), "-Xcompiler", "-fPIC",
-            *gencode_flags(archs), *(f"-I{d}" for d in kernel_include_dirs(source_dir, shim))]
+            *gencode_flags(archs), *layout, *(f"-I{d}" for d in kernel_include_dirs(source_dir, shim))]
 
 
 def kernel_link_flags(shim: Path) -> list[str]:
@@ -464,7 +487,8 @@ def ninja_escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def build_kernel_library(args: argparse.Namespace, source_dir: Path, build_dir: Path, archs: list[tuple[int, bool]], max_jobs: int) -> Path | None:
+def build_kernel_library(args: argparse.Namespace, source_dir: Path, build_dir: Path, archs: list[tuple[int, bool]], max_jobs: int,
+                         philox_bits: int) -> Path | None:
     """Compiles the kernel TUs against the shim and links libflash_attn_kernels.so; no torch.
     With --only-tus, compiles just those into the compiler cache and returns None."""
     cuda_home = find_cuda_home()
@@ -477,7 +501,7 @@ def build_kernel_library(args: argparse.Namespace, source_dir: Path, build_dir: 
     ccache = setup_ccache(source_dir, nvcc_path, [sys.prefix, cuda_home]) if args.compiler_cache == "ccache" else None
     stats_before = ccache_counts(ccache) if ccache else {}
     ninja_text = kernel_ninja([*([ccache] if ccache else []), nvcc_path], source_dir, kernels, shim,
-                              kernel_compile_flags(source_dir, shim, archs, int(args.nvcc_threads)), kernel_link_flags(shim))
+                              kernel_compile_flags(source_dir, shim, archs, int(args.nvcc_threads), philox_bits), kernel_link_flags(shim))
     ninja_file = out_dir / "build.ninja"
     if not ninja_file.is_file() or ninja_file.read_text() != ninja_text:
         ninja_file.write_text(ninja_text)
@@ -486,7 +510,8 @@ def build_kernel_library(args: argparse.Namespace, source_dir: Path, build_dir: 
         raise BuildError("ninja not found on PATH (conda: ninja, PyPI: ninja)")
     targets = [object_name(str(source_dir / k)) for k in only] if only else []
     command = [ninja, "-C", str(out_dir), "-j", str(max_jobs), *targets]
-    log(f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} (C++ standard {KERNEL_CXX_STD.replace('c', 'C')})")
+    log(f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} "
+        f"(C++ standard {KERNEL_CXX_STD.replace('c', 'C')}, {philox_bits}-bit Philox offset_intragraph_)")
     log("+ " + shlex.join(command))
     started = time.monotonic()
     if subprocess.run(command).returncode != 0:
@@ -530,12 +555,12 @@ def kernel_plan(args: argparse.Namespace, source_dir: Path, archs: list[tuple[in
 def build_kernels_only(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> Path | None:
     archs = parse_arch_list(args.archs)
     plan, max_jobs = kernel_plan(args, source_dir, archs)
-    plan.update(part="kernel library", build_dir=str(build_dir), install_lib_dir=args.install_lib_dir)
+    plan.update(part="kernel library", build_dir=str(build_dir), install_lib_dir=args.install_lib_dir, philox_offset_bits=args.philox_offset_bits)
     log("plan " + json.dumps(plan, sort_keys=True))
     if args.plan_only:
         print(json.dumps(plan, indent=2, sort_keys=True))
         return None
-    library = build_kernel_library(args, source_dir, build_dir, archs, max_jobs)
+    library = build_kernel_library(args, source_dir, build_dir, archs, max_jobs, args.philox_offset_bits)
     if library and args.install_lib_dir:
         target = Path(args.install_lib_dir) / KERNEL_LIBRARY
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -573,6 +598,8 @@ def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> P
         raise BuildError(f"--kernel-library {args.kernel_library}: no such file; build it with --kernels-only (or install libflash-attn-kernels)")
     archs = parse_arch_list(args.archs) if not given else None
     kernels, max_jobs = kernel_plan(args, source_dir, archs) if archs else ({}, args.max_jobs or 1)
+    torch_include = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
+    philox_bits = philox_offset_bits(torch_include)
 
     plan = {
         "flash_attn": sdist_version(source_dir),
@@ -580,6 +607,7 @@ def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> P
         "torch_cuda": torch.version.cuda,
         "cxx_std": std,
         "cxx11_abi": abi,
+        "philox_offset_bits": philox_bits,
         "kernel_library": str(given) if given else {"built here, carried in the wheel": kernels},
         "build_dir": str(build_dir),
         "wheel_dir": str(wheel_dir),
@@ -588,7 +616,7 @@ def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> P
     if args.plan_only:
         print(json.dumps(plan, indent=2, sort_keys=True))
         return None
-    library = given or build_kernel_library(args, source_dir, build_dir, archs, max_jobs)
+    library = given or build_kernel_library(args, source_dir, build_dir, archs, max_jobs, philox_bits)
     if library is None:
         return None  # --only-tus: kernel objects compiled, nothing to link yet
 
@@ -601,7 +629,6 @@ def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> P
 
     from setuptools import find_packages, setup  # noqa: PLC0415
 
-    torch_include = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
     cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(platform.machine()))
     view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
     # A carried library is found beside the module; an installed one (conda's lib/) through the
@@ -631,7 +658,7 @@ def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> P
     extension = cpp_extension.CUDAExtension(
         name="flash_attn_2_cuda",
         sources=["csrc/flash_attn/flash_api.cpp", str(shim / "torch_cuda_check.cpp")],
-        extra_compile_args={"cxx": ["-O3", f"-std={std}", abi_define]},
+        extra_compile_args={"cxx": ["-O3", f"-std={std}", abi_define, f"-D{PHILOX_BITS_DEFINE}={philox_bits}"]},
         # The kernel library by path: DT_NEEDED is its SONAME. --strip-all: no static symbol table,
         # as conda-forge's flash-attn feedstock links it; .dynsym (what the ABI checks read) stays.
         extra_link_args=[str(library), *runpath, "-Wl,--no-undefined", "-Wl,--strip-all", *py_link],
@@ -705,6 +732,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-tus", default=os.environ.get("FAFORGE_BUILD_TUS") or None, help="compile only these kernel TUs (file names) and stop, for a split cell's piece (env FAFORGE_BUILD_TUS)")
     parser.add_argument("--kernels-only", action="store_true", help="build only the kernel library (no torch needed; the recipe's libflash-attn-kernels)")
     parser.add_argument("--install-lib-dir", default=None, help="with --kernels-only: copy the library here (the recipe: $PREFIX/lib)")
+    parser.add_argument("--philox-offset-bits", type=int, choices=[32, 64], default=int(os.environ.get("FAFORGE_PHILOX_OFFSET_BITS") or PHILOX_DEFAULT_BITS),
+                        help="with --kernels-only: at::PhiloxCudaState's offset_intragraph_ width the library serves, 32 for torch <= 2.9, "
+                             "64 for torch >= 2.10 (env FAFORGE_PHILOX_OFFSET_BITS, default 64); other builds read it from torch")
     parser.add_argument("--kernel-library", default=None, help="build only the glue, against this libflash_attn_kernels.so (the recipe's flash-attn)")
     parser.add_argument("--shim-dir", default=None, help="the torch shim (default: torch_shim/ beside this script, else the repo's)")
     parser.add_argument("--install", action="store_true", help="pip-install the wheel into this Python (the recipe's build)")

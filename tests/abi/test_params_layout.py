@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge import paths
+from faforge import build_script, paths
 from faforge.abi import kernel_abi
 from faforge.abi.params_layout import Layout, measure, struct_fields
 from faforge.matrix import load_matrix
@@ -163,6 +163,28 @@ def test_shared_layout_is_the_shims_in_every_field(matrix_layouts, fields, shim_
     for version in shared:
         assert matrix_layouts[version] == shim_layout, version
     assert shim_layout.unpack == (7, 11, 3, 5 + (1 << 33) + 2)
+
+
+@pytest.mark.slow
+def test_own_build_torches_are_the_32_bit_shims_in_every_field(tmp_path, matrix_layouts, toolchain, fields):
+    """The kernel library built with --philox-offset-bits 32 serves the torches whose layout differs from
+    the default shim's: every offset of all three structs and unpack's results agree."""
+    verdicts = kernel_abi.load_kernel_abi()
+    shim32 = measure(tmp_path, [SHIM, *toolchain], fields, defines=("FAFORGE_PHILOX_OFFSET_INTRAGRAPH_BITS=32",))
+    own = [v for v in matrix_layouts if verdicts[minor_of(v)].verdict == kernel_abi.OWN_BUILD]
+    assert own
+    for version in own:
+        assert matrix_layouts[version] == shim32, version
+
+
+@pytest.mark.slow
+def test_the_build_script_reads_each_torchs_philox_width():
+    """build_flash_attn.philox_offset_bits on the real headers: what it passes to the glue and the kernel library."""
+    verdicts = kernel_abi.load_kernel_abi()
+    for version in matrix_torch_versions():
+        _, include = torch_headers(version)
+        expected = 32 if verdicts[minor_of(version)].verdict == kernel_abi.OWN_BUILD else 64
+        assert build_script.load().philox_offset_bits(str(include)) == expected, version
 
 
 @pytest.mark.slow

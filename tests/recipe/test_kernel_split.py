@@ -59,7 +59,9 @@ def test_kernel_library_needs_no_torch_and_exports_only_launches(kernel_library)
     assert not [n for n in info.needed if re.match(r"lib(torch|c10|python)", n)], info.needed
     names = exported(library)
     launches = {n for n in names if LAUNCHES.match(n)}
-    assert len(launches) == 2 and names - launches == {"flash_attn_kernels_set_cuda_error_handler"}, sorted(names)
+    assert len(launches) == 2, sorted(names)
+    # The C interface, and the symbol naming the PhiloxCudaState layout the glue must have (64-bit by default).
+    assert names - launches == {"flash_attn_kernels_set_cuda_error_handler", "flash_attn_kernels_philox_offset_intragraph_u64"}, sorted(names)
     assert not [n for n in imported(library) if re.search(r"c10|at[0-9]|torch|__cxx11|Py", n)]
     assert "kernel library: 2 kernel TUs against the shim" in log and "include-view/torch" not in log
     # Exactly the declared GPU code: no stub image from nvcc's device-link step (its default sm_75).
@@ -95,6 +97,21 @@ def test_glue_missing_a_launch_does_not_link(build_python, tmp_path):  # noqa: F
     log = result.stdout + result.stderr
     assert result.returncode != 0
     assert "undefined reference" in log and "run_mha_fwd_<float, 32, false>" in log, log[-3000:]
+
+
+def test_glue_of_a_torch_with_another_philox_layout_does_not_link(build_python, tmp_path):  # noqa: F811
+    """A library built for torch <= 2.9's 24-byte PhiloxCudaState (--philox-offset-bits 32) cannot serve
+    torch 2.14's glue: its layout symbol is the _u32 one, and the glue needs _u64 (read from torch 2.14.1)."""
+    python, env = build_python
+    src = _tiny_sdist(tmp_path / "lib")
+    built = _run((python, env), src, "1", tmp_path / "lib", "--kernels-only", "--philox-offset-bits", "32")
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    library = tmp_path / "lib/build-abi1/kernels/libflash_attn_kernels.so"
+    assert "flash_attn_kernels_philox_offset_intragraph_u32" in exported(library)
+    result = _run(build_python, _tiny_sdist(tmp_path / "glue"), "1", tmp_path / "glue", "--kernel-library", str(library))
+    log = result.stdout + result.stderr
+    assert result.returncode != 0 and '"philox_offset_bits": 64' in log
+    assert "undefined reference to `flash_attn_kernels_philox_offset_intragraph_u64'" in log, log[-3000:]
 
 
 def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python, tmp_path):  # noqa: F811

@@ -18,7 +18,7 @@ from faforge.errors import DataError
 from faforge.matrix.versions import is_version, minor_of
 
 SHARED = "shared"  # links against libflash-attn-kernels (compiled against the shim)
-OWN_BUILD = "own-build"  # its kernels are compiled against its own torch headers, inside its package
+OWN_BUILD = "own-build"  # differs from the default shim: its glue needs a library built with --philox-offset-bits 32
 VERDICTS = (SHARED, OWN_BUILD)
 SIZED_TYPES = ("at::PhiloxCudaState", "Flash_fwd_params", "Flash_bwd_params")
 

@@ -138,7 +138,7 @@ def _read_table(binary: Path, count: int) -> list[int]:
 
 
 def measure(workdir: Path, include_dirs: list[Path], fields: dict[str, list[str]], *, std: str = "c++17",
-            compiler: str = "g++", run: bool = True) -> Layout:
+            compiler: str = "g++", run: bool = True, defines: tuple[str, ...] = ()) -> Layout:
     """Compile the probe with `include_dirs` (searched in order: the torch headers or the shim, then
     flash.h's directory, then the CUDA toolkit's include directory) and read its layout; with `run`
     (a native compiler) also run it for unpack's results."""
@@ -146,7 +146,7 @@ def measure(workdir: Path, include_dirs: list[Path], fields: dict[str, list[str]
     source, exe = workdir / "layout_probe.cpp", workdir / "layout_probe"
     source.write_text(probe_source(fields))
     # offsetof on a derived struct is "conditionally supported"; g++ supports it for non-virtual bases.
-    command = [compiler, f"-std={std}", "-Wno-invalid-offsetof", *(f"-I{d}" for d in include_dirs), str(source),
+    command = [compiler, f"-std={std}", "-Wno-invalid-offsetof", *(f"-D{d}" for d in defines), *(f"-I{d}" for d in include_dirs), str(source),
                *([] if run else ["-c"]), "-o", str(exe)]
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:

@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <cuda_runtime_api.h>
 
 #include "flash_attn_kernels_api.h"
+
+extern "C" const int FLASH_ATTN_KERNELS_LAYOUT_SYMBOL = sizeof(at::PhiloxCudaState);
 
 namespace {
 std::atomic<flash_attn_kernels_cuda_error_handler> installed_handler{nullptr};
