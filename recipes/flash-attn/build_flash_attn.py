@@ -443,11 +443,25 @@ def kernel_compile_flags(source_dir: Path, shim: Path, archs: list[tuple[int, bo
             *gencode_flags(archs), *layout, *(f"-I{d}" for d in kernel_include_dirs(source_dir, shim))]
 
 
-def kernel_link_flags(shim: Path) -> list[str]:
+def cudart_library_dirs(cuda_home: str, environ: dict[str, str], triplet: str) -> list[str]:
+    """Where libcudart.so is for the link: conda's host prefix first (cuda-cudart-dev puts it in
+    $PREFIX/lib and targets/<triplet>/lib, which conda-forge's nvcc.profile does not pass on to the
+    linker), then the toolkit's own lib dirs."""
+    prefix = environ.get("PREFIX")
+    candidates = [*([f"{prefix}/lib", f"{prefix}/targets/{triplet}/lib"] if prefix else []),
+                  f"{cuda_home}/lib64", f"{cuda_home}/lib", f"{cuda_home}/targets/{triplet}/lib"]
+    found = [d for d in dict.fromkeys(candidates) if (Path(d) / "libcudart.so").exists()]
+    if not found:
+        raise BuildError(f"no libcudart.so in {', '.join(dict.fromkeys(candidates))}; install the CUDA runtime's -dev files "
+                         "(conda: cuda-cudart-dev) or set CUDA_HOME")
+    return found[:1]
+
+
+def kernel_link_flags(shim: Path, cudart_dirs: list[str]) -> list[str]:
     """-cudart shared: the CUDA runtime torch loads too, not a second static copy. -nodlink: the TUs
     are whole-program (no -rdc), and nvcc's device-link step would add an sm_75 stub image (nvcc
     13's default arch) to a library built for other archs."""
-    return ["-shared", "-nodlink", "-cudart", "shared", f"-Xlinker=--version-script={shim / 'exports.map'}",
+    return ["-shared", "-nodlink", "-cudart", "shared", *(f"-L{d}" for d in cudart_dirs), f"-Xlinker=--version-script={shim / 'exports.map'}",
             "-Xlinker=--no-undefined", f"-Xlinker=-soname={KERNEL_LIBRARY}", "-Xlinker=--strip-all"]
 
 
@@ -501,7 +515,8 @@ def build_kernel_library(args: argparse.Namespace, source_dir: Path, build_dir: 
     ccache = setup_ccache(source_dir, nvcc_path, [sys.prefix, cuda_home]) if args.compiler_cache == "ccache" else None
     stats_before = ccache_counts(ccache) if ccache else {}
     ninja_text = kernel_ninja([*([ccache] if ccache else []), nvcc_path], source_dir, kernels, shim,
-                              kernel_compile_flags(source_dir, shim, archs, int(args.nvcc_threads), philox_bits), kernel_link_flags(shim))
+                              kernel_compile_flags(source_dir, shim, archs, int(args.nvcc_threads), philox_bits),
+                              kernel_link_flags(shim, cudart_library_dirs(cuda_home, dict(os.environ), cuda_triplet(platform.machine()))))
     ninja_file = out_dir / "build.ninja"
     if not ninja_file.is_file() or ninja_file.read_text() != ninja_text:
         ninja_file.write_text(ninja_text)

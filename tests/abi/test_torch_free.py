@@ -234,4 +234,4 @@ def test_a_bad_arch_list_is_bad_input(broken):
 
 
 def test_schema_names_every_kind():
-    assert tuple(SCHEMA["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == torchfree.KINDS
+    assert tuple(SCHEMA["$defs"]["report"]["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == torchfree.KINDS

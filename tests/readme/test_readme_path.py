@@ -157,10 +157,12 @@ def _build_as_the_hint_says(walk: Walk, command: str) -> None:
     """The hint: plan without --channel (offline); then the README's build line fails on the first download."""
     check(Step("", codes=(0,)), "faforge plan --output plan.json", walk.run("faforge plan --output plan.json"))
     plan = json.loads((walk.clone / "plan.json").read_text())
-    first = plan["build"][0]["include"][0]
-    # One job keeps the walk short; offline every job fails the same way (the flash-attn sdist download).
-    (walk.clone / "plan.json").write_text(json.dumps(first))
-    check(Step("", codes=(1, 4), cause=(r"failed: .*download.*\(https://\S+flash_attn-2\.8\.3\.post2\.tar\.gz\)",),
+    # A kernel job and a cell job keep the walk short; offline every cell job fails the same way (the
+    # flash-attn sdist download), and a kernel job of today's recipe (kernels built inside each cell) has nothing to do.
+    jobs = [plan["kernels"][0]["include"][0], plan["flash_attn"][0]["include"][0]]
+    (walk.clone / "plan.json").write_text(json.dumps({"include": jobs}))
+    check(Step("", codes=(1, 4), cause=(r"failed: .*download.*\(https://\S+flash_attn-2\.8\.3\.post2\.tar\.gz\)",
+                                        "no libflash-attn-kernels output, so each cell's job compiles its kernels"),
                wrong=("Traceback",)), command, walk.run(command))
 
 

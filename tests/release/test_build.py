@@ -110,11 +110,13 @@ def test_kernel_jobs_build_the_kernel_output_and_a_cell_job_pins_it(project):
 
 def test_pieces_need_recipe_support_and_bad_parts_or_cells_are_bad_input(project):
     env, output, good, _, _ = project
-    # The one-output stand-in has no kernel output to build a piece or a kernel package of.
+    # The one-output stand-in (like today's recipe) builds its kernels inside each cell: a kernel job
+    # or piece of the plan has nothing to do, says so, and builds nothing.
     pieces = [p.name for p in split_kernels(load_build_cost(), "linux-64", good["cuda_archs"])]
     for part in (pieces[0], "kernels-link"):
-        missing = run(env, "build", good["id"], "--part", part, "--output-dir", str(output))
-        assert missing.returncode == 2 and "renders no libflash-attn-kernels output" in missing.stderr and "Traceback" not in missing.stderr
+        in_cell = run(env, "build", good["id"], "--part", part, "--output-dir", str(output))
+        assert in_cell.returncode == 0 and "has no libflash-attn-kernels output, so each cell's job compiles its kernels" in in_cell.stderr
+        assert "in-cell" in in_cell.stdout and not list(output.glob("*/libflash-attn-kernels-*.conda"))
     # A kernel output that ignores FAFORGE_BUILD_TUS would build the whole kernel package in a piece job.
     recipe = Path(env["FAFORGE_ROOT"]) / "recipes" / "flash-attn" / "recipe.yaml"
     recipe.write_text(TINY_SPLIT_RECIPE.replace('FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}', 'UNRELATED: "1"'))

@@ -22,8 +22,9 @@ from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
-from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, render_cells, render_kernel_output
-from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, build_cell, parse_channel_aliases
+from faforge.matrix.kernels import KERNEL_PACKAGE
+from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
+from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, parse_channel_aliases
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.plan import STAGES
 from faforge.table import format_table
@@ -53,6 +54,8 @@ PLAN_HINT = "write it with `faforge plan --output FILE` (written only when plann
 
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     """(cell id, part) of every job in a plan file, a single chunk, or a single job."""
+    if not os.path.lexists(path):  # most often the file a failed `faforge plan` never wrote
+        raise FaforgeError(f"--plan {path}: cannot read: no such file", hint=PLAN_HINT, input=path)
     try:
         text = paths.read_user_file(path, "--plan", hint=PLAN_HINT)
         data = json.loads(text)
@@ -132,8 +135,15 @@ def execute(args: argparse.Namespace) -> int:
     log_dir = paths.output_dir(args.log_dir or output_dir / "logs", "--log-dir" if args.log_dir else "--output-dir").resolve()
     results = []
     with recipe_file(matrix.recipe_path, source) as recipe_path:
+        kernels_in_recipe = KERNEL_PACKAGE in recipe_output_names(recipe_path)
         for i, (cell, part, tus) in enumerate(jobs, 1):
             title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
+            if (tus or part in (KERNELS_PART, KERNELS_LINK_PART)) and not kernels_in_recipe:
+                # The plan schedules kernel packages; a recipe without that output (today's: its build
+                # script compiles the kernel library inside each cell's package) has nothing to do here.
+                progress.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, so each cell's job compiles its kernels; nothing to build")
+                results.append(CellBuild(cell=cell.id, part=part, status="in-cell", seconds=0.0, package=None, log=log_dir / "-"))
+                continue
             with progress.step(title) as state:
                 result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
                                     tus=tus, channel_aliases=aliases, extra_channels=extra_channels, live=lambda line, t=title: progress.say(f"  {t}: {line}"))

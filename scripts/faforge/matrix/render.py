@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from faforge.errors import FaforgeError
 from faforge.matrix.cells import Cell
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
@@ -176,6 +178,12 @@ def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> li
                 )
             out.append(_rendered(cell, *by_key[key]))
     return sorted(out, key=lambda rc: rc.cell.sort_key)
+
+
+def recipe_output_names(recipe_path: Path) -> list[str]:
+    """The package names under the recipe's `outputs:` (none for a single-output recipe), read without rendering."""
+    data = yaml.safe_load(recipe_path.read_text()) or {}
+    return [str((o.get("package") or {}).get("name")) for o in data.get("outputs") or [] if isinstance(o, dict)]
 
 
 def render_kernel_output(cell: Cell, recipe_path: Path, variants_dir: Path) -> RenderedCell:

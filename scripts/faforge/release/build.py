@@ -88,7 +88,7 @@ def cuda_override(cell: Cell) -> Iterator[str]:
 class CellBuild:
     cell: str
     part: str
-    status: str  # built | present | failed
+    status: str  # built | present | failed | in-cell (a kernel job for a recipe that builds kernels inside each cell)
     seconds: float
     package: Path | None
     log: Path

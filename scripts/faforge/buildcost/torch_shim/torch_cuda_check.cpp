@@ -21,7 +21,9 @@ void torch_cuda_check(int32_t err, const char* file, const char* function, uint3
   c10::cuda::c10_cuda_check_implementation(err, file, function, line, true);
 }
 
-// Referencing the layout symbol makes the glue need the library built for its torch's layout.
+// Reading the layout symbol makes the glue need the library built for its torch's layout; volatile, so
+// the optimizer cannot drop the read (a plain `> 0` was folded away and the glue linked anyway).
 const bool handler_installed =
-    (flash_attn_kernels_set_cuda_error_handler(&torch_cuda_check), FLASH_ATTN_KERNELS_LAYOUT_SYMBOL > 0);
+    (flash_attn_kernels_set_cuda_error_handler(&torch_cuda_check),
+     *static_cast<const volatile int*>(&FLASH_ATTN_KERNELS_LAYOUT_SYMBOL) > 0);
 }  // namespace
