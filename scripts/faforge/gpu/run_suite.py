@@ -129,6 +129,13 @@ def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None
     return EXIT_OK, "passed", None
 
 
+def interruptible() -> None:
+    """In the suite's child, before exec: SIGINT back to its default. The time cap stops the suite with
+    SIGINT, and a shell starts `cmd &` with SIGINT ignored, which exec keeps (seen: a backgrounded CI
+    run's capped suite ran on for the 60 s grace)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def missing_requirements() -> list[str]:
     """pip requirements of modules the suite needs that are not importable here (einops only with flash_attn)."""
     wanted = {"pytest"} | ({"einops"} if importlib.util.find_spec("flash_attn") else set())
@@ -174,7 +181,8 @@ def run(
         command += ["-rfEs", f"--junitxml={junit}", *pytest_args]
         print("+ " + " ".join(command), file=output, flush=True)
         with open(work / "pytest.log", "w") if report_dir else open(os.devnull, "w") as log, contextlib.ExitStack() as stack:
-            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=suite_env(kernels))
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=suite_env(kernels),
+                                     preexec_fn=interruptible)
             stack.callback(child.stdout.close)
 
             def interrupt(why: str) -> None:
