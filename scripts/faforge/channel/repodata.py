@@ -18,11 +18,14 @@ class ChannelNotFound(RemoteError):
     """The server answers but has no repodata there (HTTP 404): no such channel, or nothing published yet."""
 
 
-def channel_url(channel: str | Path) -> str:
-    """A URL py-rattler accepts: URLs and names pass through; a folder becomes file://."""
+def channel_url(channel: str | Path, option: str = "the channel",
+                if_empty: str = "pass a channel folder, a URL or a channel name") -> str:
+    """A URL py-rattler accepts: URLs and names pass through; a folder becomes file://. An empty value
+    (`--channel "$UNSET"`) is refused, never read as "no channel"; `option` and `if_empty` say which
+    argument it was and what to do instead."""
     text = str(channel)
-    if not text.strip():  # e.g. `--channel "$UNSET"`: never read as "no channel"
-        raise FaforgeError("the channel is empty", input=repr(text), hint="pass a channel folder, a URL or a channel name")
+    if not text.strip():
+        raise FaforgeError(f"{option} {text!r}: empty", input=option, hint=if_empty)
     if "://" in text:
         return text
     path = Path(text).expanduser()

@@ -114,10 +114,7 @@ def channel_aliases(matrix, cli_entries: list[str]) -> dict[str, str]:
 
 def extra_channel(value: str) -> str:
     """An --extra-channel checked before any build: a URL, a name, or a folder that exists."""
-    if not value.strip():
-        raise FaforgeError("--extra-channel '': empty", input="--extra-channel",
-                           hint="name the folder or URL holding the kernel packages, or leave the option out")
-    return channel_url(value)
+    return channel_url(value, "--extra-channel", if_empty="name the folder or URL holding the kernel packages, or leave the option out")
 
 
 def execute(args: argparse.Namespace) -> int:

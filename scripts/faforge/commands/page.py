@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from faforge import config, paths
-from faforge.channel.repodata import query
+from faforge.channel.repodata import channel_url, query
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix.releases import PLATFORMS, load_releases
 from faforge.release.page import DATA_FILE, HERE, page_data, write_page
@@ -43,8 +43,8 @@ def execute(args: argparse.Namespace) -> int:
     if args.install_channel is not None and not re.fullmatch(r"\S{1,2048}", args.install_channel):
         raise FaforgeError("--install-channel is not a channel name or URL (empty, blank or too long)",
                            input=f"--install-channel {args.install_channel}", hint="e.g. --install-channel https://prefix.dev/my-channel")
-    if args.channel is not None and not args.channel.strip():  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset
-        raise FaforgeError("--channel '': empty", hint="set the variable that names the channel, or leave --channel out for ./channel")
+    if args.channel is not None:  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset is refused here
+        channel_url(args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out for ./channel")
     if args.out is not None:
         paths.output_dir(args.out, "--out")
     channel = args.channel if args.channel is not None else default_channel()

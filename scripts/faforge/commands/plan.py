@@ -45,10 +45,9 @@ def execute(args: argparse.Namespace) -> int:
         paths.output_file(args.github_output, "--github-output")
     if args.output is not None:
         paths.replaceable_file(args.output, "--output")
-    if args.channel is not None and not args.channel.strip():  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset
-        raise FaforgeError("--channel '': empty, so no channel would be read and every cell planned",
-                           hint="set the variable that names the channel, or leave --channel out to plan every cell")
-    channel = None if args.channel is None else channel_url(args.channel)  # a wrong folder fails before rendering
+    # A wrong folder fails before rendering; an empty one (an unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
+    channel = None if args.channel is None else channel_url(
+        args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
     rendered = selected_cells(args.platform)
     present = set()
     if args.channel is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.commands.index import print_channel_problems
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.release.manifest import check_gate_names
 from faforge.release.package import read_package
 from faforge.release.publish import judge, publish, require_kernel_packages
@@ -50,9 +50,7 @@ def execute(args: argparse.Namespace) -> int:
         paths.output_dir(Path(target.url), "--to", create=False)
     paths.nearest_folder(args.manifest, "--manifest")
     if args.channel is not None:  # read only when a package needs its kernel package, but a wrong one is wrong now
-        if not args.channel.strip():
-            raise FaforgeError("--channel '': empty", input="--channel", hint="name the channel users install from, or leave --channel out")
-        channel_url(args.channel)
+        channel_url(args.channel, "--channel", if_empty="name the channel users install from, or leave --channel out")
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
     channel = args.channel or (Path(target.url) if target.kind == "folder" else None)
     decisions = require_kernel_packages(decisions, channel, str(channel) if channel else f"the target {target} (pass --channel to read it)")
