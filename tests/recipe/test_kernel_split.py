@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -22,6 +23,10 @@ pytestmark = pytest.mark.slow
 
 SHIM = paths.repo_root() / "scripts/faforge/buildcost/torch_shim"
 LAUNCHES = re.compile(r"^_ZN5flash(12run_mha_fwd_|28run_mha_fwd_splitkv_dispatch|12run_mha_bwd_)I")
+
+
+def faforge_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=300)
 
 
 def exported(path: Path) -> set[str]:
@@ -80,6 +85,13 @@ def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_pytho
     glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
     assert "libflash_attn_kernels.so" in elf.read_info(glue).needed
     assert {n for n in imported(glue) if LAUNCHES.match(n)} == {n for n in exported(library) if n.startswith("_ZN5flash12run_mha_fwd_IfLi32E")}
+    # check-abi finds the library only where it is told to look (an installed kernel package's lib/)
+    torch = build_python[1]["PYTHONPATH"]
+    alone = faforge_cli("check-abi", str(glue), "--against", torch)
+    assert "unverified: libflash_attn_kernels.so" in alone.stdout and "GPU code: none" in alone.stdout, alone.stdout + alone.stderr
+    told = faforge_cli("check-abi", str(glue), "--against", torch, "--library-dir", str(library.parent))
+    assert told.returncode == 0 and "unverified" not in told.stdout, told.stdout + told.stderr
+    assert "GPU code: sm_90" in told.stdout, "the glue's GPU code is its kernel library's"
 
 
 def test_glue_missing_a_launch_does_not_link(build_python, tmp_path):  # noqa: F811

@@ -12,12 +12,19 @@ every torch minor and both C++ ABIs. That holds only if the library
   * carries exactly the GPU code of its arch list (SASS per arch, PTX for the `+PTX` arch).
 `check_torch_free` returns the findings as data; `render_text` and `TorchFreeReport.to_json` show them
 (schema: tests/schemas/check-abi-torch-free.json).
+
+The kernel package's own recipe test runs it standalone (standard library and pyelftools only, like
+faforge.abi.gate):
+    python -m faforge.abi.torchfree LIBRARY --expect-archs "80;90+PTX" --exports "run_mha_*,flash_attn_kernels_*"
+Exit status: 0 passes, 1 findings, 2 bad input.
 """
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +33,7 @@ from faforge.abi.demangle import demangle
 from faforge.abi.elf import ElfError, read_elf
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from faforge.abi.gate import parse_archs
-from faforge.errors import FaforgeError
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 
 REPORT_VERSION = 1
 ET_DYN = 3
@@ -180,3 +187,22 @@ def render_text(report: TorchFreeReport) -> list[str]:
     status = "OK" if report.ok else f"FAILED ({count} problem{'s' if count != 1 else ''})"
     lines.append(f"{status}: {report.path} {'passes' if report.ok else 'fails'} the torch-free check")
     return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m faforge.abi.torchfree", description=__doc__.split("\n\n")[0])
+    parser.add_argument("library", metavar="LIBRARY")
+    parser.add_argument("--expect-archs", metavar="LIST")
+    parser.add_argument("--exports", metavar="PATTERNS")
+    args = parser.parse_args(argv)
+    try:
+        report = check_torch_free(args.library, args.expect_archs, args.exports)
+    except FaforgeError as exc:  # ElfError is one
+        print(f"faforge.abi.torchfree: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print("\n".join(render_text(report)))
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,17 +19,22 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
+from faforge import paths
 from faforge.abi import torchfree
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.report import render_text
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a folder holding extension modules")
     parser.add_argument("--against", metavar="DIR", action="append",
                         help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)")
+    parser.add_argument("--library-dir", metavar="DIR", action="append", type=Path, default=[],
+                        help="a folder holding other libraries the extension loads, searched after the torch's, e.g. the lib/ "
+                             "of a split flash-attn's libflash-attn-kernels package (repeatable)")
     parser.add_argument("--torch-free", action="store_true",
                         help="instead of --against: PATH is a shared library that must not touch torch, Python or the C++ ABI")
     parser.add_argument("--expect-archs", metavar="LIST", help="with --torch-free: the GPU code PATH must carry, e.g. '80;90;100;120+PTX'")
@@ -51,7 +56,12 @@ def execute(args: argparse.Namespace) -> int:
     if args.expect_archs is not None or args.exports is not None:
         raise FaforgeError("--expect-archs and --exports go with --torch-free (the torch check reports GPU code without judging it)",
                            hint="add --torch-free, or drop them")
-    verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform)
+    for folder in args.library_dir:
+        with paths.user_path("--library-dir", folder):
+            if not folder.is_dir():
+                raise FaforgeError(f"--library-dir {folder} {why_not_a_folder(folder)}",
+                                   hint="pass the folder holding the library (e.g. an installed kernel package's lib/)")
+    verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir)
     if args.json:
         json.dump(verdict.to_json(), sys.stdout, indent=2)
         print()
@@ -62,8 +72,8 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _torch_free(args: argparse.Namespace, started: float) -> int:
-    if args.against or args.glibc or args.platform:
-        raise FaforgeError("--torch-free checks PATH on its own", hint="drop --against, --glibc and --platform")
+    if args.against or args.glibc or args.platform or args.library_dir:
+        raise FaforgeError("--torch-free checks PATH on its own", hint="drop --against, --library-dir, --glibc and --platform")
     report = torchfree.check_torch_free(args.path, expect_archs=args.expect_archs, exports=args.exports)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
