@@ -13,7 +13,7 @@ from faforge.abi.kernel_abi import load_kernel_abi
 from faforge.errors import DataError
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import KERNEL_PACKAGE, KernelKey, kernel_key
-from faforge.matrix.render import render_platform
+from faforge.matrix.render import render_kernel_output, render_platform
 from faforge.matrix.variants import variant_config_path
 from tests.support.tiny_recipe import TINY_SPLIT_RECIPE
 
@@ -148,3 +148,18 @@ def test_a_torch_derived_context_entry_splits_the_kernel_build_per_torch(matrix,
     builds = rendered_kernel_builds(recipe, matrix.variants_dir, "linux-64", "conda-forge")
     cu130 = next(k for k in builds if k.cuda == "13.0")
     assert len(builds[cu130]) == len({c.torch_minor for c in matrix.cells if kernel_key(c) == cu130}) > 1
+
+
+def test_a_kernel_job_renders_the_kernel_output_of_its_cells_philox_layout(matrix, tmp_path):
+    """`faforge build --part kernels*` renders the kernel output for the cell's whole kernel key: CUDA 12.9
+    renders two kernel builds per platform (torch 2.7-2.9 and 2.10 on), and each cell gets its own."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(TINY_SPLIT_RECIPE)
+    by_key = {k.key: k for k in matrix.kernels}
+    cells = {c.id: c for c in matrix.cells}
+    for cell_id in ("linux-64/py312/torch2.9/cu129/abi1", "linux-64/py312/torch2.10/cu129/abi1",
+                    "linux-aarch64/py312/torch2.8/cu129/abi1", "linux-aarch64/py312/torch2.11/cu129/abi1"):
+        cell = cells[cell_id]
+        rendered = render_kernel_output(cell, recipe, matrix.variants_dir)
+        assert rendered.recipe["package"]["name"] == KERNEL_PACKAGE
+        assert by_key[kernel_key(cell)].build_string_matches(rendered.build_string), (cell_id, rendered.build_string)

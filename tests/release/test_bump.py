@@ -58,10 +58,27 @@ def write_channel(root: Path, table) -> Path:
     return channel
 
 
+# The row a maintainer adds to variants/kernel-abi.yaml once the new minor's layout is measured
+# (tests/abi/test_params_layout.py); without it no cell of that minor can be generated.
+NEW_MINOR_KERNEL_ABI = f"""\
+- minor: '{NEW_TORCH.rsplit(".", 1)[0]}'
+  torch: {NEW_TORCH}
+  wheel: torch-{NEW_TORCH}-cp311-cp311-manylinux_2_28_x86_64.whl
+  sha256: '{"0" * 64}'
+  offset_intragraph: uint64_t
+  sizes: {{philox_cuda_state: 32, flash_fwd_params: 472, flash_bwd_params: 648}}
+  verdict: shared
+  reason: a test's made-up row
+"""
+
+
 @pytest.fixture
 def project(tmp_path):
+    """A scratch checkout whose kernel-abi.yaml already has the new minor's row."""
     for name in ("variants", "recipes"):
         shutil.copytree(REPO / name, tmp_path / name)
+    kernel_abi = tmp_path / "variants" / "kernel-abi.yaml"
+    kernel_abi.write_text(kernel_abi.read_text() + NEW_MINOR_KERNEL_ABI)
     return tmp_path
 
 
@@ -104,6 +121,20 @@ def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
     assert all(cell in variant_config_path(project / "variants", cell.split("/")[0], "conda-forge").read_text() for cell in data["new_cells"])
     again = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--json")
     assert again.returncode == 4, "the server is gone now: a remote failure"
+
+
+def test_a_new_torch_minor_without_its_kernel_abi_row_is_refused_and_nothing_written(project, tmp_path):
+    """Its cells' kernel library layout (philox_offset_bits) is unknown until the row is measured and added."""
+    shutil.copy(REPO / "variants" / "kernel-abi.yaml", project / "variants" / "kernel-abi.yaml")
+    table = load_releases(project / "variants" / "releases.yaml")
+    channel = write_channel(tmp_path / "served", table)
+    before = digests(project)
+    with serve_directory(channel.parent) as url:
+        result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "kernel-abi.yaml" in result.stderr and f"torch minor {NEW_TORCH.rsplit('.', 1)[0]}" in result.stderr
+    assert "offset_intragraph" in result.stderr
+    assert digests(project) == before
 
 
 def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):
