@@ -114,6 +114,27 @@ def kernel_packages(cells, *, version: str, build_number: int, releases_path: Pa
     return out
 
 
+# A kernel build string as KernelKey.build_string_prefix and the recipe write it.
+KERNEL_BUILD = re.compile(r"^cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)_philox(?P<philox>32|64)_h[0-9a-f]+_(?P<number>\d+)$")
+# (group, words, tag prefix, note): what a kernel build string's parts mean.
+_BUILD_PARTS = (
+    ("cuda", "CUDA", "cu", ""),
+    ("archs", "arch list", "sm", ""),
+    ("philox", "Philox layout", "philox",
+     " (the width of at::PhiloxCudaState's offset_intragraph_: 32 bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)"),
+)
+
+
+def kernel_build_differences(required: str, installed: str) -> list[str]:
+    """What sets an installed kernel build apart from the required one, in words ("CUDA cu129, not cu130");
+    empty when the two build strings agree on CUDA, archs and layout or either is not a kernel build string."""
+    want, have = KERNEL_BUILD.match(required), KERNEL_BUILD.match(installed)
+    if not (want and have):
+        return []
+    return [f"{words} {tag}{have[part]}, not {tag}{want[part]}{note}"
+            for part, words, tag, note in _BUILD_PARTS if want[part] != have[part]]
+
+
 # rattler-build writes pin_subpackage('libflash-attn-kernels', exact=True) as `NAME ==VERSION BUILD`
 # (older conda-build: `NAME VERSION BUILD`); both name one build.
 KERNEL_PIN = re.compile(rf"^{re.escape(KERNEL_PACKAGE)}\s+(?:==)?\s*(?P<version>[^\s,|*<>=!]+)\s+(?P<build>[A-Za-z0-9_.]+)$")
