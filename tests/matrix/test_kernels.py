@@ -163,3 +163,13 @@ def test_a_kernel_job_renders_the_kernel_output_of_its_cells_philox_layout(matri
         rendered = render_kernel_output(cell, recipe, matrix.variants_dir)
         assert rendered.recipe["package"]["name"] == KERNEL_PACKAGE
         assert by_key[kernel_key(cell)].build_string_matches(rendered.build_string), (cell_id, rendered.build_string)
+
+
+def test_variants_readme_lists_every_kernel_key(matrix, repo):
+    text = (repo / "variants" / "README.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| linux-") and "| philox" in line]
+    assert len(rows) == len(matrix.kernels)
+    for package in matrix.kernels:
+        key = package.key
+        row = f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | {len(package.cell_ids)} ("
+        assert any(line.startswith(row) for line in rows), row

@@ -89,7 +89,7 @@ def jobs_of(data, stage):
     return [j for c in data[stage] for j in c["include"]]
 
 
-def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(rendered, matrix):
+def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(rendered, matrix, repo):
     result = faforge("plan", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -118,6 +118,8 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
         assert job["timeout-minutes"] == cell_part(cost).minutes
     for stage in STAGES:
         assert len(data[stage]) <= 2, "fits the 2 chunk jobs per stage of .github/workflows/build.yml"
+    readme = (repo / "README.md").read_text()
+    assert f"the whole matrix is {len(kernels)} piece jobs, {len(links)} link jobs and {len(cells)} cell jobs" in readme
 
 
 def kernel_record(package, hash_="1a2b3c4"):
