@@ -21,6 +21,7 @@ import pytest
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 from faforge.matrix.variants import variant_config_path
 from tests.support.http_server import serve_directory
+from tests.support.kernel_abi import add_kernel_abi_row
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "tests" / "schemas" / "bump.json").read_text())
@@ -58,27 +59,12 @@ def write_channel(root: Path, table) -> Path:
     return channel
 
 
-# The row a maintainer adds to variants/kernel-abi.yaml once the new minor's layout is measured
-# (tests/abi/test_params_layout.py); without it no cell of that minor can be generated.
-NEW_MINOR_KERNEL_ABI = f"""\
-- minor: '{NEW_TORCH.rsplit(".", 1)[0]}'
-  torch: {NEW_TORCH}
-  wheel: torch-{NEW_TORCH}-cp311-cp311-manylinux_2_28_x86_64.whl
-  sha256: '{"0" * 64}'
-  offset_intragraph: uint64_t
-  sizes: {{philox_cuda_state: 32, flash_fwd_params: 472, flash_bwd_params: 648}}
-  verdict: shared
-  reason: a test's made-up row
-"""
-
-
 @pytest.fixture
 def project(tmp_path):
     """A scratch checkout whose kernel-abi.yaml already has the new minor's row."""
     for name in ("variants", "recipes"):
         shutil.copytree(REPO / name, tmp_path / name)
-    kernel_abi = tmp_path / "variants" / "kernel-abi.yaml"
-    kernel_abi.write_text(kernel_abi.read_text() + NEW_MINOR_KERNEL_ABI)
+    add_kernel_abi_row(tmp_path / "variants", NEW_TORCH, "a test's made-up row")
     return tmp_path
 
 
