@@ -21,7 +21,7 @@ from tests.doctor import envs
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds the library and the extension")]
 
 VERSION = "2.8.3.post2"
-PINNED = "cu130_sm80_90_100_120ptx_h1a2b3c4_0"
+PINNED = "cu130_sm80_90_100_120ptx_philox64_h1a2b3c4_0"
 CHANNEL = "file:///srv/faforge"
 KERNEL_SOURCE = 'extern "C" int run_mha_fwd_standin(void) { return 0; }\n'
 CALLS_KERNELS = ('extern "C" int run_mha_fwd_standin(void);', "run_mha_fwd_standin();")
@@ -78,22 +78,27 @@ def test_a_missing_kernel_library_is_named_with_the_install_line(run_doctor, spl
     assert command[-3:] == ["-c", CHANNEL, f"libflash-attn-kernels =={VERSION} {PINNED}"]
     # The printed spec selects exactly the pinned build from a real channel holding several.
     channel = prefix.parent / "channel"
-    for build in (PINNED, "cu129_sm80_90_100_120ptx_h0000000_0", PINNED.replace("_0", "_1")):
+    for build in (PINNED, "cu129_sm80_90_100_120ptx_philox64_h0000000_0", PINNED.replace("philox64", "philox32"), PINNED.replace("_0", "_1")):
         local.assemble(local.PackageSpec("libflash-attn-kernels", VERSION, build, "linux-64"), channel)
     local.index(channel)
     solved = local.solve([channel.as_uri()], [command[-1]], "linux-64")
     assert str(solved["libflash-attn-kernels"].build) == PINNED
 
 
-def test_another_kernel_build_is_a_mismatch_even_though_it_loads(run_doctor, split_install):
+@pytest.mark.parametrize(("installed", "named"), [
+    ("cu129_sm80_90_100_120ptx_philox64_h0000000_0", "CUDA cu129, not cu130"),
+    # Same CUDA and archs, built for torch <= 2.9's 24-byte PhiloxCudaState (variants/kernel-abi.yaml).
+    ("cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0", "Philox layout philox32, not philox64"),
+])
+def test_another_kernel_build_is_a_mismatch_even_though_it_loads(run_doctor, split_install, installed, named):
     python, prefix, library = split_install
-    install_library(prefix, library, "cu129_sm80_90_100_120ptx_h0000000_0")
+    install_library(prefix, library, installed)
     result = run_doctor("--python", python)
     assert result.report["facts"]["import"]["ok"], "the file name is the same, so the import succeeds"
     assert result.kinds() == ["kernel-library-mismatch"], result.report["problems"]
     problem = result.problem("kernel-library-mismatch")
     assert f"requires exactly libflash-attn-kernels {VERSION} {PINNED}" in problem["message"]
-    assert "cu129_sm80_90_100_120ptx_h0000000_0" in problem["message"]
+    assert installed in problem["message"] and named in problem["message"], problem["message"]
     assert pinned_install_command(result)[-1] == f"libflash-attn-kernels =={VERSION} {PINNED}"
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from faforge.errors import DataError
 from faforge.matrix import load_matrix
+from faforge.abi.kernel_abi import load_philox_widths
 from faforge.matrix.cells import build_cells, explain_missing
 from faforge.matrix.policy import load_policy
 from faforge.matrix.releases import load_releases
@@ -68,17 +69,18 @@ def test_legacy_world_has_no_aarch64(matrix):
 def test_exclusions_remove_cells_and_stale_ones_fail(repo_copy):
     policy_path = repo_copy / "variants" / "matrix.yaml"
     table = load_releases(repo_copy / "variants" / "releases.yaml")
-    before = build_cells(table, load_policy(policy_path))
+    philox = load_philox_widths(repo_copy / "variants" / "kernel-abi.yaml")
+    before = build_cells(table, load_policy(policy_path), philox)
     victim = before[0]
     text = policy_path.read_text().replace(
         "exclude: []",
         f"exclude:\n- platform: {victim.platform}\n  world: {victim.world}\n  torch: '{victim.torch_minor}'\n  cuda: '{victim.cuda}'\n  python: '{victim.python}'\n  reason: test",
     )
     policy_path.write_text(text)
-    after = build_cells(table, load_policy(policy_path))
+    after = build_cells(table, load_policy(policy_path), philox)
     assert victim.id not in {c.id for c in after} and len(after) == len(before) - 1
     assert "excluded in matrix.yaml: test" in explain_missing(table, load_policy(policy_path), victim.id)
 
     policy_path.write_text(text.replace(f"python: '{victim.python}'", "python: '3.99'"))
     with pytest.raises(DataError, match=r"exclude\[0\]: matches no cell"):
-        build_cells(table, load_policy(policy_path))
+        build_cells(table, load_policy(policy_path), philox)

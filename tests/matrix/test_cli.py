@@ -51,12 +51,14 @@ def test_kernel_packages_json_lists_each_once_with_the_cells_that_name_it(matrix
     assert result.returncode == 0, result.stderr
     kernels = json.loads(result.stdout)
     jsonschema.validate(kernels, json.loads(KERNELS_SCHEMA.read_text()))
-    assert len(kernels) == len({k["id"] for k in kernels}) == len({(c["platform"], c["cuda"], c["cuda_archs"]) for c in matrix_json})
+    keys = {(c["platform"], c["cuda"], c["cuda_archs"], c["philox_offset_bits"]) for c in matrix_json}
+    assert len(kernels) == len({k["id"] for k in kernels}) == len(keys)
     by_id = {k["id"]: k for k in kernels}
     for cell in matrix_json:
         package = by_id[cell["kernel_package"]["id"]]
         assert cell["id"] in package["cells"]
-        assert (package["platform"], package["cuda"], package["cuda_archs"]) == (cell["platform"], cell["cuda"], cell["cuda_archs"])
+        fields = ("platform", "cuda", "cuda_archs", "philox_offset_bits")
+        assert [package[f] for f in fields] == [cell[f] for f in fields]
         assert cell["kernel_package"] == {k: package[k] for k in ("id", "name", "version", "build_string_prefix")}
     assert sum(len(k["cells"]) for k in kernels) == len(matrix_json)
     human = run(["matrix", "--kernels", "--platform", "linux-aarch64"])

@@ -1,4 +1,4 @@
-"""variants/releases.yaml and variants/matrix.yaml: canonical form, validation, sources."""
+"""variants/releases.yaml, variants/matrix.yaml and variants/kernel-abi.yaml: canonical form, validation, sources."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from faforge.abi.kernel_abi import load_kernel_abi
 from faforge.errors import DataError
 from faforge.matrix.policy import load_policy
 from faforge.matrix.releases import dump_releases, header_of, load_releases
@@ -83,3 +84,23 @@ def test_policy_errors_name_the_key(tmp_path, repo):
     path.write_text(text)
     with pytest.raises(DataError, match=r"matrix.yaml: cuda_archs\[1\]: invalid rule"):
         load_policy(path)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("offset_intragraph: uint64_t", "offset_intragraph: uint16_t", "offset_intragraph"),
+        ("offset_intragraph: uint64_t\n  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, flash_bwd_params: 648}\n  verdict: shared",
+         "offset_intragraph: uint64_t\n  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, flash_bwd_params: 648}\n  verdict: own-build",
+         "verdict"),
+    ],
+)
+def test_a_kernel_abi_row_the_shim_cannot_build_names_its_key(repo, tmp_path, old, new, key):
+    """Only two library layouts exist, the shim's (uint64_t: shared) and the shim's with
+    --philox-offset-bits 32 (uint32_t: own-build); a width or a pairing outside those has no library."""
+    path = tmp_path / "kernel-abi.yaml"
+    text = (repo / "variants" / "kernel-abi.yaml").read_text()
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(DataError) as info:
+        load_kernel_abi(path)
+    assert info.value.path == path and info.value.key == f"torch[8].{key}", str(info.value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import yaml
+
 from faforge.matrix import load_matrix
 from faforge.matrix.variants import GENERATED_HEADER, generated_files, stale_files
 
@@ -65,3 +67,15 @@ def test_freshness_check_fails_when_the_table_changes_without_regeneration(repo_
     assert result.returncode == 1 and "stale" in result.stderr
     assert _faforge(["generate"], repo_copy).returncode == 0
     assert _faforge(["generate", "--check"], repo_copy).returncode == 0
+
+
+def test_every_variant_file_zips_each_cells_philox_width(repo):
+    """The recipe's kernel output reads `philox_offset_bits`; zipped with the other keys, each position is
+    one cell's, so a torch minor never gets another minor's layout."""
+    matrix = load_matrix(repo)
+    for path in generated_files(matrix.cells, matrix.variants_dir):
+        data = yaml.safe_load(path.read_text())
+        assert "philox_offset_bits" in data["zip_keys"][0], path.name
+        widths = dict(zip(data["torch_version"], data["philox_offset_bits"]))
+        assert len(data["philox_offset_bits"]) == len(data["torch_version"]), path.name
+        assert widths == {c.torch: str(c.philox_offset_bits) for c in matrix.cells if path.name.startswith(f"{c.platform}-{c.world}.")}

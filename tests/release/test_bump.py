@@ -21,6 +21,7 @@ import pytest
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 from faforge.matrix.variants import variant_config_path
 from tests.support.http_server import serve_directory
+from tests.support.kernel_abi import add_kernel_abi_row
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "tests" / "schemas" / "bump.json").read_text())
@@ -60,8 +61,10 @@ def write_channel(root: Path, table) -> Path:
 
 @pytest.fixture
 def project(tmp_path):
+    """A scratch checkout whose kernel-abi.yaml already has the new minor's row."""
     for name in ("variants", "recipes"):
         shutil.copytree(REPO / name, tmp_path / name)
+    add_kernel_abi_row(tmp_path / "variants", NEW_TORCH, "a test's made-up row")
     return tmp_path
 
 
@@ -104,6 +107,20 @@ def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
     assert all(cell in variant_config_path(project / "variants", cell.split("/")[0], "conda-forge").read_text() for cell in data["new_cells"])
     again = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--json")
     assert again.returncode == 4, "the server is gone now: a remote failure"
+
+
+def test_a_new_torch_minor_without_its_kernel_abi_row_is_refused_and_nothing_written(project, tmp_path):
+    """Its cells' kernel library layout (philox_offset_bits) is unknown until the row is measured and added."""
+    shutil.copy(REPO / "variants" / "kernel-abi.yaml", project / "variants" / "kernel-abi.yaml")
+    table = load_releases(project / "variants" / "releases.yaml")
+    channel = write_channel(tmp_path / "served", table)
+    before = digests(project)
+    with serve_directory(channel.parent) as url:
+        result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "kernel-abi.yaml" in result.stderr and f"torch minor {NEW_TORCH.rsplit('.', 1)[0]}" in result.stderr
+    assert "offset_intragraph" in result.stderr
+    assert digests(project) == before
 
 
 def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):

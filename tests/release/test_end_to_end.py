@@ -28,6 +28,7 @@ from tests.support.http_server import free_port, serve_process
 from tests.support.standin_flash_attn import CannotCompile, compile_extension, standin_package
 from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
 from tests.support.cache import cache_dir
+from tests.support.kernel_abi import add_kernel_abi_row
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -66,6 +67,9 @@ def project(tmp_path_factory):
     row = replace(template, torch=TORCH, cuda=CUDA, python=(PYTHON,), platforms=("linux-64",), source=("tests/release/test_end_to_end.py",))
     assert isinstance(row, Release)
     path.write_text(dump_releases(replace(table, releases=table.releases + (row,)), header_of(path.read_text())))
+    # Its kernel library layout: torch 2.14.1's PhiloxCudaState is the shim's, 64-bit offset_intragraph_
+    # (tests/buildcost/test_torch_shim.py compares them on the installed torch).
+    add_kernel_abi_row(root / "variants", TORCH, "tests/release/test_end_to_end.py's cell")
     env = dict(os.environ, FAFORGE_ROOT=str(root), FAFORGE_CACHE_DIR=str(VERIFY_CACHE))
     generated = subprocess.run([sys.executable, "-m", "faforge", "generate"], capture_output=True, text=True, env=env)
     assert generated.returncode == 0, generated.stderr

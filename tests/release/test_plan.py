@@ -89,16 +89,17 @@ def jobs_of(data, stage):
     return [j for c in data[stage] for j in c["include"]]
 
 
-def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(rendered, matrix):
+def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(rendered, matrix, repo):
     result = faforge("plan", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     jsonschema.validate(data, SCHEMA)
     assert data["to_build"] == [r.cell.id for r in rendered]
     kernels, links, cells = (jobs_of(data, stage) for stage in STAGES)
-    # The kernels: about 10 cold builds for the whole matrix (issue 15), each planned once.
-    keys = {(r.cell.platform, r.cell.cuda, r.cell.cuda_archs) for r in rendered}
-    assert len(data["kernel_packages"]) == len(keys) == 10
+    # The kernels: 12 cold builds for the whole matrix (issue 15: about 10, one per platform, CUDA and
+    # archs, plus CUDA 12.9's second Philox layout on both platforms), each planned once.
+    keys = {(r.cell.platform, r.cell.cuda, r.cell.cuda_archs, r.cell.philox_offset_bits) for r in rendered}
+    assert len(data["kernel_packages"]) == len(keys) == 12
     cost = load_build_cost()
     by_slug = {k.key.slug: k for k in matrix.kernels}
     assert {j["kernels"] for j in kernels} == set(by_slug)
@@ -117,6 +118,8 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
         assert job["timeout-minutes"] == cell_part(cost).minutes
     for stage in STAGES:
         assert len(data[stage]) <= 2, "fits the 2 chunk jobs per stage of .github/workflows/build.yml"
+    readme = (repo / "README.md").read_text()
+    assert f"the whole matrix is {len(kernels)} piece jobs, {len(links)} link jobs and {len(cells)} cell jobs" in readme
 
 
 def kernel_record(package, hash_="1a2b3c4"):
@@ -128,10 +131,11 @@ def kernel_record(package, hash_="1a2b3c4"):
 def test_a_kernel_package_in_the_channel_is_not_rebuilt(tmp_path, matrix):
     """A real file:// channel holding one kernel package: its kernel jobs vanish, its cells take it from there."""
     channel = tmp_path / "channel"
-    held = next(k for k in matrix.kernels if k.key.id == "linux-64/cu130/sm80_90_100_120ptx")
-    other_build = next(k for k in matrix.kernels if k.key.id == "linux-64/cu129/sm80_90_100_120ptx")
+    held = next(k for k in matrix.kernels if k.key.id == "linux-64/cu129/sm80_90_100_120ptx/philox64")
+    other_build = next(k for k in matrix.kernels if k.key.id == "linux-64/cu129/sm80_90_100_120ptx/philox32")
     assemble(kernel_record(held), channel)
-    # Same name and version, but another kernel key's build string: not a stand-in for ours.
+    # Same name, version, CUDA and archs, but the other Philox layout (and build number): not a stand-in
+    # for the torch <= 2.9 cells' kernels.
     assemble(replace(kernel_record(other_build), build=f"{other_build.key.build_string_prefix}0000000_7"), channel)
     index(channel)
     result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")

@@ -15,7 +15,7 @@ from faforge.release.manifest import record
 from faforge.release.package import read_package
 
 VERSION = "2.8.3.post2"
-KERNEL_BUILD = "cu130_sm80_90_100_120ptx_h1a2b3c4_0"
+KERNEL_BUILD = "cu130_sm80_90_100_120ptx_philox64_h1a2b3c4_0"
 KERNEL_FILE = f"libflash-attn-kernels-{VERSION}-{KERNEL_BUILD}.conda"
 
 
@@ -72,12 +72,13 @@ def test_published_together_then_a_later_flash_attn_finds_the_kernel_in_the_chan
     passed(manifest, fa311)
     later = publish(fa311, "--manifest", manifest, "--to", channel)
     assert later.returncode == 0, later.stdout + later.stderr
-    # One pinning another kernel build (same name and version, another hash) is refused all the same.
-    other = "cu130_sm80_90_100_120ptx_h9999999_0"
-    stray = flash_attn(tmp_path / "stray", python="3.13", kernel_build=other)
-    passed(manifest, stray)
-    refused = publish(stray, "--manifest", manifest, "--to", channel)
-    assert refused.returncode == 1 and f"libflash-attn-kernels-{VERSION}-{other}.conda" in refused.stdout
+    # One pinning another kernel build (same name and version, another hash; or the other Philox layout,
+    # a torch <= 2.9 cell's) is refused all the same.
+    for python, other in (("3.13", "cu130_sm80_90_100_120ptx_philox64_h9999999_0"), ("3.10", "cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0")):
+        stray = flash_attn(tmp_path / "stray", python=python, kernel_build=other)
+        passed(manifest, stray)
+        refused = publish(stray, "--manifest", manifest, "--to", channel)
+        assert refused.returncode == 1 and f"libflash-attn-kernels-{VERSION}-{other}.conda" in refused.stdout
 
 
 def test_a_kernel_package_that_fails_its_gates_takes_its_flash_attn_with_it(built):

@@ -23,9 +23,10 @@ requirements:
     - python ${{ python }}
 """
 
-# The split recipe of issue 15 in miniature: a libflash-attn-kernels output that uses only CUDA and the
-# arch list (build string cu<tag>_sm<archs>_h<hash>_<n>, as faforge.matrix.kernels expects) and passes
-# a piece's TUs to its script, and the flash-attn output, which pins that exact kernel build.
+# The split recipe of issue 15 in miniature: a libflash-attn-kernels output that uses only CUDA, the
+# arch list and the Philox offset width (build string cu<tag>_sm<archs>_philox<bits>_h<hash>_<n>, as
+# faforge.matrix.kernels expects and recipes/flash-attn/recipe.yaml writes it) and passes a piece's TUs
+# to its script, and the flash-attn output, which pins that exact kernel build.
 # torch_version appears only inside the flash-attn output: a top-level `context:` entry is evaluated
 # for every output, so a torch-derived one there makes torch_version a used variable of the kernel
 # output too, and its hash (so its build string) differs per torch minor (tests/matrix/test_kernels.py).
@@ -44,12 +45,12 @@ outputs:
       version: ${{ version }}
     build:
       number: 0
-      string: cu${{ cuda_tag }}_sm${{ archs_tag }}_h${{ hash }}_0
+      string: cu${{ cuda_tag }}_sm${{ archs_tag }}_philox${{ philox_offset_bits }}_h${{ hash }}_0
       script:
         env:
           FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}
         content:
-          - echo "stand-in kernels for CUDA ${{ cuda_compiler_version }}, archs ${{ cuda_archs }}, TUs [$FAFORGE_BUILD_TUS]"
+          - echo "stand-in kernels for CUDA ${{ cuda_compiler_version }}, archs ${{ cuda_archs }}, philox offset ${{ philox_offset_bits }} bits, TUs [$FAFORGE_BUILD_TUS]"
           - if [ -z "$FAFORGE_BUILD_TUS" ]; then mkdir -p $PREFIX/lib && echo ok > $PREFIX/lib/libflash_attn_kernels.txt; fi
   - package:
       name: flash-attn

@@ -21,6 +21,12 @@ SHARED = "shared"  # links against libflash-attn-kernels (compiled against the s
 OWN_BUILD = "own-build"  # differs from the default shim: its glue needs a library built with --philox-offset-bits 32
 VERDICTS = (SHARED, OWN_BUILD)
 SIZED_TYPES = ("at::PhiloxCudaState", "Flash_fwd_params", "Flash_bwd_params")
+# offset_intragraph_'s type -> the kernel library that serves it: the shim as it is (uint64_t, torch >= 2.10)
+# or built with --philox-offset-bits 32 (uint32_t). The width is a dimension of the kernel key
+# (faforge.matrix.kernels) and the recipe's variant key `philox_offset_bits`.
+PHILOX_OFFSET_BITS = {"uint32_t": 32, "uint64_t": 64}
+VERDICT_OF_BITS = {64: SHARED, 32: OWN_BUILD}
+KERNEL_ABI_FILE = "variants/kernel-abi.yaml"
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,10 @@ class Verdict:
     verdict: str
     reason: str
 
+    @property
+    def philox_offset_bits(self) -> int:
+        return PHILOX_OFFSET_BITS[self.offset_intragraph]
+
 
 def _sizes(path: Path, key: str, raw) -> Sizes:
     names = [f.name for f in Sizes.__dataclass_fields__.values()]
@@ -62,15 +72,23 @@ def _verdict(path: Path, index: int, raw) -> Verdict:
         raise DataError(path, key, f"expected the keys {', '.join(fields)}, got {sorted(raw) if isinstance(raw, dict) else raw!r}")
     if not is_version(str(raw["torch"])) or minor_of(str(raw["torch"])) != str(raw["minor"]):
         raise DataError(path, f"{key}.torch", f"{raw['torch']!r} is not a version of torch minor {raw['minor']!r}")
+    if raw["offset_intragraph"] not in PHILOX_OFFSET_BITS:
+        raise DataError(path, f"{key}.offset_intragraph", f"{raw['offset_intragraph']!r} is not one of {', '.join(PHILOX_OFFSET_BITS)}",
+                        hint="only these two widths have a kernel library (build_flash_attn.py --philox-offset-bits 32|64)")
     if raw["verdict"] not in VERDICTS:
         raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} is not one of {', '.join(VERDICTS)}")
+    expected = VERDICT_OF_BITS[PHILOX_OFFSET_BITS[raw["offset_intragraph"]]]
+    if raw["verdict"] != expected:
+        raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} with offset_intragraph {raw['offset_intragraph']}: the library "
+                        f"of that width is the {expected!r} one, and no library has another layout",
+                        hint="measure again (tests/abi/test_params_layout.py); a torch whose layout neither library has must be refused")
     return Verdict(str(raw["minor"]), str(raw["torch"]), raw["wheel"], raw["sha256"], raw["offset_intragraph"],
                    _sizes(path, f"{key}.sizes", raw["sizes"]), raw["verdict"], raw["reason"])
 
 
 def load_kernel_abi(path: Path | None = None) -> dict[str, Verdict]:
     """torch minor -> its verdict; every entry checked (file, key, value named on error)."""
-    path = path or paths.repo_root() / "variants" / "kernel-abi.yaml"
+    path = path or paths.repo_root() / KERNEL_ABI_FILE
     raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1 or not isinstance(raw.get("torch"), list):
         raise DataError(path, "(file)", "expected schema: 1 and a list under torch:")
@@ -81,3 +99,26 @@ def load_kernel_abi(path: Path | None = None) -> dict[str, Verdict]:
             raise DataError(path, f"torch[{index}].minor", f"torch {verdict.minor} has a second verdict")
         verdicts[verdict.minor] = verdict
     return verdicts
+
+
+@dataclass(frozen=True)
+class PhiloxWidths:
+    """torch minor -> the Philox offset width of its kernel library, as variants/kernel-abi.yaml records it."""
+
+    path: Path
+    by_minor: dict[str, int]
+
+    def of(self, torch_minor: str) -> int:
+        if torch_minor not in self.by_minor:
+            raise DataError(
+                self.path, "torch", f"no row for torch minor {torch_minor}, which variants/releases.yaml gives the matrix",
+                hint=f"add a row `- minor: '{torch_minor}'` with offset_intragraph (uint32_t or uint64_t, as that torch's "
+                     "ATen/cuda/detail/PhiloxCudaStateRaw.cuh declares it), sizes and verdict; "
+                     "tests/abi/test_params_layout.py measures them from its wheel",
+            )
+        return self.by_minor[torch_minor]
+
+
+def load_philox_widths(path: Path | None = None) -> PhiloxWidths:
+    path = path or paths.repo_root() / KERNEL_ABI_FILE
+    return PhiloxWidths(path, {minor: verdict.philox_offset_bits for minor, verdict in load_kernel_abi(path).items()})

@@ -1,7 +1,7 @@
 """Check a binary that must not touch torch at all: the kernel library (issue 15).
 
-libflash-attn-kernels is built once per (platform, CUDA, archs) and shared by the flash-attn glue of
-every torch minor and both C++ ABIs. That holds only if the library
+libflash-attn-kernels is built once per (platform, CUDA, archs, Philox layout) and shared by the
+flash-attn glue of every torch minor of that layout and both C++ ABIs. That holds only if the library
   * needs no torch, c10, Python or pybind11 library (DT_NEEDED), and neither imports nor defines a symbol
     of theirs (a c10:: import would bind to whichever torch is loaded; a Py* one to the interpreter);
   * exports nothing whose meaning depends on _GLIBCXX_USE_CXX11_ABI (std::__cxx11 types, the [abi:cxx11]

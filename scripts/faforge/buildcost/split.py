@@ -3,8 +3,10 @@ computed from variants/build-measurements.yaml and the matrix.
 
 Before, every flash-attn package carries its own kernels, which CI compiles once per compiler-cache key
 (faforge.buildcost.cachekey: platform, torch minor, CUDA, C++ ABI, arch list). After, one
-libflash-attn-kernels per (platform, CUDA, arch list) (faforge.matrix.kernels) carries them, and each
-cell's flash-attn holds only flash_api.cpp's code.
+libflash-attn-kernels per (platform, CUDA, arch list, Philox layout) (faforge.matrix.kernels) carries
+them, and each cell's flash-attn holds only flash_api.cpp's code. The layout is the width of torch's
+PhiloxCudaState::offset_intragraph_ (32 bits up to torch 2.9, 64 from 2.10: variants/kernel-abi.yaml),
+so a CUDA that serves torch minors on both sides of 2.9/2.10 has two kernel packages.
 
 Size model, from the `sizes` of one real build: only the GPU code (the .nv_fatbin section) grows with the
 SASS arch count. kernel library(n) = kernel host code + n x fatbin per arch, where kernel host code =
@@ -95,6 +97,38 @@ def new_kernel_builds(cells, torch_minor: str, world: str, key) -> list:
 
 
 @dataclass(frozen=True)
+class LayoutCrossing:
+    """Switching between the newest torch minor of the 32-bit Philox layout and the oldest of the 64-bit
+    one on the same CUDA and archs: the user downloads the glue and the other layout's kernel package."""
+
+    cuda: str
+    cuda_archs: str
+    torch_from: str
+    torch_to: str
+    before: Bytes
+    after: Bytes
+
+    def as_json(self) -> dict:
+        return {"cuda": self.cuda, "cuda_archs": self.cuda_archs, "torch_from": self.torch_from, "torch_to": self.torch_to,
+                "before": self.before.zstd, "after": self.after.zstd}
+
+
+def layout_crossing(cells, sizes: SizeModel) -> LayoutCrossing | None:
+    """The CUDA (widest arch list first) whose cells lie on both sides of the layout change; None if none does."""
+    minors: dict[tuple[str, str], dict[int, set[str]]] = {}
+    for c in cells:
+        minors.setdefault((c.cuda, c.cuda_archs), {}).setdefault(c.philox_offset_bits, set()).add(c.torch_minor)
+    both = [(key, by_bits) for key, by_bits in minors.items() if len(by_bits) > 1]
+    if not both:
+        return None
+    (cuda, archs), by_bits = max(both, key=lambda kv: (sass_arch_count(kv[0][1]), vtuple(kv[0][0])))
+    n = sass_arch_count(archs)
+    return LayoutCrossing(cuda=cuda, cuda_archs=archs, torch_from=max(by_bits[min(by_bits)], key=vtuple),
+                          torch_to=min(by_bits[max(by_bits)], key=vtuple), before=sizes.package_before(n),
+                          after=sizes.glue + sizes.kernel_library(n))
+
+
+@dataclass(frozen=True)
 class SplitReport:
     cells: int
     kernel_builds_before: int  # compiler-cache keys
@@ -109,13 +143,14 @@ class SplitReport:
     switch_archs: str
     switch_before: Bytes
     switch_after: Bytes
+    crossing: LayoutCrossing | None  # a switch of torch minor that also changes the kernel package's layout
 
     def rows(self) -> list[list[str]]:
         m = self.new_minor
         glue_h = m.cells * self.glue_cpu_min / 60
         return [
             ["cold kernel builds for the whole matrix", f"{self.kernel_builds_before} (one per cache key)",
-             f"{self.kernel_builds_after} (one per platform, CUDA, archs)"],
+             f"{self.kernel_builds_after} (one per platform, CUDA, archs, Philox layout)"],
             ["kernel CPU hours, whole matrix", f"{self.kernel_cpu_h_before:,.0f}", f"{self.kernel_cpu_h_after:,.0f}"],
             [f"adding torch {m.torch_minor} ({m.world}, {m.cells} cells): kernel compiles",
              f"{m.kernel_builds_before} builds, {m.kernel_cpu_h_before:,.0f} CPU h", f"{m.kernel_builds_after} builds, {m.kernel_cpu_h_after:,.0f} CPU h"],
@@ -123,7 +158,10 @@ class SplitReport:
              f"{m.cells} x {self.glue_cpu_min:.1f} CPU min = {glue_h:.1f} CPU h"],
             ["one glue build (flash_api.cpp), CPU min, measured", f"{self.glue_cpu_min:.1f} (inside every cell's build)", f"{self.glue_cpu_min:.1f} (a cell's whole compile)"],
             [f"package bytes on the channel, whole matrix ({self.cells} cells)", self.channel_before.words(), self.channel_after.words()],
-            [f"download when switching torch minor (same CUDA, archs {self.switch_archs})", self.switch_before.words(), self.switch_after.words()],
+            [f"download when switching torch minor (same CUDA and Philox layout, archs {self.switch_archs})",
+             self.switch_before.words(), self.switch_after.words()],
+            *([[f"download when switching across the Philox layout (torch {x.torch_from} -> {x.torch_to} on CUDA {x.cuda}, "
+                f"archs {x.cuda_archs})", x.before.words(), x.after.words()]] if (x := self.crossing) else []),
         ]
 
     def as_json(self) -> dict:
@@ -140,6 +178,7 @@ class SplitReport:
             "channel_bytes": {"before": self.channel_before.zstd, "after": self.channel_after.zstd,
                               "before_raw": self.channel_before.raw, "after_raw": self.channel_after.raw},
             "switch_torch_minor_bytes": {"cuda_archs": self.switch_archs, "before": self.switch_before.zstd, "after": self.switch_after.zstd},
+            **({"switch_across_philox_layout_bytes": self.crossing.as_json()} if self.crossing else {}),
         }
 
 
@@ -172,4 +211,5 @@ def split_report(measurements: Measurements, costs: dict[str, ClassCost], cells,
         switch_archs=widest.cuda_archs,
         switch_before=sizes.package_before(n_widest),
         switch_after=sizes.glue,
+        crossing=layout_crossing(cells, sizes),
     )

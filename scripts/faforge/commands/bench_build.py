@@ -128,6 +128,6 @@ def execute(args: argparse.Namespace) -> int:
         print(f"\n{title}")
         print(format_table(headers, rows))
     if before_after:
-        print("\nThe matrix before / after the kernel split (libflash-attn-kernels once per platform, CUDA and archs)")
+        print("\nThe matrix before / after the kernel split (libflash-attn-kernels once per platform, CUDA, archs and Philox layout)")
         print(format_table(["", "before", "after"], before_after.rows()))
     return EXIT_OK

@@ -6,7 +6,7 @@ in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FA
 points them at; `--extra-channel` adds channels searched first (where a cell's job finds its kernel
 package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job as
 `faforge plan` made it: `kernels` and `kernels-link` build the recipe's libflash-attn-kernels output
-for the cell's (platform, CUDA, archs), a piece compiles its share of those TUs into the compiler
+for the cell's (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the compiler
 cache; `cell` and `all` build the cell's flash-attn.
 """
 

@@ -18,7 +18,8 @@ from faforge.table import format_table
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--kernels", action="store_true",
-                        help="list the kernel packages (libflash-attn-kernels, one per platform, CUDA and arch list) instead of the cells")
+                        help="list the kernel packages (libflash-attn-kernels, one per platform, CUDA, arch list and Philox offset width) "
+                             "instead of the cells")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
                              "(tests/schemas/matrix-kernels.json)")
@@ -37,6 +38,7 @@ def cell_record(rendered: RenderedCell, kernels: KernelPackage) -> dict:
         "torch_source": cell.world,
         "channels": list(cell.channels),
         "cuda_archs": cell.cuda_archs,
+        "philox_offset_bits": cell.philox_offset_bits,
         "build_string": rendered.build_string,
         "run_requirements": list(rendered.run_requirements),
         "run_constraints": list(rendered.run_constraints),

@@ -18,7 +18,7 @@ from faforge.doctor.facts import EnvFacts, Gpu
 from faforge.doctor.installs import Claim, Install
 from faforge.doctor.torch_symbols import built_for_one
 from faforge.gpu import compat
-from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin, kernel_pin
+from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin, kernel_build_differences, kernel_pin
 
 ERROR, WARNING = "error", "warning"
 # Every kind doctor reports, in the order it lists them (root causes first).
@@ -332,7 +332,7 @@ def _unfound_libraries(s: Situation) -> set[str]:
 def kernel_library(s: Situation) -> Problem | None:
     """A split flash-attn (issue 15) loads its kernels from libflash_attn_kernels.so, which only the
     exact libflash-attn-kernels build its conda record pins provides: another build holds kernels for
-    another CUDA or arch list behind the same file name."""
+    another CUDA, arch list or Philox layout (torch <= 2.9 vs >= 2.10) behind the same file name."""
     if s.binary is None or not s.binary.needs_kernel_library:
         return None
     pin = s.kernel_pin
@@ -341,9 +341,10 @@ def kernel_library(s: Situation) -> Problem | None:
                 "installed": f"{installed.name} {installed.version} {installed.build}" if installed else None}
     if pin is not None and installed is not None and (installed.version, installed.build) != (pin.version, pin.build):
         record = s.flash_attn.conda_record
+        differences = kernel_build_differences(pin.build, installed.build) or ["another build"]
         return Problem("kernel-library-mismatch", ERROR,
                        f"flash-attn {record.version} ({record.build}) requires exactly {pin}, but this environment has "
-                       f"{installed.name} {installed.version} ({installed.build}), a kernel build for another CUDA or arch list",
+                       f"{installed.name} {installed.version} ({installed.build}): {'; '.join(differences)}",
                        (f"{KERNEL_LIBRARY} comes from {installed.name} {installed.version} {installed.build} ({installed.channel_name})",),
                        evidence)
     if s.facts.import_outcome.ok or KERNEL_LIBRARY not in _unfound_libraries(s):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge import paths
 from faforge.matrix.cells import Cell, build_cells
@@ -11,27 +12,36 @@ from faforge.matrix.kernels import KernelPackage, kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
 from faforge.matrix.releases import ReleaseTable, load_releases
 
+if TYPE_CHECKING:
+    from faforge.abi.kernel_abi import PhiloxWidths
+
 
 @dataclass(frozen=True)
 class Matrix:
     table: ReleaseTable
     policy: BuildPolicy
     cells: list[Cell]
-    kernels: list[KernelPackage]  # one per (platform, CUDA, archs); each names the cells that need it
+    philox: PhiloxWidths  # variants/kernel-abi.yaml: each torch minor's kernel library layout
+    kernels: list[KernelPackage]  # one per (platform, CUDA, archs, Philox layout); each names the cells that need it
     variants_dir: Path
     recipe_path: Path
 
 
 def load_matrix(root: Path | None = None) -> Matrix:
+    # Here, not at the top: faforge.abi.kernel_abi imports faforge.matrix.versions, so this package.
+    from faforge.abi.kernel_abi import load_philox_widths  # noqa: PLC0415
+
     root = root or paths.repo_root()
     variants_dir = root / "variants"
     table = load_releases(variants_dir / "releases.yaml")
     policy = load_policy(variants_dir / "matrix.yaml")
-    cells = build_cells(table, policy)
+    philox = load_philox_widths(variants_dir / "kernel-abi.yaml")
+    cells = build_cells(table, policy, philox)
     return Matrix(
         table=table,
         policy=policy,
         cells=cells,
+        philox=philox,
         kernels=kernel_packages(cells, version=policy.flash_attn_version, build_number=policy.build_number,
                                 releases_path=table.path),
         variants_dir=variants_dir,

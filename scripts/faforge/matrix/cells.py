@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from faforge.errors import DataError, FaforgeError
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable
 from faforge.matrix.versions import minor_of, vtuple
+
+if TYPE_CHECKING:  # faforge.abi.kernel_abi imports faforge.matrix.versions, so only the type here
+    from faforge.abi.kernel_abi import PhiloxWidths
 
 CELL_ID = re.compile(r"(?P<platform>linux-64|linux-aarch64)/py(?P<py>\d)(?P<pyminor>\d+)/torch(?P<torch>\d+\.\d+)/cu(?P<cuda>\d+)/abi(?P<abi>[01])")
 
@@ -26,6 +30,7 @@ class Cell:
     cuda: str
     cxx11_abi: int
     cuda_archs: str
+    philox_offset_bits: int  # the torch's at::PhiloxCudaState layout, so its kernel library (kernel-abi.yaml)
     host_gcc: str
     c_stdlib_version: str
     channels: tuple[str, ...]
@@ -59,6 +64,7 @@ class Cell:
             "cuda_compiler_version": self.cuda,
             "cxx11_abi": str(self.cxx11_abi),
             "cuda_archs": self.cuda_archs,
+            "philox_offset_bits": str(self.philox_offset_bits),
             "c_compiler_version": self.host_gcc,
             "cxx_compiler_version": self.host_gcc,
             "c_stdlib_version": self.c_stdlib_version,
@@ -74,8 +80,9 @@ def _newest_patch_per_minor_and_cuda(rows: list[Release]) -> list[Release]:
     return list(newest.values())
 
 
-def candidate_cells(table: ReleaseTable, policy: BuildPolicy) -> list[tuple[Cell, str | None]]:
-    """Every cell the policy admits, each with the reason it is excluded (or None)."""
+def candidate_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) -> list[tuple[Cell, str | None]]:
+    """Every cell the policy admits, each with the reason it is excluded (or None). Each torch minor
+    admitted needs its row in variants/kernel-abi.yaml (`philox`), excluded cells' minors too."""
     out = []
     in_scope = [
         r for r in table.releases
@@ -93,6 +100,7 @@ def candidate_cells(table: ReleaseTable, policy: BuildPolicy) -> list[tuple[Cell
                     cuda=row.cuda,
                     cxx11_abi=world.cxx11_abi,
                     cuda_archs=policy.pick("cuda_archs", row.cuda),
+                    philox_offset_bits=philox.of(row.torch_minor),
                     host_gcc=policy.pick("host_gcc", row.cuda),
                     c_stdlib_version=policy.pick("c_stdlib_version", row.cuda),
                     channels=world.channels,
@@ -104,9 +112,9 @@ def candidate_cells(table: ReleaseTable, policy: BuildPolicy) -> list[tuple[Cell
     return sorted(out, key=lambda pair: pair[0].sort_key)
 
 
-def build_cells(table: ReleaseTable, policy: BuildPolicy) -> list[Cell]:
+def build_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) -> list[Cell]:
     """The matrix: admitted cells minus exclusions, with ids checked unique."""
-    candidates = candidate_cells(table, policy)
+    candidates = candidate_cells(table, policy, philox)
     for i, exclusion in enumerate(policy.exclude):
         if not any(exclusion.matches(world=c.world, torch=c.torch_minor, cuda=c.cuda, python=c.python, platform=c.platform) for c, _ in candidates):
             raise DataError(policy.path, f"exclude[{i}]", f"matches no cell: {exclusion.fields}", hint="remove the stale exclusion, or fix its fields")

@@ -1,9 +1,12 @@
-"""Kernel packages: `libflash-attn-kernels`, one per (platform, CUDA minor, arch list), shared by every
-cell of that key across torch minors and both C++ ABIs (issue 15).
+"""Kernel packages: `libflash-attn-kernels`, one per (platform, CUDA minor, arch list, Philox layout),
+shared by every cell of that key across torch minors and both C++ ABIs (issue 15).
 
 The 72 kernel TUs are compiled against the torch shim (scripts/faforge/buildcost/torch_shim/), so
-nothing in them depends on the torch minor, the C++ ABI or python; each cell's flash-attn holds only
-flash_api.cpp and pins its kernel build exactly. This module is the one place that derives a cell's
+nothing in them depends on the torch minor, the C++ ABI or python, except the layout of
+at::PhiloxCudaState inside the params structs the glue passes: its offset_intragraph_ is uint32_t up
+to torch 2.9 and uint64_t from 2.10 (pytorch/pytorch#164515; variants/kernel-abi.yaml), so the library
+is built for one width (build_flash_attn.py --philox-offset-bits) and that width is part of the key.
+Each cell's flash-attn holds only flash_api.cpp and pins its kernel build exactly. This module is the one place that derives a cell's
 kernel key and the kernel package's name, version and build-string prefix; `faforge matrix`, `plan`,
 `bench-build`, `publish` and `doctor` all use it.
 """
@@ -24,16 +27,18 @@ FLASH_ATTN_PACKAGE = "flash-attn"
 
 @dataclass(frozen=True, order=True)
 class KernelKey:
-    """What the kernel objects depend on: the target platform, nvcc's CUDA minor, the arch list."""
+    """What the kernel objects depend on: the target platform, nvcc's CUDA minor, the arch list, and the
+    width of PhiloxCudaState's offset_intragraph_ that the glue of the cell's torch passes (32 or 64)."""
 
     platform: str
     cuda: str
     cuda_archs: str
+    philox_offset_bits: int
 
     @property
     def id(self) -> str:
-        """e.g. 'linux-64/cu130/sm80_90_100_120ptx': logs, job names, artifact names."""
-        return f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
+        """e.g. 'linux-64/cu130/sm80_90_100_120ptx/philox64': logs, job names, artifact names."""
+        return f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}/philox{self.philox_offset_bits}"
 
     @property
     def slug(self) -> str:
@@ -41,12 +46,14 @@ class KernelKey:
 
     @property
     def build_string_prefix(self) -> str:
-        """The recipe's kernel build string up to its hash: cu130_sm80_90_100_120ptx_h."""
-        return f"cu{self.cuda.replace('.', '')}_sm{archs_tag(self.cuda_archs)}_h"
+        """The recipe's kernel build string up to its hash: cu130_sm80_90_100_120ptx_philox64_h (the recipe
+        writes cu${{ cuda_tag }}_sm${{ archs_tag }}_philox${{ philox_offset_bits }}_h${{ hash }}_N)."""
+        return f"cu{self.cuda.replace('.', '')}_sm{archs_tag(self.cuda_archs)}_philox{self.philox_offset_bits}_h"
 
 
 def kernel_key(cell) -> KernelKey:
-    return KernelKey(platform=cell.platform, cuda=cell.cuda, cuda_archs=cell.cuda_archs)
+    return KernelKey(platform=cell.platform, cuda=cell.cuda, cuda_archs=cell.cuda_archs,
+                     philox_offset_bits=cell.philox_offset_bits)
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,7 @@ class KernelPackage:
             "platform": self.key.platform,
             "cuda": self.key.cuda,
             "cuda_archs": self.key.cuda_archs,
+            "philox_offset_bits": self.key.philox_offset_bits,
             "torch_source": self.world,
             "cells": list(self.cell_ids),
         }
@@ -84,7 +92,7 @@ def kernel_packages(cells, *, version: str, build_number: int, releases_path: Pa
     A key may not occur in two torch worlds. Each world builds with its own channels (conda-forge
     alone, or pytorch + nvidia + conda-forge: variants/releases.yaml), so its kernel build would take
     cudart and the C++ runtime from other packages, yet the kernel output's hash covers only the
-    variant keys it uses (CUDA, archs, compilers), not the channels: two worlds would build two
+    variant keys it uses (CUDA, archs, Philox width, compilers), not the channels: two worlds would build two
     different files under one name, version and build string, and a channel can hold only one of them.
     """
     by_key: dict[KernelKey, list] = {}
@@ -104,6 +112,27 @@ def kernel_packages(cells, *, version: str, build_number: int, releases_path: Pa
         out.append(KernelPackage(key=key, version=version, build_number=build_number, world=worlds[0],
                                  cell_ids=tuple(c.id for c in users)))
     return out
+
+
+# A kernel build string as KernelKey.build_string_prefix and the recipe write it.
+KERNEL_BUILD = re.compile(r"^cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)_philox(?P<philox>32|64)_h[0-9a-f]+_(?P<number>\d+)$")
+# (group, words, tag prefix, note): what a kernel build string's parts mean.
+_BUILD_PARTS = (
+    ("cuda", "CUDA", "cu", ""),
+    ("archs", "arch list", "sm", ""),
+    ("philox", "Philox layout", "philox",
+     " (the width of at::PhiloxCudaState's offset_intragraph_: 32 bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)"),
+)
+
+
+def kernel_build_differences(required: str, installed: str) -> list[str]:
+    """What sets an installed kernel build apart from the required one, in words ("CUDA cu129, not cu130");
+    empty when the two build strings agree on CUDA, archs and layout or either is not a kernel build string."""
+    want, have = KERNEL_BUILD.match(required), KERNEL_BUILD.match(installed)
+    if not (want and have):
+        return []
+    return [f"{words} {tag}{have[part]}, not {tag}{want[part]}{note}"
+            for part, words, tag, note in _BUILD_PARTS if want[part] != have[part]]
 
 
 # rattler-build writes pin_subpackage('libflash-attn-kernels', exact=True) as `NAME ==VERSION BUILD`

@@ -187,18 +187,19 @@ def recipe_output_names(recipe_path: Path) -> list[str]:
 
 
 def render_kernel_output(cell: Cell, recipe_path: Path, variants_dir: Path) -> RenderedCell:
-    """The recipe's libflash-attn-kernels output for the cell's kernel key (platform, CUDA, archs), as
-    the cell's variant file renders it: what a kernel job of `faforge plan` builds."""
+    """The recipe's libflash-attn-kernels output for the cell's kernel key (platform, CUDA, archs, Philox
+    width), as the cell's variant file renders it: what a kernel job of `faforge plan` builds."""
     rendered = render_platform(recipe_path, variant_config_path(variants_dir, cell.platform, cell.world), cell.platform)
     for variant in rendered:
         stage1 = variant.recipe
         recipe = stage1.to_dict()
         used = stage1.used_variant
         if (recipe["package"]["name"] == KERNEL_PACKAGE and str(used.get("cuda_compiler_version")) == cell.cuda
-                and str(used.get("cuda_archs")) == cell.cuda_archs):
+                and str(used.get("cuda_archs")) == cell.cuda_archs
+                and str(used.get("philox_offset_bits")) == str(cell.philox_offset_bits)):
             return _rendered(cell, variant, recipe)
     raise FaforgeError(
         f"the recipe renders no {KERNEL_PACKAGE} output for {kernel_key(cell).id} (cell {cell.id})",
-        hint=f"{recipe_path} needs a {KERNEL_PACKAGE} output that uses cuda_compiler_version and cuda_archs; "
-             "without one, build the cell whole (--part all)",
+        hint=f"{recipe_path} needs a {KERNEL_PACKAGE} output that uses cuda_compiler_version, cuda_archs and "
+             "philox_offset_bits; without one, build the cell whole (--part all)",
     )

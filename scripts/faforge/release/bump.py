@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from faforge.abi.kernel_abi import PhiloxWidths
 from faforge.channel.repodata import query
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
@@ -126,12 +127,13 @@ def extended(table: ReleaseTable, rows: list[Release]) -> ReleaseTable:
     return replace(table, releases=table.releases + tuple(rows))
 
 
-def new_cells(old: ReleaseTable, new: ReleaseTable, policy: BuildPolicy) -> list[Cell]:
-    before = {c.id for c in build_cells(old, policy)}
-    return [c for c in build_cells(new, policy) if c.id not in before]
+def new_cells(old: ReleaseTable, new: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) -> list[Cell]:
+    """The cells `new` adds; a new torch minor needs its row in variants/kernel-abi.yaml first (DataError)."""
+    before = {c.id for c in build_cells(old, policy, philox)}
+    return [c for c in build_cells(new, policy, philox) if c.id not in before]
 
 
-def write(table: ReleaseTable, policy: BuildPolicy, variants_dir: Path) -> list[Path]:
+def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, variants_dir: Path) -> list[Path]:
     """Write releases.yaml (canonical form) and regenerate the variant configs.
 
     The new text is loaded back and turned into cells before anything is replaced, so a table
@@ -143,7 +145,7 @@ def write(table: ReleaseTable, policy: BuildPolicy, variants_dir: Path) -> list[
         tmp.write(text)
     try:
         reloaded = replace(load_releases(Path(tmp.name)), path=path)
-        generated = generated_files(build_cells(reloaded, policy), variants_dir)
+        generated = generated_files(build_cells(reloaded, policy, philox), variants_dir)
         os.replace(tmp.name, path)
     finally:
         if os.path.exists(tmp.name):

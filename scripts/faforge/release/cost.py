@@ -1,7 +1,7 @@
 """Build cost of CI jobs (variants/build-cost.yaml) and how to split a kernel build that outgrows one.
 
-The 72 kernel TUs are built once per kernel package (libflash-attn-kernels, one per platform, CUDA
-and arch list: faforge.matrix.kernels); each cell's own job compiles only flash_api.cpp against its
+The 72 kernel TUs are built once per kernel package (libflash-attn-kernels, one per platform, CUDA,
+arch list and Philox layout: faforge.matrix.kernels); each cell's own job compiles only flash_api.cpp against its
 torch and links it against that package. A kernel build too long for one job is split by TU class
 (fwd, bwd, fwd_split), and a class further into equal runs of its TUs, until every piece fits the
 runner's job limit; a final `kernels-link` job links the library from the pieces' objects and

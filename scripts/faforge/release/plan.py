@@ -1,7 +1,7 @@
 """What CI must build: the matrix minus what the channel holds, as GitHub Actions matrix jobs.
 
-The kernels are built once per kernel package (libflash-attn-kernels, one per platform, CUDA and arch
-list: faforge.matrix.kernels), never per cell; each cell's job then compiles only flash_api.cpp and
+The kernels are built once per kernel package (libflash-attn-kernels, one per platform, CUDA, arch
+list and Philox layout: faforge.matrix.kernels), never per cell; each cell's job then compiles only flash_api.cpp and
 links it against its kernel package, which it takes from this run's artifacts or from the channel.
 So a plan has three stages, each a list of chunks that run one after the other:
 
