@@ -289,13 +289,17 @@ def legacy_pytorch(torch: str, cuda: str, python: str = "3.11"):
     ]
 
 
-def faforge_flash_attn(offer):
-    """Our flash-attn package for one matrix cell: the rendered build string and run requirements."""
+def faforge_packages(offer):
+    """Our packages for one matrix cell: its flash-attn (the rendered build string and run requirements)
+    and the kernel build it pins (metadata only: the stand-in extensions link no kernel library)."""
     from faforge.channel.local import PackageSpec  # noqa: PLC0415
+    from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin  # noqa: PLC0415
 
     modules = {"flash_attn/__init__.py": f"__version__ = '{offer.version}'\n"}
-    return PackageSpec("flash-attn", offer.version, offer.build_string, "linux-64", depends=offer.run_requirements,
-                       files=conda_python_files(SITE, "flash-attn", offer.version, modules))
+    pin = kernel_pin(offer.run_requirements)
+    kernels = [PackageSpec(KERNEL_PACKAGE, pin.version, pin.build, "linux-64")] if pin else []
+    return [*kernels, PackageSpec("flash-attn", offer.version, offer.build_string, "linux-64", depends=offer.run_requirements,
+                                  files=conda_python_files(SITE, "flash-attn", offer.version, modules))]
 
 
 def cuda_extension(out: Path, python: Path, gencode: str) -> Path:

@@ -80,7 +80,7 @@ def conda_forge_env(offer: Offer, base_python: Path, tmp_path: Path, specs: list
     """A conda-forge-world prefix solved from stand-in conda-forge and faforge channels: (channels folder, python)."""
     channels = tmp_path / "channels"
     python = envs.conda_prefix(tmp_path / "env", channels, {
-        "faforge": [envs.faforge_flash_attn(offer)],
+        "faforge": envs.faforge_packages(offer),
         "conda-forge": envs.conda_forge_torch(offer.cell.torch, offer.cell.cuda)}, specs, base_python)
     return channels, python
 
@@ -122,7 +122,7 @@ def test_legacy_pytorch_channel_with_an_abi1_wheel(run_doctor, offers, python311
     cell = offer.cell
     channels = tmp_path / "channels"
     python = envs.conda_prefix(tmp_path / "env", channels, {
-        "faforge": [envs.faforge_flash_attn(offer)], "pytorch": envs.legacy_pytorch(cell.torch, cell.cuda),
+        "faforge": envs.faforge_packages(offer), "pytorch": envs.legacy_pytorch(cell.torch, cell.cuda),
         "conda-forge": envs.conda_forge_base(cell.cuda)}, ["pytorch", "python 3.11.*"], python311)
     form = set_device_form(cell.torch)
     envs.standin_c10(envs.site_packages(python) / "torch" / "lib", cxx11_abi=0, set_device=form)

@@ -157,12 +157,13 @@ def _build_as_the_hint_says(walk: Walk, command: str) -> None:
     """The hint: plan without --channel (offline); then the README's build line fails on the first download."""
     check(Step("", codes=(0,)), "faforge plan --output plan.json", walk.run("faforge plan --output plan.json"))
     plan = json.loads((walk.clone / "plan.json").read_text())
-    # A kernel job and a cell job keep the walk short; offline every cell job fails the same way (the
-    # flash-attn sdist download), and a kernel job of today's recipe (kernels built inside each cell) has nothing to do.
+    # A kernel job and a cell job keep the walk short; offline both fail the same way, on the flash-attn
+    # sdist download, each on its own line of the summary.
     jobs = [plan["kernels"][0]["include"][0], plan["flash_attn"][0]["include"][0]]
     (walk.clone / "plan.json").write_text(json.dumps({"include": jobs}))
     check(Step("", codes=(1, 4), cause=(r"failed: .*download.*\(https://\S+flash_attn-2\.8\.3\.post2\.tar\.gz\)",
-                                        "no libflash-attn-kernels output, so each cell's job compiles its kernels"),
+                                        *(rf"{re.escape(job['cell'])} +{re.escape(job['part'])} +failed" for job in jobs),
+                                        "0 of 2 ok, 2 failed"),
                wrong=("Traceback",)), command, walk.run(command))
 
 

@@ -128,3 +128,26 @@ def test_pieces_need_recipe_support_and_bad_parts_or_cells_are_bad_input(project
     assert f"its kernel package's pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
     unknown = run(env, "build", "linux-64/py399/torch9.9/cu999/abi1", "--output-dir", str(output))
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+
+
+def test_a_whole_build_of_a_split_recipe_makes_the_kernel_package_once_then_each_cell(project):
+    """`faforge build CELL...` (part all) as a plain rattler-build would: the kernel package of each kernel
+    key first, once for all the cells that share it, then each cell's flash-attn against it; a rerun
+    finds both present."""
+    env, output, good, _, _ = project
+    (Path(env["FAFORGE_ROOT"]) / "recipes" / "flash-attn" / "recipe.yaml").write_text(TINY_SPLIT_RECIPE)
+    cells = json.loads(run(env, "matrix", "--platform", "linux-64", "--json").stdout)
+    good = next(c for c in cells if c["id"] == good["id"])  # rendered from the split recipe
+    sibling = next(c for c in cells if c["id"] != good["id"] and c["torch_source"] == good["torch_source"]
+                   and (c["cuda"], c["cuda_archs"], c["torch"]) == (good["cuda"], good["cuda_archs"], good["torch"]))
+    result = run(env, "build", good["id"], sibling["id"], "--output-dir", str(output))
+    assert result.returncode == 0, result.stdout + result.stderr
+    parts = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("linux-")]
+    assert parts == ["kernels", "cell", "cell"], result.stdout
+    [kernels] = output.glob("linux-64/libflash-attn-kernels-*.conda")
+    name, version, build = kernels.name.removesuffix(".conda").rsplit("-", 2)
+    for cell in (good, sibling):
+        package = output / "linux-64" / f"flash-attn-2.8.3.post2-{cell['build_string']}.conda"
+        assert f"{name} =={version} {build}" in read_package(package).depends
+    again = run(env, "build", good["id"], "--output-dir", str(output))
+    assert again.returncode == 0 and [line.split()[2] for line in again.stdout.splitlines() if line.startswith("linux-")] == ["present", "present"]

@@ -26,7 +26,10 @@ CACHE = cache_dir("pip-target")
 
 def recipe_test_requirements(entry_point: str) -> tuple[str, ...]:
     """The run requirements of the recipe test whose script runs `python -m <entry_point>`."""
-    for test in _tests(yaml.safe_load(RECIPE.read_text())["tests"]):
+    recipe = yaml.safe_load(RECIPE.read_text())
+    # the top level's tests and each output's (the recipe has two outputs: issue 15)
+    entries = [*recipe.get("tests", []), *(t for output in recipe.get("outputs", []) for t in output.get("tests", []))]
+    for test in _tests(entries):
         if any(f"-m {entry_point} " in f"{line} " for line in test.get("script", ())):
             return tuple(test.get("requirements", {}).get("run", ()))
     raise LookupError(f"{RECIPE}: no test runs `python -m {entry_point}`")

@@ -4,7 +4,8 @@ Upstream packages (conda-forge, the legacy pytorch and nvidia channels) copy the
 versions, build strings and dependencies recorded, with sources, in
 tests/fixtures/real_packages.yaml. Our flash-attn packages carry the run requirements
 py-rattler-build renders for each cell, plus what a real build adds through run_exports
-(compilers, sysroot, CUDA, python, torch), filled in from the fixture's sourced rules.
+(compilers, sysroot, CUDA, python, torch), filled in from the fixture's sourced rules; the kernel
+builds they pin (libflash-attn-kernels) are in our channel too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from faforge.channel.local import PackageSpec, assemble, index
+from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 from faforge.matrix.render import RenderedCell
 from faforge.matrix.versions import next_minor
 
@@ -61,6 +63,12 @@ def injected_run_exports(fixture: dict, rendered: RenderedCell) -> list[str]:
     return specs
 
 
+def kernel_run_exports(fixture: dict, rendered: RenderedCell) -> tuple[str, ...]:
+    """A kernel package's depends: the recipe's cuda-version pin and the compilers' and cudart's run_exports."""
+    keep = ("libstdcxx", "libgcc", "__glibc", "cuda-version", "cuda-cudart", "arm-variant")
+    return tuple(s for s in injected_run_exports(fixture, rendered) if s.split()[0] in keep)
+
+
 def build_channels(root: Path, rendered: list[RenderedCell]) -> dict[str, Path]:
     """Write and index every channel under root; returns channel name -> directory."""
     fixture = load_fixture()
@@ -76,6 +84,13 @@ def build_channels(root: Path, rendered: list[RenderedCell]) -> dict[str, Path]:
             directory,
         )
     ours = channels.setdefault(OUR_CHANNEL, root / OUR_CHANNEL)
+    kernels = {}
+    for r in rendered:
+        pin = kernel_pin(r.run_requirements)
+        if pin is not None and (pin, r.cell.platform) not in kernels:
+            kernels[(pin, r.cell.platform)] = r
+            assemble(PackageSpec(name=KERNEL_PACKAGE, version=pin.version, build=pin.build, subdir=r.cell.platform,
+                                 depends=kernel_run_exports(fixture, r)), ours)
     for r in rendered:
         assemble(
             PackageSpec(

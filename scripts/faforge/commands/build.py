@@ -6,8 +6,11 @@ in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FA
 points them at; `--extra-channel` adds channels searched first (where a cell's job finds its kernel
 package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job as
 `faforge plan` made it: `kernels` and `kernels-link` build the recipe's libflash-attn-kernels output
-for the cell's (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the compiler
-cache; `cell` and `all` build the cell's flash-attn.
+for the cell's kernel key (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the compiler cache; `cell`
+builds the cell's flash-attn against a kernel package it finds in a channel. `all` (the default)
+builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first
+(once per kernel key in a run, skipped when already in the output dir), then its flash-attn with the
+output dir as its first channel.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import Cell, require_cells_exist
-from faforge.matrix.kernels import KERNEL_PACKAGE
+from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
 from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, parse_channel_aliases
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
@@ -117,6 +120,21 @@ def extra_channel(value: str) -> str:
     return channel_url(value, "--extra-channel", if_empty="name the folder or URL holding the kernel packages, or leave the option out")
 
 
+def build_steps(jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe: bool) -> list[tuple[Cell, str, tuple[str, ...]]]:
+    """The builds the jobs take, in order: an `all` job of a split recipe is its kernel package (once per
+    kernel key in this run) and then its cell."""
+    steps, kernels_seen = [], set()
+    for cell, part, tus in jobs:
+        if part != "all" or not kernels_in_recipe:
+            steps.append((cell, part, tus))
+            continue
+        if kernel_key(cell) not in kernels_seen:
+            kernels_seen.add(kernel_key(cell))
+            steps.append((cell, KERNELS_PART, ()))
+        steps.append((cell, CELL_PART, ()))
+    return steps
+
+
 def execute(args: argparse.Namespace) -> int:
     wanted = [(c, args.part) for c in args.cells] + (jobs_from_plan(args.plan) if args.plan else [])
     if not wanted:
@@ -133,20 +151,32 @@ def execute(args: argparse.Namespace) -> int:
     results = []
     with recipe_file(matrix.recipe_path, source) as recipe_path:
         kernels_in_recipe = KERNEL_PACKAGE in recipe_output_names(recipe_path)
-        for i, (cell, part, tus) in enumerate(jobs, 1):
-            title = f"[{i}/{len(jobs)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
+        steps = build_steps(jobs, kernels_in_recipe)
+        kernel_failed: dict = {}  # kernel key -> its failed build, which its cells' steps inherit
+        for i, (cell, part, tus) in enumerate(steps, 1):
+            title = f"[{i}/{len(steps)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
             if (tus or part in (KERNELS_PART, KERNELS_LINK_PART)) and not kernels_in_recipe:
-                # The plan schedules kernel packages; a recipe without that output (today's: its build
+                # The plan schedules kernel packages; a recipe without that output (one whose build
                 # script compiles the kernel library inside each cell's package) has nothing to do here.
                 progress.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, so each cell's job compiles its kernels; nothing to build")
                 results.append(CellBuild(cell=cell.id, part=part, status="in-cell", seconds=0.0, package=None, log=log_dir / "-"))
                 continue
+            if part == CELL_PART and kernel_key(cell) in kernel_failed:
+                failed = kernel_failed[kernel_key(cell)]
+                progress.warn(f"{title}: not built: its kernel package failed; log: {failed.log}")
+                results.append(CellBuild(cell=cell.id, part=part, status="failed", seconds=0.0, package=None, log=failed.log,
+                                         error="its kernel package failed to build"))
+                continue
+            # A cell built in this run after its kernel package finds that package in the output dir.
+            channels = [*extra_channels, output_dir.as_uri()] if kernels_in_recipe and part == CELL_PART and args.part == "all" else extra_channels
             with progress.step(title) as state:
                 result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
-                                    tus=tus, channel_aliases=aliases, extra_channels=extra_channels, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
+                                    tus=tus, channel_aliases=aliases, extra_channels=channels, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
                 state.failed = result.status == "failed"
             if state.failed:
                 progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")
+                if part == KERNELS_PART:
+                    kernel_failed[kernel_key(cell)] = result
             results.append(result)
     rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log] for b in results]
     print(format_table(["cell", "part", "status", "time", "compiler cache", "package", "log"], rows))

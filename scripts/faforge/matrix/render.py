@@ -119,15 +119,36 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str) -> lis
         ) from None
 
 
+def _requirements(variant, entries: list) -> tuple[str, ...]:
+    """Match specs as the built package's metadata will have them: a `pin_subpackage` (the flash-attn
+    output's pin of its kernel build) becomes `NAME ==VERSION BUILD`, resolved by rattler-build's own
+    render of that output for the same variant."""
+    out = []
+    for entry in entries:
+        if isinstance(entry, dict) and "pin_subpackage" in entry:
+            name = entry["pin_subpackage"]["name"]
+            pin = variant.pin_subpackages[name]
+            if not pin.exact:
+                raise FaforgeError(f"the recipe pins its output {name} without exact=True",
+                                   hint="pin_subpackage(..., exact=True): a flash-attn build must require exactly its kernel build")
+            out.append(f"{name} =={pin.version} {pin.build_string}")
+        else:
+            out.append(str(entry))
+    return tuple(out)
+
+
 def _rendered(cell: Cell, variant, recipe: dict) -> RenderedCell:
     requirements = recipe.get("requirements", {})
+    run, host = _requirements(variant, requirements.get("run", [])), _requirements(variant, requirements.get("host", []))
+    if requirements:
+        recipe = {**recipe, "requirements": {**requirements, "run": list(run), "host": list(host)}}
     return RenderedCell(
         cell=cell,
         build_string=recipe["build"]["string"],
         hash=str(variant.hash_info.hash) if hasattr(variant.hash_info, "hash") else str(variant.hash_info),
-        run_requirements=tuple(str(r) for r in requirements.get("run", [])),
+        run_requirements=run,
         run_constraints=tuple(str(r) for r in requirements.get("run_constraints", [])),
-        host_requirements=tuple(str(r) for r in requirements.get("host", [])),
+        host_requirements=host,
         build_requirements=tuple(str(r) for r in requirements.get("build", [])),
         recipe=recipe,
         variant=variant,
