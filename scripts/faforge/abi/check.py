@@ -34,9 +34,10 @@ def parse_glibc(text: str | None) -> tuple[int, ...] | None:
 
 
 def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | None = None,
-               platform: str | None = None) -> Verdict:
+               platform: str | None = None, library_dirs: Sequence[Path] = ()) -> Verdict:
     """Check every extension module in `path` (a .so, wheel, conda package or folder) against the
-    torch found in the `against` folders."""
+    torch found in the `against` folders. `library_dirs` are searched after the torch environment's
+    folders: the lib/ of a package installed beside it (a split flash-attn's kernel package)."""
     limit = parse_glibc(glibc)
     if platform is not None and platform not in PLATFORM_MACHINES:
         raise FaforgeError(f"--platform {platform!r}: expected one of {', '.join(PLATFORM_MACHINES)}")
@@ -44,7 +45,7 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
         raise FaforgeError("no --against folder: pass the torch/lib, site-packages or prefix of the torch to check against")
     lib_dirs = tuple(dict.fromkeys(d for a in against for d in torch_lib_dirs(a)))
     torch = torch_facts(lib_dirs)
-    search_dirs = environment_dirs(lib_dirs)
+    search_dirs = tuple(dict.fromkeys((*environment_dirs(lib_dirs), *(Path(d).resolve() for d in library_dirs))))
     with extension_modules(path) as modules:
         verdicts = tuple(
             check_module(real, search_dirs, shown_as=shown, torch=torch, glibc=limit,
