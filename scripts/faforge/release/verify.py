@@ -64,12 +64,13 @@ def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | 
     with unpacked(*(kernel,) if kernel else ()) as kernel_prefix:
         verdict = check_path(package.path, against, glibc=glibc_floor(package), platform=package.subdir,
                              library_dirs=[kernel_prefix / "lib"] if kernel else [])
-    problems = [f"{m.path}: {p.kind}: {p.detail}" for m in verdict.modules for p in m.problems]
+    problems = [f"{m.path}: {p.kind}: " + (f"{p.demangled or p.symbol}: " if p.symbol else "") + p.detail
+                for m in verdict.modules for p in m.problems]
     mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, package.cxx11_abi)]
     problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - package.cxx11_abi} but labelled cxx11abi{package.cxx11_abi}" for path in mislabelled]
     if kernel:  # the lookup found the kernel package; a library it does not hold leaves the launches unchecked
         problems += [f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked"
-                     for m in verdict.modules for u in m.unverified if u.name == KERNEL_LIBRARY]
+                     for m in verdict.modules for u in m.unverified_libraries if u.name == KERNEL_LIBRARY]
     where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}"
     if kernel:
         where += f", with {KERNEL_LIBRARY} from {kernel.filename}"
