@@ -73,7 +73,7 @@ def test_a_kernel_package_of_another_build_is_not_picked_up(tmp_path):
     # Named as the pinned file but holding another build: refused, not trusted by its name.
     shutil.copy(other, fa.parent / KERNEL_FILE)
     renamed = faforge("verify", fa, "--gates", "abi", "--manifest", tmp_path / "v")
-    assert renamed.returncode == 2 and "its metadata says libflash-attn-kernels 2.8.3.post2 cu130_sm90_h9999999_0" in renamed.stderr
+    assert renamed.returncode == 2 and "its metadata says libflash-attn-kernels 2.8.3.post2 cu130_sm90_h9999999_0 (linux-64)" in renamed.stderr
 
 
 def test_the_kernel_package_is_found_among_the_arguments_or_beside(tmp_path):

@@ -30,7 +30,8 @@ VERIFY_VERSION = 1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=".conda files")
+    parser.add_argument("packages", nargs="+", metavar="PACKAGE",
+                        help=".conda files; a split flash-attn needs its kernel package among them or beside it")
     parser.add_argument("--gates", default=",".join(CPU_GATES), help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)")
     parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
                         help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")

@@ -37,7 +37,7 @@ from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf import ElfError
 from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.errors import FaforgeError
-from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE
+from faforge.matrix.kernels import KERNEL_LIBRARY
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
 from faforge.release.package import PackageFacts, read_package
@@ -245,10 +245,10 @@ def find_kernel_package(package: PackageFacts, given: list[PackageFacts]) -> Pac
     beside = package.path.parent / pin.filename()
     if beside.is_file():
         found = read_package(beside)
-        if (found.name, found.version, found.build) == (KERNEL_PACKAGE, pin.version, pin.build):
+        if pins_kernel(package, found):
             return found
         raise FaforgeError(f"{package.filename}: {beside} is named as its kernel package {pin}, but its metadata says "
-                           f"{found.name} {found.version} {found.build}", hint="rebuild or re-download the kernel package")
+                           f"{found.name} {found.version} {found.build} ({found.subdir})", hint="rebuild or re-download the kernel package")
     raise FaforgeError(f"{package.filename}: needs its kernel package {pin}, but {pin.filename()} is neither among the "
                        f"packages given nor beside it in {package.path.parent}",
                        hint=f"pass it too: faforge verify {package.path} path/to/{pin.filename()} (its kernel job's package)")
