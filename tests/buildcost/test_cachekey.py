@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from faforge.buildcost.cachekey import archs_tag, kernel_cache_key, torch_minor
+import pytest
+
+from faforge.buildcost.cachekey import archs_of_tag, archs_tag, kernel_cache_key, torch_minor
 from faforge.matrix import load_matrix
 
 
@@ -33,3 +35,11 @@ def test_python_variants_share_a_key_and_other_fields_do_not():
         assert kernel_cache_key(dataclasses.replace(cell, **{field: value})) != kernel_cache_key(cell), field
     # The real matrix: fewer cache keys than cells, because pythons share.
     assert len({kernel_cache_key(c) for c in cells}) < len(cells)
+
+
+def test_archs_of_tag_reads_back_archs_tag():
+    for archs in ("80;90;100;120+PTX", "90", "90a;100f+PTX"):
+        assert archs_of_tag(archs_tag(archs)) == archs
+    for bad in ("", "80__90", "sm80", "80;90"):
+        with pytest.raises(ValueError):
+            archs_of_tag(bad)

@@ -44,6 +44,9 @@ UNEXPECTED_EXPORT = "unexpected-export"
 GPU_ARCHS = "gpu-archs"
 KINDS = (TORCH_LIBRARY, TORCH_SYMBOL, ABI_DEPENDENT_EXPORT, UNEXPECTED_EXPORT, GPU_ARCHS)
 
+# What the kernel library may export: the run_mha_* launches and its C interface, as the version script
+# scripts/faforge/buildcost/torch_shim/exports.map exports them (verify's abi gate of a kernel package).
+KERNEL_LIBRARY_EXPORTS = "run_mha_*,flash_attn_kernels_*"
 # libtorch*.so, libc10*.so, libcaffe2*, libshm (torch's), libpython3.X.so, and pybind11's (none ship one).
 TORCH_NEEDED = re.compile(r"^lib(?:torch|c10|caffe2|shm|python\d|pybind11)")
 # A demangled name mentioning torch's namespaces or pybind11's, as its scope or in a parameter type.

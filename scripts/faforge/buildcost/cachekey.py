@@ -5,7 +5,7 @@ of a (platform, torch minor, CUDA, C++ ABI, arch list) compiled byte-identical k
 torch's headers, and one ccache served them; `faforge bench-build` counts these keys as the "before"
 of its kernel-split table. Since the split the kernels compile against the torch shim once per
 kernel package (faforge.matrix.kernels), whose slug names CI's compiler cache. `archs_tag` spells an
-arch list for both.
+arch list for both, and `archs_of_tag` reads it back from a kernel package's build string.
 """
 
 from __future__ import annotations
@@ -19,6 +19,15 @@ def archs_tag(cuda_archs: str) -> str:
     """'80;90;100;120+PTX' -> '80_90_100_120ptx' (cache keys allow no ';' or '+')."""
     items = [a for a in re.split(r"[;,\s]+", cuda_archs.strip()) if a]
     return "_".join(a.lower().replace("+", "") for a in items)
+
+
+def archs_of_tag(tag: str) -> str:
+    """'80_90_100_120ptx' -> '80;90;100;120+PTX': the arch list a kernel package's build string names
+    (the inverse of archs_tag, for the arch lists it writes: numbers, each optionally with +PTX)."""
+    items = tag.split("_")
+    if not tag or not all(re.fullmatch(r"\d+[a-f]?(?:ptx)?", item) for item in items):
+        raise ValueError(f"arch tag {tag!r} is not archs_tag's spelling of an arch list (e.g. 80_90_120ptx)")
+    return ";".join(item.removesuffix("ptx") + ("+PTX" if item.endswith("ptx") else "") for item in items)
 
 
 def torch_minor(version: str) -> str:

@@ -4,6 +4,11 @@ By default the CPU gates: the ABI gate against the torch libraries of the packag
 an import in a clean environment (a fresh venv with the matching PyPI torch wheel, where no conda
 channel is reachable). `--gates gpu` runs the GPU suite the same way on a GPU runner. A gate that
 cannot run here is recorded as `skipped` with the reason; `publish` never counts that as passed.
+A kernel package (libflash-attn-kernels) gets the same gate names with their own meaning (see
+faforge.release.verify): abi is the torch-free check against its arch list, import a dlopen with
+PyPI's CUDA runtime, gpu the GPU suite through a flash-attn of the same call that pins it. A split
+flash-attn's gates need the kernel build it pins: among the PACKAGE arguments, else beside it
+(same folder, exact file name); nowhere is a usage error (exit 2), not a failed gate.
 Exit status: 0 all passed, 1 a gate failed, 3 none failed but some were skipped.
 """
 
@@ -16,8 +21,8 @@ from pathlib import Path
 from faforge import config, paths, progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.release.manifest import GATES, check_gate_names, record
-from faforge.release.package import read_package
-from faforge.release.verify import run_gates
+from faforge.release.package import PackageFacts, read_package
+from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
 from faforge.table import format_table
 
 CPU_GATES = ("abi", "import")
@@ -25,7 +30,8 @@ VERIFY_VERSION = 1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=".conda files")
+    parser.add_argument("packages", nargs="+", metavar="PACKAGE",
+                        help=".conda files; a split flash-attn needs its kernel package among them or beside it")
     parser.add_argument("--gates", default=",".join(CPU_GATES), help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)")
     parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
                         help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")
@@ -45,11 +51,21 @@ def execute(args: argparse.Namespace) -> int:
                 raise FaforgeError(f"--against {against} {why_not_a_folder(against)}", hint="pass a torch/lib folder, site-packages or prefix")
     paths.output_dir(args.manifest, "--manifest")
     entries = []
+    read: dict[str, PackageFacts] = {}
+
+    def facts(path: str) -> PackageFacts:
+        if path not in read:
+            read[path] = read_package(path)
+        return read[path]
+
     for path in args.packages:
-        package = read_package(path)
+        package = facts(path)
+        # Both read every PACKAGE argument: a bad one stops the call there, after the results already printed.
+        kernel = find_kernel_package(package, [facts(p) for p in args.packages]) if package.kernel_pin else None
+        users = tuple(p for p in map(facts, args.packages) if pins_kernel(p, package)) if "gpu" in gates else ()
         checked = []
         with progress.step(f"verify {package.filename} ({', '.join(gates)})") as state:
-            for check in run_gates(package, gates, args.against, announce=progress.say):
+            for check in run_gates(package, gates, args.against, announce=progress.say, kernel=kernel, users=users):
                 checked.append(record(args.manifest, package, check.gate, check.result, check.detail))
                 progress.say(f"  {check.gate}: {check.result}: {check.detail}")
                 state.failed = state.failed or check.result == "failed"

@@ -154,21 +154,30 @@ def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
         raise Unavailable(f"`pip install {' '.join(requirements)}` failed: {tail}")
 
 
-def torch_venv(package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
-    """The cached base venv with the cell's PyPI torch (built on first use, under a lock; `announce` hears it first)."""
-    name = f"torch-{package.torch}-py{package.python}" + "".join(f"+{e}" for e in sorted(extra))
-    root = config.cache_dir() / "torch-venvs"
+def _cached_venv(folder: str, name: str, python_version: str, requirements: list[str], what: str,
+                 announce: Callable[[str], None]) -> Path:
+    """config.cache_dir()/folder/name with `requirements`, built on first use under a lock; `announce`
+    hears about it first (`what` says what pip is fetching)."""
+    root = config.cache_dir() / folder
     prefix = root / name
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = prefix / ".faforge-complete"
         if not done.exists():
-            python = find_python(package.python)
-            announce(f"first use: creating {prefix} with PyPI torch=={package.torch} for Python {package.python} "
-                     "(pip downloads and installs torch, from seconds to minutes; cached for later runs)")
-            _install(prefix, python, [f"torch=={package.torch}", *extra])
+            python = find_python(python_version)
+            announce(f"first use: creating {prefix} with {what} for Python {python_version} "
+                     "(pip downloads and installs it, from seconds to minutes; cached for later runs)")
+            _install(prefix, python, requirements)
             done.write_text("ok\n")
+    return prefix
+
+
+def torch_venv(package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
+    """The cached base venv with the cell's PyPI torch (built on first use, under a lock; `announce` hears it first)."""
+    name = f"torch-{package.torch}-py{package.python}" + "".join(f"+{e}" for e in sorted(extra))
+    prefix = _cached_venv("torch-venvs", name, package.python, [f"torch=={package.torch}", *extra],
+                          f"PyPI torch=={package.torch}", announce)
     python = prefix / "bin" / "python"
     probe = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))"
     result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
@@ -193,9 +202,52 @@ def matching_torch_venv(package: PackageFacts, announce: Callable[[str], None] =
     return venv
 
 
+@dataclass(frozen=True)
+class RuntimeVenv:
+    """A venv holding only PyPI's CUDA runtime wheel of one CUDA minor (no torch)."""
+
+    python: Path
+    site_packages: Path
+    requirement: str
+
+    def cudart(self) -> list[Path]:
+        """The shared CUDA runtime the wheel installs (nvidia/cu13/lib/ or nvidia/cuda_runtime/lib/)."""
+        return sorted(p for p in self.site_packages.glob("nvidia/*/lib/libcudart.so.*") if p.is_file())
+
+
+def cuda_runtime_requirement(cuda: str) -> str:
+    """PyPI's CUDA runtime wheel of a CUDA minor: NVIDIA names it nvidia-cuda-runtime-cu11/-cu12 up to
+    CUDA 12 and nvidia-cuda-runtime from CUDA 13 (torch 2.14.1+cu130 requires nvidia-cuda-runtime 13.0.96,
+    its METADATA; https://pypi.org/project/nvidia-cuda-runtime-cu12/)."""
+    major, minor = cuda.split(".")[:2]
+    name = "nvidia-cuda-runtime" if int(major) >= 13 else f"nvidia-cuda-runtime-cu{major}"
+    return f"{name}=={major}.{minor}.*"
+
+
+def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda message: None) -> RuntimeVenv:
+    """The cached venv with PyPI's CUDA runtime of `cuda` ('13.0'), for loading a torch-free library."""
+    requirement = cuda_runtime_requirement(cuda)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    prefix = _cached_venv("runtime-venvs", f"cuda-runtime-{cuda}", version, [requirement], f"PyPI {requirement}", announce)
+    site = next((prefix / "lib").glob("python3*/site-packages"))
+    return RuntimeVenv(python=prefix / "bin" / "python", site_packages=site, requirement=requirement)
+
+
 @contextlib.contextmanager
-def fresh_env(package: PackageFacts, base: TorchVenv):
-    """A new venv holding only `package`, with the base venv's torch visible through a .pth file."""
+def unpacked(*packages: PackageFacts):
+    """A temporary prefix with `packages` extracted into it, as conda would lay them out."""
+    from rattler.package_streaming import extract  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="faforge-unpacked-") as tmp:
+        for package in packages:
+            extract(package.path, Path(tmp))
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
+def fresh_env(package: PackageFacts, base: TorchVenv, kernel: PackageFacts | None = None):
+    """A new venv holding only `package` (and the kernel package it pins: its lib/ becomes the venv's
+    lib/, where the glue's RUNPATH $ORIGIN/../.. reaches), with the base venv's torch visible through a .pth file."""
     from rattler.package_streaming import extract  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="faforge-clean-env-") as tmp:
@@ -203,5 +255,6 @@ def fresh_env(package: PackageFacts, base: TorchVenv):
         subprocess.run([str(find_python(package.python)), "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True)
         site = next((prefix / "lib").glob("python3*/site-packages"))
         (site / "_faforge_torch_venv.pth").write_text(f"{base.site_packages}\n")
-        extract(package.path, prefix)
+        for each in (package, kernel) if kernel else (package,):
+            extract(each.path, prefix)
         yield prefix / "bin" / "python"

@@ -1,4 +1,5 @@
-"""What a built flash-attn package says about itself: name, build string, cell, sha256.
+"""What a built package says about itself: name, build string, cell (flash-attn) or kernel key
+(libflash-attn-kernels), sha256.
 
 Everything is read from the package file (info/index.json and its bytes), so `verify` and
 `publish` judge exactly the file they are given, whatever matrix produced it.
@@ -11,10 +12,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from faforge.buildcost.cachekey import archs_of_tag
 from faforge.errors import FaforgeError
+from faforge.matrix.kernels import KERNEL_PACKAGE, KernelPin, kernel_pin
 
 # py312_torch2_7_cu129_cxx11abi1_h<hash>_<n>, as recipes/flash-attn/recipe.yaml writes it.
 BUILD_STRING = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<torch>\d+_\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_h[0-9a-f]+_\d+")
+# cu130_sm80_90_100_120ptx_h<hash>_<n>, the kernel package's (faforge.matrix.kernels build_string_prefix);
+# a philox layout tag (_philox32/_philox64) may follow the arch list.
+KERNEL_BUILD_STRING = re.compile(r"cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)(?:_philox(?P<philox>\d+))?_h[0-9a-f]+_\d+")
 # The run requirement that names the exact torch: `pytorch >=2.7.1,<2.8 cuda129*` (conda-forge)
 # or `pytorch ==2.5.1 py3*` (legacy pytorch channel).
 TORCH_PIN = re.compile(r"^pytorch\s+(?:>=|==)\s*(?P<version>\d+(?:\.\d+)+)")
@@ -47,6 +53,16 @@ class PackageFacts:
     torch: str | None
     cuda: str | None
     cxx11_abi: int | None
+    cuda_archs: str | None = None  # a kernel package's arch list ('80;90;100;120+PTX'), from its build string
+
+    @property
+    def is_kernel_package(self) -> bool:
+        return self.name == KERNEL_PACKAGE
+
+    @property
+    def kernel_pin(self) -> KernelPin | None:
+        """The exact kernel build a split flash-attn requires (None: it carries its kernels, or is one)."""
+        return kernel_pin(self.depends)
 
     @property
     def filename(self) -> str:
@@ -67,6 +83,8 @@ class PackageFacts:
 
 def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
     """Facts from repodata-like metadata (an index.json or a channel's repodata record)."""
+    if name == KERNEL_PACKAGE:
+        return _kernel_facts(path=path, name=name, version=version, build=build, subdir=subdir, depends=depends, sha256=sha256)
     match = BUILD_STRING.fullmatch(build)
     torch = next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None)
     if match and torch is None:
@@ -84,6 +102,18 @@ def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subd
         cuda=cuda_of_tag(match["cuda"]) if match else None,
         cxx11_abi=int(match["abi"]) if match else None,
     )
+
+
+def _kernel_facts(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
+    """A kernel package has no python, torch or C++ ABI; its build string names CUDA and the arch list."""
+    match = KERNEL_BUILD_STRING.fullmatch(build)
+    try:
+        archs = archs_of_tag(match["archs"]) if match else None
+    except ValueError:
+        archs = None
+    return PackageFacts(path=path, name=name, version=version, build=build, subdir=subdir, sha256=sha256,
+                        depends=tuple(depends), python=None, torch=None, cxx11_abi=None,
+                        cuda=cuda_of_tag(match["cuda"]) if match else None, cuda_archs=archs)
 
 
 def read_package(path: str | Path) -> PackageFacts:

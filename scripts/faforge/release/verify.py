@@ -1,22 +1,46 @@
-"""The gates a package passes before publish: ABI (against the cell's torch libraries), import in a
-clean environment, and the GPU suite. Each returns passed, failed or skipped with a reason.
+"""The gates a package passes before publish. Each returns passed, failed or skipped with a reason.
 
-The torch comes from faforge.release.clean_env (the matching PyPI wheel). When no matching torch
-exists here every gate that needs one is `skipped`, with the reason, so it can never read as a pass.
+A flash-attn package: ABI (against the cell's torch libraries), import in a clean environment, and
+the GPU suite. The torch comes from faforge.release.clean_env (the matching PyPI wheel). When no
+matching torch exists here every gate that needs one is `skipped`, with the reason, so it can never
+read as a pass. A split flash-attn (issue 15) pins one kernel build (`libflash-attn-kernels ==V BUILD`);
+its gates run with that kernel package installed beside it: the ABI gate resolves the glue's
+libflash_attn_kernels.so from the kernel package's lib/, and the clean env holds both packages.
+
+A kernel package (libflash-attn-kernels) has no python and no torch, so its gates mean:
+  * abi: the torch-free check (faforge.abi.torchfree) of its lib/libflash_attn_kernels.so: no torch,
+    c10, Python or pybind11 library or symbol, only ABI-neutral `run_mha_*`/`flash_attn_kernels_*`
+    exports, a binary for the package's platform, and GPU code equal to the arch list its build string
+    names (cu130_sm80_90_100_120ptx_... -> '80;90;100;120+PTX');
+  * import: the library is dlopen()ed in a clean process (python -I, no LD_LIBRARY_PATH) after
+    loading only PyPI's CUDA runtime wheel of the package's CUDA minor (the libcudart a torch
+    environment has), and its C interface resolves; `skipped` when that wheel cannot be had or the
+    package is for another machine;
+  * gpu: its GPU code runs only through a flash-attn that calls it, so the GPU suite runs in the
+    clean env of a flash-attn of the same verify call that pins exactly this build (one run serves
+    both packages); `skipped` when the call holds none, or none has a matching torch here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from faforge.release.clean_env import TorchVenv, Unavailable, fresh_env, matching_torch_venv
-from faforge.release.package import PackageFacts
+from faforge.abi.check import PLATFORM_MACHINES, check_path
+from faforge.abi.elf import ElfError
+from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
+from faforge.errors import FaforgeError
+from faforge.matrix.kernels import KERNEL_LIBRARY
+from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
+                                       matching_torch_venv, unpacked)
+from faforge.release.package import PackageFacts, read_package
 
 # The modules the recipe's own `python: imports` test imports; torch first, as flash_attn does.
 IMPORTS = ("torch", "flash_attn", "flash_attn_2_cuda")
@@ -36,17 +60,84 @@ def glibc_floor(package: PackageFacts) -> str | None:
     return next((m[1] for m in (GLIBC_PIN.match(d) for d in package.depends) if m), None)
 
 
-def abi_gate(package: PackageFacts, against: list[Path]) -> Check:
-    from faforge.abi.check import check_path  # noqa: PLC0415
-
-    verdict = check_path(package.path, against, glibc=glibc_floor(package), platform=package.subdir)
-    problems = [f"{m.path}: {p.kind}: {p.detail}" for m in verdict.modules for p in m.problems]
+def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | None = None) -> Check:
+    with unpacked(*(kernel,) if kernel else ()) as kernel_prefix:
+        verdict = check_path(package.path, against, glibc=glibc_floor(package), platform=package.subdir,
+                             library_dirs=[kernel_prefix / "lib"] if kernel else [])
+    problems = [f"{m.path}: {p.kind}: " + (f"{p.demangled or p.symbol}: " if p.symbol else "") + p.detail
+                for m in verdict.modules for p in m.problems]
     mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, package.cxx11_abi)]
     problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - package.cxx11_abi} but labelled cxx11abi{package.cxx11_abi}" for path in mislabelled]
+    if kernel:  # the lookup found the kernel package; a library it does not hold leaves the launches unchecked
+        problems += [f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked"
+                     for m in verdict.modules for u in m.unverified_libraries if u.name == KERNEL_LIBRARY]
     where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}"
+    if kernel:
+        where += f", with {KERNEL_LIBRARY} from {kernel.filename}"
     if problems:
         return Check("abi", "failed", f"{len(problems)} problem(s) against {where}: " + "; ".join(problems[:5]))
     return Check("abi", "passed", f"{len(verdict.modules)} module(s) load against {where}")
+
+
+def kernel_abi_gate(package: PackageFacts) -> Check:
+    """The torch-free check of the kernel library, with the arch list and platform the package names."""
+    if package.cuda_archs is None:
+        return Check("abi", "skipped", f"{package.filename}: its build string names no arch list "
+                                       "(cu<CUDA>_sm<archs>_h<hash>_<n>), so its GPU code cannot be judged")
+    with unpacked(package) as prefix:
+        library = prefix / "lib" / KERNEL_LIBRARY
+        if not library.is_file():
+            return Check("abi", "failed", f"holds no lib/{KERNEL_LIBRARY}, the library every flash-attn pinning it loads")
+        try:
+            report = check_torch_free(library, expect_archs=package.cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
+        except ElfError as exc:
+            return Check("abi", "failed", f"lib/{KERNEL_LIBRARY}: {exc.message}")
+    problems = [f"{p.kind}: {p.demangled or p.subject}: {p.detail}" for p in report.problems]
+    machine = PLATFORM_MACHINES.get(package.subdir)
+    if machine and report.machine != machine:
+        problems.insert(0, f"wrong-architecture: built for {report.machine}, but {package.subdir} runs {machine}")
+    if problems:
+        return Check("abi", "failed", f"{len(problems)} problem(s) in the torch-free check of lib/{KERNEL_LIBRARY}: " + "; ".join(problems[:5]))
+    gpu = ", ".join([*report.gpu.sass, *report.gpu.ptx])
+    return Check("abi", "passed", f"lib/{KERNEL_LIBRARY} is torch-free: needs {', '.join(report.needed)}; {report.exports} exports, "
+                                  f"all {KERNEL_LIBRARY_EXPORTS}; GPU code {gpu} = arch list {package.cuda_archs}")
+
+
+# Run in the clean process: load the CUDA runtime by path, then the library, then its C interface.
+DLOPEN = """
+import ctypes, sys
+library, cudarts = sys.argv[1], sys.argv[2:]
+for cudart in cudarts:
+    ctypes.CDLL(cudart, mode=ctypes.RTLD_GLOBAL)
+handle = ctypes.CDLL(library)
+handle.flash_attn_kernels_set_cuda_error_handler
+"""
+
+
+def kernel_import_gate(package: PackageFacts, announce: Callable[[str], None]) -> Check:
+    """dlopen of the kernel library in a clean process that has only PyPI's CUDA runtime of its CUDA."""
+    here = MACHINE_SUBDIRS.get(platform.machine())
+    if package.subdir != here:
+        return Check("import", "skipped", f"a {package.subdir} library cannot be loaded on this {platform.machine()} machine")
+    if package.cuda is None:
+        return Check("import", "skipped", f"{package.filename}: its build string names no CUDA, so no CUDA runtime can be matched")
+    try:
+        runtime = cuda_runtime_venv(package.cuda, announce)
+    except Unavailable as exc:
+        return Check("import", "skipped", str(exc))
+    if not runtime.cudart():
+        return Check("import", "skipped", f"PyPI's {runtime.requirement} installed no libcudart.so.* under {runtime.site_packages}/nvidia")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
+    with unpacked(package) as prefix:
+        library = prefix / "lib" / KERNEL_LIBRARY
+        if not library.is_file():
+            return Check("import", "failed", f"holds no lib/{KERNEL_LIBRARY}")
+        result = subprocess.run([str(runtime.python), "-I", "-c", DLOPEN, str(library), *map(str, runtime.cudart())],
+                                capture_output=True, text=True, timeout=600, env=env)
+    if result.returncode != 0:
+        return Check("import", "failed", f"dlopen of lib/{KERNEL_LIBRARY} with PyPI's {runtime.requirement} failed: {_tail(result)}")
+    return Check("import", "passed", f"dlopen of lib/{KERNEL_LIBRARY} in a clean process with PyPI's {runtime.requirement} "
+                                     "(no torch); its C interface resolves")
 
 
 def _run_isolated(python: Path, code: str) -> subprocess.CompletedProcess:
@@ -54,20 +145,22 @@ def _run_isolated(python: Path, code: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=600)
 
 
-def import_gate(package: PackageFacts, venv: TorchVenv) -> Check:
-    with fresh_env(package, venv) as python:
+def import_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | None = None) -> Check:
+    with fresh_env(package, venv, kernel) as python:
         torch_only = _run_isolated(python, "import torch")
         if torch_only.returncode != 0:
             return Check("import", "skipped", f"torch {venv.torch} itself does not import here: {_tail(torch_only)}")
         result = _run_isolated(python, "; ".join(f"import {m}" for m in IMPORTS))
+    beside = f" and {kernel.filename}" if kernel else ""
     if result.returncode != 0:
-        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with PyPI torch {venv.torch}: {_tail(result)}")
-    return Check("import", "passed", f"imported {', '.join(IMPORTS[1:])} in a clean env with PyPI torch {venv.torch} (CUDA {venv.cuda})")
+        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with PyPI torch {venv.torch}{beside}: {_tail(result)}")
+    return Check("import", "passed", f"imported {', '.join(IMPORTS[1:])} in a clean env with PyPI torch {venv.torch} (CUDA {venv.cuda}){beside}")
 
 
-def gpu_gate(package: PackageFacts, venv: TorchVenv) -> Check:
+@lru_cache(maxsize=None)  # a kernel package's gpu gate is its flash-attn's run: one verify call runs it once
+def gpu_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | None = None) -> Check:
     """The GPU suite (faforge.gpu.run_suite) in a clean env: exit 0 passed, 1 failed, 3 skipped."""
-    with fresh_env(package, venv) as python:
+    with fresh_env(package, venv, kernel) as python:
         env = dict(os.environ, PYTHONPATH=str(FAFORGE_SOURCE))
         result = subprocess.run([str(python), "-m", "faforge.gpu.run_suite", "--json"], capture_output=True, text=True, env=env)
     try:
@@ -86,9 +179,14 @@ def _tail(result: subprocess.CompletedProcess) -> str:
 
 
 def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None = None,
-              announce: Callable[[str], None] = lambda message: None) -> list[Check]:
+              announce: Callable[[str], None] = lambda message: None, *, kernel: PackageFacts | None = None,
+              users: tuple[PackageFacts, ...] = ()) -> list[Check]:
     """Run `gates` (abi, import, gpu) on one package; gates without a matching torch are skipped.
+    `kernel` is the kernel package a split flash-attn pins (found by find_kernel_package); for a kernel
+    package, `users` are the flash-attn packages of the same call that pin it (its gpu gate runs through them).
     `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
+    if package.is_kernel_package:
+        return [kernel_gate(gate, package, users, announce) for gate in gates]
     venv, reason = None, None
     if set(gates) - ({"abi"} if against else set()):
         try:
@@ -98,11 +196,59 @@ def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path]
     checks = []
     for gate in gates:
         if gate == "abi" and (against or venv):
-            checks.append(abi_gate(package, against or [venv.torch_lib]))
+            checks.append(abi_gate(package, against or [venv.torch_lib], kernel))
         elif venv is None:
             checks.append(Check(gate, "skipped", reason))
         elif gate == "import":
-            checks.append(import_gate(package, venv))
+            checks.append(import_gate(package, venv, kernel))
         elif gate == "gpu":
-            checks.append(gpu_gate(package, venv))
+            checks.append(gpu_gate(package, venv, kernel))
     return checks
+
+
+def kernel_gate(gate: str, package: PackageFacts, users: tuple[PackageFacts, ...], announce: Callable[[str], None]) -> Check:
+    if gate == "abi":
+        return kernel_abi_gate(package)
+    if gate == "import":
+        return kernel_import_gate(package, announce)
+    reasons = []
+    for user in users:
+        try:
+            venv = matching_torch_venv(user, announce)
+        except Unavailable as exc:
+            reasons.append(f"{user.filename}: {exc}")
+            continue
+        run = gpu_gate(user, venv, package)
+        return Check("gpu", run.result, f"the GPU suite through {user.filename}: {run.detail}")
+    if not reasons:
+        return Check("gpu", "skipped", "its GPU code runs only through a flash-attn that pins this build; "
+                                       "pass one (e.g. from the same output folder) in the same verify call")
+    return Check("gpu", "skipped", "no flash-attn pinning it can run here: " + "; ".join(reasons))
+
+
+def pins_kernel(flash_attn: PackageFacts, kernel: PackageFacts) -> bool:
+    """Whether `flash_attn` requires exactly this kernel build (name, version, build, platform)."""
+    pin = flash_attn.kernel_pin
+    return (pin is not None and kernel.is_kernel_package and flash_attn.subdir == kernel.subdir
+            and (kernel.version, kernel.build) == (pin.version, pin.build))
+
+
+def find_kernel_package(package: PackageFacts, given: list[PackageFacts]) -> PackageFacts | None:
+    """The kernel package a split flash-attn pins: among `given` (this call's packages), else beside it
+    by its exact file name. None when it pins none; FaforgeError (exit 2) when it is nowhere."""
+    pin = package.kernel_pin
+    if pin is None:
+        return None
+    for other in given:
+        if pins_kernel(package, other):
+            return other
+    beside = package.path.parent / pin.filename()
+    if beside.is_file():
+        found = read_package(beside)
+        if pins_kernel(package, found):
+            return found
+        raise FaforgeError(f"{package.filename}: {beside} is named as its kernel package {pin}, but its metadata says "
+                           f"{found.name} {found.version} {found.build} ({found.subdir})", hint="rebuild or re-download the kernel package")
+    raise FaforgeError(f"{package.filename}: needs its kernel package {pin}, but {pin.filename()} is neither among the "
+                       f"packages given nor beside it in {package.path.parent}",
+                       hint=f"pass it too: faforge verify {package.path} path/to/{pin.filename()} (its kernel job's package)")
