@@ -2,8 +2,9 @@
 
 One cell is added to a scratch copy of the release table (torch 2.14.1, CUDA 13.0, py3.11: the
 PyPI torch wheel on this machine's disk). Its stand-in package carries the cell's real build string
-and rendered run requirements and a real extension compiled here against that torch's libc10; a
-second one, built with the other C++ ABI, must fail its gates.
+and rendered run requirements and a real extension compiled here against that torch's libc10 and
+against a real kernel library (nvcc, the cell's arch list), which the stand-in kernel package the
+cell pins holds; a second extension, built with the other C++ ABI, must fail its gates.
 
 Slow on first run: `faforge verify` installs PyPI torch 2.14.1 (~5 GB, from local disk here) into
 its cached base venv under the test cache (tests/support/cache.py) faforge/ (FAFORGE_CACHE_DIR), as it would on a CI runner.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from fnmatch import fnmatch
 import re
 import subprocess
 import sys
@@ -25,7 +27,9 @@ import yaml
 from faforge.channel.local import PackageSpec, assemble, index, install, solve
 from faforge.matrix.releases import Release, dump_releases, header_of, load_releases
 from tests.support.http_server import free_port, serve_process
-from tests.support.standin_flash_attn import CannotCompile, compile_extension, standin_package
+from faforge.matrix.kernels import kernel_pin
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.standin_flash_attn import CannotCompile, compile_extension, compile_kernel_library, standin_kernel_package, standin_package
 from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
 from tests.support.cache import cache_dir
 from tests.support.kernel_abi import add_kernel_abi_row
@@ -81,18 +85,27 @@ def faforge(env, *args, cwd=None):
 
 
 @pytest.fixture(scope="module")
-def extensions(tmp_path_factory):
+def cell(project):
+    _, env = project
+    return next(c for c in json.loads(faforge(env, "matrix", "--json").stdout) if c["id"] == CELL)
+
+
+@pytest.fixture(scope="module")
+def extensions(tmp_path_factory, cell):
+    """{abi: extension} and the kernel library both link against."""
     try:
         torch = torch_env(TORCH, PYTHON)
         python = find_python(PYTHON)
         work = tmp_path_factory.mktemp("ext")
-        return {abi: compile_extension(work, torch.torch_lib, python, abi) for abi in (1, 0)}
-    except (TorchEnvUnavailable, CannotCompile) as exc:
+        library = compile_kernel_library(work / "kernels", cuda_home() / "bin" / "nvcc", cell["cuda_archs"])
+        return {abi: compile_extension(work, torch.torch_lib, python, abi, kernel_library=library) for abi in (1, 0)}, library
+    except (TorchEnvUnavailable, CannotCompile, NoCudaToolkit) as exc:
         pytest.skip(str(exc))
 
 
-def test_plan_verify_publish_serve_install(project, extensions, tmp_path):
+def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
     root, env = project
+    extensions, kernel_library = extensions
     work = tmp_path
     channel = work / "channel"
     index(channel)
@@ -104,22 +117,30 @@ def test_plan_verify_publish_serve_install(project, extensions, tmp_path):
     jobs = [j for chunk in plan["flash_attn"] for j in chunk["include"] if j["cell"] == CELL]
     assert CELL in plan["to_build"] and jobs, plan["to_build"][-3:]
     job = jobs[0]
-    cell = next(c for c in json.loads(faforge(env, "matrix", "--json").stdout) if c["id"] == CELL)
     assert job["build-string"] == cell["build_string"]
 
-    # stand-ins for the compiled package: the planned file name, the rendered run requirements.
+    # stand-ins for the compiled packages: the planned file names, the rendered run requirements, the
+    # kernel build the cell pins (the plan's kernel job makes it), beside each flash-attn.
     version = job["package"].removeprefix("flash-attn-").removesuffix(f"-{job['build-string']}.conda")
+    pin = kernel_pin(cell["run_requirements"])
+    assert pin is not None and fnmatch(pin.filename(), job["kernel-package"]), (cell["run_requirements"], job["kernel-package"])
+    kernels = {out: standin_kernel_package(work / out, version=pin.version, build=pin.build, subdir="linux-64",
+                                           depends=[f"cuda-version >={CUDA},<14"], library=kernel_library) for out in ("output", "output-bad")}
     good = standin_package(work / "output", version=version, build=job["build-string"], subdir="linux-64",
                            depends=cell["run_requirements"], python=PYTHON, extension=extensions[1])
     bad = standin_package(work / "output-bad", version=version, build=job["build-string"], subdir="linux-64",
                           depends=cell["run_requirements"], python=PYTHON, extension=extensions[0])
     assert good.name == bad.name == job["package"]
 
-    # verify: CPU gates pass, the GPU gate is skipped here (no GPU), the wrong-ABI build fails.
+    # verify: CPU gates pass, the GPU gate is skipped here (no GPU), the wrong-ABI build fails. The
+    # kernel package passes its own gates (torch-free, dlopen with PyPI's CUDA runtime).
     manifest = work / "verification"
-    verified = faforge(env, "verify", str(good), "--gates", "abi,import,gpu", "--manifest", str(manifest), "--json")
-    results = {r["gate"]: r["result"] for r in json.loads(verified.stdout)["results"]}
-    assert results == {"abi": "passed", "import": "passed", "gpu": "skipped"}, verified.stderr
+    verified = faforge(env, "verify", str(good), str(kernels["output"]), "--gates", "abi,import,gpu", "--manifest", str(manifest), "--json")
+    by_package = {}
+    for r in json.loads(verified.stdout)["results"]:
+        by_package.setdefault(r["package"], {})[r["gate"]] = r["result"]
+    assert by_package == {good.name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
+                          kernels["output"].name: {"abi": "passed", "import": "passed", "gpu": "skipped"}}, verified.stdout[-3000:] + verified.stderr
     assert verified.returncode == 3
     failed = faforge(env, "verify", str(bad), "--manifest", str(manifest), "--json")
     assert failed.returncode == 1
@@ -136,9 +157,12 @@ def test_plan_verify_publish_serve_install(project, extensions, tmp_path):
         assert result.returncode == 1 and "refused" in result.stdout and "abi: failed" in result.stdout
     assert not (channel / "linux-64" / bad.name).exists()
     # the happy path.
-    published = faforge(env, "publish", str(good), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import")
+    alone = faforge(env, "publish", str(good), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import")
+    assert alone.returncode == 1 and pin.filename() in alone.stdout, "never without its kernel package"
+    published = faforge(env, "publish", str(good), str(kernels["output"]), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import")
     assert published.returncode == 0, published.stdout + published.stderr
     assert (channel / "linux-64" / good.name).read_bytes() == good.read_bytes()
+    assert (channel / "linux-64" / pin.filename()).read_bytes() == kernels["output"].read_bytes()
 
     # the plan now leaves the published cell out.
     replanned = json.loads(faforge(env, "plan", "--channel", str(channel), "--json").stdout)
@@ -165,4 +189,5 @@ def test_plan_verify_publish_serve_install(project, extensions, tmp_path):
         install(records, prefix, "linux-64", cache_dir=work / "pkgs")
     installed = list((prefix / "lib" / f"python{PYTHON}" / "site-packages").glob("flash_attn_2_cuda*.so"))
     assert installed and installed[0].read_bytes() == extensions[1].read_bytes()
+    assert (prefix / "lib" / "libflash_attn_kernels.so").read_bytes() == kernel_library.read_bytes(), "the pinned kernel build came with it"
     assert (prefix / "conda-meta" / f"{good.name.removesuffix('.conda')}.json").is_file()

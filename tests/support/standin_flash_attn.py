@@ -1,5 +1,7 @@
 """Stand-ins for compiled flash-attn packages: a rendered cell's real name, version, build string and
-run requirements, holding a real tiny extension module compiled with g++ during the test.
+run requirements, holding a real tiny extension module compiled with g++ during the test, and the
+kernel package it pins, holding a real tiny libflash_attn_kernels.so compiled by nvcc for the cell's
+arch list (one kernel, one exported launch), which the extension needs as the real glue does.
 
 The extension (flash_attn_2_cuda) imports like the real one: it needs `import torch` first and
 resolves two real libc10 symbols, c10::cuda::SetDevice(signed char, bool) (torch >= 2.8) and
@@ -22,11 +24,22 @@ namespace c10 {
 namespace cuda { void SetDevice(signed char, bool); }
 namespace detail { [[noreturn]] void torchCheckFail(const char*, const char*, unsigned int, const std::string&); }
 }
+KERNEL_DECLARATION
 extern "C" void faforge_standin_touch(int n) {
-  if (n == 12345) { c10::cuda::SetDevice(0, false); c10::detail::torchCheckFail("f", "file", 1, std::string("m")); }
+  if (n == 12345) { c10::cuda::SetDevice(0, false); c10::detail::torchCheckFail("f", "file", 1, std::string("m")); KERNEL_CALL }
 }
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "flash_attn_2_cuda", "faforge test stand-in", -1, nullptr};
 PyMODINIT_FUNC PyInit_flash_attn_2_cuda(void) { return PyModule_Create(&module); }
+"""
+
+
+# Like the real library: everything hidden but the launch and the C interface verify's import gate
+# looks up (torch_shim/api/flash_attn_kernels_api.h).
+KERNEL_LIBRARY_SOURCE = r"""
+#define EXPORT extern "C" __attribute__((visibility("default")))
+__global__ void faforge_standin_kernel(float* x) { x[threadIdx.x] *= 2.0f; }
+EXPORT void flash_attn_kernels_standin_launch(float* x) { faforge_standin_kernel<<<1, 1>>>(x); }
+EXPORT void flash_attn_kernels_set_cuda_error_handler(void (*)(int, const char*, const char*, int)) {}
 """
 
 
@@ -39,18 +52,42 @@ def python_include(python: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def compile_extension(work: Path, torch_lib: Path, python: Path, cxx11_abi: int) -> Path:
-    """flash_attn_2_cuda.so linked against libc10/libc10_cuda in torch_lib, with the given C++ ABI."""
+def compile_kernel_library(work: Path, nvcc: Path, cuda_archs: str) -> Path:
+    """libflash_attn_kernels.so with SASS for each SM of `cuda_archs` ('80;90;120+PTX') and PTX for the +PTX one,
+    linked against the shared CUDA runtime as the real one is."""
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "kernels.cu"
+    source.write_text(KERNEL_LIBRARY_SOURCE)
+    gencode = []
+    for item in cuda_archs.split(";"):
+        sm = item.removesuffix("+PTX")
+        gencode += ["-gencode", f"arch=compute_{sm},code=sm_{sm}"]
+        if item.endswith("+PTX"):
+            gencode += ["-gencode", f"arch=compute_{sm},code=compute_{sm}"]
+    out = work / "libflash_attn_kernels.so"
+    result = subprocess.run([str(nvcc), "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden", "-cudart", "shared", *gencode, str(source), "-o", str(out),
+                             "-Xlinker", "-soname=libflash_attn_kernels.so"], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CannotCompile(f"nvcc could not build the stand-in kernel library for {cuda_archs}: {result.stderr[-500:]}")
+    return out
+
+
+def compile_extension(work: Path, torch_lib: Path, python: Path, cxx11_abi: int, kernel_library: Path | None = None) -> Path:
+    """flash_attn_2_cuda.so linked against libc10/libc10_cuda in torch_lib, with the given C++ ABI; with
+    `kernel_library`, also against it, with the RUNPATH rattler-build gives a module in site-packages."""
     gxx = shutil.which("g++")
     include = python_include(python)
     if not gxx or not (include / "Python.h").is_file():
         raise CannotCompile(f"need g++ and Python.h (g++: {gxx}, {include})")
     work.mkdir(parents=True, exist_ok=True)
     source = work / "standin.cpp"
-    source.write_text(EXTENSION_SOURCE)
+    declaration, call = ('extern "C" void flash_attn_kernels_standin_launch(float*);', "flash_attn_kernels_standin_launch(nullptr);") \
+        if kernel_library else ("", "")
+    source.write_text(EXTENSION_SOURCE.replace("KERNEL_DECLARATION", declaration).replace("KERNEL_CALL", call))
     out = work / f"flash_attn_2_cuda-abi{cxx11_abi}.so"
+    kernels = [f"-L{kernel_library.parent}", "-lflash_attn_kernels", "-Wl,-rpath,$ORIGIN/../.."] if kernel_library else []
     subprocess.run([gxx, "-shared", "-fPIC", "-O1", f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}", f"-I{include}", str(source),
-                    f"-L{torch_lib}", "-lc10", "-lc10_cuda", "-o", str(out)], check=True, capture_output=True)
+                    f"-L{torch_lib}", "-lc10", "-lc10_cuda", *kernels, "-o", str(out)], check=True, capture_output=True)
     return out
 
 
@@ -65,3 +102,9 @@ def standin_package(channel_dir: Path, *, version: str, build: str, subdir: str,
     return assemble(PackageSpec(name="flash-attn", version=version, build=build, subdir=subdir, depends=tuple(depends), files=files), channel_dir)
 
 
+
+
+def standin_kernel_package(channel_dir: Path, *, version: str, build: str, subdir: str, depends, library: Path) -> Path:
+    """Assemble libflash-attn-kernels-<version>-<build>.conda holding lib/libflash_attn_kernels.so."""
+    return assemble(PackageSpec(name="libflash-attn-kernels", version=version, build=build, subdir=subdir, depends=tuple(depends),
+                                files={"lib/libflash_attn_kernels.so": library.read_bytes()}), channel_dir)
