@@ -1,7 +1,9 @@
 """README's plain `rattler-build build` lines for the conda-forge world (linux-64, and the linux-aarch64
 cross build from linux-64), run through py-rattler-build's CLI API (render with solve) against the conda
 world, their `-c conda-forge` pointing at the stand-in. The cross cell cannot execute here, so solving
-its build (linux-64) and host (linux-aarch64) environments is as far as it goes.
+its build (linux-64) and host (linux-aarch64) environments is as far as it goes. A render does not build
+the recipe's kernel output, which the flash-attn output's host pins exactly, so a channel holding that
+kernel build's record comes first, as the output folder does in a real `rattler-build build`.
 
 It also reproduces review item 1: every conda-forge CUDA pytorch depends on `__cuda`, which a GPU-less
 runner has only when CONDA_OVERRIDE_CUDA is set, so without it the host environment cannot be solved.
@@ -18,6 +20,10 @@ import textwrap
 import pytest
 
 from faforge import paths
+from faforge.channel.local import PackageSpec, assemble, index
+from faforge.matrix import load_matrix
+from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
+from faforge.matrix.render import render_cells
 from tests.matrix.test_readme_builds import documented_builds
 
 pytestmark = pytest.mark.slow
@@ -25,7 +31,7 @@ pytestmark = pytest.mark.slow
 # One cell of the file, as `--variant KEY=VALUE` overrides pick it on the command line.
 CELL = {"python": "3.12.*", "torch_version": "2.11.0", "torch_world": "conda-forge", "cuda_compiler_version": "13.0",
         "cxx11_abi": "1", "cuda_archs": "80;90;100;120+PTX", "c_compiler_version": "15", "cxx_compiler_version": "15",
-        "c_stdlib_version": "2.28"}
+        "c_stdlib_version": "2.28", "philox_offset_bits": "64"}
 
 RUN = textwrap.dedent("""
     import json, sys
@@ -37,8 +43,20 @@ RUN = textwrap.dedent("""
 """)
 
 
+def kernel_channel(target: str, folder):
+    """A channel holding the kernel build the cell's flash-attn pins, as an earlier build of the recipe's
+    kernel output leaves it (a render with solve does not build it; metadata only)."""
+    matrix = load_matrix()
+    cell = next(c for c in matrix.cells if c.id == f"{target}/py312/torch2.11/cu130/abi1")
+    (rendered,) = render_cells([cell], matrix.recipe_path, matrix.variants_dir)
+    pin = kernel_pin(rendered.run_requirements)
+    assemble(PackageSpec(KERNEL_PACKAGE, pin.version, pin.build, target, depends=("cuda-version >=13.0,<14",)), folder)
+    index(folder)
+    return folder.as_uri()
+
+
 def plain_build(line, world, tmp_path, cuda_override):
-    channels = [world.url(c) if c in world.channels else c for c in line.channel]
+    channels = [kernel_channel(line.target_platform, tmp_path / "kernels"), *(world.url(c) if c in world.channels else c for c in line.channel)]
     args = {"recipe": str(paths.repo_root() / line.recipe / "recipe.yaml"), "variants": str(paths.repo_root() / line.variant_config),
             "channels": channels, "cell": CELL, "out": str(tmp_path / "out"), "target": line.target_platform}
     env = {**os.environ, "CONDA_OVERRIDE_CUDA": cuda_override}
@@ -64,7 +82,8 @@ def test_readme_line_solves_build_and_host_with_cuda_override(target, world, tmp
     assert line.channel == ["conda-forge"]
     result = plain_build(line, world, tmp_path, "13.0")
     assert result.returncode == 0, result.stderr[-3000:]
-    (output,) = json.loads(result.stdout)
+    outputs = json.loads(result.stdout)
+    (output,) = [o for o in outputs if o["recipe"]["package"]["name"] == "flash-attn"]
     resolved = output["finalized_dependencies"]
     host = {p["name"]: (p["version"], p["subdir"]) for p in resolved["host"]["resolved"]}
     build = {p["name"]: (p["version"], p["subdir"]) for p in resolved["build"]["resolved"]}

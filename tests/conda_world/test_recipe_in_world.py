@@ -105,6 +105,32 @@ def test_extension_is_stripped(built, tmp_path):
     assert ".symtab" not in sections and ".dynsym" in sections
 
 
+def _unpack(package: Path, into: Path) -> Path:
+    subprocess.run(["python", "-m", "zipfile", "-e", str(package), str(into)], check=True)
+    subprocess.run(["tar", "--zstd", "-xf", str(next(into.glob("pkg-*.tar.zst"))), "-C", str(into)], check=True)
+    return into
+
+
+def test_the_kernel_package_needs_no_torch_and_the_glue_links_it(built, tmp_path):
+    """Issue 15 in the conda world: the kernel output's package depends on no python or torch and holds
+    the library; the flash-attn package holds only the glue, which needs that library and finds it
+    through the RUNPATH rattler-build gave it ($PREFIX/lib from site-packages)."""
+    from faforge.abi import elf  # noqa: PLC0415
+    from faforge.matrix.kernels import kernel_pin  # noqa: PLC0415
+
+    _, _, packages, out = built
+    [kernels] = (out / "linux-64").glob("libflash-attn-kernels-*.conda")
+    index = _index(kernels)
+    assert not {dep.split()[0] for dep in index["depends"]} & {"python", "pytorch", "libtorch", "python_abi"}, index["depends"]
+    assert kernel_pin(_index(packages[0])["depends"]).filename() == kernels.name, "flash-attn pins exactly this kernel build"
+    library = _unpack(kernels, tmp_path / "kernels") / "lib" / "libflash_attn_kernels.so"
+    assert not [n for n in elf.read_info(library).needed if n.startswith(("libtorch", "libc10", "libpython"))]
+    glue = next(_unpack(packages[0], tmp_path / "flash-attn").glob("lib/python3.12/site-packages/flash_attn_2_cuda*.so"))
+    info = elf.read_info(glue)
+    assert "libflash_attn_kernels.so" in info.needed and "$ORIGIN/../.." in ":".join(info.runpath or info.rpath), (info.runpath, info.rpath)
+    assert not list((tmp_path / "flash-attn").rglob("libflash_attn_kernels.so")), "the library is not carried twice"
+
+
 def test_verify_publish_serve_install_import_doctor(built, world, tmp_path):
     """The package's way to a user: verify -> publish -> HTTP -> fresh install -> import -> doctor."""
     result, _, packages, _ = built
@@ -112,15 +138,22 @@ def test_verify_publish_serve_install_import_doctor(built, world, tmp_path):
     package = packages[0]
     env = {"FAFORGE_CACHE_DIR": str(cache_dir("faforge"))}
 
+    [kernels] = package.parent.glob("libflash-attn-kernels-*.conda")
     manifest = tmp_path / "verification"
-    verified = faforge("verify", str(package), "--gates", "abi,import,gpu", "--manifest", str(manifest), "--json", env=env)
-    results = {r["gate"]: r["result"] for r in json.loads(verified.stdout)["results"]}
-    assert results == {"abi": "passed", "import": "passed", "gpu": "skipped"}, verified.stdout[-3000:] + verified.stderr[-3000:]
+    verified = faforge("verify", str(package), str(kernels), "--gates", "abi,import,gpu", "--manifest", str(manifest), "--json", env=env)
+    results = {}
+    for r in json.loads(verified.stdout)["results"]:
+        results.setdefault(r["package"], {})[r["gate"]] = r["result"]
+    # the glue resolves libflash_attn_kernels.so through the RUNPATH rattler-build gave it; the kernel
+    # package passes its own torch-free and dlopen gates
+    assert results == {package.name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
+                       kernels.name: {"abi": "passed", "import": "passed", "gpu": "skipped"}}, verified.stdout[-3000:] + verified.stderr[-3000:]
 
     channel = tmp_path / "channel"
-    published = faforge("publish", str(package), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import", env=env)
+    published = faforge("publish", str(package), str(kernels), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import", env=env)
     assert published.returncode == 0, published.stdout + published.stderr
     assert (channel / "linux-64" / package.name).read_bytes() == package.read_bytes()
+    assert (channel / "linux-64" / kernels.name).read_bytes() == kernels.read_bytes()
 
     prefix = tmp_path / "env"
     with serve_directory(channel) as url:
@@ -135,10 +168,11 @@ def test_verify_publish_serve_install_import_doctor(built, world, tmp_path):
     # libpython resolves inside the environment (the relocated CPython), and the extension imports
     ldd = subprocess.run(["ldd", str(python)], capture_output=True, text=True, check=True).stdout
     assert f"{prefix}/bin/../lib/libpython3.12.so.1.0" in ldd or f"{prefix}/lib/libpython3.12.so.1.0" in ldd, ldd
-    imported = subprocess.run([str(python), "-c", "import flash_attn, flash_attn_2_cuda, torch; print(flash_attn.__version__, torch.__version__)"],
-                              capture_output=True, text=True)
+    probe = ("import flash_attn, flash_attn_2_cuda, torch; print(flash_attn.__version__, torch.__version__); "
+             "print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libflash_attn_kernels' in l}))")
+    imported = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr[-3000:]
-    assert imported.stdout.split() == [RECIPE_VERSION, "2.11.0+cu130"]
+    assert imported.stdout.split() == [RECIPE_VERSION, "2.11.0+cu130", str(prefix / "lib" / "libflash_attn_kernels.so")]
 
     doctor = faforge("doctor", "--python", str(python), "--json", env=env)
     report = json.loads(doctor.stdout)
