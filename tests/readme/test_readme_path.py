@@ -25,7 +25,10 @@ from pathlib import Path
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble
+from faforge.matrix.kernels import kernel_pin
+from tests.support.cuda_toolkit import cuda_home
 from tests.support.fresh_clone import REPO, fresh_clone
+from tests.support.standin_flash_attn import compile_kernel_library, standin_kernel_package
 
 pytestmark = pytest.mark.slow
 
@@ -174,6 +177,10 @@ def _verify_a_built_package(walk: Walk, command: str) -> None:
     cell = next(c for c in cells if c["torch_minor"] not in ("2.13", "2.14") and c["python"] == "3.11")
     assemble(PackageSpec("flash-attn", "2.8.3.post2", cell["build_string"], "linux-64", depends=tuple(cell["run_requirements"])),
              walk.clone / "output")
+    # and the kernel build it pins, as the build leaves it beside (a real library for the cell's archs)
+    pin = kernel_pin(cell["run_requirements"])
+    library = compile_kernel_library(walk.clone.parent / "kernels", cuda_home() / "bin" / "nvcc", cell["cuda_archs"])
+    standin_kernel_package(walk.clone / "output", version=pin.version, build=pin.build, subdir="linux-64", depends=(), library=library)
     result = walk.run(command)
     check(Step("", codes=(3,), cause=("could not reach the package index", r"– verify .*skipped: abi, import not verified"),
                wrong=("conflicting dependencies", "✓")), command, result)

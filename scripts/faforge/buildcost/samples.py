@@ -85,13 +85,14 @@ class GlueBuild:
     source: str
 
 
-SIZE_PARTS = ("extension", "fatbin", "glue")
+SIZE_PARTS = ("kernel-library", "fatbin", "glue")
 
 
 @dataclass(frozen=True)
 class SizeSample:
-    """Bytes of one binary of a real build: `extension` the whole flash_attn_2_cuda .so, `fatbin`
-    its .nv_fatbin section (the GPU code), `glue` flash_api.o linked alone; raw and zstd-compressed."""
+    """Bytes of one binary of a real split build, as its package ships it (stripped): `kernel-library`
+    libflash_attn_kernels.so, `fatbin` its .nv_fatbin section (the GPU code), `glue` the flash_attn_2_cuda
+    module linked against it; raw and zstd-compressed."""
 
     part: str
     sass_archs: int  # SASS archs of the build it comes from

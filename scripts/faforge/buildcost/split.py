@@ -8,9 +8,10 @@ them, and each cell's flash-attn holds only flash_api.cpp's code. The layout is 
 PhiloxCudaState::offset_intragraph_ (32 bits up to torch 2.9, 64 from 2.10: variants/kernel-abi.yaml),
 so a CUDA that serves torch minors on both sides of 2.9/2.10 has two kernel packages.
 
-Size model, from the `sizes` of one real build: only the GPU code (the .nv_fatbin section) grows with the
-SASS arch count. kernel library(n) = kernel host code + n x fatbin per arch, where kernel host code =
-extension - fatbin - glue; a package before = kernel library(n) + glue; a cell's package after = glue.
+Size model, from the `sizes` of the real split sm_90 build (stripped, as the packages ship it): only the
+GPU code (the .nv_fatbin section) grows with the SASS arch count. kernel library(n) = kernel host code +
+n x fatbin per arch, where kernel host code = kernel library(1) - fatbin; a package before = kernel
+library(n) + glue; a cell's package after = glue.
 Compressed sizes are split the same way (zstd sizes of the parts are close to, not exactly, additive).
 `+PTX` is not counted (the measured build had none), so lists ending in +PTX are lower bounds; python
 files and metadata (well under 1 MB per package) are left out.
@@ -59,15 +60,15 @@ class SizeModel:
 
 def size_model(sizes: tuple[SizeSample, ...]) -> SizeModel:
     by_part = {s.part: s for s in sizes}
-    missing = [p for p in ("extension", "fatbin", "glue") if p not in by_part]
+    missing = [p for p in ("kernel-library", "fatbin", "glue") if p not in by_part]
     if missing:
         raise FaforgeError(f"variants/build-measurements.yaml has no `sizes` entry for {', '.join(missing)}",
-                           hint="measure one real build's .so, its .nv_fatbin section and flash_api.o linked alone (variants/README.md)")
-    ext, fat, glue = by_part["extension"], by_part["fatbin"], by_part["glue"]
-    if ext.sass_archs != fat.sass_archs:
-        raise FaforgeError("the extension and fatbin `sizes` entries come from builds with different arch counts")
+                           hint="measure one real split build's libflash_attn_kernels.so, its .nv_fatbin section and its glue module (variants/README.md)")
+    library, fat, glue = by_part["kernel-library"], by_part["fatbin"], by_part["glue"]
+    if library.sass_archs != fat.sass_archs:
+        raise FaforgeError("the kernel-library and fatbin `sizes` entries come from builds with different arch counts")
     per_arch = Bytes(fat.bytes // fat.sass_archs, fat.zstd_bytes // fat.sass_archs)
-    return SizeModel(per_arch=per_arch, kernel_host=Bytes(ext.bytes - fat.bytes - glue.bytes, ext.zstd_bytes - fat.zstd_bytes - glue.zstd_bytes),
+    return SizeModel(per_arch=per_arch, kernel_host=Bytes(library.bytes - fat.bytes, library.zstd_bytes - fat.zstd_bytes),
                      glue=Bytes(glue.bytes, glue.zstd_bytes))
 
 
