@@ -7,6 +7,7 @@ tests/release/test_verify_split_real.py runs the gates on a real nvcc-built pair
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,9 @@ KERNEL_FILE = f"libflash-attn-kernels-{VERSION}-{KERNEL_BUILD}.conda"
 FLASH_ATTN_BUILD = "py312_torch2_13_cu130_cxx11abi1_h7654321_0"
 
 
-def faforge(*args):
-    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, timeout=600)
+def faforge(*args, env: dict | None = None):
+    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
 
 
 def kernel_package(directory: Path, build: str = KERNEL_BUILD, library: bytes = b"\x7fELF stand-in", subdir: str = "linux-64") -> Path:
@@ -140,3 +142,31 @@ def test_a_kernel_library_importing_a_torch_symbol_fails_its_abi_gate(tmp_path):
     assert entry["result"] == "failed"
     assert "torch-symbol: c10::cuda::SetDevice(signed char, bool)" in entry["detail"]
     assert "gpu-archs" in entry["detail"], "a CPU-only library carries none of its arch list"
+
+
+def test_the_kernel_package_is_fetched_from_the_kernel_channel(tmp_path):
+    """A cell whose kernel package an earlier run published: verify downloads it from that channel
+    (a real file:// channel, indexed by py-rattler), checked against the repodata's sha256, into the cache."""
+    from faforge.channel.local import index  # noqa: PLC0415
+
+    fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
+    channel = tmp_path / "channel"
+    published = kernel_package(channel, subdir="linux-aarch64")
+    index(channel)
+    cache = {"FAFORGE_CACHE_DIR": str(tmp_path / "cache")}
+    fetched = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache)
+    assert fetched.returncode == 3, fetched.stdout + fetched.stderr
+    cached = tmp_path / "cache" / "kernel-packages" / "linux-aarch64" / KERNEL_FILE
+    assert cached.read_bytes() == published.read_bytes()
+    # a channel without that build: exit 2 naming it; an empty value is refused before any work
+    empty = tmp_path / "empty"
+    kernel_package(empty, build="cu130_sm90_h9999999_0", subdir="linux-aarch64")
+    index(empty)
+    missing = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", empty, "--manifest", tmp_path / "v", env=cache)
+    assert missing.returncode == 2 and "holds no libflash-attn-kernels 2.8.3.post2 cu130_sm90_h1a2b3c4_0 for linux-aarch64" in missing.stderr
+    # the channel's file changed after indexing: the sha256 no longer matches, nothing is cached
+    cached.unlink()
+    published.write_bytes(published.read_bytes() + b"tampered")
+    tampered = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache)
+    assert tampered.returncode == 4 and "does not have the sha256 its repodata says" in tampered.stderr, tampered.stderr
+    assert not cached.exists() and "Traceback" not in tampered.stderr

@@ -8,7 +8,8 @@ A kernel package (libflash-attn-kernels) gets the same gate names with their own
 faforge.release.verify): abi is the torch-free check against its arch list, import a dlopen with
 PyPI's CUDA runtime, gpu the GPU suite through a flash-attn of the same call that pins it. A split
 flash-attn's gates need the kernel build it pins: among the PACKAGE arguments, else beside it
-(same folder, exact file name); nowhere is a usage error (exit 2), not a failed gate.
+(same folder, exact file name), else from --kernel-channel (downloaded into faforge's cache, checked
+against the channel's sha256); nowhere is a usage error (exit 2), not a failed gate.
 Exit status: 0 all passed, 1 a gate failed, 3 none failed but some were skipped.
 """
 
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 
 from faforge import config, paths, progress
+from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.release.manifest import GATES, check_gate_names, record
 from faforge.release.package import PackageFacts, read_package
@@ -37,6 +39,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")
     parser.add_argument("--against", type=Path, action="append",
                         help="check the ABI against this torch (torch/lib, site-packages or prefix) instead of the matching PyPI wheel")
+    parser.add_argument("--kernel-channel", metavar="URL",
+                        help="where a split flash-attn's kernel package was published, fetched from there when it is neither "
+                             "given nor beside it (a cell's job whose kernel package an earlier run published)")
     parser.add_argument("--json", action="store_true", help="print the versioned results (schema: tests/schemas/verify.json)")
 
 
@@ -50,6 +55,8 @@ def execute(args: argparse.Namespace) -> int:
             if not against.is_dir():
                 raise FaforgeError(f"--against {against} {why_not_a_folder(against)}", hint="pass a torch/lib folder, site-packages or prefix")
     paths.output_dir(args.manifest, "--manifest")
+    kernel_channel = None if args.kernel_channel is None else channel_url(
+        args.kernel_channel, "--kernel-channel", if_empty="name the channel the kernel packages were published to, or leave the option out")
     entries = []
     read: dict[str, PackageFacts] = {}
 
@@ -61,7 +68,7 @@ def execute(args: argparse.Namespace) -> int:
     for path in args.packages:
         package = facts(path)
         # Both read every PACKAGE argument: a bad one stops the call there, after the results already printed.
-        kernel = find_kernel_package(package, [facts(p) for p in args.packages]) if package.kernel_pin else None
+        kernel = find_kernel_package(package, [facts(p) for p in args.packages], kernel_channel) if package.kernel_pin else None
         users = tuple(p for p in map(facts, args.packages) if pins_kernel(p, package)) if "gpu" in gates else ()
         checked = []
         with progress.step(f"verify {package.filename} ({', '.join(gates)})") as state:

@@ -27,7 +27,9 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,11 +38,13 @@ from pathlib import Path
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf import ElfError
 from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
-from faforge.errors import FaforgeError
-from faforge.matrix.kernels import KERNEL_LIBRARY
+from faforge import config
+from faforge.channel.repodata import query
+from faforge.errors import FaforgeError, RemoteError
+from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
-from faforge.release.package import PackageFacts, read_package
+from faforge.release.package import PackageFacts, read_package, sha256_of
 
 # The modules the recipe's own `python: imports` test imports; torch first, as flash_attn does.
 IMPORTS = ("torch", "flash_attn", "flash_attn_2_cuda")
@@ -233,9 +237,10 @@ def pins_kernel(flash_attn: PackageFacts, kernel: PackageFacts) -> bool:
             and (kernel.version, kernel.build) == (pin.version, pin.build))
 
 
-def find_kernel_package(package: PackageFacts, given: list[PackageFacts]) -> PackageFacts | None:
+def find_kernel_package(package: PackageFacts, given: list[PackageFacts], channel: str | None = None) -> PackageFacts | None:
     """The kernel package a split flash-attn pins: among `given` (this call's packages), else beside it
-    by its exact file name. None when it pins none; FaforgeError (exit 2) when it is nowhere."""
+    by its exact file name, else fetched from `channel` (one published before). None when it pins none;
+    FaforgeError (exit 2) when it is nowhere."""
     pin = package.kernel_pin
     if pin is None:
         return None
@@ -243,12 +248,41 @@ def find_kernel_package(package: PackageFacts, given: list[PackageFacts]) -> Pac
         if pins_kernel(package, other):
             return other
     beside = package.path.parent / pin.filename()
-    if beside.is_file():
-        found = read_package(beside)
+    where = beside if beside.is_file() else (fetch_kernel_package(pin, package.subdir, channel) if channel else None)
+    if where is not None:
+        found = read_package(where)
         if pins_kernel(package, found):
             return found
-        raise FaforgeError(f"{package.filename}: {beside} is named as its kernel package {pin}, but its metadata says "
+        raise FaforgeError(f"{package.filename}: {where} is named as its kernel package {pin}, but its metadata says "
                            f"{found.name} {found.version} {found.build} ({found.subdir})", hint="rebuild or re-download the kernel package")
     raise FaforgeError(f"{package.filename}: needs its kernel package {pin}, but {pin.filename()} is neither among the "
                        f"packages given nor beside it in {package.path.parent}",
-                       hint=f"pass it too: faforge verify {package.path} path/to/{pin.filename()} (its kernel job's package)")
+                       hint=f"pass it too: faforge verify {package.path} path/to/{pin.filename()} (its kernel job's package), "
+                            "or --kernel-channel URL where it was published")
+
+
+def fetch_kernel_package(pin: KernelPin, subdir: str, channel: str) -> Path:
+    """The pinned kernel package from `channel`'s repodata record, downloaded into faforge's cache (kept
+    while its sha256 matches the record's): a cell's job whose kernel package an earlier run published."""
+    record = next((r for r in query(channel, [KERNEL_PACKAGE], [subdir])
+                   if (str(r.version), str(r.build), str(r.subdir)) == (pin.version, pin.build, subdir)), None)
+    if record is None:
+        raise FaforgeError(f"--kernel-channel {channel}: holds no {pin} for {subdir}",
+                           hint="name the channel its kernel job published to, or pass the kernel package itself")
+    sha256 = record.sha256.hex()
+    target = config.cache_dir() / "kernel-packages" / subdir / pin.filename()
+    if target.is_file() and sha256_of(target) == sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    try:
+        with urllib.request.urlopen(str(record.url), timeout=600) as response, open(partial, "wb") as out:
+            shutil.copyfileobj(response, out)
+    except OSError as exc:  # URLError is one
+        raise RemoteError(f"--kernel-channel {channel}: cannot download {record.url}: {exc}", hint="check the channel URL and your network, then retry") from None
+    if sha256_of(partial) != sha256:
+        partial.unlink()
+        raise RemoteError(f"--kernel-channel {channel}: {record.url} does not have the sha256 its repodata says ({sha256[:12]}…)",
+                          hint="the channel changed during the download, or its index is stale: re-index it, then retry")
+    partial.replace(target)
+    return target
