@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index, install, solve
-from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
+from tests.support.standin_flash_attn import pinned_kernel_record
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,7 @@ def legacy_env(world, tmp_path_factory):
     ours = root / "ours"
     assemble(PackageSpec("flash-attn", "2.8.3.post2", cell["build_string"], "linux-64", depends=tuple(cell["run_requirements"]),
                          constrains=tuple(cell["run_constraints"])), ours)
-    pin = kernel_pin(cell["run_requirements"])  # the kernel build it pins, with the recipe's run requirement
-    assemble(PackageSpec(KERNEL_PACKAGE, pin.version, pin.build, "linux-64", depends=(f"cuda-version >={cell['cuda']},<{int(float(cell['cuda'])) + 1}",)), ours)
+    assemble(pinned_kernel_record(cell["run_requirements"], "linux-64", cell["cuda"]), ours)  # the kernel build it pins
     index(ours)
     channels = [ours.as_uri(), world.url("pytorch"), world.url("nvidia"), world.url("conda-forge")]
     records = solve(channels, ["flash-attn", "pip"], "linux-64")

@@ -20,11 +20,11 @@ import textwrap
 import pytest
 
 from faforge import paths
-from faforge.channel.local import PackageSpec, assemble, index
+from faforge.channel.local import assemble, index
 from faforge.matrix import load_matrix
-from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 from faforge.matrix.render import render_cells
 from tests.matrix.test_readme_builds import documented_builds
+from tests.support.standin_flash_attn import pinned_kernel_record
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +49,7 @@ def kernel_channel(target: str, folder):
     matrix = load_matrix()
     cell = next(c for c in matrix.cells if c.id == f"{target}/py312/torch2.11/cu130/abi1")
     (rendered,) = render_cells([cell], matrix.recipe_path, matrix.variants_dir)
-    pin = kernel_pin(rendered.run_requirements)
-    assemble(PackageSpec(KERNEL_PACKAGE, pin.version, pin.build, target, depends=("cuda-version >=13.0,<14",)), folder)
+    assemble(pinned_kernel_record(rendered.run_requirements, target, cell.cuda), folder)
     index(folder)
     return folder.as_uri()
 

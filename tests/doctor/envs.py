@@ -293,11 +293,11 @@ def faforge_packages(offer):
     """Our packages for one matrix cell: its flash-attn (the rendered build string and run requirements)
     and the kernel build it pins (metadata only: the stand-in extensions link no kernel library)."""
     from faforge.channel.local import PackageSpec  # noqa: PLC0415
-    from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin  # noqa: PLC0415
+    from faforge.matrix.kernels import kernel_pin  # noqa: PLC0415
+    from tests.support.standin_flash_attn import pinned_kernel_record  # noqa: PLC0415
 
     modules = {"flash_attn/__init__.py": f"__version__ = '{offer.version}'\n"}
-    pin = kernel_pin(offer.run_requirements)
-    kernels = [PackageSpec(KERNEL_PACKAGE, pin.version, pin.build, "linux-64")] if pin else []
+    kernels = [pinned_kernel_record(offer.run_requirements, "linux-64")] if kernel_pin(offer.run_requirements) else []
     return [*kernels, PackageSpec("flash-attn", offer.version, offer.build_string, "linux-64", depends=offer.run_requirements,
                                   files=conda_python_files(SITE, "flash-attn", offer.version, modules))]
 

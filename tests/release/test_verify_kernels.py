@@ -20,7 +20,7 @@ from faforge.release.manifest import results_for
 from faforge.release.package import facts_from_metadata, read_package
 
 VERSION = "2.8.3.post2"
-KERNEL_BUILD = "cu130_sm90_h1a2b3c4_0"
+KERNEL_BUILD = "cu130_sm90_philox64_h1a2b3c4_0"
 KERNEL_FILE = f"libflash-attn-kernels-{VERSION}-{KERNEL_BUILD}.conda"
 FLASH_ATTN_BUILD = "py312_torch2_13_cu130_cxx11abi1_h7654321_0"
 
@@ -46,11 +46,13 @@ def facts(build: str):
                                subdir="linux-64", depends=(), sha256="0" * 64)
 
 
-def test_kernel_build_strings_name_cuda_and_arch_list_with_or_without_a_philox_tag():
-    assert (facts("cu130_sm80_90_100_120ptx_h1a2b3c4_0").cuda, facts("cu130_sm80_90_100_120ptx_h1a2b3c4_0").cuda_archs) == \
-        ("13.0", "80;90;100;120+PTX")
-    philox = facts("cu129_sm80_90_100_120ptx_philox32_h1a2b3c4_1")
-    assert (philox.cuda, philox.cuda_archs, philox.python, philox.cell_id) == ("12.9", "80;90;100;120+PTX", None, None)
+def test_kernel_build_strings_name_cuda_and_arch_list():
+    cu130 = facts("cu130_sm80_90_100_120ptx_philox64_h1a2b3c4_0")
+    assert (cu130.cuda, cu130.cuda_archs) == ("13.0", "80;90;100;120+PTX")
+    philox = facts("cu129_sm80_90ptx_philox32_h1a2b3c4_1")
+    assert (philox.cuda, philox.cuda_archs, philox.python, philox.cell_id) == ("12.9", "80;90+PTX", None, None)
+    # not the recipe's spelling (no layout tag, or none at all): no arch list to judge its GPU code by
+    assert facts("cu130_sm80_90_100_120ptx_h1a2b3c4_0").cuda_archs is None
     assert facts("h1a2b3c4_0").cuda_archs is None
 
 
@@ -69,13 +71,13 @@ def test_a_split_flash_attn_without_its_kernel_package_is_exit_2(tmp_path):
 
 def test_a_kernel_package_of_another_build_is_not_picked_up(tmp_path):
     fa = split_flash_attn(tmp_path / "out")
-    other = kernel_package(tmp_path / "elsewhere", build="cu130_sm90_h9999999_0")
+    other = kernel_package(tmp_path / "elsewhere", build="cu130_sm90_philox64_h9999999_0")
     result = faforge("verify", fa, other, "--gates", "abi", "--manifest", tmp_path / "v")
     assert result.returncode == 2 and KERNEL_FILE in result.stderr, result.stdout + result.stderr
     # Named as the pinned file but holding another build: refused, not trusted by its name.
     shutil.copy(other, fa.parent / KERNEL_FILE)
     renamed = faforge("verify", fa, "--gates", "abi", "--manifest", tmp_path / "v")
-    assert renamed.returncode == 2 and "its metadata says libflash-attn-kernels 2.8.3.post2 cu130_sm90_h9999999_0 (linux-64)" in renamed.stderr
+    assert renamed.returncode == 2 and "its metadata says libflash-attn-kernels 2.8.3.post2 cu130_sm90_philox64_h9999999_0 (linux-64)" in renamed.stderr
 
 
 def test_the_kernel_package_is_found_among_the_arguments_or_beside(tmp_path):
@@ -160,10 +162,10 @@ def test_the_kernel_package_is_fetched_from_the_kernel_channel(tmp_path):
     assert cached.read_bytes() == published.read_bytes()
     # a channel without that build: exit 2 naming it; an empty value is refused before any work
     empty = tmp_path / "empty"
-    kernel_package(empty, build="cu130_sm90_h9999999_0", subdir="linux-aarch64")
+    kernel_package(empty, build="cu130_sm90_philox64_h9999999_0", subdir="linux-aarch64")
     index(empty)
     missing = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", empty, "--manifest", tmp_path / "v", env=cache)
-    assert missing.returncode == 2 and "holds no libflash-attn-kernels 2.8.3.post2 cu130_sm90_h1a2b3c4_0 for linux-aarch64" in missing.stderr
+    assert missing.returncode == 2 and "holds no libflash-attn-kernels 2.8.3.post2 cu130_sm90_philox64_h1a2b3c4_0 for linux-aarch64" in missing.stderr
     # the channel's file changed after indexing: the sha256 no longer matches, nothing is cached
     cached.unlink()
     published.write_bytes(published.read_bytes() + b"tampered")

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,7 @@ from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 pytestmark = pytest.mark.slow
 
 VERSION = "0.0.1"
-KERNEL_BUILD = "cu130_sm90_h1a2b3c4_0"
+KERNEL_BUILD = "cu130_sm90_philox64_h1a2b3c4_0"
 FLASH_ATTN_BUILD = "py311_torch2_14_cu130_cxx11abi1_h7654321_0"
 # The cell's run requirements as the recipe renders them (einops: the cached verify venv's extra).
 DEPENDS = ("python 3.11.*", "pytorch >=2.14.1,<2.15 cuda130*", "einops", f"libflash-attn-kernels =={VERSION} {KERNEL_BUILD}")

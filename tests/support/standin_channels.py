@@ -15,9 +15,10 @@ from pathlib import Path
 import yaml
 
 from faforge.channel.local import PackageSpec, assemble, index
-from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
+from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render import RenderedCell
 from faforge.matrix.versions import next_minor
+from tests.support.standin_flash_attn import pinned_kernel_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real_packages.yaml"
 # Records nobody could find published (made-up build strings, sourced depends), declared there.
@@ -84,13 +85,12 @@ def build_channels(root: Path, rendered: list[RenderedCell]) -> dict[str, Path]:
             directory,
         )
     ours = channels.setdefault(OUR_CHANNEL, root / OUR_CHANNEL)
-    kernels = {}
+    kernels = set()
     for r in rendered:
         pin = kernel_pin(r.run_requirements)
         if pin is not None and (pin, r.cell.platform) not in kernels:
-            kernels[(pin, r.cell.platform)] = r
-            assemble(PackageSpec(name=KERNEL_PACKAGE, version=pin.version, build=pin.build, subdir=r.cell.platform,
-                                 depends=kernel_run_exports(fixture, r)), ours)
+            kernels.add((pin, r.cell.platform))
+            assemble(pinned_kernel_record(r.run_requirements, r.cell.platform, depends=kernel_run_exports(fixture, r)), ours)
     for r in rendered:
         assemble(
             PackageSpec(

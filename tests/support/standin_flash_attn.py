@@ -15,7 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from faforge import build_script
 from faforge.channel.local import PackageSpec, assemble
+from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 
 EXTENSION_SOURCE = r"""
 #include <Python.h>
@@ -58,12 +60,8 @@ def compile_kernel_library(work: Path, nvcc: Path, cuda_archs: str) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     source = work / "kernels.cu"
     source.write_text(KERNEL_LIBRARY_SOURCE)
-    gencode = []
-    for item in cuda_archs.split(";"):
-        sm = item.removesuffix("+PTX")
-        gencode += ["-gencode", f"arch=compute_{sm},code=sm_{sm}"]
-        if item.endswith("+PTX"):
-            gencode += ["-gencode", f"arch=compute_{sm},code=compute_{sm}"]
+    build = build_script.load()  # the recipe's own arch parser and -gencode flags
+    gencode = build.gencode_flags(build.parse_arch_list(cuda_archs))
     out = work / "libflash_attn_kernels.so"
     result = subprocess.run([str(nvcc), "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden", "-cudart", "shared", *gencode, str(source), "-o", str(out),
                              "-Xlinker", "-soname=libflash_attn_kernels.so"], capture_output=True, text=True)
@@ -106,5 +104,15 @@ def standin_package(channel_dir: Path, *, version: str, build: str, subdir: str,
 
 def standin_kernel_package(channel_dir: Path, *, version: str, build: str, subdir: str, depends, library: Path) -> Path:
     """Assemble libflash-attn-kernels-<version>-<build>.conda holding lib/libflash_attn_kernels.so."""
-    return assemble(PackageSpec(name="libflash-attn-kernels", version=version, build=build, subdir=subdir, depends=tuple(depends),
+    return assemble(PackageSpec(name=KERNEL_PACKAGE, version=version, build=build, subdir=subdir, depends=tuple(depends),
                                 files={"lib/libflash_attn_kernels.so": library.read_bytes()}), channel_dir)
+
+
+def pinned_kernel_record(run_requirements, subdir: str, cuda: str | None = None, depends=()) -> PackageSpec:
+    """Metadata of the kernel build a flash-attn's run requirements pin (no files: for solves and installs
+    that load no kernel library), with the recipe's run requirement on cuda-version when `cuda` is given."""
+    pin = kernel_pin(run_requirements)
+    if pin is None:
+        raise ValueError(f"no libflash-attn-kernels pin among {list(run_requirements)}")
+    cuda_range = (f"cuda-version >={cuda},<{int(cuda.split('.')[0]) + 1}",) if cuda else ()
+    return PackageSpec(KERNEL_PACKAGE, pin.version, pin.build, subdir, depends=(*cuda_range, *depends))

@@ -9,8 +9,8 @@ package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` bu
 for the cell's kernel key (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the compiler cache; `cell`
 builds the cell's flash-attn against a kernel package it finds in a channel. `all` (the default)
 builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first
-(once per kernel key in a run, skipped when already in the output dir), then its flash-attn with the
-output dir as its first channel.
+(once per kernel key in a run, skipped when already in the output dir), then its flash-attn, which
+finds it there: rattler-build indexes its output dir and solves from it as a channel.
 """
 
 from __future__ import annotations
@@ -167,11 +167,9 @@ def execute(args: argparse.Namespace) -> int:
                 results.append(CellBuild(cell=cell.id, part=part, status="failed", seconds=0.0, package=None, log=failed.log,
                                          error="its kernel package failed to build"))
                 continue
-            # A cell built in this run after its kernel package finds that package in the output dir.
-            channels = [*extra_channels, output_dir.as_uri()] if kernels_in_recipe and part == CELL_PART and args.part == "all" else extra_channels
             with progress.step(title) as state:
                 result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
-                                    tus=tus, channel_aliases=aliases, extra_channels=channels, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
+                                    tus=tus, channel_aliases=aliases, extra_channels=extra_channels, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
                 state.failed = result.status == "failed"
             if state.failed:
                 progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")

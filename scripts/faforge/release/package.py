@@ -14,13 +14,10 @@ from pathlib import Path
 
 from faforge.buildcost.cachekey import archs_of_tag
 from faforge.errors import FaforgeError
-from faforge.matrix.kernels import KERNEL_PACKAGE, KernelPin, kernel_pin
+from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
 
 # py312_torch2_7_cu129_cxx11abi1_h<hash>_<n>, as recipes/flash-attn/recipe.yaml writes it.
 BUILD_STRING = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<torch>\d+_\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_h[0-9a-f]+_\d+")
-# cu130_sm80_90_100_120ptx_h<hash>_<n>, the kernel package's (faforge.matrix.kernels build_string_prefix);
-# a philox layout tag (_philox32/_philox64) may follow the arch list.
-KERNEL_BUILD_STRING = re.compile(r"cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)(?:_philox(?P<philox>\d+))?_h[0-9a-f]+_\d+")
 # The run requirement that names the exact torch: `pytorch >=2.7.1,<2.8 cuda129*` (conda-forge)
 # or `pytorch ==2.5.1 py3*` (legacy pytorch channel).
 TORCH_PIN = re.compile(r"^pytorch\s+(?:>=|==)\s*(?P<version>\d+(?:\.\d+)+)")
@@ -106,7 +103,7 @@ def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subd
 
 def _kernel_facts(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
     """A kernel package has no python, torch or C++ ABI; its build string names CUDA and the arch list."""
-    match = KERNEL_BUILD_STRING.fullmatch(build)
+    match = KERNEL_BUILD.match(build)
     try:
         archs = archs_of_tag(match["archs"]) if match else None
     except ValueError:

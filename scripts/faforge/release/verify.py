@@ -11,7 +11,7 @@ A kernel package (libflash-attn-kernels) has no python and no torch, so its gate
   * abi: the torch-free check (faforge.abi.torchfree) of its lib/libflash_attn_kernels.so: no torch,
     c10, Python or pybind11 library or symbol, only ABI-neutral `run_mha_*`/`flash_attn_kernels_*`
     exports, a binary for the package's platform, and GPU code equal to the arch list its build string
-    names (cu130_sm80_90_100_120ptx_... -> '80;90;100;120+PTX');
+    names (cu130_sm80_90_100_120ptx_philox64_... -> '80;90;100;120+PTX');
   * import: the library is dlopen()ed in a clean process (python -I, no LD_LIBRARY_PATH) after
     loading only PyPI's CUDA runtime wheel of the package's CUDA minor (the libcudart a torch
     environment has), and its C interface resolves; `skipped` when that wheel cannot be had or the
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from faforge import config
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf import ElfError
 from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
-from faforge import config
 from faforge.channel.repodata import query
 from faforge.errors import FaforgeError, RemoteError
 from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
@@ -87,7 +87,7 @@ def kernel_abi_gate(package: PackageFacts) -> Check:
     """The torch-free check of the kernel library, with the arch list and platform the package names."""
     if package.cuda_archs is None:
         return Check("abi", "skipped", f"{package.filename}: its build string names no arch list "
-                                       "(cu<CUDA>_sm<archs>_h<hash>_<n>), so its GPU code cannot be judged")
+                                       "(cu<CUDA>_sm<archs>_philox<bits>_h<hash>_<n>), so its GPU code cannot be judged")
     with unpacked(package) as prefix:
         library = prefix / "lib" / KERNEL_LIBRARY
         if not library.is_file():
