@@ -12,6 +12,7 @@ import traceback
 from faforge import __version__
 from faforge.commands import COMMANDS
 from faforge.errors import EXIT_INTERRUPTED, FaforgeError, path_error
+from faforge.interrupts import deliver_swallowed_interrupts
 
 # Import name -> pip requirement, for modules whose distribution is named otherwise.
 _DISTRIBUTIONS = {"yaml": "pyyaml", "elftools": "pyelftools", "rattler": "py-rattler", "rattler_build": "py-rattler-build"}
@@ -81,6 +82,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     name = _chosen_command(argv)
+    deliver_swallowed_interrupts()  # the console script enters here, not through __main__
     try:
         return _run(argv, name)
     except KeyboardInterrupt:

@@ -1,0 +1,71 @@
+"""A Ctrl-C that CPython cannot raise where it lands.
+
+CI saw it (seed 9569 of the channel's fault-injection test): SIGINT arrived while importlib ran a weakref
+callback that drops a module lock. An exception there is "unraisable": CPython printed
+"Exception ignored in ... Traceback ... KeyboardInterrupt" and went on as if no key had been pressed.
+These tests put a real KeyboardInterrupt into a real weakref callback inside a real faforge run, at the
+moment a command's module is imported, through both entry points (`python -m faforge`, the console
+script's `faforge.cli:main`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# Raises KeyboardInterrupt inside a weakref callback (unraisable, like importlib's module-lock `cb`) when
+# faforge imports the chosen command's module, then lets the import finish.
+INTERRUPT_IN_A_CALLBACK = textwrap.dedent("""
+    import importlib.abc, sys, weakref
+
+    class Doomed:
+        pass
+
+    def callback(_ref):
+        raise KeyboardInterrupt
+
+    class InterruptOnImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "faforge.commands.matrix":
+                doomed = Doomed()
+                ref = weakref.ref(doomed, callback)
+                del doomed  # the callback runs here, and its exception is unraisable
+            return None
+
+    sys.meta_path.insert(0, InterruptOnImport())
+""")
+
+ENTRY_POINTS = {
+    "python -m faforge": "import runpy; runpy.run_module('faforge', run_name='__main__')",
+    "console script": "from faforge.cli import main; sys.exit(main())",
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_an_interrupt_in_a_callback_stops_the_command_with_130_and_no_traceback(entry):
+    code = INTERRUPT_IN_A_CALLBACK + ENTRY_POINTS[entry]
+    result = subprocess.run([sys.executable, "-c", code, "matrix", "--json"], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert result.stderr.startswith("faforge matrix: interrupted"), result.stderr
+    # --json: the one object on stdout is the interrupt, not the matrix the command would have printed
+    assert json.loads(result.stdout) == {"version": 1, "error": {"kind": "interrupted", "message": "interrupted", "input": None}}
+
+
+def test_other_unraisable_exceptions_are_still_reported():
+    """Only the interrupt is re-delivered; any other exception in a callback keeps CPython's report."""
+    code = textwrap.dedent("""
+        import weakref
+        from faforge.interrupts import deliver_swallowed_interrupts
+        deliver_swallowed_interrupts()
+        class Doomed: pass
+        def callback(_ref): raise ValueError("in a callback")
+        doomed = Doomed(); ref = weakref.ref(doomed, callback); del doomed
+        print("went on")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout == "went on\n"
+    assert "Exception ignored" in result.stderr and "ValueError: in a callback" in result.stderr
