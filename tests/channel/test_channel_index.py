@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -32,10 +33,18 @@ def default_sigint() -> None:
 
 
 def interrupted_before_faforge(returncode: int, stderr: str) -> bool:
-    """SIGINT inside CPython's startup: its own message, or a KeyboardInterrupt with only <frozen ...> frames."""
+    """SIGINT inside CPython's startup (site, runpy finding faforge.__main__): its own message (exit 1), or an
+    uncaught KeyboardInterrupt with only <frozen ...> frames, after which CPython ends itself with SIGINT (-2)."""
     frames = [line for line in stderr.splitlines() if line.strip().startswith("File ")]
     frozen_only = stderr.rstrip().endswith("KeyboardInterrupt") and frames and all('"<frozen ' in f for f in frames)
-    return returncode == 1 and (any(m in stderr for m in CPYTHON_STARTUP) or bool(frozen_only))
+    return (returncode == 1 and any(m in stderr for m in CPYTHON_STARTUP)) or (returncode in (1, -2) and bool(frozen_only))
+
+
+# SIGINT in importlib's module-lock callback before faforge/__main__.py installed faforge.interrupts: CPython
+# swallows it (unraisable) and the publish runs on. After that point faforge re-delivers it (tests/cli/test_interrupts.py).
+SWALLOWED_IN_STARTUP = re.compile(r'Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n'
+                                  r'Traceback \(most recent call last\):\n  File "<frozen importlib\._bootstrap>", line \d+, in cb\n'
+                                  r'KeyboardInterrupt:? ?\n')
 
 
 def build(i: int) -> str:
@@ -272,6 +281,8 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
         if interrupted_before_faforge(proc.returncode, stderr):
             stderr, startup = "", startup + 1  # interrupted inside CPython's own startup, before any faforge code
         else:
+            if SWALLOWED_IN_STARTUP.match(stderr):
+                stderr, startup = SWALLOWED_IN_STARTUP.sub("", stderr, count=1), startup + 1
             # -2: SIGINT before the interpreter installed its handler (it dies of the signal, like -9).
             assert proc.returncode in (0, 130, -2, -9), f"seed {seed} round {done}: exit {proc.returncode}: {stderr}"
         assert "Traceback" not in stderr and "panicked" not in stderr and "Fatal Python error" not in stderr, f"seed {seed} round {done}: {stderr}"

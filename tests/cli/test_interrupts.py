@@ -69,3 +69,29 @@ def test_other_unraisable_exceptions_are_still_reported():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout == "went on\n"
     assert "Exception ignored" in result.stderr and "ValueError: in a callback" in result.stderr
+
+
+@pytest.mark.parametrize("when", ["atexit", "module teardown"])
+def test_an_interrupt_after_the_command_finished_leaves_its_exit_status(when):
+    """At shutdown there is nothing left to stop: no traceback, and the command's own status."""
+    code = textwrap.dedent("""
+        import atexit, sys, time, weakref
+        from faforge.interrupts import deliver_swallowed_interrupts
+        deliver_swallowed_interrupts()
+        class Doomed: pass
+        def callback(_ref): raise KeyboardInterrupt
+        def drop():
+            doomed = Doomed(); ref = weakref.ref(doomed, callback); del doomed
+            deadline = time.monotonic() + 0.3
+            while time.monotonic() < deadline:  # clean-up goes on after the interrupt; nothing may break it
+                pass
+            print("clean-up finished")
+        if WHEN == "atexit":
+            atexit.register(drop)
+        else:  # __main__'s globals are cleared in order at shutdown: `doomed` goes while `ref` still lives
+            doomed = Doomed(); ref = weakref.ref(doomed, callback)
+        sys.exit(3)
+    """).replace("WHEN", repr(when))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (3, "")
+    assert result.stdout == ("clean-up finished\n" if when == "atexit" else "")
