@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from faforge.buildcost.torchdiff import count_diff, sass_lines, source_diff, split_preprocessed, torch_headers
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from faforge.buildcost import torchdiff
+from faforge.buildcost.torchdiff import count_diff, object_diff, sass_lines, source_diff, split_preprocessed, torch_headers
+from faforge.errors import FaforgeError
 
 A = '''# 1 "flash.cu"
 # 1 "/h/lib/python3.11/site-packages/torch/include/c10/cuda/CUDAException.h" 1
@@ -48,3 +56,29 @@ def test_sass_of_an_object_and_of_a_bare_cubin_compare_equal():
     in_object = "\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\ncompile_size = 64bit\n\n" + body
     in_cubin = "\n" + body
     assert sass_lines(in_object, "k.o") == sass_lines(in_cubin, "k.cubin") == body.strip("\n").splitlines()
+
+
+def compile_kernel(tmp_path: Path, name: str, scale: str) -> Path:
+    source = tmp_path / f"{name}.cu"
+    source.write_text(f"__global__ void scale(float* x) {{ x[threadIdx.x] *= {scale}; }}\n")
+    obj = tmp_path / f"{name}.o"
+    subprocess.run([shutil.which("nvcc") or "nvcc", "-gencode", "arch=compute_90,code=sm_90", "-c", str(source), "-o", str(obj)], check=True)
+    return obj
+
+
+def test_object_diff_reads_the_sass_of_real_nvcc_objects(tmp_path):
+    """cuobjdump -sass runs nvdisasm, which neither the toolkit here nor cuobjdump's wheel ships: torchdiff
+    finds it as it finds cuobjdump (the evidence run for issue 15 stopped with a CalledProcessError)."""
+    a, same, other = compile_kernel(tmp_path, "a", "2.0f"), compile_kernel(tmp_path, "same", "2.0f"), compile_kernel(tmp_path, "b", "3.0f")
+    equal = object_diff(a, same)
+    assert equal.kernels == 1 and equal.sass_lines_a > 5 and (equal.sass_removed, equal.sass_added) == (0, 0) and equal.cubins_equal
+    changed = object_diff(a, other)
+    assert changed.sass_removed >= 1 and changed.sass_added >= 1 and not changed.cubins_equal
+
+
+def test_a_missing_cuda_tool_is_named_with_the_wheel_that_has_it(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(torchdiff.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FaforgeError, match="nvdisasm not found") as caught:
+        torchdiff.sass(Path("k.o"))
+    assert "pip install nvidia-cuda-nvdisasm" in caught.value.hint

@@ -4,7 +4,8 @@
 (host, and device per arch; taken from `nvcc --dryrun --keep`) against two torch include dirs
 and counts what differs; `... objects A.o B.o` compares two compiled kernel objects: their SASS
 (cuobjdump -sass), their cubins (cuobjdump -xelf) and the symbols their host code needs.
-cuobjdump comes from PyPI (nvidia-cuda-cuobjdump); the CUDA toolkit here does not ship it.
+cuobjdump and the nvdisasm it runs come from PyPI (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm); the CUDA
+toolkit here ships neither.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import os
 import re
 import shlex
 import shutil
@@ -114,15 +116,23 @@ def sass_lines(cuobjdump_output: str, name: str) -> list[str]:
             if line.strip() and "Fatbin" not in line and name not in line and not _CONTAINER.match(line)]
 
 
+def cuobjdump(*args: str, cwd: str | None = None) -> str:
+    """cuobjdump's output; -sass runs nvdisasm, which it finds only on PATH, so the one found is put there."""
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(find_tool("nvdisasm")).parent), os.environ.get("PATH", "")]))
+    result = subprocess.run([find_tool("cuobjdump"), *args], capture_output=True, text=True, cwd=cwd, env=env)
+    if result.returncode != 0:
+        raise FaforgeError(f"cuobjdump {' '.join(args)} failed: {(result.stderr or result.stdout).strip()}", input=args[-1])
+    return result.stdout
+
+
 def sass(obj: Path) -> list[str]:
     """SASS of every kernel in `obj` (an object file or a .cubin)."""
-    out = subprocess.run([find_tool("cuobjdump"), "-sass", str(obj)], capture_output=True, text=True, check=True).stdout
-    return sass_lines(out, obj.name)
+    return sass_lines(cuobjdump("-sass", str(obj)), obj.name)
 
 
 def cubin_digests(obj: Path) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([find_tool("cuobjdump"), "-xelf", "all", str(obj.resolve())], cwd=tmp, capture_output=True, check=True)
+        cuobjdump("-xelf", "all", str(obj.resolve()), cwd=tmp)
         return sorted(hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in Path(tmp).glob("*.cubin"))
 
 
