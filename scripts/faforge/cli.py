@@ -79,10 +79,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def console_main() -> int:
+    """The `faforge` console script. It owns its process, so it takes over the interrupt handling;
+    main() does not, since tests and `faforge.buildcost.bench` call it inside their own processes."""
+    deliver_swallowed_interrupts()
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     name = _chosen_command(argv)
-    deliver_swallowed_interrupts()  # the console script enters here, not through __main__
     try:
         return _run(argv, name)
     except KeyboardInterrupt:

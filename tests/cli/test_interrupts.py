@@ -4,8 +4,8 @@ CI saw it (seed 9569 of the channel's fault-injection test): SIGINT arrived whil
 callback that drops a module lock. An exception there is "unraisable": CPython printed
 "Exception ignored in ... Traceback ... KeyboardInterrupt" and went on as if no key had been pressed.
 These tests put a real KeyboardInterrupt into a real weakref callback inside a real faforge run, at the
-moment a command's module is imported, through both entry points (`python -m faforge`, the console
-script's `faforge.cli:main`)."""
+moment a command's module is imported, through both entry points (`python -m faforge`, and the console
+script pip wrote into this environment's bin/)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+from faforge import cli
 
 # Raises KeyboardInterrupt inside a weakref callback (unraisable, like importlib's module-lock `cb`) when
 # faforge imports the chosen command's module, then lets the import finish.
@@ -38,9 +41,10 @@ INTERRUPT_IN_A_CALLBACK = textwrap.dedent("""
     sys.meta_path.insert(0, InterruptOnImport())
 """)
 
+CONSOLE_SCRIPT = Path(sys.executable).parent / "faforge"
 ENTRY_POINTS = {
     "python -m faforge": "import runpy; runpy.run_module('faforge', run_name='__main__')",
-    "console script": "from faforge.cli import main; sys.exit(main())",
+    "console script": f"import runpy; runpy.run_path({str(CONSOLE_SCRIPT)!r}, run_name='__main__')",
 }
 
 
@@ -53,6 +57,19 @@ def test_an_interrupt_in_a_callback_stops_the_command_with_130_and_no_traceback(
     assert result.stderr.startswith("faforge matrix: interrupted"), result.stderr
     # --json: the one object on stdout is the interrupt, not the matrix the command would have printed
     assert json.loads(result.stdout) == {"version": 1, "error": {"kind": "interrupted", "message": "interrupted", "input": None}}
+
+
+def test_the_console_script_is_the_one_that_takes_over_interrupts():
+    assert "from faforge.cli import console_main" in CONSOLE_SCRIPT.read_text(), "reinstall faforge (pip install -e .)"
+
+
+def test_calling_main_inside_another_process_leaves_its_unraisable_hook_alone(capsys):
+    """Tests and faforge.buildcost.bench call cli.main in their own process (here pytest's, whose hook
+    reports unraisable exceptions of later tests)."""
+    before = sys.unraisablehook
+    assert cli.main(["matrix", "--json"]) == 0
+    capsys.readouterr()
+    assert sys.unraisablehook is before
 
 
 def test_other_unraisable_exceptions_are_still_reported():
