@@ -407,6 +407,22 @@ def philox_offset_bits(torch_include: str) -> int:
     return int(match.group(1))
 
 
+LAYOUT_SYMBOL = re.compile(r"flash_attn_kernels_philox_offset_intragraph_u(32|64)")
+
+
+def check_kernel_library_layout(library: Path, philox_bits: int, torch_version: str) -> None:
+    """Refuse, before compiling, a library of the other layout: its link would fail only on an undefined
+    flash_attn_kernels_philox_offset_intragraph_u* after the glue compiled, which names no remedy."""
+    built_for = {int(m.group(1)) for name in dynamic_symbol_names(library) if (m := LAYOUT_SYMBOL.fullmatch(name))}
+    if len(built_for) != 1:
+        raise BuildError(f"--kernel-library {library}: defines no flash_attn_kernels_philox_offset_intragraph_u32/u64 symbol, so it "
+                         "is not a libflash_attn_kernels.so of this build script; build one with --kernels-only")
+    if built_for != {philox_bits}:
+        raise BuildError(f"--kernel-library {library}: built for the {built_for.pop()}-bit Philox layout, but torch {torch_version} "
+                         f"has the {philox_bits}-bit one (PhiloxCudaState::offset_intragraph_, variants/kernel-abi.yaml); use a kernel "
+                         f"library built with --philox-offset-bits {philox_bits} (conda: libflash-attn-kernels *_philox{philox_bits}_*)")
+
+
 def find_shim_dir(explicit: str | None) -> Path:
     """torch_shim/ beside this script (the recipe copies it there), else the repo's copy."""
     here = Path(__file__).resolve().parent
@@ -615,6 +631,8 @@ def build_glue(args: argparse.Namespace, source_dir: Path, build_dir: Path) -> P
     kernels, max_jobs = kernel_plan(args, source_dir, archs) if archs else ({}, args.max_jobs or 1)
     torch_include = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
     philox_bits = philox_offset_bits(torch_include)
+    if given:
+        check_kernel_library_layout(given, philox_bits, torch.__version__)
 
     plan = {
         "flash_attn": sdist_version(source_dir),

@@ -110,10 +110,10 @@ def build_python():
     return tools / "bin/python", env
 
 
-def _run(build_python, src: Path, abi: str, tmp: Path, *extra: str):
+def _run(build_python, src: Path, abi: str, tmp: Path, *extra: str, script: Path = SCRIPT):
     python, env = build_python
     return subprocess.run(
-        [str(python), str(SCRIPT), "--source-dir", str(src), "--archs", "90", "--cxx11-abi", abi,
+        [str(python), str(script), "--source-dir", str(src), "--archs", "90", "--cxx11-abi", abi,
          "--build-dir", str(tmp / f"build-abi{abi}"), "--wheel-dir", str(tmp / f"dist-abi{abi}"),
          "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts"), *extra],
         capture_output=True, text=True, env=env, timeout=1500,

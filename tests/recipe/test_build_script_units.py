@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,16 @@ def test_missing_source_and_missing_torch_are_one_line_errors(tmp_path):
                               capture_output=True, text=True, env=env)
     assert no_torch.returncode == 2 and "Traceback" not in no_torch.stderr
     assert f"torch does not import in {sys.executable}" in no_torch.stderr
+
+
+def test_a_kernel_library_without_a_layout_symbol_is_refused_naming_it():
+    """--kernel-library pointing at some other shared library (here CPython's own libpython, a real ELF
+    file nobody here built) is named as not a kernel library, before anything compiles."""
+    import sysconfig  # noqa: PLC0415
+
+    libpython = Path(sysconfig.get_config_var("LIBDIR")) / sysconfig.get_config_var("LDLIBRARY")
+    if not libpython.is_file():
+        pytest.skip(f"this Python has no shared libpython ({libpython})")
+    with pytest.raises(build.BuildError, match=r"defines no flash_attn_kernels_philox_offset_intragraph_u32/u64 symbol") as caught:
+        build.check_kernel_library_layout(libpython, 64, "2.14.1")
+    assert str(libpython) in str(caught.value) and "--kernels-only" in str(caught.value)

@@ -17,7 +17,7 @@ import pytest
 from faforge import paths
 from faforge.abi import elf
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
-from tests.recipe.test_build_script_real import _run, _tiny_sdist, build_python  # noqa: F401  (fixture)
+from tests.recipe.test_build_script_real import SCRIPT, _run, _tiny_sdist, build_python  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -111,9 +111,11 @@ def test_glue_missing_a_launch_does_not_link(build_python, tmp_path):  # noqa: F
     assert "undefined reference" in log and "run_mha_fwd_<float, 32, false>" in log, log[-3000:]
 
 
-def test_glue_of_a_torch_with_another_philox_layout_does_not_link(build_python, tmp_path):  # noqa: F811
+def test_glue_of_a_torch_with_another_philox_layout_is_refused_and_would_not_link(build_python, tmp_path):  # noqa: F811
     """A library built for torch <= 2.9's 24-byte PhiloxCudaState (--philox-offset-bits 32) cannot serve
-    torch 2.14's glue: its layout symbol is the _u32 one, and the glue needs _u64 (read from torch 2.14.1)."""
+    torch 2.14's glue: its layout symbol is the _u32 one, and the glue needs _u64 (read from torch 2.14.1).
+    The build script says so before compiling; past that check the link itself fails (the same failure
+    the real torch 2.9.1 glue meets against the real 64-bit library, variants/README.md)."""
     python, env = build_python
     src = _tiny_sdist(tmp_path / "lib")
     built = _run((python, env), src, "1", tmp_path / "lib", "--kernels-only", "--philox-offset-bits", "32")
@@ -121,6 +123,17 @@ def test_glue_of_a_torch_with_another_philox_layout_does_not_link(build_python, 
     library = tmp_path / "lib/build-abi1/kernels/libflash_attn_kernels.so"
     assert "flash_attn_kernels_philox_offset_intragraph_u32" in exported(library)
     result = _run(build_python, _tiny_sdist(tmp_path / "glue"), "1", tmp_path / "glue", "--kernel-library", str(library))
+    log = result.stdout + result.stderr
+    assert result.returncode != 0 and "Traceback" not in log
+    assert f"--kernel-library {library}: built for the 32-bit Philox layout, but torch 2.14.1" in log, log[-3000:]
+    assert "--philox-offset-bits 64" in log and "flash_api" not in log, "refused before compiling the glue"
+    # The link is the second line of defence: with the check out of the way, -Wl,--no-undefined refuses the pair.
+    check = "    if given:\n        check_kernel_library_layout(given, philox_bits, torch.__version__)\n"
+    assert check in SCRIPT.read_text()
+    unchecked = tmp_path / "unchecked_build_flash_attn.py"
+    unchecked.write_text(SCRIPT.read_text().replace(check, ""))
+    result = _run(build_python, _tiny_sdist(tmp_path / "glue2"), "1", tmp_path / "glue2", "--kernel-library", str(library),
+                  "--shim-dir", str(SHIM), script=unchecked)
     log = result.stdout + result.stderr
     assert result.returncode != 0 and '"philox_offset_bits": 64' in log
     assert "undefined reference to `flash_attn_kernels_philox_offset_intragraph_u64'" in log, log[-3000:]
