@@ -84,7 +84,7 @@ def http_get(url: str, byte_range: str | None = None, accept: str | None = None)
         raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise FetchError(f"{url}: cannot connect: {reason}", hint="check the network, or run where PyPI is reachable") from None
+        raise FetchError(f"{url}: cannot connect: {reason}", hint="check the URL and the network, or run where that server is reachable") from None
 
 
 def list_files(project: str, index: str = SIMPLE_INDEX) -> list[RemoteFile]:

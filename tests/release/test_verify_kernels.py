@@ -172,3 +172,9 @@ def test_the_kernel_package_is_fetched_from_the_kernel_channel(tmp_path):
     tampered = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache)
     assert tampered.returncode == 4 and "does not have the sha256 its repodata says" in tampered.stderr, tampered.stderr
     assert not cached.exists() and "Traceback" not in tampered.stderr
+    # the file is gone from the channel that still lists it: a remote failure (exit 4) naming its URL
+    published.unlink()
+    gone = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache)
+    assert gone.returncode == 4 and published.name in gone.stderr and "Traceback" not in gone.stderr, gone.stderr
+    assert "PyPI" not in gone.stderr, "the hint is about this channel, not PyPI"
+    assert not cached.exists(), gone.stderr

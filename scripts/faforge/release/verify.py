@@ -23,13 +23,12 @@ A kernel package (libflash-attn-kernels) has no python and no torch, so its gate
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import re
-import shutil
 import subprocess
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,6 +44,7 @@ from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
 from faforge.release.package import PackageFacts, read_package, sha256_of
+from faforge.wheelfetch import http_get
 
 # The modules the recipe's own `python: imports` test imports; torch first, as flash_attn does.
 IMPORTS = ("torch", "flash_attn", "flash_attn_2_cuda")
@@ -273,16 +273,12 @@ def fetch_kernel_package(pin: KernelPin, subdir: str, channel: str) -> Path:
     target = config.cache_dir() / "kernel-packages" / subdir / pin.filename()
     if target.is_file() and sha256_of(target) == sha256:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    try:
-        with urllib.request.urlopen(str(record.url), timeout=600) as response, open(partial, "wb") as out:
-            shutil.copyfileobj(response, out)
-    except OSError as exc:  # URLError is one
-        raise RemoteError(f"--kernel-channel {channel}: cannot download {record.url}: {exc}", hint="check the channel URL and your network, then retry") from None
-    if sha256_of(partial) != sha256:
-        partial.unlink()
+    data = http_get(str(record.url))  # a failure is a RemoteError naming the URL
+    if hashlib.sha256(data).hexdigest() != sha256:
         raise RemoteError(f"--kernel-channel {channel}: {record.url} does not have the sha256 its repodata says ({sha256[:12]}…)",
                           hint="the channel changed during the download, or its index is stale: re-index it, then retry")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    partial.write_bytes(data)
     partial.replace(target)
     return target
