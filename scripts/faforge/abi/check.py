@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
-from faforge.abi.elf import ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
+from faforge.abi.elf import DynamicSymbols, ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
 from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import extension_modules
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
-from faforge.abi.resolve import Closure, environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
+from faforge.abi.resolve import (Closure, Library, environment_dirs, is_torch_library, load_closure, loaded_by_torch,
+                                 system_library_dirs, torch_lib_dirs)
 from faforge.errors import FaforgeError
 
 ET_DYN = 3
@@ -99,7 +100,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     if arch_problems:  # every symbol would be unresolved; the architecture is the whole story
         return ModuleVerdict(shown_as, declared, (), tuple(arch_problems), (), 0, 0)
 
-    closure = load_closure(info, search_dirs, loaded_by_torch(search_dirs))
+    torch_loaded = loaded_by_torch(search_dirs)
+    closure = load_closure(info, search_dirs, torch_loaded)
     # A split build's kernels live in a library the module itself needs (libflash_attn_kernels.so,
     # issue 15), not in the module: its GPU code is the module's and that of its direct needs that
     # torch did not load.
@@ -118,6 +120,35 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
         else:
             unverified.append(Unverified(nf.name, nf.needed_by, f"{where}; its symbols were not checked"))
 
+    # ld.so relocates every object this load brings in, not only the module: a helper found through
+    # the module's RUNPATH ($ORIGIN/lib) or --library-dir that imports a symbol the torch lacks
+    # fails the load (issue 21). Torch's own libraries, what `import torch` loaded already and the
+    # system's libraries are not checked again.
+    found, interpreter, unresolved_unverified = _import_problems(symbols, closure, glibc)
+    problems += [replace(p, imported_by=shown_as) for p in found]
+    for helper, helper_symbols in _helpers(closure, search_dirs, torch_loaded):
+        found, _, maybe_unfound = _import_problems(helper_symbols, closure, glibc)
+        problems += [replace(p, imported_by=helper) for p in found]
+        unresolved_unverified += maybe_unfound
+    libraries = tuple(LoadedLibrary(lib.name, str(lib.path)) for lib in closure.libraries)
+    return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
+                         unresolved_unverified)
+
+
+def _helpers(closure: Closure, search_dirs: Sequence[Path], torch_loaded: Mapping[str, Library]) -> list[tuple[str, DynamicSymbols]]:
+    """The libraries this load brings in besides the module whose imports ld.so binds now: not
+    torch's (checked against each other when torch was built), not loaded by `import torch` already,
+    not the system's (the distribution's, consistent by construction)."""
+    system = set(system_library_dirs()) - set(search_dirs)
+    loaded = {id(lib) for lib in torch_loaded.values()}
+    return [(str(lib.path), lib.symbols) for lib in closure.libraries
+            if id(lib) not in loaded and not is_torch_library(lib.name) and lib.path.parent not in system]
+
+
+def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[list[Problem], int, int]:
+    """(problems, symbols left to the interpreter, unresolved symbols an unfound library may provide)
+    for one object's imports, bound in the closure's load order as ld.so binds them."""
+    problems: list[Problem] = []
     imports = symbols.undefined()
     failed_versions = _version_problems(symbols.needs, closure, glibc, problems, imports)
     wanted = [sym for sym in imports if not sym.weak and sym.version not in failed_versions]
@@ -131,9 +162,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
             unresolved_unverified += 1
         else:
             problems.append(problem)
-    libraries = tuple(LoadedLibrary(lib.name, str(lib.path)) for lib in closure.libraries)
-    return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
-                         unresolved_unverified)
+    return problems, interpreter, unresolved_unverified
 
 
 def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symbols) -> bool:
