@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
-from faforge.abi.elf import ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
+from faforge.abi.elf import DynamicSymbols, ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
 from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import extension_modules
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
-from faforge.abi.resolve import Closure, environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
+from faforge.abi.resolve import (Closure, Library, NotFound, environment_dirs, is_torch_library, load_closure,
+                                 loaded_by_torch, opened, system_library_dirs, torch_lib_dirs)
 from faforge.errors import FaforgeError
 
 ET_DYN = 3
@@ -45,7 +46,7 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
         raise FaforgeError("no --against folder: pass the torch/lib, site-packages or prefix of the torch to check against")
     lib_dirs = tuple(dict.fromkeys(d for a in against for d in torch_lib_dirs(a)))
     torch = torch_facts(lib_dirs)
-    search_dirs = tuple(dict.fromkeys([*environment_dirs(lib_dirs), *(Path(d).resolve() for d in library_dirs)]))
+    search_dirs = tuple(dict.fromkeys([*environment_dirs(lib_dirs), *(opened(d) for d in library_dirs)]))
     with extension_modules(path) as modules:
         verdicts = tuple(
             check_module(real, search_dirs, shown_as=shown, torch=torch, glibc=limit,
@@ -99,7 +100,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     if arch_problems:  # every symbol would be unresolved; the architecture is the whole story
         return ModuleVerdict(shown_as, declared, (), tuple(arch_problems), (), 0, 0)
 
-    closure = load_closure(info, search_dirs, loaded_by_torch(search_dirs))
+    torch_load = loaded_by_torch(search_dirs)
+    closure = load_closure(info, search_dirs, torch_load.libraries)
     # A split build's kernels live in a library the module itself needs (libflash_attn_kernels.so,
     # issue 15), not in the module: its GPU code is the module's and that of its direct needs that
     # torch did not load.
@@ -107,7 +109,13 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     declared = replace(declared, gpu=combined([declared.gpu, *(read_gpu_archs(p) for p in own_needs)]))
     problems: list[Problem] = []
     unverified: list[Unverified] = []
+    # A library found only by reading a $ORIGIN entry's `..` lexically fails the load for certain,
+    # whether `import torch` or the module needs it (issue 21).
+    misplaced = {(nf.name, nf.misplaced.needer): nf for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
+    problems += [Problem(classify.MISSING_LIBRARY, None, None, nf.name, _misplaced_detail(nf)) for nf in misplaced.values()]
     for nf in closure.not_found:
+        if nf.misplaced:
+            continue
         where = f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, the needing library's RUNPATH or the system library path"
         if nf.wrong_machine:
             where = f"only built for another machine: {', '.join(map(str, nf.wrong_machine))}"
@@ -118,6 +126,44 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
         else:
             unverified.append(Unverified(nf.name, nf.needed_by, f"{where}; its symbols were not checked"))
 
+    # ld.so relocates every object this load brings in, not only the module: a helper found through
+    # the module's RUNPATH ($ORIGIN/lib) or --library-dir that imports a symbol the torch lacks
+    # fails the load (issue 21). Torch's own libraries, what `import torch` loaded already and the
+    # system's libraries are not checked again.
+    found, interpreter, unresolved_unverified = _import_problems(symbols, closure, glibc)
+    problems += [replace(p, imported_by=shown_as) for p in found]
+    for helper, helper_symbols in _helpers(closure, search_dirs, torch_load.libraries):
+        found, _, maybe_unfound = _import_problems(helper_symbols, closure, glibc)
+        problems += [replace(p, imported_by=helper) for p in found]
+        unresolved_unverified += maybe_unfound
+    libraries = tuple(LoadedLibrary(lib.name, str(lib.path)) for lib in closure.libraries)
+    return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
+                         unresolved_unverified)
+
+
+def _misplaced_detail(nf: NotFound) -> str:
+    m = nf.misplaced
+    through = f"{m.link} is a symlink to a folder ({m.link.resolve()})" if m.link else "its folder is reached through a symlink"
+    return (f"{nf.name} (needed by {m.needer}) is not where the loader looks: {through}, and the kernel resolves `..` "
+            f"in its {m.tag} entry {m.entry} physically, from where the link points, so the loader looks in "
+            f"{m.looked_in}, not in {m.lies_in} where {nf.name} is; link the files, not the directory "
+            "(uv --link-mode symlink does this), or copy them")
+
+
+def _helpers(closure: Closure, search_dirs: Sequence[Path], torch_loaded: Mapping[str, Library]) -> list[tuple[str, DynamicSymbols]]:
+    """The libraries this load brings in besides the module whose imports ld.so binds now: not
+    torch's (checked against each other when torch was built), not loaded by `import torch` already,
+    not the system's (the distribution's, consistent by construction)."""
+    system = set(system_library_dirs()) - set(search_dirs)
+    loaded = {id(lib) for lib in torch_loaded.values()}
+    return [(str(lib.path), lib.symbols) for lib in closure.libraries
+            if id(lib) not in loaded and not is_torch_library(lib.name) and lib.path.parent not in system]
+
+
+def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[list[Problem], int, int]:
+    """(problems, symbols left to the interpreter, unresolved symbols an unfound library may provide)
+    for one object's imports, bound in the closure's load order as ld.so binds them."""
+    problems: list[Problem] = []
     imports = symbols.undefined()
     failed_versions = _version_problems(symbols.needs, closure, glibc, problems, imports)
     wanted = [sym for sym in imports if not sym.weak and sym.version not in failed_versions]
@@ -131,9 +177,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
             unresolved_unverified += 1
         else:
             problems.append(problem)
-    libraries = tuple(LoadedLibrary(lib.name, str(lib.path)) for lib in closure.libraries)
-    return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
-                         unresolved_unverified)
+    return problems, interpreter, unresolved_unverified
 
 
 def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symbols) -> bool:

@@ -22,6 +22,7 @@ class Problem:
     library: str | None  # the library the symbol was looked for in, or that is missing
     detail: str  # one sentence in plain words
     offers: tuple[str, ...] = ()  # demangled declarations the libraries offer instead
+    imported_by: str | None = None  # the object whose import fails: the module, or a library its load brings in
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Verdict:
 
 def _problem_json(p: Problem, module: str) -> dict:
     return {"kind": p.kind, "symbol": p.symbol, "demangled": p.demangled, "library": p.library,
-            "detail": p.detail, "offers": list(p.offers), "module": module}
+            "detail": p.detail, "offers": list(p.offers), "imported_by": p.imported_by, "module": module}
 
 
 def _module_json(m: ModuleVerdict) -> dict:
@@ -181,5 +182,7 @@ def _module_lines(module: ModuleVerdict) -> list[str]:
         lines.append(f"  {p.kind}: {subject}")
         if p.symbol and p.demangled and p.demangled != p.symbol:
             lines.append(f"    symbol: {p.symbol}")
+        if p.imported_by and p.imported_by != module.path:
+            lines.append(f"    imported by: {p.imported_by} (a library this load brings in)")
         lines.append(f"    {p.detail}")
     return lines

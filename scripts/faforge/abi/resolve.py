@@ -16,12 +16,21 @@ The search order puts the torch being checked first: the environment's folders
 (`environment_dirs`: torch/lib, nvidia/*/lib, the prefix's lib/), then the
 needing object's DT_RPATH/DT_RUNPATH ($ORIGIN expanded), then the system's
 default path (/etc/ld.so.conf and the built-in directories).
+
+$ORIGIN is the folder a library was opened in, symlinks kept (glibc's l_origin is
+the path it opened, not its realpath), and the kernel resolves a `..` after it
+physically, from where a symlinked folder points. So a library opened in a folder
+that is a symlink into a store does not find `$ORIGIN/../X` beside the link
+(torch's `$ORIGIN/../../nvidia/*/lib` with torch/lib linked as a whole): a needed
+library found only by reading `..` lexically is `Misplaced`, a definite failure,
+not an unfound library (issue 21).
 """
 
 from __future__ import annotations
 
 import functools
 import glob
+import os
 import re
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -80,6 +89,11 @@ def _read_ld_so_conf(conf: Path, dirs: list[str], seen: set[Path]) -> None:
             dirs.append(line)
 
 
+def opened(path: str | Path) -> Path:
+    """The path as the loader opens it: absolute, symlinks kept, since $ORIGIN is its folder."""
+    return Path(os.path.abspath(path))
+
+
 def torch_lib_dirs(against: str | Path) -> tuple[Path, ...]:
     """The folders holding torch's shared libraries inside DIR.
 
@@ -97,25 +111,32 @@ def torch_lib_dirs(against: str | Path) -> tuple[Path, ...]:
     if not found:
         raise FaforgeError(f"--against {against}: no torch libraries (libc10*.so, libtorch*.so) in it, its torch/lib, "
                            "lib/ or lib/python3*/site-packages/torch/lib", hint="pass the folder of an environment with torch")
-    return tuple(dict.fromkeys(d.resolve() for d in found))
+    unique: dict[Path, Path] = {}
+    for folder in found:
+        unique.setdefault(folder.resolve(), opened(folder))
+    return tuple(unique.values())
 
 
 def environment_dirs(torch_dirs: Sequence[Path]) -> tuple[Path, ...]:
     """The folders a pip or conda environment's loader finds libraries in, torch's first.
 
-    For each torch/lib folder: pip's CUDA libraries in its site-packages' nvidia/*/lib
-    (torch's RUNPATH points there) and the environment prefix's lib/ (site-packages is
-    PREFIX/lib/python3.X/site-packages); a conda libtorch folder is PREFIX/lib itself.
+    For each torch/lib folder (kept as opened: its libraries' $ORIGIN): pip's CUDA libraries
+    in its site-packages' nvidia/*/lib (torch's RUNPATH $ORIGIN/../../nvidia points there,
+    `..` resolved physically, so from where torch/lib really is) and the environment prefix's
+    lib/ (site-packages is PREFIX/lib/python3.X/site-packages); a conda libtorch folder is
+    PREFIX/lib itself.
     """
     dirs: list[Path] = []
     for torch_dir in torch_dirs:
-        dirs.append(torch_dir)
-        if torch_dir.name == "lib" and torch_dir.parent.name == "torch":
-            site = torch_dir.parent.parent
-            dirs += sorted(site.glob("nvidia/*/lib")) + sorted(site.glob("nvidia/*/lib64"))
+        dirs.append(opened(torch_dir))
+        physical = torch_dir.resolve()
+        if physical.name == "lib" and physical.parent.name == "torch":
+            site = physical.parent.parent
+            beside = sorted(site.glob("nvidia/*/lib")) + sorted(site.glob("nvidia/*/lib64"))
             if site.parent.name.startswith("python3") and site.parent.parent.name in ("lib", "lib64"):
-                dirs.append(site.parent.parent)
-    return tuple(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
+                beside.append(site.parent.parent)
+            dirs += [d.resolve() for d in beside]
+    return tuple(dict.fromkeys(d for d in dirs if d.is_dir()))
 
 
 @dataclass(frozen=True)
@@ -175,10 +196,24 @@ class Library:
 
 
 @dataclass(frozen=True)
+class Misplaced:
+    """Where a needed library is when `..` in a $ORIGIN entry is read lexically, and where the
+    loader looks instead: the needer's folder is reached through a symlink to a folder elsewhere."""
+
+    needer: Path  # the library that needs it, as opened
+    entry: str  # its RUNPATH/RPATH entry, as written
+    tag: str  # "RUNPATH" or "RPATH"
+    looked_in: Path  # the entry with `..` resolved physically, as the kernel does
+    lies_in: Path  # the entry with `..` resolved lexically, where the library is
+    link: Path | None  # the symlinked folder the needer was opened through
+
+
+@dataclass(frozen=True)
 class NotFound:
     name: str
     needed_by: str
     wrong_machine: tuple[Path, ...]  # files with that name that were skipped: built for another machine
+    misplaced: Misplaced | None = None  # found only by a lexical `..`: the load fails for certain
 
     @property
     def is_torch(self) -> bool:
@@ -233,9 +268,18 @@ def load_closure(root: ElfInfo, search_dirs: Sequence[Path], loaded: Mapping[str
     return Closure(root, tuple(libraries), tuple(not_found))
 
 
-def loaded_by_torch(search_dirs: Sequence[Path]) -> dict[str, Library]:
+@dataclass(frozen=True)
+class TorchLoad:
+    """What `import torch` has loaded, by needed name and SONAME, and what its libraries needed
+    but the search did not find."""
+
+    libraries: dict[str, Library]
+    not_found: tuple[NotFound, ...]
+
+
+def loaded_by_torch(search_dirs: Sequence[Path]) -> TorchLoad:
     """What `import torch` has loaded before an extension: torch's own libraries in search_dirs and
-    their DT_NEEDED closure (found through their RUNPATH), by needed name and SONAME."""
+    their DT_NEEDED closure (found through their RUNPATH)."""
     roots: list[Library] = []
     for folder in search_dirs:
         for path in sorted(folder.glob("lib*.so*")):
@@ -246,11 +290,11 @@ def loaded_by_torch(search_dirs: Sequence[Path]) -> dict[str, Library]:
             except ElfError:  # ld.so would not load it either
                 continue
     if not roots:
-        return {}
+        return TorchLoad({}, ())
     names = _names(roots)
-    found, _ = _walk([(lib.info, name) for lib in roots for name in lib.info.needed], roots[0].info, search_dirs,
-                     dict(names), reuse_roots=False)
-    return {**names, **_names(found)}
+    found, not_found = _walk([(lib.info, name) for lib in roots for name in lib.info.needed], roots[0].info,
+                             search_dirs, dict(names), reuse_roots=False)
+    return TorchLoad({**names, **_names(found)}, tuple(not_found))
 
 
 def _names(libraries: Sequence[Library]) -> dict[str, Library]:
@@ -284,7 +328,7 @@ def _walk(queue_items, root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[
             found, wrong = _find(name, needer, root, search_dirs)
             if found is None:
                 missing.add(name)
-                not_found.append(NotFound(name, needer.path.name, tuple(wrong)))
+                not_found.append(NotFound(name, needer.path.name, tuple(wrong), _misplaced(name, needer, root)))
                 continue
             path, info = found
             library = Library(name, path, info, needer.path.name)
@@ -311,11 +355,8 @@ def _find(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path]
         candidates = [Path(d) / name for d in dict.fromkeys(dirs) if d is not None]
     wrong = []
     for candidate in candidates:
-        try:
-            if not candidate.is_file():
-                continue
-            info = read_info(candidate)
-        except (ElfError, OSError):  # ld.so skips files it cannot use and keeps searching
+        info = _elf_info(candidate)
+        if info is None:
             continue
         if info.abi_key == root.abi_key:
             return (candidate, info), wrong
@@ -323,7 +364,37 @@ def _find(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path]
     return None, wrong
 
 
+def _elf_info(candidate: Path) -> ElfInfo | None:
+    """The candidate's ELF header, None where ld.so would skip it (no file, not ELF, unreadable).
+
+    The open resolves `..` physically, as the kernel does for the loader."""
+    try:
+        return read_info(candidate) if candidate.is_file() else None
+    except (ElfError, OSError):
+        return None
+
+
+def _misplaced(name: str, needer: ElfInfo, root: ElfInfo) -> Misplaced | None:
+    """Where an unfound `name` is when a $ORIGIN entry's `..` is read lexically, if the kernel's
+    physical `..` leads elsewhere (the needer was opened through a symlinked folder)."""
+    if "/" in name:
+        return None
+    for entry in needer.runpath or needer.rpath:
+        expanded = _expand(entry, needer)
+        if expanded is None or "ORIGIN" not in entry or ".." not in entry.split("/"):
+            continue
+        lexical, physical = Path(os.path.normpath(expanded)), Path(os.path.realpath(expanded))
+        if physical == lexical.resolve():
+            continue
+        info = _elf_info(lexical / name)
+        if info is not None and info.abi_key == root.abi_key:
+            origin = needer.path.parent
+            link = next((folder for folder in (origin, *origin.parents) if folder.is_symlink()), None)
+            return Misplaced(needer.path, entry, "RUNPATH" if needer.runpath else "RPATH", physical, lexical, link)
+    return None
+
+
 def _expand(entry: str, needer: ElfInfo) -> str | None:
-    """$ORIGIN/${ORIGIN} -> the needing object's folder; entries with other tokens are skipped."""
+    """$ORIGIN/${ORIGIN} -> the needing object's folder, as opened; entries with other tokens are skipped."""
     expanded = entry.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", str(needer.path.parent))
     return None if "$" in expanded else expanded
