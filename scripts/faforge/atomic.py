@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 
@@ -14,14 +14,22 @@ def write_text(path: Path, text: str) -> None:
     path = Path(path)
     if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):  # a rename would replace a folder's entry or a device
         raise OSError(errno.EEXIST, "exists and is not a regular file, so it is not replaced", str(path))
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", suffix=".tmp", delete=False) as tmp:
-        try:
-            tmp.write(text)
-        except BaseException:
-            os.unlink(tmp.name)
-            raise
+    tmp, fd = _new_file(path)
     try:
-        os.replace(tmp.name, path)
+        with open(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp.name)
+        os.unlink(tmp)
         raise
+
+
+def _new_file(path: Path) -> tuple[Path, int]:
+    """A new file beside `path`, created with mode 0666 so that the umask decides (0644 under 022) as for any
+    file the user's own tools write; tempfile's are 0600, unreadable to anyone else (a CI step as another user, a web server)."""
+    while True:
+        tmp = path.parent / f".{path.name}-{secrets.token_hex(4)}.tmp"
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        except FileExistsError:
+            continue

@@ -11,8 +11,9 @@ import traceback
 
 from faforge import __version__
 from faforge.commands import COMMANDS
-from faforge.errors import EXIT_INTERRUPTED, FaforgeError, path_error
+from faforge.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
 from faforge.interrupts import deliver_swallowed_interrupts
+from faforge.streams import reader_left, reserve_standard_fds, settle_for_exit, tolerant_streams
 
 # Import name -> pip requirement, for modules whose distribution is named otherwise.
 _DISTRIBUTIONS = {"yaml": "pyyaml", "elftools": "pyelftools", "rattler": "py-rattler", "rattler_build": "py-rattler-build"}
@@ -83,17 +84,31 @@ def console_main() -> int:
     """The `faforge` console script. It owns its process, so it takes over the interrupt handling;
     main() does not, since tests and `faforge.buildcost.bench` call it inside their own processes."""
     deliver_swallowed_interrupts()
-    return main()
+    reserve_standard_fds()
+    try:
+        return main()
+    finally:
+        settle_for_exit()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     name = _chosen_command(argv)
-    try:
-        return _run(argv, name)
-    except KeyboardInterrupt:
-        # Also a Ctrl-C that lands after the command, in the clean-up below (seen in the fault-injection test).
-        return _fail(FaforgeError("interrupted", exit_code=EXIT_INTERRUPTED), name, argv)
+    with tolerant_streams() as stdout:
+        try:
+            code = _run(argv, name)
+        except KeyboardInterrupt:
+            # Also a Ctrl-C that lands after the command, in the clean-up below (seen in the fault-injection test).
+            code = _fail(FaforgeError("interrupted", exit_code=EXIT_INTERRUPTED), name, argv)
+        stdout.flush()
+        if stdout.failure is None or reader_left(stdout.failure):
+            return code
+        # The result is lost (a full disk, a closed stdout): exit 2, unless the work found another failure.
+        error = FaforgeError(f"could not write the result to stdout: {stdout.failure.strerror}", input="stdout",
+                             hint="free space on its device, or send stdout to a file or a program that reads it")
+        if code in (EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED):  # the other codes come with their error line already
+            _fail(error, name, argv)
+        return code or error.exit_code
 
 
 def _run(argv: list[str], name: str | None) -> int:
@@ -106,8 +121,6 @@ def _run(argv: list[str], name: str | None) -> int:
         return args._execute(args)
     except (FaforgeError, ModuleNotFoundError, OSError) as exc:
         # A missing module can surface while the chosen command's module imports, before `args` exists.
-        if isinstance(exc, BrokenPipeError):  # stdout closed by the reader (`faforge matrix | head`)
-            return 0
         return _fail(as_faforge_error(exc), name, argv)
     finally:
         # py-rattler's runtime threads can still hold Python objects (a finished index or solve);

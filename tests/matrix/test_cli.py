@@ -127,3 +127,13 @@ def test_a_build_string_with_another_hash_names_its_own_cells(matrix_json):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     for c in [c for c in matrix_json if c["build_string"].rsplit("_h", 1)[0] == head]:
         assert f"{c['build_string']} ({c['id']})" in result.stderr
+
+
+def test_matrix_help_promises_run_requirements_only_where_they_are_shown():
+    """The plain table has no run requirements; --help used to promise them there."""
+    description = " ".join(run(["matrix", "--help"]).stdout.split())
+    header = run(["matrix", "--platform", "linux-aarch64"]).stdout.splitlines()[0]
+    for shown in ("build string", "kernel package"):
+        assert shown in header and shown in description
+    assert "requirements" not in header
+    assert "(`--json` adds its channels, run requirements and constraints)" in description

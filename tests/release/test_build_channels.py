@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from faforge import cli
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
@@ -63,11 +64,23 @@ def test_parse_channel_aliases_rejects_bad_entries(entry, message):
     with pytest.raises(FaforgeError) as raised:
         parse_channel_aliases([entry], KNOWN)
     assert message in raised.value.line()
+    assert raised.value.hint, "every rejection says what to do"
 
 
 def test_a_name_given_twice_is_an_error():
-    with pytest.raises(FaforgeError, match="conda-forge is given twice"):
+    with pytest.raises(FaforgeError, match="conda-forge is given twice") as raised:
         parse_channel_aliases(["conda-forge=https://a.example/cf", "conda-forge=https://b.example/cf"], KNOWN)
+    assert "— keep one conda-forge=URL entry in --channel-alias" in raised.value.line()
+
+
+def test_escape_sequences_in_an_alias_reach_the_terminal_escaped(monkeypatch, capsys, tmp_path):
+    hostile = "conda-forge=\x1b[2J\x1b]0;owned\x07https://m.example/cf"
+    monkeypatch.setenv("FAFORGE_CHANNEL_ALIAS", hostile)
+    code = cli.main(["build", cell("conda-forge").id, "--output-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "\x1b" not in err and "\x07" not in err, repr(err)
+    assert "\\x1b[2J\\x1b]0;owned\\x07https://m.example/cf" in err and " — " in err, err
 
 
 def faforge(env, *args):

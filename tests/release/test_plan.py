@@ -209,3 +209,33 @@ def test_an_empty_channel_is_refused_not_ignored():
     """CI passes --channel "$FAFORGE_CHANNEL_URL"; with the variable unset that must not plan every cell silently."""
     result = faforge("plan", "--channel", "", "--platform", "linux-64", "--json")
     assert result.returncode == 2 and json.loads(result.stdout)["error"]["kind"] == "bad-input" and "--channel '': empty" in result.stderr
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_plan_output_gets_the_mode_the_umask_gives(tmp_path, umask, mode):
+    """A file written for the user is as readable as any other file the user creates (it was 0600 whatever the umask)."""
+    out = tmp_path / "plan.json"
+    result = subprocess.run(["sh", "-c", f'umask {umask:03o}; exec "$0" -m faforge "$@"', sys.executable,
+                             "plan", "--platform", "linux-64", "--output", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_mode & 0o777 == mode
+
+
+def test_an_empty_channel_folder_is_an_empty_channel(tmp_path):
+    """A channel folder that nothing was published to yet plans every cell, as a channel with nothing in it."""
+    empty = tmp_path / "channel"
+    empty.mkdir()
+    result = faforge("plan", "--channel", str(empty), "--platform", "linux-64", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "holds no packages yet" in result.stderr
+    planned, everything = json.loads(result.stdout), json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
+    assert planned == {**everything, "channel": str(empty)}
+
+
+def test_a_channel_folder_with_packages_but_no_index_names_faforge_index(tmp_path):
+    channel = tmp_path / "channel"
+    (channel / "linux-64").mkdir(parents=True)
+    (channel / "linux-64" / "flash-attn-2.8.3-py311_x_0.conda").write_bytes(b"")
+    result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"— index it first: `faforge index {channel}`" in result.stderr

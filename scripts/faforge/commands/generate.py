@@ -24,7 +24,10 @@ def execute(args: argparse.Namespace) -> int:
             print(f"stale: {path} (run `faforge generate`)", file=sys.stderr)
         for path in obsolete:
             print(f"obsolete: {path} is generated but no longer produced (run `faforge generate` to remove it)", file=sys.stderr)
-        return EXIT_PROBLEMS if stale or obsolete else EXIT_OK
+        if stale or obsolete:
+            return EXIT_PROBLEMS
+        print("variant configs are up to date")
+        return EXIT_OK
     for path in stale:
         path.write_text(expected[path])
         print(f"wrote {path}")

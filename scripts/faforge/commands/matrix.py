@@ -1,5 +1,6 @@
-"""List every cell of the build matrix (offline), with its build string, run requirements and kernel
-package; `--kernels` lists the kernel packages instead, each with the cells that depend on it."""
+"""List every cell of the build matrix (offline), with its build string and kernel package (`--json`
+adds its channels, run requirements and constraints); `--kernels` lists the kernel packages instead,
+each with the cells that depend on it."""
 
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from faforge import atomic, paths, progress
 from faforge.channel.repodata import ChannelNotFound, channel_url, query
@@ -40,6 +42,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop")
 
 
+def _folder_of(channel: str) -> Path | None:
+    """The folder of a local (file://) channel."""
+    parts = urlsplit(channel)
+    return Path(url2pathname(parts.path)) if parts.scheme == "file" else None
+
+
+def _holds_packages(folder: Path) -> bool:
+    """Whether a channel folder without repodata holds packages (they need `faforge index`) or nothing at all."""
+    return any(p.name.endswith((".conda", ".tar.bz2")) for p in folder.glob("*/*"))
+
+
 def execute(args: argparse.Namespace) -> int:
     if args.github_output is not None:  # before the work: a wrong path fails now, not after reading the channel
         paths.output_file(args.github_output, "--github-output")
@@ -55,10 +68,17 @@ def execute(args: argparse.Namespace) -> int:
         try:
             present = present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
         except ChannelNotFound as exc:
-            if not args.new_channel_ok:
+            folder = _folder_of(channel)
+            if folder is not None and not _holds_packages(folder):
+                progress.say(f"faforge plan: {args.channel} holds no packages yet (an empty channel); planning every cell")
+            elif folder is not None:
+                raise FaforgeError(f"{args.channel} holds packages but no repodata.json", input=args.channel,
+                                   hint=f"index it first: `faforge index {folder}`") from None
+            elif not args.new_channel_ok:
                 raise ChannelNotFound(exc.message, hint="nothing published there yet? --new-channel-ok plans every cell; "
                                                         "otherwise check the URL", exit_code=exc.exit_code) from None
-            progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
+            else:
+                progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
     plan = make_plan(rendered, load_matrix().kernels, load_build_cost(), present, args.channel)
     data = plan.to_json()
     for kind in STAGES:

@@ -105,6 +105,7 @@ class Distribution:
     site: str
     installer: str | None
     direct_url: str | None
+    cuda_runtime: str | None = None  # "12.1": the CUDA runtime its METADATA requires (PyPI torch)
 
 
 @dataclass(frozen=True)
@@ -397,7 +398,8 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
             CondaRecord(r["name"], r["version"], r["build"], r["channel"], tuple(r.get("dist_infos", ())), tuple(r.get("depends", ())))
             for r in conda),
         distributions=tuple(
-            Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), _text(d.get("direct_url")))
+            Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), _text(d.get("direct_url")),
+                         _text(d.get("cuda_runtime")))
             for d in env.get("distributions", ())),
         torch_package=env.get("torch_package"),
         extension=env.get("extension"),

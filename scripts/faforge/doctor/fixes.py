@@ -318,8 +318,11 @@ def _replace_flash_attn(s: Situation, kinds: tuple[str, ...], target: Target, ma
 
 
 def _fresh(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: list[Offer], version: str) -> list[Fix]:
-    """No usable torch: a new conda environment from the newest cell for this Python, or pip's torch plus a local build."""
-    target = Target(s.facts.system.platform, s.facts.python.minor, None, None, None, "conda-forge")
+    """No usable torch: a new conda environment from the cell closest to the torch that is installed (its
+    metadata says which, even when it cannot be imported; else the newest cell for this Python), or pip's
+    torch plus a local build."""
+    installed = installed_torch(s)
+    target = Target(s.facts.system.platform, s.facts.python.minor, installed.torch, installed.cuda, None, "conda-forge")
     near = closest(offers, target, n=1)
     fixes = []
     if near:
@@ -328,9 +331,28 @@ def _fresh(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: list[Of
             fixes.append(conda_install(s, offer, kinds, with_torch=True))
         else:
             fixes.append(conda_environment(offer, f"create a conda environment with torch and faforge's build for cell {offer.cell.id}", kinds))
-    fixes.append(_pip_fix(s, "or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build flash-attn for it",
-                          ("torch",), kinds))
+    if installed.cuda and s.torch.how == "pip":  # a CUDA build already, whose CUDA libraries (nvidia-* wheels) are missing
+        fixes.append(_pip_fix(s, f"or reinstall PyPI's torch {installed.torch} with the CUDA {installed.cuda} libraries it "
+                                 "requires (nvidia-* wheels), then build flash-attn for it",
+                              ("--force-reinstall", f"torch=={s.torch.version}"), kinds))
+    else:
+        fixes.append(_pip_fix(s, "or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build flash-attn for it",
+                              ("torch",), kinds))
     return fixes
+
+
+def installed_torch(s: Situation) -> Target:
+    """The release and CUDA of the torch installed here, from its metadata alone (a torch that does not
+    import says nothing at run time): the conda record's build string, or a wheel's local version
+    (2.4.0+cu121) or the CUDA runtime its METADATA requires (PyPI's 2.4.0: nvidia-cuda-runtime-cu12==12.1.105)."""
+    install, none = s.torch, Target(s.facts.system.platform, s.facts.python.minor, None, None, None, None)
+    if install.how == "conda" and install.conda_record is not None:
+        return replace(none, torch=_release(install.version), cuda=_conda_cuda(install.conda_record.build))
+    if install.distribution is None:
+        return none
+    local = re.search(r"\+cu(\d+)$", install.version or "")
+    cuda = f"{local[1][:-1]}.{local[1][-1]}" if local else install.distribution.cuda_runtime
+    return replace(none, torch=_release(install.version), cuda=cuda)
 
 
 def _one_world(s: Situation, kinds: tuple[str, ...], offers: list[Offer]) -> list[Fix]:

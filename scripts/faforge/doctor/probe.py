@@ -18,11 +18,16 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import sys
 import sysconfig
 
 MARK = "@@faforge-probe@@"
 EXTENSION = "flash_attn_2_cuda"
+# The CUDA runtime a PyPI torch requires, which says its CUDA even when it cannot be imported:
+# torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1 "nvidia-cuda-runtime-cu12==12.6.77",
+# torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
+CUDA_RUNTIME = re.compile(r"Requires-Dist: *(?:nvidia-cuda-runtime(?:-cu\d+)?|cuda-toolkit\[[^]]*cudart[^]]*\]) *\(?==(\d+\.\d+)")
 # conda packages that make up a torch stack; their channels tell the torch world apart.
 CONDA_PACKAGES = ("python", "pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "pytorch-gpu", "pytorch-cpu",
                   "torchvision", "torchaudio", "flash-attn", "libflash-attn-kernels", "cuda-version", "cuda-cudart", "cudatoolkit")
@@ -99,6 +104,7 @@ def dist_infos(unreadable):
                 metadata = read_text(os.path.join(meta, "METADATA")) or read_text(os.path.join(meta, "PKG-INFO")) or ""
                 version = next((line.split(":", 1)[1].strip() for line in metadata.splitlines()
                                 if line.startswith("Version:")), None)
+                cuda_runtime = next((m.group(1) for m in map(CUDA_RUNTIME.match, metadata.splitlines()) if m), None)
                 direct_path = os.path.join(meta, "direct_url.json")
                 direct = read_json(direct_path, unreadable)
                 found.append({
@@ -108,6 +114,7 @@ def dist_infos(unreadable):
                     "site": directory,
                     "installer": (read_text(os.path.join(meta, "INSTALLER")) or "").strip() or None,
                     "direct_url": text_field(direct, "url", direct_path, unreadable) if direct else None,
+                    "cuda_runtime": cuda_runtime,
                 })
     return found
 

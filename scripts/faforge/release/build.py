@@ -55,9 +55,11 @@ def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--
         parts = urlsplit(url)
         local_ok = parts.netloc in ("", "localhost") and parts.path.startswith("/")
         if parts.scheme not in ALIAS_SCHEMES or not (local_ok if parts.scheme == "file" else parts.netloc):
-            raise FaforgeError(f"{origin} {entry}: {url!r} is not an http://, https:// or file:/// URL of a channel")
+            raise FaforgeError(f"{origin} {entry}: {url!r} is not an http://, https:// or file:/// URL of a channel",
+                               hint="e.g. conda-forge=https://mirror.example/conda-forge or conda-forge=file:///srv/mirror/conda-forge")
         if name in aliases:
-            raise FaforgeError(f"{origin}: {name} is given twice ({aliases[name]} and {url})")
+            raise FaforgeError(f"{origin}: {name} is given twice ({aliases[name]} and {url})",
+                               hint=f"keep one {name}=URL entry in {origin}")
         aliases[name] = url
     return aliases
 
