@@ -10,7 +10,7 @@ import yaml
 
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import CELL_ID, explain_missing
+from faforge.matrix.cells import CELL_ID, explain_missing, find_cell
 from faforge.matrix.render import RenderedCell, build_string_head, render_cells, with_test_scripts_filled
 
 
@@ -21,7 +21,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
-    rendered = render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)
+    # A cell id needs only its own cell's render; a build string is found among every cell's.
+    cell = find_cell(matrix.cells, args.cell)
+    rendered = render_cells([cell] if cell else matrix.cells, matrix.recipe_path, matrix.variants_dir)
     for r in rendered:
         if args.cell in (r.cell.id, r.build_string):
             recipe = with_test_scripts_filled(r.recipe, r.variant.recipe.used_variant)
