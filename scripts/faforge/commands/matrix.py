@@ -11,7 +11,8 @@ from faforge.errors import EXIT_OK
 from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.releases import PLATFORMS
-from faforge.matrix.render import RenderedCell, render_cells
+from faforge.matrix.render import RenderedCell
+from faforge.matrix.render_cache import cached_render_cells
 from faforge.table import format_table
 
 
@@ -49,7 +50,7 @@ def cell_record(rendered: RenderedCell, kernels: KernelPackage) -> dict:
 
 def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
     cells = [c for c in matrix.cells if platform in ("all", c.platform)]
-    return render_cells(cells, matrix.recipe_path, matrix.variants_dir)
+    return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)
 
 
 def kernels_by_cell(kernels: list[KernelPackage]) -> dict[str, KernelPackage]:
