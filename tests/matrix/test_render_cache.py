@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 from faforge.matrix.render_cache import MAX_ENTRY_BYTES, cached_render_cells, entry_key
@@ -144,3 +145,11 @@ def test_a_recipe_that_reads_the_environment_otherwise_is_never_cached(repo_copy
     copy = load_matrix(repo_copy)
     copy.recipe_path.write_text(copy.recipe_path.read_text().replace('env.get("CCACHE_DIR", default="")', 'env.get(name_of_dir)'))
     assert entry_key(copy.recipe_path, variant_config_path(copy.variants_dir, "linux-64", "pytorch"), "linux-64") is None
+
+
+def test_a_missing_variant_file_is_the_renders_own_error(repo_copy, cache):
+    copy = load_matrix(repo_copy)
+    variant_config_path(copy.variants_dir, "linux-64", "pytorch").unlink()
+    cells = [c for c in copy.cells if (c.platform, c.world) == ("linux-64", "pytorch")]
+    with pytest.raises(FaforgeError, match="faforge generate"):
+        cached_render_cells(cells, copy.recipe_path, copy.variants_dir)

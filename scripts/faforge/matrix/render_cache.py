@@ -47,12 +47,16 @@ def _renderer_identity() -> list:
 
 def entry_key(recipe_path: Path, variant_file: Path, platform: str) -> str | None:
     """The digest of everything the render of `variant_file` reads, or None when that cannot be known
-    (the recipe reads the environment in a way this cannot follow, or py-rattler-build is not found)."""
-    recipe = recipe_path.read_bytes()
+    (a file unreadable, which the render itself reports; the recipe reads the environment in a way this
+    cannot follow; py-rattler-build not found)."""
+    try:
+        recipe, variants = recipe_path.read_bytes(), variant_file.read_bytes()
+    except OSError:
+        return None
     text = recipe.decode(errors="replace")
-    names = sorted({m[2] for m in ENV_READ.finditer(text)})
+    reads = [m[2] for m in ENV_READ.finditer(text)]
     renderer = _renderer_identity()
-    if len(ENV_ANY.findall(text)) != len(ENV_READ.findall(text)) or not renderer:
+    if len(ENV_ANY.findall(text)) != len(reads) or not renderer:
         return None
     material = {
         "format": FORMAT,
@@ -60,8 +64,8 @@ def entry_key(recipe_path: Path, variant_file: Path, platform: str) -> str | Non
         "host": [sys.platform, host.machine()],
         "target_platform": platform,
         "recipe": hashlib.sha256(recipe).hexdigest(),
-        "variants": hashlib.sha256(variant_file.read_bytes()).hexdigest(),
-        "env": {name: os.environ.get(name) for name in names},
+        "variants": hashlib.sha256(variants).hexdigest(),
+        "env": {name: os.environ.get(name) for name in sorted(set(reads))},
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
