@@ -38,8 +38,8 @@ def matrix():
 
 
 @pytest.fixture(scope="module")
-def rendered():
-    return selected_cells("all")
+def rendered(matrix):
+    return selected_cells(matrix, "all")
 
 
 def test_every_piece_fits_the_runner_and_covers_each_tu_once(cost):

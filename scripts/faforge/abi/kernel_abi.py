@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge import paths
-from faforge.abi.params_layout import Layout
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.matrix.versions import is_version, minor_of
+
+if TYPE_CHECKING:  # params_layout reads ELF files through pyelftools, whose import every `faforge matrix` would pay
+    from faforge.abi.params_layout import Layout
 
 SHARED = "shared"  # links against libflash-attn-kernels (compiled against the shim)
 OWN_BUILD = "own-build"  # differs from the default shim: its glue needs a library built with --philox-offset-bits 32

@@ -9,10 +9,11 @@ import json
 from collections import Counter
 
 from faforge.errors import EXIT_OK
-from faforge.matrix import load_matrix
+from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.releases import PLATFORMS
-from faforge.matrix.render import RenderedCell, render_cells
+from faforge.matrix.render import RenderedCell
+from faforge.matrix.render_cache import cached_render_cells
 from faforge.table import format_table
 
 
@@ -48,10 +49,9 @@ def cell_record(rendered: RenderedCell, kernels: KernelPackage) -> dict:
     }
 
 
-def selected_cells(platform: str) -> list[RenderedCell]:
-    matrix = load_matrix()
+def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
     cells = [c for c in matrix.cells if platform in ("all", c.platform)]
-    return render_cells(cells, matrix.recipe_path, matrix.variants_dir)
+    return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)
 
 
 def kernels_by_cell(kernels: list[KernelPackage]) -> dict[str, KernelPackage]:
@@ -69,11 +69,11 @@ def print_kernels(kernels: list[KernelPackage], as_json: bool) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
+    matrix = load_matrix()
     if args.kernels:
-        matrix = load_matrix()
         return print_kernels([k for k in matrix.kernels if args.platform in ("all", k.key.platform)], args.json)
-    rendered = selected_cells(args.platform)
-    by_cell = kernels_by_cell(load_matrix().kernels)
+    rendered = selected_cells(matrix, args.platform)
+    by_cell = kernels_by_cell(matrix.kernels)
     if args.json:
         print(json.dumps([cell_record(r, by_cell[r.cell.id]) for r in rendered], indent=2))
         return EXIT_OK

@@ -61,7 +61,8 @@ def execute(args: argparse.Namespace) -> int:
     # A wrong folder fails before rendering; an empty one (an unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
     channel = None if args.channel is None else channel_url(
         args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
-    rendered = selected_cells(args.platform)
+    matrix = load_matrix()
+    rendered = selected_cells(matrix, args.platform)
     present = set()
     if args.channel is not None:
         platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
@@ -79,7 +80,7 @@ def execute(args: argparse.Namespace) -> int:
                                                         "otherwise check the URL", exit_code=exc.exit_code) from None
             else:
                 progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
-    plan = make_plan(rendered, load_matrix().kernels, load_build_cost(), present, args.channel)
+    plan = make_plan(rendered, matrix.kernels, load_build_cost(), present, args.channel)
     data = plan.to_json()
     for kind in STAGES:
         if len(data[kind]) > args.max_chunks:

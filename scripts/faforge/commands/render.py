@@ -10,8 +10,9 @@ import yaml
 
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import CELL_ID, explain_missing
+from faforge.matrix.cells import CELL_ID, explain_missing, find_cell
 from faforge.matrix.render import RenderedCell, build_string_head, render_cells, with_test_scripts_filled
+from faforge.matrix.render_cache import cached_render_cells
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,13 +22,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
-    rendered = render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)
-    for r in rendered:
+    # Only the cell asked for is rendered for real; a build string is looked up in every cell's (cached) render.
+    cell = find_cell(matrix.cells, args.cell)
+    every_cell = [] if cell else cached_render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)
+    cell = cell or next((r.cell for r in every_cell if r.build_string == args.cell), None)
+    for r in render_cells([cell], matrix.recipe_path, matrix.variants_dir) if cell else []:
         if args.cell in (r.cell.id, r.build_string):
             recipe = with_test_scripts_filled(r.recipe, r.variant.recipe.used_variant)
             print(json.dumps(recipe, indent=2) if args.json else yaml.safe_dump(recipe, sort_keys=False), end="")
             return EXIT_OK
-    nearest = nearest_cells(args.cell, rendered)
+    nearest = nearest_cells(args.cell, every_cell)
     reason = explain_missing(matrix.table, matrix.policy, args.cell) if CELL_ID.fullmatch(args.cell) else f"unknown cell {args.cell!r}"
     raise FaforgeError(reason, hint=("nearest cells: " + ", ".join(nearest)) if nearest else "`faforge matrix` lists every cell")
 

@@ -1,0 +1,148 @@
+"""Cell renders kept on disk, so `faforge matrix` and `faforge plan` need no rattler-build run while
+nothing a render reads has changed: rattler-build takes about 10 ms a cell, 2 s for the whole matrix.
+
+One file per variant file, config.cache_dir()/renders/<key>.json, where the key is a sha256 over all a
+render reads: the recipe, the variant file, the target and host platform, py-rattler-build's version
+and the environment variables the recipe reads (`env.get("NAME")`, `env.exists("NAME")`); a recipe that
+reads the environment any other way is never cached. An entry is used only when it is a regular file
+under its size cap, valid JSON of exactly the expected shape, names its own key and holds every cell
+asked for; anything else is rendered again and the entry rewritten. The cached RenderedCell has no
+py-rattler-build variant: `faforge build` and `faforge render` render for real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform as host
+import re
+import stat
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+from faforge import atomic, config
+from faforge.matrix.cells import Cell
+from faforge.matrix.render import RenderedCell, cell_key, render_cells
+from faforge.matrix.variants import variant_config_path
+
+FORMAT = 1
+MAX_ENTRY_BYTES = 16 * 1024 * 1024  # a whole variant file's cells are ~0.5 MB
+
+ENV_READ = re.compile(r"""\benv\s*\.\s*(?:get|exists)\(\s*(["'])(\w+)\1""")
+ENV_ANY = re.compile(r"\benv\b(?!\s*:)")  # any other mention but a YAML `env:` key, comments too: then never cached
+
+STRING_LISTS = ("run_requirements", "run_constraints", "host_requirements", "build_requirements")
+
+
+def _renderer_identity() -> list:
+    """py-rattler-build's compiled modules by name, size and mtime: an upgrade or reinstall replaces them.
+    Read without importing rattler_build or importlib.metadata (together 0.3 s, more than a cached matrix)."""
+    spec = find_spec("rattler_build")
+    folder = Path(spec.origin).parent if spec and spec.origin else None
+    modules = sorted(folder.glob("_rattler_build*")) if folder else []
+    return [[m.name, m.stat().st_size, m.stat().st_mtime_ns] for m in modules]
+
+
+def entry_key(recipe_path: Path, variant_file: Path, platform: str) -> str | None:
+    """The digest of everything the render of `variant_file` reads, or None when that cannot be known
+    (a file unreadable, which the render itself reports; the recipe reads the environment in a way this
+    cannot follow; py-rattler-build not found)."""
+    try:
+        recipe, variants = recipe_path.read_bytes(), variant_file.read_bytes()
+    except OSError:
+        return None
+    text = recipe.decode(errors="replace")
+    reads = [m[2] for m in ENV_READ.finditer(text)]
+    renderer = _renderer_identity()
+    if len(ENV_ANY.findall(text)) != len(reads) or not renderer:
+        return None
+    material = {
+        "format": FORMAT,
+        "py-rattler-build": renderer,
+        "host": [sys.platform, host.machine()],
+        "target_platform": platform,
+        "recipe": hashlib.sha256(recipe).hexdigest(),
+        "variants": hashlib.sha256(variants).hexdigest(),
+        "env": {name: os.environ.get(name) for name in sorted(set(reads))},
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _record(rendered: RenderedCell) -> dict:
+    return {"build_string": rendered.build_string, "hash": rendered.hash, "recipe": rendered.recipe,
+            **{name: list(getattr(rendered, name)) for name in STRING_LISTS}}
+
+
+def _is_record(record) -> bool:
+    return (isinstance(record, dict) and set(record) == {"build_string", "hash", "recipe", *STRING_LISTS}
+            and isinstance(record["build_string"], str) and isinstance(record["hash"], str)
+            and isinstance(record["recipe"], dict) and isinstance(record["recipe"].get("package"), dict)
+            and all(isinstance(record["recipe"]["package"].get(f), str) for f in ("name", "version"))
+            and all(isinstance(record[n], list) and all(isinstance(s, str) for s in record[n]) for n in STRING_LISTS))
+
+
+def _from_record(cell: Cell, record: dict) -> RenderedCell:
+    return RenderedCell(cell=cell, build_string=record["build_string"], hash=record["hash"], recipe=record["recipe"],
+                        **{name: tuple(record[name]) for name in STRING_LISTS})
+
+
+def _read_entry(path: Path, key: str) -> dict:
+    """The entry's cells by cell key, or {} for a missing, oversized, irregular or malformed entry."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
+            return {}
+        data = f.read(MAX_ENTRY_BYTES + 1)
+    try:
+        entry = json.loads(data)
+    except (ValueError, RecursionError):
+        return {}
+    if not (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("cells"), dict)
+            and all(_is_record(r) for r in entry["cells"].values())):
+        return {}
+    return entry["cells"]
+
+
+def _entry_name(key_of_cell: tuple) -> str:
+    return "|".join(key_of_cell)
+
+
+def _entry_path(platform: str, world: str, key: str | None) -> Path | None:
+    return config.cache_dir() / "renders" / f"{platform}-{world}-{key}.json" if key else None
+
+
+def _store(path: Path | None, key: str | None, rendered: list[RenderedCell]) -> dict:
+    """Store the renders as the entry at `path` (none: not cacheable), replacing whatever is there and the
+    variant file's older entries; returns the cells as a later read gets them. An unwritable cache costs
+    the next run its speed, never this run its result."""
+    text = json.dumps({"key": key, "cells": {_entry_name(cell_key(r.cell.variant())): _record(r) for r in rendered}})
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for old in path.parent.glob(path.name.replace(key, "[0-9a-f]" * len(key))):
+                if old != path or not stat.S_ISREG(os.lstat(old).st_mode):
+                    old.unlink()
+            atomic.write_text(path, text)
+        except OSError:
+            pass
+    return json.loads(text)["cells"]
+
+
+def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:
+    """render_cells' result, without the py-rattler-build variants, from the cache where it holds it."""
+    out = []
+    for platform, world in sorted({(c.platform, c.world) for c in cells}):
+        wanted = [c for c in cells if (c.platform, c.world) == (platform, world)]
+        key = entry_key(recipe_path, variant_config_path(variants_dir, platform, world), platform)
+        path = _entry_path(platform, world, key)
+        cached = _read_entry(path, key) if path else {}
+        if not all(_entry_name(cell_key(c.variant())) in cached for c in wanted):
+            cached = _store(path, key, render_cells(wanted, recipe_path, variants_dir))
+        out += [_from_record(c, cached[_entry_name(cell_key(c.variant()))]) for c in wanted]
+    return sorted(out, key=lambda rc: rc.cell.sort_key)
