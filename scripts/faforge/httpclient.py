@@ -160,7 +160,8 @@ def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str]
         with _opener(watch).open(req, timeout=min(bounds.connect_s, bounds.deadline_s)) as response:
             body = _read_capped(response, url, kind, cap, watch) if method != "HEAD" else b""
             return Response(response.status, response.headers, body)
-    except urllib.error.HTTPError:
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the response's socket; callers need only its status
         if watch.fired:
             raise _late(url, bounds) from None
         raise

@@ -24,7 +24,7 @@ HOSTILE_JSON = {
     "nested": "[" * 100_000 + "]" * 100_000,
     "bigint": '{"packages": {}, "n": ' + "9" * 100_000 + "}",
     "nan": '{"info": {"subdir": "linux-64", "x": NaN}, "packages": {}, "packages.conda": {}}',
-    "infinity": '{"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {}, "t": -Infinity}',
+    "infinity": '{"packages": {}, "packages.conda": {"x-1-0.conda": {"size": Infinity, "sha256": "00"}}}',
     "duplicate": '{"packages": {}, "packages": {"evil.conda": {}}}',
 }
 HOSTILE = ["dev-zero", "fifo", "sparse", *HOSTILE_JSON]

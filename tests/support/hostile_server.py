@@ -8,8 +8,8 @@ The first part of a request's path picks the misbehaviour, for every request und
   /bomb/...      200, Content-Encoding: gzip, 256 MiB of zeros in ~1 MB
   /badjson/...   200, a body that is not JSON
   /huge/...      200 announcing a 10^12-byte body, then silence
-  /files-MODE/.. the folder given on the command line served as-is for repodata and index files,
-                 any other file (a package) with MODE
+  /files-MODE/.. the folder given on the command line served as-is (its index, shards), except
+                 package files, which get MODE
   /ok            200 "ok" (the readiness probe)
 
 Run: python -m tests.support.hostile_server PORT [FOLDER]
@@ -29,7 +29,7 @@ from pathlib import Path
 from tests.support.http_server import free_port, serve_process
 
 FOREVER_S = 3600
-SERVED_AS_IS = ("repodata", "index.html")
+PACKAGES = (".conda", ".tar.bz2")
 
 
 BOMB_MIB = 256  # four times the largest body cap faforge reads into memory (64 MiB)
@@ -59,7 +59,7 @@ class Handler(socketserver.BaseRequestHandler):
         mode, _, rest = path.lstrip("/").partition("/")
         if mode.startswith("files-"):
             served = self.folder / rest.split("?")[0] if self.folder else None
-            if served is not None and served.name.startswith(SERVED_AS_IS):
+            if served is not None and not served.name.endswith(PACKAGES):
                 return self.file(served, method)
             mode = mode.removeprefix("files-")
         with contextlib.suppress(OSError):
