@@ -60,14 +60,16 @@ def check_local_index(folder: Path, subdirs: list[str]) -> None:
 def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     """Every RepoDataRecord of `names` in `channel` for `platforms` (plus noarch), fetched fresh."""
     from rattler import Channel, Gateway, SourceConfig  # noqa: PLC0415
-    from rattler.networking import Client  # noqa: PLC0415
+    from rattler.networking import AuthenticationMiddleware, Client, GCSMiddleware, OciMiddleware, S3Middleware  # noqa: PLC0415
 
     url = channel_url(channel)
     if url.startswith("file://"):
         check_local_index(Path(url2pathname(urlparse(url).path)), [*platforms, "noarch"])
     bounds = httpclient.limits()
-    # reqwest's own timeout bounds each request; wait_for bounds the whole query, retries included.
-    client = Client.default_client(timeout=max(1, math.ceil(bounds.deadline_s)))
+    # py-rattler's default stack without its retries (their error names no URL); reqwest's timeout bounds
+    # each request, wait_for the whole query.
+    client = Client([AuthenticationMiddleware(), OciMiddleware(), GCSMiddleware(), S3Middleware()],
+                    timeout=max(1, math.ceil(bounds.deadline_s)))
     gateway = Gateway(default_config=SourceConfig(cache_action="no-cache"), client=client)
     error = None
     try:
