@@ -1,4 +1,5 @@
-"""Read a YAML data file under variants/, turning I/O, encoding and syntax errors into errors naming the file."""
+"""Read a YAML data file (under variants/, or one a user names), turning I/O, size, encoding, syntax and
+nesting errors into errors naming the file."""
 
 from __future__ import annotations
 
@@ -14,5 +15,7 @@ def load_yaml(path: Path, *, hint: str | None = None):
     text = read_user_file(path, hint=hint)
     try:
         return yaml.safe_load(text)
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise DataError(path, "(file)", "nests too deeply to be data") from None
     except yaml.YAMLError as exc:
         raise DataError(path, "(file)", f"not valid YAML: {exc}") from None

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from faforge import untrusted
 from faforge.errors import FaforgeError, path_error, why_not_a_file, why_not_a_folder
 
 MARKER = Path("variants") / "releases.yaml"
@@ -81,19 +82,10 @@ def replaceable_file(path: str | os.PathLike, option: str) -> Path:
     return Path(path)
 
 
-def read_user_file(path: str | os.PathLike, option: str | None = None, *, hint: str | None = None) -> str:
-    """The text of a file the user (or a data folder) names. A FIFO or a device would block or never end,
-    random bytes are not text: each is bad input naming the path, never a hang or a traceback."""
-    label = " ".join(filter(None, [option, os.fsdecode(path)]))
-    with user_path(option, path):
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise FaforgeError(f"{label} {why_not_a_file(path)}", hint=hint or "name a file", input=os.fsdecode(path))
-        data = Path(path).read_bytes()
-    try:
-        return data.decode()
-    except UnicodeDecodeError as exc:
-        raise FaforgeError(f"{label} is not UTF-8 text ({exc.reason} at byte {exc.start})", input=os.fsdecode(path),
-                           hint=hint or "name a text file") from None
+def read_user_file(path: str | os.PathLike, option: str | None = None, *, hint: str | None = None, kind: str = "data") -> str:
+    """The text of a file the user (or a data folder) names, through faforge.untrusted: a FIFO, a device,
+    a file past its kind's size cap or random bytes are bad input naming the path, never a hang or a traceback."""
+    return untrusted.read_text(path, kind, option, hint=hint or "name a file")
 
 
 def nearest_folder(path: Path, option: str) -> Path:

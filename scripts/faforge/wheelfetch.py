@@ -14,21 +14,19 @@ not used (it is not served everywhere).  Only the standard library is used.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
 import urllib.error
-import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from faforge import httpclient, untrusted
 from faforge.errors import RemoteError
 
 SIMPLE_INDEX = os.environ.get("FAFORGE_SIMPLE_INDEX", "https://pypi.org/simple")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-TIMEOUT_S = 60
 # The end-of-central-directory record is 22 bytes plus a comment of at most 64 KiB.
 EOCD_SEARCH = 22 + 0xFFFF + 20  # + the zip64 locator just before it
 EOCD_MAGIC = b"PK\x05\x06"
@@ -68,32 +66,31 @@ class Member:
     header_offset: int
 
 
-def http_get(url: str, byte_range: str | None = None, accept: str | None = None) -> bytes:
-    request = urllib.request.Request(url, headers={"User-Agent": "faforge-wheelfetch"})
+def http_get(url: str, byte_range: str | None = None, accept: str | None = None, *, kind: str = "index page") -> bytes:
+    """The body of `url` through faforge.httpclient (its deadline and `kind`'s body cap); FetchError otherwise."""
+    headers = {"Accept": accept} if accept else {}
     if byte_range:
-        request.add_header("Range", f"bytes={byte_range}")
-    if accept:
-        request.add_header("Accept", accept)
+        headers["Range"] = f"bytes={byte_range}"
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            if byte_range and response.status != 206:
-                raise FetchError(f"{url}: the server ignored the range request (HTTP {response.status})",
-                                 hint="use a server that supports HTTP range requests (PyPI's file host does)")
-            return response.read()
+        response = httpclient.request(url, kind=kind, headers=headers)
     except urllib.error.HTTPError as exc:
-        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise FetchError(f"{url}: cannot connect: {reason}", hint="check the URL and the network, or run where that server is reachable") from None
+        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the URL and the server, then retry") from None
+    except RemoteError as exc:
+        raise FetchError(exc.message, input=url, hint=exc.hint) from None
+    if byte_range and response.status != 206:
+        raise FetchError(f"{url}: the server ignored the range request (HTTP {response.status})",
+                         hint="use a server that supports HTTP range requests (PyPI's file host does)")
+    return response.body
 
 
 def list_files(project: str, index: str = SIMPLE_INDEX) -> list[RemoteFile]:
     """Every file of `project` on a PEP 691 index."""
     url = f"{index.rstrip('/')}/{project}/"
-    try:
-        data = json.loads(http_get(url, accept=SIMPLE_JSON))
-    except json.JSONDecodeError:
-        raise FetchError(f"{url}: not a PEP 691 JSON response", hint="the index must serve application/vnd.pypi.simple.v1+json") from None
+    data = untrusted.parse_json(http_get(url, accept=SIMPLE_JSON), f"{url}: the PEP 691 response", remote=True,
+                                hint="the index must serve application/vnd.pypi.simple.v1+json")
+    if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
+        raise FetchError(f"{url}: not a PEP 691 project page (no list of files)", input=url,
+                         hint="the index must serve application/vnd.pypi.simple.v1+json")
     return [
         RemoteFile(f["filename"], f["url"], f.get("hashes", {}).get("sha256"), f.get("size"))
         for f in data.get("files", [])
@@ -118,15 +115,13 @@ class RemoteZip:
         self.members = self._central_directory()
 
     def _size(self) -> int:
-        request = urllib.request.Request(self.url, method="HEAD", headers={"User-Agent": "faforge-wheelfetch"})
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-                return int(response.headers["Content-Length"])
-        except (urllib.error.URLError, OSError, TypeError, ValueError) as exc:
-            raise FetchError(f"{self.url}: cannot learn the file size: {exc}") from None
+            return int(httpclient.request(self.url, kind="status", method="HEAD").headers["Content-Length"])
+        except (urllib.error.HTTPError, RemoteError, TypeError, ValueError) as exc:
+            raise FetchError(f"{self.url}: cannot learn the file size: {exc}", input=self.url) from None
 
     def _read(self, start: int, length: int) -> bytes:
-        data = http_get(self.url, f"{start}-{start + length - 1}")
+        data = http_get(self.url, f"{start}-{start + length - 1}", kind="wheel range")
         if len(data) != length:
             raise FetchError(f"{self.url}: asked for {length} bytes at {start}, got {len(data)}")
         return data
@@ -170,7 +165,7 @@ class RemoteZip:
         if member.method not in (DEFLATED, STORED):
             raise FetchError(f"{self.url}: {name} uses zip compression method {member.method}, which is not supported")
         try:
-            data = zlib.decompress(raw, -15) if member.method == DEFLATED else raw
+            data = zlib.decompressobj(-15).decompress(raw, member.size + 1) if member.method == DEFLATED else raw
         except zlib.error as exc:
             raise FetchError(f"{self.url}: {name} is corrupt ({exc})") from None
         if zlib.crc32(data) != member.crc32 or len(data) != member.size:

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faforge import untrusted
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.release.package import PACKAGE_SUFFIXES, sha256_of
 
@@ -118,10 +119,10 @@ def _subdirs(channel: Path) -> list[str]:
 
 def _read_entries(repodata: Path) -> dict[str, tuple[int, str]] | None:
     try:
-        data = json.loads(repodata.read_text())
+        data = untrusted.load_json(repodata, "repodata")
         return {name: (int(rec["size"]), str(rec["sha256"]))
                 for key in ("packages", "packages.conda") for name, rec in (data.get(key) or {}).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (FaforgeError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

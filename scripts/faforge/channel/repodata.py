@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
+import os
 from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
-from faforge import paths
+from faforge import httpclient, paths, untrusted
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError, RemoteError, why_not_a_folder
 
 
@@ -38,23 +42,49 @@ def channel_url(channel: str | Path, option: str = "the channel",
     return text  # a channel name such as conda-forge, resolved by py-rattler's channel alias
 
 
+# What py-rattler may read in a local channel's subdir: each is checked first (regular file, within the cap).
+INDEX_FILES = ("repodata.json", "repodata.json.zst", "repodata.json.bz2", "repodata_shards.msgpack.zst")
+
+
+def check_local_index(folder: Path, subdirs: list[str]) -> None:
+    """Refuse a local channel whose index file is a FIFO, a device, a link to one, or past the repodata
+    cap, before py-rattler opens it (it would block forever, or read /dev/zero until killed)."""
+    for subdir in subdirs:
+        for name in INDEX_FILES:
+            path = folder / subdir / name
+            if os.path.lexists(path):
+                untrusted.check_file(path, "repodata", "channel index",
+                                     hint=f"remove it and rebuild the index: `faforge index {folder}`")
+
+
 def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     """Every RepoDataRecord of `names` in `channel` for `platforms` (plus noarch), fetched fresh."""
     from rattler import Channel, Gateway, SourceConfig  # noqa: PLC0415
+    from rattler.networking import AuthenticationMiddleware, Client, GCSMiddleware, OciMiddleware, S3Middleware  # noqa: PLC0415
 
     url = channel_url(channel)
-    gateway = Gateway(default_config=SourceConfig(cache_action="no-cache"))
+    if url.startswith("file://"):
+        check_local_index(Path(url2pathname(urlparse(url).path)), [*platforms, "noarch"])
+    bounds = httpclient.limits()
+    # py-rattler's default stack without its retries (their error names no URL); reqwest's timeout bounds
+    # each request, wait_for the whole query.
+    client = Client([AuthenticationMiddleware(), OciMiddleware(), GCSMiddleware(), S3Middleware()],
+                    timeout=max(1, math.ceil(bounds.deadline_s)))
+    gateway = Gateway(default_config=SourceConfig(cache_action="no-cache"), client=client)
     error = None
     try:
-        result = asyncio.run(gateway.query([Channel(url)], [*platforms, "noarch"], names, recursive=False))
+        result = asyncio.run(asyncio.wait_for(gateway.query([Channel(url)], [*platforms, "noarch"], names, recursive=False),
+                                              bounds.deadline_s))
         records = [record for records in result for record in records]
+    except TimeoutError:
+        error = f"no complete answer within {bounds.deadline_s:g} s ({httpclient.DEADLINE_ENV})"
     except Exception as exc:  # GatewayError and friends carry the HTTP/IO cause
         error = str(exc)
     finally:
         # py-rattler's runtime threads may still hold Python objects (the gateway, the exception);
         # if the interpreter exits before they are dropped it aborts in PyGILState_Release.
         # Dropping them here, outside the except block, makes exits clean.
-        del gateway
+        del gateway, client
         gc.collect()
     if error is not None:
         kind = ChannelNotFound if "could not find subdir" in error else RemoteError
@@ -63,7 +93,7 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
         raise kind(
             f"cannot read repodata of {url} ({', '.join(platforms)}): {error.strip().splitlines()[0]}",
             hint="a local channel needs `faforge publish` (or `faforge index`) first" if local
-            else "check the channel URL and your network, then retry",
+            else httpclient.deadline_hint() if httpclient.DEADLINE_ENV in error else "check the channel URL and your network, then retry",
             detail=error, exit_code=EXIT_BAD_INPUT if local else None, input=str(channel),
         )
     return records

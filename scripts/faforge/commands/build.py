@@ -16,11 +16,10 @@ finds it there: rattler-build indexes its output dir and solves from it as a cha
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
-from faforge import paths, progress
+from faforge import paths, progress, untrusted
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.matrix import load_matrix
@@ -59,14 +58,10 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
     """(cell id, part) of every job in a plan file, a single chunk, or a single job."""
     if not os.path.lexists(path):  # most often the file a failed `faforge plan` never wrote
         raise FaforgeError(f"--plan {path}: cannot read: no such file", hint=PLAN_HINT, input=path)
-    try:
-        text = paths.read_user_file(path, "--plan", hint=PLAN_HINT)
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if not text.strip():
-            raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)",
-                               hint=PLAN_HINT) from None
-        raise FaforgeError(f"--plan {path}: not JSON ({exc})", hint=PLAN_HINT) from None
+    text = paths.read_user_file(path, "--plan", hint=PLAN_HINT, kind="plan")
+    if not text.strip():
+        raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)", hint=PLAN_HINT)
+    data = untrusted.parse_json(text, f"--plan {path}", hint=PLAN_HINT)
     try:
         if isinstance(data, dict) and all(stage in data for stage in STAGES):
             jobs = [job for stage in STAGES for chunk in data[stage] for job in chunk["include"]]

@@ -12,10 +12,10 @@ not failed: the canary stays valid evidence for the inputs it names.
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import date
 from pathlib import Path
 
+from faforge import untrusted
 from faforge.errors import FaforgeError
 from faforge.release.package import sha256_of
 
@@ -65,12 +65,10 @@ def load_manifest(folder: Path) -> dict | None:
     path = folder / MANIFEST
     if not path.is_file():
         return None
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise FaforgeError(f"{path}: not JSON ({exc})", hint="rewrite it with python -m faforge.gpu.canary") from None
-    if manifest.get("version") != SCHEMA_VERSION:
-        raise FaforgeError(f"{path}: version {manifest.get('version')!r}, expected {SCHEMA_VERSION}")
+    manifest = untrusted.load_json(path, "data", hint="rewrite it with python -m faforge.gpu.canary")
+    version = manifest.get("version") if isinstance(manifest, dict) else None
+    if version != SCHEMA_VERSION:
+        raise FaforgeError(f"{path}: version {version!r}, expected {SCHEMA_VERSION}")
     return manifest
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from faforge import __version__, atomic
+from faforge import __version__, atomic, untrusted
 from faforge.errors import FaforgeError
 from faforge.release.package import PackageFacts
 
@@ -76,10 +76,7 @@ def results_for(manifest_dir: Path, sha256: str) -> dict[str, GateResult]:
         path = folder / f"{gate}.json"
         if not path.is_file():
             continue
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise FaforgeError(f"{path}: unreadable manifest entry ({exc})", hint="delete it and run `faforge verify` again") from None
+        raw = untrusted.load_json(path, "gate result", hint="delete it and run `faforge verify` again")
         if not isinstance(raw, dict):
             raise FaforgeError(f"{path}: unreadable manifest entry (a JSON {type(raw).__name__}, not an object)",
                                hint="delete it and run `faforge verify` again")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
+from faforge import httpclient
 from faforge.errors import EXIT_PROBLEMS, FaforgeError, RemoteError
 
 # The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
@@ -101,16 +101,13 @@ def redact(text: str, secret: str) -> str:
 def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> bool:
     """Artifactory's PUT replaces silently, so ask first (HEAD of the file's channel URL)."""
     url = f"{target.url}/{target.channel}/{subdir}/{filename}"
-    request = urllib.request.Request(url, method="HEAD", headers={"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(request, timeout=60):
-            return True
+        httpclient.request(url, kind="status", method="HEAD", headers={"Authorization": f"Bearer {token}"})
+        return True
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return False
         raise RemoteError(f"cannot tell whether {url} exists: HTTP {exc.code}", hint="check the server and the token, then retry") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise RemoteError(f"cannot reach {target.url}: {getattr(exc, 'reason', exc)}", hint="check the URL and your network, then retry") from None
 
 
 def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> None:

@@ -269,11 +269,14 @@ def fetch_kernel_package(pin: KernelPin, subdir: str, channel: str) -> Path:
     if record is None:
         raise FaforgeError(f"--kernel-channel {channel}: holds no {pin} for {subdir}",
                            hint="name the channel its kernel job published to, or pass the kernel package itself")
+    if record.sha256 is None:
+        raise RemoteError(f"--kernel-channel {channel}: its record of {record.file_name} has no sha256, so a download cannot be checked",
+                          input=channel, hint="re-index the channel (`faforge index`), or pass the kernel package itself")
     sha256 = record.sha256.hex()
     target = config.cache_dir() / "kernel-packages" / subdir / pin.filename()
     if target.is_file() and sha256_of(target) == sha256:
         return target
-    data = http_get(str(record.url))  # a failure is a RemoteError naming the URL
+    data = http_get(str(record.url), kind="package")  # a failure is a RemoteError naming the URL
     if hashlib.sha256(data).hexdigest() != sha256:
         raise RemoteError(f"--kernel-channel {channel}: {record.url} does not have the sha256 its repodata says ({sha256[:12]}…)",
                           hint="the channel changed during the download, or its index is stale: re-index it, then retry")

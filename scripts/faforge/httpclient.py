@@ -1,0 +1,218 @@
+"""The one HTTP client: every request gets a connect timeout, an overall deadline and a body cap.
+
+A socket timeout alone bounds each read, not the request: a server that drips one byte a second
+never trips it. So each request has a watch that shuts its sockets down when the deadline passes,
+whatever the server is doing; redirects are followed at most MAX_REDIRECTS times; a body (after
+gzip/deflate decoding, so a bomb stops at the cap) larger than its kind's cap is refused. Every
+failure is a RemoteError (exit 4) naming the URL. FAFORGE_HTTP_TIMEOUT and FAFORGE_HTTP_DEADLINE
+change the limits (README, "Exit codes, errors and --json").
+"""
+
+from __future__ import annotations
+
+import http.client
+import math
+import os
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+from dataclasses import dataclass
+from email.message import Message
+
+from faforge import untrusted
+from faforge.errors import FaforgeError, RemoteError
+
+TIMEOUT_ENV = "FAFORGE_HTTP_TIMEOUT"
+DEADLINE_ENV = "FAFORGE_HTTP_DEADLINE"
+DEFAULT_TIMEOUT_S = 30.0  # to connect, and for any single read
+DEFAULT_DEADLINE_S = 600.0  # for the whole request: connect, redirects, headers and body
+MAX_SECONDS = 24 * 3600.0
+MAX_REDIRECTS = 10
+MIB = 1 << 20
+# The most bytes a response body of each kind may have, after decoding.
+BODY_CAPS = {
+    "index page": 64 * MIB,  # a PEP 691 JSON or PEP 503 HTML page (PyPI's torch: ~2 MB)
+    "wheel range": 64 * MIB,  # one range of a remote wheel (a member's compressed bytes)
+    "package": untrusted.CAPS["package"],
+    "status": 1 * MIB,  # an upload server's answer to HEAD or PUT
+}
+USER_AGENT = "faforge"
+
+
+@dataclass(frozen=True)
+class Limits:
+    connect_s: float
+    deadline_s: float
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
+        raise FaforgeError(f"{name}={raw[:40]!r}: not a number of seconds above 0 and at most {MAX_SECONDS:.0f}",
+                           input=name, hint=f"set it to e.g. {default:.0f}, or unset it")
+    return value
+
+
+def limits() -> Limits:
+    """The connect timeout and overall deadline, from the environment (validated) or the defaults."""
+    return Limits(_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S), _seconds(DEADLINE_ENV, DEFAULT_DEADLINE_S))
+
+
+def deadline_hint() -> str:
+    return f"the server is slow, stalled or unreachable: retry later, check the server, or raise {DEADLINE_ENV} (seconds)"
+
+
+class _Watch:
+    """Shuts down the sockets of one request when its deadline passes, which wakes any blocked read."""
+
+    def __init__(self, seconds: float):
+        self.sockets: list[socket.socket] = []
+        self.fired = False
+        self.lock = threading.Lock()
+        self.timer = threading.Timer(seconds, self._fire)
+        self.timer.daemon = True
+
+    def add(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sockets.append(sock)
+            if self.fired:
+                _shutdown(sock)
+
+    def _fire(self) -> None:
+        with self.lock:
+            self.fired = True
+            for sock in self.sockets:
+                _shutdown(sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _watched(base: type[http.client.HTTPConnection], watch: _Watch) -> type[http.client.HTTPConnection]:
+    class Watched(base):
+        def connect(self):
+            super().connect()
+            watch.add(self.sock)
+    return Watched
+
+
+class _HTTP(urllib.request.HTTPHandler):
+    def __init__(self, watch: _Watch):
+        super().__init__()
+        self.connection = _watched(http.client.HTTPConnection, watch)
+
+    def http_open(self, req):
+        return self.do_open(self.connection, req)
+
+
+class _HTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, watch: _Watch):
+        super().__init__()
+        self.connection = _watched(http.client.HTTPSConnection, watch)
+
+    def https_open(self, req):
+        return self.do_open(self.connection, req, context=self._context)
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    max_redirections = MAX_REDIRECTS
+
+
+def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
+    """http(s) only (a redirect to file:// or ftp:// is refused), through the environment's proxies."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), _HTTP(watch), _HTTPS(watch), urllib.request.HTTPDefaultErrorHandler(),
+                    _Redirects(), urllib.request.HTTPErrorProcessor(), urllib.request.UnknownHandler()):
+        opener.add_handler(handler)
+    return opener
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: Message
+    body: bytes
+
+
+def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str] | None = None,
+            data: bytes | None = None) -> Response:
+    """One HTTP request within limits(): the status, headers and (capped, decoded) body; HTTP errors
+    (4xx/5xx) are urllib.error.HTTPError as urlopen raises them, everything else a RemoteError naming the URL."""
+    bounds = limits()
+    if url.startswith("file://"):  # a local channel's file: read as any file faforge did not write (exit 4: the channel is the remote)
+        path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+        return Response(200, Message(), untrusted.read_bytes(path, kind if kind in untrusted.CAPS else "data",
+                                                             hint="re-index the channel, or name another", remote=True))
+    cap = BODY_CAPS[kind]
+    watch = _Watch(bounds.deadline_s)
+    req = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
+    started = time.monotonic()
+    watch.timer.start()
+    try:
+        with _opener(watch).open(req, timeout=min(bounds.connect_s, bounds.deadline_s)) as response:
+            body = _read_capped(response, url, kind, cap, watch) if method != "HEAD" else b""
+            return Response(response.status, response.headers, body)
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the response's socket; callers need only its status
+        if watch.fired:
+            raise _late(url, bounds) from None
+        raise
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+        if watch.fired or time.monotonic() - started >= bounds.deadline_s:
+            raise _late(url, bounds) from None
+        reason = getattr(exc, "reason", None) or exc
+        raise RemoteError(f"{url}: no usable answer: {reason or type(exc).__name__}", input=url,
+                          hint="check the URL and the network, or run where that server is reachable") from None
+    finally:
+        watch.timer.cancel()
+
+
+def _late(url: str, bounds: Limits) -> RemoteError:
+    return RemoteError(f"{url}: no complete answer within {bounds.deadline_s:g} s ({DEADLINE_ENV})", input=url, hint=deadline_hint())
+
+
+def _too_big(url: str, kind: str, cap: int, what: str) -> RemoteError:
+    return RemoteError(f"{url}: {what}, more than the cap of {cap:,} bytes for a {kind}", input=url,
+                       hint="check that the URL names what faforge expects there (a wrong or hostile server?)")
+
+
+def _read_capped(response, url: str, kind: str, cap: int, watch: _Watch) -> bytes:
+    """The body, at most `cap` bytes after decoding; refused early when Content-Length already says more."""
+    length = response.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > cap and not response.headers.get("Content-Encoding"):
+        raise _too_big(url, kind, cap, f"the server announces {int(length):,} bytes")
+    encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding not in ("identity", "gzip", "x-gzip", "deflate"):
+        raise RemoteError(f"{url}: answered in Content-Encoding {encoding[:40]!r}, which faforge does not decode", input=url,
+                          hint="faforge asks for no encoding; check the server")
+    decoder = None if encoding == "identity" else zlib.decompressobj(47 if "gzip" in encoding else zlib.MAX_WBITS)
+    chunks, total = [], 0
+    while True:
+        raw = response.read(MIB)
+        if not raw:
+            break
+        try:
+            chunk = decoder.decompress(raw, cap + 1 - total) if decoder else raw
+        except zlib.error as exc:
+            raise RemoteError(f"{url}: its {encoding} body is corrupt ({exc})", input=url, hint="retry, or check the server") from None
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > cap or (decoder and decoder.unconsumed_tail):
+            raise _too_big(url, kind, cap, "the body has more bytes" + (" once decompressed" if decoder else ""))
+    if watch.fired:
+        raise OSError("deadline")
+    return b"".join(chunks)

@@ -1,0 +1,138 @@
+"""Every remote read has a connect timeout and an overall deadline (FAFORGE_HTTP_TIMEOUT,
+FAFORGE_HTTP_DEADLINE) and a body cap: against a real hostile server on loopback that hangs, drips,
+redirects in a loop, resets, serves a gzip bomb, bad JSON or a huge Content-Length, each command exits 4
+naming the URL, within the deadline (plus a margin for the process's start)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from faforge import httpclient, wheelfetch
+from faforge.channel.local import index
+from faforge.channel.repodata import query
+from faforge.errors import FaforgeError
+from faforge.release.wheels import read_index
+from tests.release.test_bump import REPO
+from tests.release.test_verify_kernels import kernel_package, split_flash_attn
+from tests.support.hostile_server import serve_hostile
+
+DEADLINE_S = 1.5
+LIMITS = {httpclient.TIMEOUT_ENV: "1", httpclient.DEADLINE_ENV: str(DEADLINE_S)}
+MARGIN_S = 20  # a process's start (imports, the matrix for plan) on a busy machine; a hang is endless
+MODES = ["hang", "drip", "loop", "reset", "bomb", "badjson", "huge"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The hostile server, and a real channel it serves under /files-MODE/ (a published kernel package)."""
+    root = tmp_path_factory.mktemp("hostile")
+    kernel_package(root / "channel", subdir="linux-aarch64")
+    index(root / "channel")
+    with serve_hostile(root) as base:
+        yield base, root
+
+
+@pytest.fixture
+def limits(monkeypatch):
+    for name, value in LIMITS.items():
+        monkeypatch.setenv(name, value)
+
+
+def faforge(*args, cwd=None, env=None):
+    started = time.monotonic()
+    try:
+        result = subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                                env={**os.environ, **LIMITS, **(env or {})}, timeout=DEADLINE_S + MARGIN_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"faforge {' '.join(map(str, args))}: still running past the deadline + {MARGIN_S} s")
+    return result, time.monotonic() - started
+
+
+def assert_remote_failure(result, url: str) -> None:
+    assert result.returncode == 4, result.stderr
+    assert url in result.stderr and " — " in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_channel_queries_stop_within_the_deadline(served, limits, mode):
+    """py-rattler's reads (plan, page, bump): bounded by reqwest's timeout and a deadline around the query."""
+    base, _ = served
+    started = time.monotonic()
+    with pytest.raises(FaforgeError) as caught:
+        query(f"{base}/{mode}/ch", ["flash-attn"], ["linux-64"])
+    assert time.monotonic() - started < DEADLINE_S + 5
+    assert caught.value.exit_code == 4 and f"{base}/{mode}/ch" in caught.value.line() and " — " in caught.value.line()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_index_pages_stop_within_the_deadline_and_the_cap(served, limits, mode):
+    """faforge's own GET (PEP 691 and PEP 503 pages: bump --source pytorch-wheels, abi's wheel lookup)."""
+    base, _ = served
+    readers = [lambda: wheelfetch.list_files("torch", index=f"{base}/{mode}/simple")]
+    if mode != "badjson":  # a PEP 503 page is HTML: any text parses
+        readers.append(lambda: read_index(f"{base}/{mode}/whl/torch/"))
+    for read in readers:
+        started = time.monotonic()
+        with pytest.raises(FaforgeError) as caught:
+            read()
+        assert time.monotonic() - started < DEADLINE_S + 5
+        assert caught.value.exit_code == 4 and f"{base}/{mode}/" in caught.value.line() and " — " in caught.value.line()
+
+
+@pytest.mark.parametrize("mode", ["hang", "drip"])
+def test_plan_page_and_bump_exit_4_within_the_deadline(served, tmp_path, mode):
+    base, _ = served
+    url = f"{base}/{mode}/ch"
+    for args in (["plan", "--channel", url, "--platform", "linux-64"], ["page", "--channel", url, "--out", tmp_path / "page"]):
+        result, took = faforge(*args)
+        assert_remote_failure(result, url)
+    project = tmp_path / "project"
+    for name in ("variants", "recipes"):
+        shutil.copytree(REPO / name, project / name)
+    for source in ("conda-forge", "pytorch-wheels"):
+        result, took = faforge("bump", "--source", source, "--channel-url", url + "/", env={"FAFORGE_ROOT": str(project)})
+        assert_remote_failure(result, url)
+
+
+@pytest.mark.parametrize("mode", ["hang", "drip", "bomb", "huge"])
+def test_verify_kernel_download_exits_4_within_the_deadline(served, tmp_path, mode):
+    """The channel's index answers; the kernel package itself is served by the hostile mode."""
+    base, _ = served
+    fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
+    result, took = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", f"{base}/files-{mode}/channel",
+                           "--manifest", tmp_path / "v", env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
+    assert_remote_failure(result, f"{base}/files-{mode}/channel/linux-aarch64/")
+    assert not list((tmp_path / "cache").rglob("*.conda")), "nothing is cached from a failed download"
+
+
+def test_publish_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_path):
+    from tests.release.test_publish import package, passed  # noqa: PLC0415
+
+    base, _ = served
+    one = package(tmp_path / "a")
+    passed(tmp_path / "verification", one)
+    result, took = faforge("publish", one, "--manifest", tmp_path / "verification", "--to",
+                           f"artifactory:{base}/hang/artifactory/api/conda/my-channel", env={"ARTIFACTORY_TOKEN": "t0ken"})
+    assert_remote_failure(result, f"{base}/hang/artifactory/api/conda/my-channel")
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf", "0", ""])
+@pytest.mark.parametrize("name", [httpclient.TIMEOUT_ENV, httpclient.DEADLINE_ENV])
+def test_limits_from_the_environment_are_validated(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(FaforgeError) as caught:
+        httpclient.limits()
+    assert caught.value.exit_code == 2 and name in caught.value.line() and " — " in caught.value.line()
+
+
+def test_a_bad_limit_is_exit_2_naming_the_variable(served):
+    base, _ = served
+    result, _ = faforge("plan", "--channel", f"{base}/ok/ch", "--platform", "linux-64", env={httpclient.DEADLINE_ENV: "nan"})
+    assert result.returncode == 2 and httpclient.DEADLINE_ENV in result.stderr and "Traceback" not in result.stderr, result.stderr

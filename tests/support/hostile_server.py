@@ -1,0 +1,125 @@
+"""A hostile HTTP server on loopback, in its own process (as tests.support.http_server explains why).
+
+The first part of a request's path picks the misbehaviour, for every request under it:
+  /hang/...      accept, read the request, never answer
+  /drip/...      200 with Content-Length 100000, then one byte a second
+  /loop/...      302 to the same URL, forever
+  /reset/...     close the connection with a TCP reset
+  /bomb/...      200, Content-Encoding: gzip, 256 MiB of zeros in ~1 MB
+  /badjson/...   200, a body that is not JSON
+  /huge/...      200 announcing a 10^12-byte body, then silence
+  /files-MODE/.. the folder given on the command line served as-is (its index, shards), except
+                 package files, which get MODE
+  /ok            200 "ok" (the readiness probe)
+
+Run: python -m tests.support.hostile_server PORT [FOLDER]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import socketserver
+import struct
+import sys
+import time
+import zlib
+from pathlib import Path
+
+from tests.support.http_server import free_port, serve_process
+
+FOREVER_S = 3600
+PACKAGES = (".conda", ".tar.bz2")
+
+
+BOMB_MIB = 256  # four times the largest body cap faforge reads into memory (64 MiB)
+
+
+def _gzip_bomb() -> bytes:
+    """A gzip stream of BOMB_MIB MiB of zeros (about 250 KB)."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)
+    block = bytes(1 << 20)
+    return b"".join([*(compressor.compress(block) for _ in range(BOMB_MIB)), compressor.flush()])
+
+
+class Handler(socketserver.BaseRequestHandler):
+    folder: Path | None = None
+    bomb: bytes = b""
+
+    def handle(self):
+        request = b""
+        with contextlib.suppress(OSError):
+            while b"\r\n\r\n" not in request:
+                data = self.request.recv(65536)
+                if not data:
+                    return
+                request += data
+        method, path = request.split(b" ", 2)[:2]
+        path = path.decode()
+        mode, _, rest = path.lstrip("/").partition("/")
+        if mode.startswith("files-"):
+            served = self.folder / rest.split("?")[0] if self.folder else None
+            if served is not None and not served.name.endswith(PACKAGES):
+                return self.file(served, method)
+            mode = mode.removeprefix("files-")
+        with contextlib.suppress(OSError):
+            getattr(self, f"mode_{mode}", self.mode_ok)(path)
+
+    def send(self, head: str, body: bytes = b"") -> None:
+        self.request.sendall(head.encode() + b"\r\n\r\n" + body)
+
+    def file(self, path: Path, method: bytes) -> None:
+        if not path.is_file():
+            return self.send("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close")
+        body = path.read_bytes()
+        self.send(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close", b"" if method == b"HEAD" else body)
+
+    def mode_ok(self, path):
+        self.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close", b"ok")
+
+    def mode_hang(self, path):
+        time.sleep(FOREVER_S)
+
+    def mode_drip(self, path):
+        self.send("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close")
+        for _ in range(FOREVER_S):
+            self.request.sendall(b"{")
+            time.sleep(1)
+
+    def mode_loop(self, path):
+        self.send(f"HTTP/1.1 302 Found\r\nLocation: {path}\r\nContent-Length: 0\r\nConnection: close")
+
+    def mode_reset(self, path):
+        self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.request.close()
+
+    def mode_bomb(self, path):
+        self.send(f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(self.bomb)}\r\nConnection: close", self.bomb)
+
+    def mode_badjson(self, path):
+        self.send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\nConnection: close", b"{not json")
+
+    def mode_huge(self, path):
+        self.send("HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\nConnection: close")
+        time.sleep(FOREVER_S)
+
+
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+@contextlib.contextmanager
+def serve_hostile(folder: Path | None = None):
+    """The server's base URL, http://127.0.0.1:PORT, for the length of the block."""
+    port = free_port()
+    command = [sys.executable, "-m", "tests.support.hostile_server", str(port), *([str(folder)] if folder else [])]
+    with serve_process(command, f"http://127.0.0.1:{port}/ok", cwd=Path(__file__).parents[2]):
+        yield f"http://127.0.0.1:{port}"
+
+
+if __name__ == "__main__":
+    Handler.folder = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    Handler.bomb = _gzip_bomb()
+    with Server(("127.0.0.1", int(sys.argv[1])), Handler) as server:
+        server.serve_forever()
