@@ -26,9 +26,14 @@ DEFAULT_MANIFEST_DIR = Path("verification")
 DEFAULT_REQUIRED_GATES = ("abi", "import", "gpu")
 
 
-def required_gates() -> tuple[str, ...]:
-    raw = os.environ.get("FAFORGE_REQUIRE")
-    return tuple(g.strip() for g in raw.split(",") if g.strip()) if raw else DEFAULT_REQUIRED_GATES
+def required_gates_setting(option: str | None) -> tuple[str, str]:
+    """The required-gate list as written, and where: `--require`, else $FAFORGE_REQUIRE (set, even to
+    nothing), else the default. faforge.release.manifest.parse_gates parses it, whatever the source."""
+    if option is not None:
+        return option, "--require"
+    if "FAFORGE_REQUIRE" in os.environ:
+        return os.environ["FAFORGE_REQUIRE"], "$FAFORGE_REQUIRE"
+    return ",".join(DEFAULT_REQUIRED_GATES), "the default"
 
 
 def cache_dir() -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,17 @@ def test_first_use_of_a_torch_venv_is_announced(tmp_path):
     assert f"first use: creating {tmp_path / 'cache' / 'torch-venvs'}/torch-2.14.1-py3.11" in result.stderr
     announced = result.stderr.index("first use: creating")
     assert announced < result.stderr.index("import: skipped")
+
+
+def test_a_package_with_no_extension_fails_its_abi_gate(tmp_path):
+    """Nothing in it to load is the package's fault: a failed gate (exit 1, recorded), not bad input (2)."""
+    path = assemble(PackageSpec("flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0", "linux-64"), tmp_path / "out")
+    torch_lib = tmp_path / "torch" / "lib"
+    torch_lib.mkdir(parents=True)
+    shutil.copy(sys.executable, torch_lib / "libc10.so")  # a torch library by name: the package is what is judged
+    manifest = tmp_path / "v"
+    result = faforge("verify", str(path), "--gates", "abi", "--against", str(torch_lib), "--manifest", str(manifest))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "✗" in result.stderr and "abi: failed: " in result.stderr and "no Python extension module" in result.stderr
+    recorded = results_for(manifest, read_package(path).sha256)
+    assert recorded["abi"].result == "failed" and "no Python extension module" in recorded["abi"].detail

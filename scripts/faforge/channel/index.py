@@ -12,13 +12,15 @@ transient; the next `publish` or `index` heals it.
 - index_fs runs in a child process (faforge.channel.rattler_index explains why), and its output is
   checked against the files before anything is renamed.
 - Writers hold the channel's lock file (fcntl), so leftovers found under the lock are stale.
+- Nothing is written through a link (faforge.channel.sandbox): only the platform folders of the
+  closed set are indexed, and a channel with a link where faforge reads or writes is refused.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import json
+import hashlib
 import os
 import secrets
 import shutil
@@ -29,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge import untrusted
+from faforge.channel.archive import read_index_json
+from faforge.channel.sandbox import SUBDIRS, check_channel, inside, open_new, plain_name, real_folder
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.release.package import PACKAGE_SUFFIXES, sha256_of
 
@@ -98,23 +102,34 @@ def naming_problem(filename: str, name: str, version: str, build: str) -> str | 
 
 def inspect_package(path: Path, subdir: str) -> str | None:
     """Why `path` cannot be indexed in `subdir`, or None when it can."""
-    from rattler.package import IndexJson  # noqa: PLC0415
-
     try:
-        meta = IndexJson.from_package_archive(path)
-    except Exception as exc:  # rattler's own error types for broken archives
-        return f"not a readable conda package ({exc})"
-    problem = naming_problem(path.name, meta.name.normalized, str(meta.version), str(meta.build))
+        meta = read_index_json(path)
+    except FaforgeError as exc:
+        return f"not a readable conda package ({exc.message.removeprefix(f'{path}: ')})"
+    problem = naming_problem(path.name, meta["name"], meta["version"], meta["build"])
     if problem:
         return problem
-    if (meta.subdir or "noarch") != subdir:
-        return f"its metadata says subdir {meta.subdir or 'noarch'}, but it lies in {subdir}/"
+    if meta["subdir"] != subdir:
+        return f"its metadata says subdir {meta['subdir']}, but it lies in {subdir}/"
     return None
 
 
 def _subdirs(channel: Path) -> list[str]:
-    found = {p.name for p in channel.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    found = {s for s in SUBDIRS if (channel / s).is_dir()}
     return sorted(found | {"noarch"})  # clients expect noarch/ in every channel
+
+
+def _stray_packages(channel: Path) -> list[BadFile]:
+    """Package files in a folder that is not a platform faforge indexes: named, never indexed."""
+    return [BadFile(f"{d.name}/{f.name}", f"{d.name}/ is not a platform folder faforge indexes ({', '.join(SUBDIRS)})")
+            for d in sorted(channel.iterdir(), key=lambda p: p.name)
+            if d.name not in SUBDIRS and not d.name.startswith(".") and d.is_dir() and not d.is_symlink()
+            for f in sorted(d.iterdir()) if f.name.endswith(PACKAGE_SUFFIXES)]
+
+
+def check_links(channel: Path) -> None:
+    """Exit 2 for a link where faforge reads or writes in `channel` (faforge.channel.sandbox)."""
+    check_channel(channel, (LOCK_FILE, STAGING_PREFIX, ".tmp"), (*PACKAGE_SUFFIXES, *INDEX_OUTPUTS, PART_SUFFIX))
 
 
 def _read_entries(repodata: Path) -> dict[str, tuple[int, str]] | None:
@@ -128,7 +143,8 @@ def _read_entries(repodata: Path) -> dict[str, tuple[int, str]] | None:
 
 def survey(channel: Path) -> Survey:
     """Compare every subdir's package files with its repodata.json, and inspect what is not indexed right."""
-    result = Survey(subdirs=_subdirs(channel))
+    check_links(channel)
+    result = Survey(subdirs=_subdirs(channel), bad=_stray_packages(channel))
     for subdir in result.subdirs:
         folder = channel / subdir
         if not folder.is_dir():
@@ -156,9 +172,11 @@ def survey(channel: Path) -> Survey:
 def channel_lock(channel: Path):
     """Hold the channel's lock (one writer at a time) and clear what killed writers left behind."""
     channel.mkdir(parents=True, exist_ok=True)
-    fd = os.open(channel / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    check_links(channel)
+    fd = os.open(channel / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        check_links(channel)  # again under the lock: what another writer did before we got it
         _remove_leftovers(channel)
         yield
     finally:
@@ -166,25 +184,42 @@ def channel_lock(channel: Path):
 
 
 def _remove_leftovers(channel: Path) -> None:
+    """Stale staging folders and partial files; check_links ran first, so none of these is a link
+    and no glob reaches through one."""
     for path in channel.glob(f"{STAGING_PREFIX}*"):
-        shutil.rmtree(path, ignore_errors=True)
-    for path in channel.glob(f"*/.*{PART_SUFFIX}"):
-        path.unlink(missing_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+    for subdir in SUBDIRS:
+        folder = channel / subdir
+        if folder.is_dir() and not folder.is_symlink():
+            for path in folder.glob(f".*{PART_SUFFIX}"):
+                path.unlink(missing_ok=True)
     try:
         (channel / ".tmp").rmdir()  # the empty folder older index_fs runs left in the channel
     except OSError:
         pass
 
 
-def place_file(source: Path, folder: Path) -> Path:
-    """Copy `source` into `folder` under a name only this process uses, then rename it into place."""
-    folder.mkdir(parents=True, exist_ok=True)
+def place_file(source: Path, channel: Path, subdir: str, *, sha256: str) -> Path:
+    """Copy `source` into channel/subdir under a name only this process uses, then rename it into
+    place; only a copy whose bytes have `sha256` (the sha256 its gates passed for) is renamed."""
+    if subdir not in SUBDIRS or not plain_name(source.name) or not source.name.endswith(PACKAGE_SUFFIXES):
+        raise FaforgeError(f"{source}: not copied into {channel}: {subdir}/{source.name} is not a platform folder and package file name",
+                           hint=f"platform folders are {', '.join(SUBDIRS)}; nothing was written")
+    folder = real_folder(channel, subdir)
     partial = folder / f".{source.name}.{os.getpid()}.{secrets.token_hex(4)}{PART_SUFFIX}"
+    digest = hashlib.sha256()
     try:
-        with open(source, "rb") as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        with open(source, "rb") as src, os.fdopen(open_new(partial), "wb") as dst:
+            for block in iter(lambda: src.read(1 << 20), b""):
+                digest.update(block)
+                dst.write(block)
             dst.flush()
             os.fsync(dst.fileno())
+        if digest.hexdigest() != sha256:
+            raise FaforgeError(f"{source}: changed while it was copied (its sha256 is no longer {sha256[:12]}…), so it is not published",
+                               exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
+        inside(channel, folder)
         return partial.replace(folder / source.name)
     finally:
         partial.unlink(missing_ok=True)
@@ -225,18 +260,19 @@ def rebuild(channel: Path, found: Survey, *, leave_out: frozenset[str] = frozens
             raise FaforgeError(f"py-rattler's index of {channel} does not match its files: {differ[:3]}",
                                exit_code=EXIT_PROBLEMS, hint="nothing in the channel was changed; report this with the files named")
         for subdir in found.subdirs:
-            _install_index(staging / subdir, channel / subdir)
+            _install_index(staging / subdir, channel, subdir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _install_index(staged: Path, folder: Path) -> None:
-    """Shards first (content-addressed names), then each index file by one rename."""
-    folder.mkdir(exist_ok=True)
+def _install_index(staged: Path, channel: Path, subdir: str) -> None:
+    """Shards first (content-addressed names), then each index file by one rename (a rename
+    replaces a link at its destination, never writes through it)."""
+    folder = real_folder(channel, subdir)
     if (staged / SHARDS_DIR).is_dir():
-        (folder / SHARDS_DIR).mkdir(exist_ok=True)
+        shards = real_folder(channel, subdir, SHARDS_DIR)
         for shard in (staged / SHARDS_DIR).iterdir():
-            shard.replace(folder / SHARDS_DIR / shard.name)
+            shard.replace(shards / shard.name)
     for name in INDEX_OUTPUTS:
         if (staged / name).exists():
             _fsync(staged / name)

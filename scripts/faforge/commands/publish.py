@@ -17,7 +17,7 @@ from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
-from faforge.release.manifest import check_gate_names
+from faforge.release.manifest import parse_gates, verify_hint
 from faforge.release.package import read_package
 from faforge.release.publish import judge, publish, require_kernel_packages
 from faforge.release.targets import TOKEN_ENV, parse_target
@@ -44,7 +44,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    required = check_gate_names(args.require.split(",") if args.require is not None else config.required_gates(), what="--require")
+    text, source = config.required_gates_setting(args.require)
+    required = parse_gates(text, source=source, purpose="any package could be published unverified")
     target = parse_target(args.to)
     if target.kind == "folder" and not args.dry_run:  # checked, not created, before any package is judged
         paths.output_dir(Path(target.url), "--to", create=False)
@@ -54,7 +55,7 @@ def execute(args: argparse.Namespace) -> int:
     decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
     channel = args.channel or (Path(target.url) if target.kind == "folder" else None)
     decisions = require_kernel_packages(decisions, channel, str(channel) if channel else f"the target {target} (pass --channel to read it)")
-    result = publish(decisions, target, dry_run=args.dry_run, force=args.force)
+    result = publish(decisions, target, manifest_dir=args.manifest, required=required, dry_run=args.dry_run, force=args.force)
     outcomes = result.outcomes
     by_file = {d.package.filename: d for d in decisions}
     if args.json:
@@ -79,6 +80,9 @@ def execute(args: argparse.Namespace) -> int:
         for o in outcomes:
             if o.action == "refused" and _short(o.detail) != o.detail:
                 print(f"\nrefused {o.package.filename}: {o.detail}")
+        for d in decisions:
+            if d.unverified:
+                print(f"  hint: {d.package.filename}: {verify_hint(d.package, args.manifest)}")
         print(f"\nrequired gates: {', '.join(required)}; target: {target}")
         print_channel_problems(result.channel_problems, target)
     bad = [o for o in outcomes if o.action in ("refused", "exists")]

@@ -22,7 +22,7 @@ from pathlib import Path
 from faforge import config, paths, progress
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
-from faforge.release.manifest import GATES, check_gate_names, record
+from faforge.release.manifest import parse_gates, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
 from faforge.table import format_table
@@ -46,10 +46,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    gates = check_gate_names([g.strip() for g in args.gates.split(",") if g.strip()], what="--gates")
-    if not gates:
-        raise FaforgeError(f"--gates {args.gates!r}: names no gate, so nothing would be verified",
-                           hint=f"name gates ({', '.join(GATES)}), or leave --gates out for {','.join(CPU_GATES)}")
+    gates = parse_gates(args.gates, source="--gates", purpose="nothing would be verified")
     for against in args.against or []:
         with paths.user_path("--against", against):
             if not against.is_dir():

@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from faforge import __version__, atomic, untrusted
-from faforge.errors import FaforgeError
-from faforge.release.package import PackageFacts
+from faforge.errors import EXIT_PROBLEMS, FaforgeError, shorten
+from faforge.release.package import PackageFacts, sha256_of
 
 MANIFEST_VERSION = 1
 GATES = ("abi", "import", "gpu")
@@ -44,6 +44,51 @@ def check_gate_names(names, *, what: str) -> tuple[str, ...]:
     if unknown:
         raise FaforgeError(f"{what}: unknown gate {unknown[0]!r}", hint=f"gates are {', '.join(GATES)}")
     return tuple(names)
+
+
+def parse_gates(text: str, *, source: str, purpose: str) -> tuple[str, ...]:
+    """The one parser of a gate list (--require, $FAFORGE_REQUIRE, --gates): a clean comma list of
+    known gates, each once; spaces around a name are allowed. Anything else is refused, naming
+    `source`: an empty item (`,,abi`, `abi,`) is what an unset variable leaves in `$A,$B,abi`, so
+    it must never shrink the set silently; an empty list would make `purpose` vacuous."""
+    shown = f"{source} {shorten(repr(text))}"
+    names = [n.strip() for n in text.split(",")]
+    if not any(names):
+        raise FaforgeError(f"{shown}: names no gate, so {purpose}",
+                           hint=f"name gates ({', '.join(GATES)}) as a comma list, or leave {source} out for the default")
+    if "" in names:
+        raise FaforgeError(f"{shown}: an empty name between commas",
+                           hint=f"write a plain comma list such as {','.join(GATES)} (an unset variable inside it leaves such a gap)")
+    unknown = [n for n in names if n not in GATES]
+    if unknown:
+        raise FaforgeError(f"{shown}: unknown gate {shorten(repr(unknown[0]))}", hint=f"gates are {', '.join(GATES)}")
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice:
+        raise FaforgeError(f"{shown}: names {twice!r} twice", hint="name each gate once")
+    return tuple(names)
+
+
+def require_passed(manifest_dir: Path, package: PackageFacts, required: tuple[str, ...]) -> None:
+    """The invariant every copy into a channel checks itself, right before it copies: each required
+    gate `passed` for this exact sha256, no gate `failed`, and the file still has that sha256.
+    Callers judge first (publish.judge); this stops one that did not (exit 1, nothing copied)."""
+    if not required or any(g not in GATES for g in required):
+        raise FaforgeError(f"{package.filename}: the required gates {list(required)!r} are not a set of known gates, "
+                           "so nothing may be copied", exit_code=EXIT_PROBLEMS, hint=f"require some of {', '.join(GATES)}")
+    results = results_for(manifest_dir, package.sha256)
+    missing = [f"{g}: {results[g].result if g in results else 'not run'}" for g in GATES
+               if (g in required and (g not in results or results[g].result != "passed")) or (g in results and results[g].result == "failed")]
+    if missing:
+        raise FaforgeError(f"{package.filename} ({package.sha256[:12]}) has not passed its gates ({'; '.join(missing)}), so it is not copied",
+                           exit_code=EXIT_PROBLEMS, hint=verify_hint(package, manifest_dir))
+    if sha256_of(package.path) != package.sha256:
+        raise FaforgeError(f"{package.path}: changed since its gates were checked (sha256 is no longer {package.sha256[:12]}…), so it is not copied",
+                           exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
+
+
+def verify_hint(package: PackageFacts, manifest_dir: Path) -> str:
+    """What to do about a package without its gates: verify it into the manifest publish reads."""
+    return f"run `faforge verify {package.path} --manifest {manifest_dir}` first (the GPU gate on a GPU runner: --gates gpu)"
 
 
 def record(manifest_dir: Path, package: PackageFacts, gate: str, result: str, detail: str) -> GateResult:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.buildcost.cachekey import archs_of_tag
+from faforge.channel.archive import read_index_json
 from faforge.errors import FaforgeError
 from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
 
@@ -114,8 +115,8 @@ def _kernel_facts(*, path: Path, name: str, version: str, build: str, subdir: st
 
 
 def read_package(path: str | Path) -> PackageFacts:
-    from rattler.package import IndexJson  # noqa: PLC0415
-
+    """The facts of a package file, from its own info/index.json (faforge.channel.archive checks the
+    archive and the fields; a subdir outside linux-64, linux-aarch64, noarch is refused, exit 2)."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         # An unmatched shell glob (output/linux-64/*.conda before any build) arrives as the pattern itself.
@@ -124,16 +125,6 @@ def read_package(path: str | Path) -> PackageFacts:
                                                    "pass those files")
     if not path.is_file() or not path.name.endswith(PACKAGE_SUFFIXES):
         raise FaforgeError(f"{path}: not a conda package file", hint="pass a .conda or .tar.bz2 file, e.g. output/linux-64/flash-attn-*.conda")
-    try:
-        index = IndexJson.from_package_archive(path)
-    except Exception as exc:  # rattler raises its own error types for broken archives
-        raise FaforgeError(f"{path}: cannot read info/index.json: {exc}", hint="the file is not a complete conda package; rebuild or re-download it") from None
-    return facts_from_metadata(
-        path=path,
-        name=index.name.normalized,
-        version=str(index.version),
-        build=str(index.build),
-        subdir=index.subdir or "",
-        depends=[str(d) for d in index.depends],
-        sha256=sha256_of(path),
-    )
+    index = read_index_json(path)
+    return facts_from_metadata(path=path, name=index["name"], version=index["version"], build=index["build"],
+                               subdir=index["subdir"], depends=index.get("depends", []), sha256=sha256_of(path))

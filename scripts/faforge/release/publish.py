@@ -15,7 +15,7 @@ from pathlib import Path
 from faforge.channel.index import BadFile, channel_errors, channel_lock, check_folder, heal, naming_problem, place_file, rebuild, Survey, survey
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
-from faforge.release.manifest import GATES, GateResult, results_for
+from faforge.release.manifest import GATES, GateResult, require_passed, results_for
 from faforge.release.package import PackageFacts
 from faforge.release.targets import Target, upload
 
@@ -26,6 +26,7 @@ class Decision:
     results: dict[str, GateResult]
     allowed: bool
     reason: str
+    unverified: bool = False  # refused because required gates have not run or passed: `faforge verify` it first
 
     def gate_words(self) -> str:
         return ", ".join(f"{g}: {self.results[g].result if g in self.results else 'not run'}" for g in GATES)
@@ -40,7 +41,7 @@ def judge(package: PackageFacts, manifest_dir: Path, required: tuple[str, ...]) 
     missing = [f"{g}: {results[g].result if g in results else 'not run'}" for g in required
                if g not in results or results[g].result != "passed"]
     if missing:
-        return Decision(package, results, False, "; ".join(missing))
+        return Decision(package, results, False, "; ".join(missing), unverified=True)
     return Decision(package, results, True, "all required gates passed: " + ", ".join(required))
 
 
@@ -93,23 +94,28 @@ class Published:
     channel_problems: list[BadFile] = field(default_factory=list)  # files already in a folder channel that cannot be indexed
 
 
-def publish(decisions: list[Decision], target: Target, *, dry_run: bool, force: bool) -> Published:
+def publish(decisions: list[Decision], target: Target, *, manifest_dir: Path, required: tuple[str, ...],
+            dry_run: bool, force: bool) -> Published:
+    """Copy or upload the allowed packages. Each is checked against the manifest again here
+    (require_passed), whatever the decisions say, before anything is copied, even in a dry run."""
     outcomes = [Outcome(d.package, "refused", d.reason) for d in decisions if not d.allowed]
     allowed = []
     for pkg in (d.package for d in decisions if d.allowed):
         # Refused before anything is copied: an index (ours or a server's) would not list it.
-        problem = naming_problem(pkg.filename, pkg.name, pkg.version, pkg.build) or ("" if pkg.subdir else "its metadata names no subdir")
+        problem = naming_problem(pkg.filename, pkg.name, pkg.version, pkg.build)
         if problem:
             outcomes.append(Outcome(pkg, "refused", f"cannot be indexed: {problem}"))
         else:
             allowed.append(pkg)
+    for pkg in allowed:
+        require_passed(manifest_dir, pkg, required)
     if target.kind == "folder":
         result = _publish_to_folder(allowed, Path(target.url), dry_run=dry_run, force=force)
     elif dry_run:
         result = Published([Outcome(p, "would-publish", str(target)) for p in allowed])
     else:
         if allowed:
-            upload(target, [(p.path, p.subdir) for p in allowed], force=force)
+            upload(target, allowed, manifest_dir=manifest_dir, required=required, force=force)
         result = Published([Outcome(p, "published", str(target)) for p in allowed])
     order = {d.package.path: i for i, d in enumerate(decisions)}
     return Published(sorted(outcomes + result.outcomes, key=lambda o: order[o.package.path]), result.channel_problems)
@@ -136,7 +142,7 @@ def _publish_to_folder(packages: list[PackageFacts], channel: Path, *, dry_run: 
         if leaving:
             rebuild(channel, before, leave_out=leaving)
         for pkg in moving:
-            place_file(pkg.path, channel / pkg.subdir)
+            place_file(pkg.path, channel, pkg.subdir, sha256=pkg.sha256)
         after = heal(channel)
     return Published(outcomes, after.bad)
 

@@ -18,6 +18,8 @@ from urllib.request import url2pathname
 
 from faforge import httpclient
 from faforge.errors import EXIT_PROBLEMS, FaforgeError, RemoteError
+from faforge.release.manifest import require_passed
+from faforge.release.package import PackageFacts
 
 # The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
 TOKEN_ENV = {
@@ -110,12 +112,15 @@ def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> 
         raise RemoteError(f"cannot tell whether {url} exists: HTTP {exc.code}", hint="check the server and the token, then retry") from None
 
 
-def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> None:
-    """Upload (package, subdir) pairs through py-rattler-build; refuses to replace unless `force`."""
+def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, required: tuple[str, ...], force: bool) -> None:
+    """Upload packages through py-rattler-build; refuses to replace unless `force`. Each package's
+    gates are checked against the manifest here first (require_passed), so no caller can skip them."""
     import rattler_build  # noqa: PLC0415
 
+    for package in packages:
+        require_passed(manifest_dir, package, required)
     token = token_for(target)
-    files = [str(p) for p, _ in packages]
+    files = [str(p.path) for p in packages]
     try:
         if target.kind == "prefix":
             rattler_build.upload_package_to_prefix(files, target.url, target.channel, api_key=token, force=force)
@@ -130,7 +135,7 @@ def upload(target: Target, packages: list[tuple[Path, str]], *, force: bool) -> 
             rattler_build.upload_package_to_quetz(files, target.url, target.channel, api_key=token)
         elif target.kind == "artifactory":
             if not force:
-                present = [p.name for p, subdir in packages if _artifactory_has(target, token, subdir, p.name)]
+                present = [p.filename for p in packages if _artifactory_has(target, token, p.subdir, p.filename)]
                 if present:
                     raise FaforgeError(f"{', '.join(present)} already on {target}", hint="pass --force to replace", exit_code=1)
             rattler_build.upload_package_to_artifactory(files, target.url, f"{target.url}/{target.channel}", token=token)

@@ -65,9 +65,14 @@ def glibc_floor(package: PackageFacts) -> str | None:
 
 
 def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | None = None) -> Check:
+    """An ElfError here is about the package's own content (no extension module in it, a broken
+    .so): the gate failed (exit 1), it is not bad input. The torch's own problems are FaforgeErrors."""
     with unpacked(*(kernel,) if kernel else ()) as kernel_prefix:
-        verdict = check_path(package.path, against, glibc=glibc_floor(package), platform=package.subdir,
-                             library_dirs=[kernel_prefix / "lib"] if kernel else [])
+        try:
+            verdict = check_path(package.path, against, glibc=glibc_floor(package), platform=package.subdir,
+                                 library_dirs=[kernel_prefix / "lib"] if kernel else [])
+        except ElfError as exc:
+            return Check("abi", "failed", exc.message)
     problems = [f"{m.path}: {p.kind}: " + (f"{p.demangled or p.symbol}: " if p.symbol else "") + p.detail
                 for m in verdict.modules for p in m.problems]
     mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, package.cxx11_abi)]

@@ -1,0 +1,146 @@
+"""Read a package file's info/index.json without trusting the archive.
+
+A .conda is a zip of metadata.json, info-*.tar.zst and pkg-*.tar.zst; a .tar.bz2 one tarball.
+The info tarball's members must be plain relative paths (no absolute name, no `..`), regular
+files or folders (no symlink, hardlink or device), each named once, so that what faforge reads is
+what an installer unpacks. index.json is capped (INDEX_JSON_CAP, decompressed), parsed as strict
+JSON (no NaN/Infinity) and its fields checked for the types faforge uses; every refusal is one
+FaforgeError (exit 2) naming the file and the member or field.
+
+The strict parse is faforge.untrusted's, the one JSON reader for content faforge did not write;
+the cap is here because it bounds a decompressed archive member, not a file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from faforge import untrusted
+from faforge.channel.sandbox import plain_name, subdir_problem
+from faforge.errors import FaforgeError
+
+INDEX_JSON = "info/index.json"
+INDEX_JSON_CAP = 1 << 20  # 1 MiB; a real one is well under 2 KB
+INFO_TAR_CAP = 256 << 20  # decompressed bytes of the whole info/ part read to find and check it
+REBUILD = "the file is not a sound conda package; rebuild or re-download it"
+# Fields faforge reads from index.json, and the JSON type each must have (None: may be absent or null).
+STRINGS = ("name", "version", "build", "subdir")
+OPTIONAL_STRINGS = ("platform", "arch", "noarch")
+
+
+class _Capped(io.RawIOBase):
+    """A stream that refuses to yield more than `cap` bytes (a decompression bomb stops there)."""
+
+    def __init__(self, stream, cap: int, what: str):
+        self.stream, self.left, self.what = stream, cap, what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(min(len(buffer), self.left + 1))
+        self.left -= len(data)
+        if self.left < 0:
+            raise FaforgeError(f"{self.what}: its info/ part decompresses to more than {INFO_TAR_CAP >> 20} MiB", hint=REBUILD)
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def read_index_json(path: Path) -> dict:
+    """info/index.json of the package at `path`, checked (see the module docstring)."""
+    try:
+        raw = _index_json_bytes(path)
+    except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError, ValueError) as exc:
+        raise FaforgeError(f"{path}: cannot read {INDEX_JSON}: {exc}", hint=REBUILD) from None
+    return check_index_json(parse_index_json(raw, f"{path}: {INDEX_JSON}"), f"{path}: {INDEX_JSON}")
+
+
+def _index_json_bytes(path: Path) -> bytes:
+    if path.name.endswith(".conda"):
+        import zstandard  # noqa: PLC0415
+
+        with zipfile.ZipFile(path) as outer:
+            names = outer.namelist()
+            infos = [n for n in names if n.startswith("info-") and n.endswith(".tar.zst")]
+            odd = [n for n in names if not plain_name(n)] or [n for i, n in enumerate(names) if n in names[:i]]
+            if odd or len(infos) != 1:
+                why = f"zip member {odd[0]!r} is not a plain, unique name" if odd else f"{len(infos)} info-*.tar.zst members, not one"
+                raise FaforgeError(f"{path}: {why}", hint=REBUILD)
+            with outer.open(infos[0]) as member:
+                reader = zstandard.ZstdDecompressor().stream_reader(member, read_across_frames=True)
+                return _from_info_tar(io.BufferedReader(_Capped(reader, INFO_TAR_CAP, str(path))), path)
+    with open(path, "rb") as f:
+        import bz2  # noqa: PLC0415
+
+        return _from_info_tar(bz2.BZ2File(f), path, only_info=True)
+
+
+def _from_info_tar(stream, path: Path, *, only_info: bool = False) -> bytes:
+    """index.json from a streamed tar, refusing hostile info/ members (a .tar.bz2 also holds the payload,
+    whose links are legitimate: only its info/ members are judged)."""
+    seen: set[str] = set()
+    found = None
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            name = member.name
+            parts = PurePosixPath(name).parts
+            if only_info and (not parts or parts[0] != "info") and not name.startswith("/") and ".." not in parts:
+                continue
+            if name.startswith("/") or ".." in parts or not parts:
+                raise FaforgeError(f"{path}: archive member {name!r} is not a relative path inside the package", hint=REBUILD)
+            kind = "a symbolic link" if member.issym() else "a hard link" if member.islnk() else None if member.isreg() or member.isdir() else "not a regular file"
+            if kind:
+                raise FaforgeError(f"{path}: archive member {name!r} is {kind}, which info/ never holds", hint=REBUILD)
+            clean = "/".join(p for p in parts if p != ".")
+            if clean in seen:
+                raise FaforgeError(f"{path}: archive member {name!r} appears twice (which one an installer keeps is not defined)", hint=REBUILD)
+            seen.add(clean)
+            if clean == INDEX_JSON:
+                if member.size > INDEX_JSON_CAP:
+                    raise FaforgeError(f"{path}: {INDEX_JSON} is {member.size} bytes, over the cap of {INDEX_JSON_CAP}", hint=REBUILD)
+                found = tar.extractfile(member).read(INDEX_JSON_CAP + 1)
+    if found is None:
+        raise FaforgeError(f"{path}: has no {INDEX_JSON}", hint=REBUILD)
+    return found
+
+
+def parse_index_json(raw: bytes, what: str) -> dict:
+    """Strict JSON (faforge.untrusted.parse_json); a non-object is not an index.json."""
+    data = untrusted.parse_json(raw, what, hint=REBUILD)
+    if not isinstance(data, dict):
+        raise FaforgeError(f"{what}: a JSON {type(data).__name__}, not an object", hint=REBUILD)
+    return data
+
+
+def check_index_json(data: dict, what: str) -> dict:
+    """The fields faforge uses have their types, names are plain, and the subdir is one faforge
+    writes to and agrees with the package's own platform and arch."""
+    def wrong(field: str, expected: str):
+        value = data.get(field)
+        shown = json.dumps(value)[:80]
+        return FaforgeError(f'{what}: "{field}" is {shown} ({type(value).__name__}), expected {expected}', hint=REBUILD)
+
+    for field in STRINGS:
+        if not isinstance(data.get(field), str) or not data[field]:
+            raise wrong(field, "a non-empty string")
+    for field in OPTIONAL_STRINGS:
+        if data.get(field) is not None and not isinstance(data[field], str):
+            raise wrong(field, "a string or null")
+    depends = data.get("depends", [])
+    if not isinstance(depends, list) or not all(isinstance(d, str) for d in depends):
+        raise wrong("depends", "a list of strings")
+    if "build_number" in data and (not isinstance(data["build_number"], int) or isinstance(data["build_number"], bool)):
+        raise wrong("build_number", "an integer")
+    for field in ("name", "version", "build"):
+        if not plain_name(data[field]) or any(c.isspace() for c in data[field]):
+            raise FaforgeError(f'{what}: "{field}" is {json.dumps(data[field])[:80]}, not a plain name', hint=REBUILD)
+    problem = subdir_problem(data["subdir"], data.get("platform"), data.get("arch"))
+    if problem:
+        raise FaforgeError(f"{what}: {problem}",
+                           hint="faforge publishes linux-64 (linux, x86_64), linux-aarch64 (linux, aarch64) and noarch packages; "
+                                "rebuild it for one of them")
+    return data
