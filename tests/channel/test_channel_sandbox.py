@@ -163,8 +163,8 @@ HOSTILE_INDEX = {
     "name-number": ({"name": 3}, '"name" is 3'),
     "name-path": ({"name": "../x"}, '"name" is "../x", not a plain name'),
     "build-list": ({"build": ["a"]}, '"build" is ["a"]'),
-    "nan": (b'{"name": "flash-attn", "build_number": NaN}', "NaN is not JSON"),
-    "infinity": (b'{"name": "flash-attn", "size": -Infinity}', "-Infinity is not JSON"),
+    "nan": (b'{"name": "flash-attn", "build_number": NaN}', "NaN is not a number JSON allows"),
+    "infinity": (b'{"name": "flash-attn", "size": -Infinity}', "-Infinity is not a number JSON allows"),
     "not-an-object": (b"[1, 2]", "a JSON list, not an object"),
     "oversized": (b'{"name": "' + b"x" * (1 << 20) + b'"}', "over the cap"),
 }
