@@ -123,6 +123,35 @@ def test_publish_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_pat
     assert_remote_failure(result, f"{base}/hang/artifactory/api/conda/my-channel")
 
 
+# kind: (--to under the server's base, token variable, options); artifactory with --force skips its HEAD check.
+# Not anaconda: its API paths start with /stage/, not with the mode the hostile server reads from the path;
+# it runs through the same child process as these three.
+UPLOADS = {
+    "prefix": ("prefix:{base}/hang/my-channel", "PREFIX_API_KEY", ()),
+    "quetz": ("quetz:{base}/hang/my-channel", "QUETZ_API_KEY", ()),
+    "artifactory": ("artifactory:{base}/hang/artifactory/api/conda/my-channel", "ARTIFACTORY_TOKEN", ("--force",)),
+}
+
+
+@pytest.mark.parametrize("kind", UPLOADS)
+def test_an_upload_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_path, kind):
+    """py-rattler-build's uploads hold the GIL while they wait on the network, so only a child process
+    killed at the deadline bounds them (before, each of these waited forever)."""
+    from tests.release.test_publish import package, passed  # noqa: PLC0415
+
+    base, _ = served
+    one = package(tmp_path / "a")
+    passed(tmp_path / "verification", one)
+    to, token_env, extra = UPLOADS[kind]
+    result, took = faforge("publish", one, "--manifest", tmp_path / "verification", "--to", to.format(base=base), *extra,
+                           env={token_env: "t0ken-s3cret"})
+    assert result.returncode == 4, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+    assert httpclient.DEADLINE_ENV in result.stderr and " — " in result.stderr, result.stderr
+    assert "t0ken-s3cret" not in result.stderr + result.stdout
+    assert took < DEADLINE_S + MARGIN_S
+
+
 @pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf", "0", ""])
 @pytest.mark.parametrize("name", [httpclient.TIMEOUT_ENV, httpclient.DEADLINE_ENV])
 def test_limits_from_the_environment_are_validated(monkeypatch, name, value):

@@ -9,7 +9,10 @@ Tokens come only from the environment variable named per kind, never from the co
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,36 +116,52 @@ def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> 
 
 
 def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, required: tuple[str, ...], force: bool) -> None:
-    """Upload packages through py-rattler-build; refuses to replace unless `force`. Each package's
+    """Upload packages through py-rattler-build, in a child process killed at the deadline (server_upload);
+    refuses to replace unless `force`. Each package's
     gates are checked against the manifest here first (require_passed), so no caller can skip them."""
-    import rattler_build  # noqa: PLC0415
-
     for package in packages:
         require_passed(manifest_dir, package, required)
     token = token_for(target)
-    files = [str(p.path) for p in packages]
+    if target.kind == "quetz" and force:
+        raise FaforgeError("quetz uploads cannot replace a file (py-rattler-build sends force=false)",
+                           hint="delete the file on the server first, or publish without --force")
+    if target.kind == "artifactory" and not force:
+        present = [p.filename for p in packages if _artifactory_has(target, token, p.subdir, p.filename)]
+        if present:
+            raise FaforgeError(f"{', '.join(present)} already on {target}", hint="pass --force to replace", exit_code=1)
+    answer = _upload_in_child(target, [str(p.path) for p in packages], force=force, seconds=httpclient.limits().deadline_s * len(packages))
+    if "error" in answer:  # py-rattler-build's UploadError/AuthError; a server may echo the token back
+        message = redact(str(answer["error"]), token)
+        if "already exists" in message:  # the server refused to replace: a finding (exit 1), as for a folder
+            raise FaforgeError(f"upload to {target} refused: {message}", exit_code=EXIT_PROBLEMS, hint="pass --force to replace it")
+        raise RemoteError(f"upload to {target} failed: {message}", hint="check the server, the channel and the token, then retry")
+
+
+def _upload_in_child(target: Target, files: list[str], *, force: bool, seconds: float) -> dict:
+    """faforge.release.server_upload's answer, or a RemoteError when it has none within `seconds`
+    (one overall deadline per package file: FAFORGE_HTTP_DEADLINE)."""
+    spec = {"kind": target.kind, "url": target.url, "channel": target.channel, "files": files, "force": force,
+            "token_env": TOKEN_ENV[target.kind]}
     try:
-        if target.kind == "prefix":
-            rattler_build.upload_package_to_prefix(files, target.url, target.channel, api_key=token, force=force)
-        elif target.kind == "anaconda":
-            owner, _, label = target.channel.partition("/")
-            rattler_build.upload_package_to_anaconda(files, owner, channel=[label] if label else None, api_key=token,
-                                                     url=target.url, force=force)
-        elif target.kind == "quetz":
-            if force:
-                raise FaforgeError("quetz uploads cannot replace a file (py-rattler-build sends force=false)",
-                                   hint="delete the file on the server first, or publish without --force")
-            rattler_build.upload_package_to_quetz(files, target.url, target.channel, api_key=token)
-        elif target.kind == "artifactory":
-            if not force:
-                present = [p.filename for p in packages if _artifactory_has(target, token, p.subdir, p.filename)]
-                if present:
-                    raise FaforgeError(f"{', '.join(present)} already on {target}", hint="pass --force to replace", exit_code=1)
-            rattler_build.upload_package_to_artifactory(files, target.url, f"{target.url}/{target.channel}", token=token)
-    except FaforgeError:
-        raise
-    except Exception as exc:  # py-rattler-build's UploadError/AuthError; a server may echo the token back
-        if "already exists" in str(exc):  # the server refused to replace: a finding (exit 1), as for a folder
-            raise FaforgeError(f"upload to {target} refused: {redact(str(exc), token)}", exit_code=EXIT_PROBLEMS,
-                               hint="pass --force to replace it") from None
-        raise RemoteError(f"upload to {target} failed: {redact(str(exc), token)}", hint="check the server, the channel and the token, then retry") from None
+        child = subprocess.run([sys.executable, "-m", "faforge.release.server_upload"], input=json.dumps(spec),
+                               capture_output=True, text=True, timeout=seconds, env=_child_env())
+    except subprocess.TimeoutExpired:  # run() has killed the child
+        raise RemoteError(f"upload to {target}: no answer within {seconds:g} s ({httpclient.DEADLINE_ENV}, per package)",
+                          input=str(target), hint=httpclient.deadline_hint()) from None
+    lines = child.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        token = os.environ.get(TOKEN_ENV[target.kind], "")
+        tail = redact(child.stderr.strip()[-400:], token) or f"exit status {child.returncode}"
+        raise RemoteError(f"upload to {target} failed: the upload process ended without an answer ({tail})",
+                          hint="check the server, the channel and the token, then retry")
+    return answer
+
+
+def _child_env() -> dict[str, str]:
+    """The environment, with faforge's package importable in the child as it is here."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH", "")]))}

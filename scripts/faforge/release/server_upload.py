@@ -1,0 +1,46 @@
+"""The py-rattler-build upload call, run in a child process that `faforge publish` kills at its deadline.
+
+py-rattler-build's upload functions hold the GIL while they wait on the network, so no thread, timer
+or socket shutdown in the same process can stop one that a server never answers (issue 21). The
+parent (faforge.release.targets.upload) sends the call as JSON on stdin, with the token in the
+environment variable rattler-build reads for that kind, and reads one JSON line back:
+{"ok": true} or {"error": "..."}. The child prints nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def call(kind: str, url: str, channel: str, files: list[str], force: bool, token: str) -> None:
+    """One upload of `files` to the server of `kind`, as py-rattler-build spells it."""
+    import rattler_build  # noqa: PLC0415
+
+    if kind == "prefix":
+        rattler_build.upload_package_to_prefix(files, url, channel, api_key=token, force=force)
+    elif kind == "anaconda":
+        owner, _, label = channel.partition("/")
+        rattler_build.upload_package_to_anaconda(files, owner, channel=[label] if label else None, api_key=token, url=url, force=force)
+    elif kind == "quetz":
+        rattler_build.upload_package_to_quetz(files, url, channel, api_key=token)
+    elif kind == "artifactory":
+        rattler_build.upload_package_to_artifactory(files, url, f"{url}/{channel}", token=token)
+    else:
+        raise ValueError(f"no upload for target kind {kind!r}")
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.read())
+    try:
+        call(spec["kind"], spec["url"], spec["channel"], spec["files"], spec["force"], os.environ.get(spec["token_env"], ""))
+    except Exception as exc:  # py-rattler-build's UploadError/AuthError: the parent words and redacts it
+        print(json.dumps({"error": str(exc)}), flush=True)
+        return 0
+    print(json.dumps({"ok": True}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
