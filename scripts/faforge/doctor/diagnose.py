@@ -106,8 +106,20 @@ def torch_import_failed(s: Situation) -> Problem | None:
     if not s.torch.installed or s.facts.torch.imported:
         return None
     error = s.facts.torch.error
-    return Problem("torch-import-failed", ERROR, f"torch is installed ({s.torch.how}) but `import torch` fails",
-                   (f"{error.type}: {error.message}",) if error else ())
+    details = [f"{error.type}: {error.message}"] if error else []
+    message = f"torch is installed ({s.torch.how}) but `import torch` fails"
+    misplaced = next((p for p in _misplaced(s) if error and f"{p.library}: " in error.message), None)
+    if misplaced is not None:  # the library is there; a folder linked as a whole hides it from the loader
+        link = misplaced.misplaced.link
+        message += (f": the loader does not find {misplaced.library} because {link} is a symlink to a folder elsewhere"
+                    if link else f": the loader does not find {misplaced.library} because a folder is reached through a symlink")
+        details.append(misplaced.detail)
+    return Problem("torch-import-failed", ERROR, message, tuple(details))
+
+
+def _misplaced(s: Situation) -> list:
+    """The gate's missing libraries that are installed where a lexical `..` leads, not where the loader looks."""
+    return [p for p in s.gate_problems(classify.MISSING_LIBRARY) if p.misplaced is not None]
 
 
 def mixed_channels(s: Situation) -> Problem | None:
@@ -322,12 +334,7 @@ def libcudart_missing(s: Situation) -> Problem | None:
     torch_major = _major(s.torch_cuda)
     if s.binary is None or torch_major is None:
         return None
-    unfound = {u.name for u in s.binary.module.unverified_libraries}
-    unfound |= {p.library for p in s.binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
-    loader = s.facts.import_outcome.missing_library
-    if loader and loader.startswith("libcudart"):
-        unfound.add(loader)
-    missing = sorted(name for name in unfound if name == f"libcudart.so.{torch_major}")
+    missing = sorted(name for name in _unfound_libraries(s) if name == f"libcudart.so.{torch_major}")
     if not missing:
         return None
     return Problem("libcudart-missing", ERROR,
@@ -337,12 +344,13 @@ def libcudart_missing(s: Situation) -> Problem | None:
 
 
 def _unfound_libraries(s: Situation) -> set[str]:
-    """Libraries of the extension that neither the loader model nor the import found."""
+    """Libraries of the extension that neither the loader model nor the import found; not those that
+    are installed where the loader does not look (torch-import-failed names that layout)."""
     unfound = {u.name for u in s.binary.module.unverified_libraries}
     unfound |= {p.library for p in s.binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
     if s.facts.import_outcome.missing_library:
         unfound.add(s.facts.import_outcome.missing_library)
-    return unfound
+    return unfound - {p.library for p in _misplaced(s)}
 
 
 def kernel_library(s: Situation) -> Problem | None:
