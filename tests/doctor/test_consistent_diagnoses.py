@@ -9,11 +9,13 @@ exported too), and an overlay of the cached real torch 2.14.1.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 import pytest
 
+from faforge.abi.demangle import demangle
 from faforge.doctor.torch_symbols import default_table
 from tests.doctor import envs
 
@@ -82,3 +84,61 @@ def test_binary_built_for_a_newer_torch(run_doctor, cuda_overlay, torch_cuda, tm
     assert "SetDevice" not in problem["message"]
     build = result.fix("local-build")
     assert "against this torch 2.14.1+cu130" in build["title"] and build["resolves"] == ["signature-drift"]
+
+
+# libc10_cuda.so of PyPI torch 2.1-2.2 only (variants/torch_symbols.yaml): SetDevice(int) and its
+# `int` siblings, which 2.3 respelled with `signed char` (DeviceIndex); return types are not mangled.
+OLD_DEVICE_API = ("namespace c10 { namespace cuda { void SetDevice(int); void ExchangeDevice(int); void MaybeSetDevice(int);\n"
+                  "  void MaybeExchangeDevice(int); void GetDevice(int*); } }",
+                  "c10::cuda::SetDevice(0); c10::cuda::ExchangeDevice(0); c10::cuda::MaybeSetDevice(0);\n"
+                  "  c10::cuda::MaybeExchangeDevice(0); int d; c10::cuda::GetDevice(&d);")
+# c10 functions no torch exports and the dating table does not know: only the gate names them.
+UNDATED = ("namespace c10 { void faforge_gone_a(); void faforge_gone_b(); void faforge_gone_c(); }",
+           "c10::faforge_gone_a(); c10::faforge_gone_b(); c10::faforge_gone_c();")
+
+
+def _nm(path, *flags) -> set[str]:
+    out = envs.run(["nm", "-D", *flags, "--format=posix", path]).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def test_drift_message_counts_every_symbol_the_torch_lacks(run_doctor, builds, tmp_path):
+    """An extension built for torch 2.1-2.2 that also imports c10 functions the dating table does not
+    know, beside a 2.14-style torch: the message's count, its evidence and its details name the same
+    symbols, and those are exactly the c10 symbols nm finds undefined in the extension and not
+    defined by the torch's libraries."""
+    base = envs.pyenv_python("3.11")
+    if base is None:
+        pytest.skip("pyenv has no Python 3.11 here")
+    python = envs.venv(tmp_path / "venv", base)
+    lib = envs.standin_c10(builds / "c10-abi1-char_bool", cxx11_abi=1, set_device="char_bool")
+    files = {**envs.torch_modules("2.14.1", "13.0", 1), **{f"torch/lib/{p.name}": p.read_bytes() for p in lib.glob("*.so")}}
+    envs.pip_install(python, str(envs.wheel(tmp_path / "wheels", "torch", "2.14.1", files)))
+    old = builds / "c10-2.2-and-undated"
+    envs.compile_shared(old / "libc10_cuda.so", OLD_DEVICE_API[0].replace(");", ") {}"), soname="libc10_cuda.so")
+    envs.compile_shared(old / "libc10.so", UNDATED[0].replace(");", ") {}"), soname="libc10.so")
+    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}{envs.ext_suffix(python)}", python,
+                         [OLD_DEVICE_API, UNDATED], (f"-L{old}", "-lc10", "-lc10_cuda"))
+    envs.install_flash_attn(python, ext, tmp_path, "2.5.0")
+    torch_lib = envs.site_packages(python) / "torch" / "lib"
+    lacking = {s for s in _nm(ext, "--undefined-only") if s.startswith("_ZN3c10")} - set().union(
+        *(_nm(p, "--defined-only") for p in torch_lib.glob("*.so")))
+    loaded = subprocess.run([python, "-c", "import torch, flash_attn_2_cuda"], capture_output=True, text=True)
+    failed_on = loaded.stderr.rsplit("undefined symbol: ", 1)[-1].strip()
+    assert failed_on in lacking and len(lacking) == 8, (loaded.stderr, lacking)
+
+    result = run_doctor("--python", python)
+    assert result.code == 1
+    problem = result.problem("signature-drift")
+    symbols = problem["evidence"]["symbols"]
+    assert len(symbols) == len(set(symbols)) and set(symbols) == lacking, (symbols, lacking)
+    assert f"and {len(symbols) - 1} more symbols your torch lacks" in problem["message"], problem["message"]
+    assert problem["message"].startswith("this flash-attn was built for torch 2.1-2.2 (it imports c10::cuda::")
+    assert demangle(symbols[0]) in problem["message"]
+    listed = [d.split(": ", 1)[1].split(" = ")[0] for d in problem["details"] if d.split(": ", 1)[0] in ("signature-drift", "missing-symbol")]
+    assert listed == symbols[:len(listed)]
+    rest = len(symbols) - len(listed)
+    assert rest == 0 or problem["details"][-1].startswith(f"and {rest} more"), problem["details"]
+    assert problem["details"][0] == f"undefined symbol: {failed_on}"
+    for fix in result.report["fixes"]:
+        assert not re.search(r"\d+ (more )?symbols?", " ".join([fix["title"], *fix["notes"]])), fix

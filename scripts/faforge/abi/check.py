@@ -112,7 +112,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     # A library found only by reading a $ORIGIN entry's `..` lexically fails the load for certain,
     # whether `import torch` or the module needs it (issue 21).
     misplaced = {(nf.name, nf.misplaced.needer): nf for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
-    problems += [Problem(classify.MISSING_LIBRARY, None, None, nf.name, _misplaced_detail(nf)) for nf in misplaced.values()]
+    problems += [Problem(classify.MISSING_LIBRARY, None, None, nf.name, _misplaced_detail(nf), misplaced=nf.misplaced)
+                 for nf in misplaced.values()]
     for nf in closure.not_found:
         if nf.misplaced:
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from faforge.abi.fatbin import GpuArchs
+from faforge.abi.resolve import Misplaced
 
 REPORT_VERSION = 1
 
@@ -23,6 +24,7 @@ class Problem:
     detail: str  # one sentence in plain words
     offers: tuple[str, ...] = ()  # demangled declarations the libraries offer instead
     imported_by: str | None = None  # the object whose import fails: the module, or a library its load brings in
+    misplaced: Misplaced | None = None  # a missing library that is there, where a lexical `..` leads (not in JSON: detail says it)
 
 
 @dataclass(frozen=True)

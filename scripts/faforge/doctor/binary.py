@@ -2,8 +2,8 @@
 
 The gate (faforge.abi.check) resolves the extension against the libraries this
 environment really loads once torch is imported: torch/lib, the CUDA libraries
-pip's nvidia-* wheels put under site-packages/nvidia, a conda prefix's lib/,
-and LD_LIBRARY_PATH, then the system path.
+pip's nvidia-* wheels put beside torch under site-packages/nvidia, a conda
+prefix's lib/, and LD_LIBRARY_PATH, then the system path.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from faforge.abi.check import check_module, torch_facts
 from faforge.abi.elf import ElfError, read_dynamic_symbols, read_elf
 from faforge.abi.report import ModuleVerdict, Verdict
+from faforge.abi.resolve import environment_dirs, opened
 from faforge.doctor.facts import EnvFacts
 from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, offered
 from faforge.matrix.kernels import KERNEL_LIBRARY
@@ -42,16 +43,17 @@ class BinaryFacts:
 
 
 def library_dirs(facts: EnvFacts) -> tuple[Path, ...]:
-    """Where this environment's libraries are found after `import torch`, torch's own first."""
+    """Where this environment's libraries are found after `import torch`, torch's own first, by the
+    ABI gate's rule (faforge.abi.resolve.environment_dirs): torch/lib as opened, since it is its
+    libraries' $ORIGIN, and pip's nvidia/*/lib beside where torch/lib really is, since the kernel
+    resolves the `..` of their RUNPATH physically (a torch/lib linked as a folder finds none, issue 21)."""
     dirs: list[Path] = []
     if facts.torch_package:
-        dirs.append(Path(facts.torch_package) / "lib")
-    for site in facts.site_dirs:
-        dirs += sorted(Path(site).glob("nvidia/*/lib"))
+        dirs += environment_dirs([opened(Path(facts.torch_package) / "lib")])
     if facts.conda is not None:
         dirs.append(Path(facts.python.prefix) / "lib")
     dirs += [Path(d) for d in facts.system.ld_library_path]
-    return tuple(dict.fromkeys(d.resolve() for d in dirs if d.is_dir()))
+    return tuple(dict.fromkeys(opened(d) for d in dirs if d.is_dir()))
 
 
 def so_tag(path: str) -> str | None:

@@ -30,6 +30,8 @@ KINDS = (
     "import-failed", "gpu-arch-jit", "no-gpu", "unreadable-metadata",
 )
 ABI_WORDS = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
+# How many of a signature drift's symbols its details spell out; the evidence lists them all.
+DETAILED_SYMBOLS = 5
 TORCH_STACK = ("pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "torchvision", "torchaudio")
 
 
@@ -104,8 +106,20 @@ def torch_import_failed(s: Situation) -> Problem | None:
     if not s.torch.installed or s.facts.torch.imported:
         return None
     error = s.facts.torch.error
-    return Problem("torch-import-failed", ERROR, f"torch is installed ({s.torch.how}) but `import torch` fails",
-                   (f"{error.type}: {error.message}",) if error else ())
+    details = [f"{error.type}: {error.message}"] if error else []
+    message = f"torch is installed ({s.torch.how}) but `import torch` fails"
+    misplaced = next((p for p in _misplaced(s) if error and f"{p.library}: " in error.message), None)
+    if misplaced is not None:  # the library is there; a folder linked as a whole hides it from the loader
+        link = misplaced.misplaced.link
+        message += (f": the loader does not find {misplaced.library} because {link} is a symlink to a folder elsewhere"
+                    if link else f": the loader does not find {misplaced.library} because a folder is reached through a symlink")
+        details.append(misplaced.detail)
+    return Problem("torch-import-failed", ERROR, message, tuple(details))
+
+
+def _misplaced(s: Situation) -> list:
+    """The gate's missing libraries that are installed where a lexical `..` leads, not where the loader looks."""
+    return [p for p in s.gate_problems(classify.MISSING_LIBRARY) if p.misplaced is not None]
 
 
 def mixed_channels(s: Situation) -> Problem | None:
@@ -264,11 +278,19 @@ def signature_drift(s: Situation) -> Problem | None:
         return None
     lacking = [e for e in built.evidence if torch_release and not built_for_one(e).covers(torch_release)]
     lacking.sort(key=lambda e: e.symbol != symbol)
-    if built.consistent and lacking:
+    stated = built.known and built.consistent and bool(lacking)
+    by_gate = {p.symbol: p for p in gate}
+    signatures = {e.symbol: e.signature for e in lacking}
+    # Every symbol the user's torch lacks, the one the message names first: the table's (which date
+    # the binary) and the gate's (which the table may not know), so the count, the evidence and the
+    # details agree.
+    lead = lacking[0].symbol if stated else (gate[0].symbol if gate else symbol)
+    symbols = list(dict.fromkeys([lead, *(e.symbol for e in lacking), *(p.symbol for p in gate)]))
+    more = len(symbols) - 1
+    more_words = f" and {more} more symbol{'s' if more > 1 else ''} your torch lacks" if more else ""
+    if stated:
         offers = sorted({sig for e in lacking for sig in s.binary.torch_offers.get(e.function, ())})
-        more = len(lacking) - 1
-        wants = lacking[0].signature + (f" and {more} more symbol{'s' if more > 1 else ''} your torch lacks" if more else "")
-        message = f"this flash-attn was built for {built.words} (it imports {wants})"
+        message = f"this flash-attn was built for {built.words} (it imports {lacking[0].signature}{more_words})"
         message += f"; your {s.torch_words} exports {'; '.join(offers)}" if offers else f"; your {s.torch_words} does not export it"
     else:
         first = gate[0] if gate else None
@@ -276,15 +298,21 @@ def signature_drift(s: Situation) -> Problem | None:
         message = f"this flash-attn was built against another torch: it imports {wanted}, which your {s.torch_words} does not export"
         if first and first.offers:
             message += f" (it offers {'; '.join(first.offers)})"
+        message += f",{more_words}" if more else ""
     drifted = {p.symbol for p in gate} | {e.symbol for e in built.evidence}
     details = [f"undefined symbol: {symbol}"] if symbol in drifted else []
-    details += [f"{p.kind}: {p.symbol} = {p.demangled}" if p.demangled else f"{p.kind}: {p.symbol}" for p in gate[:5]]
+    for name in symbols[:DETAILED_SYMBOLS]:
+        found = by_gate.get(name)
+        kind, spelled = (found.kind, found.demangled) if found else (classify.SIGNATURE_DRIFT, signatures.get(name))
+        details.append(f"{kind}: {name} = {spelled}" if spelled else f"{kind}: {name}")
+    if len(symbols) > DETAILED_SYMBOLS:
+        details.append(f"and {len(symbols) - DETAILED_SYMBOLS} more: `faforge doctor --json` lists all {len(symbols)} "
+                       "in this problem's evidence.symbols")
     if s.claim and s.claim.torch_minor:
         details.append(f"its {s.claim.source} says torch {s.claim.torch_minor} ({s.claim.text})")
-    stated = built.known and built.consistent and bool(lacking)
     return Problem("signature-drift", ERROR, message, tuple(details),
                    {"built_for": {"first": built.first, "last": built.last} if stated else None,
-                    "torch": torch_release, "symbols": [e.symbol for e in lacking] or [p.symbol for p in gate]})
+                    "torch": torch_release, "symbols": symbols})
 
 
 def cuda_major_mismatch(s: Situation) -> Problem | None:
@@ -306,12 +334,7 @@ def libcudart_missing(s: Situation) -> Problem | None:
     torch_major = _major(s.torch_cuda)
     if s.binary is None or torch_major is None:
         return None
-    unfound = {u.name for u in s.binary.module.unverified_libraries}
-    unfound |= {p.library for p in s.binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
-    loader = s.facts.import_outcome.missing_library
-    if loader and loader.startswith("libcudart"):
-        unfound.add(loader)
-    missing = sorted(name for name in unfound if name == f"libcudart.so.{torch_major}")
+    missing = sorted(name for name in _unfound_libraries(s) if name == f"libcudart.so.{torch_major}")
     if not missing:
         return None
     return Problem("libcudart-missing", ERROR,
@@ -321,12 +344,13 @@ def libcudart_missing(s: Situation) -> Problem | None:
 
 
 def _unfound_libraries(s: Situation) -> set[str]:
-    """Libraries of the extension that neither the loader model nor the import found."""
+    """Libraries of the extension that neither the loader model nor the import found; not those that
+    are installed where the loader does not look (torch-import-failed names that layout)."""
     unfound = {u.name for u in s.binary.module.unverified_libraries}
     unfound |= {p.library for p in s.binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
     if s.facts.import_outcome.missing_library:
         unfound.add(s.facts.import_outcome.missing_library)
-    return unfound
+    return unfound - {p.library for p in _misplaced(s)}
 
 
 def kernel_library(s: Situation) -> Problem | None:
