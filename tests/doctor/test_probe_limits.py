@@ -102,6 +102,38 @@ def test_corrupt_direct_url_is_a_finding(run_doctor, venv312, content):
     assert [d for d in problem["details"] if d.startswith(str(dist / "direct_url.json") + ": ")], problem
 
 
+def hostile_file(path: Path, kind: str) -> None:
+    """A metadata file that is not one: the probe must neither block on it nor read it without end."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "nested":
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    elif kind == "nan":
+        path.write_text('{"url": NaN}')
+    elif kind == "sparse":
+        with open(path, "wb") as handle:
+            handle.truncate(2 << 30)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "nested", "nan", "sparse"])
+def test_hostile_metadata_file_is_a_bounded_finding(run_doctor, venv312, kind):
+    """Before: the FIFO blocked the probe until its timeout, /dev/zero was read until memory ran out,
+    the nesting crashed the probe's env stage with a RecursionError and NaN was taken for a value."""
+    dist = envs.site_packages(venv312) / "flash_attn-2.8.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn\nVersion: 2.8.3\n")
+    hostile_file(dist / "direct_url.json", kind)
+    started = time.monotonic()
+    result = run_doctor("--python", venv312, "--timeout", "60")
+    assert time.monotonic() - started < 45
+    assert result.code == 1, result.stderr
+    assert "torch-missing" in result.kinds()
+    problem = result.problem("unreadable-metadata")
+    assert [d for d in problem["details"] if d.startswith(str(dist / "direct_url.json") + ": ")], problem
+
+
 @pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"[]", b'{"name": "pytorch", "version": 2.7, "files": 5}'],
                          ids=["random-bytes", "a-list", "wrong-types"])
 def test_corrupt_conda_record_is_a_finding(run_doctor, venv312, content):

@@ -19,10 +19,13 @@ import json
 import os
 import platform
 import re
+import stat
 import sys
 import sysconfig
 
 MARK = "@@faforge-probe@@"
+# The most bytes read of one metadata file (a conda-meta record lists every file: pytorch's is ~3 MB).
+READ_CAP = 64 << 20
 EXTENSION = "flash_attn_2_cuda"
 # The CUDA runtime a PyPI torch requires, which says its CUDA even when it cannot be imported:
 # torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1 "nvidia-cuda-runtime-cu12==12.6.77",
@@ -60,11 +63,17 @@ def site_dirs():
 
 def read_json(path, unreadable):
     """The JSON object in `path`, or None: a missing file is normal, a corrupt one goes to `unreadable`."""
-    text = read_text(path)
+    problem = []
+    text = read_text(path, problem)
+    if problem:
+        unreadable.append({"path": path, "reason": problem[0]})
     if text is None:
         return None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        unreadable.append({"path": path, "reason": "not usable JSON (nested too deeply)"})
+        return None
     except ValueError as exc:
         unreadable.append({"path": path, "reason": "not valid JSON (%s)" % str(exc)[:120]})
         return None
@@ -72,6 +81,10 @@ def read_json(path, unreadable):
         unreadable.append({"path": path, "reason": "a JSON %s, not an object" % type(data).__name__})
         return None
     return data
+
+
+def _no_constant(name):
+    raise ValueError("%s is not a number JSON allows" % name)
 
 
 def text_field(data, key, path, unreadable):
@@ -83,12 +96,39 @@ def text_field(data, key, path, unreadable):
     return None
 
 
-def read_text(path):
+def read_text(path, problem=None):
+    """The text of the regular file at `path`, at most READ_CAP bytes, or None. Opened without blocking
+    and judged by fstat, so a FIFO or a link to /dev/zero is refused, not waited on or read without end
+    (issue 21); why goes to `problem` when given. faforge is not importable here: this is its own reader."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            why = "not a regular file"
+        elif info.st_size > READ_CAP:
+            why = "%d bytes, over the %d-byte cap for a metadata file" % (info.st_size, READ_CAP)
+        else:
+            chunks, size = [], 0
+            while size <= READ_CAP:  # fstat can understate (a file that grows): the cap holds all the same
+                chunk = os.read(fd, READ_CAP + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            data = b"".join(chunks)
+            why = None if size <= READ_CAP else "over the %d-byte cap for a metadata file" % READ_CAP
+    except OSError as exc:
+        why = "unreadable (%s)" % exc.strerror
+    finally:
+        os.close(fd)
+    if why is not None:
+        if problem is not None:
+            problem.append(why)
+        return None
+    return data.decode("utf-8", errors="replace")
 
 
 def dist_infos(unreadable):
