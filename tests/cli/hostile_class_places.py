@@ -56,7 +56,7 @@ def _member(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: s
 
 
 def _zstd_tar(members: list, out: Path) -> None:
-    with subprocess.Popen(["zstd", "-q", "-1", "-c"], stdin=subprocess.PIPE, stdout=out.open("wb")) as zstd:
+    with out.open("wb") as sink, subprocess.Popen(["zstd", "-q", "-1", "-c"], stdin=subprocess.PIPE, stdout=sink) as zstd:
         with tarfile.open(fileobj=zstd.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for info, data in members:
                 tar.addfile(info, data)
