@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tokenize
@@ -59,15 +60,18 @@ VARIABLE = re.compile(r"FAFORGE_[A-Z0-9_]+")
 SHELL_VARIABLE = re.compile(r"\$\{?(FAFORGE_[A-Z0-9_]+)")
 # Concurrent cases run this many children at a time, after every other case (2 cores: hanging children cost
 # no CPU, but the CPU-bound ones must not starve each other past their timeout).
-POOL_WORKERS = 8
-POOL_TIMEOUT_S = 30
+POOL_WORKERS = 6
+POOL_TIMEOUT_S = 40
+# A child that reads /dev/zero or a 2 GB file into memory must fail alone, not take the machine with it.
+CHILD_MEMORY_BYTES = 6 << 30
 ESCAPE = "\x1b"
 
 
 
 def printable(text: str) -> str:
     """A case id fit for known_breaks.txt: control characters as \\xNN."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    shown = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return f"'{shown}'" if not shown or shown != shown.strip() else shown
 
 
 def load_class_cases() -> list[dict]:
@@ -198,10 +202,14 @@ class Pool:
             self.futures[case["id"]].context = (cwd, filled, before)  # type: ignore[attr-defined]
 
 
+def limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+
+
 def timed_child(argv, env, cwd, timeout) -> tuple[int, str, str] | str:
     try:
         result = subprocess.run([sys.executable, "-m", "faforge", *argv], capture_output=True, text=True, errors="replace", cwd=cwd,
-                                env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL)
+                                env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=limit_memory)
     except subprocess.TimeoutExpired:
         return f"hung: no exit within {timeout} s"
     return result.returncode, result.stdout, result.stderr
@@ -281,6 +289,7 @@ STREAM_MODES = {
     "stderr-full": "2>/dev/full",
     "stdout-reader-gone": None,  # a pipe whose reader has exited before the first write
 }
+STREAM_TIMEOUT_S = 60  # render and plan render every cell today (6-8 s alone, more beside other children)
 STREAM_CASES = [pytest.param(cmd, mode, id=f"stream {cmd} {mode}") for cmd in STREAM_ARGV for mode in STREAM_MODES]
 
 
@@ -293,17 +302,18 @@ def shell_run(argv: list[str], redirection: str | None, cwd: Path) -> tuple[int,
     """faforge ARGV under one stream failure; returns exit code, stdout (when it still goes somewhere), stderr."""
     command = " ".join(["exec", *(_quote(a) for a in [sys.executable, "-m", "faforge", *argv])])
     if redirection is None:
-        child = subprocess.Popen(["sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(["sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, stdin=subprocess.DEVNULL,
+                                 preexec_fn=limit_memory)
         child.stdout.close()  # the reader is gone before faforge starts
         try:
             err = child.stderr.read()
-            child.wait(timeout=HANG_TIMEOUT_S)
+            child.wait(timeout=STREAM_TIMEOUT_S)
         finally:
             child.stderr.close()
         return child.returncode, "", err.decode(errors="replace")
     stdout = None if "2>" not in redirection else subprocess.PIPE
     result = subprocess.run(["sh", "-c", f"{command} {redirection}"], stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            cwd=cwd, timeout=HANG_TIMEOUT_S, stdin=subprocess.DEVNULL)
+                            cwd=cwd, timeout=STREAM_TIMEOUT_S, stdin=subprocess.DEVNULL, preexec_fn=limit_memory)
     return result.returncode, (result.stdout or b"").decode(errors="replace"), result.stderr.decode(errors="replace")
 
 
@@ -321,7 +331,7 @@ def baseline(cmd: str, argv: list[str], places, tmp_path_factory, cache: dict) -
     if cmd not in cache:
         cwd = tmp_path_factory.mktemp("baseline")
         result = subprocess.run([sys.executable, "-m", "faforge", *argv], capture_output=True, text=True, cwd=cwd,
-                                timeout=HANG_TIMEOUT_S * 3, stdin=subprocess.DEVNULL)
+                                timeout=STREAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
         cache[cmd] = (result.returncode, result.stdout, result.stderr)
     return cache[cmd]
 
