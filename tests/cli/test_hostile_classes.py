@@ -16,6 +16,7 @@ Keys beyond hostile_cases.yaml's:
                lock files and empty folders aside); a path that did not exist must hold no file after
   outside      paths whose parent folder, less the path itself, must be unchanged (nothing written beside it)
   timeout      the child's hard timeout in seconds (default 20): a hang is a failed case, not a hung suite
+  within       the seconds the run may take at most (a server's deadline, doctor's probe timeout)
   concurrent   run in a pool of children started together (hanging servers and interpreters cost their
                timeout once per round, not once per case)
 
@@ -32,6 +33,7 @@ import re
 import resource
 import subprocess
 import sys
+import time
 import tokenize
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -206,13 +208,14 @@ def limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
 
 
-def timed_child(argv, env, cwd, timeout) -> tuple[int, str, str] | str:
+def timed_child(argv, env, cwd, timeout) -> tuple[int, str, str, float] | str:
+    started = time.monotonic()
     try:
         result = subprocess.run([sys.executable, "-m", "faforge", *argv], capture_output=True, text=True, errors="replace", cwd=cwd,
                                 env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=limit_memory)
     except subprocess.TimeoutExpired:
         return f"hung: no exit within {timeout} s"
-    return result.returncode, result.stdout, result.stderr
+    return result.returncode, result.stdout, result.stderr, time.monotonic() - started
 
 
 @pytest.fixture(scope="session")
@@ -253,11 +256,13 @@ def test_hostile_class_keeps_the_contract(case, places, request, tmp_path, capsy
         nonlocal result
         if result is None:
             argv, env, _ = argv_of(case, filled)
+            started = time.monotonic()
             result = (timed_child(argv, env, cwd, case.get("timeout", HANG_TIMEOUT_S)) if needs_child(case)
-                      else run_in_process(argv, env, cwd, capsys, monkeypatch))
+                      else (*run_in_process(argv, env, cwd, capsys, monkeypatch), time.monotonic() - started))
         if isinstance(result, str):
             pytest.fail(result)
-        code, out, err = result
+        code, out, err, seconds = result
+        assert seconds <= case.get("within", float("inf")), f"took {seconds:.1f} s, more than {case['within']} s (exit {code})\n{err[-1500:]}"
         assert ESCAPE not in out + err, f"a raw escape sequence reaches the terminal\n{(out + err)[-2000:]!r}"
         assert_contract(case, code, out, err, filled, argv_of(case, filled)[2])
         check_snapshots(before, case, filled, cwd)
