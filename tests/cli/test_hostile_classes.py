@@ -82,7 +82,8 @@ def load_class_cases() -> list[dict]:
     for case in load_cases(TABLE):
         sub = lambda text: case["value"] if text == "{value}" else text  # noqa: E731
         words = [case["class"], case["command"], case.get("var", ""), case.get("label", ""), printable(case["value"] or " ".join(case["argv"]))]
-        cases.append({**case, "id": " ".join(w for w in words if w)[:120], "channel": sub(case.get("channel")),
+        argv = [a.replace("{value}", case["value"]) if case["value"] is not None else a for a in case["argv"]]  # inside a token too
+        cases.append({**case, "argv": argv, "id": " ".join(w for w in words if w)[:120], "channel": sub(case.get("channel")),
                       "outside": [sub(p) for p in case.get("outside", [])]})
     ids = [c["id"] for c in cases]
     assert len(ids) == len(set(ids)), f"{TABLE.name}: two cases share an id: {sorted(i for i in ids if ids.count(i) > 1)}"
@@ -179,7 +180,8 @@ def argv_of(case: dict, places: dict[str, str]) -> tuple[list[str], dict[str, st
 
 def needs_child(case: dict) -> bool:
     text = " ".join(map(str, [*case["argv"], *case.get("env", {}).values()]))
-    return bool(case.get("subprocess") or case.get("concurrent") or any(p in text for p in ("{fifo}", "{full}", "{srv}")))
+    return bool(case.get("subprocess") or case.get("concurrent") or case.get("channel")  # a hostile channel may block a reader
+                or any(p in text for p in ("{fifo}", "{full}", "{srv}")))
 
 
 def prepare(case: dict, places: dict[str, str], cwd: Path) -> dict[str, str]:
