@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -26,6 +27,7 @@ from faforge.errors import FaforgeError
 INDEX_JSON = "info/index.json"
 INDEX_JSON_CAP = 1 << 20  # 1 MiB; a real one is well under 2 KB
 INFO_TAR_CAP = 256 << 20  # decompressed bytes of the whole info/ part read to find and check it
+PAYLOAD_CAP = 4 << 30  # decompressed bytes of the payload (a real flash-attn: ~0.5 GB, its kernel library ~0.2 GB)
 REBUILD = "the file is not a sound conda package; rebuild or re-download it"
 # Fields faforge reads from index.json, and the JSON type each must have (None: may be absent or null).
 STRINGS = ("name", "version", "build", "subdir")
@@ -35,8 +37,8 @@ OPTIONAL_STRINGS = ("platform", "arch", "noarch")
 class _Capped(io.RawIOBase):
     """A stream that refuses to yield more than `cap` bytes (a decompression bomb stops there)."""
 
-    def __init__(self, stream, cap: int, what: str):
-        self.stream, self.left, self.what = stream, cap, what
+    def __init__(self, stream, cap: int, what: str, part: str = "info/"):
+        self.stream, self.left, self.what, self.cap, self.part = stream, cap, what, cap, part
 
     def readable(self) -> bool:
         return True
@@ -45,7 +47,7 @@ class _Capped(io.RawIOBase):
         data = self.stream.read(min(len(buffer), self.left + 1))
         self.left -= len(data)
         if self.left < 0:
-            raise FaforgeError(f"{self.what}: its info/ part decompresses to more than {INFO_TAR_CAP >> 20} MiB", hint=REBUILD)
+            raise FaforgeError(f"{self.what}: its {self.part} part decompresses to more than {self.cap >> 20} MiB", hint=REBUILD)
         buffer[:len(data)] = data
         return len(data)
 
@@ -144,3 +146,63 @@ def check_index_json(data: dict, what: str) -> dict:
                            hint="faforge publishes linux-64 (linux, x86_64), linux-aarch64 (linux, aarch64) and noarch packages; "
                                 "rebuild it for one of them")
     return data
+
+
+def check_payload(path: Path) -> None:
+    """Refuse a package whose payload would not unpack as itself inside a prefix: a member that is
+    absolute, climbs out with `..`, appears twice, is a device or FIFO, lies under a symlink member, or is
+    a link whose target leaves the package (an absolute target, or `..` past the top). Relative links
+    inside the package are what conda packages hold (lib/libfoo.so -> libfoo.so.1) and pass. py-rattler's
+    extract already refuses to write outside its destination; this names the member instead of letting a
+    hostile package surface later as "no extension module inside" (issue 21)."""
+    if path.name.endswith(".conda"):
+        import zstandard  # noqa: PLC0415
+
+        with zipfile.ZipFile(path) as outer:
+            payloads = [n for n in outer.namelist() if n.startswith("pkg-") and n.endswith(".tar.zst")]
+            if len(payloads) != 1:
+                raise FaforgeError(f"{path}: {len(payloads)} pkg-*.tar.zst members, not one", hint=REBUILD)
+            with outer.open(payloads[0]) as member:
+                reader = zstandard.ZstdDecompressor().stream_reader(member, read_across_frames=True)
+                _check_members(io.BufferedReader(_Capped(reader, PAYLOAD_CAP, str(path), "payload")), path, skip_info=False)
+        return
+    import bz2  # noqa: PLC0415
+
+    with open(path, "rb") as f:
+        _check_members(io.BufferedReader(_Capped(bz2.BZ2File(f), PAYLOAD_CAP, str(path), "payload")), path, skip_info=True)
+
+
+def _check_members(stream, path: Path, *, skip_info: bool) -> None:
+    seen: set[str] = set()
+    links: set[str] = set()
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            parts = [p for p in PurePosixPath(member.name).parts if p != "."]
+            if skip_info and parts[:1] == ["info"]:
+                continue
+            name = "/".join(parts)
+            problem = _member_problem(member, parts, seen, links)
+            if problem:
+                raise FaforgeError(f"{path}: payload member {member.name!r} {problem}", hint=REBUILD)
+            seen.add(name)
+            if member.issym():
+                links.add(name)
+
+
+def _member_problem(member: tarfile.TarInfo, parts: list[str], seen: set[str], links: set[str]) -> str | None:
+    if member.name.startswith("/") or ".." in parts or not parts:
+        return "is not a relative path inside the package"
+    name = "/".join(parts)
+    if name in seen:
+        return "appears twice (which one an installer keeps is not defined)"
+    if any("/".join(parts[:i]) in links for i in range(1, len(parts))):
+        return "lies under a symbolic link of the package (it would be written wherever the link points)"
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        return "is a device or FIFO, which a package never holds"
+    if member.issym() or member.islnk():
+        base = PurePosixPath(*parts[:-1]) if member.issym() else PurePosixPath()
+        target = posixpath.normpath(str(base / member.linkname)) if not member.linkname.startswith("/") else None
+        if target is None or target == ".." or target.startswith("../"):
+            kind = "symbolic" if member.issym() else "hard"
+            return f"is a {kind} link to {member.linkname!r}, outside the package"
+    return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.buildcost.cachekey import archs_of_tag
-from faforge.channel.archive import read_index_json
+from faforge.channel.archive import check_payload, read_index_json
 from faforge.errors import FaforgeError
 from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
 
@@ -126,5 +126,6 @@ def read_package(path: str | Path) -> PackageFacts:
     if not path.is_file() or not path.name.endswith(PACKAGE_SUFFIXES):
         raise FaforgeError(f"{path}: not a conda package file", hint="pass a .conda or .tar.bz2 file, e.g. output/linux-64/flash-attn-*.conda")
     index = read_index_json(path)
+    check_payload(path)
     return facts_from_metadata(path=path, name=index["name"], version=index["version"], build=index["build"],
                                subdir=index["subdir"], depends=index.get("depends", []), sha256=sha256_of(path))
