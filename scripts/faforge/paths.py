@@ -10,17 +10,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from faforge import untrusted
-from faforge.errors import FaforgeError, path_error, why_not_a_file, why_not_a_folder
+from faforge.errors import FaforgeError, path_error, shorten, why_not_a_file, why_not_a_folder
 
 MARKER = Path("variants") / "releases.yaml"
 
 
 def repo_root() -> Path:
     """The checkout holding variants/ and recipes/ (editable installs and CI run from it)."""
-    candidates = []
-    if os.environ.get("FAFORGE_ROOT"):
-        candidates.append(Path(os.environ["FAFORGE_ROOT"]))
-    candidates += list(Path(__file__).resolve().parents)
+    named = os.environ.get("FAFORGE_ROOT")
+    if named:  # a root named on purpose is used or refused, never silently passed over for another checkout
+        if not (Path(named) / MARKER).is_file():
+            raise FaforgeError(f"$FAFORGE_ROOT {shorten(named, 200)!r} holds no {MARKER}",
+                               hint="point it at a faforge checkout (the folder with variants/ and recipes/), or unset it")
+        return Path(named)
+    candidates = list(Path(__file__).resolve().parents)
     candidates += [Path.cwd(), *Path.cwd().parents]
     for candidate in candidates:
         if (candidate / MARKER).is_file():
