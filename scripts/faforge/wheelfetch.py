@@ -18,14 +18,16 @@ import os
 import re
 import struct
 import urllib.error
+import urllib.parse
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from faforge import httpclient, untrusted
-from faforge.errors import RemoteError
+from faforge.errors import FaforgeError, RemoteError, shorten
 
-SIMPLE_INDEX = os.environ.get("FAFORGE_SIMPLE_INDEX", "https://pypi.org/simple")
+SIMPLE_INDEX_ENV = "FAFORGE_SIMPLE_INDEX"
+DEFAULT_SIMPLE_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # The end-of-central-directory record is 22 bytes plus a comment of at most 64 KiB.
 EOCD_SEARCH = 22 + 0xFFFF + 20  # + the zip64 locator just before it
@@ -83,9 +85,20 @@ def http_get(url: str, byte_range: str | None = None, accept: str | None = None,
     return response.body
 
 
-def list_files(project: str, index: str = SIMPLE_INDEX) -> list[RemoteFile]:
-    """Every file of `project` on a PEP 691 index."""
-    url = f"{index.rstrip('/')}/{project}/"
+def simple_index() -> str:
+    """The PEP 691 index to read ($FAFORGE_SIMPLE_INDEX, else PyPI); a value that is no http(s) URL of a
+    host is refused here, before anything is fetched, naming the variable (issue 21)."""
+    index = os.environ.get(SIMPLE_INDEX_ENV, DEFAULT_SIMPLE_INDEX)
+    parts = urllib.parse.urlsplit(index) if index.isprintable() else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or " " in index:
+        raise FaforgeError(f"${SIMPLE_INDEX_ENV} {shorten(index, 120)!r} is not the URL of a PEP 691 index",
+                           hint=f"set it to an index such as {DEFAULT_SIMPLE_INDEX}, or unset it")
+    return index
+
+
+def list_files(project: str, index: str | None = None) -> list[RemoteFile]:
+    """Every file of `project` on a PEP 691 index (default: simple_index())."""
+    url = f"{(index or simple_index()).rstrip('/')}/{project}/"
     data = untrusted.parse_json(http_get(url, accept=SIMPLE_JSON), f"{url}: the PEP 691 response", remote=True,
                                 hint="the index must serve application/vnd.pypi.simple.v1+json")
     if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
