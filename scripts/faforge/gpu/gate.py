@@ -123,10 +123,19 @@ def evaluate() -> Gate:
     return judge_binary(where, found, built_head_dims(extension), read_embedded_archs(extension))
 
 
+def _entries(text: str, name: str, what: str) -> list[str]:
+    """The entries of a ';'/','-separated list; an empty one (',', '80;;90', '90;') is refused, as a
+    degenerate gate list is: it means a value was lost on its way here (issue 21)."""
+    parts = [p.strip() for p in re.split(r"[;,]", text.strip())]
+    if not text.strip() or any(not p for p in parts):
+        raise ValueError(f"{name}={text!r} names an empty {what}")
+    return [q for p in parts for q in p.split()]
+
+
 def parse_declared_archs(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """'80;90;120+PTX' (the build script's --archs) -> SASS ('sm_80', 'sm_90', 'sm_120'), PTX ('compute_120',)."""
     sass, ptx = [], []
-    for part in filter(None, re.split(r"[;,\s]+", text.strip())):
+    for part in _entries(text, DECLARED_ARCHS_ENV, "arch"):
         match = _DECLARED_ARCH.fullmatch(part)
         if not match:
             raise ValueError(f"{DECLARED_ARCHS_ENV}: {part!r} is not an arch like 90, 90a or 120+PTX")
@@ -141,7 +150,7 @@ def declaration() -> tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, tuple
     archs = os.environ.get(DECLARED_ARCHS_ENV, "").strip()
     dims = os.environ.get(DECLARED_HEAD_DIMS_ENV, "").strip()
     try:
-        head_dims = tuple(sorted({int(d) for d in re.split(r"[,;\s]+", dims) if d})) or DEFAULT_HEAD_DIMS
+        head_dims = tuple(sorted({int(d) for d in _entries(dims, DECLARED_HEAD_DIMS_ENV, "head dim")})) if dims else DEFAULT_HEAD_DIMS
         if min(head_dims) < 1:
             raise ValueError
     except ValueError:

@@ -40,7 +40,7 @@ from typing import TextIO
 import faforge
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
 from faforge.gpu.coverage import KERNELS_JSON_ENV, compare, format_coverage
-from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, evaluate
+from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, declaration, evaluate
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 SCHEMA_VERSION = 1
@@ -274,6 +274,7 @@ def execute(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[name] = value  # read by the gate here and in the child pytest
     try:
+        declaration()  # a declaration that does not parse is bad input (2) on any machine, not "no GPU" (3)
         evaluate.cache_clear()
         evaluate()
     except ValueError as exc:
