@@ -54,7 +54,8 @@ def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--
                                hint=f"name a channel of variants/releases.yaml: {', '.join(sorted(known))}")
         parts = urlsplit(url)
         local_ok = parts.netloc in ("", "localhost") and parts.path.startswith("/")
-        if parts.scheme not in ALIAS_SCHEMES or not (local_ok if parts.scheme == "file" else parts.netloc):
+        if (parts.scheme not in ALIAS_SCHEMES or not (local_ok if parts.scheme == "file" else parts.netloc)
+                or not url.isprintable() or " " in url):  # a control character or a blank is no channel URL
             raise FaforgeError(f"{origin} {entry}: {url!r} is not an http://, https:// or file:/// URL of a channel",
                                hint="e.g. conda-forge=https://mirror.example/conda-forge or conda-forge=file:///srv/mirror/conda-forge")
         if name in aliases:
