@@ -138,7 +138,9 @@ def test_bench_build_refuses_a_hostile_data_file(tmp_path, kind):
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
 
 
-def test_a_kernel_record_without_sha256_is_exit_4_naming_channel_and_record(tmp_path):
+def test_a_kernel_record_without_sha256_is_exit_2_naming_channel_and_record(tmp_path):
+    """A local channel folder's index is a local file: bad input (2), as README's caps section says; from a
+    server the same record is exit 4."""
     from tests.release.test_verify_kernels import KERNEL_FILE, kernel_package, split_flash_attn  # noqa: PLC0415
 
     fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
@@ -154,6 +156,6 @@ def test_a_kernel_record_without_sha256_is_exit_4_naming_channel_and_record(tmp_
     (folder / "repodata.json").write_text(json.dumps(data))
     result = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v",
                      env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
-    assert result.returncode == 4, result.stderr
+    assert result.returncode == 2, result.stderr
     assert str(channel) in result.stderr and KERNEL_FILE in result.stderr and "sha256" in result.stderr
     assert "Traceback" not in result.stderr and " — " in result.stderr

@@ -39,7 +39,7 @@ from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf import ElfError
 from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.channel.repodata import query
-from faforge.errors import FaforgeError, RemoteError
+from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError
 from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
@@ -275,8 +275,10 @@ def fetch_kernel_package(pin: KernelPin, subdir: str, channel: str) -> Path:
         raise FaforgeError(f"--kernel-channel {channel}: holds no {pin} for {subdir}",
                            hint="name the channel its kernel job published to, or pass the kernel package itself")
     if record.sha256 is None:
-        raise RemoteError(f"--kernel-channel {channel}: its record of {record.file_name} has no sha256, so a download cannot be checked",
-                          input=channel, hint="re-index the channel (`faforge index`), or pass the kernel package itself")
+        remote = str(channel).startswith(("http://", "https://"))  # a local channel's index is bad input, as for any local file
+        raise FaforgeError(f"--kernel-channel {channel}: its record of {record.file_name} has no sha256, so a download cannot be checked",
+                           input=channel, hint="re-index the channel (`faforge index`), or pass the kernel package itself",
+                           exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT)
     sha256 = record.sha256.hex()
     target = config.cache_dir() / "kernel-packages" / subdir / pin.filename()
     if target.is_file() and sha256_of(target) == sha256:
