@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from faforge import httpclient, paths, untrusted
+from faforge.channel.sandbox import refuse_link
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError, RemoteError, why_not_a_folder
 
 
@@ -48,11 +49,14 @@ INDEX_FILES = ("repodata.json", "repodata.json.zst", "repodata.json.bz2", "repod
 
 def check_local_index(folder: Path, subdirs: list[str]) -> None:
     """Refuse a local channel whose index file is a FIFO, a device, a link to one, or past the repodata
-    cap, before py-rattler opens it (it would block forever, or read /dev/zero until killed)."""
+    cap, before py-rattler opens it (it would block forever, or read /dev/zero until killed), and one whose
+    platform folder or index file is a link: the sandbox's rule holds for reads too (README, the channel)."""
     for subdir in subdirs:
+        refuse_link(folder, folder / subdir)
         for name in INDEX_FILES:
             path = folder / subdir / name
             if os.path.lexists(path):
+                refuse_link(folder, path)
                 untrusted.check_file(path, "repodata", "channel index",
                                      hint=f"remove it and rebuild the index: `faforge index {folder}`")
 
