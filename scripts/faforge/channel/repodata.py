@@ -57,8 +57,11 @@ def check_local_index(folder: Path, subdirs: list[str]) -> None:
             path = folder / subdir / name
             if os.path.lexists(path):
                 refuse_link(folder, path)
-                untrusted.check_file(path, "repodata", "channel index",
-                                     hint=f"remove it and rebuild the index: `faforge index {folder}`")
+                hint = f"remove it and rebuild the index: `faforge index {folder}`"
+                if name == "repodata.json":  # py-rattler parses it leniently (a 10^5-digit integer passes): strictly first
+                    untrusted.load_json(path, "repodata", "channel index", hint=hint)
+                else:
+                    untrusted.check_file(path, "repodata", "channel index", hint=hint)
 
 
 def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
