@@ -82,26 +82,28 @@ def _index_json_bytes(path: Path) -> bytes:
 
 
 def _from_info_tar(stream, path: Path, *, only_info: bool = False) -> bytes:
-    """index.json from a streamed tar, refusing hostile info/ members (a .tar.bz2 also holds the payload,
-    whose links are legitimate: only its info/ members are judged)."""
+    """index.json from a streamed tar, refusing hostile info/ members by the payload's rule (_member_problem),
+    except where links point: rattler-build's own packages hold info/licenses/ files as absolute links
+    into the build's recipe folder, and info/ is never unpacked into a prefix; faforge reads only
+    index.json, which must be the file itself. A .tar.bz2 also holds the payload: check_payload judges it."""
     seen: set[str] = set()
+    links: set[str] = set()
     found = None
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
-            name = member.name
-            parts = PurePosixPath(name).parts
-            if only_info and (not parts or parts[0] != "info") and not name.startswith("/") and ".." not in parts:
+            parts = [p for p in PurePosixPath(member.name).parts if p != "."]
+            if only_info and parts[:1] != ["info"] and not member.name.startswith("/") and ".." not in parts:
                 continue
-            if name.startswith("/") or ".." in parts or not parts:
-                raise FaforgeError(f"{path}: archive member {name!r} is not a relative path inside the package", hint=REBUILD)
-            kind = "a symbolic link" if member.issym() else "a hard link" if member.islnk() else None if member.isreg() or member.isdir() else "not a regular file"
-            if kind:
-                raise FaforgeError(f"{path}: archive member {name!r} is {kind}, which info/ never holds", hint=REBUILD)
-            clean = "/".join(p for p in parts if p != ".")
-            if clean in seen:
-                raise FaforgeError(f"{path}: archive member {name!r} appears twice (which one an installer keeps is not defined)", hint=REBUILD)
+            problem = _member_problem(member, parts, seen, links, link_targets=False)
+            if problem:
+                raise FaforgeError(f"{path}: archive member {member.name!r} {problem}", hint=REBUILD)
+            clean = "/".join(parts)
             seen.add(clean)
+            if member.issym():
+                links.add(clean)
             if clean == INDEX_JSON:
+                if not member.isreg():
+                    raise FaforgeError(f"{path}: {INDEX_JSON} is a link, not the file itself", hint=REBUILD)
                 if member.size > INDEX_JSON_CAP:
                     raise FaforgeError(f"{path}: {INDEX_JSON} is {member.size} bytes, over the cap of {INDEX_JSON_CAP}", hint=REBUILD)
                 found = tar.extractfile(member).read(INDEX_JSON_CAP + 1)
@@ -189,7 +191,8 @@ def _check_members(stream, path: Path, *, skip_info: bool) -> None:
                 links.add(name)
 
 
-def _member_problem(member: tarfile.TarInfo, parts: list[str], seen: set[str], links: set[str]) -> str | None:
+def _member_problem(member: tarfile.TarInfo, parts: list[str], seen: set[str], links: set[str], *,
+                    link_targets: bool = True) -> str | None:
     if member.name.startswith("/") or ".." in parts or not parts:
         return "is not a relative path inside the package"
     name = "/".join(parts)
@@ -199,7 +202,7 @@ def _member_problem(member: tarfile.TarInfo, parts: list[str], seen: set[str], l
         return "lies under a symbolic link of the package (it would be written wherever the link points)"
     if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
         return "is a device or FIFO, which a package never holds"
-    if member.issym() or member.islnk():
+    if link_targets and (member.issym() or member.islnk()):
         base = PurePosixPath(*parts[:-1]) if member.issym() else PurePosixPath()
         target = posixpath.normpath(str(base / member.linkname)) if not member.linkname.startswith("/") else None
         if target is None or target == ".." or target.startswith("../"):
