@@ -30,6 +30,7 @@ from tests.support.http_server import free_port, serve_process
 
 FOREVER_S = 3600
 PACKAGES = (".conda", ".tar.bz2")
+MAX_BODY = 64 << 20  # read at most this much of an upload
 
 
 BOMB_MIB = 256  # four times the largest body cap faforge reads into memory (64 MiB)
@@ -54,6 +55,7 @@ class Handler(socketserver.BaseRequestHandler):
                 if not data:
                     return
                 request += data
+        self.read_body(request)
         method, path = request.split(b" ", 2)[:2]
         path = path.decode()
         mode, _, rest = path.lstrip("/").partition("/")
@@ -64,6 +66,21 @@ class Handler(socketserver.BaseRequestHandler):
             mode = mode.removeprefix("files-")
         with contextlib.suppress(OSError):
             getattr(self, f"mode_{mode}", self.mode_ok)(path)
+
+    def read_body(self, request: bytes) -> None:
+        """Read the request's body (an upload) before answering, as a real server does: answering first
+        made the client's outcome a race between sending the rest and reading the answer."""
+        head, _, body = request.partition(b"\r\n\r\n")
+        fields = dict(line.split(b":", 1) for line in head.split(b"\r\n")[1:] if b":" in line)
+        fields = {name.strip().lower(): value.strip().lower() for name, value in fields.items()}
+        chunked = fields.get(b"transfer-encoding") == b"chunked"
+        length = int(fields.get(b"content-length", b"0") or 0)
+        with contextlib.suppress(OSError):
+            while (b"0\r\n\r\n" not in body[-16:]) if chunked else len(body) < min(length, MAX_BODY):
+                data = self.request.recv(65536)
+                if not data:
+                    return
+                body += data
 
     def send(self, head: str, body: bytes = b"") -> None:
         self.request.sendall(head.encode() + b"\r\n\r\n" + body)

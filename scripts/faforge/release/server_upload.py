@@ -2,9 +2,11 @@
 
 py-rattler-build's upload functions hold the GIL while they wait on the network, so no thread, timer
 or socket shutdown in the same process can stop one that a server never answers (issue 21). The
-parent (faforge.release.targets.upload) sends the call as JSON on stdin, with the token in the
-environment variable rattler-build reads for that kind, and reads one JSON line back:
-{"ok": true} or {"error": "..."}. The child prints nothing else.
+parent (faforge.release.targets.upload) waits for one line {"ready": true}, printed once rattler_build
+is imported, and only then starts the deadline: a slow start on a busy machine is not a slow server.
+It then sends the call as JSON on stdin, with the token in the environment variable rattler-build
+reads for that kind, and reads one JSON line back: {"ok": true} or {"error": "..."}. The child prints
+nothing else. "ok" is the server's 2xx status: rattler-build reads no body of an upload's answer.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def call(kind: str, url: str, channel: str, files: list[str], force: bool, token
 
 
 def main() -> int:
+    import rattler_build  # noqa: F401, PLC0415 (the slow import, before "ready")
+
+    print(json.dumps({"ready": True}), flush=True)
     spec = json.loads(sys.stdin.read())
     try:
         call(spec["kind"], spec["url"], spec["channel"], spec["files"], spec["force"], os.environ.get(spec["token_env"], ""))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import urllib.error
@@ -23,6 +24,10 @@ from faforge import httpclient
 from faforge.errors import EXIT_PROBLEMS, FaforgeError, RemoteError
 from faforge.release.manifest import require_passed
 from faforge.release.package import PackageFacts
+
+# How long the upload child may take to import rattler_build before the deadline starts: a local start,
+# seconds on a busy machine, never the server's time.
+CHILD_START_S = 120
 
 # The variables rattler-build's own `upload` subcommands read, so one CI secret serves both.
 TOKEN_ENV = {
@@ -139,26 +144,40 @@ def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, 
 
 def _upload_in_child(target: Target, files: list[str], *, force: bool, seconds: float) -> dict:
     """faforge.release.server_upload's answer, or a RemoteError when it has none within `seconds`
-    (one overall deadline per package file: FAFORGE_HTTP_DEADLINE)."""
+    (one overall deadline per package file: FAFORGE_HTTP_DEADLINE), counted from the child's "ready"."""
     spec = {"kind": target.kind, "url": target.url, "channel": target.channel, "files": files, "force": force,
             "token_env": TOKEN_ENV[target.kind]}
+    with subprocess.Popen([sys.executable, "-m", "faforge.release.server_upload"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env()) as child:
+        try:
+            ready = _first_line(child, CHILD_START_S)
+            out, err = child.communicate(json.dumps(spec), timeout=seconds) if ready else child.communicate()
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise RemoteError(f"upload to {target}: no answer within {seconds:g} s ({httpclient.DEADLINE_ENV}, per package)",
+                              input=str(target), hint=httpclient.deadline_hint()) from None
+    lines = out.strip().splitlines()
     try:
-        child = subprocess.run([sys.executable, "-m", "faforge.release.server_upload"], input=json.dumps(spec),
-                               capture_output=True, text=True, timeout=seconds, env=_child_env())
-    except subprocess.TimeoutExpired:  # run() has killed the child
-        raise RemoteError(f"upload to {target}: no answer within {seconds:g} s ({httpclient.DEADLINE_ENV}, per package)",
-                          input=str(target), hint=httpclient.deadline_hint()) from None
-    lines = child.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
+        answer = json.loads(lines[-1]) if ready and lines else None
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
         token = os.environ.get(TOKEN_ENV[target.kind], "")
-        tail = redact(child.stderr.strip()[-400:], token) or f"exit status {child.returncode}"
+        tail = redact(err.strip()[-400:], token) or f"exit status {child.returncode}"
         raise RemoteError(f"upload to {target} failed: the upload process ended without an answer ({tail})",
                           hint="check the server, the channel and the token, then retry")
     return answer
+
+
+def _first_line(child: subprocess.Popen, seconds: float) -> bool:
+    """Whether the child printed its {"ready": true} line within `seconds` (it is killed if not)."""
+    ready, _, _ = select.select([child.stdout], [], [], seconds)
+    line = child.stdout.readline() if ready else ""
+    if not line:
+        child.kill()
+        return False
+    return line.strip() == '{"ready": true}'
 
 
 def _child_env() -> dict[str, str]:
