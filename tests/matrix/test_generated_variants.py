@@ -53,7 +53,7 @@ def test_generate_removes_a_generated_file_the_matrix_no_longer_produces(repo_co
     assert _faforge(["generate"], repo_copy).returncode == 0
     assert not old.exists() and hand.exists()
     up_to_date = _faforge(["generate", "--check"], repo_copy)
-    assert up_to_date.returncode == 0 and up_to_date.stdout == "variant configs are up to date\n"  # not silence
+    assert up_to_date.returncode == 0 and up_to_date.stdout == "generated files are up to date\n"  # not silence
 
 
 def test_freshness_check_fails_when_the_table_changes_without_regeneration(repo_copy):

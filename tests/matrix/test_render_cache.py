@@ -10,6 +10,7 @@ import pytest
 
 from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
+from faforge.matrix import render_cache
 from faforge.matrix.render import render_cells
 from faforge.matrix.render_cache import MAX_ENTRY_BYTES, cached_render_cells, entry_key
 from faforge.matrix.variants import variant_config_path
@@ -22,7 +23,10 @@ def fields(rendered) -> list:
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
+    """This machine's cache, in a scratch folder, and no committed render store (test_render_store.py),
+    so that a cold run renders."""
     monkeypatch.setenv("FAFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(render_cache, "store_path", lambda *_: tmp_path / "no-store.json")
     return tmp_path / "cache" / "renders"
 
 

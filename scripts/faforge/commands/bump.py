@@ -58,7 +58,7 @@ def execute(args: argparse.Namespace) -> int:
         if name in wheel_indexes:
             wheel_only += ahead_of_table(table, wheel_releases(read_index(args.channel_url or wheel_indexes[name])))
     cells = new_cells(matrix.table, table, matrix.policy, matrix.philox)
-    written = write(table, matrix.policy, matrix.philox, matrix.variants_dir) if args.write and rows else []
+    written = write(table, matrix.policy, matrix.philox, matrix.variants_dir, matrix.recipe_path) if args.write and rows else []
     if args.json:
         print(json.dumps({
             "version": BUMP_VERSION,

@@ -1,4 +1,5 @@
-"""Regenerate the variant configs under variants/ from releases.yaml and matrix.yaml."""
+"""Regenerate the variant configs under variants/ from releases.yaml and matrix.yaml, and the render
+store under variants/renders/ from them and the recipe."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.matrix import load_matrix
+from faforge.matrix.render_store import obsolete_store_files, store_files
 from faforge.matrix.variants import generated_files, obsolete_files, stale_files
 
 
@@ -19,21 +21,32 @@ def execute(args: argparse.Namespace) -> int:
     expected = generated_files(matrix.cells, matrix.variants_dir)
     stale = stale_files(expected)
     obsolete = obsolete_files(matrix.variants_dir, expected)
+    if not args.check:
+        _apply(expected, stale, obsolete)
+    # The store's key covers the variant files, so it is judged after they are written.
+    store = store_files(matrix.cells, matrix.recipe_path, matrix.variants_dir)
+    stale_store = stale_files(store)
+    obsolete_store = obsolete_store_files(matrix.variants_dir, store)
     if args.check:
-        for path in stale:
+        for path in [*stale, *stale_store]:
             print(f"stale: {path} (run `faforge generate`)", file=sys.stderr)
-        for path in obsolete:
+        for path in [*obsolete, *obsolete_store]:
             print(f"obsolete: {path} is generated but no longer produced (run `faforge generate` to remove it)", file=sys.stderr)
-        if stale or obsolete:
+        if stale or obsolete or stale_store or obsolete_store:
             return EXIT_PROBLEMS
-        print("variant configs are up to date")
+        print("generated files are up to date")
         return EXIT_OK
+    _apply(store, stale_store, obsolete_store)
+    if not (stale or obsolete or stale_store or obsolete_store):
+        print("generated files are up to date")
+    return EXIT_OK
+
+
+def _apply(expected, stale, obsolete) -> None:
     for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(expected[path])
         print(f"wrote {path}")
     for path in obsolete:
         path.unlink()
         print(f"removed {path}")
-    if not stale and not obsolete:
-        print("variant configs are up to date")
-    return EXIT_OK

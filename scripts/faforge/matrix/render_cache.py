@@ -19,6 +19,7 @@ import platform as host
 import re
 import stat
 import sys
+from collections.abc import Mapping
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell, cell_key, render_cells
 from faforge.matrix.variants import variant_config_path
 
-FORMAT = 1
+FORMAT = 2  # 2: py-rattler-build named by its version, not its modules' mtimes
 MAX_ENTRY_BYTES = 16 * 1024 * 1024  # a whole variant file's cells are ~0.5 MB
 
 ENV_READ = re.compile(r"""\benv\s*\.\s*(?:get|exists)\(\s*(["'])(\w+)\1""")
@@ -37,18 +38,18 @@ STRING_LISTS = ("run_requirements", "run_constraints", "host_requirements", "bui
 
 
 def _renderer_identity() -> list:
-    """py-rattler-build's compiled modules by name, size and mtime: an upgrade or reinstall replaces them.
-    Read without importing rattler_build or importlib.metadata (together 0.3 s, more than a cached matrix)."""
+    """py-rattler-build's version, from its dist-info folder's name beside the package: the same on every
+    machine with that release, so a committed render store (render_store) can match it. Read without
+    importing rattler_build or importlib.metadata (together 0.3 s, more than a cached matrix)."""
     spec = find_spec("rattler_build")
     folder = Path(spec.origin).parent if spec and spec.origin else None
-    modules = sorted(folder.glob("_rattler_build*")) if folder else []
-    return [[m.name, m.stat().st_size, m.stat().st_mtime_ns] for m in modules]
+    return sorted(p.name for p in folder.parent.glob("py_rattler_build-*.dist-info")) if folder else []
 
 
-def entry_key(recipe_path: Path, variant_file: Path, platform: str) -> str | None:
-    """The digest of everything the render of `variant_file` reads, or None when that cannot be known
-    (a file unreadable, which the render itself reports; the recipe reads the environment in a way this
-    cannot follow; py-rattler-build not found)."""
+def entry_key(recipe_path: Path, variant_file: Path, platform: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The digest of everything the render of `variant_file` reads, with the recipe's variables as in
+    `environ`, or None when that cannot be known (a file unreadable, which the render itself reports; the
+    recipe reads the environment in a way this cannot follow; py-rattler-build not found)."""
     try:
         recipe, variants = recipe_path.read_bytes(), variant_file.read_bytes()
     except OSError:
@@ -65,7 +66,7 @@ def entry_key(recipe_path: Path, variant_file: Path, platform: str) -> str | Non
         "target_platform": platform,
         "recipe": hashlib.sha256(recipe).hexdigest(),
         "variants": hashlib.sha256(variants).hexdigest(),
-        "env": {name: os.environ.get(name) for name in sorted(set(reads))},
+        "env": {name: environ.get(name) for name in sorted(set(reads))},
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
@@ -88,7 +89,7 @@ def _from_record(cell: Cell, record: dict) -> RenderedCell:
                         **{name: tuple(record[name]) for name in STRING_LISTS})
 
 
-def _read_entry(path: Path, key: str) -> dict:
+def read_entry(path: Path, key: str) -> dict:
     """The entry's cells by cell key, or {} for a missing, oversized, irregular or malformed entry."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -109,7 +110,7 @@ def _read_entry(path: Path, key: str) -> dict:
     return entry["cells"]
 
 
-def _entry_name(key_of_cell: tuple) -> str:
+def entry_name(key_of_cell: tuple) -> str:
     return "|".join(key_of_cell)
 
 
@@ -117,11 +118,18 @@ def _entry_path(platform: str, world: str, key: str | None) -> Path | None:
     return config.cache_dir() / "renders" / f"{platform}-{world}-{key}.json" if key else None
 
 
+def entry_text(key: str | None, rendered: list[RenderedCell]) -> str:
+    """An entry as JSON, one cell a line (the render store is committed, and reviewed as a diff)."""
+    cells = {entry_name(cell_key(r.cell.variant())): _record(r) for r in rendered}
+    lines = [f"  {json.dumps(name)}: {json.dumps(record, sort_keys=True)}" for name, record in sorted(cells.items())]
+    return "{" + f'"key": {json.dumps(key)}, "cells": {{\n' + ",\n".join(lines) + "\n}}\n"
+
+
 def _store(path: Path | None, key: str | None, rendered: list[RenderedCell]) -> dict:
     """Store the renders as the entry at `path` (none: not cacheable), replacing whatever is there and the
     variant file's older entries; returns the cells as a later read gets them. An unwritable cache costs
     the next run its speed, never this run its result."""
-    text = json.dumps({"key": key, "cells": {_entry_name(cell_key(r.cell.variant())): _record(r) for r in rendered}})
+    text = entry_text(key, rendered)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,14 +143,24 @@ def _store(path: Path | None, key: str | None, rendered: list[RenderedCell]) -> 
 
 
 def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:
-    """render_cells' result, without the py-rattler-build variants, from the cache where it holds it."""
+    """render_cells' result, without the py-rattler-build variants: from this machine's cache, else from
+    the committed render store (render_store) when its key is today's, else rendered and cached."""
     out = []
     for platform, world in sorted({(c.platform, c.world) for c in cells}):
         wanted = [c for c in cells if (c.platform, c.world) == (platform, world)]
-        key = entry_key(recipe_path, variant_config_path(variants_dir, platform, world), platform)
+        variant_file = variant_config_path(variants_dir, platform, world)
+        key = entry_key(recipe_path, variant_file, platform)
         path = _entry_path(platform, world, key)
-        cached = _read_entry(path, key) if path else {}
-        if not all(_entry_name(cell_key(c.variant())) in cached for c in wanted):
+        names = [entry_name(cell_key(c.variant())) for c in wanted]
+        cached = read_entry(path, key) if path else {}
+        if not all(name in cached for name in names) and key and key == entry_key(recipe_path, variant_file, platform, {}):
+            cached = read_entry(store_path(variants_dir, platform, world), key)
+        if not all(name in cached for name in names):
             cached = _store(path, key, render_cells(wanted, recipe_path, variants_dir))
-        out += [_from_record(c, cached[_entry_name(cell_key(c.variant()))]) for c in wanted]
+        out += [_from_record(c, cached[name]) for c, name in zip(wanted, names)]
     return sorted(out, key=lambda rc: rc.cell.sort_key)
+
+
+def store_path(variants_dir: Path, platform: str, world: str) -> Path:
+    """The committed render store's file for a variant file (see render_store)."""
+    return variants_dir / "renders" / f"{platform}-{world}.json"

@@ -23,6 +23,7 @@ from faforge.errors import DataError, FaforgeError
 from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable, dump_releases, header_of, load_releases
+from faforge.matrix.render_store import store_files
 from faforge.matrix.variants import generated_files, stale_files
 from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
@@ -133,8 +134,8 @@ def new_cells(old: ReleaseTable, new: ReleaseTable, policy: BuildPolicy, philox:
     return [c for c in build_cells(new, policy, philox) if c.id not in before]
 
 
-def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, variants_dir: Path) -> list[Path]:
-    """Write releases.yaml (canonical form) and regenerate the variant configs.
+def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, variants_dir: Path, recipe_path: Path) -> list[Path]:
+    """Write releases.yaml (canonical form) and regenerate the variant configs and the render store.
 
     The new text is loaded back and turned into cells before anything is replaced, so a table
     that would not load is never written."""
@@ -145,12 +146,20 @@ def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, varian
         tmp.write(text)
     try:
         reloaded = replace(load_releases(Path(tmp.name)), path=path)
-        generated = generated_files(build_cells(reloaded, policy, philox), variants_dir)
+        cells = build_cells(reloaded, policy, philox)
+        generated = generated_files(cells, variants_dir)
         os.replace(tmp.name, path)
     finally:
         if os.path.exists(tmp.name):
             os.unlink(tmp.name)
-    stale = stale_files(generated)
-    for generated_path in stale:
-        generated_path.write_text(generated[generated_path])
-    return [path, *stale]
+    written = [path, *_write_stale(generated)]
+    # The render store's key covers the variant files, so it is computed once they are written.
+    return written + _write_stale(store_files(cells, recipe_path, variants_dir))
+
+
+def _write_stale(expected: dict[Path, str]) -> list[Path]:
+    stale = stale_files(expected)
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(expected[path])
+    return stale
