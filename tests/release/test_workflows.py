@@ -218,3 +218,45 @@ def test_the_build_step_points_a_cell_job_at_its_kernel_package(plan_jobs, tmp_p
     assert ("https://ch.example/faforge" in args) == in_channel
     piece = next(j for j in plan_jobs if j["part"] not in ("cell", "kernels", "kernels-link"))
     assert "--extra-channel" not in run_step(piece), "kernel jobs need no kernel package"
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load((REPO / ".github" / "workflows" / name).read_text())
+
+
+def _steps_using(action: str) -> list[tuple[str, str, dict]]:
+    """(workflow, job id, step) of every step of every workflow that uses `action` (any version)."""
+    return [(w.name, job_id, step) for w in WORKFLOWS for job_id, job in (yaml.safe_load(w.read_text())["jobs"] or {}).items()
+            for step in job.get("steps", []) if step.get("uses", "").split("@")[0] == action]
+
+
+def _runs_for_part(condition: str | None, part: str) -> bool:
+    """A step's `if:` for one job's matrix.part; the conditions here are ==/!= tests of it joined by && and ||."""
+    if condition is None:
+        return True
+    python = re.sub(r"matrix\.part (==|!=) '([\w-]+)'", lambda m: repr(part) + f" {m[1]} {m[2]!r}", condition)
+    python = python.replace("&&", " and ").replace("||", " or ")
+    assert re.fullmatch(r"[\s'\w=!()-]+", python), f"not a plain matrix.part condition: {condition!r}"
+    return eval(python)  # noqa: S307 (a condition checked above to hold only quoted words and comparisons)
+
+
+PARTS = ("fwd-1of4", "bwd-2of4", "kernels", "kernels-link", "cell")
+
+
+def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_once():
+    """Issue 24 item 5: each piece job saved its own .ccache per run (over 100 entries of hundreds of MB
+    against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
+    cache by prefix, and only the job that completes the package saves it, keyed by the package."""
+    steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
+    assert not [s for s in steps if s.get("uses", "").startswith("actions/cache@") and s["with"]["path"] == ".ccache"], \
+        "restore and save are split (actions/cache/restore + actions/cache/save)"
+    [restore] = [s for s in steps if s.get("uses") == "actions/cache/restore@v4" and s["with"]["path"] == ".ccache"]
+    [save] = [s for s in steps if s.get("uses") == "actions/cache/save@v4" and s["with"]["path"] == ".ccache"]
+    prefix = "ccache-${{ matrix.kernels }}-"
+    assert save["with"]["key"] == prefix + "${{ github.run_id }}"
+    assert restore["with"]["key"] == save["with"]["key"] and restore["with"]["restore-keys"].strip() == prefix
+    assert {p for p in PARTS if _runs_for_part(restore.get("if"), p)} == {"fwd-1of4", "bwd-2of4", "kernels", "kernels-link"}
+    assert {p for p in PARTS if _runs_for_part(save.get("if"), p)} == {"kernels", "kernels-link"}
+    build = next(i for i, s in enumerate(steps) if s.get("name") == "Build")
+    assert steps.index(restore) < build < steps.index(save)
+
