@@ -260,3 +260,11 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     build = next(i for i, s in enumerate(steps) if s.get("name") == "Build")
     assert steps.index(restore) < build < steps.index(save)
 
+
+def test_every_artifact_upload_survives_a_rerun():
+    """Issue 24 item 5: an artifact name is unique per run, so re-running a failed job that had uploaded
+    (`if: always()`, or a gate failing after the kernel package went up) failed with 409
+    (actions/upload-artifact#478). The names stay fixed because later jobs download them by name."""
+    uploads = _steps_using("actions/upload-artifact")
+    assert len(uploads) >= 5
+    assert [(w, j, s["with"]["name"]) for w, j, s in uploads if s["with"].get("overwrite") is not True] == []
