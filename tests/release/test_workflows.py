@@ -69,6 +69,8 @@ def test_github_workflow_schema(workflow):
 NEWER_THAN_THE_LINTER = {
     # https://github.blog/changelog/2026-05-07-github-actions-concurrency-groups-now-allow-larger-queues
     "concurrency.queue (2026)": (re.compile(r'unexpected key "queue" for "concurrency" section'), re.compile(r"\s*queue: max")),
+    # Repository variables (2023): the one place that reads one, the plan job's GPU runner step.
+    "vars (2023)": (re.compile(r'undefined variable "vars"'), re.compile(r"\s*FAFORGE_GPU_RUNNER: \$\{\{ vars\.FAFORGE_GPU_RUNNER \}\}")),
 }
 
 
@@ -295,3 +297,31 @@ def test_a_build_queues_behind_a_running_one_instead_of_cancelling():
     order (up to 100), and needs cancel-in-progress false. One group per ref: two runs never publish at once."""
     concurrency = _load("build.yml")["concurrency"]
     assert concurrency == {"group": "build-${{ github.ref }}", "cancel-in-progress": False, "queue": "max"}
+
+
+def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_path):
+    """Issue 24 item 5: on a repository with no self-hosted `gpu` runner, gpu-test queued for 24 h.
+    The repository variable FAFORGE_GPU_RUNNER says there is one; unset, the plan job says why the GPU
+    gate is skipped (log and run summary) and gpu-test does not start. Its step runs here under bash."""
+    jobs = _load("build.yml")["jobs"]
+    self_hosted = [j for j, job in jobs.items() if "self-hosted" in json.dumps(job.get("strategy", {})) + str(job.get("runs-on"))]
+    assert self_hosted == ["gpu-test"]
+    assert "plan" in jobs["gpu-test"]["needs"] and "needs.plan.outputs.gpu-runner == 'true'" in jobs["gpu-test"]["if"]
+    assert jobs["plan"]["outputs"]["gpu-runner"] == "${{ steps.gpu.outputs.runner }}"
+    step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "gpu")
+    assert step["env"] == {"FAFORGE_GPU_RUNNER": "${{ vars.FAFORGE_GPU_RUNNER }}"}
+
+    def run(value: str) -> tuple[str, str, str]:
+        output, summary = tmp_path / f"output-{value}", tmp_path / f"summary-{value}"
+        env = {"PATH": "/usr/bin:/bin", "FAFORGE_GPU_RUNNER": value, "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)}
+        result = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return (output.read_text() if output.exists() else ""), result.stdout, (summary.read_text() if summary.exists() else "")
+
+    assert run("true") == ("runner=true\n", "", "")
+    for value in ("", "yes"):
+        output, log, summary = run(value)
+        assert "runner=true" not in output
+        assert log.startswith("::warning") and "FAFORGE_GPU_RUNNER" in log and "gpu" in log
+        assert "FAFORGE_GPU_RUNNER" in summary and "publish" in summary
+    assert "'yes'" in run("yes")[1] and "unset" in run("")[1]
