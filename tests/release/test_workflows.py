@@ -325,3 +325,33 @@ def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_pa
         assert log.startswith("::warning") and "FAFORGE_GPU_RUNNER" in log and "gpu" in log
         assert "FAFORGE_GPU_RUNNER" in summary and "publish" in summary
     assert "'yes'" in run("yes")[1] and "unset" in run("")[1]
+
+
+ACTIONS_MAY_CREATE_PRS = "Allow GitHub Actions to create and approve pull requests"
+
+
+def test_the_bump_pull_request_says_what_it_needs_when_github_refuses_it(tmp_path):
+    """Issue 24 item 5: `gh pr create` with GITHUB_TOKEN needs a repository setting, off by default.
+    The workflow says so, and when the PR is refused its error names the setting and the token that
+    does without it. The step runs here under bash, with `git` and `gh` stand-ins on PATH."""
+    bump = _load("bump.yml")
+    assert bump["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert ACTIONS_MAY_CREATE_PRS in (REPO / ".github" / "workflows" / "bump.yml").read_text().split("jobs:")[0]
+    step = next(s for s in bump["jobs"]["bump"]["steps"] if "gh pr create" in s.get("run", ""))
+    assert step["env"]["GH_TOKEN"] == "${{ secrets.BUMP_TOKEN || github.token }}"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "git").write_text('#!/bin/bash\n[ "$1" != diff ]\n')  # `git diff --quiet`: there are changes
+    (tmp_path / "bin" / "gh").write_text('#!/bin/bash\necho "$GH_SAYS" >&2\nexit "$GH_EXIT"\n')
+    for tool in ("git", "gh"):
+        (tmp_path / "bin" / tool).chmod(0o755)
+
+    def run(gh_exit: int) -> subprocess.CompletedProcess:
+        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "GH_EXIT": str(gh_exit),
+               "GH_SAYS": "GitHub Actions is not permitted to create or approve pull requests (createPullRequest)"}
+        return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+    assert run(0).returncode == 0
+    refused = run(1)
+    assert refused.returncode == 1
+    error = next(line for line in refused.stdout.splitlines() if line.startswith("::error"))
+    assert ACTIONS_MAY_CREATE_PRS in error and "BUMP_TOKEN" in error
