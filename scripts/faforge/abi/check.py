@@ -9,7 +9,9 @@ from pathlib import Path
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
-from faforge.abi.elf import DynamicSymbols, ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
+from faforge.abi.elf import read_dynamic_symbols, read_elf, read_info
+from faforge.abi.elf_file import ElfError
+from faforge.abi.elf_symbols import DynamicSymbols, Symbol
 from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import extension_modules
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict

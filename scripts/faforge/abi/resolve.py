@@ -38,7 +38,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from faforge.abi.elf import DynamicSymbols, ElfError, ElfFile, ElfInfo, HashedExports, gnu_hash, read_dynamic_symbols, read_info
+from faforge.abi.elf import ElfInfo, read_dynamic_symbols, read_info
+from faforge.abi.elf_file import ElfError, ElfFile
+from faforge.abi.elf_hash import HashedExports, gnu_hash, hashed_exports
+from faforge.abi.elf_symbols import DynamicSymbols
+from faforge.abi.elf_versions import version_definitions
 from faforge.errors import FaforgeError
 
 # Libraries that belong to torch itself (libc10.so, libc10_cuda.so, libtorch.so, libtorch_cpu.so,
@@ -166,21 +170,21 @@ class Library:
     def defines(self) -> tuple[str, ...]:
         """The symbol versions this library defines (GLIBC_2.28, ...)."""
         with ElfFile(self.path) as elf:
-            return elf.version_definitions()[0]
+            return version_definitions(elf)[0]
 
     @cached_property
     def _hashed(self) -> HashedExports | None:
         with ElfFile(self.path) as elf:
-            return elf.hashed_exports()
+            return hashed_exports(elf)
 
     def might_define(self, hashes: list[int]) -> list[bool]:
-        """A cheap first filter for many names (by elf.gnu_hash): False means certainly not here."""
+        """A cheap first filter for many names (by elf_hash.gnu_hash): False means certainly not here."""
         if self._hashed is not None:
             return self._hashed.might_define(hashes)
         return [True] * len(hashes)
 
     def definitions(self, name: str, hashed: int) -> tuple[tuple[str | None, bool], ...]:
-        """Exported definitions of `name` as (version, hidden); `hashed` is elf.gnu_hash(name)."""
+        """Exported definitions of `name` as (version, hidden); `hashed` is elf_hash.gnu_hash(name)."""
         if self._hashed is not None:
             return self._hashed.lookup(name, hashed)
         return self.exports.get(name, ())  # no .gnu.hash (old DT_HASH-only linkers): read the whole table
