@@ -12,7 +12,8 @@ import pytest
 from faforge.abi.elf import read_dynamic_symbols, read_elf, read_info
 from faforge.abi.elf_file import ElfError, ElfFile
 from faforge.abi.elf_hash import gnu_hash, hashed_exports
-from faforge.abi.resolve import Library, system_library_dirs
+from faforge.abi.ld_search import system_library_dirs
+from faforge.abi.library import Library
 from tests.abi import elf_fixtures as fx
 
 READELF = shutil.which("readelf")

@@ -8,6 +8,8 @@ have little else; the recipe lists pyelftools there):
   elf_symbols  .dynsym as columns; elf_versions  .gnu.version*; elf_hash  .gnu.hash lookups
   fatbin    SASS/PTX architectures in .nv_fatbin, without CUDA tools
   resolve   the DT_NEEDED closure as ld.so finds it, and which library each symbol binds to
+  ld_search how ld.so finds one needed name (search order, ld.so.conf, $ORIGIN, Misplaced)
+  library   one found library: its tables read on first use, and what binds to it
   classify  C++ ABI from mangled names; missing symbols as abi-mismatch / signature-drift / ...
   demangle  libstdc++'s __cxa_demangle through ctypes
   report    the verdict as data, its JSON (version 1) and its text
