@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from faforge import cli
-from faforge.abi.elf import ElfFile
+from faforge.abi.elf_file import ElfFile
 from tests.abi.conftest import run_faforge
 
 FUZZ_EXAMPLES = 300

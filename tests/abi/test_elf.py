@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from faforge.abi.elf import ElfError, ElfFile, gnu_hash, read_dynamic_symbols, read_elf, read_info
-from faforge.abi.resolve import Library, system_library_dirs
+from faforge.abi.elf import read_dynamic_symbols, read_elf, read_info
+from faforge.abi.elf_file import ElfError, ElfFile
+from faforge.abi.elf_hash import gnu_hash, hashed_exports
+from faforge.abi.ld_search import system_library_dirs
+from faforge.abi.library import Library
 from tests.abi import elf_fixtures as fx
 
 READELF = shutil.which("readelf")
@@ -120,7 +123,7 @@ def test_gnu_hash_lookups_agree_with_the_full_table(which, linked):
             "libc": lambda: system_library("libc.so.6")}[which]()
     symbols = read_dynamic_symbols(path)
     with ElfFile(path) as elf:
-        hashed = elf.hashed_exports()
+        hashed = hashed_exports(elf)
     assert hashed is not None
     exports = symbols.exports()
     for name, definitions in exports.items():
@@ -133,7 +136,7 @@ def test_a_library_without_gnu_hash_falls_back_to_the_full_table(gxx, tmp_path):
     lib = fx.compile_shared(gxx, fx.LIBRARY_SOURCE, tmp_path / "libsysv.so", defines={"PARAMS": "int"},
                             flags=["-Wl,--hash-style=sysv"])
     with ElfFile(lib) as elf:
-        assert elf.hashed_exports() is None
+        assert hashed_exports(elf) is None
     library = Library("libsysv.so", lib, read_info(lib), "test")
     assert library.provides("_ZN3c104cuda9SetDeviceEi", None)
     assert not library.provides("_ZN3c104cuda9SetDeviceEa", None)

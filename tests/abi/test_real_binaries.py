@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from faforge.doctor.torch_symbols import built_for, default_table
+from faforge.doctor.torch_symbols import built_for
+from faforge.doctor.torch_symbols_file import default_table
 from faforge.matrix.versions import vtuple
 from faforge.wheelfetch import FetchError, RemoteZip, http_get, list_files
 from tests.support.cache import cache_dir

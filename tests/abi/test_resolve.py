@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from faforge.abi.elf import read_info
-from faforge.abi.resolve import load_closure, system_library_dirs, torch_lib_dirs
+from faforge.abi.ld_search import system_library_dirs
+from faforge.abi.resolve import load_closure, torch_lib_dirs
 from faforge.errors import FaforgeError
 from tests.abi import elf_fixtures as fx
 from tests.abi.test_elf import system_library

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from faforge.doctor.fixes import Offer, offers_from
+from faforge.doctor.offers import Offer, offers_from
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 from tests.doctor import envs

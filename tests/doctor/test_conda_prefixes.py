@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from faforge.channel import local
-from faforge.doctor.fixes import Offer
-from faforge.doctor.torch_symbols import default_table
+from faforge.doctor.offers import Offer
+from faforge.doctor.torch_symbols_file import default_table
 from faforge.matrix.versions import next_minor, vtuple
 from tests.doctor import envs
 

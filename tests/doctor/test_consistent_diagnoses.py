@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from faforge.abi.demangle import demangle
-from faforge.doctor.torch_symbols import default_table
+from faforge.doctor.torch_symbols_file import default_table
 from tests.doctor import envs
 
 pytestmark = [pytest.mark.slow,

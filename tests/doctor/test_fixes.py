@@ -7,7 +7,7 @@ import fnmatch
 
 import pytest
 
-from faforge.doctor.fixes import Target, _conda_cuda, closest, matching
+from faforge.doctor.offers import Target, closest, conda_cuda, matching
 from faforge.matrix.versions import vtuple
 
 
@@ -49,4 +49,4 @@ def test_closest_cells_when_none_matches(offers):
     ("cpu_generic_py312_h1234567_2", None),
 ])
 def test_cuda_of_a_pytorch_build_string(build, cuda):
-    assert _conda_cuda(build) == cuda
+    assert conda_cuda(build) == cuda

@@ -12,6 +12,7 @@ from faforge.doctor import facts as env_facts
 from faforge.doctor.diagnose import diagnose
 from faforge.doctor.examine import situation_from
 from faforge.doctor.fixes import plan
+from faforge.doctor.probe_run import run_probe
 from faforge.matrix import load_matrix
 from tests.doctor import envs
 
@@ -21,7 +22,7 @@ H200 = env_facts.Gpu("NVIDIA H200", (9, 0), "580.65.06", "nvidia-smi")
 
 def situation_on(python, gpu):
     """The doctor's view of `python`'s environment, as if nvidia-smi had reported `gpu`."""
-    stages, stopped = env_facts.run_probe(python)
+    stages, stopped = run_probe(python)
     return situation_from(env_facts.parse(stages, stopped, (gpu,), "ok"))
 
 

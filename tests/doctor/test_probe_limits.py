@@ -18,7 +18,7 @@ import pytest
 
 from faforge.doctor import facts as env_facts
 from faforge.doctor.examine import situation_from
-from faforge.doctor.fixes import local_build
+from faforge.doctor.fix_commands import local_build
 from tests.doctor import envs
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")

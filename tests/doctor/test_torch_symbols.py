@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from faforge.abi.elf import read_dynamic_symbols
-from faforge.doctor.torch_symbols import (EXPORT_LIBRARIES, built_for, default_table, dump_symbol_table, exported_ranges,
-                                          load_symbol_table, offered)
+from faforge.doctor.torch_symbols import EXPORT_LIBRARIES, built_for, exported_ranges, offered
+from faforge.doctor.torch_symbols_file import default_table, dump_symbol_table, load_symbol_table
 from faforge.matrix.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
 from tests.support.torch_envs import CACHE as VENV_CACHE

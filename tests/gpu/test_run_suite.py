@@ -12,7 +12,8 @@ import time
 import pytest
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
-from faforge.gpu.run_suite import format_summary, parse_junit, run, verdict
+from faforge.gpu.junit import parse_junit
+from faforge.gpu.run_suite import format_summary, run, verdict
 
 SAMPLE = """
 import pytest

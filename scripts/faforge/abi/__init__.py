@@ -3,9 +3,13 @@
 Read -> resolve -> judge -> report, one module each, on the standard library and
 pyelftools only (the package is shipped into build and test environments that
 have little else; the recipe lists pyelftools there):
-  elf       ELF header, DT_NEEDED/RPATH/RUNPATH, .dynsym/.gnu.version* as tables, .gnu.hash lookups
+  elf       ELF header and DT_NEEDED/SONAME/RPATH/RUNPATH; read_info/read_dynamic_symbols/read_elf
+  elf_file  an open ELF file: header, section table, bounds-checked section reads
+  elf_symbols  .dynsym as columns; elf_versions  .gnu.version*; elf_hash  .gnu.hash lookups
   fatbin    SASS/PTX architectures in .nv_fatbin, without CUDA tools
   resolve   the DT_NEEDED closure as ld.so finds it, and which library each symbol binds to
+  ld_search how ld.so finds one needed name (search order, ld.so.conf, $ORIGIN, Misplaced)
+  library   one found library: its tables read on first use, and what binds to it
   classify  C++ ABI from mangled names; missing symbols as abi-mismatch / signature-drift / ...
   demangle  libstdc++'s __cxa_demangle through ctypes
   report    the verdict as data, its JSON (version 1) and its text

@@ -9,12 +9,16 @@ from pathlib import Path
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
-from faforge.abi.elf import DynamicSymbols, ElfError, Symbol, read_dynamic_symbols, read_elf, read_info
+from faforge.abi.elf import read_dynamic_symbols, read_elf, read_info
+from faforge.abi.elf_file import ElfError
+from faforge.abi.elf_symbols import DynamicSymbols, Symbol
 from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import extension_modules
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
-from faforge.abi.resolve import (Closure, Library, NotFound, environment_dirs, is_torch_library, load_closure,
-                                 loaded_by_torch, opened, system_library_dirs, torch_lib_dirs)
+from faforge.abi.ld_search import system_library_dirs
+from faforge.abi.library import Library
+from faforge.abi.resolve import (Closure, NotFound, environment_dirs, is_torch_library, load_closure, loaded_by_torch,
+                                 opened, torch_lib_dirs)
 from faforge.errors import FaforgeError
 
 ET_DYN = 3

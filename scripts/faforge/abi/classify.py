@@ -1,6 +1,6 @@
 """Judge what is wrong: name the C++ ABI of a binary, explain a missing symbol, compare versions.
 
-Reading is done by faforge.abi.elf, finding libraries by faforge.abi.resolve;
+Reading is done by faforge.abi.elf, finding libraries by faforge.abi.resolve (ld_search, library);
 this module only interprets names.  A missing symbol is explained by looking
 for exports of the *same qualified function* in the libraries:
   * the same signature once the C++11 ABI spelling is normalised away -> abi-mismatch;

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.abi.elf import ElfError, ElfFile
+from faforge.abi.elf_file import ElfError, ElfFile
 
 SECTION = ".nv_fatbin"
 CONTAINER_MAGIC = 0xBA55ED50

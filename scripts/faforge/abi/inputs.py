@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from faforge.abi.elf import ElfError, read_dynamic_symbols
+from faforge.abi.elf import read_dynamic_symbols
+from faforge.abi.elf_file import ElfError
 from faforge.errors import FaforgeError, why_not_a_file
 
 ARCHIVE_SUFFIXES = (".whl", ".zip", ".conda", ".tar.bz2")

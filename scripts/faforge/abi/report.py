@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from faforge.abi.fatbin import GpuArchs
-from faforge.abi.resolve import Misplaced
+from faforge.abi.ld_search import Misplaced
 
 REPORT_VERSION = 1
 

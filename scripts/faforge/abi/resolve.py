@@ -17,28 +17,24 @@ The search order puts the torch being checked first: the environment's folders
 needing object's DT_RPATH/DT_RUNPATH ($ORIGIN expanded), then the system's
 default path (/etc/ld.so.conf and the built-in directories).
 
-$ORIGIN is the folder a library was opened in, symlinks kept (glibc's l_origin is
-the path it opened, not its realpath), and the kernel resolves a `..` after it
-physically, from where a symlinked folder points. So a library opened in a folder
-that is a symlink into a store does not find `$ORIGIN/../X` beside the link
-(torch's `$ORIGIN/../../nvidia/*/lib` with torch/lib linked as a whole): a needed
-library found only by reading `..` lexically is `Misplaced`, a definite failure,
-not an unfound library (issue 21).
+How one name is searched for is faforge.abi.ld_search (with the `Misplaced` case of a
+symlinked folder, issue 21); binding a reference to one library is faforge.abi.library.
 """
 
 from __future__ import annotations
 
-import functools
-import glob
 import os
 import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
-from faforge.abi.elf import DynamicSymbols, ElfError, ElfFile, ElfInfo, HashedExports, gnu_hash, read_dynamic_symbols, read_info
+from faforge.abi.elf import ElfInfo, read_info
+from faforge.abi.elf_file import ElfError
+from faforge.abi.elf_hash import gnu_hash
+from faforge.abi.ld_search import Misplaced, find_needed, misplaced
+from faforge.abi.library import Library
 from faforge.errors import FaforgeError
 
 # Libraries that belong to torch itself (libc10.so, libc10_cuda.so, libtorch.so, libtorch_cpu.so,
@@ -50,9 +46,6 @@ TORCH_LIBRARY = re.compile(r"^lib(?:c10|torch)(?:_[A-Za-z0-9_]+)?\.so(?:\.[0-9.]
 CUDA_RUNTIME = re.compile(r"^libcudart\.so(?:\.[0-9.]+)?$")
 # Who loads torch's libraries before the extension.
 IMPORT_TORCH = "import torch"
-LD_SO_CONF = Path("/etc/ld.so.conf")
-# glibc's built-in trusted directories, searched after ld.so.conf's.
-BUILTIN_DIRS = ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
 
 
 def is_torch_library(name: str) -> bool:
@@ -63,30 +56,6 @@ def is_required_library(name: str) -> bool:
     """Libraries whose absence is a problem: torch's own and the CUDA runtime."""
     base = Path(name).name
     return bool(TORCH_LIBRARY.match(base) or CUDA_RUNTIME.match(base))
-
-
-@functools.cache
-def system_library_dirs(conf: Path = LD_SO_CONF) -> tuple[Path, ...]:
-    """The directories ld.so searches by default on this machine, in order."""
-    dirs: list[str] = []
-    _read_ld_so_conf(conf, dirs, seen=set())
-    dirs += BUILTIN_DIRS
-    return tuple(dict.fromkeys(Path(d) for d in dirs if Path(d).is_dir()))
-
-
-def _read_ld_so_conf(conf: Path, dirs: list[str], seen: set[Path]) -> None:
-    if conf in seen or not conf.is_file():
-        return
-    seen.add(conf)
-    for line in conf.read_text(errors="replace").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("include "):
-            pattern = line.split(None, 1)[1]
-            pattern = pattern if pattern.startswith("/") else str(conf.parent / pattern)
-            for included in sorted(glob.glob(pattern)):
-                _read_ld_so_conf(Path(included), dirs, seen)
-        elif line.startswith("/"):
-            dirs.append(line)
 
 
 def opened(path: str | Path) -> Path:
@@ -138,74 +107,6 @@ def environment_dirs(torch_dirs: Sequence[Path]) -> tuple[Path, ...]:
             dirs += [d.resolve() for d in beside]
     return tuple(dict.fromkeys(d for d in dirs if d.is_dir()))
 
-
-@dataclass(frozen=True)
-class Library:
-    """A library found for a DT_NEEDED entry; its tables are read on first use."""
-
-    name: str  # the DT_NEEDED name it was loaded under
-    path: Path
-    info: ElfInfo
-    needed_by: str
-
-    @cached_property
-    def symbols(self) -> DynamicSymbols:
-        """The whole symbol table (only needed to explain a missing symbol)."""
-        return read_dynamic_symbols(self.path)
-
-    @cached_property
-    def exports(self) -> dict[str, tuple[tuple[str | None, bool], ...]]:
-        return self.symbols.exports()
-
-    @cached_property
-    def export_text(self) -> str:
-        """All exported names, one per line, for fast substring searches."""
-        return "\n".join(self.exports)
-
-    @cached_property
-    def defines(self) -> tuple[str, ...]:
-        """The symbol versions this library defines (GLIBC_2.28, ...)."""
-        with ElfFile(self.path) as elf:
-            return elf.version_definitions()[0]
-
-    @cached_property
-    def _hashed(self) -> HashedExports | None:
-        with ElfFile(self.path) as elf:
-            return elf.hashed_exports()
-
-    def might_define(self, hashes: list[int]) -> list[bool]:
-        """A cheap first filter for many names (by elf.gnu_hash): False means certainly not here."""
-        if self._hashed is not None:
-            return self._hashed.might_define(hashes)
-        return [True] * len(hashes)
-
-    def definitions(self, name: str, hashed: int) -> tuple[tuple[str | None, bool], ...]:
-        """Exported definitions of `name` as (version, hidden); `hashed` is elf.gnu_hash(name)."""
-        if self._hashed is not None:
-            return self._hashed.lookup(name, hashed)
-        return self.exports.get(name, ())  # no .gnu.hash (old DT_HASH-only linkers): read the whole table
-
-    def provides(self, name: str, version: str | None, hashed: int | None = None) -> bool:
-        """Whether a reference to name (@version) binds here, by glibc's check_match rules."""
-        for defined, hidden in self.definitions(name, gnu_hash(name) if hashed is None else hashed):
-            if version is None and not hidden:
-                return True
-            if version is not None and (defined == version or (defined is None and not hidden)):
-                return True
-        return False
-
-
-@dataclass(frozen=True)
-class Misplaced:
-    """Where a needed library is when `..` in a $ORIGIN entry is read lexically, and where the
-    loader looks instead: the needer's folder is reached through a symlink to a folder elsewhere."""
-
-    needer: Path  # the library that needs it, as opened
-    entry: str  # its RUNPATH/RPATH entry, as written
-    tag: str  # "RUNPATH" or "RPATH"
-    looked_in: Path  # the entry with `..` resolved physically, as the kernel does
-    lies_in: Path  # the entry with `..` resolved lexically, where the library is
-    link: Path | None  # the symlinked folder the needer was opened through
 
 
 @dataclass(frozen=True)
@@ -325,10 +226,10 @@ def _walk(queue_items, root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[
             continue
         library = loaded.get(name)
         if library is None:
-            found, wrong = _find(name, needer, root, search_dirs)
+            found, wrong = find_needed(name, needer, root, search_dirs)
             if found is None:
                 missing.add(name)
-                not_found.append(NotFound(name, needer.path.name, tuple(wrong), _misplaced(name, needer, root)))
+                not_found.append(NotFound(name, needer.path.name, tuple(wrong), misplaced(name, needer, root)))
                 continue
             path, info = found
             library = Library(name, path, info, needer.path.name)
@@ -343,58 +244,3 @@ def _walk(queue_items, root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[
         seen.update(n for n in (name, library.name, library.info.soname) if n)
         queue.extend((library.info, dep) for dep in library.info.needed)
     return libraries, not_found
-
-
-def _find(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path]):
-    """(path, info) of the first compatible file for a DT_NEEDED name, and the incompatible ones seen."""
-    if "/" in name:
-        candidates = [Path(name) if name.startswith("/") else needer.path.parent / name]
-    else:
-        own = needer.runpath or needer.rpath
-        dirs = [*search_dirs, *(_expand(d, needer) for d in own), *system_library_dirs()]
-        candidates = [Path(d) / name for d in dict.fromkeys(dirs) if d is not None]
-    wrong = []
-    for candidate in candidates:
-        info = _elf_info(candidate)
-        if info is None:
-            continue
-        if info.abi_key == root.abi_key:
-            return (candidate, info), wrong
-        wrong.append(candidate)
-    return None, wrong
-
-
-def _elf_info(candidate: Path) -> ElfInfo | None:
-    """The candidate's ELF header, None where ld.so would skip it (no file, not ELF, unreadable).
-
-    The open resolves `..` physically, as the kernel does for the loader."""
-    try:
-        return read_info(candidate) if candidate.is_file() else None
-    except (ElfError, OSError):
-        return None
-
-
-def _misplaced(name: str, needer: ElfInfo, root: ElfInfo) -> Misplaced | None:
-    """Where an unfound `name` is when a $ORIGIN entry's `..` is read lexically, if the kernel's
-    physical `..` leads elsewhere (the needer was opened through a symlinked folder)."""
-    if "/" in name:
-        return None
-    for entry in needer.runpath or needer.rpath:
-        expanded = _expand(entry, needer)
-        if expanded is None or "ORIGIN" not in entry or ".." not in entry.split("/"):
-            continue
-        lexical, physical = Path(os.path.normpath(expanded)), Path(os.path.realpath(expanded))
-        if physical == lexical.resolve():
-            continue
-        info = _elf_info(lexical / name)
-        if info is not None and info.abi_key == root.abi_key:
-            origin = needer.path.parent
-            link = next((folder for folder in (origin, *origin.parents) if folder.is_symlink()), None)
-            return Misplaced(needer.path, entry, "RUNPATH" if needer.runpath else "RPATH", physical, lexical, link)
-    return None
-
-
-def _expand(entry: str, needer: ElfInfo) -> str | None:
-    """$ORIGIN/${ORIGIN} -> the needing object's folder, as opened; entries with other tokens are skipped."""
-    expanded = entry.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", str(needer.path.parent))
-    return None if "$" in expanded else expanded

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from faforge.doctor.facts import PROBE_TIMEOUT_S, probe_timeout  # standard library only: cheap at startup
+from faforge.doctor.probe_run import PROBE_TIMEOUT_S, probe_timeout  # standard library only: cheap at startup
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.progress import say
 

@@ -1,5 +1,6 @@
 """`faforge doctor`: facts about a Python environment -> problems in plain words -> exact fixes.
 
-probe (runs inside the target interpreter) -> facts -> installs, binary (ABI gate,
-torch symbol table) -> diagnose -> fixes (from the matrix) -> report.
+probe (runs inside the target interpreter, started by probe_run) -> facts -> installs, binary
+(ABI gate, torch symbol table: torch_symbols, torch_symbols_file) -> situation -> diagnose (rules_torch,
+rules_extension, rules_runtime) -> fixes (offers from the matrix, fix_commands) -> report.
 """

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.abi.check import check_module, torch_facts
-from faforge.abi.elf import ElfError, read_dynamic_symbols, read_elf
+from faforge.abi.elf import read_dynamic_symbols, read_elf
+from faforge.abi.elf_file import ElfError
 from faforge.abi.report import ModuleVerdict, Verdict
 from faforge.abi.resolve import environment_dirs, opened
 from faforge.doctor.facts import EnvFacts

@@ -7,10 +7,14 @@ from dataclasses import dataclass
 
 from faforge.doctor import facts as env_facts
 from faforge.doctor.binary import try_read_binary
-from faforge.doctor.diagnose import ERROR, Problem, Situation, diagnose
-from faforge.doctor.fixes import Fix, offers_from, plan
+from faforge.doctor.diagnose import diagnose
+from faforge.doctor.fix_commands import Fix
+from faforge.doctor.fixes import plan
 from faforge.doctor.installs import claim, flash_attn_install, torch_install
-from faforge.doctor.torch_symbols import default_table
+from faforge.doctor.offers import offers_from
+from faforge.doctor.probe_run import PROBE_TIMEOUT_S, resolve_interpreter
+from faforge.doctor.situation import ERROR, Problem, Situation
+from faforge.doctor.torch_symbols_file import default_table
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 
@@ -26,9 +30,9 @@ class Report:
         return not any(p.severity == ERROR for p in self.problems)
 
 
-def situation(python: str | None, timeout_s: float = env_facts.PROBE_TIMEOUT_S,
+def situation(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
               progress: Callable[[str], None] = lambda message: None) -> Situation:
-    return situation_from(env_facts.collect(env_facts.resolve_interpreter(python), timeout_s, progress))
+    return situation_from(env_facts.collect(resolve_interpreter(python), timeout_s, progress))
 
 
 def situation_from(facts: env_facts.EnvFacts) -> Situation:
@@ -39,7 +43,7 @@ def situation_from(facts: env_facts.EnvFacts) -> Situation:
     return Situation(facts, torch_install(facts), flash, claim(flash), binary, error)
 
 
-def examine(python: str | None, timeout_s: float = env_facts.PROBE_TIMEOUT_S,
+def examine(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
             progress: Callable[[str], None] = lambda message: None) -> Report:
     s = situation(python, timeout_s, progress)
     problems = diagnose(s)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from faforge.doctor.diagnose import ERROR, Situation
 from faforge.doctor.examine import Report
 from faforge.doctor.facts import Gpu
 from faforge.doctor.installs import Install
+from faforge.doctor.situation import ERROR, Situation
 
 REPORT_VERSION = 1
 ABI_SHORT = {0: "pre-C++11 ABI", 1: "C++11 ABI", None: "C++ ABI unknown"}

@@ -13,34 +13,29 @@ check, which needs pyelftools: the recipe's GPU test lists it).
 build machine without a GPU still produces the package and its log says it was
 not verified.
 
-pytest runs in a child process, so a crashing kernel fails the run instead of
-killing the caller, and with its own settings rather than those of whatever
-checkout it is started from. All tests skipped means nothing was verified:
-exit 3, never 0.
+pytest runs in a child process (faforge.gpu.suite_child), so a crashing kernel
+fails the run instead of killing the caller, and with its own settings rather
+than those of whatever checkout it is started from; faforge.gpu.junit reads its
+report. All tests skipped means nothing was verified: exit 3, never 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TextIO
 
-import faforge
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
-from faforge.gpu.coverage import KERNELS_JSON_ENV, compare, format_coverage
+from faforge.gpu.coverage import compare, format_coverage
 from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, declaration, evaluate
+from faforge.gpu.junit import count_outcomes, parse_junit
+from faforge.gpu.suite_child import missing_requirements, run_child, suite_env
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 SCHEMA_VERSION = 1
@@ -50,6 +45,9 @@ RECIPE_TEST_FILES = (
     "faforge/errors.py",
     "faforge/abi/__init__.py",
     "faforge/abi/elf.py",
+    "faforge/abi/elf_file.py",
+    "faforge/abi/elf_symbols.py",
+    "faforge/abi/elf_versions.py",
     "faforge/abi/fatbin.py",
     "faforge/buildcost/__init__.py",
     "faforge/buildcost/tus.py",
@@ -58,8 +56,10 @@ RECIPE_TEST_FILES = (
     "faforge/gpu/coverage.py",
     "faforge/gpu/dispatch.py",
     "faforge/gpu/gate.py",
+    "faforge/gpu/junit.py",
     "faforge/gpu/reference.py",
     "faforge/gpu/run_suite.py",
+    "faforge/gpu/suite_child.py",
     "faforge/gpu/suite/__init__.py",
     "faforge/gpu/suite/cases.py",
     "faforge/gpu/suite/conftest.py",
@@ -69,13 +69,8 @@ RECIPE_TEST_FILES = (
     "faforge/gpu/suite/test_dropout.py",
     "faforge/gpu/suite/test_kvcache.py",
 )
-# Modules the suite's process imports besides torch and flash_attn, with the pip requirement that brings each
-# (einops: flash_attn's own import needs it). Missing -> exit 2 with the install command, never a failed run.
-SUITE_REQUIREMENTS = {"pytest": "pytest>=8", "einops": "einops"}
 # pytest's exit status for a command-line usage error (pytest.ExitCode.USAGE_ERROR): bad input, not a failed run.
 PYTEST_USAGE_ERROR = 4
-# After SIGINT, how long pytest gets to finish its report (junit.xml) before it is killed.
-INTERRUPT_GRACE_S = 30
 # What a build log shows when the recipe test could not verify anything (no GPU on the build machine).
 RECIPE_SKIP_MARK = "faforge-gpu-gate: skipped:"
 PYTEST_INI = """\
@@ -84,33 +79,6 @@ addopts = --strict-markers -p no:cacheprovider
 xfail_strict = true
 junit_family = xunit2
 """
-
-
-def parse_junit(path: Path) -> list[dict]:
-    """One record per test case: id, outcome (passed/failed/error/skipped), duration and message."""
-    records = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        if case.get("name") is None:  # pytest's entry for the test a KeyboardInterrupt (time cap) stopped
-            continue
-        module = case.get("classname", "").rsplit(".", 1)[-1]
-        outcome, message = "passed", None
-        for tag in ("failure", "error", "skipped"):
-            element = case.find(tag)
-            if element is not None:
-                outcome = "failed" if tag == "failure" else tag
-                message = element.get("message") or (element.text or "").strip() or None
-                break
-        records.append(
-            {"id": f"{module}.py::{case.get('name')}", "outcome": outcome, "duration_s": float(case.get("time", 0)), "message": message}
-        )
-    return records
-
-
-OUTCOMES = ("passed", "failed", "error", "skipped")
-
-
-def count_outcomes(tests: list[dict]) -> dict[str, int]:
-    return {outcome: sum(t["outcome"] == outcome for t in tests) for outcome in OUTCOMES}
 
 
 def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None) -> tuple[int, str, str | None]:
@@ -127,26 +95,6 @@ def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None
     if counts["passed"] == 0:
         return EXIT_SKIPPED, "skipped", "; ".join(sorted({t["message"] or "no reason given" for t in tests}))
     return EXIT_OK, "passed", None
-
-
-def interruptible() -> None:
-    """In the suite's child, before exec: SIGINT back to its default. The time cap stops the suite with
-    SIGINT, and a shell starts `cmd &` with SIGINT ignored, which exec keeps (seen: a backgrounded CI
-    run's capped suite ran on for the 60 s grace)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def missing_requirements() -> list[str]:
-    """pip requirements of modules the suite needs that are not importable here (einops only with flash_attn)."""
-    wanted = {"pytest"} | ({"einops"} if importlib.util.find_spec("flash_attn") else set())
-    return [SUITE_REQUIREMENTS[name] for name in sorted(wanted) if importlib.util.find_spec(name) is None]
-
-
-def suite_env(kernels_json: Path) -> dict[str, str]:
-    """The child's environment: faforge importable, no auto-loaded pytest plugins (one that breaks on the GPU
-    machine's image would end the run before any test), unbuffered output, kernel recording on."""
-    pythonpath = os.pathsep.join(filter(None, [str(Path(faforge.__file__).parents[1]), os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, PYTHONPATH=pythonpath, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONUNBUFFERED="1", **{KERNELS_JSON_ENV: str(kernels_json)})
 
 
 def run(
@@ -168,7 +116,6 @@ def run(
         )
     gate = evaluate()
     started = time.monotonic()
-    stopped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="faforge-gpu-") as scratch:
         work = Path(report_dir) if report_dir else Path(scratch)
         try:
@@ -180,40 +127,15 @@ def run(
         command = [sys.executable, "-u", "-m", "pytest", str(suite_dir), "-c", str(ini), "--rootdir", str(suite_dir)]
         command += ["-rfEs", f"--junitxml={junit}", *pytest_args]
         print("+ " + " ".join(command), file=output, flush=True)
-        with open(work / "pytest.log", "w") if report_dir else open(os.devnull, "w") as log, contextlib.ExitStack() as stack:
-            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=suite_env(kernels),
-                                     preexec_fn=interruptible)
-            stack.callback(child.stdout.close)
-
-            def interrupt(why: str) -> None:
-                if child.poll() is None and not stopped:
-                    stopped.append(why)
-                    child.send_signal(signal.SIGINT)
-
-            timer = threading.Timer(time_cap_s, interrupt, (f"stopped by the {time_cap_s:g} s time cap",)) if time_cap_s else None
-            previous = signal.signal(signal.SIGTERM, lambda *_: interrupt("stopped by SIGTERM"))
-            try:
-                if timer:
-                    timer.start()
-                for line in child.stdout:
-                    output.write(line)
-                    log.write(line)
-                try:
-                    pytest_exit_code = child.wait(timeout=INTERRUPT_GRACE_S if stopped else None)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    pytest_exit_code = child.wait()
-            finally:
-                if timer:
-                    timer.cancel()
-                signal.signal(signal.SIGTERM, previous)
+        with open(work / "pytest.log", "w") if report_dir else open(os.devnull, "w") as log:
+            pytest_exit_code, stopped = run_child(command, suite_env(kernels), output, log, time_cap_s)
         output.flush()
         tests = parse_junit(junit) if junit.exists() else []
         coverage = compare(json.loads(kernels.read_text()), gate.head_dims) if kernels.exists() else None
     if pytest_exit_code == PYTEST_USAGE_ERROR and not tests and not stopped:
         raise FaforgeError("pytest rejected the arguments after `--` (its message is above)", input=" ".join(pytest_args),
                            hint="see `python -m pytest --help`")
-    exit_code, status, reason = verdict(pytest_exit_code, tests, stopped[0] if stopped else None)
+    exit_code, status, reason = verdict(pytest_exit_code, tests, stopped)
     summary = {
         "version": SCHEMA_VERSION,
         "status": status,

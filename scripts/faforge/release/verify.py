@@ -36,7 +36,7 @@ from pathlib import Path
 
 from faforge import config
 from faforge.abi.check import PLATFORM_MACHINES, check_path
-from faforge.abi.elf import ElfError
+from faforge.abi.elf_file import ElfError
 from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.channel.repodata import query
 from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError
