@@ -2,13 +2,12 @@
 """Build flash-attn's CUDA extension against the torch of the running Python.
 
 One script serves the conda recipe (rattler-build and conda-build run it in the host environment)
-and a local build outside conda (any venv with torch, nvcc and ninja). It parses the arguments and
-orders the steps; the build backend, faforge.backend, does the work (its __init__ says why it replaces
-upstream's setup.py). The recipe ships the backend in faforge_checker/ beside this script; a local
-build imports the repository's, so both run the same code. --kernels-only builds the kernel library
-(the recipe's libflash-attn-kernels, no torch needed); --kernel-library PATH the glue against it (the
-recipe's flash-attn); neither both, the wheel carrying the library. --only-tus compiles just those
-kernel TUs into the compiler cache and stops (a split cell's piece, faforge.release.cost).
+and a local build (any venv with torch, nvcc and ninja). It parses the arguments and orders the
+steps; the backend, faforge.backend, does the work (its __init__ says why it replaces upstream's
+setup.py), from the recipe's copy in faforge_checker/ or the repository's: the same code. --kernels-only
+builds the kernel library (the recipe's libflash-attn-kernels, no torch needed); --kernel-library PATH
+the glue against it (the recipe's flash-attn); neither both, the wheel carrying the library.
+--only-tus compiles just those kernel TUs into the compiler cache and stops (faforge.release.cost).
 """
 
 from __future__ import annotations
@@ -21,12 +20,15 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# The faforge package holding the backend (and the ABI checker): --checker-path when given, else the
-# recipe's copy beside this script, else the repository's.
+# The faforge package holding the backend and the ABI checker: --checker-path, else the recipe's copy here, else the repo's.
 _pre = argparse.ArgumentParser(add_help=False)
 _pre.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"))
-_roots = [Path(p) for p in (_pre.parse_known_args()[0].checker_path, HERE / "faforge_checker", HERE.parents[1] / "scripts") if p]
-sys.path.insert(0, str(next((r for r in _roots if (r / "faforge/backend/__init__.py").is_file()), _roots[-1]).resolve()))
+_roots = [Path(p) for p in (_pre.parse_known_args()[0].checker_path, HERE / "faforge_checker", HERE.parent.parent / "scripts") if p]
+_root = next((r for r in _roots if (r / "faforge/backend/__init__.py").is_file()), None)
+if _root is None:
+    print(f"build_flash_attn: error: no faforge/backend in {' or '.join(map(str, _roots))}; pass --checker-path (the folder holding faforge/)", file=sys.stderr)
+    sys.exit(2)
+sys.path.insert(0, str(_root.resolve()))
 
 from faforge.backend import ccache, flags, glue, ninja, sources, toolchain  # noqa: E402
 from faforge.backend.archs import parse_arch_list  # noqa: E402
