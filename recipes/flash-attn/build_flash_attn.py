@@ -130,9 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no C++ ABI: pass --cxx11-abi 0|1 or set FAFORGE_CXX11_ABI")
     if args.compiler_cache not in ccache.COMPILER_CACHES:
         parser.error(f"FAFORGE_COMPILER_CACHE={args.compiler_cache!r}: expected one of {', '.join(ccache.COMPILER_CACHES)}")
-    args.build_dir = args.build_dir or str(Path(args.source_dir) / "build")
     args.wheel_dir = args.wheel_dir or str(Path(args.source_dir) / "dist")
-    source_dir, build_dir = Path(args.source_dir).resolve(), Path(args.build_dir).resolve()
+    source_dir, build_dir = Path(args.source_dir).resolve(), Path(args.build_dir or Path(args.source_dir) / "build").resolve()
     try:
         built = (build_kernels_only if args.kernels_only else build_glue)(args, source_dir, build_dir)
     except BuildError as exc:
