@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from faforge import build_script, paths
+from faforge import paths
+from faforge.backend.layout import philox_offset_bits
 from faforge.abi import kernel_abi
 from faforge.abi.params_layout import Layout, measure, struct_fields
 from faforge.matrix import load_matrix
@@ -184,7 +185,7 @@ def test_the_build_script_reads_each_torchs_philox_width():
     for version in matrix_torch_versions():
         _, include = torch_headers(version)
         expected = 32 if verdicts[minor_of(version)].verdict == kernel_abi.OWN_BUILD else 64
-        assert build_script.load().philox_offset_bits(str(include)) == expected, version
+        assert philox_offset_bits(str(include)) == expected, version
 
 
 @pytest.mark.slow

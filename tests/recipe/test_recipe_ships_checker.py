@@ -4,6 +4,7 @@ fails the recipe's tests on every build machine (seen in the conda world, issue 
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import yaml
@@ -32,4 +33,34 @@ def shipped_files() -> set[str]:
 
 def test_recipe_ships_every_file_the_gpu_gate_imports():
     missing = sorted(set(RECIPE_TEST_FILES) - shipped_files())
+    assert not missing, f"recipes/flash-attn/recipe.yaml does not copy {missing} into {CHECKER}/"
+
+
+def faforge_imports(path: Path) -> set[str]:
+    """Every faforge module `path` imports, at the top or inside a function, as faforge/... file paths."""
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "faforge":
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names if alias.name.split(".")[0] == "faforge")
+    files = set()
+    for module in modules:
+        base = paths.repo_root() / "scripts" / Path(*module.split("."))
+        if (base / "__init__.py").is_file():
+            files.add((Path(*module.split(".")) / "__init__.py").as_posix())
+        elif base.with_suffix(".py").is_file():
+            files.add(Path(*module.split(".")).with_suffix(".py").as_posix())
+    return files
+
+
+def test_recipe_ships_every_module_the_build_script_and_its_backend_import():
+    """The build script runs faforge.backend from the recipe's copy; a backend module importing faforge code the
+    recipe does not copy would work in a local build (the repo's copy) and fail in every recipe build."""
+    shipped = shipped_files()
+    backend = sorted((paths.repo_root() / "scripts/faforge/backend").glob("*.py"))
+    needed = faforge_imports(paths.recipe_dir() / "build_flash_attn.py").union(*(faforge_imports(p) for p in backend))
+    assert {f"faforge/backend/{p.name}" for p in backend} <= shipped
+    missing = sorted(needed - shipped)
     assert not missing, f"recipes/flash-attn/recipe.yaml does not copy {missing} into {CHECKER}/"

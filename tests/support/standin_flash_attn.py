@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from faforge import build_script
+from faforge.backend import archs as build  # the recipe build's own arch parser and -gencode flags
 from faforge.channel.local import PackageSpec, assemble
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 
@@ -60,7 +60,6 @@ def compile_kernel_library(work: Path, nvcc: Path, cuda_archs: str) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     source = work / "kernels.cu"
     source.write_text(KERNEL_LIBRARY_SOURCE)
-    build = build_script.load()  # the recipe's own arch parser and -gencode flags
     gencode = build.gencode_flags(build.parse_arch_list(cuda_archs))
     out = work / "libflash_attn_kernels.so"
     result = subprocess.run([str(nvcc), "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden", "-cudart", "shared", *gencode, str(source), "-o", str(out),

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge import build_script
+from faforge.backend import flags, toolchain
 from faforge.buildcost import reuse
 from faforge.buildcost.layout import LayoutSources, make_layout
 from faforge.buildcost.measure import CompileSpec
@@ -70,15 +70,14 @@ def machine_note(nice: int) -> str:
 
 def measure(*, workdir: Path, sdist: Path, torch_include: Path, pythons: list[tuple[str, Path]], tus: list[str],
             arch: str, cxx11_abi: int, nice: int, cuda_home: Path, progress) -> MeasureResult:
-    script = build_script.load()
     if len(pythons) != 2:
         raise FaforgeError("the reuse benchmark needs exactly two pythons", hint="e.g. --pythons 3.11,3.12")
     torch_version = torch_version_at(torch_include)
-    nvcc = script.nvcc_version(str(cuda_home / "bin" / "nvcc"))
-    spec = CompileSpec(archs=arch, cxx_std=script.cxx_standard(torch_version), cxx11_abi=cxx11_abi)
+    nvcc = toolchain.nvcc_version(str(cuda_home / "bin" / "nvcc"))
+    spec = CompileSpec(archs=arch, cxx_std=flags.cxx_standard(torch_version), cxx11_abi=cxx11_abi)
     ccache = reuse.find_ccache()
     cache_dir = workdir / "ccache"
-    triplet = script.cuda_triplet(platform.machine())
+    triplet = toolchain.cuda_triplet(platform.machine())
     layouts = []
     for (version, include), (build_id, placeholder) in zip(pythons, VARIANTS):
         sources = LayoutSources(cuda_home=cuda_home, torch_include=torch_include, python_include=include, sdist=sdist)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from faforge import build_script
+from faforge.backend import archs, jobs
+from faforge.backend.errors import BuildError
 from faforge.buildcost.samples import Measurements, Sample
 from faforge.buildcost.tus import CLASSES, HEAD_DIMS, class_counts, default_grid, parse_tu
 from faforge.errors import FaforgeError
@@ -50,7 +51,7 @@ def class_costs(samples: tuple[Sample, ...], head_dims: tuple[int, ...] = HEAD_D
     by_class = defaultdict(list)
     for s in samples:
         tu = parse_tu(s.tu)
-        by_class[tu.tu_class].append((tu.hdim, s.cpu_s / max(1, len(build_script.load().parse_arch_list(s.arch))), s.peak_rss_gb))
+        by_class[tu.tu_class].append((tu.hdim, s.cpu_s / max(1, len(archs.parse_arch_list(s.arch))), s.peak_rss_gb))
     costs = {}
     for tu_class, points in by_class.items():
         slope, intercept = linear_fit([(h, c) for h, c, _ in points])
@@ -75,10 +76,9 @@ def class_costs(samples: tuple[Sample, ...], head_dims: tuple[int, ...] = HEAD_D
 
 
 def sass_arch_count(cuda_archs: str) -> int:
-    script = build_script.load()
     try:
-        return len(script.parse_arch_list(cuda_archs))
-    except script.BuildError as exc:
+        return len(archs.parse_arch_list(cuda_archs))
+    except BuildError as exc:
         raise FaforgeError(f"cuda_archs {cuda_archs!r}: {exc}") from None
 
 
@@ -115,13 +115,12 @@ class RunnerFit:
 
 def runner_fit(cpus: int, mem_gb: float, n_archs: int, nvcc_threads: int = 1, measured_peak_gb: float = 0.0) -> RunnerFit:
     """MAX_JOBS the build script picks with `mem_gb` available, and whether that many worst-case jobs fit."""
-    script = build_script.load()
-    jobs = script.derive_max_jobs(mem_gb, cpus, n_archs, nvcc_threads)
+    max_jobs = jobs.derive_max_jobs(mem_gb, cpus, n_archs, nvcc_threads)
     concurrent = max(1, min(nvcc_threads, n_archs))
-    per_job = script.WORST_CASE_GB_PER_JOB + (concurrent - 1) * script.EXTRA_GB_PER_CONCURRENT_ARCH
-    budget = jobs * per_job
-    return RunnerFit(cpus=cpus, mem_gb=mem_gb, n_archs=n_archs, max_jobs=jobs, budget_gb=round(budget, 1),
-                     measured_peak_gb=round(jobs * measured_peak_gb, 1), fits=budget + script.RESERVED_GB <= mem_gb)
+    per_job = jobs.WORST_CASE_GB_PER_JOB + (concurrent - 1) * jobs.EXTRA_GB_PER_CONCURRENT_ARCH
+    budget = max_jobs * per_job
+    return RunnerFit(cpus=cpus, mem_gb=mem_gb, n_archs=n_archs, max_jobs=max_jobs, budget_gb=round(budget, 1),
+                     measured_peak_gb=round(max_jobs * measured_peak_gb, 1), fits=budget + jobs.RESERVED_GB <= mem_gb)
 
 
 def wall_hours(cell: CellCost, fit: RunnerFit) -> float:

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge import build_script
+from faforge.backend import archs as arch_lists
+from faforge.backend import flags
 
 # torch.utils.cpp_extension.COMMON_NVCC_FLAGS and the -fPIC that unix_cuda_flags adds.
 TORCH_NVCC_FLAGS = [
@@ -57,15 +58,14 @@ def nvcc_command(nvcc_argv: list[str], source: Path, obj: Path, include_dirs: li
                  output_kind: str = "-c") -> list[str]:
     """`nvcc_argv` is $PYTORCH_NVCC split into words (possibly a launcher and nvcc) or [nvcc];
     `output_kind` "-cubin" stops after the device code, for SASS comparisons."""
-    script = build_script.load()
-    archs = script.parse_arch_list(spec.archs)
+    archs = arch_lists.parse_arch_list(spec.archs)
     return [
         *nvcc_argv, "-MD", "-MF", f"{obj}.d",
         *(f"-I{d}" for d in include_dirs),
         output_kind, str(source), "-o", str(obj),
         *TORCH_NVCC_FLAGS,
-        *script.NVCC_FLAGS, f"-std={spec.cxx_std}", f"-D_GLIBCXX_USE_CXX11_ABI={spec.cxx11_abi}",
-        "--threads", str(spec.nvcc_threads), *script.gencode_flags(archs),
+        *flags.NVCC_FLAGS, f"-std={spec.cxx_std}", f"-D_GLIBCXX_USE_CXX11_ABI={spec.cxx11_abi}",
+        "--threads", str(spec.nvcc_threads), *arch_lists.gencode_flags(archs),
         *TORCH_EXTENSION_DEFINES,
     ]
 

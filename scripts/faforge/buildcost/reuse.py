@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge import build_script
+from faforge.backend import ccache as compiler_cache
+from faforge.backend import toolchain
 from faforge.buildcost.layout import Layout
 from faforge.buildcost.measure import CompileSpec, Timing, nvcc_command, run_timed
 from faforge.errors import FaforgeError
@@ -33,35 +34,33 @@ class TuRun:
 
 def compile_env(layout: Layout, ccache: str, cache_dir: Path) -> tuple[dict[str, str], list[str]]:
     """Environment and include dirs of one variant's kernel compiles, from the build script's own helpers."""
-    script = build_script.load()
     cuda_home = str(layout.build_env)
     env = dict(os.environ)
     env["CUDA_INCLUDE_DIRS"] = layout.cuda_include_dirs_env()
-    cuda_dirs = script.nvcc_cuda_include_dirs(cuda_home, env, layout.triplet)
-    view = script.include_view(layout.build_dir / script.INCLUDE_VIEW_DIR, script.view_roots(str(layout.torch_include), cuda_home, cuda_dirs))
+    cuda_dirs = toolchain.nvcc_cuda_include_dirs(cuda_home, env, layout.triplet)
+    view = compiler_cache.include_view(layout.build_dir / compiler_cache.INCLUDE_VIEW_DIR, compiler_cache.view_roots(str(layout.torch_include), cuda_home, cuda_dirs))
     torch_dirs = [str(layout.torch_include), str(layout.torch_include / "torch/csrc/api/include"), str(Path(cuda_home) / "include")]
-    include_dirs = script.through_view(layout.flash_attn_include_dirs() + torch_dirs + cuda_dirs, view) + [str(layout.python_include)]
-    identity = script.compiler_identity([script.version_text(str(layout.nvcc)), script.version_text(env.get("CC") or "gcc")])
-    base_dir = script.ccache_base_dir(layout.work, [str(layout.host_env), cuda_home])
-    env.update(script.ccache_env(ccache, str(layout.nvcc), base_dir, identity))
+    include_dirs = compiler_cache.through_view(layout.flash_attn_include_dirs() + torch_dirs + cuda_dirs, view) + [str(layout.python_include)]
+    identity = compiler_cache.compiler_identity([compiler_cache.version_text(str(layout.nvcc)), compiler_cache.version_text(env.get("CC") or "gcc")])
+    base_dir = compiler_cache.ccache_base_dir(layout.work, [str(layout.host_env), cuda_home])
+    env.update(compiler_cache.ccache_env(ccache, str(layout.nvcc), base_dir, identity))
     env["CCACHE_DIR"] = str(cache_dir)
     return env, include_dirs
 
 
 def compile_variant(name: str, layout: Layout, tus: list[str], spec: CompileSpec, *, ccache: str,
                     cache_dir: Path, nice: int, on_done=None) -> list[TuRun]:
-    script = build_script.load()
     env, include_dirs = compile_env(layout, ccache, cache_dir)
     nvcc_argv = shlex.split(env["PYTORCH_NVCC"])
     runs = []
     for tu in tus:
         source = layout.work / "csrc/flash_attn/src" / tu
         obj = layout.temp_dir / (Path(tu).stem + ".o")
-        before = script.ccache_counts(ccache, env)
+        before = compiler_cache.ccache_counts(ccache, env)
         timing = run_timed(nvcc_command(nvcc_argv, source, obj, include_dirs, spec), layout.temp_dir, env, nice)
         if timing.returncode != 0:
             raise FaforgeError(f"{name}: nvcc failed on {tu} (exit {timing.returncode})", hint=timing.stderr_tail.strip()[-800:])
-        hits, misses = script.hits_and_misses(before, script.ccache_counts(ccache, env))
+        hits, misses = compiler_cache.hits_and_misses(before, compiler_cache.ccache_counts(ccache, env))
         run = TuRun(variant=name, tu=tu, timing=timing, hits=hits, misses=misses)
         runs.append(run)
         if on_done:

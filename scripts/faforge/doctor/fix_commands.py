@@ -11,7 +11,8 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from faforge import build_script, paths
+from faforge import paths
+from faforge.backend.flags import cxx_standard
 from faforge.doctor.offers import Offer, release_of
 from faforge.doctor.situation import Situation
 
@@ -99,7 +100,7 @@ def local_build(s: Situation, archs: str, resolves: tuple[str, ...], version: st
                     "--cxx11-abi", str(abi), "--wheel-dir", f"{work}/dist"]),
         f"{shlex.join([py, '-m', 'pip', 'install', '--no-deps'])} {work}/dist/flash_attn-*.whl",
     )
-    standard = build_script.load().cxx_standard(s.torch_version) if release_of(s.torch_version) else "C++17 or C++20"
+    standard = cxx_standard(s.torch_version) if release_of(s.torch_version) else "C++17 or C++20"
     notes = (f"needs nvcc for CUDA {s.torch_cuda or '?'}, ninja and a {standard.upper()} compiler (what the build script "
              f"uses for {s.torch_words}); one arch takes 1.5-2 h on 2 cores",)
     return Fix("local-build", f"build flash-attn {version} against this {s.torch_words} (archs {archs})", commands,

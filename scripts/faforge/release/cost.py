@@ -16,7 +16,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge import build_script, paths
+from faforge import paths
+from faforge.backend.archs import parse_arch_list
+from faforge.backend.errors import BuildError
+from faforge.backend.jobs import derive_max_jobs
 from faforge.buildcost.tus import default_grid
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
@@ -78,16 +81,15 @@ class BuildCost:
 def sass_archs(cuda_archs: str) -> int:
     """SASS arch count of '80;90;120+PTX' (3): `+PTX` on an arch that also gets SASS costs nothing
     extra (faforge.buildcost.extrapolate, from `nvcc --dryrun`)."""
-    script = build_script.load()
     try:
-        return len(script.parse_arch_list(cuda_archs))
-    except script.BuildError as exc:
+        return len(parse_arch_list(cuda_archs))
+    except BuildError as exc:
         raise FaforgeError(f"cuda_archs {cuda_archs!r}: {exc}") from None
 
 
 def parallel_jobs(runner: Runner, n_archs: int) -> int:
     """nvcc jobs the build script runs at once on this runner (MAX_JOBS derived from memory)."""
-    return build_script.load().derive_max_jobs(runner.memory_gb, runner.cpus, n_archs, 1)
+    return derive_max_jobs(runner.memory_gb, runner.cpus, n_archs, 1)
 
 
 def _minutes(cost: BuildCost, compile_minutes: float, fixed: float) -> int:

@@ -1,0 +1,113 @@
+"""The CUDA toolkit a build uses: its home, nvcc's version, the target triplet and where its
+headers and runtime library are.
+
+A CudaToolkit names one toolkit's folders. NVIDIA's and conda's layout keep headers and libraries
+in home/targets/<triplet>/{include,lib}, so a cross build's target tree (aarch64-linux, sbsa-linux)
+is its triplet; a layout that keeps them elsewhere (Debian's nvidia-cuda-toolkit: home
+/usr/lib/nvidia-cuda-toolkit, headers in /usr/include, libraries in /usr/lib/<multiarch>) names the
+folders; a cross build that runs target binaries names its emulator (a qemu wrapper). Only the
+native layout is built today.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge.backend.errors import BuildError
+
+# CUDA's targets/ folder per machine (uname -m): aarch64 servers are sbsa; Jetson's aarch64-linux
+# tree is a cross build's explicit triplet, not a machine's.
+CUDA_TRIPLETS = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux", "ppc64le": "ppc64le-linux"}
+
+
+@dataclass(frozen=True)
+class CudaToolkit:
+    home: str
+    triplet: str
+    # Headers and libcudart's folder when not home/targets/<triplet>/include and lib (Debian's layout).
+    include_dir: str | None = None
+    lib_dir: str | None = None
+    # Runs a target binary on the build machine in a cross build (e.g. ("qemu-aarch64", "-L", sysroot)).
+    emulator: tuple[str, ...] = ()
+
+    @property
+    def nvcc(self) -> str:
+        return str(Path(self.home) / "bin" / "nvcc")
+
+    def include_dirs(self, environ: dict[str, str]) -> list[str]:
+        return nvcc_cuda_include_dirs(self.home, environ, self.triplet, include_dir=self.include_dir)
+
+    def cudart_dirs(self, environ: dict[str, str]) -> list[str]:
+        return cudart_library_dirs(self.home, environ, self.triplet, lib_dir=self.lib_dir)
+
+
+def native_toolkit(machine: str) -> CudaToolkit:
+    """The toolkit torch.utils.cpp_extension would find, targeting this machine."""
+    return CudaToolkit(home=find_cuda_home(), triplet=cuda_triplet(machine))
+
+
+def find_cuda_home() -> str:
+    """As torch.utils.cpp_extension finds it (CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda),
+    for the kernel library, which is built without torch."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return str(Path(nvcc).resolve().parents[1])
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        return "/usr/local/cuda"
+    raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
+
+
+def nvcc_version(nvcc: str) -> tuple[int, int]:
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"cannot run {nvcc} --version ({exc}); install the CUDA compiler or set CUDA_HOME") from None
+    match = re.search(r"release (\d+)\.(\d+)", out)
+    if not match:
+        raise BuildError(f"cannot read the CUDA release from `{nvcc} --version`")
+    return int(match.group(1)), int(match.group(2))
+
+
+def cuda_triplet(machine: str) -> str:
+    if machine not in CUDA_TRIPLETS:
+        raise BuildError(f"no CUDA targets/ directory known for machine {machine!r} (known: {', '.join(CUDA_TRIPLETS)})")
+    return CUDA_TRIPLETS[machine]
+
+
+def nvcc_cuda_include_dirs(cuda_home: str, environ: dict[str, str], triplet: str, *, include_dir: str | None = None) -> list[str]:
+    """CUDA header dirs nvcc searches by itself, in its order: nvcc.profile's
+    -I$(TOP)/targets/<triplet>/include, then any -I in CUDA_INCLUDE_DIRS, which conda-forge's
+    nvcc.profile reads but nothing of conda-forge sets (its cuda-nvcc activation passes the host
+    prefix's targets/<triplet>/include through NVCC_APPEND_FLAGS and CFLAGS instead:
+    conda-forge/cuda-nvcc-feedstock 3451669, recipe/activate.sh); a user may set it. `include_dir`
+    replaces the first for a toolkit of another layout."""
+    dirs = [include_dir or str(Path(cuda_home) / "targets" / triplet / "include")]
+    dirs += [flag[2:] for flag in shlex.split(environ.get("CUDA_INCLUDE_DIRS", "")) if flag.startswith("-I") and len(flag) > 2]
+    unique = []
+    for path in dirs:
+        if os.path.isdir(path) and os.path.abspath(path) not in unique:
+            unique.append(os.path.abspath(path))
+    return unique
+
+
+def cudart_library_dirs(cuda_home: str, environ: dict[str, str], triplet: str, *, lib_dir: str | None = None) -> list[str]:
+    """Where libcudart.so is for the link: conda's host prefix first (cuda-cudart-dev puts it in
+    $PREFIX/lib and targets/<triplet>/lib, which conda-forge's nvcc.profile does not pass on to the
+    linker), then the toolkit's own lib dirs (`lib_dir` instead, for a toolkit of another layout)."""
+    prefix = environ.get("PREFIX")
+    own = [lib_dir] if lib_dir else [f"{cuda_home}/lib64", f"{cuda_home}/lib", f"{cuda_home}/targets/{triplet}/lib"]
+    candidates = [*([f"{prefix}/lib", f"{prefix}/targets/{triplet}/lib"] if prefix else []), *own]
+    found = [d for d in dict.fromkeys(candidates) if (Path(d) / "libcudart.so").exists()]
+    if not found:
+        raise BuildError(f"no libcudart.so in {', '.join(dict.fromkeys(candidates))}; install the CUDA runtime's -dev files "
+                         "(conda: cuda-cudart-dev) or set CUDA_HOME")
+    return found[:1]

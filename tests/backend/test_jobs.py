@@ -1,0 +1,24 @@
+"""faforge.backend.jobs: the MAX_JOBS policy from memory and CPUs."""
+
+from __future__ import annotations
+
+from faforge.backend import jobs as build
+
+
+def test_max_jobs_never_oversubscribes_a_24_gib_2_core_runner():
+    jobs = build.derive_max_jobs(mem_gb=24 * 1.073741824 - 1.5, cpus=2, n_archs=4, nvcc_threads=1)
+    assert jobs == 2
+    # Two worst-case jobs (bwd hdim256) plus the reserve stay inside 24 GiB.
+    assert jobs * build.WORST_CASE_GB_PER_JOB + build.RESERVED_GB < 24 * 1.073741824
+
+
+def test_max_jobs_is_memory_bound_on_small_boxes_and_cpu_bound_on_big_ones():
+    assert build.derive_max_jobs(mem_gb=8, cpus=16, n_archs=1, nvcc_threads=1) == 1
+    assert build.derive_max_jobs(mem_gb=512, cpus=16, n_archs=1, nvcc_threads=1) == 16
+    assert build.derive_max_jobs(mem_gb=512, cpus=16, n_archs=4, nvcc_threads=4) == 4
+    # nvcc --threads compiles archs side by side, so each job needs more memory.
+    assert build.derive_max_jobs(mem_gb=32, cpus=8, n_archs=4, nvcc_threads=4) < build.derive_max_jobs(mem_gb=32, cpus=8, n_archs=4, nvcc_threads=1) * 4
+
+
+def test_available_memory_is_read_from_this_machine():
+    assert build.available_memory_gb() > 0

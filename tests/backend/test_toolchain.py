@@ -1,0 +1,73 @@
+"""faforge.backend.toolchain: the CUDA home, triplet, header and runtime library folders."""
+
+from __future__ import annotations
+
+import pytest
+
+from faforge.backend import toolchain as script
+from faforge.backend.errors import BuildError
+
+
+def test_nvcc_cuda_include_dirs_follow_nvcc_order_and_skip_missing(tmp_path):
+    build = tmp_path / "build_env/targets/x86_64-linux/include"
+    host = tmp_path / "host_env_placehold/targets/x86_64-linux/include"
+    build.mkdir(parents=True)
+    host.mkdir(parents=True)
+    env = {"CUDA_INCLUDE_DIRS": f" -I{host} -I{build} -I{tmp_path}/missing"}
+    assert script.nvcc_cuda_include_dirs(str(tmp_path / "build_env"), env, "x86_64-linux") == [str(build), str(host)]
+    assert script.nvcc_cuda_include_dirs(str(tmp_path / "build_env"), {}, "x86_64-linux") == [str(build)]
+
+
+def test_cuda_triplet_names_known_machines_and_rejects_others():
+    assert script.cuda_triplet("aarch64") == "sbsa-linux"
+    with pytest.raises(BuildError, match="riscv64"):
+        script.cuda_triplet("riscv64")
+
+
+def _lib(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "libcudart.so").write_text("")
+    return str(folder)
+
+
+def test_cudart_comes_from_the_host_prefix_first_then_the_toolkit(tmp_path):
+    home = tmp_path / "cuda"
+    toolkit_lib = _lib(home / "targets/x86_64-linux/lib")
+    assert script.cudart_library_dirs(str(home), {}, "x86_64-linux") == [toolkit_lib]
+    prefix_lib = _lib(tmp_path / "prefix/lib")
+    assert script.cudart_library_dirs(str(home), {"PREFIX": str(tmp_path / "prefix")}, "x86_64-linux") == [prefix_lib]
+    with pytest.raises(BuildError, match="cuda-cudart-dev"):
+        script.cudart_library_dirs(str(tmp_path / "empty"), {}, "x86_64-linux")
+
+
+def test_a_toolkit_of_another_layout_names_its_folders(tmp_path):
+    """Debian's nvidia-cuda-toolkit: nvcc under /usr/lib/nvidia-cuda-toolkit, headers in /usr/include,
+    libcudart in /usr/lib/<multiarch>; no targets/ tree."""
+    include = tmp_path / "usr/include"
+    include.mkdir(parents=True)
+    lib = _lib(tmp_path / "usr/lib/x86_64-linux-gnu")
+    debian = script.CudaToolkit(home=str(tmp_path / "usr/lib/nvidia-cuda-toolkit"), triplet="x86_64-linux",
+                                include_dir=str(include), lib_dir=lib)
+    assert debian.nvcc == str(tmp_path / "usr/lib/nvidia-cuda-toolkit/bin/nvcc")
+    assert debian.include_dirs({}) == [str(include)]
+    assert debian.cudart_dirs({}) == [lib]
+
+
+def test_a_cross_toolkit_is_its_target_triplet(tmp_path):
+    """A cross build's target tree is home/targets/<triplet>, as in a native one; its emulator is data for later steps."""
+    lib = _lib(tmp_path / "cuda/targets/sbsa-linux/lib")
+    (tmp_path / "cuda/targets/sbsa-linux/include").mkdir()
+    cross = script.CudaToolkit(home=str(tmp_path / "cuda"), triplet="sbsa-linux", emulator=("qemu-aarch64", "-L", "/sysroot"))
+    assert cross.include_dirs({}) == [str(tmp_path / "cuda/targets/sbsa-linux/include")]
+    assert cross.cudart_dirs({}) == [lib]
+
+
+def test_cuda_home_comes_from_the_environment_first(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert script.find_cuda_home() == str(tmp_path)
+    assert script.native_toolkit("x86_64") == script.CudaToolkit(home=str(tmp_path), triplet="x86_64-linux")
+
+
+def test_an_nvcc_that_does_not_run_is_named(tmp_path):
+    with pytest.raises(BuildError, match="install the CUDA compiler or set CUDA_HOME"):
+        script.nvcc_version(str(tmp_path / "bin/nvcc"))
