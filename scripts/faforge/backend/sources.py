@@ -41,8 +41,11 @@ def sdist_version(source_dir: Path) -> str:
         match = re.search(r"^Version: (\S+)$", pkg_info.read_text(), re.MULTILINE)
         if match:
             return match.group(1)
-    init = (source_dir / "flash_attn/__init__.py").read_text()
-    return re.search(r"__version__\s*=\s*[\"']([^\"']+)", init).group(1)
+    init = source_dir / "flash_attn/__init__.py"
+    match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", init.read_text()) if init.is_file() else None
+    if match is None:
+        raise BuildError(f"{source_dir}: no version in PKG-INFO or flash_attn/__init__.py; is this a flash-attn sdist? (--source-dir)")
+    return match.group(1)
 
 
 def find_shim_dir(explicit: str | None, script_dir: Path) -> Path:
