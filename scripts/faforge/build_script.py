@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import importlib.util
 from functools import lru_cache
+from pathlib import Path
 from types import ModuleType
 
 from faforge import paths
+from faforge.family import FLASH_ATTN
 
 
 @lru_cache(maxsize=1)
 def load() -> ModuleType:
-    path = paths.recipe_dir() / "build_flash_attn.py"
-    spec = importlib.util.spec_from_file_location("faforge_build_flash_attn", path)
+    path = paths.recipe_dir() / FLASH_ATTN.build_script
+    spec = importlib.util.spec_from_file_location(f"faforge_{Path(FLASH_ATTN.build_script).stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.family import FLASH_ATTN
 from faforge.release.build import CHANNEL_ALIAS_ENV
 from faforge.release.build_jobs import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
@@ -35,7 +36,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
     parser.add_argument("--source", type=Path, metavar="SDIST",
-                        help="build from this flash-attn sdist instead of the recipe's PyPI one (only the url and sha256 change)")
+                        help=f"build from this {FLASH_ATTN.package} sdist instead of the recipe's PyPI one (only the url and sha256 change)")
     parser.add_argument("--channel-alias", action="append", default=[], metavar="NAME=URL",
                         help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
                              f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")

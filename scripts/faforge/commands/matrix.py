@@ -9,6 +9,7 @@ import json
 from collections import Counter
 
 from faforge.errors import EXIT_OK
+from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.releases import PLATFORMS
@@ -20,7 +21,7 @@ from faforge.table import format_table
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--kernels", action="store_true",
-                        help="list the kernel packages (libflash-attn-kernels, one per platform, CUDA, arch list and Philox offset width) "
+                        help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one per platform, CUDA, arch list and Philox offset width) "
                              "instead of the cells")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "

@@ -23,7 +23,7 @@ from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
 from faforge.release.cost import load_build_cost
-from faforge.release.plan import STAGES, make_plan, present_keys
+from faforge.release.plan import CELL_STAGE, STAGES, make_plan, present_keys
 from faforge.table import format_table
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="write the versioned plan to FILE for `faforge build --plan FILE`; written only when planning "
                              "succeeds (a failed plan keeps the previous file), which `--json > FILE` cannot promise")
     parser.add_argument("--github-output", metavar="FILE",
-                        help="also write <stage>-N chunk outputs and their counts for a workflow (stages: kernels, kernel_links, flash_attn; "
+                        help=f"also write <stage>-N chunk outputs and their counts for a workflow (stages: {', '.join(STAGES)}; "
                              "e.g. \"$GITHUB_OUTPUT\")")
     parser.add_argument("--max-chunks", type=int_range(1, 256), default=2, metavar="N",
                         help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop")
@@ -109,7 +109,7 @@ def execute(args: argparse.Namespace) -> int:
     if rows:
         print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
     built = len(plan.kernels) - len(plan.kernels_in_channel)
-    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs['flash_attn'])} cell jobs, after {built} kernel packages in "
+    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} cell jobs, after {built} kernel packages in "
           f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
     return EXIT_OK

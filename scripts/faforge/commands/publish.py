@@ -17,6 +17,7 @@ from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates, verify_hint
 from faforge.release.package import read_package
 from faforge.release.publish import judge, publish, require_kernel_packages
@@ -37,7 +38,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated gates that must have passed (default: {','.join(config.DEFAULT_REQUIRED_GATES)}, or $FAFORGE_REQUIRE)")
     parser.add_argument("--channel", metavar="URL_OR_PATH",
                         help="where users install from, read to find kernel packages published before (default: the target "
-                             "folder; a server target has none, so its flash-attn packages need their kernel package in the same publish)")
+                             f"folder; a server target has none, so its {FLASH_ATTN.package} packages need their kernel package in the same publish)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, change nothing")
     parser.add_argument("--force", action="store_true", help="replace a different file of the same name in the target")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/publish.json)")

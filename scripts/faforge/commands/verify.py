@@ -22,6 +22,7 @@ from pathlib import Path
 from faforge import config, paths, progress
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
+from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
@@ -33,14 +34,14 @@ VERIFY_VERSION = 1
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("packages", nargs="+", metavar="PACKAGE",
-                        help=".conda files; a split flash-attn needs its kernel package among them or beside it")
+                        help=f".conda files; a split {FLASH_ATTN.package} needs its kernel package among them or beside it")
     parser.add_argument("--gates", default=",".join(CPU_GATES), help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)")
     parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
                         help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")
     parser.add_argument("--against", type=Path, action="append",
                         help="check the ABI against this torch (torch/lib, site-packages or prefix) instead of the matching PyPI wheel")
     parser.add_argument("--kernel-channel", metavar="URL",
-                        help="where a split flash-attn's kernel package was published, fetched from there when it is neither "
+                        help=f"where a split {FLASH_ATTN.package}'s kernel package was published, fetched from there when it is neither "
                              "given nor beside it (a cell's job whose kernel package an earlier run published)")
     parser.add_argument("--json", action="store_true", help="print the versioned results (schema: tests/schemas/verify.json)")
 
