@@ -22,7 +22,7 @@ from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.family import FLASH_ATTN
 from faforge.release.build import CHANNEL_ALIAS_ENV
-from faforge.release.build_jobs import BuildRequest, run_build
+from faforge.release.build_run import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
 from faforge.table import format_table
 

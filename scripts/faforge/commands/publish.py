@@ -19,8 +19,7 @@ from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates, verify_hint
-from faforge.release.package import read_package
-from faforge.release.publish import judge, publish, require_kernel_packages
+from faforge.release.publish import publish_files
 from faforge.release.targets import TOKEN_ENV, parse_target
 from faforge.table import format_table
 
@@ -53,10 +52,8 @@ def execute(args: argparse.Namespace) -> int:
     paths.nearest_folder(args.manifest, "--manifest")
     if args.channel is not None:  # read only when a package needs its kernel package, but a wrong one is wrong now
         channel_url(args.channel, "--channel", if_empty="name the channel users install from, or leave --channel out")
-    decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
-    channel = args.channel or (Path(target.url) if target.kind == "folder" else None)
-    decisions = require_kernel_packages(decisions, channel, str(channel) if channel else f"the target {target} (pass --channel to read it)")
-    result = publish(decisions, target, manifest_dir=args.manifest, required=required, dry_run=args.dry_run, force=args.force)
+    decisions, result = publish_files(args.packages, target, manifest_dir=args.manifest, required=required, channel=args.channel,
+                                      dry_run=args.dry_run, force=args.force)
     outcomes = result.outcomes
     by_file = {d.package.filename: d for d in decisions}
     if args.json:

@@ -21,11 +21,15 @@ import stat
 import sys
 from importlib.util import find_spec
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge import atomic, config
 from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell, cell_key, render_cells
 from faforge.matrix.variants import variant_config_path
+
+if TYPE_CHECKING:
+    from faforge.matrix import Matrix
 
 FORMAT = 1
 MAX_ENTRY_BYTES = 16 * 1024 * 1024  # a whole variant file's cells are ~0.5 MB
@@ -146,3 +150,9 @@ def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path
             cached = _store(path, key, render_cells(wanted, recipe_path, variants_dir))
         out += [_from_record(c, cached[_entry_name(cell_key(c.variant()))]) for c in wanted]
     return sorted(out, key=lambda rc: rc.cell.sort_key)
+
+
+def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
+    """The rendered cells of one platform, or of all (`all`), from the cache where it holds them."""
+    cells = [c for c in matrix.cells if platform in ("all", c.platform)]
+    return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)

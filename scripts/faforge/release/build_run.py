@@ -11,10 +11,8 @@ the `Reporter` it passes (faforge.progress), so this layer prints nothing itself
 from __future__ import annotations
 
 import os
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from faforge import paths, untrusted
 from faforge.channel.repodata import channel_url
@@ -26,19 +24,10 @@ from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, rec
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, parse_channel_aliases
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.plan import STAGES
+from faforge.release.reporter import Reporter
 
 # Not `--json > FILE`: the shell creates FILE even when plan fails (issue 14).
 PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
-
-
-class Reporter(Protocol):
-    """Where progress lines go; faforge.progress is one."""
-
-    def say(self, message: str) -> None: ...
-
-    def warn(self, message: str) -> None: ...
-
-    def step(self, title: str) -> AbstractContextManager: ...
 
 
 @dataclass(frozen=True)
