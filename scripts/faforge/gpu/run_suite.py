@@ -39,6 +39,7 @@ from typing import TextIO
 
 import faforge
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
+from faforge.family import FLASH_ATTN
 from faforge.gpu.coverage import KERNELS_JSON_ENV, compare, format_coverage
 from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, declaration, evaluate
 
@@ -48,6 +49,7 @@ SCHEMA_VERSION = 1
 RECIPE_TEST_FILES = (
     "faforge/__init__.py",
     "faforge/errors.py",
+    "faforge/family.py",
     "faforge/abi/__init__.py",
     "faforge/abi/elf.py",
     "faforge/abi/fatbin.py",
@@ -138,7 +140,7 @@ def interruptible() -> None:
 
 def missing_requirements() -> list[str]:
     """pip requirements of modules the suite needs that are not importable here (einops only with flash_attn)."""
-    wanted = {"pytest"} | ({"einops"} if importlib.util.find_spec("flash_attn") else set())
+    wanted = {"pytest"} | ({"einops"} if importlib.util.find_spec(FLASH_ATTN.module) else set())
     return [SUITE_REQUIREMENTS[name] for name in sorted(wanted) if importlib.util.find_spec(name) is None]
 
 
@@ -260,7 +262,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--declared-head-dims",
-        help=f"the package's head dims, e.g. 32,64,96,128,192,256 (env {DECLARED_HEAD_DIMS_ENV}; default: flash-attn 2's)",
+        help=f"the package's head dims, e.g. 32,64,96,128,192,256 (env {DECLARED_HEAD_DIMS_ENV}; default: {FLASH_ATTN.package} 2's)",
     )
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense")
 
