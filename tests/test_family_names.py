@@ -10,9 +10,14 @@ import ast
 from dataclasses import fields
 from pathlib import Path
 
-from faforge.family import families
+import pytest
+import yaml
 
-PRODUCT = Path(__file__).resolve().parents[1] / "scripts" / "faforge"
+from faforge.family import Family, families
+from faforge.matrix.render import recipe_output_names
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT = REPO / "scripts" / "faforge"
 DEFINITION = PRODUCT / "family.py"
 # Folders and files not converted yet, each with the reason; this list only shrinks.
 PENDING = {
@@ -66,3 +71,11 @@ def test_the_check_finds_a_literal_and_spares_docstrings_and_references(tmp_path
 
 def test_pending_entries_exist():
     assert all((PRODUCT / entry).exists() for entry in PENDING), "drop a pending entry that no longer exists"
+
+
+@pytest.mark.parametrize("family", families(), ids=lambda f: f.package)
+def test_a_family_names_what_its_recipe_and_data_hold(family: Family):
+    recipe = REPO / family.recipe_dir
+    assert (recipe / family.build_script).is_file()
+    assert {family.package, family.kernel_package} <= set(recipe_output_names(recipe / "recipe.yaml"))
+    assert family.key in yaml.safe_load((REPO / "variants" / "matrix.yaml").read_text())

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Family:
+    key: str  # its section of variants/matrix.yaml and its stage of cell jobs in a plan (the workflows read `<key>-N`)
     package: str  # the conda output users install, and the sdist's PyPI name
-    module: str  # the Python package it installs; also its key: the variants/matrix.yaml section, the plan's cell stage
+    module: str  # the Python package it installs
     extension: str  # the compiled extension module the Python package imports
     kernel_package: str  # the conda output of the torch-free kernel library, one per kernel key
     kernel_library: str  # that library's file in lib/
@@ -26,10 +27,6 @@ class Family:
     source_dir: str  # the sdist's C++ sources, relative to its root
     host_source: str  # the one TU a cell's own job compiles (the glue), relative to the sdist's root
     gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
-
-    @property
-    def key(self) -> str:
-        return self.module
 
     @property
     def kernel_exports(self) -> str:
@@ -43,6 +40,7 @@ class Family:
 
 
 FLASH_ATTN = Family(
+    key="flash_attn",
     package="flash-attn",
     module="flash_attn",
     extension="flash_attn_2_cuda",
