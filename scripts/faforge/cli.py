@@ -12,6 +12,7 @@ import traceback
 from faforge import __version__
 from faforge.commands import COMMANDS
 from faforge.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
+from faforge.family import FLASH_ATTN
 from faforge.interrupts import deliver_swallowed_interrupts
 from faforge.streams import reader_left, reserve_standard_fds, settle_for_exit, tolerant_streams
 
@@ -59,7 +60,7 @@ VERBOSE_HELP = "show the cause chain of errors (e.g. py-rattler's) and traceback
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; only the chosen command's module is imported (rattler, torch, ... are slow)."""
     chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
-    parser = _Parser(prog="faforge", description="flash-attn builds that match your PyTorch",
+    parser = _Parser(prog="faforge", description=f"{FLASH_ATTN.package} builds that match your PyTorch",
                      epilog="exit status: 0 ok, 1 problems found, 2 bad input, 3 nothing verified, 4 network or remote "
                             "service, 130 interrupted (README.md, Exit codes)")
     parser.add_argument("--version", action="version", version=f"faforge {__version__}")

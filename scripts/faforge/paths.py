@@ -11,6 +11,7 @@ from pathlib import Path
 
 from faforge import untrusted
 from faforge.errors import FaforgeError, path_error, shorten, why_not_a_file, why_not_a_folder
+from faforge.family import FLASH_ATTN
 
 MARKER = Path("variants") / "releases.yaml"
 
@@ -39,7 +40,7 @@ def variants_dir() -> Path:
 
 
 def recipe_dir() -> Path:
-    return repo_root() / "recipes" / "flash-attn"
+    return repo_root() / FLASH_ATTN.recipe_dir
 
 
 @contextmanager

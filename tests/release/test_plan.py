@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index
-from faforge.commands.matrix import selected_cells
+from faforge.matrix.render_cache import selected_cells
 from faforge.matrix import load_matrix
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
 from faforge.release.plan import STAGES, make_plan

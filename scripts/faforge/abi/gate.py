@@ -37,6 +37,7 @@ from faforge.abi.check import check_path
 from faforge.abi.report import Verdict, render_text
 from faforge.abi.resolve import torch_lib_dirs
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
+from faforge.family import FLASH_ATTN
 
 _ARCH = re.compile(r"(?:sm_|compute_)?(\d+)\.?(\d*)([af]?)(\+ptx)?", re.IGNORECASE)
 
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect-cxx11-abi", type=int, choices=[0, 1], required=True)
     parser.add_argument("--expect-archs", required=True)
     parser.add_argument("--against", metavar="DIR")
-    parser.add_argument("--module", default="flash_attn_2_cuda")
+    parser.add_argument("--module", default=FLASH_ATTN.extension)
     parser.add_argument("--glibc", metavar="X.Y")
     args = parser.parse_args(argv)
     search = [sysconfig.get_paths()["platlib"], sysconfig.get_paths()["purelib"], *sys.path]

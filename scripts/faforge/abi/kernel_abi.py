@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from faforge import paths
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
+from faforge.family import FLASH_ATTN
 from faforge.matrix.versions import is_version, minor_of
 
 if TYPE_CHECKING:  # params_layout reads ELF files through pyelftools, whose import every `faforge matrix` would pay
@@ -77,7 +78,7 @@ def _verdict(path: Path, index: int, raw) -> Verdict:
         raise DataError(path, f"{key}.torch", f"{raw['torch']!r} is not a version of torch minor {raw['minor']!r}")
     if raw["offset_intragraph"] not in PHILOX_OFFSET_BITS:
         raise DataError(path, f"{key}.offset_intragraph", f"{raw['offset_intragraph']!r} is not one of {', '.join(PHILOX_OFFSET_BITS)}",
-                        hint="only these two widths have a kernel library (build_flash_attn.py --philox-offset-bits 32|64)")
+                        hint=f"only these two widths have a kernel library ({FLASH_ATTN.build_script} --philox-offset-bits 32|64)")
     if raw["verdict"] not in VERDICTS:
         raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} is not one of {', '.join(VERDICTS)}")
     expected = VERDICT_OF_BITS[PHILOX_OFFSET_BITS[raw["offset_intragraph"]]]

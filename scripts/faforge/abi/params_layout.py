@@ -20,6 +20,7 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 
 FLASH_STRUCTS = ("Qkv_params", "Flash_fwd_params", "Flash_bwd_params")
 PHILOX_FIELDS = ("seed_", "offset_", "offset_intragraph_", "captured_")
@@ -99,7 +100,7 @@ def struct_fields(header_text: str) -> dict[str, list[str]]:
     missing = [s for s in FLASH_STRUCTS if s not in fields]
     if missing:
         raise ProbeError(f"flash.h: no definition of {', '.join(missing)} found",
-                         hint="pass the flash.h of a flash-attn 2.x source tree (csrc/flash_attn/src/flash.h)")
+                         hint=f"pass the flash.h of a {FLASH_ATTN.package} 2.x source tree ({FLASH_ATTN.source_dir}/src/flash.h)")
     return fields
 
 

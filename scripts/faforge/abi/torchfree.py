@@ -34,6 +34,7 @@ from faforge.abi.elf import ElfError, read_elf
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from faforge.abi.gate import parse_archs
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
+from faforge.family import FLASH_ATTN
 
 REPORT_VERSION = 1
 ET_DYN = 3
@@ -46,7 +47,7 @@ KINDS = (TORCH_LIBRARY, TORCH_SYMBOL, ABI_DEPENDENT_EXPORT, UNEXPECTED_EXPORT, G
 
 # What the kernel library may export: the run_mha_* launches and its C interface, as the version script
 # scripts/faforge/buildcost/torch_shim/exports.map exports them (verify's abi gate of a kernel package).
-KERNEL_LIBRARY_EXPORTS = "run_mha_*,flash_attn_kernels_*"
+KERNEL_LIBRARY_EXPORTS = FLASH_ATTN.kernel_exports
 # libtorch*.so, libc10*.so, libcaffe2*, libshm (torch's), libpython3.X.so, and pybind11's (none ship one).
 TORCH_NEEDED = re.compile(r"^lib(?:torch|c10|caffe2|shm|python\d|pybind11)")
 # A demangled name mentioning torch's namespaces or pybind11's, as its scope or in a parameter type.
@@ -106,7 +107,7 @@ def parse_export_patterns(spec: str | None) -> tuple[str, ...] | None:
         return None
     patterns = tuple(p.strip() for p in spec.split(",") if p.strip())
     if not patterns:
-        raise FaforgeError(f"--exports {spec!r}: no pattern", hint="pass shell-style patterns of the allowed names, e.g. 'run_mha_*,flash_attn_kernels_*'")
+        raise FaforgeError(f"--exports {spec!r}: no pattern", hint=f"pass shell-style patterns of the allowed names, e.g. '{KERNEL_LIBRARY_EXPORTS}'")
     return patterns
 
 
@@ -137,7 +138,7 @@ def check_torch_free(path: str | Path, expect_archs: str | None = None, exports:
     patterns = parse_export_patterns(exports)
     path = Path(path)
     if not path.is_file():
-        raise ElfError(f"{path}: no such file; pass the shared library to check (e.g. libflash_attn_kernels.so)")
+        raise ElfError(f"{path}: no such file; pass the shared library to check (e.g. {FLASH_ATTN.kernel_library})")
     info, symbols = read_elf(path)
     if info.file_type != ET_DYN:
         raise ElfError(f"{path}: ELF type {info.file_type} is not a shared library; pass a linked .so")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import shlex
 
+from faforge.family import FLASH_ATTN
+
 
 def match_spec(name: str, version: str, build: str) -> str:
     """name=version=build: conda's exact-build spec, also parsed by mamba, pixi and py-rattler."""
@@ -22,6 +24,6 @@ def conda_command(spec: str, channels: list[str]) -> str:
     return " ".join(words) + " " + shlex.quote(spec)
 
 
-def environment_yml(spec: str, channels: list[str], name: str = "flash-attn") -> str:
+def environment_yml(spec: str, channels: list[str], name: str = FLASH_ATTN.package) -> str:
     lines = [f"name: {name}", "channels:", *(f"  - {c}" for c in channels), "dependencies:", f"  - {spec}"]
     return "\n".join(lines) + "\n"

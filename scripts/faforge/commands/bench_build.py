@@ -21,6 +21,7 @@ from faforge import paths
 from faforge.buildcost import bench, extrapolate, samples, split
 from faforge.buildcost.tus import parse_tu
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
+from faforge.family import FLASH_ATTN
 from faforge.matrix import load_matrix
 from faforge.options import int_range
 from faforge.table import format_table
@@ -35,7 +36,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON (version 1)")
     measure = parser.add_argument_group("measuring (slow: real nvcc compiles)")
     measure.add_argument("--measure", action="store_true", help="compile the TU subset in two python variants first")
-    measure.add_argument("--sdist", type=Path, help="unpacked flash-attn sdist to take the TUs from")
+    measure.add_argument("--sdist", type=Path, help=f"unpacked {FLASH_ATTN.package} sdist to take the TUs from")
     measure.add_argument("--torch-include", type=Path, help="torch's include dir (site-packages/torch/include) of the cell's torch")
     measure.add_argument("--pythons", default="3.11,3.12", help="the two python variants (default 3.11,3.12)")
     measure.add_argument("--tus", default=",".join(bench.DEFAULT_TUS), help="comma-separated kernel TUs (default: the hdim32 fp16 TU of each class)")
@@ -78,13 +79,13 @@ def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if args.workdir:
         paths.output_dir(args.workdir, "--workdir")
     if not (args.sdist and args.torch_include):
-        raise FaforgeError("--measure needs --sdist and --torch-include", hint="e.g. --sdist src/flash_attn-2.8.3.post2 --torch-include venv/lib/python3.11/site-packages/torch/include")
+        raise FaforgeError("--measure needs --sdist and --torch-include", hint=f"e.g. --sdist src/{FLASH_ATTN.module}-2.8.3.post2 --torch-include venv/lib/python3.11/site-packages/torch/include")
     for option, folder in (("--sdist", args.sdist), ("--torch-include", args.torch_include)):
         if not folder.is_dir():
             raise FaforgeError(f"{option} {folder} {why_not_a_folder(folder)}", hint="pass a folder (an unpacked sdist; torch's include dir)")
-    if not (args.sdist / "csrc" / "flash_attn" / "src").is_dir():
-        raise FaforgeError(f"--sdist {args.sdist}: not an unpacked flash-attn sdist (no csrc/flash_attn/src)",
-                           hint="unpack flash_attn-VERSION.tar.gz and pass its folder")
+    if not (args.sdist / FLASH_ATTN.source_dir / "src").is_dir():
+        raise FaforgeError(f"--sdist {args.sdist}: not an unpacked {FLASH_ATTN.package} sdist (no {FLASH_ATTN.source_dir}/src)",
+                           hint=f"unpack {FLASH_ATTN.module}-VERSION.tar.gz and pass its folder")
     bench.torch_version_at(args.torch_include)
     return pythons, tus
 
@@ -128,6 +129,6 @@ def execute(args: argparse.Namespace) -> int:
         print(f"\n{title}")
         print(format_table(headers, rows))
     if before_after:
-        print("\nThe matrix before / after the kernel split (libflash-attn-kernels once per platform, CUDA, archs and Philox layout)")
+        print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} once per platform, CUDA, archs and Philox layout)")
         print(format_table(["", "before", "after"], before_after.rows()))
     return EXIT_OK

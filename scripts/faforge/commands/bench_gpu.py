@@ -16,6 +16,7 @@ from pathlib import Path
 
 from faforge import paths
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
+from faforge.family import FLASH_ATTN
 from faforge.gpu import bench
 from faforge.gpu.gate import evaluate
 from faforge.options import int_range, positive_ints
@@ -46,7 +47,7 @@ def format_results(results: list[dict]) -> str:
         for r in results
     ]
     errors = sorted({f"{name}: {message}" for r in results for name, message in r["errors"].items()})
-    return "\n".join([f"TFLOP/s ({', '.join(bench.IMPLEMENTATIONS)}) and flash-attn's speed-up", format_table(headers, rows), *errors])
+    return "\n".join([f"TFLOP/s ({', '.join(bench.IMPLEMENTATIONS)}) and {FLASH_ATTN.package}'s speed-up", format_table(headers, rows), *errors])
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -61,9 +62,9 @@ def execute(args: argparse.Namespace) -> int:
         report["results"] = bench.run_benchmark(
             dtype_name=args.dtype, seqlens=args.seqlens, head_dims=args.head_dims, repeats=args.repeats, progress=progress
         )
-        failed = [r for r in report["results"] if r["tflops"]["flash-attn"] is None]
+        failed = [r for r in report["results"] if r["tflops"][FLASH_ATTN.package] is None]
         report["status"] = "failed" if failed else "passed"
-        report["reason"] = f"flash-attn failed on {len(failed)} of {len(report['results'])} runs" if failed else None
+        report["reason"] = f"{FLASH_ATTN.package} failed on {len(failed)} of {len(report['results'])} runs" if failed else None
     if args.report_dir:
         with paths.user_path("--report-dir", args.report_dir):
             (args.report_dir / "bench.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -16,19 +16,14 @@ finds it there: rattler-build indexes its output dir and solves from it as a cha
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from faforge import paths, progress, untrusted
-from faforge.channel.repodata import channel_url
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
-from faforge.matrix import load_matrix
-from faforge.matrix.cells import Cell, require_cells_exist
-from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
-from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
-from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, parse_channel_aliases
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
-from faforge.release.plan import STAGES
+from faforge import progress
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.family import FLASH_ATTN
+from faforge.release.build import CHANNEL_ALIAS_ENV
+from faforge.release.build_run import BuildRequest, run_build
+from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
 from faforge.table import format_table
 
 
@@ -41,7 +36,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
     parser.add_argument("--source", type=Path, metavar="SDIST",
-                        help="build from this flash-attn sdist instead of the recipe's PyPI one (only the url and sha256 change)")
+                        help=f"build from this {FLASH_ATTN.package} sdist instead of the recipe's PyPI one (only the url and sha256 change)")
     parser.add_argument("--channel-alias", action="append", default=[], metavar="NAME=URL",
                         help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
                              f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")
@@ -50,127 +45,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "or the channel they were published to; repeatable")
 
 
-# Not `--json > FILE`: the shell creates FILE even when plan fails (issue 14).
-PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
-
-
-def jobs_from_plan(path: str) -> list[tuple[str, str]]:
-    """(cell id, part) of every job in a plan file, a single chunk, or a single job."""
-    if not os.path.lexists(path):  # most often the file a failed `faforge plan` never wrote
-        raise FaforgeError(f"--plan {path}: cannot read: no such file", hint=PLAN_HINT, input=path)
-    text = paths.read_user_file(path, "--plan", hint=PLAN_HINT, kind="plan")
-    if not text.strip():
-        raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)", hint=PLAN_HINT)
-    data = untrusted.parse_json(text, f"--plan {path}", hint=PLAN_HINT)
-    try:
-        if isinstance(data, dict) and all(stage in data for stage in STAGES):
-            jobs = [job for stage in STAGES for chunk in data[stage] for job in chunk["include"]]
-        elif isinstance(data, dict) and "include" in data:
-            jobs = list(data["include"])
-        else:
-            jobs = [data]
-    except (KeyError, TypeError):  # valid JSON of the wrong shape: a number for a chunk, a chunk without `include`
-        jobs = [None]
-    if not all(isinstance(j, dict) and isinstance(j.get("cell"), str) and isinstance(j.get("part", "all"), str) for j in jobs):
-        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job (each job needs a string `cell` and `part`)", hint=PLAN_HINT)
-    return [(j["cell"], j.get("part", "all")) for j in jobs]
-
-
-def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
-    """The kernel TUs of a piece job, as faforge plan split the cell's kernel package; () for whole builds."""
-    if part in ("all", KERNELS_PART, KERNELS_LINK_PART, CELL_PART):
-        return ()
-    pieces = [p for p in split_kernels(load_build_cost(), cell.platform, cell.cuda_archs) if p.tus]
-    for piece in pieces:
-        if piece.name == part:
-            return piece.tus
-    raise FaforgeError(
-        f"--part {part}: {cell.id} has no such piece",
-        hint=f"its kernel package's pieces are {', '.join(p.name for p in pieces)}, then {KERNELS_LINK_PART}" if pieces
-        else f"its kernel package fits one job on its runner (variants/build-cost.yaml): --part {KERNELS_PART}",
-    )
-
-
-def render_for_part(cell: Cell, part: str, tus: tuple[str, ...], matrix, recipe_path: Path) -> RenderedCell:
-    """The output a job builds: the kernel package for `kernels`, `kernels-link` and pieces, else the
-    cell's flash-attn. The recipe reads a piece's TUs at render time (env.get), so set them first."""
-    if tus:
-        os.environ[TUS_ENV] = " ".join(tus)
-    else:
-        os.environ.pop(TUS_ENV, None)
-    if tus or part in (KERNELS_PART, KERNELS_LINK_PART):
-        return render_kernel_output(cell, recipe_path, matrix.variants_dir)
-    return render_cells([cell], recipe_path, matrix.variants_dir)[0]
-
-
-def channel_aliases(matrix, cli_entries: list[str]) -> dict[str, str]:
-    """FAFORGE_CHANNEL_ALIAS, then --channel-alias over it; checked against the worlds' channels."""
-    known = {channel for world in matrix.table.worlds.values() for channel in world.channels}
-    from_env = parse_channel_aliases(os.environ.get(CHANNEL_ALIAS_ENV, "").split(), known, origin=CHANNEL_ALIAS_ENV)
-    return {**from_env, **parse_channel_aliases(cli_entries, known)}
-
-
-def extra_channel(value: str) -> str:
-    """An --extra-channel checked before any build: a URL, a name, or a folder that exists."""
-    return channel_url(value, "--extra-channel", if_empty="name the folder or URL holding the kernel packages, or leave the option out")
-
-
-def build_steps(jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe: bool) -> list[tuple[Cell, str, tuple[str, ...]]]:
-    """The builds the jobs take, in order: an `all` job of a split recipe is its kernel package (once per
-    kernel key in this run) and then its cell."""
-    steps, kernels_seen = [], set()
-    for cell, part, tus in jobs:
-        if part != "all" or not kernels_in_recipe:
-            steps.append((cell, part, tus))
-            continue
-        if kernel_key(cell) not in kernels_seen:
-            kernels_seen.add(kernel_key(cell))
-            steps.append((cell, KERNELS_PART, ()))
-        steps.append((cell, CELL_PART, ()))
-    return steps
-
-
 def execute(args: argparse.Namespace) -> int:
-    wanted = [(c, args.part) for c in args.cells] + (jobs_from_plan(args.plan) if args.plan else [])
-    if not wanted:
-        raise FaforgeError("nothing to build", hint="name cells (see `faforge matrix`) or pass --plan FILE")
-    matrix = load_matrix()
-    aliases = channel_aliases(matrix, args.channel_alias)
-    extra_channels = [extra_channel(value) for value in args.extra_channel]
-    source = SourceOverride.from_sdist(args.source) if args.source else None
-    require_cells_exist(matrix.cells, matrix.table, matrix.policy, [c for c, _ in wanted])
-    cells = {c.id: c for c in matrix.cells}
-    jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
-    output_dir = paths.output_dir(args.output_dir, "--output-dir").resolve()
-    log_dir = paths.output_dir(args.log_dir or output_dir / "logs", "--log-dir" if args.log_dir else "--output-dir").resolve()
-    results = []
-    with recipe_file(matrix.recipe_path, source) as recipe_path:
-        kernels_in_recipe = KERNEL_PACKAGE in recipe_output_names(recipe_path)
-        steps = build_steps(jobs, kernels_in_recipe)
-        kernel_failed: dict = {}  # kernel key -> its failed build, which its cells' steps inherit
-        for i, (cell, part, tus) in enumerate(steps, 1):
-            title = f"[{i}/{len(steps)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
-            if (tus or part in (KERNELS_PART, KERNELS_LINK_PART)) and not kernels_in_recipe:
-                # The plan schedules kernel packages; a recipe without that output (one whose build
-                # script compiles the kernel library inside each cell's package) has nothing to do here.
-                progress.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, so each cell's job compiles its kernels; nothing to build")
-                results.append(CellBuild(cell=cell.id, part=part, status="in-cell", seconds=0.0, package=None, log=log_dir / "-"))
-                continue
-            if part == CELL_PART and kernel_key(cell) in kernel_failed:
-                failed = kernel_failed[kernel_key(cell)]
-                progress.warn(f"{title}: not built: its kernel package failed; log: {failed.log}")
-                results.append(CellBuild(cell=cell.id, part=part, status="failed", seconds=0.0, package=None, log=failed.log,
-                                         error="its kernel package failed to build"))
-                continue
-            with progress.step(title) as state:
-                result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
-                                    tus=tus, channel_aliases=aliases, extra_channels=extra_channels, live=lambda line, t=title: progress.say(f"  {t}: {line}"))
-                state.failed = result.status == "failed"
-            if state.failed:
-                progress.warn(f"{cell.id} failed: {result.error}; log: {result.log}")
-                if part == KERNELS_PART:
-                    kernel_failed[kernel_key(cell)] = result
-            results.append(result)
+    request = BuildRequest(cells=args.cells, part=args.part, plan=args.plan, output_dir=args.output_dir, log_dir=args.log_dir,
+                           source=args.source, channel_alias=args.channel_alias, extra_channel=args.extra_channel)
+    results = run_build(request, progress)
     rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log] for b in results]
     print(format_table(["cell", "part", "status", "time", "compiler cache", "package", "log"], rows))
     failed = [b for b in results if b.status == "failed"]

@@ -26,6 +26,7 @@ from faforge.abi import torchfree
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.report import render_text
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
+from faforge.family import FLASH_ATTN
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -34,13 +35,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)")
     parser.add_argument("--library-dir", metavar="DIR", action="append", type=Path, default=[],
                         help="a folder holding other libraries the extension loads, searched after the torch's, e.g. the lib/ "
-                             "of a split flash-attn's libflash-attn-kernels package (repeatable)")
+                             f"of a split {FLASH_ATTN.package}'s {FLASH_ATTN.kernel_package} package (repeatable)")
     parser.add_argument("--torch-free", action="store_true",
                         help="instead of --against: PATH is a shared library that must not touch torch, Python or the C++ ABI")
     parser.add_argument("--expect-archs", metavar="LIST", help="with --torch-free: the GPU code PATH must carry, e.g. '80;90;100;120+PTX'")
     parser.add_argument("--exports", metavar="PATTERNS",
                         help="with --torch-free: the only exported names allowed, as shell patterns on demangled base names, "
-                             "e.g. 'run_mha_*,flash_attn_kernels_*'")
+                             f"e.g. '{FLASH_ATTN.kernel_exports}'")
     parser.add_argument("--glibc", metavar="X.Y", help="oldest glibc the binary must run on (the target sysroot's), e.g. 2.28")
     parser.add_argument("--platform", choices=sorted(PLATFORM_MACHINES), help="conda platform the binary is for")
     parser.add_argument("--json", action="store_true", help="print the versioned JSON report instead of text")

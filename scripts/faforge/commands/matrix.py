@@ -9,18 +9,19 @@ import json
 from collections import Counter
 
 from faforge.errors import EXIT_OK
-from faforge.matrix import Matrix, load_matrix
+from faforge.family import FLASH_ATTN
+from faforge.matrix import load_matrix
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell
-from faforge.matrix.render_cache import cached_render_cells
+from faforge.matrix.render_cache import selected_cells
 from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--kernels", action="store_true",
-                        help="list the kernel packages (libflash-attn-kernels, one per platform, CUDA, arch list and Philox offset width) "
+                        help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one per platform, CUDA, arch list and Philox offset width) "
                              "instead of the cells")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
@@ -47,11 +48,6 @@ def cell_record(rendered: RenderedCell, kernels: KernelPackage) -> dict:
         "kernel_package": {"id": kernels.key.id, "name": kernels.name, "version": kernels.version,
                            "build_string_prefix": kernels.key.build_string_prefix},
     }
-
-
-def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
-    cells = [c for c in matrix.cells if platform in ("all", c.platform)]
-    return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)
 
 
 def kernels_by_cell(kernels: list[KernelPackage]) -> dict[str, KernelPackage]:

@@ -13,10 +13,11 @@ from pathlib import Path
 from faforge import config, paths
 from faforge.channel.repodata import channel_url, query
 from faforge.errors import EXIT_OK, FaforgeError
+from faforge.family import FLASH_ATTN
 from faforge.matrix.releases import PLATFORMS, load_releases
 from faforge.release.page import DATA_FILE, HERE, page_data, write_page
 
-PACKAGE_NAME = "flash-attn"
+PACKAGE_NAME = FLASH_ATTN.package
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -11,20 +11,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 from faforge import atomic, paths, progress
-from faforge.channel.repodata import ChannelNotFound, channel_url, query
-from faforge.commands.matrix import selected_cells
-from faforge.errors import EXIT_OK, FaforgeError
-from faforge.matrix import load_matrix
-from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
+from faforge.channel.repodata import channel_url
+from faforge.errors import EXIT_OK
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
-from faforge.release.cost import load_build_cost
-from faforge.release.plan import STAGES, make_plan, present_keys
+from faforge.release.plan import CELL_STAGE, STAGES
+from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
+
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", metavar="URL_OR_PATH", help="channel whose packages need no build (folder, file://, http(s):// or a name); default: none")
@@ -36,21 +32,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="write the versioned plan to FILE for `faforge build --plan FILE`; written only when planning "
                              "succeeds (a failed plan keeps the previous file), which `--json > FILE` cannot promise")
     parser.add_argument("--github-output", metavar="FILE",
-                        help="also write <stage>-N chunk outputs and their counts for a workflow (stages: kernels, kernel_links, flash_attn; "
+                        help=f"also write <stage>-N chunk outputs and their counts for a workflow (stages: {', '.join(STAGES)}; "
                              "e.g. \"$GITHUB_OUTPUT\")")
     parser.add_argument("--max-chunks", type=int_range(1, 256), default=2, metavar="N",
                         help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop")
-
-
-def _folder_of(channel: str) -> Path | None:
-    """The folder of a local (file://) channel."""
-    parts = urlsplit(channel)
-    return Path(url2pathname(parts.path)) if parts.scheme == "file" else None
-
-
-def _holds_packages(folder: Path) -> bool:
-    """Whether a channel folder without repodata holds packages (they need `faforge index`) or nothing at all."""
-    return any(p.name.endswith((".conda", ".tar.bz2")) for p in folder.glob("*/*"))
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -61,43 +46,15 @@ def execute(args: argparse.Namespace) -> int:
     # A wrong folder fails before rendering; an empty one (an unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
     channel = None if args.channel is None else channel_url(
         args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
-    matrix = load_matrix()
-    rendered = selected_cells(matrix, args.platform)
-    present = set()
-    if args.channel is not None:
-        platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
-        try:
-            present = present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
-        except ChannelNotFound as exc:
-            folder = _folder_of(channel)
-            if folder is not None and not _holds_packages(folder):
-                progress.say(f"faforge plan: {args.channel} holds no packages yet (an empty channel); planning every cell")
-            elif folder is not None:
-                raise FaforgeError(f"{args.channel} holds packages but no repodata.json", input=args.channel,
-                                   hint=f"index it first: `faforge index {folder}`") from None
-            elif not args.new_channel_ok:
-                raise ChannelNotFound(exc.message, hint="nothing published there yet? --new-channel-ok plans every cell; "
-                                                        "otherwise check the URL", exit_code=exc.exit_code) from None
-            else:
-                progress.warn(f"{args.channel} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
-    plan = make_plan(rendered, matrix.kernels, load_build_cost(), present, args.channel)
+    plan = plan_builds(platform=args.platform, channel=channel, given=args.channel, new_channel_ok=args.new_channel_ok,
+                       max_chunks=args.max_chunks, report=progress)
     data = plan.to_json()
-    for kind in STAGES:
-        if len(data[kind]) > args.max_chunks:
-            raise FaforgeError(
-                f"the plan needs {len(data[kind])} {kind} chunks of at most {plan.chunk_size} jobs, but the workflow has {args.max_chunks}",
-                hint="add chunk jobs to .github/workflows/build.yml and pass --max-chunks, or build fewer cells per run (--platform)",
-            )
     if args.output:
         with paths.user_path("--output", args.output):
             atomic.write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.github_output is not None:
         with paths.user_path("--github-output", args.github_output), open(args.github_output, "a") as out:
-            for kind in STAGES:
-                out.write(f"{kind}-chunks={len(data[kind])}\n")
-                for i in range(args.max_chunks):
-                    value = json.dumps(data[kind][i], separators=(",", ":")) if i < len(data[kind]) else ""
-                    out.write(f"{kind}-{i}={value}\n")
+            out.write(github_outputs(data, args.max_chunks))
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
@@ -109,7 +66,7 @@ def execute(args: argparse.Namespace) -> int:
     if rows:
         print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
     built = len(plan.kernels) - len(plan.kernels_in_channel)
-    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs['flash_attn'])} cell jobs, after {built} kernel packages in "
+    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} cell jobs, after {built} kernel packages in "
           f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
     return EXIT_OK

@@ -17,9 +17,9 @@ from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.commands.index import print_channel_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates, verify_hint
-from faforge.release.package import read_package
-from faforge.release.publish import judge, publish, require_kernel_packages
+from faforge.release.publish import publish_files
 from faforge.release.targets import TOKEN_ENV, parse_target
 from faforge.table import format_table
 
@@ -37,7 +37,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated gates that must have passed (default: {','.join(config.DEFAULT_REQUIRED_GATES)}, or $FAFORGE_REQUIRE)")
     parser.add_argument("--channel", metavar="URL_OR_PATH",
                         help="where users install from, read to find kernel packages published before (default: the target "
-                             "folder; a server target has none, so its flash-attn packages need their kernel package in the same publish)")
+                             f"folder; a server target has none, so its {FLASH_ATTN.package} packages need their kernel package in the same publish)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, change nothing")
     parser.add_argument("--force", action="store_true", help="replace a different file of the same name in the target")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/publish.json)")
@@ -52,10 +52,8 @@ def execute(args: argparse.Namespace) -> int:
     paths.nearest_folder(args.manifest, "--manifest")
     if args.channel is not None:  # read only when a package needs its kernel package, but a wrong one is wrong now
         channel_url(args.channel, "--channel", if_empty="name the channel users install from, or leave --channel out")
-    decisions = [judge(read_package(p), args.manifest, required) for p in args.packages]
-    channel = args.channel or (Path(target.url) if target.kind == "folder" else None)
-    decisions = require_kernel_packages(decisions, channel, str(channel) if channel else f"the target {target} (pass --channel to read it)")
-    result = publish(decisions, target, manifest_dir=args.manifest, required=required, dry_run=args.dry_run, force=args.force)
+    decisions, result = publish_files(args.packages, target, manifest_dir=args.manifest, required=required, channel=args.channel,
+                                      dry_run=args.dry_run, force=args.force)
     outcomes = result.outcomes
     by_file = {d.package.filename: d for d in decisions}
     if args.json:

@@ -22,25 +22,25 @@ from pathlib import Path
 from faforge import config, paths, progress
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
-from faforge.release.manifest import parse_gates, record
-from faforge.release.package import PackageFacts, read_package
-from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
+from faforge.family import FLASH_ATTN
+from faforge.release.manifest import parse_gates
+from faforge.release.verify_run import verify_packages
 from faforge.table import format_table
 
-CPU_GATES = ("abi", "import")
+CPU_GATES = FLASH_ATTN.gates
 VERIFY_VERSION = 1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("packages", nargs="+", metavar="PACKAGE",
-                        help=".conda files; a split flash-attn needs its kernel package among them or beside it")
+                        help=f".conda files; a split {FLASH_ATTN.package} needs its kernel package among them or beside it")
     parser.add_argument("--gates", default=",".join(CPU_GATES), help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)")
     parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
                         help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")
     parser.add_argument("--against", type=Path, action="append",
                         help="check the ABI against this torch (torch/lib, site-packages or prefix) instead of the matching PyPI wheel")
     parser.add_argument("--kernel-channel", metavar="URL",
-                        help="where a split flash-attn's kernel package was published, fetched from there when it is neither "
+                        help=f"where a split {FLASH_ATTN.package}'s kernel package was published, fetched from there when it is neither "
                              "given nor beside it (a cell's job whose kernel package an earlier run published)")
     parser.add_argument("--json", action="store_true", help="print the versioned results (schema: tests/schemas/verify.json)")
 
@@ -54,31 +54,14 @@ def execute(args: argparse.Namespace) -> int:
     paths.output_dir(args.manifest, "--manifest")
     kernel_channel = None if args.kernel_channel is None else channel_url(
         args.kernel_channel, "--kernel-channel", if_empty="name the channel the kernel packages were published to, or leave the option out")
-    entries = []
-    read: dict[str, PackageFacts] = {}
 
-    def facts(path: str) -> PackageFacts:
-        if path not in read:
-            read[path] = read_package(path)
-        return read[path]
-
-    for path in args.packages:
-        package = facts(path)
-        # Both read every PACKAGE argument: a bad one stops the call there, after the results already printed.
-        kernel = find_kernel_package(package, [facts(p) for p in args.packages], kernel_channel) if package.kernel_pin else None
-        users = tuple(p for p in map(facts, args.packages) if pins_kernel(p, package)) if "gpu" in gates else ()
-        checked = []
-        with progress.step(f"verify {package.filename} ({', '.join(gates)})") as state:
-            for check in run_gates(package, gates, args.against, announce=progress.say, kernel=kernel, users=users):
-                checked.append(record(args.manifest, package, check.gate, check.result, check.detail))
-                progress.say(f"  {check.gate}: {check.result}: {check.detail}")
-                state.failed = state.failed or check.result == "failed"
-            skipped = [e.gate for e in checked if e.result == "skipped"]
-            state.skipped = f"{', '.join(skipped)} not verified" if skipped else None
-        entries += checked
+    def done(checked: list) -> None:
         if not args.json:  # each package's table as soon as it is done: a later package's error cannot lose it
             print(format_table(["package", "sha256", "gate", "result", "detail"],
                                [[e.package, e.sha256[:12], e.gate, e.result, e.detail[:100]] for e in checked]), flush=True)
+
+    entries = verify_packages(args.packages, gates, manifest=args.manifest, against=args.against, kernel_channel=kernel_channel,
+                              report=progress, done=done)
     if args.json:
         print(json.dumps({"version": VERIFY_VERSION, "manifest": str(args.manifest), "results": [e.to_json() for e in entries]}, indent=2))
     else:

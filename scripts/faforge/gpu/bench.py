@@ -17,11 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from faforge.family import FLASH_ATTN
+
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 TOTAL_TOKENS = 16384
 HIDDEN = 2048
-IMPLEMENTATIONS = ("flash-attn", "sdpa-flash", "sdpa-efficient")
+IMPLEMENTATIONS = (FLASH_ATTN.package, "sdpa-flash", "sdpa-efficient")
 BACKWARD_FLOPS_FACTOR = 2.5  # upstream's count: backward = 2.5 x forward matmul FLOPs
 
 
@@ -95,7 +97,7 @@ def _attention_calls(shape: Shape, dtype):
         return call
 
     return {
-        "flash-attn": (lambda: flash_attn_func(*flash, causal=shape.causal), flash),
+        FLASH_ATTN.package: (lambda: flash_attn_func(*flash, causal=shape.causal), flash),
         "sdpa-flash": (sdpa_with(SDPBackend.FLASH_ATTENTION), sdpa),
         "sdpa-efficient": (sdpa_with(SDPBackend.EFFICIENT_ATTENTION), sdpa),
     }
@@ -144,9 +146,9 @@ def measure(shape: Shape, dtype, *, repeats: int) -> list[dict]:
 
 def ratios(tflops: dict) -> dict:
     """flash-attn's speed over each SDPA backend's (None where either did not run)."""
-    ours = tflops.get("flash-attn")
+    ours = tflops.get(FLASH_ATTN.package)
     return {
-        f"flash-attn/{other}": (ours / tflops[other] if ours and tflops.get(other) else None)
+        f"{FLASH_ATTN.package}/{other}": (ours / tflops[other] if ours and tflops.get(other) else None)
         for other in IMPLEMENTATIONS[1:]
     }
 

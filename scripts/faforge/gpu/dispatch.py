@@ -25,6 +25,7 @@ import struct
 from dataclasses import dataclass
 
 from faforge.buildcost.tus import HEAD_DIMS, KernelTu, default_grid
+from faforge.family import FLASH_ATTN
 
 # An H200 (and H100 SXM) has 132 SMs; the GPU suite passes the real count from torch.
 H200_SMS = 132
@@ -86,7 +87,7 @@ def kernel_dim(head_dim: int) -> int:
     for dim in HEAD_DIMS:
         if padded <= dim:
             return dim
-    raise ValueError(f"head dim {head_dim} > {HEAD_DIMS[-1]}: flash-attn 2 has no kernel for it")
+    raise ValueError(f"head dim {head_dim} > {HEAD_DIMS[-1]}: {FLASH_ATTN.package} 2 has no kernel for it")
 
 
 def _f32(value: float) -> float:

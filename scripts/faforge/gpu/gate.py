@@ -25,9 +25,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from faforge.buildcost.tus import HEAD_DIMS
+from faforge.family import FLASH_ATTN
 from faforge.gpu.compat import JIT, Compat, check
 
-EXTENSION = "flash_attn_2_cuda"
+EXTENSION = FLASH_ATTN.extension
 # What the package under test declares, set by `faforge test-gpu --declared-archs/--declared-head-dims` (or
 # by hand for `python -m faforge.gpu.run_suite`): the cell's arch list in the build script's syntax
 # ("80;90;120+PTX", as FLASH_ATTN_CUDA_ARCHS) and its head dims. The suite tests the declared head dims,
@@ -107,7 +108,7 @@ def evaluate() -> Gate:
     try:
         import torch  # noqa: PLC0415  (lazy: the faforge CLI must start without torch)
     except ImportError as exc:
-        return Gate(False, f"torch is not importable ({exc}); install a CUDA build of torch to test flash-attn", head_dims=head_dims)
+        return Gate(False, f"torch is not importable ({exc}); install a CUDA build of torch to test {FLASH_ATTN.package}", head_dims=head_dims)
     found = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "head_dims": head_dims}
     if torch.version.cuda is None:
         return Gate(False, f"torch {torch.__version__} is a CPU build; a CUDA build of torch is needed", **found)
@@ -118,7 +119,7 @@ def evaluate() -> Gate:
     where = f"{found['device']} (sm_{found['capability'][0]}{found['capability'][1]})"
     extension = extension_path()
     if extension is None:
-        return Gate(False, f"flash_attn is not installed (no {EXTENSION} module) on a machine with {where}", **found)
+        return Gate(False, f"{FLASH_ATTN.module} is not installed (no {EXTENSION} module) on a machine with {where}", **found)
     found["extension"] = str(extension)
     return judge_binary(where, found, built_head_dims(extension), read_embedded_archs(extension))
 

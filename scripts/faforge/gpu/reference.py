@@ -26,6 +26,8 @@ import math
 
 import torch
 
+from faforge.family import FLASH_ATTN
+
 
 def key_offsets(
     seqlen_q: int, seqlen_k: int, key_lengths: torch.Tensor | None, device, key_leftpad: torch.Tensor | None = None
@@ -131,5 +133,5 @@ def assert_within_reference_error(
     error in the same precision, plus a small absolute epsilon."""
     error, yardstick = max_error(flash, exact), max_error(same_precision, exact)
     assert math.isfinite(error) and error <= factor * yardstick + atol, (
-        f"{name}: flash-attn max error {error:.3g} > {factor} x PyTorch's same-precision error {yardstick:.3g} + {atol:g}"
+        f"{name}: {FLASH_ATTN.package} max error {error:.3g} > {factor} x PyTorch's same-precision error {yardstick:.3g} + {atol:g}"
     )

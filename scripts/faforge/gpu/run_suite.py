@@ -43,6 +43,7 @@ SCHEMA_VERSION = 1
 RECIPE_TEST_FILES = (
     "faforge/__init__.py",
     "faforge/errors.py",
+    "faforge/family.py",
     "faforge/abi/__init__.py",
     "faforge/abi/elf.py",
     "faforge/abi/elf_file.py",
@@ -182,7 +183,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--declared-head-dims",
-        help=f"the package's head dims, e.g. 32,64,96,128,192,256 (env {DECLARED_HEAD_DIMS_ENV}; default: flash-attn 2's)",
+        help=f"the package's head dims, e.g. 32,64,96,128,192,256 (env {DECLARED_HEAD_DIMS_ENV}; default: {FLASH_ATTN.package} 2's)",
     )
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense")
 

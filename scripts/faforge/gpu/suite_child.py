@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 import faforge
+from faforge.family import FLASH_ATTN
 from faforge.gpu.coverage import KERNELS_JSON_ENV
 
 # Modules the suite's process imports besides torch and flash_attn, with the pip requirement that brings each
@@ -35,7 +36,7 @@ def interruptible() -> None:
 
 def missing_requirements() -> list[str]:
     """pip requirements of modules the suite needs that are not importable here (einops only with flash_attn)."""
-    wanted = {"pytest"} | ({"einops"} if importlib.util.find_spec("flash_attn") else set())
+    wanted = {"pytest"} | ({"einops"} if importlib.util.find_spec(FLASH_ATTN.module) else set())
     return [SUITE_REQUIREMENTS[name] for name in sorted(wanted) if importlib.util.find_spec(name) is None]
 
 

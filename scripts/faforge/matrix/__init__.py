@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faforge import paths
+from faforge.family import FLASH_ATTN
 from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.kernels import KernelPackage, kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
@@ -45,5 +46,5 @@ def load_matrix(root: Path | None = None) -> Matrix:
         kernels=kernel_packages(cells, version=policy.flash_attn_version, build_number=policy.build_number,
                                 releases_path=table.path),
         variants_dir=variants_dir,
-        recipe_path=root / "recipes" / "flash-attn" / "recipe.yaml",
+        recipe_path=root / FLASH_ATTN.recipe_dir / "recipe.yaml",
     )

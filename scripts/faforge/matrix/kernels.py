@@ -19,10 +19,12 @@ from pathlib import Path
 
 from faforge.buildcost.cachekey import archs_tag
 from faforge.errors import DataError
+from faforge.family import FLASH_ATTN
 
-KERNEL_PACKAGE = "libflash-attn-kernels"
-KERNEL_LIBRARY = "libflash_attn_kernels.so"
-FLASH_ATTN_PACKAGE = "flash-attn"
+# The names every layer above takes from here (faforge.family spells them).
+KERNEL_PACKAGE = FLASH_ATTN.kernel_package
+KERNEL_LIBRARY = FLASH_ATTN.kernel_library
+FLASH_ATTN_PACKAGE = FLASH_ATTN.package
 
 
 @dataclass(frozen=True, order=True)

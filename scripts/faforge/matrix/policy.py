@@ -7,6 +7,7 @@ from pathlib import Path
 
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
+from faforge.family import FLASH_ATTN
 from faforge.matrix.versions import is_constraint, is_version, satisfies
 
 CELL_FIELDS = ("world", "torch", "cuda", "python", "platform")
@@ -88,14 +89,15 @@ def load_policy(path: Path) -> BuildPolicy:
     raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1:
         raise DataError(path, "schema", f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}", hint="this faforge reads schema 1")
-    fa = raw.get("flash_attn")
+    section = FLASH_ATTN.key
+    fa = raw.get(section)
     if not isinstance(fa, dict) or not isinstance(fa.get("version"), str):
-        raise DataError(path, "flash_attn.version", "missing", hint="e.g. version: 2.8.3.post2")
+        raise DataError(path, f"{section}.version", "missing", hint="e.g. version: 2.8.3.post2")
     sha = str(fa.get("sha256", ""))
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-        raise DataError(path, "flash_attn.sha256", f"invalid value {sha!r}", hint="the sdist's sha256 from PyPI, 64 lowercase hex digits")
+        raise DataError(path, f"{section}.sha256", f"invalid value {sha!r}", hint="the sdist's sha256 from PyPI, 64 lowercase hex digits")
     if not isinstance(fa.get("build_number"), int) or fa["build_number"] < 0:
-        raise DataError(path, "flash_attn.build_number", f"invalid value {fa.get('build_number')!r}", hint="a non-negative integer")
+        raise DataError(path, f"{section}.build_number", f"invalid value {fa.get('build_number')!r}", hint="a non-negative integer")
     python = raw.get("python")
     if not isinstance(python, list) or not all(isinstance(p, str) and is_version(p) for p in python):
         raise DataError(path, "python", f"invalid value {python!r}", hint="quoted versions such as '3.12'")

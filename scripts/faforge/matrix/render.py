@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 from faforge.matrix.cells import Cell
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
 from faforge.matrix.variants import variant_config_path
@@ -67,9 +68,9 @@ class SourceOverride:
     def from_sdist(cls, path: Path) -> SourceOverride:
         if not path.is_file():
             raise FaforgeError(f"--source {path}: {'not a regular file' if path.exists() else 'no such file'}",
-                               hint="pass a flash-attn sdist (.tar.gz)")
+                               hint=f"pass a {FLASH_ATTN.package} sdist (.tar.gz)")
         if not tarfile.is_tarfile(path):
-            raise FaforgeError(f"--source {path}: not a tar archive", hint="pass a flash-attn sdist (.tar.gz) as PyPI serves it")
+            raise FaforgeError(f"--source {path}: not a tar archive", hint=f"pass a {FLASH_ATTN.package} sdist (.tar.gz) as PyPI serves it")
         return cls(url=path.resolve().as_uri(), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
 
 
@@ -141,7 +142,7 @@ def _requirements(variant, entries: list) -> tuple[str, ...]:
             pin = variant.pin_subpackages[name]
             if not pin.exact:
                 raise FaforgeError(f"the recipe pins its output {name} without exact=True",
-                                   hint="pin_subpackage(..., exact=True): a flash-attn build must require exactly its kernel build")
+                                   hint=f"pin_subpackage(..., exact=True): a {FLASH_ATTN.package} build must require exactly its kernel build")
             out.append(f"{name} =={pin.version} {pin.build_string}")
         else:
             out.append(str(entry))

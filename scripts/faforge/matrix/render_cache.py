@@ -22,11 +22,15 @@ import sys
 from collections.abc import Mapping
 from importlib.util import find_spec
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge import atomic, config
 from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell, cell_key, render_cells
 from faforge.matrix.variants import variant_config_path
+
+if TYPE_CHECKING:
+    from faforge.matrix import Matrix
 
 FORMAT = 2  # 2: py-rattler-build named by its version, not its modules' mtimes
 MAX_ENTRY_BYTES = 16 * 1024 * 1024  # a whole variant file's cells are ~0.5 MB
@@ -164,3 +168,9 @@ def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path
 def store_path(variants_dir: Path, platform: str, world: str) -> Path:
     """The committed render store's file for a variant file (see render_store)."""
     return variants_dir / "renders" / f"{platform}-{world}.json"
+
+
+def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
+    """The rendered cells of one platform, or of all (`all`), from the cache where it holds them."""
+    cells = [c for c in matrix.cells if platform in ("all", c.platform)]
+    return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)

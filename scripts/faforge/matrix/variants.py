@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from faforge.family import FLASH_ATTN
 from faforge.matrix.cells import Cell
 
 GENERATED_HEADER = (
@@ -38,7 +39,7 @@ def _yaml_list(values: list[str]) -> str:
 def build_command(variant_file: str, platform: str, channels: tuple[str, ...]) -> str:
     """The plain rattler-build line for one variant file (README.md documents these)."""
     target = "" if platform == NATIVE_PLATFORM else f" --target-platform {platform}"
-    return f"rattler-build build -r recipes/flash-attn -m {variant_file}" + "".join(f" -c {c}" for c in channels) + target
+    return f"rattler-build build -r {FLASH_ATTN.recipe_dir} -m {variant_file}" + "".join(f" -c {c}" for c in channels) + target
 
 
 def variant_config_text(cells: list[Cell], platform: str, world: str) -> str:

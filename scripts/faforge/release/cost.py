@@ -23,8 +23,9 @@ from faforge.backend.jobs import derive_max_jobs
 from faforge.buildcost.tus import default_grid
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
+from faforge.family import FLASH_ATTN
 
-HOST_TU = "csrc/flash_attn/flash_api.cpp"
+HOST_TU = FLASH_ATTN.host_source
 # Job parts (a plan job's `part`, `faforge build --part`): a kernel package built in one job, the
 # final job of a split one, and a cell's own job; pieces are named after their TU class.
 KERNELS_PART = "kernels"

@@ -15,6 +15,7 @@ from pathlib import Path
 from faforge.buildcost.cachekey import archs_of_tag
 from faforge.channel.archive import check_payload, read_index_json
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
 
 # py312_torch2_7_cu129_cxx11abi1_h<hash>_<n>, as recipes/flash-attn/recipe.yaml writes it.
@@ -124,7 +125,7 @@ def read_package(path: str | Path) -> PackageFacts:
         raise FaforgeError(f"{path}: {what}", hint="`faforge build` writes packages to --output-dir/<platform>/ (see its summary); "
                                                    "pass those files")
     if not path.is_file() or not path.name.endswith(PACKAGE_SUFFIXES):
-        raise FaforgeError(f"{path}: not a conda package file", hint="pass a .conda or .tar.bz2 file, e.g. output/linux-64/flash-attn-*.conda")
+        raise FaforgeError(f"{path}: not a conda package file", hint=f"pass a .conda or .tar.bz2 file, e.g. output/linux-64/{FLASH_ATTN.package}-*.conda")
     index = read_index_json(path)
     check_payload(path)
     return facts_from_metadata(path=path, name=index["name"], version=index["version"], build=index["build"],

@@ -17,13 +17,14 @@ from rattler import Version
 
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 from faforge.matrix.releases import ReleaseTable
 from faforge.matrix.versions import vtuple
 from faforge.release.package import facts_from_metadata
 
 PAGE_VERSION = 1
 TEMPLATE = Path(__file__).with_name("page.html")
-DATA_FILE = "flash-attn-builds.json"
+DATA_FILE = f"{FLASH_ATTN.package}-builds.json"
 HERE = "here"
 # Stands for the page's own channel URL until the page's script replaces it (install channel `here`).
 CHANNEL_PLACEHOLDER = "@CHANNEL@"
@@ -92,7 +93,7 @@ def write_page(data: dict, out_dir: Path, file_channel: str) -> tuple[Path, Path
     data_path.write_text(json.dumps(with_channel(data, file_channel), indent=2) + "\n")
     # Embedded too, so the page also works opened from disk (file://), where fetch() is blocked.
     embedded = json.dumps(data).replace("</", "<\\/")
-    text = TEMPLATE.read_text().replace("@DATA@", embedded).replace("@TITLE@", html.escape(f"flash-attn builds ({len(data['packages'])})"))
+    text = TEMPLATE.read_text().replace("@DATA@", embedded).replace("@TITLE@", html.escape(f"{FLASH_ATTN.package} builds ({len(data['packages'])})"))
     page_path = out_dir / "index.html"
     page_path.write_text(text)
     return page_path, data_path

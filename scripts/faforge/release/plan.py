@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.render import RenderedCell
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, BuildCost, Part, cell_part, split_kernels
 
 PLAN_VERSION = 2
-STAGES = ("kernels", "kernel_links", "flash_attn")
+# The cells' own jobs come last, in the stage named after the family (the workflows read `flash_attn-N`).
+CELL_STAGE = FLASH_ATTN.key
+STAGES = ("kernels", "kernel_links", CELL_STAGE)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,6 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
                 jobs["kernels"].append(kernel_job(first, k, part, runner.label))
     for r in todo:
         k = kernels_of[r.cell.id]
-        jobs["flash_attn"].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
+        jobs[CELL_STAGE].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
     return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, jobs=jobs,
                 chunk_size=cost.max_jobs_per_matrix)

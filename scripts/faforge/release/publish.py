@@ -16,7 +16,7 @@ from faforge.channel.index import BadFile, channel_errors, channel_lock, check_f
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 from faforge.release.manifest import GATES, GateResult, require_passed, results_for
-from faforge.release.package import PackageFacts
+from faforge.release.package import PackageFacts, read_package
 from faforge.release.targets import Target, upload
 
 
@@ -92,6 +92,16 @@ class Outcome:
 class Published:
     outcomes: list[Outcome]
     channel_problems: list[BadFile] = field(default_factory=list)  # files already in a folder channel that cannot be indexed
+
+
+def publish_files(files: list[str], target: Target, *, manifest_dir: Path, required: tuple[str, ...], channel: str | None,
+                  dry_run: bool, force: bool) -> tuple[list[Decision], Published]:
+    """`faforge publish`'s work: judge every file, refuse a flash-attn whose kernel package is neither in
+    this publish nor in the channel (`channel`, else a folder target's own), then publish the rest."""
+    decisions = [judge(read_package(p), manifest_dir, required) for p in files]
+    where = channel or (Path(target.url) if target.kind == "folder" else None)
+    decisions = require_kernel_packages(decisions, where, str(where) if where else f"the target {target} (pass --channel to read it)")
+    return decisions, publish(decisions, target, manifest_dir=manifest_dir, required=required, dry_run=dry_run, force=force)
 
 
 def publish(decisions: list[Decision], target: Target, *, manifest_dir: Path, required: tuple[str, ...],

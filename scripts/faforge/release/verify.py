@@ -40,14 +40,15 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.channel.repodata import query
 from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError
+from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
 from faforge.release.package import PackageFacts, read_package, sha256_of
 from faforge.wheelfetch import http_get
 
-# The modules the recipe's own `python: imports` test imports; torch first, as flash_attn does.
-IMPORTS = ("torch", "flash_attn", "flash_attn_2_cuda")
+# The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.
+IMPORTS = FLASH_ATTN.imports
 GLIBC_PIN = re.compile(r"^__glibc\s*>=\s*(\d+\.\d+)")
 # faforge's own source folder, put on PYTHONPATH of the clean env for the GPU suite runner.
 FAFORGE_SOURCE = Path(__file__).resolve().parents[2]
@@ -96,7 +97,7 @@ def kernel_abi_gate(package: PackageFacts) -> Check:
     with unpacked(package) as prefix:
         library = prefix / "lib" / KERNEL_LIBRARY
         if not library.is_file():
-            return Check("abi", "failed", f"holds no lib/{KERNEL_LIBRARY}, the library every flash-attn pinning it loads")
+            return Check("abi", "failed", f"holds no lib/{KERNEL_LIBRARY}, the library every {FLASH_ATTN.package} pinning it loads")
         try:
             report = check_torch_free(library, expect_archs=package.cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
         except ElfError as exc:
@@ -113,13 +114,13 @@ def kernel_abi_gate(package: PackageFacts) -> Check:
 
 
 # Run in the clean process: load the CUDA runtime by path, then the library, then its C interface.
-DLOPEN = """
+DLOPEN = f"""
 import ctypes, sys
 library, cudarts = sys.argv[1], sys.argv[2:]
 for cudart in cudarts:
     ctypes.CDLL(cudart, mode=ctypes.RTLD_GLOBAL)
 handle = ctypes.CDLL(library)
-handle.flash_attn_kernels_set_cuda_error_handler
+handle.{FLASH_ATTN.kernel_api_prefix}set_cuda_error_handler
 """
 
 
@@ -230,9 +231,9 @@ def kernel_gate(gate: str, package: PackageFacts, users: tuple[PackageFacts, ...
         run = gpu_gate(user, venv, package)
         return Check("gpu", run.result, f"the GPU suite through {user.filename}: {run.detail}")
     if not reasons:
-        return Check("gpu", "skipped", "its GPU code runs only through a flash-attn that pins this build; "
+        return Check("gpu", "skipped", f"its GPU code runs only through a {FLASH_ATTN.package} that pins this build; "
                                        "pass one (e.g. from the same output folder) in the same verify call")
-    return Check("gpu", "skipped", "no flash-attn pinning it can run here: " + "; ".join(reasons))
+    return Check("gpu", "skipped", f"no {FLASH_ATTN.package} pinning it can run here: " + "; ".join(reasons))
 
 
 def pins_kernel(flash_attn: PackageFacts, kernel: PackageFacts) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from faforge.family import FLASH_ATTN
 from faforge.gpu.coverage import KERNELS_JSON_ENV
 from faforge.gpu.dispatch import tu_of_kernel
 from faforge.gpu.gate import evaluate
@@ -18,7 +19,7 @@ _SEEN: dict[str, list[str]] = {}
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA GPU and a built flash-attn; skipped with a reason otherwise")
+    config.addinivalue_line("markers", f"gpu: needs a CUDA GPU and a built {FLASH_ATTN.package}; skipped with a reason otherwise")
 
 
 def pytest_report_header(config):

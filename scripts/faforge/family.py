@@ -1,0 +1,59 @@
+"""A package family (flash-attn 2 today, flash-attn 3 next) as data: its names are spelled here only.
+
+Everything that tells one family from the next lives in one `Family` row: the recipe, the conda
+outputs, the Python modules, the kernel library and its C interface, the section of
+variants/matrix.yaml holding its version, and the gates its packages pass. Other modules take the
+names from here; tests/test_family_names.py fails on a family name spelled as a literal elsewhere.
+Plain Python, no YAML: the recipe ships this file with its checker (faforge_checker/), whose test
+environments have only the standard library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    key: str  # its section of variants/matrix.yaml and its stage of cell jobs in a plan (the workflows read `<key>-N`)
+    package: str  # the conda output users install, and the sdist's PyPI name
+    module: str  # the Python package it installs
+    extension: str  # the compiled extension module the Python package imports
+    kernel_package: str  # the conda output of the torch-free kernel library, one per kernel key
+    kernel_library: str  # that library's file in lib/
+    kernel_api_prefix: str  # the prefix of the library's C interface (exports, error handlers)
+    recipe_dir: str  # the recipe folder, relative to the repository root
+    build_script: str  # the recipe's build script, in recipe_dir
+    source_dir: str  # the sdist's C++ sources, relative to its root
+    host_source: str  # the one TU a cell's own job compiles (the glue), relative to the sdist's root
+    gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
+
+    @property
+    def kernel_exports(self) -> str:
+        """The only names the kernel library may export, as `faforge check-abi --exports` patterns."""
+        return f"run_mha_*,{self.kernel_api_prefix}*"
+
+    @property
+    def imports(self) -> tuple[str, ...]:
+        """What the import gate imports, in order: torch first, as users do."""
+        return ("torch", self.module, self.extension)
+
+
+FLASH_ATTN = Family(
+    key="flash_attn",
+    package="flash-attn",
+    module="flash_attn",
+    extension="flash_attn_2_cuda",
+    kernel_package="libflash-attn-kernels",
+    kernel_library="libflash_attn_kernels.so",
+    kernel_api_prefix="flash_attn_kernels_",
+    recipe_dir="recipes/flash-attn",
+    build_script="build_flash_attn.py",
+    source_dir="csrc/flash_attn",
+    host_source="csrc/flash_attn/flash_api.cpp",
+    gates=("abi", "import"),
+)
+
+
+def families() -> tuple[Family, ...]:
+    return (FLASH_ATTN,)

@@ -1,0 +1,82 @@
+"""`faforge plan`'s work: the platform's cells, what the channel already holds, the plan, and its
+chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from faforge.channel.repodata import ChannelNotFound, query
+from faforge.errors import FaforgeError
+from faforge.matrix import load_matrix
+from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
+from faforge.matrix.releases import PLATFORMS
+from faforge.matrix.render import RenderedCell
+from faforge.matrix.render_cache import selected_cells
+from faforge.release.cost import load_build_cost
+from faforge.release.plan import STAGES, Plan, make_plan, present_keys
+from faforge.release.reporter import Reporter
+
+
+def _folder_of(channel: str) -> Path | None:
+    """The folder of a local (file://) channel."""
+    parts = urlsplit(channel)
+    return Path(url2pathname(parts.path)) if parts.scheme == "file" else None
+
+
+def _holds_packages(folder: Path) -> bool:
+    """Whether a channel folder without repodata holds packages (they need `faforge index`) or nothing at all."""
+    return any(p.name.endswith((".conda", ".tar.bz2")) for p in folder.glob("*/*"))
+
+
+def channel_holds(given: str, channel: str, rendered: list[RenderedCell], new_channel_ok: bool,
+                  report: Reporter) -> set[tuple[str, str, str, str]]:
+    """What the channel (`given` as the user wrote it, `channel` its URL) holds of the packages a plan builds;
+    an empty or new channel holds nothing, a folder of packages without repodata is an error."""
+    platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
+    try:
+        return present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
+    except ChannelNotFound as exc:
+        folder = _folder_of(channel)
+        if folder is not None and not _holds_packages(folder):
+            report.say(f"faforge plan: {given} holds no packages yet (an empty channel); planning every cell")
+        elif folder is not None:
+            raise FaforgeError(f"{given} holds packages but no repodata.json", input=given,
+                               hint=f"index it first: `faforge index {folder}`") from None
+        elif not new_channel_ok:
+            raise ChannelNotFound(exc.message, hint="nothing published there yet? --new-channel-ok plans every cell; "
+                                                    "otherwise check the URL", exit_code=exc.exit_code) from None
+        else:
+            report.warn(f"{given} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
+    return set()
+
+
+def plan_builds(*, platform: str, channel: str | None, given: str | None, new_channel_ok: bool, max_chunks: int,
+                report: Reporter) -> Plan:
+    """The plan for the platform's cells (`all` for every one) minus what the channel holds (none: plan
+    every cell), refused when a stage needs more chunks than the workflow has jobs for."""
+    matrix = load_matrix()
+    rendered = selected_cells(matrix, platform)
+    present = set() if given is None else channel_holds(given, channel, rendered, new_channel_ok, report)
+    plan = make_plan(rendered, matrix.kernels, load_build_cost(), present, given)
+    data = plan.to_json()
+    for kind in STAGES:
+        if len(data[kind]) > max_chunks:
+            raise FaforgeError(
+                f"the plan needs {len(data[kind])} {kind} chunks of at most {plan.chunk_size} jobs, but the workflow has {max_chunks}",
+                hint="add chunk jobs to .github/workflows/build.yml and pass --max-chunks, or build fewer cells per run (--platform)",
+            )
+    return plan
+
+
+def github_outputs(data: dict, max_chunks: int) -> str:
+    """The workflow's step outputs: each stage's chunk count and its chunks `<stage>-N` (empty past the last)."""
+    lines = []
+    for kind in STAGES:
+        lines.append(f"{kind}-chunks={len(data[kind])}\n")
+        for i in range(max_chunks):
+            value = json.dumps(data[kind][i], separators=(",", ":")) if i < len(data[kind]) else ""
+            lines.append(f"{kind}-{i}={value}\n")
+    return "".join(lines)

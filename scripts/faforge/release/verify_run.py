@@ -1,0 +1,47 @@
+"""`faforge verify`'s work: each package's gates run and recorded in the manifest, one package after the other.
+
+Every PACKAGE argument is read once; a split flash-attn gets the kernel build it pins (among the
+arguments, beside it, or from the kernel channel), and a kernel package's GPU gate runs through the
+arguments that pin it. The results of each package go to `done` as soon as they are recorded, so that
+a later package's error cannot lose them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from faforge.release.manifest import GateResult, record
+from faforge.release.package import PackageFacts, read_package
+from faforge.release.reporter import Reporter
+from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
+
+
+def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,
+                    kernel_channel: str | None, report: Reporter,
+                    done: Callable[[list[GateResult]], None]) -> list[GateResult]:
+    """The manifest entries of every package's gates, in order."""
+    entries = []
+    read: dict[str, PackageFacts] = {}
+
+    def facts(path: str) -> PackageFacts:
+        if path not in read:
+            read[path] = read_package(path)
+        return read[path]
+
+    for path in packages:
+        package = facts(path)
+        # Both read every PACKAGE argument: a bad one stops the call there, after the results already reported.
+        kernel = find_kernel_package(package, [facts(p) for p in packages], kernel_channel) if package.kernel_pin else None
+        users = tuple(p for p in map(facts, packages) if pins_kernel(p, package)) if "gpu" in gates else ()
+        checked = []
+        with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
+            for check in run_gates(package, gates, against, announce=report.say, kernel=kernel, users=users):
+                checked.append(record(manifest, package, check.gate, check.result, check.detail))
+                report.say(f"  {check.gate}: {check.result}: {check.detail}")
+                state.failed = state.failed or check.result == "failed"
+            skipped = [e.gate for e in checked if e.result == "skipped"]
+            state.skipped = f"{', '.join(skipped)} not verified" if skipped else None
+        entries += checked
+        done(checked)
+    return entries

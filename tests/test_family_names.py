@@ -1,0 +1,81 @@
+"""A family's names are spelled once, in faforge/family.py (issue 22 item 5): a second family (FA3)
+then comes as a second `Family` row, not as a hunt for string tests on package names.
+
+Every string constant of a product module under scripts/faforge/ counts, docstrings excepted; an
+f-string's literal parts count too, so a help text names a family through its `Family` fields."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from faforge.family import Family, families
+from faforge.matrix.render import recipe_output_names
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT = REPO / "scripts" / "faforge"
+DEFINITION = PRODUCT / "family.py"
+# Folders and files not converted yet, each with the reason; this list only shrinks.
+PENDING = {
+    "doctor": "split into small modules concurrently (issue 22 item 2); its names move to faforge.family after that",
+    "buildcost": "its kernel TU list moves to the kernels package first (issue 22 item 1)",
+    "gpu/canary.py": "its kernel input paths move with the torch shim to the kernels package (issue 22 item 1)",
+}
+
+
+def family_names() -> set[str]:
+    return {getattr(family, f.name) for family in families() for f in fields(family) if isinstance(getattr(family, f.name), str)}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    nodes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, nodes) and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str)}
+
+
+def spelled_names(path: Path, names: set[str]) -> list[str]:
+    """'path:line: literal' for each string constant of the module that contains a family name."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = _docstrings(tree)
+    return [f"{path}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and any(name in node.value for name in names)]
+
+
+def product_modules() -> list[Path]:
+    return [p for p in sorted(PRODUCT.rglob("*.py"))
+            if p != DEFINITION and not {p.relative_to(PRODUCT).parts[0], p.relative_to(PRODUCT).as_posix()} & PENDING.keys()]
+
+
+def test_no_product_module_spells_a_family_name():
+    names = family_names()
+    found = [line for path in product_modules() for line in spelled_names(path, names)]
+    assert not found, "spell these through faforge.family (e.g. f\"{FLASH_ATTN.package} ...\"):\n" + "\n".join(found)
+
+
+def test_the_check_finds_a_literal_and_spares_docstrings_and_references(tmp_path):
+    module = tmp_path / "synthetic.py"
+    module.write_text('"""Builds libflash-attn-kernels."""\n'
+                      "from faforge.family import FLASH_ATTN\n"
+                      "HINT = f'pass a {FLASH_ATTN.package} sdist'\n"
+                      "def kernels():\n"
+                      '    """The flash-attn kernel package."""\n'
+                      "    return 'libflash-attn-kernels'  # a literal\n")
+    assert spelled_names(module, family_names()) == [f"{module}:6: 'libflash-attn-kernels'"]
+
+
+def test_pending_entries_exist():
+    assert all((PRODUCT / entry).exists() for entry in PENDING), "drop a pending entry that no longer exists"
+
+
+@pytest.mark.parametrize("family", families(), ids=lambda f: f.package)
+def test_a_family_names_what_its_recipe_and_data_hold(family: Family):
+    recipe = REPO / family.recipe_dir
+    assert (recipe / family.build_script).is_file()
+    assert {family.package, family.kernel_package} <= set(recipe_output_names(recipe / "recipe.yaml"))
+    assert family.key in yaml.safe_load((REPO / "variants" / "matrix.yaml").read_text())
