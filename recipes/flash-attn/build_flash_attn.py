@@ -426,7 +426,7 @@ def check_kernel_library_layout(library: Path, philox_bits: int, torch_version: 
 def find_shim_dir(explicit: str | None) -> Path:
     """torch_shim/ beside this script (the recipe copies it there), else the repo's copy."""
     here = Path(__file__).resolve().parent
-    candidates = [Path(explicit)] if explicit else [here / "torch_shim", here.parents[1] / "scripts/faforge/buildcost/torch_shim"]
+    candidates = [Path(explicit)] if explicit else [here / "torch_shim", here.parents[1] / "scripts/faforge/kernels/torch_shim"]
     for candidate in candidates:
         if (candidate / "c10/cuda/CUDAException.h").is_file():
             return candidate.resolve()

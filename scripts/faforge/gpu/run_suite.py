@@ -51,8 +51,6 @@ RECIPE_TEST_FILES = (
     "faforge/abi/__init__.py",
     "faforge/abi/elf.py",
     "faforge/abi/fatbin.py",
-    "faforge/buildcost/__init__.py",
-    "faforge/buildcost/tus.py",
     "faforge/gpu/__init__.py",
     "faforge/gpu/compat.py",
     "faforge/gpu/coverage.py",
@@ -68,6 +66,8 @@ RECIPE_TEST_FILES = (
     "faforge/gpu/suite/test_declaration.py",
     "faforge/gpu/suite/test_dropout.py",
     "faforge/gpu/suite/test_kvcache.py",
+    "faforge/kernels/__init__.py",
+    "faforge/kernels/tus.py",
 )
 # Modules the suite's process imports besides torch and flash_attn, with the pip requirement that brings each
 # (einops: flash_attn's own import needs it). Missing -> exit 2 with the install command, never a failed run.

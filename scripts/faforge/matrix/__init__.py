@@ -13,7 +13,7 @@ from faforge.matrix.policy import BuildPolicy, load_policy
 from faforge.matrix.releases import ReleaseTable, load_releases
 
 if TYPE_CHECKING:
-    from faforge.abi.kernel_abi import PhiloxWidths
+    from faforge.kernels.kernel_abi import PhiloxWidths
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class Matrix:
 
 
 def load_matrix(root: Path | None = None) -> Matrix:
-    # Here, not at the top: faforge.abi.kernel_abi imports faforge.matrix.versions, so this package.
-    from faforge.abi.kernel_abi import load_philox_widths  # noqa: PLC0415
+    # Here, not at the top: faforge.kernels.kernel_abi imports faforge.matrix.versions, so this package.
+    from faforge.kernels.kernel_abi import load_philox_widths  # noqa: PLC0415
 
     root = root or paths.repo_root()
     variants_dir = root / "variants"

@@ -16,10 +16,10 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from faforge.abi.kernel_abi import PhiloxWidths
 from faforge.channel.repodata import query
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
+from faforge.kernels.kernel_abi import PhiloxWidths
 from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable, dump_releases, header_of, load_releases

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge import build_script, paths
-from faforge.buildcost.tus import default_grid
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
+from faforge.kernels.tus import default_grid
 
 HOST_TU = "csrc/flash_attn/flash_api.cpp"
 # Job parts (a plan job's `part`, `faforge build --part`): a kernel package built in one job, the

@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.buildcost.cachekey import archs_of_tag
 from faforge.channel.archive import check_payload, read_index_json
 from faforge.errors import FaforgeError
+from faforge.kernels.cachekey import archs_of_tag
 from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
 
 # py312_torch2_7_cu129_cxx11abi1_h<hash>_<n>, as recipes/flash-attn/recipe.yaml writes it.
