@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from faforge.doctor.torch_symbols import built_for, default_table
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 from faforge.wheelfetch import FetchError, RemoteZip, http_get, list_files
 from tests.support.cache import cache_dir
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env

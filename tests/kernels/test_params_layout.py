@@ -30,7 +30,7 @@ from faforge import build_script, paths
 from faforge.kernels import kernel_abi
 from faforge.kernels.params_layout import Layout, measure, struct_fields
 from faforge.matrix import load_matrix
-from faforge.matrix.versions import minor_of, vtuple
+from faforge.versions import minor_of, vtuple
 from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import cache_dir

@@ -10,7 +10,7 @@ from faforge.matrix import load_matrix
 from faforge.matrix.cells import build_cells, explain_missing
 from faforge.matrix.policy import load_policy
 from faforge.matrix.releases import load_releases
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 
 
 @pytest.fixture(scope="module")

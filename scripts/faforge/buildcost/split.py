@@ -26,7 +26,7 @@ from faforge.buildcost.samples import Measurements, SizeSample
 from faforge.errors import FaforgeError
 from faforge.kernels.cachekey import kernel_cache_key
 from faforge.matrix.kernels import kernel_key
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 
 
 @dataclass(frozen=True)

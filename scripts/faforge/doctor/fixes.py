@@ -22,7 +22,7 @@ from faforge.matrix import Matrix
 from faforge.matrix.cells import Cell, explain_missing
 from faforge.matrix.kernels import KERNEL_PACKAGE
 from faforge.matrix.render import RenderedCell, build_string_head
-from faforge.matrix.versions import minor_of, vtuple
+from faforge.versions import minor_of, vtuple
 
 _CONDA_CUDA = re.compile(r"cuda(?P<tag>\d+)")  # pytorch builds: cuda129_mkl_py312_h..._302, py3.12_cuda12.1_cudnn9.1.0_0
 _LEGACY_CUDA = re.compile(r"_cuda(?P<version>\d+\.\d+)_")

@@ -27,7 +27,7 @@ from faforge.abi.demangle import demangle
 
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
-from faforge.matrix.versions import is_version, minor_of, vtuple
+from faforge.versions import is_version, minor_of, vtuple
 
 _RELEASE = re.compile(r"\d+(?:\.\d+){0,2}")
 

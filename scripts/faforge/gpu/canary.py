@@ -17,7 +17,7 @@ from pathlib import Path
 
 from faforge import untrusted
 from faforge.errors import FaforgeError
-from faforge.release.package import sha256_of
+from faforge.packagefile import sha256_of
 
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1

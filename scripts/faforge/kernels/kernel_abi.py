@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from faforge import paths
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
-from faforge.matrix.versions import is_version, minor_of
+from faforge.versions import is_version, minor_of
 
 if TYPE_CHECKING:  # params_layout reads ELF files through pyelftools, whose import every `faforge matrix` would pay
     from faforge.kernels.params_layout import Layout

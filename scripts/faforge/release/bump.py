@@ -24,8 +24,8 @@ from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable, dump_releases, header_of, load_releases
 from faforge.matrix.variants import generated_files, stale_files
-from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
+from faforge.versions import minor_of, vtuple
 
 TEGRA = re.compile(r"^arm-variant\s+\*\s+tegra$")
 

@@ -18,8 +18,8 @@ from rattler import Version
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
 from faforge.matrix.releases import ReleaseTable
-from faforge.matrix.versions import vtuple
 from faforge.release.package import facts_from_metadata
+from faforge.versions import vtuple
 
 PAGE_VERSION = 1
 TEMPLATE = Path(__file__).with_name("page.html")

@@ -41,9 +41,10 @@ from faforge.channel.repodata import query
 from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError
 from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
+from faforge.packagefile import sha256_of
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
-from faforge.release.package import PackageFacts, read_package, sha256_of
+from faforge.release.package import PackageFacts, read_package
 from faforge.wheelfetch import http_get
 
 # The modules the recipe's own `python: imports` test imports; torch first, as flash_attn does.
