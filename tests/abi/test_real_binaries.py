@@ -35,7 +35,7 @@ import pytest
 
 from faforge.doctor.torch_symbols import built_for
 from faforge.doctor.torch_symbols_file import default_table
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 from faforge.wheelfetch import FetchError, RemoteZip, http_get, list_files
 from tests.support.cache import cache_dir
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env

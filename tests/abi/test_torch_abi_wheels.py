@@ -14,7 +14,7 @@ import re
 from faforge.abi import classify
 from faforge.abi.check import torch_facts
 from faforge.abi.elf import read_dynamic_symbols
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing

@@ -6,8 +6,8 @@ import pytest
 
 from faforge.buildcost import extrapolate
 from faforge.buildcost.samples import Sample
-from faforge.buildcost.tus import CLASSES
 from faforge.errors import FaforgeError
+from faforge.kernels.tus import CLASSES
 from faforge.matrix import load_matrix
 
 

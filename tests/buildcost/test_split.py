@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from faforge.buildcost import samples
-from faforge.buildcost.cachekey import kernel_cache_key
 from faforge.buildcost.extrapolate import class_costs
 from faforge.buildcost.split import new_kernel_builds, size_model, split_report
 from faforge.errors import DataError
+from faforge.kernels.cachekey import kernel_cache_key
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_key
 

@@ -15,8 +15,9 @@ import pytest
 
 from faforge import cli
 from faforge.channel.local import PackageSpec, assemble
+from faforge.packagefile import sha256_of
 from faforge.release.manifest import record
-from faforge.release.package import facts_from_metadata, sha256_of
+from faforge.release.package import facts_from_metadata
 from tests.support.hostile_package import member, rewrite
 
 BUILD = "py311_torch2_14_cu130_cxx11abi1_h1234567_0"

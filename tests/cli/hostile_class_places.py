@@ -21,8 +21,9 @@ import zipfile
 from pathlib import Path
 
 from faforge.channel.local import PackageSpec, assemble
+from faforge.packagefile import sha256_of
 from faforge.release.manifest import record
-from faforge.release.package import read_package, sha256_of
+from faforge.release.package import read_package
 
 NAME, VERSION, BUILD = "flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
 KERNEL_BUILD = "cu130_sm80_90_philox64_h1234567_0"

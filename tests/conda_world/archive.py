@@ -21,7 +21,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faforge.release.package import sha256_of
+from faforge.packagefile import sha256_of
 
 # conda-build's classic placeholder; any prefix-length string works for text files.
 PLACEHOLDER = "/opt/anaconda1anaconda2anaconda3"

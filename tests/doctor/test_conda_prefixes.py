@@ -17,7 +17,7 @@ import pytest
 from faforge.channel import local
 from faforge.doctor.offers import Offer
 from faforge.doctor.torch_symbols_file import default_table
-from faforge.matrix.versions import next_minor, vtuple
+from faforge.versions import next_minor, vtuple
 from tests.doctor import envs
 
 pytestmark = [

@@ -8,7 +8,7 @@ import fnmatch
 import pytest
 
 from faforge.doctor.offers import Target, closest, conda_cuda, matching
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 
 
 def test_each_glob_selects_its_cell_and_no_other(offers):

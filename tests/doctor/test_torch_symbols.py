@@ -16,7 +16,7 @@ import pytest
 from faforge.abi.elf import read_dynamic_symbols
 from faforge.doctor.torch_symbols import EXPORT_LIBRARIES, built_for, exported_ranges, offered
 from faforge.doctor.torch_symbols_file import default_table, dump_symbol_table, load_symbol_table
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
 from tests.support.torch_envs import CACHE as VENV_CACHE
 from tests.support.cache import cache_dir

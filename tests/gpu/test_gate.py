@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from faforge.gpu.compat import JIT, NATIVE, NONE, check
-from faforge.buildcost.tus import HEAD_DIMS
 from faforge.gpu.gate import (
     DECLARED_ARCHS_ENV,
     DECLARED_HEAD_DIMS_ENV,
@@ -21,6 +20,7 @@ from faforge.gpu.gate import (
     parse_declared_archs,
     read_embedded_archs,
 )
+from faforge.kernels.tus import HEAD_DIMS
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"

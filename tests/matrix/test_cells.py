@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from faforge.errors import DataError
+from faforge.kernels.kernel_abi import load_philox_widths
 from faforge.matrix import load_matrix
-from faforge.abi.kernel_abi import load_philox_widths
 from faforge.matrix.cells import build_cells, explain_missing
 from faforge.matrix.policy import load_policy
 from faforge.matrix.releases import load_releases
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from faforge.abi.kernel_abi import load_kernel_abi
 from faforge.errors import DataError
+from faforge.kernels.kernel_abi import load_kernel_abi
 from faforge.matrix.policy import load_policy
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from faforge.abi.kernel_abi import load_kernel_abi
 from faforge.errors import DataError
+from faforge.kernels.kernel_abi import load_kernel_abi
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import KERNEL_PACKAGE, KernelKey, kernel_key
 from faforge.matrix.render import render_kernel_output, render_platform

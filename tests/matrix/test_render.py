@@ -10,7 +10,7 @@ import pytest
 
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
-from faforge.matrix.versions import next_minor
+from faforge.versions import next_minor
 
 BUILD_STRING = re.compile(r"py(\d+)_torch(\d+)_(\d+)_cu(\d+)_cxx11abi([01])_h[0-9a-f]{7}_(\d+)")
 

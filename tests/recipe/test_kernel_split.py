@@ -21,7 +21,7 @@ from tests.recipe.test_build_script_real import SCRIPT, _run, _tiny_sdist, build
 
 pytestmark = pytest.mark.slow
 
-SHIM = paths.repo_root() / "scripts/faforge/buildcost/torch_shim"
+SHIM = paths.repo_root() / "scripts/faforge/kernels/torch_shim"
 LAUNCHES = re.compile(r"^_ZN5flash(12run_mha_fwd_|28run_mha_fwd_splitkv_dispatch|12run_mha_bwd_)I")
 
 

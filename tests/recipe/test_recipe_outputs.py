@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import pytest
 
-from faforge.abi.kernel_abi import PHILOX_OFFSET_BITS, load_kernel_abi
+from faforge.kernels.kernel_abi import PHILOX_OFFSET_BITS, load_kernel_abi
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.render import render_platform

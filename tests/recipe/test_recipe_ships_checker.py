@@ -5,6 +5,11 @@ fails the recipe's tests on every build machine (seen in the conda world, issue 
 from __future__ import annotations
 
 import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -15,10 +20,10 @@ from faforge.gpu.run_suite import RECIPE_TEST_FILES
 CHECKER = "faforge_checker"
 
 
-def shipped_files() -> set[str]:
-    """Every faforge file the recipe's `source:` puts under faforge_checker/, as faforge/... paths."""
+def shipped_sources() -> dict[str, Path]:
+    """Every faforge file the recipe's `source:` puts under faforge_checker/: faforge/... path -> the file."""
     recipe_dir = paths.recipe_dir()
-    shipped = set()
+    shipped = {}
     for source in yaml.safe_load((recipe_dir / "recipe.yaml").read_text())["source"]:
         target = source.get("target_directory", "")
         if "path" not in source or not target.startswith(CHECKER + "/"):
@@ -27,8 +32,13 @@ def shipped_files() -> set[str]:
         into = Path(target).relative_to(CHECKER)
         files = [p for p in origin.rglob("*.py")] if origin.is_dir() else [origin]
         for path in files:
-            shipped.add((into / (path.relative_to(origin) if origin.is_dir() else path.name)).as_posix())
+            shipped[(into / (path.relative_to(origin) if origin.is_dir() else path.name)).as_posix()] = path
     return shipped
+
+
+def shipped_files() -> set[str]:
+    """Every faforge file the recipe's `source:` puts under faforge_checker/, as faforge/... paths."""
+    return set(shipped_sources())
 
 
 def test_recipe_ships_every_file_the_gpu_gate_imports():
@@ -64,3 +74,18 @@ def test_recipe_ships_every_module_the_build_script_and_its_backend_import():
     assert {f"faforge/backend/{p.name}" for p in backend} <= shipped
     missing = sorted(needed - shipped)
     assert not missing, f"recipes/flash-attn/recipe.yaml does not copy {missing} into {CHECKER}/"
+
+
+def test_each_checker_the_recipe_runs_imports_from_the_shipped_files_alone(tmp_path):
+    """`python -m faforge.X --help` for every checker module a test script of the recipe runs, from a
+    folder holding only what the recipe ships (the kernel package's torch-free check moved to
+    faforge.kernels in issue 22; a module it imports but the recipe leaves out fails here)."""
+    for name, origin in shipped_sources().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(origin, tmp_path / name)
+    modules = sorted(set(re.findall(r"PYTHONPATH=faforge_checker python -m (faforge[\w.]+)", (paths.recipe_dir() / "recipe.yaml").read_text())))
+    assert "faforge.kernels.torchfree" in modules, modules
+    for module in modules:
+        result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and "usage:" in result.stdout, f"{module}: {result.stderr}"

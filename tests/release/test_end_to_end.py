@@ -72,7 +72,7 @@ def project(tmp_path_factory):
     assert isinstance(row, Release)
     path.write_text(dump_releases(replace(table, releases=table.releases + (row,)), header_of(path.read_text())))
     # Its kernel library layout: torch 2.14.1's PhiloxCudaState is the shim's, 64-bit offset_intragraph_
-    # (tests/buildcost/test_torch_shim.py compares them on the installed torch).
+    # (tests/kernels/test_torch_shim.py compares them on the installed torch).
     add_kernel_abi_row(root / "variants", TORCH, "tests/release/test_end_to_end.py's cell")
     env = dict(os.environ, FAFORGE_ROOT=str(root), FAFORGE_CACHE_DIR=str(VERIFY_CACHE))
     generated = subprocess.run([sys.executable, "-m", "faforge", "generate"], capture_output=True, text=True, env=env)

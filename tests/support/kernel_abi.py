@@ -1,8 +1,8 @@
 """A row of variants/kernel-abi.yaml for a torch a test adds to a scratch checkout's release table.
 
-Every matrix torch minor needs its row (faforge.abi.kernel_abi.PhiloxWidths), or no cell of it can be
+Every matrix torch minor needs its row (faforge.kernels.kernel_abi.PhiloxWidths), or no cell of it can be
 generated. The row written here has the shim's layout (64-bit offset_intragraph_, torch >= 2.10) and a
-made-up wheel digest: it stands for the row a maintainer adds after tests/abi/test_params_layout.py
+made-up wheel digest: it stands for the row a maintainer adds after tests/kernels/test_params_layout.py
 measured the real wheel.
 """
 

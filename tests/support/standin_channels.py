@@ -17,7 +17,7 @@ import yaml
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render import RenderedCell
-from faforge.matrix.versions import next_minor
+from faforge.versions import next_minor
 from tests.support.standin_flash_attn import pinned_kernel_record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real_packages.yaml"

@@ -10,7 +10,7 @@ from faforge.backend.errors import BuildError
 
 # The torch shim inside the faforge package (the one place that names it): a local build's copy; the
 # recipe copies it to torch_shim/ beside the build script.
-SHIM_IN_PACKAGE = "buildcost/torch_shim"
+SHIM_IN_PACKAGE = "kernels/torch_shim"
 
 
 def kernel_sources(source_dir: Path) -> list[str]:

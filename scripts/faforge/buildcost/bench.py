@@ -109,11 +109,9 @@ def measure(*, workdir: Path, sdist: Path, torch_include: Path, pythons: list[tu
     return MeasureResult(samples=samples, reuse=result, runs=runs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from faforge.cli import main as cli_main  # noqa: PLC0415  (one parser: faforge bench-build)
-
-    return cli_main(["bench-build", *(sys.argv[1:] if argv is None else argv)])
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m faforge.buildcost.bench` is `faforge bench-build`: one parser, the CLI's. Only this
+    # script entry reaches the CLI; imported, the module stays below it (tests/test_layers.py).
+    from faforge.cli import main
+
+    sys.exit(main(["bench-build", *sys.argv[1:]]))

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from faforge.backend import archs, jobs
 from faforge.backend.errors import BuildError
 from faforge.buildcost.samples import Measurements, Sample
-from faforge.buildcost.tus import CLASSES, HEAD_DIMS, class_counts, default_grid, parse_tu
 from faforge.errors import FaforgeError
+from faforge.kernels.tus import CLASSES, HEAD_DIMS, class_counts, default_grid, parse_tu
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ class Report:
 
 
 def report(measurements: Measurements, runners: list[tuple[int, float]], matrix_cells=None) -> Report:
-    from faforge.buildcost.cachekey import kernel_cache_key  # noqa: PLC0415
+    from faforge.kernels.cachekey import kernel_cache_key  # noqa: PLC0415
     from faforge.matrix import load_matrix  # noqa: PLC0415
 
     costs = class_costs(measurements.samples)

@@ -22,8 +22,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.buildcost.tus import KERNEL_DIR
 from faforge.errors import FaforgeError
+from faforge.kernels.tus import KERNEL_DIR
 
 PLACEHOLDER = "_placehold"
 CUTLASS_INCLUDE = "csrc/cutlass/include"

@@ -22,13 +22,13 @@ from faforge.buildcost.layout import FLASH_ATTN_INCLUDES
 from faforge.buildcost.measure import CompileSpec, nvcc_command, run_timed
 from faforge.buildcost.torchdiff import object_diff, preprocess, source_diff
 from faforge.errors import FaforgeError
+from faforge.kernels import TORCH_SHIM
 
-SHIM = Path(__file__).resolve().parent / "torch_shim"
 
 
 def include_dirs(sdist: Path, torch_include: Path, cuda_home: Path, shim: bool) -> list[str]:
     torch_dirs = [str(torch_include), str(torch_include / "torch/csrc/api/include"), str(cuda_home / "include")]
-    return ([str(SHIM)] if shim else []) + [str(sdist / d) for d in FLASH_ATTN_INCLUDES] + torch_dirs
+    return ([str(TORCH_SHIM)] if shim else []) + [str(sdist / d) for d in FLASH_ATTN_INCLUDES] + torch_dirs
 
 
 def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: Path, nice: int, out: Path) -> dict:

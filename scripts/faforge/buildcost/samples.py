@@ -17,9 +17,9 @@ from pathlib import Path
 import yaml
 
 from faforge import paths
-from faforge.buildcost.tus import parse_tu
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
+from faforge.kernels.tus import parse_tu
 
 FILE_NAME = "build-measurements.yaml"
 KEYS = ("schema", "samples", "reuse", "glue", "sizes")

@@ -2,7 +2,7 @@
 computed from variants/build-measurements.yaml and the matrix.
 
 Before, every flash-attn package carries its own kernels, which CI compiles once per compiler-cache key
-(faforge.buildcost.cachekey: platform, torch minor, CUDA, C++ ABI, arch list). After, one
+(faforge.kernels.cachekey: platform, torch minor, CUDA, C++ ABI, arch list). After, one
 libflash-attn-kernels per (platform, CUDA, arch list, Philox layout) (faforge.matrix.kernels) carries
 them, and each cell's flash-attn holds only flash_api.cpp's code. The layout is the width of torch's
 PhiloxCudaState::offset_intragraph_ (32 bits up to torch 2.9, 64 from 2.10: variants/kernel-abi.yaml),
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from faforge.buildcost.cachekey import kernel_cache_key
 from faforge.buildcost.extrapolate import ClassCost, cell_cost, sass_arch_count
 from faforge.buildcost.samples import Measurements, SizeSample
 from faforge.errors import FaforgeError
+from faforge.kernels.cachekey import kernel_cache_key
 from faforge.matrix.kernels import kernel_key
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from faforge import untrusted
 from faforge.channel.archive import read_index_json
 from faforge.channel.sandbox import SUBDIRS, check_channel, inside, open_new, plain_name, real_folder
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
-from faforge.release.package import PACKAGE_SUFFIXES, sha256_of
+from faforge.packagefile import PACKAGE_SUFFIXES, sha256_of
 
 LOCK_FILE = ".faforge.lock"
 STAGING_PREFIX = ".faforge-index-"

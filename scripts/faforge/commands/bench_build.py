@@ -19,9 +19,9 @@ import time
 
 from faforge import paths
 from faforge.buildcost import bench, extrapolate, samples, split
-from faforge.buildcost.tus import parse_tu
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
+from faforge.kernels.tus import parse_tu
 from faforge.matrix import load_matrix
 from faforge.options import int_range
 from faforge.table import format_table

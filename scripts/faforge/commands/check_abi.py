@@ -9,7 +9,7 @@ architectures (SASS/PTX, read from the fatbinary) and newest GLIBC/GLIBCXX.
 With --torch-free instead of --against, checks a binary that must not touch torch at all (the
 kernel library of issue 15): no torch/c10/Python/pybind11 library or symbol, no export whose meaning
 depends on the C++ ABI, optionally only exports matching --exports, and exactly the GPU code of
---expect-archs (faforge.abi.torchfree).
+--expect-archs (faforge.kernels.torchfree).
 Exit status: 0 no problems, 1 problems found, 2 bad input.
 """
 
@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 from faforge import paths
-from faforge.abi import torchfree
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.report import render_text
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
+from faforge.kernels import torchfree
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

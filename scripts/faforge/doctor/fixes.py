@@ -20,7 +20,7 @@ from faforge.gpu import compat
 from faforge.matrix import Matrix
 from faforge.matrix.cells import explain_missing
 from faforge.matrix.kernels import KERNEL_PACKAGE
-from faforge.matrix.versions import vtuple
+from faforge.versions import vtuple
 
 # Problems that installing the right flash-attn build resolves.
 REPLACE_FLASH_ATTN = ("python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old",

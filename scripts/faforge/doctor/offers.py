@@ -13,7 +13,7 @@ from faforge import config
 from faforge.doctor.situation import Situation
 from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell, build_string_head
-from faforge.matrix.versions import minor_of, vtuple
+from faforge.versions import minor_of, vtuple
 
 _CONDA_CUDA = re.compile(r"cuda(?P<tag>\d+)")  # pytorch builds: cuda129_mkl_py312_h..._302, py3.12_cuda12.1_cudnn9.1.0_0
 _LEGACY_CUDA = re.compile(r"_cuda(?P<version>\d+\.\d+)_")

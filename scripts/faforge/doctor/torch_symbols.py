@@ -24,7 +24,7 @@ from pathlib import Path
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
-from faforge.matrix.versions import minor_of, vtuple
+from faforge.versions import minor_of, vtuple
 
 _RELEASE = re.compile(r"\d+(?:\.\d+){0,2}")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from faforge.datafile import load_yaml
 from faforge.doctor.torch_symbols import ExportRange, Form, Function, SymbolTable, Wheel
 from faforge.errors import DataError
-from faforge.matrix.versions import is_version, vtuple
+from faforge.versions import is_version, vtuple
 
 HEADER = """\
 # Mangled torch symbols whose spelling changed between torch releases, and the releases that

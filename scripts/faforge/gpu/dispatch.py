@@ -24,7 +24,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from faforge.buildcost.tus import HEAD_DIMS, KernelTu, default_grid
+from faforge.kernels.tus import HEAD_DIMS, KernelTu, default_grid
 from faforge.family import FLASH_ATTN
 
 # An H200 (and H100 SXM) has 132 SMs; the GPU suite passes the real count from torch.

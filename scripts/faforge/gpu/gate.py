@@ -24,9 +24,10 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from faforge.buildcost.tus import HEAD_DIMS
+from faforge.kernels.tus import HEAD_DIMS
 from faforge.family import FLASH_ATTN
 from faforge.gpu.compat import JIT, Compat, check
+from faforge.kernels.tus import HEAD_DIMS
 
 EXTENSION = FLASH_ATTN.extension
 # What the package under test declares, set by `faforge test-gpu --declared-archs/--declared-head-dims` (or

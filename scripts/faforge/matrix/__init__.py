@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from faforge import paths
 from faforge.family import FLASH_ATTN
+from faforge.kernels.kernel_abi import PhiloxWidths, load_philox_widths
 from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.kernels import KernelPackage, kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
 from faforge.matrix.releases import ReleaseTable, load_releases
-
-if TYPE_CHECKING:
-    from faforge.abi.kernel_abi import PhiloxWidths
 
 
 @dataclass(frozen=True)
@@ -29,9 +26,6 @@ class Matrix:
 
 
 def load_matrix(root: Path | None = None) -> Matrix:
-    # Here, not at the top: faforge.abi.kernel_abi imports faforge.matrix.versions, so this package.
-    from faforge.abi.kernel_abi import load_philox_widths  # noqa: PLC0415
-
     root = root or paths.repo_root()
     variants_dir = root / "variants"
     table = load_releases(variants_dir / "releases.yaml")

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from faforge.errors import DataError, FaforgeError
+from faforge.kernels.kernel_abi import PhiloxWidths
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable
-from faforge.matrix.versions import minor_of, vtuple
-
-if TYPE_CHECKING:  # faforge.abi.kernel_abi imports faforge.matrix.versions, so only the type here
-    from faforge.abi.kernel_abi import PhiloxWidths
+from faforge.versions import minor_of, vtuple
 
 CELL_ID = re.compile(r"(?P<platform>linux-64|linux-aarch64)/py(?P<py>\d)(?P<pyminor>\d+)/torch(?P<torch>\d+\.\d+)/cu(?P<cuda>\d+)/abi(?P<abi>[01])")
 

@@ -1,7 +1,7 @@
 """Kernel packages: `libflash-attn-kernels`, one per (platform, CUDA minor, arch list, Philox layout),
 shared by every cell of that key across torch minors and both C++ ABIs (issue 15).
 
-The 72 kernel TUs are compiled against the torch shim (scripts/faforge/buildcost/torch_shim/), so
+The 72 kernel TUs are compiled against the torch shim (scripts/faforge/kernels/torch_shim/), so
 nothing in them depends on the torch minor, the C++ ABI or python, except the layout of
 at::PhiloxCudaState inside the params structs the glue passes: its offset_intragraph_ is uint32_t up
 to torch 2.9 and uint64_t from 2.10 (pytorch/pytorch#164515; variants/kernel-abi.yaml), so the library
@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.buildcost.cachekey import archs_tag
 from faforge.errors import DataError
 from faforge.family import FLASH_ATTN
+from faforge.kernels.cachekey import archs_tag
 
 # The names every layer above takes from here (faforge.family spells them).
 KERNEL_PACKAGE = FLASH_ATTN.kernel_package

@@ -8,7 +8,7 @@ from pathlib import Path
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.family import FLASH_ATTN
-from faforge.matrix.versions import is_constraint, is_version, satisfies
+from faforge.versions import is_constraint, is_version, satisfies
 
 CELL_FIELDS = ("world", "torch", "cuda", "python", "platform")
 

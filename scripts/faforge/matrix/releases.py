@@ -7,7 +7,7 @@ from pathlib import Path
 
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
-from faforge.matrix.versions import is_version, minor_of, vtuple
+from faforge.versions import is_version, minor_of, vtuple
 
 PLATFORMS = ("linux-64", "linux-aarch64")
 ROW_KEYS = ("world", "torch", "cuda", "python", "platforms", "tegra", "source")

@@ -16,17 +16,17 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from faforge.abi.kernel_abi import PhiloxWidths
 from faforge.channel.repodata import query
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
+from faforge.kernels.kernel_abi import PhiloxWidths
 from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable, dump_releases, header_of, load_releases
 from faforge.matrix.render_store import store_files
 from faforge.matrix.variants import generated_files, stale_files
-from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
+from faforge.versions import minor_of, vtuple
 
 TEGRA = re.compile(r"^arm-variant\s+\*\s+tegra$")
 

@@ -20,7 +20,7 @@ from faforge import paths
 from faforge.backend.archs import parse_arch_list
 from faforge.backend.errors import BuildError
 from faforge.backend.jobs import derive_max_jobs
-from faforge.buildcost.tus import default_grid
+from faforge.kernels.tus import default_grid
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 from faforge.family import FLASH_ATTN

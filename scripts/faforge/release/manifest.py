@@ -16,7 +16,8 @@ from pathlib import Path
 
 from faforge import __version__, atomic, untrusted
 from faforge.errors import EXIT_PROBLEMS, FaforgeError, shorten
-from faforge.release.package import PackageFacts, sha256_of
+from faforge.packagefile import sha256_of
+from faforge.release.package import PackageFacts
 
 MANIFEST_VERSION = 1
 GATES = ("abi", "import", "gpu")

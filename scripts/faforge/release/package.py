@@ -7,31 +7,22 @@ Everything is read from the package file (info/index.json and its bytes), so `ve
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.buildcost.cachekey import archs_of_tag
 from faforge.channel.archive import check_payload, read_index_json
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
+from faforge.kernels.cachekey import archs_of_tag
 from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
+from faforge.packagefile import PACKAGE_SUFFIXES, sha256_of
 
 # py312_torch2_7_cu129_cxx11abi1_h<hash>_<n>, as recipes/flash-attn/recipe.yaml writes it.
 BUILD_STRING = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<torch>\d+_\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_h[0-9a-f]+_\d+")
 # The run requirement that names the exact torch: `pytorch >=2.7.1,<2.8 cuda129*` (conda-forge)
 # or `pytorch ==2.5.1 py3*` (legacy pytorch channel).
 TORCH_PIN = re.compile(r"^pytorch\s+(?:>=|==)\s*(?P<version>\d+(?:\.\d+)+)")
-PACKAGE_SUFFIXES = (".conda", ".tar.bz2")
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cuda_of_tag(tag: str) -> str:

@@ -19,8 +19,8 @@ from faforge.channel.instructions import conda_command, environment_yml, match_s
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.matrix.releases import ReleaseTable
-from faforge.matrix.versions import vtuple
 from faforge.release.package import facts_from_metadata
+from faforge.versions import vtuple
 
 PAGE_VERSION = 1
 TEMPLATE = Path(__file__).with_name("page.html")

@@ -8,7 +8,7 @@ its gates run with that kernel package installed beside it: the ABI gate resolve
 libflash_attn_kernels.so from the kernel package's lib/, and the clean env holds both packages.
 
 A kernel package (libflash-attn-kernels) has no python and no torch, so its gates mean:
-  * abi: the torch-free check (faforge.abi.torchfree) of its lib/libflash_attn_kernels.so: no torch,
+  * abi: the torch-free check (faforge.kernels.torchfree) of its lib/libflash_attn_kernels.so: no torch,
     c10, Python or pybind11 library or symbol, only ABI-neutral `run_mha_*`/`flash_attn_kernels_*`
     exports, a binary for the package's platform, and GPU code equal to the arch list its build string
     names (cu130_sm80_90_100_120ptx_philox64_... -> '80;90;100;120+PTX');
@@ -37,14 +37,15 @@ from pathlib import Path
 from faforge import config
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
-from faforge.abi.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
+from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.channel.repodata import query
 from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError
 from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
+from faforge.packagefile import sha256_of
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
-from faforge.release.package import PackageFacts, read_package, sha256_of
+from faforge.release.package import PackageFacts, read_package
 from faforge.wheelfetch import http_get
 
 # The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.

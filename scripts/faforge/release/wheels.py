@@ -17,8 +17,8 @@ from urllib.parse import unquote
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError, RemoteError
 from faforge.matrix.releases import ReleaseTable
-from faforge.matrix.versions import minor_of, vtuple
 from faforge.release.package import cuda_of_tag
+from faforge.versions import minor_of, vtuple
 from faforge.wheelfetch import FetchError, http_get
 
 # CUDA tags have 2-4 digits (cu92, cu118, cu130) and CPython tags 3 or 4 (cp39, cp312): anything else on a

@@ -15,7 +15,7 @@ flash-attn glue of every torch minor of that layout and both C++ ABIs. That hold
 
 The kernel package's own recipe test runs it standalone (standard library and pyelftools only, like
 faforge.abi.gate):
-    python -m faforge.abi.torchfree LIBRARY --expect-archs "80;90+PTX" --exports "run_mha_*,flash_attn_kernels_*"
+    python -m faforge.kernels.torchfree LIBRARY --expect-archs "80;90+PTX" --exports "run_mha_*,flash_attn_kernels_*"
 Exit status: 0 passes, 1 findings, 2 bad input.
 """
 
@@ -46,7 +46,7 @@ GPU_ARCHS = "gpu-archs"
 KINDS = (TORCH_LIBRARY, TORCH_SYMBOL, ABI_DEPENDENT_EXPORT, UNEXPECTED_EXPORT, GPU_ARCHS)
 
 # What the kernel library may export: the run_mha_* launches and its C interface, as the version script
-# scripts/faforge/buildcost/torch_shim/exports.map exports them (verify's abi gate of a kernel package).
+# scripts/faforge/kernels/torch_shim/exports.map exports them (verify's abi gate of a kernel package).
 KERNEL_LIBRARY_EXPORTS = FLASH_ATTN.kernel_exports
 # libtorch*.so, libc10*.so, libcaffe2*, libshm (torch's), libpython3.X.so, and pybind11's (none ship one).
 TORCH_NEEDED = re.compile(r"^lib(?:torch|c10|caffe2|shm|python\d|pybind11)")
@@ -194,7 +194,7 @@ def render_text(report: TorchFreeReport) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m faforge.abi.torchfree", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m faforge.kernels.torchfree", description=__doc__.split("\n\n")[0])
     parser.add_argument("library", metavar="LIBRARY")
     parser.add_argument("--expect-archs", metavar="LIST")
     parser.add_argument("--exports", metavar="PATTERNS")
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = check_torch_free(args.library, args.expect_archs, args.exports)
     except FaforgeError as exc:  # ElfError is one
-        print(f"faforge.abi.torchfree: error: {exc}", file=sys.stderr)
+        print(f"faforge.kernels.torchfree: error: {exc}", file=sys.stderr)
         return exc.exit_code
     print("\n".join(render_text(report)))
     return EXIT_OK if report.ok else EXIT_PROBLEMS

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from faforge.buildcost.tus import class_counts, default_grid, parse_tu, sdist_tus
 from faforge.errors import FaforgeError
+from faforge.kernels.tus import class_counts, default_grid, parse_tu, sdist_tus
 
 
 def test_parse_tu_reads_class_hdim_dtype_causal():

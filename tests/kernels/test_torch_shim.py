@@ -15,7 +15,7 @@ from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 pytestmark = pytest.mark.slow
 
-SHIM = paths.repo_root() / "scripts/faforge/buildcost/torch_shim"
+SHIM = paths.repo_root() / "scripts/faforge/kernels/torch_shim"
 # Host-only stand-ins for the CUDA keywords, so g++ can compile torch's .cuh as plain C++.
 PRELUDE = """#include <cstddef>
 #include <cstdint>

@@ -28,10 +28,10 @@ import pytest
 
 from faforge import paths
 from faforge.backend.layout import philox_offset_bits
-from faforge.abi import kernel_abi
-from faforge.abi.params_layout import Layout, measure, struct_fields
+from faforge.kernels import kernel_abi
+from faforge.kernels.params_layout import Layout, measure, struct_fields
 from faforge.matrix import load_matrix
-from faforge.matrix.versions import minor_of, vtuple
+from faforge.versions import minor_of, vtuple
 from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import cache_dir
@@ -40,7 +40,7 @@ from tests.support.pypi import pypi_listing
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 HEADERS = cache_dir("torch-headers")
-SHIM = paths.repo_root() / "scripts/faforge/buildcost/torch_shim"
+SHIM = paths.repo_root() / "scripts/faforge/kernels/torch_shim"
 # What defines at::PhiloxCudaState and unpack in every torch from 2.2 on (checked per wheel below).
 MEMBERS = ("ATen/cuda/CUDAGeneratorImpl.h", "ATen/cuda/PhiloxCudaState.h",
            "ATen/cuda/detail/PhiloxCudaStateRaw.cuh", "ATen/cuda/detail/UnpackRaw.cuh")

@@ -2,8 +2,8 @@
 
 The kernel library is compiled once against the torch shim; a torch minor's glue may link against it
 only if that torch lays out Flash_fwd_params / Flash_bwd_params (through at::PhiloxCudaState) exactly
-as the shim does. tests/abi/test_params_layout.py measures every matrix torch and fails when a verdict
-here is missing or disagrees with the measurement (faforge.abi.params_layout).
+as the shim does. tests/kernels/test_params_layout.py measures every matrix torch and fails when a verdict
+here is missing or disagrees with the measurement (faforge.kernels.params_layout).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from faforge import paths
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.family import FLASH_ATTN
-from faforge.matrix.versions import is_version, minor_of
+from faforge.versions import is_version, minor_of
 
 if TYPE_CHECKING:  # params_layout reads ELF files through pyelftools, whose import every `faforge matrix` would pay
-    from faforge.abi.params_layout import Layout
+    from faforge.kernels.params_layout import Layout
 
 SHARED = "shared"  # links against libflash-attn-kernels (compiled against the shim)
 OWN_BUILD = "own-build"  # differs from the default shim: its glue needs a library built with --philox-offset-bits 32
@@ -85,7 +85,7 @@ def _verdict(path: Path, index: int, raw) -> Verdict:
     if raw["verdict"] != expected:
         raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} with offset_intragraph {raw['offset_intragraph']}: the library "
                         f"of that width is the {expected!r} one, and no library has another layout",
-                        hint="measure again (tests/abi/test_params_layout.py); a torch whose layout neither library has must be refused")
+                        hint="measure again (tests/kernels/test_params_layout.py); a torch whose layout neither library has must be refused")
     return Verdict(str(raw["minor"]), str(raw["torch"]), raw["wheel"], raw["sha256"], raw["offset_intragraph"],
                    _sizes(path, f"{key}.sizes", raw["sizes"]), raw["verdict"], raw["reason"])
 
@@ -118,7 +118,7 @@ class PhiloxWidths:
                 self.path, "torch", f"no row for torch minor {torch_minor}, which variants/releases.yaml gives the matrix",
                 hint=f"add a row `- minor: '{torch_minor}'` with offset_intragraph (uint32_t or uint64_t, as that torch's "
                      "ATen/cuda/detail/PhiloxCudaStateRaw.cuh declares it), sizes and verdict; "
-                     "tests/abi/test_params_layout.py measures them from its wheel",
+                     "tests/kernels/test_params_layout.py measures them from its wheel",
             )
         return self.by_minor[torch_minor]
 

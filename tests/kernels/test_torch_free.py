@@ -19,8 +19,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from faforge.abi import torchfree
 from faforge.errors import FaforgeError
+from faforge.kernels import torchfree
 from faforge.wheelfetch import fetch_member
 from tests.abi.conftest import REPO, run_faforge
 from tests.support.cache import cache_dir

@@ -2,7 +2,7 @@
 
 The glue (`flash_api.cpp`, compiled against each torch) fills `Flash_fwd_params` / `Flash_bwd_params`
 (`csrc/flash_attn/src/flash.h`) and hands them by reference to the kernel library's `run_mha_*`
-functions, which were compiled once against the torch shim (`faforge/buildcost/torch_shim/`). The one
+functions, which were compiled once against the torch shim (`faforge/kernels/torch_shim/`). The one
 torch type inside those structs is `at::PhiloxCudaState` (the field `philox_args`), so the two sides
 agree only if torch's definition of it lays out like the shim's. This module compiles a small host
 probe against a set of include directories and returns sizes, alignments and every field's offset, so

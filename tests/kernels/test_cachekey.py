@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from faforge.buildcost.cachekey import archs_of_tag, archs_tag, kernel_cache_key, torch_minor
+from faforge.kernels.cachekey import archs_of_tag, archs_tag, kernel_cache_key, torch_minor
 from faforge.matrix import load_matrix
 
 

@@ -13,7 +13,7 @@ CLASSES = ("fwd", "fwd_split", "bwd")
 KERNEL_DIR = Path("csrc/flash_attn/src")
 _NAME = re.compile(r"flash_(fwd_split|fwd|bwd)_hdim(\d+)_(fp16|bf16)(_causal)?_sm80\.cu")
 # flash-attn 2.8.3.post2 sdist, csrc/flash_attn/src/flash_*_sm80.cu: every class has one TU per
-# head dim x dtype x causal, 72 in all (tests/buildcost/test_tus.py checks a real sdist when present).
+# head dim x dtype x causal, 72 in all (tests/kernels/test_tus.py checks a real sdist when present).
 HEAD_DIMS = (32, 64, 96, 128, 192, 256)
 DTYPES = ("fp16", "bf16")
 
