@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Family:
+    title: str  # its name in messages ("flash-attn 2")
     key: str  # its section of variants/matrix.yaml and its stage of cell jobs in a plan (the workflows read `<key>-N`)
     package: str  # the conda output users install, and the sdist's PyPI name
     module: str  # the Python package it installs
@@ -26,6 +27,7 @@ class Family:
     build_script: str  # the recipe's build script, in recipe_dir
     source_dir: str  # the sdist's C++ sources, relative to its root
     host_source: str  # the one TU a cell's own job compiles (the glue), relative to the sdist's root
+    include_dirs: tuple[str, ...]  # the sdist's include folders every TU compiles with, in order
     gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
 
     @property
@@ -34,12 +36,18 @@ class Family:
         return f"run_mha_*,{self.kernel_api_prefix}*"
 
     @property
+    def kernel_source_dir(self) -> str:
+        """The sdist's folder of kernel TUs, relative to its root."""
+        return f"{self.source_dir}/src"
+
+    @property
     def imports(self) -> tuple[str, ...]:
         """What the import gate imports, in order: torch first, as users do."""
         return ("torch", self.module, self.extension)
 
 
 FLASH_ATTN = Family(
+    title="flash-attn 2",
     key="flash_attn",
     package="flash-attn",
     module="flash_attn",
@@ -51,6 +59,7 @@ FLASH_ATTN = Family(
     build_script="build_flash_attn.py",
     source_dir="csrc/flash_attn",
     host_source="csrc/flash_attn/flash_api.cpp",
+    include_dirs=("csrc/flash_attn", "csrc/flash_attn/src", "csrc/cutlass/include"),
     gates=("abi", "import"),
 )
 

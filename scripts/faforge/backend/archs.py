@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from faforge.backend.errors import BuildError
+from faforge.family import FLASH_ATTN
 
 Arch = tuple[int, bool]
 
@@ -38,7 +39,7 @@ def parse_arch_list(spec: str) -> list[Arch]:
 
 
 def check_archs_supported(archs: list[Arch], nvcc: tuple[int, int], *, min_sm: int = FLASH_ATTN_MIN_SM,
-                          family: str = "flash-attn 2") -> None:
+                          family: str = FLASH_ATTN.title) -> None:
     """Refuse an arch the family's kernels or this nvcc cannot build (`min_sm`, `family`: another family's floor)."""
     nvcc_min_sm = next(sm for version, sm in NVCC_MIN_SM if nvcc >= version)
     for sm, _ in archs:

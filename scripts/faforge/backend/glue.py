@@ -27,9 +27,10 @@ from faforge.backend.logger import log
 from faforge.backend.ninja import KERNEL_LIBRARY
 from faforge.backend.postlink import drop_libpython_needed, verify_abi
 from faforge.backend.toolchain import cuda_triplet, nvcc_cuda_include_dirs
+from faforge.family import FLASH_ATTN
 
 # Where a local build's wheel carries the kernel library, beside the module (auditwheel's layout).
-WHEEL_LIBS_DIR = "flash_attn_2_cuda.libs"
+WHEEL_LIBS_DIR = f"{FLASH_ATTN.extension}.libs"
 
 
 def import_torch() -> tuple[ModuleType, ModuleType, str]:
@@ -42,7 +43,7 @@ def import_torch() -> tuple[ModuleType, ModuleType, str]:
                          "Python's torch, so install a CUDA build of torch here first (or run it with the python that has it)") from None
 
     if torch.version.cuda is None:
-        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU build; flash-attn needs a CUDA build of torch")
+        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU build; {FLASH_ATTN.package} needs a CUDA build of torch")
     if not cpp_extension.CUDA_HOME:
         raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
     return torch, cpp_extension, cpp_extension.CUDA_HOME
@@ -112,18 +113,13 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
                 shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_LIBRARY)
 
     extension = cpp_extension.CUDAExtension(
-        name="flash_attn_2_cuda",
-        sources=["csrc/flash_attn/flash_api.cpp", str(shim / "torch_cuda_check.cpp")],
+        name=FLASH_ATTN.extension,
+        sources=[FLASH_ATTN.host_source, str(shim / "torch_cuda_check.cpp")],
         extra_compile_args={"cxx": ["-O3", f"-std={std}", abi_define, f"-D{PHILOX_BITS_DEFINE}={philox_bits}"]},
         # The kernel library by path: DT_NEEDED is its SONAME. --strip-all: no static symbol table,
         # as conda-forge's flash-attn feedstock links it; .dynsym (what the ABI checks read) stays.
         extra_link_args=[str(library), *runpath, "-Wl,--no-undefined", "-Wl,--strip-all", *py_link],
-        include_dirs=[
-            str(source_dir / "csrc/flash_attn"),
-            str(source_dir / "csrc/flash_attn/src"),
-            str(source_dir / "csrc/cutlass/include"),
-            str(shim / "api"),
-        ],
+        include_dirs=[*(str(source_dir / d) for d in FLASH_ATTN.include_dirs), str(shim / "api")],
     )
     # Same dirs in the same order, spelled through the view; nvcc's own CUDA dirs follow torch's
     # so that the header nvcc would have picked is still the one found first.
@@ -132,9 +128,9 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
     os.chdir(source_dir)
     started = time.monotonic()
     setup(
-        name="flash_attn",
+        name=FLASH_ATTN.module,
         version=version,
-        packages=find_packages(include=["flash_attn*"]),
+        packages=find_packages(include=[f"{FLASH_ATTN.module}*"]),
         python_requires=">=3.9",
         install_requires=["torch", "einops"],
         ext_modules=[extension],
@@ -143,7 +139,7 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
         script_args=["build", "--build-base", str(build_dir), "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist")],
     )
     log(f"glue built in {time.monotonic() - started:.0f}s")
-    wheels = sorted(wheel_dir.glob(f"flash_attn-{version}-*.whl"), key=os.path.getmtime)
+    wheels = sorted(wheel_dir.glob(f"{FLASH_ATTN.module}-{version}-*.whl"), key=os.path.getmtime)
     if not wheels:
         raise BuildError(f"setuptools finished but left no wheel in {wheel_dir}")
     return wheels[-1]

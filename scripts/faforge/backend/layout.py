@@ -13,11 +13,12 @@ from pathlib import Path
 
 from faforge.backend.errors import BuildError
 from faforge.backend.postlink import dynamic_symbol_names
+from faforge.family import FLASH_ATTN
 
 PHILOX_BITS_DEFINE = "FAFORGE_PHILOX_OFFSET_INTRAGRAPH_BITS"
 PHILOX_DEFAULT_BITS = 64
 PHILOX_HEADER = "ATen/cuda/detail/PhiloxCudaStateRaw.cuh"
-LAYOUT_SYMBOL = re.compile(r"flash_attn_kernels_philox_offset_intragraph_u(32|64)")
+LAYOUT_SYMBOL = re.compile(rf"{FLASH_ATTN.kernel_api_prefix}philox_offset_intragraph_u(32|64)")
 
 
 def philox_define(philox_bits: int) -> list[str]:
@@ -44,9 +45,9 @@ def check_kernel_library_layout(library: Path, philox_bits: int, torch_version: 
     flash_attn_kernels_philox_offset_intragraph_u* after the glue compiled, which names no remedy."""
     built_for = {int(m.group(1)) for name in dynamic_symbol_names(library) if (m := LAYOUT_SYMBOL.fullmatch(name))}
     if len(built_for) != 1:
-        raise BuildError(f"--kernel-library {library}: defines no flash_attn_kernels_philox_offset_intragraph_u32/u64 symbol, so it "
-                         "is not a libflash_attn_kernels.so of this build script; build one with --kernels-only")
+        raise BuildError(f"--kernel-library {library}: defines no {FLASH_ATTN.kernel_api_prefix}philox_offset_intragraph_u32/u64 symbol, so it "
+                         f"is not a {FLASH_ATTN.kernel_library} of this build script; build one with --kernels-only")
     if built_for != {philox_bits}:
         raise BuildError(f"--kernel-library {library}: built for the {built_for.pop()}-bit Philox layout, but torch {torch_version} "
                          f"has the {philox_bits}-bit one (PhiloxCudaState::offset_intragraph_, variants/kernel-abi.yaml); use a kernel "
-                         f"library built with --philox-offset-bits {philox_bits} (conda: libflash-attn-kernels *_philox{philox_bits}_*)")
+                         f"library built with --philox-offset-bits {philox_bits} (conda: {FLASH_ATTN.kernel_package} *_philox{philox_bits}_*)")

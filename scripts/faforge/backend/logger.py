@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from faforge.family import FLASH_ATTN
+
+PREFIX = f"[{FLASH_ATTN.build_script.removesuffix('.py')}] "
+
 
 def log(msg: str) -> None:
-    print(f"[build_flash_attn] {msg}", flush=True)
+    print(f"{PREFIX}{msg}", flush=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from faforge.backend.ccache import COMPILER_CACHES
 from faforge.backend.errors import BuildError
 from faforge.backend.layout import PHILOX_DEFAULT_BITS
+from faforge.family import FLASH_ATTN
 
 SHOWN_CHARS = 60  # of a refused value, escaped
 
@@ -64,7 +65,7 @@ def parser(description: str, environ: Mapping[str, str] = os.environ) -> argpars
     """The build script's parser, its defaults taken from `environ` (BuildError for a refused variable)."""
     env = {name: from_env(name, parse, default, environ) for name, (parse, default) in ENV_OPTIONS.items()}
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--source-dir", default=os.getcwd(), help="unpacked flash-attn sdist (default: cwd)")
+    p.add_argument("--source-dir", default=os.getcwd(), help=f"unpacked {FLASH_ATTN.package} sdist (default: cwd)")
     p.add_argument("--archs", default=env["FLASH_ATTN_CUDA_ARCHS"], help="SM list, e.g. '80;90;120+PTX' (env FLASH_ATTN_CUDA_ARCHS)")
     p.add_argument("--cxx11-abi", type=one_of("0", "1"), default=env["FAFORGE_CXX11_ABI"], help="forced _GLIBCXX_USE_CXX11_ABI (env FAFORGE_CXX11_ABI)")
     p.add_argument("--build-dir", default=None, help="ninja object dir, kept for resuming (default: SOURCE/build)")
@@ -76,12 +77,12 @@ def parser(description: str, environ: Mapping[str, str] = os.environ) -> argpars
     p.add_argument("--checker-path", default=env["FAFORGE_CHECKER_PATH"],
                    help="directory holding the faforge package (the build backend and the ABI check; default: faforge_checker/ beside this script, else the repo's)")
     p.add_argument("--only-tus", default=env["FAFORGE_BUILD_TUS"], help="compile only these kernel TUs (file names) and stop, for a split cell's piece (env FAFORGE_BUILD_TUS)")
-    p.add_argument("--kernels-only", action="store_true", help="build only the kernel library (no torch needed; the recipe's libflash-attn-kernels)")
+    p.add_argument("--kernels-only", action="store_true", help=f"build only the kernel library (no torch needed; the recipe's {FLASH_ATTN.kernel_package})")
     p.add_argument("--install-lib-dir", default=None, help="with --kernels-only: copy the library here (the recipe: $PREFIX/lib)")
     p.add_argument("--philox-offset-bits", type=philox_bits, default=env["FAFORGE_PHILOX_OFFSET_BITS"],
                    help="with --kernels-only: at::PhiloxCudaState's offset_intragraph_ width the library serves, 32 for torch <= 2.9, "
                         "64 for torch >= 2.10 (env FAFORGE_PHILOX_OFFSET_BITS, default 64); other builds read it from torch")
-    p.add_argument("--kernel-library", default=None, help="build only the glue, against this libflash_attn_kernels.so (the recipe's flash-attn)")
+    p.add_argument("--kernel-library", default=None, help=f"build only the glue, against this {FLASH_ATTN.kernel_library} (the recipe's {FLASH_ATTN.package})")
     p.add_argument("--shim-dir", default=None, help="the torch shim (default: torch_shim/ beside this script, else the repo's)")
     p.add_argument("--install", action="store_true", help="pip-install the wheel into this Python (the recipe's build)")
     p.add_argument("--plan-only", action="store_true", help="print the resolved build plan as JSON and stop")

@@ -11,6 +11,7 @@ from faforge.backend.flags import KERNEL_CXX_STD
 from faforge.backend.jobs import available_memory_gb, derive_max_jobs
 from faforge.backend.sources import kernel_sources, sdist_version, select_kernels
 from faforge.backend.toolchain import find_cuda_home, nvcc_version
+from faforge.family import FLASH_ATTN
 
 
 def kernel_plan(*, source_dir: Path, archs: list[Arch], nvcc_threads: int, max_jobs: int | None, compiler_cache: str,
@@ -21,7 +22,7 @@ def kernel_plan(*, source_dir: Path, archs: list[Arch], nvcc_threads: int, max_j
     max_jobs = max_jobs or derive_max_jobs(available_memory_gb(), os.cpu_count() or 1, len(archs), nvcc_threads)
     only = select_kernels(kernel_sources(source_dir), only_tus) if only_tus is not None else None
     return {
-        "flash_attn": sdist_version(source_dir),
+        FLASH_ATTN.module: sdist_version(source_dir),
         "nvcc": f"{nvcc[0]}.{nvcc[1]}",
         "archs": arch_names(archs),
         "kernel_cxx_std": KERNEL_CXX_STD,

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from faforge.backend.errors import BuildError
+from faforge.family import FLASH_ATTN
 
 # The torch shim inside the faforge package (the one place that names it): a local build's copy; the
 # recipe copies it to torch_shim/ beside the build script.
@@ -14,10 +15,10 @@ SHIM_IN_PACKAGE = "kernels/torch_shim"
 
 
 def kernel_sources(source_dir: Path) -> list[str]:
-    kernels = sorted(str(p.relative_to(source_dir)) for p in (source_dir / "csrc/flash_attn/src").glob("flash_*_sm80.cu"))
+    kernels = sorted(str(p.relative_to(source_dir)) for p in (source_dir / FLASH_ATTN.kernel_source_dir).glob("flash_*_sm80.cu"))
     if not kernels:
-        raise BuildError(f"{source_dir}: no csrc/flash_attn/src/flash_*_sm80.cu; is this a flash-attn sdist?")
-    return ["csrc/flash_attn/flash_api.cpp", *kernels]
+        raise BuildError(f"{source_dir}: no {FLASH_ATTN.kernel_source_dir}/flash_*_sm80.cu; is this a {FLASH_ATTN.package} sdist?")
+    return [FLASH_ATTN.host_source, *kernels]
 
 
 def select_kernels(sources: list[str], only: str) -> list[str]:
@@ -41,10 +42,10 @@ def sdist_version(source_dir: Path) -> str:
         match = re.search(r"^Version: (\S+)$", pkg_info.read_text(), re.MULTILINE)
         if match:
             return match.group(1)
-    init = source_dir / "flash_attn/__init__.py"
+    init = source_dir / FLASH_ATTN.module / "__init__.py"
     match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", init.read_text()) if init.is_file() else None
     if match is None:
-        raise BuildError(f"{source_dir}: no version in PKG-INFO or flash_attn/__init__.py; is this a flash-attn sdist? (--source-dir)")
+        raise BuildError(f"{source_dir}: no version in PKG-INFO or {FLASH_ATTN.module}/__init__.py; is this a {FLASH_ATTN.package} sdist? (--source-dir)")
     return match.group(1)
 
 

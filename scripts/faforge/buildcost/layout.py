@@ -24,11 +24,12 @@ from pathlib import Path
 
 from faforge.errors import FaforgeError
 from faforge.kernels.tus import KERNEL_DIR
+from faforge.family import FLASH_ATTN
 
 PLACEHOLDER = "_placehold"
 CUTLASS_INCLUDE = "csrc/cutlass/include"
 # The include dirs build_flash_attn.py gives the extension, in its order.
-FLASH_ATTN_INCLUDES = ("csrc/flash_attn", str(KERNEL_DIR), CUTLASS_INCLUDE)
+FLASH_ATTN_INCLUDES = FLASH_ATTN.include_dirs
 
 
 def placeholder_name(length: int) -> str:
@@ -117,7 +118,7 @@ class LayoutSources:
 
 def make_layout(base: Path, *, build_id: str, placeholder_length: int, python_version: str,
                 sources: LayoutSources, tus: list[str], triplet: str) -> Layout:
-    root = base / "bld" / f"rattler-build_flash-attn_{build_id}"
+    root = base / "bld" / f"rattler-build_{FLASH_ATTN.package}_{build_id}"
     if root.exists():
         raise FaforgeError(f"{root} exists", hint="use a fresh --workdir for each benchmark run")
     layout = Layout(root=root, host_env=root / placeholder_name(placeholder_length), python_version=python_version, triplet=triplet)

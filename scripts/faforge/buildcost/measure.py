@@ -19,6 +19,7 @@ from pathlib import Path
 
 from faforge.backend import archs as arch_lists
 from faforge.backend import flags
+from faforge.family import FLASH_ATTN
 
 # torch.utils.cpp_extension.COMMON_NVCC_FLAGS and the -fPIC that unix_cuda_flags adds.
 TORCH_NVCC_FLAGS = [
@@ -31,7 +32,7 @@ TORCH_NVCC_FLAGS = [
     "-fPIC",
 ]
 # BuildExtension adds these to every compile of the extension.
-TORCH_EXTENSION_DEFINES = ["-DTORCH_API_INCLUDE_EXTENSION_H", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda"]
+TORCH_EXTENSION_DEFINES = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-DTORCH_EXTENSION_NAME={FLASH_ATTN.extension}"]
 
 
 @dataclass(frozen=True)

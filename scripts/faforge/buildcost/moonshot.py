@@ -23,6 +23,7 @@ from faforge.buildcost.measure import CompileSpec, nvcc_command, run_timed
 from faforge.buildcost.torchdiff import object_diff, preprocess, source_diff
 from faforge.errors import FaforgeError
 from faforge.kernels import TORCH_SHIM
+from faforge.family import FLASH_ATTN
 
 
 
@@ -34,7 +35,7 @@ def include_dirs(sdist: Path, torch_include: Path, cuda_home: Path, shim: bool) 
 def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: Path, nice: int, out: Path) -> dict:
     spec = CompileSpec(archs=arch, cxx_std="c++20", cxx11_abi=1)
     nvcc = str(cuda_home / "bin" / "nvcc")
-    source = sdist / "csrc/flash_attn/src" / tu
+    source = sdist / FLASH_ATTN.kernel_source_dir / tu
     variants = [(f"torch{torch_version_at(t)}", t, False) for t in torch_includes] + [("shim", torch_includes[0], True)]
     objects, texts, report = {}, {}, {"tu": tu, "arch": arch, "compiles": {}, "preprocessed": {}, "objects": {}}
     for name, torch_include, shim in variants:
@@ -57,7 +58,7 @@ def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m faforge.buildcost.moonshot", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sdist", type=Path, required=True, help="unpacked flash-attn sdist")
+    parser.add_argument("--sdist", type=Path, required=True, help=f"unpacked {FLASH_ATTN.package} sdist")
     parser.add_argument("--torch-include", type=Path, action="append", required=True, help="a torch include dir (give two or more)")
     parser.add_argument("--tu", default="flash_fwd_hdim32_fp16_sm80.cu")
     parser.add_argument("--arch", default="80")

@@ -21,6 +21,7 @@ from faforge.backend import toolchain
 from faforge.buildcost.layout import Layout
 from faforge.buildcost.measure import CompileSpec, Timing, nvcc_command, run_timed
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def compile_variant(name: str, layout: Layout, tus: list[str], spec: CompileSpec
     nvcc_argv = shlex.split(env["PYTORCH_NVCC"])
     runs = []
     for tu in tus:
-        source = layout.work / "csrc/flash_attn/src" / tu
+        source = layout.work / FLASH_ATTN.kernel_source_dir / tu
         obj = layout.temp_dir / (Path(tu).stem + ".o")
         before = compiler_cache.ccache_counts(ccache, env)
         timing = run_timed(nvcc_command(nvcc_argv, source, obj, include_dirs, spec), layout.temp_dir, env, nice)

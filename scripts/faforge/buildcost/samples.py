@@ -20,11 +20,12 @@ from faforge import paths
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 from faforge.kernels.tus import parse_tu
+from faforge.family import FLASH_ATTN
 
 FILE_NAME = "build-measurements.yaml"
 KEYS = ("schema", "samples", "reuse", "glue", "sizes")
-HEADER = """\
-# Measured compile cost of flash-attn kernel TUs (one nvcc call, one TU, one arch) and of the
+HEADER = f"""\
+# Measured compile cost of {FLASH_ATTN.package} kernel TUs (one nvcc call, one TU, one arch) and of the
 # cross-python compiler cache. Written by `faforge bench-build --measure --write`; read by
 # `faforge bench-build`, which extrapolates per-cell totals from it (see variants/README.md,
 # "Build cost"). cpu_s is user+system time of nvcc and its children: it does not depend on what

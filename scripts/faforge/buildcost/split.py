@@ -27,6 +27,7 @@ from faforge.errors import FaforgeError
 from faforge.kernels.cachekey import kernel_cache_key
 from faforge.matrix.kernels import kernel_key
 from faforge.versions import vtuple
+from faforge.family import FLASH_ATTN
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def size_model(sizes: tuple[SizeSample, ...]) -> SizeModel:
     missing = [p for p in ("kernel-library", "fatbin", "glue") if p not in by_part]
     if missing:
         raise FaforgeError(f"variants/build-measurements.yaml has no `sizes` entry for {', '.join(missing)}",
-                           hint="measure one real split build's libflash_attn_kernels.so, its .nv_fatbin section and its glue module (variants/README.md)")
+                           hint=f"measure one real split build's {FLASH_ATTN.kernel_library}, its .nv_fatbin section and its glue module (variants/README.md)")
     library, fat, glue = by_part["kernel-library"], by_part["fatbin"], by_part["glue"]
     if library.sass_archs != fat.sass_archs:
         raise FaforgeError("the kernel-library and fatbin `sizes` entries come from builds with different arch counts")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from faforge import untrusted
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 from faforge.packagefile import sha256_of
 
 MANIFEST = "manifest.json"
@@ -24,8 +25,8 @@ SCHEMA_VERSION = 1
 # Files of this repository that enter the kernels' compilation: the build script (flags, defines, the TU
 # list) and the torch shim the kernel library is compiled and linked against (issue 15; its README is
 # documentation). recipe.yaml only calls the script; the sdist itself is pinned by its sha256.
-KERNEL_INPUTS = ("recipes/flash-attn/build_flash_attn.py", *(f"scripts/faforge/kernels/torch_shim/{name}" for name in (
-    "ATen/cuda/CUDAGeneratorImpl.h", "ATen/cuda/detail/UnpackRaw.cuh", "api/flash_attn_kernels_api.h", "c10/cuda/CUDAException.h",
+KERNEL_INPUTS = (f"{FLASH_ATTN.recipe_dir}/{FLASH_ATTN.build_script}", *(f"scripts/faforge/kernels/torch_shim/{name}" for name in (
+    "ATen/cuda/CUDAGeneratorImpl.h", "ATen/cuda/detail/UnpackRaw.cuh", f"api/{FLASH_ATTN.kernel_api_prefix}api.h", "c10/cuda/CUDAException.h",
     "exports.map", "kernel_errors.cpp", "torch_cuda_check.cpp")))
 
 

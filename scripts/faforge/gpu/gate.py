@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from faforge.kernels.tus import HEAD_DIMS
 from faforge.family import FLASH_ATTN
 from faforge.gpu.compat import JIT, Compat, check
 from faforge.kernels.tus import HEAD_DIMS

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TextIO
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
+from faforge.family import FLASH_ATTN
 from faforge.gpu.coverage import compare, format_coverage
 from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, declaration, evaluate
 from faforge.gpu.junit import count_outcomes, parse_junit

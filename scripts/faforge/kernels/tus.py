@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 
 CLASSES = ("fwd", "fwd_split", "bwd")
-KERNEL_DIR = Path("csrc/flash_attn/src")
+KERNEL_DIR = Path(FLASH_ATTN.kernel_source_dir)
 _NAME = re.compile(r"flash_(fwd_split|fwd|bwd)_hdim(\d+)_(fp16|bf16)(_causal)?_sm80\.cu")
 # flash-attn 2.8.3.post2 sdist, csrc/flash_attn/src/flash_*_sm80.cu: every class has one TU per
 # head dim x dtype x causal, 72 in all (tests/kernels/test_tus.py checks a real sdist when present).
@@ -31,7 +32,7 @@ def parse_tu(name: str) -> KernelTu:
     match = _NAME.fullmatch(Path(name).name)
     if not match:
         raise FaforgeError(
-            f"{name!r} is not a flash-attn kernel TU",
+            f"{name!r} is not a {FLASH_ATTN.package} kernel TU",
             hint="expected a name like flash_fwd_hdim32_fp16_sm80.cu or flash_bwd_hdim128_bf16_causal_sm80.cu",
         )
     tu_class, hdim, dtype, causal = match.groups()
@@ -48,7 +49,7 @@ def default_grid() -> list[KernelTu]:
 def sdist_tus(source_dir: Path) -> list[KernelTu]:
     found = sorted((source_dir / KERNEL_DIR).glob("flash_*_sm80.cu"))
     if not found:
-        raise FaforgeError(f"{source_dir}: no {KERNEL_DIR}/flash_*_sm80.cu", hint="pass the unpacked flash-attn sdist")
+        raise FaforgeError(f"{source_dir}: no {KERNEL_DIR}/flash_*_sm80.cu", hint=f"pass the unpacked {FLASH_ATTN.package} sdist")
     return [parse_tu(p.name) for p in found]
 
 
