@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.debian_toolchains import DebianUnavailable, apt_options, debian_cuda_12_4, toolchains, write_apt_root
+from tests.support.debian_toolchains import (DebianUnavailable, apt_options, arm64_python, debian_cuda_12_4, toolchains,
+                                           write_apt_root)
 
 # Every Dir:: entry apt reads sources, pins, keys or package state from; each must be the private one.
 PRIVATE_DIRS = ("Dir::Etc::sourcelist", "Dir::Etc::sourceparts", "Dir::Etc::preferences", "Dir::Etc::preferencesparts",
@@ -64,3 +65,15 @@ def test_the_unpacked_nvcc_is_12_4_and_runs_only_its_own_tools(tmp_path):
             assert "release 12.4" in said.stdout + said.stderr, tool
     subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
     assert (tmp_path / "k").is_file()
+
+
+@pytest.mark.slow
+def test_debians_arm64_python_runs_under_qemu():
+    """Downloads 73 MB once (cached): bookworm's arm64 python3.11 and qemu-user-static, unpacked."""
+    try:
+        python = arm64_python()
+    except DebianUnavailable as exc:
+        pytest.skip(str(exc))
+    said = subprocess.run([*python, "-c", "import platform, sys, zlib; print(platform.machine(), sys.version.split()[0])"],
+                          capture_output=True, text=True, check=True).stdout
+    assert said.split() == ["aarch64", "3.11.2"]

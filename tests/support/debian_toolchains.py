@@ -196,3 +196,20 @@ class DebianCuda:
 def debian_cuda_12_4(log=lambda line: None) -> DebianCuda:
     """Debian's CUDA 12.4 toolkit, unpacked; raises DebianUnavailable when neither cached nor downloadable."""
     return DebianCuda(ensure_unpacked("cuda-12.4", log))
+
+
+# Where the machine's aarch64 cross toolchain keeps libc6 and libstdc++ for arm64 (libc6-arm64-cross,
+# installed with g++-aarch64-linux-gnu, tests/system-packages.txt): qemu's -L sysroot.
+CROSS_SYSROOT = Path("/usr/aarch64-linux-gnu")
+
+
+def arm64_python(log=lambda line: None) -> list[str]:
+    """The command that runs Debian's arm64 python3.11 here, under qemu-aarch64-static (binfmt_misc is not
+    set up on these machines, so nothing runs an aarch64 binary by itself); append the Python arguments."""
+    if not (CROSS_SYSROOT / "lib/ld-linux-aarch64.so.1").exists():
+        raise DebianUnavailable(f"{CROSS_SYSROOT} has no ld-linux-aarch64.so.1: install g++-aarch64-linux-gnu")
+    qemu = ensure_unpacked("qemu-user-static", log) / "usr/bin/qemu-aarch64-static"
+    python = ensure_unpacked("python-3.11-arm64", log) / "usr"
+    libs = f"{python}/lib/aarch64-linux-gnu:{python.parent}/lib/aarch64-linux-gnu"
+    return [str(qemu), "-L", str(CROSS_SYSROOT), "-E", f"LD_LIBRARY_PATH={libs}", "-E", f"PYTHONHOME={python}",
+            str(python / "bin/python3.11")]
