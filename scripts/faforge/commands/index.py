@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from faforge.channel.index import BadFile, channel_errors, channel_lock, check_folder, heal
+from faforge.channel.index import channel_errors, channel_lock, check_folder, heal
+from faforge.channel.survey import BadFile
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faforge.channel.index import BadFile, channel_errors, channel_lock, check_folder, heal, naming_problem, place_file, rebuild, Survey, survey
+from faforge.channel.index import channel_errors, channel_lock, check_folder, heal, place_file, rebuild
+from faforge.channel.survey import BadFile, Survey, naming_problem, survey
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 from faforge.release.manifest import GATES, GateResult, require_passed, results_for
