@@ -21,7 +21,6 @@ PRODUCT = REPO / "scripts" / "faforge"
 DEFINITION = PRODUCT / "family.py"
 # Folders and files not converted yet, each with the reason; this list only shrinks.
 PENDING = {
-    "doctor": "split into small modules concurrently (issue 22 item 2); its names move to faforge.family after that",
     "buildcost": "its kernel TU list moves to the kernels package first (issue 22 item 1)",
     "gpu/canary.py": "its kernel input paths move with the torch shim to the kernels package (issue 22 item 1)",
 }

@@ -34,6 +34,11 @@ class Family:
         return f"run_mha_*,{self.kernel_api_prefix}*"
 
     @property
+    def dist_name(self) -> str:
+        """The package's name as its sdist and wheel files start with it (flash_attn-2.8.3.tar.gz)."""
+        return self.package.replace("-", "_")
+
+    @property
     def imports(self) -> tuple[str, ...]:
         """What the import gate imports, in order: torch first, as users do."""
         return ("torch", self.module, self.extension)
