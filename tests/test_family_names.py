@@ -19,10 +19,6 @@ from faforge.matrix.render import recipe_output_names
 REPO = Path(__file__).resolve().parents[1]
 PRODUCT = REPO / "scripts" / "faforge"
 DEFINITION = PRODUCT / "family.py"
-# Folders and files not converted yet, each with the reason; this list only shrinks.
-PENDING = {
-    "doctor": "split into small modules concurrently (issue 22 item 2); its names move to faforge.family after that",
-}
 
 
 def family_names() -> set[str]:
@@ -47,7 +43,7 @@ def spelled_names(path: Path, names: set[str]) -> list[str]:
 
 def product_modules() -> list[Path]:
     return [p for p in sorted(PRODUCT.rglob("*.py"))
-            if p != DEFINITION and not {p.relative_to(PRODUCT).parts[0], p.relative_to(PRODUCT).as_posix()} & PENDING.keys()]
+            if p != DEFINITION]
 
 
 def test_no_product_module_spells_a_family_name():
@@ -65,10 +61,6 @@ def test_the_check_finds_a_literal_and_spares_docstrings_and_references(tmp_path
                       '    """The flash-attn kernel package."""\n'
                       "    return 'libflash-attn-kernels'  # a literal\n")
     assert spelled_names(module, family_names()) == [f"{module}:6: 'libflash-attn-kernels'"]
-
-
-def test_pending_entries_exist():
-    assert all((PRODUCT / entry).exists() for entry in PENDING), "drop a pending entry that no longer exists"
 
 
 @pytest.mark.parametrize("family", families(), ids=lambda f: f.package)

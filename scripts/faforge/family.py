@@ -41,6 +41,11 @@ class Family:
         return f"{self.source_dir}/src"
 
     @property
+    def dist_name(self) -> str:
+        """The package's name as its sdist and wheel files start with it (flash_attn-2.8.3.tar.gz)."""
+        return self.package.replace("-", "_")
+
+    @property
     def imports(self) -> tuple[str, ...]:
         """What the import gate imports, in order: torch first, as users do."""
         return ("torch", self.module, self.extension)

@@ -14,14 +14,15 @@ from faforge.doctor.rules_extension import (cxx11_abi_mismatch, flash_attn_missi
 from faforge.doctor.rules_runtime import cuda_major_mismatch, gpu_arch, kernel_library, libcudart_missing, no_gpu
 from faforge.doctor.rules_torch import (cpu_only_torch, mixed_channels, mixed_conda_pip_torch, torch_import_failed,
                                         torch_missing)
-from faforge.doctor.situation import ERROR, WARNING, Problem, Situation
+from faforge.doctor.situation import ERROR, PACKAGE_MISSING, WARNING, Problem, Situation
+from faforge.family import FLASH_ATTN
 
 # Every kind doctor reports, in the order it lists them (root causes first).
 KINDS = (
     "torch-missing", "torch-import-failed", "mixed-channels", "mixed-conda-pip-torch", "cpu-only-torch",
     "python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old", "cxx11-abi-mismatch",
     "signature-drift", "cuda-major-mismatch", "libcudart-missing", "kernel-library-missing", "kernel-library-mismatch",
-    "flash-attn-missing", "gpu-arch-missing",
+    PACKAGE_MISSING, "gpu-arch-missing",
     "import-failed", "gpu-arch-jit", "no-gpu", "unreadable-metadata",
 )
 
@@ -31,10 +32,10 @@ def import_failed(s: Situation, found: list[Problem]) -> Problem | None:
     if outcome.ok or not s.facts.extension or any(p.severity == ERROR for p in found):
         return None
     if outcome.crashed:
-        return Problem("import-failed", ERROR, f"`import flash_attn_2_cuda` crashed the interpreter ({outcome.crashed})")
+        return Problem("import-failed", ERROR, f"`import {FLASH_ATTN.extension}` crashed the interpreter ({outcome.crashed})")
     error = outcome.error
     detail = (s.binary_error,) if s.binary_error else ()
-    return Problem("import-failed", ERROR, f"`import flash_attn_2_cuda` fails: {error.type}: {error.message}", detail)
+    return Problem("import-failed", ERROR, f"`import {FLASH_ATTN.extension}` fails: {error.type}: {error.message}", detail)
 
 
 def unreadable_metadata(s: Situation) -> Problem | None:
@@ -43,7 +44,7 @@ def unreadable_metadata(s: Situation) -> Problem | None:
     if not unreadable:
         return None
     return Problem("unreadable-metadata", WARNING,
-                   f"{len(unreadable)} install record(s) could not be read, so how torch or flash-attn was installed "
+                   f"{len(unreadable)} install record(s) could not be read, so how torch or {FLASH_ATTN.package} was installed "
                    "may be unknown; reinstall the package that owns each file",
                    tuple(f"{u.path}: {u.reason}" for u in unreadable))
 

@@ -15,9 +15,10 @@ from faforge import paths
 from faforge.backend.flags import cxx_standard
 from faforge.doctor.offers import Offer, release_of
 from faforge.doctor.situation import Situation
+from faforge.family import FLASH_ATTN
 
 # Where the fix for an externally managed Python (PEP 668) creates the venv that pip may install into.
-VENV_FOR_EXTERNALLY_MANAGED = "~/venvs/flash-attn"
+VENV_FOR_EXTERNALLY_MANAGED = f"~/venvs/{FLASH_ATTN.package}"
 
 
 @dataclass(frozen=True)
@@ -65,14 +66,14 @@ def pip_fix(s: Situation, title: str, args: tuple[str, ...], resolves: tuple[str
                notes=(*notes, f"then run `faforge doctor --python {python}` again for the build command"))
 
 
-def environment_yml(offer: Offer, name: str = "flash-attn") -> str:
+def environment_yml(offer: Offer, name: str = FLASH_ATTN.package) -> str:
     lines = [f"name: {name}", "channels:", *(f"  - {c}" for c in offer.channels), "dependencies:",
              f"  - python {offer.cell.python}.*", *(f"  - {r}" for r in offer.torch_specs), f"  - {offer.spec}"]
     return "\n".join(lines) + "\n"
 
 
 def uninstall_pip_flash_attn(s: Situation) -> list[str]:
-    return [pip_command(s, "uninstall", "-y", "flash-attn")] if s.flash_attn.how == "pip" else []
+    return [pip_command(s, "uninstall", "-y", FLASH_ATTN.package)] if s.flash_attn.how == "pip" else []
 
 
 def conda_install(s: Situation, offer: Offer, resolves: tuple[str, ...], *, with_torch: bool = False) -> Fix:
@@ -90,18 +91,18 @@ def conda_environment(offer: Offer, title: str, resolves: tuple[str, ...]) -> Fi
 def local_build(s: Situation, archs: str, resolves: tuple[str, ...], version: str) -> Fix:
     """Build flash-attn against this environment's own torch with the recipe's build script."""
     py = s.facts.python.executable
-    script = paths.recipe_dir() / "build_flash_attn.py"
-    work = "/tmp/flash-attn-build"
+    script = paths.recipe_dir() / FLASH_ATTN.build_script
+    work = f"/tmp/{FLASH_ATTN.package}-build"
     abi = s.torch_abi if s.torch_abi is not None else 1
     commands = (
-        shlex.join([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", f"flash-attn=={version}", "-d", work]),
-        shlex.join(["tar", "-xzf", f"{work}/flash_attn-{version}.tar.gz", "-C", work]),
-        shlex.join([py, str(script), "--source-dir", f"{work}/flash_attn-{version}", "--archs", archs,
+        shlex.join([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", f"{FLASH_ATTN.package}=={version}", "-d", work]),
+        shlex.join(["tar", "-xzf", f"{work}/{FLASH_ATTN.dist_name}-{version}.tar.gz", "-C", work]),
+        shlex.join([py, str(script), "--source-dir", f"{work}/{FLASH_ATTN.dist_name}-{version}", "--archs", archs,
                     "--cxx11-abi", str(abi), "--wheel-dir", f"{work}/dist"]),
-        f"{shlex.join([py, '-m', 'pip', 'install', '--no-deps'])} {work}/dist/flash_attn-*.whl",
+        f"{shlex.join([py, '-m', 'pip', 'install', '--no-deps'])} {work}/dist/{FLASH_ATTN.dist_name}-*.whl",
     )
     standard = cxx_standard(s.torch_version) if release_of(s.torch_version) else "C++17 or C++20"
     notes = (f"needs nvcc for CUDA {s.torch_cuda or '?'}, ninja and a {standard.upper()} compiler (what the build script "
              f"uses for {s.torch_words}); one arch takes 1.5-2 h on 2 cores",)
-    return Fix("local-build", f"build flash-attn {version} against this {s.torch_words} (archs {archs})", commands,
+    return Fix("local-build", f"build {FLASH_ATTN.package} {version} against this {s.torch_words} (archs {archs})", commands,
                resolves=resolves, notes=notes)

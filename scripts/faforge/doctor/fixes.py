@@ -15,7 +15,8 @@ from dataclasses import replace
 from faforge.doctor.fix_commands import (Fix, conda_command, conda_environment, conda_install, local_build, pip_command,
                                          pip_fix, uninstall_pip_flash_attn)
 from faforge.doctor.offers import Offer, Target, closest, conda_cuda, installed_torch, matching, release_of, target_of
-from faforge.doctor.situation import ERROR, Problem, Situation
+from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
+from faforge.family import FLASH_ATTN
 from faforge.gpu import compat
 from faforge.matrix import Matrix
 from faforge.matrix.cells import explain_missing
@@ -24,7 +25,7 @@ from faforge.versions import vtuple
 
 # Problems that installing the right flash-attn build resolves.
 REPLACE_FLASH_ATTN = ("python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old",
-                      "cxx11-abi-mismatch", "signature-drift", "cuda-major-mismatch", "flash-attn-missing",
+                      "cxx11-abi-mismatch", "signature-drift", "cuda-major-mismatch", PACKAGE_MISSING,
                       "gpu-arch-missing", "import-failed")
 KERNEL_LIBRARY_KINDS = ("kernel-library-missing", "kernel-library-mismatch")
 # The pip wheel that ships libcudart.so.N, per CUDA major, as torch's own wheels require it:
@@ -108,7 +109,7 @@ def _replace_flash_attn(s: Situation, kinds: tuple[str, ...], target: Target, ma
     else:
         build = replace(build, notes=(
             f"your {s.torch_words} came from pip ({s.torch.origin}); faforge's packages are conda packages built against "
-            "conda's pytorch, so either build flash-attn for this torch or move to a conda environment", *build.notes))
+            "conda's pytorch, so either build {FLASH_ATTN.package} for this torch or move to a conda environment", *build.notes))
     fixes.append(build)
     if not from_conda:
         near = closest(offers, Target(target.platform, target.python, target.torch, target.cuda, None, "conda-forge"), n=1)
@@ -133,10 +134,10 @@ def _fresh(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: list[Of
             fixes.append(conda_environment(offer, f"create a conda environment with torch and faforge's build for cell {offer.cell.id}", kinds))
     if installed.cuda and s.torch.how == "pip":  # a CUDA build already, whose CUDA libraries (nvidia-* wheels) are missing
         fixes.append(pip_fix(s, f"or reinstall PyPI's torch {installed.torch} with the CUDA {installed.cuda} libraries it "
-                                 "requires (nvidia-* wheels), then build flash-attn for it",
+                                 f"requires (nvidia-* wheels), then build {FLASH_ATTN.package} for it",
                               ("--force-reinstall", f"torch=={s.torch.version}"), kinds))
     else:
-        fixes.append(pip_fix(s, "or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build flash-attn for it",
+        fixes.append(pip_fix(s, f"or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build {FLASH_ATTN.package} for it",
                               ("torch",), kinds))
     return fixes
 
@@ -163,7 +164,7 @@ def _cuda_torch(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: li
         fixes.append(conda_install(s, near[0], kinds, with_torch=True))
         return fixes
     release = release_of(s.torch_version)
-    fixes.append(pip_fix(s, f"replace the CPU torch with PyPI's CUDA build of torch {release}, then build flash-attn for it",
+    fixes.append(pip_fix(s, f"replace the CPU torch with PyPI's CUDA build of torch {release}, then build {FLASH_ATTN.package} for it",
                           ("--force-reinstall", f"torch=={release}"), kinds,
                           ("PyPI's Linux wheels of torch are CUDA builds; +cpu builds come from download.pytorch.org/whl/cpu",)))
     if near:
@@ -175,7 +176,7 @@ def _kernel_library(s: Situation, kinds: tuple[str, ...]) -> Fix:
     """Install the exact kernel build flash-attn pins, from the channel flash-attn came from; conda
     replaces a mismatched build in place."""
     pin, record = s.kernel_pin, s.flash_attn.conda_record
-    return Fix("conda-install", f"install the kernel build flash-attn {record.version} requires ({pin})",
+    return Fix("conda-install", f"install the kernel build {FLASH_ATTN.package} {record.version} requires ({pin})",
                (conda_command(s, [record.channel_url], [f"{KERNEL_PACKAGE} =={pin.version} {pin.build}"]),), resolves=kinds)
 
 

@@ -19,6 +19,7 @@ from urllib.parse import unquote
 from dataclasses import dataclass
 
 from faforge.doctor.facts import CondaRecord, Distribution, EnvFacts
+from faforge.family import FLASH_ATTN
 
 # Our build strings (recipes/flash-attn/recipe.yaml, build.string).
 FAFORGE_BUILD = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<tmaj>\d+)_(?P<tmin>\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_")
@@ -91,7 +92,7 @@ def torch_install(facts: EnvFacts) -> Install:
 
 def flash_attn_install(facts: EnvFacts) -> Install:
     present = bool(facts.extension or facts.extension_files)
-    return _install("flash-attn", ("flash-attn",), facts, present=present)
+    return _install(FLASH_ATTN.package, (FLASH_ATTN.package,), facts, present=present)
 
 
 def claim(install: Install) -> Claim | None:

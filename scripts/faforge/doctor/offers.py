@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from faforge import config
 from faforge.doctor.situation import Situation
+from faforge.family import FLASH_ATTN
 from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell, build_string_head
 from faforge.versions import minor_of, vtuple
@@ -36,7 +37,7 @@ class Offer:
 
     @property
     def spec(self) -> str:
-        return f"flash-attn =={self.version} {self.build_glob}"
+        return f"{FLASH_ATTN.package} =={self.version} {self.build_glob}"
 
     @property
     def torch_specs(self) -> list[str]:

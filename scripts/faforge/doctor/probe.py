@@ -11,6 +11,9 @@ JSON line per stage, flushing after each, so that a crash in a later stage
           never a reason to stop)
   torch   what `import torch` reports (version, CUDA, C++ ABI, devices)
   import  the outcome of `import flash_attn_2_cuda` after torch, as flash_attn does it
+
+The family's names come as arguments (`python - EXTENSION PACKAGE KERNEL_PACKAGE`, from
+faforge.family through probe_run), since faforge.family cannot be imported here.
 """
 
 import glob
@@ -26,14 +29,16 @@ import sysconfig
 MARK = "@@faforge-probe@@"
 # The most bytes read of one metadata file (a conda-meta record lists every file: pytorch's is ~3 MB).
 READ_CAP = 64 << 20
-EXTENSION = "flash_attn_2_cuda"
+if len(sys.argv) != 4:
+    sys.exit("usage: python - EXTENSION PACKAGE KERNEL_PACKAGE < probe.py (faforge.doctor.probe_run passes them)")
+EXTENSION, PACKAGE, KERNEL_PACKAGE = sys.argv[1:]
 # The CUDA runtime a PyPI torch requires, which says its CUDA even when it cannot be imported:
 # torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1 "nvidia-cuda-runtime-cu12==12.6.77",
 # torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
 CUDA_RUNTIME = re.compile(r"Requires-Dist: *(?:nvidia-cuda-runtime(?:-cu\d+)?|cuda-toolkit\[[^]]*cudart[^]]*\]) *\(?==(\d+\.\d+)")
 # conda packages that make up a torch stack; their channels tell the torch world apart.
 CONDA_PACKAGES = ("python", "pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "pytorch-gpu", "pytorch-cpu",
-                  "torchvision", "torchaudio", "flash-attn", "libflash-attn-kernels", "cuda-version", "cuda-cudart", "cudatoolkit")
+                  "torchvision", "torchaudio", PACKAGE, KERNEL_PACKAGE, "cuda-version", "cuda-cudart", "cudatoolkit")
 
 
 def emit(stage, data):
@@ -139,7 +144,7 @@ def dist_infos(unreadable):
             for meta in sorted(glob.glob(os.path.join(directory, pattern))):
                 base = os.path.basename(meta).rsplit(".", 1)[0]
                 name = base.split("-")[0].lower().replace("_", "-")
-                if name not in ("torch", "flash-attn"):
+                if name not in ("torch", PACKAGE):
                     continue
                 metadata = read_text(os.path.join(meta, "METADATA")) or read_text(os.path.join(meta, "PKG-INFO")) or ""
                 version = next((line.split(":", 1)[1].strip() for line in metadata.splitlines()

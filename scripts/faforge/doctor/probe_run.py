@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faforge.errors import EXIT_BAD_INPUT, EXIT_PROBLEMS, FaforgeError
+from faforge.family import FLASH_ATTN
 
 PROBE = Path(__file__).with_name("probe.py")
 MARK = "@@faforge-probe@@"
@@ -27,7 +28,7 @@ MARK = "@@faforge-probe@@"
 PROBE_TIMEOUT_S = 120
 # What the probe does after each stage it reports (probe.py's main()), for the progress line.
 WAITING_FOR = {None: "the interpreter to start and list its packages", "env": "`import torch`",
-               "torch": "`import flash_attn_2_cuda`"}
+               "torch": f"`import {FLASH_ATTN.extension}`"}
 
 
 def resolve_interpreter(given: str | None) -> Path:
@@ -156,8 +157,10 @@ def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
     with tempfile.TemporaryDirectory(prefix="faforge-doctor-") as cwd:  # keep the cwd off the target's sys.path
         try:
-            # The source goes in on stdin (`python -`), so `ps` shows a short command line.
-            stdout, stderr, code = _run_bounded([str(python), "-"], PROBE.read_text(), timeout_s, on_line, cwd=cwd, env=env)
+            # The source goes in on stdin (`python -`), so `ps` shows a short command line; the family's
+            # names go as arguments, since the target interpreter cannot import faforge.family.
+            cmd = [str(python), "-", FLASH_ATTN.extension, FLASH_ATTN.package, FLASH_ATTN.kernel_package]
+            stdout, stderr, code = _run_bounded(cmd, PROBE.read_text(), timeout_s, on_line, cwd=cwd, env=env)
         except OSError as exc:
             raise FaforgeError(f"--python {python}: cannot run it: {exc.strerror or exc}",
                                hint="pass a Python interpreter, e.g. .venv/bin/python") from None

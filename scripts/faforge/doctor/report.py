@@ -11,6 +11,7 @@ from faforge.doctor.examine import Report
 from faforge.doctor.facts import Gpu
 from faforge.doctor.installs import Install
 from faforge.doctor.situation import ERROR, Situation
+from faforge.family import FLASH_ATTN
 
 REPORT_VERSION = 1
 ABI_SHORT = {0: "pre-C++11 ABI", 1: "C++11 ABI", None: "C++ ABI unknown"}
@@ -69,7 +70,7 @@ def facts_json(s: Situation) -> dict:
                   "import_error": asdict(rt.error) if rt.error else None},
         "gpus": [_gpu(g) for g in f.gpus] or [_gpu(g) for g in rt.devices],
         "nvidia_smi": f.nvidia_smi,
-        "flash_attn": {**_install(s.flash_attn), "claim": asdict(s.claim) if s.claim else None,
+        FLASH_ATTN.key: {**_install(s.flash_attn), "claim": asdict(s.claim) if s.claim else None,
                        "extension": f.extension, "extension_files": list(f.extension_files),
                        "binary": _binary(s), "binary_error": s.binary_error},
         "import": {"ok": outcome.ok, "error": asdict(outcome.error) if outcome.error else None, "crashed": outcome.crashed},
@@ -107,8 +108,8 @@ def _torch_line(s: Situation) -> str:
 def _flash_lines(s: Situation) -> list[str]:
     fa = s.flash_attn
     if not fa.installed and not s.facts.extension_files:
-        return ["flash-attn  not installed"]
-    lines = [f"flash-attn  {fa.version or '?'} from {fa.how}: {fa.origin}"]
+        return [f"{FLASH_ATTN.package:<11} not installed"]
+    lines = [f"{FLASH_ATTN.package:<11} {fa.version or '?'} from {fa.how}: {fa.origin}"]
     if s.claim:
         c = s.claim
         said = [f"Python {c.python}" if c.python else None, f"torch {c.torch_minor}" if c.torch_minor else None,
@@ -147,7 +148,7 @@ def text_lines(report: Report) -> list[str]:
         f"torch       {_torch_line(s)}",
         f"GPU         {gpus}" + (f", driver {driver}" if driver else ""),
         *_flash_lines(s),
-        f"import      flash_attn_2_cuda: {imported}",
+        f"import      {FLASH_ATTN.extension}: {imported}",
         "",
     ]
     if not report.problems:

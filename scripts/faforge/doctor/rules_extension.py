@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
-from faforge.doctor.situation import ERROR, Problem, Situation
+from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
 from faforge.doctor.torch_symbols import built_for_one
+from faforge.family import FLASH_ATTN
 
 ABI_WORDS = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 # How many of a signature drift's symbols its details spell out; the evidence lists them all.
@@ -17,10 +18,10 @@ def flash_attn_missing(s: Situation) -> Problem | None:
     if s.facts.extension or s.facts.extension_files:
         return None
     if s.flash_attn.installed:
-        return Problem("flash-attn-missing", ERROR,
-                       f"flash-attn {s.flash_attn.version} is installed ({s.flash_attn.how}) but its extension "
-                       "flash_attn_2_cuda*.so is not on sys.path; the install is incomplete")
-    return Problem("flash-attn-missing", ERROR, "flash-attn is not installed in this environment")
+        return Problem(PACKAGE_MISSING, ERROR,
+                       f"{FLASH_ATTN.package} {s.flash_attn.version} is installed ({s.flash_attn.how}) but its extension "
+                       f"{FLASH_ATTN.extension}*.so is not on sys.path; the install is incomplete")
+    return Problem(PACKAGE_MISSING, ERROR, f"{FLASH_ATTN.package} is not installed in this environment")
 
 
 def python_tag_mismatch(s: Situation) -> Problem | None:
@@ -29,12 +30,12 @@ def python_tag_mismatch(s: Situation) -> Problem | None:
     if s.facts.extension is None and s.facts.extension_files:
         names = ", ".join(f.rsplit("/", 1)[-1] for f in s.facts.extension_files)
         return Problem("python-tag-mismatch", ERROR,
-                       f"flash-attn's extension is built for another Python ({names}); this interpreter is "
+                       f"{FLASH_ATTN.package}'s extension is built for another Python ({names}); this interpreter is "
                        f"{py.implementation} {py.version} and loads only *.{wanted}.so",
                        evidence={"files": list(s.facts.extension_files), "expected_tag": wanted})
     if s.claim and s.claim.python and s.claim.python != py.minor:
         return Problem("python-tag-mismatch", ERROR,
-                       f"flash-attn's {s.claim.source} says Python {s.claim.python} ({s.claim.text}); this interpreter is Python {py.version}")
+                       f"{FLASH_ATTN.package}'s {s.claim.source} says Python {s.claim.python} ({s.claim.text}); this interpreter is Python {py.version}")
     return None
 
 
@@ -43,7 +44,7 @@ def wrong_architecture(s: Situation) -> Problem | None:
     if not found:
         return None
     return Problem("wrong-architecture", ERROR,
-                   f"flash-attn's binary is built for {s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
+                   f"{FLASH_ATTN.package}'s binary is built for {s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
                    tuple(p.detail for p in found))
 
 
@@ -62,7 +63,7 @@ def glibc_too_old(s: Situation) -> Problem | None:
         return None
     newest = max((v for v, _ in found), key=lambda v: classify.parse_version(v)[1])
     return Problem("glibc-too-old", ERROR,
-                   f"flash-attn's binary needs glibc {newest.split('_', 1)[1]} ({newest}); this system has glibc {s.facts.system.glibc}",
+                   f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} ({newest}); this system has glibc {s.facts.system.glibc}",
                    tuple(d for _, d in found), {"required": newest, "system": s.facts.system.glibc})
 
 
@@ -71,7 +72,7 @@ def libstdcxx_too_old(s: Situation) -> Problem | None:
     if not found:
         return None
     return Problem("libstdcxx-too-old", ERROR,
-                   f"flash-attn's binary needs a newer C++ runtime than the one loaded here ({', '.join(v for v, _ in found)})",
+                   f"{FLASH_ATTN.package}'s binary needs a newer C++ runtime than the one loaded here ({', '.join(v for v, _ in found)})",
                    tuple(d for _, d in found))
 
 
@@ -93,7 +94,7 @@ def cxx11_abi_mismatch(s: Situation) -> Problem | None:
         details.append(f"its {s.claim.source} ({s.claim.text}) claims cxx11abi {'TRUE' if s.claim.cxx11_abi else 'FALSE'}, "
                        "but the binary says otherwise (upstream's FLASH_ATTENTION_FORCE_CXX11_ABI=FALSE did not force ABI 0)")
     return Problem("cxx11-abi-mismatch", ERROR,
-                   f"flash-attn was built with {ABI_WORDS.get(mine, 'another C++ ABI')}; "
+                   f"{FLASH_ATTN.package} was built with {ABI_WORDS.get(mine, 'another C++ ABI')}; "
                    f"your {s.torch_words} uses {ABI_WORDS.get(theirs, 'the other one')}",
                    tuple(details), {"binary_cxx11_abi": mine, "torch_cxx11_abi": theirs})
 
@@ -128,12 +129,12 @@ def signature_drift(s: Situation) -> Problem | None:
     more_words = f" and {more} more symbol{'s' if more > 1 else ''} your torch lacks" if more else ""
     if stated:
         offers = sorted({sig for e in lacking for sig in s.binary.torch_offers.get(e.function, ())})
-        message = f"this flash-attn was built for {built.words} (it imports {lacking[0].signature}{more_words})"
+        message = f"this {FLASH_ATTN.package} was built for {built.words} (it imports {lacking[0].signature}{more_words})"
         message += f"; your {s.torch_words} exports {'; '.join(offers)}" if offers else f"; your {s.torch_words} does not export it"
     else:
         first = gate[0] if gate else None
         wanted = (first.demangled or first.symbol) if first else (demangle(symbol) or symbol)
-        message = f"this flash-attn was built against another torch: it imports {wanted}, which your {s.torch_words} does not export"
+        message = f"this {FLASH_ATTN.package} was built against another torch: it imports {wanted}, which your {s.torch_words} does not export"
         if first and first.offers:
             message += f" (it offers {'; '.join(first.offers)})"
         message += f",{more_words}" if more else ""

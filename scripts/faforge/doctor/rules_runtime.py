@@ -6,6 +6,7 @@ from __future__ import annotations
 from faforge.abi import classify
 from faforge.doctor.facts import Gpu
 from faforge.doctor.situation import ERROR, WARNING, Problem, Situation
+from faforge.family import FLASH_ATTN
 from faforge.gpu import compat
 from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, kernel_build_differences
 
@@ -25,7 +26,7 @@ def cuda_major_mismatch(s: Situation) -> Problem | None:
     if not built:
         return None
     return Problem("cuda-major-mismatch", ERROR,
-                   f"flash-attn was built for CUDA {built[0]} ({source}); your {s.torch_words} uses CUDA {s.torch_cuda}",
+                   f"{FLASH_ATTN.package} was built for CUDA {built[0]} ({source}); your {s.torch_words} uses CUDA {s.torch_cuda}",
                    evidence={"binary_cuda_major": built[0], "torch_cuda": s.torch_cuda})
 
 
@@ -37,7 +38,7 @@ def libcudart_missing(s: Situation) -> Problem | None:
     if not missing:
         return None
     return Problem("libcudart-missing", ERROR,
-                   f"{missing[0]} (the CUDA {torch_major} runtime that flash-attn links to) is not installed in this "
+                   f"{missing[0]} (the CUDA {torch_major} runtime that {FLASH_ATTN.package} links to) is not installed in this "
                    "environment or on the system library path",
                    evidence={"library": missing[0]})
 
@@ -66,19 +67,19 @@ def kernel_library(s: Situation) -> Problem | None:
         record = s.flash_attn.conda_record
         differences = kernel_build_differences(pin.build, installed.build) or ["another build"]
         return Problem("kernel-library-mismatch", ERROR,
-                       f"flash-attn {record.version} ({record.build}) requires exactly {pin}, but this environment has "
+                       f"{FLASH_ATTN.package} {record.version} ({record.build}) requires exactly {pin}, but this environment has "
                        f"{installed.name} {installed.version} ({installed.build}): {'; '.join(differences)}",
                        (f"{KERNEL_LIBRARY} comes from {installed.name} {installed.version} {installed.build} ({installed.channel_name})",),
                        evidence)
     if s.facts.import_outcome.ok or KERNEL_LIBRARY not in _unfound_libraries(s):
         return None
     if pin is not None and installed is None:
-        why = f"its conda package {KERNEL_PACKAGE} is not installed (flash-attn requires {pin})"
+        why = f"its conda package {KERNEL_PACKAGE} is not installed ({FLASH_ATTN.package} requires {pin})"
     else:
         why = "it is neither in this environment's library directories nor on the system library path"
     return Problem("kernel-library-missing", ERROR,
-                   f"flash-attn's extension needs {KERNEL_LIBRARY} (its kernels, package {KERNEL_PACKAGE}), which the loader cannot find: {why}",
-                   (f"`import flash_attn_2_cuda` fails: {s.facts.import_outcome.error.message}",) if s.facts.import_outcome.error else (),
+                   f"{FLASH_ATTN.package}'s extension needs {KERNEL_LIBRARY} (its kernels, package {KERNEL_PACKAGE}), which the loader cannot find: {why}",
+                   (f"`import {FLASH_ATTN.extension}` fails: {s.facts.import_outcome.error.message}",) if s.facts.import_outcome.error else (),
                    evidence)
 
 
@@ -93,14 +94,14 @@ def gpu_arch(s: Situation) -> list[Problem]:
             continue
         if not archs:
             problems.append(Problem("gpu-arch-missing", ERROR,
-                                    f"flash-attn's binary holds no GPU code at all; your {gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]}) cannot run it",
+                                    f"{FLASH_ATTN.package}'s binary holds no GPU code at all; your {gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]}) cannot run it",
                                     evidence={"gpu": compat.gpu_name(gpu.capability), "sass": [], "ptx": []}))
             continue
         verdict = compat.check(gpu.capability, archs.sass, archs.ptx)
         evidence = {"gpu": verdict.gpu, "sass": list(archs.sass), "ptx": list(archs.ptx)}
         if verdict.status == compat.NONE:
             problems.append(Problem("gpu-arch-missing", ERROR,
-                                    f"flash-attn has no kernels for your {gpu.name} ({verdict.gpu}): {verdict.message}",
+                                    f"{FLASH_ATTN.package} has no kernels for your {gpu.name} ({verdict.gpu}): {verdict.message}",
                                     (verdict.hint,) if verdict.hint else (), evidence))
         elif verdict.status == compat.JIT:
             problems.append(Problem("gpu-arch-jit", WARNING, f"{gpu.name}: {verdict.message}", (), evidence))
@@ -120,6 +121,6 @@ def no_gpu(s: Situation) -> Problem | None:
     if _gpus(s):
         return None
     return Problem("no-gpu", WARNING,
-                   "no NVIDIA GPU is visible here; flash-attn can be imported but not run",
+                   f"no NVIDIA GPU is visible here; {FLASH_ATTN.package} can be imported but not run",
                    (f"nvidia-smi: {s.facts.nvidia_smi}",
                     f"torch: {'no CUDA device' if s.facts.torch.imported else 'not importable'}"))

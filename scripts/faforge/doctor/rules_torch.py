@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from faforge.abi import classify
 from faforge.doctor.situation import ERROR, Problem, Situation
+from faforge.family import FLASH_ATTN
 
 TORCH_STACK = ("pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "torchvision", "torchaudio")
 
@@ -11,7 +12,7 @@ TORCH_STACK = ("pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "torchvis
 def torch_missing(s: Situation) -> Problem | None:
     if s.torch.installed or s.facts.torch.imported:
         return None
-    return Problem("torch-missing", ERROR, f"torch is not installed in {s.facts.python.prefix}; flash-attn needs a CUDA build of torch")
+    return Problem("torch-missing", ERROR, f"torch is not installed in {s.facts.python.prefix}; {FLASH_ATTN.package} needs a CUDA build of torch")
 
 
 def torch_import_failed(s: Situation) -> Problem | None:
@@ -71,9 +72,9 @@ def cpu_only_torch(s: Situation) -> Problem | None:
     details = []
     missing = s.gate_problems(classify.MISSING_LIBRARY)
     if s.facts.import_outcome.missing_library:
-        details.append(f"that is why flash_attn_2_cuda cannot load: {s.facts.import_outcome.missing_library} is not there")
+        details.append(f"that is why {FLASH_ATTN.extension} cannot load: {s.facts.import_outcome.missing_library} is not there")
     elif missing:
-        details.append(f"flash_attn_2_cuda needs {missing[0].library}, which a CPU torch does not ship")
+        details.append(f"{FLASH_ATTN.extension} needs {missing[0].library}, which a CPU torch does not ship")
     return Problem("cpu-only-torch", ERROR,
-                   f"torch {rt.version} is a CPU-only build (torch.version.cuda is None); flash-attn needs a CUDA build of torch",
+                   f"torch {rt.version} is a CPU-only build (torch.version.cuda is None); {FLASH_ATTN.package} needs a CUDA build of torch",
                    tuple(details))

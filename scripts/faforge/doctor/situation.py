@@ -11,9 +11,12 @@ from faforge.abi import classify
 from faforge.doctor.binary import BinaryFacts
 from faforge.doctor.facts import EnvFacts
 from faforge.doctor.installs import Claim, Install
+from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KernelPin, kernel_pin
 
 ERROR, WARNING = "error", "warning"
+# The kind of the problem "the family's package or its extension is not there"; rules, fixes and the order use it.
+PACKAGE_MISSING = f"{FLASH_ATTN.package}-missing"
 
 
 @dataclass(frozen=True)

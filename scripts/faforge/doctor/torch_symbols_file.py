@@ -12,11 +12,12 @@ from pathlib import Path
 from faforge.datafile import load_yaml
 from faforge.doctor.torch_symbols import ExportRange, Form, Function, SymbolTable, Wheel
 from faforge.errors import DataError
+from faforge.family import FLASH_ATTN
 from faforge.versions import is_version, vtuple
 
-HEADER = """\
+HEADER = f"""\
 # Mangled torch symbols whose spelling changed between torch releases, and the releases that
-# export each spelling. `faforge doctor` matches a flash-attn binary's undefined symbols against
+# export each spelling. `faforge doctor` matches a {FLASH_ATTN.package} binary's undefined symbols against
 # this table to say which torch it was built for ("built for torch 2.1-2.2"). Hand-edited.
 #
 # functions: one entry per C++ function; each form is one mangled spelling, exported by `library`
