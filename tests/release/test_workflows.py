@@ -271,8 +271,8 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
     assert not [s for s in steps if s.get("uses", "").startswith("actions/cache@") and s["with"]["path"] == ".ccache"], \
         "restore and save are split (actions/cache/restore + actions/cache/save)"
-    [restore] = [s for s in steps if s.get("uses") == "actions/cache/restore@v4" and s["with"]["path"] == ".ccache"]
-    [save] = [s for s in steps if s.get("uses") == "actions/cache/save@v4" and s["with"]["path"] == ".ccache"]
+    [restore] = [s for s in steps if s.get("uses") == "actions/cache/restore@v5" and s["with"]["path"] == ".ccache"]
+    [save] = [s for s in steps if s.get("uses") == "actions/cache/save@v5" and s["with"]["path"] == ".ccache"]
     prefix = "ccache-${{ matrix.kernels }}-"
     assert save["with"]["key"] == prefix + "${{ github.run_id }}"
     assert restore["with"]["key"] == save["with"]["key"] and restore["with"]["restore-keys"].strip() == prefix
@@ -355,3 +355,21 @@ def test_the_bump_pull_request_says_what_it_needs_when_github_refuses_it(tmp_pat
     assert refused.returncode == 1
     error = next(line for line in refused.stdout.splitlines() if line.startswith("::error"))
     assert ACTIONS_MAY_CREATE_PRS in error and "BUMP_TOKEN" in error
+
+
+# The first major of each action that runs on Node.js 24: GitHub forced Node 24 on 2026-06-02 and removed
+# Node 20 from its runners on 2026-09-16 (github.blog/changelog/2025-09-19-deprecation-of-node-20-on-github-
+# actions-runners). Each release's notes say `runs.using: node24`: upload-artifact v6.0.0, download-artifact
+# v7.0.0, cache v5.0.0; checkout v5 and setup-python v6 likewise.
+FIRST_NODE24_MAJOR = {"actions/checkout": 5, "actions/setup-python": 6, "actions/cache": 5, "actions/cache/restore": 5,
+                      "actions/cache/save": 5, "actions/upload-artifact": 6, "actions/download-artifact": 7}
+
+
+def test_every_action_runs_on_node24():
+    uses = [step["uses"] for w in WORKFLOWS for job in (yaml.safe_load(w.read_text())["jobs"] or {}).values()
+            for step in job.get("steps", []) if "@" in step.get("uses", "")]
+    assert uses
+    for use in uses:
+        action, _, version = use.partition("@")
+        assert action in FIRST_NODE24_MAJOR, f"{use}: add its first Node 24 major, with the release notes that say so"
+        assert int(version.lstrip("v").split(".")[0]) >= FIRST_NODE24_MAJOR[action], f"{use} runs on Node 20, which GitHub's runners no longer have"
