@@ -36,7 +36,9 @@ MIB = 1 << 20
 # The most bytes a response body of each kind may have, after decoding.
 BODY_CAPS = {
     "index page": 64 * MIB,  # a PEP 691 JSON or PEP 503 HTML page (PyPI's torch: ~2 MB)
-    "wheel range": 64 * MIB,  # one range of a remote wheel (a member's compressed bytes)
+    # One range of a remote wheel (a member's compressed bytes): the caller passes the length it asked for as
+    # max_bytes, never more than a package's cap (torch 2.8's libtorch_cuda.so alone is 115 MB compressed).
+    "wheel range": untrusted.CAPS["package"],
     "package": untrusted.CAPS["package"],
     "status": 1 * MIB,  # an upload server's answer to HEAD or PUT
 }
@@ -149,15 +151,16 @@ class Response:
 
 
 def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str] | None = None,
-            data: bytes | None = None) -> Response:
+            data: bytes | None = None, max_bytes: int | None = None) -> Response:
     """One HTTP request within limits(): the status, headers and (capped, decoded) body; HTTP errors
-    (4xx/5xx) are urllib.error.HTTPError as urlopen raises them, everything else a RemoteError naming the URL."""
+    (4xx/5xx) are urllib.error.HTTPError as urlopen raises them, everything else a RemoteError naming the URL.
+    `max_bytes` narrows `kind`'s cap (a range request: the bytes asked for), never widens it."""
     bounds = limits()
     if url.startswith("file://"):  # a local channel's file: read as any file faforge did not write (exit 4: the channel is the remote)
         path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
         return Response(200, Message(), untrusted.read_bytes(path, kind if kind in untrusted.CAPS else "data",
                                                              hint="re-index the channel, or name another", remote=True))
-    cap = BODY_CAPS[kind]
+    cap = min(BODY_CAPS[kind], max_bytes) if max_bytes is not None else BODY_CAPS[kind]
     watch = _Watch(bounds.deadline_s)
     req = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     started = time.monotonic()

@@ -68,13 +68,15 @@ class Member:
     header_offset: int
 
 
-def http_get(url: str, byte_range: str | None = None, accept: str | None = None, *, kind: str = "index page") -> bytes:
-    """The body of `url` through faforge.httpclient (its deadline and `kind`'s body cap); FetchError otherwise."""
+def http_get(url: str, byte_range: str | None = None, accept: str | None = None, *, kind: str = "index page",
+             max_bytes: int | None = None) -> bytes:
+    """The body of `url` through faforge.httpclient (its deadline and `kind`'s body cap, narrowed to
+    `max_bytes`); FetchError otherwise."""
     headers = {"Accept": accept} if accept else {}
     if byte_range:
         headers["Range"] = f"bytes={byte_range}"
     try:
-        response = httpclient.request(url, kind=kind, headers=headers)
+        response = httpclient.request(url, kind=kind, headers=headers, max_bytes=max_bytes)
     except urllib.error.HTTPError as exc:
         raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the URL and the server, then retry") from None
     except RemoteError as exc:
@@ -134,7 +136,7 @@ class RemoteZip:
             raise FetchError(f"{self.url}: cannot learn the file size: {exc}", input=self.url) from None
 
     def _read(self, start: int, length: int) -> bytes:
-        data = http_get(self.url, f"{start}-{start + length - 1}", kind="wheel range")
+        data = http_get(self.url, f"{start}-{start + length - 1}", kind="wheel range", max_bytes=length)
         if len(data) != length:
             raise FetchError(f"{self.url}: asked for {length} bytes at {start}, got {len(data)}")
         return data
@@ -170,6 +172,8 @@ class RemoteZip:
         member = self.members.get(name)
         if member is None:
             raise FetchError(f"{self.url}: has no member {name}")
+        if max(member.size, member.compressed_size) > httpclient.BODY_CAPS["package"]:
+            raise FetchError(f"{self.url}: {name} claims {member.size:,} bytes, more than a package's cap")
         header = self._read(member.header_offset, 30)
         if header[:4] != LOCAL_MAGIC:
             raise FetchError(f"{self.url}: malformed local header for {name}")
