@@ -57,9 +57,9 @@ def test_with_the_cross_sysroot_named_the_extension_passes(foreign):
     assert (code, report["problems"]) == (0, [])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 23: for a foreign ELF machine check-abi searches the host's "
-                                       "system libraries, so libstdc++'s symbols bind to a torch library's "
-                                       "same-name export and read as signature drift")
 def test_without_a_sysroot_std_symbols_are_not_blamed_on_torch(foreign):
+    """The host's libstdc++ is x86_64 and skipped, so the target's is not found: its symbols are
+    unverified, not drift against torch's same-name export."""
     code, report = check_abi(*foreign)
-    assert [p for p in report["problems"] if p["symbol"].startswith("_ZNSt")] == []
+    assert [p for p in report["problems"] if (p["symbol"] or "").startswith("_ZNSt")] == []
+    assert code == 0 and report["modules"][0]["unresolved_unverified"] >= 1

@@ -178,7 +178,8 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[
     unresolved = [sym for sym, provider in zip(wanted, providers) if provider is None]
     unresolved_unverified = 0
     for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols)):
-        if problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols):
+        if (problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols)
+                or problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure)):
             unresolved_unverified += 1
         else:
             problems.append(problem)
@@ -200,6 +201,16 @@ def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symb
     if classify.is_torch_api(problem.demangled):
         return any(nf.is_torch for nf in closure.not_found)
     return True
+
+
+def _owner_unfound(sym: Symbol, symbols, closure: Closure) -> bool:
+    """Whether a versioned import's own library (DT_VERNEED names it: GLIBCXX_3.4 -> libstdc++.so.6) was
+    not found. Then a same-name export of torch with other parameters is no signature drift: ld.so binds
+    the import to its own library, which this check could not read (issue 23: an aarch64 glue checked
+    without the target's libstdc++ had std::runtime_error's constructors called drift against
+    libtorch_python.so, which exports the move constructor)."""
+    owner = next((need.file for need in symbols.needs if sym.version in need.versions), None) if sym.version else None
+    return owner is not None and closure.library_named(owner) is None
 
 
 def _architecture_problems(binary: str, target: str | None, torch: TorchFacts) -> list[Problem]:
