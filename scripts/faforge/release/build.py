@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from faforge.errors import FaforgeError
 from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell
+from faforge.release.package_cache import evict
 from faforge.release.plan import job_slug, package_filename
 
 # Split kernel packages (faforge.release.cost). A piece job renders the recipe with this variable
@@ -176,12 +177,15 @@ def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live:
     log_dir.mkdir(parents=True, exist_ok=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{job_slug(cell.id, part)}-", dir=output_dir))
+    evicted = evict(package_filename(rendered))  # its tests must run this build, not a cached older one
     started = time.monotonic()
     channels = channels_for(cell, channel_aliases or {}, extra_channels)
     with open(log_path, "w") as log, cuda_override(cell) as override:
         writer = _LogWriter(log, live)
         log.write(f"cell {cell.id} part {part} channels {' '.join(channels)}\n")
         log.write(f"{override}\n")
+        if evicted:
+            log.write(f"dropped rattler's cached extraction of an earlier build of the same name: {' '.join(map(str, evicted))}\n")
         live(override.split(" (")[0])
         if tus:
             log.write(f"piece: {len(tus)} kernel TUs: {' '.join(tus)}\n")
