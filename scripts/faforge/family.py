@@ -28,6 +28,7 @@ class Family:
     source_dir: str  # the sdist's C++ sources, relative to its root
     host_source: str  # the one TU a cell's own job compiles (the glue), relative to the sdist's root
     include_dirs: tuple[str, ...]  # the sdist's include folders every TU compiles with, in order
+    kernel_glob: str  # the kernel TUs' file names in kernel_source_dir
     gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
 
     @property
@@ -65,6 +66,7 @@ FLASH_ATTN = Family(
     source_dir="csrc/flash_attn",
     host_source="csrc/flash_attn/flash_api.cpp",
     include_dirs=("csrc/flash_attn", "csrc/flash_attn/src", "csrc/cutlass/include"),
+    kernel_glob="flash_*_sm80.cu",
     gates=("abi", "import"),
 )
 

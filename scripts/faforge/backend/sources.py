@@ -15,9 +15,9 @@ SHIM_IN_PACKAGE = "kernels/torch_shim"
 
 
 def kernel_sources(source_dir: Path) -> list[str]:
-    kernels = sorted(str(p.relative_to(source_dir)) for p in (source_dir / FLASH_ATTN.kernel_source_dir).glob("flash_*_sm80.cu"))
+    kernels = sorted(str(p.relative_to(source_dir)) for p in (source_dir / FLASH_ATTN.kernel_source_dir).glob(FLASH_ATTN.kernel_glob))
     if not kernels:
-        raise BuildError(f"{source_dir}: no {FLASH_ATTN.kernel_source_dir}/flash_*_sm80.cu; is this a {FLASH_ATTN.package} sdist?")
+        raise BuildError(f"{source_dir}: no {FLASH_ATTN.kernel_source_dir}/{FLASH_ATTN.kernel_glob}; is this a {FLASH_ATTN.package} sdist?")
     return [FLASH_ATTN.host_source, *kernels]
 
 

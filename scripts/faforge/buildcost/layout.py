@@ -28,8 +28,6 @@ from faforge.family import FLASH_ATTN
 
 PLACEHOLDER = "_placehold"
 CUTLASS_INCLUDE = "csrc/cutlass/include"
-# The include dirs build_flash_attn.py gives the extension, in its order.
-FLASH_ATTN_INCLUDES = FLASH_ATTN.include_dirs
 
 
 def placeholder_name(length: int) -> str:
@@ -81,7 +79,7 @@ class Layout:
         return self.build_dir / f"temp.linux-{platform.machine()}-cpython-{self.python_version.replace('.', '')}"
 
     def flash_attn_include_dirs(self) -> list[str]:
-        return [str(self.work / d) for d in FLASH_ATTN_INCLUDES]
+        return [str(self.work / d) for d in FLASH_ATTN.include_dirs]
 
     def cuda_include_dirs_env(self) -> str:
         """$CUDA_INCLUDE_DIRS as conda-forge's cuda-nvcc activation sets it during a build."""

@@ -18,7 +18,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from faforge.buildcost.bench import torch_version_at
-from faforge.buildcost.layout import FLASH_ATTN_INCLUDES
 from faforge.buildcost.measure import CompileSpec, nvcc_command, run_timed
 from faforge.buildcost.torchdiff import object_diff, preprocess, source_diff
 from faforge.errors import FaforgeError
@@ -29,7 +28,7 @@ from faforge.family import FLASH_ATTN
 
 def include_dirs(sdist: Path, torch_include: Path, cuda_home: Path, shim: bool) -> list[str]:
     torch_dirs = [str(torch_include), str(torch_include / "torch/csrc/api/include"), str(cuda_home / "include")]
-    return ([str(TORCH_SHIM)] if shim else []) + [str(sdist / d) for d in FLASH_ATTN_INCLUDES] + torch_dirs
+    return ([str(TORCH_SHIM)] if shim else []) + [str(sdist / d) for d in FLASH_ATTN.include_dirs] + torch_dirs
 
 
 def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: Path, nice: int, out: Path) -> dict:

@@ -47,9 +47,9 @@ def default_grid() -> list[KernelTu]:
 
 
 def sdist_tus(source_dir: Path) -> list[KernelTu]:
-    found = sorted((source_dir / KERNEL_DIR).glob("flash_*_sm80.cu"))
+    found = sorted((source_dir / KERNEL_DIR).glob(FLASH_ATTN.kernel_glob))
     if not found:
-        raise FaforgeError(f"{source_dir}: no {KERNEL_DIR}/flash_*_sm80.cu", hint=f"pass the unpacked {FLASH_ATTN.package} sdist")
+        raise FaforgeError(f"{source_dir}: no {KERNEL_DIR}/{FLASH_ATTN.kernel_glob}", hint=f"pass the unpacked {FLASH_ATTN.package} sdist")
     return [parse_tu(p.name) for p in found]
 
 
