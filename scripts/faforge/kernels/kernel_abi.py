@@ -56,6 +56,7 @@ class Verdict:
     sizes: Sizes
     verdict: str
     reason: str
+    source: str | None = None  # wheel URL#member, for rows `faforge bump` measured (faforge.kernels.measure_abi)
 
     @property
     def philox_offset_bits(self) -> int:
@@ -72,8 +73,8 @@ def _sizes(path: Path, key: str, raw) -> Sizes:
 def _verdict(path: Path, index: int, raw) -> Verdict:
     key = f"torch[{index}]"
     fields = ("minor", "torch", "wheel", "sha256", "offset_intragraph", "sizes", "verdict", "reason")
-    if not isinstance(raw, dict) or sorted(raw) != sorted(fields):
-        raise DataError(path, key, f"expected the keys {', '.join(fields)}, got {sorted(raw) if isinstance(raw, dict) else raw!r}")
+    if not isinstance(raw, dict) or sorted(set(raw) - {"source"}) != sorted(fields):
+        raise DataError(path, key, f"expected the keys {', '.join(fields)} (and source), got {sorted(raw) if isinstance(raw, dict) else raw!r}")
     if not is_version(str(raw["torch"])) or minor_of(str(raw["torch"])) != str(raw["minor"]):
         raise DataError(path, f"{key}.torch", f"{raw['torch']!r} is not a version of torch minor {raw['minor']!r}")
     if raw["offset_intragraph"] not in PHILOX_OFFSET_BITS:
@@ -87,7 +88,16 @@ def _verdict(path: Path, index: int, raw) -> Verdict:
                         f"of that width is the {expected!r} one, and no library has another layout",
                         hint="measure again (tests/kernels/test_params_layout.py); a torch whose layout neither library has must be refused")
     return Verdict(str(raw["minor"]), str(raw["torch"]), raw["wheel"], raw["sha256"], raw["offset_intragraph"],
-                   _sizes(path, f"{key}.sizes", raw["sizes"]), raw["verdict"], raw["reason"])
+                   _sizes(path, f"{key}.sizes", raw["sizes"]), raw["verdict"], raw["reason"], raw.get("source"))
+
+
+def dump_row(verdict: Verdict) -> str:
+    """The row as variants/kernel-abi.yaml spells it (appended by `faforge bump --write`)."""
+    sizes = ", ".join(f"{name}: {value}" for name, value in vars(verdict.sizes).items())
+    return (f"- minor: '{verdict.minor}'\n  torch: {verdict.torch}\n  wheel: {verdict.wheel}\n  sha256: '{verdict.sha256}'\n"
+            + (f"  source: {verdict.source}\n" if verdict.source else "")
+            + f"  offset_intragraph: {verdict.offset_intragraph}\n  sizes: {{{sizes}}}\n  verdict: {verdict.verdict}\n"
+            f"  reason: {verdict.reason}\n")
 
 
 def load_kernel_abi(path: Path | None = None) -> dict[str, Verdict]:
