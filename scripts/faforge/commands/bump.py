@@ -4,6 +4,8 @@ Shows the new release rows and the cells they add. With --write, adds the rows t
 (in its canonical form) and regenerates the variant configs; an unreachable channel is an
 error and leaves every file as it was. Wheel indexes (torch-sources.yaml `wheel_indexes`) add
 no rows: they list torch minors that exist as wheels before any conda world has them.
+A new torch minor gets its variants/kernel-abi.yaml row measured from its PyPI wheel
+(faforge.kernels.measure_abi); a layout no kernel library has stops the bump (exit 1) with nothing written.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from faforge import paths
+from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.release.bump import extended, find_new, load_sources, new_cells, write
+from faforge.kernels.kernel_abi import dump_row
+from faforge.release.bump import extended, find_new, load_sources, measured_rows, new_cells, with_rows, write
 from faforge.release.wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
 from faforge.table import format_table
 
@@ -57,8 +60,10 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         if name in wheel_indexes:
             wheel_only += ahead_of_table(table, wheel_releases(read_index(args.channel_url or wheel_indexes[name])))
-    cells = new_cells(matrix.table, table, matrix.policy, matrix.philox)
-    written = write(table, matrix.policy, matrix.philox, matrix.variants_dir, matrix.recipe_path) if args.write and rows else []
+    verdicts = measured_rows(rows, matrix.philox, matrix.policy, config.cache_dir())
+    philox = with_rows(matrix.philox, verdicts)
+    cells = new_cells(matrix.table, table, matrix.policy, philox)
+    written = write(table, matrix.policy, philox, matrix.variants_dir, matrix.recipe_path, verdicts) if args.write and rows else []
     if args.json:
         print(json.dumps({
             "version": BUMP_VERSION,
@@ -66,6 +71,8 @@ def execute(args: argparse.Namespace) -> int:
             "new_releases": [{"world": r.world, "torch": r.torch, "cuda": r.cuda, "python": list(r.python),
                               "platforms": list(r.platforms), "tegra": r.tegra, "source": list(r.source)} for r in rows],
             "new_cells": [c.id for c in cells],
+            "kernel_abi": [{"minor": v.minor, "torch": v.torch, "wheel": v.wheel, "sha256": v.sha256, "source": v.source,
+                            "offset_intragraph": v.offset_intragraph, "verdict": v.verdict} for v in verdicts],
             "written": [str(p) for p in written],
             "wheel_only": [{"torch": w.torch, "cuda": list(w.cuda), "python": list(w.python), "platforms": list(w.platforms)}
                            for w in wheel_only],
@@ -80,6 +87,9 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(format_table(["world", "torch", "cuda", "python", "platforms", "tegra"],
                        [[r.world, r.torch, r.cuda, " ".join(r.python), " ".join(r.platforms), "yes" if r.tegra else "no"] for r in rows]))
+    for verdict in verdicts:
+        print(f"\nmeasured {matrix.philox.path.name} row for torch {verdict.minor} (from {verdict.source}):\n"
+              + dump_row(verdict).rstrip())
     print(f"\n{len(cells)} new cells:")
     for cell in cells:
         print(f"  {cell.id}")

@@ -88,7 +88,7 @@ def candidate_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidt
     for row in _newest_patch_per_minor_and_cuda(in_scope):
         world = table.worlds[row.world]
         for platform in row.platforms:
-            for python in (p for p in policy.python if p in row.python):
+            for python in (p for p in row.python if vtuple(p) >= vtuple(policy.min_python)):
                 cell = Cell(
                     platform=platform,
                     world=row.world,
@@ -155,8 +155,8 @@ def explain_missing(table: ReleaseTable, policy: BuildPolicy, cell_id: str) -> s
         return f"{cell_id}: CUDA {cuda} is below the matrix floor {policy.min_cuda} ({policy.path.name}: min_cuda)"
     if vtuple(torch_minor) < vtuple(policy.min_torch):
         return f"{cell_id}: torch {torch_minor} is below the matrix floor {policy.min_torch} ({policy.path.name}: min_torch)"
-    if python not in policy.python:
-        return f"{cell_id}: python {python} is not in {policy.path.name}: python"
+    if vtuple(python) < vtuple(policy.min_python):
+        return f"{cell_id}: python {python} is below the matrix floor {policy.min_python} ({policy.path.name}: min_python)"
     excluded = policy.exclusion_for(world=world.name, torch=torch_minor, cuda=cuda, python=python, platform=platform)
     if excluded:
         return f"{cell_id}: excluded in {policy.path.name}: {excluded.reason}"

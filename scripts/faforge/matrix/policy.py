@@ -36,7 +36,7 @@ class BuildPolicy:
     flash_attn_version: str
     flash_attn_sha256: str
     build_number: int
-    python: tuple[str, ...]
+    min_python: str  # the floor; the pythons themselves are each torch build's (releases.yaml)
     min_cuda: str
     min_torch: str
     cuda_archs: tuple[RangeRule, ...]
@@ -98,10 +98,10 @@ def load_policy(path: Path) -> BuildPolicy:
         raise DataError(path, f"{section}.sha256", f"invalid value {sha!r}", hint="the sdist's sha256 from PyPI, 64 lowercase hex digits")
     if not isinstance(fa.get("build_number"), int) or fa["build_number"] < 0:
         raise DataError(path, f"{section}.build_number", f"invalid value {fa.get('build_number')!r}", hint="a non-negative integer")
-    python = raw.get("python")
-    if not isinstance(python, list) or not all(isinstance(p, str) and is_version(p) for p in python):
-        raise DataError(path, "python", f"invalid value {python!r}", hint="quoted versions such as '3.12'")
-    for key in ("min_cuda", "min_torch"):
+    if "python" in raw:
+        raise DataError(path, "python", "a global list of pythons is no longer read: each torch build's pythons are its own "
+                        "(variants/releases.yaml)", hint="remove it; set min_python (e.g. '3.10') for the floor, and exclude: for single pythons")
+    for key in ("min_python", "min_cuda", "min_torch"):
         if not isinstance(raw.get(key), str) or not is_version(raw[key]):
             raise DataError(path, key, f"invalid value {raw.get(key)!r}", hint="a quoted version such as '12.0'")
     return BuildPolicy(
@@ -109,7 +109,7 @@ def load_policy(path: Path) -> BuildPolicy:
         flash_attn_version=fa["version"],
         flash_attn_sha256=sha,
         build_number=fa["build_number"],
-        python=tuple(python),
+        min_python=raw["min_python"],
         min_cuda=raw["min_cuda"],
         min_torch=raw["min_torch"],
         cuda_archs=_rules(path, raw, "cuda_archs", "archs"),

@@ -4,6 +4,8 @@ The channel's repodata is read with py-rattler (faforge.channel.repodata), every
 torch is grouped by (version, CUDA), and a group becomes a new release row unless the table
 already has that build or a newer patch of the same minor with that CUDA, or the minor is older
 than anything the table lists for the world (history the table leaves out on purpose).
+A torch minor variants/kernel-abi.yaml has no row for gets one measured from its own PyPI wheel
+(faforge.kernels.measure_abi), so no row is written by hand.
 Everything is computed in memory; writing happens only after the new table loads and yields cells.
 """
 
@@ -16,10 +18,12 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from faforge import atomic
 from faforge.channel.repodata import query
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
-from faforge.kernels.kernel_abi import PhiloxWidths
+from faforge.kernels.kernel_abi import PhiloxWidths, Verdict, dump_row
+from faforge.kernels.measure_abi import measure_release
 from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable, dump_releases, header_of, load_releases
@@ -27,6 +31,7 @@ from faforge.matrix.render_store import store_files
 from faforge.matrix.variants import generated_files, stale_files
 from faforge.release.package import cuda_of_tag
 from faforge.versions import minor_of, vtuple
+from faforge.wheelfetch import list_files
 
 TEGRA = re.compile(r"^arm-variant\s+\*\s+tegra$")
 
@@ -128,14 +133,34 @@ def extended(table: ReleaseTable, rows: list[Release]) -> ReleaseTable:
     return replace(table, releases=table.releases + tuple(rows))
 
 
+def measured_rows(rows: list[Release], philox: PhiloxWidths, policy: BuildPolicy, cache: Path) -> list[Verdict]:
+    """A measured kernel-abi row for each torch minor of `rows` that variants/kernel-abi.yaml lacks,
+    from its newest version's wheel (network: the wheel index, the headers unless cached)."""
+    newest: dict[str, str] = {}
+    for row in rows:
+        if row.torch_minor not in philox.by_minor and vtuple(row.torch) > vtuple(newest.get(row.torch_minor, "0")):
+            newest[row.torch_minor] = row.torch
+    if not newest:
+        return []
+    files = list_files("torch")
+    return [measure_release(version, files, cache, policy.flash_attn_version, policy.flash_attn_sha256)
+            for _, version in sorted(newest.items(), key=lambda kv: vtuple(kv[0]))]
+
+
+def with_rows(philox: PhiloxWidths, verdicts: list[Verdict]) -> PhiloxWidths:
+    return replace(philox, by_minor={**philox.by_minor, **{v.minor: v.philox_offset_bits for v in verdicts}})
+
+
 def new_cells(old: ReleaseTable, new: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) -> list[Cell]:
     """The cells `new` adds; a new torch minor needs its row in variants/kernel-abi.yaml first (DataError)."""
     before = {c.id for c in build_cells(old, policy, philox)}
     return [c for c in build_cells(new, policy, philox) if c.id not in before]
 
 
-def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, variants_dir: Path, recipe_path: Path) -> list[Path]:
-    """Write releases.yaml (canonical form) and regenerate the variant configs and the render store.
+def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, variants_dir: Path, recipe_path: Path,
+          verdicts: list[Verdict] = ()) -> list[Path]:
+    """Write releases.yaml (canonical form), append the measured kernel-abi rows, and regenerate the
+    variant configs and the render store.
 
     The new text is loaded back and turned into cells before anything is replaced, so a table
     that would not load is never written."""
@@ -152,7 +177,12 @@ def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, varian
     finally:
         if os.path.exists(tmp.name):
             os.unlink(tmp.name)
-    written = [path, *_write_stale(generated)]
+    written = [path]
+    if verdicts:
+        abi = philox.path
+        atomic.write_text(abi, abi.read_text() + "".join(dump_row(v) for v in verdicts))
+        written.append(abi)
+    written += _write_stale(generated)
     # The render store's key covers the variant files, so it is computed once they are written.
     return written + _write_stale(store_files(cells, recipe_path, variants_dir))
 
