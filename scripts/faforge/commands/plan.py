@@ -69,4 +69,6 @@ def execute(args: argparse.Namespace) -> int:
     print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} cell jobs, after {built} kernel packages in "
           f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
+    print(f"estimated runner time: {plan.runner_minutes / 60:.1f} hours ({plan.runner_minutes} minutes: every job's estimate "
+          "from variants/build-cost.yaml, setup and safety factor included)")
     return EXIT_OK

@@ -41,6 +41,11 @@ class Plan:
     jobs: dict[str, list[dict]]  # stage -> jobs
     chunk_size: int
 
+    @property
+    def runner_minutes(self) -> int:
+        """The runner time the plan costs: every job's estimate (variants/build-cost.yaml), added up."""
+        return sum(job["timeout-minutes"] for stage in STAGES for job in self.jobs[stage])
+
     def chunks(self, jobs: list[dict]) -> list[dict]:
         return [{"include": jobs[i:i + self.chunk_size]} for i in range(0, len(jobs), self.chunk_size)]
 
@@ -50,6 +55,7 @@ class Plan:
             "version": PLAN_VERSION,
             "channel": self.channel,
             "cells": len(self.todo) + len(self.present),
+            "estimated_runner_minutes": self.runner_minutes,
             "in_channel": [r.cell.id for r in self.present],
             "to_build": [r.cell.id for r in self.todo],
             "kernel_packages": [
