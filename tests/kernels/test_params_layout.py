@@ -29,6 +29,7 @@ import pytest
 from faforge import paths
 from faforge.backend.layout import philox_offset_bits
 from faforge.kernels import kernel_abi
+from faforge.kernels.measure_abi import GENERATOR_STAND_IN, MEMBERS, header_wheel
 from faforge.kernels.params_layout import Layout, measure, struct_fields
 from faforge.matrix import load_matrix
 from faforge.versions import minor_of, vtuple
@@ -41,11 +42,6 @@ from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 HEADERS = cache_dir("torch-headers")
 SHIM = paths.repo_root() / "scripts/faforge/kernels/torch_shim"
-# What defines at::PhiloxCudaState and unpack in every torch from 2.2 on (checked per wheel below).
-MEMBERS = ("ATen/cuda/CUDAGeneratorImpl.h", "ATen/cuda/PhiloxCudaState.h",
-           "ATen/cuda/detail/PhiloxCudaStateRaw.cuh", "ATen/cuda/detail/UnpackRaw.cuh")
-# Stands in for torch's CUDAGeneratorImpl.h: the include through which the real one gets the type.
-GENERATOR_STAND_IN = "#pragma once\n#include <ATen/cuda/PhiloxCudaState.h>\n"
 
 
 def matrix_torch_versions() -> list[str]:
@@ -54,11 +50,8 @@ def matrix_torch_versions() -> list[str]:
 
 
 def torch_wheel(version: str) -> RemoteFile:
-    """The cp311 x86_64 PyPI wheel of `version` (manylinux1 up to 2.6, manylinux_2_28 from 2.7)."""
-    pattern = re.compile(rf"torch-{re.escape(version)}-cp311-cp311-manylinux[_0-9a-z.]*x86_64\.whl")
-    found = sorted(name for name in pypi_listing("torch") if pattern.fullmatch(name))
-    assert found, f"PyPI lists no cp311 x86_64 wheel of torch {version}"
-    return pypi_listing("torch")[found[0]]
+    """The PyPI wheel `faforge bump` reads `version`'s headers from (cp311 x86_64: manylinux1 up to 2.6, manylinux_2_28 from 2.7)."""
+    return header_wheel(list(pypi_listing("torch").values()), version)
 
 
 @functools.cache

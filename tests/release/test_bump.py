@@ -18,10 +18,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from faforge.kernels.measure_abi import RAW_HEADER, fetch_headers, header_wheel
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 from faforge.matrix.variants import variant_config_path
+from faforge.wheelfetch import RemoteFile
+from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
+from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
 from tests.support.kernel_abi import add_kernel_abi_row
+from tests.support.pypi import pypi_listing
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "tests" / "schemas" / "bump.json").read_text())
@@ -68,8 +73,8 @@ def project(tmp_path):
     return tmp_path
 
 
-def faforge(project, *args):
-    env = dict(os.environ, FAFORGE_ROOT=str(project))
+def faforge(project, *args, env=None):
+    env = dict(os.environ, FAFORGE_ROOT=str(project), **(env or {}))
     return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -109,18 +114,38 @@ def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
     assert again.returncode == 4, "the server is gone now: a remote failure"
 
 
-def test_a_new_torch_minor_without_its_kernel_abi_row_is_refused_and_nothing_written(project, tmp_path):
-    """Its cells' kernel library layout (philox_offset_bits) is unknown until the row is measured and added."""
+def refused_bump(project, tmp_path, wheels: dict[str, Path]):
+    """bump --write for NEW_TORCH, whose kernel-abi row is not in the file, offline: its wheels (file
+    name -> headers) in the cache and on a local PEP 691 page."""
     shutil.copy(REPO / "variants" / "kernel-abi.yaml", project / "variants" / "kernel-abi.yaml")
     table = load_releases(project / "variants" / "releases.yaml")
     channel = write_channel(tmp_path / "served", table)
+    simple_page(tmp_path / "served", [RemoteFile(w, f"https://files.example/{w}", "0" * 64, 1) for w in wheels])
+    cache = measure_cache(tmp_path / "cache", wheels)
     before = digests(project)
     with serve_directory(channel.parent) as url:
-        result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "kernel-abi.yaml" in result.stderr and f"torch minor {NEW_TORCH.rsplit('.', 1)[0]}" in result.stderr
-    assert "offset_intragraph" in result.stderr
-    assert digests(project) == before
+        env = {"FAFORGE_CACHE_DIR": str(cache), "FAFORGE_SIMPLE_INDEX": url + "simple", **OFFLINE_ENV}
+        result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write", env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert digests(project) == before, "a refused bump writes nothing"
+    return result.stderr
+
+
+def test_a_new_torch_minor_with_a_layout_no_kernel_library_has_is_refused_and_nothing_written(project, tmp_path):
+    """torch 2.13's real headers with one more PhiloxCudaState field, as a new minor's wheel: measured, refused."""
+    real = fetch_headers(header_wheel(list(pypi_listing("torch").values()), "2.13.0"), cache_dir("torch-headers"))
+    changed = tmp_path / "changed"
+    shutil.copytree(real, changed)
+    raw = changed / RAW_HEADER
+    raw.write_text(raw.read_text().replace("bool captured_ = false;", "bool captured_ = false;\n  uint64_t generation_ = 0;"))
+    wheel = f"torch-{NEW_TORCH}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    stderr = refused_bump(project, tmp_path, {wheel: changed})
+    assert f"{wheel}: torch/include/{RAW_HEADER}: at::PhiloxCudaState lays Flash_fwd_params out as no kernel library does" in stderr
+
+
+def test_a_new_torch_minor_without_a_wheel_to_measure_is_refused_and_nothing_written(project, tmp_path):
+    stderr = refused_bump(project, tmp_path, {})
+    assert f"torch {NEW_TORCH}: the wheel index lists no x86_64 CPython wheel of it" in stderr and RAW_HEADER in stderr
 
 
 def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):

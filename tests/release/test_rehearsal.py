@@ -30,23 +30,21 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
 
 from faforge.kernels import kernel_abi
 from faforge.kernels.measure_abi import RAW_HEADER, fetch_headers, header_wheel
 from faforge.matrix import load_matrix
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 from faforge.matrix.render_cache import selected_cells
-from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
+from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
 from tests.support.pypi import pypi_listing
 from tests.support.real_records import torch_records, write_channel
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "tests" / "schemas"
 MINOR, TORCH = "2.13", "2.13.0"
-OFFLINE = "http://127.0.0.1:9"  # a closed port: any request that is not to the loopback servers fails
 
 pytestmark = pytest.mark.slow
 
@@ -66,20 +64,9 @@ def git(root: Path, *args: str) -> str:
 def cache(tmp_path_factory) -> Path:
     """A private faforge cache holding what the measurement reads, filled from the test cache (the one
     network step: range reads of the 2.13.0 wheel's headers and the sdist, both cached after once)."""
-    if not shutil.which("g++"):
-        pytest.skip("needs g++")
     wheel = header_wheel(list(pypi_listing("torch").values()), TORCH)
     headers = fetch_headers(wheel, cache_dir("torch-headers"))
-    try:
-        flash = flash_attn_sdist() / "csrc" / "flash_attn" / "src"
-    except SdistUnavailable as exc:
-        pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("faforge-cache")
-    shutil.copytree(headers, root / "torch-headers" / wheel.filename / "torch" / "include")
-    policy = load_matrix().policy
-    shutil.copytree(flash, root / "flash-attn-sdist" / f"flash_attn-{policy.flash_attn_version}" / "csrc" / "flash_attn" / "src",
-                    ignore=lambda folder, names: [n for n in names if not n.endswith(".h") and not (Path(folder) / n).is_dir()])
-    return root
+    return measure_cache(tmp_path_factory.mktemp("faforge-cache"), {wheel.filename: headers})
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +75,7 @@ def served(tmp_path_factory) -> Path:
     torch listing PyPI's real files of 2.13.0 (names, URLs and sha256 as PyPI gives them)."""
     root = tmp_path_factory.mktemp("served")
     write_channel(root, torch_records())
-    files = [f for name, f in pypi_listing("torch").items() if name.startswith(f"torch-{TORCH}-")]
-    page = root / "simple" / "torch" / "index.html"
-    page.parent.mkdir(parents=True)
-    page.write_text(json.dumps({"meta": {"api-version": "1.0"}, "name": "torch", "files": [
-        {"filename": f.filename, "url": f.url, "hashes": {"sha256": f.sha256}, "size": f.size} for f in files]}))
+    simple_page(root, [f for name, f in pypi_listing("torch").items() if name.startswith(f"torch-{TORCH}-")])
     return root
 
 
@@ -138,8 +121,7 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     published = tmp_path / "channel"
     other_cells = channel_of_every_cell(root, published)
 
-    offline = {"FAFORGE_CACHE_DIR": str(cache), "http_proxy": OFFLINE, "https_proxy": OFFLINE,
-               "HTTP_PROXY": OFFLINE, "HTTPS_PROXY": OFFLINE, "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
+    offline = {"FAFORGE_CACHE_DIR": str(cache), **OFFLINE_ENV}
     with serve_directory(served) as url:
         offline["FAFORGE_SIMPLE_INDEX"] = url + "simple"
         bump, bump_s = faforge(root, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write", "--json", env=offline)

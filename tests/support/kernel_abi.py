@@ -2,8 +2,8 @@
 
 Every matrix torch minor needs its row (faforge.kernels.kernel_abi.PhiloxWidths), or no cell of it can be
 generated. The row written here has the shim's layout (64-bit offset_intragraph_, torch >= 2.10) and a
-made-up wheel digest: it stands for the row a maintainer adds after tests/kernels/test_params_layout.py
-measured the real wheel.
+made-up wheel digest: it stands for the row `faforge bump` measures from the real wheel
+(faforge.kernels.measure_abi), for tests whose torch minor has no real wheel.
 """
 
 from __future__ import annotations

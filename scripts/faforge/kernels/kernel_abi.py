@@ -126,9 +126,9 @@ class PhiloxWidths:
         if torch_minor not in self.by_minor:
             raise DataError(
                 self.path, "torch", f"no row for torch minor {torch_minor}, which variants/releases.yaml gives the matrix",
-                hint=f"add a row `- minor: '{torch_minor}'` with offset_intragraph (uint32_t or uint64_t, as that torch's "
-                     "ATen/cuda/detail/PhiloxCudaStateRaw.cuh declares it), sizes and verdict; "
-                     "tests/kernels/test_params_layout.py measures them from its wheel",
+                hint="`faforge bump --write` measures the row from that torch's PyPI wheel and adds it "
+                     f"(or add `- minor: '{torch_minor}'` by hand: offset_intragraph as its "
+                     "ATen/cuda/detail/PhiloxCudaStateRaw.cuh declares it, sizes and verdict)",
             )
         return self.by_minor[torch_minor]
 

@@ -59,7 +59,7 @@ class MeasureError(FaforgeError):
 def header_wheel(files: list[RemoteFile], version: str) -> RemoteFile:
     """The x86_64 CPython wheel of torch `version` whose headers are read (HEADER_PYTHON's, else the oldest)."""
     found = {}
-    for f in files:
+    for f in sorted(files, key=lambda f: f.filename):  # one choice however the index orders its files
         match = WHEEL.fullmatch(f.filename)
         if match and match["version"] == version:
             found.setdefault(int(match["py"][1:]), f)
