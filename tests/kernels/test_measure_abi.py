@@ -7,6 +7,7 @@ flash.h from the real flash-attn sdist (tests/gpu/flash_attn_sdist.py's cache fo
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 
 from faforge.errors import EXIT_PROBLEMS
 from faforge.kernels import kernel_abi
-from faforge.kernels.measure_abi import RAW_HEADER, MeasureError, fetch_headers, header_wheel, measure_release, verdict_of
+from faforge.kernels.measure_abi import (MEMBERS, RAW_HEADER, MeasureError, check_include_chain, fetch_headers, header_wheel,
+                                        measure_release, verdict_of)
 from faforge.matrix import load_matrix
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import TEST_CACHE, cache_dir
@@ -102,3 +104,15 @@ def test_a_header_that_does_not_compile_is_refused(tmp_path, flash_src):
 def test_a_release_with_no_wheel_is_refused():
     with pytest.raises(MeasureError, match="lists no x86_64 CPython wheel"):
         header_wheel(list(pypi_listing("torch").values()), "2.99.0")
+
+
+def test_a_struct_reached_through_other_headers_is_refused(tmp_path):
+    """The four members stand for torch's include tree only while PhiloxCudaState.h includes nothing but
+    <cstdint> and the raw header: one more include there could change the layout unseen."""
+    _, include = copied_headers(tmp_path, "2.13.0")
+    wheel = header_wheel(list(pypi_listing("torch").values()), "2.13.0").filename
+    check_include_chain(include, wheel)  # the real headers pass
+    state_h = include / MEMBERS[1]
+    state_h.write_text(state_h.read_text().replace("#include <cstdint>", "#include <cstdint>\n#include <c10/macros/Macros.h>"))
+    with pytest.raises(MeasureError, match=re.escape(f"{wheel}: torch/include/{MEMBERS[1]} includes more than <cstdint> and the raw header")):
+        check_include_chain(include, wheel)

@@ -110,7 +110,7 @@ def flash_sources(cache: Path, version: str, sha256: str) -> Path:
     data = http_get(url, kind="package")
     if hashlib.sha256(data).hexdigest() != sha256:
         raise MeasureError(f"{url}: sha256 {hashlib.sha256(data).hexdigest()}, variants/matrix.yaml says {sha256}", input=url,
-                           hint="the sdist changed or the download was cut: retry, or check flash_attn.sha256")
+                           hint=f"the sdist changed or the download was cut: retry, or check {FLASH_ATTN.key}.sha256")
     prefix = f"{FLASH_ATTN.dist_name}-{version}/{FLASH_ATTN.kernel_source_dir}/"
     with tempfile.TemporaryDirectory(dir=cache.parent if cache.parent.is_dir() else None) as tmp, \
             tarfile.open(fileobj=io.BytesIO(data)) as archive:
@@ -176,6 +176,6 @@ def measure_release(version: str, files: list[RemoteFile], cache: Path, flash_ve
     """The row of torch `version`, read from its wheel among `files` (network unless cached)."""
     wheel = header_wheel(files, version)
     include = fetch_headers(wheel, cache / "torch-headers")
-    flash_src = flash_sources(cache / "flash-attn-sdist", flash_version, flash_sha256)
+    flash_src = flash_sources(cache / f"{FLASH_ATTN.package}-sdist", flash_version, flash_sha256)
     with tempfile.TemporaryDirectory(prefix="faforge-kernel-abi-") as tmp:
         return verdict_of(version, wheel, include, flash_src, Path(tmp))
