@@ -15,7 +15,7 @@ import pytest
 
 from faforge.errors import EXIT_PROBLEMS
 from faforge.kernels import kernel_abi
-from faforge.kernels.measure_abi import (MEMBERS, RAW_HEADER, MeasureError, check_include_chain, fetch_headers, header_wheel,
+from faforge.kernels.measure_abi import (MEMBERS, RAW_HEADER, MeasureError, check_include_chain, fetch_headers, flash_sources, header_wheel,
                                         measure_release, verdict_of)
 from faforge.matrix import load_matrix
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
@@ -116,3 +116,16 @@ def test_a_struct_reached_through_other_headers_is_refused(tmp_path):
     state_h.write_text(state_h.read_text().replace("#include <cstdint>", "#include <cstdint>\n#include <c10/macros/Macros.h>"))
     with pytest.raises(MeasureError, match=re.escape(f"{wheel}: torch/include/{MEMBERS[1]} includes more than <cstdint> and the raw header")):
         check_include_chain(include, wheel)
+
+
+@pytest.mark.slow
+def test_flash_h_comes_from_the_recipes_sdist_checked_against_its_sha256(tmp_path):
+    """A fresh cache: the sdist is found on the index, checked, and only its headers are kept; a
+    sha256 other than matrix.yaml's is refused and nothing is cached."""
+    policy = load_matrix().policy
+    with pytest.raises(MeasureError, match=f"variants/matrix.yaml says {'0' * 64}"):
+        flash_sources(tmp_path / "wrong", policy.flash_attn_version, "0" * 64)
+    assert not (tmp_path / "wrong").exists()
+    src = flash_sources(tmp_path / "sdist", policy.flash_attn_version, policy.flash_attn_sha256)
+    assert {"flash.h", "namespace_config.h"} <= {p.name for p in src.iterdir()}
+    assert all(p.suffix == ".h" for p in src.rglob("*") if p.is_file())

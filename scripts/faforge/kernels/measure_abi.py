@@ -24,7 +24,7 @@ from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.kernels.kernel_abi import OWN_BUILD, PHILOX_OFFSET_BITS, SHARED, Sizes, Verdict
 from faforge.kernels.params_layout import Layout, ProbeError, measure, struct_fields
-from faforge.wheelfetch import RemoteFile, fetch_member, http_get
+from faforge.wheelfetch import RemoteFile, fetch_member, http_get, list_files
 
 # What defines at::PhiloxCudaState and unpack in every torch from 2.2 on; check_include_chain proves
 # per release that nothing else reaches the struct.
@@ -101,12 +101,16 @@ def check_include_chain(include: Path, wheel: str) -> None:
 
 
 def flash_sources(cache: Path, version: str, sha256: str) -> Path:
-    """flash.h's folder from the recipe's sdist (PyPI, sha256-checked), cached under cache/."""
+    """flash.h's folder from the recipe's sdist (found on the PEP 691 index, sha256-checked), cached under cache/."""
     root = cache / f"{FLASH_ATTN.dist_name}-{version}"
     src = root / FLASH_ATTN.kernel_source_dir
     if (src / "flash.h").is_file():
         return src
-    url = f"https://pypi.org/packages/source/{FLASH_ATTN.package[0]}/{FLASH_ATTN.package}/{FLASH_ATTN.dist_name}-{version}.tar.gz"
+    name = f"{FLASH_ATTN.dist_name}-{version}.tar.gz"
+    url = next((f.url for f in list_files(FLASH_ATTN.package) if f.filename == name), None)
+    if url is None:
+        raise MeasureError(f"{name}: the package index does not list it, so flash.h cannot be read", input=name,
+                           hint=f"check {FLASH_ATTN.key}.version in variants/matrix.yaml")
     data = http_get(url, kind="package")
     if hashlib.sha256(data).hexdigest() != sha256:
         raise MeasureError(f"{url}: sha256 {hashlib.sha256(data).hexdigest()}, variants/matrix.yaml says {sha256}", input=url,
