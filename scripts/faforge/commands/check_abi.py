@@ -10,6 +10,8 @@ With --torch-free instead of --against, checks a binary that must not touch torc
 kernel library of issue 15): no torch/c10/Python/pybind11 library or symbol, no export whose meaning
 depends on the C++ ABI, optionally only exports matching --exports, and exactly the GPU code of
 --expect-archs (faforge.kernels.torchfree).
+With --stable-abi, each --against is one torch release: PATH must import from torch only its stable C
+interface (aoti_torch_*, torch_*; faforge.abi.stable) and load on every one of them (FlashAttention-3's claim).
 Exit status: 0 no problems, 1 problems found, 2 bad input.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from faforge import paths
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.report import render_text
+from faforge.abi.stable import check_stable, render_stable_text
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
 from faforge.kernels import torchfree
@@ -38,6 +41,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              f"of a split {FLASH_ATTN.package}'s {FLASH_ATTN.kernel_package} package (repeatable)")
     parser.add_argument("--torch-free", action="store_true",
                         help="instead of --against: PATH is a shared library that must not touch torch, Python or the C++ ABI")
+    parser.add_argument("--stable-abi", action="store_true",
+                        help="PATH claims torch's stable ABI: each --against is one torch release it must load on, "
+                             "and it may import only torch's stable C functions (aoti_torch_*, torch_*)")
     parser.add_argument("--expect-archs", metavar="LIST", help="with --torch-free: the GPU code PATH must carry, e.g. '80;90;100;120+PTX'")
     parser.add_argument("--exports", metavar="PATTERNS",
                         help="with --torch-free: the only exported names allowed, as shell patterns on demangled base names, "
@@ -62,19 +68,26 @@ def execute(args: argparse.Namespace) -> int:
             if not folder.is_dir():
                 raise FaforgeError(f"--library-dir {folder} {why_not_a_folder(folder)}",
                                    hint="pass the folder holding the library (e.g. an installed kernel package's lib/)")
-    verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir)
+    if args.stable_abi:
+        if args.glibc:
+            raise FaforgeError("--glibc goes with a check against one torch", hint="drop --glibc, or drop --stable-abi")
+        verdict = check_stable(args.path, args.against, platform=args.platform, library_dirs=args.library_dir)
+        lines = render_stable_text(verdict)
+    else:
+        verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir)
+        lines = render_text(verdict)
     if args.json:
         json.dump(verdict.to_json(), sys.stdout, indent=2)
         print()
     else:
-        print("\n".join(render_text(verdict)))
+        print("\n".join(lines))
         print(f"checked in {time.perf_counter() - started:.2f}s")
     return EXIT_OK if verdict.ok else EXIT_PROBLEMS
 
 
 def _torch_free(args: argparse.Namespace, started: float) -> int:
-    if args.against or args.glibc or args.platform or args.library_dir:
-        raise FaforgeError("--torch-free checks PATH on its own", hint="drop --against, --library-dir, --glibc and --platform")
+    if args.against or args.glibc or args.platform or args.library_dir or args.stable_abi:
+        raise FaforgeError("--torch-free checks PATH on its own", hint="drop --against, --library-dir, --glibc, --platform and --stable-abi")
     report = torchfree.check_torch_free(args.path, expect_archs=args.expect_archs, exports=args.exports)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)

@@ -1,0 +1,131 @@
+"""The stable-ABI claim of a binary (FlashAttention-3's): it loads on every torch of a range, not only
+on the one whose headers built it.
+
+Torch's "LibTorch Stable ABI" note (https://docs.pytorch.org/docs/2.14/notes/libtorch_stable_abi.html)
+names three parts: the stable C headers libtorch implements (torch/csrc/inductor/aoti_torch/c/shim.h,
+torch/csrc/stable/c/shim.h: C functions `aoti_torch_*` and `torch_*`), header-only C++ (torch/headeronly)
+and inline C++ wrappers over the C functions (torch/csrc/stable). Only the first is linked, so a binary
+that keeps the claim imports from torch's libraries nothing but those C names. The claim is then
+proven per release, by the loader check (faforge.abi.check) against that release's real libraries:
+a C function a newer torch removed, or an older one lacks, is a missing symbol there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge.abi import classify
+from faforge.abi.check import check_path
+from faforge.abi.demangle import demangle
+from faforge.abi.elf import read_dynamic_symbols, read_info
+from faforge.abi.inputs import extension_modules
+from faforge.abi.report import Verdict, render_text
+from faforge.abi.resolve import environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
+
+# The stable C interface's names (shim.h of both folders above).
+STABLE_C_NAME = re.compile(r"^(?:aoti_torch_|torch_)[A-Za-z0-9_]+$")
+UNSTABLE_IMPORT = "unstable-import"
+
+
+@dataclass(frozen=True)
+class UnstableImport:
+    """A torch symbol the binary imports outside the stable C interface: it ties the binary to one torch."""
+
+    module: str
+    symbol: str
+    demangled: str | None
+    library: str | None  # the torch library that provides it in the release checked, when one does
+
+
+@dataclass(frozen=True)
+class StableVerdict:
+    extension: str
+    unstable: tuple[UnstableImport, ...]
+    stable_imports: tuple[str, ...]  # the stable C functions the binary uses
+    releases: tuple[Verdict, ...]  # the loader check against each torch release, oldest first as given
+
+    @property
+    def ok(self) -> bool:
+        return not self.unstable and all(v.ok for v in self.releases)
+
+    def to_json(self) -> dict:
+        return {
+            "version": 1, "ok": self.ok, "extension": self.extension,
+            "unstable_imports": [{"module": u.module, "symbol": u.symbol, "demangled": u.demangled, "library": u.library}
+                                 for u in self.unstable],
+            "stable_imports": list(self.stable_imports),
+            "releases": [{"torch": v.torch.version, "against": list(v.against), "ok": v.ok, "report": v.to_json()}
+                         for v in self.releases],
+        }
+
+
+def check_stable(path: str | Path, releases: Sequence[str | Path], *, platform: str | None = None,
+                 library_dirs: Sequence[Path] = ()) -> StableVerdict:
+    """Check `path` against each torch in `releases` (one torch each: torch/lib, site-packages or a
+    prefix), and that everything it imports from torch is a stable C function."""
+    unstable: dict[tuple[str, str], UnstableImport] = {}
+    stable: set[str] = set()
+    verdicts = []
+    for release in releases:
+        verdict = check_path(path, [release], platform=platform, library_dirs=library_dirs)
+        verdicts.append(verdict)
+        search_dirs = environment_dirs(tuple(dict.fromkeys(torch_lib_dirs(release))))
+        with extension_modules(path) as modules:
+            for shown, real in modules:
+                for item in _torch_imports(real, search_dirs, shown):
+                    if isinstance(item, str):
+                        stable.add(item)
+                    else:
+                        unstable.setdefault((item.module, item.symbol), item)
+    return StableVerdict(str(path), tuple(unstable.values()), tuple(sorted(stable)), tuple(verdicts))
+
+
+def _torch_imports(module: Path, search_dirs, shown: str) -> list[str | UnstableImport]:
+    """Each import of `module` that names torch: a stable C function's name, or an UnstableImport.
+    An import names torch when a torch library provides it in this load, or when its mangled name
+    lies in torch's namespaces (c10::, at::, torch::, caffe2::) whether or not one provides it."""
+    info = read_info(module)
+    imports = [s for s in read_dynamic_symbols(module).undefined() if not s.weak]
+    torch_load = loaded_by_torch(search_dirs)
+    closure = load_closure(info, search_dirs, torch_load.libraries)
+    providers = closure.providers([(s.name, s.version) for s in imports])
+    found: list[str | UnstableImport] = []
+    for sym, provider in zip(imports, providers):
+        from_torch = provider is not None and is_torch_library(provider.name)
+        demangled = demangle(sym.name)
+        if not (from_torch or classify.is_torch_mangled(sym.name)) or _is_cxx_runtime(demangled):
+            continue
+        if STABLE_C_NAME.match(sym.name):
+            found.append(sym.name)
+        else:
+            found.append(UnstableImport(shown, sym.name, demangled, provider.name if provider else None))
+    return found
+
+
+def _is_cxx_runtime(demangled: str | None) -> bool:
+    """std:: names are libstdc++'s. torch's libraries re-export some (std::string members), and an
+    unversioned reference the static linker met there first binds to them in a torch load; without
+    that torch it binds to libstdc++'s, so it does not tie the binary to torch."""
+    return demangled is not None and classify.parse_signature(demangled).qualified_name.startswith("std::")
+
+
+def render_stable_text(verdict: StableVerdict) -> list[str]:
+    lines = [f"{verdict.extension}: imports {len(verdict.stable_imports)} of torch's stable C functions"]
+    for u in verdict.unstable:
+        where = f" (from {u.library})" if u.library else ""
+        lines.append(f"  {UNSTABLE_IMPORT}: {u.demangled or u.symbol}{where}: not part of torch's stable C interface, "
+                     "so the binary is tied to the torch it was built against")
+    for release in verdict.releases:
+        lines += ["", *render_text(release)]
+    served = ", ".join(v.torch.version or "?" for v in verdict.releases if v.ok)
+    if verdict.ok:
+        lines.append(f"OK: stable ABI, loads on every torch checked ({served})")
+    else:
+        failed = ", ".join(v.torch.version or "?" for v in verdict.releases if not v.ok)
+        why = [f"{len(verdict.unstable)} unstable imports"] if verdict.unstable else []
+        why += [f"does not load on {failed}"] if failed else []
+        lines.append(f"FAILED: not stable-ABI: {'; '.join(why)}")
+    return lines
