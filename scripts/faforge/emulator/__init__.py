@@ -81,7 +81,7 @@ def _qemu(machine: str, named: str | None, source: str) -> str:
         found = shutil.which(f"qemu-{machine}") or shutil.which(f"qemu-{machine}-static")
         if not found:
             raise NoEmulator(f"qemu-{machine} (or qemu-{machine}-static) is not on PATH, so no {machine} program can run on this "
-                             f"{platform.machine()} machine; install qemu-user (apt: qemu-user-static) or name it with --qemu / $FAFORGE_QEMU")
+                             f"{platform.machine()} machine; install qemu-user (apt: qemu-user-static) or name it with $FAFORGE_QEMU (faforge verify: --qemu)")
         return found
     path = shutil.which(named) if named.strip() else None
     if not path:
@@ -105,3 +105,16 @@ def _sysroot(machine: str, named: str | None, source: str) -> Path:
         raise FaforgeError(f"{source} {named[:200]!r}: no lib/{loader} in it, so it is not a {machine} sysroot",
                            hint=f"name the folder holding the target's lib/{loader} and libc, e.g. /usr/{machine}-linux-gnu, or leave it unset")
     return root.resolve()
+
+
+def interpreter_command(python: Path, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """How to run `python` here: itself, or under qemu ($FAFORGE_QEMU, $FAFORGE_SYSROOT or what is found)
+    when it is another machine's program; FaforgeError when nothing here can run it."""
+    machine = machine_of(python)
+    if not is_foreign(machine):
+        return [str(python)]
+    try:
+        return find_emulator(machine, environ=environ).command(python)
+    except NoEmulator as exc:
+        raise FaforgeError(f"{python} is built for {machine} and this machine is {platform.machine()}: {exc}",
+                           hint=f"or run this on an {machine} machine" if machine[0] in "aeiou" else f"or run this on a {machine} machine") from None
