@@ -4,7 +4,7 @@
     target's torch: PyPI's aarch64 wheel installed with `pip install --target --platform`, or an
     aarch64 prefix); the target's libc and libstdc++ come from the emulator's sysroot when one is found;
   * import: the package (and the kernel build it pins) extracted into a temporary prefix and imported
-    by the target's Python under qemu (faforge.emulator), with the --against torch on its path. The
+    by the target's Python under qemu (faforge.emulator), with the --against torch (else its own) on its path. The
     Python is --target-python or $FAFORGE_TARGET_PYTHON (a conda aarch64 prefix's bin/python, or a
     plain one). `skipped` with the reason when qemu, the sysroot, that Python or the torch is missing;
     its detail says it ran emulated;
@@ -86,24 +86,22 @@ def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kern
     if python is None:
         return Check("import", "skipped", f"not run: no {machine} Python to import with; name one with --target-python or "
                                           "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)")
-    site = torch_site(against or [])
-    if site is None:
-        return Check("import", "skipped", f"not run: no {machine} torch to import with; pass --against its site-packages "
-                                          "(e.g. pip install --target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: torch==VERSION)")
+    site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
     with unpacked(*(package, kernel) if kernel else (package,)) as prefix:
         own = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages"))
-        command = [*emulator.command(python), "-I", "-c", IMPORT_CODE, *own, str(site)]
+        command = [*emulator.command(python), "-I", "-c", IMPORT_CODE, *own, *([str(site)] if site else [])]
         started = time.monotonic()
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=prefix)
         except subprocess.TimeoutExpired:
             return Check("import", "failed", f"emulated import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
     took = time.monotonic() - started
-    how = f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {took:.0f} s, torch from {site}"
+    how = f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {took:.0f} s, torch from {site or 'its own site-packages'}"
     torch_line = next((line.split()[1] for line in result.stdout.splitlines() if line.startswith(TORCH_IMPORTED)), None)
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
     if torch_line is None:
-        return Check("import", "skipped", f"the {machine} torch itself does not import ({how}): {tail}")
+        return Check("import", "skipped", f"the {machine} torch itself does not import ({how}): {tail}; pass --against the "
+                                          "site-packages of one (pip install --target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: torch==VERSION)")
     if result.returncode != 0:
         return Check("import", "failed", f"`import {', '.join(FLASH_ATTN.imports)}` failed ({how}): {tail}")
     return Check("import", "passed", f"imported {', '.join(FLASH_ATTN.imports[1:])} with torch {torch_line} on {machine} ({how})")
