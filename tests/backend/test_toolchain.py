@@ -84,7 +84,9 @@ def test_a_cross_build_targets_conda_target_platform_not_the_build_machine(monke
     cross = script.target_toolkit(env, "x86_64")
     assert cross.triplet == "sbsa-linux"
     assert cross.cudart_dirs(env) == [lib]
-    assert cross.host_flags == ("-ccbin", "aarch64-conda-linux-gnu-c++")
+    # -target-dir: nvcc 13.0 given an aarch64 -ccbin picks targets/aarch64-linux (Jetson), not sbsa-linux,
+    # and fails with "cuda_runtime.h: No such file" where only the sbsa tree exists (the real cross build, issue 23).
+    assert cross.host_flags == ("-ccbin", "aarch64-conda-linux-gnu-c++", "-target-dir", "sbsa-linux")
     native = script.target_toolkit({"target_platform": "linux-64", "CXX": "g++"}, "x86_64")
     assert (native.triplet, native.host_flags) == ("x86_64-linux", ())
     assert script.target_toolkit({}, "aarch64").triplet == "sbsa-linux"

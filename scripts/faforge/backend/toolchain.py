@@ -46,7 +46,9 @@ class CudaToolkit:
 
     @property
     def host_flags(self) -> tuple[str, ...]:
-        return ("-ccbin", self.host_compiler) if self.host_compiler else ()
+        """A cross build's -ccbin, and the target tree by name: nvcc 13.0 given an aarch64 -ccbin picks
+        targets/aarch64-linux (Jetson), not the sbsa-linux tree conda-forge and PyPI's wheels provide."""
+        return ("-ccbin", self.host_compiler, "-target-dir", self.triplet) if self.host_compiler else ()
 
     @property
     def nvcc(self) -> str:
