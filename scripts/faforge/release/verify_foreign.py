@@ -64,7 +64,7 @@ def target_python(machine: str, emulation: Emulation) -> Path | None:
         found = machine_of(path) if path.is_file() else None
     if found != machine:
         what = "no such file" if not path.is_file() else f"an ELF program for {found}" if found else "not an ELF program"
-        raise FaforgeError(f"{source} {named[:200]!r}: {what}, not a {machine} Python interpreter",
+        raise FaforgeError(f"{source} {named[:200]!r}: {what}, not a Python interpreter for {machine}",
                            hint=f"name the {machine} python of the prefix to import in, e.g. PREFIX/bin/python3.11, or leave it unset")
     return path
 
@@ -108,8 +108,8 @@ def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kern
 
 
 def gpu_skipped(package: PackageFacts, machine: str) -> Check:
-    return Check("gpu", "skipped", f"a {package.subdir} package's GPU suite runs on a {machine} GPU runner (the workflow's "
-                                   f"FAFORGE_GPU_RUNNER_AARCH64 job); this machine is {platform.machine()}")
+    return Check("gpu", "skipped", f"a {package.subdir} package's GPU suite runs natively on a GPU runner of that machine ({machine}; "
+                                   f"CI: gpu-test where FAFORGE_GPU_RUNNER_AARCH64 is true); this machine is {platform.machine()}")
 
 
 def foreign_machine(package: PackageFacts) -> str | None:
