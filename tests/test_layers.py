@@ -24,7 +24,7 @@ LAYERS = (
     ("cli",),                            # the console entry and its parser
     ("commands",),                       # one module per subcommand: parse, call the layers below, print
     ("release", "doctor", "buildcost"),  # the release pipeline, the installed-env diagnosis, build-cost estimates
-    ("channel", "gpu", "matrix"),        # conda channels, the GPU gate, the build matrix
+    ("channel", "gpu", "matrix", "emulator"),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter
     ("kernels", "backend"),              # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend
     ("abi",),                            # ELF reading and the ABI gate
 )

@@ -65,9 +65,37 @@ def test_a_cross_toolkit_is_its_target_triplet(tmp_path):
 def test_cuda_home_comes_from_the_environment_first(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     assert script.find_cuda_home() == str(tmp_path)
-    assert script.native_toolkit("x86_64") == script.CudaToolkit(home=str(tmp_path), triplet="x86_64-linux")
+    assert script.target_toolkit({}, "x86_64") == script.CudaToolkit(home=str(tmp_path), triplet="x86_64-linux")
 
 
 def test_an_nvcc_that_does_not_run_is_named(tmp_path):
     with pytest.raises(BuildError, match="install the CUDA compiler or set CUDA_HOME"):
         script.nvcc_version(str(tmp_path / "bin/nvcc"))
+
+
+def test_a_cross_build_targets_conda_target_platform_not_the_build_machine(monkeypatch, tmp_path):
+    """rattler-build's --target-platform linux-aarch64 on an x86_64 machine: the toolkit's triplet is
+    the target's sbsa-linux tree (conda-forge's cuda-*_linux-aarch64 layout), and nvcc hands host code
+    to the cross compiler in $CXX. Was x86_64-linux from uname, hidden by $PREFIX/lib/libcudart.so."""
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    lib = _lib(tmp_path / "cuda/targets/sbsa-linux/lib")
+    _lib(tmp_path / "cuda/targets/x86_64-linux/lib")
+    env = {"target_platform": "linux-aarch64", "build_platform": "linux-64", "CXX": "aarch64-conda-linux-gnu-c++"}
+    cross = script.target_toolkit(env, "x86_64")
+    assert cross.triplet == "sbsa-linux"
+    assert cross.cudart_dirs(env) == [lib]
+    # -target-dir: nvcc 13.0 given an aarch64 -ccbin picks targets/aarch64-linux (Jetson), not sbsa-linux,
+    # and fails with "cuda_runtime.h: No such file" where only the sbsa tree exists (the real cross build, issue 23).
+    assert cross.host_flags == ("-ccbin", "aarch64-conda-linux-gnu-c++", "-target-dir", "sbsa-linux")
+    native = script.target_toolkit({"target_platform": "linux-64", "CXX": "g++"}, "x86_64")
+    assert (native.triplet, native.host_flags) == ("x86_64-linux", ())
+    assert script.target_toolkit({}, "aarch64").triplet == "sbsa-linux"
+
+
+def test_a_cross_build_without_a_cross_compiler_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BuildError, match="linux-aarch64.*CXX"):
+        script.target_toolkit({"target_platform": "linux-aarch64"}, "x86_64")
+    with pytest.raises(BuildError, match="target_platform 'osx-arm64'"):
+        script.target_toolkit({"target_platform": "osx-arm64"}, "x86_64")

@@ -69,6 +69,8 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
     ro = "/sys" if os.geteuid() == 0 else str(read_only)
     conda = assemble(PackageSpec("flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0", "linux-64",
                                  depends=("python 3.11.*",), files={"share/flash-attn-standin.txt": "x"}), tmp / "pkg")
+    conda_aarch64 = assemble(PackageSpec("flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0", "linux-aarch64",
+                                         depends=("python 3.11.*",), files={"share/flash-attn-standin.txt": "x"}), tmp / "pkg")
     manifest = tmp / "manifest-list"  # a manifest entry of valid JSON but the wrong type, for that package
     (manifest / read_package(conda).sha256).mkdir(parents=True)
     (manifest / read_package(conda).sha256 / "abi.json").write_text("[1, 2]\n")
@@ -91,6 +93,6 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
         "plan_int_cell": str(tmp / "plan-int-cell.json"), "plan_no_link": str(tmp / "plan-no-link.json"),
         "plan_part_int": str(tmp / "plan-part-int.json"), "manifest_list": str(manifest),
         "measurements_wrong": str(tmp / "measurements-wrong.yaml"), "measurements_list": str(tmp / "measurements-list.yaml"),
-        "conda": str(conda), "torch_lib": str(torch_lib), "www": url.rstrip("/"), "bad_direct_url": str(venv_with_wrong_metadata(tmp)),
+        "conda": str(conda), "conda_aarch64": str(conda_aarch64), "torch_lib": str(torch_lib), "www": url.rstrip("/"), "bad_direct_url": str(venv_with_wrong_metadata(tmp)),
         **{name.replace("-", "_"): str(tmp / name) for name in ("releases-random", "releases-list", "releases-wrong-types")},
     }

@@ -92,6 +92,9 @@ def test_readme_line_solves_build_and_host_with_cuda_override(target, world, tmp
     assert f"cuda-nvcc_{target}" in build and f"gxx_{target}" in build
     if target == "linux-aarch64":
         assert host["arm-variant"] == ("1.2.0", "noarch") and "cross-python_linux-aarch64" in build
+        # The linux-64 build of cuda-nvcc_linux-aarch64 does not depend on cuda-nvcc-impl (cuda-nvcc-feedstock
+        # recipe/meta.yaml: `cuda-nvcc-impl  # [target_platform == cross_target_platform]`), so nothing pulls it in.
+        assert "cuda-nvcc-impl" not in build, sorted(build)
 
 
 def test_without_cuda_override_a_gpu_less_runner_cannot_solve(conda_forge_line, world, tmp_path):

@@ -32,7 +32,8 @@ def test_foreign_platform_package_is_skipped_not_passed(tmp_path):
     data = json.loads(result.stdout)
     jsonschema.validate(data, SCHEMA)
     assert {r["gate"]: r["result"] for r in data["results"]} == {"import": "skipped", "gpu": "skipped"}
-    assert all("linux-aarch64 package cannot be imported" in r["detail"] for r in data["results"])
+    details = {r["gate"]: r["detail"] for r in data["results"]}  # no qemu or no aarch64 Python here: tests/release/test_verify_foreign.py
+    assert details["import"].startswith("not run: ") and "GPU runner of that machine (aarch64" in details["gpu"]
     facts = read_package(path)
     recorded = results_for(manifest, facts.sha256)
     assert set(recorded) == {"import", "gpu"} and recorded["import"].cell == "linux-aarch64/py312/torch2.13/cu130/abi1"

@@ -88,7 +88,7 @@ def test_the_kernel_package_is_found_among_the_arguments_or_beside(tmp_path):
     with_argument = faforge("verify", fa, given, "--gates", "import", "--manifest", tmp_path / "v", "--json")
     assert with_argument.returncode == 3, with_argument.stdout + with_argument.stderr
     results = {r["package"]: r for r in json.loads(with_argument.stdout)["results"]}
-    assert "cannot be imported on this" in results[fa.name]["detail"]
+    assert results[fa.name]["detail"].startswith("not run: ")  # no qemu or aarch64 Python here (test_verify_foreign.py)
     assert "library cannot be loaded on this" in results[given.name]["detail"]
     beside = kernel_package(tmp_path / "out", subdir="linux-aarch64")
     assert beside.parent == fa.parent

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -213,3 +214,41 @@ def arm64_python(log=lambda line: None) -> list[str]:
     libs = f"{python}/lib/aarch64-linux-gnu:{python.parent}/lib/aarch64-linux-gnu"
     return [str(qemu), "-L", str(CROSS_SYSROOT), "-E", f"LD_LIBRARY_PATH={libs}", "-E", f"PYTHONHOME={python}",
             str(python / "bin/python3.11")]
+
+
+@dataclass(frozen=True)
+class Arm64Python:
+    """Debian's arm64 python3.11 as a plain aarch64 prefix: run as `qemu -L sysroot python`, nothing else set."""
+
+    qemu: Path
+    sysroot: Path
+    python: Path
+
+    @property
+    def include(self) -> Path:
+        return self.python.parents[1] / "include/python3.11"
+
+
+def arm64_plain_python(log=lambda line: None) -> Arm64Python:
+    """Debian's unpacked arm64 python3.11 and a sysroot for qemu's -L: one lib/ folder of links to the cross libc
+    (CROSS_SYSROOT) and to the unpacked root's multiarch libraries (libexpat, zlib, libffi, libpython), where
+    the emulated loader looks first, so the wrapper faforge.emulator builds needs no LD_LIBRARY_PATH or
+    PYTHONHOME. Python finds its own prefix (ROOT/usr) from the executable's location."""
+    if not (CROSS_SYSROOT / "lib/ld-linux-aarch64.so.1").exists():
+        raise DebianUnavailable(f"{CROSS_SYSROOT} has no ld-linux-aarch64.so.1: install g++-aarch64-linux-gnu")
+    qemu = ensure_unpacked("qemu-user-static", log) / "usr/bin/qemu-aarch64-static"
+    root = ensure_unpacked("python-3.11-arm64", log)
+    sysroot = root.parent / "sysroot"
+    if not (sysroot / "lib/ld-linux-aarch64.so.1").exists():
+        staging = root.parent / f"sysroot.{os.getpid()}"
+        (staging / "lib").mkdir(parents=True)
+        for folder in (CROSS_SYSROOT / "lib", root / "lib/aarch64-linux-gnu", root / "usr/lib/aarch64-linux-gnu"):
+            for library in folder.iterdir():
+                link = staging / "lib" / library.name
+                if not link.exists() and not link.is_symlink():
+                    link.symlink_to(library)
+        try:
+            staging.rename(sysroot)
+        except OSError:  # another test made it first
+            shutil.rmtree(staging)
+    return Arm64Python(qemu, sysroot, root / "usr/bin/python3.11")

@@ -26,7 +26,7 @@ from faforge.backend.layout import PHILOX_BITS_DEFINE
 from faforge.backend.logger import log
 from faforge.backend.ninja import KERNEL_LIBRARY
 from faforge.backend.postlink import drop_libpython_needed, verify_abi
-from faforge.backend.toolchain import cuda_triplet, nvcc_cuda_include_dirs
+from faforge.backend.toolchain import cuda_triplet, nvcc_cuda_include_dirs, target_machine
 from faforge.family import FLASH_ATTN
 
 # Where a local build's wheel carries the kernel library, beside the module (auditwheel's layout).
@@ -86,7 +86,7 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
     from setuptools import find_packages, setup  # noqa: PLC0415
 
     torch_include = torch_include_dir(torch)
-    cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(platform.machine()))
+    cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(target_machine(dict(os.environ), platform.machine())))
     view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
     # A carried library is found beside the module; an installed one (conda's lib/) through the
     # RUNPATH rattler-build and conda-build give every ELF file they package.

@@ -101,8 +101,8 @@ def build_kernel_library(*, source_dir: Path, build_dir: Path, toolkit: CudaTool
     ccache = compiler_cache.setup_ccache(source_dir, toolkit.nvcc, [sys.prefix, toolkit.home]) if use_ccache else None
     stats_before = compiler_cache.ccache_counts(ccache) if ccache else {}
     ninja_text = kernel_ninja([*([ccache] if ccache else []), toolkit.nvcc], source_dir, kernels, shim,
-                              kernel_compile_flags(source_dir, shim, archs, nvcc_threads, philox_bits),
-                              kernel_link_flags(shim, toolkit.cudart_dirs(dict(os.environ))))
+                              [*toolkit.host_flags, *kernel_compile_flags(source_dir, shim, archs, nvcc_threads, philox_bits)],
+                              [*toolkit.host_flags, *kernel_link_flags(shim, toolkit.cudart_dirs(dict(os.environ)))])
     ninja_file = out_dir / "build.ninja"
     if not ninja_file.is_file() or ninja_file.read_text() != ninja_text:
         ninja_file.write_text(ninja_text)

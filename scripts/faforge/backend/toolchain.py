@@ -5,8 +5,12 @@ A CudaToolkit names one toolkit's folders. NVIDIA's and conda's layout keep head
 in home/targets/<triplet>/{include,lib}, so a cross build's target tree (aarch64-linux, sbsa-linux)
 is its triplet; a layout that keeps them elsewhere (Debian's nvidia-cuda-toolkit: home
 /usr/lib/nvidia-cuda-toolkit, headers in /usr/include, libraries in /usr/lib/<multiarch>) names the
-folders; a cross build that runs target binaries names its emulator (a qemu wrapper). Only the
-native layout is built today.
+folders; a cross build that runs target binaries names its emulator (a qemu wrapper).
+
+The target is conda's `target_platform` (rattler-build and conda-build set it; linux-aarch64 under
+--target-platform on an x86_64 machine), else this machine. A cross build's nvcc hands host code to
+the target's compiler: $CXX (conda's cross compiler activation sets it), else Debian's
+<machine>-linux-gnu-g++ on PATH.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from faforge.backend.errors import BuildError
 # CUDA's targets/ folder per machine (uname -m): aarch64 servers are sbsa; Jetson's aarch64-linux
 # tree is a cross build's explicit triplet, not a machine's.
 CUDA_TRIPLETS = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux", "ppc64le": "ppc64le-linux"}
+# conda's subdir -> the machine (uname -m) it builds for.
+CONDA_MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": "ppc64le"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,14 @@ class CudaToolkit:
     lib_dir: str | None = None
     # Runs a target binary on the build machine in a cross build (e.g. ("qemu-aarch64", "-L", sysroot)).
     emulator: tuple[str, ...] = ()
+    # The host compiler nvcc runs in a cross build (-ccbin); None: nvcc's default, the build machine's.
+    host_compiler: str | None = None
+
+    @property
+    def host_flags(self) -> tuple[str, ...]:
+        """A cross build's -ccbin, and the target tree by name: nvcc 13.0 given an aarch64 -ccbin picks
+        targets/aarch64-linux (Jetson), not the sbsa-linux tree conda-forge and PyPI's wheels provide."""
+        return ("-ccbin", self.host_compiler, "-target-dir", self.triplet) if self.host_compiler else ()
 
     @property
     def nvcc(self) -> str:
@@ -47,9 +61,31 @@ class CudaToolkit:
         return cudart_library_dirs(self.home, environ, self.triplet, lib_dir=self.lib_dir)
 
 
-def native_toolkit(machine: str) -> CudaToolkit:
-    """The toolkit torch.utils.cpp_extension would find, targeting this machine."""
-    return CudaToolkit(home=find_cuda_home(), triplet=cuda_triplet(machine))
+def target_toolkit(environ: dict[str, str], build_machine: str) -> CudaToolkit:
+    """The toolkit torch.utils.cpp_extension would find, targeting conda's target_platform (else
+    `build_machine`), with the cross compiler when the two differ."""
+    target = target_machine(environ, build_machine)
+    return CudaToolkit(home=find_cuda_home(), triplet=cuda_triplet(target),
+                       host_compiler=cross_compiler(environ, target) if target != build_machine else None)
+
+
+def target_machine(environ: dict[str, str], build_machine: str) -> str:
+    platform = environ.get("target_platform")
+    if not platform:
+        return build_machine
+    if platform not in CONDA_MACHINES:
+        raise BuildError(f"target_platform {platform!r} is not a platform this build knows (known: {', '.join(CONDA_MACHINES)})")
+    return CONDA_MACHINES[platform]
+
+
+def cross_compiler(environ: dict[str, str], target: str) -> str:
+    if environ.get("CXX"):
+        return environ["CXX"]
+    debian = shutil.which(f"{target}-linux-gnu-g++")
+    if debian:
+        return debian
+    raise BuildError(f"a cross build for {target} (target_platform {environ.get('target_platform')}) needs the target's C++ compiler: "
+                     f"set CXX (conda: gxx_{environ.get('target_platform')} sets it) or put {target}-linux-gnu-g++ on PATH")
 
 
 def find_cuda_home() -> str:

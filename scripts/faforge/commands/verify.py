@@ -10,6 +10,9 @@ PyPI's CUDA runtime, gpu the GPU suite through a flash-attn of the same call tha
 flash-attn's gates need the kernel build it pins: among the PACKAGE arguments, else beside it
 (same folder, exact file name), else from --kernel-channel (downloaded into faforge's cache, checked
 against the channel's sha256); nowhere is a usage error (exit 2), not a failed gate.
+A linux-aarch64 flash-attn on an x86_64 machine: abi natively against --against (the aarch64 torch),
+import under qemu (--qemu/$FAFORGE_QEMU or qemu-aarch64 on PATH; --sysroot; --target-python), gpu
+skipped: faforge.release.verify_foreign.
 Exit status: 0 all passed, 1 a gate failed, 3 none failed but some were skipped.
 """
 
@@ -24,6 +27,7 @@ from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates
+from faforge.release.verify_foreign import Emulation
 from faforge.release.verify_run import verify_packages
 from faforge.table import format_table
 
@@ -42,6 +46,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel-channel", metavar="URL",
                         help=f"where a split {FLASH_ATTN.package}'s kernel package was published, fetched from there when it is neither "
                              "given nor beside it (a cell's job whose kernel package an earlier run published)")
+    parser.add_argument("--qemu", metavar="PATH", help="qemu user-mode emulator for a package of another machine "
+                        "(default: $FAFORGE_QEMU, else qemu-<machine>[-static] on PATH; an optional external tool)")
+    parser.add_argument("--sysroot", metavar="DIR", help="the target's libc folder for qemu -L and the abi gate "
+                        "(default: $FAFORGE_SYSROOT, else /usr/<machine>-linux-gnu)")
+    parser.add_argument("--target-python", metavar="PATH", help="that machine's Python, run under qemu by the import gate "
+                        "(default: $FAFORGE_TARGET_PYTHON)")
     parser.add_argument("--json", action="store_true", help="print the versioned results (schema: tests/schemas/verify.json)")
 
 
@@ -61,7 +71,7 @@ def execute(args: argparse.Namespace) -> int:
                                [[e.package, e.sha256[:12], e.gate, e.result, e.detail[:100]] for e in checked]), flush=True)
 
     entries = verify_packages(args.packages, gates, manifest=args.manifest, against=args.against, kernel_channel=kernel_channel,
-                              report=progress, done=done)
+                              report=progress, emulation=Emulation(args.qemu, args.sysroot, args.target_python), done=done)
     if args.json:
         print(json.dumps({"version": VERIFY_VERSION, "manifest": str(args.manifest), "results": [e.to_json() for e in entries]}, indent=2))
     else:

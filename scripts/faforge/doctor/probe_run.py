@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from faforge.emulator import interpreter_command
 from faforge.errors import EXIT_BAD_INPUT, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 
@@ -159,7 +160,8 @@ def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
         try:
             # The source goes in on stdin (`python -`), so `ps` shows a short command line; the family's
             # names go as arguments, since the target interpreter cannot import faforge.family.
-            cmd = [str(python), "-", FLASH_ATTN.extension, FLASH_ATTN.package, FLASH_ATTN.kernel_package]
+            # Another machine's interpreter (an aarch64 prefix here) runs under qemu: faforge.emulator.
+            cmd = [*interpreter_command(python), "-", FLASH_ATTN.extension, FLASH_ATTN.package, FLASH_ATTN.kernel_package]
             stdout, stderr, code = _run_bounded(cmd, PROBE.read_text(), timeout_s, on_line, cwd=cwd, env=env)
         except OSError as exc:
             raise FaforgeError(f"--python {python}: cannot run it: {exc.strerror or exc}",

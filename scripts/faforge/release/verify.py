@@ -66,13 +66,14 @@ def glibc_floor(package: PackageFacts) -> str | None:
     return next((m[1] for m in (GLIBC_PIN.match(d) for d in package.depends) if m), None)
 
 
-def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | None = None) -> Check:
+def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | None = None, system_dirs: list[Path] = ()) -> Check:
     """An ElfError here is about the package's own content (no extension module in it, a broken
-    .so): the gate failed (exit 1), it is not bad input. The torch's own problems are FaforgeErrors."""
+    .so): the gate failed (exit 1), it is not bad input. The torch's own problems are FaforgeErrors.
+    `system_dirs`: a foreign package's libc and libstdc++ (its sysroot), which this machine's are not."""
     with unpacked(*(kernel,) if kernel else ()) as kernel_prefix:
         try:
             verdict = check_path(package.path, against, glibc=glibc_floor(package), platform=package.subdir,
-                                 library_dirs=[kernel_prefix / "lib"] if kernel else [])
+                                 library_dirs=[*([kernel_prefix / "lib"] if kernel else []), *system_dirs])
         except ElfError as exc:
             return Check("abi", "failed", exc.message)
     problems = [f"{m.path}: {p.kind}: " + (f"{p.demangled or p.symbol}: " if p.symbol else "") + p.detail

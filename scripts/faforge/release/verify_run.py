@@ -3,7 +3,8 @@
 Every PACKAGE argument is read once; a split flash-attn gets the kernel build it pins (among the
 arguments, beside it, or from the kernel channel), and a kernel package's GPU gate runs through the
 arguments that pin it. The results of each package go to `done` as soon as they are recorded, so that
-a later package's error cannot lose them.
+a later package's error cannot lose them. A flash-attn built for another machine gets its gates from
+faforge.release.verify_foreign (abi natively, import under qemu, gpu on a runner of that machine).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from faforge.release.manifest import GateResult, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
 from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
+from faforge.release.verify_foreign import Emulation, foreign_gates, foreign_machine
 
 
 def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,
-                    kernel_channel: str | None, report: Reporter,
+                    kernel_channel: str | None, report: Reporter, emulation: Emulation = Emulation(),
                     done: Callable[[list[GateResult]], None]) -> list[GateResult]:
     """The manifest entries of every package's gates, in order."""
     entries = []
@@ -36,7 +38,10 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
         users = tuple(p for p in map(facts, packages) if pins_kernel(p, package)) if "gpu" in gates else ()
         checked = []
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
-            for check in run_gates(package, gates, against, announce=report.say, kernel=kernel, users=users):
+            machine = foreign_machine(package)
+            checks = (foreign_gates(package, machine, gates, against, kernel, emulation) if machine else
+                      run_gates(package, gates, against, announce=report.say, kernel=kernel, users=users))
+            for check in checks:
                 checked.append(record(manifest, package, check.gate, check.result, check.detail))
                 report.say(f"  {check.gate}: {check.result}: {check.detail}")
                 state.failed = state.failed or check.result == "failed"

@@ -1,0 +1,136 @@
+"""The gates of a package built for another machine (linux-aarch64 on an x86_64 runner).
+
+  * abi: natively, as for any package (check-abi reads any ELF machine), against --against (the
+    target's torch: PyPI's aarch64 wheel installed with `pip install --target --platform`, or an
+    aarch64 prefix); the target's libc and libstdc++ come from the emulator's sysroot when one is found;
+  * import: the package (and the kernel build it pins) extracted into a temporary prefix and imported
+    by the target's Python under qemu (faforge.emulator), with the --against torch (else its own) on its path. The
+    Python is --target-python or $FAFORGE_TARGET_PYTHON (a conda aarch64 prefix's bin/python, or a
+    plain one). `skipped` with the reason when qemu, the sysroot, that Python or the torch is missing;
+    its detail says it ran emulated;
+  * gpu: `skipped`; a GPU runner of the package's machine runs it natively.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge.abi.check import PLATFORM_MACHINES
+from faforge.abi.resolve import torch_lib_dirs
+from faforge.emulator import Emulator, NoEmulator, find_emulator, is_foreign, machine_of
+from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
+from faforge.paths import user_path
+from faforge.release.clean_env import unpacked
+from faforge.release.package import PackageFacts
+from faforge.release.verify import Check, abi_gate
+
+# Emulated, `import torch` alone took 43 s on a free core (issue 23); a loaded runner is slower.
+EMULATED_TIMEOUT_S = 1800
+TORCH_IMPORTED = "@@faforge-torch-imported@@"
+# Run by the target's python -I: the prefix's site-packages and the torch's first, then the family's imports.
+IMPORT_CODE = ("import sys; sys.path[:0] = sys.argv[1:]; import torch; print(%r, torch.__version__, flush=True); " % TORCH_IMPORTED
+               + "; ".join(f"import {m}" for m in FLASH_ATTN.imports[1:]))
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """What the user named for running a foreign package: --qemu, --sysroot, --target-python (None: look)."""
+
+    qemu: str | None = None
+    sysroot: str | None = None
+    python: str | None = None
+
+
+def emulator_for(machine: str, emulation: Emulation) -> tuple[Emulator | None, str | None]:
+    try:
+        return find_emulator(machine, emulation.qemu, emulation.sysroot), None
+    except NoEmulator as exc:
+        return None, str(exc)
+
+
+def target_python(machine: str, emulation: Emulation) -> Path | None:
+    """--target-python, else $FAFORGE_TARGET_PYTHON; FaforgeError when it is not a `machine` program."""
+    named, source = (emulation.python, "--target-python") if emulation.python is not None else (os.environ.get("FAFORGE_TARGET_PYTHON"), "$FAFORGE_TARGET_PYTHON")
+    if named is None:
+        return None
+    path = Path(named).expanduser()
+    with user_path(source, path):
+        found = machine_of(path) if path.is_file() else None
+    if found != machine:
+        what = "no such file" if not path.is_file() else f"an ELF program for {found}" if found else "not an ELF program"
+        raise FaforgeError(f"{source} {named[:200]!r}: {what}, not a Python interpreter for {machine}",
+                           hint=f"name the {machine} python of the prefix to import in, e.g. PREFIX/bin/python3.11, or leave it unset")
+    return path
+
+
+def torch_site(against: list[Path]) -> Path | None:
+    """The site-packages holding the --against torch (its torch/lib's grandparent)."""
+    for folder in against:
+        for lib in torch_lib_dirs(folder):
+            if lib.name == "lib" and lib.parent.name == "torch":
+                return lib.parent.parent
+    return None
+
+
+def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kernel: PackageFacts | None,
+                         emulator: Emulator | None, why_not: str | None, python: Path | None) -> Check:
+    machine = emulator.machine if emulator else package.subdir
+    if emulator is None:
+        return Check("import", "skipped", f"not run: {why_not}")
+    if python is None:
+        return Check("import", "skipped", f"not run: no {machine} Python to import with; name one with --target-python or "
+                                          "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)")
+    site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
+    with unpacked(*(package, kernel) if kernel else (package,)) as prefix:
+        own = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages"))
+        command = [*emulator.command(python), "-I", "-c", IMPORT_CODE, *own, *([str(site)] if site else [])]
+        started = time.monotonic()
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=prefix)
+        except subprocess.TimeoutExpired:
+            return Check("import", "failed", f"emulated import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
+    took = time.monotonic() - started
+    how = f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {took:.0f} s, torch from {site or 'its own site-packages'}"
+    torch_line = next((line.split()[1] for line in result.stdout.splitlines() if line.startswith(TORCH_IMPORTED)), None)
+    tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
+    if torch_line is None:
+        return Check("import", "skipped", f"the {machine} torch itself does not import ({how}): {tail}; pass --against the "
+                                          "site-packages of one (pip install --target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: torch==VERSION)")
+    if result.returncode != 0:
+        return Check("import", "failed", f"`import {', '.join(FLASH_ATTN.imports)}` failed ({how}): {tail}")
+    return Check("import", "passed", f"imported {', '.join(FLASH_ATTN.imports[1:])} with torch {torch_line} on {machine} ({how})")
+
+
+def gpu_skipped(package: PackageFacts, machine: str) -> Check:
+    return Check("gpu", "skipped", f"a {package.subdir} package's GPU suite runs natively on a GPU runner of that machine ({machine}; "
+                                   f"CI: gpu-test where FAFORGE_GPU_RUNNER_AARCH64 is true); this machine is {platform.machine()}")
+
+
+def foreign_machine(package: PackageFacts) -> str | None:
+    """The machine of a flash-attn package built for another machine than this one; None otherwise
+    (a kernel package's gates already judge its platform: faforge.release.verify)."""
+    machine = PLATFORM_MACHINES.get(package.subdir)
+    return machine if not package.is_kernel_package and is_foreign(machine) else None
+
+
+def foreign_gates(package: PackageFacts, machine: str, gates: tuple[str, ...], against: list[Path] | None,
+                  kernel: PackageFacts | None, emulation: Emulation) -> list[Check]:
+    emulator, why_not = emulator_for(machine, emulation)
+    python = target_python(machine, emulation) if "import" in gates else None
+    checks = []
+    for gate in gates:
+        if gate == "abi":
+            checks.append(abi_gate(package, against, kernel, emulator.library_dirs() if emulator else []) if against else
+                          Check("abi", "skipped", f"no {machine} torch to check against here; pass --against its torch/lib, "
+                                                  "site-packages or prefix (the abi gate itself runs on any machine)"))
+        elif gate == "import":
+            checks.append(emulated_import_gate(package, against, kernel, emulator, why_not, python))
+        elif gate == "gpu":
+            checks.append(gpu_skipped(package, machine))
+    return checks

@@ -1,0 +1,92 @@
+"""What a linux-aarch64 cross build needs on an x86_64 machine that is not a conda world (issue 23's
+fallback): PyPI's aarch64 torch with its dependencies, and a CUDA home with an sbsa-linux target tree.
+
+* The torch: `pip install --target` of the cell's torch for manylinux_2_28/2_18/2_17 aarch64 (pip does not
+  widen one --platform to older manylinux tags, and nvidia-nccl is tagged manylinux_2_18), cached.
+* The CUDA home: this machine's toolkit (x86_64 nvcc 13.0, whose device code does not depend on the host)
+  with a targets/sbsa-linux tree made of PyPI's aarch64 nvidia-cuda-runtime wheel (nvidia/cu13: include,
+  libcudart.so.13, libcudadevrt.a, libcudart_static.a; the torch above brings it) and the toolkit's
+  arch-independent headers that wheel lacks (crt/, cccl/: declared stand-in). nvcc finds the folder
+  above its own binary as TOP, so bin/nvcc is a copy and everything else a link into the toolkit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.support.cache import cache_dir
+
+PLATFORMS = ("manylinux_2_28_aarch64", "manylinux_2_18_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64")
+
+
+class CrossUnavailable(Exception):
+    """Not cached and cannot be made here (no network, no toolkit); tests skip with this text."""
+
+
+def arm64_torch_site(torch: str = "2.11.0", python: str = "3.11") -> Path:
+    """site-packages holding PyPI's aarch64 torch==`torch` for CPython `python` and its dependencies."""
+    folder = cache_dir("arm64-torch") / f"torch-{torch}-py{python}"
+    site, done = folder / "site", folder / "FETCH.json"
+    if done.is_file():
+        return site
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            return site
+        started = time.monotonic()
+        platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+        result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--only-binary=:all:",
+                                 "--python-version", python, *platforms, f"torch=={torch}"], capture_output=True, text=True)
+        if result.returncode != 0:
+            shutil.rmtree(site, ignore_errors=True)
+            raise CrossUnavailable(f"pip could not install the aarch64 torch {torch}: {result.stderr.strip()[-300:]}")
+        done.write_text(json.dumps({"seconds": round(time.monotonic() - started, 1)}) + "\n")
+    return site
+
+
+def sbsa_cuda_home(toolkit: Path, cu13: Path) -> Path:
+    """`toolkit` with a targets/sbsa-linux tree from `cu13` (the aarch64 wheel's nvidia/cu13 folder)."""
+    home = cache_dir("cuda-sbsa-overlay") / toolkit.resolve().name
+    if (home / "bin/nvcc").is_file():
+        return home
+    staging = home.with_name(f"{home.name}.{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "bin").mkdir(parents=True)
+    for entry in (toolkit / "bin").iterdir():
+        if entry.name != "nvcc":
+            (staging / "bin" / entry.name).symlink_to(entry.resolve())
+    shutil.copy2((toolkit / "bin/nvcc").resolve(), staging / "bin/nvcc")
+    for entry in toolkit.iterdir():
+        if entry.name not in ("bin", "targets"):
+            (staging / entry.name).symlink_to(entry.resolve())
+    (staging / "targets").mkdir()
+    for target in (toolkit / "targets").iterdir():
+        (staging / "targets" / target.name).symlink_to(target.resolve())
+    sbsa = staging / "targets/sbsa-linux"
+    (sbsa / "include").mkdir(parents=True)
+    for header in (cu13 / "include").iterdir():
+        (sbsa / "include" / header.name).symlink_to(header)
+    # What the runtime wheel lacks (crt/, cccl/, ... conda-forge's cuda-crt-dev_linux-aarch64 and cuda-cccl_linux-aarch64)
+    # from the toolkit's own target: arch-independent headers, a declared stand-in.
+    for header in (toolkit / "targets/x86_64-linux/include").iterdir():
+        if not (sbsa / "include" / header.name).exists():
+            (sbsa / "include" / header.name).symlink_to(header.resolve())
+    (sbsa / "lib").mkdir()
+    for name in ("libcudart.so.13", "libcudadevrt.a", "libcudart_static.a"):
+        if not (cu13 / "lib" / name).is_file():
+            raise CrossUnavailable(f"{cu13}/lib has no {name}")
+        (sbsa / "lib" / name).symlink_to(cu13 / "lib" / name)
+    (sbsa / "lib/libcudart.so").symlink_to("libcudart.so.13")
+    try:
+        staging.rename(home)
+    except OSError:
+        shutil.rmtree(staging)
+    return home
