@@ -26,10 +26,8 @@ def test_the_same_compile_in_another_tmp_dir_is_a_hit(tmp_path):
     if cxx is None:
         pytest.skip("no c++ on PATH")
     wrapper = cxx_through_ccache(tmp_path / "run", tmp_path, ccache, cxx)
-    # What the build script leaves in the environment in ccache mode, and what an outer ccache sets
-    # (torch runs `ccache c++` when ccache is on PATH); the wrapper must not key on it nor be disabled.
-    env = dict(os.environ, PATH=f"{wrapper}:{os.environ['PATH']}", CCACHE_COMPILERCHECK="string:other", CCACHE_DIR=str(tmp_path / "theirs"),
-               CCACHE_DISABLE="1")
+    # What the build script leaves in the environment in ccache mode; the wrapper must not key on it.
+    env = dict(os.environ, PATH=f"{wrapper}:{os.environ['PATH']}", CCACHE_COMPILERCHECK="string:other", CCACHE_DIR=str(tmp_path / "theirs"))
     objects = []
     for build in ("a", "b"):
         (tmp_path / build / "build").mkdir(parents=True)

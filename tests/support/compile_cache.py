@@ -16,12 +16,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-# ccache settings the build script exports for its kernel compiles (faforge.backend.ccache.ccache_env),
-# which the wrapper replaces with its own, so that the glue's cache never depends on the build's mode;
-# and CCACHE_DISABLE, which ccache sets for the compiler it runs: with ccache on PATH torch's ninja file
-# runs `ccache c++` (cpp_extension._maybe_prepend_wrapper), and a miss in the test's cache is then a
-# compile in the run's.
-OUTER_SETTINGS = ("CCACHE_COMPILERCHECK", "CCACHE_SLOPPINESS", "CCACHE_DISABLE")
+# ccache settings the build script exports for its kernel compiles (faforge.backend.ccache.ccache_env);
+# the wrapper replaces them with its own, so that the glue's cache never depends on the build's mode.
+BUILD_SCRIPT_SETTINGS = ("CCACHE_COMPILERCHECK", "CCACHE_SLOPPINESS")
 
 
 def cxx_through_ccache(run_dir: Path, base_dir: Path, ccache: str, cxx: str) -> Path:
@@ -33,7 +30,7 @@ def cxx_through_ccache(run_dir: Path, base_dir: Path, ccache: str, cxx: str) -> 
     wrapper.write_text(
         "#!/bin/sh\n"
         "# tests/support/compile_cache.py: the glue's C++ compiles of one test run, through one ccache.\n"
-        f"unset {' '.join(OUTER_SETTINGS)}\n"
+        f"unset {' '.join(BUILD_SCRIPT_SETTINGS)}\n"
         f"export CCACHE_DIR={shlex.quote(str(run_dir / 'ccache'))} CCACHE_BASEDIR={shlex.quote(str(base_dir))} CCACHE_NOHASHDIR=1\n"
         f'exec {shlex.quote(ccache)} {shlex.quote(cxx)} "$@"\n'
     )
