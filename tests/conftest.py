@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from faforge.buildcost.reuse import find_ccache
+from faforge.errors import FaforgeError
+from tests.support.compile_cache import cxx_through_ccache
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -21,3 +25,16 @@ def repo_copy(tmp_path: Path) -> Path:
     for name in ("variants", "recipes"):
         shutil.copytree(REPO / name, tmp_path / name)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def glue_cxx_dir(tmp_path_factory) -> Path | None:
+    """A PATH entry whose `c++` shares one ccache among the run's real glue builds
+    (tests/support/compile_cache.py); None where ccache or c++ is missing (each build then compiles)."""
+    try:
+        ccache = find_ccache()
+    except FaforgeError:
+        return None
+    cxx = shutil.which("c++")
+    base = tmp_path_factory.getbasetemp()
+    return cxx_through_ccache(base / "glue-ccache", base, ccache, cxx) if cxx else None

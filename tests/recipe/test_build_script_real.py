@@ -83,8 +83,9 @@ def _tiny_sdist(root: Path, kernels: tuple[str, ...] = ("flash_fwd_tiny_sm80.cu"
 
 
 @pytest.fixture(scope="module")
-def build_python():
-    """torch 2.14.1 (shared cached venv) + the build tools, layered through PYTHONPATH."""
+def build_python(glue_cxx_dir):
+    """torch 2.14.1 (shared cached venv) + the build tools, layered through PYTHONPATH; the glue's
+    C++ compiles go through the run's compiler cache (glue_cxx_dir, tests/conftest.py)."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH")
     try:
@@ -99,7 +100,8 @@ def build_python():
         subprocess.run(["python3.11", "-m", "venv", str(tools)], check=True)
         subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", *requirements], check=True)
         (tools / ".complete").write_text("\n".join(requirements) + "\n")
-    env = dict(os.environ, PYTHONPATH=str(torch.site_packages), PATH=f"{tools / 'bin'}:{os.environ['PATH']}")
+    cxx = [str(glue_cxx_dir)] if glue_cxx_dir else []
+    env = dict(os.environ, PYTHONPATH=str(torch.site_packages), PATH=":".join([*cxx, str(tools / "bin"), os.environ["PATH"]]))
     try:
         toolkit = cuda_home()
     except NoCudaToolkit as exc:
