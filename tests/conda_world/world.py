@@ -33,7 +33,8 @@ from tests.support.cache import cache_dir
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "world.yaml"
 FIXTURE = HERE.parent / "fixtures" / "real_packages.yaml"
-INPUTS = [SPEC, FIXTURE, HERE / "archive.py", HERE / "payloads.py", HERE / "world.py", *sorted((HERE / "activation").glob("*"))]
+INPUTS = [SPEC, FIXTURE, HERE / "archive.py", HERE / "payloads.py", HERE / "world.py", *sorted((HERE / "activation").glob("*")),
+          HERE.parent / "support" / "debian_toolchains.yaml"]
 VIRTUAL = "__"
 
 
@@ -142,6 +143,11 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
         return payloads.python_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
     if kind == "torch":
         return payloads.torch_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
+    if kind == "legacy_torch":
+        staged = payloads.legacy_torch_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
+        for pattern, members in payload.get("extra_wheels", {}).items():
+            payloads.wheel_members(_wheel(wheel_dir, pattern), stage, members)
+        return staged
     if kind == "libtorch":
         staged = payloads.libtorch_wheel(_wheel(wheel_dir, payload["wheel"]), stage)
         for pattern, members in payload.get("extra_wheels", {}).items():
@@ -154,6 +160,13 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
         return staged
     if kind == "toolkit":
         return payloads.copy_tree(cuda_toolkit(), stage, payload["members"])
+    if kind == "debian":
+        from tests.support.debian_toolchains import ensure_unpacked  # noqa: PLC0415
+
+        staged = payloads.copy_tree(ensure_unpacked(payload["toolchain"]), stage, payload["members"])
+        payloads.files(stage, {rel: (HERE / "activation" / src).read_text() for rel, src in payload.get("files", {}).items()})
+        payloads.symlinks(stage, payload.get("links", {}))
+        return staged
     if kind == "remote_wheel_members":
         return payloads.remote_wheel_members(payload, stage)
     if kind == "symlinks":
