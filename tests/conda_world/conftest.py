@@ -40,8 +40,9 @@ def world(request):
 
     started = time.monotonic()
     built = build_world(log=lambda line: None)
+    download = f", {built.download_seconds:.0f} s of it downloading wheels" if built.download_seconds is not None else ""
     _say(request, f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
-                  f"{built.seconds:.0f} s ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
+                  f"{built.seconds:.0f} s{download} ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
     return built
 
 
