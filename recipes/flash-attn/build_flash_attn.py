@@ -46,6 +46,8 @@ def plan_kernels(args, source_dir: Path, archs) -> tuple[dict, int]:
 
 def build_library(args, source_dir: Path, build_dir: Path, archs, max_jobs: int, philox_bits: int) -> Path | None:
     toolkit, shim, tus = toolchain.target_toolkit(dict(os.environ), platform.machine()), sources.find_shim_dir(args.shim_dir, HERE), sources.kernel_sources(source_dir)
+    for line in toolchain.check_tool_releases(toolkit.nvcc, toolchain.nvcc_tools(toolkit.nvcc, build_dir / "nvcc-probe")):
+        log(line)  # which CUDA tools compile the kernels; a stray one of another CUDA stops the build
     return ninja.build_kernel_library(
         source_dir=source_dir, build_dir=build_dir, toolkit=toolkit, shim=shim, kernels=tus[1:], archs=archs, max_jobs=max_jobs,
         only=sources.select_kernels(tus, args.only_tus) if args.only_tus is not None else None, nvcc_threads=args.nvcc_threads,

@@ -99,3 +99,49 @@ def test_a_cross_build_without_a_cross_compiler_is_refused(monkeypatch, tmp_path
         script.target_toolkit({"target_platform": "linux-aarch64"}, "x86_64")
     with pytest.raises(BuildError, match="target_platform 'osx-arm64'"):
         script.target_toolkit({"target_platform": "osx-arm64"}, "x86_64")
+
+
+def _tool(folder, name, said, stream="stdout"):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, {said}' {'>&2' if stream == 'stderr' else ''}\n")
+    path.chmod(0o755)
+    return path
+
+
+def _fake_nvcc(tmp_path, release, tools_dir, other_dir):
+    """An nvcc whose --dryrun names the PATH its profile builds: its own folder, then the caller's."""
+    nvcc = _tool(tmp_path / "home/bin", "nvcc", f"release {release}, V{release}.1")
+    nvcc.write_text(f"#!/bin/sh\ncase \"$*\" in *--dryrun*) echo '#$ PATH={tools_dir}:{other_dir}' >&2;"
+                    f" echo '#$ cicc --x' >&2; echo '#$ ptxas -arch=sm_80' >&2; echo '#$ fatbinary -x' >&2;"
+                    f" echo '#$ nvlink -x' >&2; echo '#$ cudafe++ -x' >&2;;\n"
+                    f"*) echo 'Cuda compilation tools, release {release}, V{release}.1';; esac\n")
+    return nvcc
+
+
+def test_the_tools_nvcc_runs_are_named_with_their_release(tmp_path):
+    """The log of a build says which cicc, ptxas, fatbinary, nvlink and cudafe++ nvcc ran (issue 23)."""
+    own = tmp_path / "home/bin"
+    for name in ("ptxas", "fatbinary", "nvlink"):
+        _tool(own, name, "release 12.4, V12.4.131")
+    _tool(own, "cudafe++", "release 12.4, V12.4.131", stream="stderr")  # cudafe++ answers on stderr
+    _tool(tmp_path / "home/nvvm/bin", "cicc", "no --version")
+    nvcc = _fake_nvcc(tmp_path, "12.4", f"{tmp_path}/home/nvvm/bin:{own}", tmp_path / "elsewhere")
+    tools = script.nvcc_tools(str(nvcc), tmp_path / "scratch")
+    assert tools == {name: str(own / name) for name in ("ptxas", "fatbinary", "nvlink", "cudafe++")} | {"cicc": str(tmp_path / "home/nvvm/bin/cicc")}
+    assert script.check_tool_releases(str(nvcc), tools) == [f"nvcc {tmp_path}/home/bin/nvcc: CUDA 12.4",
+                                                           f"  runs cicc {tmp_path}/home/nvvm/bin/cicc: inside nvcc's toolkit",
+                                                           *(f"  runs {name} {own / name}: CUDA 12.4" for name in ("ptxas", "fatbinary", "nvlink", "cudafe++"))]
+
+
+def test_a_tool_of_another_cuda_on_path_is_refused(tmp_path):
+    """Debian's nvcc 12.4 with a profile that misses its tools ran CUDA 13.0's ptxas, fatbinary, nvlink
+    and cudafe++ from /usr/local/bin without a word (issue 23): the build must stop and say so."""
+    own, other = tmp_path / "home/bin", tmp_path / "usr-local-bin"
+    _tool(tmp_path / "home/nvvm/bin", "cicc", "x")
+    _tool(own, "ptxas", "release 12.4, V12.4.131")
+    for name in ("fatbinary", "nvlink", "cudafe++"):
+        _tool(other, name, "release 13.0, V13.0.88")
+    nvcc = _fake_nvcc(tmp_path, "12.4", f"{tmp_path}/home/nvvm/bin:{own}", other)
+    with pytest.raises(BuildError, match=r"nvcc .* is CUDA 12.4 but would run fatbinary .*usr-local-bin/fatbinary of CUDA 13.0"):
+        script.check_tool_releases(str(nvcc), script.nvcc_tools(str(nvcc), tmp_path / "scratch"))

@@ -1,21 +1,89 @@
-"""The conda world, generated once per machine (tests/conda_world/world.py), for every test here."""
+"""The conda world, generated once per machine (tests/conda_world/world.py), and the cells built in it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tarfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conda_world.world import build_world
+from faforge import paths
+from tests.conda_world.cells import WorldCell
+from tests.recipe.test_build_script_real import _tiny_sdist
+from tests.support.cache import cache_dir
+
+RECIPE_VERSION = yaml.safe_load(paths.recipe_dir().joinpath("recipe.yaml").read_text())["context"]["version"]
+
+
+def faforge(*args, env=None, timeout=1800):
+    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def _say(request, line: str) -> None:
+    """A line on the terminal, not captured: CI logs show the world's and each build's cost."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
+        reporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
 def world(request):
     """The generated world; its size and build time go to the terminal (not captured), as CI logs them."""
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    from tests.conda_world.world import build_world  # noqa: PLC0415
+
     started = time.monotonic()
     built = build_world(log=lambda line: None)
-    with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
-        reporter.write_line(f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
-                            f"{built.seconds:.0f} s ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
+    download = f", {built.download_seconds:.0f} s of it downloading wheels" if built.download_seconds is not None else ""
+    _say(request, f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
+                  f"{built.seconds:.0f} s{download} ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
     return built
+
+
+@pytest.fixture(scope="session")
+def sdist(tmp_path_factory) -> Path:
+    """The tiny flash-attn-shaped sdist (tests/recipe), versioned like the recipe, as a tarball."""
+    root = tmp_path_factory.mktemp("sdist")
+    src = _tiny_sdist(root / "tree")
+    for path in (src / "PKG-INFO", src / "flash_attn/__init__.py"):
+        path.write_text(path.read_text().replace("0.0.1", RECIPE_VERSION))
+    (src / "LICENSE").write_text("BSD-3-Clause (test stand-in)\n")
+    tarball = root / f"flash_attn-{RECIPE_VERSION}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(src, arcname=f"flash_attn-{RECIPE_VERSION}")
+    return tarball
+
+
+@dataclass(frozen=True)
+class Built:
+    result: subprocess.CompletedProcess
+    log: str  # the kernel package's log, then the cell's
+    packages: list[Path]  # the flash-attn package(s)
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def build_in_world(world, sdist, tmp_path_factory, request):
+    """`faforge build CELL --source SDIST` against the world's channels, once per cell per session."""
+    done: dict[str, Built] = {}
+
+    def build(cell: WorldCell) -> Built:
+        if cell.id in done:
+            return done[cell.id]
+        out = tmp_path_factory.mktemp(f"build-{cell.slug}")
+        aliases = [arg for channel in cell.channels for arg in ("--channel-alias", f"{channel}={world.url(channel)}")]
+        started = time.monotonic()
+        result = faforge("build", cell.id, "--source", str(sdist), *aliases, "--output-dir", str(out),
+                         env={"CCACHE_DIR": str(cache_dir("conda-world") / "ccache")})
+        logs = sorted((out / "logs").glob("*.log"), key=lambda p: not p.name.endswith("-kernels.log"))
+        _say(request, f"\nfaforge build {cell.id}: exit {result.returncode} in {time.monotonic() - started:.0f} s")
+        done[cell.id] = Built(result, "".join(p.read_text() for p in logs), sorted((out / "linux-64").glob("flash-attn-*.conda")), out)
+        return done[cell.id]
+
+    return build

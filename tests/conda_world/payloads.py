@@ -177,8 +177,7 @@ def torch_wheel(wheel: Path, stage: Path, python_version: str) -> Payload:
     that lists what a conda build's does (no nvidia-*/cuda-*/triton wheels)."""
     payload = python_wheel(wheel, stage, python_version)
     site = stage / f"lib/python{python_version}/site-packages"
-    metadata = next(site.glob("torch-*.dist-info")) / "METADATA"
-    metadata.write_text("".join(line for line in metadata.read_text().splitlines(keepends=True) if not PYPI_ONLY_TORCH_REQUIREMENT.match(line)))
+    _drop_pypi_only_requirements(site)
     prefix_lib = stage / "lib"
     prefix_lib.mkdir(exist_ok=True)
     torch_lib = site / "torch" / "lib"
@@ -194,6 +193,26 @@ def torch_wheel(wheel: Path, stage: Path, python_version: str) -> Payload:
     for path in (site / "torch").rglob("*.so*"):
         if is_linked_elf(path) and not path.is_symlink():
             _relink_torch_library(path, prefix_lib)
+    return payload
+
+
+def _drop_pypi_only_requirements(site: Path) -> None:
+    metadata = next(site.glob("torch-*.dist-info")) / "METADATA"
+    metadata.write_text("".join(line for line in metadata.read_text().splitlines(keepends=True) if not PYPI_ONLY_TORCH_REQUIREMENT.match(line)))
+
+
+def legacy_torch_wheel(wheel: Path, stage: Path, python_version: str) -> Payload:
+    """PyPI's torch as the legacy pytorch channel's `pytorch`: one package whose libraries stay in
+    site-packages/torch/lib (where that channel's packages keep them), each RUNPATH its own folder and
+    the environment's lib/ (the nvidia channel's CUDA libraries) instead of pip's nvidia/*/lib."""
+    payload = python_wheel(wheel, stage, python_version)
+    site = stage / f"lib/python{python_version}/site-packages"
+    _drop_pypi_only_requirements(site)
+    for path in (site / "torch").rglob("*.so*"):
+        if is_linked_elf(path) and not path.is_symlink():
+            kept = [e for e in _patchelf("--print-rpath", str(path)).split(":") if e and "nvidia" not in e]
+            to_lib = "$ORIGIN/" + os.path.relpath(stage / "lib", path.parent)
+            _patchelf("--set-rpath", ":".join([*kept, to_lib]), str(path))
     return payload
 
 

@@ -1,8 +1,11 @@
-"""The legacy cell (-c pytorch -c nvidia -c conda-forge, pre-C++11 ABI) in the conda world, as far as
-the declared stand-ins allow: its run environment. Its build cannot run here: no CUDA 12 nvcc exists on
-this machine, and torch 2.5.1's cpp_extension refuses nvcc 13 for a CUDA 12.x torch
-(torch/utils/cpp_extension.py, _check_cuda_version); the nvidia channel's 12.x -dev packages and
-conda-forge's CUDA 12 compilers have no sourced records either (tests/conda_world/world.yaml).
+"""The legacy cells (-c pytorch -c nvidia -c conda-forge, pre-C++11 ABI) in the conda world.
+
+linux-64/py312/torch2.5/cu124/abi0 is built for real (issue 23): tests/conda_world/test_recipe_in_world.py
+runs the whole chain for it (build, recipe tests, verify, publish, HTTP, install, import, doctor) as
+for the CUDA 13.0 cell; here is what only this cell must prove: the compiler was the world's CUDA
+12.4 (Debian's nvidia-cuda-toolkit, repackaged) down to every tool nvcc ran, and the ABI gate read
+ABI 0 in both the binary and torch. Its cu121 sibling stays solve-only (tests/conda_world/world.yaml
+says why): its run environment is checked below.
 
 Review item 3: the legacy pytorch package declares neither fsspec nor setuptools, and leaves sympy
 unpinned, while its own torch metadata requires fsspec, setuptools (Python >= 3.12) and sympy==1.13.1
@@ -15,12 +18,14 @@ pytorch/pytorch#123097); PyPI's torch links MKL statically, so here the solve sh
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index, install, solve
+from tests.conda_world.cells import LEGACY
 from tests.support.standin_flash_attn import pinned_kernel_record
 
 pytestmark = pytest.mark.slow
@@ -62,3 +67,37 @@ def test_mkl_stays_below_2024_1(legacy_env):
     records, _ = legacy_env
     version = tuple(int(p) for p in str(records["mkl"].version).split(".")[:2])
     assert version < (2024, 1), f"mkl {records['mkl'].version} breaks import torch (pytorch/pytorch#123097)"
+
+
+@pytest.fixture(scope="module")
+def legacy_build(build_in_world):
+    built = build_in_world(LEGACY)
+    assert built.result.returncode == 0, built.result.stdout[-2000:] + built.log[-6000:]
+    return built
+
+
+def test_only_the_worlds_cuda_12_4_compiled_it(legacy_build):
+    """With the normal PATH, /usr/local/bin's CUDA 13.0 ptxas, fatbinary, nvlink and cudafe++ would run
+    under a 12.4 nvcc whose profile misses them. The build script logs the nvcc and each tool `nvcc
+    --dryrun` names, after checking each one's --version (faforge.backend.toolchain): all must be the
+    build environment's (rattler-build writes its path as $BUILD_PREFIX in the log), CUDA 12.4."""
+    log = legacy_build.log
+    nvcc, release = re.search(r"\[build_flash_attn\] nvcc (\S+): CUDA (\S+)$", log, re.MULTILINE).groups()
+    assert (nvcc, release) == ("$BUILD_PREFIX/bin/nvcc", "12.4")
+    ran = dict(re.findall(r"\[build_flash_attn\]   runs (\S+) (\S+): ", log))
+    assert set(ran) == {"cicc", "ptxas", "fatbinary", "nvlink", "cudafe++"}, ran
+    assert all(path.startswith("$BUILD_PREFIX/bin/") for path in ran.values()), ran
+    assert len(re.findall(r"\[build_flash_attn\]   runs (?:ptxas|fatbinary|nvlink|cudafe\+\+) \S+: CUDA 12\.4$", log, re.MULTILINE)) == 4
+
+
+def test_the_abi_gate_reads_abi_0_in_the_binary_and_in_torch(legacy_build):
+    log = legacy_build.log
+    assert re.search(r"\] torch: 2\.5\.1\+cu124, CUDA 12\.4, x86_64, _GLIBCXX_USE_CXX11_ABI=0 in ", log), log[-4000:]
+    assert re.search(r"\]   built for: x86_64 \(64-bit\), _GLIBCXX_USE_CXX11_ABI=0$", log, re.MULTILINE), log[-4000:]
+    assert re.search(r"\] ABI gate passed: flash_attn_2_cuda\S* against .*\(_GLIBCXX_USE_CXX11_ABI=0, ", log)
+
+
+def test_the_kernel_package_is_the_cu124_one(legacy_build):
+    [kernels] = (legacy_build.out / "linux-64").glob("libflash-attn-kernels-*.conda")
+    assert "-cu124_sm80_90ptx_philox32_" in kernels.name, kernels.name
+

@@ -1,68 +1,40 @@
-"""The real recipe, built end to end in the local conda world (issue 11).
+"""The real recipe, built end to end in the local conda world (issues 11 and 23).
 
 `faforge build` runs recipes/flash-attn/recipe.yaml, unmodified but for its upstream source (a tiny
-flash-attn-shaped sdist, through `--source`), through py-rattler-build against the world's
-conda-forge stand-in (`--channel-alias`). rattler-build solves the build, host and test environments,
-runs the build script, packages, and runs every test of the recipe. Then the package goes through
-verify -> publish -> HTTP -> a fresh py-rattler install -> import -> doctor, as a user's would.
+flash-attn-shaped sdist, through `--source`), through py-rattler-build against the world's stand-in
+channels (`--channel-alias`), once per cell of tests/conda_world/cells.py: the conda-forge world's
+CUDA 13.0 cell and the legacy channel's CUDA 12.4, pre-C++11-ABI cell. rattler-build solves the build,
+host and test environments, runs the build script, packages, and runs every test of the recipe. Then
+the package goes through verify -> publish -> HTTP -> a fresh py-rattler install -> import -> doctor,
+as a user's would.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import tarfile
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from faforge import paths
 from faforge.channel.local import install, solve
-from tests.recipe.test_build_script_real import _tiny_sdist
+from tests.conda_world.cells import CELLS
+from tests.conda_world.conftest import RECIPE_VERSION, faforge
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
 
 pytestmark = pytest.mark.slow
 
-CELL = "linux-64/py312/torch2.11/cu130/abi1"
-RECIPE_VERSION = yaml.safe_load(paths.recipe_dir().joinpath("recipe.yaml").read_text())["context"]["version"]
 
-
-def faforge(*args, env=None, timeout=1800):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+@pytest.fixture(scope="module", params=CELLS, ids=lambda cell: cell.slug)
+def cell(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def sdist(tmp_path_factory) -> Path:
-    """The tiny flash-attn-shaped sdist (tests/recipe), versioned like the recipe, as a tarball."""
-    root = tmp_path_factory.mktemp("sdist")
-    src = _tiny_sdist(root / "tree")
-    for path in (src / "PKG-INFO", src / "flash_attn/__init__.py"):
-        path.write_text(path.read_text().replace("0.0.1", RECIPE_VERSION))
-    (src / "LICENSE").write_text("BSD-3-Clause (test stand-in)\n")
-    tarball = root / f"flash_attn-{RECIPE_VERSION}.tar.gz"
-    with tarfile.open(tarball, "w:gz") as tar:
-        tar.add(src, arcname=f"flash_attn-{RECIPE_VERSION}")
-    return tarball
-
-
-@pytest.fixture(scope="module")
-def built(world, sdist, tmp_path_factory):
-    out = tmp_path_factory.mktemp("build")
-    env = {"CCACHE_DIR": str(cache_dir("conda-world") / "ccache")}
-    started = time.monotonic()
-    result = faforge("build", CELL, "--source", str(sdist), "--channel-alias", f"conda-forge={world.url('conda-forge')}",
-                     "--output-dir", str(out), env=env)
-    # the kernel package's log, then the cell's
-    log = "".join(path.read_text() for path in sorted((out / "logs").glob("*.log"), key=lambda p: not p.name.endswith("-kernels.log")))
-    print(f"\nfaforge build {CELL}: exit {result.returncode} in {time.monotonic() - started:.0f} s")
-    packages = sorted((out / "linux-64").glob("flash-attn-*.conda"))
-    return result, log, packages, out
+def built(build_in_world, cell):
+    b = build_in_world(cell)
+    return b.result, b.log, b.packages, b.out
 
 
 def test_rattler_build_builds_and_runs_every_recipe_test(built):
@@ -83,13 +55,13 @@ def _index(package: Path) -> dict:
     return json.loads(read_info(package, "info/index.json"))
 
 
-def test_host_libraries_add_no_run_requirements(built):
+def test_host_libraries_add_no_run_requirements(built, cell):
     """Review item 5: the -dev packages and numpy in host are there for headers; their run_exports must
     not make every user install cuBLAS, cuRAND, cuSOLVER, cuSPARSE and numpy (flash-attn links none)."""
     _, _, packages, _ = built
     names = {dep.split()[0] for dep in _index(packages[0])["depends"]}
     assert not names & {"libcublas", "libcurand", "libcusolver", "libcusparse", "numpy"}, sorted(names)
-    assert {"cuda-cudart", "pytorch", "libtorch", "python", "python_abi", "libstdcxx", "libgcc"} <= names, sorted(names)
+    assert cell.run_names <= names, sorted(names)
 
 
 def test_extension_is_stripped(built, tmp_path):
@@ -131,7 +103,7 @@ def test_the_kernel_package_needs_no_torch_and_the_glue_links_it(built, tmp_path
     assert not list((tmp_path / "flash-attn").rglob("libflash_attn_kernels.so")), "the library is not carried twice"
 
 
-def test_verify_publish_serve_install_import_doctor(built, world, tmp_path):
+def test_verify_publish_serve_install_import_doctor(built, cell, world, tmp_path):
     """The package's way to a user: verify -> publish -> HTTP -> fresh install -> import -> doctor."""
     result, _, packages, _ = built
     assert result.returncode == 0
@@ -158,10 +130,10 @@ def test_verify_publish_serve_install_import_doctor(built, world, tmp_path):
     prefix = tmp_path / "env"
     with serve_directory(channel) as url:
         # our channel first, the torch world's after it, strict priority: as the README tells users
-        records = solve([url, world.url("conda-forge")], ["python 3.12.*", "flash-attn"], "linux-64",
-                        virtuals={"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"})
+        records = solve([url, *(world.url(channel) for channel in cell.channels)], ["python 3.12.*", "flash-attn"], "linux-64",
+                        virtuals={"__glibc": "2.36", "__cuda": cell.cuda, "__linux": "6.1", "__unix": "0"})
         assert str(records["flash-attn"].channel).rstrip("/").endswith(url.rstrip("/").split("//")[1]) or url in str(records["flash-attn"].url)
-        assert str(records["pytorch"].version) == "2.11.0"
+        assert str(records["pytorch"].version) == cell.torch.split("+")[0]
         install(records, prefix, "linux-64", cache_dir=tmp_path / "pkgs")
     python = prefix / "bin" / "python3.12"
 
@@ -172,7 +144,7 @@ def test_verify_publish_serve_install_import_doctor(built, world, tmp_path):
              "print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libflash_attn_kernels' in l}))")
     imported = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr[-3000:]
-    assert imported.stdout.split() == [RECIPE_VERSION, "2.11.0+cu130", str(prefix / "lib" / "libflash_attn_kernels.so")]
+    assert imported.stdout.split() == [RECIPE_VERSION, cell.torch, str(prefix / "lib" / "libflash_attn_kernels.so")]
 
     doctor = faforge("doctor", "--python", str(python), "--json", env=env)
     report = json.loads(doctor.stdout)

@@ -33,7 +33,8 @@ from tests.support.cache import cache_dir
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "world.yaml"
 FIXTURE = HERE.parent / "fixtures" / "real_packages.yaml"
-INPUTS = [SPEC, FIXTURE, HERE / "archive.py", HERE / "payloads.py", HERE / "world.py", *sorted((HERE / "activation").glob("*"))]
+INPUTS = [SPEC, FIXTURE, HERE / "archive.py", HERE / "payloads.py", HERE / "world.py", *sorted((HERE / "activation").glob("*")),
+          HERE.parent / "support" / "debian_toolchains.yaml"]
 VIRTUAL = "__"
 
 
@@ -43,6 +44,7 @@ class World:
     channels: dict[str, Path]
     seconds: float
     size_bytes: int
+    download_seconds: float | None = None  # of `seconds`, pip downloading the wheels (None: an older world's record)
 
     def url(self, channel: str) -> str:
         return self.channels[channel].as_uri()
@@ -142,6 +144,11 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
         return payloads.python_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
     if kind == "torch":
         return payloads.torch_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
+    if kind == "legacy_torch":
+        staged = payloads.legacy_torch_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
+        for pattern, members in payload.get("extra_wheels", {}).items():
+            payloads.wheel_members(_wheel(wheel_dir, pattern), stage, members)
+        return staged
     if kind == "libtorch":
         staged = payloads.libtorch_wheel(_wheel(wheel_dir, payload["wheel"]), stage)
         for pattern, members in payload.get("extra_wheels", {}).items():
@@ -154,6 +161,13 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
         return staged
     if kind == "toolkit":
         return payloads.copy_tree(cuda_toolkit(), stage, payload["members"])
+    if kind == "debian":
+        from tests.support.debian_toolchains import ensure_unpacked  # noqa: PLC0415
+
+        staged = payloads.copy_tree(ensure_unpacked(payload["toolchain"]), stage, payload["members"])
+        payloads.files(stage, {rel: (HERE / "activation" / src).read_text() for rel, src in payload.get("files", {}).items()})
+        payloads.symlinks(stage, payload.get("links", {}))
+        return staged
     if kind == "remote_wheel_members":
         return payloads.remote_wheel_members(payload, stage)
     if kind == "symlinks":
@@ -181,10 +195,11 @@ def _build_world_locked(spec: dict, root: Path, log) -> World:
     channels = {name: root / name for name in spec["channels"]}
     if done.is_file():
         info = json.loads(done.read_text())
-        return World(root, channels, info["seconds"], info["size_bytes"])
+        return World(root, channels, info["seconds"], info["size_bytes"], info.get("download_seconds"))
     started = time.monotonic()
     wheels_root = cache_dir("conda-world") / "wheels"
     download_wheels(spec, wheels_root, log)
+    downloaded = time.monotonic() - started
     fixture = _records(spec)
     world_names = {entry["name"] for packages in spec["channels"].values() for entry in packages}
     shutil.rmtree(root, ignore_errors=True)
@@ -204,8 +219,8 @@ def _build_world_locked(spec: dict, root: Path, log) -> World:
         index(directory)
     size = sum(p.stat().st_size for p in root.rglob("*.conda"))
     seconds = time.monotonic() - started
-    done.write_text(json.dumps({"seconds": seconds, "size_bytes": size}))
-    return World(root, channels, seconds, size)
+    done.write_text(json.dumps({"seconds": seconds, "size_bytes": size, "download_seconds": downloaded}))
+    return World(root, channels, seconds, size, downloaded)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     world = build_world(args.out)
     for name, path in world.channels.items():
         print(f"{name}: {path.as_uri()}")
-    print(f"world: {world.size_bytes / 2**30:.2f} GiB of packages, built in {world.seconds:.0f} s, at {world.root}")
+    print(f"world: {world.size_bytes / 2**30:.2f} GiB of packages, built in {world.seconds:.0f} s "
+          f"({world.download_seconds or 0:.0f} s of it downloading wheels), at {world.root}")
     return 0
 
 

@@ -150,7 +150,7 @@ def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python
     members = wheel_members(next((tmp_path / "dist-abi1").glob("flash_attn-0.0.1-*.whl")), tmp_path / "site")
     assert "flash_attn_2_cuda.libs/libflash_attn_kernels.so" in members
     glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
-    assert elf.read_info(glue).runpath == ("$ORIGIN/flash_attn_2_cuda.libs",)
+    assert elf.read_info(glue).runpath == ("$ORIGIN/flash_attn_2_cuda.libs", "$ORIGIN/torch/lib")
     # The recipe's ABI gate finds the cell's GPU code in the library the module carries.
     gate = subprocess.run([str(python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", "1", "--expect-archs", "90"],
                           capture_output=True, text=True, timeout=300,

@@ -71,6 +71,14 @@ def python_link_args() -> tuple[list[str], str | None]:
     return [f"-L{libdir}", f"-l{match.group(1)}"], ldlibrary
 
 
+def glue_runpath(carry_library: bool) -> list[str]:
+    """A carried kernel library is found beside the module; an installed one (conda's lib/) through the
+    RUNPATH rattler-build and conda-build give every ELF file they package. torch's libraries through
+    site-packages/torch/lib: the legacy pytorch channel keeps them there, not in lib/ (conda-forge's
+    torch/lib links into lib/), so `import flash_attn_2_cuda` works before `import torch` in both."""
+    return [*([f"-Wl,-rpath,$ORIGIN/{WHEEL_LIBS_DIR}"] if carry_library else []), "-Wl,-rpath,$ORIGIN/torch/lib"]
+
+
 def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str, source_dir: Path, build_dir: Path, wheel_dir: Path,
                 version: str, library: Path, carry_library: bool, abi: int, std: str, philox_bits: int, max_jobs: int, shim: Path,
                 python_link: tuple[list[str], str | None]) -> Path:
@@ -88,9 +96,7 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
     torch_include = torch_include_dir(torch)
     cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(target_machine(dict(os.environ), platform.machine())))
     view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
-    # A carried library is found beside the module; an installed one (conda's lib/) through the
-    # RUNPATH rattler-build and conda-build give every ELF file they package.
-    runpath = [f"-Wl,-rpath,$ORIGIN/{WHEEL_LIBS_DIR}"] if carry_library else []
+    runpath = glue_runpath(carry_library)
 
     built = []
 

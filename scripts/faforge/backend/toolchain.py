@@ -25,6 +25,13 @@ from pathlib import Path
 
 from faforge.backend.errors import BuildError
 
+# The tools nvcc runs to compile and link. It finds them through the PATH its nvcc.profile puts in
+# front of the caller's, so a toolkit whose profile misses one runs another toolkit's without a word:
+# Debian's nvcc 12.4 ran CUDA 13.0's ptxas, fatbinary, nvlink and cudafe++ from /usr/local/bin (issue 23).
+NVCC_TOOLS = ("cicc", "ptxas", "fatbinary", "nvlink", "cudafe++")
+_DRYRUN_TOOL = re.compile(r'^#\$ "?(\S*?)(cicc|ptxas|fatbinary|nvlink|cudafe\+\+)"? ', re.MULTILINE)
+_DRYRUN_SET = re.compile(r"^#\$ (\w+)=(.*)$", re.MULTILINE)
+
 # CUDA's targets/ folder per machine (uname -m): aarch64 servers are sbsa; Jetson's aarch64-linux
 # tree is a cross build's explicit triplet, not a machine's.
 CUDA_TRIPLETS = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux", "ppc64le": "ppc64le-linux"}
@@ -147,3 +154,49 @@ def cudart_library_dirs(cuda_home: str, environ: dict[str, str], triplet: str, *
         raise BuildError(f"no libcudart.so in {', '.join(dict.fromkeys(candidates))}; install the CUDA runtime's -dev files "
                          "(conda: cuda-cudart-dev) or set CUDA_HOME")
     return found[:1]
+
+
+def nvcc_tools(nvcc: str, scratch: Path) -> dict[str, str]:
+    """{tool: path} of each tool `nvcc --dryrun` would run to compile and link a .cu file, in its order."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "probe.cu").write_text("__global__ void probe() {}\nint main() { return 0; }\n")
+    try:
+        dry = subprocess.run([nvcc, "--dryrun", "-o", str(scratch / "probe"), str(scratch / "probe.cu")],
+                             capture_output=True, text=True, check=True).stderr
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"cannot run {nvcc} --dryrun ({exc}); install the CUDA compiler or set CUDA_HOME") from None
+    assigned = dict(_DRYRUN_SET.findall(dry))
+    tools: dict[str, str] = {}
+    for folder, tool in _DRYRUN_TOOL.findall(dry):
+        for name, value in assigned.items():
+            folder = folder.replace(f"${{{name}}}", value).replace(f"${name}", value)
+        found = str(Path(folder) / tool) if folder else shutil.which(tool, path=assigned.get("PATH", ""))
+        tools.setdefault(tool, found or f"{tool} (not found on nvcc's PATH)")
+    return tools
+
+
+def check_tool_releases(nvcc: str, tools: dict[str, str]) -> list[str]:
+    """One log line per tool, after checking each is of nvcc's own CUDA release (cicc, which has no
+    --version, must live inside nvcc's toolkit); a BuildError names the first that is not."""
+    release = nvcc_version(nvcc)
+    words = f"{release[0]}.{release[1]}"
+    home = Path(nvcc).resolve().parents[1]
+    lines = [f"nvcc {nvcc}: CUDA {words}"]
+    for tool, path in tools.items():
+        if tool == "cicc":
+            if not Path(path).resolve().is_relative_to(home):
+                raise BuildError(f"nvcc {nvcc} would run {path}, outside its toolkit {home}; give the toolkit's nvvm/bin/cicc")
+            lines.append(f"  runs cicc {path}: inside nvcc's toolkit")
+            continue
+        try:
+            said = subprocess.run([path, "--version"], capture_output=True, text=True)
+            match = re.search(r"release (\d+)\.(\d+)", said.stdout + said.stderr)
+        except OSError:
+            match = None
+        found = f"{match.group(1)}.{match.group(2)}" if match else "an unknown release"
+        if found != words:
+            raise BuildError(f"nvcc {nvcc} is CUDA {words} but would run {tool} {path} of CUDA {found}; put the toolkit's own "
+                             f"{tool} on the PATH its nvcc.profile sets (or first on PATH)")
+        lines.append(f"  runs {tool} {path}: CUDA {words}")
+    return lines
+
