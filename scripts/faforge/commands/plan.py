@@ -69,4 +69,6 @@ def execute(args: argparse.Namespace) -> int:
     print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} cell jobs, after {built} kernel packages in "
           f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
+    if plan.stale:
+        print(f"{len(plan.stale)} packages in the channel were built from other inputs and are rebuilt: {' '.join(plan.stale)}")
     return EXIT_OK
