@@ -21,8 +21,9 @@ def repo() -> Path:
 
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
-    """A scratch checkout (variants/ and recipes/) that a test may edit freely."""
-    for name in ("variants", "recipes"):
+    """A scratch checkout (variants/, recipes/ and scripts/, whose files the variant files' input digests
+    cover: faforge.matrix.inputs) that a test may edit freely."""
+    for name in ("variants", "recipes", "scripts"):
         shutil.copytree(REPO / name, tmp_path / name)
     return tmp_path
 

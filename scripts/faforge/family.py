@@ -21,7 +21,8 @@ class Family:
     module: str  # the Python package it installs
     extension: str  # the compiled extension module the Python package imports
     kernel_package: str  # the conda output of the torch-free kernel library, one per kernel key
-    kernel_library: str  # that library's file in lib/
+    kernel_library: str  # that library's link name in lib/ (a symlink to kernel_soname)
+    kernel_soversion: int  # the N of its SONAME, lib<...>.so.N: raised when its C interface changes incompatibly
     kernel_api_prefix: str  # the prefix of the library's C interface (exports, error handlers)
     recipe_dir: str  # the recipe folder, relative to the repository root
     build_script: str  # the recipe's build script, in recipe_dir
@@ -30,11 +31,30 @@ class Family:
     include_dirs: tuple[str, ...]  # the sdist's include folders every TU compiles with, in order
     kernel_glob: str  # the kernel TUs' file names in kernel_source_dir
     gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
+    # What enters each conda output besides its variant (issue 24 item 4), as files or folders relative
+    # to the repository root; the recipe's own part of each output is added by faforge.matrix.inputs.
+    # kernel_inputs: the shim, the kernel part of the backend (its compile flags too), the build script
+    # and the kernel package's test (faforge.kernels.torchfree and what it imports); glue_inputs: the
+    # glue part of the backend and the checker the flash-attn package's tests run. A cell's identity
+    # covers both (it links its kernel build); tests/matrix/test_inputs.py checks that every file the
+    # recipe ships is in one of them.
+    kernel_inputs: tuple[str, ...]
+    glue_inputs: tuple[str, ...]
 
     @property
     def kernel_exports(self) -> str:
         """The only names the kernel library may export, as `faforge check-abi --exports` patterns."""
         return f"run_mha_*,{self.kernel_api_prefix}*"
+
+    @property
+    def kernel_soname(self) -> str:
+        """The kernel library's SONAME and real file: what a linked extension's DT_NEEDED names."""
+        return f"{self.kernel_library}.{self.kernel_soversion}"
+
+    def is_kernel_library(self, name: str) -> bool:
+        """Whether a DT_NEEDED or file name is the kernel library: its SONAME, any other version of it, or
+        the unversioned name of builds before the SONAME was versioned."""
+        return name == self.kernel_library or name.startswith(self.kernel_library + ".")
 
     @property
     def kernel_source_dir(self) -> str:
@@ -60,6 +80,7 @@ FLASH_ATTN = Family(
     extension="flash_attn_2_cuda",
     kernel_package="libflash-attn-kernels",
     kernel_library="libflash_attn_kernels.so",
+    kernel_soversion=1,
     kernel_api_prefix="flash_attn_kernels_",
     recipe_dir="recipes/flash-attn",
     build_script="build_flash_attn.py",
@@ -68,6 +89,26 @@ FLASH_ATTN = Family(
     include_dirs=("csrc/flash_attn", "csrc/flash_attn/src", "csrc/cutlass/include"),
     kernel_glob="flash_*_sm80.cu",
     gates=("abi", "import"),
+    kernel_inputs=(
+        "recipes/flash-attn/build_flash_attn.py",
+        "recipes/flash-attn/LICENSE_CUTLASS.txt",
+        "recipes/flash-attn/LICENSE_PYTORCH.txt",
+        "scripts/faforge/kernels/torch_shim",
+        *(f"scripts/faforge/backend/{name}.py" for name in (
+            "__init__", "archs", "ccache", "errors", "flags", "jobs", "layout", "logger", "ninja", "options", "plan",
+            "postlink", "sources", "toolchain")),
+        "scripts/faforge/__init__.py",
+        "scripts/faforge/errors.py",
+        "scripts/faforge/family.py",
+        "scripts/faforge/abi",
+        "scripts/faforge/kernels/__init__.py",
+        "scripts/faforge/kernels/torchfree.py",
+    ),
+    glue_inputs=(
+        "scripts/faforge/backend/glue.py",
+        "scripts/faforge/gpu",
+        "scripts/faforge/kernels/tus.py",
+    ),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from faforge.backend import ninja
@@ -28,7 +29,7 @@ def test_compile_flags_put_the_shim_before_upstreams_headers():
 def test_link_flags_name_the_soname_the_exports_and_the_shared_runtime():
     flags = ninja.kernel_link_flags(SHIM, ["/cuda/lib64"])
     assert flags[:4] == ["-shared", "-nodlink", "-cudart", "shared"] and "-L/cuda/lib64" in flags
-    assert f"-Xlinker=--version-script={SHIM / 'exports.map'}" in flags and "-Xlinker=-soname=libflash_attn_kernels.so" in flags
+    assert f"-Xlinker=--version-script={SHIM / 'exports.map'}" in flags and "-Xlinker=-soname=libflash_attn_kernels.so.1" in flags
 
 
 def test_ninja_file_compiles_each_tu_and_links_them_with_the_shims_error_handlers():
@@ -61,4 +62,9 @@ def test_the_library_is_installed_into_the_lib_dir(tmp_path):
     built.parent.mkdir()
     built.write_bytes(b"ELF")
     assert ninja.install_library(built, tmp_path / "prefix/lib") == tmp_path / "prefix/lib/libflash_attn_kernels.so"
-    assert (tmp_path / "prefix/lib/libflash_attn_kernels.so").read_bytes() == b"ELF"
+    # Under its SONAME, with the link name a relative symlink to it; installing again replaces both.
+    assert (tmp_path / "prefix/lib/libflash_attn_kernels.so.1").read_bytes() == b"ELF"
+    assert os.readlink(tmp_path / "prefix/lib/libflash_attn_kernels.so") == "libflash_attn_kernels.so.1"
+    built.write_bytes(b"ELF2")
+    ninja.install_library(built, tmp_path / "prefix/lib")
+    assert (tmp_path / "prefix/lib/libflash_attn_kernels.so").read_bytes() == b"ELF2"

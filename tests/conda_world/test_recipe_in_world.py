@@ -99,7 +99,7 @@ def test_the_kernel_package_needs_no_torch_and_the_glue_links_it(built, tmp_path
     assert not [n for n in elf.read_info(library).needed if n.startswith(("libtorch", "libc10", "libpython"))]
     glue = next(_unpack(packages[0], tmp_path / "flash-attn").glob("lib/python3.12/site-packages/flash_attn_2_cuda*.so"))
     info = elf.read_info(glue)
-    assert "libflash_attn_kernels.so" in info.needed and "$ORIGIN/../.." in ":".join(info.runpath or info.rpath), (info.runpath, info.rpath)
+    assert "libflash_attn_kernels.so.1" in info.needed and "$ORIGIN/../.." in ":".join(info.runpath or info.rpath), (info.runpath, info.rpath)
     assert not list((tmp_path / "flash-attn").rglob("libflash_attn_kernels.so")), "the library is not carried twice"
 
 
@@ -144,7 +144,7 @@ def test_verify_publish_serve_install_import_doctor(built, cell, world, tmp_path
              "print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libflash_attn_kernels' in l}))")
     imported = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr[-3000:]
-    assert imported.stdout.split() == [RECIPE_VERSION, cell.torch, str(prefix / "lib" / "libflash_attn_kernels.so")]
+    assert imported.stdout.split() == [RECIPE_VERSION, cell.torch, str(prefix / "lib" / "libflash_attn_kernels.so.1")]  # its SONAME
 
     doctor = faforge("doctor", "--python", str(python), "--json", env=env)
     report = json.loads(doctor.stdout)

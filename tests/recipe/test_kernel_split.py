@@ -59,7 +59,7 @@ def kernel_library(build_python, tmp_path_factory):  # noqa: F811
 def test_kernel_library_needs_no_torch_and_exports_only_launches(kernel_library):
     library, log = kernel_library
     info = elf.read_info(library)
-    assert info.soname == "libflash_attn_kernels.so"
+    assert info.soname == "libflash_attn_kernels.so.1"
     assert any(n.startswith("libcudart.so") for n in info.needed), "the shared CUDA runtime, as torch loads it"
     assert not [n for n in info.needed if re.match(r"lib(torch|c10|python)", n)], info.needed
     names = exported(library)
@@ -83,12 +83,12 @@ def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_pytho
     members = wheel_members(next((tmp_path / "dist-abi1").glob("flash_attn-0.0.1-*.whl")), tmp_path / "wheel")
     assert not [m for m in members if "libflash_attn_kernels" in m], "an installed library is not carried again"
     glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
-    assert "libflash_attn_kernels.so" in elf.read_info(glue).needed
+    assert "libflash_attn_kernels.so.1" in elf.read_info(glue).needed
     assert {n for n in imported(glue) if LAUNCHES.match(n)} == {n for n in exported(library) if n.startswith("_ZN5flash12run_mha_fwd_IfLi32E")}
     # check-abi finds the library only where it is told to look (an installed kernel package's lib/)
     torch = build_python[1]["PYTHONPATH"]
     alone = faforge_cli("check-abi", str(glue), "--against", torch)
-    assert "unverified: libflash_attn_kernels.so" in alone.stdout and "GPU code: none" in alone.stdout, alone.stdout + alone.stderr
+    assert "unverified: libflash_attn_kernels.so.1" in alone.stdout and "GPU code: none" in alone.stdout, alone.stdout + alone.stderr
     told = faforge_cli("check-abi", str(glue), "--against", torch, "--library-dir", str(library.parent))
     assert told.returncode == 0 and "unverified" not in told.stdout, told.stdout + told.stderr
     assert "GPU code: sm_90" in told.stdout, "the glue's GPU code is its kernel library's"
@@ -148,7 +148,7 @@ def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     members = wheel_members(next((tmp_path / "dist-abi1").glob("flash_attn-0.0.1-*.whl")), tmp_path / "site")
-    assert "flash_attn_2_cuda.libs/libflash_attn_kernels.so" in members
+    assert "flash_attn_2_cuda.libs/libflash_attn_kernels.so.1" in members  # its SONAME, which DT_NEEDED names
     glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
     assert elf.read_info(glue).runpath == ("$ORIGIN/flash_attn_2_cuda.libs", "$ORIGIN/torch/lib")
     # The recipe's ABI gate finds the cell's GPU code in the library the module carries.

@@ -17,7 +17,8 @@ from faforge.matrix.variants import variant_config_path
 # What the kernel objects may depend on; anything else in the output's used variant would split it.
 KERNEL_VARIANT_KEYS = {"cuda_compiler_version", "cuda_archs", "philox_offset_bits", "target_platform", "build_platform",
                        "c_compiler", "c_compiler_version", "cxx_compiler", "cxx_compiler_version", "cuda_compiler",
-                       "c_stdlib", "c_stdlib_version"}
+                       "c_stdlib", "c_stdlib_version",
+                       "kernel_inputs"}  # the digest of its inputs (faforge.matrix.inputs): one value per variant file
 PER_CELL_KEYS = ("python", "torch_version", "torch_world", "cxx11_abi")
 
 

@@ -67,7 +67,7 @@ def write_channel(root: Path, table) -> Path:
 @pytest.fixture
 def project(tmp_path):
     """A scratch checkout whose kernel-abi.yaml already has the new minor's row."""
-    for name in ("variants", "recipes"):
+    for name in ("variants", "recipes", "scripts"):  # scripts/: the variant files' input digests
         shutil.copytree(REPO / name, tmp_path / name)
     add_kernel_abi_row(tmp_path / "variants", NEW_TORCH, "a test's made-up row")
     return tmp_path

@@ -64,7 +64,7 @@ def readme_block(marker: str, language: str) -> str:
 def project(tmp_path_factory):
     """A scratch checkout whose release table has the test cell; FAFORGE_ROOT points faforge at it."""
     root = tmp_path_factory.mktemp("project")
-    subprocess.run(["cp", "-r", str(REPO / "variants"), str(REPO / "recipes"), str(root)], check=True)
+    subprocess.run(["cp", "-r", str(REPO / "variants"), str(REPO / "recipes"), str(REPO / "scripts"), str(root)], check=True)
     path = root / "variants" / "releases.yaml"
     table = load_releases(path)
     template = next(r for r in table.releases if r.world == "conda-forge" and not getattr(r, "tegra", False))

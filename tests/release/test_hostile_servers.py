@@ -94,7 +94,7 @@ def test_plan_page_and_bump_exit_4_within_the_deadline(served, tmp_path, mode):
         result, took = faforge(*args)
         assert_remote_failure(result, url)
     project = tmp_path / "project"
-    for name in ("variants", "recipes"):
+    for name in ("variants", "recipes", "scripts"):
         shutil.copytree(REPO / name, project / name)
     for source in ("conda-forge", "pytorch-wheels"):
         result, took = faforge("bump", "--source", source, "--channel-url", url + "/", env={"FAFORGE_ROOT": str(project)})

@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index
+from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
 from faforge.matrix import load_matrix
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
@@ -122,21 +123,25 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
     assert f"the whole matrix is {len(kernels)} piece jobs, {len(links)} link jobs and {len(cells)} cell jobs" in readme
 
 
-def kernel_record(package, hash_="1a2b3c4"):
-    """A real libflash-attn-kernels .conda as the recipe would name it (PackageSpec -> py-rattler-build)."""
-    return PackageSpec(package.name, package.version, f"{package.key.build_string_prefix}{hash_}_{package.build_number}",
-                       package.key.platform)
+def pinned_build(package, rendered):
+    """The kernel build the package's cells pin exactly, as their render has it."""
+    return next(kernel_pin(r.run_requirements).build for r in rendered if r.cell.id in package.cell_ids)
 
 
-def test_a_kernel_package_in_the_channel_is_not_rebuilt(tmp_path, matrix):
+def kernel_record(package, build):
+    """A real libflash-attn-kernels .conda under `build` (PackageSpec -> py-rattler-build)."""
+    return PackageSpec(package.name, package.version, build, package.key.platform)
+
+
+def test_a_kernel_package_in_the_channel_is_not_rebuilt(tmp_path, matrix, rendered):
     """A real file:// channel holding one kernel package: its kernel jobs vanish, its cells take it from there."""
     channel = tmp_path / "channel"
     held = next(k for k in matrix.kernels if k.key.id == "linux-64/cu129/sm80_90_100_120ptx/philox64")
     other_build = next(k for k in matrix.kernels if k.key.id == "linux-64/cu129/sm80_90_100_120ptx/philox32")
-    assemble(kernel_record(held), channel)
+    assemble(kernel_record(held, pinned_build(held, rendered)), channel)
     # Same name, version, CUDA and archs, but the other Philox layout (and build number): not a stand-in
     # for the torch <= 2.9 cells' kernels.
-    assemble(replace(kernel_record(other_build), build=f"{other_build.key.build_string_prefix}0000000_7"), channel)
+    assemble(kernel_record(other_build, f"{other_build.key.build_string_prefix}0000000_7"), channel)
     index(channel)
     result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")
     assert result.returncode == 0, result.stderr
@@ -153,6 +158,24 @@ def test_a_kernel_package_in_the_channel_is_not_rebuilt(tmp_path, matrix):
     assert "(1 kernel packages already there)" in human.stdout
     held_row = next(line for line in human.stdout.splitlines() if line.startswith(held.key.id + " "))
     assert "in the channel" in held_row and held_row.split()[-1] == str(len(held.cell_ids))
+
+
+def test_a_kernel_package_built_from_other_inputs_is_stale_and_rebuilt(tmp_path, matrix, rendered):
+    """The channel holds the kernel package under its build string but another hash (another digest of
+    its inputs: faforge.matrix.inputs): not a stand-in, listed as stale, built again."""
+    channel = tmp_path / "channel"
+    held = next(k for k in matrix.kernels if k.key.id == "linux-64/cu129/sm80_90_100_120ptx/philox64")
+    old = f"{held.key.build_string_prefix}1a2b3c4_{held.build_number}"
+    assert old != pinned_build(held, rendered)
+    assemble(kernel_record(held, old), channel)
+    index(channel)
+    result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    jsonschema.validate(data, SCHEMA)
+    assert not next(k for k in data["kernel_packages"] if k["id"] == held.key.id)["in_channel"]
+    assert held.key.slug in {j["kernels"] for j in jobs_of(data, "kernels")}
+    assert data["stale"] == [f"linux-64/{held.name}-{held.version}-{old}.conda"]
 
 
 def test_github_output_and_the_chunk_count_guard(tmp_path):

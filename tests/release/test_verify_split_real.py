@@ -48,6 +48,11 @@ def results(run) -> dict[tuple[str, str], dict]:
     return {(r["package"], r["gate"]): r for r in json.loads(run.stdout)["results"]}
 
 
+def kernel_files(library: bytes) -> dict[str, bytes]:
+    """The kernel package's lib/: the library under its SONAME (the glue's DT_NEEDED) and its link name."""
+    return {"lib/libflash_attn_kernels.so.1": library, "lib/libflash_attn_kernels.so": library}
+
+
 @pytest.fixture(scope="module")
 def split_pair(build_python, tmp_path_factory):  # noqa: F811
     """(kernel package, flash-attn package), side by side in out/linux-64/, built for real."""
@@ -69,7 +74,7 @@ def split_pair(build_python, tmp_path_factory):  # noqa: F811
     members[glue_name] = glue.read_bytes()
     out = tmp / "out"
     kernels = assemble(PackageSpec("libflash-attn-kernels", VERSION, KERNEL_BUILD, "linux-64", depends=("cuda-version >=13.0,<14",),
-                                   files={"lib/libflash_attn_kernels.so": library.read_bytes()}), out)
+                                   files=kernel_files(library.read_bytes())), out)
     flash_attn = assemble(PackageSpec("flash-attn", VERSION, FLASH_ATTN_BUILD, "linux-64", depends=DEPENDS,
                                       files={SITE + name: data for name, data in members.items()}), out)
     return kernels, flash_attn
@@ -121,7 +126,7 @@ def test_flash_attn_whose_kernel_library_lacks_its_launch_fails(split_pair, buil
     library = tmp_path / "lib/build-abi1/kernels/libflash_attn_kernels.so"
     out = tmp_path / "out"
     assemble(PackageSpec("libflash-attn-kernels", VERSION, KERNEL_BUILD, "linux-64", depends=("cuda-version >=13.0,<14",),
-                         files={"lib/libflash_attn_kernels.so": library.read_bytes()}), out)
+                         files=kernel_files(library.read_bytes())), out)
     shutil.copy(flash_attn, out / "linux-64" / flash_attn.name)
     run = faforge("verify", out / "linux-64" / flash_attn.name, "--manifest", tmp_path / "v", "--json")
     assert run.returncode == 1, run.stdout + run.stderr

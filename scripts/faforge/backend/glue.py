@@ -24,7 +24,7 @@ from faforge.backend.ccache import INCLUDE_VIEW_DIR, include_view, through_view,
 from faforge.backend.errors import BuildError
 from faforge.backend.layout import PHILOX_BITS_DEFINE
 from faforge.backend.logger import log
-from faforge.backend.ninja import KERNEL_LIBRARY
+from faforge.backend.ninja import KERNEL_SONAME
 from faforge.backend.postlink import drop_libpython_needed, verify_abi
 from faforge.backend.toolchain import cuda_triplet, nvcc_cuda_include_dirs, target_machine
 from faforge.family import FLASH_ATTN
@@ -116,7 +116,7 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
             verify_abi(path, abi)
             if carry_library:
                 (path.parent / WHEEL_LIBS_DIR).mkdir(exist_ok=True)
-                shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_LIBRARY)
+                shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_SONAME)  # the name DT_NEEDED has
 
     extension = cpp_extension.CUDAExtension(
         name=FLASH_ATTN.extension,

@@ -25,6 +25,7 @@ from faforge.backend.toolchain import CudaToolkit
 from faforge.family import FLASH_ATTN
 
 KERNEL_LIBRARY = FLASH_ATTN.kernel_library
+KERNEL_SONAME = FLASH_ATTN.kernel_soname
 # The sample ninja compiles first: one TU of each class (fwd, fwd_split, bwd), the cheapest, so an
 # interrupted first build already has one object per class to compare (variants/README.md).
 FIRST_TUS = ("flash_fwd_hdim32_fp16_sm80.cu", "flash_fwd_split_hdim32_fp16_sm80.cu", "flash_bwd_hdim32_fp16_sm80.cu")
@@ -45,7 +46,7 @@ def kernel_link_flags(shim: Path, cudart_dirs: list[str]) -> list[str]:
     are whole-program (no -rdc), and nvcc's device-link step would add an sm_75 stub image (nvcc
     13's default arch) to a library built for other archs."""
     return ["-shared", "-nodlink", "-cudart", "shared", *(f"-L{d}" for d in cudart_dirs), f"-Xlinker=--version-script={shim / 'exports.map'}",
-            "-Xlinker=--no-undefined", f"-Xlinker=-soname={KERNEL_LIBRARY}", "-Xlinker=--strip-all"]
+            "-Xlinker=--no-undefined", f"-Xlinker=-soname={KERNEL_SONAME}", "-Xlinker=--strip-all"]
 
 
 def ordered_kernels(kernels: list[str]) -> list[str]:
@@ -125,9 +126,13 @@ def build_kernel_library(*, source_dir: Path, build_dir: Path, toolkit: CudaTool
 
 
 def install_library(library: Path, lib_dir: Path) -> Path:
-    """Copies the built library into `lib_dir` (the recipe: $PREFIX/lib)."""
-    target = lib_dir / KERNEL_LIBRARY
+    """Copies the built library into `lib_dir` (the recipe: $PREFIX/lib) under its SONAME, with the
+    link name beside it as a relative symlink, as a shared library is installed; returns the link name."""
+    target, link = lib_dir / KERNEL_SONAME, lib_dir / KERNEL_LIBRARY
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(library, target)
-    log(f"installed {target}")
-    return target
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(KERNEL_SONAME)
+    log(f"installed {target} and {link.name} -> {KERNEL_SONAME}")
+    return link

@@ -71,4 +71,6 @@ def execute(args: argparse.Namespace) -> int:
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
     print(f"estimated runner time: {plan.runner_minutes / 60:.1f} hours ({plan.runner_minutes} minutes: every job's estimate "
           "from variants/build-cost.yaml, setup and safety factor included)")
+    if plan.stale:
+        print(f"{len(plan.stale)} packages in the channel were built from other inputs and are rebuilt: {' '.join(plan.stale)}")
     return EXIT_OK

@@ -19,7 +19,7 @@ from faforge.abi.report import ModuleVerdict, Verdict
 from faforge.abi.resolve import environment_dirs, opened
 from faforge.doctor.facts import EnvFacts
 from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, offered
-from faforge.matrix.kernels import KERNEL_LIBRARY
+from faforge.family import FLASH_ATTN
 
 # flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so -> "cpython-310-x86_64-linux-gnu"
 _SO_TAG = re.compile(r"^[^.]+\.(?P<tag>[^.]+)\.so$")
@@ -73,7 +73,7 @@ def read_binary(path: str, facts: EnvFacts, table: SymbolTable) -> BinaryFacts:
     verdict = Verdict(extension=path, against=tuple(str(d) for d in dirs), torch=torch, modules=(module,))
     built = built_for(table, imported)
     return BinaryFacts(path, so_tag(path), cudart, built, _torch_offers(table, built, dirs), verdict,
-                       KERNEL_LIBRARY in info.needed)
+                       any(FLASH_ATTN.is_kernel_library(name) for name in info.needed))
 
 
 def _torch_offers(table: SymbolTable, built: BuiltFor, dirs: tuple[Path, ...]) -> dict[str, tuple[str, ...]]:

@@ -71,7 +71,7 @@ def kernel_library(s: Situation) -> Problem | None:
                        f"{installed.name} {installed.version} ({installed.build}): {'; '.join(differences)}",
                        (f"{KERNEL_LIBRARY} comes from {installed.name} {installed.version} {installed.build} ({installed.channel_name})",),
                        evidence)
-    if s.facts.import_outcome.ok or KERNEL_LIBRARY not in _unfound_libraries(s):
+    if s.facts.import_outcome.ok or not any(FLASH_ATTN.is_kernel_library(name) for name in _unfound_libraries(s)):
         return None
     if pin is not None and installed is None:
         why = f"its conda package {KERNEL_PACKAGE} is not installed ({FLASH_ATTN.package} requires {pin})"

@@ -18,6 +18,20 @@ from faforge.versions import minor_of, vtuple
 CELL_ID = re.compile(r"(?P<platform>linux-64|linux-aarch64)/py(?P<py>\d)(?P<pyminor>\d+)/torch(?P<torch>\d+\.\d+)/cu(?P<cuda>\d+)/abi(?P<abi>[01])")
 
 
+# conda-forge's spelling of a CPython variant: the python_abi build string glob keeps a free-threaded
+# (3.13t) or other interpreter out of the host solve; 3.13 and later name their ABI (cp313), older ones
+# `cpython`. conda-forge-pinning-feedstock f875045, recipe/conda_build_config.yaml#L974-L981
+# (https://github.com/conda-forge/conda-forge-pinning-feedstock/blob/f87504532b7060e6a2b55ae4d63b7960f32268af/recipe/conda_build_config.yaml#L974-L981),
+# as pytorch-cpu-feedstock 74dd3d4 renders it (.ci_support/*cuda_compiler_version13.0*.yaml: python).
+ABI_TAGGED_FROM = (3, 13)
+
+
+def python_variant(python: str) -> str:
+    """'3.12' -> '3.12.* *_cpython', '3.13' -> '3.13.* *_cp313'."""
+    major, minor = (int(p) for p in python.split(".")[:2])
+    return f"{python}.* *_{f'cp{major}{minor}' if (major, minor) >= ABI_TAGGED_FROM else 'cpython'}"
+
+
 @dataclass(frozen=True)
 class Cell:
     platform: str
@@ -55,7 +69,7 @@ class Cell:
     def variant(self) -> dict[str, str]:
         """The variant-config values for rattler-build / conda-build (all strings)."""
         return {
-            "python": f"{self.python}.*",
+            "python": python_variant(self.python),
             "torch_version": self.torch,
             "torch_world": self.world,
             "cuda_compiler_version": self.cuda,
@@ -98,7 +112,7 @@ def candidate_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidt
                     cxx11_abi=world.cxx11_abi,
                     cuda_archs=policy.pick("cuda_archs", row.cuda),
                     philox_offset_bits=philox.of(row.torch_minor),
-                    host_gcc=policy.pick("host_gcc", row.cuda),
+                    host_gcc=policy.pick("host_gcc", row.cuda, row.world),
                     c_stdlib_version=policy.pick("c_stdlib_version", row.cuda),
                     channels=world.channels,
                 )

@@ -15,10 +15,11 @@ CELL_FIELDS = ("world", "torch", "cuda", "python", "platform")
 
 @dataclass(frozen=True)
 class RangeRule:
-    """A value chosen by CUDA version: the first rule whose constraint matches wins."""
+    """A value chosen by CUDA version, and optionally by torch world: the first rule that matches wins."""
 
     cuda: str
     value: str
+    world: str | None = None  # None: every world
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,12 @@ class BuildPolicy:
     c_stdlib_version: tuple[RangeRule, ...]
     exclude: tuple[Exclusion, ...]
 
-    def pick(self, rules_name: str, cuda: str) -> str:
+    def pick(self, rules_name: str, cuda: str, world: str | None = None) -> str:
         for rule in getattr(self, rules_name):
-            if satisfies(cuda, rule.cuda):
+            if rule.world in (None, world) and satisfies(cuda, rule.cuda):
                 return rule.value
-        raise DataError(self.path, rules_name, f"no rule covers CUDA {cuda}", hint=f"add a `cuda: ...` entry to {rules_name} that matches {cuda}")
+        where = f" in the {world} world" if world else ""
+        raise DataError(self.path, rules_name, f"no rule covers CUDA {cuda}{where}", hint=f"add a `cuda: ...` entry to {rules_name} that matches {cuda}")
 
     def exclusion_for(self, **cell) -> Exclusion | None:
         return next((e for e in self.exclude if e.matches(**cell)), None)
@@ -61,11 +63,13 @@ def _rules(path: Path, raw: dict, name: str, value_key: str) -> tuple[RangeRule,
     out = []
     for i, rule in enumerate(rules):
         key = f"{name}[{i}]"
-        if not isinstance(rule, dict) or set(rule) != {"cuda", value_key}:
-            raise DataError(path, key, f"invalid rule {rule!r}", hint=f"expected keys cuda and {value_key}")
+        if not isinstance(rule, dict) or not {"cuda", value_key} <= set(rule) <= {"cuda", value_key, "world"}:
+            raise DataError(path, key, f"invalid rule {rule!r}", hint=f"expected keys cuda and {value_key}, and optionally world")
         if not isinstance(rule["cuda"], str) or not is_constraint(rule["cuda"]):
             raise DataError(path, f"{key}.cuda", f"invalid constraint {rule['cuda']!r}", hint="e.g. '>=12.8' or '>=12.6,<12.8' (quoted)")
-        out.append(RangeRule(cuda=rule["cuda"], value=str(rule[value_key])))
+        if "world" in rule and not (isinstance(rule["world"], str) and rule["world"]):
+            raise DataError(path, f"{key}.world", f"invalid value {rule['world']!r}", hint="a torch world of variants/releases.yaml, e.g. conda-forge")
+        out.append(RangeRule(cuda=rule["cuda"], value=str(rule[value_key]), world=rule.get("world")))
     return tuple(out)
 
 

@@ -2,9 +2,10 @@
 
 rattler keeps each extracted package under its name-version-build: `pkgs/<name>-<version>-<build>/` in
 $RATTLER_CACHE_DIR, else $XDG_CACHE_HOME/rattler/cache (~/.cache/rattler/cache). Our build strings
-follow the variant, not every input (the build script, the checker the recipe ships, the recipe's
-tests: issue 24), so a rebuild after such a change makes a package under the old name, and
-rattler-build's test environment installed the *old* extraction and ran the old package's tests.
+follow every input once `faforge generate` has written its digests into the variant files
+(faforge.matrix.inputs), but a local edit before that, or a rebuild of the same inputs, makes a package
+under a name rattler has seen, and rattler-build's test environment installed the *old* extraction and
+ran the old package's tests.
 Seen: the conda world's kernel package ran `python -m faforge.abi.torchfree`, a module the rebuilt
 recipe no longer ships. `faforge build` drops the extraction first, so a recipe's tests always run what
 was just built.

@@ -14,6 +14,10 @@ So a plan has three stages, each a list of chunks that run one after the other:
 GitHub allows at most 256 jobs per matrix, so each stage comes in chunks of at most
 `max_jobs_per_matrix`. A kernel package is built only when a cell to build needs it and the channel
 does not already hold it.
+
+A package counts as held only under its exact build string, whose hash covers the digests of its
+inputs (faforge.matrix.inputs). One the channel holds under the same build string but another hash
+was built from other inputs (or another variant): the plan lists it as stale and builds it anew.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from faforge.family import FLASH_ATTN
-from faforge.matrix.kernels import KernelPackage
-from faforge.matrix.render import RenderedCell
+from faforge.matrix.kernels import KernelPackage, kernel_pin
+from faforge.matrix.render import RenderedCell, build_string_head
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, BuildCost, Part, cell_part, split_kernels
 
 PLAN_VERSION = 2
@@ -38,6 +42,7 @@ class Plan:
     present: list[RenderedCell]
     kernels: list[KernelPackage]  # needed by the cells to build
     kernels_in_channel: set[str]  # ids of those the channel already holds
+    stale: list[str]  # SUBDIR/FILE of packages the channel holds, built from other inputs, that this plan rebuilds
     jobs: dict[str, list[dict]]  # stage -> jobs
     chunk_size: int
 
@@ -58,6 +63,7 @@ class Plan:
             "estimated_runner_minutes": self.runner_minutes,
             "in_channel": [r.cell.id for r in self.present],
             "to_build": [r.cell.id for r in self.todo],
+            "stale": self.stale,
             "kernel_packages": [
                 {"id": k.key.id, "name": k.name, "version": k.version, "build_string_prefix": k.key.build_string_prefix,
                  "in_channel": k.key.id in self.kernels_in_channel, "cells": [c for c in k.cell_ids if c in todo]}
@@ -132,9 +138,37 @@ def present_keys(records) -> set[tuple[str, str, str, str]]:
     return {(r.name.normalized, str(r.version), str(r.build), str(r.subdir)) for r in records}
 
 
-def kernel_in(kernels: KernelPackage, present: set[tuple[str, str, str, str]]) -> bool:
-    return any(name == kernels.name and version == kernels.version and subdir == kernels.key.platform
-               and kernels.build_string_matches(build) for name, version, build, subdir in present)
+def kernel_build(kernels: KernelPackage, todo: list[RenderedCell]) -> str | None:
+    """The kernel build the package's cells pin exactly (their rendered run requirements), or None for
+    a recipe whose flash-attn pins none."""
+    pins = {pin.build for r in todo if r.cell.id in kernels.cell_ids and (pin := kernel_pin(r.run_requirements))}
+    return pins.pop() if len(pins) == 1 else None
+
+
+def _held(name: str, version: str, subdir: str, present: set[tuple[str, str, str, str]]) -> set[str]:
+    return {b for n, v, b, s in present if (n, v, s) == (name, version, subdir)}
+
+
+def kernel_in(kernels: KernelPackage, present: set[tuple[str, str, str, str]], build: str | None = None) -> bool:
+    """Whether the channel holds the kernel package: its exact build when known, else any of its key."""
+    held = _held(kernels.name, kernels.version, kernels.key.platform, present)
+    return build in held if build else any(kernels.build_string_matches(b) for b in held)
+
+
+def stale_packages(todo: list[RenderedCell], kernels: list[KernelPackage], builds: dict[str, str | None],
+                   present: set[tuple[str, str, str, str]]) -> list[str]:
+    """What the channel holds under the build string of a package to build, with another hash."""
+    out = set()
+    for r in todo:
+        package = r.recipe["package"]
+        name, version = package["name"], str(package["version"])
+        out |= {f"{r.cell.platform}/{name}-{version}-{b}.conda" for b in _held(name, version, r.cell.platform, present)
+                if b != r.build_string and build_string_head(b) == build_string_head(r.build_string)}
+    for k in kernels:
+        if builds.get(k.key.id):
+            out |= {f"{k.key.platform}/{k.name}-{k.version}-{b}.conda" for b in _held(k.name, k.version, k.key.platform, present)
+                    if b != builds[k.key.id] and k.build_string_matches(b)}
+    return sorted(out)
 
 
 def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: BuildCost,
@@ -145,7 +179,8 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
         package = r.recipe["package"]
         (done if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present else todo).append(r)
     needed = [k for k in kernels if any(kernels_of[r.cell.id] == k for r in todo)]
-    in_channel = {k.key.id for k in needed if kernel_in(k, present)}
+    builds = {k.key.id: kernel_build(k, todo) for k in needed}
+    in_channel = {k.key.id for k in needed if kernel_in(k, present, builds[k.key.id])}
     jobs: dict[str, list[dict]] = {stage: [] for stage in STAGES}
     for k in needed:
         if k.key.id in in_channel:
@@ -161,5 +196,6 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
     for r in todo:
         k = kernels_of[r.cell.id]
         jobs[CELL_STAGE].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
-    return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, jobs=jobs,
+    stale = stale_packages(todo, [k for k in needed if k.key.id not in in_channel], builds, present)
+    return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, stale=stale, jobs=jobs,
                 chunk_size=cost.max_jobs_per_matrix)

@@ -82,7 +82,7 @@ def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | 
     problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - package.cxx11_abi} but labelled cxx11abi{package.cxx11_abi}" for path in mislabelled]
     if kernel:  # the lookup found the kernel package; a library it does not hold leaves the launches unchecked
         problems += [f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked"
-                     for m in verdict.modules for u in m.unverified_libraries if u.name == KERNEL_LIBRARY]
+                     for m in verdict.modules for u in m.unverified_libraries if FLASH_ATTN.is_kernel_library(u.name)]
     where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}"
     if kernel:
         where += f", with {KERNEL_LIBRARY} from {kernel.filename}"

@@ -1,0 +1,157 @@
+"""Package identity per output (issue 24 item 4), on real rattler-build renders of a scratch checkout:
+an edit to a kernel input gives every kernel package and every cell a new build string, an edit to a
+glue-only input every cell and no kernel package, an edit elsewhere (doctor/) none."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from faforge.family import FLASH_ATTN
+from faforge.matrix import load_matrix
+from faforge.matrix.inputs import GLUE_INPUTS, KERNEL_INPUTS, input_digests, input_files
+from faforge.matrix.render import build_string_head, render_platform
+from faforge.matrix.variants import generated_files, variant_config_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    for name in ("variants", "recipes", "scripts"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def identities(root: Path) -> dict[str, dict[str, str]]:
+    """Regenerate the checkout's variant files as `faforge generate` does, then render every variant file
+    for real: {"cells": {cell id: build string}, "kernels": {build string without hash: build string}}."""
+    matrix = load_matrix(root)
+    for path, text in generated_files(matrix.cells, matrix.variants_dir).items():
+        path.write_text(text)
+    cells_by_key = {(c.platform, c.python, c.torch, c.cuda, str(c.cxx11_abi)): c.id for c in matrix.cells}
+    out: dict[str, dict[str, str]] = {"cells": {}, "kernels": {}}
+    for platform, world in sorted({(c.platform, c.world) for c in matrix.cells}):
+        for variant in render_platform(matrix.recipe_path, variant_config_path(matrix.variants_dir, platform, world), platform):
+            recipe, used = variant.recipe.to_dict(), variant.recipe.used_variant
+            build = recipe["build"]["string"]
+            if recipe["package"]["name"] == FLASH_ATTN.kernel_package:
+                out["kernels"][f"{platform}/{build_string_head(build)}"] = build
+            else:
+                key = (platform, str(used["python"]).split(".*")[0], str(used["torch_version"]),
+                       str(used["cuda_compiler_version"]), str(used["cxx11_abi"]))
+                out["cells"][cells_by_key[key]] = build
+    return out
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    assert before.keys() == after.keys()
+    return {name for name in before if before[name] != after[name]}
+
+
+def append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + text)
+
+
+def test_each_output_is_stale_exactly_when_its_inputs_change(checkout):
+    base = identities(checkout)
+    assert len(base["kernels"]) == len(load_matrix(checkout).kernels), "one value per digest key adds no kernel build"
+    assert len(base["cells"]) == len(load_matrix(checkout).cells)
+
+    append(checkout / "scripts/faforge/doctor/report.py", "\n# a doctor edit\n")
+    doctor = identities(checkout)
+    assert not changed(base["kernels"], doctor["kernels"]) and not changed(base["cells"], doctor["cells"])
+
+    append(checkout / "scripts/faforge/backend/glue.py", "\n# a glue edit\n")
+    glue = identities(checkout)
+    assert not changed(doctor["kernels"], glue["kernels"]), "a glue edit must not rebuild a kernel package"
+    assert changed(doctor["cells"], glue["cells"]) == set(glue["cells"])
+
+    append(checkout / "scripts/faforge/kernels/torch_shim/kernel_errors.cpp", "\n// a shim edit\n")
+    kernel = identities(checkout)
+    assert changed(glue["kernels"], kernel["kernels"]) == set(kernel["kernels"])
+    assert changed(glue["cells"], kernel["cells"]) == set(kernel["cells"])
+
+
+def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> Path:
+    """A channel's repodata holding exactly the packages of `held` (an identities() result)."""
+    matrix = load_matrix(root)
+    version = matrix.policy.flash_attn_version
+    platform_of = {c.id: c.platform for c in matrix.cells}
+    entries = [(platform_of[cell], FLASH_ATTN.package, build) for cell, build in held["cells"].items()]
+    entries += [(key.split("/")[0], FLASH_ATTN.kernel_package, build) for key, build in held["kernels"].items()]
+    for subdir in ("linux-64", "linux-aarch64", "noarch"):
+        packages = {f"{name}-{version}-{build}.conda": {
+            "name": name, "version": version, "build": build, "build_number": int(build.rsplit("_", 1)[1]), "subdir": subdir,
+            "depends": [], "md5": "0" * 32, "sha256": "0" * 64, "size": 1} for sub, name, build in entries if sub == subdir}
+        (channel / subdir).mkdir(parents=True)
+        (channel / subdir / "repodata.json").write_text(json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": packages}))
+    return channel
+
+
+def plan(root: Path, channel: Path, cache: Path) -> dict:
+    env = dict(os.environ, FAFORGE_ROOT=str(root), FAFORGE_CACHE_DIR=str(cache))
+    result = subprocess.run([sys.executable, "-m", "faforge", "plan", "--channel", str(channel), "--json"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_plan_rebuilds_what_a_glue_edit_made_stale_and_nothing_after_a_doctor_edit(checkout, tmp_path):
+    channel = held_channel(checkout, tmp_path / "channel", identities(checkout))
+    append(checkout / "scripts/faforge/doctor/report.py", "\n# a doctor edit\n")
+    identities(checkout)
+    data = plan(checkout, channel, tmp_path / "cache")
+    assert data["to_build"] == [] and data["stale"] == [] and len(data["in_channel"]) == data["cells"]
+
+    append(checkout / "scripts/faforge/backend/glue.py", "\n# a glue edit\n")
+    identities(checkout)
+    data = plan(checkout, channel, tmp_path / "cache")
+    assert len(data["to_build"]) == data["cells"] and data["in_channel"] == []
+    assert all(k["in_channel"] for k in data["kernel_packages"]) and data["kernels"] == data["kernel_links"] == []
+    assert len(data["stale"]) == data["cells"] and all(f"/{FLASH_ATTN.package}-" in name for name in data["stale"])
+
+
+def test_the_recipe_counts_per_output_and_its_comments_not_at_all(checkout):
+    recipe = checkout / FLASH_ATTN.recipe_dir / "recipe.yaml"
+    base = input_digests(checkout)
+    append(recipe, "\n# a comment\n")
+    assert input_digests(checkout) == base
+    text = recipe.read_text()
+    recipe.write_text(text.replace("python -m faforge.gpu.run_suite", "python -X utf8 -m faforge.gpu.run_suite"))
+    glue_test = input_digests(checkout)
+    assert glue_test[KERNEL_INPUTS] == base[KERNEL_INPUTS] and glue_test[GLUE_INPUTS] != base[GLUE_INPUTS]
+    recipe.write_text(text.replace("python -m faforge.kernels.torchfree", "python -X utf8 -m faforge.kernels.torchfree"))
+    kernel_test = input_digests(checkout)
+    assert kernel_test[KERNEL_INPUTS] != base[KERNEL_INPUTS] and kernel_test[GLUE_INPUTS] == base[GLUE_INPUTS]
+
+
+def shipped_files(recipe_path: Path) -> set[Path]:
+    """Every file the recipe's `path:` sources copy into the build."""
+    out = set()
+    for source in yaml.safe_load(recipe_path.read_text())["source"]:
+        if "path" in source:
+            path = (recipe_path.parent / source["path"]).resolve()
+            out |= {p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts} if path.is_dir() else {path}
+    return out
+
+
+def test_every_file_the_recipe_ships_is_an_input_of_an_output(repo):
+    covered = {p.resolve() for p in input_files(repo, FLASH_ATTN.kernel_inputs + FLASH_ATTN.glue_inputs)}
+    missing = sorted(str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN.recipe_dir / "recipe.yaml") - covered)
+    assert not missing, f"add these to faforge.family's kernel_inputs or glue_inputs: {missing}"
+    assert not any("doctor" in p.parts for p in covered)
+
+
+def test_the_committed_variant_files_carry_todays_digests(repo):
+    digests = input_digests(repo)
+    for path in sorted((repo / "variants").glob("linux-*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        assert {key: data[key] for key in digests} == {key: [value] for key, value in digests.items()}, f"run `faforge generate` ({path.name})"
