@@ -1,6 +1,7 @@
 """A stand-in for recipes/flash-attn/recipe.yaml that builds in a second: the same variant keys and
 build-string formula, no compile. `faforge build` tests put it in a scratch checkout.
-`@FAIL@` is the python variant whose build script exits 3 (a failing cell).
+`@FAIL@` names the python variant whose build script exits 3 (a failing cell): "3.13.*" matches
+the variant "3.13.* *_cp313" it starts.
 """
 
 TINY_RECIPE = """\
@@ -16,7 +17,7 @@ build:
   string: py${{ python | version_to_buildstring }}_torch${{ torch_minor }}_cu${{ cuda_tag }}_cxx11abi${{ cxx11_abi }}_h${{ hash }}_0
   script:
     - echo "stand-in build for torch ${{ torch_version }} (${{ torch_world }}), archs ${{ cuda_archs }}"
-    - ${{ "exit 3" if python == "@FAIL@" else "true" }}
+    - ${{ "exit 3" if "@FAIL@" in python else "true" }}
     - mkdir -p $PREFIX/share && echo ok > $PREFIX/share/flash-attn-standin.txt
 requirements:
   run:
