@@ -145,3 +145,19 @@ def test_a_tool_of_another_cuda_on_path_is_refused(tmp_path):
     nvcc = _fake_nvcc(tmp_path, "12.4", f"{tmp_path}/home/nvvm/bin:{own}", other)
     with pytest.raises(BuildError, match=r"nvcc .* is CUDA 12.4 but would run fatbinary .*usr-local-bin/fatbinary of CUDA 13.0"):
         script.check_tool_releases(str(nvcc), script.nvcc_tools(str(nvcc), tmp_path / "scratch"))
+
+
+def test_a_toolkit_made_of_symlinks_keeps_its_own_cicc(tmp_path):
+    """A toolkit assembled from links (the aarch64 test's sbsa overlay links nvvm/ to the real toolkit's)
+    runs the cicc its own tree names; a cicc outside that tree, by link or by path, is still refused."""
+    real = tmp_path / "cuda-13.0"
+    _tool(real / "nvvm/bin", "cicc", "x")
+    for name in ("ptxas", "fatbinary", "nvlink", "cudafe++"):
+        _tool(tmp_path / "home/bin", name, "release 13.0, V13.0.88")
+    (tmp_path / "home/nvvm").symlink_to(real / "nvvm")
+    nvcc = _fake_nvcc(tmp_path, "13.0", f"{tmp_path}/home/nvvm/bin:{tmp_path}/home/bin", tmp_path / "elsewhere")
+    lines = script.check_tool_releases(str(nvcc), script.nvcc_tools(str(nvcc), tmp_path / "scratch"))
+    assert lines[1] == f"  runs cicc {tmp_path}/home/nvvm/bin/cicc: inside nvcc's toolkit"
+    stray = _fake_nvcc(tmp_path, "13.0", f"{real}/nvvm/bin:{tmp_path}/home/bin", tmp_path / "elsewhere")
+    with pytest.raises(BuildError, match=r"would run .*cuda-13.0/nvvm/bin/cicc, outside its toolkit"):
+        script.check_tool_releases(str(stray), script.nvcc_tools(str(stray), tmp_path / "scratch"))

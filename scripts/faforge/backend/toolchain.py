@@ -177,15 +177,16 @@ def nvcc_tools(nvcc: str, scratch: Path) -> dict[str, str]:
 
 def check_tool_releases(nvcc: str, tools: dict[str, str]) -> list[str]:
     """One log line per tool, after checking each is of nvcc's own CUDA release (cicc, which has no
-    --version, must live inside nvcc's toolkit); a BuildError names the first that is not."""
+    --version, must live inside nvcc's toolkit, as its path reads or as its links resolve: a toolkit
+    assembled from links is one toolkit); a BuildError names the first that is not."""
     release = nvcc_version(nvcc)
     words = f"{release[0]}.{release[1]}"
-    home = Path(nvcc).resolve().parents[1]
+    homes = (Path(os.path.abspath(nvcc)).parents[1], Path(nvcc).resolve().parents[1])
     lines = [f"nvcc {nvcc}: CUDA {words}"]
     for tool, path in tools.items():
         if tool == "cicc":
-            if not Path(path).resolve().is_relative_to(home):
-                raise BuildError(f"nvcc {nvcc} would run {path}, outside its toolkit {home}; give the toolkit's nvvm/bin/cicc")
+            if not any(Path(where).is_relative_to(home) for where, home in zip((os.path.abspath(path), Path(path).resolve()), homes)):
+                raise BuildError(f"nvcc {nvcc} would run {path}, outside its toolkit {homes[0]}; give the toolkit's nvvm/bin/cicc")
             lines.append(f"  runs cicc {path}: inside nvcc's toolkit")
             continue
         try:
