@@ -24,6 +24,7 @@ from pathlib import Path
 
 from faforge import config, paths, progress
 from faforge.channel.repodata import channel_url
+from faforge.emulator import check_named
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates
@@ -62,6 +63,7 @@ def execute(args: argparse.Namespace) -> int:
             if not against.is_dir():
                 raise FaforgeError(f"--against {against} {why_not_a_folder(against)}", hint="pass a torch/lib folder, site-packages or prefix")
     paths.output_dir(args.manifest, "--manifest")
+    check_named(args.qemu, args.sysroot, args.target_python)
     kernel_channel = None if args.kernel_channel is None else channel_url(
         args.kernel_channel, "--kernel-channel", if_empty="name the channel the kernel packages were published to, or leave the option out")
 

@@ -68,6 +68,28 @@ def find_emulator(machine: str, qemu: str | None = None, sysroot: str | None = N
                     _sysroot(machine, *_setting(sysroot, "--sysroot", "FAFORGE_SYSROOT", environ)))
 
 
+def check_named(qemu: str | None, sysroot: str | None, python: str | None) -> None:
+    """--qemu, --sysroot and --target-python as the user named them, checked before any package is read
+    (for any machine: which one a package needs is known only later), so a typo is bad input at once
+    and never a skip at the end of a long verification."""
+    if qemu is not None:
+        _named_qemu(qemu, "--qemu", "the target machine")
+    if sysroot is not None:
+        root = Path(sysroot).expanduser()
+        with user_path("--sysroot", root):
+            holds_loader = bool(sysroot.strip()) and any((root / "lib" / loader).exists() for loader in LOADERS.values())
+        if not holds_loader:
+            raise FaforgeError(f"--sysroot {sysroot[:200]!r}: no lib/ld-linux loader in it ({', '.join(LOADERS.values())}), so it is not a sysroot",
+                               hint="name the folder holding the target's lib/<loader> and libc, e.g. /usr/aarch64-linux-gnu, or leave it unset")
+    if python is not None:
+        program = Path(python).expanduser()
+        with user_path("--target-python", program):
+            is_program = bool(python.strip()) and program.is_file() and machine_of(program) is not None
+        if not is_program:
+            raise FaforgeError(f"--target-python {python[:200]!r}: not an ELF program",
+                               hint="name the target machine's python of the prefix to import in, e.g. PREFIX/bin/python3.11, or leave it unset")
+
+
 def _setting(option: str | None, name: str, variable: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
     if option is not None:
         return option, name
@@ -83,10 +105,17 @@ def _qemu(machine: str, named: str | None, source: str) -> str:
             raise NoEmulator(f"qemu-{machine} (or qemu-{machine}-static) is not on PATH, so no {machine} program can run on this "
                              f"{platform.machine()} machine; install qemu-user (apt: qemu-user-static) or name it with $FAFORGE_QEMU (faforge verify: --qemu)")
         return found
-    path = shutil.which(named) if named.strip() else None
+    return _named_qemu(named, source, machine)
+
+
+def _named_qemu(named: str, source: str, machine: str) -> str:
+    try:
+        path = shutil.which(named) if named.strip() else None
+    except (OSError, ValueError):  # a name too long for the system, or one with a NUL
+        path = None
     if not path:
         raise FaforgeError(f"{source} {named[:200]!r}: not an executable file or a command on PATH",
-                           hint=f"name qemu's user-mode emulator for {machine}, e.g. /usr/bin/qemu-{machine}-static, or leave it unset")
+                           hint=f"name qemu's user-mode emulator for {machine}, e.g. /usr/bin/qemu-aarch64-static, or leave it unset")
     return path
 
 
