@@ -36,6 +36,7 @@ from faforge.kernels.measure_abi import RAW_HEADER, fetch_headers, header_wheel
 from faforge.matrix import load_matrix
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 from faforge.matrix.render_cache import selected_cells
+from faforge.release.plan import kernel_build
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
 from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
@@ -81,8 +82,8 @@ def served(tmp_path_factory) -> Path:
 
 def before_213(root: Path) -> None:
     """The checkout as it was before torch 2.13: no 2.13 release rows, no 2.13 kernel-abi row."""
-    for name in ("variants", "recipes"):
-        shutil.copytree(REPO / name, root / name)
+    for name in ("variants", "recipes", "scripts"):  # scripts/: the variant files' input digests
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     path = root / "variants" / "releases.yaml"
     text = path.read_text()
     table = load_releases(path)
@@ -102,8 +103,10 @@ def channel_of_every_cell(root: Path, folder: Path) -> set[str]:
         package = r.recipe["package"]
         records.append({"name": package["name"], "version": str(package["version"]), "build": r.build_string,
                         "build_number": int(r.build_string.rsplit("_", 1)[1]), "subdir": r.cell.platform, "depends": []})
-    for k in matrix.kernels:
-        records.append({"name": k.name, "version": k.version, "build": f"{k.key.build_string_prefix}1a2b3c4_{k.build_number}",
+    for k in matrix.kernels:  # the exact build the cells pin: its hash covers the kernel inputs' digest
+        build = kernel_build(k, rendered)
+        assert build and k.build_string_matches(build), (k.key.id, build)
+        records.append({"name": k.name, "version": k.version, "build": build,
                         "build_number": k.build_number, "subdir": k.key.platform, "depends": []})
     write_channel(folder, records, name="published")
     return {r.cell.id for r in rendered}
