@@ -18,6 +18,7 @@ import sys
 import textwrap
 
 import pytest
+import yaml
 
 from faforge import paths
 from faforge.channel.local import assemble, index
@@ -28,10 +29,19 @@ from tests.support.standin_flash_attn import pinned_kernel_record
 
 pytestmark = pytest.mark.slow
 
-# One cell of the file, as `--variant KEY=VALUE` overrides pick it on the command line.
-CELL = {"python": "3.12.*", "torch_version": "2.11.0", "torch_world": "conda-forge", "cuda_compiler_version": "13.0",
-        "cxx11_abi": "1", "cuda_archs": "80;90;100;120+PTX", "c_compiler_version": "15", "cxx_compiler_version": "15",
-        "c_stdlib_version": "2.28", "philox_offset_bits": "64"}
+CELL_ID = "{target}/py312/torch2.11/cu130/abi1"
+
+
+def cell_overrides(variant_file, cell_id: str) -> dict[str, str]:
+    """The zipped values of one cell of a generated variant file (its header lists the cell ids in the
+    zip's order), as `--variant KEY=VALUE` overrides pick it on the command line: read from the file,
+    so the test follows every pin the generator changes (python spelling, compiler versions)."""
+    text = variant_file.read_text()
+    ids = [line[4:].strip() for line in text.splitlines() if line.startswith("#   ") and "/torch" in line]
+    data = yaml.safe_load(text)
+    at = ids.index(cell_id)
+    return {key: data[key][at] for key in data["zip_keys"][0]}
+
 
 RUN = textwrap.dedent("""
     import json, sys
@@ -47,7 +57,7 @@ def kernel_channel(target: str, folder):
     """A channel holding the kernel build the cell's flash-attn pins, as an earlier build of the recipe's
     kernel output leaves it (a render with solve does not build it; metadata only)."""
     matrix = load_matrix()
-    cell = next(c for c in matrix.cells if c.id == f"{target}/py312/torch2.11/cu130/abi1")
+    cell = next(c for c in matrix.cells if c.id == CELL_ID.format(target=target))
     (rendered,) = render_cells([cell], matrix.recipe_path, matrix.variants_dir)
     assemble(pinned_kernel_record(rendered.run_requirements, target, cell.cuda), folder)
     index(folder)
@@ -57,7 +67,7 @@ def kernel_channel(target: str, folder):
 def plain_build(line, world, tmp_path, cuda_override):
     channels = [kernel_channel(line.target_platform, tmp_path / "kernels"), *(world.url(c) if c in world.channels else c for c in line.channel)]
     args = {"recipe": str(paths.repo_root() / line.recipe / "recipe.yaml"), "variants": str(paths.repo_root() / line.variant_config),
-            "channels": channels, "cell": CELL, "out": str(tmp_path / "out"), "target": line.target_platform}
+            "channels": channels, "cell": cell_overrides(paths.repo_root() / line.variant_config, CELL_ID.format(target=line.target_platform)), "out": str(tmp_path / "out"), "target": line.target_platform}
     env = {**os.environ, "CONDA_OVERRIDE_CUDA": cuda_override}
     return subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", RUN, json.dumps(args)],
                           capture_output=True, text=True, env=env, timeout=600)
