@@ -36,10 +36,14 @@ def _say(request, line: str) -> None:
 @pytest.fixture(scope="session")
 def world(request):
     """The generated world; its size and build time go to the terminal (not captured), as CI logs them."""
-    from tests.conda_world.world import build_world  # noqa: PLC0415
+    from tests.conda_world.world import build_world, inputs_digest  # noqa: PLC0415
+    from tests.conda_world.world_cache import hold, prune_stale_worlds  # noqa: PLC0415
 
     started = time.monotonic()
     built = build_world(log=lambda line: None)
+    hold(built)
+    for stale in prune_stale_worlds(built.root.parent, inputs_digest()):
+        _say(request, f"\nconda world: removed {stale}, a world of other inputs that no run uses")
     download = f", {built.download_seconds:.0f} s of it downloading wheels" if built.download_seconds is not None else ""
     _say(request, f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
                   f"{built.seconds:.0f} s{download} ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")

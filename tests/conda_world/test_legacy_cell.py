@@ -24,9 +24,10 @@ import sys
 
 import pytest
 
-from faforge.channel.local import PackageSpec, assemble, index, install, solve
+from faforge.channel.local import PackageSpec, assemble, index, solve
 from tests.conda_world.cells import LEGACY
 from tests.support.standin_flash_attn import pinned_kernel_record
+from tests.conda_world.world_cache import install_from_world
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +48,7 @@ def legacy_env(world, tmp_path_factory):
     channels = [ours.as_uri(), world.url("pytorch"), world.url("nvidia"), world.url("conda-forge")]
     records = solve(channels, ["flash-attn", "pip"], "linux-64")
     prefix = root / "env"
-    install(records, prefix, "linux-64", cache_dir=root / "pkgs")
+    install_from_world(world, records, prefix)
     return records, prefix
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from faforge.channel.local import install, solve
+from faforge.channel.local import solve
 from tests.conda_world.cells import CELLS
 from tests.conda_world.conftest import RECIPE_VERSION, faforge
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
+from tests.conda_world.world_cache import install_from_world
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +135,7 @@ def test_verify_publish_serve_install_import_doctor(built, cell, world, tmp_path
                         virtuals={"__glibc": "2.36", "__cuda": cell.cuda, "__linux": "6.1", "__unix": "0"})
         assert str(records["flash-attn"].channel).rstrip("/").endswith(url.rstrip("/").split("//")[1]) or url in str(records["flash-attn"].url)
         assert str(records["pytorch"].version) == cell.torch.split("+")[0]
-        install(records, prefix, "linux-64", cache_dir=tmp_path / "pkgs")
+        install_from_world(world, records, prefix)
     python = prefix / "bin" / "python3.12"
 
     # libpython resolves inside the environment (the relocated CPython), and the extension imports

@@ -10,7 +10,7 @@ import fcntl
 import subprocess
 import sys
 
-from tests.conda_world.world import prune_stale_worlds
+from tests.conda_world.world_cache import prune_stale_worlds
 
 
 def _world(parent, key):

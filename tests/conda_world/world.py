@@ -178,9 +178,6 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
     raise ValueError(f"world.yaml: unknown payload kind {kind!r}")
 
 
-_IN_USE: list = []  # the lock files of the worlds this process uses
-
-
 def build_world(out: Path | None = None, *, log=print) -> World:
     """The world for the current inputs, generated once under a lock (pytest workers, a CI run and
     a developer's shell may ask for it at the same time)."""
@@ -188,33 +185,9 @@ def build_world(out: Path | None = None, *, log=print) -> World:
     key = inputs_digest()
     parent = out or cache_dir("conda-world")
     parent.mkdir(parents=True, exist_ok=True)
-    lock = open(parent / f"world-{key}.lock", "a")  # noqa: SIM115 - held, shared, while this process lives
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    world = _build_world_locked(spec, parent / f"world-{key}", log)
-    fcntl.flock(lock, fcntl.LOCK_SH)  # in use: another run's pruning leaves it alone
-    _IN_USE.append(lock)
-    for stale in prune_stale_worlds(parent, key):
-        log(f"  removed the stale world {stale} (other inputs)")
-    return world
-
-
-def prune_stale_worlds(parent: Path, key: str) -> list[str]:
-    """Remove the worlds of other inputs that no process is using (nobody holds their lock): each is 4-5 GiB,
-    and every change to world.yaml or the payloads makes a new one, which filled CI's disk."""
-    removed = []
-    for lock_path in sorted(parent.glob("world-*.lock")):
-        name = lock_path.name.removesuffix(".lock")
-        if name == f"world-{key}":
-            continue
-        with open(lock_path, "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # another run is building or using it
-            shutil.rmtree(parent / name, ignore_errors=True)
-            lock_path.unlink(missing_ok=True)
-        removed.append(name)
-    return removed
+    with open(parent / f"world-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_world_locked(spec, parent / f"world-{key}", log)
 
 
 def _build_world_locked(spec: dict, root: Path, log) -> World:
