@@ -23,7 +23,10 @@ from pathlib import Path
 
 from tests.support.cache import cache_dir
 
-PLATFORMS = ("manylinux_2_28_aarch64", "manylinux_2_18_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64")
+# Every glibc from torch's manylinux_2_28 down: pip takes an explicit --platform literally, and NVIDIA's
+# wheels pick their own floor (nvidia-cudnn-cu13 9.19.0.56, which aarch64 torch 2.11.0 pins, is
+# manylinux_2_27_aarch64 only: with 2_28/2_18/2_17 listed, pip found no version and the cross test skipped).
+PLATFORMS = (*(f"manylinux_2_{minor}_aarch64" for minor in range(28, 16, -1)), "manylinux2014_aarch64")
 
 
 class CrossUnavailable(Exception):
