@@ -25,6 +25,7 @@ LAYERS = (
     ("commands",),                       # one module per subcommand: parse, call the layers below, print
     ("release", "doctor", "buildcost"),  # the release pipeline, the installed-env diagnosis, build-cost estimates
     ("channel", "gpu", "matrix", "emulator"),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter
+    ("fa3_backend",),                    # FlashAttention-3's build (hopper/'s TUs, flags, ninja), on the shared backend
     ("kernels", "backend"),              # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend
     ("abi",),                            # ELF reading and the ABI gate
 )

@@ -112,5 +112,44 @@ FLASH_ATTN = Family(
 )
 
 
-def families() -> tuple[Family, ...]:
-    return (FLASH_ATTN,)
+@dataclass(frozen=True)
+class StableAbiFamily:
+    """A family built against torch's stable C ABI: one package per (platform, CUDA, arch list) serves
+    every torch minor of a range, so there is no kernel split and no per-torch glue (FlashAttention-3)."""
+
+    title: str
+    key: str  # its section of variants/matrix.yaml
+    package: str  # the conda output users install
+    module: str  # the Python package it installs
+    extension: str  # the compiled extension module, inside `module`
+    interface_module: str  # upstream's top-level module users import (flash_attn_interface), beside `module`
+    config_module: str  # the top-level module the build generates, declaring what it contains (flash_attn_config)
+    recipe_dir: str
+    build_script: str
+    source_dir: str  # the C++ sources, relative to the repository's root
+    host_source: str  # the stable-ABI glue TU
+    include_dirs: tuple[str, ...]
+    gates: tuple[str, ...]
+
+
+# hopper/setup.py at the pinned commit (variants/matrix.yaml cites it): PACKAGE_NAME flash_attn_3 (L36),
+# the extension f"{PACKAGE_NAME}._C" (L693), py_modules flash_attn_interface and flash_attn_config (L824).
+FLASH_ATTN_3 = StableAbiFamily(
+    title="flash-attn 3",
+    key="flash_attn_3",
+    package="flash-attn-3",
+    module="flash_attn_3",
+    extension="flash_attn_3._C",
+    interface_module="flash_attn_interface",
+    config_module="flash_attn_config",
+    recipe_dir="recipes/flash-attn-3",
+    build_script="build_flash_attn_3.py",
+    source_dir="hopper",
+    host_source="hopper/flash_api_stable.cpp",
+    include_dirs=("hopper", "csrc/cutlass/include"),
+    gates=("abi", "import"),
+)
+
+
+def families() -> tuple[Family | StableAbiFamily, ...]:
+    return (FLASH_ATTN, FLASH_ATTN_3)

@@ -20,7 +20,7 @@ def _faforge(args, root):
 
 def test_generated_variant_configs_are_fresh(repo):
     matrix = load_matrix(repo)
-    expected = generated_files(matrix.cells, matrix.variants_dir)
+    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)
     assert stale_files(expected) == [], "run `faforge generate` and commit variants/"
     for path in expected:
         assert path.read_text().startswith(GENERATED_HEADER)
@@ -28,15 +28,16 @@ def test_generated_variant_configs_are_fresh(repo):
 
 def test_one_file_per_platform_and_world(repo):
     matrix = load_matrix(repo)
-    names = {path.name for path in generated_files(matrix.cells, matrix.variants_dir)}
-    assert names == {"linux-64-conda-forge.yaml", "linux-64-pytorch.yaml", "linux-aarch64-conda-forge.yaml"}
+    names = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)}
+    assert names == {"linux-64-conda-forge.yaml", "linux-64-pytorch.yaml", "linux-aarch64-conda-forge.yaml",
+                     "flash-attn-3-linux-64-conda-forge.yaml", "flash-attn-3-linux-aarch64-conda-forge.yaml"}
 
 
 def test_generated_files_are_marked_in_gitattributes_and_readme(repo):
     attributes = (repo / ".gitattributes").read_text()
     readme = (repo / "variants" / "README.md").read_text()
     matrix = load_matrix(repo)
-    for path in generated_files(matrix.cells, matrix.variants_dir):
+    for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3):
         assert f"variants/{path.name} linguist-generated=true" in attributes
         assert path.name in readme
     assert "faforge generate" in readme

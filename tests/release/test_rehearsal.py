@@ -145,8 +145,12 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     check, _ = faforge(root, "generate", "--check")
     assert regenerated.returncode == 0 and check.returncode == 0, regenerated.stderr + check.stderr
     changed = git(root, "status", "--porcelain").split("\n")
-    hand_written = [line for line in changed if line and not re.search(r"variants/(releases|kernel-abi|linux-[^/]*)\.yaml$|variants/renders/", line)]
+    hand_written = [line for line in changed if line and not re.search(r"variants/(releases|kernel-abi|(flash-attn-3-)?linux-[^/]*)\.yaml$|variants/renders/", line)]
     assert hand_written == [], "the bump changes only what bump and generate write"
+
+    # FlashAttention-3's packages follow without a hand-written line: compiled against 2.13's headers, serving 2.13 too
+    fa3 = {p["id"]: p for p in json.loads(faforge(root, "matrix", "--fa3", "--json")[0].stdout)}
+    assert fa3["linux-64/cu130/sm80_90a"]["headers_torch"] == TORCH and fa3["linux-64/cu130/sm80_90a"]["served_torch_minors"][-1] == MINOR
 
     plan, plan_s = faforge(root, "plan", "--channel", str(published / "published"), "--json")
     assert plan.returncode == 0, plan.stderr

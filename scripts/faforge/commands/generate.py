@@ -18,7 +18,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
-    expected = generated_files(matrix.cells, matrix.variants_dir)
+    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)
     stale = stale_files(expected)
     obsolete = obsolete_files(matrix.variants_dir, expected)
     if not args.check:

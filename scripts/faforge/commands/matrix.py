@@ -1,6 +1,7 @@
 """List every cell of the build matrix (offline), with its build string and kernel package (`--json`
 adds its channels, run requirements and constraints); `--kernels` lists the kernel packages instead,
-each with the cells that depend on it."""
+each with the cells that depend on it; `--fa3` the FlashAttention-3 packages, each with the torch
+minors it serves."""
 
 from __future__ import annotations
 
@@ -9,23 +10,27 @@ import json
 from collections import Counter
 
 from faforge.errors import EXIT_OK
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.releases import PLATFORMS
-from faforge.matrix.render import RenderedCell
+from faforge.matrix.render import RenderedCell, fa3_build_strings
 from faforge.matrix.render_cache import selected_cells
 from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
-    parser.add_argument("--kernels", action="store_true",
-                        help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one per platform, CUDA, arch list and Philox offset width) "
-                             "instead of the cells")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--kernels", action="store_true",
+                       help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one per platform, CUDA, arch list and Philox offset width) "
+                            "instead of the cells")
+    which.add_argument("--fa3", action="store_true",
+                       help=f"list the {FLASH_ATTN_3.package} packages (one per platform, CUDA and arch list) with the torch minors each "
+                            "serves, instead of the cells")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
-                             "(tests/schemas/matrix-kernels.json)")
+                             "(tests/schemas/matrix-kernels.json), or with --fa3 of those packages (tests/schemas/matrix-fa3.json)")
 
 
 def cell_record(rendered: RenderedCell, kernels: KernelPackage) -> dict:
@@ -64,8 +69,24 @@ def print_kernels(kernels: list[KernelPackage], as_json: bool) -> int:
     return EXIT_OK
 
 
+def print_fa3(matrix, platform: str, as_json: bool) -> int:
+    """Each FA3 package with its build string as rattler-build renders it from the generated variant file."""
+    packages = [p for p in matrix.fa3 if platform in ("all", p.platform)]
+    builds = fa3_build_strings(matrix, packages)
+    records = [{**p.to_json(), "build_string": builds[p.id]} for p in packages]
+    if as_json:
+        print(json.dumps(records, indent=2))
+        return EXIT_OK
+    rows = [[r["id"], r["cuda"], r["cuda_archs"], r["build_string"], r["headers_torch"], ", ".join(r["served_torch_minors"])] for r in records]
+    print(format_table(["package", "cuda", "archs", "build string", "headers", "serves torch"], rows))
+    print(f"\n{len(records)} {FLASH_ATTN_3.package} packages, each serving python {records[0]['python'] if records else '-'} (limited API)")
+    return EXIT_OK
+
+
 def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
+    if args.fa3:
+        return print_fa3(matrix, args.platform, args.json)
     if args.kernels:
         return print_kernels([k for k in matrix.kernels if args.platform in ("all", k.key.platform)], args.json)
     rendered = selected_cells(matrix, args.platform)

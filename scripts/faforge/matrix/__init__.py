@@ -9,6 +9,7 @@ from faforge import paths
 from faforge.family import FLASH_ATTN
 from faforge.kernels.kernel_abi import PhiloxWidths, load_philox_widths
 from faforge.matrix.cells import Cell, build_cells
+from faforge.matrix.flash_attn_3 import Fa3Package, fa3_packages, load_fa3_policy
 from faforge.matrix.kernels import KernelPackage, kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
 from faforge.matrix.releases import ReleaseTable, load_releases
@@ -21,6 +22,7 @@ class Matrix:
     cells: list[Cell]
     philox: PhiloxWidths  # variants/kernel-abi.yaml: each torch minor's kernel library layout
     kernels: list[KernelPackage]  # one per (platform, CUDA, archs, Philox layout); each names the cells that need it
+    fa3: list[Fa3Package]  # FlashAttention-3: one per (platform, CUDA, arch list), each serving a range of torch minors
     variants_dir: Path
     recipe_path: Path
 
@@ -39,6 +41,7 @@ def load_matrix(root: Path | None = None) -> Matrix:
         philox=philox,
         kernels=kernel_packages(cells, version=policy.flash_attn_version, build_number=policy.build_number,
                                 releases_path=table.path),
+        fa3=fa3_packages(table, policy, load_fa3_policy(variants_dir / "matrix.yaml")),
         variants_dir=variants_dir,
         recipe_path=root / FLASH_ATTN.recipe_dir / "recipe.yaml",
     )

@@ -56,13 +56,14 @@ class BuildPolicy:
         return next((e for e in self.exclude if e.matches(**cell)), None)
 
 
-def _rules(path: Path, raw: dict, name: str, value_key: str) -> tuple[RangeRule, ...]:
-    rules = raw.get(name)
-    if not isinstance(rules, list) or not rules:
-        raise DataError(path, name, f"expected a list of {{cuda: <constraint>, {value_key}: ...}}")
+def rules(path: Path, raw: dict, name: str, value_key: str, where: str = "") -> tuple[RangeRule, ...]:
+    """The list `name` of `raw` as range rules; `where` prefixes the key errors name (a section, 'flash_attn_3.')."""
+    entries = raw.get(name)
+    if not isinstance(entries, list) or not entries:
+        raise DataError(path, where + name, f"expected a list of {{cuda: <constraint>, {value_key}: ...}}")
     out = []
-    for i, rule in enumerate(rules):
-        key = f"{name}[{i}]"
+    for i, rule in enumerate(entries):
+        key = f"{where}{name}[{i}]"
         if not isinstance(rule, dict) or not {"cuda", value_key} <= set(rule) <= {"cuda", value_key, "world"}:
             raise DataError(path, key, f"invalid rule {rule!r}", hint=f"expected keys cuda and {value_key}, and optionally world")
         if not isinstance(rule["cuda"], str) or not is_constraint(rule["cuda"]):
@@ -116,8 +117,8 @@ def load_policy(path: Path) -> BuildPolicy:
         min_python=raw["min_python"],
         min_cuda=raw["min_cuda"],
         min_torch=raw["min_torch"],
-        cuda_archs=_rules(path, raw, "cuda_archs", "archs"),
-        host_gcc=_rules(path, raw, "host_gcc", "gcc"),
-        c_stdlib_version=_rules(path, raw, "c_stdlib_version", "version"),
+        cuda_archs=rules(path, raw, "cuda_archs", "archs"),
+        host_gcc=rules(path, raw, "host_gcc", "gcc"),
+        c_stdlib_version=rules(path, raw, "c_stdlib_version", "version"),
         exclude=_exclusions(path, raw.get("exclude")),
     )

@@ -18,10 +18,10 @@ from pathlib import Path
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import Cell
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
-from faforge.matrix.variants import variant_config_path
+from faforge.matrix.variants import fa3_variant_config_name, variant_config_path
 
 
 @dataclass(frozen=True)
@@ -236,3 +236,20 @@ def render_kernel_output(cell: Cell, recipe_path: Path, variants_dir: Path) -> R
         hint=f"{recipe_path} needs a {KERNEL_PACKAGE} output that uses cuda_compiler_version, cuda_archs and "
              "philox_offset_bits; without one, build the cell whole (--part all)",
     )
+
+
+def fa3_build_strings(matrix, packages: list) -> dict[str, str]:
+    """{FA3 package id: its build string}, from rattler-build's render of the generated FA3 variant files."""
+    recipe = matrix.variants_dir.parent / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
+    wanted = {(p.platform, p.cuda, p.cuda_archs): p.id for p in packages}
+    found = {}
+    for platform, world in sorted({(p.platform, p.world) for p in packages}):
+        for variant in render_platform(recipe, matrix.variants_dir / fa3_variant_config_name(platform, world), platform):
+            used = variant.recipe.used_variant
+            key = (platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]))
+            if key in wanted:
+                found[wanted[key]] = variant.recipe.to_dict()["build"]["string"]
+    missing = sorted(set(wanted.values()) - set(found))
+    if missing:
+        raise FaforgeError(f"{recipe} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}", hint="run `faforge generate`")
+    return found

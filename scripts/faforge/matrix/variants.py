@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import Cell
 from faforge.matrix.inputs import input_digests
 
@@ -37,21 +37,24 @@ def _yaml_list(values: list[str]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def build_command(variant_file: str, platform: str, channels: tuple[str, ...]) -> str:
+def build_command(variant_file: str, platform: str, channels: tuple[str, ...], recipe_dir: str = FLASH_ATTN.recipe_dir) -> str:
     """The plain rattler-build line for one variant file (README.md documents these)."""
     target = "" if platform == NATIVE_PLATFORM else f" --target-platform {platform}"
-    return f"rattler-build build -r {FLASH_ATTN.recipe_dir} -m {variant_file}" + "".join(f" -c {c}" for c in channels) + target
+    return f"rattler-build build -r {recipe_dir} -m {variant_file}" + "".join(f" -c {c}" for c in channels) + target
 
 
-def variant_config_text(cells: list[Cell], platform: str, world: str, digests: dict[str, str]) -> str:
-    """The variant config of the cells of one platform and world (there is at least one), with the
-    package-identity digests (faforge.matrix.inputs) as one-value keys."""
+def variant_config_text(cells: list, platform: str, world: str, digests: dict[str, str], *, recipe_dir: str = FLASH_ATTN.recipe_dir,
+                        name: str | None = None, noun: str = "cells") -> str:
+    """The variant config of the cells (or FA3 packages: anything with platform, world, id, channels and
+    variant()) of one platform and world (there is at least one), with the package-identity digests
+    (faforge.matrix.inputs) as one-value keys."""
     cells = [c for c in cells if c.platform == platform and c.world == world]
+    name = name or variant_config_name(platform, world)
     lines = [
         GENERATED_HEADER.rstrip("\n"),
-        f"# {len(cells)} cells for {platform}, torch world {world}; build them with its channels only:",
-        f"#   {build_command(f'variants/{variant_config_name(platform, world)}', platform, cells[0].channels)}",
-        "# Cell ids in cell order:",
+        f"# {len(cells)} {noun} for {platform}, torch world {world}; build them with its channels only:",
+        f"#   {build_command(f'variants/{name}', platform, cells[0].channels, recipe_dir)}",
+        "# Cell ids in cell order:" if noun == "cells" else "# Package ids in package order:",
     ]
     lines += [f"#   {c.id}" for c in cells]
     for key, value in CONSTANT_KEYS.items():
@@ -74,11 +77,21 @@ def variant_config_path(variants_dir: Path, platform: str, world: str) -> Path:
     return variants_dir / variant_config_name(platform, world)
 
 
-def generated_files(cells: list[Cell], variants_dir: Path) -> dict[Path, str]:
-    """Every generated file and its expected content: one per (platform, world) that has cells."""
+def fa3_variant_config_name(platform: str, world: str) -> str:
+    return f"{FLASH_ATTN_3.package}-{platform}-{world}.yaml"
+
+
+def generated_files(cells: list[Cell], variants_dir: Path, fa3: list = ()) -> dict[Path, str]:
+    """Every generated file and its expected content: one per (platform, world) that has cells, and one
+    per (platform, world) that has FA3 packages (faforge.matrix.flash_attn_3)."""
     pairs = sorted({(c.platform, c.world) for c in cells})
     digests = input_digests(variants_dir.parent)
-    return {variant_config_path(variants_dir, p, w): variant_config_text(cells, p, w, digests) for p, w in pairs}
+    files = {variant_config_path(variants_dir, p, w): variant_config_text(cells, p, w, digests) for p, w in pairs}
+    for p, w in sorted({(f.platform, f.world) for f in fa3}):
+        name = fa3_variant_config_name(p, w)
+        files[variants_dir / name] = variant_config_text(fa3, p, w, {}, recipe_dir=FLASH_ATTN_3.recipe_dir, name=name,
+                                                         noun=f"{FLASH_ATTN_3.package} packages")
+    return files
 
 
 def stale_files(expected: dict[Path, str]) -> list[Path]:

@@ -28,6 +28,7 @@ from faforge.matrix.cells import Cell, build_cells
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import Release, ReleaseTable, dump_releases, header_of, load_releases
 from faforge.matrix.render_store import store_files
+from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
 from faforge.matrix.variants import generated_files, stale_files
 from faforge.release.package import cuda_of_tag
 from faforge.versions import minor_of, vtuple
@@ -172,7 +173,8 @@ def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, varian
     try:
         reloaded = replace(load_releases(Path(tmp.name)), path=path)
         cells = build_cells(reloaded, policy, philox)
-        generated = generated_files(cells, variants_dir)
+        fa3 = fa3_packages(reloaded, policy, load_fa3_policy(policy.path))
+        generated = generated_files(cells, variants_dir, fa3)
         os.replace(tmp.name, path)
     finally:
         if os.path.exists(tmp.name):

@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""Build FlashAttention-3 (hopper/) as a stable-ABI extension: flash_attn_3/_C.abi3.so and its Python files.
+
+The recipe's build script, and a local build (any prefix with a CUDA torch >= 2.9, nvcc and ninja). It
+finds torch's headers and libraries without importing torch (a cross build's host torch cannot run
+here), compiles each TU with its own GPU code and the glue against torch/csrc/stable
+(faforge.fa3_backend says what hopper/setup.py does and where), links, and installs into --install-dir.
+--disable drops FA3 features as FLASH_ATTENTION_DISABLE_* does upstream (the GPU canary's trimmed build);
+the package declares what it contains in flash_attn_config.py, as upstream's build does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_pre = argparse.ArgumentParser(add_help=False)
+_pre.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"))
+_explicit = _pre.parse_known_args()[0].checker_path
+_roots = [Path(_explicit)] if _explicit else [HERE / "faforge_checker", HERE.parent.parent / "scripts"]
+_root = next((r for r in _roots if (r / "faforge/fa3_backend/__init__.py").is_file()), None)
+if _root is None:
+    print(f"build_flash_attn_3: error: no faforge/backend in {' or '.join(map(str, _roots))}; pass --checker-path", file=sys.stderr)
+    sys.exit(2)
+sys.path.insert(0, str(_root.resolve()))
+
+from faforge import fa3_backend as fa3  # noqa: E402
+from faforge.backend import toolchain  # noqa: E402
+from faforge.backend.errors import BuildError  # noqa: E402
+from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402
+from faforge.backend.logger import log  # noqa: E402
+from faforge.family import FLASH_ATTN_3  # noqa: E402
+
+TORCH_LIBRARIES = ("-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-lc10")
+
+
+def torch_dir(explicit: str | None) -> Path:
+    """torch/ of the host environment: --torch-dir, else where this Python would import it from (not imported)."""
+    if explicit:
+        found = Path(explicit)
+    else:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            raise BuildError("no torch in this Python's environment; install a CUDA torch >= 2.9 or pass --torch-dir")
+        found = Path(next(iter(spec.submodule_search_locations)))
+    if not (found / "include/torch/csrc/stable").is_dir():
+        raise BuildError(f"--torch-dir {found}: no include/torch/csrc/stable, so not a torch >= 2.9 (the stable ABI's headers)")
+    return found
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--source-dir", default=".", help="the flash-attention repository (hopper/, csrc/cutlass/)")
+    p.add_argument("--archs", default=os.environ.get("FLASH_ATTN_CUDA_ARCHS", "80;90a"), help="'80;90a' (env FLASH_ATTN_CUDA_ARCHS)")
+    p.add_argument("--disable", default="", help=f"FA3 features not to build, comma-separated ({', '.join(fa3.FEATURES)})")
+    p.add_argument("--build-dir", default="build", help="ninja's folder, kept for resuming")
+    p.add_argument("--install-dir", help="site-packages to install flash_attn_3/ and flash_attn_interface.py into")
+    p.add_argument("--torch-dir", help="torch/ to compile and link against (default: this Python's, found without importing it)")
+    p.add_argument("--max-jobs", type=int, default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS", "").isdigit() else None)
+    p.add_argument("--checker-path", help="folder holding the faforge package (default: faforge_checker/ here, else the repo's)")
+    p.add_argument("--plan-only", action="store_true", help="print the TUs and flags as JSON and stop")
+    return p.parse_args(argv)
+
+
+def build(args: argparse.Namespace) -> Path | None:
+    source = Path(args.source_dir).resolve()
+    hopper = source / FLASH_ATTN_3.source_dir
+    if not (hopper / fa3.STABLE_GLUE).is_file():
+        raise BuildError(f"--source-dir {source}: no {FLASH_ATTN_3.host_source}; pass the flash-attention repository's root")
+    archs, disabled = fa3.parse_archs(args.archs), fa3.parse_disabled(args.disable)
+    if "80" not in archs and "SM8x" not in disabled:
+        disabled |= {"SM8x"}  # no sm_80 in the list: the Ampere fallback's TUs cannot be built
+    tus = fa3.sources(disabled)
+    missing = [t for t in tus if not (hopper / t).is_file()]
+    if missing:
+        raise BuildError(f"{hopper}: {len(missing)} TUs hopper/setup.py would compile are missing, e.g. {missing[0]}; is this the pinned commit?")
+    torch = torch_dir(args.torch_dir)
+    toolkit = toolchain.target_toolkit(dict(os.environ), platform.machine())
+    cpus = os.cpu_count() or 1
+    max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), cpus, len(archs), 1)
+    plan = {"family": FLASH_ATTN_3.package, "tus": len(tus), "archs": archs, "disabled": sorted(disabled), "torch_dir": str(torch),
+            "cuda_home": toolkit.home, "max_jobs": max_jobs, "build_dir": str(Path(args.build_dir).resolve())}
+    log("plan " + json.dumps(plan, sort_keys=True))
+    if args.plan_only:
+        print(json.dumps({**plan, "sources": tus}, indent=2))
+        return None
+    for line in toolchain.check_tool_releases(toolkit.nvcc, toolchain.nvcc_tools(toolkit.nvcc, Path(args.build_dir) / "nvcc-probe")):
+        log(line)
+    environ = dict(os.environ)
+    include_dirs = [str(hopper), str(source / "csrc/cutlass/include"), str(torch / "include"), str(torch / "include/torch/csrc/api/include"),
+                    sysconfig.get_paths()["include"], *toolkit.include_dirs(environ)]
+    cudart = toolkit.cudart_dirs(environ)
+    link = [f"-L{torch / 'lib'}", "-Wl,--as-needed", *TORCH_LIBRARIES, *(f"-L{d}" for d in cudart), "-lcudart", "-Wl,-rpath,$ORIGIN/../torch/lib"]
+    cxx = toolkit.host_compiler or environ.get("CXX") or shutil.which("g++") or "c++"
+    text = fa3.extension_ninja(hopper=hopper, tus=tus, nvcc=[toolkit.nvcc], cxx=cxx, include_dirs=include_dirs, disabled=disabled, archs=archs,
+                               link_flags=link, host_flags=toolkit.host_flags)
+    out = Path(args.build_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    ninja_file = out / "build.ninja"
+    if not ninja_file.is_file() or ninja_file.read_text() != text:
+        ninja_file.write_text(text)
+    ninja = shutil.which("ninja")
+    if not ninja:
+        raise BuildError("ninja not found on PATH (conda: ninja, PyPI: ninja)")
+    started = time.monotonic()
+    log(f"+ {ninja} -C {out} -j {max_jobs}  ({len(tus)} TUs)")
+    if subprocess.run([ninja, "-C", str(out), "-j", str(max_jobs)]).returncode != 0:
+        raise BuildError(f"the {FLASH_ATTN_3.package} build failed (ninja in {out}); rerun to resume, compiled objects are kept")
+    log(f"built {out / fa3.EXTENSION} in {time.monotonic() - started:.0f}s")
+    if args.install_dir:
+        install(out / fa3.EXTENSION, hopper, Path(args.install_dir), fa3.config_module(disabled, archs, tus))
+    return out / fa3.EXTENSION
+
+
+def install(extension: Path, hopper: Path, site: Path, config: str) -> None:
+    """flash_attn_3/ (upstream's package and the extension), and beside it, as setup.py installs them,
+    flash_attn_interface.py and the generated flash_attn_config.py (what this build contains)."""
+    package = site / FLASH_ATTN_3.module
+    package.mkdir(parents=True, exist_ok=True)
+    for path in sorted((hopper / FLASH_ATTN_3.module).glob("*.py")):
+        shutil.copy2(path, package / path.name)
+    shutil.copy2(hopper / f"{FLASH_ATTN_3.interface_module}.py", site / f"{FLASH_ATTN_3.interface_module}.py")
+    shutil.copy2(extension, package / fa3.EXTENSION)
+    (site / f"{FLASH_ATTN_3.config_module}.py").write_text(config)
+    log(f"installed {FLASH_ATTN_3.module}/ and {FLASH_ATTN_3.interface_module}.py into {site}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        build(parse(argv))
+    except BuildError as exc:
+        print(f"build_flash_attn_3: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The flash-attn-3 build script on a tiny FA3-shaped tree, compiled for real (issue 25).
+
+The tree has upstream's layout (hopper/ with its instantiations/, csrc/cutlass/include, the
+flash_attn_3 package and flash_attn_interface.py); its TUs are one-line kernels and its glue is the
+stable-ABI stand-in of tests/fixtures/stable_abi, so a build takes seconds, not hours. It goes through
+recipes/flash-attn-3/build_flash_attn_3.py with this machine's nvcc 13.0 against the real torch 2.14.1,
+and the result is judged by what it contains (each TU's GPU code, read from the fatbinary) and by the
+stable-ABI gate against that torch's libraries.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faforge import paths
+from faforge.abi import fatbin
+from faforge import fa3_backend as fa3
+from faforge.backend.errors import BuildError
+from faforge.family import FLASH_ATTN_3
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+
+SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
+GLUE = paths.repo_root() / "tests" / "fixtures" / "stable_abi" / "stable_op.cpp"
+# Forward only, head dim 128, fp16 and bf16, for sm_80 and sm_90a: both per-file GPU codes and the
+# scheduler, which gets both.
+DISABLED = "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192"
+
+
+def fa3_shaped_tree(root: Path, disabled: frozenset[str]) -> Path:
+    hopper = root / "hopper"
+    for tu in fa3.sources(disabled):
+        path = hopper / tu
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if tu == fa3.STABLE_GLUE:
+            shutil.copy2(GLUE, path)
+        else:
+            path.write_text(f"__global__ void kernel_{Path(tu).stem}(float* out) {{ out[threadIdx.x] = 1.0f; }}\n")
+    (root / "csrc/cutlass/include").mkdir(parents=True)
+    (hopper / FLASH_ATTN_3.module).mkdir()
+    (hopper / FLASH_ATTN_3.module / "__init__.py").write_text('__version__ = "3.0.0"\n')
+    (hopper / f"{FLASH_ATTN_3.interface_module}.py").write_text("import flash_attn_3._C  # noqa: F401\n")
+    return root
+
+
+def test_the_sources_follow_upstreams_switches():
+    full = fa3.sources(frozenset())
+    assert len(full) == 293 and full[0] == fa3.STABLE_GLUE and full[-2:] == ["flash_fwd_combine.cu", "flash_prepare_scheduler.cu"]
+    assert "instantiations/flash_bwd_hdim256_fp16_softcapall_sm90.cu" in full  # softcap_all for sm90 bwd
+    assert not any("packgqa" in s and ("_paged" in s or "_split" in s) for s in full)  # never PackGQA with paged or split
+    canary = fa3.sources(fa3.parse_disabled(DISABLED + ",SM8x"))
+    assert canary == [fa3.STABLE_GLUE, "instantiations/flash_fwd_hdim128_bf16_sm90.cu", "instantiations/flash_fwd_hdim128_fp16_sm90.cu",
+                      "flash_prepare_scheduler.cu"]
+    assert fa3.gencode("instantiations/flash_fwd_hdim128_bf16_sm80.cu", ["80", "90a"]) == ["-gencode", "arch=compute_80,code=sm_80"]
+    assert fa3.gencode("flash_prepare_scheduler.cu", ["80", "90a"]) == ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a"]
+
+
+@pytest.mark.parametrize("bad, says", [("SPLIT,NOPE", "unknown FA3 feature NOPE"), ("split", "unknown FA3 feature split")])
+def test_an_unknown_switch_is_refused(bad, says):
+    with pytest.raises(BuildError, match=says):
+        fa3.parse_disabled(bad)
+
+
+@pytest.mark.parametrize("spec", ["", "90", "100a", "80;120"])
+def test_an_arch_fa3_does_not_build_is_refused(spec):
+    with pytest.raises(BuildError, match="FA3 builds sm_90a and the sm_80 fallback only"):
+        fa3.parse_archs(spec)
+
+
+def test_a_tu_whose_arch_is_not_listed_is_refused():
+    with pytest.raises(BuildError, match="not in the arch list 90a"):
+        fa3.gencode("instantiations/flash_fwd_hdim128_bf16_sm80.cu", ["90a"])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    try:
+        cuda_home()
+        torch = torch_env("2.14.1")
+    except (NoCudaToolkit, TorchEnvUnavailable) as exc:
+        pytest.skip(str(exc))
+    if not shutil.which("ninja") and not Path(sys.executable).with_name("ninja").is_file():
+        pytest.skip("ninja is not on PATH (pip install ninja)")
+    root = tmp_path_factory.mktemp("fa3")
+    tree = fa3_shaped_tree(root / "src", fa3.parse_disabled(DISABLED))
+    site = root / "site"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/cuda/bin:/usr/bin:/bin", "MAX_JOBS": "2"}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--source-dir", str(tree), "--archs", "80;90a", "--disable", DISABLED,
+                             "--build-dir", str(root / "build"), "--install-dir", str(site), "--torch-dir", str(torch.site_packages / "torch")],
+                            capture_output=True, text=True, env=env, timeout=1200)
+    return result, site, torch
+
+
+def test_the_build_installs_the_stable_abi_extension_and_declares_it(built):
+    result, site, _ = built
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    extension = site / FLASH_ATTN_3.module / fa3.EXTENSION
+    assert extension.is_file() and (site / f"{FLASH_ATTN_3.interface_module}.py").is_file()
+    config = {}
+    exec((site / f"{FLASH_ATTN_3.config_module}.py").read_text(), config)  # upstream's generated module, written by the build
+    declared = config["CONFIG"]
+    assert declared["gpu_archs"] == ["sm_80", "sm_90a"] and len(declared["tus"]) == 6
+    assert declared["build_flags"]["FLASHATTENTION_DISABLE_BACKWARD"] and not declared["build_flags"]["FLASHATTENTION_DISABLE_HDIM128"]
+    assert declared["build_flags"]["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] and len(declared["build_flags"]) == len(fa3.FEATURES) + 1
+    # each TU's own GPU code: sm_80 for the *_sm80.cu, sm_90a for the *_sm90.cu, both for the scheduler
+    assert fatbin.read_gpu_archs(extension) == fatbin.GpuArchs(sass=("sm_80", "sm_90a"), ptx=())
+    assert "runs ptxas" in result.stdout  # the tools nvcc ran are named
+
+
+def test_the_built_extension_passes_the_stable_abi_gate(built):
+    result, site, torch = built
+    assert result.returncode == 0
+    gate = subprocess.run([sys.executable, "-m", "faforge", "check-abi", str(site / FLASH_ATTN_3.module / fa3.EXTENSION), "--stable-abi",
+                           "--against", str(torch.torch_lib), "--library-dir", "/usr/local/cuda/lib64", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-2000:]
