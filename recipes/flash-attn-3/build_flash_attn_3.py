@@ -41,7 +41,10 @@ from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E
 from faforge.backend.logger import log  # noqa: E402
 from faforge.family import FLASH_ATTN_3  # noqa: E402
 
-TORCH_LIBRARIES = ("-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-lc10")
+# Where torch's stable C functions live (aoti_torch_* in libtorch_cpu, the CUDA stream one in libtorch_cuda),
+# linked as needed after libstdc++, so that no C++ runtime symbol binds to a torch library's weak copy
+# (libtorch.so re-exports std::basic_stringbuf::str, and became a DT_NEEDED of the first builds).
+TORCH_LIBRARIES = ("-lstdc++", "-ltorch_cpu", "-ltorch_cuda")
 
 
 def torch_dir(explicit: str | None) -> Path:

@@ -23,7 +23,11 @@ from faforge.abi import fatbin
 from faforge import fa3_backend as fa3
 from faforge.backend.errors import BuildError
 from faforge.family import FLASH_ATTN_3
+from faforge.channel.local import PackageSpec, assemble
+from faforge.matrix import load_matrix
+from tests.abi.test_stable_abi import compile_standin
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.torch_release_libs import release_torch_lib
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
@@ -120,3 +124,47 @@ def test_the_built_extension_passes_the_stable_abi_gate(built):
                            "--against", str(torch.torch_lib), "--library-dir", "/usr/local/cuda/lib64", "--json"],
                           capture_output=True, text=True, timeout=600)
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-2000:]
+
+
+def fa3_package(site: Path, out: Path, extension: Path | None = None) -> Path:
+    """The built tree as the linux-64 cu130 flash-attn-3 package of the matrix would hold it (`extension`:
+    another binary in the extension's place)."""
+    head = next(p for p in load_matrix().fa3 if p.id == "linux-64/cu130/sm80_90a").build_string_head
+    files = {f"lib/python3.10/site-packages/{p.relative_to(site)}": p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    if extension:
+        files[f"lib/python3.10/site-packages/{FLASH_ATTN_3.module}/{fa3.EXTENSION}"] = extension.read_bytes()
+    return assemble(PackageSpec(FLASH_ATTN_3.package, "3.0.0", f"{head}_faforge_h1a2b3c4_0", "linux-64",
+                                depends=("python >=3.10", "pytorch >=2.9 cuda*", "cuda-version >=13.0,<14"), files=files), out)
+
+
+def verify_abi(package: Path, tmp_path: Path, *against: Path) -> dict:
+    result = subprocess.run([sys.executable, "-m", "faforge", "verify", str(package), "--gates", "abi,import", "--manifest",
+                             str(tmp_path / "verification"), *(a for path in against for a in ("--against", str(path))), "--json"],
+                            capture_output=True, text=True, timeout=600)
+    return {r["gate"]: (r["result"], r["detail"]) for r in json.loads(result.stdout)["results"]}
+
+
+def test_verify_passes_the_package_on_the_oldest_and_newest_torch_it_serves(built, tmp_path):
+    """cu130 serves torch 2.10 to 2.13 (conda-forge has no cu130 torch 2.9): both releases' real libraries."""
+    result, site, _ = built
+    assert result.returncode == 0
+    gates = verify_abi(fa3_package(site, tmp_path / "out"), tmp_path, release_torch_lib("2.10.0"), release_torch_lib("2.13.0"))
+    assert gates["abi"][0] == "passed" and "loads on torch 2.10.0" in gates["abi"][1] and "2.13.0" in gates["abi"][1], gates
+    assert gates["import"][0] == "skipped"
+
+
+def test_verify_never_passes_a_check_narrower_than_the_range(built, tmp_path):
+    result, site, torch = built
+    assert result.returncode == 0
+    gates = verify_abi(fa3_package(site, tmp_path / "out"), tmp_path, torch.torch_lib)
+    assert gates["abi"][0] == "skipped" and "also check torch 2.10 and 2.13" in gates["abi"][1], gates
+    assert verify_abi(fa3_package(site, tmp_path / "none"), tmp_path)["abi"][0] == "skipped"
+
+
+def test_verify_fails_a_package_whose_binary_uses_the_cxx_api(built, tmp_path):
+    """The same package with a binary built against torch's C++ API (at::, c10::) in the extension's place."""
+    result, site, torch = built
+    assert result.returncode == 0
+    cxx = compile_standin("cxx_api_module", torch)
+    gates = verify_abi(fa3_package(site, tmp_path / "out", cxx), tmp_path, release_torch_lib("2.10.0"), release_torch_lib("2.13.0"))
+    assert gates["abi"][0] == "failed" and "unstable import" in gates["abi"][1], gates

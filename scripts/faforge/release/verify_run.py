@@ -4,7 +4,8 @@ Every PACKAGE argument is read once; a split flash-attn gets the kernel build it
 arguments, beside it, or from the kernel channel), and a kernel package's GPU gate runs through the
 arguments that pin it. The results of each package go to `done` as soon as they are recorded, so that
 a later package's error cannot lose them. A flash-attn built for another machine gets its gates from
-faforge.release.verify_foreign (abi natively, import under qemu, gpu on a runner of that machine).
+faforge.release.verify_foreign (abi natively, import under qemu, gpu on a runner of that machine); a
+flash-attn-3, which serves a torch range through the stable ABI, from faforge.release.verify_stable.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
 from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
 from faforge.release.verify_foreign import Emulation, foreign_gates, foreign_machine
+from faforge.release.verify_stable import is_stable_abi_package, stable_gates
 
 
 def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,
@@ -39,8 +41,12 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
         checked = []
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
             machine = foreign_machine(package)
-            checks = (foreign_gates(package, machine, gates, against, kernel, emulation) if machine else
-                      run_gates(package, gates, against, announce=report.say, kernel=kernel, users=users))
+            if is_stable_abi_package(package):  # one binary for a torch range: its own gates, on any machine
+                checks = stable_gates(package, gates, against)
+            elif machine:
+                checks = foreign_gates(package, machine, gates, against, kernel, emulation)
+            else:
+                checks = run_gates(package, gates, against, announce=report.say, kernel=kernel, users=users)
             for check in checks:
                 checked.append(record(manifest, package, check.gate, check.result, check.detail))
                 report.say(f"  {check.gate}: {check.result}: {check.detail}")
