@@ -101,6 +101,8 @@ def test_cross_build_abi_gate_and_emulated_import(cross):
 
     package = assemble(PackageSpec("flash-attn", "0.0.1", BUILD, "linux-aarch64", depends=("python 3.11.*", "pytorch >=2.11.0,<2.12 cuda130*"),
                                    files={f"{SITE}/{EXTENSION}": ext.read_bytes(), f"{SITE}/flash_attn/__init__.py": "import flash_attn_2_cuda\n",
+                                          # under its SONAME, the glue's DT_NEEDED, and its link name, as the recipe installs it
+                                          "lib/libflash_attn_kernels.so.1": library.read_bytes(),
                                           "lib/libflash_attn_kernels.so": library.read_bytes()}), tmp / "out")
     started = time.monotonic()
     verified = subprocess.run([sys.executable, "-m", "faforge", "verify", str(package), "--gates", "abi,import,gpu", "--against", str(torch_site),

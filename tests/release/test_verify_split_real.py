@@ -161,3 +161,21 @@ def test_kernel_package_gpu_gate_runs_through_its_flash_attn(split_pair, tmp_pat
     else:
         assert kernel_gpu["result"] == "skipped" and run.returncode == 3, run.stdout + run.stderr
     assert read_package(kernels).cell_id is None
+
+
+def test_a_flash_attn_carrying_its_kernel_library_under_another_name_fails_its_abi_gate(split_pair, tmp_path):
+    """The glue needs libflash_attn_kernels.so.1 (the SONAME); a package that carries the library only as
+    libflash_attn_kernels.so does not load (the aarch64 cross test's package, seen under qemu). The abi
+    gate must say so, not pass with the library 'unverified'."""
+    kernels, flash_attn = split_pair
+    from rattler.package_streaming import extract  # noqa: PLC0415
+
+    extract(flash_attn, tmp_path / "glue")
+    extract(kernels, tmp_path / "kernels")
+    files = {str(p.relative_to(tmp_path / "glue")): p.read_bytes() for p in (tmp_path / "glue").rglob("*")
+             if p.is_file() and "info" not in p.relative_to(tmp_path / "glue").parts}
+    files["lib/libflash_attn_kernels.so"] = (tmp_path / "kernels/lib/libflash_attn_kernels.so.1").read_bytes()
+    carrying = assemble(PackageSpec("flash-attn", VERSION, FLASH_ATTN_BUILD, "linux-64", depends=DEPENDS[:3], files=files), tmp_path / "out")
+    run = faforge("verify", carrying, "--gates", "abi", "--manifest", tmp_path / "v", "--json")
+    abi = results(run)[(carrying.name, "abi")]
+    assert run.returncode == 1 and abi["result"] == "failed" and "libflash_attn_kernels.so.1" in abi["detail"], abi

@@ -83,6 +83,10 @@ def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | 
     if kernel:  # the lookup found the kernel package; a library it does not hold leaves the launches unchecked
         problems += [f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked"
                      for m in verdict.modules for u in m.unverified_libraries if FLASH_ATTN.is_kernel_library(u.name)]
+    else:  # a package carrying its kernels: ld.so finds the library by the exact DT_NEEDED name, or the import fails
+        problems += [f"{m.path}: needs {u.name}, which the package does not hold under that name, so the load fails "
+                     f"(\"cannot open shared object file\")" for m in verdict.modules for u in m.unverified_libraries
+                     if FLASH_ATTN.is_kernel_library(u.name)]
     where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}"
     if kernel:
         where += f", with {KERNEL_LIBRARY} from {kernel.filename}"
