@@ -4,6 +4,8 @@
 #   1. decompresses the canary (tests/gpu/canary/, the flash_attn build under test, committed) after checking
 #      its sha256 against manifest.json, and installs it with the wheels carried in .gpu-wheels/ (PyPI's small
 #      wheels and faforge, see tests/gpu/stage_gpu_wheels.sh) with pip --no-index into a private folder;
+#      FlashAttention-3's canary (tests/gpu/canary/flash-attn-3/) is checked and installed the same way, then
+#      passes `faforge check-abi --stable-abi` against this machine's torch (its GPU suite: not yet);
 #   2. runs `faforge test-gpu` with the archs and head dims the canary's manifest declares (the suite: compat
 #      check first, then numerics; capped at 240 s, after which the reports are still written);
 #   3. runs `faforge bench-gpu` (TFLOP/s vs PyTorch SDPA; capped at 120 s);
@@ -12,7 +14,8 @@
 #
 # usage: bash tests/gpu/run_on_gpu_machine.sh REPORT_DIR
 #   environment: PYTHON (default python3), FAFORGE_GPU_WHEELS (default <repo>/.gpu-wheels),
-#                FAFORGE_GPU_CANARY (default <repo>/tests/gpu/canary; the offline rehearsal points it at a stand-in)
+#                FAFORGE_GPU_CANARY (default <repo>/tests/gpu/canary; the offline rehearsal points it at a stand-in),
+#                FAFORGE_GPU_CANARY_FA3 (default $FAFORGE_GPU_CANARY/flash-attn-3: FlashAttention-3's canary)
 # exit: 0 suite passed and benchmark ran; 1 a failure (install, a test, the benchmark, a time cap);
 #       3 nothing verified (no usable GPU, no CUDA torch, no flash_attn, or a binary without code for this GPU).
 # Device tool: command="bash tests/gpu/run_on_gpu_machine.sh $OUT", carry=[".gpu-wheels"], timeout_s=420.
@@ -22,9 +25,31 @@ REPORT=${1:?usage: run_on_gpu_machine.sh REPORT_DIR}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WHEELS=${FAFORGE_GPU_WHEELS:-$REPO/.gpu-wheels}
 CANARY=${FAFORGE_GPU_CANARY:-$REPO/tests/gpu/canary}
+CANARY_FA3=${FAFORGE_GPU_CANARY_FA3:-$CANARY/flash-attn-3}
 PY=${PYTHON:-python3}
 TEST_CAP_S=240
 BENCH_CAP_S=120
+
+unpack_canary() {
+  # $1: a canary folder (an xz'd wheel + manifest.json), $2: where the checked, decompressed wheel goes
+  "$PY" - "$1" "$2" <<'PY'
+import hashlib, json, lzma, pathlib, shutil, sys
+folder, out = map(pathlib.Path, sys.argv[1:])
+manifest = json.loads((folder / "manifest.json").read_text())
+source = folder / manifest["file"]
+digest = hashlib.sha256(source.read_bytes()).hexdigest()
+print(f"canary: {source.name} sha256 {digest} {'equal to' if digest == manifest['sha256'] else 'DIFFERS FROM'} the manifest's")
+if digest != manifest["sha256"]:
+    sys.exit(1)
+target = out / source.name.removesuffix(".xz")
+with lzma.open(source) as packed, open(target, "wb") as unpacked:
+    shutil.copyfileobj(packed, unpacked)
+print(f"canary: decompressed {target.name} ({target.stat().st_size} bytes)")
+declares = manifest["declares"]
+if "head_dims" in declares:  # flash-attn 2's: what test-gpu is told the build contains
+    (out / "declared.txt").write_text(f"{declares['archs']}\n{','.join(map(str, declares['head_dims']))}\n")
+PY
+}
 
 main() {
   local site unpacked
@@ -48,22 +73,12 @@ main() {
   done
   local declared=()
   if [ -f "$CANARY/manifest.json" ]; then
-    "$PY" - "$CANARY" "$unpacked" <<'PY' || return 1
-import hashlib, json, lzma, pathlib, shutil, sys
-folder, out = map(pathlib.Path, sys.argv[1:])
-manifest = json.loads((folder / "manifest.json").read_text())
-source = folder / manifest["file"]
-digest = hashlib.sha256(source.read_bytes()).hexdigest()
-print(f"canary: {source.name} sha256 {digest} {'equal to' if digest == manifest['sha256'] else 'DIFFERS FROM'} the manifest's")
-if digest != manifest["sha256"]:
-    sys.exit(1)
-target = out / source.name.removesuffix(".xz")
-with lzma.open(source) as packed, open(target, "wb") as unpacked:
-    shutil.copyfileobj(packed, unpacked)
-print(f"canary: decompressed {target.name} ({target.stat().st_size} bytes)")
-(out / "declared.txt").write_text(f"{manifest['declares']['archs']}\n{','.join(map(str, manifest['declares']['head_dims']))}\n")
-PY
+    unpack_canary "$CANARY" "$unpacked" || return 1
     declared=(--declared-archs "$(sed -n 1p "$unpacked/declared.txt")" --declared-head-dims "$(sed -n 2p "$unpacked/declared.txt")")
+  fi
+  # FlashAttention-3's canary (tests/gpu/canary/flash-attn-3/): its own wheel, installed beside flash_attn
+  if [ -f "$CANARY_FA3/manifest.json" ]; then
+    unpack_canary "$CANARY_FA3" "$unpacked" || return 1
   fi
   compgen -G "$unpacked/flash_attn-*.whl" >/dev/null || echo "note: no canary and no flash_attn wheel carried; the suite will skip"
   local wheels=("$WHEELS"/*.whl)
@@ -83,6 +98,16 @@ PY
   else
     echo "note: check-abi skipped (extension: ${ext:-none}; torch: ${torch_dir:-not importable})"
   fi
+
+  echo "== faforge check-abi --stable-abi (flash-attn-3: only torch's stable C functions, and it loads on this torch)"
+  local fa3
+  fa3=$(compgen -G "$site/flash_attn_3/_C*.so" | head -1)
+  if [ -n "$fa3" ] && [ -n "$torch_dir" ]; then
+    "$PY" -m faforge check-abi "$fa3" --stable-abi --against "$torch_dir/lib" || return 1
+  else
+    echo "note: the stable-ABI check skipped (flash_attn_3 extension: ${fa3:-none}; torch: ${torch_dir:-not importable})"
+  fi
+  [ -n "$fa3" ] && echo "note: flash-attn-3's GPU suite is not written yet; its canary is installed and checked, not run"
 
   echo "== faforge test-gpu"
   timeout $((TEST_CAP_S + 45)) "$PY" -m faforge test-gpu --report-dir "$REPORT" --time-cap-s "$TEST_CAP_S" "${declared[@]}"

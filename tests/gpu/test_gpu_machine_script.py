@@ -27,7 +27,7 @@ import pytest
 
 from faforge.gpu import canary
 from tests.support.recipe_test_envs import pip_target
-from tests.support.torch_envs import TorchEnvUnavailable, find_python
+from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,3 +102,31 @@ def test_rehearsal_without_network_exits_3(tmp_path):
     summary = json.loads((report / "summary.json").read_text())
     assert summary["status"] == "skipped" and summary["reason"].startswith("torch is not importable")
     assert json.loads((report / "bench.json").read_text())["status"] == "skipped"
+
+
+@pytest.mark.slow
+def test_rehearsal_installs_the_real_fa3_canary_and_it_passes_the_stable_abi_gate(tmp_path):
+    """The same run with a torch on the machine (PyPI's 2.14.1+cu130, CPython 3.11; no GPU): FlashAttention-3's
+    committed canary is checked against its manifest, installed offline, and passes the stable-ABI gate
+    against that torch's libraries before the GPU suite exits 3."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -n is not available here")
+    try:
+        torch = torch_env("2.14.1")
+    except TorchEnvUnavailable as exc:
+        pytest.skip(str(exc))
+    wheels, report = tmp_path / "wheels", tmp_path / "report"
+    stage = subprocess.run(["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--dest", str(wheels)], capture_output=True, text=True)
+    assert stage.returncode == 0, stage.stdout + stage.stderr
+    folder = stand_in_canary(tmp_path / "canary", stand_in_flash_attn_wheel(tmp_path))
+    fa3 = REPO / "tests/gpu/canary/flash-attn-3"
+    env = {**os.environ, "PYTHON": str(torch.python), "PYTHONPATH": str(pip_target(torch.python, "gpu-rehearsal-py3.11", ("numpy", "pyyaml"))),
+           "FAFORGE_GPU_WHEELS": str(wheels), "FAFORGE_GPU_CANARY": str(folder), "FAFORGE_GPU_CANARY_FA3": str(fa3)}
+    result = subprocess.run(["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)], env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 3, result.stdout[-4000:] + result.stderr[-2000:]
+    manifest = json.loads((fa3 / "manifest.json").read_text())
+    assert f"canary: {manifest['file']} sha256 {manifest['sha256']} equal to the manifest's" in result.stdout
+    assert "flash_attn_3-3.0.0.dist-info" in next(line for line in result.stdout.splitlines() if line.startswith("installed: "))
+    assert "OK: stable ABI, loads on every torch checked (2.14.1+cu130)" in result.stdout, result.stdout[-3000:]
+    assert result.stdout.index("OK: stable ABI") < result.stdout.index("== faforge test-gpu")
