@@ -45,6 +45,10 @@ from faforge.family import FLASH_ATTN_3  # noqa: E402
 # linked as needed after libstdc++, so that no C++ runtime symbol binds to a torch library's weak copy
 # (libtorch.so re-exports std::basic_stringbuf::str, and became a DT_NEEDED of the first builds).
 TORCH_LIBRARIES = ("-lstdc++", "-ltorch_cpu", "-ltorch_cuda")
+# Where flash_attn_3/_C.abi3.so finds torch's libraries and the CUDA runtime without `import torch` first:
+# a conda prefix's lib/ (from lib/python3.X/site-packages/flash_attn_3/), and a pip environment's
+# site-packages/torch/lib.
+RUNPATH = ("$ORIGIN/../../..", "$ORIGIN/../torch/lib")
 
 
 def torch_dir(explicit: str | None) -> Path:
@@ -103,7 +107,7 @@ def build(args: argparse.Namespace) -> Path | None:
     include_dirs = [str(hopper), str(source / "csrc/cutlass/include"), str(torch / "include"), str(torch / "include/torch/csrc/api/include"),
                     sysconfig.get_paths()["include"], *toolkit.include_dirs(environ)]
     cudart = toolkit.cudart_dirs(environ)
-    link = [f"-L{torch / 'lib'}", "-Wl,--as-needed", *TORCH_LIBRARIES, *(f"-L{d}" for d in cudart), "-lcudart", "-Wl,-rpath,$ORIGIN/../torch/lib"]
+    link = [f"-L{torch / 'lib'}", "-Wl,--as-needed", *TORCH_LIBRARIES, *(f"-L{d}" for d in cudart), "-lcudart", *(f"-Wl,-rpath,{r}" for r in RUNPATH)]
     cxx = toolkit.host_compiler or environ.get("CXX") or shutil.which("g++") or "c++"
     text = fa3.extension_ninja(hopper=hopper, tus=tus, nvcc=[toolkit.nvcc], cxx=cxx, include_dirs=include_dirs, disabled=disabled, archs=archs,
                                link_flags=link, host_flags=toolkit.host_flags)

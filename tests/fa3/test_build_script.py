@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from faforge import paths
-from faforge.abi import fatbin
+from faforge.abi import elf, fatbin
 from faforge import fa3_backend as fa3
 from faforge.backend.errors import BuildError
 from faforge.family import FLASH_ATTN_3
@@ -27,30 +27,14 @@ from faforge.channel.local import PackageSpec, assemble
 from faforge.matrix import load_matrix
 from tests.abi.test_stable_abi import compile_standin
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.fa3_tree import fa3_shaped_tree
 from tests.support.torch_release_libs import release_torch_lib
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
-GLUE = paths.repo_root() / "tests" / "fixtures" / "stable_abi" / "stable_op.cpp"
 # Forward only, head dim 128, fp16 and bf16, for sm_80 and sm_90a: both per-file GPU codes and the
 # scheduler, which gets both.
 DISABLED = "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192"
-
-
-def fa3_shaped_tree(root: Path, disabled: frozenset[str]) -> Path:
-    hopper = root / "hopper"
-    for tu in fa3.sources(disabled):
-        path = hopper / tu
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if tu == fa3.STABLE_GLUE:
-            shutil.copy2(GLUE, path)
-        else:
-            path.write_text(f"__global__ void kernel_{Path(tu).stem}(float* out) {{ out[threadIdx.x] = 1.0f; }}\n")
-    (root / "csrc/cutlass/include").mkdir(parents=True)
-    (hopper / FLASH_ATTN_3.module).mkdir()
-    (hopper / FLASH_ATTN_3.module / "__init__.py").write_text('__version__ = "3.0.0"\n')
-    (hopper / f"{FLASH_ATTN_3.interface_module}.py").write_text("import flash_attn_3._C  # noqa: F401\n")
-    return root
 
 
 def test_the_sources_follow_upstreams_switches():
@@ -115,6 +99,8 @@ def test_the_build_installs_the_stable_abi_extension_and_declares_it(built):
     # each TU's own GPU code: sm_80 for the *_sm80.cu, sm_90a for the *_sm90.cu, both for the scheduler
     assert fatbin.read_gpu_archs(extension) == fatbin.GpuArchs(sass=("sm_80", "sm_90a"), ptx=())
     assert "runs ptxas" in result.stdout  # the tools nvcc ran are named
+    # found without `import torch` first, in a conda prefix and in a pip environment; `$ORIGIN` survives ninja
+    assert elf.read_info(extension).runpath == ("$ORIGIN/../../..", "$ORIGIN/../torch/lib")
 
 
 def test_the_built_extension_passes_the_stable_abi_gate(built):

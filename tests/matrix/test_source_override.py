@@ -60,3 +60,16 @@ def test_a_missing_sdist_is_a_user_error(tmp_path):
     result = subprocess.run([sys.executable, "-m", "faforge", "build", "linux-64/py312/torch2.11/cu130/abi1", "--source", str(tmp_path / "missing.tar.gz")],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr and "no such file" in result.stderr
+
+
+def test_the_flash_attn_3_recipes_git_source_is_replaced_by_the_tarball(tmp_path):
+    """FA3 builds from a git commit (no sdist has its C++ sources): --source swaps `git:` and `rev:` for the file."""
+    from faforge.family import FLASH_ATTN_3  # noqa: PLC0415
+
+    source = SourceOverride.from_sdist(tiny_sdist(tmp_path / "flash-attention-standin.tar.gz"))
+    original = (paths.repo_root() / FLASH_ATTN_3.recipe_dir / "recipe.yaml").read_text()
+    changed = with_source(original, source)
+    removed = [line.strip() for line in original.splitlines() if line not in changed.splitlines()]
+    added = [line.strip() for line in changed.splitlines() if line not in original.splitlines()]
+    assert removed == ["- git: https://github.com/Dao-AILab/flash-attention.git", "rev: ${{ commit }}"]
+    assert added == [f"- url: {source.url}", f'sha256: "{source.sha256}"']

@@ -116,6 +116,12 @@ def parse_archs(spec: str) -> list[str]:
     return archs
 
 
+def _ninja_value(flags: list[str]) -> str:
+    """Flags as a ninja variable: shell-quoted, and `$` doubled, or ninja expands `$ORIGIN` to nothing
+    (the first canary's RUNPATH read `/../torch/lib`)."""
+    return shlex.join(flags).replace("$", "$$")
+
+
 def extension_ninja(*, hopper: Path, tus: list[str], nvcc: list[str], cxx: str, include_dirs: list[str], disabled: frozenset[str],
                     archs: list[str], link_flags: list[str], host_flags: tuple[str, ...] = ()) -> str:
     """One ninja file: each .cu with nvcc and its own GPU code, the glue with the C++ compiler, one link."""
@@ -126,9 +132,9 @@ def extension_ninja(*, hopper: Path, tus: list[str], nvcc: list[str], cxx: str, 
         "ninja_required_version = 1.3",
         f"nvcc = {shlex.join(nvcc)}",
         f"cxx = {shlex.quote(cxx)}",
-        f"cuda_cflags = {shlex.join([*host_flags, *NVCC_FLAGS, *defines, *includes])}",
-        f"cflags = {shlex.join([*CXX_FLAGS, *defines, *includes])}",
-        f"ldflags = {shlex.join(link_flags)}",
+        f"cuda_cflags = {_ninja_value([*host_flags, *NVCC_FLAGS, *defines, *includes])}",
+        f"cflags = {_ninja_value([*CXX_FLAGS, *defines, *includes])}",
+        f"ldflags = {_ninja_value(link_flags)}",
         "rule cuda_compile",
         "  command = $nvcc -MD -MF $out.d $cuda_cflags $gencode -c $in -o $out",
         "  depfile = $out.d",

@@ -79,6 +79,9 @@ class Fa3Package:
             "fa3_served_torch": ",".join(self.served),
             "cuda_compiler_version": self.cuda,
             "cuda_archs": self.cuda_archs,
+            # FLASH_ATTENTION_DISABLE_* switches: none for a package; a trimmed build (a test's, the GPU
+            # canary's) names them, and its build string says `trimmed`
+            "fa3_disable": "",
             "c_compiler_version": self.host_gcc,
             "cxx_compiler_version": self.host_gcc,
             "c_stdlib_version": self.c_stdlib_version,

@@ -52,8 +52,9 @@ def cell_key(values: dict) -> tuple:
     return (str(values["python"]), str(values["torch_version"]), str(values["cuda_compiler_version"]), str(values["cxx11_abi"]))
 
 
-# The recipe's upstream source: its first `url:` entry and the `sha256:` line after it.
-UPSTREAM_SOURCE = re.compile(r"^(?P<indent>\s*)- url: .*\n(?P=indent)  sha256: .*$", re.MULTILINE)
+# The recipe's upstream source: its first `url:` entry and the `sha256:` line after it, or (flash-attn-3,
+# whose C++ sources no sdist carries) its `git:` entry and the `rev:` line after it.
+UPSTREAM_SOURCE = re.compile(r"^(?P<indent>\s*)- (?:url: .*\n(?P=indent)  sha256: .*|git: .*\n(?P=indent)  rev: .*)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ class SourceOverride:
 def with_source(recipe_text: str, source: SourceOverride) -> str:
     match = UPSTREAM_SOURCE.search(recipe_text)
     if not match:
-        raise FaforgeError("the recipe has no `- url:` source followed by its sha256, so --source has nothing to replace")
+        raise FaforgeError("the recipe has no `- url:` source followed by its sha256 (or `- git:` followed by its rev), "
+                           "so --source has nothing to replace")
     indent = match.group("indent")
     return recipe_text[: match.start()] + f'{indent}- url: {source.url}\n{indent}  sha256: "{source.sha256}"' + recipe_text[match.end():]
 

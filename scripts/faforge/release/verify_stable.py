@@ -25,7 +25,7 @@ from faforge.release.package import PackageFacts
 from faforge.release.verify import Check
 
 # cu130_sm80_90a_faforge_h1a2b3c4_0 -> cu130_sm80_90a: what the recipe's build string starts with.
-BUILD_HEAD = re.compile(r"^(?P<head>cu\d+_sm[0-9a-z_]+?)_faforge_h[0-9a-f]+_\d+$")
+BUILD_HEAD = re.compile(r"^(?P<head>cu\d+_sm[0-9a-z_]+?)_faforge(?:_trimmed)?_h[0-9a-f]+_\d+$")
 
 
 def is_stable_abi_package(package: PackageFacts) -> bool:
