@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from faforge.abi import elf
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from faforge.family import FLASH_ATTN_3
 from faforge.packagefile import sha256_of
@@ -51,6 +52,8 @@ def test_it_declares_exactly_what_it_contains(installed):
                              "instantiations/flash_bwd_hdim128_bf16_sm90.cu", "instantiations/flash_bwd_hdim128_fp16_sm90.cu",
                              "flash_prepare_scheduler.cu"]
     assert read_gpu_archs(site / FLASH_ATTN_3.module / "_C.abi3.so") == GpuArchs(sass=("sm_90a",), ptx=())
+    # torch's libraries and the CUDA runtime are found without `import torch` first, in conda and pip layouts
+    assert elf.read_info(site / FLASH_ATTN_3.module / "_C.abi3.so").runpath == ("$ORIGIN/../../..", "$ORIGIN/../torch/lib")
 
 
 def test_it_passes_the_stable_abi_gate_and_the_independent_audit_agrees(installed):
