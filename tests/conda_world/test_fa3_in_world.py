@@ -127,3 +127,37 @@ def test_verify_publish_install_import(built, world, tmp_path):
     run = subprocess.run([str(prefix / "bin/python3.12"), "-c", probe], capture_output=True, text=True, timeout=600,
                          env={"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"})
     assert run.returncode == 0 and run.stdout.startswith("2.11.0"), run.stdout[-2000:] + run.stderr[-3000:]
+
+
+def test_flash_attn_2_and_3_install_side_by_side_and_share_no_file(built, build_in_world, world, tmp_path):
+    """One environment with both families (issue 25 item 6): upstream's module names differ (flash_attn,
+    flash_attn_2_cuda vs flash_attn_3, flash_attn_interface, flash_attn_config); their packages must hold
+    no path in common (conda would let one overwrite the other), and both must import beside one torch."""
+    from tests.conda_world.archive import read_info  # noqa: PLC0415
+    from tests.conda_world.cells import CU130  # noqa: PLC0415
+
+    result, _ = built
+    assert result.returncode == 0
+    (fa3_package,) = map(Path, json.loads(result.stdout.strip().splitlines()[-1]))
+    fa2 = build_in_world(CU130)
+    assert fa2.result.returncode == 0, fa2.log[-3000:]
+    packages = [fa3_package, *fa2.packages, *fa2.out.glob("linux-64/libflash-attn-kernels-*.conda")]
+    paths_of = {p.name: {entry["_path"] for entry in json.loads(read_info(p, "info/paths.json"))["paths"]} for p in packages}
+    shared = {(a, b): paths_of[a] & paths_of[b] for a in paths_of for b in paths_of if a < b}
+    assert not any(shared.values()), {k: sorted(v)[:5] for k, v in shared.items() if v}
+
+    channel = tmp_path / "channel"
+    for package in packages:
+        (channel / "linux-64").mkdir(parents=True, exist_ok=True)
+        shutil.copy(package, channel / "linux-64" / package.name)
+    from faforge.channel.local import index  # noqa: PLC0415
+
+    index(channel)
+    records = solve([channel.as_uri(), world.url("conda-forge")], ["python 3.12.*", "flash-attn", FLASH_ATTN_3.package], "linux-64",
+                    virtuals={"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"})
+    prefix = tmp_path / "env"
+    install_from_world(world, records, prefix)
+    probe = "import torch, flash_attn, flash_attn_2_cuda, flash_attn_3, flash_attn_interface, flash_attn_3._C; print(torch.__version__)"
+    run = subprocess.run([str(prefix / "bin/python3.12"), "-c", probe], capture_output=True, text=True, timeout=600,
+                         env={"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"})
+    assert run.returncode == 0 and run.stdout.startswith("2.11.0"), run.stdout[-2000:] + run.stderr[-3000:]
