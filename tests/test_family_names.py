@@ -72,3 +72,18 @@ def test_a_family_names_what_its_recipe_and_data_hold(family: Family):
     single = data.get("package", {}).get("name", "").replace("${{ name }}", str(data.get("context", {}).get("name")))
     assert outputs <= set(recipe_output_names(recipe / "recipe.yaml") or [single])
     assert family.key in yaml.safe_load((REPO / "variants" / "matrix.yaml").read_text())
+
+
+def test_no_plain_string_holds_a_family_field_placeholder():
+    """A family name spelled through its field must be in an f-string: `"build {FLASH_ATTN.package}"` without
+    the f (one half of an implicit concatenation with an f-string) printed the braces to users of doctor."""
+    import io  # noqa: PLC0415
+    import tokenize  # noqa: PLC0415
+
+    found = []
+    for path in product_modules() + [DEFINITION]:
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            prefix = token.string[: len(token.string) - len(token.string.lstrip("rRbBuUfF"))].lower()
+            if token.type == tokenize.STRING and "f" not in prefix and "{FLASH_ATTN" in token.string:
+                found.append(f"{path}:{token.start[0]}: {token.string[:80]}")
+    assert not found, "add the f prefix:\n" + "\n".join(found)

@@ -7,6 +7,8 @@ what its binary was built for). Imports flash_attn_2_cuda in that interpreter
 to capture the real error, runs the ABI gate on the installed binary against
 the environment's own torch, states each problem in plain words and gives the
 conda install spec (or environment.yml, or local-build command) that fixes it.
+Where FlashAttention-3 (flash_attn_3) is installed, a second section reads its stable-ABI claim
+("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.doctor.stable_abi).
 The probe never runs longer than --timeout (it is stopped with every process it
 started, and what it reported until then is diagnosed); stderr says what it waits for.
 Exit status: 0 healthy, 1 problems found, 2 bad input.
@@ -36,10 +38,16 @@ def execute(args: argparse.Namespace) -> int:
     from faforge.doctor.examine import examine  # noqa: PLC0415
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
 
-    report = examine(args.python, probe_timeout(args.timeout), progress=lambda message: say(f"faforge doctor: {message}"))
+    from faforge.doctor import stable_abi  # noqa: PLC0415
+    from faforge.doctor.probe_run import resolve_interpreter  # noqa: PLC0415
+
+    timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
+    report = examine(args.python, timeout, progress=progress)
+    fa3 = (stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
+           if stable_abi.installed(report.situation.facts) else None)
     if args.json:
-        json.dump(to_json(report), sys.stdout, indent=2)
+        json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {}), sys.stdout, indent=2)
         print()
     else:
-        print("\n".join(text_lines(report)))
-    return EXIT_OK if report.healthy else EXIT_PROBLEMS
+        print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])))
+    return EXIT_OK if stable_abi.healthy(report, fa3) else EXIT_PROBLEMS

@@ -250,8 +250,9 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
     )
 
 
-def collect(python: Path, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable[[str], None] = lambda message: None) -> EnvFacts:
-    stages, stopped = run_probe(python, timeout_s, progress)
+def collect(python: Path, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable[[str], None] = lambda message: None,
+            names: tuple[str, str, str] | None = None) -> EnvFacts:
+    stages, stopped = run_probe(python, timeout_s, progress, *([names] if names else []))
     gpus, smi = nvidia_smi()
     return parse(stages, stopped, gpus, smi)
 

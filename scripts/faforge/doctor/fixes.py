@@ -109,7 +109,7 @@ def _replace_flash_attn(s: Situation, kinds: tuple[str, ...], target: Target, ma
     else:
         build = replace(build, notes=(
             f"your {s.torch_words} came from pip ({s.torch.origin}); faforge's packages are conda packages built against "
-            "conda's pytorch, so either build {FLASH_ATTN.package} for this torch or move to a conda environment", *build.notes))
+            f"conda's pytorch, so either build {FLASH_ATTN.package} for this torch or move to a conda environment", *build.notes))
     fixes.append(build)
     if not from_conda:
         near = closest(offers, Target(target.platform, target.python, target.torch, target.cuda, None, "conda-forge"), n=1)

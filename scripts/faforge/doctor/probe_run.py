@@ -133,8 +133,10 @@ def _group_alive(pgid: int) -> bool:
 
 
 def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
-              progress: Callable[[str], None] = lambda message: None) -> tuple[dict, str | None]:
-    """The probe's stages by name, and why it stopped early (None when it finished).
+              progress: Callable[[str], None] = lambda message: None,
+              names: tuple[str, str, str] = (FLASH_ATTN.extension, FLASH_ATTN.package, FLASH_ATTN.kernel_package)) -> tuple[dict, str | None]:
+    """The probe's stages by name, and why it stopped early (None when it finished). `names`: the family's
+    extension module, package and kernel package the probe looks for (flash-attn's by default).
 
     `progress` hears what the probe is waiting for before each stage, so a slow import is never silent.
     """
@@ -161,7 +163,7 @@ def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
             # The source goes in on stdin (`python -`), so `ps` shows a short command line; the family's
             # names go as arguments, since the target interpreter cannot import faforge.family.
             # Another machine's interpreter (an aarch64 prefix here) runs under qemu: faforge.emulator.
-            cmd = [*interpreter_command(python), "-", FLASH_ATTN.extension, FLASH_ATTN.package, FLASH_ATTN.kernel_package]
+            cmd = [*interpreter_command(python), "-", *names]
             stdout, stderr, code = _run_bounded(cmd, PROBE.read_text(), timeout_s, on_line, cwd=cwd, env=env)
         except OSError as exc:
             raise FaforgeError(f"--python {python}: cannot run it: {exc.strerror or exc}",
