@@ -128,6 +128,12 @@ def test_verify_publish_install_import(built, world, tmp_path):
                          env={"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"})
     assert run.returncode == 0 and run.stdout.startswith("2.11.0"), run.stdout[-2000:] + run.stderr[-3000:]
 
+    # doctor on that environment: the stable-ABI claim read from the binary, checked against conda's torch
+    doctor = faforge("doctor", "--python", str(prefix / "bin/python3.12"), "--json", env=env)
+    section = json.loads(doctor.stdout)["flash_attn_3"]
+    assert doctor.returncode == 0 and section["healthy"] and section["torch"].startswith("2.11.0"), doctor.stdout[-3000:] + doctor.stderr[-2000:]
+    assert section["stable_functions"] > 0 and section["gpu"]["sass"] == ["sm_80", "sm_90a"]
+
 
 def test_flash_attn_2_and_3_install_side_by_side_and_share_no_file(built, build_in_world, world, tmp_path):
     """One environment with both families (issue 25 item 6): upstream's module names differ (flash_attn,
