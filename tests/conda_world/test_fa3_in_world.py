@@ -97,6 +97,9 @@ def test_the_recipe_builds_and_runs_its_tests(built):
     assert result.returncode == 0, (root / "build.log").read_text()[-6000:] + result.stderr[-2000:]
     (package,) = map(Path, json.loads(result.stdout.strip().splitlines()[-1]))
     assert package.name.startswith(f"{FLASH_ATTN_3.package}-3.0.0-cu130_sm80_90a_faforge_trimmed_h") and package.parent.name == "linux-64"
+    # the recipe's own stable-ABI gate ran in its test environment, against the torch the solver gave it
+    log = (root / "build.log").read_text()
+    assert "serves torch 2.10, 2.11, 2.12, 2.13; checked here against torch 2.11.0" in log and "stable-ABI gate passed: _C.abi3.so" in log
 
 
 def test_verify_publish_install_import(built, world, tmp_path):

@@ -19,8 +19,10 @@ _IN_USE: list = []  # the lock files of the worlds this process uses, held share
 
 
 def hold(world: World) -> None:
-    """Mark `world` as in use by this process: another run's pruning leaves it alone."""
-    lock = open(world.root.with_name(f"{world.root.name}.lock"), "a")  # noqa: SIM115 - held until exit
+    """Mark `world` as in use by this process: another run's pruning leaves it alone. A lock file of its
+    own (.inuse), not the builder's (.lock): a shared hold there made every other session's build_world,
+    which takes the builder's lock exclusively even for a finished world, wait until this one ended."""
+    lock = open(world.root.with_name(f"{world.root.name}.inuse"), "a")  # noqa: SIM115 - held until exit
     fcntl.flock(lock, fcntl.LOCK_SH)
     _IN_USE.append(lock)
 
@@ -33,13 +35,16 @@ def prune_stale_worlds(parent: Path, key: str) -> list[str]:
         name = lock_path.name.removesuffix(".lock")
         if name == f"world-{key}":
             continue
-        with open(lock_path, "a") as lock:
+        in_use = lock_path.with_suffix(".inuse")
+        with open(lock_path, "a") as building, open(in_use, "a") as using:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(building, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(using, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # another run is building or using it
             shutil.rmtree(parent / name, ignore_errors=True)
             lock_path.unlink(missing_ok=True)
+            in_use.unlink(missing_ok=True)
         removed.append(name)
     return removed
 

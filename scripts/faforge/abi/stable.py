@@ -129,3 +129,49 @@ def render_stable_text(verdict: StableVerdict) -> list[str]:
         why += [f"does not load on {failed}"] if failed else []
         lines.append(f"FAILED: not stable-ABI: {'; '.join(why)}")
     return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The recipe's stable-ABI gate in the package's own test environment (flash-attn-3's):
+
+        python -m faforge.abi.stable --module flash_attn_3/_C --expect-archs "80;90a" --served "2.10,2.11,2.12,2.13"
+
+    Finds the installed extension as faforge.abi.gate does, checks it against this environment's torch
+    (one release of the range the package serves) and that its GPU code is the declared arch list.
+    Exit status: 0 passed, 1 problems, 2 bad input. Standard library and pyelftools only."""
+    import argparse  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import sysconfig  # noqa: PLC0415
+
+    from faforge.abi.fatbin import read_gpu_archs  # noqa: PLC0415
+    from faforge.abi.gate import default_torch, find_module, parse_archs  # noqa: PLC0415
+    from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m faforge.abi.stable", description="the stable-ABI gate of an installed package")
+    parser.add_argument("--module", required=True, help="the extension's path under site-packages without the suffix, e.g. flash_attn_3/_C")
+    parser.add_argument("--expect-archs", required=True)
+    parser.add_argument("--served", required=True, help="the torch minors the package claims, comma-separated (its variant's)")
+    args = parser.parse_args(argv)
+    search = [sysconfig.get_paths()["platlib"], sysconfig.get_paths()["purelib"], *sys.path]
+    try:
+        sass, ptx = parse_archs(args.expect_archs)
+        module = find_module(args.module, search)
+        verdict = check_stable(module, [default_torch(search)])
+        archs = read_gpu_archs(module)
+    except FaforgeError as exc:
+        print(f"faforge.abi.stable: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print("\n".join(render_stable_text(verdict)))
+    here = verdict.releases[0].torch.version or "?"
+    print(f"serves torch {args.served.replace(',', ', ')}; checked here against torch {here}")
+    mismatch = (set(archs.sass), set(archs.ptx)) != (set(sass), set(ptx))
+    if mismatch:
+        print(f"declaration mismatch: declared SASS {', '.join(sass)} PTX {', '.join(ptx) or 'none'}, the binary has "
+              f"SASS {', '.join(archs.sass) or 'none'} PTX {', '.join(archs.ptx) or 'none'}")
+    passed = verdict.ok and not mismatch
+    print(f"stable-ABI gate {'passed' if passed else 'FAILED'}: {module.name}")
+    return EXIT_OK if passed else EXIT_PROBLEMS
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
