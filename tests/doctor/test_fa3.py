@@ -65,3 +65,11 @@ def test_beside_a_cpu_torch_it_says_the_binary_cannot_load(tmp_path):
     kinds = {p["kind"] for p in fa3["problems"]}
     assert {"stable-abi-load", "import-failed"} <= kinds, fa3["problems"]
     assert any("libtorch_cuda.so" in p["message"] for p in fa3["problems"]), fa3["problems"]
+
+
+def test_a_package_without_its_extension_is_an_incomplete_install(tmp_path):
+    python = fa3_env(tmp_path, "2.14.1")
+    (tmp_path / "fa3" / FLASH_ATTN_3.module / "_C.abi3.so").unlink()
+    run = doctor(python, "--json")
+    fa3 = json.loads(run.stdout)["flash_attn_3"]
+    assert run.returncode == 1 and [p["kind"] for p in fa3["problems"]] == ["extension-missing"], fa3

@@ -53,11 +53,13 @@ def installed(facts: env_facts.EnvFacts) -> bool:
     return any((Path(d) / FLASH_ATTN_3.module / "__init__.py").is_file() for d in facts.site_dirs)
 
 
-def examine_stable(python: Path, timeout_s: float, progress=lambda message: None) -> StableAbiReport | None:
-    """The FA3 report for `python`, or None when flash_attn_3 is not installed there."""
+def examine_stable(python: Path, timeout_s: float, progress=lambda message: None) -> StableAbiReport:
+    """The FA3 report for `python` (call it where installed() says flash_attn_3 is on its path)."""
     facts = env_facts.collect(python, timeout_s, progress, names=NAMES)
-    if facts.extension is None:
-        return None
+    if facts.extension is None:  # the package is there (installed() saw it), its extension is not
+        return StableAbiReport(FLASH_ATTN_3.module, facts.torch.version, None, None, (Problem(
+            "extension-missing", ERROR, f"{FLASH_ATTN_3.package} is installed but its extension {FLASH_ATTN_3.extension} is not: "
+                                        "the install is incomplete", (f"reinstall {FLASH_ATTN_3.package}",)),))
     problems = []
     torch = facts.torch
     if not torch.imported:
