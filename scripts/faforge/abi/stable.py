@@ -146,9 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     from faforge.abi.fatbin import read_gpu_archs  # noqa: PLC0415
     from faforge.abi.gate import default_torch, find_module, parse_archs  # noqa: PLC0415
     from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError  # noqa: PLC0415
+    from faforge.family import FLASH_ATTN_3  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="python -m faforge.abi.stable", description="the stable-ABI gate of an installed package")
-    parser.add_argument("--module", required=True, help="the extension's path under site-packages without the suffix, e.g. flash_attn_3/_C")
+    parser.add_argument("--module", required=True,
+                        help=f"the extension's path under site-packages without the suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}")
     parser.add_argument("--expect-archs", required=True)
     parser.add_argument("--served", required=True, help="the torch minors the package claims, comma-separated (its variant's)")
     args = parser.parse_args(argv)
