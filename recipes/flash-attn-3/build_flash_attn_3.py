@@ -17,10 +17,8 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,6 +37,7 @@ from faforge.backend import toolchain  # noqa: E402
 from faforge.backend.errors import BuildError  # noqa: E402
 from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402
 from faforge.backend.logger import log  # noqa: E402
+from faforge.backend.ninja import run_ninja  # noqa: E402
 from faforge.family import FLASH_ATTN_3  # noqa: E402
 
 # Where torch's stable C functions live (aoti_torch_* in libtorch_cpu, the CUDA stream one in libtorch_cuda),
@@ -113,17 +112,9 @@ def build(args: argparse.Namespace) -> Path | None:
                                link_flags=link, host_flags=toolkit.host_flags)
     out = Path(args.build_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    ninja_file = out / "build.ninja"
-    if not ninja_file.is_file() or ninja_file.read_text() != text:
-        ninja_file.write_text(text)
-    ninja = shutil.which("ninja")
-    if not ninja:
-        raise BuildError("ninja not found on PATH (conda: ninja, PyPI: ninja)")
-    started = time.monotonic()
-    log(f"+ {ninja} -C {out} -j {max_jobs}  ({len(tus)} TUs)")
-    if subprocess.run([ninja, "-C", str(out), "-j", str(max_jobs)]).returncode != 0:
-        raise BuildError(f"the {FLASH_ATTN_3.package} build failed (ninja in {out}); rerun to resume, compiled objects are kept")
-    log(f"built {out / fa3.EXTENSION} in {time.monotonic() - started:.0f}s")
+    log(f"{len(tus)} TUs")
+    seconds = run_ninja(out, text, max_jobs, what=f"the {FLASH_ATTN_3.package}")
+    log(f"built {out / fa3.EXTENSION} in {seconds:.0f}s")
     if args.install_dir:
         install(out / fa3.EXTENSION, hopper, Path(args.install_dir), fa3.config_module(disabled, archs, tus))
     return out / fa3.EXTENSION

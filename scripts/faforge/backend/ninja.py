@@ -89,6 +89,23 @@ def kernel_ninja(nvcc: list[str], source_dir: Path, kernels: list[str], shim: Pa
     return "\n".join(lines)
 
 
+def run_ninja(out_dir: Path, text: str, max_jobs: int, targets: list[str] = (), *, what: str) -> float:
+    """Write out_dir/build.ninja (only when it changed, so ninja resumes) and run it; the seconds it took.
+    A failed build is a BuildError naming `what`; compiled objects stay for the next run."""
+    ninja_file = out_dir / "build.ninja"
+    if not ninja_file.is_file() or ninja_file.read_text() != text:
+        ninja_file.write_text(text)
+    ninja = shutil.which("ninja")
+    if not ninja:
+        raise BuildError("ninja not found on PATH (conda: ninja, PyPI: ninja)")
+    command = [ninja, "-C", str(out_dir), "-j", str(max_jobs), *targets]
+    log("+ " + shlex.join(command))
+    started = time.monotonic()
+    if subprocess.run(command).returncode != 0:
+        raise BuildError(f"{what}'s build failed (ninja in {out_dir}); rerun to resume, compiled objects are kept")
+    return time.monotonic() - started
+
+
 def ninja_escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
@@ -104,21 +121,11 @@ def build_kernel_library(*, source_dir: Path, build_dir: Path, toolkit: CudaTool
     ninja_text = kernel_ninja([*([ccache] if ccache else []), toolkit.nvcc], source_dir, kernels, shim,
                               [*toolkit.host_flags, *kernel_compile_flags(source_dir, shim, archs, nvcc_threads, philox_bits)],
                               [*toolkit.host_flags, *kernel_link_flags(shim, toolkit.cudart_dirs(dict(os.environ)))])
-    ninja_file = out_dir / "build.ninja"
-    if not ninja_file.is_file() or ninja_file.read_text() != ninja_text:
-        ninja_file.write_text(ninja_text)
-    ninja = shutil.which("ninja")
-    if not ninja:
-        raise BuildError("ninja not found on PATH (conda: ninja, PyPI: ninja)")
     targets = [object_name(str(source_dir / k)) for k in only] if only else []
-    command = [ninja, "-C", str(out_dir), "-j", str(max_jobs), *targets]
     log(f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} "
         f"(C++ standard {KERNEL_CXX_STD.replace('c', 'C')}, {philox_bits}-bit Philox offset_intragraph_)")
-    log("+ " + shlex.join(command))
-    started = time.monotonic()
-    if subprocess.run(command).returncode != 0:
-        raise BuildError(f"the kernel library's build failed (ninja in {out_dir}); rerun to resume, compiled objects are kept")
-    log(f"kernel library built in {time.monotonic() - started:.0f}s")
+    seconds = run_ninja(out_dir, ninja_text, max_jobs, targets, what="the kernel library")
+    log(f"kernel library built in {seconds:.0f}s")
     if ccache:
         hits, misses = compiler_cache.hits_and_misses(stats_before, compiler_cache.ccache_counts(ccache))
         log(f"compiler cache: {hits} hits, {misses} misses")

@@ -18,9 +18,9 @@ from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import python_variant
-from faforge.matrix.policy import BuildPolicy, RangeRule, rules
+from faforge.matrix.policy import BuildPolicy, RangeRule, pick, rules
 from faforge.matrix.releases import ReleaseTable
-from faforge.versions import is_version, satisfies, vtuple
+from faforge.versions import is_version, vtuple
 
 COMMIT_DIGITS = set("0123456789abcdef")
 
@@ -141,14 +141,8 @@ def fa3_packages(table: ReleaseTable, policy: BuildPolicy, fa3: Fa3Policy) -> li
         if not pythons:
             raise DataError(fa3.path, f"{FLASH_ATTN_3.key}.min_python", f"torch {newest.torch} (CUDA {cuda}, {platform}) has no python "
                             f"{fa3.min_python} or newer to compile against (it has {', '.join(newest.python)})", hint="lower min_python")
-        packages.append(Fa3Package(platform=platform, world=fa3.world, cuda=cuda, cuda_archs=_pick(fa3, cuda), torch=newest.torch, served=tuple(served),
+        packages.append(Fa3Package(platform=platform, world=fa3.world, cuda=cuda, cuda_archs=pick(fa3.path, f"{FLASH_ATTN_3.key}.cuda_archs", fa3.cuda_archs, cuda), torch=newest.torch, served=tuple(served),
                                    min_torch=fa3.min_torch, python=pythons[0], host_gcc=policy.pick("host_gcc", cuda, fa3.world),
                                    c_stdlib_version=policy.pick("c_stdlib_version", cuda), channels=world.channels))
     return packages
 
-
-def _pick(fa3: Fa3Policy, cuda: str) -> str:
-    for rule in fa3.cuda_archs:
-        if satisfies(cuda, rule.cuda):
-            return rule.value
-    raise DataError(fa3.path, f"{FLASH_ATTN_3.key}.cuda_archs", f"no rule covers CUDA {cuda}", hint=f"add a `cuda: ...` entry that matches {cuda}")

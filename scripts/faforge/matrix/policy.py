@@ -46,14 +46,19 @@ class BuildPolicy:
     exclude: tuple[Exclusion, ...]
 
     def pick(self, rules_name: str, cuda: str, world: str | None = None) -> str:
-        for rule in getattr(self, rules_name):
-            if rule.world in (None, world) and satisfies(cuda, rule.cuda):
-                return rule.value
-        where = f" in the {world} world" if world else ""
-        raise DataError(self.path, rules_name, f"no rule covers CUDA {cuda}{where}", hint=f"add a `cuda: ...` entry to {rules_name} that matches {cuda}")
+        return pick(self.path, rules_name, getattr(self, rules_name), cuda, world)
 
     def exclusion_for(self, **cell) -> Exclusion | None:
         return next((e for e in self.exclude if e.matches(**cell)), None)
+
+
+def pick(path: Path, name: str, entries: tuple[RangeRule, ...], cuda: str, world: str | None = None) -> str:
+    """The value of the first rule of `entries` (the list `name` of `path`) that matches `cuda` and `world`."""
+    for rule in entries:
+        if rule.world in (None, world) and satisfies(cuda, rule.cuda):
+            return rule.value
+    where = f" in the {world} world" if world else ""
+    raise DataError(path, name, f"no rule covers CUDA {cuda}{where}", hint=f"add a `cuda: ...` entry to {name} that matches {cuda}")
 
 
 def rules(path: Path, raw: dict, name: str, value_key: str, where: str = "") -> tuple[RangeRule, ...]:

@@ -80,13 +80,11 @@ def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | 
                 for m in verdict.modules for p in m.problems]
     mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, package.cxx11_abi)]
     problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - package.cxx11_abi} but labelled cxx11abi{package.cxx11_abi}" for path in mislabelled]
-    if kernel:  # the lookup found the kernel package; a library it does not hold leaves the launches unchecked
-        problems += [f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked"
-                     for m in verdict.modules for u in m.unverified_libraries if FLASH_ATTN.is_kernel_library(u.name)]
-    else:  # a package carrying its kernels: ld.so finds the library by the exact DT_NEEDED name, or the import fails
-        problems += [f"{m.path}: needs {u.name}, which the package does not hold under that name, so the load fails "
-                     f"(\"cannot open shared object file\")" for m in verdict.modules for u in m.unverified_libraries
-                     if FLASH_ATTN.is_kernel_library(u.name)]
+    for m in verdict.modules:  # the kernel library: from the kernel package found, else under its exact DT_NEEDED name here
+        for u in (u for u in m.unverified_libraries if FLASH_ATTN.is_kernel_library(u.name)):
+            problems.append(f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked" if kernel
+                            else f"{m.path}: needs {u.name}, which the package does not hold under that name, so the load fails "
+                                 f"(\"cannot open shared object file\")")
     where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}"
     if kernel:
         where += f", with {KERNEL_LIBRARY} from {kernel.filename}"
