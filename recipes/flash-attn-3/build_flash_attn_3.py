@@ -38,6 +38,7 @@ from faforge.backend.errors import BuildError  # noqa: E402
 from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402
 from faforge.backend.logger import log  # noqa: E402
 from faforge.backend.ninja import run_ninja  # noqa: E402
+from faforge.backend.sources import select_kernels  # noqa: E402
 from faforge.family import FLASH_ATTN_3  # noqa: E402
 
 # Where torch's stable C functions live (aoti_torch_* in libtorch_cpu, the CUDA stream one in libtorch_cuda),
@@ -64,6 +65,15 @@ def torch_dir(explicit: str | None) -> Path:
     return found
 
 
+def python_includes(explicit: list[str] | None) -> list[str]:
+    """Python.h's folder and any more the target's headers need: --python-include, else this Python's
+    (conda's cross-python answers with the target's)."""
+    found = [Path(p) for p in explicit] if explicit else [Path(sysconfig.get_paths()["include"])]
+    if not (found[0] / "Python.h").is_file():
+        raise BuildError(f"--python-include {found[0]}: no Python.h there; install the Python headers (python3-dev) or name their folder")
+    return [str(p) for p in found]
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--source-dir", default=".", help="the flash-attention repository (hopper/, csrc/cutlass/)")
@@ -72,8 +82,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--build-dir", default="build", help="ninja's folder, kept for resuming")
     p.add_argument("--install-dir", help="site-packages to install flash_attn_3/ and flash_attn_interface.py into")
     p.add_argument("--torch-dir", help="torch/ to compile and link against (default: this Python's, found without importing it)")
+    p.add_argument("--python-include", action="append", help="the target Python's header folders, Python.h's first (default: this "
+                   "Python's; a cross build outside conda's cross-python names the target's, whose pyconfig.h differs; repeatable, "
+                   "for Debian's multiarch pyconfig.h)")
     p.add_argument("--max-jobs", type=int, default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS", "").isdigit() else None)
     p.add_argument("--checker-path", help="folder holding the faforge package (default: faforge_checker/ here, else the repo's)")
+    p.add_argument("--only-tus", help="compile only these TUs (file names) and stop before the link: a piece job, or a "
+                   "compile-time sample for faforge bench-build")
     p.add_argument("--plan-only", action="store_true", help="print the TUs and flags as JSON and stop")
     return p.parse_args(argv)
 
@@ -104,7 +119,7 @@ def build(args: argparse.Namespace) -> Path | None:
         log(line)
     environ = dict(os.environ)
     include_dirs = [str(hopper), str(source / "csrc/cutlass/include"), str(torch / "include"), str(torch / "include/torch/csrc/api/include"),
-                    sysconfig.get_paths()["include"], *toolkit.include_dirs(environ)]
+                    *python_includes(args.python_include), *toolkit.include_dirs(environ)]
     cudart = toolkit.cudart_dirs(environ)
     link = [f"-L{torch / 'lib'}", "-Wl,--as-needed", *TORCH_LIBRARIES, *(f"-L{d}" for d in cudart), "-lcudart", *(f"-Wl,-rpath,{r}" for r in RUNPATH)]
     cxx = toolkit.host_compiler or environ.get("CXX") or shutil.which("g++") or "c++"
@@ -112,8 +127,13 @@ def build(args: argparse.Namespace) -> Path | None:
                                link_flags=link, host_flags=toolkit.host_flags)
     out = Path(args.build_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    log(f"{len(tus)} TUs")
-    seconds = run_ninja(out, text, max_jobs, what=f"the {FLASH_ATTN_3.package}")
+    only = select_kernels(tus, args.only_tus) if args.only_tus is not None else None
+    log(f"{len(only) if only else len(tus)} TUs")
+    targets = [fa3.object_name(tu) for tu in only] if only else []
+    seconds = run_ninja(out, text, max_jobs, targets, what=f"the {FLASH_ATTN_3.package}")
+    if only:
+        log(f"compiled {len(only)} TUs in {seconds:.0f}s; --only-tus: nothing linked or installed")
+        return None
     log(f"built {out / fa3.EXTENSION} in {seconds:.0f}s")
     if args.install_dir:
         install(out / fa3.EXTENSION, hopper, Path(args.install_dir), fa3.config_module(disabled, archs, tus))

@@ -62,6 +62,16 @@ def test_a_cross_toolkit_is_its_target_triplet(tmp_path):
     assert cross.cudart_dirs({}) == [lib]
 
 
+def test_a_cross_build_links_the_targets_cudart_not_the_build_machines(tmp_path):
+    """The first real FA3 aarch64 cross build (issue 25) failed to link: the CUDA home's lib64/ (the x86_64
+    toolkit's, as in tests/support/aarch64_cross.py's overlay and a CUDA install with a cross target tree)
+    came before targets/sbsa-linux/lib, so -lcudart found only an incompatible library."""
+    home = tmp_path / "cuda"
+    _lib(home / "lib64")
+    target = _lib(home / "targets/sbsa-linux/lib")
+    assert script.cudart_library_dirs(str(home), {}, "sbsa-linux") == [target]
+
+
 def test_cuda_home_comes_from_the_environment_first(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     assert script.find_cuda_home() == str(tmp_path)

@@ -28,7 +28,7 @@ def select_kernels(sources: list[str], only: str) -> list[str]:
     unknown = [name for name in wanted if name not in by_name]
     if unknown:
         raise BuildError(
-            f"--only-tus: not a kernel TU of this sdist: {', '.join(unknown)}; "
+            f"--only-tus: not a kernel TU of this source tree and feature set: {', '.join(unknown)}; "
             f"expected file names like {next(iter(sorted(by_name)), 'flash_fwd_hdim32_fp16_sm80.cu')}"
         )
     if not wanted:

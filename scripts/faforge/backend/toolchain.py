@@ -145,9 +145,10 @@ def nvcc_cuda_include_dirs(cuda_home: str, environ: dict[str, str], triplet: str
 def cudart_library_dirs(cuda_home: str, environ: dict[str, str], triplet: str, *, lib_dir: str | None = None) -> list[str]:
     """Where libcudart.so is for the link: conda's host prefix first (cuda-cudart-dev puts it in
     $PREFIX/lib and targets/<triplet>/lib, which conda-forge's nvcc.profile does not pass on to the
-    linker), then the toolkit's own lib dirs (`lib_dir` instead, for a toolkit of another layout)."""
+    linker), then the toolkit's own lib dirs (`lib_dir` instead, for a toolkit of another layout): its
+    target tree first, since lib64/ is the build machine's and a cross build's -lcudart must not find it."""
     prefix = environ.get("PREFIX")
-    own = [lib_dir] if lib_dir else [f"{cuda_home}/lib64", f"{cuda_home}/lib", f"{cuda_home}/targets/{triplet}/lib"]
+    own = [lib_dir] if lib_dir else [f"{cuda_home}/targets/{triplet}/lib", f"{cuda_home}/lib64", f"{cuda_home}/lib"]
     candidates = [*([f"{prefix}/lib", f"{prefix}/targets/{triplet}/lib"] if prefix else []), *own]
     found = [d for d in dict.fromkeys(candidates) if (Path(d) / "libcudart.so").exists()]
     if not found:

@@ -116,6 +116,11 @@ def parse_archs(spec: str) -> list[str]:
     return archs
 
 
+def object_name(tu: str) -> str:
+    """The ninja target of one TU's object (also what --only-tus builds)."""
+    return f"obj/{Path(tu).name}.o"
+
+
 def _ninja_value(flags: list[str]) -> str:
     """Flags as a ninja variable: shell-quoted, and `$` doubled, or ninja expands `$ORIGIN` to nothing
     (the first canary's RUNPATH read `/../torch/lib`)."""
@@ -151,7 +156,7 @@ def extension_ninja(*, hopper: Path, tus: list[str], nvcc: list[str], cxx: str, 
     ]
     objects = []
     for tu in tus:
-        obj = f"obj/{Path(tu).name}.o"
+        obj = object_name(tu)
         objects.append(obj)
         if tu.endswith(".cu"):
             lines += [f"build {obj}: cuda_compile {ninja_escape(str(hopper / tu))}", f"  gencode = {shlex.join(gencode(tu, archs))}"]
