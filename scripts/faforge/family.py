@@ -131,6 +131,11 @@ class StableAbiFamily:
     include_dirs: tuple[str, ...]
     gates: tuple[str, ...]
 
+    @property
+    def imports(self) -> tuple[str, ...]:
+        """What the import gate imports, in order: torch first, then what upstream's recipe test imports."""
+        return ("torch", self.module, self.extension, self.interface_module)
+
 
 # hopper/setup.py at the pinned commit (variants/matrix.yaml cites it): PACKAGE_NAME flash_attn_3 (L36),
 # the extension f"{PACKAGE_NAME}._C" (L693), py_modules flash_attn_interface and flash_attn_config (L824).

@@ -8,11 +8,47 @@ numerics decide pass or fail. Standard library only.
 
 from __future__ import annotations
 
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
 from faforge.gpu.dispatch import package_tus
 from faforge.gpu.suite.cases import launch_table
 
 # Where the suite's conftest writes the kernel TUs each test launched (set by faforge test-gpu).
 KERNELS_JSON_ENV = "FAFORGE_GPU_KERNELS_JSON"
+
+
+class KernelRecorder:
+    """Both suites' conftests: each test's CUDA kernels, by torch.profiler's names, mapped to TUs by
+    `tu_of` and written to KERNELS_JSON_ENV's file at the end. Only when test-gpu asks and the gate
+    is open: the profiler costs time."""
+
+    def __init__(self, usable: bool, tu_of: Callable[[str], str | None]):
+        self.path = os.environ.get(KERNELS_JSON_ENV) if usable else None
+        self.tu_of, self.seen, self.names = tu_of, {}, {}
+
+    @contextmanager
+    def record(self, test: str):
+        if not self.path:
+            yield
+            return
+        from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415  (only on a usable GPU)
+
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            yield
+        names = {event.key for event in profiler.key_averages()}
+        self.seen[test] = sorted({tu for tu in map(self.tu_of, names) if tu})
+        self.names[test] = sorted(names)
+
+    def write(self) -> None:
+        if self.path:
+            import torch  # noqa: PLC0415
+
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            Path(self.path).write_text(json.dumps({"sms": sms, "tests": self.seen, "kernel_names": self.names}, indent=1) + "\n")
 
 
 def compare(observed: dict, head_dims: tuple[int, ...]) -> dict:
@@ -40,3 +76,12 @@ def format_coverage(coverage: dict) -> list[str]:
         lines.append(f"never launched: {', '.join(coverage['never_seen'])}")
     lines += [f"dispatch differs from the emulation: {m['test']}: expected {m['expected']}, saw {m['seen']}" for m in coverage["mismatches"]]
     return lines
+
+
+def compare_declared(observed: dict, tus: tuple[str, ...]) -> dict:
+    """FA3's coverage record (same shape as `compare`'s): the declared .cu TUs against those the profiler
+    saw. FA3 has no dispatch emulation, so a TU never seen is the finding (and fails test-gpu)."""
+    seen = set().union(*map(set, observed["tests"].values())) if observed["tests"] else set()
+    declared = sorted(tu for tu in tus if tu.endswith(".cu"))
+    return {"sms": observed["sms"], "package_tus": len(declared), "expected_tus": declared, "seen_tus": sorted(seen),
+            "never_seen": sorted(set(declared) - seen), "mismatches": []}

@@ -32,13 +32,16 @@ from pathlib import Path
 from typing import TextIO
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
-from faforge.family import FLASH_ATTN
-from faforge.gpu.coverage import compare, format_coverage
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.gpu import fa3_gate
+from faforge.gpu.coverage import compare, compare_declared, format_coverage
 from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, declaration, evaluate
 from faforge.gpu.junit import count_outcomes, parse_junit
 from faforge.gpu.suite_child import missing_requirements, run_child, suite_env
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
+FA3_SUITE_DIR = Path(__file__).resolve().parent / "fa3_suite"
+FAMILIES = (FLASH_ATTN.package, FLASH_ATTN_3.package)
 SCHEMA_VERSION = 1
 # The files (relative to the folder holding faforge/) that the line above needs; nothing else of faforge.
 RECIPE_TEST_FILES = (
@@ -46,6 +49,7 @@ RECIPE_TEST_FILES = (
     "faforge/errors.py",
     "faforge/family.py",
     "faforge/abi/__init__.py",
+    "faforge/abi/demangle.py",
     "faforge/abi/elf.py",
     "faforge/abi/elf_file.py",
     "faforge/abi/elf_symbols.py",
@@ -55,6 +59,12 @@ RECIPE_TEST_FILES = (
     "faforge/gpu/compat.py",
     "faforge/gpu/coverage.py",
     "faforge/gpu/dispatch.py",
+    "faforge/gpu/fa3_gate.py",
+    "faforge/gpu/fa3_kernels.py",
+    "faforge/gpu/fa3_suite/__init__.py",
+    "faforge/gpu/fa3_suite/conftest.py",
+    "faforge/gpu/fa3_suite/test_fa3_attention.py",
+    "faforge/gpu/fa3_suite/test_fa3_declaration.py",
     "faforge/gpu/gate.py",
     "faforge/gpu/junit.py",
     "faforge/gpu/reference.py",
@@ -104,7 +114,8 @@ def run(
     pytest_args: tuple[str, ...] = (),
     output: TextIO = sys.stdout,
     time_cap_s: float | None = None,
-    suite_dir: Path = SUITE_DIR,
+    suite_dir: Path | None = None,
+    family: str = FLASH_ATTN.package,
 ) -> dict:
     """Run the suite (its output goes to `output`) and return the versioned summary; see tests/schemas/test-gpu.json.
 
@@ -116,7 +127,9 @@ def run(
             f"the GPU suite needs {', '.join(missing)}, which this Python ({sys.executable}) cannot import",
             hint=f"{sys.executable} -m pip install {' '.join(repr(m) if '>' in m else m for m in missing)}",
         )
-    gate = evaluate()
+    fa3 = family == FLASH_ATTN_3.package
+    gate = fa3_gate.evaluate() if fa3 else evaluate()
+    suite_dir = suite_dir or (FA3_SUITE_DIR if fa3 else SUITE_DIR)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="faforge-gpu-") as scratch:
         work = Path(report_dir) if report_dir else Path(scratch)
@@ -133,12 +146,16 @@ def run(
             pytest_exit_code, stopped = run_child(command, suite_env(kernels), output, log, time_cap_s)
         output.flush()
         tests = parse_junit(junit) if junit.exists() else []
-        coverage = compare(json.loads(kernels.read_text()), gate.head_dims) if kernels.exists() else None
+        observed = json.loads(kernels.read_text()) if kernels.exists() else None
+        coverage = None if observed is None else compare_declared(observed, gate.tus) if fa3 else compare(observed, gate.head_dims)
     if pytest_exit_code == PYTEST_USAGE_ERROR and not tests and not stopped:
         raise FaforgeError("pytest rejected the arguments after `--` (its message is above)", input=" ".join(pytest_args),
                            hint="see `python -m pytest --help`")
     exit_code, status, reason = verdict(pytest_exit_code, tests, stopped)
+    if fa3 and coverage and coverage["never_seen"] and exit_code == EXIT_OK:
+        exit_code, status, reason = EXIT_PROBLEMS, "failed", f"declared TUs never launched: {', '.join(coverage['never_seen'])}"
     summary = {
+        "family": family,
         "version": SCHEMA_VERSION,
         "status": status,
         "exit_code": exit_code,
@@ -175,6 +192,9 @@ def format_summary(summary: dict) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by `faforge test-gpu` and `python -m faforge.gpu.run_suite`."""
+    parser.add_argument("--family", choices=FAMILIES, default=FLASH_ATTN.package,
+                        help=f"which installed package to test (default {FLASH_ATTN.package}); {FLASH_ATTN_3.package} declares "
+                             f"its contents in {FLASH_ATTN_3.config_module}.py")
     parser.add_argument("--report-dir", type=Path, help="write junit.xml, summary.json and pytest.log there")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON (schema: tests/schemas/test-gpu.json)")
     parser.add_argument("--time-cap-s", type=float, help="interrupt the suite after this many seconds; the reports are still written")
@@ -194,6 +214,9 @@ def execute(args: argparse.Namespace) -> int:
     if args.time_cap_s is not None and not (math.isfinite(args.time_cap_s) and args.time_cap_s > 0):
         raise FaforgeError("--time-cap-s must be a finite number of seconds above 0", input=f"--time-cap-s {args.time_cap_s}",
                            hint="e.g. --time-cap-s 600")
+    if args.family == FLASH_ATTN_3.package and (args.declared_archs or args.declared_head_dims):
+        raise FaforgeError(f"--declared-archs/--declared-head-dims are for {FLASH_ATTN.package}", input=f"--family {args.family}",
+                           hint=f"{FLASH_ATTN_3.package} declares its GPU code and TUs in its {FLASH_ATTN_3.config_module}.py; drop the options")
     for value, name in ((args.declared_archs, DECLARED_ARCHS_ENV), (args.declared_head_dims, DECLARED_HEAD_DIMS_ENV)):
         if value is not None:
             os.environ[name] = value  # read by the gate here and in the child pytest
@@ -204,7 +227,7 @@ def execute(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise FaforgeError(str(exc), hint="e.g. --declared-archs '80;90;120+PTX' --declared-head-dims 32,64,96,128,192,256") from None
     output = sys.stderr if args.json else sys.stdout
-    summary = run(args.report_dir, tuple(args.pytest_args), output=output, time_cap_s=args.time_cap_s)
+    summary = run(args.report_dir, tuple(args.pytest_args), output=output, time_cap_s=args.time_cap_s, family=args.family)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return summary["exit_code"]
 

@@ -4,18 +4,14 @@ into the JSON file named by FAFORGE_GPU_KERNELS_JSON, for faforge.gpu.coverage t
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import pytest
 
 from faforge.family import FLASH_ATTN
-from faforge.gpu.coverage import KERNELS_JSON_ENV
+from faforge.gpu.coverage import KernelRecorder
 from faforge.gpu.dispatch import tu_of_kernel
 from faforge.gpu.gate import evaluate
 
-_SEEN: dict[str, list[str]] = {}
+_RECORDER = KernelRecorder(evaluate().usable, tu_of_kernel)
 
 
 def pytest_configure(config):
@@ -30,21 +26,9 @@ def pytest_report_header(config):
 @pytest.fixture(autouse=True)
 def record_kernels(request):
     """Profile the test's CUDA kernels when asked to (the profiler costs time; test-gpu asks)."""
-    if not os.environ.get(KERNELS_JSON_ENV) or not evaluate().usable:
+    with _RECORDER.record(request.node.nodeid):
         yield
-        return
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415  (only on a usable GPU)
-
-    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
-        yield
-    names = {event.key for event in profiler.key_averages()}
-    _SEEN[request.node.nodeid] = sorted({tu for tu in map(tu_of_kernel, names) if tu})
 
 
 def pytest_sessionfinish(session):
-    path = os.environ.get(KERNELS_JSON_ENV)
-    if path and evaluate().usable:
-        import torch  # noqa: PLC0415
-
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        Path(path).write_text(json.dumps({"sms": sms, "tests": _SEEN}, indent=1) + "\n")
+    _RECORDER.write()
