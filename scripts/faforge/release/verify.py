@@ -177,6 +177,11 @@ def gpu_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | None
     with fresh_env(package, venv, kernel) as python:
         env = dict(os.environ, PYTHONPATH=str(FAFORGE_SOURCE))
         result = subprocess.run([str(python), "-m", "faforge.gpu.run_suite", "--json"], capture_output=True, text=True, env=env)
+    return suite_check(result)
+
+
+def suite_check(result: subprocess.CompletedProcess) -> Check:
+    """The gpu gate's verdict from a `python -m faforge.gpu.run_suite --json` run: exit 0, 1, 3."""
     try:
         summary = json.loads(result.stdout)
     except json.JSONDecodeError:

@@ -33,9 +33,12 @@ from faforge.release.verify import Check, abi_gate
 # Emulated, `import torch` alone took 43 s on a free core (issue 23); a loaded runner is slower.
 EMULATED_TIMEOUT_S = 1800
 TORCH_IMPORTED = "@@faforge-torch-imported@@"
-# Run by the target's python -I: the prefix's site-packages and the torch's first, then the family's imports.
-IMPORT_CODE = ("import sys; sys.path[:0] = sys.argv[1:]; import torch; print(%r, torch.__version__, flush=True); " % TORCH_IMPORTED
-               + "; ".join(f"import {m}" for m in FLASH_ATTN.imports[1:]))
+
+
+def import_code(imports: tuple[str, ...]) -> str:
+    """Run by the target's python -I: the prefix's site-packages and the torch's first, then the family's imports."""
+    return ("import sys; sys.path[:0] = sys.argv[1:]; import torch; print(%r, torch.__version__, flush=True); " % TORCH_IMPORTED
+            + "; ".join(f"import {m}" for m in imports[1:]))
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ def torch_site(against: list[Path]) -> Path | None:
 
 
 def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kernel: PackageFacts | None,
-                         emulator: Emulator | None, why_not: str | None, python: Path | None) -> Check:
+                         emulator: Emulator | None, why_not: str | None, python: Path | None,
+                         imports: tuple[str, ...] = FLASH_ATTN.imports) -> Check:
     machine = emulator.machine if emulator else package.subdir
     if emulator is None:
         return Check("import", "skipped", f"not run: {why_not}")
@@ -87,24 +91,31 @@ def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kern
         return Check("import", "skipped", f"not run: no {machine} Python to import with; name one with --target-python or "
                                           "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)")
     site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
-    with unpacked(*(package, kernel) if kernel else (package,)) as prefix:
-        own = sorted(str(p) for p in prefix.glob("lib/python3*/site-packages"))
-        command = [*emulator.command(python), "-I", "-c", IMPORT_CODE, *own, *([str(site)] if site else [])]
+    how = f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, %.0f s, torch from {site or 'its own site-packages'}"
+    return import_in_prefix((package, kernel) if kernel else (package,), [*emulator.command(python)], site, imports, how, machine)
+
+
+def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site: Path | None, imports: tuple[str, ...],
+                     how: str, machine: str) -> Check:
+    """`python -I` imports `imports` from `packages` extracted into a fresh prefix, with the torch of `site`
+    (None: the Python's own) behind them. `how` says how it ran; its %.0f becomes the seconds taken."""
+    with unpacked(*packages) as prefix:
+        own = sorted(str(p) for p in [*prefix.glob("lib/python3*/site-packages"), *prefix.glob("site-packages")])
+        command = [*python, "-I", "-c", import_code(imports), *own, *([str(site)] if site else [])]
         started = time.monotonic()
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=prefix)
         except subprocess.TimeoutExpired:
-            return Check("import", "failed", f"emulated import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
-    took = time.monotonic() - started
-    how = f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {took:.0f} s, torch from {site or 'its own site-packages'}"
+            return Check("import", "failed", f"the import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
+    how = how % (time.monotonic() - started)
     torch_line = next((line.split()[1] for line in result.stdout.splitlines() if line.startswith(TORCH_IMPORTED)), None)
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
     if torch_line is None:
         return Check("import", "skipped", f"the {machine} torch itself does not import ({how}): {tail}; pass --against the "
-                                          "site-packages of one (pip install --target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: torch==VERSION)")
+                                          f"site-packages of one (pip install --target DIR --only-binary=:all: torch==VERSION, with --platform for another machine)")
     if result.returncode != 0:
-        return Check("import", "failed", f"`import {', '.join(FLASH_ATTN.imports)}` failed ({how}): {tail}")
-    return Check("import", "passed", f"imported {', '.join(FLASH_ATTN.imports[1:])} with torch {torch_line} on {machine} ({how})")
+        return Check("import", "failed", f"`import {', '.join(imports)}` failed ({how}): {tail}")
+    return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({how})")
 
 
 def gpu_skipped(package: PackageFacts, machine: str) -> Check:

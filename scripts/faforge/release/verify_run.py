@@ -42,7 +42,7 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
             machine = foreign_machine(package)
             if is_stable_abi_package(package):  # one binary for a torch range: its own gates, on any machine
-                checks = stable_gates(package, gates, against)
+                checks = stable_gates(package, gates, against, emulation)
             elif machine:
                 checks = foreign_gates(package, machine, gates, against, kernel, emulation)
             else:

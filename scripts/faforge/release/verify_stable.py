@@ -5,24 +5,35 @@ stable C functions, and it must load on every torch of the range it serves. The 
 (faforge.matrix.flash_attn_3, found by the package's platform, CUDA and arch list); each `--against` is
 one torch release, and together they must hold the oldest and the newest minor of that range: a
 narrower check proves less than the package claims, so it is `skipped` with what is missing, never
-`passed`. The import and GPU gates are not written for this family yet: `skipped`, with the reason.
+`passed`. The import gate imports flash_attn_3, its extension and flash_attn_interface with each
+`--against` torch that is a site-packages (torch/ with its Python files), by `python -I` in a fresh
+prefix: natively, or under qemu for a package of another machine (faforge.release.verify_foreign).
+The gpu gate runs the FA3 suite (`faforge test-gpu --family flash-attn-3`) beside the newest of them.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import re
+import subprocess
 from pathlib import Path
 
+from faforge.abi.check import PLATFORM_MACHINES
 from faforge.abi.elf_file import ElfError
 from faforge.abi.stable import check_stable
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.release.clean_env import MACHINE_SUBDIRS, Unavailable, cuda_runtime_venv
+from faforge.emulator import is_foreign
+from faforge.release.clean_env import MACHINE_SUBDIRS, Unavailable, cuda_runtime_venv, find_python, unpacked
 from faforge.release.package import PackageFacts
-from faforge.release.verify import Check
+from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
+from faforge.release.verify_foreign import Emulation, emulated_import_gate, emulator_for, gpu_skipped, import_in_prefix, target_python, torch_site
+
+# torch/_C.cpython-311-x86_64-linux-gnu.so: the CPython a torch site-packages was installed for.
+TORCH_PYTHON = re.compile(r"_C\.cpython-3(\d+)")
 
 # cu130_sm80_90a_faforge_h1a2b3c4_0 -> cu130_sm80_90a: what the recipe's build string starts with.
 BUILD_HEAD = re.compile(r"^(?P<head>cu\d+_sm[0-9a-z_]+?)_faforge(?:_trimmed)?_h[0-9a-f]+_\d+$")
@@ -40,10 +51,76 @@ def served_package(package: PackageFacts) -> Fa3Package | None:
     return next((p for p in load_matrix().fa3 if p.platform == package.subdir and p.build_string_head == match["head"]), None)
 
 
-def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None) -> list[Check]:
-    return [stable_abi_gate(package, against or []) if gate == "abi" else
-            Check(gate, "skipped", f"the {gate} gate of a {FLASH_ATTN_3.package} package is not written yet; the abi gate "
-                                   "(stable ABI against its torch range) is the one it passes") for gate in gates]
+def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = Emulation()) -> list[Check]:
+    run = {"abi": lambda: stable_abi_gate(package, against or []), "import": lambda: stable_import_gate(package, against or [], emulation),
+           "gpu": lambda: stable_gpu_gate(package, against or [])}
+    return [run[gate]() for gate in gates]
+
+
+def torch_sites(against: list[Path]) -> list[Path]:
+    """The --against torches that are site-packages (importable), in the order given."""
+    return list(dict.fromkeys(site for folder in against if (site := torch_site([folder])) is not None))
+
+
+def torch_python(site: Path) -> str | None:
+    """'3.11' for a site-packages whose torch/_C is cpython-311."""
+    found = next((m for p in (site / "torch").glob("_C.cpython-3*.so") if (m := TORCH_PYTHON.search(p.name))), None)
+    return f"3.{found.group(1)}" if found else None
+
+
+def stable_import_gate(package: PackageFacts, against: list[Path], emulation: Emulation) -> Check:
+    """Imports beside each --against torch; passed only when every one passed."""
+    sites, machine = torch_sites(against), PLATFORM_MACHINES.get(package.subdir, package.subdir)
+    if not sites:
+        return Check("import", "skipped", "no torch to import beside: pass --against the site-packages of a torch of its range "
+                                          "(pip install --target DIR torch==VERSION)")
+    if is_foreign(machine):
+        emulator, why_not = emulator_for(machine, emulation)
+        python = target_python(machine, emulation)
+        checks = [emulated_import_gate(package, [site], None, emulator, why_not, python, FLASH_ATTN_3.imports) for site in sites]
+    else:
+        checks = [native_import(package, site, machine) for site in sites]
+    return combined("import", checks)
+
+
+def native_import(package: PackageFacts, site: Path, machine: str) -> Check:
+    version = torch_python(site)
+    try:
+        python = find_python(version) if version else None
+    except Unavailable as exc:
+        return Check("import", "skipped", f"the torch in {site} is for Python {version}: {exc}")
+    if python is None:
+        return Check("import", "skipped", f"{site}: no torch/_C.cpython-3*.so, so not a torch this machine can import")
+    return import_in_prefix((package,), [str(python)], site, FLASH_ATTN_3.imports, f"native: {python}, %.0f s, torch from {site}", machine)
+
+
+def combined(gate: str, checks: list[Check]) -> Check:
+    """One verdict of several runs: failed if any failed, passed if all passed, else skipped."""
+    for result in ("failed", "skipped"):
+        if any(c.result == result for c in checks):
+            return Check(gate, result, "; ".join(c.detail for c in checks if c.result == result))
+    return Check(gate, "passed", "; ".join(c.detail for c in checks))
+
+
+def stable_gpu_gate(package: PackageFacts, against: list[Path]) -> Check:
+    """The FA3 GPU suite beside the newest --against torch that is a site-packages, on this machine's GPU."""
+    machine = PLATFORM_MACHINES.get(package.subdir, package.subdir)
+    if is_foreign(machine):
+        return gpu_skipped(package, machine)
+    sites = torch_sites(against)
+    if not sites:
+        return Check("gpu", "skipped", "no torch to run the suite beside: pass --against the site-packages of a CUDA torch of its range")
+    site = sites[-1]
+    try:
+        python = find_python(torch_python(site) or "")
+    except Unavailable as exc:
+        return Check("gpu", "skipped", f"the torch in {site}: {exc}")
+    with unpacked(package) as prefix:
+        own = [str(p) for p in [*prefix.glob("lib/python3*/site-packages"), *prefix.glob("site-packages")]]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FAFORGE_SOURCE), *own, str(site)]))
+        result = subprocess.run([str(python), "-m", "faforge.gpu.run_suite", "--family", FLASH_ATTN_3.package, "--json"],
+                                capture_output=True, text=True, env=env, cwd=prefix)
+    return suite_check(result)
 
 
 def stable_abi_gate(package: PackageFacts, against: list[Path]) -> Check:
