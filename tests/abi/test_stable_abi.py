@@ -149,3 +149,25 @@ def test_the_independent_audit_agrees(stable_standin, cxx_standin, local_torch):
         assert verdicts == ({"STABLE"} if not ours["unstable_imports"] else {"UNSTABLE"}), rows[-1]
     print("\n".join(rows))
 
+
+
+def test_a_real_flash_attn_2_glue_built_against_torch_2_11s_cxx_api_is_refused(tmp_path):
+    """The committed FA2 GPU canary (tests/gpu/canary/): flash_attn_2_cuda built for real against PyPI's torch
+    2.11.0+cu130 through its C++ API, with its kernel library beside it. Both refusals issue 25 names at once:
+    an FA2 glue, and a binary of torch 2.11's C++ API: 71 imports of c10::/at:: functions, none of the stable C shim."""
+    import lzma  # noqa: PLC0415
+    import zipfile  # noqa: PLC0415
+
+    canary = ROOT / "tests/gpu/canary"
+    manifest = json.loads((canary / "manifest.json").read_text())
+    wheel = tmp_path / manifest["file"].removesuffix(".xz")
+    wheel.write_bytes(lzma.decompress((canary / manifest["file"]).read_bytes()))
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "site")
+    glue = next((tmp_path / "site").glob("flash_attn_2_cuda.cpython-*.so"))
+    own = next(v for v in matrix_releases() if v.startswith("2.11."))
+    code, report = check(glue, release_torch_lib(own))
+    unstable = {u["demangled"] or u["symbol"] for u in report["unstable_imports"]}
+    print(f"{glue.name}: {len(unstable)} unstable torch imports, e.g. {sorted(unstable)[:3]}; loads on torch {own}: {report['releases'][0]['ok']}")
+    assert code == 1 and not report["ok"] and len(unstable) > 20
+    assert any(name.startswith("c10::") for name in unstable) and any(name.startswith("at::") for name in unstable), sorted(unstable)[:10]
