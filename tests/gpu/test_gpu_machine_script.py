@@ -130,3 +130,7 @@ def test_rehearsal_installs_the_real_fa3_canary_and_it_passes_the_stable_abi_gat
     assert "flash_attn_3-3.0.0.dist-info" in next(line for line in result.stdout.splitlines() if line.startswith("installed: "))
     assert "OK: stable ABI, loads on every torch checked (2.14.1+cu130)" in result.stdout, result.stdout[-3000:]
     assert result.stdout.index("OK: stable ABI") < result.stdout.index("== faforge test-gpu")
+    # then FA3's own suite: its gate reads the canary's declaration and, with no GPU here, nothing is verified
+    fa3_summary = json.loads((report / "fa3" / "summary.json").read_text())
+    assert fa3_summary["family"] == "flash-attn-3" and fa3_summary["exit_code"] == 3, fa3_summary["reason"]
+    assert "== exit codes: test-gpu 3, test-gpu flash-attn-3 3, bench-gpu" in result.stdout
