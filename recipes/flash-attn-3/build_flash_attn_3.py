@@ -136,7 +136,8 @@ def build(args: argparse.Namespace) -> Path | None:
         return None
     log(f"built {out / fa3.EXTENSION} in {seconds:.0f}s")
     if args.install_dir:
-        install(out / fa3.EXTENSION, hopper, Path(args.install_dir), fa3.config_module(disabled, archs, tus))
+        nvcc = ".".join(map(str, toolchain.nvcc_version(toolkit.nvcc)))
+        install(out / fa3.EXTENSION, hopper, Path(args.install_dir), fa3.config_module(disabled, archs, tus, nvcc))
     return out / fa3.EXTENSION
 
 

@@ -28,23 +28,39 @@ def test_flops_follow_upstream_counting():
 
 
 def test_ratios_are_none_where_a_backend_did_not_run():
-    assert ratios({"flash-attn": 400.0, "sdpa-flash": 200.0, "sdpa-efficient": None}) == {
-        "flash-attn/sdpa-flash": 2.0,
-        "flash-attn/sdpa-efficient": None,
-    }
+    got = ratios({"flash-attn": 400.0, "flash-attn-3": 700.0, "sdpa-flash": 200.0, "sdpa-efficient": None, "sdpa-cudnn": 350.0})
+    assert got == {"flash-attn-3/flash-attn": 1.75, "flash-attn-3/sdpa-flash": 3.5, "flash-attn-3/sdpa-cudnn": 2.0,
+                   "flash-attn/sdpa-flash": 2.0, "flash-attn/sdpa-efficient": None, "flash-attn/sdpa-cudnn": 400.0 / 350.0}
 
 
-def test_table_shows_ratios_and_errors():
+def test_the_dense_peak_is_known_for_hopper_and_ampere_only():
+    assert bench.dense_peak("NVIDIA H200") == bench.dense_peak("NVIDIA H100 80GB HBM3") == 989.4
+    assert bench.dense_peak("NVIDIA H100 PCIe") == 756.0 and bench.dense_peak("NVIDIA A100-SXM4-80GB") == 312.0
+    assert bench.dense_peak("NVIDIA GeForce RTX 4090") is None and bench.dense_peak(None) is None
+
+
+def test_table_shows_ratios_peak_fraction_and_errors():
+    tflops = dict(zip(IMPLEMENTATIONS, (300.0, 660.0, 150.0, None, 330.0)))
     record = {
         "batch": 8, "seqlen": 2048, "heads": 16, "head_dim": 128, "causal": True, "direction": "bwd",
-        "tflops": dict(zip(IMPLEMENTATIONS, (300.0, 150.0, None))),
-        "ratios": {"flash-attn/sdpa-flash": 2.0, "flash-attn/sdpa-efficient": None},
+        "tflops": tflops, "ratios": ratios(tflops), "peak_fraction": {name: rate and rate / 989.4 for name, rate in tflops.items()},
         "errors": {"sdpa-efficient": "No available kernel."},
     }  # fmt: skip
     table = format_results([record])
     row = next(line for line in table.splitlines() if line.startswith("2048"))
-    assert row.split() == ["2048", "8", "128", "yes", "bwd", "300.0", "150.0", "n/a", "2.00x", "n/a"]
+    assert row.split() == ["2048", "8", "128", "yes", "bwd", "300.0", "660.0", "150.0", "n/a", "330.0", "67", "30",
+                           "2.20x", "4.40x", "2.00x", "2.00x", "n/a", "0.91x"]
     assert "sdpa-efficient: No available kernel." in table
+
+
+def test_a_family_that_should_have_run_and_did_not_is_a_failure():
+    from faforge.commands.bench_gpu import failures  # noqa: PLC0415
+    from faforge.gpu.fa3_gate import Fa3Gate  # noqa: PLC0415
+
+    fa3 = Fa3Gate(True, "H200", declared={"build_flags": {"FLASHATTENTION_DISABLE_HDIM64": True}})
+    runs = [{"direction": "fwd", "seqlen": 512, "head_dim": dim, "tflops": {"flash-attn": 1.0, "flash-attn-3": None}} for dim in (64, 128)]
+    assert failures(runs, True, fa3) == ["flash-attn-3 fwd seqlen 512 hdim 128"]  # hdim 64 is not built: n/a, not a failure
+    assert failures(runs, True, Fa3Gate(False, "not installed")) == []
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""Forward and backward TFLOP/s of flash-attn and of PyTorch's SDPA (flash and efficient backends), same shapes.
+"""Forward and backward TFLOP/s of flash-attn, flash-attn-3 and PyTorch's SDPA (flash, efficient and cuDNN
+backends), same shapes, each as ratios to the others and as a fraction of the GPU's dense peak.
 
 The shapes follow upstream's benchmarks/benchmark_flash_attention.py: hidden size
 2048 split into heads of 64 or 128, batch x seqlen kept at 16k tokens for
@@ -8,7 +9,8 @@ the backward, as upstream does. Each number is the mean of `repeats` timed
 calls, back to back between two CUDA events, after at least 100 ms of untimed warm-up calls (clocks up).
 
 torch and flash_attn are imported inside `run_benchmark` only, so the faforge
-CLI starts without them.
+CLI starts without them. An implementation that is not installed, or that cannot take a shape (an SDPA
+backend; a flash-attn-3 built without that head dim), is n/a with its reason, not a failure.
 """
 
 from __future__ import annotations
@@ -17,13 +19,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 TOTAL_TOKENS = 16384
 HIDDEN = 2048
-IMPLEMENTATIONS = (FLASH_ATTN.package, "sdpa-flash", "sdpa-efficient")
+IMPLEMENTATIONS = (FLASH_ATTN.package, FLASH_ATTN_3.package, "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+# (faster?, than) pairs reported as ratios: FA3 against FA2 and SDPA, FA2 against SDPA.
+RATIOS = ((FLASH_ATTN_3.package, FLASH_ATTN.package), (FLASH_ATTN_3.package, "sdpa-flash"), (FLASH_ATTN_3.package, "sdpa-cudnn"),
+          (FLASH_ATTN.package, "sdpa-flash"), (FLASH_ATTN.package, "sdpa-efficient"), (FLASH_ATTN.package, "sdpa-cudnn"))
+# Dense (no 2:4 sparsity) fp16/bf16 tensor-core peak in TFLOP/s, by a part of torch's device name; first match wins.
+# H100 SXM5 and H200 (same GH100 compute): 989.4 (NVIDIA's figures as tabulated at
+# https://glennklockwood.com/garden/processors/h100, "BF16 | 133.8 | 989.4 | 1978.9"); H100 PCIe: 756
+# (datasheet: 1,513 with sparsity); A100: 312 (A100 datasheet, BF16 tensor core, dense).
+DENSE_PEAK_TFLOPS = (("H200", 989.4), ("GH200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0))
 BACKWARD_FLOPS_FACTOR = 2.5  # upstream's count: backward = 2.5 x forward matmul FLOPs
 
 
@@ -76,10 +86,25 @@ def mean_ms(call: Callable[[], object], *, calls: int, warmup_s: float = WARMUP_
     return start.elapsed_time(end) / calls
 
 
-def _attention_calls(shape: Shape, dtype):
-    """{implementation: (forward function of nothing, leaf tensors)} for one shape."""
+def dense_peak(device: str | None) -> float | None:
+    """The GPU's dense fp16/bf16 peak (TFLOP/s), None for a GPU not in DENSE_PEAK_TFLOPS."""
+    return next((peak for part, peak in DENSE_PEAK_TFLOPS if device and part in device), None)
+
+
+def installed() -> dict[str, object]:
+    """{implementation: its attention function, or the reason it is not here} for the two flash-attn families."""
+    found: dict[str, object] = {}
+    for package, module in ((FLASH_ATTN.package, "flash_attn"), (FLASH_ATTN_3.package, FLASH_ATTN_3.interface_module)):
+        try:
+            found[package] = __import__(module, fromlist=["flash_attn_func"]).flash_attn_func
+        except (ImportError, OSError, AttributeError) as exc:
+            found[package] = f"not installed here ({exc})"
+    return found
+
+
+def _attention_calls(shape: Shape, dtype, flash_functions: dict[str, object]):
+    """{implementation: (forward function of nothing, leaf tensors) or the reason it cannot run} for one shape."""
     import torch  # noqa: PLC0415
-    from flash_attn import flash_attn_func  # noqa: PLC0415
     from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
     from torch.nn.functional import scaled_dot_product_attention  # noqa: PLC0415
 
@@ -96,19 +121,28 @@ def _attention_calls(shape: Shape, dtype):
 
         return call
 
+    def flash_with(function):
+        return (lambda: function(*flash, causal=shape.causal), flash) if callable(function) else function
+
     return {
-        FLASH_ATTN.package: (lambda: flash_attn_func(*flash, causal=shape.causal), flash),
+        **{package: flash_with(function) for package, function in flash_functions.items()},
         "sdpa-flash": (sdpa_with(SDPBackend.FLASH_ATTENTION), sdpa),
         "sdpa-efficient": (sdpa_with(SDPBackend.EFFICIENT_ATTENTION), sdpa),
+        "sdpa-cudnn": (sdpa_with(SDPBackend.CUDNN_ATTENTION), sdpa),
     }
 
 
-def measure(shape: Shape, dtype, *, repeats: int) -> list[dict]:
+def measure(shape: Shape, dtype, *, repeats: int, flash_functions: dict[str, object] | None = None, peak: float | None = None) -> list[dict]:
     """Two records (fwd, bwd) for one shape: TFLOP/s per implementation, or the error that stopped it."""
     import torch  # noqa: PLC0415
 
     records = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
-    for name, (forward, leaves) in _attention_calls(shape, dtype).items():
+    for name, call in _attention_calls(shape, dtype, installed() if flash_functions is None else flash_functions).items():
+        if isinstance(call, str):
+            for record in records.values():
+                record["tflops"][name], record["errors"][name] = None, call
+            continue
+        forward, leaves = call
         try:
             ms = mean_ms(forward, calls=repeats)
             records["fwd"]["tflops"][name] = shape.flops("fwd") / ms / 1e9
@@ -138,6 +172,7 @@ def measure(shape: Shape, dtype, *, repeats: int) -> list[dict]:
             "direction": direction,
             "tflops": record["tflops"],
             "ratios": ratios(record["tflops"]),
+            "peak_fraction": {name: (rate / peak if rate and peak else None) for name, rate in record["tflops"].items()},
             "errors": record["errors"],
         }
         for direction, record in records.items()
@@ -145,12 +180,8 @@ def measure(shape: Shape, dtype, *, repeats: int) -> list[dict]:
 
 
 def ratios(tflops: dict) -> dict:
-    """flash-attn's speed over each SDPA backend's (None where either did not run)."""
-    ours = tflops.get(FLASH_ATTN.package)
-    return {
-        f"{FLASH_ATTN.package}/{other}": (ours / tflops[other] if ours and tflops.get(other) else None)
-        for other in IMPLEMENTATIONS[1:]
-    }
+    """Each pair of RATIOS as a speed-up (None where either did not run)."""
+    return {f"{a}/{b}": (tflops[a] / tflops[b] if tflops.get(a) and tflops.get(b) else None) for a, b in RATIOS}
 
 
 def run_benchmark(
@@ -160,8 +191,9 @@ def run_benchmark(
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
+    functions, peak = installed(), dense_peak(torch.cuda.get_device_name(0))
     results = []
     for shape in shapes(seqlens, head_dims):
         progress(shape)
-        results += measure(shape, dtype, repeats=repeats)
+        results += measure(shape, dtype, repeats=repeats, flash_functions=functions, peak=peak)
     return results
