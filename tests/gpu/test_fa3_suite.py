@@ -95,3 +95,15 @@ def test_test_gpu_beside_a_real_cuda_torch_without_a_gpu_exits_3(site):
     assert run.returncode == 3 and summary["status"] == "skipped" and summary["family"] == FLASH_ATTN_3.package, run.stderr[-2000:]
     assert "no CUDA device visible to torch 2.14.1" in summary["reason"] and summary["counts"]["passed"] == 0
     assert summary["counts"]["skipped"] >= 20, summary["counts"]  # the canary's declaration: hdim128, bf16 and fp16, 3 shapes, causal or not
+
+
+def test_kernels_of_real_full_feature_objects_map_to_the_tu_they_were_compiled_from():
+    """tests/fixtures/fa3/registered-kernels.json.xz: the kernels real objects of a full build register (sm80 and
+    sm90, forward with softcap both ways, backward, the split-KV combine), read from each object: every one maps
+    back to its own TU among the 293 a full build compiles."""
+    from faforge import fa3_backend  # noqa: PLC0415
+
+    fixture = json.loads(lzma.decompress((paths.repo_root() / "tests/fixtures/fa3/registered-kernels.json.xz").read_bytes()))
+    full = fa3_backend.sources(frozenset())
+    wrong = {tu: sorted({fa3_kernels.tu_of_kernel(k, full) for k in names} - {tu}) for tu, names in fixture["kernels"].items()}
+    assert sum(map(len, fixture["kernels"].values())) > 200 and not any(wrong.values()), wrong
