@@ -21,33 +21,34 @@ from tests.support.pypi import pypi_listing
 LIBS = cache_dir("torch-libs")
 MEMBERS = ("torch/version.py", "torch/lib/libc10.so", "torch/lib/libtorch_cpu.so")
 _X86_64 = re.compile(r"torch-(?P<version>\d+\.\d+\.\d+)-cp311-cp311-manylinux_2_28_x86_64\.whl")
+_WHEEL_VERSION = re.compile(r"torch-(?P<version>\d+\.\d+\.\d+)-")
 
 
-def release_wheel(version: str) -> str:
-    return f"torch-{version}-cp311-cp311-manylinux_2_28_x86_64.whl"
+def release_wheel(version: str, machine: str = "x86_64") -> str:
+    return f"torch-{version}-cp311-cp311-manylinux_2_28_{machine}.whl"
 
 
-def release_torch_lib(version: str) -> Path:
-    """TORCH/lib of release `version` (e.g. '2.9.1'), holding libc10.so and libtorch_cpu.so."""
-    wheel = release_wheel(version)
+def release_torch_lib(version: str, machine: str = "x86_64") -> Path:
+    """TORCH/lib of release `version` (e.g. '2.9.1') for `machine`, holding libc10.so and libtorch_cpu.so."""
+    wheel = release_wheel(version, machine)
     folder = LIBS / wheel
     done = folder / ".stable-abi-libs"  # written last: the CUDA runtime has no fixed name to test for
     if not done.is_file():
         remote = pypi_listing("torch")[wheel]
         for member in MEMBERS:
             fetch_member(remote, member, LIBS)
-        _fetch_cuda_runtime(remote, folder)
+        _fetch_cuda_runtime(remote, folder, machine)
         done.write_text("\n".join(MEMBERS) + "\n")
     return folder / "torch" / "lib"
 
 
-def _fetch_cuda_runtime(torch_wheel, site: Path) -> None:
-    metadata = fetch_member(torch_wheel, f"torch-{_X86_64.fullmatch(torch_wheel.filename)['version']}.dist-info/METADATA", LIBS)
+def _fetch_cuda_runtime(torch_wheel, site: Path, machine: str) -> None:
+    metadata = fetch_member(torch_wheel, f"torch-{_WHEEL_VERSION.match(torch_wheel.filename)['version']}.dist-info/METADATA", LIBS)
     pin = re.search(r"^Requires-Dist: (nvidia-cuda-runtime(?:-cu\d+)?)==([\d.]+)", metadata.read_text(), re.MULTILINE)
     if pin is None:  # a CPU build, or a torch that bundles its CUDA runtime
         return
     project, version = pin.groups()
-    wheels = [f for name, f in pypi_listing(project).items() if f"-{version}-" in name and name.endswith("x86_64.whl")]
+    wheels = [f for name, f in pypi_listing(project).items() if f"-{version}-" in name and name.endswith(f"{machine}.whl")]
     runtime = RemoteZip(wheels[0].url, wheels[0].size)
     for member in runtime.members:
         if re.fullmatch(r"nvidia/cu(?:da_runtime|\d+)/lib/libcudart\.so\.\d+", member):
