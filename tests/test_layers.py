@@ -23,7 +23,8 @@ LAYERS = (
     ("__main__",),                       # `python -m faforge`
     ("cli",),                            # the console entry and its parser
     ("commands",),                       # one module per subcommand: parse, call the layers below, print
-    ("release", "doctor", "buildcost"),  # the release pipeline, the installed-env diagnosis, build-cost estimates
+    ("buildcost",),                      # build-cost estimates; FA3's piece jobs use the release pipeline's job splitter
+    ("release", "doctor"),               # the release pipeline, the installed-env diagnosis
     ("channel", "gpu", "matrix", "emulator"),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter
     ("fa3_backend",),                    # FlashAttention-3's build (hopper/'s TUs, flags, ninja), on the shared backend
     ("kernels", "backend"),              # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend

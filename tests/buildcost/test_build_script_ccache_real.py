@@ -88,5 +88,5 @@ def test_a_piece_naming_a_tu_the_sdist_lacks_is_refused(build_python, tmp_path):
     src = _tiny_sdist(tmp_path)
     result = _run(build_python, src, "1", tmp_path, "--only-tus", "flash_fwd_hdim999_fp16_sm80.cu")
     assert result.returncode == 2
-    assert "not a kernel TU of this sdist: flash_fwd_hdim999_fp16_sm80.cu" in result.stderr
+    assert "not a kernel TU of this source tree and feature set: flash_fwd_hdim999_fp16_sm80.cu" in result.stderr
     assert "Traceback" not in result.stderr

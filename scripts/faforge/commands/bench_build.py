@@ -3,7 +3,9 @@
 Reports from variants/build-measurements.yaml; with --measure, first compiles a small TU subset in
 two rattler-build-like trees (one python cold, a second python through the compiler cache the first
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
-entries it also prints the matrix before and after the kernel split (faforge.buildcost.split).
+entries it also prints the matrix before and after the kernel split (faforge.buildcost.split); with its
+FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
+piece jobs each splits into (faforge.buildcost.fa3).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from pathlib import Path
 import time
 
 from faforge import paths
-from faforge.buildcost import bench, extrapolate, samples, split
+from faforge.buildcost import bench, extrapolate, fa3, samples, split
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
 from faforge.matrix import load_matrix
 from faforge.options import int_range
+from faforge.release.cost import load_build_cost
 from faforge.table import format_table
 
 SCHEMA_VERSION = 1
@@ -121,8 +124,9 @@ def execute(args: argparse.Namespace) -> int:
     report = extrapolate.report(data, runners)
     matrix = load_matrix()
     before_after = split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
+    fa3_report = fa3.report(data, matrix.fa3, load_build_cost()) if data.fa3_samples else None
     if args.json:
-        extra = {"kernel_split": before_after.as_json()} if before_after else {}
+        extra = ({"kernel_split": before_after.as_json()} if before_after else {}) | ({"fa3": fa3_report.as_json()} if fa3_report else {})
         print(json.dumps({"version": SCHEMA_VERSION, **report.as_json(), **extra}, indent=2))
         return EXIT_OK
     for title, headers, rows in report.tables():
@@ -131,4 +135,12 @@ def execute(args: argparse.Namespace) -> int:
     if before_after:
         print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} once per platform, CUDA, archs and Philox layout)")
         print(format_table(["", "before", "after"], before_after.rows()))
+    if fa3_report:
+        print(f"\n{FLASH_ATTN_3.title}: {fa3_report.tus} TUs a package, model in faforge/buildcost/fa3.py")
+        for title, headers, rows in fa3_report.tables():
+            print(f"\n{title}")
+            print(format_table(headers, rows))
+        print()
+        for note in fa3_report.notes():
+            print(note)
     return EXIT_OK
