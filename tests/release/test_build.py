@@ -25,8 +25,9 @@ from tests.support.tiny_recipe import TINY_RECIPE, TINY_SPLIT_RECIPE
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def project(tmp_path):
+def scratch_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """variants/ and recipes/ copied to tmp_path/project, its conda-forge world pointed at an empty local
+    file:// channel: (the checkout, the channel, an environment whose faforge reads that checkout)."""
     root = tmp_path / "project"
     for name in ("variants", "recipes"):
         shutil.copytree(REPO / name, root / name)
@@ -36,7 +37,12 @@ def project(tmp_path):
     table = load_releases(path)
     worlds = {**table.worlds, "conda-forge": replace(table.worlds["conda-forge"], channels=(channel.as_uri(),))}
     path.write_text(dump_releases(replace(table, worlds=worlds), header_of(path.read_text())))
-    env = dict(os.environ, FAFORGE_ROOT=str(root))
+    return root, channel, dict(os.environ, FAFORGE_ROOT=str(root))
+
+
+@pytest.fixture
+def project(tmp_path):
+    root, channel, env = scratch_checkout(tmp_path)
     cells = [c for c in json.loads(run(env, "matrix", "--platform", "linux-64", "--json").stdout) if c["torch_source"] == "conda-forge"]
     good, bad = cells[-1]["id"], next(c for c in reversed(cells) if c["python"] != cells[-1]["python"])
     (root / "recipes" / "flash-attn" / "recipe.yaml").write_text(TINY_RECIPE.replace("@FAIL@", bad["python"] + ".*"))

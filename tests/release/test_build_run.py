@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from faforge.errors import FaforgeError
-from faforge.release.build_run import build_steps, jobs_from_plan
+from faforge.matrix import load_matrix
+from faforge.release.build_run import build_steps, fa3_jobs, jobs_from_plan, require_known_ids
 from faforge.release.plan_run import github_outputs
 
 
@@ -31,10 +32,12 @@ def test_named_parts_and_a_recipe_without_kernel_output_keep_their_jobs():
 
 def test_a_plan_a_chunk_and_a_job_each_give_their_jobs(tmp_path):
     job = {"cell": "a", "part": "cell"}
-    shapes = {"plan": {"kernels": [], "kernel_links": [], "flash_attn": [{"include": [job]}]}, "chunk": {"include": [job]}, "job": job}
+    fa3 = {"cell": "linux-64/cu130/sm80_90a", "part": "all"}
+    shapes = {"plan": {"kernels": [], "kernel_links": [], "flash_attn": [{"include": [job]}]}, "chunk": {"include": [job]}, "job": job,
+              "plan v3": {"kernels": [], "kernel_links": [], "flash_attn": [{"include": [job]}], "flash_attn_3": [{"include": [fa3]}]}}
     for name, data in shapes.items():
         (tmp_path / name).write_text(json.dumps(data))
-        assert jobs_from_plan(str(tmp_path / name)) == [("a", "cell")]
+        assert jobs_from_plan(str(tmp_path / name)) == [("a", "cell")] + ([("linux-64/cu130/sm80_90a", "all")] if "v3" in name else [])
     (tmp_path / "bad").write_text(json.dumps({"include": [{"cell": 1}]}))
     with pytest.raises(FaforgeError, match="not a plan, a chunk or a job"):
         jobs_from_plan(str(tmp_path / "bad"))
@@ -42,6 +45,32 @@ def test_a_plan_a_chunk_and_a_job_each_give_their_jobs(tmp_path):
 
 def test_github_outputs_name_every_chunk_slot_of_every_stage():
     chunk = {"include": [{"cell": "a"}]}
-    text = github_outputs({"kernels": [], "kernel_links": [], "flash_attn": [chunk]}, max_chunks=2)
+    text = github_outputs({"kernels": [], "kernel_links": [], "flash_attn": [chunk], "flash_attn_3": [chunk, chunk]}, max_chunks=2)
     assert text.splitlines() == ["kernels-chunks=0", "kernels-0=", "kernels-1=", "kernel_links-chunks=0", "kernel_links-0=",
-                                 "kernel_links-1=", "flash_attn-chunks=1", 'flash_attn-0={"include":[{"cell":"a"}]}', "flash_attn-1="]
+                                 "kernel_links-1=", "flash_attn-chunks=1", 'flash_attn-0={"include":[{"cell":"a"}]}', "flash_attn-1=",
+                                 "flash_attn_3-chunks=2", 'flash_attn_3-0={"include":[{"cell":"a"}]}', 'flash_attn_3-1={"include":[{"cell":"a"}]}']
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix()
+
+
+def test_every_id_is_a_cell_or_an_fa3_package_and_an_unknown_one_says_where_ids_are_listed(matrix):
+    fa3 = matrix.fa3[0].id
+    require_known_ids(matrix, [matrix.cells[0].id, fa3])
+    for unknown, says in ((fa3.replace("sm80_90a", "sm80_90"), f"{fa3.replace('sm80_90a', 'sm80_90')}: no flash-attn-3 package of the matrix"),
+                          ("flash-attn-3/" + fa3, "is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1) or a flash-attn-3 package id"),
+                          ("linux-64/py312/torch9.9/cu129/abi1", "conda-forge has no torch 9.9")):
+        with pytest.raises(FaforgeError) as caught:
+            require_known_ids(matrix, [unknown])
+        assert says in caught.value.message and caught.value.exit_code == 2
+        assert "`faforge matrix --fa3` every flash-attn-3 package" in caught.value.hint and "`faforge plan`" in caught.value.hint
+
+
+def test_an_fa3_package_is_one_whole_job_listed_once(matrix):
+    a, b = matrix.fa3[0], matrix.fa3[1]
+    cell = matrix.cells[0].id
+    assert fa3_jobs(matrix, [(b.id, "all"), (cell, "cell"), (a.id, "all"), (b.id, "all")]) == [b, a]
+    with pytest.raises(FaforgeError, match=f"--part cell: {a.id} is a flash-attn-3 package, built whole in one job"):
+        fa3_jobs(matrix, [(a.id, "cell")])

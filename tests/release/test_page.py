@@ -31,6 +31,14 @@ PACKAGES = [
     ("linux-aarch64", "py311_torch2_13_cu130_cxx11abi1_h5555555_0", "pytorch >=2.13.0,<2.14 cuda130*"),
     ("linux-64", "py311_torch2_5_cu121_cxx11abi0_h6666666_0", "pytorch ==2.5.1 py3*"),
 ]
+# flash-attn-3 packages as recipes/flash-attn-3 builds them, and one of another builder's (its build string
+# names no faforge package: not listed).
+FA3 = [
+    ("linux-64", "cu130_sm80_90a_faforge_h7777777_0", "cuda-version >=13.0,<14"),
+    ("linux-aarch64", "cu129_sm80_90a_faforge_h8888888_0", "cuda-version >=12.9,<13"),
+    ("linux-64", "cuda129_py312_h9999999_0", "cuda-version >=12.9,<13"),
+]
+FA3_VERSION = "3.0.0"
 PICK = "linux-64/py311/torch2.13/cu130/abi1"
 PICK_BUILD = "py311_torch2_13_cu130_cxx11abi1_h3333333_0"
 
@@ -40,6 +48,8 @@ def channel(tmp_path_factory):
     directory = tmp_path_factory.mktemp("channel")
     for subdir, build, torch in PACKAGES:
         assemble(PackageSpec("flash-attn", VERSION, build, subdir, depends=(f"python {build[2]}.{build[3:5]}.*", torch)), directory)
+    for subdir, build, cuda in FA3:
+        assemble(PackageSpec("flash-attn-3", FA3_VERSION, build, subdir, depends=("python >=3.10", "pytorch >=2.9 cuda*", cuda)), directory)
     index(directory)
     result = subprocess.run([sys.executable, "-m", "faforge", "page", "--channel", str(directory)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -55,6 +65,23 @@ def test_page_data(channel):
     # The JSON file cannot learn the URL it is served from, so it names the public channel, never a placeholder.
     assert legacy["install"] == conda_command(match_spec("flash-attn", VERSION, legacy["build"]), [public_channel(), "pytorch", "nvidia", "conda-forge"])
     assert "@CHANNEL@" not in json.dumps(data["packages"]) and data["install_channel"] == public_channel()
+
+
+def test_page_data_lists_the_fa3_packages_beside_the_cells(channel):
+    """Issue 25 item 6: each flash-attn-3 package with its build string, the torch range it serves, CUDA and
+    platform, and the exact lines that install it from the FA3 world's channels (conda-forge)."""
+    data = json.loads((channel / "flash-attn-builds.json").read_text())
+    jsonschema.validate(data, SCHEMA)
+    fa3 = {p["build"]: p for p in data["flash_attn_3"]}
+    assert sorted(fa3) == sorted(b for _, b, _ in FA3[:2]), "another builder's flash-attn-3 is not listed"
+    x86 = fa3[FA3[0][1]]
+    assert (x86["id"], x86["platform"], x86["cuda"], x86["cuda_archs"], x86["served_torch"], x86["python"]) == (
+        "linux-64/cu130/sm80_90a", "linux-64", "13.0", "80;90a", "torch >= 2.9", ">=3.10")
+    spec = match_spec("flash-attn-3", FA3_VERSION, x86["build"])
+    assert x86["install"] == conda_command(spec, [public_channel(), "conda-forge"])
+    assert x86["environment_yml"] == environment_yml(spec, [public_channel(), "conda-forge"], name="flash-attn-3")
+    assert fa3[FA3[1][1]]["id"] == "linux-aarch64/cu129/sm80_90a"
+    assert len(data["packages"]) == len(PACKAGES), "the cells' grid is what it was"
 
 
 def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
@@ -78,12 +105,17 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
             picked = browser.evaluate("document.getElementById('picked').textContent")
             hash_ = browser.evaluate("window.location.hash")
             after = browser.screenshot(tmp_path / "after.png")
+            fa3_rows = browser.evaluate("[...document.querySelectorAll('#fa3-table tr[data-fa3]')].map((r) => "
+                                        "[r.dataset.fa3, r.cells[3].textContent, r.querySelector('pre').textContent])")
     finally:
         browser.close()
     spec = match_spec("flash-attn", VERSION, PICK_BUILD)
     assert picked == PICK and hash_ == f"#cell={PICK}"
     assert shown == conda_command(spec, [url, "conda-forge"]), "the page must show the exact command for the clicked package"
     assert yml == environment_yml(spec, [url, "conda-forge"])
+    assert sorted(fa3_rows) == sorted(
+        [[f"{subdir}/{build[:5]}/sm80_90a", "torch >= 2.9", conda_command(match_spec("flash-attn-3", FA3_VERSION, build), [url, "conda-forge"])]
+         for subdir, build, _ in FA3[:2]]), "every FA3 package in its own row, with the install command for the served channel"
     assert count_colour(before, HIGHLIGHT) == 0
     assert count_colour(after, HIGHLIGHT) > 500, "the clicked cell is not highlighted in the screenshot"
 

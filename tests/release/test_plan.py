@@ -17,7 +17,7 @@ from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
 from faforge.matrix import load_matrix
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
-from faforge.release.plan import STAGES, make_plan
+from faforge.release.plan import FA3_STAGE, STAGES, fa3_part, make_plan
 from tests.support.http_server import serve_directory
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "plan.json").read_text())
@@ -26,6 +26,15 @@ ALL_TUS = 72
 
 def faforge(*args, env=None):
     return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def plan_json(*args) -> dict:
+    """`faforge plan --json` with these arguments: exit 0 and output that the committed schema accepts."""
+    result = faforge("plan", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    jsonschema.validate(data, SCHEMA)
+    return data
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +100,9 @@ def jobs_of(data, stage):
 
 
 def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(rendered, matrix, repo):
-    result = faforge("plan", "--json")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    jsonschema.validate(data, SCHEMA)
+    data = plan_json()
     assert data["to_build"] == [r.cell.id for r in rendered]
-    kernels, links, cells = (jobs_of(data, stage) for stage in STAGES)
+    kernels, links, cells, _ = (jobs_of(data, stage) for stage in STAGES)
     # The kernels: 12 cold builds for the whole matrix (issue 15: about 10, one per platform, CUDA and
     # archs, plus CUDA 12.9's second Philox layout on both platforms), each planned once.
     keys = {(r.cell.platform, r.cell.cuda, r.cell.cuda_archs, r.cell.philox_offset_bits) for r in rendered}
@@ -143,10 +149,7 @@ def test_a_kernel_package_in_the_channel_is_not_rebuilt(tmp_path, matrix, render
     # for the torch <= 2.9 cells' kernels.
     assemble(kernel_record(other_build, f"{other_build.key.build_string_prefix}0000000_7"), channel)
     index(channel)
-    result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    jsonschema.validate(data, SCHEMA)
+    data = plan_json("--channel", str(channel), "--platform", "linux-64")
     packages = {k["id"]: k for k in data["kernel_packages"]}
     assert packages[held.key.id]["in_channel"] and not packages[other_build.key.id]["in_channel"]
     assert held.key.slug not in {j["kernels"] for stage in ("kernels", "kernel_links") for j in jobs_of(data, stage)}
@@ -169,10 +172,7 @@ def test_a_kernel_package_built_from_other_inputs_is_stale_and_rebuilt(tmp_path,
     assert old != pinned_build(held, rendered)
     assemble(kernel_record(held, old), channel)
     index(channel)
-    result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    jsonschema.validate(data, SCHEMA)
+    data = plan_json("--channel", str(channel), "--platform", "linux-64")
     assert not next(k for k in data["kernel_packages"] if k["id"] == held.key.id)["in_channel"]
     assert held.key.slug in {j["kernels"] for j in jobs_of(data, "kernels")}
     assert data["stale"] == [f"linux-64/{held.name}-{held.version}-{old}.conda"]
@@ -262,3 +262,55 @@ def test_a_channel_folder_with_packages_but_no_index_names_faforge_index(tmp_pat
     result = faforge("plan", "--channel", str(channel), "--platform", "linux-64", "--json")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"— index it first: `faforge index {channel}`" in result.stderr
+
+
+def fa3_record(package: dict, build: str) -> PackageSpec:
+    """A real flash-attn-3 .conda (PackageSpec -> py-rattler-build) of an FA3 package of the plan, under `build`."""
+    return PackageSpec(package["name"], package["version"], build, package["platform"], depends=("pytorch >=2.9 cuda*",))
+
+
+def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_matrix_renders(matrix, cost):
+    """Issue 25 item 6: FlashAttention-3's packages (one per platform, CUDA and arch list) get their own stage,
+    one whole-package job each, named by the id `faforge matrix --fa3` prints and `faforge build` takes."""
+    data = plan_json()
+    listed = json.loads(faforge("matrix", "--fa3", "--json").stdout)
+    packages = data[f"{FA3_STAGE}_packages"]
+    assert [(p["id"], p["build_string"]) for p in packages] == [(p["id"], p["build_string"]) for p in listed]
+    assert len(packages) == len(matrix.fa3) == 4 and not any(p["in_channel"] for p in packages)
+    jobs = jobs_of(data, FA3_STAGE)
+    by_id = {p.id: p for p in matrix.fa3}
+    assert [j["cell"] for j in jobs] == [p["id"] for p in packages]
+    for job, package in zip(jobs, packages):
+        fa3 = by_id[job["cell"]]
+        assert job["part"] == "all" and job["timeout-minutes"] == fa3_part(cost, fa3).minutes
+        assert job["package"] == f"{package['name']}-{package['version']}-{package['build_string']}.conda"
+        assert job["torch-range"] == f"{fa3.served[0]} {fa3.served[-1]}" and job["cuda"] == fa3.cuda
+    # The cells' jobs are what they were; the FA3 jobs add their estimates to the total.
+    assert data["estimated_runner_minutes"] == sum(j["timeout-minutes"] for stage in STAGES for j in jobs_of(data, stage))
+    assert sum(j["timeout-minutes"] for j in jobs) == 4 * cost.runner_for("linux-64").job_limit_minutes
+    linux64 = json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
+    assert [p["id"] for p in linux64[f"{FA3_STAGE}_packages"]] == [p.id for p in matrix.fa3 if p.platform == "linux-64"]
+
+
+def test_an_fa3_package_in_the_channel_is_skipped_and_one_from_other_inputs_is_stale(tmp_path):
+    """A real file:// channel: one FA3 package under its exact build string (not built again), another under
+    its build string's head with another hash (built from other inputs: listed as stale and rebuilt)."""
+    everything = json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
+    held, other = everything[f"{FA3_STAGE}_packages"]
+    old = other["build_string"].rsplit("_h", 1)[0] + "_h1a2b3c4_0"  # cu129_sm80_90a_faforge_h1a2b3c4_0
+    assert old != other["build_string"]
+    channel = tmp_path / "channel"
+    assemble(fa3_record(held, held["build_string"]), channel)
+    assemble(fa3_record(other, old), channel)
+    index(channel)
+    data = plan_json("--channel", str(channel), "--platform", "linux-64")
+    status = {p["id"]: p["in_channel"] for p in data[f"{FA3_STAGE}_packages"]}
+    assert status == {held["id"]: True, other["id"]: False}
+    assert [j["cell"] for j in jobs_of(data, FA3_STAGE)] == [other["id"]]
+    assert data["stale"] == [f"linux-64/{other['name']}-{other['version']}-{old}.conda"]
+    assert data["to_build"] == everything["to_build"], "the flash-attn cells are planned as before"
+    human = faforge("plan", "--channel", str(channel), "--platform", "linux-64")
+    assert human.returncode == 0, human.stderr
+    rows = {line.split()[0]: line for line in human.stdout.splitlines() if line.startswith("linux-64/cu")}
+    assert rows[held["id"]].endswith("in the channel") and rows[other["id"]].endswith("to build")
+    assert f"1 {other['name']} packages to build in 1 jobs; 1 already in {channel}" in human.stdout

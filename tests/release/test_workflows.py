@@ -167,7 +167,8 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
 
     builds = jobs_running_faforge_build()
     assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell")]
-    cuda_of = {c.id: c.cuda for c in load_matrix(REPO).cells}
+    matrix = load_matrix(REPO)
+    cuda_of = {c.id: c.cuda for c in matrix.cells} | {p.id: p.cuda for p in matrix.fa3}
     for workflow, job_id, job in builds:
         value = (job.get("env") or {}).get("CONDA_OVERRIDE_CUDA", "")
         match = MATRIX_VALUE.match(value)
@@ -179,11 +180,12 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
 
 
 # The reusable-workflow calls of build.yml per plan stage, in the order they must run.
-STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"))
+STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"), ("flash_attn_3", "flash-attn-3"))
 
 
 def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
-    """Kernel packages, then the links of split ones, then the cells that need them (issue 15)."""
+    """Kernel packages, then the links of split ones, then the cells that need them (issue 15); the FA3
+    packages (issue 25) need no kernel package, so only the plan, and the GPU gate waits for them too."""
     build = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())
     jobs = build["jobs"]
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
@@ -198,12 +200,14 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
             assert job["with"]["matrix"] == f"${{{{ needs.plan.outputs.{stage}-{i} }}}}"
             assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
             assert "inputs.channel" in job["with"]["channel"]
-    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn)-\d+", j) and j not in sum(called.values(), [])]
+    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|flash-attn-3)-\d+", j) and j not in sum(called.values(), [])]
     for job_id in called["kernel_links"]:
         assert set(called["kernels"]) <= set(jobs[job_id]["needs"])
     for job_id in called["flash_attn"]:
         assert set(called["kernels"]) | set(called["kernel_links"]) <= set(jobs[job_id]["needs"])
-    assert set(called["flash_attn"]) <= set(jobs["gpu-test"]["needs"])
+    assert set(called["flash_attn"]) | set(called["flash_attn_3"]) <= set(jobs["gpu-test"]["needs"])
+    for job_id in called["flash_attn_3"]:
+        assert jobs[job_id]["needs"] == "plan", "an FA3 package waits for no kernel job"
 
 
 def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
@@ -216,8 +220,11 @@ def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
 
 
 def _expand(text: str, job: dict) -> str:
-    """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does."""
-    return re.sub(r"\$\{\{ matrix\.([\w-]+) \}\}", lambda m: str(job[m[1]]).lower() if isinstance(job[m[1]], bool) else str(job[m[1]]), text)
+    """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does (a key the job lacks is '')."""
+    def value(key: str) -> str:
+        got = job.get(key, "")
+        return str(got).lower() if isinstance(got, bool) else str(got)
+    return re.sub(r"\$\{\{ matrix\.([\w-]+) \}\}", lambda m: value(m[1]), text)
 
 
 @pytest.mark.parametrize("in_channel", [False, True])
@@ -246,6 +253,52 @@ def test_the_build_step_points_a_cell_job_at_its_kernel_package(plan_jobs, tmp_p
     assert "--extra-channel" not in run_step(piece), "kernel jobs need no kernel package"
 
 
+def _stand_in(bin_dir: Path, *tools: str) -> None:
+    """Scripts on PATH that print the arguments they got, one a line, for a step's bash to call."""
+    bin_dir.mkdir(exist_ok=True)
+    for tool in tools:
+        (bin_dir / tool).write_text('#!/bin/bash\necho "$(basename "$0")"\nprintf "%s\\n" "$@"\n')
+        (bin_dir / tool).chmod(0o755)
+
+
+def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_its_range(plan_jobs, tmp_path):
+    """Issue 25 item 6: a flash-attn-3 job of the real plan, through build-cells.yml's steps as the runner runs
+    them (`faforge`, `python` stand-ins): `faforge build ID` whole, PyPI's torch of the oldest and the newest
+    minor it serves, and verify against both, so its abi gate can pass (a narrower check is `skipped`)."""
+    steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
+    fa3 = [j for j in plan_jobs if j["part"] == "all"]
+    assert {j["platform"] for j in fa3} == {"linux-64", "linux-aarch64"}
+    _stand_in(tmp_path / "bin", "faforge", "python")
+    for job in fa3:
+        oldest, newest = job["torch-range"].split()
+
+        def run(name: str) -> list[str]:
+            step = next(s for s in steps if s.get("name", "").startswith(name))
+            assert _runs_for_part(step.get("if"), "all"), name
+            env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "RUNNER_TEMP": "/rt",
+                   **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}}
+            result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
+            assert result.returncode == 0, result.stderr
+            return result.stdout.splitlines()
+
+        assert run("Build") == ["faforge", "build", job["cell"], "--part", "all", "--output-dir", "output"]
+        installs = " ".join(run("The oldest and the newest torch"))
+        wheel = "manylinux_2_28_aarch64" if job["platform"] == "linux-aarch64" else "manylinux_2_28_x86_64"
+        for minor in (oldest, newest):
+            assert f"--target /rt/torch-{minor} torch=={minor}.*" in installs.replace("\n", " ")
+        # the oldest for the abi gate (torch/lib only), the newest with its dependencies: the import gate imports it
+        assert installs.count("--no-deps") == 1 and installs.index("--no-deps") < installs.index(f"torch-{oldest} ")
+        assert installs.count(wheel) == 2 and installs.count("manylinux_2_27_") == 2
+        gates = run("CPU gates")
+        assert gates[:3] == ["faforge", "verify", f"output/{job['platform']}/{job['package']}"]
+        assert " ".join(gates[3:]) == f"--manifest verification --against /rt/torch-{oldest} --against /rt/torch-{newest}"
+    # What an FA3 job uploads and caches: its package and gate results; no kernel package, pieces or compiler cache.
+    runs = {s.get("name") or s["uses"]: _runs_for_part(s.get("if", "").removeprefix("always() && ") or None, "all") for s in steps
+            if not re.search(r"matrix\.(?!part )", str(s.get("if")))}  # the steps whose `if` reads only matrix.part
+    assert runs["Upload the package and its gate results"] and runs["actions/cache@v5"]
+    assert not any(runs[n] for n in runs if n.startswith(("The kernel package", "Kernel objects", "Save the kernel", "Every piece")))
+
+
 def _load(name: str) -> dict:
     return yaml.safe_load((REPO / ".github" / "workflows" / name).read_text())
 
@@ -266,7 +319,7 @@ def _runs_for_part(condition: str | None, part: str) -> bool:
     return eval(python)  # noqa: S307 (checked above to be True/False joined by and/or)
 
 
-PARTS = ("fwd-1of4", "bwd-2of4", "kernels", "kernels-link", "cell")
+PARTS = ("fwd-1of4", "bwd-2of4", "kernels", "kernels-link", "cell", "all")
 
 
 def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_once():
@@ -355,10 +408,11 @@ def test_a_linux_aarch64_cell_runs_its_import_gate_under_qemu_on_the_hosted_runn
     same aarch64 torch. The gpu gate of an aarch64 package is gpu-test's (previous test)."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
     setup = next(s for s in steps if "qemu-user-static" in s.get("run", ""))
-    assert setup["if"] == "matrix.platform == 'linux-aarch64' && matrix.part == 'cell'"
+    assert setup["if"] == "matrix.platform == 'linux-aarch64' && (matrix.part == 'cell' || matrix.part == 'all')"
     for variable in ("FAFORGE_QEMU", "FAFORGE_SYSROOT", "FAFORGE_TARGET_PYTHON"):
         assert f'echo "{variable}=' in setup["run"], variable
-    assert "linux-aarch64-gnu" in setup["run"] and "--platform manylinux_2_28_aarch64" in setup["run"]
+    # every manylinux glibc from 2_28 down: nvidia-cudnn-cu13 9.19.0.56 is manylinux_2_27 only (issue 23)
+    assert "linux-aarch64-gnu" in setup["run"] and 'seq 28 -1 17); do platforms+=(--platform "manylinux_2_${minor}_aarch64")' in setup["run"]
     gates = next(s for s in steps if "faforge verify" in s.get("run", ""))
     assert steps.index(setup) < steps.index(gates)
     assert '--against "$RUNNER_TEMP/arm-torch"' in gates["run"]

@@ -11,6 +11,8 @@ builds the cell's flash-attn against a kernel package it finds in a channel. `al
 builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first
 (once per kernel key in a run, skipped when already in the output dir), then its flash-attn, which
 finds it there: rattler-build indexes its output dir and solves from it as a channel.
+A FlashAttention-3 package id (`faforge matrix --fa3`: platform/cu<CUDA>/sm<archs>) builds that package
+whole from recipes/flash-attn-3 and its platform's generated variant file.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.release.build import CHANNEL_ALIAS_ENV
 from faforge.release.build_run import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
@@ -28,15 +30,17 @@ from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("cells", nargs="*", metavar="CELL", help="cell ids as `faforge matrix` prints them")
+    parser.add_argument("cells", nargs="*", metavar="ID",
+                        help=f"cell ids as `faforge matrix` prints them, or {FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does")
     parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
     parser.add_argument("--part", default="all",
                         help=f"the plan job to build (its `part`: {KERNELS_PART}, a kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
-                             f"{CELL_PART}); default: all")
+                             f"{CELL_PART}); default: all, the only part of a {FLASH_ATTN_3.package} package")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
     parser.add_argument("--source", type=Path, metavar="SDIST",
-                        help=f"build from this {FLASH_ATTN.package} sdist instead of the recipe's PyPI one (only the url and sha256 change)")
+                        help=f"build from this {FLASH_ATTN.package} sdist instead of the recipe's PyPI one, or {FLASH_ATTN_3.package} "
+                             "packages from this source tarball instead of the recipe's git commit (only the source entry changes)")
     parser.add_argument("--channel-alias", action="append", default=[], metavar="NAME=URL",
                         help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
                              f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")

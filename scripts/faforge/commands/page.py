@@ -1,7 +1,8 @@
 """Write the channel page: a static index.html (plus JSON) where users find the build for their torch.
 
 It lists the flash-attn packages a channel holds as a torch x CUDA grid per platform, C++ ABI and
-python, with the exact install command and environment.yml for each cell.
+python, with the exact install command and environment.yml for each cell, and beside them its
+flash-attn-3 packages (platform, CUDA, GPU archs, the torch range they serve), each with its own.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 from faforge import config, paths
 from faforge.channel.repodata import channel_url, query
 from faforge.errors import EXIT_OK, FaforgeError
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.matrix.flash_attn_3 import load_fa3_policy
 from faforge.matrix.releases import PLATFORMS, load_releases
 from faforge.release.page import DATA_FILE, HERE, page_data, write_page
 
@@ -49,12 +51,15 @@ def execute(args: argparse.Namespace) -> int:
     if args.out is not None:
         paths.output_dir(args.out, "--out")
     channel = args.channel if args.channel is not None else default_channel()
-    records = query(channel, [PACKAGE_NAME], list(PLATFORMS))
+    records = query(channel, [PACKAGE_NAME, FLASH_ATTN_3.package], list(PLATFORMS))
     in_channel = args.out is None
     out = args.out or Path(channel)
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
-    data = page_data(records, load_releases(paths.variants_dir() / "releases.yaml"), install_channel)
+    table = load_releases(paths.variants_dir() / "releases.yaml")
+    fa3_world = table.worlds.get(load_fa3_policy(paths.variants_dir() / "matrix.yaml").world)
+    data = page_data(records, table, install_channel, fa3_world)
     with paths.user_path("--out" if args.out else "--channel", out):
         page, data_file = write_page(data, out, config.public_channel())
-    print(f"wrote {page} and {data_file} ({len(data['packages'])} packages)")
+    fa3 = data[FLASH_ATTN_3.key]
+    print(f"wrote {page} and {data_file} ({len(data['packages'])} packages" + (f", {len(fa3)} {FLASH_ATTN_3.package} packages)" if fa3 else ")"))
     return EXIT_OK

@@ -2,7 +2,8 @@
 
 Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three stages run in order
 (faforge.release.plan): kernel packages (whole, or TU pieces when one is too long for a hosted job,
-variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell.
+variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; a
+fourth, one job per FlashAttention-3 package (`faforge matrix --fa3`), needs none of them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 from faforge import atomic, paths, progress
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK
+from faforge.family import FLASH_ATTN_3
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
-from faforge.release.plan import CELL_STAGE, STAGES
+from faforge.release.plan import CELL_STAGE, FA3_STAGE, STAGES
 from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
 
@@ -62,6 +64,10 @@ def execute(args: argparse.Namespace) -> int:
                    for k in data["kernel_packages"]]
     if kernel_rows:
         print(format_table(["kernel package", "build string", "status", "cells to build that need it"], kernel_rows) + "\n")
+    fa3_rows = [[p["id"], p["build_string"], f"{p['served_torch_minors'][0]} to {p['served_torch_minors'][-1]}",
+                 "in the channel" if p["in_channel"] else "to build"] for p in data[f"{FA3_STAGE}_packages"]]
+    if fa3_rows:
+        print(format_table([f"{FLASH_ATTN_3.package} package", "build string", "serves torch", "status"], fa3_rows) + "\n")
     rows = [[stage, j["name"], j["part"], j["runs-on"], j["timeout-minutes"]] for stage in STAGES for j in plan.jobs[stage]]
     if rows:
         print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
@@ -69,8 +75,10 @@ def execute(args: argparse.Namespace) -> int:
     print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} cell jobs, after {built} kernel packages in "
           f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
+    print(f"{len(plan.fa3_todo)} {FLASH_ATTN_3.package} packages to build in {len(plan.jobs[FA3_STAGE])} jobs; "
+          f"{len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}")
     print(f"estimated runner time: {plan.runner_minutes / 60:.1f} hours ({plan.runner_minutes} minutes: every job's estimate "
-          "from variants/build-cost.yaml, setup and safety factor included)")
+          f"from variants/build-cost.yaml, setup and safety factor included; a {FLASH_ATTN_3.package} package's is the runner's job limit)")
     if plan.stale:
         print(f"{len(plan.stale)} packages in the channel were built from other inputs and are rebuilt: {' '.join(plan.stale)}")
     return EXIT_OK

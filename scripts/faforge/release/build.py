@@ -19,10 +19,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import Cell
-from faforge.matrix.render import RenderedCell
+from faforge.matrix.flash_attn_3 import Fa3Package
+from faforge.matrix.render import RenderedCell, render_platform
+from faforge.matrix.variants import fa3_variant_config_name
 from faforge.release.package_cache import evict
-from faforge.release.plan import job_slug, package_filename
+from faforge.release.plan import RenderedFa3, job_slug, package_filename
 
 # Split kernel packages (faforge.release.cost). A piece job renders the recipe with this variable
 # holding its TU names; the recipe passes it on (build.script.env: ${{ env.get("FAFORGE_BUILD_TUS", default="") }})
@@ -66,14 +69,38 @@ def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--
     return aliases
 
 
-def channels_for(cell: Cell, aliases: dict[str, str], extra: list[str] = ()) -> list[str]:
+def fa3_recipe(variants_dir: Path) -> Path:
+    """recipes/flash-attn-3/recipe.yaml of the checkout whose variants/ the matrix was read from."""
+    return variants_dir.parent / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
+
+
+def render_fa3(packages: list[Fa3Package], recipe_path: Path, variants_dir: Path) -> list[RenderedFa3]:
+    """Each FA3 package rendered from its platform's generated variant file (variants/flash-attn-3-<platform>-<world>.yaml),
+    as `rattler-build build -m` that file would: matched by platform, CUDA and arch list."""
+    out = {}
+    for platform, world in sorted({(p.platform, p.world) for p in packages}):
+        wanted = {(p.cuda, p.cuda_archs): p for p in packages if (p.platform, p.world) == (platform, world)}
+        for variant in render_platform(recipe_path, variants_dir / fa3_variant_config_name(platform, world), platform):
+            used = variant.recipe.used_variant
+            package = wanted.get((str(used["cuda_compiler_version"]), str(used["cuda_archs"])))
+            if package is not None:
+                recipe = variant.recipe.to_dict()
+                out[package.id] = RenderedFa3(package=package, build_string=recipe["build"]["string"], recipe=recipe, variant=variant)
+    missing = [p.id for p in packages if p.id not in out]
+    if missing:
+        raise FaforgeError(f"{recipe_path} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}",
+                           hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules")
+    return [out[p.id] for p in packages]
+
+
+def channels_for(cell: Cell | Fa3Package, aliases: dict[str, str], extra: list[str] = ()) -> list[str]:
     """The extra channels (a cell job's kernel package), then the cell's world channels in priority
     order, each replaced by its alias if it has one."""
     return [*extra, *(aliases.get(channel, channel) for channel in cell.channels)]
 
 
 @contextmanager
-def cuda_override(cell: Cell) -> Iterator[str]:
+def cuda_override(cell: Cell | Fa3Package) -> Iterator[str]:
     """CONDA_OVERRIDE_CUDA for this cell's solves: the caller's value, else the cell's CUDA.
     Yields the line that says which, for the cell's log."""
     given = os.environ.get(CUDA_OVERRIDE_ENV)
@@ -157,10 +184,10 @@ def failed_download(log_path: Path) -> str | None:
     return found[-1] if found else None
 
 
-def build_cell(rendered: RenderedCell, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
+def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
                part: str = "all", tus: tuple[str, ...] = (), channel_aliases: dict[str, str] | None = None,
                extra_channels: list[str] = ()) -> CellBuild:
-    """Build one cell into output_dir/<platform>/ (skipped if already there), or one piece of it.
+    """Build one cell (or FA3 package) into output_dir/<platform>/ (skipped if already there), or one piece of it.
 
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
     compiler cache: its package is a by-product, built in a scratch dir and deleted.

@@ -4,28 +4,34 @@ A job is a cell and a part (faforge.release.cost): `kernels`, a kernel piece, `k
 `cell`, or `all`. An `all` job of a recipe with a kernel-package output becomes two steps, the
 cell's kernel package (once per kernel key in a run) and then its flash-attn, which finds it in the
 output dir: rattler-build indexes its output dir and solves from it as a channel. A cell whose
-kernel package failed is not built. The command only parses and prints: progress lines go through
+kernel package failed is not built. A job may also be an FA3 package (faforge.matrix.flash_attn_3),
+always whole (`all`), from recipes/flash-attn-3 and its platform's generated variant file. The command only parses and prints: progress lines go through
 the `Reporter` it passes (faforge.progress), so this layer prints nothing itself.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from faforge import paths, untrusted
 from faforge.channel.repodata import channel_url
-from faforge.errors import FaforgeError
+from faforge.errors import FaforgeError, shorten
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import Matrix, load_matrix
-from faforge.matrix.cells import Cell, require_cells_exist
+from faforge.matrix.cells import CELL_ID, Cell, explain_missing, find_cell
+from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
 from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
-from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, parse_channel_aliases
+from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, fa3_recipe, parse_channel_aliases, render_fa3
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
-from faforge.release.plan import STAGES
+from faforge.release.plan import FA3_PART, FA3_STAGE, STAGES
 from faforge.release.reporter import Reporter
 
+# An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
+FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
 # Not `--json > FILE`: the shell creates FILE even when plan fails (issue 14).
 PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
 
@@ -53,8 +59,9 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
         raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)", hint=PLAN_HINT)
     data = untrusted.parse_json(text, f"--plan {path}", hint=PLAN_HINT)
     try:
-        if isinstance(data, dict) and all(stage in data for stage in STAGES):
-            jobs = [job for stage in STAGES for chunk in data[stage] for job in chunk["include"]]
+        # A plan of version 2 has no FA3 stage: its other stages make it a plan.
+        if isinstance(data, dict) and all(stage in data for stage in STAGES if stage != FA3_STAGE):
+            jobs = [job for stage in STAGES for chunk in data.get(stage, []) for job in chunk["include"]]
         elif isinstance(data, dict) and "include" in data:
             jobs = list(data["include"])
         else:
@@ -120,27 +127,74 @@ def build_steps(jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe
     return steps
 
 
+def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
+    """Every id a cell of the matrix or one of its FA3 packages; else a bad-input error naming it and where the ids are listed."""
+    fa3 = [p.id for p in matrix.fa3]
+    listed = (f"`faforge matrix` lists every cell, `faforge matrix --fa3` every {FLASH_ATTN_3.package} package, "
+              "`faforge plan` the jobs a channel lacks")
+    for key in ids:
+        if key in fa3 or find_cell(matrix.cells, key) is not None:
+            continue
+        if CELL_ID.fullmatch(key):
+            raise FaforgeError(explain_missing(matrix.table, matrix.policy, key), hint=listed)
+        if FA3_ID.fullmatch(key):
+            raise FaforgeError(f"{key}: no {FLASH_ATTN_3.package} package of the matrix has this id (it has {', '.join(fa3) or 'none'})", hint=listed)
+        example = f" or a {FLASH_ATTN_3.package} package id (e.g. {fa3[0]})" if fa3 else ""
+        raise FaforgeError(f"{shorten(repr(key))} is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1){example}", hint=listed)
+
+
+def fa3_jobs(matrix: Matrix, wanted: list[tuple[str, str]]) -> list[Fa3Package]:
+    """The FA3 packages among the wanted jobs, each once, in order; each is built whole (part all)."""
+    by_id = {p.id: p for p in matrix.fa3}
+    for key, part in wanted:
+        if key in by_id and part != FA3_PART:
+            raise FaforgeError(f"--part {part}: {key} is a {FLASH_ATTN_3.package} package, built whole in one job",
+                               hint=f"build it with --part {FA3_PART} (the default); parts name the jobs of a {FLASH_ATTN.package} cell")
+    return [by_id[key] for key in dict.fromkeys(k for k, _ in wanted if k in by_id)]
+
+
+def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
+    """One build with its progress lines; a failure is warned about, never raised."""
+    with report.step(title) as state:
+        result = build_cell(rendered, live=lambda line: report.say(f"  {title}: {line}"), **build)
+        state.failed = result.status == "failed"
+    if state.failed:
+        report.warn(f"{result.cell} failed: {result.error}; log: {result.log}")
+    return result
+
+
 def run_build(request: BuildRequest, report: Reporter) -> list[CellBuild]:
-    """Check the request, then build its steps in order; one failure never stops the others."""
+    """Check the request, then build its steps in order (the cells' and kernel packages', then the FA3
+    packages'); one failure never stops the others."""
     wanted = [(c, request.part) for c in request.cells] + (jobs_from_plan(request.plan) if request.plan else [])
     if not wanted:
-        raise FaforgeError("nothing to build", hint="name cells (see `faforge matrix`) or pass --plan FILE")
+        raise FaforgeError("nothing to build", hint=f"name cells (see `faforge matrix`) or {FLASH_ATTN_3.package} packages "
+                                                    "(`faforge matrix --fa3`), or pass --plan FILE")
     matrix = load_matrix()
     aliases = channel_aliases(matrix, request.channel_alias)
     extra_channels = [extra_channel(value) for value in request.extra_channel]
     source = SourceOverride.from_sdist(request.source) if request.source else None
-    require_cells_exist(matrix.cells, matrix.table, matrix.policy, [c for c, _ in wanted])
+    require_known_ids(matrix, [key for key, _ in wanted])
+    fa3 = fa3_jobs(matrix, wanted)
+    fa3_ids = {p.id for p in fa3}
+    wanted = [(key, part) for key, part in wanted if key not in fa3_ids]
+    if source and fa3 and wanted:
+        raise FaforgeError(f"--source replaces one recipe's source, but these jobs build {FLASH_ATTN.package} cells and "
+                           f"{FLASH_ATTN_3.package} packages", hint="build each family in its own call, each with its own --source")
     cells = {c.id: c for c in matrix.cells}
     jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
     output_dir = paths.output_dir(request.output_dir, "--output-dir").resolve()
     log_dir = paths.output_dir(request.log_dir or output_dir / "logs", "--log-dir" if request.log_dir else "--output-dir").resolve()
+    where = {"output_dir": output_dir, "log_dir": log_dir, "channel_aliases": aliases, "extra_channels": extra_channels}
     results = []
-    with recipe_file(matrix.recipe_path, source) as recipe_path:
+    with recipe_file(matrix.recipe_path, source if jobs else None) as recipe_path, \
+            recipe_file(fa3_recipe(matrix.variants_dir), source if fa3 else None) as fa3_recipe_path:
         kernels_in_recipe = KERNEL_PACKAGE in recipe_output_names(recipe_path)
         steps = build_steps(jobs, kernels_in_recipe)
+        total = len(steps) + len(fa3)
         kernel_failed: dict = {}  # kernel key -> its failed build, which its cells' steps inherit
         for i, (cell, part, tus) in enumerate(steps, 1):
-            title = f"[{i}/{len(steps)}] {cell.id}" + ("" if part == "all" else f" [{part}]")
+            title = f"[{i}/{total}] {cell.id}" + ("" if part == "all" else f" [{part}]")
             if (tus or part in (KERNELS_PART, KERNELS_LINK_PART)) and not kernels_in_recipe:
                 # The plan schedules kernel packages; a recipe without that output (one whose build
                 # script compiles the kernel library inside each cell's package) has nothing to do here.
@@ -153,13 +207,12 @@ def run_build(request: BuildRequest, report: Reporter) -> list[CellBuild]:
                 results.append(CellBuild(cell=cell.id, part=part, status="failed", seconds=0.0, package=None, log=failed.log,
                                          error="its kernel package failed to build"))
                 continue
-            with report.step(title) as state:
-                result = build_cell(render_for_part(cell, part, tus, matrix, recipe_path), output_dir=output_dir, log_dir=log_dir, part=part,
-                                    tus=tus, channel_aliases=aliases, extra_channels=extra_channels, live=lambda line, t=title: report.say(f"  {t}: {line}"))
-                state.failed = result.status == "failed"
-            if state.failed:
-                report.warn(f"{cell.id} failed: {result.error}; log: {result.log}")
-                if part == KERNELS_PART:
-                    kernel_failed[kernel_key(cell)] = result
+            result = _build_step(title, render_for_part(cell, part, tus, matrix, recipe_path), report, part=part, tus=tus, **where)
+            if result.status == "failed" and part == KERNELS_PART:
+                kernel_failed[kernel_key(cell)] = result
             results.append(result)
+        # FlashAttention-3: each package from recipes/flash-attn-3 and its platform's generated variant file.
+        rendered = render_fa3(fa3, fa3_recipe_path, matrix.variants_dir) if fa3 else []
+        for i, r in enumerate(rendered, len(steps) + 1):
+            results.append(_build_step(f"[{i}/{total}] {FLASH_ATTN_3.package} {r.package.id}", r, report, part=FA3_PART, **where))
     return results

@@ -175,14 +175,19 @@ def _cached_venv(folder: str, name: str, python_version: str, requirements: list
 
 def torch_venv(package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
     """The cached base venv with the cell's PyPI torch (built on first use, under a lock; `announce` hears it first)."""
-    name = f"torch-{package.torch}-py{package.python}" + "".join(f"+{e}" for e in sorted(extra))
-    prefix = _cached_venv("torch-venvs", name, package.python, [f"torch=={package.torch}", *extra],
-                          f"PyPI torch=={package.torch}", announce)
+    return pypi_torch_venv(f"=={package.torch}", package.python, extra, announce)
+
+
+def pypi_torch_venv(version: str, python: str, extra: list[str] | tuple[str, ...] = BASE_EXTRAS,
+                    announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
+    """A cached venv of CPython `python` with PyPI's torch`version` ('==2.11.0', '==2.13.*') and `extra`."""
+    name = f"torch-{version.lstrip('=')}-py{python}" + "".join(f"+{e}" for e in sorted(extra))
+    prefix = _cached_venv("torch-venvs", name, python, [f"torch{version}", *extra], f"PyPI torch{version}", announce)
     python = prefix / "bin" / "python"
     probe = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))"
     result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     if result.returncode != 0:
-        raise Unavailable(f"torch {package.torch} in {prefix} does not import: {result.stderr.strip().splitlines()[-1:]}")
+        raise Unavailable(f"torch{version} in {prefix} does not import: {result.stderr.strip().splitlines()[-1:]}")
     version, cuda, abi = json.loads(result.stdout)
     site = next((prefix / "lib").glob("python3*/site-packages"))
     return TorchVenv(prefix=prefix, python=python, site_packages=site, torch=version, cuda=cuda, cxx11_abi=abi)

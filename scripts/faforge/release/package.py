@@ -1,5 +1,5 @@
-"""What a built package says about itself: name, build string, cell (flash-attn) or kernel key
-(libflash-attn-kernels), sha256.
+"""What a built package says about itself: name, build string, cell (flash-attn), kernel key
+(libflash-attn-kernels) or package id (flash-attn-3), sha256.
 
 Everything is read from the package file (info/index.json and its bytes), so `verify` and
 `publish` judge exactly the file they are given, whatever matrix produced it.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from faforge.channel.archive import check_payload, read_index_json
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN
-from faforge.kernels.cachekey import archs_of_tag
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.kernels.cachekey import archs_of_tag, archs_tag
 from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
 from faforge.packagefile import PACKAGE_SUFFIXES, sha256_of
 
@@ -23,6 +23,9 @@ BUILD_STRING = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<torch>\d+_\d+)
 # The run requirement that names the exact torch: `pytorch >=2.7.1,<2.8 cuda129*` (conda-forge)
 # or `pytorch ==2.5.1 py3*` (legacy pytorch channel).
 TORCH_PIN = re.compile(r"^pytorch\s+(?:>=|==)\s*(?P<version>\d+(?:\.\d+)+)")
+# cu130_sm80_90a_faforge_h<hash>_<n> (`_trimmed` before the hash: a build with FA3 features switched off),
+# as recipes/flash-attn-3/recipe.yaml writes it: CUDA and GPU code, no python, torch or C++ ABI.
+FA3_BUILD = re.compile(r"cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)_faforge(?:_trimmed)?_h[0-9a-f]+_\d+")
 
 
 def cuda_of_tag(tag: str) -> str:
@@ -43,7 +46,7 @@ class PackageFacts:
     torch: str | None
     cuda: str | None
     cxx11_abi: int | None
-    cuda_archs: str | None = None  # a kernel package's arch list ('80;90;100;120+PTX'), from its build string
+    cuda_archs: str | None = None  # a kernel or flash-attn-3 package's arch list ('80;90;100;120+PTX'), from its build string
 
     @property
     def is_kernel_package(self) -> bool:
@@ -70,11 +73,19 @@ class PackageFacts:
         py = self.python.replace(".", "")
         return f"{self.subdir}/py{py}/torch{self.torch_minor}/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
 
+    @property
+    def fa3_id(self) -> str | None:
+        """A flash-attn-3 package's id (linux-64/cu130/sm80_90a, as `faforge matrix --fa3` and `faforge plan` name it),
+        when its build string has one; its `torch` is then the oldest torch it serves (its run requirement's floor)."""
+        if self.name != FLASH_ATTN_3.package or None in (self.cuda, self.cuda_archs):
+            return None
+        return f"{self.subdir}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
+
 
 def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
     """Facts from repodata-like metadata (an index.json or a channel's repodata record)."""
-    if name == KERNEL_PACKAGE:
-        return _kernel_facts(path=path, name=name, version=version, build=build, subdir=subdir, depends=depends, sha256=sha256)
+    if name in (KERNEL_PACKAGE, FLASH_ATTN_3.package):
+        return _torch_free_build_facts(path=path, name=name, version=version, build=build, subdir=subdir, depends=depends, sha256=sha256)
     match = BUILD_STRING.fullmatch(build)
     torch = next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None)
     if match and torch is None:
@@ -94,15 +105,17 @@ def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subd
     )
 
 
-def _kernel_facts(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
-    """A kernel package has no python, torch or C++ ABI; its build string names CUDA and the arch list."""
-    match = KERNEL_BUILD.match(build)
+def _torch_free_build_facts(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
+    """A kernel package or a flash-attn-3 has no python, torch or C++ ABI in its build string, which names CUDA
+    and the arch list. A flash-attn-3 serves a torch range: its `torch` is the range's floor (pytorch >=2.9 cuda*)."""
+    match = (KERNEL_BUILD.match if name == KERNEL_PACKAGE else FA3_BUILD.fullmatch)(build)
     try:
         archs = archs_of_tag(match["archs"]) if match else None
     except ValueError:
         archs = None
+    floor = next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None) if name == FLASH_ATTN_3.package else None
     return PackageFacts(path=path, name=name, version=version, build=build, subdir=subdir, sha256=sha256,
-                        depends=tuple(depends), python=None, torch=None, cxx11_abi=None,
+                        depends=tuple(depends), python=None, torch=floor, cxx11_abi=None,
                         cuda=cuda_of_tag(match["cuda"]) if match else None, cuda_archs=archs)
 
 

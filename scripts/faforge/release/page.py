@@ -1,7 +1,9 @@
 """The channel page: which flash-attn builds a channel holds, as static HTML plus JSON.
 
 Users pick platform, C++ ABI and python, then a torch x CUDA cell, and copy the exact
-install lines (faforge.channel.instructions) for that package. The lines are computed here,
+install lines (faforge.channel.instructions) for that package. FlashAttention-3's packages
+(flash-attn-3: one per platform, CUDA and arch list, each serving every torch from its floor on)
+are listed beside the grid, each with its own install lines. The lines are computed here,
 not in the page's script; the page only fills in its own URL when it is served from the
 channel folder itself (install channel `here`).
 """
@@ -17,9 +19,9 @@ from rattler import Version
 
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN
-from faforge.matrix.releases import ReleaseTable
-from faforge.release.package import facts_from_metadata
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.matrix.releases import ReleaseTable, World
+from faforge.release.package import PackageFacts, facts_from_metadata
 from faforge.versions import vtuple
 
 PAGE_VERSION = 1
@@ -37,19 +39,46 @@ def world_for_abi(table: ReleaseTable, abi: int):
     raise FaforgeError(f"no torch world in {table.path} uses C++ ABI {abi}", hint="the channel holds a package this checkout's release table does not know")
 
 
-def page_data(records, table: ReleaseTable, install_channel: str) -> dict:
+def _install(facts: PackageFacts, channels: list[str]) -> dict:
+    """The exact install lines of one package, from these channels in this order."""
+    spec = match_spec(facts.name, facts.version, facts.build)
+    return {"install": conda_command(spec, channels), "environment_yml": environment_yml(spec, channels, name=facts.name)}
+
+
+def fa3_entry(facts: PackageFacts, channels: list[str]) -> dict:
+    """A flash-attn-3 package: no python, torch or C++ ABI in its build; it serves every torch from its floor on."""
+    python = next((d.split(None, 1)[1] for d in facts.depends if d.startswith("python ") and len(d.split(None, 1)) == 2), None)
+    return {
+        "id": facts.fa3_id,
+        "platform": facts.subdir,
+        "cuda": facts.cuda,
+        "cuda_archs": facts.cuda_archs,
+        "min_torch": facts.torch,
+        "served_torch": f"torch >= {facts.torch}" if facts.torch else None,
+        "python": python,
+        "filename": facts.filename,
+        "version": facts.version,
+        "build": facts.build,
+        "sha256": facts.sha256,
+        **_install(facts, channels),
+    }
+
+
+def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: World | None = None) -> dict:
+    """The page's data: the flash-attn cells, and the flash-attn-3 packages installed from `fa3_world`'s channels."""
     channel = CHANNEL_PLACEHOLDER if install_channel == HERE else install_channel
-    packages = []
+    packages, fa3 = [], []
     for record in records:
         facts = facts_from_metadata(
             path=Path(record.file_name), name=record.name.normalized, version=str(record.version), build=str(record.build),
             subdir=str(record.subdir), depends=[str(d) for d in record.depends], sha256=record.sha256.hex() if record.sha256 else "",
         )
+        if facts.fa3_id is not None and fa3_world is not None:
+            fa3.append(fa3_entry(facts, [channel, *fa3_world.channels]))
+            continue
         if facts.cell_id is None:
             continue  # not a faforge cell build (no python/torch/CUDA/ABI in its build string)
         world = world_for_abi(table, facts.cxx11_abi)
-        channels = [channel, *world.channels]
-        spec = match_spec(facts.name, facts.version, facts.build)
         packages.append({
             "cell": facts.cell_id,
             "platform": facts.subdir,
@@ -63,17 +92,18 @@ def page_data(records, table: ReleaseTable, install_channel: str) -> dict:
             "version": facts.version,
             "build": facts.build,
             "sha256": facts.sha256,
-            "install": conda_command(spec, channels),
-            "environment_yml": environment_yml(spec, channels),
+            **_install(facts, [channel, *world.channels]),
         })
     # Newest flash-attn first, so the page's grid shows the newest build of each cell.
     packages.sort(key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), p["python"], Version(p["version"])), reverse=True)
+    fa3.sort(key=lambda p: (p["platform"], vtuple(p["cuda"]), p["cuda_archs"], Version(p["version"])), reverse=True)
     return {
         "version": PAGE_VERSION,
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "install_channel": None if install_channel == HERE else install_channel,
         "channel_placeholder": CHANNEL_PLACEHOLDER,
         "packages": packages,
+        FLASH_ATTN_3.key: fa3,
     }
 
 
@@ -82,8 +112,9 @@ def with_channel(data: dict, channel: str) -> dict:
     if data["install_channel"] is not None:
         return data
     fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731
-    packages = [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data["packages"]]
-    return {**data, "install_channel": channel, "packages": packages}
+    filled = {key: [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data[key]]
+              for key in ("packages", FLASH_ATTN_3.key)}
+    return {**data, "install_channel": channel, **filled}
 
 
 def write_page(data: dict, out_dir: Path, file_channel: str) -> tuple[Path, Path]:

@@ -3,13 +3,16 @@
 The kernels are built once per kernel package (libflash-attn-kernels, one per platform, CUDA, arch
 list and Philox layout: faforge.matrix.kernels), never per cell; each cell's job then compiles only flash_api.cpp and
 links it against its kernel package, which it takes from this run's artifacts or from the channel.
-So a plan has three stages, each a list of chunks that run one after the other:
+So a plan has four stages, each a list of chunks; the first three run one after the other:
 
 - `kernels`: a whole kernel package per job, or the TU pieces of one too long for a hosted job
   (variants/build-cost.yaml: 6 hours), each filling its compiler cache;
 - `kernel_links`: the final job of each split kernel package, which restores its pieces' caches,
   links the library and packages it;
-- `flash_attn`: one job per cell, making its flash-attn package, after its kernel package exists.
+- `flash_attn`: one job per cell, making its flash-attn package, after its kernel package exists;
+- `flash_attn_3`: one job per FlashAttention-3 package (faforge.matrix.flash_attn_3: one per platform,
+  CUDA and arch list, serving a range of torch minors through the stable ABI), built whole from
+  recipes/flash-attn-3 and its generated variant file; it needs no kernel package, so it runs beside the others.
 
 GitHub allows at most 256 jobs per matrix, so each stage comes in chunks of at most
 `max_jobs_per_matrix`. A kernel package is built only when a cell to build needs it and the channel
@@ -22,17 +25,63 @@ was built from other inputs (or another variant): the plan lists it as stale and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KernelPackage, kernel_pin
 from faforge.matrix.render import RenderedCell, build_string_head
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, BuildCost, Part, cell_part, split_kernels
 
-PLAN_VERSION = 2
-# The cells' own jobs come last, in the stage named after the family (the workflows read `flash_attn-N`).
+# 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
+PLAN_VERSION = 3
+# The cells' own jobs come after the kernels, in the stage named after the family (the workflows read
+# `flash_attn-N`); FlashAttention-3's packages in theirs (`flash_attn_3-N`).
 CELL_STAGE = FLASH_ATTN.key
-STAGES = ("kernels", "kernel_links", CELL_STAGE)
+FA3_STAGE = FLASH_ATTN_3.key
+STAGES = ("kernels", "kernel_links", CELL_STAGE, FA3_STAGE)
+# An FA3 package is built whole, in one job: `faforge build ID` (its default part).
+FA3_PART = "all"
+
+
+@dataclass(frozen=True)
+class RenderedFa3:
+    """An FA3 package of the matrix as rattler-build renders it from its generated variant file."""
+
+    package: Fa3Package
+    build_string: str
+    recipe: dict
+    # py-rattler-build's RenderedVariant, which `faforge build` runs.
+    variant: object = field(default=None, compare=False, repr=False)
+
+    @property
+    def cell(self) -> Fa3Package:
+        """What is built, as faforge.release.build reads a RenderedCell's cell: id, platform, cuda, channels."""
+        return self.package
+
+    @property
+    def name(self) -> str:
+        return self.recipe["package"]["name"]
+
+    @property
+    def version(self) -> str:
+        return str(self.recipe["package"]["version"])
+
+    def to_json(self) -> dict:
+        p = self.package
+        return {"id": p.id, "name": self.name, "version": self.version, "build_string": self.build_string, "platform": p.platform,
+                "cuda": p.cuda, "cuda_archs": p.cuda_archs, "served_torch_minors": list(p.served)}
+
+
+# The one place an FA3 package's job and its estimate are decided. Today: the whole package in one job, its
+# estimate (and timeout) the runner's job limit, an upper bound. faforge.buildcost.fa3 estimates a package
+# from timed TUs (`faforge bench-build`: about 6 CPU hours, more than one hosted job) and splits it into TU
+# piece jobs as split_kernels does a kernel package; that needs the FA3 build script and recipe to build a
+# piece (as FAFORGE_BUILD_TUS does for the kernel package) and the estimate passed in from the commands
+# layer (release may not import buildcost: tests/test_layers.py).
+def fa3_part(cost: BuildCost, package: Fa3Package) -> Part:
+    """The one job of an FA3 package: its whole build (`faforge build ID`), with its estimate in minutes."""
+    return Part(name=FA3_PART, tus=(), minutes=cost.runner_for(package.platform).job_limit_minutes)
 
 
 @dataclass(frozen=True)
@@ -45,6 +94,12 @@ class Plan:
     stale: list[str]  # SUBDIR/FILE of packages the channel holds, built from other inputs, that this plan rebuilds
     jobs: dict[str, list[dict]]  # stage -> jobs
     chunk_size: int
+    fa3: list[RenderedFa3] = field(default_factory=list)  # every FlashAttention-3 package of the planned platforms
+    fa3_in_channel: frozenset[str] = frozenset()  # ids of those the channel holds (exact build), which no job builds
+
+    @property
+    def fa3_todo(self) -> list[RenderedFa3]:
+        return [r for r in self.fa3 if r.package.id not in self.fa3_in_channel]
 
     @property
     def runner_minutes(self) -> int:
@@ -69,6 +124,7 @@ class Plan:
                  "in_channel": k.key.id in self.kernels_in_channel, "cells": [c for c in k.cell_ids if c in todo]}
                 for k in self.kernels
             ],
+            f"{FA3_STAGE}_packages": [{**r.to_json(), "in_channel": r.package.id in self.fa3_in_channel} for r in self.fa3],
             **{stage: self.chunks(self.jobs[stage]) for stage in STAGES},
         }
 
@@ -133,6 +189,29 @@ def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, 
     }
 
 
+def fa3_job(rendered: RenderedFa3, runner_label: str, cost: BuildCost) -> dict:
+    """An FA3 package's job: the whole package from recipes/flash-attn-3, then its stable-ABI gate against the
+    oldest and the newest torch minor it serves (`torch-range`)."""
+    package = rendered.package
+    part = fa3_part(cost, package)
+    return {
+        "cell": package.id,
+        "part": part.name,
+        "slug": f"{FLASH_ATTN_3.package}-{job_slug(package.id, part.name)}",
+        "name": f"{FLASH_ATTN_3.package} {package.id}",
+        "platform": package.platform,
+        "runs-on": runner_label,
+        "timeout-minutes": part.minutes,
+        "python": package.python,
+        "torch": package.torch,
+        "cuda": package.cuda,
+        "build-string": rendered.build_string,
+        "package": package_filename(rendered),
+        "pieces": 0,
+        "torch-range": f"{package.served[0]} {package.served[-1]}",
+    }
+
+
 def present_keys(records) -> set[tuple[str, str, str, str]]:
     """(name, version, build string, subdir) of each record a channel holds."""
     return {(r.name.normalized, str(r.version), str(r.build), str(r.subdir)) for r in records}
@@ -155,7 +234,7 @@ def kernel_in(kernels: KernelPackage, present: set[tuple[str, str, str, str]], b
     return build in held if build else any(kernels.build_string_matches(b) for b in held)
 
 
-def stale_packages(todo: list[RenderedCell], kernels: list[KernelPackage], builds: dict[str, str | None],
+def stale_packages(todo: list[RenderedCell | RenderedFa3], kernels: list[KernelPackage], builds: dict[str, str | None],
                    present: set[tuple[str, str, str, str]]) -> list[str]:
     """What the channel holds under the build string of a package to build, with another hash."""
     out = set()
@@ -172,7 +251,7 @@ def stale_packages(todo: list[RenderedCell], kernels: list[KernelPackage], build
 
 
 def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: BuildCost,
-              present: set[tuple[str, str, str, str]], channel: str | None) -> Plan:
+              present: set[tuple[str, str, str, str]], channel: str | None, fa3: list[RenderedFa3] = ()) -> Plan:
     kernels_of = {cell_id: k for k in kernels for cell_id in k.cell_ids}
     todo, done = [], []
     for r in rendered:
@@ -196,6 +275,9 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
     for r in todo:
         k = kernels_of[r.cell.id]
         jobs[CELL_STAGE].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
-    stale = stale_packages(todo, [k for k in needed if k.key.id not in in_channel], builds, present)
+    fa3_held = frozenset(r.package.id for r in fa3 if (r.name, r.version, r.build_string, r.package.platform) in present)
+    fa3_todo = [r for r in fa3 if r.package.id not in fa3_held]
+    jobs[FA3_STAGE] = [fa3_job(r, cost.runner_for(r.package.platform).label, cost) for r in fa3_todo]
+    stale = stale_packages([*todo, *fa3_todo], [k for k in needed if k.key.id not in in_channel], builds, present)
     return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, stale=stale, jobs=jobs,
-                chunk_size=cost.max_jobs_per_matrix)
+                chunk_size=cost.max_jobs_per_matrix, fa3=list(fa3), fa3_in_channel=fa3_held)

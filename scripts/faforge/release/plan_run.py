@@ -1,5 +1,5 @@
-"""`faforge plan`'s work: the platform's cells, what the channel already holds, the plan, and its
-chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
+"""`faforge plan`'s work: the platform's cells and FA3 packages, what the channel already holds, the plan,
+and its chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ from urllib.request import url2pathname
 
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell
 from faforge.matrix.render_cache import selected_cells
+from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
-from faforge.release.plan import STAGES, Plan, make_plan, present_keys
+from faforge.release.plan import STAGES, Plan, RenderedFa3, make_plan, present_keys
 from faforge.release.reporter import Reporter
 
 
@@ -31,13 +33,13 @@ def _holds_packages(folder: Path) -> bool:
     return any(p.name.endswith((".conda", ".tar.bz2")) for p in folder.glob("*/*"))
 
 
-def channel_holds(given: str, channel: str, rendered: list[RenderedCell], new_channel_ok: bool,
+def channel_holds(given: str, channel: str, rendered: list[RenderedCell | RenderedFa3], new_channel_ok: bool,
                   report: Reporter) -> set[tuple[str, str, str, str]]:
     """What the channel (`given` as the user wrote it, `channel` its URL) holds of the packages a plan builds;
     an empty or new channel holds nothing, a folder of packages without repodata is an error."""
     platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
     try:
-        return present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE], platforms))
+        return present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, FLASH_ATTN_3.package], platforms))
     except ChannelNotFound as exc:
         folder = _folder_of(channel)
         if folder is not None and not _holds_packages(folder):
@@ -55,12 +57,13 @@ def channel_holds(given: str, channel: str, rendered: list[RenderedCell], new_ch
 
 def plan_builds(*, platform: str, channel: str | None, given: str | None, new_channel_ok: bool, max_chunks: int,
                 report: Reporter) -> Plan:
-    """The plan for the platform's cells (`all` for every one) minus what the channel holds (none: plan
-    every cell), refused when a stage needs more chunks than the workflow has jobs for."""
+    """The plan for the platform's cells and FA3 packages (`all` for every one) minus what the channel holds
+    (none: plan every one), refused when a stage needs more chunks than the workflow has jobs for."""
     matrix = load_matrix()
     rendered = selected_cells(matrix, platform)
-    present = set() if given is None else channel_holds(given, channel, rendered, new_channel_ok, report)
-    plan = make_plan(rendered, matrix.kernels, load_build_cost(), present, given)
+    fa3 = render_fa3([p for p in matrix.fa3 if platform in ("all", p.platform)], fa3_recipe(matrix.variants_dir), matrix.variants_dir)
+    present = set() if given is None else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
+    plan = make_plan(rendered, matrix.kernels, load_build_cost(), present, given, fa3=fa3)
     data = plan.to_json()
     for kind in STAGES:
         if len(data[kind]) > max_chunks:

@@ -8,7 +8,8 @@ narrower check proves less than the package claims, so it is `skipped` with what
 `passed`. The import gate imports flash_attn_3, its extension and flash_attn_interface with each
 `--against` torch that is a site-packages (torch/ with its Python files), by `python -I` in a fresh
 prefix: natively, or under qemu for a package of another machine (faforge.release.verify_foreign).
-The gpu gate runs the FA3 suite (`faforge test-gpu --family flash-attn-3`) beside the newest of them.
+The gpu gate runs the FA3 suite (`faforge test-gpu --family flash-attn-3`) beside the newest of them,
+or, given none (CI's GPU job), beside PyPI's torch of the newest minor the package serves.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.emulator import is_foreign
-from faforge.release.clean_env import MACHINE_SUBDIRS, Unavailable, cuda_runtime_venv, find_python, unpacked
+from faforge.release.clean_env import MACHINE_SUBDIRS, Unavailable, cuda_runtime_venv, find_python, pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
 from faforge.release.verify_foreign import Emulation, emulated_import_gate, emulator_for, gpu_skipped, import_in_prefix, target_python, torch_site
 
+# The CPython of the venv the gpu gate makes when no --against torch is given (the package serves every one).
+GPU_SUITE_PYTHON = "3.11"
 # torch/_C.cpython-311-x86_64-linux-gnu.so: the CPython a torch site-packages was installed for.
 TORCH_PYTHON = re.compile(r"_C\.cpython-3(\d+)")
 
@@ -102,19 +105,23 @@ def combined(gate: str, checks: list[Check]) -> Check:
     return Check(gate, "passed", "; ".join(c.detail for c in checks))
 
 
-def stable_gpu_gate(package: PackageFacts, against: list[Path]) -> Check:
-    """The FA3 GPU suite beside the newest --against torch that is a site-packages, on this machine's GPU."""
+def stable_gpu_gate(package: PackageFacts, against: list[Path], announce=lambda message: None) -> Check:
+    """The FA3 GPU suite on this machine's GPU beside the newest --against torch that is a site-packages,
+    else beside PyPI's torch of the newest minor it serves (a cached venv, as the other families' gate)."""
     machine = PLATFORM_MACHINES.get(package.subdir, package.subdir)
     if is_foreign(machine):
         return gpu_skipped(package, machine)
-    sites = torch_sites(against)
-    if not sites:
-        return Check("gpu", "skipped", "no torch to run the suite beside: pass --against the site-packages of a CUDA torch of its range")
-    site = sites[-1]
+    sites, served = torch_sites(against), served_package(package)
     try:
-        python = find_python(torch_python(site) or "")
+        if sites:
+            site, python = sites[-1], find_python(torch_python(sites[-1]) or "")
+        elif served is not None:
+            venv = pypi_torch_venv(f"=={served.served[-1]}.*", GPU_SUITE_PYTHON, announce=announce)
+            site, python = venv.site_packages, venv.python
+        else:
+            return Check("gpu", "skipped", f"{package.filename}: not a package of the matrix, so no torch of its range is known; pass --against one")
     except Unavailable as exc:
-        return Check("gpu", "skipped", f"the torch in {site}: {exc}")
+        return Check("gpu", "skipped", f"no torch to run the suite beside: {exc}")
     with unpacked(package) as prefix:
         own = [str(p) for p in [*prefix.glob("lib/python3*/site-packages"), *prefix.glob("site-packages")]]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FAFORGE_SOURCE), *own, str(site)]))
