@@ -34,6 +34,8 @@ RATIOS = ((FLASH_ATTN_3.package, FLASH_ATTN.package), (FLASH_ATTN_3.package, "sd
 # https://glennklockwood.com/garden/processors/h100, "BF16 | 133.8 | 989.4 | 1978.9"); H100 PCIe: 756
 # (datasheet: 1,513 with sparsity); A100: 312 (A100 datasheet, BF16 tensor core, dense).
 DENSE_PEAK_TFLOPS = (("H200", 989.4), ("GH200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0))
+# Both families' dense entry point, flash_attn_func (flash_attn/__init__.py; hopper/flash_attn_interface.py)
+ATTENTION_FUNCTION = f"{FLASH_ATTN.module}_func"
 BACKWARD_FLOPS_FACTOR = 2.5  # upstream's count: backward = 2.5 x forward matmul FLOPs
 
 
@@ -94,9 +96,9 @@ def dense_peak(device: str | None) -> float | None:
 def installed() -> dict[str, object]:
     """{implementation: its attention function, or the reason it is not here} for the two flash-attn families."""
     found: dict[str, object] = {}
-    for package, module in ((FLASH_ATTN.package, "flash_attn"), (FLASH_ATTN_3.package, FLASH_ATTN_3.interface_module)):
+    for package, module in ((FLASH_ATTN.package, FLASH_ATTN.module), (FLASH_ATTN_3.package, FLASH_ATTN_3.interface_module)):
         try:
-            found[package] = __import__(module, fromlist=["flash_attn_func"]).flash_attn_func
+            found[package] = getattr(__import__(module), ATTENTION_FUNCTION)
         except (ImportError, OSError, AttributeError) as exc:
             found[package] = f"not installed here ({exc})"
     return found
