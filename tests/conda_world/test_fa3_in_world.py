@@ -23,7 +23,7 @@ import yaml
 
 from faforge import fa3_backend as fa3
 from faforge import paths
-from faforge.channel.local import solve
+from faforge.channel.local import PackageSpec, assemble, index, solve
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.render import SourceOverride, recipe_file
 from faforge.matrix.variants import fa3_variant_config_name
@@ -118,9 +118,18 @@ def test_verify_publish_install_import(built, world, tmp_path):
     published = faforge("publish", str(package), "--manifest", str(manifest), "--to", str(channel), "--require", "abi", env=env)
     assert published.returncode == 0, published.stdout + published.stderr
     prefix = tmp_path / "env"
+    # conda-forge has registered a flash-attn-3 of its own: a newer one there must not win over ours with our
+    # channel first (strict priority, as conda and pixi default to), and does win when it comes first
+    theirs = tmp_path / "conda-forge-fa3"
+    assemble(PackageSpec(FLASH_ATTN_3.package, "3.0.1", "cuda_130_py310h0123abc_0", "linux-64",
+                         depends=("python >=3.10", "pytorch * cuda*")), theirs)
+    index(theirs)
+    virtuals = {"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"}
     with serve_directory(channel) as url:
-        records = solve([url, world.url("conda-forge")], ["python 3.12.*", FLASH_ATTN_3.package], "linux-64",
-                        virtuals={"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"})
+        records = solve([url, theirs.as_uri(), world.url("conda-forge")], ["python 3.12.*", FLASH_ATTN_3.package], "linux-64", virtuals=virtuals)
+        assert "_faforge_" in str(records[FLASH_ATTN_3.package].build) and str(records[FLASH_ATTN_3.package].version) == "3.0.0"
+        other = solve([theirs.as_uri(), channel.as_uri(), world.url("conda-forge")], ["python 3.12.*", FLASH_ATTN_3.package], "linux-64", virtuals=virtuals)
+        assert str(other[FLASH_ATTN_3.package].version) == "3.0.1", "the priority check above could not have failed"
         assert str(records["pytorch"].version) == "2.11.0" and "_python_abi3_support" in records and "python_abi" in records
         install_from_world(world, records, prefix)
     site = prefix / "lib/python3.12/site-packages"
