@@ -108,7 +108,7 @@ def build(args: argparse.Namespace) -> Path | None:
     torch = torch_dir(args.torch_dir)
     toolkit = toolchain.target_toolkit(dict(os.environ), platform.machine())
     cpus = os.cpu_count() or 1
-    max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), cpus, len(archs), 1)
+    max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), cpus, len(archs), 1, worst_gb=fa3.WORST_CASE_GB_PER_JOB)
     plan = {"family": FLASH_ATTN_3.package, "tus": len(tus), "archs": archs, "disabled": sorted(disabled), "torch_dir": str(torch),
             "cuda_home": toolkit.home, "max_jobs": max_jobs, "build_dir": str(Path(args.build_dir).resolve())}
     log("plan " + json.dumps(plan, sort_keys=True))

@@ -13,8 +13,9 @@ from faforge.backend.errors import BuildError
 PEAK_GB_PER_JOB = {"fwd": 4.4, "fwd_split": 4.1, "bwd": 6.4}
 WORST_CASE_GB_PER_JOB = 6.4 * 1.15
 # nvcc --threads N compiles up to N archs of one TU at once; each extra
-# concurrent arch adds about the single-arch device-side peak again.
-EXTRA_GB_PER_CONCURRENT_ARCH = 0.8 * WORST_CASE_GB_PER_JOB
+# concurrent arch adds about 0.8 x the single-arch peak again.
+CONCURRENT_ARCH_FACTOR = 0.8
+EXTRA_GB_PER_CONCURRENT_ARCH = CONCURRENT_ARCH_FACTOR * WORST_CASE_GB_PER_JOB
 # Leave room for the linker, ninja and the OS.
 RESERVED_GB = 2.0
 
@@ -40,10 +41,11 @@ def available_memory_gb() -> float:
     return avail / 1e9
 
 
-def derive_max_jobs(mem_gb: float, cpus: int, n_archs: int, nvcc_threads: int) -> int:
-    """Parallel nvcc jobs that fit in memory at the worst-case TU (bwd hdim256)."""
+def derive_max_jobs(mem_gb: float, cpus: int, n_archs: int, nvcc_threads: int, worst_gb: float = WORST_CASE_GB_PER_JOB) -> int:
+    """Parallel nvcc jobs that fit in memory at the worst-case TU (flash-attn 2's bwd hdim256 unless the
+    family names its own `worst_gb`)."""
     concurrent_archs = max(1, min(nvcc_threads, n_archs))
-    per_job = WORST_CASE_GB_PER_JOB + (concurrent_archs - 1) * EXTRA_GB_PER_CONCURRENT_ARCH
+    per_job = worst_gb * (1 + (concurrent_archs - 1) * CONCURRENT_ARCH_FACTOR)
     by_memory = int((mem_gb - RESERVED_GB) // per_job)
     by_cpu = max(1, cpus // max(1, nvcc_threads))
     return max(1, min(by_memory, by_cpu))
