@@ -130,6 +130,10 @@ class StableAbiFamily:
     host_source: str  # the stable-ABI glue TU
     include_dirs: tuple[str, ...]
     gates: tuple[str, ...]
+    # What enters the package besides its variant and upstream's commit: the files its recipe ships (the
+    # build script, the backend, the checker its test runs). Their digest is the variant key `fa3_inputs`,
+    # so the build string follows them (faforge.matrix.inputs; tests/matrix/test_inputs.py).
+    inputs: tuple[str, ...]
 
     @property
     def imports(self) -> tuple[str, ...]:
@@ -153,6 +157,8 @@ FLASH_ATTN_3 = StableAbiFamily(
     host_source="hopper/flash_api_stable.cpp",
     include_dirs=("hopper", "csrc/cutlass/include"),
     gates=("abi", "import"),
+    inputs=("recipes/flash-attn-3/build_flash_attn_3.py", "scripts/faforge/__init__.py", "scripts/faforge/errors.py",
+            "scripts/faforge/family.py", "scripts/faforge/abi", "scripts/faforge/backend", "scripts/faforge/fa3_backend"),
 )
 
 

@@ -155,3 +155,34 @@ def test_the_committed_variant_files_carry_todays_digests(repo):
     for path in sorted((repo / "variants").glob("linux-*.yaml")):
         data = yaml.safe_load(path.read_text())
         assert {key: data[key] for key in digests} == {key: [value] for key, value in digests.items()}, f"run `faforge generate` ({path.name})"
+
+
+def fa3_identities(root: Path) -> dict[str, str]:
+    """Regenerate the checkout's variant files (FA3's too) and render FA3's: {package id: build string}."""
+    from faforge.matrix.render import fa3_build_strings  # noqa: PLC0415
+
+    matrix = load_matrix(root)
+    for path, text in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3).items():
+        path.write_text(text)
+    return fa3_build_strings(matrix, matrix.fa3)
+
+
+def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
+    """FA3's build strings covered none of its build code: a fix to build_flash_attn_3.py, the backend or the
+    ABI checker its recipe test runs (the aarch64 libcudart fix of issue 25) left every FA3 package
+    'already built'. Now each edit of a file the recipe ships renames all four; a doctor edit none."""
+    base = fa3_identities(checkout)
+    append(checkout / "scripts/faforge/doctor/__init__.py", "\n# a doctor edit\n")
+    assert fa3_identities(checkout) == base
+    for edited in ("recipes/flash-attn-3/build_flash_attn_3.py", "scripts/faforge/backend/toolchain.py", "scripts/faforge/abi/stable.py"):
+        before = fa3_identities(checkout)
+        append(checkout / edited, "\n# an edit\n")
+        assert changed(before, fa3_identities(checkout)) == set(before), edited
+
+
+def test_every_file_the_fa3_recipe_ships_is_its_input(repo):
+    from faforge.family import FLASH_ATTN_3  # noqa: PLC0415
+
+    covered = {p.resolve() for p in input_files(repo, FLASH_ATTN_3.inputs)}
+    missing = sorted(str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN_3.recipe_dir / "recipe.yaml") - covered)
+    assert not missing, f"add these to faforge.family's FLASH_ATTN_3.inputs: {missing}"

@@ -21,10 +21,11 @@ from pathlib import Path
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 
 KERNEL_INPUTS = "kernel_inputs"
 GLUE_INPUTS = "glue_inputs"
+FA3_INPUTS = "fa3_inputs"  # flash-attn-3's one output: its whole recipe and FLASH_ATTN_3.inputs
 DIGEST_CHARS = 16
 SKIPPED_PARTS = ("__pycache__",)
 
@@ -65,6 +66,16 @@ def _digest(root: Path, entries: tuple[str, ...], recipe_part: object) -> str:
         h.update(f"\0{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()[:DIGEST_CHARS]
+
+
+def fa3_input_digests(root: Path) -> dict[str, str]:
+    """{FA3_INPUTS: digest} of the flash-attn-3 recipe (read as YAML) and the files it ships."""
+    recipe_path = root / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
+    try:
+        recipe = yaml.safe_load(recipe_path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise FaforgeError(f"cannot read the recipe {recipe_path}: {exc}", hint="fix the recipe's YAML") from None
+    return {FA3_INPUTS: _digest(root, FLASH_ATTN_3.inputs, recipe)}
 
 
 def input_digests(root: Path) -> dict[str, str]:
