@@ -6,7 +6,10 @@ finds torch's headers and libraries without importing torch (a cross build's hos
 here), compiles each TU with its own GPU code and the glue against torch/csrc/stable
 (faforge.fa3_backend says what hopper/setup.py does and where), links, and installs into --install-dir.
 --disable drops FA3 features as FLASH_ATTENTION_DISABLE_* does upstream (the GPU canary's trimmed build);
-the package declares what it contains in flash_attn_config.py, as upstream's build does.
+the package declares what it contains in flash_attn_config.py, as upstream's build does. --only-tus
+(env FAFORGE_BUILD_TUS) compiles just those TUs and stops: a piece job of a package too long for one CI job,
+which with --compiler-cache ccache (env FAFORGE_COMPILER_CACHE) fills the cache the final full build reads
+(faforge.release.plan), as flash-attn's kernel pieces do.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ if _root is None:
 sys.path.insert(0, str(_root.resolve()))
 
 from faforge import fa3_backend as fa3  # noqa: E402
-from faforge.backend import toolchain  # noqa: E402
+from faforge.backend import ccache, options, toolchain  # noqa: E402
 from faforge.backend.errors import BuildError  # noqa: E402
 from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402
 from faforge.backend.logger import log  # noqa: E402
@@ -74,6 +77,11 @@ def python_includes(explicit: list[str] | None) -> list[str]:
     return [str(p) for p in found]
 
 
+def env(name: str):
+    """The variable standing in for an option, checked as flash-attn's build script checks it (faforge.backend.options)."""
+    return options.from_env(name, *options.ENV_OPTIONS[name])
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--source-dir", default=".", help="the flash-attention repository (hopper/, csrc/cutlass/)")
@@ -87,8 +95,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "for Debian's multiarch pyconfig.h)")
     p.add_argument("--max-jobs", type=int, default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS", "").isdigit() else None)
     p.add_argument("--checker-path", help="folder holding the faforge package (default: faforge_checker/ here, else the repo's)")
-    p.add_argument("--only-tus", help="compile only these TUs (file names) and stop before the link: a piece job, or a "
-                   "compile-time sample for faforge bench-build")
+    p.add_argument("--compiler-cache", type=options.one_of(*ccache.COMPILER_CACHES), default=env("FAFORGE_COMPILER_CACHE"),
+                   help="put a compiler cache in front of nvcc (env FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
+    p.add_argument("--only-tus", default=env("FAFORGE_BUILD_TUS"), help="compile only these TUs (file names) and stop before the "
+                   "link: a piece job (env FAFORGE_BUILD_TUS), or a compile-time sample for faforge bench-build")
     p.add_argument("--plan-only", action="store_true", help="print the TUs and flags as JSON and stop")
     return p.parse_args(argv)
 
@@ -110,7 +120,8 @@ def build(args: argparse.Namespace) -> Path | None:
     cpus = os.cpu_count() or 1
     max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), cpus, len(archs), 1, worst_gb=fa3.WORST_CASE_GB_PER_JOB)
     plan = {"family": FLASH_ATTN_3.package, "tus": len(tus), "archs": archs, "disabled": sorted(disabled), "torch_dir": str(torch),
-            "cuda_home": toolkit.home, "max_jobs": max_jobs, "build_dir": str(Path(args.build_dir).resolve())}
+            "cuda_home": toolkit.home, "max_jobs": max_jobs, "build_dir": str(Path(args.build_dir).resolve()),
+            "compiler_cache": args.compiler_cache}
     log("plan " + json.dumps(plan, sort_keys=True))
     if args.plan_only:
         print(json.dumps({**plan, "sources": tus}, indent=2))
@@ -123,14 +134,15 @@ def build(args: argparse.Namespace) -> Path | None:
     cudart = toolkit.cudart_dirs(environ)
     link = [f"-L{torch / 'lib'}", "-Wl,--as-needed", *TORCH_LIBRARIES, *(f"-L{d}" for d in cudart), "-lcudart", *(f"-Wl,-rpath,{r}" for r in RUNPATH)]
     cxx = toolkit.host_compiler or environ.get("CXX") or shutil.which("g++") or "c++"
-    text = fa3.extension_ninja(hopper=hopper, tus=tus, nvcc=[toolkit.nvcc], cxx=cxx, include_dirs=include_dirs, disabled=disabled, archs=archs,
-                               link_flags=link, host_flags=toolkit.host_flags)
     out = Path(args.build_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     only = select_kernels(tus, args.only_tus) if args.only_tus is not None else None
     log(f"{len(only) if only else len(tus)} TUs")
     targets = [fa3.object_name(tu) for tu in only] if only else []
-    seconds = run_ninja(out, text, max_jobs, targets, what=f"the {FLASH_ATTN_3.package}")
+    with ccache.nvcc_command(args.compiler_cache == "ccache", source, toolkit.nvcc, [str(torch), toolkit.home]) as nvcc:
+        text = fa3.extension_ninja(hopper=hopper, tus=tus, nvcc=nvcc, cxx=cxx, include_dirs=include_dirs, disabled=disabled, archs=archs,
+                                   link_flags=link, host_flags=toolkit.host_flags)
+        seconds = run_ninja(out, text, max_jobs, targets, what=f"the {FLASH_ATTN_3.package}")
     if only:
         log(f"compiled {len(only)} TUs in {seconds:.0f}s; --only-tus: nothing linked or installed")
         return None

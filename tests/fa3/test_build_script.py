@@ -11,6 +11,7 @@ stable-ABI gate against that torch's libraries.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from faforge import paths
 from faforge.abi import elf, fatbin
 from faforge import fa3_backend as fa3
 from faforge.backend.errors import BuildError
+from faforge.buildcost import reuse
+from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.channel.local import PackageSpec, assemble
 from faforge.matrix import load_matrix
@@ -154,3 +157,55 @@ def test_verify_fails_a_package_whose_binary_uses_the_cxx_api(built, tmp_path):
     cxx = compile_standin("cxx_api_module", torch)
     gates = verify_abi(fa3_package(site, tmp_path / "out", cxx), tmp_path, release_torch_lib("2.10.0"), release_torch_lib("2.13.0"))
     assert gates["abi"][0] == "failed" and "unstable import" in gates["abi"][1], gates
+
+
+def _cache_line(log: str) -> tuple[int, int]:
+    found = re.findall(r"compiler cache: (\d+) hits, (\d+) misses", log)
+    assert found, log[-3000:]
+    return tuple(map(int, found[-1]))
+
+
+def _nvcc_compiles(log: str) -> list[str]:
+    """The TUs ninja compiled with nvcc (its progress lines name each object's source)."""
+    return sorted(set(re.findall(r"(\w+\.cu)\b", "\n".join(line for line in log.splitlines() if re.match(r"\[\d+/\d+\]", line)))))
+
+
+@pytest.mark.slow
+def test_a_piece_fills_the_compiler_cache_that_the_full_build_then_hits(tmp_path):
+    """A piece job of a package too long for one CI job (FAFORGE_BUILD_TUS, as the recipe passes it) compiles only
+    its TUs, through ccache; the package's final job, a full build in another build dir with the same cache,
+    takes those objects from it and compiles only the rest."""
+    try:
+        cuda_home()
+        torch = torch_env("2.14.1")
+        ccache = reuse.find_ccache()
+    except (NoCudaToolkit, TorchEnvUnavailable, FaforgeError) as exc:
+        pytest.skip(str(exc))
+    if not shutil.which("ninja") and not Path(sys.executable).with_name("ninja").is_file():
+        pytest.skip("ninja is not on PATH (pip install ninja)")
+    tree = fa3_shaped_tree(tmp_path / "src", fa3.parse_disabled(DISABLED))
+    piece = ["flash_fwd_hdim128_bf16_sm90.cu", "flash_fwd_hdim128_fp16_sm80.cu"]
+    env = {"PATH": f"{Path(ccache).parent}:{Path(sys.executable).parent}:/usr/local/cuda/bin:/usr/bin:/bin", "MAX_JOBS": "2",
+           "CCACHE_DIR": str(tmp_path / "ccache"), "FAFORGE_COMPILER_CACHE": "ccache"}
+    common = [sys.executable, str(SCRIPT), "--source-dir", str(tree), "--archs", "80;90a", "--disable", DISABLED,
+              "--torch-dir", str(torch.site_packages / "torch")]
+    first = subprocess.run([*common, "--build-dir", str(tmp_path / "build-piece")], capture_output=True, text=True,
+                           env={**env, "FAFORGE_BUILD_TUS": " ".join(piece)}, timeout=1200)
+    log = first.stdout + first.stderr
+    assert first.returncode == 0, log[-3000:]
+    assert _cache_line(log) == (0, 2) and _nvcc_compiles(log) == sorted(piece)
+    assert "nothing linked or installed" in log and not (tmp_path / "build-piece" / fa3.EXTENSION).exists()
+    full = subprocess.run([*common, "--build-dir", str(tmp_path / "build-all"), "--install-dir", str(tmp_path / "site")],
+                          capture_output=True, text=True, env={**env, "FAFORGE_BUILD_TUS": ""}, timeout=1200)
+    log = full.stdout + full.stderr
+    assert full.returncode == 0, log[-3000:]
+    # the piece's two objects from the cache; the other two kernels and the scheduler compiled here
+    assert _cache_line(log) == (2, 3)
+    assert (tmp_path / "site" / FLASH_ATTN_3.module / fa3.EXTENSION).is_file()
+
+
+def test_a_refused_compiler_cache_value_names_its_variable(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), "--source-dir", str(tmp_path), "--plan-only"], capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "FAFORGE_COMPILER_CACHE": "sccache"}, timeout=120)
+    assert result.returncode == 2 and "$FAFORGE_COMPILER_CACHE='sccache': expected one of none, ccache" in result.stderr
+    assert "Traceback" not in result.stderr

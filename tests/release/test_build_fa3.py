@@ -87,7 +87,7 @@ def test_an_unknown_id_or_a_part_of_an_fa3_package_is_bad_input_that_says_where_
     known = next(iter(jobs))
     for args, says in (([known.replace("sm80_90a", "sm90")], f"{known.replace('sm80_90a', 'sm90')}: no flash-attn-3 package of the matrix"),
                        ([f"flash-attn-3/{known}"], f"'flash-attn-3/{known}' is not a cell id"),
-                       ([known, "--part", "cell"], f"--part cell: {known} is a flash-attn-3 package, built whole in one job")):
+                       ([known, "--part", "cell"], f"--part cell: {known} is a flash-attn-3 package without such a piece")):
         result = run(env, "build", *args, "--output-dir", str(output))
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert says in result.stderr

@@ -12,12 +12,14 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from faforge import fa3_backend
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
 from faforge.matrix import load_matrix
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
-from faforge.release.plan import FA3_STAGE, STAGES, fa3_part, make_plan
+from faforge.commands.plan import fa3_pieces
+from faforge.release.plan import FA3_PIECES_STAGE, FA3_STAGE, STAGES, fa3_parts, make_plan
 from tests.support.http_server import serve_directory
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "plan.json").read_text())
@@ -102,7 +104,7 @@ def jobs_of(data, stage):
 def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(rendered, matrix, repo):
     data = plan_json()
     assert data["to_build"] == [r.cell.id for r in rendered]
-    kernels, links, cells, _ = (jobs_of(data, stage) for stage in STAGES)
+    kernels, links, cells, _, _ = (jobs_of(data, stage) for stage in STAGES)
     # The kernels: 12 cold builds for the whole matrix (issue 15: about 10, one per platform, CUDA and
     # archs, plus CUDA 12.9's second Philox layout on both platforms), each planned once.
     keys = {(r.cell.platform, r.cell.cuda, r.cell.cuda_archs, r.cell.philox_offset_bits) for r in rendered}
@@ -271,7 +273,8 @@ def fa3_record(package: dict, build: str) -> PackageSpec:
 
 def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_matrix_renders(matrix, cost):
     """Issue 25 item 6: FlashAttention-3's packages (one per platform, CUDA and arch list) get their own stage,
-    one whole-package job each, named by the id `faforge matrix --fa3` prints and `faforge build` takes."""
+    one whole-package job each, named by the id `faforge matrix --fa3` prints and `faforge build` takes, after
+    its pieces (see the next test)."""
     data = plan_json()
     listed = json.loads(faforge("matrix", "--fa3", "--json").stdout)
     packages = data[f"{FA3_STAGE}_packages"]
@@ -282,14 +285,42 @@ def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_ma
     assert [j["cell"] for j in jobs] == [p["id"] for p in packages]
     for job, package in zip(jobs, packages):
         fa3 = by_id[job["cell"]]
-        assert job["part"] == "all" and job["timeout-minutes"] == fa3_part(cost, fa3).minutes
+        assert job["part"] == "all" and job["timeout-minutes"] == fa3_parts(cost, fa3, fa3_pieces([fa3], cost)[fa3.id])[-1].minutes
         assert job["package"] == f"{package['name']}-{package['version']}-{package['build_string']}.conda"
         assert job["torch-range"] == f"{fa3.served[0]} {fa3.served[-1]}" and job["cuda"] == fa3.cuda
     # The cells' jobs are what they were; the FA3 jobs add their estimates to the total.
     assert data["estimated_runner_minutes"] == sum(j["timeout-minutes"] for stage in STAGES for j in jobs_of(data, stage))
-    assert sum(j["timeout-minutes"] for j in jobs) == 4 * cost.runner_for("linux-64").job_limit_minutes
     linux64 = json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
     assert [p["id"] for p in linux64[f"{FA3_STAGE}_packages"]] == [p.id for p in matrix.fa3 if p.platform == "linux-64"]
+
+
+def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all_job(matrix, cost):
+    """`faforge bench-build` puts a full FA3 package at about 12 CPU hours, 2 days of one hosted job: each is
+    split as a kernel package is (split_kernels over its timed TU classes) into pieces that fit the runner's
+    job limit and cover every .cu TU once, then its `all` job, which needs them all (`pieces`) and builds the
+    package with their objects in the compiler cache, keyed as its pieces' artifacts are (`kernels`)."""
+    data = plan_json("--platform", "linux-64")
+    limit = cost.runner_for("linux-64").job_limit_minutes
+    pieces, finals = jobs_of(data, FA3_PIECES_STAGE), jobs_of(data, FA3_STAGE)
+    assert [j["cell"] for j in finals] == [p.id for p in matrix.fa3 if p.platform == "linux-64"]
+    estimates = fa3_pieces(list(matrix.fa3), cost)
+    for final in finals:
+        mine = [j for j in pieces if j["cell"] == final["cell"]]
+        assert final["pieces"] == len(mine) == 7 and final["part"] == "all"
+        assert [j["part"] for j in mine] == ["sm90_fwd-1of2", "sm90_fwd-2of2", "sm90_bwd", "sm80_fwd", "sm80_bwd", "combine", "scheduler"]
+        assert all(0 < j["timeout-minutes"] <= limit for j in mine + [final]) and not any(j["pieces"] for j in mine)
+        assert all(j["slug"] == f"{final['kernels']}-{j['part']}" and j["kernels"] == final["kernels"] for j in mine)
+        assert all(j["package"] == final["package"] and j["name"] == f"{final['name']} [{j['part']}]" for j in mine)
+        package = next(p for p in matrix.fa3 if p.id == final["cell"])
+        parts = fa3_parts(cost, package, estimates[package.id])
+        covered = [tu for part in parts for tu in part.tus]
+        cu = [Path(tu).name for tu in fa3_backend.sources(frozenset()) if tu.endswith(".cu")]
+        assert sorted(covered) == sorted(cu), "every .cu TU of a full build in exactly one piece; the glue in the all job"
+    # A package that fits one job stays one `all` job; without an estimate it is one job at the runner's limit.
+    package = matrix.fa3[0]
+    assert [p.name for p in fa3_parts(cost, package, [replace(parts[-1], name="kernels")])] == ["all"]
+    assert fa3_parts(cost, package) == [replace(parts[-1], minutes=limit)]
+    assert STAGES.index(FA3_PIECES_STAGE) == STAGES.index(FA3_STAGE) - 1, "pieces before the all jobs, in `faforge build --plan` too"
 
 
 def test_an_fa3_package_in_the_channel_is_skipped_and_one_from_other_inputs_is_stale(tmp_path):
@@ -313,4 +344,5 @@ def test_an_fa3_package_in_the_channel_is_skipped_and_one_from_other_inputs_is_s
     assert human.returncode == 0, human.stderr
     rows = {line.split()[0]: line for line in human.stdout.splitlines() if line.startswith("linux-64/cu")}
     assert rows[held["id"]].endswith("in the channel") and rows[other["id"]].endswith("to build")
-    assert f"1 {other['name']} packages to build in 1 jobs; 1 already in {channel}" in human.stdout
+    assert f"1 {other['name']} packages to build in 1 jobs, after 7 piece jobs; 1 already in {channel}" in human.stdout
+    assert {j["cell"] for j in jobs_of(data, FA3_PIECES_STAGE)} == {other["id"]}, "no piece of a package the channel holds"

@@ -7,6 +7,7 @@ under node; the fixture fetches it once into the test cache (tests/support/cache
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shutil
@@ -180,12 +181,13 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
 
 
 # The reusable-workflow calls of build.yml per plan stage, in the order they must run.
-STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"), ("flash_attn_3", "flash-attn-3"))
+STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"), ("flash_attn_3_pieces", "flash-attn-3-pieces"),
+              ("flash_attn_3", "flash-attn-3"))
 
 
 def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
     """Kernel packages, then the links of split ones, then the cells that need them (issue 15); the FA3
-    packages (issue 25) need no kernel package, so only the plan, and the GPU gate waits for them too."""
+    packages (issue 25) need no kernel package, only their own pieces, and the GPU gate waits for them too."""
     build = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())
     jobs = build["jobs"]
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
@@ -200,14 +202,18 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
             assert job["with"]["matrix"] == f"${{{{ needs.plan.outputs.{stage}-{i} }}}}"
             assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
             assert "inputs.channel" in job["with"]["channel"]
-    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|flash-attn-3)-\d+", j) and j not in sum(called.values(), [])]
+    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|flash-attn-3|flash-attn-3-pieces)-\d+", j)
+                and j not in sum(called.values(), [])]
     for job_id in called["kernel_links"]:
         assert set(called["kernels"]) <= set(jobs[job_id]["needs"])
     for job_id in called["flash_attn"]:
         assert set(called["kernels"]) | set(called["kernel_links"]) <= set(jobs[job_id]["needs"])
-    assert set(called["flash_attn"]) | set(called["flash_attn_3"]) <= set(jobs["gpu-test"]["needs"])
+    assert set(called["flash_attn"]) | set(called["flash_attn_3_pieces"]) | set(called["flash_attn_3"]) <= set(jobs["gpu-test"]["needs"])
+    for job_id in called["flash_attn_3_pieces"]:
+        assert jobs[job_id]["needs"] == "plan", "an FA3 piece waits for no kernel job"
     for job_id in called["flash_attn_3"]:
-        assert jobs[job_id]["needs"] == "plan", "an FA3 package waits for no kernel job"
+        assert jobs[job_id]["needs"] == ["plan", *called["flash_attn_3_pieces"]], "an FA3 package waits for its pieces, no kernel job"
+        assert jobs[job_id]["if"].startswith("${{ !cancelled() && "), "a failed piece's package still runs (and says which piece is missing)"
 
 
 def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
@@ -309,23 +315,28 @@ def _steps_using(action: str) -> list[tuple[str, str, dict]]:
             for step in job.get("steps", []) if step.get("uses", "").split("@")[0] == action]
 
 
-def _runs_for_part(condition: str | None, part: str) -> bool:
-    """A step's `if:` for one job's matrix.part; the conditions here are ==/!= tests of it joined by && and ||."""
+def _runs_for_part(condition: str | None, part: str, pieces: int = 0) -> bool:
+    """A step's `if:` for one job's matrix.part (and matrix.pieces); the conditions here are ==/!= tests of the
+    part and `matrix.pieces > 0`, joined by && and ||."""
     if condition is None:
         return True
     python = re.sub(r"matrix\.part (==|!=) '([\w-]+)'", lambda m: str((part == m[2]) == (m[1] == "==")), condition)
+    python = python.replace("matrix.pieces > 0", str(pieces > 0))
     python = python.replace("&&", " and ").replace("||", " or ")
     assert re.fullmatch(r"(\s|\(|\)|True|False|and|or)+", python), f"not a plain matrix.part condition: {condition!r}"
     return eval(python)  # noqa: S307 (checked above to be True/False joined by and/or)
 
 
-PARTS = ("fwd-1of4", "bwd-2of4", "kernels", "kernels-link", "cell", "all")
+# (part, pieces) of each kind of plan job: kernel pieces, a whole kernel package, a kernels-link after 4 pieces, a
+# cell, an FA3 package whole in one job, an FA3 piece, and an FA3 package's `all` job after its 7 pieces.
+PARTS = (("fwd-1of4", 0), ("bwd-2of4", 0), ("kernels", 0), ("kernels-link", 4), ("cell", 0), ("all", 0), ("sm90_fwd-1of2", 0), ("all", 7))
 
 
 def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_once():
     """Issue 24 item 5: each piece job saved its own .ccache per run (over 100 entries of hundreds of MB
     against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
-    cache by prefix, and only the job that completes the package saves it, keyed by the package."""
+    cache by prefix, and only the job that completes the package saves it, keyed by the package. A split FA3
+    package's jobs do the same (its pieces, then its `all` job); an FA3 package built in one job has none."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
     assert not [s for s in steps if s.get("uses", "").startswith("actions/cache@") and s["with"]["path"] == ".ccache"], \
         "restore and save are split (actions/cache/restore + actions/cache/save)"
@@ -334,8 +345,17 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     prefix = "ccache-${{ matrix.kernels }}-"
     assert save["with"]["key"] == prefix + "${{ github.run_id }}"
     assert restore["with"]["key"] == save["with"]["key"] and restore["with"]["restore-keys"].strip() == prefix
-    assert {p for p in PARTS if _runs_for_part(restore.get("if"), p)} == {"fwd-1of4", "bwd-2of4", "kernels", "kernels-link"}
-    assert {p for p in PARTS if _runs_for_part(save.get("if"), p)} == {"kernels", "kernels-link"}
+    assert {p for p in PARTS if _runs_for_part(restore.get("if"), *p)} == {
+        ("fwd-1of4", 0), ("bwd-2of4", 0), ("kernels", 0), ("kernels-link", 4), ("sm90_fwd-1of2", 0), ("all", 7)}
+    assert {p for p in PARTS if _runs_for_part(save.get("if"), *p)} == {("kernels", 0), ("kernels-link", 4), ("all", 7)}
+    # the pieces' objects reach the job that completes the package as artifacts, which it merges before building
+    pieces_in = [s for s in steps if s.get("name", "").startswith(("Kernel objects of the pieces", "Every piece arrived"))]
+    assert len(pieces_in) == 2 and all({p for p in PARTS if _runs_for_part(s.get("if"), *p)} == {("kernels-link", 4), ("all", 7)}
+                                       for s in pieces_in)
+    upload = next(s for s in steps if s.get("name", "").startswith("Kernel objects for the kernels-link job"))
+    assert {p for p in PARTS if _runs_for_part(upload.get("if"), *p)} == {("fwd-1of4", 0), ("bwd-2of4", 0), ("sm90_fwd-1of2", 0)}
+    download = next(s for s in steps if s.get("name", "").startswith("Kernel objects of the pieces"))
+    assert download["with"]["pattern"] == "${{ matrix.kernels }}-*" and upload["with"]["name"] == "${{ matrix.slug }}"
     build = next(i for i, s in enumerate(steps) if s.get("name") == "Build")
     assert steps.index(restore) < build < steps.index(save)
 
@@ -472,3 +492,33 @@ def test_every_action_runs_on_node24():
         action, _, version = use.partition("@")
         assert action in FIRST_NODE24_MAJOR, f"{use}: add its first Node 24 major, with the release notes that say so"
         assert int(version.lstrip("v").split(".")[0]) >= FIRST_NODE24_MAJOR[action], f"{use} runs on Node 20, which GitHub's runners no longer have"
+
+
+def test_an_fa3_piece_job_compiles_its_piece_and_hands_its_objects_to_its_package_job(plan_jobs, tmp_path):
+    """A split flash-attn-3 package of the real plan through build-cells.yml's steps: each piece job runs
+    `faforge build ID --part PIECE`, gates and uploads no package, and uploads its compiler cache under a name
+    its package's `all` job downloads; that job refuses to build without every piece, then merges them."""
+    steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
+    final = next(j for j in plan_jobs if j["part"] == "all" and j["pieces"])
+    pieces = [j for j in plan_jobs if j["cell"] == final["cell"] and j["part"] != "all"]
+    assert len(pieces) == final["pieces"] > 1
+    _stand_in(tmp_path / "bin", "faforge")
+    build = next(s for s in steps if s.get("name") == "Build")
+    download = next(s for s in steps if s.get("name", "").startswith("Kernel objects of the pieces"))
+    upload = next(s for s in steps if s.get("name", "").startswith("Kernel objects for the kernels-link job"))
+    gated = [s for s in steps if s.get("name", "").startswith(("CPU gates", "Upload the package", "The oldest and the newest torch"))]
+    for piece in pieces:
+        result = subprocess.run(["bash", "-e", "-c", _expand(build["run"], piece)], cwd=tmp_path, capture_output=True, text=True,
+                                env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
+        assert result.stdout.splitlines() == ["faforge", "build", piece["cell"], "--part", piece["part"], "--output-dir", "output"]
+        assert _runs_for_part(upload["if"], piece["part"], piece["pieces"])
+        assert fnmatch.fnmatchcase(_expand(upload["with"]["name"], piece), _expand(download["with"]["pattern"], final))
+        assert not any(_runs_for_part(s["if"].removeprefix("always() && "), piece["part"], piece["pieces"]) for s in gated)
+        (tmp_path / "pieces" / _expand(upload["with"]["name"], piece) / "a").mkdir(parents=True)
+    assert not fnmatch.fnmatchcase(f"package-{final['slug']}", _expand(download["with"]["pattern"], final))
+    guard = next(s for s in steps if s.get("name", "").startswith("Every piece arrived"))
+    env = {"PATH": "/usr/bin:/bin", **{k: _expand(str(v), final) for k, v in guard["env"].items()}}
+    assert subprocess.run(["bash", "-e", "-c", guard["run"]], cwd=tmp_path, env=env, capture_output=True, text=True).returncode == 0
+    shutil.rmtree(tmp_path / "pieces" / _expand(upload["with"]["name"], pieces[0]))
+    short = subprocess.run(["bash", "-e", "-c", guard["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert short.returncode == 1 and f"{len(pieces) - 1} of {len(pieces)} pieces of {final['kernels']} arrived" in short.stdout

@@ -16,6 +16,8 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from faforge.backend.errors import BuildError
@@ -125,3 +127,17 @@ def setup_ccache(source_dir: Path, nvcc_path: str, prefixes: list[str]) -> str:
     os.environ.update(env)
     log("compiler cache: " + " ".join(f"{k}={v}" for k, v in env.items()) + f" CCACHE_DIR={os.environ.get('CCACHE_DIR', '(ccache default)')}")
     return ccache
+
+
+@contextmanager
+def nvcc_command(use_ccache: bool, source_dir: Path, nvcc_path: str, prefixes: list[str]) -> Iterator[list[str]]:
+    """The nvcc command a ninja file runs: [ccache, nvcc] with --compiler-cache ccache, else [nvcc]. After a
+    successful block, logs the line `faforge build` reads into its summary ("compiler cache: H hits, M misses")."""
+    if not use_ccache:
+        yield [nvcc_path]
+        return
+    ccache = setup_ccache(source_dir, nvcc_path, prefixes)
+    before = ccache_counts(ccache)
+    yield [ccache, nvcc_path]
+    hits, misses = hits_and_misses(before, ccache_counts(ccache))
+    log(f"compiler cache: {hits} hits, {misses} misses")

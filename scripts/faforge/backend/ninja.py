@@ -116,19 +116,15 @@ def build_kernel_library(*, source_dir: Path, build_dir: Path, toolkit: CudaTool
     With `only` (--only-tus), compiles just those into the compiler cache and returns None."""
     out_dir = build_dir / "kernels"
     out_dir.mkdir(parents=True, exist_ok=True)
-    ccache = compiler_cache.setup_ccache(source_dir, toolkit.nvcc, [sys.prefix, toolkit.home]) if use_ccache else None
-    stats_before = compiler_cache.ccache_counts(ccache) if ccache else {}
-    ninja_text = kernel_ninja([*([ccache] if ccache else []), toolkit.nvcc], source_dir, kernels, shim,
-                              [*toolkit.host_flags, *kernel_compile_flags(source_dir, shim, archs, nvcc_threads, philox_bits)],
-                              [*toolkit.host_flags, *kernel_link_flags(shim, toolkit.cudart_dirs(dict(os.environ)))])
-    targets = [object_name(str(source_dir / k)) for k in only] if only else []
-    log(f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} "
-        f"(C++ standard {KERNEL_CXX_STD.replace('c', 'C')}, {philox_bits}-bit Philox offset_intragraph_)")
-    seconds = run_ninja(out_dir, ninja_text, max_jobs, targets, what="the kernel library")
-    log(f"kernel library built in {seconds:.0f}s")
-    if ccache:
-        hits, misses = compiler_cache.hits_and_misses(stats_before, compiler_cache.ccache_counts(ccache))
-        log(f"compiler cache: {hits} hits, {misses} misses")
+    with compiler_cache.nvcc_command(use_ccache, source_dir, toolkit.nvcc, [sys.prefix, toolkit.home]) as nvcc:
+        ninja_text = kernel_ninja(nvcc, source_dir, kernels, shim,
+                                  [*toolkit.host_flags, *kernel_compile_flags(source_dir, shim, archs, nvcc_threads, philox_bits)],
+                                  [*toolkit.host_flags, *kernel_link_flags(shim, toolkit.cudart_dirs(dict(os.environ)))])
+        targets = [object_name(str(source_dir / k)) for k in only] if only else []
+        log(f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} "
+            f"(C++ standard {KERNEL_CXX_STD.replace('c', 'C')}, {philox_bits}-bit Philox offset_intragraph_)")
+        seconds = run_ninja(out_dir, ninja_text, max_jobs, targets, what="the kernel library")
+        log(f"kernel library built in {seconds:.0f}s")
     return None if only else out_dir / KERNEL_LIBRARY
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.commands.plan import fa3_pieces
 from faforge.release.build import CHANNEL_ALIAS_ENV
 from faforge.release.build_run import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
@@ -35,7 +36,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
     parser.add_argument("--part", default="all",
                         help=f"the plan job to build (its `part`: {KERNELS_PART}, a kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
-                             f"{CELL_PART}); default: all, the only part of a {FLASH_ATTN_3.package} package")
+                             f"{CELL_PART}, or a {FLASH_ATTN_3.package} package's piece such as sm90_fwd-1of2); default: all, "
+                             f"a whole cell or {FLASH_ATTN_3.package} package")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
     parser.add_argument("--source", type=Path, metavar="SDIST",
@@ -52,7 +54,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     request = BuildRequest(cells=args.cells, part=args.part, plan=args.plan, output_dir=args.output_dir, log_dir=args.log_dir,
                            source=args.source, channel_alias=args.channel_alias, extra_channel=args.extra_channel)
-    results = run_build(request, progress)
+    results = run_build(request, progress, fa3_pieces=fa3_pieces)
     rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log] for b in results]
     print(format_table(["cell", "part", "status", "time", "compiler cache", "package", "log"], rows))
     failed = [b for b in results if b.status == "failed"]

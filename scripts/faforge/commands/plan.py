@@ -2,8 +2,9 @@
 
 Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three stages run in order
 (faforge.release.plan): kernel packages (whole, or TU pieces when one is too long for a hosted job,
-variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; a
-fourth, one job per FlashAttention-3 package (`faforge matrix --fa3`), needs none of them.
+variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; beside
+them, the TU pieces of each FlashAttention-3 package (`faforge matrix --fa3`) too long for one job, then
+one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.buildcost.fa3).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import sys
 from pathlib import Path
 
 from faforge import atomic, paths, progress
+from faforge.buildcost import fa3, samples
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
-from faforge.release.plan import CELL_STAGE, FA3_STAGE, STAGES
+from faforge.matrix.flash_attn_3 import Fa3Package
+from faforge.release.cost import BuildCost, Part
+from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES
 from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
 
@@ -40,6 +44,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop")
 
 
+def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Part]]:
+    """Each FA3 package's jobs by id, from its timed TU classes (variants/build-measurements.yaml, the model of
+    `faforge bench-build`); none without FA3 samples (each package is then one job at the runner's limit)."""
+    measurements = samples.load()
+    if not measurements.fa3_samples:
+        return {}
+    return {p.id: list(p.jobs) for p in fa3.report(measurements, packages, cost).packages}
+
+
 def execute(args: argparse.Namespace) -> int:
     if args.github_output is not None:  # before the work: a wrong path fails now, not after reading the channel
         paths.output_file(args.github_output, "--github-output")
@@ -49,7 +62,7 @@ def execute(args: argparse.Namespace) -> int:
     channel = None if args.channel is None else channel_url(
         args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
     plan = plan_builds(platform=args.platform, channel=channel, given=args.channel, new_channel_ok=args.new_channel_ok,
-                       max_chunks=args.max_chunks, report=progress)
+                       max_chunks=args.max_chunks, report=progress, fa3_pieces=fa3_pieces)
     data = plan.to_json()
     if args.output:
         with paths.user_path("--output", args.output):
@@ -75,10 +88,11 @@ def execute(args: argparse.Namespace) -> int:
     print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} cell jobs, after {built} kernel packages in "
           f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
-    print(f"{len(plan.fa3_todo)} {FLASH_ATTN_3.package} packages to build in {len(plan.jobs[FA3_STAGE])} jobs; "
-          f"{len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}")
+    print(f"{len(plan.fa3_todo)} {FLASH_ATTN_3.package} packages to build in {len(plan.jobs[FA3_STAGE])} jobs, after "
+          f"{len(plan.jobs[FA3_PIECES_STAGE])} piece jobs; {len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}")
     print(f"estimated runner time: {plan.runner_minutes / 60:.1f} hours ({plan.runner_minutes} minutes: every job's estimate "
-          f"from variants/build-cost.yaml, setup and safety factor included; a {FLASH_ATTN_3.package} package's is the runner's job limit)")
+          f"from variants/build-cost.yaml, setup and safety factor included; a {FLASH_ATTN_3.package} package's from its timed "
+          "TUs, variants/build-measurements.yaml)")
     if plan.stale:
         print(f"{len(plan.stale)} packages in the channel were built from other inputs and are rebuilt: {' '.join(plan.stale)}")
     return EXIT_OK

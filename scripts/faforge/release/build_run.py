@@ -5,7 +5,7 @@ A job is a cell and a part (faforge.release.cost): `kernels`, a kernel piece, `k
 cell's kernel package (once per kernel key in a run) and then its flash-attn, which finds it in the
 output dir: rattler-build indexes its output dir and solves from it as a channel. A cell whose
 kernel package failed is not built. A job may also be an FA3 package (faforge.matrix.flash_attn_3),
-always whole (`all`), from recipes/flash-attn-3 and its platform's generated variant file. The command only parses and prints: progress lines go through
+whole (`all`) or one of its TU pieces, from recipes/flash-attn-3 and its platform's generated variant file. The command only parses and prints: progress lines go through
 the `Reporter` it passes (faforge.progress), so this layer prints nothing itself.
 """
 
@@ -27,7 +27,7 @@ from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
 from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, fa3_recipe, parse_channel_aliases, render_fa3
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
-from faforge.release.plan import FA3_PART, FA3_STAGE, STAGES
+from faforge.release.plan import FA3_PART, FA3_PIECES_STAGE, FA3_STAGE, STAGES, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
 
 # An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
@@ -59,8 +59,8 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
         raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)", hint=PLAN_HINT)
     data = untrusted.parse_json(text, f"--plan {path}", hint=PLAN_HINT)
     try:
-        # A plan of version 2 has no FA3 stage: its other stages make it a plan.
-        if isinstance(data, dict) and all(stage in data for stage in STAGES if stage != FA3_STAGE):
+        # A plan of version 2 has no FA3 stage, one of version 3 no FA3 pieces: their other stages make it a plan.
+        if isinstance(data, dict) and all(stage in data for stage in STAGES if stage not in (FA3_STAGE, FA3_PIECES_STAGE)):
             jobs = [job for stage in STAGES for chunk in data.get(stage, []) for job in chunk["include"]]
         elif isinstance(data, dict) and "include" in data:
             jobs = list(data["include"])
@@ -88,13 +88,18 @@ def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
     )
 
 
-def render_for_part(cell: Cell, part: str, tus: tuple[str, ...], matrix: Matrix, recipe_path: Path) -> RenderedCell:
-    """The output a job builds: the kernel package for `kernels`, `kernels-link` and pieces, else the
-    cell's flash-attn. The recipe reads a piece's TUs at render time (env.get), so set them first."""
+def piece_env(tus: tuple[str, ...]) -> None:
+    """A recipe reads a piece's TUs at render time (env.get), so set them (or clear them) before rendering."""
     if tus:
         os.environ[TUS_ENV] = " ".join(tus)
     else:
         os.environ.pop(TUS_ENV, None)
+
+
+def render_for_part(cell: Cell, part: str, tus: tuple[str, ...], matrix: Matrix, recipe_path: Path) -> RenderedCell:
+    """The output a job builds: the kernel package for `kernels`, `kernels-link` and pieces, else the
+    cell's flash-attn."""
+    piece_env(tus)
     if tus or part in (KERNELS_PART, KERNELS_LINK_PART):
         return render_kernel_output(cell, recipe_path, matrix.variants_dir)
     return render_cells([cell], recipe_path, matrix.variants_dir)[0]
@@ -143,14 +148,29 @@ def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
         raise FaforgeError(f"{shorten(repr(key))} is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1){example}", hint=listed)
 
 
-def fa3_jobs(matrix: Matrix, wanted: list[tuple[str, str]]) -> list[Fa3Package]:
-    """The FA3 packages among the wanted jobs, each once, in order; each is built whole (part all)."""
+def fa3_jobs(matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimator | None) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
+    """The FA3 jobs among the wanted ones, each once, in order: (package, part, the piece's TUs or () for `all`),
+    the pieces as faforge plan split the package (faforge.release.plan.fa3_parts over `estimate`)."""
     by_id = {p.id: p for p in matrix.fa3}
-    for key, part in wanted:
-        if key in by_id and part != FA3_PART:
-            raise FaforgeError(f"--part {part}: {key} is a {FLASH_ATTN_3.package} package, built whole in one job",
-                               hint=f"build it with --part {FA3_PART} (the default); parts name the jobs of a {FLASH_ATTN.package} cell")
-    return [by_id[key] for key in dict.fromkeys(k for k, _ in wanted if k in by_id)]
+    asked = list(dict.fromkeys((key, part) for key, part in wanted if key in by_id))
+    split = [by_id[key] for key, part in asked if part != FA3_PART]
+    cost = load_build_cost() if split else None
+    estimates = estimate(split, cost) if split and estimate else {}
+    jobs = []
+    for key, part in asked:
+        package = by_id[key]
+        if part == FA3_PART:
+            jobs.append((package, part, ()))
+            continue
+        pieces = [p for p in fa3_parts(cost, package, estimates.get(key, ())) if p.tus]
+        piece = next((p for p in pieces if p.name == part), None)
+        if piece is None:
+            raise FaforgeError(
+                f"--part {part}: {key} is a {FLASH_ATTN_3.package} package without such a piece",
+                hint=f"its pieces are {', '.join(p.name for p in pieces)}, then {FA3_PART}" if pieces
+                else f"it fits one job on its runner (variants/build-cost.yaml): --part {FA3_PART} (the default)")
+        jobs.append((package, part, piece.tus))
+    return jobs
 
 
 def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
@@ -163,9 +183,10 @@ def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
     return result
 
 
-def run_build(request: BuildRequest, report: Reporter) -> list[CellBuild]:
+def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator | None = None) -> list[CellBuild]:
     """Check the request, then build its steps in order (the cells' and kernel packages', then the FA3
-    packages'); one failure never stops the others."""
+    packages'); one failure never stops the others. `fa3_pieces` estimates FA3 packages' jobs, as for
+    faforge plan, to find an FA3 piece's TUs."""
     wanted = [(c, request.part) for c in request.cells] + (jobs_from_plan(request.plan) if request.plan else [])
     if not wanted:
         raise FaforgeError("nothing to build", hint=f"name cells (see `faforge matrix`) or {FLASH_ATTN_3.package} packages "
@@ -175,8 +196,8 @@ def run_build(request: BuildRequest, report: Reporter) -> list[CellBuild]:
     extra_channels = [extra_channel(value) for value in request.extra_channel]
     source = SourceOverride.from_sdist(request.source) if request.source else None
     require_known_ids(matrix, [key for key, _ in wanted])
-    fa3 = fa3_jobs(matrix, wanted)
-    fa3_ids = {p.id for p in fa3}
+    fa3 = fa3_jobs(matrix, wanted, fa3_pieces)
+    fa3_ids = {p.id for p, _, _ in fa3}
     wanted = [(key, part) for key, part in wanted if key not in fa3_ids]
     if source and fa3 and wanted:
         raise FaforgeError(f"--source replaces one recipe's source, but these jobs build {FLASH_ATTN.package} cells and "
@@ -211,8 +232,10 @@ def run_build(request: BuildRequest, report: Reporter) -> list[CellBuild]:
             if result.status == "failed" and part == KERNELS_PART:
                 kernel_failed[kernel_key(cell)] = result
             results.append(result)
-        # FlashAttention-3: each package from recipes/flash-attn-3 and its platform's generated variant file.
-        rendered = render_fa3(fa3, fa3_recipe_path, matrix.variants_dir) if fa3 else []
-        for i, r in enumerate(rendered, len(steps) + 1):
-            results.append(_build_step(f"[{i}/{total}] {FLASH_ATTN_3.package} {r.package.id}", r, report, part=FA3_PART, **where))
+        # FlashAttention-3: each package (or piece) from recipes/flash-attn-3 and its platform's generated variant file.
+        for i, (package, part, tus) in enumerate(fa3, len(steps) + 1):
+            piece_env(tus)
+            rendered = render_fa3([package], fa3_recipe_path, matrix.variants_dir)[0]
+            title = f"[{i}/{total}] {FLASH_ATTN_3.package} {package.id}" + ("" if part == FA3_PART else f" [{part}]")
+            results.append(_build_step(title, rendered, report, part=part, tus=tus, **where))
     return results

@@ -3,16 +3,20 @@
 The kernels are built once per kernel package (libflash-attn-kernels, one per platform, CUDA, arch
 list and Philox layout: faforge.matrix.kernels), never per cell; each cell's job then compiles only flash_api.cpp and
 links it against its kernel package, which it takes from this run's artifacts or from the channel.
-So a plan has four stages, each a list of chunks; the first three run one after the other:
+So a plan has five stages, each a list of chunks; the first three run one after the other, and so do the last two:
 
 - `kernels`: a whole kernel package per job, or the TU pieces of one too long for a hosted job
   (variants/build-cost.yaml: 6 hours), each filling its compiler cache;
 - `kernel_links`: the final job of each split kernel package, which restores its pieces' caches,
   links the library and packages it;
 - `flash_attn`: one job per cell, making its flash-attn package, after its kernel package exists;
+- `flash_attn_3_pieces`: the TU pieces of each FlashAttention-3 package too long for a hosted job, each
+  filling the package's compiler cache, as a kernel package's pieces do;
 - `flash_attn_3`: one job per FlashAttention-3 package (faforge.matrix.flash_attn_3: one per platform,
   CUDA and arch list, serving a range of torch minors through the stable ABI), built whole from
-  recipes/flash-attn-3 and its generated variant file; it needs no kernel package, so it runs beside the others.
+  recipes/flash-attn-3 and its generated variant file, after its pieces when it has them (then with their
+  objects in the compiler cache, as a kernels-link job); it needs no kernel package, so these two stages
+  run beside the others.
 
 GitHub allows at most 256 jobs per matrix, so each stage comes in chunks of at most
 `max_jobs_per_matrix`. A kernel package is built only when a cell to build needs it and the channel
@@ -25,22 +29,25 @@ was built from other inputs (or another variant): the plan lists it as stale and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KernelPackage, kernel_pin
 from faforge.matrix.render import RenderedCell, build_string_head
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, BuildCost, Part, cell_part, split_kernels
+from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, cell_part, split_kernels
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
-PLAN_VERSION = 3
+# 4: the flash_attn_3_pieces stage (TU pieces of an FA3 package too long for one job) and FA3 jobs' `kernels`.
+PLAN_VERSION = 4
 # The cells' own jobs come after the kernels, in the stage named after the family (the workflows read
 # `flash_attn-N`); FlashAttention-3's packages in theirs (`flash_attn_3-N`).
 CELL_STAGE = FLASH_ATTN.key
 FA3_STAGE = FLASH_ATTN_3.key
-STAGES = ("kernels", "kernel_links", CELL_STAGE, FA3_STAGE)
-# An FA3 package is built whole, in one job: `faforge build ID` (its default part).
+FA3_PIECES_STAGE = f"{FA3_STAGE}_pieces"
+STAGES = ("kernels", "kernel_links", CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE)
+# An FA3 package's own job builds it whole (`faforge build ID`, its default part): alone, or after its pieces.
 FA3_PART = "all"
 
 
@@ -73,15 +80,20 @@ class RenderedFa3:
                 "cuda": p.cuda, "cuda_archs": p.cuda_archs, "served_torch_minors": list(p.served)}
 
 
-# The one place an FA3 package's job and its estimate are decided. Today: the whole package in one job, its
-# estimate (and timeout) the runner's job limit, an upper bound. faforge.buildcost.fa3 estimates a package
-# from timed TUs (`faforge bench-build`: about 6 CPU hours, more than one hosted job) and splits it into TU
-# piece jobs as split_kernels does a kernel package; that needs the FA3 build script and recipe to build a
-# piece (as FAFORGE_BUILD_TUS does for the kernel package) and the estimate passed in from the commands
-# layer (release may not import buildcost: tests/test_layers.py).
-def fa3_part(cost: BuildCost, package: Fa3Package) -> Part:
-    """The one job of an FA3 package: its whole build (`faforge build ID`), with its estimate in minutes."""
-    return Part(name=FA3_PART, tus=(), minutes=cost.runner_for(package.platform).job_limit_minutes)
+# The one place an FA3 package's jobs and their estimates are decided. Its piece jobs come from the commands
+# layer (`pieces`: faforge.buildcost.fa3, whose timed TU classes go through split_kernels, as a kernel package's
+# do; release may not import buildcost: tests/test_layers.py): split_kernels' [kernels] (the package fits one
+# job) or its pieces and kernels-link. Either whole job is this package's `all`. Without an estimate the
+# package is one `all` job timed at the runner's job limit, an upper bound.
+# What the commands layer passes in: each FA3 package's split_kernels jobs by id, given the packages and the cost.
+Fa3Estimator = Callable[[list[Fa3Package], BuildCost], Mapping[str, Sequence[Part]]]
+
+
+def fa3_parts(cost: BuildCost, package: Fa3Package, pieces: Sequence[Part] = ()) -> list[Part]:
+    """An FA3 package's jobs: its TU pieces (`faforge build ID --part PIECE`), then its whole build (`all`)."""
+    if not pieces:
+        return [Part(name=FA3_PART, tus=(), minutes=cost.runner_for(package.platform).job_limit_minutes)]
+    return [Part(name=FA3_PART, tus=(), minutes=p.minutes) if p.name in (KERNELS_PART, KERNELS_LINK_PART) else p for p in pieces]
 
 
 @dataclass(frozen=True)
@@ -189,16 +201,17 @@ def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, 
     }
 
 
-def fa3_job(rendered: RenderedFa3, runner_label: str, cost: BuildCost) -> dict:
-    """An FA3 package's job: the whole package from recipes/flash-attn-3, then its stable-ABI gate against the
-    oldest and the newest torch minor it serves (`torch-range`)."""
+def fa3_job(rendered: RenderedFa3, runner_label: str, part: Part, pieces: int = 0) -> dict:
+    """An FA3 package's job: a piece, or the whole package from recipes/flash-attn-3 then its stable-ABI gate
+    against the oldest and the newest torch minor it serves (`torch-range`). `kernels` keys the package's
+    compiler cache and its pieces' artifacts, as a kernel package's slug does; `pieces` is how many piece
+    artifacts its `all` job must find before it builds."""
     package = rendered.package
-    part = fa3_part(cost, package)
     return {
         "cell": package.id,
         "part": part.name,
         "slug": f"{FLASH_ATTN_3.package}-{job_slug(package.id, part.name)}",
-        "name": f"{FLASH_ATTN_3.package} {package.id}",
+        "name": f"{FLASH_ATTN_3.package} {package.id}" + ("" if part.name == FA3_PART else f" [{part.name}]"),
         "platform": package.platform,
         "runs-on": runner_label,
         "timeout-minutes": part.minutes,
@@ -207,7 +220,8 @@ def fa3_job(rendered: RenderedFa3, runner_label: str, cost: BuildCost) -> dict:
         "cuda": package.cuda,
         "build-string": rendered.build_string,
         "package": package_filename(rendered),
-        "pieces": 0,
+        "kernels": f"{FLASH_ATTN_3.package}-{job_slug(package.id, FA3_PART)}",
+        "pieces": pieces,
         "torch-range": f"{package.served[0]} {package.served[-1]}",
     }
 
@@ -251,7 +265,9 @@ def stale_packages(todo: list[RenderedCell | RenderedFa3], kernels: list[KernelP
 
 
 def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: BuildCost,
-              present: set[tuple[str, str, str, str]], channel: str | None, fa3: list[RenderedFa3] = ()) -> Plan:
+              present: set[tuple[str, str, str, str]], channel: str | None, fa3: list[RenderedFa3] = (),
+              fa3_pieces: Mapping[str, Sequence[Part]] | None = None) -> Plan:
+    """`fa3_pieces`: each FA3 package's split_kernels jobs by id (faforge.buildcost.fa3), see fa3_parts."""
     kernels_of = {cell_id: k for k in kernels for cell_id in k.cell_ids}
     todo, done = [], []
     for r in rendered:
@@ -277,7 +293,14 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
         jobs[CELL_STAGE].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
     fa3_held = frozenset(r.package.id for r in fa3 if (r.name, r.version, r.build_string, r.package.platform) in present)
     fa3_todo = [r for r in fa3 if r.package.id not in fa3_held]
-    jobs[FA3_STAGE] = [fa3_job(r, cost.runner_for(r.package.platform).label, cost) for r in fa3_todo]
+    for r in fa3_todo:
+        runner = cost.runner_for(r.package.platform)
+        parts = fa3_parts(cost, r.package, (fa3_pieces or {}).get(r.package.id, ()))
+        for part in parts:
+            if part.name == FA3_PART:
+                jobs[FA3_STAGE].append(fa3_job(r, runner.label, part, pieces=len(parts) - 1))
+            else:
+                jobs[FA3_PIECES_STAGE].append(fa3_job(r, runner.label, part))
     stale = stale_packages([*todo, *fa3_todo], [k for k in needed if k.key.id not in in_channel], builds, present)
     return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, stale=stale, jobs=jobs,
                 chunk_size=cost.max_jobs_per_matrix, fa3=list(fa3), fa3_in_channel=fa3_held)

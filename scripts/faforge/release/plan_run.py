@@ -18,7 +18,7 @@ from faforge.matrix.render import RenderedCell
 from faforge.matrix.render_cache import selected_cells
 from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
-from faforge.release.plan import STAGES, Plan, RenderedFa3, make_plan, present_keys
+from faforge.release.plan import STAGES, Fa3Estimator, Plan, RenderedFa3, make_plan, present_keys
 from faforge.release.reporter import Reporter
 
 
@@ -56,14 +56,17 @@ def channel_holds(given: str, channel: str, rendered: list[RenderedCell | Render
 
 
 def plan_builds(*, platform: str, channel: str | None, given: str | None, new_channel_ok: bool, max_chunks: int,
-                report: Reporter) -> Plan:
+                report: Reporter, fa3_pieces: Fa3Estimator | None = None) -> Plan:
     """The plan for the platform's cells and FA3 packages (`all` for every one) minus what the channel holds
-    (none: plan every one), refused when a stage needs more chunks than the workflow has jobs for."""
+    (none: plan every one), refused when a stage needs more chunks than the workflow has jobs for.
+    `fa3_pieces` estimates the FA3 packages' jobs (faforge.release.plan.fa3_parts); without it each is one job."""
     matrix = load_matrix()
     rendered = selected_cells(matrix, platform)
     fa3 = render_fa3([p for p in matrix.fa3 if platform in ("all", p.platform)], fa3_recipe(matrix.variants_dir), matrix.variants_dir)
     present = set() if given is None else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
-    plan = make_plan(rendered, matrix.kernels, load_build_cost(), present, given, fa3=fa3)
+    cost = load_build_cost()
+    pieces = fa3_pieces([r.package for r in fa3], cost) if fa3_pieces and fa3 else {}
+    plan = make_plan(rendered, matrix.kernels, cost, present, given, fa3=fa3, fa3_pieces=pieces)
     data = plan.to_json()
     for kind in STAGES:
         if len(data[kind]) > max_chunks:
