@@ -70,6 +70,7 @@ RECIPE_TEST_FILES = (
     "faforge/gpu/reference.py",
     "faforge/gpu/run_suite.py",
     "faforge/gpu/suite_child.py",
+    "faforge/gpu/suite_hooks.py",
     "faforge/gpu/suite/__init__.py",
     "faforge/gpu/suite/cases.py",
     "faforge/gpu/suite/conftest.py",

@@ -6,12 +6,10 @@ from __future__ import annotations
 import pytest
 
 from faforge.gpu.fa3_gate import evaluate
+from faforge.gpu.suite_hooks import check_declaration_kept
 
 pytestmark = pytest.mark.gpu
 
 
 def test_binary_has_what_its_package_declares():
-    gate = evaluate()
-    if gate.extension is None:
-        pytest.skip(gate.reason)
-    assert not gate.defects, "; ".join(gate.defects)
+    check_declaration_kept(evaluate)
