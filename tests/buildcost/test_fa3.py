@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from faforge import fa3_backend
-from faforge.buildcost import fa3, samples
+from faforge.buildcost import fa3, fa3_report, samples
 from faforge.matrix import load_matrix
 from faforge.release.cost import KERNELS_LINK_PART, load_build_cost
 
@@ -27,7 +27,7 @@ def data():
 
 @pytest.fixture(scope="module")
 def report(data):
-    return fa3.report(data, load_matrix().fa3, load_build_cost())
+    return fa3_report.report(data, load_matrix().fa3, load_build_cost())
 
 
 def test_the_data_file_has_fa3_samples_of_full_and_trimmed_builds_for_both_platforms(data):

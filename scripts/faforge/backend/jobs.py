@@ -15,7 +15,6 @@ WORST_CASE_GB_PER_JOB = 6.4 * 1.15
 # nvcc --threads N compiles up to N archs of one TU at once; each extra
 # concurrent arch adds about 0.8 x the single-arch peak again.
 CONCURRENT_ARCH_FACTOR = 0.8
-EXTRA_GB_PER_CONCURRENT_ARCH = CONCURRENT_ARCH_FACTOR * WORST_CASE_GB_PER_JOB
 # Leave room for the linker, ninja and the OS.
 RESERVED_GB = 2.0
 

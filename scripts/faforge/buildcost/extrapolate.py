@@ -113,11 +113,12 @@ class RunnerFit:
     fits: bool
 
 
-def runner_fit(cpus: int, mem_gb: float, n_archs: int, nvcc_threads: int = 1, measured_peak_gb: float = 0.0) -> RunnerFit:
+def runner_fit(cpus: int, mem_gb: float, n_archs: int, nvcc_threads: int = 1, measured_peak_gb: float = 0.0,
+               worst_gb: float = jobs.WORST_CASE_GB_PER_JOB) -> RunnerFit:
     """MAX_JOBS the build script picks with `mem_gb` available, and whether that many worst-case jobs fit."""
-    max_jobs = jobs.derive_max_jobs(mem_gb, cpus, n_archs, nvcc_threads)
+    max_jobs = jobs.derive_max_jobs(mem_gb, cpus, n_archs, nvcc_threads, worst_gb=worst_gb)
     concurrent = max(1, min(nvcc_threads, n_archs))
-    per_job = jobs.WORST_CASE_GB_PER_JOB + (concurrent - 1) * jobs.EXTRA_GB_PER_CONCURRENT_ARCH
+    per_job = worst_gb * (1 + (concurrent - 1) * jobs.CONCURRENT_ARCH_FACTOR)
     budget = max_jobs * per_job
     return RunnerFit(cpus=cpus, mem_gb=mem_gb, n_archs=n_archs, max_jobs=max_jobs, budget_gb=round(budget, 1),
                      measured_peak_gb=round(max_jobs * measured_peak_gb, 1), fits=budget + jobs.RESERVED_GB <= mem_gb)

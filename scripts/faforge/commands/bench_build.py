@@ -20,7 +20,7 @@ from pathlib import Path
 import time
 
 from faforge import paths
-from faforge.buildcost import bench, extrapolate, fa3, samples, split
+from faforge.buildcost import bench, extrapolate, fa3_report, samples, split
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
@@ -124,9 +124,9 @@ def execute(args: argparse.Namespace) -> int:
     report = extrapolate.report(data, runners)
     matrix = load_matrix()
     before_after = split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
-    fa3_report = fa3.report(data, matrix.fa3, load_build_cost()) if data.fa3_samples else None
+    fa3_section = fa3_report.report(data, matrix.fa3, load_build_cost()) if data.fa3_samples else None
     if args.json:
-        extra = ({"kernel_split": before_after.as_json()} if before_after else {}) | ({"fa3": fa3_report.as_json()} if fa3_report else {})
+        extra = ({"kernel_split": before_after.as_json()} if before_after else {}) | ({"fa3": fa3_section.as_json()} if fa3_section else {})
         print(json.dumps({"version": SCHEMA_VERSION, **report.as_json(), **extra}, indent=2))
         return EXIT_OK
     for title, headers, rows in report.tables():
@@ -135,12 +135,12 @@ def execute(args: argparse.Namespace) -> int:
     if before_after:
         print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} once per platform, CUDA, archs and Philox layout)")
         print(format_table(["", "before", "after"], before_after.rows()))
-    if fa3_report:
-        print(f"\n{FLASH_ATTN_3.title}: {fa3_report.tus} TUs a package, model in faforge/buildcost/fa3.py")
-        for title, headers, rows in fa3_report.tables():
+    if fa3_section:
+        print(f"\n{FLASH_ATTN_3.title}: {fa3_section.tus} TUs a package, model in faforge/buildcost/fa3.py")
+        for title, headers, rows in fa3_section.tables():
             print(f"\n{title}")
             print(format_table(headers, rows))
         print()
-        for note in fa3_report.notes():
+        for note in fa3_section.notes():
             print(note)
     return EXIT_OK

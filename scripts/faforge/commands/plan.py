@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from faforge import atomic, paths, progress
-from faforge.buildcost import fa3, samples
+from faforge.buildcost import fa3_report, samples
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK
 from faforge.family import FLASH_ATTN_3
@@ -50,7 +50,7 @@ def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Pa
     measurements = samples.load()
     if not measurements.fa3_samples:
         return {}
-    return {p.id: list(p.jobs) for p in fa3.report(measurements, packages, cost).packages}
+    return {p.id: list(p.jobs) for p in fa3_report.report(measurements, packages, cost).packages}
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ import yaml
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import Cell
+from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
 from faforge.matrix.variants import fa3_variant_config_name, variant_config_path
 
@@ -36,6 +37,35 @@ class RenderedCell:
     recipe: dict
     # py-rattler-build's RenderedVariant, which `faforge build` runs.
     variant: object = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class RenderedFa3:
+    """An FA3 package of the matrix as rattler-build renders it from its generated variant file."""
+
+    package: Fa3Package
+    build_string: str
+    recipe: dict
+    # py-rattler-build's RenderedVariant, which `faforge build` runs.
+    variant: object = field(default=None, compare=False, repr=False)
+
+    @property
+    def cell(self) -> Fa3Package:
+        """What is built, as faforge.release.build reads a RenderedCell's cell: id, platform, cuda, channels."""
+        return self.package
+
+    @property
+    def name(self) -> str:
+        return self.recipe["package"]["name"]
+
+    @property
+    def version(self) -> str:
+        return str(self.recipe["package"]["version"])
+
+    def to_json(self) -> dict:
+        p = self.package
+        return {"id": p.id, "name": self.name, "version": self.version, "build_string": self.build_string, "platform": p.platform,
+                "cuda": p.cuda, "cuda_archs": p.cuda_archs, "served_torch_minors": list(p.served)}
 
 
 # py312_torch2_7_cu129_cxx11abi1_h1a2b3c4_0: what the cell is, then the variant hash and build number.

@@ -22,10 +22,10 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import Cell
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.matrix.render import RenderedCell, render_platform
+from faforge.matrix.render import RenderedCell, RenderedFa3, render_platform
 from faforge.matrix.variants import fa3_variant_config_name
 from faforge.release.package_cache import evict
-from faforge.release.plan import RenderedFa3, job_slug, package_filename
+from faforge.release.plan import job_slug, package_filename
 
 # Split kernel packages (faforge.release.cost). A piece job renders the recipe with this variable
 # holding its TU names; the recipe passes it on (build.script.env: ${{ env.get("FAFORGE_BUILD_TUS", default="") }})

@@ -19,7 +19,7 @@ from pathlib import Path
 from faforge import paths
 from faforge.backend.archs import parse_arch_list
 from faforge.backend.errors import BuildError
-from faforge.backend.jobs import derive_max_jobs
+from faforge.backend.jobs import WORST_CASE_GB_PER_JOB, derive_max_jobs
 from faforge.kernels.tus import default_grid
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
@@ -69,6 +69,8 @@ class BuildCost:
     safety_factor: float
     runners: dict[str, Runner]
     max_jobs_per_matrix: int
+    # Peak GB of one nvcc job at the family's worst TU, which bounds MAX_JOBS (FA3 sets its own).
+    worst_gb_per_job: float = WORST_CASE_GB_PER_JOB
 
     def tus(self, tu_class: str) -> tuple[str, ...]:
         return tuple(tu.name for tu in default_grid() if tu.tu_class == tu_class)
@@ -88,9 +90,9 @@ def sass_archs(cuda_archs: str) -> int:
         raise FaforgeError(f"cuda_archs {cuda_archs!r}: {exc}") from None
 
 
-def parallel_jobs(runner: Runner, n_archs: int) -> int:
+def parallel_jobs(runner: Runner, n_archs: int, worst_gb: float = WORST_CASE_GB_PER_JOB) -> int:
     """nvcc jobs the build script runs at once on this runner (MAX_JOBS derived from memory)."""
-    return derive_max_jobs(runner.memory_gb, runner.cpus, n_archs, 1)
+    return derive_max_jobs(runner.memory_gb, runner.cpus, n_archs, 1, worst_gb=worst_gb)
 
 
 def _minutes(cost: BuildCost, compile_minutes: float, fixed: float) -> int:
@@ -101,7 +103,7 @@ def split_kernels(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]
     """The jobs one kernel package needs on its runner: [kernels], or TU pieces then kernels-link."""
     runner = cost.runner_for(platform)
     n_archs = sass_archs(cuda_archs)
-    jobs = parallel_jobs(runner, n_archs)
+    jobs = parallel_jobs(runner, n_archs, cost.worst_gb_per_job)
     per_tu = {c.name: c.minutes_per_arch * n_archs / jobs for c in cost.classes}
     all_tus = [(c.name, tu) for c in cost.classes for tu in cost.tus(c.name)]
     whole = _minutes(cost, sum(per_tu[c] for c, _ in all_tus), 0)

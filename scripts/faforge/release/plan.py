@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KernelPackage, kernel_pin
-from faforge.matrix.render import RenderedCell, build_string_head
+from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, cell_part, split_kernels
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
@@ -49,35 +49,6 @@ FA3_PIECES_STAGE = f"{FA3_STAGE}_pieces"
 STAGES = ("kernels", "kernel_links", CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE)
 # An FA3 package's own job builds it whole (`faforge build ID`, its default part): alone, or after its pieces.
 FA3_PART = "all"
-
-
-@dataclass(frozen=True)
-class RenderedFa3:
-    """An FA3 package of the matrix as rattler-build renders it from its generated variant file."""
-
-    package: Fa3Package
-    build_string: str
-    recipe: dict
-    # py-rattler-build's RenderedVariant, which `faforge build` runs.
-    variant: object = field(default=None, compare=False, repr=False)
-
-    @property
-    def cell(self) -> Fa3Package:
-        """What is built, as faforge.release.build reads a RenderedCell's cell: id, platform, cuda, channels."""
-        return self.package
-
-    @property
-    def name(self) -> str:
-        return self.recipe["package"]["name"]
-
-    @property
-    def version(self) -> str:
-        return str(self.recipe["package"]["version"])
-
-    def to_json(self) -> dict:
-        p = self.package
-        return {"id": p.id, "name": self.name, "version": self.version, "build_string": self.build_string, "platform": p.platform,
-                "cuda": p.cuda, "cuda_archs": p.cuda_archs, "served_torch_minors": list(p.served)}
 
 
 # The one place an FA3 package's jobs and their estimates are decided. Its piece jobs come from the commands

@@ -14,11 +14,11 @@ from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.releases import PLATFORMS
-from faforge.matrix.render import RenderedCell
+from faforge.matrix.render import RenderedCell, RenderedFa3
 from faforge.matrix.render_cache import selected_cells
 from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
-from faforge.release.plan import STAGES, Fa3Estimator, Plan, RenderedFa3, make_plan, present_keys
+from faforge.release.plan import STAGES, Fa3Estimator, Plan, make_plan, present_keys
 from faforge.release.reporter import Reporter
 
 

@@ -23,7 +23,6 @@ A kernel package (libflash-attn-kernels) has no python and no torch, so its gate
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -34,19 +33,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from faforge import config
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
 from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
-from faforge.channel.repodata import query
-from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError
 from faforge.family import FLASH_ATTN
-from faforge.matrix.kernels import KERNEL_LIBRARY, KERNEL_PACKAGE, KernelPin
-from faforge.packagefile import sha256_of
+from faforge.matrix.kernels import KERNEL_LIBRARY
 from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
-from faforge.release.package import PackageFacts, read_package
-from faforge.wheelfetch import http_get
+from faforge.release.package import PackageFacts
 
 # The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.
 IMPORTS = FLASH_ATTN.imports
@@ -201,7 +195,7 @@ def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path]
               announce: Callable[[str], None] = lambda message: None, *, kernel: PackageFacts | None = None,
               users: tuple[PackageFacts, ...] = ()) -> list[Check]:
     """Run `gates` (abi, import, gpu) on one package; gates without a matching torch are skipped.
-    `kernel` is the kernel package a split flash-attn pins (found by find_kernel_package); for a kernel
+    `kernel` is the kernel package a split flash-attn pins (found by faforge.release.kernel_package.find_kernel_package); for a kernel
     package, `users` are the flash-attn packages of the same call that pin it (its gpu gate runs through them).
     `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     if package.is_kernel_package:
@@ -243,62 +237,3 @@ def kernel_gate(gate: str, package: PackageFacts, users: tuple[PackageFacts, ...
         return Check("gpu", "skipped", f"its GPU code runs only through a {FLASH_ATTN.package} that pins this build; "
                                        "pass one (e.g. from the same output folder) in the same verify call")
     return Check("gpu", "skipped", f"no {FLASH_ATTN.package} pinning it can run here: " + "; ".join(reasons))
-
-
-def pins_kernel(flash_attn: PackageFacts, kernel: PackageFacts) -> bool:
-    """Whether `flash_attn` requires exactly this kernel build (name, version, build, platform)."""
-    pin = flash_attn.kernel_pin
-    return (pin is not None and kernel.is_kernel_package and flash_attn.subdir == kernel.subdir
-            and (kernel.version, kernel.build) == (pin.version, pin.build))
-
-
-def find_kernel_package(package: PackageFacts, given: list[PackageFacts], channel: str | None = None) -> PackageFacts | None:
-    """The kernel package a split flash-attn pins: among `given` (this call's packages), else beside it
-    by its exact file name, else fetched from `channel` (one published before). None when it pins none;
-    FaforgeError (exit 2) when it is nowhere."""
-    pin = package.kernel_pin
-    if pin is None:
-        return None
-    for other in given:
-        if pins_kernel(package, other):
-            return other
-    beside = package.path.parent / pin.filename()
-    where = beside if beside.is_file() else (fetch_kernel_package(pin, package.subdir, channel) if channel else None)
-    if where is not None:
-        found = read_package(where)
-        if pins_kernel(package, found):
-            return found
-        raise FaforgeError(f"{package.filename}: {where} is named as its kernel package {pin}, but its metadata says "
-                           f"{found.name} {found.version} {found.build} ({found.subdir})", hint="rebuild or re-download the kernel package")
-    raise FaforgeError(f"{package.filename}: needs its kernel package {pin}, but {pin.filename()} is neither among the "
-                       f"packages given nor beside it in {package.path.parent}",
-                       hint=f"pass it too: faforge verify {package.path} path/to/{pin.filename()} (its kernel job's package), "
-                            "or --kernel-channel URL where it was published")
-
-
-def fetch_kernel_package(pin: KernelPin, subdir: str, channel: str) -> Path:
-    """The pinned kernel package from `channel`'s repodata record, downloaded into faforge's cache (kept
-    while its sha256 matches the record's): a cell's job whose kernel package an earlier run published."""
-    record = next((r for r in query(channel, [KERNEL_PACKAGE], [subdir])
-                   if (str(r.version), str(r.build), str(r.subdir)) == (pin.version, pin.build, subdir)), None)
-    if record is None:
-        raise FaforgeError(f"--kernel-channel {channel}: holds no {pin} for {subdir}",
-                           hint="name the channel its kernel job published to, or pass the kernel package itself")
-    if record.sha256 is None:
-        remote = str(channel).startswith(("http://", "https://"))  # a local channel's index is bad input, as for any local file
-        raise FaforgeError(f"--kernel-channel {channel}: its record of {record.file_name} has no sha256, so a download cannot be checked",
-                           input=channel, hint="re-index the channel (`faforge index`), or pass the kernel package itself",
-                           exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT)
-    sha256 = record.sha256.hex()
-    target = config.cache_dir() / "kernel-packages" / subdir / pin.filename()
-    if target.is_file() and sha256_of(target) == sha256:
-        return target
-    data = http_get(str(record.url), kind="package")  # a failure is a RemoteError naming the URL
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise RemoteError(f"--kernel-channel {channel}: {record.url} does not have the sha256 its repodata says ({sha256[:12]}…)",
-                          hint="the channel changed during the download, or its index is stale: re-index it, then retry")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    partial.write_bytes(data)
-    partial.replace(target)
-    return target

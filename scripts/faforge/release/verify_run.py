@@ -16,7 +16,8 @@ from pathlib import Path
 from faforge.release.manifest import GateResult, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
-from faforge.release.verify import find_kernel_package, pins_kernel, run_gates
+from faforge.release.kernel_package import find_kernel_package, pins_kernel
+from faforge.release.verify import run_gates
 from faforge.release.verify_foreign import Emulation, foreign_gates, foreign_machine
 from faforge.release.verify_stable import is_stable_abi_package, stable_gates
 
@@ -42,7 +43,7 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
             machine = foreign_machine(package)
             if is_stable_abi_package(package):  # one binary for a torch range: its own gates, on any machine
-                checks = stable_gates(package, gates, against, emulation)
+                checks = stable_gates(package, gates, against, emulation, announce=report.say)
             elif machine:
                 checks = foreign_gates(package, machine, gates, against, kernel, emulation)
             else:
