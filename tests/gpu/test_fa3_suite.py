@@ -107,3 +107,35 @@ def test_kernels_of_real_full_feature_objects_map_to_the_tu_they_were_compiled_f
     full = fa3_backend.sources(frozenset())
     wrong = {tu: sorted({fa3_kernels.tu_of_kernel(k, full) for k in names} - {tu}) for tu, names in fixture["kernels"].items()}
     assert sum(map(len, fixture["kernels"].values())) > 200 and not any(wrong.values()), wrong
+
+
+@pytest.mark.parametrize("content, says", [
+    ("fifo", "not a regular"),
+    ("huge", "more than"),
+    ("CONFIG = []\n", "not a dict"),
+    ("CONFIG = {'tus': 'flash_api_stable.cpp', 'gpu_archs': [], 'build_flags': {}}\n", "tus"),
+    ("CONFIG = " + "[" * 5000 + "]" * 5000 + "\n", "unreadable declaration"),
+    ("CONFIG = {'tus': [], 'gpu_archs': [], 'build_flags': {}, 'x': __import__('os').system('false')}\n", "unreadable declaration"),
+    ("\udcff", "not UTF-8"),
+], ids=["fifo", "huge", "not-a-dict", "tus-a-string", "deep", "code", "not-utf8"])
+def test_a_hostile_declaration_is_a_defect_never_a_hang_a_crash_or_code_run(site, tmp_path, content, says):
+    """flash_attn_config.py is a file the package brought: read bounded, as a literal, its shape checked."""
+    import os  # noqa: PLC0415
+
+    config = tmp_path / "flash_attn_config.py"
+    if content == "fifo":
+        os.mkfifo(config)
+    elif content == "huge":
+        config.write_bytes(b"#" * (17 << 20))
+    else:
+        config.write_bytes(content.encode("utf-8", "surrogateescape"))
+    gate = fa3_gate.judge(found(site, (9, 0)), config)
+    assert gate.defects and says in gate.defects[0], gate.defects
+
+
+@pytest.mark.parametrize("data", [b"", b"garbage" * 10], ids=["empty", "not-elf"])
+def test_an_extension_that_is_no_shared_library_is_a_defect(site, tmp_path, data):
+    extension = tmp_path / "_C.abi3.so"
+    extension.write_bytes(data)
+    gate = fa3_gate.judge(dict(found(site, (9, 0)), extension=str(extension)), site / f"{FLASH_ATTN_3.config_module}.py")
+    assert gate.defects and "ELF" in gate.defects[0], gate.defects

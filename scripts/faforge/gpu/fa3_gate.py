@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.gpu.compat import JIT, check
 from faforge.gpu.gate import read_embedded_archs
@@ -67,13 +68,32 @@ class Fa3Gate:
         return tuple(self.declared.get("tus", ()))
 
 
+# What a declaration must hold, and of which type (fa3_backend.config_module writes it).
+DECLARED_FIELDS = {"build_flags": dict, "gpu_archs": list, "tus": list}
+
+
 def read_declaration(path: Path) -> dict:
-    """CONFIG of a generated flash_attn_config.py, as a literal: the file is data, never run here."""
-    tree = ast.parse(path.read_text(), str(path))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise ValueError(f"{path}: no CONFIG = {{...}} literal")
+    """CONFIG of a generated flash_attn_config.py, as a literal: the file is data the package brought,
+    read bounded (faforge.untrusted: no FIFO, no device, at most 16 MiB), never run, its shape checked.
+    ValueError (or FaforgeError from the read) names what is wrong."""
+    from faforge.untrusted import read_text  # noqa: PLC0415
+
+    tree = ast.parse(read_text(path, "data", hint="reinstall the package"), str(path))
+    value = next((node.value for node in tree.body if isinstance(node, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in node.targets)), None)
+    if value is None:
+        raise ValueError(f"{path}: no CONFIG = {{...}} literal")
+    try:
+        config = ast.literal_eval(value)
+    except ValueError:
+        raise ValueError(f"{path}: unreadable declaration (CONFIG is not a literal)") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: CONFIG is a {type(config).__name__}, not a dict")
+    wrong = [name for name, kind in DECLARED_FIELDS.items() if not isinstance(config.get(name), kind)
+             or (kind is list and not all(isinstance(item, str) for item in config[name]))]
+    if wrong:
+        raise ValueError(f"{path}: CONFIG's {', '.join(wrong)} missing or not {', '.join(DECLARED_FIELDS[w].__name__ for w in wrong)}")
+    return config
 
 
 def _origin(module: str) -> Path | None:
@@ -112,11 +132,17 @@ def judge(found: dict, config: Path | None) -> Fa3Gate:
         return Fa3Gate(True, where, defects=(f"no {FLASH_ATTN_3.config_module}.py beside {FLASH_ATTN_3.module}: the package does not declare what it contains",), **found)
     try:
         found["declared"] = read_declaration(config)
-    except (OSError, SyntaxError, ValueError) as exc:
-        return Fa3Gate(True, where, defects=(f"{config}: unreadable declaration ({exc})",), **found)
-    gate = Fa3Gate(True, where, **found)
-    defects, notes = list(binary_defects(gate)), []
-    archs = read_embedded_archs(Path(found["extension"]))
+    except FaforgeError as exc:
+        return Fa3Gate(True, where, defects=(exc.message,), **found)
+    except ValueError as exc:
+        return Fa3Gate(True, where, defects=(str(exc),), **found)
+    except (SyntaxError, RecursionError, MemoryError) as exc:  # not Python, or nested past the parser's limits
+        return Fa3Gate(True, where, defects=(f"{config}: unreadable declaration ({type(exc).__name__})",), **found)
+    extension = Path(found["extension"])
+    archs, unreadable = embedded_archs(extension)
+    if unreadable:  # not a shared library at all: the package is broken, whatever this GPU is
+        return Fa3Gate(True, where, defects=(unreadable,), **found)
+    defects, notes = binary_defects(Fa3Gate(True, where, **found), archs), []
     if archs is None:
         return Fa3Gate(True, f"{where}; arch check not done", defects=tuple(defects),
                        notes=("embedded SASS/PTX not read (faforge.abi.fatbin unavailable)",), **found)
@@ -129,12 +155,23 @@ def judge(found: dict, config: Path | None) -> Fa3Gate:
     return Fa3Gate(True, f"{where}; {verdict.message}", defects=tuple(defects), notes=tuple(notes), **found)
 
 
-def binary_defects(gate: Fa3Gate) -> list[str]:
+def embedded_archs(extension: Path) -> tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, str | None]:
+    """((SASS, PTX) or None where faforge.abi is not importable, why the file is no shared library or None)."""
+    try:
+        from faforge.abi.elf_file import ElfError  # noqa: PLC0415  (needs pyelftools; may be absent)
+    except ImportError:
+        return None, None
+    try:
+        return read_embedded_archs(extension), None
+    except ElfError as exc:
+        return None, exc.message
+
+
+def binary_defects(gate: Fa3Gate, archs: tuple[tuple[str, ...], tuple[str, ...]] | None) -> list[str]:
     """What the package declares but its binary lacks: a GPU arch, or any kernel of a declared TU."""
     from faforge.gpu.fa3_kernels import tus_in_binary  # noqa: PLC0415
 
     extension, defects = Path(gate.extension), []
-    archs = read_embedded_archs(extension)
     declared_archs = tuple(gate.declared.get("gpu_archs", ()))
     if archs is not None and declared_archs and set(declared_archs) - set(archs[0]):
         defects.append(f"declares GPU code {', '.join(declared_archs)} but {extension.name} holds {', '.join(archs[0]) or 'none'}")

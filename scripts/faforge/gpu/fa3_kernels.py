@@ -15,6 +15,7 @@ Standard library only (plus faforge.abi.demangle, itself ctypes): the suite runs
 
 from __future__ import annotations
 
+import mmap
 import re
 from pathlib import Path
 
@@ -130,7 +131,8 @@ def registered_kernels(path: Path) -> list[str] | None:
     registers some but no demangler (libstdc++) is loadable here."""
     from faforge.abi.demangle import demangle  # noqa: PLC0415  (ctypes; only when asked)
 
-    mangled = sorted({m.group(1).decode() for m in _REGISTERED.finditer(Path(path).read_bytes())})
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:  # mapped, not read: a full build is large
+        mangled = sorted({m.group(1).decode() for m in _REGISTERED.finditer(data)})
     names = [demangle(m) for m in mangled]
     if mangled and not any(names):
         return None

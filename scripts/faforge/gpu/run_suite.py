@@ -79,6 +79,7 @@ RECIPE_TEST_FILES = (
     "faforge/gpu/suite/test_declaration.py",
     "faforge/gpu/suite/test_dropout.py",
     "faforge/gpu/suite/test_kvcache.py",
+    "faforge/untrusted.py",
     "faforge/kernels/__init__.py",
     "faforge/kernels/tus.py",
 )
@@ -94,7 +95,7 @@ junit_family = xunit2
 """
 
 
-def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None) -> tuple[int, str, str | None]:
+def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None, suite_dir: Path = SUITE_DIR) -> tuple[int, str, str | None]:
     """(exit code, status, reason) from what pytest reported; `stopped` says why the run was cut short."""
     counts = count_outcomes(tests)
     if stopped:
@@ -104,7 +105,7 @@ def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None
     if pytest_exit_code not in (0, 5):  # interrupted, internal error, usage error: nothing trustworthy ran
         return EXIT_PROBLEMS, "failed", f"pytest exited {pytest_exit_code} without a failing test (see its output)"
     if not tests:
-        return EXIT_PROBLEMS, "failed", f"pytest collected no tests from {SUITE_DIR}"
+        return EXIT_PROBLEMS, "failed", f"pytest collected no tests from {suite_dir}"
     if counts["passed"] == 0:
         return EXIT_SKIPPED, "skipped", "; ".join(sorted({t["message"] or "no reason given" for t in tests}))
     return EXIT_OK, "passed", None
@@ -152,7 +153,7 @@ def run(
     if pytest_exit_code == PYTEST_USAGE_ERROR and not tests and not stopped:
         raise FaforgeError("pytest rejected the arguments after `--` (its message is above)", input=" ".join(pytest_args),
                            hint="see `python -m pytest --help`")
-    exit_code, status, reason = verdict(pytest_exit_code, tests, stopped)
+    exit_code, status, reason = verdict(pytest_exit_code, tests, stopped, suite_dir)
     if fa3 and coverage and coverage["never_seen"] and exit_code == EXIT_OK:
         exit_code, status, reason = EXIT_PROBLEMS, "failed", f"declared TUs never launched: {', '.join(coverage['never_seen'])}"
     summary = {

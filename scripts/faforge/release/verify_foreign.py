@@ -17,6 +17,7 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,14 +92,16 @@ def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kern
         return Check("import", "skipped", f"not run: no {machine} Python to import with; name one with --target-python or "
                                           "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)")
     site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
-    how = f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, %.0f s, torch from {site or 'its own site-packages'}"
+    def how(seconds: float) -> str:
+        return f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {seconds:.0f} s, torch from {site or 'its own site-packages'}"
+
     return import_in_prefix((package, kernel) if kernel else (package,), [*emulator.command(python)], site, imports, how, machine)
 
 
 def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site: Path | None, imports: tuple[str, ...],
-                     how: str, machine: str) -> Check:
+                     how: Callable[[float], str], machine: str) -> Check:
     """`python -I` imports `imports` from `packages` extracted into a fresh prefix, with the torch of `site`
-    (None: the Python's own) behind them. `how` says how it ran; its %.0f becomes the seconds taken."""
+    (None: the Python's own) behind them. `how(seconds)` says how it ran."""
     with unpacked(*packages) as prefix:
         own = sorted(str(p) for p in [*prefix.glob("lib/python3*/site-packages"), *prefix.glob("site-packages")])
         command = [*python, "-I", "-c", import_code(imports), *own, *([str(site)] if site else [])]
@@ -107,7 +110,7 @@ def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site
             result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=prefix)
         except subprocess.TimeoutExpired:
             return Check("import", "failed", f"the import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
-    how = how % (time.monotonic() - started)
+    how = how(time.monotonic() - started)
     torch_line = next((line.split()[1] for line in result.stdout.splitlines() if line.startswith(TORCH_IMPORTED)), None)
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
     if torch_line is None:

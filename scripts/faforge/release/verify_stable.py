@@ -18,16 +18,17 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
 from faforge.abi.elf_file import ElfError
 from faforge.abi.stable import check_stable
+from faforge.emulator import is_foreign
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.emulator import is_foreign
 from faforge.release.clean_env import MACHINE_SUBDIRS, Unavailable, cuda_runtime_venv, find_python, pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
@@ -38,25 +39,21 @@ GPU_SUITE_PYTHON = "3.11"
 # torch/_C.cpython-311-x86_64-linux-gnu.so: the CPython a torch site-packages was installed for.
 TORCH_PYTHON = re.compile(r"_C\.cpython-3(\d+)")
 
-# cu130_sm80_90a_faforge_h1a2b3c4_0 -> cu130_sm80_90a: what the recipe's build string starts with.
-BUILD_HEAD = re.compile(r"^(?P<head>cu\d+_sm[0-9a-z_]+?)_faforge(?:_trimmed)?_h[0-9a-f]+_\d+$")
-
 
 def is_stable_abi_package(package: PackageFacts) -> bool:
     return package.name == FLASH_ATTN_3.package
 
 
 def served_package(package: PackageFacts) -> Fa3Package | None:
-    """The matrix's FA3 package this file was built as (platform and build-string head), if any."""
-    match = BUILD_HEAD.match(package.build)
-    if not match:
-        return None
-    return next((p for p in load_matrix().fa3 if p.platform == package.subdir and p.build_string_head == match["head"]), None)
+    """The matrix's FA3 package this file was built as (its id, from platform and build string), if any."""
+    return next((p for p in load_matrix().fa3 if p.id == package.fa3_id), None) if package.fa3_id else None
 
 
-def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = Emulation()) -> list[Check]:
+def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = Emulation(),
+                 announce: Callable[[str], None] = lambda message: None) -> list[Check]:
+    """`announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     run = {"abi": lambda: stable_abi_gate(package, against or []), "import": lambda: stable_import_gate(package, against or [], emulation),
-           "gpu": lambda: stable_gpu_gate(package, against or [])}
+           "gpu": lambda: stable_gpu_gate(package, against or [], announce)}
     return [run[gate]() for gate in gates]
 
 
@@ -94,7 +91,8 @@ def native_import(package: PackageFacts, site: Path, machine: str) -> Check:
         return Check("import", "skipped", f"the torch in {site} is for Python {version}: {exc}")
     if python is None:
         return Check("import", "skipped", f"{site}: no torch/_C.cpython-3*.so, so not a torch this machine can import")
-    return import_in_prefix((package,), [str(python)], site, FLASH_ATTN_3.imports, f"native: {python}, %.0f s, torch from {site}", machine)
+    return import_in_prefix((package,), [str(python)], site, FLASH_ATTN_3.imports,
+                            lambda seconds: f"native: {python}, {seconds:.0f} s, torch from {site}", machine)
 
 
 def combined(gate: str, checks: list[Check]) -> Check:
@@ -105,7 +103,7 @@ def combined(gate: str, checks: list[Check]) -> Check:
     return Check(gate, "passed", "; ".join(c.detail for c in checks))
 
 
-def stable_gpu_gate(package: PackageFacts, against: list[Path], announce=lambda message: None) -> Check:
+def stable_gpu_gate(package: PackageFacts, against: list[Path], announce: Callable[[str], None] = lambda message: None) -> Check:
     """The FA3 GPU suite on this machine's GPU beside the newest --against torch that is a site-packages,
     else beside PyPI's torch of the newest minor it serves (a cached venv, as the other families' gate)."""
     machine = PLATFORM_MACHINES.get(package.subdir, package.subdir)
