@@ -59,10 +59,34 @@ def test_kernel_packages_json_lists_each_once_with_the_cells_that_name_it(matrix
         assert cell["id"] in package["cells"]
         fields = ("platform", "cuda", "cuda_archs", "philox_offset_bits")
         assert [package[f] for f in fields] == [cell[f] for f in fields]
-        assert cell["kernel_package"] == {k: package[k] for k in ("id", "name", "version", "build_string_prefix")}
+        assert cell["kernel_package"] == {k: package[k] for k in ("id", "name", "version", "build_string_prefix", "build_string")}
     assert sum(len(k["cells"]) for k in kernels) == len(matrix_json)
     human = run(["matrix", "--kernels", "--platform", "linux-aarch64"])
     assert human.returncode == 0 and f"{len([k for k in kernels if k['platform'] == 'linux-aarch64'])} kernel packages" in human.stdout
+
+
+def test_kernel_packages_json_names_the_exact_build_every_cell_pins():
+    """Issue 32 item 3: each kernel package names its full build string, hash included, with the file CI
+    builds and the spec its cells pin (as `--fa3 --json` names each FA3 build), not only the prefix up to
+    the hash; and the table prints it. Taken from the cells' own renders, never derived by hand."""
+    cells = json.loads(run(["matrix", "--json"]).stdout)
+    result = run(["matrix", "--kernels", "--json"])
+    assert result.returncode == 0, result.stderr
+    kernels = json.loads(result.stdout)
+    jsonschema.validate(kernels, json.loads(KERNELS_SCHEMA.read_text()))
+    pins: dict[str, set[str]] = {}
+    for cell in cells:
+        pins.setdefault(cell["kernel_package"]["id"], set()).update(
+            r for r in cell["run_requirements"] if r.startswith("libflash-attn-kernels "))
+    human = run(["matrix", "--kernels"]).stdout
+    for package in kernels:
+        build = package["build_string"]
+        assert build.startswith(package["build_string_prefix"]) and build.endswith(f"_{package['build_number']}"), build
+        assert package["spec"] == f"libflash-attn-kernels =={package['version']} {build}"
+        assert pins[package["id"]] == {package["spec"]}, "every cell of the package pins exactly this build"
+        assert package["file"] == f"libflash-attn-kernels-{package['version']}-{build}.conda"
+        assert build in human
+    assert len({k["build_string"] for k in kernels if k["platform"] == "linux-64"}) == len([k for k in kernels if k["platform"] == "linux-64"])
 
 
 def test_matrix_platform_filter(matrix_json):

@@ -4,16 +4,18 @@ exactly one, and no kernel key in two torch worlds (the rule in faforge.matrix.k
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from faforge.errors import DataError
+from faforge.errors import DataError, FaforgeError
 from faforge.kernels.kernel_abi import load_kernel_abi
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import KERNEL_PACKAGE, KernelKey, kernel_key
 from faforge.matrix.render import render_kernel_output, render_platform
+from faforge.matrix.render_cache import selected_cells
 from faforge.matrix.variants import variant_config_path
 from tests.support.tiny_recipe import TINY_SPLIT_RECIPE
 
@@ -173,3 +175,29 @@ def test_variants_readme_lists_every_kernel_key(matrix, repo):
         key = package.key
         row = f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | {len(package.cell_ids)} ("
         assert any(line.startswith(row) for line in rows), row
+
+
+def test_a_kernel_packages_exact_build_is_the_one_its_cells_pin(matrix):
+    """Issue 32 item 3: the full build string (hash included) comes from the cells' renders, never from the
+    prefix; cells of one package that pin different builds, or a build not of the package, are refused."""
+    rendered = selected_cells(matrix, "linux-64")
+    package = next(k for k in matrix.kernels if k.key.id == "linux-64/cu130/sm80_90_100_120ptx/philox64")
+    pin = package.exact_build(rendered)
+    assert pin is not None and package.build_string_matches(pin.build) and pin.version == package.version
+    assert pin.filename() == f"{KERNEL_PACKAGE}-{package.version}-{pin.build}.conda"
+    mine = [r for r in rendered if r.cell.id in package.cell_ids]
+    assert all(pin.spec in r.run_requirements for r in mine)
+
+    def pinning(cell, build: str):
+        return replace(cell, run_requirements=tuple(f"{KERNEL_PACKAGE} =={package.version} {build}" if s == pin.spec else s
+                                                    for s in cell.run_requirements))
+
+    other = package.key.build_string_prefix + "0000000_" + str(package.build_number)
+    with pytest.raises(FaforgeError, match="pin 2 different builds") as caught:
+        package.exact_build([pinning(mine[0], other), *mine[1:]])
+    assert other in str(caught.value) and "torch_version" in caught.value.hint
+    with pytest.raises(FaforgeError, match="not libflash-attn-kernels"):
+        package.exact_build([pinning(r, "cu129_sm80_90_100_120ptx_philox64_h1a2b3c4_0") for r in mine])
+    unpinned = [replace(r, run_requirements=tuple(s for s in r.run_requirements if s != pin.spec)) for r in mine]
+    assert package.exact_build(unpinned) is None, "a recipe whose flash-attn carries its kernels pins none"
+    assert package.as_json(None)["build_string"] is None and package.as_json(pin)["spec"] == pin.spec

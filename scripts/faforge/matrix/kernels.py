@@ -8,7 +8,9 @@ to torch 2.9 and uint64_t from 2.10 (pytorch/pytorch#164515; variants/kernel-abi
 is built for one width (build_flash_attn.py --philox-offset-bits) and that width is part of the key.
 Each cell's flash-attn holds only flash_api.cpp and pins its kernel build exactly. This module is the one place that derives a cell's
 kernel key and the kernel package's name, version and build-string prefix; `faforge matrix`, `plan`,
-`bench-build`, `publish` and `doctor` all use it.
+`bench-build`, `publish` and `doctor` all use it. The full build string, hash included, is never derived
+here: only rattler-build's render knows the hash, so it is read from the pin in the cells' rendered run
+requirements (KernelPackage.exact_build).
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from faforge.errors import DataError
+from faforge.errors import DataError, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import archs_tag
+
+if TYPE_CHECKING:
+    from faforge.matrix.render import RenderedCell
 
 # The names every layer above takes from here (faforge.family spells them).
 KERNEL_PACKAGE = FLASH_ATTN.kernel_package
@@ -72,12 +78,45 @@ class KernelPackage:
         pattern = re.escape(self.key.build_string_prefix) + r"[0-9a-f]{7}_" + str(self.build_number)
         return re.fullmatch(pattern, build_string) is not None
 
-    def as_json(self) -> dict:
+    def pins(self, rendered: list[RenderedCell]) -> set[KernelPin]:
+        """The kernel builds that this package's cells among `rendered` pin exactly (their rendered run
+        requirements): one for the split recipe, none for a recipe whose flash-attn carries its kernels."""
+        return {pin for r in rendered if r.cell.id in self.cell_ids and (pin := kernel_pin(r.run_requirements))}
+
+    def exact_build(self, rendered: list[RenderedCell]) -> KernelPin | None:
+        """The one kernel build this package's cells pin (issue 32: what CI builds, hash included), or None
+        when none of them pins one. Cells that pin different builds, or a build that is not this package's,
+        are an error: CI would build one kernel file per distinct pin, not one per kernel key."""
+        pins = self.pins(rendered)
+        if len(pins) > 1:
+            raise FaforgeError(
+                f"the cells of kernel package {self.key.id} pin {len(pins)} different builds: {', '.join(sorted(map(str, pins)))}",
+                hint=f"the recipe's {self.name} output reads a variant value that differs among the cells of one kernel key "
+                     "(a context entry computed from torch_version or python, say); it may read only CUDA, archs, the "
+                     "Philox width, the compilers and kernel_inputs",
+            )
+        if not pins:
+            return None
+        pin = pins.pop()
+        if pin.version != self.version or not self.build_string_matches(pin.build):
+            raise FaforgeError(
+                f"the cells of kernel package {self.key.id} pin {pin}, not {self.name} {self.version} "
+                f"{self.key.build_string_prefix}<hash>_{self.build_number}",
+                hint="the recipe's kernel output must take the matrix's flash-attn version, build number and the build "
+                     "string cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>; run `faforge generate` if variants/ is stale",
+            )
+        return pin
+
+    def as_json(self, pin: KernelPin | None = None) -> dict:
+        """`pin`: the exact build its cells pin (exact_build); its build string, file and spec are null without one."""
         return {
             "id": self.key.id,
             "name": self.name,
             "version": self.version,
             "build_string_prefix": self.key.build_string_prefix,
+            "build_string": pin.build if pin else None,
+            "file": pin.filename() if pin else None,
+            "spec": pin.spec if pin else None,
             "build_number": self.build_number,
             "platform": self.key.platform,
             "cuda": self.key.cuda,
@@ -151,6 +190,11 @@ class KernelPin:
 
     def __str__(self) -> str:
         return f"{KERNEL_PACKAGE} {self.version} {self.build}"
+
+    @property
+    def spec(self) -> str:
+        """The match spec as a flash-attn's run requirements carry it (rattler-build's exact pin_subpackage)."""
+        return f"{KERNEL_PACKAGE} =={self.version} {self.build}"
 
     def filename(self) -> str:
         return f"{KERNEL_PACKAGE}-{self.version}-{self.build}.conda"
