@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.matrix.kernels import KernelPackage, kernel_pin
+from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, cell_part, split_kernels
 
@@ -205,8 +205,8 @@ def present_keys(records) -> set[tuple[str, str, str, str]]:
 def kernel_build(kernels: KernelPackage, todo: list[RenderedCell]) -> str | None:
     """The kernel build the package's cells pin exactly (their rendered run requirements), or None for
     a recipe whose flash-attn pins none."""
-    pins = {pin.build for r in todo if r.cell.id in kernels.cell_ids and (pin := kernel_pin(r.run_requirements))}
-    return pins.pop() if len(pins) == 1 else None
+    pins = kernels.pins(todo)
+    return pins.pop().build if len(pins) == 1 else None
 
 
 def _held(name: str, version: str, subdir: str, present: set[tuple[str, str, str, str]]) -> set[str]:
