@@ -2,7 +2,12 @@
 
 The first part of a request's path picks the misbehaviour, for every request under it:
   /hang/...      accept, read the request, never answer
+  /silent/...    accept, and never read or send a byte
   /drip/...      200 with Content-Length 100000, then one byte a second
+  /drip10/...    the same, one byte every 10 s (slower than a short FAFORGE_HTTP_TIMEOUT allows one read)
+  /probed/...    404 at once to a HEAD or to a request with a Range header (faforge's probes of a
+                 channel or an upload server), silence after reading any other (a server that stalls
+                 once the probe has passed)
   /loop/...      302 to the same URL, forever
   /reset/...     close the connection with a TCP reset
   /bomb/...      200, Content-Encoding: gzip, 256 MiB of zeros in ~1 MB
@@ -31,6 +36,7 @@ from tests.support.http_server import free_port, serve_process
 FOREVER_S = 3600
 PACKAGES = (".conda", ".tar.bz2")
 MAX_BODY = 64 << 20  # read at most this much of an upload
+DRIP10_S = 10  # issue 32: "a 1-byte-per-10-s drip"
 
 
 BOMB_MIB = 256  # four times the largest body cap faforge reads into memory (64 MiB)
@@ -48,6 +54,8 @@ class Handler(socketserver.BaseRequestHandler):
     bomb: bytes = b""
 
     def handle(self):
+        if self.silent():
+            return
         request = b""
         with contextlib.suppress(OSError):
             while b"\r\n\r\n" not in request:
@@ -57,6 +65,8 @@ class Handler(socketserver.BaseRequestHandler):
                 request += data
         self.read_body(request)
         method, path = request.split(b" ", 2)[:2]
+        if path.startswith(b"/probed/"):
+            return self.probed(request)
         path = path.decode()
         mode, _, rest = path.lstrip("/").partition("/")
         if mode.startswith("files-"):
@@ -66,6 +76,24 @@ class Handler(socketserver.BaseRequestHandler):
             mode = mode.removeprefix("files-")
         with contextlib.suppress(OSError):
             getattr(self, f"mode_{mode}", self.mode_ok)(path)
+
+    def silent(self) -> bool:
+        """/silent/: the request is peeked at, never read; the connection stays open and gets no byte."""
+        try:
+            start = self.request.recv(4096, socket.MSG_PEEK)  # a request line arrives whole on loopback
+        except OSError:
+            return False
+        if b" /silent/" not in start.split(b"\r\n", 1)[0]:
+            return False
+        time.sleep(FOREVER_S)
+        return True
+
+    def probed(self, request: bytes) -> None:
+        if request.startswith(b"HEAD ") or b"\r\nrange:" in request.partition(b"\r\n\r\n")[0].lower():
+            with contextlib.suppress(OSError):
+                self.send("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close")
+            return
+        time.sleep(FOREVER_S)
 
     def read_body(self, request: bytes) -> None:
         """Read the request's body (an upload) before answering, as a real server does: answering first
@@ -97,11 +125,20 @@ class Handler(socketserver.BaseRequestHandler):
     def mode_hang(self, path):
         time.sleep(FOREVER_S)
 
+    def mode_silent(self, path):  # under /files-silent/, where the request is read to tell a package from the index
+        time.sleep(FOREVER_S)
+
     def mode_drip(self, path):
         self.send("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close")
         for _ in range(FOREVER_S):
             self.request.sendall(b"{")
             time.sleep(1)
+
+    def mode_drip10(self, path):
+        self.send("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close")
+        for _ in range(FOREVER_S // DRIP10_S):
+            self.request.sendall(b"{")
+            time.sleep(DRIP10_S)
 
     def mode_loop(self, path):
         self.send(f"HTTP/1.1 302 Found\r\nLocation: {path}\r\nContent-Length: 0\r\nConnection: close")
