@@ -58,6 +58,11 @@ def host_gxx() -> Toolchain | None:
     return Toolchain(found, "x86_64") if found else None
 
 
+# Where Debian's g++-aarch64-linux-gnu keeps the target's libc and libstdc++: the sysroot a check of an
+# aarch64 binary names with --library-dir (this machine's own are x86_64).
+AARCH64_SYSROOT_LIB = Path("/usr/aarch64-linux-gnu/lib")
+
+
 def aarch64_gxx() -> Toolchain | None:
     found = shutil.which("aarch64-linux-gnu-g++")
     return Toolchain(found, "aarch64") if found else None

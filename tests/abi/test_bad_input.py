@@ -116,7 +116,7 @@ def test_fuzz_mutated_elf_never_crashes(good, capsys):
                     code = cli.main(["check-abi", str(path), "--against", str(lib)])
             finally:
                 signal.alarm(0)
-        assert code in (0, 1, 2)
+        assert code in (0, 1, 2, 3)  # 3: a mangled DT_NEEDED names a library found nowhere (cannot tell)
         exits[code] += 1
 
     run()

@@ -108,12 +108,31 @@ def test_split_glue_kernel_library_in_a_kernel_package_is_checked(gxx, site, tmp
         assert result.returncode == 1 and "libflash_attn_kernels.so" in result.stdout
 
 
-def test_helper_that_is_not_found_stays_unverified(gxx, site, tmp_path):
-    """Without the RUNPATH the helper is nowhere: unverified (the loader fails on the missing file)."""
+@pytest.mark.parametrize("missing", [True, False])
+def test_a_helper_in_the_package_without_runpath_is_checked_as_loaded_first(gxx, site, tmp_path, missing):
+    """Issue 32: no RUNPATH finds pkg/lib/libhelper.so, so the bare loader cannot load the module; a package
+    that ships it so loads it itself first (as torchaudio does), and the gate judges that load."""
     site_dir, torch_lib = site
-    ext, _ = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=True, runpath="")
+    ext, helper = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=missing, runpath="")
+    first = [torch_lib / "libc10.so", torch_lib / "libc10_cuda.so"]
+    assert real_load(ext, first)[0] is False  # the bare loader
     verdict = check_path(ext, [site_dir])
-    assert verdict.ok and [u.name for u in verdict.modules[0].unverified_libraries] == ["libhelper.so"]
+    loaded, error = real_load(ext, [*first, helper])  # as the package loads
+    assert verdict.ok == loaded, (verdict.modules[0].problems, error)
+    assert [(lib.name, lib.beside_module) for lib in verdict.modules[0].libraries if lib.name == "libhelper.so"] == [("libhelper.so", True)]
+    assert [p.imported_by for p in verdict.modules[0].problems] == ([str(helper)] if missing else [])
+
+
+def test_a_helper_found_nowhere_cannot_be_told(gxx, site, tmp_path):
+    """Not beside the module either: the loader fails on the missing file, and what the helper imports is
+    unknown, so the verdict is "cannot tell" (check-abi exit 3), never OK (issue 32)."""
+    site_dir, torch_lib = site
+    ext, _ = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=True, runpath="", helper_dir=tmp_path / "elsewhere")
+    verdict = check_path(ext, [site_dir])
+    assert (verdict.verdict, verdict.ok) == ("cannot-tell", False)
+    assert [u.name for u in verdict.modules[0].undecided] == ["libhelper.so"]
+    result = run_faforge("check-abi", ext, "--against", site_dir, "--json")
+    assert result.returncode == 3 and validate(json.loads(result.stdout))["verdict"] == "cannot-tell"
 
 
 # -- a folder reached through a directory symlink: $ORIGIN/.. is resolved physically ----------------
@@ -192,11 +211,12 @@ LOAD_AFTER_IMPORT_TORCH = "import ctypes, os, sys, torch\ntry:\n    ctypes.CDLL(
 
 def ipex_site() -> Path:
     from faforge.wheelfetch import RemoteZip  # noqa: PLC0415
-    from tests.abi.test_real_binaries import CACHE, _listed, _write  # noqa: PLC0415
+    from tests.abi.test_real_binaries import CACHE, _write  # noqa: PLC0415
+    from tests.support.pinned_wheels import listed  # noqa: PLC0415
     site = CACHE / "ipex-2.8.0" / "site-packages"
     done = site / ".complete"
     if not done.exists():
-        wheel = RemoteZip(_listed("intel-extension-for-pytorch", IPEX_WHEEL, IPEX_SHA256).url)
+        wheel = RemoteZip(listed("intel-extension-for-pytorch", IPEX_WHEEL, IPEX_SHA256).url)
         for member in (IPEX_MODULE, *IPEX_HELPERS):
             _write(site / member, wheel.read(member))
         done.write_text(IPEX_SHA256 + "\n")

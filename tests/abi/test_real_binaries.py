@@ -20,14 +20,11 @@ the torch 2.14.1 venv is shared with the other real-torch tests.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +33,9 @@ import pytest
 from faforge.doctor.torch_symbols import built_for
 from faforge.doctor.torch_symbols_file import default_table
 from faforge.versions import vtuple
-from faforge.wheelfetch import FetchError, RemoteZip, http_get, list_files
+from faforge.wheelfetch import RemoteZip
 from tests.support.cache import cache_dir
+from tests.support.pinned_wheels import listed, unpacked_wheel
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 pytestmark = [pytest.mark.slow,
@@ -114,32 +112,9 @@ LOAD_AFTER_TORCH = "import ctypes, os, sys, torch\ntry:\n    ctypes.CDLL(sys.arg
 # -- fetching -----------------------------------------------------------------------------------
 
 
-def _listed(project: str, wheel: str, sha256: str):
-    try:
-        files = {f.filename: f for f in list_files(project)}
-    except FetchError as exc:
-        pytest.skip(f"PyPI's Simple API is not reachable ({exc}) and {wheel} is not cached")
-    remote = files[wheel]
-    assert remote.sha256 == sha256, f"{wheel}: PyPI lists sha256 {remote.sha256}, pinned {sha256}"
-    return remote
-
-
 def binary_wheel(binary: Binary) -> Path:
     """The whole wheel, sha256-checked, unpacked into CACHE/wheels/<wheel>/ (its site-packages layout)."""
-    folder = CACHE / "wheels" / binary.wheel
-    done = folder / ".complete"
-    if not done.exists():
-        data = http_get(_listed(binary.project, binary.wheel, binary.sha256).url)
-        assert hashlib.sha256(data).hexdigest() == binary.sha256, binary.wheel
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        archive = folder.with_suffix(".part")
-        archive.write_bytes(data)
-        with zipfile.ZipFile(archive) as zf:
-            zf.extractall(folder)
-        archive.unlink()
-        done.write_text(binary.sha256 + "\n")
-    return folder
+    return unpacked_wheel(binary.project, binary.wheel, binary.sha256, CACHE / "wheels")
 
 
 def torch_site(version: str) -> Path:
@@ -149,11 +124,11 @@ def torch_site(version: str) -> Path:
     done, marker = site / ".complete", f"{spec.wheel}: {', '.join(TORCH_LIBS)}, bundled libgomp\n"
     if not done.exists() or done.read_text() != marker:
         shutil.rmtree(site, ignore_errors=True)
-        torch = RemoteZip(_listed("torch", spec.wheel, spec.sha256).url)
+        torch = RemoteZip(listed("torch", spec.wheel, spec.sha256).url)
         bundled = sorted(m for m in torch.members if re.fullmatch(r"torch/lib/libgomp[^/]*\.so[.0-9]*", m))
         for member in ["torch/version.py", *(f"torch/lib/{lib}" for lib in TORCH_LIBS), *bundled]:
             _write(site / member, torch.read(member))
-        cudart = RemoteZip(_listed("nvidia-cuda-runtime-cu12", spec.cudart_wheel, spec.cudart_sha256).url)
+        cudart = RemoteZip(listed("nvidia-cuda-runtime-cu12", spec.cudart_wheel, spec.cudart_sha256).url)
         member = "nvidia/cuda_runtime/lib/libcudart.so.12"
         _write(site / member, cudart.read(member))
         done.write_text(marker)

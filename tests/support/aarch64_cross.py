@@ -45,14 +45,41 @@ def arm64_torch_site(torch: str = "2.11.0", python: str = "3.11") -> Path:
         if done.is_file():
             return site
         started = time.monotonic()
-        platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-        result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--only-binary=:all:",
-                                 "--python-version", python, *platforms, f"torch=={torch}"], capture_output=True, text=True)
-        if result.returncode != 0:
-            shutil.rmtree(site, ignore_errors=True)
-            raise CrossUnavailable(f"pip could not install the aarch64 torch {torch}: {result.stderr.strip()[-300:]}")
+        # torch alone, then its requirements with their markers read for aarch64 Linux: pip evaluates markers
+        # for this x86_64 machine even under --platform, so torch 2.8.0's `triton==3.4.0; platform_machine ==
+        # "x86_64"` was asked for, and no aarch64 build of it exists.
+        _pip_target(site, python, [f"torch=={torch}", "--no-deps"], f"the aarch64 torch {torch}")
+        requirements = aarch64_requirements(next(site.glob(f"torch-{torch}*.dist-info")) / "METADATA", python)
+        if requirements:
+            _pip_target(site, python, requirements, f"the dependencies of the aarch64 torch {torch}")
         done.write_text(json.dumps({"seconds": round(time.monotonic() - started, 1)}) + "\n")
     return site
+
+
+def aarch64_requirements(metadata: Path, python: str) -> list[str]:
+    """The Requires-Dist lines of a wheel's METADATA that apply on aarch64 Linux CPython `python`, markers dropped."""
+    from packaging.requirements import Requirement  # noqa: PLC0415  (pytest's own dependency)
+
+    environment = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
+                   "python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
+                   "platform_python_implementation": "CPython", "extra": ""}
+    wanted = []
+    for line in metadata.read_text().splitlines():
+        if line.startswith("Requires-Dist:"):
+            requirement = Requirement(line.partition(":")[2].strip())
+            if requirement.marker is None or requirement.marker.evaluate(environment):
+                requirement.marker = None
+                wanted.append(str(requirement))
+    return wanted
+
+
+def _pip_target(site: Path, python: str, requirements: list[str], what: str) -> None:
+    platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--only-binary=:all:",
+                             "--python-version", python, *platforms, *requirements], capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(site, ignore_errors=True)
+        raise CrossUnavailable(f"pip could not install {what}: {result.stderr.strip()[-300:]}")
 
 
 def sbsa_cuda_home(toolkit: Path, cu13: Path) -> Path:

@@ -15,7 +15,7 @@ from faforge.abi.elf_symbols import DynamicSymbols, Symbol
 from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import extension_modules
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
-from faforge.abi.ld_search import system_library_dirs
+from faforge.abi.ld_search import beside_module, system_library_dirs
 from faforge.abi.library import Library
 from faforge.abi.resolve import (Closure, NotFound, environment_dirs, is_torch_library, load_closure, loaded_by_torch,
                                  opened, torch_lib_dirs)
@@ -105,7 +105,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
         return ModuleVerdict(shown_as, declared, (), tuple(arch_problems), (), 0, 0)
 
     torch_load = loaded_by_torch(search_dirs)
-    closure = load_closure(info, search_dirs, torch_load.libraries)
+    closure, beside = _load_as_the_package_does(info, path, search_dirs, torch_load)
     # A split build's kernels live in a library the module itself needs (libflash_attn_kernels.so,
     # issue 15), not in the module: its GPU code is the module's and that of its direct needs that
     # torch did not load.
@@ -113,6 +113,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     declared = replace(declared, gpu=combined([declared.gpu, *(read_gpu_archs(p) for p in own_needs)]))
     problems: list[Problem] = []
     unverified: list[Unverified] = []
+    torch_owned = {lib.path.name for lib in torch_load.libraries.values()}
     # A library found only by reading a $ORIGIN entry's `..` lexically fails the load for certain,
     # whether `import torch` or the module needs it (issue 21).
     misplaced = {(nf.name, nf.misplaced.needer): nf for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
@@ -129,7 +130,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
             problems.append(Problem(classify.MISSING_LIBRARY, None, None, nf.name,
                                     f"{what} {nf.name} (needed by {nf.needed_by}) is {where}"))
         else:
-            unverified.append(Unverified(nf.name, nf.needed_by, f"{where}; its symbols were not checked"))
+            unverified.append(Unverified(nf.name, nf.needed_by, f"{where}; its symbols were not checked",
+                                         by_torch=nf.needed_by in torch_owned))
 
     # ld.so relocates every object this load brings in, not only the module: a helper found through
     # the module's RUNPATH ($ORIGIN/lib) or --library-dir that imports a symbol the torch lacks
@@ -141,9 +143,35 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
         found, _, maybe_unfound = _import_problems(helper_symbols, closure, glibc)
         problems += [replace(p, imported_by=helper) for p in found]
         unresolved_unverified += maybe_unfound
-    libraries = tuple(LoadedLibrary(lib.name, str(lib.path)) for lib in closure.libraries)
+    libraries = tuple(LoadedLibrary(lib.name, str(lib.path), beside_module=id(lib) in beside) for lib in closure.libraries)
     return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
                          unresolved_unverified)
+
+
+def _load_as_the_package_does(info, path: Path, search_dirs: Sequence[Path], torch_load) -> tuple[Closure, set[int]]:
+    """The module's closure after `import torch`, with the libraries its package loads itself first.
+
+    A NEEDED library that the loader finds nowhere (no RUNPATH, not on the search path) but that
+    lies beside the module or in its package's lib/ is one the package loads itself before the module
+    (torchaudio's libtorchaudio.so, torchtext's lib/libtorchtext.so: ctypes.CDLL of the path, then the
+    import, whose DT_NEEDED binds to it by name). It is taken as loaded first, as ld.so reuses an
+    object already loaded under that name, and checked like every library of the load; the ids of
+    those taken are returned, so the report can say where each came from.
+    """
+    taken: dict[str, Library] = {}
+    while True:
+        closure = load_closure(info, search_dirs, {**torch_load.libraries, **taken})
+        new = {}
+        for nf in closure.not_found:
+            found = None if nf.misplaced or nf.is_required else beside_module(nf.name, path, info)
+            if found is not None:
+                new[nf.name] = Library(nf.name, found[0], found[1], nf.needed_by)
+        if not new:
+            return closure, {id(lib) for lib in taken.values()}
+        for name, library in new.items():
+            taken[name] = library
+            if library.info.soname:
+                taken.setdefault(library.info.soname, library)
 
 
 def _misplaced_detail(nf: NotFound) -> str:

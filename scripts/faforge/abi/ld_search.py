@@ -8,6 +8,12 @@ that is a symlink into a store does not find `$ORIGIN/../X` beside the link
 (torch's `$ORIGIN/../../nvidia/*/lib` with torch/lib linked as a whole): a needed
 library found only by reading `..` lexically is `Misplaced`, a definite failure,
 not an unfound library (issue 21).
+
+DT_RPATH is inherited, DT_RUNPATH is not: for a needer without RUNPATH, glibc searches its RPATH and
+then the RPATH of the object that loaded it, and of that object's loader, up the chain (elf/dl-load.c,
+_dl_map_object: `for (l = loader; l; l = l->l_loader)`; an object with a RUNPATH adds no RPATH). PyPI's
+aarch64 torch relies on it: torch.libs/libopenblasp-r0-*.so has no RPATH and needs
+libgfortran-*.so.5.0.0 beside it, found through libtorch_cpu.so's `$ORIGIN/../../torch.libs`.
 """
 
 from __future__ import annotations
@@ -64,13 +70,15 @@ class Misplaced:
     link: Path | None  # the symlinked folder the needer was opened through
 
 
-def find_needed(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path]):
-    """(path, info) of the first compatible file for a DT_NEEDED name, and the incompatible ones seen."""
+def find_needed(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path], loaders: Sequence[ElfInfo] = ()):
+    """(path, info) of the first compatible file for a DT_NEEDED name, and the incompatible ones seen.
+
+    `loaders`: the chain of objects that loaded `needer`, nearest first, whose RPATHs it inherits."""
     if "/" in name:
         candidates = [Path(name) if name.startswith("/") else needer.path.parent / name]
     else:
-        own = needer.runpath or needer.rpath
-        dirs = [*search_dirs, *(_expand(d, needer) for d in own), *system_library_dirs()]
+        dirs = [*search_dirs, *(_expand(d, obj) for obj in own_search_path(needer, loaders) for d in obj.runpath or obj.rpath),
+                *system_library_dirs()]
         candidates = [Path(d) / name for d in dict.fromkeys(dirs) if d is not None]
     wrong = []
     for candidate in candidates:
@@ -81,6 +89,35 @@ def find_needed(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence
             return (candidate, info), wrong
         wrong.append(candidate)
     return None, wrong
+
+
+def package_folders(module: Path) -> list[Path]:
+    """Where a package keeps the libraries it loads itself: the module's folder, and the lib/ of that
+    folder and of each Python package folder above it (torchtext/_torchtext.so: torchtext/lib/)."""
+    folders, folder = [module.parent, module.parent / "lib"], module.parent
+    while (folder / "__init__.py").is_file() and (folder.parent / "__init__.py").is_file():
+        folder = folder.parent
+        folders.append(folder / "lib")
+    return list(dict.fromkeys(folders))
+
+
+def beside_module(name: str, module: Path, root: ElfInfo) -> tuple[Path, ElfInfo] | None:
+    """A library for `name` that no search path finds but that the module's package holds (package_folders)."""
+    if "/" in name:
+        return None
+    for folder in package_folders(module):
+        info = _elf_info(folder / name)
+        if info is not None and info.abi_key == root.abi_key:
+            return folder / name, info
+    return None
+
+
+def own_search_path(needer: ElfInfo, loaders: Sequence[ElfInfo]) -> list[ElfInfo]:
+    """The objects whose RUNPATH or RPATH entries find the needer's libraries, in search order: the
+    needer's RUNPATH alone, or its RPATH and those of its loaders that have no RUNPATH."""
+    if needer.runpath:
+        return [needer]
+    return [obj for obj in (needer, *loaders) if not obj.runpath]
 
 
 def _elf_info(candidate: Path) -> ElfInfo | None:

@@ -13,6 +13,9 @@ from faforge.abi.fatbin import GpuArchs
 from faforge.abi.ld_search import Misplaced
 
 REPORT_VERSION = 1
+# The three verdicts (`verdict` in JSON; check-abi exits 0, 1, 3): a library the load needs that was found
+# nowhere may hold the very imports that fail (torch's among them), so its absence is never an OK.
+OK, PROBLEMS, CANNOT_TELL = "ok", "problems", "cannot-tell"
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,15 @@ class Problem:
 
 @dataclass(frozen=True)
 class Unverified:
-    """A needed library that was not found (and is not torch): its symbols could not be checked."""
+    """A needed library that was not found (and is not torch): its symbols could not be checked.
+
+    One that only torch's own libraries need (`by_torch`) is `import torch`'s business: it loads or
+    fails before the module, so it leaves the module's verdict alone."""
 
     name: str
     needed_by: str
     reason: str
+    by_torch: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class TorchFacts:
 class LoadedLibrary:
     name: str
     path: str | None
+    beside_module: bool = False  # found by no search path; taken from the module's package, loaded first as it loads it
 
 
 @dataclass(frozen=True)
@@ -77,8 +85,17 @@ class ModuleVerdict:
     unresolved_unverified: int  # symbols not found, which the unverified libraries may provide
 
     @property
+    def undecided(self) -> tuple[Unverified, ...]:
+        """The unfound libraries the module's own load needs: while one is missing, its verdict cannot be told."""
+        return tuple(u for u in self.unverified_libraries if not u.by_torch)
+
+    @property
+    def verdict(self) -> str:
+        return PROBLEMS if self.problems else CANNOT_TELL if self.undecided else OK
+
+    @property
     def ok(self) -> bool:
-        return not self.problems
+        return self.verdict == OK
 
 
 @dataclass(frozen=True)
@@ -91,13 +108,19 @@ class Verdict:
     platform: str | None = None
 
     @property
+    def verdict(self) -> str:
+        kinds = {m.verdict for m in self.modules}
+        return PROBLEMS if PROBLEMS in kinds else CANNOT_TELL if CANNOT_TELL in kinds else OK
+
+    @property
     def ok(self) -> bool:
-        return all(m.ok for m in self.modules)
+        return self.verdict == OK
 
     def to_json(self) -> dict:
         return {
             "version": REPORT_VERSION,
             "ok": self.ok,
+            "verdict": self.verdict,
             "extension": self.extension,
             "against": list(self.against),
             "glibc": self.glibc,
@@ -108,7 +131,7 @@ class Verdict:
             },
             "problems": [_problem_json(p, m.path) for m in self.modules for p in m.problems],
             "unverified_libraries": [
-                {"name": u.name, "needed_by": u.needed_by, "reason": u.reason, "module": m.path}
+                {"name": u.name, "needed_by": u.needed_by, "reason": u.reason, "module": m.path, "by_torch": u.by_torch}
                 for m in self.modules for u in m.unverified_libraries
             ],
             "modules": [_module_json(m) for m in self.modules],
@@ -125,12 +148,13 @@ def _module_json(m: ModuleVerdict) -> dict:
     return {
         "path": m.path,
         "ok": m.ok,
+        "verdict": m.verdict,
         "declares": {
             "machine": d.machine, "elf_class": d.elf_class, "cxx11_abi": d.cxx11_abi,
             "gpu": {"sass": list(d.gpu.sass), "ptx": list(d.gpu.ptx)},
             "newest_versions": dict(d.newest_versions),
         },
-        "libraries": [{"name": lib.name, "path": lib.path} for lib in m.libraries],
+        "libraries": [{"name": lib.name, "path": lib.path, "beside_module": lib.beside_module} for lib in m.libraries],
         "interpreter_symbols": m.interpreter_symbols,
         "unresolved_unverified": m.unresolved_unverified,
     }
@@ -145,8 +169,14 @@ def render_text(verdict: Verdict) -> list[str]:
     for module in verdict.modules:
         lines += _module_lines(module)
     count = sum(len(m.problems) for m in verdict.modules)
-    status = "OK" if verdict.ok else f"FAILED ({count} problem{'s' if count != 1 else ''})"
+    missing = sorted({u.name for m in verdict.modules for u in m.undecided})
+    status = {OK: "OK", PROBLEMS: f"FAILED ({count} problem{'s' if count != 1 else ''})",
+              CANNOT_TELL: f"CANNOT TELL (needs {', '.join(missing)}, found nowhere)"}[verdict.verdict]
     lines.append(f"{status}: {verdict.extension} against {', '.join(verdict.against)}")
+    if verdict.verdict == CANNOT_TELL:
+        lines.append(f"  a bare load of the module fails on {', '.join(missing)} (\"cannot open shared object file\"), and what "
+                     "that library imports, torch's symbols among them, was not checked: install it, pass its folder with "
+                     "--library-dir, or check the package as it is installed")
     return lines
 
 
@@ -171,8 +201,13 @@ def _module_lines(module: ModuleVerdict) -> list[str]:
         f"  needs at least: {versions}",
         f"  loads {len(module.libraries)} libraries; {module.interpreter_symbols} symbols come from the Python interpreter",
     ]
+    for lib in module.libraries:
+        if lib.beside_module:
+            lines.append(f"  taken from beside the module: {lib.name} ({lib.path}): no search path finds it, so the package must "
+                         "load it first, as torchaudio's and torchtext's own code do; checked as loaded first")
     for u in module.unverified_libraries:
-        lines.append(f"  unverified: {u.name} (needed by {u.needed_by}): {u.reason}")
+        whose = " (torch's own; `import torch` loads it or fails first)" if u.by_torch else ""
+        lines.append(f"  unverified: {u.name} (needed by {u.needed_by}){whose}: {u.reason}")
     if module.unresolved_unverified:
         lines.append(f"  unverified: {module.unresolved_unverified} symbols are not in the libraries found; "
                      "they may come from the unverified ones")

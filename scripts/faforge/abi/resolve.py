@@ -165,7 +165,7 @@ class Closure:
 def load_closure(root: ElfInfo, search_dirs: Sequence[Path], loaded: Mapping[str, Library] | None = None) -> Closure:
     """Follow DT_NEEDED from `root` breadth first, reusing what is `loaded` already (by needed name
     or SONAME, as ld.so does) and otherwise looking in search_dirs before anything else."""
-    libraries, not_found = _walk([(root, name) for name in root.needed], root, search_dirs, dict(loaded or {}))
+    libraries, not_found = _walk([(root, name, ()) for name in root.needed], root, search_dirs, dict(loaded or {}))
     return Closure(root, tuple(libraries), tuple(not_found))
 
 
@@ -193,7 +193,7 @@ def loaded_by_torch(search_dirs: Sequence[Path]) -> TorchLoad:
     if not roots:
         return TorchLoad({}, ())
     names = _names(roots)
-    found, not_found = _walk([(lib.info, name) for lib in roots for name in lib.info.needed], roots[0].info,
+    found, not_found = _walk([(lib.info, name, ()) for lib in roots for name in lib.info.needed], roots[0].info,
                              search_dirs, dict(names), reuse_roots=False)
     return TorchLoad({**names, **_names(found)}, tuple(not_found))
 
@@ -212,21 +212,22 @@ def _walk(queue_items, root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[
     """The breadth-first DT_NEEDED walk behind load_closure and loaded_by_torch.
 
     With reuse_roots, a library taken from `loaded` joins this closure (it is in the new
-    object's search scope); without, `loaded` only marks what needs no second visit.
+    object's search scope); without, `loaded` only marks what needs no second visit. Each queued
+    name carries its needer's loader chain (nearest first), whose RPATHs the needer inherits.
     """
     libraries: list[Library] = []
     taken: set[int] = set()  # id() of each library in `libraries`
     not_found: list[NotFound] = []
     seen: set[str] = set() if reuse_roots else set(loaded)
     missing: set[str] = set()
-    queue: deque[tuple[ElfInfo, str]] = deque(queue_items)
+    queue: deque[tuple[ElfInfo, str, tuple[ElfInfo, ...]]] = deque(queue_items)
     while queue:
-        needer, name = queue.popleft()
+        needer, name, loaders = queue.popleft()
         if name in seen or name in missing:
             continue
         library = loaded.get(name)
         if library is None:
-            found, wrong = find_needed(name, needer, root, search_dirs)
+            found, wrong = find_needed(name, needer, root, search_dirs, loaders)
             if found is None:
                 missing.add(name)
                 not_found.append(NotFound(name, needer.path.name, tuple(wrong), misplaced(name, needer, root)))
@@ -242,5 +243,5 @@ def _walk(queue_items, root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[
         taken.add(id(library))
         libraries.append(library)
         seen.update(n for n in (name, library.name, library.info.soname) if n)
-        queue.extend((library.info, dep) for dep in library.info.needed)
+        queue.extend((library.info, dep, (needer, *loaders)) for dep in library.info.needed)
     return libraries, not_found

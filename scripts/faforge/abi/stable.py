@@ -22,7 +22,7 @@ from faforge.abi.check import check_path
 from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols, read_info
 from faforge.abi.inputs import extension_modules
-from faforge.abi.report import Verdict, render_text
+from faforge.abi.report import CANNOT_TELL, OK, PROBLEMS, Verdict, render_text
 from faforge.abi.resolve import environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
 
 # The stable C interface's names (shim.h of both folders above).
@@ -48,12 +48,17 @@ class StableVerdict:
     releases: tuple[Verdict, ...]  # the loader check against each torch release, oldest first as given
 
     @property
+    def verdict(self) -> str:
+        kinds = {v.verdict for v in self.releases}
+        return PROBLEMS if self.unstable or PROBLEMS in kinds else CANNOT_TELL if CANNOT_TELL in kinds else OK
+
+    @property
     def ok(self) -> bool:
-        return not self.unstable and all(v.ok for v in self.releases)
+        return self.verdict == OK
 
     def to_json(self) -> dict:
         return {
-            "version": 1, "ok": self.ok, "extension": self.extension,
+            "version": 1, "ok": self.ok, "verdict": self.verdict, "extension": self.extension,
             "unstable_imports": [{"module": u.module, "symbol": u.symbol, "demangled": u.demangled, "library": u.library}
                                  for u in self.unstable],
             "stable_imports": list(self.stable_imports),

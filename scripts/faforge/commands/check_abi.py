@@ -12,7 +12,10 @@ depends on the C++ ABI, optionally only exports matching --exports, and exactly 
 --expect-archs (faforge.kernels.torchfree).
 With --stable-abi, each --against is one torch release: PATH must import from torch only its stable C
 interface (aoti_torch_*, torch_*; faforge.abi.stable) and load on every one of them (FlashAttention-3's claim).
-Exit status: 0 no problems, 1 problems found, 2 bad input.
+A needed library that no search path finds but that lies beside the module, or in its package's lib/, is
+taken as loaded first, as packages such as torchaudio load theirs, and checked like the rest; one found
+nowhere leaves the verdict untold.
+Exit status: 0 no problems, 1 problems found, 2 bad input, 3 cannot tell (a library the load needs was found nowhere).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from pathlib import Path
 
 from faforge import paths
 from faforge.abi.check import PLATFORM_MACHINES, check_path
-from faforge.abi.report import render_text
+from faforge.abi.report import CANNOT_TELL, render_text
 from faforge.abi.stable import check_stable, render_stable_text
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
 from faforge.kernels import torchfree
 
@@ -82,7 +85,9 @@ def execute(args: argparse.Namespace) -> int:
     else:
         print("\n".join(lines))
         print(f"checked in {time.perf_counter() - started:.2f}s")
-    return EXIT_OK if verdict.ok else EXIT_PROBLEMS
+    if verdict.ok:
+        return EXIT_OK
+    return EXIT_SKIPPED if verdict.verdict == CANNOT_TELL else EXIT_PROBLEMS
 
 
 def _torch_free(args: argparse.Namespace, started: float) -> int:

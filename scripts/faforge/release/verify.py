@@ -75,10 +75,14 @@ def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | 
     mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, package.cxx11_abi)]
     problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - package.cxx11_abi} but labelled cxx11abi{package.cxx11_abi}" for path in mislabelled]
     for m in verdict.modules:  # the kernel library: from the kernel package found, else under its exact DT_NEEDED name here
-        for u in (u for u in m.unverified_libraries if FLASH_ATTN.is_kernel_library(u.name)):
-            problems.append(f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked" if kernel
-                            else f"{m.path}: needs {u.name}, which the package does not hold under that name, so the load fails "
-                                 f"(\"cannot open shared object file\")")
+        for u in m.undecided:
+            if not FLASH_ATTN.is_kernel_library(u.name):
+                problems.append(f"{m.path}: needs {u.name}, found nowhere, so the verdict cannot be told (what it imports was not checked)")
+            elif kernel:
+                problems.append(f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked")
+            else:
+                problems.append(f"{m.path}: needs {u.name}, which the package does not hold under that name, so the load fails "
+                                f"(\"cannot open shared object file\")")
     where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}"
     if kernel:
         where += f", with {KERNEL_LIBRARY} from {kernel.filename}"
