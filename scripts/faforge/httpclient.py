@@ -1,11 +1,14 @@
 """The one HTTP client: every request gets a connect timeout, an overall deadline and a body cap.
 
-A socket timeout alone bounds each read, not the request: a server that drips one byte a second
-never trips it. So each request has a watch that shuts its sockets down when the deadline passes,
-whatever the server is doing; redirects are followed at most MAX_REDIRECTS times; a body (after
-gzip/deflate decoding, so a bomb stops at the cap) larger than its kind's cap is refused. Every
-failure is a RemoteError (exit 4) naming the URL. FAFORGE_HTTP_TIMEOUT and FAFORGE_HTTP_DEADLINE
-change the limits (README, "Exit codes, errors and --json").
+A socket timeout bounds the connect and each single read (FAFORGE_HTTP_TIMEOUT), not the request: a
+server that drips one byte a second never trips it. So each request has a watch that shuts its sockets
+down when the deadline passes, whatever the server is doing; redirects are followed at most
+MAX_REDIRECTS times; a body (after gzip/deflate decoding, so a bomb stops at the cap) larger than its
+kind's cap is refused. Every failure is a RemoteError (exit 4) naming the URL. FAFORGE_HTTP_TIMEOUT
+and FAFORGE_HTTP_DEADLINE change the limits (README, "Caps and deadlines").
+
+`probe` is for the clients that cannot honour a single-read timeout (py-rattler's has only a whole-request
+one): it asks the server for a few bytes under these limits first, so a silent server fails in seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ DEFAULT_DEADLINE_S = 600.0  # for the whole request: connect, redirects, headers
 MAX_SECONDS = 24 * 3600.0
 MAX_REDIRECTS = 10
 MIB = 1 << 20
+PROBE_BYTES = 4096  # what probe() reads of a body: more than one read, so a drip slower than the read timeout fails it
 # The most bytes a response body of each kind may have, after decoding.
 BODY_CAPS = {
     "index page": 64 * MIB,  # a PEP 691 JSON or PEP 503 HTML page (PyPI's torch: ~2 MB)
@@ -43,6 +47,10 @@ BODY_CAPS = {
     "status": 1 * MIB,  # an upload server's answer to HEAD or PUT
 }
 USER_AGENT = "faforge"
+
+
+class Stalled(RemoteError):
+    """The server said nothing within the read timeout, or had not finished within the deadline."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,10 @@ def limits() -> Limits:
 
 def deadline_hint() -> str:
     return f"the server is slow, stalled or unreachable: retry later, check the server, or raise {DEADLINE_ENV} (seconds)"
+
+
+def timeout_hint() -> str:
+    return f"the server is stalled or unreachable: retry later, check the server, or raise {TIMEOUT_ENV} (seconds)"
 
 
 class _Watch:
@@ -151,10 +163,11 @@ class Response:
 
 
 def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str] | None = None,
-            data: bytes | None = None, max_bytes: int | None = None) -> Response:
+            data: bytes | None = None, max_bytes: int | None = None, first: int | None = None) -> Response:
     """One HTTP request within limits(): the status, headers and (capped, decoded) body; HTTP errors
     (4xx/5xx) are urllib.error.HTTPError as urlopen raises them, everything else a RemoteError naming the URL.
-    `max_bytes` narrows `kind`'s cap (a range request: the bytes asked for), never widens it."""
+    `max_bytes` narrows `kind`'s cap (a range request: the bytes asked for), never widens it. `first` reads
+    only that many bytes of the body and stops there (a probe; more is no error)."""
     bounds = limits()
     if url.startswith("file://"):  # a local channel's file: read as any file faforge did not write (exit 4: the channel is the remote)
         path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
@@ -167,7 +180,7 @@ def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str]
     watch.timer.start()
     try:
         with _opener(watch).open(req, timeout=min(bounds.connect_s, bounds.deadline_s)) as response:
-            body = _read_capped(response, url, kind, cap, watch) if method != "HEAD" else b""
+            body = _read_capped(response, url, kind, cap, watch, first) if method != "HEAD" else b""
             return Response(response.status, response.headers, body)
     except urllib.error.HTTPError as exc:
         exc.close()  # it holds the response's socket; callers need only its status
@@ -178,14 +191,32 @@ def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str]
         if watch.fired or time.monotonic() - started >= bounds.deadline_s:
             raise _late(url, bounds) from None
         reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, TimeoutError):  # the connect, or one read (the status line, a header, a piece of the body)
+            raise Stalled(f"{url}: no answer within {bounds.connect_s:g} s ({TIMEOUT_ENV}, to connect and for each read)",
+                          input=url, hint=timeout_hint()) from None
         raise RemoteError(f"{url}: no usable answer: {reason or type(exc).__name__}", input=url,
                           hint="check the URL and the network, or run where that server is reachable") from None
     finally:
         watch.timer.cancel()
 
 
-def _late(url: str, bounds: Limits) -> RemoteError:
-    return RemoteError(f"{url}: no complete answer within {bounds.deadline_s:g} s ({DEADLINE_ENV})", input=url, hint=deadline_hint())
+def probe(url: str, *, method: str = "GET") -> None:
+    """Stalled (a RemoteError naming the URL) when the server at `url` is silent: nothing within the read
+    timeout to connect, for the status, or for any read of (GET) the first PROBE_BYTES of the body, asked
+    for with a Range header; or not done within the deadline. For clients that bound a whole request only.
+    Any HTTP status is an answer, and any other failure (refused, reset, TLS) is left to the real client,
+    which may connect where urllib cannot (its own certificates and proxies) and says what it finds."""
+    headers = {"Range": f"bytes=0-{PROBE_BYTES - 1}"} if method == "GET" else {}
+    try:
+        request(url, kind="status", method=method, headers=headers, first=PROBE_BYTES)
+    except Stalled:
+        raise
+    except (urllib.error.HTTPError, RemoteError):
+        pass
+
+
+def _late(url: str, bounds: Limits) -> Stalled:
+    return Stalled(f"{url}: no complete answer within {bounds.deadline_s:g} s ({DEADLINE_ENV})", input=url, hint=deadline_hint())
 
 
 def _too_big(url: str, kind: str, cap: int, what: str) -> RemoteError:
@@ -193,8 +224,14 @@ def _too_big(url: str, kind: str, cap: int, what: str) -> RemoteError:
                        hint="check that the URL names what faforge expects there (a wrong or hostile server?)")
 
 
-def _read_capped(response, url: str, kind: str, cap: int, watch: _Watch) -> bytes:
-    """The body, at most `cap` bytes after decoding; refused early when Content-Length already says more."""
+def _read_capped(response, url: str, kind: str, cap: int, watch: _Watch, first: int | None = None) -> bytes:
+    """The body, at most `cap` bytes after decoding; refused early when Content-Length already says more.
+    With `first`, only the first that many bytes (undecoded), and no more is read."""
+    if first is not None:
+        body = response.read(first)  # each recv under the socket timeout; the watch ends a drip
+        if watch.fired:
+            raise OSError("deadline")
+        return body
     length = response.headers.get("Content-Length", "")
     if length.isdigit() and int(length) > cap and not response.headers.get("Content-Encoding"):
         raise _too_big(url, kind, cap, f"the server announces {int(length):,} bytes")
