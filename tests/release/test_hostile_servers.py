@@ -125,18 +125,20 @@ def test_publish_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_pat
 
 # kind: (--to under the server's base, token variable, options); artifactory with --force skips its HEAD check.
 # Not anaconda: its API paths start with /stage/, not with the mode the hostile server reads from the path;
-# it runs through the same child process as these three.
+# it runs through the same child process as these three. /probed/ answers faforge's HEAD probe, then hangs
+# (a server silent from the start fails at the probe: test_every_url_command_stops_within_the_read_timeout).
 UPLOADS = {
-    "prefix": ("prefix:{base}/hang/my-channel", "PREFIX_API_KEY", ()),
-    "quetz": ("quetz:{base}/hang/my-channel", "QUETZ_API_KEY", ()),
-    "artifactory": ("artifactory:{base}/hang/artifactory/api/conda/my-channel", "ARTIFACTORY_TOKEN", ("--force",)),
+    "prefix": ("prefix:{base}/probed/my-channel", "PREFIX_API_KEY", ()),
+    "quetz": ("quetz:{base}/probed/my-channel", "QUETZ_API_KEY", ()),
+    "artifactory": ("artifactory:{base}/probed/artifactory/api/conda/my-channel", "ARTIFACTORY_TOKEN", ("--force",)),
 }
 
 
 @pytest.mark.parametrize("kind", UPLOADS)
 def test_an_upload_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_path, kind):
     """py-rattler-build's uploads hold the GIL while they wait on the network, so only a child process
-    killed at the deadline bounds them (before, each of these waited forever)."""
+    killed at the deadline bounds them once the server has answered the probe (before, each of these
+    waited forever)."""
     from tests.release.test_publish import package, passed  # noqa: PLC0415
 
     base, _ = served
@@ -165,3 +167,115 @@ def test_a_bad_limit_is_exit_2_naming_the_variable(served):
     base, _ = served
     result, _ = faforge("plan", "--channel", f"{base}/ok/ch", "--platform", "linux-64", env={httpclient.DEADLINE_ENV: "nan"})
     assert result.returncode == 2 and httpclient.DEADLINE_ENV in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------- the single-read timeout (issue 32)
+# Only FAFORGE_HTTP_TIMEOUT is short here: the deadline stays at its default (600 s), so a command that
+# waits for it instead of the read timeout runs into the child's timeout and fails the test.
+READ_TIMEOUT_S = 2
+READ_MARGIN_S = 10  # issue 32: "within the read timeout plus 10 s" (a process's start included)
+READ_CHILD_TIMEOUT_S = 30  # a hang is a failed case, not a 600 s wait
+
+
+def faforge_read_timeout(*args, cwd=None, env=None):
+    """faforge ARGS with the read timeout short and the deadline at its default; (result, seconds)."""
+    environment = {k: v for k, v in os.environ.items() if k != httpclient.DEADLINE_ENV}
+    started = time.monotonic()
+    try:
+        result = subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                                env={**environment, httpclient.TIMEOUT_ENV: str(READ_TIMEOUT_S), **(env or {})},
+                                timeout=READ_CHILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"faforge {' '.join(map(str, args))}: still running after {READ_CHILD_TIMEOUT_S} s "
+                    f"({httpclient.TIMEOUT_ENV}={READ_TIMEOUT_S}, the deadline at its default)")
+    return result, time.monotonic() - started
+
+
+def url_commands(base: str, mode: str, tmp_path) -> dict[str, tuple[list, str, dict]]:
+    """Every command line that reads a URL, each pointed at the hostile server's `mode`:
+    name -> (argv, the URL its error must name, extra environment)."""
+    from tests.release.test_publish import package, passed  # noqa: PLC0415
+
+    project = tmp_path / "project"
+    for name in ("variants", "recipes", "scripts"):
+        if not (project / name).exists():
+            shutil.copytree(REPO / name, project / name)
+    split = split_flash_attn(tmp_path / "split")  # needs its kernel package: verify and publish --channel look for it
+    one = package(tmp_path / "one")  # needs none: a server target holds no channel to find it in
+    passed(tmp_path / "verification", split)
+    passed(tmp_path / "verification", one)
+    ch = f"{base}/{mode}/ch"
+    root = {"FAFORGE_ROOT": str(project)}
+    return {
+        "plan --channel": (["plan", "--channel", ch, "--platform", "linux-64"], ch, {}),
+        "page --channel": (["page", "--channel", ch, "--out", tmp_path / "page"], ch, {}),
+        "bump conda-forge --channel-url": (["bump", "--source", "conda-forge", "--channel-url", ch], ch, root),
+        "bump pytorch-wheels --channel-url": (["bump", "--source", "pytorch-wheels", "--channel-url", ch + "/"], ch, root),
+        "verify --kernel-channel": (["verify", split, "--gates", "abi", "--kernel-channel", ch, "--manifest", tmp_path / "v"], ch,
+                                    {"FAFORGE_CACHE_DIR": str(tmp_path / "cache")}),
+        "publish --channel": (["publish", split, "--to", tmp_path / "out", "--manifest", tmp_path / "verification", "--channel", ch],
+                              ch, {}),
+        "publish --to prefix:": (["publish", one, "--to", f"prefix:{base}/{mode}/up", "--manifest", tmp_path / "verification"],
+                                 f"{base}/{mode}", {"PREFIX_API_KEY": "t0ken"}),
+    }
+
+
+URL_COMMANDS = ["plan --channel", "page --channel", "bump conda-forge --channel-url", "bump pytorch-wheels --channel-url",
+                "verify --kernel-channel", "publish --channel", "publish --to prefix:"]
+
+
+@pytest.mark.parametrize("command", URL_COMMANDS)
+@pytest.mark.parametrize("mode", ["silent", "drip10"])
+def test_every_url_command_stops_within_the_read_timeout(served, tmp_path, mode, command):
+    """A server that accepts and never sends a byte, or sends one every 10 s (each read longer than the
+    2 s read timeout): exit 4 naming the URL within the read timeout plus 10 s, never the 600 s deadline.
+    An upload answered 200 at once is published whatever its body does (README, "Caps and deadlines")."""
+    base, _ = served
+    argv, url, env = url_commands(base, mode, tmp_path)[command]
+    result, took = faforge_read_timeout(*argv, env=env)
+    print(f"{command} {mode}: exit {result.returncode} in {took:.1f} s: {result.stderr.strip()}")
+    if command == "publish --to prefix:" and mode == "drip10":
+        assert result.returncode == 0, result.stderr
+    else:
+        assert_remote_failure(result, url)
+    assert took <= READ_TIMEOUT_S + READ_MARGIN_S, f"{command}: {took:.1f} s\n{result.stderr}"
+
+
+@pytest.mark.parametrize("mode", ["silent", "drip10"])
+def test_verify_kernel_download_stops_within_the_read_timeout(served, tmp_path, mode):
+    """The channel's index answers; the kernel package's download (faforge's own client) is silent or drips."""
+    base, _ = served
+    fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
+    result, took = faforge_read_timeout("verify", fa, "--gates", "gpu", "--kernel-channel", f"{base}/files-{mode}/channel",
+                                        "--manifest", tmp_path / "v", env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
+    assert_remote_failure(result, f"{base}/files-{mode}/channel/linux-aarch64/")
+    assert httpclient.TIMEOUT_ENV in result.stderr and took <= READ_TIMEOUT_S + READ_MARGIN_S, (took, result.stderr)
+
+
+def test_a_silent_server_ends_a_query_at_the_read_timeout(served, monkeypatch):
+    base, _ = served
+    monkeypatch.setenv(httpclient.DEADLINE_ENV, "60")  # far past the read timeout, short enough that a failure ends
+    monkeypatch.setenv(httpclient.TIMEOUT_ENV, str(READ_TIMEOUT_S))
+    started = time.monotonic()
+    with pytest.raises(FaforgeError) as caught:
+        query(f"{base}/silent/ch", ["flash-attn"], ["linux-64"])
+    took = time.monotonic() - started
+    assert took < READ_TIMEOUT_S + 3, took
+    line = caught.value.line()
+    assert caught.value.exit_code == 4 and f"{base}/silent/ch" in line and httpclient.TIMEOUT_ENV in line, line
+
+
+@pytest.mark.parametrize("mode", ["drip", "probed"])
+def test_a_drip_within_the_read_timeout_or_a_server_silent_after_the_probe_ends_at_the_deadline(served, monkeypatch, mode):
+    """The bound a single-read timeout cannot give: one byte a second never makes a read wait 2 s, and
+    py-rattler's client has only a whole-request timeout; the deadline ends both, naming it."""
+    base, _ = served
+    monkeypatch.setenv(httpclient.TIMEOUT_ENV, str(READ_TIMEOUT_S))
+    monkeypatch.setenv(httpclient.DEADLINE_ENV, "5")
+    started = time.monotonic()
+    with pytest.raises(FaforgeError) as caught:
+        query(f"{base}/{mode}/ch", ["flash-attn"], ["linux-64"])
+    took = time.monotonic() - started
+    assert 5 - 0.5 <= took < 5 + 3, took
+    line = caught.value.line()
+    assert caught.value.exit_code == 4 and f"{base}/{mode}/ch" in line and httpclient.DEADLINE_ENV in line, line

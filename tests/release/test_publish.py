@@ -152,6 +152,8 @@ def test_upload_token_comes_from_the_environment_and_is_never_printed(tmp_path, 
     requests = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "POST"]
     assert requests and all(r["auth"] == f"Bearer {TOKEN}" for r in requests), "the token must reach the server"
     assert requests[0]["path"] == "/api/v1/upload/my-channel" and requests[0]["bytes"] >= one.stat().st_size
+    probes = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "HEAD"]
+    assert probes == [{"method": "HEAD", "path": "/", "auth": "", "bytes": 0}], "one probe of the server's root, without the token"
     output = result.stdout + result.stderr
     assert TOKEN not in output
     if status == 200:

@@ -1,7 +1,14 @@
 """Read a channel's repodata with py-rattler: local folders, file:// and http(s):// channels, or names.
 
-`faforge plan` asks what a channel already holds, `faforge page` lists it, and `faforge bump`
-reads conda-forge's torch builds; all three go through this one network code path.
+`faforge plan` asks what a channel already holds, `faforge page` lists it, `faforge bump` reads
+conda-forge's torch builds, and `verify --kernel-channel` and `publish --channel` find kernel packages;
+all go through this one network code path.
+
+py-rattler's client has a whole-request timeout only (reqwest's `timeout`: a server that answers nothing
+and one that drips both run to it), so a query of an http(s) channel first probes the channel through
+faforge.httpclient, which bounds each read (FAFORGE_HTTP_TIMEOUT): a server silent from the start fails
+in seconds, not at the deadline. py-rattler then gets what is left of the query's one deadline
+(FAFORGE_HTTP_DEADLINE), for each request and for the whole query (issue 32).
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ import asyncio
 import gc
 import math
 import os
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 from urllib.request import url2pathname
@@ -73,15 +81,19 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     if url.startswith("file://"):
         check_local_index(Path(url2pathname(urlparse(url).path)), [*platforms, "noarch"])
     bounds = httpclient.limits()
-    # py-rattler's default stack without its retries (their error names no URL); reqwest's timeout bounds
-    # each request, wait_for the whole query.
+    started = time.monotonic()
+    _probe(channel, url, platforms)
+    left = bounds.deadline_s - (time.monotonic() - started)
+    # py-rattler's default stack without its retries (their error names no URL). wait_for bounds the whole
+    # query by what the probe left of the deadline; reqwest's timeout (whole seconds) is a backstop a second
+    # later: at the same moment its bare "operation timed out", which names no limit, won the race.
     client = Client([AuthenticationMiddleware(), OciMiddleware(), GCSMiddleware(), S3Middleware()],
-                    timeout=max(1, math.ceil(bounds.deadline_s)))
+                    timeout=max(1, math.ceil(left)) + 1)
     gateway = Gateway(default_config=SourceConfig(cache_action="no-cache"), client=client)
     error = None
     try:
         result = asyncio.run(asyncio.wait_for(gateway.query([Channel(url)], [*platforms, "noarch"], names, recursive=False),
-                                              bounds.deadline_s))
+                                              max(left, 0.001)))
         records = [record for records in result for record in records]
     except TimeoutError:
         error = f"no complete answer within {bounds.deadline_s:g} s ({httpclient.DEADLINE_ENV})"
@@ -104,3 +116,24 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
             detail=error, exit_code=EXIT_BAD_INPUT if local else None, input=str(channel),
         )
     return records
+
+
+def _probe(channel: str | Path, url: str, platforms: list[str]) -> None:
+    """Ask an http(s) channel for the start of its first platform's repodata.json through faforge's own
+    client, which bounds the connect and each read, before py-rattler, which cannot: a server that says
+    nothing, or drips slower than one read may wait, ends here, exit 4 naming the channel. Any HTTP
+    status passes (a 404 is for py-rattler to explain), as does any other failure (py-rattler reports
+    it, through its own TLS and proxies). Other schemes (file, s3, gs, oci) are not probed."""
+    from rattler import Channel  # noqa: PLC0415
+
+    try:
+        base_url = Channel(url).base_url  # a name through py-rattler's channel alias
+    except Exception:  # noqa: BLE001 (an invalid channel: py-rattler's query says why)
+        return
+    if not base_url.startswith(("http://", "https://")):
+        return
+    try:
+        httpclient.probe(f"{base_url.rstrip('/')}/{platforms[0]}/repodata.json")
+    except httpclient.Stalled as exc:
+        raise RemoteError(f"cannot read repodata of {url} ({', '.join(platforms)}): {exc.message}", hint=exc.hint,
+                          input=str(channel)) from None

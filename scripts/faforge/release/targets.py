@@ -130,6 +130,7 @@ def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, 
     if target.kind == "quetz" and force:
         raise FaforgeError("quetz uploads cannot replace a file (py-rattler-build sends force=false)",
                            hint="delete the file on the server first, or publish without --force")
+    _probe_server(target)
     if target.kind == "artifactory" and not force:
         present = [p.filename for p in packages if _artifactory_has(target, token, p.subdir, p.filename)]
         if present:
@@ -140,6 +141,17 @@ def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, 
         if "already exists" in message:  # the server refused to replace: a finding (exit 1), as for a folder
             raise FaforgeError(f"upload to {target} refused: {message}", exit_code=EXIT_PROBLEMS, hint="pass --force to replace it")
         raise RemoteError(f"upload to {target} failed: {message}", hint="check the server, the channel and the token, then retry")
+
+
+def _probe_server(target: Target) -> None:
+    """The upload child bounds a whole upload only (it is killed at the deadline): ask the server for its
+    root's status first (HEAD, no token), under the connect and single-read timeout, so a server that
+    says nothing fails in seconds, not at the deadline (issue 32). Any HTTP status is an answer, and any
+    other failure is left to the upload to report."""
+    try:
+        httpclient.probe(f"{target.url}/", method="HEAD")
+    except httpclient.Stalled as exc:
+        raise RemoteError(f"upload to {target}: {exc.message}", input=str(target), hint=exc.hint) from None
 
 
 def _upload_in_child(target: Target, files: list[str], *, force: bool, seconds: float) -> dict:
