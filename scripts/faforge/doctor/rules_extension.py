@@ -3,6 +3,8 @@ glibc and C++ runtime, this C++ ABI, and this torch's symbols."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
@@ -99,6 +101,16 @@ def cxx11_abi_mismatch(s: Situation) -> Problem | None:
                    tuple(details), {"binary_cxx11_abi": mine, "torch_cxx11_abi": theirs})
 
 
+def _importer(s: Situation, problem) -> str:
+    """Who imports a missing symbol: the extension, or a library its load brings in (a helper taken from
+    beside the module is named, as the ABI gate's load model found it)."""
+    by = problem.imported_by if problem is not None else None
+    if not by or by == s.binary.module.path:
+        return "it"
+    beside = any(lib.beside_module and lib.path == by for lib in s.binary.module.libraries)
+    return f"its library {Path(by).name} ({'beside the module, loaded first' if beside else 'which its load brings in'})"
+
+
 def signature_drift(s: Situation) -> Problem | None:
     """Built against another torch. The stated range is the cause only when it excludes the user's
     torch; a range that contains it is never called a mismatch (issue 12), and the symbol the import
@@ -134,7 +146,8 @@ def signature_drift(s: Situation) -> Problem | None:
     else:
         first = gate[0] if gate else None
         wanted = (first.demangled or first.symbol) if first else (demangle(symbol) or symbol)
-        message = f"this {FLASH_ATTN.package} was built against another torch: it imports {wanted}, which your {s.torch_words} does not export"
+        message = (f"this {FLASH_ATTN.package} was built against another torch: {_importer(s, first)} imports {wanted}, "
+                   f"which your {s.torch_words} does not export")
         if first and first.offers:
             message += f" (it offers {'; '.join(first.offers)})"
         message += f",{more_words}" if more else ""
