@@ -19,8 +19,6 @@ transient; the next `publish` or `index` heals it.
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
 import os
 import secrets
 import shutil
@@ -29,11 +27,12 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from faforge.channel.sandbox import SUBDIRS, inside, open_new, plain_name, real_folder
+from faforge.channel.sandbox import SUBDIRS, channel_sandbox, plain_name, real_folder
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.channel.survey import (INDEX_OUTPUTS, LOCK_FILE, PART_SUFFIX, REPODATA, SHARDS_DIR, STAGING_PREFIX, Survey, check_links,
                                    read_entries, survey)
 from faforge.packagefile import PACKAGE_SUFFIXES
+from faforge.sandbox import fsync
 
 
 @contextmanager
@@ -41,14 +40,10 @@ def channel_lock(channel: Path):
     """Hold the channel's lock (one writer at a time) and clear what killed writers left behind."""
     channel.mkdir(parents=True, exist_ok=True)
     check_links(channel)
-    fd = os.open(channel / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with channel_sandbox(channel).lock(LOCK_FILE):
         check_links(channel)  # again under the lock: what another writer did before we got it
         _remove_leftovers(channel)
         yield
-    finally:
-        os.close(fd)
 
 
 def _remove_leftovers(channel: Path) -> None:
@@ -74,23 +69,7 @@ def place_file(source: Path, channel: Path, subdir: str, *, sha256: str) -> Path
     if subdir not in SUBDIRS or not plain_name(source.name) or not source.name.endswith(PACKAGE_SUFFIXES):
         raise FaforgeError(f"{source}: not copied into {channel}: {subdir}/{source.name} is not a platform folder and package file name",
                            hint=f"platform folders are {', '.join(SUBDIRS)}; nothing was written")
-    folder = real_folder(channel, subdir)
-    partial = folder / f".{source.name}.{os.getpid()}.{secrets.token_hex(4)}{PART_SUFFIX}"
-    digest = hashlib.sha256()
-    try:
-        with open(source, "rb") as src, os.fdopen(open_new(partial), "wb") as dst:
-            for block in iter(lambda: src.read(1 << 20), b""):
-                digest.update(block)
-                dst.write(block)
-            dst.flush()
-            os.fsync(dst.fileno())
-        if digest.hexdigest() != sha256:
-            raise FaforgeError(f"{source}: changed while it was copied (its sha256 is no longer {sha256[:12]}…), so it is not published",
-                               exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
-        inside(channel, folder)
-        return partial.replace(folder / source.name)
-    finally:
-        partial.unlink(missing_ok=True)
+    return channel_sandbox(channel).place_copy(source, real_folder(channel, subdir), sha256=sha256)
 
 
 def _link_or_copy(source: Path, dest: Path) -> None:
@@ -143,17 +122,8 @@ def _install_index(staged: Path, channel: Path, subdir: str) -> None:
             shard.replace(shards / shard.name)
     for name in INDEX_OUTPUTS:
         if (staged / name).exists():
-            _fsync(staged / name)
+            fsync(staged / name)
             (staged / name).replace(folder / name)
-
-
-def _fsync(path: Path) -> None:
-    """On disk before the rename makes it visible, so a power cut cannot leave a renamed empty file."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def heal(channel: Path) -> Survey:
@@ -172,12 +142,6 @@ def check_folder(channel: Path, subdirs=()) -> None:
                                hint="a channel and its platform subdirs (linux-64, noarch, ...) must be folders; move the file away")
 
 
-@contextmanager
 def channel_errors(channel: Path):
     """The file system refused a write (read-only, full, permissions): one line naming the path, exit 2."""
-    try:
-        yield
-    except OSError as exc:
-        where = exc.filename or channel
-        raise FaforgeError(f"cannot write to channel {channel}: {exc.strerror or exc} ({where})",
-                           hint="check that the folder is writable and has free space; files already in the channel were not changed") from None
+    return channel_sandbox(channel).write_errors()

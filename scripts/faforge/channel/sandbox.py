@@ -5,16 +5,16 @@ closed set SUBDIRS, and a plain file name. No symbolic link is followed below th
 platform folder, a file in one, its shards/ folder, the lock file or a staging folder that is a
 link is refused (exit 2) before anything is written, and the writes themselves open with
 O_NOFOLLOW and check the real path against the root. The root itself may be a link (it is
-resolved once: the folder the user named).
+resolved once: the folder the user named). The guards themselves are faforge.sandbox's, which the pip
+wheel index shares.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
-from faforge.errors import FaforgeError
+from faforge.sandbox import Sandbox, open_new, plain_name  # noqa: F401 (the channel's names for them)
 
 # The platform folders faforge publishes and indexes; a package says which in its info/index.json.
 SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
@@ -35,23 +35,14 @@ def subdir_problem(subdir, platform, arch) -> str | None:
     return None
 
 
-def plain_name(name: str) -> bool:
-    """A file name that stays in its folder and is not one of faforge's hidden working files."""
-    return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".")
+def channel_sandbox(channel: Path) -> Sandbox:
+    return Sandbox(channel, "channel", LINK_HINT)
 
 
 def refuse_link(channel: Path, path: Path, *, regular: bool = False) -> None:
-    """Exit 2 when `path` (below `channel`) is a symbolic link, or, with `regular`, exists and is
-    not a regular file (a FIFO or device would block or never end)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(info.st_mode):
-        raise FaforgeError(f"channel {channel}: {path.relative_to(channel)} is a symbolic link (to {os.readlink(path)})",
-                           hint=LINK_HINT)
-    if regular and not stat.S_ISREG(info.st_mode):
-        raise FaforgeError(f"channel {channel}: {path.relative_to(channel)} is not a regular file", hint="move it out of the channel")
+    """Exit 2 when `path` (below `channel`) is a symbolic link, or, with `regular`, exists and is not
+    a regular file (a FIFO or device would block or never end)."""
+    channel_sandbox(channel).refuse_link(path, regular=regular)
 
 
 def check_channel(channel: Path, hidden_prefixes: tuple[str, ...], file_suffixes: tuple[str, ...]) -> None:
@@ -72,25 +63,9 @@ def check_channel(channel: Path, hidden_prefixes: tuple[str, ...], file_suffixes
 
 def real_folder(channel: Path, *parts: str) -> Path:
     """channel/parts..., created if absent, refused unless it is a real folder whose real path is exactly there."""
-    folder = channel
-    for part in parts:
-        if not plain_name(part):
-            raise FaforgeError(f"channel {channel}: {part!r} is not a plain folder name", hint="report this; nothing was written")
-        folder = folder / part
-        refuse_link(channel, folder)
-        folder.mkdir(exist_ok=True)
-        refuse_link(channel, folder)
-    inside(channel, folder)
-    return folder
+    return channel_sandbox(channel).real_folder(*parts)
 
 
 def inside(channel: Path, path: Path) -> None:
     """The last guard before a write: `path`'s real location is the one its name says, below the root."""
-    if os.path.realpath(path) != os.path.join(os.path.realpath(channel), os.path.relpath(path, channel)):
-        raise FaforgeError(f"channel {channel}: {path} resolves to {os.path.realpath(path)}, outside the folder it names",
-                           hint=LINK_HINT)
-
-
-def open_new(path: Path) -> int:
-    """A new file for writing, never through a link (O_NOFOLLOW, O_EXCL)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    channel_sandbox(channel).inside(path)

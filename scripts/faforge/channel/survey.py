@@ -15,10 +15,10 @@ from faforge.channel.archive import read_index_json
 from faforge.channel.sandbox import SUBDIRS, check_channel
 from faforge.errors import FaforgeError
 from faforge.packagefile import PACKAGE_SUFFIXES, sha256_of
+from faforge.sandbox import PART_SUFFIX
 
 LOCK_FILE = ".faforge.lock"
 STAGING_PREFIX = ".faforge-index-"
-PART_SUFFIX = ".part"
 REPODATA = "repodata.json"
 # What index_fs writes per subdir, renamed in this order: each step leaves a consistent index.
 INDEX_OUTPUTS = ("repodata_shards.msgpack.zst", "repodata.json.zst", REPODATA)
