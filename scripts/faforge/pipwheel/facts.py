@@ -1,0 +1,244 @@
+"""What a wheel file says about itself: its name, version, tags and METADATA, read without trusting it.
+
+A wheel is a zip file (PEP 427) named `{name}-{version}(-{build tag})?-{python}-{abi}-{platform}.whl`, whose
+`{name}-{version}.dist-info/METADATA` (core metadata, RFC 822 headers) carries Requires-Dist and
+Requires-Python. The file may be one faforge did not write (an index holds what anyone put there), so:
+the path must be a regular file within WHEEL_CAP (a FIFO is refused before anything waits on it), every
+zip member a plain relative name (no absolute path, no `..`, no backslash, none twice, no symlink), at most
+MAX_MEMBERS of them, and only METADATA and WHEEL are decompressed, each at most METADATA_CAP bytes. The
+name and version in METADATA must be the file name's, as pip requires. Each refusal is one FaforgeError
+(exit 2) naming the file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import stat
+import zipfile
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from email.policy import compat32
+from pathlib import Path, PurePosixPath
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from faforge.errors import FaforgeError, path_error
+
+WHEEL_CAP = 4 << 30  # bytes of a whole wheel file (a flash-attn glue or kernel wheel for every arch: ~0.5 GB)
+METADATA_CAP = 1 << 20  # decompressed bytes of METADATA or WHEEL (real ones: a few KB)
+MAX_MEMBERS = 100_000  # zip members (torch's wheel, among the largest on PyPI, has ~16,000)
+REBUILD = "the file is not a sound wheel; rebuild it, or remove it from where it was found"
+# PEP 427's file name: the name and version are escaped (runs of -_. become _), a build tag starts with a digit.
+FILENAME = re.compile(r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[^-]+)"
+                      r"(?:-(?P<build>[0-9][A-Za-z0-9_.]*))?-(?P<python>[A-Za-z0-9_.]+)-(?P<abi>[A-Za-z0-9_.]+)"
+                      r"-(?P<platform>[A-Za-z0-9_.]+)\.whl")
+
+
+@dataclass(frozen=True)
+class WheelName:
+    """The parts of a wheel's file name (PEP 427, compressed tag sets split on `.`)."""
+
+    filename: str
+    name: str  # PEP 503 normalised (flash-attn), whatever the file spells (flash_attn)
+    version: str  # PEP 440 normalised (2.8.3.post2+torch2.11.cu130.abi1)
+    local: str | None  # the local label (torch2.11.cu130.abi1), or None
+    build_tag: str | None  # 0h1a2b3c4, or None
+    python_tags: tuple[str, ...]
+    abi_tags: tuple[str, ...]
+    platform_tags: tuple[str, ...]
+
+    @property
+    def dist_info(self) -> str:
+        """The .dist-info folder the wheel must hold, as it spells the name and version (PEP 427)."""
+        escaped = self.filename.split("-")
+        return f"{escaped[0]}-{escaped[1]}.dist-info"
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """Every `python-abi-platform` triple the compressed tag sets expand to, sorted."""
+        return tuple(sorted(f"{p}-{a}-{t}" for p in self.python_tags for a in self.abi_tags for t in self.platform_tags))
+
+
+@dataclass(frozen=True)
+class WheelFacts:
+    """One wheel: its name's parts, its METADATA's requirements, and the file's sha256 and size."""
+
+    path: Path
+    filename: str
+    name: str
+    version: str
+    local: str | None
+    build_tag: str | None
+    python_tags: tuple[str, ...]
+    abi_tags: tuple[str, ...]
+    platform_tags: tuple[str, ...]
+    requires_python: str | None
+    requires_dist: tuple[str, ...]
+    sha256: str
+    size: int
+
+
+def _refuse(what: str, message: str, hint: str = REBUILD) -> FaforgeError:
+    return FaforgeError(f"{what}: {message}", hint=hint, input=what)
+
+
+def parse_wheel_filename(filename: str) -> WheelName:
+    """The parts of a wheel file name; a name that is not PEP 427's is refused, naming it."""
+    hint = "a wheel's file name is NAME-VERSION(-BUILD)?-PYTHON-ABI-PLATFORM.whl (PEP 427)"
+    match = FILENAME.fullmatch(filename)
+    if not match:
+        raise _refuse(filename, "is not a wheel file name", hint)
+    try:
+        version = Version(match["version"])
+    except InvalidVersion:
+        raise _refuse(filename, f"has the version {match['version']!r}, not a PEP 440 version", hint) from None
+    tags = {part: tuple(match[part].split(".")) for part in ("python", "abi", "platform")}
+    if any(not t for ts in tags.values() for t in ts):
+        raise _refuse(filename, "has an empty tag in a compressed tag set", hint)
+    return WheelName(filename=filename, name=canonicalize_name(match["name"]), version=str(version), local=version.local,
+                     build_tag=match["build"], python_tags=tags["python"], abi_tags=tags["abi"], platform_tags=tags["platform"])
+
+
+def _open_wheel(path: Path) -> int:
+    """A descriptor of the regular file at `path`, opened without blocking (a FIFO is refused, not waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise _refuse(str(path), "is not a regular file (a socket)", "name a wheel file") from None
+        raise path_error(exc, None, path) from None
+    info = os.fstat(fd)
+    problem = ("is a folder, not a file" if stat.S_ISDIR(info.st_mode) else "is not a regular file (a FIFO, socket or device)"
+               if not stat.S_ISREG(info.st_mode) else
+               f"has {info.st_size:,} bytes, more than the {WHEEL_CAP:,} a wheel may have" if info.st_size > WHEEL_CAP else None)
+    if problem:
+        os.close(fd)
+        raise _refuse(str(path), problem, "name a wheel file")
+    return fd
+
+
+def member_problem(info: zipfile.ZipInfo) -> str | None:
+    """Why a zip member would not unpack as itself inside site-packages, or None."""
+    name = info.filename
+    parts = PurePosixPath(name).parts
+    if not name or name.startswith("/") or "\\" in name or "\x00" in name or ".." in parts or re.match(r"[A-Za-z]:", name):
+        return "is not a relative path inside the wheel"
+    if stat.S_ISLNK(info.external_attr >> 16):
+        return "is a symbolic link (a wheel installs files, not links)"
+    return None
+
+
+def check_members(archive: zipfile.ZipFile, what: str) -> list[zipfile.ZipInfo]:
+    """The archive's members, each a plain relative name, none twice, at most MAX_MEMBERS."""
+    infos = archive.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise _refuse(what, f"has {len(infos):,} members, more than the {MAX_MEMBERS:,} a wheel may have")
+    seen: set[str] = set()
+    for info in infos:
+        problem = member_problem(info)
+        if problem:
+            raise _refuse(what, f"member {info.filename[:200]!r} {problem}")
+        if info.filename in seen:
+            raise _refuse(what, f"member {info.filename[:200]!r} appears twice (which one an installer keeps is not defined)")
+        seen.add(info.filename)
+    return infos
+
+
+def read_member(archive: zipfile.ZipFile, name: str, what: str, cap: int | None = None) -> bytes:
+    """The bytes of member `name`, at most `cap` (METADATA_CAP) of them decompressed (a bomb stops there,
+    whatever the header says)."""
+    cap = METADATA_CAP if cap is None else cap
+    try:
+        info = archive.getinfo(name)
+    except KeyError:
+        raise _refuse(what, f"has no {name}") from None
+    if info.file_size > cap:
+        raise _refuse(what, f"{name} is {info.file_size:,} bytes, more than the {cap:,} it may have")
+    with archive.open(info) as member:
+        data = member.read(cap + 1)
+    if len(data) > cap:
+        raise _refuse(what, f"{name} decompresses to more than the {cap:,} bytes it may have")
+    return data
+
+
+def parse_metadata(data: bytes, what: str) -> dict[str, list[str]]:
+    """Core metadata's headers (RFC 822, as `email` parses them): field name, lowercased -> its values."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise _refuse(what, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    message = HeaderParser(policy=compat32).parsestr(text)
+    fields: dict[str, list[str]] = {}
+    for key, value in message.items():
+        fields.setdefault(key.lower(), []).append(str(value).strip())
+    return fields
+
+
+def _one(fields: dict[str, list[str]], key: str, what: str, *, required: bool = True) -> str | None:
+    values = fields.get(key.lower(), [])
+    if len(values) > 1:
+        raise _refuse(what, f"has {len(values)} {key} fields, not one")
+    if required and not values:
+        raise _refuse(what, f"has no {key} field")
+    return values[0] if values else None
+
+
+def read_wheel(path: str | os.PathLike) -> WheelFacts:
+    """The facts of the wheel file at `path` (see the module docstring for what is refused)."""
+    path = Path(path)
+    name = parse_wheel_filename(path.name)
+    fd = _open_wheel(path)
+    with os.fdopen(fd, "rb") as handle:
+        digest, size = hashlib.sha256(), 0
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+            if size > WHEEL_CAP:
+                raise _refuse(str(path), f"has more than the {WHEEL_CAP:,} bytes a wheel may have (it grew while read)", "name a wheel file")
+        handle.seek(0)
+        try:
+            with zipfile.ZipFile(handle) as archive:
+                check_members(archive, str(path))
+                metadata = read_member(archive, f"{name.dist_info}/METADATA", str(path))
+                wheel = read_member(archive, f"{name.dist_info}/WHEEL", str(path))
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as exc:
+            raise _refuse(str(path), f"is not a readable zip file ({exc})") from None
+        except OSError as exc:
+            raise _refuse(str(path), f"cannot be read: {exc.strerror or exc}") from None
+    what = f"{path}: {name.dist_info}/METADATA"
+    fields = parse_metadata(metadata, what)
+    meta_name, meta_version = _one(fields, "Name", what), _one(fields, "Version", what)
+    if canonicalize_name(meta_name) != name.name:
+        raise _refuse(what, f"names the project {meta_name[:80]!r}, but the file name says {name.name!r}")
+    try:
+        same = Version(meta_version) == Version(name.version)
+    except InvalidVersion:
+        raise _refuse(what, f"has the version {meta_version[:80]!r}, not a PEP 440 version") from None
+    if not same:
+        raise _refuse(what, f"has the version {meta_version[:80]!r}, but the file name says {name.version!r}")
+    requires_python = _one(fields, "Requires-Python", what, required=False)
+    try:
+        if requires_python is not None:
+            SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        raise _refuse(what, f"has Requires-Python {requires_python[:80]!r}, not a PEP 440 specifier") from None
+    requires = tuple(fields.get("requires-dist", []))
+    for text in requires:
+        try:
+            Requirement(text)
+        except InvalidRequirement as exc:
+            raise _refuse(what, f"has Requires-Dist {text[:80]!r}, not a PEP 508 requirement ({str(exc)[:120]})") from None
+    wheel_fields = parse_metadata(wheel, f"{path}: {name.dist_info}/WHEEL")
+    wheel_version = _one(wheel_fields, "Wheel-Version", f"{path}: {name.dist_info}/WHEEL")
+    if not re.fullmatch(r"1\.[0-9]+", wheel_version):
+        raise _refuse(f"{path}: {name.dist_info}/WHEEL", f"has Wheel-Version {wheel_version[:40]!r}; installers read 1.x only")
+    return WheelFacts(path=path, filename=name.filename, name=name.name, version=name.version, local=name.local,
+                      build_tag=name.build_tag, python_tags=name.python_tags, abi_tags=name.abi_tags,
+                      platform_tags=name.platform_tags, requires_python=requires_python, requires_dist=requires,
+                      sha256=digest.hexdigest(), size=size)
