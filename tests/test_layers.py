@@ -25,6 +25,7 @@ LAYERS = (
     ("commands",),                       # one module per subcommand: parse, call the layers below, print
     ("buildcost",),                      # build-cost estimates; FA3's piece jobs use the release pipeline's job splitter
     ("release", "doctor"),               # the release pipeline, the installed-env diagnosis
+    ("pipindex",),                       # the pip wheel index (PEP 503/691 pages, publish, read, validate); reads wheels with pipwheel.facts
     ("channel", "gpu", "matrix", "emulator", "pipwheel"),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter, wheels for pip
     ("fa3_backend",),                    # FlashAttention-3's build (hopper/'s TUs, flags, ninja), on the shared backend
     ("kernels", "backend"),              # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend

@@ -11,6 +11,8 @@ PUBLIC_CHANNEL = "faforge"
 
 # Where `faforge publish` writes by default: a local folder that works offline.
 DEFAULT_CHANNEL_DIR = Path("channel")
+# Where it publishes wheels (pip and uv): the root of the per-(torch minor, CUDA) indexes (faforge.pipindex).
+DEFAULT_INDEX_DIR = Path("wheels")
 
 
 def public_channel() -> str:

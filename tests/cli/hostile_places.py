@@ -53,6 +53,8 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
     (tmp / "random.bin").write_bytes(rng.randbytes(4096))
     (tmp / "random.conda").write_bytes(rng.randbytes(4096))
     (tmp / "random.so").write_bytes(b"\x7fELF" + rng.randbytes(4092))
+    (tmp / "wheels-in").mkdir()  # random bytes under a wheel's file name (publish's wheel branch, issue 33)
+    (tmp / "wheels-in" / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(rng.randbytes(4096))
     (tmp / "loop").symlink_to(tmp / "loop")
     os.mkfifo(tmp / "fifo")
     (tmp / "list.json").write_text("[1, 2, 3]\n")
@@ -86,7 +88,7 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
     # {huge} is 131 KB: just under the kernel's limit on one argv string (MAX_ARG_STRLEN, 128 KiB), so a child gets it too
     return {
         "tmp": str(tmp), "file": str(tmp / "file.txt"), "dir": str(tmp / "dir"), "empty": str(tmp / "empty"),
-        "random": str(tmp / "random.bin"), "random_conda": str(tmp / "random.conda"), "random_so": str(tmp / "random.so"),
+        "random": str(tmp / "random.bin"), "random_conda": str(tmp / "random.conda"), "random_so": str(tmp / "random.so"), "random_whl": str(tmp / "wheels-in" / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"),
         "loop": str(tmp / "loop"), "fifo": str(tmp / "fifo"), "ro": ro, "missing": str(tmp / "no" / "such"),
         "full": "/dev/full", "long": str(tmp / ("x" * 300)), "huge": "A" * 131_000, "unicode": "ünïcødé-✓-名前",
         "list_json": str(tmp / "list.json"), "wrong_json": str(tmp / "wrong-types.json"),

@@ -5,6 +5,9 @@ is never replaced unless --force. The default target, ./channel, is a local chan
 indexed with py-rattler; servers take KIND:URL (see --to) with a token from the environment.
 A flash-attn whose kernel package (libflash-attn-kernels) is neither published with it nor in the
 channel (the target folder, or --channel for a server) is refused.
+
+Wheels (.whl files) go into a pip wheel index folder instead, --index (default ./wheels), under the
+same gates (faforge.release.publish_wheels); conda packages and wheels are published in separate calls.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from pathlib import Path
 
 from faforge import config, paths
 from faforge.channel.repodata import channel_url
-from faforge.commands.index import print_channel_problems
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.commands.index import print_channel_problems, print_index_problems
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
+from faforge.pipindex.layout import FILES, WHEEL_SUFFIX, index_name
 from faforge.release.manifest import parse_gates, verify_hint
 from faforge.release.publish import publish_files
+from faforge.release.publish_wheels import publish_wheel_files
 from faforge.release.targets import TOKEN_ENV, parse_target
 from faforge.table import format_table
 
@@ -27,10 +32,13 @@ PUBLISH_VERSION = 1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=".conda files")
+    parser.add_argument("packages", nargs="+", metavar="PACKAGE", help=f".conda files, or wheels (*{WHEEL_SUFFIX}, published into --index)")
     servers = ", ".join(f"{kind}:https://HOST/CHANNEL (token in ${env})" for kind, env in TOKEN_ENV.items())
-    parser.add_argument("--to", metavar="TARGET", default=str(config.DEFAULT_CHANNEL_DIR),
+    parser.add_argument("--to", metavar="TARGET",
                         help=f"a channel folder or file:// URL (default: ./{config.DEFAULT_CHANNEL_DIR}), or {servers}")
+    parser.add_argument("--index", metavar="DIR", type=Path,
+                        help=f"for wheels: the pip wheel index folder (default: ./{config.DEFAULT_INDEX_DIR}); each wheel goes "
+                             f"into {FILES}/ and is listed by the indexes its own data names, e.g. {index_name('2.11', '130')}/")
     parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
                         help=f"verification manifest folder (default: ./{config.DEFAULT_MANIFEST_DIR})")
     parser.add_argument("--require", metavar="GATES",
@@ -44,9 +52,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    if any(p.endswith(WHEEL_SUFFIX) for p in args.packages):
+        return execute_wheels(args)
+    if args.index is not None:
+        raise FaforgeError(f"--index is the wheel index that wheels (*{WHEEL_SUFFIX}) are published into; these are conda packages",
+                           input="--index", hint="leave --index out (conda packages go --to a channel)")
     text, source = config.required_gates_setting(args.require)
     required = parse_gates(text, source=source, purpose="any package could be published unverified")
-    target = parse_target(args.to)
+    target = parse_target(args.to if args.to is not None else str(config.DEFAULT_CHANNEL_DIR))
     if target.kind == "folder" and not args.dry_run:  # checked, not created, before any package is judged
         paths.output_dir(Path(target.url), "--to", create=False)
     paths.nearest_folder(args.manifest, "--manifest")
@@ -85,6 +98,58 @@ def execute(args: argparse.Namespace) -> int:
         print_channel_problems(result.channel_problems, target)
     bad = [o for o in outcomes if o.action in ("refused", "exists")]
     return EXIT_PROBLEMS if bad or result.channel_problems else EXIT_OK
+
+
+def execute_wheels(args: argparse.Namespace) -> int:
+    """Wheels into the pip wheel index folder (--index): the same gates, the same report."""
+    others = [p for p in args.packages if not p.endswith(WHEEL_SUFFIX)]
+    if others:
+        raise FaforgeError(f"{others[0]}: wheels (*{WHEEL_SUFFIX}) and conda packages are published in separate calls",
+                           input=others[0], hint="publish the .conda files --to the channel and the wheels --index the wheel index")
+    for option, value in (("--to", args.to), ("--channel", args.channel)):
+        if value is not None:
+            raise FaforgeError(f"{option} names a conda channel; wheels are published into a wheel index folder", input=option,
+                               hint=f"pass --index DIR for wheels (default: ./{config.DEFAULT_INDEX_DIR})")
+    text, source = config.required_gates_setting(args.require)
+    required = parse_gates(text, source=source, purpose="any wheel could be published unverified")
+    root = args.index if args.index is not None else config.DEFAULT_INDEX_DIR
+    if not args.dry_run:  # checked, not created, before any wheel is judged
+        paths.output_dir(root, "--index", create=False)
+    paths.nearest_folder(args.manifest, "--manifest")
+    decisions, result = publish_wheel_files(args.packages, root, manifest_dir=args.manifest, required=required,
+                                            dry_run=args.dry_run, force=args.force)
+    by_file = {d.package.filename: d for d in decisions}
+    if args.json:
+        print(json.dumps({
+            "version": PUBLISH_VERSION,
+            "target": str(root),
+            "required": list(required),
+            "dry_run": args.dry_run,
+            "packages": [{
+                "package": o.wheel.filename,
+                "sha256": o.wheel.sha256,
+                "cell": None,
+                "action": o.action,
+                "detail": o.detail,
+                "gates": {g: r.result for g, r in by_file[o.wheel.filename].results.items()},
+                "indexes": list(o.indexes),
+            } for o in result.outcomes],
+            "index_problems": [{"file": b.path, "reason": b.reason} for b in result.problems],
+        }, indent=2))
+    else:
+        rows = [[o.wheel.filename, o.wheel.sha256[:12], by_file[o.wheel.filename].gate_words(), o.action,
+                 ", ".join(o.indexes) or "-", _short(o.detail)] for o in result.outcomes]
+        print(format_table(["wheel", "sha256", "gates", "action", "indexes", "detail"], rows))
+        for o in result.outcomes:
+            if o.action == "refused" and _short(o.detail) != o.detail:
+                print(f"\nrefused {o.wheel.filename}: {o.detail}")
+        for d in decisions:
+            if d.unverified:
+                print(f"  hint: {d.package.filename}: {verify_hint(d.package, args.manifest)}")
+        print(f"\nrequired gates: {', '.join(required)}; wheel index: {root}")
+        print_index_problems(result.problems, root)
+    bad = [o for o in result.outcomes if o.action in ("refused", "exists")]
+    return EXIT_PROBLEMS if bad or result.problems else EXIT_OK
 
 
 def _short(text: str, width: int = 160) -> str:

@@ -1,0 +1,116 @@
+"""Which indexes take a wheel: data in the wheels themselves, never a table beside them.
+
+- a flash-attn glue wheel: the index its local label names (2.8.3.post2+torch2.11.cu130.abi1 ->
+  torch2.11-cu130), whose torch minor its own torch requirement, if any, must admit;
+- a kernel wheel (libflash-attn-kernels): every index of a glue wheel that pins its exact version,
+  so it is published along with them; pinned by none yet, it waits in files/ (no problem);
+- a FlashAttention-3 wheel: every index of its CUDA (local label cu130...) whose torch minor its torch
+  requirement (torch>=2.9) admits, among the indexes the glue wheels make.
+
+The function is pure: the same wheels give the same placement, whatever order they come in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.pipindex.layout import index_name, parse_index_name
+
+GLUE = canonicalize_name(FLASH_ATTN.package)
+KERNEL = canonicalize_name(FLASH_ATTN.kernel_package)
+FA3 = canonicalize_name(FLASH_ATTN_3.package)
+PROJECTS = (KERNEL, FA3, GLUE)  # the order pages are written in: what a glue wheel needs is there first
+GLUE_LOCAL = re.compile(r"torch(?P<major>[0-9]+)\.(?P<minor>[0-9]+)\.cu(?P<cuda>[0-9]+)(\..*)?")
+CUDA_LOCAL = re.compile(r"cu(?P<cuda>[0-9]+)(\..*)?")
+
+
+@dataclass(frozen=True)
+class Placement:
+    indexes: dict[str, tuple]  # index name -> its wheels (WheelFacts), sorted by file name
+    waiting: tuple  # (wheel, why) in files/ but in no index, rightly so (a kernel no glue pins yet)
+    problems: tuple  # (wheel, why) no index can take: not ours, or its own data contradicts itself
+
+    def indexes_of(self, filename: str) -> tuple[str, ...]:
+        return tuple(name for name, wheels in self.indexes.items() if any(w.filename == filename for w in wheels))
+
+
+def requirement(wheel, project: str) -> Requirement | None:
+    """The wheel's Requires-Dist on `project` (normalised), without markers that exclude it; None if it has none."""
+    for text in wheel.requires_dist:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == project:
+            return req
+    return None
+
+
+def admits(req: Requirement | None, version: str) -> bool:
+    """Whether `req` (None: no requirement) allows `version`, pre-releases and local labels included."""
+    if req is None:
+        return True
+    try:
+        return req.specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def glue_index(wheel) -> tuple[str | None, str | None]:
+    """(index name, None) for a glue wheel, or (None, why not)."""
+    match = GLUE_LOCAL.fullmatch(wheel.local or "")
+    if not match:
+        return None, (f"its local version label {wheel.local!r} names no torch minor and CUDA (e.g. +torch2.11.cu130.abi1), "
+                      "so no index takes it")
+    minor = f"{match['major']}.{match['minor']}"
+    torch = requirement(wheel, "torch")
+    if not admits(torch, minor):
+        return None, f"its label names torch {minor}, but it requires {torch}: the index of torch {minor} could never install it"
+    return index_name(minor, match["cuda"]), None
+
+
+def place(wheels) -> Placement:
+    """Each wheel's indexes (see the module's docstring)."""
+    wheels = sorted(wheels, key=lambda w: w.filename)
+    indexes: dict[str, list] = {}
+    waiting, problems = [], []
+    for wheel in (w for w in wheels if w.name == GLUE):
+        name, why = glue_index(wheel)
+        if name:
+            indexes.setdefault(name, []).append(wheel)
+        else:
+            problems.append((wheel, why))
+    glue_placed = {name: list(ws) for name, ws in indexes.items()}
+    for wheel in (w for w in wheels if w.name == KERNEL):
+        pinned_by = sorted(name for name, ws in glue_placed.items() if any(_pins(g, wheel) for g in ws))
+        for name in pinned_by:
+            indexes[name].append(wheel)
+        if not pinned_by:
+            waiting.append((wheel, f"no {FLASH_ATTN.package} wheel in the index pins it yet; it joins their indexes when one does"))
+    for wheel in (w for w in wheels if w.name == FA3):
+        match = CUDA_LOCAL.fullmatch(wheel.local or "")
+        if not match:
+            problems.append((wheel, f"its local version label {wheel.local!r} names no CUDA (e.g. +cu130.sm80.90a), so no index takes it"))
+            continue
+        torch = requirement(wheel, "torch")
+        fits = sorted(n for n in glue_placed if parse_index_name(n)[1] == match["cuda"] and admits(torch, parse_index_name(n)[0]))
+        for name in fits:
+            indexes[name].append(wheel)
+        if not fits:
+            problems.append((wheel, f"no index of CUDA {match['cuda']} with a torch its requirement {torch} admits holds a "
+                                    f"{FLASH_ATTN.package} wheel yet (the indexes are those of the {FLASH_ATTN.package} wheels)"))
+    for wheel in (w for w in wheels if w.name not in PROJECTS):
+        problems.append((wheel, f"{wheel.name} is none of the projects this index serves ({', '.join(sorted(PROJECTS))})"))
+    return Placement({n: tuple(sorted(ws, key=lambda w: w.filename)) for n, ws in sorted(indexes.items())},
+                     tuple(waiting), tuple(sorted(problems, key=lambda p: p[0].filename)))
+
+
+def _pins(glue, kernel) -> bool:
+    req = requirement(glue, KERNEL)
+    return req is not None and admits(req, kernel.version) and any(s.operator in ("==", "===") for s in req.specifier)

@@ -1,0 +1,74 @@
+"""Copy wheels into an index root and heal its pages, under the root's lock (faforge.pipindex.folder).
+
+Which wheels may come is decided above (faforge.release.publish_wheels: the gates, per sha256); this
+layer copies exactly what it is given, each copy renamed in only with the sha256 it was judged for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from faforge.pipindex import layout
+from faforge.pipindex.folder import BadFile, Survey, check_folder, heal, index_errors, index_lock, survey
+from faforge.pipindex.placement import place
+
+
+@dataclass(frozen=True)
+class Outcome:
+    wheel: object  # faforge.pipwheel.facts.WheelFacts
+    action: str  # published | unchanged | exists | refused | would-publish
+    detail: str
+    indexes: tuple[str, ...] = ()  # the indexes that list it (would list it, in a dry run)
+
+
+@dataclass(frozen=True)
+class IndexPublished:
+    outcomes: list[Outcome]
+    problems: list[BadFile] = field(default_factory=list)  # files already in the root that no page can list
+
+
+def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> IndexPublished:
+    """Copy, then heal the pages; "unchanged" only when the file is there and every page was already right.
+
+    A wheel replaced with --force first leaves the pages, then changes, then is listed again, so no
+    moment shows a link whose file has another sha256.
+    """
+    check_folder(root)
+    if not wheels:
+        return IndexPublished([])
+    if dry_run:
+        before = survey(root) if root.is_dir() else Survey()
+        plans = [_plan(w, root, before, force) for w in wheels]
+        kept = [w for name, w in before.wheels.items() if name not in {p.wheel.filename for p, copy in plans if copy}]
+        after = place(kept + [p.wheel for p, copy in plans if copy])
+        return IndexPublished([Outcome(p.wheel, p.action, p.detail, after.indexes_of(p.wheel.filename)) for p, _ in plans])
+    with index_errors(root), index_lock(root):
+        before = survey(root)
+        plans = [_plan(w, root, before, force) for w in wheels]
+        moving = [p.wheel for p, copy in plans if copy]
+        leaving = frozenset(w.filename for w in moving) & set(before.wheels)
+        if leaving:
+            heal(root, leave_out=leaving)
+        box = layout.sandbox(root)
+        for wheel in moving:
+            box.place_copy(wheel.path, box.real_folder(layout.FILES), sha256=wheel.sha256)
+        after = heal(root)
+    outcomes = [Outcome(p.wheel, "published" if p.action == "would-publish" else p.action, p.detail,
+                        after.placement.indexes_of(p.wheel.filename)) for p, _ in plans]
+    return IndexPublished(outcomes, after.bad)
+
+
+def _plan(wheel, root: Path, before: Survey, force: bool) -> tuple[Outcome, bool]:
+    """What publishing `wheel` into `root` does, and whether its file must be copied."""
+    where = f"{root}/{layout.FILES}/{wheel.filename}"
+    held = before.wheels.get(wheel.filename)
+    if held is None and not (root / layout.FILES / wheel.filename).exists():
+        return Outcome(wheel, "would-publish", where), True
+    if held is not None and held.sha256 == wheel.sha256:
+        if not before.needs_writing:
+            return Outcome(wheel, "unchanged", f"identical file and pages already in {root}"), False
+        return Outcome(wheel, "would-publish", f"{where} (the identical file is there; writing the pages it is missing from)"), False
+    if force:
+        return Outcome(wheel, "would-publish", f"{where} (replacing a different file)"), True
+    return Outcome(wheel, "exists", f"a different file of this name is already in {root}/{layout.FILES}; pass --force to replace it"), False
