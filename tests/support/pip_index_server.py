@@ -59,9 +59,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.reply(301, b"", "text/plain", {"Location": path + "/"}, body)
             kind = JSON_TYPE if not self.html_only and preferred(self.headers.get("Accept", "")) == JSON_TYPE else "text/html"
             target = target / ("index.json" if kind == JSON_TYPE else "index.html")
+        found = target is not None and target.is_file()
         with open(self.log, "a") as handle:
-            handle.write(json.dumps({"method": self.command, "path": path, "accept": self.headers.get("Accept", ""), "type": kind}) + "\n")
-        if target is None or not target.is_file():
+            handle.write(json.dumps({"method": self.command, "path": path, "accept": self.headers.get("Accept", ""),
+                                     "type": kind, "status": 200 if found else 404}) + "\n")
+        if not found:
             return self.reply(404, b"not found\n", "text/plain", {}, body)
         self.reply(200, target.read_bytes(), kind, {}, body)
 
@@ -91,6 +93,11 @@ def serve_index(root: Path, log: Path, *, html_only: bool = False):
 
 def requests(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def pages_served(log: Path) -> set[str]:
+    """The media types the index's pages were answered in (the readiness probe of / and 404s left out)."""
+    return {r["type"] for r in requests(log) if r["status"] == 200 and r["path"].endswith("/") and r["path"] != "/"}
 
 
 if __name__ == "__main__":

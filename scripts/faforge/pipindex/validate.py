@@ -114,8 +114,8 @@ def _agree(pages: dict[str, Page]) -> list[str]:
     html_files = {f.filename: _facts(f) for f in pages["html"].files}
     if json_files == html_files:
         return []
-    differ = sorted(set(json_files.items()) ^ set(html_files.items()))
-    return [f"{pages['json'].url}: its JSON and HTML pages disagree on {differ[0][0]} (hash, Requires-Python, metadata)"]
+    differ = sorted(name for name in set(json_files) | set(html_files) if json_files.get(name) != html_files.get(name))
+    return [f"{pages['json'].url}: its JSON and HTML pages disagree on {differ[0]} (hash, Requires-Python, metadata)"]
 
 
 def _local_files(page: Page, files: Path) -> list[str]:
