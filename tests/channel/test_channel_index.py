@@ -202,7 +202,7 @@ def test_linux_64_that_is_a_file_is_refused_and_the_channel_is_unchanged(tmp_pat
 IN_MOUNT = r"""
 import hashlib, json, shutil, subprocess, sys
 from pathlib import Path
-source, mount, size, read_only, *publish = sys.argv[1:]
+source, mount, size, read_only, option, *publish = sys.argv[1:]
 subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], check=True)
 shutil.copytree(source, mount, dirs_exist_ok=True)
 if read_only == "ro":
@@ -210,12 +210,14 @@ if read_only == "ro":
 snap = lambda: {str(p.relative_to(mount)): hashlib.sha256(p.read_bytes()).hexdigest()
                 for p in sorted(Path(mount).rglob("*")) if p.is_file() and p.name != ".faforge.lock"}
 before = snap()
-result = subprocess.run([sys.executable, "-m", "faforge", "publish", *publish, "--to", mount], capture_output=True, text=True)
+result = subprocess.run([sys.executable, "-m", "faforge", "publish", *publish, option, mount], capture_output=True, text=True)
 print(json.dumps({"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr, "before": before, "after": snap()}))
 """
 
 
-def publish_in_mount(tmp_path: Path, source: Path, size: str, read_only: bool, paths, manifest) -> dict:
+def publish_in_mount(tmp_path: Path, source: Path, size: str, read_only: bool, paths, manifest, option: str = "--to") -> dict:
+    """Publish `paths` into a copy of `source` on a tmpfs of `size` (`option` names the folder: --to a channel,
+    --index a wheel index)."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux) to mount a tmpfs in a private mount namespace")
     mount = tmp_path / "mount"
@@ -224,7 +226,7 @@ def publish_in_mount(tmp_path: Path, source: Path, size: str, read_only: bool, p
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root or user namespaces): {probe.stderr.strip()}")
     result = subprocess.run(["unshare", "-m", sys.executable, "-c", IN_MOUNT, str(source), str(mount), size, "ro" if read_only else "rw",
-                             *map(str, paths), "--manifest", str(manifest)], capture_output=True, text=True, timeout=300)
+                             option, *map(str, paths), "--manifest", str(manifest)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.channel.test_channel_index import default_sigint, interrupted_before_faforge
+from tests.channel.test_channel_index import default_sigint, interrupted_before_faforge, publish_in_mount
 from tests.channel.test_channel_sandbox import snapshot
 from tests.release.test_publish import SCHEMA, faforge
 from tests.support import tiny_wheels as tw
@@ -263,42 +263,10 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, built,
     assert done >= min(rounds, 6), f"only {done} rounds fit in {budget}s (seed {seed})"
 
 
-# In its own mount namespace (unshare -m): a small tmpfs over the index root, the prepared root copied in,
-# optionally read-only; then the publish, and snapshots before and after.
-IN_MOUNT = r"""
-import hashlib, json, shutil, subprocess, sys
-from pathlib import Path
-source, mount, size, read_only, *publish = sys.argv[1:]
-subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], check=True)
-shutil.copytree(source, mount, dirs_exist_ok=True)
-if read_only == "ro":
-    subprocess.run(["mount", "-o", "remount,ro", mount], check=True)
-snap = lambda: {str(p.relative_to(mount)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(Path(mount).rglob("*")) if p.is_file() and p.name != ".faforge.lock"}
-before = snap()
-result = subprocess.run([sys.executable, "-m", "faforge", "publish", *publish, "--index", mount], capture_output=True, text=True)
-print(json.dumps({"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr, "before": before, "after": snap()}))
-"""
-
-
-def publish_in_mount(tmp_path: Path, source: Path, size: str, read_only: bool, paths, manifest) -> dict:
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare (util-linux) to mount a tmpfs in a private mount namespace")
-    mount = tmp_path / "mount"
-    mount.mkdir()
-    probe = subprocess.run(["unshare", "-m", "mount", "-t", "tmpfs", "tmpfs", str(mount)], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or user namespaces): {probe.stderr.strip()}")
-    result = subprocess.run(["unshare", "-m", sys.executable, "-c", IN_MOUNT, str(source), str(mount), size, "ro" if read_only else "rw",
-                             *map(str, paths), "--manifest", str(manifest)], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
 def test_a_full_disk_gives_one_line_and_leaves_a_consistent_index(tmp_path, built, manifest):
     root = tmp_path / "wheels"
     assert publish([built["glue"], built["kernel"]], manifest, root).returncode == 0
-    seen = publish_in_mount(tmp_path, root, "300k", False, [built["big"]], manifest)  # the wheel is larger than what is left
+    seen = publish_in_mount(tmp_path, root, "300k", False, [built["big"]], manifest, "--index")  # the wheel is larger than what is left
     assert seen["rc"] == 2 and "No space left on device" in seen["stderr"] and "Traceback" not in seen["stderr"], seen
     assert seen["stderr"].startswith("faforge publish: error: cannot write to wheel index ") and seen["stderr"].count("\n") == 1
     assert seen["after"] == seen["before"]
@@ -307,7 +275,7 @@ def test_a_full_disk_gives_one_line_and_leaves_a_consistent_index(tmp_path, buil
 def test_a_read_only_index_gives_one_line_and_changes_nothing(tmp_path, built, manifest):
     root = tmp_path / "wheels"
     assert publish([built["kernel"]], manifest, root).returncode == 0
-    seen = publish_in_mount(tmp_path, root, "4m", True, [built["glue"]], manifest)
+    seen = publish_in_mount(tmp_path, root, "4m", True, [built["glue"]], manifest, "--index")
     assert seen["rc"] == 2 and "read-only file system" in seen["stderr"] and seen["stderr"].startswith("faforge publish: error: --index ")
     assert seen["after"] == seen["before"]
 

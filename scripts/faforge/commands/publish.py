@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from faforge import config, paths
@@ -67,37 +68,58 @@ def execute(args: argparse.Namespace) -> int:
         channel_url(args.channel, "--channel", if_empty="name the channel users install from, or leave --channel out")
     decisions, result = publish_files(args.packages, target, manifest_dir=args.manifest, required=required, channel=args.channel,
                                       dry_run=args.dry_run, force=args.force)
-    outcomes = result.outcomes
+    rows = [Row(o.package, o.action, o.detail, o.package.cell_id) for o in result.outcomes]
+    return report(args, rows, decisions, required, target=str(target), where=f"target: {target}", problems=result.channel_problems,
+                  problems_key="channel_problems", print_problems=lambda: print_channel_problems(result.channel_problems, target))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One outcome, conda package or wheel, as the report prints it."""
+
+    package: object  # PackageFacts or WheelFacts: .filename, .sha256
+    action: str
+    detail: str
+    cell: str | None
+    indexes: tuple[str, ...] | None = None  # wheels only
+
+
+def report(args: argparse.Namespace, rows: list[Row], decisions, required: tuple[str, ...], *, target: str, where: str, problems,
+           problems_key: str, print_problems) -> int:
+    """The one report of both branches: --json (tests/schemas/publish.json) or a table, then the exit status."""
     by_file = {d.package.filename: d for d in decisions}
+    wheels = any(r.indexes is not None for r in rows)
     if args.json:
         print(json.dumps({
             "version": PUBLISH_VERSION,
-            "target": str(target),
+            "target": target,
             "required": list(required),
             "dry_run": args.dry_run,
             "packages": [{
-                "package": o.package.filename,
-                "sha256": o.package.sha256,
-                "cell": o.package.cell_id,
-                "action": o.action,
-                "detail": o.detail,
-                "gates": {g: r.result for g, r in by_file[o.package.filename].results.items()},
-            } for o in outcomes],
-            "channel_problems": [{"file": b.path, "reason": b.reason} for b in result.channel_problems],
+                "package": r.package.filename,
+                "sha256": r.package.sha256,
+                "cell": r.cell,
+                "action": r.action,
+                "detail": r.detail,
+                "gates": {g: res.result for g, res in by_file[r.package.filename].results.items()},
+                **({"indexes": list(r.indexes)} if r.indexes is not None else {}),
+            } for r in rows],
+            problems_key: [{"file": b.path, "reason": b.reason} for b in problems],
         }, indent=2))
     else:
-        rows = [[o.package.filename, o.package.sha256[:12], by_file[o.package.filename].gate_words(), o.action, _short(o.detail)] for o in outcomes]
-        print(format_table(["package", "sha256", "gates", "action", "detail"], rows))
-        for o in outcomes:
-            if o.action == "refused" and _short(o.detail) != o.detail:
-                print(f"\nrefused {o.package.filename}: {o.detail}")
+        table = [[r.package.filename, r.package.sha256[:12], by_file[r.package.filename].gate_words(), r.action,
+                  *([", ".join(r.indexes) or "-"] if wheels else []), _short(r.detail)] for r in rows]
+        print(format_table(["wheel" if wheels else "package", "sha256", "gates", "action", *(["indexes"] if wheels else []), "detail"], table))
+        for r in rows:
+            if r.action == "refused" and _short(r.detail) != r.detail:
+                print(f"\nrefused {r.package.filename}: {r.detail}")
         for d in decisions:
             if d.unverified:
                 print(f"  hint: {d.package.filename}: {verify_hint(d.package, args.manifest)}")
-        print(f"\nrequired gates: {', '.join(required)}; target: {target}")
-        print_channel_problems(result.channel_problems, target)
-    bad = [o for o in outcomes if o.action in ("refused", "exists")]
-    return EXIT_PROBLEMS if bad or result.channel_problems else EXIT_OK
+        print(f"\nrequired gates: {', '.join(required)}; {where}")
+        print_problems()
+    bad = [r for r in rows if r.action in ("refused", "exists")]
+    return EXIT_PROBLEMS if bad or problems else EXIT_OK
 
 
 def execute_wheels(args: argparse.Namespace) -> int:
@@ -118,38 +140,9 @@ def execute_wheels(args: argparse.Namespace) -> int:
     paths.nearest_folder(args.manifest, "--manifest")
     decisions, result = publish_wheel_files(args.packages, root, manifest_dir=args.manifest, required=required,
                                             dry_run=args.dry_run, force=args.force)
-    by_file = {d.package.filename: d for d in decisions}
-    if args.json:
-        print(json.dumps({
-            "version": PUBLISH_VERSION,
-            "target": str(root),
-            "required": list(required),
-            "dry_run": args.dry_run,
-            "packages": [{
-                "package": o.wheel.filename,
-                "sha256": o.wheel.sha256,
-                "cell": None,
-                "action": o.action,
-                "detail": o.detail,
-                "gates": {g: r.result for g, r in by_file[o.wheel.filename].results.items()},
-                "indexes": list(o.indexes),
-            } for o in result.outcomes],
-            "index_problems": [{"file": b.path, "reason": b.reason} for b in result.problems],
-        }, indent=2))
-    else:
-        rows = [[o.wheel.filename, o.wheel.sha256[:12], by_file[o.wheel.filename].gate_words(), o.action,
-                 ", ".join(o.indexes) or "-", _short(o.detail)] for o in result.outcomes]
-        print(format_table(["wheel", "sha256", "gates", "action", "indexes", "detail"], rows))
-        for o in result.outcomes:
-            if o.action == "refused" and _short(o.detail) != o.detail:
-                print(f"\nrefused {o.wheel.filename}: {o.detail}")
-        for d in decisions:
-            if d.unverified:
-                print(f"  hint: {d.package.filename}: {verify_hint(d.package, args.manifest)}")
-        print(f"\nrequired gates: {', '.join(required)}; wheel index: {root}")
-        print_index_problems(result.problems, root)
-    bad = [o for o in result.outcomes if o.action in ("refused", "exists")]
-    return EXIT_PROBLEMS if bad or result.problems else EXIT_OK
+    rows = [Row(o.wheel, o.action, o.detail, None, o.indexes) for o in result.outcomes]
+    return report(args, rows, decisions, required, target=str(root), where=f"wheel index: {root}", problems=result.problems,
+                  problems_key="index_problems", print_problems=lambda: print_index_problems(result.problems, root))
 
 
 def _short(text: str, width: int = 160) -> str:
