@@ -242,3 +242,44 @@ def read_wheel(path: str | os.PathLike) -> WheelFacts:
                       build_tag=name.build_tag, python_tags=name.python_tags, abi_tags=name.abi_tags,
                       platform_tags=name.platform_tags, requires_python=requires_python, requires_dist=requires,
                       sha256=digest.hexdigest(), size=size)
+
+
+def wheel_contents(path: str | os.PathLike, cap: int | None = None) -> dict[str, bytes]:
+    """Every file member of the wheel at `path` (its members checked as read_wheel checks them), at most
+    `cap` (WHEEL_CAP) bytes decompressed in all: for repacking a wheel we built, or one a build made."""
+    path = Path(path)
+    cap = WHEEL_CAP if cap is None else cap
+    fd = _open_wheel(path)
+    contents: dict[str, bytes] = {}
+    left = cap
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            with zipfile.ZipFile(handle) as archive:
+                for info in check_members(archive, str(path)):
+                    if info.is_dir():
+                        continue
+                    contents[info.filename] = data = read_member(archive, info.filename, str(path), cap=left)
+                    left -= len(data)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as exc:
+            raise _refuse(str(path), f"is not a readable zip file ({exc})") from None
+        except OSError as exc:
+            raise _refuse(str(path), f"cannot be read: {exc.strerror or exc}") from None
+    return contents
+
+
+def requires_dist_of(path: str | os.PathLike, option: str | None = None) -> tuple[str, ...]:
+    """The Requires-Dist of a wheel (read_wheel) or of a core-metadata file (a wheel's METADATA, as
+    `faforge.wheelfetch.fetch_member` saves it), read within METADATA_CAP."""
+    path = Path(path)
+    label = " ".join(filter(None, [option, str(path)]))
+    if path.name.endswith(".whl"):
+        return read_wheel(path).requires_dist
+    fd = _open_wheel(path)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(METADATA_CAP + 1)
+    if len(data) > METADATA_CAP:
+        raise _refuse(label, f"has more than the {METADATA_CAP:,} bytes a METADATA file may have", "pass a wheel's METADATA or the wheel")
+    fields = parse_metadata(data, label)
+    if not fields.get("name") or not fields.get("version"):
+        raise _refuse(label, "is not core metadata (no Name and Version fields)", "pass a wheel's METADATA or the wheel")
+    return tuple(fields.get("requires-dist", []))

@@ -1,0 +1,122 @@
+"""The kernel wheel: the conda kernel package's library, byte for byte but for its RUNPATH, as a wheel.
+
+One per kernel key (platform, CUDA, arch list, Philox layout), shared by every glue wheel of that key, as
+the conda package is shared by every cell: the kernel TUs are compiled once, for conda, and never for pip.
+  libflash_attn_kernels-<version>+<label>-<build number>-py3-none-<manylinux tag>.whl
+    libflash_attn_kernels/__init__.py                 (empty: the folder is a package, so pip owns it)
+    libflash_attn_kernels/libflash_attn_kernels.so.1  (lib/libflash_attn_kernels.so.1 of the conda package,
+                                                       RUNPATH $ORIGIN/../nvidia/cu13/lib)
+The label is the conda build string without its build number (cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0
+-> cu130.sm80.90.100.120ptx.philox64.ha5d2e90), which goes into the build tag. Requires-Dist: the CUDA
+runtime wheel torch itself requires (read from a real torch's METADATA), from the kernel's CUDA minor up to
+the next major, so that the one torch pins is taken (cuda-toolkit[cudart]==13.0.2 satisfies
+cuda-toolkit[cudart]>=13.0,<14).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from faforge.errors import EXIT_PROBLEMS, FaforgeError
+from faforge.family import FLASH_ATTN
+from faforge.pipwheel import layout
+from faforge.pipwheel.built import BuiltWheel
+from faforge.pipwheel.facts import read_wheel
+from faforge.pipwheel.manylinux import platform_tag
+from faforge.pipwheel.patch import set_runpath
+from faforge.pipwheel.writer import WheelSpec, write_wheel
+
+SUBDIR_MACHINE = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+# The distribution that holds libcudart, in a torch wheel's Requires-Dist: NVIDIA's runtime wheel itself
+# (nvidia-cuda-runtime-cu12==12.8.90 for torch 2.7-2.10 +cu12x), or the CUDA 13 meta package with its
+# cudart extra (torch 2.11.0: cuda-toolkit[cublas,cudart,...]==13.0.2; its own METADATA then requires
+# nvidia-cuda-runtime==13.0.96.*).
+RUNTIME_NAMES = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime-cu12")
+RUNTIME_EXTRA = "cudart"
+
+
+@dataclass(frozen=True)
+class KernelPackage:
+    """What the kernel wheel is made of: the conda kernel package's facts and its library, unpacked."""
+
+    library: Path  # the package's lib/libflash_attn_kernels.so.1, a regular file
+    name: str  # its conda name (libflash-attn-kernels)
+    version: str  # 2.8.3.post2
+    build: str  # cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0
+    subdir: str  # linux-64
+    licenses: tuple[tuple[str, bytes], ...] = ()  # (file name, text) of its info/licenses/
+
+
+def cuda_runtime_requirement(torch_requires_dist: Iterable[str], cuda: str) -> str:
+    """The CUDA runtime requirement of a kernel wheel of `cuda` ('13.0'): the distribution torch's own
+    Requires-Dist names for libcudart, from `cuda` up to the next major."""
+    major, minor = layout.parse_cuda(cuda)
+    found = []
+    for text in torch_requires_dist:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        if name in RUNTIME_NAMES or (name == "cuda-toolkit" and RUNTIME_EXTRA in req.extras):
+            found.append((name, req))
+    if len(found) != 1:
+        what = "no requirement" if not found else f"{len(found)} requirements ({', '.join(str(r) for _, r in found)})"
+        raise FaforgeError(f"the torch METADATA has {what} naming the CUDA runtime (nvidia-cuda-runtime* or cuda-toolkit[{RUNTIME_EXTRA}])",
+                           hint="pass the METADATA of a CUDA build of torch from PyPI (a CPU torch requires none)")
+    name, req = found[0]
+    pinned = [s.version for s in req.specifier if s.operator in ("==", "===", "~=", ">=")]
+    if pinned and pinned[0].split(".")[0] != str(major):
+        raise FaforgeError(f"the torch METADATA requires {req.name}{req.specifier}, CUDA {pinned[0]}, not the kernel's CUDA {cuda}",
+                           hint=f"pass the METADATA of a torch built for CUDA {major}.x")
+    extra = f"[{RUNTIME_EXTRA}]" if name == "cuda-toolkit" else ""
+    return f"{name}{extra}>={major}.{minor},<{major + 1}"
+
+
+def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_dir: Path,
+                      say: Callable[[str], None] = lambda line: None, work: Path) -> BuiltWheel:
+    """Write the kernel wheel of `package` into `out_dir` (`work`: a scratch folder for the patched library)."""
+    started = time.monotonic()
+    what = f"{package.name}-{package.version}-{package.build}"
+    if package.name != FLASH_ATTN.kernel_package:
+        raise FaforgeError(f"{what}: a {package.name} package, not {FLASH_ATTN.kernel_package}", hint=f"pass a {FLASH_ATTN.kernel_package} package")
+    if package.subdir not in SUBDIR_MACHINE:
+        raise FaforgeError(f"{what}: built for {package.subdir}; pip wheels are built for {', '.join(SUBDIR_MACHINE)}", hint="pass a linux package")
+    label, number = layout.kernel_label(package.build)
+    cuda = _cuda_of_label(label)
+    runpath = layout.kernel_runpath(cuda)
+    work.mkdir(parents=True, exist_ok=True)
+    patched = work / FLASH_ATTN.kernel_soname
+    identity = set_runpath(package.library, patched, runpath, say=say)
+    if identity.soname != FLASH_ATTN.kernel_soname:
+        raise FaforgeError(f"{what}: its library's SONAME is {identity.soname!r}, not {FLASH_ATTN.kernel_soname}",
+                           hint="rebuild it with the recipe of this checkout", exit_code=EXIT_PROBLEMS)
+    if identity.machine != SUBDIR_MACHINE[package.subdir]:
+        raise FaforgeError(f"{what}: its library is for {identity.machine}, its package says {package.subdir}", hint="rebuild it",
+                           exit_code=EXIT_PROBLEMS)
+    cudart = [n for n in identity.needed if n.startswith("libcudart.so.")]
+    if cudart != [f"libcudart.so.{cuda.split('.')[0]}"]:
+        raise FaforgeError(f"{what}: its library needs {cudart or 'no shared CUDA runtime'}, not libcudart.so.{cuda.split('.')[0]} of CUDA {cuda}",
+                           hint="the kernel library links -cudart shared, the runtime torch loads; rebuild it", exit_code=EXIT_PROBLEMS)
+    verdict = platform_tag([patched], inside=[FLASH_ATTN.kernel_soname], what=what)
+    spec = WheelSpec(
+        name=canonicalize_name(FLASH_ATTN.kernel_package), version=f"{package.version}+{label}", build_tag=number,
+        python_tags=("py3",), abi_tags=("none",), platform_tags=(verdict.tag,), requires_dist=(runtime_requirement,),
+        summary=f"{FLASH_ATTN.title} kernels (CUDA {cuda}, {label.split('.', 1)[1]}), the conda build's library for pip",
+        files={f"{layout.KERNEL_DIR}/__init__.py": b"", f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": patched})
+    spec = replace(spec, files={**spec.files, **{f"{spec.dist_info}/licenses/{name}": text for name, text in package.licenses}})
+    path = write_wheel(spec, out_dir)
+    return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=identity.gpu,
+                      seconds=time.monotonic() - started)
+
+
+def _cuda_of_label(label: str) -> str:
+    """cu130.sm... -> 13.0; cu128 -> 12.8 (the last digit is the minor, as torch's and conda-forge's tags spell it)."""
+    digits = label.split(".")[0].removeprefix("cu")
+    return f"{digits[:-1]}.{digits[-1]}"
