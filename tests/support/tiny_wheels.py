@@ -1,17 +1,15 @@
-"""Small, valid wheels for the index tests: a zip with a package, its .dist-info (METADATA, WHEEL, RECORD
-with every member's sha256, as PEP 427 and pip's installer check them). They stand for the glue, kernel
-and FA3 wheels in name, version, tags and metadata, so that real pip and real uv can find, resolve,
-download and install them from the index in a second; the real wheels come from faforge.pipwheel."""
+"""Small, valid wheels for the index tests, written by faforge.pipwheel.writer: one Python file each. They
+stand for the glue, kernel and FA3 wheels in name, version, tags and metadata, so that real pip and real
+uv can find, resolve, download and install them from the index in a second; the real glue and kernel
+wheels (the conda builds' binaries, repacked) come from faforge.pipwheel's packers."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.pipwheel.writer import WheelSpec, write_wheel
 
 SDIST_VERSION = "2.8.3.post2"
 KERNEL_LOCAL = "cu130.sm80.90.100.120ptx.philox64.ha5d2e90"
@@ -29,7 +27,6 @@ class Spec:
     build: str | None = None  # the build tag
     package: str = "pkg"
     payload: str = "x = 1\n"
-    extra: dict = field(default_factory=dict)  # more METADATA lines
 
     @property
     def filename(self) -> str:
@@ -41,37 +38,13 @@ class Spec:
         return self.dist.replace("_", "-")
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
-def metadata_text(spec: Spec) -> str:
-    lines = ["Metadata-Version: 2.1", f"Name: {spec.name}", f"Version: {spec.version}"]
-    if spec.requires_python:
-        lines.append(f"Requires-Python: {spec.requires_python}")
-    lines += [f"Requires-Dist: {r}" for r in spec.requires_dist]
-    lines += [f"{k}: {v}" for k, v in spec.extra.items()]
-    return "\n".join(lines) + "\n\n"
-
-
 def build_wheel(spec: Spec, folder: Path) -> Path:
-    """folder/<spec.filename>, deterministic (fixed member dates)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    info = f"{spec.dist}-{spec.version}.dist-info"
+    """folder/<spec.filename>, written by faforge.pipwheel.writer (deterministic: the same spec, the same bytes)."""
     python, abi, platform = spec.tag.split("-")
-    wheel = ["Wheel-Version: 1.0", "Generator: faforge-tests", "Root-Is-Purelib: false",
-             *(f"Tag: {p}-{a}-{t}" for p in python.split(".") for a in abi.split(".") for t in platform.split("."))]
-    if spec.build:
-        wheel.append(f"Build: {spec.build}")
-    members = {f"{spec.package}/__init__.py": spec.payload.encode(), f"{info}/METADATA": metadata_text(spec).encode(),
-               f"{info}/WHEEL": ("\n".join(wheel) + "\n").encode()}
-    record = [_record_line(n, d) for n, d in members.items()] + [f"{info}/RECORD,,"]
-    members[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    path = folder / spec.filename
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in members.items():
-            archive.writestr(zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0)), data)
+    path = write_wheel(WheelSpec(name=spec.name, version=spec.version, python_tags=tuple(python.split(".")), abi_tags=tuple(abi.split(".")),
+                                 platform_tags=tuple(platform.split(".")), files={f"{spec.package}/__init__.py": spec.payload.encode()},
+                                 build_tag=spec.build, requires_python=spec.requires_python, requires_dist=spec.requires_dist), folder)
+    assert path.name == spec.filename, (path.name, spec.filename)
     return path
 
 
