@@ -71,30 +71,50 @@ class Anchors(html.parser.HTMLParser):
             self.links.append(dict(attrs))
 
 
-def assert_consistent(root: Path) -> dict[str, set[str]]:
-    """The invariant: every page parses whole, and every link of it names a complete file in files/ with
-    its sha256 (and its metadata file with its sha256). Returns index -> the file names it links."""
+def _links(page: Path, root: Path) -> dict[str, str]:
+    """file name -> sha256 of every link of one page (HTML or JSON), each checked against its file."""
+    links = {}
+    if page.suffix == ".html":
+        parser = Anchors()
+        parser.feed(page.read_text())
+        found = [(a["href"], a.get("data-core-metadata"), None) for a in parser.links]
+    else:
+        data = json.loads(page.read_text())
+        found = [(f"{f['url']}#sha256={f['hashes']['sha256']}", f"sha256={f['core-metadata']['sha256']}", f["size"]) for f in data["files"]]
+    for href, meta_hash, size in found:
+        href, _, fragment = href.partition("#")
+        target = (page.parent / urllib.parse.unquote(href)).resolve()
+        assert target.parent == (root / "files").resolve(), f"{page} links {href} outside files/"
+        assert target.is_file() and fragment == f"sha256={sha256(target)}", f"{page}: {href} is not that file"
+        assert size is None or size == target.stat().st_size, f"{page}: {href} has another size"
+        meta = Path(str(target) + ".metadata")
+        assert meta_hash == f"sha256={sha256(meta)}", f"{page}: {meta.name} is not what it says"
+        links[target.name] = fragment.removeprefix("sha256=")
+    return links
+
+
+def assert_consistent(root: Path, *, settled: bool = True) -> dict[str, set[str]]:
+    """The invariant, at any moment: every page parses whole, and every link of it names a complete file in
+    files/ with its sha256 (and its metadata file with its sha256); a root page lists only projects whose
+    pages are there. Once `settled` (no publish was cut short), each project's JSON and HTML also agree and
+    every project folder is listed. Returns index -> the file names it links."""
     listed: dict[str, set[str]] = {}
     for index in sorted(p for p in root.glob("torch*-cu*") if p.is_dir()):
-        for page in sorted(index.glob("*/index.html")):
-            parser = Anchors()
-            parser.feed(page.read_text())
-            data = json.loads(page.with_name("index.json").read_text())
-            links = {}
-            for attrs in parser.links:
-                href, _, fragment = attrs["href"].partition("#")
-                target = (page.parent / urllib.parse.unquote(href)).resolve()
-                assert target.parent == (root / "files").resolve(), f"{page} links {href} outside files/"
-                assert target.is_file() and fragment == f"sha256={sha256(target)}", f"{page}: {href} is not that file"
-                meta = Path(str(target) + ".metadata")
-                assert attrs["data-core-metadata"] == f"sha256={sha256(meta)}", f"{page}: {meta.name} is not what it says"
-                links[target.name] = fragment.removeprefix("sha256=")
-            assert {f["filename"]: f["hashes"]["sha256"] for f in data["files"]} == links, f"{page} and its JSON disagree"
-            for f in data["files"]:
-                assert f["size"] == (root / "files" / f["filename"]).stat().st_size
-            listed.setdefault(index.name, set()).update(links)
-        root_page = json.loads((index / "index.json").read_text())
-        assert sorted(p["name"] for p in root_page["projects"]) == sorted(p.name for p in index.iterdir() if p.is_dir())
+        for project in sorted(p for p in index.iterdir() if p.is_dir()):
+            pages = {page.suffix: _links(page, root) for page in sorted(project.glob("index.*"))}
+            if settled:
+                assert set(pages) == {".html", ".json"} and pages[".html"] == pages[".json"], f"{project}: its pages disagree"
+            for links in pages.values():
+                listed.setdefault(index.name, set()).update(links)
+        for page in sorted(index.glob("index.*")):
+            if page.suffix == ".json":
+                projects = {p["name"] for p in json.loads(page.read_text())["projects"]}
+            else:
+                parser = Anchors()
+                parser.feed(page.read_text())
+                projects = {a["href"].rstrip("/") for a in parser.links}
+            present = {p.name for p in index.iterdir() if (p / f"index{page.suffix}").is_file()}
+            assert projects == present if settled else projects <= present, f"{page} lists {projects}, the folder has {present}"
     return listed
 
 
@@ -253,7 +273,7 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, built,
         if not interrupted_before_faforge(proc.returncode, stderr):
             assert proc.returncode in (0, 130, -2, -9), f"seed {seed} round {done}: exit {proc.returncode}: {stderr}"
         codes[proc.returncode] = codes.get(proc.returncode, 0) + 1
-        assert_consistent(root)
+        assert_consistent(root, settled=False)
         rerun = publish(wheels, manifest, root)
         assert rerun.returncode == 0, f"seed {seed} round {done}: {rerun.stdout}{rerun.stderr}"
         assert assert_consistent(root) == expected
