@@ -7,6 +7,7 @@ on pages broken on purpose, and against a silent server (exit 4 within the read 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,12 +26,25 @@ from tests.pipindex.test_publish_index import assert_consistent, publish
 from tests.release.test_publish import faforge
 from tests.support import tiny_wheels as tw
 from tests.support.hostile_server import serve_hostile
+from tests.support.http_server import serve_directory
 from tests.support.pip_index_server import JSON_TYPE, pages_served, requests, serve_index
 
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 GLUE_211 = f"{tw.SDIST_VERSION}+torch2.11.cu130.abi1"
 PLATFORM = ["--only-binary=:all:", "--platform", tw.LINUX_X86, "--implementation", "cp"]
 MODES = ["pep691-json", "static-html"]
+
+
+@contextlib.contextmanager
+def serve(root: Path, log: Path, mode: str):
+    """pep691-json: the negotiating server (it logs each request); static-html: `python -m http.server`, exactly
+    as the README serves the folder (HTML only; no log)."""
+    with (serve_index(root, log) if mode == "pep691-json" else serve_directory(root)) as url:
+        yield url
+
+
+def served_as(log: Path, mode: str) -> bool:
+    return mode == "static-html" or pages_served(log) == {JSON_TYPE}
 
 
 def pip_env() -> dict[str, str]:
@@ -81,15 +95,15 @@ def published(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
 def test_pip_downloads_exactly_the_wheels_of_its_index_with_their_hashes(tmp_path, published, mode):
     root, built = published
     log = tmp_path / "requests.jsonl"
-    with serve_index(root, log, html_only=mode == "static-html") as base:
+    with serve(root, log, mode) as base:
         for index, glue in (("torch2.11-cu130", built["glue"]), ("torch2.10-cu130", built["glue210"])):
             dest = tmp_path / index
             result = pip_download(f"{base}{index}/", dest, "3.12", tw.glue().name)  # unpinned: the index decides
             assert result.returncode == 0, result.stdout + result.stderr
             got = {p.name: sha256(p) for p in dest.iterdir()}
             assert got == {glue.name: sha256(glue), built["kernel"].name: sha256(built["kernel"])}, got
-    assert pages_served(log) == ({JSON_TYPE} if mode == "pep691-json" else {"text/html"})
-    assert any(r["path"].endswith(".whl.metadata") for r in requests(log)), "pip read the PEP 658 metadata files"
+    assert served_as(log, mode)
+    assert mode == "static-html" or any(r["path"].endswith(".whl.metadata") for r in requests(log)), "pip read the PEP 658 metadata files"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -97,7 +111,7 @@ def test_uv_resolves_and_installs_exactly_the_wheels_of_its_index(tmp_path, publ
     root, built = published
     log = tmp_path / "requests.jsonl"
     (tmp_path / "req.in").write_text(f"{tw.glue().name}\n{tw.fa3().name}\n")
-    with serve_index(root, log, html_only=mode == "static-html") as base:
+    with serve(root, log, mode) as base:
         index = f"{base}torch2.11-cu130/"
         compiled = uv("pip", "compile", "--index-url", index, *uv_platform("3.12"), "--generate-hashes", "--no-header",
                       str(tmp_path / "req.in"), cache=tmp_path / "cache")
@@ -114,7 +128,7 @@ def test_uv_resolves_and_installs_exactly_the_wheels_of_its_index(tmp_path, publ
         assert installed.returncode == 0, installed.stderr
     assert (target / "flash_attn" / "__init__.py").is_file()
     assert sorted(p.name for p in target.glob("*.dist-info")) == [f"flash_attn-{GLUE_211}.dist-info", f"libflash_attn_kernels-{tw.KERNEL_VERSION}.dist-info"]
-    assert pages_served(log) == ({JSON_TYPE} if mode == "pep691-json" else {"text/html"})
+    assert served_as(log, mode)
 
 
 def test_pip_and_uv_honour_requires_python(tmp_path, published):
@@ -149,7 +163,7 @@ def test_a_tampered_wheel_is_refused_by_pip_and_uv(tmp_path, published):
 @pytest.mark.parametrize("mode", MODES)
 def test_our_reader_and_validate_read_the_served_index(tmp_path, published, mode):
     root, built = published
-    with serve_index(root, tmp_path / "log.jsonl", html_only=mode == "static-html") as base:
+    with serve(root, tmp_path / "log.jsonl", mode) as base:
         report = check_index(f"{base}torch2.11-cu130/")
     assert report.problems == []
     listing = report.listings["torch2.11-cu130"]

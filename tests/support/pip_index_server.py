@@ -1,11 +1,10 @@
 """A static wheel index server on loopback, in its own process, that negotiates as PEP 691 asks: a folder
 URL (BASE/torch2.11-cu130/flash-attn/) answers its index.json as application/vnd.pypi.simple.v1+json when
-the client's Accept prefers that, and its index.html as text/html otherwise (or always, with --html-only,
-as a plain static server such as `python -m http.server` or GitHub Pages does). Every other path is the
-file itself. Each request is logged as one JSON line (method, path, Accept, the type answered), so a test
+the client's Accept prefers that, and its index.html as text/html otherwise (a plain static server, such
+as `python -m http.server` or GitHub Pages, always answers the HTML). Every other path is the file itself. Each request is logged as one JSON line (method, path, Accept, the type answered), so a test
 can tell which format pip or uv read.
 
-Run: python -m tests.support.pip_index_server PORT ROOT LOG [--html-only]
+Run: python -m tests.support.pip_index_server PORT ROOT LOG
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ def preferred(accept: str) -> str:
 class Handler(http.server.BaseHTTPRequestHandler):
     root: Path
     log: Path
-    html_only = False
 
     def do_GET(self):
         self.answer(body=True)
@@ -57,7 +55,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif target.is_dir():
             if not path.endswith("/"):
                 return self.reply(301, b"", "text/plain", {"Location": path + "/"}, body)
-            kind = JSON_TYPE if not self.html_only and preferred(self.headers.get("Accept", "")) == JSON_TYPE else "text/html"
+            kind = JSON_TYPE if preferred(self.headers.get("Accept", "")) == JSON_TYPE else "text/html"
             target = target / ("index.json" if kind == JSON_TYPE else "index.html")
         found = target is not None and target.is_file()
         with open(self.log, "a") as handle:
@@ -82,11 +80,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve_index(root: Path, log: Path, *, html_only: bool = False):
+def serve_index(root: Path, log: Path):
     """The server's base URL, http://127.0.0.1:PORT/, for the length of the block."""
     port = free_port()
     log.touch()
-    command = [sys.executable, "-m", "tests.support.pip_index_server", str(port), str(root), str(log), *(["--html-only"] if html_only else [])]
+    command = [sys.executable, "-m", "tests.support.pip_index_server", str(port), str(root), str(log)]
     with serve_process(command, f"http://127.0.0.1:{port}/", cwd=Path(__file__).parents[2]) as url:
         yield url
 
@@ -102,6 +100,5 @@ def pages_served(log: Path) -> set[str]:
 
 if __name__ == "__main__":
     Handler.root, Handler.log = Path(sys.argv[2]), Path(sys.argv[3])
-    Handler.html_only = "--html-only" in sys.argv[4:]
     with http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler) as server:
         server.serve_forever()
