@@ -20,7 +20,7 @@ def _faforge(args, root):
 
 def test_generated_variant_configs_are_fresh(repo):
     matrix = load_matrix(repo)
-    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)
+    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells)
     assert stale_files(expected) == [], "run `faforge generate` and commit variants/"
     for path in expected:
         assert path.read_text().startswith(GENERATED_HEADER)
@@ -31,13 +31,15 @@ def test_one_file_per_platform_and_world(repo):
     names = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)}
     assert names == {"linux-64-conda-forge.yaml", "linux-64-pytorch.yaml", "linux-aarch64-conda-forge.yaml",
                      "flash-attn-3-linux-64-conda-forge.yaml", "flash-attn-3-linux-aarch64-conda-forge.yaml"}
+    with_pip = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells)}
+    assert with_pip == names | {"linux-64-pypi.yaml", "linux-aarch64-pypi.yaml"}
 
 
 def test_generated_files_are_marked_in_gitattributes_and_readme(repo):
     attributes = (repo / ".gitattributes").read_text()
     readme = (repo / "variants" / "README.md").read_text()
     matrix = load_matrix(repo)
-    for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3):
+    for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells):
         assert f"variants/{path.name} linguist-generated=true" in attributes
         assert path.name in readme
     assert "faforge generate" in readme
@@ -60,9 +62,11 @@ def test_generate_removes_a_generated_file_the_matrix_no_longer_produces(repo_co
 def test_freshness_check_fails_when_the_table_changes_without_regeneration(repo_copy):
     assert _faforge(["generate", "--check"], repo_copy).returncode == 0
     releases = repo_copy / "variants" / "releases.yaml"
-    # Drop python 3.11 from the last release row (the newest torch of its world): that removes a cell.
+    # Drop python 3.11 from the last conda release row (the newest torch of its world): that removes a cell.
+    # (A pip world's rows list a wheel per python, so there that edit is a data error: test_pip_world.py.)
     lines = releases.read_text().splitlines(keepends=True)
-    row = max(i for i, line in enumerate(lines) if line.startswith("  python:") and "'3.11', " in line)
+    pip_rows = lines.index("- world: pypi\n")
+    row = max(i for i, line in enumerate(lines[:pip_rows]) if line.startswith("  python:") and "'3.11', " in line)
     lines[row] = lines[row].replace("'3.11', ", "")
     releases.write_text("".join(lines))
     result = _faforge(["generate", "--check"], repo_copy)
@@ -75,9 +79,10 @@ def test_every_variant_file_zips_each_cells_philox_width(repo):
     """The recipe's kernel output reads `philox_offset_bits`; zipped with the other keys, each position is
     one cell's, so a torch minor never gets another minor's layout."""
     matrix = load_matrix(repo)
-    for path in generated_files(matrix.cells, matrix.variants_dir):
+    for path in generated_files(matrix.cells, matrix.variants_dir, pip_cells=matrix.pip_cells):
         data = yaml.safe_load(path.read_text())
         assert "philox_offset_bits" in data["zip_keys"][0], path.name
         widths = dict(zip(data["torch_version"], data["philox_offset_bits"]))
         assert len(data["philox_offset_bits"]) == len(data["torch_version"]), path.name
-        assert widths == {c.torch: str(c.philox_offset_bits) for c in matrix.cells if path.name.startswith(f"{c.platform}-{c.world}.")}
+        assert widths == {c.torch: str(c.philox_offset_bits) for c in [*matrix.cells, *matrix.pip_cells]
+                          if path.name.startswith(f"{c.platform}-{c.world}.")}

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from faforge.matrix import load_matrix
-from faforge.matrix.kernels import FLASH_ATTN_PACKAGE
+from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.render import render_platform
 from faforge.matrix.variants import build_command, generated_files
 
@@ -50,13 +50,19 @@ def builds(repo):
     return documented_builds((repo / "README.md").read_text())
 
 
+def _worlds(matrix) -> dict:
+    return {**matrix.table.worlds, **matrix.table.pip_worlds}
+
+
 def test_every_variant_file_has_one_documented_build_with_its_worlds_channels(repo, builds):
     matrix = load_matrix(repo)
-    files = {f"variants/{path.name}" for path in generated_files(matrix.cells, matrix.variants_dir)}
+    # The pip world's files (issue 33) build only kernel packages; they count once README documents them.
+    pip = matrix.pip_cells if any(world in matrix.table.pip_worlds for world, _ in builds) else []
+    files = {f"variants/{path.name}" for path in generated_files(matrix.cells, matrix.variants_dir, pip_cells=pip)}
     assert sorted(args.variant_config for _, args in builds) == sorted(files)
     for world, args in builds:
         assert args.recipe == "recipes/flash-attn"
-        assert tuple(args.channel) == matrix.table.worlds[world].channels, (world, args.channel)
+        assert tuple(args.channel) == _worlds(matrix)[world].channels, (world, args.channel)
         # The generated file's header names the same command.
         line = build_command(args.variant_config, args.target_platform, tuple(args.channel))
         assert f"#   {line}\n" in (repo / args.variant_config).read_text()
@@ -67,6 +73,16 @@ def test_each_documented_file_renders_to_exactly_its_worlds_cells(repo, builds):
     for world, args in builds:
         path = repo / args.variant_config
         assert set(yaml.safe_load(path.read_text())["torch_world"]) == {world}
+        if world in matrix.table.pip_worlds:
+            # Only kernel packages: one per kernel key of the world's cells of that platform, no flash-attn.
+            keys = {(c.cuda, c.cuda_archs, str(c.philox_offset_bits)) for c in matrix.pip_cells
+                    if c.world == world and c.platform == args.target_platform}
+            first = {(c.cuda, c.cuda_archs, str(c.philox_offset_bits)): c for c in reversed(matrix.pip_cells) if c.platform == args.target_platform}
+            rendered = render_platform(matrix.recipe_path, path, args.target_platform, {_key(c.variant()) for c in first.values()})
+            assert {v.recipe.to_dict()["package"]["name"] for v in rendered} == {KERNEL_PACKAGE}
+            assert {(str(v.recipe.used_variant["cuda_compiler_version"]), str(v.recipe.used_variant["cuda_archs"]),
+                     str(v.recipe.used_variant["philox_offset_bits"])) for v in rendered} == keys
+            continue
         want = {_key(c.variant()) for c in matrix.cells if c.world == world and c.platform == args.target_platform}
         assert want, (world, args.target_platform)
         rendered = render_platform(matrix.recipe_path, path, args.target_platform)

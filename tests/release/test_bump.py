@@ -8,11 +8,18 @@ build), an older patch of a listed minor, and CPU builds; only the new release m
 from __future__ import annotations
 
 import hashlib
+import http.server
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
+import urllib.parse
+import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -21,7 +28,7 @@ import pytest
 from faforge.kernels.measure_abi import RAW_HEADER, fetch_headers, header_wheel
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 from faforge.matrix.variants import variant_config_path
-from faforge.wheelfetch import RemoteFile
+from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
 from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
@@ -219,3 +226,176 @@ def test_unreachable_wheel_index_is_a_clear_error(project):
     result = faforge(project, "bump", "--source", "pytorch-wheels", "--channel-url", "http://127.0.0.1:9/whl/torch/")
     assert result.returncode == 4 and "cannot read the wheel index http://127.0.0.1:9/whl/torch/" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- the pip world (issue 33): PyPI's Simple API JSON and a PyTorch per-CUDA PEP 503 page, on loopback ----------
+
+PIP_TORCH = "2.15.0"
+REAL_LIBC10 = {arch: f"torch-{PIP_TORCH}-cp312-cp312-manylinux_2_28_{arch}.whl" for arch in ("x86_64", "aarch64")}
+
+
+class RangeHandler(http.server.BaseHTTPRequestHandler):
+    """Files with HEAD and byte ranges, as PyPI's file host and download.pytorch.org serve wheels."""
+
+    files: dict[str, tuple[bytes, str]] = {}
+
+    def _lookup(self):
+        return self.files.get(urllib.parse.unquote(self.path.split("?")[0]))
+
+    def do_HEAD(self):
+        found = self._lookup()
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Length", str(len(found[0]) if found else 0))
+        self.end_headers()
+
+    def do_GET(self):
+        found = self._lookup()
+        if not found:
+            self.send_error(404)
+            return
+        data, kind = found
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if match:
+            data = data[int(match[1]):int(match[2]) + 1]
+            self.send_response(206)
+        else:
+            self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def wheel_server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    RangeHandler.files = {}
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def real_libc10(arch: str) -> bytes:
+    """torch 2.15.0's own torch/lib/libc10.so for `arch` (range-read from PyPI once, cached with test_torch_abi_wheels.py's)."""
+    libs = cache_dir("torch-libs")
+    cached = libs / REAL_LIBC10[arch] / "torch" / "lib" / "libc10.so"
+    if not cached.is_file():
+        fetch_member(pypi_listing("torch")[REAL_LIBC10[arch]], "torch/lib/libc10.so", libs)
+    return cached.read_bytes()
+
+
+def fake_torch_wheel(version: str, cuda: str | None, libc10: bytes | None) -> bytes:
+    """A torch wheel as small as the bump needs: torch/version.py as torch writes it, and a real libc10.so."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("torch/version.py", f"from typing import Optional\n__version__ = '{version}'\n"
+                                       f"cuda: Optional[str] = {cuda!r}\nhip: Optional[str] = None\n")
+        if libc10 is not None:
+            z.writestr("torch/lib/libc10.so", libc10)
+        z.writestr(f"torch-{version.split('+')[0]}.dist-info/RECORD", "")
+    return buffer.getvalue()
+
+
+def serve_pip_indexes(url: str) -> None:
+    """/simple/torch/: PyPI's PEP 691 page with torch 2.15.0 (cp311-cp315 and free-threaded wheels, both
+    platforms), 2.14.1 (in the table) and a CPU-only aarch64 2.10.0; /whl/cu126/torch/: a PyTorch per-CUDA PEP 503
+    page with 2.15.0+cu126 on linux-64 and 2.15.0+cu132 (PyPI's, once its row is in). Every wheel on /files/."""
+    libs = {arch: real_libc10(arch) for arch in ("x86_64", "aarch64")}
+    pypi, html = [], []
+    def add(name, version, cuda, arch, listing):
+        data = fake_torch_wheel(version, cuda, libs[arch] if cuda else None)
+        path = f"/files/{name}"
+        RangeHandler.files[path] = (data, "application/octet-stream")
+        listing.append((name, url + urllib.parse.quote(path), hashlib.sha256(data).hexdigest(), len(data)))
+    for arch in ("x86_64", "aarch64"):
+        for tag in ("cp311-cp311", "cp312-cp312", "cp313-cp313", "cp314-cp314", "cp314-cp314t", "cp315-cp315", "cp315-cp315t"):
+            add(f"torch-{PIP_TORCH}-{tag}-manylinux_2_28_{arch}.whl", PIP_TORCH, "13.2", arch, pypi)
+        add(f"torch-2.14.1-cp312-cp312-manylinux_2_28_{arch}.whl", "2.14.1", "13.0", arch, pypi)
+    add("torch-2.10.0-cp312-cp312-manylinux_2_28_aarch64.whl", "2.10.0", None, "aarch64", pypi)
+    add(f"torch-{PIP_TORCH}-cp312-cp312-win_amd64.whl", PIP_TORCH, "13.2", "x86_64", pypi)  # not Linux: ignored
+    for tag in ("cp312-cp312", "cp313-cp313"):
+        add(f"torch-{PIP_TORCH}+cu126-{tag}-manylinux_2_28_x86_64.whl", f"{PIP_TORCH}+cu126", "12.6", "x86_64", html)
+    add(f"torch-{PIP_TORCH}+cu132-cp312-cp312-manylinux_2_28_x86_64.whl", f"{PIP_TORCH}+cu132", "13.2", "x86_64", html)
+    add(f"torch-{PIP_TORCH}+cpu-cp312-cp312-manylinux_2_28_x86_64.whl", f"{PIP_TORCH}+cpu", None, "x86_64", html)  # CPU: no row, not read
+    page = {"meta": {"api-version": "1.1"}, "name": "torch",
+            "files": [{"filename": n, "url": u, "hashes": {"sha256": h}, "size": s} for n, u, h, s in pypi]}
+    RangeHandler.files["/simple/torch/"] = (json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
+    links = "\n".join(f'<a href="{urllib.parse.urlsplit(u).path.replace("+", "%2B")}#sha256={h}">{n}</a><br/>' for n, u, h, _ in html)
+    RangeHandler.files["/whl/cu126/torch/"] = (f"<!DOCTYPE html>\n<html><body><h1>Links for torch</h1>\n{links}\n</body></html>\n".encode(),
+                                               "text/html")
+
+
+def without_pip_release(project: Path, torch: str) -> None:
+    """The checkout before `torch` reached PyPI: its pip rows gone (its kernel-abi row stays, so nothing is measured)."""
+    path = project / "variants" / "releases.yaml"
+    text = path.read_text()
+    table = load_releases(path)
+    path.write_text(dump_releases(replace(table, pip_releases=tuple(r for r in table.pip_releases if r.torch != torch)), header_of(text)))
+    sources = project / "variants" / "torch-sources.yaml"
+    sources.write_text(sources.read_text().replace("pip_sources:\n", "pip_sources:\n  pytorch-cu126:\n    world: pypi\n"
+                                                   "    index: https://download.pytorch.org/whl/cu126\n"))
+    assert faforge(project, "generate").returncode == 0
+
+
+def test_bump_finds_a_new_pypi_release_reads_its_wheels_and_writes_its_rows(project, tmp_path, wheel_server):
+    without_pip_release(project, PIP_TORCH)
+    serve_pip_indexes(wheel_server)
+    env = {"FAFORGE_CACHE_DIR": str(tmp_path / "cache"), **OFFLINE_ENV}
+    before = load_releases(project / "variants" / "releases.yaml")
+    assert not [r for r in before.pip_releases if r.torch == PIP_TORCH]
+    shown = faforge(project, "bump", "--source", "pypi", "--channel-url", wheel_server + "/simple", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    jsonschema.validate(data, SCHEMA)
+    assert load_releases(project / "variants" / "releases.yaml") == before, "without --write nothing changes"
+    [row] = data["new_releases"]
+    assert (row["world"], row["torch"], row["cuda"], row["cxx11_abi"]) == ("pypi", PIP_TORCH, "13.2", 1)
+    assert row["python"] == ["3.11", "3.12", "3.13", "3.14", "3.15"] and row["platforms"] == ["linux-64", "linux-aarch64"]
+    assert row["index"] == "https://pypi.org/simple", "the row names PyPI, not the mirror it was read from"
+    assert len(row["source"]) == 10 and not [w for w in row["source"] if "t-manylinux" in w or "win" in w]
+    assert data["new_cells"] == [] and len(data["new_pip_cells"]) == 10
+    assert "pypi/linux-aarch64/py315/torch2.15/cu132/abi1" in data["new_pip_cells"]
+
+    written = faforge(project, "bump", "--source", "pypi", "--channel-url", wheel_server + "/simple", "--write", env=env)
+    assert written.returncode == 0, written.stderr
+    text = (project / "variants" / "releases.yaml").read_text()
+    table = load_releases(project / "variants" / "releases.yaml")
+    assert dump_releases(table, header_of(text)) == text, "bump must write the canonical form"
+    [new] = [r for r in table.pip_releases if r.torch == PIP_TORCH]
+    assert new.index is None and new.wheel("3.13", "linux-aarch64") == "torch-2.15.0-cp313-cp313-manylinux_2_28_aarch64.whl"
+    assert text == (REPO / "variants" / "releases.yaml").read_text(), "the rows read from the wheels are the committed ones"
+    check = faforge(project, "generate", "--check")
+    assert check.returncode == 0, check.stderr
+    assert "pypi/linux-64/py315/torch2.15/cu132/abi1" in (project / "variants" / "linux-64-pypi.yaml").read_text()
+    again = faforge(project, "bump", "--source", "pypi", "--channel-url", wheel_server + "/simple", "--json", env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["new_releases"] == [], "nothing new once written"
+
+    # PyTorch's cu126 index (PEP 503 HTML): its 2.15.0+cu126 is a new row with its own index; its +cu132 is PyPI's release.
+    cu126 = faforge(project, "bump", "--source", "pytorch-cu126", "--channel-url", wheel_server + "/whl/cu126", "--write", "--json", env=env)
+    assert cu126.returncode == 0, cu126.stderr
+    data = json.loads(cu126.stdout)
+    jsonschema.validate(data, SCHEMA)
+    [row] = data["new_releases"]
+    assert (row["torch"], row["cuda"], row["cxx11_abi"], row["python"], row["platforms"]) == (PIP_TORCH, "12.6", 1, ["3.12", "3.13"], ["linux-64"])
+    assert row["index"] == "https://download.pytorch.org/whl/cu126"
+    assert row["source"] == [f"torch-{PIP_TORCH}+cu126-cp312-cp312-manylinux_2_28_x86_64.whl", f"torch-{PIP_TORCH}+cu126-cp313-cp313-manylinux_2_28_x86_64.whl"]
+    assert data["new_pip_cells"] == ["pypi/linux-64/py312/torch2.15/cu126/abi1", "pypi/linux-64/py313/torch2.15/cu126/abi1"]
+    table = load_releases(project / "variants" / "releases.yaml")
+    [row] = [r for r in table.pip_releases if r.cuda == "12.6" and r.torch == PIP_TORCH]
+    assert row.index == "https://download.pytorch.org/whl/cu126" and table.index_of(row) == row.index
+    assert faforge(project, "generate", "--check").returncode == 0
+    matrix = faforge(project, "matrix", "--world", "pypi", "--json")
+    cell = next(c for c in json.loads(matrix.stdout) if c["id"] == "pypi/linux-64/py312/torch2.15/cu126/abi1")
+    assert cell["torch_index"] == "https://download.pytorch.org/whl/cu126" and cell["index_name"] == "torch2.15-cu126"
+
+
+def test_an_unreachable_pip_source_is_a_clear_error_and_changes_nothing(project):
+    before = digests(project)
+    result = faforge(project, "bump", "--source", "pypi", "--channel-url", "http://127.0.0.1:9/simple", "--write")
+    assert result.returncode == 4 and "cannot read the wheel index http://127.0.0.1:9/simple/torch/" in result.stderr
+    assert "Traceback" not in result.stderr and digests(project) == before

@@ -2,8 +2,10 @@
 
 Shows the new release rows and the cells they add. With --write, adds the rows to the table
 (in its canonical form) and regenerates the variant configs; an unreachable channel is an
-error and leaves every file as it was. Wheel indexes (torch-sources.yaml `wheel_indexes`) add
-no rows: they list torch minors that exist as wheels before any conda world has them.
+error and leaves every file as it was. Pip sources (torch-sources.yaml `pip_sources`: PyPI, PyTorch's
+per-CUDA indexes) add a pip world's rows, each read from its wheels (CUDA, C++ ABI, pythons; issue 33).
+Wheel indexes (`wheel_indexes`) add no rows: they list torch minors that exist as wheels before any
+conda world has them.
 A new torch minor gets its variants/kernel-abi.yaml row measured from its PyPI wheel
 (faforge.kernels.measure_abi); a layout no kernel library has stops the bump (exit 1) with nothing written.
 """
@@ -18,7 +20,8 @@ from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.kernels.kernel_abi import dump_row
-from faforge.release.bump import extended, find_new, load_sources, measured_rows, new_cells, with_rows, write
+from faforge.release.bump import (extended, find_new, find_new_pip, load_pip_sources, load_sources, measured_rows, new_cells,
+                                  new_pip_cells, with_rows, write)
 from faforge.release.wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
 from faforge.table import format_table
 
@@ -27,8 +30,9 @@ BUMP_VERSION = 1
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", action="append", metavar="NAME",
-                        help="a source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)")
-    parser.add_argument("--channel-url", metavar="URL", help="read this channel (or wheel index) instead of the source's (a mirror); needs one --source")
+                        help="a source, pip source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)")
+    parser.add_argument("--channel-url", metavar="URL",
+                        help="read this channel (or pip source's index root, or wheel index) instead of the source's (a mirror); needs one --source")
     parser.add_argument("--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)")
 
@@ -36,15 +40,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     sources_file = paths.variants_dir() / "torch-sources.yaml"
     sources, wheel_indexes = load_sources(sources_file), load_wheel_indexes(sources_file)
-    names = args.source or [*sources, *wheel_indexes]
-    unknown = [n for n in names if n not in sources and n not in wheel_indexes]
+    pip_sources = load_pip_sources(sources_file)
+    names = args.source or [*sources, *pip_sources, *wheel_indexes]
+    unknown = [n for n in names if n not in sources and n not in pip_sources and n not in wheel_indexes]
     if unknown:
-        raise FaforgeError(f"--source {unknown[0]}: unknown", hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *wheel_indexes])}")
+        raise FaforgeError(f"--source {unknown[0]}: unknown",
+                           hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *pip_sources, *wheel_indexes])}")
     if args.channel_url is not None and not args.channel_url.strip():
         raise FaforgeError("--channel-url is empty", hint="pass the mirror's URL, or leave --channel-url out to read the source's own")
     if args.channel_url and len(names) != 1:
         raise FaforgeError("--channel-url replaces one source's channel", hint="pass exactly one --source with it")
-    if args.channel_url and args.write and channel_url(args.channel_url).startswith("file://"):
+    if args.channel_url and names[0] in pip_sources and not args.channel_url.startswith(("http://", "https://")):
+        raise FaforgeError(f"--channel-url {args.channel_url}: a pip source's index is read over http(s)",
+                           hint="serve the mirror's simple pages over http(s) and pass its root (the URL before /torch/)")
+    if args.channel_url and args.write and names[0] in sources and channel_url(args.channel_url).startswith("file://"):
         # Each new row's `source` is the URL the build was read from: a local folder's would cite this machine.
         raise FaforgeError(f"--channel-url {args.channel_url}: a local channel, so --write would record its file:// paths "
                            "as the new rows' `source` in releases.yaml",
@@ -54,23 +63,35 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         if name in sources:
             rows += find_new(matrix.table, sources[name], args.channel_url)
-    table = extended(matrix.table, rows)
+    pip_rows = []
+    for name in names:
+        if name in pip_sources:
+            # Each source sees the rows of those before it: PyPI's release is not proposed again from a per-CUDA index.
+            pip_rows += find_new_pip(extended(matrix.table, rows, pip_rows), matrix.policy, pip_sources[name],
+                                     config.cache_dir() / "torch-wheels", args.channel_url)
+    table = extended(matrix.table, rows, pip_rows)
     # Read every source before anything is written: an unreachable index leaves the table as it was.
     wheel_only = []
     for name in names:
         if name in wheel_indexes:
             wheel_only += ahead_of_table(table, wheel_releases(read_index(args.channel_url or wheel_indexes[name])))
-    verdicts = measured_rows(rows, matrix.philox, matrix.policy, config.cache_dir())
+    verdicts = measured_rows([*rows, *pip_rows], matrix.philox, matrix.policy, config.cache_dir())
     philox = with_rows(matrix.philox, verdicts)
     cells = new_cells(matrix.table, table, matrix.policy, philox)
-    written = write(table, matrix.policy, philox, matrix.variants_dir, matrix.recipe_path, verdicts) if args.write and rows else []
+    pip_cells = new_pip_cells(matrix.table, table, matrix.policy, philox)
+    written = (write(table, matrix.policy, philox, matrix.variants_dir, matrix.recipe_path, verdicts)
+               if args.write and (rows or pip_rows) else [])
     if args.json:
         print(json.dumps({
             "version": BUMP_VERSION,
             "sources": names,
             "new_releases": [{"world": r.world, "torch": r.torch, "cuda": r.cuda, "python": list(r.python),
-                              "platforms": list(r.platforms), "tegra": r.tegra, "source": list(r.source)} for r in rows],
+                              "platforms": list(r.platforms), "tegra": r.tegra, "source": list(r.source)} for r in rows]
+                            + [{"world": r.world, "torch": r.torch, "cuda": r.cuda, "python": list(r.python), "platforms": list(r.platforms),
+                                "tegra": False, "source": list(r.source), "cxx11_abi": r.cxx11_abi, "index": table.index_of(r)}
+                               for r in pip_rows],
             "new_cells": [c.id for c in cells],
+            "new_pip_cells": [c.id for c in pip_cells],
             "kernel_abi": [{"minor": v.minor, "torch": v.torch, "wheel": v.wheel, "sha256": v.sha256, "source": v.source,
                             "offset_intragraph": v.offset_intragraph, "verdict": v.verdict} for v in verdicts],
             "written": [str(p) for p in written],
@@ -82,16 +103,21 @@ def execute(args: argparse.Namespace) -> int:
         print("torch releases with wheels that no conda world has yet (no rows until a channel builds them):")
         print(format_table(["torch", "cuda", "python", "platforms"],
                            [[w.torch, " ".join(w.cuda), " ".join(w.python), " ".join(w.platforms)] for w in wheel_only]) + "\n")
-    if not rows:
+    if not rows and not pip_rows:
         print(f"no torch releases missing from {matrix.table.path.name} ({', '.join(names)})")
         return EXIT_OK
-    print(format_table(["world", "torch", "cuda", "python", "platforms", "tegra"],
-                       [[r.world, r.torch, r.cuda, " ".join(r.python), " ".join(r.platforms), "yes" if r.tegra else "no"] for r in rows]))
+    if rows:
+        print(format_table(["world", "torch", "cuda", "python", "platforms", "tegra"],
+                           [[r.world, r.torch, r.cuda, " ".join(r.python), " ".join(r.platforms), "yes" if r.tegra else "no"] for r in rows]))
+    if pip_rows:
+        print(("\n" if rows else "") + format_table(
+            ["world", "torch", "cuda", "abi", "python", "platforms", "index"],
+            [[r.world, r.torch, r.cuda, str(r.cxx11_abi), " ".join(r.python), " ".join(r.platforms), table.index_of(r)] for r in pip_rows]))
     for verdict in verdicts:
         print(f"\nmeasured {matrix.philox.path.name} row for torch {verdict.minor} (from {verdict.source}):\n"
               + dump_row(verdict).rstrip())
-    print(f"\n{len(cells)} new cells:")
-    for cell in cells:
+    print(f"\n{len(cells) + len(pip_cells)} new cells:")
+    for cell in [*cells, *pip_cells]:
         print(f"  {cell.id}")
     if written:
         print("\nwrote " + ", ".join(str(p) for p in written))

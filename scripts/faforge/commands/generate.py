@@ -1,5 +1,6 @@
 """Regenerate the variant configs under variants/ from releases.yaml and matrix.yaml, and the render
-store under variants/renders/ from them and the recipe."""
+store under variants/renders/ from them and the recipe: the conda worlds' and, for the pip world (issue
+33), variants/<platform>-pypi.yaml with the kernel renders of its cells' kernel keys."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
-    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)
+    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells)
     stale = stale_files(expected)
     obsolete = obsolete_files(matrix.variants_dir, expected)
     if not args.check:
         _apply(expected, stale, obsolete)
     # The store's key covers the variant files, so it is judged after they are written.
-    store = store_files(matrix.cells, matrix.recipe_path, matrix.variants_dir)
+    store = store_files(matrix.cells, matrix.recipe_path, matrix.variants_dir, matrix.pip_cells)
     stale_store = stale_files(store)
     obsolete_store = obsolete_store_files(matrix.variants_dir, store)
     if args.check:

@@ -1,26 +1,36 @@
 """List every cell of the build matrix (offline), with its build string and kernel package (`--json`
 adds its channels, run requirements and constraints); `--kernels` lists the kernel packages instead,
 each with its exact build (the one its cells pin, from their cached renders) and the cells that depend
-on it; `--fa3` the FlashAttention-3 packages, each with the torch minors it serves."""
+on it; `--fa3` the FlashAttention-3 packages, each with the torch minors it serves.
+
+`--world` picks the torch worlds: by default the conda worlds (conda-forge and pytorch), as before the
+pip world; `pypi` lists the pip cells (issue 33), each with its torch wheel, our index for it, its kernel
+package's exact build and its wheels as far as the matrix decides them; `all` lists both, and with
+`--kernels` every kernel package once with the cells of every world that pin it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections import Counter
+from dataclasses import replace
 
-from faforge.errors import EXIT_OK
+from faforge.errors import EXIT_OK, FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix import load_matrix
+from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.kernels import KernelPackage, KernelPin
+from faforge.matrix.pip_builds import PipBuild, pip_builds, pip_kernel_pins
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell, fa3_build_strings
-from faforge.matrix.render_cache import selected_cells
+from faforge.matrix.render_cache import cached_render_cells, selected_cells
 from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
+    parser.add_argument("--world", metavar="WORLD",
+                        help="the torch world whose cells to list: conda-forge, pytorch, pypi (PyPI's torch wheels) or all "
+                             "(default: the conda worlds, conda-forge and pytorch)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--kernels", action="store_true",
                        help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one per platform, CUDA, arch list and Philox offset width), "
@@ -64,9 +74,46 @@ def exact_builds(kernels: list[KernelPackage], rendered: list[RenderedCell]) -> 
     return {k.key.id: k.exact_build(rendered) for k in kernels}
 
 
-def print_kernels(matrix, platform: str, as_json: bool) -> int:
-    kernels = [k for k in matrix.kernels if platform in ("all", k.key.platform)]
-    pins = exact_builds(kernels, selected_cells(matrix, platform))
+ALL = "all"
+
+
+def selected_worlds(matrix: Matrix, world: str | None) -> tuple[list[str], list[str]]:
+    """(conda worlds, pip worlds) that `--world` names: by default the conda worlds."""
+    conda, pip = list(matrix.table.worlds), list(matrix.table.pip_worlds)
+    if world is None:
+        return conda, []
+    if world == ALL:
+        return conda, pip
+    if world in conda:
+        return [world], []
+    if world in pip:
+        return [], [world]
+    raise FaforgeError(f"--world {world}: no such torch world", input=world,
+                       hint=f"one of {', '.join([*conda, *pip, ALL])} (variants/releases.yaml `worlds`)")
+
+
+def selected_kernels(matrix: Matrix, platform: str, conda: list[str], pip: list[str]) -> tuple[list[KernelPackage], dict[str, KernelPin | None]]:
+    """The kernel packages the selected worlds' cells pin, each listing those cells, with each one's exact build."""
+    cell_worlds = {**{c.id: c.world for c in matrix.cells}, **{c.id: c.world for c in matrix.pip_cells}}
+    chosen = set(conda) | set(pip)
+    kernels = []
+    for k in (matrix.all_kernels if pip else matrix.kernels):
+        ids = tuple(i for i in k.cell_ids if cell_worlds[i] in chosen)
+        if ids and platform in ("all", k.key.platform):
+            kernels.append(k if ids == k.cell_ids else replace(k, cell_ids=ids))
+    conda_ids = {c.id for c in matrix.cells}
+    rendered = selected_cells(matrix, platform) if any(i in conda_ids for k in kernels for i in k.cell_ids) else []
+    pins = exact_builds([k for k in kernels if k.world in matrix.table.worlds], rendered)
+    if pip:
+        pip_pins = pip_kernel_pins(matrix, [c for c in matrix.pip_cells if c.world in pip and platform in ("all", c.platform)])
+        pins |= {key: pin for key, pin in pip_pins.items() if pins.get(key) is None}
+    return kernels, pins
+
+
+def print_kernels(matrix, platform: str, as_json: bool, conda: list[str] | None = None, pip: list[str] = ()) -> int:
+    if conda is None and not pip:
+        conda = list(matrix.table.worlds)
+    kernels, pins = selected_kernels(matrix, platform, conda or [], list(pip))
     if as_json:
         print(json.dumps([k.as_json(pins[k.key.id]) for k in kernels], indent=2))
         return EXIT_OK
@@ -74,7 +121,11 @@ def print_kernels(matrix, platform: str, as_json: bool) -> int:
     rows = [[k.key.id, k.name, k.version, pins[k.key.id].build if pins[k.key.id] else k.key.build_string_prefix + "*", k.world,
              len(k.cell_ids)] for k in kernels]
     print(format_table(["kernel key", "package", "version", "build string", "source", "cells"], rows))
-    print(f"\n{len(kernels)} kernel packages for {sum(len(k.cell_ids) for k in kernels)} cells")
+    summary = f"\n{len(kernels)} kernel packages for {sum(len(k.cell_ids) for k in kernels)} cells"
+    if pip:
+        own = [k for k in kernels if k.world in pip]
+        summary += f" ({len(kernels) - len(own)} built in a conda world, {len(own)} in {' and '.join(pip)} only)"
+    print(summary)
     return EXIT_OK
 
 
@@ -92,24 +143,48 @@ def print_fa3(matrix, platform: str, as_json: bool) -> int:
     return EXIT_OK
 
 
+def print_pip_cells(builds: list[PipBuild]) -> None:
+    rows = [[b.cell.id, b.cell.torch, b.cell.wheel, b.cell.cuda_archs, b.kernel_build + ("" if b.kernel_shared else " (own)"),
+             b.cell.index_name, b.glue_wheel()] for b in builds]
+    print(format_table(["pip cell", "torch", "torch wheel", "archs", "kernel package", "index", "glue wheel"], rows))
+    counts = Counter((b.cell.platform, b.cell.world) for b in builds)
+    summary = ", ".join(f"{platform} {world}: {n}" for (platform, world), n in sorted(counts.items()))
+    keys = {b.kernel.key.id: b.kernel_shared for b in builds}
+    print(f"\n{len(builds)} pip cells ({summary}); {len(keys)} kernel packages: {sum(keys.values())} shared with a conda world's "
+          f"cells, {len(keys) - sum(keys.values())} their own (`faforge matrix --kernels --world all`); the glue wheel's manylinux "
+          "tag is decided from the built binary")
+
+
 def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
+    conda, pip = selected_worlds(matrix, args.world)
     if args.fa3:
+        if args.world is not None:
+            raise FaforgeError("--fa3 lists the FlashAttention-3 packages of their one world; --world does not apply",
+                               hint="leave out --world")
         return print_fa3(matrix, args.platform, args.json)
     if args.kernels:
-        return print_kernels(matrix, args.platform, args.json)
-    rendered = selected_cells(matrix, args.platform)
+        return print_kernels(matrix, args.platform, args.json, conda, pip)
+    cells = [c for c in matrix.cells if c.world in conda and args.platform in ("all", c.platform)]
+    rendered = cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir) if cells else []
+    builds = [b for world in pip for b in pip_builds(matrix, args.platform, world)]
     by_cell = kernels_by_cell(matrix.kernels)
     if args.json:
-        pins = exact_builds(matrix.kernels, rendered)
-        print(json.dumps([cell_record(r, by_cell[r.cell.id], pins[by_cell[r.cell.id].key.id]) for r in rendered], indent=2))
+        pins = exact_builds(matrix.kernels, rendered) if rendered else {}
+        print(json.dumps([cell_record(r, by_cell[r.cell.id], pins[by_cell[r.cell.id].key.id]) for r in rendered]
+                         + [b.to_json() for b in builds], indent=2))
         return EXIT_OK
-    rows = [
-        [r.cell.id, r.cell.torch, r.cell.cuda, r.cell.world, r.cell.cuda_archs, r.build_string, by_cell[r.cell.id].key.id]
-        for r in rendered
-    ]
-    print(format_table(["cell", "torch", "cuda", "source", "archs", "build string", "kernel package"], rows))
-    counts = Counter((r.cell.platform, r.cell.world) for r in rendered)
-    summary = ", ".join(f"{platform} {world}: {n}" for (platform, world), n in sorted(counts.items()))
-    print(f"\n{len(rendered)} cells ({summary})")
+    if cells or not pip:
+        rows = [
+            [r.cell.id, r.cell.torch, r.cell.cuda, r.cell.world, r.cell.cuda_archs, r.build_string, by_cell[r.cell.id].key.id]
+            for r in rendered
+        ]
+        print(format_table(["cell", "torch", "cuda", "source", "archs", "build string", "kernel package"], rows))
+        counts = Counter((r.cell.platform, r.cell.world) for r in rendered)
+        summary = ", ".join(f"{platform} {world}: {n}" for (platform, world), n in sorted(counts.items()))
+        print(f"\n{len(rendered)} cells ({summary})")
+    if pip:
+        if cells:
+            print()
+        print_pip_cells(builds)
     return EXIT_OK

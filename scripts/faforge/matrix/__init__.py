@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge import paths
 from faforge.family import FLASH_ATTN
 from faforge.kernels.kernel_abi import PhiloxWidths, load_philox_widths
-from faforge.matrix.cells import Cell, build_cells
+from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
 from faforge.matrix.flash_attn_3 import Fa3Package, fa3_packages, load_fa3_policy
-from faforge.matrix.kernels import KernelPackage, kernel_packages
+from faforge.matrix.kernels import KernelPackage, all_kernel_packages, kernel_packages, pip_kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
 from faforge.matrix.releases import ReleaseTable, load_releases
 
@@ -25,6 +25,14 @@ class Matrix:
     fa3: list[Fa3Package]  # FlashAttention-3: one per (platform, CUDA, arch list), each serving a range of torch minors
     variants_dir: Path
     recipe_path: Path
+    # The pip worlds (issue 33), apart so that every consumer of the conda cells is unchanged; a consumer opts in.
+    pip_cells: list[PipCell] = field(default_factory=list)  # pypi/<platform>/py312/torch2.11/cu130/abi1, ...
+    pip_kernels: list[KernelPackage] = field(default_factory=list)  # the kernel packages only pip cells need (CUDA 12.8, 13.2)
+
+    @property
+    def all_kernels(self) -> list[KernelPackage]:
+        """Every kernel package once, with the cells of every world, conda and pip, that pin it."""
+        return all_kernel_packages(self.kernels, self.pip_kernels, self.pip_cells)
 
 
 def load_matrix(root: Path | None = None) -> Matrix:
@@ -34,14 +42,17 @@ def load_matrix(root: Path | None = None) -> Matrix:
     policy = load_policy(variants_dir / "matrix.yaml")
     philox = load_philox_widths(variants_dir / "kernel-abi.yaml")
     cells = build_cells(table, policy, philox)
+    pip_cells = build_pip_cells(table, policy, philox)
+    kernels = kernel_packages(cells, version=policy.flash_attn_version, build_number=policy.build_number, releases_path=table.path)
     return Matrix(
         table=table,
         policy=policy,
         cells=cells,
         philox=philox,
-        kernels=kernel_packages(cells, version=policy.flash_attn_version, build_number=policy.build_number,
-                                releases_path=table.path),
+        kernels=kernels,
         fa3=fa3_packages(table, policy, load_fa3_policy(variants_dir / "matrix.yaml")),
         variants_dir=variants_dir,
         recipe_path=root / FLASH_ATTN.recipe_dir / "recipe.yaml",
+        pip_cells=pip_cells,
+        pip_kernels=pip_kernel_packages(kernels, pip_cells, version=policy.flash_attn_version, build_number=policy.build_number),
     )

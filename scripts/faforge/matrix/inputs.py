@@ -83,3 +83,21 @@ def input_digests(root: Path) -> dict[str, str]:
     parts = recipe_parts(root / FLASH_ATTN.recipe_dir / "recipe.yaml")
     return {KERNEL_INPUTS: _digest(root, FLASH_ATTN.kernel_inputs, parts[KERNEL_INPUTS]),
             GLUE_INPUTS: _digest(root, FLASH_ATTN.glue_inputs, parts[GLUE_INPUTS])}
+
+
+GLUE_WHEEL_HASH_CHARS = 7  # as rattler-build's variant hash in a build string
+
+
+def glue_wheel_hash(variant: dict[str, str], digests: dict[str, str], kernel_build: str, *, platform: str, version: str,
+                    build_number: int) -> str:
+    """The identity hash of a pip cell's glue wheel (issue 33), the part after `h` in its build string and
+    wheel build tag. A conda flash-attn's hash is rattler-build's over the variant values it uses, but the
+    recipe skips flash-attn for a pip world (its glue is a wheel, not a conda package) and rattler-build
+    renders no skipped output, so no render gives a pip cell one. This digests what that hash covers and
+    more: the cell's whole variant (python, torch, CUDA, ABI, archs, Philox width, compilers, sysroot), its
+    target platform, the glue and kernel input digests of its variant file, the exact kernel build it
+    links, and the flash-attn version and build number. Same inputs, same hash; any change, a new one."""
+    material = {"variant": variant, "target_platform": platform, GLUE_INPUTS: digests.get(GLUE_INPUTS),
+                KERNEL_INPUTS: digests.get(KERNEL_INPUTS), "kernel_build": kernel_build, "version": version, "build_number": build_number}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:GLUE_WHEEL_HASH_CHARS]
+

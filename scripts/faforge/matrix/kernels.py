@@ -16,7 +16,7 @@ requirements (KernelPackage.exact_build).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -153,6 +153,30 @@ def kernel_packages(cells, *, version: str, build_number: int, releases_path: Pa
         out.append(KernelPackage(key=key, version=version, build_number=build_number, world=worlds[0],
                                  cell_ids=tuple(c.id for c in users)))
     return out
+
+
+def pip_kernel_packages(conda: list[KernelPackage], pip_cells, *, version: str, build_number: int) -> list[KernelPackage]:
+    """The kernel packages the pip cells need and no conda cell has (issue 33), one per kernel key, each
+    built in its pip world (its channels: variants/releases.yaml). A pip cell whose key a conda cell has
+    links that conda package itself, the very same file (all_kernel_packages): its render is the same,
+    because the policy gives the pip world the conda world's compilers for that CUDA."""
+    have = {k.key for k in conda}
+    by_key: dict[KernelKey, list] = {}
+    for cell in pip_cells:
+        if kernel_key(cell) not in have:
+            by_key.setdefault(kernel_key(cell), []).append(cell)
+    return [KernelPackage(key=key, version=version, build_number=build_number, world=sorted({c.world for c in users})[0],
+                          cell_ids=tuple(c.id for c in users)) for key, users in sorted(by_key.items())]
+
+
+def all_kernel_packages(conda: list[KernelPackage], pip_only: list[KernelPackage], pip_cells) -> list[KernelPackage]:
+    """Every kernel package once, with the cells of every world that pin it: the conda packages with the pip
+    cells of their key added, then those only pip cells need."""
+    pip_ids: dict[KernelKey, list[str]] = {}
+    for cell in pip_cells:
+        pip_ids.setdefault(kernel_key(cell), []).append(cell.id)
+    shared = [replace(k, cell_ids=k.cell_ids + tuple(pip_ids.get(k.key, ()))) for k in conda]
+    return sorted([*shared, *(k for k in pip_only if k.key not in {s.key for s in shared})], key=lambda k: k.key)
 
 
 # A kernel build string as KernelKey.build_string_prefix and the recipe write it.

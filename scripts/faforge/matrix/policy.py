@@ -44,6 +44,8 @@ class BuildPolicy:
     host_gcc: tuple[RangeRule, ...]
     c_stdlib_version: tuple[RangeRule, ...]
     exclude: tuple[Exclusion, ...]
+    # The torch floor of the pip worlds (matrix.yaml `pip.min_torch`); None: min_torch, as for the conda worlds.
+    pip_min_torch: str | None = None
 
     def pick(self, rules_name: str, cuda: str, world: str | None = None) -> str:
         return pick(self.path, rules_name, getattr(self, rules_name), cuda, world)
@@ -114,6 +116,11 @@ def load_policy(path: Path) -> BuildPolicy:
     for key in ("min_python", "min_cuda", "min_torch"):
         if not isinstance(raw.get(key), str) or not is_version(raw[key]):
             raise DataError(path, key, f"invalid value {raw.get(key)!r}", hint="a quoted version such as '12.0'")
+    pip = raw.get("pip", {})
+    if not isinstance(pip, dict) or set(pip) - {"min_torch"}:
+        raise DataError(path, "pip", f"invalid value {pip!r}", hint="a mapping with min_torch (the pip worlds' torch floor), e.g. {min_torch: '2.4'}")
+    if "min_torch" in pip and not (isinstance(pip["min_torch"], str) and is_version(pip["min_torch"])):
+        raise DataError(path, "pip.min_torch", f"invalid value {pip['min_torch']!r}", hint="a quoted version such as '2.4'")
     return BuildPolicy(
         path=path,
         flash_attn_version=fa["version"],
@@ -126,4 +133,5 @@ def load_policy(path: Path) -> BuildPolicy:
         host_gcc=rules(path, raw, "host_gcc", "gcc"),
         c_stdlib_version=rules(path, raw, "c_stdlib_version", "version"),
         exclude=_exclusions(path, raw.get("exclude")),
+        pip_min_torch=pip.get("min_torch"),
     )

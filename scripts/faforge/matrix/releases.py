@@ -1,8 +1,17 @@
-"""The torch release table (variants/releases.yaml): which torch builds exist, per world."""
+"""The torch release table (variants/releases.yaml): which torch builds exist, per world.
+
+Two kinds of world. A conda world (conda-forge, the legacy pytorch channel) installs torch into a conda
+environment from its channels and has one C++ ABI. A pip world (pypi, issue 33) is a wheel index pip and uv
+install torch from; each of its rows carries the ABI its own torch build was read to have (PyPI's x86_64
+torch is ABI 0 up to 2.6 and 1 from 2.7) and the wheel file names it was read from, one per python and
+platform. The two are kept apart (`worlds`/`releases` against `pip_worlds`/`pip_releases`), so every
+consumer of the conda worlds sees exactly what it saw before the pip world existed.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge.datafile import load_yaml
@@ -11,6 +20,21 @@ from faforge.versions import is_version, minor_of, vtuple
 
 PLATFORMS = ("linux-64", "linux-aarch64")
 ROW_KEYS = ("world", "torch", "cuda", "python", "platforms", "tegra", "source")
+PIP_WORLD_KEYS = ("index", "channels", "platforms")
+PIP_ROW_KEYS = ("world", "torch", "cuda", "python", "platforms", "cxx11_abi", "index", "source")
+# A CPython torch wheel as PyPI and PyTorch's per-CUDA indexes name it: torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl,
+# torch-2.10.0-3-cp312-... (a build tag: a rebuild, which pip prefers), torch-2.8.0+cu126-cp312-... (a local label).
+# Free-threaded wheels (cp313t) are no cell's: their ABI tag differs from the python tag, so they do not match.
+TORCH_WHEEL = re.compile(
+    r"torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<local>[0-9a-z.]+))?(?:-(?P<build>\d[0-9A-Za-z_.]*))?"
+    r"-cp(?P<py>3\d{1,2})-cp(?P=py)-(?P<tags>(?:many)?linux[0-9a-z_.]*?_(?P<arch>x86_64|aarch64))\.whl"
+)
+WHEEL_ARCH_PLATFORMS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+
+
+def wheel_python(match: re.Match) -> str:
+    """The dotted python of a TORCH_WHEEL match: cp312 -> '3.12'."""
+    return f"{match['py'][0]}.{match['py'][1:]}"
 
 
 @dataclass(frozen=True)
@@ -43,13 +67,57 @@ class Release:
 
 
 @dataclass(frozen=True)
+class PipWorld:
+    """A wheel index that pip and uv install torch from (PyPI). Our own kernel packages for the keys no conda
+    world has are built with rattler-build from `channels` (the compilers and CUDA toolkit)."""
+
+    name: str
+    index: str  # the PEP 503/691 index root, e.g. https://pypi.org/simple
+    channels: tuple[str, ...]
+    platforms: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PipRelease:
+    """One torch version's CUDA build on a wheel index, for some platforms: its C++ ABI read from the build
+    (torch/lib/libc10.so), its CUDA from torch/version.py, and one wheel file name per python and platform."""
+
+    world: str
+    torch: str
+    cuda: str
+    python: tuple[str, ...]
+    platforms: tuple[str, ...]
+    cxx11_abi: int
+    source: tuple[str, ...]  # the wheel file names, one per (python, platform)
+    index: str | None = None  # another index than the world's (one of PyTorch's per-CUDA indexes)
+
+    @property
+    def torch_minor(self) -> str:
+        return minor_of(self.torch)
+
+    def wheel(self, python: str, platform: str) -> str:
+        """The torch wheel of this row for `python` on `platform` (the loader checks there is exactly one)."""
+        for name in self.source:
+            match = TORCH_WHEEL.fullmatch(name)
+            if match and wheel_python(match) == python and WHEEL_ARCH_PLATFORMS[match["arch"]] == platform:
+                return name
+        raise KeyError((self.torch, python, platform))
+
+
+@dataclass(frozen=True)
 class ReleaseTable:
     path: Path
     worlds: dict[str, World]
     releases: tuple[Release, ...]
+    pip_worlds: dict[str, PipWorld] = field(default_factory=dict)
+    pip_releases: tuple[PipRelease, ...] = ()
 
     def rows_for(self, world: str, torch_minor: str) -> list[Release]:
         return [r for r in self.releases if r.world == world and r.torch_minor == torch_minor]
+
+    def index_of(self, row: PipRelease) -> str:
+        """The index a pip row's wheels are on: its own, else its world's."""
+        return row.index or self.pip_worlds[row.world].index
 
 
 def _require(path, key, value, kind, check=None, hint=None):
@@ -74,9 +142,63 @@ def _parse_world(path: Path, name: str, raw) -> World:
     return World(name=name, channels=channels, cxx11_abi=abi, platforms=platforms)
 
 
+def _url(path, key, value) -> str:
+    return _require(path, key, value, str, lambda v: bool(re.fullmatch(r"https?://[^\s/]+(/\S*)?", v)), "expected an http(s) URL")
+
+
+def _parse_pip_world(path: Path, name: str, raw) -> PipWorld:
+    key = f"worlds.{name}"
+    unknown = sorted(set(raw) - set(PIP_WORLD_KEYS))
+    if unknown:
+        raise DataError(path, f"{key}.{unknown[0]}", "unknown key", hint=f"a pip world (one with `index`) has keys {', '.join(PIP_WORLD_KEYS)}")
+    platforms = _str_list(path, f"{key}.platforms", raw.get("platforms"), lambda p: p in PLATFORMS, f"expected one of {PLATFORMS}")
+    channels = _str_list(path, f"{key}.channels", raw.get("channels"), hint="the conda channels its own kernel packages build with")
+    return PipWorld(name=name, index=_url(path, f"{key}.index", raw.get("index")).rstrip("/"), channels=channels, platforms=platforms)
+
+
+def _parse_pip_release(path: Path, index: int, raw, worlds: dict[str, PipWorld]) -> PipRelease:
+    key = f"releases[{index}]"
+    unknown = sorted(set(raw) - set(PIP_ROW_KEYS))
+    if unknown:
+        raise DataError(path, f"{key}.{unknown[0]}", "unknown key", hint=f"a pip world's rows have keys {', '.join(PIP_ROW_KEYS)}")
+    world = worlds[raw["world"]]
+    torch = _require(path, f"{key}.torch", raw.get("torch"), str, is_version, "expected a quoted version such as '2.7.1'")
+    cuda = _require(path, f"{key}.cuda", raw.get("cuda"), str, is_version, "expected a quoted version such as '12.8'")
+    python = _str_list(path, f"{key}.python", raw.get("python"), lambda v: is_version(v) and len(vtuple(v)) == 2, "expected versions such as '3.12'")
+    platforms = _str_list(path, f"{key}.platforms", raw.get("platforms"), lambda p: p in world.platforms,
+                          f"expected platforms of world {world.name}: {world.platforms}")
+    abi = _require(path, f"{key}.cxx11_abi", raw.get("cxx11_abi"), int, lambda v: v in (0, 1) and v is not True and v is not False,
+                   "0 or 1: the C++ ABI read from the torch build (faforge.abi.classify.torch_cxx11_abi over its libc10.so)")
+    own_index = _url(path, f"{key}.index", raw["index"]).rstrip("/") if "index" in raw else None
+    source = raw.get("source")
+    wheels = _str_list(path, f"{key}.source", [source] if isinstance(source, str) else source,
+                       hint="the torch wheel file names the row was read from, one per python and platform")
+    wanted = {(p, plat) for p in python for plat in platforms}
+    seen: dict[tuple[str, str], str] = {}
+    for i, name in enumerate(wheels):
+        match = TORCH_WHEEL.fullmatch(name)
+        pair = (wheel_python(match), WHEEL_ARCH_PLATFORMS[match["arch"]]) if match else None
+        if match is None or match["version"] != torch or pair not in wanted or pair in seen:
+            why = ("not a CPython torch wheel file name" if match is None else f"not a wheel of torch {torch}" if match["version"] != torch
+                   else f"a second wheel for python {pair[0]} on {pair[1]} (also {seen[pair]})" if pair in seen
+                   else f"python {pair[0]} on {pair[1]} is not among the row's python and platforms")
+            raise DataError(path, f"{key}.source[{i}]", f"{name!r}: {why}",
+                            hint="one wheel file name per python and platform of the row, as the index lists it")
+        seen[pair] = name
+    missing = sorted(wanted - set(seen))
+    if missing:
+        raise DataError(path, f"{key}.source", f"no wheel for python {missing[0][0]} on {missing[0][1]}",
+                        hint="list the wheel the row's python and platform were read from, or drop them from the row")
+    return PipRelease(world=world.name, torch=torch, cuda=cuda, python=python, platforms=platforms, cxx11_abi=abi,
+                      source=wheels, index=own_index)
+
+
 def _parse_release(path: Path, index: int, raw, worlds: dict[str, World]) -> Release:
     key = f"releases[{index}]"
     _require(path, key, raw, dict, hint=f"each release is a mapping with keys {', '.join(ROW_KEYS)}")
+    if "cxx11_abi" in raw:
+        raise DataError(path, f"{key}.cxx11_abi", "unknown key", hint=f"a conda world's C++ ABI is the world's "
+                        f"(worlds.{raw.get('world')}.cxx11_abi); only a pip world's rows carry their own")
     unknown = sorted(set(raw) - set(ROW_KEYS))
     if unknown:
         raise DataError(path, f"{key}.{unknown[0]}", "unknown key", hint=f"allowed keys: {', '.join(ROW_KEYS)}")
@@ -98,16 +220,29 @@ def load_releases(path: Path) -> ReleaseTable:
     _require(path, "(top level)", raw, dict)
     _require(path, "schema", raw.get("schema"), int, lambda v: v == 1, "this faforge reads schema 1")
     worlds_raw = _require(path, "worlds", raw.get("worlds"), dict)
-    worlds = {name: _parse_world(path, name, w) for name, w in worlds_raw.items()}
+    for name, w in worlds_raw.items():
+        _require(path, f"worlds.{name}", w, dict)
+    # A world with an `index` is a pip world; every other is a conda world.
+    worlds = {name: _parse_world(path, name, w) for name, w in worlds_raw.items() if "index" not in w}
+    pip_worlds = {name: _parse_pip_world(path, name, w) for name, w in worlds_raw.items() if "index" in w}
     rows = _require(path, "releases", raw.get("releases"), list)
-    releases = tuple(_parse_release(path, i, row, worlds) for i, row in enumerate(rows))
-    seen = {}
-    for i, r in enumerate(releases):
-        ident = (r.world, r.torch, r.cuda)
-        if ident in seen:
-            raise DataError(path, f"releases[{i}]", f"duplicate of releases[{seen[ident]}] ({r.world} torch {r.torch} cuda {r.cuda})")
-        seen[ident] = i
-    return ReleaseTable(path=path, worlds=worlds, releases=releases)
+    releases, pip_releases, seen = [], [], {}
+    for i, row in enumerate(rows):
+        if isinstance(row, dict) and row.get("world") in pip_worlds:
+            r = _parse_pip_release(path, i, row, pip_worlds)
+            pip_releases.append(r)
+            # A pip world may split a release by platform (pythons or ABI that differ), never repeat one.
+            idents = [(r.world, r.torch, r.cuda, p) for p in r.platforms]
+        else:
+            r = _parse_release(path, i, row, worlds)
+            releases.append(r)
+            idents = [(r.world, r.torch, r.cuda)]
+        for ident in idents:
+            if ident in seen:
+                raise DataError(path, f"releases[{i}]", f"duplicate of releases[{seen[ident]}] ({r.world} torch {r.torch} cuda {r.cuda}"
+                                + (f" on {ident[3]})" if len(ident) == 4 else ")"))
+            seen[ident] = i
+    return ReleaseTable(path=path, worlds=worlds, releases=tuple(releases), pip_worlds=pip_worlds, pip_releases=tuple(pip_releases))
 
 
 def dump_releases(table: ReleaseTable, header: str) -> str:
@@ -119,6 +254,13 @@ def dump_releases(table: ReleaseTable, header: str) -> str:
             f"    channels: [{', '.join(world.channels)}]",
             f"    cxx11_abi: {world.cxx11_abi}",
             f"    platforms: [{', '.join(world.platforms)}]",
+        ]
+    for pip in table.pip_worlds.values():
+        lines += [
+            f"  {pip.name}:",
+            f"    index: {pip.index}",
+            f"    channels: [{', '.join(pip.channels)}]",
+            f"    platforms: [{', '.join(pip.platforms)}]",
         ]
     lines.append("releases:")
     world_order = list(table.worlds)
@@ -138,7 +280,27 @@ def dump_releases(table: ReleaseTable, header: str) -> str:
         else:
             lines.append("  source:")
             lines += [f"  - {s}" for s in r.source]
+    pip_order = list(table.pip_worlds)
+    for r in sorted(table.pip_releases, key=lambda r: (pip_order.index(r.world), vtuple(r.torch), vtuple(r.cuda),
+                                                       [PLATFORMS.index(p) for p in r.platforms])):
+        lines += [
+            f"- world: {r.world}",
+            f"  torch: {r.torch}",
+            f"  cuda: '{r.cuda}'",
+            f"  python: [{', '.join(repr(p) for p in r.python)}]",
+            f"  platforms: [{', '.join(r.platforms)}]",
+            f"  cxx11_abi: {r.cxx11_abi}",
+        ]
+        if r.index:
+            lines.append(f"  index: {r.index}")
+        lines.append("  source:")
+        lines += [f"  - {s}" for s in sorted(r.source, key=_wheel_order)]
     return "\n".join(lines) + "\n"
+
+
+def _wheel_order(name: str) -> tuple:
+    match = TORCH_WHEEL.fullmatch(name)
+    return (PLATFORMS.index(WHEEL_ARCH_PLATFORMS[match["arch"]]), vtuple(wheel_python(match))) if match else (len(PLATFORMS), ())
 
 
 def header_of(text: str) -> str:

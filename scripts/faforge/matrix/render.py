@@ -19,9 +19,9 @@ import yaml
 
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix.cells import Cell
+from faforge.matrix.cells import Cell, PipCell
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
+from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelKey, kernel_key
 from faforge.matrix.variants import fa3_variant_config_name, variant_config_path
 
 
@@ -268,6 +268,37 @@ def render_kernel_output(cell: Cell, recipe_path: Path, variants_dir: Path) -> R
         hint=f"{recipe_path} needs a {KERNEL_PACKAGE} output that uses cuda_compiler_version, cuda_archs and "
              "philox_offset_bits; without one, build the cell whole (--part all)",
     )
+
+
+def render_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Path) -> dict[str, RenderedCell]:
+    """{kernel key id: the recipe's kernel output}, for each kernel key of the pip cells, rendered from the
+    cells' pip-world variant file (one combination per key: the output reads no python or torch field), each
+    RenderedCell naming the key's first cell. The recipe skips flash-attn for a pip world (its glue is a
+    wheel, not a conda package), so a flash-attn output here is an error."""
+    out = {}
+    for platform, world in sorted({(c.platform, c.world) for c in cells}):
+        first: dict[KernelKey, PipCell] = {}
+        for c in cells:
+            if (c.platform, c.world) == (platform, world):
+                first.setdefault(kernel_key(c), c)
+        variant_file = variant_config_path(variants_dir, platform, world)
+        by_used = {(c.cuda, c.cuda_archs, str(c.philox_offset_bits)): c for c in first.values()}
+        for variant in render_platform(recipe_path, variant_file, platform, {cell_key(c.variant()) for c in first.values()}):
+            stage1 = variant.recipe
+            recipe = stage1.to_dict()
+            used = stage1.used_variant
+            if recipe["package"]["name"] == FLASH_ATTN_PACKAGE:
+                raise FaforgeError(f"{recipe_path} renders a {FLASH_ATTN_PACKAGE} conda package for torch_world {world} ({variant_file.name})",
+                                   hint=f"a pip world's glue is a wheel: the recipe's {FLASH_ATTN_PACKAGE} output must skip torch_world {world}")
+            key = (str(used.get("cuda_compiler_version")), str(used.get("cuda_archs")), str(used.get("philox_offset_bits")))
+            if recipe["package"]["name"] == KERNEL_PACKAGE and key in by_used:
+                cell = by_used[key]
+                out[kernel_key(cell).id] = _rendered(cell, variant, recipe)
+        missing = sorted(k.id for k in first if k.id not in out)
+        if missing:
+            raise FaforgeError(f"{recipe_path} renders no {KERNEL_PACKAGE} for {', '.join(missing)} from {variant_file.name}",
+                               hint="run `faforge generate` if variants/ is stale")
+    return out
 
 
 def fa3_build_strings(matrix, packages: list) -> dict[str, str]:

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faforge import atomic, config
-from faforge.matrix.cells import Cell
-from faforge.matrix.render import RenderedCell, cell_key, render_cells
+from faforge.matrix.cells import Cell, PipCell
+from faforge.matrix.kernels import kernel_key
+from faforge.matrix.render import RenderedCell, cell_key, render_cells, render_pip_kernels
 from faforge.matrix.variants import variant_config_path
 
 if TYPE_CHECKING:
@@ -122,9 +123,14 @@ def _entry_path(platform: str, world: str, key: str | None) -> Path | None:
     return config.cache_dir() / "renders" / f"{platform}-{world}-{key}.json" if key else None
 
 
+def record_name(rendered: RenderedCell) -> str:
+    """A record's name in its entry: the cell key of a flash-attn render, the kernel key id of a pip world's kernel render."""
+    return kernel_key(rendered.cell).id if isinstance(rendered.cell, PipCell) else entry_name(cell_key(rendered.cell.variant()))
+
+
 def entry_text(key: str | None, rendered: list[RenderedCell]) -> str:
     """An entry as JSON, one cell a line (the render store is committed, and reviewed as a diff)."""
-    cells = {entry_name(cell_key(r.cell.variant())): _record(r) for r in rendered}
+    cells = {record_name(r): _record(r) for r in rendered}
     lines = [f"  {json.dumps(name)}: {json.dumps(record, sort_keys=True)}" for name, record in sorted(cells.items())]
     return "{" + f'"key": {json.dumps(key)}, "cells": {{\n' + ",\n".join(lines) + "\n}}\n"
 
@@ -146,23 +152,46 @@ def _store(path: Path | None, key: str | None, rendered: list[RenderedCell]) -> 
     return json.loads(text)["cells"]
 
 
+def _cached_records(recipe_path: Path, variants_dir: Path, platform: str, world: str, names: list[str], render) -> dict:
+    """The records named `names` of one variant file's entry: from this machine's cache, else from the
+    committed render store when its key is today's, else `render()`ed (a list of RenderedCell) and cached."""
+    variant_file = variant_config_path(variants_dir, platform, world)
+    key = entry_key(recipe_path, variant_file, platform)
+    path = _entry_path(platform, world, key)
+    cached = read_entry(path, key) if path else {}
+    if not all(name in cached for name in names) and key and key == entry_key(recipe_path, variant_file, platform, {}):
+        cached = read_entry(store_path(variants_dir, platform, world), key)
+    if not all(name in cached for name in names):
+        cached = _store(path, key, render())
+    return cached
+
+
 def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:
     """render_cells' result, without the py-rattler-build variants: from this machine's cache, else from
     the committed render store (render_store) when its key is today's, else rendered and cached."""
     out = []
     for platform, world in sorted({(c.platform, c.world) for c in cells}):
         wanted = [c for c in cells if (c.platform, c.world) == (platform, world)]
-        variant_file = variant_config_path(variants_dir, platform, world)
-        key = entry_key(recipe_path, variant_file, platform)
-        path = _entry_path(platform, world, key)
         names = [entry_name(cell_key(c.variant())) for c in wanted]
-        cached = read_entry(path, key) if path else {}
-        if not all(name in cached for name in names) and key and key == entry_key(recipe_path, variant_file, platform, {}):
-            cached = read_entry(store_path(variants_dir, platform, world), key)
-        if not all(name in cached for name in names):
-            cached = _store(path, key, render_cells(wanted, recipe_path, variants_dir))
+        cached = _cached_records(recipe_path, variants_dir, platform, world, names,
+                                 lambda wanted=wanted: render_cells(wanted, recipe_path, variants_dir))
         out += [_from_record(c, cached[name]) for c, name in zip(wanted, names)]
     return sorted(out, key=lambda rc: rc.cell.sort_key)
+
+
+def cached_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Path) -> dict[str, RenderedCell]:
+    """render_pip_kernels' result (kernel key id -> the kernel output's render), from the cache or the render
+    store as cached_render_cells reads them; a pip world's entry holds one record per kernel key, named by its id."""
+    out = {}
+    for platform, world in sorted({(c.platform, c.world) for c in cells}):
+        first: dict[str, PipCell] = {}
+        for c in cells:
+            if (c.platform, c.world) == (platform, world):
+                first.setdefault(kernel_key(c).id, c)
+        cached = _cached_records(recipe_path, variants_dir, platform, world, list(first),
+                                 lambda first=first: list(render_pip_kernels(list(first.values()), recipe_path, variants_dir).values()))
+        out |= {name: _from_record(cell, cached[name]) for name, cell in first.items()}
+    return out
 
 
 def store_path(variants_dir: Path, platform: str, world: str) -> Path:
@@ -174,3 +203,9 @@ def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
     """The rendered cells of one platform, or of all (`all`), from the cache where it holds them."""
     cells = [c for c in matrix.cells if platform in ("all", c.platform)]
     return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)
+
+
+def selected_pip_kernels(matrix: Matrix, platform: str) -> dict[str, RenderedCell]:
+    """The kernel renders of the pip cells of one platform, or of all, by kernel key id (see cached_pip_kernels)."""
+    cells = [c for c in matrix.pip_cells if platform in ("all", c.platform)]
+    return cached_pip_kernels(cells, matrix.recipe_path, matrix.variants_dir)
