@@ -87,7 +87,8 @@ def before_213(root: Path) -> None:
     path = root / "variants" / "releases.yaml"
     text = path.read_text()
     table = load_releases(path)
-    path.write_text(dump_releases(replace(table, releases=tuple(r for r in table.releases if r.torch_minor != MINOR)), header_of(text)))
+    path.write_text(dump_releases(replace(table, releases=tuple(r for r in table.releases if r.torch_minor != MINOR),
+                                          pip_releases=tuple(r for r in table.pip_releases if r.torch_minor != MINOR)), header_of(text)))
     abi = root / "variants" / "kernel-abi.yaml"
     abi.write_text(re.sub(rf"- minor: '{re.escape(MINOR)}'\n(  .*\n)+", "", abi.read_text()))
     assert MINOR not in kernel_abi.load_kernel_abi(abi)
