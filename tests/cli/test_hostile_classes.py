@@ -295,6 +295,7 @@ STREAM_ARGV = {
     "render": ["render", "--json", "nope"],
     "test-gpu": ["test-gpu", "--json", "--report-dir", "reports"],
     "verify": ["verify", "--json", "{conda}", "--gates", "abi", "--against", "{torch_lib}"],
+    "wheel": ["wheel", "--json", "fa3", "{random_whl}", "--cuda", "13.0", "--archs", "90a", "--out", "wheel-out"],
 }
 # How stdout or stderr fails: the shell redirection that does it, and what the exit code must then be.
 STREAM_MODES = {

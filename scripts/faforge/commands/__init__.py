@@ -19,4 +19,5 @@ COMMANDS = [
     "render",
     "test-gpu",
     "verify",
+    "wheel",
 ]

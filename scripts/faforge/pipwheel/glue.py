@@ -34,7 +34,7 @@ from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel import layout
 from faforge.pipwheel.built import BuiltWheel
-from faforge.pipwheel.facts import read_wheel, wheel_contents
+from faforge.pipwheel.facts import WheelFacts, read_wheel, wheel_contents
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, write_wheel
@@ -67,11 +67,17 @@ def requires_python(python: str) -> str:
     return f">=3.{minor},<3.{minor + 1}"
 
 
-def _kernel_library(kernel_wheel: Path) -> tuple[object, bytes]:
+def kernel_wheel_facts(kernel_wheel: Path) -> WheelFacts:
+    """The facts of a kernel wheel, refused when it is another project's."""
     facts = read_wheel(kernel_wheel)
     if facts.name != canonicalize_name(FLASH_ATTN.kernel_package):
         raise FaforgeError(f"--kernel-wheel {kernel_wheel}: a {facts.name} wheel, not {FLASH_ATTN.kernel_package}",
                            hint="pass the kernel wheel `faforge wheel kernel` wrote", input=str(kernel_wheel))
+    return facts
+
+
+def _kernel_library(kernel_wheel: Path) -> tuple[WheelFacts, bytes]:
+    facts = kernel_wheel_facts(kernel_wheel)
     contents = wheel_contents(kernel_wheel, KERNEL_WHEEL_CAP)
     member = f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}"
     if member not in contents:
