@@ -83,9 +83,24 @@ def test_libraries_external_by_design_are_not_judged_and_unknown_ones_are_refuse
     assert not is_external("libcuda.so.1"), "the driver is the system's, not a wheel's"
 
 
-def test_files_of_two_architectures_are_refused(built, tmp_path):
-    aarch64 = Path("/usr/aarch64-linux-gnu/lib/libc.so.6")
-    if not aarch64.is_file():
-        pytest.skip("no aarch64 libc here (gcc-aarch64-linux-gnu's sysroot)")
+@pytest.fixture(scope="module")
+def aarch64(tmp_path_factory) -> Path:
+    """A C++ library cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu), as a linux-aarch64 cell's binaries are."""
+    if not shutil.which("aarch64-linux-gnu-g++"):
+        pytest.skip("aarch64-linux-gnu-g++ is not on PATH (apt-get install g++-aarch64-linux-gnu)")
+    work = tmp_path_factory.mktemp("aarch64")
+    (work / "a.cpp").write_text(SOURCES["cxx"][0])
+    out = work / "liba.so"
+    subprocess.run(["aarch64-linux-gnu-g++", "-shared", "-fPIC", "-O1", str(work / "a.cpp"), "-o", str(out)], check=True, capture_output=True)
+    return out
+
+
+def test_an_aarch64_library_gets_an_aarch64_tag(aarch64, tmp_path):
+    verdict = platform_tag([aarch64])
+    assert verdict.machine == "aarch64" and verdict.tag == "manylinux_2_24_aarch64", verdict
+    assert auditwheel_tag(wheel_of(aarch64, tmp_path, verdict.tag)) == verdict.tag
+
+
+def test_files_of_two_architectures_are_refused(built, aarch64):
     with pytest.raises(FaforgeError, match="ELF files for aarch64, x86_64 in one wheel"):
         platform_tag([built["plain"], aarch64])

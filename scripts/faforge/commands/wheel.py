@@ -40,6 +40,7 @@ REQUIRED = {"kernel": ("torch_metadata",), "glue": ("kernel_wheel", "torch", "cu
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the three usages above, as written
     parser.add_argument("kind", choices=KINDS, metavar="KIND",
                         help=f"kernel: the {FLASH_ATTN.kernel_package} wheel; glue: the {FLASH_ATTN.package} wheel of one pip cell; "
                              f"fa3: the {FLASH_ATTN_3.package} wheel")

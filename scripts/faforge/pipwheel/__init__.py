@@ -1,6 +1,13 @@
-"""Wheels for pip and uv (issue 33): read a wheel's facts, write wheels, decide the manylinux tag from
-auditwheel's policy data, and pack the kernel, glue and FlashAttention-3 wheels from what the conda
-builds made (the kernel library byte for byte, only its RUNPATH set for pip's layout).
+"""Wheels for pip and uv (issue 33), made from what the conda builds made: nothing is compiled for pip.
 
-  facts      a wheel's name, version, tags and METADATA, read without trusting the file
+  facts      a wheel's name, version, tags and METADATA, read without trusting the file (read_wheel -> WheelFacts)
+  writer     a deterministic PEP 427 wheel from a WheelSpec (RECORD, WHEEL, METADATA), written atomically
+  manylinux  the platform tag from auditwheel's own policy data, over what faforge.abi reads of the ELF files
+  layout     pip's site-packages layout: RUNPATHs, local labels, build tags, the torch-minor requirement
+  patch      a binary's RUNPATH set with patchelf, and the proof that nothing else changed
+  kernel     the kernel wheel from a kernel package's library (and the CUDA runtime torch's METADATA names)
+  glue       the glue wheel of one pip cell from the backend's raw wheel
+  fa3        the abi3 FlashAttention-3 wheel from the FA3 build's wheel
+  built      BuiltWheel, what packing returns
+The CLI is faforge.commands.wheel (`faforge wheel kernel|glue|fa3`).
 """
