@@ -102,7 +102,7 @@ class KernelPackage:
             raise FaforgeError(
                 f"the cells of kernel package {self.key.id} pin {pin}, not {self.name} {self.version} "
                 f"{self.key.build_string_prefix}<hash>_{self.build_number}",
-                hint="the recipe's kernel output must take the matrix's flash-attn version, build number and the build "
+                hint=f"the recipe's kernel output must take the matrix's {FLASH_ATTN.package} version, build number and the build "
                      "string cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>; run `faforge generate` if variants/ is stale",
             )
         return pin
