@@ -92,7 +92,8 @@ def test_a_name_that_is_not_pep_427s_is_refused(filename):
     ("C:", (), "is not a relative path"),
     ({"flash_attn\\x.py": b"x"}, (), "is not a relative path"),
     ({"flash_attn/link": b"/etc/passwd"}, ("flash_attn/link",), "is a symbolic link"),
-    ({}, (), "has no flash_attn-2.8.3.post2"),
+    ({}, (), "has 0 .dist-info folders"),
+    ({"torch-2.11.0.dist-info/METADATA": b"x"}, (), "has 2 .dist-info folders"),
 ])
 def test_hostile_members_are_refused_naming_the_file(tmp_path, members, links, says):
     members = {"C:/x.py": b"x"} if members == "C:" else members
@@ -100,6 +101,12 @@ def test_hostile_members_are_refused_naming_the_file(tmp_path, members, links, s
     with pytest.raises(FaforgeError, match=says) as caught:
         read_wheel(path)
     assert str(path) in caught.value.line() and caught.value.exit_code == 2
+
+
+def test_a_dist_info_of_another_project_is_refused(tmp_path):
+    members = {k.replace("flash_attn-2.8.3.post2+torch2.11.cu130.abi1.dist-info", "torch-2.11.0.dist-info"): v for k, v in glue_members().items()}
+    with pytest.raises(FaforgeError, match="is not of the project 'flash-attn'"):
+        read_wheel(make_wheel(tmp_path / GLUE, members))
 
 
 def test_a_member_twice_is_refused(tmp_path):

@@ -183,7 +183,10 @@ def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:
     python = args.python
     if python is None:
         tags = read_wheel(raw).python_tags
-        python = f"3.{tags[0][3:]}" if len(tags) == 1 and tags[0].startswith("cp3") else "?"
+        if len(tags) != 1 or not tags[0].startswith("cp3"):
+            raise FaforgeError(f"SOURCE {raw}: its Python tag is {'.'.join(tags)}, not one CPython's", input=str(raw),
+                               hint="pass the cell's --python, or the wheel the cell's Python built")
+        python = f"3.{tags[0][3:]}"
     cell = GlueCell(torch=args.torch, cuda=args.cuda, cxx11_abi=args.cxx11_abi, python=python, build_tag=args.build_tag)
     return repack_glue_wheel(raw, cell=cell, kernel_wheel=kernel, out_dir=args.out, work=work / "wheel", say=say)
 

@@ -28,7 +28,7 @@ from faforge.fa3_backend import EXTENSION, TORCH_TARGET_VERSION
 from faforge.family import FLASH_ATTN_3
 from faforge.pipwheel import layout
 from faforge.pipwheel.built import BuiltWheel
-from faforge.pipwheel.facts import read_wheel, wheel_contents
+from faforge.pipwheel.facts import dist_info_dir, parse_wheel_filename, read_wheel, wheel_contents
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, write_wheel
@@ -85,7 +85,7 @@ def repack_fa3_wheel(raw: Path, *, cuda: str, archs: str, out_dir: Path, work: P
     patched = work / EXTENSION
     set_runpath(original, patched, runpath, say=say)
     verdict = platform_tag([patched], what=raw.name)
-    raw_info = "-".join(raw.name.split("-")[:2]) + ".dist-info"
+    raw_info = dist_info_dir(list(contents), parse_wheel_filename(raw.name), str(raw))
     spec = WheelSpec(
         name=facts.name, version=f"{Version(facts.version).public}+{label}", python_tags=facts.python_tags, abi_tags=facts.abi_tags,
         platform_tags=(verdict.tag,), requires_python=facts.requires_python,

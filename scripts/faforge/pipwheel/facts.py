@@ -150,6 +150,17 @@ def check_members(archive: zipfile.ZipFile, what: str) -> list[zipfile.ZipInfo]:
     return infos
 
 
+def dist_info_dir(names: list[str], name: WheelName, what: str) -> str:
+    """The wheel's one top-level .dist-info folder, whose project is the file name's (as pip finds it)."""
+    found = sorted({n.split("/", 1)[0] for n in names if "/" in n and n.split("/", 1)[0].endswith(".dist-info")})
+    if len(found) != 1:
+        raise _refuse(what, f"has {len(found)} .dist-info folders ({', '.join(f[:80] for f in found[:3]) or 'none'}), not one")
+    project = found[0].removesuffix(".dist-info").rsplit("-", 1)[0]
+    if canonicalize_name(project) != name.name:
+        raise _refuse(what, f"its {found[0][:120]} is not of the project {name.name!r} the file name says")
+    return found[0]
+
+
 def read_member(archive: zipfile.ZipFile, name: str, what: str, cap: int | None = None) -> bytes:
     """The bytes of member `name`, at most `cap` (METADATA_CAP) of them decompressed (a bomb stops there,
     whatever the header says)."""
@@ -204,14 +215,15 @@ def read_wheel(path: str | os.PathLike) -> WheelFacts:
         handle.seek(0)
         try:
             with zipfile.ZipFile(handle) as archive:
-                check_members(archive, str(path))
-                metadata = read_member(archive, f"{name.dist_info}/METADATA", str(path))
-                wheel = read_member(archive, f"{name.dist_info}/WHEEL", str(path))
+                infos = check_members(archive, str(path))
+                dist_info = dist_info_dir([i.filename for i in infos], name, str(path))
+                metadata = read_member(archive, f"{dist_info}/METADATA", str(path))
+                wheel = read_member(archive, f"{dist_info}/WHEEL", str(path))
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as exc:
             raise _refuse(str(path), f"is not a readable zip file ({exc})") from None
         except OSError as exc:
             raise _refuse(str(path), f"cannot be read: {exc.strerror or exc}") from None
-    what = f"{path}: {name.dist_info}/METADATA"
+    what = f"{path}: {dist_info}/METADATA"
     fields = parse_metadata(metadata, what)
     meta_name, meta_version = _one(fields, "Name", what), _one(fields, "Version", what)
     if canonicalize_name(meta_name) != name.name:
@@ -234,10 +246,10 @@ def read_wheel(path: str | os.PathLike) -> WheelFacts:
             Requirement(text)
         except InvalidRequirement as exc:
             raise _refuse(what, f"has Requires-Dist {text[:80]!r}, not a PEP 508 requirement ({str(exc)[:120]})") from None
-    wheel_fields = parse_metadata(wheel, f"{path}: {name.dist_info}/WHEEL")
-    wheel_version = _one(wheel_fields, "Wheel-Version", f"{path}: {name.dist_info}/WHEEL")
+    wheel_fields = parse_metadata(wheel, f"{path}: {dist_info}/WHEEL")
+    wheel_version = _one(wheel_fields, "Wheel-Version", f"{path}: {dist_info}/WHEEL")
     if not re.fullmatch(r"1\.[0-9]+", wheel_version):
-        raise _refuse(f"{path}: {name.dist_info}/WHEEL", f"has Wheel-Version {wheel_version[:40]!r}; installers read 1.x only")
+        raise _refuse(f"{path}: {dist_info}/WHEEL", f"has Wheel-Version {wheel_version[:40]!r}; installers read 1.x only")
     return WheelFacts(path=path, filename=name.filename, name=name.name, version=name.version, local=name.local,
                       build_tag=name.build_tag, python_tags=name.python_tags, abi_tags=name.abi_tags,
                       platform_tags=name.platform_tags, requires_python=requires_python, requires_dist=requires,

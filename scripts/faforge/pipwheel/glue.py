@@ -34,7 +34,7 @@ from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel import layout
 from faforge.pipwheel.built import BuiltWheel
-from faforge.pipwheel.facts import WheelFacts, read_wheel, wheel_contents
+from faforge.pipwheel.facts import WheelFacts, dist_info_dir, parse_wheel_filename, read_wheel, wheel_contents
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, write_wheel
@@ -131,7 +131,7 @@ def repack_glue_wheel(raw: Path, *, cell: GlueCell, kernel_wheel: Path, out_dir:
     patched = work / extension
     identity = set_runpath(original, patched, runpath, say=say)
     verdict = platform_tag([patched], what=what)
-    raw_info = f"{raw.name.split('-')[0]}-{raw.name.split('-')[1]}.dist-info"
+    raw_info = dist_info_dir(list(contents), parse_wheel_filename(raw.name), str(raw))
     spec = WheelSpec(
         name=facts.name, version=f"{facts.version}+{label}", build_tag=build_tag, python_tags=(tag,), abi_tags=(tag,),
         platform_tags=(verdict.tag,), requires_python=requires_python(cell.python),
