@@ -33,7 +33,7 @@ LAYERS = (
 )
 BASE = (  # one-file helpers every layer may use
     "__init__", "atomic", "config", "datafile", "errors", "family", "httpclient", "interrupts", "options",
-    "packagefile", "paths", "progress", "sandbox", "streams", "table", "untrusted", "versions", "wheelfetch",
+    "packagefile", "paths", "progress", "sandbox", "streams", "table", "untrusted", "versions", "wheelfetch", "wheelnames",
 )
 ROW = {unit: row for row, units in enumerate(LAYERS) for unit in units} | {unit: len(LAYERS) for unit in BASE}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge import wheelfetch
+from faforge import wheelfetch, wheelnames
 from faforge.errors import FaforgeError
 from faforge.pipwheel import layout
 from faforge.pipwheel.facts import requires_dist_of
@@ -28,8 +28,8 @@ def test_runpaths_follow_pips_layout():
 
 
 def test_labels_and_build_tags():
-    assert layout.kernel_label("cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0") == ("cu130.sm80.90.100.120ptx.philox64.ha5d2e90", "0")
-    assert layout.kernel_label("cu124_sm80_90ptx_philox32_h0b03ec0_3") == ("cu124.sm80.90ptx.philox32.h0b03ec0", "3")
+    assert wheelnames.kernel_label("cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0") == ("cu130.sm80.90.100.120ptx.philox64.ha5d2e90", "0")
+    assert wheelnames.kernel_label("cu124_sm80_90ptx_philox32_h0b03ec0_3") == ("cu124.sm80.90ptx.philox32.h0b03ec0", "3")
     assert layout.glue_label("2.11", "13.0", 1) == "torch2.11.cu130.abi1"
     assert layout.glue_label("2.5", "12.4", 0) == "torch2.5.cu124.abi0"
     assert layout.glue_build_tag("py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0") == "0h1a2b3c4"
@@ -40,7 +40,7 @@ def test_labels_and_build_tags():
 
 
 @pytest.mark.parametrize("call, says", [
-    (lambda: layout.kernel_label("py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0"), "not a kernel package's build string"),
+    (lambda: wheelnames.kernel_label("py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0"), "not a kernel package's build string"),
     (lambda: layout.glue_build_tag("h1a2b3c4"), "--build-tag 'h1a2b3c4' is neither"),
     (lambda: layout.glue_label("2", "13.0", 1), "--torch '2' is not a torch minor"),
     (lambda: layout.glue_label("2.11", "13", 1), "--cuda '13' is not a CUDA version"),

@@ -21,7 +21,7 @@ from faforge.matrix.inputs import glue_wheel_hash
 from faforge.matrix.kernels import KernelPackage, KernelPin, kernel_key
 from faforge.matrix.render_cache import cached_pip_kernels, cached_render_cells
 from faforge.matrix.variants import variant_config_path, variant_file_digests
-from faforge.versions import next_minor
+from faforge.wheelnames import build_tag, glue_label, kernel_label, torch_requirement
 
 if TYPE_CHECKING:
     from faforge.matrix import Matrix
@@ -38,13 +38,7 @@ def wheel_name_part(name: str) -> str:
 
 def kernel_wheel_version(version: str, kernel_build: str) -> str:
     """'2.8.3.post2', 'cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0' -> '2.8.3.post2+cu130.sm80.90.100.120ptx.philox64.ha5d2e90'."""
-    return f"{version}+{kernel_build.rsplit('_', 1)[0].replace('_', '.')}"
-
-
-def build_tag(build_string: str) -> str:
-    """A wheel build tag from a build string's hash and number: '..._h1a2b3c4_0' -> '0h1a2b3c4' (starts with a digit, PEP 427)."""
-    head, number = build_string.rsplit("_", 1)
-    return f"{number}{head.rsplit('_', 1)[1]}"
+    return f"{version}+{kernel_label(kernel_build)[0]}"
 
 
 @dataclass(frozen=True)
@@ -65,7 +59,7 @@ class PipBuild:
     @property
     def glue_version(self) -> str:
         c = self.cell
-        return f"{self.version}+torch{c.torch_minor}.{c.cuda_tag}.abi{c.cxx11_abi}"
+        return f"{self.version}+{glue_label(c.torch_minor, c.cuda_tag, c.cxx11_abi)}"
 
     @property
     def glue_build_tag(self) -> str:
@@ -77,12 +71,12 @@ class PipBuild:
 
     @property
     def kernel_wheel_build_tag(self) -> str:
-        return self.kernel_build.rsplit("_", 1)[1]
+        return kernel_label(self.kernel_build)[1]
 
     @property
     def requires_dist(self) -> tuple[str, ...]:
         c = self.cell
-        return (f"torch>={c.torch_minor},<{next_minor(c.torch)}", f"{KERNEL_DIST}=={self.kernel_wheel_version}", "einops")
+        return (torch_requirement(c.torch_minor), f"{KERNEL_DIST}=={self.kernel_wheel_version}", "einops")
 
     def glue_wheel(self, platform_tag: str | None = None) -> str:
         """The glue wheel's file name; without the platform tag (decided from the binary at build time) a

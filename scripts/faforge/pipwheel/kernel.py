@@ -23,6 +23,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from faforge import wheelnames
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel import layout
@@ -88,7 +89,7 @@ def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_d
         raise FaforgeError(f"{what}: a {package.name} package, not {FLASH_ATTN.kernel_package}", hint=f"pass a {FLASH_ATTN.kernel_package} package")
     if package.subdir not in SUBDIR_MACHINE:
         raise FaforgeError(f"{what}: built for {package.subdir}; pip wheels are built for {', '.join(SUBDIR_MACHINE)}", hint="pass a linux package")
-    label, number = layout.kernel_label(package.build)
+    label, number = wheelnames.kernel_label(package.build)
     cuda = _cuda_of_label(label)
     runpath = layout.kernel_runpath(cuda)
     work.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from faforge import wheelnames
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 
@@ -24,9 +25,6 @@ from faforge.family import FLASH_ATTN
 KERNEL_DIR = FLASH_ATTN.kernel_library.removesuffix(".so")
 CUDA = re.compile(r"(?P<major>[1-9][0-9]?)\.(?P<minor>[0-9]{1,2})")
 TORCH_MINOR = re.compile(r"(?P<major>[1-9][0-9]?)\.(?P<minor>[0-9]{1,3})")
-# The kernel package's conda build string (recipes/flash-attn/recipe.yaml): cu130_sm80_90_100_120ptx_philox64_h<hash>_<number>.
-KERNEL_BUILD = re.compile(r"cu(?P<cuda>[0-9]{3,4})_sm(?P<archs>[0-9a-z]+(?:_[0-9a-z]+)*)_philox(?P<bits>32|64)_h(?P<hash>[0-9a-f]{7,40})"
-                          r"_(?P<number>[0-9]{1,6})")
 # A cell's flash-attn build string: py312_torch2_11_cu130_cxx11abi1_h<hash>_<number>.
 GLUE_BUILD = re.compile(r"py(?P<py>[0-9]{2,3})_torch(?P<tmajor>[0-9]+)_(?P<tminor>[0-9]+)_cu(?P<cuda>[0-9]{3,4})_cxx11abi(?P<abi>[01])"
                         r"_h(?P<hash>[0-9a-f]{7,40})_(?P<number>[0-9]{1,6})")
@@ -73,17 +71,6 @@ def fa3_runpath(cuda: str) -> tuple[str, ...]:
     return ("$ORIGIN/../torch/lib", f"$ORIGIN/../{cuda_lib_dir(cuda)}")
 
 
-def kernel_label(build_string: str) -> tuple[str, str]:
-    """The kernel package's conda build string -> (the wheel's local label, its build tag):
-    cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0 -> (cu130.sm80.90.100.120ptx.philox64.ha5d2e90, 0)."""
-    match = KERNEL_BUILD.fullmatch(build_string)
-    if not match:
-        raise FaforgeError(f"{build_string[:120]!r} is not a kernel package's build string (cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>)",
-                           hint=f"pass a {FLASH_ATTN.kernel_package} package that `faforge build` made", input=build_string)
-    label = build_string.removesuffix(f"_{match['number']}").replace("_", ".")
-    return label, match["number"]
-
-
 def torch_minor(torch: str, option: str = "--torch") -> tuple[int, int]:
     match = TORCH_MINOR.fullmatch(torch or "")
     if not match:
@@ -94,7 +81,7 @@ def torch_minor(torch: str, option: str = "--torch") -> tuple[int, int]:
 def torch_requirement(torch: str) -> str:
     """The one torch minor a glue wheel is built for, as a Requires-Dist: 2.11 -> torch>=2.11,<2.12."""
     major, minor = torch_minor(torch)
-    return f"torch>={major}.{minor},<{major}.{minor + 1}"
+    return wheelnames.torch_requirement(f"{major}.{minor}")
 
 
 def glue_label(torch: str, cuda: str, cxx11_abi: int) -> str:
@@ -103,7 +90,7 @@ def glue_label(torch: str, cuda: str, cxx11_abi: int) -> str:
     if cxx11_abi not in (0, 1):
         raise FaforgeError(f"--cxx11-abi {cxx11_abi!r} is not 0 or 1", hint="pass 1 for torch >= 2.7 from PyPI, 0 for torch <= 2.6",
                            input=str(cxx11_abi))
-    return f"torch{major}.{minor}.{cuda_tag(cuda)}.abi{cxx11_abi}"
+    return wheelnames.glue_label(f"{major}.{minor}", cuda_tag(cuda), cxx11_abi)
 
 
 def glue_build_tag(build: str) -> str:
@@ -115,7 +102,7 @@ def glue_build_tag(build: str) -> str:
     if not match:
         raise FaforgeError(f"--build-tag {build[:120]!r} is neither NhHASH (0h1a2b3c4) nor a cell's build string "
                            "(py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0)", hint="pass what `faforge matrix --world pypi` lists", input=build)
-    return f"{match['number']}h{match['hash']}"
+    return wheelnames.build_tag(match.group(0))
 
 
 def parse_archs(archs: str, option: str = "--archs") -> tuple[str, ...]:
