@@ -285,6 +285,7 @@ def test_hostile_class_keeps_the_contract(case, places, request, tmp_path, capsy
 STREAM_ARGV = {
     "bench-build": ["bench-build", "--json"],
     "bench-gpu": ["bench-gpu", "--json", "--report-dir", "reports"],
+    "build": ["build", "--json", "pypi/linux-aarch64/py311/torch2.14/cu130/abi1", "--output-dir", "build-out"],
     "bump": ["bump", "--json", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/x"],
     "check-abi": ["check-abi", "--json", "{random_so}", "--against", "{torch_lib}"],
     "doctor": ["doctor", "--json", "--python", "{python}"],

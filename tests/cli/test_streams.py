@@ -21,6 +21,7 @@ RUNS = {
     "matrix": (["matrix", "--kernels", "--json"], 0),
     "render": (["render", "nope", "--json"], 2),
     "plan": (["plan", "--channel", "", "--json"], 2),
+    "build": (["build", "pypi/linux-aarch64/py311/torch2.14/cu130/abi1", "--output-dir", "/nonexistent-never-made", "--json"], 2),
     "check-abi": (["check-abi", "no-such-module.so", "--json"], 2),
     "doctor": (["doctor", "--json"], None),  # healthy or not depends on this interpreter; the run decides
     "verify": (["verify", "no-such.conda", "--manifest", "no-such-dir", "--json"], 2),

@@ -49,10 +49,11 @@ def test_a_plan_a_chunk_and_a_job_each_give_their_jobs(tmp_path):
 
 def test_github_outputs_name_every_chunk_slot_of_every_stage():
     chunk = {"include": [{"cell": "a"}]}
-    text = github_outputs({"kernels": [], "kernel_links": [], "flash_attn": [chunk], "flash_attn_3_pieces": [chunk],
+    text = github_outputs({"kernels": [], "kernel_links": [], "flash_attn": [chunk], "wheels": [chunk], "flash_attn_3_pieces": [chunk],
                            "flash_attn_3": [chunk, chunk]}, max_chunks=2)
     assert text.splitlines() == ["kernels-chunks=0", "kernels-0=", "kernels-1=", "kernel_links-chunks=0", "kernel_links-0=",
                                  "kernel_links-1=", "flash_attn-chunks=1", 'flash_attn-0={"include":[{"cell":"a"}]}', "flash_attn-1=",
+                                 "wheels-chunks=1", 'wheels-0={"include":[{"cell":"a"}]}', "wheels-1=",
                                  "flash_attn_3_pieces-chunks=1", 'flash_attn_3_pieces-0={"include":[{"cell":"a"}]}', "flash_attn_3_pieces-1=",
                                  "flash_attn_3-chunks=2", 'flash_attn_3-0={"include":[{"cell":"a"}]}', 'flash_attn_3-1={"include":[{"cell":"a"}]}']
 

@@ -58,6 +58,9 @@ outputs:
       version: ${{ version }}
     build:
       number: 0
+      # As the real recipe: a pip world's glue is a wheel (issue 33), its variant files build only kernel packages.
+      skip:
+        - torch_world == "pypi"
       string: py${{ python | version_to_buildstring }}_torch${{ (torch_version | split('.'))[:2] | join('_') }}_cu${{ cuda_tag }}_cxx11abi${{ cxx11_abi }}_h${{ hash }}_0
       script:
         - echo "stand-in glue for torch ${{ torch_version }} (${{ torch_world }})"

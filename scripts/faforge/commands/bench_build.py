@@ -5,7 +5,8 @@ two rattler-build-like trees (one python cold, a second python through the compi
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
 entries it also prints the matrix before and after the kernel split (faforge.buildcost.split); with its
 FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
-piece jobs each splits into (faforge.buildcost.fa3).
+piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world (issue 33), the runner and CPU hours
+each torch release adds (faforge.buildcost.pip_world).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 import time
 
 from faforge import paths
-from faforge.buildcost import bench, extrapolate, fa3_report, samples, split
+from faforge.buildcost import bench, extrapolate, fa3_report, pip_world, samples, split
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
 from faforge.matrix import load_matrix
+from faforge.matrix.pip_builds import pip_builds
 from faforge.options import int_range
 from faforge.release.cost import load_build_cost
 from faforge.table import format_table
@@ -125,8 +127,11 @@ def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
     before_after = split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
     fa3_section = fa3_report.report(data, matrix.fa3, load_build_cost()) if data.fa3_samples else None
+    builds = pip_builds(matrix)
+    pip_section = pip_world.report(data, report.costs, builds, matrix.kernels, load_build_cost()) if builds and data.glue and report.costs else None
     if args.json:
-        extra = ({"kernel_split": before_after.as_json()} if before_after else {}) | ({"fa3": fa3_section.as_json()} if fa3_section else {})
+        extra = ({"kernel_split": before_after.as_json()} if before_after else {}) | ({"fa3": fa3_section.as_json()} if fa3_section else {}) \
+            | ({"pip_world": pip_section.as_json()} if pip_section else {})
         print(json.dumps({"version": SCHEMA_VERSION, **report.as_json(), **extra}, indent=2))
         return EXIT_OK
     for title, headers, rows in report.tables():
@@ -142,5 +147,12 @@ def execute(args: argparse.Namespace) -> int:
             print(format_table(headers, rows))
         print()
         for note in fa3_section.notes():
+            print(note)
+    if pip_section:
+        for title, headers, rows in pip_section.tables():
+            print(f"\n{title}")
+            print(format_table(headers, rows))
+        print()
+        for note in pip_section.notes():
             print(note)
     return EXIT_OK

@@ -12,12 +12,17 @@ builds both, as a plain `rattler-build build` of the recipe would: the cell's ke
 (once per kernel key in a run, skipped when already in the output dir), then its flash-attn, which
 finds it there: rattler-build indexes its output dir and solves from it as a channel.
 A FlashAttention-3 package id (`faforge matrix --fa3`: platform/cu<CUDA>/sm<archs>) builds that package
-whole from recipes/flash-attn-3 and its platform's generated variant file.
+whole from recipes/flash-attn-3 and its platform's generated variant file. A pip cell id (`faforge matrix --world
+pypi`: pypi/<platform>/py<XY>/torch<minor>/cu<NNN>/abi<N>) builds its glue wheel and kernel wheel into
+OUTPUT_DIR/dist/ (faforge.release.pip_build): its kernel package given (--kernel-package), in OUTPUT_DIR, in
+--kernel-channel, or (`all`) built first as for conda; `--part wheel` is its plan job, `--part kernels` and the
+pieces build its kernel package as for a conda cell. No kernel TU is compiled for a wheel.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from faforge import progress
@@ -27,17 +32,20 @@ from faforge.commands.plan import fa3_pieces
 from faforge.release.build import CHANNEL_ALIAS_ENV
 from faforge.release.build_run import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
+from faforge.release.pip_build import WheelBuild
+from faforge.release.pip_plan import WHEEL_PART
 from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cells", nargs="*", metavar="ID",
-                        help=f"cell ids as `faforge matrix` prints them, or {FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does")
+                        help=f"cell ids as `faforge matrix` prints them, pip cell ids as `faforge matrix --world pypi` does, or "
+                             f"{FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does")
     parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
     parser.add_argument("--part", default="all",
                         help=f"the plan job to build (its `part`: {KERNELS_PART}, a kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
-                             f"{CELL_PART}, or a {FLASH_ATTN_3.package} package's piece such as sm90_fwd-1of2); default: all, "
-                             f"a whole cell or {FLASH_ATTN_3.package} package")
+                             f"{CELL_PART}, {WHEEL_PART} (a pip cell's wheels), or a {FLASH_ATTN_3.package} package's piece such as "
+                             f"sm90_fwd-1of2); default: all, a whole cell, pip cell or {FLASH_ATTN_3.package} package")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
     parser.add_argument("--source", type=Path, metavar="SDIST",
@@ -49,14 +57,46 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extra-channel", action="append", default=[], metavar="URL",
                         help="a channel searched before the world's channels, e.g. the folder holding this run's kernel packages "
                              "or the channel they were published to; repeatable")
+    wheels = parser.add_argument_group("pip cells (pypi/...): their glue and kernel wheels")
+    wheels.add_argument("--kernel-package", action="append", default=[], type=Path, metavar="FILE",
+                        help=f"the {FLASH_ATTN.kernel_package} .conda of a pip cell's kernel key (its kernel job's artifact); repeatable")
+    wheels.add_argument("--kernel-channel", metavar="URL_OR_PATH",
+                        help="a channel holding the pip cells' kernel packages (an earlier run's), fetched sha256-checked")
+    wheels.add_argument("--cuda-home", type=Path, metavar="DIR",
+                        help="the CUDA toolkit the glue compiles with, of the cell's CUDA release (default: $CUDA_HOME, else the nvcc on PATH)")
+    parser.add_argument("--json", action="store_true", help="print the versioned report (schema: tests/schemas/build.json)")
+
+
+BUILD_VERSION = 1
+
+
+def report_json(results) -> dict:
+    """Every build of the call: what the summary table shows, and each pip cell's wheels."""
+    builds = []
+    for b in results:
+        entry = {"cell": b.cell, "part": b.part, "kind": "wheel" if isinstance(b, WheelBuild) else "conda", "status": b.status,
+                 "seconds": round(b.seconds, 1), "package": str(b.package) if b.package else None, "log": str(b.log), "error": b.error,
+                 "cache": b.cache}
+        if isinstance(b, WheelBuild):
+            entry["wheel"] = b.details or None
+        builds.append(entry)
+    failed = sum(1 for b in results if b.status == "failed")
+    return {"version": BUILD_VERSION, "ok": len(results) - failed, "failed": failed, "builds": builds}
 
 
 def execute(args: argparse.Namespace) -> int:
     request = BuildRequest(cells=args.cells, part=args.part, plan=args.plan, output_dir=args.output_dir, log_dir=args.log_dir,
-                           source=args.source, channel_alias=args.channel_alias, extra_channel=args.extra_channel)
+                           source=args.source, channel_alias=args.channel_alias, extra_channel=args.extra_channel,
+                           kernel_package=args.kernel_package, kernel_channel=args.kernel_channel, cuda_home=args.cuda_home)
     results = run_build(request, progress, fa3_pieces=fa3_pieces)
+    failed = [b for b in results if b.status == "failed"]
+    if args.json:
+        print(json.dumps(report_json(results), indent=2))
+        return EXIT_PROBLEMS if failed else EXIT_OK
     rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log] for b in results]
     print(format_table(["cell", "part", "status", "time", "compiler cache", "package", "log"], rows))
-    failed = [b for b in results if b.status == "failed"]
+    for b in results:
+        if isinstance(b, WheelBuild) and b.kernel_wheel:
+            print(f"  {b.cell}: kernel wheel {b.kernel_wheel.name} (the kernel package's library, only its RUNPATH set)")
     print(f"\n{len(results) - len(failed)} of {len(results)} ok" + (f", {len(failed)} failed" if failed else ""))
     return EXIT_PROBLEMS if failed else EXIT_OK

@@ -4,7 +4,9 @@ Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three s
 (faforge.release.plan): kernel packages (whole, or TU pieces when one is too long for a hosted job,
 variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; beside
 them, the TU pieces of each FlashAttention-3 package (`faforge matrix --fa3`) too long for one job, then
-one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.buildcost.fa3).
+one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.buildcost.fa3). The pip cells
+(issue 33) get one wheel job each after the kernel stages (faforge.release.pip_plan), minus those whose wheels
+the wheel index `--index` holds; the plan ends with the runner hours each torch release adds to CI.
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from faforge import atomic, paths, progress
 from faforge.buildcost import fa3_report, samples
 from faforge.channel.repodata import channel_url
-from faforge.errors import EXIT_OK
+from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.release.cost import BuildCost, Part
+from faforge.release.pip_plan import PIP_STAGE
 from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES
 from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
@@ -32,6 +36,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", metavar="URL_OR_PATH", help="channel whose packages need no build (folder, file://, http(s):// or a name); default: none")
     parser.add_argument("--new-channel-ok", action="store_true",
                         help="a channel with no repodata yet (HTTP 404: nothing published so far) counts as empty instead of an error")
+    parser.add_argument("--index", metavar="URL_OR_DIR",
+                        help="wheel index root whose pip cells need no build (a folder `faforge publish --index` writes, or its "
+                             "URL, e.g. https://faforge.github.io/wheels): a cell is there when its index lists both its wheels; default: none")
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)")
     parser.add_argument("--output", type=Path, metavar="FILE",
@@ -53,6 +60,42 @@ def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Pa
     return {p.id: list(p.jobs) for p in fa3_report.report(measurements, packages, cost).packages}
 
 
+def index_root(value: str) -> str:
+    """An --index checked before any work: an http(s) URL with a host, or a folder that exists (a new root
+    nothing was published to is an empty folder: `mkdir` it, as for a channel)."""
+    hint = "pass the folder `faforge publish --index` writes (e.g. ./wheels) or its URL, or leave --index out to plan every pip cell"
+    if not value.strip():
+        raise FaforgeError(f"--index {value!r}: empty", input="--index", hint=hint)
+    if value.startswith(("http://", "https://")):
+        if not urlsplit(value).netloc or not value.isprintable() or " " in value:
+            raise FaforgeError(f"--index {value!r} is not an http(s) URL of a wheel index root", input=value, hint=hint)
+        return value
+    if "://" in value:
+        raise FaforgeError(f"--index {value}: only http:// and https:// URLs, or a folder", input=value, hint=hint)
+    with paths.user_path("--index", value):
+        if not Path(value).is_dir():
+            raise FaforgeError(f"--index {value} {why_not_a_folder(Path(value))}", input=value, hint=hint)
+    return value
+
+
+def print_pip(plan, data: dict, index: str | None) -> None:
+    """The pip cells' lines: how many to build, and what each torch release adds to CI."""
+    where = index or "no index"
+    print(f"{len(data['pip_to_build'])} pip cells to build in {len(plan.jobs[PIP_STAGE])} wheel jobs (glue and kernel wheel each, "
+          f"from the kernel packages above: no kernel TU compiled for pip); {len(data['pip_in_index'])} already in {where}")
+    if data["pip_not_built"]:
+        print(f"{len(data['pip_not_built'])} linux-aarch64 pip cells get no job yet: {data['pip_not_built'][0]['why']} "
+              "(the table below counts them: what they will cost)")
+    rows = [[r["torch_minor"], r["world"], r["pip_cells"], r["wheel_jobs"], len(r["new_kernel_packages"]), r["kernel_jobs"],
+             f"{r['runner_hours']:.1f}"] for r in data["pip_cost"]["per_torch_release"]]
+    if rows:
+        print("\npip world: added runner hours per torch release")
+        print(format_table(["torch", "world", "pip cells", "wheel jobs", "new kernel packages", "kernel jobs", "runner hours"], rows))
+        print(f"(a wheel job {data['pip_cost']['wheel_job_minutes']} min, as a conda cell's job; a new kernel package's jobs as planned "
+              "above; both from variants/build-cost.yaml, setup and safety factor included. A kernel package a conda cell or an "
+              "older torch minor needs is not counted again: it is built once and shared)")
+
+
 def execute(args: argparse.Namespace) -> int:
     if args.github_output is not None:  # before the work: a wrong path fails now, not after reading the channel
         paths.output_file(args.github_output, "--github-output")
@@ -61,8 +104,9 @@ def execute(args: argparse.Namespace) -> int:
     # A wrong folder fails before rendering; an empty one (an unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
     channel = None if args.channel is None else channel_url(
         args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
+    index = None if args.index is None else index_root(args.index)
     plan = plan_builds(platform=args.platform, channel=channel, given=args.channel, new_channel_ok=args.new_channel_ok,
-                       max_chunks=args.max_chunks, report=progress, fa3_pieces=fa3_pieces)
+                       max_chunks=args.max_chunks, report=progress, fa3_pieces=fa3_pieces, index=index)
     data = plan.to_json()
     if args.output:
         with paths.user_path("--output", args.output):
@@ -93,6 +137,7 @@ def execute(args: argparse.Namespace) -> int:
     print(f"estimated runner time: {plan.runner_minutes / 60:.1f} hours ({plan.runner_minutes} minutes: every job's estimate "
           f"from variants/build-cost.yaml, setup and safety factor included; a {FLASH_ATTN_3.package} package's from its timed "
           "TUs, variants/build-measurements.yaml)")
+    print_pip(plan, data, args.index)
     if plan.stale:
         print(f"{len(plan.stale)} packages in the channel were built from other inputs and are rebuilt: {' '.join(plan.stale)}")
     return EXIT_OK

@@ -5,7 +5,10 @@ A job is a cell and a part (faforge.release.cost): `kernels`, a kernel piece, `k
 cell's kernel package (once per kernel key in a run) and then its flash-attn, which finds it in the
 output dir: rattler-build indexes its output dir and solves from it as a channel. A cell whose
 kernel package failed is not built. A job may also be an FA3 package (faforge.matrix.flash_attn_3),
-whole (`all`) or one of its TU pieces, from recipes/flash-attn-3 and its platform's generated variant file. The command only parses and prints: progress lines go through
+whole (`all`) or one of its TU pieces, from recipes/flash-attn-3 and its platform's generated variant file. A pip
+cell (issue 33: pypi/<platform>/...) builds its kernel package's parts here as a conda cell does, and its wheels
+(`wheel`, or `all`: its kernel package first when none is found) through faforge.release.pip_build, after the rest.
+The command only parses and prints: progress lines go through
 the `Reporter` it passes (faforge.progress), so this layer prints nothing itself.
 """
 
@@ -13,21 +16,24 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from faforge import paths, untrusted
 from faforge.channel.repodata import channel_url
-from faforge.errors import FaforgeError, shorten
+from faforge.errors import FaforgeError, shorten, why_not_a_file
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import Matrix, load_matrix
-from faforge.matrix.cells import CELL_ID, Cell, explain_missing, find_cell
+from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, explain_missing, find_cell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
 from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, fa3_recipe, parse_channel_aliases, render_fa3
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
-from faforge.release.plan import FA3_PART, FA3_PIECES_STAGE, FA3_STAGE, STAGES, Fa3Estimator, fa3_parts
+from faforge.release.package import read_package
+from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given, reject_cross
+from faforge.release.pip_plan import WHEEL_PART
+from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
 
 # An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
@@ -48,6 +54,11 @@ class BuildRequest:
     source: Path | None
     channel_alias: list[str]
     extra_channel: list[str]
+    # Pip cells' wheels only (faforge.release.pip_build): their kernel packages given, the channel that holds
+    # them, and the CUDA toolkit the glue compiles with.
+    kernel_package: list[Path] = field(default_factory=list)
+    kernel_channel: str | None = None
+    cuda_home: Path | None = None
 
 
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
@@ -59,8 +70,8 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
         raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)", hint=PLAN_HINT)
     data = untrusted.parse_json(text, f"--plan {path}", hint=PLAN_HINT)
     try:
-        # A plan of version 2 has no FA3 stage, one of version 3 no FA3 pieces: their other stages make it a plan.
-        if isinstance(data, dict) and all(stage in data for stage in STAGES if stage not in (FA3_STAGE, FA3_PIECES_STAGE)):
+        # A plan of version 2 has no FA3 stage, 3 no FA3 pieces, 4 no wheels: their other stages make it a plan.
+        if isinstance(data, dict) and all(stage in data for stage in STAGES if stage not in LATER_STAGES):
             jobs = [job for stage in STAGES for chunk in data.get(stage, []) for job in chunk["include"]]
         elif isinstance(data, dict) and "include" in data:
             jobs = list(data["include"])
@@ -133,14 +144,14 @@ def build_steps(jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe
 
 
 def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
-    """Every id a cell of the matrix or one of its FA3 packages; else a bad-input error naming it and where the ids are listed."""
+    """Every id a cell of the matrix, a pip cell, or one of its FA3 packages; else a bad-input error naming it and where the ids are listed."""
     fa3 = [p.id for p in matrix.fa3]
-    listed = (f"`faforge matrix` lists every cell, `faforge matrix --fa3` every {FLASH_ATTN_3.package} package, "
-              "`faforge plan` the jobs a channel lacks")
+    listed = (f"`faforge matrix` lists every cell, `faforge matrix --world pypi` every pip cell, `faforge matrix --fa3` every "
+              f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks")
     for key in ids:
-        if key in fa3 or find_cell(matrix.cells, key) is not None:
+        if key in fa3 or find_cell(matrix.cells, key) is not None or find_cell(matrix.pip_cells, key) is not None:
             continue
-        if CELL_ID.fullmatch(key):
+        if CELL_ID.fullmatch(key) or PIP_CELL_ID.fullmatch(key):
             raise FaforgeError(explain_missing(matrix.table, matrix.policy, key), hint=listed)
         if FA3_ID.fullmatch(key):
             raise FaforgeError(f"{key}: no {FLASH_ATTN_3.package} package of the matrix has this id (it has {', '.join(fa3) or 'none'})", hint=listed)
@@ -183,10 +194,48 @@ def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
     return result
 
 
-def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator | None = None) -> list[CellBuild]:
+def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildRequest, source) -> tuple[list, WheelWhere | None]:
+    """The pip cells' wheel jobs among the wanted ones (part `all` or `wheel`), each once, and where they read and
+    write, every option checked before any build: the kernel packages given, the CUDA toolkit of each CUDA."""
+    from faforge.matrix.pip_builds import pip_builds  # noqa: PLC0415
+
+    asked = list(dict.fromkeys((key, part) for key, part in wanted if find_cell(matrix.pip_cells, key) is not None
+                               and part in ("all", WHEEL_PART)))
+    for key, part in wanted:
+        if part == CELL_PART and find_cell(matrix.pip_cells, key) is not None:
+            raise FaforgeError(f"--part {CELL_PART}: {key} is a pip cell; its own job is --part {WHEEL_PART} (its glue and kernel wheels)",
+                               hint=f"--part {WHEEL_PART}, or --part all to build its kernel package first", input=key)
+    if not asked:
+        for option, value in (("--kernel-package", request.kernel_package), ("--kernel-channel", request.kernel_channel),
+                              ("--cuda-home", request.cuda_home)):
+            if value:
+                raise FaforgeError(f"{option} goes with the wheels of a pip cell (pypi/...), and these jobs build none", input=option,
+                                   hint=f"drop {option}, or name a pip cell (`faforge matrix --world pypi`)")
+        return [], None
+    builds = {b.cell.id: b for b in pip_builds(matrix)}
+    jobs = [(builds[key], part) for key, part in asked]
+    for build, part in jobs:
+        reject_cross(build, part)
+    given = []
+    for path in request.kernel_package:
+        with paths.user_path("--kernel-package", path):
+            if not Path(path).is_file():
+                raise FaforgeError(f"--kernel-package {path} {why_not_a_file(Path(path))}", input=str(path),
+                                   hint=f"pass the {KERNEL_PACKAGE} .conda its kernel job made")
+        given.append(read_package(Path(path)))
+    match_given([b for b, _ in jobs], tuple(given))
+    for cuda in sorted({b.cell.cuda for b, _ in jobs}):
+        cuda_toolkit(request.cuda_home, cuda)
+    kernel_channel = None if request.kernel_channel is None else channel_url(
+        request.kernel_channel, "--kernel-channel", if_empty="name the channel its kernel job published to, or leave the option out")
+    return jobs, WheelWhere(output_dir=Path(), log_dir=Path(), source=source, source_path=request.source.resolve() if request.source else None,
+                            kernel_packages=tuple(given), kernel_channel=kernel_channel, cuda_home=request.cuda_home)
+
+
+def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator | None = None) -> list[CellBuild | WheelBuild]:
     """Check the request, then build its steps in order (the cells' and kernel packages', then the FA3
-    packages'); one failure never stops the others. `fa3_pieces` estimates FA3 packages' jobs, as for
-    faforge plan, to find an FA3 piece's TUs."""
+    packages', then the pip cells' wheels); one failure never stops the others. `fa3_pieces` estimates FA3
+    packages' jobs, as for faforge plan, to find an FA3 piece's TUs."""
     wanted = [(c, request.part) for c in request.cells] + (jobs_from_plan(request.plan) if request.plan else [])
     if not wanted:
         raise FaforgeError("nothing to build", hint=f"name cells (see `faforge matrix`) or {FLASH_ATTN_3.package} packages "
@@ -198,11 +247,13 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
     require_known_ids(matrix, [key for key, _ in wanted])
     fa3 = fa3_jobs(matrix, wanted, fa3_pieces)
     fa3_ids = {p.id for p, _, _ in fa3}
-    wanted = [(key, part) for key, part in wanted if key not in fa3_ids]
+    wheels, wheel_where = pip_jobs(matrix, wanted, request, source)
+    wheel_ids = {(b.cell.id, part) for b, part in wheels}
+    wanted = [(key, part) for key, part in wanted if key not in fa3_ids and (key, part) not in wheel_ids]
     if source and fa3 and wanted:
         raise FaforgeError(f"--source replaces one recipe's source, but these jobs build {FLASH_ATTN.package} cells and "
                            f"{FLASH_ATTN_3.package} packages", hint="build each family in its own call, each with its own --source")
-    cells = {c.id: c for c in matrix.cells}
+    cells = {c.id: c for c in [*matrix.cells, *matrix.pip_cells]}  # a pip cell's jobs here are its kernel package's parts
     jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
     output_dir = paths.output_dir(request.output_dir, "--output-dir").resolve()
     log_dir = paths.output_dir(request.log_dir or output_dir / "logs", "--log-dir" if request.log_dir else "--output-dir").resolve()
@@ -212,7 +263,7 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
             recipe_file(fa3_recipe(matrix.variants_dir), source if fa3 else None) as fa3_recipe_path:
         kernels_in_recipe = KERNEL_PACKAGE in recipe_output_names(recipe_path)
         steps = build_steps(jobs, kernels_in_recipe)
-        total = len(steps) + len(fa3)
+        total = len(steps) + len(fa3) + len(wheels)
         kernel_failed: dict = {}  # kernel key -> its failed build, which its cells' steps inherit
         for i, (cell, part, tus) in enumerate(steps, 1):
             title = f"[{i}/{total}] {cell.id}" + ("" if part == "all" else f" [{part}]")
@@ -238,4 +289,7 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
             rendered = render_fa3([package], fa3_recipe_path, matrix.variants_dir)[0]
             title = f"[{i}/{total}] {FLASH_ATTN_3.package} {package.id}" + ("" if part == FA3_PART else f" [{part}]")
             results.append(_build_step(title, rendered, report, part=part, tus=tus, **where))
+    if wheels:  # after the kernel packages this run built, which they find in the output dir
+        wheel_where = replace(wheel_where, output_dir=output_dir, log_dir=log_dir, channel_aliases=aliases, extra_channels=extra_channels)
+        results += build_wheels(wheels, matrix, wheel_where, report, first=total - len(wheels) + 1, total=total)
     return results

@@ -1,5 +1,5 @@
-"""`faforge plan`'s work: the platform's cells and FA3 packages, what the channel already holds, the plan,
-and its chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
+"""`faforge plan`'s work: the platform's cells, pip cells and FA3 packages, what the channel and the wheel index
+already hold, the plan, and its chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
+from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell, RenderedFa3
 from faforge.matrix.render_cache import selected_cells
 from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
+from faforge.release.pip_plan import added_per_torch_release, index_holdings
 from faforge.release.plan import STAGES, Fa3Estimator, Plan, make_plan, present_keys
 from faforge.release.reporter import Reporter
 
@@ -55,18 +57,32 @@ def channel_holds(given: str, channel: str, rendered: list[RenderedCell | Render
     return set()
 
 
+def pip_in_index(index: str, builds, report: Reporter) -> frozenset[str]:
+    """The ids of the pip cells whose two wheels the index root `index` (a folder or a URL) already lists."""
+    holdings = index_holdings(index, {b.cell.index_name for b in builds})
+    if holdings.missing:
+        report.say(f"faforge plan: {len(holdings.missing)} of the {len(holdings.missing) + len(holdings.files)} indexes are not in "
+                   f"{index} yet (nothing published there): {' '.join(holdings.missing)}")
+    return frozenset(b.cell.id for b in builds if holdings.holds(b))
+
+
 def plan_builds(*, platform: str, channel: str | None, given: str | None, new_channel_ok: bool, max_chunks: int,
-                report: Reporter, fa3_pieces: Fa3Estimator | None = None) -> Plan:
-    """The plan for the platform's cells and FA3 packages (`all` for every one) minus what the channel holds
-    (none: plan every one), refused when a stage needs more chunks than the workflow has jobs for.
-    `fa3_pieces` estimates the FA3 packages' jobs (faforge.release.plan.fa3_parts); without it each is one job."""
+                report: Reporter, fa3_pieces: Fa3Estimator | None = None, index: str | None = None) -> Plan:
+    """The plan for the platform's cells, pip cells and FA3 packages (`all` for every one) minus what the channel
+    (conda packages) and the wheel index root `index` (pip cells) hold (none: plan every one), refused when a stage
+    needs more chunks than the workflow has jobs for. `fa3_pieces` estimates the FA3 packages' jobs
+    (faforge.release.plan.fa3_parts); without it each is one job."""
     matrix = load_matrix()
     rendered = selected_cells(matrix, platform)
     fa3 = render_fa3([p for p in matrix.fa3 if platform in ("all", p.platform)], fa3_recipe(matrix.variants_dir), matrix.variants_dir)
+    pip = pip_builds(matrix, platform)
     present = set() if given is None else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
+    in_index = frozenset() if index is None else pip_in_index(index, pip, report)
     cost = load_build_cost()
     pieces = fa3_pieces([r.package for r in fa3], cost) if fa3_pieces and fa3 else {}
-    plan = make_plan(rendered, matrix.kernels, cost, present, given, fa3=fa3, fa3_pieces=pieces)
+    plan = make_plan(rendered, matrix.kernels, cost, present, given, fa3=fa3, fa3_pieces=pieces, pip=pip,
+                     pip_kernels=[k for k in matrix.pip_kernels if platform in ("all", k.key.platform)], pip_in_index=in_index,
+                     index=index, pip_costs=added_per_torch_release(pip, matrix.kernels, cost))
     data = plan.to_json()
     for kind in STAGES:
         if len(data[kind]) > max_chunks:

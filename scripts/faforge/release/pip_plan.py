@@ -1,0 +1,192 @@
+"""The pip world in `faforge plan` (issue 33): one wheel job per pip cell, after the kernel stage, reusing the
+kernel packages the conda cells have (faforge.matrix.pip_builds); what the target wheel index already holds;
+and the runner hours each torch release adds.
+
+A wheel job (`faforge build PIP_CELL --part wheel`) compiles flash_api.cpp against the cell's PyPI torch and
+links it against the kernel package of its key, which it takes from this run's kernel job or from the
+channel, exactly as a conda cell's job does; then it repacks that package's library as the kernel wheel
+(only its RUNPATH changes) and the backend's wheel as the glue wheel (faforge.pipwheel). No kernel TU is
+compiled for pip. A kernel key only pip cells have (CUDA 12.8 and 13.2 today: PyPI's torch 2.8-2.10 and
+2.15 builds) is an ordinary kernel package, built by the kernel stage like any other.
+
+A pip cell counts as in the index when the index named for it (BASE/torch2.11-cu130/) lists both its glue
+wheel and its kernel wheel, under the names the matrix gives them (the platform tag left open: it is
+decided from the binary at build time).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import urllib.error
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from faforge import httpclient
+from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError
+from faforge.family import FLASH_ATTN
+from faforge.matrix.kernels import KernelPackage, kernel_key
+from faforge.matrix.pip_builds import PipBuild
+from faforge.release.cost import BuildCost, Part, cell_part, split_kernels
+from faforge.versions import vtuple
+
+PIP_STAGE = "wheels"
+# The platforms whose glue wheels are built (on linux-64 runners). A linux-aarch64 pip cell's glue is not yet:
+# the backend's glue step imports the build's torch, which an x86_64 Python cannot (faforge.release.pip_build);
+# the plan lists those cells apart, with this reason, and gives them no job.
+GLUE_PLATFORMS = ("linux-64",)
+NOT_BUILT_YET = ("its glue wheel is not built yet: the backend imports the build's torch to compile flash_api.cpp, and "
+                 "cross-building it for linux-aarch64 needs the backend to take torch's folders without importing it")
+# A pip cell's own job: its glue wheel and its kernel wheel. `all` builds its kernel package first when none is found.
+WHEEL_PART = "wheel"
+GLUE_PROJECT = FLASH_ATTN.package
+KERNEL_PROJECT = FLASH_ATTN.kernel_package
+
+
+def wheel_part(cost: BuildCost) -> Part:
+    """A wheel job costs what a conda cell's job does: setup, flash_api.cpp, the link (variants/build-cost.yaml);
+    repacking the two wheels takes seconds (faforge.pipwheel)."""
+    return Part(name=WHEEL_PART, tus=cell_part(cost).tus, minutes=cell_part(cost).minutes)
+
+
+def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner_label: str, cost: BuildCost, kernel_in_channel: bool,
+              kernel_package_glob: str, slug: str) -> dict:
+    """One pip cell's job, shaped like a cell job (build-cells.yml reads the same keys) plus the wheels it makes."""
+    cell, part = build.cell, wheel_part(cost)
+    return {
+        "cell": cell.id,
+        "part": part.name,
+        "slug": slug,
+        "name": cell.id,
+        "platform": cell.platform,
+        "runs-on": runner_label,
+        "timeout-minutes": part.minutes,
+        "python": cell.python,
+        "torch": cell.torch,
+        "cuda": cell.cuda,
+        "cxx11-abi": cell.cxx11_abi,
+        "kernels": kernels.key.slug,
+        "kernel-package": kernel_package_glob,
+        "kernel-build": build.kernel_build,
+        "build-string": build.build_string,
+        "index-name": cell.index_name,
+        "torch-wheel": cell.wheel,
+        "package": build.glue_wheel(),  # what it uploads, beside the kernel wheel
+        "kernel-wheel": build.kernel_wheel(),
+        "pieces": 0,
+        "kernel-in-channel": kernel_in_channel,
+    }
+
+
+# ---------------------------------------------------------------- what the target index holds
+
+def index_location(where: str, index_name: str) -> str:
+    """One index of an index root: ROOT/torch2.11-cu130 (a folder) or BASE/torch2.11-cu130/ (a URL)."""
+    if where.startswith(("http://", "https://")):
+        return where.rstrip("/") + f"/{index_name}/"
+    return str(Path(where) / index_name)
+
+
+def _read_one(where: str, index_name: str) -> dict[str, set[str]] | None:
+    """project -> the file names one index lists; None when that index does not exist yet (no folder, HTTP 404)."""
+    from faforge.pipindex.read import ACCEPT, read_index  # noqa: PLC0415
+
+    location = index_location(where, index_name)
+    if location.startswith(("http://", "https://")):
+        try:  # pip's own request for the root page; 404 is an index nothing was published to yet
+            httpclient.request(location, kind="index page", headers={"Accept": ACCEPT})
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise FaforgeError(f"--index {where}: {location}: HTTP {exc.code} {exc.reason}", input=where,
+                               hint="check the index URL (the root that holds torch2.11-cu130/ and its siblings)",
+                               exit_code=EXIT_REMOTE) from None
+    elif not Path(location).is_dir():
+        return None
+    listing = read_index(location)
+    if listing.problems:
+        remote = location.startswith(("http://", "https://"))
+        raise FaforgeError(f"--index {where}: {location} is not a readable PEP 503/691 index: {listing.problems[0]}", input=where,
+                           hint="check what the server serves there" if remote else "re-index it: `faforge index --pip ROOT`",
+                           exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT)
+    return {project: {f.filename for f in files} for project, files in listing.files().items()}
+
+
+@dataclass(frozen=True)
+class IndexHoldings:
+    where: str
+    files: dict[str, dict[str, set[str]]]  # index name -> project -> file names
+    missing: tuple[str, ...]  # indexes that do not exist yet
+
+    def holds(self, build: PipBuild) -> bool:
+        """Both wheels of the cell, under the names the matrix gives them, in the cell's own index."""
+        listed = self.files.get(build.cell.index_name, {})
+        return (any(fnmatch.fnmatchcase(f, build.glue_wheel()) for f in listed.get(GLUE_PROJECT, ()))
+                and any(fnmatch.fnmatchcase(f, build.kernel_wheel()) for f in listed.get(KERNEL_PROJECT, ())))
+
+
+def index_holdings(where: str, index_names: Iterable[str]) -> IndexHoldings:
+    """What each named index below the root `where` (a folder or a URL) lists, read as pip reads it."""
+    files, missing = {}, []
+    for name in sorted(set(index_names)):
+        found = _read_one(where, name)
+        if found is None:
+            missing.append(name)
+        else:
+            files[name] = found
+    return IndexHoldings(where=where, files=files, missing=tuple(missing))
+
+
+# ---------------------------------------------------------------- runner hours per torch release
+
+@dataclass(frozen=True)
+class TorchReleaseCost:
+    """What one torch minor of a pip world adds to CI: a wheel job per pip cell, and the kernel packages its
+    cells need that no conda cell and no older torch minor of the world needs."""
+
+    world: str
+    torch_minor: str
+    cells: int
+    wheel_job_minutes: int
+    new_kernels: tuple[str, ...]  # kernel key ids
+    kernel_jobs: int
+    kernel_minutes: int
+
+    @property
+    def wheel_minutes(self) -> int:
+        return self.cells * self.wheel_job_minutes
+
+    @property
+    def runner_minutes(self) -> int:
+        return self.wheel_minutes + self.kernel_minutes
+
+    def as_json(self) -> dict:
+        return {"world": self.world, "torch_minor": self.torch_minor, "pip_cells": self.cells, "wheel_jobs": self.cells,
+                "wheel_job_minutes": self.wheel_job_minutes, "wheel_runner_minutes": self.wheel_minutes,
+                "new_kernel_packages": list(self.new_kernels), "kernel_jobs": self.kernel_jobs,
+                "kernel_runner_minutes": self.kernel_minutes, "runner_minutes": self.runner_minutes,
+                "runner_hours": round(self.runner_minutes / 60, 1)}
+
+
+def kernel_jobs_of(cost: BuildCost, key) -> list[Part]:
+    """The jobs one kernel package takes on its runner (whole, or pieces and the link)."""
+    return split_kernels(cost, key.platform, key.cuda_archs)
+
+
+def added_per_torch_release(builds: list[PipBuild], conda_kernels: list[KernelPackage], cost: BuildCost) -> list[TorchReleaseCost]:
+    """Each torch minor of each pip world, oldest first, with what it adds (see TorchReleaseCost). A kernel key
+    counts as new for the oldest minor that needs it, unless a conda world's cells need it too (then the
+    conda world builds it anyway and the pip cells reuse it)."""
+    had = {k.key for k in conda_kernels}
+    out = []
+    minutes = wheel_part(cost).minutes
+    for world in sorted({b.cell.world for b in builds}):
+        for minor in sorted({b.cell.torch_minor for b in builds if b.cell.world == world}, key=vtuple):
+            mine = [b for b in builds if (b.cell.world, b.cell.torch_minor) == (world, minor)]
+            new = sorted({kernel_key(b.cell) for b in mine} - had)
+            had |= set(new)
+            jobs = [p for key in new for p in kernel_jobs_of(cost, key)]
+            out.append(TorchReleaseCost(world=world, torch_minor=minor, cells=len(mine), wheel_job_minutes=minutes,
+                                        new_kernels=tuple(k.id for k in new), kernel_jobs=len(jobs),
+                                        kernel_minutes=sum(p.minutes for p in jobs)))
+    return out
