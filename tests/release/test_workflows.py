@@ -167,10 +167,11 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
     from faforge.matrix import load_matrix
 
     builds = jobs_running_faforge_build()
-    assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell")]
+    # `wheel` builds a pip cell's wheels (--part wheel): no conda solve (test_the_wheel_job_... below).
+    assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell"), ("build-cells.yml", "wheel")]
     matrix = load_matrix(REPO)
-    cuda_of = {c.id: c.cuda for c in matrix.cells} | {p.id: p.cuda for p in matrix.fa3}
-    for workflow, job_id, job in builds:
+    cuda_of = {c.id: c.cuda for c in [*matrix.cells, *matrix.pip_cells]} | {p.id: p.cuda for p in matrix.fa3}
+    for workflow, job_id, job in builds[:1]:
         value = (job.get("env") or {}).get("CONDA_OVERRIDE_CUDA", "")
         match = MATRIX_VALUE.match(value)
         assert match, f"{workflow} {job_id}: env.CONDA_OVERRIDE_CUDA must come from the plan's job, got {value!r}"
@@ -181,8 +182,8 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
 
 
 # The reusable-workflow calls of build.yml per plan stage, in the order they must run.
-STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"), ("flash_attn_3_pieces", "flash-attn-3-pieces"),
-              ("flash_attn_3", "flash-attn-3"))
+STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"), ("wheels", "wheels"),
+              ("flash_attn_3_pieces", "flash-attn-3-pieces"), ("flash_attn_3", "flash-attn-3"))
 
 
 def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
@@ -202,13 +203,16 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
             assert job["with"]["matrix"] == f"${{{{ needs.plan.outputs.{stage}-{i} }}}}"
             assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
             assert "inputs.channel" in job["with"]["channel"]
-    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|flash-attn-3|flash-attn-3-pieces)-\d+", j)
+            assert job["with"].get("wheels", False) is (stage == "wheels"), "a wheels chunk runs build-cells.yml's `wheel` job"
+    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|wheels|flash-attn-3|flash-attn-3-pieces)-\d+", j)
                 and j not in sum(called.values(), [])]
     for job_id in called["kernel_links"]:
         assert set(called["kernels"]) <= set(jobs[job_id]["needs"])
-    for job_id in called["flash_attn"]:
+    for job_id in called["flash_attn"] + called["wheels"]:
         assert set(called["kernels"]) | set(called["kernel_links"]) <= set(jobs[job_id]["needs"])
-    assert set(called["flash_attn"]) | set(called["flash_attn_3_pieces"]) | set(called["flash_attn_3"]) <= set(jobs["gpu-test"]["needs"])
+        assert jobs[job_id]["if"].startswith("${{ !cancelled() && ")
+    assert set(called["flash_attn"]) | set(called["wheels"]) | set(called["flash_attn_3_pieces"]) | set(called["flash_attn_3"]) \
+        <= set(jobs["gpu-test"]["needs"])
     for job_id in called["flash_attn_3_pieces"]:
         assert jobs[job_id]["needs"] == "plan", "an FA3 piece waits for no kernel job"
     for job_id in called["flash_attn_3"]:
@@ -522,3 +526,98 @@ def test_an_fa3_piece_job_compiles_its_piece_and_hands_its_objects_to_its_packag
     shutil.rmtree(tmp_path / "pieces" / _expand(upload["with"]["name"], pieces[0]))
     short = subprocess.run(["bash", "-e", "-c", guard["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert short.returncode == 1 and f"{len(pieces) - 1} of {len(pieces)} pieces of {final['kernels']} arrived" in short.stdout
+
+
+# ---------------------------------------------------------------- the pip cells' wheels (issue 33)
+
+def _wheel_steps() -> dict:
+    return {s.get("name") or s["uses"]: s for s in _load("build-cells.yml")["jobs"]["wheel"]["steps"]}
+
+
+def _run_step(step: dict, job: dict, cwd: Path, bin_dir: Path, **env) -> list[str]:
+    environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}, **env}
+    result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=cwd, env=environment, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.splitlines()
+
+
+def test_a_wheels_chunk_runs_the_wheel_job_alone_in_a_manylinux_container():
+    cells = _load("build-cells.yml")
+    assert cells[True]["workflow_call"]["inputs"]["wheels"] == {"description": cells[True]["workflow_call"]["inputs"]["wheels"]["description"],
+                                                                "required": False, "type": "boolean", "default": False}
+    assert cells["jobs"]["cell"]["if"] == "${{ !inputs.wheels }}" and cells["jobs"]["wheel"]["if"] == "${{ inputs.wheels }}"
+    wheel = cells["jobs"]["wheel"]
+    assert wheel["container"] == "quay.io/pypa/manylinux_2_28_x86_64", "the glue's manylinux level is the build's glibc"
+    assert wheel["strategy"]["matrix"] == "${{ fromJSON(inputs.matrix) }}" and wheel["timeout-minutes"] == "${{ matrix.timeout-minutes }}"
+    assert not [s for s in wheel["steps"] if s.get("uses", "").startswith("actions/cache")], "no compiler cache: no kernel TU is compiled"
+
+
+def test_the_wheel_job_takes_its_kernel_package_from_its_kernel_job_or_the_channel(plan_jobs, tmp_path):
+    """The real plan's wheel jobs through the `wheel` job's steps under bash, `faforge` a stand-in: the artifact the
+    kernel job uploads is what it downloads, and `faforge build --part wheel` gets it (or the channel) and nothing
+    that would build a kernel package."""
+    steps = _wheel_steps()
+    cell_steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
+    upload = next(s for s in cell_steps if s.get("name", "").startswith("The kernel package, for the cell jobs"))
+    download = steps["The cell's kernel package, from this run"]
+    assert download["with"] == {"name": upload["with"]["name"], "path": "kernel-channel/${{ matrix.platform }}"}
+    assert download["if"] == "${{ !matrix.kernel-in-channel }}"
+    wheel_jobs = [j for j in plan_jobs if j["part"] == "wheel"]
+    assert wheel_jobs and {j["platform"] for j in wheel_jobs} == {"linux-64"}
+    _stand_in(tmp_path / "bin", "faforge")
+    job = wheel_jobs[0]
+    kernel = tmp_path / "kernel-channel" / "linux-64" / f"libflash-attn-kernels-2.8.3.post2-{job['kernel-build']}.conda"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("")
+    build = steps["Build the wheels"]
+    args = _run_step(build, {**job, "kernel-in-channel": False}, tmp_path, tmp_path / "bin", CHANNEL="https://ch.example/faforge")
+    assert args == ["faforge", "build", job["cell"], "--part", "wheel", "--output-dir", "output",
+                    "--kernel-package", f"kernel-channel/linux-64/{kernel.name}"]
+    kernel.unlink()
+    args = _run_step(build, {**job, "kernel-in-channel": True}, tmp_path, tmp_path / "bin", KERNEL_IN_CHANNEL="true",
+                     CHANNEL="https://ch.example/faforge")
+    assert args[-2:] == ["--kernel-channel", "https://ch.example/faforge"] and "--kernel-package" not in args
+    toolkit = steps["The cell's CUDA toolkit"]
+    assert toolkit["env"] == {"CUDA": "${{ matrix.cuda }}"} and 'CUDA_HOME=/usr/local/cuda-$CUDA' in toolkit["run"]
+
+
+def test_the_wheel_job_gates_and_uploads_its_wheels_where_gpu_test_and_publish_find_them(tmp_path):
+    steps = _wheel_steps()
+    (tmp_path / "output" / "dist").mkdir(parents=True)
+    for name in ("flash_attn-2.8.3.post2+torch2.14.cu130.abi1-0h1-cp311-cp311-manylinux_2_28_x86_64.whl",
+                 "libflash_attn_kernels-2.8.3.post2+cu130.x-0-py3-none-manylinux_2_24_x86_64.whl"):
+        (tmp_path / "output" / "dist" / name).write_text("")
+    _stand_in(tmp_path / "bin", "faforge")
+    gates = _run_step(steps["CPU gates of the wheels"], {}, tmp_path, tmp_path / "bin")
+    assert gates[:2] == ["faforge", "verify"] and len([a for a in gates if a.endswith(".whl")]) == 2
+    assert gates[-2:] == ["--manifest", "verification"]
+    upload = steps["Upload the wheels and their gate results"]
+    assert upload["with"]["name"] == "package-${{ matrix.slug }}" and "output/dist/*.whl" in upload["with"]["path"]
+    jobs = _load("build.yml")["jobs"]
+    for job_id in ("gpu-test", "publish"):
+        merged = [s for s in jobs[job_id]["steps"] if s.get("uses", "").startswith("actions/download-artifact")][0]
+        assert fnmatch.fnmatchcase("package-pypi-linux-64-py311-torch2.14-cu130-abi1-wheel", merged["with"]["pattern"])
+        assert merged["with"]["path"] == "built" and merged["with"]["merge-multiple"] is True
+
+
+def test_the_wheels_pass_the_gpu_gate_on_their_platforms_runner_and_are_published_into_the_wheel_index(tmp_path):
+    jobs = _load("build.yml")["jobs"]
+    dist = tmp_path / "built" / "output" / "dist"
+    dist.mkdir(parents=True)
+    for name in ("a-cp311-cp311-manylinux_2_28_x86_64.whl", "b-py3-none-manylinux_2_24_x86_64.whl", "c-cp312-cp312-manylinux_2_28_aarch64.whl"):
+        (dist / name).write_text("")
+    _stand_in(tmp_path / "bin", "faforge")
+    gpu = next(s for s in jobs["gpu-test"]["steps"] if s.get("name", "").startswith("GPU gate of the wheels"))
+    for platform, expect in (("linux-64", {"a-cp311-cp311-manylinux_2_28_x86_64.whl", "b-py3-none-manylinux_2_24_x86_64.whl"}),
+                             ("linux-aarch64", {"c-cp312-cp312-manylinux_2_28_aarch64.whl"})):
+        args = _run_step({"run": gpu["run"].replace("${{ matrix.platform }}", platform)}, {}, tmp_path, tmp_path / "bin")
+        assert args[:4] == ["faforge", "verify", "--gates", "gpu"] and {Path(a).name for a in args if a.endswith(".whl")} == expect
+    publish = next(s for s in jobs["publish"]["steps"] if "--index" in s.get("run", ""))
+    args = _run_step(publish, {}, tmp_path, tmp_path / "bin")
+    assert args[:2] == ["faforge", "publish"] and len([a for a in args if a.endswith(".whl")]) == 3
+    assert args[-4:] == ["--manifest", "built/verification", "--index", "wheels"], "the default gates, as for the channel"
+    steps = jobs["publish"]["steps"]
+    index_upload = next(s for s in steps if s.get("with", {}).get("name") == "wheel-index")
+    assert steps.index(publish) < steps.index(index_upload) and index_upload["with"]["path"] == "wheels"
+    plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
+    assert '--index "$FAFORGE_PIP_INDEX"' in plan_step["run"], "pip cells whose wheels the index lists are not rebuilt"
