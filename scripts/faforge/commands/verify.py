@@ -13,6 +13,11 @@ against the channel's sha256); nowhere is a usage error (exit 2), not a failed g
 A linux-aarch64 flash-attn on an x86_64 machine: abi natively against --against (the aarch64 torch),
 import under qemu (--qemu/$FAFORGE_QEMU or qemu-aarch64 on PATH; --sysroot; --target-python), gpu
 skipped: faforge.release.verify_foreign.
+A wheel (.whl, issue 33) gets the same gates on PyPI's torch with real pip (faforge.release.verify_wheels):
+a glue wheel's abi against the torch of its pip cell, its import in a clean venv where pip installs it and the
+kernel wheel it pins (among the PACKAGE arguments or beside it; nowhere is exit 2) from a loopback index; a
+kernel wheel's torch-free check and dlopen beside PyPI's CUDA runtime; an FA3 wheel's stable-ABI check over
+the torch range of its indexes; a linux-aarch64 wheel's import under qemu. Results go to the same manifest.
 Exit status: 0 all passed, 1 a gate failed, 3 none failed but some were skipped.
 """
 
@@ -38,7 +43,8 @@ VERIFY_VERSION = 1
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("packages", nargs="+", metavar="PACKAGE",
-                        help=f".conda files; a split {FLASH_ATTN.package} needs its kernel package among them or beside it")
+                        help=f".conda files or .whl wheels; a split {FLASH_ATTN.package} (and its glue wheel) needs its kernel "
+                             "package (kernel wheel) among them or beside it")
     parser.add_argument("--gates", default=",".join(CPU_GATES), help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)")
     parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
                         help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")

@@ -70,22 +70,28 @@ def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | 
                                  library_dirs=[*([kernel_prefix / "lib"] if kernel else []), *system_dirs])
         except ElfError as exc:
             return Check("abi", "failed", exc.message)
+    return judge_abi(verdict, package.cxx11_abi, kernel=f"{kernel.filename}'s lib/" if kernel else None,
+                     beside=f", with {KERNEL_LIBRARY} from {kernel.filename}" if kernel else "")
+
+
+def judge_abi(verdict, cxx11_abi: int | None, *, kernel: str | None, beside: str) -> Check:
+    """The abi gate's verdict from check_path's: every problem, a module built with the other C++ ABI than
+    `cxx11_abi` (its label's), and a library found nowhere. `kernel`: where the kernel library was looked
+    for (None: no kernel build was given); `beside` ends the sentence saying what the check ran against."""
     problems = [f"{m.path}: {p.kind}: " + (f"{p.demangled or p.symbol}: " if p.symbol else "") + p.detail
                 for m in verdict.modules for p in m.problems]
-    mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, package.cxx11_abi)]
-    problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - package.cxx11_abi} but labelled cxx11abi{package.cxx11_abi}" for path in mislabelled]
-    for m in verdict.modules:  # the kernel library: from the kernel package found, else under its exact DT_NEEDED name here
+    mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, cxx11_abi)]
+    problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - cxx11_abi} but labelled cxx11abi{cxx11_abi}" for path in mislabelled]
+    for m in verdict.modules:  # the kernel library: from the kernel build found, else under its exact DT_NEEDED name here
         for u in m.undecided:
             if not FLASH_ATTN.is_kernel_library(u.name):
                 problems.append(f"{m.path}: needs {u.name}, found nowhere, so the verdict cannot be told (what it imports was not checked)")
             elif kernel:
-                problems.append(f"{m.path}: {u.name} is not in {kernel.filename}'s lib/, so the kernel launches it calls were not checked")
+                problems.append(f"{m.path}: {u.name} is not in {kernel}, so the kernel launches it calls were not checked")
             else:
                 problems.append(f"{m.path}: needs {u.name}, which the package does not hold under that name, so the load fails "
                                 f"(\"cannot open shared object file\")")
-    where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}"
-    if kernel:
-        where += f", with {KERNEL_LIBRARY} from {kernel.filename}"
+    where = f"torch {verdict.torch.version or '?'} (CUDA {verdict.torch.cuda or 'none'}) in {', '.join(verdict.against)}" + beside
     if problems:
         return Check("abi", "failed", f"{len(problems)} problem(s) against {where}: " + "; ".join(problems[:5]))
     return Check("abi", "passed", f"{len(verdict.modules)} module(s) load against {where}")
@@ -147,25 +153,25 @@ def kernel_import_gate(package: PackageFacts, announce: Callable[[str], None]) -
         result = subprocess.run([str(runtime.python), "-I", "-c", DLOPEN, str(library), *map(str, runtime.cudart())],
                                 capture_output=True, text=True, timeout=600, env=env)
     if result.returncode != 0:
-        return Check("import", "failed", f"dlopen of lib/{KERNEL_LIBRARY} with PyPI's {runtime.requirement} failed: {_tail(result)}")
+        return Check("import", "failed", f"dlopen of lib/{KERNEL_LIBRARY} with PyPI's {runtime.requirement} failed: {output_tail(result)}")
     return Check("import", "passed", f"dlopen of lib/{KERNEL_LIBRARY} in a clean process with PyPI's {runtime.requirement} "
                                      "(no torch); its C interface resolves")
 
 
-def _run_isolated(python: Path, code: str) -> subprocess.CompletedProcess:
+def run_isolated(python: Path, code: str) -> subprocess.CompletedProcess:
     """`python -I`: no PYTHONPATH, no user site, no cwd on sys.path; only the env's site-packages."""
     return subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=600)
 
 
 def import_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | None = None) -> Check:
     with fresh_env(package, venv, kernel) as python:
-        torch_only = _run_isolated(python, "import torch")
+        torch_only = run_isolated(python, "import torch")
         if torch_only.returncode != 0:
-            return Check("import", "skipped", f"torch {venv.torch} itself does not import here: {_tail(torch_only)}")
-        result = _run_isolated(python, "; ".join(f"import {m}" for m in IMPORTS))
+            return Check("import", "skipped", f"torch {venv.torch} itself does not import here: {output_tail(torch_only)}")
+        result = run_isolated(python, "; ".join(f"import {m}" for m in IMPORTS))
     beside = f" and {kernel.filename}" if kernel else ""
     if result.returncode != 0:
-        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with PyPI torch {venv.torch}{beside}: {_tail(result)}")
+        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with PyPI torch {venv.torch}{beside}: {output_tail(result)}")
     return Check("import", "passed", f"imported {', '.join(IMPORTS[1:])} in a clean env with PyPI torch {venv.torch} (CUDA {venv.cuda}){beside}")
 
 
@@ -183,14 +189,14 @@ def suite_check(result: subprocess.CompletedProcess) -> Check:
     try:
         summary = json.loads(result.stdout)
     except json.JSONDecodeError:
-        return Check("gpu", "failed", f"the GPU suite exited {result.returncode} without a summary: {_tail(result)}")
+        return Check("gpu", "failed", f"the GPU suite exited {result.returncode} without a summary: {output_tail(result)}")
     status = {0: "passed", 1: "failed", 3: "skipped"}.get(result.returncode, "failed")
     counts = summary.get("counts", {})
     words = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
     return Check("gpu", status, f"{words or 'no tests'}" + (f"; {summary['reason']}" if summary.get("reason") else ""))
 
 
-def _tail(result: subprocess.CompletedProcess) -> str:
+def output_tail(result: subprocess.CompletedProcess) -> str:
     lines = (result.stderr or result.stdout).strip().splitlines()
     return lines[-1] if lines else f"exit {result.returncode}"
 

@@ -104,12 +104,19 @@ def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site
     (None: the Python's own) behind them. `how(seconds)` says how it ran."""
     with unpacked(*packages) as prefix:
         own = sorted(str(p) for p in [*prefix.glob("lib/python3*/site-packages"), *prefix.glob("site-packages")])
-        command = [*python, "-I", "-c", import_code(imports), *own, *([str(site)] if site else [])]
-        started = time.monotonic()
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=prefix)
-        except subprocess.TimeoutExpired:
-            return Check("import", "failed", f"the import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
+        return import_from(own, python, site, imports, how, machine, cwd=prefix)
+
+
+def import_from(folders: list[str], python: list[str], site: Path | None, imports: tuple[str, ...],
+                how: Callable[[float], str], machine: str, *, cwd: Path) -> Check:
+    """`python -I` imports `imports` with `folders` first on its path, then the torch of `site` (None: the
+    Python's own); run in `cwd`. A pip --target folder of wheels is imported this way too (faforge.release.verify_wheels)."""
+    command = [*python, "-I", "-c", import_code(imports), *folders, *([str(site)] if site else [])]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return Check("import", "failed", f"the import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
     how = how(time.monotonic() - started)
     torch_line = next((line.split()[1] for line in result.stdout.splitlines() if line.startswith(TORCH_IMPORTED)), None)
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]

@@ -6,6 +6,8 @@ arguments that pin it. The results of each package go to `done` as soon as they 
 a later package's error cannot lose them. A flash-attn built for another machine gets its gates from
 faforge.release.verify_foreign (abi natively, import under qemu, gpu on a runner of that machine); a
 flash-attn-3, which serves a torch range through the stable ABI, from faforge.release.verify_stable.
+A wheel (.whl) gets its gates from faforge.release.verify_wheels: a glue wheel with the kernel wheel it pins
+(among the arguments or beside it), a kernel wheel's gpu gate through the glue wheels that pin it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.verify import run_gates
 from faforge.release.verify_foreign import Emulation, foreign_gates, foreign_machine
 from faforge.release.verify_stable import is_stable_abi_package, stable_gates
+from faforge.release.verify_wheels import WheelPackage, find_kernel_wheel, is_wheel_path, pins, wheel_gates, wheel_package
 
 
 def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,
@@ -27,24 +30,33 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
                     done: Callable[[list[GateResult]], None]) -> list[GateResult]:
     """The manifest entries of every package's gates, in order."""
     entries = []
-    read: dict[str, PackageFacts] = {}
+    read: dict[str, PackageFacts | WheelPackage] = {}
 
-    def facts(path: str) -> PackageFacts:
+    def facts(path: str) -> PackageFacts | WheelPackage:
         if path not in read:
-            read[path] = read_package(path)
+            read[path] = wheel_package(path) if is_wheel_path(path) else read_package(path)
         return read[path]
+
+    def given(kind: type) -> list:
+        """Every PACKAGE argument of that kind (each read once: a bad one stops the call there)."""
+        return [f for f in map(facts, packages) if isinstance(f, kind)]
 
     for path in packages:
         package = facts(path)
-        # Both read every PACKAGE argument: a bad one stops the call there, after the results already reported.
-        kernel = find_kernel_package(package, [facts(p) for p in packages], kernel_channel) if package.kernel_pin else None
-        users = tuple(p for p in map(facts, packages) if pins_kernel(p, package)) if "gpu" in gates else ()
+        # Both read every PACKAGE argument when they need the others: a bad one stops the call there, after the results already reported.
+        if isinstance(package, WheelPackage):
+            kernel = find_kernel_wheel(package, given(WheelPackage)) if package.kernel_pin else None
+            users = tuple(w for w in given(WheelPackage) if pins(w, package)) if "gpu" in gates and package.kind == "kernel" else ()
+        else:
+            kernel = find_kernel_package(package, given(PackageFacts), kernel_channel) if package.kernel_pin else None
+            users = tuple(p for p in given(PackageFacts) if pins_kernel(p, package)) if "gpu" in gates else ()
         checked = []
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
-            machine = foreign_machine(package)
-            if is_stable_abi_package(package):  # one binary for a torch range: its own gates, on any machine
+            if isinstance(package, WheelPackage):
+                checks = wheel_gates(package, gates, against, kernel=kernel, users=users, emulation=emulation, announce=report.say)
+            elif is_stable_abi_package(package):  # one binary for a torch range: its own gates, on any machine
                 checks = stable_gates(package, gates, against, emulation, announce=report.say)
-            elif machine:
+            elif machine := foreign_machine(package):
                 checks = foreign_gates(package, machine, gates, against, kernel, emulation)
             else:
                 checks = run_gates(package, gates, against, announce=report.say, kernel=kernel, users=users)

@@ -133,20 +133,25 @@ def stable_abi_gate(package: PackageFacts, against: list[Path]) -> Check:
     if served is None:
         return Check("abi", "skipped", f"{package.filename}: no {FLASH_ATTN_3.package} package of the matrix has its platform and "
                                        "build string (cu<CUDA>_sm<archs>_faforge_h<hash>_<n>), so the torch range it serves is unknown")
-    range_text = f"{served.served[0]} to {served.served[-1]}"
+    return stable_abi_check(package.path, subdir=package.subdir, cuda=served.cuda, served=served.served, against=against)
+
+
+def stable_abi_check(path: Path, *, subdir: str, cuda: str, served: tuple[str, ...], against: list[Path]) -> Check:
+    """The stable-ABI gate of one binary (a package or a wheel) of CUDA `cuda` that serves the torch minors `served`, oldest first."""
+    range_text = f"{served[0]} to {served[-1]}"
     if not against:
         return Check("abi", "skipped", f"serves torch {range_text}: name the oldest and the newest release with --against "
                                        "(each one torch: torch/lib, site-packages or a prefix)")
     # The package's own CUDA runtime (its cuda-version pins the env's cuda-cudart), not the torch's: a cu130
     # package beside torch 2.10.0+cu128's libraries still loads PyPI's CUDA 13.0 runtime, as conda installs it.
     runtime_dirs: list[Path] = []
-    if MACHINE_SUBDIRS.get(platform.machine()) == package.subdir:
+    if MACHINE_SUBDIRS.get(platform.machine()) == subdir:
         try:
-            runtime_dirs = sorted({p.parent for p in cuda_runtime_venv(served.cuda).cudart()})
+            runtime_dirs = sorted({p.parent for p in cuda_runtime_venv(cuda).cudart()})
         except Unavailable as exc:
-            return Check("abi", "skipped", f"the CUDA {served.cuda} runtime it loads could not be had: {exc}")
+            return Check("abi", "skipped", f"the CUDA {cuda} runtime it loads could not be had: {exc}")
     try:
-        verdict = check_stable(package.path, against, platform=package.subdir, library_dirs=runtime_dirs)
+        verdict = check_stable(path, against, platform=subdir, library_dirs=runtime_dirs)
     except ElfError as exc:
         return Check("abi", "failed", exc.message)
     except FaforgeError as exc:
@@ -158,7 +163,7 @@ def stable_abi_gate(package: PackageFacts, against: list[Path]) -> Check:
                  for v in verdict.releases if not v.ok for m in v.modules for p in m.problems][:5]
     if problems:
         return Check("abi", "failed", f"{len(problems)} problem(s) against torch {', '.join(checked)}: " + "; ".join(problems))
-    missing = [m for m in (served.served[0], served.served[-1]) if m not in minors]
+    missing = [m for m in (served[0], served[-1]) if m not in minors]
     if missing:
         return Check("abi", "skipped", f"loads on torch {', '.join(checked)} with {len(verdict.stable_imports)} stable C functions, but it "
                                        f"serves {range_text}: also check torch {' and '.join(dict.fromkeys(missing))} (--against)")
