@@ -19,6 +19,21 @@ def public_channel() -> str:
     return os.environ.get("FAFORGE_CHANNEL", PUBLIC_CHANNEL)
 
 
+# The base URL of the wheel indexes pip and uv users name in install lines, fixes and the page: the index of
+# one (torch minor, CUDA) is BASE/torch2.11-cu130/ (faforge.pipindex.instructions). A placeholder like
+# PUBLIC_CHANNEL, for where `faforge publish --index` output is served; FAFORGE_PIP_INDEX overrides it
+# (an http(s):// or file:// URL, e.g. the loopback server of the tests).
+PUBLIC_PIP_INDEX = "https://faforge.github.io/wheels"
+
+
+def public_pip_index() -> tuple[str, str]:
+    """The wheel indexes' base URL as set, and where: $FAFORGE_PIP_INDEX (set, even to nothing), else the
+    default. faforge.pipindex.instructions.index_base checks it."""
+    if "FAFORGE_PIP_INDEX" in os.environ:
+        return os.environ["FAFORGE_PIP_INDEX"], "$FAFORGE_PIP_INDEX"
+    return PUBLIC_PIP_INDEX, "the default"
+
+
 # Where `faforge verify` records gate results and `faforge publish` reads them: one folder per
 # package sha256, one JSON file per gate, so results from several CI jobs merge by copying.
 DEFAULT_MANIFEST_DIR = Path("verification")

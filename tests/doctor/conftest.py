@@ -4,6 +4,7 @@ that calls `faforge doctor` the way a user does (a subprocess, --json, never a t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -38,9 +39,10 @@ class DoctorRun:
         return next(f for f in self.report["fixes"] if f["kind"] == kind)
 
 
-def doctor(*args: str | Path, json_output: bool = True) -> DoctorRun:
+def doctor(*args: str | Path, json_output: bool = True, env: dict[str, str] | None = None) -> DoctorRun:
+    """`faforge doctor ARGS [--json]`; `env` is added to this process's environment."""
     cmd = [sys.executable, "-m", "faforge", "doctor", *map(str, args), *(["--json"] if json_output else [])]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
     assert "Traceback" not in result.stderr, result.stderr
     report = None
     if json_output:  # every exit prints one JSON object: the report, or the versioned error object

@@ -16,6 +16,7 @@ from tests.doctor import envs
 from tests.support.cache import cache_dir
 
 TORCH = "2.4.0"
+VERSION = "2.8.3.post2"  # flash-attn's (variants/matrix.yaml)
 MISSING_CUDA_WHEEL = "libcudnn.so.9: cannot open shared object file: No such file or directory"
 
 
@@ -43,11 +44,13 @@ def test_the_fix_for_a_torch_without_its_cuda_wheels_comes_from_its_metadata(run
     assert "nvidia-cuda-runtime-cu12 (==12.1.105)" in real_metadata  # the fact the fix is drawn from
     result = run_doctor("--python", broken_torch_venv(tmp_path, real_metadata, MISSING_CUDA_WHEEL))
     assert result.code == 1 and "torch-import-failed" in result.kinds()
-    conda = result.fix("conda-environment")
-    assert conda["cell"].startswith("linux-64/py311/torch2.4/cu12"), conda  # was torch2.13/cu130, the newest cell
     pip = result.fix("pip")
     assert "install a CUDA build" not in pip["title"] and f"torch {TORCH} with the CUDA 12.1 libraries" in pip["title"]
     assert pip["commands"][-1].endswith(f"-m pip install --force-reinstall torch=={TORCH}")
+    wheel = result.fix("pip-install")  # then the wheel of that torch's pip cell (its CUDA from the metadata), never a conda line
+    assert wheel["cell"] == "pypi/linux-64/py311/torch2.4/cu121/abi0", wheel
+    assert wheel["commands"][-1].endswith(f" torch=={TORCH} flash-attn=={VERSION}+torch2.4.cu121.abi0")
+    assert not [f for f in result.report["fixes"] if f["kind"].startswith("conda")]
 
 
 def test_escape_sequences_from_the_probed_interpreter_reach_the_terminal_escaped(real_metadata, tmp_path):

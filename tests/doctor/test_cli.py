@@ -64,7 +64,10 @@ def test_text_report_names_facts_problems_and_fixes(run_doctor, bare_venv):
     assert "torch       not installed" in lines
     assert "  [error] torch-missing: torch is not installed in " + str(bare_venv.parent.parent) + \
         "; flash-attn needs a CUDA build of torch" in lines
-    assert "Fix:" in lines and "       $ conda env create -f environment.yml" in lines
+    assert "Fix:" in lines and f"       $ {bare_venv} -m ensurepip" in lines, "a venv made --without-pip gets pip first"
+    install = next(line for line in lines if line.startswith(f"       $ {bare_venv} -m pip install --extra-index-url "))
+    assert install.endswith(".abi1") and " --only-binary flash-attn torch==" in install
+    assert any(line.startswith("     index: ") and line.endswith("-cu132/") for line in lines)
     assert lines[-1] == "2 problems found"
 
 

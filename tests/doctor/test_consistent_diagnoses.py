@@ -82,8 +82,9 @@ def test_binary_built_for_a_newer_torch(run_doctor, cuda_overlay, torch_cuda, tm
     assert problem["evidence"]["built_for"] == {"first": "2.15.0", "last": None}
     assert problem["details"][0] == "undefined symbol: _ZN3c1010ThreadPool9main_loopEv"
     assert "SetDevice" not in problem["message"]
-    build = result.fix("local-build")
-    assert "against this torch 2.14.1+cu130" in build["title"] and build["resolves"] == ["signature-drift"]
+    fix = result.fix("pip-install")  # a pip venv: the wheel of its torch's pip cell, which was built against it
+    assert fix["cell"] == "pypi/linux-64/py311/torch2.14/cu130/abi1" and fix["resolves"] == ["signature-drift"]
+    assert fix["commands"][-1].endswith(" torch==2.14.1 flash-attn==2.8.3.post2+torch2.14.cu130.abi1")
 
 
 # libc10_cuda.so of PyPI torch 2.1-2.2 only (variants/torch_symbols.yaml): SetDevice(int) and its

@@ -14,10 +14,12 @@ from faforge.doctor.examine import situation_from
 from faforge.doctor.fixes import plan
 from faforge.doctor.probe_run import run_probe
 from faforge.matrix import load_matrix
+from faforge.matrix.pip_builds import pip_builds
 from tests.doctor import envs
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc builds the fatbinary fixtures")]
 H200 = env_facts.Gpu("NVIDIA H200", (9, 0), "580.65.06", "nvidia-smi")
+V100 = env_facts.Gpu("Tesla V100-SXM2-32GB", (7, 0), "580.65.06", "nvidia-smi")  # no cell holds sm_70 code
 
 
 def situation_on(python, gpu):
@@ -51,13 +53,22 @@ def test_embedded_archs_against_an_sm90_gpu(plain_venv, tmp_path, gencode, kinds
                                         f"binary: it has SASS {arch} and PTX none, none of which runs on sm_90")
 
 
-def test_the_fix_builds_for_the_gpus_arch(cuda_overlay, offers, tmp_path):
+def test_the_fix_installs_a_wheel_with_the_gpus_arch_or_builds_for_it(cuda_overlay, tmp_path):
+    """The pip cell's wheel (sm_80/90/100/120 + PTX 12.0) when its code runs on the GPU, else a build for its SM."""
     install_kernel(cuda_overlay, tmp_path, "arch=compute_80,code=sm_80")
+    matrix = load_matrix()
     s = situation_on(cuda_overlay, H200)
     problems = diagnose(s)
     assert [p.kind for p in problems] == ["gpu-arch-missing"]
-    build = next(f for f in plan(s, problems, load_matrix(), offers) if f.kind == "local-build")
-    assert "--archs 90" in " ".join(build.commands)
+    [fix] = plan(s, problems, matrix, [], pip_builds(matrix, "linux-64"))
+    assert (fix.kind, fix.cell) == ("pip-install", "pypi/linux-64/py311/torch2.14/cu130/abi1")
+    s = situation_on(cuda_overlay, V100)
+    problems = diagnose(s)
+    assert [p.kind for p in problems] == ["gpu-arch-missing"]
+    fixes = plan(s, problems, matrix, [], pip_builds(matrix, "linux-64"))
+    assert [f.kind for f in fixes] == ["no-matching-cell", "local-build"]
+    assert "has no GPU code for this GPU" in fixes[0].title
+    assert "--archs 70" in " ".join(fixes[1].commands)
 
 
 def _visible_gpu() -> tuple[int, int] | None:

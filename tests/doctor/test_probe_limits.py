@@ -162,9 +162,10 @@ def test_externally_managed_python_gets_a_venv(run_doctor, tmp_path):
     report = json.loads(result.stdout)
     if report["facts"]["torch"]["installed"]:
         pytest.skip(f"{SYSTEM_PYTHON} has a torch here; this test wants the no-torch fix")
-    fix = next(f for f in report["fixes"] if f["kind"] == "pip")
+    fix = next(f for f in report["fixes"] if f["kind"] == "pip-install")
     venv = tmp_path / "venvs" / "flash-attn"
-    assert fix["commands"] == [f"{SYSTEM_PYTHON} -m venv {venv}", f"{venv}/bin/python -m pip install torch"]
+    assert fix["commands"][0] == f"{SYSTEM_PYTHON} -m venv {venv}" and len(fix["commands"]) == 2
+    assert fix["commands"][1].startswith(f"{venv}/bin/python -m pip install --extra-index-url {fix['index_url']} --only-binary flash-attn torch==")
     assert not [c for c in fix["commands"] if c.startswith(f"{SYSTEM_PYTHON} -m pip")]
     subprocess.run(fix["commands"][0].split(), check=True, capture_output=True, timeout=120)  # the venv really comes up
     allowed = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--dry-run", "--no-index", "pip"],

@@ -9,14 +9,20 @@ from __future__ import annotations
 import shutil
 import pytest
 
+from faforge.matrix import load_matrix
+from faforge.versions import vtuple
 from tests.doctor import envs
 
 pytestmark = pytest.mark.slow
 
+# The pip cell of the cached torch 2.14.1 (PyPI's, CUDA 13.0, cp311) and its glue wheel's version.
+CELL_2_14 = "pypi/linux-64/py311/torch2.14/cu130/abi1"
+GLUE_2_14 = "2.8.3.post2+torch2.14.cu130.abi1"
+
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed to build the test extensions")
 
 
-def test_venv_without_torch(run_doctor, offers, tmp_path):
+def test_venv_without_torch(run_doctor, tmp_path):
     base = envs.pyenv_python("3.12")
     if base is None:
         pytest.skip("pyenv has no Python 3.12 here")
@@ -25,13 +31,13 @@ def test_venv_without_torch(run_doctor, offers, tmp_path):
     assert result.code == 1
     assert result.kinds() == ["torch-missing", "flash-attn-missing"]
     assert result.report["facts"]["torch"]["installed"] is False
-    fix = result.fix("conda-environment")
-    expected = [o for o in offers if o.cell.platform == "linux-64" and o.cell.python == "3.12"]
-    if not expected:
-        pytest.skip("the matrix has no linux-64 py3.12 cell")
-    assert fix["cell"].startswith("linux-64/py312/")
-    assert "flash-attn ==" in fix["environment_yml"] and fix["build_string"].startswith("py312_torch")
-    assert any(c.endswith("-m pip install torch") for c in result.fix("pip")["commands"])
+    assert result.report["facts"]["python"]["environment"] == "venv" and result.report["facts"]["python"]["pip"] is False
+    fix = result.fix("pip-install")  # PyPI's newest torch for this python and its wheel, in one line; never a conda line
+    newest = max((c for c in load_matrix().pip_cells if c.platform == "linux-64" and c.python == "3.12"), key=lambda c: vtuple(c.torch))
+    assert fix["cell"] == newest.id and fix["index_url"].endswith(f"/{newest.index_name}/")
+    assert fix["commands"][0] == f"{python} -m ensurepip"
+    assert fix["commands"][1].endswith(f" torch=={newest.torch} flash-attn==2.8.3.post2+torch{newest.torch_minor}.{newest.cuda_tag}.abi1")
+    assert not [f for f in result.report["fixes"] if f["kind"].startswith("conda")]
 
 
 @needs_gxx
@@ -64,10 +70,11 @@ def test_signature_drift_setdevice_int(run_doctor, cuda_overlay, torch_cuda, bui
     problem = result.problem("signature-drift")
     assert problem["message"] == ("this flash-attn was built for torch 2.1-2.2 (it imports c10::cuda::SetDevice(int)); "
                                   "your torch 2.14.1+cu130 exports c10::cuda::SetDevice(signed char, bool)")
-    build = result.fix("local-build")
-    assert build["commands"][0].endswith("-m pip uninstall -y flash-attn")
-    assert any("build_flash_attn.py" in c and "--cxx11-abi 1" in c for c in build["commands"])
-    assert any("came from pip" in n for n in build["notes"])
+    fix = result.fix("pip-install")
+    assert fix["cell"] == CELL_2_14 and fix["resolves"] == ["signature-drift"]
+    assert fix["commands"][0] == f"{cuda_overlay} -m pip uninstall -y flash-attn"
+    assert fix["commands"][1] == (f"{cuda_overlay} -m pip install --extra-index-url {fix['index_url']} --only-binary flash-attn "
+                                  f"torch==2.14.1 flash-attn=={GLUE_2_14}")
 
 
 @needs_gxx
@@ -83,7 +90,8 @@ def test_pre_cxx11_abi_binary_with_cxx11_torch(run_doctor, cuda_overlay, real_ex
     assert problem["message"] == ("flash-attn was built with the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0); your torch "
                                   "2.14.1+cu130 uses the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)")
     assert result.report["facts"]["flash_attn"]["claim"]["cxx11_abi"] == 0
-    assert any("--cxx11-abi 1" in c for c in result.fix("local-build")["commands"])
+    fix = result.fix("pip-install")  # the ABI-1 wheel of PyPI's torch 2.14 (ABI 1 since 2.7)
+    assert fix["cell"] == CELL_2_14 and fix["commands"][-1].endswith(f"flash-attn=={GLUE_2_14}")
 
 
 @needs_gxx
@@ -94,7 +102,7 @@ def test_extension_for_another_python(run_doctor, cuda_overlay, real_extension, 
     assert result.kinds() == ["python-tag-mismatch"]
     assert "cpython-310" in result.problem("python-tag-mismatch")["message"]
     assert "*.cpython-311-x86_64-linux-gnu.so" in result.problem("python-tag-mismatch")["message"]
-    assert result.fix("local-build")["resolves"] == ["python-tag-mismatch"]
+    assert result.fix("pip-install")["resolves"] == ["python-tag-mismatch"]
 
 
 @needs_gxx
@@ -139,3 +147,6 @@ def test_cpu_torch_with_a_cuda_build(run_doctor, torch_cpu, real_extension, tmp_
     assert result.problem("cpu-only-torch")["message"].startswith("torch 2.13.0+cpu is a CPU-only build")
     pip = result.fix("pip")
     assert pip["commands"][0].endswith("-m pip install --force-reinstall torch==2.13.0")
+    wheel = result.fix("pip-install")  # then the wheel of PyPI's (CUDA) torch 2.13
+    assert wheel["cell"] == "pypi/linux-64/py311/torch2.13/cu130/abi1"
+    assert wheel["commands"][-1].endswith(" torch==2.13.0 flash-attn==2.8.3.post2+torch2.13.cu130.abi1")

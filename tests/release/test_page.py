@@ -14,8 +14,13 @@ import pytest
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.config import public_channel
+from faforge.matrix import load_matrix
+from faforge.pipindex import instructions
+from tests.pipindex.test_publish_index import publish
+from tests.support import tiny_wheels
 from tests.support.chromium import BrowserUnavailable, Chromium
 from tests.support.http_server import serve_directory
+from tests.support.pip_index_server import serve_index
 from tests.support.png import count_colour
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +46,18 @@ FA3 = [
 FA3_VERSION = "3.0.0"
 PICK = "linux-64/py311/torch2.13/cu130/abi1"
 PICK_BUILD = "py311_torch2_13_cu130_cxx11abi1_h3333333_0"
+# A pip cell with no conda package in the channel above: the grid shows it for its pip and uv lines alone.
+PIP_ONLY = "linux-64/py311/torch2.15/cu132/abi1"
+PUBLISHED = "pypi/linux-64/py312/torch2.11/cu130/abi1"  # the one glue wheel the wheel index below holds
+
+
+def pip_lines(cell_id: str, base: str | None = None) -> dict:
+    """The pip and uv lines of a pip cell, as faforge.pipindex.instructions writes them (the torch its gates ran against)."""
+    cell = next(c for c in load_matrix().pip_cells if c.id == cell_id)
+    index = instructions.index_url(cell.index_name, base)
+    pins = instructions.requirements(f"{VERSION}+torch{cell.torch_minor}.{cell.cuda_tag}.abi{cell.cxx11_abi}", cell.torch)
+    return {"index_url": index, "pip_install": instructions.pip_command(index, pins), "uv_install": instructions.uv_command(index, pins),
+            "requirements_txt": instructions.requirements_txt(index, pins)}
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +101,64 @@ def test_page_data_lists_the_fa3_packages_beside_the_cells(channel):
     assert len(data["packages"]) == len(PACKAGES), "the cells' grid is what it was"
 
 
+def test_page_data_gives_each_pip_cell_its_pip_and_uv_lines(channel):
+    """Issue 33: every pip cell of the matrix, beside the conda cells, with the exact lines that install its glue
+    wheel from its index; without --index nothing says whether it is published (null)."""
+    data = json.loads((channel / "flash-attn-builds.json").read_text())
+    jsonschema.validate(data, SCHEMA)
+    matrix = load_matrix()
+    assert sorted(p["cell"] for p in data["pip"]) == sorted(c.id for c in matrix.pip_cells)
+    assert data["pip_index"] is None and all(p["published"] is None and p["wheel"] is None for p in data["pip"])
+    entry = next(p for p in data["pip"] if p["cell"] == f"pypi/{PICK}")
+    assert entry["grid_cell"] == PICK and entry["index_name"] == "torch2.13-cu130" and entry["torch"] == "2.13.0"
+    assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(entry["cell"])
+    assert entry["pip_install"] == (f"python -m pip install --extra-index-url {instructions.index_base()}/torch2.13-cu130/ --only-binary flash-attn "
+                                    f"torch==2.13.0 flash-attn=={VERSION}+torch2.13.cu130.abi1")
+    abi0 = next(p for p in data["pip"] if p["cell"] == "pypi/linux-64/py311/torch2.5/cu124/abi0")
+    assert abi0["uv_install"].endswith(f"--only-binary flash-attn torch==2.5.1 flash-attn=={VERSION}+torch2.5.cu124.abi0")
+
+
+@pytest.fixture(scope="module")
+def wheel_index(tmp_path_factory) -> tuple[Path, Path]:
+    """A wheel index root holding one glue wheel (torch 2.11, CUDA 13.0, cp312) and its kernel wheel, published as the pipeline does."""
+    out = tmp_path_factory.mktemp("wheels")
+    glue, kernel = tiny_wheels.build_wheel(tiny_wheels.glue("2.11"), out), tiny_wheels.build_wheel(tiny_wheels.kernel(), out)
+    manifest = tmp_path_factory.mktemp("verification")
+    for path in (glue, kernel):
+        tiny_wheels.record_gates(manifest, path)
+    root = tmp_path_factory.mktemp("index") / "wheels"
+    result = publish([glue, kernel], manifest, root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return root, glue
+
+
+def _published(data: dict) -> dict[str, str]:
+    return {p["cell"]: p["wheel"] for p in data["pip"] if p["published"]}
+
+
+def test_page_with_the_wheel_index_folder_says_which_cells_are_published(channel, wheel_index, tmp_path):
+    root, glue = wheel_index
+    result = _page(tmp_path, "--channel", str(channel), "--out", str(tmp_path / "out"), "--index", str(root))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out" / "flash-attn-builds.json").read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert _published(data) == {PUBLISHED: glue.name}
+    assert data["pip_index"] == str(root) and all(p["published"] is False for p in data["pip"] if p["cell"] != PUBLISHED)
+    assert next(p for p in data["pip"] if p["cell"] == PUBLISHED)["index_url"] == pip_lines(PUBLISHED)["index_url"], "a folder is no URL: the lines name the public base"
+    assert f"with the pip and uv lines of {len(data['pip'])} pip cells, 1 published in {root}" in result.stdout
+
+
+def test_page_with_the_wheel_index_url_reads_it_over_http(channel, wheel_index, tmp_path):
+    root, glue = wheel_index
+    with serve_index(root, tmp_path / "requests.jsonl") as url:
+        result = _page(tmp_path, "--channel", str(channel), "--out", str(tmp_path / "out"), "--index", url)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "out" / "flash-attn-builds.json").read_text())
+    assert _published(data) == {PUBLISHED: glue.name}
+    entry = next(p for p in data["pip"] if p["cell"] == PUBLISHED)
+    assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(PUBLISHED, url), "the URL is the lines' base"
+
+
 def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
     try:
         browser = Chromium(width=1000, height=760)
@@ -107,6 +182,12 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
             after = browser.screenshot(tmp_path / "after.png")
             fa3_rows = browser.evaluate("[...document.querySelectorAll('#fa3-table tr[data-fa3]')].map((r) => "
                                         "[r.dataset.fa3, r.cells[3].textContent, r.querySelector('pre').textContent])")
+            pip_shown = {k: browser.evaluate(f"document.getElementById('{k}').textContent") for k in ("pip-command", "uv-command", "requirements-txt")}
+            pip_status = browser.evaluate("document.getElementById('pip-status').textContent")
+            # A cell only a pip cell fills: its pip and uv lines, and no conda lines.
+            browser.evaluate(f"""document.querySelector('button[data-cell="{PIP_ONLY}"]').click()""")
+            pip_only = {k: browser.evaluate(f"document.getElementById('{k}').textContent") for k in ("picked", "pip-command", "uv-command")}
+            conda_hidden = browser.evaluate("document.getElementById('conda-details').hidden")
     finally:
         browser.close()
     spec = match_spec("flash-attn", VERSION, PICK_BUILD)
@@ -118,6 +199,12 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
          for subdir, build, _ in FA3[:2]]), "every FA3 package in its own row, with the install command for the served channel"
     assert count_colour(before, HIGHLIGHT) == 0
     assert count_colour(after, HIGHLIGHT) > 500, "the clicked cell is not highlighted in the screenshot"
+    lines = pip_lines(f"pypi/{PICK}")
+    assert pip_shown == {"pip-command": lines["pip_install"], "uv-command": lines["uv_install"], "requirements-txt": lines["requirements_txt"]}
+    assert "not read" in pip_status, pip_status
+    only = pip_lines(f"pypi/{PIP_ONLY}")
+    assert pip_only == {"picked": PIP_ONLY, "pip-command": only["pip_install"], "uv-command": only["uv_install"]}
+    assert conda_hidden is True, "no conda package in the channel for this cell"
 
 
 def _page(cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -6,7 +6,10 @@ conda and which channel), GPUs, and flash-attn (version, how it was installed,
 what its binary was built for). Imports flash_attn_2_cuda in that interpreter
 to capture the real error, runs the ABI gate on the installed binary against
 the environment's own torch, states each problem in plain words and gives the
-conda install spec (or environment.yml, or local-build command) that fixes it.
+fix: in a conda prefix the conda install spec (or environment.yml); in a venv, uv venv
+or system Python the exact `pip install` / `uv pip install` line of its torch's pip cell
+from that cell's wheel index ($FAFORGE_PIP_INDEX/torch2.11-cu130/); where no cell fits,
+why, the nearest cells and the local-build command.
 Where FlashAttention-3 (flash_attn_3) is installed, a second section reads its stable-ABI claim
 ("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.doctor.stable_abi).
 The probe never runs longer than --timeout (it is stopped with every process it

@@ -3,6 +3,8 @@
 It lists the flash-attn packages a channel holds as a torch x CUDA grid per platform, C++ ABI and
 python, with the exact install command and environment.yml for each cell, and beside them its
 flash-attn-3 packages (platform, CUDA, GPU archs, the torch range they serve), each with its own.
+Each cell also gets the pip and uv lines of its pip cell (the matrix's cells for PyPI's torch), from the
+wheel index of its torch minor and CUDA; with --index, each says whether its wheel is published there.
 """
 
 from __future__ import annotations
@@ -13,11 +15,21 @@ from pathlib import Path
 
 from faforge import config, paths
 from faforge.channel.repodata import channel_url, query
-from faforge.errors import EXIT_OK, FaforgeError
+from faforge.errors import EXIT_OK, FaforgeError, shorten, why_not_a_folder
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import load_fa3_policy
-from faforge.matrix.releases import PLATFORMS, load_releases
-from faforge.release.page import DATA_FILE, HERE, page_data, write_page
+from faforge.matrix.pip_builds import pip_builds
+from faforge.matrix.releases import PLATFORMS
+from faforge.pipindex.instructions import index_base
+from faforge.release.page import (
+    DATA_FILE,
+    HERE,
+    page_data,
+    pip_entries,
+    published_glue_wheels,
+    write_page,
+)
 
 PACKAGE_NAME = FLASH_ATTN.package
 
@@ -31,6 +43,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"the -c value shown to users (default: {HERE!r} = the URL the page is served from when it is "
                              f"written into the channel folder, else $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r}; "
                              f"{DATA_FILE}, which cannot know its URL, names $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r} for {HERE!r})")
+    parser.add_argument("--index", metavar="DIR_OR_URL",
+                        help="the wheel index to read which pip cells are published: the root folder `faforge publish --index` "
+                             "writes, or its base URL (whose indexes are BASE/torch2.11-cu130/); a URL is also the base the pip "
+                             f"and uv lines name (else $FAFORGE_PIP_INDEX or {config.PUBLIC_PIP_INDEX}); default: not read")
 
 
 def default_channel() -> str:
@@ -46,20 +62,47 @@ def execute(args: argparse.Namespace) -> int:
     if args.install_channel is not None and not re.fullmatch(r"\S{1,2048}", args.install_channel):
         raise FaforgeError("--install-channel is not a channel name or URL (empty, blank or too long)",
                            input=f"--install-channel {args.install_channel}", hint="e.g. --install-channel https://prefix.dev/my-channel")
+    index = _wheel_index(args.index)
     if args.channel is not None:  # `--channel "$FAFORGE_CHANNEL_URL"` with the variable unset is refused here
         channel_url(args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out for ./channel")
     if args.out is not None:
         paths.output_dir(args.out, "--out")
+    base = index.rstrip("/") if index and index.startswith(("http://", "https://")) else index_base()
+    matrix = load_matrix()
+    builds = pip_builds(matrix)
+    published = published_glue_wheels(index, {b.cell.index_name for b in builds}) if index is not None else None
     channel = args.channel if args.channel is not None else default_channel()
     records = query(channel, [PACKAGE_NAME, FLASH_ATTN_3.package], list(PLATFORMS))
     in_channel = args.out is None
     out = args.out or Path(channel)
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
-    table = load_releases(paths.variants_dir() / "releases.yaml")
+    table = matrix.table
     fa3_world = table.worlds.get(load_fa3_policy(paths.variants_dir() / "matrix.yaml").world)
-    data = page_data(records, table, install_channel, fa3_world)
+    data = page_data(records, table, install_channel, fa3_world, pip_entries(builds, base, published), index)
     with paths.user_path("--out" if args.out else "--channel", out):
         page, data_file = write_page(data, out, config.public_channel())
     fa3 = data[FLASH_ATTN_3.key]
-    print(f"wrote {page} and {data_file} ({len(data['packages'])} packages" + (f", {len(fa3)} {FLASH_ATTN_3.package} packages)" if fa3 else ")"))
+    pip = data["pip"]
+    on_index = f", {sum(1 for p in pip if p['published'])} published in {index}" if index is not None else ""
+    print(f"wrote {page} and {data_file} ({len(data['packages'])} packages" + (f", {len(fa3)} {FLASH_ATTN_3.package} packages)" if fa3 else ")")
+          + f" with the pip and uv lines of {len(pip)} pip cells{on_index}")
     return EXIT_OK
+
+
+def _wheel_index(value: str | None) -> str | None:
+    """--index as given: an http(s) URL (no blanks), or a wheel index root folder that exists."""
+    if value is None:
+        return None
+    if value.startswith(("http://", "https://")):
+        if not re.fullmatch(r"https?://[^\s/]+\S{0,2000}", value):
+            raise FaforgeError("--index is not a wheel index URL (blanks, no host, or too long)", input=f"--index {value}",
+                               hint="e.g. --index https://faforge.github.io/wheels (the base of BASE/torch2.11-cu130/)")
+        return value
+    if not value.strip():
+        raise FaforgeError("--index is empty", input="--index ''", hint=f"name the wheel index folder (e.g. ./{config.DEFAULT_INDEX_DIR}) or its URL")
+    folder = Path(value)
+    with paths.user_path("--index", folder):
+        if not folder.is_dir():
+            raise FaforgeError(f"--index {shorten(value)}: {why_not_a_folder(folder)}", input=f"--index {value}",
+                               hint=f"name the root folder `faforge publish --index` wrote (e.g. ./{config.DEFAULT_INDEX_DIR}), or its URL")
+    return value

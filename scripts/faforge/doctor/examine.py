@@ -16,6 +16,7 @@ from faforge.doctor.probe_run import PROBE_TIMEOUT_S, resolve_interpreter
 from faforge.doctor.situation import ERROR, Problem, Situation
 from faforge.doctor.torch_symbols_file import default_table
 from faforge.matrix import load_matrix
+from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.render import render_cells
 
 
@@ -51,7 +52,9 @@ def examine(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
     if any(p.severity == ERROR for p in problems):
         matrix = load_matrix()
         platform = s.facts.system.platform
-        cells = [c for c in matrix.cells if platform in (None, c.platform)]  # render only what this machine can install
-        offers = offers_from(render_cells(cells, matrix.recipe_path, matrix.variants_dir))
-        fixes = plan(s, problems, matrix, offers)
+        if s.facts.conda is None:  # pip or uv installs here: the pip cells' wheels, never a conda line
+            fixes = plan(s, problems, matrix, [], pip_builds(matrix, platform or "all"))
+        else:
+            cells = [c for c in matrix.cells if platform in (None, c.platform)]  # render only what this machine can install
+            fixes = plan(s, problems, matrix, offers_from(render_cells(cells, matrix.recipe_path, matrix.variants_dir)))
     return Report(s, tuple(problems), tuple(fixes))

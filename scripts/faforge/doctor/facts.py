@@ -32,6 +32,8 @@ class PythonFacts:
     ext_suffix: str | None
     prefix: str
     externally_managed: bool = False  # PEP 668: pip may not install into it; a venv made from it may
+    venv: dict[str, str] | None = None  # pyvenv.cfg's keys (uv writes `uv = 0.13.9`); None: not a venv
+    pip: bool = True  # whether `python -m pip` can run (uv venvs and `venv --without-pip` have no pip)
 
     @property
     def minor(self) -> str:
@@ -229,7 +231,7 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
     conda = env.get("conda")
     return EnvFacts(
         python=PythonFacts(py["executable"], py["version"], py["implementation"], py.get("soabi"), py.get("ext_suffix"),
-                           py["prefix"], bool(py.get("externally_managed"))),
+                           py["prefix"], bool(py.get("externally_managed")), _venv(py.get("venv")), bool(py.get("pip", True))),
         system=SystemFacts(system["os"], system["machine"], system.get("glibc"), tuple(system.get("ld_library_path", ()))),
         site_dirs=tuple(env.get("site_dirs", ())),
         conda=None if conda is None else tuple(
@@ -255,6 +257,10 @@ def collect(python: Path, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable
     stages, stopped = run_probe(python, timeout_s, progress, *([names] if names else []))
     gpus, smi = nvidia_smi()
     return parse(stages, stopped, gpus, smi)
+
+
+def _venv(raw) -> dict[str, str] | None:
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else None
 
 
 def _text(value) -> str | None:

@@ -23,7 +23,7 @@ VENV_FOR_EXTERNALLY_MANAGED = f"~/venvs/{FLASH_ATTN.package}"
 
 @dataclass(frozen=True)
 class Fix:
-    kind: str  # conda-install, conda-environment, pip, local-build, no-matching-cell
+    kind: str  # conda-install, conda-environment, pip, pip-install, uv-install, local-build, no-matching-cell
     title: str
     commands: tuple[str, ...] = ()
     environment_yml: str | None = None
@@ -31,6 +31,7 @@ class Fix:
     build_string: str | None = None  # the glob that selects the cell's build
     resolves: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    index_url: str | None = None  # pip-install, uv-install: the wheel index of the cell (BASE/torch2.11-cu130/)
 
 
 def conda_command(s: Situation, offer_channels: list[str], specs: list[str], *extra: str) -> str:
@@ -43,27 +44,28 @@ def pip_command(s: Situation, *args: str) -> str:
     return shlex.join([s.facts.python.executable, "-m", "pip", *args])
 
 
-def _pip_install(s: Situation, *args: str) -> tuple[tuple[str, ...], str]:
-    """Commands that pip-install into this environment, and the python that then has the packages.
-
-    An externally managed Python (PEP 668: Debian's /usr/bin/python3) refuses `pip install`, so the
-    commands first create a venv from it and install there."""
+def pip_target(s: Situation) -> tuple[tuple[str, ...], str]:
+    """The commands that make a Python pip may install into, and that python: this one, or for an externally
+    managed Python (PEP 668: Debian's /usr/bin/python3 refuses `pip install`) a venv created from it."""
     if not s.facts.python.externally_managed:
-        return (pip_command(s, "install", *args),), s.facts.python.executable
+        return (), s.facts.python.executable
     venv = os.path.expanduser(VENV_FOR_EXTERNALLY_MANAGED)
-    python = f"{venv}/bin/python"
-    return (shlex.join([s.facts.python.executable, "-m", "venv", venv]),
-            shlex.join([python, "-m", "pip", "install", *args])), python
+    return (shlex.join([s.facts.python.executable, "-m", "venv", venv]),), f"{venv}/bin/python"
+
+
+def externally_managed_note(s: Situation, python: str) -> tuple[str, ...]:
+    if python == s.facts.python.executable:
+        return ()
+    return (f"{s.facts.python.executable} is externally managed (PEP 668: pip may not install into it), "
+            f"so this creates a venv at {python.removesuffix('/bin/python')} and installs there",)
 
 
 def pip_fix(s: Situation, title: str, args: tuple[str, ...], resolves: tuple[str, ...], notes: tuple[str, ...] = ()) -> Fix:
     """A fix that pip-installs `args`, then runs doctor again on the python that has them."""
-    commands, python = _pip_install(s, *args)
-    if python != s.facts.python.executable:
-        notes = (f"{s.facts.python.executable} is externally managed (PEP 668: pip may not install into it), "
-                 f"so this creates a venv at {python.removesuffix('/bin/python')} and installs there", *notes)
+    setup, python = pip_target(s)
+    commands = (*setup, shlex.join([python, "-m", "pip", "install", *args]))
     return Fix("pip", title, commands, resolves=resolves,
-               notes=(*notes, f"then run `faforge doctor --python {python}` again for the build command"))
+               notes=(*externally_managed_note(s, python), *notes, f"then run `faforge doctor --python {python}` again"))
 
 
 def environment_yml(offer: Offer, name: str = FLASH_ATTN.package) -> str:

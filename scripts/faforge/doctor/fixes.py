@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from faforge.doctor.fix_commands import (Fix, conda_command, conda_environment, conda_install, local_build, pip_command,
                                          pip_fix, uninstall_pip_flash_attn)
+from faforge.doctor import pip_fixes
 from faforge.doctor.offers import Offer, Target, closest, conda_cuda, installed_torch, matching, release_of, target_of
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
 from faforge.family import FLASH_ATTN
@@ -21,6 +22,7 @@ from faforge.gpu import compat
 from faforge.matrix import Matrix
 from faforge.matrix.cells import explain_missing
 from faforge.matrix.kernels import KERNEL_PACKAGE
+from faforge.matrix.pip_builds import PipBuild
 from faforge.versions import vtuple
 
 # Problems that installing the right flash-attn build resolves.
@@ -41,7 +43,7 @@ def _archs_for(s: Situation, matrix: Matrix) -> str:
     return matrix.policy.pick("cuda_archs", s.torch_cuda) if s.torch_cuda else "80;90"
 
 
-def _cell_archs_cover(offer: Offer, s: Situation) -> bool:
+def _cell_archs_cover(offer: Offer | PipBuild, s: Situation) -> bool:
     sass, ptx = [], []
     for item in offer.cell.cuda_archs.split(";"):
         number = item.removesuffix("+PTX")
@@ -55,13 +57,16 @@ def _cell_archs_cover(offer: Offer, s: Situation) -> bool:
 # -- planning ---------------------------------------------------------------------------------------
 
 
-def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Offer]) -> list[Fix]:
+def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Offer], pip_builds: list[PipBuild] = ()) -> list[Fix]:
+    """The fixes, in order. A conda prefix gets conda lines from `offers` (its rendered cells); any other
+    environment, which pip or uv installs into, gets the pip and uv lines of `pip_builds` (faforge.doctor.pip_fixes)."""
     kinds = tuple(p.kind for p in problems if p.severity == ERROR)
     if not kinds:
         return []
     version = matrix.policy.flash_attn_version
+    pip_world = s.facts.conda is None
     if "torch-missing" in kinds or "torch-import-failed" in kinds:
-        return _fresh(s, kinds, matrix, offers, version)
+        return pip_fixes.fresh(s, kinds, list(pip_builds)) if pip_world else _fresh(s, kinds, matrix, offers, version)
     if "mixed-channels" in kinds:
         return _one_world(s, kinds, offers)
     fixes: list[Fix] = []
@@ -74,7 +79,7 @@ def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Off
                           conda_command(s, [record.channel_name], [f"{record.name} =={record.version} {record.build}"], "--force-reinstall")),
                          resolves=("mixed-conda-pip-torch",)))
     if "cpu-only-torch" in kinds:
-        return fixes + _cuda_torch(s, kinds, matrix, offers, version)
+        return fixes + (pip_fixes.cuda_torch(s, kinds, list(pip_builds)) if pip_world else _cuda_torch(s, kinds, matrix, offers, version))
     if "libcudart-missing" in kinds:
         fixes.append(_cudart(s))
     kernel_kinds = tuple(k for k in kinds if k in KERNEL_LIBRARY_KINDS)
@@ -82,7 +87,10 @@ def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Off
         fixes.append(_kernel_library(s, kernel_kinds))
     # Without a pin to satisfy (a wheel, or files no conda record owns) a whole flash-attn replaces it.
     replaced = tuple(k for k in kinds if k in REPLACE_FLASH_ATTN or (k in kernel_kinds and s.kernel_pin is None))
-    if replaced:
+    if replaced and pip_world:
+        fixes += pip_fixes.replace_flash_attn(s, replaced, matrix, list(pip_builds), _archs_for(s, matrix), version,
+                                              lambda build: _cell_archs_cover(build, s))
+    elif replaced:
         fixes += _replace_flash_attn(s, replaced, target, matrix, offers, version)
     return fixes
 

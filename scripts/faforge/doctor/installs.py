@@ -26,6 +26,9 @@ FAFORGE_BUILD = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<tmaj>\d+)_(?P
 # Upstream release wheels: flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl
 UPSTREAM_WHEEL = re.compile(r"\+cu(?P<cuda>\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>TRUE|FALSE)(?:-cp(?P<py>\d)(?P<pyminor>\d+))?")
 TORCH_CONDA_PACKAGES = ("pytorch", "libtorch")
+# How the environment itself was made, which decides the installer of its fixes (faforge.doctor.pip_fixes).
+CONDA, UV_VENV, VENV, EXTERNALLY_MANAGED, SYSTEM = "conda", "uv-venv", "venv", "externally-managed", "system"
+ENVIRONMENTS = (CONDA, UV_VENV, VENV, EXTERNALLY_MANAGED, SYSTEM)
 
 
 @dataclass(frozen=True)
@@ -114,3 +117,17 @@ def claim(install: Install) -> Claim | None:
             cuda = f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 3 else digits
             return Claim("wheel name", os.path.basename(text), python, match["torch"], cuda, 1 if match["abi"] == "TRUE" else 0)
     return None
+
+
+def environment_kind(facts: EnvFacts) -> str:
+    """conda (a prefix with conda-meta/), uv-venv (pyvenv.cfg has uv's `uv = X` line, or uv installed its torch),
+    venv, externally-managed (a system Python under PEP 668) or system (a Python pip installs into directly)."""
+    if facts.conda is not None:
+        return CONDA
+    venv = facts.python.venv
+    if venv is None:
+        return EXTERNALLY_MANAGED if facts.python.externally_managed else SYSTEM
+    torch = facts.distributions_of("torch")
+    if "uv" in venv or (torch and (torch[0].installer or "").lower() == "uv"):
+        return UV_VENV
+    return VENV

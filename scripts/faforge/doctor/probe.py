@@ -37,6 +37,8 @@ EXTENSION, PACKAGE, KERNEL_PACKAGE = sys.argv[1:]
 # torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
 CUDA_RUNTIME = re.compile(r"Requires-Dist: *(?:nvidia-cuda-runtime(?:-cu\d+)?|cuda-toolkit\[[^]]*cudart[^]]*\]) *\(?==(\d+\.\d+)")
 # conda packages that make up a torch stack; their channels tell the torch world apart.
+# pyvenv.cfg keys that say which tool made a venv (uv writes `uv = X`, virtualenv `virtualenv = X`).
+VENV_KEYS = ("uv", "virtualenv", "version", "version_info", "home", "include-system-site-packages")
 CONDA_PACKAGES = ("python", "pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "pytorch-gpu", "pytorch-cpu",
                   "torchvision", "torchaudio", PACKAGE, KERNEL_PACKAGE, "cuda-version", "cuda-cudart", "cudatoolkit")
 
@@ -205,6 +207,23 @@ def externally_managed():
     return os.path.isfile(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
 
 
+def venv_config(unreadable):
+    """The `key = value` lines of the venv's pyvenv.cfg (`uv = 0.13.9` where uv made it), or None outside a venv."""
+    if sys.prefix == getattr(sys, "base_prefix", sys.prefix):
+        return None
+    path = os.path.join(sys.prefix, "pyvenv.cfg")
+    problem = []
+    text = read_text(path, problem)
+    if problem:
+        unreadable.append({"path": path, "reason": problem[0]})
+    keys = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() in VENV_KEYS:
+            keys[key.strip()] = value.strip()
+    return keys
+
+
 def env_facts():
     spec = importlib.util.find_spec(EXTENSION)
     torch_spec = importlib.util.find_spec("torch")
@@ -220,6 +239,8 @@ def env_facts():
             "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
             "prefix": sys.prefix,
             "externally_managed": externally_managed(),
+            "venv": venv_config(unreadable),
+            "pip": importlib.util.find_spec("pip") is not None,
         },
         "system": {"os": platform.system(), "machine": platform.machine(), "glibc": glibc(),
                    "ld_library_path": [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]},

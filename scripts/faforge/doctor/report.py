@@ -9,12 +9,22 @@ from dataclasses import asdict
 
 from faforge.doctor.examine import Report
 from faforge.doctor.facts import Gpu
-from faforge.doctor.installs import Install
+from faforge.doctor.installs import (
+    CONDA,
+    EXTERNALLY_MANAGED,
+    SYSTEM,
+    UV_VENV,
+    VENV,
+    Install,
+    environment_kind,
+)
 from faforge.doctor.situation import ERROR, Situation
 from faforge.family import FLASH_ATTN
 
 REPORT_VERSION = 1
 ABI_SHORT = {0: "pre-C++11 ABI", 1: "C++11 ABI", None: "C++ ABI unknown"}
+ENVIRONMENT_WORDS = {CONDA: "conda prefix", UV_VENV: "uv venv", VENV: "venv", EXTERNALLY_MANAGED: "externally managed (PEP 668) prefix",
+                     SYSTEM: "prefix"}
 
 
 def _gpu(gpu: Gpu) -> dict:
@@ -63,7 +73,8 @@ def facts_json(s: Situation) -> dict:
     return {
         "python": {"executable": f.python.executable, "version": f.python.version, "implementation": f.python.implementation,
                    "abi_tag": f.python.soabi, "ext_suffix": f.python.ext_suffix, "prefix": f.python.prefix,
-                   "conda_prefix": f.conda is not None},
+                   "conda_prefix": f.conda is not None, "environment": environment_kind(f), "venv": f.python.venv,
+                   "pip": f.python.pip},
         "system": {"os": f.system.os, "machine": f.system.machine, "platform": f.system.platform, "glibc": f.system.glibc},
         "torch": {**_install(s.torch), "imported": rt.imported, "runtime_version": rt.version, "cuda": rt.cuda,
                   "cxx11_abi": s.torch_abi, "cuda_available": rt.cuda_available,
@@ -87,7 +98,8 @@ def to_json(report: Report) -> dict:
         "problems": [{"kind": p.kind, "severity": p.severity, "message": p.message, "details": list(p.details),
                       "evidence": p.evidence} for p in report.problems],
         "fixes": [{"kind": x.kind, "title": x.title, "commands": list(x.commands), "environment_yml": x.environment_yml,
-                   "cell": x.cell, "build_string": x.build_string, "resolves": list(x.resolves), "notes": list(x.notes)}
+                   "cell": x.cell, "build_string": x.build_string, "index_url": x.index_url, "resolves": list(x.resolves),
+                   "notes": list(x.notes)}
                   for x in report.fixes],
     }
 
@@ -143,7 +155,7 @@ def text_lines(report: Report) -> list[str]:
         imported = f"FAILED {outcome.error.type}: {outcome.error.message}" if outcome.error else "not attempted"
     lines = [
         f"faforge doctor: {f.python.executable}",
-        f"python      {f.python.version} ({f.python.soabi}), {'conda prefix' if f.conda is not None else 'prefix'} {f.python.prefix}",
+        f"python      {f.python.version} ({f.python.soabi}), {ENVIRONMENT_WORDS[environment_kind(f)]} {f.python.prefix}",
         f"system      {f.system.os} {f.system.machine}, glibc {f.system.glibc or '?'}",
         f"torch       {_torch_line(s)}",
         f"GPU         {gpus}" + (f", driver {driver}" if driver else ""),
@@ -163,6 +175,8 @@ def text_lines(report: Report) -> list[str]:
         for i, x in enumerate(report.fixes, 1):
             lines.append(f"  {i}. {x.title}")
             lines += [f"       $ {c}" for c in x.commands]
+            if x.index_url:
+                lines.append(f"     index: {x.index_url}")
             if x.environment_yml:
                 lines.append("     environment.yml:")
                 lines += [f"       {line}" for line in x.environment_yml.splitlines()]

@@ -6,21 +6,32 @@ install lines (faforge.channel.instructions) for that package. FlashAttention-3'
 are listed beside the grid, each with its own install lines. The lines are computed here,
 not in the page's script; the page only fills in its own URL when it is served from the
 channel folder itself (install channel `here`).
+
+Beside the conda lines of a cell stand the pip and uv lines of its pip cell (issue 33): the matrix's pip
+cells for PyPI's torch of that minor, CUDA, ABI and python, each installed from the wheel index of its torch
+minor and CUDA (faforge.pipindex.instructions). Given the wheel index (a local root or its base URL), each
+pip cell says whether its glue wheel is published there yet.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
+import urllib.error
 from datetime import datetime, timezone
 from pathlib import Path
 
 from rattler import Version
 
+from faforge import httpclient
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
-from faforge.errors import FaforgeError
+from faforge.errors import FaforgeError, RemoteError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.matrix.pip_builds import WHEEL_ARCH, PipBuild, wheel_name_part
 from faforge.matrix.releases import ReleaseTable, World
+from faforge.pipindex import instructions
+from faforge.pipindex.read import ACCEPT, PageError, parse_html, parse_json, read_local
 from faforge.release.package import PackageFacts, facts_from_metadata
 from faforge.versions import vtuple
 
@@ -64,8 +75,83 @@ def fa3_entry(facts: PackageFacts, channels: list[str]) -> dict:
     }
 
 
-def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: World | None = None) -> dict:
-    """The page's data: the flash-attn cells, and the flash-attn-3 packages installed from `fa3_world`'s channels."""
+def published_glue_wheels(where: str, index_names: set[str]) -> dict[str, tuple[str, ...]]:
+    """Index name -> the flash-attn wheel files its index lists, for each of `index_names` the wheel index at
+    `where` holds (a root folder `faforge publish --index` wrote, or its base URL; an index it lacks is left out)."""
+    found = {}
+    for name in sorted(index_names):
+        if where.startswith(("http://", "https://")):
+            files = _remote_project_files(f"{where.rstrip('/')}/{name}/{FLASH_ATTN.package}/")
+        else:
+            folder = Path(where) / name
+            files = read_local(folder).files().get(FLASH_ATTN.package) if folder.is_dir() else None
+        if files is not None:
+            found[name] = tuple(f.filename for f in files)
+    return found
+
+
+def _remote_project_files(url: str):
+    """The files of one project page over HTTP (PEP 691 JSON asked for first, as pip asks), None when the
+    server has no such page (404); an unreadable page is a RemoteError naming it."""
+    try:
+        response = httpclient.request(url, kind="index page", headers={"Accept": ACCEPT})
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise RemoteError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the wheel index URL (--index BASE)") from None
+    kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    try:
+        page = (parse_json if "json" in kind else parse_html)(response.body, url, project=FLASH_ATTN.package)
+    except PageError as exc:
+        raise RemoteError(str(exc), input=url, hint="check the wheel index (`faforge index --pip --check URL`)") from None
+    return page.files
+
+
+def _glue_wheel_pattern(build: PipBuild) -> re.Pattern:
+    """The glue wheel of a pip cell whatever its build tag and manylinux level (decided at build time)."""
+    c = build.cell
+    return re.compile(rf"{re.escape(wheel_name_part(FLASH_ATTN.package))}-{re.escape(build.glue_version)}(?:-[0-9][^-]*)?-"
+                      rf"{c.python_wheel_tag}-{c.python_wheel_tag}-(?:[a-z0-9_]+\.)*manylinux_[0-9]+_[0-9]+_{WHEEL_ARCH[c.platform]}(?:\.[a-z0-9_]+)*\.whl")
+
+
+def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[str, ...]] | None) -> list[dict]:
+    """One entry per pip cell with its pip, uv and requirements.txt lines; with `published` (the wheel index
+    read), whether its glue wheel is there (None: the index was not read)."""
+    entries = []
+    for b in builds:
+        c = b.cell
+        index = instructions.index_url(c.index_name, base)
+        pins = instructions.requirements(b.glue_version, c.torch)
+        wheel = None
+        if published is not None:
+            wheel = next((f for f in published.get(c.index_name, ()) if _glue_wheel_pattern(b).fullmatch(f)), None)
+        entries.append({
+            "cell": c.id,
+            "grid_cell": c.id.split("/", 1)[1],
+            "platform": c.platform,
+            "python": c.python,
+            "torch": c.torch,
+            "torch_minor": c.torch_minor,
+            "cuda": c.cuda,
+            "cxx11_abi": c.cxx11_abi,
+            "torch_wheel": c.wheel,
+            "index_name": c.index_name,
+            "index_url": index,
+            "version": b.glue_version,
+            "published": None if published is None else wheel is not None,
+            "wheel": wheel,
+            "pip_install": instructions.pip_command(index, pins),
+            "uv_install": instructions.uv_command(index, pins),
+            "requirements_txt": instructions.requirements_txt(index, pins),
+        })
+    entries.sort(key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), vtuple(p["python"])), reverse=True)
+    return entries
+
+
+def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: World | None = None,
+              pip: list[dict] | None = None, pip_index: str | None = None) -> dict:
+    """The page's data: the flash-attn cells, the flash-attn-3 packages installed from `fa3_world`'s channels,
+    and the pip cells' entries (pip_entries) read from the wheel index `pip_index` (None: not read)."""
     channel = CHANNEL_PLACEHOLDER if install_channel == HERE else install_channel
     packages, fa3 = [], []
     for record in records:
@@ -104,6 +190,8 @@ def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: Wor
         "channel_placeholder": CHANNEL_PLACEHOLDER,
         "packages": packages,
         FLASH_ATTN_3.key: fa3,
+        "pip_index": pip_index,
+        "pip": pip or [],
     }
 
 
