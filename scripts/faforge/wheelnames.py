@@ -45,6 +45,14 @@ def build_tag(build_string: str) -> str:
     return f"{match['number']}h{match['hash']}"
 
 
+def cuda_runtime_dist(cuda: str) -> str:
+    """PyPI's distribution holding libcudart for a CUDA release: NVIDIA names it nvidia-cuda-runtime-cu11/-cu12
+    up to CUDA 12 and nvidia-cuda-runtime from CUDA 13 (https://pypi.org/project/nvidia-cuda-runtime-cu12/;
+    torch 2.11.0's and 2.14.1's cuda-toolkit[cudart]==13.0.x requires nvidia-cuda-runtime==13.0.96.*)."""
+    major = int(cuda.split(".")[0])
+    return "nvidia-cuda-runtime" if major >= 13 else f"nvidia-cuda-runtime-cu{major}"
+
+
 def torch_requirement(torch_minor: str) -> str:
     """'2.11' -> 'torch>=2.11,<2.12': the one torch minor a glue wheel is built for."""
     major, minor = (int(p) for p in torch_minor.split(".")[:2])

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -159,6 +160,24 @@ def test_a_glue_wheel_goes_only_with_its_kernel_wheel_and_fa3_only_where_an_inde
     assert later.returncode == 0, later.stdout
     assert assert_consistent(root) == {"torch2.11-cu130": names(built, "glue", "kernel", "fa3"),
                                        "torch2.10-cu130": names(built, "glue210", "kernel", "fa3")}, "the kernel and FA3 follow"
+
+
+def test_a_kernel_wheel_the_index_refuses_takes_its_glue_with_it(tmp_path, built, manifest, tmp_path_factory):
+    """Its gates passed, but it has no Requires-Python: the index cannot list it, so the glue pinning it must
+    not be listed either (a glue whose kernel pin no index meets would be a wheel that fails to install)."""
+    out = tmp_path_factory.mktemp("no-requires-python")
+    local = "cu130.sm80.philox64.h0000003"
+    kernel = tw.build_wheel(replace(tw.kernel(local), requires_python=None), out)
+    glue = tw.build_wheel(tw.glue("2.13", kernel=f"{tw.SDIST_VERSION}+{local}"), out)
+    for wheel in (kernel, glue):
+        tw.record_gates(manifest, wheel)
+    root = tmp_path / "wheels"
+    run = publish([glue, kernel], manifest, root, "--json")
+    assert run.returncode == 1, run.stdout + run.stderr
+    actions = {p["package"]: (p["action"], p["detail"]) for p in json.loads(run.stdout)["packages"]}
+    assert actions[kernel.name][0] == "refused" and "no Requires-Python" in actions[kernel.name][1]
+    assert actions[glue.name][0] == "refused" and "is in this publish but refused" in actions[glue.name][1], actions
+    assert not root.exists() or not list((root / "files").glob("*.whl"))
 
 
 def test_a_different_file_of_the_same_name_is_replaced_only_with_force(tmp_path, built, manifest):

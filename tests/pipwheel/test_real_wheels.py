@@ -131,7 +131,7 @@ def test_the_kernel_wheel_is_the_conda_library_with_the_pip_runpath(wheels, unpa
     label = report["wheel"]["local"]
     assert facts.name == FLASH_ATTN.kernel_package and facts.version == f"2.8.3.post2+{label}" and facts.build_tag == "0"
     assert label.startswith("cu130.sm80.90.100.120ptx.philox64.h") and facts.python_tags == ("py3",) and facts.abi_tags == ("none",)
-    assert facts.requires_dist == ("cuda-toolkit[cudart]>=13.0,<14",), "torch 2.14.1's own CUDA runtime requirement, widened to 13.x"
+    assert facts.requires_dist == ("nvidia-cuda-runtime>=13.0,<14",), "the CUDA 13 runtime distribution torch 2.14.1's cuda-toolkit[cudart] brings"
     library = tmp_path / FLASH_ATTN.kernel_soname
     library.write_bytes(wheel_contents(facts.path)[f"libflash_attn_kernels/{FLASH_ATTN.kernel_soname}"])
     assert read_info(unpacked_kernel).rpath == ("$ORIGIN/",), "rattler-build's RPATH for conda's lib/"

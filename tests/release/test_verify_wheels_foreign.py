@@ -90,7 +90,7 @@ def arm(tmp_path_factory):
     kernel_wheel = write_wheel(WheelSpec(
         name=FLASH_ATTN.kernel_package, version=kernel_version, python_tags=("py3",), abi_tags=("none",), platform_tags=(kernel_tag,),
         files={f"{layout.KERNEL_DIR}/__init__.py": b"", f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": kernel_lib},
-        build_tag="0", requires_python=">=3.9", requires_dist=("cuda-toolkit[cudart]>=13.0,<14",)), out)
+        build_tag="0", requires_python=">=3.9", requires_dist=("nvidia-cuda-runtime>=13.0,<14",)), out)
     glue_wheel = write_wheel(WheelSpec(
         name=FLASH_ATTN.package, version=f"{VERSION}+torch2.11.cu130.abi1", python_tags=("cp311",), abi_tags=("cp311",),
         platform_tags=(glue_tag,), files={"flash_attn/__init__.py": b'__version__ = "2.8.3.post2"\n', EXTENSION: glue_ext},

@@ -36,7 +36,7 @@ OPTIONS = {
     "glue": {"kernel_wheel", "torch", "cuda", "cxx11_abi", "python", "build_tag"},
     "fa3": {"cuda", "archs"},
 }
-REQUIRED = {"kernel": ("torch_metadata",), "glue": ("kernel_wheel", "torch", "cuda", "cxx11_abi", "build_tag"), "fa3": ("cuda", "archs")}
+REQUIRED = {"kernel": (), "glue": ("kernel_wheel", "torch", "cuda", "cxx11_abi", "build_tag"), "fa3": ("cuda", "archs")}
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +49,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              f"{FLASH_ATTN.build_script} --kernel-library wrote; fa3: the FA3 build's wheel")
     parser.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR", help="where the wheel goes (created if missing); default: ./dist")
     parser.add_argument("--torch-metadata", metavar="FILE",
-                        help="kernel: a torch wheel, or its METADATA, whose CUDA runtime requirement the kernel wheel takes")
+                        help="kernel: a torch wheel, or its METADATA, that must require a CUDA runtime of the kernel's CUDA major "
+                             "(a cross-check; the kernel wheel's requirement follows its CUDA alone)")
     parser.add_argument("--kernel-wheel", metavar="WHEEL", help="glue: the kernel wheel the glue links (pinned exactly)")
     parser.add_argument("--torch", metavar="MINOR", help="glue: the cell's torch minor, e.g. 2.11 (Requires-Dist torch>=2.11,<2.12)")
     parser.add_argument("--cuda", metavar="X.Y", help="glue, fa3: the CUDA version, e.g. 13.0")
@@ -126,18 +127,18 @@ def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
     from faforge.pipwheel.kernel import KernelPackage, cuda_runtime_requirement, pack_kernel_wheel  # noqa: PLC0415
     from faforge.release.package import read_package  # noqa: PLC0415
 
-    metadata = _regular_file(args.torch_metadata, "--torch-metadata", "a torch wheel or its METADATA")
+    metadata = None if args.torch_metadata is None else _regular_file(args.torch_metadata, "--torch-metadata", "a torch wheel or its METADATA")
     source = _regular_file(args.source, "SOURCE", f"a {FLASH_ATTN.kernel_package} package (.conda or .tar.bz2)")
     if not source.name.endswith(PACKAGE_SUFFIXES):
         raise FaforgeError(f"SOURCE {source}: not a conda package file", input=str(source),
                            hint=f"pass the {FLASH_ATTN.kernel_package}-*.conda `faforge build` wrote")
-    torch_requires = requires_dist_of(metadata, "--torch-metadata")
+    torch_requires = None if metadata is None else requires_dist_of(metadata, "--torch-metadata")
     package = read_package(source)
     if package.name != FLASH_ATTN.kernel_package:
         raise FaforgeError(f"{source}: a {package.name} package, not {FLASH_ATTN.kernel_package}", input=str(source),
                            hint=f"pass the {FLASH_ATTN.kernel_package} package the cells pin (`faforge matrix --kernels`)")
-    requirement = cuda_runtime_requirement(torch_requires, package.cuda or "")
-    say(f"CUDA runtime: {requirement} (as {metadata.name} requires it)")
+    requirement = cuda_runtime_requirement(package.cuda or "", torch_requires)
+    say(f"CUDA runtime: {requirement}" + (f" ({metadata.name} requires a CUDA runtime of that major)" if metadata else ""))
     prefix = work / "package"
     _extract(source, prefix)
     library = prefix / "lib" / FLASH_ATTN.kernel_soname

@@ -7,10 +7,12 @@ the conda package is shared by every cell: the kernel TUs are compiled once, for
     libflash_attn_kernels/libflash_attn_kernels.so.1  (lib/libflash_attn_kernels.so.1 of the conda package,
                                                        RUNPATH $ORIGIN/../nvidia/cu13/lib)
 The label is the conda build string without its build number (cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0
--> cu130.sm80.90.100.120ptx.philox64.ha5d2e90), which goes into the build tag. Requires-Dist: the CUDA
-runtime wheel torch itself requires (read from a real torch's METADATA), from the kernel's CUDA minor up to
-the next major, so that the one torch pins is taken (cuda-toolkit[cudart]==13.0.2 satisfies
-cuda-toolkit[cudart]>=13.0,<14).
+-> cu130.sm80.90.100.120ptx.philox64.ha5d2e90), which goes into the build tag. Requires-Dist: PyPI's
+libcudart distribution of the kernel's CUDA major, from its CUDA minor up to the next major
+(nvidia-cuda-runtime>=13.0,<14; nvidia-cuda-runtime-cu12>=12.8,<13), which the one torch brings is taken:
+torch 2.11's cuda-toolkit[cudart]==13.0.2 requires nvidia-cuda-runtime==13.0.96.*. It follows the CUDA alone,
+so a kernel wheel's bytes never depend on the torch it was packed beside. Requires-Python: >=3, what its
+py3-none tag says (the library holds no Python code; the index gives every link a Requires-Python).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ SUBDIR_MACHINE = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 # nvidia-cuda-runtime==13.0.96.*).
 RUNTIME_NAMES = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime-cu12")
 RUNTIME_EXTRA = "cudart"
+# Any Python 3, as the py3-none tag says: the library holds no Python code.
+KERNEL_REQUIRES_PYTHON = ">=3"
 
 
 @dataclass(frozen=True)
@@ -54,10 +58,18 @@ class KernelPackage:
     licenses: tuple[tuple[str, bytes], ...] = ()  # (file name, text) of its info/licenses/
 
 
-def cuda_runtime_requirement(torch_requires_dist: Iterable[str], cuda: str) -> str:
-    """The CUDA runtime requirement of a kernel wheel of `cuda` ('13.0'): the distribution torch's own
-    Requires-Dist names for libcudart, from `cuda` up to the next major."""
+def cuda_runtime_requirement(cuda: str, torch_requires_dist: Iterable[str] | None = None) -> str:
+    """The CUDA runtime requirement of a kernel wheel of `cuda` ('13.0'): PyPI's libcudart distribution of its
+    major (faforge.wheelnames.cuda_runtime_dist), from `cuda` up to the next major. A function of the CUDA
+    alone, so every kernel wheel of one kernel key has the same bytes whatever torch it was packed beside.
+    `torch_requires_dist` (a torch's METADATA), when given, must require a runtime of that CUDA major."""
     major, minor = layout.parse_cuda(cuda)
+    if torch_requires_dist is not None:
+        _check_torch_runtime(torch_requires_dist, cuda, major)
+    return f"{wheelnames.cuda_runtime_dist(cuda)}>={major}.{minor},<{major + 1}"
+
+
+def _check_torch_runtime(torch_requires_dist: Iterable[str], cuda: str, major: int) -> None:
     found = []
     for text in torch_requires_dist:
         try:
@@ -66,18 +78,16 @@ def cuda_runtime_requirement(torch_requires_dist: Iterable[str], cuda: str) -> s
             continue
         name = canonicalize_name(req.name)
         if name in RUNTIME_NAMES or (name == "cuda-toolkit" and RUNTIME_EXTRA in req.extras):
-            found.append((name, req))
+            found.append(req)
     if len(found) != 1:
-        what = "no requirement" if not found else f"{len(found)} requirements ({', '.join(str(r) for _, r in found)})"
+        what = "no requirement" if not found else f"{len(found)} requirements ({', '.join(map(str, found))})"
         raise FaforgeError(f"the torch METADATA has {what} naming the CUDA runtime (nvidia-cuda-runtime* or cuda-toolkit[{RUNTIME_EXTRA}])",
                            hint="pass the METADATA of a CUDA build of torch from PyPI (a CPU torch requires none)")
-    name, req = found[0]
+    req = found[0]
     pinned = [s.version for s in req.specifier if s.operator in ("==", "===", "~=", ">=")]
     if pinned and pinned[0].split(".")[0] != str(major):
         raise FaforgeError(f"the torch METADATA requires {req.name}{req.specifier}, CUDA {pinned[0]}, not the kernel's CUDA {cuda}",
                            hint=f"pass the METADATA of a torch built for CUDA {major}.x")
-    extra = f"[{RUNTIME_EXTRA}]" if name == "cuda-toolkit" else ""
-    return f"{name}{extra}>={major}.{minor},<{major + 1}"
 
 
 def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_dir: Path,
@@ -109,6 +119,7 @@ def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_d
     spec = WheelSpec(
         name=canonicalize_name(FLASH_ATTN.kernel_package), version=f"{package.version}+{label}", build_tag=number,
         python_tags=("py3",), abi_tags=("none",), platform_tags=(verdict.tag,), requires_dist=(runtime_requirement,),
+        requires_python=KERNEL_REQUIRES_PYTHON,
         summary=f"{FLASH_ATTN.title} kernels (CUDA {cuda}, {label.split('.', 1)[1]}), the conda build's library for pip",
         files={f"{layout.KERNEL_DIR}/__init__.py": b"", f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": patched})
     spec = replace(spec, files={**spec.files, **{f"{spec.dist_info}/licenses/{name}": text for name, text in package.licenses}})

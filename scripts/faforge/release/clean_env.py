@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from faforge import config, wheelfetch
+from faforge.wheelnames import cuda_runtime_dist
 from faforge.release.package import PackageFacts
 
 # The package's Python run requirements that the torch wheel does not bring, by PyPI name. A real
@@ -221,12 +222,9 @@ class RuntimeVenv:
 
 
 def cuda_runtime_requirement(cuda: str) -> str:
-    """PyPI's CUDA runtime wheel of a CUDA minor: NVIDIA names it nvidia-cuda-runtime-cu11/-cu12 up to
-    CUDA 12 and nvidia-cuda-runtime from CUDA 13 (torch 2.14.1+cu130 requires nvidia-cuda-runtime 13.0.96,
-    its METADATA; https://pypi.org/project/nvidia-cuda-runtime-cu12/)."""
+    """PyPI's CUDA runtime wheel of a CUDA minor (faforge.wheelnames.cuda_runtime_dist), that minor exactly."""
     major, minor = cuda.split(".")[:2]
-    name = "nvidia-cuda-runtime" if int(major) >= 13 else f"nvidia-cuda-runtime-cu{major}"
-    return f"{name}=={major}.{minor}.*"
+    return f"{cuda_runtime_dist(cuda)}=={major}.{minor}.*"
 
 
 def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda message: None) -> RuntimeVenv:

@@ -361,7 +361,7 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
                            hint=f"see the log {log.name}")
     started = time.monotonic()
     kernel_facts = read_package(kernel)
-    requirement = cuda_runtime_requirement(requires_dist_of(torch_metadata(venv.site_packages)), cell.cuda)
+    requirement = cuda_runtime_requirement(cell.cuda, requires_dist_of(torch_metadata(venv.site_packages)))
     original = read_info(library)
     was = {"rpath": list(original.rpath), "runpath": list(original.runpath)}
     kernel_wheel = pack_kernel_wheel(KernelPackage(library=library, name=kernel_facts.name, version=kernel_facts.version, build=kernel_facts.build,

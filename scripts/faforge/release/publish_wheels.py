@@ -44,21 +44,22 @@ def admit(decisions: list[Decision], held: list, root: Path) -> list[Decision]:
     def refuse(d: Decision, why: str) -> None:
         out[id(d)] = Decision(d.package, d.results, False, why)
 
-    given = {d.package.filename: d for d in decisions}
     for d in (d for d in decisions if d.allowed):
         wheel = d.package
         if wheel.name not in PROJECTS:
             refuse(d, f"cannot be indexed: {wheel.name} is none of the projects this index serves ({', '.join(sorted(PROJECTS))})")
         elif not wheel.requires_python:
             refuse(d, "cannot be indexed: it has no Requires-Python, which every link of the index carries (data-requires-python)")
-        elif wheel.name == GLUE:
-            index, why = glue_index(wheel)
-            if index is None:
-                refuse(d, f"cannot be indexed: {why}")
-                continue
-            problem = _kernel_problem(wheel, given, held, root)
-            if problem:
-                refuse(d, problem)
+    # A glue's kernel wheel as judged so far: one refused above (its gates, its Requires-Python) takes the glue with it.
+    given = {d.package.filename: out[id(d)] for d in decisions}
+    for d in (d for d in decisions if out[id(d)].allowed and d.package.name == GLUE):
+        index, why = glue_index(d.package)
+        if index is None:
+            refuse(d, f"cannot be indexed: {why}")
+            continue
+        problem = _kernel_problem(d.package, given, held, root)
+        if problem:
+            refuse(d, problem)
     glues = [out[id(d)].package for d in decisions if out[id(d)].allowed and d.package.name == GLUE] + [w for w in held if w.name == GLUE]
     for d in (d for d in decisions if out[id(d)].allowed and d.package.name == FA3):
         placed = place([*glues, d.package])
