@@ -12,7 +12,6 @@ The function is pure: the same wheels give the same placement, whatever order th
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -21,13 +20,12 @@ from packaging.version import InvalidVersion, Version
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.pipindex.layout import index_name, parse_index_name
+from faforge.wheelnames import CUDA_LABEL, GLUE_LABEL
 
 GLUE = canonicalize_name(FLASH_ATTN.package)
 KERNEL = canonicalize_name(FLASH_ATTN.kernel_package)
 FA3 = canonicalize_name(FLASH_ATTN_3.package)
 PROJECTS = (KERNEL, FA3, GLUE)  # the order pages are written in: what a glue wheel needs is there first
-GLUE_LOCAL = re.compile(r"torch(?P<major>[0-9]+)\.(?P<minor>[0-9]+)\.cu(?P<cuda>[0-9]+)(\..*)?")
-CUDA_LOCAL = re.compile(r"cu(?P<cuda>[0-9]+)(\..*)?")
 
 
 @dataclass(frozen=True)
@@ -64,11 +62,11 @@ def admits(req: Requirement | None, version: str) -> bool:
 
 def glue_index(wheel) -> tuple[str | None, str | None]:
     """(index name, None) for a glue wheel, or (None, why not)."""
-    match = GLUE_LOCAL.fullmatch(wheel.local or "")
+    match = GLUE_LABEL.fullmatch(wheel.local or "")
     if not match:
-        return None, (f"its local version label {wheel.local!r} names no torch minor and CUDA (e.g. +torch2.11.cu130.abi1), "
+        return None, (f"its local version label {wheel.local!r} names no torch minor, CUDA and ABI (e.g. +torch2.11.cu130.abi1), "
                       "so no index takes it")
-    minor = f"{match['major']}.{match['minor']}"
+    minor = match["torch"]
     torch = requirement(wheel, "torch")
     if not admits(torch, minor):
         return None, f"its label names torch {minor}, but it requires {torch}: the index of torch {minor} could never install it"
@@ -94,7 +92,7 @@ def place(wheels) -> Placement:
         if not pinned_by:
             waiting.append((wheel, f"no {FLASH_ATTN.package} wheel in the index pins it yet; it joins their indexes when one does"))
     for wheel in (w for w in wheels if w.name == FA3):
-        match = CUDA_LOCAL.fullmatch(wheel.local or "")
+        match = CUDA_LABEL.fullmatch(wheel.local or "")
         if not match:
             problems.append((wheel, f"its local version label {wheel.local!r} names no CUDA (e.g. +cu130.sm80.90a), so no index takes it"))
             continue

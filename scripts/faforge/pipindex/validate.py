@@ -24,9 +24,10 @@ from packaging.version import Version
 from faforge.errors import FaforgeError
 from faforge.packagefile import sha256_of
 from faforge.pipindex.layout import METADATA_SUFFIX, index_name, parse_index_name
-from faforge.pipindex.placement import GLUE, GLUE_LOCAL
+from faforge.pipindex.placement import GLUE
 from faforge.pipindex.read import FileLink, Listing, Page
 from faforge.pipwheel.facts import parse_wheel_filename
+from faforge.wheelnames import GLUE_LABEL
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -96,8 +97,8 @@ def _project_page(project: str, page: Page, index: str | None) -> list[str]:
         if link.core_metadata is not None and not (isinstance(link.core_metadata, str) and SHA256.fullmatch(link.core_metadata)):
             out.append(f"{what}: offers its metadata without a sha256 of it")
         if index and name.name == GLUE:
-            match = GLUE_LOCAL.fullmatch(name.local or "")
-            named = index_name(f"{match['major']}.{match['minor']}", match["cuda"]) if match else None
+            match = GLUE_LABEL.fullmatch(name.local or "")
+            named = index_name(match["torch"], match["cuda"]) if match else None
             if parse_index_name(index) and named != index:
                 out.append(f"{what}: its local label {name.local!r} names {named or 'no index'}, not {index}")
     if page.format == "json" and page.versions is not None and sorted(page.versions, key=Version) != sorted(versions, key=Version):

@@ -100,7 +100,7 @@ def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_d
     if package.subdir not in SUBDIR_MACHINE:
         raise FaforgeError(f"{what}: built for {package.subdir}; pip wheels are built for {', '.join(SUBDIR_MACHINE)}", hint="pass a linux package")
     label, number = wheelnames.kernel_label(package.build)
-    cuda = _cuda_of_label(label)
+    cuda = wheelnames.cuda_of_label(label)
     runpath = layout.kernel_runpath(cuda)
     work.mkdir(parents=True, exist_ok=True)
     patched = work / FLASH_ATTN.kernel_soname
@@ -126,9 +126,3 @@ def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_d
     path = write_wheel(spec, out_dir)
     return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=identity.gpu,
                       seconds=time.monotonic() - started)
-
-
-def _cuda_of_label(label: str) -> str:
-    """cu130.sm... -> 13.0; cu128 -> 12.8 (the last digit is the minor, as torch's and conda-forge's tags spell it)."""
-    digits = label.split(".")[0].removeprefix("cu")
-    return f"{digits[:-1]}.{digits[-1]}"

@@ -72,13 +72,12 @@ from faforge.release.verify import DLOPEN, FAFORGE_SOURCE, Check, judge_abi, out
 from faforge.release.verify_foreign import Emulation, emulator_for, import_from, target_python
 from faforge.release.verify_stable import stable_abi_check, torch_python, torch_sites
 from faforge.versions import vtuple
+from faforge.wheelnames import FA3_LABEL, GLUE_LABEL
 
 GLUE, KERNEL, FA3 = (canonicalize_name(n) for n in (FLASH_ATTN.package, FLASH_ATTN.kernel_package, FLASH_ATTN_3.package))
 KINDS = {GLUE: "glue", KERNEL: "kernel", FA3: "fa3"}
 # The kernel wheel's library, in its folder (faforge.pipwheel.layout).
 KERNEL_MEMBER = f"{KERNEL_DIR}/{FLASH_ATTN.kernel_soname}"
-GLUE_LABEL = re.compile(r"torch(?P<torch>[0-9]+\.[0-9]+)\.cu(?P<cuda>[0-9]{3,4})\.abi(?P<abi>[01])")
-FA3_LABEL = re.compile(r"cu(?P<cuda>[0-9]{3,4})\.sm(?P<archs>[0-9a-z]+(?:\.[0-9a-z]+)*)")
 CPYTHON_TAG = re.compile(r"cp3(?P<minor>[0-9]{1,2})")
 # manylinux_2_28_x86_64 (PEP 600), its legacy aliases (PEP 513/571/599), or plain linux_<machine>.
 PLATFORM_TAG = re.compile(r"(?:manylinux_(?P<major>[0-9]+)_(?P<minor>[0-9]+)|(?P<legacy>manylinux1|manylinux2010|manylinux2014)|linux)_(?P<machine>\w+)")
