@@ -52,6 +52,14 @@ def user_path(option: str | None, path: str | os.PathLike) -> Iterator[None]:
         raise path_error(exc, option, path) from None
 
 
+def require_input_file(path: Path, hint: str) -> None:
+    """A file argument that does not exist: an unmatched shell glob (`output/dist/*.whl` before any build)
+    arrives as the pattern itself, and is said to be one."""
+    if not path.exists() and not path.is_symlink():
+        what = "no file matches this pattern" if any(c in str(path) for c in "*?[") else "no such file"
+        raise FaforgeError(f"{path}: {what}", hint=hint)
+
+
 def output_dir(path: Path, option: str, *, create: bool = True) -> Path:
     """The folder a command writes into, proven writable before any work starts, so a file, a read-only
     place or an over-long name is reported at once (exit 2) and not after an hour of building. With

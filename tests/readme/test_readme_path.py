@@ -78,6 +78,17 @@ STEPS = (
     Step(r'faforge doctor --python "\$CONDA_PREFIX" --json', codes=(2,),
          cause=(r"--python '': empty, as an unset variable such as \$CONDA_PREFIX gives", "activate the environment")),
     Step(r"faforge doctor$", codes=(0, 1)),
+    # The pip world (issue 33).
+    Step(r"(python -m pip|uv pip) install --extra-index-url ", skip="installs from a wheel index and PyPI (network); tests/pipworld "
+                                                                    "and tests/doctor/test_pip_fix_real.py run these lines against a loopback index"),
+    Step(r"faforge wheel (kernel|glue|fa3) ", codes=(2,), cause=(r"does not exist",), wrong=("Traceback",)),
+    Step(r"faforge build pypi/\S+( --output-dir output)?$", codes=(1,),
+         cause=(r"kernel package failed to build", r"flash_attn-2\.8\.3\.post2\.tar\.gz"), wrong=("Traceback",)),
+    Step(r"faforge build pypi/\S+ --part wheel ", codes=(2,), cause=(r"--kernel-package \S+ does not exist",)),
+    Step(r"faforge (verify|publish) output/dist/\*\.whl", codes=(2,), cause=(r"no file matches this pattern", r"faforge build PIP_CELL"),
+         wrong=("not a wheel file name",)),
+    Step(r"faforge verify flash_attn", codes=(2,), cause=(r"no file matches this pattern|--against \S+ does not exist",),
+         wrong=("not a wheel file name",)),
 )
 
 

@@ -28,6 +28,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from faforge import paths
 from faforge.errors import FaforgeError, path_error
 
 WHEEL_CAP = 4 << 30  # bytes of a whole wheel file (a flash-attn glue or kernel wheel for every arch: ~0.5 GB)
@@ -203,6 +204,8 @@ def _one(fields: dict[str, list[str]], key: str, what: str, *, required: bool = 
 def read_wheel(path: str | os.PathLike) -> WheelFacts:
     """The facts of the wheel file at `path` (see the module docstring for what is refused)."""
     path = Path(path)
+    paths.require_input_file(path, "`faforge build PIP_CELL` writes wheels to --output-dir/dist/ and `faforge wheel` to --out; "
+                                   "pass those files")
     name = parse_wheel_filename(path.name)
     fd = _open_wheel(path)
     with os.fdopen(fd, "rb") as handle:

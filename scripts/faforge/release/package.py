@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from faforge import paths
 from faforge.channel.archive import check_payload, read_index_json
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
@@ -123,11 +124,7 @@ def read_package(path: str | Path) -> PackageFacts:
     """The facts of a package file, from its own info/index.json (faforge.channel.archive checks the
     archive and the fields; a subdir outside linux-64, linux-aarch64, noarch is refused, exit 2)."""
     path = Path(path)
-    if not path.exists() and not path.is_symlink():
-        # An unmatched shell glob (output/linux-64/*.conda before any build) arrives as the pattern itself.
-        what = "no file matches this pattern" if any(c in str(path) for c in "*?[") else "no such file"
-        raise FaforgeError(f"{path}: {what}", hint="`faforge build` writes packages to --output-dir/<platform>/ (see its summary); "
-                                                   "pass those files")
+    paths.require_input_file(path, "`faforge build` writes packages to --output-dir/<platform>/ (see its summary); pass those files")
     if not path.is_file() or not path.name.endswith(PACKAGE_SUFFIXES):
         raise FaforgeError(f"{path}: not a conda package file", hint=f"pass a .conda or .tar.bz2 file, e.g. output/linux-64/{FLASH_ATTN.package}-*.conda")
     index = read_index_json(path)
