@@ -180,6 +180,27 @@ def test_a_kernel_wheel_the_index_refuses_takes_its_glue_with_it(tmp_path, built
     assert not root.exists() or not list((root / "files").glob("*.whl"))
 
 
+def test_a_rebuild_supersedes_the_stale_build_of_its_slot(tmp_path, built, manifest, tmp_path_factory):
+    """A glue rebuilt from other inputs has the same version and tags and another build tag (0h<hash>): pip
+    orders two such files by the hash's letters, so the stale one could win. Publishing the new build takes
+    the old one out of files/ and every page; publishing it again heals what a cut run left."""
+    out = tmp_path_factory.mktemp("rebuild")
+    new = tw.build_wheel(tw.glue("2.11", build="0h7654321", payload="z = 3\n"), out)
+    tw.record_gates(manifest, new)
+    root = tmp_path / "wheels"
+    assert publish([built["glue"], built["kernel"]], manifest, root).returncode == 0
+    run = publish([new], manifest, root, "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    (outcome,) = json.loads(run.stdout)["packages"]
+    assert outcome["action"] == "published" and f"supersedes {built['glue'].name}" in outcome["detail"], outcome
+    assert not (root / "files" / built["glue"].name).exists()
+    assert assert_consistent(root) == {"torch2.11-cu130": {new.name, built["kernel"].name}}
+    shutil.copy2(built["glue"], root / "files" / built["glue"].name)  # a cut run: the old file back beside the new
+    again = publish([new], manifest, root)
+    assert again.returncode == 0 and not (root / "files" / built["glue"].name).exists(), again.stdout
+    assert assert_consistent(root) == {"torch2.11-cu130": {new.name, built["kernel"].name}}
+
+
 def test_a_different_file_of_the_same_name_is_replaced_only_with_force(tmp_path, built, manifest):
     root = tmp_path / "wheels"
     dry = publish([built["glue"], built["kernel"]], manifest, root, "--dry-run", "--json")

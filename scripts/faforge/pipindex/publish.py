@@ -2,6 +2,12 @@
 
 Which wheels may come is decided above (faforge.release.publish_wheels: the gates, per sha256); this
 layer copies exactly what it is given, each copy renamed in only with the sha256 it was judged for.
+
+A wheel supersedes the files of its slot (project, version and tags) with another build tag: a glue
+rebuilt from other inputs (its build tag 0h<hash> names them) replaces the stale one, which first leaves
+every page, then files/. pip orders two files of one slot by their build tags' letters, so a stale build
+left beside the new one could be the one installed. A cut run leaves both files; publishing the new one
+again removes the old.
 """
 
 from __future__ import annotations
@@ -40,23 +46,44 @@ def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> I
     if dry_run:
         before = survey(root) if root.is_dir() else Survey()
         plans = [_plan(w, root, before, force) for w in wheels]
-        kept = [w for name, w in before.wheels.items() if name not in {p.wheel.filename for p, copy in plans if copy}]
+        stale = superseded([p.wheel for p, _ in plans if p.action != "exists"], before.wheels)
+        kept = [w for name, w in before.wheels.items() if name not in {p.wheel.filename for p, copy in plans if copy} | set(stale)]
         after = place(kept + [p.wheel for p, copy in plans if copy])
         return IndexPublished([Outcome(p.wheel, p.action, p.detail, after.indexes_of(p.wheel.filename)) for p, _ in plans])
     with index_errors(root), index_lock(root):
         before = survey(root)
         plans = [_plan(w, root, before, force) for w in wheels]
         moving = [p.wheel for p, copy in plans if copy]
-        leaving = frozenset(w.filename for w in moving) & set(before.wheels)
+        stale = superseded([p.wheel for p, _ in plans if p.action != "exists"], before.wheels)
+        leaving = (frozenset(w.filename for w in moving) & set(before.wheels)) | frozenset(stale)
         if leaving:
             heal(root, leave_out=leaving)
         box = layout.sandbox(root)
         for wheel in moving:
             box.place_copy(wheel.path, box.real_folder(layout.FILES), sha256=wheel.sha256)
+        folder = box.real_folder(layout.FILES)
+        for name in stale:
+            (folder / name).unlink(missing_ok=True)
         after = heal(root)
-    outcomes = [Outcome(p.wheel, "published" if p.action == "would-publish" else p.action, p.detail,
-                        after.placement.indexes_of(p.wheel.filename)) for p, _ in plans]
+    outcomes = []
+    for p, _ in plans:
+        gone = sorted(old for old, by in stale.items() if by == p.wheel.filename)
+        detail = p.detail + (f" (supersedes {', '.join(gone)}: the same version and tags, another build)" if gone else "")
+        action = "published" if p.action == "would-publish" or (gone and p.action == "unchanged") else p.action
+        outcomes.append(Outcome(p.wheel, action, detail, after.placement.indexes_of(p.wheel.filename)))
     return IndexPublished(outcomes, after.bad)
+
+
+def slot(wheel) -> tuple:
+    """What pip tells two files of one project apart by, but for the build tag."""
+    return (wheel.name, wheel.version, wheel.python_tags, wheel.abi_tags, wheel.platform_tags)
+
+
+def superseded(published: list, held: dict) -> dict[str, str]:
+    """{file in the root: the published wheel's file name} for every held file of a published wheel's slot
+    with another name (another build tag)."""
+    by_slot = {slot(w): w.filename for w in published}
+    return {name: by_slot[slot(w)] for name, w in held.items() if slot(w) in by_slot and name != by_slot[slot(w)]}
 
 
 def _plan(wheel, root: Path, before: Survey, force: bool) -> tuple[Outcome, bool]:
