@@ -29,6 +29,7 @@ RUNS = {
     "bump": (["bump", "--source", "nope", "--json"], 2),
     "bench-build": (["bench-build", "--cells", "nope", "--json"], 2),
     "bench-gpu": (["bench-gpu", "--dtype", "nope", "--json"], 2),
+    "wheel": (["wheel", "fa3", "no-such.whl", "--cuda", "13.0", "--archs", "90a", "--out", "/nonexistent-never-made", "--json"], 2),
 }
 FULL = "/dev/full"
 
