@@ -38,7 +38,7 @@ from faforge.abi.elf_file import ElfError
 from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KERNEL_LIBRARY
-from faforge.release.clean_env import (MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
+from faforge.release.clean_env import (MACHINE_SUBDIRS, RuntimeVenv, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
                                        matching_torch_venv, unpacked)
 from faforge.release.package import PackageFacts
 
@@ -110,15 +110,21 @@ def kernel_abi_gate(package: PackageFacts) -> Check:
             report = check_torch_free(library, expect_archs=package.cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
         except ElfError as exc:
             return Check("abi", "failed", f"lib/{KERNEL_LIBRARY}: {exc.message}")
-    problems = [f"{p.kind}: {p.demangled or p.subject}: {p.detail}" for p in report.problems]
     machine = PLATFORM_MACHINES.get(package.subdir)
-    if machine and report.machine != machine:
-        problems.insert(0, f"wrong-architecture: built for {report.machine}, but {package.subdir} runs {machine}")
+    platform_problems = ([f"wrong-architecture: built for {report.machine}, but {package.subdir} runs {machine}"]
+                         if machine and report.machine != machine else [])
+    return judge_torch_free(report, f"lib/{KERNEL_LIBRARY}", package.cuda_archs, platform_problems)
+
+
+def judge_torch_free(report, library: str, cuda_archs: str, platform_problems: list[str]) -> Check:
+    """The abi gate's verdict on a kernel library from check_torch_free's report: `platform_problems` (its machine
+    against the package's platform, as the caller tells it) first, then the report's. `library`: where the package holds it."""
+    problems = [*platform_problems, *(f"{p.kind}: {p.demangled or p.subject}: {p.detail}" for p in report.problems)]
     if problems:
-        return Check("abi", "failed", f"{len(problems)} problem(s) in the torch-free check of lib/{KERNEL_LIBRARY}: " + "; ".join(problems[:5]))
+        return Check("abi", "failed", f"{len(problems)} problem(s) in the torch-free check of {library}: " + "; ".join(problems[:5]))
     gpu = ", ".join([*report.gpu.sass, *report.gpu.ptx])
-    return Check("abi", "passed", f"lib/{KERNEL_LIBRARY} is torch-free: needs {', '.join(report.needed)}; {report.exports} exports, "
-                                  f"all {KERNEL_LIBRARY_EXPORTS}; GPU code {gpu} = arch list {package.cuda_archs}")
+    return Check("abi", "passed", f"{library} is torch-free: needs {', '.join(report.needed)}; {report.exports} exports, "
+                                  f"all {KERNEL_LIBRARY_EXPORTS}; GPU code {gpu} = arch list {cuda_archs}")
 
 
 # Run in the clean process: load the CUDA runtime by path, then the library, then its C interface.
@@ -132,15 +138,21 @@ handle.{FLASH_ATTN.kernel_api_prefix}set_cuda_error_handler
 """
 
 
+def kernel_cuda_runtime(package, named_by: str, announce: Callable[[str], None]) -> RuntimeVenv:
+    """The venv of PyPI's CUDA runtime a kernel library (a package's or a wheel's: its `subdir`, `cuda`, `filename`)
+    is loaded beside here. Unavailable when it is another machine's library, when its name (`named_by`: 'its build
+    string') names no CUDA, or when that runtime cannot be had."""
+    if package.subdir != MACHINE_SUBDIRS.get(platform.machine()):
+        raise Unavailable(f"a {package.subdir} library cannot be loaded on this {platform.machine()} machine")
+    if package.cuda is None:
+        raise Unavailable(f"{package.filename}: {named_by} names no CUDA, so no CUDA runtime can be matched")
+    return cuda_runtime_venv(package.cuda, announce)
+
+
 def kernel_import_gate(package: PackageFacts, announce: Callable[[str], None]) -> Check:
     """dlopen of the kernel library in a clean process that has only PyPI's CUDA runtime of its CUDA."""
-    here = MACHINE_SUBDIRS.get(platform.machine())
-    if package.subdir != here:
-        return Check("import", "skipped", f"a {package.subdir} library cannot be loaded on this {platform.machine()} machine")
-    if package.cuda is None:
-        return Check("import", "skipped", f"{package.filename}: its build string names no CUDA, so no CUDA runtime can be matched")
     try:
-        runtime = cuda_runtime_venv(package.cuda, announce)
+        runtime = kernel_cuda_runtime(package, "its build string", announce)
     except Unavailable as exc:
         return Check("import", "skipped", str(exc))
     if not runtime.cudart():
@@ -210,22 +222,32 @@ def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path]
     `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     if package.is_kernel_package:
         return [kernel_gate(gate, package, users, announce) for gate in gates]
+    return torch_gates(gates, against, lambda: matching_torch_venv(package, announce),
+                       abi=lambda libraries: abi_gate(package, libraries, kernel),
+                       imports=lambda venv: import_gate(package, venv, kernel), gpu=lambda venv: gpu_gate(package, venv, kernel))
+
+
+def torch_gates(gates: tuple[str, ...], against: list[Path] | None, torch_venv: Callable[[], TorchVenv], *,
+                abi: Callable[[list[Path]], Check], imports: Callable[[TorchVenv], Check], gpu: Callable[[TorchVenv], Check]) -> list[Check]:
+    """The gates of a package that runs beside a torch (a flash-attn package or glue wheel): abi against `against`,
+    else the torch venv's lib; import and gpu in that venv. `torch_venv()` is called only when a gate needs it;
+    when it raises Unavailable, each gate that needs it is `skipped` with that reason, so it never reads as a pass."""
     venv, reason = None, None
     if set(gates) - ({"abi"} if against else set()):
         try:
-            venv = matching_torch_venv(package, announce)
+            venv = torch_venv()
         except Unavailable as exc:
             reason = str(exc)
     checks = []
     for gate in gates:
         if gate == "abi" and (against or venv):
-            checks.append(abi_gate(package, against or [venv.torch_lib], kernel))
+            checks.append(abi(against or [venv.torch_lib]))
         elif venv is None:
             checks.append(Check(gate, "skipped", reason))
         elif gate == "import":
-            checks.append(import_gate(package, venv, kernel))
+            checks.append(imports(venv))
         elif gate == "gpu":
-            checks.append(gpu_gate(package, venv, kernel))
+            checks.append(gpu(venv))
     return checks
 
 
@@ -234,16 +256,24 @@ def kernel_gate(gate: str, package: PackageFacts, users: tuple[PackageFacts, ...
         return kernel_abi_gate(package)
     if gate == "import":
         return kernel_import_gate(package, announce)
+    return gpu_through(users, lambda user: matching_torch_venv(user, announce), lambda user, venv: gpu_gate(user, venv, package),
+                       what=FLASH_ATTN.package, none=f"its GPU code runs only through a {FLASH_ATTN.package} that pins this build; "
+                                                     "pass one (e.g. from the same output folder) in the same verify call")
+
+
+def gpu_through(users: tuple, torch_venv: Callable, suite: Callable, *, what: str, none: str) -> Check:
+    """A kernel package's gpu gate: its GPU code runs only through a flash-attn that pins it, so the GPU suite
+    (`suite(user, venv)`) of the first of `users` whose torch venv (`torch_venv(user)`) can be had here. `skipped`
+    with `none` when there are no users, else naming each user's reason (Unavailable) as of no `what` that can run."""
     reasons = []
     for user in users:
         try:
-            venv = matching_torch_venv(user, announce)
+            venv = torch_venv(user)
         except Unavailable as exc:
             reasons.append(f"{user.filename}: {exc}")
             continue
-        run = gpu_gate(user, venv, package)
+        run = suite(user, venv)
         return Check("gpu", run.result, f"the GPU suite through {user.filename}: {run.detail}")
     if not reasons:
-        return Check("gpu", "skipped", f"its GPU code runs only through a {FLASH_ATTN.package} that pins this build; "
-                                       "pass one (e.g. from the same output folder) in the same verify call")
-    return Check("gpu", "skipped", f"no {FLASH_ATTN.package} pinning it can run here: " + "; ".join(reasons))
+        return Check("gpu", "skipped", none)
+    return Check("gpu", "skipped", f"no {what} pinning it can run here: " + "; ".join(reasons))

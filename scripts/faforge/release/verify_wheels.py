@@ -65,10 +65,11 @@ from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import KERNEL_BUILD
 from faforge.pipwheel.facts import WheelFacts, check_members, read_wheel
 from faforge.pipwheel.layout import KERNEL_DIR
-from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, cuda_runtime_venv, pypi_torch_venv
+from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.package import cuda_of_tag
 from faforge.release.pip_env import PipRun, loopback_index, pip_install, pip_install_file, pip_target, site_packages, unpacked_wheels, venv_copy
-from faforge.release.verify import DLOPEN, FAFORGE_SOURCE, Check, judge_abi, output_tail, run_isolated, suite_check
+from faforge.release.verify import (DLOPEN, FAFORGE_SOURCE, Check, gpu_through, judge_abi, judge_torch_free, kernel_cuda_runtime, output_tail, run_isolated,
+                                    suite_check, torch_gates)
 from faforge.release.verify_foreign import Emulation, emulator_for, import_from, target_python
 from faforge.release.verify_stable import stable_abi_check, torch_python, torch_sites
 from faforge.versions import vtuple
@@ -280,26 +281,15 @@ def cell_venv(wheel: WheelPackage, announce: Callable[[str], None]) -> TorchVenv
 
 def glue_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] | None, kernel: WheelPackage | None,
                announce: Callable[[str], None]) -> list[Check]:
-    venv, reason = None, None
-    if set(gates) - ({"abi"} if against else set()):
+    def cell_torch() -> TorchVenv:
         if MACHINE_SUBDIRS.get(platform.machine()) != wheel.subdir:
-            reason = f"a {wheel.subdir} wheel cannot be installed on this {platform.machine()} machine"
-        else:
-            try:
-                venv = cell_venv(wheel, announce)
-            except Unavailable as exc:
-                reason = str(exc)
-    checks = []
-    for gate in gates:
-        if gate == "abi" and (against or venv):
-            checks.append(wheel_abi_gate(wheel, against or [venv.torch_lib], kernel))
-        elif venv is None:
-            checks.append(Check(gate, "skipped", reason))
-        elif gate == "import":
-            checks.append(pip_import_gate(wheel, (kernel,) if kernel else (), venv, FLASH_ATTN.imports))
-        elif gate == "gpu":
-            checks.append(pip_gpu_gate(wheel, (kernel,) if kernel else (), venv))
-    return checks
+            raise Unavailable(f"a {wheel.subdir} wheel cannot be installed on this {platform.machine()} machine")
+        return cell_venv(wheel, announce)
+
+    others = (kernel,) if kernel else ()
+    return torch_gates(gates, against, cell_torch, abi=lambda libraries: wheel_abi_gate(wheel, libraries, kernel),
+                       imports=lambda venv: pip_import_gate(wheel, others, venv, FLASH_ATTN.imports),
+                       gpu=lambda venv: pip_gpu_gate(wheel, others, venv))
 
 
 def wheel_abi_gate(wheel: WheelPackage, against: list[Path], kernel: WheelPackage | None, system_dirs: list[Path] = ()) -> Check:
@@ -422,23 +412,16 @@ def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...],
         return kernel_abi_gate(wheel)
     if gate == "import":
         return kernel_import_gate(wheel, announce)
-    reasons = []
-    for user in users:
+
+    def user_torch(user: WheelPackage) -> TorchVenv:
         machine = PLATFORM_MACHINES.get(user.subdir or "")
         if is_foreign(machine):
-            reasons.append(f"{user.filename}: {gpu_skipped_text(user, machine)}")
-            continue
-        try:
-            venv = cell_venv(user, announce)
-        except Unavailable as exc:
-            reasons.append(f"{user.filename}: {exc}")
-            continue
-        run = pip_gpu_gate(user, (wheel,), venv)
-        return Check("gpu", run.result, f"the GPU suite through {user.filename}: {run.detail}")
-    if not reasons:
-        return Check("gpu", "skipped", f"its GPU code runs only through a {FLASH_ATTN.package} wheel that pins this one; pass one "
-                                       "(e.g. from the same output folder) in the same verify call")
-    return Check("gpu", "skipped", f"no {FLASH_ATTN.package} wheel pinning it can run here: " + "; ".join(reasons))
+            raise Unavailable(gpu_skipped_text(user, machine))
+        return cell_venv(user, announce)
+
+    return gpu_through(users, user_torch, lambda user, venv: pip_gpu_gate(user, (wheel,), venv), what=f"{FLASH_ATTN.package} wheel",
+                       none=f"its GPU code runs only through a {FLASH_ATTN.package} wheel that pins this one; pass one "
+                            "(e.g. from the same output folder) in the same verify call")
 
 
 def gpu_skipped_text(wheel: WheelPackage, machine: str) -> str:
@@ -459,28 +442,20 @@ def kernel_abi_gate(wheel: WheelPackage) -> Check:
             report = check_torch_free(library, expect_archs=wheel.cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
         except ElfError as exc:
             return Check("abi", "failed", f"{KERNEL_MEMBER}: {exc.message}")
-    problems = [f"{p.kind}: {p.demangled or p.subject}: {p.detail}" for p in report.problems]
     machine = PLATFORM_MACHINES.get(wheel.subdir or "")
     if machine is None:
-        problems.insert(0, f"platform: its tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine")
+        platform_problems = [f"platform: its tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine"]
     elif report.machine != machine:
-        problems.insert(0, f"wrong-architecture: built for {report.machine}, but its tag {wheel.facts.platform_tags[0]} says {machine}")
-    if problems:
-        return Check("abi", "failed", f"{len(problems)} problem(s) in the torch-free check of {KERNEL_MEMBER}: " + "; ".join(problems[:5]))
-    gpu = ", ".join([*report.gpu.sass, *report.gpu.ptx])
-    return Check("abi", "passed", f"{KERNEL_MEMBER} is torch-free: needs {', '.join(report.needed)}; {report.exports} exports, "
-                                  f"all {KERNEL_LIBRARY_EXPORTS}; GPU code {gpu} = arch list {wheel.cuda_archs}")
+        platform_problems = [f"wrong-architecture: built for {report.machine}, but its tag {wheel.facts.platform_tags[0]} says {machine}"]
+    else:
+        platform_problems = []
+    return judge_torch_free(report, KERNEL_MEMBER, wheel.cuda_archs, platform_problems)
 
 
 def kernel_import_gate(wheel: WheelPackage, announce: Callable[[str], None]) -> Check:
     """pip installs the kernel wheel beside PyPI's CUDA runtime alone; a clean process dlopen()s it with nothing preloaded."""
-    here = MACHINE_SUBDIRS.get(platform.machine())
-    if wheel.subdir != here:
-        return Check("import", "skipped", f"a {wheel.subdir} library cannot be loaded on this {platform.machine()} machine")
-    if wheel.cuda is None:
-        return Check("import", "skipped", f"{wheel.filename}: its local label names no CUDA, so no CUDA runtime can be matched")
     try:
-        runtime = cuda_runtime_venv(wheel.cuda, announce)
+        runtime = kernel_cuda_runtime(wheel, "its local label", announce)
     except Unavailable as exc:
         return Check("import", "skipped", str(exc))
     with venv_copy(runtime.site_packages.parents[2]) as prefix:
