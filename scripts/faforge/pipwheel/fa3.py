@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -31,9 +30,7 @@ from faforge.pipwheel.built import BuiltWheel
 from faforge.pipwheel.facts import dist_info_dir, parse_wheel_filename, read_wheel, wheel_contents
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
-from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, write_wheel
-
-OWN = ("METADATA", "WHEEL", "RECORD")
+from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, rewrite_wheel
 
 
 def torch_floor() -> str:
@@ -92,13 +89,5 @@ def repack_fa3_wheel(raw: Path, *, cuda: str, archs: str, out_dir: Path, work: P
         requires_dist=(f"torch>={torch_floor()}", *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) != "torch")),
         summary=f"{FLASH_ATTN_3.title} (CUDA {cuda}, {layout.arch_label(arch_list)}) on torch's stable ABI, for torch >= {torch_floor()}",
         files={})
-    files: dict[str, bytes | Path] = {}
-    for name, data in contents.items():
-        top, _, rest = name.partition("/")
-        if top == raw_info:
-            if rest not in OWN:
-                files[f"{spec.dist_info}/{rest}"] = data
-        else:
-            files[name] = patched if name == member else data
-    path = write_wheel(replace(spec, files=files), out_dir)
+    path = rewrite_wheel(spec, contents, raw_info, member=member, patched=patched, out_dir=out_dir)
     return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=gpu, seconds=time.monotonic() - started)

@@ -21,7 +21,7 @@ import fnmatch
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -37,11 +37,10 @@ from faforge.pipwheel.built import BuiltWheel
 from faforge.pipwheel.facts import WheelFacts, dist_info_dir, parse_wheel_filename, read_wheel, wheel_contents
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
-from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, write_wheel
+from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, rewrite_wheel
 
 PYTHON = re.compile(r"3\.(?P<minor>[0-9]{1,2})")
 KERNEL_WHEEL_CAP = 4 << 30
-OWN = ("METADATA", "WHEEL", "RECORD")  # dist-info files the writer makes anew
 
 
 @dataclass(frozen=True)
@@ -139,15 +138,7 @@ def repack_glue_wheel(raw: Path, *, cell: GlueCell, kernel_wheel: Path, out_dir:
                        *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) not in ("torch", kernel.name))),
         summary=f"{FLASH_ATTN.title} for torch {cell.torch} (CUDA {cell.cuda}, C++ ABI {cell.cxx11_abi}), linking {kernel.filename}",
         files={})
-    files: dict[str, bytes | Path] = {}
-    for name, data in contents.items():
-        top, _, rest = name.partition("/")
-        if top == raw_info:
-            if rest not in OWN:
-                files[f"{spec.dist_info}/{rest}"] = data
-        else:
-            files[name] = patched if name == extension else data
-    path = write_wheel(replace(spec, files=files), out_dir)
+    path = rewrite_wheel(spec, contents, raw_info, member=extension, patched=patched, out_dir=out_dir)
     return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=identity.gpu, seconds=time.monotonic() - started)
 
 

@@ -20,7 +20,7 @@ import re
 import secrets
 import stat
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from faforge import __version__
@@ -28,6 +28,7 @@ from faforge.errors import FaforgeError, path_error
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip member can carry
 ELF_MAGIC = b"\x7fELF"
+WRITTEN = ("METADATA", "WHEEL", "RECORD")  # the dist-info files the writer makes, never taken from the inputs
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def _check_name(name: str, spec: WheelSpec) -> None:
     parts = name.split("/")
     if not name or name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
         raise FaforgeError(f"{spec.filename}: member {name!r} is not a plain relative path", hint="name files inside the wheel plainly")
-    if parts[0] == spec.dist_info and parts[-1] in ("METADATA", "WHEEL", "RECORD"):
+    if parts[0] == spec.dist_info and parts[-1] in WRITTEN:
         raise FaforgeError(f"{spec.filename}: {name} is written by faforge, not taken from the inputs", hint="leave it out of the files")
 
 
@@ -158,3 +159,19 @@ def write_wheel(spec: WheelSpec, out_dir: str | os.PathLike) -> Path:
             os.unlink(tmp)
     return target
 
+
+
+def rewrite_wheel(spec: WheelSpec, contents: dict[str, bytes], dist_info: str, *, member: str, patched: Path,
+                  out_dir: str | os.PathLike) -> Path:
+    """Write `spec` (its files left empty) holding another wheel's `contents` (name -> bytes, as wheel_contents
+    reads them): the files of its dist-info folder `dist_info` move under spec's, but for those the writer makes
+    anew (WRITTEN); `member` (its extension) is the file `patched` instead. Returns the new wheel's path."""
+    files: dict[str, bytes | Path] = {}
+    for name, data in contents.items():
+        top, _, rest = name.partition("/")
+        if top == dist_info:
+            if rest not in WRITTEN:
+                files[f"{spec.dist_info}/{rest}"] = data
+        else:
+            files[name] = patched if name == member else data
+    return write_wheel(replace(spec, files=files), out_dir)
