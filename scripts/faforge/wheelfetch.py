@@ -14,12 +14,14 @@ not used (it is not served everywhere).  Only the standard library is used.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import struct
 import urllib.error
 import urllib.parse
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,9 +214,25 @@ def fetch_member(wheel: RemoteFile, member: str, cache_dir: Path) -> Path:
     target = cache_dir / wheel.filename / member
     if target.is_file():
         return target
-    data = RemoteZip(wheel.url, wheel.size).read(member)
+    return save(target, RemoteZip(wheel.url, wheel.size).read(member))
+
+
+def save(target: Path, data: bytes) -> Path:
+    """`data` as `target` (its folder made), through `target.part` beside it, so that a cut run never leaves a
+    short file under the name; returns `target`."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
     partial.write_bytes(data)
     partial.replace(target)
     return target
+
+
+def download_checked(url: str, sha256: str, target: Path, mismatch: Callable[[str], RemoteError]) -> Path:
+    """The file at `url` saved as `target` when its sha256 is `sha256` (hex); otherwise nothing is written and
+    `mismatch(the sha256 it has)` is raised, an error saying whose sha256 it should have been. A failed download
+    is a FetchError naming the URL."""
+    data = http_get(url, kind="package")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise mismatch(digest)
+    return save(target, data)

@@ -4,7 +4,6 @@ published it to (checked against that channel's sha256)."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from faforge import config
@@ -13,7 +12,7 @@ from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteErro
 from faforge.matrix.kernels import KERNEL_PACKAGE, KernelPin
 from faforge.packagefile import sha256_of
 from faforge.release.package import PackageFacts, read_package
-from faforge.wheelfetch import http_get
+from faforge.wheelfetch import download_checked
 
 
 def pins_kernel(flash_attn: PackageFacts, kernel: PackageFacts) -> bool:
@@ -64,12 +63,6 @@ def fetch_kernel_package(pin: KernelPin, subdir: str, channel: str) -> Path:
     target = config.cache_dir() / "kernel-packages" / subdir / pin.filename()
     if target.is_file() and sha256_of(target) == sha256:
         return target
-    data = http_get(str(record.url), kind="package")  # a failure is a RemoteError naming the URL
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise RemoteError(f"--kernel-channel {channel}: {record.url} does not have the sha256 its repodata says ({sha256[:12]}…)",
-                          hint="the channel changed during the download, or its index is stale: re-index it, then retry")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    partial.write_bytes(data)
-    partial.replace(target)
-    return target
+    return download_checked(str(record.url), sha256, target, lambda got: RemoteError(
+        f"--kernel-channel {channel}: {record.url} does not have the sha256 its repodata says ({sha256[:12]}…)",
+        hint="the channel changed during the download, or its index is stale: re-index it, then retry"))

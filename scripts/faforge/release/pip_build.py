@@ -23,7 +23,6 @@ backend's glue step imports the build's torch, which an x86_64 Python cannot (se
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import platform
 import re
@@ -46,6 +45,7 @@ from faforge.matrix import Matrix
 from faforge.matrix.kernels import KERNEL_PACKAGE, KernelPin, kernel_key
 from faforge.matrix.pip_builds import PipBuild
 from faforge.matrix.render import recipe_file, render_kernel_output
+from faforge.packagefile import sha256_of
 from faforge.release import clean_env
 from faforge.release.build import CellBuild, build_cell
 from faforge.release.cost import KERNELS_PART
@@ -222,26 +222,20 @@ def build_kernel_package(build: PipBuild, matrix: Matrix, where: WheelWhere, rep
 
 def flash_attn_sdist(matrix: Matrix) -> Path:
     """The recipe's sdist from PyPI, sha256-checked against variants/matrix.yaml, cached under faforge's cache."""
-    from faforge.wheelfetch import http_get, list_files  # noqa: PLC0415
+    from faforge.wheelfetch import download_checked, list_files  # noqa: PLC0415
 
     version, sha256 = matrix.policy.flash_attn_version, matrix.policy.flash_attn_sha256
     name = f"{FLASH_ATTN.dist_name}-{version}.tar.gz"
     target = config.cache_dir() / f"{FLASH_ATTN.package}-sdist" / name
-    if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == sha256:
+    if target.is_file() and sha256_of(target) == sha256:
         return target
     url = next((f.url for f in list_files(FLASH_ATTN.package) if f.filename == name), None)
     if url is None:
         raise RemoteError(f"{name}: the package index does not list it", hint=f"check {FLASH_ATTN.key}.version in variants/matrix.yaml, "
                                                                                 "or pass --source SDIST")
-    data = http_get(url, kind="package")
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise RemoteError(f"{url}: sha256 {hashlib.sha256(data).hexdigest()[:12]}…, variants/matrix.yaml says {sha256[:12]}…",
-                          hint="the download was cut or the file changed: retry, or pass --source SDIST")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".part")
-    partial.write_bytes(data)
-    partial.replace(target)
-    return target
+    return download_checked(url, sha256, target, lambda got: RemoteError(
+        f"{url}: sha256 {got[:12]}…, variants/matrix.yaml says {sha256[:12]}…",
+        hint="the download was cut or the file changed: retry, or pass --source SDIST"))
 
 
 def unpack_sdist(sdist: Path, work: Path) -> Path:
