@@ -49,35 +49,6 @@ def wheel_part(cost: BuildCost) -> Part:
     return Part(name=WHEEL_PART, tus=cell_part(cost).tus, minutes=cell_part(cost).minutes)
 
 
-def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner_label: str, cost: BuildCost, kernel_in_channel: bool,
-              kernel_package_glob: str, slug: str) -> dict:
-    """One pip cell's job, shaped like a cell job (build-cells.yml reads the same keys) plus the wheels it makes."""
-    cell, part = build.cell, wheel_part(cost)
-    return {
-        "cell": cell.id,
-        "part": part.name,
-        "slug": slug,
-        "name": cell.id,
-        "platform": cell.platform,
-        "runs-on": runner_label,
-        "timeout-minutes": part.minutes,
-        "python": cell.python,
-        "torch": cell.torch,
-        "cuda": cell.cuda,
-        "cxx11-abi": cell.cxx11_abi,
-        "kernels": kernels.key.slug,
-        "kernel-package": kernel_package_glob,
-        "kernel-build": build.kernel_build,
-        "build-string": build.build_string,
-        "index-name": cell.index_name,
-        "torch-wheel": cell.wheel,
-        "package": build.glue_wheel(),  # what it uploads, beside the kernel wheel
-        "kernel-wheel": build.kernel_wheel(),
-        "pieces": 0,
-        "kernel-in-channel": kernel_in_channel,
-    }
-
-
 # ---------------------------------------------------------------- what the target index holds
 
 def index_location(where: str, index_name: str) -> str:

@@ -37,13 +37,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.matrix.cells import Cell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import PipBuild
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, cell_part, split_kernels
-from faforge.release.pip_plan import GLUE_PLATFORMS, NOT_BUILT_YET, PIP_STAGE, WHEEL_PART, TorchReleaseCost, wheel_job, wheel_part
+from faforge.release.pip_plan import GLUE_PLATFORMS, NOT_BUILT_YET, PIP_STAGE, WHEEL_PART, TorchReleaseCost, wheel_part
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
 # 4: the flash_attn_3_pieces stage (TU pieces of an FA3 package too long for one job) and FA3 jobs' `kernels`.
@@ -160,8 +161,8 @@ def job_slug(cell_id: str, part: str) -> str:
     return slug if part == "all" else f"{slug}-{part}"
 
 
-def _job(rendered: RenderedCell, kernels: KernelPackage, part: Part, runner_label: str) -> dict:
-    cell = rendered.cell
+def _job(cell: Cell, kernels: KernelPackage, part: Part, runner_label: str) -> dict:
+    """What every job of a cell (conda or pip) or kernel package carries: its cell, part, runner and kernel package."""
     return {
         "cell": cell.id,
         "part": part.name,
@@ -182,7 +183,7 @@ def kernel_job(rendered: RenderedCell, kernels: KernelPackage, part: Part, runne
     first cell, whose variant the build renders; `pieces` is how many piece artifacts a kernels-link
     job must find before it builds."""
     return {
-        **_job(rendered, kernels, part, runner_label),
+        **_job(rendered.cell, kernels, part, runner_label),
         "slug": f"{kernels.key.slug}-{part.name}",
         "name": f"{kernels.key.id} [{part.name}]",
         "build-string": kernels.key.build_string_prefix,
@@ -194,11 +195,29 @@ def kernel_job(rendered: RenderedCell, kernels: KernelPackage, part: Part, runne
 def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, cost: BuildCost, kernel_in_channel: bool) -> dict:
     """A cell's job: flash_api.cpp and the link, against its kernel package (this run's or the channel's)."""
     return {
-        **_job(rendered, kernels, cell_part(cost), runner_label),
+        **_job(rendered.cell, kernels, cell_part(cost), runner_label),
         "slug": job_slug(rendered.cell.id, CELL_PART),
         "name": rendered.cell.id,
         "build-string": rendered.build_string,
         "package": package_filename(rendered),
+        "pieces": 0,
+        "kernel-in-channel": kernel_in_channel,
+    }
+
+
+def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner_label: str, cost: BuildCost, kernel_in_channel: bool) -> dict:
+    """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus the
+    wheels it makes."""
+    return {
+        **_job(build.cell, kernels, wheel_part(cost), runner_label),
+        "slug": job_slug(build.cell.id, WHEEL_PART),
+        "name": build.cell.id,
+        "kernel-build": build.kernel_build,
+        "build-string": build.build_string,
+        "index-name": build.cell.index_name,
+        "torch-wheel": build.cell.wheel,
+        "package": build.glue_wheel(),  # what it uploads, beside the kernel wheel
+        "kernel-wheel": build.kernel_wheel(),
         "pieces": 0,
         "kernel-in-channel": kernel_in_channel,
     }
@@ -310,8 +329,7 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
     for b in pip_todo:
         k = pip_kernel_of[b.cell.id]
         jobs[PIP_STAGE].append(wheel_job(b, k, runner_label=cost.runner_for(b.cell.platform).label, cost=cost,
-                                         kernel_in_channel=k.key.id in in_channel, kernel_package_glob=kernel_package_glob(k),
-                                         slug=job_slug(b.cell.id, WHEEL_PART)))
+                                         kernel_in_channel=k.key.id in in_channel))
     fa3_held = frozenset(r.package.id for r in fa3 if (r.name, r.version, r.build_string, r.package.platform) in present)
     fa3_todo = [r for r in fa3 if r.package.id not in fa3_held]
     for r in fa3_todo:
