@@ -266,13 +266,7 @@ def dump_releases(table: ReleaseTable, header: str) -> str:
     world_order = list(table.worlds)
     rows = sorted(table.releases, key=lambda r: (world_order.index(r.world), vtuple(r.torch), vtuple(r.cuda)))
     for r in rows:
-        lines += [
-            f"- world: {r.world}",
-            f"  torch: {r.torch}",
-            f"  cuda: '{r.cuda}'",
-            f"  python: [{', '.join(repr(p) for p in r.python)}]",
-            f"  platforms: [{', '.join(r.platforms)}]",
-        ]
+        lines += _row_head(r)
         if r.tegra:
             lines.append("  tegra: true")
         if len(r.source) == 1:
@@ -283,19 +277,23 @@ def dump_releases(table: ReleaseTable, header: str) -> str:
     pip_order = list(table.pip_worlds)
     for r in sorted(table.pip_releases, key=lambda r: (pip_order.index(r.world), vtuple(r.torch), vtuple(r.cuda),
                                                        [PLATFORMS.index(p) for p in r.platforms])):
-        lines += [
-            f"- world: {r.world}",
-            f"  torch: {r.torch}",
-            f"  cuda: '{r.cuda}'",
-            f"  python: [{', '.join(repr(p) for p in r.python)}]",
-            f"  platforms: [{', '.join(r.platforms)}]",
-            f"  cxx11_abi: {r.cxx11_abi}",
-        ]
+        lines += [*_row_head(r), f"  cxx11_abi: {r.cxx11_abi}"]
         if r.index:
             lines.append(f"  index: {r.index}")
         lines.append("  source:")
         lines += [f"  - {s}" for s in sorted(r.source, key=_wheel_order)]
     return "\n".join(lines) + "\n"
+
+
+def _row_head(r: Release | PipRelease) -> list[str]:
+    """The lines a conda row and a pip row both start with, in the canonical order."""
+    return [
+        f"- world: {r.world}",
+        f"  torch: {r.torch}",
+        f"  cuda: '{r.cuda}'",
+        f"  python: [{', '.join(repr(p) for p in r.python)}]",
+        f"  platforms: [{', '.join(r.platforms)}]",
+    ]
 
 
 def _wheel_order(name: str) -> tuple:
