@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.pipindex.layout import index_name, parse_index_name
+from faforge.pipwheel.facts import requirement
 from faforge.wheelnames import CUDA_LABEL, GLUE_LABEL
 
 GLUE = canonicalize_name(FLASH_ATTN.package)
@@ -36,18 +37,6 @@ class Placement:
 
     def indexes_of(self, filename: str) -> tuple[str, ...]:
         return tuple(name for name, wheels in self.indexes.items() if any(w.filename == filename for w in wheels))
-
-
-def requirement(wheel, project: str) -> Requirement | None:
-    """The wheel's Requires-Dist on `project` (normalised), without markers that exclude it; None if it has none."""
-    for text in wheel.requires_dist:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(req.name) == project:
-            return req
-    return None
 
 
 def admits(req: Requirement | None, version: str) -> bool:

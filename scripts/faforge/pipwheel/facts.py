@@ -85,6 +85,19 @@ class WheelFacts:
     size: int
 
 
+def requirement(wheel: WheelFacts, project: str) -> Requirement | None:
+    """The wheel's first Requires-Dist on `project` (a normalised name), its markers not evaluated; a line that does
+    not parse is passed over. None if it has none."""
+    for text in wheel.requires_dist:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(req.name) == project:
+            return req
+    return None
+
+
 def _refuse(what: str, message: str, hint: str = REBUILD) -> FaforgeError:
     return FaforgeError(f"{what}: {message}", hint=hint, input=what)
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from faforge.pipindex.folder import survey
-from faforge.pipindex.placement import FA3, GLUE, KERNEL, PROJECTS, admits, glue_index, place, requirement
+from faforge.pipindex.placement import FA3, GLUE, KERNEL, PROJECTS, admits, glue_index, place
 from faforge.pipindex.publish import IndexPublished, Outcome, publish_wheels
-from faforge.pipwheel.facts import read_wheel
+from faforge.pipwheel.facts import read_wheel, requirement
 from faforge.release.manifest import require_passed
 from faforge.release.publish import Decision, judge
 

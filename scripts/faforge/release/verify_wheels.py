@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -63,7 +63,7 @@ from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import KERNEL_BUILD
-from faforge.pipwheel.facts import WheelFacts, check_members, read_wheel
+from faforge.pipwheel.facts import WheelFacts, check_members, read_wheel, requirement
 from faforge.pipwheel.layout import KERNEL_DIR
 from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.package import cuda_of_tag
@@ -138,14 +138,7 @@ class WheelPackage:
         return f"{self.facts.name}=={self.facts.version}"
 
     def requires(self, project: str) -> Requirement | None:
-        for text in self.facts.requires_dist:
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
-                continue
-            if canonicalize_name(req.name) == project:
-                return req
-        return None
+        return requirement(self.facts, project)
 
     @property
     def kernel_pin(self) -> str | None:
