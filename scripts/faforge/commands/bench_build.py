@@ -134,25 +134,28 @@ def execute(args: argparse.Namespace) -> int:
             | ({"pip_world": pip_section.as_json()} if pip_section else {})
         print(json.dumps({"version": SCHEMA_VERSION, **report.as_json(), **extra}, indent=2))
         return EXIT_OK
-    for title, headers, rows in report.tables():
-        print(f"\n{title}")
-        print(format_table(headers, rows))
+    _print_tables(report.tables())
     if before_after:
         print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} once per platform, CUDA, archs and Philox layout)")
         print(format_table(["", "before", "after"], before_after.rows()))
     if fa3_section:
         print(f"\n{FLASH_ATTN_3.title}: {fa3_section.tus} TUs a package, model in faforge/buildcost/fa3.py")
-        for title, headers, rows in fa3_section.tables():
-            print(f"\n{title}")
-            print(format_table(headers, rows))
-        print()
-        for note in fa3_section.notes():
-            print(note)
+        _print_section(fa3_section)
     if pip_section:
-        for title, headers, rows in pip_section.tables():
-            print(f"\n{title}")
-            print(format_table(headers, rows))
-        print()
-        for note in pip_section.notes():
-            print(note)
+        _print_section(pip_section)
     return EXIT_OK
+
+
+def _print_tables(tables) -> None:
+    """Each (title, headers, rows) of a report, after a blank line."""
+    for title, headers, rows in tables:
+        print(f"\n{title}")
+        print(format_table(headers, rows))
+
+
+def _print_section(section) -> None:
+    """A report section (the FA3 model, the pip world): its tables, a blank line, then its notes."""
+    _print_tables(section.tables())
+    print()
+    for note in section.notes():
+        print(note)
