@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from faforge import paths
-from tests.conda_world.cells import WorldCell
+from faforge.family import FLASH_ATTN
+from tests.conda_world.cells import CU130, WorldCell
 from tests.recipe.test_build_script_real import _tiny_sdist
 from tests.support.cache import cache_dir
 
@@ -71,6 +72,11 @@ class Built:
     packages: list[Path]  # the flash-attn package(s)
     out: Path
 
+    def kernel_package(self) -> Path:
+        """The kernel package this build made; the build must have passed."""
+        assert self.result.returncode == 0, (self.result.stdout + self.result.stderr)[-3000:]
+        return next((self.out / "linux-64").glob(f"{FLASH_ATTN.kernel_package}-*.conda"))
+
 
 @pytest.fixture(scope="session")
 def build_in_world(world, sdist, tmp_path_factory, request):
@@ -91,3 +97,9 @@ def build_in_world(world, sdist, tmp_path_factory, request):
         return done[cell.id]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def cu130_kernel_package(build_in_world) -> Path:
+    """The kernel package of the cu130 cell's build: the one the pip tests repack as the kernel wheel and link the glue against."""
+    return build_in_world(CU130).kernel_package()

@@ -33,7 +33,7 @@ from faforge.pipwheel.facts import read_wheel, wheel_contents
 from faforge.pipwheel.manylinux import EXTERNAL, is_external
 from faforge.pipwheel.patch import differences, identity
 from tests.conda_world.cells import CU130
-from tests.conda_world.conftest import build_in_world, sdist, world  # noqa: F401  (fixtures: the world's kernel build, once per run)
+from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401  (fixtures: the world's kernel build, once per run)
 from tests.pipwheel.test_facts import CANARY
 from tests.recipe.test_build_script_real import SCRIPT, build_python  # noqa: F401  (fixture: torch 2.14.1 and the build tools)
 
@@ -51,18 +51,11 @@ def faforge(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def kernel_package(build_in_world) -> Path:  # noqa: F811
-    built = build_in_world(CU130)
-    assert built.result.returncode == 0, (built.result.stdout + built.result.stderr)[-3000:]
-    return next((built.out / "linux-64").glob(f"{FLASH_ATTN.kernel_package}-*.conda"))
-
-
-@pytest.fixture(scope="module")
-def unpacked_kernel(kernel_package, tmp_path_factory) -> Path:
+def unpacked_kernel(cu130_kernel_package, tmp_path_factory) -> Path:  # noqa: F811
     from rattler.package_streaming import extract  # noqa: PLC0415
 
     prefix = tmp_path_factory.mktemp("kernel-prefix")
-    extract(kernel_package, prefix)
+    extract(cu130_kernel_package, prefix)
     return prefix / "lib" / FLASH_ATTN.kernel_soname
 
 
@@ -101,11 +94,11 @@ def torch214(build_python):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def wheels(kernel_package, raw_glue, fa3_raw, torch214, tmp_path_factory) -> dict[str, dict]:
+def wheels(cu130_kernel_package, raw_glue, fa3_raw, torch214, tmp_path_factory) -> dict[str, dict]:  # noqa: F811
     """kind -> the `faforge wheel KIND ... --json` report (its wheel in one output folder), each run once."""
     out = tmp_path_factory.mktemp("wheels")
     metadata = torch214.site_packages / "torch-2.14.1.dist-info" / "METADATA"
-    runs = {"kernel": ["kernel", str(kernel_package), "--torch-metadata", str(metadata)]}
+    runs = {"kernel": ["kernel", str(cu130_kernel_package), "--torch-metadata", str(metadata)]}
     reports = {}
     for kind in ("kernel", "glue", "fa3"):
         if kind == "glue":
@@ -272,9 +265,9 @@ def test_without_the_kernel_wheel_the_glue_names_it(pip_site, torch214, tmp_path
     assert broken.returncode != 0 and f"{FLASH_ATTN.kernel_soname}: cannot open shared object file" in broken.stderr, broken.stderr[-2000:]
 
 
-def test_the_same_inputs_give_the_same_wheel(wheels, kernel_package, torch214, tmp_path):
+def test_the_same_inputs_give_the_same_wheel(wheels, cu130_kernel_package, torch214, tmp_path):  # noqa: F811
     metadata = torch214.site_packages / "torch-2.14.1.dist-info" / "METADATA"
-    again = faforge("wheel", "kernel", str(kernel_package), "--torch-metadata", str(metadata), "--out", str(tmp_path), "--json")
+    again = faforge("wheel", "kernel", str(cu130_kernel_package), "--torch-metadata", str(metadata), "--out", str(tmp_path), "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["wheel"]["sha256"] == wheels["kernel"]["wheel"]["sha256"]
 

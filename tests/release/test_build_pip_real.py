@@ -23,8 +23,7 @@ from faforge.family import FLASH_ATTN
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
 from faforge.pipwheel.facts import read_wheel, wheel_contents
-from tests.conda_world.cells import CU130
-from tests.conda_world.conftest import build_in_world, sdist, world  # noqa: F401  (fixtures: the world's kernel build, once per run)
+from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401  (fixtures: the world's kernel build, once per run)
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 
@@ -42,13 +41,6 @@ def faforge(*args: str, env: dict | None = None, timeout: int = 2400) -> subproc
 
 
 @pytest.fixture(scope="module")
-def kernel_package(build_in_world) -> Path:  # noqa: F811
-    built = build_in_world(CU130)
-    assert built.result.returncode == 0, (built.result.stdout + built.result.stderr)[-3000:]
-    return next((built.out / "linux-64").glob(f"{FLASH_ATTN.kernel_package}-*.conda"))
-
-
-@pytest.fixture(scope="module")
 def build_env(glue_cxx_dir) -> dict:
     try:
         toolkit = cuda_home()
@@ -60,10 +52,10 @@ def build_env(glue_cxx_dir) -> dict:
 
 
 @pytest.fixture(scope="module")
-def built(kernel_package, sdist, build_env, tmp_path_factory, request):  # noqa: F811
+def built(cu130_kernel_package, sdist, build_env, tmp_path_factory, request):  # noqa: F811
     out = tmp_path_factory.mktemp("pip-build")
     started = time.monotonic()
-    result = faforge("build", CELL, "--source", str(sdist), "--kernel-package", str(kernel_package), "--output-dir", str(out), "--json",
+    result = faforge("build", CELL, "--source", str(sdist), "--kernel-package", str(cu130_kernel_package), "--output-dir", str(out), "--json",
                      env=build_env)
     seconds = time.monotonic() - started
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
@@ -121,11 +113,11 @@ def _sections(path: Path) -> tuple[dict, dict, list, set]:
     return plain, {"dynsym": rows}, entries, strings
 
 
-def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_runpath(built, kernel_package, tmp_path):
+def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_runpath(built, cu130_kernel_package, tmp_path):  # noqa: F811
     from rattler.package_streaming import extract  # noqa: PLC0415
 
     report, _, _ = built
-    extract(kernel_package, tmp_path / "prefix")
+    extract(cu130_kernel_package, tmp_path / "prefix")
     conda = tmp_path / "prefix" / "lib" / FLASH_ATTN.kernel_soname
     pip = tmp_path / FLASH_ATTN.kernel_soname
     pip.write_bytes(wheel_contents(Path(report["builds"][0]["wheel"]["kernel"]["path"]))[f"libflash_attn_kernels/{FLASH_ATTN.kernel_soname}"])
@@ -139,9 +131,9 @@ def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_
         "the one string changed is the search path"
 
 
-def test_a_second_build_finds_both_wheels_and_builds_nothing(built, kernel_package, sdist, build_env):  # noqa: F811
+def test_a_second_build_finds_both_wheels_and_builds_nothing(built, cu130_kernel_package, sdist, build_env):  # noqa: F811
     _, _, out = built
-    again = faforge("build", CELL, "--source", str(sdist), "--kernel-package", str(kernel_package), "--output-dir", str(out), "--json",
+    again = faforge("build", CELL, "--source", str(sdist), "--kernel-package", str(cu130_kernel_package), "--output-dir", str(out), "--json",
                     env=build_env, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     [entry] = json.loads(again.stdout)["builds"]
