@@ -6,12 +6,9 @@ the runner hours each torch release adds, from variants/build-cost.yaml."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index
@@ -25,22 +22,10 @@ from faforge.release.build_run import jobs_from_plan
 from faforge.release.cost import cell_part, load_build_cost, split_kernels
 from faforge.release.pip_plan import NOT_BUILT_YET
 from faforge.release.plan import STAGES
+from tests.release.test_plan import faforge, plan_json
 from tests.support.pip_index_server import serve_index
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "plan.json").read_text())
 TAG = "manylinux_2_28_x86_64"
-
-
-def faforge(*args):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=300)
-
-
-def plan_json(*args) -> dict:
-    result = faforge("plan", *args, "--json")
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
-    jsonschema.validate(data, SCHEMA)
-    return data
 
 
 def jobs_of(data, stage):
