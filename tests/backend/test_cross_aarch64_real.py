@@ -19,30 +19,20 @@ not reached in this session's time box; this is the fallback, each step on real 
 from __future__ import annotations
 
 import json
-import os
-import platform
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from faforge import paths
 from faforge.abi import elf
 from faforge.channel.local import PackageSpec, assemble
 from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from tests.recipe.test_build_script_real import _tiny_sdist
-from tests.support.aarch64_cross import CrossUnavailable, arm64_torch_site, sbsa_cuda_home
-from tests.support.cache import cache_dir
-from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
-from tests.support.debian_toolchains import DebianUnavailable, arm64_plain_python
+from tests.support.aarch64_cross import CXX, CrossUnavailable, cross_glue, cross_kernel_library, cross_toolchain
 
 pytestmark = pytest.mark.slow
 
-CXX = "aarch64-linux-gnu-g++"
-SCRIPT = paths.recipe_dir() / "build_flash_attn.py"
 SITE = "lib/python3.11/site-packages"
 EXTENSION = "flash_attn_2_cuda.cpython-311-aarch64-linux-gnu.so"
 BUILD = "py311_torch2_11_cu130_cxx11abi1_h0000000_0"
@@ -50,31 +40,18 @@ BUILD = "py311_torch2_11_cu130_cxx11abi1_h0000000_0"
 
 @pytest.fixture(scope="module")
 def cross(tmp_path_factory):
-    if platform.machine() != "x86_64" or not shutil.which(CXX):
-        pytest.skip(f"needs an x86_64 machine with {CXX} (Debian g++-aarch64-linux-gnu)")
-    ninja = shutil.which("ninja") or str(cache_dir("venvs") / "build-tools-py3.11/bin/ninja")
-    if not Path(ninja).is_file():
-        pytest.skip("ninja is not on PATH (pip install ninja)")
     try:
-        toolkit = cuda_home()
-        torch_site = arm64_torch_site("2.11.0", "3.11")
-        home = sbsa_cuda_home(toolkit, torch_site / "nvidia/cu13")
-        python = arm64_plain_python()
-    except (NoCudaToolkit, CrossUnavailable, DebianUnavailable) as exc:
+        return tmp_path_factory.mktemp("cross"), cross_toolchain("2.11.0")
+    except CrossUnavailable as exc:
         pytest.skip(str(exc))
-    return tmp_path_factory.mktemp("cross"), home, torch_site, python, Path(ninja).parent
 
 
 def test_cross_build_abi_gate_and_emulated_import(cross):
-    tmp, home, torch_site, python, ninja_dir = cross
+    tmp, tools = cross
+    torch_site, python = tools.torch_site, tools.python
     src, prefix, timings = _tiny_sdist(tmp), tmp / "prefix", {}
-    env = dict(os.environ, target_platform="linux-aarch64", build_platform="linux-64", CXX=CXX, CUDA_HOME=str(home),
-               PATH=f"{ninja_dir}:{os.environ['PATH']}")
     started = time.monotonic()
-    built = subprocess.run([sys.executable, str(SCRIPT), "--kernels-only", "--philox-offset-bits", "64", "--source-dir", str(src),
-                            "--build-dir", str(tmp / "build"), "--install-lib-dir", str(prefix / "lib"), "--archs", "80",
-                            "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts")],
-                           capture_output=True, text=True, env=env, timeout=1800)
+    built = cross_kernel_library(tools, src, tmp / "build", prefix / "lib", archs="80")
     timings["kernel library (cross)"] = time.monotonic() - started
     log = built.stdout + built.stderr
     assert built.returncode == 0, log[-3000:]
@@ -85,17 +62,8 @@ def test_cross_build_abi_gate_and_emulated_import(cross):
     assert (report.machine, report.problems) == ("aarch64", ()), report
     assert "libcudart.so.13" in report.needed
 
-    torch_dir = torch_site / "torch"
-    include = python.include
-    ext = prefix / SITE / EXTENSION
-    ext.parent.mkdir(parents=True)
     started = time.monotonic()
-    subprocess.run([CXX, "-shared", "-fPIC", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
-                    "-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include/torch/csrc/api/include'}",
-                    f"-I{include}", f"-I{python.python.parents[1] / 'include'}", f"-I{src / 'csrc/flash_attn/src'}",
-                    f"-I{home / 'targets/sbsa-linux/include'}", str(src / "csrc/flash_attn/flash_api.cpp"), "-o", str(ext),
-                    f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-L{prefix / 'lib'}",
-                    "-lflash_attn_kernels", "-Wl,-rpath,$ORIGIN/../.."], check=True, capture_output=True, text=True, timeout=1800)
+    ext = cross_glue(tools, src, prefix / "lib", prefix / SITE / EXTENSION, rpath="$ORIGIN/../..")
     timings["glue (cross, g++ only)"] = time.monotonic() - started
     assert elf.read_info(ext).machine == "aarch64"
 

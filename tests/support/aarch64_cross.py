@@ -8,6 +8,12 @@ fallback): PyPI's aarch64 torch with its dependencies, and a CUDA home with an s
   libcudart.so.13, libcudadevrt.a, libcudart_static.a; the torch above brings it) and the toolkit's
   arch-independent headers that wheel lacks (crt/, cccl/: declared stand-in). nvcc finds the folder
   above its own binary as TOP, so bin/nvcc is a copy and everything else a link into the toolkit.
+* The two cross builds of the tiny flash-attn-shaped sdist (tests/recipe), shared by the conda fallback test
+  (tests/backend/test_cross_aarch64_real.py) and the aarch64 pip cell (tests/pipworld/test_aarch64_cell.py):
+  the kernel library by the build backend (build_flash_attn.py --kernels-only, nvcc -ccbin aarch64-linux-gnu-g++
+  -target-dir sbsa-linux), and the glue (flash_api.cpp) by aarch64-linux-gnu-g++ alone against the aarch64
+  torch's and Debian's arm64 Python's headers (the backend's glue step imports the build's torch, which an
+  x86_64 Python cannot: that is what cross-python is for).
 """
 
 from __future__ import annotations
@@ -15,13 +21,18 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from faforge import paths
 from tests.support.cache import cache_dir
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.debian_toolchains import Arm64Python, DebianUnavailable, arm64_plain_python
 
 # Every glibc from torch's manylinux_2_28 down: pip takes an explicit --platform literally, and NVIDIA's
 # wheels pick their own floor (nvidia-cudnn-cu13 9.19.0.56, which aarch64 torch 2.11.0 pins, is
@@ -120,3 +131,63 @@ def sbsa_cuda_home(toolkit: Path, cu13: Path) -> Path:
     except OSError:
         shutil.rmtree(staging)
     return home
+
+
+# ------------------------------------------------------------------------------------------ the cross builds
+
+CXX = "aarch64-linux-gnu-g++"
+BUILD_SCRIPT = paths.recipe_dir() / "build_flash_attn.py"
+
+
+@dataclass(frozen=True)
+class CrossToolchain:
+    """What cross-building the tiny sdist for linux-aarch64 (CPython 3.11) needs on this machine."""
+
+    cuda_home: Path  # this machine's toolkit with a targets/sbsa-linux tree (sbsa_cuda_home)
+    torch_site: Path  # PyPI's aarch64 torch with its dependencies (arm64_torch_site)
+    python: Arm64Python  # Debian's arm64 python3.11: its headers, and the interpreter under qemu
+    ninja_dir: Path  # the folder of a ninja the backend runs
+
+
+def cross_toolchain(torch: str = "2.11.0") -> CrossToolchain:
+    """The cross toolchain against PyPI's aarch64 torch==`torch` (cp311); CrossUnavailable naming what is missing."""
+    if platform.machine() != "x86_64" or not shutil.which(CXX):
+        raise CrossUnavailable(f"needs an x86_64 machine with {CXX} (Debian g++-aarch64-linux-gnu)")
+    ninja = shutil.which("ninja") or str(cache_dir("venvs") / "build-tools-py3.11/bin/ninja")
+    if not Path(ninja).is_file():
+        raise CrossUnavailable("ninja is not on PATH (pip install ninja)")
+    try:
+        toolkit = cuda_home()
+        site = arm64_torch_site(torch, "3.11")
+        home = sbsa_cuda_home(toolkit, site / "nvidia/cu13")
+        python = arm64_plain_python()
+    except (NoCudaToolkit, DebianUnavailable) as exc:
+        raise CrossUnavailable(str(exc)) from None
+    return CrossToolchain(home, site, python, Path(ninja).parent)
+
+
+def cross_kernel_library(tools: CrossToolchain, src: Path, build_dir: Path, lib_dir: Path, *, archs: str,
+                         philox_offset_bits: int = 64) -> subprocess.CompletedProcess:
+    """The backend cross-builds the sdist's kernel library into lib_dir/libflash_attn_kernels.so (target_platform
+    linux-aarch64, CXX the cross g++, nvcc 13.0 with -ccbin and -target-dir sbsa-linux); the run, to assert on."""
+    env = dict(os.environ, target_platform="linux-aarch64", build_platform="linux-64", CXX=CXX, CUDA_HOME=str(tools.cuda_home),
+               PATH=f"{tools.ninja_dir}:{os.environ['PATH']}")
+    return subprocess.run([sys.executable, str(BUILD_SCRIPT), "--kernels-only", "--philox-offset-bits", str(philox_offset_bits),
+                           "--source-dir", str(src), "--build-dir", str(build_dir), "--install-lib-dir", str(lib_dir), "--archs", archs,
+                           "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts")],
+                          capture_output=True, text=True, env=env, timeout=1800, check=False)
+
+
+def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension: Path, *, rpath: str | None) -> Path:
+    """flash_api.cpp cross-compiled into `extension` (flash_attn_2_cuda.cpython-311-aarch64-linux-gnu.so), C++ ABI 1, linked
+    against the aarch64 torch and the kernel library in kernel_lib_dir by its SONAME; `rpath` its search path, or none."""
+    torch_dir = tools.torch_site / "torch"
+    extension.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([CXX, "-shared", "-fPIC", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
+                    "-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include/torch/csrc/api/include'}",
+                    f"-I{tools.python.include}", f"-I{tools.python.python.parents[1] / 'include'}", f"-I{src / 'csrc/flash_attn/src'}",
+                    f"-I{tools.cuda_home / 'targets/sbsa-linux/include'}", str(src / "csrc/flash_attn/flash_api.cpp"), "-o", str(extension),
+                    f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-L{kernel_lib_dir}",
+                    "-lflash_attn_kernels", *([f"-Wl,-rpath,{rpath}"] if rpath else [])],
+                   check=True, capture_output=True, text=True, timeout=1800)
+    return extension
