@@ -35,6 +35,21 @@ def conda_style(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def aarch64_style(tmp_path_factory) -> Path:
+    """The same library for aarch64, linked by Debian's aarch64-linux-gnu-g++ with the backend's glue RUNPATH: aarch64
+    GNU ld writes section symbols (STT_SECTION) of .note.gnu.build-id, .gnu.hash and .dynstr into .symtab, and patchelf
+    moves those sections (a cross-built glue's `faforge wheel glue` was refused: `.symtab: its bytes changed`)."""
+    if not shutil.which("aarch64-linux-gnu-g++"):
+        pytest.skip("aarch64-linux-gnu-g++ is not on PATH (Debian g++-aarch64-linux-gnu)")
+    work = tmp_path_factory.mktemp("so-aarch64")
+    (work / "k.cpp").write_text('#include <string>\nextern "C" unsigned long k(const char* s) { return std::string(s).size(); }\n')
+    out = work / "libk.so.1"
+    subprocess.run(["aarch64-linux-gnu-g++", "-shared", "-fPIC", "-O1", str(work / "k.cpp"), "-o", str(out), "-Wl,-soname,libk.so.1",
+                    "-Wl,-rpath,$ORIGIN/torch/lib"], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
 def fa3_binary(tmp_path_factory) -> Path:
     """The FA3 canary's real _C.abi3.so (sm_90a, a static .symtab, RUNPATH $ORIGIN/../../..:$ORIGIN/../torch/lib)."""
     work = tmp_path_factory.mktemp("fa3")
@@ -53,6 +68,13 @@ def test_a_conda_rpath_becomes_the_pip_runpath_and_nothing_else_changes(conda_st
     assert lines == [f"+ {patch.find_patchelf()} --set-rpath '$ORIGIN/../nvidia/cu13/lib' {tmp_path / 'libk.so.1'}"]
     assert differences(identity(conda_style), after) == []
     assert conda_style.read_bytes() != (tmp_path / "libk.so.1").read_bytes(), "the copy was patched, not the source"
+
+
+def test_an_aarch64_library_whose_section_symbols_move_is_the_same_binary(aarch64_style, tmp_path):
+    runpath = ("$ORIGIN/libflash_attn_kernels", "$ORIGIN/torch/lib", "$ORIGIN/nvidia/cu13/lib")
+    after = set_runpath(aarch64_style, tmp_path / "libk.so.1", runpath)
+    assert read_info(tmp_path / "libk.so.1").runpath == runpath and after.machine == "aarch64"
+    assert differences(identity(aarch64_style), after) == []
 
 
 def test_the_real_fa3_binary_keeps_its_gpu_code_and_symbols(fa3_binary, tmp_path):

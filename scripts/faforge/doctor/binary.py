@@ -19,6 +19,7 @@ from faforge.abi.report import ModuleVerdict, Verdict
 from faforge.abi.resolve import environment_dirs, opened
 from faforge.doctor.facts import EnvFacts
 from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, offered
+from faforge.emulator import NoEmulator, find_emulator, is_foreign
 from faforge.family import FLASH_ATTN
 
 # flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so -> "cpython-310-x86_64-linux-gnu"
@@ -54,6 +55,11 @@ def library_dirs(facts: EnvFacts) -> tuple[Path, ...]:
     if facts.conda is not None:
         dirs.append(Path(facts.python.prefix) / "lib")
     dirs += [Path(d) for d in facts.system.ld_library_path]
+    if is_foreign(facts.system.machine):  # an interpreter run under qemu: the target's libc and libstdc++ are the emulator's sysroot's
+        try:
+            dirs += find_emulator(facts.system.machine).library_dirs()
+        except NoEmulator:
+            pass
     return tuple(dict.fromkeys(opened(d) for d in dirs if d.is_dir()))
 
 

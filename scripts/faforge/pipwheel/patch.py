@@ -7,7 +7,9 @@ gives lib/libflash_attn_kernels.so.1 a DT_RPATH of `$ORIGIN/` (conda's lib/), th
 patchelf moves .dynstr (the new string does not fit) and renumbers the section headers; what the binary
 is, is read before and after with faforge.abi and must be the same: the same sections holding the same
 bytes (all but .dynamic and .dynstr, which patchelf rewrites; symbol tables compared row by row, each
-symbol's section by name, as patchelf renumbers the section headers), the same SONAME and DT_NEEDED,
+symbol's section by name, as patchelf renumbers the section headers, and a section symbol without its value,
+which is the address of the section it names: patchelf moves .dynstr, .gnu.hash and .note.gnu.build-id, and
+aarch64 GNU ld writes section symbols of them into .symtab), the same SONAME and DT_NEEDED,
 the same dynamic symbols (name, binding, type, visibility, defined or not, version), the same version
 needs and definitions, and the same GPU code in .nv_fatbin.
 """
@@ -32,6 +34,7 @@ from faforge.errors import EXIT_PROBLEMS, FaforgeError
 REWRITTEN = (".dynamic", ".dynstr")  # the sections patchelf rewrites (the RUNPATH string, the tag, moved addresses)
 SHT_SYMTAB, SHT_NOBITS, SHT_DYNSYM = 2, 8, 11
 SHN_LORESERVE = 0xFF00
+STT_SECTION = 3  # st_info's low nibble: the symbol is its section (its value, that section's address)
 # Elf32_Sym / Elf64_Sym: name, info, other, shndx, value, size (in the order each class lays them out).
 SYMBOL_ROWS = {32: ("IIIBBH", (0, 3, 4, 5, 1, 2)), 64: ("IBBHQQ", (0, 1, 2, 3, 4, 5))}
 PATCHELF_TIMEOUT_S = 300
@@ -64,7 +67,8 @@ def identity(path: Path) -> BinaryIdentity:
 
 def _digest(elf: ElfFile, section) -> str:
     """sha256 of a section's bytes; of a symbol table's rows with each st_shndx read as the name of its section,
-    since patchelf renumbers the section headers (a static .symtab's section symbols point at them)."""
+    since patchelf renumbers the section headers (a static .symtab's section symbols point at them), and a section
+    symbol's value left out, since patchelf moves the sections it makes room for."""
     if section.type == SHT_NOBITS:
         return ""
     if section.type not in (SHT_SYMTAB, SHT_DYNSYM):
@@ -74,6 +78,8 @@ def _digest(elf: ElfFile, section) -> str:
     for row in elf.rows(section, fmt, section.name):
         name, info, other, shndx, value, size = (row[i] for i in order)
         where = elf.sections[shndx].name if 0 < shndx < min(SHN_LORESERVE, len(elf.sections)) else str(shndx)
+        if info & 0xF == STT_SECTION:
+            value = "its section's address"
         digest.update(f"{name},{info},{other},{where},{value},{size}\n".encode())
     return digest.hexdigest()
 

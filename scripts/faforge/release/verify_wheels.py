@@ -29,7 +29,8 @@ A wheel says what it is in its file name and METADATA (faforge.pipwheel.facts); 
     emulator's sysroot, as verify_foreign does for conda; import: this machine's real pip installs our wheels
     from the loopback index for the wheel's platform (--platform TAG --target DIR --only-binary=:all:
     --no-deps), then the target's Python imports them under qemu with the --against torch behind them; gpu
-    skipped (a GPU runner of that machine runs it). A kernel wheel's import there is skipped, as for conda.
+    skipped (a GPU runner of that machine runs it). A kernel wheel's import there: pip --platform --target of it
+    beside the CUDA runtime of the --against torch's site (its nvidia/ folder), dlopen() under qemu, nothing preloaded.
 A fact a wheel lacks (no label, no pip cell) makes the gates that need it `skipped` with the reason, never passed.
 """
 
@@ -42,6 +43,7 @@ import platform
 import re
 import subprocess
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,7 +72,7 @@ from faforge.release.package import cuda_of_tag
 from faforge.release.pip_env import PipRun, loopback_index, pip_install, pip_install_file, pip_target, site_packages, unpacked_wheels, venv_copy
 from faforge.release.verify import (DLOPEN, FAFORGE_SOURCE, Check, gpu_through, judge_abi, judge_torch_free, kernel_cuda_runtime, output_tail, run_isolated,
                                     suite_check, torch_gates)
-from faforge.release.verify_foreign import Emulation, emulator_for, import_from, target_python
+from faforge.release.verify_foreign import EMULATED_TIMEOUT_S, Emulation, emulator_for, import_from, target_python
 from faforge.release.verify_stable import stable_abi_check, torch_python, torch_sites
 from faforge.versions import vtuple
 from faforge.wheelnames import FA3_LABEL, GLUE_LABEL
@@ -240,7 +242,7 @@ def wheel_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path]
     """Run `gates` on one wheel (see the module's docstring). `kernel`: the kernel wheel a glue wheel pins
     (find_kernel_wheel); `users`: for a kernel wheel, the glue wheels of the call that pin it."""
     if wheel.kind == "kernel":
-        return [kernel_gate(gate, wheel, users, announce) for gate in gates]
+        return [kernel_gate(gate, wheel, users, announce, against=against or [], emulation=emulation) for gate in gates]
     machine = PLATFORM_MACHINES.get(wheel.subdir or "")
     if machine is None:
         return [Check(g, "skipped", f"{wheel.filename}: its platform tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine "
@@ -400,11 +402,13 @@ def kernel_library(wheel: WheelPackage, folder: Path) -> Path | None:
         return Path(archive.extract(KERNEL_MEMBER, folder))
 
 
-def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...], announce: Callable[[str], None]) -> Check:
+def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...], announce: Callable[[str], None], *,
+                against: list[Path] = (), emulation: Emulation = Emulation()) -> Check:
     if gate == "abi":
         return kernel_abi_gate(wheel)
     if gate == "import":
-        return kernel_import_gate(wheel, announce)
+        machine = PLATFORM_MACHINES.get(wheel.subdir or "")
+        return emulated_kernel_import(wheel, machine, against, emulation) if is_foreign(machine) else kernel_import_gate(wheel, announce)
 
     def user_torch(user: WheelPackage) -> TorchVenv:
         machine = PLATFORM_MACHINES.get(user.subdir or "")
@@ -471,6 +475,49 @@ def kernel_import_gate(wheel: WheelPackage, announce: Callable[[str], None]) -> 
                                          "it: its RUNPATH does not reach pip's nvidia/*/lib (a machine without that library cannot load it)")
     return Check("import", "passed", f"pip installed it (--no-deps) beside PyPI's {runtime.requirement}; dlopen of {KERNEL_MEMBER} in a "
                                      "clean process, nothing preloaded: its RUNPATH finds libcudart in the venv, its C interface resolves")
+
+
+def emulated_kernel_import(wheel: WheelPackage, machine: str, against: list[Path], emulation: Emulation) -> Check:
+    """The kernel wheel of another machine: this machine's pip installs it for its platform into a folder from the
+    loopback index, beside the CUDA runtime of an --against torch's site-packages (its nvidia/ folder, where pip puts
+    PyPI's runtime wheel), and the target's Python dlopen()s it under qemu with nothing preloaded and no
+    LD_LIBRARY_PATH: its RUNPATH ($ORIGIN/../nvidia/cu13/lib) must find libcudart, its C interface resolve."""
+    emulator, why_not = emulator_for(machine, emulation)
+    if emulator is None:
+        return Check("import", "skipped", f"not run: {why_not}")
+    python = target_python(machine, emulation)
+    if python is None:
+        return Check("import", "skipped", f"not run: no {machine} Python to dlopen it with; name one with --target-python or "
+                                          "$FAFORGE_TARGET_PYTHON (a plain prefix's bin/python, or a conda linux-aarch64 prefix's)")
+    sites = [site for site in torch_sites(against) if (site / "nvidia").is_dir()]
+    if not sites:
+        return Check("import", "skipped", f"no {machine} CUDA runtime to load it beside: pass --against the site-packages of a "
+                                          f"{machine} torch of CUDA {wheel.cuda} (its nvidia/ folder holds PyPI's runtime wheel)")
+    site = sites[-1]
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
+    with tempfile.TemporaryDirectory(prefix="faforge-target-") as tmp, loopback_index(KERNEL, [wheel.facts]) as url:
+        target = Path(tmp) / "site-packages"
+        run = pip_target(target, [wheel.requirement], index_url=url, platforms=list(wheel.facts.platform_tags),
+                         python=torch_python(site) or FA3_PYTHON, abi=None)
+        if run.returncode != 0:
+            return Check("import", "failed", f"pip could not install {wheel.requirement} for {wheel.facts.platform_tags[0]} from the "
+                                             f"loopback index: {run.errors()}")
+        library = target / KERNEL_MEMBER
+        if not library.is_file():
+            return Check("import", "failed", f"pip installed it, but there is no {KERNEL_MEMBER} in the target folder")
+        (target / "nvidia").symlink_to(site / "nvidia", target_is_directory=True)  # pip's layout: the runtime wheel beside it
+        started = time.monotonic()
+        try:
+            result = subprocess.run([*emulator.command(python), "-I", "-c", DLOPEN, str(library)], capture_output=True, text=True,
+                                    timeout=EMULATED_TIMEOUT_S, env=env, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            return Check("import", "failed", f"the dlopen under {Path(emulator.qemu).name} did not finish in {EMULATED_TIMEOUT_S} s")
+    how = (f"pip --platform {wheel.facts.platform_tags[0]} --target from the loopback index {url}, beside the CUDA runtime of {site}/nvidia; "
+           f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {time.monotonic() - started:.0f} s")
+    if result.returncode != 0:
+        return Check("import", "failed", f"dlopen of {KERNEL_MEMBER} with nothing preloaded failed ({how}): {output_tail(result)}")
+    return Check("import", "passed", f"dlopen of {KERNEL_MEMBER} on {machine}, nothing preloaded: its RUNPATH finds libcudart beside it, "
+                                     f"its C interface resolves ({how})")
 
 
 # ---------------------------------------------------------------------------------------------- flash-attn-3
