@@ -29,13 +29,12 @@ from pathlib import Path
 import pytest
 from faforge.family import FLASH_ATTN
 
-from tests.conda_world.conftest import build_in_world, sdist, world  # noqa: F401  (fixtures behind the real wheels)
+from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401  (fixtures behind the real wheels)
 from tests.doctor import envs
 from tests.doctor.conftest import doctor
 from tests.pipindex.test_publish_index import publish
 from tests.pipwheel.test_real_wheels import (  # noqa: F401
     fa3_raw,
-    kernel_package,
     raw_glue,
     torch214,
     unpacked_kernel,

@@ -24,8 +24,8 @@ from faforge.pipwheel.facts import read_wheel, wheel_contents
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 
-from tests.conda_world.conftest import build_in_world, sdist, world
-from tests.pipwheel.test_real_wheels import fa3_raw, kernel_package, raw_glue, torch214, unpacked_kernel, wheels
+from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world
+from tests.pipwheel.test_real_wheels import fa3_raw, raw_glue, torch214, unpacked_kernel, wheels
 from tests.recipe.test_build_script_real import build_python
 from tests.support.cache import cache_dir
 from tests.support.tiny_wheels import KERNEL_VERSION, SDIST_VERSION, Spec, build_wheel, glue, kernel
