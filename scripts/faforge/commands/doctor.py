@@ -48,6 +48,7 @@ def execute(args: argparse.Namespace) -> int:
     report = examine(args.python, timeout, progress=progress)
     fa3 = (stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
            if stable_abi.installed(report.situation.facts) else None)
+    report = stable_abi.beside(report, fa3)
     if args.json:
         json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {}), sys.stdout, indent=2)
         print()

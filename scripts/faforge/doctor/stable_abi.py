@@ -11,7 +11,7 @@ The same probe as for flash-attn runs, given FA3's names.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from faforge.abi.elf_file import ElfError
@@ -123,12 +123,20 @@ def _gpu_problems(facts: env_facts.EnvFacts, archs: GpuArchs | None) -> list[Pro
     return problems
 
 
+def beside(flash_attn_report, fa3: StableAbiReport | None):
+    """The flash-attn report as the doctor shows it beside flash-attn-3's: an environment holding only
+    flash-attn-3 does not lack flash-attn, so neither that problem nor a fix for it is shown (before, its
+    exit was 0 while its report said unhealthy and offered to install flash-attn)."""
+    if fa3 is None or flash_attn_report.situation.flash_attn.installed:
+        return flash_attn_report
+    problems = tuple(p for p in flash_attn_report.problems if p.kind != PACKAGE_MISSING)
+    fixes = tuple(f for f in flash_attn_report.fixes if set(f.resolves) - {PACKAGE_MISSING})
+    return replace(flash_attn_report, problems=problems, fixes=fixes)
+
+
 def healthy(flash_attn_report, fa3: StableAbiReport | None) -> bool:
-    """The doctor's verdict over both families: an environment holding only flash-attn-3 is not unhealthy
-    for lacking flash-attn."""
-    errors = {p.kind for p in flash_attn_report.problems if p.severity == ERROR}
-    flash_attn_ok = flash_attn_report.healthy or (fa3 is not None and errors == {PACKAGE_MISSING} and not flash_attn_report.situation.flash_attn.installed)
-    return flash_attn_ok and (fa3 is None or fa3.healthy)
+    """The doctor's verdict over both families (the flash-attn report as `beside` gives it)."""
+    return flash_attn_report.healthy and (fa3 is None or fa3.healthy)
 
 
 def text_lines(report: StableAbiReport) -> list[str]:
