@@ -78,10 +78,15 @@ class Built:
         return next((self.out / "linux-64").glob(f"{FLASH_ATTN.kernel_package}-*.conda"))
 
 
+# Every build of the run, by cell id: test modules elsewhere import these fixtures (tests/pipwheel, tests/pipworld,
+# tests/release, tests/doctor), and each import is a fixture of its own, so the cache lives here, once per run.
+_BUILT: dict[str, Built] = {}
+
+
 @pytest.fixture(scope="session")
 def build_in_world(world, sdist, tmp_path_factory, request):
-    """`faforge build CELL --source SDIST` against the world's channels, once per cell per session."""
-    done: dict[str, Built] = {}
+    """`faforge build CELL --source SDIST` against the world's channels, once per cell per run."""
+    done = _BUILT
 
     def build(cell: WorldCell) -> Built:
         if cell.id in done:
