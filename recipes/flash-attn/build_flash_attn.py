@@ -8,6 +8,8 @@ setup.py), from the recipe's copy in faforge_checker/ or the repository's: the s
 builds the kernel library (the recipe's libflash-attn-kernels, no torch needed); --kernel-library PATH
 the glue against it (the recipe's flash-attn); neither both, the wheel carrying the library.
 --only-tus compiles just those kernel TUs into the compiler cache and stops (faforge.release.cost).
+--torch-site DIR builds the glue against a torch it does not import (a cross build's target torch:
+faforge.backend.foreign), with the target Python's headers (--python-include) and libpython (--python-library).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ if _root is None:
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge.backend import flags, glue, ninja, options, sources, toolchain  # noqa: E402
+from faforge.backend import flags, foreign, glue, ninja, options, sources, toolchain  # noqa: E402
 from faforge.backend.archs import parse_arch_list  # noqa: E402
 from faforge.backend.errors import BuildError  # noqa: E402
 from faforge.backend.layout import check_kernel_library_layout, philox_offset_bits  # noqa: E402
@@ -74,33 +76,54 @@ def build_kernels_only(args, source_dir: Path, build_dir: Path) -> Path | None:
 
 
 def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
-    """flash_api.cpp against this Python's torch, linked against the kernel library: the one
-    given (--kernel-library), or one built here first and carried in the wheel."""
+    """flash_api.cpp against this Python's torch (or, with --torch-site, a target's, read without importing it),
+    linked against the kernel library: the one given (--kernel-library), or one built here first and carried in the wheel."""
     wheel_dir = Path(args.wheel_dir).resolve()
     if not source_dir.is_dir():
         raise BuildError(f"--source-dir {source_dir}: no such folder; unpack the flash-attn sdist there first "
                          "(pip download --no-deps --no-binary :all: flash-attn==VERSION, then tar -xzf it)")
-    torch, cpp_extension, cuda_home = glue.import_torch()
-    std, abi, python_link, shim = flags.cxx_standard(torch.__version__), int(args.cxx11_abi), glue.python_link_args(), sources.find_shim_dir(args.shim_dir, HERE)
+    if args.torch_site:
+        target = foreign.read_torch_site(Path(args.torch_site).resolve())
+        torch_version, torch_cuda, torch_include = target.version, target.cuda, target.include_dirs[0]
+    else:
+        torch, cpp_extension, cuda_home = glue.import_torch()
+        python_link = glue.python_link_args()  # before any compile: a Python without a shared libpython cannot link the glue
+        torch_version, torch_cuda, torch_include = torch.__version__, torch.version.cuda, glue.torch_include_dir(torch)
+    std, abi, shim = flags.cxx_standard(torch_version), int(args.cxx11_abi), sources.find_shim_dir(args.shim_dir, HERE)
     given = Path(args.kernel_library).resolve() if args.kernel_library else None
     if given and not given.is_file():
         raise BuildError(f"--kernel-library {args.kernel_library}: no such file; build it with --kernels-only (or install libflash-attn-kernels)")
     archs = parse_arch_list(args.archs) if not given else None
     kernels, max_jobs = plan_kernels(args, source_dir, archs) if archs else ({}, args.max_jobs or 1)
-    philox_bits = philox_offset_bits(glue.torch_include_dir(torch))
+    philox_bits = philox_offset_bits(torch_include)
     if given:
-        check_kernel_library_layout(given, philox_bits, torch.__version__)
-    plan = {"flash_attn": sources.sdist_version(source_dir), "torch": torch.__version__, "torch_cuda": torch.version.cuda, "cxx_std": std,
+        check_kernel_library_layout(given, philox_bits, torch_version)
+    plan = {"flash_attn": sources.sdist_version(source_dir), "torch": torch_version, "torch_cuda": torch_cuda, "cxx_std": std,
             "cxx11_abi": abi, "philox_offset_bits": philox_bits, "build_dir": str(build_dir), "wheel_dir": str(wheel_dir),
             "kernel_library": str(given) if given else {"built here, carried in the wheel": kernels}}
+    if args.torch_site:
+        environ = dict(os.environ)
+        toolkit = toolchain.target_toolkit(environ, platform.machine())
+        machine, python = toolchain.target_machine(environ, platform.machine()), foreign.target_python(args.python_include, args.python_library)
+        if target.machine != machine:
+            raise BuildError(f"--torch-site {args.torch_site}: its torch is built for {target.machine}, but the build targets {machine} "
+                             "(conda's target_platform, else this machine); set target_platform to the torch's platform (linux-aarch64)")
+        if target.cxx11_abi is not None and target.cxx11_abi != abi:
+            raise BuildError(f"--torch-site {args.torch_site}: torch {torch_version} is built with _GLIBCXX_USE_CXX11_ABI={target.cxx11_abi}; "
+                             f"a glue forced to {abi} cannot link against it: pass --cxx11-abi {target.cxx11_abi}")
+        cxx = toolchain.host_cxx(toolkit, environ)
+        plan.update(torch_site=str(target.site), target=machine, cxx=cxx, python=python.version, python_library=str(python.library))
     if show(plan, args.plan_only):
         return None
     library = given or build_library(args, source_dir, build_dir, archs, max_jobs, philox_bits)
     if library is None:
         return None  # --only-tus: kernel objects compiled, nothing to link yet
-    return glue.build_wheel(torch=torch, cpp_extension=cpp_extension, cuda_home=cuda_home, source_dir=source_dir, build_dir=build_dir,
-                            wheel_dir=wheel_dir, version=plan["flash_attn"], library=library, carry_library=not given, abi=abi, std=std,
-                            philox_bits=philox_bits, max_jobs=max_jobs, shim=shim, python_link=python_link)
+    common = dict(source_dir=source_dir, build_dir=build_dir, wheel_dir=wheel_dir, version=plan["flash_attn"], library=library,
+                  carry_library=not given, abi=abi, std=std, philox_bits=philox_bits, max_jobs=max_jobs, shim=shim)
+    if args.torch_site:
+        return foreign.build_wheel(torch=target, python=python, machine=machine, cxx=cxx, cuda_includes=toolkit.include_dirs(environ),
+                                   cudart_dirs=toolkit.cudart_dirs(environ), **common)
+    return glue.build_wheel(torch=torch, cpp_extension=cpp_extension, cuda_home=cuda_home, python_link=python_link, **common)
 
 
 def main(argv: list[str] | None = None) -> int:

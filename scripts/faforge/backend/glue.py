@@ -79,6 +79,61 @@ def glue_runpath(carry_library: bool) -> list[str]:
     return [*([f"-Wl,-rpath,$ORIGIN/{WHEEL_LIBS_DIR}"] if carry_library else []), "-Wl,-rpath,$ORIGIN/torch/lib"]
 
 
+def glue_sources(shim: Path) -> list[str]:
+    """The glue's TUs: upstream's flash_api.cpp (relative to the sdist) and the shim's torch_cuda_check.cpp."""
+    return [FLASH_ATTN.host_source, str(shim / "torch_cuda_check.cpp")]
+
+
+def glue_include_dirs(source_dir: Path, shim: Path) -> list[str]:
+    """The sdist's include folders and the shim's api/ (the kernel library's declarations), before torch's."""
+    return [*(str(source_dir / d) for d in FLASH_ATTN.include_dirs), str(shim / "api")]
+
+
+def glue_compile_args(*, std: str, abi: int, philox_bits: int) -> list[str]:
+    """Ours, after what torch's cpp_extension adds: the C++ standard this torch needs, the forced C++ ABI, the Philox layout."""
+    return ["-O3", f"-std={std}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-D{PHILOX_BITS_DEFINE}={philox_bits}"]
+
+
+def glue_link_args(*, library: Path, carry_library: bool, python_link: list[str]) -> list[str]:
+    """The kernel library by path: DT_NEEDED is its SONAME. --strip-all: no static symbol table, as conda-forge's
+    flash-attn feedstock links it; .dynsym (what the ABI checks read) stays. libpython only for --no-undefined
+    (finish_extension drops it again)."""
+    return [str(library), *glue_runpath(carry_library), "-Wl,--no-undefined", "-Wl,--strip-all", *python_link]
+
+
+def finish_extension(path: Path, *, libpython: str | None, abi: int, library: Path, carry_library: bool) -> None:
+    """After the link: libpython's DT_NEEDED dropped, the C++ ABI read back from the symbols, the library carried."""
+    drop_libpython_needed(path, libpython)
+    verify_abi(path, abi)
+    if carry_library:
+        (path.parent / WHEEL_LIBS_DIR).mkdir(exist_ok=True)
+        shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_SONAME)  # the name DT_NEEDED has
+
+
+def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension, cmdclass: dict) -> Path:
+    """setuptools' wheel of the sdist's Python package and `extension`, built by cmdclass["build_ext"]."""
+    from setuptools import find_packages, setup  # noqa: PLC0415
+
+    os.chdir(source_dir)
+    started = time.monotonic()
+    setup(
+        name=FLASH_ATTN.module,
+        version=version,
+        packages=find_packages(include=[f"{FLASH_ATTN.module}*"]),
+        python_requires=">=3.9",
+        install_requires=["torch", "einops"],
+        ext_modules=[extension],
+        cmdclass=cmdclass,
+        zip_safe=False,
+        script_args=["build", "--build-base", str(build_dir), "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist")],
+    )
+    log(f"glue built in {time.monotonic() - started:.0f}s")
+    wheels = sorted(wheel_dir.glob(f"{FLASH_ATTN.module}-{version}-*.whl"), key=os.path.getmtime)
+    if not wheels:
+        raise BuildError(f"setuptools finished but left no wheel in {wheel_dir}")
+    return wheels[-1]
+
+
 def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str, source_dir: Path, build_dir: Path, wheel_dir: Path,
                 version: str, library: Path, carry_library: bool, abi: int, std: str, philox_bits: int, max_jobs: int, shim: Path,
                 python_link: tuple[list[str], str | None]) -> Path:
@@ -88,15 +143,11 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
     # agree with the forced value so the compiler never sees two definitions.
     if hasattr(torch._C, "_GLIBCXX_USE_CXX11_ABI"):
         torch._C._GLIBCXX_USE_CXX11_ABI = bool(abi)
-    abi_define = f"-D_GLIBCXX_USE_CXX11_ABI={abi}"
     os.environ["MAX_JOBS"] = str(max_jobs)
-
-    from setuptools import find_packages, setup  # noqa: PLC0415
 
     torch_include = torch_include_dir(torch)
     cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(target_machine(dict(os.environ), platform.machine())))
     view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
-    runpath = glue_runpath(carry_library)
 
     built = []
 
@@ -111,44 +162,20 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
 
         def build_extension(self, ext):
             super().build_extension(ext)
-            path = Path(self.get_ext_fullpath(ext.name))
-            drop_libpython_needed(path, libpython)
-            verify_abi(path, abi)
-            if carry_library:
-                (path.parent / WHEEL_LIBS_DIR).mkdir(exist_ok=True)
-                shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_SONAME)  # the name DT_NEEDED has
+            finish_extension(Path(self.get_ext_fullpath(ext.name)), libpython=libpython, abi=abi, library=library, carry_library=carry_library)
 
     extension = cpp_extension.CUDAExtension(
         name=FLASH_ATTN.extension,
-        sources=[FLASH_ATTN.host_source, str(shim / "torch_cuda_check.cpp")],
-        extra_compile_args={"cxx": ["-O3", f"-std={std}", abi_define, f"-D{PHILOX_BITS_DEFINE}={philox_bits}"]},
-        # The kernel library by path: DT_NEEDED is its SONAME. --strip-all: no static symbol table,
-        # as conda-forge's flash-attn feedstock links it; .dynsym (what the ABI checks read) stays.
-        extra_link_args=[str(library), *runpath, "-Wl,--no-undefined", "-Wl,--strip-all", *py_link],
-        include_dirs=[*(str(source_dir / d) for d in FLASH_ATTN.include_dirs), str(shim / "api")],
+        sources=glue_sources(shim),
+        extra_compile_args={"cxx": glue_compile_args(std=std, abi=abi, philox_bits=philox_bits)},
+        extra_link_args=glue_link_args(library=library, carry_library=carry_library, python_link=py_link),
+        include_dirs=glue_include_dirs(source_dir, shim),
     )
     # Same dirs in the same order, spelled through the view; nvcc's own CUDA dirs follow torch's
     # so that the header nvcc would have picked is still the one found first.
     extension.include_dirs = through_view(extension.include_dirs + cuda_dirs, view)
-
-    os.chdir(source_dir)
-    started = time.monotonic()
-    setup(
-        name=FLASH_ATTN.module,
-        version=version,
-        packages=find_packages(include=[f"{FLASH_ATTN.module}*"]),
-        python_requires=">=3.9",
-        install_requires=["torch", "einops"],
-        ext_modules=[extension],
-        cmdclass={"build_ext": CheckedBuildExtension},
-        zip_safe=False,
-        script_args=["build", "--build-base", str(build_dir), "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist")],
-    )
-    log(f"glue built in {time.monotonic() - started:.0f}s")
-    wheels = sorted(wheel_dir.glob(f"{FLASH_ATTN.module}-{version}-*.whl"), key=os.path.getmtime)
-    if not wheels:
-        raise BuildError(f"setuptools finished but left no wheel in {wheel_dir}")
-    return wheels[-1]
+    return pack_wheel(source_dir=source_dir, build_dir=build_dir, wheel_dir=wheel_dir, version=version, extension=extension,
+                      cmdclass={"build_ext": CheckedBuildExtension})
 
 
 def install_wheel(wheel: Path) -> int:

@@ -49,6 +49,12 @@ def kernel_link_flags(shim: Path, cudart_dirs: list[str]) -> list[str]:
             "-Xlinker=--no-undefined", f"-Xlinker=-soname={KERNEL_SONAME}", "-Xlinker=--strip-all"]
 
 
+# A C++ TU's compile with $cxx and $cflags, its header deps in gcc's depfile: the glue's cross build
+# (faforge.backend.foreign) and FA3's host sources (faforge.fa3_backend) write it into their ninja files.
+CXX_COMPILE_RULE = ("rule compile", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out", "  depfile = $out.d", "  deps = gcc",
+                    "  description = c++ $in")
+
+
 def ordered_kernels(kernels: list[str]) -> list[str]:
     first = [k for name in FIRST_TUS for k in kernels if Path(k).name == name]
     return first + [k for k in kernels if k not in first]

@@ -83,6 +83,13 @@ def parser(description: str, environ: Mapping[str, str] = os.environ) -> argpars
                    help="with --kernels-only: at::PhiloxCudaState's offset_intragraph_ width the library serves, 32 for torch <= 2.9, "
                         "64 for torch >= 2.10 (env FAFORGE_PHILOX_OFFSET_BITS, default 64); other builds read it from torch")
     p.add_argument("--kernel-library", default=None, help=f"build only the glue, against this {FLASH_ATTN.kernel_library} (the recipe's {FLASH_ATTN.package})")
+    p.add_argument("--torch-site", default=None, help="build the glue against the torch in this site-packages without importing it: "
+                   "a target this Python cannot run (linux-aarch64 on x86_64, with target_platform set); its version, folders and "
+                   "C++ ABI are read from its files, and the target's C++ compiler compiles it (faforge.backend.foreign)")
+    p.add_argument("--python-include", action="append", default=None, help="with --torch-site: the target Python's header folders, "
+                   "Python.h's first (default: this Python's); repeatable, for Debian's multiarch pyconfig.h")
+    p.add_argument("--python-library", default=None, help="with --torch-site: the target Python's shared libpython, linked only for "
+                   "--no-undefined (default: the one in lib/ or lib/<multiarch>/ of --python-include's prefix)")
     p.add_argument("--shim-dir", default=None, help="the torch shim (default: torch_shim/ beside this script, else the repo's)")
     p.add_argument("--install", action="store_true", help="pip-install the wheel into this Python (the recipe's build)")
     p.add_argument("--plan-only", action="store_true", help="print the resolved build plan as JSON and stop")
@@ -97,6 +104,10 @@ def parse(description: str, argv: list[str] | None = None) -> argparse.Namespace
         p.error("--kernels-only builds the library that --kernel-library names; pass one of them")
     if args.archs is None and not args.kernel_library:
         p.error("no arch list: pass --archs or set FLASH_ATTN_CUDA_ARCHS")
+    if (args.python_include or args.python_library) and not args.torch_site:
+        p.error("--python-include and --python-library go with --torch-site (the native build takes this Python's)")
+    if args.torch_site and args.kernels_only:
+        p.error("--torch-site is the glue's torch; --kernels-only builds no glue")
     if args.cxx11_abi is None and not args.kernels_only:
         p.error("no C++ ABI: pass --cxx11-abi 0|1 or set FAFORGE_CXX11_ABI")
     args.wheel_dir = args.wheel_dir or str(Path(args.source_dir) / "dist")

@@ -76,6 +76,12 @@ def target_toolkit(environ: dict[str, str], build_machine: str) -> CudaToolkit:
                        host_compiler=cross_compiler(environ, target) if target != build_machine else None)
 
 
+def host_cxx(toolkit: CudaToolkit, environ: dict[str, str]) -> str:
+    """The C++ compiler of host code compiled outside nvcc (a glue's .cpp files): a cross build's target compiler, else
+    $CXX, else this machine's g++."""
+    return toolkit.host_compiler or environ.get("CXX") or shutil.which("g++") or "c++"
+
+
 def target_machine(environ: dict[str, str], build_machine: str) -> str:
     platform = environ.get("target_platform")
     if not platform:

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 from faforge.backend.errors import BuildError
-from faforge.backend.ninja import ninja_escape
+from faforge.backend.ninja import CXX_COMPILE_RULE, ninja_escape
 from faforge.family import FLASH_ATTN_3
 
 # Every switch hopper/setup.py reads, in its order (FLASH_ATTENTION_DISABLE_SM80 defines ..._SM8x).
@@ -149,11 +149,7 @@ def extension_ninja(*, hopper: Path, tus: list[str], nvcc: list[str], cxx: str, 
         "  depfile = $out.d",
         "  deps = gcc",
         "  description = nvcc $in",
-        "rule compile",
-        "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",
-        "  depfile = $out.d",
-        "  deps = gcc",
-        "  description = c++ $in",
+        *CXX_COMPILE_RULE,
         "rule link",
         "  command = $cxx -shared $in -o $out $ldflags",
         "  description = link $out",
