@@ -9,8 +9,9 @@ not reached in this session's time box; this is the fallback, each step on real 
   2. the kernel package's content checks: lib/libflash_attn_kernels.so present, torch-free, aarch64,
      GPU code = the arch list;
   3. the glue (flash_api.cpp) cross-compiled against PyPI's aarch64 torch 2.11.0+cu130 headers and
-     Debian's arm64 Python 3.11 headers with aarch64-linux-gnu-g++ (the backend's glue step imports
-     the build's torch, which an x86_64 Python cannot: that is what cross-python is for);
+     Debian's arm64 Python 3.11 headers with aarch64-linux-gnu-g++ (a stand-in for the recipe's glue
+     build under conda's cross-python; a pip cell's goes through the backend's --torch-site instead:
+     tests/release/test_build_pip_cross_real.py);
   4. `faforge verify` of the resulting linux-aarch64 package: the abi gate natively against the aarch64
      torch (with the cross sysroot), the import gate under qemu in a plain aarch64 prefix (Debian's
      arm64 python3.11 + the aarch64 torch's site-packages), skipped with the reason without qemu.

@@ -3,18 +3,17 @@ wheels built, gated by `faforge verify`, published by `faforge publish --index`,
 on loopback, installed by real pip and by real uv beside PyPI's real aarch64 torch 2.11.0, imported under qemu,
 and `faforge doctor` healthy on the result. Nothing downloads a torch.
 
-The binaries (`faforge build` cannot cross-build a pip glue yet: the backend's glue step imports the target
-torch), made as the conda fallback test makes them (tests/backend/test_cross_aarch64_real.py; the shared helpers
-are tests/support/aarch64_cross.py's):
-  - the kernel library, cross-built by the backend (build_flash_attn.py --kernels-only, nvcc 13.0 -ccbin
-    aarch64-linux-gnu-g++ -target-dir sbsa-linux) for the cell's arch list and Philox layout, packed as the conda
-    kernel package of the cell's kernel key under the matrix's exact build string (faforge.channel.local.assemble:
-    the documented fallback, standing in for rattler-build's linux-aarch64 cross build), then `faforge wheel kernel`;
-  - the glue, flash_api.cpp cross-compiled with aarch64-linux-gnu-g++ against PyPI's aarch64 torch 2.11.0, with the
-    backend's RUNPATH ($ORIGIN/torch/lib), in a raw wheel as the backend's holds it (flash_attn/ + the extension,
-    written by faforge.pipwheel.writer), then `faforge wheel glue --torch 2.11 --cuda 13.0 --cxx11-abi 1
-    --python 3.11 --build-tag <the cell's build string>`. Its tag follows Debian 12's cross toolchain
-    (manylinux_2_34_aarch64: it needs GLIBC_2.32); CI's would follow its manylinux_2_28 container.
+The wheels: `faforge build CELL --kernel-package K --torch-site <the aarch64 torch site> --target-python <Debian's arm64
+python3.11> --cuda-home <the sbsa overlay>` (tests/support/aarch64_cross.cross_pip_build, shared with
+tests/release/test_build_pip_cross_real.py, once per session):
+  - K, the conda kernel package of the cell's kernel key: its library cross-built by the backend (build_flash_attn.py
+    --kernels-only, nvcc 13.0 -ccbin aarch64-linux-gnu-g++ -target-dir sbsa-linux) for the cell's arch list and
+    Philox layout, packed under the matrix's exact build string (faforge.channel.local.assemble: the documented
+    fallback, standing in for rattler-build's linux-aarch64 cross build);
+  - the glue, cross-compiled by the backend against PyPI's aarch64 torch 2.11.0 read from its files (build_flash_attn.py
+    --torch-site, aarch64-linux-gnu-g++ with cpp_extension's flags), then the kernel wheel and the glue wheel as for
+    linux-64 (faforge.pipwheel). The glue's tag follows Debian 12's cross toolchain (manylinux_2_34_aarch64: it
+    needs GLIBC_2.32); CI's would follow its manylinux_2_28 container.
 The gates: `faforge verify --gates abi,import` with --against the aarch64 torch site and the emulator (abi natively
 with the sysroot, import under qemu, for both wheels), then `faforge publish --index ROOT --require abi,import`.
 
@@ -49,21 +48,20 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from faforge.abi import elf
-from faforge.channel.local import PackageSpec, assemble
+from faforge.abi.fatbin import read_gpu_archs
 from faforge.family import FLASH_ATTN
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.pipwheel.manylinux import is_external
-from faforge.pipwheel.writer import WheelSpec, write_wheel
-from tests.pipworld.conftest import faforge
-from tests.support.aarch64_cross import CrossToolchain, CrossUnavailable, cross_glue, cross_kernel_library, cross_toolchain
+from faforge.pipwheel.facts import wheel_contents
+from tests.pipworld.conftest import FAFORGE_CACHE, faforge
+from tests.support.aarch64_cross import CrossToolchain, CrossUnavailable, cross_pip_build, cross_toolchain
 from tests.support.aarch64_pip import SITE, Arm64VenvUnavailable, arm64_venv, bootstrap_site, emulated, emulated_env, install_pip
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
@@ -76,8 +74,6 @@ GATES = "abi,import"
 EXTENSION = f"{FLASH_ATTN.extension}.cpython-311-aarch64-linux-gnu.so"
 UV = Path(sys.executable).with_name("uv")
 AUDITWHEEL = Path(sys.executable).with_name("auditwheel")
-# The backend's glue RUNPATH (faforge.backend.glue), which `faforge wheel glue` replaces with pip's.
-BACKEND_RUNPATH = "$ORIGIN/torch/lib"
 # What an install may change beside our wheels: einops (the glue's requirement) and, for uv, NVIDIA's cusparselt wheel,
 # whose installed WHEEL tag (manylinux2014_sbsa) uv matches against no aarch64 platform, so it reinstalls the same version.
 ALSO_INSTALLED = {"einops"}
@@ -126,43 +122,24 @@ def glibc(arm: Arm) -> str:
 
 @pytest.fixture(scope="module")
 def wheels(arm, sdist, tmp_path_factory, clock) -> dict[str, dict]:  # sdist: the conda world's tiny sdist (tests/pipworld/conftest.py)
-    """The kernel and glue wheels of the cell, as `faforge wheel` reports them (--json)."""
-    tmp, build, cell = tmp_path_factory.mktemp("arm-cell"), arm.build, arm.build.cell
-    with tarfile.open(sdist) as tar:
-        tar.extractall(tmp / "sdist", filter="data")
-    [src] = (tmp / "sdist").iterdir()
-    with clock.phase("cross-build", f"{CELL} (kernel library by the backend, glue by aarch64 g++)"):
-        built = cross_kernel_library(arm.tools, src, tmp / "build", tmp / "lib", archs=cell.cuda_archs,
-                                     philox_offset_bits=cell.philox_offset_bits)
-        assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
-        extension = cross_glue(arm.tools, src, tmp / "lib", tmp / "glue" / EXTENSION, rpath=BACKEND_RUNPATH)
-    with clock.phase("wheels", f"{CELL} (faforge wheel kernel, faforge wheel glue)"):
-        package = assemble(PackageSpec(FLASH_ATTN.kernel_package, build.version, build.kernel_build, cell.platform,
-                                       files={f"lib/{FLASH_ATTN.kernel_soname}": (tmp / "lib" / FLASH_ATTN.kernel_soname).read_bytes()}),
-                           tmp / "channel")
-        kernel = faforge("wheel", "kernel", package, "--out", tmp / "dist", "--json")
-        assert kernel.returncode == 0, kernel.stdout[-2000:] + kernel.stderr[-3000:]
-        kernel = json.loads(kernel.stdout)
-        package_files = {f"flash_attn/{p.relative_to(src / 'flash_attn')}": p for p in sorted((src / "flash_attn").rglob("*")) if p.is_file()}
-        raw = write_wheel(WheelSpec(name=FLASH_ATTN.package, version=build.version, python_tags=("cp311",), abi_tags=("cp311",),
-                                    platform_tags=("linux_aarch64",), files={**package_files, EXTENSION: extension},
-                                    requires_dist=("torch", "einops")), tmp / "raw")
-        glue = faforge("wheel", "glue", raw, "--kernel-wheel", kernel["wheel"]["path"], "--torch", cell.torch_minor, "--cuda", cell.cuda,
-                       "--cxx11-abi", cell.cxx11_abi, "--python", cell.python, "--build-tag", build.build_string, "--out", tmp / "dist", "--json")
-        assert glue.returncode == 0, glue.stdout[-2000:] + glue.stderr[-3000:]
-    return {"kernel": kernel, "glue": json.loads(glue.stdout)}
+    """The glue and kernel wheels of the cell, as `faforge build CELL --json` reports them (its `wheel` object)."""
+    with clock.phase("cross-build", f"{CELL} (kernel package: the backend's cross build, assembled; faforge build --torch-site)"):
+        built = cross_pip_build(arm.tools, sdist, tmp_path_factory.mktemp("arm-cell"), arm.build, {"FAFORGE_CACHE_DIR": str(FAFORGE_CACHE)})
+        [entry] = built.report()["builds"]
+    return entry["wheel"]
 
 
-def test_the_wheels_are_the_matrix_cells_with_auditwheels_tags(arm, wheels):
+def test_the_wheels_are_the_matrix_cells_with_auditwheels_tags(arm, wheels, tmp_path):
     build = arm.build
-    glue, kernel = (wheels[k] for k in ("glue", "kernel"))
-    assert glue["wheel"]["filename"] == build.glue_wheel(glue["platform"]["tag"])
-    assert kernel["wheel"]["filename"] == build.kernel_wheel(kernel["platform"]["tag"])
-    assert tuple(glue["wheel"]["requires_dist"]) == build.requires_dist
-    assert glue["wheel"]["requires_python"] == build.cell.requires_python
-    assert kernel["gpu"] == {"sass": ["sm_80", "sm_90", "sm_100", "sm_120"], "ptx": ["compute_120"]}, "the cell's arch list 80;90;100;120+PTX"
+    glue, kernel = wheels["glue"], wheels["kernel"]
+    assert glue["filename"] == build.glue_wheel(glue["platform_tag"]) and kernel["filename"] == build.kernel_wheel(kernel["platform_tag"])
+    assert tuple(glue["requires_dist"]) == build.requires_dist
+    library = tmp_path / FLASH_ATTN.kernel_soname
+    library.write_bytes(next(data for name, data in wheel_contents(Path(kernel["path"])).items() if name.endswith(FLASH_ATTN.kernel_soname)))
+    archs = read_gpu_archs(library)
+    assert (archs.sass, archs.ptx) == (("sm_80", "sm_90", "sm_100", "sm_120"), ("compute_120",)), "the cell's arch list 80;90;100;120+PTX"
     for report in (glue, kernel):
-        path, tag = Path(report["wheel"]["path"]), report["platform"]["tag"]
+        path, tag = Path(report["path"]), report["platform_tag"]
         assert tag.startswith("manylinux_") and tag.endswith("_aarch64"), tag
         shown = subprocess.run([str(AUDITWHEEL), "show", "--json", str(path)], capture_output=True, text=True, timeout=300, check=False)
         assert shown.returncode == 0, shown.stderr
@@ -185,7 +162,7 @@ class Index:
 def index(arm, wheels, tmp_path_factory, clock) -> Index:
     tmp = tmp_path_factory.mktemp("arm-index")
     python = arm.tools.python
-    paths = [Path(wheels[k]["wheel"]["path"]) for k in ("glue", "kernel")]
+    paths = [Path(wheels[k]["path"]) for k in ("glue", "kernel")]
     with clock.phase("verify", f"{CELL} --gates {GATES} (abi natively, import under qemu)"):
         verified = faforge("verify", *paths, "--gates", GATES, "--against", arm.tools.torch_site, "--manifest", tmp / "verification",
                            "--qemu", python.qemu, "--sysroot", python.sysroot, "--target-python", python.python, "--json")

@@ -54,7 +54,7 @@ def test_one_wheel_job_per_pip_cell_after_the_kernel_package_of_its_key(full_pla
     linux64 = [b for b in builds if b.cell.platform == "linux-64"]
     assert sorted(j["cell"] for j in wheels) == sorted(b.cell.id for b in linux64) == sorted(data["pip_to_build"])
     assert data["pip_cells"] == len(builds) == 79 and data["pip_in_index"] == [] and data["index"] is None
-    # A linux-aarch64 glue is not cross-built yet: listed apart, with the reason, and given no job.
+    # A linux-aarch64 glue is cross-built by faforge build, but no CI job fetches its inputs yet: listed apart, with the reason, and given no job.
     assert [c["id"] for c in data["pip_not_built"]] == [b.cell.id for b in builds if b.cell.platform == "linux-aarch64"]
     assert {c["why"] for c in data["pip_not_built"]} == {NOT_BUILT_YET} and "cross" in NOT_BUILT_YET
     cost = load_build_cost()
@@ -78,7 +78,7 @@ def test_no_kernel_package_is_planned_twice_and_pip_only_keys_are_ordinary_kerne
     assert len(pip_only) == 4 and {k.key.cuda for k in pip_only.values()} == {"12.8", "13.2"}
     cost = load_build_cost()
     arm = next(k for k in pip_only.values() if k.key.platform == "linux-aarch64")
-    assert arm.key.slug not in {j["kernels"] for j in kernel_jobs}, "needed only by aarch64 pip cells, whose glue is not built yet"
+    assert arm.key.slug not in {j["kernels"] for j in kernel_jobs}, "needed only by aarch64 pip cells, which get no CI job yet"
     del pip_only[arm.key.slug]
     for slug, package in pip_only.items():
         mine = [j for j in kernel_jobs if j["kernels"] == slug]

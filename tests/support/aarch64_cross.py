@@ -8,12 +8,13 @@ fallback): PyPI's aarch64 torch with its dependencies, and a CUDA home with an s
   libcudart.so.13, libcudadevrt.a, libcudart_static.a; the torch above brings it) and the toolkit's
   arch-independent headers that wheel lacks (crt/, cccl/: declared stand-in). nvcc finds the folder
   above its own binary as TOP, so bin/nvcc is a copy and everything else a link into the toolkit.
-* The two cross builds of the tiny flash-attn-shaped sdist (tests/recipe), shared by the conda fallback test
-  (tests/backend/test_cross_aarch64_real.py) and the aarch64 pip cell (tests/pipworld/test_aarch64_cell.py):
-  the kernel library by the build backend (build_flash_attn.py --kernels-only, nvcc -ccbin aarch64-linux-gnu-g++
-  -target-dir sbsa-linux), and the glue (flash_api.cpp) by aarch64-linux-gnu-g++ alone against the aarch64
-  torch's and Debian's arm64 Python's headers (the backend's glue step imports the build's torch, which an
-  x86_64 Python cannot: that is what cross-python is for).
+* The cross builds of the tiny flash-attn-shaped sdist (tests/recipe): the kernel library by the build backend
+  (build_flash_attn.py --kernels-only, nvcc -ccbin aarch64-linux-gnu-g++ -target-dir sbsa-linux), shared by the
+  conda fallback test (tests/backend/test_cross_aarch64_real.py) and the pip cell; the conda fallback's glue by
+  aarch64-linux-gnu-g++ alone against the aarch64 torch's and Debian's arm64 Python's headers (a stand-in for the
+  recipe's build under conda's cross-python); and the pip cell's `faforge build` (cross_pip_build: the backend's
+  own glue step with --torch-site), shared by tests/release/test_build_pip_cross_real.py and
+  tests/pipworld/test_aarch64_cell.py.
 """
 
 from __future__ import annotations
@@ -191,3 +192,61 @@ def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension
                     "-lflash_attn_kernels", *([f"-Wl,-rpath,{rpath}"] if rpath else [])],
                    check=True, capture_output=True, text=True, timeout=1800)
     return extension
+
+
+# ------------------------------------------------------------------------------------------ the pip cell's build
+
+@dataclass(frozen=True)
+class CrossPipBuild:
+    """`faforge build PIP_CELL --json` of a linux-aarch64 pip cell, from the tiny sdist and its assembled kernel package."""
+
+    result: subprocess.CompletedProcess
+    kernel_package: Path  # the conda kernel package of the cell's key (cross-built library, assembled)
+    out: Path  # --output-dir
+    seconds: dict  # kernel package (cross) and faforge build, wall seconds
+
+    def report(self) -> dict:
+        assert self.result.returncode == 0, self.result.stdout[-3000:] + self.result.stderr[-5000:]
+        return json.loads(self.result.stdout)
+
+
+_PIP_BUILDS: dict = {}  # (sdist, cell id) -> CrossPipBuild: one build per test session, shared by the tests that read it
+
+
+def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) -> Path:
+    """The kernel package of `build`'s kernel key (a faforge.matrix.pip_builds.PipBuild) for linux-aarch64: the library
+    cross-built by the backend for its arch list and Philox layout, packed under the matrix's exact build string
+    (faforge.channel.local.assemble: the documented fallback, standing in for rattler-build's linux-aarch64 cross build)."""
+    from faforge.channel.local import PackageSpec, assemble  # noqa: PLC0415
+    from faforge.family import FLASH_ATTN  # noqa: PLC0415
+
+    cell = build.cell
+    built = cross_kernel_library(tools, src, work / "build", work / "lib", archs=cell.cuda_archs, philox_offset_bits=cell.philox_offset_bits)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
+    return assemble(PackageSpec(FLASH_ATTN.kernel_package, build.version, build.kernel_build, cell.platform,
+                                files={f"lib/{FLASH_ATTN.kernel_soname}": (work / "lib" / FLASH_ATTN.kernel_soname).read_bytes()}),
+                    work / "channel")
+
+
+def cross_pip_build(tools: CrossToolchain, sdist: Path, work: Path, build, env: dict) -> CrossPipBuild:
+    """`faforge build <the cell> --source SDIST --kernel-package K --torch-site <the aarch64 torch> --target-python <Debian's
+    arm64 python3.11> --cuda-home <the sbsa overlay> --json`, K made by cross_kernel_package; once per session."""
+    import tarfile  # noqa: PLC0415
+
+    key = (str(sdist), build.cell.id)
+    if key in _PIP_BUILDS:
+        return _PIP_BUILDS[key]
+    with tarfile.open(sdist) as tar:
+        tar.extractall(work / "sdist", filter="data")
+    [src] = (work / "sdist").iterdir()
+    started = time.monotonic()
+    package = cross_kernel_package(tools, src, work / "kernels", build)
+    kernels_s = time.monotonic() - started
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "faforge", "build", build.cell.id, "--source", str(sdist), "--kernel-package", str(package),
+                             "--output-dir", str(work / "out"), "--torch-site", str(tools.torch_site), "--target-python", str(tools.python.python),
+                             "--cuda-home", str(tools.cuda_home), "--json"], capture_output=True, text=True, timeout=3600, check=False,
+                            env={**os.environ, "PATH": f"{tools.ninja_dir}:{os.environ['PATH']}", **env})
+    built = CrossPipBuild(result, package, work / "out", {"kernel package (cross)": kernels_s, "faforge build": time.monotonic() - started})
+    _PIP_BUILDS[key] = built
+    return built

@@ -64,6 +64,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a channel holding the pip cells' kernel packages (an earlier run's), fetched sha256-checked")
     wheels.add_argument("--cuda-home", type=Path, metavar="DIR",
                         help="the CUDA toolkit the glue compiles with, of the cell's CUDA release (default: $CUDA_HOME, else the nvcc on PATH)")
+    wheels.add_argument("--torch-site", type=Path, metavar="DIR",
+                        help="a linux-aarch64 pip cell (cross-built on x86_64): the site-packages holding the cell's aarch64 torch "
+                             "from PyPI (pip install --target DIR --no-deps --platform manylinux_2_28_aarch64 ...), read, never imported")
+    wheels.add_argument("--target-python", type=Path, metavar="PATH",
+                        help="a linux-aarch64 pip cell: the aarch64 CPython executable (of the cell's Python) in its unpacked prefix, "
+                             "whose include/pythonX.Y and shared libpython the glue compiles and links with")
     parser.add_argument("--json", action="store_true", help="print the versioned report (schema: tests/schemas/build.json)")
 
 
@@ -87,7 +93,8 @@ def report_json(results) -> dict:
 def execute(args: argparse.Namespace) -> int:
     request = BuildRequest(cells=args.cells, part=args.part, plan=args.plan, output_dir=args.output_dir, log_dir=args.log_dir,
                            source=args.source, channel_alias=args.channel_alias, extra_channel=args.extra_channel,
-                           kernel_package=args.kernel_package, kernel_channel=args.kernel_channel, cuda_home=args.cuda_home)
+                           kernel_package=args.kernel_package, kernel_channel=args.kernel_channel, cuda_home=args.cuda_home,
+                           torch_site=args.torch_site, target_python=args.target_python)
     results = run_build(request, progress, fa3_pieces=fa3_pieces)
     failed = [b for b in results if b.status == "failed"]
     if args.json:

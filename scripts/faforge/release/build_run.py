@@ -31,7 +31,7 @@ from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, rec
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, fa3_recipe, parse_channel_aliases, render_fa3
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.package import read_package
-from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given, reject_cross
+from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given, cross_target
 from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
@@ -59,6 +59,8 @@ class BuildRequest:
     kernel_package: list[Path] = field(default_factory=list)
     kernel_channel: str | None = None
     cuda_home: Path | None = None
+    torch_site: Path | None = None  # a linux-aarch64 pip cell's aarch64 torch (a cross build)
+    target_python: Path | None = None  # and its aarch64 CPython
 
 
 def jobs_from_plan(path: str) -> list[tuple[str, str]]:
@@ -207,15 +209,14 @@ def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildReques
                                hint=f"--part {WHEEL_PART}, or --part all to build its kernel package first", input=key)
     if not asked:
         for option, value in (("--kernel-package", request.kernel_package), ("--kernel-channel", request.kernel_channel),
-                              ("--cuda-home", request.cuda_home)):
+                              ("--cuda-home", request.cuda_home), ("--torch-site", request.torch_site),
+                              ("--target-python", request.target_python)):
             if value:
                 raise FaforgeError(f"{option} goes with the wheels of a pip cell (pypi/...), and these jobs build none", input=option,
                                    hint=f"drop {option}, or name a pip cell (`faforge matrix --world pypi`)")
         return [], None
     builds = {b.cell.id: b for b in pip_builds(matrix)}
     jobs = [(builds[key], part) for key, part in asked]
-    for build, part in jobs:
-        reject_cross(build, part)
     given = []
     for path in request.kernel_package:
         with paths.user_path("--kernel-package", path):
@@ -224,12 +225,13 @@ def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildReques
                                    hint=f"pass the {KERNEL_PACKAGE} .conda its kernel job made")
         given.append(read_package(Path(path)))
     match_given([b for b, _ in jobs], tuple(given))
-    for cuda in sorted({b.cell.cuda for b, _ in jobs}):
-        cuda_toolkit(request.cuda_home, cuda)
+    homes = {cuda: cuda_toolkit(request.cuda_home, cuda) for cuda in sorted({b.cell.cuda for b, _ in jobs})}
+    cross = cross_target([b for b, _ in jobs], request.torch_site, request.target_python, next(iter(homes.values())))
     kernel_channel = None if request.kernel_channel is None else channel_url(
         request.kernel_channel, "--kernel-channel", if_empty="name the channel its kernel job published to, or leave the option out")
     return jobs, WheelWhere(output_dir=Path(), log_dir=Path(), source=source, source_path=request.source.resolve() if request.source else None,
-                            kernel_packages=tuple(given), kernel_channel=kernel_channel, cuda_home=request.cuda_home)
+                            kernel_packages=tuple(given), kernel_channel=kernel_channel, cuda_home=request.cuda_home,
+                            cross=cross)
 
 
 def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator | None = None) -> list[CellBuild | WheelBuild]:

@@ -16,8 +16,10 @@
 No kernel TU is compiled here: the kernel package's objects are the conda build's. The wheels go to
 OUTPUT_DIR/dist/, a kernel package built here to OUTPUT_DIR/<platform>/ as for conda, logs to OUTPUT_DIR/logs/.
 A cell whose two wheels are already in OUTPUT_DIR/dist/ is `present` (resumable). One cell's failure never stops
-the others. linux-aarch64 pip cells build their kernel package (cross, as conda does) but not their glue yet: the
-backend's glue step imports the build's torch, which an x86_64 Python cannot (see `CROSS_GLUE`).
+the others. A linux-aarch64 pip cell is cross-built on x86_64 (as conda's cross builds are): the glue against the
+aarch64 torch in --torch-site, read from its files and never imported (build_flash_attn.py --torch-site,
+faforge.backend.foreign), with the headers and libpython of the aarch64 CPython --target-python names, the cross
+g++ ($CXX, else aarch64-linux-gnu-g++) and --cuda-home's targets/sbsa-linux tree.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge import config, paths
-from faforge.abi.elf import read_info
+from faforge.abi.elf import ElfError, read_info
 from faforge.backend.logger import PREFIX as BACKEND_LOG_PREFIX
 from faforge.errors import EXIT_PROBLEMS, FaforgeError, RemoteError
 from faforge.family import FLASH_ATTN
@@ -65,11 +67,21 @@ GLUE_TIMEOUT_S = 3 * 3600
 # The build script's own lines (its steps, `[build_flash_attn] ...`, and its error, `build_flash_attn: error: ...`), shown live.
 BACKEND_LINES = (BACKEND_LOG_PREFIX, f"{Path(FLASH_ATTN.build_script).stem}:")
 NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
-CROSS_GLUE = (f"the glue of a linux-aarch64 pip cell is not built yet: {FLASH_ATTN.recipe_dir}/{FLASH_ATTN.build_script} imports the "
-              "build's torch to compile flash_api.cpp, and an x86_64 Python cannot import PyPI's aarch64 torch. What is left: let the backend "
-              "take torch's include and library folders and its version without importing it (as conda-forge's cross-python does), "
-              "then compile with aarch64-linux-gnu-g++ against the aarch64 torch site as tests/backend/test_cross_aarch64_real.py does "
-              "by hand; its kernel package already cross-builds (--part kernels)")
+NATIVE_PLATFORM, CROSS_MACHINE = "linux-64", "x86_64"  # pip glue builds run there; a linux-aarch64 cell is cross-built
+CROSS_INPUTS_HINT = ("pass --torch-site DIR (the cell's aarch64 torch from PyPI, pip install --target) and --target-python PATH "
+                     "(an aarch64 CPython of the cell's Python, unpacked), as the README's linux-aarch64 pip cells section shows; "
+                     "or build its kernel package alone (--part kernels)")
+
+
+@dataclass(frozen=True)
+class CrossTarget:
+    """What a linux-aarch64 pip cell's glue is cross-built against: the aarch64 torch's site-packages (read, never
+    imported) and the aarch64 CPython whose headers and libpython the glue compiles and links with."""
+
+    torch_site: Path
+    torch: str  # its torch/version.py's __version__, 2.11.0+cu130
+    python: Path  # the target CPython's executable; its prefix is python.parents[1]
+    python_includes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,7 @@ class WheelWhere:
     kernel_packages: tuple[PackageFacts, ...]  # --kernel-package, read
     kernel_channel: str | None
     cuda_home: Path | None  # --cuda-home
+    cross: CrossTarget | None = None  # --torch-site and --target-python, for linux-aarch64 pip cells
     channel_aliases: dict[str, str] = field(default_factory=dict)
     extra_channels: list[str] = field(default_factory=list)
 
@@ -105,16 +118,73 @@ class WheelBuild:
 
 # ---------------------------------------------------------------- checks before any work
 
-def reject_cross(build: PipBuild, part: str) -> None:
-    """A linux-aarch64 pip cell's glue is not built yet (CROSS_GLUE, shown with --verbose); its kernel package is."""
-    if build.cell.platform not in GLUE_PLATFORMS:
-        raise FaforgeError(f"{build.cell.id}: a linux-aarch64 pip cell's glue wheel is not built yet (the backend imports the build's "
-                           "torch, which an x86_64 Python cannot)", detail=CROSS_GLUE, input=build.cell.id,
-                           hint=f"build its kernel package alone (--part {KERNELS_PART}); left to do: the backend taking torch's folders "
-                                "without importing it, as conda-forge's cross-python does")
-    if platform.machine() != "x86_64":
-        raise FaforgeError(f"{build.cell.id}: pip glue builds run on an x86_64 machine (this is {platform.machine()})", input=build.cell.id,
-                           hint=f"build its kernel package alone (--part {KERNELS_PART}), or run on linux-64")
+def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python: Path | None, cuda_home: Path) -> CrossTarget | None:
+    """The cross build's target for the linux-aarch64 cells among `builds`, each input checked against each cell
+    (None when there is none); FaforgeError naming the option, what is wrong and what to pass."""
+    from faforge.abi.check import torch_facts  # noqa: PLC0415
+    from faforge.backend.foreign import prefix_python_includes  # noqa: PLC0415
+
+    cross = [b for b in builds if b.cell.platform != NATIVE_PLATFORM]
+    native = [b for b in builds if b.cell.platform == NATIVE_PLATFORM]
+    if platform.machine() != CROSS_MACHINE and builds:
+        raise FaforgeError(f"{builds[0].cell.id}: pip glue builds run on an {CROSS_MACHINE} machine (this is {platform.machine()})",
+                           input=builds[0].cell.id, hint=f"build its kernel package alone (--part {KERNELS_PART}), or run on linux-64")
+    if not cross:
+        for option, value in (("--torch-site", torch_site), ("--target-python", target_python)):
+            if value:
+                raise FaforgeError(f"{option} is for linux-aarch64 pip cells (a cross build), and none is asked for", input=option,
+                                   hint=f"drop {option}; a linux-64 pip cell's glue is built against PyPI's torch in a venv of its own")
+        return None
+    if native:
+        raise FaforgeError(f"{cross[0].cell.id} and {native[0].cell.id}: a linux-aarch64 and a linux-64 pip cell in one call; the "
+                           "aarch64 one is cross-built against --torch-site", hint="build each platform's pip cells in a call of its own")
+    first = cross[0].cell
+    for option, value in (("--torch-site", torch_site), ("--target-python", target_python)):
+        if value is None:
+            raise FaforgeError(f"{first.id}: a linux-aarch64 pip cell's glue is cross-built, and {option} is not given",
+                               input=first.id, hint=CROSS_INPUTS_HINT)
+    pythons = sorted({b.cell.python for b in cross})
+    if len(pythons) != 1:
+        raise FaforgeError(f"these linux-aarch64 pip cells are for CPython {' and '.join(pythons)}; one --target-python serves one",
+                           hint="build each Python's cells in a call of its own")
+    python, site = Path(target_python).absolute(), Path(torch_site).absolute()
+    with paths.user_path("--target-python", target_python):
+        prefix = python.parents[1] if len(python.parents) > 1 else python
+        includes = prefix_python_includes(prefix, pythons[0])
+        if not python.is_file() or not (Path(includes[0]) / "Python.h").is_file():
+            raise FaforgeError(f"--target-python {target_python}: not a CPython {pythons[0]} executable with include/python"
+                               f"{pythons[0]}/Python.h in its prefix ({prefix})", input=str(target_python), hint=CROSS_INPUTS_HINT)
+        try:
+            machine = read_info(python).machine
+        except ElfError as exc:
+            raise FaforgeError(f"--target-python {target_python}: not an ELF executable ({exc})", input=str(target_python),
+                               hint=CROSS_INPUTS_HINT) from None
+        if machine != "aarch64":
+            raise FaforgeError(f"--target-python {target_python}: an {machine} executable; the cell's glue is for aarch64",
+                               input=str(target_python), hint=CROSS_INPUTS_HINT)
+    with paths.user_path("--torch-site", torch_site):
+        if not (site / "torch" / "version.py").is_file() or not (site / "torch" / "lib").is_dir():
+            raise FaforgeError(f"--torch-site {torch_site}: no torch/version.py and torch/lib there, so not a site-packages holding torch",
+                               input=str(torch_site), hint=CROSS_INPUTS_HINT)
+        site = site.resolve()
+        facts = torch_facts([site / "torch" / "lib"])
+        for build in cross:
+            cell = build.cell
+            found = ((facts.version or "?").split("+")[0], facts.cuda, facts.cxx11_abi, facts.machine)
+            if found != (cell.torch, cell.cuda, cell.cxx11_abi, "aarch64"):
+                raise FaforgeError(f"--torch-site {torch_site}: torch {facts.version} (CUDA {facts.cuda}, C++ ABI {facts.cxx11_abi}, "
+                                   f"{facts.machine}); {cell.id} needs PyPI's torch {cell.torch} for CUDA {cell.cuda}, ABI "
+                                   f"{cell.cxx11_abi}, aarch64", input=str(torch_site), hint=CROSS_INPUTS_HINT)
+            tag = cell.python.replace(".", "")
+            if not list((site / "torch").glob(f"_C.cpython-{tag}-aarch64-linux-gnu.so")):
+                raise FaforgeError(f"--torch-site {torch_site}: its torch is not for CPython {cell.python} (no torch/_C.cpython-{tag}-"
+                                   f"aarch64-linux-gnu.so); {cell.id} is", input=str(torch_site), hint=CROSS_INPUTS_HINT)
+    if not (cuda_home / "targets" / "sbsa-linux" / "include" / "cuda_runtime.h").is_file():
+        raise FaforgeError(f"the CUDA toolkit {cuda_home} has no targets/sbsa-linux/include/cuda_runtime.h, the aarch64 target tree "
+                           "the cross build compiles and links against", input=str(cuda_home),
+                           hint="install the toolkit's sbsa-linux target (conda-forge: cuda-cudart-dev_linux-aarch64), or pass a "
+                                "--cuda-home that has it")
+    return CrossTarget(torch_site=site, torch=facts.version, python=python, python_includes=tuple(includes))
 
 
 def nvcc_release(nvcc: Path) -> str:
@@ -327,12 +397,19 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
     dist.mkdir(parents=True, exist_ok=True)
     cuda_home = cuda_toolkit(where.cuda_home, cell.cuda)
     started = time.monotonic()
-    venv = clean_env.pypi_torch_venv(f"=={cell.torch}", cell.python, TORCH_EXTRAS, announce=report.say)
-    if (venv.torch.split("+")[0], venv.cuda, venv.cxx11_abi) != (cell.torch, cell.cuda, cell.cxx11_abi):
-        raise FaforgeError(f"{cell.id}: PyPI's torch=={cell.torch} in {venv.prefix} is {venv.torch} for CUDA {venv.cuda}, C++ ABI "
-                           f"{venv.cxx11_abi}; the cell says CUDA {cell.cuda}, ABI {cell.cxx11_abi}", exit_code=EXIT_PROBLEMS,
-                           hint="the pypi world's row in variants/releases.yaml disagrees with PyPI: `faforge bump --source pypi`")
     tools = build_tools_venv(cell.python, report.say)
+    if where.cross:  # linux-aarch64: the target torch read from its files, the glue script run by the tools venv's Python
+        target = where.cross
+        torch_version, torch_site, python = target.torch, target.torch_site, tools.parents[2] / "bin" / "python"
+        target_args = ["--torch-site", str(target.torch_site), *(a for d in target.python_includes for a in ("--python-include", d))]
+        target_env = {"target_platform": cell.platform, "build_platform": NATIVE_PLATFORM}
+    else:
+        venv = clean_env.pypi_torch_venv(f"=={cell.torch}", cell.python, TORCH_EXTRAS, announce=report.say)
+        if (venv.torch.split("+")[0], venv.cuda, venv.cxx11_abi) != (cell.torch, cell.cuda, cell.cxx11_abi):
+            raise FaforgeError(f"{cell.id}: PyPI's torch=={cell.torch} in {venv.prefix} is {venv.torch} for CUDA {venv.cuda}, C++ ABI "
+                               f"{venv.cxx11_abi}; the cell says CUDA {cell.cuda}, ABI {cell.cxx11_abi}", exit_code=EXIT_PROBLEMS,
+                               hint="the pypi world's row in variants/releases.yaml disagrees with PyPI: `faforge bump --source pypi`")
+        torch_version, torch_site, python, target_args, target_env = venv.torch, venv.site_packages, venv.python, [], {}
     steps["venvs"] = time.monotonic() - started
     prefix = work / "kernel-package"
     report.say(f"+ extract {kernel} (py-rattler)")
@@ -343,10 +420,10 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
                            exit_code=EXIT_PROBLEMS)
     src = unpack_sdist(sdist, work / "sdist")
     started = time.monotonic()
-    command = [str(venv.python), str(paths.recipe_dir() / FLASH_ATTN.build_script), "--kernel-library", str(library),
+    command = [str(python), str(paths.recipe_dir() / FLASH_ATTN.build_script), "--kernel-library", str(library), *target_args,
                "--source-dir", str(src), "--build-dir", str(work / "build"), "--wheel-dir", str(work / "raw"), "--archs", cell.cuda_archs,
                "--cxx11-abi", str(cell.cxx11_abi), "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts")]
-    code = run_logged(command, glue_env(tools, cuda_home), log, report, title, GLUE_TIMEOUT_S)
+    code = run_logged(command, glue_env(tools, cuda_home) | target_env, log, report, title, GLUE_TIMEOUT_S)
     steps["glue"] = time.monotonic() - started
     raws = sorted((work / "raw").glob("*.whl"))
     if code != 0 or len(raws) != 1:
@@ -355,7 +432,7 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
                            hint=f"see the log {log.name}")
     started = time.monotonic()
     kernel_facts = read_package(kernel)
-    requirement = cuda_runtime_requirement(cell.cuda, requires_dist_of(torch_metadata(venv.site_packages)))
+    requirement = cuda_runtime_requirement(cell.cuda, requires_dist_of(torch_metadata(torch_site)))
     original = read_info(library)
     was = {"rpath": list(original.rpath), "runpath": list(original.runpath)}
     kernel_wheel = pack_kernel_wheel(KernelPackage(library=library, name=kernel_facts.name, version=kernel_facts.version, build=kernel_facts.build,
@@ -374,7 +451,7 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
                            hint="faforge.matrix.pip_builds and faforge.pipwheel disagree: a bug to report")
     return {"glue": wheel_json(glue), "kernel": wheel_json(kernel_wheel, was), "raw_wheel": raws[0].name,
             "kernel_package": {"path": str(kernel), "filename": kernel.name, "from": kernel_from},
-            "torch": venv.torch, "python": str(venv.python), "cuda_home": str(cuda_home),
+            "torch": torch_version, "python": str(where.cross.python if where.cross else python), "cuda_home": str(cuda_home),
             "steps_s": {k: round(v, 1) for k, v in steps.items()}}
 
 

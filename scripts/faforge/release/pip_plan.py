@@ -31,12 +31,13 @@ from faforge.release.cost import BuildCost, Part, cell_part, split_kernels
 from faforge.versions import vtuple
 
 PIP_STAGE = "wheels"
-# The platforms whose glue wheels are built (on linux-64 runners). A linux-aarch64 pip cell's glue is not yet:
-# the backend's glue step imports the build's torch, which an x86_64 Python cannot (faforge.release.pip_build);
-# the plan lists those cells apart, with this reason, and gives them no job.
+# The platforms whose glue wheels CI builds (on linux-64 runners). `faforge build` cross-builds a linux-aarch64 pip
+# cell's glue given its aarch64 torch and CPython (--torch-site, --target-python: faforge.release.pip_build), but
+# the wheel job has no step that fetches them yet; the plan lists those cells apart, with this reason, and gives
+# them no job.
 GLUE_PLATFORMS = ("linux-64",)
-NOT_BUILT_YET = ("its glue wheel is not built yet: the backend imports the build's torch to compile flash_api.cpp, and "
-                 "cross-building it for linux-aarch64 needs the backend to take torch's folders without importing it")
+NOT_BUILT_YET = ("CI builds no wheel job for it yet: its glue is cross-built on x86_64 (faforge build --torch-site DIR "
+                 "--target-python PATH), and the wheel job has no step fetching the cell's aarch64 torch and CPython")
 # A pip cell's own job: its glue wheel and its kernel wheel. `all` builds its kernel package first when none is found.
 WHEEL_PART = "wheel"
 GLUE_PROJECT = FLASH_ATTN.package
