@@ -39,3 +39,13 @@ def glue_cxx_dir(tmp_path_factory) -> Path | None:
     cxx = shutil.which("c++")
     base = tmp_path_factory.getbasetemp()
     return cxx_through_ccache(base / "glue-ccache", base, ccache, cxx) if cxx else None
+
+
+def pytest_sessionfinish(session):
+    """Disk: the test cache's two installs of one PyPI torch share their files (tests/support/shared_files.py)."""
+    from tests.support.shared_files import share_torch_venvs  # noqa: PLC0415
+
+    shared = [(name, freed) for name, freed in share_torch_venvs() if freed]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if shared and reporter:
+        reporter.write_line("test cache: " + ", ".join(f"{name} shares {freed / 2**30:.1f} GiB with the tests' venv" for name, freed in shared))

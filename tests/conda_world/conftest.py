@@ -95,7 +95,7 @@ def build_in_world(world, sdist, tmp_path_factory, request):
         aliases = [arg for channel in cell.channels for arg in ("--channel-alias", f"{channel}={world.url(channel)}")]
         started = time.monotonic()
         result = faforge("build", cell.id, "--source", str(sdist), *aliases, "--output-dir", str(out),
-                         env={"CCACHE_DIR": str(cache_dir("conda-world") / "ccache")})
+                         env={"CCACHE_DIR": str(cache_dir("conda-world") / "ccache"), **world.rattler_env()})
         logs = sorted((out / "logs").glob("*.log"), key=lambda p: not p.name.endswith("-kernels.log"))
         _say(request, f"\nfaforge build {cell.id}: exit {result.returncode} in {time.monotonic() - started:.0f} s")
         done[cell.id] = Built(result, "".join(p.read_text() for p in logs), sorted((out / "linux-64").glob("flash-attn-*.conda")), out)

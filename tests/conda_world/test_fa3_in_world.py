@@ -81,9 +81,9 @@ def built(world, tmp_path_factory):
     out = root / "out"
     # The recipe's tests must run this build, not an extraction rattler cached from an earlier run's build of the
     # same name (its test environment took the old one); faforge build drops it the same way (release/package_cache.py).
-    for stale in (cache_root() / "pkgs").glob(f"{FLASH_ATTN_3.package}-*"):
+    env = {**os.environ, "CONDA_OVERRIDE_CUDA": "13.0", **world.rattler_env()}
+    for stale in (cache_root(env) / "pkgs").glob(f"{FLASH_ATTN_3.package}-*"):
         shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-    env = {**os.environ, "CONDA_OVERRIDE_CUDA": "13.0"}
     with recipe_file(paths.repo_root() / FLASH_ATTN_3.recipe_dir / "recipe.yaml", SourceOverride.from_sdist(tarball)) as recipe:
         args = {"recipe": str(recipe), "variants": str(variant_file(root)), "out": str(out), "channels": [world.url("conda-forge")],
                 "log": str(root / "build.log")}

@@ -31,7 +31,7 @@ import yaml
 
 from faforge import paths
 from faforge.abi import elf
-from tests.conda_world.world import SPEC, stage_payload
+from tests.conda_world.world import SPEC, download_wheels, load_spec, stage_payload
 from tests.support.aarch64_cross import arm64_torch_site, sbsa_cuda_home
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import cuda_home
@@ -44,6 +44,13 @@ CROSS_CXX = "aarch64-linux-gnu-g++"
 TORCH_LIBRARIES = ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10_cuda", "-ltorch_cuda"]
 
 
+def world_wheels() -> Path:
+    """The conda world's PyPI wheels (a built world keeps only its packages: downloaded again when missing)."""
+    root = cache_dir("conda-world") / "wheels"
+    download_wheels(load_spec(), root, print)
+    return root
+
+
 def cuda_12_4_home(out: Path) -> Path:
     """Debian's CUDA 12.4 in conda's layout: every world.yaml payload of that toolchain, staged into one folder."""
     home = out / "cuda-12.4"
@@ -51,7 +58,7 @@ def cuda_12_4_home(out: Path) -> Path:
         for entry in _entries():
             payload = entry.get("payload") or {}
             if payload.get("kind") == "debian" and payload.get("toolchain") == "cuda-12.4":
-                stage_payload(payload, home, cache_dir("conda-world") / "wheels")
+                stage_payload(payload, home, world_wheels())
     # lib/libcudart.so links to libcudart.so.12, which the world takes from the nvidia channel's cuda-cudart
     # (a wheel payload); here, Debian's libcudart12 of the same 12.4.127.
     for runtime in (ensure_unpacked("cuda-12.4") / "usr/lib/x86_64-linux-gnu").glob("libcudart.so.12*"):
@@ -111,7 +118,7 @@ def glue(label: str, out: Path, cxx: str, flags: list[str], libraries: list[str]
 
 def torch_wheel_tree(out: Path, pattern: str) -> Path:
     """torch/ of the world's cached PyPI wheel matching `pattern` (include/ and lib/ only)."""
-    wheel = next(iter(sorted((cache_dir("conda-world") / "wheels").rglob(pattern))))
+    wheel = next(iter(sorted(world_wheels().rglob(pattern))))
     root = out / wheel.stem
     if not (root / "torch/lib").is_dir():
         with zipfile.ZipFile(wheel) as z:
