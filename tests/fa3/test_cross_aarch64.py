@@ -33,7 +33,8 @@ DISABLED = "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLU
 
 
 def test_cross_build_stable_gate_and_emulated_import(cross):  # noqa: F811
-    tmp, home, torch_site, python, ninja_dir = cross
+    tmp, tools = cross
+    home, torch_site, python, ninja_dir = tools.cuda_home, tools.torch_site, tools.python, tools.ninja_dir
     tree = fa3_shaped_tree(tmp / "fa3-src", fa3.parse_disabled(DISABLED))
     site = tmp / "fa3-site"
     env = dict(os.environ, target_platform="linux-aarch64", build_platform="linux-64", CXX=CXX, CUDA_HOME=str(home),
