@@ -128,7 +128,7 @@ def test_glue_of_a_torch_with_another_philox_layout_is_refused_and_would_not_lin
     assert f"--kernel-library {library}: built for the 32-bit Philox layout, but torch 2.14.1" in log, log[-3000:]
     assert "--philox-offset-bits 64" in log and "flash_api" not in log, "refused before compiling the glue"
     # The link is the second line of defence: with the check out of the way, -Wl,--no-undefined refuses the pair.
-    check = "    if given:\n        check_kernel_library_layout(given, philox_bits, torch.__version__)\n"
+    check = "    if given:\n        check_kernel_library_layout(given, philox_bits, torch_version)\n"
     assert check in SCRIPT.read_text()
     unchecked = tmp_path / "unchecked_build_flash_attn.py"
     unchecked.write_text(SCRIPT.read_text().replace(check, ""))
