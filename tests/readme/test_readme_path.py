@@ -85,7 +85,7 @@ STEPS = (
     Step(r"faforge build pypi/\S+( --output-dir output)?$", codes=(1,),
          cause=(r"kernel package failed to build", r"flash_attn-2\.8\.3\.post2\.tar\.gz"), wrong=("Traceback",)),
     Step(r"faforge build pypi/\S+ --part wheel ", codes=(2,), cause=(r"--kernel-package \S+ does not exist",)),
-    Step(r"faforge build pypi/linux-aarch64/\S+ --kernel-package \S+ --torch-site ", codes=(2,),
+    Step(r"faforge build pypi/linux-aarch64/\S+ --kernel-package \S+\s+--torch-site ", codes=(2,),
          cause=(r"--kernel-package \S+ does not exist",), wrong=("Traceback",)),
     Step(r"faforge (verify|publish) output/dist/\*\.whl", codes=(2,), cause=(r"no file matches this pattern", r"faforge build PIP_CELL"),
          wrong=("not a wheel file name",)),
