@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from faforge.pipindex.check import check_index
-from faforge.pipindex.read import read_local
+from faforge.pipindex.read import read_local, read_remote
 from faforge.pipindex.validate import validate
 from tests.pipindex.test_publish_index import assert_consistent, publish
 from tests.release.test_publish import faforge
@@ -216,3 +216,18 @@ def test_a_silent_index_server_is_exit_4_within_the_read_timeout(mode):
         took = time.monotonic() - started
     assert result.returncode == 4 and f"{server}/{mode}/torch2.11-cu130/" in result.stderr and "FAFORGE_HTTP_TIMEOUT" in result.stderr, result.stderr
     assert took < 12, f"{took:.1f} s"
+
+
+def test_a_page_of_another_content_type_is_no_index_page_for_pip_nor_for_our_reader(tmp_path):
+    """A server answering `application/json` (a static host that types index.json by its suffix, or the hostile
+    /badjson/): real pip skips the page, so the index holds nothing for it. Our reader says so as a problem
+    naming the Content-Type (`plan --index` then exits 4), never as an empty index whose cells all need a build."""
+    with serve_hostile() as server:
+        url = f"{server}/badjson/torch2.11-cu130/"
+        pip = pip_download(url, tmp_path / "dest", "3.12", "flash-attn")
+        said = pip.stdout + pip.stderr
+        assert pip.returncode != 0 and "got Content-Type: application/json" in said, said
+        listing = read_remote(url)
+        assert any("Content-Type application/json" in p and "pip skips it" in p for p in listing.problems), listing.problems
+        check = faforge("index", "--pip", "--check", url)
+    assert check.returncode == 1 and "Content-Type application/json" in check.stdout + check.stderr, check.stdout + check.stderr

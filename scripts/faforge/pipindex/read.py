@@ -171,14 +171,22 @@ def _parse(body: bytes, url: str, fmt: str, project: str | None) -> Page:
     return (parse_json if fmt == "json" else parse_html)(body, url, project=project)
 
 
+# The Content-Types pip takes a page in (pip's collector, _ensure_api_header); it skips any other page.
+PAGE_TYPES = {JSON_TYPE: "json", JSON_TYPE.replace("json", "html"): "html", HTML_TYPE: "html"}
+
+
 def _fetch(url: str, accept: str) -> tuple[bytes, str]:
-    """The body and format of one page over HTTP; an HTTP error is a RemoteError naming the URL."""
+    """The body and format of one page over HTTP; an HTTP error is a RemoteError naming the URL, and a page
+    of a Content-Type pip skips (a host typing index.json as application/json) a PageError."""
     try:
         response = httpclient.request(url, kind="index page", headers={"Accept": accept})
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the index URL (BASE/torch2.11-cu130/)") from None
     kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-    return response.body, "json" if kind == JSON_TYPE else "html"
+    if kind not in PAGE_TYPES:
+        raise PageError(f"{url}: Content-Type {kind or '(none)'}, which is no index page: pip skips it "
+                        f"(it reads {', '.join(PAGE_TYPES)})")
+    return response.body, PAGE_TYPES[kind]
 
 
 def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
@@ -188,19 +196,19 @@ def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
     accepts = {"json": ACCEPT, "html": HTML_TYPE}
     roots, projects, problems = {}, {}, []
     for fmt in formats:
-        body, got = _fetch(url, accepts[fmt])
-        if got != fmt:
-            continue
         try:
-            roots[fmt] = _parse(body, url, fmt, None)
+            body, got = _fetch(url, accepts[fmt])
+            if got == fmt:
+                roots[fmt] = _parse(body, url, fmt, None)
         except PageError as exc:
             problems.append(str(exc))
+            break  # the other Accept gets the same answer
     names = sorted({p for page in roots.values() for p in page.projects})
     for name in names:
         page_url = urllib.parse.urljoin(url, f"{urllib.parse.quote(name)}/")
         for fmt in roots:
-            body, got = _fetch(page_url, accepts[fmt])
             try:
+                body, got = _fetch(page_url, accepts[fmt])
                 projects.setdefault(name, {})[fmt] = _parse(body, page_url, got, name)
             except PageError as exc:
                 problems.append(str(exc))
