@@ -20,12 +20,12 @@ from faforge.pipwheel.facts import read_wheel
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 from faforge.release.build_run import jobs_from_plan
 from faforge.release.cost import cell_part, load_build_cost, split_kernels
-from faforge.release.pip_plan import NOT_BUILT_YET
 from faforge.release.plan import STAGES
 from tests.release.test_plan import faforge, plan_json
 from tests.support.pip_index_server import serve_index
 
 TAG = "manylinux_2_28_x86_64"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def jobs_of(data, stage):
@@ -51,13 +51,19 @@ def test_one_wheel_job_per_pip_cell_after_the_kernel_package_of_its_key(full_pla
     data = full_plan
     assert data["version"] == 5 and "wheels" in STAGES and STAGES.index("wheels") > STAGES.index("kernel_links")
     wheels = jobs_of(data, "wheels")
-    linux64 = [b for b in builds if b.cell.platform == "linux-64"]
-    assert sorted(j["cell"] for j in wheels) == sorted(b.cell.id for b in linux64) == sorted(data["pip_to_build"])
+    assert sorted(j["cell"] for j in wheels) == sorted(b.cell.id for b in builds) == sorted(data["pip_to_build"])
     assert data["pip_cells"] == len(builds) == 79 and data["pip_in_index"] == [] and data["index"] is None
-    # A linux-aarch64 glue is cross-built by faforge build, but no CI job fetches its inputs yet: listed apart, with the reason, and given no job.
-    assert [c["id"] for c in data["pip_not_built"]] == [b.cell.id for b in builds if b.cell.platform == "linux-aarch64"]
-    assert {c["why"] for c in data["pip_not_built"]} == {NOT_BUILT_YET} and "cross" in NOT_BUILT_YET
+    assert data["pip_not_built"] == [], "every platform has a wheel runner (variants/build-cost.yaml)"
     cost = load_build_cost()
+    # Each platform's glue is built natively in PyPA's manylinux_2_28 image of its machine, with NVIDIA's RHEL 8 CUDA
+    # repository of that machine: linux-aarch64's on GitHub's arm64 runner, where pip installs PyPI's aarch64 torch.
+    machines = {"linux-64": ("ubuntu-latest", "x86_64", "x86_64"), "linux-aarch64": ("ubuntu-24.04-arm", "aarch64", "sbsa")}
+    for job in wheels:
+        label, machine, repo = machines[job["platform"]]
+        runner = cost.wheel_runners[job["platform"]]
+        assert (job["runs-on"], job["container"], job["cuda-repo"]) == (runner.label, runner.container, runner.cuda_repo)
+        assert (runner.label, runner.container) == (label, f"quay.io/pypa/manylinux_2_28_{machine}")
+        assert runner.cuda_repo == f"https://developer.download.nvidia.com/compute/cuda/repos/rhel8/{repo}/cuda-rhel8.repo"
     by_id = {b.cell.id: b for b in builds}
     kernel_slugs = {j["kernels"] for stage in ("kernels", "kernel_links") for j in jobs_of(data, stage)}
     for job in wheels:
@@ -66,6 +72,31 @@ def test_one_wheel_job_per_pip_cell_after_the_kernel_package_of_its_key(full_pla
         assert job["kernel-build"] == b.kernel_build and job["build-string"] == b.build_string and job["index-name"] == b.cell.index_name
         assert job["package"] == b.glue_wheel() and job["kernel-wheel"] == b.kernel_wheel() and job["torch-wheel"] == b.cell.wheel
         assert job["timeout-minutes"] == cell_part(cost).minutes, "flash_api.cpp and the link, as a conda cell's job"
+
+
+def test_a_platform_without_a_wheel_runner_gets_no_wheel_job_and_says_why(tmp_path, builds):
+    """variants/build-cost.yaml's wheel_runners decide which platforms' pip cells CI builds: one left out is listed
+    apart in pip_not_built, with the reason naming the file, and given no job."""
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    project = tmp_path / "project"
+    for name in ("variants", "recipes", "scripts", "pyproject.toml"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, project / name)
+    cost = project / "variants" / "build-cost.yaml"
+    data = yaml.safe_load(cost.read_text())
+    del data["wheel_runners"]["linux-aarch64"]
+    cost.write_text(yaml.safe_dump(data))
+    result = faforge("plan", "--json", env={**os.environ, "FAFORGE_ROOT": str(project)})
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    arm = [b.cell.id for b in builds if b.cell.platform == "linux-aarch64"]
+    assert [c["id"] for c in plan["pip_not_built"]] == arm and arm
+    assert {c["why"] for c in plan["pip_not_built"]} == {
+        "no wheel runner for linux-aarch64 in variants/build-cost.yaml (wheel_runners: label, container, cuda_repo)"}
+    assert {j["platform"] for j in jobs_of(plan, "wheels")} == {"linux-64"} and not set(arm) & set(plan["pip_to_build"])
 
 
 def test_no_kernel_package_is_planned_twice_and_pip_only_keys_are_ordinary_kernel_jobs(full_plan, matrix):
@@ -77,18 +108,16 @@ def test_no_kernel_package_is_planned_twice_and_pip_only_keys_are_ordinary_kerne
     pip_only = {k.key.slug: k for k in matrix.pip_kernels}
     assert len(pip_only) == 4 and {k.key.cuda for k in pip_only.values()} == {"12.8", "13.2"}
     cost = load_build_cost()
-    arm = next(k for k in pip_only.values() if k.key.platform == "linux-aarch64")
-    assert arm.key.slug not in {j["kernels"] for j in kernel_jobs}, "needed only by aarch64 pip cells, which get no CI job yet"
-    del pip_only[arm.key.slug]
     for slug, package in pip_only.items():
         mine = [j for j in kernel_jobs if j["kernels"] == slug]
         assert [j["part"] for j in mine] == [p.name for p in split_kernels(cost, package.key.platform, package.key.cuda_archs)]
         assert {j["cell"] for j in mine} == {package.cell_ids[0]} and package.cell_ids[0].startswith("pypi/")
     listed = {k["id"]: k for k in data["kernel_packages"]}
-    assert set(listed) == {k.key.id for k in matrix.all_kernels} - {arm.key.id}, "conda's 12 and pip's own linux-64 3, each once"
-    shared = listed["linux-64/cu130/sm80_90_100_120ptx/philox64"]
-    assert {c for c in shared["cells"] if c.startswith("pypi/")} == {c.id for c in matrix.pip_cells if kernel_key(c).cuda == "13.0"
-                                                                    and c.platform == "linux-64"}
+    assert set(listed) == {k.key.id for k in matrix.all_kernels}, "conda's 12 and pip's own 4, each once"
+    for platform in ("linux-64", "linux-aarch64"):
+        shared = listed[f"{platform}/cu130/sm80_90_100_120ptx/philox64"]
+        assert {c for c in shared["cells"] if c.startswith("pypi/")} == {c.id for c in matrix.pip_cells if kernel_key(c).cuda == "13.0"
+                                                                        and c.platform == platform}
 
 
 def test_build_reads_the_wheel_jobs_of_a_plan_and_an_older_plan_without_them(full_plan, tmp_path):

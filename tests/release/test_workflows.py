@@ -547,7 +547,8 @@ def test_a_wheels_chunk_runs_the_wheel_job_alone_in_a_manylinux_container():
                                                                 "required": False, "type": "boolean", "default": False}
     assert cells["jobs"]["cell"]["if"] == "${{ !inputs.wheels }}" and cells["jobs"]["wheel"]["if"] == "${{ inputs.wheels }}"
     wheel = cells["jobs"]["wheel"]
-    assert wheel["container"] == "quay.io/pypa/manylinux_2_28_x86_64", "the glue's manylinux level is the build's glibc"
+    assert wheel["container"] == "${{ matrix.container }}", "the plan's job names the manylinux image of its machine"
+    assert wheel["runs-on"] == "${{ matrix.runs-on }}"
     assert wheel["strategy"]["matrix"] == "${{ fromJSON(inputs.matrix) }}" and wheel["timeout-minutes"] == "${{ matrix.timeout-minutes }}"
     assert not [s for s in wheel["steps"] if s.get("uses", "").startswith("actions/cache")], "no compiler cache: no kernel TU is compiled"
 
@@ -563,22 +564,39 @@ def test_the_wheel_job_takes_its_kernel_package_from_its_kernel_job_or_the_chann
     assert download["with"] == {"name": upload["with"]["name"], "path": "kernel-channel/${{ matrix.platform }}"}
     assert download["if"] == "${{ !matrix.kernel-in-channel }}"
     wheel_jobs = [j for j in plan_jobs if j["part"] == "wheel"]
-    assert wheel_jobs and {j["platform"] for j in wheel_jobs} == {"linux-64"}
+    assert {j["platform"] for j in wheel_jobs} == {"linux-64", "linux-aarch64"}
     _stand_in(tmp_path / "bin", "faforge")
-    job = wheel_jobs[0]
-    kernel = tmp_path / "kernel-channel" / "linux-64" / f"libflash-attn-kernels-2.8.3.post2-{job['kernel-build']}.conda"
-    kernel.parent.mkdir(parents=True)
-    kernel.write_text("")
     build = steps["Build the wheels"]
-    args = _run_step(build, {**job, "kernel-in-channel": False}, tmp_path, tmp_path / "bin", CHANNEL="https://ch.example/faforge")
-    assert args == ["faforge", "build", job["cell"], "--part", "wheel", "--output-dir", "output",
-                    "--kernel-package", f"kernel-channel/linux-64/{kernel.name}"]
-    kernel.unlink()
-    args = _run_step(build, {**job, "kernel-in-channel": True}, tmp_path, tmp_path / "bin", KERNEL_IN_CHANNEL="true",
-                     CHANNEL="https://ch.example/faforge")
-    assert args[-2:] == ["--kernel-channel", "https://ch.example/faforge"] and "--kernel-package" not in args
-    toolkit = steps["The cell's CUDA toolkit"]
-    assert toolkit["env"] == {"CUDA": "${{ matrix.cuda }}"} and 'CUDA_HOME=/usr/local/cuda-$CUDA' in toolkit["run"]
+    for platform in ("linux-64", "linux-aarch64"):
+        job = next(j for j in wheel_jobs if j["platform"] == platform)
+        kernel = tmp_path / "kernel-channel" / platform / f"libflash-attn-kernels-2.8.3.post2-{job['kernel-build']}.conda"
+        kernel.parent.mkdir(parents=True)
+        kernel.write_text("")
+        args = _run_step(build, {**job, "kernel-in-channel": False}, tmp_path, tmp_path / "bin", CHANNEL="https://ch.example/faforge")
+        assert args == ["faforge", "build", job["cell"], "--part", "wheel", "--output-dir", "output",
+                        "--kernel-package", f"kernel-channel/{platform}/{kernel.name}"]
+        kernel.unlink()
+        args = _run_step(build, {**job, "kernel-in-channel": True}, tmp_path, tmp_path / "bin", KERNEL_IN_CHANNEL="true",
+                         CHANNEL="https://ch.example/faforge")
+        assert args[-2:] == ["--kernel-channel", "https://ch.example/faforge"] and "--kernel-package" not in args
+
+
+def test_the_wheel_job_installs_the_cells_cuda_from_the_repository_of_its_machine(plan_jobs, tmp_path):
+    """The CUDA step under bash with dnf a stand-in, for a job of each platform: the repository the plan names for the
+    image's machine (rhel8/sbsa for the aarch64 image), then the cell's CUDA packages of that release."""
+    toolkit = _wheel_steps()["The cell's CUDA toolkit"]
+    assert toolkit["env"] == {"CUDA": "${{ matrix.cuda }}", "CUDA_REPO": "${{ matrix.cuda-repo }}"}
+    _stand_in(tmp_path / "bin", "dnf")
+    for platform, repo in (("linux-64", "rhel8/x86_64"), ("linux-aarch64", "rhel8/sbsa")):
+        job = next(j for j in plan_jobs if j["part"] == "wheel" and j["platform"] == platform)
+        assert job["container"].endswith("_aarch64" if platform == "linux-aarch64" else "_x86_64")
+        env = tmp_path / f"env-{platform}"
+        lines = _run_step(toolkit, job, tmp_path, tmp_path / "bin", GITHUB_ENV=str(env))
+        add = ["dnf", "config-manager", "--add-repo", f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/cuda-rhel8.repo"]
+        assert any(lines[i:i + len(add)] == add for i in range(len(lines))), lines
+        v = job["cuda"].replace(".", "-")
+        assert {f"cuda-nvcc-{v}", f"cuda-cudart-devel-{v}", f"libcublas-devel-{v}"} <= set(lines[lines.index(add[-1]):]), lines
+        assert env.read_text() == f"CUDA_HOME=/usr/local/cuda-{job['cuda']}\n"
 
 
 def test_the_wheel_job_gates_and_uploads_its_wheels_where_gpu_test_and_publish_find_them(tmp_path):

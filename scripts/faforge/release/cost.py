@@ -13,7 +13,7 @@ ordinary object files that the final job links as they are.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge import paths
@@ -50,6 +50,17 @@ class Runner:
 
 
 @dataclass(frozen=True)
+class WheelRunner:
+    """Where a pip cell's wheel job runs (issue 33): its runner, PyPA's manylinux image of the platform's machine
+    (whose glibc the glue's tag follows) and NVIDIA's CUDA repository for that image."""
+
+    platform: str
+    label: str
+    container: str
+    cuda_repo: str  # the .repo file dnf adds
+
+
+@dataclass(frozen=True)
 class Part:
     """One CI job: a whole kernel package ('kernels'), a TU run such as 'bwd-1of2', the final
     'kernels-link' of a split kernel package, or a cell's own 'cell' job."""
@@ -69,6 +80,7 @@ class BuildCost:
     safety_factor: float
     runners: dict[str, Runner]
     max_jobs_per_matrix: int
+    wheel_runners: dict[str, WheelRunner] = field(default_factory=dict)  # platforms without one get no wheel job
     # Peak GB of one nvcc job at the family's worst TU, which bounds MAX_JOBS (FA3 sets its own).
     worst_gb_per_job: float = WORST_CASE_GB_PER_JOB
 
@@ -169,6 +181,12 @@ def load_build_cost(path: Path | None = None) -> BuildCost:
             memory_gb=_number(path, f"runners.{platform}.memory_gb", entry["memory_gb"]),
             job_limit_minutes=_number(path, f"runners.{platform}.job_limit_minutes", entry["job_limit_minutes"], integer=True),
         )
+    wheel_runners = {}
+    for platform, entry in (raw.get("wheel_runners") or {}).items():
+        keys = {"label", "container", "cuda_repo"}
+        if not isinstance(entry, dict) or set(entry) != keys or not all(isinstance(v, str) and v for v in entry.values()):
+            raise DataError(path, f"wheel_runners.{platform}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))} (strings)")
+        wheel_runners[platform] = WheelRunner(platform=platform, **entry)
     return BuildCost(
         path=path,
         classes=tuple(classes),
@@ -178,4 +196,5 @@ def load_build_cost(path: Path | None = None) -> BuildCost:
         safety_factor=_number(path, "safety_factor", raw.get("safety_factor")),
         runners=runners,
         max_jobs_per_matrix=_number(path, "max_jobs_per_matrix", raw.get("max_jobs_per_matrix"), integer=True),
+        wheel_runners=wheel_runners,
     )

@@ -16,7 +16,8 @@
 No kernel TU is compiled here: the kernel package's objects are the conda build's. The wheels go to
 OUTPUT_DIR/dist/, a kernel package built here to OUTPUT_DIR/<platform>/ as for conda, logs to OUTPUT_DIR/logs/.
 A cell whose two wheels are already in OUTPUT_DIR/dist/ is `present` (resumable). One cell's failure never stops
-the others. A linux-aarch64 pip cell is cross-built on x86_64 (as conda's cross builds are): the glue against the
+the others. A machine builds its own platform's cells as above (CI: linux-aarch64 ones on an arm64 runner); on
+x86_64 a linux-aarch64 pip cell is cross-built instead (as conda's cross builds are): the glue against the
 aarch64 torch in --torch-site, read from its files and never imported (build_flash_attn.py --torch-site,
 faforge.backend.foreign), with the headers and libpython of the aarch64 CPython --target-python names, the cross
 g++ ($CXX, else aarch64-linux-gnu-g++) and --cuda-home's targets/sbsa-linux tree.
@@ -53,7 +54,7 @@ from faforge.release.build import CellBuild, build_cell
 from faforge.release.cost import KERNELS_PART
 from faforge.release.kernel_package import fetch_kernel_package
 from faforge.release.package import PackageFacts, read_package
-from faforge.release.pip_plan import GLUE_PLATFORMS, WHEEL_PART
+from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.plan import job_slug
 from faforge.release.reporter import Reporter
 
@@ -67,7 +68,9 @@ GLUE_TIMEOUT_S = 3 * 3600
 # The build script's own lines (its steps, `[build_flash_attn] ...`, and its error, `build_flash_attn: error: ...`), shown live.
 BACKEND_LINES = (BACKEND_LOG_PREFIX, f"{Path(FLASH_ATTN.build_script).stem}:")
 NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
-NATIVE_PLATFORM, CROSS_MACHINE = "linux-64", "x86_64"  # pip glue builds run there; a linux-aarch64 cell is cross-built
+# A machine builds its own platform's pip glue natively (clean_env.MACHINE_SUBDIRS: CI's wheel job runs on a runner of
+# the cell's machine); an x86_64 one also cross-builds linux-aarch64 cells, as conda's cross builds do.
+CROSS_MACHINE, CROSS_PLATFORM = "x86_64", "linux-aarch64"
 CROSS_INPUTS_HINT = ("pass --torch-site DIR (the cell's aarch64 torch from PyPI, pip install --target) and --target-python PATH "
                      "(an aarch64 CPython of the cell's Python, unpacked), as the README's linux-aarch64 pip cells section shows; "
                      "or build its kernel package alone (--part kernels)")
@@ -118,22 +121,32 @@ class WheelBuild:
 
 # ---------------------------------------------------------------- checks before any work
 
-def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python: Path | None, cuda_home: Path) -> CrossTarget | None:
-    """The cross build's target for the linux-aarch64 cells among `builds`, each input checked against each cell
-    (None when there is none); FaforgeError naming the option, what is wrong and what to pass."""
+def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python: Path | None, cuda_home: Path,
+                 machine: str | None = None) -> CrossTarget | None:
+    """The cross build's target for the linux-aarch64 cells among `builds` on an x86_64 `machine` (default: this one),
+    each input checked against each cell; None when every cell is of the machine's own platform (a native build).
+    FaforgeError naming the option or cell, what is wrong and what to pass."""
     from faforge.abi.check import torch_facts  # noqa: PLC0415
     from faforge.backend.foreign import prefix_python_includes  # noqa: PLC0415
 
-    cross = [b for b in builds if b.cell.platform != NATIVE_PLATFORM]
-    native = [b for b in builds if b.cell.platform == NATIVE_PLATFORM]
-    if platform.machine() != CROSS_MACHINE and builds:
-        raise FaforgeError(f"{builds[0].cell.id}: pip glue builds run on an {CROSS_MACHINE} machine (this is {platform.machine()})",
-                           input=builds[0].cell.id, hint=f"build its kernel package alone (--part {KERNELS_PART}), or run on linux-64")
+    machine = machine or platform.machine()
+    native_platform = clean_env.MACHINE_SUBDIRS.get(machine)
+    if native_platform is None and builds:
+        raise FaforgeError(f"{builds[0].cell.id}: pip glue builds run on an x86_64 or aarch64 machine (this is {machine})",
+                           input=builds[0].cell.id, hint=f"build its kernel package alone (--part {KERNELS_PART}), or run on such a machine")
+    cross = [b for b in builds if b.cell.platform != native_platform]
+    native = [b for b in builds if b.cell.platform == native_platform]
+    if cross and (machine, cross[0].cell.platform) != (CROSS_MACHINE, CROSS_PLATFORM):
+        home = next(m for m, p in clean_env.MACHINE_SUBDIRS.items() if p == cross[0].cell.platform)
+        raise FaforgeError(f"{cross[0].cell.id}: a {cross[0].cell.platform} pip cell's glue is built on an {home} machine (this is "
+                           f"{machine})", input=cross[0].cell.id, hint=f"build it on an {home} machine (CI's wheel job runs there), "
+                           f"or only its kernel package here (--part {KERNELS_PART})")
     if not cross:
         for option, value in (("--torch-site", torch_site), ("--target-python", target_python)):
             if value:
-                raise FaforgeError(f"{option} is for linux-aarch64 pip cells (a cross build), and none is asked for", input=option,
-                                   hint=f"drop {option}; a linux-64 pip cell's glue is built against PyPI's torch in a venv of its own")
+                raise FaforgeError(f"{option} is for cross-building {CROSS_PLATFORM} pip cells on {CROSS_MACHINE}, and none is asked "
+                                   "for", input=option, hint=f"drop {option}; a pip cell of this machine's platform ({native_platform}) "
+                                   "is built against PyPI's torch in a venv of its own")
         return None
     if native:
         raise FaforgeError(f"{cross[0].cell.id} and {native[0].cell.id}: a linux-aarch64 and a linux-64 pip cell in one call; the "
@@ -402,7 +415,7 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
         target = where.cross
         torch_version, torch_site, python = target.torch, target.torch_site, tools.parents[2] / "bin" / "python"
         target_args = ["--torch-site", str(target.torch_site), *(a for d in target.python_includes for a in ("--python-include", d))]
-        target_env = {"target_platform": cell.platform, "build_platform": NATIVE_PLATFORM}
+        target_env = {"target_platform": cell.platform, "build_platform": clean_env.MACHINE_SUBDIRS[CROSS_MACHINE]}
     else:
         venv = clean_env.pypi_torch_venv(f"=={cell.torch}", cell.python, TORCH_EXTRAS, announce=report.say)
         if (venv.torch.split("+")[0], venv.cuda, venv.cxx11_abi) != (cell.torch, cell.cuda, cell.cxx11_abi):

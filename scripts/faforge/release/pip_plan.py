@@ -31,17 +31,15 @@ from faforge.release.cost import BuildCost, Part, cell_part, split_kernels
 from faforge.versions import vtuple
 
 PIP_STAGE = "wheels"
-# The platforms whose glue wheels CI builds (on linux-64 runners). `faforge build` cross-builds a linux-aarch64 pip
-# cell's glue given its aarch64 torch and CPython (--torch-site, --target-python: faforge.release.pip_build), but
-# the wheel job has no step that fetches them yet; the plan lists those cells apart, with this reason, and gives
-# them no job.
-GLUE_PLATFORMS = ("linux-64",)
-NOT_BUILT_YET = ("CI builds no wheel job for it yet: its glue is cross-built on x86_64 (faforge build --torch-site DIR "
-                 "--target-python PATH), and the wheel job has no step fetching the cell's aarch64 torch and CPython")
 # A pip cell's own job: its glue wheel and its kernel wheel. `all` builds its kernel package first when none is found.
 WHEEL_PART = "wheel"
 GLUE_PROJECT = FLASH_ATTN.package
 KERNEL_PROJECT = FLASH_ATTN.kernel_package
+
+
+def no_wheel_runner(platform: str) -> str:
+    """Why a pip cell of `platform` gets no wheel job (`faforge plan`'s pip_not_built)."""
+    return f"no wheel runner for {platform} in variants/build-cost.yaml (wheel_runners: label, container, cuda_repo)"
 
 
 def wheel_part(cost: BuildCost) -> Part:

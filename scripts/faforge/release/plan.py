@@ -43,8 +43,8 @@ from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import PipBuild
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, cell_part, split_kernels
-from faforge.release.pip_plan import GLUE_PLATFORMS, NOT_BUILT_YET, PIP_STAGE, WHEEL_PART, TorchReleaseCost, wheel_part
+from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, WheelRunner, cell_part, split_kernels
+from faforge.release.pip_plan import PIP_STAGE, WHEEL_PART, TorchReleaseCost, no_wheel_runner, wheel_part
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
 # 4: the flash_attn_3_pieces stage (TU pieces of an FA3 package too long for one job) and FA3 jobs' `kernels`.
@@ -96,15 +96,16 @@ class Plan:
     index: str | None = None  # the wheel index root read, as given
     pip_costs: list[TorchReleaseCost] = field(default_factory=list)  # what each torch release of a pip world adds
     wheel_job_minutes: int = 0
+    wheel_platforms: frozenset[str] = frozenset()  # the platforms variants/build-cost.yaml gives a wheel runner
 
     @property
     def pip_todo(self) -> list[PipBuild]:
-        return [b for b in self.pip if b.cell.id not in self.pip_in_index and b.cell.platform in GLUE_PLATFORMS]
+        return [b for b in self.pip if b.cell.id not in self.pip_in_index and b.cell.platform in self.wheel_platforms]
 
     @property
     def pip_left_out(self) -> list[PipBuild]:
-        """Pip cells not in the index whose glue no job can build yet (GLUE_PLATFORMS)."""
-        return [b for b in self.pip if b.cell.id not in self.pip_in_index and b.cell.platform not in GLUE_PLATFORMS]
+        """Pip cells not in the index whose platform has no wheel runner, so no job can build them."""
+        return [b for b in self.pip if b.cell.id not in self.pip_in_index and b.cell.platform not in self.wheel_platforms]
 
     @property
     def fa3_todo(self) -> list[RenderedFa3]:
@@ -132,7 +133,7 @@ class Plan:
             "pip_cells": len(self.pip),
             "pip_in_index": [b.cell.id for b in self.pip if b.cell.id in self.pip_in_index],
             "pip_to_build": [b.cell.id for b in self.pip_todo],
-            "pip_not_built": [{"id": b.cell.id, "why": NOT_BUILT_YET} for b in self.pip_left_out],
+            "pip_not_built": [{"id": b.cell.id, "why": no_wheel_runner(b.cell.platform)} for b in self.pip_left_out],
             "pip_cost": {"wheel_job_minutes": self.wheel_job_minutes, "per_torch_release": [c.as_json() for c in self.pip_costs]},
             "kernel_packages": [
                 {"id": k.key.id, "name": k.name, "version": k.version, "build_string_prefix": k.key.build_string_prefix,
@@ -205,11 +206,13 @@ def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, 
     }
 
 
-def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner_label: str, cost: BuildCost, kernel_in_channel: bool) -> dict:
+def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner: WheelRunner, cost: BuildCost, kernel_in_channel: bool) -> dict:
     """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus the
-    wheels it makes."""
+    wheels it makes and where it makes them: the image and CUDA repository of its platform's machine."""
     return {
-        **_job(build.cell, kernels, wheel_part(cost), runner_label),
+        **_job(build.cell, kernels, wheel_part(cost), runner.label),
+        "container": runner.container,
+        "cuda-repo": runner.cuda_repo,
         "slug": job_slug(build.cell.id, WHEEL_PART),
         "name": build.cell.id,
         "kernel-build": build.kernel_build,
@@ -300,7 +303,7 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
         package = r.recipe["package"]
         (done if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present else todo).append(r)
     by_key = {k.key: k for k in [*kernels, *pip_kernels]}
-    pip_todo = [b for b in pip if b.cell.id not in pip_in_index and b.cell.platform in GLUE_PLATFORMS]
+    pip_todo = [b for b in pip if b.cell.id not in pip_in_index and b.cell.platform in cost.wheel_runners]
     pip_kernel_of = {b.cell.id: by_key[kernel_key(b.cell)] for b in pip}
     needed = [k for k in by_key.values() if any(kernels_of[r.cell.id] == k for r in todo)
               or any(pip_kernel_of[b.cell.id] == k for b in pip_todo)]
@@ -328,8 +331,7 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
         jobs[CELL_STAGE].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
     for b in pip_todo:
         k = pip_kernel_of[b.cell.id]
-        jobs[PIP_STAGE].append(wheel_job(b, k, runner_label=cost.runner_for(b.cell.platform).label, cost=cost,
-                                         kernel_in_channel=k.key.id in in_channel))
+        jobs[PIP_STAGE].append(wheel_job(b, k, runner=cost.wheel_runners[b.cell.platform], cost=cost, kernel_in_channel=k.key.id in in_channel))
     fa3_held = frozenset(r.package.id for r in fa3 if (r.name, r.version, r.build_string, r.package.platform) in present)
     fa3_todo = [r for r in fa3 if r.package.id not in fa3_held]
     for r in fa3_todo:
@@ -343,4 +345,5 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
     stale = stale_packages([*todo, *fa3_todo], [k for k in needed if k.key.id not in in_channel], builds, present)
     return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, stale=stale, jobs=jobs,
                 chunk_size=cost.max_jobs_per_matrix, fa3=list(fa3), fa3_in_channel=fa3_held, pip=list(pip),
-                pip_in_index=frozenset(pip_in_index), index=index, pip_costs=list(pip_costs), wheel_job_minutes=wheel_part(cost).minutes)
+                pip_in_index=frozenset(pip_in_index), index=index, pip_costs=list(pip_costs), wheel_job_minutes=wheel_part(cost).minutes,
+                wheel_platforms=frozenset(cost.wheel_runners))
