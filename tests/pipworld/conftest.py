@@ -69,15 +69,25 @@ def faforge(*args, env: dict | None = None, timeout: int = 3600) -> subprocess.C
 
 
 def base_venv(torch: str, python: str):
-    """clean_env's cached base venv of PyPI's torch==`torch` for `python`; never made here (no torch download)."""
-    from faforge.release.clean_env import pypi_torch_venv  # noqa: PLC0415
+    """clean_env's cached base venv of PyPI's torch==`torch` for `python`, the very venv `faforge verify` uses, made on
+    first use in the test cache (pip downloads that torch and its CUDA wheels once per machine; every later test and
+    run reuses it). Skipped with clean_env's reason only where it cannot be made (no such Python, no PyPI)."""
+    from faforge.release.clean_env import Unavailable, pypi_torch_venv  # noqa: PLC0415
 
-    name = f"torch-{torch}-py{python}+" + "+".join(sorted(BASE_EXTRAS))
-    if not (FAFORGE_CACHE / "torch-venvs" / name / ".faforge-complete").is_file():
-        pytest.skip(f"no cached base venv of PyPI torch {torch} for Python {python} in {FAFORGE_CACHE}/torch-venvs "
-                    "(tests/release/test_verify_wheels.py's and tests/conda_world's verify runs make it)")
     os.environ.setdefault("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))
-    return pypi_torch_venv(f"=={torch}", python, BASE_EXTRAS)
+    try:
+        return pypi_torch_venv(f"=={torch}", python, BASE_EXTRAS)
+    except Unavailable as exc:
+        pytest.skip(f"no base venv of PyPI torch {torch} for Python {python}: {exc}")
+
+
+@pytest.fixture
+def venv_of(monkeypatch):
+    """A context manager: a hardlink copy of the cached base venv of a torch, removed at the end of the test."""
+    from faforge.release.pip_env import venv_copy  # noqa: PLC0415
+
+    monkeypatch.setenv("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))  # venv_copy makes it under faforge's cache: the base venv's file system
+    return venv_copy
 
 
 class Clock:

@@ -33,14 +33,13 @@ import pytest
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.pipindex import instructions
 from faforge.pipwheel.facts import wheel_contents
-from faforge.release.pip_env import clean_pip_env, site_packages, venv_copy
+from faforge.release.pip_env import clean_pip_env, site_packages
 from packaging.utils import canonicalize_name
 
 from tests.pipworld.conftest import (
     ABI0,
     ABI1,
     FA3,
-    FAFORGE_CACHE,
     PipWorldCell,
     base_venv,
     faforge,
@@ -123,13 +122,6 @@ def torch_record(prefix: Path) -> Path:
 def assert_torch_untouched(copy: Path, base) -> None:
     """torch's RECORD is still the cached venv's very file (the same inode): nothing reinstalled or removed torch."""
     assert os.stat(torch_record(copy)).st_ino == os.stat(torch_record(base.prefix)).st_ino, "torch was reinstalled"
-
-
-@pytest.fixture
-def venv_of(monkeypatch):
-    """A context manager: a hardlink copy of the cached base venv of a torch, removed at the end of the test."""
-    monkeypatch.setenv("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))  # venv_copy makes it under faforge's cache: the base venv's file system
-    return venv_copy
 
 
 def install_import_doctor(installer: str, key: str, published, base_url: str, served: str, clock, venv_of) -> Ran:

@@ -26,6 +26,7 @@ from faforge.pipwheel.writer import WheelSpec, write_wheel
 
 from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world
 from tests.pipwheel.test_real_wheels import fa3_raw, raw_glue, torch214, unpacked_kernel, wheels
+from tests.pipworld.conftest import base_venv
 from tests.recipe.test_build_script_real import build_python
 from tests.support.cache import cache_dir
 from tests.support.tiny_wheels import KERNEL_VERSION, SDIST_VERSION, Spec, build_wheel, glue, kernel
@@ -48,17 +49,6 @@ def gates_of(run: subprocess.CompletedProcess) -> dict[tuple[str, str], dict]:
     report = json.loads(run.stdout)
     jsonschema.validate(report, SCHEMA)
     return {(r["package"].split("-")[0], r["gate"]): r for r in report["results"]}
-
-
-def base_venv(torch: str, python: str):
-    """The cached base venv clean_env made for PyPI's torch==`torch` (never made here: no torch download in these tests)."""
-    from faforge.release.clean_env import pypi_torch_venv
-
-    if not (VERIFY_CACHE / "torch-venvs" / f"torch-{torch}-py{python}+einops+pytest" / ".faforge-complete").is_file():
-        pytest.skip(f"no cached base venv of PyPI torch {torch} for Python {python} in {VERIFY_CACHE} "
-                    "(tests/conda_world's verify runs make it)")
-    os.environ.setdefault("FAFORGE_CACHE_DIR", str(VERIFY_CACHE))
-    return pypi_torch_venv(f"=={torch}", python, ("einops", "pytest"))
 
 
 def repacked(wheel: Path, out: Path, member: str, runpath: tuple[str, ...]) -> Path:
