@@ -31,7 +31,8 @@ from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, rec
 from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, fa3_recipe, parse_channel_aliases, render_fa3
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.package import read_package
-from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given, cross_target
+from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given
+from faforge.release.pip_target import cross_target
 from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
