@@ -198,11 +198,15 @@ def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
     for fmt in formats:
         try:
             body, got = _fetch(url, accepts[fmt])
-            if got == fmt:
-                roots[fmt] = _parse(body, url, fmt, None)
+        except PageError as exc:  # a Content-Type pip skips: the other Accept gets the same answer
+            problems.append(str(exc))
+            break
+        if got != fmt:
+            continue
+        try:
+            roots[fmt] = _parse(body, url, fmt, None)
         except PageError as exc:
             problems.append(str(exc))
-            break  # the other Accept gets the same answer
     names = sorted({p for page in roots.values() for p in page.projects})
     for name in names:
         page_url = urllib.parse.urljoin(url, f"{urllib.parse.quote(name)}/")
