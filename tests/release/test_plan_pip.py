@@ -6,10 +6,13 @@ the runner hours each torch release adds, from variants/build-cost.yaml."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.matrix import load_matrix
@@ -77,11 +80,6 @@ def test_one_wheel_job_per_pip_cell_after_the_kernel_package_of_its_key(full_pla
 def test_a_platform_without_a_wheel_runner_gets_no_wheel_job_and_says_why(tmp_path, builds):
     """variants/build-cost.yaml's wheel_runners decide which platforms' pip cells CI builds: one left out is listed
     apart in pip_not_built, with the reason naming the file, and given no job."""
-    import os  # noqa: PLC0415
-    import shutil  # noqa: PLC0415
-
-    import yaml  # noqa: PLC0415
-
     project = tmp_path / "project"
     for name in ("variants", "recipes", "scripts", "pyproject.toml"):
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, project / name)
