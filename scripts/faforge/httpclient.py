@@ -4,8 +4,12 @@ A socket timeout bounds the connect and each single read (FAFORGE_HTTP_TIMEOUT),
 server that drips one byte a second never trips it. So each request has a watch that shuts its sockets
 down when the deadline passes, whatever the server is doing; redirects are followed at most
 MAX_REDIRECTS times; a body (after gzip/deflate decoding, so a bomb stops at the cap) larger than its
-kind's cap is refused. Every failure is a RemoteError (exit 4) naming the URL. FAFORGE_HTTP_TIMEOUT
-and FAFORGE_HTTP_DEADLINE change the limits (README, "Caps and deadlines").
+kind's cap is refused. A body is whole or a failure: one that ends before its Content-Length, or a
+compressed or chunked body cut off mid-stream, is refused for every caller (index pages, wheel ranges,
+packages), never returned short. Every failure is a RemoteError (exit 4) naming the URL.
+FAFORGE_HTTP_TIMEOUT and FAFORGE_HTTP_DEADLINE change the limits (README, "Caps and deadlines"); a
+caller that makes many requests for one read (a whole wheel index) passes `until`, the deadline of the
+whole read, which each request's own deadline never outlasts.
 
 `probe` is for the clients that cannot honour a single-read timeout (py-rattler's has only a whole-request
 one): it asks the server for a few bytes under these limits first, so a silent server fails in seconds.
@@ -39,7 +43,7 @@ MIB = 1 << 20
 PROBE_BYTES = 4096  # what probe() reads of a body: more than one read, so a drip slower than the read timeout fails it
 # The most bytes a response body of each kind may have, after decoding.
 BODY_CAPS = {
-    "index page": 64 * MIB,  # a PEP 691 JSON or PEP 503 HTML page (PyPI's torch: ~2 MB)
+    "index page": untrusted.CAPS["index page"],  # a PEP 691 JSON or PEP 503 HTML page, the same cap as a local one's
     # One range of a remote wheel (a member's compressed bytes): the caller passes the length it asked for as
     # max_bytes, never more than a package's cap (torch 2.8's libtorch_cuda.so alone is 115 MB compressed).
     "wheel range": untrusted.CAPS["package"],
@@ -47,6 +51,7 @@ BODY_CAPS = {
     "status": 1 * MIB,  # an upload server's answer to HEAD or PUT
 }
 USER_AGENT = "faforge"
+SHORT_HINT = "retry; a transfer that stops short again is a fault of the server or the network"
 
 
 class Stalled(RemoteError):
@@ -162,13 +167,26 @@ class Response:
     body: bytes
 
 
+def until() -> float:
+    """The monotonic time at which a read of many requests that starts now must be done (FAFORGE_HTTP_DEADLINE)."""
+    return time.monotonic() + limits().deadline_s
+
+
 def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str] | None = None,
-            data: bytes | None = None, max_bytes: int | None = None, first: int | None = None) -> Response:
-    """One HTTP request within limits(): the status, headers and (capped, decoded) body; HTTP errors
+            data: bytes | None = None, max_bytes: int | None = None, first: int | None = None,
+            until: float | None = None) -> Response:
+    """One HTTP request within limits(): the status, headers and (capped, decoded, whole) body; HTTP errors
     (4xx/5xx) are urllib.error.HTTPError as urlopen raises them, everything else a RemoteError naming the URL.
     `max_bytes` narrows `kind`'s cap (a range request: the bytes asked for), never widens it. `first` reads
-    only that many bytes of the body and stops there (a probe; more is no error)."""
-    bounds = limits()
+    only that many bytes of the body and stops there (a probe; more is no error). `until` (from until()) ends
+    the request when the read it is part of runs out of time, whichever deadline comes first."""
+    configured = bounds = limits()
+    if until is not None:
+        left = until - time.monotonic()
+        if left <= 0:
+            raise _late(url, configured, whole=True)
+        bounds = Limits(min(bounds.connect_s, left), min(bounds.deadline_s, left))
+    whole = bounds.deadline_s < configured.deadline_s
     if url.startswith("file://"):  # a local channel's file: read as any file faforge did not write (exit 4: the channel is the remote)
         path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
         return Response(200, Message(), untrusted.read_bytes(path, kind if kind in untrusted.CAPS else "data",
@@ -185,11 +203,16 @@ def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str]
     except urllib.error.HTTPError as exc:
         exc.close()  # it holds the response's socket; callers need only its status
         if watch.fired:
-            raise _late(url, bounds) from None
+            raise _late(url, configured, whole=whole) from None
         raise
+    except http.client.IncompleteRead as exc:
+        if watch.fired:
+            raise _late(url, configured, whole=whole) from None
+        raise RemoteError(f"{url}: its body ended after {len(exc.partial):,} bytes, before its last chunk: the connection closed "
+                          "mid-body", input=url, hint=SHORT_HINT) from None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         if watch.fired or time.monotonic() - started >= bounds.deadline_s:
-            raise _late(url, bounds) from None
+            raise _late(url, configured, whole=whole) from None
         reason = getattr(exc, "reason", None) or exc
         if isinstance(reason, TimeoutError):  # the connect, or one read (the status line, a header, a piece of the body)
             raise Stalled(f"{url}: no answer within {bounds.connect_s:g} s ({TIMEOUT_ENV}, to connect and for each read)",
@@ -215,8 +238,10 @@ def probe(url: str, *, method: str = "GET") -> None:
         pass
 
 
-def _late(url: str, bounds: Limits) -> Stalled:
-    return Stalled(f"{url}: no complete answer within {bounds.deadline_s:g} s ({DEADLINE_ENV})", input=url, hint=deadline_hint())
+def _late(url: str, bounds: Limits, *, whole: bool = False) -> Stalled:
+    """The deadline passed: this request's, or (`whole`) that of the read of many requests it is part of."""
+    what = f"the {bounds.deadline_s:g} s of the whole read it is part of" if whole else f"{bounds.deadline_s:g} s"
+    return Stalled(f"{url}: no complete answer within {what} ({DEADLINE_ENV})", input=url, hint=deadline_hint())
 
 
 def _too_big(url: str, kind: str, cap: int, what: str) -> RemoteError:
@@ -255,4 +280,19 @@ def _read_capped(response, url: str, kind: str, cap: int, watch: _Watch, first: 
             raise _too_big(url, kind, cap, "the body has more bytes" + (" once decompressed" if decoder else ""))
     if watch.fired:
         raise OSError("deadline")
+    _check_whole(response, url, decoder)
     return b"".join(chunks)
+
+
+def _check_whole(response, url: str, decoder) -> None:
+    """A RemoteError when the body stopped short: http.client returns what came before the connection closed
+    when Content-Length promised more (its `length` is what is still missing), and a compressed stream
+    that stops before its end has no end (a close-delimited body can only be judged so)."""
+    missing = getattr(response, "length", None)
+    if missing:
+        length = response.headers.get("Content-Length", "?")
+        raise RemoteError(f"{url}: its body ended {missing:,} bytes short of its Content-Length ({length}): the connection "
+                          "closed mid-body", input=url, hint=SHORT_HINT)
+    if decoder is not None and not decoder.eof:
+        raise RemoteError(f"{url}: its body ended mid-stream (its compressed data stops before its end)", input=url,
+                          hint=SHORT_HINT)

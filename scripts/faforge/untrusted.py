@@ -26,11 +26,16 @@ CAPS = {
     "gate result": 1 * MIB,  # one verification/<sha256>/<gate>.json
     "package": 2048 * MIB,  # a conda package read into memory (verify --kernel-channel's download)
     "data": 16 * MIB,  # YAML/JSON data: variants/*.yaml, kernel-abi, measurements, bench-build --data
+    "index page": 64 * MIB,  # a wheel index's PEP 691 JSON or PEP 503 HTML page, local or remote (PyPI's torch: ~2 MB)
 }
 # Deeper nesting than any file faforge reads has (repodata: 4 levels); far below Python's recursion limit.
 MAX_DEPTH = 64
 # More digits than any size, timestamp or count (2**64 has 20); Python refuses int() past 4,300.
 MAX_INT_DIGITS = 40
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
 def _label(option: str | None, path: str | os.PathLike) -> str:
@@ -57,7 +62,7 @@ def _open_regular(path: str | os.PathLike, kind: str, label: str, hint: str, rem
             what = "is a folder, not a file" if stat.S_ISDIR(info.st_mode) else "is not a regular file (a FIFO, socket or device)"
             raise _refuse(label, what, hint, remote)
         if info.st_size > CAPS[kind]:
-            raise _refuse(label, f"has {info.st_size:,} bytes, more than the {CAPS[kind]:,} a {kind} file may have", hint, remote)
+            raise _refuse(label, f"has {info.st_size:,} bytes, more than the {CAPS[kind]:,} {_a(kind)} file may have", hint, remote)
     except BaseException:
         os.close(fd)
         raise
@@ -91,7 +96,7 @@ def read_bytes(path: str | os.PathLike, kind: str, option: str | None = None, *,
     finally:
         os.close(fd)
     if total > cap:
-        raise _refuse(label, f"has more than the {cap:,} bytes a {kind} file may have (it grew while read)", hint, remote)
+        raise _refuse(label, f"has more than the {cap:,} bytes {_a(kind)} file may have (it grew while read)", hint, remote)
     return b"".join(chunks)
 
 

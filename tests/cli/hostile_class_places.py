@@ -24,6 +24,7 @@ from faforge.channel.local import PackageSpec, assemble
 from faforge.packagefile import sha256_of
 from faforge.release.manifest import record
 from faforge.release.package import read_package
+from tests.cli.hostile_wheel_indexes import make_wheel_index
 
 NAME, VERSION, BUILD = "flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
 KERNEL_BUILD = "cu130_sm80_90_philox64_h1234567_0"
@@ -161,7 +162,10 @@ def _repodata_body(kind: str) -> str | None:
 
 def make_channel(kind: str, where: Path) -> Path:
     """where/ch, a channel whose linux-64/repodata.json (or linux-64 itself) is hostile in this way, with
-    noarch/ a valid empty index; where/outside is the folder a symlinked subdir points at."""
+    noarch/ a valid empty index; where/outside is the folder a symlinked subdir points at. A kind `wheels-KIND`
+    is a hostile wheel index root instead (tests.cli.hostile_wheel_indexes)."""
+    if kind.startswith("wheels-"):
+        return make_wheel_index(kind.removeprefix("wheels-"), where)
     channel, outside = where / "ch", where / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_text("keep\n")

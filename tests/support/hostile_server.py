@@ -13,6 +13,13 @@ The first part of a request's path picks the misbehaviour, for every request und
   /bomb/...      200, Content-Encoding: gzip, 256 MiB of zeros in ~1 MB
   /badjson/...   200, a body that is not JSON
   /huge/...      200 announcing a 10^12-byte body, then silence
+  (the wheel index reader: every page below is a PEP 691 JSON page, valid as an index's root and as a project's)
+  /short/...     200 with a Content-Length 1000 bytes more than the body it sends, then a close
+  /cut/...       200, chunked: one chunk holding the page, then a close before the last chunk
+  /jsontyped/... 200, the page as Content-Type application/json (a type pip skips)
+  /escape/...    an index root (a path ending in torchX.Y-cuZZZ/) lists names that climb out of the index or name
+                 another host (`..`, `//host`, a scheme, an absolute path); any other path is an empty project page
+  /many/...      an index root lists MANY_PROJECTS projects; any other path is an empty project page after MANY_DELAY_S
   /files-MODE/.. the folder given on the command line served as-is (its index, shards), except
                  package files, which get MODE
   /ok            200 "ok" (the readiness probe)
@@ -23,6 +30,8 @@ Run: python -m tests.support.hostile_server PORT [FOLDER]
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import socket
 import socketserver
 import struct
@@ -37,6 +46,11 @@ FOREVER_S = 3600
 PACKAGES = (".conda", ".tar.bz2")
 MAX_BODY = 64 << 20  # read at most this much of an upload
 DRIP10_S = 10  # issue 32: "a 1-byte-per-10-s drip"
+PIP_JSON = "application/vnd.pypi.simple.v1+json"
+EMPTY_PAGE = b'{"meta": {"api-version": "1.1"}, "projects": [], "files": []}'  # a root page and a project page at once
+INDEX_ROOT = re.compile(r".*/torch[0-9]+\.[0-9]+-cu[0-9]+/")
+MANY_PROJECTS = 2000
+MANY_DELAY_S = 0.25  # each project page: far below any read timeout, far above the whole index's deadline in total
 
 
 BOMB_MIB = 256  # four times the largest body cap faforge reads into memory (64 MiB)
@@ -156,6 +170,32 @@ class Handler(socketserver.BaseRequestHandler):
     def mode_huge(self, path):
         self.send("HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\nConnection: close")
         time.sleep(FOREVER_S)
+
+    def page(self, body: bytes = EMPTY_PAGE, kind: str = PIP_JSON, extra: int = 0) -> None:
+        self.send(f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {len(body) + extra}\r\nConnection: close", body)
+
+    def mode_short(self, path):
+        self.page(extra=1000)
+
+    def mode_cut(self, path):
+        self.send(f"HTTP/1.1 200 OK\r\nContent-Type: {PIP_JSON}\r\nTransfer-Encoding: chunked\r\nConnection: close",
+                  f"{len(EMPTY_PAGE):x}\r\n".encode() + EMPTY_PAGE + b"\r\n")
+
+    def mode_jsontyped(self, path):
+        self.page(kind="application/json")
+
+    def mode_escape(self, path):
+        if not INDEX_ROOT.fullmatch(path.split("?")[0]):
+            return self.page()
+        host = "127.0.0.1:%d" % self.server.server_address[1]
+        names = ["../escaped", "../../escaped", f"//{host}/escape/escaped", f"http://{host}/escape/escaped", "/escape/escaped", ".."]
+        self.page(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in names]}).encode())
+
+    def mode_many(self, path):
+        if not INDEX_ROOT.fullmatch(path.split("?")[0]):
+            time.sleep(MANY_DELAY_S)
+            return self.page()
+        self.page(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": f"p{i}"} for i in range(MANY_PROJECTS)]}).encode())
 
 
 class Server(socketserver.ThreadingTCPServer):

@@ -10,7 +10,8 @@ from pathlib import Path
 from faforge.errors import FaforgeError, why_not_a_folder
 from faforge.pipindex import layout
 from faforge.pipindex.folder import BadFile, Survey, heal, index_errors, index_lock, survey
-from faforge.pipindex.read import Listing, read_local, read_remote
+from faforge.pipindex.parse import Listing
+from faforge.pipindex.read import read_local, read_remote
 from faforge.pipindex.validate import validate
 
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faforge import untrusted
 from faforge.errors import FaforgeError, why_not_a_folder
 from faforge.pipindex import layout, pages
 from faforge.pipindex.placement import PROJECTS, Placement, place
@@ -88,11 +89,20 @@ def _remove_order(path: str) -> tuple[int, str]:
     return {0: 2, 2 + len(PROJECTS): 0}.get(_stage(path), 1), path
 
 
+# Stands for a page or metadata file larger than an index page's cap: no page faforge writes is, so it differs.
+TOO_BIG = b"\0(more bytes than an index page may have)"
+
+
 def _read(path: Path) -> bytes | None:
+    """A page or metadata file as the root holds it (check_links refused links and FIFOs first), None when absent;
+    never more than an index page's cap is read or held."""
+    cap = untrusted.CAPS["index page"]
     try:
-        return path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(cap + 1)
     except FileNotFoundError:
         return None
+    return TOO_BIG if len(data) > cap else data
 
 
 def _present(root: Path) -> dict[str, bytes]:

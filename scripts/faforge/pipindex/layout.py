@@ -66,9 +66,17 @@ def check_links(root: Path) -> None:
         for name in sorted(os.listdir(root / FILES)):
             box.refuse_link(root / FILES / name, regular=name.endswith((WHEEL_SUFFIX, METADATA_SUFFIX, PART_SUFFIX)))
     for index in index_folders(root):
-        for name in sorted(os.listdir(root / index)):
-            path = root / index / name
-            box.refuse_link(path, regular=name in PAGES or name.endswith(PART_SUFFIX))
-            if path.is_dir():
-                for page in sorted(os.listdir(path)):
-                    box.refuse_link(path / page, regular=page in PAGES or page.endswith(PART_SUFFIX))
+        check_index_links(root, index)
+
+
+def check_index_links(root: Path, index: str) -> None:
+    """Exit 2 for a link in one index folder of `root` (the folder itself, its pages, its project folders and
+    their pages) or a page that is not a regular file: what every reader of the index refuses before reading."""
+    box = sandbox(root)
+    box.refuse_link(root / index)
+    for name in sorted(os.listdir(root / index)):
+        path = root / index / name
+        box.refuse_link(path, regular=name in PAGES or name.endswith(PART_SUFFIX))
+        if path.is_dir():
+            for page in sorted(os.listdir(path)):
+                box.refuse_link(path / page, regular=page in PAGES or page.endswith(PART_SUFFIX))

@@ -1,219 +1,116 @@
-"""Read a wheel index as a client does: one index (BASE/torch2.11-cu130/), local or over http(s).
+"""Read a wheel index as pip reads it: one index (BASE/torch2.11-cu130/), local or over http(s).
 
-Over HTTP each page is asked for as pip asks (PEP 691 content negotiation: the JSON first, HTML after),
-and parsed as what the server says it sent (Content-Type); every request goes through
-faforge.httpclient (the read timeout for the connect and each read, the deadline, the 64 MiB cap of an
-index page), so a silent or dripping server is exit 4 naming the URL. A local index folder is read
-from its files: both index.json and index.html, so that `validate` can hold them against each other.
-The pages' text is not trusted: a page that is not JSON, or not the shape PEP 691 gives it, is a
-problem named with its URL, never a traceback.
+A project's page is read only where pip would ask for it: its PEP 503-normalised name joined under the
+index (pip's SearchScope: posixpath.join(index, quote(canonicalize_name(name))) + "/"). A root page's name
+that is no project name pip could ask for (`..`, a path, a scheme, `//host`) is a problem named in one
+line, and nothing is read for it: no request goes to another host or outside the index's path, no file
+outside its folder is opened.
+
+Over HTTP each page is asked for as pip asks (PEP 691 content negotiation: the JSON first, HTML after) and
+parsed as what the server says it sent; a page of a Content-Type pip skips is a problem naming it. Every
+request goes through faforge.httpclient (the read timeout, each request's deadline, the whole index's one
+deadline: FAFORGE_HTTP_DEADLINE for all its pages together; the 64 MiB cap of an index page; a body whole or
+a failure), so a silent, dripping, truncating or endless server is exit 4 naming the URL.
+
+A local index folder is read from its files: both index.json and index.html, so that `validate` can hold
+them against each other; every page through the same cap as a remote one (faforge.untrusted, before it is
+held in memory), and a link, FIFO or device anywhere in the folder is refused as the root's check refuses it.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import posixpath
 import urllib.error
 import urllib.parse
-from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 
+from packaging.utils import InvalidName, canonicalize_name
+
 from faforge import httpclient, untrusted
-from faforge.errors import FaforgeError, RemoteError, why_not_a_folder
+from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError, shorten, why_not_a_folder
+from faforge.pipindex import layout
 from faforge.pipindex.layout import HTML_PAGE, HTML_TYPE, JSON_PAGE, JSON_TYPE
+from faforge.pipindex.parse import Listing, Page, PageError, parse_page
 
 ACCEPT = f"{JSON_TYPE}, {JSON_TYPE.replace('json', 'html')};q=0.2, {HTML_TYPE};q=0.01"  # pip's own Accept header
 FORMATS = ("json", "html")
-
-
-class PageError(ValueError):
-    """A page that is not what PEP 503/691 says it is."""
-
-
-@dataclass(frozen=True)
-class FileLink:
-    filename: str
-    url: str  # absolute (resolved against the page's URL), without the fragment
-    hashes: dict[str, str]
-    requires_python: str | None
-    size: int | None  # PEP 700; HTML has none
-    core_metadata: str | bool | None  # the metadata file's sha256, True when offered without a hash, None when not offered
-    yanked: bool = False
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page (an index's root or a project's), in one format."""
-
-    url: str
-    format: str  # json | html
-    api_version: str | None
-    name: str | None  # a project page's project (JSON has it; HTML: from the URL)
-    projects: tuple[str, ...] = ()  # a root page's
-    files: tuple[FileLink, ...] = ()  # a project page's
-    versions: tuple[str, ...] | None = None  # PEP 700's list, JSON only
-
-
-@dataclass(frozen=True)
-class Listing:
-    """What one index holds: its root page and each project's, in every format it was read in."""
-
-    url: str
-    roots: dict[str, Page]  # format -> root page
-    projects: dict[str, dict[str, Page]]  # project (as the root lists it) -> format -> its page
-    problems: tuple[str, ...] = ()  # pages that could not be read as PEP 503/691 pages
-
-    def files(self, fmt: str | None = None) -> dict[str, tuple[FileLink, ...]]:
-        """project -> its files, from the JSON pages when read, else the HTML."""
-        out = {}
-        for project, pages in self.projects.items():
-            page = pages.get(fmt) if fmt else (pages.get("json") or pages.get("html"))
-            if page is not None:
-                out[project] = page.files
-        return out
-
-
-class _Anchors(HTMLParser):
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.anchors: list[tuple[dict[str, str | None], str]] = []
-        self.meta: dict[str, str] = {}
-        self._open: dict | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            self._open, self._text = dict(attrs), []
-        elif tag == "meta":
-            attrs = dict(attrs)
-            if attrs.get("name"):
-                self.meta[attrs["name"]] = attrs.get("content") or ""
-
-    def handle_data(self, data):
-        if self._open is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag):
-        if tag == "a" and self._open is not None:
-            self.anchors.append((self._open, "".join(self._text).strip()))
-            self._open = None
-
-
-def _metadata_attr(value: str | None) -> str | bool | None:
-    if value is None:
-        return None
-    name, _, digest = value.partition("=")
-    return digest if name == "sha256" and digest else value.lower() != "false"
-
-
-def parse_html(body: bytes, url: str, *, project: str | None) -> Page:
-    """A PEP 503 page: a root's anchors are projects, a project's are files (`#sha256=` fragments)."""
-    parser = _Anchors()
-    try:
-        parser.feed(body.decode("utf-8"))
-        parser.close()
-    except UnicodeDecodeError as exc:
-        raise PageError(f"{url}: not UTF-8 HTML ({exc.reason})") from None
-    version = parser.meta.get("pypi:repository-version")
-    if project is None:
-        return Page(url, "html", version, None, projects=tuple(text for _, text in parser.anchors))
-    files = []
-    for attrs, text in parser.anchors:
-        href = attrs.get("href") or ""
-        target, _, fragment = urllib.parse.urljoin(url, href).partition("#")
-        name, _, digest = fragment.partition("=")
-        files.append(FileLink(
-            filename=urllib.parse.unquote(target.rsplit("/", 1)[-1]) or text, url=target, hashes={name: digest} if digest else {},
-            requires_python=attrs.get("data-requires-python"), size=None,
-            core_metadata=_metadata_attr(attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))),
-            yanked="data-yanked" in attrs))
-    return Page(url, "html", version, project, files=tuple(files))
-
-
-def parse_json(body: bytes, url: str, *, project: str | None) -> Page:
-    """A PEP 691 page (api-version 1.x), its shape checked field by field."""
-    try:
-        data = untrusted.parse_json(body, url, hint="check the index")
-    except FaforgeError as exc:
-        raise PageError(f"{url}: not a JSON page ({getattr(exc, 'message', exc)})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
-        raise PageError(f"{url}: a PEP 691 page is an object with a \"meta\" object")
-    version = data["meta"].get("api-version")
-    if project is None:
-        items = data.get("projects")
-        if not isinstance(items, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in items):
-            raise PageError(f"{url}: \"projects\" is not a list of objects with a \"name\"")
-        return Page(url, "json", version, None, projects=tuple(p["name"] for p in items))
-    items = data.get("files")
-    if not isinstance(items, list) or not all(isinstance(f, dict) for f in items):
-        raise PageError(f"{url}: \"files\" is not a list of objects")
-    files = []
-    for item in items:
-        filename, link, hashes = item.get("filename"), item.get("url"), item.get("hashes")
-        if not isinstance(filename, str) or not isinstance(link, str) or not isinstance(hashes, dict) \
-                or not all(isinstance(v, str) for v in hashes.values()):
-            raise PageError(f"{url}: a file without a string \"filename\" and \"url\" and a \"hashes\" object of strings")
-        meta = item.get("core-metadata", item.get("dist-info-metadata"))
-        size = item.get("size")
-        files.append(FileLink(
-            filename=filename, url=urllib.parse.urljoin(url, link).partition("#")[0], hashes=dict(hashes),
-            requires_python=item.get("requires-python") if isinstance(item.get("requires-python"), str) else None,
-            size=size if isinstance(size, int) and not isinstance(size, bool) else None,
-            core_metadata=meta.get("sha256") if isinstance(meta, dict) else (bool(meta) if meta is not None else None),
-            yanked=bool(item.get("yanked"))))
-    versions = data.get("versions")
-    return Page(url, "json", version, data.get("name") if isinstance(data.get("name"), str) else None, files=tuple(files),
-                versions=tuple(versions) if isinstance(versions, list) and all(isinstance(v, str) for v in versions) else None)
-
-
-def _parse(body: bytes, url: str, fmt: str, project: str | None) -> Page:
-    return (parse_json if fmt == "json" else parse_html)(body, url, project=project)
-
-
+PAGE_KIND = "index page"  # the cap of a page, remote (httpclient.BODY_CAPS) or local (untrusted.CAPS)
 # The Content-Types pip takes a page in (pip's collector, _ensure_api_header); it skips any other page.
 PAGE_TYPES = {JSON_TYPE: "json", JSON_TYPE.replace("json", "html"): "html", HTML_TYPE: "html"}
 
 
-def _fetch(url: str, accept: str) -> tuple[bytes, str]:
-    """The body and format of one page over HTTP; an HTTP error is a RemoteError naming the URL, and a page
-    of a Content-Type pip skips (a host typing index.json as application/json) a PageError."""
-    try:
-        response = httpclient.request(url, kind="index page", headers={"Accept": accept})
-    except urllib.error.HTTPError as exc:
-        raise RemoteError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the index URL (BASE/torch2.11-cu130/)") from None
+class IndexMissing(RemoteError):
+    """The index's root page is HTTP 404: nothing was published to it yet."""
+
+
+def project_url(index_url: str, project: str) -> str:
+    """The URL pip asks for `project`'s page under `index_url` (pip's SearchScope.get_index_urls_locations)."""
+    location = posixpath.join(index_url, urllib.parse.quote(canonicalize_name(project)))
+    return location if location.endswith("/") else location + "/"
+
+
+def project_names(roots: dict[str, Page], where: str) -> tuple[list[str], list[str]]:
+    """The projects the root pages list, PEP 503-normalised as pip asks for them, and one problem per name that
+    is no project name (PEP 508) pip could ask for: for those no page is read."""
+    projects, problems = set(), []
+    for name in dict.fromkeys(p for page in roots.values() for p in page.projects):
+        try:
+            projects.add(canonicalize_name(name, validate=True))
+        except InvalidName:
+            problems.append(f"{where}: lists {shorten(name, 120)!r}, which is no project name pip could ask for (PEP 508): "
+                            "its page is not read")
+    return sorted(projects), problems
+
+
+def _fetch(url: str, accept: str, until: float) -> tuple[bytes, str]:
+    """The body and format of one page over HTTP within the whole index's deadline `until`; a page of a
+    Content-Type pip skips (a host typing index.json as application/json) is a PageError."""
+    response = httpclient.request(url, kind=PAGE_KIND, headers={"Accept": accept}, until=until)
     kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
     if kind not in PAGE_TYPES:
-        raise PageError(f"{url}: Content-Type {kind or '(none)'}, which is no index page: pip skips it "
+        raise PageError(f"{url}: Content-Type {shorten(kind, 80) or '(none)'}, which is no index page: pip skips it "
                         f"(it reads {', '.join(PAGE_TYPES)})")
     return response.body, PAGE_TYPES[kind]
 
 
+def _http_error(exc: urllib.error.HTTPError, url: str, *, root: bool) -> RemoteError:
+    kind = IndexMissing if root and exc.code == 404 else RemoteError
+    return kind(f"{url}: HTTP {exc.code} {shorten(str(exc.reason), 80)}", input=url, hint="check the index URL (BASE/torch2.11-cu130/)")
+
+
 def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
     """One index over http(s): its root, then each project's page, in each of `formats` the server offers
-    (JSON only when it answers JSON to an Accept that asks for it first: a plain static server has HTML)."""
+    (JSON only when it answers JSON to an Accept that asks for it first: a plain static server has HTML), all
+    within one deadline. A root that is HTTP 404 is IndexMissing."""
     url = url if url.endswith("/") else url + "/"
+    until = httpclient.until()
     accepts = {"json": ACCEPT, "html": HTML_TYPE}
     roots, projects, problems = {}, {}, []
     for fmt in formats:
         try:
-            body, got = _fetch(url, accepts[fmt])
+            body, got = _fetch(url, accepts[fmt], until)
+        except urllib.error.HTTPError as exc:
+            raise _http_error(exc, url, root=True) from None
         except PageError as exc:  # a Content-Type pip skips: the other Accept gets the same answer
             problems.append(str(exc))
             break
         if got != fmt:
             continue
         try:
-            roots[fmt] = _parse(body, url, fmt, None)
+            roots[fmt] = parse_page(body, url, fmt, None)
         except PageError as exc:
             problems.append(str(exc))
-    names = sorted({p for page in roots.values() for p in page.projects})
+    names, unnamed = project_names(roots, url)
+    problems += unnamed
     for name in names:
-        page_url = urllib.parse.urljoin(url, f"{urllib.parse.quote(name)}/")
+        page_url = project_url(url, name)
         for fmt in roots:
             try:
-                body, got = _fetch(page_url, accepts[fmt])
-                projects.setdefault(name, {})[fmt] = _parse(body, page_url, got, name)
+                body, got = _fetch(page_url, accepts[fmt], until)
+                projects.setdefault(name, {})[fmt] = parse_page(body, page_url, got, name)
+            except urllib.error.HTTPError as exc:
+                raise _http_error(exc, page_url, root=False) from None
             except PageError as exc:
                 problems.append(str(exc))
     return Listing(url, roots, projects, tuple(problems))
@@ -224,32 +121,36 @@ def read_local(folder: Path) -> Listing:
     if not folder.is_dir():
         raise FaforgeError(f"wheel index {folder} {why_not_a_folder(folder)}", input=str(folder),
                            hint="name an index folder (ROOT/torch2.11-cu130) that `faforge publish --index ROOT` wrote")
+    layout.check_index_links(folder.parent, folder.name)
     url = folder.resolve().as_uri() + "/"
     files = {"json": JSON_PAGE, "html": HTML_PAGE}
     roots, projects, problems = {}, {}, []
     for fmt, name in files.items():
         if (folder / name).is_file():
             try:
-                roots[fmt] = _parse(_read(folder / name), url, fmt, None)
+                roots[fmt] = parse_page(read_page_file(folder / name), url, fmt, None)
             except PageError as exc:
                 problems.append(str(exc))
         else:
             problems.append(f"{folder}: no {name}")
-    for project in sorted({p for page in roots.values() for p in page.projects}):
+    names, unnamed = project_names(roots, url)
+    problems += unnamed
+    for project in names:
         sub = folder / project
         for fmt, name in files.items():
             if not (sub / name).is_file():
                 problems.append(f"{sub}: no {name}, though the root page lists {project}")
                 continue
             try:
-                projects.setdefault(project, {})[fmt] = _parse(_read(sub / name), sub.resolve().as_uri() + "/", fmt, project)
+                projects.setdefault(project, {})[fmt] = parse_page(read_page_file(sub / name), sub.resolve().as_uri() + "/", fmt, project)
             except PageError as exc:
                 problems.append(str(exc))
     return Listing(url, roots, projects, tuple(problems))
 
 
-def _read(path: Path) -> bytes:
-    return untrusted.read_bytes(os.fspath(path), "data", hint="run `faforge index --pip ROOT` to rewrite the pages")
+def read_page_file(path: Path) -> bytes:
+    """A local page's bytes, within an index page's cap before any of it is held (a FIFO or device refused, exit 2)."""
+    return untrusted.read_bytes(os.fspath(path), PAGE_KIND, hint="run `faforge index --pip ROOT` to rewrite the pages")
 
 
 def read_index(where: str) -> Listing:
@@ -257,3 +158,32 @@ def read_index(where: str) -> Listing:
     if where.startswith(("http://", "https://")):
         return read_remote(where)
     return read_local(Path(where))
+
+
+def index_location(where: str, index_name: str) -> str:
+    """One index of an index root: ROOT/torch2.11-cu130 (a folder) or BASE/torch2.11-cu130/ (a URL)."""
+    if where.startswith(("http://", "https://")):
+        return where.rstrip("/") + f"/{index_name}/"
+    return str(Path(where) / index_name)
+
+
+def read_published(where: str, index_name: str) -> Listing | None:
+    """One index of the root `where` (a folder or a base URL) as `plan --index` and `page --index` read it: None
+    when it does not exist yet (no such folder; HTTP 404 for its root page). A page that cannot be read as
+    pip reads it is an error, never an index with fewer files: exit 4 for a remote index, 2 for a local one."""
+    location = index_location(where, index_name)
+    remote = location.startswith(("http://", "https://"))
+    if remote:
+        try:
+            listing = read_remote(location)
+        except IndexMissing:
+            return None
+    elif not os.path.lexists(location):
+        return None
+    else:
+        listing = read_local(Path(location))
+    if listing.problems:
+        raise FaforgeError(f"--index {where}: {location} is not a readable PEP 503/691 index: {listing.problems[0]}", input=where,
+                           hint="check what the server serves there" if remote else "re-index it: `faforge index --pip ROOT`",
+                           exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT)
+    return listing

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections import Counter
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -25,7 +26,7 @@ from faforge.errors import FaforgeError
 from faforge.packagefile import sha256_of
 from faforge.pipindex.layout import METADATA_SUFFIX, index_name, parse_index_name
 from faforge.pipindex.placement import GLUE
-from faforge.pipindex.read import FileLink, Listing, Page
+from faforge.pipindex.parse import FileLink, Listing, Page
 from faforge.pipwheel.facts import parse_wheel_filename
 from faforge.wheelnames import GLUE_LABEL
 
@@ -36,13 +37,14 @@ def validate(listing: Listing, *, index: str | None = None, files: Path | None =
     """Every broken rule, one line each naming the page or file; empty when the index conforms.
     `index` is its name (torch2.11-cu130), when known; `files` the local ROOT/files its links must name."""
     problems = list(listing.problems)
+    digests: dict[Path, tuple[str, int] | None] = {}  # each file hashed once, however many links name it
     if not listing.roots:
         problems.append(f"{listing.url}: no root page was read")
     for page in listing.roots.values():
         problems += _api_version(page)
         problems += [f"{page.url} ({page.format}): {name!r} is not a PEP 503-normalised name (it is {canonicalize_name(name)!r})"
                      for name in page.projects if canonicalize_name(name) != name]
-        problems += [f"{page.url} ({page.format}): lists {name!r} twice" for name in sorted(set(page.projects)) if page.projects.count(name) > 1]
+        problems += [f"{page.url} ({page.format}): lists {name!r} twice" for name, n in sorted(Counter(page.projects).items()) if n > 1]
     if len({tuple(sorted(p.projects)) for p in listing.roots.values()}) > 1:
         problems.append(f"{listing.url}: its JSON and HTML root pages list different projects")
     for project, pages in listing.projects.items():
@@ -52,7 +54,7 @@ def validate(listing: Listing, *, index: str | None = None, files: Path | None =
             problems += _agree(pages)
         if files is not None:
             for page in pages.values():
-                problems += _local_files(page, files)
+                problems += _local_files(page, files, digests)
     return problems
 
 
@@ -119,22 +121,30 @@ def _agree(pages: dict[str, Page]) -> list[str]:
     return [f"{pages['json'].url}: its JSON and HTML pages disagree on {differ[0]} (hash, Requires-Python, metadata)"]
 
 
-def _local_files(page: Page, files: Path) -> list[str]:
+def _local_files(page: Page, files: Path, digests: dict[Path, tuple[str, int] | None]) -> list[str]:
     out = []
+    folder = files.resolve()
     for link in page.files:
         what = f"{page.url} ({page.format}): {link.filename}"
         path = Path(urllib.parse.unquote(urllib.parse.urlparse(link.url).path))
-        if path.parent.resolve() != files.resolve() or path.name != link.filename:
+        if path.parent.resolve() != folder or path.name != link.filename:
             out.append(f"{what}: links {link.url}, not a file in {files}")
             continue
-        if not path.is_file():
+        found = _digest(path, digests)
+        if found is None:
             out.append(f"{what}: its file {path} is missing")
             continue
-        if sha256_of(path) != link.hashes.get("sha256") or (link.size is not None and path.stat().st_size != link.size):
+        if found[0] != link.hashes.get("sha256") or (link.size is not None and found[1] != link.size):
             out.append(f"{what}: {path} has another sha256 or size than its link says")
         if isinstance(link.core_metadata, str):
-            meta = path.with_name(path.name + METADATA_SUFFIX)
-            if not meta.is_file() or sha256_of(meta) != link.core_metadata:
-                out.append(f"{what}: {meta.name} is missing or has another sha256 than the link says")
+            meta = _digest(path.with_name(path.name + METADATA_SUFFIX), digests)
+            if meta is None or meta[0] != link.core_metadata:
+                out.append(f"{what}: {path.name + METADATA_SUFFIX} is missing or has another sha256 than the link says")
     return out
 
+
+def _digest(path: Path, digests: dict[Path, tuple[str, int] | None]) -> tuple[str, int] | None:
+    """The sha256 and size of the regular file at `path` (None when there is none), computed once per check."""
+    if path not in digests:
+        digests[path] = (sha256_of(path), path.stat().st_size) if path.is_file() else None
+    return digests[path]

@@ -18,20 +18,18 @@ from __future__ import annotations
 import html
 import json
 import re
-import urllib.error
 from datetime import datetime, timezone
 from pathlib import Path
 
 from rattler import Version
 
-from faforge import httpclient
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
-from faforge.errors import FaforgeError, RemoteError
+from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.pip_builds import WHEEL_ARCH, PipBuild, wheel_name_part
 from faforge.matrix.releases import ReleaseTable, World
 from faforge.pipindex import instructions
-from faforge.pipindex.read import ACCEPT, PageError, parse_html, parse_json, read_local
+from faforge.pipindex.read import read_published
 from faforge.release.package import PackageFacts, facts_from_metadata
 from faforge.versions import vtuple
 
@@ -77,34 +75,14 @@ def fa3_entry(facts: PackageFacts, channels: list[str]) -> dict:
 
 def published_glue_wheels(where: str, index_names: set[str]) -> dict[str, tuple[str, ...]]:
     """Index name -> the flash-attn wheel files its index lists, for each of `index_names` the wheel index at
-    `where` holds (a root folder `faforge publish --index` wrote, or its base URL; an index it lacks is left out)."""
+    `where` holds (a root folder `faforge publish --index` wrote, or its base URL; an index it lacks is left out),
+    read as `plan --index` reads it (faforge.pipindex.read.read_published: a page it cannot read is an error)."""
     found = {}
     for name in sorted(index_names):
-        if where.startswith(("http://", "https://")):
-            files = _remote_project_files(f"{where.rstrip('/')}/{name}/{FLASH_ATTN.package}/")
-        else:
-            folder = Path(where) / name
-            files = read_local(folder).files().get(FLASH_ATTN.package) if folder.is_dir() else None
-        if files is not None:
-            found[name] = tuple(f.filename for f in files)
+        listing = read_published(where, name)
+        if listing is not None:
+            found[name] = tuple(f.filename for f in listing.files().get(FLASH_ATTN.package, ()))
     return found
-
-
-def _remote_project_files(url: str):
-    """The files of one project page over HTTP (PEP 691 JSON asked for first, as pip asks), None when the
-    server has no such page (404); an unreadable page is a RemoteError naming it."""
-    try:
-        response = httpclient.request(url, kind="index page", headers={"Accept": ACCEPT})
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise RemoteError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the wheel index URL (--index BASE)") from None
-    kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-    try:
-        page = (parse_json if "json" in kind else parse_html)(response.body, url, project=FLASH_ATTN.package)
-    except PageError as exc:
-        raise RemoteError(str(exc), input=url, hint="check the wheel index (`faforge index --pip --check URL`)") from None
-    return page.files
 
 
 def _glue_wheel_pattern(build: PipBuild) -> re.Pattern:

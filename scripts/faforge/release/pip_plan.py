@@ -17,13 +17,9 @@ decided from the binary at build time).
 from __future__ import annotations
 
 import fnmatch
-import urllib.error
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from faforge import httpclient
-from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KernelPackage, kernel_key
 from faforge.matrix.pip_builds import PipBuild
@@ -50,35 +46,13 @@ def wheel_part(cost: BuildCost) -> Part:
 
 # ---------------------------------------------------------------- what the target index holds
 
-def index_location(where: str, index_name: str) -> str:
-    """One index of an index root: ROOT/torch2.11-cu130 (a folder) or BASE/torch2.11-cu130/ (a URL)."""
-    if where.startswith(("http://", "https://")):
-        return where.rstrip("/") + f"/{index_name}/"
-    return str(Path(where) / index_name)
-
-
 def _read_one(where: str, index_name: str) -> dict[str, set[str]] | None:
-    """project -> the file names one index lists; None when that index does not exist yet (no folder, HTTP 404)."""
-    from faforge.pipindex.read import ACCEPT, read_index  # noqa: PLC0415
+    """project -> the file names one index lists, read as pip reads it; None when that index does not exist yet."""
+    from faforge.pipindex.read import read_published  # noqa: PLC0415
 
-    location = index_location(where, index_name)
-    if location.startswith(("http://", "https://")):
-        try:  # pip's own request for the root page; 404 is an index nothing was published to yet
-            httpclient.request(location, kind="index page", headers={"Accept": ACCEPT})
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise FaforgeError(f"--index {where}: {location}: HTTP {exc.code} {exc.reason}", input=where,
-                               hint="check the index URL (the root that holds torch2.11-cu130/ and its siblings)",
-                               exit_code=EXIT_REMOTE) from None
-    elif not Path(location).is_dir():
+    listing = read_published(where, index_name)
+    if listing is None:
         return None
-    listing = read_index(location)
-    if listing.problems:
-        remote = location.startswith(("http://", "https://"))
-        raise FaforgeError(f"--index {where}: {location} is not a readable PEP 503/691 index: {listing.problems[0]}", input=where,
-                           hint="check what the server serves there" if remote else "re-index it: `faforge index --pip ROOT`",
-                           exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT)
     return {project: {f.filename for f in files} for project, files in listing.files().items()}
 
 
