@@ -14,7 +14,10 @@ Where FlashAttention-3 (flash_attn_3) is installed, a second section reads its s
 ("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.doctor.stable_abi).
 The probe never runs longer than --timeout (it is stopped with every process it
 started, and what it reported until then is diagnosed); stderr says what it waits for.
-Exit status: 0 healthy, 1 problems found, 2 bad input.
+A pip or uv fix's wheel index is read (bounded by the HTTP read timeout and deadline) to check that it serves
+the exact wheel the line installs (faforge.doctor.index_check); --offline skips that.
+Exit status: 0 healthy, 1 problems found, 2 bad input, 4 problems found and the index a fix names answered
+without its wheel (an index that cannot be reached leaves 1, and the fix says it was not checked).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import json
 import sys
 
 from faforge.doctor.probe_run import PROBE_TIMEOUT_S, probe_timeout  # standard library only: cheap at startup
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_REMOTE
 from faforge.progress import say
 
 
@@ -33,6 +36,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="stop the probe in the interpreter after this long (default: FAFORGE_DOCTOR_TIMEOUT or "
                              f"{PROBE_TIMEOUT_S:g} s)")
+    parser.add_argument("--offline", action="store_true",
+                        help="do not read the wheel index a pip or uv fix names (by default doctor checks it serves the wheel)")
     parser.add_argument("--json", action="store_true", help="print facts, problems and fixes as versioned JSON (schema: tests/schemas/doctor.json)")
 
 
@@ -41,11 +46,11 @@ def execute(args: argparse.Namespace) -> int:
     from faforge.doctor.examine import examine  # noqa: PLC0415
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
 
-    from faforge.doctor import stable_abi  # noqa: PLC0415
+    from faforge.doctor import index_check, stable_abi  # noqa: PLC0415
     from faforge.doctor.probe_run import resolve_interpreter  # noqa: PLC0415
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
-    report = examine(args.python, timeout, progress=progress)
+    report = examine(args.python, timeout, progress=progress, offline=args.offline)
     fa3 = (stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
            if stable_abi.installed(report.situation.facts) else None)
     report = stable_abi.beside(report, fa3)
@@ -54,4 +59,6 @@ def execute(args: argparse.Namespace) -> int:
         print()
     else:
         print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])))
-    return EXIT_OK if stable_abi.healthy(report, fa3) else EXIT_PROBLEMS
+    if stable_abi.healthy(report, fa3):
+        return EXIT_OK
+    return EXIT_REMOTE if index_check.blocked(report.fixes) else EXIT_PROBLEMS

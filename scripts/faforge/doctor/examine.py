@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from faforge.doctor import facts as env_facts
+from faforge.doctor import index_check
 from faforge.doctor.binary import try_read_binary
 from faforge.doctor.diagnose import diagnose
 from faforge.doctor.fix_commands import Fix
@@ -45,7 +46,8 @@ def situation_from(facts: env_facts.EnvFacts) -> Situation:
 
 
 def examine(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
-            progress: Callable[[str], None] = lambda message: None) -> Report:
+            progress: Callable[[str], None] = lambda message: None, *, offline: bool = False) -> Report:
+    """The report on `python`; a pip or uv fix's index is read to check it serves the wheel (not `offline`)."""
     s = situation(python, timeout_s, progress)
     problems = diagnose(s)
     fixes: list[Fix] = []
@@ -53,7 +55,11 @@ def examine(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
         matrix = load_matrix()
         platform = s.facts.system.platform
         if s.facts.conda is None:  # pip or uv installs here: the pip cells' wheels, never a conda line
-            fixes = plan(s, problems, matrix, [], pip_builds(matrix, platform or "all"))
+            builds = pip_builds(matrix, platform or "all")
+            fixes = plan(s, problems, matrix, [], builds)
+            if any(f.index_url for f in fixes) and not offline:
+                progress("checking that the wheel index serves the fix's wheel")
+            fixes = list(index_check.checked(fixes, builds, offline=offline))
         else:
             cells = [c for c in matrix.cells if platform in (None, c.platform)]  # render only what this machine can install
             fixes = plan(s, problems, matrix, offers_from(render_cells(cells, matrix.recipe_path, matrix.variants_dir)))

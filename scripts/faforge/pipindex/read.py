@@ -15,6 +15,7 @@ import json
 import os
 import urllib.error
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -29,6 +30,14 @@ FORMATS = ("json", "html")
 
 class PageError(ValueError):
     """A page that is not what PEP 503/691 says it is."""
+
+
+class PageRefused(RemoteError):
+    """The server answered a page with an HTTP client error (4xx: no such page, forbidden); `status` says which."""
+
+    def __init__(self, message: str, *, status: int, **kwargs):
+        super().__init__(message, **kwargs)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -181,7 +190,10 @@ def _fetch(url: str, accept: str) -> tuple[bytes, str]:
     try:
         response = httpclient.request(url, kind="index page", headers={"Accept": accept})
     except urllib.error.HTTPError as exc:
-        raise RemoteError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the index URL (BASE/torch2.11-cu130/)") from None
+        message, hint = f"{url}: HTTP {exc.code} {exc.reason}", "check the index URL (BASE/torch2.11-cu130/)"
+        if 400 <= exc.code < 500:
+            raise PageRefused(message, status=exc.code, input=url, hint=hint) from None
+        raise RemoteError(message, input=url, hint=hint) from None
     kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
     if kind not in PAGE_TYPES:
         raise PageError(f"{url}: Content-Type {kind or '(none)'}, which is no index page: pip skips it "
@@ -217,6 +229,22 @@ def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
             except PageError as exc:
                 problems.append(str(exc))
     return Listing(url, roots, projects, tuple(problems))
+
+
+def project_files(index: str, project: str) -> tuple[FileLink, ...]:
+    """The files one index (BASE/torch2.11-cu130/: http(s), file:// or a folder) lists for `project`, read as pip
+    reads its page: one request, JSON asked for first. PageRefused where the server answers 4xx (no such page),
+    RemoteError where it gives no usable answer, PageError for a page that is no PEP 503/691 page."""
+    if not index.startswith(("http://", "https://")):
+        folder = Path(urllib.request.url2pathname(urllib.parse.urlsplit(index).path)) if index.startswith("file://") else Path(index)
+        listing = read_local(folder) if folder.is_dir() else None
+        if listing is None or project not in listing.files():
+            raise PageRefused(f"{folder}: no page of {project}" + (f" ({'; '.join(listing.problems)})" if listing and listing.problems else ""),
+                              status=404, input=index, hint="publish the wheel there (`faforge publish --index ROOT`)")
+        return listing.files()[project]
+    page_url = urllib.parse.urljoin(index if index.endswith("/") else index + "/", f"{urllib.parse.quote(project)}/")
+    body, fmt = _fetch(page_url, ACCEPT)
+    return _parse(body, page_url, fmt, project).files
 
 
 def read_local(folder: Path) -> Listing:
