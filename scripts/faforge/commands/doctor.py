@@ -27,7 +27,7 @@ import json
 import sys
 
 from faforge.doctor.probe_run import PROBE_TIMEOUT_S, probe_timeout  # standard library only: cheap at startup
-from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_REMOTE
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.progress import say
 
 
@@ -54,11 +54,16 @@ def execute(args: argparse.Namespace) -> int:
     fa3 = (stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
            if stable_abi.installed(report.situation.facts) else None)
     report = stable_abi.beside(report, fa3)
+    healthy = stable_abi.healthy(report, fa3)
+    # The diagnosis is printed whole; a fix whose index answered without its wheel adds the error of exit 4.
+    error = None if healthy else index_check.blocking_error(report.fixes)
     if args.json:
-        json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {}), sys.stdout, indent=2)
+        json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {})
+                  | ({"error": error.to_json()["error"]} if error else {}), sys.stdout, indent=2)
         print()
     else:
         print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])))
-    if stable_abi.healthy(report, fa3):
-        return EXIT_OK
-    return EXIT_REMOTE if index_check.blocked(report.fixes) else EXIT_PROBLEMS
+    if error is not None:
+        say(f"faforge doctor: error: {error.line()}")
+        return error.exit_code
+    return EXIT_OK if healthy else EXIT_PROBLEMS

@@ -92,4 +92,12 @@ def checked(fixes: Iterable[Fix], builds: Iterable[PipBuild], *, offline: bool =
 
 def blocked(fixes: Iterable[Fix]) -> bool:
     """Whether a fix's index answered without the file its line installs (doctor's exit 4)."""
-    return any(f.index_check is not None and f.index_check.blocks for f in fixes)
+    return blocking_error(fixes) is not None
+
+
+def blocking_error(fixes: Iterable[Fix]) -> RemoteError | None:
+    """The error of doctor's exit 4 for the first fix whose index answered without its wheel, else None."""
+    check = next((f.index_check for f in fixes if f.index_check is not None and f.index_check.blocks), None)
+    if check is None:
+        return None
+    return RemoteError(f"the fix's pip/uv line cannot install from its wheel index: {check.message}", input=check.index, hint=check.hint)
