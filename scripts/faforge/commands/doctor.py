@@ -10,6 +10,8 @@ fix: in a conda prefix the conda install spec (or environment.yml); in a venv, u
 or system Python the exact `pip install` / `uv pip install` line of its torch's pip cell
 from that cell's wheel index ($FAFORGE_PIP_INDEX/torch2.11-cu130/); where no cell fits,
 why, the nearest cells and the local-build command.
+Other distributions of flash-attn 2's extension (vllm-flash-attn, aphrodite-flash-attn: variants/flash-attn-builds.yaml)
+get a section each, diagnosed by the same rules (faforge.doctor.other_builds).
 Where FlashAttention-3 (flash_attn_3) is installed, a second section reads its stable-ABI claim
 ("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.doctor.stable_abi).
 The probe never runs longer than --timeout (it is stopped with every process it
@@ -46,23 +48,27 @@ def execute(args: argparse.Namespace) -> int:
     from faforge.doctor.examine import examine  # noqa: PLC0415
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
 
-    from faforge.doctor import index_check, stable_abi  # noqa: PLC0415
+    from faforge.doctor import index_check, other_builds, stable_abi  # noqa: PLC0415
     from faforge.doctor.probe_run import resolve_interpreter  # noqa: PLC0415
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
     report = examine(args.python, timeout, progress=progress, offline=args.offline)
     fa3 = (stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
            if stable_abi.installed(report.situation.facts) else None)
-    report = stable_abi.beside(report, fa3)
-    healthy = stable_abi.healthy(report, fa3)
+    others = [other_builds.examine_other(resolve_interpreter(args.python), b, timeout, progress)
+              for b in other_builds.load_builds() if b.installed(report.situation.facts)]
+    report = other_builds.beside(stable_abi.beside(report, fa3), others)
+    healthy = stable_abi.healthy(report, fa3) and all(o.healthy for o in others)
     # The diagnosis is printed whole; a fix whose index answered without its wheel adds the error of exit 4.
     error = None if healthy else index_check.blocking_error(report.fixes)
     if args.json:
         json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {})
+                  | ({other_builds.JSON_KEY: [o.to_json() for o in others]} if others else {})
                   | ({"error": error.to_json()["error"]} if error else {}), sys.stdout, indent=2)
         print()
     else:
-        print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])))
+        print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])
+                        + [line for o in others for line in other_builds.text_lines(o)]))
     if error is not None:
         say(f"faforge doctor: error: {error.line()}")
         return error.exit_code

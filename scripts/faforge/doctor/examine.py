@@ -37,9 +37,10 @@ def situation(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
     return situation_from(env_facts.collect(resolve_interpreter(python), timeout_s, progress))
 
 
-def situation_from(facts: env_facts.EnvFacts) -> Situation:
-    """Read the installed binary and the install records behind the probe's facts."""
-    flash = flash_attn_install(facts)
+def situation_from(facts: env_facts.EnvFacts, *, package: str | None = None) -> Situation:
+    """Read the installed binary and the install records behind the probe's facts (of flash-attn, or of
+    `package`, another distribution of its extension)."""
+    flash = flash_attn_install(facts, *([package] if package else []))
     path = facts.extension or (facts.extension_files[0] if facts.extension_files else None)
     binary, error = try_read_binary(path, facts, default_table())
     return Situation(facts, torch_install(facts), flash, claim(flash), binary, error)
