@@ -222,6 +222,32 @@ def hostile_interpreters(tmp: Path) -> dict[str, Path]:
     return found
 
 
+def other_build_venvs(tmp: Path) -> dict[str, Path]:
+    """kind -> the python of a venv holding a broken or hostile other build of flash-attn 2's extension
+    (variants/flash-attn-builds.yaml): random bytes as vllm-flash-attn's extension under a version that carries
+    escape sequences, and aphrodite-flash-attn's package and .dist-info without its extension."""
+    found = {}
+    for kind, dist, version, files in (
+        ("other-build-junk", "vllm_flash_attn", "2.6.2\x1b[2J\x1b]0;owned\x07",
+         {"vllm_flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": os.urandom(4096)}),
+        ("other-build-no-extension", "aphrodite_flash_attn", "2.6.1.post2", {"aphrodite_flash_attn/__init__.py": b"import aphrodite_flash_attn_2_cuda\n"}),
+    ):
+        prefix = tmp / "other-builds" / kind
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
+        python = prefix / "bin" / "python"
+        site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        meta = site / f"{dist}-2.6.2.dist-info"
+        meta.mkdir(parents=True)
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\nRequires-Dist: torch==2.4.0\n")
+        (meta / "INSTALLER").write_text("pip\n")
+        for name, data in files.items():
+            (site / name).parent.mkdir(parents=True, exist_ok=True)
+            (site / name).write_bytes(data)
+        found[kind] = python
+    return found
+
+
 def split_package(tmp: Path) -> Path:
     """A flash-attn that needs a kernel package: verify --kernel-channel then downloads it."""
     return assemble(PackageSpec(NAME, VERSION, BUILD, "linux-64", depends=("python 3.11.*", f"libflash-attn-kernels =={VERSION} {KERNEL_BUILD}"),
@@ -234,6 +260,7 @@ def class_places(tmp: Path, conda: Path) -> dict[str, str]:
     places = {f"archive_{kind.replace('-', '_')}": str(path) for kind, path in archives.items()}
     places.update({f"archive_chan_{kind.replace('-', '_')}": str(path.parents[1]) for kind, path in archives.items()})
     places.update({f"python_{kind.replace('-', '_')}": str(path) for kind, path in hostile_interpreters(tmp).items()})
+    places.update({f"python_{kind.replace('-', '_')}": str(path) for kind, path in other_build_venvs(tmp).items()})
     places.update(split_conda=str(split), escaped=str(tmp / "escaped"),
                   manifest_passed=str(passed_manifest(tmp, [*archives.values(), split, conda])), python=sys.executable,
                   split_sha256=sha256_of(split))

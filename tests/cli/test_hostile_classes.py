@@ -85,7 +85,8 @@ def load_class_cases() -> list[dict]:
         sub = lambda text: case["value"] if text == "{value}" else text  # noqa: E731
         words = [case["class"], case["command"], case.get("var", ""), case.get("label", ""), printable(case["value"] or " ".join(case["argv"]))]
         argv = [a.replace("{value}", case["value"]) if case["value"] is not None else a for a in case["argv"]]  # inside a token too
-        cases.append({**case, "argv": argv, "id": " ".join(w for w in words if w)[:120], "channel": sub(case.get("channel")),
+        env = {k: str(v).replace("{value}", case["value"]) if case["value"] is not None else v for k, v in case.get("env", {}).items()}
+        cases.append({**case, "argv": argv, **({"env": env} if "env" in case else {}), "id": " ".join(w for w in words if w)[:120], "channel": sub(case.get("channel")),
                       "outside": [sub(p) for p in case.get("outside", [])]})
     ids = [c["id"] for c in cases]
     assert len(ids) == len(set(ids)), f"{TABLE.name}: two cases share an id: {sorted(i for i in ids if ids.count(i) > 1)}"

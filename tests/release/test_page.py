@@ -159,6 +159,30 @@ def test_page_with_the_wheel_index_url_reads_it_over_http(channel, wheel_index, 
     assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(PUBLISHED, url), "the URL is the lines' base"
 
 
+def test_page_for_a_pip_only_user_needs_no_channel(wheel_index, tmp_path):
+    """A user with a wheel index and no conda channel gets the page of the pip cells: no channel folder, no
+    --channel; the page goes to ./page (not into the wheel index, whose paths are faforge's)."""
+    root, glue = wheel_index
+    with serve_index(root, tmp_path / "requests.jsonl") as url:
+        result = _page(tmp_path, "--index", url)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "page" / "flash-attn-builds.json").read_text())
+    assert (tmp_path / "page" / "index.html").is_file() and not (tmp_path / "channel").exists()
+    assert data["packages"] == [] and data["flash_attn_3"] == [] and data["pip_index"] == url
+    assert sorted(p["cell"] for p in data["pip"]) == sorted(c.id for c in load_matrix().pip_cells)
+    assert _published(data) == {PUBLISHED: glue.name}
+    assert f"1 published in {url}" in result.stdout and "0 packages" in result.stdout
+    local = _page(tmp_path, "--index", str(root), "--out", str(tmp_path / "local"))  # the index root folder, --out given
+    assert local.returncode == 0, local.stderr
+    assert _published(json.loads((tmp_path / "local" / "flash-attn-builds.json").read_text())) == {PUBLISHED: glue.name}
+
+
+def test_page_without_channel_or_index_names_both(tmp_path):
+    result = _page(tmp_path, "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "or pass --index" in result.stderr
+
+
 def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
     try:
         browser = Chromium(width=1000, height=760)

@@ -10,11 +10,16 @@ fix: in a conda prefix the conda install spec (or environment.yml); in a venv, u
 or system Python the exact `pip install` / `uv pip install` line of its torch's pip cell
 from that cell's wheel index ($FAFORGE_PIP_INDEX/torch2.11-cu130/); where no cell fits,
 why, the nearest cells and the local-build command.
+Other distributions of flash-attn 2's extension (vllm-flash-attn, aphrodite-flash-attn: variants/flash-attn-builds.yaml)
+get a section each, diagnosed by the same rules (faforge.doctor.other_builds).
 Where FlashAttention-3 (flash_attn_3) is installed, a second section reads its stable-ABI claim
 ("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.doctor.stable_abi).
 The probe never runs longer than --timeout (it is stopped with every process it
 started, and what it reported until then is diagnosed); stderr says what it waits for.
-Exit status: 0 healthy, 1 problems found, 2 bad input.
+A pip or uv fix's wheel index is read (bounded by the HTTP read timeout and deadline) to check that it serves
+the exact wheel the line installs (faforge.doctor.index_check); --offline skips that.
+Exit status: 0 healthy, 1 problems found, 2 bad input, 4 problems found and the index a fix names answered
+without its wheel (an index that cannot be reached leaves 1, and the fix says it was not checked).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="stop the probe in the interpreter after this long (default: FAFORGE_DOCTOR_TIMEOUT or "
                              f"{PROBE_TIMEOUT_S:g} s)")
+    parser.add_argument("--offline", action="store_true",
+                        help="do not read the wheel index a pip or uv fix names (by default doctor checks it serves the wheel)")
     parser.add_argument("--json", action="store_true", help="print facts, problems and fixes as versioned JSON (schema: tests/schemas/doctor.json)")
 
 
@@ -41,17 +48,28 @@ def execute(args: argparse.Namespace) -> int:
     from faforge.doctor.examine import examine  # noqa: PLC0415
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
 
-    from faforge.doctor import stable_abi  # noqa: PLC0415
+    from faforge.doctor import index_check, other_builds, stable_abi  # noqa: PLC0415
     from faforge.doctor.probe_run import resolve_interpreter  # noqa: PLC0415
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
-    report = examine(args.python, timeout, progress=progress)
+    report = examine(args.python, timeout, progress=progress, offline=args.offline)
     fa3 = (stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
            if stable_abi.installed(report.situation.facts) else None)
-    report = stable_abi.beside(report, fa3)
+    others = [other_builds.examine_other(resolve_interpreter(args.python), b, timeout, progress)
+              for b in other_builds.load_builds() if b.installed(report.situation.facts)]
+    report = other_builds.beside(stable_abi.beside(report, fa3), others)
+    healthy = stable_abi.healthy(report, fa3) and all(o.healthy for o in others)
+    # The diagnosis is printed whole; a fix whose index answered without its wheel adds the error of exit 4.
+    error = None if healthy else index_check.blocking_error(report.fixes)
     if args.json:
-        json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {}), sys.stdout, indent=2)
+        json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {})
+                  | ({other_builds.JSON_KEY: [o.to_json() for o in others]} if others else {})
+                  | ({"error": error.to_json()["error"]} if error else {}), sys.stdout, indent=2)
         print()
     else:
-        print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])))
-    return EXIT_OK if stable_abi.healthy(report, fa3) else EXIT_PROBLEMS
+        print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])
+                        + [line for o in others for line in other_builds.text_lines(o)]))
+    if error is not None:
+        say(f"faforge doctor: error: {error.line()}")
+        return error.exit_code
+    return EXIT_OK if healthy else EXIT_PROBLEMS

@@ -5,6 +5,8 @@ python, with the exact install command and environment.yml for each cell, and be
 flash-attn-3 packages (platform, CUDA, GPU archs, the torch range they serve), each with its own.
 Each cell also gets the pip and uv lines of its pip cell (the matrix's cells for PyPI's torch), from the
 wheel index of its torch minor and CUDA; with --index, each says whether its wheel is published there.
+A user of pip only needs no channel: with --index and neither --channel nor ./channel, the page holds the pip
+cells alone (written to ./page unless --out says where).
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ from faforge.release.page import (
 )
 
 PACKAGE_NAME = FLASH_ATTN.package
+PIP_ONLY_OUT = Path("page")  # where the page of the pip cells goes without a channel or --out
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", metavar="PATH_OR_URL",
                         help="channel to list (folder, file://, http(s):// or an anaconda.org owner name); "
-                             f"default: ./{config.DEFAULT_CHANNEL_DIR}, the folder `faforge publish` writes")
-    parser.add_argument("--out", type=Path, help="where index.html and the JSON go; default: the --channel folder itself")
+                             f"default: ./{config.DEFAULT_CHANNEL_DIR}, the folder `faforge publish` writes; with --index and no such "
+                             "folder, none: the page of the pip cells only")
+    parser.add_argument("--out", type=Path, help="where index.html and the JSON go; default: the --channel folder itself "
+                                                     f"(with --index and no channel: ./{PIP_ONLY_OUT})")
     parser.add_argument("--install-channel", metavar="NAME_OR_URL",
                         help=f"the -c value shown to users (default: {HERE!r} = the URL the page is served from when it is "
                              f"written into the channel folder, else $FAFORGE_CHANNEL or {config.PUBLIC_CHANNEL!r}; "
@@ -49,12 +54,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              f"and uv lines name (else $FAFORGE_PIP_INDEX or {config.PUBLIC_PIP_INDEX}); default: not read")
 
 
-def default_channel() -> str:
-    """./channel, publish's default; never the anaconda.org owner named "channel"."""
+def default_channel(*, pip_only: bool = False) -> str | None:
+    """./channel, publish's default; never the anaconda.org owner named "channel". None where it does not exist
+    and a wheel index was given (`pip_only`): the page of the pip cells alone, for a user of pip only."""
     folder = config.DEFAULT_CHANNEL_DIR
     if not folder.is_dir():
+        if pip_only:
+            return None
         raise FaforgeError(f"no channel to list: ./{folder} (the default --channel, where `faforge publish` writes) "
-                           "does not exist yet", hint="publish first, or pass --channel URL (`faforge publish PACKAGE.conda` creates the folder)")
+                           "does not exist yet", hint="publish first, or pass --channel URL (`faforge publish PACKAGE.conda` creates the folder), "
+                                                      "or pass --index for a page of the pip cells only")
     return f"./{folder}"  # a path, so that faforge.channel.repodata reads the folder
 
 
@@ -71,15 +80,15 @@ def execute(args: argparse.Namespace) -> int:
     matrix = load_matrix()
     builds = pip_builds(matrix)
     published = published_glue_wheels(index, {b.cell.index_name for b in builds}) if index is not None else None
-    channel = args.channel if args.channel is not None else default_channel()
-    records = query(channel, [PACKAGE_NAME, FLASH_ATTN_3.package], list(PLATFORMS))
-    in_channel = args.out is None
-    out = args.out or Path(channel)
+    channel = args.channel if args.channel is not None else default_channel(pip_only=index is not None)
+    records = query(channel, [PACKAGE_NAME, FLASH_ATTN_3.package], list(PLATFORMS)) if channel is not None else []
+    in_channel = args.out is None and channel is not None
+    out = args.out or (Path(channel) if channel is not None else PIP_ONLY_OUT)  # never into the wheel index: its paths are faforge's
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
     table = matrix.table
     fa3_world = table.worlds.get(load_fa3_policy(paths.variants_dir() / "matrix.yaml").world)
     data = page_data(records, table, install_channel, fa3_world, pip_entries(builds, base, published), index)
-    with paths.user_path("--out" if args.out else "--channel", out):
+    with paths.user_path("--channel" if in_channel else "--out", out):
         page, data_file = write_page(data, out, config.public_channel())
     fa3 = data[FLASH_ATTN_3.key]
     pip = data["pip"]

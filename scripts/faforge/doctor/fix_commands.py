@@ -10,12 +10,16 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from faforge import paths
 from faforge.backend.flags import cxx_standard
 from faforge.doctor.offers import Offer, release_of
 from faforge.doctor.situation import Situation
 from faforge.family import FLASH_ATTN
+
+if TYPE_CHECKING:
+    from faforge.doctor.index_check import IndexCheck
 
 # Where the fix for an externally managed Python (PEP 668) creates the venv that pip may install into.
 VENV_FOR_EXTERNALLY_MANAGED = f"~/venvs/{FLASH_ATTN.package}"
@@ -32,6 +36,7 @@ class Fix:
     resolves: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     index_url: str | None = None  # pip-install, uv-install: the wheel index of the cell (BASE/torch2.11-cu130/)
+    index_check: IndexCheck | None = None  # whether that index serves the cell's wheel (faforge.doctor.index_check)
 
 
 def conda_command(s: Situation, offer_channels: list[str], specs: list[str], *extra: str) -> str:

@@ -93,9 +93,10 @@ def torch_install(facts: EnvFacts) -> Install:
     return _install("torch", TORCH_CONDA_PACKAGES, facts, present=facts.torch_package is not None or facts.torch.imported)
 
 
-def flash_attn_install(facts: EnvFacts) -> Install:
+def flash_attn_install(facts: EnvFacts, package: str = FLASH_ATTN.package) -> Install:
+    """flash-attn as installed, or `package`, another distribution of its extension (faforge.doctor.other_builds)."""
     present = bool(facts.extension or facts.extension_files)
-    return _install(FLASH_ATTN.package, (FLASH_ATTN.package,), facts, present=present)
+    return _install(package, (package,), facts, present=present)
 
 
 def claim(install: Install) -> Claim | None:

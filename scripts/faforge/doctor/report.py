@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from faforge.doctor.examine import Report
 from faforge.doctor.facts import Gpu
+from faforge.doctor.index_check import SERVED, blocked
 from faforge.doctor.installs import (
     CONDA,
     EXTERNALLY_MANAGED,
@@ -98,7 +99,8 @@ def to_json(report: Report) -> dict:
         "problems": [{"kind": p.kind, "severity": p.severity, "message": p.message, "details": list(p.details),
                       "evidence": p.evidence} for p in report.problems],
         "fixes": [{"kind": x.kind, "title": x.title, "commands": list(x.commands), "environment_yml": x.environment_yml,
-                   "cell": x.cell, "build_string": x.build_string, "index_url": x.index_url, "resolves": list(x.resolves),
+                   "cell": x.cell, "build_string": x.build_string, "index_url": x.index_url,
+                   "index_check": x.index_check.to_json() if x.index_check else None, "resolves": list(x.resolves),
                    "notes": list(x.notes)}
                   for x in report.fixes],
     }
@@ -140,6 +142,17 @@ def _flash_lines(s: Situation) -> list[str]:
     return lines
 
 
+def _index_check_lines(fix) -> list[str]:
+    check = fix.index_check
+    if check is None:
+        return []
+    if check.status == SERVED:
+        return [f"     index check: ok, {check.message}"]
+    if check.blocks:
+        return [f"     index check: FAILED, this line cannot install: {check.message}", f"     what to do: {check.hint}"]
+    return [f"     index check: {check.message}" + (f" ({check.hint})" if check.hint else "")]
+
+
 def text_lines(report: Report) -> list[str]:
     s = report.situation
     f = s.facts
@@ -177,10 +190,13 @@ def text_lines(report: Report) -> list[str]:
             lines += [f"       $ {c}" for c in x.commands]
             if x.index_url:
                 lines.append(f"     index: {x.index_url}")
+            lines += _index_check_lines(x)
             if x.environment_yml:
                 lines.append("     environment.yml:")
                 lines += [f"       {line}" for line in x.environment_yml.splitlines()]
             lines += [f"     note: {n}" for n in x.notes]
     errors = sum(1 for p in report.problems if p.severity == ERROR)
     lines += ["", "healthy" if report.healthy else f"{errors} problem{'s' if errors != 1 else ''} found"]
+    if blocked(report.fixes):
+        lines.append("and the wheel index a fix names does not serve its wheel (see `index check` above)")
     return lines

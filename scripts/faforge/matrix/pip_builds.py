@@ -11,6 +11,7 @@ decided at build time from the binary (auditwheel's policy), so the matrix gives
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -84,6 +85,14 @@ class PipBuild:
         c = self.cell
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[c.platform]}"
         return f"{wheel_name_part(GLUE_DIST)}-{self.glue_version}-{self.glue_build_tag}-{c.python_wheel_tag}-{c.python_wheel_tag}-{tag}.whl"
+
+    def glue_wheel_pattern(self) -> re.Pattern:
+        """The glue wheel's file name whatever its build tag and manylinux level (decided at build time): what
+        an index must list for the cell's pip line to install (the page's `published`, doctor's index check)."""
+        c = self.cell
+        return re.compile(rf"{re.escape(wheel_name_part(GLUE_DIST))}-{re.escape(self.glue_version)}(?:-[0-9][^-]*)?-"
+                          rf"{c.python_wheel_tag}-{c.python_wheel_tag}-(?:[a-z0-9_]+\.)*manylinux_[0-9]+_[0-9]+_{WHEEL_ARCH[c.platform]}"
+                          rf"(?:\.[a-z0-9_]+)*\.whl")
 
     def kernel_wheel(self, platform_tag: str | None = None) -> str:
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[self.cell.platform]}"

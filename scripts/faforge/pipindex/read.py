@@ -23,6 +23,7 @@ import os
 import posixpath
 import urllib.error
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from packaging.utils import InvalidName, canonicalize_name
@@ -31,7 +32,7 @@ from faforge import httpclient, untrusted
 from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, RemoteError, shorten, why_not_a_folder
 from faforge.pipindex import layout
 from faforge.pipindex.layout import HTML_PAGE, HTML_TYPE, JSON_PAGE, JSON_TYPE
-from faforge.pipindex.parse import Listing, Page, PageError, parse_page
+from faforge.pipindex.parse import FileLink, Listing, Page, PageError, parse_page
 
 ACCEPT = f"{JSON_TYPE}, {JSON_TYPE.replace('json', 'html')};q=0.2, {HTML_TYPE};q=0.01"  # pip's own Accept header
 FORMATS = ("json", "html")
@@ -42,6 +43,14 @@ PAGE_TYPES = {JSON_TYPE: "json", JSON_TYPE.replace("json", "html"): "html", HTML
 
 class IndexMissing(RemoteError):
     """The index's root page is HTTP 404: nothing was published to it yet."""
+
+
+class PageRefused(RemoteError):
+    """The server answered a page with an HTTP client error (4xx: no such page, forbidden); `status` says which."""
+
+    def __init__(self, message: str, *, status: int, **kwargs):
+        super().__init__(message, **kwargs)
+        self.status = status
 
 
 def project_url(index_url: str, project: str) -> str:
@@ -114,6 +123,28 @@ def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
             except PageError as exc:
                 problems.append(str(exc))
     return Listing(url, roots, projects, tuple(problems))
+
+
+def project_files(index: str, project: str) -> tuple[FileLink, ...]:
+    """The files one index (BASE/torch2.11-cu130/: http(s), file:// or a folder) lists for `project`, read as pip
+    reads its page: one request, JSON asked for first. PageRefused where the server answers 4xx (no such page),
+    RemoteError where it gives no usable answer, PageError for a page that is no PEP 503/691 page."""
+    if not index.startswith(("http://", "https://")):
+        folder = Path(urllib.request.url2pathname(urllib.parse.urlsplit(index).path)) if index.startswith("file://") else Path(index)
+        listing = read_local(folder) if folder.is_dir() else None
+        if listing is None or project not in listing.files():
+            raise PageRefused(f"{folder}: no page of {project}" + (f" ({'; '.join(listing.problems)})" if listing and listing.problems else ""),
+                              status=404, input=index, hint="publish the wheel there (`faforge publish --index ROOT`)")
+        return listing.files()[project]
+    page_url = project_url(index if index.endswith("/") else index + "/", project)
+    try:
+        body, fmt = _fetch(page_url, ACCEPT, httpclient.until())
+    except urllib.error.HTTPError as exc:
+        error = _http_error(exc, page_url, root=False)
+        if 400 <= exc.code < 500:
+            raise PageRefused(error.message, status=exc.code, input=page_url, hint=error.hint) from None
+        raise error from None
+    return parse_page(body, page_url, fmt, project).files
 
 
 def read_local(folder: Path) -> Listing:

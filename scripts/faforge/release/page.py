@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from rattler import Version
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix.pip_builds import WHEEL_ARCH, PipBuild, wheel_name_part
+from faforge.matrix.pip_builds import PipBuild
 from faforge.matrix.releases import ReleaseTable, World
 from faforge.pipindex import instructions
 from faforge.pipindex.read import read_published
@@ -85,13 +84,6 @@ def published_glue_wheels(where: str, index_names: set[str]) -> dict[str, tuple[
     return found
 
 
-def _glue_wheel_pattern(build: PipBuild) -> re.Pattern:
-    """The glue wheel of a pip cell whatever its build tag and manylinux level (decided at build time)."""
-    c = build.cell
-    return re.compile(rf"{re.escape(wheel_name_part(FLASH_ATTN.package))}-{re.escape(build.glue_version)}(?:-[0-9][^-]*)?-"
-                      rf"{c.python_wheel_tag}-{c.python_wheel_tag}-(?:[a-z0-9_]+\.)*manylinux_[0-9]+_[0-9]+_{WHEEL_ARCH[c.platform]}(?:\.[a-z0-9_]+)*\.whl")
-
-
 def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[str, ...]] | None) -> list[dict]:
     """One entry per pip cell with its pip, uv and requirements.txt lines; with `published` (the wheel index
     read), whether its glue wheel is there (None: the index was not read)."""
@@ -102,7 +94,7 @@ def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[st
         pins = instructions.requirements(b.glue_version, c.torch)
         wheel = None
         if published is not None:
-            wheel = next((f for f in published.get(c.index_name, ()) if _glue_wheel_pattern(b).fullmatch(f)), None)
+            wheel = next((f for f in published.get(c.index_name, ()) if b.glue_wheel_pattern().fullmatch(f)), None)
         entries.append({
             "cell": c.id,
             "grid_cell": c.id.split("/", 1)[1],
