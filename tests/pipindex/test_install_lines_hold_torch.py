@@ -28,6 +28,9 @@ pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[2] / "README.md"
 TORCHES = ("2.11.0", "2.14.1", "2.14.1+cu130")  # the venvs: PyPI's 2.11 and 2.14, and PyTorch's own index's 2.14.1+cu130
 DOC_BASES = ("https://faforge.github.io/wheels/", "http://127.0.0.1:8000/", "$FAFORGE_PIP_INDEX/")
+# What the README says of the two unpinned lines, checked beside the measurement (Installing flash-attn with pip or uv).
+README_SAYS = {"upgrade": "both take our\n  2.14 glue and **upgrade torch** to PyPI's 2.14.1",
+               "sdist": "pip backtracks from our\n  wheel to PyPI's `flash-attn` sdist, downloads it and runs its build, which fails with a traceback"}
 KERNEL_128 = f"{tw.SDIST_VERSION}+cu128.sm80.philox64.h0000128"
 
 
@@ -127,6 +130,7 @@ def test_an_unpinned_flash_attn_from_another_minors_index_upgrades_torch(install
     assert ran.returncode == 0, ran.output[-3000:]
     assert ran.torch() == "2.14.1" and ran.install[FLASH_ATTN.package] == glue_version("2.14"), ran.install
     assert installer == "pip" or ran.remove.get("torch") == "2.11.0", ran.output[-3000:]
+    assert README_SAYS["upgrade"] in README.read_text(), "README: say that the unpinned line upgrades torch"
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -143,6 +147,7 @@ def test_with_torch_held_but_no_only_binary_pip_builds_pypis_sdist_and_fails(ins
         assert f"{FLASH_ATTN.dist_name}-{tw.SDIST_VERSION}.tar.gz" in ran.output and "Traceback" in ran.output, ran.output[-3000:]
     else:
         assert "No solution found" in ran.output and "tar.gz" not in ran.output, ran.output[-3000:]
+    assert README_SAYS["sdist"] in README.read_text(), "README: say that pip builds PyPI's sdist here"
 
 
 def readme_lines() -> list[str]:
