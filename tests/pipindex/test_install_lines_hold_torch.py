@@ -83,12 +83,14 @@ def printed(form: str, index: str, pins: tuple[str, ...], python: Path, tmp: Pat
         return instructions.pip_command(index, pins, str(python))
     if form == "uv":
         return instructions.uv_command(index, pins, str(python))
+    if form == "uv-reinstall":  # doctor's uv line where a flash-attn is installed
+        return instructions.uv_command(index, pins, str(python), "--reinstall-package", FLASH_ATTN.package)
     requirements = tmp / "requirements.txt"
     requirements.write_text(instructions.requirements_txt(index, pins))
     return f"{python} -m pip install -r {requirements}" if form == "requirements-pip" else f"uv pip install --python {python} -r {requirements}"
 
 
-FORMS = ("pip", "uv", "requirements-pip", "requirements-uv")
+FORMS = ("pip", "uv", "uv-reinstall", "requirements-pip", "requirements-uv")
 
 
 @pytest.mark.parametrize("installed", ["2.14.1", "2.14.1+cu130"])
@@ -97,7 +99,7 @@ def test_every_printed_line_keeps_the_installed_torch_and_adds_only_our_wheels(f
     """The page's line of a cell (torch==its torch) and doctor's line (torch==the installed torch's release) are the
     same line here: beside torch 2.14.1, or PyTorch's 2.14.1+cu130, pip and uv would install the glue and its kernel
     wheel and keep torch."""
-    needs_uv(form.removeprefix("requirements-"))
+    needs_uv("uv" if "uv" in form else "pip")
     pins = instructions.requirements(glue_version("2.14"), "2.14.1")
     ran = dry_run(printed(form, instructions.index_url("torch2.14-cu130", base), pins, venvs[installed], tmp_path), tmp_path)
     assert ran.returncode == 0, ran.output[-3000:]
@@ -110,12 +112,12 @@ def test_a_printed_line_for_another_minors_index_refuses_and_builds_nothing(form
     """Doctor's line holds the installed torch (2.11.0); given the index of torch 2.14, pip and uv refuse, with no
     torch installed and no sdist fetched (`--only-binary flash-attn`; uv's first-index strategy). The default index
     is the stand-in: pip downloads the held torch's own wheels from it before it concludes (from PyPI, 1.3 GB)."""
-    needs_uv(form.removeprefix("requirements-"))
+    needs_uv("uv" if "uv" in form else "pip")
     pins = instructions.requirements(glue_version("2.14"), "2.11.0")
     ran = dry_run(printed(form, instructions.index_url("torch2.14-cu130", base), pins, venvs["2.11.0"], tmp_path), tmp_path, standin)
     assert ran.returncode != 0 and ran.install == {}, ran.output[-3000:]
     assert "tar.gz" not in ran.output and "build" not in ran.output.lower(), ran.output[-3000:]
-    assert ("ResolutionImpossible" if form.endswith("pip") else "No solution found") in ran.output, ran.output[-3000:]
+    assert ("No solution found" if "uv" in form else "ResolutionImpossible") in ran.output, ran.output[-3000:]
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
