@@ -74,7 +74,7 @@ def venvs(tmp_path_factory) -> dict[str, Path]:
 
 def needs_uv(installer: str) -> None:
     if installer == "uv" and not UV.is_file():
-        pytest.skip(f"uv is not installed beside the test Python (a test extra: pip install -e '.[test]')")
+        pytest.skip("uv is not installed beside the test Python (a test extra: pip install -e '.[test]')")
 
 
 def printed(form: str, index: str, pins: tuple[str, ...], python: Path, tmp: Path) -> str:

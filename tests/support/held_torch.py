@@ -83,13 +83,15 @@ def dry_run(line: str, tmp: Path, default_index: str | None = None) -> DryRun:
     at = argv.index("install") + 1
     if Path(argv[0]).name == "uv":
         argv = [str(UV), *argv[1:at], "--dry-run", *argv[at:]]
-        ran = subprocess.run(argv, capture_output=True, text=True, env=uv_env(UV_NO_CONFIG="1", **({"UV_DEFAULT_INDEX": default_index} if default_index else {})), timeout=900, check=False)
+        env = uv_env(UV_NO_CONFIG="1", **({"UV_DEFAULT_INDEX": default_index} if default_index else {}))
+        ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
         output = ran.stdout + ran.stderr
         changes = {s: {canonicalize_name(m["name"]): m["version"] for m in _UV_CHANGE.finditer(output) if m["sign"] == s} for s in "+-"}
         return DryRun(line, ran.returncode, output, changes["+"], changes["-"])
     report = tmp / f"report-{hashlib.sha256(line.encode()).hexdigest()[:12]}.json"
     argv = [*argv[:at], "--dry-run", "--report", str(report), *argv[at:]]
-    ran = subprocess.run(argv, capture_output=True, text=True, env={**clean_pip_env(), **({"PIP_INDEX_URL": default_index} if default_index else {})}, timeout=900, check=False)
+    env = {**clean_pip_env(), **({"PIP_INDEX_URL": default_index} if default_index else {})}
+    ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
     install = {}
     if ran.returncode == 0:
         install = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
