@@ -25,6 +25,7 @@ from faforge.release.pip_env import clean_pip_env, site_packages
 from packaging.utils import canonicalize_name
 
 from tests.support.cache import cache_dir
+from tests.support.pypi import pypi_listing
 
 PIP_VERSION = "26.3"  # the pip the README's measured behaviour quotes (pip 26.3 and uv 0.13.9)
 UV = Path(sys.executable).with_name("uv")
@@ -42,6 +43,7 @@ def fake_torch_venvs(folder: Path, torches: tuple[str, ...]) -> dict[str, Path]:
     """torch version -> the python of a venv (this Python, pip PIP_VERSION) holding a torch of that version that is
     only its dist-info: enough for pip and uv to see it installed and to decide whether to keep it. One venv is made
     and given pip; the others are copies of it (a venv's paths are relative but for bin/'s scripts, unused here)."""
+    pypi_listing("pip")  # skips the calling test, with the reason, where PyPI cannot be reached
     first = folder / "pip"
     subprocess.run([sys.executable, "-m", "venv", str(first)], check=True, timeout=300, env=clean_pip_env())
     pip = subprocess.run([str(first / "bin" / "python"), "-m", "pip", "install", "-q", f"pip=={PIP_VERSION}"], capture_output=True,
