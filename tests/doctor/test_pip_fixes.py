@@ -127,6 +127,19 @@ def test_no_cell_says_why_and_offers_the_nearest_and_a_build(matrix, torch, runt
     assert "conda" not in words, "never a conda line for a pip venv"
 
 
+@pytest.mark.parametrize(("torch", "runtime", "cuda"), [("2.14.1+cu126", "2.14.1+cu126", "12.6"), ("2.16.0", "2.16.0+cu132", "13.2")])
+def test_a_nearest_cells_line_never_changes_torch_by_itself(matrix, torch, runtime, cuda):
+    """Each nearest cell's install line holds the cell's torch (torch==X); the torch change it needs is a command of its
+    own before it, `--force-reinstall torch==X` (a torch of the same release but another CUDA would satisfy the pin)."""
+    [missing, _] = fixes_for(matrix, facts(torch=torch, runtime=runtime, cuda=cuda), "signature-drift")
+    for note in missing.notes:
+        cell_torch = note.split("PyPI's torch ", 1)[1].split(",", 1)[0]
+        replace = f"{PY} -m pip install --force-reinstall torch=={cell_torch}"
+        line = note.rsplit("then: ", 1)[-1]
+        assert f"first replace this torch {torch}: {replace}; then: " in note, note
+        assert line.startswith(f"{PY} -m pip install --extra-index-url ") and f" torch=={cell_torch} flash-attn==" in line, note
+
+
 def test_a_cpu_torch_is_replaced_then_its_cell_installed(matrix):
     fixes = fixes_for(matrix, facts(torch="2.13.0+cpu", runtime="2.13.0+cpu", cuda=None), "cpu-only-torch")
     assert [f.kind for f in fixes] == ["pip", "pip-install"]

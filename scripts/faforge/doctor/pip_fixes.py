@@ -21,6 +21,7 @@ from faforge.doctor.fix_commands import (
     Fix,
     externally_managed_note,
     local_build,
+    pip_command,
     pip_fix,
     pip_target,
     uninstall_pip_flash_attn,
@@ -91,9 +92,14 @@ def install_fix(s: Situation, build: PipBuild, resolves: tuple[str, ...], *, tor
 
 
 def _nearest_lines(s: Situation, builds: list[PipBuild], target: Target) -> tuple[str, ...]:
+    """Each nearest cell's line, which holds that cell's torch; the torch change it needs is a command of its own
+    before it, never a side effect of the install (a forced reinstall: a torch of the same release and another
+    CUDA satisfies the pin and would stay)."""
     near = closest(builds, target, n=NEAREST)  # type: ignore[arg-type]  (closest reads only .cell)
-    return tuple(f"nearest: {b.cell.id} (PyPI's torch {b.cell.torch}, CUDA {b.cell.cuda}): "
-                 f"{instructions.pip_command(instructions.index_url(b.cell.index_name), instructions.requirements(b.glue_version, b.cell.torch), s.facts.python.executable)}"
+    python, yours = s.facts.python.executable, f"replace this torch {s.torch.version}" if s.torch.version else "install torch"
+    return tuple(f"nearest: {b.cell.id} (PyPI's torch {b.cell.torch}, CUDA {b.cell.cuda}): first {yours}: "
+                 f"{pip_command(s, 'install', '--force-reinstall', f'torch=={b.cell.torch}')}; then: "
+                 f"{instructions.pip_command(instructions.index_url(b.cell.index_name), instructions.requirements(b.glue_version, b.cell.torch), python)}"
                  for b in near)
 
 

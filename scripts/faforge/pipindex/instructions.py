@@ -6,8 +6,11 @@ What each word is for:
 
 - The index URL, BASE/torch2.11-cu130/: one index per (torch minor, CUDA), as PyTorch serves one per CUDA
   (download.pytorch.org/whl/cu130/). It holds only the glue wheels built for that torch minor and CUDA (one
-  per CPython), their kernel wheel, and the FA3 wheels of that CUDA, so an unpinned `flash-attn` from it
-  can only be a build for that torch.
+  per CPython), their kernel wheel, and the FA3 wheels of that CUDA, so every `flash-attn` in it requires
+  that torch minor. That alone holds nothing: pip and uv meet an unpinned `flash-attn` from the index of
+  another minor by upgrading torch (a ~4 GB download), and pip, with torch held but no `--only-binary`,
+  backtracks to PyPI's sdist and fails in its build (tests/pipindex/test_install_lines_hold_torch.py).
+  Hence both pins below, on every line.
 - `--extra-index-url INDEX`: ours beside the user's default index (PyPI, or the mirror they configured),
   which serves torch, einops and NVIDIA's CUDA wheels. uv ranks an extra index before the default one and,
   by its default index strategy (first-index), takes each package from the first index that has it at all:
@@ -17,10 +20,11 @@ What each word is for:
   uploads with a local label (PEP 440), so no other index can offer a match, and the glue pins its kernel
   wheel the same way (libflash-attn-kernels==2.8.3.post2+cu130.sm80...).
 - `--only-binary flash-attn`: never a source build of flash-attn, even from a misconfigured index.
-- `torch==2.11.0`: the torch the glue is for (Requires-Dist torch>=2.11,<2.12). An installed torch of that
-  release satisfies it and is kept (pip's and uv's default: upgrade only if needed); where none is installed
-  this one comes from PyPI. With another torch pinned the resolver refuses instead of installing a glue that
-  would fail to import.
+- `torch==2.11.0`: what holds torch. The page pins its cell's torch (the glue's Requires-Dist is
+  torch>=2.11,<2.12); doctor pins the installed torch's release. An installed torch of that release
+  (`2.11.0`, or PyTorch's `2.11.0+cu130`) satisfies it and is kept (pip's and uv's default: upgrade only
+  if needed); where none is installed this one comes from PyPI. With another torch pinned the resolver
+  refuses instead of replacing torch or installing a glue that would fail to import.
 """
 
 from __future__ import annotations
