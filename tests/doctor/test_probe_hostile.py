@@ -166,3 +166,20 @@ def test_doctor_in_process_leaves_no_daemon_and_this_process_as_it_was(tmp_path,
     assert not [pid for pid in pids_from(pidfile) if running(pid)], "the probe's daemon outlived doctor"
     assert libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
     assert flag.value == before, "doctor changed the subreaper flag of the process that called it"
+
+
+@pytest.mark.parametrize("raise_", ["raise ImportError('no torch: ' + 'x' * 20_000_000)",
+                                    "class Odd(ImportError):\n    def __str__(self):\n        raise RuntimeError('no str')\nraise Odd()"],
+                         ids=["20-MB-message", "str-raises"])
+def test_a_torch_error_the_probe_cannot_print_whole_is_still_diagnosed(run_doctor, tmp_path, raise_):
+    """Before: a 20 MB message made a probe line over the output cap, and a message whose str() raises
+    crashed the probe's torch stage; the probe cuts the one and names the other."""
+    venv = envs.pyenv_venv(tmp_path / "venv", "3.12")
+    torch = envs.site_packages(venv) / "torch"
+    torch.mkdir()
+    (torch / "__init__.py").write_text(raise_ + "\n")
+    result = run_doctor("--python", venv, "--timeout", "60")
+    assert result.code == 1, result.stderr
+    problem = result.problem("torch-import-failed")
+    assert "did not finish" not in json.dumps(problem) and "died" not in json.dumps(problem), problem
+    assert len(json.dumps(problem)) < 20_000, "the message reached the report uncut"
