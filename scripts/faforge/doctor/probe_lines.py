@@ -21,56 +21,44 @@ HINT = ("pass the python of the environment to inspect; a sitecustomize or .pth 
 
 
 @dataclass(frozen=True)
-class OneOf:
-    options: tuple
+class Of:
+    """A compound spec: `kind` "one of" (`item`: a tuple of specs), "list", "pair" (a list of two) or
+    "map" (an object whose keys are free) of `item`."""
 
-
-@dataclass(frozen=True)
-class ListOf:
+    kind: str
     item: object
 
 
-@dataclass(frozen=True)
-class MapOf:
-    """An object whose keys are free and whose values are all `value`."""
-
-    value: object
-
-
-@dataclass(frozen=True)
-class Pair:
-    item: object
-
-
-def optional(spec) -> OneOf:
-    return OneOf((spec, None))
+def optional(spec) -> Of:
+    return Of("one of", (spec, None))
 
 
 # A spec is a type (str, bool, int), None (null), a dict of keys (a trailing "?": the key may be
-# missing; other keys are ignored), or one of the classes above.
+# missing; other keys are ignored), or an Of.
 ERROR = {"type": str, "message": str}
-TEXTS = ListOf(str)
+TEXTS = Of("list", str)
 ENV = {
     "python": {"executable": str, "version": str, "implementation": str, "prefix": str, "soabi?": optional(str),
-               "ext_suffix?": optional(str), "externally_managed?": bool, "venv?": optional(MapOf(str)), "pip?": bool},
+               "ext_suffix?": optional(str), "externally_managed?": bool, "venv?": optional(Of("map", str)), "pip?": bool},
     "system": {"os": str, "machine": str, "glibc?": optional(str), "ld_library_path?": TEXTS},
     "site_dirs?": TEXTS,
-    "conda?": optional(ListOf({"name": str, "version": str, "build": str, "channel": str, "dist_infos?": TEXTS,
-                               "depends?": TEXTS})),
-    "distributions?": ListOf({"name": str, "path": str, "site": str, "version?": optional(str), "installer?": optional(str),
-                              "direct_url?": optional(str), "cuda_runtime?": optional(str)}),
-    "unreadable_metadata?": ListOf({"path": str, "reason": str}),
+    "conda?": optional(Of("list", {"name": str, "version": str, "build": str, "channel": str, "dist_infos?": TEXTS,
+                                   "depends?": TEXTS})),
+    "distributions?": Of("list", {"name": str, "path": str, "site": str, "version?": optional(str), "installer?": optional(str),
+                                  "direct_url?": optional(str), "cuda_runtime?": optional(str)}),
+    "unreadable_metadata?": Of("list", {"path": str, "reason": str}),
     "torch_package?": optional(str),
     "extension?": optional(str),
     "extension_files?": TEXTS,
 }
 TORCH = {"imported": bool, "version?": optional(str), "cuda?": optional(str), "cxx11_abi?": optional(int),
-         "cuda_available?": bool, "devices?": ListOf({"name": str, "capability": Pair(int)}), "error?": optional(ERROR),
-         "cuda_error?": optional(ERROR)}
+         "cuda_available?": bool, "devices?": Of("list", {"name": str, "capability": Of("pair", int)}),
+         "error?": optional(ERROR), "cuda_error?": optional(ERROR)}
 IMPORT = {"ok": bool, "error?": optional(ERROR)}
 STAGES = {"env": ENV, "torch": TORCH, "import": IMPORT}
 JSON_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
               dict: "an object", type(None): "null"}
+OF_WORDS = {"list": "a list", "pair": "a list of two", "map": "an object"}
 
 
 class Misfit(ValueError):
@@ -80,12 +68,10 @@ class Misfit(ValueError):
 def _word(spec) -> str:
     if spec is None:
         return "null"
-    if isinstance(spec, OneOf):
-        return " or ".join(_word(s) for s in spec.options)
-    if isinstance(spec, (dict, MapOf)):
+    if isinstance(spec, dict):
         return "an object"
-    if isinstance(spec, (ListOf, Pair)):
-        return "a list" if isinstance(spec, ListOf) else "a list of two"
+    if isinstance(spec, Of):
+        return " or ".join(_word(s) for s in spec.item) if spec.kind == "one of" else OF_WORDS[spec.kind]
     return JSON_WORDS[spec]
 
 
@@ -93,14 +79,12 @@ def _fits(value, spec) -> bool:
     """Whether `value` has the outer type of `spec` (what is inside is checked by check)."""
     if spec is None:
         return value is None
-    if isinstance(spec, OneOf):
-        return any(_fits(value, s) for s in spec.options)
-    if isinstance(spec, (dict, MapOf)):
+    if isinstance(spec, dict):
         return isinstance(value, dict)
-    if isinstance(spec, ListOf):
-        return isinstance(value, list)
-    if isinstance(spec, Pair):
-        return isinstance(value, list) and len(value) == 2
+    if isinstance(spec, Of):
+        if spec.kind == "one of":
+            return any(_fits(value, s) for s in spec.item)
+        return isinstance(value, dict) if spec.kind == "map" else isinstance(value, list) and (spec.kind == "list" or len(value) == 2)
     return type(value) is spec  # bool is no int here, nor int a bool
 
 
@@ -108,19 +92,19 @@ def check(value, spec, where: str) -> None:
     """Raise Misfit naming `where` (a dotted path) if `value` does not fit `spec`."""
     if not _fits(value, spec):
         raise Misfit(f"{where} is {JSON_WORDS.get(type(value), 'something else')}, not {_word(spec)}")
-    if isinstance(spec, OneOf):
-        check(value, next(s for s in spec.options if _fits(value, s)), where)
-    elif isinstance(spec, dict):
+    if isinstance(spec, dict):
         for key, inner in spec.items():
             name = key.rstrip("?")
             if name in value:
                 check(value[name], inner, f"{where}.{name}")
             elif not key.endswith("?"):
                 raise Misfit(f"{where}.{name} is missing")
-    elif isinstance(spec, MapOf):
+    elif isinstance(spec, Of) and spec.kind == "one of":
+        check(value, next(s for s in spec.item if _fits(value, s)), where)
+    elif isinstance(spec, Of) and spec.kind == "map":
         for key, item in value.items():
-            check(item, spec.value, f"{where}.{key[:40]}")
-    elif isinstance(spec, (ListOf, Pair)):
+            check(item, spec.item, f"{where}.{key[:40]}")
+    elif isinstance(spec, Of):
         for index, item in enumerate(value):
             check(item, spec.item, f"{where}[{index}]")
 
