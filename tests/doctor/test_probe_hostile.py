@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -183,3 +184,21 @@ def test_a_torch_error_the_probe_cannot_print_whole_is_still_diagnosed(run_docto
     problem = result.problem("torch-import-failed")
     assert "did not finish" not in json.dumps(problem) and "died" not in json.dumps(problem), problem
     assert len(json.dumps(problem)) < 20_000, "the message reached the report uncut"
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)], ids=["ctrl-c", "killed"])
+def test_doctor_interrupted_or_killed_leaves_nothing_of_the_probe(tmp_path, signum, code):
+    """Ctrl-C: doctor stops the warden on its way out (exit 130). SIGKILL: doctor cannot, and the warden,
+    told of its parent's death (PR_SET_PDEATHSIG), clears all the same."""
+    pidfile = tmp_path / "pids"
+    python = interpreter(tmp_path, "python3", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' &\nexec sleep 300")
+    child = subprocess.Popen([sys.executable, "-m", "faforge", "doctor", "--python", str(python), "--timeout", "120"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    pids = pids_from(pidfile)
+    child.send_signal(signum)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == code and "Traceback" not in err.decode(), err.decode()
+    deadline = time.monotonic() + 10  # killed: the warden clears after doctor is gone
+    while [pid for pid in pids if running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if running(pid)], "the probe's processes outlived doctor"

@@ -34,6 +34,8 @@ class Stop(Exception):
 
 
 def _stop(signum, frame):
+    for stop in STOP_SIGNALS:  # once: a second signal must not cut the clearing short
+        signal.signal(stop, signal.SIG_IGN)
     raise Stop
 
 
@@ -125,7 +127,11 @@ def main():
                     outcome = "exit %d" % child.returncode
     except Stop:
         pass
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:  # a stop signal raises Stop once at most (see _stop): here, if it came after the command ended
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, signal.SIG_IGN)
+    except Stop:
+        pass
     clear(group)
     os.write(status_fd, outcome.encode())
 
