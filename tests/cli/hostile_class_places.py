@@ -215,6 +215,8 @@ PROBE_BREAKERS = {
     "line-twice": _marked(PROBE_ENV, PROBE_ENV),
     "line-torch-wrong": _marked(PROBE_ENV, '{"stage": "torch", "imported": "yes", "devices": [{"name": "x", "capability": [9]}]}'),
     "line-import-wrong": _marked(PROBE_ENV, '{"stage": "torch", "imported": false}', '{"stage": "import", "ok": 1}'),
+    "line-escapes": _marked(PROBE_ENV.replace("/x/bin/python", "/x/\\u001b[2J\\udcffbin/python"),
+                            '{"stage": "torch", "imported": false, "error": {"type": "E", "message": "\\u001b]0;owned\\u0007"}}'),
     "setsid-exits": "setsid sh -c 'exec sleep 300' </dev/null >/dev/null 2>&1 &\nexit 1",
     "setsid-holds-stdout": "setsid sh -c 'exec sleep 300' &\nexit 1",
 }
