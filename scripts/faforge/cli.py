@@ -9,7 +9,7 @@ import json
 import sys
 import traceback
 
-from faforge import __version__
+from faforge import __version__, config
 from faforge.commands import COMMANDS
 from faforge.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
 from faforge.family import FLASH_ATTN
@@ -136,7 +136,8 @@ def as_faforge_error(exc: BaseException) -> FaforgeError:
         return exc
     if isinstance(exc, ModuleNotFoundError):
         return missing_module_error(exc)
-    error = path_error(exc)
+    setting = config.setting_of(getattr(exc, "filename", None))  # a path under $FAFORGE_CACHE_DIR, $FAFORGE_ROOT, ...
+    error = path_error(exc, f"${setting}" if setting else None)
     error.detail = "".join(traceback.format_exception(exc)).rstrip()
     return error
 

@@ -58,3 +58,24 @@ def cache_dir() -> Path:
     if os.environ.get("FAFORGE_CACHE_DIR"):
         return Path(os.environ["FAFORGE_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "faforge"
+
+
+# Every setting faforge reads from the environment is spelled FAFORGE_*.
+SETTING_PREFIX = "FAFORGE_"
+
+
+def setting_of(path: str | os.PathLike | None) -> str | None:
+    """The FAFORGE_* variable `path` came from: the set one whose value is the path or a folder above it
+    (the longest such value; `/` and `.` name no folder in particular). An OSError on a path only knows the
+    path; this lets the error name the setting to change, even when the value is too long to print whole."""
+    if path is None:
+        return None
+    text = os.path.normpath(os.fsdecode(path))
+    found: tuple[int, str] | None = None
+    for name, value in os.environ.items():
+        if not name.startswith(SETTING_PREFIX) or not value.strip():
+            continue
+        for base in {os.path.normpath(value), os.path.abspath(value)}:
+            if base not in ("/", ".") and (text == base or text.startswith(base.rstrip("/") + "/")):
+                found = max(found or (0, ""), (len(base), name))
+    return found[1] if found else None

@@ -26,6 +26,16 @@ def shorten(text: str, limit: int = SHORTEN_AT) -> str:
     return f"{text[:keep]}…[{len(text.encode(errors='replace'))} bytes]…{text[-keep:]}"
 
 
+def shorten_message(text: str) -> str:
+    """A message shortened as `shorten` does, still naming every set FAFORGE_* variable it names: an
+    error about a setting's value names the setting even when the value is too long to print whole."""
+    short = shorten(text, 2 * SHORTEN_AT)
+    if short == text:
+        return text
+    lost = sorted(n for n in os.environ if n.startswith("FAFORGE_") and n in text and n not in short)[:3]
+    return f"{', '.join('$' + n for n in lost)}: {short}" if lost else short
+
+
 class FaforgeError(Exception):
     """An actionable failure: what went wrong (naming the input), and what to do next.
 
@@ -51,14 +61,14 @@ class FaforgeError(Exception):
 
     def line(self) -> str:
         """`<what> (<input>) — <what to do>` on one line, long inputs shortened."""
-        text = shorten(self.message, 2 * SHORTEN_AT)
+        text = shorten_message(self.message)
         if self.input is not None and self.input not in self.message:
             text += f" ({shorten(self.input)})"
         return f"{text} — {shorten(' '.join(self.hint.split()), 2 * SHORTEN_AT)}" if self.hint else text
 
     def to_json(self) -> dict:
         """The versioned error object every --json command prints instead of its report."""
-        error = {"kind": self.kind, "message": shorten(self.message, 2 * SHORTEN_AT), "input": None if self.input is None else shorten(self.input)}
+        error = {"kind": self.kind, "message": shorten_message(self.message), "input": None if self.input is None else shorten(self.input)}
         if self.hint:
             error["hint"] = self.hint
         return {"version": 1, "error": error}

@@ -192,6 +192,40 @@ def make_channel(kind: str, where: Path) -> Path:
     return channel
 
 
+# ---------------------------------------------------------------- doctor's probe: output caps, its lines, leftovers
+# Interpreters that flood their output (the probe's read is capped), print marked lines the probe would not
+# (missing keys, wrong types, deep nesting: exit 2), or start a process in a session of its own that must be
+# gone when doctor returns (tests/doctor/test_probe_hostile.py asserts that; here: the contract).
+PROBE_MARK = "@@faforge-probe@@"
+PROBE_ENV = json.dumps({"stage": "env", "python": {"executable": "/x/bin/python", "version": "3.12.0", "implementation": "cpython",
+                                                   "prefix": "/x"}, "system": {"os": "Linux", "machine": "x86_64"}})
+
+
+def _marked(*lines: str) -> str:
+    return "\n".join(f"printf '%s\\n' '{PROBE_MARK}{line}'" for line in lines)
+
+
+PROBE_BREAKERS = {
+    "flood-stdout": "tr '\\0' x < /dev/zero",  # no newline, without end
+    "flood-stderr": "tr '\\0' x < /dev/zero >&2",
+    "flood-lines": "yes",
+    "line-missing-keys": _marked('{"stage": "env"}'),
+    "line-wrong-types": _marked('{"stage": "env", "python": 5, "system": []}'),
+    "line-deep": _marked("[" * 100_000 + "]" * 100_000),
+    "line-deep-value": _marked('{"stage": "env", "python": ' + "[" * 200 + "]" * 200 + "}"),
+    "line-invalid-json": _marked('{"stage": "env", "python": '),
+    "line-no-stage": _marked('{"python": {}}'),
+    "line-unknown-stage": _marked('{"stage": "nope"}'),
+    "line-twice": _marked(PROBE_ENV, PROBE_ENV),
+    "line-torch-wrong": _marked(PROBE_ENV, '{"stage": "torch", "imported": "yes", "devices": [{"name": "x", "capability": [9]}]}'),
+    "line-import-wrong": _marked(PROBE_ENV, '{"stage": "torch", "imported": false}', '{"stage": "import", "ok": 1}'),
+    "line-escapes": _marked(PROBE_ENV.replace("/x/bin/python", "/x/\\u001b[2J\\udcffbin/python"),
+                            '{"stage": "torch", "imported": false, "error": {"type": "E", "message": "\\u001b]0;owned\\u0007"}}'),
+    "setsid-exits": "setsid sh -c 'exec sleep 300' </dev/null >/dev/null 2>&1 &\nexit 1",
+    "setsid-holds-stdout": "setsid sh -c 'exec sleep 300' &\nexit 1",
+}
+
+
 def hostile_interpreters(tmp: Path) -> dict[str, Path]:
     """kind -> a path given to `doctor --python`: scripts that misbehave, and paths that are no program."""
     folder = tmp / "interpreters"
@@ -204,6 +238,7 @@ def hostile_interpreters(tmp: Path) -> dict[str, Path]:
         "invalid-json": "echo '{\"python\": '",
         "wrong-types": "echo '{\"python\": 5, \"version\": [1], \"torch\": \"x\", \"site\": 7, \"packages\": 3}'",
         "closes-stdout": "exec >&-; sleep 0.2; exit 0",
+        **PROBE_BREAKERS,
     }
     found = {}
     for kind, body in scripts.items():

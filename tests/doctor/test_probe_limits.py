@@ -1,6 +1,6 @@
 """doctor on interpreters that hang, environments with corrupt install records, and a PEP 668 Python.
 
-A hung probe is stopped after --timeout with every process it started (they share one process group),
+A hung probe is stopped after --timeout with every process it started (faforge.doctor.warden kills them all),
 and what it reported until then is still diagnosed; corrupt metadata is a finding, not a broken
 interpreter; the fix for an externally managed Python creates a venv, since pip refuses to install there.
 """

@@ -29,6 +29,8 @@ import sysconfig
 MARK = "@@faforge-probe@@"
 # The most bytes read of one metadata file (a conda-meta record lists every file: pytorch's is ~3 MB).
 READ_CAP = 64 << 20
+# The most characters of an error message reported (an undefined symbol's message is a few hundred).
+MESSAGE_CAP = 8000
 if len(sys.argv) != 4:
     sys.exit("usage: python - EXTENSION PACKAGE KERNEL_PACKAGE < probe.py (faforge.doctor.probe_run passes them)")
 EXTENSION, PACKAGE, KERNEL_PACKAGE = sys.argv[1:]
@@ -255,7 +257,13 @@ def env_facts():
 
 
 def error_of(exc):
-    return {"type": type(exc).__name__, "message": str(exc)}
+    """An exception as faforge reads it: a message past MESSAGE_CAP characters is cut (faforge reads the
+    probe's output under a cap), and one whose str() fails is said to be unreadable."""
+    try:
+        message = str(exc)
+    except BaseException:
+        message = "(its message cannot be read)"
+    return {"type": str(type(exc).__name__), "message": message[:MESSAGE_CAP]}
 
 
 def torch_facts():
@@ -263,7 +271,8 @@ def torch_facts():
         import torch
     except BaseException as exc:  # a broken torch raises anything from ImportError to OSError
         return {"imported": False, "error": error_of(exc)}
-    facts = {"imported": True, "version": str(torch.__version__), "cuda": getattr(torch.version, "cuda", None),
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    facts = {"imported": True, "version": str(torch.__version__), "cuda": None if cuda is None else str(cuda),
              "cxx11_abi": None, "devices": [], "cuda_available": False}
     try:
         facts["cxx11_abi"] = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
@@ -274,7 +283,7 @@ def torch_facts():
         if facts["cuda_available"]:
             for index in range(torch.cuda.device_count()):
                 major, minor = torch.cuda.get_device_capability(index)
-                facts["devices"].append({"name": torch.cuda.get_device_name(index), "capability": [major, minor]})
+                facts["devices"].append({"name": str(torch.cuda.get_device_name(index)), "capability": [int(major), int(minor)]})
     except BaseException as exc:
         facts["cuda_error"] = error_of(exc)
     return facts
