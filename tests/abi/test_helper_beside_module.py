@@ -30,7 +30,7 @@ import pytest
 
 from faforge.abi import classify
 from faforge.abi.report import CANNOT_TELL
-from tests.abi.arm64_loads import arm64_python, arm64_sites, emulated, gate, two_at_a_time
+from tests.abi.arm64_loads import emulated, gate, two_at_a_time
 from tests.abi.conftest import run_faforge, validate
 from tests.support.cache import cache_dir
 from tests.support.pinned_wheels import unpacked_wheel
@@ -93,16 +93,6 @@ class RealLoad:
     @property
     def ok(self) -> bool:
         return self.helper[0] and self.module[0]
-
-
-@pytest.fixture(scope="module")
-def arm64():
-    return arm64_python()
-
-
-@pytest.fixture(scope="module")
-def sites() -> dict[str, Path]:
-    return arm64_sites(t for _, t in PAIRINGS)
 
 
 @pytest.fixture(scope="module")

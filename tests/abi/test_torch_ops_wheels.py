@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from faforge.abi.report import LOAD_LIBRARY, OK, PROBLEMS
-from tests.abi.arm64_loads import arm64_python, arm64_sites, emulated, gate, two_at_a_time
+from tests.abi.arm64_loads import emulated, gate, two_at_a_time
 from tests.abi.conftest import run_faforge, validate
 from tests.support.cache import cache_dir
 from tests.support.pinned_wheels import unpacked_wheel
@@ -87,16 +87,6 @@ class RealLoad:
 
     def ok(self, wheel: Wheel) -> bool:
         return self.imported[0] if self.imported is not None else all(ok for ok, _ in self.loads.values())
-
-
-@pytest.fixture(scope="module")
-def arm64():
-    return arm64_python()
-
-
-@pytest.fixture(scope="module")
-def sites() -> dict[str, Path]:
-    return arm64_sites(t for _, t in PAIRINGS)
 
 
 @pytest.fixture(scope="module")
