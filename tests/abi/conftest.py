@@ -64,3 +64,19 @@ def validate(report: dict) -> dict:
 def run_faforge(*args: str) -> subprocess.CompletedProcess:
     """The CLI as a user runs it, in a subprocess (so a traceback would be visible on stderr)."""
     return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def arm64():
+    """Debian's arm64 Python under qemu-user, for the real-loader tests of aarch64 wheels (arm64_loads), or a skip."""
+    from tests.abi.arm64_loads import arm64_python  # noqa: PLC0415  (only those tests pay for its imports)
+
+    return arm64_python()
+
+
+@pytest.fixture(scope="module")
+def sites(request) -> dict:
+    """PyPI's aarch64 torch (site-packages) of every release the test module's PAIRINGS ((what, torch) pairs) name."""
+    from tests.abi.arm64_loads import arm64_sites  # noqa: PLC0415  (as above)
+
+    return arm64_sites(t for _, t in request.module.PAIRINGS)

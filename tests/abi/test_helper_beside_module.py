@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from faforge.abi import classify
-from faforge.abi.check import check_path
 from faforge.abi.report import CANNOT_TELL
+from tests.abi.arm64_loads import emulated, gate, two_at_a_time
 from tests.abi.conftest import run_faforge, validate
-from tests.support.aarch64_cross import CrossUnavailable, arm64_torch_site
 from tests.support.cache import cache_dir
-from tests.support.debian_toolchains import DebianUnavailable, arm64_plain_python
 from tests.support.pinned_wheels import unpacked_wheel
 
 pytestmark = pytest.mark.slow
@@ -100,22 +96,6 @@ class RealLoad:
 
 
 @pytest.fixture(scope="module")
-def arm64():
-    try:
-        return arm64_plain_python()
-    except DebianUnavailable as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
-def sites() -> dict[str, Path]:
-    try:
-        return {torch: arm64_torch_site(torch, "3.11") for torch in sorted({t for _, t in PAIRINGS})}
-    except CrossUnavailable as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def wheels() -> dict[str, Path]:
     return {name: unpacked_wheel(f.project, f.wheel, f.sha256, WHEELS) for name, f in FAMILIES.items()}
 
@@ -126,21 +106,10 @@ def real_loads(arm64, sites, wheels) -> dict[tuple[str, str], RealLoad]:
     def load(pairing):
         family, torch = FAMILIES[pairing[0]], pairing[1]
         folder = wheels[family.name]
-        result = subprocess.run([str(arm64.qemu), "-L", str(arm64.sysroot), str(arm64.python), "-c", LOAD_AS_THE_PACKAGE_DOES,
-                                 str(sites[torch]), str(folder / family.module), str(folder / family.helper)],
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-2000:]
-        answer = json.loads(result.stdout.strip().splitlines()[-1])
-        assert answer["torch"].split("+")[0] == torch
+        answer = emulated(arm64, LOAD_AS_THE_PACKAGE_DOES, [sites[torch], folder / family.module, folder / family.helper], torch, 600)
         return RealLoad(tuple(answer["bare"]), tuple(answer["helper"]), tuple(answer["module"]))
 
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(PAIRINGS, pool.map(load, PAIRINGS)))
-
-
-def gate(module: Path, site: Path, arm64):
-    """The gate as verify runs it for a foreign platform: the target's libc and libstdc++ from its sysroot."""
-    return check_path(module, [site], platform="linux-aarch64", library_dirs=[arm64.sysroot / "lib"])
+    return two_at_a_time(load, PAIRINGS)
 
 
 @pytest.mark.parametrize("pairing", PAIRINGS, ids=[f"{f}-vs-torch{t}" for f, t in PAIRINGS])

@@ -85,6 +85,7 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
         shutil.copytree(REPO / "variants", project / "variants")
         shutil.copytree(REPO / "recipes", project / "recipes")
         (project / "variants" / "releases.yaml").write_bytes(content)
+    sets = torch_library_sets(tmp, rng)
     # {huge} is 131 KB: just under the kernel's limit on one argv string (MAX_ARG_STRLEN, 128 KiB), so a child gets it too
     return {
         "tmp": str(tmp), "file": str(tmp / "file.txt"), "dir": str(tmp / "dir"), "empty": str(tmp / "empty"),
@@ -97,4 +98,35 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
         "measurements_wrong": str(tmp / "measurements-wrong.yaml"), "measurements_list": str(tmp / "measurements-list.yaml"),
         "conda": str(conda), "conda_aarch64": str(conda_aarch64), "torch_lib": str(torch_lib), "www": url.rstrip("/"), "bad_direct_url": str(venv_with_wrong_metadata(tmp)),
         **{name.replace("-", "_"): str(tmp / name) for name in ("releases-random", "releases-list", "releases-wrong-types")},
+        **sets,
     }
+
+
+# ---------------------------------------------------------------- torch.ops library sets (check-abi)
+SETS_FILES = {  # variants/torch-library-sets.yaml made hostile, under a FAFORGE_ROOT of its own
+    "sets-random": None, "sets-list": b"- 1\n- 2\n", "sets-wrong-types": b"schema: 1\nsets: 5\n",
+    "sets-bad-regex": b"schema: 1\nsets:\n- {package: p, loader: l, file: 'x(', no_member: import-error}\n",
+    "sets-no-groups": b"schema: 1\nsets:\n- {package: p, loader: l, file: 'libx.so', no_member: import-error}\n",
+    "sets-bad-devices": b"schema: 1\nsets:\n- {package: p, loader: l, file: '(?P<major>\\d)(?P<minor>\\d)(?P<device>a)', no_member: import-error, devices: {cpu: 5}}\n",
+}
+
+
+def torch_library_sets(tmp: Path, rng: random.Random) -> dict[str, str]:
+    """{sets_*}: a project root whose rules file is hostile; {ops_set_corrupt}: a package folder whose
+    per-torch set member for torch 2.8 is random bytes behind an ELF magic; {torch_lib_28}: a torch/lib that
+    passes --against, with a version.py saying 2.8.0 (CPU)."""
+    places = {}
+    for name, content in SETS_FILES.items():
+        (tmp / name / "variants").mkdir(parents=True)
+        shutil.copy(REPO / "variants" / "releases.yaml", tmp / name / "variants" / "releases.yaml")
+        (tmp / name / "variants" / "torch-library-sets.yaml").write_bytes(rng.randbytes(2048) if content is None else content)
+        places[name.replace("-", "_")] = str(tmp / name)
+    corrupt = tmp / "ops-set-corrupt" / "torch_c_dlpack_ext"
+    corrupt.mkdir(parents=True)
+    for member in ("torch27-cpu", "torch28-cpu"):
+        (corrupt / f"libtorch_c_dlpack_addon_{member}.so").write_bytes(b"\x7fELF" + rng.randbytes(4092))
+    torch_lib = tmp / "torch-28" / "torch" / "lib"
+    torch_lib.mkdir(parents=True)
+    shutil.copy(sys.executable, torch_lib / "libc10.so")
+    (torch_lib.parent / "version.py").write_text("__version__ = '2.8.0+cpu'\ncuda: Optional[str] = None\n")
+    return {**places, "ops_set_corrupt": str(corrupt.parent), "torch_lib_28": str(torch_lib)}

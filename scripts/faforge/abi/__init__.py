@@ -13,7 +13,8 @@ have little else; the recipe lists pyelftools there):
   classify  C++ ABI from mangled names; missing symbols as abi-mismatch / signature-drift / ...
   demangle  libstdc++'s __cxa_demangle through ctypes
   report    the verdict as data, its JSON (version 1) and its text
-  inputs    extension modules inside a .so, wheel, .conda/.tar.bz2 or folder
+  inputs    what a package loads inside a .so, wheel, .conda/.tar.bz2 or folder: extension modules, torch.ops libraries
+  library_sets  per-torch library sets: the member a package picks for a torch (variants/torch-library-sets.yaml)
   check     all of the above for one PATH: check_path(), check_module(), torch_facts()
   gate      `python -m faforge.abi.gate`, the recipe's test-time entry point
 The CLI is faforge.commands.check_abi (`faforge check-abi`).

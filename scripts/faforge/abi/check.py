@@ -13,7 +13,7 @@ from faforge.abi.elf import read_dynamic_symbols, read_elf, read_info
 from faforge.abi.elf_file import ElfError
 from faforge.abi.elf_symbols import DynamicSymbols, Symbol
 from faforge.abi.fatbin import combined, read_gpu_archs
-from faforge.abi.inputs import extension_modules
+from faforge.abi.inputs import package_binaries
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
 from faforge.abi.ld_search import beside_module, system_library_dirs
 from faforge.abi.library import Library
@@ -40,8 +40,9 @@ def parse_glibc(text: str | None) -> tuple[int, ...] | None:
 
 def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | None = None,
                platform: str | None = None, library_dirs: Sequence[Path] = ()) -> Verdict:
-    """Check every extension module in `path` (a .so, wheel, conda package or folder) against the
-    torch found in the `against` folders; `library_dirs` hold its other libraries, searched after the
+    """Check what the package in `path` (a .so, wheel, conda package or folder) loads with the torch found
+    in the `against` folders (faforge.abi.inputs: its extension modules and torch.ops libraries, of a
+    per-torch set the member it picks for that torch); `library_dirs` hold its other libraries, searched after the
     torch environment's (a split flash-attn's libflash_attn_kernels.so, in its kernel package's lib/)."""
     limit = parse_glibc(glibc)
     if platform is not None and platform not in PLATFORM_MACHINES:
@@ -51,14 +52,14 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
     lib_dirs = tuple(dict.fromkeys(d for a in against for d in torch_lib_dirs(a)))
     torch = torch_facts(lib_dirs)
     search_dirs = tuple(dict.fromkeys([*environment_dirs(lib_dirs), *(opened(d) for d in library_dirs)]))
-    with extension_modules(path) as modules:
+    with package_binaries(path, torch) as found:
         verdicts = tuple(
-            check_module(real, search_dirs, shown_as=shown, torch=torch, glibc=limit,
-                         machine=PLATFORM_MACHINES.get(platform or ""))
-            for shown, real in modules
+            replace(check_module(b.path, search_dirs, shown_as=b.shown, torch=torch, glibc=limit,
+                                 machine=PLATFORM_MACHINES.get(platform or "")), loaded_by=b.loaded_by)
+            for b in found.binaries
         )
     return Verdict(extension=str(path), against=tuple(str(a) for a in against), torch=torch, modules=verdicts,
-                   glibc=glibc, platform=platform)
+                   glibc=glibc, platform=platform, sets=tuple(found.sets))
 
 
 def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:

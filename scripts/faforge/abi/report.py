@@ -16,6 +16,10 @@ REPORT_VERSION = 1
 # The three verdicts (`verdict` in JSON; check-abi exits 0, 1, 3): a library the load needs that was found
 # nowhere may hold the very imports that fail (torch's among them), so its absence is never an OK.
 OK, PROBLEMS, CANNOT_TELL = "ok", "problems", "cannot-tell"
+# How the package loads a binary (`loaded_by` in JSON): `import` (an extension module, exporting PyInit_*),
+# or its own Python code after `import torch` (torch.ops.load_library, ctypes.CDLL: a library with no
+# PyInit_ that needs torch's libraries). ld.so binds both alike; the report says which it was.
+IMPORT, LOAD_LIBRARY = "import", "load-library"
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class ModuleVerdict:
     unverified_libraries: tuple[Unverified, ...]
     interpreter_symbols: int  # Py*/_Py* symbols left to the Python interpreter that loads the module
     unresolved_unverified: int  # symbols not found, which the unverified libraries may provide
+    loaded_by: str = IMPORT  # IMPORT or LOAD_LIBRARY
 
     @property
     def undecided(self) -> tuple[Unverified, ...]:
@@ -99,6 +104,20 @@ class ModuleVerdict:
 
 
 @dataclass(frozen=True)
+class LibrarySet:
+    """Libraries of one package folder that differ only in the torch release they are for: the package
+    loads the one for its torch (faforge.abi.library_sets), so only that one is checked (as a module)."""
+
+    files: str  # the set in one name: folder/libx_torch{24,25}-{cpu,cuda}.so
+    members: tuple[str, ...]  # each member's path in the package
+    package: str | None  # the data row's package; None: no row knows the set
+    loads: tuple[str, ...]  # the members the package loads with this torch, checked in `modules`
+    verdict: str  # OK: the members it loads are judged in modules (or it loads none); PROBLEMS: the one it opens is missing
+    detail: str
+    problem: Problem | None = None  # the missing member, when the package's import fails for want of it
+
+
+@dataclass(frozen=True)
 class Verdict:
     extension: str
     against: tuple[str, ...]
@@ -106,10 +125,13 @@ class Verdict:
     modules: tuple[ModuleVerdict, ...]
     glibc: str | None = None
     platform: str | None = None
+    sets: tuple[LibrarySet, ...] = ()
 
     @property
     def verdict(self) -> str:
-        kinds = {m.verdict for m in self.modules}
+        kinds = {m.verdict for m in self.modules} | {s.verdict for s in self.sets}
+        if not self.modules and PROBLEMS not in kinds:  # every set loads nothing here: nothing was verified
+            return CANNOT_TELL
         return PROBLEMS if PROBLEMS in kinds else CANNOT_TELL if CANNOT_TELL in kinds else OK
 
     @property
@@ -129,12 +151,15 @@ class Verdict:
                 "lib_dirs": list(self.torch.lib_dirs), "version": self.torch.version, "cuda": self.torch.cuda,
                 "machine": self.torch.machine, "cxx11_abi": self.torch.cxx11_abi,
             },
-            "problems": [_problem_json(p, m.path) for m in self.modules for p in m.problems],
+            "problems": [*(_problem_json(p, m.path) for m in self.modules for p in m.problems),
+                         *(_problem_json(s.problem, s.problem.library) for s in self.sets if s.problem)],
             "unverified_libraries": [
                 {"name": u.name, "needed_by": u.needed_by, "reason": u.reason, "module": m.path, "by_torch": u.by_torch}
                 for m in self.modules for u in m.unverified_libraries
             ],
             "modules": [_module_json(m) for m in self.modules],
+            "library_sets": [{"files": s.files, "members": list(s.members), "package": s.package, "loads": list(s.loads),
+                              "verdict": s.verdict, "detail": s.detail} for s in self.sets],
         }
 
 
@@ -147,6 +172,7 @@ def _module_json(m: ModuleVerdict) -> dict:
     d = m.declared
     return {
         "path": m.path,
+        "loaded_by": m.loaded_by,
         "ok": m.ok,
         "verdict": m.verdict,
         "declares": {
@@ -166,14 +192,22 @@ def _module_json(m: ModuleVerdict) -> dict:
 def render_text(verdict: Verdict) -> list[str]:
     """The verdict in plain words, one line each, for people and CI logs."""
     lines = [f"torch: {_torch_words(verdict.torch)}"]
+    for library_set in verdict.sets:
+        whose = f"{library_set.package}'s rule" if library_set.package else "no known rule"
+        lines += [f"{library_set.files}: one library per torch release ({len(library_set.members)} files, {whose}):",
+                  f"  {'missing-library: ' if library_set.problem else ''}{library_set.detail}"]
     for module in verdict.modules:
         lines += _module_lines(module)
-    count = sum(len(m.problems) for m in verdict.modules)
+    count = sum(len(m.problems) for m in verdict.modules) + sum(1 for s in verdict.sets if s.problem)
     missing = sorted({u.name for m in verdict.modules for u in m.undecided})
+    untold = [s.files for s in verdict.sets if s.verdict == CANNOT_TELL]
+    why = [*([f"needs {', '.join(missing)}, found nowhere"] if missing else []),
+           *([f"which of {', '.join(untold)} the package loads is unknown"] if untold else [])]
+    why = why or ["the package loads none of its libraries with this torch: nothing was checked"]
     status = {OK: "OK", PROBLEMS: f"FAILED ({count} problem{'s' if count != 1 else ''})",
-              CANNOT_TELL: f"CANNOT TELL (needs {', '.join(missing)}, found nowhere)"}[verdict.verdict]
+              CANNOT_TELL: f"CANNOT TELL ({'; '.join(why)})"}[verdict.verdict]
     lines.append(f"{status}: {verdict.extension} against {', '.join(verdict.against)}")
-    if verdict.verdict == CANNOT_TELL:
+    if verdict.verdict == CANNOT_TELL and missing:
         lines.append(f"  a bare load of the module fails on {', '.join(missing)} (\"cannot open shared object file\"), and what "
                      "that library imports, torch's symbols among them, was not checked: install it, pass its folder with "
                      "--library-dir, or check the package as it is installed")
@@ -194,8 +228,9 @@ def _module_lines(module: ModuleVerdict) -> list[str]:
     d = module.declared
     gpu = ", ".join([*d.gpu.sass, *(f"PTX {p}" for p in d.gpu.ptx)]) or "none (CPU only)"
     versions = ", ".join(d.newest_versions.values()) or "none"
+    how = "" if module.loaded_by == IMPORT else " (a library its package loads itself after `import torch`: torch.ops.load_library, ctypes)"
     lines = [
-        f"{module.path}:",
+        f"{module.path}{how}:",
         f"  built for: {d.machine} ({d.elf_class}-bit), {_abi_words(d.cxx11_abi)}",
         f"  GPU code: {gpu}",
         f"  needs at least: {versions}",

@@ -21,7 +21,7 @@ from faforge.abi import classify
 from faforge.abi.check import check_path
 from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols, read_info
-from faforge.abi.inputs import extension_modules
+from faforge.abi.inputs import package_binaries
 from faforge.abi.report import CANNOT_TELL, OK, PROBLEMS, Verdict, render_text
 from faforge.abi.resolve import environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
 
@@ -78,9 +78,9 @@ def check_stable(path: str | Path, releases: Sequence[str | Path], *, platform: 
         verdict = check_path(path, [release], platform=platform, library_dirs=library_dirs)
         verdicts.append(verdict)
         search_dirs = environment_dirs(tuple(dict.fromkeys(torch_lib_dirs(release))))
-        with extension_modules(path) as modules:
-            for shown, real in modules:
-                for item in _torch_imports(real, search_dirs, shown):
+        with package_binaries(path, verdict.torch) as found:
+            for binary in found.binaries:
+                for item in _torch_imports(binary.path, search_dirs, binary.shown):
                     if isinstance(item, str):
                         stable.add(item)
                     else:

@@ -12,10 +12,16 @@ depends on the C++ ABI, optionally only exports matching --exports, and exactly 
 --expect-archs (faforge.kernels.torchfree).
 With --stable-abi, each --against is one torch release: PATH must import from torch only its stable C
 interface (aoti_torch_*, torch_*; faforge.abi.stable) and load on every one of them (FlashAttention-3's claim).
+In a wheel, conda package or folder, what the package loads is checked: its extension modules (PyInit_*)
+and the libraries its own Python code opens after import torch (torch.ops.load_library: no PyInit_, needs
+torch's libraries), each named by its path in the package; of a per-torch library set
+(libx_torch{27,28}-{cpu,cuda}.so) only the member the package's loader picks for this torch
+(variants/torch-library-sets.yaml), or "cannot tell" where that is unknown.
 A needed library that no search path finds but that lies beside the module, or in its package's lib/, is
 taken as loaded first, as packages such as torchaudio load theirs, and checked like the rest; one found
 nowhere leaves the verdict untold.
-Exit status: 0 no problems, 1 problems found, 2 bad input, 3 cannot tell (a library the load needs was found nowhere).
+Exit status: 0 no problems, 1 problems found, 2 bad input, 3 cannot tell (a library the load needs was found nowhere,
+or which member of a per-torch library set the package loads is unknown, or it loads none).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from faforge.kernels import torchfree
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a folder holding extension modules")
+    parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a folder holding extension modules or torch.ops libraries")
     parser.add_argument("--against", metavar="DIR", action="append",
                         help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)")
     parser.add_argument("--library-dir", metavar="DIR", action="append", type=Path, default=[],
