@@ -96,7 +96,7 @@ def _from_info_tar(stream, path: Path, counted: membercaps.CountingReader, *, on
     links: set[str] = set()
     found = None
     with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in capped_members(tar, counted, path):
+        for member in capped_members(tar, counted, path, capped=(INDEX_JSON,)):
             parts = [p for p in PurePosixPath(member.name).parts if p != "."]
             if only_info and parts[:1] != ["info"] and not member.name.startswith("/") and ".." not in parts:
                 continue
@@ -183,18 +183,19 @@ def check_payload(path: Path) -> None:
                        skip_info=True)
 
 
-def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, path: Path):
+def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, path: Path, *, capped: tuple[str, ...] = ()):
     """The members of a streamed tar, each within faforge.membercaps' caps: its declared size judged from
     its header, before any of its data is read; a regular member of RATIO_MIN_BYTES or more then read
     through in chunks, its decompressed bytes held against the compressed bytes `counted` saw go by since
     its header, plus what the decompressor may have read ahead before it (READ_AHEAD, at most all there
-    was), so a bomb stops within about RATIO_CAP MiB. The caller gets each member after that,
-    so it reads only members smaller than RATIO_MIN_BYTES (index.json's cap is 1 MiB)."""
+    was), so a bomb stops within about RATIO_CAP MiB. The caller gets each member after that, and so
+    reads only the members `capped` names, which it caps itself (index.json: 1 MiB) and which are not read here."""
     total = 0
     for member in tar:
         total += member.size
         problem = membercaps.size_problem(member.size, total)
-        if member.isreg() and member.size >= membercaps.RATIO_MIN_BYTES and not problem:
+        own = "/".join(p for p in PurePosixPath(member.name).parts if p != ".") in capped
+        if member.isreg() and member.size >= membercaps.RATIO_MIN_BYTES and not problem and not own:
             start, got, data = counted.count, 0, tar.extractfile(member)
             while not problem and (chunk := data.read(1 << 20)):
                 got += len(chunk)
