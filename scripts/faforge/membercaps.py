@@ -6,8 +6,10 @@ it is at least RATIO_MIN_BYTES and inflates more than RATIO_CAP times its compre
 bomb. Measured on real members (README, "Caps and deadlines"): 79 real PyPI wheels here (torch 2.14.1,
 nvidia-*, scipy, ...) hold 470 members of 1 MiB or more, the most compressible 57x (a 2.1 MB libbz2.so);
 of 4 MiB or more, 7.2x at most; flash-attn's kernel library deflates 3.6x (220.9 MB -> 62.1 MB). Below
-1 MiB real data does reach 234x (scipy's test tables), so the rule starts at 1 MiB. A bomb is ~1000x
-(deflate's ceiling is 1032x; zstd's far higher).
+1 MiB real data does reach 234x (scipy's test tables), so the rule starts at 1 MiB. A .conda payload is
+one zstd stream: faforge.channel.archive counts a member's compressed bytes as it reads it (granting it
+1 MiB of read-ahead); the same real files as a zstd -19 tarball give at most 6.8x that way (32x granting
+none). A bomb is ~1000x (deflate's ceiling is 1032x; zstd's far higher).
 """
 
 from __future__ import annotations
