@@ -35,7 +35,8 @@ def rendered(rel: str, data: bytes) -> bool:
     try:
         page = (parse_json if name == layout.JSON_PAGE else parse_html)(data, url, project=project)
         if project is None:
-            return data == (pages.root_json if name == layout.JSON_PAGE else lambda p: pages.root_html(folders[0], p))(list(page.projects))
+            projects = list(page.projects)
+            return data == (pages.root_json(projects) if name == layout.JSON_PAGE else pages.root_html(folders[0], projects))
         links = [pages.Link(filename=f.filename, sha256=f.hashes.get("sha256", ""), size=f.size or 0,
                             version=parse_wheel_filename(f.filename).version, requires_python=f.requires_python,
                             metadata_sha256=f.core_metadata if isinstance(f.core_metadata, str) else None) for f in page.files]
