@@ -4,8 +4,8 @@ A wheel is a zip file (PEP 427) named `{name}-{version}(-{build tag})?-{python}-
 `{name}-{version}.dist-info/METADATA` (core metadata, RFC 822 headers) carries Requires-Dist and
 Requires-Python. The file may be one faforge did not write (an index holds what anyone put there), so:
 the path must be a regular file within WHEEL_CAP (a FIFO is refused before anything waits on it), every
-zip member a plain relative name (no absolute path, no `..`, no backslash, none twice, no symlink), at most
-MAX_MEMBERS of them, and only METADATA and WHEEL are decompressed, each at most METADATA_CAP bytes. The
+zip member a plain relative name (no absolute path, no `..`, no backslash, none twice, no symlink) within
+faforge.membercaps' declared-size and ratio caps, at most MAX_MEMBERS of them, and only METADATA and WHEEL are decompressed, each at most METADATA_CAP bytes. The
 name and version in METADATA must be the file name's, as pip requires. Each refusal is one FaforgeError
 (exit 2) naming the file and what is wrong with it.
 """
