@@ -299,4 +299,7 @@ def class_places(tmp: Path, conda: Path) -> dict[str, str]:
     places.update(split_conda=str(split), escaped=str(tmp / "escaped"),
                   manifest_passed=str(passed_manifest(tmp, [*archives.values(), split, conda])), python=sys.executable,
                   split_sha256=sha256_of(split))
+    from tests.cli.hostile_publish_places import publish_places  # noqa: PLC0415 (it imports this module's constants)
+
+    places.update(publish_places(tmp, conda))  # publishing and healing the wheel index
     return places

@@ -9,7 +9,7 @@ scripts/faforge/**/*.py, and shell files under scripts/ and recipes/): one witho
 harness, as an option without a case does in test_hostile_inputs.py.
 
 Keys beyond hostile_cases.yaml's:
-  class        env | archive | channel | server | interpreter
+  class        env | archive | channel | server | interpreter | gate-record | wheel-index
   var          (env) the variable the group attacks; `unknown: true` for names the product does not read
   channel      a hostile channel (hostile_class_places.CHANNEL_KINDS) made fresh at ./ch for the case
   unchanged    paths whose files must be the same after the run (nothing written, changed or removed;
@@ -131,7 +131,7 @@ def test_every_faforge_variable_the_product_reads_has_cases():
 
 def test_the_classes_table_spans_every_class():
     per_class = {c["class"] for c in CASES}
-    assert per_class == {"env", "archive", "channel", "server", "interpreter"}
+    assert per_class == {"env", "archive", "channel", "server", "interpreter", "gate-record", "wheel-index"}
     assert not KNOWN_BREAKS_BEFORE_ISSUE_21 - {c["id"] for c in CASES} - {s.id for s in STREAM_CASES}, \
         f"{KNOWN_BREAKS_FILE.name} lists cases that do not exist"
 

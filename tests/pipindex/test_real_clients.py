@@ -202,8 +202,10 @@ def test_validate_names_each_broken_rule(tmp_path, published):
     cli = faforge("index", "--pip", "--check", str(root))
     assert cli.returncode == 1 and "problem: " in cli.stdout and "Traceback" not in cli.stderr
     healed = faforge("index", "--pip", str(root))
-    assert healed.returncode == 0 and "problem" not in healed.stdout, healed.stdout
-    assert not (index / "Flash_Attn").exists(), "pages in an index folder are faforge's: one no wheel gives is removed"
+    assert healed.returncode == 1 and "problem" not in healed.stdout, healed.stdout
+    assert f"{index}/Flash_Attn: not written by faforge" in healed.stdout, healed.stdout
+    assert (index / "Flash_Attn" / "index.html").is_file(), "a folder faforge does not write is reported, never removed"
+    shutil.rmtree(index / "Flash_Attn")
     assert_consistent(root)
 
 

@@ -20,7 +20,7 @@ import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from faforge import untrusted
+from faforge import membercaps, untrusted
 from faforge.channel.sandbox import plain_name, subdir_problem
 from faforge.errors import FaforgeError
 
@@ -32,6 +32,10 @@ REBUILD = "the file is not a sound conda package; rebuild or re-download it"
 # Fields faforge reads from index.json, and the JSON type each must have (None: may be absent or null).
 STRINGS = ("name", "version", "build", "subdir")
 OPTIONAL_STRINGS = ("platform", "arch", "noarch")
+# Compressed bytes the decompressors may have read ahead of the member being measured (zstd's read size
+# below, bz2's 900 kB blocks): counted in a member's favour, so the ratio rule never refuses a real one.
+READ_AHEAD = 1 << 20
+ZSTD_READ_SIZE = 1 << 16
 
 
 class _Capped(io.RawIOBase):
@@ -73,15 +77,17 @@ def _index_json_bytes(path: Path) -> bytes:
                 why = f"zip member {odd[0]!r} is not a plain, unique name" if odd else f"{len(infos)} info-*.tar.zst members, not one"
                 raise FaforgeError(f"{path}: {why}", hint=REBUILD)
             with outer.open(infos[0]) as member:
-                reader = zstandard.ZstdDecompressor().stream_reader(member, read_across_frames=True)
-                return _from_info_tar(io.BufferedReader(_Capped(reader, INFO_TAR_CAP, str(path))), path)
+                counted = membercaps.CountingReader(member)
+                reader = zstandard.ZstdDecompressor().stream_reader(counted, read_size=ZSTD_READ_SIZE, read_across_frames=True)
+                return _from_info_tar(io.BufferedReader(_Capped(reader, INFO_TAR_CAP, str(path))), path, counted)
     with open(path, "rb") as f:
         import bz2  # noqa: PLC0415
 
-        return _from_info_tar(bz2.BZ2File(f), path, only_info=True)
+        counted = membercaps.CountingReader(f)
+        return _from_info_tar(bz2.BZ2File(counted), path, counted, only_info=True)
 
 
-def _from_info_tar(stream, path: Path, *, only_info: bool = False) -> bytes:
+def _from_info_tar(stream, path: Path, counted: membercaps.CountingReader, *, only_info: bool = False) -> bytes:
     """index.json from a streamed tar, refusing hostile info/ members by the payload's rule (_member_problem),
     except where links point: rattler-build's own packages hold info/licenses/ files as absolute links
     into the build's recipe folder, and info/ is never unpacked into a prefix; faforge reads only
@@ -90,7 +96,7 @@ def _from_info_tar(stream, path: Path, *, only_info: bool = False) -> bytes:
     links: set[str] = set()
     found = None
     with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
+        for member in capped_members(tar, counted, path, capped=(INDEX_JSON,)):
             parts = [p for p in PurePosixPath(member.name).parts if p != "."]
             if only_info and parts[:1] != ["info"] and not member.name.startswith("/") and ".." not in parts:
                 continue
@@ -165,20 +171,45 @@ def check_payload(path: Path) -> None:
             if len(payloads) != 1:
                 raise FaforgeError(f"{path}: {len(payloads)} pkg-*.tar.zst members, not one", hint=REBUILD)
             with outer.open(payloads[0]) as member:
-                reader = zstandard.ZstdDecompressor().stream_reader(member, read_across_frames=True)
-                _check_members(io.BufferedReader(_Capped(reader, PAYLOAD_CAP, str(path), "payload")), path, skip_info=False)
+                counted = membercaps.CountingReader(member)
+                reader = zstandard.ZstdDecompressor().stream_reader(counted, read_size=ZSTD_READ_SIZE, read_across_frames=True)
+                _check_members(io.BufferedReader(_Capped(reader, PAYLOAD_CAP, str(path), "payload")), path, counted, skip_info=False)
         return
     import bz2  # noqa: PLC0415
 
     with open(path, "rb") as f:
-        _check_members(io.BufferedReader(_Capped(bz2.BZ2File(f), PAYLOAD_CAP, str(path), "payload")), path, skip_info=True)
+        counted = membercaps.CountingReader(f)
+        _check_members(io.BufferedReader(_Capped(bz2.BZ2File(counted), PAYLOAD_CAP, str(path), "payload")), path, counted,
+                       skip_info=True)
 
 
-def _check_members(stream, path: Path, *, skip_info: bool) -> None:
+def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, path: Path, *, capped: tuple[str, ...] = ()):
+    """The members of a streamed tar, each within faforge.membercaps' caps: its declared size judged from
+    its header, before any of its data is read; a regular member of RATIO_MIN_BYTES or more then read
+    through in chunks, its decompressed bytes held against the compressed bytes `counted` saw go by since
+    its header, plus what the decompressor may have read ahead before it (READ_AHEAD, at most all there
+    was), so a bomb stops within about RATIO_CAP MiB. The caller gets each member after that, and so
+    reads only the members `capped` names, which it caps itself (index.json: 1 MiB) and which are not read here."""
+    total = 0
+    for member in tar:
+        total += member.size
+        problem = membercaps.size_problem(member.size, total)
+        own = "/".join(p for p in PurePosixPath(member.name).parts if p != ".") in capped
+        if member.isreg() and member.size >= membercaps.RATIO_MIN_BYTES and not problem and not own:
+            start, got, data = counted.count, 0, tar.extractfile(member)
+            while not problem and (chunk := data.read(1 << 20)):
+                got += len(chunk)
+                problem = membercaps.ratio_problem(got, counted.count - start + min(READ_AHEAD, start))
+        if problem:
+            raise FaforgeError(f"{path}: archive member {member.name[:200]!r} {problem}", hint=REBUILD)
+        yield member
+
+
+def _check_members(stream, path: Path, counted: membercaps.CountingReader, *, skip_info: bool) -> None:
     seen: set[str] = set()
     links: set[str] = set()
     with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
+        for member in capped_members(tar, counted, path):
             parts = [p for p in PurePosixPath(member.name).parts if p != "."]
             if skip_info and parts[:1] == ["info"]:
                 continue

@@ -87,7 +87,7 @@ class Row:
 def report(args: argparse.Namespace, rows: list[Row], decisions, required: tuple[str, ...], *, target: str, where: str, problems,
            problems_key: str, print_problems) -> int:
     """The one report of both branches: --json (tests/schemas/publish.json) or a table, then the exit status."""
-    by_file = {d.package.filename: d for d in decisions}
+    by_file = {d.package.path: d for d in decisions}
     wheels = any(r.indexes is not None for r in rows)
     if args.json:
         print(json.dumps({
@@ -101,13 +101,13 @@ def report(args: argparse.Namespace, rows: list[Row], decisions, required: tuple
                 "cell": r.cell,
                 "action": r.action,
                 "detail": r.detail,
-                "gates": {g: res.result for g, res in by_file[r.package.filename].results.items()},
+                "gates": {g: res.result for g, res in by_file[r.package.path].results.items()},
                 **({"indexes": list(r.indexes)} if r.indexes is not None else {}),
             } for r in rows],
             problems_key: [{"file": b.path, "reason": b.reason} for b in problems],
         }, indent=2))
     else:
-        table = [[r.package.filename, r.package.sha256[:12], by_file[r.package.filename].gate_words(), r.action,
+        table = [[r.package.filename, r.package.sha256[:12], by_file[r.package.path].gate_words(), r.action,
                   *([", ".join(r.indexes) or "-"] if wheels else []), _short(r.detail)] for r in rows]
         print(format_table(["wheel" if wheels else "package", "sha256", "gates", "action", *(["indexes"] if wheels else []), "detail"], table))
         for r in rows:

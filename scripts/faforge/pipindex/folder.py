@@ -25,9 +25,9 @@ from pathlib import Path
 
 from faforge import untrusted
 from faforge.errors import FaforgeError, why_not_a_folder
-from faforge.pipindex import layout, pages
+from faforge.pipindex import layout, ownership, pages
 from faforge.pipindex.placement import PROJECTS, Placement, place
-from faforge.pipwheel.facts import check_members, parse_wheel_filename, read_member, read_wheel
+from faforge.pipwheel.facts import check_members, read_member, read_wheel
 from faforge.sandbox import PART_SUFFIX
 
 
@@ -48,10 +48,16 @@ class Survey:
     placement: Placement = field(default_factory=lambda: place([]))
     expected: dict[str, bytes] = field(default_factory=dict)  # relative path -> bytes: pages and metadata files
     present: dict[str, bytes] = field(default_factory=dict)  # what the root holds of our pages and metadata files
+    foreign: frozenset[str] = frozenset()  # pages at our paths that faforge did not write (faforge.pipindex.ownership)
 
     @property
     def to_write(self) -> list[str]:
-        return sorted((p for p in self.expected if self.present.get(p) != self.expected[p]), key=_write_order)
+        return sorted((p for p in self.expected if self.present.get(p) != self.expected[p] and p not in self.foreign), key=_write_order)
+
+    @property
+    def blocked(self) -> list[str]:
+        """Pages faforge must write where a foreign page stands (it never rewrites one)."""
+        return sorted(p for p in self.expected if p in self.foreign)
 
     @property
     def to_remove(self) -> list[str]:
@@ -113,30 +119,31 @@ def _present(root: Path) -> dict[str, bytes]:
                 found[f"{layout.FILES}/{name}"] = _read(root / layout.FILES / name)
     for index in layout.index_folders(root):
         candidates = [f"{index}/{page}" for page in layout.PAGES]
-        candidates += [f"{index}/{p}/{page}" for p in sorted(os.listdir(root / index)) if (root / index / p).is_dir()
+        candidates += [f"{index}/{p}/{page}" for p in sorted(os.listdir(root / index)) if p in PROJECTS and (root / index / p).is_dir()
                        for page in layout.PAGES]
         found.update({rel: data for rel in candidates if (data := _read(root / rel)) is not None})
     return {rel: data for rel, data in found.items() if data is not None}
 
 
 def core_metadata(wheel) -> bytes:
-    """The wheel's METADATA as it holds it, served beside it as W.metadata (PEP 658), read with the same
-    refusals as faforge.pipwheel.facts.read_wheel (which keeps only what it parsed of it)."""
+    """The wheel's METADATA as it holds it, served beside it as W.metadata (PEP 658): the very member
+    faforge.pipwheel.facts.read_wheel parsed (its .dist-info folder as the wheel spells it, found by
+    dist_info_dir, the one home of that rule), read with the same refusals."""
     what = str(wheel.path)
     try:
         with zipfile.ZipFile(wheel.path) as archive:
             check_members(archive, what)
-            return read_member(archive, f"{parse_wheel_filename(wheel.filename).dist_info}/METADATA", what)
+            return read_member(archive, f"{wheel.dist_info}/METADATA", what)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise FaforgeError(f"{what}: is not a readable zip file ({exc})", input=what) from None
 
 
-def _read_wheels(root: Path, leave_out: frozenset[str]) -> tuple[dict, dict[str, bytes], list[BadFile]]:
-    wheels, metadata, bad = {}, {}, []
+def _read_wheels(root: Path, leave_out: frozenset[str], extra: tuple = ()) -> tuple[dict, dict[str, bytes], list[BadFile]]:
+    wheels, metadata, bad = {w.filename: w for w in extra}, {w.filename: core_metadata(w) for w in extra}, []
     folder = root / layout.FILES
     for name in (sorted(os.listdir(folder)) if folder.is_dir() else []):
         rel = f"{layout.FILES}/{name}"
-        if name.startswith(".") or name.endswith(layout.METADATA_SUFFIX) or name in leave_out:
+        if name.startswith(".") or name.endswith(layout.METADATA_SUFFIX) or name in leave_out or name in wheels:
             continue
         if not name.endswith(layout.WHEEL_SUFFIX):
             bad.append(BadFile(rel, "not a wheel (*.whl): no page lists it"))
@@ -151,10 +158,11 @@ def _read_wheels(root: Path, leave_out: frozenset[str]) -> tuple[dict, dict[str,
     return wheels, metadata, bad
 
 
-def survey(root: Path, *, leave_out: frozenset[str] = frozenset()) -> Survey:
-    """What the pages of `root` must be (its wheels, less the file names in `leave_out`) and what they are."""
+def survey(root: Path, *, leave_out: frozenset[str] = frozenset(), extra: tuple = ()) -> Survey:
+    """What the pages of `root` must be (its wheels, less the file names in `leave_out`, plus the wheels
+    `extra` about to be copied in) and what they are; what is foreign there is reported, in `bad`."""
     layout.check_links(root)
-    wheels, metadata, bad = _read_wheels(root, leave_out)
+    wheels, metadata, bad = _read_wheels(root, leave_out, extra)
     placement = place(wheels.values())
     bad += [BadFile(f"{layout.FILES}/{w.filename}", why) for w, why in placement.problems]
     expected = {}
@@ -168,13 +176,18 @@ def survey(root: Path, *, leave_out: frozenset[str] = frozenset()) -> Survey:
                 filename=wheel.filename, sha256=wheel.sha256, size=wheel.size, version=wheel.version,
                 requires_python=wheel.requires_python, metadata_sha256=hashlib.sha256(metadata[wheel.filename]).hexdigest()))
         expected.update(pages.index_pages(index, projects))
-    return Survey(wheels=wheels, bad=sorted(bad, key=lambda b: b.path), placement=placement, expected=expected, present=_present(root))
+    present = _present(root)
+    foreign = ownership.foreign_pages(present)
+    bad += [BadFile(p, ownership.FOREIGN_PAGE) for p in foreign] + [BadFile(p, why) for p, why in ownership.foreign_entries(root)]
+    return Survey(wheels=wheels, bad=sorted(bad, key=lambda b: b.path), placement=placement, expected=expected,
+                  present={p: d for p, d in present.items() if p not in foreign}, foreign=foreign)
 
 
 def heal(root: Path, *, leave_out: frozenset[str] = frozenset()) -> Survey:
     """Rewrite what differs and remove what no longer belongs, in the invariant's order (the caller holds
     the lock); returns the survey it acted on."""
     found = survey(root, leave_out=leave_out)
+    ownership.refuse_blocked(root, found.blocked)
     box = layout.sandbox(root)
     for rel in found.to_write:
         *parts, name = rel.split("/")

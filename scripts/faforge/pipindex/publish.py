@@ -17,7 +17,9 @@ from pathlib import Path
 
 from faforge.pipindex import layout
 from faforge.pipindex.folder import BadFile, Survey, check_folder, heal, index_errors, index_lock, survey
+from faforge.pipindex.ownership import refuse_blocked
 from faforge.pipindex.placement import place
+from faforge.pipwheel.facts import identity
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,9 @@ def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> I
         stale = superseded([p.wheel for p, _ in plans if p.action != "exists"], before.wheels)
         kept = [w for name, w in before.wheels.items() if name not in {p.wheel.filename for p, copy in plans if copy} | set(stale)]
         after = place(kept + [p.wheel for p, copy in plans if copy])
+        if root.is_dir():
+            refuse_blocked(root, survey(root, leave_out=frozenset(set(before.wheels) - {w.filename for w in kept}),
+                                        extra=tuple(p.wheel for p, copy in plans if copy)).blocked)
         return IndexPublished([Outcome(p.wheel, p.action, p.detail, after.indexes_of(p.wheel.filename)) for p, _ in plans])
     with index_errors(root), index_lock(root):
         before = survey(root)
@@ -56,6 +61,7 @@ def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> I
         moving = [p.wheel for p, copy in plans if copy]
         stale = superseded([p.wheel for p, _ in plans if p.action != "exists"], before.wheels)
         leaving = (frozenset(w.filename for w in moving) & set(before.wheels)) | frozenset(stale)
+        refuse_blocked(root, survey(root, leave_out=leaving, extra=tuple(moving)).blocked)  # before any write
         if leaving:
             heal(root, leave_out=leaving)
         box = layout.sandbox(root)
@@ -75,8 +81,9 @@ def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> I
 
 
 def slot(wheel) -> tuple:
-    """What pip tells two files of one project apart by, but for the build tag."""
-    return (wheel.name, wheel.version, wheel.python_tags, wheel.abi_tags, wheel.platform_tags)
+    """What pip tells two files of one project apart by, but for the build tag (faforge.pipwheel.facts.identity)."""
+    name, version, _, tags = identity(wheel)
+    return name, version, tags
 
 
 def superseded(published: list, held: dict) -> dict[str, str]:
@@ -98,4 +105,5 @@ def _plan(wheel, root: Path, before: Survey, force: bool) -> tuple[Outcome, bool
         return Outcome(wheel, "would-publish", f"{where} (the identical file is there; writing the pages it is missing from)"), False
     if force:
         return Outcome(wheel, "would-publish", f"{where} (replacing a different file)"), True
-    return Outcome(wheel, "exists", f"a different file of this name is already in {root}/{layout.FILES}; pass --force to replace it"), False
+    other = f" (sha256 {held.sha256[:12]}…)" if held is not None else ""
+    return Outcome(wheel, "exists", f"a different file{other} of this name is in {root}/{layout.FILES}; pass --force to replace it"), False

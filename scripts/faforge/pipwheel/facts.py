@@ -4,8 +4,8 @@ A wheel is a zip file (PEP 427) named `{name}-{version}(-{build tag})?-{python}-
 `{name}-{version}.dist-info/METADATA` (core metadata, RFC 822 headers) carries Requires-Dist and
 Requires-Python. The file may be one faforge did not write (an index holds what anyone put there), so:
 the path must be a regular file within WHEEL_CAP (a FIFO is refused before anything waits on it), every
-zip member a plain relative name (no absolute path, no `..`, no backslash, none twice, no symlink), at most
-MAX_MEMBERS of them, and only METADATA and WHEEL are decompressed, each at most METADATA_CAP bytes. The
+zip member a plain relative name (no absolute path, no `..`, no backslash, none twice, no symlink) within
+faforge.membercaps' declared-size and ratio caps, at most MAX_MEMBERS of them, and only METADATA and WHEEL are decompressed, each at most METADATA_CAP bytes. The
 name and version in METADATA must be the file name's, as pip requires. Each refusal is one FaforgeError
 (exit 2) naming the file and what is wrong with it.
 """
@@ -28,7 +28,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from faforge import paths
+from faforge import membercaps, paths
 from faforge.errors import FaforgeError, path_error
 
 WHEEL_CAP = 4 << 30  # bytes of a whole wheel file (a flash-attn glue or kernel wheel for every arch: ~0.5 GB)
@@ -83,6 +83,15 @@ class WheelFacts:
     requires_dist: tuple[str, ...]
     sha256: str
     size: int
+    dist_info: str = ""  # the .dist-info folder the wheel holds (dist_info_dir), as it spells it
+
+
+def identity(wheel) -> tuple:
+    """What makes two wheel files one wheel to pip and to an index, whatever their file names spell: the
+    normalised name and version, the build tag, and the tag triples (compressed sets expanded, lowercase,
+    as packaging.tags compares them). `flash_attn-...` and `Flash_Attn-...` are one wheel."""
+    tags = sorted({f"{p}-{a}-{t}".lower() for p in wheel.python_tags for a in wheel.abi_tags for t in wheel.platform_tags})
+    return wheel.name, Version(wheel.version), wheel.build_tag, tuple(tags)
 
 
 def requirement(wheel: WheelFacts, project: str) -> Requirement | None:
@@ -149,13 +158,18 @@ def member_problem(info: zipfile.ZipInfo) -> str | None:
 
 
 def check_members(archive: zipfile.ZipFile, what: str) -> list[zipfile.ZipInfo]:
-    """The archive's members, each a plain relative name, none twice, at most MAX_MEMBERS."""
+    """The archive's members, each a plain relative name, none twice, at most MAX_MEMBERS, each within
+    faforge.membercaps' declared-size and ratio caps (read from the central directory, before any member
+    is decompressed; zipfile then yields no more than the declared size)."""
     infos = archive.infolist()
     if len(infos) > MAX_MEMBERS:
         raise _refuse(what, f"has {len(infos):,} members, more than the {MAX_MEMBERS:,} a wheel may have")
     seen: set[str] = set()
+    total = 0
     for info in infos:
-        problem = member_problem(info)
+        total += info.file_size
+        problem = (member_problem(info) or membercaps.size_problem(info.file_size, total)
+                   or membercaps.ratio_problem(info.file_size, info.compress_size))
         if problem:
             raise _refuse(what, f"member {info.filename[:200]!r} {problem}")
         if info.filename in seen:
@@ -269,7 +283,7 @@ def read_wheel(path: str | os.PathLike) -> WheelFacts:
     return WheelFacts(path=path, filename=name.filename, name=name.name, version=name.version, local=name.local,
                       build_tag=name.build_tag, python_tags=name.python_tags, abi_tags=name.abi_tags,
                       platform_tags=name.platform_tags, requires_python=requires_python, requires_dist=requires,
-                      sha256=digest.hexdigest(), size=size)
+                      sha256=digest.hexdigest(), size=size, dist_info=dist_info)
 
 
 def wheel_contents(path: str | os.PathLike, cap: int | None = None) -> dict[str, bytes]:

@@ -9,6 +9,7 @@ A rebuilt package has a new sha256 and so starts with no results: nothing carrie
 from __future__ import annotations
 
 import json
+import os
 import platform
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -114,20 +115,51 @@ def record(manifest_dir: Path, package: PackageFacts, gate: str, result: str, de
     return entry
 
 
+# Every key of a gate record and the JSON type its value must have (a record names its package and file, so
+# `cell` is null for a package of no matrix cell).
+FIELDS = {"version": (int,), "gate": (str,), "result": (str,), "detail": (str,), "sha256": (str,), "package": (str,),
+          "cell": (str, type(None)), "recorded_at": (str,), "host": (str,), "faforge": (str,)}
+REDO = "delete it and run `faforge verify` again (gate records are written by `faforge verify` only)"
+
+
+def _bad(path: Path, what: str) -> FaforgeError:
+    return FaforgeError(f"{path}: {what}", hint=REDO, input=str(path))
+
+
+def read_record(path: Path, sha256: str, gate: str) -> GateResult:
+    """One gate record, read as a data file (faforge.untrusted: a regular file within its cap, strict JSON)
+    and checked key by key: exactly FIELDS, each of its type, this version, this gate, this sha256 and a
+    known result. Anything else is exit 2 naming the file: a record that is there but not readable is
+    never taken for "not run"."""
+    raw = untrusted.load_json(path, "gate result", hint=REDO)
+    if not isinstance(raw, dict):
+        raise _bad(path, f"a gate record is a JSON object, not a {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(FIELDS))
+    missing = [k for k in FIELDS if k not in raw]
+    if unknown or missing:
+        raise _bad(path, f"unknown key {shorten(repr(unknown[0]))}" if unknown else f"no {missing[0]!r} key")
+    for key, types in FIELDS.items():
+        if not isinstance(raw[key], types) or isinstance(raw[key], bool):
+            wanted = " or ".join("null" if t is type(None) else {int: "an integer", str: "a string"}[t] for t in types)
+            raise _bad(path, f"{key!r} is {shorten(json.dumps(raw[key]), 80)}, not {wanted}")
+    expected = {"version": MANIFEST_VERSION, "gate": gate, "sha256": sha256}
+    wrong = next((k for k, v in expected.items() if raw[k] != v), None)
+    if wrong:
+        raise _bad(path, f"{wrong!r} is {shorten(json.dumps(raw[wrong]), 80)}, but a record at this path must say {json.dumps(expected[wrong])}")
+    if raw["result"] not in RESULTS:
+        raise _bad(path, f"'result' is {shorten(json.dumps(raw['result']), 80)}, not one of {', '.join(RESULTS)}")
+    return GateResult(**{k: v for k, v in raw.items() if k != "version"})
+
+
 def results_for(manifest_dir: Path, sha256: str) -> dict[str, GateResult]:
-    """gate -> result for this sha256; a file whose content names another sha256 is ignored."""
+    """gate -> result for this sha256: the records of <manifest dir>/<sha256>/ (read_record); a gate whose
+    file is absent has not run. A record path that exists as anything but a readable record is exit 2."""
     out = {}
     folder = manifest_dir / sha256
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise _bad(folder, "is not a folder of gate records (a file, link or device is there)")
     for gate in GATES:
         path = folder / f"{gate}.json"
-        if not path.is_file():
-            continue
-        raw = untrusted.load_json(path, "gate result", hint="delete it and run `faforge verify` again")
-        if not isinstance(raw, dict):
-            raise FaforgeError(f"{path}: unreadable manifest entry (a JSON {type(raw).__name__}, not an object)",
-                               hint="delete it and run `faforge verify` again")
-        if raw.get("version") != MANIFEST_VERSION or raw.get("sha256") != sha256 or raw.get("gate") != gate:
-            continue
-        raw.pop("version")
-        out[gate] = GateResult(**raw)
+        if os.path.lexists(path):
+            out[gate] = read_record(path, sha256, gate)
     return out

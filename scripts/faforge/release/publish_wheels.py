@@ -16,16 +16,22 @@ from pathlib import Path
 from faforge.pipindex.folder import survey
 from faforge.pipindex.placement import FA3, GLUE, KERNEL, PROJECTS, admits, glue_index, place
 from faforge.pipindex.publish import IndexPublished, Outcome, publish_wheels
-from faforge.pipwheel.facts import read_wheel, requirement
+from faforge.pipwheel.facts import identity, read_wheel, requirement
+from faforge.pipwheel.record import check_record
 from faforge.release.manifest import require_passed
 from faforge.release.publish import Decision, judge
 
 
 def publish_wheel_files(files: list[str], root: Path, *, manifest_dir: Path, required: tuple[str, ...], dry_run: bool,
                         force: bool) -> tuple[list[Decision], IndexPublished]:
-    """`faforge publish W.whl ... --index ROOT`'s work: judge every wheel, refuse what the index cannot
-    list, then publish the rest."""
-    decisions = [judge(read_wheel(p), manifest_dir, required) for p in files]
+    """`faforge publish W.whl ... --index ROOT`'s work: read every wheel (its RECORD checked), judge it, refuse
+    two different files of one wheel and what the index cannot list, then publish the rest."""
+    wheels = []
+    for path in files:
+        wheel = read_wheel(path)
+        check_record(wheel)
+        wheels.append(wheel)
+    decisions = one_file_per_wheel([judge(w, manifest_dir, required) for w in _distinct(wheels)])
     held = list(survey(root).wheels.values()) if root.is_dir() else []
     decisions = admit(decisions, held, root)
     allowed = [d.package for d in decisions if d.allowed]
@@ -35,6 +41,32 @@ def publish_wheel_files(files: list[str], root: Path, *, manifest_dir: Path, req
     refused = [Outcome(d.package, "refused", d.reason) for d in decisions if not d.allowed]
     order = {d.package.path: i for i, d in enumerate(decisions)}
     return decisions, IndexPublished(sorted(refused + result.outcomes, key=lambda o: order[o.wheel.path]), result.problems)
+
+
+def _distinct(wheels: list) -> list:
+    """Each file once: a path given twice, or two copies of one file (one wheel, one sha256), is published once."""
+    seen: dict[tuple, object] = {}
+    for wheel in wheels:
+        seen.setdefault((identity(wheel), wheel.sha256), wheel)
+    return list(seen.values())
+
+
+def one_file_per_wheel(decisions: list[Decision]) -> list[Decision]:
+    """Refuse every wheel of which this publish gives two different files (one name, or names pip takes for
+    one: faforge.pipwheel.facts.identity): the index would hold whichever was copied last, and the report
+    would name a sha256 the index does not hold."""
+    by_wheel: dict[tuple, list[Decision]] = {}
+    for d in decisions:
+        by_wheel.setdefault(identity(d.package), []).append(d)
+    out = []
+    for d in decisions:
+        others = [o.package for o in by_wheel[identity(d.package)] if o is not d]
+        if others:
+            shown = ", ".join(f"{o.path} (sha256 {o.sha256[:12]}…)" for o in others)
+            d = Decision(d.package, d.results, False, f"this publish also gives {shown}, another file of this wheel; "
+                                                      "publish one of them")
+        out.append(d)
+    return out
 
 
 def admit(decisions: list[Decision], held: list, root: Path) -> list[Decision]:
