@@ -7,7 +7,7 @@ from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from faforge.abi import classify
+from faforge.abi import classify, layout
 from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols, read_elf, read_info
 from faforge.abi.elf_file import ElfError
@@ -139,13 +139,17 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     # system's libraries are not checked again.
     found, interpreter, unresolved_unverified = _import_problems(symbols, closure, glibc)
     problems += [replace(p, imported_by=shown_as) for p in found]
-    for helper, helper_symbols in _helpers(closure, search_dirs, torch_load.libraries):
+    helpers = _helpers(closure, search_dirs, torch_load.libraries)
+    for helper, helper_symbols in helpers:
         found, _, maybe_unfound = _import_problems(helper_symbols, closure, glibc)
         problems += [replace(p, imported_by=helper) for p in found]
         unresolved_unverified += maybe_unfound
+    # Every symbol may resolve and the load still crash: a type handed to torch whose layout changed.
+    broken, untold = layout.judge([(shown_as, symbols), *helpers], closure)
+    problems += broken
     libraries = tuple(LoadedLibrary(lib.name, str(lib.path), beside_module=id(lib) in beside) for lib in closure.libraries)
     return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
-                         unresolved_unverified)
+                         unresolved_unverified, tuple(untold))
 
 
 def _load_as_the_package_does(info, path: Path, search_dirs: Sequence[Path], torch_load) -> tuple[Closure, set[int]]:
