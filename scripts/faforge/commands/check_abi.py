@@ -15,7 +15,11 @@ interface (aoti_torch_*, torch_*; faforge.abi.stable) and load on every one of t
 A needed library that no search path finds but that lies beside the module, or in its package's lib/, is
 taken as loaded first, as packages such as torchaudio load theirs, and checked like the rest; one found
 nowhere leaves the verdict untold.
-Exit status: 0 no problems, 1 problems found, 2 bad input, 3 cannot tell (a library the load needs was found nowhere).
+Every symbol may resolve and the load still crash: a binary that hands torch a type whose layout changed across
+a torch boundary (faforge/abi/layout_breaks.json: torch::CppFunction at 2.9) is a layout-break problem when its
+side differs from the torch's, and leaves the verdict untold when its side does not show (faforge.abi.layout).
+Exit status: 0 no problems, 1 problems found, 2 bad input, 3 cannot tell (a library the load needs was found
+nowhere, or a known layout break can be neither ruled out nor confirmed).
 """
 
 from __future__ import annotations
