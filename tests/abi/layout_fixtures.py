@@ -11,6 +11,7 @@ with g++ in the test run: the shapes the real binaries have (tests/abi/test_layo
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -71,3 +72,9 @@ def build(cxx: str, folder: Path) -> dict[str, Path]:
         found[name] = _compile(cxx, EXTENSION_SOURCE, folder / "ext" / f"layout_{name}.so", flags,
                                f"-L{found['torch_before']}", "-ltorch_cpu")
     return found
+
+
+def layout_places(tmp: Path) -> dict[str, str]:
+    """The hostile harness's placeholders: {layout_torch_before}, {layout_torch_after}, {layout_old}, ... (none without g++)."""
+    cxx = shutil.which("g++")
+    return {f"layout_{name}": str(path) for name, path in build(cxx, tmp / "layout").items()} if cxx else {}

@@ -24,6 +24,7 @@ from faforge.channel.local import PackageSpec, assemble
 from faforge.packagefile import sha256_of
 from faforge.release.manifest import record
 from faforge.release.package import read_package
+from tests.abi.layout_fixtures import layout_places
 
 NAME, VERSION, BUILD = "flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
 KERNEL_BUILD = "cu130_sm80_90_philox64_h1234567_0"
@@ -233,4 +234,5 @@ def class_places(tmp: Path, conda: Path) -> dict[str, str]:
     places.update(split_conda=str(split), escaped=str(tmp / "escaped"),
                   manifest_passed=str(passed_manifest(tmp, [*archives.values(), split, conda])), python=sys.executable,
                   split_sha256=sha256_of(split))
+    places.update(layout_places(tmp))
     return places
