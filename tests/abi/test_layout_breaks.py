@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 
 from faforge.abi import classify
-from faforge.abi.check import check_path
 from tests.abi.conftest import run_faforge, validate
 from tests.support.cache import cache_dir
-from tests.support.debian_toolchains import DebianUnavailable, arm64_plain_python
+# The emulated arm64 Python and check-abi as it runs for a foreign platform, as the helper test has them.
+from tests.abi.test_helper_beside_module import arm64, gate  # noqa: F401  (arm64 is a fixture)
 from tests.support.pinned_wheels import unpacked_wheel
 from tests.support.torch_release_libs import release_torch_libraries
 
@@ -88,14 +88,6 @@ class RealLoad:
 
 
 @pytest.fixture(scope="module")
-def arm64():
-    try:
-        return arm64_plain_python()
-    except DebianUnavailable as exc:
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
 def torch_libs() -> dict[str, Path]:
     return {torch: release_torch_libraries(torch, "aarch64") for torch in TORCHES}
 
@@ -118,11 +110,6 @@ def real_loads(arm64, torch_libs, modules) -> dict[tuple[str, str], RealLoad]:
 
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(PAIRINGS, pool.map(load, PAIRINGS)))
-
-
-def gate(module: Path, torch_lib: Path, arm64):
-    """check-abi for the aarch64 binary: the target's libc and libstdc++ from the emulator's sysroot."""
-    return check_path(module, [torch_lib], platform="linux-aarch64", library_dirs=[arm64.sysroot / "lib"])
 
 
 @pytest.mark.parametrize("pairing", PAIRINGS, ids=[f"{n.replace(' ', '-')}-vs-torch{t}" for n, t in PAIRINGS])
