@@ -4,9 +4,11 @@ with g++ in the test run: the shapes the real binaries have (tests/abi/test_layo
 * torch "before" / "after": a libtorch_cpu.so exporting torch::Library::_impl(char const*, torch::CppFunction&&,
   torch::_RegisterOrVerify) &; the "after" one also exports c10::KernelFunction::~KernelFunction(), as torch 2.9's does.
 * extensions calling _impl, as TORCH_LIBRARY_IMPL does: "old" exports torch code of its own (default
-  visibility, like torchvision's and fbgemm-gpu's) and no ~KernelFunction; "new" also carries the weak
-  ~KernelFunction a build against torch 2.9's headers emits; "hidden" is built with -fvisibility=hidden,
-  so which headers it saw does not show; "plain" registers no operator.
+  visibility, like torchvision's and fbgemm-gpu's) and no ~KernelFunction (as aarch64 builds for torch 2.8
+  do); "new" also imports c10::SymInt::maybe_as_int_slow_path() const, which variants/torch_symbols.yaml
+  dates to torch 2.9 or later; "marked" carries the weak ~KernelFunction without a dated import (as x86_64
+  torchvision 0.23.0, built for 2.8, does); "hidden" is built with -fvisibility=hidden, so nothing shows;
+  "plain" registers no operator.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ Library& Library::_impl(const char*, CppFunction&&, _RegisterOrVerify) & { retur
 }
 #ifdef AFTER
 namespace c10 { struct KernelFunction { ~KernelFunction(); }; KernelFunction::~KernelFunction() {} }
+namespace c10 { struct SymInt { long maybe_as_int_slow_path() const; }; long SymInt::maybe_as_int_slow_path() const { return 0; } }
 #endif
 """
 
@@ -33,14 +36,20 @@ struct CppFunction { int x; };
 enum class _RegisterOrVerify { REGISTER, VERIFY };
 struct Library { Library& _impl(const char*, CppFunction&&, _RegisterOrVerify) &; };
 }
-#ifdef NEW
+#if defined(NEW) || defined(MARKED)
 namespace c10 { struct KernelFunction { ~KernelFunction(); }; inline KernelFunction::~KernelFunction() {} }
+#endif
+#ifdef NEW
+namespace c10 { struct SymInt { long maybe_as_int_slow_path() const; }; }  // exported from torch 2.9 on
 #endif
 namespace at { int own_kernel(int x) { return x + 1; } }  // torch code the extension defines itself
 extern "C" void* PyInit_layout_ext() { return nullptr; }
 extern "C" int register_ops(torch::Library& lib) {
-#ifdef NEW
+#if defined(NEW) || defined(MARKED)
   { c10::KernelFunction k; }
+#endif
+#ifdef NEW
+  c10::SymInt{}.maybe_as_int_slow_path();
 #endif
 #ifndef PLAIN
   lib._impl("my_op", torch::CppFunction{1}, torch::_RegisterOrVerify::REGISTER);
@@ -49,7 +58,7 @@ extern "C" int register_ops(torch::Library& lib) {
 }
 """
 
-EXTENSIONS = {"old": [], "new": ["-DNEW"], "hidden": ["-fvisibility=hidden"], "plain": ["-DPLAIN"]}
+EXTENSIONS = {"old": [], "new": ["-DNEW"], "marked": ["-DMARKED"], "hidden": ["-fvisibility=hidden"], "plain": ["-DPLAIN"]}
 
 
 def _compile(cxx: str, source: str, out: Path, flags: list[str], *links: str) -> Path:
@@ -70,7 +79,7 @@ def build(cxx: str, folder: Path) -> dict[str, Path]:
     for name, flags in EXTENSIONS.items():
         # Linked against the "before" torch by name only (DT_NEEDED libtorch_cpu.so), as against any torch.
         found[name] = _compile(cxx, EXTENSION_SOURCE, folder / "ext" / f"layout_{name}.so", flags,
-                               f"-L{found['torch_before']}", "-ltorch_cpu")
+                               f"-L{found['torch_after']}", "-ltorch_cpu")
     return found
 
 

@@ -12,17 +12,21 @@ import pytest
 from faforge.abi import classify, gate, layout
 from faforge.abi.check import check_path
 from faforge.abi.report import CANNOT_TELL, OK, PROBLEMS
+from faforge.doctor.torch_symbols import dating
+from faforge.doctor.torch_symbols_file import default_table
 from faforge.errors import DataError
 from tests.abi import layout_fixtures
 from tests.abi.conftest import run_faforge, validate
 
-# (extension, torch side) -> the verdict: a plain OK only where binary and torch are on one side.
+# (extension, torch side) -> the verdict: a plain OK only where binary and torch are shown to be on one side.
 EXPECTED = {
     ("old", "before"): OK, ("old", "after"): PROBLEMS,
     ("new", "before"): PROBLEMS, ("new", "after"): OK,
-    ("hidden", "before"): OK, ("hidden", "after"): CANNOT_TELL,
+    ("marked", "before"): CANNOT_TELL, ("marked", "after"): CANNOT_TELL,
+    ("hidden", "before"): CANNOT_TELL, ("hidden", "after"): CANNOT_TELL,
     ("plain", "before"): OK, ("plain", "after"): OK,
 }
+DATING = dating(default_table())  # what check-abi and doctor pass: the torch range the imports date a binary to
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +75,13 @@ def test_a_table_that_is_not_json_is_a_data_error(tmp_path, text):
 @pytest.mark.parametrize("case", list(EXPECTED), ids=[f"{e}-on-{t}" for e, t in EXPECTED])
 def test_the_verdict_is_never_a_plain_ok_across_the_boundary(case, built):
     extension, side = case
-    verdict = check_path(built[extension], [built[f"torch_{side}"]])
+    verdict = check_path(built[extension], [built[f"torch_{side}"]], dating=DATING)
     (module,) = verdict.modules
     assert verdict.verdict == EXPECTED[case], (module.problems, module.untold)
-    assert all(p.kind == classify.LAYOUT_BREAK for p in module.problems)  # every symbol resolves: silent
+    layout_problems = [p for p in module.problems if p.kind == classify.LAYOUT_BREAK]
+    assert len(layout_problems) == (verdict.verdict == PROBLEMS)
     if verdict.verdict == PROBLEMS:
-        (problem,) = module.problems
+        (problem,) = layout_problems
         assert problem.demangled.startswith("torch::Library::_impl") and problem.library == "libtorch_cpu.so"
         assert problem.imported_by == str(built[extension]) and "pytorch/pytorch#160657" in problem.detail
     if verdict.verdict == CANNOT_TELL:
@@ -84,8 +89,15 @@ def test_the_verdict_is_never_a_plain_ok_across_the_boundary(case, built):
         assert "does not show" in reason and module.undecided == ()
 
 
+def test_without_a_dating_the_marked_side_is_untold(built):
+    """The recipe's gate passes no dating (no YAML there): a dated binary's side then rests on its marks alone."""
+    verdict = check_path(built["new"], [built["torch_after"]])
+    assert verdict.verdict == CANNOT_TELL and "both sides may carry" in verdict.modules[0].untold[0]
+
+
 @pytest.mark.parametrize("extension, side, code, words", [
     ("old", "after", 1, "FAILED (1 problem)"), ("hidden", "after", 3, "CANNOT TELL (a known layout break may apply)"),
+    ("marked", "before", 3, "CANNOT TELL (a known layout break may apply)"),
     ("new", "after", 0, "OK:"),
 ])
 def test_check_abi_exits_and_says_so(built, extension, side, code, words):
@@ -105,3 +117,25 @@ def test_the_recipes_gate_reads_the_same_table(built, monkeypatch, capsys):
                       "--against", str(built["torch_after"])])
     out = capsys.readouterr().out
     assert code == 1 and "layout-break: torch::Library::_impl" in out and "ABI gate FAILED" in out
+    assert "c10::KernelFunction::~KernelFunction()" in out  # the evidence for its side
+
+
+@pytest.mark.parametrize("requires, side", [
+    ("torch (==2.8.0)", PROBLEMS), ("torch==2.8.0", PROBLEMS), ("torch (==2.9.1)", OK), ("torch>=2.9.0", OK),
+    ("torch>=2.4", CANNOT_TELL), ("torchvision (==2.9.1)", CANNOT_TELL), (None, CANNOT_TELL),
+])
+def test_the_distributions_torch_pin_dates_a_marked_binary(built, tmp_path, requires, side):
+    """x86_64 torchvision 0.23.0 carries ~KernelFunction although built for 2.8: its `Requires-Dist: torch (==2.8.0)`
+    says which side it is on. A pin of 2.8 against torch 2.9 is a FAILED, not a CANNOT TELL."""
+    site = tmp_path / "site-packages"
+    (site / "pkg").mkdir(parents=True)
+    module = site / "pkg" / "_C.so"
+    module.write_bytes(built["marked"].read_bytes())
+    info = site / "pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("pkg/_C.so,sha256=x,1\npkg-1.0.dist-info/METADATA,,\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\n" + (f"Requires-Dist: {requires}\n" if requires else ""))
+    verdict = check_path(module, [built["torch_after"]], dating=DATING)
+    assert verdict.verdict == side, verdict.modules[0].untold or verdict.modules[0].problems
+    if side == PROBLEMS:
+        assert "its distribution requires torch ==2.8.0" in verdict.modules[0].problems[0].detail

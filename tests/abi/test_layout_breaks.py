@@ -29,10 +29,14 @@ from pathlib import Path
 import pytest
 
 from faforge.abi import classify
+from faforge.abi.check import check_path
+from faforge.abi.report import CANNOT_TELL, OK, PROBLEMS
+from faforge.doctor.torch_symbols import dating
+from faforge.doctor.torch_symbols_file import default_table
 from tests.abi.conftest import run_faforge, validate
 from tests.support.cache import cache_dir
-# The emulated arm64 Python and check-abi as it runs for a foreign platform, as the helper test has them.
-from tests.abi.test_helper_beside_module import arm64, gate  # noqa: F401  (arm64 is a fixture)
+# The emulated arm64 Python, as the helper test has it.
+from tests.abi.test_helper_beside_module import arm64  # noqa: F401  (a fixture)
 from tests.support.pinned_wheels import unpacked_wheel
 from tests.support.torch_release_libs import release_torch_libraries
 
@@ -64,6 +68,9 @@ BUILDS = {b.name: b for b in (
       for module in ("fbgemm_gpu_sparse_async_cumsum", "fbgemm_gpu_tbe_index_select")),
 )}
 PAIRINGS = [(name, torch) for name in BUILDS for torch in TORCHES]
+# fbgemm-gpu-cpu 1.4.2's sparse_async_cumsum: no torch pin, imports dated "2.4 or newer", and it carries
+# c10::KernelFunction::~KernelFunction(), as builds on both sides may: its side does not show.
+UNTOLD = {"fbgemm-gpu-cpu 1.4.2 fbgemm_gpu_sparse_async_cumsum"}
 # Run in the emulated Python: open torch's libraries as `import torch` leaves them, then the extension.
 LOAD = """
 import ctypes, os, sys
@@ -112,6 +119,12 @@ def real_loads(arm64, torch_libs, modules) -> dict[tuple[str, str], RealLoad]:
         return dict(zip(PAIRINGS, pool.map(load, PAIRINGS)))
 
 
+def gate(module: Path, torch_lib: Path, arm64):
+    """check-abi for the aarch64 binary, with the dating it passes: the target's libc and libstdc++ from the sysroot."""
+    return check_path(module, [torch_lib], platform="linux-aarch64", library_dirs=[arm64.sysroot / "lib"],
+                      dating=dating(default_table()))
+
+
 @pytest.mark.parametrize("pairing", PAIRINGS, ids=[f"{n.replace(' ', '-')}-vs-torch{t}" for n, t in PAIRINGS])
 def test_the_verdict_is_the_real_loaders(pairing, real_loads, torch_libs, modules, arm64):
     name, torch = pairing
@@ -124,12 +137,15 @@ def test_the_verdict_is_the_real_loaders(pairing, real_loads, torch_libs, module
     print(f"{name} (built for {BUILDS[name].built_for}) vs torch {torch}: loader "
           f"{'loads' if real.loaded else 'aborts' if real.crashed else 'refuses'}; faforge before {before}, "
           f"after {verdict.verdict} {kinds}")
-    assert checked.untold == () and checked.undecided == ()
-    assert verdict.ok == real.loaded, (real, [(p.kind, p.demangled) for p in checked.problems])
+    assert checked.undecided == ()
+    # Never a plain OK where the loader fails, never FAILED where it loads; CANNOT TELL only where the side does not show.
+    assert verdict.verdict != OK or real.loaded, (real, kinds)
+    assert verdict.verdict != PROBLEMS or not real.loaded, (real, [(p.kind, p.detail[:200]) for p in checked.problems])
+    assert (verdict.verdict == CANNOT_TELL) == (name in UNTOLD and not checked.problems), checked.untold
     same_side = (BUILDS[name].built_for >= "2.9") == (torch >= "2.9")
-    assert (classify.LAYOUT_BREAK in kinds) == (not same_side)
+    assert (classify.LAYOUT_BREAK in kinds) == (not same_side and name not in UNTOLD)
     if real.crashed:  # the silent break: every symbol resolves, the load aborts in the static initialiser
-        assert kinds == [classify.LAYOUT_BREAK] and before == "OK", (kinds, real)
+        assert before == "OK" and (kinds == [classify.LAYOUT_BREAK] or verdict.verdict == CANNOT_TELL), (kinds, real)
 
 
 def test_each_family_has_a_silent_break_the_loader_confirms(real_loads):

@@ -39,7 +39,7 @@ def parse_glibc(text: str | None) -> tuple[int, ...] | None:
 
 
 def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | None = None,
-               platform: str | None = None, library_dirs: Sequence[Path] = ()) -> Verdict:
+               platform: str | None = None, library_dirs: Sequence[Path] = (), dating: layout.Dating | None = None) -> Verdict:
     """Check every extension module in `path` (a .so, wheel, conda package or folder) against the
     torch found in the `against` folders; `library_dirs` hold its other libraries, searched after the
     torch environment's (a split flash-attn's libflash_attn_kernels.so, in its kernel package's lib/)."""
@@ -54,7 +54,7 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
     with extension_modules(path) as modules:
         verdicts = tuple(
             check_module(real, search_dirs, shown_as=shown, torch=torch, glibc=limit,
-                         machine=PLATFORM_MACHINES.get(platform or ""))
+                         machine=PLATFORM_MACHINES.get(platform or ""), dating=dating)
             for shown, real in modules
         )
     return Verdict(extension=str(path), against=tuple(str(a) for a in against), torch=torch, modules=verdicts,
@@ -92,7 +92,8 @@ def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
 
 
 def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torch: TorchFacts,
-                 glibc: tuple[int, ...] | None = None, machine: str | None = None) -> ModuleVerdict:
+                 glibc: tuple[int, ...] | None = None, machine: str | None = None,
+                 dating: layout.Dating | None = None) -> ModuleVerdict:
     """The verdict for one extension module, loaded as `import` loads it: after torch's libraries."""
     info, symbols = read_elf(path)
     if info.file_type != ET_DYN:
@@ -145,7 +146,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
         problems += [replace(p, imported_by=helper) for p in found]
         unresolved_unverified += maybe_unfound
     # Every symbol may resolve and the load still crash: a type handed to torch whose layout changed.
-    broken, untold = layout.judge([(shown_as, symbols), *helpers], closure)
+    objects = [(shown_as, symbols, path), *((helper, helper_symbols, Path(helper)) for helper, helper_symbols in helpers)]
+    broken, untold = layout.judge(objects, closure, dating=dating)
     problems += broken
     libraries = tuple(LoadedLibrary(lib.name, str(lib.path), beside_module=id(lib) in beside) for lib in closure.libraries)
     return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,

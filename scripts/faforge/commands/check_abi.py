@@ -34,6 +34,8 @@ from faforge import paths
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.report import CANNOT_TELL, render_text
 from faforge.abi.stable import check_stable, render_stable_text
+from faforge.doctor.torch_symbols import dating
+from faforge.doctor.torch_symbols_file import default_table
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
 from faforge.kernels import torchfree
@@ -81,7 +83,9 @@ def execute(args: argparse.Namespace) -> int:
         verdict = check_stable(args.path, args.against, platform=args.platform, library_dirs=args.library_dir)
         lines = render_stable_text(verdict)
     else:
-        verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir)
+        # The torch range the binary's imports date it to (doctor's table) decides which side of a layout break it is on.
+        verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir,
+                             dating=dating(default_table()))
         lines = render_text(verdict)
     if args.json:
         json.dump(verdict.to_json(), sys.stdout, indent=2)
