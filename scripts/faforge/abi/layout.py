@@ -138,7 +138,8 @@ def judge(objects: Sequence[tuple[str, DynamicSymbols, Path]], closure: Closure,
 def _judge_one(brk: LayoutBreak, shown: str, symbols: DynamicSymbols, path: Path, closure: Closure,
                dating: Dating | None) -> Problem | str | None:
     imported = [s.name for s in symbols.undefined()]
-    used = [name for name in brk.uses if name in set(imported)]
+    wanted = set(imported)
+    used = [name for name in brk.uses if name in wanted]
     provider = closure.provider(used[0], None) if used else None
     if provider is None:  # not affected, or the entry point is missing (the symbol check reports that)
         return None
