@@ -25,6 +25,7 @@ from faforge.packagefile import sha256_of
 from faforge.release.manifest import record
 from faforge.release.package import read_package
 from tests.cli.hostile_wheel_indexes import make_wheel_index
+from tests.abi.layout_fixtures import layout_places
 
 NAME, VERSION, BUILD = "flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
 KERNEL_BUILD = "cu130_sm80_90_philox64_h1234567_0"
@@ -302,4 +303,5 @@ def class_places(tmp: Path, conda: Path) -> dict[str, str]:
     from tests.cli.hostile_publish_places import publish_places  # noqa: PLC0415 (it imports this module's constants)
 
     places.update(publish_places(tmp, conda))  # publishing and healing the wheel index
+    places.update(layout_places(tmp))
     return places

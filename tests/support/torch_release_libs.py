@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from faforge.versions import vtuple
-from faforge.wheelfetch import RemoteZip, fetch_member
+from faforge.wheelfetch import RemoteZip, fetch_member, save
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing
 
@@ -39,6 +39,26 @@ def release_torch_lib(version: str, machine: str = "x86_64") -> Path:
             fetch_member(remote, member, LIBS)
         _fetch_cuda_runtime(remote, folder, machine)
         done.write_text("\n".join(MEMBERS) + "\n")
+    return folder / "torch" / "lib"
+
+
+def release_torch_libraries(version: str, machine: str = "aarch64") -> Path:
+    """TORCH/lib of release `version` holding every shared library the wheel ships (torch/lib/*.so*, and the
+    torch.libs/ they load from beside it), plus torch/version.py, each read by an HTTP range request: what a
+    real loader needs to load an extension that links libtorch and libtorch_python. For a CPU wheel (PyPI's
+    aarch64 torch up to 2.10, about 100 MB compressed); a CUDA wheel's libtorch_cuda.so is not worth reading."""
+    wheel = release_wheel(version, machine)
+    folder = LIBS / wheel
+    done = folder / ".all-libs"
+    if not done.is_file():
+        remote = pypi_listing("torch")[wheel]
+        zipped = RemoteZip(remote.url, remote.size)
+        members = [m for m in zipped.members if m == "torch/version.py"
+                   or re.fullmatch(r"torch/lib/[^/]+\.so[.\d]*|torch\.libs/[^/]+\.so[.\d]*", m)]
+        for member in members:
+            if not (folder / member).is_file():
+                save(folder / member, zipped.read(member))
+        done.write_text("\n".join(members) + "\n")
     return folder / "torch" / "lib"
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from faforge.abi import classify
+from faforge.abi import classify, layout
 from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols, read_elf, read_info
 from faforge.abi.elf_file import ElfError
@@ -39,7 +39,8 @@ def parse_glibc(text: str | None) -> tuple[int, ...] | None:
 
 
 def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | None = None,
-               platform: str | None = None, library_dirs: Sequence[Path] = ()) -> Verdict:
+               platform: str | None = None, library_dirs: Sequence[Path] = (),
+               dating: layout.Dating | None = None) -> Verdict:
     """Check what the package in `path` (a .so, wheel, conda package or folder) loads with the torch found
     in the `against` folders (faforge.abi.inputs: its extension modules and torch.ops libraries, of a
     per-torch set the member it picks for that torch); `library_dirs` hold its other libraries, searched after the
@@ -55,7 +56,7 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
     with package_binaries(path, torch) as found:
         verdicts = tuple(
             replace(check_module(b.path, search_dirs, shown_as=b.shown, torch=torch, glibc=limit,
-                                 machine=PLATFORM_MACHINES.get(platform or "")), loaded_by=b.loaded_by)
+                                 machine=PLATFORM_MACHINES.get(platform or ""), dating=dating), loaded_by=b.loaded_by)
             for b in found.binaries
         )
     return Verdict(extension=str(path), against=tuple(str(a) for a in against), torch=torch, modules=verdicts,
@@ -93,7 +94,8 @@ def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
 
 
 def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torch: TorchFacts,
-                 glibc: tuple[int, ...] | None = None, machine: str | None = None) -> ModuleVerdict:
+                 glibc: tuple[int, ...] | None = None, machine: str | None = None,
+                 dating: layout.Dating | None = None) -> ModuleVerdict:
     """The verdict for one extension module, loaded as `import` loads it: after torch's libraries."""
     info, symbols = read_elf(path)
     if info.file_type != ET_DYN:
@@ -140,13 +142,18 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     # system's libraries are not checked again.
     found, interpreter, unresolved_unverified = _import_problems(symbols, closure, glibc)
     problems += [replace(p, imported_by=shown_as) for p in found]
-    for helper, helper_symbols in _helpers(closure, search_dirs, torch_load.libraries):
+    helpers = _helpers(closure, search_dirs, torch_load.libraries)
+    for helper, helper_symbols in helpers:
         found, _, maybe_unfound = _import_problems(helper_symbols, closure, glibc)
         problems += [replace(p, imported_by=helper) for p in found]
         unresolved_unverified += maybe_unfound
+    # Every symbol may resolve and the load still crash: a type handed to torch whose layout changed.
+    objects = [(shown_as, symbols, path), *((helper, helper_symbols, Path(helper)) for helper, helper_symbols in helpers)]
+    broken, untold = layout.judge(objects, closure, dating=dating)
+    problems += broken
     libraries = tuple(LoadedLibrary(lib.name, str(lib.path), beside_module=id(lib) in beside) for lib in closure.libraries)
     return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
-                         unresolved_unverified)
+                         unresolved_unverified, tuple(untold))
 
 
 def _load_as_the_package_does(info, path: Path, search_dirs: Sequence[Path], torch_load) -> tuple[Closure, set[int]]:

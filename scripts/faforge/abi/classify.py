@@ -24,7 +24,9 @@ SIGNATURE_DRIFT = "signature-drift"
 MISSING_SYMBOL = "missing-symbol"
 WRONG_ARCHITECTURE = "wrong-architecture"
 GLIBC_TOO_NEW = "glibc-too-new"
-KINDS = (MISSING_LIBRARY, ABI_MISMATCH, SIGNATURE_DRIFT, MISSING_SYMBOL, WRONG_ARCHITECTURE, GLIBC_TOO_NEW)
+# Every symbol resolves, but a type handed to torch has another layout there (faforge.abi.layout).
+LAYOUT_BREAK = "layout-break"
+KINDS = (MISSING_LIBRARY, ABI_MISMATCH, SIGNATURE_DRIFT, MISSING_SYMBOL, WRONG_ARCHITECTURE, GLIBC_TOO_NEW, LAYOUT_BREAK)
 
 # -- the C++11 ABI, from mangled names ------------------------------------------------------
 # New ABI (_GLIBCXX_USE_CXX11_ABI=1): std::__cxx11 types (`St7__cxx11`) and the [abi:cxx11] tag (`B5cxx11`).

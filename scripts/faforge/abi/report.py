@@ -14,7 +14,9 @@ from faforge.abi.ld_search import Misplaced
 
 REPORT_VERSION = 1
 # The three verdicts (`verdict` in JSON; check-abi exits 0, 1, 3): a library the load needs that was found
-# nowhere may hold the very imports that fail (torch's among them), so its absence is never an OK.
+# nowhere may hold the very imports that fail (torch's among them), so its absence is never an OK; nor is
+# a binary that uses a type whose layout changed across torch releases when its side does not show
+# (faforge.abi.layout).
 OK, PROBLEMS, CANNOT_TELL = "ok", "problems", "cannot-tell"
 # How the package loads a binary (`loaded_by` in JSON): `import` (an extension module, exporting PyInit_*),
 # or its own Python code after `import torch` (torch.ops.load_library, ctypes.CDLL: a library with no
@@ -88,6 +90,7 @@ class ModuleVerdict:
     interpreter_symbols: int  # Py*/_Py* symbols left to the Python interpreter that loads the module
     unresolved_unverified: int  # symbols not found, which the unverified libraries may provide
     loaded_by: str = IMPORT  # IMPORT or LOAD_LIBRARY
+    untold: tuple[str, ...] = ()  # why a known silent layout break can be neither ruled out nor confirmed
 
     @property
     def undecided(self) -> tuple[Unverified, ...]:
@@ -96,7 +99,7 @@ class ModuleVerdict:
 
     @property
     def verdict(self) -> str:
-        return PROBLEMS if self.problems else CANNOT_TELL if self.undecided else OK
+        return PROBLEMS if self.problems else CANNOT_TELL if self.undecided or self.untold else OK
 
     @property
     def ok(self) -> bool:
@@ -183,6 +186,7 @@ def _module_json(m: ModuleVerdict) -> dict:
         "libraries": [{"name": lib.name, "path": lib.path, "beside_module": lib.beside_module} for lib in m.libraries],
         "interpreter_symbols": m.interpreter_symbols,
         "unresolved_unverified": m.unresolved_unverified,
+        "untold": list(m.untold),
     }
 
 
@@ -201,12 +205,16 @@ def render_text(verdict: Verdict) -> list[str]:
     count = sum(len(m.problems) for m in verdict.modules) + sum(1 for s in verdict.sets if s.problem)
     missing = sorted({u.name for m in verdict.modules for u in m.undecided})
     untold = [s.files for s in verdict.sets if s.verdict == CANNOT_TELL]
+    layout_untold = [reason for m in verdict.modules for reason in m.untold]
     why = [*([f"needs {', '.join(missing)}, found nowhere"] if missing else []),
-           *([f"which of {', '.join(untold)} the package loads is unknown"] if untold else [])]
+           *([f"which of {', '.join(untold)} the package loads is unknown"] if untold else []),
+           *(["a known layout break may apply"] if layout_untold else [])]
     why = why or ["the package loads none of its libraries with this torch: nothing was checked"]
     status = {OK: "OK", PROBLEMS: f"FAILED ({count} problem{'s' if count != 1 else ''})",
               CANNOT_TELL: f"CANNOT TELL ({'; '.join(why)})"}[verdict.verdict]
     lines.append(f"{status}: {verdict.extension} against {', '.join(verdict.against)}")
+    if verdict.verdict == CANNOT_TELL and layout_untold:
+        lines += [f"  {reason}" for reason in layout_untold]
     if verdict.verdict == CANNOT_TELL and missing:
         lines.append(f"  a bare load of the module fails on {', '.join(missing)} (\"cannot open shared object file\"), and what "
                      "that library imports, torch's symbols among them, was not checked: install it, pass its folder with "

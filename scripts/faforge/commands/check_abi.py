@@ -20,8 +20,12 @@ torch's libraries), each named by its path in the package; of a per-torch librar
 A needed library that no search path finds but that lies beside the module, or in its package's lib/, is
 taken as loaded first, as packages such as torchaudio load theirs, and checked like the rest; one found
 nowhere leaves the verdict untold.
+Every symbol may resolve and the load still crash: a binary that hands torch a type whose layout changed across
+a torch boundary (faforge/abi/layout_breaks.json: torch::CppFunction at 2.9) is a layout-break problem when its
+side differs from the torch's, and leaves the verdict untold when its side does not show (faforge.abi.layout).
 Exit status: 0 no problems, 1 problems found, 2 bad input, 3 cannot tell (a library the load needs was found nowhere,
-or which member of a per-torch library set the package loads is unknown, or it loads none).
+which member of a per-torch library set the package loads is unknown, or it loads none, or a known layout break can
+be neither ruled out nor confirmed).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from faforge import paths
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.report import CANNOT_TELL, render_text
 from faforge.abi.stable import check_stable, render_stable_text
+from faforge.doctor.torch_symbols import dating
+from faforge.doctor.torch_symbols_file import default_table
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN
 from faforge.kernels import torchfree
@@ -83,7 +89,9 @@ def execute(args: argparse.Namespace) -> int:
         verdict = check_stable(args.path, args.against, platform=args.platform, library_dirs=args.library_dir)
         lines = render_stable_text(verdict)
     else:
-        verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir)
+        # The torch range the binary's imports date it to (doctor's table) decides which side of a layout break it is on.
+        verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir,
+                             dating=dating(default_table()))
         lines = render_text(verdict)
     if args.json:
         json.dump(verdict.to_json(), sys.stdout, indent=2)

@@ -18,7 +18,7 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.report import ModuleVerdict, Verdict
 from faforge.abi.resolve import environment_dirs, opened
 from faforge.doctor.facts import EnvFacts
-from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, offered
+from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, dating, offered
 from faforge.emulator import NoEmulator, find_emulator, is_foreign
 from faforge.family import FLASH_ATTN
 
@@ -72,7 +72,7 @@ def read_binary(path: str, facts: EnvFacts, table: SymbolTable) -> BinaryFacts:
     """Declared facts, the torch range its symbols imply, and the gate verdict, for one extension file."""
     dirs = library_dirs(facts)
     torch = torch_facts(dirs)
-    module = check_module(Path(path), dirs, shown_as=path, torch=torch)
+    module = check_module(Path(path), dirs, shown_as=path, torch=torch, dating=dating(table))
     info, symbols = read_elf(path)
     imported = [s.name for s in symbols.undefined()]
     cudart = tuple(sorted({int(m["major"]) for lib in info.needed if (m := _CUDART.match(lib))}))

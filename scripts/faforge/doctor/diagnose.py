@@ -9,8 +9,8 @@ Problems are listed root cause first (a wrong torch before the symbols it breaks
 
 from __future__ import annotations
 
-from faforge.doctor.rules_extension import (cxx11_abi_mismatch, flash_attn_missing, glibc_too_old, libstdcxx_too_old,
-                                            python_tag_mismatch, signature_drift, wrong_architecture)
+from faforge.doctor.rules_extension import (cxx11_abi_mismatch, flash_attn_missing, glibc_too_old, layout_break,
+                                            libstdcxx_too_old, python_tag_mismatch, signature_drift, wrong_architecture)
 from faforge.doctor.rules_runtime import cuda_major_mismatch, gpu_arch, kernel_library, libcudart_missing, no_gpu
 from faforge.doctor.rules_torch import (cpu_only_torch, mixed_channels, mixed_conda_pip_torch, torch_import_failed,
                                         torch_missing)
@@ -21,7 +21,7 @@ from faforge.family import FLASH_ATTN
 KINDS = (
     "torch-missing", "torch-import-failed", "mixed-channels", "mixed-conda-pip-torch", "cpu-only-torch",
     "python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old", "cxx11-abi-mismatch",
-    "signature-drift", "cuda-major-mismatch", "libcudart-missing", "kernel-library-missing", "kernel-library-mismatch",
+    "signature-drift", "layout-break", "cuda-major-mismatch", "libcudart-missing", "kernel-library-missing", "kernel-library-mismatch",
     PACKAGE_MISSING, "gpu-arch-missing",
     "import-failed", "gpu-arch-jit", "no-gpu", "unreadable-metadata",
 )
@@ -50,7 +50,7 @@ def unreadable_metadata(s: Situation) -> Problem | None:
 
 
 RULES = (torch_missing, torch_import_failed, mixed_channels, mixed_conda_pip_torch, cpu_only_torch, python_tag_mismatch,
-         wrong_architecture, glibc_too_old, libstdcxx_too_old, cxx11_abi_mismatch, signature_drift, cuda_major_mismatch,
+         wrong_architecture, glibc_too_old, libstdcxx_too_old, cxx11_abi_mismatch, signature_drift, layout_break, cuda_major_mismatch,
          libcudart_missing, kernel_library, flash_attn_missing, unreadable_metadata)
 
 

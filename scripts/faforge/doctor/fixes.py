@@ -27,7 +27,7 @@ from faforge.versions import vtuple
 
 # Problems that installing the right flash-attn build resolves.
 REPLACE_FLASH_ATTN = ("python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old",
-                      "cxx11-abi-mismatch", "signature-drift", "cuda-major-mismatch", PACKAGE_MISSING,
+                      "cxx11-abi-mismatch", "signature-drift", "layout-break", "cuda-major-mismatch", PACKAGE_MISSING,
                       "gpu-arch-missing", "import-failed")
 KERNEL_LIBRARY_KINDS = ("kernel-library-missing", "kernel-library-mismatch")
 # The pip wheel that ships libcudart.so.N, per CUDA major, as torch's own wheels require it:

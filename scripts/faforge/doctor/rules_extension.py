@@ -7,7 +7,7 @@ from pathlib import Path
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
-from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
+from faforge.doctor.situation import ERROR, PACKAGE_MISSING, WARNING, Problem, Situation
 from faforge.doctor.torch_symbols import built_for_one
 from faforge.family import FLASH_ATTN
 
@@ -165,3 +165,26 @@ def signature_drift(s: Situation) -> Problem | None:
     return Problem("signature-drift", ERROR, message, tuple(details),
                    {"built_for": {"first": built.first, "last": built.last} if stated else None,
                     "torch": torch_release, "symbols": symbols})
+
+
+def layout_break(s: Situation) -> Problem | None:
+    """Every symbol resolves, yet the import crashes: a type the extension hands torch has another layout
+    in this torch (faforge.abi.layout's table, the one check-abi and the recipe's gate read). Only when the
+    import did not succeed, the ground truth; a binary whose side of the boundary does not show is named
+    as the possible cause, not the certain one."""
+    if s.binary is None or not s.import_failed:
+        return None
+    found = s.gate_problems(classify.LAYOUT_BREAK)
+    if found:
+        return Problem("layout-break", ERROR,
+                       f"{FLASH_ATTN.package}'s binary was built for a torch on the other side of a layout change "
+                       f"from your {s.torch_words}: it registers its operators with {found[0].demangled}, "
+                       "and its load aborts although every symbol resolves",
+                       tuple(p.detail for p in found), {"symbols": [p.symbol for p in found]})
+    untold = s.binary.module.untold
+    if untold:
+        return Problem("layout-break", WARNING,
+                       f"{FLASH_ATTN.package}'s binary may have been built for a torch on the other side of a layout "
+                       f"change from your {s.torch_words}; its symbols do not show which",
+                       untold)
+    return None

@@ -204,3 +204,12 @@ def offered(table: SymbolTable, function: str, exports: Iterable[str]) -> tuple[
     """The forms of `function` among a torch library's exported names."""
     names = set(exports)
     return tuple(form for f in table.functions if f.function == function for form in f.forms if form.symbol in names)
+
+
+def dating(table: SymbolTable):
+    """built_for as the ABI gate's layout check takes it (faforge.abi.layout.Dating): imported names ->
+    (first, last) release, (None, None) where the imports date nothing or disagree."""
+    def dated(imported):
+        built = built_for(table, imported)
+        return (built.first, built.last) if built.known and built.consistent else (None, None)
+    return dated
