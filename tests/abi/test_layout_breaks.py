@@ -35,8 +35,6 @@ from faforge.doctor.torch_symbols import dating
 from faforge.doctor.torch_symbols_file import default_table
 from tests.abi.conftest import run_faforge, validate
 from tests.support.cache import cache_dir
-# The emulated arm64 Python, as the helper test has it.
-from tests.abi.test_helper_beside_module import arm64  # noqa: F401  (a fixture)
 from tests.support.pinned_wheels import unpacked_wheel
 from tests.support.torch_release_libs import release_torch_libraries
 
