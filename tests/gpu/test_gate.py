@@ -51,6 +51,7 @@ def test_closed_without_torch_and_says_so():
     assert gate["reason"].startswith("torch is not importable")
 
 
+@pytest.mark.slow  # a CUDA torch venv
 def test_closed_with_cuda_torch_but_no_device():
     try:
         env = torch_env("2.14.1")  # CUDA 13.0 build, from this machine's disk; shared with the ABI tests
