@@ -15,9 +15,11 @@ from faforge.gpu.dispatch import API_DENSE, H200_SMS, Call, forward_launch, kern
 from faforge.gpu.suite import cases
 from faforge.kernels.tus import HEAD_DIMS, sdist_tus
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
+from tests.support.tiers import slow
 
 
 @pytest.fixture(scope="module")
+@slow("the flash-attn sdist from PyPI")
 def sdist() -> Path:
     try:
         return flash_attn_sdist()

@@ -151,6 +151,7 @@ def test_a_new_torch_minor_with_a_layout_no_kernel_library_has_is_refused_and_no
     assert f"{wheel}: torch/include/{RAW_HEADER}: at::PhiloxCudaState lays Flash_fwd_params out as no kernel library does" in stderr
 
 
+@pytest.mark.slow  # flash.h from the flash-attn sdist on PyPI
 def test_a_new_torch_minor_without_a_wheel_to_measure_is_refused_and_nothing_written(project, tmp_path):
     stderr = refused_bump(project, tmp_path, {})
     assert f"torch {NEW_TORCH}: the wheel index lists no x86_64 CPython wheel of it" in stderr and RAW_HEADER in stderr
