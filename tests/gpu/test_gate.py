@@ -71,6 +71,7 @@ def test_to_json_of_an_open_gate():
     assert data["compat"] == {"gpu": "sm_90", "status": NATIVE, "sass": ["sm_90"], "ptx": [], "matching": ["sm_90"], "message": verdict.message}
 
 
+@pytest.mark.slow  # g++ compiles
 def test_head_dims_read_from_exported_kernel_symbols(tmp_path):
     gxx = shutil.which("g++")
     if gxx is None:
