@@ -24,8 +24,8 @@ import pytest
 
 F = TypeVar("F", bound=Callable)
 
-# Seconds one fast-tier test may take, setup and teardown included (its fast tests take well under 5 s
-# on a loaded 2-core machine; the slowest measured is in the README's Quickstart).
+# Seconds one fast-tier test may take, setup and teardown included: the slowest took 7.6 s on a 2-core
+# machine at load 2 and 15 s at load 10, so 60 s is a slipped download or build, not a busy machine.
 FAST_TIMEOUT_S = 60
 _fast = False
 
