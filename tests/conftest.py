@@ -9,9 +9,52 @@ import pytest
 
 from faforge.buildcost.reuse import find_ccache
 from faforge.errors import FaforgeError
+from tests.support import tiers
 from tests.support.compile_cache import cxx_through_ccache
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("faforge tiers", "the two test tiers (tests/support/tiers.py)")
+    group.addoption("--fast", action="store_true", help="run only the fast tier: no download, compile, world or "
+                    f"PyPI, each test within {tiers.FAST_TIMEOUT_S} s")
+    group.addoption("--slow", action="store_true", help="run only what --fast leaves out")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: downloads, compiles, makes a venv or a world, or reads PyPI: left out of "
+                            "--fast, run by --slow (tests/support/tiers.py)")
+    if config.getoption("fast") and config.getoption("slow"):
+        raise pytest.UsageError("--fast and --slow pick complementary tiers; give one (neither runs both)")
+    if config.getoption("fast"):
+        if config.getoption("timeout", None) is None:
+            config.option.timeout = tiers.FAST_TIMEOUT_S
+        config.stash[FAST_PATCH] = patch = pytest.MonkeyPatch()
+        tiers.enter_fast_tier(patch)
+
+
+def pytest_unconfigure(config):
+    patch = config.stash.get(FAST_PATCH, None)
+    if patch:
+        patch.undo()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """A test using a slow fixture is slow (so `-m slow` and `-m "not slow"` see it too); --fast/--slow pick a tier."""
+    for item in items:
+        if item.get_closest_marker("slow") is None and tiers.slow_fixtures(item):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("fast") or config.getoption("slow"):
+        keep_slow = config.getoption("slow")
+        picked = {item: (item.get_closest_marker("slow") is not None) == keep_slow for item in items}
+        config.hook.pytest_deselected(items=[item for item, keep in picked.items() if not keep])
+        items[:] = [item for item, keep in picked.items() if keep]
+
+
+FAST_PATCH = pytest.StashKey[pytest.MonkeyPatch]()
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +72,7 @@ def repo_copy(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+@tiers.slow("the real glue builds' C++ compiles")
 def glue_cxx_dir(tmp_path_factory) -> Path | None:
     """A PATH entry whose `c++` shares one ccache among the run's real glue builds
     (tests/support/compile_cache.py); None where ccache or c++ is missing (each build then compiles)."""

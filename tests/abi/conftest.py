@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from tests.abi import elf_fixtures as fx
+from tests.support.tiers import slow
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "tests" / "schemas" / "check-abi.json").read_text())
@@ -26,6 +27,7 @@ except OSError as exc:
 
 
 @pytest.fixture(scope="session")
+@slow("g++ compiles of the ELF fixtures")
 def gxx() -> fx.Toolchain:
     tool = fx.host_gxx()
     if tool is None:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from tests.support.tiers import slow_work
 
 # name -> (parameter list, call arguments, mangled SetDevice as torch exported it)
 SIGNATURES = {
@@ -70,6 +71,7 @@ def aarch64_gxx() -> Toolchain | None:
 
 def compile_shared(tool: Toolchain, source: str, out: Path, *, defines: dict[str, str], flags: list[str] = ()) -> Path:
     """One g++ -shared call; the source text is written beside the output."""
+    slow_work("a g++ compile (tests/abi/elf_fixtures.py)")
     out.parent.mkdir(parents=True, exist_ok=True)
     text = source
     for key, value in defines.items():

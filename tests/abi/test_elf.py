@@ -96,6 +96,7 @@ def test_exports_exclude_imports_and_the_null_symbol(linked):
     assert "getenv" in {s.name for s in symbols.undefined()}
 
 
+@pytest.mark.slow  # an aarch64 g++ compile
 def test_aarch64_header(tmp_path):
     tool = fx.aarch64_gxx()
     if tool is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
+from tests.support.tiers import slow
 
 NVCC = shutil.which("nvcc")
 KERNEL = """
@@ -41,6 +42,7 @@ def cuobjdump() -> str | None:
 
 
 @pytest.fixture(scope="module")
+@slow("nvcc compiles")
 def fatbins(tmp_path_factory) -> dict[str, Path]:
     if NVCC is None:
         pytest.skip("nvcc is not on PATH; the fatbin fixtures are compiled with it")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.abi import elf_fixtures as fx
+from tests.support.tiers import slow
 
 SYSROOT_LIB = fx.AARCH64_SYSROOT_LIB
 # A torch library that, like PyPI's aarch64 libtorch_python.so, exports std::runtime_error's move
@@ -36,6 +37,7 @@ extern "C" void fail() { c10_anchor(); throw std::runtime_error("x"); }
 
 
 @pytest.fixture
+@slow("aarch64 g++ compiles")
 def foreign(tmp_path):
     tool = fx.aarch64_gxx()
     if tool is None or not (SYSROOT_LIB / "libstdc++.so.6").exists():

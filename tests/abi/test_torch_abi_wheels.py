@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from faforge.abi import classify
 from faforge.abi.check import torch_facts
 from faforge.abi.elf import read_dynamic_symbols
@@ -18,6 +20,8 @@ from faforge.versions import vtuple
 from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing
+
+pytestmark = pytest.mark.slow  # every test reads PyPI's torch wheels
 
 LIBS = cache_dir("torch-libs")
 X86_64 = re.compile(r"torch-(?P<version>\d+\.\d+\.\d+)-cp311-cp311-manylinux(?:1|_2_28)_x86_64\.whl")

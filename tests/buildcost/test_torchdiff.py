@@ -66,6 +66,7 @@ def compile_kernel(tmp_path: Path, name: str, scale: str) -> Path:
     return obj
 
 
+@pytest.mark.slow  # nvcc compiles
 def test_object_diff_reads_the_sass_of_real_nvcc_objects(tmp_path):
     """cuobjdump -sass runs nvdisasm, which neither the toolkit here nor cuobjdump's wheel ships: torchdiff
     finds it as it finds cuobjdump (the evidence run for issue 15 stopped with a CalledProcessError)."""

@@ -18,6 +18,7 @@ from faforge.family import FLASH_ATTN
 from tests.conda_world.cells import CU130, WorldCell
 from tests.recipe.test_build_script_real import _tiny_sdist
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow
 
 RECIPE_VERSION = yaml.safe_load(paths.recipe_dir().joinpath("recipe.yaml").read_text())["context"]["version"]
 
@@ -35,6 +36,7 @@ def _say(request, line: str) -> None:
 
 
 @pytest.fixture(scope="session")
+@slow("the conda world")
 def world(request):
     """The generated world; its size and build time go to the terminal (not captured), as CI logs them."""
     from tests.conda_world.world import build_world, inputs_digest  # noqa: PLC0415
@@ -84,6 +86,7 @@ _BUILT: dict[str, Built] = {}
 
 
 @pytest.fixture(scope="session")
+@slow("a recipe build in the conda world")
 def build_in_world(world, sdist, tmp_path_factory, request):
     """`faforge build CELL --source SDIST` against the world's channels, once per cell per run."""
     done = _BUILT

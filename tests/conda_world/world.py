@@ -29,6 +29,7 @@ import yaml
 from tests.conda_world import payloads
 from tests.conda_world.archive import Record, write_conda
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow_work
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "world.yaml"
@@ -187,6 +188,7 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
 def build_world(out: Path | None = None, *, log=print) -> World:
     """The world for the current inputs, generated once under a lock (pytest workers, a CI run and
     a developer's shell may ask for it at the same time)."""
+    slow_work("the conda world (tests/conda_world/world.py)")
     spec = load_spec()
     key = inputs_digest()
     parent = out or cache_dir("conda-world")

@@ -18,6 +18,7 @@ from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 from tests.doctor import envs
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+from tests.support.tiers import slow
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "doctor.json"
 
@@ -70,12 +71,14 @@ def _torch(version: str):
 
 
 @pytest.fixture(scope="session")
+@slow("a torch 2.14.1 venv")
 def torch_cuda():
     """torch 2.14.1 (CUDA 13.0, cp311) from this machine's disk; ~5 GB, shared with the ABI tests."""
     return _torch("2.14.1")
 
 
 @pytest.fixture(scope="session")
+@slow("a torch 2.13.0 venv")
 def torch_cpu():
     """torch 2.13.0+cpu (cp311) from this machine's disk."""
     return _torch("2.13.0")

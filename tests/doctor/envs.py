@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cuda_toolkit import cuda_home
+from tests.support.tiers import slow_work
 
 PYENV = Path("/root/.pyenv/versions")
 EXTENSION = "flash_attn_2_cuda"
@@ -125,6 +126,7 @@ def ext_suffix(python: Path) -> str:
 
 def compile_shared(out: Path, source: str, *, language: str = "c++", args: tuple = (), soname: str | None = None) -> Path:
     """g++ -shared of one translation unit; `args` carry includes, defines and libraries."""
+    slow_work("a g++ compile (tests/doctor/envs.py)")
     out.parent.mkdir(parents=True, exist_ok=True)
     compiler = "g++" if language == "c++" else "gcc"
     std = ["-std=c++20"] if language == "c++" else []

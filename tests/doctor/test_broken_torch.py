@@ -14,6 +14,7 @@ import pytest
 from faforge import wheelfetch
 from tests.doctor import envs
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow
 
 TORCH = "2.4.0"
 VERSION = "2.8.3.post2"  # flash-attn's (variants/matrix.yaml)
@@ -21,6 +22,7 @@ MISSING_CUDA_WHEEL = "libcudnn.so.9: cannot open shared object file: No such fil
 
 
 @pytest.fixture(scope="module")
+@slow("PyPI's torch METADATA by range requests")
 def real_metadata() -> str:
     """The METADATA of PyPI's torch 2.4.0 wheel (cp311, manylinux1), read by HTTP range requests."""
     wheel = wheelfetch.pick_wheel(wheelfetch.list_files("torch"), TORCH, "cp311", r"manylinux1_x86_64")

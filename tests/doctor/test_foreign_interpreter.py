@@ -16,9 +16,11 @@ import sys
 import pytest
 
 from tests.support.debian_toolchains import DebianUnavailable, arm64_plain_python
+from tests.support.tiers import slow
 
 
 @pytest.fixture(scope="module")
+@slow("Debian's arm64 Python under qemu")
 def arm():
     if platform.machine() != "x86_64":
         pytest.skip("an x86_64 machine emulating aarch64")

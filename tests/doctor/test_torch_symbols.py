@@ -46,6 +46,7 @@ def test_file_is_in_canonical_form():
     assert dump_symbol_table(TABLE_DATA) == TABLE.read_text()
 
 
+@pytest.mark.slow  # reads PyPI's torch listing
 def test_wheels_are_the_pypi_files_named():
     listing = pypi_listing()
     for wheel in TABLE_DATA.wheels:

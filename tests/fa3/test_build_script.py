@@ -33,6 +33,7 @@ from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.fa3_tree import fa3_shaped_tree
 from tests.support.torch_release_libs import release_torch_lib
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+from tests.support.tiers import slow
 
 SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
 # Forward only, head dim 128, fp16 and bf16, for sm_80 and sm_90a: both per-file GPU codes and the
@@ -70,6 +71,7 @@ def test_a_tu_whose_arch_is_not_listed_is_refused():
 
 
 @pytest.fixture(scope="module")
+@slow("a torch venv and an nvcc build")
 def built(tmp_path_factory):
     try:
         cuda_home()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from faforge.wheelfetch import FetchError, http_get, list_files
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow_work
 
 FILENAME = "flash_attn-2.8.3.post2.tar.gz"
 SHA256 = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b"  # PyPI's listing, checked on download
@@ -27,6 +28,7 @@ class SdistUnavailable(Exception):
 
 def flash_attn_sdist() -> Path:
     """The unpacked sdist's root (csrc/flash_attn only), downloading it on first use."""
+    slow_work("the flash-attn sdist from PyPI (tests/gpu/flash_attn_sdist.py)")
     folder = cache_dir("flash-attn-sdist")
     root = folder / ROOT
     if (root / "csrc/flash_attn/flash_api.cpp").is_file():

@@ -61,6 +61,7 @@ def test_recipe_test_files_cover_the_gpu_package():
     assert needed <= shipped, f"add {sorted(needed - shipped)} to RECIPE_TEST_FILES (and tell the recipe)"
 
 
+@pytest.mark.slow  # a CUDA torch venv
 def test_recipe_test_with_a_cuda_torch_and_no_device(tmp_path):
     """The recipe's test command in a bare folder, with the CUDA 13.0 torch a build machine would have and
     only the packages that recipe test installs (pytest, einops, pyelftools; no faforge): skipped, exit 0

@@ -82,6 +82,7 @@ def test_a_declared_tu_the_profiler_never_saw_is_reported():
     assert coverage["never_seen"] == ["flash_prepare_scheduler.cu"] and coverage["package_tus"] == 2
 
 
+@pytest.mark.slow  # a CUDA torch venv
 def test_test_gpu_beside_a_real_cuda_torch_without_a_gpu_exits_3(site):
     try:
         torch = torch_env("2.14.1")

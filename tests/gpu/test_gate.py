@@ -51,6 +51,7 @@ def test_closed_without_torch_and_says_so():
     assert gate["reason"].startswith("torch is not importable")
 
 
+@pytest.mark.slow  # a CUDA torch venv
 def test_closed_with_cuda_torch_but_no_device():
     try:
         env = torch_env("2.14.1")  # CUDA 13.0 build, from this machine's disk; shared with the ABI tests
@@ -70,6 +71,7 @@ def test_to_json_of_an_open_gate():
     assert data["compat"] == {"gpu": "sm_90", "status": NATIVE, "sass": ["sm_90"], "ptx": [], "matching": ["sm_90"], "message": verdict.message}
 
 
+@pytest.mark.slow  # g++ compiles
 def test_head_dims_read_from_exported_kernel_symbols(tmp_path):
     gxx = shutil.which("g++")
     if gxx is None:

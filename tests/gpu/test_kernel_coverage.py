@@ -15,9 +15,11 @@ from faforge.gpu.dispatch import API_DENSE, H200_SMS, Call, forward_launch, kern
 from faforge.gpu.suite import cases
 from faforge.kernels.tus import HEAD_DIMS, sdist_tus
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
+from tests.support.tiers import slow
 
 
 @pytest.fixture(scope="module")
+@slow("the flash-attn sdist from PyPI")
 def sdist() -> Path:
     try:
         return flash_attn_sdist()
@@ -80,6 +82,7 @@ int main() {
 """
 
 
+@pytest.mark.slow  # a g++ compile
 def test_num_splits_heuristic_matches_flash_api_cpp(sdist, tmp_path):
     """flash_api.cpp's own num_splits_heuristic, cut out of the sdist and compiled, against the emulation."""
     gxx = shutil.which("g++")
@@ -121,6 +124,7 @@ template void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_trai
 """
 
 
+@pytest.mark.slow  # a g++ compile
 def test_tu_of_kernel_reads_demangled_kernel_names(tmp_path):
     """Kernel templates shaped like flash-attn's (flash_fwd_launch_template.h, kernel_traits.h), compiled with
     g++ and demangled by c++filt: the format torch.profiler shows (it demangles with the same ABI)."""

@@ -12,6 +12,7 @@ from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow  # a torch venv
 def test_reference_matches_naive_loops_sdpa_and_complex_rotation():
     try:
         env = torch_env("2.14.1")  # this repo venv has no torch; the shared cached venv does

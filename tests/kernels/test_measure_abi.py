@@ -24,6 +24,8 @@ from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.pypi import pypi_listing
 
 
+pytestmark = pytest.mark.slow  # every test measures headers read from PyPI's torch wheels
+
 @pytest.fixture(scope="module")
 def flash_src() -> Path:
     if not shutil.which("g++"):

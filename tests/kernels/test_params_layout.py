@@ -39,6 +39,7 @@ from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.pypi import pypi_listing
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+from tests.support.tiers import slow
 
 HEADERS = cache_dir("torch-headers")
 SHIM = paths.repo_root() / "scripts/faforge/kernels/torch_shim"
@@ -96,6 +97,7 @@ def torch_layout(workdir: Path, version: str, toolchain, fields, **compiler) -> 
 
 
 @pytest.fixture(scope="module")
+@slow("torch headers from PyPI")
 def matrix_layouts(tmp_path_factory, toolchain, fields) -> dict[str, Layout]:
     """torch version -> the layout its real headers give, for every matrix torch (measured once)."""
     root = tmp_path_factory.mktemp("torch")

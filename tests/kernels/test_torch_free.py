@@ -25,6 +25,7 @@ from faforge.wheelfetch import fetch_member
 from tests.abi.conftest import REPO, run_faforge
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing
+from tests.support.tiers import slow
 
 SCHEMA = json.loads((REPO / "tests" / "schemas" / "check-abi-torch-free.json").read_text())
 EXPORTS = "run_mha_*,flash_attn_kernels_*"
@@ -94,6 +95,7 @@ def gxx_shared(gxx: str, out: Path, source: str, flags: list[str], *, version_sc
 
 
 @pytest.fixture(scope="module")
+@slow("an nvcc compile")
 def kernel_library(tmp_path_factory) -> Path:
     """Built like libflash_attn_kernels.so: sm_80 + sm_90 SASS, compute_90 PTX, -cudart shared, --no-undefined."""
     nvcc = shutil.which("nvcc")

@@ -27,6 +27,7 @@ def test_default_grid_is_72_tus_24_per_class():
     assert class_counts(grid) == {"fwd": 24, "fwd_split": 24, "bwd": 24}
 
 
+@pytest.mark.slow  # the flash-attn sdist from PyPI
 def test_default_grid_matches_a_real_sdist():
     """PyPI's flash-attn 2.8.3.post2 sdist (downloaded once, sha256-checked): it skipped in every CI run
     while it looked for a developer machine's unpacked copy."""

@@ -202,6 +202,7 @@ def test_a_conda_row_may_not_carry_its_own_abi_and_a_pip_release_is_not_repeated
         load_releases(path)
 
 
+@pytest.mark.slow  # reads PyPI's torch listing
 def test_every_committed_wheel_is_on_pypi(matrix):
     listing = pypi_listing("torch")
     missing = [w for row in matrix.table.pip_releases if not row.index for w in row.source if w not in listing]
@@ -217,6 +218,7 @@ def _sample(matrix) -> list[tuple[str, object]]:
     return out
 
 
+@pytest.mark.slow  # reads PyPI's torch wheels
 def test_committed_rows_have_the_cuda_and_abi_of_the_real_wheels(matrix):
     """Read again from the wheels, as `faforge bump` read them: torch/version.py's cuda and the C++ ABI of
     torch/lib/libc10.so's exports (faforge.abi.check.torch_facts) of the cp312 (or first) wheel."""

@@ -47,6 +47,7 @@ def test_rows_from_the_real_records_carry_their_pythons_and_the_cells_follow():
     assert {c.python for c in cells if c.torch_minor == "2.13"} == {"3.12"}
 
 
+@pytest.mark.slow  # reads PyPI's torch listing
 def test_a_python_comes_and_goes_with_the_releases_that_publish_it():
     """3.14 is built where a torch build has it and nowhere else; a release without 3.10 (torch 2.15 on
     PyPI) gets no 3.10 cell, while the releases before it keep theirs."""

@@ -60,6 +60,7 @@ def _torch_2_11_metadata() -> Path:
     return wheelfetch.fetch_member(wheel, "torch-2.11.0.dist-info/METADATA", cache_dir("torch-metadata"))
 
 
+@pytest.mark.slow  # reads PyPI's torch METADATA
 def test_the_cuda_runtime_requirement_of_real_torch_metadata():
     """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires nvidia-cuda-runtime==13.0.96.*);
     torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the runtime distribution itself, by its CUDA

@@ -14,6 +14,7 @@ import pytest
 from faforge.errors import FaforgeError
 from faforge.pipwheel.manylinux import EXTERNAL, is_external, platform_tag
 from faforge.pipwheel.writer import WheelSpec, write_wheel
+from tests.support.tiers import slow
 
 SOURCES = {
     # only __cxa_finalize@GLIBC_2.2.5: the oldest policy auditwheel has
@@ -35,6 +36,7 @@ def compile_so(work: Path, name: str, source: str, flags: list[str]) -> Path:
 
 
 @pytest.fixture(scope="module")
+@slow("g++ compiles")
 def built(tmp_path_factory) -> dict[str, Path]:
     if not shutil.which("g++"):
         pytest.skip("g++ is not on PATH")

@@ -18,9 +18,11 @@ from faforge.errors import FaforgeError
 from faforge.pipwheel import patch
 from faforge.pipwheel.patch import differences, identity, set_runpath
 from tests.pipwheel.test_facts import CANARY
+from tests.support.tiers import slow
 
 
 @pytest.fixture(scope="module")
+@slow("a g++ compile")
 def conda_style(tmp_path_factory) -> Path:
     """A C++ library with a static .symtab and the DT_RPATH rattler-build gives lib/ (`$ORIGIN/`)."""
     if not shutil.which("g++"):

@@ -37,6 +37,8 @@ from tests.conda_world.cells import CU130, LEGACY, WorldCell
 from tests.conda_world.conftest import _say, build_in_world, sdist, world  # noqa: F401  (session fixtures: the world's builds)
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
+from tests.support.tiers import slow_work
+from tests.support.tiers import slow
 
 # Where faforge keeps its base venvs of PyPI torches in the tests (shared with tests/release and tests/conda_world).
 FAFORGE_CACHE = cache_dir("faforge")
@@ -72,6 +74,7 @@ def base_venv(torch: str, python: str):
     """clean_env's cached base venv of PyPI's torch==`torch` for `python`, the very venv `faforge verify` uses, made on
     first use in the test cache (pip downloads that torch and its CUDA wheels once per machine; every later test and
     run reuses it). Skipped with clean_env's reason only where it cannot be made (no such Python, no PyPI)."""
+    slow_work("a pip world venv (tests/pipworld/conftest.py)")
     from faforge.release.clean_env import Unavailable, pypi_torch_venv  # noqa: PLC0415
 
     os.environ.setdefault("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))
@@ -140,6 +143,7 @@ def cuda_13_home() -> Path:
 
 
 @pytest.fixture(scope="session")
+@slow("Debian's CUDA 12.4")
 def cuda_12_4_home(tmp_path_factory) -> Path:
     """Debian's CUDA 12.4 (unpacked once per machine) as a CUDA home: bin/ (nvcc and the tools it runs), include/ and
     lib64/ linked to Debian's layout, as torch's cpp_extension and `faforge build --cuda-home` read a toolkit."""
@@ -192,6 +196,7 @@ def abi0_wheels(build_in_world, sdist, cuda_12_4_home, glue_cxx_dir, tmp_path_fa
 
 
 @pytest.fixture(scope="session")
+@slow("an FA3 wheel build")
 def fa3_wheel(tmp_path_factory, clock) -> dict:
     """The FA3 canary (CUDA 13.0, sm90a) as `faforge wheel fa3` packs it: the --json `wheel` object."""
     import lzma  # noqa: PLC0415
@@ -223,6 +228,7 @@ class Published:
 
 
 @pytest.fixture(scope="session")
+@slow("the pip world's venvs and index")
 def published(abi1_wheels, abi0_wheels, fa3_wheel, tmp_path_factory, clock) -> Published:
     """Every wheel gated (abi, import) into one manifest, then published into one index root, as CI does."""
     work = tmp_path_factory.mktemp("pip-index")

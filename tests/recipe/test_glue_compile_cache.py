@@ -17,6 +17,7 @@ from tests.support.compile_cache import cxx_through_ccache
 SOURCE = "#include <vector>\nint three() { return static_cast<int>(std::vector<int>(3).size()); }\n"
 
 
+@pytest.mark.slow  # c++ compiles through ccache
 def test_the_same_compile_in_another_tmp_dir_is_a_hit(tmp_path):
     try:
         ccache = find_ccache()

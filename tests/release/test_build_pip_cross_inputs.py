@@ -13,11 +13,13 @@ import pytest
 
 from tests.pipworld.conftest import base_venv, cuda_13_home  # noqa: F401  (fixture: the CUDA 13.0 toolkit, no sbsa tree)
 from tests.support.aarch64_cross import CrossUnavailable, cross_toolchain
+from tests.support.tiers import slow
 
 CELL = "pypi/linux-aarch64/py311/torch2.11/cu130/abi1"
 
 
 @pytest.fixture(scope="module")
+@slow("the aarch64 cross toolchain and PyPI's aarch64 torch")
 def cross():
     try:
         return cross_toolchain("2.11.0")

@@ -138,6 +138,7 @@ def refused_bump(project, tmp_path, wheels: dict[str, Path]):
     return result.stderr
 
 
+@pytest.mark.slow  # reads PyPI's torch headers
 def test_a_new_torch_minor_with_a_layout_no_kernel_library_has_is_refused_and_nothing_written(project, tmp_path):
     """torch 2.13's real headers with one more PhiloxCudaState field, as a new minor's wheel: measured, refused."""
     real = fetch_headers(header_wheel(list(pypi_listing("torch").values()), "2.13.0"), cache_dir("torch-headers"))
@@ -150,6 +151,7 @@ def test_a_new_torch_minor_with_a_layout_no_kernel_library_has_is_refused_and_no
     assert f"{wheel}: torch/include/{RAW_HEADER}: at::PhiloxCudaState lays Flash_fwd_params out as no kernel library does" in stderr
 
 
+@pytest.mark.slow  # flash.h from the flash-attn sdist on PyPI
 def test_a_new_torch_minor_without_a_wheel_to_measure_is_refused_and_nothing_written(project, tmp_path):
     stderr = refused_bump(project, tmp_path, {})
     assert f"torch {NEW_TORCH}: the wheel index lists no x86_64 CPython wheel of it" in stderr and RAW_HEADER in stderr
@@ -342,6 +344,7 @@ def without_pip_release(project: Path, torch: str) -> None:
     assert faforge(project, "generate").returncode == 0
 
 
+@pytest.mark.slow  # reads torch's libc10.so from PyPI
 def test_bump_finds_a_new_pypi_release_reads_its_wheels_and_writes_its_rows(project, tmp_path, wheel_server):
     without_pip_release(project, PIP_TORCH)
     serve_pip_indexes(wheel_server)

@@ -22,6 +22,7 @@ import pytest
 
 from faforge.channel.local import PackageSpec, assemble
 from tests.support.debian_toolchains import DebianUnavailable, arm64_plain_python
+from tests.support.tiers import slow
 
 BUILD = "py311_torch2_11_cu130_cxx11abi1_h1234567_0"
 SITE = "lib/python3.11/site-packages"
@@ -47,6 +48,7 @@ def _gcc(*args):
 
 
 @pytest.fixture(scope="module")
+@slow("Debian's arm64 Python under qemu")
 def arm(tmp_path_factory):
     if platform.machine() != "x86_64" or not shutil.which("aarch64-linux-gnu-gcc"):
         pytest.skip("needs an x86_64 machine with aarch64-linux-gnu-gcc (Debian gcc-aarch64-linux-gnu)")

@@ -129,6 +129,7 @@ template<> void run_mha_fwd_<float, 32, false>(Flash_fwd_params&, void*) { c10::
 """
 
 
+@pytest.mark.slow  # a g++ compile
 def test_a_kernel_library_importing_a_torch_symbol_fails_its_abi_gate(tmp_path):
     """A real shared library (g++) whose launch calls c10::cuda::SetDevice: the torch-free check names it."""
     if shutil.which("g++") is None:

@@ -34,6 +34,7 @@ from faforge import paths
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.debian_toolchains import Arm64Python, DebianUnavailable, arm64_plain_python
+from tests.support.tiers import slow_work
 
 # Every glibc from torch's manylinux_2_28 down: pip takes an explicit --platform literally, and NVIDIA's
 # wheels pick their own floor (nvidia-cudnn-cu13 9.19.0.56, which aarch64 torch 2.11.0 pins, is
@@ -47,6 +48,7 @@ class CrossUnavailable(Exception):
 
 def arm64_torch_site(torch: str = "2.11.0", python: str = "3.11") -> Path:
     """site-packages holding PyPI's aarch64 torch==`torch` for CPython `python` and its dependencies."""
+    slow_work("PyPI's aarch64 torch (tests/support/aarch64_cross.py)")
     folder = cache_dir("arm64-torch") / f"torch-{torch}-py{python}"
     site, done = folder / "site", folder / "FETCH.json"
     if done.is_file():
@@ -96,6 +98,7 @@ def _pip_target(site: Path, python: str, requirements: list[str], what: str) -> 
 
 def sbsa_cuda_home(toolkit: Path, cu13: Path) -> Path:
     """`toolkit` with a targets/sbsa-linux tree from `cu13` (the aarch64 wheel's nvidia/cu13 folder)."""
+    slow_work("the sbsa CUDA overlay (tests/support/aarch64_cross.py)")
     home = cache_dir("cuda-sbsa-overlay") / toolkit.resolve().name
     if (home / "bin/nvcc").is_file():
         return home
@@ -152,6 +155,7 @@ class CrossToolchain:
 
 def cross_toolchain(torch: str = "2.11.0") -> CrossToolchain:
     """The cross toolchain against PyPI's aarch64 torch==`torch` (cp311); CrossUnavailable naming what is missing."""
+    slow_work("the aarch64 cross toolchain (tests/support/aarch64_cross.py)")
     if platform.machine() != "x86_64" or not shutil.which(CXX):
         raise CrossUnavailable(f"needs an x86_64 machine with {CXX} (Debian g++-aarch64-linux-gnu)")
     ninja = shutil.which("ninja") or str(cache_dir("venvs") / "build-tools-py3.11/bin/ninja")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tests.support.cache import cache_dir
 from tests.support.debian_toolchains import Arm64Python
+from tests.support.tiers import slow_work
 
 SITE = "lib/python3.11/site-packages"
 # pip: the version this machine's test venv runs (the same pip on both machines); einops: what verify's base venvs hold.
@@ -47,6 +48,7 @@ def emulated(python: Arm64Python, program: Path, *args: str) -> list[str]:
 
 def bootstrap_wheels() -> Path:
     """The folder holding pip's and einops' wheels (BOOTSTRAP), downloaded once by this machine's pip."""
+    slow_work("pip's aarch64 bootstrap wheels (tests/support/aarch64_pip.py)")
     folder = cache_dir("arm64-pip") / "wheels"
     done = folder / "FETCH.json"
     if done.is_file() and json.loads(done.read_text()).get("requirements") == list(BOOTSTRAP):
@@ -64,6 +66,7 @@ def bootstrap_wheels() -> Path:
 
 def arm64_venv(python: Arm64Python, dest: Path, torch_site: Path) -> Path:
     """A venv of Debian's arm64 python3.11 at `dest` whose site-packages hold the torch site's files (hardlinks); its bin/python."""
+    slow_work("an emulated arm64 venv (tests/support/aarch64_pip.py)")
     subprocess.run(emulated(python, python.python, "-m", "venv", "--without-pip", dest), check=True, capture_output=True, text=True,
                    timeout=EMULATED_TIMEOUT_S)
     site = dest / SITE

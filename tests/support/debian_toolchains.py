@@ -23,6 +23,7 @@ from pathlib import Path
 
 from faforge.datafile import load_yaml
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow_work
 
 DATA = Path(__file__).with_name("debian_toolchains.yaml")
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -135,6 +136,7 @@ def ensure_unpacked(name: str, log=lambda line: None) -> Path:
     """The unpacked root of toolchain `name`, downloading and unpacking on first use (locked, then cached).
 
     FETCH.json beside it records the packages, their download size and the seconds each step took."""
+    slow_work("a Debian toolchain download (tests/support/debian_toolchains.py)")
     toolchain = toolchains()[name]
     root, done = toolchain.folder / "root", toolchain.folder / "FETCH.json"
     if done.is_file():

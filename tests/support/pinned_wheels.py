@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from faforge.wheelfetch import FetchError, RemoteFile, http_get, list_files
+from tests.support.tiers import slow_work
 
 
 def listed(project: str, wheel: str, sha256: str) -> RemoteFile:
@@ -30,6 +31,7 @@ def listed(project: str, wheel: str, sha256: str) -> RemoteFile:
 
 def unpacked_wheel(project: str, wheel: str, sha256: str, cache: Path) -> Path:
     """The whole wheel, sha256-checked, unpacked into CACHE/<wheel>/ (its site-packages layout)."""
+    slow_work("a pinned PyPI wheel (tests/support/pinned_wheels.py)")
     folder = cache / wheel
     done = folder / ".complete"
     if not done.exists():

@@ -7,11 +7,13 @@ import functools
 import pytest
 
 from faforge.wheelfetch import FetchError, RemoteFile, list_files
+from tests.support.tiers import slow_work
 
 
 @functools.cache
 def pypi_listing(project: str) -> dict[str, RemoteFile]:
     """File name -> file of `project` on PyPI's Simple API; the calling test skips when it is unreachable."""
+    slow_work("PyPI's file listing (tests/support/pypi.py)")
     try:
         return {f.filename: f for f in list_files(project)}
     except FetchError as exc:

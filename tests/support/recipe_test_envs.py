@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow_work
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "flash-attn" / "recipe.yaml"
@@ -44,6 +45,7 @@ def recipe_test_site(python: Path, entry_point: str) -> Path:
 
 def pip_target(python: Path, name: str, requirements: Sequence[str]) -> Path:
     """`pip install --target TEST_CACHE/pip-target/NAME REQUIREMENTS` with `python`, once per list of requirements."""
+    slow_work("a pip install --target (tests/support/recipe_test_envs.py)")
     folder, wanted = CACHE / name, "\n".join(requirements) + "\n"
     marker = folder / ".complete"
     CACHE.mkdir(parents=True, exist_ok=True)

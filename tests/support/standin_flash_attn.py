@@ -18,6 +18,7 @@ from pathlib import Path
 from faforge.backend import archs as build  # the recipe build's own arch parser and -gencode flags
 from faforge.channel.local import PackageSpec, assemble
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
+from tests.support.tiers import slow_work
 
 EXTENSION_SOURCE = r"""
 #include <Python.h>
@@ -57,6 +58,7 @@ def python_include(python: Path) -> Path:
 def compile_kernel_library(work: Path, nvcc: Path, cuda_archs: str) -> Path:
     """libflash_attn_kernels.so with SASS for each SM of `cuda_archs` ('80;90;120+PTX') and PTX for the +PTX one,
     linked against the shared CUDA runtime as the real one is."""
+    slow_work("an nvcc compile (tests/support/standin_flash_attn.py)")
     work.mkdir(parents=True, exist_ok=True)
     source = work / "kernels.cu"
     source.write_text(KERNEL_LIBRARY_SOURCE)
@@ -72,6 +74,7 @@ def compile_kernel_library(work: Path, nvcc: Path, cuda_archs: str) -> Path:
 def compile_extension(work: Path, torch_lib: Path, python: Path, cxx11_abi: int, kernel_library: Path | None = None) -> Path:
     """flash_attn_2_cuda.so linked against libc10/libc10_cuda in torch_lib, with the given C++ ABI; with
     `kernel_library`, also against it, with the RUNPATH rattler-build gives a module in site-packages."""
+    slow_work("a g++ compile (tests/support/standin_flash_attn.py)")
     gxx = shutil.which("g++")
     include = python_include(python)
     if not gxx or not (include / "Python.h").is_file():

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow_work
 
 CACHE = cache_dir("venvs")
 PYENV = Path("/root/.pyenv/versions")
@@ -52,6 +53,7 @@ def find_python(python_version: str) -> Path:
 
 def torch_env(torch_version: str, python_version: str = "3.11", extra: tuple[str, ...] = ()) -> TorchEnv:
     """A venv with `torch==torch_version` (and `extra` requirements), built on first use."""
+    slow_work("a torch venv (tests/support/torch_envs.py)")
     name = f"torch-{torch_version}-py{python_version}" + "".join(f"+{e}" for e in extra)
     prefix = CACHE / name
     python = prefix / "bin" / "python"

@@ -17,6 +17,7 @@ from faforge.versions import vtuple
 from faforge.wheelfetch import RemoteZip, fetch_member, save
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing
+from tests.support.tiers import slow_work
 
 LIBS = cache_dir("torch-libs")
 MEMBERS = ("torch/version.py", "torch/lib/libc10.so", "torch/lib/libtorch_cpu.so")
@@ -30,6 +31,7 @@ def release_wheel(version: str, machine: str = "x86_64") -> str:
 
 def release_torch_lib(version: str, machine: str = "x86_64") -> Path:
     """TORCH/lib of release `version` (e.g. '2.9.1') for `machine`, holding libc10.so and libtorch_cpu.so."""
+    slow_work("a torch release's libraries from PyPI (tests/support/torch_release_libs.py)")
     wheel = release_wheel(version, machine)
     folder = LIBS / wheel
     done = folder / ".stable-abi-libs"  # written last: the CUDA runtime has no fixed name to test for
@@ -79,6 +81,7 @@ def _fetch_cuda_runtime(torch_wheel, site: Path, machine: str) -> None:
 
 def pypi_releases_from(floor: tuple[int, int]) -> list[str]:
     """The newest patch of every torch minor from `floor` on that PyPI lists as a cp311 x86_64 wheel."""
+    slow_work("PyPI's torch releases (tests/support/torch_release_libs.py)")
     newest: dict[tuple[int, ...], str] = {}
     for name in pypi_listing("torch"):
         match = _X86_64.fullmatch(name)
