@@ -153,7 +153,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     problems += broken
     libraries = tuple(LoadedLibrary(lib.name, str(lib.path), beside_module=id(lib) in beside) for lib in closure.libraries)
     return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
-                         unresolved_unverified, tuple(untold))
+                         unresolved_unverified, untold=tuple(untold))
 
 
 def _load_as_the_package_does(info, path: Path, search_dirs: Sequence[Path], torch_load) -> tuple[Closure, set[int]]:
