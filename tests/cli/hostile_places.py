@@ -118,7 +118,8 @@ def torch_library_sets(tmp: Path, rng: random.Random) -> dict[str, str]:
     places = {}
     for name, content in SETS_FILES.items():
         (tmp / name / "variants").mkdir(parents=True)
-        shutil.copy(REPO / "variants" / "releases.yaml", tmp / name / "variants" / "releases.yaml")
+        for kept in ("releases.yaml", "torch_symbols.yaml"):  # check-abi reads both before the rules file
+            shutil.copy(REPO / "variants" / kept, tmp / name / "variants" / kept)
         (tmp / name / "variants" / "torch-library-sets.yaml").write_bytes(rng.randbytes(2048) if content is None else content)
         places[name.replace("-", "_")] = str(tmp / name)
     corrupt = tmp / "ops-set-corrupt" / "torch_c_dlpack_ext"

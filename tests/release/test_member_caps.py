@@ -96,6 +96,7 @@ REAL_WHEELS = [("torch", "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
                ("pysam", "pysam-0.24.1-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl")]
 
 
+@pytest.mark.slow  # reads PyPI (each wheel's central directory by HTTP range)
 @pytest.mark.parametrize("project,wheel", REAL_WHEELS, ids=[p for p, _ in REAL_WHEELS])
 def test_every_member_of_real_wheels_is_within_the_caps(project, wheel):
     from faforge.wheelfetch import FetchError, RemoteZip, list_files  # noqa: PLC0415
