@@ -10,11 +10,9 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -40,25 +38,32 @@ def interpreter(tmp_path: Path, name: str, body: str) -> Path:
     return path
 
 
+# Run from a fresh, small Python: a process forked from pytest starts with pytest's resident set, and Linux
+# carries that high-water mark across exec into ru_maxrss (late in a full run pytest holds over 200 MiB).
+MEASURE = """
+import os, resource, subprocess, sys
+limit, timeout_s, out_path, err_path, *argv = sys.argv[1:]
+def cap():
+    resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
+with open(out_path, "wb") as out, open(err_path, "wb") as err:  # files: wait4 reaps, not communicate
+    child = subprocess.Popen(argv, stdout=out, stderr=err, preexec_fn=cap, stdin=subprocess.DEVNULL,
+                             env={**os.environ, "FAFORGE_DOCTOR_TIMEOUT": timeout_s})
+_, status, usage = os.wait4(child.pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss << 10)
+"""
+
+
 def measured_doctor(python: Path, out_dir: Path, timeout_s: int = 60) -> tuple[int, str, str, int, float]:
     """(exit code, stdout, stderr, peak RSS in bytes, seconds) of `faforge doctor --json --python PYTHON`."""
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
     started = time.monotonic()
-    with (out_dir / "stdout").open("wb") as out, (out_dir / "stderr").open("wb") as err:  # files: wait4 reaps, not communicate
-        child = subprocess.Popen([sys.executable, "-m", "faforge", "doctor", "--json", "--python", str(python)],
-                                 stdout=out, stderr=err, preexec_fn=limit, stdin=subprocess.DEVNULL,
-                                 env={**os.environ, "FAFORGE_DOCTOR_TIMEOUT": str(timeout_s)})
-    watchdog = threading.Timer(timeout_s + 60, child.kill)
-    watchdog.start()
-    try:
-        _, status, usage = os.wait4(child.pid, 0)
-    finally:
-        watchdog.cancel()
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return (child.returncode, (out_dir / "stdout").read_text(errors="replace"), (out_dir / "stderr").read_text(errors="replace"),
-            usage.ru_maxrss << 10, time.monotonic() - started)
+    argv = [sys.executable, "-m", "faforge", "doctor", "--json", "--python", str(python)]
+    measured = subprocess.run([sys.executable, "-c", MEASURE, str(ADDRESS_SPACE), str(timeout_s),
+                               str(out_dir / "stdout"), str(out_dir / "stderr"), *argv],
+                              capture_output=True, text=True, timeout=timeout_s + 60, check=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    code, rss = (int(word) for word in measured.stdout.split())
+    return (code, (out_dir / "stdout").read_text(errors="replace"), (out_dir / "stderr").read_text(errors="replace"),
+            rss, time.monotonic() - started)
 
 
 @pytest.mark.parametrize(("body", "stream"), [("tr '\\0' x < /dev/zero", "stdout"), ("tr '\\0' x < /dev/zero >&2", "stderr"),
