@@ -35,8 +35,20 @@ import http.server, json, sys
 status, log = int(sys.argv[1]), sys.argv[3]
 stored = set()
 class Handler(http.server.BaseHTTPRequestHandler):
+    def body(self):
+        # An upload streamed without Content-Length comes chunked: read it whole before answering, as a
+        # real server does (answering first and closing raced the client's send: "error sending request").
+        if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        data = b""
+        while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+            data += self.rfile.read(size)
+            self.rfile.readline()
+        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass
+        return data
     def handle_one(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.body()
         auth = self.headers.get("Authorization") or self.headers.get("X-API-Key") or ""
         with open(log, "a") as f:
             f.write(json.dumps({"method": self.command, "path": self.path, "auth": auth, "bytes": len(body)}) + "\n")
@@ -210,6 +222,7 @@ def test_artifactory_replaces_a_file_only_with_force(tmp_path, fake_prefix):
     assert forced.returncode == 0, forced.stderr
     puts = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "PUT"]
     assert len(puts) == 2, "the refused publish uploads nothing"
+    assert all(r["bytes"] == one.stat().st_size for r in puts), "each upload carries the whole package"
 
 
 # anaconda.org's API as rattler-build's anaconda upload speaks it (prefix-dev/rattler-build,
