@@ -1,5 +1,5 @@
 """The caps every archive member is read or extracted through: a wheel's zip members
-(faforge.pipwheel.facts.check_members) and a conda package's tar members (faforge.channel.archive).
+(faforge.pipwheel.members.check_members) and a conda package's tar members (faforge.channel.archive).
 
 A member is refused before anything of it is written when its declared size is over MEMBER_CAP, or when
 it is at least RATIO_MIN_BYTES and inflates more than RATIO_CAP times its compressed bytes: a decompression

@@ -13,7 +13,7 @@ import pytest
 
 from faforge.errors import FaforgeError
 from faforge.packagefile import sha256_of
-from faforge.pipwheel import facts
+from faforge.pipwheel import members as wheel_members
 from faforge.pipwheel.facts import parse_wheel_filename, read_wheel
 
 CANARY = Path(__file__).resolve().parents[1] / "gpu" / "canary" / "flash-attn-3" / "flash_attn_3-3.0.0-cp310-abi3-linux_x86_64.whl.xz"
@@ -120,7 +120,7 @@ def test_a_member_twice_is_refused(tmp_path):
 
 
 def test_a_metadata_bomb_stops_at_the_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(facts, "METADATA_CAP", 4096)
+    monkeypatch.setattr(wheel_members, "METADATA_CAP", 4096)
     members = glue_members()
     members[next(iter(members))] += b"x" * 100_000
     with pytest.raises(FaforgeError, match="more than the 4,096"):

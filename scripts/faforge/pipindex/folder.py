@@ -27,7 +27,8 @@ from faforge import untrusted
 from faforge.errors import FaforgeError, why_not_a_folder
 from faforge.pipindex import layout, ownership, pages
 from faforge.pipindex.placement import PROJECTS, Placement, place
-from faforge.pipwheel.facts import check_members, read_member, read_wheel
+from faforge.pipwheel.facts import read_wheel
+from faforge.pipwheel.members import check_members, read_member
 from faforge.sandbox import PART_SUFFIX
 
 

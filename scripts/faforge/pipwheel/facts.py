@@ -3,10 +3,9 @@
 A wheel is a zip file (PEP 427) named `{name}-{version}(-{build tag})?-{python}-{abi}-{platform}.whl`, whose
 `{name}-{version}.dist-info/METADATA` (core metadata, RFC 822 headers) carries Requires-Dist and
 Requires-Python. The file may be one faforge did not write (an index holds what anyone put there), so:
-the path must be a regular file within WHEEL_CAP (a FIFO is refused before anything waits on it), every
-zip member a plain relative name (no absolute path, no `..`, no backslash, none twice, no symlink) within
-faforge.membercaps' declared-size and ratio caps, at most MAX_MEMBERS of them, and only METADATA and WHEEL are decompressed, each at most METADATA_CAP bytes. The
-name and version in METADATA must be the file name's, as pip requires. Each refusal is one FaforgeError
+the path must be a regular file within WHEEL_CAP (a FIFO is refused before anything waits on it), its zip
+members pass faforge.pipwheel.members' checks, and only METADATA and WHEEL are decompressed, each at most
+METADATA_CAP bytes. The name and version in METADATA must be the file name's, as pip requires. Each refusal is one FaforgeError
 (exit 2) naming the file and what is wrong with it.
 """
 
@@ -21,20 +20,19 @@ import zipfile
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from email.policy import compat32
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from faforge import membercaps, paths
-from faforge.errors import FaforgeError, path_error
+from faforge import paths
+from faforge.errors import path_error
+from faforge.pipwheel.members import METADATA_CAP, check_members, read_member
+from faforge.pipwheel.members import refuse as _refuse
 
 WHEEL_CAP = 4 << 30  # bytes of a whole wheel file (a flash-attn glue or kernel wheel for every arch: ~0.5 GB)
-METADATA_CAP = 1 << 20  # decompressed bytes of METADATA or WHEEL (real ones: a few KB)
-MAX_MEMBERS = 100_000  # zip members (torch's wheel, among the largest on PyPI, has ~16,000)
-REBUILD = "the file is not a sound wheel; rebuild it, or remove it from where it was found"
 # PEP 427's file name: the name and version are escaped (runs of -_. become _), a build tag starts with a digit.
 FILENAME = re.compile(r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[^-]+)"
                       r"(?:-(?P<build>[0-9][A-Za-z0-9_.]*))?-(?P<python>[A-Za-z0-9_.]+)-(?P<abi>[A-Za-z0-9_.]+)"
@@ -107,10 +105,6 @@ def requirement(wheel: WheelFacts, project: str) -> Requirement | None:
     return None
 
 
-def _refuse(what: str, message: str, hint: str = REBUILD) -> FaforgeError:
-    return FaforgeError(f"{what}: {message}", hint=hint, input=what)
-
-
 def parse_wheel_filename(filename: str) -> WheelName:
     """The parts of a wheel file name; a name that is not PEP 427's is refused, naming it."""
     hint = "a wheel's file name is NAME-VERSION(-BUILD)?-PYTHON-ABI-PLATFORM.whl (PEP 427)"
@@ -146,38 +140,6 @@ def _open_wheel(path: Path) -> int:
     return fd
 
 
-def member_problem(info: zipfile.ZipInfo) -> str | None:
-    """Why a zip member would not unpack as itself inside site-packages, or None."""
-    name = info.filename
-    parts = PurePosixPath(name).parts
-    if not name or name.startswith("/") or "\\" in name or "\x00" in name or ".." in parts or re.match(r"[A-Za-z]:", name):
-        return "is not a relative path inside the wheel"
-    if stat.S_ISLNK(info.external_attr >> 16):
-        return "is a symbolic link (a wheel installs files, not links)"
-    return None
-
-
-def check_members(archive: zipfile.ZipFile, what: str) -> list[zipfile.ZipInfo]:
-    """The archive's members, each a plain relative name, none twice, at most MAX_MEMBERS, each within
-    faforge.membercaps' declared-size and ratio caps (read from the central directory, before any member
-    is decompressed; zipfile then yields no more than the declared size)."""
-    infos = archive.infolist()
-    if len(infos) > MAX_MEMBERS:
-        raise _refuse(what, f"has {len(infos):,} members, more than the {MAX_MEMBERS:,} a wheel may have")
-    seen: set[str] = set()
-    total = 0
-    for info in infos:
-        total += info.file_size
-        problem = (member_problem(info) or membercaps.size_problem(info.file_size, total)
-                   or membercaps.ratio_problem(info.file_size, info.compress_size))
-        if problem:
-            raise _refuse(what, f"member {info.filename[:200]!r} {problem}")
-        if info.filename in seen:
-            raise _refuse(what, f"member {info.filename[:200]!r} appears twice (which one an installer keeps is not defined)")
-        seen.add(info.filename)
-    return infos
-
-
 def dist_info_dir(names: list[str], name: WheelName, what: str) -> str:
     """The wheel's one top-level .dist-info folder, whose project is the file name's (as pip finds it)."""
     found = sorted({n.split("/", 1)[0] for n in names if "/" in n and n.split("/", 1)[0].endswith(".dist-info")})
@@ -187,23 +149,6 @@ def dist_info_dir(names: list[str], name: WheelName, what: str) -> str:
     if canonicalize_name(project) != name.name:
         raise _refuse(what, f"its {found[0][:120]} is not of the project {name.name!r} the file name says")
     return found[0]
-
-
-def read_member(archive: zipfile.ZipFile, name: str, what: str, cap: int | None = None) -> bytes:
-    """The bytes of member `name`, at most `cap` (METADATA_CAP) of them decompressed (a bomb stops there,
-    whatever the header says)."""
-    cap = METADATA_CAP if cap is None else cap
-    try:
-        info = archive.getinfo(name)
-    except KeyError:
-        raise _refuse(what, f"has no {name}") from None
-    if info.file_size > cap:
-        raise _refuse(what, f"{name} is {info.file_size:,} bytes, more than the {cap:,} it may have")
-    with archive.open(info) as member:
-        data = member.read(cap + 1)
-    if len(data) > cap:
-        raise _refuse(what, f"{name} decompresses to more than the {cap:,} bytes it may have")
-    return data
 
 
 def parse_metadata(data: bytes, what: str) -> dict[str, list[str]]:

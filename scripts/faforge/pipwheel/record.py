@@ -17,7 +17,8 @@ import io
 import zipfile
 
 from faforge.errors import FaforgeError
-from faforge.pipwheel.facts import REBUILD, WheelFacts, check_members, read_member
+from faforge.pipwheel.facts import WheelFacts
+from faforge.pipwheel.members import REBUILD, check_members, read_member
 
 RECORD_CAP = 16 << 20  # decompressed bytes of RECORD (torch 2.14.1's, ~16,000 rows: 1.9 MB)
 SIGNATURES = ("RECORD.jws", "RECORD.p7s")  # listed nowhere: they sign RECORD (PEP 427)

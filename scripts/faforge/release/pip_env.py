@@ -41,7 +41,8 @@ from faforge import config
 from faforge.pipindex.folder import core_metadata
 from faforge.pipindex.layout import FILES
 from faforge.pipindex.pages import Link, index_pages, metadata_name
-from faforge.pipwheel.facts import WheelFacts, check_members
+from faforge.pipwheel.facts import WheelFacts
+from faforge.pipwheel.members import check_members
 
 LOOPBACK = "127.0.0.1"
 PIP_TIMEOUT_S = 1800  # a first install may fetch a missing dependency from PyPI; our wheels come from loopback

@@ -65,7 +65,8 @@ from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import KERNEL_BUILD
-from faforge.pipwheel.facts import WheelFacts, check_members, read_wheel, requirement
+from faforge.pipwheel.facts import WheelFacts, read_wheel, requirement
+from faforge.pipwheel.members import check_members
 from faforge.pipwheel.layout import KERNEL_DIR
 from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.package import cuda_of_tag
