@@ -69,7 +69,7 @@ def test_each_output_is_stale_exactly_when_its_inputs_change(checkout):
     doctor = identities(checkout)
     assert not changed(base["kernels"], doctor["kernels"]) and not changed(base["cells"], doctor["cells"])
 
-    append(checkout / "scripts/faforge/backend/glue.py", "\n# a glue edit\n")
+    append(checkout / "scripts/faforge/backend/glue.py", "\n_A_GLUE_EDIT = 1\n")
     glue = identities(checkout)
     assert not changed(doctor["kernels"], glue["kernels"]), "a glue edit must not rebuild a kernel package"
     assert changed(doctor["cells"], glue["cells"]) == set(glue["cells"])
@@ -111,7 +111,7 @@ def test_plan_rebuilds_what_a_glue_edit_made_stale_and_nothing_after_a_doctor_ed
     data = plan(checkout, channel, tmp_path / "cache")
     assert data["to_build"] == [] and data["stale"] == [] and len(data["in_channel"]) == data["cells"]
 
-    append(checkout / "scripts/faforge/backend/glue.py", "\n# a glue edit\n")
+    append(checkout / "scripts/faforge/backend/glue.py", "\n_A_GLUE_EDIT = 1\n")
     identities(checkout)
     data = plan(checkout, channel, tmp_path / "cache")
     assert len(data["to_build"]) == data["cells"] and data["in_channel"] == []
@@ -179,7 +179,9 @@ def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
     assert fa3_identities(checkout) == base
     for edited in ("recipes/flash-attn-3/build_flash_attn_3.py", "scripts/faforge/backend/toolchain.py", "scripts/faforge/abi/stable.py"):
         before = fa3_identities(checkout)
-        append(checkout / edited, "\n# an edit\n")
+        append(checkout / edited, "\n# a comment\n")
+        assert fa3_identities(checkout) == before, f"{edited}: a comment changes no behaviour"
+        append(checkout / edited, "\n_AN_EDIT = 1\n")
         assert changed(before, fa3_identities(checkout)) == set(before), edited
 
 

@@ -8,8 +8,9 @@ into every variant file: `kernel_inputs` (read by the kernel output, and by the 
 links that kernel build) and `glue_inputs` (read by the flash-attn output only). One value per key adds
 no variant combination. The files behind each come from the family row (faforge.family); the recipe adds
 its own part: the kernel digest covers the recipe outside `outputs:` (the sdist, version, top-level
-sources) and the kernel output, the glue digest the flash-attn output. The recipe is read as YAML, so a
-comment edit changes nothing.
+sources) and the kernel output, the glue digest the flash-attn output. The recipe is read as YAML, and
+every input file enters in its canonical form (faforge.matrix.canonical), so a comment, docstring or
+formatting edit changes nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.matrix.canonical import FORM_VERSION, canonical_bytes
 
 KERNEL_INPUTS = "kernel_inputs"
 GLUE_INPUTS = "glue_inputs"
@@ -60,9 +62,9 @@ def recipe_parts(recipe_path: Path) -> dict[str, object]:
 
 
 def _digest(root: Path, entries: tuple[str, ...], recipe_part: object) -> str:
-    h = hashlib.sha256(json.dumps(recipe_part, sort_keys=True, default=str).encode())
+    h = hashlib.sha256(json.dumps([FORM_VERSION, recipe_part], sort_keys=True, default=str).encode())
     for path in input_files(root, entries):
-        data = path.read_bytes()
+        data = canonical_bytes(path, path.read_bytes())
         h.update(f"\0{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()[:DIGEST_CHARS]
