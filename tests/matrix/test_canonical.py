@@ -7,7 +7,11 @@ edit a reader acts on (a constant, a name) must move it."""
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,8 @@ import pytest
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.canonical import canonical_bytes
 from faforge.matrix.inputs import fa3_input_digests, input_digests, input_files
+from tests.support.debian_toolchains import DebianUnavailable, amd64_python_3_13
+from tests.support.tiers import slow
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRIES = FLASH_ATTN.kernel_inputs + FLASH_ATTN.glue_inputs + FLASH_ATTN_3.inputs
@@ -83,3 +89,41 @@ def test_a_whole_sweep_over_a_checkout_moves_no_identity(tmp_path):
     kernel_source.write_text(kernel_source.read_text() + "\n_AN_EDIT = 1\n")
     after = input_digests(tmp_path)
     assert after["kernel_inputs"] != before["kernel_inputs"] and after["glue_inputs"] == before["glue_inputs"]
+
+
+CANONICAL_DIGESTS = """
+import hashlib, importlib.util, json, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("canonical", sys.argv[1])
+canonical = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(canonical)
+paths = [Path(p) for p in sys.argv[2:]]
+print(json.dumps({str(p): hashlib.sha256(canonical.canonical_bytes(p, p.read_bytes())).hexdigest() for p in paths}))
+"""
+
+
+@pytest.fixture(scope="module")
+@slow("downloads and unpacks Debian trixie's python3.13 (about 7 MB)")
+def python_3_13():
+    try:
+        return amd64_python_3_13()
+    except DebianUnavailable as exc:
+        pytest.skip(f"Debian's python3.13 is not available: {exc}")
+
+
+def test_the_canonical_form_is_the_same_on_another_python(python_3_13):
+    """`faforge generate` on a contributor's Python 3.13 must write the variant files CI's 3.11 checks: the
+    form leaves out what 3.12 added to every tree (type_params=[])."""
+    import yaml  # noqa: PLC0415 (only for its folder: the other Python reads YAML with the same pure-Python package)
+
+    paths = [str(p) for p in input_files(REPO, ENTRIES) if p.suffix in (".py", ".yaml", ".json")]
+    module = REPO / "scripts/faforge/matrix/canonical.py"
+    env = dict(os.environ, PYTHONPATH=str(Path(yaml.__file__).parents[1]))
+    done = subprocess.run([*python_3_13, "-s", "-c", CANONICAL_DIGESTS, str(module), *paths],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    other = json.loads(done.stdout)
+    here = {p: hashlib.sha256(canonical_bytes(Path(p), Path(p).read_bytes())).hexdigest() for p in paths}
+    assert "3.13" in subprocess.run([*python_3_13, "-c", "import sys; print(sys.version)"], capture_output=True,
+                                    text=True).stdout
+    assert len(here) > 40 and other == here

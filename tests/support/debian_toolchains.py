@@ -254,3 +254,12 @@ def arm64_plain_python(log=lambda line: None) -> Arm64Python:
         except OSError:  # another test made it first
             shutil.rmtree(staging)
     return Arm64Python(qemu, sysroot, root / "usr/bin/python3.11")
+
+
+def amd64_python_3_13(log=lambda line: None) -> list[str]:
+    """The command that runs Debian trixie's python3.13 here, under its own glibc; append the Python arguments."""
+    usr = ensure_unpacked("python-3.13-amd64", log) / "usr"
+    libs = usr / "lib/x86_64-linux-gnu"
+    # Run through the loader, /proc/self/exe is ld.so, so Python is told its prefix.
+    return ["env", f"PYTHONHOME={usr}", str(libs / "ld-linux-x86-64.so.2"), "--library-path", str(libs),
+            str(usr / "bin/python3.13")]
