@@ -4,6 +4,7 @@ cell, read the command it shows, and check a screenshot for the selected cell's 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -231,8 +232,9 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
     assert conda_hidden is True, "no conda package in the channel for this cell"
 
 
-def _page(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faforge", "page", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+def _page(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "faforge", "page", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
 
 
 def test_page_before_anything_is_published_says_publish_first(tmp_path):
@@ -270,3 +272,26 @@ def test_a_file_given_as_the_channel_folder_is_named_as_such(tmp_path):
     (tmp_path / "notes.txt").write_text("not a channel\n")
     result = _page(tmp_path, "--channel", str(tmp_path / "notes.txt"))
     assert result.returncode == 2 and "is a file, not a folder" in result.stderr and "does not exist" not in result.stderr
+
+
+def test_two_pages_of_one_channel_are_the_same_bytes_under_source_date_epoch(tmp_path):
+    subdir, build, torch = PACKAGES[0]
+    assemble(PackageSpec("flash-attn", VERSION, build, subdir, depends=("python 3.11.*", torch)), tmp_path / "channel")
+    index(tmp_path / "channel")
+    made = []
+    for out in ("one", "two"):
+        result = _page(tmp_path, "--out", out, env={"SOURCE_DATE_EPOCH": "1796083200"})
+        assert result.returncode == 0, result.stderr
+        made.append({p.name: p.read_bytes() for p in (tmp_path / out).iterdir()})
+    assert made[0] == made[1] and len(made[0]) == 2
+    assert json.loads(made[0]["flash-attn-builds.json"])["generated"] == "2026-12-01T00:00:00+00:00"
+
+
+@pytest.mark.parametrize("epoch", ["yesterday", "-5", "1e9", "9" * 40])
+def test_a_source_date_epoch_that_is_no_count_of_seconds_is_named(tmp_path, epoch):
+    subdir, build, torch = PACKAGES[0]
+    assemble(PackageSpec("flash-attn", VERSION, build, subdir, depends=("python 3.11.*", torch)), tmp_path / "channel")
+    index(tmp_path / "channel")
+    result = _page(tmp_path, env={"SOURCE_DATE_EPOCH": epoch})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "SOURCE_DATE_EPOCH=" in result.stderr and "is not a count of seconds since 1970" in result.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -155,7 +156,7 @@ def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: Wor
     fa3.sort(key=lambda p: (p["platform"], vtuple(p["cuda"]), p["cuda_archs"], Version(p["version"])), reverse=True)
     return {
         "version": PAGE_VERSION,
-        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated": generated_at(),
         "install_channel": None if install_channel == HERE else install_channel,
         "channel_placeholder": CHANNEL_PLACEHOLDER,
         "packages": packages,
@@ -163,6 +164,18 @@ def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: Wor
         "pip_index": pip_index,
         "pip": pip or [],
     }
+
+
+def generated_at() -> str:
+    """When the page was made: now, or SOURCE_DATE_EPOCH when set, so two builds of one channel's page are
+    byte for byte the same (https://reproducible-builds.org/specs/source-date-epoch/)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is None:
+        return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if not epoch.isdecimal() or len(epoch) > 12:
+        raise FaforgeError(f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a count of seconds since 1970",
+                           hint="set it to a whole number such as `git log -1 --format=%ct`, or unset it")
+    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds")
 
 
 def with_channel(data: dict, channel: str) -> dict:
