@@ -11,7 +11,8 @@ import traceback
 
 from faforge import __version__, config
 from faforge.commands import COMMANDS
-from faforge.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
+from faforge.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_REMOTE, EXIT_SKIPPED, FaforgeError,
+                            path_error)
 from faforge.family import FLASH_ATTN
 from faforge.interrupts import deliver_swallowed_interrupts
 from faforge.streams import reader_left, reserve_standard_fds, settle_for_exit, tolerant_streams
@@ -56,13 +57,17 @@ def _chosen_command(argv: list[str]) -> str | None:
 
 VERBOSE_HELP = "show the cause chain of errors (e.g. py-rattler's) and tracebacks of OS errors"
 
+# The exit codes of faforge.errors in --help's words; the CLI reference page renders them as its table.
+EXIT_STATUS = {EXIT_OK: "ok", EXIT_PROBLEMS: "problems found", EXIT_BAD_INPUT: "bad input", EXIT_SKIPPED: "nothing verified",
+               EXIT_REMOTE: "network or remote service", EXIT_INTERRUPTED: "interrupted"}
+
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; only the chosen command's module is imported (rattler, torch, ... are slow)."""
     chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
     parser = _Parser(prog="faforge", description=f"{FLASH_ATTN.package} builds that match your PyTorch",
-                     epilog="exit status: 0 ok, 1 problems found, 2 bad input, 3 nothing verified, 4 network or remote "
-                            "service, 130 interrupted (README.md, Exit codes)")
+                     epilog=f"exit status: {', '.join(f'{code} {what}' for code, what in EXIT_STATUS.items())} "
+                            "(README.md, Exit codes)")
     parser.add_argument("--version", action="version", version=f"faforge {__version__}")
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -5,8 +5,8 @@ two rattler-build-like trees (one python cold, a second python through the compi
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
 entries it also prints the matrix before and after the kernel split (faforge.buildcost.split); with its
 FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
-piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world (issue 33), the runner and CPU hours
-each torch release adds (faforge.buildcost.pip_world).
+piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world (PyPI's torch wheels), the
+runner and CPU hours each torch release adds (faforge.buildcost.pip_world).
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     measure.add_argument("--pythons", default="3.11,3.12", help="the two python variants (default 3.11,3.12)")
     measure.add_argument("--tus", default=",".join(bench.DEFAULT_TUS), help="comma-separated kernel TUs (default: the hdim32 fp16 TU of each class)")
     measure.add_argument("--arch", default="80", help="one SM arch to compile for (default 80)")
-    measure.add_argument("--cxx11-abi", type=int, choices=[0, 1], default=1)
+    measure.add_argument("--cxx11-abi", type=int, choices=[0, 1], default=1, help="the C++ ABI the TUs compile with (default 1)")
     measure.add_argument("--nice", type=int_range(-20, 19), default=0, help="run nvcc under nice -n N (default 0)")
     measure.add_argument("--workdir", type=Path, default=None, help="fresh dir for the build trees and the cache (default: .cache/buildcost/<time>)")
-    measure.add_argument("--cuda-home", type=Path, default=Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")))
+    measure.add_argument("--cuda-home", type=Path, default=None, help="the CUDA toolkit nvcc runs from (default: $CUDA_HOME, else /usr/local/cuda)")
     measure.add_argument("--write", action="store_true", help="append the measured numbers to the data file")
 
 
@@ -65,8 +65,9 @@ def _runner(spec: str) -> tuple[int, float]:
     return cpus, gb
 
 
-def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """(pythons, TUs) of --measure, every option checked before the first compile (they take minutes each)."""
+def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str], Path]:
+    """(pythons, TUs, CUDA toolkit) of --measure, every option checked before the first compile (they take
+    minutes each). $CUDA_HOME is read here, not as the option's default, so that --help does not vary with it."""
     pythons = args.pythons.split(",")
     if len(pythons) != 2 or len(set(pythons)) != 2 or not all(re.fullmatch(r"3\.\d{1,2}", v) for v in pythons):
         raise FaforgeError("--pythons needs two different Python versions", input=f"--pythons {args.pythons}", hint="e.g. --pythons 3.11,3.12")
@@ -79,8 +80,9 @@ def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         parse_tu(tu)
     if not re.fullmatch(r"\d{2,3}[af]?", args.arch):
         raise FaforgeError("--arch is not an SM architecture", input=f"--arch {args.arch}", hint="e.g. --arch 80 or --arch 90a")
-    if not (args.cuda_home / "bin" / "nvcc").is_file():
-        raise FaforgeError(f"--cuda-home {args.cuda_home}: no bin/nvcc there", hint="pass the CUDA toolkit's folder, e.g. /usr/local/cuda")
+    cuda_home = args.cuda_home or Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    if not (cuda_home / "bin" / "nvcc").is_file():
+        raise FaforgeError(f"--cuda-home {cuda_home}: no bin/nvcc there", hint="pass the CUDA toolkit's folder, e.g. /usr/local/cuda")
     if args.workdir:
         paths.output_dir(args.workdir, "--workdir")
     if not (args.sdist and args.torch_include):
@@ -92,16 +94,16 @@ def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         raise FaforgeError(f"--sdist {args.sdist}: not an unpacked {FLASH_ATTN.package} sdist (no {FLASH_ATTN.source_dir}/src)",
                            hint=f"unpack {FLASH_ATTN.module}-VERSION.tar.gz and pass its folder")
     bench.torch_version_at(args.torch_include)
-    return pythons, tus
+    return pythons, tus, cuda_home
 
 
 def _measure(args: argparse.Namespace) -> bench.MeasureResult:
-    versions, tus = _measure_options(args)
+    versions, tus, cuda_home = _measure_options(args)
     workdir = args.workdir or paths.repo_root() / ".cache" / "buildcost" / time.strftime("%Y%m%d-%H%M%S")
     pythons = [(v, bench.python_include_dir(v)) for v in versions]
     result = bench.measure(workdir=workdir.resolve(), sdist=args.sdist.resolve(), torch_include=args.torch_include.resolve(),
                            pythons=pythons, tus=tus, arch=args.arch, cxx11_abi=args.cxx11_abi, nice=args.nice,
-                           cuda_home=args.cuda_home, progress=lambda item: print(f"  {_progress_line(item)}", flush=True))
+                           cuda_home=cuda_home, progress=lambda item: print(f"  {_progress_line(item)}", flush=True))
     (workdir / "result.json").write_text(json.dumps({"samples": [asdict(s) for s in result.samples], "reuse": asdict(result.reuse)}, indent=2))
     return result
 

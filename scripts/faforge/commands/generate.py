@@ -1,6 +1,8 @@
-"""Regenerate the variant configs under variants/ from releases.yaml and matrix.yaml, and the render
-store under variants/renders/ from them and the recipe: the conda worlds' and, for the pip world (issue
-33), variants/<platform>-pypi.yaml with the kernel renders of its cells' kernel keys."""
+"""Regenerate the variant configs and render store under variants/; with --check, only report stale ones.
+
+The variant configs come from releases.yaml and matrix.yaml, the render store (variants/renders/) from
+them and the recipe: the conda worlds' and, for the pip world (PyPI's torch wheels),
+variants/<platform>-pypi.yaml with the kernel renders of its cells' kernel keys."""
 
 from __future__ import annotations
 
