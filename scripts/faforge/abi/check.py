@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge.abi import classify, layout
 from faforge.abi.demangle import demangle
@@ -17,9 +18,15 @@ from faforge.abi.inputs import package_binaries
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
 from faforge.abi.ld_search import beside_module, system_library_dirs
 from faforge.abi.library import Library
-from faforge.abi.resolve import (Closure, NotFound, environment_dirs, is_torch_library, load_closure, loaded_by_torch,
+from faforge.abi.resolve import (Closure, environment_dirs, is_torch_library, load_closure, loaded_by_torch,
                                  opened, torch_lib_dirs)
 from faforge.errors import FaforgeError
+
+if TYPE_CHECKING:
+    from faforge.abi.elf import ElfInfo
+    from faforge.abi.elf_versions import VersionNeed
+    from faforge.abi.ld_search import Misplaced
+    from faforge.abi.resolve import TorchLoad
 
 ET_DYN = 3
 # conda subdir -> ELF machine as faforge.abi.elf names it.
@@ -119,9 +126,10 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     torch_owned = {lib.path.name for lib in torch_load.libraries.values()}
     # A library found only by reading a $ORIGIN entry's `..` lexically fails the load for certain,
     # whether `import torch` or the module needs it (issue 21).
-    misplaced = {(nf.name, nf.misplaced.needer): nf for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
-    problems += [Problem(classify.MISSING_LIBRARY, None, None, nf.name, _misplaced_detail(nf), misplaced=nf.misplaced)
-                 for nf in misplaced.values()]
+    misplaced = {(nf.name, nf.misplaced.needer): (nf.name, nf.misplaced)
+                 for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
+    problems += [Problem(classify.MISSING_LIBRARY, None, None, name, _misplaced_detail(name, m), misplaced=m)
+                 for name, m in misplaced.values()]
     for nf in closure.not_found:
         if nf.misplaced:
             continue
@@ -156,7 +164,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
                          unresolved_unverified, untold=tuple(untold))
 
 
-def _load_as_the_package_does(info, path: Path, search_dirs: Sequence[Path], torch_load) -> tuple[Closure, set[int]]:
+def _load_as_the_package_does(info: ElfInfo, path: Path, search_dirs: Sequence[Path], torch_load: TorchLoad
+                              ) -> tuple[Closure, set[int]]:
     """The module's closure after `import torch`, with the libraries its package loads itself first.
 
     A NEEDED library that the loader finds nowhere (no RUNPATH, not on the search path) but that
@@ -182,12 +191,11 @@ def _load_as_the_package_does(info, path: Path, search_dirs: Sequence[Path], tor
                 taken.setdefault(library.info.soname, library)
 
 
-def _misplaced_detail(nf: NotFound) -> str:
-    m = nf.misplaced
+def _misplaced_detail(name: str, m: Misplaced) -> str:
     through = f"{m.link} is a symlink to a folder ({m.link.resolve()})" if m.link else "its folder is reached through a symlink"
-    return (f"{nf.name} (needed by {m.needer}) is not where the loader looks: {through}, and the kernel resolves `..` "
+    return (f"{name} (needed by {m.needer}) is not where the loader looks: {through}, and the kernel resolves `..` "
             f"in its {m.tag} entry {m.entry} physically, from where the link points, so the loader looks in "
-            f"{m.looked_in}, not in {m.lies_in} where {nf.name} is; link the files, not the directory "
+            f"{m.looked_in}, not in {m.lies_in} where {name} is; link the files, not the directory "
             "(uv --link-mode symlink does this), or copy them")
 
 
@@ -201,7 +209,7 @@ def _helpers(closure: Closure, search_dirs: Sequence[Path], torch_loaded: Mappin
             if id(lib) not in loaded and not is_torch_library(lib.name) and lib.path.parent not in system]
 
 
-def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[list[Problem], int, int]:
+def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc: tuple[int, ...] | None) -> tuple[list[Problem], int, int]:
     """(problems, symbols left to the interpreter, unresolved symbols an unfound library may provide)
     for one object's imports, bound in the closure's load order as ld.so binds them."""
     problems: list[Problem] = []
@@ -222,7 +230,7 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[
     return problems, interpreter, unresolved_unverified
 
 
-def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symbols) -> bool:
+def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symbols: DynamicSymbols) -> bool:
     """Whether an unresolved symbol could be provided by a library that was not found (issue 12).
 
     A symbol whose name says where it comes from is a problem when that library was found and
@@ -239,7 +247,7 @@ def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symb
     return True
 
 
-def _owner_unfound(sym: Symbol, symbols, closure: Closure) -> bool:
+def _owner_unfound(sym: Symbol, symbols: DynamicSymbols, closure: Closure) -> bool:
     """Whether a versioned import's own library (DT_VERNEED names it: GLIBCXX_3.4 -> libstdc++.so.6) was
     not found. Then a same-name export of torch with other parameters is no signature drift: ld.so binds
     the import to its own library, which this check could not read (issue 23: an aarch64 glue checked
@@ -260,7 +268,8 @@ def _architecture_problems(binary: str, target: str | None, torch: TorchFacts) -
     return problems
 
 
-def _version_problems(needs, closure: Closure, glibc, problems: list[Problem], imports: list[Symbol]) -> set[str]:
+def _version_problems(needs: Sequence[VersionNeed], closure: Closure, glibc: tuple[int, ...] | None, problems: list[Problem],
+                      imports: list[Symbol]) -> set[str]:
     """Check DT_VERNEED as ld.so does at load time, and GLIBC_ versions against --glibc."""
     failed: set[str] = set()
     for need in needs:
@@ -295,10 +304,10 @@ def _users(imports: list[Symbol], version: str, shown: int = 3) -> str:
     return "used by " + ", ".join(names[:shown]) + more
 
 
-def _explain(unresolved, closure: Closure, symbols) -> list[Problem]:
+def _explain(unresolved: list[Symbol], closure: Closure, symbols: DynamicSymbols) -> list[Problem]:
     """Classify each unresolved symbol, searching the libraries once per distinct search key."""
-    hints = {v: need.file for need in symbols.needs for v in need.versions}
-    by_key: dict[str, list[tuple[str, str]]] = {}
+    hints: dict[str | None, str] = {v: need.file for need in symbols.needs for v in need.versions}
+    by_key: dict[str | None, list[tuple[str, str]]] = {}
     problems = []
     for sym in unresolved:
         wanted = demangle(sym.name)

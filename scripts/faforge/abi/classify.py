@@ -34,8 +34,8 @@ KINDS = (MISSING_LIBRARY, ABI_MISMATCH, SIGNATURE_DRIFT, MISSING_SYMBOL, WRONG_A
 NEW_ABI_MARKERS = ("St7__cxx11", "B5cxx11")
 OLD_ABI_MARKER = "Ss"
 _SOURCE_NAME = re.compile(r"(?<![0-9])([1-9][0-9]*)")
-ABI_NAMES = {0: "pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0, std::string mangled `Ss`)",
-             1: "C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1, std::__cxx11::basic_string)"}
+ABI_NAMES: dict[int | None, str] = {0: "pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0, std::string mangled `Ss`)",
+                                   1: "C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1, std::__cxx11::basic_string)"}
 
 
 def abi_of_name(name: str) -> int | None:
@@ -157,7 +157,9 @@ def parse_signature(text: str) -> Signature:
 
 def _top_level(name: str) -> tuple[list[int], list[int], int]:
     """Positions of depth-0 spaces and '::' in `name`, and where a trailing `operator...` starts."""
-    spaces, scopes, depth, i = [], [], 0, 0
+    spaces: list[int] = []
+    scopes: list[int] = []
+    depth, i = 0, 0
     while i < len(name):
         c = name[i]
         if depth == 0 and name.startswith("operator", i) and (i == 0 or name[i - 1] in ": ") \

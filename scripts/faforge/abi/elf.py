@@ -14,9 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from faforge.abi.elf_file import ElfError, ElfFile
 from faforge.abi.elf_symbols import DynamicSymbols, dynamic_symbols
+
+if TYPE_CHECKING:
+    from elftools.elf.dynamic import DynamicSection
 
 SHT_STRTAB = 3
 SHT_DYNAMIC = 6
@@ -56,7 +60,8 @@ def elf_info(elf: ElfFile) -> ElfInfo:
         # Read no further than the section, whether or not a DT_NULL ends it (a corrupt one may not).
         count = elf.row_count(dynamic, elf.pyelf.structs.Elf_Dyn.sizeof(), ".dynamic")
         with elf.parsing("malformed .dynamic"):
-            for tag in islice(elf.pyelf.get_section(index).iter_tags(), count):
+            section = cast("DynamicSection", elf.pyelf.get_section(index))  # pyelftools' class for SHT_DYNAMIC
+            for tag in islice(section.iter_tags(), count):
                 if tag["d_tag"] in entries:
                     if tag["d_val"] >= strings.size:
                         raise ElfError(f"{elf.path}: malformed ELF: .dynamic names string {tag['d_val']}, "
@@ -65,7 +70,7 @@ def elf_info(elf: ElfFile) -> ElfInfo:
     split = lambda tag: tuple(p for e in entries[tag] for p in e.split(":") if p)  # noqa: E731
     return ElfInfo(
         path=elf.path, elf_class=elf.elf_class, little_endian=elf.little_endian, machine=elf.machine,
-        file_type=elf.file_type, soname=(entries["DT_SONAME"] or [None])[0], needed=tuple(entries["DT_NEEDED"]),
+        file_type=elf.file_type, soname=entries["DT_SONAME"][0] if entries["DT_SONAME"] else None, needed=tuple(entries["DT_NEEDED"]),
         rpath=split("DT_RPATH"), runpath=split("DT_RUNPATH"),
     )
 

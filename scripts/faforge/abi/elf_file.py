@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, cast
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
@@ -37,6 +38,9 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import StringTableSection
 
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError
+
+if TYPE_CHECKING:
+    from elftools.construct import MappingAdapter, Struct
 
 # e_machine values, from the System V gABI registry (https://www.sco.com/developers/gabi/latest/ch4.eheader.html),
 # named as `uname -m` does.
@@ -115,7 +119,7 @@ class ElfFile:
     def __enter__(self) -> ElfFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.image.close()
 
     def _read_header(self) -> None:
@@ -126,7 +130,7 @@ class ElfFile:
             raise ElfError(f"{self.path}: not an ELF file (starts with {bytes(ident[:4])!r}); "
                            "expected a compiled extension module or shared library")
         with self.parsing("malformed ELF header"):
-            self.pyelf = ELFFile(self.image.map)
+            self.pyelf = ELFFile(cast(IO[bytes], self.image.map))  # an mmap reads and seeks like IO[bytes]
             self.elf_class, self.little_endian = self.pyelf.elfclass, self.pyelf.little_endian
             self.file_type = _number(self.pyelf.structs.Elf_Ehdr, "e_type", self.pyelf["e_type"])
             machine = _number(self.pyelf.structs.Elf_Ehdr, "e_machine", self.pyelf["e_machine"])
@@ -209,9 +213,10 @@ class ElfFile:
         return values
 
 
-def _number(layout, field: str, value: int | str) -> int:
+def _number(layout: Struct, field: str, value: int | str) -> int:
     """The number of an enum field that pyelftools decoded to its name ("SHT_DYNSYM", "EM_X86_64"),
     through the field's own mapping in pyelftools' struct layout; values it has no name for stay numbers."""
     if isinstance(value, int):
         return value
-    return next(c for c in layout.subcons if c.name == field).encoding[value]
+    enum = cast("MappingAdapter", next(c for c in layout.subcons if c.name == field))  # a named field is an Enum
+    return enum.encoding[value]

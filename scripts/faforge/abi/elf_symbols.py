@@ -66,7 +66,7 @@ class DynamicSymbols:
         next(rows, None)  # the null symbol
         exported = [(name, raw) for name, info, other, shndx, raw in rows
                     if shndx != SHN_UNDEF and info >> 4 in EXPORTED_BINDINGS and other & 3 in EXPORTED_VISIBILITIES]
-        table = {name: one[raw] for name, raw in exported}
+        table: dict[str, tuple[tuple[str | None, bool], ...]] = {name: one[raw] for name, raw in exported}
         if len(table) < len(exported):  # some names are defined under several versions (libc's memcpy)
             table = {}
             for name, raw in exported:

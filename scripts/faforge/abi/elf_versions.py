@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from faforge.abi.elf_file import ElfError, ElfFile
 
@@ -42,7 +44,8 @@ def version_needs(elf: ElfFile) -> tuple[tuple[VersionNeed, ...], dict[int, str]
     section = elf.section_by_type(SHT_GNU_VERNEED)
     if section is None:
         return (), {}
-    data, strings, seen = elf.section_bytes(section), elf.linked_strings(section), set()
+    data, strings = elf.section_bytes(section), elf.linked_strings(section)
+    seen: set[int] = set()
     needs, index = [], {}
     for at, (_version, count, file_off, aux, _next) in _chain(elf, data, "HHIII", section.name, seen):
         versions = []
@@ -70,7 +73,8 @@ def version_definitions(elf: ElfFile) -> tuple[tuple[str, ...], dict[int, str]]:
     return tuple(defines), index
 
 
-def _chain(elf: ElfFile, data: bytes, fmt: str, what: str, seen: set[int], start: int = 0, limit: int | None = None):
+def _chain(elf: ElfFile, data: bytes, fmt: str, what: str, seen: set[int], start: int = 0, limit: int | None = None
+           ) -> Iterator[tuple[int, tuple[Any, ...]]]:
     """Walk a version linked list, yielding (offset, record); each record's last field is the
     distance to the next one (0 ends the list). A record visited twice means a corrupt file,
     which also bounds the walk by the section's size."""
@@ -87,7 +91,7 @@ def _chain(elf: ElfFile, data: bytes, fmt: str, what: str, seen: set[int], start
         offset += record[-1]
 
 
-def _unpack(elf: ElfFile, data: bytes, offset: int, fmt: str, what: str) -> tuple:
+def _unpack(elf: ElfFile, data: bytes, offset: int, fmt: str, what: str) -> tuple[Any, ...]:
     size = struct.calcsize(fmt)
     if offset < 0 or offset + size > len(data):
         raise ElfError(f"{elf.path}: malformed ELF: {what} entry at {offset} runs past the section")

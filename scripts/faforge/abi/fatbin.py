@@ -17,6 +17,7 @@ arch-variant flag bits was measured here with nvcc 13.0 and checked against
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,13 +58,14 @@ def read_gpu_archs(path: str | Path) -> GpuArchs:
         section = elf.section_by_name(SECTION)
         if section is None:
             return GpuArchs((), ())
-        sass, ptx = set(), set()
+        sass: set[str] = set()
+        ptx: set[str] = set()
         for kind, name in _entries(elf, section.offset, section.size):
             (sass if kind == KIND_SASS else ptx).add(name)
     return GpuArchs(tuple(sorted(sass, key=_arch_order)), tuple(sorted(ptx, key=_arch_order)))
 
 
-def _entries(elf: ElfFile, start: int, size: int):
+def _entries(elf: ElfFile, start: int, size: int) -> Iterator[tuple[int, str]]:
     """(kind, arch name) of every entry of every container in the section."""
     end = start + size
     magic = struct.pack("<I", CONTAINER_MAGIC)

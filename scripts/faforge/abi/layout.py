@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
@@ -74,18 +75,18 @@ def load_table(path: Path = TABLE) -> Table:
     return Table(_strings(path, "about", raw.get("about")), tuple(_break(path, i, b) for i, b in enumerate(breaks)))
 
 
-def _strings(path: Path, key: str, value) -> tuple[str, ...]:
+def _strings(path: Path, key: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
         raise DataError(path, key, f"invalid value {value!r}", hint="expected a non-empty list of non-empty strings")
     return tuple(value)
 
 
-def _break(path: Path, i: int, raw) -> LayoutBreak:
+def _break(path: Path, i: int, raw: object) -> LayoutBreak:
     key = f"breaks[{i}]"
     if not isinstance(raw, dict) or set(raw) != set(_FIELDS):
         found = sorted(raw) if isinstance(raw, dict) else raw
         raise DataError(path, key, f"invalid value {found!r}", hint=f"expected exactly the keys {', '.join(_FIELDS)}")
-    values = {}
+    values: dict[str, Any] = {}  # a str or a tuple of them per field, as LayoutBreak declares
     for field in _FIELDS:
         if field in _LISTS:
             values[field] = _strings(path, f"{key}.{field}", raw[field])

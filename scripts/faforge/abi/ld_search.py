@@ -70,7 +70,8 @@ class Misplaced:
     link: Path | None  # the symlinked folder the needer was opened through
 
 
-def find_needed(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path], loaders: Sequence[ElfInfo] = ()):
+def find_needed(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path], loaders: Sequence[ElfInfo] = ()
+                ) -> tuple[tuple[Path, ElfInfo] | None, list[Path]]:
     """(path, info) of the first compatible file for a DT_NEEDED name, and the incompatible ones seen.
 
     `loaders`: the chain of objects that loaded `needer`, nearest first, whose RPATHs it inherits."""
@@ -80,7 +81,7 @@ def find_needed(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence
         dirs = [*search_dirs, *(_expand(d, obj) for obj in own_search_path(needer, loaders) for d in obj.runpath or obj.rpath),
                 *system_library_dirs()]
         candidates = [Path(d) / name for d in dict.fromkeys(dirs) if d is not None]
-    wrong = []
+    wrong: list[Path] = []
     for candidate in candidates:
         info = _elf_info(candidate)
         if info is None:

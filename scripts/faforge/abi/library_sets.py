@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -67,9 +68,10 @@ def split_sets(files: list[tuple[str, Path, bool]], torch: TorchFacts, rules: tu
     unknown: dict[tuple[Path, str], list[Member]] = defaultdict(list)
     rest = []
     for shown, path, candidate in files:
-        row = next((i for i, r in enumerate(rules) if r.file.match(path.name)), None)
-        if row is not None:
-            known[(Path(shown).parent, row)].append(_member(shown, path, rules[row].file.match(path.name)))
+        matched = next(((i, m) for i, r in enumerate(rules) if (m := r.file.match(path.name)) is not None), None)
+        if matched is not None:
+            row, match = matched
+            known[(Path(shown).parent, row)].append(_member(shown, path, match))
         elif not candidate:
             continue
         elif (token := TORCH_TOKEN.search(path.name)) is not None:
@@ -89,7 +91,7 @@ def split_sets(files: list[tuple[str, Path, bool]], torch: TorchFacts, rules: tu
 def choose(rule: Rule, members: list[Member], torch: TorchFacts) -> Choice:
     """The members `rule`'s loader opens with `torch`, or why that cannot be told or fails."""
     members = sorted(members, key=lambda m: (m.release, m.device or ""))
-    def result(verdict: str, detail: str, loads=(), problem: Problem | None = None) -> Choice:
+    def result(verdict: str, detail: str, loads: Sequence[Member] = (), problem: Problem | None = None) -> Choice:
         return Choice(LibrarySet(_label(members), tuple(m.shown for m in members), rule.package, tuple(m.shown for m in loads),
                                  verdict, detail, problem), tuple(loads))
 
@@ -188,7 +190,7 @@ def _load_rules(path: Path) -> tuple[Rule, ...]:
     return tuple(_rule(path, f"sets[{i}]", row) for i, row in enumerate(rows))
 
 
-def _rule(path: Path, key: str, row) -> Rule:
+def _rule(path: Path, key: str, row: object) -> Rule:
     if not isinstance(row, dict):
         raise DataError(path, key, f"invalid value {row!r}", hint="expected a mapping")
     for field in ("package", "loader", "file"):

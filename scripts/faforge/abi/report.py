@@ -166,7 +166,7 @@ class Verdict:
         }
 
 
-def _problem_json(p: Problem, module: str) -> dict:
+def _problem_json(p: Problem, module: str | None) -> dict:
     return {"kind": p.kind, "symbol": p.symbol, "demangled": p.demangled, "library": p.library,
             "detail": p.detail, "offers": list(p.offers), "imported_by": p.imported_by, "module": module}
 

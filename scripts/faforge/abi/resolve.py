@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,7 +207,7 @@ def _names(libraries: Sequence[Library]) -> dict[str, Library]:
     return names
 
 
-def _walk(queue_items, root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[str, Library], *,
+def _walk(queue_items: Iterable[tuple[ElfInfo, str, tuple[ElfInfo, ...]]], root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[str, Library], *,
           reuse_roots: bool = True) -> tuple[list[Library], list[NotFound]]:
     """The breadth-first DT_NEEDED walk behind load_closure and loaded_by_torch.
 

@@ -88,7 +88,7 @@ def check_stable(path: str | Path, releases: Sequence[str | Path], *, platform: 
     return StableVerdict(str(path), tuple(unstable.values()), tuple(sorted(stable)), tuple(verdicts))
 
 
-def _torch_imports(module: Path, search_dirs, shown: str) -> list[str | UnstableImport]:
+def _torch_imports(module: Path, search_dirs: Sequence[Path], shown: str) -> list[str | UnstableImport]:
     """Each import of `module` that names torch: a stable C function's name, or an UnstableImport.
     An import names torch when a torch library provides it in this load, or when its mangled name
     lies in torch's namespaces (c10::, at::, torch::, caffe2::) whether or not one provides it."""

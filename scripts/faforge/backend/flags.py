@@ -22,5 +22,8 @@ NVCC_FLAGS = [
 
 
 def cxx_standard(torch_version: str) -> str:
-    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", torch_version).groups())
+    release = re.match(r"(\d+)\.(\d+)", torch_version)
+    if release is None:
+        raise ValueError(f"torch version {torch_version!r}: expected one that starts MAJOR.MINOR, such as 2.9.0")
+    major, minor = (int(x) for x in release.groups())
     return "c++20" if (major, minor) >= CXX20_FROM_TORCH else "c++17"

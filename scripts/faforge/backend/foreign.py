@@ -217,7 +217,7 @@ def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: 
     log(f"glue compiled and linked in {seconds:.0f}s")
     linked = out_dir / name
     tag = (python.tag, python.tag, f"linux_{machine}")
-    finished = []
+    finished: list[Path] = []
 
     class PrebuiltExtension(build_ext):
         """Puts the glue linked above where build_ext would have built it, under the target's file name."""
@@ -234,7 +234,7 @@ def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: 
             finish_extension(path, libpython=python.library.name, abi=abi, library=library, carry_library=carry_library)
             finished.append(path)
 
-    class TargetWheel(Distribution().get_command_class("bdist_wheel")):
+    class TargetWheel(Distribution().get_command_class("bdist_wheel")):  # type: ignore[misc]  # a run-time base class
         """The target's tags, not this Python's."""
 
         def get_tag(self):

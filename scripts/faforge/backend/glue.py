@@ -19,6 +19,7 @@ import sysconfig
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from faforge.backend.ccache import INCLUDE_VIEW_DIR, include_view, through_view, view_roots
 from faforge.backend.errors import BuildError
@@ -28,6 +29,9 @@ from faforge.backend.ninja import KERNEL_SONAME
 from faforge.backend.postlink import drop_libpython_needed, verify_abi
 from faforge.backend.toolchain import cuda_triplet, nvcc_cuda_include_dirs, target_machine
 from faforge.family import FLASH_ATTN
+
+if TYPE_CHECKING:
+    from setuptools import Extension
 
 # Where a local build's wheel carries the kernel library, beside the module (auditwheel's layout).
 WHEEL_LIBS_DIR = f"{FLASH_ATTN.extension}.libs"
@@ -50,6 +54,9 @@ def import_torch() -> tuple[ModuleType, ModuleType, str]:
 
 
 def torch_include_dir(torch: ModuleType) -> str:
+    if torch.__file__ is None:
+        raise BuildError(f"torch in {sys.prefix} has no __init__.py (a namespace package, not an installed torch); "
+                         "reinstall torch")
     return os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
 
 
@@ -110,7 +117,7 @@ def finish_extension(path: Path, *, libpython: str | None, abi: int, library: Pa
         shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_SONAME)  # the name DT_NEEDED has
 
 
-def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension, cmdclass: dict) -> Path:
+def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension: Extension, cmdclass: dict) -> Path:
     """setuptools' wheel of the sdist's Python package and `extension`, built by cmdclass["build_ext"]."""
     from setuptools import find_packages, setup  # noqa: PLC0415
 
@@ -149,9 +156,9 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
     cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(target_machine(dict(os.environ), platform.machine())))
     view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
 
-    built = []
+    built: list[bool] = []
 
-    class CheckedBuildExtension(cpp_extension.BuildExtension):
+    class CheckedBuildExtension(cpp_extension.BuildExtension):  # type: ignore[name-defined]  # a run-time base class
         def build_extensions(self):
             # bdist_wheel runs build_ext a second time. That run would append torch's -D flags to the
             # compile args again, relink the extension and verify it again; its output is already in build_lib.

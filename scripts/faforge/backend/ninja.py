@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from faforge.backend import ccache as compiler_cache
@@ -95,7 +96,7 @@ def kernel_ninja(nvcc: list[str], source_dir: Path, kernels: list[str], shim: Pa
     return "\n".join(lines)
 
 
-def run_ninja(out_dir: Path, text: str, max_jobs: int, targets: list[str] = (), *, what: str) -> float:
+def run_ninja(out_dir: Path, text: str, max_jobs: int, targets: Sequence[str] = (), *, what: str) -> float:
     """Write out_dir/build.ninja (only when it changed, so ninja resumes) and run it; the seconds it took.
     A failed build is a BuildError naming `what`; compiled objects stay for the next run."""
     ninja_file = out_dir / "build.ninja"

@@ -40,7 +40,8 @@ def philox_bits(text: str) -> int:
     return int(one_of("32", "64")(text))
 
 
-def from_env(name: str, parse: Callable[[str], object], default=None, environ: Mapping[str, str] = os.environ):
+def from_env(name: str, parse: Callable[[str], object], default: object = None,
+             environ: Mapping[str, str] = os.environ) -> object:
     """The variable's value through `parse`, `default` when it is unset or empty; BuildError naming it otherwise."""
     text = environ.get(name, "")
     if text == "":
@@ -53,7 +54,7 @@ def from_env(name: str, parse: Callable[[str], object], default=None, environ: M
 
 
 # The variables that stand in for options: each one's parser and its value when unset.
-ENV_OPTIONS = {
+ENV_OPTIONS: dict[str, tuple[Callable[[str], object], object]] = {
     "FLASH_ATTN_CUDA_ARCHS": (str, None), "FAFORGE_CXX11_ABI": (one_of("0", "1"), None), "MAX_JOBS": (positive_int, None),
     "NVCC_THREADS": (positive_int, 1), "FAFORGE_COMPILER_CACHE": (one_of(*COMPILER_CACHES), "none"),
     "FAFORGE_CHECKER_PATH": (str, None), "FAFORGE_BUILD_TUS": (str, None),

@@ -35,7 +35,8 @@ def import_failed(s: Situation, found: list[Problem]) -> Problem | None:
         return Problem("import-failed", ERROR, f"`import {FLASH_ATTN.extension}` crashed the interpreter ({outcome.crashed})")
     error = outcome.error
     detail = (s.binary_error,) if s.binary_error else ()
-    return Problem("import-failed", ERROR, f"`import {FLASH_ATTN.extension}` fails: {error.type}: {error.message}", detail)
+    why = f": {error.type}: {error.message}" if error else ""  # the probe's line may name no error
+    return Problem("import-failed", ERROR, f"`import {FLASH_ATTN.extension}` fails{why}", detail)
 
 
 def unreadable_metadata(s: Situation) -> Problem | None:

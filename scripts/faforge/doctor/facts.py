@@ -201,7 +201,8 @@ def nvidia_smi() -> tuple[tuple[Gpu, ...], str]:
     gpus = []
     for line in result.stdout.strip().splitlines():
         name, cap, driver = ([p.strip() for p in line.split(",")] + ["", "", ""])[:3]
-        capability = tuple(int(x) for x in cap.split(".")) if re.fullmatch(r"\d+\.\d+", cap) else None
+        number = re.fullmatch(r"(\d+)\.(\d+)", cap)
+        capability = (int(number[1]), int(number[2])) if number else None
         gpus.append(Gpu(name, capability, driver or None, "nvidia-smi"))
     return tuple(gpus), "ok"
 
@@ -259,11 +260,11 @@ def collect(python: Path, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable
     return parse(stages, stopped, gpus, smi)
 
 
-def _venv(raw) -> dict[str, str] | None:
+def _venv(raw: object) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else None
 
 
-def _text(value) -> str | None:
+def _text(value: object) -> str | None:
     """A string field of installed metadata, or None: a direct_url.json with `"url": 5` is valid JSON
     of the wrong type, and says nothing about where the package came from."""
     return value if isinstance(value, str) else None

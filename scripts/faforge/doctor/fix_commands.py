@@ -108,7 +108,7 @@ def local_build(s: Situation, archs: str, resolves: tuple[str, ...], version: st
                     "--cxx11-abi", str(abi), "--wheel-dir", f"{work}/dist"]),
         f"{shlex.join([py, '-m', 'pip', 'install', '--no-deps'])} {work}/dist/{FLASH_ATTN.dist_name}-*.whl",
     )
-    standard = cxx_standard(s.torch_version) if release_of(s.torch_version) else "C++17 or C++20"
+    standard = cxx_standard(release) if (release := release_of(s.torch_version)) else "C++17 or C++20"
     notes = (f"needs nvcc for CUDA {s.torch_cuda or '?'}, ninja and a {standard.upper()} compiler (what the build script "
              f"uses for {s.torch_words}); one arch takes 1.5-2 h on 2 cores",)
     return Fix("local-build", f"build {FLASH_ATTN.package} {version} against this {s.torch_words} (archs {archs})", commands,

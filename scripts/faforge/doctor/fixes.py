@@ -10,7 +10,9 @@ the command that builds flash-attn locally against the environment's own torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from faforge.doctor.fix_commands import (Fix, conda_command, conda_environment, conda_install, local_build, pip_command,
                                          pip_fix, uninstall_pip_flash_attn)
@@ -25,6 +27,10 @@ from faforge.matrix.kernels import KERNEL_PACKAGE
 from faforge.matrix.pip_builds import PipBuild
 from faforge.versions import vtuple
 
+if TYPE_CHECKING:
+    from faforge.doctor.facts import CondaRecord
+    from faforge.matrix.kernels import KernelPin
+
 # Problems that installing the right flash-attn build resolves.
 REPLACE_FLASH_ATTN = ("python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old",
                       "cxx11-abi-mismatch", "signature-drift", "layout-break", "cuda-major-mismatch", PACKAGE_MISSING,
@@ -33,7 +39,7 @@ KERNEL_LIBRARY_KINDS = ("kernel-library-missing", "kernel-library-mismatch")
 # The pip wheel that ships libcudart.so.N, per CUDA major, as torch's own wheels require it:
 # torch-2.7.1 METADATA "nvidia-cuda-runtime-cu12==12.6.77"; torch-2.14.1 METADATA
 # "cuda-toolkit[cudart]==13.0.3", whose METADATA requires "nvidia-cuda-runtime==13.0.96.*".
-CUDART_WHEELS = {12: "nvidia-cuda-runtime-cu12", 13: "nvidia-cuda-runtime==13.*"}
+CUDART_WHEELS: dict[int | None, str] = {12: "nvidia-cuda-runtime-cu12", 13: "nvidia-cuda-runtime==13.*"}
 
 
 def _archs_for(s: Situation, matrix: Matrix) -> str:
@@ -57,7 +63,7 @@ def _cell_archs_cover(offer: Offer | PipBuild, s: Situation) -> bool:
 # -- planning ---------------------------------------------------------------------------------------
 
 
-def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Offer], pip_builds: list[PipBuild] = ()) -> list[Fix]:
+def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Offer], pip_builds: Sequence[PipBuild] = ()) -> list[Fix]:
     """The fixes, in order. A conda prefix gets conda lines from `offers` (its rendered cells); any other
     environment, which pip or uv installs into, gets the pip and uv lines of `pip_builds` (faforge.doctor.pip_fixes)."""
     kinds = tuple(p.kind for p in problems if p.severity == ERROR)
@@ -71,8 +77,7 @@ def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Off
         return _one_world(s, kinds, offers)
     fixes: list[Fix] = []
     target = target_of(s)
-    if "mixed-conda-pip-torch" in kinds:
-        record = s.torch.conda_record
+    if "mixed-conda-pip-torch" in kinds and (record := s.torch.conda_record) is not None:
         target = target_of(s, conda_torch=True)
         fixes.append(Fix("pip", f"remove pip's torch so conda's {record.name} {record.version} is the one imported",
                          (pip_command(s, "uninstall", "-y", "torch"),
@@ -83,8 +88,9 @@ def plan(s: Situation, problems: list[Problem], matrix: Matrix, offers: list[Off
     if "libcudart-missing" in kinds:
         fixes.append(_cudart(s))
     kernel_kinds = tuple(k for k in kinds if k in KERNEL_LIBRARY_KINDS)
-    if kernel_kinds and s.kernel_pin is not None:
-        fixes.append(_kernel_library(s, kernel_kinds))
+    pin, flash_record = s.kernel_pin, s.flash_attn.conda_record  # the pin is read from that record
+    if kernel_kinds and pin is not None and flash_record is not None:
+        fixes.append(_kernel_library(s, kernel_kinds, pin, flash_record))
     # Without a pin to satisfy (a wheel, or files no conda record owns) a whole flash-attn replaces it.
     replaced = tuple(k for k in kinds if k in REPLACE_FLASH_ATTN or (k in kernel_kinds and s.kernel_pin is None))
     if replaced and pip_world:
@@ -180,10 +186,9 @@ def _cuda_torch(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: li
     return fixes
 
 
-def _kernel_library(s: Situation, kinds: tuple[str, ...]) -> Fix:
-    """Install the exact kernel build flash-attn pins, from the channel flash-attn came from; conda
-    replaces a mismatched build in place."""
-    pin, record = s.kernel_pin, s.flash_attn.conda_record
+def _kernel_library(s: Situation, kinds: tuple[str, ...], pin: KernelPin, record: CondaRecord) -> Fix:
+    """Install the exact kernel build flash-attn pins (`pin`, in its conda `record`), from the channel
+    flash-attn came from; conda replaces a mismatched build in place."""
     return Fix("conda-install", f"install the kernel build {FLASH_ATTN.package} {record.version} requires ({pin})",
                (conda_command(s, [record.channel_url], [f"{KERNEL_PACKAGE} =={pin.version} {pin.build}"]),), resolves=kinds)
 

@@ -78,14 +78,15 @@ def checked(fixes: Iterable[Fix], builds: Iterable[PipBuild], *, offline: bool =
     seen: dict[tuple[str, str], IndexCheck] = {}
     out = []
     for fix in fixes:
-        build = by_cell.get(fix.cell) if fix.kind in PIP_FIX_KINDS and fix.index_url else None
-        if build is None:
+        index = fix.index_url if fix.kind in PIP_FIX_KINDS else None
+        build = by_cell.get(fix.cell) if index and fix.cell else None
+        if index is None or build is None:
             out.append(fix)
             continue
-        key = (fix.index_url, build.cell.id)
+        key = (index, build.cell.id)
         if key not in seen:
-            seen[key] = (IndexCheck(fix.index_url, build.glue_wheel(), OFFLINE, "not checked (--offline)") if offline
-                         else check(fix.index_url, build))
+            seen[key] = (IndexCheck(index, build.glue_wheel(), OFFLINE, "not checked (--offline)") if offline
+                         else check(index, build))
         out.append(replace(fix, index_check=seen[key]))
     return tuple(out)
 

@@ -7,7 +7,9 @@ Apart from the fixes because matching is plain data (tested on its own), while a
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 from faforge import config
 from faforge.doctor.situation import Situation
@@ -61,7 +63,7 @@ class Target:
 
     @property
     def cell_id(self) -> str | None:
-        if None in (self.platform, self.torch, self.cuda, self.cxx11_abi):
+        if self.platform is None or self.torch is None or self.cuda is None or self.cxx11_abi is None:
             return None
         return f"{self.platform}/py{self.python.replace('.', '')}/torch{minor_of(self.torch)}/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
 
@@ -101,9 +103,19 @@ def matching(offers: list[Offer], target: Target) -> Offer | None:
     return next((o for o in offers if o.cell.id == target.cell_id and target.world in (None, o.cell.world)), None)
 
 
-def closest(offers: list[Offer], target: Target, n: int = CLOSEST) -> list[Offer]:
+class OfCell(Protocol):
+    """What closest reads of an offer: an Offer, or a pip world's build (faforge.matrix.pip_builds.PipBuild)."""
+
+    @property
+    def cell(self) -> Cell: ...
+
+
+OfferT = TypeVar("OfferT", bound=OfCell)
+
+
+def closest(offers: Sequence[OfferT], target: Target, n: int = CLOSEST) -> list[OfferT]:
     """The cells nearest to the target: same platform and python first, then world, torch minor, CUDA."""
-    def distance(o: Offer) -> tuple:
+    def distance(o: OfferT) -> tuple:
         cell = o.cell
         torch_gap = abs(_minor_number(cell.torch) - _minor_number(target.torch)) if target.torch else 0
         cuda_gap = abs(_minor_number(cell.cuda) - _minor_number(target.cuda)) if target.cuda else 0

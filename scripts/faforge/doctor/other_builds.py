@@ -11,8 +11,10 @@ Situation it gives; their words are put in its names. Before, a venv whose `impo
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge import paths
 from faforge.datafile import load_yaml
@@ -21,6 +23,9 @@ from faforge.doctor.diagnose import diagnose
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem
 from faforge.errors import DataError
 from faforge.family import FLASH_ATTN
+
+if TYPE_CHECKING:
+    from faforge.doctor.examine import Report
 
 DATA_FILE = f"{FLASH_ATTN.package}-builds.yaml"  # variants/, beside the data of the family itself
 JSON_KEY = "other_builds"  # the section of `faforge doctor --json` (tests/schemas/doctor.json)
@@ -56,9 +61,10 @@ def load_builds(path: Path | None = None) -> tuple[OtherBuild, ...]:
     builds = []
     for i, row in enumerate(rows):
         values = [row.get(k) if isinstance(row, dict) else None for k in ("distribution", "module", "extension")]
-        if not all(isinstance(v, str) and _NAME.fullmatch(v) for v in values):
+        names = [v for v in values if isinstance(v, str) and _NAME.fullmatch(v)]
+        if len(names) < len(values):
             raise DataError(path, f"builds[{i}]", "needs distribution, module and extension: lower-case names")
-        builds.append(OtherBuild(*values))
+        builds.append(OtherBuild(*names))
     return tuple(builds)
 
 
@@ -80,7 +86,8 @@ class OtherBuildReport:
                              for p in self.problems]}
 
 
-def examine_other(python: Path, build: OtherBuild, timeout_s: float, progress=lambda message: None) -> OtherBuildReport:
+def examine_other(python: Path, build: OtherBuild, timeout_s: float, progress: Callable[[str], None] = lambda message: None
+                  ) -> OtherBuildReport:
     """The report on `build` in `python` (call it where build.installed() says it is there)."""
     from faforge.doctor.examine import situation_from  # noqa: PLC0415  (examine imports the planning this module needs not)
 
@@ -91,7 +98,7 @@ def examine_other(python: Path, build: OtherBuild, timeout_s: float, progress=la
     return OtherBuildReport(build, s.flash_attn.version, facts.extension or next(iter(facts.extension_files), None), problems)
 
 
-def beside(flash_attn_report, others: list[OtherBuildReport]):
+def beside(flash_attn_report: Report, others: list[OtherBuildReport]) -> Report:
     """The flash-attn report beside the other builds': an environment holding one does not lack flash-attn."""
     if not others or flash_attn_report.situation.flash_attn.installed:
         return flash_attn_report

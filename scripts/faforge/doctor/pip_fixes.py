@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from faforge.doctor.fix_commands import (
     Fix,
@@ -41,6 +42,9 @@ from faforge.matrix.pip_builds import PipBuild
 from faforge.pipindex import instructions
 from faforge.versions import minor_of
 
+if TYPE_CHECKING:
+    from faforge.matrix import Matrix
+
 PIP_INSTALL, UV_INSTALL = "pip-install", "uv-install"
 NEAREST = 3
 
@@ -48,7 +52,7 @@ NEAREST = 3
 def matching(builds: list[PipBuild], target: Target, *, any_cuda: bool = False) -> PipBuild | None:
     """The pip cell of the target's platform, python, torch minor, CUDA and C++ ABI (an ABI or CUDA the
     environment cannot tell matches any: a pip world has one ABI per release)."""
-    if None in (target.platform, target.torch):
+    if target.platform is None or target.torch is None:
         return None
     for b in builds:
         c = b.cell
@@ -95,7 +99,7 @@ def _nearest_lines(s: Situation, builds: list[PipBuild], target: Target) -> tupl
     """Each nearest cell's line, which holds that cell's torch; the torch change it needs is a command of its own
     before it, never a side effect of the install (a forced reinstall: a torch of the same release and another
     CUDA satisfies the pin and would stay)."""
-    near = closest(builds, target, n=NEAREST)  # type: ignore[arg-type]  (closest reads only .cell)
+    near = closest(builds, target, n=NEAREST)
     python, yours = s.facts.python.executable, f"replace this torch {s.torch.version}" if s.torch.version else "install torch"
     return tuple(f"nearest: {b.cell.id} (PyPI's torch {b.cell.torch}, CUDA {b.cell.cuda}): first {yours}: "
                  f"{pip_command(s, 'install', '--force-reinstall', f'torch=={b.cell.torch}')}; then: "
@@ -103,14 +107,14 @@ def _nearest_lines(s: Situation, builds: list[PipBuild], target: Target) -> tupl
                  for b in near)
 
 
-def _why_none(matrix, builds: list[PipBuild], target: Target) -> str:
+def _why_none(matrix: Matrix, builds: list[PipBuild], target: Target) -> str:
     if target.cell_id is None:
         return f"the environment's {'torch' if target.torch is None else 'CUDA or C++ ABI'} is not known"
     world = min({b.cell.world for b in builds}, default="pypi")
     return explain_missing(matrix.table, matrix.policy, f"{world}/{target.cell_id}")
 
 
-def replace_flash_attn(s: Situation, kinds: tuple[str, ...], matrix, builds: list[PipBuild], archs: str, version: str,
+def replace_flash_attn(s: Situation, kinds: tuple[str, ...], matrix: Matrix, builds: list[PipBuild], archs: str, version: str,
                        covers: Callable[[PipBuild], bool]) -> list[Fix]:
     """The installed flash-attn does not fit this torch: the pip cell's wheel that does, else the nearest
     cells and a build from source."""
@@ -141,7 +145,7 @@ def fresh(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> list[
     if exact is not None:
         fixes.append(install_fix(s, exact, kinds, torch=_public(s.torch.version)))
         return fixes
-    newest = closest(builds, replace(installed, torch=None, cuda=None), n=1)  # type: ignore[arg-type]
+    newest = closest(builds, replace(installed, torch=None, cuda=None), n=1)
     if newest:
         b = newest[0]
         fixes.append(install_fix(s, b, kinds, torch=b.cell.torch,

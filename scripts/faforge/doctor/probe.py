@@ -72,7 +72,7 @@ def site_dirs():
 
 def read_json(path, unreadable):
     """The JSON object in `path`, or None: a missing file is normal, a corrupt one goes to `unreadable`."""
-    problem = []
+    problem: list[str] = []
     text = read_text(path, problem)
     if problem:
         unreadable.append({"path": path, "reason": problem[0]})
@@ -116,7 +116,7 @@ def read_text(path, problem=None):
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            why = "not a regular file"
+            why: str | None = "not a regular file"
         elif info.st_size > READ_CAP:
             why = "%d bytes, over the %d-byte cap for a metadata file" % (info.st_size, READ_CAP)
         else:
@@ -214,7 +214,7 @@ def venv_config(unreadable):
     if sys.prefix == getattr(sys, "base_prefix", sys.prefix):
         return None
     path = os.path.join(sys.prefix, "pyvenv.cfg")
-    problem = []
+    problem: list[str] = []
     text = read_text(path, problem)
     if problem:
         unreadable.append({"path": path, "reason": problem[0]})
@@ -229,7 +229,7 @@ def venv_config(unreadable):
 def env_facts():
     spec = importlib.util.find_spec(EXTENSION)
     torch_spec = importlib.util.find_spec("torch")
-    unreadable = []
+    unreadable: list[dict[str, str]] = []
     conda = conda_records(sys.prefix, unreadable)
     distributions = dist_infos(unreadable)
     return {
@@ -272,8 +272,9 @@ def torch_facts():
     except BaseException as exc:  # a broken torch raises anything from ImportError to OSError
         return {"imported": False, "error": error_of(exc)}
     cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    devices: list[dict[str, object]] = []
     facts = {"imported": True, "version": str(torch.__version__), "cuda": None if cuda is None else str(cuda),
-             "cxx11_abi": None, "devices": [], "cuda_available": False}
+             "cxx11_abi": None, "devices": devices, "cuda_available": False}
     try:
         facts["cxx11_abi"] = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
     except AttributeError:
@@ -283,7 +284,7 @@ def torch_facts():
         if facts["cuda_available"]:
             for index in range(torch.cuda.device_count()):
                 major, minor = torch.cuda.get_device_capability(index)
-                facts["devices"].append({"name": str(torch.cuda.get_device_name(index)), "capability": [int(major), int(minor)]})
+                devices.append({"name": str(torch.cuda.get_device_name(index)), "capability": [int(major), int(minor)]})
     except BaseException as exc:
         facts["cuda_error"] = error_of(exc)
     return facts

@@ -11,9 +11,17 @@ the keys faforge.doctor.facts reads with the types probe.py writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from faforge.errors import FaforgeError
 from faforge.untrusted import parse_json
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # A spec (see below): a type, None (null), a dict of keys, or an Of.
+    Spec: TypeAlias = "type | dict[str, Spec] | Of | None"
 
 MARK = "@@faforge-probe@@"
 HINT = ("pass the python of the environment to inspect; a sitecustomize or .pth file there that prints on stdout "
@@ -26,18 +34,18 @@ class Of:
     "map" (an object whose keys are free) of `item`."""
 
     kind: str
-    item: object
+    item: Any  # a spec, or for "one of" a tuple of specs
 
 
-def optional(spec) -> Of:
+def optional(spec: Spec) -> Of:
     return Of("one of", (spec, None))
 
 
 # A spec is a type (str, bool, int), None (null), a dict of keys (a trailing "?": the key may be
 # missing; other keys are ignored), or an Of.
-ERROR = {"type": str, "message": str}
+ERROR: dict[str, Spec] = {"type": str, "message": str}
 TEXTS = Of("list", str)
-ENV = {
+ENV: dict[str, Spec] = {
     "python": {"executable": str, "version": str, "implementation": str, "prefix": str, "soabi?": optional(str),
                "ext_suffix?": optional(str), "externally_managed?": bool, "venv?": optional(Of("map", str)), "pip?": bool},
     "system": {"os": str, "machine": str, "glibc?": optional(str), "ld_library_path?": TEXTS},
@@ -51,10 +59,10 @@ ENV = {
     "extension?": optional(str),
     "extension_files?": TEXTS,
 }
-TORCH = {"imported": bool, "version?": optional(str), "cuda?": optional(str), "cxx11_abi?": optional(int),
+TORCH: dict[str, Spec] = {"imported": bool, "version?": optional(str), "cuda?": optional(str), "cxx11_abi?": optional(int),
          "cuda_available?": bool, "devices?": Of("list", {"name": str, "capability": Of("pair", int)}),
          "error?": optional(ERROR), "cuda_error?": optional(ERROR)}
-IMPORT = {"ok": bool, "error?": optional(ERROR)}
+IMPORT: dict[str, Spec] = {"ok": bool, "error?": optional(ERROR)}
 STAGES = {"env": ENV, "torch": TORCH, "import": IMPORT}
 JSON_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
               dict: "an object", type(None): "null"}
@@ -65,7 +73,7 @@ class Misfit(ValueError):
     """Where a value breaks its spec, and how."""
 
 
-def _word(spec) -> str:
+def _word(spec: Spec) -> str:
     if spec is None:
         return "null"
     if isinstance(spec, dict):
@@ -75,7 +83,7 @@ def _word(spec) -> str:
     return JSON_WORDS[spec]
 
 
-def _fits(value, spec) -> bool:
+def _fits(value: object, spec: Spec) -> bool:
     """Whether `value` has the outer type of `spec` (what is inside is checked by check)."""
     if spec is None:
         return value is None
@@ -88,7 +96,7 @@ def _fits(value, spec) -> bool:
     return type(value) is spec  # bool is no int here, nor int a bool
 
 
-def check(value, spec, where: str) -> None:
+def check(value: Any, spec: Spec, where: str) -> None:
     """Raise Misfit naming `where` (a dotted path) if `value` does not fit `spec`."""
     if not _fits(value, spec):
         raise Misfit(f"{where} is {JSON_WORDS.get(type(value), 'something else')}, not {_word(spec)}")
@@ -109,7 +117,7 @@ def check(value, spec, where: str) -> None:
             check(item, spec.item, f"{where}[{index}]")
 
 
-def read_line(line: str, python, seen: dict) -> tuple[str, dict] | None:
+def read_line(line: str, python: Path, seen: dict) -> tuple[str, dict] | None:
     """(stage, its facts) of a marked line of the probe, checked; None for any other line. `seen`: the
     stages read so far (a stage printed twice is not the probe's doing)."""
     if not line.startswith(MARK):

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from faforge.doctor.probe_lines import MARK, read_line
 from faforge.emulator import interpreter_command
@@ -131,7 +132,7 @@ class _Streams:
 
 
 def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callable[[str | None], None],
-                 **popen) -> Ended:
+                 **popen: Any) -> Ended:
     """Run cmd under faforge.doctor.warden with `source` on stdin. Stopped at timeout_s, or when it
     prints more than OUTPUT_CAP bytes on stdout or on stderr; either way, and when it ends by itself,
     every process it started is gone when this returns (the warden is their subreaper).
@@ -148,6 +149,7 @@ def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callabl
         raise
     finally:
         os.close(status_write)
+    assert warden.stdin and warden.stdout and warden.stderr  # all three are pipes
     on_line(None)
     streams = _Streams(on_line)
     deadline = time.monotonic() + timeout_s
@@ -198,6 +200,7 @@ def _end(warden: subprocess.Popen, status_read: int) -> str:
         return os.read(status_read, 256).decode(errors="replace")
     finally:
         os.close(status_read)
+        assert warden.stdout and warden.stderr  # pipes (_run_bounded)
         warden.stdout.close()
         warden.stderr.close()
 
@@ -248,6 +251,6 @@ def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
         raise FaforgeError(f"--python {python}: did not run faforge's probe, so it is not a usable Python 3 interpreter "
                            f"(exit {code}: {tail[0][:200]})", hint="pass the python of the environment to inspect",
                            exit_code=EXIT_BAD_INPUT)
-    if stopped is None and code != 0:
+    if stopped is None and code:  # an exit code comes whenever nothing stopped it
         stopped = f"the interpreter died with {'signal ' + str(-code) if code < 0 else 'exit code ' + str(code)}"
     return stages, stopped

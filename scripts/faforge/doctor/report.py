@@ -6,6 +6,7 @@ Bump REPORT_VERSION when a field is removed or changes meaning; adding fields is
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from faforge.doctor.examine import Report
 from faforge.doctor.facts import Gpu
@@ -21,6 +22,9 @@ from faforge.doctor.installs import (
 )
 from faforge.doctor.situation import ERROR, Situation
 from faforge.family import FLASH_ATTN
+
+if TYPE_CHECKING:
+    from faforge.doctor.fix_commands import Fix
 
 REPORT_VERSION = 1
 ABI_SHORT = {0: "pre-C++11 ABI", 1: "C++11 ABI", None: "C++ ABI unknown"}
@@ -142,7 +146,7 @@ def _flash_lines(s: Situation) -> list[str]:
     return lines
 
 
-def _index_check_lines(fix) -> list[str]:
+def _index_check_lines(fix: Fix) -> list[str]:
     check = fix.index_check
     if check is None:
         return []

@@ -4,6 +4,7 @@ glibc and C++ runtime, this C++ ABI, and this torch's symbols."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
@@ -11,7 +12,11 @@ from faforge.doctor.situation import ERROR, PACKAGE_MISSING, WARNING, Problem, S
 from faforge.doctor.torch_symbols import built_for_one
 from faforge.family import FLASH_ATTN
 
-ABI_WORDS = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
+if TYPE_CHECKING:
+    from faforge.abi.report import Problem as GateProblem
+    from faforge.doctor.binary import BinaryFacts
+
+ABI_WORDS: dict[int | None, str] = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
 # How many of a signature drift's symbols its details spell out; the evidence lists them all.
 DETAILED_SYMBOLS = 5
 
@@ -43,7 +48,7 @@ def python_tag_mismatch(s: Situation) -> Problem | None:
 
 def wrong_architecture(s: Situation) -> Problem | None:
     found = s.gate_problems(classify.WRONG_ARCHITECTURE)
-    if not found:
+    if not found or s.binary is None:  # gate problems come from a binary
         return None
     return Problem("wrong-architecture", ERROR,
                    f"{FLASH_ATTN.package}'s binary is built for {s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
@@ -53,9 +58,9 @@ def wrong_architecture(s: Situation) -> Problem | None:
 def _version_problems(s: Situation, prefixes: tuple[str, ...]) -> list[tuple[str, str]]:
     """(required version, detail) for runtime-library versions the loader or the gate could not satisfy."""
     found = [(p.symbol, p.detail) for p in s.gate_problems(classify.GLIBC_TOO_NEW)]
-    missing = s.facts.import_outcome.missing_version
-    if missing and missing not in {v for v, _ in found}:
-        found.append((missing, s.facts.import_outcome.error.message))
+    missing, error = s.facts.import_outcome.missing_version, s.facts.import_outcome.error
+    if missing and error and missing not in {v for v, _ in found}:  # missing is read from the error
+        found.append((missing, error.message))
     return [(v, d) for v, d in found if (parsed := classify.parse_version(v)) and parsed[0] in prefixes]
 
 
@@ -63,7 +68,8 @@ def glibc_too_old(s: Situation) -> Problem | None:
     found = _version_problems(s, ("GLIBC",))
     if not found:
         return None
-    newest = max((v for v, _ in found), key=lambda v: classify.parse_version(v)[1])
+    releases = {v: parsed[1] for v, _ in found if (parsed := classify.parse_version(v))}
+    newest = max(releases, key=releases.__getitem__)
     return Problem("glibc-too-old", ERROR,
                    f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} ({newest}); this system has glibc {s.facts.system.glibc}",
                    tuple(d for _, d in found), {"required": newest, "system": s.facts.system.glibc})
@@ -101,13 +107,13 @@ def cxx11_abi_mismatch(s: Situation) -> Problem | None:
                    tuple(details), {"binary_cxx11_abi": mine, "torch_cxx11_abi": theirs})
 
 
-def _importer(s: Situation, problem) -> str:
+def _importer(binary: BinaryFacts, problem: GateProblem | None) -> str:
     """Who imports a missing symbol: the extension, or a library its load brings in (a helper taken from
     beside the module is named, as the ABI gate's load model found it)."""
     by = problem.imported_by if problem is not None else None
-    if not by or by == s.binary.module.path:
+    if not by or by == binary.module.path:
         return "it"
-    beside = any(lib.beside_module and lib.path == by for lib in s.binary.module.libraries)
+    beside = any(lib.beside_module and lib.path == by for lib in binary.module.libraries)
     return f"its library {Path(by).name} ({'beside the module, loaded first' if beside else 'which its load brings in'})"
 
 
@@ -124,7 +130,7 @@ def signature_drift(s: Situation) -> Problem | None:
     if not gate and not in_table:
         return None
     torch_release = s.torch_version
-    in_range = built.known and bool(torch_release) and built.covers(torch_release)
+    in_range = bool(built.known and torch_release and built.covers(torch_release))
     if in_range and not gate:
         return None
     lacking = [e for e in built.evidence if torch_release and not built_for_one(e).covers(torch_release)]
@@ -146,8 +152,8 @@ def signature_drift(s: Situation) -> Problem | None:
     else:
         first = gate[0] if gate else None
         wanted = (first.demangled or first.symbol) if first else (demangle(symbol) or symbol)
-        message = (f"this {FLASH_ATTN.package} was built against another torch: {_importer(s, first)} imports {wanted}, "
-                   f"which your {s.torch_words} does not export")
+        message = (f"this {FLASH_ATTN.package} was built against another torch: {_importer(s.binary, first)} "
+                   f"imports {wanted}, which your {s.torch_words} does not export")
         if first and first.offers:
             message += f" (it offers {'; '.join(first.offers)})"
         message += f",{more_words}" if more else ""

@@ -4,6 +4,7 @@ and a GPU it has code for."""
 from __future__ import annotations
 
 from faforge.abi import classify
+from faforge.doctor.binary import BinaryFacts
 from faforge.doctor.facts import Gpu
 from faforge.doctor.situation import ERROR, WARNING, Problem, Situation
 from faforge.family import FLASH_ATTN
@@ -21,8 +22,8 @@ def cuda_major_mismatch(s: Situation) -> Problem | None:
         return None
     built = [m for m in s.binary.cudart_majors if m != torch_major]
     source = "it needs " + ", ".join(f"libcudart.so.{m}" for m in built)
-    if not s.binary.cudart_majors and s.claim and _major(s.claim.cuda) not in (None, torch_major):
-        built, source = [_major(s.claim.cuda)], f"its {s.claim.source} says CUDA {s.claim.cuda} ({s.claim.text})"
+    if not s.binary.cudart_majors and s.claim and (claimed := _major(s.claim.cuda)) is not None and claimed != torch_major:
+        built, source = [claimed], f"its {s.claim.source} says CUDA {s.claim.cuda} ({s.claim.text})"
     if not built:
         return None
     return Problem("cuda-major-mismatch", ERROR,
@@ -34,7 +35,7 @@ def libcudart_missing(s: Situation) -> Problem | None:
     torch_major = _major(s.torch_cuda)
     if s.binary is None or torch_major is None:
         return None
-    missing = sorted(name for name in _unfound_libraries(s) if name == f"libcudart.so.{torch_major}")
+    missing = sorted(name for name in _unfound_libraries(s, s.binary) if name == f"libcudart.so.{torch_major}")
     if not missing:
         return None
     return Problem("libcudart-missing", ERROR,
@@ -43,11 +44,11 @@ def libcudart_missing(s: Situation) -> Problem | None:
                    evidence={"library": missing[0]})
 
 
-def _unfound_libraries(s: Situation) -> set[str]:
+def _unfound_libraries(s: Situation, binary: BinaryFacts) -> set[str]:
     """Libraries of the extension that neither the loader model nor the import found; not those that
     are installed where the loader does not look (torch-import-failed names that layout)."""
-    unfound = {u.name for u in s.binary.module.unverified_libraries}
-    unfound |= {p.library for p in s.binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
+    unfound = {u.name for u in binary.module.unverified_libraries}
+    unfound |= {p.library for p in binary.module.problems if p.kind == classify.MISSING_LIBRARY and p.library}
     if s.facts.import_outcome.missing_library:
         unfound.add(s.facts.import_outcome.missing_library)
     return unfound - {p.library for p in s.misplaced()}
@@ -63,15 +64,15 @@ def kernel_library(s: Situation) -> Problem | None:
     installed = next((r for r in s.facts.conda or () if r.name == KERNEL_PACKAGE), None)
     evidence = {"library": KERNEL_LIBRARY, "required": str(pin) if pin else None,
                 "installed": f"{installed.name} {installed.version} {installed.build}" if installed else None}
-    if pin is not None and installed is not None and (installed.version, installed.build) != (pin.version, pin.build):
-        record = s.flash_attn.conda_record
+    record = s.flash_attn.conda_record  # the record `pin` is read from
+    if pin is not None and record is not None and installed is not None and (installed.version, installed.build) != (pin.version, pin.build):
         differences = kernel_build_differences(pin.build, installed.build) or ["another build"]
         return Problem("kernel-library-mismatch", ERROR,
                        f"{FLASH_ATTN.package} {record.version} ({record.build}) requires exactly {pin}, but this environment has "
                        f"{installed.name} {installed.version} ({installed.build}): {'; '.join(differences)}",
                        (f"{KERNEL_LIBRARY} comes from {installed.name} {installed.version} {installed.build} ({installed.channel_name})",),
                        evidence)
-    if s.facts.import_outcome.ok or not any(FLASH_ATTN.is_kernel_library(name) for name in _unfound_libraries(s)):
+    if s.facts.import_outcome.ok or not any(FLASH_ATTN.is_kernel_library(name) for name in _unfound_libraries(s, s.binary)):
         return None
     if pin is not None and installed is None:
         why = f"its conda package {KERNEL_PACKAGE} is not installed ({FLASH_ATTN.package} requires {pin})"
@@ -110,7 +111,7 @@ def gpu_arch(s: Situation) -> list[Problem]:
 
 def _gpus(s: Situation) -> list[Gpu]:
     """GPUs from nvidia-smi, else from torch; one per capability."""
-    seen = {}
+    seen: dict[tuple[int, int] | str, Gpu] = {}
     for gpu in (*s.facts.gpus, *s.facts.torch.devices):
         key = gpu.capability or gpu.name
         seen.setdefault(key, gpu)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from faforge.abi import classify
+from faforge.doctor.facts import CondaRecord
 from faforge.doctor.situation import ERROR, Problem, Situation
 from faforge.family import FLASH_ATTN
 
@@ -32,7 +33,7 @@ def torch_import_failed(s: Situation) -> Problem | None:
 
 def mixed_channels(s: Situation) -> Problem | None:
     records = [r for r in s.facts.conda or () if r.name in TORCH_STACK]
-    worlds = {}
+    worlds: dict[str, list[CondaRecord]] = {}
     for record in records:
         worlds.setdefault(record.world, []).append(record)
     if len(worlds) < 2:
@@ -52,6 +53,8 @@ def mixed_conda_pip_torch(s: Situation) -> Problem | None:
     if record is None:
         return None
     dist = s.torch.distribution
+    if dist is None:  # no .dist-info of torch: no pip copy to mix
+        return None
     shadowed = list(s.torch.others)
     if s.torch.how == "pip":
         message = (f"torch {dist.version} from pip shadows conda's {record.name} {record.version} ({record.build}) in "

@@ -11,8 +11,10 @@ The same probe as for flash-attn runs, given FA3's names.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge.abi.elf_file import ElfError
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
@@ -23,6 +25,9 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.gpu import compat
 from faforge.versions import vtuple
+
+if TYPE_CHECKING:
+    from faforge.doctor.examine import Report
 
 MIN_TORCH = "2.9"  # TORCH_TARGET_VERSION of hopper/setup.py (variants/matrix.yaml, flash_attn_3.min_torch)
 NAMES = (FLASH_ATTN_3.extension, FLASH_ATTN_3.package, "-")  # no kernel package: one binary
@@ -53,7 +58,7 @@ def installed(facts: env_facts.EnvFacts) -> bool:
     return any((Path(d) / FLASH_ATTN_3.module / "__init__.py").is_file() for d in facts.site_dirs)
 
 
-def examine_stable(python: Path, timeout_s: float, progress=lambda message: None) -> StableAbiReport:
+def examine_stable(python: Path, timeout_s: float, progress: Callable[[str], None] = lambda message: None) -> StableAbiReport:
     """The FA3 report for `python` (call it where installed() says flash_attn_3 is on its path)."""
     facts = env_facts.collect(python, timeout_s, progress, names=NAMES)
     if facts.extension is None:  # the package is there (installed() saw it), its extension is not
@@ -65,7 +70,7 @@ def examine_stable(python: Path, timeout_s: float, progress=lambda message: None
     if not torch.imported:
         problems.append(Problem("torch-missing", ERROR, f"{FLASH_ATTN_3.package} is installed but `import torch` fails, so it cannot load",
                                 (torch.error.message,) if torch.error else ()))
-    elif _minor(torch.version) is not None and _minor(torch.version) < vtuple(MIN_TORCH):
+    elif (minor := _minor(torch.version)) is not None and minor < vtuple(MIN_TORCH):
         problems.append(Problem("torch-too-old", ERROR, f"{FLASH_ATTN_3.package} needs torch >= {MIN_TORCH} (its stable C functions), "
                                                         f"and this is torch {torch.version}", (f"upgrade torch to {MIN_TORCH} or newer",)))
     verdict, archs = _read(Path(facts.extension), facts.torch_package, problems)
@@ -123,7 +128,7 @@ def _gpu_problems(facts: env_facts.EnvFacts, archs: GpuArchs | None) -> list[Pro
     return problems
 
 
-def beside(flash_attn_report, fa3: StableAbiReport | None):
+def beside(flash_attn_report: Report, fa3: StableAbiReport | None) -> Report:
     """The flash-attn report as the doctor shows it beside flash-attn-3's: an environment holding only
     flash-attn-3 does not lack flash-attn, so neither that problem nor a fix for it is shown (before, its
     exit was 0 while its report said unhealthy and offered to install flash-attn)."""
@@ -134,7 +139,7 @@ def beside(flash_attn_report, fa3: StableAbiReport | None):
     return replace(flash_attn_report, problems=problems, fixes=fixes)
 
 
-def healthy(flash_attn_report, fa3: StableAbiReport | None) -> bool:
+def healthy(flash_attn_report: Report, fa3: StableAbiReport | None) -> bool:
     """The doctor's verdict over both families (the flash-attn report as `beside` gives it)."""
     return flash_attn_report.healthy and (fa3 is None or fa3.healthy)
 

@@ -21,10 +21,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
 from faforge.versions import minor_of, vtuple
+
+if TYPE_CHECKING:
+    from faforge.abi.layout import Dating
 
 _RELEASE = re.compile(r"\d+(?:\.\d+){0,2}")
 
@@ -133,14 +137,14 @@ class BuiltFor:
         return self.first is not None and (self.last is None or vtuple(self.first) <= vtuple(self.last))
 
     def covers(self, torch: str) -> bool:
-        return self.consistent and Form("", "", self.first, self.last).exported_by(_release(torch))
+        return self.first is not None and self.consistent and Form("", "", self.first, self.last).exported_by(_release(torch))
 
     @property
     def words(self) -> str:
         """'torch 2.1-2.2', 'torch 2.8 or newer', 'torch 2.10-2.13'."""
         if not self.known:
             return "an unknown torch (it imports no version-specific torch symbol)"
-        if not self.consistent:
+        if not self.consistent or self.first is None:
             return "no single torch release (its torch symbols come from different releases)"
         first = minor_of(self.first)
         if self.last is None:
@@ -206,7 +210,7 @@ def offered(table: SymbolTable, function: str, exports: Iterable[str]) -> tuple[
     return tuple(form for f in table.functions if f.function == function for form in f.forms if form.symbol in names)
 
 
-def dating(table: SymbolTable):
+def dating(table: SymbolTable) -> Dating:
     """built_for as the ABI gate's layout check takes it (faforge.abi.layout.Dating): imported names ->
     (first, last) release, (None, None) where the imports date nothing or disagree."""
     def dated(imported):

@@ -34,16 +34,18 @@ HEADER = f"""\
 """
 
 
-def _str(path: Path, key: str, value, *, version: bool = False, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
+def _str(path: Path, key: str, value: object, *, version: bool = False) -> str:
     if not isinstance(value, str) or not value.strip() or (version and not (is_version(value) and len(vtuple(value)) == 3)):
         raise DataError(path, key, f"invalid value {value!r}",
                         hint="expected a release such as 2.7.1" if version else "expected a non-empty string")
     return value
 
 
-def _list(path: Path, key: str, value) -> list:
+def _optional_str(path: Path, key: str, value: object, *, version: bool = False) -> str | None:
+    return None if value is None else _str(path, key, value, version=version)
+
+
+def _list(path: Path, key: str, value: object) -> list:
     if not isinstance(value, list) or not value:
         raise DataError(path, key, f"invalid value {value!r}", hint="expected a non-empty list")
     return value
@@ -68,7 +70,7 @@ def load_symbol_table(path: Path) -> SymbolTable:
             at = f"{key}.forms[{j}]"
             parsed = Form(_str(path, f"{at}.symbol", form.get("symbol")), _str(path, f"{at}.signature", form.get("signature")),
                           _str(path, f"{at}.first", form.get("first"), version=True),
-                          _str(path, f"{at}.last", form.get("last"), version=True, optional=True))
+                          _optional_str(path, f"{at}.last", form.get("last"), version=True))
             _check_bounds(path, at, parsed, checked)
             forms.append(parsed)
         functions.append(Function(_str(path, f"{key}.function", f.get("function")), _str(path, f"{key}.library", f.get("library")),
@@ -77,14 +79,14 @@ def load_symbol_table(path: Path) -> SymbolTable:
     for i, e in enumerate(raw.get("exports") or []):
         key = f"exports[{i}]"
         entry = ExportRange(_str(path, f"{key}.library", e.get("library")), _str(path, f"{key}.first", e.get("first"), version=True),
-                            _str(path, f"{key}.last", e.get("last"), version=True, optional=True),
+                            _optional_str(path, f"{key}.last", e.get("last"), version=True),
                             tuple(_str(path, f"{key}.symbols[{j}]", s) for j, s in enumerate(_list(path, f"{key}.symbols", e.get("symbols")))))
         _check_bounds(path, key, entry, checked)
         exports.append(entry)
     return SymbolTable(path, tuple(functions), wheels, tuple(exports))
 
 
-def _check_bounds(path: Path, key: str, entry, checked: set[str]) -> None:
+def _check_bounds(path: Path, key: str, entry: Form | ExportRange, checked: set[str]) -> None:
     for bound in ("first", "last"):
         value = getattr(entry, bound)
         if value is not None and value not in checked:

@@ -49,7 +49,7 @@ def prctl(option, value):
 
 def descendants(root):
     """Every process below `root`, read from /proc (parent links; a subreaper's orphans are its children)."""
-    children = {}
+    children: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:

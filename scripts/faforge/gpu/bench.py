@@ -16,10 +16,14 @@ backend; a flash-attn-3 built without that head dim), is n/a with its reason, no
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+
+if TYPE_CHECKING:
+    import torch
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
@@ -52,7 +56,7 @@ class Shape:
         return forward if direction == "fwd" else BACKWARD_FLOPS_FACTOR * forward
 
 
-def shapes(seqlens=SEQLENS, head_dims=HEAD_DIMS) -> list[Shape]:
+def shapes(seqlens: Sequence[int] = SEQLENS, head_dims: Sequence[int] = HEAD_DIMS) -> list[Shape]:
     return [
         Shape(TOTAL_TOKENS // seqlen, seqlen, HIDDEN // head_dim, head_dim, causal)
         for head_dim in head_dims
@@ -93,9 +97,9 @@ def dense_peak(device: str | None) -> float | None:
     return next((peak for part, peak in DENSE_PEAK_TFLOPS if device and part in device), None)
 
 
-def installed() -> dict[str, object]:
+def installed() -> dict[str, Callable[..., Any] | str]:
     """{implementation: its attention function, or the reason it is not here} for the two flash-attn families."""
-    found: dict[str, object] = {}
+    found: dict[str, Callable[..., Any] | str] = {}
     for package, module in ((FLASH_ATTN.package, FLASH_ATTN.module), (FLASH_ATTN_3.package, FLASH_ATTN_3.interface_module)):
         try:
             found[package] = getattr(__import__(module), ATTENTION_FUNCTION)
@@ -104,7 +108,8 @@ def installed() -> dict[str, object]:
     return found
 
 
-def _attention_calls(shape: Shape, dtype, flash_functions: dict[str, object]):
+def _attention_calls(shape: Shape, dtype: torch.dtype, flash_functions: dict[str, Callable[..., Any] | str]
+                     ) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.Tensor]] | str]:
     """{implementation: (forward function of nothing, leaf tensors) or the reason it cannot run} for one shape."""
     import torch  # noqa: PLC0415
     from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
@@ -134,11 +139,19 @@ def _attention_calls(shape: Shape, dtype, flash_functions: dict[str, object]):
     }
 
 
-def measure(shape: Shape, dtype, *, repeats: int, flash_functions: dict[str, object] | None = None, peak: float | None = None) -> list[dict]:
+class _Rates(TypedDict):
+    """One direction's numbers for one shape, by implementation."""
+
+    tflops: dict[str, float | None]
+    errors: dict[str, str]
+
+
+def measure(shape: Shape, dtype: torch.dtype, *, repeats: int, flash_functions: dict[str, Callable[..., Any] | str] | None = None,
+            peak: float | None = None) -> list[dict]:
     """Two records (fwd, bwd) for one shape: TFLOP/s per implementation, or the error that stopped it."""
     import torch  # noqa: PLC0415
 
-    records = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
+    records: dict[str, _Rates] = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
     for name, call in _attention_calls(shape, dtype, installed() if flash_functions is None else flash_functions).items():
         if isinstance(call, str):
             for record in records.values():
@@ -151,7 +164,7 @@ def measure(shape: Shape, dtype, *, repeats: int, flash_functions: dict[str, obj
             out = forward()
             grad = torch.randn_like(out)
 
-            def clear_grads(leaves=leaves):
+            def clear_grads(leaves: list[torch.Tensor] = leaves) -> None:
                 for leaf in leaves:
                     leaf.grad = None
 
@@ -187,7 +200,8 @@ def ratios(tflops: dict) -> dict:
 
 
 def run_benchmark(
-    *, dtype_name: str = "bf16", seqlens=SEQLENS, head_dims=HEAD_DIMS, repeats: int = 10, progress=lambda shape: None
+    *, dtype_name: str = "bf16", seqlens: Sequence[int] = SEQLENS, head_dims: Sequence[int] = HEAD_DIMS, repeats: int = 10,
+    progress: Callable[[Shape], object] = lambda shape: None,
 ) -> list[dict]:
     import torch  # noqa: PLC0415
 

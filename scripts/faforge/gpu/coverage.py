@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -28,10 +29,12 @@ class KernelRecorder:
 
     def __init__(self, usable: bool, tu_of: Callable[[str], str | None]):
         self.path = os.environ.get(KERNELS_JSON_ENV) if usable else None
-        self.tu_of, self.seen, self.names = tu_of, {}, {}
+        self.tu_of = tu_of
+        self.seen: dict[str, list[str]] = {}  # test -> the TUs it launched
+        self.names: dict[str, list[str]] = {}  # test -> its kernels' names
 
     @contextmanager
-    def record(self, test: str):
+    def record(self, test: str) -> Iterator[None]:
         if not self.path:
             yield
             return

@@ -142,7 +142,7 @@ def judge(found: dict, config: Path | None) -> Fa3Gate:
     archs, unreadable = embedded_archs(extension)
     if unreadable:  # not a shared library at all: the package is broken, whatever this GPU is
         return Fa3Gate(True, where, defects=(unreadable,), **found)
-    defects, notes = binary_defects(Fa3Gate(True, where, **found), archs), []
+    defects, notes = binary_defects(Fa3Gate(True, where, **found), extension, archs), []
     if archs is None:
         return Fa3Gate(True, f"{where}; arch check not done", defects=tuple(defects),
                        notes=("embedded SASS/PTX not read (faforge.abi.fatbin unavailable)",), **found)
@@ -167,11 +167,11 @@ def embedded_archs(extension: Path) -> tuple[tuple[tuple[str, ...], tuple[str, .
         return None, exc.message
 
 
-def binary_defects(gate: Fa3Gate, archs: tuple[tuple[str, ...], tuple[str, ...]] | None) -> list[str]:
-    """What the package declares but its binary lacks: a GPU arch, or any kernel of a declared TU."""
+def binary_defects(gate: Fa3Gate, extension: Path, archs: tuple[tuple[str, ...], tuple[str, ...]] | None) -> list[str]:
+    """What the package declares but its binary (`extension`) lacks: a GPU arch, or any kernel of a declared TU."""
     from faforge.gpu.fa3_kernels import tus_in_binary  # noqa: PLC0415
 
-    extension, defects = Path(gate.extension), []
+    defects: list[str] = []
     declared_archs = tuple(gate.declared.get("gpu_archs", ()))
     if archs is not None and declared_archs and set(declared_archs) - set(archs[0]):
         defects.append(f"declares GPU code {', '.join(declared_archs)} but {extension.name} holds {', '.join(archs[0]) or 'none'}")

@@ -18,10 +18,26 @@ from __future__ import annotations
 import mmap
 import re
 from pathlib import Path
+from typing import TypedDict
+
+
+class _Mainloop(TypedDict, total=False):
+    """A mainloop's kind and arch, and where its arguments sit (the backward's: no hdim_v, paged, packgqa, split)."""
+
+    kind: str
+    sm: int
+    tile: int
+    hdim_v: int
+    element: int
+    softcap: int
+    paged: int
+    packgqa: int
+    split: int
+
 
 # Position of each argument in the mainloop's template list: tile shape (M, N, K=head dim), kHeadDimV,
 # element type, and the flags a TU name carries.
-_MAINLOOPS = {
+_MAINLOOPS: dict[str, _Mainloop] = {
     "CollectiveMainloopFwdSm90": {"kind": "fwd", "sm": 90, "tile": 2, "hdim_v": 3, "element": 4, "softcap": 9, "paged": 11, "packgqa": 16, "split": 17},
     "CollectiveMainloopFwdSm80": {"kind": "fwd", "sm": 80, "tile": 3, "hdim_v": 4, "element": 5, "softcap": 10, "paged": 12, "packgqa": 14, "split": 15},
     "CollectiveMainloopBwdSm90": {"kind": "bwd", "sm": 90, "tile": 4, "element": 5, "softcap": 10},
@@ -42,7 +58,9 @@ def template_args(name: str, template: str) -> list[str] | None:
     start = name.find(template + "<")
     if start < 0:
         return None
-    depth, args, current = 0, [], []
+    depth = 0
+    args: list[str] = []
+    current: list[str] = []
     for char in name[start + len(template):]:
         if char == "<":
             depth += 1
@@ -100,7 +118,7 @@ def _attention_candidates(name: str) -> list[str]:
             return _bwd_candidates(hdim, dtype, at["sm"], softcap)
         hdim_v = int(args[at["hdim_v"]])
         label = str(hdim) if hdim_v == hdim else f"{hdim}_{hdim_v}"
-        paged, split, packgqa = (_flag(args, at[key]) for key in ("paged", "split", "packgqa"))
+        paged, split, packgqa = _flag(args, at["paged"]), _flag(args, at["split"]), _flag(args, at["packgqa"])
         stem = ("_paged" if paged else "") + ("_split" if split else "")
         if at["sm"] == 80:  # one TU per softcap setting, or both in a _softcapall TU; PackGQA always on
             return [_name("fwd", label, dtype, stem + "_softcapall", 80), _name("fwd", label, dtype, stem + ("_softcap" if softcap else ""), 80)]

@@ -30,7 +30,7 @@ from faforge.family import FLASH_ATTN
 
 
 def key_offsets(
-    seqlen_q: int, seqlen_k: int, key_lengths: torch.Tensor | None, device, key_leftpad: torch.Tensor | None = None
+    seqlen_q: int, seqlen_k: int, key_lengths: torch.Tensor | None, device: torch.device | str, key_leftpad: torch.Tensor | None = None
 ) -> torch.Tensor:
     """j - (i + seqlen_k - seqlen_q): how far key j lies right of query i's bottom-right-aligned diagonal.
 

@@ -149,7 +149,8 @@ def run(
         output.flush()
         tests = parse_junit(junit) if junit.exists() else []
         observed = json.loads(kernels.read_text()) if kernels.exists() else None
-        coverage = None if observed is None else compare_declared(observed, gate.tus) if fa3 else compare(observed, gate.head_dims)
+        coverage = (None if observed is None else compare_declared(observed, gate.tus) if isinstance(gate, fa3_gate.Fa3Gate)
+                    else compare(observed, gate.head_dims))
     if pytest_exit_code == PYTEST_USAGE_ERROR and not tests and not stopped:
         raise FaforgeError("pytest rejected the arguments after `--` (its message is above)", input=" ".join(pytest_args),
                            hint="see `python -m pytest --help`")

@@ -58,7 +58,9 @@ def run_child(command: list[str], env: dict[str, str], output: TextIO, log: Text
     with contextlib.ExitStack() as stack:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                  preexec_fn=interruptible)
-        stack.callback(child.stdout.close)
+        stdout = child.stdout
+        assert stdout is not None  # stdout=PIPE above
+        stack.callback(stdout.close)
 
         def interrupt(why: str) -> None:
             if child.poll() is None and not stopped:
@@ -70,7 +72,7 @@ def run_child(command: list[str], env: dict[str, str], output: TextIO, log: Text
         try:
             if timer:
                 timer.start()
-            for line in child.stdout:
+            for line in stdout:
                 output.write(line)
                 log.write(line)
             try:

@@ -11,8 +11,24 @@ arch list for both, and `archs_of_tag` reads it back from a kernel package's bui
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 KEY_VERSION = "v1"
+
+
+class KeyedCell(Protocol):
+    """What a key reads of a build cell (faforge.matrix.cells.Cell, a layer above this one)."""
+
+    @property
+    def platform(self) -> str: ...
+    @property
+    def torch(self) -> str: ...
+    @property
+    def cuda(self) -> str: ...
+    @property
+    def cxx11_abi(self) -> int: ...
+    @property
+    def cuda_archs(self) -> str: ...
 
 
 def archs_tag(cuda_archs: str) -> str:
@@ -37,7 +53,7 @@ def torch_minor(version: str) -> str:
     return f"{match.group(1)}.{match.group(2)}"
 
 
-def kernel_cache_key(cell, flash_attn_version: str = "") -> str:
+def kernel_cache_key(cell: KeyedCell, flash_attn_version: str = "") -> str:
     """e.g. 'ccache-v1-fa2.8.3.post2-linux-64-torch2.7-cu129-abi1-sm80_90_100_120ptx'."""
     parts = ["ccache", KEY_VERSION]
     if flash_attn_version:

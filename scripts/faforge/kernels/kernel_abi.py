@@ -63,14 +63,14 @@ class Verdict:
         return PHILOX_OFFSET_BITS[self.offset_intragraph]
 
 
-def _sizes(path: Path, key: str, raw) -> Sizes:
+def _sizes(path: Path, key: str, raw: object) -> Sizes:
     names = [f.name for f in Sizes.__dataclass_fields__.values()]
     if not isinstance(raw, dict) or sorted(raw) != sorted(names) or not all(isinstance(raw[n], int) for n in names):
         raise DataError(path, key, f"expected integer sizes for exactly {', '.join(names)}, got {raw!r}")
     return Sizes(**raw)
 
 
-def _verdict(path: Path, index: int, raw) -> Verdict:
+def _verdict(path: Path, index: int, raw: object) -> Verdict:
     key = f"torch[{index}]"
     fields = ("minor", "torch", "wheel", "sha256", "offset_intragraph", "sizes", "verdict", "reason")
     if not isinstance(raw, dict) or sorted(set(raw) - {"source"}) != sorted(fields):

@@ -58,7 +58,7 @@ class MeasureError(FaforgeError):
 
 def header_wheel(files: list[RemoteFile], version: str) -> RemoteFile:
     """The x86_64 CPython wheel of torch `version` whose headers are read (HEADER_PYTHON's, else the oldest)."""
-    found = {}
+    found: dict[int, RemoteFile] = {}
     for f in sorted(files, key=lambda f: f.filename):  # one choice however the index orders its files
         match = WHEEL.fullmatch(f.filename)
         if match and match["version"] == version:

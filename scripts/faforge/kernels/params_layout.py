@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
@@ -130,7 +131,12 @@ def _read_table(binary: Path, count: int) -> list[int]:
     """The LAYOUT_SYMBOL array's `count` 64-bit values, from the compiled file's symbol table."""
     with binary.open("rb") as stream:
         elf = ELFFile(stream)
-        symbol = elf.get_section_by_name(".symtab").get_symbol_by_name(LAYOUT_SYMBOL)[0]
+        symtab = elf.get_section_by_name(".symtab")
+        symbols = symtab.get_symbol_by_name(LAYOUT_SYMBOL) if isinstance(symtab, SymbolTableSection) else None
+        if not symbols:
+            raise ProbeError(f"layout probe {binary} has no symbol {LAYOUT_SYMBOL}: was it stripped?",
+                             hint="build the probe without -s and without a stripping linker")
+        symbol = symbols[0]
         section = elf.get_section(symbol["st_shndx"])
         start = symbol["st_value"] - section["sh_addr"]
         data = section.data()[start:start + 8 * count]

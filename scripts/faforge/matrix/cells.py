@@ -12,11 +12,12 @@ conda cells, their ids and counts are what they were; a consumer opts in (Matrix
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from faforge.errors import DataError, FaforgeError
 from faforge.kernels.kernel_abi import PhiloxWidths
-from faforge.matrix.policy import BuildPolicy
+from faforge.matrix.policy import BuildPolicy, Exclusion
 from faforge.matrix.releases import PipRelease, Release, ReleaseTable
 from faforge.versions import minor_of, vtuple
 
@@ -163,7 +164,7 @@ def build_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) 
     candidates = candidate_cells(table, policy, philox)
     pip: list = []  # computed only when an exclusion matches no conda cell: it may name a pip world's cells (build_pip_cells applies it)
     for i, exclusion in enumerate(policy.exclude):
-        def matches(pairs, exclusion=exclusion) -> bool:
+        def matches(pairs: Sequence[tuple[Cell, str | None]], exclusion: Exclusion = exclusion) -> bool:
             return any(exclusion.matches(world=c.world, torch=c.torch_minor, cuda=c.cuda, python=c.python, platform=c.platform) for c, _ in pairs)
         if not matches(candidates) and not matches(pip := pip or candidate_pip_cells(table, policy, philox)):
             raise DataError(policy.path, f"exclude[{i}]", f"matches no cell: {exclusion.fields}", hint="remove the stale exclusion, or fix its fields")
@@ -176,7 +177,7 @@ def build_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) 
     return cells
 
 
-def _newest_pip_rows(rows) -> list[tuple[PipRelease, str]]:
+def _newest_pip_rows(rows: Iterable[PipRelease]) -> list[tuple[PipRelease, str]]:
     """(row, platform) of the newest patch per (world, minor, CUDA, platform): a pip world may split a
     release by platform, so the newest is chosen per platform."""
     newest: dict[tuple, PipRelease] = {}

@@ -16,6 +16,7 @@ requirements (KernelPackage.exact_build).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import archs_tag
 
 if TYPE_CHECKING:
+    from faforge.matrix.cells import Cell, PipCell
     from faforge.matrix.render import RenderedCell
 
 # The names every layer above takes from here (faforge.family spells them).
@@ -59,7 +61,7 @@ class KernelKey:
         return f"cu{self.cuda.replace('.', '')}_sm{archs_tag(self.cuda_archs)}_philox{self.philox_offset_bits}_h"
 
 
-def kernel_key(cell) -> KernelKey:
+def kernel_key(cell: Cell) -> KernelKey:
     return KernelKey(platform=cell.platform, cuda=cell.cuda, cuda_archs=cell.cuda_archs,
                      philox_offset_bits=cell.philox_offset_bits)
 
@@ -127,7 +129,7 @@ class KernelPackage:
         }
 
 
-def kernel_packages(cells, *, version: str, build_number: int, releases_path: Path | None = None) -> list[KernelPackage]:
+def kernel_packages(cells: Iterable[Cell], *, version: str, build_number: int, releases_path: Path | None = None) -> list[KernelPackage]:
     """One kernel package per kernel key of `cells`, each listing the cells that depend on it.
 
     A key may not occur in two torch worlds. Each world builds with its own channels (conda-forge
@@ -155,7 +157,7 @@ def kernel_packages(cells, *, version: str, build_number: int, releases_path: Pa
     return out
 
 
-def pip_kernel_packages(conda: list[KernelPackage], pip_cells, *, version: str, build_number: int) -> list[KernelPackage]:
+def pip_kernel_packages(conda: list[KernelPackage], pip_cells: Iterable[PipCell], *, version: str, build_number: int) -> list[KernelPackage]:
     """The kernel packages the pip cells need and no conda cell has (issue 33), one per kernel key, each
     built in its pip world (its channels: variants/releases.yaml). A pip cell whose key a conda cell has
     links that conda package itself, the very same file (all_kernel_packages): its render is the same,
@@ -169,7 +171,8 @@ def pip_kernel_packages(conda: list[KernelPackage], pip_cells, *, version: str, 
                           cell_ids=tuple(c.id for c in users)) for key, users in sorted(by_key.items())]
 
 
-def all_kernel_packages(conda: list[KernelPackage], pip_only: list[KernelPackage], pip_cells) -> list[KernelPackage]:
+def all_kernel_packages(conda: list[KernelPackage], pip_only: list[KernelPackage], pip_cells: Iterable[PipCell]
+                        ) -> list[KernelPackage]:
     """Every kernel package once, with the cells of every world that pin it: the conda packages with the pip
     cells of their key added, then those only pip cells need."""
     pip_ids: dict[KernelKey, list[str]] = {}
@@ -224,7 +227,7 @@ class KernelPin:
         return f"{KERNEL_PACKAGE}-{self.version}-{self.build}.conda"
 
 
-def kernel_pin(depends) -> KernelPin | None:
+def kernel_pin(depends: Iterable[object]) -> KernelPin | None:
     """The exact kernel pin among a package's run requirements; None for a flash-attn that carries
     its kernels itself (built before the split, or by a local wheel build)."""
     for spec in depends:

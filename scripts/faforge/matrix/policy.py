@@ -27,7 +27,7 @@ class Exclusion:
     fields: dict
     reason: str
 
-    def matches(self, **cell) -> bool:
+    def matches(self, **cell: object) -> bool:
         return all(str(cell[k]) == str(v) for k, v in self.fields.items())
 
 
@@ -50,7 +50,7 @@ class BuildPolicy:
     def pick(self, rules_name: str, cuda: str, world: str | None = None) -> str:
         return pick(self.path, rules_name, getattr(self, rules_name), cuda, world)
 
-    def exclusion_for(self, **cell) -> Exclusion | None:
+    def exclusion_for(self, **cell: object) -> Exclusion | None:
         return next((e for e in self.exclude if e.matches(**cell)), None)
 
 
@@ -81,7 +81,7 @@ def rules(path: Path, raw: dict, name: str, value_key: str, where: str = "") -> 
     return tuple(out)
 
 
-def _exclusions(path: Path, raw) -> tuple[Exclusion, ...]:
+def _exclusions(path: Path, raw: object) -> tuple[Exclusion, ...]:
     if not isinstance(raw, list):
         raise DataError(path, "exclude", "expected a list (use [] for none)")
     out = []

@@ -11,8 +11,10 @@ consumer of the conda worlds sees exactly what it saw before the pip world exist
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
@@ -120,33 +122,38 @@ class ReleaseTable:
         return row.index or self.pip_worlds[row.world].index
 
 
-def _require(path, key, value, kind, check=None, hint=None):
+T = TypeVar("T")
+
+
+def _require(path: Path, key: str, value: object, kind: type[T], check: Callable[[T], bool] | None = None,
+             hint: str | None = None) -> T:
     if not isinstance(value, kind) or (check is not None and not check(value)):
         raise DataError(path, key, f"invalid value {value!r}", hint=hint)
     return value
 
 
-def _str_list(path, key, value, check=None, hint=None) -> tuple[str, ...]:
-    _require(path, key, value, list, lambda v: len(v) > 0, hint or "expected a non-empty list")
-    for i, item in enumerate(value):
+def _str_list(path: Path, key: str, value: object, check: Callable[[str], bool] | None = None,
+              hint: str | None = None) -> tuple[str, ...]:
+    items = _require(path, key, value, list, lambda v: len(v) > 0, hint or "expected a non-empty list")
+    for i, item in enumerate(items):
         _require(path, f"{key}[{i}]", item, str, check, hint)
-    return tuple(value)
+    return tuple(items)
 
 
-def _parse_world(path: Path, name: str, raw) -> World:
+def _parse_world(path: Path, name: str, raw: object) -> World:
     key = f"worlds.{name}"
-    _require(path, key, raw, dict)
+    raw = _require(path, key, raw, dict)
     abi = _require(path, f"{key}.cxx11_abi", raw.get("cxx11_abi"), int, lambda v: v in (0, 1), "expected 0 or 1")
     platforms = _str_list(path, f"{key}.platforms", raw.get("platforms"), lambda p: p in PLATFORMS, f"expected one of {PLATFORMS}")
     channels = _str_list(path, f"{key}.channels", raw.get("channels"))
     return World(name=name, channels=channels, cxx11_abi=abi, platforms=platforms)
 
 
-def _url(path, key, value) -> str:
+def _url(path: Path, key: str, value: object) -> str:
     return _require(path, key, value, str, lambda v: bool(re.fullmatch(r"https?://[^\s/]+(/\S*)?", v)), "expected an http(s) URL")
 
 
-def _parse_pip_world(path: Path, name: str, raw) -> PipWorld:
+def _parse_pip_world(path: Path, name: str, raw: dict) -> PipWorld:
     key = f"worlds.{name}"
     unknown = sorted(set(raw) - set(PIP_WORLD_KEYS))
     if unknown:
@@ -156,7 +163,7 @@ def _parse_pip_world(path: Path, name: str, raw) -> PipWorld:
     return PipWorld(name=name, index=_url(path, f"{key}.index", raw.get("index")).rstrip("/"), channels=channels, platforms=platforms)
 
 
-def _parse_pip_release(path: Path, index: int, raw, worlds: dict[str, PipWorld]) -> PipRelease:
+def _parse_pip_release(path: Path, index: int, raw: dict, worlds: dict[str, PipWorld]) -> PipRelease:
     key = f"releases[{index}]"
     unknown = sorted(set(raw) - set(PIP_ROW_KEYS))
     if unknown:
@@ -179,7 +186,7 @@ def _parse_pip_release(path: Path, index: int, raw, worlds: dict[str, PipWorld])
         match = TORCH_WHEEL.fullmatch(name)
         pair = (wheel_python(match), WHEEL_ARCH_PLATFORMS[match["arch"]]) if match else None
         if match is None or match["version"] != torch or pair not in wanted or pair in seen:
-            why = ("not a CPython torch wheel file name" if match is None else f"not a wheel of torch {torch}" if match["version"] != torch
+            why = ("not a CPython torch wheel file name" if match is None or pair is None else f"not a wheel of torch {torch}" if match["version"] != torch
                    else f"a second wheel for python {pair[0]} on {pair[1]} (also {seen[pair]})" if pair in seen
                    else f"python {pair[0]} on {pair[1]} is not among the row's python and platforms")
             raise DataError(path, f"{key}.source[{i}]", f"{name!r}: {why}",
@@ -193,9 +200,9 @@ def _parse_pip_release(path: Path, index: int, raw, worlds: dict[str, PipWorld])
                       source=wheels, index=own_index)
 
 
-def _parse_release(path: Path, index: int, raw, worlds: dict[str, World]) -> Release:
+def _parse_release(path: Path, index: int, raw: object, worlds: dict[str, World]) -> Release:
     key = f"releases[{index}]"
-    _require(path, key, raw, dict, hint=f"each release is a mapping with keys {', '.join(ROW_KEYS)}")
+    raw = _require(path, key, raw, dict, hint=f"each release is a mapping with keys {', '.join(ROW_KEYS)}")
     if "cxx11_abi" in raw:
         raise DataError(path, f"{key}.cxx11_abi", "unknown key", hint=f"a conda world's C++ ABI is the world's "
                         f"(worlds.{raw.get('world')}.cxx11_abi); only a pip world's rows carry their own")
@@ -226,13 +233,16 @@ def load_releases(path: Path) -> ReleaseTable:
     worlds = {name: _parse_world(path, name, w) for name, w in worlds_raw.items() if "index" not in w}
     pip_worlds = {name: _parse_pip_world(path, name, w) for name, w in worlds_raw.items() if "index" in w}
     rows = _require(path, "releases", raw.get("releases"), list)
-    releases, pip_releases, seen = [], [], {}
+    releases: list[Release] = []
+    pip_releases: list[PipRelease] = []
+    seen: dict[tuple[str, ...], int] = {}
+    r: Release | PipRelease
     for i, row in enumerate(rows):
         if isinstance(row, dict) and row.get("world") in pip_worlds:
             r = _parse_pip_release(path, i, row, pip_worlds)
             pip_releases.append(r)
             # A pip world may split a release by platform (pythons or ABI that differ), never repeat one.
-            idents = [(r.world, r.torch, r.cuda, p) for p in r.platforms]
+            idents: list[tuple[str, ...]] = [(r.world, r.torch, r.cuda, p) for p in r.platforms]
         else:
             r = _parse_release(path, i, row, worlds)
             releases.append(r)
@@ -275,13 +285,13 @@ def dump_releases(table: ReleaseTable, header: str) -> str:
             lines.append("  source:")
             lines += [f"  - {s}" for s in r.source]
     pip_order = list(table.pip_worlds)
-    for r in sorted(table.pip_releases, key=lambda r: (pip_order.index(r.world), vtuple(r.torch), vtuple(r.cuda),
-                                                       [PLATFORMS.index(p) for p in r.platforms])):
-        lines += [*_row_head(r), f"  cxx11_abi: {r.cxx11_abi}"]
-        if r.index:
-            lines.append(f"  index: {r.index}")
+    for row in sorted(table.pip_releases, key=lambda r: (pip_order.index(r.world), vtuple(r.torch), vtuple(r.cuda),
+                                                         [PLATFORMS.index(p) for p in r.platforms])):
+        lines += [*_row_head(row), f"  cxx11_abi: {row.cxx11_abi}"]
+        if row.index:
+            lines.append(f"  index: {row.index}")
         lines.append("  source:")
-        lines += [f"  - {s}" for s in sorted(r.source, key=_wheel_order)]
+        lines += [f"  - {s}" for s in sorted(row.source, key=_wheel_order)]
     return "\n".join(lines) + "\n"
 
 

@@ -11,9 +11,11 @@ import os
 import re
 import shutil
 import tarfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -23,6 +25,11 @@ from faforge.matrix.cells import Cell, PipCell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelKey, kernel_key
 from faforge.matrix.variants import fa3_variant_config_name, variant_config_path
+
+if TYPE_CHECKING:
+    from rattler_build.render import RenderedVariant
+
+    from faforge.matrix import Matrix
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,7 @@ def with_source(recipe_text: str, source: SourceOverride) -> str:
 
 
 @contextmanager
-def recipe_file(recipe_path: Path, source: SourceOverride | None):
+def recipe_file(recipe_path: Path, source: SourceOverride | None) -> Iterator[Path]:
     """The recipe to render: the file itself, or, with a source override, recipe.yaml in a sibling
     folder holding symlinks to everything else of the recipe's (rattler-build copies the recipe
     folder into the package and wants its file named recipe.yaml; the same depth keeps the
@@ -163,7 +170,7 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str, cell_k
         ) from None
 
 
-def _requirements(variant, entries: list) -> tuple[str, ...]:
+def _requirements(variant: RenderedVariant, entries: list) -> tuple[str, ...]:
     """Match specs as the built package's metadata will have them: a `pin_subpackage` (the flash-attn
     output's pin of its kernel build) becomes `NAME ==VERSION BUILD`, resolved by rattler-build's own
     render of that output for the same variant."""
@@ -181,15 +188,15 @@ def _requirements(variant, entries: list) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _rendered(cell: Cell, variant, recipe: dict) -> RenderedCell:
-    requirements = recipe.get("requirements", {})
+def _rendered(cell: Cell, variant: RenderedVariant, recipe: dict) -> RenderedCell:
+    requirements, info = recipe.get("requirements", {}), variant.hash_info
     run, host = _requirements(variant, requirements.get("run", [])), _requirements(variant, requirements.get("host", []))
     if requirements:
         recipe = {**recipe, "requirements": {**requirements, "run": list(run), "host": list(host)}}
     return RenderedCell(
         cell=cell,
         build_string=recipe["build"]["string"],
-        hash=str(variant.hash_info.hash) if hasattr(variant.hash_info, "hash") else str(variant.hash_info),
+        hash=str(info.hash) if info is not None else str(info),
         run_requirements=run,
         run_constraints=tuple(str(r) for r in requirements.get("run_constraints", [])),
         host_requirements=host,
@@ -301,7 +308,7 @@ def render_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Pa
     return out
 
 
-def fa3_build_strings(matrix, packages: list) -> dict[str, str]:
+def fa3_build_strings(matrix: Matrix, packages: list[Fa3Package]) -> dict[str, str]:
     """{FA3 package id: its build string}, from rattler-build's render of the generated FA3 variant files."""
     recipe = matrix.variants_dir.parent / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
     wanted = {(p.platform, p.cuda, p.cuda_archs): p.id for p in packages}

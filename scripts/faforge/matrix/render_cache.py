@@ -19,7 +19,7 @@ import platform as host
 import re
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,7 +81,7 @@ def _record(rendered: RenderedCell) -> dict:
             **{name: list(getattr(rendered, name)) for name in STRING_LISTS}}
 
 
-def _is_record(record) -> bool:
+def _is_record(record: object) -> bool:
     return (isinstance(record, dict) and set(record) == {"build_string", "hash", "recipe", *STRING_LISTS}
             and isinstance(record["build_string"], str) and isinstance(record["hash"], str)
             and isinstance(record["recipe"], dict) and isinstance(record["recipe"].get("package"), dict)
@@ -140,7 +140,7 @@ def _store(path: Path | None, key: str | None, rendered: list[RenderedCell]) -> 
     variant file's older entries; returns the cells as a later read gets them. An unwritable cache costs
     the next run its speed, never this run its result."""
     text = entry_text(key, rendered)
-    if path is not None:
+    if path is not None and key:  # a path is named after its key
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             for old in path.parent.glob(path.name.replace(key, "[0-9a-f]" * len(key))):
@@ -152,13 +152,14 @@ def _store(path: Path | None, key: str | None, rendered: list[RenderedCell]) -> 
     return json.loads(text)["cells"]
 
 
-def _cached_records(recipe_path: Path, variants_dir: Path, platform: str, world: str, names: list[str], render) -> dict:
+def _cached_records(recipe_path: Path, variants_dir: Path, platform: str, world: str, names: list[str],
+                    render: Callable[..., list[RenderedCell]]) -> dict:
     """The records named `names` of one variant file's entry: from this machine's cache, else from the
     committed render store when its key is today's, else `render()`ed (a list of RenderedCell) and cached."""
     variant_file = variant_config_path(variants_dir, platform, world)
     key = entry_key(recipe_path, variant_file, platform)
     path = _entry_path(platform, world, key)
-    cached = read_entry(path, key) if path else {}
+    cached = read_entry(path, key) if path and key else {}
     if not all(name in cached for name in names) and key and key == entry_key(recipe_path, variant_file, platform, {}):
         cached = read_entry(store_path(variants_dir, platform, world), key)
     if not all(name in cached for name in names):
@@ -182,7 +183,7 @@ def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path
 def cached_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Path) -> dict[str, RenderedCell]:
     """render_pip_kernels' result (kernel key id -> the kernel output's render), from the cache or the render
     store as cached_render_cells reads them; a pip world's entry holds one record per kernel key, named by its id."""
-    out = {}
+    out: dict[str, RenderedCell] = {}
     for platform, world in sorted({(c.platform, c.world) for c in cells}):
         first: dict[str, PipCell] = {}
         for c in cells:

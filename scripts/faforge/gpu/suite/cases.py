@@ -9,6 +9,7 @@ the package on an H200; on a GPU the suite checks it against the profiler. Stand
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from faforge.gpu.dispatch import API_DENSE, API_KVCACHE, API_VARLEN, H200_SMS, Call, Launch, launches
 
@@ -26,11 +27,11 @@ DENSE_SHAPES = {
 # Head dims between the kernel dims: padded to a multiple of 8, then run by the next kernel dim's TU.
 IN_BETWEEN_HEAD_DIMS = (40, 80, 111, 160, 224)
 # With causal=True flash-attn sets the right window edge to 0 itself.
-MASKS = {"sliding-window": {"window": (37, 21)}, "softcap": {"softcap": 2.0}, "alibi": {"alibi": True}}
+MASKS: dict[str, dict[str, Any]] = {"sliding-window": {"window": (37, 21)}, "softcap": {"softcap": 2.0}, "alibi": {"alibi": True}}
 DROPOUT_P = 0.17
 
 
-def _dense(dtype: str, dim: int, shape: str, causal: bool, **features) -> Call:
+def _dense(dtype: str, dim: int, shape: str, causal: bool, **features: Any) -> Call:
     batch, heads, seqlen_q, seqlen_k = DENSE_SHAPES[shape]
     return Call(API_DENSE, dtype, dim, batch, heads, heads, seqlen_q, seqlen_k, causal=causal, **features)
 
@@ -123,7 +124,7 @@ KV_CAPACITY, KV_HEADS, KV_KV_HEADS, KV_DIM = 257, 6, 2, 128
 PAGE = 256  # flash_api.cpp: "Paged KV cache block size must be divisible by 256"
 
 
-def _kv(dtype: str, seqlen_q: int, **features) -> Call:
+def _kv(dtype: str, seqlen_q: int, **features: Any) -> Call:
     features.setdefault("backward", False)
     return Call(API_KVCACHE, dtype, KV_DIM, 2, KV_HEADS, KV_KV_HEADS, seqlen_q, KV_CAPACITY, **features)
 
@@ -161,7 +162,7 @@ def suite_calls(head_dims: tuple[int, ...]) -> dict[str, tuple[Call, ...]]:
         "test_dropout.py::test_dropout_training_reproducible": dropout_training(head_dims),
         "test_kvcache.py::test_kvcache": {name: case.call for name, case in kvcache().items()},
     }
-    table = {f"{test}[{name}]": (call,) for test, cases in tests.items() for name, call in cases.items()}
+    table: dict[str, tuple[Call, ...]] = {f"{test}[{name}]": (call,) for test, cases in tests.items() for name, call in cases.items()}
     table["test_dropout.py::test_dropout_mask_per_batch_and_head"] = (DROPOUT_MASK_CALL,)
     table["test_dropout.py::test_dropout_mean_is_the_undropped_output"] = (DROPOUT_MEAN_CALL, replace(DROPOUT_MEAN_CALL, dropout_p=0.0))
     return table

@@ -7,6 +7,7 @@ reaches is computed there (see tests/gpu/test_kernel_coverage.py).
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,9 +21,11 @@ if evaluate().usable:
 
     from faforge.gpu.reference import attention_ref
     from faforge.gpu.suite.harness import DEVICE, DTYPES, check_forward_backward, randn
+if TYPE_CHECKING:
+    from faforge.gpu.dispatch import Call
 
 
-def parametrize(table: dict):
+def parametrize(table: dict) -> pytest.MarkDecorator:
     return pytest.mark.parametrize("call", list(table.values()), ids=list(table))
 
 
@@ -41,7 +44,7 @@ def flash_kwargs(features: dict) -> dict:
     return {("window_size" if key == "window" else key): value for key, value in features.items()}
 
 
-def run_dense(call) -> None:
+def run_dense(call: Call) -> None:
     """One flash_attn_func call vs the reference, forward and backward."""
     (q, k, v), features = dense_inputs(call)
     out = flash_attn_func(q, k, v, dropout_p=0.0, **flash_kwargs(features))

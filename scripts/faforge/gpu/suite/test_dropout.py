@@ -29,7 +29,7 @@ FRACTION_TOLERANCE = 0.01
 PER_HEAD_TOLERANCE = 0.01
 
 
-def parametrize(table: dict):
+def parametrize(table: dict) -> pytest.MarkDecorator:
     return pytest.mark.parametrize("call", list(table.values()), ids=list(table))
 
 
@@ -66,7 +66,7 @@ def test_dropout_training_reproducible(call):
     q, k, v = inputs(call)
     grad_out = torch.randn(q.shape, device=DEVICE, dtype=q.dtype)
 
-    def run(seed: int):
+    def run(seed: int) -> tuple[torch.Tensor, ...]:
         torch.cuda.manual_seed(seed)
         out = flash_attn_func(q, k, v, dropout_p=P, causal=call.causal, deterministic=True)
         return (out, *torch.autograd.grad(out, (q, k, v), grad_out))
