@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from faforge.abi import classify, layout
@@ -14,11 +14,19 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.elf_symbols import DynamicSymbols, Symbol
 from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import package_binaries
-from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
 from faforge.abi.ld_search import beside_module, system_library_dirs
 from faforge.abi.library import Library
-from faforge.abi.resolve import (Closure, NotFound, environment_dirs, is_torch_library, load_closure, loaded_by_torch,
-                                 opened, torch_lib_dirs)
+from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
+from faforge.abi.resolve import (
+    Closure,
+    NotFound,
+    environment_dirs,
+    is_torch_library,
+    load_closure,
+    loaded_by_torch,
+    opened,
+    torch_lib_dirs,
+)
 from faforge.errors import FaforgeError
 
 ET_DYN = 3
@@ -214,8 +222,8 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[
     unresolved = [sym for sym, provider in zip(wanted, providers) if provider is None]
     unresolved_unverified = 0
     for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols)):
-        if (problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols)
-                or problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure)):
+        if ((problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols))
+                or (problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure))):
             unresolved_unverified += 1
         else:
             problems.append(problem)

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.backend.errors import BuildError
-from faforge.backend.glue import finish_extension, glue_compile_args, glue_include_dirs, glue_link_args, glue_sources, pack_wheel
+from faforge.backend.glue import (
+    finish_extension,
+    glue_compile_args,
+    glue_include_dirs,
+    glue_link_args,
+    glue_sources,
+    pack_wheel,
+)
 from faforge.backend.logger import log
 from faforge.backend.ninja import CXX_COMPILE_RULE, ninja_escape, object_name, run_ninja
 from faforge.family import FLASH_ATTN

@@ -11,11 +11,21 @@ from pathlib import Path
 from faforge import fa3_backend
 from faforge.backend.jobs import RESERVED_GB
 from faforge.buildcost.extrapolate import runner_fit
-from faforge.buildcost.fa3 import (CLASSES, REFERENCE_PLATFORM, ClassCost, Timed, best_timed, class_costs, passes, platform_ratio, timed,
-                                   tu_class)
+from faforge.buildcost.fa3 import (
+    CLASSES,
+    REFERENCE_PLATFORM,
+    ClassCost,
+    Timed,
+    best_timed,
+    class_costs,
+    passes,
+    platform_ratio,
+    timed,
+    tu_class,
+)
 from faforge.buildcost.samples import Measurements
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.errors import FaforgeError
+from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.release.cost import KERNELS_LINK_PART, BuildCost, Part, Runner, TuClass, parallel_jobs, split_kernels
 
 # Upstream's report for a full build (flash-attention issue #1486: MAX_JOBS=8 on a 112-core machine,

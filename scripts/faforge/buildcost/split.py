@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from faforge.buildcost.extrapolate import ClassCost, cell_cost, sass_arch_count
 from faforge.buildcost.samples import Measurements, SizeSample
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import kernel_cache_key
 from faforge.matrix.kernels import kernel_key
 from faforge.versions import vtuple
-from faforge.family import FLASH_ATTN
 
 
 @dataclass(frozen=True)

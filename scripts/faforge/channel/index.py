@@ -28,9 +28,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from faforge.channel.sandbox import SUBDIRS, channel_sandbox, plain_name, real_folder
+from faforge.channel.survey import (
+    INDEX_OUTPUTS,
+    LOCK_FILE,
+    PART_SUFFIX,
+    REPODATA,
+    SHARDS_DIR,
+    STAGING_PREFIX,
+    Survey,
+    check_links,
+    read_entries,
+    survey,
+)
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
-from faforge.channel.survey import (INDEX_OUTPUTS, LOCK_FILE, PART_SUFFIX, REPODATA, SHARDS_DIR, STAGING_PREFIX, Survey, check_links,
-                                   read_entries, survey)
 from faforge.packagefile import PACKAGE_SUFFIXES
 from faforge.sandbox import fsync
 

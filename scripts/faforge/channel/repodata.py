@@ -128,7 +128,7 @@ def _probe(channel: str | Path, url: str, platforms: list[str]) -> None:
 
     try:
         base_url = Channel(url).base_url  # a name through py-rattler's channel alias
-    except Exception:  # noqa: BLE001 (an invalid channel: py-rattler's query says why)
+    except Exception:  # an invalid channel: py-rattler's query says why
         return
     if not base_url.startswith(("http://", "https://")):
         return

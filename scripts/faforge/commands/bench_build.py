@@ -15,10 +15,9 @@ import argparse
 import json
 import os
 import re
+import time
 from dataclasses import asdict
 from pathlib import Path
-
-import time
 
 from faforge import paths
 from faforge.buildcost import bench, extrapolate, fa3_report, pip_world, samples, split

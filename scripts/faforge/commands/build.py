@@ -26,9 +26,9 @@ import json
 from pathlib import Path
 
 from faforge import progress
+from faforge.commands.plan import fa3_pieces
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.commands.plan import fa3_pieces
 from faforge.release.build import CHANNEL_ALIAS_ENV
 from faforge.release.build_run import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART

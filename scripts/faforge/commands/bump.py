@@ -18,10 +18,20 @@ import json
 from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
-from faforge.matrix import load_matrix
 from faforge.kernels.kernel_abi import dump_row
-from faforge.release.bump import (extended, find_new, find_new_pip, load_pip_sources, load_sources, measured_rows, new_cells,
-                                  new_pip_cells, with_rows, write)
+from faforge.matrix import load_matrix
+from faforge.release.bump import (
+    extended,
+    find_new,
+    find_new_pip,
+    load_pip_sources,
+    load_sources,
+    measured_rows,
+    new_cells,
+    new_pip_cells,
+    with_rows,
+    write,
+)
 from faforge.release.wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
 from faforge.table import format_table
 

@@ -45,11 +45,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     # Imported here: the doctor pulls in the ABI gate (pyelftools) and the matrix, which other commands' startup need not pay for.
-    from faforge.doctor.examine import examine  # noqa: PLC0415
-    from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
-
     from faforge.doctor import index_check, other_builds, stable_abi  # noqa: PLC0415
+    from faforge.doctor.examine import examine  # noqa: PLC0415
     from faforge.doctor.probe_run import resolve_interpreter  # noqa: PLC0415
+    from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
     report = examine(args.python, timeout, progress=progress, offline=args.offline)

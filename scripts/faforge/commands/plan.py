@@ -22,9 +22,9 @@ from faforge.buildcost import fa3_report, samples
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN_3
+from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.release.cost import BuildCost, Part
 from faforge.release.pip_plan import PIP_STAGE
 from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES

@@ -156,7 +156,7 @@ def _extract(source: Path, prefix: Path) -> None:
     say(f"+ extract {source} (py-rattler)")
     try:
         extract(source, prefix)
-    except Exception as exc:  # noqa: BLE001 (py-rattler raises its own exception types)
+    except Exception as exc:  # py-rattler raises its own exception types
         raise FaforgeError(f"{source}: cannot be unpacked: {exc}", input=str(source), hint="rebuild or re-download it") from None
 
 

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from faforge.doctor.fix_commands import (Fix, conda_command, conda_environment, conda_install, local_build, pip_command,
-                                         pip_fix, uninstall_pip_flash_attn)
 from faforge.doctor import pip_fixes
+from faforge.doctor.fix_commands import (
+    Fix,
+    conda_command,
+    conda_environment,
+    conda_install,
+    local_build,
+    pip_command,
+    pip_fix,
+    uninstall_pip_flash_attn,
+)
 from faforge.doctor.offers import Offer, Target, closest, conda_cuda, installed_torch, matching, release_of, target_of
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
 from faforge.family import FLASH_ATTN

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 from faforge.gpu.dispatch import package_tus
 from faforge.gpu.suite.cases import launch_table

@@ -25,8 +25,8 @@ from packaging.version import Version
 from faforge.errors import FaforgeError
 from faforge.packagefile import sha256_of
 from faforge.pipindex.layout import METADATA_SUFFIX, index_name, parse_index_name
-from faforge.pipindex.placement import GLUE
 from faforge.pipindex.parse import FileLink, Listing, Page
+from faforge.pipindex.placement import GLUE
 from faforge.pipwheel.facts import parse_wheel_filename
 from faforge.wheelnames import GLUE_LABEL
 

@@ -27,13 +27,28 @@ from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, explain_missing, find_cell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
-from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
-from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, fa3_recipe, parse_channel_aliases, render_fa3
+from faforge.matrix.render import (
+    RenderedCell,
+    SourceOverride,
+    recipe_file,
+    recipe_output_names,
+    render_cells,
+    render_kernel_output,
+)
+from faforge.release.build import (
+    CHANNEL_ALIAS_ENV,
+    TUS_ENV,
+    CellBuild,
+    build_cell,
+    fa3_recipe,
+    parse_channel_aliases,
+    render_fa3,
+)
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.package import read_package
 from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given
-from faforge.release.pip_target import cross_target
 from faforge.release.pip_plan import WHEEL_PART
+from faforge.release.pip_target import cross_target
 from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
 

@@ -32,11 +32,20 @@ from faforge.errors import DataError, FaforgeError
 from faforge.kernels.kernel_abi import PhiloxWidths, Verdict, dump_row
 from faforge.kernels.measure_abi import measure_release
 from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
-from faforge.matrix.policy import BuildPolicy
-from faforge.matrix.releases import (TORCH_WHEEL, WHEEL_ARCH_PLATFORMS, PipRelease, Release, ReleaseTable, dump_releases, header_of,
-                                     load_releases, wheel_python)
-from faforge.matrix.render_store import store_files
 from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
+from faforge.matrix.policy import BuildPolicy
+from faforge.matrix.releases import (
+    TORCH_WHEEL,
+    WHEEL_ARCH_PLATFORMS,
+    PipRelease,
+    Release,
+    ReleaseTable,
+    dump_releases,
+    header_of,
+    load_releases,
+    wheel_python,
+)
+from faforge.matrix.render_store import store_files
 from faforge.matrix.variants import generated_files, stale_files
 from faforge.release.package import cuda_of_tag
 from faforge.release.wheels import read_project_files, read_torch_wheel

@@ -25,12 +25,12 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from faforge import config, wheelfetch
-from faforge.wheelnames import cuda_runtime_dist
 from faforge.release.package import PackageFacts
+from faforge.wheelnames import cuda_runtime_dist
 
 # The package's Python run requirements that the torch wheel does not bring, by PyPI name. A real
 # build's other run requirements (libgcc, libstdcxx, cuda-cudart, python_abi, arm-variant from
@@ -99,12 +99,12 @@ def check_runnable_here(package: PackageFacts) -> None:
         raise Unavailable(f"{package.filename}: its build string does not name python/torch/CUDA/ABI, so no torch can be matched")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _torch_files() -> tuple:
     return tuple(wheelfetch.list_files("torch"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _remote_cuda(torch: str, python_tag: str, subdir: str) -> str | None:
     try:
         wheel = wheelfetch.pick_wheel(list(_torch_files()), torch, python_tag, WHEEL_PLATFORMS[subdir])

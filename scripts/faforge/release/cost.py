@@ -20,10 +20,10 @@ from faforge import paths
 from faforge.backend.archs import parse_arch_list
 from faforge.backend.errors import BuildError
 from faforge.backend.jobs import WORST_CASE_GB_PER_JOB, derive_max_jobs
-from faforge.kernels.tus import default_grid
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 from faforge.family import FLASH_ATTN
+from faforge.kernels.tus import default_grid
 
 HOST_TU = FLASH_ATTN.host_source
 # Job parts (a plan job's `part`, `faforge build --part`): a kernel package built in one job, the

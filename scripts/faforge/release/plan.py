@@ -39,11 +39,19 @@ from dataclasses import dataclass, field
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import Cell
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.matrix.kernels import KernelPackage
-from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
-from faforge.matrix.kernels import kernel_key
+from faforge.matrix.kernels import KernelPackage, kernel_key
 from faforge.matrix.pip_builds import PipBuild
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, WheelRunner, cell_part, split_kernels
+from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
+from faforge.release.cost import (
+    CELL_PART,
+    KERNELS_LINK_PART,
+    KERNELS_PART,
+    BuildCost,
+    Part,
+    WheelRunner,
+    cell_part,
+    split_kernels,
+)
 from faforge.release.pip_plan import PIP_STAGE, WHEEL_PART, TorchReleaseCost, no_wheel_runner, wheel_part
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).

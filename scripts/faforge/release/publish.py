@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge.channel.index import channel_errors, channel_lock, check_folder, heal, place_file, rebuild
-from faforge.channel.survey import BadFile, Survey, naming_problem, survey
 from faforge.channel.repodata import ChannelNotFound, query
+from faforge.channel.survey import BadFile, Survey, naming_problem, survey
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 from faforge.release.manifest import GATES, GateResult, require_passed, results_for
 from faforge.release.package import PackageFacts, read_package

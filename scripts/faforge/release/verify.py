@@ -30,16 +30,24 @@ import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
-from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.family import FLASH_ATTN
+from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.matrix.kernels import KERNEL_LIBRARY
-from faforge.release.clean_env import (MACHINE_SUBDIRS, RuntimeVenv, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
-                                       matching_torch_venv, unpacked)
+from faforge.release.clean_env import (
+    MACHINE_SUBDIRS,
+    RuntimeVenv,
+    TorchVenv,
+    Unavailable,
+    cuda_runtime_venv,
+    fresh_env,
+    matching_torch_venv,
+    unpacked,
+)
 from faforge.release.package import PackageFacts
 
 # The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.
@@ -187,7 +195,7 @@ def import_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | N
     return Check("import", "passed", f"imported {', '.join(IMPORTS[1:])} in a clean env with PyPI torch {venv.torch} (CUDA {venv.cuda}){beside}")
 
 
-@lru_cache(maxsize=None)  # a kernel package's gpu gate is its flash-attn's run: one verify call runs it once
+@cache  # a kernel package's gpu gate is its flash-attn's run: one verify call runs it once
 def gpu_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | None = None) -> Check:
     """The GPU suite (faforge.gpu.run_suite) in a clean env: exit 0 passed, 1 failed, 3 skipped."""
     with fresh_env(package, venv, kernel) as python:

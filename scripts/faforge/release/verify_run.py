@@ -15,14 +15,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.manifest import GateResult, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
-from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.verify import run_gates
 from faforge.release.verify_foreign import Emulation, foreign_gates, foreign_machine
 from faforge.release.verify_stable import is_stable_abi_package, stable_gates
-from faforge.release.verify_wheels import WheelPackage, find_kernel_wheel, is_wheel_path, pins, wheel_gates, wheel_package
+from faforge.release.verify_wheels import (
+    WheelPackage,
+    find_kernel_wheel,
+    is_wheel_path,
+    pins,
+    wheel_gates,
+    wheel_package,
+)
 
 
 def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,

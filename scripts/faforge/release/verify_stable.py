@@ -29,10 +29,25 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.release.clean_env import MACHINE_SUBDIRS, Unavailable, cuda_runtime_venv, find_python, pypi_torch_venv, unpacked
+from faforge.release.clean_env import (
+    MACHINE_SUBDIRS,
+    Unavailable,
+    cuda_runtime_venv,
+    find_python,
+    pypi_torch_venv,
+    unpacked,
+)
 from faforge.release.package import PackageFacts
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
-from faforge.release.verify_foreign import Emulation, emulated_import_gate, emulator_for, gpu_skipped, import_in_prefix, target_python, torch_site
+from faforge.release.verify_foreign import (
+    Emulation,
+    emulated_import_gate,
+    emulator_for,
+    gpu_skipped,
+    import_in_prefix,
+    target_python,
+    torch_site,
+)
 
 # The CPython of the venv the gpu gate makes when no --against torch is given (the package serves every one).
 GPU_SUITE_PYTHON = "3.11"

@@ -47,7 +47,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -66,13 +66,33 @@ from faforge.matrix import load_matrix
 from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import KERNEL_BUILD
 from faforge.pipwheel.facts import WheelFacts, read_wheel, requirement
-from faforge.pipwheel.members import check_members
 from faforge.pipwheel.layout import KERNEL_DIR
+from faforge.pipwheel.members import check_members
 from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.package import cuda_of_tag
-from faforge.release.pip_env import PipRun, loopback_index, pip_install, pip_install_file, pip_target, site_packages, unpacked_wheels, venv_copy
-from faforge.release.verify import (DLOPEN, FAFORGE_SOURCE, Check, gpu_through, judge_abi, judge_torch_free, kernel_cuda_runtime, output_tail, run_isolated,
-                                    suite_check, torch_gates)
+from faforge.release.pip_env import (
+    PipRun,
+    loopback_index,
+    pip_install,
+    pip_install_file,
+    pip_target,
+    site_packages,
+    unpacked_wheels,
+    venv_copy,
+)
+from faforge.release.verify import (
+    DLOPEN,
+    FAFORGE_SOURCE,
+    Check,
+    gpu_through,
+    judge_abi,
+    judge_torch_free,
+    kernel_cuda_runtime,
+    output_tail,
+    run_isolated,
+    suite_check,
+    torch_gates,
+)
 from faforge.release.verify_foreign import EMULATED_TIMEOUT_S, Emulation, emulator_for, import_from, target_python
 from faforge.release.verify_stable import stable_abi_check, torch_python, torch_sites
 from faforge.versions import vtuple
@@ -379,7 +399,7 @@ def pip_import_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv:
     return Check("import", "passed", f"imported {', '.join(imports[1:])}, {libraries} libraries all loaded from the venv; {env.how}")
 
 
-@lru_cache(maxsize=None)  # a kernel wheel's gpu gate is its glue's run: one verify call runs it once
+@cache  # a kernel wheel's gpu gate is its glue's run: one verify call runs it once
 def pip_gpu_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> Check:
     """The GPU suite (faforge.gpu.run_suite) in a clean venv where pip installed the wheel: exit 0 passed, 1 failed, 3 skipped."""
     family = ["--family", FLASH_ATTN_3.package] if wheel.kind == "fa3" else []

@@ -22,9 +22,14 @@ pytestmark = gate_marks()
 GATE = evaluate()
 if GATE.usable:
     import torch
-    from flash_attn_interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, get_scheduler_metadata
+    from flash_attn_interface import (
+        flash_attn_func,
+        flash_attn_varlen_func,
+        flash_attn_with_kvcache,
+        get_scheduler_metadata,
+    )
 
-    from faforge.gpu.reference import attention_ref, assert_within_reference_error
+    from faforge.gpu.reference import assert_within_reference_error, attention_ref
 
     torch.set_float32_matmul_precision("highest")  # the reference must be fp32, not TF32 (faforge.gpu.suite.harness)
     DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

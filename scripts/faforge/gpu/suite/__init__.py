@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from faforge.gpu.gate import evaluate
 
+
 def gate_marks() -> list:
     import pytest  # noqa: PLC0415  (cases.py, in this package, is read by faforge test-gpu before pytest is known to exist)
 
