@@ -219,9 +219,9 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[
     interpreter = sum(1 for sym in wanted if INTERPRETER_SYMBOL.match(sym.name))
     wanted = [sym for sym in wanted if not INTERPRETER_SYMBOL.match(sym.name)]
     providers = closure.providers([(sym.name, sym.version) for sym in wanted])
-    unresolved = [sym for sym, provider in zip(wanted, providers) if provider is None]
+    unresolved = [sym for sym, provider in zip(wanted, providers, strict=True) if provider is None]
     unresolved_unverified = 0
-    for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols)):
+    for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols), strict=True):
         if ((problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols))
                 or (problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure))):
             unresolved_unverified += 1

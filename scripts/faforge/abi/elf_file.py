@@ -163,7 +163,7 @@ class ElfFile:
             self.image.check(names["sh_offset"], names["sh_size"], "section name table")
         return [Section(names.get_string(h.sh_name) if names and h.sh_name < names["sh_size"] else "",
                         type_, h.sh_offset, h.sh_size, h.sh_link, h.sh_entsize)
-                for h, type_ in zip(headers, types)]
+                for h, type_ in zip(headers, types, strict=True)]
 
     def section_by_type(self, type_: int) -> Section | None:
         return next((s for s in self.sections if s.type == type_), None)

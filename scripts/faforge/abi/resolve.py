@@ -150,7 +150,7 @@ class Closure:
                 break
             maybe = library.might_define([hashes[i] for i in pending])
             still = []
-            for i, candidate in zip(pending, maybe):
+            for i, candidate in zip(pending, maybe, strict=True):
                 if candidate and library.provides(*refs[i], hashes[i]):
                     found[i] = library
                 else:

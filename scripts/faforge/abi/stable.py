@@ -98,7 +98,7 @@ def _torch_imports(module: Path, search_dirs, shown: str) -> list[str | Unstable
     closure = load_closure(info, search_dirs, torch_load.libraries)
     providers = closure.providers([(s.name, s.version) for s in imports])
     found: list[str | UnstableImport] = []
-    for sym, provider in zip(imports, providers):
+    for sym, provider in zip(imports, providers, strict=True):
         from_torch = provider is not None and is_torch_library(provider.name)
         demangled = demangle(sym.name)
         if not (from_torch or classify.is_torch_mangled(sym.name)) or _is_cxx_runtime(demangled):

@@ -192,7 +192,7 @@ def check_tool_releases(nvcc: str, tools: dict[str, str]) -> list[str]:
     lines = [f"nvcc {nvcc}: CUDA {words}"]
     for tool, path in tools.items():
         if tool == "cicc":
-            if not any(Path(where).is_relative_to(home) for where, home in zip((os.path.abspath(path), Path(path).resolve()), homes)):
+            if not any(Path(where).is_relative_to(home) for where, home in zip((os.path.abspath(path), Path(path).resolve()), homes, strict=True)):
                 raise BuildError(f"nvcc {nvcc} would run {path}, outside its toolkit {homes[0]}; give the toolkit's nvvm/bin/cicc")
             lines.append(f"  runs cicc {path}: inside nvcc's toolkit")
             continue

@@ -116,7 +116,7 @@ def closest(offers: list[Offer], target: Target, n: int = CLOSEST) -> list[Offer
 
 
 def _minor_number(version: str | None) -> int:
-    major, minor = (vtuple(version) + (0, 0))[:2] if version else (0, 0)
+    major, minor = (*vtuple(version), 0, 0)[:2] if version else (0, 0)
     return major * 100 + minor
 
 

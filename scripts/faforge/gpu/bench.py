@@ -155,7 +155,7 @@ def measure(shape: Shape, dtype, *, repeats: int, flash_functions: dict[str, obj
                 for leaf in leaves:
                     leaf.grad = None
 
-            ms = mean_ms(lambda: out.backward(grad, retain_graph=True), calls=repeats, before=clear_grads)
+            ms = mean_ms(lambda out=out, grad=grad: out.backward(grad, retain_graph=True), calls=repeats, before=clear_grads)
             records["bwd"]["tflops"][name] = shape.flops("bwd") / ms / 1e9
         except RuntimeError as exc:  # e.g. "No available kernel" from an SDPA backend that cannot take this shape
             for record in records.values():

@@ -175,7 +175,7 @@ def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path
         names = [entry_name(cell_key(c.variant())) for c in wanted]
         cached = _cached_records(recipe_path, variants_dir, platform, world, names,
                                  lambda wanted=wanted: render_cells(wanted, recipe_path, variants_dir))
-        out += [_from_record(c, cached[name]) for c, name in zip(wanted, names)]
+        out += [_from_record(c, cached[name]) for c, name in zip(wanted, names, strict=True)]
     return sorted(out, key=lambda rc: rc.cell.sort_key)
 
 

@@ -197,7 +197,7 @@ def wheel_groups(files: list[RemoteFile], platforms: tuple[str, ...], floor: str
         if vtuple(version) > vtuple(newest.get((minor_of(version), platform), "0")):
             newest[(minor_of(version), platform)] = version
     out: dict[tuple[str, str], list[RemoteFile]] = defaultdict(list)
-    for (version, platform, python), (_, f) in sorted(best.items(), key=lambda kv: (vtuple(kv[0][0]), kv[0][1], vtuple(kv[0][2]))):
+    for (version, platform, _python), (_, f) in sorted(best.items(), key=lambda kv: (vtuple(kv[0][0]), kv[0][1], vtuple(kv[0][2]))):
         if newest[(minor_of(version), platform)] == version:
             out[(version, platform)].append(f)
     return dict(out)

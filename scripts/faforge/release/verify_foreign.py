@@ -38,7 +38,7 @@ TORCH_IMPORTED = "@@faforge-torch-imported@@"
 
 def import_code(imports: tuple[str, ...]) -> str:
     """Run by the target's python -I: the prefix's site-packages and the torch's first, then the family's imports."""
-    return ("import sys; sys.path[:0] = sys.argv[1:]; import torch; print(%r, torch.__version__, flush=True); " % TORCH_IMPORTED
+    return (f"import sys; sys.path[:0] = sys.argv[1:]; import torch; print({TORCH_IMPORTED!r}, torch.__version__, flush=True); "
             + "; ".join(f"import {m}" for m in imports[1:]))
 
 
@@ -49,6 +49,9 @@ class Emulation:
     qemu: str | None = None
     sysroot: str | None = None
     python: str | None = None
+
+
+NOTHING_NAMED = Emulation()  # each of qemu, sysroot and python looked for
 
 
 def emulator_for(machine: str, emulation: Emulation) -> tuple[Emulator | None, str | None]:

@@ -20,7 +20,7 @@ from faforge.release.manifest import GateResult, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
 from faforge.release.verify import run_gates
-from faforge.release.verify_foreign import Emulation, foreign_gates, foreign_machine
+from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, foreign_gates, foreign_machine
 from faforge.release.verify_stable import is_stable_abi_package, stable_gates
 from faforge.release.verify_wheels import (
     WheelPackage,
@@ -33,7 +33,7 @@ from faforge.release.verify_wheels import (
 
 
 def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,
-                    kernel_channel: str | None, report: Reporter, emulation: Emulation = Emulation(),
+                    kernel_channel: str | None, report: Reporter, emulation: Emulation = NOTHING_NAMED,
                     done: Callable[[list[GateResult]], None]) -> list[GateResult]:
     """The manifest entries of every package's gates, in order."""
     entries = []

@@ -40,6 +40,7 @@ from faforge.release.clean_env import (
 from faforge.release.package import PackageFacts
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
 from faforge.release.verify_foreign import (
+    NOTHING_NAMED,
     Emulation,
     emulated_import_gate,
     emulator_for,
@@ -64,7 +65,7 @@ def served_package(package: PackageFacts) -> Fa3Package | None:
     return next((p for p in load_matrix().fa3 if p.id == package.fa3_id), None) if package.fa3_id else None
 
 
-def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = Emulation(),
+def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = NOTHING_NAMED,
                  announce: Callable[[str], None] = lambda message: None) -> list[Check]:
     """`announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     run = {"abi": lambda: stable_abi_gate(package, against or []), "import": lambda: stable_import_gate(package, against or [], emulation),

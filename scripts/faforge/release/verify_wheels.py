@@ -93,7 +93,14 @@ from faforge.release.verify import (
     suite_check,
     torch_gates,
 )
-from faforge.release.verify_foreign import EMULATED_TIMEOUT_S, Emulation, emulator_for, import_from, target_python
+from faforge.release.verify_foreign import (
+    EMULATED_TIMEOUT_S,
+    NOTHING_NAMED,
+    Emulation,
+    emulator_for,
+    import_from,
+    target_python,
+)
 from faforge.release.verify_stable import stable_abi_check, torch_python, torch_sites
 from faforge.versions import vtuple
 from faforge.wheelnames import FA3_LABEL, GLUE_LABEL
@@ -117,8 +124,8 @@ FA3_PYTHON = "3.11"
 # A library the system also has (a CUDA toolkit's libcudart in ld.so.cache) loads whatever the RUNPATH says; where
 # it came from tells whether pip's layout served it.
 LOADED_MARK = "@@faforge-loaded@@"
-REPORT_LOADED = ("\nimport json as _json\nprint(%r, _json.dumps(sorted({_l.split(None, 5)[5].strip() for _l in open('/proc/self/maps') "
-                 "if len(_l.split(None, 5)) == 6 and _l.split(None, 5)[5].startswith('/')})))" % LOADED_MARK)
+REPORT_LOADED = (f"\nimport json as _json\nprint({LOADED_MARK!r}, _json.dumps(sorted({{_l.split(None, 5)[5].strip() "
+                 "for _l in open('/proc/self/maps') if len(_l.split(None, 5)) == 6 and _l.split(None, 5)[5].startswith('/')})))")
 # The libraries that must come from the venv pip made: torch's, the kernel wheel's, NVIDIA's CUDA runtime.
 OWN_LIBRARIES = ("libc10.so", "libtorch", FLASH_ATTN.kernel_library, "libcudart.so")
 
@@ -258,7 +265,7 @@ def find_kernel_wheel(glue: WheelPackage, given: list[WheelPackage]) -> WheelPac
 
 
 def wheel_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] | None, *, kernel: WheelPackage | None = None,
-                users: tuple[WheelPackage, ...] = (), emulation: Emulation = Emulation(),
+                users: tuple[WheelPackage, ...] = (), emulation: Emulation = NOTHING_NAMED,
                 announce: Callable[[str], None] = lambda message: None) -> list[Check]:
     """Run `gates` on one wheel (see the module's docstring). `kernel`: the kernel wheel a glue wheel pins
     (find_kernel_wheel); `users`: for a kernel wheel, the glue wheels of the call that pin it."""
@@ -424,7 +431,7 @@ def kernel_library(wheel: WheelPackage, folder: Path) -> Path | None:
 
 
 def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...], announce: Callable[[str], None], *,
-                against: list[Path] = (), emulation: Emulation = Emulation()) -> Check:
+                against: list[Path] = (), emulation: Emulation = NOTHING_NAMED) -> Check:
     if gate == "abi":
         return kernel_abi_gate(wheel)
     if gate == "import":

@@ -75,12 +75,12 @@ def forward_backward(name: str, q, k, v, *, rtol: float = 2, grad_atol: float = 
         return
     grad_out = torch.randn_like(out)
     grads = [torch.autograd.grad(o, (q, k, v), grad_out) for o in (out, exact, same_precision)]
-    for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads):
+    for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads, strict=True):
         check(f"{name}: {label}", got, want, yardstick, rtol=rtol, extra_atol=grad_atol)
 
 
 def cases(*axes: dict) -> list:
-    return [pytest.param(*(axis[key] for axis, key in zip(axes, keys)), id="-".join(keys)) for keys in itertools.product(*axes)]
+    return [pytest.param(*(axis[key] for axis, key in zip(axes, keys, strict=True)), id="-".join(keys)) for keys in itertools.product(*axes)]
 
 
 DENSE = [pytest.param(dtype, dim, SHAPES[shape], causal, id=f"{dtype}-hdim{dim}-{shape}-{c}")
@@ -139,14 +139,14 @@ def test_varlen(causal):
 
     def reference(**precision):
         return torch.cat([attention_ref(q[qa:qb][None], k[ka:kb][None], v[ka:kb][None], causal=causal, **precision)[0]
-                          for qa, qb, ka, kb in zip(cu_q, cu_q[1:], cu_k, cu_k[1:])])
+                          for qa, qb, ka, kb in zip(cu_q, cu_q[1:], cu_k, cu_k[1:], strict=False)])
 
     exact, same_precision = reference(), reference(upcast=False, reorder_ops=True)
     check(f"varlen causal={causal}: out", out, exact, same_precision)
     if GATE.enabled("BACKWARD"):
         grad_out = torch.randn_like(out)
         grads = [torch.autograd.grad(o, (q, k, v), grad_out) for o in (out, exact, same_precision)]
-        for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads):
+        for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads, strict=True):
             check(f"varlen causal={causal}: {label}", got, want, yardstick)
 
 

@@ -169,7 +169,7 @@ def suite_calls(head_dims: tuple[int, ...]) -> dict[str, tuple[Call, ...]]:
 
 def launch_table(head_dims: tuple[int, ...], num_sms: int = H200_SMS) -> dict[str, tuple[Launch, ...]]:
     """{pytest node id: the kernel TU launches it makes} on a GPU with `num_sms` SMs."""
-    return {test: tuple(dict.fromkeys(l for call in calls for l in launches(call, num_sms))) for test, calls in suite_calls(head_dims).items()}
+    return {test: tuple(dict.fromkeys(launch for call in calls for launch in launches(call, num_sms))) for test, calls in suite_calls(head_dims).items()}
 
 
 def launched_tus(table: dict[str, tuple[Launch, ...]]) -> dict[str, list[str]]:
