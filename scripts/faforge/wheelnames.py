@@ -1,4 +1,4 @@
-"""Our wheels' names (issue 33), in one home: the local labels, build tags and torch pin that the matrix
+"""Our wheels' names (the pip world), in one home: the local labels, build tags and torch pin that the matrix
 plans (faforge.matrix.pip_builds) and faforge.pipwheel writes, so a planned name is the built one.
 
 - kernel wheel: the flash-attn version, the kernel package's conda build string less its build number as

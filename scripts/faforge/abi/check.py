@@ -118,7 +118,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     torch_load = loaded_by_torch(search_dirs)
     closure, beside = _load_as_the_package_does(info, path, search_dirs, torch_load)
     # A split build's kernels live in a library the module itself needs (libflash_attn_kernels.so,
-    # issue 15), not in the module: its GPU code is the module's and that of its direct needs that
+    # the kernel library), not in the module: its GPU code is the module's and that of its direct needs that
     # torch did not load.
     own_needs = [lib.path for lib in closure.libraries if lib.needed_by == path.name]
     declared = replace(declared, gpu=combined([declared.gpu, *(read_gpu_archs(p) for p in own_needs)]))
@@ -126,7 +126,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     unverified: list[Unverified] = []
     torch_owned = {lib.path.name for lib in torch_load.libraries.values()}
     # A library found only by reading a $ORIGIN entry's `..` lexically fails the load for certain,
-    # whether `import torch` or the module needs it (issue 21).
+    # whether `import torch` or the module needs it (faforge.abi.ld_search's Misplaced).
     misplaced = {(nf.name, nf.misplaced.needer): nf for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
     problems += [Problem(classify.MISSING_LIBRARY, None, None, nf.name, _misplaced_detail(nf), misplaced=nf.misplaced)
                  for nf in misplaced.values()]
@@ -146,7 +146,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
 
     # ld.so relocates every object this load brings in, not only the module: a helper found through
     # the module's RUNPATH ($ORIGIN/lib) or --library-dir that imports a symbol the torch lacks
-    # fails the load (issue 21). Torch's own libraries, what `import torch` loaded already and the
+    # fails the load. Torch's own libraries, what `import torch` loaded already and the
     # system's libraries are not checked again.
     found, interpreter, unresolved_unverified = _import_problems(symbols, closure, glibc)
     problems += [replace(p, imported_by=shown_as) for p in found]
@@ -231,7 +231,8 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc) -> tuple[
 
 
 def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symbols) -> bool:
-    """Whether an unresolved symbol could be provided by a library that was not found (issue 12).
+    """Whether an unresolved symbol could be provided by a library that was not found: then it
+    is unverified, never called missing.
 
     A symbol whose name says where it comes from is a problem when that library was found and
     lacks it, whatever else is missing: a versioned one (GLIBC_2.28, GLIBCXX_3.4.29: DT_VERNEED
@@ -250,7 +251,7 @@ def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symb
 def _owner_unfound(sym: Symbol, symbols, closure: Closure) -> bool:
     """Whether a versioned import's own library (DT_VERNEED names it: GLIBCXX_3.4 -> libstdc++.so.6) was
     not found. Then a same-name export of torch with other parameters is no signature drift: ld.so binds
-    the import to its own library, which this check could not read (issue 23: an aarch64 glue checked
+    the import to its own library, which this check could not read (seen in the cross build: an aarch64 glue checked
     without the target's libstdc++ had std::runtime_error's constructors called drift against
     libtorch_python.so, which exports the move constructor)."""
     owner = next((need.file for need in symbols.needs if sym.version in need.versions), None) if sym.version else None

@@ -99,7 +99,7 @@ def cxx11_abi_of(names: Iterable[str]) -> int | None:
 # torch's own API: mangled names nested in its namespaces (`_ZN3c10`, `_ZNK2at`, ...), and the same
 # namespaces demangled. How these functions spell std::string is the ABI torch was compiled with;
 # the std:: names torch exports (statically linked libstdc++ pieces, `std::__cxx11::basic_string`
-# members in every pre-C++11 PyPI torch) are not evidence (issue 12: libtorch.so and libc10.so of
+# members in every pre-C++11 PyPI torch) are not evidence (measured: libtorch.so and libc10.so of
 # torch 2.1-2.6 export more std::__cxx11 names than `Ss` ones, yet c10::Error(SourceLocation,
 # std::string) is `_ZN3c105ErrorC2ENS_14SourceLocationESs` there).
 TORCH_NAMESPACES = ("c10", "at", "torch", "caffe2")

@@ -6,7 +6,7 @@ both byte orders, the e_shnum/e_shstrndx overflow escapes, machine-specific sect
 is worth more than speed. Only section *headers* are parsed: building pyelftools' section
 object for .gnu.hash parses its whole bloom filter and bucket array (14 ms per open of
 libtorch_cuda.so, and a check opens ~70 files), and iterating symbols object by object took
-1.8 s on torch's libraries (issue 3, "Performance").
+1.8 s on torch's libraries (both measured).
 
 The tables themselves are read by the modules beside this one (elf_symbols, elf_versions,
 elf_hash, and elf for .dynamic), each as one block from the map unpacked as arrays

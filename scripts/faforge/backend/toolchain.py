@@ -27,7 +27,8 @@ from faforge.backend.errors import BuildError
 
 # The tools nvcc runs to compile and link. It finds them through the PATH its nvcc.profile puts in
 # front of the caller's, so a toolkit whose profile misses one runs another toolkit's without a word:
-# Debian's nvcc 12.4 ran CUDA 13.0's ptxas, fatbinary, nvlink and cudafe++ from /usr/local/bin (issue 23).
+# Debian's nvcc 12.4 ran CUDA 13.0's ptxas, fatbinary, nvlink and cudafe++ from /usr/local/bin (seen on the
+# legacy world's Debian toolkit).
 NVCC_TOOLS = ("cicc", "ptxas", "fatbinary", "nvlink", "cudafe++")
 _DRYRUN_TOOL = re.compile(r'^#\$ "?(\S*?)(cicc|ptxas|fatbinary|nvlink|cudafe\+\+)"? ', re.MULTILINE)
 _DRYRUN_SET = re.compile(r"^#\$ (\w+)=(.*)$", re.MULTILINE)

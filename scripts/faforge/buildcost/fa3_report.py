@@ -28,7 +28,7 @@ from faforge.errors import FaforgeError
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.release.cost import KERNELS_LINK_PART, BuildCost, Part, Runner, TuClass, parallel_jobs, split_kernels
 
-# Upstream's report for a full build (flash-attention issue #1486: MAX_JOBS=8 on a 112-core machine,
+# Upstream's report for a full build (Dao-AILab/flash-attention#1486: MAX_JOBS=8 on a 112-core machine,
 # "maybe ~1 hour"; MAX_JOBS=128 there, about 15 minutes), for a sanity check, not a measurement.
 UPSTREAM_MAX_JOBS = 8
 UPSTREAM_NOTE = ("upstream: about 1 h for a full build at MAX_JOBS=8 on a 112-core machine, 15 min at MAX_JOBS=128 there "

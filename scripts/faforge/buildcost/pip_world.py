@@ -1,4 +1,4 @@
-"""What a torch release costs the pip world (issue 33), for `faforge bench-build`: per torch minor of each pip
+"""What a torch release costs the pip world, for `faforge bench-build`: per torch minor of each pip
 world, the runner hours CI adds (faforge.release.pip_plan: one wheel job per pip cell, plus the jobs of the
 kernel packages its cells need that no conda cell and no older minor needs, at variants/build-cost.yaml's
 estimates, setup and safety factor included) and the CPU hours of compiling, from the measured data

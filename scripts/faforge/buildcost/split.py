@@ -1,4 +1,4 @@
-"""Before and after the kernel split (issue 15): kernel compiles and channel bytes of the whole matrix,
+"""Before and after the kernel split (the split build): kernel compiles and channel bytes of the whole matrix,
 computed from variants/build-measurements.yaml and the matrix.
 
 Before, every flash-attn package carries its own kernels, which CI compiles once per compiler-cache key

@@ -162,7 +162,7 @@ def check_payload(path: Path) -> None:
     a link whose target leaves the package (an absolute target, or `..` past the top). Relative links
     inside the package are what conda packages hold (lib/libfoo.so -> libfoo.so.1) and pass. py-rattler's
     extract already refuses to write outside its destination; this names the member instead of letting a
-    hostile package surface later as "no extension module inside" (issue 21)."""
+    hostile package surface later as "no extension module inside" (the untrusted-input rules)."""
     if path.name.endswith(".conda"):
         import zstandard  # noqa: PLC0415
 

@@ -8,7 +8,7 @@ py-rattler's client has a whole-request timeout only (reqwest's `timeout`: a ser
 and one that drips both run to it), so a query of an http(s) channel first probes the channel through
 faforge.httpclient, which bounds each read (FAFORGE_HTTP_TIMEOUT): a server silent from the start fails
 in seconds, not at the deadline. py-rattler then gets what is left of the query's one deadline
-(FAFORGE_HTTP_DEADLINE), for each request and for the whole query (issue 32).
+(FAFORGE_HTTP_DEADLINE), for each request and for the whole query.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ two rattler-build-like trees (one python cold, a second python through the compi
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
 entries it also prints the matrix before and after the kernel split (faforge.buildcost.split); with its
 FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
-piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world (issue 33), the runner and CPU hours
+piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world, the runner and CPU hours
 each torch release adds (faforge.buildcost.pip_world).
 """
 

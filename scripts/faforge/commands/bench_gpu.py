@@ -25,7 +25,7 @@ from faforge.options import int_range, positive_ints
 from faforge.table import format_table
 
 SCHEMA_VERSION = 1
-# Head dims benchmarked for a full flash-attn-3 (issue 25): of these, those its package declares.
+# Head dims benchmarked for a full flash-attn-3: of these, those its package declares.
 FA3_HEAD_DIMS = (64, 128, 256)
 
 

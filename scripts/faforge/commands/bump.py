@@ -3,7 +3,7 @@
 Shows the new release rows and the cells they add. With --write, adds the rows to the table
 (in its canonical form) and regenerates the variant configs; an unreachable channel is an
 error and leaves every file as it was. Pip sources (torch-sources.yaml `pip_sources`: PyPI, PyTorch's
-per-CUDA indexes) add a pip world's rows, each read from its wheels (CUDA, C++ ABI, pythons; issue 33).
+per-CUDA indexes) add a pip world's rows, each read from its wheels (CUDA, C++ ABI, pythons).
 Wheel indexes (`wheel_indexes`) add no rows: they list torch minors that exist as wheels before any
 conda world has them.
 A new torch minor gets its variants/kernel-abi.yaml row measured from its PyPI wheel

@@ -7,7 +7,7 @@ abi-mismatch, signature-drift, missing-symbol, wrong-architecture,
 glibc-too-new. Also prints what the binary declares: C++ ABI, machine, GPU
 architectures (SASS/PTX, read from the fatbinary) and newest GLIBC/GLIBCXX.
 With --torch-free instead of --against, checks a binary that must not touch torch at all (the
-kernel library of issue 15): no torch/c10/Python/pybind11 library or symbol, no export whose meaning
+kernel library of the split build): no torch/c10/Python/pybind11 library or symbol, no export whose meaning
 depends on the C++ ABI, optionally only exports matching --exports, and exactly the GPU code of
 --expect-archs (faforge.kernels.torchfree).
 With --stable-abi, each --against is one torch release: PATH must import from torch only its stable C

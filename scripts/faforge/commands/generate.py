@@ -1,6 +1,6 @@
 """Regenerate the variant configs under variants/ from releases.yaml and matrix.yaml, and the render
-store under variants/renders/ from them and the recipe: the conda worlds' and, for the pip world (issue
-33), variants/<platform>-pypi.yaml with the kernel renders of its cells' kernel keys."""
+store under variants/renders/ from them and the recipe: the conda worlds' and, for the pip world,
+variants/<platform>-pypi.yaml with the kernel renders of its cells' kernel keys."""
 
 from __future__ import annotations
 

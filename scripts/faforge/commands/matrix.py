@@ -4,7 +4,7 @@ each with its exact build (the one its cells pin, from their cached renders) and
 on it; `--fa3` the FlashAttention-3 packages, each with the torch minors it serves.
 
 `--world` picks the torch worlds: by default the conda worlds (conda-forge and pytorch), as before the
-pip world; `pypi` lists the pip cells (issue 33), each with its torch wheel, our index for it, its kernel
+pip world; `pypi` lists the pip cells, each with its torch wheel, our index for it, its kernel
 package's exact build and its wheels as far as the matrix decides them; `all` lists both, and with
 `--kernels` every kernel package once with the cells of every world that pin it."""
 

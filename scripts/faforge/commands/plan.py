@@ -5,7 +5,7 @@ Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three s
 variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; beside
 them, the TU pieces of each FlashAttention-3 package (`faforge matrix --fa3`) too long for one job, then
 one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.buildcost.fa3). The pip cells
-(issue 33) get one wheel job each after the kernel stages (faforge.release.pip_plan), minus those whose wheels
+(the pip world) get one wheel job each after the kernel stages (faforge.release.pip_plan), minus those whose wheels
 the wheel index `--index` holds; the plan ends with the runner hours each torch release adds to CI.
 """
 

@@ -108,7 +108,8 @@ def text_field(data, key, path, unreadable):
 def read_text(path, problem=None):
     """The text of the regular file at `path`, at most READ_CAP bytes, or None. Opened without blocking
     and judged by fstat, so a FIFO or a link to /dev/zero is refused, not waited on or read without end
-    (issue 21); why goes to `problem` when given. faforge is not importable here: this is its own reader."""
+    (the untrusted-input rules); why goes to `problem` when given. faforge is not importable here: this is
+    its own reader."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError:

@@ -82,7 +82,7 @@ def cxx11_abi_mismatch(s: Situation) -> Problem | None:
     if s.binary is None or s.facts.import_outcome.ok:
         return None
     mine = s.binary.module.declared.cxx11_abi
-    # Only a torch that imported says its ABI; a static guess about a broken torch is no cause (issue 12).
+    # Only a torch that imported says its ABI; a static guess about a broken torch is no cause.
     theirs = s.torch_abi if s.facts.torch.imported else None
     gate = s.gate_problems(classify.ABI_MISMATCH)
     symbol = s.facts.import_outcome.undefined_symbol
@@ -113,7 +113,7 @@ def _importer(s: Situation, problem) -> str:
 
 def signature_drift(s: Situation) -> Problem | None:
     """Built against another torch. The stated range is the cause only when it excludes the user's
-    torch; a range that contains it is never called a mismatch (issue 12), and the symbol the import
+    torch; a range that contains it is never called a mismatch, and the symbol the import
     failed on leads."""
     if s.binary is None or not s.import_failed:
         return None

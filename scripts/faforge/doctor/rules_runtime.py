@@ -54,7 +54,7 @@ def _unfound_libraries(s: Situation) -> set[str]:
 
 
 def kernel_library(s: Situation) -> Problem | None:
-    """A split flash-attn (issue 15) loads its kernels from libflash_attn_kernels.so, which only the
+    """A split flash-attn (the split build) loads its kernels from libflash_attn_kernels.so, which only the
     exact libflash-attn-kernels build its conda record pins provides: another build holds kernels for
     another CUDA, arch list or Philox layout (torch <= 2.9 vs >= 2.10) behind the same file name."""
     if s.binary is None or not s.binary.needs_kernel_library:

@@ -1,4 +1,4 @@
-"""`faforge doctor` on FlashAttention-3 (flash_attn_3), which is built against torch's stable ABI (issue 25).
+"""`faforge doctor` on FlashAttention-3 (flash_attn_3), which is built against torch's stable ABI.
 
 A flash-attn-3 binary is not matched to one torch: it claims to load on every torch from 2.9 (its
 TORCH_TARGET_VERSION) through torch's stable C functions only. So the doctor reads that claim from the

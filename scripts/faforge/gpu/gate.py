@@ -126,7 +126,7 @@ def evaluate() -> Gate:
 
 def _entries(text: str, name: str, what: str) -> list[str]:
     """The entries of a ';'/','-separated list; an empty one (',', '80;;90', '90;') is refused, as a
-    degenerate gate list is: it means a value was lost on its way here (issue 21)."""
+    degenerate gate list is: it means a value was lost on its way here (the untrusted-input rules)."""
     parts = [p.strip() for p in re.split(r"[;,]", text.strip())]
     if not text.strip() or any(not p for p in parts):
         raise ValueError(f"{name}={text!r} names an empty {what}")

@@ -1,4 +1,4 @@
-"""Measure a torch release's variants/kernel-abi.yaml row from the release itself (issue 24, item 1).
+"""Measure a torch release's variants/kernel-abi.yaml row from the release itself.
 
 `faforge bump` meets a torch minor the file has no row for. Its verdict decides which kernel library
 the minor's glue links against, and a guessed one would misread Flash_fwd_params, so it is measured:

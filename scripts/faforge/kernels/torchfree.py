@@ -1,4 +1,4 @@
-"""Check a binary that must not touch torch at all: the kernel library (issue 15).
+"""Check a binary that must not touch torch at all: the kernel library.
 
 libflash-attn-kernels is built once per (platform, CUDA, archs, Philox layout) and shared by the
 flash-attn glue of every torch minor of that layout and both C++ ABIs. That holds only if the library

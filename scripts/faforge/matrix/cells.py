@@ -3,7 +3,7 @@
 A cell is one flash-attn package: one platform, python, torch build, CUDA and C++ ABI.
 Its id (e.g. ``linux-64/py312/torch2.7/cu129/abi1``) names it in logs, CI jobs and files.
 
-A pip cell (PipCell, issue 33) is one flash-attn wheel beside a torch wheel of a pip world (PyPI): the same
+A pip cell (PipCell) is one flash-attn wheel beside a torch wheel of a pip world (PyPI): the same
 fields plus the torch wheel and its index, and an id that starts with its world
 (``pypi/linux-64/py312/torch2.11/cu130/abi1``). build_pip_cells makes them apart from build_cells, so the
 conda cells, their ids and counts are what they were; a consumer opts in (Matrix.pip_cells).

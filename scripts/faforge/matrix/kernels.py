@@ -1,5 +1,5 @@
 """Kernel packages: `libflash-attn-kernels`, one per (platform, CUDA minor, arch list, Philox layout),
-shared by every cell of that key across torch minors and both C++ ABIs (issue 15).
+shared by every cell of that key across torch minors and both C++ ABIs (the split build).
 
 The 72 kernel TUs are compiled against the torch shim (scripts/faforge/kernels/torch_shim/), so
 nothing in them depends on the torch minor, the C++ ABI or python, except the layout of
@@ -84,7 +84,7 @@ class KernelPackage:
         return {pin for r in rendered if r.cell.id in self.cell_ids and (pin := kernel_pin(r.run_requirements))}
 
     def exact_build(self, rendered: list[RenderedCell]) -> KernelPin | None:
-        """The one kernel build this package's cells pin (issue 32: what CI builds, hash included), or None
+        """The one kernel build this package's cells pin (what CI builds, hash included), or None
         when none of them pins one. Cells that pin different builds, or a build that is not this package's,
         are an error: CI would build one kernel file per distinct pin, not one per kernel key."""
         pins = self.pins(rendered)
@@ -156,7 +156,7 @@ def kernel_packages(cells, *, version: str, build_number: int, releases_path: Pa
 
 
 def pip_kernel_packages(conda: list[KernelPackage], pip_cells, *, version: str, build_number: int) -> list[KernelPackage]:
-    """The kernel packages the pip cells need and no conda cell has (issue 33), one per kernel key, each
+    """The kernel packages the pip cells need and no conda cell has, one per kernel key, each
     built in its pip world (its channels: variants/releases.yaml). A pip cell whose key a conda cell has
     links that conda package itself, the very same file (all_kernel_packages): its render is the same,
     because the policy gives the pip world the conda world's compilers for that CUDA."""

@@ -1,4 +1,4 @@
-"""What the matrix knows of each pip cell's wheels (issue 33): its kernel package and exact kernel build, the
+"""What the matrix knows of each pip cell's wheels: its kernel package and exact kernel build, the
 glue's identity build string, and the names, versions and requirements of the two wheels.
 
 The kernel wheel is the kernel package's library repacked (faforge.pipwheel), so its version is the package's:

@@ -1,7 +1,7 @@
 """The torch release table (variants/releases.yaml): which torch builds exist, per world.
 
 Two kinds of world. A conda world (conda-forge, the legacy pytorch channel) installs torch into a conda
-environment from its channels and has one C++ ABI. A pip world (pypi, issue 33) is a wheel index pip and uv
+environment from its channels and has one C++ ABI. A pip world (pypi) is a wheel index pip and uv
 install torch from; each of its rows carries the ABI its own torch build was read to have (PyPI's x86_64
 torch is ABI 0 up to 2.6 and 1 from 2.7) and the wheel file names it was read from, one per python and
 platform. The two are kept apart (`worlds`/`releases` against `pip_worlds`/`pip_releases`), so every

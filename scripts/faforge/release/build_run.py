@@ -6,7 +6,7 @@ cell's kernel package (once per kernel key in a run) and then its flash-attn, wh
 output dir: rattler-build indexes its output dir and solves from it as a channel. A cell whose
 kernel package failed is not built. A job may also be an FA3 package (faforge.matrix.flash_attn_3),
 whole (`all`) or one of its TU pieces, from recipes/flash-attn-3 and its platform's generated variant file. A pip
-cell (issue 33: pypi/<platform>/...) builds its kernel package's parts here as a conda cell does, and its wheels
+cell (pypi/<platform>/...) builds its kernel package's parts here as a conda cell does, and its wheels
 (`wheel`, or `all`: its kernel package first when none is found) through faforge.release.pip_build, after the rest.
 The command only parses and prints: progress lines go through
 the `Reporter` it passes (faforge.progress), so this layer prints nothing itself.
@@ -54,7 +54,7 @@ from faforge.release.reporter import Reporter
 
 # An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
 FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
-# Not `--json > FILE`: the shell creates FILE even when plan fails (issue 14).
+# Not `--json > FILE`: the shell creates FILE even when plan fails.
 PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
 
 

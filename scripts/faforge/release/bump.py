@@ -8,7 +8,7 @@ A torch minor variants/kernel-abi.yaml has no row for gets one measured from its
 (faforge.kernels.measure_abi), so no row is written by hand.
 
 A pip source (torch-sources.yaml `pip_sources`: PyPI, one of PyTorch's per-CUDA indexes) gives a pip
-world's rows (issue 33): per torch minor from the pip floor on and platform, the newest release's wheels
+world's rows: per torch minor from the pip floor on and platform, the newest release's wheels
 on its simple page; one wheel of each is read by range requests for its CUDA (torch/version.py: none is a
 CPU build, no row) and C++ ABI (torch/lib/libc10.so), and the pythons are its CPython wheels'
 (faforge.release.wheels). A release the table has, with that CUDA on that platform, or a newer patch of it,

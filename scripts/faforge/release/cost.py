@@ -51,7 +51,7 @@ class Runner:
 
 @dataclass(frozen=True)
 class WheelRunner:
-    """Where a pip cell's wheel job runs (issue 33): its runner, PyPA's manylinux image of the platform's machine
+    """Where a pip cell's wheel job runs: its runner, PyPA's manylinux image of the platform's machine
     (whose glibc the glue's tag follows) and NVIDIA's CUDA repository for that image."""
 
     platform: str

@@ -1,4 +1,5 @@
-"""`faforge build PIP_CELL` (issue 33): a pip cell's glue wheel and kernel wheel, from the kernel package of its key.
+"""`faforge build PIP_CELL` (the pip world): a pip cell's glue wheel and kernel wheel, from the kernel package of
+its key.
 
   1. the kernel package: one given (--kernel-package), one already in the output folder, one in the kernel
      channel (--kernel-channel, where an earlier run published it), or else (part `all`) built here exactly as

@@ -1,4 +1,4 @@
-"""Clean pip environments for the gates of a wheel (issue 33): real pip, our wheels over HTTP, PyPI's torch.
+"""Clean pip environments for the gates of a wheel (the pip world): real pip, our wheels over HTTP, PyPI's torch.
 
   * loopback_index: a staging index of exactly the wheels under test, written by faforge.pipindex's own page
     renderer (PEP 503 HTML with sha256 links and data-requires-python, the PEP 691 JSON, PEP 658 metadata)

@@ -1,4 +1,4 @@
-"""The pip world in `faforge plan` (issue 33): one wheel job per pip cell, after the kernel stage, reusing the
+"""The pip world in `faforge plan`: one wheel job per pip cell, after the kernel stage, reusing the
 kernel packages the conda cells have (faforge.matrix.pip_builds); what the target wheel index already holds;
 and the runner hours each torch release adds.
 

@@ -1,4 +1,4 @@
-"""Which machine builds which pip cell's glue, and the cross build's inputs, checked before any work (issue 33).
+"""Which machine builds which pip cell's glue, and the cross build's inputs, checked before any work.
 
 A machine builds its own platform's pip cells natively, against PyPI's torch in a venv (CI's wheel job runs on a
 runner of the cell's machine: variants/build-cost.yaml, wheel_runners); an x86_64 machine also cross-builds

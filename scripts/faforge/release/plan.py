@@ -17,7 +17,7 @@ So a plan has five stages, each a list of chunks; the first three run one after 
   recipes/flash-attn-3 and its generated variant file, after its pieces when it has them (then with their
   objects in the compiler cache, as a kernels-link job); it needs no kernel package, so these two stages
   run beside the others;
-- `wheels`: one job per pip cell (issue 33: faforge.release.pip_plan), after the kernel stages: the cell's
+- `wheels`: one job per pip cell (the pip world: faforge.release.pip_plan), after the kernel stages: the cell's
   glue wheel (flash_api.cpp against its PyPI torch, linked against its kernel package: this run's or the
   channel's) and the kernel wheel (that package's library, only its RUNPATH set); a kernel key only pip
   cells have is an ordinary kernel package of the first two stages.

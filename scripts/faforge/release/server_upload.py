@@ -1,7 +1,7 @@
 """The py-rattler-build upload call, run in a child process that `faforge publish` kills at its deadline.
 
 py-rattler-build's upload functions hold the GIL while they wait on the network, so no thread, timer
-or socket shutdown in the same process can stop one that a server never answers (issue 21). The
+or socket shutdown in the same process can stop one that a server never answers. The
 parent (faforge.release.targets.upload) waits for one line {"ready": true}, printed once rattler_build
 is imported, and only then starts the deadline: a slow start on a busy machine is not a slow server.
 It then sends the call as JSON on stdin, with the token in the environment variable rattler-build

@@ -3,7 +3,7 @@
 A flash-attn package: ABI (against the cell's torch libraries), import in a clean environment, and
 the GPU suite. The torch comes from faforge.release.clean_env (the matching PyPI wheel). When no
 matching torch exists here every gate that needs one is `skipped`, with the reason, so it can never
-read as a pass. A split flash-attn (issue 15) pins one kernel build (`libflash-attn-kernels ==V BUILD`);
+read as a pass. A split flash-attn (the split build) pins one kernel build (`libflash-attn-kernels ==V BUILD`);
 its gates run with that kernel package installed beside it: the ABI gate resolves the glue's
 libflash_attn_kernels.so from the kernel package's lib/, and the clean env holds both packages.
 

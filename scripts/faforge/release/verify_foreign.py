@@ -31,7 +31,7 @@ from faforge.release.clean_env import unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.verify import Check, abi_gate
 
-# Emulated, `import torch` alone took 43 s on a free core (issue 23); a loaded runner is slower.
+# Emulated, `import torch` alone took 43 s on a free core (an aarch64 import gate, measured); a loaded runner is slower.
 EMULATED_TIMEOUT_S = 1800
 TORCH_IMPORTED = "@@faforge-torch-imported@@"
 

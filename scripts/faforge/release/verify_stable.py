@@ -1,4 +1,4 @@
-"""`faforge verify`'s gates for a flash-attn-3 package, which claims torch's stable ABI (issue 25 item 2).
+"""`faforge verify`'s gates for a flash-attn-3 package, which claims torch's stable ABI.
 
 Its abi gate is `check-abi --stable-abi` (faforge.abi.stable) on the package: it may import only torch's
 stable C functions, and it must load on every torch of the range it serves. The range is the matrix's

@@ -1,4 +1,4 @@
-"""`faforge verify`'s gates of a wheel (issue 33): the gates of the conda packages, on PyPI's torch and real pip.
+"""`faforge verify`'s gates of a wheel (the pip world): the gates of the conda packages, on PyPI's torch and real pip.
 
 A wheel says what it is in its file name and METADATA (faforge.pipwheel.facts); its project is its kind:
   * flash-attn, the glue (2.8.3.post2+torch2.14.cu130.abi1, one CPython tag): its pip cell is the matrix's
