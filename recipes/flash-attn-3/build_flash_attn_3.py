@@ -35,14 +35,14 @@ if _root is None:
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge import fa3_backend as fa3  # noqa: E402
-from faforge.backend import ccache, options, toolchain  # noqa: E402
-from faforge.backend.errors import BuildError  # noqa: E402
-from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402
-from faforge.backend.logger import log  # noqa: E402
-from faforge.backend.ninja import run_ninja  # noqa: E402
-from faforge.backend.sources import select_kernels  # noqa: E402
-from faforge.family import FLASH_ATTN_3  # noqa: E402
+from faforge import fa3_backend as fa3  # noqa: E402 (sys.path set above)
+from faforge.backend import ccache, options, toolchain  # noqa: E402 (sys.path set above)
+from faforge.backend.errors import BuildError  # noqa: E402 (sys.path set above)
+from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402 (sys.path set above)
+from faforge.backend.logger import log  # noqa: E402 (sys.path set above)
+from faforge.backend.ninja import run_ninja  # noqa: E402 (sys.path set above)
+from faforge.backend.sources import select_kernels  # noqa: E402 (sys.path set above)
+from faforge.family import FLASH_ATTN_3  # noqa: E402 (sys.path set above)
 
 # Where torch's stable C functions live (aoti_torch_* in libtorch_cpu, the CUDA stream one in libtorch_cuda),
 # linked as needed after libstdc++, so that no C++ runtime symbol binds to a torch library's weak copy

@@ -33,12 +33,12 @@ if _root is None:
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge.backend import flags, foreign, glue, ninja, options, sources, toolchain  # noqa: E402
-from faforge.backend.archs import parse_arch_list  # noqa: E402
-from faforge.backend.errors import BuildError  # noqa: E402
-from faforge.backend.layout import check_kernel_library_layout, philox_offset_bits  # noqa: E402
-from faforge.backend.logger import log  # noqa: E402
-from faforge.backend.plan import kernel_plan  # noqa: E402
+from faforge.backend import flags, foreign, glue, ninja, options, sources, toolchain  # noqa: E402 (sys.path set above)
+from faforge.backend.archs import parse_arch_list  # noqa: E402 (sys.path set above)
+from faforge.backend.errors import BuildError  # noqa: E402 (sys.path set above)
+from faforge.backend.layout import check_kernel_library_layout, philox_offset_bits  # noqa: E402 (sys.path set above)
+from faforge.backend.logger import log  # noqa: E402 (sys.path set above)
+from faforge.backend.plan import kernel_plan  # noqa: E402 (sys.path set above)
 
 
 def plan_kernels(args, source_dir: Path, archs) -> tuple[dict, int]:

@@ -206,9 +206,9 @@ def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: 
                 philox_bits: int, max_jobs: int, shim: Path) -> Path:
     """Compiles and links the glue for `machine` with `cxx`, finishes it as the native build does, and packs the raw wheel
     (cpXY-cpXY-linux_<machine>)."""
-    from setuptools import Extension  # noqa: PLC0415
-    from setuptools.command.build_ext import build_ext  # noqa: PLC0415
-    from setuptools.dist import Distribution  # noqa: PLC0415
+    from setuptools import Extension  # noqa: PLC0415 (setuptools: slow, wheel only)
+    from setuptools.command.build_ext import build_ext  # noqa: PLC0415 (setuptools: slow, wheel only)
+    from setuptools.dist import Distribution  # noqa: PLC0415 (setuptools: slow, wheel only)
 
     out_dir = build_dir / "glue"
     out_dir.mkdir(parents=True, exist_ok=True)

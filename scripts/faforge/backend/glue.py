@@ -37,7 +37,7 @@ def import_torch() -> tuple[ModuleType, ModuleType, str]:
     """This Python's torch, its cpp_extension and the CUDA home it found; the glue compiles against them."""
     try:
         import torch  # noqa: PLC0415  (the torch we build against)
-        from torch.utils import cpp_extension  # noqa: PLC0415
+        from torch.utils import cpp_extension  # noqa: PLC0415 (in the torch import's try)
     except ImportError as exc:
         raise BuildError(f"torch does not import in {sys.executable} ({exc}); the build compiles against this "
                          "Python's torch, so install a CUDA build of torch here first (or run it with the python that has it)") from None
@@ -112,7 +112,7 @@ def finish_extension(path: Path, *, libpython: str | None, abi: int, library: Pa
 
 def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension, cmdclass: dict) -> Path:
     """setuptools' wheel of the sdist's Python package and `extension`, built by cmdclass["build_ext"]."""
-    from setuptools import find_packages, setup  # noqa: PLC0415
+    from setuptools import find_packages, setup  # noqa: PLC0415 (setuptools: slow, wheel only)
 
     os.chdir(source_dir)
     started = time.monotonic()

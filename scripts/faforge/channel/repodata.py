@@ -74,8 +74,14 @@ def check_local_index(folder: Path, subdirs: list[str]) -> None:
 
 def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     """Every RepoDataRecord of `names` in `channel` for `platforms` (plus noarch), fetched fresh."""
-    from rattler import Channel, Gateway, SourceConfig  # noqa: PLC0415
-    from rattler.networking import AuthenticationMiddleware, Client, GCSMiddleware, OciMiddleware, S3Middleware  # noqa: PLC0415
+    from rattler import Channel, Gateway, SourceConfig  # noqa: PLC0415 (py-rattler: slow to import)
+    from rattler.networking import (  # noqa: PLC0415 (py-rattler: slow to import)
+        AuthenticationMiddleware,
+        Client,
+        GCSMiddleware,
+        OciMiddleware,
+        S3Middleware,
+    )
 
     url = channel_url(channel)
     if url.startswith("file://"):
@@ -124,7 +130,7 @@ def _probe(channel: str | Path, url: str, platforms: list[str]) -> None:
     nothing, or drips slower than one read may wait, ends here, exit 4 naming the channel. Any HTTP
     status passes (a 404 is for py-rattler to explain), as does any other failure (py-rattler reports
     it, through its own TLS and proxies). Other schemes (file, s3, gs, oci) are not probed."""
-    from rattler import Channel  # noqa: PLC0415
+    from rattler import Channel  # noqa: PLC0415 (py-rattler: slow to import)
 
     try:
         base_url = Channel(url).base_url  # a name through py-rattler's channel alias

@@ -82,7 +82,7 @@ class OtherBuildReport:
 
 def examine_other(python: Path, build: OtherBuild, timeout_s: float, progress=lambda message: None) -> OtherBuildReport:
     """The report on `build` in `python` (call it where build.installed() says it is there)."""
-    from faforge.doctor.examine import situation_from  # noqa: PLC0415  (examine imports the planning this module needs not)
+    from faforge.doctor.examine import situation_from  # noqa: PLC0415 (examine loads the planning, not needed here)
 
     facts = env_facts.collect(python, timeout_s, progress, names=(build.extension, build.distribution, "-"))
     s = situation_from(facts, package=build.distribution)

@@ -141,7 +141,8 @@ def fresh(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> list[
     if exact is not None:
         fixes.append(install_fix(s, exact, kinds, torch=_public(s.torch.version)))
         return fixes
-    newest = closest(builds, replace(installed, torch=None, cuda=None), n=1)  # type: ignore[arg-type]
+    anywhere = replace(installed, torch=None, cuda=None)
+    newest = closest(builds, anywhere, n=1)  # type: ignore[arg-type]  (closest reads only .cell)
     if newest:
         b = newest[0]
         fixes.append(install_fix(s, b, kinds, torch=b.cell.torch,

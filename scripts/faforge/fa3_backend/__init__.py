@@ -72,7 +72,7 @@ def feature_defines(disabled: frozenset[str]) -> list[str]:
 
 def sources(disabled: frozenset[str]) -> list[str]:
     """The TUs hopper/setup.py compiles with these switches, relative to hopper/, glue first."""
-    on = lambda name: name not in disabled  # noqa: E731
+    on = lambda name: name not in disabled  # noqa: E731 (a one-line helper)
     fwd_sm80 = ["bf16", *(["fp16"] if on("FP16") else [])]
     fwd_sm90 = [*fwd_sm80, *(["e4m3"] if on("FP8") else [])]
     hdims = [h for h in HEAD_DIMS if on(f"HDIM{h}")]

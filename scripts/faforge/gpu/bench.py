@@ -69,7 +69,7 @@ def mean_ms(call: Callable[[], object], *, calls: int, warmup_s: float = WARMUP_
 
     One pair of events around the whole batch measures the GPU's time, not the launch gaps a per-call
     synchronize would add; `before` (e.g. clearing gradients) must be host-only work."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
 
     deadline = time.perf_counter() + warmup_s
     while True:
@@ -106,9 +106,9 @@ def installed() -> dict[str, object]:
 
 def _attention_calls(shape: Shape, dtype, flash_functions: dict[str, object]):
     """{implementation: (forward function of nothing, leaf tensors) or the reason it cannot run} for one shape."""
-    import torch  # noqa: PLC0415
-    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
-    from torch.nn.functional import scaled_dot_product_attention  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415 (torch only when run)
+    from torch.nn.functional import scaled_dot_product_attention  # noqa: PLC0415 (torch only when run)
 
     def leaves(layout):
         return [torch.randn(*layout, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)]
@@ -136,7 +136,7 @@ def _attention_calls(shape: Shape, dtype, flash_functions: dict[str, object]):
 
 def measure(shape: Shape, dtype, *, repeats: int, flash_functions: dict[str, object] | None = None, peak: float | None = None) -> list[dict]:
     """Two records (fwd, bwd) for one shape: TFLOP/s per implementation, or the error that stopped it."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
 
     records = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
     for name, call in _attention_calls(shape, dtype, installed() if flash_functions is None else flash_functions).items():
@@ -189,7 +189,7 @@ def ratios(tflops: dict) -> dict:
 def run_benchmark(
     *, dtype_name: str = "bf16", seqlens=SEQLENS, head_dims=HEAD_DIMS, repeats: int = 10, progress=lambda shape: None
 ) -> list[dict]:
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)

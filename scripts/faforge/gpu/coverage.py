@@ -45,7 +45,7 @@ class KernelRecorder:
 
     def write(self) -> None:
         if self.path:
-            import torch  # noqa: PLC0415
+            import torch  # noqa: PLC0415 (only on a usable GPU)
 
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             Path(self.path).write_text(json.dumps({"sms": sms, "tests": self.seen, "kernel_names": self.names}, indent=1) + "\n")

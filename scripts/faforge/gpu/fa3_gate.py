@@ -20,7 +20,9 @@ from pathlib import Path
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.gpu.compat import JIT, check
+from faforge.gpu.fa3_kernels import tus_in_binary
 from faforge.gpu.gate import read_embedded_archs
+from faforge.untrusted import read_text
 
 # Head dims FA3 compiles (hopper/setup.py's HDIM64..HDIM256 switches).
 HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -76,8 +78,6 @@ def read_declaration(path: Path) -> dict:
     """CONFIG of a generated flash_attn_config.py, as a literal: the file is data the package brought,
     read bounded (faforge.untrusted: no FIFO, no device, at most 16 MiB), never run, its shape checked.
     ValueError (or FaforgeError from the read) names what is wrong."""
-    from faforge.untrusted import read_text  # noqa: PLC0415
-
     tree = ast.parse(read_text(path, "data", hint="reinstall the package"), str(path))
     value = next((node.value for node in tree.body if isinstance(node, ast.Assign)
                   and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in node.targets)), None)
@@ -169,8 +169,6 @@ def embedded_archs(extension: Path) -> tuple[tuple[tuple[str, ...], tuple[str, .
 
 def binary_defects(gate: Fa3Gate, archs: tuple[tuple[str, ...], tuple[str, ...]] | None) -> list[str]:
     """What the package declares but its binary lacks: a GPU arch, or any kernel of a declared TU."""
-    from faforge.gpu.fa3_kernels import tus_in_binary  # noqa: PLC0415
-
     extension, defects = Path(gate.extension), []
     declared_archs = tuple(gate.declared.get("gpu_archs", ()))
     if archs is not None and declared_archs and set(declared_archs) - set(archs[0]):

@@ -143,7 +143,13 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str, cell_k
     Each combination is rendered alone, as a variant config of that one combination: rattler-build's
     time for one config grows with the square of its combinations (72: 4 s, against 1.2 s one by one),
     and a combination's render is the same either way (tests/matrix/test_render_slices.py)."""
-    from rattler_build import JinjaConfig, PlatformConfig, RenderConfig, Stage0Recipe, VariantConfig  # noqa: PLC0415
+    from rattler_build import (  # noqa: PLC0415 (py-rattler-build: slow to import)
+        JinjaConfig,
+        PlatformConfig,
+        RenderConfig,
+        Stage0Recipe,
+        VariantConfig,
+    )
 
     try:
         variants = VariantConfig.from_file_with_context(

@@ -192,7 +192,7 @@ def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_di
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
     compiler cache: its package is a by-product, built in a scratch dir and deleted.
     """
-    from rattler_build import ToolConfiguration  # noqa: PLC0415
+    from rattler_build import ToolConfiguration  # noqa: PLC0415 (py-rattler-build: slow to import)
 
     cell = rendered.cell
     target = output_dir / cell.platform / package_filename(rendered)

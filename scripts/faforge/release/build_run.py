@@ -27,6 +27,7 @@ from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, explain_missing, find_cell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
+from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.render import (
     RenderedCell,
     SourceOverride,
@@ -215,8 +216,6 @@ def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
 def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildRequest, source) -> tuple[list, WheelWhere | None]:
     """The pip cells' wheel jobs among the wanted ones (part `all` or `wheel`), each once, and where they read and
     write, every option checked before any build: the kernel packages given, the CUDA toolkit of each CUDA."""
-    from faforge.matrix.pip_builds import pip_builds  # noqa: PLC0415
-
     asked = list(dict.fromkeys((key, part) for key, part in wanted if find_cell(matrix.pip_cells, key) is not None
                                and part in ("all", WHEEL_PART)))
     for key, part in wanted:

@@ -239,7 +239,7 @@ def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda messag
 @contextlib.contextmanager
 def unpacked(*packages: PackageFacts):
     """A temporary prefix with `packages` extracted into it, as conda would lay them out."""
-    from rattler.package_streaming import extract  # noqa: PLC0415
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
     with tempfile.TemporaryDirectory(prefix="faforge-unpacked-") as tmp:
         for package in packages:
@@ -251,7 +251,7 @@ def unpacked(*packages: PackageFacts):
 def fresh_env(package: PackageFacts, base: TorchVenv, kernel: PackageFacts | None = None):
     """A new venv holding only `package` (and the kernel package it pins: its lib/ becomes the venv's
     lib/, where the glue's RUNPATH $ORIGIN/../.. reaches), with the base venv's torch visible through a .pth file."""
-    from rattler.package_streaming import extract  # noqa: PLC0415
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
     with tempfile.TemporaryDirectory(prefix="faforge-clean-env-") as tmp:
         prefix = Path(tmp) / "env"

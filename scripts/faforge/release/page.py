@@ -169,7 +169,7 @@ def with_channel(data: dict, channel: str) -> dict:
     """The data with the page's placeholder replaced: a JSON file, unlike the page, cannot learn its own URL."""
     if data["install_channel"] is not None:
         return data
-    fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731
+    fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731 (a one-line helper)
     filled = {key: [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data[key]]
               for key in ("packages", FLASH_ATTN_3.key)}
     return {**data, "install_channel": channel, **filled}

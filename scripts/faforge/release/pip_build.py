@@ -59,6 +59,7 @@ from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_target import CROSS_MACHINE, CrossTarget
 from faforge.release.plan import job_slug
 from faforge.release.reporter import Reporter
+from faforge.wheelfetch import download_checked, list_files
 
 WHEEL_DIR = "dist"
 # The build tools the glue's build needs beside torch (recipes/flash-attn/recipe.yaml's host requirements of the
@@ -209,8 +210,6 @@ def build_kernel_package(build: PipBuild, matrix: Matrix, where: WheelWhere, rep
 
 def flash_attn_sdist(matrix: Matrix) -> Path:
     """The recipe's sdist from PyPI, sha256-checked against variants/matrix.yaml, cached under faforge's cache."""
-    from faforge.wheelfetch import download_checked, list_files  # noqa: PLC0415
-
     version, sha256 = matrix.policy.flash_attn_version, matrix.policy.flash_attn_sha256
     name = f"{FLASH_ATTN.dist_name}-{version}.tar.gz"
     target = config.cache_dir() / f"{FLASH_ATTN.package}-sdist" / name
@@ -302,11 +301,15 @@ def wheel_json(built, was: dict | None = None) -> dict:
 def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhere, report: Reporter, title: str, log, work: Path,
                 sdist: Path) -> dict:
     """Steps 2 and 3 for one cell, its kernel package found; the --json `wheel` object."""
-    from rattler.package_streaming import extract  # noqa: PLC0415
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
-    from faforge.pipwheel.facts import requires_dist_of  # noqa: PLC0415
-    from faforge.pipwheel.glue import GlueCell, repack_glue_wheel  # noqa: PLC0415
-    from faforge.pipwheel.kernel import KernelPackage, cuda_runtime_requirement, pack_kernel_wheel  # noqa: PLC0415
+    from faforge.pipwheel.facts import requires_dist_of  # noqa: PLC0415 (pip cells only)
+    from faforge.pipwheel.glue import GlueCell, repack_glue_wheel  # noqa: PLC0415 (pip cells only)
+    from faforge.pipwheel.kernel import (  # noqa: PLC0415 (pip cells only)
+        KernelPackage,
+        cuda_runtime_requirement,
+        pack_kernel_wheel,
+    )
 
     cell = build.cell
     steps = {}

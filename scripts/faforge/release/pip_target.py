@@ -43,8 +43,8 @@ def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python:
     """The cross build's target for the linux-aarch64 cells among `builds` on an x86_64 `machine` (default: this one),
     each input checked against each cell; None when every cell is of the machine's own platform (a native build).
     FaforgeError naming the option or cell, what is wrong and what to pass."""
-    from faforge.abi.check import torch_facts  # noqa: PLC0415
-    from faforge.backend.foreign import prefix_python_includes  # noqa: PLC0415
+    from faforge.abi.check import torch_facts  # noqa: PLC0415 (cross builds only)
+    from faforge.backend.foreign import prefix_python_includes  # noqa: PLC0415 (cross builds only)
 
     machine = machine or platform.machine()
     native_platform = clean_env.MACHINE_SUBDIRS.get(machine)
