@@ -78,7 +78,8 @@ def python_includes(explicit: list[str] | None) -> list[str]:
 
 
 def env(name: str):
-    """The variable standing in for an option, checked as flash-attn's build script checks it (faforge.backend.options)."""
+    """The variable standing in for an option, checked as
+    flash-attn's build script checks it (faforge.backend.options)."""
     return options.from_env(name, *options.ENV_OPTIONS[name])
 
 

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# The faforge package holding the backend and the ABI checker: --checker-path, else the recipe's copy here, else the repo's.
+# The faforge package holding the backend and the ABI checker:
+# --checker-path, else the recipe's copy here, else the repo's.
 _pre = argparse.ArgumentParser(add_help=False)
 _pre.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"))
 _explicit = _pre.parse_known_args()[0].checker_path  # when given, the only place looked at
@@ -77,7 +78,8 @@ def build_kernels_only(args, source_dir: Path, build_dir: Path) -> Path | None:
 
 def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
     """flash_api.cpp against this Python's torch (or, with --torch-site, a target's, read without importing it),
-    linked against the kernel library: the one given (--kernel-library), or one built here first and carried in the wheel."""
+    linked against the kernel library: the one given (--kernel-library),
+    or one built here first and carried in the wheel."""
     wheel_dir = Path(args.wheel_dir).resolve()
     if not source_dir.is_dir():
         raise BuildError(f"--source-dir {source_dir}: no such folder; unpack the flash-attn sdist there first "

@@ -15,7 +15,8 @@ import re
 
 from faforge.errors import FaforgeError
 
-# The kernel package's build string (recipes/flash-attn/recipe.yaml): cu130_sm80_90_100_120ptx_philox64_h<hash>_<number>.
+# The kernel package's build string (recipes/flash-attn/recipe.yaml):
+# cu130_sm80_90_100_120ptx_philox64_h<hash>_<number>.
 KERNEL_BUILD = re.compile(r"cu(?P<cuda>[0-9]{3,4})_sm(?P<archs>[0-9a-z]+(?:_[0-9a-z]+)*)_philox(?P<bits>32|64)_h(?P<hash>[0-9a-f]{7,40})"
                           r"_(?P<number>[0-9]{1,6})")
 # A build string's identity tail: _h<hash>_<number>.
@@ -49,7 +50,8 @@ def cuda_of_label(label: str) -> str | None:
 
 
 def build_tag(build_string: str) -> str:
-    """A wheel build tag from a build string's identity: '..._h1a2b3c4_0' -> '0h1a2b3c4' (PEP 427: starts with a digit)."""
+    """A wheel build tag from a build string's identity:
+    '..._h1a2b3c4_0' -> '0h1a2b3c4' (PEP 427: starts with a digit)."""
     match = IDENTITY.search(build_string)
     if not match:
         raise FaforgeError(f"{build_string[:120]!r} does not end in _h<hash>_<number>", hint="pass a build string the matrix lists",

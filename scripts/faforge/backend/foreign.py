@@ -141,14 +141,16 @@ def header_python_version(include: Path) -> str:
 
 
 def prefix_python_includes(prefix: Path, version: str) -> list[str]:
-    """The header folders of the CPython `version` installed in `prefix` (its bin/python's parent's parent): include/pythonX.Y,
-    and include/ too where a Debian multiarch pyconfig.h there includes <aarch64-linux-gnu/pythonX.Y/pyconfig.h>."""
+    """The header folders of the CPython `version` installed in `prefix` (its bin/python's parent's parent):
+    include/pythonX.Y, and include/ too where a Debian multiarch pyconfig.h there includes
+    <aarch64-linux-gnu/pythonX.Y/pyconfig.h>."""
     include = prefix / "include"
     return [str(include / f"python{version}"), *([str(include)] if list(include.glob(f"*-linux-gnu/python{version}/pyconfig.h")) else [])]
 
 
 def find_libpython(include: Path, version: str) -> Path | None:
-    """The shared libpython beside the headers' prefix: lib/ (conda, python-build-standalone) or lib/<multiarch>/ (Debian)."""
+    """The shared libpython beside the headers' prefix: lib/ (conda,
+    python-build-standalone) or lib/<multiarch>/ (Debian)."""
     prefix = include.parents[1] if include.name.startswith("python") else include.parent
     for name in (f"libpython{version}.so", f"libpython{version}.so.1.0"):
         for found in (prefix / "lib" / name, *sorted((prefix / "lib").glob(f"*-linux-gnu/{name}"))):
@@ -158,7 +160,8 @@ def find_libpython(include: Path, version: str) -> Path | None:
 
 
 def target_python(includes: list[str] | None, library: str | None) -> TargetPython:
-    """--python-include and --python-library read: the version from the headers, the library found beside them when not named."""
+    """--python-include and --python-library read: the version from
+    the headers, the library found beside them when not named."""
     dirs = python_includes(includes)
     version = header_python_version(Path(dirs[0]))
     found = Path(library) if library else find_libpython(Path(dirs[0]), version)
@@ -173,7 +176,8 @@ def target_python(includes: list[str] | None, library: str | None) -> TargetPyth
 
 def compile_flags(*, source_dir: Path, shim: Path, torch: TargetTorch, python: TargetPython, cuda_includes: list[str], std: str,
                   abi: int, philox_bits: int) -> list[str]:
-    """The native build's include order (the sdist's and the shim's, torch's, the CUDA target's, Python's), then its flags."""
+    """The native build's include order (the sdist's and the shim's,
+    torch's, the CUDA target's, Python's), then its flags."""
     dirs = [*glue_include_dirs(source_dir, shim), *torch.include_dirs, *cuda_includes, *python.includes]
     return [*PYTHON_CFLAGS, *(f"-I{d}" for d in dirs), *glue_compile_args(std=std, abi=abi, philox_bits=philox_bits), *TORCH_EXTENSION_DEFINES]
 
@@ -204,8 +208,8 @@ def glue_ninja(*, cxx: str, sources: list[str], cflags: list[str], ldflags: list
 def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: str, cuda_includes: list[str], cudart_dirs: list[str],
                 source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, library: Path, carry_library: bool, abi: int, std: str,
                 philox_bits: int, max_jobs: int, shim: Path) -> Path:
-    """Compiles and links the glue for `machine` with `cxx`, finishes it as the native build does, and packs the raw wheel
-    (cpXY-cpXY-linux_<machine>)."""
+    """Compiles and links the glue for `machine` with `cxx`, finishes it as the
+    native build does, and packs the raw wheel (cpXY-cpXY-linux_<machine>)."""
     from setuptools import Extension  # noqa: PLC0415 (setuptools: slow, wheel only)
     from setuptools.command.build_ext import build_ext  # noqa: PLC0415 (setuptools: slow, wheel only)
     from setuptools.dist import Distribution  # noqa: PLC0415 (setuptools: slow, wheel only)

@@ -90,7 +90,8 @@ def glue_include_dirs(source_dir: Path, shim: Path) -> list[str]:
 
 
 def glue_compile_args(*, std: str, abi: int, philox_bits: int) -> list[str]:
-    """Ours, after what torch's cpp_extension adds: the C++ standard this torch needs, the forced C++ ABI, the Philox layout."""
+    """Ours, after what torch's cpp_extension adds: the C++ standard
+    this torch needs, the forced C++ ABI, the Philox layout."""
     return ["-O3", f"-std={std}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-D{PHILOX_BITS_DEFINE}={philox_bits}"]
 
 
@@ -137,7 +138,8 @@ def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: s
 def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str, source_dir: Path, build_dir: Path, wheel_dir: Path,
                 version: str, library: Path, carry_library: bool, abi: int, std: str, philox_bits: int, max_jobs: int, shim: Path,
                 python_link: tuple[list[str], str | None]) -> Path:
-    """Compiles and links the glue against `library` (carried in the wheel with `carry_library`), and packs the wheel."""
+    """Compiles and links the glue against `library` (carried
+    in the wheel with `carry_library`), and packs the wheel."""
     py_link, libpython = python_link
     # torch <= 2.5 adds -D_GLIBCXX_USE_CXX11_ABI from this attribute; make it
     # agree with the forced value so the compiler never sees two definitions.

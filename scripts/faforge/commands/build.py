@@ -6,17 +6,16 @@ in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FA
 points them at; `--extra-channel` adds channels searched first (where a cell's job finds its kernel
 package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job as
 `faforge plan` made it: `kernels` and `kernels-link` build the recipe's libflash-attn-kernels output
-for the cell's kernel key (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the compiler cache; `cell`
-builds the cell's flash-attn against a kernel package it finds in a channel. `all` (the default)
-builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first
-(once per kernel key in a run, skipped when already in the output dir), then its flash-attn, which
-finds it there: rattler-build indexes its output dir and solves from it as a channel.
-A FlashAttention-3 package id (`faforge matrix --fa3`: platform/cu<CUDA>/sm<archs>) builds that package
-whole from recipes/flash-attn-3 and its platform's generated variant file. A pip cell id (`faforge matrix --world
-pypi`: pypi/<platform>/py<XY>/torch<minor>/cu<NNN>/abi<N>) builds its glue wheel and kernel wheel into
-OUTPUT_DIR/dist/ (faforge.release.pip_build): its kernel package given (--kernel-package), in OUTPUT_DIR, in
---kernel-channel, or (`all`) built first as for conda; `--part wheel` is its plan job, `--part kernels` and the
-pieces build its kernel package as for a conda cell. No kernel TU is compiled for a wheel.
+for the cell's kernel key (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the
+compiler cache; `cell` builds the cell's flash-attn against a kernel package it finds in a channel. `all` (the default)
+builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first (once per kernel key
+in a run, skipped when already in the output dir), then its flash-attn, which finds it there: rattler-build indexes its
+output dir and solves from it as a channel. A FlashAttention-3 package id (`faforge matrix --fa3`:
+platform/cu<CUDA>/sm<archs>) builds that package whole from recipes/flash-attn-3 and its platform's generated variant
+file. A pip cell id (`faforge matrix --world pypi`: pypi/<platform>/py<XY>/torch<minor>/cu<NNN>/abi<N>) builds its glue
+wheel and kernel wheel into OUTPUT_DIR/dist/ (faforge.release.pip_build): its kernel package given (--kernel-package),
+in OUTPUT_DIR, in --kernel-channel, or (`all`) built first as for conda; `--part wheel` is its plan job,
+`--part kernels` and the pieces build its kernel package as for a conda cell. No kernel TU is compiled for a wheel.
 """
 
 from __future__ import annotations

@@ -89,7 +89,8 @@ def execute(args: argparse.Namespace) -> int:
         verdict = check_stable(args.path, args.against, platform=args.platform, library_dirs=args.library_dir)
         lines = render_stable_text(verdict)
     else:
-        # The torch range the binary's imports date it to (doctor's table) decides which side of a layout break it is on.
+        # The torch range the binary's imports date it to (doctor's
+        # table) decides which side of a layout break it is on.
         verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir,
                              dating=dating(default_table()))
         lines = render_text(verdict)

@@ -70,7 +70,8 @@ def kernels_by_cell(kernels: list[KernelPackage]) -> dict[str, KernelPackage]:
 
 
 def exact_builds(kernels: list[KernelPackage], rendered: list[RenderedCell]) -> dict[str, KernelPin | None]:
-    """{kernel package id: the build its cells pin}, read from the cells' renders (rattler-build alone knows the hash)."""
+    """{kernel package id: the build its cells pin}, read from
+    the cells' renders (rattler-build alone knows the hash)."""
     return {k.key.id: k.exact_build(rendered) for k in kernels}
 
 

@@ -101,7 +101,8 @@ def execute(args: argparse.Namespace) -> int:
         paths.output_file(args.github_output, "--github-output")
     if args.output is not None:
         paths.replaceable_file(args.output, "--output")
-    # A wrong folder fails before rendering; an empty one (an unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
+    # A wrong folder fails before rendering; an empty one (an
+    # unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
     channel = None if args.channel is None else channel_url(
         args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
     index = None if args.index is None else index_root(args.index)

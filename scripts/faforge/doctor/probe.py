@@ -35,8 +35,8 @@ if len(sys.argv) != 4:
     sys.exit("usage: python - EXTENSION PACKAGE KERNEL_PACKAGE < probe.py (faforge.doctor.probe_run passes them)")
 EXTENSION, PACKAGE, KERNEL_PACKAGE = sys.argv[1:]
 # The CUDA runtime a PyPI torch requires, which says its CUDA even when it cannot be imported:
-# torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1 "nvidia-cuda-runtime-cu12==12.6.77",
-# torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
+# torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1
+# "nvidia-cuda-runtime-cu12==12.6.77", torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
 CUDA_RUNTIME = re.compile(r"Requires-Dist: *(?:nvidia-cuda-runtime(?:-cu\d+)?|cuda-toolkit\[[^]]*cudart[^]]*\]) *\(?==(\d+\.\d+)")
 # conda packages that make up a torch stack; their channels tell the torch world apart.
 # pyvenv.cfg keys that say which tool made a venv (uv writes `uv = X`, virtualenv `virtualenv = X`).

@@ -96,7 +96,8 @@ def clear(group):
 
 
 def quiet():
-    """Let go of the command's stdin, stdout and stderr: faforge sees their end when the command's processes close them."""
+    """Let go of the command's stdin, stdout and stderr: faforge
+    sees their end when the command's processes close them."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)

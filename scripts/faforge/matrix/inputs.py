@@ -48,7 +48,8 @@ def input_files(root: Path, entries: tuple[str, ...]) -> list[Path]:
 
 
 def recipe_parts(recipe_path: Path) -> dict[str, object]:
-    """The recipe's part of each digest: {KERNEL_INPUTS: top level and kernel output, GLUE_INPUTS: flash-attn output}."""
+    """The recipe's part of each digest: {KERNEL_INPUTS: top
+    level and kernel output, GLUE_INPUTS: flash-attn output}."""
     try:
         recipe = yaml.safe_load(recipe_path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:

@@ -6,11 +6,11 @@ nothing in them depends on the torch minor, the C++ ABI or python, except the la
 at::PhiloxCudaState inside the params structs the glue passes: its offset_intragraph_ is uint32_t up
 to torch 2.9 and uint64_t from 2.10 (pytorch/pytorch#164515; variants/kernel-abi.yaml), so the library
 is built for one width (build_flash_attn.py --philox-offset-bits) and that width is part of the key.
-Each cell's flash-attn holds only flash_api.cpp and pins its kernel build exactly. This module is the one place that derives a cell's
-kernel key and the kernel package's name, version and build-string prefix; `faforge matrix`, `plan`,
-`bench-build`, `publish` and `doctor` all use it. The full build string, hash included, is never derived
-here: only rattler-build's render knows the hash, so it is read from the pin in the cells' rendered run
-requirements (KernelPackage.exact_build).
+Each cell's flash-attn holds only flash_api.cpp and pins its kernel build exactly. This module is
+the one place that derives a cell's kernel key and the kernel package's name, version and
+build-string prefix; `faforge matrix`, `plan`, `bench-build`, `publish` and `doctor` all use it. The
+full build string, hash included, is never derived here: only rattler-build's render knows the hash,
+so it is read from the pin in the cells' rendered run requirements (KernelPackage.exact_build).
 """
 
 from __future__ import annotations

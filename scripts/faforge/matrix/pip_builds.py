@@ -38,7 +38,8 @@ def wheel_name_part(name: str) -> str:
 
 
 def kernel_wheel_version(version: str, kernel_build: str) -> str:
-    """'2.8.3.post2', 'cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0' -> '2.8.3.post2+cu130.sm80.90.100.120ptx.philox64.ha5d2e90'."""
+    """'2.8.3.post2', 'cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0' ->
+    '2.8.3.post2+cu130.sm80.90.100.120ptx.philox64.ha5d2e90'."""
     return f"{version}+{kernel_label(kernel_build)[0]}"
 
 

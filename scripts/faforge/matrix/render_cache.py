@@ -124,7 +124,8 @@ def _entry_path(platform: str, world: str, key: str | None) -> Path | None:
 
 
 def record_name(rendered: RenderedCell) -> str:
-    """A record's name in its entry: the cell key of a flash-attn render, the kernel key id of a pip world's kernel render."""
+    """A record's name in its entry: the cell key of a flash-attn
+    render, the kernel key id of a pip world's kernel render."""
     return kernel_key(rendered.cell).id if isinstance(rendered.cell, PipCell) else entry_name(cell_key(rendered.cell.variant()))
 
 

@@ -62,7 +62,8 @@ def kernel_runpath(cuda: str) -> tuple[str, ...]:
 
 
 def glue_runpath(cuda: str) -> tuple[str, ...]:
-    """site-packages/ (the glue module sits at its top) -> the kernel wheel's folder, torch's libraries, the CUDA runtime."""
+    """site-packages/ (the glue module sits at its top) -> the
+    kernel wheel's folder, torch's libraries, the CUDA runtime."""
     return (f"$ORIGIN/{KERNEL_DIR}", "$ORIGIN/torch/lib", f"$ORIGIN/{cuda_lib_dir(cuda)}")
 
 

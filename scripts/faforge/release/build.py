@@ -75,8 +75,9 @@ def fa3_recipe(variants_dir: Path) -> Path:
 
 
 def render_fa3(packages: list[Fa3Package], recipe_path: Path, variants_dir: Path) -> list[RenderedFa3]:
-    """Each FA3 package rendered from its platform's generated variant file (variants/flash-attn-3-<platform>-<world>.yaml),
-    as `rattler-build build -m` that file would: matched by platform, CUDA and arch list."""
+    """Each FA3 package rendered from its platform's generated variant file
+    (variants/flash-attn-3-<platform>-<world>.yaml), as `rattler-build build -m`
+    that file would: matched by platform, CUDA and arch list."""
     out = {}
     for platform, world in sorted({(p.platform, p.world) for p in packages}):
         wanted = {(p.cuda, p.cuda_archs): p for p in packages if (p.platform, p.world) == (platform, world)}

@@ -163,7 +163,8 @@ def build_steps(jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe
 
 
 def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
-    """Every id a cell of the matrix, a pip cell, or one of its FA3 packages; else a bad-input error naming it and where the ids are listed."""
+    """Every id a cell of the matrix, a pip cell, or one of its FA3 packages;
+    else a bad-input error naming it and where the ids are listed."""
     fa3 = [p.id for p in matrix.fa3]
     listed = (f"`faforge matrix` lists every cell, `faforge matrix --world pypi` every pip cell, `faforge matrix --fa3` every "
               f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks")

@@ -204,7 +204,8 @@ def wheel_groups(files: list[RemoteFile], platforms: tuple[str, ...], floor: str
 
 
 def _covered(table: ReleaseTable, world: str, torch: str, platform: str, cuda: str | None = None) -> bool:
-    """Whether the world has this release (with this CUDA, when known) on this platform, or a newer patch of its minor."""
+    """Whether the world has this release (with this CUDA, when
+    known) on this platform, or a newer patch of its minor."""
     return any(r.world == world and platform in r.platforms and r.torch_minor == minor_of(torch) and vtuple(r.torch) >= vtuple(torch)
                and cuda in (None, r.cuda) for r in table.pip_releases)
 
@@ -234,7 +235,8 @@ def find_new_pip(table: ReleaseTable, policy: BuildPolicy, source: PipSource, ca
         per_platform.sort(key=lambda pw: world.platforms.index(pw[0]))
         rows.append(PipRelease(world=world.name, torch=version, cuda=cuda, python=pythons, platforms=tuple(p for p, _ in per_platform),
                                cxx11_abi=abi, source=tuple(w for _, ws in per_platform for w in ws),
-                               # the source's index, not a mirror's (`--channel-url`): the row says where users get the wheel
+                               # the source's index, not a mirror's (`--channel-url`):
+                               # the row says where users get the wheel
                                index=None if source.index == world.index else source.index))
     return rows
 

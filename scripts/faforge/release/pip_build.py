@@ -68,7 +68,8 @@ WHEEL_DIR = "dist"
 BUILD_TOOLS = ("ninja", "pyelftools", "setuptools<82", "wheel")
 TORCH_EXTRAS = ("einops", "pytest")  # the extras of verify's base venv (clean_env.pip_requirements): the same cached venv
 GLUE_TIMEOUT_S = 3 * 3600
-# The build script's own lines (its steps, `[build_flash_attn] ...`, and its error, `build_flash_attn: error: ...`), shown live.
+# The build script's own lines, shown live: its steps (`[build_flash_attn] ...`) and its error
+# (`build_flash_attn: error: ...`).
 BACKEND_LINES = (BACKEND_LOG_PREFIX, f"{Path(FLASH_ATTN.build_script).stem}:")
 NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
 @dataclass(frozen=True)
@@ -278,7 +279,8 @@ def torch_metadata(site: Path) -> Path:
 
 
 def licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
-    """The kernel package's info/licenses/ files; one left as a link into its recipe folder is that file of this checkout."""
+    """The kernel package's info/licenses/ files; one left as a
+    link into its recipe folder is that file of this checkout."""
     found = []
     folder = prefix / "info" / "licenses"
     for entry in sorted(folder.iterdir()) if folder.is_dir() else ():

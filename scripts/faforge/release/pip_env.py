@@ -188,7 +188,8 @@ def pip_install(python: Path, requirements: Sequence[str], *, index_url: str, ex
 
 
 def pip_install_file(python: Path, wheel: Path) -> PipRun:
-    """`python -m pip install --no-deps --no-index WHEEL`: pip's own checks of a wheel file (tags, RECORD), nothing fetched."""
+    """`python -m pip install --no-deps --no-index WHEEL`: pip's
+    own checks of a wheel file (tags, RECORD), nothing fetched."""
     return _run_pip([str(python), "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--no-index", str(Path(wheel).absolute())],
                     python.parent)
 

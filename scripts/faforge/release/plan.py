@@ -215,8 +215,8 @@ def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, 
 
 
 def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner: WheelRunner, cost: BuildCost, kernel_in_channel: bool) -> dict:
-    """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus the
-    wheels it makes and where it makes them: the image and CUDA repository of its platform's machine."""
+    """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus
+    the wheels it makes and where it makes them: the image and CUDA repository of its platform's machine."""
     return {
         **_job(build.cell, kernels, wheel_part(cost), runner.label),
         "container": runner.container,

@@ -1,5 +1,6 @@
 """`faforge plan`'s work: the platform's cells, pip cells and FA3 packages, what the channel and the wheel index
-already hold, the plan, and its chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
+already hold, the plan, and its chunks checked against the
+workflow's chunk jobs; faforge.release.plan is the pure part."""
 
 from __future__ import annotations
 

@@ -126,7 +126,8 @@ def kernel_abi_gate(package: PackageFacts) -> Check:
 
 def judge_torch_free(report, library: str, cuda_archs: str, platform_problems: list[str]) -> Check:
     """The abi gate's verdict on a kernel library from check_torch_free's report: `platform_problems` (its machine
-    against the package's platform, as the caller tells it) first, then the report's. `library`: where the package holds it."""
+    against the package's platform, as the caller tells it) first,
+    then the report's. `library`: where the package holds it."""
     problems = [*platform_problems, *(f"{p.kind}: {p.demangled or p.subject}: {p.detail}" for p in report.problems)]
     if problems:
         return Check("abi", "failed", f"{len(problems)} problem(s) in the torch-free check of {library}: " + "; ".join(problems[:5]))
@@ -225,8 +226,9 @@ def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path]
               announce: Callable[[str], None] = lambda message: None, *, kernel: PackageFacts | None = None,
               users: tuple[PackageFacts, ...] = ()) -> list[Check]:
     """Run `gates` (abi, import, gpu) on one package; gates without a matching torch are skipped.
-    `kernel` is the kernel package a split flash-attn pins (found by faforge.release.kernel_package.find_kernel_package); for a kernel
-    package, `users` are the flash-attn packages of the same call that pin it (its gpu gate runs through them).
+    `kernel` is the kernel package a split flash-attn pins (found by
+    faforge.release.kernel_package.find_kernel_package); for a kernel package, `users` are
+    the flash-attn packages of the same call that pin it (its gpu gate runs through them).
     `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     if package.is_kernel_package:
         return [kernel_gate(gate, package, users, announce) for gate in gates]

@@ -113,7 +113,8 @@ def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site
 def import_from(folders: list[str], python: list[str], site: Path | None, imports: tuple[str, ...],
                 how: Callable[[float], str], machine: str, *, cwd: Path) -> Check:
     """`python -I` imports `imports` with `folders` first on its path, then the torch of `site` (None: the
-    Python's own); run in `cwd`. A pip --target folder of wheels is imported this way too (faforge.release.verify_wheels)."""
+    Python's own); run in `cwd`. A pip --target folder of wheels
+    is imported this way too (faforge.release.verify_wheels)."""
     command = [*python, "-I", "-c", import_code(imports), *folders, *([str(site)] if site else [])]
     started = time.monotonic()
     try:

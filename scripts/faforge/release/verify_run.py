@@ -50,7 +50,8 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
 
     for path in packages:
         package = facts(path)
-        # Both read every PACKAGE argument when they need the others: a bad one stops the call there, after the results already reported.
+        # Both read every PACKAGE argument when they need the others: a bad
+        # one stops the call there, after the results already reported.
         if isinstance(package, WheelPackage):
             kernel = find_kernel_wheel(package, given(WheelPackage)) if package.kernel_pin else None
             users = tuple(w for w in given(WheelPackage) if pins(w, package)) if "gpu" in gates and package.kind == "kernel" else ()

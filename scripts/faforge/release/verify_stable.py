@@ -153,7 +153,8 @@ def stable_abi_gate(package: PackageFacts, against: list[Path]) -> Check:
 
 
 def stable_abi_check(path: Path, *, subdir: str, cuda: str, served: tuple[str, ...], against: list[Path]) -> Check:
-    """The stable-ABI gate of one binary (a package or a wheel) of CUDA `cuda` that serves the torch minors `served`, oldest first."""
+    """The stable-ABI gate of one binary (a package or a wheel) of CUDA
+    `cuda` that serves the torch minors `served`, oldest first."""
     range_text = f"{served[0]} to {served[-1]}"
     if not against:
         return Check("abi", "skipped", f"serves torch {range_text}: name the oldest and the newest release with --against "

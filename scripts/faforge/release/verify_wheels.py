@@ -114,7 +114,8 @@ CPYTHON_TAG = re.compile(r"cp3(?P<minor>[0-9]{1,2})")
 PLATFORM_TAG = re.compile(r"(?:manylinux_(?P<major>[0-9]+)_(?P<minor>[0-9]+)|(?P<legacy>manylinux1|manylinux2010|manylinux2014)|linux)_(?P<machine>\w+)")
 LEGACY_GLIBC = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
 # The base venv of every wheel gate: the glue's Python requirement (einops) and the GPU suite's pytest, so that the
-# glue and FA3 gates of one (torch, Python) share one cached torch venv (clean_env names it torch-2.14.1-py3.11+einops+pytest).
+# glue and FA3 gates of one (torch, Python) share one cached torch
+# venv (clean_env names it torch-2.14.1-py3.11+einops+pytest).
 BASE_EXTRAS = ("einops", "pytest")
 # The torch index of a wheel whose torch no pip cell names (none today: every pip cell's torch is PyPI's).
 PYPI_INDEX = "https://pypi.org/simple"
@@ -286,7 +287,8 @@ def wheel_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path]
 
 
 def cell_venv(wheel: WheelPackage, announce: Callable[[str], None]) -> TorchVenv:
-    """The cached base venv of the glue wheel's cell: PyPI's torch==<the cell's release>, confirmed from the installed torch."""
+    """The cached base venv of the glue wheel's cell: PyPI's
+    torch==<the cell's release>, confirmed from the installed torch."""
     if wheel.cell is None:
         what = (f"pip cell {wheel.subdir}/py{(wheel.python or '').replace('.', '')}/torch{wheel.torch_minor}/cu"
                 f"{(wheel.cuda or '').replace('.', '')}/abi{wheel.cxx11_abi}" if wheel.torch_minor else "label")
@@ -316,7 +318,8 @@ def glue_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] 
 
 
 def wheel_abi_gate(wheel: WheelPackage, against: list[Path], kernel: WheelPackage | None, system_dirs: list[Path] = ()) -> Check:
-    """check_path on the wheel; the kernel library from the kernel wheel's folder. An ElfError is the wheel's own content: failed."""
+    """check_path on the wheel; the kernel library from the kernel
+    wheel's folder. An ElfError is the wheel's own content: failed."""
     with unpacked_wheels(*((kernel.facts,) if kernel else ())) as kernel_site:
         try:
             verdict = check_path(wheel.path, against, glibc=wheel.glibc, platform=wheel.subdir,
@@ -381,8 +384,9 @@ class _PipEnv:
 
 
 def _pip_env(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> _PipEnv:
-    """The venv copy of `venv` with the wheel and `others` from the loopback index, the torch of the venv pinned, and the
-    index that serves that torch (the cell's: PyPI's simple index) as the extra index, as a user's install line names it."""
+    """The venv copy of `venv` with the wheel and `others` from the loopback index,
+    the torch of the venv pinned, and the index that serves that torch (the cell's:
+    PyPI's simple index) as the extra index, as a user's install line names it."""
     torch = venv.torch.split("+")[0]
     cell = wheel.cell or next((c for c in reversed(fa3_range(wheel)) if c.torch == torch), None)
     return _PipEnv((wheel, *others), venv, [wheel.requirement, f"torch=={torch}"], cell.index if cell else PYPI_INDEX)
@@ -408,7 +412,8 @@ def pip_import_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv:
 
 @cache  # a kernel wheel's gpu gate is its glue's run: one verify call runs it once
 def pip_gpu_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> Check:
-    """The GPU suite (faforge.gpu.run_suite) in a clean venv where pip installed the wheel: exit 0 passed, 1 failed, 3 skipped."""
+    """The GPU suite (faforge.gpu.run_suite) in a clean venv where
+    pip installed the wheel: exit 0 passed, 1 failed, 3 skipped."""
     family = ["--family", FLASH_ATTN_3.package] if wheel.kind == "fa3" else []
     with _pip_env(wheel, others, venv) as env:
         if env.problem:
@@ -478,7 +483,8 @@ def kernel_abi_gate(wheel: WheelPackage) -> Check:
 
 
 def kernel_import_gate(wheel: WheelPackage, announce: Callable[[str], None]) -> Check:
-    """pip installs the kernel wheel beside PyPI's CUDA runtime alone; a clean process dlopen()s it with nothing preloaded."""
+    """pip installs the kernel wheel beside PyPI's CUDA runtime
+    alone; a clean process dlopen()s it with nothing preloaded."""
     try:
         runtime = kernel_cuda_runtime(wheel, "its local label", announce)
     except Unavailable as exc:
