@@ -30,7 +30,8 @@ _explicit = _pre.parse_known_args()[0].checker_path  # when given, the only plac
 _roots = [Path(_explicit)] if _explicit else [HERE / "faforge_checker", HERE.parent.parent / "scripts"]
 _root = next((r for r in _roots if (r / "faforge/backend/__init__.py").is_file()), None)
 if _root is None:
-    print(f"build_flash_attn: error: no faforge/backend in {' or '.join(map(str, _roots))}; pass --checker-path (the folder holding faforge/)", file=sys.stderr)
+    print(f"build_flash_attn: error: no faforge/backend in {' or '.join(map(str, _roots))}; "
+          "pass --checker-path (the folder holding faforge/)", file=sys.stderr)
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
@@ -94,7 +95,8 @@ def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
     std, abi, shim = flags.cxx_standard(torch_version), int(args.cxx11_abi), sources.find_shim_dir(args.shim_dir, HERE)
     given = Path(args.kernel_library).resolve() if args.kernel_library else None
     if given and not given.is_file():
-        raise BuildError(f"--kernel-library {args.kernel_library}: no such file; build it with --kernels-only (or install libflash-attn-kernels)")
+        raise BuildError(f"--kernel-library {args.kernel_library}: no such file; build "
+                         "it with --kernels-only (or install libflash-attn-kernels)")
     archs = parse_arch_list(args.archs) if not given else None
     kernels, max_jobs = plan_kernels(args, source_dir, archs) if archs else ({}, args.max_jobs or 1)
     philox_bits = philox_offset_bits(torch_include)
@@ -108,10 +110,13 @@ def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
         toolkit = toolchain.target_toolkit(environ, platform.machine())
         machine, python = toolchain.target_machine(environ, platform.machine()), foreign.target_python(args.python_include, args.python_library)
         if target.machine != machine:
-            raise BuildError(f"--torch-site {args.torch_site}: its torch is built for {target.machine}, but the build targets {machine} "
-                             "(conda's target_platform, else this machine); set target_platform to the torch's platform (linux-aarch64)")
+            raise BuildError(f"--torch-site {args.torch_site}: its torch is built "
+                             f"for {target.machine}, but the build targets {machine} "
+                             "(conda's target_platform, else this machine); set "
+                             "target_platform to the torch's platform (linux-aarch64)")
         if target.cxx11_abi is not None and target.cxx11_abi != abi:
-            raise BuildError(f"--torch-site {args.torch_site}: torch {torch_version} is built with _GLIBCXX_USE_CXX11_ABI={target.cxx11_abi}; "
+            raise BuildError(f"--torch-site {args.torch_site}: torch {torch_version} is "
+                             f"built with _GLIBCXX_USE_CXX11_ABI={target.cxx11_abi}; "
                              f"a glue forced to {abi} cannot link against it: pass --cxx11-abi {target.cxx11_abi}")
         cxx = toolchain.host_cxx(toolkit, environ)
         plan.update(torch_site=str(target.site), target=machine, cxx=cxx, python=python.version, python_library=str(python.library))

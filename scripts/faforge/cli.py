@@ -25,7 +25,8 @@ def missing_module_error(exc: ModuleNotFoundError) -> FaforgeError:
     top = (exc.name or "?").split(".")[0]
     return FaforgeError(
         f"the Python module {top!r} is not importable ({exc})",
-        hint=f"{sys.executable} -m pip install {_DISTRIBUTIONS.get(top, top)}  (or reinstall faforge with its dependencies)",
+        hint=f"{sys.executable} -m pip install {_DISTRIBUTIONS.get(top, top)}  "
+             "(or reinstall faforge with its dependencies)",
     )
 
 

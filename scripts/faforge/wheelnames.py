@@ -32,7 +32,8 @@ def kernel_label(build_string: str) -> tuple[str, str]:
     """The kernel package's conda build string -> (the kernel wheel's local label, its build tag)."""
     match = KERNEL_BUILD.fullmatch(build_string)
     if not match:
-        raise FaforgeError(f"{build_string[:120]!r} is not a kernel package's build string (cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>)",
+        raise FaforgeError(f"{build_string[:120]!r} is not a kernel package's build "
+                           "string (cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>)",
                            hint="pass a kernel package that `faforge build` made", input=build_string)
     return build_string.removesuffix(f"_{match['number']}").replace("_", "."), match["number"]
 

@@ -133,7 +133,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     for nf in closure.not_found:
         if nf.misplaced:
             continue
-        where = f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, the needing library's RUNPATH or the system library path"
+        where = (f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, "
+                 "the needing library's RUNPATH or the system library path")
         if nf.wrong_machine:
             where = f"only built for another machine: {', '.join(map(str, nf.wrong_machine))}"
         if nf.is_required:

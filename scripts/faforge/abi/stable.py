@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     Exit status: 0 passed, 1 problems, 2 bad input. Standard library and pyelftools only."""
     parser = argparse.ArgumentParser(prog="python -m faforge.abi.stable", description="the stable-ABI gate of an installed package")
     parser.add_argument("--module", required=True,
-                        help=f"the extension's path under site-packages without the suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}")
+                        help="the extension's path under site-packages without the "
+                             f"suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}")
     parser.add_argument("--expect-archs", required=True)
     parser.add_argument("--served", required=True, help="the torch minors the package claims, comma-separated (its variant's)")
     args = parser.parse_args(argv)

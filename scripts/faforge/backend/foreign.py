@@ -79,17 +79,22 @@ def read_torch_site(site: Path) -> TargetTorch:
     missing = [p for p in ("version.py", "include/torch/extension.h", "lib") if not (torch / p).exists()]
     if missing:
         raise BuildError(f"--torch-site {site}: no torch/{missing[0]} there; pass the site-packages holding the target's torch "
-                         "(pip install --target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: --python-version 3.11 torch==X)")
+                         "(pip install --target DIR --platform manylinux_2_28_aarch64 "
+                         "--only-binary=:all: --python-version 3.11 torch==X)")
     facts = torch_facts([torch / "lib"])
     if not facts.version:
         raise BuildError(f"--torch-site {site}: torch/version.py names no __version__")
     if facts.cuda is None:
-        raise BuildError(f"--torch-site {site}: torch {facts.version} is a CPU build; {FLASH_ATTN.package} needs a CUDA build of torch")
+        raise BuildError(f"--torch-site {site}: torch {facts.version} is a CPU "
+                         f"build; {FLASH_ATTN.package} needs a CUDA build of torch")
     major = pybind11_major(torch / "include")
     if major is None or major < FIRST_PYBIND11_WITHOUT_ABI_DEFINES:
-        raise BuildError(f"--torch-site {site}: torch {facts.version} bundles pybind11 {major or 'of no known version'}, whose ABI defines "
-                         "torch's cpp_extension reads from torch._C, which only an import can tell; build it with that torch's Python "
-                         f"(without --torch-site), or a torch whose pybind11 is {FIRST_PYBIND11_WITHOUT_ABI_DEFINES} or newer (2.11 and newer)")
+        raise BuildError(f"--torch-site {site}: torch {facts.version} bundles pybind11 "
+                         f"{major or 'of no known version'}, whose ABI defines "
+                         "torch's cpp_extension reads from torch._C, which only "
+                         "an import can tell; build it with that torch's Python "
+                         "(without --torch-site), or a torch whose pybind11 is "
+                         f"{FIRST_PYBIND11_WITHOUT_ABI_DEFINES} or newer (2.11 and newer)")
     return TargetTorch(site=site, version=facts.version, cuda=facts.cuda, cxx11_abi=facts.cxx11_abi, machine=facts.machine)
 
 
@@ -125,7 +130,8 @@ def python_includes(explicit: list[str] | None) -> list[str]:
     Python's (conda's cross-python answers with the target's)."""
     found = [Path(p) for p in explicit] if explicit else [Path(sysconfig.get_paths()["include"])]
     if not (found[0] / "Python.h").is_file():
-        raise BuildError(f"--python-include {found[0]}: no Python.h there; install the Python headers (python3-dev) or name their folder")
+        raise BuildError(f"--python-include {found[0]}: no Python.h there; install "
+                         "the Python headers (python3-dev) or name their folder")
     return [str(p) for p in found]
 
 
@@ -136,7 +142,8 @@ def header_python_version(include: Path) -> str:
     except OSError:
         found = {}
     if set(found) != {"MAJOR", "MINOR"}:
-        raise BuildError(f"--python-include {include}: no patchlevel.h naming PY_MAJOR_VERSION and PY_MINOR_VERSION; is it CPython's?")
+        raise BuildError(f"--python-include {include}: no patchlevel.h naming "
+                         "PY_MAJOR_VERSION and PY_MINOR_VERSION; is it CPython's?")
     return f"{found['MAJOR']}.{found['MINOR']}"
 
 

@@ -43,7 +43,8 @@ def import_torch() -> tuple[ModuleType, ModuleType, str]:
                          "Python's torch, so install a CUDA build of torch here first (or run it with the python that has it)") from None
 
     if torch.version.cuda is None:
-        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU build; {FLASH_ATTN.package} needs a CUDA build of torch")
+        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU "
+                         f"build; {FLASH_ATTN.package} needs a CUDA build of torch")
     if not cpp_extension.CUDA_HOME:
         raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
     return torch, cpp_extension, cpp_extension.CUDA_HOME

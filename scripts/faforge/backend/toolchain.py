@@ -98,7 +98,8 @@ def cross_compiler(environ: dict[str, str], target: str) -> str:
     debian = shutil.which(f"{target}-linux-gnu-g++")
     if debian:
         return debian
-    raise BuildError(f"a cross build for {target} (target_platform {environ.get('target_platform')}) needs the target's C++ compiler: "
+    raise BuildError(f"a cross build for {target} (target_platform "
+                     f"{environ.get('target_platform')}) needs the target's C++ compiler: "
                      f"set CXX (conda: gxx_{environ.get('target_platform')} sets it) or put {target}-linux-gnu-g++ on PATH")
 
 

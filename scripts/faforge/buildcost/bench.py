@@ -83,7 +83,8 @@ def measure(*, workdir: Path, sdist: Path, torch_include: Path, pythons: list[tu
         sources = LayoutSources(cuda_home=cuda_home, torch_include=torch_include, python_include=include, sdist=sdist)
         layouts.append((f"py{version}", make_layout(workdir, build_id=build_id, placeholder_length=placeholder,
                                                     python_version=version, sources=sources, tus=tus, triplet=triplet)))
-        progress(f"laid out py{version}: {layouts[-1][1].root} (host prefix {layouts[-1][1].host_env.name[:24]}..., {placeholder} chars)")
+        progress(f"laid out py{version}: {layouts[-1][1].root} (host prefix "
+                 f"{layouts[-1][1].host_env.name[:24]}..., {placeholder} chars)")
     runs = []
     # TU by TU, the cold variant then the second one: a run cut short still pairs what it did.
     for tu in tus:

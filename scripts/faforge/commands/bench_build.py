@@ -36,7 +36,8 @@ SCHEMA_VERSION = 1
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=None, help="measurements file (default: variants/build-measurements.yaml)")
     parser.add_argument("--runner", action="append", default=None, metavar="CPUS:GB",
-                        help="runner to extrapolate for: cores and GB of memory available to the build, e.g. 2:22 (repeatable; default: 2:22 for a 24 GiB box, 4:14 for 16 GB, 8:30 for 32 GB)")
+                        help="runner to extrapolate for: cores and GB of memory available to the build, e.g. "
+                             "2:22 (repeatable; default: 2:22 for a 24 GiB box, 4:14 for 16 GB, 8:30 for 32 GB)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (version 1)")
     measure = parser.add_argument_group("measuring (slow: real nvcc compiles)")
     measure.add_argument("--measure", action="store_true", help="compile the TU subset in two python variants first")
@@ -83,7 +84,8 @@ def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if args.workdir:
         paths.output_dir(args.workdir, "--workdir")
     if not (args.sdist and args.torch_include):
-        raise FaforgeError("--measure needs --sdist and --torch-include", hint=f"e.g. --sdist src/{FLASH_ATTN.module}-2.8.3.post2 --torch-include venv/lib/python3.11/site-packages/torch/include")
+        raise FaforgeError("--measure needs --sdist and --torch-include", hint=f"e.g. --sdist src/{FLASH_ATTN.module}-2.8.3.post2 "
+                                                                               "--torch-include venv/lib/python3.11/site-packages/torch/include")
     for option, folder in (("--sdist", args.sdist), ("--torch-include", args.torch_include)):
         if not folder.is_dir():
             raise FaforgeError(f"{option} {folder} {why_not_a_folder(folder)}", hint="pass a folder (an unpacked sdist; torch's include dir)")
@@ -109,7 +111,8 @@ def _progress_line(item) -> str:
     if isinstance(item, str):
         return item
     t = item.timing
-    return f"{item.variant} {item.tu}: {t.wall_s:.0f}s wall, {t.cpu_s:.0f}s cpu, {t.peak_rss_gb:.2f} GB, {item.hits} hit / {item.misses} miss"
+    return (f"{item.variant} {item.tu}: {t.wall_s:.0f}s wall, {t.cpu_s:.0f}s "
+            f"cpu, {t.peak_rss_gb:.2f} GB, {item.hits} hit / {item.misses} miss")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -135,7 +138,8 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_OK
     _print_tables(report.tables())
     if before_after:
-        print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} once per platform, CUDA, archs and Philox layout)")
+        print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} "
+              "once per platform, CUDA, archs and Philox layout)")
         print(format_table(["", "before", "after"], before_after.rows()))
     if fa3_section:
         print(f"\n{FLASH_ATTN_3.title}: {fa3_section.tus} TUs a package, model in faforge/buildcost/fa3.py")

@@ -42,7 +42,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              f"{FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does")
     parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
     parser.add_argument("--part", default="all",
-                        help=f"the plan job to build (its `part`: {KERNELS_PART}, a kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
+                        help=f"the plan job to build (its `part`: {KERNELS_PART}, a "
+                             f"kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
                              f"{CELL_PART}, {WHEEL_PART} (a pip cell's wheels), or a {FLASH_ATTN_3.package} package's piece such as "
                              f"sm90_fwd-1of2); default: all, a whole cell, pip cell or {FLASH_ATTN_3.package} package")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
@@ -58,11 +59,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "or the channel they were published to; repeatable")
     wheels = parser.add_argument_group("pip cells (pypi/...): their glue and kernel wheels")
     wheels.add_argument("--kernel-package", action="append", default=[], type=Path, metavar="FILE",
-                        help=f"the {FLASH_ATTN.kernel_package} .conda of a pip cell's kernel key (its kernel job's artifact); repeatable")
+                        help=f"the {FLASH_ATTN.kernel_package} .conda of a pip cell's "
+                             "kernel key (its kernel job's artifact); repeatable")
     wheels.add_argument("--kernel-channel", metavar="URL_OR_PATH",
                         help="a channel holding the pip cells' kernel packages (an earlier run's), fetched sha256-checked")
     wheels.add_argument("--cuda-home", type=Path, metavar="DIR",
-                        help="the CUDA toolkit the glue compiles with, of the cell's CUDA release (default: $CUDA_HOME, else the nvcc on PATH)")
+                        help="the CUDA toolkit the glue compiles with, of the cell's "
+                             "CUDA release (default: $CUDA_HOME, else the nvcc on PATH)")
     wheels.add_argument("--torch-site", type=Path, metavar="DIR",
                         help="a linux-aarch64 pip cell (cross-built on x86_64): the site-packages holding the cell's aarch64 torch "
                              "from PyPI (pip install --target DIR --no-deps --platform manylinux_2_28_aarch64 ...), read, never imported")

@@ -42,7 +42,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", action="append", metavar="NAME",
                         help="a source, pip source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)")
     parser.add_argument("--channel-url", metavar="URL",
-                        help="read this channel (or pip source's index root, or wheel index) instead of the source's (a mirror); needs one --source")
+                        help="read this channel (or pip source's index root, or wheel "
+                             "index) instead of the source's (a mirror); needs one --source")
     parser.add_argument("--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)")
 

@@ -48,7 +48,8 @@ from faforge.kernels import torchfree
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a folder holding extension modules or torch.ops libraries")
+    parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a "
+                                                     "folder holding extension modules or torch.ops libraries")
     parser.add_argument("--against", metavar="DIR", action="append",
                         help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)")
     parser.add_argument("--library-dir", metavar="DIR", action="append", type=Path, default=[],
@@ -74,7 +75,8 @@ def execute(args: argparse.Namespace) -> int:
         return _torch_free(args, started)
     if not args.against:
         raise FaforgeError("check-abi needs a torch to check against, or --torch-free",
-                           hint="pass --against DIR (torch/lib, site-packages or a prefix), or --torch-free for a binary that must not use torch")
+                           hint="pass --against DIR (torch/lib, site-packages or a prefix), "
+                                "or --torch-free for a binary that must not use torch")
     if args.expect_archs is not None or args.exports is not None:
         raise FaforgeError("--expect-archs and --exports go with --torch-free (the torch check reports GPU code without judging it)",
                            hint="add --torch-free, or drop them")

@@ -45,7 +45,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"kernel: the {FLASH_ATTN.kernel_package} wheel; glue: the {FLASH_ATTN.package} wheel of one pip cell; "
                              f"fa3: the {FLASH_ATTN_3.package} wheel")
     parser.add_argument("source", metavar="SOURCE",
-                        help=f"kernel: the {FLASH_ATTN.kernel_package} package (.conda or .tar.bz2) `faforge build` made; glue: the wheel "
+                        help=f"kernel: the {FLASH_ATTN.kernel_package} package (.conda "
+                             "or .tar.bz2) `faforge build` made; glue: the wheel "
                              f"{FLASH_ATTN.build_script} --kernel-library wrote; fa3: the FA3 build's wheel")
     parser.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR", help="where the wheel goes (created if missing); default: ./dist")
     parser.add_argument("--torch-metadata", metavar="FILE",
@@ -57,7 +58,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cxx11-abi", type=int, choices=[0, 1], help="glue: the cell's C++ ABI (PyPI torch <= 2.6: 0, >= 2.7: 1)")
     parser.add_argument("--python", metavar="3.X", help="glue: the cell's CPython (default: the raw wheel's)")
     parser.add_argument("--build-tag", metavar="TAG",
-                        help=f"glue: the wheel build tag NhHASH, or the cell's {FLASH_ATTN.package} build string (py312_torch2_11_cu130_cxx11abi1_hHASH_0)")
+                        help=f"glue: the wheel build tag NhHASH, or the cell's {FLASH_ATTN.package} "
+                             "build string (py312_torch2_11_cu130_cxx11abi1_hHASH_0)")
     parser.add_argument("--archs", metavar="LIST", help="fa3: the arch list it was built for, e.g. '80;90a'")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/wheel.json)")
 

@@ -124,7 +124,8 @@ def _replace_flash_attn(s: Situation, kinds: tuple[str, ...], target: Target, ma
                                      for o in near), resolves=kinds))
     else:
         build = replace(build, notes=(
-            f"your {s.torch_words} came from pip ({s.torch.origin}); faforge's packages are conda packages built against "
+            f"your {s.torch_words} came from pip ({s.torch.origin}); "
+            "faforge's packages are conda packages built against "
             f"conda's pytorch, so either build {FLASH_ATTN.package} for this torch or move to a conda environment", *build.notes))
     fixes.append(build)
     if not from_conda:
@@ -153,7 +154,8 @@ def _fresh(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: list[Of
                                  f"requires (nvidia-* wheels), then build {FLASH_ATTN.package} for it",
                               ("--force-reinstall", f"torch=={s.torch.version}"), kinds))
     else:
-        fixes.append(pip_fix(s, f"or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build {FLASH_ATTN.package} for it",
+        fixes.append(pip_fix(s, "or install a CUDA build of torch from PyPI here (its Linux "
+                                f"wheels are CUDA builds), then build {FLASH_ATTN.package} for it",
                               ("torch",), kinds))
     return fixes
 

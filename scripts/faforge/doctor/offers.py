@@ -63,7 +63,8 @@ class Target:
     def cell_id(self) -> str | None:
         if None in (self.platform, self.torch, self.cuda, self.cxx11_abi):
             return None
-        return f"{self.platform}/py{self.python.replace('.', '')}/torch{minor_of(self.torch)}/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
+        return (f"{self.platform}/py{self.python.replace('.', '')}/torch{minor_of(self.torch)}"
+                f"/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}")
 
 
 def offers_from(rendered: list[RenderedCell]) -> list[Offer]:

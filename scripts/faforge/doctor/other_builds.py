@@ -102,7 +102,8 @@ def beside(flash_attn_report, others: list[OtherBuildReport]):
 
 def text_lines(report: OtherBuildReport) -> list[str]:
     b = report.build
-    lines = ["", f"{b.distribution} {report.version or '?'} ({FLASH_ATTN.title}'s extension as {b.extension}): {report.extension or 'no extension file'}"]
+    lines = ["", f"{b.distribution} {report.version or '?'} ({FLASH_ATTN.title}'s "
+                 f"extension as {b.extension}): {report.extension or 'no extension file'}"]
     for p in report.problems:
         lines.append(f"  {p.severity}: {p.kind}: {p.message}")
         lines += [f"    {d}" for d in p.details]

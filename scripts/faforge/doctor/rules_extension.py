@@ -37,7 +37,8 @@ def python_tag_mismatch(s: Situation) -> Problem | None:
                        evidence={"files": list(s.facts.extension_files), "expected_tag": wanted})
     if s.claim and s.claim.python and s.claim.python != py.minor:
         return Problem("python-tag-mismatch", ERROR,
-                       f"{FLASH_ATTN.package}'s {s.claim.source} says Python {s.claim.python} ({s.claim.text}); this interpreter is Python {py.version}")
+                       f"{FLASH_ATTN.package}'s {s.claim.source} says Python {s.claim.python} "
+                       f"({s.claim.text}); this interpreter is Python {py.version}")
     return None
 
 
@@ -46,7 +47,8 @@ def wrong_architecture(s: Situation) -> Problem | None:
     if not found:
         return None
     return Problem("wrong-architecture", ERROR,
-                   f"{FLASH_ATTN.package}'s binary is built for {s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
+                   f"{FLASH_ATTN.package}'s binary is built for "
+                   f"{s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
                    tuple(p.detail for p in found))
 
 
@@ -65,7 +67,8 @@ def glibc_too_old(s: Situation) -> Problem | None:
         return None
     newest = max((v for v, _ in found), key=lambda v: classify.parse_version(v)[1])
     return Problem("glibc-too-old", ERROR,
-                   f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} ({newest}); this system has glibc {s.facts.system.glibc}",
+                   f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} "
+                   f"({newest}); this system has glibc {s.facts.system.glibc}",
                    tuple(d for _, d in found), {"required": newest, "system": s.facts.system.glibc})
 
 
@@ -74,7 +77,8 @@ def libstdcxx_too_old(s: Situation) -> Problem | None:
     if not found:
         return None
     return Problem("libstdcxx-too-old", ERROR,
-                   f"{FLASH_ATTN.package}'s binary needs a newer C++ runtime than the one loaded here ({', '.join(v for v, _ in found)})",
+                   f"{FLASH_ATTN.package}'s binary needs a newer C++ runtime "
+                   f"than the one loaded here ({', '.join(v for v, _ in found)})",
                    tuple(d for _, d in found))
 
 

@@ -69,7 +69,8 @@ def kernel_library(s: Situation) -> Problem | None:
         return Problem("kernel-library-mismatch", ERROR,
                        f"{FLASH_ATTN.package} {record.version} ({record.build}) requires exactly {pin}, but this environment has "
                        f"{installed.name} {installed.version} ({installed.build}): {'; '.join(differences)}",
-                       (f"{KERNEL_LIBRARY} comes from {installed.name} {installed.version} {installed.build} ({installed.channel_name})",),
+                       (f"{KERNEL_LIBRARY} comes from {installed.name} "
+                        f"{installed.version} {installed.build} ({installed.channel_name})",),
                        evidence)
     if s.facts.import_outcome.ok or not any(FLASH_ATTN.is_kernel_library(name) for name in _unfound_libraries(s)):
         return None
@@ -78,7 +79,8 @@ def kernel_library(s: Situation) -> Problem | None:
     else:
         why = "it is neither in this environment's library directories nor on the system library path"
     return Problem("kernel-library-missing", ERROR,
-                   f"{FLASH_ATTN.package}'s extension needs {KERNEL_LIBRARY} (its kernels, package {KERNEL_PACKAGE}), which the loader cannot find: {why}",
+                   f"{FLASH_ATTN.package}'s extension needs {KERNEL_LIBRARY} (its kernels, "
+                   f"package {KERNEL_PACKAGE}), which the loader cannot find: {why}",
                    (f"`import {FLASH_ATTN.extension}` fails: {s.facts.import_outcome.error.message}",) if s.facts.import_outcome.error else (),
                    evidence)
 
@@ -94,7 +96,8 @@ def gpu_arch(s: Situation) -> list[Problem]:
             continue
         if not archs:
             problems.append(Problem("gpu-arch-missing", ERROR,
-                                    f"{FLASH_ATTN.package}'s binary holds no GPU code at all; your {gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]}) cannot run it",
+                                    f"{FLASH_ATTN.package}'s binary holds no GPU code at all; your "
+                                    f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]}) cannot run it",
                                     evidence={"gpu": compat.gpu_name(gpu.capability), "sass": [], "ptx": []}))
             continue
         verdict = compat.check(gpu.capability, archs.sass, archs.ptx)

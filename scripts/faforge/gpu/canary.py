@@ -96,11 +96,13 @@ def status_lines(repo: Path) -> list[str]:
     manifest = load_manifest(folder)
     if manifest is None:
         return [f"canary: none committed in {folder} (see tests/gpu/README.md, 'The canary')"]
-    lines = [f"canary: {manifest['file']} ({manifest['size']} bytes, built {manifest['date']}, torch {manifest['inputs']['torch']})"]
+    lines = [f"canary: {manifest['file']} ({manifest['size']} bytes, built "
+             f"{manifest['date']}, torch {manifest['inputs']['torch']})"]
     lines += [f"canary: DOES NOT MATCH its manifest: {problem}" for problem in mismatches(folder, manifest)]
     stale = stale_inputs(repo, manifest)
     if stale:
-        lines.append(f"canary: kernel inputs changed since it was built: {', '.join(stale)}; rebuild it with: {manifest['build_command']}")
+        lines.append("canary: kernel inputs changed since it was built: "
+                     f"{', '.join(stale)}; rebuild it with: {manifest['build_command']}")
     else:
         lines.append("canary: kernel inputs unchanged since it was built")
     return lines

@@ -71,7 +71,8 @@ def compare(observed: dict, head_dims: tuple[int, ...]) -> dict:
 
 
 def format_coverage(coverage: dict) -> list[str]:
-    lines = [f"kernel TUs seen by the profiler: {len(coverage['seen_tus'])} of {coverage['package_tus']} ({coverage['sms']} SMs)"]
+    lines = [f"kernel TUs seen by the profiler: {len(coverage['seen_tus'])} "
+             f"of {coverage['package_tus']} ({coverage['sms']} SMs)"]
     if coverage["never_seen"]:
         lines.append(f"never launched: {', '.join(coverage['never_seen'])}")
     lines += [f"dispatch differs from the emulation: {m['test']}: expected {m['expected']}, saw {m['seen']}" for m in coverage["mismatches"]]

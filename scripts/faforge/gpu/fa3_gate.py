@@ -92,7 +92,8 @@ def read_declaration(path: Path) -> dict:
     wrong = [name for name, kind in DECLARED_FIELDS.items() if not isinstance(config.get(name), kind)
              or (kind is list and not all(isinstance(item, str) for item in config[name]))]
     if wrong:
-        raise ValueError(f"{path}: CONFIG's {', '.join(wrong)} missing or not {', '.join(DECLARED_FIELDS[w].__name__ for w in wrong)}")
+        raise ValueError(f"{path}: CONFIG's {', '.join(wrong)} missing or not "
+                         f"{', '.join(DECLARED_FIELDS[w].__name__ for w in wrong)}")
     return config
 
 
@@ -120,7 +121,8 @@ def evaluate() -> Fa3Gate:
     found["device"] = torch.cuda.get_device_name(0)
     extension = _origin(FLASH_ATTN_3.extension)
     if extension is None:
-        return Fa3Gate(False, f"{FLASH_ATTN_3.module} is not installed (no {FLASH_ATTN_3.extension} module) beside torch {torch.__version__}", **found)
+        return Fa3Gate(False, f"{FLASH_ATTN_3.module} is not installed (no "
+                              f"{FLASH_ATTN_3.extension} module) beside torch {torch.__version__}", **found)
     found["extension"] = str(extension)
     return judge(found, _origin(FLASH_ATTN_3.config_module))
 
@@ -129,7 +131,8 @@ def judge(found: dict, config: Path | None) -> Fa3Gate:
     """The verdict once device and extension are known: declaration, binary, GPU."""
     where = f"{found['device']} (sm_{found['capability'][0]}{found['capability'][1]})"
     if config is None:
-        return Fa3Gate(True, where, defects=(f"no {FLASH_ATTN_3.config_module}.py beside {FLASH_ATTN_3.module}: the package does not declare what it contains",), **found)
+        return Fa3Gate(True, where, defects=(f"no {FLASH_ATTN_3.config_module}.py beside {FLASH_ATTN_3.module}: "
+                                             "the package does not declare what it contains",), **found)
     try:
         found["declared"] = read_declaration(config)
     except FaforgeError as exc:
@@ -176,7 +179,8 @@ def binary_defects(gate: Fa3Gate, archs: tuple[tuple[str, ...], tuple[str, ...]]
     by_tu = tus_in_binary(extension, gate.tus)
     empty = [tu for tu, kernels in (by_tu or {}).items() if not kernels]
     if by_tu is None:
-        defects.append(f"the kernels of {extension.name} could not be named here (no libstdc++ to demangle them); declared TUs not checked")
+        defects.append(f"the kernels of {extension.name} could not be named here "
+                       "(no libstdc++ to demangle them); declared TUs not checked")
     elif empty:
         defects.append(f"declares {len(empty)} TUs that {extension.name} registers no kernel of, e.g. {empty[0]}")
     return defects

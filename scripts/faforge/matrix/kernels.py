@@ -46,7 +46,8 @@ class KernelKey:
     @property
     def id(self) -> str:
         """e.g. 'linux-64/cu130/sm80_90_100_120ptx/philox64': logs, job names, artifact names."""
-        return f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}/philox{self.philox_offset_bits}"
+        return (f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
+                f"/philox{self.philox_offset_bits}")
 
     @property
     def slug(self) -> str:
@@ -90,8 +91,10 @@ class KernelPackage:
         pins = self.pins(rendered)
         if len(pins) > 1:
             raise FaforgeError(
-                f"the cells of kernel package {self.key.id} pin {len(pins)} different builds: {', '.join(sorted(map(str, pins)))}",
-                hint=f"the recipe's {self.name} output reads a variant value that differs among the cells of one kernel key "
+                f"the cells of kernel package {self.key.id} pin {len(pins)} "
+                f"different builds: {', '.join(sorted(map(str, pins)))}",
+                hint=f"the recipe's {self.name} output reads a variant "
+                     "value that differs among the cells of one kernel key "
                      "(a context entry computed from torch_version or python, say); it may read only CUDA, archs, the "
                      "Philox width, the compilers and kernel_inputs",
             )
@@ -102,7 +105,8 @@ class KernelPackage:
             raise FaforgeError(
                 f"the cells of kernel package {self.key.id} pin {pin}, not {self.name} {self.version} "
                 f"{self.key.build_string_prefix}<hash>_{self.build_number}",
-                hint=f"the recipe's kernel output must take the matrix's {FLASH_ATTN.package} version, build number and the build "
+                hint="the recipe's kernel output must take the matrix's "
+                     f"{FLASH_ATTN.package} version, build number and the build "
                      "string cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>; run `faforge generate` if variants/ is stale",
             )
         return pin
@@ -186,7 +190,8 @@ _BUILD_PARTS = (
     ("cuda", "CUDA", "cu", ""),
     ("archs", "arch list", "sm", ""),
     ("philox", "Philox layout", "philox",
-     " (the width of at::PhiloxCudaState's offset_intragraph_: 32 bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)"),
+     " (the width of at::PhiloxCudaState's offset_intragraph_: 32 "
+     "bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)"),
 )
 
 

@@ -85,7 +85,8 @@ class PipBuild:
         pattern with `manylinux_*` in its place."""
         c = self.cell
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[c.platform]}"
-        return f"{wheel_name_part(GLUE_DIST)}-{self.glue_version}-{self.glue_build_tag}-{c.python_wheel_tag}-{c.python_wheel_tag}-{tag}.whl"
+        return (f"{wheel_name_part(GLUE_DIST)}-{self.glue_version}-{self.glue_build_tag}"
+                f"-{c.python_wheel_tag}-{c.python_wheel_tag}-{tag}.whl")
 
     def glue_wheel_pattern(self) -> re.Pattern:
         """The glue wheel's file name whatever its build tag and manylinux level (decided at build time): what
@@ -97,7 +98,8 @@ class PipBuild:
 
     def kernel_wheel(self, platform_tag: str | None = None) -> str:
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[self.cell.platform]}"
-        return f"{wheel_name_part(KERNEL_DIST)}-{self.kernel_wheel_version}-{self.kernel_wheel_build_tag}-py3-none-{tag}.whl"
+        return (f"{wheel_name_part(KERNEL_DIST)}-{self.kernel_wheel_version}-{self.kernel_wheel_build_tag}"
+                f"-py3-none-{tag}.whl")
 
     def to_json(self) -> dict:
         c, k = self.cell, self.kernel
@@ -152,7 +154,8 @@ def pip_builds(matrix: Matrix, platform: str = "all", world: str | None = None) 
         pin = pins[kernel_key(c).id]
         h = glue_wheel_hash(c.variant(), digests[(c.platform, c.world)], pin.build, platform=c.platform,
                             version=matrix.policy.flash_attn_version, build_number=matrix.policy.build_number)
-        build_string = f"{c.python_tag}_torch{c.torch_minor.replace('.', '_')}_{c.cuda_tag}_cxx11abi{c.cxx11_abi}_h{h}_{matrix.policy.build_number}"
+        build_string = (f"{c.python_tag}_torch{c.torch_minor.replace('.', '_')}_{c.cuda_tag}_cxx11abi{c.cxx11_abi}"
+                        f"_h{h}_{matrix.policy.build_number}")
         out.append(PipBuild(cell=c, kernel=packages[kernel_key(c).id], kernel_build=pin.build, build_string=build_string,
                             version=matrix.policy.flash_attn_version))
     return out

@@ -44,7 +44,8 @@ def build_command(variant_file: str, platform: str, channels: tuple[str, ...], r
 
 
 # A pip world's variant file: what rattler-build builds from it.
-PIP_NOTE = (f"# rattler-build builds only their {FLASH_ATTN.kernel_package} packages from it: the recipe skips {FLASH_ATTN.package}\n"
+PIP_NOTE = (f"# rattler-build builds only their {FLASH_ATTN.kernel_package} "
+            f"packages from it: the recipe skips {FLASH_ATTN.package}\n"
             "# for a pip world, whose glue is a wheel (faforge.matrix.cells.PipCell); a kernel key a conda world has is\n"
             "# that world's package (`faforge matrix --kernels --world all`).")
 

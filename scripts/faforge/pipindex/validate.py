@@ -104,7 +104,8 @@ def _project_page(project: str, page: Page, index: str | None) -> list[str]:
             if parse_index_name(index) and named != index:
                 out.append(f"{what}: its local label {name.local!r} names {named or 'no index'}, not {index}")
     if page.format == "json" and page.versions is not None and sorted(page.versions, key=Version) != sorted(versions, key=Version):
-        out.append(f"{where}: its versions list {list(page.versions)} is not its files' versions {sorted(versions, key=Version)}")
+        out.append(f"{where}: its versions list {list(page.versions)} is "
+                   f"not its files' versions {sorted(versions, key=Version)}")
     return out
 
 

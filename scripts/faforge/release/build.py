@@ -166,7 +166,8 @@ def require_piece_support(rendered: RenderedCell, tus: tuple[str, ...]) -> None:
     if str(env.get(TUS_ENV, "")).split() != list(tus):
         raise FaforgeError(
             f"{rendered.cell.id}: the recipe does not pass {TUS_ENV} to its build script, so it cannot build a piece",
-            hint=f'add `{TUS_ENV}: ${{{{ env.get("{TUS_ENV}", default="") }}}}` to build.script.env, or build the cell whole',
+            hint=f'add `{TUS_ENV}: ${{{{ env.get("{TUS_ENV}", default="") '
+                 '}}` to build.script.env, or build the cell whole',
         )
 
 
@@ -213,7 +214,8 @@ def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_di
         log.write(f"cell {cell.id} part {part} channels {' '.join(channels)}\n")
         log.write(f"{override}\n")
         if evicted:
-            log.write(f"dropped rattler's cached extraction of an earlier build of the same name: {' '.join(map(str, evicted))}\n")
+            log.write("dropped rattler's cached extraction of an earlier "
+                      f"build of the same name: {' '.join(map(str, evicted))}\n")
         live(override.split(" (")[0])
         if tus:
             log.write(f"piece: {len(tus)} kernel TUs: {' '.join(tus)}\n")

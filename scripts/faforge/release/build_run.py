@@ -56,7 +56,8 @@ from faforge.release.reporter import Reporter
 # An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
 FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
 # Not `--json > FILE`: the shell creates FILE even when plan fails.
-PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
+PLAN_HINT = ("write it with `faforge plan --output FILE` (written only when "
+             "planning succeeds; without --channel it plans every cell, offline)")
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
     """Every id a cell of the matrix, a pip cell, or one of its FA3 packages;
     else a bad-input error naming it and where the ids are listed."""
     fa3 = [p.id for p in matrix.fa3]
-    listed = (f"`faforge matrix` lists every cell, `faforge matrix --world pypi` every pip cell, `faforge matrix --fa3` every "
+    listed = ("`faforge matrix` lists every cell, `faforge matrix --world "
+              "pypi` every pip cell, `faforge matrix --fa3` every "
               f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks")
     for key in ids:
         if key in fa3 or find_cell(matrix.cells, key) is not None or find_cell(matrix.pip_cells, key) is not None:
@@ -174,7 +176,8 @@ def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
         if CELL_ID.fullmatch(key) or PIP_CELL_ID.fullmatch(key):
             raise FaforgeError(explain_missing(matrix.table, matrix.policy, key), hint=listed)
         if FA3_ID.fullmatch(key):
-            raise FaforgeError(f"{key}: no {FLASH_ATTN_3.package} package of the matrix has this id (it has {', '.join(fa3) or 'none'})", hint=listed)
+            raise FaforgeError(f"{key}: no {FLASH_ATTN_3.package} package of the "
+                               f"matrix has this id (it has {', '.join(fa3) or 'none'})", hint=listed)
         example = f" or a {FLASH_ATTN_3.package} package id (e.g. {fa3[0]})" if fa3 else ""
         raise FaforgeError(f"{shorten(repr(key))} is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1){example}", hint=listed)
 
@@ -221,7 +224,8 @@ def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildReques
                                and part in ("all", WHEEL_PART)))
     for key, part in wanted:
         if part == CELL_PART and find_cell(matrix.pip_cells, key) is not None:
-            raise FaforgeError(f"--part {CELL_PART}: {key} is a pip cell; its own job is --part {WHEEL_PART} (its glue and kernel wheels)",
+            raise FaforgeError(f"--part {CELL_PART}: {key} is a pip cell; its own job "
+                               f"is --part {WHEEL_PART} (its glue and kernel wheels)",
                                hint=f"--part {WHEEL_PART}, or --part all to build its kernel package first", input=key)
     if not asked:
         for option, value in (("--kernel-package", request.kernel_package), ("--kernel-channel", request.kernel_channel),
@@ -288,7 +292,8 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
             if (tus or part in (KERNELS_PART, KERNELS_LINK_PART)) and not kernels_in_recipe:
                 # The plan schedules kernel packages; a recipe without that output (one whose build
                 # script compiles the kernel library inside each cell's package) has nothing to do here.
-                report.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, so each cell's job compiles its kernels; nothing to build")
+                report.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, "
+                           "so each cell's job compiles its kernels; nothing to build")
                 results.append(CellBuild(cell=cell.id, part=part, status="in-cell", seconds=0.0, package=None, log=log_dir / "-"))
                 continue
             if part == CELL_PART and kernel_key(cell) in kernel_failed:

@@ -88,7 +88,8 @@ def find_python(version: str) -> Path:
     for candidate in candidates:
         if _runs_as(candidate, version):
             return candidate
-    raise Unavailable(f"no working Python {version} interpreter (tried {', '.join(map(str, candidates)) or f'python{version} on PATH'})")
+    raise Unavailable(f"no working Python {version} interpreter (tried "
+                      f"{', '.join(map(str, candidates)) or f'python{version} on PATH'})")
 
 
 def check_runnable_here(package: PackageFacts) -> None:
@@ -185,7 +186,8 @@ def pypi_torch_venv(version: str, python: str, extra: list[str] | tuple[str, ...
     name = f"torch-{version.lstrip('=')}-py{python}" + "".join(f"+{e}" for e in sorted(extra))
     prefix = _cached_venv("torch-venvs", name, python, [f"torch{version}", *extra], f"PyPI torch{version}", announce)
     python = prefix / "bin" / "python"
-    probe = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))"
+    probe = ("import json, torch; print(json.dumps([torch.__version__, "
+             "torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))")
     result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     if result.returncode != 0:
         raise Unavailable(f"torch{version} in {prefix} does not import: {result.stderr.strip().splitlines()[-1:]}")

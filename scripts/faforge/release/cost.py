@@ -131,7 +131,8 @@ def split_kernels(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]
                 break
         else:
             raise FaforgeError(
-                f"one {tu_class.name} TU with archs {cuda_archs} needs more than {runner.job_limit_minutes} minutes on {runner.label}",
+                f"one {tu_class.name} TU with archs {cuda_archs} needs more "
+                f"than {runner.job_limit_minutes} minutes on {runner.label}",
                 hint=f"use a bigger runner for {platform} in {cost.path.name}, or fewer archs in matrix.yaml",
             )
         pieces = math.ceil(len(tus) / size)

@@ -360,8 +360,10 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
     kernel_wheel = pack_kernel_wheel(KernelPackage(library=library, name=kernel_facts.name, version=kernel_facts.version, build=kernel_facts.build,
                                                    subdir=kernel_facts.subdir, licenses=licenses(prefix)),
                                      runtime_requirement=requirement, out_dir=dist, work=work / "kernel-wheel", say=report.say)
-    report.say(f"  {title}: kernel wheel {kernel_wheel.path.name}: the kernel package's library, byte for byte but for its RUNPATH "
-               f"(RPATH {':'.join(original.rpath) or '-'} -> RUNPATH {':'.join(kernel_wheel.runpath)}, patchelf); no kernel TU compiled for pip")
+    report.say(f"  {title}: kernel wheel {kernel_wheel.path.name}: the "
+               "kernel package's library, byte for byte but for its RUNPATH "
+               f"(RPATH {':'.join(original.rpath) or '-'} -> RUNPATH "
+               f"{':'.join(kernel_wheel.runpath)}, patchelf); no kernel TU compiled for pip")
     glue = repack_glue_wheel(raws[0], cell=GlueCell(torch=cell.torch_minor, cuda=cell.cuda, cxx11_abi=cell.cxx11_abi, python=cell.python,
                                                     build_tag=build.build_string),
                              kernel_wheel=kernel_wheel.path, out_dir=dist, work=work / "glue-wheel", say=report.say)

@@ -94,7 +94,8 @@ def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python:
                                input=str(target_python), hint=CROSS_INPUTS_HINT)
     with paths.user_path("--torch-site", torch_site):
         if not (site / "torch" / "version.py").is_file() or not (site / "torch" / "lib").is_dir():
-            raise FaforgeError(f"--torch-site {torch_site}: no torch/version.py and torch/lib there, so not a site-packages holding torch",
+            raise FaforgeError(f"--torch-site {torch_site}: no torch/version.py and "
+                               "torch/lib there, so not a site-packages holding torch",
                                input=str(torch_site), hint=CROSS_INPUTS_HINT)
         site = site.resolve()
         facts = torch_facts([site / "torch" / "lib"])

@@ -93,7 +93,8 @@ def judge_abi(verdict, cxx11_abi: int | None, *, kernel: str | None, beside: str
     for m in verdict.modules:  # the kernel library: from the kernel build found, else under its exact DT_NEEDED name here
         for u in m.undecided:
             if not FLASH_ATTN.is_kernel_library(u.name):
-                problems.append(f"{m.path}: needs {u.name}, found nowhere, so the verdict cannot be told (what it imports was not checked)")
+                problems.append(f"{m.path}: needs {u.name}, found nowhere, so the verdict "
+                                "cannot be told (what it imports was not checked)")
             elif kernel:
                 problems.append(f"{m.path}: {u.name} is not in {kernel}, so the kernel launches it calls were not checked")
             else:
@@ -192,7 +193,8 @@ def import_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | N
         result = run_isolated(python, "; ".join(f"import {m}" for m in IMPORTS))
     beside = f" and {kernel.filename}" if kernel else ""
     if result.returncode != 0:
-        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with PyPI torch {venv.torch}{beside}: {output_tail(result)}")
+        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with "
+                                         f"PyPI torch {venv.torch}{beside}: {output_tail(result)}")
     return Check("import", "passed", f"imported {', '.join(IMPORTS[1:])} in a clean env with PyPI torch {venv.torch} (CUDA {venv.cuda}){beside}")
 
 

@@ -38,7 +38,8 @@ TORCH_IMPORTED = "@@faforge-torch-imported@@"
 
 def import_code(imports: tuple[str, ...]) -> str:
     """Run by the target's python -I: the prefix's site-packages and the torch's first, then the family's imports."""
-    return (f"import sys; sys.path[:0] = sys.argv[1:]; import torch; print({TORCH_IMPORTED!r}, torch.__version__, flush=True); "
+    return ("import sys; sys.path[:0] = sys.argv[1:]; import torch; "
+            f"print({TORCH_IMPORTED!r}, torch.__version__, flush=True); "
             + "; ".join(f"import {m}" for m in imports[1:]))
 
 
@@ -96,7 +97,8 @@ def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kern
                                           "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)")
     site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
     def how(seconds: float) -> str:
-        return f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {seconds:.0f} s, torch from {site or 'its own site-packages'}"
+        return (f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, "
+                f"{seconds:.0f} s, torch from {site or 'its own site-packages'}")
 
     return import_in_prefix((package, kernel) if kernel else (package,), [*emulator.command(python)], site, imports, how, machine)
 
@@ -126,7 +128,8 @@ def import_from(folders: list[str], python: list[str], site: Path | None, import
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
     if torch_line is None:
         return Check("import", "skipped", f"the {machine} torch itself does not import ({how}): {tail}; pass --against the "
-                                          f"site-packages of one (pip install --target DIR --only-binary=:all: torch==VERSION, with --platform for another machine)")
+                                          "site-packages of one (pip install --target DIR --only-binary=:all: "
+                                          "torch==VERSION, with --platform for another machine)")
     if result.returncode != 0:
         return Check("import", "failed", f"`import {', '.join(imports)}` failed ({how}): {tail}")
     return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({how})")

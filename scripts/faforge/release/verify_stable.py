@@ -133,7 +133,8 @@ def stable_gpu_gate(package: PackageFacts, against: list[Path], announce: Callab
             venv = pypi_torch_venv(f"=={served.served[-1]}.*", GPU_SUITE_PYTHON, announce=announce)
             site, python = venv.site_packages, venv.python
         else:
-            return Check("gpu", "skipped", f"{package.filename}: not a package of the matrix, so no torch of its range is known; pass --against one")
+            return Check("gpu", "skipped", f"{package.filename}: not a package of the matrix, so "
+                                           "no torch of its range is known; pass --against one")
     except Unavailable as exc:
         return Check("gpu", "skipped", f"no torch to run the suite beside: {exc}")
     with unpacked(package) as prefix:

@@ -292,9 +292,11 @@ def cell_venv(wheel: WheelPackage, announce: Callable[[str], None]) -> TorchVenv
     if wheel.cell is None:
         what = (f"pip cell {wheel.subdir}/py{(wheel.python or '').replace('.', '')}/torch{wheel.torch_minor}/cu"
                 f"{(wheel.cuda or '').replace('.', '')}/abi{wheel.cxx11_abi}" if wheel.torch_minor else "label")
-        raise Unavailable(f"{wheel.filename}: no {what} in the matrix (faforge matrix --world pypi), so the torch release it installs "
+        raise Unavailable(f"{wheel.filename}: no {what} in the matrix (faforge "
+                          "matrix --world pypi), so the torch release it installs "
                           "beside is unknown" if wheel.torch_minor else
-                          f"{wheel.filename}: its version's local label {wheel.facts.local!r} and tags name no torch minor, CUDA, C++ ABI and "
+                          f"{wheel.filename}: its version's local label {wheel.facts.local!r} "
+                          "and tags name no torch minor, CUDA, C++ ABI and "
                           "one CPython (+torch2.11.cu130.abi1, cp312), so no torch can be matched")
     cell = wheel.cell
     venv = pypi_torch_venv(f"=={cell.torch}", cell.python, BASE_EXTRAS, announce)
@@ -351,11 +353,13 @@ def install_problem(run: PipRun, ours: tuple[WheelPackage, ...], venv: TorchVenv
         return f"pip could not install {', '.join(w.requirement for w in ours)} from the loopback index: {run.errors()}"
     installed = run.installed
     if "torch" in installed:
-        return (f"pip replaced torch {venv.torch} with torch {installed['torch']} (the wheel's Requires-Dist does not admit the "
+        return (f"pip replaced torch {venv.torch} with torch {installed['torch']} "
+                "(the wheel's Requires-Dist does not admit the "
                 "torch of its cell); it must keep the torch it finds")
     missing = [w.requirement for w in ours if installed.get(w.facts.name) != w.facts.version]
     if missing:
-        return f"pip did not install {', '.join(missing)} (it installed: {', '.join(f'{k}=={v}' for k, v in installed.items()) or 'nothing'})"
+        return (f"pip did not install {', '.join(missing)} (it installed: "
+                f"{', '.join(f'{k}=={v}' for k, v in installed.items()) or 'nothing'})")
     return None
 
 
@@ -380,7 +384,8 @@ class _PipEnv:
     @property
     def how(self) -> str:
         return (f"pip installed {', '.join(w.requirement for w in self.ours)} from the loopback index {self.url} "
-                f"({self.run.seconds:.0f} s) into a clean venv with PyPI torch {self.venv.torch} (CUDA {self.venv.cuda}), torch kept")
+                f"({self.run.seconds:.0f} s) into a clean venv with PyPI "
+                f"torch {self.venv.torch} (CUDA {self.venv.cuda}), torch kept")
 
 
 def _pip_env(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> _PipEnv:
@@ -546,7 +551,8 @@ def emulated_kernel_import(wheel: WheelPackage, machine: str, against: list[Path
                                     timeout=EMULATED_TIMEOUT_S, env=env, cwd=tmp)
         except subprocess.TimeoutExpired:
             return Check("import", "failed", f"the dlopen under {Path(emulator.qemu).name} did not finish in {EMULATED_TIMEOUT_S} s")
-    how = (f"pip --platform {wheel.facts.platform_tags[0]} --target from the loopback index {url}, beside the CUDA runtime of {site}/nvidia; "
+    how = (f"pip --platform {wheel.facts.platform_tags[0]} --target from the "
+           f"loopback index {url}, beside the CUDA runtime of {site}/nvidia; "
            f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {time.monotonic() - started:.0f} s")
     if result.returncode != 0:
         return Check("import", "failed", f"dlopen of {KERNEL_MEMBER} with nothing preloaded failed ({how}): {output_tail(result)}")
@@ -576,7 +582,8 @@ def fa3_range(wheel: WheelPackage) -> list[PipCell]:
 
 def _fa3_unserved(wheel: WheelPackage) -> str:
     if wheel.cuda is None:
-        return f"{wheel.filename}: its local label {wheel.facts.local!r} names no CUDA (+cu130.sm80.90a), so no index and no torch range takes it"
+        return (f"{wheel.filename}: its local label {wheel.facts.local!r} names no "
+                "CUDA (+cu130.sm80.90a), so no index and no torch range takes it")
     return (f"{wheel.filename}: no pip cell of {wheel.subdir} with CUDA {wheel.cuda} has a torch its requirement "
             f"{wheel.requires('torch') or 'torch'} admits, so no index serves it and its torch range is empty")
 
@@ -653,7 +660,8 @@ def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, agai
     imports = FLASH_ATTN_3.imports if wheel.kind == "fa3" else FLASH_ATTN.imports
     cuda = (wheel.cuda or "").replace(".", "")
     served = fa3_range(wheel) if wheel.kind == "fa3" else []
-    index = f"torch{wheel.torch_minor or (served[-1].torch_minor if served else '')}-cu{cuda}"  # the staging index, named as ours are
+    # The staging index, named as ours are.
+    index = f"torch{wheel.torch_minor or (served[-1].torch_minor if served else '')}-cu{cuda}"
     with tempfile.TemporaryDirectory(prefix="faforge-target-") as tmp, loopback_index(index, [w.facts for w in ours]) as url:
         target = Path(tmp) / "site-packages"
         platforms = sorted({t for w in ours for t in w.facts.platform_tags})
@@ -664,7 +672,8 @@ def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, agai
                                              f"from the loopback index: {run.errors()}")
 
         def how(seconds: float) -> str:
-            return (f"pip --platform {platforms[0]} --target from the loopback index {url}; emulated: {Path(emulator.qemu).name} -L "
+            return (f"pip --platform {platforms[0]} --target from the loopback "
+                    f"index {url}; emulated: {Path(emulator.qemu).name} -L "
                     f"{emulator.sysroot} {python}, {seconds:.0f} s, torch from {site}")
 
         return import_from([str(target)], emulator.command(python), site, imports, how, machine, cwd=Path(tmp))

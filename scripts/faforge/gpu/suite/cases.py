@@ -80,7 +80,8 @@ VARLEN_LENGTHS = ([37, 129, 1, 200], [53, 64, 17, 211])  # one of length 1, one 
 def varlen() -> dict[str, Call]:
     q_lens, k_lens = VARLEN_LENGTHS
     return {
-        f"{dtype}-{name}-{c}": Call(API_VARLEN, dtype, 64, len(q_lens), 4, kv_heads, max(q_lens), max(k_lens), causal=causal)
+        f"{dtype}-{name}-{c}": Call(API_VARLEN, dtype, 64, len(q_lens), 4, kv_heads, max(q_lens), max(k_lens),
+                                    causal=causal)
         for dtype in DTYPE_NAMES for name, kv_heads in (("mha", 4), ("gqa", 2)) for c, causal in CAUSAL.items()
     }  # fmt: skip
 
