@@ -95,7 +95,7 @@ def _nearest_lines(s: Situation, builds: list[PipBuild], target: Target) -> tupl
     """Each nearest cell's line, which holds that cell's torch; the torch change it needs is a command of its own
     before it, never a side effect of the install (a forced reinstall: a torch of the same release and another
     CUDA satisfies the pin and would stay)."""
-    near = closest(builds, target, n=NEAREST)  # type: ignore[arg-type]  (closest reads only .cell)
+    near = closest(builds, target, n=NEAREST)  # type: ignore[arg-type]  # closest reads only .cell
     python, yours = s.facts.python.executable, f"replace this torch {s.torch.version}" if s.torch.version else "install torch"
     lines = []
     for b in near:
@@ -146,7 +146,7 @@ def fresh(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> list[
         fixes.append(install_fix(s, exact, kinds, torch=_public(s.torch.version)))
         return fixes
     anywhere = replace(installed, torch=None, cuda=None)
-    newest = closest(builds, anywhere, n=1)  # type: ignore[arg-type]  (closest reads only .cell)
+    newest = closest(builds, anywhere, n=1)  # type: ignore[arg-type]  # closest reads only .cell
     if newest:
         b = newest[0]
         fixes.append(install_fix(s, b, kinds, torch=b.cell.torch,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 
@@ -155,7 +156,7 @@ def measure(shape: Shape, dtype, *, repeats: int, flash_functions: dict[str, obj
                 for leaf in leaves:
                     leaf.grad = None
 
-            ms = mean_ms(lambda out=out, grad=grad: out.backward(grad, retain_graph=True), calls=repeats, before=clear_grads)
+            ms = mean_ms(partial(out.backward, grad, retain_graph=True), calls=repeats, before=clear_grads)
             records["bwd"]["tflops"][name] = shape.flops("bwd") / ms / 1e9
         except RuntimeError as exc:  # e.g. "No available kernel" from an SDPA backend that cannot take this shape
             for record in records.values():
