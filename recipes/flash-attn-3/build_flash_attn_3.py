@@ -35,14 +35,14 @@ if _root is None:
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge import fa3_backend as fa3  # noqa: E402
-from faforge.backend import ccache, options, toolchain  # noqa: E402
-from faforge.backend.errors import BuildError  # noqa: E402
-from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402
-from faforge.backend.logger import log  # noqa: E402
-from faforge.backend.ninja import run_ninja  # noqa: E402
-from faforge.backend.sources import select_kernels  # noqa: E402
-from faforge.family import FLASH_ATTN_3  # noqa: E402
+from faforge import fa3_backend as fa3  # noqa: E402 (sys.path set above)
+from faforge.backend import ccache, options, toolchain  # noqa: E402 (sys.path set above)
+from faforge.backend.errors import BuildError  # noqa: E402 (sys.path set above)
+from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402 (sys.path set above)
+from faforge.backend.logger import log  # noqa: E402 (sys.path set above)
+from faforge.backend.ninja import run_ninja  # noqa: E402 (sys.path set above)
+from faforge.backend.sources import select_kernels  # noqa: E402 (sys.path set above)
+from faforge.family import FLASH_ATTN_3  # noqa: E402 (sys.path set above)
 
 # Where torch's stable C functions live (aoti_torch_* in libtorch_cpu, the CUDA stream one in libtorch_cuda),
 # linked as needed after libstdc++, so that no C++ runtime symbol binds to a torch library's weak copy
@@ -73,12 +73,14 @@ def python_includes(explicit: list[str] | None) -> list[str]:
     (conda's cross-python answers with the target's)."""
     found = [Path(p) for p in explicit] if explicit else [Path(sysconfig.get_paths()["include"])]
     if not (found[0] / "Python.h").is_file():
-        raise BuildError(f"--python-include {found[0]}: no Python.h there; install the Python headers (python3-dev) or name their folder")
+        raise BuildError(f"--python-include {found[0]}: no Python.h there; install "
+                         "the Python headers (python3-dev) or name their folder")
     return [str(p) for p in found]
 
 
 def env(name: str):
-    """The variable standing in for an option, checked as flash-attn's build script checks it (faforge.backend.options)."""
+    """The variable standing in for an option, checked as
+    flash-attn's build script checks it (faforge.backend.options)."""
     return options.from_env(name, *options.ENV_OPTIONS[name])
 
 
@@ -91,12 +93,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--install-dir", help="site-packages to install flash_attn_3/ and flash_attn_interface.py into")
     p.add_argument("--torch-dir", help="torch/ to compile and link against (default: this Python's, found without importing it)")
     p.add_argument("--python-include", action="append", help="the target Python's header folders, Python.h's first (default: this "
-                   "Python's; a cross build outside conda's cross-python names the target's, whose pyconfig.h differs; repeatable, "
+                   "Python's; a cross build outside conda's cross-python "
+                   "names the target's, whose pyconfig.h differs; repeatable, "
                    "for Debian's multiarch pyconfig.h)")
     p.add_argument("--max-jobs", type=int, default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS", "").isdigit() else None)
     p.add_argument("--checker-path", help="folder holding the faforge package (default: faforge_checker/ here, else the repo's)")
     p.add_argument("--compiler-cache", type=options.one_of(*ccache.COMPILER_CACHES), default=env("FAFORGE_COMPILER_CACHE"),
-                   help="put a compiler cache in front of nvcc (env FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
+                   help="put a compiler cache in front of nvcc (env "
+                        "FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
     p.add_argument("--only-tus", default=env("FAFORGE_BUILD_TUS"), help="compile only these TUs (file names) and stop before the "
                    "link: a piece job (env FAFORGE_BUILD_TUS), or a compile-time sample for faforge bench-build")
     p.add_argument("--plan-only", action="store_true", help="print the TUs and flags as JSON and stop")
@@ -114,7 +118,8 @@ def build(args: argparse.Namespace) -> Path | None:
     tus = fa3.sources(disabled)
     missing = [t for t in tus if not (hopper / t).is_file()]
     if missing:
-        raise BuildError(f"{hopper}: {len(missing)} TUs hopper/setup.py would compile are missing, e.g. {missing[0]}; is this the pinned commit?")
+        raise BuildError(f"{hopper}: {len(missing)} TUs hopper/setup.py would compile "
+                         f"are missing, e.g. {missing[0]}; is this the pinned commit?")
     torch = torch_dir(args.torch_dir)
     toolkit = toolchain.target_toolkit(dict(os.environ), platform.machine())
     cpus = os.cpu_count() or 1

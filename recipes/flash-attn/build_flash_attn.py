@@ -22,23 +22,25 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# The faforge package holding the backend and the ABI checker: --checker-path, else the recipe's copy here, else the repo's.
+# The faforge package holding the backend and the ABI checker:
+# --checker-path, else the recipe's copy here, else the repo's.
 _pre = argparse.ArgumentParser(add_help=False)
 _pre.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"))
 _explicit = _pre.parse_known_args()[0].checker_path  # when given, the only place looked at
 _roots = [Path(_explicit)] if _explicit else [HERE / "faforge_checker", HERE.parent.parent / "scripts"]
 _root = next((r for r in _roots if (r / "faforge/backend/__init__.py").is_file()), None)
 if _root is None:
-    print(f"build_flash_attn: error: no faforge/backend in {' or '.join(map(str, _roots))}; pass --checker-path (the folder holding faforge/)", file=sys.stderr)
+    print(f"build_flash_attn: error: no faforge/backend in {' or '.join(map(str, _roots))}; "
+          "pass --checker-path (the folder holding faforge/)", file=sys.stderr)
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge.backend import flags, foreign, glue, ninja, options, sources, toolchain  # noqa: E402
-from faforge.backend.archs import parse_arch_list  # noqa: E402
-from faforge.backend.errors import BuildError  # noqa: E402
-from faforge.backend.layout import check_kernel_library_layout, philox_offset_bits  # noqa: E402
-from faforge.backend.logger import log  # noqa: E402
-from faforge.backend.plan import kernel_plan  # noqa: E402
+from faforge.backend import flags, foreign, glue, ninja, options, sources, toolchain  # noqa: E402 (sys.path set above)
+from faforge.backend.archs import parse_arch_list  # noqa: E402 (sys.path set above)
+from faforge.backend.errors import BuildError  # noqa: E402 (sys.path set above)
+from faforge.backend.layout import check_kernel_library_layout, philox_offset_bits  # noqa: E402 (sys.path set above)
+from faforge.backend.logger import log  # noqa: E402 (sys.path set above)
+from faforge.backend.plan import kernel_plan  # noqa: E402 (sys.path set above)
 
 
 def plan_kernels(args, source_dir: Path, archs) -> tuple[dict, int]:
@@ -77,7 +79,8 @@ def build_kernels_only(args, source_dir: Path, build_dir: Path) -> Path | None:
 
 def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
     """flash_api.cpp against this Python's torch (or, with --torch-site, a target's, read without importing it),
-    linked against the kernel library: the one given (--kernel-library), or one built here first and carried in the wheel."""
+    linked against the kernel library: the one given (--kernel-library),
+    or one built here first and carried in the wheel."""
     wheel_dir = Path(args.wheel_dir).resolve()
     if not source_dir.is_dir():
         raise BuildError(f"--source-dir {source_dir}: no such folder; unpack the flash-attn sdist there first "
@@ -92,7 +95,8 @@ def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
     std, abi, shim = flags.cxx_standard(torch_version), int(args.cxx11_abi), sources.find_shim_dir(args.shim_dir, HERE)
     given = Path(args.kernel_library).resolve() if args.kernel_library else None
     if given and not given.is_file():
-        raise BuildError(f"--kernel-library {args.kernel_library}: no such file; build it with --kernels-only (or install libflash-attn-kernels)")
+        raise BuildError(f"--kernel-library {args.kernel_library}: no such file; build "
+                         "it with --kernels-only (or install libflash-attn-kernels)")
     archs = parse_arch_list(args.archs) if not given else None
     kernels, max_jobs = plan_kernels(args, source_dir, archs) if archs else ({}, args.max_jobs or 1)
     philox_bits = philox_offset_bits(torch_include)
@@ -106,10 +110,13 @@ def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
         toolkit = toolchain.target_toolkit(environ, platform.machine())
         machine, python = toolchain.target_machine(environ, platform.machine()), foreign.target_python(args.python_include, args.python_library)
         if target.machine != machine:
-            raise BuildError(f"--torch-site {args.torch_site}: its torch is built for {target.machine}, but the build targets {machine} "
-                             "(conda's target_platform, else this machine); set target_platform to the torch's platform (linux-aarch64)")
+            raise BuildError(f"--torch-site {args.torch_site}: its torch is built "
+                             f"for {target.machine}, but the build targets {machine} "
+                             "(conda's target_platform, else this machine); set "
+                             "target_platform to the torch's platform (linux-aarch64)")
         if target.cxx11_abi is not None and target.cxx11_abi != abi:
-            raise BuildError(f"--torch-site {args.torch_site}: torch {torch_version} is built with _GLIBCXX_USE_CXX11_ABI={target.cxx11_abi}; "
+            raise BuildError(f"--torch-site {args.torch_site}: torch {torch_version} is "
+                             f"built with _GLIBCXX_USE_CXX11_ABI={target.cxx11_abi}; "
                              f"a glue forced to {abi} cannot link against it: pass --cxx11-abi {target.cxx11_abi}")
         cxx = toolchain.host_cxx(toolkit, environ)
         plan.update(torch_site=str(target.site), target=machine, cxx=cxx, python=python.version, python_library=str(python.library))

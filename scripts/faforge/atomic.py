@@ -26,7 +26,8 @@ def write_text(path: Path, text: str) -> None:
 
 def _new_file(path: Path) -> tuple[Path, int]:
     """A new file beside `path`, created with mode 0666 so that the umask decides (0644 under 022) as for any
-    file the user's own tools write; tempfile's are 0600, unreadable to anyone else (a CI step as another user, a web server)."""
+    file the user's own tools write; tempfile's are 0600, unreadable
+    to anyone else (a CI step as another user, a web server)."""
     while True:
         tmp = path.parent / f".{path.name}-{secrets.token_hex(4)}.tmp"
         try:

@@ -11,8 +11,16 @@ import traceback
 
 from faforge import __version__, config
 from faforge.commands import COMMANDS
-from faforge.errors import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEMS, EXIT_REMOTE, EXIT_SKIPPED, FaforgeError,
-                            path_error)
+from faforge.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_REMOTE,
+    EXIT_SKIPPED,
+    FaforgeError,
+    path_error,
+)
 from faforge.family import FLASH_ATTN
 from faforge.interrupts import deliver_swallowed_interrupts
 from faforge.streams import reader_left, reserve_standard_fds, settle_for_exit, tolerant_streams
@@ -26,7 +34,8 @@ def missing_module_error(exc: ModuleNotFoundError) -> FaforgeError:
     top = (exc.name or "?").split(".")[0]
     return FaforgeError(
         f"the Python module {top!r} is not importable ({exc})",
-        hint=f"{sys.executable} -m pip install {_DISTRIBUTIONS.get(top, top)}  (or reinstall faforge with its dependencies)",
+        hint=f"{sys.executable} -m pip install {_DISTRIBUTIONS.get(top, top)}  "
+             "(or reinstall faforge with its dependencies)",
     )
 
 

@@ -44,7 +44,7 @@ class FaforgeError(Exception):
     exit_code = EXIT_BAD_INPUT
 
     def __init__(self, message: str, *, hint: str | None = None, exit_code: int | None = None,
-                 input: str | None = None, detail: str | None = None):  # noqa: A002 (the contract's word)
+                 input: str | None = None, detail: str | None = None):  # `input`, a builtin's name, is the contract's word
         first, _, rest = message.strip().partition("\n")
         super().__init__(first)
         self.message = first

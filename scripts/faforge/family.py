@@ -31,7 +31,7 @@ class Family:
     include_dirs: tuple[str, ...]  # the sdist's include folders every TU compiles with, in order
     kernel_glob: str  # the kernel TUs' file names in kernel_source_dir
     gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
-    # What enters each conda output besides its variant (issue 24 item 4), as files or folders relative
+    # What enters each conda output besides its variant (its identity inputs), as files or folders relative
     # to the repository root; the recipe's own part of each output is added by faforge.matrix.inputs.
     # kernel_inputs: the shim, the kernel part of the backend (its compile flags too), the build script
     # and the kernel package's test (faforge.kernels.torchfree and what it imports); glue_inputs: the

@@ -1,7 +1,7 @@
 """What every layer knows about a conda package file: its suffixes and its sha256.
 
 Below both faforge.channel (which indexes and places package files) and faforge.release (which reads
-their facts), so neither imports the other for these (issue 22).
+their facts), so neither imports the other for these (the layers, tests/test_layers.py).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def output_file(path: str | os.PathLike, option: str) -> Path:
     if not os.fspath(path):  # `--github-output "$UNSET"`
         raise FaforgeError(f"{option} is empty", hint="name a file, e.g. \"$GITHUB_OUTPUT\"")
     with user_path(option, path):
-        open(path, "a").close()  # noqa: SIM115 (only proving it opens)
+        open(path, "a").close()  # only proving it opens
     return Path(path)
 
 

@@ -11,6 +11,9 @@ import sys
 import time
 from contextlib import contextmanager
 
+# A skipped step's mark, beside a passed one's ✓ and a failed one's ✗ (an en dash, not a hyphen).
+SKIPPED = "\u2013"
+
 
 def in_github_actions() -> bool:
     return os.environ.get("GITHUB_ACTIONS") == "true"
@@ -32,7 +35,7 @@ class Step:
 @contextmanager
 def step(title: str):
     """Print the title, run the block, print '✓ title (12.3s)'; '✗' when it raised or set `failed`,
-    '–' with the reason when it set `skipped`."""
+    an en dash (SKIPPED) with the reason when it set `skipped`."""
     started = time.monotonic()
     say(f"::group::{title}" if in_github_actions() else f"== {title}")
     state = Step()
@@ -43,7 +46,7 @@ def step(title: str):
     finally:
         elapsed = f"{time.monotonic() - started:.1f}s"
         if ok and state.skipped:
-            say(f"– {title} ({elapsed}; skipped: {state.skipped})")
+            say(f"{SKIPPED} {title} ({elapsed}; skipped: {state.skipped})")
         else:
             say(f"{'✓' if ok else '✗'} {title} ({elapsed})")
         if in_github_actions():

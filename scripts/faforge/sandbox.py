@@ -105,7 +105,8 @@ class Sandbox:
                 dst.flush()
                 os.fsync(dst.fileno())
             if digest.hexdigest() != sha256:
-                raise FaforgeError(f"{source}: changed while it was copied (its sha256 is no longer {sha256[:12]}…), so it is not published",
+                raise FaforgeError(f"{source}: changed while it was copied (its sha256 "
+                                   f"is no longer {sha256[:12]}…), so it is not published",
                                    exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
             self.inside(folder)
             return partial.replace(folder / name)

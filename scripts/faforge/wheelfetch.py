@@ -91,7 +91,7 @@ def http_get(url: str, byte_range: str | None = None, accept: str | None = None,
 
 def simple_index() -> str:
     """The PEP 691 index to read ($FAFORGE_SIMPLE_INDEX, else PyPI); a value that is no http(s) URL of a
-    host is refused here, before anything is fetched, naming the variable (issue 21)."""
+    host is refused here, before anything is fetched, naming the variable (the untrusted-input rules)."""
     index = os.environ.get(SIMPLE_INDEX_ENV, DEFAULT_SIMPLE_INDEX)
     parts = urllib.parse.urlsplit(index) if index.isprintable() else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or " " in index:

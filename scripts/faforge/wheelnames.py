@@ -1,4 +1,4 @@
-"""Our wheels' names (issue 33), in one home: the local labels, build tags and torch pin that the matrix
+"""Our wheels' names (the pip world), in one home: the local labels, build tags and torch pin that the matrix
 plans (faforge.matrix.pip_builds) and faforge.pipwheel writes, so a planned name is the built one.
 
 - kernel wheel: the flash-attn version, the kernel package's conda build string less its build number as
@@ -15,7 +15,8 @@ import re
 
 from faforge.errors import FaforgeError
 
-# The kernel package's build string (recipes/flash-attn/recipe.yaml): cu130_sm80_90_100_120ptx_philox64_h<hash>_<number>.
+# The kernel package's build string (recipes/flash-attn/recipe.yaml):
+# cu130_sm80_90_100_120ptx_philox64_h<hash>_<number>.
 KERNEL_BUILD = re.compile(r"cu(?P<cuda>[0-9]{3,4})_sm(?P<archs>[0-9a-z]+(?:_[0-9a-z]+)*)_philox(?P<bits>32|64)_h(?P<hash>[0-9a-f]{7,40})"
                           r"_(?P<number>[0-9]{1,6})")
 # A build string's identity tail: _h<hash>_<number>.
@@ -31,7 +32,8 @@ def kernel_label(build_string: str) -> tuple[str, str]:
     """The kernel package's conda build string -> (the kernel wheel's local label, its build tag)."""
     match = KERNEL_BUILD.fullmatch(build_string)
     if not match:
-        raise FaforgeError(f"{build_string[:120]!r} is not a kernel package's build string (cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>)",
+        raise FaforgeError(f"{build_string[:120]!r} is not a kernel package's build "
+                           "string (cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>)",
                            hint="pass a kernel package that `faforge build` made", input=build_string)
     return build_string.removesuffix(f"_{match['number']}").replace("_", "."), match["number"]
 
@@ -49,7 +51,8 @@ def cuda_of_label(label: str) -> str | None:
 
 
 def build_tag(build_string: str) -> str:
-    """A wheel build tag from a build string's identity: '..._h1a2b3c4_0' -> '0h1a2b3c4' (PEP 427: starts with a digit)."""
+    """A wheel build tag from a build string's identity:
+    '..._h1a2b3c4_0' -> '0h1a2b3c4' (PEP 427: starts with a digit)."""
     match = IDENTITY.search(build_string)
     if not match:
         raise FaforgeError(f"{build_string[:120]!r} does not end in _h<hash>_<number>", hint="pass a build string the matrix lists",

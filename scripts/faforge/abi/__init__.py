@@ -1,4 +1,4 @@
-"""The ABI gate: does an extension load against a torch, and if not, why (issue 3).
+"""The ABI gate: does an extension load against a torch, and if not, why.
 
 Read -> resolve -> judge -> report, one module each, on the standard library and
 pyelftools only (the package is shipped into build and test environments that

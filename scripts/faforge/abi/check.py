@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,11 +15,18 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.elf_symbols import DynamicSymbols, Symbol
 from faforge.abi.fatbin import combined, read_gpu_archs
 from faforge.abi.inputs import package_binaries
-from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
 from faforge.abi.ld_search import beside_module, system_library_dirs
 from faforge.abi.library import Library
-from faforge.abi.resolve import (Closure, environment_dirs, is_torch_library, load_closure, loaded_by_torch,
-                                 opened, torch_lib_dirs)
+from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Unverified, Verdict
+from faforge.abi.resolve import (
+    Closure,
+    environment_dirs,
+    is_torch_library,
+    load_closure,
+    loaded_by_torch,
+    opened,
+    torch_lib_dirs,
+)
 from faforge.errors import FaforgeError
 
 if TYPE_CHECKING:
@@ -117,7 +124,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     torch_load = loaded_by_torch(search_dirs)
     closure, beside = _load_as_the_package_does(info, path, search_dirs, torch_load)
     # A split build's kernels live in a library the module itself needs (libflash_attn_kernels.so,
-    # issue 15), not in the module: its GPU code is the module's and that of its direct needs that
+    # the kernel library), not in the module: its GPU code is the module's and that of its direct needs that
     # torch did not load.
     own_needs = [lib.path for lib in closure.libraries if lib.needed_by == path.name]
     declared = replace(declared, gpu=combined([declared.gpu, *(read_gpu_archs(p) for p in own_needs)]))
@@ -125,7 +132,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     unverified: list[Unverified] = []
     torch_owned = {lib.path.name for lib in torch_load.libraries.values()}
     # A library found only by reading a $ORIGIN entry's `..` lexically fails the load for certain,
-    # whether `import torch` or the module needs it (issue 21).
+    # whether `import torch` or the module needs it (faforge.abi.ld_search's Misplaced).
     misplaced = {(nf.name, nf.misplaced.needer): (nf.name, nf.misplaced)
                  for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
     problems += [Problem(classify.MISSING_LIBRARY, None, None, name, _misplaced_detail(name, m), misplaced=m)
@@ -133,7 +140,8 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     for nf in closure.not_found:
         if nf.misplaced:
             continue
-        where = f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, the needing library's RUNPATH or the system library path"
+        where = (f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, "
+                 "the needing library's RUNPATH or the system library path")
         if nf.wrong_machine:
             where = f"only built for another machine: {', '.join(map(str, nf.wrong_machine))}"
         if nf.is_required:
@@ -146,7 +154,7 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
 
     # ld.so relocates every object this load brings in, not only the module: a helper found through
     # the module's RUNPATH ($ORIGIN/lib) or --library-dir that imports a symbol the torch lacks
-    # fails the load (issue 21). Torch's own libraries, what `import torch` loaded already and the
+    # fails the load. Torch's own libraries, what `import torch` loaded already and the
     # system's libraries are not checked again.
     found, interpreter, unresolved_unverified = _import_problems(symbols, closure, glibc)
     problems += [replace(p, imported_by=shown_as) for p in found]
@@ -219,11 +227,11 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc: tuple[int
     interpreter = sum(1 for sym in wanted if INTERPRETER_SYMBOL.match(sym.name))
     wanted = [sym for sym in wanted if not INTERPRETER_SYMBOL.match(sym.name)]
     providers = closure.providers([(sym.name, sym.version) for sym in wanted])
-    unresolved = [sym for sym, provider in zip(wanted, providers) if provider is None]
+    unresolved = [sym for sym, provider in zip(wanted, providers, strict=True) if provider is None]
     unresolved_unverified = 0
-    for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols)):
-        if (problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols)
-                or problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure)):
+    for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols), strict=True):
+        if ((problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols))
+                or (problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure))):
             unresolved_unverified += 1
         else:
             problems.append(problem)
@@ -231,7 +239,8 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc: tuple[int
 
 
 def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symbols: DynamicSymbols) -> bool:
-    """Whether an unresolved symbol could be provided by a library that was not found (issue 12).
+    """Whether an unresolved symbol could be provided by a library that was not found: then it
+    is unverified, never called missing.
 
     A symbol whose name says where it comes from is a problem when that library was found and
     lacks it, whatever else is missing: a versioned one (GLIBC_2.28, GLIBCXX_3.4.29: DT_VERNEED
@@ -250,7 +259,7 @@ def _may_come_from_unfound(sym: Symbol, problem: Problem, closure: Closure, symb
 def _owner_unfound(sym: Symbol, symbols: DynamicSymbols, closure: Closure) -> bool:
     """Whether a versioned import's own library (DT_VERNEED names it: GLIBCXX_3.4 -> libstdc++.so.6) was
     not found. Then a same-name export of torch with other parameters is no signature drift: ld.so binds
-    the import to its own library, which this check could not read (issue 23: an aarch64 glue checked
+    the import to its own library, which this check could not read (seen in the cross build: an aarch64 glue checked
     without the target's libstdc++ had std::runtime_error's constructors called drift against
     libtorch_python.so, which exports the move constructor)."""
     owner = next((need.file for need in symbols.needs if sym.version in need.versions), None) if sym.version else None

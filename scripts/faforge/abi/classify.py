@@ -11,6 +11,7 @@ for exports of the *same qualified function* in the libraries:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -98,12 +99,12 @@ def cxx11_abi_of(names: Iterable[str]) -> int | None:
 # torch's own API: mangled names nested in its namespaces (`_ZN3c10`, `_ZNK2at`, ...), and the same
 # namespaces demangled. How these functions spell std::string is the ABI torch was compiled with;
 # the std:: names torch exports (statically linked libstdc++ pieces, `std::__cxx11::basic_string`
-# members in every pre-C++11 PyPI torch) are not evidence (issue 12: libtorch.so and libc10.so of
+# members in every pre-C++11 PyPI torch) are not evidence (measured: libtorch.so and libc10.so of
 # torch 2.1-2.6 export more std::__cxx11 names than `Ss` ones, yet c10::Error(SourceLocation,
 # std::string) is `_ZN3c105ErrorC2ENS_14SourceLocationESs` there).
 TORCH_NAMESPACES = ("c10", "at", "torch", "caffe2")
-_TORCH_MANGLED = re.compile(r"^_ZN[KVRO]*(?:%s)" % "|".join(f"{len(n)}{n}" for n in TORCH_NAMESPACES))
-_TORCH_DEMANGLED = re.compile(r"^(?:%s)::" % "|".join(TORCH_NAMESPACES))
+_TORCH_MANGLED = re.compile(r"^_ZN[KVRO]*(?:" + "|".join(f"{len(n)}{n}" for n in TORCH_NAMESPACES) + ")")
+_TORCH_DEMANGLED = re.compile(r"^(?:" + "|".join(TORCH_NAMESPACES) + ")::")
 
 
 def is_torch_mangled(name: str) -> bool:
@@ -187,7 +188,7 @@ def _strip_return_type(name: str) -> str:
 def components(qualified_name: str) -> list[str]:
     _, scopes, _ = _top_level(qualified_name)
     bounds = [-2, *scopes, len(qualified_name)]
-    return [qualified_name[a + 2:b] for a, b in zip(bounds, bounds[1:])]
+    return [qualified_name[a + 2:b] for a, b in itertools.pairwise(bounds)]
 
 
 def search_key(qualified_name: str) -> str | None:

@@ -6,7 +6,7 @@ both byte orders, the e_shnum/e_shstrndx overflow escapes, machine-specific sect
 is worth more than speed. Only section *headers* are parsed: building pyelftools' section
 object for .gnu.hash parses its whole bloom filter and bucket array (14 ms per open of
 libtorch_cuda.so, and a check opens ~70 files), and iterating symbols object by object took
-1.8 s on torch's libraries (issue 3, "Performance").
+1.8 s on torch's libraries (both measured).
 
 The tables themselves are read by the modules beside this one (elf_symbols, elf_versions,
 elf_hash, and elf for .dynamic), each as one block from the map unpacked as arrays
@@ -167,7 +167,7 @@ class ElfFile:
             self.image.check(names["sh_offset"], names["sh_size"], "section name table")
         return [Section(names.get_string(h.sh_name) if names and h.sh_name < names["sh_size"] else "",
                         type_, h.sh_offset, h.sh_size, h.sh_link, h.sh_entsize)
-                for h, type_ in zip(headers, types)]
+                for h, type_ in zip(headers, types, strict=True)]
 
     def section_by_type(self, type_: int) -> Section | None:
         return next((s for s in self.sections if s.type == type_), None)

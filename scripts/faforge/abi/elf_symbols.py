@@ -62,7 +62,7 @@ class DynamicSymbols:
         """Exported name -> its definitions as (version or None, hidden): defined symbols with global,
         weak or unique binding and default or protected visibility."""
         one = {raw: ((self.version_names.get(raw & ~VERSYM_HIDDEN), bool(raw & VERSYM_HIDDEN)),) for raw in set(self.versym)}
-        rows = zip(self.names, self.info, self.other, self.shndx, self.versym)
+        rows = zip(self.names, self.info, self.other, self.shndx, self.versym, strict=True)
         next(rows, None)  # the null symbol
         exported = [(name, raw) for name, info, other, shndx, raw in rows
                     if shndx != SHN_UNDEF and info >> 4 in EXPORTED_BINDINGS and other & 3 in EXPORTED_VISIBILITIES]
@@ -93,7 +93,7 @@ def dynamic_symbols(elf: ElfFile) -> DynamicSymbols:
     rows = elf.rows(dynsym, fmt, ".dynsym")
     if not rows:
         return NO_SYMBOLS
-    table = list(zip(*rows))
+    table = list(zip(*rows, strict=True))
     name_offsets, info, other, shndx = (table[c] for c in columns)
     needs, needed_names = version_needs(elf)
     defines, defined_names = version_definitions(elf)

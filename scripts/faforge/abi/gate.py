@@ -88,7 +88,8 @@ def declaration_mismatches(verdict: Verdict, abi: int, sass: tuple[str, ...], pt
         declared = module.declared
         if declared.cxx11_abi != abi:
             lines.append(f"{module.path}: the cell declares _GLIBCXX_USE_CXX11_ABI={abi}, "
-                         f"the binary was built with {declared.cxx11_abi if declared.cxx11_abi is not None else 'an unknown ABI'}")
+                         "the binary was built with "
+                         f"{declared.cxx11_abi if declared.cxx11_abi is not None else 'an unknown ABI'}")
         if set(declared.gpu.sass) != set(sass):
             lines.append(f"{module.path}: the cell declares SASS {', '.join(sass)}, "
                          f"the binary has {', '.join(declared.gpu.sass) or 'none'}")

@@ -179,7 +179,8 @@ def _binary_side(brk: LayoutBreak, release: str, symbols: DynamicSymbols, import
     marks = ", ".join(dict.fromkeys(demangle(n) or n for n in brk.built_from))
     names = set(symbols.names)
     if not any(name in names for name in brk.built_from) and any(classify.is_torch_mangled(n) for n in symbols.exports()):
-        return False, f"it exports torch code of its own but no {marks}, which a build against {release} or later carries beside it"
+        return False, (f"it exports torch code of its own but no {marks}, which "
+                       f"a build against {release} or later carries beside it")
     dated = f"{words}, " if first or last else ""
     if any(name in names for name in brk.built_from):
         return None, f"{dated}and it names {marks}, which builds on both sides may carry"

@@ -7,7 +7,7 @@ physically, from where a symlinked folder points. So a library opened in a folde
 that is a symlink into a store does not find `$ORIGIN/../X` beside the link
 (torch's `$ORIGIN/../../nvidia/*/lib` with torch/lib linked as a whole): a needed
 library found only by reading `..` lexically is `Misplaced`, a definite failure,
-not an unfound library (issue 21).
+not an unfound library.
 
 DT_RPATH is inherited, DT_RUNPATH is not: for a needer without RUNPATH, glibc searches its RPATH and
 then the RPATH of the object that loaded it, and of that object's loader, up the chain (elf/dl-load.c,

@@ -126,7 +126,8 @@ def choose(rule: Rule, members: list[Member], torch: TorchFacts) -> Choice:
 
 def _unknown(members: list[Member]) -> Choice:
     members = sorted(members, key=lambda m: m.release)
-    detail = (f"{len(members)} libraries that differ only in the torch release they are for: the package picks one at run time by "
+    detail = (f"{len(members)} libraries that differ only in the torch "
+              "release they are for: the package picks one at run time by "
               f"a rule faforge does not know, and checking each against one torch would fail all but one; read the package's "
               f"loader code and add its rule to variants/{SETS_FILE}")
     return Choice(LibrarySet(_label(members), tuple(m.shown for m in members), None, (), CANNOT_TELL, detail, None), ())
@@ -207,7 +208,8 @@ def _rule(path: Path, key: str, row: object) -> Rule:
     if has_device != bool(devices) or not isinstance(devices, dict) or (devices and set(devices) != set(BUILDS)) or not all(
             isinstance(v, list) and v and all(isinstance(d, str) for d in v) for v in devices.values()):
         raise DataError(path, f"{key}.devices", f"invalid value {devices!r}",
-                        hint="with a (?P<device>...) group: a list of device values for each of cpu and cuda; without one: leave it out")
+                        hint="with a (?P<device>...) group: a list of device values "
+                             "for each of cpu and cuda; without one: leave it out")
     none_from = row.get("loads_none_from")
     if none_from is not None and (not isinstance(none_from, str) or _release(none_from) is None):
         raise DataError(path, f"{key}.loads_none_from", f"invalid value {none_from!r}", hint="a torch release such as '2.10', or null")

@@ -229,7 +229,8 @@ def _abi_words(abi: int | None) -> str:
 def _torch_words(torch: TorchFacts) -> str:
     version = torch.version or "unknown version"
     cuda = f", CUDA {torch.cuda}" if torch.cuda else ""
-    return f"{version}{cuda}, {torch.machine or 'unknown machine'}, {_abi_words(torch.cxx11_abi)} in {', '.join(torch.lib_dirs)}"
+    return (f"{version}{cuda}, {torch.machine or 'unknown machine'}, "
+            f"{_abi_words(torch.cxx11_abi)} in {', '.join(torch.lib_dirs)}")
 
 
 def _module_lines(module: ModuleVerdict) -> list[str]:
@@ -242,11 +243,13 @@ def _module_lines(module: ModuleVerdict) -> list[str]:
         f"  built for: {d.machine} ({d.elf_class}-bit), {_abi_words(d.cxx11_abi)}",
         f"  GPU code: {gpu}",
         f"  needs at least: {versions}",
-        f"  loads {len(module.libraries)} libraries; {module.interpreter_symbols} symbols come from the Python interpreter",
+        f"  loads {len(module.libraries)} libraries; "
+        f"{module.interpreter_symbols} symbols come from the Python interpreter",
     ]
     for lib in module.libraries:
         if lib.beside_module:
-            lines.append(f"  taken from beside the module: {lib.name} ({lib.path}): no search path finds it, so the package must "
+            lines.append(f"  taken from beside the module: {lib.name} ({lib.path}): "
+                         "no search path finds it, so the package must "
                          "load it first, as torchaudio's and torchtext's own code do; checked as loaded first")
     for u in module.unverified_libraries:
         whose = " (torch's own; `import torch` loads it or fails first)" if u.by_torch else ""

@@ -10,7 +10,7 @@ An extension is loaded after `import torch`, which has already loaded torch's
 libraries and, through their RUNPATH, pip's nvidia/*/lib CUDA libraries. ld.so
 reuses a library already loaded under the needed name or SONAME before it
 searches, so an extension's own `libcudart.so.12` binds to the one torch
-loaded (issue 12). The closure models that: `loaded_by_torch` walks torch's
+loaded. The closure models that: `loaded_by_torch` walks torch's
 libraries first, and `load_closure` takes what they loaded before searching.
 The search order puts the torch being checked first: the environment's folders
 (`environment_dirs`: torch/lib, nvidia/*/lib, the prefix's lib/), then the
@@ -18,7 +18,7 @@ needing object's DT_RPATH/DT_RUNPATH ($ORIGIN expanded), then the system's
 default path (/etc/ld.so.conf and the built-in directories).
 
 How one name is searched for is faforge.abi.ld_search (with the `Misplaced` case of a
-symlinked folder, issue 21); binding a reference to one library is faforge.abi.library.
+symlinked folder); binding a reference to one library is faforge.abi.library.
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from faforge.errors import FaforgeError
 
 # Libraries that belong to torch itself (libc10.so, libc10_cuda.so, libtorch.so, libtorch_cpu.so,
 # libtorch_cuda.so, libtorch_python.so, ...): missing one is an error, not "unverified". Not
-# libtorchaudio.so or libtorchvision.so, which ship beside other extensions (issue 12, item 5).
+# libtorchaudio.so or libtorchvision.so, which ship beside other extensions.
 TORCH_LIBRARY = re.compile(r"^lib(?:c10|torch)(?:_[A-Za-z0-9_]+)?\.so(?:\.[0-9.]+)?$")
 # The CUDA runtime: when it really is missing (not in the environment, not loaded by torch), that is
-# a finding of its own, not a reason to leave symbols unchecked (issue 12).
+# a finding of its own, not a reason to leave symbols unchecked.
 CUDA_RUNTIME = re.compile(r"^libcudart\.so(?:\.[0-9.]+)?$")
 # Who loads torch's libraries before the extension.
 IMPORT_TORCH = "import torch"
@@ -150,7 +150,7 @@ class Closure:
                 break
             maybe = library.might_define([hashes[i] for i in pending])
             still = []
-            for i, candidate in zip(pending, maybe):
+            for i, candidate in zip(pending, maybe, strict=True):
                 if candidate and library.provides(*refs[i], hashes[i]):
                     found[i] = library
                 else:

@@ -12,7 +12,10 @@ a C function a newer torch removed, or an older one lacks, is a missing symbol t
 
 from __future__ import annotations
 
+import argparse
 import re
+import sys
+import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +24,13 @@ from faforge.abi import classify
 from faforge.abi.check import check_path
 from faforge.abi.demangle import demangle
 from faforge.abi.elf import read_dynamic_symbols, read_info
+from faforge.abi.fatbin import read_gpu_archs
+from faforge.abi.gate import default_torch, find_module, parse_archs
 from faforge.abi.inputs import package_binaries
 from faforge.abi.report import CANNOT_TELL, OK, PROBLEMS, Verdict, render_text
 from faforge.abi.resolve import environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
+from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
+from faforge.family import FLASH_ATTN_3
 
 # The stable C interface's names (shim.h of both folders above).
 STABLE_C_NAME = re.compile(r"^(?:aoti_torch_|torch_)[A-Za-z0-9_]+$")
@@ -98,7 +105,7 @@ def _torch_imports(module: Path, search_dirs: Sequence[Path], shown: str) -> lis
     closure = load_closure(info, search_dirs, torch_load.libraries)
     providers = closure.providers([(s.name, s.version) for s in imports])
     found: list[str | UnstableImport] = []
-    for sym, provider in zip(imports, providers):
+    for sym, provider in zip(imports, providers, strict=True):
         from_torch = provider is not None and is_torch_library(provider.name)
         demangled = demangle(sym.name)
         if not (from_torch or classify.is_torch_mangled(sym.name)) or _is_cxx_runtime(demangled):
@@ -144,18 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     Finds the installed extension as faforge.abi.gate does, checks it against this environment's torch
     (one release of the range the package serves) and that its GPU code is the declared arch list.
     Exit status: 0 passed, 1 problems, 2 bad input. Standard library and pyelftools only."""
-    import argparse  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-    import sysconfig  # noqa: PLC0415
-
-    from faforge.abi.fatbin import read_gpu_archs  # noqa: PLC0415
-    from faforge.abi.gate import default_torch, find_module, parse_archs  # noqa: PLC0415
-    from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError  # noqa: PLC0415
-    from faforge.family import FLASH_ATTN_3  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(prog="python -m faforge.abi.stable", description="the stable-ABI gate of an installed package")
     parser.add_argument("--module", required=True,
-                        help=f"the extension's path under site-packages without the suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}")
+                        help="the extension's path under site-packages without the "
+                             f"suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}")
     parser.add_argument("--expect-archs", required=True)
     parser.add_argument("--served", required=True, help="the torch minors the package claims, comma-separated (its variant's)")
     args = parser.parse_args(argv)

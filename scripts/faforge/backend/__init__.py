@@ -15,7 +15,7 @@ Why the build replaces upstream's setup.py: that one
   * links with undefined symbols allowed, so a torch mismatch surfaces only as "undefined symbol"
     at import time.
 
-The build has two parts (issue 15, "kernels once per CUDA"):
+The build has two parts (the split build, "kernels once per CUDA"):
   * the kernel library, libflash_attn_kernels.so (ninja.py): the kernel TUs compiled against the
     torch shim and never against torch's headers, so one build serves every torch minor and both
     C++ ABIs;

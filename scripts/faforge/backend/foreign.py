@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.backend.errors import BuildError
-from faforge.backend.glue import finish_extension, glue_compile_args, glue_include_dirs, glue_link_args, glue_sources, pack_wheel
+from faforge.backend.glue import (
+    finish_extension,
+    glue_compile_args,
+    glue_include_dirs,
+    glue_link_args,
+    glue_sources,
+    pack_wheel,
+)
 from faforge.backend.logger import log
 from faforge.backend.ninja import CXX_COMPILE_RULE, ninja_escape, object_name, run_ninja
 from faforge.family import FLASH_ATTN
@@ -72,17 +79,22 @@ def read_torch_site(site: Path) -> TargetTorch:
     missing = [p for p in ("version.py", "include/torch/extension.h", "lib") if not (torch / p).exists()]
     if missing:
         raise BuildError(f"--torch-site {site}: no torch/{missing[0]} there; pass the site-packages holding the target's torch "
-                         "(pip install --target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: --python-version 3.11 torch==X)")
+                         "(pip install --target DIR --platform manylinux_2_28_aarch64 "
+                         "--only-binary=:all: --python-version 3.11 torch==X)")
     facts = torch_facts([torch / "lib"])
     if not facts.version:
         raise BuildError(f"--torch-site {site}: torch/version.py names no __version__")
     if facts.cuda is None:
-        raise BuildError(f"--torch-site {site}: torch {facts.version} is a CPU build; {FLASH_ATTN.package} needs a CUDA build of torch")
+        raise BuildError(f"--torch-site {site}: torch {facts.version} is a CPU "
+                         f"build; {FLASH_ATTN.package} needs a CUDA build of torch")
     major = pybind11_major(torch / "include")
     if major is None or major < FIRST_PYBIND11_WITHOUT_ABI_DEFINES:
-        raise BuildError(f"--torch-site {site}: torch {facts.version} bundles pybind11 {major or 'of no known version'}, whose ABI defines "
-                         "torch's cpp_extension reads from torch._C, which only an import can tell; build it with that torch's Python "
-                         f"(without --torch-site), or a torch whose pybind11 is {FIRST_PYBIND11_WITHOUT_ABI_DEFINES} or newer (2.11 and newer)")
+        raise BuildError(f"--torch-site {site}: torch {facts.version} bundles pybind11 "
+                         f"{major or 'of no known version'}, whose ABI defines "
+                         "torch's cpp_extension reads from torch._C, which only "
+                         "an import can tell; build it with that torch's Python "
+                         "(without --torch-site), or a torch whose pybind11 is "
+                         f"{FIRST_PYBIND11_WITHOUT_ABI_DEFINES} or newer (2.11 and newer)")
     return TargetTorch(site=site, version=facts.version, cuda=facts.cuda, cxx11_abi=facts.cxx11_abi, machine=facts.machine)
 
 
@@ -118,7 +130,8 @@ def python_includes(explicit: list[str] | None) -> list[str]:
     Python's (conda's cross-python answers with the target's)."""
     found = [Path(p) for p in explicit] if explicit else [Path(sysconfig.get_paths()["include"])]
     if not (found[0] / "Python.h").is_file():
-        raise BuildError(f"--python-include {found[0]}: no Python.h there; install the Python headers (python3-dev) or name their folder")
+        raise BuildError(f"--python-include {found[0]}: no Python.h there; install "
+                         "the Python headers (python3-dev) or name their folder")
     return [str(p) for p in found]
 
 
@@ -129,19 +142,22 @@ def header_python_version(include: Path) -> str:
     except OSError:
         found = {}
     if set(found) != {"MAJOR", "MINOR"}:
-        raise BuildError(f"--python-include {include}: no patchlevel.h naming PY_MAJOR_VERSION and PY_MINOR_VERSION; is it CPython's?")
+        raise BuildError(f"--python-include {include}: no patchlevel.h naming "
+                         "PY_MAJOR_VERSION and PY_MINOR_VERSION; is it CPython's?")
     return f"{found['MAJOR']}.{found['MINOR']}"
 
 
 def prefix_python_includes(prefix: Path, version: str) -> list[str]:
-    """The header folders of the CPython `version` installed in `prefix` (its bin/python's parent's parent): include/pythonX.Y,
-    and include/ too where a Debian multiarch pyconfig.h there includes <aarch64-linux-gnu/pythonX.Y/pyconfig.h>."""
+    """The header folders of the CPython `version` installed in `prefix` (its bin/python's parent's parent):
+    include/pythonX.Y, and include/ too where a Debian multiarch pyconfig.h there includes
+    <aarch64-linux-gnu/pythonX.Y/pyconfig.h>."""
     include = prefix / "include"
     return [str(include / f"python{version}"), *([str(include)] if list(include.glob(f"*-linux-gnu/python{version}/pyconfig.h")) else [])]
 
 
 def find_libpython(include: Path, version: str) -> Path | None:
-    """The shared libpython beside the headers' prefix: lib/ (conda, python-build-standalone) or lib/<multiarch>/ (Debian)."""
+    """The shared libpython beside the headers' prefix: lib/ (conda,
+    python-build-standalone) or lib/<multiarch>/ (Debian)."""
     prefix = include.parents[1] if include.name.startswith("python") else include.parent
     for name in (f"libpython{version}.so", f"libpython{version}.so.1.0"):
         for found in (prefix / "lib" / name, *sorted((prefix / "lib").glob(f"*-linux-gnu/{name}"))):
@@ -151,7 +167,8 @@ def find_libpython(include: Path, version: str) -> Path | None:
 
 
 def target_python(includes: list[str] | None, library: str | None) -> TargetPython:
-    """--python-include and --python-library read: the version from the headers, the library found beside them when not named."""
+    """--python-include and --python-library read: the version from
+    the headers, the library found beside them when not named."""
     dirs = python_includes(includes)
     version = header_python_version(Path(dirs[0]))
     found = Path(library) if library else find_libpython(Path(dirs[0]), version)
@@ -166,7 +183,8 @@ def target_python(includes: list[str] | None, library: str | None) -> TargetPyth
 
 def compile_flags(*, source_dir: Path, shim: Path, torch: TargetTorch, python: TargetPython, cuda_includes: list[str], std: str,
                   abi: int, philox_bits: int) -> list[str]:
-    """The native build's include order (the sdist's and the shim's, torch's, the CUDA target's, Python's), then its flags."""
+    """The native build's include order (the sdist's and the shim's,
+    torch's, the CUDA target's, Python's), then its flags."""
     dirs = [*glue_include_dirs(source_dir, shim), *torch.include_dirs, *cuda_includes, *python.includes]
     return [*PYTHON_CFLAGS, *(f"-I{d}" for d in dirs), *glue_compile_args(std=std, abi=abi, philox_bits=philox_bits), *TORCH_EXTENSION_DEFINES]
 
@@ -197,11 +215,11 @@ def glue_ninja(*, cxx: str, sources: list[str], cflags: list[str], ldflags: list
 def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: str, cuda_includes: list[str], cudart_dirs: list[str],
                 source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, library: Path, carry_library: bool, abi: int, std: str,
                 philox_bits: int, max_jobs: int, shim: Path) -> Path:
-    """Compiles and links the glue for `machine` with `cxx`, finishes it as the native build does, and packs the raw wheel
-    (cpXY-cpXY-linux_<machine>)."""
-    from setuptools import Extension  # noqa: PLC0415
-    from setuptools.command.build_ext import build_ext  # noqa: PLC0415
-    from setuptools.dist import Distribution  # noqa: PLC0415
+    """Compiles and links the glue for `machine` with `cxx`, finishes it as the
+    native build does, and packs the raw wheel (cpXY-cpXY-linux_<machine>)."""
+    from setuptools import Extension  # noqa: PLC0415 (setuptools: slow, wheel only)
+    from setuptools.command.build_ext import build_ext  # noqa: PLC0415 (setuptools: slow, wheel only)
+    from setuptools.dist import Distribution  # noqa: PLC0415 (setuptools: slow, wheel only)
 
     out_dir = build_dir / "glue"
     out_dir.mkdir(parents=True, exist_ok=True)

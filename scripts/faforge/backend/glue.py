@@ -41,13 +41,14 @@ def import_torch() -> tuple[ModuleType, ModuleType, str]:
     """This Python's torch, its cpp_extension and the CUDA home it found; the glue compiles against them."""
     try:
         import torch  # noqa: PLC0415  (the torch we build against)
-        from torch.utils import cpp_extension  # noqa: PLC0415
+        from torch.utils import cpp_extension  # noqa: PLC0415 (in the torch import's try)
     except ImportError as exc:
         raise BuildError(f"torch does not import in {sys.executable} ({exc}); the build compiles against this "
                          "Python's torch, so install a CUDA build of torch here first (or run it with the python that has it)") from None
 
     if torch.version.cuda is None:
-        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU build; {FLASH_ATTN.package} needs a CUDA build of torch")
+        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU "
+                         f"build; {FLASH_ATTN.package} needs a CUDA build of torch")
     if not cpp_extension.CUDA_HOME:
         raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
     return torch, cpp_extension, cpp_extension.CUDA_HOME
@@ -97,7 +98,8 @@ def glue_include_dirs(source_dir: Path, shim: Path) -> list[str]:
 
 
 def glue_compile_args(*, std: str, abi: int, philox_bits: int) -> list[str]:
-    """Ours, after what torch's cpp_extension adds: the C++ standard this torch needs, the forced C++ ABI, the Philox layout."""
+    """Ours, after what torch's cpp_extension adds: the C++ standard
+    this torch needs, the forced C++ ABI, the Philox layout."""
     return ["-O3", f"-std={std}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-D{PHILOX_BITS_DEFINE}={philox_bits}"]
 
 
@@ -119,7 +121,7 @@ def finish_extension(path: Path, *, libpython: str | None, abi: int, library: Pa
 
 def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension: Extension, cmdclass: dict) -> Path:
     """setuptools' wheel of the sdist's Python package and `extension`, built by cmdclass["build_ext"]."""
-    from setuptools import find_packages, setup  # noqa: PLC0415
+    from setuptools import find_packages, setup  # noqa: PLC0415 (setuptools: slow, wheel only)
 
     os.chdir(source_dir)
     started = time.monotonic()
@@ -144,7 +146,8 @@ def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: s
 def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str, source_dir: Path, build_dir: Path, wheel_dir: Path,
                 version: str, library: Path, carry_library: bool, abi: int, std: str, philox_bits: int, max_jobs: int, shim: Path,
                 python_link: tuple[list[str], str | None]) -> Path:
-    """Compiles and links the glue against `library` (carried in the wheel with `carry_library`), and packs the wheel."""
+    """Compiles and links the glue against `library` (carried
+    in the wheel with `carry_library`), and packs the wheel."""
     py_link, libpython = python_link
     # torch <= 2.5 adds -D_GLIBCXX_USE_CXX11_ABI from this attribute; make it
     # agree with the forced value so the compiler never sees two definitions.

@@ -74,14 +74,17 @@ def parser(description: str, environ: Mapping[str, str] = os.environ) -> argpars
     p.add_argument("--max-jobs", type=positive_int, default=env["MAX_JOBS"], help="parallel nvcc jobs (env MAX_JOBS; default: derived from free memory)")
     p.add_argument("--nvcc-threads", type=positive_int, default=env["NVCC_THREADS"], help="nvcc --threads (env NVCC_THREADS, default 1)")
     p.add_argument("--compiler-cache", type=one_of(*COMPILER_CACHES), default=env["FAFORGE_COMPILER_CACHE"],
-                   help="put a compiler cache in front of nvcc (env FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
+                   help="put a compiler cache in front of nvcc (env "
+                        "FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
     p.add_argument("--checker-path", default=env["FAFORGE_CHECKER_PATH"],
-                   help="directory holding the faforge package (the build backend and the ABI check; default: faforge_checker/ beside this script, else the repo's)")
+                   help="directory holding the faforge package (the build backend and the ABI "
+                        "check; default: faforge_checker/ beside this script, else the repo's)")
     p.add_argument("--only-tus", default=env["FAFORGE_BUILD_TUS"], help="compile only these kernel TUs (file names) and stop, for a split cell's piece (env FAFORGE_BUILD_TUS)")
     p.add_argument("--kernels-only", action="store_true", help=f"build only the kernel library (no torch needed; the recipe's {FLASH_ATTN.kernel_package})")
     p.add_argument("--install-lib-dir", default=None, help="with --kernels-only: copy the library here (the recipe: $PREFIX/lib)")
     p.add_argument("--philox-offset-bits", type=philox_bits, default=env["FAFORGE_PHILOX_OFFSET_BITS"],
-                   help="with --kernels-only: at::PhiloxCudaState's offset_intragraph_ width the library serves, 32 for torch <= 2.9, "
+                   help="with --kernels-only: at::PhiloxCudaState's offset_intragraph_ "
+                        "width the library serves, 32 for torch <= 2.9, "
                         "64 for torch >= 2.10 (env FAFORGE_PHILOX_OFFSET_BITS, default 64); other builds read it from torch")
     p.add_argument("--kernel-library", default=None, help=f"build only the glue, against this {FLASH_ATTN.kernel_library} (the recipe's {FLASH_ATTN.package})")
     p.add_argument("--torch-site", default=None, help="build the glue against the torch in this site-packages without importing it: "

@@ -22,7 +22,7 @@ def dynamic_symbol_names(path: Path) -> set[str]:
 
 
 def declared_cxx11_abi(names: set[str]) -> int | None:
-    from faforge.abi import classify  # noqa: PLC0415
+    from faforge.abi import classify  # noqa: PLC0415 (needs pyelftools: glue only)
 
     return classify.cxx11_abi_of(names)
 

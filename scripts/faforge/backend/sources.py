@@ -17,7 +17,8 @@ SHIM_IN_PACKAGE = "kernels/torch_shim"
 def kernel_sources(source_dir: Path) -> list[str]:
     kernels = sorted(str(p.relative_to(source_dir)) for p in (source_dir / FLASH_ATTN.kernel_source_dir).glob(FLASH_ATTN.kernel_glob))
     if not kernels:
-        raise BuildError(f"{source_dir}: no {FLASH_ATTN.kernel_source_dir}/{FLASH_ATTN.kernel_glob}; is this a {FLASH_ATTN.package} sdist?")
+        raise BuildError(f"{source_dir}: no {FLASH_ATTN.kernel_source_dir}/{FLASH_ATTN.kernel_glob}; "
+                         f"is this a {FLASH_ATTN.package} sdist?")
     return [FLASH_ATTN.host_source, *kernels]
 
 
@@ -45,7 +46,8 @@ def sdist_version(source_dir: Path) -> str:
     init = source_dir / FLASH_ATTN.module / "__init__.py"
     match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", init.read_text()) if init.is_file() else None
     if match is None:
-        raise BuildError(f"{source_dir}: no version in PKG-INFO or {FLASH_ATTN.module}/__init__.py; is this a {FLASH_ATTN.package} sdist? (--source-dir)")
+        raise BuildError(f"{source_dir}: no version in PKG-INFO or {FLASH_ATTN.module}/__init__.py; "
+                         f"is this a {FLASH_ATTN.package} sdist? (--source-dir)")
     return match.group(1)
 
 

@@ -27,7 +27,8 @@ from faforge.backend.errors import BuildError
 
 # The tools nvcc runs to compile and link. It finds them through the PATH its nvcc.profile puts in
 # front of the caller's, so a toolkit whose profile misses one runs another toolkit's without a word:
-# Debian's nvcc 12.4 ran CUDA 13.0's ptxas, fatbinary, nvlink and cudafe++ from /usr/local/bin (issue 23).
+# Debian's nvcc 12.4 ran CUDA 13.0's ptxas, fatbinary, nvlink and cudafe++ from /usr/local/bin (seen on the
+# legacy world's Debian toolkit).
 NVCC_TOOLS = ("cicc", "ptxas", "fatbinary", "nvlink", "cudafe++")
 _DRYRUN_TOOL = re.compile(r'^#\$ "?(\S*?)(cicc|ptxas|fatbinary|nvlink|cudafe\+\+)"? ', re.MULTILINE)
 _DRYRUN_SET = re.compile(r"^#\$ (\w+)=(.*)$", re.MULTILINE)
@@ -97,7 +98,8 @@ def cross_compiler(environ: dict[str, str], target: str) -> str:
     debian = shutil.which(f"{target}-linux-gnu-g++")
     if debian:
         return debian
-    raise BuildError(f"a cross build for {target} (target_platform {environ.get('target_platform')}) needs the target's C++ compiler: "
+    raise BuildError(f"a cross build for {target} (target_platform "
+                     f"{environ.get('target_platform')}) needs the target's C++ compiler: "
                      f"set CXX (conda: gxx_{environ.get('target_platform')} sets it) or put {target}-linux-gnu-g++ on PATH")
 
 
@@ -192,7 +194,8 @@ def check_tool_releases(nvcc: str, tools: dict[str, str]) -> list[str]:
     lines = [f"nvcc {nvcc}: CUDA {words}"]
     for tool, path in tools.items():
         if tool == "cicc":
-            if not any(where.is_relative_to(home) for where, home in zip((Path(os.path.abspath(path)), Path(path).resolve()), homes)):
+            if not any(where.is_relative_to(home)
+                       for where, home in zip((Path(os.path.abspath(path)), Path(path).resolve()), homes, strict=True)):
                 raise BuildError(f"nvcc {nvcc} would run {path}, outside its toolkit {homes[0]}; give the toolkit's nvvm/bin/cicc")
             lines.append(f"  runs cicc {path}: inside nvcc's toolkit")
             continue

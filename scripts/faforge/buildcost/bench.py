@@ -79,11 +79,12 @@ def measure(*, workdir: Path, sdist: Path, torch_include: Path, pythons: list[tu
     cache_dir = workdir / "ccache"
     triplet = toolchain.cuda_triplet(platform.machine())
     layouts = []
-    for (version, include), (build_id, placeholder) in zip(pythons, VARIANTS):
+    for (version, include), (build_id, placeholder) in zip(pythons, VARIANTS, strict=True):
         sources = LayoutSources(cuda_home=cuda_home, torch_include=torch_include, python_include=include, sdist=sdist)
         layouts.append((f"py{version}", make_layout(workdir, build_id=build_id, placeholder_length=placeholder,
                                                     python_version=version, sources=sources, tus=tus, triplet=triplet)))
-        progress(f"laid out py{version}: {layouts[-1][1].root} (host prefix {layouts[-1][1].host_env.name[:24]}..., {placeholder} chars)")
+        progress(f"laid out py{version}: {layouts[-1][1].root} (host prefix "
+                 f"{layouts[-1][1].host_env.name[:24]}..., {placeholder} chars)")
     runs = []
     # TU by TU, the cold variant then the second one: a run cut short still pairs what it did.
     for tu in tus:

@@ -24,7 +24,9 @@ from faforge.backend import archs, jobs
 from faforge.backend.errors import BuildError
 from faforge.buildcost.samples import Measurements, Sample
 from faforge.errors import FaforgeError
+from faforge.kernels.cachekey import kernel_cache_key
 from faforge.kernels.tus import CLASSES, HEAD_DIMS, class_counts, default_grid, parse_tu
+from faforge.matrix import load_matrix
 
 
 @dataclass(frozen=True)
@@ -182,9 +184,6 @@ class Report:
 
 
 def report(measurements: Measurements, runners: list[tuple[int, float]], matrix_cells=None) -> Report:
-    from faforge.kernels.cachekey import kernel_cache_key  # noqa: PLC0415
-    from faforge.matrix import load_matrix  # noqa: PLC0415
-
     costs = class_costs(measurements.samples)
     matrix = load_matrix() if matrix_cells is None else None
     cells_list = matrix.cells if matrix is not None else matrix_cells

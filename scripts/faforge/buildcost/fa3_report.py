@@ -11,14 +11,24 @@ from pathlib import Path
 from faforge import fa3_backend
 from faforge.backend.jobs import RESERVED_GB
 from faforge.buildcost.extrapolate import runner_fit
-from faforge.buildcost.fa3 import (CLASSES, REFERENCE_PLATFORM, ClassCost, Timed, best_timed, class_costs, passes, platform_ratio, timed,
-                                   tu_class)
+from faforge.buildcost.fa3 import (
+    CLASSES,
+    REFERENCE_PLATFORM,
+    ClassCost,
+    Timed,
+    best_timed,
+    class_costs,
+    passes,
+    platform_ratio,
+    timed,
+    tu_class,
+)
 from faforge.buildcost.samples import Measurements
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.errors import FaforgeError
+from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.release.cost import KERNELS_LINK_PART, BuildCost, Part, Runner, TuClass, parallel_jobs, split_kernels
 
-# Upstream's report for a full build (flash-attention issue #1486: MAX_JOBS=8 on a 112-core machine,
+# Upstream's report for a full build (Dao-AILab/flash-attention#1486: MAX_JOBS=8 on a 112-core machine,
 # "maybe ~1 hour"; MAX_JOBS=128 there, about 15 minutes), for a sanity check, not a measurement.
 UPSTREAM_MAX_JOBS = 8
 UPSTREAM_NOTE = ("upstream: about 1 h for a full build at MAX_JOBS=8 on a 112-core machine, 15 min at MAX_JOBS=128 there "
@@ -125,7 +135,8 @@ class Fa3Report:
                   t.passes, t.cpu_s, t.basis, t.sample.wall_s, t.sample.peak_rss_gb if t.sample.peak_rss_gb is not None else "-"] for t in self.timed])]
         first = self.packages[0] if self.packages else None
         count = {line.tu_class: line for line in first.lines} if first else {}
-        out.append((f"FA3: per TU class, CPU min per TU and GPU arch ({REFERENCE_PLATFORM}; at head dim 128 where it varies)",
+        out.append(("FA3: per TU class, CPU min per TU and GPU arch "
+                    f"({REFERENCE_PLATFORM}; at head dim 128 where it varies)",
                     ["class", "TUs", "samples", "CPU min", "hdims sampled", "from"],
                     [[c.tu_class, len(count[c.tu_class].tus) if c.tu_class in count else 0, c.samples, round(c.at_hdim128_s / 60, 2),
                       ",".join(map(str, c.hdims)) or "-", c.status] for c in (self.costs[k] for k in CLASSES if k in self.costs)]))
@@ -141,7 +152,8 @@ class Fa3Report:
         rows.append([f"matrix ({len(self.packages)} packages)", sum(p.tus for p in self.packages),
                      sum(sum(line.passes for line in p.lines) for p in self.packages), "", self.matrix_cpu_h, "", "", "",
                      sum(len(p.jobs) for p in self.packages)])
-        out.append(("FA3: packages (faforge matrix --fa3), nothing disabled; MAX_JOBS as the build script picks it on the platform's runner",
+        out.append(("FA3: packages (faforge matrix --fa3), nothing disabled; "
+                    "MAX_JOBS as the build script picks it on the platform's runner",
                     ["package", "TUs", "passes", "platform x", "CPU h", "MAX_JOBS", "x peak GB, of runner GB", "one-job wall h", "CI jobs"], rows))
         out.append(("FA3: piece jobs per package (faforge.release.cost.split_kernels, variants/build-cost.yaml runners)",
                     ["packages", "runner", "job", "TUs", "minutes"], self._job_rows()))
@@ -150,7 +162,8 @@ class Fa3Report:
     def markdown_rows(self) -> list[str]:
         """The rows of variants/README.md's FA3 table: per package, then the whole FA3 matrix."""
         rows = [f"| {p.id} | {p.tus} | {p.cpu_h} | {len(p.jobs)} |" for p in self.packages]
-        return [*rows, f"| FA3 matrix ({len(self.packages)} packages) | {sum(p.tus for p in self.packages)} | {self.matrix_cpu_h} | "
+        return [*rows, f"| FA3 matrix ({len(self.packages)} packages) | "
+                       f"{sum(p.tus for p in self.packages)} | {self.matrix_cpu_h} | "
                        f"{sum(len(p.jobs) for p in self.packages)} |"]
 
     def _job_rows(self) -> list[list]:
@@ -179,14 +192,16 @@ class Fa3Report:
             top = max(peaks, key=lambda t: t.sample.peak_rss_gb)
             budget = fa3_backend.WORST_CASE_GB_PER_JOB
             over = top.sample.peak_rss_gb > budget
-            out.append(f"largest peak RSS of a TU timed alone: {top.sample.peak_rss_gb} GB ({top.sample.tu}, {top.build.build}); the FA3 "
+            out.append(f"largest peak RSS of a TU timed alone: {top.sample.peak_rss_gb} "
+                       f"GB ({top.sample.tu}, {top.build.build}); the FA3 "
                        f"build budgets {budget:.2f} GB a job" + (", less than that TU: with several jobs a runner may run out "
                                                                  "of memory" if over else ""))
         measured = [c.tu_class for c in self.costs.values() if c.measured]
         estimated = [c.tu_class for c in self.costs.values() if not c.measured]
         out.append(f"measured classes: {', '.join(measured) or 'none'}; estimated: {', '.join(estimated) or 'none'}")
         per = max((p.cpu_h for p in self.packages), default=0.0)
-        out.append(f"sanity: {UPSTREAM_NOTE}; ours: {per} CPU h per package = {per / UPSTREAM_MAX_JOBS:.1f} h at {UPSTREAM_MAX_JOBS} parallel "
+        out.append(f"sanity: {UPSTREAM_NOTE}; ours: {per} CPU h per package = "
+                   f"{per / UPSTREAM_MAX_JOBS:.1f} h at {UPSTREAM_MAX_JOBS} parallel "
                    f"single-threaded nvcc jobs on cores like this machine's")
         return out
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.errors import FaforgeError
-from faforge.kernels.tus import KERNEL_DIR
 from faforge.family import FLASH_ATTN
+from faforge.kernels.tus import KERNEL_DIR
 
 PLACEHOLDER = "_placehold"
 CUTLASS_INCLUDE = "csrc/cutlass/include"

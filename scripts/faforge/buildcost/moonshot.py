@@ -21,9 +21,8 @@ from faforge.buildcost.bench import torch_version_at
 from faforge.buildcost.measure import CompileSpec, nvcc_command, run_timed
 from faforge.buildcost.torchdiff import object_diff, preprocess, source_diff
 from faforge.errors import FaforgeError
-from faforge.kernels import TORCH_SHIM
 from faforge.family import FLASH_ATTN
-
+from faforge.kernels import TORCH_SHIM
 
 
 def include_dirs(sdist: Path, torch_include: Path, cuda_home: Path, shim: bool) -> list[str]:

@@ -1,4 +1,4 @@
-"""What a torch release costs the pip world (issue 33), for `faforge bench-build`: per torch minor of each pip
+"""What a torch release costs the pip world, for `faforge bench-build`: per torch minor of each pip
 world, the runner hours CI adds (faforge.release.pip_plan: one wheel job per pip cell, plus the jobs of the
 kernel packages its cells need that no conda cell and no older minor needs, at variants/build-cost.yaml's
 estimates, setup and safety factor included) and the CPU hours of compiling, from the measured data
@@ -53,13 +53,18 @@ class PipWorldReport:
 
     def notes(self) -> list[str]:
         n = self.newest
-        return [f"runner h: each job's estimate from variants/build-cost.yaml (a wheel job {self.wheel_job_minutes} min, as a conda cell's "
-                "job; a new kernel package's jobs as `faforge plan` splits them). CPU h: measured (variants/build-measurements.yaml): "
+        return ["runner h: each job's estimate from variants/build-cost.yaml "
+                f"(a wheel job {self.wheel_job_minutes} min, as a conda cell's "
+                "job; a new kernel package's jobs as `faforge plan` splits "
+                "them). CPU h: measured (variants/build-measurements.yaml): "
                 f"flash_api.cpp {self.glue_cpu_min:.1f} CPU min per wheel job, a kernel package its TUs x SASS archs.",
-                f"The newest, torch {n.runner.torch_minor}: {n.runner.cells} wheel jobs and {len(n.runner.new_kernels)} new kernel packages "
-                f"({', '.join(n.runner.new_kernels) or 'none'}) = {n.runner.runner_minutes / 60:.1f} runner hours, {n.cpu_h:.1f} CPU hours. "
+                f"The newest, torch {n.runner.torch_minor}: {n.runner.cells} "
+                f"wheel jobs and {len(n.runner.new_kernels)} new kernel packages "
+                f"({', '.join(n.runner.new_kernels) or 'none'}) = "
+                f"{n.runner.runner_minutes / 60:.1f} runner hours, {n.cpu_h:.1f} CPU hours. "
                 "A torch minor on a CUDA and Philox layout the matrix already has adds its wheel jobs only.",
-                f"{self.cells} pip cells, {self.cells} glue wheels, {self.kernel_wheels} kernel wheels (no kernel TU compiled for pip)."]
+                f"{self.cells} pip cells, {self.cells} glue wheels, "
+                f"{self.kernel_wheels} kernel wheels (no kernel TU compiled for pip)."]
 
     def as_json(self) -> dict:
         return {"glue_cpu_min": self.glue_cpu_min, "wheel_job_minutes": self.wheel_job_minutes, "pip_cells": self.cells,

@@ -41,7 +41,7 @@ def compile_env(layout: Layout, ccache: str, cache_dir: Path) -> tuple[dict[str,
     cuda_dirs = toolchain.nvcc_cuda_include_dirs(cuda_home, env, layout.triplet)
     view = compiler_cache.include_view(layout.build_dir / compiler_cache.INCLUDE_VIEW_DIR, compiler_cache.view_roots(str(layout.torch_include), cuda_home, cuda_dirs))
     torch_dirs = [str(layout.torch_include), str(layout.torch_include / "torch/csrc/api/include"), str(Path(cuda_home) / "include")]
-    include_dirs = compiler_cache.through_view(layout.flash_attn_include_dirs() + torch_dirs + cuda_dirs, view) + [str(layout.python_include)]
+    include_dirs = [*compiler_cache.through_view(layout.flash_attn_include_dirs() + torch_dirs + cuda_dirs, view), str(layout.python_include)]
     identity = compiler_cache.compiler_identity([compiler_cache.version_text(str(layout.nvcc)), compiler_cache.version_text(env.get("CC") or "gcc")])
     base_dir = compiler_cache.ccache_base_dir(layout.work, [str(layout.host_env), cuda_home])
     env.update(compiler_cache.ccache_env(ccache, str(layout.nvcc), base_dir, identity))

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from faforge import paths
+from faforge import fa3_backend, paths
+from faforge.backend.errors import BuildError
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
-from faforge import fa3_backend
-from faforge.backend.errors import BuildError
-from faforge.kernels.tus import parse_tu
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.kernels.tus import parse_tu
 from faforge.matrix.releases import PLATFORMS
 
 FILE_NAME = "build-measurements.yaml"

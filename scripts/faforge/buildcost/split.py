@@ -1,4 +1,4 @@
-"""Before and after the kernel split (issue 15): kernel compiles and channel bytes of the whole matrix,
+"""Before and after the kernel split (the split build): kernel compiles and channel bytes of the whole matrix,
 computed from variants/build-measurements.yaml and the matrix.
 
 Before, every flash-attn package carries its own kernels, which CI compiles once per compiler-cache key
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from faforge.buildcost.extrapolate import ClassCost, cell_cost, sass_arch_count
 from faforge.buildcost.samples import Measurements, SizeSample
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import kernel_cache_key
 from faforge.matrix.kernels import kernel_key
 from faforge.versions import vtuple
-from faforge.family import FLASH_ATTN
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ def size_model(sizes: tuple[SizeSample, ...]) -> SizeModel:
     missing = [p for p in ("kernel-library", "fatbin", "glue") if p not in by_part]
     if missing:
         raise FaforgeError(f"variants/build-measurements.yaml has no `sizes` entry for {', '.join(missing)}",
-                           hint=f"measure one real split build's {FLASH_ATTN.kernel_library}, its .nv_fatbin section and its glue module (variants/README.md)")
+                           hint=f"measure one real split build's {FLASH_ATTN.kernel_library}, "
+                                "its .nv_fatbin section and its glue module (variants/README.md)")
     library, fat, glue = by_part["kernel-library"], by_part["fatbin"], by_part["glue"]
     if library.sass_archs != fat.sass_archs:
         raise FaforgeError("the kernel-library and fatbin `sizes` entries come from builds with different arch counts")
@@ -162,7 +163,8 @@ class SplitReport:
             [f"package bytes on the channel, whole matrix ({self.cells} cells)", self.channel_before.words(), self.channel_after.words()],
             [f"download when switching torch minor (same CUDA and Philox layout, archs {self.switch_archs})",
              self.switch_before.words(), self.switch_after.words()],
-            *([[f"download when switching across the Philox layout (torch {x.torch_from} -> {x.torch_to} on CUDA {x.cuda}, "
+            *([["download when switching across the Philox layout (torch "
+                f"{x.torch_from} -> {x.torch_to} on CUDA {x.cuda}, "
                 f"archs {x.cuda_archs})", x.before.words(), x.after.words()]] if (x := self.crossing) else []),
         ]
 

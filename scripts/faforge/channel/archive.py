@@ -13,12 +13,15 @@ the cap is here because it bounds a decompressed archive member, not a file.
 
 from __future__ import annotations
 
+import bz2
 import io
 import json
 import posixpath
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
+
+import zstandard
 
 from faforge import membercaps, untrusted
 from faforge.channel.sandbox import plain_name, subdir_problem
@@ -67,8 +70,6 @@ def read_index_json(path: Path) -> dict:
 
 def _index_json_bytes(path: Path) -> bytes:
     if path.name.endswith(".conda"):
-        import zstandard  # noqa: PLC0415
-
         with zipfile.ZipFile(path) as outer:
             names = outer.namelist()
             infos = [n for n in names if n.startswith("info-") and n.endswith(".tar.zst")]
@@ -81,8 +82,6 @@ def _index_json_bytes(path: Path) -> bytes:
                 reader = zstandard.ZstdDecompressor().stream_reader(counted, read_size=ZSTD_READ_SIZE, read_across_frames=True)
                 return _from_info_tar(io.BufferedReader(_Capped(reader, INFO_TAR_CAP, str(path))), path, counted)
     with open(path, "rb") as f:
-        import bz2  # noqa: PLC0415
-
         counted = membercaps.CountingReader(f)
         return _from_info_tar(bz2.BZ2File(counted), path, counted, only_info=True)
 
@@ -162,10 +161,8 @@ def check_payload(path: Path) -> None:
     a link whose target leaves the package (an absolute target, or `..` past the top). Relative links
     inside the package are what conda packages hold (lib/libfoo.so -> libfoo.so.1) and pass. py-rattler's
     extract already refuses to write outside its destination; this names the member instead of letting a
-    hostile package surface later as "no extension module inside" (issue 21)."""
+    hostile package surface later as "no extension module inside" (the untrusted-input rules)."""
     if path.name.endswith(".conda"):
-        import zstandard  # noqa: PLC0415
-
         with zipfile.ZipFile(path) as outer:
             payloads = [n for n in outer.namelist() if n.startswith("pkg-") and n.endswith(".tar.zst")]
             if len(payloads) != 1:
@@ -175,8 +172,6 @@ def check_payload(path: Path) -> None:
                 reader = zstandard.ZstdDecompressor().stream_reader(counted, read_size=ZSTD_READ_SIZE, read_across_frames=True)
                 _check_members(io.BufferedReader(_Capped(reader, PAYLOAD_CAP, str(path), "payload")), path, counted, skip_info=False)
         return
-    import bz2  # noqa: PLC0415
-
     with open(path, "rb") as f:
         counted = membercaps.CountingReader(f)
         _check_members(io.BufferedReader(_Capped(bz2.BZ2File(counted), PAYLOAD_CAP, str(path), "payload")), path, counted,

@@ -28,9 +28,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from faforge.channel.sandbox import SUBDIRS, channel_sandbox, plain_name, real_folder
+from faforge.channel.survey import (
+    INDEX_OUTPUTS,
+    LOCK_FILE,
+    PART_SUFFIX,
+    REPODATA,
+    SHARDS_DIR,
+    STAGING_PREFIX,
+    Survey,
+    check_links,
+    read_entries,
+    survey,
+)
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
-from faforge.channel.survey import (INDEX_OUTPUTS, LOCK_FILE, PART_SUFFIX, REPODATA, SHARDS_DIR, STAGING_PREFIX, Survey, check_links,
-                                   read_entries, survey)
 from faforge.packagefile import PACKAGE_SUFFIXES
 from faforge.sandbox import fsync
 
@@ -67,7 +77,8 @@ def place_file(source: Path, channel: Path, subdir: str, *, sha256: str) -> Path
     """Copy `source` into channel/subdir under a name only this process uses, then rename it into
     place; only a copy whose bytes have `sha256` (the sha256 its gates passed for) is renamed."""
     if subdir not in SUBDIRS or not plain_name(source.name) or not source.name.endswith(PACKAGE_SUFFIXES):
-        raise FaforgeError(f"{source}: not copied into {channel}: {subdir}/{source.name} is not a platform folder and package file name",
+        raise FaforgeError(f"{source}: not copied into {channel}: {subdir}/{source.name} "
+                           "is not a platform folder and package file name",
                            hint=f"platform folders are {', '.join(SUBDIRS)}; nothing was written")
     return channel_sandbox(channel).place_copy(source, real_folder(channel, subdir), sha256=sha256)
 

@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faforge.channel.index import channel_lock, heal
 from faforge.errors import FaforgeError
 
 # The virtual packages of a typical GPU box; solves pass them explicitly so results do not
@@ -38,7 +39,7 @@ class PackageSpec:
 
 def assemble(spec: PackageSpec, channel_dir: Path) -> Path:
     """Write one .conda into channel_dir/<subdir>/ with py-rattler-build's package assembler."""
-    from rattler_build import assemble_package  # noqa: PLC0415
+    from rattler_build import assemble_package  # noqa: PLC0415 (py-rattler-build: slow to import)
 
     out_dir = channel_dir / spec.subdir
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,8 +73,6 @@ def index(channel_dir: Path) -> None:
 
     Raises FaforgeError(exit 1) naming any file that cannot be indexed.
     """
-    from faforge.channel.index import channel_lock, heal  # noqa: PLC0415
-
     with channel_lock(channel_dir):
         found = heal(channel_dir)
     if found.bad:
@@ -81,7 +80,12 @@ def index(channel_dir: Path) -> None:
 
 
 def _virtual_packages(virtuals: dict[str, str]):
-    from rattler import BuildString, GenericVirtualPackage, PackageName, Version  # noqa: PLC0415
+    from rattler import (  # noqa: PLC0415 (py-rattler: slow to import)
+        BuildString,
+        GenericVirtualPackage,
+        PackageName,
+        Version,
+    )
 
     return [GenericVirtualPackage(PackageName(name), Version(version), BuildString("0")) for name, version in virtuals.items()]
 
@@ -91,8 +95,8 @@ def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[s
 
     Raises FaforgeError(exit_code=1) when unsatisfiable, with the solver's explanation.
     """
-    from rattler import Channel, ChannelConfig, ChannelPriority  # noqa: PLC0415
-    from rattler import solve as rattler_solve  # noqa: PLC0415
+    from rattler import Channel, ChannelConfig, ChannelPriority  # noqa: PLC0415 (py-rattler: slow to import)
+    from rattler import solve as rattler_solve  # noqa: PLC0415 (py-rattler: slow to import)
 
     config = ChannelConfig()
     sources = [Channel(c, config) if "://" not in c else Channel(c) for c in channels]
@@ -113,8 +117,8 @@ def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[s
 
 def install(records: dict[str, object], prefix: Path, platform: str, cache_dir: Path | None = None) -> None:
     """Link solved records into a real prefix (conda-meta/ and all)."""
-    from rattler import Subdir  # noqa: PLC0415
-    from rattler import install as rattler_install  # noqa: PLC0415
+    from rattler import Subdir  # noqa: PLC0415 (py-rattler: slow to import)
+    from rattler import install as rattler_install  # noqa: PLC0415 (py-rattler: slow to import)
 
     asyncio.run(
         rattler_install(

@@ -22,7 +22,7 @@ import sys
 
 
 def main(channel_dir: str) -> int:
-    from rattler.index import index_fs  # noqa: PLC0415
+    from rattler.index import index_fs  # noqa: PLC0415 (after SIGINT's default is back)
 
     try:
         asyncio.run(index_fs(channel_dir, force=True))

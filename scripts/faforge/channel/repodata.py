@@ -8,7 +8,7 @@ py-rattler's client has a whole-request timeout only (reqwest's `timeout`: a ser
 and one that drips both run to it), so a query of an http(s) channel first probes the channel through
 faforge.httpclient, which bounds each read (FAFORGE_HTTP_TIMEOUT): a server silent from the start fails
 in seconds, not at the deadline. py-rattler then gets what is left of the query's one deadline
-(FAFORGE_HTTP_DEADLINE), for each request and for the whole query (issue 32).
+(FAFORGE_HTTP_DEADLINE), for each request and for the whole query.
 """
 
 from __future__ import annotations
@@ -74,8 +74,14 @@ def check_local_index(folder: Path, subdirs: list[str]) -> None:
 
 def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     """Every RepoDataRecord of `names` in `channel` for `platforms` (plus noarch), fetched fresh."""
-    from rattler import Channel, Gateway, SourceConfig  # noqa: PLC0415
-    from rattler.networking import AuthenticationMiddleware, Client, GCSMiddleware, OciMiddleware, S3Middleware  # noqa: PLC0415
+    from rattler import Channel, Gateway, SourceConfig  # noqa: PLC0415 (py-rattler: slow to import)
+    from rattler.networking import (  # noqa: PLC0415 (py-rattler: slow to import)
+        AuthenticationMiddleware,
+        Client,
+        GCSMiddleware,
+        OciMiddleware,
+        S3Middleware,
+    )
 
     url = channel_url(channel)
     if url.startswith("file://"):
@@ -124,11 +130,11 @@ def _probe(channel: str | Path, url: str, platforms: list[str]) -> None:
     nothing, or drips slower than one read may wait, ends here, exit 4 naming the channel. Any HTTP
     status passes (a 404 is for py-rattler to explain), as does any other failure (py-rattler reports
     it, through its own TLS and proxies). Other schemes (file, s3, gs, oci) are not probed."""
-    from rattler import Channel  # noqa: PLC0415
+    from rattler import Channel  # noqa: PLC0415 (py-rattler: slow to import)
 
     try:
         base_url = Channel(url).base_url  # a name through py-rattler's channel alias
-    except Exception:  # noqa: BLE001 (an invalid channel: py-rattler's query says why)
+    except Exception:  # an invalid channel: py-rattler's query says why
         return
     if not base_url.startswith(("http://", "https://")):
         return

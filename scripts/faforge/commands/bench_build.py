@@ -5,8 +5,8 @@ two rattler-build-like trees (one python cold, a second python through the compi
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
 entries it also prints the matrix before and after the kernel split (faforge.buildcost.split); with its
 FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
-piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world (PyPI's torch wheels), the
-runner and CPU hours each torch release adds (faforge.buildcost.pip_world).
+piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world, the runner and CPU hours
+each torch release adds (faforge.buildcost.pip_world).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import argparse
 import json
 import os
 import re
+import time
 from dataclasses import asdict
 from pathlib import Path
-
-import time
 
 from faforge import paths
 from faforge.buildcost import bench, extrapolate, fa3_report, pip_world, samples, split
@@ -37,7 +36,8 @@ SCHEMA_VERSION = 1
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=None, help="measurements file (default: variants/build-measurements.yaml)")
     parser.add_argument("--runner", action="append", default=None, metavar="CPUS:GB",
-                        help="runner to extrapolate for: cores and GB of memory available to the build, e.g. 2:22 (repeatable; default: 2:22 for a 24 GiB box, 4:14 for 16 GB, 8:30 for 32 GB)")
+                        help="runner to extrapolate for: cores and GB of memory available to the build, e.g. "
+                             "2:22 (repeatable; default: 2:22 for a 24 GiB box, 4:14 for 16 GB, 8:30 for 32 GB)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (version 1)")
     measure = parser.add_argument_group("measuring (slow: real nvcc compiles)")
     measure.add_argument("--measure", action="store_true", help="compile the TU subset in two python variants first")
@@ -86,7 +86,8 @@ def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str], Pa
     if args.workdir:
         paths.output_dir(args.workdir, "--workdir")
     if not (args.sdist and args.torch_include):
-        raise FaforgeError("--measure needs --sdist and --torch-include", hint=f"e.g. --sdist src/{FLASH_ATTN.module}-2.8.3.post2 --torch-include venv/lib/python3.11/site-packages/torch/include")
+        raise FaforgeError("--measure needs --sdist and --torch-include", hint=f"e.g. --sdist src/{FLASH_ATTN.module}-2.8.3.post2 "
+                                                                               "--torch-include venv/lib/python3.11/site-packages/torch/include")
     for option, folder in (("--sdist", args.sdist), ("--torch-include", args.torch_include)):
         if not folder.is_dir():
             raise FaforgeError(f"{option} {folder} {why_not_a_folder(folder)}", hint="pass a folder (an unpacked sdist; torch's include dir)")
@@ -112,7 +113,8 @@ def _progress_line(item) -> str:
     if isinstance(item, str):
         return item
     t = item.timing
-    return f"{item.variant} {item.tu}: {t.wall_s:.0f}s wall, {t.cpu_s:.0f}s cpu, {t.peak_rss_gb:.2f} GB, {item.hits} hit / {item.misses} miss"
+    return (f"{item.variant} {item.tu}: {t.wall_s:.0f}s wall, {t.cpu_s:.0f}s "
+            f"cpu, {t.peak_rss_gb:.2f} GB, {item.hits} hit / {item.misses} miss")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -138,7 +140,8 @@ def execute(args: argparse.Namespace) -> int:
         return EXIT_OK
     _print_tables(report.tables())
     if before_after:
-        print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} once per platform, CUDA, archs and Philox layout)")
+        print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} "
+              "once per platform, CUDA, archs and Philox layout)")
         print(format_table(["", "before", "after"], before_after.rows()))
     if fa3_section:
         print(f"\n{FLASH_ATTN_3.title}: {fa3_section.tus} TUs a package, model in faforge/buildcost/fa3.py")

@@ -25,7 +25,7 @@ from faforge.options import int_range, positive_ints
 from faforge.table import format_table
 
 SCHEMA_VERSION = 1
-# Head dims benchmarked for a full flash-attn-3 (issue 25): of these, those its package declares.
+# Head dims benchmarked for a full flash-attn-3: of these, those its package declares.
 FA3_HEAD_DIMS = (64, 128, 256)
 
 
@@ -33,8 +33,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16", help="default: bf16")
     parser.add_argument("--seqlens", type=positive_ints, default=bench.SEQLENS, help="comma-separated (default: 512,...,16384)")
     parser.add_argument("--head-dims", type=positive_ints, default=None,
-                        help=f"comma-separated (default: 64,128; with {FLASH_ATTN_3.package} installed, those of 64,128,256 it declares)")
-    parser.add_argument("--repeats", type=int_range(1, 100_000), default=10, help="calls timed back to back between two CUDA events, after >= 100 ms of warm-up; their mean is kept (default: 10)")
+                        help=f"comma-separated (default: 64,128; with {FLASH_ATTN_3.package} "
+                             "installed, those of 64,128,256 it declares)")
+    parser.add_argument("--repeats", type=int_range(1, 100_000), default=10, help="calls timed back to back between two CUDA events, after "
+                                                                                  ">= 100 ms of warm-up; their mean is kept (default: 10)")
     parser.add_argument("--report-dir", type=Path, help="also write bench.json there")
     parser.add_argument("--json", action="store_true", help="print JSON (schema: tests/schemas/bench-gpu.json)")
 
@@ -90,7 +92,8 @@ def execute(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     elif report["results"]:
         built = report["nvcc"][FLASH_ATTN_3.package]
-        print(f"{usable.device} ({args.dtype}, torch {usable.torch}; dense peak {_fmt(report['peak_tflops'], '.0f')} TFLOP/s; "
+        print(f"{usable.device} ({args.dtype}, torch {usable.torch}; "
+              f"dense peak {_fmt(report['peak_tflops'], '.0f')} TFLOP/s; "
               f"{FLASH_ATTN_3.package} built by nvcc/ptxas {built or 'not declared'})")
         print(format_results(report["results"]))
     if report["status"] != "passed":

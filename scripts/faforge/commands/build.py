@@ -6,17 +6,16 @@ in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FA
 points them at; `--extra-channel` adds channels searched first (where a cell's job finds its kernel
 package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job as
 `faforge plan` made it: `kernels` and `kernels-link` build the recipe's libflash-attn-kernels output
-for the cell's kernel key (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the compiler cache; `cell`
-builds the cell's flash-attn against a kernel package it finds in a channel. `all` (the default)
-builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first
-(once per kernel key in a run, skipped when already in the output dir), then its flash-attn, which
-finds it there: rattler-build indexes its output dir and solves from it as a channel.
-A FlashAttention-3 package id (`faforge matrix --fa3`: platform/cu<CUDA>/sm<archs>) builds that package
-whole from recipes/flash-attn-3 and its platform's generated variant file. A pip cell id (`faforge matrix --world
-pypi`: pypi/<platform>/py<XY>/torch<minor>/cu<NNN>/abi<N>) builds its glue wheel and kernel wheel into
-OUTPUT_DIR/dist/ (faforge.release.pip_build): its kernel package given (--kernel-package), in OUTPUT_DIR, in
---kernel-channel, or (`all`) built first as for conda; `--part wheel` is its plan job, `--part kernels` and the
-pieces build its kernel package as for a conda cell. No kernel TU is compiled for a wheel.
+for the cell's kernel key (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the
+compiler cache; `cell` builds the cell's flash-attn against a kernel package it finds in a channel. `all` (the default)
+builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first (once per kernel key
+in a run, skipped when already in the output dir), then its flash-attn, which finds it there: rattler-build indexes its
+output dir and solves from it as a channel. A FlashAttention-3 package id (`faforge matrix --fa3`:
+platform/cu<CUDA>/sm<archs>) builds that package whole from recipes/flash-attn-3 and its platform's generated variant
+file. A pip cell id (`faforge matrix --world pypi`: pypi/<platform>/py<XY>/torch<minor>/cu<NNN>/abi<N>) builds its glue
+wheel and kernel wheel into OUTPUT_DIR/dist/ (faforge.release.pip_build): its kernel package given (--kernel-package),
+in OUTPUT_DIR, in --kernel-channel, or (`all`) built first as for conda; `--part wheel` is its plan job,
+`--part kernels` and the pieces build its kernel package as for a conda cell. No kernel TU is compiled for a wheel.
 """
 
 from __future__ import annotations
@@ -26,9 +25,9 @@ import json
 from pathlib import Path
 
 from faforge import progress
+from faforge.commands.plan import fa3_pieces
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.commands.plan import fa3_pieces
 from faforge.release.build import CHANNEL_ALIAS_ENV
 from faforge.release.build_run import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
@@ -43,7 +42,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              f"{FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does")
     parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
     parser.add_argument("--part", default="all",
-                        help=f"the plan job to build (its `part`: {KERNELS_PART}, a kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
+                        help=f"the plan job to build (its `part`: {KERNELS_PART}, a "
+                             f"kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
                              f"{CELL_PART}, {WHEEL_PART} (a pip cell's wheels), or a {FLASH_ATTN_3.package} package's piece such as "
                              f"sm90_fwd-1of2); default: all, a whole cell, pip cell or {FLASH_ATTN_3.package} package")
     parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
@@ -59,11 +59,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "or the channel they were published to; repeatable")
     wheels = parser.add_argument_group("pip cells (pypi/...): their glue and kernel wheels")
     wheels.add_argument("--kernel-package", action="append", default=[], type=Path, metavar="FILE",
-                        help=f"the {FLASH_ATTN.kernel_package} .conda of a pip cell's kernel key (its kernel job's artifact); repeatable")
+                        help=f"the {FLASH_ATTN.kernel_package} .conda of a pip cell's "
+                             "kernel key (its kernel job's artifact); repeatable")
     wheels.add_argument("--kernel-channel", metavar="URL_OR_PATH",
                         help="a channel holding the pip cells' kernel packages (an earlier run's), fetched sha256-checked")
     wheels.add_argument("--cuda-home", type=Path, metavar="DIR",
-                        help="the CUDA toolkit the glue compiles with, of the cell's CUDA release (default: $CUDA_HOME, else the nvcc on PATH)")
+                        help="the CUDA toolkit the glue compiles with, of the cell's "
+                             "CUDA release (default: $CUDA_HOME, else the nvcc on PATH)")
     wheels.add_argument("--torch-site", type=Path, metavar="DIR",
                         help="a linux-aarch64 pip cell (cross-built on x86_64): the site-packages holding the cell's aarch64 torch "
                              "from PyPI (pip install --target DIR --no-deps --platform manylinux_2_28_aarch64 ...), read, never imported")

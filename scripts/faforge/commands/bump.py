@@ -18,10 +18,20 @@ import json
 from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
-from faforge.matrix import load_matrix
 from faforge.kernels.kernel_abi import dump_row
-from faforge.release.bump import (extended, find_new, find_new_pip, load_pip_sources, load_sources, measured_rows, new_cells,
-                                  new_pip_cells, with_rows, write)
+from faforge.matrix import load_matrix
+from faforge.release.bump import (
+    extended,
+    find_new,
+    find_new_pip,
+    load_pip_sources,
+    load_sources,
+    measured_rows,
+    new_cells,
+    new_pip_cells,
+    with_rows,
+    write,
+)
 from faforge.release.wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
 from faforge.table import format_table
 
@@ -32,7 +42,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", action="append", metavar="NAME",
                         help="a source, pip source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)")
     parser.add_argument("--channel-url", metavar="URL",
-                        help="read this channel (or pip source's index root, or wheel index) instead of the source's (a mirror); needs one --source")
+                        help="read this channel (or pip source's index root, or wheel "
+                             "index) instead of the source's (a mirror); needs one --source")
     parser.add_argument("--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)")
 

@@ -7,7 +7,7 @@ abi-mismatch, signature-drift, missing-symbol, wrong-architecture,
 glibc-too-new. Also prints what the binary declares: C++ ABI, machine, GPU
 architectures (SASS/PTX, read from the fatbinary) and newest GLIBC/GLIBCXX.
 With --torch-free instead of --against, checks a binary that must not touch torch at all (the
-kernel library, libflash-attn-kernels): no torch/c10/Python/pybind11 library or symbol, no export whose meaning
+kernel library of the split build): no torch/c10/Python/pybind11 library or symbol, no export whose meaning
 depends on the C++ ABI, optionally only exports matching --exports, and exactly the GPU code of
 --expect-archs (faforge.kernels.torchfree).
 With --stable-abi, each --against is one torch release: PATH must import from torch only its stable C
@@ -48,7 +48,8 @@ from faforge.kernels import torchfree
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a folder holding extension modules or torch.ops libraries")
+    parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a "
+                                                     "folder holding extension modules or torch.ops libraries")
     parser.add_argument("--against", metavar="DIR", action="append",
                         help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)")
     parser.add_argument("--library-dir", metavar="DIR", action="append", type=Path, default=[],
@@ -74,7 +75,8 @@ def execute(args: argparse.Namespace) -> int:
         return _torch_free(args, started)
     if not args.against:
         raise FaforgeError("check-abi needs a torch to check against, or --torch-free",
-                           hint="pass --against DIR (torch/lib, site-packages or a prefix), or --torch-free for a binary that must not use torch")
+                           hint="pass --against DIR (torch/lib, site-packages or a prefix), "
+                                "or --torch-free for a binary that must not use torch")
     if args.expect_archs is not None or args.exports is not None:
         raise FaforgeError("--expect-archs and --exports go with --torch-free (the torch check reports GPU code without judging it)",
                            hint="add --torch-free, or drop them")
@@ -89,7 +91,8 @@ def execute(args: argparse.Namespace) -> int:
         verdict = check_stable(args.path, args.against, platform=args.platform, library_dirs=args.library_dir)
         lines = render_stable_text(verdict)
     else:
-        # The torch range the binary's imports date it to (doctor's table) decides which side of a layout break it is on.
+        # The torch range the binary's imports date it to (doctor's
+        # table) decides which side of a layout break it is on.
         verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir,
                              dating=dating(default_table()))
         lines = render_text(verdict)

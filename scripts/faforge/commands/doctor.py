@@ -28,7 +28,8 @@ import argparse
 import json
 import sys
 
-from faforge.doctor.probe_run import PROBE_TIMEOUT_S, probe_timeout  # standard library only: cheap at startup
+# standard library only: cheap at startup
+from faforge.doctor.probe_run import PROBE_TIMEOUT_S, probe_timeout, resolve_interpreter
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.progress import say
 
@@ -44,12 +45,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    # Imported here: the doctor pulls in the ABI gate (pyelftools) and the matrix, which other commands' startup need not pay for.
-    from faforge.doctor.examine import examine  # noqa: PLC0415
-    from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415
-
-    from faforge.doctor import index_check, other_builds, stable_abi  # noqa: PLC0415
-    from faforge.doctor.probe_run import resolve_interpreter  # noqa: PLC0415
+    # Imported here: the doctor pulls in the ABI gate (pyelftools) and the matrix, which other commands' startup
+    # need not pay for.
+    from faforge.doctor import index_check, other_builds, stable_abi  # noqa: PLC0415 (the gate and matrix: slow)
+    from faforge.doctor.examine import examine  # noqa: PLC0415 (the gate and matrix: slow)
+    from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415 (the gate and matrix: slow)
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
     report = examine(args.python, timeout, progress=progress, offline=args.offline)

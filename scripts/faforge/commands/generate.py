@@ -1,7 +1,7 @@
 """Regenerate the variant configs and render store under variants/; with --check, only report stale ones.
 
 The variant configs come from releases.yaml and matrix.yaml, the render store (variants/renders/) from
-them and the recipe: the conda worlds' and, for the pip world (PyPI's torch wheels),
+them and the recipe: the conda worlds' and, for the pip world,
 variants/<platform>-pypi.yaml with the kernel renders of its cells' kernel keys."""
 
 from __future__ import annotations

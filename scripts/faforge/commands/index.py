@@ -25,7 +25,8 @@ from faforge.pipindex.check import check_index, reindex
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("channel", metavar="CHANNEL",
-                        help=f"a local channel folder (e.g. ./channel); with --pip, a wheel index folder (e.g. ./{config.DEFAULT_INDEX_DIR})")
+                        help="a local channel folder (e.g. ./channel); with --pip, a "
+                             f"wheel index folder (e.g. ./{config.DEFAULT_INDEX_DIR})")
     parser.add_argument("--pip", action="store_true", help="CHANNEL is a pip wheel index root: rewrite its pages from its wheels, then check them")
     parser.add_argument("--check", action="store_true",
                         help="with --pip: write nothing, only read and check CHANNEL (a root, one index folder, or an index URL)")
@@ -67,7 +68,8 @@ def execute_pip(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"problem: {problem}")
     if report.problems:
-        print("  hint: rerun `faforge index --pip ROOT` on the root the pages came from; a problem that stays is a bug to report")
+        print("  hint: rerun `faforge index --pip ROOT` on the root the "
+              "pages came from; a problem that stays is a bug to report")
     return EXIT_PROBLEMS if report.problems or report.bad else EXIT_OK
 
 

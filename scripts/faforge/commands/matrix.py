@@ -6,7 +6,7 @@ cells pin, from their cached renders) and the cells that depend on it; `--fa3` t
 packages, each with the torch minors it serves.
 
 `--world` picks the torch worlds: by default the conda worlds (conda-forge and pytorch), as before the
-pip world; `pypi` lists the pip cells (for PyPI's torch), each with its torch wheel, our index for it, its kernel
+pip world; `pypi` lists the pip cells, each with its torch wheel, our index for it, its kernel
 package's exact build and its wheels as far as the matrix decides them; `all` lists both, and with
 `--kernels` every kernel package once with the cells of every world that pin it."""
 
@@ -35,10 +35,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "(default: the conda worlds, conda-forge and pytorch)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--kernels", action="store_true",
-                       help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one per platform, CUDA, arch list and Philox offset width), "
+                       help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one "
+                            "per platform, CUDA, arch list and Philox offset width), "
                             "each with the exact build its cells pin, instead of the cells")
     which.add_argument("--fa3", action="store_true",
-                       help=f"list the {FLASH_ATTN_3.package} packages (one per platform, CUDA and arch list) with the torch minors each "
+                       help=f"list the {FLASH_ATTN_3.package} packages (one per "
+                            "platform, CUDA and arch list) with the torch minors each "
                             "serves, instead of the cells")
     parser.add_argument("--json", action="store_true",
                         help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
@@ -72,7 +74,8 @@ def kernels_by_cell(kernels: list[KernelPackage]) -> dict[str, KernelPackage]:
 
 
 def exact_builds(kernels: list[KernelPackage], rendered: list[RenderedCell]) -> dict[str, KernelPin | None]:
-    """{kernel package id: the build its cells pin}, read from the cells' renders (rattler-build alone knows the hash)."""
+    """{kernel package id: the build its cells pin}, read from
+    the cells' renders (rattler-build alone knows the hash)."""
     return {k.key.id: k.exact_build(rendered) for k in kernels}
 
 
@@ -141,7 +144,8 @@ def print_fa3(matrix, platform: str, as_json: bool) -> int:
         return EXIT_OK
     rows = [[r["id"], r["cuda"], r["cuda_archs"], r["build_string"], r["headers_torch"], ", ".join(r["served_torch_minors"])] for r in records]
     print(format_table(["package", "cuda", "archs", "build string", "headers", "serves torch"], rows))
-    print(f"\n{len(records)} {FLASH_ATTN_3.package} packages, each serving python {records[0]['python'] if records else '-'} (limited API)")
+    print(f"\n{len(records)} {FLASH_ATTN_3.package} packages, each serving "
+          f"python {records[0]['python'] if records else '-'} (limited API)")
     return EXIT_OK
 
 
@@ -152,8 +156,10 @@ def print_pip_cells(builds: list[PipBuild]) -> None:
     counts = Counter((b.cell.platform, b.cell.world) for b in builds)
     summary = ", ".join(f"{platform} {world}: {n}" for (platform, world), n in sorted(counts.items()))
     keys = {b.kernel.key.id: b.kernel_shared for b in builds}
-    print(f"\n{len(builds)} pip cells ({summary}); {len(keys)} kernel packages: {sum(keys.values())} shared with a conda world's "
-          f"cells, {len(keys) - sum(keys.values())} their own (`faforge matrix --kernels --world all`); the glue wheel's manylinux "
+    print(f"\n{len(builds)} pip cells ({summary}); {len(keys)} kernel "
+          f"packages: {sum(keys.values())} shared with a conda world's "
+          f"cells, {len(keys) - sum(keys.values())} their own (`faforge "
+          "matrix --kernels --world all`); the glue wheel's manylinux "
           "tag is decided from the built binary")
 
 

@@ -113,5 +113,6 @@ def _wheel_index(value: str | None) -> str | None:
     with paths.user_path("--index", folder):
         if not folder.is_dir():
             raise FaforgeError(f"--index {shorten(value)}: {why_not_a_folder(folder)}", input=f"--index {value}",
-                               hint=f"name the root folder `faforge publish --index` wrote (e.g. ./{config.DEFAULT_INDEX_DIR}), or its URL")
+                               hint="name the root folder `faforge publish --index` wrote "
+                                    f"(e.g. ./{config.DEFAULT_INDEX_DIR}), or its URL")
     return value

@@ -5,7 +5,7 @@ Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three s
 variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; beside
 them, the TU pieces of each FlashAttention-3 package (`faforge matrix --fa3`) too long for one job, then
 one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.buildcost.fa3). The pip cells
-(for PyPI's torch) get one wheel job each after the kernel stages (faforge.release.pip_plan), minus those whose wheels
+(the pip world) get one wheel job each after the kernel stages (faforge.release.pip_plan), minus those whose wheels
 the wheel index `--index` holds; the plan ends with the runner hours each torch release adds to CI.
 """
 
@@ -22,9 +22,9 @@ from faforge.buildcost import fa3_report, samples
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN_3
+from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.release.cost import BuildCost, Part
 from faforge.release.pip_plan import PIP_STAGE
 from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES
@@ -38,7 +38,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a channel with no repodata yet (HTTP 404: nothing published so far) counts as empty instead of an error")
     parser.add_argument("--index", metavar="URL_OR_DIR",
                         help="wheel index root whose pip cells need no build (a folder `faforge publish --index` writes, or its "
-                             "URL, e.g. https://faforge.github.io/wheels): a cell is there when its index lists both its wheels; default: none")
+                             "URL, e.g. https://faforge.github.io/wheels): a cell is "
+                             "there when its index lists both its wheels; default: none")
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
     parser.add_argument("--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)")
     parser.add_argument("--output", type=Path, metavar="FILE",
@@ -63,7 +64,8 @@ def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Pa
 def index_root(value: str) -> str:
     """An --index checked before any work: an http(s) URL with a host, or a folder that exists (a new root
     nothing was published to is an empty folder: `mkdir` it, as for a channel)."""
-    hint = "pass the folder `faforge publish --index` writes (e.g. ./wheels) or its URL, or leave --index out to plan every pip cell"
+    hint = ("pass the folder `faforge publish --index` writes (e.g. ./wheels) "
+            "or its URL, or leave --index out to plan every pip cell")
     if not value.strip():
         raise FaforgeError(f"--index {value!r}: empty", input="--index", hint=hint)
     if value.startswith(("http://", "https://")):
@@ -81,8 +83,10 @@ def index_root(value: str) -> str:
 def print_pip(plan, data: dict, index: str | None) -> None:
     """The pip cells' lines: how many to build, and what each torch release adds to CI."""
     where = index or "no index"
-    print(f"{len(data['pip_to_build'])} pip cells to build in {len(plan.jobs[PIP_STAGE])} wheel jobs (glue and kernel wheel each, "
-          f"from the kernel packages above: no kernel TU compiled for pip); {len(data['pip_in_index'])} already in {where}")
+    print(f"{len(data['pip_to_build'])} pip cells to build in "
+          f"{len(plan.jobs[PIP_STAGE])} wheel jobs (glue and kernel wheel each, "
+          "from the kernel packages above: no kernel TU compiled "
+          f"for pip); {len(data['pip_in_index'])} already in {where}")
     if data["pip_not_built"]:
         print(f"{len(data['pip_not_built'])} linux-aarch64 pip cells get no job yet: {data['pip_not_built'][0]['why']} "
               "(the table below counts them: what they will cost)")
@@ -91,8 +95,10 @@ def print_pip(plan, data: dict, index: str | None) -> None:
     if rows:
         print("\npip world: added runner hours per torch release")
         print(format_table(["torch", "world", "pip cells", "wheel jobs", "new kernel packages", "kernel jobs", "runner hours"], rows))
-        print(f"(a wheel job {data['pip_cost']['wheel_job_minutes']} min, as a conda cell's job; a new kernel package's jobs as planned "
-              "above; both from variants/build-cost.yaml, setup and safety factor included. A kernel package a conda cell or an "
+        print(f"(a wheel job {data['pip_cost']['wheel_job_minutes']} min, as "
+              "a conda cell's job; a new kernel package's jobs as planned "
+              "above; both from variants/build-cost.yaml, setup and safety "
+              "factor included. A kernel package a conda cell or an "
               "older torch minor needs is not counted again: it is built once and shared)")
 
 
@@ -101,7 +107,8 @@ def execute(args: argparse.Namespace) -> int:
         paths.output_file(args.github_output, "--github-output")
     if args.output is not None:
         paths.replaceable_file(args.output, "--output")
-    # A wrong folder fails before rendering; an empty one (an unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
+    # A wrong folder fails before rendering; an empty one (an
+    # unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
     channel = None if args.channel is None else channel_url(
         args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
     index = None if args.index is None else index_root(args.index)
@@ -129,15 +136,21 @@ def execute(args: argparse.Namespace) -> int:
     if rows:
         print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
     built = len(plan.kernels) - len(plan.kernels_in_channel)
-    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} cell jobs, after {built} kernel packages in "
-          f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} link jobs ({len(plan.kernels_in_channel)} kernel packages "
+    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} "
+          f"cell jobs, after {built} kernel packages in "
+          f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} "
+          f"link jobs ({len(plan.kernels_in_channel)} kernel packages "
           f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
     print(f"{len(plan.fa3_todo)} {FLASH_ATTN_3.package} packages to build in {len(plan.jobs[FA3_STAGE])} jobs, after "
-          f"{len(plan.jobs[FA3_PIECES_STAGE])} piece jobs; {len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}")
-    print(f"estimated runner time: {plan.runner_minutes / 60:.1f} hours ({plan.runner_minutes} minutes: every job's estimate "
-          f"from variants/build-cost.yaml, setup and safety factor included; a {FLASH_ATTN_3.package} package's from its timed "
+          f"{len(plan.jobs[FA3_PIECES_STAGE])} piece jobs; "
+          f"{len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}")
+    print(f"estimated runner time: {plan.runner_minutes / 60:.1f} "
+          f"hours ({plan.runner_minutes} minutes: every job's estimate "
+          "from variants/build-cost.yaml, setup and safety factor "
+          f"included; a {FLASH_ATTN_3.package} package's from its timed "
           "TUs, variants/build-measurements.yaml)")
     print_pip(plan, data, args.index)
     if plan.stale:
-        print(f"{len(plan.stale)} packages in the channel were built from other inputs and are rebuilt: {' '.join(plan.stale)}")
+        print(f"{len(plan.stale)} packages in the channel were built "
+              f"from other inputs and are rebuilt: {' '.join(plan.stale)}")
     return EXIT_OK

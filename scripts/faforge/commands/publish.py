@@ -43,10 +43,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
                         help=f"verification manifest folder (default: ./{config.DEFAULT_MANIFEST_DIR})")
     parser.add_argument("--require", metavar="GATES",
-                        help=f"comma-separated gates that must have passed (default: {','.join(config.DEFAULT_REQUIRED_GATES)}, or $FAFORGE_REQUIRE)")
+                        help="comma-separated gates that must have passed (default: "
+                             f"{','.join(config.DEFAULT_REQUIRED_GATES)}, or $FAFORGE_REQUIRE)")
     parser.add_argument("--channel", metavar="URL_OR_PATH",
                         help="where users install from, read to find kernel packages published before (default: the target "
-                             f"folder; a server target has none, so its {FLASH_ATTN.package} packages need their kernel package in the same publish)")
+                             f"folder; a server target has none, so its {FLASH_ATTN.package} "
+                             "packages need their kernel package in the same publish)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, change nothing")
     parser.add_argument("--force", action="store_true", help="replace a different file of the same name in the target")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/publish.json)")

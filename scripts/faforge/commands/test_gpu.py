@@ -21,7 +21,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--canary-status",
         action="store_true",
-        help="only report the committed GPU canary (tests/gpu/canary/): matches its manifest? kernel inputs changed since? (exit 0)",
+        help="only report the committed GPU canary (tests/gpu/canary/): "
+             "matches its manifest? kernel inputs changed since? (exit 0)",
     )
 
 

@@ -51,7 +51,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", type=Path, action="append",
                         help="check the ABI against this torch (torch/lib, site-packages or prefix) instead of the matching PyPI wheel")
     parser.add_argument("--kernel-channel", metavar="URL",
-                        help=f"where a split {FLASH_ATTN.package}'s kernel package was published, fetched from there when it is neither "
+                        help=f"where a split {FLASH_ATTN.package}'s kernel package "
+                             "was published, fetched from there when it is neither "
                              "given nor beside it (a cell's job whose kernel package an earlier run published)")
     parser.add_argument("--qemu", metavar="PATH", help="qemu user-mode emulator for a package of another machine "
                         "(default: $FAFORGE_QEMU, else qemu-<machine>[-static] on PATH; an optional external tool)")

@@ -25,7 +25,7 @@ from faforge.errors import EXIT_OK, FaforgeError, why_not_a_file
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.packagefile import PACKAGE_SUFFIXES
 from faforge.pipwheel.built import BuiltWheel
-from faforge.pipwheel.facts import requires_dist_of
+from faforge.pipwheel.facts import read_wheel, requires_dist_of
 from faforge.progress import say, step
 
 WHEEL_VERSION = 1
@@ -45,7 +45,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"kernel: the {FLASH_ATTN.kernel_package} wheel; glue: the {FLASH_ATTN.package} wheel of one pip cell; "
                              f"fa3: the {FLASH_ATTN_3.package} wheel")
     parser.add_argument("source", metavar="SOURCE",
-                        help=f"kernel: the {FLASH_ATTN.kernel_package} package (.conda or .tar.bz2) `faforge build` made; glue: the wheel "
+                        help=f"kernel: the {FLASH_ATTN.kernel_package} package (.conda "
+                             "or .tar.bz2) `faforge build` made; glue: the wheel "
                              f"{FLASH_ATTN.build_script} --kernel-library wrote; fa3: the FA3 build's wheel")
     parser.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR", help="where the wheel goes (created if missing); default: ./dist")
     parser.add_argument("--torch-metadata", metavar="FILE",
@@ -57,7 +58,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cxx11-abi", type=int, choices=[0, 1], help="glue: the cell's C++ ABI (PyPI torch <= 2.6: 0, >= 2.7: 1)")
     parser.add_argument("--python", metavar="3.X", help="glue: the cell's CPython (default: the raw wheel's)")
     parser.add_argument("--build-tag", metavar="TAG",
-                        help=f"glue: the wheel build tag NhHASH, or the cell's {FLASH_ATTN.package} build string (py312_torch2_11_cu130_cxx11abi1_hHASH_0)")
+                        help=f"glue: the wheel build tag NhHASH, or the cell's {FLASH_ATTN.package} "
+                             "build string (py312_torch2_11_cu130_cxx11abi1_hHASH_0)")
     parser.add_argument("--archs", metavar="LIST", help="fa3: the arch list it was built for, e.g. '80;90a'")
     parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/wheel.json)")
 
@@ -92,8 +94,8 @@ def _regular_file(path: str, option: str, what: str) -> Path:
 
 def _check_values(args: argparse.Namespace) -> None:
     """The options' values, before any file is read: a bad one is named at once."""
-    from faforge.pipwheel import layout  # noqa: PLC0415
-    from faforge.pipwheel.glue import python_tag  # noqa: PLC0415
+    from faforge.pipwheel import layout  # noqa: PLC0415 (keeps `faforge --help` fast)
+    from faforge.pipwheel.glue import python_tag  # noqa: PLC0415 (keeps `faforge --help` fast)
 
     if args.torch is not None:
         layout.torch_minor(args.torch)
@@ -124,8 +126,12 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
-    from faforge.pipwheel.kernel import KernelPackage, cuda_runtime_requirement, pack_kernel_wheel  # noqa: PLC0415
-    from faforge.release.package import read_package  # noqa: PLC0415
+    from faforge.pipwheel.kernel import (  # noqa: PLC0415 (keeps `faforge --help` fast)
+        KernelPackage,
+        cuda_runtime_requirement,
+        pack_kernel_wheel,
+    )
+    from faforge.release.package import read_package  # noqa: PLC0415 (keeps `faforge --help` fast)
 
     metadata = None if args.torch_metadata is None else _regular_file(args.torch_metadata, "--torch-metadata", "a torch wheel or its METADATA")
     source = _regular_file(args.source, "SOURCE", f"a {FLASH_ATTN.kernel_package} package (.conda or .tar.bz2)")
@@ -151,12 +157,12 @@ def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
 
 
 def _extract(source: Path, prefix: Path) -> None:
-    from rattler.package_streaming import extract  # noqa: PLC0415
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
     say(f"+ extract {source} (py-rattler)")
     try:
         extract(source, prefix)
-    except Exception as exc:  # noqa: BLE001 (py-rattler raises its own exception types)
+    except Exception as exc:  # py-rattler raises its own exception types
         raise FaforgeError(f"{source}: cannot be unpacked: {exc}", input=str(source), hint="rebuild or re-download it") from None
 
 
@@ -175,8 +181,11 @@ def _licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
 
 
 def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:
-    from faforge.pipwheel.facts import read_wheel  # noqa: PLC0415
-    from faforge.pipwheel.glue import GlueCell, kernel_wheel_facts, repack_glue_wheel  # noqa: PLC0415
+    from faforge.pipwheel.glue import (  # noqa: PLC0415 (keeps `faforge --help` fast)
+        GlueCell,
+        kernel_wheel_facts,
+        repack_glue_wheel,
+    )
 
     kernel = _regular_file(args.kernel_wheel, "--kernel-wheel", "the kernel wheel `faforge wheel kernel` wrote")
     kernel_wheel_facts(kernel)  # a file that is no kernel wheel is named before the source is read
@@ -193,7 +202,7 @@ def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:
 
 
 def _fa3(args: argparse.Namespace, work: Path) -> BuiltWheel:
-    from faforge.pipwheel.fa3 import repack_fa3_wheel  # noqa: PLC0415
+    from faforge.pipwheel.fa3 import repack_fa3_wheel  # noqa: PLC0415 (keeps `faforge --help` fast)
 
     raw = _regular_file(args.source, "SOURCE", f"the {FLASH_ATTN_3.package} build's wheel")
     return repack_fa3_wheel(raw, cuda=args.cuda, archs=args.archs, out_dir=args.out, work=work / "wheel", say=say)

@@ -37,7 +37,7 @@ class BinaryFacts:
     # (empty when its library is there without any of them; absent when the library is not there).
     torch_offers: dict[str, tuple[str, ...]]
     verdict: Verdict  # the ABI gate's report (declared C++ ABI, GPU archs, glibc, problems)
-    needs_kernel_library: bool = False  # DT_NEEDED libflash_attn_kernels.so: a split build (issue 15)
+    needs_kernel_library: bool = False  # DT_NEEDED libflash_attn_kernels.so: a split build (the kernel library)
 
     @property
     def module(self) -> ModuleVerdict:
@@ -48,7 +48,7 @@ def library_dirs(facts: EnvFacts) -> tuple[Path, ...]:
     """Where this environment's libraries are found after `import torch`, torch's own first, by the
     ABI gate's rule (faforge.abi.resolve.environment_dirs): torch/lib as opened, since it is its
     libraries' $ORIGIN, and pip's nvidia/*/lib beside where torch/lib really is, since the kernel
-    resolves the `..` of their RUNPATH physically (a torch/lib linked as a folder finds none, issue 21)."""
+    resolves the `..` of their RUNPATH physically (a torch/lib linked as a folder finds none)."""
     dirs: list[Path] = []
     if facts.torch_package:
         dirs += environment_dirs([opened(Path(facts.torch_package) / "lib")])

@@ -9,11 +9,24 @@ Problems are listed root cause first (a wrong torch before the symbols it breaks
 
 from __future__ import annotations
 
-from faforge.doctor.rules_extension import (cxx11_abi_mismatch, flash_attn_missing, glibc_too_old, layout_break,
-                                            libstdcxx_too_old, python_tag_mismatch, signature_drift, wrong_architecture)
+from faforge.doctor.rules_extension import (
+    cxx11_abi_mismatch,
+    flash_attn_missing,
+    glibc_too_old,
+    layout_break,
+    libstdcxx_too_old,
+    python_tag_mismatch,
+    signature_drift,
+    wrong_architecture,
+)
 from faforge.doctor.rules_runtime import cuda_major_mismatch, gpu_arch, kernel_library, libcudart_missing, no_gpu
-from faforge.doctor.rules_torch import (cpu_only_torch, mixed_channels, mixed_conda_pip_torch, torch_import_failed,
-                                        torch_missing)
+from faforge.doctor.rules_torch import (
+    cpu_only_torch,
+    mixed_channels,
+    mixed_conda_pip_torch,
+    torch_import_failed,
+    torch_missing,
+)
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, WARNING, Problem, Situation
 from faforge.family import FLASH_ATTN
 

@@ -14,9 +14,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from faforge.doctor.fix_commands import (Fix, conda_command, conda_environment, conda_install, local_build, pip_command,
-                                         pip_fix, uninstall_pip_flash_attn)
 from faforge.doctor import pip_fixes
+from faforge.doctor.fix_commands import (
+    Fix,
+    conda_command,
+    conda_environment,
+    conda_install,
+    local_build,
+    pip_command,
+    pip_fix,
+    uninstall_pip_flash_attn,
+)
 from faforge.doctor.offers import Offer, Target, closest, conda_cuda, installed_torch, matching, release_of, target_of
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
 from faforge.family import FLASH_ATTN
@@ -122,7 +130,8 @@ def _replace_flash_attn(s: Situation, kinds: tuple[str, ...], target: Target, ma
                                      for o in near), resolves=kinds))
     else:
         build = replace(build, notes=(
-            f"your {s.torch_words} came from pip ({s.torch.origin}); faforge's packages are conda packages built against "
+            f"your {s.torch_words} came from pip ({s.torch.origin}); "
+            "faforge's packages are conda packages built against "
             f"conda's pytorch, so either build {FLASH_ATTN.package} for this torch or move to a conda environment", *build.notes))
     fixes.append(build)
     if not from_conda:
@@ -151,7 +160,8 @@ def _fresh(s: Situation, kinds: tuple[str, ...], matrix: Matrix, offers: list[Of
                                  f"requires (nvidia-* wheels), then build {FLASH_ATTN.package} for it",
                               ("--force-reinstall", f"torch=={s.torch.version}"), kinds))
     else:
-        fixes.append(pip_fix(s, f"or install a CUDA build of torch from PyPI here (its Linux wheels are CUDA builds), then build {FLASH_ATTN.package} for it",
+        fixes.append(pip_fix(s, "or install a CUDA build of torch from PyPI here (its Linux "
+                                f"wheels are CUDA builds), then build {FLASH_ATTN.package} for it",
                               ("torch",), kinds))
     return fixes
 

@@ -53,7 +53,8 @@ def check(index: str, build: PipBuild) -> IndexCheck:
     """Read `index`'s flash-attn page and look for `build`'s glue wheel."""
     wheel = build.glue_wheel()
     page = f"{index.rstrip('/')}/{FLASH_ATTN.package}/"
-    publish = ("publish the cell's wheels there (`faforge publish --index ROOT`), or set FAFORGE_PIP_INDEX to the index that has them")
+    publish = ("publish the cell's wheels there (`faforge publish --index "
+               "ROOT`), or set FAFORGE_PIP_INDEX to the index that has them")
     try:
         files = project_files(index, FLASH_ATTN.package)
     except PageRefused as exc:

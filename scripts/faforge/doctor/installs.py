@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import unquote
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from faforge.doctor.facts import CondaRecord, Distribution, EnvFacts
 from faforge.family import FLASH_ATTN

@@ -65,7 +65,8 @@ class Target:
     def cell_id(self) -> str | None:
         if self.platform is None or self.torch is None or self.cuda is None or self.cxx11_abi is None:
             return None
-        return f"{self.platform}/py{self.python.replace('.', '')}/torch{minor_of(self.torch)}/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
+        return (f"{self.platform}/py{self.python.replace('.', '')}/torch{minor_of(self.torch)}"
+                f"/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}")
 
 
 def offers_from(rendered: list[RenderedCell]) -> list[Offer]:
@@ -128,7 +129,7 @@ def closest(offers: Sequence[OfferT], target: Target, n: int = CLOSEST) -> list[
 
 
 def _minor_number(version: str | None) -> int:
-    major, minor = (vtuple(version) + (0, 0))[:2] if version else (0, 0)
+    major, minor = (*vtuple(version), 0, 0)[:2] if version else (0, 0)
     return major * 100 + minor
 
 

@@ -89,7 +89,7 @@ class OtherBuildReport:
 def examine_other(python: Path, build: OtherBuild, timeout_s: float, progress: Callable[[str], None] = lambda message: None
                   ) -> OtherBuildReport:
     """The report on `build` in `python` (call it where build.installed() says it is there)."""
-    from faforge.doctor.examine import situation_from  # noqa: PLC0415  (examine imports the planning this module needs not)
+    from faforge.doctor.examine import situation_from  # noqa: PLC0415 (examine loads the planning, not needed here)
 
     facts = env_facts.collect(python, timeout_s, progress, names=(build.extension, build.distribution, "-"))
     s = situation_from(facts, package=build.distribution)
@@ -109,7 +109,8 @@ def beside(flash_attn_report: Report, others: list[OtherBuildReport]) -> Report:
 
 def text_lines(report: OtherBuildReport) -> list[str]:
     b = report.build
-    lines = ["", f"{b.distribution} {report.version or '?'} ({FLASH_ATTN.title}'s extension as {b.extension}): {report.extension or 'no extension file'}"]
+    lines = ["", f"{b.distribution} {report.version or '?'} ({FLASH_ATTN.title}'s "
+                 f"extension as {b.extension}): {report.extension or 'no extension file'}"]
     for p in report.problems:
         lines.append(f"  {p.severity}: {p.kind}: {p.message}")
         lines += [f"    {d}" for d in p.details]

@@ -101,10 +101,13 @@ def _nearest_lines(s: Situation, builds: list[PipBuild], target: Target) -> tupl
     CUDA satisfies the pin and would stay)."""
     near = closest(builds, target, n=NEAREST)
     python, yours = s.facts.python.executable, f"replace this torch {s.torch.version}" if s.torch.version else "install torch"
-    return tuple(f"nearest: {b.cell.id} (PyPI's torch {b.cell.torch}, CUDA {b.cell.cuda}): first {yours}: "
-                 f"{pip_command(s, 'install', '--force-reinstall', f'torch=={b.cell.torch}')}; then: "
-                 f"{instructions.pip_command(instructions.index_url(b.cell.index_name), instructions.requirements(b.glue_version, b.cell.torch), python)}"
-                 for b in near)
+    lines = []
+    for b in near:
+        then = instructions.pip_command(instructions.index_url(b.cell.index_name),
+                                        instructions.requirements(b.glue_version, b.cell.torch), python)
+        lines.append(f"nearest: {b.cell.id} (PyPI's torch {b.cell.torch}, CUDA {b.cell.cuda}): first {yours}: "
+                     f"{pip_command(s, 'install', '--force-reinstall', f'torch=={b.cell.torch}')}; then: {then}")
+    return tuple(lines)
 
 
 def _why_none(matrix: Matrix, builds: list[PipBuild], target: Target) -> str:
@@ -140,7 +143,8 @@ def fresh(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> list[
     fixes = []
     exact = matching(builds, installed)
     if installed.cuda and s.torch.how == "pip":
-        fixes.append(pip_fix(s, f"reinstall PyPI's torch {installed.torch} with the CUDA {installed.cuda} libraries it requires (nvidia-* wheels)",
+        fixes.append(pip_fix(s, f"reinstall PyPI's torch {installed.torch} with the CUDA "
+                                f"{installed.cuda} libraries it requires (nvidia-* wheels)",
                              ("--force-reinstall", f"torch=={s.torch.version}"), kinds))
     if exact is not None:
         fixes.append(install_fix(s, exact, kinds, torch=_public(s.torch.version)))
@@ -149,7 +153,8 @@ def fresh(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> list[
     if newest:
         b = newest[0]
         fixes.append(install_fix(s, b, kinds, torch=b.cell.torch,
-                                 title=f"{'or ' if fixes else ''}install PyPI's torch {b.cell.torch} (CUDA {b.cell.cuda}) and faforge's wheel "
+                                 title=f"{'or ' if fixes else ''}install PyPI's torch "
+                                       f"{b.cell.torch} (CUDA {b.cell.cuda}) and faforge's wheel "
                                        f"for pip cell {b.cell.id}"))
     return fixes
 
@@ -164,5 +169,6 @@ def cuda_torch(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> 
     cell = matching(builds, target, any_cuda=True)
     if cell is not None:
         fixes.append(install_fix(s, cell, kinds, torch=release,
-                                 title=f"then install faforge's wheel for pip cell {cell.cell.id} from its index ({cell.cell.index_name})"))
+                                 title="then install faforge's wheel for pip cell "
+                                       f"{cell.cell.id} from its index ({cell.cell.index_name})"))
     return fixes

@@ -35,8 +35,8 @@ if len(sys.argv) != 4:
     sys.exit("usage: python - EXTENSION PACKAGE KERNEL_PACKAGE < probe.py (faforge.doctor.probe_run passes them)")
 EXTENSION, PACKAGE, KERNEL_PACKAGE = sys.argv[1:]
 # The CUDA runtime a PyPI torch requires, which says its CUDA even when it cannot be imported:
-# torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1 "nvidia-cuda-runtime-cu12==12.6.77",
-# torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
+# torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1
+# "nvidia-cuda-runtime-cu12==12.6.77", torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
 CUDA_RUNTIME = re.compile(r"Requires-Dist: *(?:nvidia-cuda-runtime(?:-cu\d+)?|cuda-toolkit\[[^]]*cudart[^]]*\]) *\(?==(\d+\.\d+)")
 # conda packages that make up a torch stack; their channels tell the torch world apart.
 # pyvenv.cfg keys that say which tool made a venv (uv writes `uv = X`, virtualenv `virtualenv = X`).
@@ -84,16 +84,16 @@ def read_json(path, unreadable):
         unreadable.append({"path": path, "reason": "not usable JSON (nested too deeply)"})
         return None
     except ValueError as exc:
-        unreadable.append({"path": path, "reason": "not valid JSON (%s)" % str(exc)[:120]})
+        unreadable.append({"path": path, "reason": f"not valid JSON ({str(exc)[:120]})"})
         return None
     if not isinstance(data, dict):
-        unreadable.append({"path": path, "reason": "a JSON %s, not an object" % type(data).__name__})
+        unreadable.append({"path": path, "reason": f"a JSON {type(data).__name__}, not an object"})
         return None
     return data
 
 
 def _no_constant(name):
-    raise ValueError("%s is not a number JSON allows" % name)
+    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def text_field(data, key, path, unreadable):
@@ -101,14 +101,15 @@ def text_field(data, key, path, unreadable):
     value = data.get(key)
     if value is None or isinstance(value, str):
         return value
-    unreadable.append({"path": path, "reason": "%r is a %s, not a string" % (key, type(value).__name__)})
+    unreadable.append({"path": path, "reason": f"{key!r} is a {type(value).__name__}, not a string"})
     return None
 
 
 def read_text(path, problem=None):
     """The text of the regular file at `path`, at most READ_CAP bytes, or None. Opened without blocking
     and judged by fstat, so a FIFO or a link to /dev/zero is refused, not waited on or read without end
-    (issue 21); why goes to `problem` when given. faforge is not importable here: this is its own reader."""
+    (the untrusted-input rules); why goes to `problem` when given. faforge is not importable here: this is
+    its own reader."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError:
@@ -118,7 +119,7 @@ def read_text(path, problem=None):
         if not stat.S_ISREG(info.st_mode):
             why: str | None = "not a regular file"
         elif info.st_size > READ_CAP:
-            why = "%d bytes, over the %d-byte cap for a metadata file" % (info.st_size, READ_CAP)
+            why = f"{info.st_size} bytes, over the {READ_CAP}-byte cap for a metadata file"
         else:
             chunks, size = [], 0
             while size <= READ_CAP:  # fstat can understate (a file that grows): the cap holds all the same
@@ -128,9 +129,9 @@ def read_text(path, problem=None):
                 chunks.append(chunk)
                 size += len(chunk)
             data = b"".join(chunks)
-            why = None if size <= READ_CAP else "over the %d-byte cap for a metadata file" % READ_CAP
+            why = None if size <= READ_CAP else f"over the {READ_CAP}-byte cap for a metadata file"
     except OSError as exc:
-        why = "unreadable (%s)" % exc.strerror
+        why = f"unreadable ({exc.strerror})"
     finally:
         os.close(fd)
     if why is not None:
@@ -235,7 +236,7 @@ def env_facts():
     return {
         "python": {
             "executable": sys.executable,
-            "version": "%d.%d.%d" % sys.version_info[:3],
+            "version": ".".join(map(str, sys.version_info[:3])),
             "implementation": sys.implementation.name,
             "soabi": sysconfig.get_config_var("SOABI"),
             "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
@@ -268,7 +269,7 @@ def error_of(exc):
 
 def torch_facts():
     try:
-        import torch
+        import torch  # noqa: PLC0415 (its import is the torch stage: a broken torch is a finding, not a crash)
     except BaseException as exc:  # a broken torch raises anything from ImportError to OSError
         return {"imported": False, "error": error_of(exc)}
     cuda = getattr(getattr(torch, "version", None), "cuda", None)

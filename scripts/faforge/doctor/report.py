@@ -172,7 +172,8 @@ def text_lines(report: Report) -> list[str]:
         imported = f"FAILED {outcome.error.type}: {outcome.error.message}" if outcome.error else "not attempted"
     lines = [
         f"faforge doctor: {f.python.executable}",
-        f"python      {f.python.version} ({f.python.soabi}), {ENVIRONMENT_WORDS[environment_kind(f)]} {f.python.prefix}",
+        f"python      {f.python.version} ({f.python.soabi}), "
+        f"{ENVIRONMENT_WORDS[environment_kind(f)]} {f.python.prefix}",
         f"system      {f.system.os} {f.system.machine}, glibc {f.system.glibc or '?'}",
         f"torch       {_torch_line(s)}",
         f"GPU         {gpus}" + (f", driver {driver}" if driver else ""),

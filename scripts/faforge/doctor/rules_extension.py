@@ -42,7 +42,8 @@ def python_tag_mismatch(s: Situation) -> Problem | None:
                        evidence={"files": list(s.facts.extension_files), "expected_tag": wanted})
     if s.claim and s.claim.python and s.claim.python != py.minor:
         return Problem("python-tag-mismatch", ERROR,
-                       f"{FLASH_ATTN.package}'s {s.claim.source} says Python {s.claim.python} ({s.claim.text}); this interpreter is Python {py.version}")
+                       f"{FLASH_ATTN.package}'s {s.claim.source} says Python {s.claim.python} "
+                       f"({s.claim.text}); this interpreter is Python {py.version}")
     return None
 
 
@@ -51,7 +52,8 @@ def wrong_architecture(s: Situation) -> Problem | None:
     if not found or s.binary is None:  # gate problems come from a binary
         return None
     return Problem("wrong-architecture", ERROR,
-                   f"{FLASH_ATTN.package}'s binary is built for {s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
+                   f"{FLASH_ATTN.package}'s binary is built for "
+                   f"{s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
                    tuple(p.detail for p in found))
 
 
@@ -71,7 +73,8 @@ def glibc_too_old(s: Situation) -> Problem | None:
     releases = {v: parsed[1] for v, _ in found if (parsed := classify.parse_version(v))}
     newest = max(releases, key=releases.__getitem__)
     return Problem("glibc-too-old", ERROR,
-                   f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} ({newest}); this system has glibc {s.facts.system.glibc}",
+                   f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} "
+                   f"({newest}); this system has glibc {s.facts.system.glibc}",
                    tuple(d for _, d in found), {"required": newest, "system": s.facts.system.glibc})
 
 
@@ -80,7 +83,8 @@ def libstdcxx_too_old(s: Situation) -> Problem | None:
     if not found:
         return None
     return Problem("libstdcxx-too-old", ERROR,
-                   f"{FLASH_ATTN.package}'s binary needs a newer C++ runtime than the one loaded here ({', '.join(v for v, _ in found)})",
+                   f"{FLASH_ATTN.package}'s binary needs a newer C++ runtime "
+                   f"than the one loaded here ({', '.join(v for v, _ in found)})",
                    tuple(d for _, d in found))
 
 
@@ -88,7 +92,7 @@ def cxx11_abi_mismatch(s: Situation) -> Problem | None:
     if s.binary is None or s.facts.import_outcome.ok:
         return None
     mine = s.binary.module.declared.cxx11_abi
-    # Only a torch that imported says its ABI; a static guess about a broken torch is no cause (issue 12).
+    # Only a torch that imported says its ABI; a static guess about a broken torch is no cause.
     theirs = s.torch_abi if s.facts.torch.imported else None
     gate = s.gate_problems(classify.ABI_MISMATCH)
     symbol = s.facts.import_outcome.undefined_symbol
@@ -119,7 +123,7 @@ def _importer(binary: BinaryFacts, problem: GateProblem | None) -> str:
 
 def signature_drift(s: Situation) -> Problem | None:
     """Built against another torch. The stated range is the cause only when it excludes the user's
-    torch; a range that contains it is never called a mismatch (issue 12), and the symbol the import
+    torch; a range that contains it is never called a mismatch, and the symbol the import
     failed on leads."""
     if s.binary is None or not s.import_failed:
         return None

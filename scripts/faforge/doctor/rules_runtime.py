@@ -55,7 +55,7 @@ def _unfound_libraries(s: Situation, binary: BinaryFacts) -> set[str]:
 
 
 def kernel_library(s: Situation) -> Problem | None:
-    """A split flash-attn (issue 15) loads its kernels from libflash_attn_kernels.so, which only the
+    """A split flash-attn (the split build) loads its kernels from libflash_attn_kernels.so, which only the
     exact libflash-attn-kernels build its conda record pins provides: another build holds kernels for
     another CUDA, arch list or Philox layout (torch <= 2.9 vs >= 2.10) behind the same file name."""
     if s.binary is None or not s.binary.needs_kernel_library:
@@ -70,7 +70,8 @@ def kernel_library(s: Situation) -> Problem | None:
         return Problem("kernel-library-mismatch", ERROR,
                        f"{FLASH_ATTN.package} {record.version} ({record.build}) requires exactly {pin}, but this environment has "
                        f"{installed.name} {installed.version} ({installed.build}): {'; '.join(differences)}",
-                       (f"{KERNEL_LIBRARY} comes from {installed.name} {installed.version} {installed.build} ({installed.channel_name})",),
+                       (f"{KERNEL_LIBRARY} comes from {installed.name} "
+                        f"{installed.version} {installed.build} ({installed.channel_name})",),
                        evidence)
     if s.facts.import_outcome.ok or not any(FLASH_ATTN.is_kernel_library(name) for name in _unfound_libraries(s, s.binary)):
         return None
@@ -79,7 +80,8 @@ def kernel_library(s: Situation) -> Problem | None:
     else:
         why = "it is neither in this environment's library directories nor on the system library path"
     return Problem("kernel-library-missing", ERROR,
-                   f"{FLASH_ATTN.package}'s extension needs {KERNEL_LIBRARY} (its kernels, package {KERNEL_PACKAGE}), which the loader cannot find: {why}",
+                   f"{FLASH_ATTN.package}'s extension needs {KERNEL_LIBRARY} (its kernels, "
+                   f"package {KERNEL_PACKAGE}), which the loader cannot find: {why}",
                    (f"`import {FLASH_ATTN.extension}` fails: {s.facts.import_outcome.error.message}",) if s.facts.import_outcome.error else (),
                    evidence)
 
@@ -95,7 +97,8 @@ def gpu_arch(s: Situation) -> list[Problem]:
             continue
         if not archs:
             problems.append(Problem("gpu-arch-missing", ERROR,
-                                    f"{FLASH_ATTN.package}'s binary holds no GPU code at all; your {gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]}) cannot run it",
+                                    f"{FLASH_ATTN.package}'s binary holds no GPU code at all; your "
+                                    f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]}) cannot run it",
                                     evidence={"gpu": compat.gpu_name(gpu.capability), "sass": [], "ptx": []}))
             continue
         verdict = compat.check(gpu.capability, archs.sass, archs.ptx)

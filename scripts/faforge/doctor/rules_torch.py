@@ -60,7 +60,8 @@ def mixed_conda_pip_torch(s: Situation) -> Problem | None:
         message = (f"torch {dist.version} from pip shadows conda's {record.name} {record.version} ({record.build}) in "
                    f"this conda environment; their files are now mixed in {dist.site}")
     elif shadowed:
-        message = f"this environment holds {len(shadowed) + 1} copies of torch: conda's {record.version} and pip's {', '.join(d.version or '?' for d in shadowed)}"
+        message = (f"this environment holds {len(shadowed) + 1} copies of torch: conda's "
+                   f"{record.version} and pip's {', '.join(d.version or '?' for d in shadowed)}")
     else:
         return None
     details = [f"active: {dist.path} (installer: {dist.installer or 'unknown'})"] + [f"also: {d.path}" for d in shadowed]
@@ -79,5 +80,6 @@ def cpu_only_torch(s: Situation) -> Problem | None:
     elif missing:
         details.append(f"{FLASH_ATTN.extension} needs {missing[0].library}, which a CPU torch does not ship")
     return Problem("cpu-only-torch", ERROR,
-                   f"torch {rt.version} is a CPU-only build (torch.version.cuda is None); {FLASH_ATTN.package} needs a CUDA build of torch",
+                   f"torch {rt.version} is a CPU-only build (torch.version.cuda "
+                   f"is None); {FLASH_ATTN.package} needs a CUDA build of torch",
                    tuple(details))

@@ -1,4 +1,4 @@
-"""`faforge doctor` on FlashAttention-3 (flash_attn_3), which is built against torch's stable ABI (issue 25).
+"""`faforge doctor` on FlashAttention-3 (flash_attn_3), which is built against torch's stable ABI.
 
 A flash-attn-3 binary is not matched to one torch: it claims to load on every torch from 2.9 (its
 TORCH_TARGET_VERSION) through torch's stable C functions only. So the doctor reads that claim from the
@@ -118,9 +118,11 @@ def _gpu_problems(facts: env_facts.EnvFacts, archs: GpuArchs | None) -> list[Pro
         verdict = compat.check(gpu.capability, archs.sass, archs.ptx)
         if verdict.status == compat.NONE:
             problems.append(Problem("gpu-arch-missing", ERROR,
-                                    f"{FLASH_ATTN_3.package} has no kernels for your {gpu.name} ({verdict.gpu}): FlashAttention-3 serves Hopper "
+                                    f"{FLASH_ATTN_3.package} has no kernels for your {gpu.name} "
+                                    f"({verdict.gpu}): FlashAttention-3 serves Hopper "
                                     f"(sm_90a: H100, H200, GH200) and, as a fallback, Ampere (sm_80) only",
-                                    (f"for this GPU use {FLASH_ATTN.package} (FlashAttention-2, whose packages carry sm_100 and sm_120 code "
+                                    (f"for this GPU use {FLASH_ATTN.package} (FlashAttention-2, "
+                                     "whose packages carry sm_100 and sm_120 code "
                                      "for CUDA >= 12.8) or torch.nn.functional.scaled_dot_product_attention",),
                                     {"gpu": verdict.gpu, "sass": list(archs.sass), "ptx": list(archs.ptx)}))
     if not seen:

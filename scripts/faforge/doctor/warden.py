@@ -58,7 +58,7 @@ def descendants(root):
         if not name.isdigit():
             continue
         try:
-            with open("/proc/%s/stat" % name, "rb") as handle:
+            with open(f"/proc/{name}/stat", "rb") as handle:
                 stat = handle.read()
         except OSError:  # gone meanwhile
             continue
@@ -96,7 +96,8 @@ def clear(group):
 
 
 def quiet():
-    """Let go of the command's stdin, stdout and stderr: faforge sees their end when the command's processes close them."""
+    """Let go of the command's stdin, stdout and stderr: faforge
+    sees their end when the command's processes close them."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -116,7 +117,7 @@ def main():
         try:
             child = subprocess.Popen(command, start_new_session=True)  # its own session: one group to kill
         except OSError as exc:
-            outcome = "error %d" % (exc.errno or 0)
+            outcome = f"error {exc.errno or 0}"
         else:
             group = child.pid
             quiet()
@@ -124,7 +125,7 @@ def main():
                 pid, status = os.waitpid(-1, 0)  # orphans re-parented here are reaped as they come
                 if pid == child.pid:
                     child.returncode = os.waitstatus_to_exitcode(status)
-                    outcome = "exit %d" % child.returncode
+                    outcome = f"exit {child.returncode}"
     except Stop:
         pass
     try:  # a stop signal raises Stop once at most (see _stop): here, if it came after the command ended

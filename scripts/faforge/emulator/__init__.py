@@ -79,15 +79,18 @@ def check_named(qemu: str | None, sysroot: str | None, python: str | None) -> No
         with user_path("--sysroot", root):
             holds_loader = bool(sysroot.strip()) and any((root / "lib" / loader).exists() for loader in LOADERS.values())
         if not holds_loader:
-            raise FaforgeError(f"--sysroot {sysroot[:200]!r}: no lib/ld-linux loader in it ({', '.join(LOADERS.values())}), so it is not a sysroot",
-                               hint="name the folder holding the target's lib/<loader> and libc, e.g. /usr/aarch64-linux-gnu, or leave it unset")
+            raise FaforgeError(f"--sysroot {sysroot[:200]!r}: no lib/ld-linux loader in it "
+                               f"({', '.join(LOADERS.values())}), so it is not a sysroot",
+                               hint="name the folder holding the target's lib/<loader> and "
+                                    "libc, e.g. /usr/aarch64-linux-gnu, or leave it unset")
     if python is not None:
         program = Path(python).expanduser()
         with user_path("--target-python", program):
             is_program = bool(python.strip()) and program.is_file() and machine_of(program) is not None
         if not is_program:
             raise FaforgeError(f"--target-python {python[:200]!r}: not an ELF program",
-                               hint="name the target machine's python of the prefix to import in, e.g. PREFIX/bin/python3.11, or leave it unset")
+                               hint="name the target machine's python of the prefix to "
+                                    "import in, e.g. PREFIX/bin/python3.11, or leave it unset")
 
 
 def _setting(option: str | None, name: str, variable: str, environ: Mapping[str, str]) -> tuple[str | None, str]:
@@ -103,7 +106,8 @@ def _qemu(machine: str, named: str | None, source: str) -> str:
         found = shutil.which(f"qemu-{machine}") or shutil.which(f"qemu-{machine}-static")
         if not found:
             raise NoEmulator(f"qemu-{machine} (or qemu-{machine}-static) is not on PATH, so no {machine} program can run on this "
-                             f"{platform.machine()} machine; install qemu-user (apt: qemu-user-static) or name it with $FAFORGE_QEMU (faforge verify: --qemu)")
+                             f"{platform.machine()} machine; install qemu-user (apt: qemu-user-static) "
+                             "or name it with $FAFORGE_QEMU (faforge verify: --qemu)")
         return found
     return _named_qemu(named, source, machine)
 
@@ -125,14 +129,16 @@ def _sysroot(machine: str, named: str | None, source: str) -> Path:
         default = Path(f"/usr/{machine}-linux-gnu")
         if not (default / "lib" / loader).exists():
             raise NoEmulator(f"no {machine} sysroot: {default}/lib/{loader} is missing; install the target's C library "
-                             f"(apt: libc6-{'arm64' if machine == 'aarch64' else machine}-cross) or name one with --sysroot / $FAFORGE_SYSROOT")
+                             f"(apt: libc6-{'arm64' if machine == 'aarch64' else machine}-cross) "
+                             "or name one with --sysroot / $FAFORGE_SYSROOT")
         return default
     root = Path(named).expanduser()
     with user_path(source, root):
         holds_loader = bool(named.strip()) and (root / "lib" / loader).exists()
     if not holds_loader:
         raise FaforgeError(f"{source} {named[:200]!r}: no lib/{loader} in it, so it is not a {machine} sysroot",
-                           hint=f"name the folder holding the target's lib/{loader} and libc, e.g. /usr/{machine}-linux-gnu, or leave it unset")
+                           hint=f"name the folder holding the target's lib/{loader} and "
+                                f"libc, e.g. /usr/{machine}-linux-gnu, or leave it unset")
     return root.resolve()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
@@ -73,7 +74,7 @@ def mean_ms(call: Callable[[], object], *, calls: int, warmup_s: float = WARMUP_
 
     One pair of events around the whole batch measures the GPU's time, not the launch gaps a per-call
     synchronize would add; `before` (e.g. clearing gradients) must be host-only work."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
 
     deadline = time.perf_counter() + warmup_s
     while True:
@@ -111,9 +112,9 @@ def installed() -> dict[str, Callable[..., Any] | str]:
 def _attention_calls(shape: Shape, dtype: torch.dtype, flash_functions: dict[str, Callable[..., Any] | str]
                      ) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.Tensor]] | str]:
     """{implementation: (forward function of nothing, leaf tensors) or the reason it cannot run} for one shape."""
-    import torch  # noqa: PLC0415
-    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
-    from torch.nn.functional import scaled_dot_product_attention  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415 (torch only when run)
+    from torch.nn.functional import scaled_dot_product_attention  # noqa: PLC0415 (torch only when run)
 
     def leaves(layout):
         return [torch.randn(*layout, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3)]
@@ -149,7 +150,7 @@ class _Rates(TypedDict):
 def measure(shape: Shape, dtype: torch.dtype, *, repeats: int, flash_functions: dict[str, Callable[..., Any] | str] | None = None,
             peak: float | None = None) -> list[dict]:
     """Two records (fwd, bwd) for one shape: TFLOP/s per implementation, or the error that stopped it."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
 
     records: dict[str, _Rates] = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
     for name, call in _attention_calls(shape, dtype, installed() if flash_functions is None else flash_functions).items():
@@ -168,7 +169,7 @@ def measure(shape: Shape, dtype: torch.dtype, *, repeats: int, flash_functions: 
                 for leaf in leaves:
                     leaf.grad = None
 
-            ms = mean_ms(lambda: out.backward(grad, retain_graph=True), calls=repeats, before=clear_grads)
+            ms = mean_ms(partial(out.backward, grad, retain_graph=True), calls=repeats, before=clear_grads)
             records["bwd"]["tflops"][name] = shape.flops("bwd") / ms / 1e9
         except RuntimeError as exc:  # e.g. "No available kernel" from an SDPA backend that cannot take this shape
             for record in records.values():
@@ -203,7 +204,7 @@ def run_benchmark(
     *, dtype_name: str = "bf16", seqlens: Sequence[int] = SEQLENS, head_dims: Sequence[int] = HEAD_DIMS, repeats: int = 10,
     progress: Callable[[Shape], object] = lambda shape: None,
 ) -> list[dict]:
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (torch only when run)
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)

@@ -1,8 +1,8 @@
 """The GPU canary: one real flash-attn build committed in tests/gpu/canary/, with a manifest of how it was made.
 
 A GPU machine comes now and then, for minutes, with a fresh checkout; a 4-hour build does not fit, so the
-binary under test travels with the repository (the one committed binary, STYLE.md). The manifest
-(tests/gpu/canary/manifest.json) records the file's sha256 and size, the exact build command, and the build's
+binary under test travels with the repository (the one committed binary, docs/contributing/style.md). The
+manifest (tests/gpu/canary/manifest.json) records the file's sha256 and size, the exact build command, and the build's
 inputs: the sdist's sha256, the git blob hashes of the files that enter the kernels (the build script),
 torch and nvcc versions, the archs and head dims the build declares, and the date. `status()` compares
 those blob hashes with the checkout's, so a changed build script is reported ("rebuild the canary"),
@@ -23,7 +23,7 @@ from faforge.packagefile import sha256_of
 MANIFEST = "manifest.json"
 SCHEMA_VERSION = 1
 # Files of this repository that enter the kernels' compilation: the build script (flags, defines, the TU
-# list) and the torch shim the kernel library is compiled and linked against (issue 15; its README is
+# list) and the torch shim the kernel library is compiled and linked against (its README is
 # documentation). recipe.yaml only calls the script; the sdist itself is pinned by its sha256.
 KERNEL_INPUTS = (f"{FLASH_ATTN.recipe_dir}/{FLASH_ATTN.build_script}", *(f"scripts/faforge/kernels/torch_shim/{name}" for name in (
     "ATen/cuda/CUDAGeneratorImpl.h", "ATen/cuda/detail/UnpackRaw.cuh", f"api/{FLASH_ATTN.kernel_api_prefix}api.h", "c10/cuda/CUDAException.h",
@@ -96,11 +96,13 @@ def status_lines(repo: Path) -> list[str]:
     manifest = load_manifest(folder)
     if manifest is None:
         return [f"canary: none committed in {folder} (see tests/gpu/README.md, 'The canary')"]
-    lines = [f"canary: {manifest['file']} ({manifest['size']} bytes, built {manifest['date']}, torch {manifest['inputs']['torch']})"]
+    lines = [f"canary: {manifest['file']} ({manifest['size']} bytes, built "
+             f"{manifest['date']}, torch {manifest['inputs']['torch']})"]
     lines += [f"canary: DOES NOT MATCH its manifest: {problem}" for problem in mismatches(folder, manifest)]
     stale = stale_inputs(repo, manifest)
     if stale:
-        lines.append(f"canary: kernel inputs changed since it was built: {', '.join(stale)}; rebuild it with: {manifest['build_command']}")
+        lines.append("canary: kernel inputs changed since it was built: "
+                     f"{', '.join(stale)}; rebuild it with: {manifest['build_command']}")
     else:
         lines.append("canary: kernel inputs unchanged since it was built")
     return lines

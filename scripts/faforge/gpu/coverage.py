@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 from faforge.gpu.dispatch import package_tus
 from faforge.gpu.suite.cases import launch_table
@@ -48,7 +47,7 @@ class KernelRecorder:
 
     def write(self) -> None:
         if self.path:
-            import torch  # noqa: PLC0415
+            import torch  # noqa: PLC0415 (only on a usable GPU)
 
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             Path(self.path).write_text(json.dumps({"sms": sms, "tests": self.seen, "kernel_names": self.names}, indent=1) + "\n")
@@ -74,7 +73,8 @@ def compare(observed: dict, head_dims: tuple[int, ...]) -> dict:
 
 
 def format_coverage(coverage: dict) -> list[str]:
-    lines = [f"kernel TUs seen by the profiler: {len(coverage['seen_tus'])} of {coverage['package_tus']} ({coverage['sms']} SMs)"]
+    lines = [f"kernel TUs seen by the profiler: {len(coverage['seen_tus'])} "
+             f"of {coverage['package_tus']} ({coverage['sms']} SMs)"]
     if coverage["never_seen"]:
         lines.append(f"never launched: {', '.join(coverage['never_seen'])}")
     lines += [f"dispatch differs from the emulation: {m['test']}: expected {m['expected']}, saw {m['seen']}" for m in coverage["mismatches"]]

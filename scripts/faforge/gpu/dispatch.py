@@ -24,8 +24,8 @@ import re
 import struct
 from dataclasses import dataclass
 
-from faforge.kernels.tus import HEAD_DIMS, KernelTu, default_grid
 from faforge.family import FLASH_ATTN
+from faforge.kernels.tus import HEAD_DIMS, KernelTu, default_grid
 
 # An H200 (and H100 SXM) has 132 SMs; the GPU suite passes the real count from torch.
 H200_SMS = 132

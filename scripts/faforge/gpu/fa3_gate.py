@@ -20,7 +20,9 @@ from pathlib import Path
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.gpu.compat import JIT, check
+from faforge.gpu.fa3_kernels import tus_in_binary
 from faforge.gpu.gate import read_embedded_archs
+from faforge.untrusted import read_text
 
 # Head dims FA3 compiles (hopper/setup.py's HDIM64..HDIM256 switches).
 HEAD_DIMS = (64, 96, 128, 192, 256)
@@ -76,8 +78,6 @@ def read_declaration(path: Path) -> dict:
     """CONFIG of a generated flash_attn_config.py, as a literal: the file is data the package brought,
     read bounded (faforge.untrusted: no FIFO, no device, at most 16 MiB), never run, its shape checked.
     ValueError (or FaforgeError from the read) names what is wrong."""
-    from faforge.untrusted import read_text  # noqa: PLC0415
-
     tree = ast.parse(read_text(path, "data", hint="reinstall the package"), str(path))
     value = next((node.value for node in tree.body if isinstance(node, ast.Assign)
                   and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in node.targets)), None)
@@ -92,7 +92,8 @@ def read_declaration(path: Path) -> dict:
     wrong = [name for name, kind in DECLARED_FIELDS.items() if not isinstance(config.get(name), kind)
              or (kind is list and not all(isinstance(item, str) for item in config[name]))]
     if wrong:
-        raise ValueError(f"{path}: CONFIG's {', '.join(wrong)} missing or not {', '.join(DECLARED_FIELDS[w].__name__ for w in wrong)}")
+        raise ValueError(f"{path}: CONFIG's {', '.join(wrong)} missing or not "
+                         f"{', '.join(DECLARED_FIELDS[w].__name__ for w in wrong)}")
     return config
 
 
@@ -120,7 +121,8 @@ def evaluate() -> Fa3Gate:
     found["device"] = torch.cuda.get_device_name(0)
     extension = _origin(FLASH_ATTN_3.extension)
     if extension is None:
-        return Fa3Gate(False, f"{FLASH_ATTN_3.module} is not installed (no {FLASH_ATTN_3.extension} module) beside torch {torch.__version__}", **found)
+        return Fa3Gate(False, f"{FLASH_ATTN_3.module} is not installed (no "
+                              f"{FLASH_ATTN_3.extension} module) beside torch {torch.__version__}", **found)
     found["extension"] = str(extension)
     return judge(found, _origin(FLASH_ATTN_3.config_module))
 
@@ -129,7 +131,8 @@ def judge(found: dict, config: Path | None) -> Fa3Gate:
     """The verdict once device and extension are known: declaration, binary, GPU."""
     where = f"{found['device']} (sm_{found['capability'][0]}{found['capability'][1]})"
     if config is None:
-        return Fa3Gate(True, where, defects=(f"no {FLASH_ATTN_3.config_module}.py beside {FLASH_ATTN_3.module}: the package does not declare what it contains",), **found)
+        return Fa3Gate(True, where, defects=(f"no {FLASH_ATTN_3.config_module}.py beside {FLASH_ATTN_3.module}: "
+                                             "the package does not declare what it contains",), **found)
     try:
         found["declared"] = read_declaration(config)
     except FaforgeError as exc:
@@ -169,8 +172,6 @@ def embedded_archs(extension: Path) -> tuple[tuple[tuple[str, ...], tuple[str, .
 
 def binary_defects(gate: Fa3Gate, extension: Path, archs: tuple[tuple[str, ...], tuple[str, ...]] | None) -> list[str]:
     """What the package declares but its binary (`extension`) lacks: a GPU arch, or any kernel of a declared TU."""
-    from faforge.gpu.fa3_kernels import tus_in_binary  # noqa: PLC0415
-
     defects: list[str] = []
     declared_archs = tuple(gate.declared.get("gpu_archs", ()))
     if archs is not None and declared_archs and set(declared_archs) - set(archs[0]):
@@ -178,7 +179,8 @@ def binary_defects(gate: Fa3Gate, extension: Path, archs: tuple[tuple[str, ...],
     by_tu = tus_in_binary(extension, gate.tus)
     empty = [tu for tu, kernels in (by_tu or {}).items() if not kernels]
     if by_tu is None:
-        defects.append(f"the kernels of {extension.name} could not be named here (no libstdc++ to demangle them); declared TUs not checked")
+        defects.append(f"the kernels of {extension.name} could not be named here "
+                       "(no libstdc++ to demangle them); declared TUs not checked")
     elif empty:
         defects.append(f"declares {len(empty)} TUs that {extension.name} registers no kernel of, e.g. {empty[0]}")
     return defects

@@ -126,7 +126,7 @@ def evaluate() -> Gate:
 
 def _entries(text: str, name: str, what: str) -> list[str]:
     """The entries of a ';'/','-separated list; an empty one (',', '80;;90', '90;') is refused, as a
-    degenerate gate list is: it means a value was lost on its way here (issue 21)."""
+    degenerate gate list is: it means a value was lost on its way here (the untrusted-input rules)."""
     parts = [p.strip() for p in re.split(r"[;,]", text.strip())]
     if not text.strip() or any(not p for p in parts):
         raise ValueError(f"{name}={text!r} names an empty {what}")
@@ -172,14 +172,16 @@ def judge_binary(
     if not built:
         notes.append(f"no run_mha_fwd_ symbols in {Path(found['extension']).name}; declared head dims not checked against it")
     elif missing:
-        defects.append(f"head dims {missing} declared but {Path(found['extension']).name} has no forward kernels for them (it has {list(built)})")
+        defects.append(f"head dims {missing} declared but {Path(found['extension']).name} "
+                       f"has no forward kernels for them (it has {list(built)})")
     if archs is None:
         notes.append("embedded SASS/PTX not read (faforge.abi.fatbin unavailable); a missing kernel shows as test errors")
         return Gate(True, f"{where}; arch check not done", defects=tuple(defects), notes=tuple(notes), **facts)
     verdict = check(found["capability"], *archs)
     if not verdict.can_run:
         if declared_archs and check(found["capability"], *declared_archs).can_run:
-            defects.append(f"the package declares {', '.join(facts['declared_archs'])}, which covers {verdict.gpu}, but {verdict.message}")
+            defects.append(f"the package declares {', '.join(facts['declared_archs'])}, "
+                           f"which covers {verdict.gpu}, but {verdict.message}")
         return Gate(False, f"{verdict.message} ({verdict.hint})", compat=verdict, defects=tuple(defects), notes=tuple(notes), **facts)
     if verdict.status == JIT:
         notes.append(verdict.message)

@@ -136,5 +136,6 @@ def assert_within_reference_error(
     error in the same precision, plus a small absolute epsilon."""
     error, yardstick = max_error(flash, exact), max_error(same_precision, exact)
     assert math.isfinite(error) and error <= factor * yardstick + atol, (
-        f"{name}: {FLASH_ATTN.package} max error {error:.3g} > {factor} x PyTorch's same-precision error {yardstick:.3g} + {atol:g}"
+        f"{name}: {FLASH_ATTN.package} max error {error:.3g} > {factor} "
+        f"x PyTorch's same-precision error {yardstick:.3g} + {atol:g}"
     )

@@ -203,11 +203,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-cap-s", type=float, help="interrupt the suite after this many seconds; the reports are still written")
     parser.add_argument(
         "--declared-archs",
-        help=f"the package's arch list, e.g. '80;90;120+PTX' (env {DECLARED_ARCHS_ENV}); no code for a declared GPU fails (1) instead of skipping (3)",
+        help=f"the package's arch list, e.g. '80;90;120+PTX' (env {DECLARED_ARCHS_ENV}); "
+             "no code for a declared GPU fails (1) instead of skipping (3)",
     )
     parser.add_argument(
         "--declared-head-dims",
-        help=f"the package's head dims, e.g. 32,64,96,128,192,256 (env {DECLARED_HEAD_DIMS_ENV}; default: {FLASH_ATTN.package} 2's)",
+        help="the package's head dims, e.g. 32,64,96,128,192,256 (env "
+             f"{DECLARED_HEAD_DIMS_ENV}; default: {FLASH_ATTN.package} 2's)",
     )
     parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense")
 
@@ -219,7 +221,8 @@ def execute(args: argparse.Namespace) -> int:
                            hint="e.g. --time-cap-s 600")
     if args.family == FLASH_ATTN_3.package and (args.declared_archs or args.declared_head_dims):
         raise FaforgeError(f"--declared-archs/--declared-head-dims are for {FLASH_ATTN.package}", input=f"--family {args.family}",
-                           hint=f"{FLASH_ATTN_3.package} declares its GPU code and TUs in its {FLASH_ATTN_3.config_module}.py; drop the options")
+                           hint=f"{FLASH_ATTN_3.package} declares its GPU code and TUs in "
+                                f"its {FLASH_ATTN_3.config_module}.py; drop the options")
     for value, name in ((args.declared_archs, DECLARED_ARCHS_ENV), (args.declared_head_dims, DECLARED_HEAD_DIMS_ENV)):
         if value is not None:
             os.environ[name] = value  # read by the gate here and in the child pytest

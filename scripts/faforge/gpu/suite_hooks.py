@@ -6,7 +6,7 @@ Imported only inside a suite run, where pytest exists."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

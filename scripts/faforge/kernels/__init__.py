@@ -1,6 +1,6 @@
 """The kernel library: flash-attn's CUDA kernels built once, torch-free, and shared by every torch's glue.
 
-One home for what the library is (issue 22), apart from what it costs (faforge.buildcost):
+One home for what the library is, apart from what it costs (faforge.buildcost):
   torch_shim/    its sources besides the sdist's: the shim headers, the C interface (api/), the error
                  handlers and the version script exports.map
   tus            its translation units and their classes

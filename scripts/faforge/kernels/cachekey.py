@@ -1,6 +1,6 @@
 """Names of compiler caches per group of cells whose kernel objects are the same.
 
-`kernel_cache_key` is the key of the builds before the kernel split (issue 15): every python variant
+`kernel_cache_key` is the key of the builds before the kernel split (the split build): every python variant
 of a (platform, torch minor, CUDA, C++ ABI, arch list) compiled byte-identical kernel objects against
 torch's headers, and one ccache served them; `faforge bench-build` counts these keys as the "before"
 of its kernel-split table. Since the split the kernels compile against the torch shim once per

@@ -74,7 +74,8 @@ def _verdict(path: Path, index: int, raw: object) -> Verdict:
     key = f"torch[{index}]"
     fields = ("minor", "torch", "wheel", "sha256", "offset_intragraph", "sizes", "verdict", "reason")
     if not isinstance(raw, dict) or sorted(set(raw) - {"source"}) != sorted(fields):
-        raise DataError(path, key, f"expected the keys {', '.join(fields)} (and source), got {sorted(raw) if isinstance(raw, dict) else raw!r}")
+        raise DataError(path, key, f"expected the keys {', '.join(fields)} (and source), "
+                                   f"got {sorted(raw) if isinstance(raw, dict) else raw!r}")
     if not is_version(str(raw["torch"])) or minor_of(str(raw["torch"])) != str(raw["minor"]):
         raise DataError(path, f"{key}.torch", f"{raw['torch']!r} is not a version of torch minor {raw['minor']!r}")
     if raw["offset_intragraph"] not in PHILOX_OFFSET_BITS:
@@ -86,7 +87,8 @@ def _verdict(path: Path, index: int, raw: object) -> Verdict:
     if raw["verdict"] != expected:
         raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} with offset_intragraph {raw['offset_intragraph']}: the library "
                         f"of that width is the {expected!r} one, and no library has another layout",
-                        hint="measure again (tests/kernels/test_params_layout.py); a torch whose layout neither library has must be refused")
+                        hint="measure again (tests/kernels/test_params_layout.py); a "
+                             "torch whose layout neither library has must be refused")
     return Verdict(str(raw["minor"]), str(raw["torch"]), raw["wheel"], raw["sha256"], raw["offset_intragraph"],
                    _sizes(path, f"{key}.sizes", raw["sizes"]), raw["verdict"], raw["reason"], raw.get("source"))
 
@@ -94,7 +96,8 @@ def _verdict(path: Path, index: int, raw: object) -> Verdict:
 def dump_row(verdict: Verdict) -> str:
     """The row as variants/kernel-abi.yaml spells it (appended by `faforge bump --write`)."""
     sizes = ", ".join(f"{name}: {value}" for name, value in vars(verdict.sizes).items())
-    return (f"- minor: '{verdict.minor}'\n  torch: {verdict.torch}\n  wheel: {verdict.wheel}\n  sha256: '{verdict.sha256}'\n"
+    return (f"- minor: '{verdict.minor}'\n  torch: {verdict.torch}\n  "
+            f"wheel: {verdict.wheel}\n  sha256: '{verdict.sha256}'\n"
             + (f"  source: {verdict.source}\n" if verdict.source else "")
             + f"  offset_intragraph: {verdict.offset_intragraph}\n  sizes: {{{sizes}}}\n  verdict: {verdict.verdict}\n"
             f"  reason: {verdict.reason}\n")

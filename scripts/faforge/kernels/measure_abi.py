@@ -1,4 +1,4 @@
-"""Measure a torch release's variants/kernel-abi.yaml row from the release itself (issue 24, item 1).
+"""Measure a torch release's variants/kernel-abi.yaml row from the release itself.
 
 `faforge bump` meets a torch minor the file has no row for. Its verdict decides which kernel library
 the minor's glue links against, and a guessed one would misread Flash_fwd_params, so it is measured:
@@ -148,7 +148,8 @@ def shim_layouts(workdir: Path, flash_src: Path, cuda_include: Path) -> dict[int
 
 def verdict_of(version: str, wheel: RemoteFile, include: Path, flash_src: Path, workdir: Path,
                cuda_include: Path | None = None) -> Verdict:
-    """The measured row for torch `version` whose MEMBERS lie under `include`; MeasureError if no library has its layout."""
+    """The measured row for torch `version` whose MEMBERS lie
+    under `include`; MeasureError if no library has its layout."""
     generator, cuda_stand_in = stand_ins(workdir)
     cuda_include = cuda_include or cuda_stand_in
     try:

@@ -160,7 +160,7 @@ def measure(workdir: Path, include_dirs: list[Path], fields: dict[str, list[str]
         raise ProbeError(f"layout probe in {workdir} did not compile: {built.stderr.strip()[-2000:]}",
                          hint="check that the include directories hold the headers the probe names")
     keys = _layout_keys(fields)
-    table = {(key, kind): value for (key, _, kind), value in zip(keys, _read_table(exe, len(keys)))}
+    table = {(key, kind): value for (key, _, kind), value in zip(keys, _read_table(exe, len(keys)), strict=True)}
     sizes = {key: (value, table[(key, "align")]) for (key, kind), value in table.items() if kind == "size"}
     offsets = {key: value for (key, kind), value in table.items() if kind == "offset"}
     unpack = None

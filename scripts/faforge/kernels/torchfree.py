@@ -1,4 +1,4 @@
-"""Check a binary that must not touch torch at all: the kernel library (issue 15).
+"""Check a binary that must not touch torch at all: the kernel library.
 
 libflash-attn-kernels is built once per (platform, CUDA, archs, Philox layout) and shared by the
 flash-attn glue of every torch minor of that layout and both C++ ABIs. That holds only if the library
@@ -157,7 +157,8 @@ def check_torch_free(path: str | Path, expect_archs: str | None = None, exports:
         abi = classify.abi_of_name(name)
         if abi is not None:
             problems.append(Finding(ABI_DEPENDENT_EXPORT, name, demangle(name),
-                                    f"exported with a type of the {classify.ABI_NAMES[abi]}: a caller built with the other ABI cannot use it"))
+                                    f"exported with a type of the {classify.ABI_NAMES[abi]}: "
+                                    "a caller built with the other ABI cannot use it"))
         elif patterns is not None:
             shown = demangle(name) or name
             if not any(fnmatch.fnmatchcase(base_name(shown), p) for p in patterns):
@@ -168,7 +169,8 @@ def check_torch_free(path: str | Path, expect_archs: str | None = None, exports:
         for kind, want, have in (("SASS", expected[0], gpu.sass), ("PTX", expected[1], gpu.ptx)):
             if set(want) != set(have):
                 problems.append(Finding(GPU_ARCHS, kind, None,
-                                        f"{kind} is {', '.join(have) or 'none'}; the arch list {expect_archs!r} needs {', '.join(want) or 'none'}"))
+                                        f"{kind} is {', '.join(have) or 'none'}; the arch list "
+                                        f"{expect_archs!r} needs {', '.join(want) or 'none'}"))
     return TorchFreeReport(str(path), info.machine, info.needed, len(exported), len(imports), gpu, expected, patterns, tuple(problems))
 
 

@@ -25,7 +25,7 @@ class Matrix:
     fa3: list[Fa3Package]  # FlashAttention-3: one per (platform, CUDA, arch list), each serving a range of torch minors
     variants_dir: Path
     recipe_path: Path
-    # The pip worlds (issue 33), apart so that every consumer of the conda cells is unchanged; a consumer opts in.
+    # The pip worlds, apart so that every consumer of the conda cells is unchanged; a consumer opts in.
     pip_cells: list[PipCell] = field(default_factory=list)  # pypi/<platform>/py312/torch2.11/cu130/abi1, ...
     pip_kernels: list[KernelPackage] = field(default_factory=list)  # the kernel packages only pip cells need (CUDA 12.8, 13.2)
 

@@ -3,7 +3,7 @@
 A cell is one flash-attn package: one platform, python, torch build, CUDA and C++ ABI.
 Its id (e.g. ``linux-64/py312/torch2.7/cu129/abi1``) names it in logs, CI jobs and files.
 
-A pip cell (PipCell, issue 33) is one flash-attn wheel beside a torch wheel of a pip world (PyPI): the same
+A pip cell (PipCell) is one flash-attn wheel beside a torch wheel of a pip world (PyPI): the same
 fields plus the torch wheel and its index, and an id that starts with its world
 (``pypi/linux-64/py312/torch2.11/cu130/abi1``). build_pip_cells makes them apart from build_cells, so the
 conda cells, their ids and counts are what they were; a consumer opts in (Matrix.pip_cells).
@@ -162,7 +162,9 @@ def candidate_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidt
 def build_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) -> list[Cell]:
     """The matrix: admitted cells minus exclusions, with ids checked unique."""
     candidates = candidate_cells(table, policy, philox)
-    pip: list = []  # computed only when an exclusion matches no conda cell: it may name a pip world's cells (build_pip_cells applies it)
+    # Computed only when an exclusion matches no conda cell: it may name a pip world's cells
+    # (build_pip_cells applies it).
+    pip: list = []
     for i, exclusion in enumerate(policy.exclude):
         def matches(pairs: Sequence[tuple[Cell, str | None]], exclusion: Exclusion = exclusion) -> bool:
             return any(exclusion.matches(world=c.world, torch=c.torch_minor, cuda=c.cuda, python=c.python, platform=c.platform) for c, _ in pairs)
@@ -234,7 +236,8 @@ def explain_missing(table: ReleaseTable, policy: BuildPolicy, cell_id: str) -> s
         return _explain_missing_pip(table, policy, cell_id, pip)
     match = CELL_ID.fullmatch(cell_id)
     if not match:
-        return f"{cell_id!r} is not a cell id (expected e.g. linux-64/py312/torch2.7/cu129/abi1, or pypi/linux-64/py312/torch2.11/cu130/abi1)"
+        return (f"{cell_id!r} is not a cell id (expected e.g. linux-64/py312/torch2.7/cu129/abi1, "
+                "or pypi/linux-64/py312/torch2.11/cu130/abi1)")
     platform, torch_minor, abi = match["platform"], match["torch"], int(match["abi"])
     python = f"{match['py']}.{match['pyminor']}"
     worlds = [w for w in table.worlds.values() if w.cxx11_abi == abi]
@@ -251,7 +254,8 @@ def explain_missing(table: ReleaseTable, policy: BuildPolicy, cell_id: str) -> s
     by_tag = {c.replace(".", ""): c for c in cudas}
     cuda = by_tag.get(match["cuda"])
     if cuda is None:
-        return f"{cell_id}: {world.name} has no torch {torch_minor} build for CUDA {match['cuda'][:-1]}.{match['cuda'][-1]} (it has {', '.join(cudas)})"
+        return (f"{cell_id}: {world.name} has no torch {torch_minor} build for CUDA "
+                f"{match['cuda'][:-1]}.{match['cuda'][-1]} (it has {', '.join(cudas)})")
     row = next(r for r in rows if r.cuda == cuda)
     if platform not in row.platforms:
         return f"{cell_id}: {world.name} torch {row.torch} with CUDA {cuda} exists only for {', '.join(row.platforms)}"
@@ -260,7 +264,8 @@ def explain_missing(table: ReleaseTable, policy: BuildPolicy, cell_id: str) -> s
     if vtuple(cuda) < vtuple(policy.min_cuda):
         return f"{cell_id}: CUDA {cuda} is below the matrix floor {policy.min_cuda} ({policy.path.name}: min_cuda)"
     if vtuple(torch_minor) < vtuple(policy.min_torch):
-        return f"{cell_id}: torch {torch_minor} is below the matrix floor {policy.min_torch} ({policy.path.name}: min_torch)"
+        return (f"{cell_id}: torch {torch_minor} is below the matrix "
+                f"floor {policy.min_torch} ({policy.path.name}: min_torch)")
     if vtuple(python) < vtuple(policy.min_python):
         return f"{cell_id}: python {python} is below the matrix floor {policy.min_python} ({policy.path.name}: min_python)"
     excluded = policy.exclusion_for(world=world.name, torch=torch_minor, cuda=cuda, python=python, platform=platform)
@@ -275,14 +280,18 @@ def _explain_missing_pip(table: ReleaseTable, policy: BuildPolicy, cell_id: str,
     rows = [r for r in table.pip_releases if r.world == world and r.torch_minor == torch_minor and platform in r.platforms]
     if not rows:
         have = sorted({r.torch_minor for r in table.pip_releases if r.world == world and platform in r.platforms}, key=vtuple)
-        return f"{cell_id}: {world} has no CUDA build of torch {torch_minor} for {platform} (it has {', '.join(have) or 'none'})"
+        return (f"{cell_id}: {world} has no CUDA build of torch {torch_minor} "
+                f"for {platform} (it has {', '.join(have) or 'none'})")
     row = next((r for r in rows if r.cuda.replace(".", "") == match["cuda"]), None)
     if row is None:
-        return f"{cell_id}: {world}'s torch {torch_minor} for {platform} is built for CUDA {', '.join(sorted({r.cuda for r in rows}, key=vtuple))}"
+        return (f"{cell_id}: {world}'s torch {torch_minor} for {platform} is built "
+                f"for CUDA {', '.join(sorted({r.cuda for r in rows}, key=vtuple))}")
     if row.cxx11_abi != abi:
-        return f"{cell_id}: {world}'s torch {row.torch} with CUDA {row.cuda} is C++ ABI {row.cxx11_abi}, read from its build"
+        return (f"{cell_id}: {world}'s torch {row.torch} with CUDA "
+                f"{row.cuda} is C++ ABI {row.cxx11_abi}, read from its build")
     if python not in row.python:
-        return f"{cell_id}: {world}'s torch {row.torch} with CUDA {row.cuda} has wheels only for python {', '.join(row.python)}"
+        return (f"{cell_id}: {world}'s torch {row.torch} with CUDA {row.cuda} "
+                f"has wheels only for python {', '.join(row.python)}")
     floor = policy.pip_min_torch or policy.min_torch
     for value, least, key in ((row.cuda, policy.min_cuda, "min_cuda"), (torch_minor, floor, "pip.min_torch"), (python, policy.min_python, "min_python")):
         if vtuple(value) < vtuple(least):

@@ -48,7 +48,8 @@ class Fa3Package:
     torch: str  # whose headers it is compiled against: the newest torch of its (platform, CUDA)
     served: tuple[str, ...]  # the torch minors it installs beside, oldest first
     min_torch: str
-    python: str  # the python it is built with and its floor: the limited API's, or the oldest its headers' torch has above it
+    # The python it is built with and its floor: the limited API's, or the oldest its headers' torch has above it
+    python: str
     host_gcc: str
     c_stdlib_version: str
     channels: tuple[str, ...]

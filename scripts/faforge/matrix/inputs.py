@@ -1,9 +1,9 @@
-"""Package identity per output (issue 24 item 4): a digest of what enters each conda output besides its
+"""Package identity per output: a digest of what enters each conda output besides its
 variant, written into the variant files as a value that output reads, so rattler-build's hash, and with it
 the build string, file name, CI cache key and `faforge build`'s "already built" check, follow the inputs.
 
 rattler-build's hash covers only the variant values an output uses: an edited shim, build script or
-recipe test left every hash as it was (issue 24 item 2). So `faforge generate` writes two one-value keys
+recipe test left every hash as it was. So `faforge generate` writes two one-value keys
 into every variant file: `kernel_inputs` (read by the kernel output, and by the flash-attn output, which
 links that kernel build) and `glue_inputs` (read by the flash-attn output only). One value per key adds
 no variant combination. The files behind each come from the family row (faforge.family); the recipe adds
@@ -48,7 +48,8 @@ def input_files(root: Path, entries: tuple[str, ...]) -> list[Path]:
 
 
 def recipe_parts(recipe_path: Path) -> dict[str, object]:
-    """The recipe's part of each digest: {KERNEL_INPUTS: top level and kernel output, GLUE_INPUTS: flash-attn output}."""
+    """The recipe's part of each digest: {KERNEL_INPUTS: top
+    level and kernel output, GLUE_INPUTS: flash-attn output}."""
     try:
         recipe = yaml.safe_load(recipe_path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -92,7 +93,7 @@ GLUE_WHEEL_HASH_CHARS = 7  # as rattler-build's variant hash in a build string
 
 def glue_wheel_hash(variant: dict[str, str], digests: dict[str, str], kernel_build: str, *, platform: str, version: str,
                     build_number: int) -> str:
-    """The identity hash of a pip cell's glue wheel (issue 33), the part after `h` in its build string and
+    """The identity hash of a pip cell's glue wheel, the part after `h` in its build string and
     wheel build tag. A conda flash-attn's hash is rattler-build's over the variant values it uses, but the
     recipe skips flash-attn for a pip world (its glue is a wheel, not a conda package) and rattler-build
     renders no skipped output, so no render gives a pip cell one. This digests what that hash covers and

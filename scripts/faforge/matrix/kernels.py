@@ -1,16 +1,16 @@
 """Kernel packages: `libflash-attn-kernels`, one per (platform, CUDA minor, arch list, Philox layout),
-shared by every cell of that key across torch minors and both C++ ABIs (issue 15).
+shared by every cell of that key across torch minors and both C++ ABIs (the split build).
 
 The 72 kernel TUs are compiled against the torch shim (scripts/faforge/kernels/torch_shim/), so
 nothing in them depends on the torch minor, the C++ ABI or python, except the layout of
 at::PhiloxCudaState inside the params structs the glue passes: its offset_intragraph_ is uint32_t up
 to torch 2.9 and uint64_t from 2.10 (pytorch/pytorch#164515; variants/kernel-abi.yaml), so the library
 is built for one width (build_flash_attn.py --philox-offset-bits) and that width is part of the key.
-Each cell's flash-attn holds only flash_api.cpp and pins its kernel build exactly. This module is the one place that derives a cell's
-kernel key and the kernel package's name, version and build-string prefix; `faforge matrix`, `plan`,
-`bench-build`, `publish` and `doctor` all use it. The full build string, hash included, is never derived
-here: only rattler-build's render knows the hash, so it is read from the pin in the cells' rendered run
-requirements (KernelPackage.exact_build).
+Each cell's flash-attn holds only flash_api.cpp and pins its kernel build exactly. This module is
+the one place that derives a cell's kernel key and the kernel package's name, version and
+build-string prefix; `faforge matrix`, `plan`, `bench-build`, `publish` and `doctor` all use it. The
+full build string, hash included, is never derived here: only rattler-build's render knows the hash,
+so it is read from the pin in the cells' rendered run requirements (KernelPackage.exact_build).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class KernelKey:
     @property
     def id(self) -> str:
         """e.g. 'linux-64/cu130/sm80_90_100_120ptx/philox64': logs, job names, artifact names."""
-        return f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}/philox{self.philox_offset_bits}"
+        return (f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
+                f"/philox{self.philox_offset_bits}")
 
     @property
     def slug(self) -> str:
@@ -86,14 +87,16 @@ class KernelPackage:
         return {pin for r in rendered if r.cell.id in self.cell_ids and (pin := kernel_pin(r.run_requirements))}
 
     def exact_build(self, rendered: list[RenderedCell]) -> KernelPin | None:
-        """The one kernel build this package's cells pin (issue 32: what CI builds, hash included), or None
+        """The one kernel build this package's cells pin (what CI builds, hash included), or None
         when none of them pins one. Cells that pin different builds, or a build that is not this package's,
         are an error: CI would build one kernel file per distinct pin, not one per kernel key."""
         pins = self.pins(rendered)
         if len(pins) > 1:
             raise FaforgeError(
-                f"the cells of kernel package {self.key.id} pin {len(pins)} different builds: {', '.join(sorted(map(str, pins)))}",
-                hint=f"the recipe's {self.name} output reads a variant value that differs among the cells of one kernel key "
+                f"the cells of kernel package {self.key.id} pin {len(pins)} "
+                f"different builds: {', '.join(sorted(map(str, pins)))}",
+                hint=f"the recipe's {self.name} output reads a variant "
+                     "value that differs among the cells of one kernel key "
                      "(a context entry computed from torch_version or python, say); it may read only CUDA, archs, the "
                      "Philox width, the compilers and kernel_inputs",
             )
@@ -104,7 +107,8 @@ class KernelPackage:
             raise FaforgeError(
                 f"the cells of kernel package {self.key.id} pin {pin}, not {self.name} {self.version} "
                 f"{self.key.build_string_prefix}<hash>_{self.build_number}",
-                hint=f"the recipe's kernel output must take the matrix's {FLASH_ATTN.package} version, build number and the build "
+                hint="the recipe's kernel output must take the matrix's "
+                     f"{FLASH_ATTN.package} version, build number and the build "
                      "string cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>; run `faforge generate` if variants/ is stale",
             )
         return pin
@@ -158,7 +162,7 @@ def kernel_packages(cells: Iterable[Cell], *, version: str, build_number: int, r
 
 
 def pip_kernel_packages(conda: list[KernelPackage], pip_cells: Iterable[PipCell], *, version: str, build_number: int) -> list[KernelPackage]:
-    """The kernel packages the pip cells need and no conda cell has (issue 33), one per kernel key, each
+    """The kernel packages the pip cells need and no conda cell has, one per kernel key, each
     built in its pip world (its channels: variants/releases.yaml). A pip cell whose key a conda cell has
     links that conda package itself, the very same file (all_kernel_packages): its render is the same,
     because the policy gives the pip world the conda world's compilers for that CUDA."""
@@ -189,7 +193,8 @@ _BUILD_PARTS = (
     ("cuda", "CUDA", "cu", ""),
     ("archs", "arch list", "sm", ""),
     ("philox", "Philox layout", "philox",
-     " (the width of at::PhiloxCudaState's offset_intragraph_: 32 bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)"),
+     " (the width of at::PhiloxCudaState's offset_intragraph_: 32 "
+     "bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)"),
 )
 
 

@@ -1,4 +1,4 @@
-"""What the matrix knows of each pip cell's wheels (issue 33): its kernel package and exact kernel build, the
+"""What the matrix knows of each pip cell's wheels: its kernel package and exact kernel build, the
 glue's identity build string, and the names, versions and requirements of the two wheels.
 
 The kernel wheel is the kernel package's library repacked (faforge.pipwheel), so its version is the package's:
@@ -38,7 +38,8 @@ def wheel_name_part(name: str) -> str:
 
 
 def kernel_wheel_version(version: str, kernel_build: str) -> str:
-    """'2.8.3.post2', 'cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0' -> '2.8.3.post2+cu130.sm80.90.100.120ptx.philox64.ha5d2e90'."""
+    """'2.8.3.post2', 'cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0' ->
+    '2.8.3.post2+cu130.sm80.90.100.120ptx.philox64.ha5d2e90'."""
     return f"{version}+{kernel_label(kernel_build)[0]}"
 
 
@@ -84,7 +85,8 @@ class PipBuild:
         pattern with `manylinux_*` in its place."""
         c = self.cell
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[c.platform]}"
-        return f"{wheel_name_part(GLUE_DIST)}-{self.glue_version}-{self.glue_build_tag}-{c.python_wheel_tag}-{c.python_wheel_tag}-{tag}.whl"
+        return (f"{wheel_name_part(GLUE_DIST)}-{self.glue_version}-{self.glue_build_tag}"
+                f"-{c.python_wheel_tag}-{c.python_wheel_tag}-{tag}.whl")
 
     def glue_wheel_pattern(self) -> re.Pattern:
         """The glue wheel's file name whatever its build tag and manylinux level (decided at build time): what
@@ -96,7 +98,8 @@ class PipBuild:
 
     def kernel_wheel(self, platform_tag: str | None = None) -> str:
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[self.cell.platform]}"
-        return f"{wheel_name_part(KERNEL_DIST)}-{self.kernel_wheel_version}-{self.kernel_wheel_build_tag}-py3-none-{tag}.whl"
+        return (f"{wheel_name_part(KERNEL_DIST)}-{self.kernel_wheel_version}-{self.kernel_wheel_build_tag}"
+                f"-py3-none-{tag}.whl")
 
     def to_json(self) -> dict:
         c, k = self.cell, self.kernel
@@ -151,7 +154,8 @@ def pip_builds(matrix: Matrix, platform: str = "all", world: str | None = None) 
         pin = pins[kernel_key(c).id]
         h = glue_wheel_hash(c.variant(), digests[(c.platform, c.world)], pin.build, platform=c.platform,
                             version=matrix.policy.flash_attn_version, build_number=matrix.policy.build_number)
-        build_string = f"{c.python_tag}_torch{c.torch_minor.replace('.', '_')}_{c.cuda_tag}_cxx11abi{c.cxx11_abi}_h{h}_{matrix.policy.build_number}"
+        build_string = (f"{c.python_tag}_torch{c.torch_minor.replace('.', '_')}_{c.cuda_tag}_cxx11abi{c.cxx11_abi}"
+                        f"_h{h}_{matrix.policy.build_number}")
         out.append(PipBuild(cell=c, kernel=packages[kernel_key(c).id], kernel_build=pin.build, build_string=build_string,
                             version=matrix.policy.flash_attn_version))
     return out

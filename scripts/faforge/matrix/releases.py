@@ -1,7 +1,7 @@
 """The torch release table (variants/releases.yaml): which torch builds exist, per world.
 
 Two kinds of world. A conda world (conda-forge, the legacy pytorch channel) installs torch into a conda
-environment from its channels and has one C++ ABI. A pip world (pypi, issue 33) is a wheel index pip and uv
+environment from its channels and has one C++ ABI. A pip world (pypi) is a wheel index pip and uv
 install torch from; each of its rows carries the ABI its own torch build was read to have (PyPI's x86_64
 torch is ABI 0 up to 2.6 and 1 from 2.7) and the wheel file names it was read from, one per python and
 platform. The two are kept apart (`worlds`/`releases` against `pip_worlds`/`pip_releases`), so every
@@ -24,9 +24,10 @@ PLATFORMS = ("linux-64", "linux-aarch64")
 ROW_KEYS = ("world", "torch", "cuda", "python", "platforms", "tegra", "source")
 PIP_WORLD_KEYS = ("index", "channels", "platforms")
 PIP_ROW_KEYS = ("world", "torch", "cuda", "python", "platforms", "cxx11_abi", "index", "source")
-# A CPython torch wheel as PyPI and PyTorch's per-CUDA indexes name it: torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl,
-# torch-2.10.0-3-cp312-... (a build tag: a rebuild, which pip prefers), torch-2.8.0+cu126-cp312-... (a local label).
-# Free-threaded wheels (cp313t) are no cell's: their ABI tag differs from the python tag, so they do not match.
+# A CPython torch wheel as PyPI and PyTorch's per-CUDA indexes name it:
+# torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl, torch-2.10.0-3-cp312-... (a build tag: a rebuild, which pip
+# prefers), torch-2.8.0+cu126-cp312-... (a local label). Free-threaded wheels (cp313t) are no cell's: their ABI tag
+# differs from the python tag, so they do not match.
 TORCH_WHEEL = re.compile(
     r"torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<local>[0-9a-z.]+))?(?:-(?P<build>\d[0-9A-Za-z_.]*))?"
     r"-cp(?P<py>3\d{1,2})-cp(?P=py)-(?P<tags>(?:many)?linux[0-9a-z_.]*?_(?P<arch>x86_64|aarch64))\.whl"

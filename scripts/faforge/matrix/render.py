@@ -150,7 +150,13 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str, cell_k
     Each combination is rendered alone, as a variant config of that one combination: rattler-build's
     time for one config grows with the square of its combinations (72: 4 s, against 1.2 s one by one),
     and a combination's render is the same either way (tests/matrix/test_render_slices.py)."""
-    from rattler_build import JinjaConfig, PlatformConfig, RenderConfig, Stage0Recipe, VariantConfig  # noqa: PLC0415
+    from rattler_build import (  # noqa: PLC0415 (py-rattler-build: slow to import)
+        JinjaConfig,
+        PlatformConfig,
+        RenderConfig,
+        Stage0Recipe,
+        VariantConfig,
+    )
 
     try:
         variants = VariantConfig.from_file_with_context(
@@ -181,7 +187,8 @@ def _requirements(variant: RenderedVariant, entries: list) -> tuple[str, ...]:
             pin = variant.pin_subpackages[name]
             if not pin.exact:
                 raise FaforgeError(f"the recipe pins its output {name} without exact=True",
-                                   hint=f"pin_subpackage(..., exact=True): a {FLASH_ATTN.package} build must require exactly its kernel build")
+                                   hint=f"pin_subpackage(..., exact=True): a {FLASH_ATTN.package} "
+                                        "build must require exactly its kernel build")
             out.append(f"{name} =={pin.version} {pin.build_string}")
         else:
             out.append(str(entry))
@@ -295,8 +302,10 @@ def render_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Pa
             recipe = stage1.to_dict()
             used = stage1.used_variant
             if recipe["package"]["name"] == FLASH_ATTN_PACKAGE:
-                raise FaforgeError(f"{recipe_path} renders a {FLASH_ATTN_PACKAGE} conda package for torch_world {world} ({variant_file.name})",
-                                   hint=f"a pip world's glue is a wheel: the recipe's {FLASH_ATTN_PACKAGE} output must skip torch_world {world}")
+                raise FaforgeError(f"{recipe_path} renders a {FLASH_ATTN_PACKAGE} conda "
+                                   f"package for torch_world {world} ({variant_file.name})",
+                                   hint="a pip world's glue is a wheel: the recipe's "
+                                        f"{FLASH_ATTN_PACKAGE} output must skip torch_world {world}")
             key = (str(used.get("cuda_compiler_version")), str(used.get("cuda_archs")), str(used.get("philox_offset_bits")))
             if recipe["package"]["name"] == KERNEL_PACKAGE and key in by_used:
                 cell = by_used[key]

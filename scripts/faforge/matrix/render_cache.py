@@ -124,7 +124,8 @@ def _entry_path(platform: str, world: str, key: str | None) -> Path | None:
 
 
 def record_name(rendered: RenderedCell) -> str:
-    """A record's name in its entry: the cell key of a flash-attn render, the kernel key id of a pip world's kernel render."""
+    """A record's name in its entry: the cell key of a flash-attn
+    render, the kernel key id of a pip world's kernel render."""
     return kernel_key(rendered.cell).id if isinstance(rendered.cell, PipCell) else entry_name(cell_key(rendered.cell.variant()))
 
 
@@ -176,7 +177,7 @@ def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path
         names = [entry_name(cell_key(c.variant())) for c in wanted]
         cached = _cached_records(recipe_path, variants_dir, platform, world, names,
                                  lambda wanted=wanted: render_cells(wanted, recipe_path, variants_dir))
-        out += [_from_record(c, cached[name]) for c, name in zip(wanted, names)]
+        out += [_from_record(c, cached[name]) for c, name in zip(wanted, names, strict=True)]
     return sorted(out, key=lambda rc: rc.cell.sort_key)
 
 

@@ -1,7 +1,7 @@
 """The render store: variants/renders/PLATFORM-WORLD.json, every cell's render committed beside the
 variant configs and written by `faforge generate`, so that the first `faforge matrix` or `faforge plan`
-on a fresh clone needs no rattler-build run (2 s for the whole matrix on the development machine; issue
-21 asks for 1 s).
+on a fresh clone needs no rattler-build run (2 s for the whole matrix on the development machine; the
+target is 1 s).
 
 A store file is a render-cache entry (render_cache) under the key of no environment variable set: it is
 used only when today's inputs give that key (the same recipe, variant file, platform, host and

@@ -49,8 +49,9 @@ def build_command(variant_file: str, platform: str, channels: tuple[str, ...], r
     return f"rattler-build build -r {recipe_dir} -m {variant_file}" + "".join(f" -c {c}" for c in channels) + target
 
 
-# A pip world's variant file: what rattler-build builds from it (issue 33).
-PIP_NOTE = (f"# rattler-build builds only their {FLASH_ATTN.kernel_package} packages from it: the recipe skips {FLASH_ATTN.package}\n"
+# A pip world's variant file: what rattler-build builds from it.
+PIP_NOTE = (f"# rattler-build builds only their {FLASH_ATTN.kernel_package} "
+            f"packages from it: the recipe skips {FLASH_ATTN.package}\n"
             "# for a pip world, whose glue is a wheel (faforge.matrix.cells.PipCell); a kernel key a conda world has is\n"
             "# that world's package (`faforge matrix --kernels --world all`).")
 

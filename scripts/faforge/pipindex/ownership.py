@@ -18,8 +18,8 @@ from pathlib import Path
 
 from faforge.errors import FaforgeError
 from faforge.pipindex import layout, pages
-from faforge.pipindex.placement import PROJECTS
 from faforge.pipindex.parse import PageError, parse_html, parse_json
+from faforge.pipindex.placement import PROJECTS
 from faforge.pipwheel.facts import parse_wheel_filename
 from faforge.sandbox import PART_SUFFIX
 

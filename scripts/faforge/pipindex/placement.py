@@ -58,7 +58,8 @@ def glue_index(wheel) -> tuple[str | None, str | None]:
     minor = match["torch"]
     torch = requirement(wheel, "torch")
     if not admits(torch, minor):
-        return None, f"its label names torch {minor}, but it requires {torch}: the index of torch {minor} could never install it"
+        return None, (f"its label names torch {minor}, but it requires {torch}: "
+                      f"the index of torch {minor} could never install it")
     return index_name(minor, match["cuda"]), None
 
 
@@ -83,7 +84,8 @@ def place(wheels) -> Placement:
     for wheel in (w for w in wheels if w.name == FA3):
         match = CUDA_LABEL.fullmatch(wheel.local or "")
         if not match:
-            problems.append((wheel, f"its local version label {wheel.local!r} names no CUDA (e.g. +cu130.sm80.90a), so no index takes it"))
+            problems.append((wheel, f"its local version label {wheel.local!r} names no "
+                                    "CUDA (e.g. +cu130.sm80.90a), so no index takes it"))
             continue
         torch = requirement(wheel, "torch")
         fits = sorted(n for n in glue_placed if parse_index_name(n)[1] == match["cuda"] and admits(torch, parse_index_name(n)[0]))

@@ -25,8 +25,8 @@ from packaging.version import Version
 from faforge.errors import FaforgeError
 from faforge.packagefile import sha256_of
 from faforge.pipindex.layout import METADATA_SUFFIX, index_name, parse_index_name
-from faforge.pipindex.placement import GLUE
 from faforge.pipindex.parse import FileLink, Listing, Page
+from faforge.pipindex.placement import GLUE
 from faforge.pipwheel.facts import parse_wheel_filename
 from faforge.wheelnames import GLUE_LABEL
 
@@ -104,7 +104,8 @@ def _project_page(project: str, page: Page, index: str | None) -> list[str]:
             if parse_index_name(index) and named != index:
                 out.append(f"{what}: its local label {name.local!r} names {named or 'no index'}, not {index}")
     if page.format == "json" and page.versions is not None and sorted(page.versions, key=Version) != sorted(versions, key=Version):
-        out.append(f"{where}: its versions list {list(page.versions)} is not its files' versions {sorted(versions, key=Version)}")
+        out.append(f"{where}: its versions list {list(page.versions)} is "
+                   f"not its files' versions {sorted(versions, key=Version)}")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Wheels for pip and uv (issue 33), made from what the conda builds made: nothing is compiled for pip.
+"""Wheels for pip and uv (the pip world), made from what the conda builds made: nothing is compiled for pip.
 
   facts      a wheel's name, version, tags and METADATA, read without trusting the file (read_wheel -> WheelFacts)
   writer     a deterministic PEP 427 wheel from a WheelSpec (RECORD, WHEEL, METADATA), written atomically

@@ -87,7 +87,8 @@ def repack_fa3_wheel(raw: Path, *, cuda: str, archs: str, out_dir: Path, work: P
         name=facts.name, version=f"{Version(facts.version).public}+{label}", python_tags=facts.python_tags, abi_tags=facts.abi_tags,
         platform_tags=(verdict.tag,), requires_python=facts.requires_python,
         requires_dist=(f"torch>={torch_floor()}", *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) != "torch")),
-        summary=f"{FLASH_ATTN_3.title} (CUDA {cuda}, {layout.arch_label(arch_list)}) on torch's stable ABI, for torch >= {torch_floor()}",
+        summary=f"{FLASH_ATTN_3.title} (CUDA {cuda}, {layout.arch_label(arch_list)}) "
+                f"on torch's stable ABI, for torch >= {torch_floor()}",
         files={})
     path = rewrite_wheel(spec, contents, raw_info, member=member, patched=patched, out_dir=out_dir)
     return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=gpu, seconds=time.monotonic() - started)

@@ -5,8 +5,8 @@ A wheel is a zip file (PEP 427) named `{name}-{version}(-{build tag})?-{python}-
 Requires-Python. The file may be one faforge did not write (an index holds what anyone put there), so:
 the path must be a regular file within WHEEL_CAP (a FIFO is refused before anything waits on it), its zip
 members pass faforge.pipwheel.members' checks, and only METADATA and WHEEL are decompressed, each at most
-METADATA_CAP bytes. The name and version in METADATA must be the file name's, as pip requires. Each refusal is one FaforgeError
-(exit 2) naming the file and what is wrong with it.
+METADATA_CAP bytes. The name and version in METADATA must be the file name's, as pip requires. Each refusal is one
+FaforgeError (exit 2) naming the file and what is wrong with it.
 """
 
 from __future__ import annotations

@@ -114,7 +114,8 @@ def repack_glue_wheel(raw: Path, *, cell: GlueCell, kernel_wheel: Path, out_dir:
     extensions = [n for n in elves if "/" not in n and n.startswith(extension_prefix) and n.endswith(".so")]
     if elves != extensions or len(extensions) != 1:
         carried = [n for n in elves if n not in extensions]
-        why = (f"it carries {', '.join(carried)}: a pip glue links the kernel wheel's library, never a copy (build it with --kernel-library)"
+        why = (f"it carries {', '.join(carried)}: a pip glue links the kernel "
+               "wheel's library, never a copy (build it with --kernel-library)"
                if carried else f"{len(extensions)} {FLASH_ATTN.extension} modules at its top, not one")
         raise FaforgeError(f"{raw}: {why}", hint=f"pass the wheel of `{FLASH_ATTN.build_script} --kernel-library LIB`", input=str(raw),
                            exit_code=EXIT_PROBLEMS)
@@ -136,7 +137,8 @@ def repack_glue_wheel(raw: Path, *, cell: GlueCell, kernel_wheel: Path, out_dir:
         platform_tags=(verdict.tag,), requires_python=requires_python(cell.python),
         requires_dist=(layout.torch_requirement(cell.torch), f"{kernel.name}=={kernel.version}",
                        *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) not in ("torch", kernel.name))),
-        summary=f"{FLASH_ATTN.title} for torch {cell.torch} (CUDA {cell.cuda}, C++ ABI {cell.cxx11_abi}), linking {kernel.filename}",
+        summary=f"{FLASH_ATTN.title} for torch {cell.torch} (CUDA {cell.cuda}, "
+                f"C++ ABI {cell.cxx11_abi}), linking {kernel.filename}",
         files={})
     path = rewrite_wheel(spec, contents, raw_info, member=extension, patched=patched, out_dir=out_dir)
     return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=identity.gpu, seconds=time.monotonic() - started)
@@ -155,7 +157,8 @@ def _check_links(extension: Path, kernel_library: Path, cell: GlueCell, what: st
     """The extension is the cell's: its C++ ABI, and every kernel symbol it imports exported by the kernel library."""
     info = read_info(extension)
     if FLASH_ATTN.kernel_soname not in info.needed:
-        raise FaforgeError(f"{what}: its {FLASH_ATTN.extension} does not link {FLASH_ATTN.kernel_soname} (DT_NEEDED: {', '.join(info.needed)})",
+        raise FaforgeError(f"{what}: its {FLASH_ATTN.extension} does not link "
+                           f"{FLASH_ATTN.kernel_soname} (DT_NEEDED: {', '.join(info.needed)})",
                            hint=f"build it with {FLASH_ATTN.build_script} --kernel-library", exit_code=EXIT_PROBLEMS)
     symbols = read_dynamic_symbols(extension)
     found = cxx11_abi_of({s.name for s in symbols.all_symbols()})
@@ -166,5 +169,6 @@ def _check_links(extension: Path, kernel_library: Path, cell: GlueCell, what: st
     exported = set(read_dynamic_symbols(kernel_library).exports())
     missing = sorted(wanted - exported)
     if missing:
-        raise FaforgeError(f"{what}: imports {len(missing)} kernel symbol(s) the kernel wheel's library lacks (e.g. {missing[0][:120]})",
+        raise FaforgeError(f"{what}: imports {len(missing)} kernel symbol(s) the "
+                           f"kernel wheel's library lacks (e.g. {missing[0][:120]})",
                            hint="pass the kernel wheel of the kernel build this glue linked", exit_code=EXIT_PROBLEMS)

@@ -81,7 +81,8 @@ def _check_torch_runtime(torch_requires_dist: Iterable[str], cuda: str, major: i
             found.append(req)
     if len(found) != 1:
         what = "no requirement" if not found else f"{len(found)} requirements ({', '.join(map(str, found))})"
-        raise FaforgeError(f"the torch METADATA has {what} naming the CUDA runtime (nvidia-cuda-runtime* or cuda-toolkit[{RUNTIME_EXTRA}])",
+        raise FaforgeError(f"the torch METADATA has {what} naming the CUDA runtime "
+                           f"(nvidia-cuda-runtime* or cuda-toolkit[{RUNTIME_EXTRA}])",
                            hint="pass the METADATA of a CUDA build of torch from PyPI (a CPU torch requires none)")
     req = found[0]
     pinned = [s.version for s in req.specifier if s.operator in ("==", "===", "~=", ">=")]
@@ -113,14 +114,16 @@ def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_d
                            exit_code=EXIT_PROBLEMS)
     cudart = [n for n in identity.needed if n.startswith("libcudart.so.")]
     if cudart != [f"libcudart.so.{cuda.split('.')[0]}"]:
-        raise FaforgeError(f"{what}: its library needs {cudart or 'no shared CUDA runtime'}, not libcudart.so.{cuda.split('.')[0]} of CUDA {cuda}",
+        raise FaforgeError(f"{what}: its library needs {cudart or 'no shared CUDA runtime'}, "
+                           f"not libcudart.so.{cuda.split('.')[0]} of CUDA {cuda}",
                            hint="the kernel library links -cudart shared, the runtime torch loads; rebuild it", exit_code=EXIT_PROBLEMS)
     verdict = platform_tag([patched], inside=[FLASH_ATTN.kernel_soname], what=what)
     spec = WheelSpec(
         name=canonicalize_name(FLASH_ATTN.kernel_package), version=f"{package.version}+{label}", build_tag=number,
         python_tags=("py3",), abi_tags=("none",), platform_tags=(verdict.tag,), requires_dist=(runtime_requirement,),
         requires_python=KERNEL_REQUIRES_PYTHON,
-        summary=f"{FLASH_ATTN.title} kernels (CUDA {cuda}, {label.split('.', 1)[1]}), the conda build's library for pip",
+        summary=f"{FLASH_ATTN.title} kernels (CUDA {cuda}, "
+                f"{label.split('.', 1)[1]}), the conda build's library for pip",
         files={f"{layout.KERNEL_DIR}/__init__.py": b"", f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": patched})
     spec = replace(spec, files={**spec.files, **{f"{spec.dist_info}/licenses/{name}": text for name, text in package.licenses}})
     path = write_wheel(spec, out_dir)

@@ -51,7 +51,8 @@ def cuda_lib_dir(cuda: str) -> str:
 
 
 def _unknown_cuda(cuda: str) -> str:
-    raise FaforgeError(f"--cuda {cuda}: no known pip layout of its runtime wheel (CUDA 11 and 12: nvidia/cuda_runtime/lib, 13: nvidia/cu13/lib)",
+    raise FaforgeError(f"--cuda {cuda}: no known pip layout of its runtime wheel (CUDA "
+                       "11 and 12: nvidia/cuda_runtime/lib, 13: nvidia/cu13/lib)",
                        hint="read where its nvidia-cuda-runtime wheel's RECORD puts libcudart and add it to faforge.pipwheel.layout",
                        input=cuda)
 
@@ -62,7 +63,8 @@ def kernel_runpath(cuda: str) -> tuple[str, ...]:
 
 
 def glue_runpath(cuda: str) -> tuple[str, ...]:
-    """site-packages/ (the glue module sits at its top) -> the kernel wheel's folder, torch's libraries, the CUDA runtime."""
+    """site-packages/ (the glue module sits at its top) -> the
+    kernel wheel's folder, torch's libraries, the CUDA runtime."""
     return (f"$ORIGIN/{KERNEL_DIR}", "$ORIGIN/torch/lib", f"$ORIGIN/{cuda_lib_dir(cuda)}")
 
 

@@ -54,9 +54,9 @@ def is_external(name: str, patterns: Iterable[str] = EXTERNAL) -> bool:
 
 
 def _policies(machine: str, what: str):
-    from auditwheel.architecture import Architecture  # noqa: PLC0415  (auditwheel's import is slow; only wheel work needs it)
-    from auditwheel.libc import Libc  # noqa: PLC0415
-    from auditwheel.policy import WheelPolicies  # noqa: PLC0415
+    from auditwheel.architecture import Architecture  # noqa: PLC0415 (auditwheel: slow to import)
+    from auditwheel.libc import Libc  # noqa: PLC0415 (auditwheel: slow to import)
+    from auditwheel.policy import WheelPolicies  # noqa: PLC0415 (auditwheel: slow to import)
 
     try:
         arch = Architecture(machine)

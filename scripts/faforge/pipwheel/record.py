@@ -73,7 +73,8 @@ def check_record(wheel: WheelFacts) -> None:
                 hashed, size = listed[path]
                 algorithm, _, expected = hashed.partition("=")
                 if not expected or algorithm not in hashlib.algorithms_guaranteed or algorithm in WEAK:
-                    raise _refuse(wheel, f"{name} gives {path[:200]!r} the hash {hashed[:80]!r}, not ALGORITHM=DIGEST with sha256 or stronger")
+                    raise _refuse(wheel, f"{name} gives {path[:200]!r} the hash {hashed[:80]!r}, "
+                                         "not ALGORITHM=DIGEST with sha256 or stronger")
                 actual, length = _digest(archive, info, algorithm)
                 if actual != expected or size != str(length):
                     raise _refuse(wheel, f"member {path[:200]!r} has {algorithm}={actual} and {length:,} bytes, but {name} says "

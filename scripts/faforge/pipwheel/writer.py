@@ -109,8 +109,8 @@ def wheel_members(spec: WheelSpec) -> list[tuple[str, bytes]]:
     (its own files sorted), METADATA, WHEEL and RECORD last."""
     for name in spec.files:
         _check_name(name, spec)
-    inside = lambda n: n.split("/")[0] == spec.dist_info  # noqa: E731
-    order = sorted((n for n in spec.files if not inside(n))) + sorted(n for n in spec.files if inside(n))
+    inside = lambda n: n.split("/")[0] == spec.dist_info  # noqa: E731 (a one-line helper)
+    order = sorted(n for n in spec.files if not inside(n)) + sorted(n for n in spec.files if inside(n))
     members = [(name, _bytes(spec.files[name])) for name in order]
     members += [(f"{spec.dist_info}/METADATA", metadata_text(spec).encode()), (f"{spec.dist_info}/WHEEL", wheel_text(spec).encode())]
     out = io.StringIO()

@@ -75,8 +75,9 @@ def fa3_recipe(variants_dir: Path) -> Path:
 
 
 def render_fa3(packages: list[Fa3Package], recipe_path: Path, variants_dir: Path) -> list[RenderedFa3]:
-    """Each FA3 package rendered from its platform's generated variant file (variants/flash-attn-3-<platform>-<world>.yaml),
-    as `rattler-build build -m` that file would: matched by platform, CUDA and arch list."""
+    """Each FA3 package rendered from its platform's generated variant file
+    (variants/flash-attn-3-<platform>-<world>.yaml), as `rattler-build build -m`
+    that file would: matched by platform, CUDA and arch list."""
     out = {}
     for platform, world in sorted({(p.platform, p.world) for p in packages}):
         wanted = {(p.cuda, p.cuda_archs): p for p in packages if (p.platform, p.world) == (platform, world)}
@@ -165,7 +166,8 @@ def require_piece_support(rendered: RenderedCell, tus: tuple[str, ...]) -> None:
     if str(env.get(TUS_ENV, "")).split() != list(tus):
         raise FaforgeError(
             f"{rendered.cell.id}: the recipe does not pass {TUS_ENV} to its build script, so it cannot build a piece",
-            hint=f'add `{TUS_ENV}: ${{{{ env.get("{TUS_ENV}", default="") }}}}` to build.script.env, or build the cell whole',
+            hint=f'add `{TUS_ENV}: ${{{{ env.get("{TUS_ENV}", default="") '
+                 '}}` to build.script.env, or build the cell whole',
         )
 
 
@@ -192,7 +194,7 @@ def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_di
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
     compiler cache: its package is a by-product, built in a scratch dir and deleted.
     """
-    from rattler_build import ToolConfiguration  # noqa: PLC0415
+    from rattler_build import ToolConfiguration  # noqa: PLC0415 (py-rattler-build: slow to import)
 
     cell = rendered.cell
     target = output_dir / cell.platform / package_filename(rendered)
@@ -212,7 +214,8 @@ def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_di
         log.write(f"cell {cell.id} part {part} channels {' '.join(channels)}\n")
         log.write(f"{override}\n")
         if evicted:
-            log.write(f"dropped rattler's cached extraction of an earlier build of the same name: {' '.join(map(str, evicted))}\n")
+            log.write("dropped rattler's cached extraction of an earlier "
+                      f"build of the same name: {' '.join(map(str, evicted))}\n")
         live(override.split(" (")[0])
         if tus:
             log.write(f"piece: {len(tus)} kernel TUs: {' '.join(tus)}\n")

@@ -6,7 +6,7 @@ cell's kernel package (once per kernel key in a run) and then its flash-attn, wh
 output dir: rattler-build indexes its output dir and solves from it as a channel. A cell whose
 kernel package failed is not built. A job may also be an FA3 package (faforge.matrix.flash_attn_3),
 whole (`all`) or one of its TU pieces, from recipes/flash-attn-3 and its platform's generated variant file. A pip
-cell (issue 33: pypi/<platform>/...) builds its kernel package's parts here as a conda cell does, and its wheels
+cell (pypi/<platform>/...) builds its kernel package's parts here as a conda cell does, and its wheels
 (`wheel`, or `all`: its kernel package first when none is found) through faforge.release.pip_build, after the rest.
 The command only parses and prints: progress lines go through
 the `Reporter` it passes (faforge.progress), so this layer prints nothing itself.
@@ -27,20 +27,37 @@ from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, explain_missing, find_cell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
-from faforge.matrix.render import RenderedCell, SourceOverride, recipe_file, recipe_output_names, render_cells, render_kernel_output
-from faforge.release.build import CHANNEL_ALIAS_ENV, TUS_ENV, CellBuild, build_cell, fa3_recipe, parse_channel_aliases, render_fa3
+from faforge.matrix.pip_builds import pip_builds
+from faforge.matrix.render import (
+    RenderedCell,
+    SourceOverride,
+    recipe_file,
+    recipe_output_names,
+    render_cells,
+    render_kernel_output,
+)
+from faforge.release.build import (
+    CHANNEL_ALIAS_ENV,
+    TUS_ENV,
+    CellBuild,
+    build_cell,
+    fa3_recipe,
+    parse_channel_aliases,
+    render_fa3,
+)
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.package import read_package
 from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given
-from faforge.release.pip_target import cross_target
 from faforge.release.pip_plan import WHEEL_PART
+from faforge.release.pip_target import cross_target
 from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
 
 # An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
 FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
-# Not `--json > FILE`: the shell creates FILE even when plan fails (issue 14).
-PLAN_HINT = "write it with `faforge plan --output FILE` (written only when planning succeeds; without --channel it plans every cell, offline)"
+# Not `--json > FILE`: the shell creates FILE even when plan fails.
+PLAN_HINT = ("write it with `faforge plan --output FILE` (written only when "
+             "planning succeeds; without --channel it plans every cell, offline)")
 
 
 @dataclass(frozen=True)
@@ -147,9 +164,11 @@ def build_steps(jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe
 
 
 def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
-    """Every id a cell of the matrix, a pip cell, or one of its FA3 packages; else a bad-input error naming it and where the ids are listed."""
+    """Every id a cell of the matrix, a pip cell, or one of its FA3 packages;
+    else a bad-input error naming it and where the ids are listed."""
     fa3 = [p.id for p in matrix.fa3]
-    listed = (f"`faforge matrix` lists every cell, `faforge matrix --world pypi` every pip cell, `faforge matrix --fa3` every "
+    listed = ("`faforge matrix` lists every cell, `faforge matrix --world "
+              "pypi` every pip cell, `faforge matrix --fa3` every "
               f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks")
     for key in ids:
         if key in fa3 or find_cell(matrix.cells, key) is not None or find_cell(matrix.pip_cells, key) is not None:
@@ -157,7 +176,8 @@ def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
         if CELL_ID.fullmatch(key) or PIP_CELL_ID.fullmatch(key):
             raise FaforgeError(explain_missing(matrix.table, matrix.policy, key), hint=listed)
         if FA3_ID.fullmatch(key):
-            raise FaforgeError(f"{key}: no {FLASH_ATTN_3.package} package of the matrix has this id (it has {', '.join(fa3) or 'none'})", hint=listed)
+            raise FaforgeError(f"{key}: no {FLASH_ATTN_3.package} package of the "
+                               f"matrix has this id (it has {', '.join(fa3) or 'none'})", hint=listed)
         example = f" or a {FLASH_ATTN_3.package} package id (e.g. {fa3[0]})" if fa3 else ""
         raise FaforgeError(f"{shorten(repr(key))} is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1){example}", hint=listed)
 
@@ -200,13 +220,12 @@ def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
 def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildRequest, source) -> tuple[list, WheelWhere | None]:
     """The pip cells' wheel jobs among the wanted ones (part `all` or `wheel`), each once, and where they read and
     write, every option checked before any build: the kernel packages given, the CUDA toolkit of each CUDA."""
-    from faforge.matrix.pip_builds import pip_builds  # noqa: PLC0415
-
     asked = list(dict.fromkeys((key, part) for key, part in wanted if find_cell(matrix.pip_cells, key) is not None
                                and part in ("all", WHEEL_PART)))
     for key, part in wanted:
         if part == CELL_PART and find_cell(matrix.pip_cells, key) is not None:
-            raise FaforgeError(f"--part {CELL_PART}: {key} is a pip cell; its own job is --part {WHEEL_PART} (its glue and kernel wheels)",
+            raise FaforgeError(f"--part {CELL_PART}: {key} is a pip cell; its own job "
+                               f"is --part {WHEEL_PART} (its glue and kernel wheels)",
                                hint=f"--part {WHEEL_PART}, or --part all to build its kernel package first", input=key)
     if not asked:
         for option, value in (("--kernel-package", request.kernel_package), ("--kernel-channel", request.kernel_channel),
@@ -273,7 +292,8 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
             if (tus or part in (KERNELS_PART, KERNELS_LINK_PART)) and not kernels_in_recipe:
                 # The plan schedules kernel packages; a recipe without that output (one whose build
                 # script compiles the kernel library inside each cell's package) has nothing to do here.
-                report.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, so each cell's job compiles its kernels; nothing to build")
+                report.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, "
+                           "so each cell's job compiles its kernels; nothing to build")
                 results.append(CellBuild(cell=cell.id, part=part, status="in-cell", seconds=0.0, package=None, log=log_dir / "-"))
                 continue
             if part == CELL_PART and kernel_key(cell) in kernel_failed:

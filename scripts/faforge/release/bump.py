@@ -8,7 +8,7 @@ A torch minor variants/kernel-abi.yaml has no row for gets one measured from its
 (faforge.kernels.measure_abi), so no row is written by hand.
 
 A pip source (torch-sources.yaml `pip_sources`: PyPI, one of PyTorch's per-CUDA indexes) gives a pip
-world's rows (issue 33): per torch minor from the pip floor on and platform, the newest release's wheels
+world's rows: per torch minor from the pip floor on and platform, the newest release's wheels
 on its simple page; one wheel of each is read by range requests for its CUDA (torch/version.py: none is a
 CPU build, no row) and C++ ABI (torch/lib/libc10.so), and the pythons are its CPython wheels'
 (faforge.release.wheels). A release the table has, with that CUDA on that platform, or a newer patch of it,
@@ -32,11 +32,20 @@ from faforge.errors import DataError, FaforgeError
 from faforge.kernels.kernel_abi import PhiloxWidths, Verdict, dump_row
 from faforge.kernels.measure_abi import measure_release
 from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
-from faforge.matrix.policy import BuildPolicy
-from faforge.matrix.releases import (TORCH_WHEEL, WHEEL_ARCH_PLATFORMS, PipRelease, Release, ReleaseTable, dump_releases, header_of,
-                                     load_releases, wheel_python)
-from faforge.matrix.render_store import store_files
 from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
+from faforge.matrix.policy import BuildPolicy
+from faforge.matrix.releases import (
+    TORCH_WHEEL,
+    WHEEL_ARCH_PLATFORMS,
+    PipRelease,
+    Release,
+    ReleaseTable,
+    dump_releases,
+    header_of,
+    load_releases,
+    wheel_python,
+)
+from faforge.matrix.render_store import store_files
 from faforge.matrix.variants import generated_files, stale_files
 from faforge.release.package import cuda_of_tag
 from faforge.release.wheels import read_project_files, read_torch_wheel
@@ -188,14 +197,15 @@ def wheel_groups(files: list[RemoteFile], platforms: tuple[str, ...], floor: str
         if vtuple(version) > vtuple(newest.get((minor_of(version), platform), "0")):
             newest[(minor_of(version), platform)] = version
     out: dict[tuple[str, str], list[RemoteFile]] = defaultdict(list)
-    for (version, platform, python), (_, f) in sorted(best.items(), key=lambda kv: (vtuple(kv[0][0]), kv[0][1], vtuple(kv[0][2]))):
+    for (version, platform, _python), (_, f) in sorted(best.items(), key=lambda kv: (vtuple(kv[0][0]), kv[0][1], vtuple(kv[0][2]))):
         if newest[(minor_of(version), platform)] == version:
             out[(version, platform)].append(f)
     return dict(out)
 
 
 def _covered(table: ReleaseTable, world: str, torch: str, platform: str, cuda: str | None = None) -> bool:
-    """Whether the world has this release (with this CUDA, when known) on this platform, or a newer patch of its minor."""
+    """Whether the world has this release (with this CUDA, when
+    known) on this platform, or a newer patch of its minor."""
     return any(r.world == world and platform in r.platforms and r.torch_minor == minor_of(torch) and vtuple(r.torch) >= vtuple(torch)
                and cuda in (None, r.cuda) for r in table.pip_releases)
 
@@ -225,7 +235,8 @@ def find_new_pip(table: ReleaseTable, policy: BuildPolicy, source: PipSource, ca
         per_platform.sort(key=lambda pw: world.platforms.index(pw[0]))
         rows.append(PipRelease(world=world.name, torch=version, cuda=cuda, python=pythons, platforms=tuple(p for p, _ in per_platform),
                                cxx11_abi=abi, source=tuple(w for _, ws in per_platform for w in ws),
-                               # the source's index, not a mirror's (`--channel-url`): the row says where users get the wheel
+                               # the source's index, not a mirror's (`--channel-url`):
+                               # the row says where users get the wheel
                                index=None if source.index == world.index else source.index))
     return rows
 

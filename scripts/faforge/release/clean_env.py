@@ -25,12 +25,12 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from faforge import config, wheelfetch
-from faforge.wheelnames import cuda_runtime_dist
 from faforge.release.package import PackageFacts
+from faforge.wheelnames import cuda_runtime_dist
 
 # The package's Python run requirements that the torch wheel does not bring, by PyPI name. A real
 # build's other run requirements (libgcc, libstdcxx, cuda-cudart, python_abi, arm-variant from
@@ -88,7 +88,8 @@ def find_python(version: str) -> Path:
     for candidate in candidates:
         if _runs_as(candidate, version):
             return candidate
-    raise Unavailable(f"no working Python {version} interpreter (tried {', '.join(map(str, candidates)) or f'python{version} on PATH'})")
+    raise Unavailable(f"no working Python {version} interpreter (tried "
+                      f"{', '.join(map(str, candidates)) or f'python{version} on PATH'})")
 
 
 def check_runnable_here(package: PackageFacts) -> None:
@@ -99,12 +100,12 @@ def check_runnable_here(package: PackageFacts) -> None:
         raise Unavailable(f"{package.filename}: its build string does not name python/torch/CUDA/ABI, so no torch can be matched")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _torch_files() -> tuple:
     return tuple(wheelfetch.list_files("torch"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _remote_cuda(torch: str, python_tag: str, subdir: str) -> str | None:
     try:
         wheel = wheelfetch.pick_wheel(list(_torch_files()), torch, python_tag, WHEEL_PLATFORMS[subdir])
@@ -185,7 +186,8 @@ def pypi_torch_venv(version: str, python: str, extra: list[str] | tuple[str, ...
     name = f"torch-{version.lstrip('=')}-py{python}" + "".join(f"+{e}" for e in sorted(extra))
     prefix = _cached_venv("torch-venvs", name, python, [f"torch{version}", *extra], f"PyPI torch{version}", announce)
     python = prefix / "bin" / "python"
-    probe = "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))"
+    probe = ("import json, torch; print(json.dumps([torch.__version__, "
+             "torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))")
     result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     if result.returncode != 0:
         raise Unavailable(f"torch{version} in {prefix} does not import: {result.stderr.strip().splitlines()[-1:]}")
@@ -239,7 +241,7 @@ def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda messag
 @contextlib.contextmanager
 def unpacked(*packages: PackageFacts):
     """A temporary prefix with `packages` extracted into it, as conda would lay them out."""
-    from rattler.package_streaming import extract  # noqa: PLC0415
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
     with tempfile.TemporaryDirectory(prefix="faforge-unpacked-") as tmp:
         for package in packages:
@@ -251,7 +253,7 @@ def unpacked(*packages: PackageFacts):
 def fresh_env(package: PackageFacts, base: TorchVenv, kernel: PackageFacts | None = None):
     """A new venv holding only `package` (and the kernel package it pins: its lib/ becomes the venv's
     lib/, where the glue's RUNPATH $ORIGIN/../.. reaches), with the base venv's torch visible through a .pth file."""
-    from rattler.package_streaming import extract  # noqa: PLC0415
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
     with tempfile.TemporaryDirectory(prefix="faforge-clean-env-") as tmp:
         prefix = Path(tmp) / "env"

@@ -20,10 +20,10 @@ from faforge import paths
 from faforge.backend.archs import parse_arch_list
 from faforge.backend.errors import BuildError
 from faforge.backend.jobs import WORST_CASE_GB_PER_JOB, derive_max_jobs
-from faforge.kernels.tus import default_grid
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
 from faforge.family import FLASH_ATTN
+from faforge.kernels.tus import default_grid
 
 HOST_TU = FLASH_ATTN.host_source
 # Job parts (a plan job's `part`, `faforge build --part`): a kernel package built in one job, the
@@ -51,7 +51,7 @@ class Runner:
 
 @dataclass(frozen=True)
 class WheelRunner:
-    """Where a pip cell's wheel job runs (issue 33): its runner, PyPA's manylinux image of the platform's machine
+    """Where a pip cell's wheel job runs: its runner, PyPA's manylinux image of the platform's machine
     (whose glibc the glue's tag follows) and NVIDIA's CUDA repository for that image."""
 
     platform: str
@@ -131,7 +131,8 @@ def split_kernels(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]
                 break
         else:
             raise FaforgeError(
-                f"one {tu_class.name} TU with archs {cuda_archs} needs more than {runner.job_limit_minutes} minutes on {runner.label}",
+                f"one {tu_class.name} TU with archs {cuda_archs} needs more "
+                f"than {runner.job_limit_minutes} minutes on {runner.label}",
                 hint=f"use a bigger runner for {platform} in {cost.path.name}, or fewer archs in matrix.yaml",
             )
         pieces = math.ceil(len(tus) / size)

@@ -56,7 +56,8 @@ def fetch_kernel_package(pin: KernelPin, subdir: str, channel: str) -> Path:
                            hint="name the channel its kernel job published to, or pass the kernel package itself")
     if record.sha256 is None:
         remote = str(channel).startswith(("http://", "https://"))  # a local channel's index is bad input, as for any local file
-        raise FaforgeError(f"--kernel-channel {channel}: its record of {record.file_name} has no sha256, so a download cannot be checked",
+        raise FaforgeError(f"--kernel-channel {channel}: its record of {record.file_name} "
+                           "has no sha256, so a download cannot be checked",
                            input=channel, hint="re-index the channel (`faforge index`), or pass the kernel package itself",
                            exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT)
     sha256 = record.sha256.hex()

@@ -81,16 +81,19 @@ def require_passed(manifest_dir: Path, package: PackageFacts, required: tuple[st
     missing = [f"{g}: {results[g].result if g in results else 'not run'}" for g in GATES
                if (g in required and (g not in results or results[g].result != "passed")) or (g in results and results[g].result == "failed")]
     if missing:
-        raise FaforgeError(f"{package.filename} ({package.sha256[:12]}) has not passed its gates ({'; '.join(missing)}), so it is not copied",
+        raise FaforgeError(f"{package.filename} ({package.sha256[:12]}) has not passed "
+                           f"its gates ({'; '.join(missing)}), so it is not copied",
                            exit_code=EXIT_PROBLEMS, hint=verify_hint(package, manifest_dir))
     if sha256_of(package.path) != package.sha256:
-        raise FaforgeError(f"{package.path}: changed since its gates were checked (sha256 is no longer {package.sha256[:12]}…), so it is not copied",
+        raise FaforgeError(f"{package.path}: changed since its gates were checked (sha256 "
+                           f"is no longer {package.sha256[:12]}…), so it is not copied",
                            exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
 
 
 def verify_hint(package: PackageFacts, manifest_dir: Path) -> str:
     """What to do about a package without its gates: verify it into the manifest publish reads."""
-    return f"run `faforge verify {package.path} --manifest {manifest_dir}` first (the GPU gate on a GPU runner: --gates gpu)"
+    return (f"run `faforge verify {package.path} --manifest {manifest_dir}` "
+            "first (the GPU gate on a GPU runner: --gates gpu)")
 
 
 def record(manifest_dir: Path, package: PackageFacts, gate: str, result: str, detail: str) -> GateResult:
@@ -145,7 +148,8 @@ def read_record(path: Path, sha256: str, gate: str) -> GateResult:
     expected = {"version": MANIFEST_VERSION, "gate": gate, "sha256": sha256}
     wrong = next((k for k, v in expected.items() if raw[k] != v), None)
     if wrong:
-        raise _bad(path, f"{wrong!r} is {shorten(json.dumps(raw[wrong]), 80)}, but a record at this path must say {json.dumps(expected[wrong])}")
+        raise _bad(path, f"{wrong!r} is {shorten(json.dumps(raw[wrong]), 80)}, but a "
+                         f"record at this path must say {json.dumps(expected[wrong])}")
     if raw["result"] not in RESULTS:
         raise _bad(path, f"'result' is {shorten(json.dumps(raw['result']), 80)}, not one of {', '.join(RESULTS)}")
     return GateResult(**{k: v for k, v in raw.items() if k != "version"})

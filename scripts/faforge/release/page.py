@@ -7,7 +7,7 @@ are listed beside the grid, each with its own install lines. The lines are compu
 not in the page's script; the page only fills in its own URL when it is served from the
 channel folder itself (install channel `here`).
 
-Beside the conda lines of a cell stand the pip and uv lines of its pip cell (issue 33): the matrix's pip
+Beside the conda lines of a cell stand the pip and uv lines of its pip cell: the matrix's pip
 cells for PyPI's torch of that minor, CUDA, ABI and python, each installed from the wheel index of its torch
 minor and CUDA (faforge.pipindex.instructions). Given the wheel index (a local root or its base URL), each
 pip cell says whether its glue wheel is published there yet.
@@ -182,7 +182,7 @@ def with_channel(data: dict, channel: str) -> dict:
     """The data with the page's placeholder replaced: a JSON file, unlike the page, cannot learn its own URL."""
     if data["install_channel"] is not None:
         return data
-    fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731
+    fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731 (a one-line helper)
     filled = {key: [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data[key]]
               for key in ("packages", FLASH_ATTN_3.key)}
     return {**data, "install_channel": channel, **filled}

@@ -1,4 +1,5 @@
-"""`faforge build PIP_CELL` (issue 33): a pip cell's glue wheel and kernel wheel, from the kernel package of its key.
+"""`faforge build PIP_CELL` (the pip world): a pip cell's glue wheel and kernel wheel, from the kernel package of
+its key.
 
   1. the kernel package: one given (--kernel-package), one already in the output folder, one in the kernel
      channel (--kernel-channel, where an earlier run published it), or else (part `all`) built here exactly as
@@ -58,6 +59,7 @@ from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_target import CROSS_MACHINE, CrossTarget
 from faforge.release.plan import job_slug
 from faforge.release.reporter import Reporter
+from faforge.wheelfetch import download_checked, list_files
 
 WHEEL_DIR = "dist"
 # The build tools the glue's build needs beside torch (recipes/flash-attn/recipe.yaml's host requirements of the
@@ -66,7 +68,8 @@ WHEEL_DIR = "dist"
 BUILD_TOOLS = ("ninja", "pyelftools", "setuptools<82", "wheel")
 TORCH_EXTRAS = ("einops", "pytest")  # the extras of verify's base venv (clean_env.pip_requirements): the same cached venv
 GLUE_TIMEOUT_S = 3 * 3600
-# The build script's own lines (its steps, `[build_flash_attn] ...`, and its error, `build_flash_attn: error: ...`), shown live.
+# The build script's own lines, shown live: its steps (`[build_flash_attn] ...`) and its error
+# (`build_flash_attn: error: ...`).
 BACKEND_LINES = (BACKEND_LOG_PREFIX, f"{Path(FLASH_ATTN.build_script).stem}:")
 NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
 @dataclass(frozen=True)
@@ -208,8 +211,6 @@ def build_kernel_package(build: PipBuild, matrix: Matrix, where: WheelWhere, rep
 
 def flash_attn_sdist(matrix: Matrix) -> Path:
     """The recipe's sdist from PyPI, sha256-checked against variants/matrix.yaml, cached under faforge's cache."""
-    from faforge.wheelfetch import download_checked, list_files  # noqa: PLC0415
-
     version, sha256 = matrix.policy.flash_attn_version, matrix.policy.flash_attn_sha256
     name = f"{FLASH_ATTN.dist_name}-{version}.tar.gz"
     target = config.cache_dir() / f"{FLASH_ATTN.package}-sdist" / name
@@ -278,7 +279,8 @@ def torch_metadata(site: Path) -> Path:
 
 
 def licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
-    """The kernel package's info/licenses/ files; one left as a link into its recipe folder is that file of this checkout."""
+    """The kernel package's info/licenses/ files; one left as a
+    link into its recipe folder is that file of this checkout."""
     found = []
     folder = prefix / "info" / "licenses"
     for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
@@ -301,11 +303,15 @@ def wheel_json(built, was: dict | None = None) -> dict:
 def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhere, report: Reporter, title: str, log, work: Path,
                 sdist: Path) -> dict:
     """Steps 2 and 3 for one cell, its kernel package found; the --json `wheel` object."""
-    from rattler.package_streaming import extract  # noqa: PLC0415
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
-    from faforge.pipwheel.facts import requires_dist_of  # noqa: PLC0415
-    from faforge.pipwheel.glue import GlueCell, repack_glue_wheel  # noqa: PLC0415
-    from faforge.pipwheel.kernel import KernelPackage, cuda_runtime_requirement, pack_kernel_wheel  # noqa: PLC0415
+    from faforge.pipwheel.facts import requires_dist_of  # noqa: PLC0415 (pip cells only)
+    from faforge.pipwheel.glue import GlueCell, repack_glue_wheel  # noqa: PLC0415 (pip cells only)
+    from faforge.pipwheel.kernel import (  # noqa: PLC0415 (pip cells only)
+        KernelPackage,
+        cuda_runtime_requirement,
+        pack_kernel_wheel,
+    )
 
     cell = build.cell
     steps = {}
@@ -354,8 +360,10 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
     kernel_wheel = pack_kernel_wheel(KernelPackage(library=library, name=kernel_facts.name, version=kernel_facts.version, build=kernel_facts.build,
                                                    subdir=kernel_facts.subdir, licenses=licenses(prefix)),
                                      runtime_requirement=requirement, out_dir=dist, work=work / "kernel-wheel", say=report.say)
-    report.say(f"  {title}: kernel wheel {kernel_wheel.path.name}: the kernel package's library, byte for byte but for its RUNPATH "
-               f"(RPATH {':'.join(original.rpath) or '-'} -> RUNPATH {':'.join(kernel_wheel.runpath)}, patchelf); no kernel TU compiled for pip")
+    report.say(f"  {title}: kernel wheel {kernel_wheel.path.name}: the "
+               "kernel package's library, byte for byte but for its RUNPATH "
+               f"(RPATH {':'.join(original.rpath) or '-'} -> RUNPATH "
+               f"{':'.join(kernel_wheel.runpath)}, patchelf); no kernel TU compiled for pip")
     glue = repack_glue_wheel(raws[0], cell=GlueCell(torch=cell.torch_minor, cuda=cell.cuda, cxx11_abi=cell.cxx11_abi, python=cell.python,
                                                     build_tag=build.build_string),
                              kernel_wheel=kernel_wheel.path, out_dir=dist, work=work / "glue-wheel", say=report.say)

@@ -1,4 +1,4 @@
-"""Clean pip environments for the gates of a wheel (issue 33): real pip, our wheels over HTTP, PyPI's torch.
+"""Clean pip environments for the gates of a wheel (the pip world): real pip, our wheels over HTTP, PyPI's torch.
 
   * loopback_index: a staging index of exactly the wheels under test, written by faforge.pipindex's own page
     renderer (PEP 503 HTML with sha256 links and data-requires-python, the PEP 691 JSON, PEP 658 metadata)
@@ -188,7 +188,8 @@ def pip_install(python: Path, requirements: Sequence[str], *, index_url: str, ex
 
 
 def pip_install_file(python: Path, wheel: Path) -> PipRun:
-    """`python -m pip install --no-deps --no-index WHEEL`: pip's own checks of a wheel file (tags, RECORD), nothing fetched."""
+    """`python -m pip install --no-deps --no-index WHEEL`: pip's
+    own checks of a wheel file (tags, RECORD), nothing fetched."""
     return _run_pip([str(python), "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--no-index", str(Path(wheel).absolute())],
                     python.parent)
 

@@ -1,4 +1,4 @@
-"""The pip world in `faforge plan` (issue 33): one wheel job per pip cell, after the kernel stage, reusing the
+"""The pip world in `faforge plan`: one wheel job per pip cell, after the kernel stage, reusing the
 kernel packages the conda cells have (faforge.matrix.pip_builds); what the target wheel index already holds;
 and the runner hours each torch release adds.
 
@@ -48,7 +48,7 @@ def wheel_part(cost: BuildCost) -> Part:
 
 def _read_one(where: str, index_name: str) -> dict[str, set[str]] | None:
     """project -> the file names one index lists, read as pip reads it; None when that index does not exist yet."""
-    from faforge.pipindex.read import read_published  # noqa: PLC0415
+    from faforge.pipindex.read import read_published  # noqa: PLC0415 (only with --index)
 
     listing = read_published(where, index_name)
     if listing is None:

@@ -1,4 +1,4 @@
-"""Which machine builds which pip cell's glue, and the cross build's inputs, checked before any work (issue 33).
+"""Which machine builds which pip cell's glue, and the cross build's inputs, checked before any work.
 
 A machine builds its own platform's pip cells natively, against PyPI's torch in a venv (CI's wheel job runs on a
 runner of the cell's machine: variants/build-cost.yaml, wheel_runners); an x86_64 machine also cross-builds
@@ -43,8 +43,8 @@ def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python:
     """The cross build's target for the linux-aarch64 cells among `builds` on an x86_64 `machine` (default: this one),
     each input checked against each cell; None when every cell is of the machine's own platform (a native build).
     FaforgeError naming the option or cell, what is wrong and what to pass."""
-    from faforge.abi.check import torch_facts  # noqa: PLC0415
-    from faforge.backend.foreign import prefix_python_includes  # noqa: PLC0415
+    from faforge.abi.check import torch_facts  # noqa: PLC0415 (cross builds only)
+    from faforge.backend.foreign import prefix_python_includes  # noqa: PLC0415 (cross builds only)
 
     machine = machine or platform.machine()
     native_platform = clean_env.MACHINE_SUBDIRS.get(machine)
@@ -94,7 +94,8 @@ def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python:
                                input=str(target_python), hint=CROSS_INPUTS_HINT)
     with paths.user_path("--torch-site", torch_site):
         if not (site / "torch" / "version.py").is_file() or not (site / "torch" / "lib").is_dir():
-            raise FaforgeError(f"--torch-site {torch_site}: no torch/version.py and torch/lib there, so not a site-packages holding torch",
+            raise FaforgeError(f"--torch-site {torch_site}: no torch/version.py and "
+                               "torch/lib there, so not a site-packages holding torch",
                                input=str(torch_site), hint=CROSS_INPUTS_HINT)
         site = site.resolve()
         facts = torch_facts([site / "torch" / "lib"])

@@ -17,7 +17,7 @@ So a plan has five stages, each a list of chunks; the first three run one after 
   recipes/flash-attn-3 and its generated variant file, after its pieces when it has them (then with their
   objects in the compiler cache, as a kernels-link job); it needs no kernel package, so these two stages
   run beside the others;
-- `wheels`: one job per pip cell (issue 33: faforge.release.pip_plan), after the kernel stages: the cell's
+- `wheels`: one job per pip cell (the pip world: faforge.release.pip_plan), after the kernel stages: the cell's
   glue wheel (flash_api.cpp against its PyPI torch, linked against its kernel package: this run's or the
   channel's) and the kernel wheel (that package's library, only its RUNPATH set); a kernel key only pip
   cells have is an ordinary kernel package of the first two stages.
@@ -39,11 +39,19 @@ from dataclasses import dataclass, field
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import Cell
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.matrix.kernels import KernelPackage
-from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
-from faforge.matrix.kernels import kernel_key
+from faforge.matrix.kernels import KernelPackage, kernel_key
 from faforge.matrix.pip_builds import PipBuild
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, WheelRunner, cell_part, split_kernels
+from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
+from faforge.release.cost import (
+    CELL_PART,
+    KERNELS_LINK_PART,
+    KERNELS_PART,
+    BuildCost,
+    Part,
+    WheelRunner,
+    cell_part,
+    split_kernels,
+)
 from faforge.release.pip_plan import PIP_STAGE, WHEEL_PART, TorchReleaseCost, no_wheel_runner, wheel_part
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
@@ -207,8 +215,8 @@ def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, 
 
 
 def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner: WheelRunner, cost: BuildCost, kernel_in_channel: bool) -> dict:
-    """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus the
-    wheels it makes and where it makes them: the image and CUDA repository of its platform's machine."""
+    """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus
+    the wheels it makes and where it makes them: the image and CUDA repository of its platform's machine."""
     return {
         **_job(build.cell, kernels, wheel_part(cost), runner.label),
         "container": runner.container,

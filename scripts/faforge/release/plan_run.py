@@ -1,5 +1,6 @@
 """`faforge plan`'s work: the platform's cells, pip cells and FA3 packages, what the channel and the wheel index
-already hold, the plan, and its chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
+already hold, the plan, and its chunks checked against the
+workflow's chunk jobs; faforge.release.plan is the pure part."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def pip_in_index(index: str, builds, report: Reporter) -> frozenset[str]:
     """The ids of the pip cells whose two wheels the index root `index` (a folder or a URL) already lists."""
     holdings = index_holdings(index, {b.cell.index_name for b in builds})
     if holdings.missing:
-        report.say(f"faforge plan: {len(holdings.missing)} of the {len(holdings.missing) + len(holdings.files)} indexes are not in "
+        report.say(f"faforge plan: {len(holdings.missing)} of the "
+                   f"{len(holdings.missing) + len(holdings.files)} indexes are not in "
                    f"{index} yet (nothing published there): {' '.join(holdings.missing)}")
     return frozenset(b.cell.id for b in builds if holdings.holds(b))
 
@@ -87,8 +89,10 @@ def plan_builds(*, platform: str, channel: str | None, given: str | None, new_ch
     for kind in STAGES:
         if len(data[kind]) > max_chunks:
             raise FaforgeError(
-                f"the plan needs {len(data[kind])} {kind} chunks of at most {plan.chunk_size} jobs, but the workflow has {max_chunks}",
-                hint="add chunk jobs to .github/workflows/build.yml and pass --max-chunks, or build fewer cells per run (--platform)",
+                f"the plan needs {len(data[kind])} {kind} chunks of at most "
+                f"{plan.chunk_size} jobs, but the workflow has {max_chunks}",
+                hint="add chunk jobs to .github/workflows/build.yml and pass "
+                     "--max-chunks, or build fewer cells per run (--platform)",
             )
     return plan
 

@@ -3,7 +3,7 @@
 A package may go out only if the manifest shows every required gate `passed` for its exact
 sha256. `skipped` is not `passed` (a missing GPU never counts as a pass), and a `failed`
 gate refuses the package whatever is required, so a known-broken file never ships. A flash-attn
-that pins its kernel build (libflash-attn-kernels, issue 15) goes out only with that exact kernel
+that pins its kernel build (libflash-attn-kernels, the split build) goes out only with that exact kernel
 package, allowed in the same publish, or already in the channel: alone it could not be installed.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge.channel.index import channel_errors, channel_lock, check_folder, heal, place_file, rebuild
-from faforge.channel.survey import BadFile, Survey, naming_problem, survey
 from faforge.channel.repodata import ChannelNotFound, query
+from faforge.channel.survey import BadFile, Survey, naming_problem, survey
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
 from faforge.release.manifest import GATES, GateResult, require_passed, results_for
 from faforge.release.package import PackageFacts, read_package

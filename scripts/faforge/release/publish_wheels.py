@@ -79,9 +79,11 @@ def admit(decisions: list[Decision], held: list, root: Path) -> list[Decision]:
     for d in (d for d in decisions if d.allowed):
         wheel = d.package
         if wheel.name not in PROJECTS:
-            refuse(d, f"cannot be indexed: {wheel.name} is none of the projects this index serves ({', '.join(sorted(PROJECTS))})")
+            refuse(d, f"cannot be indexed: {wheel.name} is none of the projects "
+                      f"this index serves ({', '.join(sorted(PROJECTS))})")
         elif not wheel.requires_python:
-            refuse(d, "cannot be indexed: it has no Requires-Python, which every link of the index carries (data-requires-python)")
+            refuse(d, "cannot be indexed: it has no Requires-Python, which "
+                      "every link of the index carries (data-requires-python)")
     # A glue's kernel wheel as judged so far: one refused above (its gates, its Requires-Python) takes the glue with it.
     given = {d.package.filename: out[id(d)] for d in decisions}
     for d in (d for d in decisions if out[id(d)].allowed and d.package.name == GLUE):
@@ -103,11 +105,14 @@ def admit(decisions: list[Decision], held: list, root: Path) -> list[Decision]:
 def _kernel_problem(wheel, given: dict[str, Decision], held: list, root: Path) -> str | None:
     pin = requirement(wheel, KERNEL)
     if pin is None or not any(s.operator in ("==", "===") for s in pin.specifier):
-        return f"cannot be indexed: it pins no exact {KERNEL} wheel (Requires-Dist {KERNEL}==VERSION), so it could load another kernel build"
+        return (f"cannot be indexed: it pins no exact {KERNEL} wheel (Requires-Dist "
+                f"{KERNEL}==VERSION), so it could load another kernel build")
     kernels = [d for d in given.values() if d.package.name == KERNEL and admits(pin, d.package.version)]
     if any(d.allowed for d in kernels) or any(w.name == KERNEL and admits(pin, w.version) for w in held):
         return None
     if kernels:
-        return f"needs its kernel wheel {pin}: {kernels[0].package.filename} is in this publish but refused ({kernels[0].reason}); fix its gates first"
-    return (f"needs its kernel wheel {pin}: it is neither in this publish nor in {root}; publish that wheel (its kernel job's "
+        return (f"needs its kernel wheel {pin}: {kernels[0].package.filename} is in "
+                f"this publish but refused ({kernels[0].reason}); fix its gates first")
+    return (f"needs its kernel wheel {pin}: it is neither in this publish "
+            f"nor in {root}; publish that wheel (its kernel job's "
             "artifact) together with this one")

@@ -1,7 +1,7 @@
 """The py-rattler-build upload call, run in a child process that `faforge publish` kills at its deadline.
 
 py-rattler-build's upload functions hold the GIL while they wait on the network, so no thread, timer
-or socket shutdown in the same process can stop one that a server never answers (issue 21). The
+or socket shutdown in the same process can stop one that a server never answers. The
 parent (faforge.release.targets.upload) waits for one line {"ready": true}, printed once rattler_build
 is imported, and only then starts the deadline: a slow start on a busy machine is not a slow server.
 It then sends the call as JSON on stdin, with the token in the environment variable rattler-build
@@ -15,11 +15,11 @@ import json
 import os
 import sys
 
+import rattler_build  # the slow part of a start, done before main() prints "ready"
+
 
 def call(kind: str, url: str, channel: str, files: list[str], force: bool, token: str) -> None:
     """One upload of `files` to the server of `kind`, as py-rattler-build spells it."""
-    import rattler_build  # noqa: PLC0415
-
     if kind == "prefix":
         rattler_build.upload_package_to_prefix(files, url, channel, api_key=token, force=force)
     elif kind == "anaconda":
@@ -34,8 +34,6 @@ def call(kind: str, url: str, channel: str, files: list[str], force: bool, token
 
 
 def main() -> int:
-    import rattler_build  # noqa: F401, PLC0415 (the slow import, before "ready")
-
     print(json.dumps({"ready": True}), flush=True)
     spec = json.loads(sys.stdin.read())
     try:

@@ -146,7 +146,7 @@ def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, 
 def _probe_server(target: Target) -> None:
     """The upload child bounds a whole upload only (it is killed at the deadline): ask the server for its
     root's status first (HEAD, no token), under the connect and single-read timeout, so a server that
-    says nothing fails in seconds, not at the deadline (issue 32). Any HTTP status is an answer, and any
+    says nothing fails in seconds, not at the deadline. Any HTTP status is an answer, and any
     other failure is left to the upload to report."""
     try:
         httpclient.probe(f"{target.url}/", method="HEAD")

@@ -3,7 +3,7 @@
 A flash-attn package: ABI (against the cell's torch libraries), import in a clean environment, and
 the GPU suite. The torch comes from faforge.release.clean_env (the matching PyPI wheel). When no
 matching torch exists here every gate that needs one is `skipped`, with the reason, so it can never
-read as a pass. A split flash-attn (issue 15) pins one kernel build (`libflash-attn-kernels ==V BUILD`);
+read as a pass. A split flash-attn (the split build) pins one kernel build (`libflash-attn-kernels ==V BUILD`);
 its gates run with that kernel package installed beside it: the ABI gate resolves the glue's
 libflash_attn_kernels.so from the kernel package's lib/, and the clean env holds both packages.
 
@@ -30,16 +30,24 @@ import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
-from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.family import FLASH_ATTN
+from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.matrix.kernels import KERNEL_LIBRARY
-from faforge.release.clean_env import (MACHINE_SUBDIRS, RuntimeVenv, TorchVenv, Unavailable, cuda_runtime_venv, fresh_env,
-                                       matching_torch_venv, unpacked)
+from faforge.release.clean_env import (
+    MACHINE_SUBDIRS,
+    RuntimeVenv,
+    TorchVenv,
+    Unavailable,
+    cuda_runtime_venv,
+    fresh_env,
+    matching_torch_venv,
+    unpacked,
+)
 from faforge.release.package import PackageFacts
 
 # The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.
@@ -85,7 +93,8 @@ def judge_abi(verdict, cxx11_abi: int | None, *, kernel: str | None, beside: str
     for m in verdict.modules:  # the kernel library: from the kernel build found, else under its exact DT_NEEDED name here
         for u in m.undecided:
             if not FLASH_ATTN.is_kernel_library(u.name):
-                problems.append(f"{m.path}: needs {u.name}, found nowhere, so the verdict cannot be told (what it imports was not checked)")
+                problems.append(f"{m.path}: needs {u.name}, found nowhere, so the verdict "
+                                "cannot be told (what it imports was not checked)")
             elif kernel:
                 problems.append(f"{m.path}: {u.name} is not in {kernel}, so the kernel launches it calls were not checked")
             else:
@@ -118,7 +127,8 @@ def kernel_abi_gate(package: PackageFacts) -> Check:
 
 def judge_torch_free(report, library: str, cuda_archs: str, platform_problems: list[str]) -> Check:
     """The abi gate's verdict on a kernel library from check_torch_free's report: `platform_problems` (its machine
-    against the package's platform, as the caller tells it) first, then the report's. `library`: where the package holds it."""
+    against the package's platform, as the caller tells it) first,
+    then the report's. `library`: where the package holds it."""
     problems = [*platform_problems, *(f"{p.kind}: {p.demangled or p.subject}: {p.detail}" for p in report.problems)]
     if problems:
         return Check("abi", "failed", f"{len(problems)} problem(s) in the torch-free check of {library}: " + "; ".join(problems[:5]))
@@ -183,11 +193,12 @@ def import_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | N
         result = run_isolated(python, "; ".join(f"import {m}" for m in IMPORTS))
     beside = f" and {kernel.filename}" if kernel else ""
     if result.returncode != 0:
-        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with PyPI torch {venv.torch}{beside}: {output_tail(result)}")
+        return Check("import", "failed", f"`import {', '.join(IMPORTS)}` failed in a clean env with "
+                                         f"PyPI torch {venv.torch}{beside}: {output_tail(result)}")
     return Check("import", "passed", f"imported {', '.join(IMPORTS[1:])} in a clean env with PyPI torch {venv.torch} (CUDA {venv.cuda}){beside}")
 
 
-@lru_cache(maxsize=None)  # a kernel package's gpu gate is its flash-attn's run: one verify call runs it once
+@cache  # a kernel package's gpu gate is its flash-attn's run: one verify call runs it once
 def gpu_gate(package: PackageFacts, venv: TorchVenv, kernel: PackageFacts | None = None) -> Check:
     """The GPU suite (faforge.gpu.run_suite) in a clean env: exit 0 passed, 1 failed, 3 skipped."""
     with fresh_env(package, venv, kernel) as python:
@@ -217,8 +228,9 @@ def run_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path]
               announce: Callable[[str], None] = lambda message: None, *, kernel: PackageFacts | None = None,
               users: tuple[PackageFacts, ...] = ()) -> list[Check]:
     """Run `gates` (abi, import, gpu) on one package; gates without a matching torch are skipped.
-    `kernel` is the kernel package a split flash-attn pins (found by faforge.release.kernel_package.find_kernel_package); for a kernel
-    package, `users` are the flash-attn packages of the same call that pin it (its gpu gate runs through them).
+    `kernel` is the kernel package a split flash-attn pins (found by
+    faforge.release.kernel_package.find_kernel_package); for a kernel package, `users` are
+    the flash-attn packages of the same call that pin it (its gpu gate runs through them).
     `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     if package.is_kernel_package:
         return [kernel_gate(gate, package, users, announce) for gate in gates]

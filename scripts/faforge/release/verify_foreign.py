@@ -31,14 +31,15 @@ from faforge.release.clean_env import unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.verify import Check, abi_gate
 
-# Emulated, `import torch` alone took 43 s on a free core (issue 23); a loaded runner is slower.
+# Emulated, `import torch` alone took 43 s on a free core (an aarch64 import gate, measured); a loaded runner is slower.
 EMULATED_TIMEOUT_S = 1800
 TORCH_IMPORTED = "@@faforge-torch-imported@@"
 
 
 def import_code(imports: tuple[str, ...]) -> str:
     """Run by the target's python -I: the prefix's site-packages and the torch's first, then the family's imports."""
-    return ("import sys; sys.path[:0] = sys.argv[1:]; import torch; print(%r, torch.__version__, flush=True); " % TORCH_IMPORTED
+    return ("import sys; sys.path[:0] = sys.argv[1:]; import torch; "
+            f"print({TORCH_IMPORTED!r}, torch.__version__, flush=True); "
             + "; ".join(f"import {m}" for m in imports[1:]))
 
 
@@ -49,6 +50,9 @@ class Emulation:
     qemu: str | None = None
     sysroot: str | None = None
     python: str | None = None
+
+
+NOTHING_NAMED = Emulation()  # each of qemu, sysroot and python looked for
 
 
 def emulator_for(machine: str, emulation: Emulation) -> tuple[Emulator | None, str | None]:
@@ -93,7 +97,8 @@ def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kern
                                           "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)")
     site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
     def how(seconds: float) -> str:
-        return f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {seconds:.0f} s, torch from {site or 'its own site-packages'}"
+        return (f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, "
+                f"{seconds:.0f} s, torch from {site or 'its own site-packages'}")
 
     return import_in_prefix((package, kernel) if kernel else (package,), [*emulator.command(python)], site, imports, how, machine)
 
@@ -110,7 +115,8 @@ def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site
 def import_from(folders: list[str], python: list[str], site: Path | None, imports: tuple[str, ...],
                 how: Callable[[float], str], machine: str, *, cwd: Path) -> Check:
     """`python -I` imports `imports` with `folders` first on its path, then the torch of `site` (None: the
-    Python's own); run in `cwd`. A pip --target folder of wheels is imported this way too (faforge.release.verify_wheels)."""
+    Python's own); run in `cwd`. A pip --target folder of wheels
+    is imported this way too (faforge.release.verify_wheels)."""
     command = [*python, "-I", "-c", import_code(imports), *folders, *([str(site)] if site else [])]
     started = time.monotonic()
     try:
@@ -122,7 +128,8 @@ def import_from(folders: list[str], python: list[str], site: Path | None, import
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
     if torch_line is None:
         return Check("import", "skipped", f"the {machine} torch itself does not import ({how}): {tail}; pass --against the "
-                                          f"site-packages of one (pip install --target DIR --only-binary=:all: torch==VERSION, with --platform for another machine)")
+                                          "site-packages of one (pip install --target DIR --only-binary=:all: "
+                                          "torch==VERSION, with --platform for another machine)")
     if result.returncode != 0:
         return Check("import", "failed", f"`import {', '.join(imports)}` failed ({how}): {tail}")
     return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({how})")

@@ -15,18 +15,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.manifest import GateResult, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
-from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.verify import run_gates
-from faforge.release.verify_foreign import Emulation, foreign_gates, foreign_machine
+from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, foreign_gates, foreign_machine
 from faforge.release.verify_stable import is_stable_abi_package, stable_gates
-from faforge.release.verify_wheels import WheelPackage, find_kernel_wheel, is_wheel_path, pins, wheel_gates, wheel_package
+from faforge.release.verify_wheels import (
+    WheelPackage,
+    find_kernel_wheel,
+    is_wheel_path,
+    pins,
+    wheel_gates,
+    wheel_package,
+)
 
 
 def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,
-                    kernel_channel: str | None, report: Reporter, emulation: Emulation = Emulation(),
+                    kernel_channel: str | None, report: Reporter, emulation: Emulation = NOTHING_NAMED,
                     done: Callable[[list[GateResult]], None]) -> list[GateResult]:
     """The manifest entries of every package's gates, in order."""
     entries = []
@@ -43,7 +50,8 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
 
     for path in packages:
         package = facts(path)
-        # Both read every PACKAGE argument when they need the others: a bad one stops the call there, after the results already reported.
+        # Both read every PACKAGE argument when they need the others: a bad
+        # one stops the call there, after the results already reported.
         if isinstance(package, WheelPackage):
             kernel = find_kernel_wheel(package, given(WheelPackage)) if package.kernel_pin else None
             users = tuple(w for w in given(WheelPackage) if pins(w, package)) if "gpu" in gates and package.kind == "kernel" else ()

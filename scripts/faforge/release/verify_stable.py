@@ -1,4 +1,4 @@
-"""`faforge verify`'s gates for a flash-attn-3 package, which claims torch's stable ABI (issue 25 item 2).
+"""`faforge verify`'s gates for a flash-attn-3 package, which claims torch's stable ABI.
 
 Its abi gate is `check-abi --stable-abi` (faforge.abi.stable) on the package: it may import only torch's
 stable C functions, and it must load on every torch of the range it serves. The range is the matrix's
@@ -29,10 +29,26 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.release.clean_env import MACHINE_SUBDIRS, Unavailable, cuda_runtime_venv, find_python, pypi_torch_venv, unpacked
+from faforge.release.clean_env import (
+    MACHINE_SUBDIRS,
+    Unavailable,
+    cuda_runtime_venv,
+    find_python,
+    pypi_torch_venv,
+    unpacked,
+)
 from faforge.release.package import PackageFacts
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
-from faforge.release.verify_foreign import Emulation, emulated_import_gate, emulator_for, gpu_skipped, import_in_prefix, target_python, torch_site
+from faforge.release.verify_foreign import (
+    NOTHING_NAMED,
+    Emulation,
+    emulated_import_gate,
+    emulator_for,
+    gpu_skipped,
+    import_in_prefix,
+    target_python,
+    torch_site,
+)
 
 # The CPython of the venv the gpu gate makes when no --against torch is given (the package serves every one).
 GPU_SUITE_PYTHON = "3.11"
@@ -49,7 +65,7 @@ def served_package(package: PackageFacts) -> Fa3Package | None:
     return next((p for p in load_matrix().fa3 if p.id == package.fa3_id), None) if package.fa3_id else None
 
 
-def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = Emulation(),
+def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = NOTHING_NAMED,
                  announce: Callable[[str], None] = lambda message: None) -> list[Check]:
     """`announce` hears about slow set-up (a torch venv built on first use) before it starts."""
     run = {"abi": lambda: stable_abi_gate(package, against or []), "import": lambda: stable_import_gate(package, against or [], emulation),
@@ -117,7 +133,8 @@ def stable_gpu_gate(package: PackageFacts, against: list[Path], announce: Callab
             venv = pypi_torch_venv(f"=={served.served[-1]}.*", GPU_SUITE_PYTHON, announce=announce)
             site, python = venv.site_packages, venv.python
         else:
-            return Check("gpu", "skipped", f"{package.filename}: not a package of the matrix, so no torch of its range is known; pass --against one")
+            return Check("gpu", "skipped", f"{package.filename}: not a package of the matrix, so "
+                                           "no torch of its range is known; pass --against one")
     except Unavailable as exc:
         return Check("gpu", "skipped", f"no torch to run the suite beside: {exc}")
     with unpacked(package) as prefix:
@@ -137,7 +154,8 @@ def stable_abi_gate(package: PackageFacts, against: list[Path]) -> Check:
 
 
 def stable_abi_check(path: Path, *, subdir: str, cuda: str, served: tuple[str, ...], against: list[Path]) -> Check:
-    """The stable-ABI gate of one binary (a package or a wheel) of CUDA `cuda` that serves the torch minors `served`, oldest first."""
+    """The stable-ABI gate of one binary (a package or a wheel) of CUDA
+    `cuda` that serves the torch minors `served`, oldest first."""
     range_text = f"{served[0]} to {served[-1]}"
     if not against:
         return Check("abi", "skipped", f"serves torch {range_text}: name the oldest and the newest release with --against "

@@ -1,4 +1,4 @@
-"""`faforge verify`'s gates of a wheel (issue 33): the gates of the conda packages, on PyPI's torch and real pip.
+"""`faforge verify`'s gates of a wheel (the pip world): the gates of the conda packages, on PyPI's torch and real pip.
 
 A wheel says what it is in its file name and METADATA (faforge.pipwheel.facts); its project is its kind:
   * flash-attn, the glue (2.8.3.post2+torch2.14.cu130.abi1, one CPython tag): its pip cell is the matrix's
@@ -47,7 +47,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -66,14 +66,41 @@ from faforge.matrix import load_matrix
 from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import KERNEL_BUILD
 from faforge.pipwheel.facts import WheelFacts, read_wheel, requirement
-from faforge.pipwheel.members import check_members
 from faforge.pipwheel.layout import KERNEL_DIR
+from faforge.pipwheel.members import check_members
 from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.package import cuda_of_tag
-from faforge.release.pip_env import PipRun, loopback_index, pip_install, pip_install_file, pip_target, site_packages, unpacked_wheels, venv_copy
-from faforge.release.verify import (DLOPEN, FAFORGE_SOURCE, Check, gpu_through, judge_abi, judge_torch_free, kernel_cuda_runtime, output_tail, run_isolated,
-                                    suite_check, torch_gates)
-from faforge.release.verify_foreign import EMULATED_TIMEOUT_S, Emulation, emulator_for, import_from, target_python
+from faforge.release.pip_env import (
+    PipRun,
+    loopback_index,
+    pip_install,
+    pip_install_file,
+    pip_target,
+    site_packages,
+    unpacked_wheels,
+    venv_copy,
+)
+from faforge.release.verify import (
+    DLOPEN,
+    FAFORGE_SOURCE,
+    Check,
+    gpu_through,
+    judge_abi,
+    judge_torch_free,
+    kernel_cuda_runtime,
+    output_tail,
+    run_isolated,
+    suite_check,
+    torch_gates,
+)
+from faforge.release.verify_foreign import (
+    EMULATED_TIMEOUT_S,
+    NOTHING_NAMED,
+    Emulation,
+    emulator_for,
+    import_from,
+    target_python,
+)
 from faforge.release.verify_stable import stable_abi_check, torch_python, torch_sites
 from faforge.versions import vtuple
 from faforge.wheelnames import FA3_LABEL, GLUE_LABEL
@@ -87,7 +114,8 @@ CPYTHON_TAG = re.compile(r"cp3(?P<minor>[0-9]{1,2})")
 PLATFORM_TAG = re.compile(r"(?:manylinux_(?P<major>[0-9]+)_(?P<minor>[0-9]+)|(?P<legacy>manylinux1|manylinux2010|manylinux2014)|linux)_(?P<machine>\w+)")
 LEGACY_GLIBC = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
 # The base venv of every wheel gate: the glue's Python requirement (einops) and the GPU suite's pytest, so that the
-# glue and FA3 gates of one (torch, Python) share one cached torch venv (clean_env names it torch-2.14.1-py3.11+einops+pytest).
+# glue and FA3 gates of one (torch, Python) share one cached torch
+# venv (clean_env names it torch-2.14.1-py3.11+einops+pytest).
 BASE_EXTRAS = ("einops", "pytest")
 # The torch index of a wheel whose torch no pip cell names (none today: every pip cell's torch is PyPI's).
 PYPI_INDEX = "https://pypi.org/simple"
@@ -97,8 +125,8 @@ FA3_PYTHON = "3.11"
 # A library the system also has (a CUDA toolkit's libcudart in ld.so.cache) loads whatever the RUNPATH says; where
 # it came from tells whether pip's layout served it.
 LOADED_MARK = "@@faforge-loaded@@"
-REPORT_LOADED = ("\nimport json as _json\nprint(%r, _json.dumps(sorted({_l.split(None, 5)[5].strip() for _l in open('/proc/self/maps') "
-                 "if len(_l.split(None, 5)) == 6 and _l.split(None, 5)[5].startswith('/')})))" % LOADED_MARK)
+REPORT_LOADED = (f"\nimport json as _json\nprint({LOADED_MARK!r}, _json.dumps(sorted({{_l.split(None, 5)[5].strip() "
+                 "for _l in open('/proc/self/maps') if len(_l.split(None, 5)) == 6 and _l.split(None, 5)[5].startswith('/')})))")
 # The libraries that must come from the venv pip made: torch's, the kernel wheel's, NVIDIA's CUDA runtime.
 OWN_LIBRARIES = ("libc10.so", "libtorch", FLASH_ATTN.kernel_library, "libcudart.so")
 
@@ -238,7 +266,7 @@ def find_kernel_wheel(glue: WheelPackage, given: list[WheelPackage]) -> WheelPac
 
 
 def wheel_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] | None, *, kernel: WheelPackage | None = None,
-                users: tuple[WheelPackage, ...] = (), emulation: Emulation = Emulation(),
+                users: tuple[WheelPackage, ...] = (), emulation: Emulation = NOTHING_NAMED,
                 announce: Callable[[str], None] = lambda message: None) -> list[Check]:
     """Run `gates` on one wheel (see the module's docstring). `kernel`: the kernel wheel a glue wheel pins
     (find_kernel_wheel); `users`: for a kernel wheel, the glue wheels of the call that pin it."""
@@ -259,13 +287,16 @@ def wheel_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path]
 
 
 def cell_venv(wheel: WheelPackage, announce: Callable[[str], None]) -> TorchVenv:
-    """The cached base venv of the glue wheel's cell: PyPI's torch==<the cell's release>, confirmed from the installed torch."""
+    """The cached base venv of the glue wheel's cell: PyPI's
+    torch==<the cell's release>, confirmed from the installed torch."""
     if wheel.cell is None:
         what = (f"pip cell {wheel.subdir}/py{(wheel.python or '').replace('.', '')}/torch{wheel.torch_minor}/cu"
                 f"{(wheel.cuda or '').replace('.', '')}/abi{wheel.cxx11_abi}" if wheel.torch_minor else "label")
-        raise Unavailable(f"{wheel.filename}: no {what} in the matrix (faforge matrix --world pypi), so the torch release it installs "
+        raise Unavailable(f"{wheel.filename}: no {what} in the matrix (faforge "
+                          "matrix --world pypi), so the torch release it installs "
                           "beside is unknown" if wheel.torch_minor else
-                          f"{wheel.filename}: its version's local label {wheel.facts.local!r} and tags name no torch minor, CUDA, C++ ABI and "
+                          f"{wheel.filename}: its version's local label {wheel.facts.local!r} "
+                          "and tags name no torch minor, CUDA, C++ ABI and "
                           "one CPython (+torch2.11.cu130.abi1, cp312), so no torch can be matched")
     cell = wheel.cell
     venv = pypi_torch_venv(f"=={cell.torch}", cell.python, BASE_EXTRAS, announce)
@@ -289,7 +320,8 @@ def glue_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] 
 
 
 def wheel_abi_gate(wheel: WheelPackage, against: list[Path], kernel: WheelPackage | None, system_dirs: list[Path] = ()) -> Check:
-    """check_path on the wheel; the kernel library from the kernel wheel's folder. An ElfError is the wheel's own content: failed."""
+    """check_path on the wheel; the kernel library from the kernel
+    wheel's folder. An ElfError is the wheel's own content: failed."""
     with unpacked_wheels(*((kernel.facts,) if kernel else ())) as kernel_site:
         try:
             verdict = check_path(wheel.path, against, glibc=wheel.glibc, platform=wheel.subdir,
@@ -321,11 +353,13 @@ def install_problem(run: PipRun, ours: tuple[WheelPackage, ...], venv: TorchVenv
         return f"pip could not install {', '.join(w.requirement for w in ours)} from the loopback index: {run.errors()}"
     installed = run.installed
     if "torch" in installed:
-        return (f"pip replaced torch {venv.torch} with torch {installed['torch']} (the wheel's Requires-Dist does not admit the "
+        return (f"pip replaced torch {venv.torch} with torch {installed['torch']} "
+                "(the wheel's Requires-Dist does not admit the "
                 "torch of its cell); it must keep the torch it finds")
     missing = [w.requirement for w in ours if installed.get(w.facts.name) != w.facts.version]
     if missing:
-        return f"pip did not install {', '.join(missing)} (it installed: {', '.join(f'{k}=={v}' for k, v in installed.items()) or 'nothing'})"
+        return (f"pip did not install {', '.join(missing)} (it installed: "
+                f"{', '.join(f'{k}=={v}' for k, v in installed.items()) or 'nothing'})")
     return None
 
 
@@ -350,12 +384,14 @@ class _PipEnv:
     @property
     def how(self) -> str:
         return (f"pip installed {', '.join(w.requirement for w in self.ours)} from the loopback index {self.url} "
-                f"({self.run.seconds:.0f} s) into a clean venv with PyPI torch {self.venv.torch} (CUDA {self.venv.cuda}), torch kept")
+                f"({self.run.seconds:.0f} s) into a clean venv with PyPI "
+                f"torch {self.venv.torch} (CUDA {self.venv.cuda}), torch kept")
 
 
 def _pip_env(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> _PipEnv:
-    """The venv copy of `venv` with the wheel and `others` from the loopback index, the torch of the venv pinned, and the
-    index that serves that torch (the cell's: PyPI's simple index) as the extra index, as a user's install line names it."""
+    """The venv copy of `venv` with the wheel and `others` from the loopback index,
+    the torch of the venv pinned, and the index that serves that torch (the cell's:
+    PyPI's simple index) as the extra index, as a user's install line names it."""
     torch = venv.torch.split("+")[0]
     cell = wheel.cell or next((c for c in reversed(fa3_range(wheel)) if c.torch == torch), None)
     return _PipEnv((wheel, *others), venv, [wheel.requirement, f"torch=={torch}"], cell.index if cell else PYPI_INDEX)
@@ -379,9 +415,10 @@ def pip_import_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv:
     return Check("import", "passed", f"imported {', '.join(imports[1:])}, {libraries} libraries all loaded from the venv; {env.how}")
 
 
-@lru_cache(maxsize=None)  # a kernel wheel's gpu gate is its glue's run: one verify call runs it once
+@cache  # a kernel wheel's gpu gate is its glue's run: one verify call runs it once
 def pip_gpu_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> Check:
-    """The GPU suite (faforge.gpu.run_suite) in a clean venv where pip installed the wheel: exit 0 passed, 1 failed, 3 skipped."""
+    """The GPU suite (faforge.gpu.run_suite) in a clean venv where
+    pip installed the wheel: exit 0 passed, 1 failed, 3 skipped."""
     family = ["--family", FLASH_ATTN_3.package] if wheel.kind == "fa3" else []
     with _pip_env(wheel, others, venv) as env:
         if env.problem:
@@ -404,7 +441,7 @@ def kernel_library(wheel: WheelPackage, folder: Path) -> Path | None:
 
 
 def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...], announce: Callable[[str], None], *,
-                against: list[Path] = (), emulation: Emulation = Emulation()) -> Check:
+                against: list[Path] = (), emulation: Emulation = NOTHING_NAMED) -> Check:
     if gate == "abi":
         return kernel_abi_gate(wheel)
     if gate == "import":
@@ -451,7 +488,8 @@ def kernel_abi_gate(wheel: WheelPackage) -> Check:
 
 
 def kernel_import_gate(wheel: WheelPackage, announce: Callable[[str], None]) -> Check:
-    """pip installs the kernel wheel beside PyPI's CUDA runtime alone; a clean process dlopen()s it with nothing preloaded."""
+    """pip installs the kernel wheel beside PyPI's CUDA runtime
+    alone; a clean process dlopen()s it with nothing preloaded."""
     try:
         runtime = kernel_cuda_runtime(wheel, "its local label", announce)
     except Unavailable as exc:
@@ -513,7 +551,8 @@ def emulated_kernel_import(wheel: WheelPackage, machine: str, against: list[Path
                                     timeout=EMULATED_TIMEOUT_S, env=env, cwd=tmp)
         except subprocess.TimeoutExpired:
             return Check("import", "failed", f"the dlopen under {Path(emulator.qemu).name} did not finish in {EMULATED_TIMEOUT_S} s")
-    how = (f"pip --platform {wheel.facts.platform_tags[0]} --target from the loopback index {url}, beside the CUDA runtime of {site}/nvidia; "
+    how = (f"pip --platform {wheel.facts.platform_tags[0]} --target from the "
+           f"loopback index {url}, beside the CUDA runtime of {site}/nvidia; "
            f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {time.monotonic() - started:.0f} s")
     if result.returncode != 0:
         return Check("import", "failed", f"dlopen of {KERNEL_MEMBER} with nothing preloaded failed ({how}): {output_tail(result)}")
@@ -543,7 +582,8 @@ def fa3_range(wheel: WheelPackage) -> list[PipCell]:
 
 def _fa3_unserved(wheel: WheelPackage) -> str:
     if wheel.cuda is None:
-        return f"{wheel.filename}: its local label {wheel.facts.local!r} names no CUDA (+cu130.sm80.90a), so no index and no torch range takes it"
+        return (f"{wheel.filename}: its local label {wheel.facts.local!r} names no "
+                "CUDA (+cu130.sm80.90a), so no index and no torch range takes it")
     return (f"{wheel.filename}: no pip cell of {wheel.subdir} with CUDA {wheel.cuda} has a torch its requirement "
             f"{wheel.requires('torch') or 'torch'} admits, so no index serves it and its torch range is empty")
 
@@ -620,7 +660,8 @@ def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, agai
     imports = FLASH_ATTN_3.imports if wheel.kind == "fa3" else FLASH_ATTN.imports
     cuda = (wheel.cuda or "").replace(".", "")
     served = fa3_range(wheel) if wheel.kind == "fa3" else []
-    index = f"torch{wheel.torch_minor or (served[-1].torch_minor if served else '')}-cu{cuda}"  # the staging index, named as ours are
+    # The staging index, named as ours are.
+    index = f"torch{wheel.torch_minor or (served[-1].torch_minor if served else '')}-cu{cuda}"
     with tempfile.TemporaryDirectory(prefix="faforge-target-") as tmp, loopback_index(index, [w.facts for w in ours]) as url:
         target = Path(tmp) / "site-packages"
         platforms = sorted({t for w in ours for t in w.facts.platform_tags})
@@ -631,7 +672,8 @@ def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, agai
                                              f"from the loopback index: {run.errors()}")
 
         def how(seconds: float) -> str:
-            return (f"pip --platform {platforms[0]} --target from the loopback index {url}; emulated: {Path(emulator.qemu).name} -L "
+            return (f"pip --platform {platforms[0]} --target from the loopback "
+                    f"index {url}; emulated: {Path(emulator.qemu).name} -L "
                     f"{emulator.sysroot} {python}, {seconds:.0f} s, torch from {site}")
 
         return import_from([str(target)], emulator.command(python), site, imports, how, machine, cwd=Path(tmp))

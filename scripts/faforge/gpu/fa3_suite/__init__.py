@@ -16,7 +16,7 @@ from faforge.gpu.fa3_gate import evaluate
 
 
 def gate_marks() -> list:
-    import pytest  # noqa: PLC0415
+    import pytest  # noqa: PLC0415 (test-gpu reads the gate before pytest)
 
     gate = evaluate()
     return [pytest.mark.gpu, pytest.mark.skipif(not gate.usable, reason=gate.reason)]

@@ -23,9 +23,14 @@ pytestmark = gate_marks()
 GATE = evaluate()
 if GATE.usable:
     import torch
-    from flash_attn_interface import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, get_scheduler_metadata
+    from flash_attn_interface import (
+        flash_attn_func,
+        flash_attn_varlen_func,
+        flash_attn_with_kvcache,
+        get_scheduler_metadata,
+    )
 
-    from faforge.gpu.reference import attention_ref, assert_within_reference_error
+    from faforge.gpu.reference import assert_within_reference_error, attention_ref
 
     torch.set_float32_matmul_precision("highest")  # the reference must be fp32, not TF32 (faforge.gpu.suite.harness)
     DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -73,12 +78,12 @@ def forward_backward(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         return
     grad_out = torch.randn_like(out)
     grads = [torch.autograd.grad(o, (q, k, v), grad_out) for o in (out, exact, same_precision)]
-    for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads):
+    for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads, strict=True):
         check(f"{name}: {label}", got, want, yardstick, rtol=rtol, extra_atol=grad_atol)
 
 
 def cases(*axes: dict) -> list:
-    return [pytest.param(*(axis[key] for axis, key in zip(axes, keys)), id="-".join(keys)) for keys in itertools.product(*axes)]
+    return [pytest.param(*(axis[key] for axis, key in zip(axes, keys, strict=True)), id="-".join(keys)) for keys in itertools.product(*axes)]
 
 
 DENSE = [pytest.param(dtype, dim, SHAPES[shape], causal, id=f"{dtype}-hdim{dim}-{shape}-{c}")
@@ -137,14 +142,14 @@ def test_varlen(causal):
 
     def reference(**precision):
         return torch.cat([attention_ref(q[qa:qb][None], k[ka:kb][None], v[ka:kb][None], causal=causal, **precision)[0]
-                          for qa, qb, ka, kb in zip(cu_q, cu_q[1:], cu_k, cu_k[1:])])
+                          for qa, qb, ka, kb in zip(cu_q, cu_q[1:], cu_k, cu_k[1:], strict=False)])
 
     exact, same_precision = reference(), reference(upcast=False, reorder_ops=True)
     check(f"varlen causal={causal}: out", out, exact, same_precision)
     if GATE.enabled("BACKWARD"):
         grad_out = torch.randn_like(out)
         grads = [torch.autograd.grad(o, (q, k, v), grad_out) for o in (out, exact, same_precision)]
-        for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads):
+        for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads, strict=True):
             check(f"varlen causal={causal}: {label}", got, want, yardstick)
 
 

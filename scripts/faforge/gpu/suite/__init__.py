@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from faforge.gpu.gate import evaluate
 
+
 def gate_marks() -> list:
-    import pytest  # noqa: PLC0415  (cases.py, in this package, is read by faforge test-gpu before pytest is known to exist)
+    import pytest  # noqa: PLC0415 (test-gpu reads cases.py before pytest)
 
     gate = evaluate()
     return [pytest.mark.gpu, pytest.mark.skipif(not gate.usable, reason=gate.reason)]

@@ -81,7 +81,8 @@ VARLEN_LENGTHS = ([37, 129, 1, 200], [53, 64, 17, 211])  # one of length 1, one 
 def varlen() -> dict[str, Call]:
     q_lens, k_lens = VARLEN_LENGTHS
     return {
-        f"{dtype}-{name}-{c}": Call(API_VARLEN, dtype, 64, len(q_lens), 4, kv_heads, max(q_lens), max(k_lens), causal=causal)
+        f"{dtype}-{name}-{c}": Call(API_VARLEN, dtype, 64, len(q_lens), 4, kv_heads, max(q_lens), max(k_lens),
+                                    causal=causal)
         for dtype in DTYPE_NAMES for name, kv_heads in (("mha", 4), ("gqa", 2)) for c, causal in CAUSAL.items()
     }  # fmt: skip
 
@@ -170,7 +171,7 @@ def suite_calls(head_dims: tuple[int, ...]) -> dict[str, tuple[Call, ...]]:
 
 def launch_table(head_dims: tuple[int, ...], num_sms: int = H200_SMS) -> dict[str, tuple[Launch, ...]]:
     """{pytest node id: the kernel TU launches it makes} on a GPU with `num_sms` SMs."""
-    return {test: tuple(dict.fromkeys(l for call in calls for l in launches(call, num_sms))) for test, calls in suite_calls(head_dims).items()}
+    return {test: tuple(dict.fromkeys(launch for call in calls for launch in launches(call, num_sms))) for test, calls in suite_calls(head_dims).items()}
 
 
 def launched_tus(table: dict[str, tuple[Launch, ...]]) -> dict[str, list[str]]:

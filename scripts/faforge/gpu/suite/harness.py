@@ -33,5 +33,5 @@ def check_forward_backward(
     assert_within_reference_error(f"{name}: out", flash, exact, same_precision, factor=FWD_FACTOR)
     grad_out = torch.randn_like(flash)
     grads = [torch.autograd.grad(out, leaves, grad_out) for out in (flash, exact, same_precision)]
-    for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads):
+    for label, got, want, yardstick in zip(("dq", "dk", "dv"), *grads, strict=True):
         assert_within_reference_error(f"{name}: {label}", got, want, yardstick, factor=BWD_FACTOR)

@@ -95,7 +95,7 @@ def test_deterministic(call):
     out = flash_attn_func(q, k, v, deterministic=True, **flash_kwargs(features))
     grad_out = torch.randn_like(out)
     first, second = (torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True) for _ in range(2))
-    for label, a, b in zip(("dq", "dk", "dv"), first, second):
+    for label, a, b in zip(("dq", "dk", "dv"), first, second, strict=True):
         assert torch.equal(a, b), f"deterministic=True: {label} differs between two identical backward calls"
 
 
@@ -118,7 +118,7 @@ def test_varlen(call):
     def reference(**precision):
         pieces = [
             attention_ref(q[qa:qb][None], k[ka:kb][None], v[ka:kb][None], causal=call.causal, **precision)[0]
-            for qa, qb, ka, kb in zip(cu_q, cu_q[1:], cu_k, cu_k[1:])
+            for qa, qb, ka, kb in zip(cu_q, cu_q[1:], cu_k, cu_k[1:], strict=False)
         ]
         return torch.cat(pieces)
 

@@ -72,7 +72,7 @@ def test_dropout_training_reproducible(call):
         return (out, *torch.autograd.grad(out, (q, k, v), grad_out))
 
     first, again, other = run(1234), run(1234), run(4321)
-    for label, a, b in zip(("out", "dq", "dk", "dv"), first, again):
+    for label, a, b in zip(("out", "dq", "dk", "dv"), first, again, strict=True):
         assert torch.equal(a, b), f"{label} differs between two calls after the same torch.cuda.manual_seed"
     assert not torch.equal(first[0], other[0]), "another seed gave the same dropout output"
 
