@@ -8,6 +8,7 @@ import importlib
 import json
 import sys
 import traceback
+from typing import NoReturn
 
 from faforge import __version__, config
 from faforge.commands import COMMANDS
@@ -49,7 +50,8 @@ class UsageError(FaforgeError):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits 2 on usage errors; keep that, through the one error path
+    # argparse exits 2 on usage errors; keep that, through the one error path
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message, self)
 
 
@@ -143,7 +145,7 @@ def _run(argv: list[str], name: str | None) -> int:
         gc.collect()
 
 
-def as_faforge_error(exc: BaseException) -> FaforgeError:
+def as_faforge_error(exc: FaforgeError | ModuleNotFoundError | OSError) -> FaforgeError:
     """The one place where errors become the contract: a missing module or an OSError on a path the user
     named is bad input (2), a network error is remote (4); a FaforgeError already says which."""
     if isinstance(exc, FaforgeError):

@@ -13,6 +13,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import cast
 
 from faforge import atomic, errors, paths
 
@@ -61,7 +62,7 @@ def _summaries(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 def _section(parser: argparse.ArgumentParser) -> list[str]:
     blocks = [f"## {parser.prog}", f"```text\n{_usage(parser)}\n```"]
-    raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    raw = issubclass(_formatter_class(parser), argparse.RawDescriptionHelpFormatter)
     blocks += _prose(parser.description, raw)
     for group in parser._action_groups:
         rows = [_row(parser, action) for action in group._group_actions if _documented(action)]
@@ -76,8 +77,13 @@ def _section(parser: argparse.ArgumentParser) -> list[str]:
     return blocks + _prose(parser.epilog, raw)
 
 
+def _formatter_class(parser: argparse.ArgumentParser) -> type[argparse.HelpFormatter]:
+    # typeshed types formatter_class as a callable protocol; every parser here passes a HelpFormatter class
+    return cast("type[argparse.HelpFormatter]", parser.formatter_class)
+
+
 def _usage(parser: argparse.ArgumentParser) -> str:
-    formatter = parser.formatter_class(prog=parser.prog, width=USAGE_WIDTH)
+    formatter = _formatter_class(parser)(prog=parser.prog, width=USAGE_WIDTH)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
     return formatter.format_help().strip()
 
@@ -99,7 +105,7 @@ def _documented(action: argparse.Action) -> bool:
 
 
 def _row(parser: argparse.ArgumentParser, action: argparse.Action) -> list[str]:
-    formatter = parser.formatter_class(prog=parser.prog, width=USAGE_WIDTH)
+    formatter = _formatter_class(parser)(prog=parser.prog, width=USAGE_WIDTH)
     if action.option_strings:
         name = ", ".join(f"`{option}`" for option in action.option_strings)
         metavar = formatter._get_default_metavar_for_optional(action)

@@ -4,6 +4,7 @@ nesting errors into errors naming the file."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -11,7 +12,7 @@ from faforge.errors import DataError
 from faforge.paths import read_user_file
 
 
-def load_yaml(path: Path, *, hint: str | None = None):
+def load_yaml(path: Path, *, hint: str | None = None) -> Any:
     text = read_user_file(path, hint=hint)
     try:
         return yaml.safe_load(text)

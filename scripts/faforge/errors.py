@@ -86,7 +86,7 @@ class RemoteError(FaforgeError):
 class DataError(FaforgeError):
     """A data file under variants/ is malformed: names the file, key and value."""
 
-    def __init__(self, path, key: str, message: str, *, hint: str | None = None):
+    def __init__(self, path: str | os.PathLike, key: str, message: str, *, hint: str | None = None):
         super().__init__(f"{path}: {key}: {message}", hint=hint or "correct it, or restore the file from git (`git checkout -- FILE`)")
         self.path = path
         self.key = key
@@ -117,12 +117,13 @@ def path_error(exc: OSError, option: str | None = None, path: str | os.PathLike 
         return RemoteError(f"network error: {reason}", hint="check the URL and your network, then retry")
     named = path if path is not None else exc.filename
     code = errno.ELOOP if named is not None and _is_link_loop(named) else exc.errno
-    what, todo = _PATH_PROBLEMS.get(code, (f"cannot be used: {exc.strerror or exc}", "check the path"))
+    fallback = (f"cannot be used: {exc.strerror or exc}", "check the path")
+    what, todo = _PATH_PROBLEMS[code] if code in _PATH_PROBLEMS else fallback  # code: None without an errno
     subject = " ".join(filter(None, [option, os.fsdecode(named) if named is not None else "an output"]))
     return FaforgeError(f"{shorten(subject)} {what}", hint=todo, input=None if named is None else os.fsdecode(named))
 
 
-def _is_link_loop(path) -> bool:
+def _is_link_loop(path: str | os.PathLike) -> bool:
     """mkdir and open of a symlink loop report EEXIST or ENOENT; stat says what it really is."""
     try:
         os.stat(path)
@@ -133,19 +134,19 @@ def _is_link_loop(path) -> bool:
     return False
 
 
-def _missing(path) -> str:
+def _missing(path: str | os.PathLike) -> str:
     """Why nothing usable is at `path`: a symlink loop or a dangling link is not "does not exist"."""
     if os.path.islink(path):
         return "is a symbolic link loop" if _is_link_loop(path) else "is a symbolic link to nothing"
     return "does not exist"
 
 
-def why_not_a_folder(path) -> str:
+def why_not_a_folder(path: str | os.PathLike) -> str:
     """Why `path` cannot be used as a folder, in words: the real cause, not always "does not exist"."""
     return "is a file, not a folder" if os.path.exists(path) else _missing(path)
 
 
-def why_not_a_file(path) -> str:
+def why_not_a_file(path: str | os.PathLike) -> str:
     """Why `path` cannot be read as a file: a folder, a FIFO or device (reading blocks or never ends), or missing."""
     if os.path.isdir(path):
         return "is a folder, not a file"

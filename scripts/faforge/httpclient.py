@@ -122,7 +122,7 @@ def _shutdown(sock: socket.socket) -> None:
 
 
 def _watched(base: type[http.client.HTTPConnection], watch: _Watch) -> type[http.client.HTTPConnection]:
-    class Watched(base):
+    class Watched(base):  # type: ignore[valid-type,misc]  # the base is a parameter: HTTPConnection or HTTPSConnection
         def connect(self):
             super().connect()
             watch.add(self.sock)
@@ -144,7 +144,8 @@ class _HTTPS(urllib.request.HTTPSHandler):
         self.connection = _watched(http.client.HTTPSConnection, watch)
 
     def https_open(self, req):
-        return self.do_open(self.connection, req, context=self._context)
+        context = self._context  # type: ignore[attr-defined]  # HTTPSHandler's own, undeclared in typeshed
+        return self.do_open(self.connection, req, context=context)
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
@@ -249,7 +250,7 @@ def _too_big(url: str, kind: str, cap: int, what: str) -> RemoteError:
                        hint="check that the URL names what faforge expects there (a wrong or hostile server?)")
 
 
-def _read_capped(response, url: str, kind: str, cap: int, watch: _Watch, first: int | None = None) -> bytes:
+def _read_capped(response: http.client.HTTPResponse, url: str, kind: str, cap: int, watch: _Watch, first: int | None = None) -> bytes:
     """The body, at most `cap` bytes after decoding; refused early when Content-Length already says more.
     With `first`, only the first that many bytes (undecoded), and no more is read."""
     if first is not None:
@@ -284,7 +285,7 @@ def _read_capped(response, url: str, kind: str, cap: int, watch: _Watch, first: 
     return b"".join(chunks)
 
 
-def _check_whole(response, url: str, decoder) -> None:
+def _check_whole(response: http.client.HTTPResponse, url: str, decoder: zlib._Decompress | None) -> None:
     """A RemoteError when the body stopped short: http.client returns what came before the connection closed
     when Content-Length promised more (its `length` is what is still missing), and a compressed stream
     that stops before its end has no end (a close-delimited body can only be judged so)."""

@@ -13,7 +13,7 @@ import sys
 import threading
 
 
-def _redeliver_interrupts(unraisable) -> None:
+def _redeliver_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
     """Interrupt the main thread again once this hook has returned, where the KeyboardInterrupt can be raised.
 
     Tripping the signal here (signal.raise_signal, _thread.interrupt_main) would raise it inside this hook,

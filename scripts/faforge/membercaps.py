@@ -14,6 +14,11 @@ none). A bomb is ~1000x (deflate's ceiling is 1032x; zstd's far higher).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead
+
 MEMBER_CAP = 2 << 30  # declared bytes of one member (the largest real ones: libcublasLt.so.13, 542 MB; libtorch_cuda.so, 503 MB)
 TOTAL_CAP = 4 << 30  # declared bytes of all members of one archive together (a flash-attn wheel for every arch: ~0.5 GB)
 RATIO_CAP = 100  # decompressed / compressed bytes a member of RATIO_MIN_BYTES or more may reach
@@ -44,7 +49,7 @@ def ratio_problem(size: int, compressed: int) -> str | None:
 class CountingReader:
     """A raw stream that counts the bytes read through it (a zstd stream's compressed input)."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: SupportsRead[bytes]) -> None:
         self.stream, self.count = stream, 0
 
     def read(self, size: int = -1) -> bytes:

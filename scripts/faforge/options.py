@@ -4,9 +4,10 @@ at parse time, before any work starts or a "nothing verified" exit can hide it."
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
-def int_range(low: int, high: int | None = None):
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high]."""
 
     def parse(text: str) -> int:

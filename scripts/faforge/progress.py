@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 # A skipped step's mark, beside a passed one's ✓ and a failed one's ✗ (an en dash, not a hyphen).
@@ -29,11 +30,11 @@ def warn(message: str) -> None:
 
 class Step:
     failed = False
-    skipped = None  # a reason: the step ran but checked nothing, so it must not look like a pass
+    skipped: str | None = None  # a reason: the step ran but checked nothing, so it must not look like a pass
 
 
 @contextmanager
-def step(title: str):
+def step(title: str) -> Iterator[Step]:
     """Print the title, run the block, print '✓ title (12.3s)'; '✗' when it raised or set `failed`,
     an en dash (SKIPPED) with the reason when it set `skipped`."""
     started = time.monotonic()

@@ -21,6 +21,7 @@ import hashlib
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,7 @@ class Sandbox:
             partial.unlink(missing_ok=True)
 
     @contextmanager
-    def lock(self, name: str):
+    def lock(self, name: str) -> Iterator[None]:
         """Hold root/name (fcntl, exclusive) for the block: one writer at a time. The root is created if absent."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -141,7 +142,7 @@ class Sandbox:
             os.close(fd)
 
     @contextmanager
-    def write_errors(self):
+    def write_errors(self) -> Iterator[None]:
         """The file system refused a write (read-only, full, permissions): one line naming the path, exit 2."""
         try:
             yield

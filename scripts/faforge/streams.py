@@ -12,6 +12,7 @@ import errno
 import os
 import re
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 
 # Anything but tab, newline and printable ASCII; most of it (✓, —, …) is printable and stays.
@@ -41,7 +42,7 @@ class Tolerant:
     def isatty(self) -> bool:
         return self.stream is not None and self.stream.isatty()
 
-    def _attempt(self, action) -> None:
+    def _attempt(self, action: Callable[[], object]) -> None:
         if self.failure is not None:
             return
         try:

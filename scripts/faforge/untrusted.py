@@ -15,6 +15,7 @@ import json
 import math
 import os
 import stat
+from typing import Any, NoReturn
 
 from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, path_error
 
@@ -115,7 +116,7 @@ class _Refused(ValueError):
     """A JSON value parses but is not data faforge accepts (NaN, a huge integer, a repeated key)."""
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise _Refused(f"{name} is not a number JSON allows")
 
 
@@ -136,8 +137,10 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     result = dict(pairs)
     if len(result) != len(pairs):
         seen: set[str] = set()
-        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _Refused(f"the key {repeated[:80]!r} appears twice in one object (which one counts is undefined)")
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"the key {key[:80]!r} appears twice in one object (which one counts is undefined)")
+            seen.add(key)
     return result
 
 
@@ -153,7 +156,7 @@ def _depth_problem(value: object) -> str | None:
     return None
 
 
-def parse_json(text: str | bytes, label: str, *, hint: str, remote: bool = False):
+def parse_json(text: str | bytes, label: str, *, hint: str, remote: bool = False) -> Any:
     """The data in `text`, strict: no NaN/Infinity, no integer past MAX_INT_DIGITS, no repeated key,
     nothing deeper than MAX_DEPTH. Errors name `label`."""
     try:
@@ -172,7 +175,7 @@ def parse_json(text: str | bytes, label: str, *, hint: str, remote: bool = False
 
 
 def load_json(path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None,
-              remote: bool = False):
+              remote: bool = False) -> Any:
     """The JSON data in the file at `path`, read by read_bytes and parsed by parse_json."""
     hint = hint or f"name a {kind} file faforge wrote"
     return parse_json(read_bytes(path, kind, option, hint=hint, remote=remote), _label(option, path), hint=hint, remote=remote)

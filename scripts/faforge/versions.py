@@ -29,7 +29,10 @@ def next_minor(version: str) -> str:
 def satisfies(version: str, constraint: str) -> bool:
     """A small subset of conda constraints: '>=12.8', '<12.8', '>=12.0,<13'."""
     for clause in constraint.split(","):
-        op, bound = re.fullmatch(r"(>=|<=|==|>|<)\s*([\d.]+)", clause.strip()).groups()
+        match = re.fullmatch(r"(>=|<=|==|>|<)\s*([\d.]+)", clause.strip())
+        if match is None:  # constraints are checked by is_constraint where the data is loaded
+            raise ValueError(f"{clause.strip()!r} in {constraint!r} is not a version constraint like '>=12.8'")
+        op, bound = match.groups()
         left, right = vtuple(version), vtuple(bound)
         width = max(len(left), len(right))
         left, right = left + (0,) * (width - len(left)), right + (0,) * (width - len(right))

@@ -158,7 +158,8 @@ class RemoteZip:
                 raise FetchError(f"{self.url}: malformed zip64 end record")
             count, cd_size, cd_offset = struct.unpack_from("<32xQQQ", record)
         directory = self._read(cd_offset, cd_size)
-        members, pos = {}, 0
+        members: dict[str, Member] = {}
+        pos = 0
         for _ in range(count):
             if directory[pos:pos + 4] != CENTRAL_MAGIC:
                 raise FetchError(f"{self.url}: malformed zip central directory at entry {len(members)}")

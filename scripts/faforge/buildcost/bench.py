@@ -16,6 +16,7 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from faforge.backend import flags, toolchain
 from faforge.buildcost import reuse
 from faforge.buildcost.layout import LayoutSources, make_layout
 from faforge.buildcost.measure import CompileSpec
+from faforge.buildcost.reuse import TuRun
 from faforge.buildcost.samples import ReuseRun, Sample
 from faforge.errors import FaforgeError
 
@@ -36,7 +38,7 @@ VARIANTS = (("1780000001", 80), ("1780004242", 131))
 class MeasureResult:
     samples: list[Sample]
     reuse: ReuseRun
-    runs: list[reuse.TuRun]
+    runs: list[TuRun]  # not reuse.TuRun: in this class `reuse` names the field above
 
 
 def torch_version_at(torch_include: Path) -> str:
@@ -69,7 +71,7 @@ def machine_note(nice: int) -> str:
 
 
 def measure(*, workdir: Path, sdist: Path, torch_include: Path, pythons: list[tuple[str, Path]], tus: list[str],
-            arch: str, cxx11_abi: int, nice: int, cuda_home: Path, progress) -> MeasureResult:
+            arch: str, cxx11_abi: int, nice: int, cuda_home: Path, progress: Callable[[str | TuRun], None]) -> MeasureResult:
     if len(pythons) != 2:
         raise FaforgeError("the reuse benchmark needs exactly two pythons", hint="e.g. --pythons 3.11,3.12")
     torch_version = torch_version_at(torch_include)

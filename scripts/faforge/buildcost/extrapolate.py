@@ -18,7 +18,9 @@ Model (each step is checked in tests/buildcost/test_extrapolate.py):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from faforge.backend import archs, jobs
 from faforge.backend.errors import BuildError
@@ -27,6 +29,9 @@ from faforge.errors import FaforgeError
 from faforge.kernels.cachekey import kernel_cache_key
 from faforge.kernels.tus import CLASSES, HEAD_DIMS, class_counts, default_grid, parse_tu
 from faforge.matrix import load_matrix
+
+if TYPE_CHECKING:
+    from faforge.matrix.cells import Cell
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class ClassCost:
     peak_rss_gb: float  # largest measured
 
 
-def linear_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares (slope, intercept); flat through the mean when there is one distinct x."""
     xs = {x for x, _ in points}
     mean_x = sum(x for x, _ in points) / len(points)
@@ -183,11 +188,13 @@ class Report:
         }
 
 
-def report(measurements: Measurements, runners: list[tuple[int, float]], matrix_cells=None) -> Report:
+def report(measurements: Measurements, runners: list[tuple[int, float]], matrix_cells: list[Cell] | None = None) -> Report:
     costs = class_costs(measurements.samples)
-    matrix = load_matrix() if matrix_cells is None else None
-    cells_list = matrix.cells if matrix is not None else matrix_cells
-    archs_lists = [rule.value for rule in matrix.policy.cuda_archs] if matrix is not None else sorted({c.cuda_archs for c in cells_list})
+    if matrix_cells is None:
+        matrix = load_matrix()
+        cells_list, archs_lists = matrix.cells, [rule.value for rule in matrix.policy.cuda_archs]
+    else:
+        cells_list, archs_lists = matrix_cells, sorted({c.cuda_archs for c in matrix_cells})
     used = {a: sum(1 for c in cells_list if c.cuda_archs == a) for a in archs_lists}
     groups = {a: len({kernel_cache_key(c) for c in cells_list if c.cuda_archs == a}) for a in archs_lists}
     cells = [(cell_cost(costs, a), used[a]) for a in archs_lists] if costs else []

@@ -54,7 +54,7 @@ CLASSES = (*KERNEL_CLASSES, "combine", "scheduler", "glue")
 # Classes whose sources no feature switch thins out: a trimmed build's sample measures them as they are.
 TRIM_FREE = ("scheduler", "glue")
 REFERENCE_PLATFORM = "linux-64"
-FULL_BUILD = frozenset()  # what a package disables (Fa3Package.variant()'s fa3_disable is empty)
+FULL_BUILD: frozenset[str] = frozenset()  # what a package disables (Fa3Package.variant()'s fa3_disable is empty)
 _KERNEL = re.compile(r"flash_(fwd|bwd)_hdim(\d+)(?:_(\d+))?_([a-z0-9]+?)(?:_[a-z]+)*_sm(80|90)\.cu")
 
 

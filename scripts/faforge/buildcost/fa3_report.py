@@ -130,7 +130,7 @@ class Fa3Report:
         return max([t.sample.peak_rss_gb or 0 for t in self.timed] + [t.build.peak_rss_gb or 0 for t in self.timed], default=0.0)
 
     def tables(self) -> list[tuple[str, list[str], list[list]]]:
-        out = [("FA3: timed TU compiles (fa3_samples)", ["TU", "class", "platform", "archs", "features", "passes", "CPU s", "CPU basis", "wall s", "peak GB"],
+        out: list[tuple[str, list[str], list[list]]] = [("FA3: timed TU compiles (fa3_samples)", ["TU", "class", "platform", "archs", "features", "passes", "CPU s", "CPU basis", "wall s", "peak GB"],
                 [[t.sample.tu, t.tu_class, t.build.platform, t.build.archs, "full" if t.full else f"trimmed ({len(t.build.disabled_set)} off)",
                   t.passes, t.cpu_s, t.basis, t.sample.wall_s, t.sample.peak_rss_gb if t.sample.peak_rss_gb is not None else "-"] for t in self.timed])]
         first = self.packages[0] if self.packages else None
@@ -187,12 +187,12 @@ class Fa3Report:
         for platform, (ratio, pairs) in self.platform_factors.items():
             out.append(f"{platform} / {REFERENCE_PLATFORM} CPU: " + (f"{ratio:.2f} over {pairs} kernel TUs timed for both" if ratio
                                                                       else "no kernel TU timed for both: 1.00 assumed"))
-        peaks = [t for t in self.timed if t.sample.peak_rss_gb is not None]
+        peaks = [(t, t.sample.peak_rss_gb) for t in self.timed if t.sample.peak_rss_gb is not None]
         if peaks:
-            top = max(peaks, key=lambda t: t.sample.peak_rss_gb)
+            top, top_gb = max(peaks, key=lambda peak: peak[1])
             budget = fa3_backend.WORST_CASE_GB_PER_JOB
-            over = top.sample.peak_rss_gb > budget
-            out.append(f"largest peak RSS of a TU timed alone: {top.sample.peak_rss_gb} "
+            over = top_gb > budget
+            out.append(f"largest peak RSS of a TU timed alone: {top_gb} "
                        f"GB ({top.sample.tu}, {top.build.build}); the FA3 "
                        f"build budgets {budget:.2f} GB a job" + (", less than that TU: with several jobs a runner may run out "
                                                                  "of memory" if over else ""))

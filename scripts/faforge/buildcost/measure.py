@@ -71,12 +71,13 @@ def nvcc_command(nvcc_argv: list[str], source: Path, obj: Path, include_dirs: li
     ]
 
 
-def run_timed(command: list[str], cwd: Path, env: dict[str, str], nice: int = 0) -> Timing:
+def run_timed(command: list[str], cwd: Path, env: dict[str, str] | None, nice: int = 0) -> Timing:
     """Run `command` (under `nice -n NICE` when NICE > 0) and measure it with wait4()."""
     if nice:
         command = ["nice", "-n", str(nice), *command]
     started = time.monotonic()
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None  # started with stderr=PIPE
     with proc.stderr:
         stderr = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)

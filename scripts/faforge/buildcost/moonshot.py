@@ -16,6 +16,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from faforge.buildcost.bench import torch_version_at
 from faforge.buildcost.measure import CompileSpec, nvcc_command, run_timed
@@ -35,7 +36,10 @@ def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: 
     nvcc = str(cuda_home / "bin" / "nvcc")
     source = sdist / FLASH_ATTN.kernel_source_dir / tu
     variants = [(f"torch{torch_version_at(t)}", t, False) for t in torch_includes] + [("shim", torch_includes[0], True)]
-    objects, texts, report = {}, {}, {"tu": tu, "arch": arch, "compiles": {}, "preprocessed": {}, "objects": {}}
+    objects: dict[str, Path] = {}
+    texts: dict[str, str] = {}
+    # The JSON written.
+    report: dict[str, Any] = {"tu": tu, "arch": arch, "compiles": {}, "preprocessed": {}, "objects": {}}
     for name, torch_include, shim in variants:
         dirs = include_dirs(sdist, torch_include, cuda_home, shim)
         texts[name] = preprocess(nvcc, source, dirs, spec, out / name / "pre")["device"].read_text()

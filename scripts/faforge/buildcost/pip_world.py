@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from faforge.buildcost.extrapolate import ClassCost, cell_cost
 from faforge.buildcost.samples import Measurements
 from faforge.errors import FaforgeError
+from faforge.matrix.kernels import KernelPackage
+from faforge.matrix.pip_builds import PipBuild
 from faforge.release.cost import BuildCost
 from faforge.release.pip_plan import TorchReleaseCost, added_per_torch_release, wheel_part
 
@@ -71,13 +73,14 @@ class PipWorldReport:
                 "kernel_wheels": self.kernel_wheels, "per_torch_release": [r.as_json() for r in self.rows]}
 
 
-def report(measurements: Measurements, costs: dict[str, ClassCost], builds: list, conda_kernels: list, cost: BuildCost) -> PipWorldReport:
+def report(measurements: Measurements, costs: dict[str, ClassCost], builds: list[PipBuild], conda_kernels: list[KernelPackage],
+           cost: BuildCost) -> PipWorldReport:
     """The table for `builds` (faforge.matrix.pip_builds), given the conda worlds' kernel packages."""
     if not measurements.glue:
         raise FaforgeError("variants/build-measurements.yaml has no `glue` entry (a measured flash_api.cpp compile)",
                            hint="time one glue build and add it (variants/README.md, Build cost)")
     glue_cpu_min = round(sum(g.cpu_s for g in measurements.glue) / len(measurements.glue) / 60, 2)
-    archs = {}
+    archs: dict[str, str] = {}  # kernel key id -> its arch list
     for b in builds:
         archs.setdefault(b.kernel.key.id, b.kernel.key.cuda_archs)
     rows = tuple(ReleaseRow(runner=r, kernel_cpu_h=round(sum(cell_cost(costs, archs[k]).cpu_h for k in r.new_kernels), 2),

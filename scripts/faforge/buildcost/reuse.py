@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,7 @@ def compile_env(layout: Layout, ccache: str, cache_dir: Path) -> tuple[dict[str,
 
 
 def compile_variant(name: str, layout: Layout, tus: list[str], spec: CompileSpec, *, ccache: str,
-                    cache_dir: Path, nice: int, on_done=None) -> list[TuRun]:
+                    cache_dir: Path, nice: int, on_done: Callable[[TuRun], None] | None = None) -> list[TuRun]:
     env, include_dirs = compile_env(layout, ccache, cache_dir)
     nvcc_argv = shlex.split(env["PYTORCH_NVCC"])
     runs = []

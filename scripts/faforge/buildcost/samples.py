@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 
@@ -27,6 +28,11 @@ from faforge.errors import DataError, FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
 from faforge.matrix.releases import PLATFORMS
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+D = TypeVar("D", bound="DataclassInstance")  # a dataclass of this file's entries
 
 FILE_NAME = "build-measurements.yaml"
 KEYS = ("schema", "samples", "reuse", "glue", "sizes", "fa3_builds", "fa3_samples")
@@ -161,7 +167,7 @@ def default_path() -> Path:
     return paths.variants_dir() / FILE_NAME
 
 
-def _entry(path: Path, key: str, raw, cls):
+def _entry(path: Path, key: str, raw: object, cls: type[D]) -> D:
     names = [f.name for f in fields(cls)]
     if not isinstance(raw, dict) or set(raw) != set(names):
         raise DataError(path, key, f"invalid entry {raw!r}", hint=f"keys: {', '.join(names)}")
@@ -212,7 +218,7 @@ def _list(path: Path, raw: dict, key: str) -> list:
     return value
 
 
-def _fa3_build(path: Path, key: str, raw) -> Fa3Build:
+def _fa3_build(path: Path, key: str, raw: object) -> Fa3Build:
     build = _entry(path, key, raw, Fa3Build)
     if build.platform not in PLATFORMS:
         raise DataError(path, f"{key}.platform", f"invalid value {build.platform!r}", hint=f"one of {', '.join(PLATFORMS)}")
@@ -224,7 +230,7 @@ def _fa3_build(path: Path, key: str, raw) -> Fa3Build:
     return build
 
 
-def _fa3_sample(path: Path, key: str, raw, builds: dict[str, Fa3Build]) -> Fa3Sample:
+def _fa3_sample(path: Path, key: str, raw: object, builds: dict[str, Fa3Build]) -> Fa3Sample:
     sample = _entry(path, key, raw, Fa3Sample)
     build = builds.get(sample.build)
     if build is None:

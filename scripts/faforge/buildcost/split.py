@@ -19,6 +19,7 @@ files and metadata (well under 1 MB per package) are left out.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from faforge.buildcost.extrapolate import ClassCost, cell_cost, sass_arch_count
@@ -26,7 +27,8 @@ from faforge.buildcost.samples import Measurements, SizeSample
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import kernel_cache_key
-from faforge.matrix.kernels import kernel_key
+from faforge.matrix.cells import Cell
+from faforge.matrix.kernels import KernelPackage, kernel_key
 from faforge.versions import vtuple
 
 
@@ -88,11 +90,11 @@ class NewMinor:
     kernel_cpu_h_after: float
 
 
-def new_kernel_builds(cells, torch_minor: str, world: str, key) -> list:
+def new_kernel_builds(cells: list[Cell], torch_minor: str, world: str, key: Callable[[Cell], Hashable]) -> list[Cell]:
     """Kernel builds (distinct `key`s) that the cells of one torch minor need and no other cell does."""
     mine = [c for c in cells if c.torch_minor == torch_minor and c.world == world]
     others = {key(c) for c in cells if not (c.torch_minor == torch_minor and c.world == world)}
-    first = {}
+    first: dict[Hashable, Cell] = {}
     for c in mine:
         if key(c) not in others:
             first.setdefault(key(c), c)
@@ -116,7 +118,7 @@ class LayoutCrossing:
                 "before": self.before.zstd, "after": self.after.zstd}
 
 
-def layout_crossing(cells, sizes: SizeModel) -> LayoutCrossing | None:
+def layout_crossing(cells: list[Cell], sizes: SizeModel) -> LayoutCrossing | None:
     """The CUDA (widest arch list first) whose cells lie on both sides of the layout change; None if none does."""
     minors: dict[tuple[str, str], dict[int, set[str]]] = {}
     for c in cells:
@@ -186,7 +188,7 @@ class SplitReport:
         }
 
 
-def split_report(measurements: Measurements, costs: dict[str, ClassCost], cells, kernels) -> SplitReport:
+def split_report(measurements: Measurements, costs: dict[str, ClassCost], cells: list[Cell], kernels: list[KernelPackage]) -> SplitReport:
     if not measurements.glue:
         raise FaforgeError("variants/build-measurements.yaml has no `glue` entry (a measured flash_api.cpp compile)")
     sizes = size_model(measurements.sizes)

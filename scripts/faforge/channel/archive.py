@@ -19,13 +19,18 @@ import json
 import posixpath
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import IO, TYPE_CHECKING, cast
 
 import zstandard
 
 from faforge import membercaps, untrusted
 from faforge.channel.sandbox import plain_name, subdir_problem
 from faforge.errors import FaforgeError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRead, WriteableBuffer
 
 INDEX_JSON = "info/index.json"
 INDEX_JSON_CAP = 1 << 20  # 1 MiB; a real one is well under 2 KB
@@ -44,18 +49,19 @@ ZSTD_READ_SIZE = 1 << 16
 class _Capped(io.RawIOBase):
     """A stream that refuses to yield more than `cap` bytes (a decompression bomb stops there)."""
 
-    def __init__(self, stream, cap: int, what: str, part: str = "info/"):
+    def __init__(self, stream: IO[bytes], cap: int, what: str, part: str = "info/"):
         self.stream, self.left, self.what, self.cap, self.part = stream, cap, what, cap, part
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
-        data = self.stream.read(min(len(buffer), self.left + 1))
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.stream.read(min(len(view), self.left + 1))
         self.left -= len(data)
         if self.left < 0:
             raise FaforgeError(f"{self.what}: its {self.part} part decompresses to more than {self.cap >> 20} MiB", hint=REBUILD)
-        buffer[:len(data)] = data
+        view[:len(data)] = data
         return len(data)
 
 
@@ -78,15 +84,21 @@ def _index_json_bytes(path: Path) -> bytes:
                 why = f"zip member {odd[0]!r} is not a plain, unique name" if odd else f"{len(infos)} info-*.tar.zst members, not one"
                 raise FaforgeError(f"{path}: {why}", hint=REBUILD)
             with outer.open(infos[0]) as member:
-                counted = membercaps.CountingReader(member)
-                reader = zstandard.ZstdDecompressor().stream_reader(counted, read_size=ZSTD_READ_SIZE, read_across_frames=True)
+                counted, source = _counting(member)
+                reader = zstandard.ZstdDecompressor().stream_reader(source, read_size=ZSTD_READ_SIZE, read_across_frames=True)
                 return _from_info_tar(io.BufferedReader(_Capped(reader, INFO_TAR_CAP, str(path))), path, counted)
     with open(path, "rb") as f:
-        counted = membercaps.CountingReader(f)
-        return _from_info_tar(bz2.BZ2File(counted), path, counted, only_info=True)
+        counted, source = _counting(f)
+        return _from_info_tar(bz2.BZ2File(source), path, counted, only_info=True)
 
 
-def _from_info_tar(stream, path: Path, counted: membercaps.CountingReader, *, only_info: bool = False) -> bytes:
+def _counting(stream: SupportsRead[bytes]) -> tuple[membercaps.CountingReader, IO[bytes]]:
+    """`stream` counted, and the counter as the decompressors' source: zstandard and BZ2File only read() it."""
+    counted = membercaps.CountingReader(stream)
+    return counted, cast("IO[bytes]", counted)  # their stubs ask for a whole file object; read() is all they use
+
+
+def _from_info_tar(stream: IO[bytes], path: Path, counted: membercaps.CountingReader, *, only_info: bool = False) -> bytes:
     """index.json from a streamed tar, refusing hostile info/ members by the payload's rule (_member_problem),
     except where links point: rattler-build's own packages hold info/licenses/ files as absolute links
     into the build's recipe folder, and info/ is never unpacked into a prefix; faforge reads only
@@ -111,7 +123,9 @@ def _from_info_tar(stream, path: Path, counted: membercaps.CountingReader, *, on
                     raise FaforgeError(f"{path}: {INDEX_JSON} is a link, not the file itself", hint=REBUILD)
                 if member.size > INDEX_JSON_CAP:
                     raise FaforgeError(f"{path}: {INDEX_JSON} is {member.size} bytes, over the cap of {INDEX_JSON_CAP}", hint=REBUILD)
-                found = tar.extractfile(member).read(INDEX_JSON_CAP + 1)
+                data = tar.extractfile(member)
+                assert data is not None  # a regular member (isreg above) always has its data
+                found = data.read(INDEX_JSON_CAP + 1)
     if found is None:
         raise FaforgeError(f"{path}: has no {INDEX_JSON}", hint=REBUILD)
     return found
@@ -128,7 +142,7 @@ def parse_index_json(raw: bytes, what: str) -> dict:
 def check_index_json(data: dict, what: str) -> dict:
     """The fields faforge uses have their types, names are plain, and the subdir is one faforge
     writes to and agrees with the package's own platform and arch."""
-    def wrong(field: str, expected: str):
+    def wrong(field: str, expected: str) -> FaforgeError:
         value = data.get(field)
         shown = json.dumps(value)[:80]
         return FaforgeError(f'{what}: "{field}" is {shown} ({type(value).__name__}), expected {expected}', hint=REBUILD)
@@ -168,17 +182,17 @@ def check_payload(path: Path) -> None:
             if len(payloads) != 1:
                 raise FaforgeError(f"{path}: {len(payloads)} pkg-*.tar.zst members, not one", hint=REBUILD)
             with outer.open(payloads[0]) as member:
-                counted = membercaps.CountingReader(member)
-                reader = zstandard.ZstdDecompressor().stream_reader(counted, read_size=ZSTD_READ_SIZE, read_across_frames=True)
+                counted, source = _counting(member)
+                reader = zstandard.ZstdDecompressor().stream_reader(source, read_size=ZSTD_READ_SIZE, read_across_frames=True)
                 _check_members(io.BufferedReader(_Capped(reader, PAYLOAD_CAP, str(path), "payload")), path, counted, skip_info=False)
         return
     with open(path, "rb") as f:
-        counted = membercaps.CountingReader(f)
-        _check_members(io.BufferedReader(_Capped(bz2.BZ2File(counted), PAYLOAD_CAP, str(path), "payload")), path, counted,
+        counted, source = _counting(f)
+        _check_members(io.BufferedReader(_Capped(bz2.BZ2File(source), PAYLOAD_CAP, str(path), "payload")), path, counted,
                        skip_info=True)
 
 
-def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, path: Path, *, capped: tuple[str, ...] = ()):
+def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, path: Path, *, capped: tuple[str, ...] = ()) -> Iterator[tarfile.TarInfo]:
     """The members of a streamed tar, each within faforge.membercaps' caps: its declared size judged from
     its header, before any of its data is read; a regular member of RATIO_MIN_BYTES or more then read
     through in chunks, its decompressed bytes held against the compressed bytes `counted` saw go by since
@@ -192,6 +206,7 @@ def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, pat
         own = "/".join(p for p in PurePosixPath(member.name).parts if p != ".") in capped
         if member.isreg() and member.size >= membercaps.RATIO_MIN_BYTES and not problem and not own:
             start, got, data = counted.count, 0, tar.extractfile(member)
+            assert data is not None  # a regular member (isreg above) always has its data
             while not problem and (chunk := data.read(1 << 20)):
                 got += len(chunk)
                 problem = membercaps.ratio_problem(got, counted.count - start + min(READ_AHEAD, start))
@@ -200,7 +215,7 @@ def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, pat
         yield member
 
 
-def _check_members(stream, path: Path, counted: membercaps.CountingReader, *, skip_info: bool) -> None:
+def _check_members(stream: IO[bytes], path: Path, counted: membercaps.CountingReader, *, skip_info: bool) -> None:
     seen: set[str] = set()
     links: set[str] = set()
     with tarfile.open(fileobj=stream, mode="r|") as tar:

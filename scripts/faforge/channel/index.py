@@ -24,7 +24,8 @@ import secrets
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from faforge.channel.sandbox import SUBDIRS, channel_sandbox, plain_name, real_folder
@@ -46,7 +47,7 @@ from faforge.sandbox import fsync
 
 
 @contextmanager
-def channel_lock(channel: Path):
+def channel_lock(channel: Path) -> Iterator[None]:
     """Hold the channel's lock (one writer at a time) and clear what killed writers left behind."""
     channel.mkdir(parents=True, exist_ok=True)
     check_links(channel)
@@ -145,7 +146,7 @@ def heal(channel: Path) -> Survey:
     return found
 
 
-def check_folder(channel: Path, subdirs=()) -> None:
+def check_folder(channel: Path, subdirs: Iterable[str] = ()) -> None:
     """Refuse a channel path, or a subdir of it, that is something other than a folder."""
     for path in [channel, *(channel / s for s in subdirs)]:
         if path.exists() and not path.is_dir():
@@ -153,6 +154,6 @@ def check_folder(channel: Path, subdirs=()) -> None:
                                hint="a channel and its platform subdirs (linux-64, noarch, ...) must be folders; move the file away")
 
 
-def channel_errors(channel: Path):
+def channel_errors(channel: Path) -> AbstractContextManager[None]:
     """The file system refused a write (read-only, full, permissions): one line naming the path, exit 2."""
     return channel_sandbox(channel).write_errors()

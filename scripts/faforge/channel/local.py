@@ -10,9 +10,13 @@ import asyncio
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge.channel.index import channel_lock, heal
 from faforge.errors import FaforgeError
+
+if TYPE_CHECKING:
+    from rattler import GenericVirtualPackage, RepoDataRecord
 
 # The virtual packages of a typical GPU box; solves pass them explicitly so results do not
 # depend on the machine the tests run on.
@@ -43,8 +47,8 @@ def assemble(spec: PackageSpec, channel_dir: Path) -> Path:
 
     out_dir = channel_dir / spec.subdir
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="faforge-pkg-") as staging:
-        staging = Path(staging)
+    with tempfile.TemporaryDirectory(prefix="faforge-pkg-") as staging_dir:
+        staging = Path(staging_dir)
         files = spec.files or {f"share/faforge-standins/{spec.name}.txt": f"{spec.name} {spec.version} {spec.build}\n"}
         for rel, text in files.items():
             target = staging / rel
@@ -79,7 +83,7 @@ def index(channel_dir: Path) -> None:
         raise FaforgeError(f"{channel_dir}: cannot index " + "; ".join(f"{b.path}: {b.reason}" for b in found.bad), exit_code=1)
 
 
-def _virtual_packages(virtuals: dict[str, str]):
+def _virtual_packages(virtuals: dict[str, str]) -> list[GenericVirtualPackage]:
     from rattler import (  # noqa: PLC0415 (py-rattler: slow to import)
         BuildString,
         GenericVirtualPackage,
@@ -90,12 +94,12 @@ def _virtual_packages(virtuals: dict[str, str]):
     return [GenericVirtualPackage(PackageName(name), Version(version), BuildString("0")) for name, version in virtuals.items()]
 
 
-def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[str, str] | None = None, strict: bool = True) -> dict[str, object]:
+def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[str, str] | None = None, strict: bool = True) -> dict[str, RepoDataRecord]:
     """Solve like conda/mamba with strict channel priority; returns name -> RepoDataRecord.
 
     Raises FaforgeError(exit_code=1) when unsatisfiable, with the solver's explanation.
     """
-    from rattler import Channel, ChannelConfig, ChannelPriority  # noqa: PLC0415 (py-rattler: slow to import)
+    from rattler import Channel, ChannelConfig, ChannelPriority, Subdir  # noqa: PLC0415 (py-rattler: slow to import)
     from rattler import solve as rattler_solve  # noqa: PLC0415 (py-rattler: slow to import)
 
     config = ChannelConfig()
@@ -105,7 +109,7 @@ def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[s
             rattler_solve(
                 sources=sources,
                 specs=specs,
-                platforms=[platform, "noarch"],
+                platforms=[Subdir(platform), Subdir("noarch")],
                 virtual_packages=_virtual_packages(virtuals or DEFAULT_VIRTUALS),
                 channel_priority=ChannelPriority.Strict if strict else ChannelPriority.Disabled,
             )
@@ -115,7 +119,7 @@ def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[s
     return {record.name.normalized: record for record in records}
 
 
-def install(records: dict[str, object], prefix: Path, platform: str, cache_dir: Path | None = None) -> None:
+def install(records: dict[str, RepoDataRecord], prefix: Path, platform: str, cache_dir: Path | None = None) -> None:
     """Link solved records into a real prefix (conda-meta/ and all)."""
     from rattler import Subdir  # noqa: PLC0415 (py-rattler: slow to import)
     from rattler import install as rattler_install  # noqa: PLC0415 (py-rattler: slow to import)

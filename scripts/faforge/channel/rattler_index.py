@@ -19,13 +19,14 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
 
 def main(channel_dir: str) -> int:
     from rattler.index import index_fs  # noqa: PLC0415 (after SIGINT's default is back)
 
     try:
-        asyncio.run(index_fs(channel_dir, force=True))
+        asyncio.run(index_fs(Path(channel_dir), force=True))
     except Exception as exc:  # rattler's own error types; the parent reports the message
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -74,7 +74,7 @@ def check_local_index(folder: Path, subdirs: list[str]) -> None:
 
 def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     """Every RepoDataRecord of `names` in `channel` for `platforms` (plus noarch), fetched fresh."""
-    from rattler import Channel, Gateway, SourceConfig  # noqa: PLC0415 (py-rattler: slow to import)
+    from rattler import Channel, Gateway, SourceConfig, Subdir  # noqa: PLC0415 (py-rattler: slow to import)
     from rattler.networking import (  # noqa: PLC0415 (py-rattler: slow to import)
         AuthenticationMiddleware,
         Client,
@@ -98,7 +98,7 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     gateway = Gateway(default_config=SourceConfig(cache_action="no-cache"), client=client)
     error = None
     try:
-        result = asyncio.run(asyncio.wait_for(gateway.query([Channel(url)], [*platforms, "noarch"], names, recursive=False),
+        result = asyncio.run(asyncio.wait_for(gateway.query([Channel(url)], [Subdir(p) for p in (*platforms, "noarch")], names, recursive=False),
                                               max(left, 0.001)))
         records = [record for records in result for record in records]
     except TimeoutError:

@@ -24,7 +24,7 @@ LINK_HINT = ("faforge follows no link inside a channel; replace the link with th
              "(or point --to at the real channel folder)")
 
 
-def subdir_problem(subdir, platform, arch) -> str | None:
+def subdir_problem(subdir: str, platform: str | None, arch: str | None) -> str | None:
     """Why an index.json's subdir is not one faforge may write to (outside the closed set, or
     disagreeing with the package's own platform and arch), or None."""
     if subdir not in SUBDIRS:

@@ -16,11 +16,13 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
 from faforge import paths
 from faforge.buildcost import bench, extrapolate, fa3_report, pip_world, samples, split
+from faforge.buildcost.reuse import TuRun
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
@@ -56,8 +58,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def _runner(spec: str) -> tuple[int, float]:
     """CPUS:GB with at least one core and some memory (the extrapolation divides by both)."""
     try:
-        cpus, gb = spec.split(":")
-        cpus, gb = int(cpus), float(gb)
+        cpus_text, gb_text = spec.split(":")
+        cpus, gb = int(cpus_text), float(gb_text)
     except ValueError:
         raise FaforgeError("expected CPUS:GB", input=f"--runner {spec}", hint="e.g. --runner 2:24") from None
     if not (1 <= cpus <= 4096 and 0 < gb < 1e6):
@@ -109,7 +111,7 @@ def _measure(args: argparse.Namespace) -> bench.MeasureResult:
     return result
 
 
-def _progress_line(item) -> str:
+def _progress_line(item: str | TuRun) -> str:
     if isinstance(item, str):
         return item
     t = item.timing
@@ -151,14 +153,14 @@ def execute(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_tables(tables) -> None:
+def _print_tables(tables: Iterable[tuple[str, list[str], list[list]]]) -> None:
     """Each (title, headers, rows) of a report, after a blank line."""
     for title, headers, rows in tables:
         print(f"\n{title}")
         print(format_table(headers, rows))
 
 
-def _print_section(section) -> None:
+def _print_section(section: fa3_report.Fa3Report | pip_world.PipWorldReport) -> None:
     """A report section (the FA3 model, the pip world): its tables, a blank line, then its notes."""
     _print_tables(section.tables())
     print()

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from faforge import progress
 from faforge.commands.plan import fa3_pieces
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.release.build import CHANNEL_ALIAS_ENV
+from faforge.release.build import CHANNEL_ALIAS_ENV, CellBuild
 from faforge.release.build_run import BuildRequest, run_build
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
 from faforge.release.pip_build import WheelBuild
@@ -78,11 +79,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 BUILD_VERSION = 1
 
 
-def report_json(results) -> dict:
+def report_json(results: Sequence[CellBuild | WheelBuild]) -> dict:
     """Every build of the call: what the summary table shows, and each pip cell's wheels."""
     builds = []
     for b in results:
-        entry = {"cell": b.cell, "part": b.part, "kind": "wheel" if isinstance(b, WheelBuild) else "conda", "status": b.status,
+        entry: dict[str, object] = {"cell": b.cell, "part": b.part, "kind": "wheel" if isinstance(b, WheelBuild) else "conda", "status": b.status,
                  "seconds": round(b.seconds, 1), "package": str(b.package) if b.package else None, "log": str(b.log), "error": b.error,
                  "cache": b.cache}
         if isinstance(b, WheelBuild):

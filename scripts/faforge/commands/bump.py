@@ -20,6 +20,7 @@ from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.kernels.kernel_abi import dump_row
 from faforge.matrix import load_matrix
+from faforge.matrix.releases import PipRelease
 from faforge.release.bump import (
     extended,
     find_new,
@@ -74,7 +75,7 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         if name in sources:
             rows += find_new(matrix.table, sources[name], args.channel_url)
-    pip_rows = []
+    pip_rows: list[PipRelease] = []
     for name in names:
         if name in pip_sources:
             # Each source sees the rows of those before it: PyPI's release is not proposed again from a per-CUDA index.

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from faforge import paths
 from faforge.abi.check import PLATFORM_MACHINES, check_path
-from faforge.abi.report import CANNOT_TELL, render_text
-from faforge.abi.stable import check_stable, render_stable_text
+from faforge.abi.report import CANNOT_TELL, Verdict, render_text
+from faforge.abi.stable import StableVerdict, check_stable, render_stable_text
 from faforge.doctor.torch_symbols import dating
 from faforge.doctor.torch_symbols_file import default_table
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
@@ -85,6 +85,7 @@ def execute(args: argparse.Namespace) -> int:
             if not folder.is_dir():
                 raise FaforgeError(f"--library-dir {folder} {why_not_a_folder(folder)}",
                                    hint="pass the folder holding the library (e.g. an installed kernel package's lib/)")
+    verdict: StableVerdict | Verdict
     if args.stable_abi:
         if args.glibc:
             raise FaforgeError("--glibc goes with a check against one torch", hint="drop --glibc, or drop --stable-abi")

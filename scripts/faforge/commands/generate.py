@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.matrix import load_matrix
@@ -45,7 +47,7 @@ def execute(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _apply(expected, stale, obsolete) -> None:
+def _apply(expected: Mapping[Path, str], stale: Iterable[Path], obsolete: Iterable[Path]) -> None:
     for path in stale:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(expected[path])

@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge import config
 from faforge.channel.index import channel_errors, channel_lock, check_folder, heal
 from faforge.channel.survey import BadFile
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError, why_not_a_folder
 from faforge.pipindex.check import check_index, reindex
+from faforge.pipindex.folder import BadFile as UnlistedFile
+
+if TYPE_CHECKING:
+    from faforge.release.targets import Target
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +56,7 @@ def execute(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if found.bad else EXIT_OK
 
 
-def print_channel_problems(bad: list[BadFile], channel) -> None:
+def print_channel_problems(bad: list[BadFile], channel: Path | Target) -> None:
     """Each file left out of the index, by name, with the reason and what to do."""
     for b in bad:
         print(f"not indexed: {channel}/{b.path}: {b.reason}")
@@ -73,7 +78,7 @@ def execute_pip(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if report.problems or report.bad else EXIT_OK
 
 
-def print_index_problems(bad, root) -> None:
+def print_index_problems(bad: list[UnlistedFile], root: str | Path) -> None:
     """Each file of a wheel index that no page lists, by name, with the reason and what to do."""
     for b in bad:
         print(f"not listed: {root}/{b.path}: {b.reason}")

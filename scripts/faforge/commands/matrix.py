@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 
 from faforge.errors import EXIT_OK, FaforgeError
@@ -115,7 +116,7 @@ def selected_kernels(matrix: Matrix, platform: str, conda: list[str], pip: list[
     return kernels, pins
 
 
-def print_kernels(matrix, platform: str, as_json: bool, conda: list[str] | None = None, pip: list[str] = ()) -> int:
+def print_kernels(matrix: Matrix, platform: str, as_json: bool, conda: list[str] | None = None, pip: Sequence[str] = ()) -> int:
     if conda is None and not pip:
         conda = list(matrix.table.worlds)
     kernels, pins = selected_kernels(matrix, platform, conda or [], list(pip))
@@ -123,7 +124,7 @@ def print_kernels(matrix, platform: str, as_json: bool, conda: list[str] | None 
         print(json.dumps([k.as_json(pins[k.key.id]) for k in kernels], indent=2))
         return EXIT_OK
     # No pin: a recipe whose flash-attn carries its kernels, so only the prefix is known (and nothing is built apart).
-    rows = [[k.key.id, k.name, k.version, pins[k.key.id].build if pins[k.key.id] else k.key.build_string_prefix + "*", k.world,
+    rows = [[k.key.id, k.name, k.version, pin.build if (pin := pins[k.key.id]) else k.key.build_string_prefix + "*", k.world,
              len(k.cell_ids)] for k in kernels]
     print(format_table(["kernel key", "package", "version", "build string", "source", "cells"], rows))
     summary = f"\n{len(kernels)} kernel packages for {sum(len(k.cell_ids) for k in kernels)} cells"
@@ -134,7 +135,7 @@ def print_kernels(matrix, platform: str, as_json: bool, conda: list[str] | None 
     return EXIT_OK
 
 
-def print_fa3(matrix, platform: str, as_json: bool) -> int:
+def print_fa3(matrix: Matrix, platform: str, as_json: bool) -> int:
     """Each FA3 package with its build string as rattler-build renders it from the generated variant file."""
     packages = [p for p in matrix.fa3 if platform in ("all", p.platform)]
     builds = fa3_build_strings(matrix, packages)

@@ -27,7 +27,7 @@ from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
 from faforge.release.cost import BuildCost, Part
 from faforge.release.pip_plan import PIP_STAGE
-from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES
+from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES, Plan
 from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
 
@@ -80,7 +80,7 @@ def index_root(value: str) -> str:
     return value
 
 
-def print_pip(plan, data: dict, index: str | None) -> None:
+def print_pip(plan: Plan, data: dict, index: str | None) -> None:
     """The pip cells' lines: how many to build, and what each torch release adds to CI."""
     where = index or "no index"
     print(f"{len(data['pip_to_build'])} pip cells to build in "

@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from faforge import config, paths
 from faforge.channel.repodata import channel_url
+from faforge.channel.survey import BadFile
 from faforge.commands.index import print_channel_problems, print_index_problems
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
+from faforge.pipindex.folder import BadFile as UnlistedFile
 from faforge.pipindex.layout import FILES, WHEEL_SUFFIX, index_name
-from faforge.release.manifest import parse_gates, verify_hint
-from faforge.release.publish import publish_files
+from faforge.release.manifest import Artifact, parse_gates, verify_hint
+from faforge.release.publish import Decision, publish_files
 from faforge.release.publish_wheels import publish_wheel_files
 from faforge.release.targets import TOKEN_ENV, parse_target
 from faforge.table import format_table
@@ -79,15 +82,16 @@ def execute(args: argparse.Namespace) -> int:
 class Row:
     """One outcome, conda package or wheel, as the report prints it."""
 
-    package: object  # PackageFacts or WheelFacts: .filename, .sha256
+    package: Artifact  # PackageFacts or WheelFacts
     action: str
     detail: str
     cell: str | None
     indexes: tuple[str, ...] | None = None  # wheels only
 
 
-def report(args: argparse.Namespace, rows: list[Row], decisions, required: tuple[str, ...], *, target: str, where: str, problems,
-           problems_key: str, print_problems) -> int:
+def report(args: argparse.Namespace, rows: list[Row], decisions: Sequence[Decision[Artifact]], required: tuple[str, ...], *,
+           target: str, where: str, problems: Sequence[BadFile | UnlistedFile], problems_key: str,
+           print_problems: Callable[[], None]) -> int:
     """The one report of both branches: --json (tests/schemas/publish.json) or a table, then the exit status."""
     by_file = {d.package.path: d for d in decisions}
     wheels = any(r.indexes is not None for r in rows)
@@ -110,7 +114,7 @@ def report(args: argparse.Namespace, rows: list[Row], decisions, required: tuple
         }, indent=2))
     else:
         table = [[r.package.filename, r.package.sha256[:12], by_file[r.package.path].gate_words(), r.action,
-                  *([", ".join(r.indexes) or "-"] if wheels else []), _short(r.detail)] for r in rows]
+                  *([", ".join(r.indexes or ()) or "-"] if wheels else []), _short(r.detail)] for r in rows]
         print(format_table(["wheel" if wheels else "package", "sha256", "gates", "action", *(["indexes"] if wheels else []), "detail"], table))
         for r in rows:
             if r.action == "refused" and _short(r.detail) != r.detail:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+from typing import TYPE_CHECKING, cast
 
 import yaml
 
@@ -13,6 +14,9 @@ from faforge.matrix import load_matrix
 from faforge.matrix.cells import CELL_ID, explain_missing, find_cell
 from faforge.matrix.render import RenderedCell, build_string_head, render_cells, with_test_scripts_filled
 from faforge.matrix.render_cache import cached_render_cells
+
+if TYPE_CHECKING:
+    from rattler_build import RenderedVariant
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +32,8 @@ def execute(args: argparse.Namespace) -> int:
     cell = cell or next((r.cell for r in every_cell if r.build_string == args.cell), None)
     for r in render_cells([cell], matrix.recipe_path, matrix.variants_dir) if cell else []:
         if args.cell in (r.cell.id, r.build_string):
-            recipe = with_test_scripts_filled(r.recipe, r.variant.recipe.used_variant)
+            variant = cast("RenderedVariant", r.variant)  # typed `object` in faforge.matrix.render
+            recipe = with_test_scripts_filled(r.recipe, variant.recipe.used_variant)
             print(json.dumps(recipe, indent=2) if args.json else yaml.safe_dump(recipe, sort_keys=False), end="")
             return EXIT_OK
     nearest = nearest_cells(args.cell, every_cell)

@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from faforge.abi.elf_file import ElfError, ElfFile
 from faforge.errors import FaforgeError
@@ -55,7 +56,7 @@ def machine_of(program: Path) -> str | None:
         return None
 
 
-def is_foreign(machine: str | None) -> bool:
+def is_foreign(machine: str | None) -> TypeGuard[str]:
     return machine is not None and machine != platform.machine()
 
 

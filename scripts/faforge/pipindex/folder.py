@@ -19,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import os
 import zipfile
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from faforge import untrusted
 from faforge.errors import FaforgeError, why_not_a_folder
 from faforge.pipindex import layout, ownership, pages
 from faforge.pipindex.placement import PROJECTS, Placement, place
-from faforge.pipwheel.facts import read_wheel
+from faforge.pipwheel.facts import WheelFacts, read_wheel
 from faforge.pipwheel.members import check_members, read_member
 from faforge.sandbox import PART_SUFFIX
 
@@ -44,7 +45,7 @@ class BadFile:
 class Survey:
     """A root's wheels against its pages: what the pages must be, what they are."""
 
-    wheels: dict = field(default_factory=dict)  # file name -> WheelFacts, every readable wheel of files/
+    wheels: dict[str, WheelFacts] = field(default_factory=dict)  # file name -> every readable wheel of files/
     bad: list[BadFile] = field(default_factory=list)
     placement: Placement = field(default_factory=lambda: place([]))
     expected: dict[str, bytes] = field(default_factory=dict)  # relative path -> bytes: pages and metadata files
@@ -126,7 +127,7 @@ def _present(root: Path) -> dict[str, bytes]:
     return {rel: data for rel, data in found.items() if data is not None}
 
 
-def core_metadata(wheel) -> bytes:
+def core_metadata(wheel: WheelFacts) -> bytes:
     """The wheel's METADATA as it holds it, served beside it as W.metadata (PEP 658): the very member
     faforge.pipwheel.facts.read_wheel parsed (its .dist-info folder as the wheel spells it, found by
     dist_info_dir, the one home of that rule), read with the same refusals."""
@@ -217,7 +218,7 @@ def _remove_leftovers(root: Path) -> None:
 
 
 @contextmanager
-def index_lock(root: Path):
+def index_lock(root: Path) -> Iterator[None]:
     """Hold the root's lock (one writer at a time) and clear what killed writers left behind."""
     check_folder(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -236,6 +237,6 @@ def check_folder(root: Path) -> None:
                                hint=f"a wheel index and its {layout.FILES}/ must be folders; move the file away")
 
 
-def index_errors(root: Path):
+def index_errors(root: Path) -> AbstractContextManager[None]:
     """A refused write (read-only, full, permissions): one line naming the path, exit 2."""
     return layout.sandbox(root).write_errors()

@@ -12,6 +12,7 @@ The function is pure: the same wheels give the same placement, whatever order th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from packaging.requirements import Requirement
@@ -20,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.pipindex.layout import index_name, parse_index_name
-from faforge.pipwheel.facts import requirement
+from faforge.pipwheel.facts import WheelFacts, requirement
 from faforge.wheelnames import CUDA_LABEL, GLUE_LABEL
 
 GLUE = canonicalize_name(FLASH_ATTN.package)
@@ -31,9 +32,11 @@ PROJECTS = (KERNEL, FA3, GLUE)  # the order pages are written in: what a glue wh
 
 @dataclass(frozen=True)
 class Placement:
-    indexes: dict[str, tuple]  # index name -> its wheels (WheelFacts), sorted by file name
-    waiting: tuple  # (wheel, why) in files/ but in no index, rightly so (a kernel no glue pins yet)
-    problems: tuple  # (wheel, why) no index can take: not ours, or its own data contradicts itself
+    indexes: dict[str, tuple[WheelFacts, ...]]  # index name -> its wheels, sorted by file name
+    # (wheel, why) in files/ but in no index, rightly so (a kernel no glue pins yet)
+    waiting: tuple[tuple[WheelFacts, str], ...]
+    # (wheel, why) no index can take: not ours, or its own data contradicts itself
+    problems: tuple[tuple[WheelFacts, str], ...]
 
     def indexes_of(self, filename: str) -> tuple[str, ...]:
         return tuple(name for name, wheels in self.indexes.items() if any(w.filename == filename for w in wheels))
@@ -49,7 +52,7 @@ def admits(req: Requirement | None, version: str) -> bool:
         return False
 
 
-def glue_index(wheel) -> tuple[str | None, str | None]:
+def glue_index(wheel: WheelFacts) -> tuple[str, None] | tuple[None, str]:
     """(index name, None) for a glue wheel, or (None, why not)."""
     match = GLUE_LABEL.fullmatch(wheel.local or "")
     if not match:
@@ -63,18 +66,21 @@ def glue_index(wheel) -> tuple[str | None, str | None]:
     return index_name(minor, match["cuda"]), None
 
 
-def place(wheels) -> Placement:
+def place(wheels: Iterable[WheelFacts]) -> Placement:
     """Each wheel's indexes (see the module's docstring)."""
     wheels = sorted(wheels, key=lambda w: w.filename)
-    indexes: dict[str, list] = {}
-    waiting, problems = [], []
+    indexes: dict[str, list[WheelFacts]] = {}
+    waiting: list[tuple[WheelFacts, str]] = []
+    problems: list[tuple[WheelFacts, str]] = []
     for wheel in (w for w in wheels if w.name == GLUE):
-        name, why = glue_index(wheel)
-        if name:
-            indexes.setdefault(name, []).append(wheel)
+        placed = glue_index(wheel)
+        if placed[0] is not None:
+            indexes.setdefault(placed[0], []).append(wheel)
         else:
-            problems.append((wheel, why))
+            problems.append((wheel, placed[1]))
     glue_placed = {name: list(ws) for name, ws in indexes.items()}
+    # (torch minor, CUDA) of each: every name here is one glue_index made, so each parses
+    glue_indexes = {name: parts for name in glue_placed if (parts := parse_index_name(name)) is not None}
     for wheel in (w for w in wheels if w.name == KERNEL):
         pinned_by = sorted(name for name, ws in glue_placed.items() if any(_pins(g, wheel) for g in ws))
         for name in pinned_by:
@@ -88,7 +94,7 @@ def place(wheels) -> Placement:
                                     "CUDA (e.g. +cu130.sm80.90a), so no index takes it"))
             continue
         torch = requirement(wheel, "torch")
-        fits = sorted(n for n in glue_placed if parse_index_name(n)[1] == match["cuda"] and admits(torch, parse_index_name(n)[0]))
+        fits = sorted(n for n, (minor, cuda) in glue_indexes.items() if cuda == match["cuda"] and admits(torch, minor))
         for name in fits:
             indexes[name].append(wheel)
         if not fits:
@@ -100,6 +106,6 @@ def place(wheels) -> Placement:
                      tuple(waiting), tuple(sorted(problems, key=lambda p: p[0].filename)))
 
 
-def _pins(glue, kernel) -> bool:
+def _pins(glue: WheelFacts, kernel: WheelFacts) -> bool:
     req = requirement(glue, KERNEL)
     return req is not None and admits(req, kernel.version) and any(s.operator in ("==", "===") for s in req.specifier)

@@ -15,16 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from faforge.pipindex import layout
 from faforge.pipindex.folder import BadFile, Survey, check_folder, heal, index_errors, index_lock, survey
 from faforge.pipindex.ownership import refuse_blocked
 from faforge.pipindex.placement import place
-from faforge.pipwheel.facts import identity
+from faforge.pipwheel.facts import WheelFacts, identity
 
 
 @dataclass(frozen=True)
 class Outcome:
-    wheel: object  # faforge.pipwheel.facts.WheelFacts
+    wheel: WheelFacts
     action: str  # published | unchanged | exists | refused | would-publish
     detail: str
     indexes: tuple[str, ...] = ()  # the indexes that list it (would list it, in a dry run)
@@ -36,7 +38,7 @@ class IndexPublished:
     problems: list[BadFile] = field(default_factory=list)  # files already in the root that no page can list
 
 
-def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> IndexPublished:
+def publish_wheels(wheels: list[WheelFacts], root: Path, *, dry_run: bool, force: bool) -> IndexPublished:
     """Copy, then heal the pages; "unchanged" only when the file is there and every page was already right.
 
     A wheel replaced with --force first leaves the pages, then changes, then is listed again, so no
@@ -50,11 +52,11 @@ def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> I
         plans = [_plan(w, root, before, force) for w in wheels]
         stale = superseded([p.wheel for p, _ in plans if p.action != "exists"], before.wheels)
         kept = [w for name, w in before.wheels.items() if name not in {p.wheel.filename for p, copy in plans if copy} | set(stale)]
-        after = place(kept + [p.wheel for p, copy in plans if copy])
+        placed = place(kept + [p.wheel for p, copy in plans if copy])
         if root.is_dir():
             refuse_blocked(root, survey(root, leave_out=frozenset(set(before.wheels) - {w.filename for w in kept}),
                                         extra=tuple(p.wheel for p, copy in plans if copy)).blocked)
-        return IndexPublished([Outcome(p.wheel, p.action, p.detail, after.indexes_of(p.wheel.filename)) for p, _ in plans])
+        return IndexPublished([Outcome(p.wheel, p.action, p.detail, placed.indexes_of(p.wheel.filename)) for p, _ in plans])
     with index_errors(root), index_lock(root):
         before = survey(root)
         plans = [_plan(w, root, before, force) for w in wheels]
@@ -80,20 +82,20 @@ def publish_wheels(wheels: list, root: Path, *, dry_run: bool, force: bool) -> I
     return IndexPublished(outcomes, after.bad)
 
 
-def slot(wheel) -> tuple:
+def slot(wheel: WheelFacts) -> tuple[str, Version, tuple[str, ...]]:
     """What pip tells two files of one project apart by, but for the build tag (faforge.pipwheel.facts.identity)."""
     name, version, _, tags = identity(wheel)
     return name, version, tags
 
 
-def superseded(published: list, held: dict) -> dict[str, str]:
+def superseded(published: list[WheelFacts], held: dict[str, WheelFacts]) -> dict[str, str]:
     """{file in the root: the published wheel's file name} for every held file of a published wheel's slot
     with another name (another build tag)."""
     by_slot = {slot(w): w.filename for w in published}
     return {name: by_slot[slot(w)] for name, w in held.items() if slot(w) in by_slot and name != by_slot[slot(w)]}
 
 
-def _plan(wheel, root: Path, before: Survey, force: bool) -> tuple[Outcome, bool]:
+def _plan(wheel: WheelFacts, root: Path, before: Survey, force: bool) -> tuple[Outcome, bool]:
     """What publishing `wheel` into `root` does, and whether its file must be copied."""
     where = f"{root}/{layout.FILES}/{wheel.filename}"
     held = before.wheels.get(wheel.filename)

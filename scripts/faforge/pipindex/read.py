@@ -25,6 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import InvalidName, canonicalize_name
 
@@ -48,7 +49,7 @@ class IndexMissing(RemoteError):
 class PageRefused(RemoteError):
     """The server answered a page with an HTTP client error (4xx: no such page, forbidden); `status` says which."""
 
-    def __init__(self, message: str, *, status: int, **kwargs):
+    def __init__(self, message: str, *, status: int, **kwargs: Any):  # kwargs: FaforgeError's
         super().__init__(message, **kwargs)
         self.status = status
 
@@ -95,7 +96,9 @@ def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
     url = url if url.endswith("/") else url + "/"
     until = httpclient.until()
     accepts = {"json": ACCEPT, "html": HTML_TYPE}
-    roots, projects, problems = {}, {}, []
+    roots: dict[str, Page] = {}
+    projects: dict[str, dict[str, Page]] = {}
+    problems: list[str] = []
     for fmt in formats:
         try:
             body, got = _fetch(url, accepts[fmt], until)
@@ -155,7 +158,9 @@ def read_local(folder: Path) -> Listing:
     layout.check_index_links(folder.parent, folder.name)
     url = folder.resolve().as_uri() + "/"
     files = {"json": JSON_PAGE, "html": HTML_PAGE}
-    roots, projects, problems = {}, {}, []
+    roots: dict[str, Page] = {}
+    projects: dict[str, dict[str, Page]] = {}
+    problems: list[str] = []
     for fmt, name in files.items():
         if (folder / name).is_file():
             try:

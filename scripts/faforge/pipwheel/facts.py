@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from email.policy import compat32
 from pathlib import Path
+from typing import Literal, overload
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -84,7 +85,7 @@ class WheelFacts:
     dist_info: str = ""  # the .dist-info folder the wheel holds (dist_info_dir), as it spells it
 
 
-def identity(wheel) -> tuple:
+def identity(wheel: WheelFacts) -> tuple[str, Version, str | None, tuple[str, ...]]:
     """What makes two wheel files one wheel to pip and to an index, whatever their file names spell: the
     normalised name and version, the build tag, and the tag triples (compressed sets expanded, lowercase,
     as packaging.tags compares them). `flash_attn-...` and `Flash_Attn-...` are one wheel."""
@@ -164,6 +165,10 @@ def parse_metadata(data: bytes, what: str) -> dict[str, list[str]]:
     return fields
 
 
+@overload
+def _one(fields: dict[str, list[str]], key: str, what: str, *, required: Literal[True] = True) -> str: ...
+@overload
+def _one(fields: dict[str, list[str]], key: str, what: str, *, required: Literal[False]) -> str | None: ...
 def _one(fields: dict[str, list[str]], key: str, what: str, *, required: bool = True) -> str | None:
     values = fields.get(key.lower(), [])
     if len(values) > 1:
@@ -210,11 +215,11 @@ def read_wheel(path: str | os.PathLike) -> WheelFacts:
     if not same:
         raise _refuse(what, f"has the version {meta_version[:80]!r}, but the file name says {name.version!r}")
     requires_python = _one(fields, "Requires-Python", what, required=False)
-    try:
-        if requires_python is not None:
+    if requires_python is not None:
+        try:
             SpecifierSet(requires_python)
-    except InvalidSpecifier:
-        raise _refuse(what, f"has Requires-Python {requires_python[:80]!r}, not a PEP 440 specifier") from None
+        except InvalidSpecifier:
+            raise _refuse(what, f"has Requires-Python {requires_python[:80]!r}, not a PEP 440 specifier") from None
     requires = tuple(fields.get("requires-dist", []))
     for text in requires:
         try:

@@ -102,6 +102,7 @@ def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_d
         raise FaforgeError(f"{what}: built for {package.subdir}; pip wheels are built for {', '.join(SUBDIR_MACHINE)}", hint="pass a linux package")
     label, number = wheelnames.kernel_label(package.build)
     cuda = wheelnames.cuda_of_label(label)
+    assert cuda is not None  # kernel_label matched the build string, so its label starts cu<digits>
     runpath = layout.kernel_runpath(cuda)
     work.mkdir(parents=True, exist_ok=True)
     patched = work / FLASH_ATTN.kernel_soname

@@ -21,10 +21,14 @@ import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge.abi.elf import read_elf
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
+
+if TYPE_CHECKING:
+    from auditwheel.policy import Policy, WheelPolicies
 
 # What pip installs beside our wheels, so no wheel of ours carries it or is judged for needing it:
 # torch's own libraries (site-packages/torch/lib), the CUDA runtime of NVIDIA's wheels (nvidia/cu13/lib,
@@ -53,7 +57,7 @@ def is_external(name: str, patterns: Iterable[str] = EXTERNAL) -> bool:
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def _policies(machine: str, what: str):
+def _policies(machine: str, what: str) -> WheelPolicies:
     from auditwheel.architecture import Architecture  # noqa: PLC0415 (auditwheel: slow to import)
     from auditwheel.libc import Libc  # noqa: PLC0415 (auditwheel: slow to import)
     from auditwheel.policy import WheelPolicies  # noqa: PLC0415 (auditwheel: slow to import)
@@ -65,7 +69,7 @@ def _policies(machine: str, what: str):
     return WheelPolicies(libc=Libc.GLIBC, arch=arch)
 
 
-def _misfit(policy, required: dict[str, set[str]], system: set[str], imported: dict[str, set[str]]) -> list[str]:
+def _misfit(policy: Policy, required: dict[str, set[str]], system: set[str], imported: dict[str, set[str]]) -> list[str]:
     """What `policy` does not allow of what the files need: versions, libraries, blacklisted symbols."""
     allowed = {f"{prefix}_{v}" for prefix, versions in policy.symbol_versions.items() for v in versions}
     prefixes = set(policy.symbol_versions)
@@ -83,7 +87,10 @@ def platform_tag(elf_files: Sequence[Path], *, inside: Iterable[str] = (), exter
     if not elf_files:
         raise FaforgeError(f"{what}: no ELF file to judge", hint="a platform wheel holds at least one compiled file")
     inside, external = set(inside), tuple(external)
-    machines, required, needed, imported = set(), {}, set(), {}
+    machines: set[str] = set()
+    required: dict[str, set[str]] = {}
+    needed: set[str] = set()
+    imported: dict[str, set[str]] = {}
     for path in elf_files:
         info, symbols = read_elf(path)
         machines.add(info.machine)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.abi.elf import read_elf
-from faforge.abi.elf_file import ElfFile
+from faforge.abi.elf_file import ElfFile, Section
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 
@@ -65,7 +65,7 @@ def identity(path: Path) -> BinaryIdentity:
                           sections=sections, gpu=read_gpu_archs(path))
 
 
-def _digest(elf: ElfFile, section) -> str:
+def _digest(elf: ElfFile, section: Section) -> str:
     """sha256 of a section's bytes; of a symbol table's rows with each st_shndx read as the name of its section,
     since patchelf renumbers the section headers (a static .symtab's section symbols point at them), and a section
     symbol's value left out, since patchelf moves the sections it makes room for."""

@@ -12,10 +12,11 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO, cast
 from urllib.parse import urlsplit
 
 from faforge.errors import FaforgeError
@@ -26,6 +27,16 @@ from faforge.matrix.render import RenderedCell, RenderedFa3, render_platform
 from faforge.matrix.variants import fa3_variant_config_name
 from faforge.release.package_cache import evict
 from faforge.release.plan import job_slug, package_filename
+
+if TYPE_CHECKING:
+    from rattler_build import RenderedVariant
+    from rattler_build.progress import (
+        BuildStepEvent,
+        DownloadCompleteEvent,
+        DownloadProgressEvent,
+        DownloadStartEvent,
+        LogEvent,
+    )
 
 # Split kernel packages (faforge.release.cost). A piece job renders the recipe with this variable
 # holding its TU names; the recipe passes it on (build.script.env: ${{ env.get("FAFORGE_BUILD_TUS", default="") }})
@@ -94,7 +105,7 @@ def render_fa3(packages: list[Fa3Package], recipe_path: Path, variants_dir: Path
     return [out[p.id] for p in packages]
 
 
-def channels_for(cell: Cell | Fa3Package, aliases: dict[str, str], extra: list[str] = ()) -> list[str]:
+def channels_for(cell: Cell | Fa3Package, aliases: dict[str, str], extra: Sequence[str] = ()) -> list[str]:
     """The extra channels (a cell job's kernel package), then the cell's world channels in priority
     order, each replaced by its alias if it has one."""
     return [*extra, *(aliases.get(channel, channel) for channel in cell.channels)]
@@ -131,7 +142,7 @@ class CellBuild:
 class _LogWriter:
     """py-rattler-build progress callback: every event to the cell's log, step titles to `live`."""
 
-    def __init__(self, log, live: Callable[[str], None]):
+    def __init__(self, log: TextIO, live: Callable[[str], None]):
         self.log = log
         self.live = live
         self.started = time.monotonic()
@@ -140,26 +151,26 @@ class _LogWriter:
         self.log.write(f"[{time.monotonic() - self.started:8.1f}s] {line}\n")
         self.log.flush()
 
-    def on_build_step(self, event) -> None:
+    def on_build_step(self, event: BuildStepEvent) -> None:
         self._write(f"== {event.step_name}: {event.message}")
         self.live(f"{event.step_name}: {event.message}")
 
-    def on_log(self, event) -> None:
+    def on_log(self, event: LogEvent) -> None:
         self._write(f"{event.level}: {event.message}" if event.level != "info" else event.message)
         if event.level == "error":
             self.live(f"error: {event.message.strip().splitlines()[0] if event.message.strip() else ''}")
 
-    def on_download_start(self, event) -> None:
+    def on_download_start(self, event: DownloadStartEvent) -> None:
         self._write(f"download {event.url}")
 
-    def on_download_progress(self, event) -> None:
+    def on_download_progress(self, event: DownloadProgressEvent) -> None:
         return None
 
-    def on_download_complete(self, event) -> None:
+    def on_download_complete(self, event: DownloadCompleteEvent) -> None:
         self._write(f"downloaded {event.url}")
 
 
-def require_piece_support(rendered: RenderedCell, tus: tuple[str, ...]) -> None:
+def require_piece_support(rendered: RenderedCell | RenderedFa3, tus: tuple[str, ...]) -> None:
     """A recipe that ignored the TU list would build the whole cell in a job sized for a piece."""
     script = (rendered.recipe.get("build") or {}).get("script")
     env = (script.get("env") or {}) if isinstance(script, dict) else {}
@@ -188,7 +199,7 @@ def failed_download(log_path: Path) -> str | None:
 
 def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
                part: str = "all", tus: tuple[str, ...] = (), channel_aliases: dict[str, str] | None = None,
-               extra_channels: list[str] = ()) -> CellBuild:
+               extra_channels: Sequence[str] = ()) -> CellBuild:
     """Build one cell (or FA3 package) into output_dir/<platform>/ (skipped if already there), or one piece of it.
 
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
@@ -220,7 +231,8 @@ def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_di
         if tus:
             log.write(f"piece: {len(tus)} kernel TUs: {' '.join(tus)}\n")
         try:
-            result = rendered.variant.run_build(
+            variant = cast("RenderedVariant", rendered.variant)  # typed `object` in faforge.matrix.render
+            result = variant.run_build(
                 # Run the recipe's own tests (import, ABI gate) on native builds; the default skips
                 # them. A piece has no binary to test.
                 tool_config=ToolConfiguration(test_strategy="skip" if tus else "native"),

@@ -18,6 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from faforge import paths, untrusted
 from faforge.channel.repodata import channel_url
@@ -30,6 +31,7 @@ from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
 from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.render import (
     RenderedCell,
+    RenderedFa3,
     SourceOverride,
     recipe_file,
     recipe_output_names,
@@ -52,6 +54,9 @@ from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_target import cross_target
 from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
+
+if TYPE_CHECKING:
+    from faforge.matrix.pip_builds import PipBuild
 
 # An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
 FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
@@ -170,8 +175,9 @@ def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
     listed = ("`faforge matrix` lists every cell, `faforge matrix --world "
               "pypi` every pip cell, `faforge matrix --fa3` every "
               f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks")
+    cells: list[Cell] = [*matrix.cells, *matrix.pip_cells]
     for key in ids:
-        if key in fa3 or find_cell(matrix.cells, key) is not None or find_cell(matrix.pip_cells, key) is not None:
+        if key in fa3 or find_cell(cells, key) is not None:
             continue
         if CELL_ID.fullmatch(key) or PIP_CELL_ID.fullmatch(key):
             raise FaforgeError(explain_missing(matrix.table, matrix.policy, key), hint=listed)
@@ -189,13 +195,14 @@ def fa3_jobs(matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimat
     asked = list(dict.fromkeys((key, part) for key, part in wanted if key in by_id))
     split = [by_id[key] for key, part in asked if part != FA3_PART]
     cost = load_build_cost() if split else None
-    estimates = estimate(split, cost) if split and estimate else {}
-    jobs = []
+    estimates = estimate(split, cost) if cost is not None and estimate else {}
+    jobs: list[tuple[Fa3Package, str, tuple[str, ...]]] = []
     for key, part in asked:
         package = by_id[key]
         if part == FA3_PART:
             jobs.append((package, part, ()))
             continue
+        assert cost is not None  # loaded above for every package asked for in pieces (`split`)
         pieces = [p for p in fa3_parts(cost, package, estimates.get(key, ())) if p.tus]
         piece = next((p for p in pieces if p.name == part), None)
         if piece is None:
@@ -207,7 +214,7 @@ def fa3_jobs(matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimat
     return jobs
 
 
-def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
+def _build_step(title: str, rendered: RenderedCell | RenderedFa3, report: Reporter, **build: Any) -> CellBuild:
     """One build with its progress lines; a failure is warned about, never raised."""
     with report.step(title) as state:
         result = build_cell(rendered, live=lambda line: report.say(f"  {title}: {line}"), **build)
@@ -217,13 +224,14 @@ def _build_step(title: str, rendered, report: Reporter, **build) -> CellBuild:
     return result
 
 
-def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildRequest, source) -> tuple[list, WheelWhere | None]:
+def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildRequest,
+             source: SourceOverride | None) -> tuple[list[tuple[PipBuild, str]], WheelWhere | None]:
     """The pip cells' wheel jobs among the wanted ones (part `all` or `wheel`), each once, and where they read and
     write, every option checked before any build: the kernel packages given, the CUDA toolkit of each CUDA."""
-    asked = list(dict.fromkeys((key, part) for key, part in wanted if find_cell(matrix.pip_cells, key) is not None
-                               and part in ("all", WHEEL_PART)))
+    pip_ids = {c.id for c in matrix.pip_cells}
+    asked = list(dict.fromkeys((key, part) for key, part in wanted if key in pip_ids and part in ("all", WHEEL_PART)))
     for key, part in wanted:
-        if part == CELL_PART and find_cell(matrix.pip_cells, key) is not None:
+        if part == CELL_PART and key in pip_ids:
             raise FaforgeError(f"--part {CELL_PART}: {key} is a pip cell; its own job "
                                f"is --part {WHEEL_PART} (its glue and kernel wheels)",
                                hint=f"--part {WHEEL_PART}, or --part all to build its kernel package first", input=key)
@@ -280,7 +288,7 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
     output_dir = paths.output_dir(request.output_dir, "--output-dir").resolve()
     log_dir = paths.output_dir(request.log_dir or output_dir / "logs", "--log-dir" if request.log_dir else "--output-dir").resolve()
     where = {"output_dir": output_dir, "log_dir": log_dir, "channel_aliases": aliases, "extra_channels": extra_channels}
-    results = []
+    results: list[CellBuild | WheelBuild] = []
     with recipe_file(matrix.recipe_path, source if jobs else None) as recipe_path, \
             recipe_file(fa3_recipe(matrix.variants_dir), source if fa3 else None) as fa3_recipe_path:
         kernels_in_recipe = KERNEL_PACKAGE in recipe_output_names(recipe_path)
@@ -312,7 +320,8 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
             rendered = render_fa3([package], fa3_recipe_path, matrix.variants_dir)[0]
             title = f"[{i}/{total}] {FLASH_ATTN_3.package} {package.id}" + ("" if part == FA3_PART else f" [{part}]")
             results.append(_build_step(title, rendered, report, part=part, tus=tus, **where))
-    if wheels:  # after the kernel packages this run built, which they find in the output dir
+    # After the kernel packages this run built, which they find in the output dir.
+    if wheels and wheel_where is not None:
         wheel_where = replace(wheel_where, output_dir=output_dir, log_dir=log_dir, channel_aliases=aliases, extra_channels=extra_channels)
         results += build_wheels(wheels, matrix, wheel_where, report, first=total - len(wheels) + 1, total=total)
     return results

@@ -22,8 +22,10 @@ import os
 import re
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge import atomic
 from faforge.channel.repodata import query
@@ -51,6 +53,9 @@ from faforge.release.package import cuda_of_tag
 from faforge.release.wheels import read_project_files, read_torch_wheel
 from faforge.versions import minor_of, vtuple
 from faforge.wheelfetch import RemoteFile, list_files
+
+if TYPE_CHECKING:
+    from rattler import RepoDataRecord
 
 TEGRA = re.compile(r"^arm-variant\s+\*\s+tegra$")
 
@@ -104,7 +109,7 @@ def cuda_and_python(source: TorchSource, build: str) -> tuple[str, str] | None:
     return cuda, python
 
 
-def parse_builds(source: TorchSource, records) -> list[Build]:
+def parse_builds(source: TorchSource, records: Iterable[RepoDataRecord]) -> list[Build]:
     out = []
     for record in records:
         named = cuda_and_python(source, str(record.build))
@@ -172,13 +177,21 @@ def load_pip_sources(path: Path) -> dict[str, PipSource]:
     return out
 
 
-def _build_rank(match) -> tuple:
+def _build_rank(match: re.Match[str]) -> tuple[int, str]:
     """A wheel build tag's order (PEP 427: its leading digits as a number, then the rest); none sorts first."""
     tag = match["build"]
     if tag is None:
         return (-1, "")
-    digits = re.match(r"\d+", tag)[0]
-    return (int(digits), tag[len(digits):])
+    digits = re.match(r"\d+", tag)
+    assert digits is not None  # TORCH_WHEEL's build tag starts with a digit
+    return (int(digits[0]), tag[len(digits[0]):])
+
+
+def _torch_wheel(file: RemoteFile) -> re.Match[str]:
+    """TORCH_WHEEL's match of the name of a file wheel_groups kept."""
+    match = TORCH_WHEEL.fullmatch(file.filename)
+    assert match is not None  # wheel_groups keeps only the files whose names match it
+    return match
 
 
 def wheel_groups(files: list[RemoteFile], platforms: tuple[str, ...], floor: str) -> dict[tuple[str, str], list[RemoteFile]]:
@@ -221,14 +234,14 @@ def find_new_pip(table: ReleaseTable, policy: BuildPolicy, source: PipSource, ca
     files = read_project_files(f"{root}/{source.package}/")
     found: dict[tuple, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)  # (torch, cuda, abi, pythons) -> [(platform, wheels)]
     for (version, platform), wheels in wheel_groups(files, world.platforms, policy.pip_min_torch or policy.min_torch).items():
-        local = TORCH_WHEEL.fullmatch(wheels[0].filename)["local"] or ""
+        local = _torch_wheel(wheels[0])["local"] or ""
         labelled = cuda_of_tag(local[2:]) if re.fullmatch(r"cu\d{2,4}", local) else None
         if _covered(table, world.name, version, platform, labelled) or (labelled is None and local):
             continue  # known (or a CPU/ROCm build, named so by its label)
         facts = read_torch_wheel(wheels[0], cache)
         if facts.cuda is None or _covered(table, world.name, version, platform, facts.cuda):
             continue  # a CPU build (PyPI's aarch64 torch before 2.11), or a release another index gave the table
-        pythons = tuple(wheel_python(TORCH_WHEEL.fullmatch(w.filename)) for w in wheels)
+        pythons = tuple(wheel_python(_torch_wheel(w)) for w in wheels)
         found[(version, facts.cuda, facts.cxx11_abi, pythons)].append((platform, tuple(w.filename for w in wheels)))
     rows = []
     for (version, cuda, abi, pythons), per_platform in sorted(found.items(), key=lambda kv: (vtuple(kv[0][0]), vtuple(kv[0][1]))):
@@ -241,11 +254,11 @@ def find_new_pip(table: ReleaseTable, policy: BuildPolicy, source: PipSource, ca
     return rows
 
 
-def extended(table: ReleaseTable, rows: list[Release], pip_rows: list[PipRelease] = ()) -> ReleaseTable:
+def extended(table: ReleaseTable, rows: list[Release], pip_rows: Sequence[PipRelease] = ()) -> ReleaseTable:
     return replace(table, releases=table.releases + tuple(rows), pip_releases=table.pip_releases + tuple(pip_rows))
 
 
-def measured_rows(rows: list[Release], philox: PhiloxWidths, policy: BuildPolicy, cache: Path) -> list[Verdict]:
+def measured_rows(rows: Sequence[Release | PipRelease], philox: PhiloxWidths, policy: BuildPolicy, cache: Path) -> list[Verdict]:
     """A measured kernel-abi row for each torch minor of `rows` that variants/kernel-abi.yaml lacks,
     from its newest version's wheel (network: the wheel index, the headers unless cached)."""
     newest: dict[str, str] = {}
@@ -259,7 +272,7 @@ def measured_rows(rows: list[Release], philox: PhiloxWidths, policy: BuildPolicy
             for _, version in sorted(newest.items(), key=lambda kv: vtuple(kv[0]))]
 
 
-def with_rows(philox: PhiloxWidths, verdicts: list[Verdict]) -> PhiloxWidths:
+def with_rows(philox: PhiloxWidths, verdicts: Sequence[Verdict]) -> PhiloxWidths:
     return replace(philox, by_minor={**philox.by_minor, **{v.minor: v.philox_offset_bits for v in verdicts}})
 
 
@@ -276,7 +289,7 @@ def new_pip_cells(old: ReleaseTable, new: ReleaseTable, policy: BuildPolicy, phi
 
 
 def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, variants_dir: Path, recipe_path: Path,
-          verdicts: list[Verdict] = ()) -> list[Path]:
+          verdicts: Sequence[Verdict] = ()) -> list[Path]:
     """Write releases.yaml (canonical form), append the measured kernel-abi rows, and regenerate the
     variant configs and the render store.
 

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -96,8 +96,15 @@ def check_runnable_here(package: PackageFacts) -> None:
     here = MACHINE_SUBDIRS.get(platform.machine())
     if package.subdir != here:
         raise Unavailable(f"a {package.subdir} package cannot be imported on this {platform.machine()} machine")
-    if None in (package.python, package.torch, package.cuda, package.cxx11_abi):
+    python_and_torch(package)
+
+
+def python_and_torch(package: PackageFacts) -> tuple[str, str]:
+    """The python and torch a flash-attn package's build string names; Unavailable when it does not name all of
+    python, torch, CUDA and ABI (no torch can be matched)."""
+    if package.python is None or package.torch is None or package.cuda is None or package.cxx11_abi is None:
         raise Unavailable(f"{package.filename}: its build string does not name python/torch/CUDA/ABI, so no torch can be matched")
+    return package.python, package.torch
 
 
 @cache
@@ -129,7 +136,8 @@ def remote_wheel_cuda(package: PackageFacts) -> str | None:
 
     Raises Unavailable when PyPI has no such wheel; returns None when PyPI cannot be reached
     (then the installed torch is checked instead)."""
-    return _remote_cuda(package.torch, "cp" + package.python.replace(".", ""), package.subdir)
+    python, torch = python_and_torch(package)
+    return _remote_cuda(torch, "cp" + python.replace(".", ""), package.subdir)
 
 
 # What pip (urllib3) prints when it cannot reach an index at all.
@@ -177,7 +185,8 @@ def _cached_venv(folder: str, name: str, python_version: str, requirements: list
 
 def torch_venv(package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
     """The cached base venv with the cell's PyPI torch (built on first use, under a lock; `announce` hears it first)."""
-    return pypi_torch_venv(f"=={package.torch}", package.python, extra, announce)
+    python, torch = python_and_torch(package)
+    return pypi_torch_venv(f"=={torch}", python, extra, announce)
 
 
 def pypi_torch_venv(version: str, python: str, extra: list[str] | tuple[str, ...] = BASE_EXTRAS,
@@ -185,15 +194,15 @@ def pypi_torch_venv(version: str, python: str, extra: list[str] | tuple[str, ...
     """A cached venv of CPython `python` with PyPI's torch`version` ('==2.11.0', '==2.13.*') and `extra`."""
     name = f"torch-{version.lstrip('=')}-py{python}" + "".join(f"+{e}" for e in sorted(extra))
     prefix = _cached_venv("torch-venvs", name, python, [f"torch{version}", *extra], f"PyPI torch{version}", announce)
-    python = prefix / "bin" / "python"
+    venv_python = prefix / "bin" / "python"
     probe = ("import json, torch; print(json.dumps([torch.__version__, "
              "torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))")
-    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    result = subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True)
     if result.returncode != 0:
         raise Unavailable(f"torch{version} in {prefix} does not import: {result.stderr.strip().splitlines()[-1:]}")
     version, cuda, abi = json.loads(result.stdout)
     site = next((prefix / "lib").glob("python3*/site-packages"))
-    return TorchVenv(prefix=prefix, python=python, site_packages=site, torch=version, cuda=cuda, cxx11_abi=abi)
+    return TorchVenv(prefix=prefix, python=venv_python, site_packages=site, torch=version, cuda=cuda, cxx11_abi=abi)
 
 
 def matching_torch_venv(package: PackageFacts, announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
@@ -239,7 +248,7 @@ def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda messag
 
 
 @contextlib.contextmanager
-def unpacked(*packages: PackageFacts):
+def unpacked(*packages: PackageFacts) -> Iterator[Path]:
     """A temporary prefix with `packages` extracted into it, as conda would lay them out."""
     from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
@@ -250,14 +259,15 @@ def unpacked(*packages: PackageFacts):
 
 
 @contextlib.contextmanager
-def fresh_env(package: PackageFacts, base: TorchVenv, kernel: PackageFacts | None = None):
+def fresh_env(package: PackageFacts, base: TorchVenv, kernel: PackageFacts | None = None) -> Iterator[Path]:
     """A new venv holding only `package` (and the kernel package it pins: its lib/ becomes the venv's
     lib/, where the glue's RUNPATH $ORIGIN/../.. reaches), with the base venv's torch visible through a .pth file."""
     from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
+    python, _ = python_and_torch(package)  # the torch venv `base` was matched to it, so it names them
     with tempfile.TemporaryDirectory(prefix="faforge-clean-env-") as tmp:
         prefix = Path(tmp) / "env"
-        subprocess.run([str(find_python(package.python)), "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True)
+        subprocess.run([str(find_python(python)), "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True)
         site = next((prefix / "lib").glob("python3*/site-packages"))
         (site / "_faforge_torch_venv.pth").write_text(f"{base.site_packages}\n")
         for each in (package, kernel) if kernel else (package,):

@@ -11,18 +11,37 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 from faforge import __version__, atomic, untrusted
 from faforge.errors import EXIT_PROBLEMS, FaforgeError, shorten
 from faforge.packagefile import sha256_of
-from faforge.release.package import PackageFacts
 
 MANIFEST_VERSION = 1
 GATES = ("abi", "import", "gpu")
 RESULTS = ("passed", "failed", "skipped")
+
+
+class Artifact(Protocol):
+    """A file gates are recorded for: a conda package (release.package.PackageFacts) or a wheel."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def filename(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+
+
+class Recorded(Artifact, Protocol):
+    """An artifact as its gate record names it: with its matrix cell, when it has one."""
+
+    @property
+    def cell_id(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -41,7 +60,7 @@ class GateResult:
         return {"version": MANIFEST_VERSION, **asdict(self)}
 
 
-def check_gate_names(names, *, what: str) -> tuple[str, ...]:
+def check_gate_names(names: Iterable[str], *, what: str) -> tuple[str, ...]:
     unknown = [n for n in names if n not in GATES]
     if unknown:
         raise FaforgeError(f"{what}: unknown gate {unknown[0]!r}", hint=f"gates are {', '.join(GATES)}")
@@ -70,7 +89,7 @@ def parse_gates(text: str, *, source: str, purpose: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def require_passed(manifest_dir: Path, package: PackageFacts, required: tuple[str, ...]) -> None:
+def require_passed(manifest_dir: Path, package: Artifact, required: tuple[str, ...]) -> None:
     """The invariant every copy into a channel checks itself, right before it copies: each required
     gate `passed` for this exact sha256, no gate `failed`, and the file still has that sha256.
     Callers judge first (publish.judge); this stops one that did not (exit 1, nothing copied)."""
@@ -90,13 +109,13 @@ def require_passed(manifest_dir: Path, package: PackageFacts, required: tuple[st
                            exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
 
 
-def verify_hint(package: PackageFacts, manifest_dir: Path) -> str:
+def verify_hint(package: Artifact, manifest_dir: Path) -> str:
     """What to do about a package without its gates: verify it into the manifest publish reads."""
     return (f"run `faforge verify {package.path} --manifest {manifest_dir}` "
             "first (the GPU gate on a GPU runner: --gates gpu)")
 
 
-def record(manifest_dir: Path, package: PackageFacts, gate: str, result: str, detail: str) -> GateResult:
+def record(manifest_dir: Path, package: Recorded, gate: str, result: str, detail: str) -> GateResult:
     """Write (or replace) one gate's result for this package file."""
     check_gate_names([gate], what="record")
     if result not in RESULTS:

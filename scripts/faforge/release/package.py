@@ -8,6 +8,7 @@ Everything is read from the package file (info/index.json and its bytes), so `ve
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +70,7 @@ class PackageFacts:
     @property
     def cell_id(self) -> str | None:
         """The matrix cell id (linux-64/py312/torch2.7/cu129/abi1), when the build string has one."""
-        if None in (self.python, self.torch, self.cuda, self.cxx11_abi):
+        if self.python is None or self.torch is None or self.cuda is None or self.cxx11_abi is None:
             return None
         py = self.python.replace(".", "")
         return f"{self.subdir}/py{py}/torch{self.torch_minor}/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
@@ -78,12 +79,13 @@ class PackageFacts:
     def fa3_id(self) -> str | None:
         """A flash-attn-3 package's id (linux-64/cu130/sm80_90a, as `faforge matrix --fa3` and `faforge plan` name it),
         when its build string has one; its `torch` is then the oldest torch it serves (its run requirement's floor)."""
-        if self.name != FLASH_ATTN_3.package or None in (self.cuda, self.cuda_archs):
+        if self.name != FLASH_ATTN_3.package or self.cuda is None or self.cuda_archs is None:
             return None
         return f"{self.subdir}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
 
 
-def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
+def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str],
+                        sha256: str) -> PackageFacts:
     """Facts from repodata-like metadata (an index.json or a channel's repodata record)."""
     if name in (KERNEL_PACKAGE, FLASH_ATTN_3.package):
         return _torch_free_build_facts(path=path, name=name, version=version, build=build, subdir=subdir, depends=depends, sha256=sha256)
@@ -106,7 +108,8 @@ def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subd
     )
 
 
-def _torch_free_build_facts(*, path: Path, name: str, version: str, build: str, subdir: str, depends, sha256: str) -> PackageFacts:
+def _torch_free_build_facts(*, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str],
+                            sha256: str) -> PackageFacts:
     """A kernel package or a flash-attn-3 has no python, torch or C++ ABI in its build string, which names CUDA
     and the arch list. A flash-attn-3 serves a torch range: its `torch` is the range's floor (pytorch >=2.9 cuda*)."""
     match = (KERNEL_BUILD.match if name == KERNEL_PACKAGE else FA3_BUILD.fullmatch)(build)

@@ -18,10 +18,12 @@ from __future__ import annotations
 import html
 import json
 import os
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from rattler import Version
+from rattler import RepoDataRecord, Version
 
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
@@ -41,7 +43,7 @@ HERE = "here"
 CHANNEL_PLACEHOLDER = "@CHANNEL@"
 
 
-def world_for_abi(table: ReleaseTable, abi: int):
+def world_for_abi(table: ReleaseTable, abi: int) -> World:
     for world in table.worlds.values():
         if world.cxx11_abi == abi:
             return world
@@ -88,7 +90,7 @@ def published_glue_wheels(where: str, index_names: set[str]) -> dict[str, tuple[
 def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[str, ...]] | None) -> list[dict]:
     """One entry per pip cell with its pip, uv and requirements.txt lines; with `published` (the wheel index
     read), whether its glue wheel is there (None: the index was not read)."""
-    entries = []
+    entries: list[dict[str, Any]] = []  # the page's JSON
     for b in builds:
         c = b.cell
         index = instructions.index_url(c.index_name, base)
@@ -119,7 +121,7 @@ def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[st
     return entries
 
 
-def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: World | None = None,
+def page_data(records: Iterable[RepoDataRecord], table: ReleaseTable, install_channel: str, fa3_world: World | None = None,
               pip: list[dict] | None = None, pip_index: str | None = None) -> dict:
     """The page's data: the flash-attn cells, the flash-attn-3 packages installed from `fa3_world`'s channels,
     and the pip cells' entries (pip_entries) read from the wheel index `pip_index` (None: not read)."""
@@ -133,7 +135,7 @@ def page_data(records, table: ReleaseTable, install_channel: str, fa3_world: Wor
         if facts.fa3_id is not None and fa3_world is not None:
             fa3.append(fa3_entry(facts, [channel, *fa3_world.channels]))
             continue
-        if facts.cell_id is None:
+        if facts.cell_id is None or facts.cxx11_abi is None:
             continue  # not a faforge cell build (no python/torch/CUDA/ABI in its build string)
         world = world_for_abi(table, facts.cxx11_abi)
         packages.append({

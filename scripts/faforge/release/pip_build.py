@@ -37,8 +37,10 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from faforge import config, paths
 from faforge.abi.elf import read_info
@@ -48,7 +50,7 @@ from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix
 from faforge.matrix.kernels import KERNEL_PACKAGE, KernelPin, kernel_key
 from faforge.matrix.pip_builds import PipBuild
-from faforge.matrix.render import recipe_file, render_kernel_output
+from faforge.matrix.render import SourceOverride, recipe_file, render_kernel_output
 from faforge.packagefile import sha256_of
 from faforge.release import clean_env
 from faforge.release.build import CellBuild, build_cell
@@ -60,6 +62,9 @@ from faforge.release.pip_target import CROSS_MACHINE, CrossTarget
 from faforge.release.plan import job_slug
 from faforge.release.reporter import Reporter
 from faforge.wheelfetch import download_checked, list_files
+
+if TYPE_CHECKING:
+    from faforge.pipwheel.built import BuiltWheel
 
 WHEEL_DIR = "dist"
 # The build tools the glue's build needs beside torch (recipes/flash-attn/recipe.yaml's host requirements of the
@@ -78,7 +83,7 @@ class WheelWhere:
 
     output_dir: Path
     log_dir: Path
-    source: object | None  # a matrix.render.SourceOverride (--source), or None: the recipe's PyPI sdist
+    source: SourceOverride | None  # --source, or None: the recipe's PyPI sdist
     source_path: Path | None
     kernel_packages: tuple[PackageFacts, ...]  # --kernel-package, read
     kernel_channel: str | None
@@ -236,13 +241,13 @@ def unpack_sdist(sdist: Path, work: Path) -> Path:
     return tops[0]
 
 
-def build_tools_venv(python: str, say) -> Path:
+def build_tools_venv(python: str, say: Callable[[str], None]) -> Path:
     """The cached venv of the glue build's tools (BUILD_TOOLS) for CPython `python`; its site-packages."""
     prefix = clean_env._cached_venv("build-tools", f"pip-glue-py{python}", python, list(BUILD_TOOLS), "the glue build's tools", say)
     return next((prefix / "lib").glob("python3*/site-packages"))
 
 
-def run_logged(command: list[str], env: dict, log, report: Reporter, title: str, timeout: int) -> int:
+def run_logged(command: list[str], env: dict, log: TextIO, report: Reporter, title: str, timeout: int) -> int:
     """Run `command`, every line to the log, the backend's own step lines (`build_flash_attn:`) to the terminal."""
     report.say(f"+ {shlex.join(command)}")
     log.write(f"+ {shlex.join(command)}\n")
@@ -251,6 +256,7 @@ def run_logged(command: list[str], env: dict, log, report: Reporter, title: str,
         watchdog = threading.Timer(timeout, proc.kill)  # a silent hang ends too
         watchdog.start()
         try:
+            assert proc.stdout is not None  # opened with stdout=PIPE
             for line in proc.stdout:
                 log.write(line)
                 if line.startswith(BACKEND_LINES) or "error" in line.lower():
@@ -292,7 +298,7 @@ def licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
     return tuple(found)
 
 
-def wheel_json(built, was: dict | None = None) -> dict:
+def wheel_json(built: BuiltWheel, was: dict | None = None) -> dict:
     facts = built.facts
     out = {"path": str(built.path), "filename": facts.filename, "version": facts.version, "build_tag": facts.build_tag,
            "platform_tag": built.verdict.tag, "sha256": facts.sha256, "size": facts.size, "runpath": list(built.runpath),
@@ -300,7 +306,7 @@ def wheel_json(built, was: dict | None = None) -> dict:
     return out | ({"was": was} if was is not None else {})
 
 
-def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhere, report: Reporter, title: str, log, work: Path,
+def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhere, report: Reporter, title: str, log: TextIO, work: Path,
                 sdist: Path) -> dict:
     """Steps 2 and 3 for one cell, its kernel package found; the --json `wheel` object."""
     from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)

@@ -155,7 +155,7 @@ class PipRun:
     def installed(self) -> dict[str, str]:
         """Normalised name -> version of everything pip says it installed ("Successfully installed a-1 b-2")."""
         match = INSTALLED.search(self.stdout)
-        found = {}
+        found: dict[str, str] = {}
         for item in (match["what"].split() if match else []):
             name, _, version = item.rpartition("-")
             found[canonicalize_name(name)] = version

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from faforge.family import FLASH_ATTN
-from faforge.matrix.kernels import KernelPackage, kernel_key
+from faforge.matrix.kernels import KernelKey, KernelPackage, kernel_key
 from faforge.matrix.pip_builds import PipBuild
 from faforge.release.cost import BuildCost, Part, cell_part, split_kernels
 from faforge.versions import vtuple
@@ -112,7 +112,7 @@ class TorchReleaseCost:
                 "runner_hours": round(self.runner_minutes / 60, 1)}
 
 
-def kernel_jobs_of(cost: BuildCost, key) -> list[Part]:
+def kernel_jobs_of(cost: BuildCost, key: KernelKey) -> list[Part]:
     """The jobs one kernel package takes on its runner (whole, or pieces and the link)."""
     return split_kernels(cost, key.platform, key.cuda_archs)
 

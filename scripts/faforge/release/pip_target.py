@@ -69,10 +69,10 @@ def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python:
         raise FaforgeError(f"{cross[0].cell.id} and {native[0].cell.id}: a linux-aarch64 and a linux-64 pip cell in one call; the "
                            "aarch64 one is cross-built against --torch-site", hint="build each platform's pip cells in a call of its own")
     first = cross[0].cell
-    for option, value in (("--torch-site", torch_site), ("--target-python", target_python)):
-        if value is None:
-            raise FaforgeError(f"{first.id}: a linux-aarch64 pip cell's glue is cross-built, and {option} is not given",
-                               input=first.id, hint=CROSS_INPUTS_HINT)
+    if torch_site is None or target_python is None:
+        option = "--torch-site" if torch_site is None else "--target-python"
+        raise FaforgeError(f"{first.id}: a linux-aarch64 pip cell's glue is cross-built, and {option} is not given",
+                           input=first.id, hint=CROSS_INPUTS_HINT)
     pythons = sorted({b.cell.python for b in cross})
     if len(pythons) != 1:
         raise FaforgeError(f"these linux-aarch64 pip cells are for CPython {' and '.join(pythons)}; one --target-python serves one",
@@ -115,4 +115,5 @@ def cross_target(builds: list[PipBuild], torch_site: Path | None, target_python:
                            "the cross build compiles and links against", input=str(cuda_home),
                            hint="install the toolkit's sbsa-linux target (conda-forge: cuda-cudart-dev_linux-aarch64), or pass a "
                                 "--cuda-home that has it")
+    assert facts.version is not None  # every cell (there is one) matched it above
     return CrossTarget(torch_site=site, torch=facts.version, python=python, python_includes=tuple(includes))

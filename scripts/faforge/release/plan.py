@@ -33,8 +33,9 @@ was built from other inputs (or another variant): the plan lists it as stale and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import Cell
@@ -53,6 +54,9 @@ from faforge.release.cost import (
     split_kernels,
 )
 from faforge.release.pip_plan import PIP_STAGE, WHEEL_PART, TorchReleaseCost, no_wheel_runner, wheel_part
+
+if TYPE_CHECKING:
+    from rattler import RepoDataRecord
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
 # 4: the flash_attn_3_pieces stage (TU pieces of an FA3 package too long for one job) and FA3 jobs' `kernels`.
@@ -154,7 +158,7 @@ class Plan:
         }
 
 
-def package_filename(rendered: RenderedCell) -> str:
+def package_filename(rendered: RenderedCell | RenderedFa3) -> str:
     package = rendered.recipe["package"]
     return f"{package['name']}-{package['version']}-{rendered.build_string}.conda"
 
@@ -187,7 +191,7 @@ def _job(cell: Cell, kernels: KernelPackage, part: Part, runner_label: str) -> d
     }
 
 
-def kernel_job(rendered: RenderedCell, kernels: KernelPackage, part: Part, runner_label: str, pieces: int = 0) -> dict:
+def kernel_job(rendered: RenderedCell | PipBuild, kernels: KernelPackage, part: Part, runner_label: str, pieces: int = 0) -> dict:
     """A job of a kernel package: the whole build, a piece, or the final link. `cell` is the package's
     first cell, whose variant the build renders; `pieces` is how many piece artifacts a kernels-link
     job must find before it builds."""
@@ -259,7 +263,7 @@ def fa3_job(rendered: RenderedFa3, runner_label: str, part: Part, pieces: int = 
     }
 
 
-def present_keys(records) -> set[tuple[str, str, str, str]]:
+def present_keys(records: Iterable[RepoDataRecord]) -> set[tuple[str, str, str, str]]:
     """(name, version, build string, subdir) of each record a channel holds."""
     return {(r.name.normalized, str(r.version), str(r.build), str(r.subdir)) for r in records}
 
@@ -298,7 +302,7 @@ def stale_packages(todo: list[RenderedCell | RenderedFa3], kernels: list[KernelP
 
 
 def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: BuildCost,
-              present: set[tuple[str, str, str, str]], channel: str | None, fa3: list[RenderedFa3] = (),
+              present: set[tuple[str, str, str, str]], channel: str | None, fa3: Sequence[RenderedFa3] = (),
               fa3_pieces: Mapping[str, Sequence[Part]] | None = None, pip: Sequence[PipBuild] = (),
               pip_kernels: Sequence[KernelPackage] = (), pip_in_index: frozenset[str] = frozenset(), index: str | None = None,
               pip_costs: Sequence[TorchReleaseCost] = ()) -> Plan:
@@ -306,7 +310,8 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
     pip cells (faforge.matrix.pip_builds), `pip_kernels` the kernel packages only they need, `pip_in_index` the ids
     of those whose wheels the target index holds."""
     kernels_of = {cell_id: k for k in kernels for cell_id in k.cell_ids}
-    todo, done = [], []
+    todo: list[RenderedCell] = []
+    done: list[RenderedCell] = []
     for r in rendered:
         package = r.recipe["package"]
         (done if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present else todo).append(r)
@@ -342,14 +347,14 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
         jobs[PIP_STAGE].append(wheel_job(b, k, runner=cost.wheel_runners[b.cell.platform], cost=cost, kernel_in_channel=k.key.id in in_channel))
     fa3_held = frozenset(r.package.id for r in fa3 if (r.name, r.version, r.build_string, r.package.platform) in present)
     fa3_todo = [r for r in fa3 if r.package.id not in fa3_held]
-    for r in fa3_todo:
-        runner = cost.runner_for(r.package.platform)
-        parts = fa3_parts(cost, r.package, (fa3_pieces or {}).get(r.package.id, ()))
+    for fa in fa3_todo:
+        runner = cost.runner_for(fa.package.platform)
+        parts = fa3_parts(cost, fa.package, (fa3_pieces or {}).get(fa.package.id, ()))
         for part in parts:
             if part.name == FA3_PART:
-                jobs[FA3_STAGE].append(fa3_job(r, runner.label, part, pieces=len(parts) - 1))
+                jobs[FA3_STAGE].append(fa3_job(fa, runner.label, part, pieces=len(parts) - 1))
             else:
-                jobs[FA3_PIECES_STAGE].append(fa3_job(r, runner.label, part))
+                jobs[FA3_PIECES_STAGE].append(fa3_job(fa, runner.label, part))
     stale = stale_packages([*todo, *fa3_todo], [k for k in needed if k.key.id not in in_channel], builds, present)
     return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, stale=stale, jobs=jobs,
                 chunk_size=cost.max_jobs_per_matrix, fa3=list(fa3), fa3_in_channel=fa3_held, pip=list(pip),

@@ -5,6 +5,7 @@ workflow's chunk jobs; faforge.release.plan is the pure part."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
@@ -14,7 +15,7 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
-from faforge.matrix.pip_builds import pip_builds
+from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell, RenderedFa3
 from faforge.matrix.render_cache import selected_cells
@@ -58,7 +59,7 @@ def channel_holds(given: str, channel: str, rendered: list[RenderedCell | Render
     return set()
 
 
-def pip_in_index(index: str, builds, report: Reporter) -> frozenset[str]:
+def pip_in_index(index: str, builds: Sequence[PipBuild], report: Reporter) -> frozenset[str]:
     """The ids of the pip cells whose two wheels the index root `index` (a folder or a URL) already lists."""
     holdings = index_holdings(index, {b.cell.index_name for b in builds})
     if holdings.missing:
@@ -78,7 +79,7 @@ def plan_builds(*, platform: str, channel: str | None, given: str | None, new_ch
     rendered = selected_cells(matrix, platform)
     fa3 = render_fa3([p for p in matrix.fa3 if platform in ("all", p.platform)], fa3_recipe(matrix.variants_dir), matrix.variants_dir)
     pip = pip_builds(matrix, platform)
-    present = set() if given is None else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
+    present = set() if given is None or channel is None else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
     in_index = frozenset() if index is None else pip_in_index(index, pip, report)
     cost = load_build_cost()
     pieces = fa3_pieces([r.package for r in fa3], cost) if fa3_pieces and fa3 else {}

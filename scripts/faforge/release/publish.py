@@ -11,19 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from faforge.channel.index import channel_errors, channel_lock, check_folder, heal, place_file, rebuild
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.channel.survey import BadFile, Survey, naming_problem, survey
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_pin
-from faforge.release.manifest import GATES, GateResult, require_passed, results_for
+from faforge.release.manifest import GATES, Artifact, GateResult, require_passed, results_for
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.targets import Target, upload
 
+# What a decision is about: a conda package here, a wheel in faforge.release.publish_wheels. Covariant, so one
+# report takes the decisions of either; judge's A is the same, invariant (a parameter's type must be).
+P = TypeVar("P", bound=Artifact, covariant=True)
+A = TypeVar("A", bound=Artifact)
+
 
 @dataclass(frozen=True)
-class Decision:
-    package: PackageFacts
+class Decision(Generic[P]):
+    package: P
     results: dict[str, GateResult]
     allowed: bool
     reason: str
@@ -33,7 +39,7 @@ class Decision:
         return ", ".join(f"{g}: {self.results[g].result if g in self.results else 'not run'}" for g in GATES)
 
 
-def judge(package: PackageFacts, manifest_dir: Path, required: tuple[str, ...]) -> Decision:
+def judge(package: A, manifest_dir: Path, required: tuple[str, ...]) -> Decision[A]:
     results = results_for(manifest_dir, package.sha256)
     failed = [g for g in GATES if g in results and results[g].result == "failed"]
     if failed:
@@ -58,7 +64,8 @@ def channel_kernels(channel: str | Path | None, subdirs: list[str]) -> set[tuple
     return {(str(r.version), str(r.build), str(r.subdir)) for r in records}
 
 
-def require_kernel_packages(decisions: list[Decision], channel: str | Path | None, channel_name: str) -> list[Decision]:
+def require_kernel_packages(decisions: list[Decision[PackageFacts]], channel: str | Path | None,
+                            channel_name: str) -> list[Decision[PackageFacts]]:
     """Refuse each allowed flash-attn whose pinned kernel package is neither allowed in this publish
     nor already in the channel, saying which file is missing and how to ship it."""
     pins = {id(d): kernel_pin(d.package.depends) for d in decisions if d.allowed}
@@ -96,7 +103,7 @@ class Published:
 
 
 def publish_files(files: list[str], target: Target, *, manifest_dir: Path, required: tuple[str, ...], channel: str | None,
-                  dry_run: bool, force: bool) -> tuple[list[Decision], Published]:
+                  dry_run: bool, force: bool) -> tuple[list[Decision[PackageFacts]], Published]:
     """`faforge publish`'s work: judge every file, refuse a flash-attn whose kernel package is neither in
     this publish nor in the channel (`channel`, else a folder target's own), then publish the rest."""
     decisions = [judge(read_package(p), manifest_dir, required) for p in files]
@@ -105,7 +112,7 @@ def publish_files(files: list[str], target: Target, *, manifest_dir: Path, requi
     return decisions, publish(decisions, target, manifest_dir=manifest_dir, required=required, dry_run=dry_run, force=force)
 
 
-def publish(decisions: list[Decision], target: Target, *, manifest_dir: Path, required: tuple[str, ...],
+def publish(decisions: list[Decision[PackageFacts]], target: Target, *, manifest_dir: Path, required: tuple[str, ...],
             dry_run: bool, force: bool) -> Published:
     """Copy or upload the allowed packages. Each is checked against the manifest again here
     (require_passed), whatever the decisions say, before anything is copied, even in a dry run."""

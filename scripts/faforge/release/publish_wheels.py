@@ -16,14 +16,14 @@ from pathlib import Path
 from faforge.pipindex.folder import survey
 from faforge.pipindex.placement import FA3, GLUE, KERNEL, PROJECTS, admits, glue_index, place
 from faforge.pipindex.publish import IndexPublished, Outcome, publish_wheels
-from faforge.pipwheel.facts import identity, read_wheel, requirement
+from faforge.pipwheel.facts import WheelFacts, identity, read_wheel, requirement
 from faforge.pipwheel.record import check_record
 from faforge.release.manifest import require_passed
 from faforge.release.publish import Decision, judge
 
 
 def publish_wheel_files(files: list[str], root: Path, *, manifest_dir: Path, required: tuple[str, ...], dry_run: bool,
-                        force: bool) -> tuple[list[Decision], IndexPublished]:
+                        force: bool) -> tuple[list[Decision[WheelFacts]], IndexPublished]:
     """`faforge publish W.whl ... --index ROOT`'s work: read every wheel (its RECORD checked), judge it, refuse
     two different files of one wheel and what the index cannot list, then publish the rest."""
     wheels = []
@@ -43,19 +43,19 @@ def publish_wheel_files(files: list[str], root: Path, *, manifest_dir: Path, req
     return decisions, IndexPublished(sorted(refused + result.outcomes, key=lambda o: order[o.wheel.path]), result.problems)
 
 
-def _distinct(wheels: list) -> list:
+def _distinct(wheels: list[WheelFacts]) -> list[WheelFacts]:
     """Each file once: a path given twice, or two copies of one file (one wheel, one sha256), is published once."""
-    seen: dict[tuple, object] = {}
+    seen: dict[tuple, WheelFacts] = {}
     for wheel in wheels:
         seen.setdefault((identity(wheel), wheel.sha256), wheel)
     return list(seen.values())
 
 
-def one_file_per_wheel(decisions: list[Decision]) -> list[Decision]:
+def one_file_per_wheel(decisions: list[Decision[WheelFacts]]) -> list[Decision[WheelFacts]]:
     """Refuse every wheel of which this publish gives two different files (one name, or names pip takes for
     one: faforge.pipwheel.facts.identity): the index would hold whichever was copied last, and the report
     would name a sha256 the index does not hold."""
-    by_wheel: dict[tuple, list[Decision]] = {}
+    by_wheel: dict[tuple, list[Decision[WheelFacts]]] = {}
     for d in decisions:
         by_wheel.setdefault(identity(d.package), []).append(d)
     out = []
@@ -69,11 +69,11 @@ def one_file_per_wheel(decisions: list[Decision]) -> list[Decision]:
     return out
 
 
-def admit(decisions: list[Decision], held: list, root: Path) -> list[Decision]:
+def admit(decisions: list[Decision[WheelFacts]], held: list[WheelFacts], root: Path) -> list[Decision[WheelFacts]]:
     """Refuse each allowed wheel the index could not list or install (see the module's docstring)."""
     out = {id(d): d for d in decisions}
 
-    def refuse(d: Decision, why: str) -> None:
+    def refuse(d: Decision[WheelFacts], why: str) -> None:
         out[id(d)] = Decision(d.package, d.results, False, why)
 
     for d in (d for d in decisions if d.allowed):
@@ -102,7 +102,7 @@ def admit(decisions: list[Decision], held: list, root: Path) -> list[Decision]:
     return [out[id(d)] for d in decisions]
 
 
-def _kernel_problem(wheel, given: dict[str, Decision], held: list, root: Path) -> str | None:
+def _kernel_problem(wheel: WheelFacts, given: dict[str, Decision[WheelFacts]], held: list[WheelFacts], root: Path) -> str | None:
     pin = requirement(wheel, KERNEL)
     if pin is None or not any(s.operator in ("==", "===") for s in pin.specifier):
         return (f"cannot be indexed: it pins no exact {KERNEL} wheel (Requires-Dist "

@@ -182,8 +182,9 @@ def _upload_in_child(target: Target, files: list[str], *, force: bool, seconds: 
     return answer
 
 
-def _first_line(child: subprocess.Popen, seconds: float) -> bool:
+def _first_line(child: subprocess.Popen[str], seconds: float) -> bool:
     """Whether the child printed its {"ready": true} line within `seconds` (it is killed if not)."""
+    assert child.stdout is not None  # started with stdout=PIPE
     ready, _, _ = select.select([child.stdout], [], [], seconds)
     line = child.stdout.readline() if ready else ""
     if not line:

@@ -28,15 +28,17 @@ import os
 import platform
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
+from faforge.abi.report import Verdict
 from faforge.family import FLASH_ATTN
-from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
+from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, TorchFreeReport, check_torch_free
 from faforge.matrix.kernels import KERNEL_LIBRARY
 from faforge.release.clean_env import (
     MACHINE_SUBDIRS,
@@ -49,6 +51,9 @@ from faforge.release.clean_env import (
     unpacked,
 )
 from faforge.release.package import PackageFacts
+
+if TYPE_CHECKING:
+    from faforge.release.verify_wheels import WheelPackage
 
 # The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.
 IMPORTS = FLASH_ATTN.imports
@@ -68,7 +73,8 @@ def glibc_floor(package: PackageFacts) -> str | None:
     return next((m[1] for m in (GLIBC_PIN.match(d) for d in package.depends) if m), None)
 
 
-def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | None = None, system_dirs: list[Path] = ()) -> Check:
+def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | None = None,
+             system_dirs: Sequence[Path] = ()) -> Check:
     """An ElfError here is about the package's own content (no extension module in it, a broken
     .so): the gate failed (exit 1), it is not bad input. The torch's own problems are FaforgeErrors.
     `system_dirs`: a foreign package's libc and libstdc++ (its sysroot), which this machine's are not."""
@@ -82,14 +88,15 @@ def abi_gate(package: PackageFacts, against: list[Path], kernel: PackageFacts | 
                      beside=f", with {KERNEL_LIBRARY} from {kernel.filename}" if kernel else "")
 
 
-def judge_abi(verdict, cxx11_abi: int | None, *, kernel: str | None, beside: str) -> Check:
+def judge_abi(verdict: Verdict, cxx11_abi: int | None, *, kernel: str | None, beside: str) -> Check:
     """The abi gate's verdict from check_path's: every problem, a module built with the other C++ ABI than
     `cxx11_abi` (its label's), and a library found nowhere. `kernel`: where the kernel library was looked
     for (None: no kernel build was given); `beside` ends the sentence saying what the check ran against."""
     problems = [f"{m.path}: {p.kind}: " + (f"{p.demangled or p.symbol}: " if p.symbol else "") + p.detail
                 for m in verdict.modules for p in m.problems]
-    mislabelled = [m.path for m in verdict.modules if m.declared.cxx11_abi not in (None, cxx11_abi)]
-    problems += [f"{path}: built with _GLIBCXX_USE_CXX11_ABI={1 - cxx11_abi} but labelled cxx11abi{cxx11_abi}" for path in mislabelled]
+    if cxx11_abi is not None:  # without a label (its name names no ABI) no module is mislabelled
+        problems += [f"{m.path}: built with _GLIBCXX_USE_CXX11_ABI={1 - cxx11_abi} but labelled cxx11abi{cxx11_abi}"
+                     for m in verdict.modules if m.declared.cxx11_abi not in (None, cxx11_abi)]
     for m in verdict.modules:  # the kernel library: from the kernel build found, else under its exact DT_NEEDED name here
         for u in m.undecided:
             if not FLASH_ATTN.is_kernel_library(u.name):
@@ -125,7 +132,7 @@ def kernel_abi_gate(package: PackageFacts) -> Check:
     return judge_torch_free(report, f"lib/{KERNEL_LIBRARY}", package.cuda_archs, platform_problems)
 
 
-def judge_torch_free(report, library: str, cuda_archs: str, platform_problems: list[str]) -> Check:
+def judge_torch_free(report: TorchFreeReport, library: str, cuda_archs: str, platform_problems: list[str]) -> Check:
     """The abi gate's verdict on a kernel library from check_torch_free's report: `platform_problems` (its machine
     against the package's platform, as the caller tells it) first,
     then the report's. `library`: where the package holds it."""
@@ -148,7 +155,7 @@ handle.{FLASH_ATTN.kernel_api_prefix}set_cuda_error_handler
 """
 
 
-def kernel_cuda_runtime(package, named_by: str, announce: Callable[[str], None]) -> RuntimeVenv:
+def kernel_cuda_runtime(package: PackageFacts | WheelPackage, named_by: str, announce: Callable[[str], None]) -> RuntimeVenv:
     """The venv of PyPI's CUDA runtime a kernel library (a package's or a wheel's: its `subdir`, `cuda`, `filename`)
     is loaded beside here. Unavailable when it is another machine's library, when its name (`named_by`: 'its build
     string') names no CUDA, or when that runtime cannot be had."""
@@ -244,7 +251,7 @@ def torch_gates(gates: tuple[str, ...], against: list[Path] | None, torch_venv: 
     """The gates of a package that runs beside a torch (a flash-attn package or glue wheel): abi against `against`,
     else the torch venv's lib; import and gpu in that venv. `torch_venv()` is called only when a gate needs it;
     when it raises Unavailable, each gate that needs it is `skipped` with that reason, so it never reads as a pass."""
-    venv, reason = None, None
+    venv, reason = None, ""  # reason: why torch_venv() raised, which a gate that needs the venv and finds none follows
     if set(gates) - ({"abi"} if against else set()):
         try:
             venv = torch_venv()
@@ -252,8 +259,10 @@ def torch_gates(gates: tuple[str, ...], against: list[Path] | None, torch_venv: 
             reason = str(exc)
     checks = []
     for gate in gates:
-        if gate == "abi" and (against or venv):
-            checks.append(abi(against or [venv.torch_lib]))
+        if gate == "abi" and against:
+            checks.append(abi(against))
+        elif gate == "abi" and venv is not None:
+            checks.append(abi([venv.torch_lib]))
         elif venv is None:
             checks.append(Check(gate, "skipped", reason))
         elif gate == "import":

@@ -123,16 +123,16 @@ def import_from(folders: list[str], python: list[str], site: Path | None, import
         result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=cwd)
     except subprocess.TimeoutExpired:
         return Check("import", "failed", f"the import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
-    how = how(time.monotonic() - started)
+    ran = how(time.monotonic() - started)
     torch_line = next((line.split()[1] for line in result.stdout.splitlines() if line.startswith(TORCH_IMPORTED)), None)
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
     if torch_line is None:
-        return Check("import", "skipped", f"the {machine} torch itself does not import ({how}): {tail}; pass --against the "
+        return Check("import", "skipped", f"the {machine} torch itself does not import ({ran}): {tail}; pass --against the "
                                           "site-packages of one (pip install --target DIR --only-binary=:all: "
                                           "torch==VERSION, with --platform for another machine)")
     if result.returncode != 0:
-        return Check("import", "failed", f"`import {', '.join(imports)}` failed ({how}): {tail}")
-    return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({how})")
+        return Check("import", "failed", f"`import {', '.join(imports)}` failed ({ran}): {tail}")
+    return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({ran})")
 
 
 def gpu_skipped(package: PackageFacts, machine: str) -> Check:

@@ -53,7 +53,7 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
         # Both read every PACKAGE argument when they need the others: a bad
         # one stops the call there, after the results already reported.
         if isinstance(package, WheelPackage):
-            kernel = find_kernel_wheel(package, given(WheelPackage)) if package.kernel_pin else None
+            kernel_wheel = find_kernel_wheel(package, given(WheelPackage)) if package.kernel_pin else None
             users = tuple(w for w in given(WheelPackage) if pins(w, package)) if "gpu" in gates and package.kind == "kernel" else ()
         else:
             kernel = find_kernel_package(package, given(PackageFacts), kernel_channel) if package.kernel_pin else None
@@ -61,7 +61,7 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
         checked = []
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
             if isinstance(package, WheelPackage):
-                checks = wheel_gates(package, gates, against, kernel=kernel, users=users, emulation=emulation, announce=report.say)
+                checks = wheel_gates(package, gates, against, kernel=kernel_wheel, users=users, emulation=emulation, announce=report.say)
             elif is_stable_abi_package(package):  # one binary for a torch range: its own gates, on any machine
                 checks = stable_gates(package, gates, against, emulation, announce=report.say)
             elif machine := foreign_machine(package):

@@ -18,7 +18,7 @@ import os
 import platform
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
@@ -73,7 +73,7 @@ def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Pa
     return [run[gate]() for gate in gates]
 
 
-def torch_sites(against: list[Path]) -> list[Path]:
+def torch_sites(against: Sequence[Path]) -> list[Path]:
     """The --against torches that are site-packages (importable), in the order given."""
     return list(dict.fromkeys(site for folder in against if (site := torch_site([folder])) is not None))
 

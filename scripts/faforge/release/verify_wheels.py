@@ -45,7 +45,7 @@ import subprocess
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -57,7 +57,7 @@ from packaging.version import InvalidVersion, Version
 
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
-from faforge.emulator import is_foreign
+from faforge.emulator import Emulator, is_foreign
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.cachekey import archs_of_tag
@@ -106,7 +106,7 @@ from faforge.versions import vtuple
 from faforge.wheelnames import FA3_LABEL, GLUE_LABEL
 
 GLUE, KERNEL, FA3 = (canonicalize_name(n) for n in (FLASH_ATTN.package, FLASH_ATTN.kernel_package, FLASH_ATTN_3.package))
-KINDS = {GLUE: "glue", KERNEL: "kernel", FA3: "fa3"}
+KINDS: dict[str, str] = {GLUE: "glue", KERNEL: "kernel", FA3: "fa3"}
 # The kernel wheel's library, in its folder (faforge.pipwheel.layout).
 KERNEL_MEMBER = f"{KERNEL_DIR}/{FLASH_ATTN.kernel_soname}"
 CPYTHON_TAG = re.compile(r"cp3(?P<minor>[0-9]{1,2})")
@@ -190,9 +190,9 @@ def _pip_cells() -> tuple[PipCell, ...]:
 
 def _platform(facts: WheelFacts) -> tuple[str | None, str | None]:
     """(subdir, glibc floor) of the wheel's platform tags; (None, None) when they are not one Linux machine's."""
-    found = [PLATFORM_TAG.fullmatch(t) for t in facts.platform_tags]
-    subdirs = {MACHINE_SUBDIRS.get(m["machine"]) for m in found if m}
-    if not found or None in found or len(subdirs) != 1 or None in subdirs:
+    found = [m for m in (PLATFORM_TAG.fullmatch(t) for t in facts.platform_tags) if m]
+    subdirs = {MACHINE_SUBDIRS.get(m["machine"]) for m in found}
+    if not found or len(found) != len(facts.platform_tags) or len(subdirs) != 1 or None in subdirs:
         return None, None
     floors = [f"{m['major']}.{m['minor']}" if m["major"] else LEGACY_GLIBC.get(m["legacy"] or "") for m in found]
     known = [f for f in floors if f]
@@ -319,7 +319,8 @@ def glue_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] 
                        gpu=lambda venv: pip_gpu_gate(wheel, others, venv))
 
 
-def wheel_abi_gate(wheel: WheelPackage, against: list[Path], kernel: WheelPackage | None, system_dirs: list[Path] = ()) -> Check:
+def wheel_abi_gate(wheel: WheelPackage, against: list[Path], kernel: WheelPackage | None,
+                   system_dirs: Sequence[Path] = ()) -> Check:
     """check_path on the wheel; the kernel library from the kernel
     wheel's folder. An ElfError is the wheel's own content: failed."""
     with unpacked_wheels(*((kernel.facts,) if kernel else ())) as kernel_site:
@@ -441,7 +442,7 @@ def kernel_library(wheel: WheelPackage, folder: Path) -> Path | None:
 
 
 def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...], announce: Callable[[str], None], *,
-                against: list[Path] = (), emulation: Emulation = NOTHING_NAMED) -> Check:
+                against: Sequence[Path] = (), emulation: Emulation = NOTHING_NAMED) -> Check:
     if gate == "abi":
         return kernel_abi_gate(wheel)
     if gate == "import":
@@ -516,7 +517,7 @@ def kernel_import_gate(wheel: WheelPackage, announce: Callable[[str], None]) -> 
                                      "clean process, nothing preloaded: its RUNPATH finds libcudart in the venv, its C interface resolves")
 
 
-def emulated_kernel_import(wheel: WheelPackage, machine: str, against: list[Path], emulation: Emulation) -> Check:
+def emulated_kernel_import(wheel: WheelPackage, machine: str, against: Sequence[Path], emulation: Emulation) -> Check:
     """The kernel wheel of another machine: this machine's pip installs it for its platform into a folder from the
     loopback index, beside the CUDA runtime of an --against torch's site-packages (its nvidia/ folder, where pip puts
     PyPI's runtime wheel), and the target's Python dlopen()s it under qemu with nothing preloaded and no
@@ -588,9 +589,17 @@ def _fa3_unserved(wheel: WheelPackage) -> str:
             f"{wheel.requires('torch') or 'torch'} admits, so no index serves it and its torch range is empty")
 
 
+def _fa3_abi(wheel: WheelPackage, cells: list[PipCell], against: list[Path]) -> Check:
+    """The stable-ABI gate of an FA3 wheel over the torch minors of `cells` (fa3_range's: of its platform and CUDA)."""
+    if not cells or wheel.subdir is None or wheel.cuda is None:
+        return Check("abi", "skipped", _fa3_unserved(wheel))
+    return stable_abi_check(wheel.path, subdir=wheel.subdir, cuda=wheel.cuda, served=tuple(c.torch_minor for c in cells),
+                            against=against)
+
+
 def fa3_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path], announce: Callable[[str], None]) -> list[Check]:
     cells = fa3_range(wheel)
-    venv, reason = None, _fa3_unserved(wheel) if not cells else None
+    venv, reason = None, _fa3_unserved(wheel) if not cells else ""  # reason: why a gate that needs a torch has none
     if cells and set(gates) & {"import", "gpu"}:
         newest = cells[-1]
         try:
@@ -602,9 +611,7 @@ def fa3_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path], 
     checks = []
     for gate in gates:
         if gate == "abi":
-            checks.append(stable_abi_check(wheel.path, subdir=wheel.subdir, cuda=wheel.cuda,
-                                           served=tuple(c.torch_minor for c in cells), against=against)
-                          if cells else Check("abi", "skipped", reason))
+            checks.append(_fa3_abi(wheel, cells, against))
         elif venv is None:
             checks.append(Check(gate, "skipped", reason))
         elif gate == "import":
@@ -628,9 +635,7 @@ def foreign_gates(wheel: WheelPackage, machine: str, gates: tuple[str, ...], aga
                 checks.append(Check("abi", "skipped", f"no {machine} torch to check against here; pass --against its torch/lib, "
                                                       "site-packages or prefix (the abi gate itself runs on any machine)"))
             elif wheel.kind == "fa3":
-                cells = fa3_range(wheel)
-                checks.append(stable_abi_check(wheel.path, subdir=wheel.subdir, cuda=wheel.cuda, served=tuple(c.torch_minor for c in cells),
-                                               against=against) if cells else Check("abi", "skipped", _fa3_unserved(wheel)))
+                checks.append(_fa3_abi(wheel, fa3_range(wheel), against))
             else:
                 checks.append(wheel_abi_gate(wheel, against, kernel, emulator.library_dirs() if emulator else []))
         elif gate == "import":
@@ -640,7 +645,7 @@ def foreign_gates(wheel: WheelPackage, machine: str, gates: tuple[str, ...], aga
     return checks
 
 
-def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, against: list[Path], emulator, why_not: str | None,
+def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, against: list[Path], emulator: Emulator | None, why_not: str | None,
                           python: Path | None) -> Check:
     """pip installs our wheels for the wheel's platform into a folder from the loopback index; the target's
     Python imports them under qemu with the newest --against torch behind them."""
