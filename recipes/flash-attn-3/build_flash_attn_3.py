@@ -31,7 +31,10 @@ _explicit = _pre.parse_known_args()[0].checker_path
 _roots = [Path(_explicit)] if _explicit else [HERE / "faforge_checker", HERE.parent.parent / "scripts"]
 _root = next((r for r in _roots if (r / "faforge/fa3_backend/__init__.py").is_file()), None)
 if _root is None:
-    print(f"build_flash_attn_3: error: no faforge/backend in {' or '.join(map(str, _roots))}; pass --checker-path", file=sys.stderr)
+    print(
+        f"build_flash_attn_3: error: no faforge/backend in {' or '.join(map(str, _roots))}; pass --checker-path",
+        file=sys.stderr,
+    )
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
@@ -64,7 +67,9 @@ def torch_dir(explicit: str | None) -> Path:
             raise BuildError("no torch in this Python's environment; install a CUDA torch >= 2.9 or pass --torch-dir")
         found = Path(next(iter(spec.submodule_search_locations)))
     if not (found / "include/torch/csrc/stable").is_dir():
-        raise BuildError(f"--torch-dir {found}: no include/torch/csrc/stable, so not a torch >= 2.9 (the stable ABI's headers)")
+        raise BuildError(
+            f"--torch-dir {found}: no include/torch/csrc/stable, so not a torch >= 2.9 (the stable ABI's headers)"
+        )
     return found
 
 
@@ -73,8 +78,10 @@ def python_includes(explicit: list[str] | None) -> list[str]:
     (conda's cross-python answers with the target's)."""
     found = [Path(p) for p in explicit] if explicit else [Path(sysconfig.get_paths()["include"])]
     if not (found[0] / "Python.h").is_file():
-        raise BuildError(f"--python-include {found[0]}: no Python.h there; install "
-                         "the Python headers (python3-dev) or name their folder")
+        raise BuildError(
+            f"--python-include {found[0]}: no Python.h there; install "
+            "the Python headers (python3-dev) or name their folder"
+        )
     return [str(p) for p in found]
 
 
@@ -87,22 +94,48 @@ def env(name: str):
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--source-dir", default=".", help="the flash-attention repository (hopper/, csrc/cutlass/)")
-    p.add_argument("--archs", default=os.environ.get("FLASH_ATTN_CUDA_ARCHS", "80;90a"), help="'80;90a' (env FLASH_ATTN_CUDA_ARCHS)")
-    p.add_argument("--disable", default="", help=f"FA3 features not to build, comma-separated ({', '.join(fa3.FEATURES)})")
+    p.add_argument(
+        "--archs",
+        default=os.environ.get("FLASH_ATTN_CUDA_ARCHS", "80;90a"),
+        help="'80;90a' (env FLASH_ATTN_CUDA_ARCHS)",
+    )
+    p.add_argument(
+        "--disable", default="", help=f"FA3 features not to build, comma-separated ({', '.join(fa3.FEATURES)})"
+    )
     p.add_argument("--build-dir", default="build", help="ninja's folder, kept for resuming")
     p.add_argument("--install-dir", help="site-packages to install flash_attn_3/ and flash_attn_interface.py into")
-    p.add_argument("--torch-dir", help="torch/ to compile and link against (default: this Python's, found without importing it)")
-    p.add_argument("--python-include", action="append", help="the target Python's header folders, Python.h's first (default: this "
-                   "Python's; a cross build outside conda's cross-python "
-                   "names the target's, whose pyconfig.h differs; repeatable, "
-                   "for Debian's multiarch pyconfig.h)")
-    p.add_argument("--max-jobs", type=int, default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS", "").isdigit() else None)
-    p.add_argument("--checker-path", help="folder holding the faforge package (default: faforge_checker/ here, else the repo's)")
-    p.add_argument("--compiler-cache", type=options.one_of(*ccache.COMPILER_CACHES), default=env("FAFORGE_COMPILER_CACHE"),
-                   help="put a compiler cache in front of nvcc (env "
-                        "FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR")
-    p.add_argument("--only-tus", default=env("FAFORGE_BUILD_TUS"), help="compile only these TUs (file names) and stop before the "
-                   "link: a piece job (env FAFORGE_BUILD_TUS), or a compile-time sample for faforge bench-build")
+    p.add_argument(
+        "--torch-dir", help="torch/ to compile and link against (default: this Python's, found without importing it)"
+    )
+    p.add_argument(
+        "--python-include",
+        action="append",
+        help="the target Python's header folders, Python.h's first (default: this "
+        "Python's; a cross build outside conda's cross-python "
+        "names the target's, whose pyconfig.h differs; repeatable, "
+        "for Debian's multiarch pyconfig.h)",
+    )
+    p.add_argument(
+        "--max-jobs",
+        type=int,
+        default=int(os.environ["MAX_JOBS"]) if os.environ.get("MAX_JOBS", "").isdigit() else None,
+    )
+    p.add_argument(
+        "--checker-path", help="folder holding the faforge package (default: faforge_checker/ here, else the repo's)"
+    )
+    p.add_argument(
+        "--compiler-cache",
+        type=options.one_of(*ccache.COMPILER_CACHES),
+        default=env("FAFORGE_COMPILER_CACHE"),
+        help="put a compiler cache in front of nvcc (env "
+        "FAFORGE_COMPILER_CACHE, default none); ccache reads CCACHE_DIR",
+    )
+    p.add_argument(
+        "--only-tus",
+        default=env("FAFORGE_BUILD_TUS"),
+        help="compile only these TUs (file names) and stop before the "
+        "link: a piece job (env FAFORGE_BUILD_TUS), or a compile-time sample for faforge bench-build",
+    )
     p.add_argument("--plan-only", action="store_true", help="print the TUs and flags as JSON and stop")
     return p.parse_args(argv)
 
@@ -111,33 +144,62 @@ def build(args: argparse.Namespace) -> Path | None:
     source = Path(args.source_dir).resolve()
     hopper = source / FLASH_ATTN_3.source_dir
     if not (hopper / fa3.STABLE_GLUE).is_file():
-        raise BuildError(f"--source-dir {source}: no {FLASH_ATTN_3.host_source}; pass the flash-attention repository's root")
+        raise BuildError(
+            f"--source-dir {source}: no {FLASH_ATTN_3.host_source}; pass the flash-attention repository's root"
+        )
     archs, disabled = fa3.parse_archs(args.archs), fa3.parse_disabled(args.disable)
     if "80" not in archs and "SM8x" not in disabled:
         disabled |= {"SM8x"}  # no sm_80 in the list: the Ampere fallback's TUs cannot be built
     tus = fa3.sources(disabled)
     missing = [t for t in tus if not (hopper / t).is_file()]
     if missing:
-        raise BuildError(f"{hopper}: {len(missing)} TUs hopper/setup.py would compile "
-                         f"are missing, e.g. {missing[0]}; is this the pinned commit?")
+        raise BuildError(
+            f"{hopper}: {len(missing)} TUs hopper/setup.py would compile "
+            f"are missing, e.g. {missing[0]}; is this the pinned commit?"
+        )
     torch = torch_dir(args.torch_dir)
     toolkit = toolchain.target_toolkit(dict(os.environ), platform.machine())
     cpus = os.cpu_count() or 1
-    max_jobs = args.max_jobs or derive_max_jobs(available_memory_gb(), cpus, len(archs), 1, worst_gb=fa3.WORST_CASE_GB_PER_JOB)
-    plan = {"family": FLASH_ATTN_3.package, "tus": len(tus), "archs": archs, "disabled": sorted(disabled), "torch_dir": str(torch),
-            "cuda_home": toolkit.home, "max_jobs": max_jobs, "build_dir": str(Path(args.build_dir).resolve()),
-            "compiler_cache": args.compiler_cache}
+    max_jobs = args.max_jobs or derive_max_jobs(
+        available_memory_gb(), cpus, len(archs), 1, worst_gb=fa3.WORST_CASE_GB_PER_JOB
+    )
+    plan = {
+        "family": FLASH_ATTN_3.package,
+        "tus": len(tus),
+        "archs": archs,
+        "disabled": sorted(disabled),
+        "torch_dir": str(torch),
+        "cuda_home": toolkit.home,
+        "max_jobs": max_jobs,
+        "build_dir": str(Path(args.build_dir).resolve()),
+        "compiler_cache": args.compiler_cache,
+    }
     log("plan " + json.dumps(plan, sort_keys=True))
     if args.plan_only:
         print(json.dumps({**plan, "sources": tus}, indent=2))
         return None
-    for line in toolchain.check_tool_releases(toolkit.nvcc, toolchain.nvcc_tools(toolkit.nvcc, Path(args.build_dir) / "nvcc-probe")):
+    for line in toolchain.check_tool_releases(
+        toolkit.nvcc, toolchain.nvcc_tools(toolkit.nvcc, Path(args.build_dir) / "nvcc-probe")
+    ):
         log(line)
     environ = dict(os.environ)
-    include_dirs = [str(hopper), str(source / "csrc/cutlass/include"), str(torch / "include"), str(torch / "include/torch/csrc/api/include"),
-                    *python_includes(args.python_include), *toolkit.include_dirs(environ)]
+    include_dirs = [
+        str(hopper),
+        str(source / "csrc/cutlass/include"),
+        str(torch / "include"),
+        str(torch / "include/torch/csrc/api/include"),
+        *python_includes(args.python_include),
+        *toolkit.include_dirs(environ),
+    ]
     cudart = toolkit.cudart_dirs(environ)
-    link = [f"-L{torch / 'lib'}", "-Wl,--as-needed", *TORCH_LIBRARIES, *(f"-L{d}" for d in cudart), "-lcudart", *(f"-Wl,-rpath,{r}" for r in RUNPATH)]
+    link = [
+        f"-L{torch / 'lib'}",
+        "-Wl,--as-needed",
+        *TORCH_LIBRARIES,
+        *(f"-L{d}" for d in cudart),
+        "-lcudart",
+        *(f"-Wl,-rpath,{r}" for r in RUNPATH),
+    ]
     cxx = toolkit.host_compiler or environ.get("CXX") or shutil.which("g++") or "c++"
     out = Path(args.build_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -145,8 +207,17 @@ def build(args: argparse.Namespace) -> Path | None:
     log(f"{len(only) if only else len(tus)} TUs")
     targets = [fa3.object_name(tu) for tu in only] if only else []
     with ccache.nvcc_command(args.compiler_cache == "ccache", source, toolkit.nvcc, [str(torch), toolkit.home]) as nvcc:
-        text = fa3.extension_ninja(hopper=hopper, tus=tus, nvcc=nvcc, cxx=cxx, include_dirs=include_dirs, disabled=disabled, archs=archs,
-                                   link_flags=link, host_flags=toolkit.host_flags)
+        text = fa3.extension_ninja(
+            hopper=hopper,
+            tus=tus,
+            nvcc=nvcc,
+            cxx=cxx,
+            include_dirs=include_dirs,
+            disabled=disabled,
+            archs=archs,
+            link_flags=link,
+            host_flags=toolkit.host_flags,
+        )
         seconds = run_ninja(out, text, max_jobs, targets, what=f"the {FLASH_ATTN_3.package}")
     if only:
         log(f"compiled {len(only)} TUs in {seconds:.0f}s; --only-tus: nothing linked or installed")

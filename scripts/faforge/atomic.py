@@ -12,7 +12,9 @@ from pathlib import Path
 def write_text(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename it over `path` (atomic on POSIX)."""
     path = Path(path)
-    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):  # a rename would replace a folder's entry or a device
+    if os.path.lexists(path) and not stat.S_ISREG(
+        os.stat(path).st_mode
+    ):  # a rename would replace a folder's entry or a device
         raise OSError(errno.EEXIST, "exists and is not a regular file, so it is not replaced", str(path))
     tmp, fd = _new_file(path)
     try:

@@ -27,7 +27,12 @@ from faforge.interrupts import deliver_swallowed_interrupts
 from faforge.streams import reader_left, reserve_standard_fds, settle_for_exit, tolerant_streams
 
 # Import name -> pip requirement, for modules whose distribution is named otherwise.
-_DISTRIBUTIONS = {"yaml": "pyyaml", "elftools": "pyelftools", "rattler": "py-rattler", "rattler_build": "py-rattler-build"}
+_DISTRIBUTIONS = {
+    "yaml": "pyyaml",
+    "elftools": "pyelftools",
+    "rattler": "py-rattler",
+    "rattler_build": "py-rattler-build",
+}
 
 
 def missing_module_error(exc: ModuleNotFoundError) -> FaforgeError:
@@ -36,7 +41,7 @@ def missing_module_error(exc: ModuleNotFoundError) -> FaforgeError:
     return FaforgeError(
         f"the Python module {top!r} is not importable ({exc})",
         hint=f"{sys.executable} -m pip install {_DISTRIBUTIONS.get(top, top)}  "
-             "(or reinstall faforge with its dependencies)",
+        "(or reinstall faforge with its dependencies)",
     )
 
 
@@ -69,16 +74,25 @@ def _chosen_command(argv: list[str]) -> str | None:
 VERBOSE_HELP = "show the cause chain of errors (e.g. py-rattler's) and tracebacks of OS errors"
 
 # The exit codes of faforge.errors in --help's words; the CLI reference page renders them as its table.
-EXIT_STATUS = {EXIT_OK: "ok", EXIT_PROBLEMS: "problems found", EXIT_BAD_INPUT: "bad input", EXIT_SKIPPED: "nothing verified",
-               EXIT_REMOTE: "network or remote service", EXIT_INTERRUPTED: "interrupted"}
+EXIT_STATUS = {
+    EXIT_OK: "ok",
+    EXIT_PROBLEMS: "problems found",
+    EXIT_BAD_INPUT: "bad input",
+    EXIT_SKIPPED: "nothing verified",
+    EXIT_REMOTE: "network or remote service",
+    EXIT_INTERRUPTED: "interrupted",
+}
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; only the chosen command's module is imported (rattler, torch, ... are slow)."""
     chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
-    parser = _Parser(prog="faforge", description=f"{FLASH_ATTN.package} builds that match your PyTorch",
-                     epilog=f"exit status: {', '.join(f'{code} {what}' for code, what in EXIT_STATUS.items())} "
-                            "(README.md, Exit codes)")
+    parser = _Parser(
+        prog="faforge",
+        description=f"{FLASH_ATTN.package} builds that match your PyTorch",
+        epilog=f"exit status: {', '.join(f'{code} {what}' for code, what in EXIT_STATUS.items())} "
+        "(README.md, Exit codes)",
+    )
     parser.add_argument("--version", action="version", version=f"faforge {__version__}")
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -121,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         if stdout.failure is None or reader_left(stdout.failure):
             return code
         # The result is lost (a full disk, a closed stdout): exit 2, unless the work found another failure.
-        error = FaforgeError(f"could not write the result to stdout: {stdout.failure.strerror}", input="stdout",
-                             hint="free space on its device, or send stdout to a file or a program that reads it")
+        error = FaforgeError(
+            f"could not write the result to stdout: {stdout.failure.strerror}",
+            input="stdout",
+            hint="free space on its device, or send stdout to a file or a program that reads it",
+        )
         if code in (EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED):  # the other codes come with their error line already
             _fail(error, name, argv)
         return code or error.exit_code

@@ -43,8 +43,15 @@ class FaforgeError(Exception):
 
     exit_code = EXIT_BAD_INPUT
 
-    def __init__(self, message: str, *, hint: str | None = None, exit_code: int | None = None,
-                 input: str | None = None, detail: str | None = None):  # `input`, a builtin's name, is the contract's word
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        exit_code: int | None = None,
+        input: str | None = None,
+        detail: str | None = None,
+    ):  # `input`, a builtin's name, is the contract's word
         first, _, rest = message.strip().partition("\n")
         super().__init__(first)
         self.message = first
@@ -57,7 +64,9 @@ class FaforgeError(Exception):
     @property
     def kind(self) -> str:
         """The `kind` of the --json error object."""
-        return {EXIT_REMOTE: "remote", EXIT_PROBLEMS: "problems", EXIT_INTERRUPTED: "interrupted"}.get(self.exit_code, "bad-input")
+        return {EXIT_REMOTE: "remote", EXIT_PROBLEMS: "problems", EXIT_INTERRUPTED: "interrupted"}.get(
+            self.exit_code, "bad-input"
+        )
 
     def line(self) -> str:
         """`<what> (<input>) — <what to do>` on one line, long inputs shortened."""
@@ -68,7 +77,11 @@ class FaforgeError(Exception):
 
     def to_json(self) -> dict:
         """The versioned error object every --json command prints instead of its report."""
-        error = {"kind": self.kind, "message": shorten_message(self.message), "input": None if self.input is None else shorten(self.input)}
+        error = {
+            "kind": self.kind,
+            "message": shorten_message(self.message),
+            "input": None if self.input is None else shorten(self.input),
+        }
         if self.hint:
             error["hint"] = self.hint
         return {"version": 1, "error": error}
@@ -87,7 +100,10 @@ class DataError(FaforgeError):
     """A data file under variants/ is malformed: names the file, key and value."""
 
     def __init__(self, path: str | os.PathLike, key: str, message: str, *, hint: str | None = None):
-        super().__init__(f"{path}: {key}: {message}", hint=hint or "correct it, or restore the file from git (`git checkout -- FILE`)")
+        super().__init__(
+            f"{path}: {key}: {message}",
+            hint=hint or "correct it, or restore the file from git (`git checkout -- FILE`)",
+        )
         self.path = path
         self.key = key
 
@@ -95,7 +111,10 @@ class DataError(FaforgeError):
 # errno -> (what is wrong with the path, what to do)
 _PATH_PROBLEMS = {
     errno.EROFS: ("is on a read-only file system", "choose a writable location"),
-    errno.EACCES: ("is not accessible (permission denied)", "choose a location you may read and write, or fix its permissions"),
+    errno.EACCES: (
+        "is not accessible (permission denied)",
+        "choose a location you may read and write, or fix its permissions",
+    ),
     errno.EPERM: ("is not accessible (operation not permitted)", "choose a location you may read and write"),
     errno.ENOTDIR: ("has a part that is a file, not a folder", "name a folder, or a path under one"),
     errno.EISDIR: ("is a folder, not a file", "name a file"),

@@ -94,9 +94,25 @@ FLASH_ATTN = Family(
         "recipes/flash-attn/LICENSE_CUTLASS.txt",
         "recipes/flash-attn/LICENSE_PYTORCH.txt",
         "scripts/faforge/kernels/torch_shim",
-        *(f"scripts/faforge/backend/{name}.py" for name in (
-            "__init__", "archs", "ccache", "errors", "flags", "jobs", "layout", "logger", "ninja", "options", "plan",
-            "postlink", "sources", "toolchain")),
+        *(
+            f"scripts/faforge/backend/{name}.py"
+            for name in (
+                "__init__",
+                "archs",
+                "ccache",
+                "errors",
+                "flags",
+                "jobs",
+                "layout",
+                "logger",
+                "ninja",
+                "options",
+                "plan",
+                "postlink",
+                "sources",
+                "toolchain",
+            )
+        ),
         "scripts/faforge/__init__.py",
         "scripts/faforge/errors.py",
         "scripts/faforge/family.py",
@@ -159,8 +175,15 @@ FLASH_ATTN_3 = StableAbiFamily(
     host_source="hopper/flash_api_stable.cpp",
     include_dirs=("hopper", "csrc/cutlass/include"),
     gates=("abi", "import"),
-    inputs=("recipes/flash-attn-3/build_flash_attn_3.py", "scripts/faforge/__init__.py", "scripts/faforge/errors.py",
-            "scripts/faforge/family.py", "scripts/faforge/abi", "scripts/faforge/backend", "scripts/faforge/fa3_backend"),
+    inputs=(
+        "recipes/flash-attn-3/build_flash_attn_3.py",
+        "scripts/faforge/__init__.py",
+        "scripts/faforge/errors.py",
+        "scripts/faforge/family.py",
+        "scripts/faforge/abi",
+        "scripts/faforge/backend",
+        "scripts/faforge/fa3_backend",
+    ),
 )
 
 

@@ -73,8 +73,11 @@ def _seconds(name: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
-        raise FaforgeError(f"{name}={raw[:40]!r}: not a number of seconds above 0 and at most {MAX_SECONDS:.0f}",
-                           input=name, hint=f"set it to e.g. {default:.0f}, or unset it")
+        raise FaforgeError(
+            f"{name}={raw[:40]!r}: not a number of seconds above 0 and at most {MAX_SECONDS:.0f}",
+            input=name,
+            hint=f"set it to e.g. {default:.0f}, or unset it",
+        )
     return value
 
 
@@ -84,7 +87,9 @@ def limits() -> Limits:
 
 
 def deadline_hint() -> str:
-    return f"the server is slow, stalled or unreachable: retry later, check the server, or raise {DEADLINE_ENV} (seconds)"
+    return (
+        f"the server is slow, stalled or unreachable: retry later, check the server, or raise {DEADLINE_ENV} (seconds)"
+    )
 
 
 def timeout_hint() -> str:
@@ -126,6 +131,7 @@ def _watched(base: type[http.client.HTTPConnection], watch: _Watch) -> type[http
         def connect(self):
             super().connect()
             watch.add(self.sock)
+
     return Watched
 
 
@@ -155,8 +161,15 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
     """http(s) only (a redirect to file:// or ftp:// is refused), through the environment's proxies."""
     opener = urllib.request.OpenerDirector()
-    for handler in (urllib.request.ProxyHandler(), _HTTP(watch), _HTTPS(watch), urllib.request.HTTPDefaultErrorHandler(),
-                    _Redirects(), urllib.request.HTTPErrorProcessor(), urllib.request.UnknownHandler()):
+    for handler in (
+        urllib.request.ProxyHandler(),
+        _HTTP(watch),
+        _HTTPS(watch),
+        urllib.request.HTTPDefaultErrorHandler(),
+        _Redirects(),
+        urllib.request.HTTPErrorProcessor(),
+        urllib.request.UnknownHandler(),
+    ):
         opener.add_handler(handler)
     return opener
 
@@ -173,9 +186,17 @@ def until() -> float:
     return time.monotonic() + limits().deadline_s
 
 
-def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str] | None = None,
-            data: bytes | None = None, max_bytes: int | None = None, first: int | None = None,
-            until: float | None = None) -> Response:
+def request(
+    url: str,
+    *,
+    kind: str,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    data: bytes | None = None,
+    max_bytes: int | None = None,
+    first: int | None = None,
+    until: float | None = None,
+) -> Response:
     """One HTTP request within limits(): the status, headers and (capped, decoded, whole) body; HTTP errors
     (4xx/5xx) are urllib.error.HTTPError as urlopen raises them, everything else a RemoteError naming the URL.
     `max_bytes` narrows `kind`'s cap (a range request: the bytes asked for), never widens it. `first` reads
@@ -188,10 +209,20 @@ def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str]
             raise _late(url, configured, whole=True)
         bounds = Limits(min(bounds.connect_s, left), min(bounds.deadline_s, left))
     whole = bounds.deadline_s < configured.deadline_s
-    if url.startswith("file://"):  # a local channel's file: read as any file faforge did not write (exit 4: the channel is the remote)
+    if url.startswith(
+        "file://"
+    ):  # a local channel's file: read as any file faforge did not write (exit 4: the channel is the remote)
         path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
-        return Response(200, Message(), untrusted.read_bytes(path, kind if kind in untrusted.CAPS else "data",
-                                                             hint="re-index the channel, or name another", remote=True))
+        return Response(
+            200,
+            Message(),
+            untrusted.read_bytes(
+                path,
+                kind if kind in untrusted.CAPS else "data",
+                hint="re-index the channel, or name another",
+                remote=True,
+            ),
+        )
     cap = min(BODY_CAPS[kind], max_bytes) if max_bytes is not None else BODY_CAPS[kind]
     watch = _Watch(bounds.deadline_s)
     req = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
@@ -209,17 +240,29 @@ def request(url: str, *, kind: str, method: str = "GET", headers: dict[str, str]
     except http.client.IncompleteRead as exc:
         if watch.fired:
             raise _late(url, configured, whole=whole) from None
-        raise RemoteError(f"{url}: its body ended after {len(exc.partial):,} bytes, before its last chunk: the connection closed "
-                          "mid-body", input=url, hint=SHORT_HINT) from None
+        raise RemoteError(
+            f"{url}: its body ended after {len(exc.partial):,} bytes, before its last chunk: the connection closed "
+            "mid-body",
+            input=url,
+            hint=SHORT_HINT,
+        ) from None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         if watch.fired or time.monotonic() - started >= bounds.deadline_s:
             raise _late(url, configured, whole=whole) from None
         reason = getattr(exc, "reason", None) or exc
-        if isinstance(reason, TimeoutError):  # the connect, or one read (the status line, a header, a piece of the body)
-            raise Stalled(f"{url}: no answer within {bounds.connect_s:g} s ({TIMEOUT_ENV}, to connect and for each read)",
-                          input=url, hint=timeout_hint()) from None
-        raise RemoteError(f"{url}: no usable answer: {reason or type(exc).__name__}", input=url,
-                          hint="check the URL and the network, or run where that server is reachable") from None
+        if isinstance(
+            reason, TimeoutError
+        ):  # the connect, or one read (the status line, a header, a piece of the body)
+            raise Stalled(
+                f"{url}: no answer within {bounds.connect_s:g} s ({TIMEOUT_ENV}, to connect and for each read)",
+                input=url,
+                hint=timeout_hint(),
+            ) from None
+        raise RemoteError(
+            f"{url}: no usable answer: {reason or type(exc).__name__}",
+            input=url,
+            hint="check the URL and the network, or run where that server is reachable",
+        ) from None
     finally:
         watch.timer.cancel()
 
@@ -246,11 +289,16 @@ def _late(url: str, bounds: Limits, *, whole: bool = False) -> Stalled:
 
 
 def _too_big(url: str, kind: str, cap: int, what: str) -> RemoteError:
-    return RemoteError(f"{url}: {what}, more than the cap of {cap:,} bytes for a {kind}", input=url,
-                       hint="check that the URL names what faforge expects there (a wrong or hostile server?)")
+    return RemoteError(
+        f"{url}: {what}, more than the cap of {cap:,} bytes for a {kind}",
+        input=url,
+        hint="check that the URL names what faforge expects there (a wrong or hostile server?)",
+    )
 
 
-def _read_capped(response: http.client.HTTPResponse, url: str, kind: str, cap: int, watch: _Watch, first: int | None = None) -> bytes:
+def _read_capped(
+    response: http.client.HTTPResponse, url: str, kind: str, cap: int, watch: _Watch, first: int | None = None
+) -> bytes:
     """The body, at most `cap` bytes after decoding; refused early when Content-Length already says more.
     With `first`, only the first that many bytes (undecoded), and no more is read."""
     if first is not None:
@@ -263,8 +311,11 @@ def _read_capped(response: http.client.HTTPResponse, url: str, kind: str, cap: i
         raise _too_big(url, kind, cap, f"the server announces {int(length):,} bytes")
     encoding = (response.headers.get("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "x-gzip", "deflate"):
-        raise RemoteError(f"{url}: answered in Content-Encoding {encoding[:40]!r}, which faforge does not decode", input=url,
-                          hint="faforge asks for no encoding; check the server")
+        raise RemoteError(
+            f"{url}: answered in Content-Encoding {encoding[:40]!r}, which faforge does not decode",
+            input=url,
+            hint="faforge asks for no encoding; check the server",
+        )
     decoder = None if encoding == "identity" else zlib.decompressobj(47 if "gzip" in encoding else zlib.MAX_WBITS)
     chunks, total = [], 0
     while True:
@@ -274,7 +325,9 @@ def _read_capped(response: http.client.HTTPResponse, url: str, kind: str, cap: i
         try:
             chunk = decoder.decompress(raw, cap + 1 - total) if decoder else raw
         except zlib.error as exc:
-            raise RemoteError(f"{url}: its {encoding} body is corrupt ({exc})", input=url, hint="retry, or check the server") from None
+            raise RemoteError(
+                f"{url}: its {encoding} body is corrupt ({exc})", input=url, hint="retry, or check the server"
+            ) from None
         chunks.append(chunk)
         total += len(chunk)
         if total > cap or (decoder and decoder.unconsumed_tail):
@@ -292,8 +345,13 @@ def _check_whole(response: http.client.HTTPResponse, url: str, decoder: zlib._De
     missing = getattr(response, "length", None)
     if missing:
         length = response.headers.get("Content-Length", "?")
-        raise RemoteError(f"{url}: its body ended {missing:,} bytes short of its Content-Length ({length}): the connection "
-                          "closed mid-body", input=url, hint=SHORT_HINT)
+        raise RemoteError(
+            f"{url}: its body ended {missing:,} bytes short of its Content-Length ({length}): the connection "
+            "closed mid-body",
+            input=url,
+            hint=SHORT_HINT,
+        )
     if decoder is not None and not decoder.eof:
-        raise RemoteError(f"{url}: its body ended mid-stream (its compressed data stops before its end)", input=url,
-                          hint=SHORT_HINT)
+        raise RemoteError(
+            f"{url}: its body ended mid-stream (its compressed data stops before its end)", input=url, hint=SHORT_HINT
+        )

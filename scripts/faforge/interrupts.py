@@ -20,7 +20,10 @@ def _redeliver_interrupts(unraisable: sys.UnraisableHookArgs) -> None:
     which CPython swallows the same way; a new thread trips it when it gets the GIL, i.e. after the main
     thread ran on (sys.getswitchinterval(), 5 ms). _thread, not threading: Thread.start() waits for the thread
     and so would let it trip the signal while this hook still runs."""
-    if not issubclass(unraisable.exc_type, KeyboardInterrupt) or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if (
+        not issubclass(unraisable.exc_type, KeyboardInterrupt)
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         sys.__unraisablehook__(unraisable)
     elif not sys.is_finalizing() and threading.main_thread().is_alive():
         _thread.start_new_thread(_thread.interrupt_main, (signal.SIGINT,))

@@ -19,8 +19,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from _typeshed import SupportsRead
 
-MEMBER_CAP = 2 << 30  # declared bytes of one member (the largest real ones: libcublasLt.so.13, 542 MB; libtorch_cuda.so, 503 MB)
-TOTAL_CAP = 4 << 30  # declared bytes of all members of one archive together (a flash-attn wheel for every arch: ~0.5 GB)
+MEMBER_CAP = (
+    2 << 30
+)  # declared bytes of one member (the largest real ones: libcublasLt.so.13, 542 MB; libtorch_cuda.so, 503 MB)
+TOTAL_CAP = (
+    4 << 30
+)  # declared bytes of all members of one archive together (a flash-attn wheel for every arch: ~0.5 GB)
 RATIO_CAP = 100  # decompressed / compressed bytes a member of RATIO_MIN_BYTES or more may reach
 RATIO_MIN_BYTES = 1 << 20
 
@@ -41,8 +45,10 @@ def size_problem(size: int, total: int) -> str | None:
 def ratio_problem(size: int, compressed: int) -> str | None:
     """Why a member of `size` bytes stored in `compressed` bytes is a bomb's, or None."""
     if size >= RATIO_MIN_BYTES and size > RATIO_CAP * max(compressed, 1):
-        return (f"inflates {_mib(size)} from {compressed:,} compressed bytes, more than {RATIO_CAP}x "
-                f"(a decompression bomb; real members of {_mib(RATIO_MIN_BYTES)} or more stay under 60x)")
+        return (
+            f"inflates {_mib(size)} from {compressed:,} compressed bytes, more than {RATIO_CAP}x "
+            f"(a decompression bomb; real members of {_mib(RATIO_MIN_BYTES)} or more stay under 60x)"
+        )
     return None
 
 

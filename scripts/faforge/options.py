@@ -16,7 +16,9 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"{value} is out of range: expected {low}..{high if high is not None else ''}")
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range: expected {low}..{high if high is not None else ''}"
+            )
         return value
 
     parse.__name__ = "integer"  # argparse names the type in its messages

@@ -21,8 +21,10 @@ def repo_root() -> Path:
     named = os.environ.get("FAFORGE_ROOT")
     if named:  # a root named on purpose is used or refused, never silently passed over for another checkout
         if not (Path(named) / MARKER).is_file():
-            raise FaforgeError(f"$FAFORGE_ROOT {shorten(named, 200)!r} holds no {MARKER}",
-                               hint="point it at a faforge checkout (the folder with variants/ and recipes/), or unset it")
+            raise FaforgeError(
+                f"$FAFORGE_ROOT {shorten(named, 200)!r} holds no {MARKER}",
+                hint="point it at a faforge checkout (the folder with variants/ and recipes/), or unset it",
+            )
         return Path(named)
     candidates = list(Path(__file__).resolve().parents)
     candidates += [Path.cwd(), *Path.cwd().parents]
@@ -74,7 +76,7 @@ def output_dir(path: Path, option: str, *, create: bool = True) -> Path:
 def output_file(path: str | os.PathLike, option: str) -> Path:
     """A file a command appends to later (e.g. $GITHUB_OUTPUT), checked now: its folder exists and it can be opened."""
     if not os.fspath(path):  # `--github-output "$UNSET"`
-        raise FaforgeError(f"{option} is empty", hint="name a file, e.g. \"$GITHUB_OUTPUT\"")
+        raise FaforgeError(f"{option} is empty", hint='name a file, e.g. "$GITHUB_OUTPUT"')
     with user_path(option, path):
         open(path, "a").close()  # only proving it opens
     return Path(path)
@@ -88,13 +90,18 @@ def replaceable_file(path: str | os.PathLike, option: str) -> Path:
         raise FaforgeError(f"{option} is empty", hint="name a file, e.g. plan.json")
     with user_path(option, path):
         if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-            raise FaforgeError(f"{option} {os.fsdecode(path)} {why_not_a_file(path)}, so it is not replaced",
-                               hint="name a file", input=os.fsdecode(path))
+            raise FaforgeError(
+                f"{option} {os.fsdecode(path)} {why_not_a_file(path)}, so it is not replaced",
+                hint="name a file",
+                input=os.fsdecode(path),
+            )
         tempfile.TemporaryFile(dir=Path(path).parent).close()
     return Path(path)
 
 
-def read_user_file(path: str | os.PathLike, option: str | None = None, *, hint: str | None = None, kind: str = "data") -> str:
+def read_user_file(
+    path: str | os.PathLike, option: str | None = None, *, hint: str | None = None, kind: str = "data"
+) -> str:
     """The text of a file the user (or a data folder) names, through faforge.untrusted: a FIFO, a device,
     a file past its kind's size cap or random bytes are bad input naming the path, never a hang or a traceback."""
     return untrusted.read_text(path, kind, option, hint=hint or "name a file")
@@ -107,5 +114,7 @@ def nearest_folder(path: Path, option: str) -> Path:
         existing = next(p for p in [path, *path.absolute().parents] if p.exists() or p.is_symlink())
         if not existing.is_dir():
             where = "" if existing == path else f": {existing}"
-            raise FaforgeError(f"{option} {path}{where} {why_not_a_folder(existing)}", hint="name a folder", input=str(path))
+            raise FaforgeError(
+                f"{option} {path}{where} {why_not_a_folder(existing)}", hint="name a folder", input=str(path)
+            )
     return existing

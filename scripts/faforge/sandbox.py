@@ -67,18 +67,25 @@ class Sandbox:
         except FileNotFoundError:
             return
         if stat.S_ISLNK(info.st_mode):
-            raise FaforgeError(f"{self.noun} {self.root}: {path.relative_to(self.root)} is a symbolic link (to {os.readlink(path)})",
-                               hint=self.link_hint)
+            raise FaforgeError(
+                f"{self.noun} {self.root}: {path.relative_to(self.root)} is a symbolic link (to {os.readlink(path)})",
+                hint=self.link_hint,
+            )
         if regular and not stat.S_ISREG(info.st_mode):
-            raise FaforgeError(f"{self.noun} {self.root}: {path.relative_to(self.root)} is not a regular file",
-                               hint=f"move it out of the {self.noun}")
+            raise FaforgeError(
+                f"{self.noun} {self.root}: {path.relative_to(self.root)} is not a regular file",
+                hint=f"move it out of the {self.noun}",
+            )
 
     def real_folder(self, *parts: str) -> Path:
         """root/parts..., created if absent, refused unless it is a real folder whose real path is exactly there."""
         folder = self.root
         for part in parts:
             if not plain_name(part):
-                raise FaforgeError(f"{self.noun} {self.root}: {part!r} is not a plain folder name", hint="report this; nothing was written")
+                raise FaforgeError(
+                    f"{self.noun} {self.root}: {part!r} is not a plain folder name",
+                    hint="report this; nothing was written",
+                )
             folder = folder / part
             self.refuse_link(folder)
             folder.mkdir(exist_ok=True)
@@ -89,8 +96,10 @@ class Sandbox:
     def inside(self, path: Path) -> None:
         """The last guard before a write: `path`'s real location is the one its name says, below the root."""
         if os.path.realpath(path) != os.path.join(os.path.realpath(self.root), os.path.relpath(path, self.root)):
-            raise FaforgeError(f"{self.noun} {self.root}: {path} resolves to {os.path.realpath(path)}, outside the folder it names",
-                               hint=self.link_hint)
+            raise FaforgeError(
+                f"{self.noun} {self.root}: {path} resolves to {os.path.realpath(path)}, outside the folder it names",
+                hint=self.link_hint,
+            )
 
     def place_copy(self, source: Path, folder: Path, *, sha256: str, name: str | None = None) -> Path:
         """Copy `source` into `folder` (a real_folder) as `name` (default: its own), under a name only this
@@ -106,9 +115,12 @@ class Sandbox:
                 dst.flush()
                 os.fsync(dst.fileno())
             if digest.hexdigest() != sha256:
-                raise FaforgeError(f"{source}: changed while it was copied (its sha256 "
-                                   f"is no longer {sha256[:12]}…), so it is not published",
-                                   exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
+                raise FaforgeError(
+                    f"{source}: changed while it was copied (its sha256 "
+                    f"is no longer {sha256[:12]}…), so it is not published",
+                    exit_code=EXIT_PROBLEMS,
+                    hint="verify and publish the file as it is now",
+                )
             self.inside(folder)
             return partial.replace(folder / name)
         finally:
@@ -118,7 +130,9 @@ class Sandbox:
         """folder/name (folder a real_folder, name plain) replaced whole by `data`: a new file beside it,
         fsynced, then one rename (which replaces a link at its destination, never writes through it)."""
         if not plain_name(name):
-            raise FaforgeError(f"{self.noun} {self.root}: {name!r} is not a plain file name", hint="report this; nothing was written")
+            raise FaforgeError(
+                f"{self.noun} {self.root}: {name!r} is not a plain file name", hint="report this; nothing was written"
+            )
         partial = folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}{PART_SUFFIX}"
         try:
             with os.fdopen(open_new(partial), "wb") as dst:
@@ -148,6 +162,8 @@ class Sandbox:
             yield
         except OSError as exc:
             where = exc.filename or self.root
-            raise FaforgeError(f"cannot write to {self.noun} {self.root}: {exc.strerror or exc} ({where})",
-                               hint=f"check that the folder is writable and has free space; files already in the {self.noun} "
-                                    "were not changed") from None
+            raise FaforgeError(
+                f"cannot write to {self.noun} {self.root}: {exc.strerror or exc} ({where})",
+                hint=f"check that the folder is writable and has free space; files already in the {self.noun} "
+                "were not changed",
+            ) from None

@@ -60,24 +60,35 @@ def _open_regular(path: str | os.PathLike, kind: str, label: str, hint: str, rem
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            what = "is a folder, not a file" if stat.S_ISDIR(info.st_mode) else "is not a regular file (a FIFO, socket or device)"
+            what = (
+                "is a folder, not a file"
+                if stat.S_ISDIR(info.st_mode)
+                else "is not a regular file (a FIFO, socket or device)"
+            )
             raise _refuse(label, what, hint, remote)
         if info.st_size > CAPS[kind]:
-            raise _refuse(label, f"has {info.st_size:,} bytes, more than the {CAPS[kind]:,} {_a(kind)} file may have", hint, remote)
+            raise _refuse(
+                label,
+                f"has {info.st_size:,} bytes, more than the {CAPS[kind]:,} {_a(kind)} file may have",
+                hint,
+                remote,
+            )
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def check_file(path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None,
-               remote: bool = False) -> None:
+def check_file(
+    path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None, remote: bool = False
+) -> None:
     """Refuse `path` as read_bytes would, without reading it: for files another reader (py-rattler) opens next."""
     os.close(_open_regular(path, kind, _label(option, path), hint or f"name a regular {kind} file", remote))
 
 
-def read_bytes(path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None,
-               remote: bool = False) -> bytes:
+def read_bytes(
+    path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None, remote: bool = False
+) -> bytes:
     """At most CAPS[kind] bytes of the regular file at `path`: at most cap+1 bytes are read even when
     fstat's size lies (/proc, a file that grows while read)."""
     cap = CAPS[kind]
@@ -97,19 +108,24 @@ def read_bytes(path: str | os.PathLike, kind: str, option: str | None = None, *,
     finally:
         os.close(fd)
     if total > cap:
-        raise _refuse(label, f"has more than the {cap:,} bytes {_a(kind)} file may have (it grew while read)", hint, remote)
+        raise _refuse(
+            label, f"has more than the {cap:,} bytes {_a(kind)} file may have (it grew while read)", hint, remote
+        )
     return b"".join(chunks)
 
 
-def read_text(path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None,
-              remote: bool = False) -> str:
+def read_text(
+    path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None, remote: bool = False
+) -> str:
     """read_bytes as UTF-8 text; random bytes are refused, not decoded into nonsense."""
     label = _label(option, path)
     data = read_bytes(path, kind, option, hint=hint, remote=remote)
     try:
         return data.decode()
     except UnicodeDecodeError as exc:
-        raise _refuse(label, f"is not UTF-8 text ({exc.reason} at byte {exc.start})", hint or "name a text file", remote) from None
+        raise _refuse(
+            label, f"is not UTF-8 text ({exc.reason} at byte {exc.start})", hint or "name a text file", remote
+        ) from None
 
 
 class _Refused(ValueError):
@@ -160,8 +176,13 @@ def parse_json(text: str | bytes, label: str, *, hint: str, remote: bool = False
     """The data in `text`, strict: no NaN/Infinity, no integer past MAX_INT_DIGITS, no repeated key,
     nothing deeper than MAX_DEPTH. Errors name `label`."""
     try:
-        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded_int,
-                          object_pairs_hook=_unique_keys)
+        data = json.loads(
+            text,
+            parse_constant=_no_constant,
+            parse_float=_finite,
+            parse_int=_bounded_int,
+            object_pairs_hook=_unique_keys,
+        )
     except RecursionError:
         raise _refuse(label, f"is not usable JSON: it nests deeper than {MAX_DEPTH} levels", hint, remote) from None
     except _Refused as exc:
@@ -174,8 +195,11 @@ def parse_json(text: str | bytes, label: str, *, hint: str, remote: bool = False
     return data
 
 
-def load_json(path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None,
-              remote: bool = False) -> Any:
+def load_json(
+    path: str | os.PathLike, kind: str, option: str | None = None, *, hint: str | None = None, remote: bool = False
+) -> Any:
     """The JSON data in the file at `path`, read by read_bytes and parsed by parse_json."""
     hint = hint or f"name a {kind} file faforge wrote"
-    return parse_json(read_bytes(path, kind, option, hint=hint, remote=remote), _label(option, path), hint=hint, remote=remote)
+    return parse_json(
+        read_bytes(path, kind, option, hint=hint, remote=remote), _label(option, path), hint=hint, remote=remote
+    )

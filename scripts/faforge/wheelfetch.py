@@ -70,8 +70,14 @@ class Member:
     header_offset: int
 
 
-def http_get(url: str, byte_range: str | None = None, accept: str | None = None, *, kind: str = "index page",
-             max_bytes: int | None = None) -> bytes:
+def http_get(
+    url: str,
+    byte_range: str | None = None,
+    accept: str | None = None,
+    *,
+    kind: str = "index page",
+    max_bytes: int | None = None,
+) -> bytes:
     """The body of `url` through faforge.httpclient (its deadline and `kind`'s body cap, narrowed to
     `max_bytes`); FetchError otherwise."""
     headers = {"Accept": accept} if accept else {}
@@ -80,12 +86,16 @@ def http_get(url: str, byte_range: str | None = None, accept: str | None = None,
     try:
         response = httpclient.request(url, kind=kind, headers=headers, max_bytes=max_bytes)
     except urllib.error.HTTPError as exc:
-        raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the URL and the server, then retry") from None
+        raise FetchError(
+            f"{url}: HTTP {exc.code} {exc.reason}", input=url, hint="check the URL and the server, then retry"
+        ) from None
     except RemoteError as exc:
         raise FetchError(exc.message, input=url, hint=exc.hint) from None
     if byte_range and response.status != 206:
-        raise FetchError(f"{url}: the server ignored the range request (HTTP {response.status})",
-                         hint="use a server that supports HTTP range requests (PyPI's file host does)")
+        raise FetchError(
+            f"{url}: the server ignored the range request (HTTP {response.status})",
+            hint="use a server that supports HTTP range requests (PyPI's file host does)",
+        )
     return response.body
 
 
@@ -95,19 +105,28 @@ def simple_index() -> str:
     index = os.environ.get(SIMPLE_INDEX_ENV, DEFAULT_SIMPLE_INDEX)
     parts = urllib.parse.urlsplit(index) if index.isprintable() else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or " " in index:
-        raise FaforgeError(f"${SIMPLE_INDEX_ENV} {shorten(index, 120)!r} is not the URL of a PEP 691 index",
-                           hint=f"set it to an index such as {DEFAULT_SIMPLE_INDEX}, or unset it")
+        raise FaforgeError(
+            f"${SIMPLE_INDEX_ENV} {shorten(index, 120)!r} is not the URL of a PEP 691 index",
+            hint=f"set it to an index such as {DEFAULT_SIMPLE_INDEX}, or unset it",
+        )
     return index
 
 
 def list_files(project: str, index: str | None = None) -> list[RemoteFile]:
     """Every file of `project` on a PEP 691 index (default: simple_index())."""
     url = f"{(index or simple_index()).rstrip('/')}/{project}/"
-    data = untrusted.parse_json(http_get(url, accept=SIMPLE_JSON), f"{url}: the PEP 691 response", remote=True,
-                                hint="the index must serve application/vnd.pypi.simple.v1+json")
+    data = untrusted.parse_json(
+        http_get(url, accept=SIMPLE_JSON),
+        f"{url}: the PEP 691 response",
+        remote=True,
+        hint="the index must serve application/vnd.pypi.simple.v1+json",
+    )
     if not isinstance(data, dict) or not isinstance(data.get("files", []), list):
-        raise FetchError(f"{url}: not a PEP 691 project page (no list of files)", input=url,
-                         hint="the index must serve application/vnd.pypi.simple.v1+json")
+        raise FetchError(
+            f"{url}: not a PEP 691 project page (no list of files)",
+            input=url,
+            hint="the index must serve application/vnd.pypi.simple.v1+json",
+        )
     return [
         RemoteFile(f["filename"], f["url"], f.get("hashes", {}).get("sha256"), f.get("size"))
         for f in data.get("files", [])
@@ -119,7 +138,9 @@ def pick_wheel(files: list[RemoteFile], version: str, python_tag: str, platform_
     pattern = re.compile(rf"[^-]+-{re.escape(version)}-{python_tag}-{python_tag}-{platform_pattern}\.whl")
     found = [f for f in files if pattern.fullmatch(f.filename)]
     if not found:
-        raise FetchError(f"no wheel for version {version}, {python_tag}, platform {platform_pattern!r} among {len(files)} files")
+        raise FetchError(
+            f"no wheel for version {version}, {python_tag}, platform {platform_pattern!r} among {len(files)} files"
+        )
     return found[0]
 
 
@@ -151,7 +172,7 @@ class RemoteZip:
             raise FetchError(f"{self.url}: not a zip file (no end-of-central-directory record)")
         count, cd_size, cd_offset = struct.unpack_from("<10xHII", tail, at)
         locator = at - 20
-        if locator >= 0 and tail[locator:locator + 4] == ZIP64_LOCATOR_MAGIC:
+        if locator >= 0 and tail[locator : locator + 4] == ZIP64_LOCATOR_MAGIC:
             (eocd64_offset,) = struct.unpack_from("<8xQ", tail, locator)
             record = self._read(eocd64_offset, 56)
             if record[:4] != ZIP64_EOCD_MAGIC:
@@ -161,11 +182,13 @@ class RemoteZip:
         members: dict[str, Member] = {}
         pos = 0
         for _ in range(count):
-            if directory[pos:pos + 4] != CENTRAL_MAGIC:
+            if directory[pos : pos + 4] != CENTRAL_MAGIC:
                 raise FetchError(f"{self.url}: malformed zip central directory at entry {len(members)}")
-            (method, crc, csize, usize, name_len, extra_len, comment_len, offset) = struct.unpack_from("<10xH4xIIIHHH8xI", directory, pos)
-            name = directory[pos + 46:pos + 46 + name_len].decode("utf-8")
-            extra = directory[pos + 46 + name_len:pos + 46 + name_len + extra_len]
+            (method, crc, csize, usize, name_len, extra_len, comment_len, offset) = struct.unpack_from(
+                "<10xH4xIIIHHH8xI", directory, pos
+            )
+            name = directory[pos + 46 : pos + 46 + name_len].decode("utf-8")
+            extra = directory[pos + 46 + name_len : pos + 46 + name_len + extra_len]
             usize, csize, offset = _zip64_sizes(extra, usize, csize, offset)
             members[name] = Member(name, method, crc, csize, usize, offset)
             pos += 46 + name_len + extra_len + comment_len

@@ -17,8 +17,10 @@ from faforge.errors import FaforgeError
 
 # The kernel package's build string (recipes/flash-attn/recipe.yaml):
 # cu130_sm80_90_100_120ptx_philox64_h<hash>_<number>.
-KERNEL_BUILD = re.compile(r"cu(?P<cuda>[0-9]{3,4})_sm(?P<archs>[0-9a-z]+(?:_[0-9a-z]+)*)_philox(?P<bits>32|64)_h(?P<hash>[0-9a-f]{7,40})"
-                          r"_(?P<number>[0-9]{1,6})")
+KERNEL_BUILD = re.compile(
+    r"cu(?P<cuda>[0-9]{3,4})_sm(?P<archs>[0-9a-z]+(?:_[0-9a-z]+)*)_philox(?P<bits>32|64)_h(?P<hash>[0-9a-f]{7,40})"
+    r"_(?P<number>[0-9]{1,6})"
+)
 # A build string's identity tail: _h<hash>_<number>.
 IDENTITY = re.compile(r"_h(?P<hash>[0-9a-f]{7,40})_(?P<number>[0-9]{1,6})$")
 # The labels as written below, read back (the index places a wheel by them, verify finds its cell):
@@ -32,9 +34,12 @@ def kernel_label(build_string: str) -> tuple[str, str]:
     """The kernel package's conda build string -> (the kernel wheel's local label, its build tag)."""
     match = KERNEL_BUILD.fullmatch(build_string)
     if not match:
-        raise FaforgeError(f"{build_string[:120]!r} is not a kernel package's build "
-                           "string (cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>)",
-                           hint="pass a kernel package that `faforge build` made", input=build_string)
+        raise FaforgeError(
+            f"{build_string[:120]!r} is not a kernel package's build "
+            "string (cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>)",
+            hint="pass a kernel package that `faforge build` made",
+            input=build_string,
+        )
     return build_string.removesuffix(f"_{match['number']}").replace("_", "."), match["number"]
 
 
@@ -55,8 +60,11 @@ def build_tag(build_string: str) -> str:
     '..._h1a2b3c4_0' -> '0h1a2b3c4' (PEP 427: starts with a digit)."""
     match = IDENTITY.search(build_string)
     if not match:
-        raise FaforgeError(f"{build_string[:120]!r} does not end in _h<hash>_<number>", hint="pass a build string the matrix lists",
-                           input=build_string)
+        raise FaforgeError(
+            f"{build_string[:120]!r} does not end in _h<hash>_<number>",
+            hint="pass a build string the matrix lists",
+            input=build_string,
+        )
     return f"{match['number']}h{match['hash']}"
 
 

@@ -48,13 +48,21 @@ def parse_glibc(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     if not re.fullmatch(r"\d+\.\d+", text):
-        raise FaforgeError(f"--glibc {text!r}: expected a glibc version", hint="e.g. --glibc 2.28 (the target sysroot's)")
+        raise FaforgeError(
+            f"--glibc {text!r}: expected a glibc version", hint="e.g. --glibc 2.28 (the target sysroot's)"
+        )
     return tuple(int(x) for x in text.split("."))
 
 
-def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | None = None,
-               platform: str | None = None, library_dirs: Sequence[Path] = (),
-               dating: layout.Dating | None = None) -> Verdict:
+def check_path(
+    path: str | Path,
+    against: Sequence[str | Path],
+    *,
+    glibc: str | None = None,
+    platform: str | None = None,
+    library_dirs: Sequence[Path] = (),
+    dating: layout.Dating | None = None,
+) -> Verdict:
     """Check what the package in `path` (a .so, wheel, conda package or folder) loads with the torch found
     in the `against` folders (faforge.abi.inputs: its extension modules and torch.ops libraries, of a
     per-torch set the member it picks for that torch); `library_dirs` hold its other libraries, searched after the
@@ -63,18 +71,37 @@ def check_path(path: str | Path, against: Sequence[str | Path], *, glibc: str | 
     if platform is not None and platform not in PLATFORM_MACHINES:
         raise FaforgeError(f"--platform {platform!r}: expected one of {', '.join(PLATFORM_MACHINES)}")
     if not against:
-        raise FaforgeError("no --against folder: pass the torch/lib, site-packages or prefix of the torch to check against")
+        raise FaforgeError(
+            "no --against folder: pass the torch/lib, site-packages or prefix of the torch to check against"
+        )
     lib_dirs = tuple(dict.fromkeys(d for a in against for d in torch_lib_dirs(a)))
     torch = torch_facts(lib_dirs)
     search_dirs = tuple(dict.fromkeys([*environment_dirs(lib_dirs), *(opened(d) for d in library_dirs)]))
     with package_binaries(path, torch) as found:
         verdicts = tuple(
-            replace(check_module(b.path, search_dirs, shown_as=b.shown, torch=torch, glibc=limit,
-                                 machine=PLATFORM_MACHINES.get(platform or ""), dating=dating), loaded_by=b.loaded_by)
+            replace(
+                check_module(
+                    b.path,
+                    search_dirs,
+                    shown_as=b.shown,
+                    torch=torch,
+                    glibc=limit,
+                    machine=PLATFORM_MACHINES.get(platform or ""),
+                    dating=dating,
+                ),
+                loaded_by=b.loaded_by,
+            )
             for b in found.binaries
         )
-    return Verdict(extension=str(path), against=tuple(str(a) for a in against), torch=torch, modules=verdicts,
-                   glibc=glibc, platform=platform, sets=tuple(found.sets))
+    return Verdict(
+        extension=str(path),
+        against=tuple(str(a) for a in against),
+        torch=torch,
+        modules=verdicts,
+        glibc=glibc,
+        platform=platform,
+        sets=tuple(found.sets),
+    )
 
 
 def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
@@ -107,16 +134,28 @@ def torch_facts(lib_dirs: Sequence[Path]) -> TorchFacts:
     return TorchFacts(tuple(str(d) for d in torch_dirs or lib_dirs), version or None, cuda or None, machine, abi)
 
 
-def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torch: TorchFacts,
-                 glibc: tuple[int, ...] | None = None, machine: str | None = None,
-                 dating: layout.Dating | None = None) -> ModuleVerdict:
+def check_module(
+    path: Path,
+    search_dirs: Sequence[Path],
+    *,
+    shown_as: str,
+    torch: TorchFacts,
+    glibc: tuple[int, ...] | None = None,
+    machine: str | None = None,
+    dating: layout.Dating | None = None,
+) -> ModuleVerdict:
     """The verdict for one extension module, loaded as `import` loads it: after torch's libraries."""
     info, symbols = read_elf(path)
     if info.file_type != ET_DYN:
         raise ElfError(f"{path}: ELF type {info.file_type} is not a shared library; pass a built extension (.so)")
     required = [v for need in symbols.needs for v in need.versions]
-    declared = Declared(machine=info.machine, elf_class=info.elf_class, cxx11_abi=classify.cxx11_abi_of(symbols.names),
-                        gpu=read_gpu_archs(path), newest_versions=classify.newest_versions(required))
+    declared = Declared(
+        machine=info.machine,
+        elf_class=info.elf_class,
+        cxx11_abi=classify.cxx11_abi_of(symbols.names),
+        gpu=read_gpu_archs(path),
+        newest_versions=classify.newest_versions(required),
+    )
     arch_problems = _architecture_problems(info.machine, machine, torch)
     if arch_problems:  # every symbol would be unresolved; the architecture is the whole story
         return ModuleVerdict(shown_as, declared, (), tuple(arch_problems), (), 0, 0)
@@ -133,24 +172,44 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
     torch_owned = {lib.path.name for lib in torch_load.libraries.values()}
     # A library found only by reading a $ORIGIN entry's `..` lexically fails the load for certain,
     # whether `import torch` or the module needs it (faforge.abi.ld_search's Misplaced).
-    misplaced = {(nf.name, nf.misplaced.needer): (nf.name, nf.misplaced)
-                 for nf in (*torch_load.not_found, *closure.not_found) if nf.misplaced}
-    problems += [Problem(classify.MISSING_LIBRARY, None, None, name, _misplaced_detail(name, m), misplaced=m)
-                 for name, m in misplaced.values()]
+    misplaced = {
+        (nf.name, nf.misplaced.needer): (nf.name, nf.misplaced)
+        for nf in (*torch_load.not_found, *closure.not_found)
+        if nf.misplaced
+    }
+    problems += [
+        Problem(classify.MISSING_LIBRARY, None, None, name, _misplaced_detail(name, m), misplaced=m)
+        for name, m in misplaced.values()
+    ]
     for nf in closure.not_found:
         if nf.misplaced:
             continue
-        where = (f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, "
-                 "the needing library's RUNPATH or the system library path")
+        where = (
+            f"not loaded by torch, and not in {', '.join(map(str, search_dirs))}, "
+            "the needing library's RUNPATH or the system library path"
+        )
         if nf.wrong_machine:
             where = f"only built for another machine: {', '.join(map(str, nf.wrong_machine))}"
         if nf.is_required:
             what = "torch library" if nf.is_torch else "CUDA runtime"
-            problems.append(Problem(classify.MISSING_LIBRARY, None, None, nf.name,
-                                    f"{what} {nf.name} (needed by {nf.needed_by}) is {where}"))
+            problems.append(
+                Problem(
+                    classify.MISSING_LIBRARY,
+                    None,
+                    None,
+                    nf.name,
+                    f"{what} {nf.name} (needed by {nf.needed_by}) is {where}",
+                )
+            )
         else:
-            unverified.append(Unverified(nf.name, nf.needed_by, f"{where}; its symbols were not checked",
-                                         by_torch=nf.needed_by in torch_owned))
+            unverified.append(
+                Unverified(
+                    nf.name,
+                    nf.needed_by,
+                    f"{where}; its symbols were not checked",
+                    by_torch=nf.needed_by in torch_owned,
+                )
+            )
 
     # ld.so relocates every object this load brings in, not only the module: a helper found through
     # the module's RUNPATH ($ORIGIN/lib) or --library-dir that imports a symbol the torch lacks
@@ -164,16 +223,30 @@ def check_module(path: Path, search_dirs: Sequence[Path], *, shown_as: str, torc
         problems += [replace(p, imported_by=helper) for p in found]
         unresolved_unverified += maybe_unfound
     # Every symbol may resolve and the load still crash: a type handed to torch whose layout changed.
-    objects = [(shown_as, symbols, path), *((helper, helper_symbols, Path(helper)) for helper, helper_symbols in helpers)]
+    objects = [
+        (shown_as, symbols, path),
+        *((helper, helper_symbols, Path(helper)) for helper, helper_symbols in helpers),
+    ]
     broken, untold = layout.judge(objects, closure, dating=dating)
     problems += broken
-    libraries = tuple(LoadedLibrary(lib.name, str(lib.path), beside_module=id(lib) in beside) for lib in closure.libraries)
-    return ModuleVerdict(shown_as, declared, libraries, tuple(problems), tuple(unverified), interpreter,
-                         unresolved_unverified, untold=tuple(untold))
+    libraries = tuple(
+        LoadedLibrary(lib.name, str(lib.path), beside_module=id(lib) in beside) for lib in closure.libraries
+    )
+    return ModuleVerdict(
+        shown_as,
+        declared,
+        libraries,
+        tuple(problems),
+        tuple(unverified),
+        interpreter,
+        unresolved_unverified,
+        untold=tuple(untold),
+    )
 
 
-def _load_as_the_package_does(info: ElfInfo, path: Path, search_dirs: Sequence[Path], torch_load: TorchLoad
-                              ) -> tuple[Closure, set[int]]:
+def _load_as_the_package_does(
+    info: ElfInfo, path: Path, search_dirs: Sequence[Path], torch_load: TorchLoad
+) -> tuple[Closure, set[int]]:
     """The module's closure after `import torch`, with the libraries its package loads itself first.
 
     A NEEDED library that the loader finds nowhere (no RUNPATH, not on the search path) but that
@@ -200,24 +273,37 @@ def _load_as_the_package_does(info: ElfInfo, path: Path, search_dirs: Sequence[P
 
 
 def _misplaced_detail(name: str, m: Misplaced) -> str:
-    through = f"{m.link} is a symlink to a folder ({m.link.resolve()})" if m.link else "its folder is reached through a symlink"
-    return (f"{name} (needed by {m.needer}) is not where the loader looks: {through}, and the kernel resolves `..` "
-            f"in its {m.tag} entry {m.entry} physically, from where the link points, so the loader looks in "
-            f"{m.looked_in}, not in {m.lies_in} where {name} is; link the files, not the directory "
-            "(uv --link-mode symlink does this), or copy them")
+    through = (
+        f"{m.link} is a symlink to a folder ({m.link.resolve()})"
+        if m.link
+        else "its folder is reached through a symlink"
+    )
+    return (
+        f"{name} (needed by {m.needer}) is not where the loader looks: {through}, and the kernel resolves `..` "
+        f"in its {m.tag} entry {m.entry} physically, from where the link points, so the loader looks in "
+        f"{m.looked_in}, not in {m.lies_in} where {name} is; link the files, not the directory "
+        "(uv --link-mode symlink does this), or copy them"
+    )
 
 
-def _helpers(closure: Closure, search_dirs: Sequence[Path], torch_loaded: Mapping[str, Library]) -> list[tuple[str, DynamicSymbols]]:
+def _helpers(
+    closure: Closure, search_dirs: Sequence[Path], torch_loaded: Mapping[str, Library]
+) -> list[tuple[str, DynamicSymbols]]:
     """The libraries this load brings in besides the module whose imports ld.so binds now: not
     torch's (checked against each other when torch was built), not loaded by `import torch` already,
     not the system's (the distribution's, consistent by construction)."""
     system = set(system_library_dirs()) - set(search_dirs)
     loaded = {id(lib) for lib in torch_loaded.values()}
-    return [(str(lib.path), lib.symbols) for lib in closure.libraries
-            if id(lib) not in loaded and not is_torch_library(lib.name) and lib.path.parent not in system]
+    return [
+        (str(lib.path), lib.symbols)
+        for lib in closure.libraries
+        if id(lib) not in loaded and not is_torch_library(lib.name) and lib.path.parent not in system
+    ]
 
 
-def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc: tuple[int, ...] | None) -> tuple[list[Problem], int, int]:
+def _import_problems(
+    symbols: DynamicSymbols, closure: Closure, glibc: tuple[int, ...] | None
+) -> tuple[list[Problem], int, int]:
     """(problems, symbols left to the interpreter, unresolved symbols an unfound library may provide)
     for one object's imports, bound in the closure's load order as ld.so binds them."""
     problems: list[Problem] = []
@@ -230,8 +316,9 @@ def _import_problems(symbols: DynamicSymbols, closure: Closure, glibc: tuple[int
     unresolved = [sym for sym, provider in zip(wanted, providers, strict=True) if provider is None]
     unresolved_unverified = 0
     for sym, problem in zip(unresolved, _explain(unresolved, closure, symbols), strict=True):
-        if ((problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols))
-                or (problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure))):
+        if (problem.kind == classify.MISSING_SYMBOL and _may_come_from_unfound(sym, problem, closure, symbols)) or (
+            problem.kind == classify.SIGNATURE_DRIFT and _owner_unfound(sym, symbols, closure)
+        ):
             unresolved_unverified += 1
         else:
             problems.append(problem)
@@ -269,16 +356,35 @@ def _owner_unfound(sym: Symbol, symbols: DynamicSymbols, closure: Closure) -> bo
 def _architecture_problems(binary: str, target: str | None, torch: TorchFacts) -> list[Problem]:
     problems = []
     if target and binary != target:
-        problems.append(Problem(classify.WRONG_ARCHITECTURE, None, None, None,
-                                f"the binary is built for {binary}, but the target platform runs {target}"))
+        problems.append(
+            Problem(
+                classify.WRONG_ARCHITECTURE,
+                None,
+                None,
+                None,
+                f"the binary is built for {binary}, but the target platform runs {target}",
+            )
+        )
     if torch.machine and binary != torch.machine:
-        problems.append(Problem(classify.WRONG_ARCHITECTURE, None, None, torch.lib_dirs[0],
-                                f"the binary is built for {binary}, but the torch libraries are {torch.machine}"))
+        problems.append(
+            Problem(
+                classify.WRONG_ARCHITECTURE,
+                None,
+                None,
+                torch.lib_dirs[0],
+                f"the binary is built for {binary}, but the torch libraries are {torch.machine}",
+            )
+        )
     return problems
 
 
-def _version_problems(needs: Sequence[VersionNeed], closure: Closure, glibc: tuple[int, ...] | None, problems: list[Problem],
-                      imports: list[Symbol]) -> set[str]:
+def _version_problems(
+    needs: Sequence[VersionNeed],
+    closure: Closure,
+    glibc: tuple[int, ...] | None,
+    problems: list[Problem],
+    imports: list[Symbol],
+) -> set[str]:
     """Check DT_VERNEED as ld.so does at load time, and GLIBC_ versions against --glibc."""
     failed: set[str] = set()
     for need in needs:
@@ -290,18 +396,36 @@ def _version_problems(needs: Sequence[VersionNeed], closure: Closure, glibc: tup
                 continue
             failed.add(version)
             parsed = classify.parse_version(version)
-            kind = classify.GLIBC_TOO_NEW if parsed and parsed[0] in classify.RUNTIME_VERSION_PREFIXES else classify.MISSING_SYMBOL
+            kind = (
+                classify.GLIBC_TOO_NEW
+                if parsed and parsed[0] in classify.RUNTIME_VERSION_PREFIXES
+                else classify.MISSING_SYMBOL
+            )
             newest = classify.newest_versions(library.defines).get(parsed[0]) if parsed else None
-            problems.append(Problem(kind, version, None, need.file,
-                                    f"needs {version} from {need.file} ({_users(imports, version)}), but "
-                                    f"{library.path} provides {'up to ' + newest if newest else 'no such version'}"))
+            problems.append(
+                Problem(
+                    kind,
+                    version,
+                    None,
+                    need.file,
+                    f"needs {version} from {need.file} ({_users(imports, version)}), but "
+                    f"{library.path} provides {'up to ' + newest if newest else 'no such version'}",
+                )
+            )
     if glibc is not None:
         for version in classify.glibc_above([v for need in needs for v in need.versions], glibc):
             if version not in failed:
                 failed.add(version)
-                problems.append(Problem(classify.GLIBC_TOO_NEW, version, None, "libc.so.6",
-                                        f"needs {version} ({_users(imports, version)}), newer than the target "
-                                        f"glibc {'.'.join(map(str, glibc))}"))
+                problems.append(
+                    Problem(
+                        classify.GLIBC_TOO_NEW,
+                        version,
+                        None,
+                        "libc.so.6",
+                        f"needs {version} ({_users(imports, version)}), newer than the target "
+                        f"glibc {'.'.join(map(str, glibc))}",
+                    )
+                )
     return failed
 
 
@@ -322,7 +446,10 @@ def _explain(unresolved: list[Symbol], closure: Closure, symbols: DynamicSymbols
         wanted = demangle(sym.name)
         key = classify.search_key(classify.parse_signature(wanted).qualified_name) if wanted else None
         if key is not None and key not in by_key:
-            by_key[key] = [(name, lib.name) for lib in closure.libraries
-                           for name in classify.lines_containing(lib.export_text, key).values()]
+            by_key[key] = [
+                (name, lib.name)
+                for lib in closure.libraries
+                for name in classify.lines_containing(lib.export_text, key).values()
+            ]
         problems.append(classify.explain_missing(sym.name, hints.get(sym.version), by_key.get(key, ())))
     return problems

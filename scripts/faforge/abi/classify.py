@@ -27,7 +27,15 @@ WRONG_ARCHITECTURE = "wrong-architecture"
 GLIBC_TOO_NEW = "glibc-too-new"
 # Every symbol resolves, but a type handed to torch has another layout there (faforge.abi.layout).
 LAYOUT_BREAK = "layout-break"
-KINDS = (MISSING_LIBRARY, ABI_MISMATCH, SIGNATURE_DRIFT, MISSING_SYMBOL, WRONG_ARCHITECTURE, GLIBC_TOO_NEW, LAYOUT_BREAK)
+KINDS = (
+    MISSING_LIBRARY,
+    ABI_MISMATCH,
+    SIGNATURE_DRIFT,
+    MISSING_SYMBOL,
+    WRONG_ARCHITECTURE,
+    GLIBC_TOO_NEW,
+    LAYOUT_BREAK,
+)
 
 # -- the C++11 ABI, from mangled names ------------------------------------------------------
 # New ABI (_GLIBCXX_USE_CXX11_ABI=1): std::__cxx11 types (`St7__cxx11`) and the [abi:cxx11] tag (`B5cxx11`).
@@ -35,8 +43,10 @@ KINDS = (MISSING_LIBRARY, ABI_MISMATCH, SIGNATURE_DRIFT, MISSING_SYMBOL, WRONG_A
 NEW_ABI_MARKERS = ("St7__cxx11", "B5cxx11")
 OLD_ABI_MARKER = "Ss"
 _SOURCE_NAME = re.compile(r"(?<![0-9])([1-9][0-9]*)")
-ABI_NAMES: dict[int | None, str] = {0: "pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0, std::string mangled `Ss`)",
-                                   1: "C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1, std::__cxx11::basic_string)"}
+ABI_NAMES: dict[int | None, str] = {
+    0: "pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0, std::string mangled `Ss`)",
+    1: "C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1, std::__cxx11::basic_string)",
+}
 
 
 def abi_of_name(name: str) -> int | None:
@@ -56,7 +66,7 @@ def _without_identifiers(name: str) -> str:
     for match in _SOURCE_NAME.finditer(name):
         if match.start() < i:
             continue
-        out.append(name[i:match.start()])
+        out.append(name[i : match.start()])
         i = match.end() + int(match.group(1))
     out.append(name[i:])
     return "".join(out)
@@ -68,8 +78,10 @@ def cxx11_abi_counts(names: Iterable[str]) -> tuple[int, int]:
     text = "\n".join(names)
     new = {start: line for marker in NEW_ABI_MARKERS for start, line in lines_containing(text, marker).items()}
     old = lines_containing(text, OLD_ABI_MARKER)
-    return (sum(1 for start, line in old.items() if start not in new and abi_of_name(line) == 0),
-            sum(1 for line in new.values() if line.startswith("_Z")))
+    return (
+        sum(1 for start, line in old.items() if start not in new and abi_of_name(line) == 0),
+        sum(1 for line in new.values() if line.startswith("_Z")),
+    )
 
 
 def lines_containing(text: str, fragment: str) -> dict[int, str]:
@@ -77,7 +89,7 @@ def lines_containing(text: str, fragment: str) -> dict[int, str]:
     lines, at = {}, 0
     while (at := text.find(fragment, at)) >= 0:
         start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
-        lines[start] = text[start:end if end >= 0 else len(text)]
+        lines[start] = text[start : end if end >= 0 else len(text)]
         if end < 0:
             break
         at = end
@@ -124,9 +136,11 @@ def is_torch_api(demangled: str | None) -> bool:
 
 
 # -- demangled signatures ---------------------------------------------------------------------
-_SPECIAL = re.compile(r"^(?:(?:construction vtable|vtable|VTT|typeinfo name|typeinfo|guard variable|"
-                      r"TLS init function|TLS wrapper function|reference temporary #\d+) for "
-                      r"|(?:non-virtual thunk|virtual thunk|covariant return thunk|transaction clone) to )+")
+_SPECIAL = re.compile(
+    r"^(?:(?:construction vtable|vtable|VTT|typeinfo name|typeinfo|guard variable|"
+    r"TLS init function|TLS wrapper function|reference temporary #\d+) for "
+    r"|(?:non-virtual thunk|virtual thunk|covariant return thunk|transaction clone) to )+"
+)
 _TRAILER = re.compile(r"\)((?: const| volatile| &&| &| noexcept)*)(?: \[clone [^\]]*\])*$")
 _ABI_TAG = re.compile(r"\[abi:[^\]]*\]")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -152,7 +166,7 @@ def parse_signature(text: str) -> Signature:
     for i in range(close, -1, -1):
         depth += {")": 1, "(": -1}.get(body[i], 0)
         if depth == 0:
-            return Signature(text, _strip_return_type(body[:i]), body[i:close + 1] + trailer.group(1))
+            return Signature(text, _strip_return_type(body[:i]), body[i : close + 1] + trailer.group(1))
     return Signature(text, body, None)
 
 
@@ -163,8 +177,13 @@ def _top_level(name: str) -> tuple[list[int], list[int], int]:
     depth, i = 0, 0
     while i < len(name):
         c = name[i]
-        if depth == 0 and name.startswith("operator", i) and (i == 0 or name[i - 1] in ": ") \
-                and not name[i + 8:i + 9].isalnum() and name[i + 8:i + 9] != "_":
+        if (
+            depth == 0
+            and name.startswith("operator", i)
+            and (i == 0 or name[i - 1] in ": ")
+            and not name[i + 8 : i + 9].isalnum()
+            and name[i + 8 : i + 9] != "_"
+        ):
             return spaces, scopes, i
         if c in _OPEN:
             depth += 1
@@ -182,13 +201,13 @@ def _top_level(name: str) -> tuple[list[int], list[int], int]:
 def _strip_return_type(name: str) -> str:
     """'void at::foo<float>' -> 'at::foo<float>' (templates print their return type first)."""
     spaces, _, _ = _top_level(name)
-    return name[spaces[-1] + 1:] if spaces else name
+    return name[spaces[-1] + 1 :] if spaces else name
 
 
 def components(qualified_name: str) -> list[str]:
     _, scopes, _ = _top_level(qualified_name)
     bounds = [-2, *scopes, len(qualified_name)]
-    return [qualified_name[a + 2:b] for a, b in itertools.pairwise(bounds)]
+    return [qualified_name[a + 2 : b] for a, b in itertools.pairwise(bounds)]
 
 
 def search_key(qualified_name: str) -> str | None:
@@ -240,20 +259,27 @@ def explain_missing(symbol: str, library_hint: str | None, candidates: Iterable[
         other = parse_signature(offered)
         if abi_neutral(offered) == abi_neutral(wanted):
             same_abi_neutral.append((name, offered, library))
-        elif sig.parameters is not None and other.parameters is not None \
-                and abi_neutral(other.qualified_name) == abi_neutral(sig.qualified_name):
+        elif (
+            sig.parameters is not None
+            and other.parameters is not None
+            and abi_neutral(other.qualified_name) == abi_neutral(sig.qualified_name)
+        ):
             same_name.append((name, offered, library))
     if same_abi_neutral:
         name, offered, library = same_abi_neutral[0]
         mine, theirs = abi_of_name(symbol), abi_of_name(name)
-        detail = (f"{library} has this function only in the {ABI_NAMES.get(theirs, 'other C++ ABI')}; "
-                  f"the binary was built with the {ABI_NAMES.get(mine, 'other C++ ABI')}")
+        detail = (
+            f"{library} has this function only in the {ABI_NAMES.get(theirs, 'other C++ ABI')}; "
+            f"the binary was built with the {ABI_NAMES.get(mine, 'other C++ ABI')}"
+        )
         return Problem(ABI_MISMATCH, symbol, wanted, library, detail, tuple(o for _, o, _ in same_abi_neutral))
     if same_name:
         library = same_name[0][2]
         offers = tuple(sorted({o for _, o, _ in same_name}))
-        detail = (f"the binary wants {wanted}, but {library} offers {'; '.join(offers)}: "
-                  "it was built against another torch version")
+        detail = (
+            f"the binary wants {wanted}, but {library} offers {'; '.join(offers)}: "
+            "it was built against another torch version"
+        )
         return Problem(SIGNATURE_DRIFT, symbol, wanted, library, detail, offers)
     return Problem(MISSING_SYMBOL, symbol, wanted, library_hint, "not exported by any library it loads")
 
@@ -276,7 +302,11 @@ def newest_versions(names: Iterable[str]) -> dict[str, str]:
     best: dict[str, tuple[tuple[int, ...], str]] = {}
     for name in names:
         parsed = parse_version(name)
-        if parsed and parsed[0] in RUNTIME_VERSION_PREFIXES and (parsed[0] not in best or parsed[1] > best[parsed[0]][0]):
+        if (
+            parsed
+            and parsed[0] in RUNTIME_VERSION_PREFIXES
+            and (parsed[0] not in best or parsed[1] > best[parsed[0]][0])
+        ):
             best[parsed[0]] = (parsed[1], name)
     return {prefix: name for prefix, (_, name) in sorted(best.items())}
 

@@ -64,14 +64,22 @@ def elf_info(elf: ElfFile) -> ElfInfo:
             for tag in islice(section.iter_tags(), count):
                 if tag["d_tag"] in entries:
                     if tag["d_val"] >= strings.size:
-                        raise ElfError(f"{elf.path}: malformed ELF: .dynamic names string {tag['d_val']}, "
-                                       f"past its table ({strings.size} bytes)")
+                        raise ElfError(
+                            f"{elf.path}: malformed ELF: .dynamic names string {tag['d_val']}, "
+                            f"past its table ({strings.size} bytes)"
+                        )
                     entries[tag["d_tag"]].append(getattr(tag, DYNAMIC_STRINGS[tag["d_tag"]]))
     split = lambda tag: tuple(p for e in entries[tag] for p in e.split(":") if p)  # noqa: E731 (a one-line helper)
     return ElfInfo(
-        path=elf.path, elf_class=elf.elf_class, little_endian=elf.little_endian, machine=elf.machine,
-        file_type=elf.file_type, soname=entries["DT_SONAME"][0] if entries["DT_SONAME"] else None, needed=tuple(entries["DT_NEEDED"]),
-        rpath=split("DT_RPATH"), runpath=split("DT_RUNPATH"),
+        path=elf.path,
+        elf_class=elf.elf_class,
+        little_endian=elf.little_endian,
+        machine=elf.machine,
+        file_type=elf.file_type,
+        soname=entries["DT_SONAME"][0] if entries["DT_SONAME"] else None,
+        needed=tuple(entries["DT_NEEDED"]),
+        rpath=split("DT_RPATH"),
+        runpath=split("DT_RUNPATH"),
     )
 
 

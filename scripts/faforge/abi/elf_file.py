@@ -44,8 +44,19 @@ if TYPE_CHECKING:
 
 # e_machine values, from the System V gABI registry (https://www.sco.com/developers/gabi/latest/ch4.eheader.html),
 # named as `uname -m` does.
-MACHINES = {3: "i386", 8: "mips", 20: "ppc", 21: "ppc64", 22: "s390x", 40: "arm", 62: "x86_64",
-            183: "aarch64", 190: "cuda", 243: "riscv64", 258: "loongarch64"}
+MACHINES = {
+    3: "i386",
+    8: "mips",
+    20: "ppc",
+    21: "ppc64",
+    22: "s390x",
+    40: "arm",
+    62: "x86_64",
+    183: "aarch64",
+    190: "cuda",
+    243: "riscv64",
+    258: "loongarch64",
+}
 
 SHT_NOBITS = 8
 # What pyelftools and the parsers under it raise on malformed input; each becomes an ElfError naming the file.
@@ -60,7 +71,9 @@ class ElfError(FaforgeError):
     exit_code = EXIT_BAD_INPUT
 
     def __init__(self, message: str, *, hint: str | None = None):
-        super().__init__(message, hint=hint or "pass the extension .so, its wheel or conda package, or the folder it is installed in")
+        super().__init__(
+            message, hint=hint or "pass the extension .so, its wheel or conda package, or the folder it is installed in"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,12 +106,14 @@ class _Image:
 
     def check(self, offset: int, size: int, what: str) -> None:
         if offset < 0 or size < 0 or offset + size > self.size:
-            raise ElfError(f"{self.path}: truncated or malformed ELF: {what} lies outside the file "
-                           f"(bytes {offset}..{offset + size} of {self.size})")
+            raise ElfError(
+                f"{self.path}: truncated or malformed ELF: {what} lies outside the file "
+                f"(bytes {offset}..{offset + size} of {self.size})"
+            )
 
     def read(self, offset: int, size: int, what: str) -> bytes:
         self.check(offset, size, what)
-        return self.map[offset:offset + size]
+        return self.map[offset : offset + size]
 
     def close(self) -> None:
         self.map.close()
@@ -127,8 +142,10 @@ class ElfFile:
         if ident[:4] == b"\x7fELF" and len(ident) < 16:
             raise ElfError(f"{self.path}: truncated ELF file ({len(ident)} bytes)")
         if ident[:4] != b"\x7fELF":
-            raise ElfError(f"{self.path}: not an ELF file (starts with {bytes(ident[:4])!r}); "
-                           "expected a compiled extension module or shared library")
+            raise ElfError(
+                f"{self.path}: not an ELF file (starts with {bytes(ident[:4])!r}); "
+                "expected a compiled extension module or shared library"
+            )
         with self.parsing("malformed ELF header"):
             self.pyelf = ELFFile(cast(IO[bytes], self.image.map))  # an mmap reads and seeks like IO[bytes]
             self.elf_class, self.little_endian = self.pyelf.elfclass, self.pyelf.little_endian
@@ -165,9 +182,17 @@ class ElfFile:
         if 0 < shstrndx < count and types[shstrndx] != SHT_NOBITS:
             names = StringTableSection(headers[shstrndx], "", self.pyelf)
             self.image.check(names["sh_offset"], names["sh_size"], "section name table")
-        return [Section(names.get_string(h.sh_name) if names and h.sh_name < names["sh_size"] else "",
-                        type_, h.sh_offset, h.sh_size, h.sh_link, h.sh_entsize)
-                for h, type_ in zip(headers, types, strict=True)]
+        return [
+            Section(
+                names.get_string(h.sh_name) if names and h.sh_name < names["sh_size"] else "",
+                type_,
+                h.sh_offset,
+                h.sh_size,
+                h.sh_link,
+                h.sh_entsize,
+            )
+            for h, type_ in zip(headers, types, strict=True)
+        ]
 
     def section_by_type(self, type_: int) -> Section | None:
         return next((s for s in self.sections if s.type == type_), None)
@@ -194,7 +219,7 @@ class ElfFile:
         """A table section unpacked row by row (a partial last row is ignored)."""
         size = struct.calcsize(fmt)
         count = self.row_count(section, size, what)
-        return list(struct.iter_unpack(self.bo + fmt, self.section_bytes(section)[:count * size]))
+        return list(struct.iter_unpack(self.bo + fmt, self.section_bytes(section)[: count * size]))
 
     def row_count(self, section: Section, size: int, what: str) -> int:
         """How many whole rows of `size` bytes a table section holds, once its entry size and extent are checked."""

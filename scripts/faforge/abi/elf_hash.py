@@ -48,8 +48,10 @@ class HashedExports:
     def might_define(self, hashes: list[int]) -> list[bool]:
         """The bloom filter for many hashes at once: False means certainly not exported here."""
         bloom, bits, shift, size = self.bloom, self.bloom_bits, self.bloom_shift, len(self.bloom)
-        return [bool((bloom[(h // bits) % size] >> (h % bits)) & (bloom[(h // bits) % size] >> ((h >> shift) % bits)) & 1)
-                for h in hashes]
+        return [
+            bool((bloom[(h // bits) % size] >> (h % bits)) & (bloom[(h // bits) % size] >> ((h >> shift) % bits)) & 1)
+            for h in hashes
+        ]
 
     def lookup(self, name: str, hashed: int) -> tuple[tuple[str | None, bool], ...]:
         """The exported definitions of `name` as (version or None, hidden); `hashed` is gnu_hash(name)."""
@@ -76,7 +78,7 @@ class HashedExports:
         fields = self.row.unpack_from(self.dynsym, i * self.row.size)
         st_name, info, other, shndx = (fields[c] for c in self.columns)
         end = st_name + len(encoded)
-        if not (self.dynstr.startswith(encoded, st_name) and self.dynstr[end:end + 1] == b"\0"):
+        if not (self.dynstr.startswith(encoded, st_name) and self.dynstr[end : end + 1] == b"\0"):
             return None
         if shndx == SHN_UNDEF or info >> 4 not in EXPORTED_BINDINGS or other & 3 not in EXPORTED_VISIBILITIES:
             return None
@@ -97,17 +99,28 @@ def hashed_exports(elf: ElfFile) -> HashedExports | None:
     word = 8 if elf.elf_class == 64 else 4
     chain_at = 16 + bloom_size * word + nbuckets * 4
     if bloom_size == 0 or chain_at > len(data):
-        raise ElfError(f"{elf.path}: malformed ELF: .gnu.hash declares {bloom_size} bloom words and "
-                       f"{nbuckets} buckets in {len(data)} bytes")
-    bloom = elf.as_array("Q" if word == 8 else "I", data[16:16 + bloom_size * word])
-    buckets = elf.as_array("I", data[16 + bloom_size * word:chain_at])
-    chain = elf.as_array("I", data[chain_at:len(data) - (len(data) - chain_at) % 4])
+        raise ElfError(
+            f"{elf.path}: malformed ELF: .gnu.hash declares {bloom_size} bloom words and "
+            f"{nbuckets} buckets in {len(data)} bytes"
+        )
+    bloom = elf.as_array("Q" if word == 8 else "I", data[16 : 16 + bloom_size * word])
+    buckets = elf.as_array("I", data[16 + bloom_size * word : chain_at])
+    chain = elf.as_array("I", data[chain_at : len(data) - (len(data) - chain_at) % 4])
     fmt, columns = symbol_layout(elf)
     raw = elf.section_bytes(dynsym)
     _, defined_names = version_definitions(elf)
     return HashedExports(
-        path=elf.path, bloom=bloom, bloom_bits=word * 8, bloom_shift=bloom_shift, buckets=buckets, chain=chain,
-        symoffset=symoffset, dynsym=raw, row=struct.Struct(elf.bo + fmt), columns=columns,
-        dynstr=elf.linked_strings(dynsym), versym=versym(elf, len(raw) // struct.calcsize(fmt)),
+        path=elf.path,
+        bloom=bloom,
+        bloom_bits=word * 8,
+        bloom_shift=bloom_shift,
+        buckets=buckets,
+        chain=chain,
+        symoffset=symoffset,
+        dynsym=raw,
+        row=struct.Struct(elf.bo + fmt),
+        columns=columns,
+        dynstr=elf.linked_strings(dynsym),
+        versym=versym(elf, len(raw) // struct.calcsize(fmt)),
         version_names=defined_names,
     )

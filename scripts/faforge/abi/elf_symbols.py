@@ -48,8 +48,13 @@ class DynamicSymbols:
 
     def symbol(self, i: int) -> Symbol:
         raw = self.versym[i]
-        return Symbol(self.names[i], self.version_names.get(raw & ~VERSYM_HIDDEN), self.shndx[i] != SHN_UNDEF,
-                      self.info[i] >> 4 == STB_WEAK, not raw & VERSYM_HIDDEN)
+        return Symbol(
+            self.names[i],
+            self.version_names.get(raw & ~VERSYM_HIDDEN),
+            self.shndx[i] != SHN_UNDEF,
+            self.info[i] >> 4 == STB_WEAK,
+            not raw & VERSYM_HIDDEN,
+        )
 
     def all_symbols(self) -> Iterator[Symbol]:
         return (self.symbol(i) for i in range(1, len(self.names)))
@@ -61,11 +66,17 @@ class DynamicSymbols:
     def exports(self) -> dict[str, tuple[tuple[str | None, bool], ...]]:
         """Exported name -> its definitions as (version or None, hidden): defined symbols with global,
         weak or unique binding and default or protected visibility."""
-        one = {raw: ((self.version_names.get(raw & ~VERSYM_HIDDEN), bool(raw & VERSYM_HIDDEN)),) for raw in set(self.versym)}
+        one = {
+            raw: ((self.version_names.get(raw & ~VERSYM_HIDDEN), bool(raw & VERSYM_HIDDEN)),)
+            for raw in set(self.versym)
+        }
         rows = zip(self.names, self.info, self.other, self.shndx, self.versym, strict=True)
         next(rows, None)  # the null symbol
-        exported = [(name, raw) for name, info, other, shndx, raw in rows
-                    if shndx != SHN_UNDEF and info >> 4 in EXPORTED_BINDINGS and other & 3 in EXPORTED_VISIBILITIES]
+        exported = [
+            (name, raw)
+            for name, info, other, shndx, raw in rows
+            if shndx != SHN_UNDEF and info >> 4 in EXPORTED_BINDINGS and other & 3 in EXPORTED_VISIBILITIES
+        ]
         table: dict[str, tuple[tuple[str | None, bool], ...]] = {name: one[raw] for name, raw in exported}
         if len(table) < len(exported):  # some names are defined under several versions (libc's memcpy)
             table = {}
@@ -98,9 +109,14 @@ def dynamic_symbols(elf: ElfFile) -> DynamicSymbols:
     needs, needed_names = version_needs(elf)
     defines, defined_names = version_definitions(elf)
     return DynamicSymbols(
-        names=_names_at(elf.linked_strings(dynsym), name_offsets, elf.path), info=info, other=other,
-        shndx=shndx, versym=tuple(versym(elf, len(rows))), version_names={**defined_names, **needed_names},
-        needs=needs, defines=defines,
+        names=_names_at(elf.linked_strings(dynsym), name_offsets, elf.path),
+        info=info,
+        other=other,
+        shndx=shndx,
+        versym=tuple(versym(elf, len(rows))),
+        version_names={**defined_names, **needed_names},
+        needs=needs,
+        defines=defines,
     )
 
 
@@ -110,4 +126,4 @@ def _names_at(strings: bytes, offsets: tuple[int, ...], path: Path) -> tuple[str
         raise ElfError(f"{path}: malformed ELF: a .dynsym name lies past .dynstr ({len(strings)} bytes)")
     text = strings.decode("latin-1") + "\0"
     find = text.find
-    return tuple(text[o:find("\0", o)] for o in offsets)
+    return tuple(text[o : find("\0", o)] for o in offsets)

@@ -34,7 +34,7 @@ def versym(elf: ElfFile, count: int) -> array:
     """The .gnu.version entry of each of `count` symbols (0, unversioned, where the table is short or absent)."""
     section = elf.section_by_type(SHT_GNU_VERSYM)
     data = elf.section_bytes(section) if section is not None else b""
-    values = elf.as_array("H", data[:min(len(data) // 2, count) * 2])
+    values = elf.as_array("H", data[: min(len(data) // 2, count) * 2])
     values.extend([0] * (count - len(values)))
     return values
 
@@ -73,8 +73,9 @@ def version_definitions(elf: ElfFile) -> tuple[tuple[str, ...], dict[int, str]]:
     return tuple(defines), index
 
 
-def _chain(elf: ElfFile, data: bytes, fmt: str, what: str, seen: set[int], start: int = 0, limit: int | None = None
-           ) -> Iterator[tuple[int, tuple[Any, ...]]]:
+def _chain(
+    elf: ElfFile, data: bytes, fmt: str, what: str, seen: set[int], start: int = 0, limit: int | None = None
+) -> Iterator[tuple[int, tuple[Any, ...]]]:
     """Walk a version linked list, yielding (offset, record); each record's last field is the
     distance to the next one (0 ends the list). A record visited twice means a corrupt file,
     which also bounds the walk by the section's size."""
@@ -102,4 +103,4 @@ def _c_string(strings: bytes, offset: int, path: Path, what: str) -> str:
     if offset >= len(strings):
         raise ElfError(f"{path}: malformed ELF: {what} names string {offset}, past its table ({len(strings)} bytes)")
     end = strings.find(b"\0", offset)
-    return strings[offset:end if end >= 0 else len(strings)].decode("latin-1")
+    return strings[offset : end if end >= 0 else len(strings)].decode("latin-1")

@@ -71,7 +71,9 @@ def _entries(elf: ElfFile, start: int, size: int) -> Iterator[tuple[int, str]]:
     magic = struct.pack("<I", CONTAINER_MAGIC)
     pos = elf.image.map.find(magic, start, end)
     while pos >= 0:
-        _, _, header_size, entries_size = CONTAINER_HEADER.unpack(elf.image.read(pos, CONTAINER_HEADER.size, "fatbin header"))
+        _, _, header_size, entries_size = CONTAINER_HEADER.unpack(
+            elf.image.read(pos, CONTAINER_HEADER.size, "fatbin header")
+        )
         entry, container_end = pos + header_size, pos + header_size + entries_size
         if header_size < CONTAINER_HEADER.size or container_end > end:
             raise ElfError(f"{elf.path}: malformed {SECTION}: container at {pos - start} runs past the section")
@@ -90,4 +92,4 @@ def _entries(elf: ElfFile, start: int, size: int) -> Iterator[tuple[int, str]]:
 def _arch_order(name: str) -> tuple[int, str]:
     number = name.split("_", 1)[1]
     digits = number.rstrip("af")
-    return (int(digits), number[len(digits):])
+    return (int(digits), number[len(digits) :])

@@ -48,7 +48,9 @@ def parse_archs(spec: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for item in filter(None, re.split(r"[,;\s]+", spec.strip())):
         match = _ARCH.fullmatch(item)
         if not match:
-            raise FaforgeError(f"--expect-archs {spec!r}: {item!r} is not an SM", hint="name SMs such as sm_80, 90, 90a or 120+PTX")
+            raise FaforgeError(
+                f"--expect-archs {spec!r}: {item!r} is not an SM", hint="name SMs such as sm_80, 90, 90a or 120+PTX"
+            )
         number = f"{match.group(1)}{match.group(2)}{match.group(3).lower()}"
         sass.append(f"sm_{number}")
         if match.group(4):
@@ -63,10 +65,14 @@ def find_module(name: str, search: list[str]) -> Path:
     for folder in dict.fromkeys(search):
         found = sorted(Path(folder).glob(f"{name}*.so")) if folder and Path(folder).is_dir() else []
         if len(found) > 1:
-            raise FaforgeError(f"{folder}: several {name}*.so ({', '.join(p.name for p in found)}); pass one with --module")
+            raise FaforgeError(
+                f"{folder}: several {name}*.so ({', '.join(p.name for p in found)}); pass one with --module"
+            )
         if found:
             return found[0]
-    raise FaforgeError(f"no {name}*.so in {', '.join(filter(None, dict.fromkeys(search)))}; is the package installed here?")
+    raise FaforgeError(
+        f"no {name}*.so in {', '.join(filter(None, dict.fromkeys(search)))}; is the package installed here?"
+    )
 
 
 def default_torch(search: list[str]) -> str:
@@ -87,15 +93,21 @@ def declaration_mismatches(verdict: Verdict, abi: int, sass: tuple[str, ...], pt
     for module in verdict.modules:
         declared = module.declared
         if declared.cxx11_abi != abi:
-            lines.append(f"{module.path}: the cell declares _GLIBCXX_USE_CXX11_ABI={abi}, "
-                         "the binary was built with "
-                         f"{declared.cxx11_abi if declared.cxx11_abi is not None else 'an unknown ABI'}")
+            lines.append(
+                f"{module.path}: the cell declares _GLIBCXX_USE_CXX11_ABI={abi}, "
+                "the binary was built with "
+                f"{declared.cxx11_abi if declared.cxx11_abi is not None else 'an unknown ABI'}"
+            )
         if set(declared.gpu.sass) != set(sass):
-            lines.append(f"{module.path}: the cell declares SASS {', '.join(sass)}, "
-                         f"the binary has {', '.join(declared.gpu.sass) or 'none'}")
+            lines.append(
+                f"{module.path}: the cell declares SASS {', '.join(sass)}, "
+                f"the binary has {', '.join(declared.gpu.sass) or 'none'}"
+            )
         if set(declared.gpu.ptx) != set(ptx):
-            lines.append(f"{module.path}: the cell declares PTX {', '.join(ptx) or 'none'}, "
-                         f"the binary has {', '.join(declared.gpu.ptx) or 'none'}")
+            lines.append(
+                f"{module.path}: the cell declares PTX {', '.join(ptx) or 'none'}, "
+                f"the binary has {', '.join(declared.gpu.ptx) or 'none'}"
+            )
     return lines
 
 

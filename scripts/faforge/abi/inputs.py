@@ -62,10 +62,14 @@ def _binaries_in(folder: Path, shown_as: Path, torch: TorchFacts) -> Found:
     rest, choices = split_sets([(shown, p, kind is not None) for shown, (p, kind) in kinds.items()], torch)
     chosen = [*rest, *((m.shown, m.path) for c in choices for m in c.loads)]
     if not chosen and not choices:
-        raise ElfError(f"{shown_as}: no Python extension module (a .so exporting PyInit_*) or torch.ops library "
-                       "(a .so without PyInit_* that needs torch's libraries) inside")
-    return Found(sorted((Binary(shown, p, kinds[shown][1] or LOAD_LIBRARY) for shown, p in chosen), key=lambda b: b.shown),
-                 [c.report for c in choices])
+        raise ElfError(
+            f"{shown_as}: no Python extension module (a .so exporting PyInit_*) or torch.ops library "
+            "(a .so without PyInit_* that needs torch's libraries) inside"
+        )
+    return Found(
+        sorted((Binary(shown, p, kinds[shown][1] or LOAD_LIBRARY) for shown, p in chosen), key=lambda b: b.shown),
+        [c.report for c in choices],
+    )
 
 
 def _loaded_by(path: Path) -> str | None:
@@ -95,15 +99,20 @@ def _unpack(archive: Path, dest: Path) -> None:
             with zipfile.ZipFile(archive) as zf:
                 zf.extractall(dest, members=[n for n in zf.namelist() if SHARED_OBJECT.search(n)])
     except (OSError, EOFError, zipfile.BadZipFile, tarfile.TarError) as exc:
-        raise ElfError(f"{archive}: cannot unpack ({exc})", hint="is it a complete wheel or conda package? Rebuild or re-download it") from None
+        raise ElfError(
+            f"{archive}: cannot unpack ({exc})",
+            hint="is it a complete wheel or conda package? Rebuild or re-download it",
+        ) from None
 
 
 def _unpack_conda(archive: Path, dest: Path) -> None:
     try:
         from rattler.package_streaming import extract  # noqa: PLC0415  (only the CLI has py-rattler)
     except ImportError:
-        raise FaforgeError(f"{archive}: reading .conda packages needs py-rattler; install faforge with its "
-                           "dependencies, or pass the unpacked package folder") from None
+        raise FaforgeError(
+            f"{archive}: reading .conda packages needs py-rattler; install faforge with its "
+            "dependencies, or pass the unpacked package folder"
+        ) from None
     try:
         extract(archive, dest)
     except Exception as exc:  # rattler raises its own exception types for corrupt archives

@@ -67,8 +67,12 @@ def load_table(path: Path = TABLE) -> Table:
     except json.JSONDecodeError as exc:
         raise DataError(path, "(file)", f"not valid JSON: {exc}") from None
     if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
-        raise DataError(path, "schema", f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}",
-                        hint=f"this faforge reads schema {SCHEMA}")
+        raise DataError(
+            path,
+            "schema",
+            f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}",
+            hint=f"this faforge reads schema {SCHEMA}",
+        )
     breaks = raw.get("breaks")
     if not isinstance(breaks, list) or not breaks:
         raise DataError(path, "breaks", f"invalid value {breaks!r}", hint="expected a non-empty list")
@@ -96,18 +100,27 @@ def _break(path: Path, i: int, raw: object) -> LayoutBreak:
             values[field] = raw[field]
     parts = values["boundary"].split(".")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise DataError(path, f"{key}.boundary", f"invalid value {values['boundary']!r}", hint="expected a release such as 2.9.0")
+        raise DataError(
+            path, f"{key}.boundary", f"invalid value {values['boundary']!r}", hint="expected a release such as 2.9.0"
+        )
     for field in ("uses", "built_from"):
         bad = [name for name in values[field] if not name.startswith("_Z") or demangle(name) is None]
         if bad:
-            raise DataError(path, f"{key}.{field}", f"invalid value {bad[0]!r}", hint="expected mangled C++ symbol names")
+            raise DataError(
+                path, f"{key}.{field}", f"invalid value {bad[0]!r}", hint="expected mangled C++ symbol names"
+            )
     return LayoutBreak(**values)
 
 
 def dump_table(table: Table) -> str:
     """The table's one canonical form (a test asserts the file is in it)."""
-    breaks = [{field: list(v) if isinstance(v := asdict(b)[field], tuple) else v for field in _FIELDS} for b in table.breaks]
-    return json.dumps({"schema": SCHEMA, "about": list(table.about), "breaks": breaks}, indent=2, ensure_ascii=False) + "\n"
+    breaks = [
+        {field: list(v) if isinstance(v := asdict(b)[field], tuple) else v for field in _FIELDS} for b in table.breaks
+    ]
+    return (
+        json.dumps({"schema": SCHEMA, "about": list(table.about), "breaks": breaks}, indent=2, ensure_ascii=False)
+        + "\n"
+    )
 
 
 # The torch releases a binary's imports date it to, (first, last), None where open or unknown.
@@ -119,8 +132,13 @@ def known_breaks() -> tuple[LayoutBreak, ...]:
     return load_table().breaks
 
 
-def judge(objects: Sequence[tuple[str, DynamicSymbols, Path]], closure: Closure, breaks: Sequence[LayoutBreak] | None = None,
-          *, dating: Dating | None = None) -> tuple[list[Problem], list[str]]:
+def judge(
+    objects: Sequence[tuple[str, DynamicSymbols, Path]],
+    closure: Closure,
+    breaks: Sequence[LayoutBreak] | None = None,
+    *,
+    dating: Dating | None = None,
+) -> tuple[list[Problem], list[str]]:
     """(problems, reasons the verdict cannot be told) for the objects a load relocates now (the module and
     the helpers it brings in: shown as, symbols, path), against the torch library that provides each
     break's entry points."""
@@ -136,8 +154,9 @@ def judge(objects: Sequence[tuple[str, DynamicSymbols, Path]], closure: Closure,
     return problems, untold
 
 
-def _judge_one(brk: LayoutBreak, shown: str, symbols: DynamicSymbols, path: Path, closure: Closure,
-               dating: Dating | None) -> Problem | str | None:
+def _judge_one(
+    brk: LayoutBreak, shown: str, symbols: DynamicSymbols, path: Path, closure: Closure, dating: Dating | None
+) -> Problem | str | None:
     imported = [s.name for s in symbols.undefined()]
     wanted = set(imported)
     used = [name for name in brk.uses if name in wanted]
@@ -153,15 +172,18 @@ def _judge_one(brk: LayoutBreak, shown: str, symbols: DynamicSymbols, path: Path
     uses = f"it hands torch a {brk.type} ({demangle(used[0])}, provided by {provider.name})"
     change = f"{brk.type}'s layout changed at {release} ({brk.change}; {brk.sources[0]})"
     if binary_new is None:
-        return (f"{shown}: {uses} and {torch_side}, but which side of {release} it was compiled on does not show "
-                f"({evidence}): {change}; if it was built for a torch on the other side, {brk.verdict}")
+        return (
+            f"{shown}: {uses} and {torch_side}, but which side of {release} it was compiled on does not show "
+            f"({evidence}): {change}; if it was built for a torch on the other side, {brk.verdict}"
+        )
     compiled = f"{release} or later" if binary_new else f"a torch before {release}"
     detail = f"{uses}; it was compiled against {compiled} ({evidence}), but {torch_side}. {change}, so {brk.verdict}"
     return Problem(classify.LAYOUT_BREAK, used[0], demangle(used[0]), provider.name, detail, imported_by=shown)
 
 
-def _binary_side(brk: LayoutBreak, release: str, symbols: DynamicSymbols, imported: list[str],
-                 dating: Dating | None, path: Path) -> tuple[bool | None, str]:
+def _binary_side(
+    brk: LayoutBreak, release: str, symbols: DynamicSymbols, imported: list[str], dating: Dating | None, path: Path
+) -> tuple[bool | None, str]:
     """(compiled against the boundary or later: True, before: False, unknown: None; the evidence in words)."""
     boundary = _release(brk.boundary)
     first, last = dating(imported) if dating else (None, None)
@@ -178,9 +200,13 @@ def _binary_side(brk: LayoutBreak, release: str, symbols: DynamicSymbols, import
         return False, pinned
     marks = ", ".join(dict.fromkeys(demangle(n) or n for n in brk.built_from))
     names = set(symbols.names)
-    if not any(name in names for name in brk.built_from) and any(classify.is_torch_mangled(n) for n in symbols.exports()):
-        return False, (f"it exports torch code of its own but no {marks}, which "
-                       f"a build against {release} or later carries beside it")
+    if not any(name in names for name in brk.built_from) and any(
+        classify.is_torch_mangled(n) for n in symbols.exports()
+    ):
+        return False, (
+            f"it exports torch code of its own but no {marks}, which "
+            f"a build against {release} or later carries beside it"
+        )
     dated = f"{words}, " if first or last else ""
     if any(name in names for name in brk.built_from):
         return None, f"{dated}and it names {marks}, which builds on both sides may carry"

@@ -70,16 +70,20 @@ class Misplaced:
     link: Path | None  # the symlinked folder the needer was opened through
 
 
-def find_needed(name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path], loaders: Sequence[ElfInfo] = ()
-                ) -> tuple[tuple[Path, ElfInfo] | None, list[Path]]:
+def find_needed(
+    name: str, needer: ElfInfo, root: ElfInfo, search_dirs: Sequence[Path], loaders: Sequence[ElfInfo] = ()
+) -> tuple[tuple[Path, ElfInfo] | None, list[Path]]:
     """(path, info) of the first compatible file for a DT_NEEDED name, and the incompatible ones seen.
 
     `loaders`: the chain of objects that loaded `needer`, nearest first, whose RPATHs it inherits."""
     if "/" in name:
         candidates = [Path(name) if name.startswith("/") else needer.path.parent / name]
     else:
-        dirs = [*search_dirs, *(_expand(d, obj) for obj in own_search_path(needer, loaders) for d in obj.runpath or obj.rpath),
-                *system_library_dirs()]
+        dirs = [
+            *search_dirs,
+            *(_expand(d, obj) for obj in own_search_path(needer, loaders) for d in obj.runpath or obj.rpath),
+            *system_library_dirs(),
+        ]
         candidates = [Path(d) / name for d in dict.fromkeys(dirs) if d is not None]
     wrong: list[Path] = []
     for candidate in candidates:

@@ -57,8 +57,9 @@ class Choice:
     loads: tuple[Member, ...]
 
 
-def split_sets(files: list[tuple[str, Path, bool]], torch: TorchFacts, rules: tuple[Rule, ...] | None = None
-               ) -> tuple[list[tuple[str, Path]], list[Choice]]:
+def split_sets(
+    files: list[tuple[str, Path, bool]], torch: TorchFacts, rules: tuple[Rule, ...] | None = None
+) -> tuple[list[tuple[str, Path]], list[Choice]]:
     """(the candidates that belong to no set, each set with its choice for `torch`), of `files`: (path in the
     package, file, whether it is a candidate: an extension module or a library that needs torch's). A file a
     row names is a member whatever it holds: the loader opens it by name, so a corrupt one is checked (and
@@ -91,18 +92,35 @@ def split_sets(files: list[tuple[str, Path, bool]], torch: TorchFacts, rules: tu
 def choose(rule: Rule, members: list[Member], torch: TorchFacts) -> Choice:
     """The members `rule`'s loader opens with `torch`, or why that cannot be told or fails."""
     members = sorted(members, key=lambda m: (m.release, m.device or ""))
+
     def result(verdict: str, detail: str, loads: Sequence[Member] = (), problem: Problem | None = None) -> Choice:
-        return Choice(LibrarySet(_label(members), tuple(m.shown for m in members), rule.package, tuple(m.shown for m in loads),
-                                 verdict, detail, problem), tuple(loads))
+        return Choice(
+            LibrarySet(
+                _label(members),
+                tuple(m.shown for m in members),
+                rule.package,
+                tuple(m.shown for m in loads),
+                verdict,
+                detail,
+                problem,
+            ),
+            tuple(loads),
+        )
 
     release = _release(torch.version)
     if release is None:
-        return result(CANNOT_TELL, f"{rule.package} picks one by torch's release, and this torch's release is unknown "
-                                   "(no torch/version.py beside its lib/): check against a torch installation")
+        return result(
+            CANNOT_TELL,
+            f"{rule.package} picks one by torch's release, and this torch's release is unknown "
+            "(no torch/version.py beside its lib/): check against a torch installation",
+        )
     version = torch.version
     if rule.loads_none_from is not None and release >= rule.loads_none_from:
-        return result(OK, f"torch {version} loads none of them ({rule.loader} opens none on torch >= "
-                          f"{'.'.join(map(str, rule.loads_none_from))})")
+        return result(
+            OK,
+            f"torch {version} loads none of them ({rule.loader} opens none on torch >= "
+            f"{'.'.join(map(str, rule.loads_none_from))})",
+        )
     build = "cuda" if torch.cuda else "cpu"
     wanted = rule.devices[build] if rule.devices else (None,)
     loads = [m for m in members if m.release == release and m.device in wanted]
@@ -111,25 +129,38 @@ def choose(rule: Rule, members: list[Member], torch: TorchFacts) -> Choice:
     if missing:
         name = _member_name(members[0], release, missing[0])
         shown = str(Path(members[0].shown).parent / name)
-        have = ", ".join(sorted({f"{m.release[0]}.{m.release[1]}" for m in members}, key=lambda v: tuple(map(int, v.split(".")))))
+        have = ", ".join(
+            sorted({f"{m.release[0]}.{m.release[1]}" for m in members}, key=lambda v: tuple(map(int, v.split("."))))
+        )
         if rule.no_member == IMPORT_ERROR:
-            detail = (f"{rule.loader} opens {name} on torch {version} ({build} build), and the package has none "
-                      f"(it has torch {have}): its import fails; install a {rule.package} built for torch "
-                      f"{release[0]}.{release[1]}, or the torch it was built for")
+            detail = (
+                f"{rule.loader} opens {name} on torch {version} ({build} build), and the package has none "
+                f"(it has torch {have}): its import fails; install a {rule.package} built for torch "
+                f"{release[0]}.{release[1]}, or the torch it was built for"
+            )
             return result(PROBLEMS, detail, loads, Problem(classify.MISSING_LIBRARY, None, None, shown, detail))
-        return result(CANNOT_TELL, f"the package has no {name} for torch {version} (it has torch {have}), and what "
-                                   f"{rule.loader} does then is unknown")
+        return result(
+            CANNOT_TELL,
+            f"the package has no {name} for torch {version} (it has torch {have}), and what "
+            f"{rule.loader} does then is unknown",
+        )
     where = " (the cpu one where no GPU is visible)" if build == "cuda" and len(loads) > 1 else ""
-    return result(OK, f"torch {version} ({build} build) loads {', '.join(Path(m.shown).name for m in loads)}{where}; "
-                      f"the other {others} are never loaded with it and were not checked", loads)
+    return result(
+        OK,
+        f"torch {version} ({build} build) loads {', '.join(Path(m.shown).name for m in loads)}{where}; "
+        f"the other {others} are never loaded with it and were not checked",
+        loads,
+    )
 
 
 def _unknown(members: list[Member]) -> Choice:
     members = sorted(members, key=lambda m: m.release)
-    detail = (f"{len(members)} libraries that differ only in the torch "
-              "release they are for: the package picks one at run time by "
-              f"a rule faforge does not know, and checking each against one torch would fail all but one; read the package's "
-              f"loader code and add its rule to variants/{SETS_FILE}")
+    detail = (
+        f"{len(members)} libraries that differ only in the torch "
+        "release they are for: the package picks one at run time by "
+        f"a rule faforge does not know, and checking each against one torch would fail all but one; read the package's "
+        f"loader code and add its rule to variants/{SETS_FILE}"
+    )
     return Choice(LibrarySet(_label(members), tuple(m.shown for m in members), None, (), CANNOT_TELL, detail, None), ())
 
 
@@ -138,12 +169,12 @@ def _member(shown: str, path: Path, match: re.Match) -> Member:
     release = (int(match["major"]), int(match["minor"]))
     device = match.groupdict().get("device")
     cuts = [match.span("major"), match.span("minor")]
-    parts = [name[:cuts[0][0]], name[cuts[0][1]:cuts[1][0]]]
+    parts = [name[: cuts[0][0]], name[cuts[0][1] : cuts[1][0]]]
     if device is not None:
         start, end = match.span("device")
-        parts += [name[cuts[1][1]:start], name[end:]]
+        parts += [name[cuts[1][1] : start], name[end:]]
     else:
-        parts.append(name[cuts[1][1]:])
+        parts.append(name[cuts[1][1] :])
     return Member(shown, path, release, device, tuple(parts))
 
 
@@ -196,7 +227,9 @@ def _rule(path: Path, key: str, row: object) -> Rule:
         raise DataError(path, key, f"invalid value {row!r}", hint="expected a mapping")
     for field in ("package", "loader", "file"):
         if not isinstance(row.get(field), str) or not row[field].strip():
-            raise DataError(path, f"{key}.{field}", f"invalid value {row.get(field)!r}", hint="expected a non-empty string")
+            raise DataError(
+                path, f"{key}.{field}", f"invalid value {row.get(field)!r}", hint="expected a non-empty string"
+            )
     try:
         pattern = re.compile(row["file"])
     except re.error as exc:
@@ -205,16 +238,39 @@ def _rule(path: Path, key: str, row: object) -> Rule:
         raise DataError(path, f"{key}.file", "needs the groups (?P<major>...) and (?P<minor>...)")
     devices = row.get("devices") or {}
     has_device = "device" in pattern.groupindex
-    if has_device != bool(devices) or not isinstance(devices, dict) or (devices and set(devices) != set(BUILDS)) or not all(
-            isinstance(v, list) and v and all(isinstance(d, str) for d in v) for v in devices.values()):
-        raise DataError(path, f"{key}.devices", f"invalid value {devices!r}",
-                        hint="with a (?P<device>...) group: a list of device values "
-                             "for each of cpu and cuda; without one: leave it out")
+    if (
+        has_device != bool(devices)
+        or not isinstance(devices, dict)
+        or (devices and set(devices) != set(BUILDS))
+        or not all(isinstance(v, list) and v and all(isinstance(d, str) for d in v) for v in devices.values())
+    ):
+        raise DataError(
+            path,
+            f"{key}.devices",
+            f"invalid value {devices!r}",
+            hint="with a (?P<device>...) group: a list of device values "
+            "for each of cpu and cuda; without one: leave it out",
+        )
     none_from = row.get("loads_none_from")
     if none_from is not None and (not isinstance(none_from, str) or _release(none_from) is None):
-        raise DataError(path, f"{key}.loads_none_from", f"invalid value {none_from!r}", hint="a torch release such as '2.10', or null")
+        raise DataError(
+            path,
+            f"{key}.loads_none_from",
+            f"invalid value {none_from!r}",
+            hint="a torch release such as '2.10', or null",
+        )
     if row.get("no_member") not in (IMPORT_ERROR, NO_MEMBER_CANNOT_TELL):
-        raise DataError(path, f"{key}.no_member", f"invalid value {row.get('no_member')!r}",
-                        hint=f"{IMPORT_ERROR} or {NO_MEMBER_CANNOT_TELL}")
-    return Rule(row["package"], row["loader"], pattern, {b: tuple(v) for b, v in devices.items()},
-                _release(none_from) if none_from else None, row["no_member"])
+        raise DataError(
+            path,
+            f"{key}.no_member",
+            f"invalid value {row.get('no_member')!r}",
+            hint=f"{IMPORT_ERROR} or {NO_MEMBER_CANNOT_TELL}",
+        )
+    return Rule(
+        row["package"],
+        row["loader"],
+        pattern,
+        {b: tuple(v) for b, v in devices.items()},
+        _release(none_from) if none_from else None,
+        row["no_member"],
+    )

@@ -33,7 +33,9 @@ class Problem:
     detail: str  # one sentence in plain words
     offers: tuple[str, ...] = ()  # demangled declarations the libraries offer instead
     imported_by: str | None = None  # the object whose import fails: the module, or a library its load brings in
-    misplaced: Misplaced | None = None  # a missing library that is there, where a lexical `..` leads (not in JSON: detail says it)
+    misplaced: Misplaced | None = (
+        None  # a missing library that is there, where a lexical `..` leads (not in JSON: detail says it)
+    )
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,9 @@ class LibrarySet:
     members: tuple[str, ...]  # each member's path in the package
     package: str | None  # the data row's package; None: no row knows the set
     loads: tuple[str, ...]  # the members the package loads with this torch, checked in `modules`
-    verdict: str  # OK: the members it loads are judged in modules (or it loads none); PROBLEMS: the one it opens is missing
+    verdict: (
+        str  # OK: the members it loads are judged in modules (or it loads none); PROBLEMS: the one it opens is missing
+    )
     detail: str
     problem: Problem | None = None  # the missing member, when the package's import fails for want of it
 
@@ -151,24 +155,47 @@ class Verdict:
             "glibc": self.glibc,
             "platform": self.platform,
             "torch": {
-                "lib_dirs": list(self.torch.lib_dirs), "version": self.torch.version, "cuda": self.torch.cuda,
-                "machine": self.torch.machine, "cxx11_abi": self.torch.cxx11_abi,
+                "lib_dirs": list(self.torch.lib_dirs),
+                "version": self.torch.version,
+                "cuda": self.torch.cuda,
+                "machine": self.torch.machine,
+                "cxx11_abi": self.torch.cxx11_abi,
             },
-            "problems": [*(_problem_json(p, m.path) for m in self.modules for p in m.problems),
-                         *(_problem_json(s.problem, s.problem.library) for s in self.sets if s.problem)],
+            "problems": [
+                *(_problem_json(p, m.path) for m in self.modules for p in m.problems),
+                *(_problem_json(s.problem, s.problem.library) for s in self.sets if s.problem),
+            ],
             "unverified_libraries": [
                 {"name": u.name, "needed_by": u.needed_by, "reason": u.reason, "module": m.path, "by_torch": u.by_torch}
-                for m in self.modules for u in m.unverified_libraries
+                for m in self.modules
+                for u in m.unverified_libraries
             ],
             "modules": [_module_json(m) for m in self.modules],
-            "library_sets": [{"files": s.files, "members": list(s.members), "package": s.package, "loads": list(s.loads),
-                              "verdict": s.verdict, "detail": s.detail} for s in self.sets],
+            "library_sets": [
+                {
+                    "files": s.files,
+                    "members": list(s.members),
+                    "package": s.package,
+                    "loads": list(s.loads),
+                    "verdict": s.verdict,
+                    "detail": s.detail,
+                }
+                for s in self.sets
+            ],
         }
 
 
 def _problem_json(p: Problem, module: str | None) -> dict:
-    return {"kind": p.kind, "symbol": p.symbol, "demangled": p.demangled, "library": p.library,
-            "detail": p.detail, "offers": list(p.offers), "imported_by": p.imported_by, "module": module}
+    return {
+        "kind": p.kind,
+        "symbol": p.symbol,
+        "demangled": p.demangled,
+        "library": p.library,
+        "detail": p.detail,
+        "offers": list(p.offers),
+        "imported_by": p.imported_by,
+        "module": module,
+    }
 
 
 def _module_json(m: ModuleVerdict) -> dict:
@@ -179,7 +206,9 @@ def _module_json(m: ModuleVerdict) -> dict:
         "ok": m.ok,
         "verdict": m.verdict,
         "declares": {
-            "machine": d.machine, "elf_class": d.elf_class, "cxx11_abi": d.cxx11_abi,
+            "machine": d.machine,
+            "elf_class": d.elf_class,
+            "cxx11_abi": d.cxx11_abi,
             "gpu": {"sass": list(d.gpu.sass), "ptx": list(d.gpu.ptx)},
             "newest_versions": dict(d.newest_versions),
         },
@@ -198,27 +227,36 @@ def render_text(verdict: Verdict) -> list[str]:
     lines = [f"torch: {_torch_words(verdict.torch)}"]
     for library_set in verdict.sets:
         whose = f"{library_set.package}'s rule" if library_set.package else "no known rule"
-        lines += [f"{library_set.files}: one library per torch release ({len(library_set.members)} files, {whose}):",
-                  f"  {'missing-library: ' if library_set.problem else ''}{library_set.detail}"]
+        lines += [
+            f"{library_set.files}: one library per torch release ({len(library_set.members)} files, {whose}):",
+            f"  {'missing-library: ' if library_set.problem else ''}{library_set.detail}",
+        ]
     for module in verdict.modules:
         lines += _module_lines(module)
     count = sum(len(m.problems) for m in verdict.modules) + sum(1 for s in verdict.sets if s.problem)
     missing = sorted({u.name for m in verdict.modules for u in m.undecided})
     untold = [s.files for s in verdict.sets if s.verdict == CANNOT_TELL]
     layout_untold = [reason for m in verdict.modules for reason in m.untold]
-    why = [*([f"needs {', '.join(missing)}, found nowhere"] if missing else []),
-           *([f"which of {', '.join(untold)} the package loads is unknown"] if untold else []),
-           *(["a known layout break may apply"] if layout_untold else [])]
+    why = [
+        *([f"needs {', '.join(missing)}, found nowhere"] if missing else []),
+        *([f"which of {', '.join(untold)} the package loads is unknown"] if untold else []),
+        *(["a known layout break may apply"] if layout_untold else []),
+    ]
     why = why or ["the package loads none of its libraries with this torch: nothing was checked"]
-    status = {OK: "OK", PROBLEMS: f"FAILED ({count} problem{'s' if count != 1 else ''})",
-              CANNOT_TELL: f"CANNOT TELL ({'; '.join(why)})"}[verdict.verdict]
+    status = {
+        OK: "OK",
+        PROBLEMS: f"FAILED ({count} problem{'s' if count != 1 else ''})",
+        CANNOT_TELL: f"CANNOT TELL ({'; '.join(why)})",
+    }[verdict.verdict]
     lines.append(f"{status}: {verdict.extension} against {', '.join(verdict.against)}")
     if verdict.verdict == CANNOT_TELL and layout_untold:
         lines += [f"  {reason}" for reason in layout_untold]
     if verdict.verdict == CANNOT_TELL and missing:
-        lines.append(f"  a bare load of the module fails on {', '.join(missing)} (\"cannot open shared object file\"), and what "
-                     "that library imports, torch's symbols among them, was not checked: install it, pass its folder with "
-                     "--library-dir, or check the package as it is installed")
+        lines.append(
+            f'  a bare load of the module fails on {", ".join(missing)} ("cannot open shared object file"), and what '
+            "that library imports, torch's symbols among them, was not checked: install it, pass its folder with "
+            "--library-dir, or check the package as it is installed"
+        )
     return lines
 
 
@@ -229,15 +267,21 @@ def _abi_words(abi: int | None) -> str:
 def _torch_words(torch: TorchFacts) -> str:
     version = torch.version or "unknown version"
     cuda = f", CUDA {torch.cuda}" if torch.cuda else ""
-    return (f"{version}{cuda}, {torch.machine or 'unknown machine'}, "
-            f"{_abi_words(torch.cxx11_abi)} in {', '.join(torch.lib_dirs)}")
+    return (
+        f"{version}{cuda}, {torch.machine or 'unknown machine'}, "
+        f"{_abi_words(torch.cxx11_abi)} in {', '.join(torch.lib_dirs)}"
+    )
 
 
 def _module_lines(module: ModuleVerdict) -> list[str]:
     d = module.declared
     gpu = ", ".join([*d.gpu.sass, *(f"PTX {p}" for p in d.gpu.ptx)]) or "none (CPU only)"
     versions = ", ".join(d.newest_versions.values()) or "none"
-    how = "" if module.loaded_by == IMPORT else " (a library its package loads itself after `import torch`: torch.ops.load_library, ctypes)"
+    how = (
+        ""
+        if module.loaded_by == IMPORT
+        else " (a library its package loads itself after `import torch`: torch.ops.load_library, ctypes)"
+    )
     lines = [
         f"{module.path}{how}:",
         f"  built for: {d.machine} ({d.elf_class}-bit), {_abi_words(d.cxx11_abi)}",
@@ -248,15 +292,19 @@ def _module_lines(module: ModuleVerdict) -> list[str]:
     ]
     for lib in module.libraries:
         if lib.beside_module:
-            lines.append(f"  taken from beside the module: {lib.name} ({lib.path}): "
-                         "no search path finds it, so the package must "
-                         "load it first, as torchaudio's and torchtext's own code do; checked as loaded first")
+            lines.append(
+                f"  taken from beside the module: {lib.name} ({lib.path}): "
+                "no search path finds it, so the package must "
+                "load it first, as torchaudio's and torchtext's own code do; checked as loaded first"
+            )
     for u in module.unverified_libraries:
         whose = " (torch's own; `import torch` loads it or fails first)" if u.by_torch else ""
         lines.append(f"  unverified: {u.name} (needed by {u.needed_by}){whose}: {u.reason}")
     if module.unresolved_unverified:
-        lines.append(f"  unverified: {module.unresolved_unverified} symbols are not in the libraries found; "
-                     "they may come from the unverified ones")
+        lines.append(
+            f"  unverified: {module.unresolved_unverified} symbols are not in the libraries found; "
+            "they may come from the unverified ones"
+        )
     for p in module.problems:
         subject = p.demangled or p.symbol or p.library
         if subject is None:  # nothing to name but the finding itself (the --platform check)

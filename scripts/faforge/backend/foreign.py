@@ -78,24 +78,32 @@ def read_torch_site(site: Path) -> TargetTorch:
     torch = site / "torch"
     missing = [p for p in ("version.py", "include/torch/extension.h", "lib") if not (torch / p).exists()]
     if missing:
-        raise BuildError(f"--torch-site {site}: no torch/{missing[0]} there; pass the site-packages holding the target's torch "
-                         "(pip install --target DIR --platform manylinux_2_28_aarch64 "
-                         "--only-binary=:all: --python-version 3.11 torch==X)")
+        raise BuildError(
+            f"--torch-site {site}: no torch/{missing[0]} there; pass the site-packages holding the target's torch "
+            "(pip install --target DIR --platform manylinux_2_28_aarch64 "
+            "--only-binary=:all: --python-version 3.11 torch==X)"
+        )
     facts = torch_facts([torch / "lib"])
     if not facts.version:
         raise BuildError(f"--torch-site {site}: torch/version.py names no __version__")
     if facts.cuda is None:
-        raise BuildError(f"--torch-site {site}: torch {facts.version} is a CPU "
-                         f"build; {FLASH_ATTN.package} needs a CUDA build of torch")
+        raise BuildError(
+            f"--torch-site {site}: torch {facts.version} is a CPU "
+            f"build; {FLASH_ATTN.package} needs a CUDA build of torch"
+        )
     major = pybind11_major(torch / "include")
     if major is None or major < FIRST_PYBIND11_WITHOUT_ABI_DEFINES:
-        raise BuildError(f"--torch-site {site}: torch {facts.version} bundles pybind11 "
-                         f"{major or 'of no known version'}, whose ABI defines "
-                         "torch's cpp_extension reads from torch._C, which only "
-                         "an import can tell; build it with that torch's Python "
-                         "(without --torch-site), or a torch whose pybind11 is "
-                         f"{FIRST_PYBIND11_WITHOUT_ABI_DEFINES} or newer (2.11 and newer)")
-    return TargetTorch(site=site, version=facts.version, cuda=facts.cuda, cxx11_abi=facts.cxx11_abi, machine=facts.machine)
+        raise BuildError(
+            f"--torch-site {site}: torch {facts.version} bundles pybind11 "
+            f"{major or 'of no known version'}, whose ABI defines "
+            "torch's cpp_extension reads from torch._C, which only "
+            "an import can tell; build it with that torch's Python "
+            "(without --torch-site), or a torch whose pybind11 is "
+            f"{FIRST_PYBIND11_WITHOUT_ABI_DEFINES} or newer (2.11 and newer)"
+        )
+    return TargetTorch(
+        site=site, version=facts.version, cuda=facts.cuda, cxx11_abi=facts.cxx11_abi, machine=facts.machine
+    )
 
 
 def pybind11_major(include: Path) -> int | None:
@@ -107,6 +115,7 @@ def pybind11_major(include: Path) -> int | None:
 
 
 # ------------------------------------------------------------------------------------------ the target Python
+
 
 @dataclass(frozen=True)
 class TargetPython:
@@ -130,8 +139,10 @@ def python_includes(explicit: list[str] | None) -> list[str]:
     Python's (conda's cross-python answers with the target's)."""
     found = [Path(p) for p in explicit] if explicit else [Path(sysconfig.get_paths()["include"])]
     if not (found[0] / "Python.h").is_file():
-        raise BuildError(f"--python-include {found[0]}: no Python.h there; install "
-                         "the Python headers (python3-dev) or name their folder")
+        raise BuildError(
+            f"--python-include {found[0]}: no Python.h there; install "
+            "the Python headers (python3-dev) or name their folder"
+        )
     return [str(p) for p in found]
 
 
@@ -142,8 +153,10 @@ def header_python_version(include: Path) -> str:
     except OSError:
         found = {}
     if set(found) != {"MAJOR", "MINOR"}:
-        raise BuildError(f"--python-include {include}: no patchlevel.h naming "
-                         "PY_MAJOR_VERSION and PY_MINOR_VERSION; is it CPython's?")
+        raise BuildError(
+            f"--python-include {include}: no patchlevel.h naming "
+            "PY_MAJOR_VERSION and PY_MINOR_VERSION; is it CPython's?"
+        )
     return f"{found['MAJOR']}.{found['MINOR']}"
 
 
@@ -152,7 +165,10 @@ def prefix_python_includes(prefix: Path, version: str) -> list[str]:
     include/pythonX.Y, and include/ too where a Debian multiarch pyconfig.h there includes
     <aarch64-linux-gnu/pythonX.Y/pyconfig.h>."""
     include = prefix / "include"
-    return [str(include / f"python{version}"), *([str(include)] if list(include.glob(f"*-linux-gnu/python{version}/pyconfig.h")) else [])]
+    return [
+        str(include / f"python{version}"),
+        *([str(include)] if list(include.glob(f"*-linux-gnu/python{version}/pyconfig.h")) else []),
+    ]
 
 
 def find_libpython(include: Path, version: str) -> Path | None:
@@ -174,24 +190,48 @@ def target_python(includes: list[str] | None, library: str | None) -> TargetPyth
     found = Path(library) if library else find_libpython(Path(dirs[0]), version)
     if found is None or not found.is_file():
         where = library or f"{Path(dirs[0]).parents[1]}/lib"
-        raise BuildError(f"no shared libpython{version} at {where}; it is needed to link with --no-undefined: pass --python-library "
-                         "(the target Python's libpythonX.Y.so; a Python built with --enable-shared)")
+        raise BuildError(
+            f"no shared libpython{version} at {where}; it is needed to link with --no-undefined: pass --python-library "
+            "(the target Python's libpythonX.Y.so; a Python built with --enable-shared)"
+        )
     return TargetPython(includes=tuple(dirs), library=found, version=version)
 
 
 # ------------------------------------------------------------------------------------------ compile, link, pack
 
-def compile_flags(*, source_dir: Path, shim: Path, torch: TargetTorch, python: TargetPython, cuda_includes: list[str], std: str,
-                  abi: int, philox_bits: int) -> list[str]:
+
+def compile_flags(
+    *,
+    source_dir: Path,
+    shim: Path,
+    torch: TargetTorch,
+    python: TargetPython,
+    cuda_includes: list[str],
+    std: str,
+    abi: int,
+    philox_bits: int,
+) -> list[str]:
     """The native build's include order (the sdist's and the shim's,
     torch's, the CUDA target's, Python's), then its flags."""
     dirs = [*glue_include_dirs(source_dir, shim), *torch.include_dirs, *cuda_includes, *python.includes]
-    return [*PYTHON_CFLAGS, *(f"-I{d}" for d in dirs), *glue_compile_args(std=std, abi=abi, philox_bits=philox_bits), *TORCH_EXTENSION_DEFINES]
+    return [
+        *PYTHON_CFLAGS,
+        *(f"-I{d}" for d in dirs),
+        *glue_compile_args(std=std, abi=abi, philox_bits=philox_bits),
+        *TORCH_EXTENSION_DEFINES,
+    ]
 
 
-def link_flags(*, torch: TargetTorch, cudart_dirs: list[str], library: Path, carry_library: bool, python: TargetPython) -> list[str]:
-    return ["-shared", f"-L{torch.lib_dir}", *(f"-L{d}" for d in cudart_dirs), *(f"-l{name}" for name in CUDA_EXTENSION_LIBRARIES),
-            *glue_link_args(library=library, carry_library=carry_library, python_link=[str(python.library)])]
+def link_flags(
+    *, torch: TargetTorch, cudart_dirs: list[str], library: Path, carry_library: bool, python: TargetPython
+) -> list[str]:
+    return [
+        "-shared",
+        f"-L{torch.lib_dir}",
+        *(f"-L{d}" for d in cudart_dirs),
+        *(f"-l{name}" for name in CUDA_EXTENSION_LIBRARIES),
+        *glue_link_args(library=library, carry_library=carry_library, python_link=[str(python.library)]),
+    ]
 
 
 def glue_ninja(*, cxx: str, sources: list[str], cflags: list[str], ldflags: list[str], output: str) -> str:
@@ -212,9 +252,26 @@ def glue_ninja(*, cxx: str, sources: list[str], cflags: list[str], ldflags: list
     return "\n".join(lines)
 
 
-def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: str, cuda_includes: list[str], cudart_dirs: list[str],
-                source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, library: Path, carry_library: bool, abi: int, std: str,
-                philox_bits: int, max_jobs: int, shim: Path) -> Path:
+def build_wheel(
+    *,
+    torch: TargetTorch,
+    python: TargetPython,
+    machine: str,
+    cxx: str,
+    cuda_includes: list[str],
+    cudart_dirs: list[str],
+    source_dir: Path,
+    build_dir: Path,
+    wheel_dir: Path,
+    version: str,
+    library: Path,
+    carry_library: bool,
+    abi: int,
+    std: str,
+    philox_bits: int,
+    max_jobs: int,
+    shim: Path,
+) -> Path:
     """Compiles and links the glue for `machine` with `cxx`, finishes it as the
     native build does, and packs the raw wheel (cpXY-cpXY-linux_<machine>)."""
     from setuptools import Extension  # noqa: PLC0415 (setuptools: slow, wheel only)
@@ -225,13 +282,27 @@ def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: 
     out_dir.mkdir(parents=True, exist_ok=True)
     name = FLASH_ATTN.extension + python.extension_suffix(machine)
     sources = [str(source_dir / s) for s in glue_sources(shim)]
-    cflags = compile_flags(source_dir=source_dir, shim=shim, torch=torch, python=python, cuda_includes=cuda_includes, std=std, abi=abi,
-                           philox_bits=philox_bits)
-    ldflags = link_flags(torch=torch, cudart_dirs=cudart_dirs, library=library, carry_library=carry_library, python=python)
+    cflags = compile_flags(
+        source_dir=source_dir,
+        shim=shim,
+        torch=torch,
+        python=python,
+        cuda_includes=cuda_includes,
+        std=std,
+        abi=abi,
+        philox_bits=philox_bits,
+    )
+    ldflags = link_flags(
+        torch=torch, cudart_dirs=cudart_dirs, library=library, carry_library=carry_library, python=python
+    )
     log(f"compile: {shlex.join([cxx, *cflags])}")
     log(f"link: {shlex.join([cxx, '-o', name, *ldflags])}")
-    seconds = run_ninja(out_dir, glue_ninja(cxx=cxx, sources=sources, cflags=cflags, ldflags=ldflags, output=name), max_jobs,
-                        what=f"the glue for {machine}")
+    seconds = run_ninja(
+        out_dir,
+        glue_ninja(cxx=cxx, sources=sources, cflags=cflags, ldflags=ldflags, output=name),
+        max_jobs,
+        what=f"the glue for {machine}",
+    )
     log(f"glue compiled and linked in {seconds:.0f}s")
     linked = out_dir / name
     tag = (python.tag, python.tag, f"linux_{machine}")
@@ -258,5 +329,11 @@ def build_wheel(*, torch: TargetTorch, python: TargetPython, machine: str, cxx: 
         def get_tag(self):
             return tag
 
-    return pack_wheel(source_dir=source_dir, build_dir=build_dir, wheel_dir=wheel_dir, version=version,
-                      extension=Extension(FLASH_ATTN.extension, sources=[]), cmdclass={"build_ext": PrebuiltExtension, "bdist_wheel": TargetWheel})
+    return pack_wheel(
+        source_dir=source_dir,
+        build_dir=build_dir,
+        wheel_dir=wheel_dir,
+        version=version,
+        extension=Extension(FLASH_ATTN.extension, sources=[]),
+        cmdclass={"build_ext": PrebuiltExtension, "bdist_wheel": TargetWheel},
+    )

@@ -43,12 +43,16 @@ def import_torch() -> tuple[ModuleType, ModuleType, str]:
         import torch  # noqa: PLC0415  (the torch we build against)
         from torch.utils import cpp_extension  # noqa: PLC0415 (in the torch import's try)
     except ImportError as exc:
-        raise BuildError(f"torch does not import in {sys.executable} ({exc}); the build compiles against this "
-                         "Python's torch, so install a CUDA build of torch here first (or run it with the python that has it)") from None
+        raise BuildError(
+            f"torch does not import in {sys.executable} ({exc}); the build compiles against this "
+            "Python's torch, so install a CUDA build of torch here first (or run it with the python that has it)"
+        ) from None
 
     if torch.version.cuda is None:
-        raise BuildError(f"torch {torch.__version__} in {sys.prefix} is a CPU "
-                         f"build; {FLASH_ATTN.package} needs a CUDA build of torch")
+        raise BuildError(
+            f"torch {torch.__version__} in {sys.prefix} is a CPU "
+            f"build; {FLASH_ATTN.package} needs a CUDA build of torch"
+        )
     if not cpp_extension.CUDA_HOME:
         raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
     return torch, cpp_extension, cpp_extension.CUDA_HOME
@@ -56,8 +60,9 @@ def import_torch() -> tuple[ModuleType, ModuleType, str]:
 
 def torch_include_dir(torch: ModuleType) -> str:
     if torch.__file__ is None:
-        raise BuildError(f"torch in {sys.prefix} has no __init__.py (a namespace package, not an installed torch); "
-                         "reinstall torch")
+        raise BuildError(
+            f"torch in {sys.prefix} has no __init__.py (a namespace package, not an installed torch); reinstall torch"
+        )
     return os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include")
 
 
@@ -119,7 +124,9 @@ def finish_extension(path: Path, *, libpython: str | None, abi: int, library: Pa
         shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_SONAME)  # the name DT_NEEDED has
 
 
-def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension: Extension, cmdclass: dict) -> Path:
+def pack_wheel(
+    *, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension: Extension, cmdclass: dict
+) -> Path:
     """setuptools' wheel of the sdist's Python package and `extension`, built by cmdclass["build_ext"]."""
     from setuptools import find_packages, setup  # noqa: PLC0415 (setuptools: slow, wheel only)
 
@@ -134,7 +141,16 @@ def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: s
         ext_modules=[extension],
         cmdclass=cmdclass,
         zip_safe=False,
-        script_args=["build", "--build-base", str(build_dir), "bdist_wheel", "--dist-dir", str(wheel_dir), "--bdist-dir", str(build_dir / "bdist")],
+        script_args=[
+            "build",
+            "--build-base",
+            str(build_dir),
+            "bdist_wheel",
+            "--dist-dir",
+            str(wheel_dir),
+            "--bdist-dir",
+            str(build_dir / "bdist"),
+        ],
     )
     log(f"glue built in {time.monotonic() - started:.0f}s")
     wheels = sorted(wheel_dir.glob(f"{FLASH_ATTN.module}-{version}-*.whl"), key=os.path.getmtime)
@@ -143,9 +159,24 @@ def pack_wheel(*, source_dir: Path, build_dir: Path, wheel_dir: Path, version: s
     return wheels[-1]
 
 
-def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str, source_dir: Path, build_dir: Path, wheel_dir: Path,
-                version: str, library: Path, carry_library: bool, abi: int, std: str, philox_bits: int, max_jobs: int, shim: Path,
-                python_link: tuple[list[str], str | None]) -> Path:
+def build_wheel(
+    *,
+    torch: ModuleType,
+    cpp_extension: ModuleType,
+    cuda_home: str,
+    source_dir: Path,
+    build_dir: Path,
+    wheel_dir: Path,
+    version: str,
+    library: Path,
+    carry_library: bool,
+    abi: int,
+    std: str,
+    philox_bits: int,
+    max_jobs: int,
+    shim: Path,
+    python_link: tuple[list[str], str | None],
+) -> Path:
     """Compiles and links the glue against `library` (carried
     in the wheel with `carry_library`), and packs the wheel."""
     py_link, libpython = python_link
@@ -156,7 +187,9 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
     os.environ["MAX_JOBS"] = str(max_jobs)
 
     torch_include = torch_include_dir(torch)
-    cuda_dirs = nvcc_cuda_include_dirs(cuda_home, dict(os.environ), cuda_triplet(target_machine(dict(os.environ), platform.machine())))
+    cuda_dirs = nvcc_cuda_include_dirs(
+        cuda_home, dict(os.environ), cuda_triplet(target_machine(dict(os.environ), platform.machine()))
+    )
     view = include_view(build_dir / INCLUDE_VIEW_DIR, view_roots(torch_include, cuda_home, cuda_dirs))
 
     built: list[bool] = []
@@ -172,7 +205,13 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
 
         def build_extension(self, ext):
             super().build_extension(ext)
-            finish_extension(Path(self.get_ext_fullpath(ext.name)), libpython=libpython, abi=abi, library=library, carry_library=carry_library)
+            finish_extension(
+                Path(self.get_ext_fullpath(ext.name)),
+                libpython=libpython,
+                abi=abi,
+                library=library,
+                carry_library=carry_library,
+            )
 
     extension = cpp_extension.CUDAExtension(
         name=FLASH_ATTN.extension,
@@ -184,8 +223,14 @@ def build_wheel(*, torch: ModuleType, cpp_extension: ModuleType, cuda_home: str,
     # Same dirs in the same order, spelled through the view; nvcc's own CUDA dirs follow torch's
     # so that the header nvcc would have picked is still the one found first.
     extension.include_dirs = through_view(extension.include_dirs + cuda_dirs, view)
-    return pack_wheel(source_dir=source_dir, build_dir=build_dir, wheel_dir=wheel_dir, version=version, extension=extension,
-                      cmdclass={"build_ext": CheckedBuildExtension})
+    return pack_wheel(
+        source_dir=source_dir,
+        build_dir=build_dir,
+        wheel_dir=wheel_dir,
+        version=version,
+        extension=extension,
+        cmdclass={"build_ext": CheckedBuildExtension},
+    )
 
 
 def install_wheel(wheel: Path) -> int:

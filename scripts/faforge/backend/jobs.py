@@ -40,7 +40,9 @@ def available_memory_gb() -> float:
     return avail / 1e9
 
 
-def derive_max_jobs(mem_gb: float, cpus: int, n_archs: int, nvcc_threads: int, worst_gb: float = WORST_CASE_GB_PER_JOB) -> int:
+def derive_max_jobs(
+    mem_gb: float, cpus: int, n_archs: int, nvcc_threads: int, worst_gb: float = WORST_CASE_GB_PER_JOB
+) -> int:
     """Parallel nvcc jobs that fit in memory at the worst-case TU (flash-attn 2's bwd hdim256 unless the
     family names its own `worst_gb`)."""
     concurrent_archs = max(1, min(nvcc_threads, n_archs))

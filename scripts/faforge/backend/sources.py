@@ -15,10 +15,14 @@ SHIM_IN_PACKAGE = "kernels/torch_shim"
 
 
 def kernel_sources(source_dir: Path) -> list[str]:
-    kernels = sorted(str(p.relative_to(source_dir)) for p in (source_dir / FLASH_ATTN.kernel_source_dir).glob(FLASH_ATTN.kernel_glob))
+    kernels = sorted(
+        str(p.relative_to(source_dir)) for p in (source_dir / FLASH_ATTN.kernel_source_dir).glob(FLASH_ATTN.kernel_glob)
+    )
     if not kernels:
-        raise BuildError(f"{source_dir}: no {FLASH_ATTN.kernel_source_dir}/{FLASH_ATTN.kernel_glob}; "
-                         f"is this a {FLASH_ATTN.package} sdist?")
+        raise BuildError(
+            f"{source_dir}: no {FLASH_ATTN.kernel_source_dir}/{FLASH_ATTN.kernel_glob}; "
+            f"is this a {FLASH_ATTN.package} sdist?"
+        )
     return [FLASH_ATTN.host_source, *kernels]
 
 
@@ -46,15 +50,23 @@ def sdist_version(source_dir: Path) -> str:
     init = source_dir / FLASH_ATTN.module / "__init__.py"
     match = re.search(r"__version__\s*=\s*[\"']([^\"']+)", init.read_text()) if init.is_file() else None
     if match is None:
-        raise BuildError(f"{source_dir}: no version in PKG-INFO or {FLASH_ATTN.module}/__init__.py; "
-                         f"is this a {FLASH_ATTN.package} sdist? (--source-dir)")
+        raise BuildError(
+            f"{source_dir}: no version in PKG-INFO or {FLASH_ATTN.module}/__init__.py; "
+            f"is this a {FLASH_ATTN.package} sdist? (--source-dir)"
+        )
     return match.group(1)
 
 
 def find_shim_dir(explicit: str | None, script_dir: Path) -> Path:
     """torch_shim/ beside the build script (the recipe copies it there), else the repo's copy."""
-    candidates = [Path(explicit)] if explicit else [script_dir / "torch_shim", Path(__file__).resolve().parents[1] / SHIM_IN_PACKAGE]
+    candidates = (
+        [Path(explicit)]
+        if explicit
+        else [script_dir / "torch_shim", Path(__file__).resolve().parents[1] / SHIM_IN_PACKAGE]
+    )
     for candidate in candidates:
         if (candidate / "c10/cuda/CUDAException.h").is_file():
             return candidate.resolve()
-    raise BuildError(f"no torch shim (c10/cuda/CUDAException.h) in {' or '.join(map(str, candidates))}; pass --shim-dir")
+    raise BuildError(
+        f"no torch shim (c10/cuda/CUDAException.h) in {' or '.join(map(str, candidates))}; pass --shim-dir"
+    )

@@ -73,8 +73,11 @@ def target_toolkit(environ: dict[str, str], build_machine: str) -> CudaToolkit:
     """The toolkit torch.utils.cpp_extension would find, targeting conda's target_platform (else
     `build_machine`), with the cross compiler when the two differ."""
     target = target_machine(environ, build_machine)
-    return CudaToolkit(home=find_cuda_home(), triplet=cuda_triplet(target),
-                       host_compiler=cross_compiler(environ, target) if target != build_machine else None)
+    return CudaToolkit(
+        home=find_cuda_home(),
+        triplet=cuda_triplet(target),
+        host_compiler=cross_compiler(environ, target) if target != build_machine else None,
+    )
 
 
 def host_cxx(toolkit: CudaToolkit, environ: dict[str, str]) -> str:
@@ -88,7 +91,9 @@ def target_machine(environ: dict[str, str], build_machine: str) -> str:
     if not platform:
         return build_machine
     if platform not in CONDA_MACHINES:
-        raise BuildError(f"target_platform {platform!r} is not a platform this build knows (known: {', '.join(CONDA_MACHINES)})")
+        raise BuildError(
+            f"target_platform {platform!r} is not a platform this build knows (known: {', '.join(CONDA_MACHINES)})"
+        )
     return CONDA_MACHINES[platform]
 
 
@@ -98,9 +103,11 @@ def cross_compiler(environ: dict[str, str], target: str) -> str:
     debian = shutil.which(f"{target}-linux-gnu-g++")
     if debian:
         return debian
-    raise BuildError(f"a cross build for {target} (target_platform "
-                     f"{environ.get('target_platform')}) needs the target's C++ compiler: "
-                     f"set CXX (conda: gxx_{environ.get('target_platform')} sets it) or put {target}-linux-gnu-g++ on PATH")
+    raise BuildError(
+        f"a cross build for {target} (target_platform "
+        f"{environ.get('target_platform')}) needs the target's C++ compiler: "
+        f"set CXX (conda: gxx_{environ.get('target_platform')} sets it) or put {target}-linux-gnu-g++ on PATH"
+    )
 
 
 def find_cuda_home() -> str:
@@ -130,11 +137,15 @@ def nvcc_version(nvcc: str) -> tuple[int, int]:
 
 def cuda_triplet(machine: str) -> str:
     if machine not in CUDA_TRIPLETS:
-        raise BuildError(f"no CUDA targets/ directory known for machine {machine!r} (known: {', '.join(CUDA_TRIPLETS)})")
+        raise BuildError(
+            f"no CUDA targets/ directory known for machine {machine!r} (known: {', '.join(CUDA_TRIPLETS)})"
+        )
     return CUDA_TRIPLETS[machine]
 
 
-def nvcc_cuda_include_dirs(cuda_home: str, environ: dict[str, str], triplet: str, *, include_dir: str | None = None) -> list[str]:
+def nvcc_cuda_include_dirs(
+    cuda_home: str, environ: dict[str, str], triplet: str, *, include_dir: str | None = None
+) -> list[str]:
     """CUDA header dirs nvcc searches by itself, in its order: nvcc.profile's
     -I$(TOP)/targets/<triplet>/include, then any -I in CUDA_INCLUDE_DIRS, which conda-forge's
     nvcc.profile reads but nothing of conda-forge sets (its cuda-nvcc activation passes the host
@@ -142,7 +153,11 @@ def nvcc_cuda_include_dirs(cuda_home: str, environ: dict[str, str], triplet: str
     conda-forge/cuda-nvcc-feedstock 3451669, recipe/activate.sh); a user may set it. `include_dir`
     replaces the first for a toolkit of another layout."""
     dirs = [include_dir or str(Path(cuda_home) / "targets" / triplet / "include")]
-    dirs += [flag[2:] for flag in shlex.split(environ.get("CUDA_INCLUDE_DIRS", "")) if flag.startswith("-I") and len(flag) > 2]
+    dirs += [
+        flag[2:]
+        for flag in shlex.split(environ.get("CUDA_INCLUDE_DIRS", ""))
+        if flag.startswith("-I") and len(flag) > 2
+    ]
     unique = []
     for path in dirs:
         if os.path.isdir(path) and os.path.abspath(path) not in unique:
@@ -150,7 +165,9 @@ def nvcc_cuda_include_dirs(cuda_home: str, environ: dict[str, str], triplet: str
     return unique
 
 
-def cudart_library_dirs(cuda_home: str, environ: dict[str, str], triplet: str, *, lib_dir: str | None = None) -> list[str]:
+def cudart_library_dirs(
+    cuda_home: str, environ: dict[str, str], triplet: str, *, lib_dir: str | None = None
+) -> list[str]:
     """Where libcudart.so is for the link: conda's host prefix first (cuda-cudart-dev puts it in
     $PREFIX/lib and targets/<triplet>/lib, which conda-forge's nvcc.profile does not pass on to the
     linker), then the toolkit's own lib dirs (`lib_dir` instead, for a toolkit of another layout): its
@@ -160,8 +177,10 @@ def cudart_library_dirs(cuda_home: str, environ: dict[str, str], triplet: str, *
     candidates = [*([f"{prefix}/lib", f"{prefix}/targets/{triplet}/lib"] if prefix else []), *own]
     found = [d for d in dict.fromkeys(candidates) if (Path(d) / "libcudart.so").exists()]
     if not found:
-        raise BuildError(f"no libcudart.so in {', '.join(dict.fromkeys(candidates))}; install the CUDA runtime's -dev files "
-                         "(conda: cuda-cudart-dev) or set CUDA_HOME")
+        raise BuildError(
+            f"no libcudart.so in {', '.join(dict.fromkeys(candidates))}; install the CUDA runtime's -dev files "
+            "(conda: cuda-cudart-dev) or set CUDA_HOME"
+        )
     return found[:1]
 
 
@@ -170,8 +189,12 @@ def nvcc_tools(nvcc: str, scratch: Path) -> dict[str, str]:
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "probe.cu").write_text("__global__ void probe() {}\nint main() { return 0; }\n")
     try:
-        dry = subprocess.run([nvcc, "--dryrun", "-o", str(scratch / "probe"), str(scratch / "probe.cu")],
-                             capture_output=True, text=True, check=True).stderr
+        dry = subprocess.run(
+            [nvcc, "--dryrun", "-o", str(scratch / "probe"), str(scratch / "probe.cu")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
     except (OSError, subprocess.CalledProcessError) as exc:
         raise BuildError(f"cannot run {nvcc} --dryrun ({exc}); install the CUDA compiler or set CUDA_HOME") from None
     assigned = dict(_DRYRUN_SET.findall(dry))
@@ -194,9 +217,13 @@ def check_tool_releases(nvcc: str, tools: dict[str, str]) -> list[str]:
     lines = [f"nvcc {nvcc}: CUDA {words}"]
     for tool, path in tools.items():
         if tool == "cicc":
-            if not any(where.is_relative_to(home)
-                       for where, home in zip((Path(os.path.abspath(path)), Path(path).resolve()), homes, strict=True)):
-                raise BuildError(f"nvcc {nvcc} would run {path}, outside its toolkit {homes[0]}; give the toolkit's nvvm/bin/cicc")
+            if not any(
+                where.is_relative_to(home)
+                for where, home in zip((Path(os.path.abspath(path)), Path(path).resolve()), homes, strict=True)
+            ):
+                raise BuildError(
+                    f"nvcc {nvcc} would run {path}, outside its toolkit {homes[0]}; give the toolkit's nvvm/bin/cicc"
+                )
             lines.append(f"  runs cicc {path}: inside nvcc's toolkit")
             continue
         try:
@@ -206,8 +233,9 @@ def check_tool_releases(nvcc: str, tools: dict[str, str]) -> list[str]:
             match = None
         found = f"{match.group(1)}.{match.group(2)}" if match else "an unknown release"
         if found != words:
-            raise BuildError(f"nvcc {nvcc} is CUDA {words} but would run {tool} {path} of CUDA {found}; put the toolkit's own "
-                             f"{tool} on the PATH its nvcc.profile sets (or first on PATH)")
+            raise BuildError(
+                f"nvcc {nvcc} is CUDA {words} but would run {tool} {path} of CUDA {found}; put the toolkit's own "
+                f"{tool} on the PATH its nvcc.profile sets (or first on PATH)"
+            )
         lines.append(f"  runs {tool} {path}: CUDA {words}")
     return lines
-

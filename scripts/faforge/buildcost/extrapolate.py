@@ -74,7 +74,8 @@ def class_costs(samples: tuple[Sample, ...], head_dims: tuple[int, ...] = HEAD_D
     for tu_class in CLASSES:
         if tu_class not in costs and measured:
             costs[tu_class] = ClassCost(
-                tu_class=tu_class, measured_hdims=(),
+                tu_class=tu_class,
+                measured_hdims=(),
                 mean_cpu_s=round(sum(c.mean_cpu_s for c in measured) / len(measured), 1),
                 worst_cpu_s=round(sum(c.worst_cpu_s for c in measured) / len(measured), 1),
                 peak_rss_gb=max(c.peak_rss_gb for c in measured),
@@ -102,11 +103,20 @@ def cell_cost(costs: dict[str, ClassCost], cuda_archs: str, counts: dict[str, in
     counts = counts or class_counts(default_grid())
     missing = [c for c in CLASSES if counts.get(c) and c not in costs]
     if missing:
-        raise FaforgeError(f"no measurement for TU class {', '.join(missing)}", hint="measure one TU of it with `faforge bench-build --measure --write`")
+        raise FaforgeError(
+            f"no measurement for TU class {', '.join(missing)}",
+            hint="measure one TU of it with `faforge bench-build --measure --write`",
+        )
     n = sass_arch_count(cuda_archs)
     cpu_s = sum(counts[c] * costs[c].mean_cpu_s * n for c in CLASSES if counts.get(c))
     worst = max(costs[c].worst_cpu_s for c in CLASSES if counts.get(c)) * n
-    return CellCost(cuda_archs=cuda_archs, n_archs=n, tus=sum(counts.values()), cpu_h=round(cpu_s / 3600, 2), worst_tu_cpu_min=round(worst / 60, 1))
+    return CellCost(
+        cuda_archs=cuda_archs,
+        n_archs=n,
+        tus=sum(counts.values()),
+        cpu_h=round(cpu_s / 3600, 2),
+        worst_tu_cpu_min=round(worst / 60, 1),
+    )
 
 
 @dataclass(frozen=True)
@@ -120,15 +130,28 @@ class RunnerFit:
     fits: bool
 
 
-def runner_fit(cpus: int, mem_gb: float, n_archs: int, nvcc_threads: int = 1, measured_peak_gb: float = 0.0,
-               worst_gb: float = jobs.WORST_CASE_GB_PER_JOB) -> RunnerFit:
+def runner_fit(
+    cpus: int,
+    mem_gb: float,
+    n_archs: int,
+    nvcc_threads: int = 1,
+    measured_peak_gb: float = 0.0,
+    worst_gb: float = jobs.WORST_CASE_GB_PER_JOB,
+) -> RunnerFit:
     """MAX_JOBS the build script picks with `mem_gb` available, and whether that many worst-case jobs fit."""
     max_jobs = jobs.derive_max_jobs(mem_gb, cpus, n_archs, nvcc_threads, worst_gb=worst_gb)
     concurrent = max(1, min(nvcc_threads, n_archs))
     per_job = worst_gb * (1 + (concurrent - 1) * jobs.CONCURRENT_ARCH_FACTOR)
     budget = max_jobs * per_job
-    return RunnerFit(cpus=cpus, mem_gb=mem_gb, n_archs=n_archs, max_jobs=max_jobs, budget_gb=round(budget, 1),
-                     measured_peak_gb=round(max_jobs * measured_peak_gb, 1), fits=budget + jobs.RESERVED_GB <= mem_gb)
+    return RunnerFit(
+        cpus=cpus,
+        mem_gb=mem_gb,
+        n_archs=n_archs,
+        max_jobs=max_jobs,
+        budget_gb=round(budget, 1),
+        measured_peak_gb=round(max_jobs * measured_peak_gb, 1),
+        fits=budget + jobs.RESERVED_GB <= mem_gb,
+    )
 
 
 def wall_hours(cell: CellCost, fit: RunnerFit) -> float:
@@ -148,47 +171,186 @@ class Report:
         return [runner_fit(cpus, gb, cell.n_archs, 1, peak) for cpus, gb in self.runners for cell, _ in self.cells]
 
     def tables(self) -> list[tuple[str, list[str], list[list]]]:
-        out = [("Measured TU compiles (one arch each)", ["TU", "arch", "CPU s", "wall s", "peak RSS GB", "torch", "source"],
-                [[s.tu, s.arch, s.cpu_s, s.wall_s, s.peak_rss_gb, s.torch, s.source] for s in self.measurements.samples])]
-        out.append(("Per TU class, per SASS arch (linear in head dim)", ["class", "hdims measured", "mean CPU min", "worst TU CPU min", "peak RSS GB"],
-                    [[c.tu_class, ",".join(map(str, c.measured_hdims)) or "assumed", round(c.mean_cpu_s / 60, 2), round(c.worst_cpu_s / 60, 2), c.peak_rss_gb]
-                     for c in (self.costs[k] for k in CLASSES if k in self.costs)]))
+        out = [
+            (
+                "Measured TU compiles (one arch each)",
+                ["TU", "arch", "CPU s", "wall s", "peak RSS GB", "torch", "source"],
+                [
+                    [s.tu, s.arch, s.cpu_s, s.wall_s, s.peak_rss_gb, s.torch, s.source]
+                    for s in self.measurements.samples
+                ],
+            )
+        ]
+        out.append(
+            (
+                "Per TU class, per SASS arch (linear in head dim)",
+                ["class", "hdims measured", "mean CPU min", "worst TU CPU min", "peak RSS GB"],
+                [
+                    [
+                        c.tu_class,
+                        ",".join(map(str, c.measured_hdims)) or "assumed",
+                        round(c.mean_cpu_s / 60, 2),
+                        round(c.worst_cpu_s / 60, 2),
+                        c.peak_rss_gb,
+                    ]
+                    for c in (self.costs[k] for k in CLASSES if k in self.costs)
+                ],
+            )
+        )
         rows = []
         for cell, used_by in self.cells:
             walls = [f"{wall_hours(cell, runner_fit(cpus, gb, cell.n_archs))} h" for cpus, gb in self.runners]
             cold = round(cell.cpu_h * used_by, 1)
             shared = round(cell.cpu_h * self.kernel_groups.get(cell.cuda_archs, 0), 1)
-            rows.append([cell.cuda_archs, cell.n_archs, cell.tus, cell.cpu_h, cell.worst_tu_cpu_min, *walls, used_by, cold, shared])
-        out.append(("Kernels of one cell, per arch list in variants/matrix.yaml",
-                    ["archs", "SASS", "TUs", "CPU h", "worst TU CPU min", *(f"wall {c}c/{g:g}GB" for c, g in self.runners),
-                     "matrix cells", "CPU h all cells", "CPU h, one per cache key"], rows))
-        out.append(("MAX_JOBS the build script picks (NVCC_THREADS=1); memory = what it sees as available",
-                    ["cores", "GB", "SASS archs", "MAX_JOBS", "policy budget GB", "measured peak GB", "fits"],
-                    [[f.cpus, f.mem_gb, f.n_archs, f.max_jobs, f.budget_gb, f.measured_peak_gb, "yes" if f.fits else "NO"] for f in self.fits()]))
-        out.append(("Cross-python reuse through ccache (second python vs cold first, same TUs, one run)",
-                    ["TUs", "arch", "variants", "cold wall s", "cold CPU s", "2nd wall s", "2nd CPU s", "wall ratio", "CPU ratio", "hit rate", "cache"],
-                    [[len(r.tus), r.arch, f"{r.first} -> {r.second}", r.cold_wall_s, r.cold_cpu_s, r.second_wall_s, r.second_cpu_s,
-                      f"{r.wall_ratio:.3f}", f"{r.cpu_ratio:.3f}", f"{r.hit_rate:.0%}", r.cache] for r in self.measurements.reuse]))
-        out.append(("For variants/build-cost.yaml `classes:` (faforge plan)", ["class", "line"],
-                    [[c.tu_class, f"{c.tu_class}: {{minutes_per_arch: {c.mean_cpu_s / 60:.1f}, peak_gb: {c.peak_rss_gb}}}"]
-                     for c in (self.costs[k] for k in CLASSES if k in self.costs)]))
+            rows.append(
+                [
+                    cell.cuda_archs,
+                    cell.n_archs,
+                    cell.tus,
+                    cell.cpu_h,
+                    cell.worst_tu_cpu_min,
+                    *walls,
+                    used_by,
+                    cold,
+                    shared,
+                ]
+            )
+        out.append(
+            (
+                "Kernels of one cell, per arch list in variants/matrix.yaml",
+                [
+                    "archs",
+                    "SASS",
+                    "TUs",
+                    "CPU h",
+                    "worst TU CPU min",
+                    *(f"wall {c}c/{g:g}GB" for c, g in self.runners),
+                    "matrix cells",
+                    "CPU h all cells",
+                    "CPU h, one per cache key",
+                ],
+                rows,
+            )
+        )
+        out.append(
+            (
+                "MAX_JOBS the build script picks (NVCC_THREADS=1); memory = what it sees as available",
+                ["cores", "GB", "SASS archs", "MAX_JOBS", "policy budget GB", "measured peak GB", "fits"],
+                [
+                    [
+                        f.cpus,
+                        f.mem_gb,
+                        f.n_archs,
+                        f.max_jobs,
+                        f.budget_gb,
+                        f.measured_peak_gb,
+                        "yes" if f.fits else "NO",
+                    ]
+                    for f in self.fits()
+                ],
+            )
+        )
+        out.append(
+            (
+                "Cross-python reuse through ccache (second python vs cold first, same TUs, one run)",
+                [
+                    "TUs",
+                    "arch",
+                    "variants",
+                    "cold wall s",
+                    "cold CPU s",
+                    "2nd wall s",
+                    "2nd CPU s",
+                    "wall ratio",
+                    "CPU ratio",
+                    "hit rate",
+                    "cache",
+                ],
+                [
+                    [
+                        len(r.tus),
+                        r.arch,
+                        f"{r.first} -> {r.second}",
+                        r.cold_wall_s,
+                        r.cold_cpu_s,
+                        r.second_wall_s,
+                        r.second_cpu_s,
+                        f"{r.wall_ratio:.3f}",
+                        f"{r.cpu_ratio:.3f}",
+                        f"{r.hit_rate:.0%}",
+                        r.cache,
+                    ]
+                    for r in self.measurements.reuse
+                ],
+            )
+        )
+        out.append(
+            (
+                "For variants/build-cost.yaml `classes:` (faforge plan)",
+                ["class", "line"],
+                [
+                    [
+                        c.tu_class,
+                        f"{c.tu_class}: {{minutes_per_arch: {c.mean_cpu_s / 60:.1f}, peak_gb: {c.peak_rss_gb}}}",
+                    ]
+                    for c in (self.costs[k] for k in CLASSES if k in self.costs)
+                ],
+            )
+        )
         return out
 
     def as_json(self) -> dict:
         return {
-            "classes": {c.tu_class: {"measured_hdims": list(c.measured_hdims), "mean_cpu_s": c.mean_cpu_s, "worst_cpu_s": c.worst_cpu_s,
-                                     "peak_rss_gb": c.peak_rss_gb} for c in self.costs.values()},
-            "cells": [{"cuda_archs": c.cuda_archs, "sass_archs": c.n_archs, "tus": c.tus, "cpu_h": c.cpu_h,
-                       "worst_tu_cpu_min": c.worst_tu_cpu_min, "matrix_cells": n, "cache_keys": self.kernel_groups.get(c.cuda_archs, 0)}
-                      for c, n in self.cells],
-            "max_jobs": [{"cpus": f.cpus, "mem_gb": f.mem_gb, "sass_archs": f.n_archs, "max_jobs": f.max_jobs,
-                          "budget_gb": f.budget_gb, "fits": f.fits} for f in self.fits()],
-            "reuse": [{"tus": r.tus, "arch": r.arch, "first": r.first, "second": r.second, "wall_ratio": round(r.wall_ratio, 4),
-                       "cpu_ratio": round(r.cpu_ratio, 4), "hit_rate": round(r.hit_rate, 4)} for r in self.measurements.reuse],
+            "classes": {
+                c.tu_class: {
+                    "measured_hdims": list(c.measured_hdims),
+                    "mean_cpu_s": c.mean_cpu_s,
+                    "worst_cpu_s": c.worst_cpu_s,
+                    "peak_rss_gb": c.peak_rss_gb,
+                }
+                for c in self.costs.values()
+            },
+            "cells": [
+                {
+                    "cuda_archs": c.cuda_archs,
+                    "sass_archs": c.n_archs,
+                    "tus": c.tus,
+                    "cpu_h": c.cpu_h,
+                    "worst_tu_cpu_min": c.worst_tu_cpu_min,
+                    "matrix_cells": n,
+                    "cache_keys": self.kernel_groups.get(c.cuda_archs, 0),
+                }
+                for c, n in self.cells
+            ],
+            "max_jobs": [
+                {
+                    "cpus": f.cpus,
+                    "mem_gb": f.mem_gb,
+                    "sass_archs": f.n_archs,
+                    "max_jobs": f.max_jobs,
+                    "budget_gb": f.budget_gb,
+                    "fits": f.fits,
+                }
+                for f in self.fits()
+            ],
+            "reuse": [
+                {
+                    "tus": r.tus,
+                    "arch": r.arch,
+                    "first": r.first,
+                    "second": r.second,
+                    "wall_ratio": round(r.wall_ratio, 4),
+                    "cpu_ratio": round(r.cpu_ratio, 4),
+                    "hit_rate": round(r.hit_rate, 4),
+                }
+                for r in self.measurements.reuse
+            ],
         }
 
 
-def report(measurements: Measurements, runners: list[tuple[int, float]], matrix_cells: list[Cell] | None = None) -> Report:
+def report(
+    measurements: Measurements, runners: list[tuple[int, float]], matrix_cells: list[Cell] | None = None
+) -> Report:
     costs = class_costs(measurements.samples)
     if matrix_cells is None:
         matrix = load_matrix()

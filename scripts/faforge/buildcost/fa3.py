@@ -170,8 +170,15 @@ def _fit(tu_class: str, status: str, points: list[Timed], factor: float = 1.0) -
     dims = [(head_dim(t.sample.tu) or 0, t.per_pass_s * factor) for t in points]
     slope, intercept = linear_fit(dims)
     peaks = [t.sample.peak_rss_gb for t in points if t.sample.peak_rss_gb is not None]
-    return ClassCost(tu_class=tu_class, status=status, slope=slope, intercept=intercept,
-                     hdims=tuple(sorted({h for h, _ in dims if h})), samples=len(points), peak_rss_gb=max(peaks, default=None))
+    return ClassCost(
+        tu_class=tu_class,
+        status=status,
+        slope=slope,
+        intercept=intercept,
+        hdims=tuple(sorted({h for h, _ in dims if h})),
+        samples=len(points),
+        peak_rss_gb=max(peaks, default=None),
+    )
 
 
 def feature_ratio(reference: list[Timed]) -> tuple[float | None, tuple[str, ...]]:
@@ -180,8 +187,11 @@ def feature_ratio(reference: list[Timed]) -> tuple[float | None, tuple[str, ...]
     for t in reference:
         if not t.full and t.tu_class in KERNEL_CLASSES:
             trimmed[t.key()].append(t.per_pass_s)
-    ratios = [(t.tu_class, t.per_pass_s / (sum(trimmed[t.key()]) / len(trimmed[t.key()])))
-              for t in reference if t.full and trimmed.get(t.key())]
+    ratios = [
+        (t.tu_class, t.per_pass_s / (sum(trimmed[t.key()]) / len(trimmed[t.key()])))
+        for t in reference
+        if t.full and trimmed.get(t.key())
+    ]
     if not ratios:
         return None, ()
     return sum(r for _, r in ratios) / len(ratios), tuple(sorted({c for c, _ in ratios}))
@@ -201,27 +211,38 @@ def class_costs(reference: list[Timed]) -> tuple[dict[str, ClassCost], float | N
         elif trimmed and name in TRIM_FREE:
             costs[name] = _fit(name, "measured, trimmed build", trimmed)
         elif trimmed and name in KERNEL_CLASSES and ratio:
-            costs[name] = _fit(name, f"scaled x {ratio:.2f}, the full/trimmed ratio of {', '.join(ratio_from)}", trimmed, ratio)
+            costs[name] = _fit(
+                name, f"scaled x {ratio:.2f}, the full/trimmed ratio of {', '.join(ratio_from)}", trimmed, ratio
+            )
         elif trimmed:
             costs[name] = _fit(name, "lower bound: trimmed build, no full/trimmed ratio measured", trimmed)
     known = [costs[c] for c in KERNEL_CLASSES if c in costs]
     for name in CLASSES:
         if name not in costs and known:
             mean = sum(c.at_hdim128_s for c in known) / len(known)
-            costs[name] = ClassCost(tu_class=name, status=f"assumed: mean of {', '.join(c.tu_class for c in known)}", slope=0.0,
-                                    intercept=mean, hdims=(), samples=0, peak_rss_gb=None)
+            costs[name] = ClassCost(
+                tu_class=name,
+                status=f"assumed: mean of {', '.join(c.tu_class for c in known)}",
+                slope=0.0,
+                intercept=mean,
+                hdims=(),
+                samples=0,
+                peak_rss_gb=None,
+            )
     return {name: costs[name] for name in CLASSES if name in costs}, ratio, ratio_from
 
 
 def platform_ratio(samples: list[Timed], platform: str) -> tuple[float | None, int]:
     """CPU of `platform` over the reference platform's, over kernel TUs timed for both with the same
     features and archs; (None, 0) without such a pair."""
+
     def keyed(p):
         cpu = defaultdict(list)
         for t in samples:
             if t.build.platform == p and t.tu_class in KERNEL_CLASSES:
                 cpu[(t.sample.tu, t.build.disabled_set, t.build.archs)].append(t.cpu_s)
         return {k: sum(v) / len(v) for k, v in cpu.items()}
+
     mine, reference = keyed(platform), keyed(REFERENCE_PLATFORM)
     both = [k for k in mine if k in reference]
     if not both:

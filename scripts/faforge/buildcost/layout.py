@@ -114,12 +114,22 @@ class LayoutSources:
     sdist: Path
 
 
-def make_layout(base: Path, *, build_id: str, placeholder_length: int, python_version: str,
-                sources: LayoutSources, tus: list[str], triplet: str) -> Layout:
+def make_layout(
+    base: Path,
+    *,
+    build_id: str,
+    placeholder_length: int,
+    python_version: str,
+    sources: LayoutSources,
+    tus: list[str],
+    triplet: str,
+) -> Layout:
     root = base / "bld" / f"rattler-build_{FLASH_ATTN.package}_{build_id}"
     if root.exists():
         raise FaforgeError(f"{root} exists", hint="use a fresh --workdir for each benchmark run")
-    layout = Layout(root=root, host_env=root / placeholder_name(placeholder_length), python_version=python_version, triplet=triplet)
+    layout = Layout(
+        root=root, host_env=root / placeholder_name(placeholder_length), python_version=python_version, triplet=triplet
+    )
     _tree(sources.cuda_home.resolve(), layout.build_env, hardlink=True)
     _conda_forge_profile(layout.build_env)
     _tree(sources.torch_include, layout.torch_include, hardlink=True)

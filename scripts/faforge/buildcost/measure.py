@@ -55,18 +55,29 @@ class Timing:
     stderr_tail: str
 
 
-def nvcc_command(nvcc_argv: list[str], source: Path, obj: Path, include_dirs: list[str], spec: CompileSpec,
-                 output_kind: str = "-c") -> list[str]:
+def nvcc_command(
+    nvcc_argv: list[str], source: Path, obj: Path, include_dirs: list[str], spec: CompileSpec, output_kind: str = "-c"
+) -> list[str]:
     """`nvcc_argv` is $PYTORCH_NVCC split into words (possibly a launcher and nvcc) or [nvcc];
     `output_kind` "-cubin" stops after the device code, for SASS comparisons."""
     archs = arch_lists.parse_arch_list(spec.archs)
     return [
-        *nvcc_argv, "-MD", "-MF", f"{obj}.d",
+        *nvcc_argv,
+        "-MD",
+        "-MF",
+        f"{obj}.d",
         *(f"-I{d}" for d in include_dirs),
-        output_kind, str(source), "-o", str(obj),
+        output_kind,
+        str(source),
+        "-o",
+        str(obj),
         *TORCH_NVCC_FLAGS,
-        *flags.NVCC_FLAGS, f"-std={spec.cxx_std}", f"-D_GLIBCXX_USE_CXX11_ABI={spec.cxx11_abi}",
-        "--threads", str(spec.nvcc_threads), *arch_lists.gencode_flags(archs),
+        *flags.NVCC_FLAGS,
+        f"-std={spec.cxx_std}",
+        f"-D_GLIBCXX_USE_CXX11_ABI={spec.cxx11_abi}",
+        "--threads",
+        str(spec.nvcc_threads),
+        *arch_lists.gencode_flags(archs),
         *TORCH_EXTENSION_DEFINES,
     ]
 

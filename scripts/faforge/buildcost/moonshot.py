@@ -52,7 +52,7 @@ def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: 
         print(f"  {name}: {timing.cpu_s:.0f}s cpu, {timing.wall_s:.0f}s wall", flush=True)
     names = list(objects)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             report["preprocessed"][f"{a} vs {b}"] = asdict(source_diff(texts[a], texts[b]))
             report["objects"][f"{a} vs {b}"] = asdict(object_diff(objects[a], objects[b]))
     return report
@@ -61,7 +61,9 @@ def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m faforge.buildcost.moonshot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sdist", type=Path, required=True, help=f"unpacked {FLASH_ATTN.package} sdist")
-    parser.add_argument("--torch-include", type=Path, action="append", required=True, help="a torch include dir (give two or more)")
+    parser.add_argument(
+        "--torch-include", type=Path, action="append", required=True, help="a torch include dir (give two or more)"
+    )
     parser.add_argument("--tu", default="flash_fwd_hdim32_fp16_sm80.cu")
     parser.add_argument("--arch", default="80")
     parser.add_argument("--cuda-home", type=Path, default=Path("/usr/local/cuda"))
@@ -70,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            report = run(args.sdist, args.torch_include, args.tu, args.arch, args.cuda_home, args.nice, args.out or Path(tmp))
+            report = run(
+                args.sdist, args.torch_include, args.tu, args.arch, args.cuda_home, args.nice, args.out or Path(tmp)
+            )
     except FaforgeError as exc:
         print(f"moonshot: error: {exc}", file=sys.stderr)
         return exc.exit_code

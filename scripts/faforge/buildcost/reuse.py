@@ -40,18 +40,39 @@ def compile_env(layout: Layout, ccache: str, cache_dir: Path) -> tuple[dict[str,
     env = dict(os.environ)
     env["CUDA_INCLUDE_DIRS"] = layout.cuda_include_dirs_env()
     cuda_dirs = toolchain.nvcc_cuda_include_dirs(cuda_home, env, layout.triplet)
-    view = compiler_cache.include_view(layout.build_dir / compiler_cache.INCLUDE_VIEW_DIR, compiler_cache.view_roots(str(layout.torch_include), cuda_home, cuda_dirs))
-    torch_dirs = [str(layout.torch_include), str(layout.torch_include / "torch/csrc/api/include"), str(Path(cuda_home) / "include")]
-    include_dirs = [*compiler_cache.through_view(layout.flash_attn_include_dirs() + torch_dirs + cuda_dirs, view), str(layout.python_include)]
-    identity = compiler_cache.compiler_identity([compiler_cache.version_text(str(layout.nvcc)), compiler_cache.version_text(env.get("CC") or "gcc")])
+    view = compiler_cache.include_view(
+        layout.build_dir / compiler_cache.INCLUDE_VIEW_DIR,
+        compiler_cache.view_roots(str(layout.torch_include), cuda_home, cuda_dirs),
+    )
+    torch_dirs = [
+        str(layout.torch_include),
+        str(layout.torch_include / "torch/csrc/api/include"),
+        str(Path(cuda_home) / "include"),
+    ]
+    include_dirs = [
+        *compiler_cache.through_view(layout.flash_attn_include_dirs() + torch_dirs + cuda_dirs, view),
+        str(layout.python_include),
+    ]
+    identity = compiler_cache.compiler_identity(
+        [compiler_cache.version_text(str(layout.nvcc)), compiler_cache.version_text(env.get("CC") or "gcc")]
+    )
     base_dir = compiler_cache.ccache_base_dir(layout.work, [str(layout.host_env), cuda_home])
     env.update(compiler_cache.ccache_env(ccache, str(layout.nvcc), base_dir, identity))
     env["CCACHE_DIR"] = str(cache_dir)
     return env, include_dirs
 
 
-def compile_variant(name: str, layout: Layout, tus: list[str], spec: CompileSpec, *, ccache: str,
-                    cache_dir: Path, nice: int, on_done: Callable[[TuRun], None] | None = None) -> list[TuRun]:
+def compile_variant(
+    name: str,
+    layout: Layout,
+    tus: list[str],
+    spec: CompileSpec,
+    *,
+    ccache: str,
+    cache_dir: Path,
+    nice: int,
+    on_done: Callable[[TuRun], None] | None = None,
+) -> list[TuRun]:
     env, include_dirs = compile_env(layout, ccache, cache_dir)
     nvcc_argv = shlex.split(env["PYTORCH_NVCC"])
     runs = []
@@ -61,7 +82,9 @@ def compile_variant(name: str, layout: Layout, tus: list[str], spec: CompileSpec
         before = compiler_cache.ccache_counts(ccache, env)
         timing = run_timed(nvcc_command(nvcc_argv, source, obj, include_dirs, spec), layout.temp_dir, env, nice)
         if timing.returncode != 0:
-            raise FaforgeError(f"{name}: nvcc failed on {tu} (exit {timing.returncode})", hint=timing.stderr_tail.strip()[-800:])
+            raise FaforgeError(
+                f"{name}: nvcc failed on {tu} (exit {timing.returncode})", hint=timing.stderr_tail.strip()[-800:]
+            )
         hits, misses = compiler_cache.hits_and_misses(before, compiler_cache.ccache_counts(ccache, env))
         run = TuRun(variant=name, tu=tu, timing=timing, hits=hits, misses=misses)
         runs.append(run)

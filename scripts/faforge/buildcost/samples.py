@@ -124,7 +124,9 @@ class Fa3Build:
     build: str  # its name, which its samples cite
     platform: str  # the target platform; linux-aarch64 is cross-compiled on x86_64, as CI builds it
     archs: str  # its GPU arch list, '90a' or '80;90a' (each TU compiles the ones fa3_backend.gencode gives it)
-    disabled: str  # the FLASH_ATTENTION_DISABLE_* features it built without, comma-separated; '' for a package's full build
+    disabled: (
+        str  # the FLASH_ATTENTION_DISABLE_* features it built without, comma-separated; '' for a package's full build
+    )
     nvcc: str
     torch: str  # whose headers the glue compiled against
     cpu_s: float | None  # user+system time of the whole build; None when only its TUs were timed
@@ -186,8 +188,16 @@ def _entry(path: Path, key: str, raw: object, cls: type[D]) -> D:
 def load(path: Path | None = None) -> Measurements:
     path = path or default_path()
     raw = load_yaml(path, hint="measure with `faforge bench-build --measure --write`")
-    if not isinstance(raw, dict) or raw.get("schema") != 1 or not {"schema", "samples", "reuse"} <= set(raw) <= set(KEYS):
-        raise DataError(path, "schema", "expected keys schema: 1, samples, reuse (and optionally glue, sizes, fa3_builds, fa3_samples)")
+    if (
+        not isinstance(raw, dict)
+        or raw.get("schema") != 1
+        or not {"schema", "samples", "reuse"} <= set(raw) <= set(KEYS)
+    ):
+        raise DataError(
+            path,
+            "schema",
+            "expected keys schema: 1, samples, reuse (and optionally glue, sizes, fa3_builds, fa3_samples)",
+        )
     for key in ("samples", "reuse"):
         if not isinstance(raw[key], (list, type(None))):
             raise DataError(path, key, f"invalid value {raw[key]!r}", hint="a list of measurements")
@@ -202,13 +212,19 @@ def load(path: Path | None = None) -> Measurements:
     sizes = tuple(_entry(path, f"sizes[{i}]", z, SizeSample) for i, z in enumerate(raw.get("sizes") or []))
     for i, size in enumerate(sizes):
         if size.part not in SIZE_PARTS:
-            raise DataError(path, f"sizes[{i}].part", f"invalid value {size.part!r}", hint=f"one of {', '.join(SIZE_PARTS)}")
+            raise DataError(
+                path, f"sizes[{i}].part", f"invalid value {size.part!r}", hint=f"one of {', '.join(SIZE_PARTS)}"
+            )
     fa3_builds = tuple(_fa3_build(path, f"fa3_builds[{i}]", b) for i, b in enumerate(_list(path, raw, "fa3_builds")))
     by_name = {b.build: b for b in fa3_builds}
     if len(by_name) != len(fa3_builds):
         raise DataError(path, "fa3_builds", "two builds share a name", hint="give each build its own `build:` name")
-    fa3_samples = tuple(_fa3_sample(path, f"fa3_samples[{i}]", s, by_name) for i, s in enumerate(_list(path, raw, "fa3_samples")))
-    return Measurements(path=path, samples=samples, reuse=reuse, glue=glue, sizes=sizes, fa3_builds=fa3_builds, fa3_samples=fa3_samples)
+    fa3_samples = tuple(
+        _fa3_sample(path, f"fa3_samples[{i}]", s, by_name) for i, s in enumerate(_list(path, raw, "fa3_samples"))
+    )
+    return Measurements(
+        path=path, samples=samples, reuse=reuse, glue=glue, sizes=sizes, fa3_builds=fa3_builds, fa3_samples=fa3_samples
+    )
 
 
 def _list(path: Path, raw: dict, key: str) -> list:
@@ -221,7 +237,9 @@ def _list(path: Path, raw: dict, key: str) -> list:
 def _fa3_build(path: Path, key: str, raw: object) -> Fa3Build:
     build = _entry(path, key, raw, Fa3Build)
     if build.platform not in PLATFORMS:
-        raise DataError(path, f"{key}.platform", f"invalid value {build.platform!r}", hint=f"one of {', '.join(PLATFORMS)}")
+        raise DataError(
+            path, f"{key}.platform", f"invalid value {build.platform!r}", hint=f"one of {', '.join(PLATFORMS)}"
+        )
     for name, check in (("archs", fa3_backend.parse_archs), ("disabled", fa3_backend.parse_disabled)):
         try:
             check(getattr(build, name))
@@ -234,11 +252,20 @@ def _fa3_sample(path: Path, key: str, raw: object, builds: dict[str, Fa3Build]) 
     sample = _entry(path, key, raw, Fa3Sample)
     build = builds.get(sample.build)
     if build is None:
-        raise DataError(path, f"{key}.build", f"no fa3_builds entry named {sample.build!r}", hint=f"one of {', '.join(builds) or '(none yet)'}")
+        raise DataError(
+            path,
+            f"{key}.build",
+            f"no fa3_builds entry named {sample.build!r}",
+            hint=f"one of {', '.join(builds) or '(none yet)'}",
+        )
     names = {Path(tu).name for tu in fa3_backend.sources(build.disabled_set)}
     if sample.tu not in names:
-        raise DataError(path, f"{key}.tu", f"{sample.tu!r} is not a TU of a build without {build.disabled or 'no feature'}",
-                        hint="a file name as the build compiles it, e.g. flash_fwd_hdim128_bf16_sm90.cu")
+        raise DataError(
+            path,
+            f"{key}.tu",
+            f"{sample.tu!r} is not a TU of a build without {build.disabled or 'no feature'}",
+            hint="a file name as the build compiles it, e.g. flash_fwd_hdim128_bf16_sm90.cu",
+        )
     return sample
 
 

@@ -44,8 +44,11 @@ class Bytes:
         return Bytes(self.raw * n, self.zstd * n)
 
     def words(self) -> str:
-        return f"{self.zstd / 1e9:,.2f} GB ({self.raw / 1e9:,.1f} GB raw)" if self.raw >= 1e9 else \
-            f"{self.zstd / 1e6:,.1f} MB ({self.raw / 1e6:,.1f} MB raw)"
+        return (
+            f"{self.zstd / 1e9:,.2f} GB ({self.raw / 1e9:,.1f} GB raw)"
+            if self.raw >= 1e9
+            else f"{self.zstd / 1e6:,.1f} MB ({self.raw / 1e6:,.1f} MB raw)"
+        )
 
 
 @dataclass(frozen=True)
@@ -65,15 +68,20 @@ def size_model(sizes: tuple[SizeSample, ...]) -> SizeModel:
     by_part = {s.part: s for s in sizes}
     missing = [p for p in ("kernel-library", "fatbin", "glue") if p not in by_part]
     if missing:
-        raise FaforgeError(f"variants/build-measurements.yaml has no `sizes` entry for {', '.join(missing)}",
-                           hint=f"measure one real split build's {FLASH_ATTN.kernel_library}, "
-                                "its .nv_fatbin section and its glue module (variants/README.md)")
+        raise FaforgeError(
+            f"variants/build-measurements.yaml has no `sizes` entry for {', '.join(missing)}",
+            hint=f"measure one real split build's {FLASH_ATTN.kernel_library}, "
+            "its .nv_fatbin section and its glue module (variants/README.md)",
+        )
     library, fat, glue = by_part["kernel-library"], by_part["fatbin"], by_part["glue"]
     if library.sass_archs != fat.sass_archs:
         raise FaforgeError("the kernel-library and fatbin `sizes` entries come from builds with different arch counts")
     per_arch = Bytes(fat.bytes // fat.sass_archs, fat.zstd_bytes // fat.sass_archs)
-    return SizeModel(per_arch=per_arch, kernel_host=Bytes(library.bytes - fat.bytes, library.zstd_bytes - fat.zstd_bytes),
-                     glue=Bytes(glue.bytes, glue.zstd_bytes))
+    return SizeModel(
+        per_arch=per_arch,
+        kernel_host=Bytes(library.bytes - fat.bytes, library.zstd_bytes - fat.zstd_bytes),
+        glue=Bytes(glue.bytes, glue.zstd_bytes),
+    )
 
 
 @dataclass(frozen=True)
@@ -114,8 +122,14 @@ class LayoutCrossing:
     after: Bytes
 
     def as_json(self) -> dict:
-        return {"cuda": self.cuda, "cuda_archs": self.cuda_archs, "torch_from": self.torch_from, "torch_to": self.torch_to,
-                "before": self.before.zstd, "after": self.after.zstd}
+        return {
+            "cuda": self.cuda,
+            "cuda_archs": self.cuda_archs,
+            "torch_from": self.torch_from,
+            "torch_to": self.torch_to,
+            "before": self.before.zstd,
+            "after": self.after.zstd,
+        }
 
 
 def layout_crossing(cells: list[Cell], sizes: SizeModel) -> LayoutCrossing | None:
@@ -128,9 +142,14 @@ def layout_crossing(cells: list[Cell], sizes: SizeModel) -> LayoutCrossing | Non
         return None
     (cuda, archs), by_bits = max(both, key=lambda kv: (sass_arch_count(kv[0][1]), vtuple(kv[0][0])))
     n = sass_arch_count(archs)
-    return LayoutCrossing(cuda=cuda, cuda_archs=archs, torch_from=max(by_bits[min(by_bits)], key=vtuple),
-                          torch_to=min(by_bits[max(by_bits)], key=vtuple), before=sizes.package_before(n),
-                          after=sizes.glue + sizes.kernel_library(n))
+    return LayoutCrossing(
+        cuda=cuda,
+        cuda_archs=archs,
+        torch_from=max(by_bits[min(by_bits)], key=vtuple),
+        torch_to=min(by_bits[max(by_bits)], key=vtuple),
+        before=sizes.package_before(n),
+        after=sizes.glue + sizes.kernel_library(n),
+    )
 
 
 @dataclass(frozen=True)
@@ -154,20 +173,50 @@ class SplitReport:
         m = self.new_minor
         glue_h = m.cells * self.glue_cpu_min / 60
         return [
-            ["cold kernel builds for the whole matrix", f"{self.kernel_builds_before} (one per cache key)",
-             f"{self.kernel_builds_after} (one per platform, CUDA, archs, Philox layout)"],
+            [
+                "cold kernel builds for the whole matrix",
+                f"{self.kernel_builds_before} (one per cache key)",
+                f"{self.kernel_builds_after} (one per platform, CUDA, archs, Philox layout)",
+            ],
             ["kernel CPU hours, whole matrix", f"{self.kernel_cpu_h_before:,.0f}", f"{self.kernel_cpu_h_after:,.0f}"],
-            [f"adding torch {m.torch_minor} ({m.world}, {m.cells} cells): kernel compiles",
-             f"{m.kernel_builds_before} builds, {m.kernel_cpu_h_before:,.0f} CPU h", f"{m.kernel_builds_after} builds, {m.kernel_cpu_h_after:,.0f} CPU h"],
-            [f"adding torch {m.torch_minor}: glue compiles (flash_api.cpp)", f"{m.cells} x {self.glue_cpu_min:.1f} CPU min = {glue_h:.1f} CPU h",
-             f"{m.cells} x {self.glue_cpu_min:.1f} CPU min = {glue_h:.1f} CPU h"],
-            ["one glue build (flash_api.cpp), CPU min, measured", f"{self.glue_cpu_min:.1f} (inside every cell's build)", f"{self.glue_cpu_min:.1f} (a cell's whole compile)"],
-            [f"package bytes on the channel, whole matrix ({self.cells} cells)", self.channel_before.words(), self.channel_after.words()],
-            [f"download when switching torch minor (same CUDA and Philox layout, archs {self.switch_archs})",
-             self.switch_before.words(), self.switch_after.words()],
-            *([["download when switching across the Philox layout (torch "
-                f"{x.torch_from} -> {x.torch_to} on CUDA {x.cuda}, "
-                f"archs {x.cuda_archs})", x.before.words(), x.after.words()]] if (x := self.crossing) else []),
+            [
+                f"adding torch {m.torch_minor} ({m.world}, {m.cells} cells): kernel compiles",
+                f"{m.kernel_builds_before} builds, {m.kernel_cpu_h_before:,.0f} CPU h",
+                f"{m.kernel_builds_after} builds, {m.kernel_cpu_h_after:,.0f} CPU h",
+            ],
+            [
+                f"adding torch {m.torch_minor}: glue compiles (flash_api.cpp)",
+                f"{m.cells} x {self.glue_cpu_min:.1f} CPU min = {glue_h:.1f} CPU h",
+                f"{m.cells} x {self.glue_cpu_min:.1f} CPU min = {glue_h:.1f} CPU h",
+            ],
+            [
+                "one glue build (flash_api.cpp), CPU min, measured",
+                f"{self.glue_cpu_min:.1f} (inside every cell's build)",
+                f"{self.glue_cpu_min:.1f} (a cell's whole compile)",
+            ],
+            [
+                f"package bytes on the channel, whole matrix ({self.cells} cells)",
+                self.channel_before.words(),
+                self.channel_after.words(),
+            ],
+            [
+                f"download when switching torch minor (same CUDA and Philox layout, archs {self.switch_archs})",
+                self.switch_before.words(),
+                self.switch_after.words(),
+            ],
+            *(
+                [
+                    [
+                        "download when switching across the Philox layout (torch "
+                        f"{x.torch_from} -> {x.torch_to} on CUDA {x.cuda}, "
+                        f"archs {x.cuda_archs})",
+                        x.before.words(),
+                        x.after.words(),
+                    ]
+                ]
+                if (x := self.crossing)
+                else []
+            ),
         ]
 
     def as_json(self) -> dict:
@@ -176,19 +225,33 @@ class SplitReport:
             "cells": self.cells,
             "kernel_builds": {"before": self.kernel_builds_before, "after": self.kernel_builds_after},
             "kernel_cpu_h": {"before": self.kernel_cpu_h_before, "after": self.kernel_cpu_h_after},
-            "new_torch_minor": {"world": m.world, "torch_minor": m.torch_minor, "cells": m.cells,
-                                "kernel_builds": {"before": m.kernel_builds_before, "after": m.kernel_builds_after},
-                                "kernel_cpu_h": {"before": m.kernel_cpu_h_before, "after": m.kernel_cpu_h_after},
-                                "glue_cpu_h": round(m.cells * self.glue_cpu_min / 60, 2)},
+            "new_torch_minor": {
+                "world": m.world,
+                "torch_minor": m.torch_minor,
+                "cells": m.cells,
+                "kernel_builds": {"before": m.kernel_builds_before, "after": m.kernel_builds_after},
+                "kernel_cpu_h": {"before": m.kernel_cpu_h_before, "after": m.kernel_cpu_h_after},
+                "glue_cpu_h": round(m.cells * self.glue_cpu_min / 60, 2),
+            },
             "glue_cpu_min": self.glue_cpu_min,
-            "channel_bytes": {"before": self.channel_before.zstd, "after": self.channel_after.zstd,
-                              "before_raw": self.channel_before.raw, "after_raw": self.channel_after.raw},
-            "switch_torch_minor_bytes": {"cuda_archs": self.switch_archs, "before": self.switch_before.zstd, "after": self.switch_after.zstd},
+            "channel_bytes": {
+                "before": self.channel_before.zstd,
+                "after": self.channel_after.zstd,
+                "before_raw": self.channel_before.raw,
+                "after_raw": self.channel_after.raw,
+            },
+            "switch_torch_minor_bytes": {
+                "cuda_archs": self.switch_archs,
+                "before": self.switch_before.zstd,
+                "after": self.switch_after.zstd,
+            },
             **({"switch_across_philox_layout_bytes": self.crossing.as_json()} if self.crossing else {}),
         }
 
 
-def split_report(measurements: Measurements, costs: dict[str, ClassCost], cells: list[Cell], kernels: list[KernelPackage]) -> SplitReport:
+def split_report(
+    measurements: Measurements, costs: dict[str, ClassCost], cells: list[Cell], kernels: list[KernelPackage]
+) -> SplitReport:
     if not measurements.glue:
         raise FaforgeError("variants/build-measurements.yaml has no `glue` entry (a measured flash_api.cpp compile)")
     sizes = size_model(measurements.sizes)
@@ -208,12 +271,18 @@ def split_report(measurements: Measurements, costs: dict[str, ClassCost], cells:
         kernel_cpu_h_after=round(sum(cpu_h[k.key.cuda_archs] for k in kernels), 1),
         glue_cpu_min=glue_cpu_min,
         glue_source=measurements.glue[0].source,
-        new_minor=NewMinor(world=newest.world, torch_minor=newest.torch_minor,
-                           cells=sum(1 for c in cells if c.torch_minor == newest.torch_minor and c.world == newest.world),
-                           kernel_builds_before=len(before_new), kernel_cpu_h_before=round(sum(cpu_h[c.cuda_archs] for c in before_new), 1),
-                           kernel_builds_after=len(after_new), kernel_cpu_h_after=round(sum(cpu_h[c.cuda_archs] for c in after_new), 1)),
+        new_minor=NewMinor(
+            world=newest.world,
+            torch_minor=newest.torch_minor,
+            cells=sum(1 for c in cells if c.torch_minor == newest.torch_minor and c.world == newest.world),
+            kernel_builds_before=len(before_new),
+            kernel_cpu_h_before=round(sum(cpu_h[c.cuda_archs] for c in before_new), 1),
+            kernel_builds_after=len(after_new),
+            kernel_cpu_h_after=round(sum(cpu_h[c.cuda_archs] for c in after_new), 1),
+        ),
         channel_before=sum((sizes.package_before(sass_arch_count(c.cuda_archs)) for c in cells), Bytes(0, 0)),
-        channel_after=sum((sizes.kernel_library(sass_arch_count(k.key.cuda_archs)) for k in kernels), Bytes(0, 0)) + sizes.glue * len(cells),
+        channel_after=sum((sizes.kernel_library(sass_arch_count(k.key.cuda_archs)) for k in kernels), Bytes(0, 0))
+        + sizes.glue * len(cells),
         switch_archs=widest.cuda_archs,
         switch_before=sizes.package_before(n_widest),
         switch_after=sizes.glue,

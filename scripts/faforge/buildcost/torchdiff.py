@@ -44,7 +44,9 @@ def find_tool(name: str) -> str:
 def preprocess(nvcc: str, source: Path, include_dirs: list[str], spec: CompileSpec, keep_dir: Path) -> dict[str, Path]:
     """{'host': .cpp4.ii, 'device': .cpp1.ii} exactly as nvcc would preprocess `source`."""
     keep_dir.mkdir(parents=True, exist_ok=True)
-    cmd = nvcc_command([nvcc, "--dryrun", "--keep", "--keep-dir", str(keep_dir)], source, keep_dir / "x.o", include_dirs, spec)
+    cmd = nvcc_command(
+        [nvcc, "--dryrun", "--keep", "--keep-dir", str(keep_dir)], source, keep_dir / "x.o", include_dirs, spec
+    )
     lines = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr.splitlines()
     outputs = {}
     for line in lines:
@@ -54,7 +56,9 @@ def preprocess(nvcc: str, source: Path, include_dirs: list[str], spec: CompileSp
             out = Path(shlex.split(command)[shlex.split(command).index("-o") + 1])
             outputs["device" if "-D__CUDA_ARCH__=" in command else "host"] = out
     if set(outputs) != {"host", "device"}:
-        raise FaforgeError(f"nvcc --dryrun for {source.name} showed no host and device preprocessing", hint=" ".join(cmd))
+        raise FaforgeError(
+            f"nvcc --dryrun for {source.name} showed no host and device preprocessing", hint=" ".join(cmd)
+        )
     return outputs
 
 
@@ -102,8 +106,14 @@ def source_diff(text_a: str, text_b: str) -> SourceDiff:
     code_a, files_a = split_preprocessed(text_a)
     code_b, files_b = split_preprocessed(text_b)
     removed, added = count_diff(code_a, code_b)
-    return SourceDiff(lines_a=len(code_a), lines_b=len(code_b), removed=removed, added=added,
-                      torch_headers_a=len(torch_headers(files_a)), torch_headers_b=len(torch_headers(files_b)))
+    return SourceDiff(
+        lines_a=len(code_a),
+        lines_b=len(code_b),
+        removed=removed,
+        added=added,
+        torch_headers_a=len(torch_headers(files_a)),
+        torch_headers_b=len(torch_headers(files_b)),
+    )
 
 
 # What cuobjdump prints around each cubin of an object's fatbin, and not for a bare .cubin.
@@ -112,8 +122,11 @@ _CONTAINER = re.compile(r"^(=+|arch = \S+|code version = .*|host = \S+|compile_s
 
 def sass_lines(cuobjdump_output: str, name: str) -> list[str]:
     """Instructions and kernel names only: no blank lines, no fatbin container header, no file name."""
-    return [line for line in cuobjdump_output.splitlines()
-            if line.strip() and "Fatbin" not in line and name not in line and not _CONTAINER.match(line)]
+    return [
+        line
+        for line in cuobjdump_output.splitlines()
+        if line.strip() and "Fatbin" not in line and name not in line and not _CONTAINER.match(line)
+    ]
 
 
 def cuobjdump(*args: str, cwd: str | None = None) -> str:
@@ -121,7 +134,9 @@ def cuobjdump(*args: str, cwd: str | None = None) -> str:
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(find_tool("nvdisasm")).parent), os.environ.get("PATH", "")]))
     result = subprocess.run([find_tool("cuobjdump"), *args], capture_output=True, text=True, cwd=cwd, env=env)
     if result.returncode != 0:
-        raise FaforgeError(f"cuobjdump {' '.join(args)} failed: {(result.stderr or result.stdout).strip()}", input=args[-1])
+        raise FaforgeError(
+            f"cuobjdump {' '.join(args)} failed: {(result.stderr or result.stdout).strip()}", input=args[-1]
+        )
     return result.stdout
 
 
@@ -157,13 +172,19 @@ class ObjectDiff:
 def object_diff(a: Path, b: Path) -> ObjectDiff:
     sa, sb = sass(a), sass(b)
     removed, added = count_diff(sa, sb)
+
     def torch_refs(obj):
         return [s for s in undefined_symbols(obj) if s.startswith(("c10::", "at::", "torch::"))]
+
     return ObjectDiff(
-        sass_lines_a=len(sa), sass_lines_b=len(sb), sass_removed=removed, sass_added=added,
+        sass_lines_a=len(sa),
+        sass_lines_b=len(sb),
+        sass_removed=removed,
+        sass_added=added,
         cubins_equal=cubin_digests(a) == cubin_digests(b),
         kernels=sum(1 for line in sa if "Function :" in line),
-        torch_symbols_a=torch_refs(a), torch_symbols_b=torch_refs(b),
+        torch_symbols_a=torch_refs(a),
+        torch_symbols_b=torch_refs(b),
         objects_equal=a.read_bytes() == b.read_bytes(),
     )
 

@@ -60,8 +60,10 @@ class _Capped(io.RawIOBase):
         data = self.stream.read(min(len(view), self.left + 1))
         self.left -= len(data)
         if self.left < 0:
-            raise FaforgeError(f"{self.what}: its {self.part} part decompresses to more than {self.cap >> 20} MiB", hint=REBUILD)
-        view[:len(data)] = data
+            raise FaforgeError(
+                f"{self.what}: its {self.part} part decompresses to more than {self.cap >> 20} MiB", hint=REBUILD
+            )
+        view[: len(data)] = data
         return len(data)
 
 
@@ -81,11 +83,17 @@ def _index_json_bytes(path: Path) -> bytes:
             infos = [n for n in names if n.startswith("info-") and n.endswith(".tar.zst")]
             odd = [n for n in names if not plain_name(n)] or [n for i, n in enumerate(names) if n in names[:i]]
             if odd or len(infos) != 1:
-                why = f"zip member {odd[0]!r} is not a plain, unique name" if odd else f"{len(infos)} info-*.tar.zst members, not one"
+                why = (
+                    f"zip member {odd[0]!r} is not a plain, unique name"
+                    if odd
+                    else f"{len(infos)} info-*.tar.zst members, not one"
+                )
                 raise FaforgeError(f"{path}: {why}", hint=REBUILD)
             with outer.open(infos[0]) as member:
                 counted, source = _counting(member)
-                reader = zstandard.ZstdDecompressor().stream_reader(source, read_size=ZSTD_READ_SIZE, read_across_frames=True)
+                reader = zstandard.ZstdDecompressor().stream_reader(
+                    source, read_size=ZSTD_READ_SIZE, read_across_frames=True
+                )
                 return _from_info_tar(io.BufferedReader(_Capped(reader, INFO_TAR_CAP, str(path))), path, counted)
     with open(path, "rb") as f:
         counted, source = _counting(f)
@@ -98,7 +106,9 @@ def _counting(stream: SupportsRead[bytes]) -> tuple[membercaps.CountingReader, I
     return counted, cast("IO[bytes]", counted)  # their stubs ask for a whole file object; read() is all they use
 
 
-def _from_info_tar(stream: IO[bytes], path: Path, counted: membercaps.CountingReader, *, only_info: bool = False) -> bytes:
+def _from_info_tar(
+    stream: IO[bytes], path: Path, counted: membercaps.CountingReader, *, only_info: bool = False
+) -> bytes:
     """index.json from a streamed tar, refusing hostile info/ members by the payload's rule (_member_problem),
     except where links point: rattler-build's own packages hold info/licenses/ files as absolute links
     into the build's recipe folder, and info/ is never unpacked into a prefix; faforge reads only
@@ -122,7 +132,9 @@ def _from_info_tar(stream: IO[bytes], path: Path, counted: membercaps.CountingRe
                 if not member.isreg():
                     raise FaforgeError(f"{path}: {INDEX_JSON} is a link, not the file itself", hint=REBUILD)
                 if member.size > INDEX_JSON_CAP:
-                    raise FaforgeError(f"{path}: {INDEX_JSON} is {member.size} bytes, over the cap of {INDEX_JSON_CAP}", hint=REBUILD)
+                    raise FaforgeError(
+                        f"{path}: {INDEX_JSON} is {member.size} bytes, over the cap of {INDEX_JSON_CAP}", hint=REBUILD
+                    )
                 data = tar.extractfile(member)
                 assert data is not None  # a regular member (isreg above) always has its data
                 found = data.read(INDEX_JSON_CAP + 1)
@@ -142,6 +154,7 @@ def parse_index_json(raw: bytes, what: str) -> dict:
 def check_index_json(data: dict, what: str) -> dict:
     """The fields faforge uses have their types, names are plain, and the subdir is one faforge
     writes to and agrees with the package's own platform and arch."""
+
     def wrong(field: str, expected: str) -> FaforgeError:
         value = data.get(field)
         shown = json.dumps(value)[:80]
@@ -163,9 +176,11 @@ def check_index_json(data: dict, what: str) -> dict:
             raise FaforgeError(f'{what}: "{field}" is {json.dumps(data[field])[:80]}, not a plain name', hint=REBUILD)
     problem = subdir_problem(data["subdir"], data.get("platform"), data.get("arch"))
     if problem:
-        raise FaforgeError(f"{what}: {problem}",
-                           hint="faforge publishes linux-64 (linux, x86_64), linux-aarch64 (linux, aarch64) and noarch packages; "
-                                "rebuild it for one of them")
+        raise FaforgeError(
+            f"{what}: {problem}",
+            hint="faforge publishes linux-64 (linux, x86_64), linux-aarch64 (linux, aarch64) and noarch packages; "
+            "rebuild it for one of them",
+        )
     return data
 
 
@@ -183,16 +198,29 @@ def check_payload(path: Path) -> None:
                 raise FaforgeError(f"{path}: {len(payloads)} pkg-*.tar.zst members, not one", hint=REBUILD)
             with outer.open(payloads[0]) as member:
                 counted, source = _counting(member)
-                reader = zstandard.ZstdDecompressor().stream_reader(source, read_size=ZSTD_READ_SIZE, read_across_frames=True)
-                _check_members(io.BufferedReader(_Capped(reader, PAYLOAD_CAP, str(path), "payload")), path, counted, skip_info=False)
+                reader = zstandard.ZstdDecompressor().stream_reader(
+                    source, read_size=ZSTD_READ_SIZE, read_across_frames=True
+                )
+                _check_members(
+                    io.BufferedReader(_Capped(reader, PAYLOAD_CAP, str(path), "payload")),
+                    path,
+                    counted,
+                    skip_info=False,
+                )
         return
     with open(path, "rb") as f:
         counted, source = _counting(f)
-        _check_members(io.BufferedReader(_Capped(bz2.BZ2File(source), PAYLOAD_CAP, str(path), "payload")), path, counted,
-                       skip_info=True)
+        _check_members(
+            io.BufferedReader(_Capped(bz2.BZ2File(source), PAYLOAD_CAP, str(path), "payload")),
+            path,
+            counted,
+            skip_info=True,
+        )
 
 
-def capped_members(tar: tarfile.TarFile, counted: membercaps.CountingReader, path: Path, *, capped: tuple[str, ...] = ()) -> Iterator[tarfile.TarInfo]:
+def capped_members(
+    tar: tarfile.TarFile, counted: membercaps.CountingReader, path: Path, *, capped: tuple[str, ...] = ()
+) -> Iterator[tarfile.TarInfo]:
     """The members of a streamed tar, each within faforge.membercaps' caps: its declared size judged from
     its header, before any of its data is read; a regular member of RATIO_MIN_BYTES or more then read
     through in chunks, its decompressed bytes held against the compressed bytes `counted` saw go by since
@@ -232,8 +260,9 @@ def _check_members(stream: IO[bytes], path: Path, counted: membercaps.CountingRe
                 links.add(name)
 
 
-def _member_problem(member: tarfile.TarInfo, parts: list[str], seen: set[str], links: set[str], *,
-                    link_targets: bool = True) -> str | None:
+def _member_problem(
+    member: tarfile.TarInfo, parts: list[str], seen: set[str], links: set[str], *, link_targets: bool = True
+) -> str | None:
     if member.name.startswith("/") or ".." in parts or not parts:
         return "is not a relative path inside the package"
     name = "/".join(parts)

@@ -78,9 +78,11 @@ def place_file(source: Path, channel: Path, subdir: str, *, sha256: str) -> Path
     """Copy `source` into channel/subdir under a name only this process uses, then rename it into
     place; only a copy whose bytes have `sha256` (the sha256 its gates passed for) is renamed."""
     if subdir not in SUBDIRS or not plain_name(source.name) or not source.name.endswith(PACKAGE_SUFFIXES):
-        raise FaforgeError(f"{source}: not copied into {channel}: {subdir}/{source.name} "
-                           "is not a platform folder and package file name",
-                           hint=f"platform folders are {', '.join(SUBDIRS)}; nothing was written")
+        raise FaforgeError(
+            f"{source}: not copied into {channel}: {subdir}/{source.name} "
+            "is not a platform folder and package file name",
+            hint=f"platform folders are {', '.join(SUBDIRS)}; nothing was written",
+        )
     return channel_sandbox(channel).place_copy(source, real_folder(channel, subdir), sha256=sha256)
 
 
@@ -102,12 +104,19 @@ def rebuild(channel: Path, found: Survey, *, leave_out: frozenset[str] = frozens
             (staging / subdir).mkdir(parents=True)
         for rel in expected:
             _link_or_copy(channel / rel, staging / rel)
-        child = subprocess.run([sys.executable, "-m", "faforge.channel.rattler_index", str(staging)],
-                               capture_output=True, text=True, check=False)
+        child = subprocess.run(
+            [sys.executable, "-m", "faforge.channel.rattler_index", str(staging)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if child.returncode != 0:
             why = (child.stderr.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
-            raise FaforgeError(f"py-rattler could not index {channel}: {why}", exit_code=EXIT_PROBLEMS,
-                               hint=f"nothing in the channel was changed; rerun `faforge index {channel}`")
+            raise FaforgeError(
+                f"py-rattler could not index {channel}: {why}",
+                exit_code=EXIT_PROBLEMS,
+                hint=f"nothing in the channel was changed; rerun `faforge index {channel}`",
+            )
         written = {}
         for subdir in found.subdirs:
             entries = read_entries(staging / subdir / REPODATA)
@@ -116,8 +125,11 @@ def rebuild(channel: Path, found: Survey, *, leave_out: frozenset[str] = frozens
             written.update({f"{subdir}/{name}": facts for name, facts in entries.items()})
         if written != expected:
             differ = sorted(set(written.items()) ^ set(expected.items()))
-            raise FaforgeError(f"py-rattler's index of {channel} does not match its files: {differ[:3]}",
-                               exit_code=EXIT_PROBLEMS, hint="nothing in the channel was changed; report this with the files named")
+            raise FaforgeError(
+                f"py-rattler's index of {channel} does not match its files: {differ[:3]}",
+                exit_code=EXIT_PROBLEMS,
+                hint="nothing in the channel was changed; report this with the files named",
+            )
         for subdir in found.subdirs:
             _install_index(staging / subdir, channel, subdir)
     finally:
@@ -150,8 +162,10 @@ def check_folder(channel: Path, subdirs: Iterable[str] = ()) -> None:
     """Refuse a channel path, or a subdir of it, that is something other than a folder."""
     for path in [channel, *(channel / s for s in subdirs)]:
         if path.exists() and not path.is_dir():
-            raise FaforgeError(f"channel path {path} is a file, not a folder",
-                               hint="a channel and its platform subdirs (linux-64, noarch, ...) must be folders; move the file away")
+            raise FaforgeError(
+                f"channel path {path} is a file, not a folder",
+                hint="a channel and its platform subdirs (linux-64, noarch, ...) must be folders; move the file away",
+            )
 
 
 def channel_errors(channel: Path) -> AbstractContextManager[None]:

@@ -80,7 +80,9 @@ def index(channel_dir: Path) -> None:
     with channel_lock(channel_dir):
         found = heal(channel_dir)
     if found.bad:
-        raise FaforgeError(f"{channel_dir}: cannot index " + "; ".join(f"{b.path}: {b.reason}" for b in found.bad), exit_code=1)
+        raise FaforgeError(
+            f"{channel_dir}: cannot index " + "; ".join(f"{b.path}: {b.reason}" for b in found.bad), exit_code=1
+        )
 
 
 def _virtual_packages(virtuals: dict[str, str]) -> list[GenericVirtualPackage]:
@@ -91,10 +93,15 @@ def _virtual_packages(virtuals: dict[str, str]) -> list[GenericVirtualPackage]:
         Version,
     )
 
-    return [GenericVirtualPackage(PackageName(name), Version(version), BuildString("0")) for name, version in virtuals.items()]
+    return [
+        GenericVirtualPackage(PackageName(name), Version(version), BuildString("0"))
+        for name, version in virtuals.items()
+    ]
 
 
-def solve(channels: list[str], specs: list[str], platform: str, virtuals: dict[str, str] | None = None, strict: bool = True) -> dict[str, RepoDataRecord]:
+def solve(
+    channels: list[str], specs: list[str], platform: str, virtuals: dict[str, str] | None = None, strict: bool = True
+) -> dict[str, RepoDataRecord]:
     """Solve like conda/mamba with strict channel priority; returns name -> RepoDataRecord.
 
     Raises FaforgeError(exit_code=1) when unsatisfiable, with the solver's explanation.

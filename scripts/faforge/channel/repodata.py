@@ -31,8 +31,9 @@ class ChannelNotFound(RemoteError):
     """The server answers but has no repodata there (HTTP 404): no such channel, or nothing published yet."""
 
 
-def channel_url(channel: str | Path, option: str = "the channel",
-                if_empty: str = "pass a channel folder, a URL or a channel name") -> str:
+def channel_url(
+    channel: str | Path, option: str = "the channel", if_empty: str = "pass a channel folder, a URL or a channel name"
+) -> str:
     """A URL py-rattler accepts: URLs and names pass through; a folder becomes file://. An empty value
     (`--channel "$UNSET"`) is refused, never read as "no channel"; `option` and `if_empty` say which
     argument it was and what to do instead."""
@@ -45,8 +46,10 @@ def channel_url(channel: str | Path, option: str = "the channel",
     with paths.user_path(None, path):
         if text.startswith((".", "/", "~")) or "/" in text or path.exists():
             if not path.is_dir():
-                raise FaforgeError(f"channel folder {path} {why_not_a_folder(path)}",
-                                   hint="publish to it first (`faforge publish`), or pass the channel's URL")
+                raise FaforgeError(
+                    f"channel folder {path} {why_not_a_folder(path)}",
+                    hint="publish to it first (`faforge publish`), or pass the channel's URL",
+                )
             return path.resolve().as_uri()
     return text  # a channel name such as conda-forge, resolved by py-rattler's channel alias
 
@@ -66,7 +69,9 @@ def check_local_index(folder: Path, subdirs: list[str]) -> None:
             if os.path.lexists(path):
                 refuse_link(folder, path)
                 hint = f"remove it and rebuild the index: `faforge index {folder}`"
-                if name == "repodata.json":  # py-rattler parses it leniently (a 10^5-digit integer passes): strictly first
+                if (
+                    name == "repodata.json"
+                ):  # py-rattler parses it leniently (a 10^5-digit integer passes): strictly first
                     untrusted.load_json(path, "repodata", "channel index", hint=hint)
                 else:
                     untrusted.check_file(path, "repodata", "channel index", hint=hint)
@@ -93,13 +98,19 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
     # py-rattler's default stack without its retries (their error names no URL). wait_for bounds the whole
     # query by what the probe left of the deadline; reqwest's timeout (whole seconds) is a backstop a second
     # later: at the same moment its bare "operation timed out", which names no limit, won the race.
-    client = Client([AuthenticationMiddleware(), OciMiddleware(), GCSMiddleware(), S3Middleware()],
-                    timeout=max(1, math.ceil(left)) + 1)
+    client = Client(
+        [AuthenticationMiddleware(), OciMiddleware(), GCSMiddleware(), S3Middleware()],
+        timeout=max(1, math.ceil(left)) + 1,
+    )
     gateway = Gateway(default_config=SourceConfig(cache_action="no-cache"), client=client)
     error = None
     try:
-        result = asyncio.run(asyncio.wait_for(gateway.query([Channel(url)], [Subdir(p) for p in (*platforms, "noarch")], names, recursive=False),
-                                              max(left, 0.001)))
+        result = asyncio.run(
+            asyncio.wait_for(
+                gateway.query([Channel(url)], [Subdir(p) for p in (*platforms, "noarch")], names, recursive=False),
+                max(left, 0.001),
+            )
+        )
         records = [record for records in result for record in records]
     except TimeoutError:
         error = f"no complete answer within {bounds.deadline_s:g} s ({httpclient.DEADLINE_ENV})"
@@ -117,9 +128,14 @@ def query(channel: str | Path, names: list[str], platforms: list[str]) -> list:
         # The first line of py-rattler's error says what failed; its cause chain (4-6 lines) is for --verbose.
         raise kind(
             f"cannot read repodata of {url} ({', '.join(platforms)}): {error.strip().splitlines()[0]}",
-            hint="a local channel needs `faforge publish` (or `faforge index`) first" if local
-            else httpclient.deadline_hint() if httpclient.DEADLINE_ENV in error else "check the channel URL and your network, then retry",
-            detail=error, exit_code=EXIT_BAD_INPUT if local else None, input=str(channel),
+            hint="a local channel needs `faforge publish` (or `faforge index`) first"
+            if local
+            else httpclient.deadline_hint()
+            if httpclient.DEADLINE_ENV in error
+            else "check the channel URL and your network, then retry",
+            detail=error,
+            exit_code=EXIT_BAD_INPUT if local else None,
+            input=str(channel),
         )
     return records
 
@@ -141,5 +157,6 @@ def _probe(channel: str | Path, url: str, platforms: list[str]) -> None:
     try:
         httpclient.probe(f"{base_url.rstrip('/')}/{platforms[0]}/repodata.json")
     except httpclient.Stalled as exc:
-        raise RemoteError(f"cannot read repodata of {url} ({', '.join(platforms)}): {exc.message}", hint=exc.hint,
-                          input=str(channel)) from None
+        raise RemoteError(
+            f"cannot read repodata of {url} ({', '.join(platforms)}): {exc.message}", hint=exc.hint, input=str(channel)
+        ) from None

@@ -20,8 +20,10 @@ from faforge.sandbox import Sandbox, open_new, plain_name  # noqa: F401 (the cha
 SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
 # conda's (platform, arch) of each, as index.json spells them; noarch packages name neither.
 PLATFORM_ARCH = {"linux-64": ("linux", "x86_64"), "linux-aarch64": ("linux", "aarch64"), "noarch": (None, None)}
-LINK_HINT = ("faforge follows no link inside a channel; replace the link with the real folder or file "
-             "(or point --to at the real channel folder)")
+LINK_HINT = (
+    "faforge follows no link inside a channel; replace the link with the real folder or file "
+    "(or point --to at the real channel folder)"
+)
 
 
 def subdir_problem(subdir: str, platform: str | None, arch: str | None) -> str | None:
@@ -30,7 +32,11 @@ def subdir_problem(subdir: str, platform: str | None, arch: str | None) -> str |
     if subdir not in SUBDIRS:
         return f'"subdir" is {subdir!r}, not one of {", ".join(SUBDIRS)}'
     if (platform, arch) != PLATFORM_ARCH[subdir]:
-        want = "no platform and no arch" if subdir == "noarch" else "platform {!r}, arch {!r}".format(*PLATFORM_ARCH[subdir])
+        want = (
+            "no platform and no arch"
+            if subdir == "noarch"
+            else "platform {!r}, arch {!r}".format(*PLATFORM_ARCH[subdir])
+        )
         return f'"subdir" {subdir!r} needs {want}, but "platform" is {platform!r} and "arch" is {arch!r}'
     return None
 

@@ -67,8 +67,15 @@ class Survey:
         return bool(self.unreadable_index or self.orphaned or self.mismatched or set(self.unindexed) - bad)
 
     def drift_words(self) -> list[str]:
-        words = [f"{len(v)} {k}" for k, v in (("not indexed", self.unindexed), ("indexed without a file", self.orphaned),
-                                              ("with a wrong sha256 or size", self.mismatched)) if v]
+        words = [
+            f"{len(v)} {k}"
+            for k, v in (
+                ("not indexed", self.unindexed),
+                ("indexed without a file", self.orphaned),
+                ("with a wrong sha256 or size", self.mismatched),
+            )
+            if v
+        ]
         words += [f"{s}/{REPODATA} missing or unreadable" for s in self.unreadable_index]
         return words
 
@@ -77,7 +84,11 @@ def naming_problem(filename: str, name: str, version: str, build: str) -> str | 
     """conda clients find a package only by name-version-build; index_fs skips any other name."""
     suffix = next((s for s in PACKAGE_SUFFIXES if filename.endswith(s)), ".conda")
     expected = f"{name}-{version}-{build}{suffix}"
-    return None if filename == expected else f"its metadata says {expected}; conda clients only find a package under that name"
+    return (
+        None
+        if filename == expected
+        else f"its metadata says {expected}; conda clients only find a package under that name"
+    )
 
 
 def inspect_package(path: Path, subdir: str) -> str | None:
@@ -101,10 +112,13 @@ def _subdirs(channel: Path) -> list[str]:
 
 def _stray_packages(channel: Path) -> list[BadFile]:
     """Package files in a folder that is not a platform faforge indexes: named, never indexed."""
-    return [BadFile(f"{d.name}/{f.name}", f"{d.name}/ is not a platform folder faforge indexes ({', '.join(SUBDIRS)})")
-            for d in sorted(channel.iterdir(), key=lambda p: p.name)
-            if d.name not in SUBDIRS and not d.name.startswith(".") and d.is_dir() and not d.is_symlink()
-            for f in sorted(d.iterdir()) if f.name.endswith(PACKAGE_SUFFIXES)]
+    return [
+        BadFile(f"{d.name}/{f.name}", f"{d.name}/ is not a platform folder faforge indexes ({', '.join(SUBDIRS)})")
+        for d in sorted(channel.iterdir(), key=lambda p: p.name)
+        if d.name not in SUBDIRS and not d.name.startswith(".") and d.is_dir() and not d.is_symlink()
+        for f in sorted(d.iterdir())
+        if f.name.endswith(PACKAGE_SUFFIXES)
+    ]
 
 
 def check_links(channel: Path) -> None:
@@ -115,8 +129,11 @@ def check_links(channel: Path) -> None:
 def read_entries(repodata: Path) -> dict[str, tuple[int, str]] | None:
     try:
         data = untrusted.load_json(repodata, "repodata")
-        return {name: (int(rec["size"]), str(rec["sha256"]))
-                for key in ("packages", "packages.conda") for name, rec in (data.get(key) or {}).items()}
+        return {
+            name: (int(rec["size"]), str(rec["sha256"]))
+            for key in ("packages", "packages.conda")
+            for name, rec in (data.get(key) or {}).items()
+        }
     except (FaforgeError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

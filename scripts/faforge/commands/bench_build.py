@@ -36,22 +36,47 @@ SCHEMA_VERSION = 1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=None, help="measurements file (default: variants/build-measurements.yaml)")
-    parser.add_argument("--runner", action="append", default=None, metavar="CPUS:GB",
-                        help="runner to extrapolate for: cores and GB of memory available to the build, e.g. "
-                             "2:22 (repeatable; default: 2:22 for a 24 GiB box, 4:14 for 16 GB, 8:30 for 32 GB)")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="measurements file (default: variants/build-measurements.yaml)"
+    )
+    parser.add_argument(
+        "--runner",
+        action="append",
+        default=None,
+        metavar="CPUS:GB",
+        help="runner to extrapolate for: cores and GB of memory available to the build, e.g. "
+        "2:22 (repeatable; default: 2:22 for a 24 GiB box, 4:14 for 16 GB, 8:30 for 32 GB)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON (version 1)")
     measure = parser.add_argument_group("measuring (slow: real nvcc compiles)")
     measure.add_argument("--measure", action="store_true", help="compile the TU subset in two python variants first")
     measure.add_argument("--sdist", type=Path, help=f"unpacked {FLASH_ATTN.package} sdist to take the TUs from")
-    measure.add_argument("--torch-include", type=Path, help="torch's include dir (site-packages/torch/include) of the cell's torch")
+    measure.add_argument(
+        "--torch-include", type=Path, help="torch's include dir (site-packages/torch/include) of the cell's torch"
+    )
     measure.add_argument("--pythons", default="3.11,3.12", help="the two python variants (default 3.11,3.12)")
-    measure.add_argument("--tus", default=",".join(bench.DEFAULT_TUS), help="comma-separated kernel TUs (default: the hdim32 fp16 TU of each class)")
+    measure.add_argument(
+        "--tus",
+        default=",".join(bench.DEFAULT_TUS),
+        help="comma-separated kernel TUs (default: the hdim32 fp16 TU of each class)",
+    )
     measure.add_argument("--arch", default="80", help="one SM arch to compile for (default 80)")
-    measure.add_argument("--cxx11-abi", type=int, choices=[0, 1], default=1, help="the C++ ABI the TUs compile with (default 1)")
+    measure.add_argument(
+        "--cxx11-abi", type=int, choices=[0, 1], default=1, help="the C++ ABI the TUs compile with (default 1)"
+    )
     measure.add_argument("--nice", type=int_range(-20, 19), default=0, help="run nvcc under nice -n N (default 0)")
-    measure.add_argument("--workdir", type=Path, default=None, help="fresh dir for the build trees and the cache (default: .cache/buildcost/<time>)")
-    measure.add_argument("--cuda-home", type=Path, default=None, help="the CUDA toolkit nvcc runs from (default: $CUDA_HOME, else /usr/local/cuda)")
+    measure.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="fresh dir for the build trees and the cache (default: .cache/buildcost/<time>)",
+    )
+    measure.add_argument(
+        "--cuda-home",
+        type=Path,
+        default=None,
+        help="the CUDA toolkit nvcc runs from (default: $CUDA_HOME, else /usr/local/cuda)",
+    )
     measure.add_argument("--write", action="store_true", help="append the measured numbers to the data file")
 
 
@@ -63,7 +88,9 @@ def _runner(spec: str) -> tuple[int, float]:
     except ValueError:
         raise FaforgeError("expected CPUS:GB", input=f"--runner {spec}", hint="e.g. --runner 2:24") from None
     if not (1 <= cpus <= 4096 and 0 < gb < 1e6):
-        raise FaforgeError("a runner needs 1 to 4096 cores and more than 0 GB", input=f"--runner {spec}", hint="e.g. --runner 2:24")
+        raise FaforgeError(
+            "a runner needs 1 to 4096 cores and more than 0 GB", input=f"--runner {spec}", hint="e.g. --runner 2:24"
+        )
     return cpus, gb
 
 
@@ -72,30 +99,48 @@ def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str], Pa
     minutes each). $CUDA_HOME is read here, not as the option's default, so that --help does not vary with it."""
     pythons = args.pythons.split(",")
     if len(pythons) != 2 or len(set(pythons)) != 2 or not all(re.fullmatch(r"3\.\d{1,2}", v) for v in pythons):
-        raise FaforgeError("--pythons needs two different Python versions", input=f"--pythons {args.pythons}", hint="e.g. --pythons 3.11,3.12")
+        raise FaforgeError(
+            "--pythons needs two different Python versions",
+            input=f"--pythons {args.pythons}",
+            hint="e.g. --pythons 3.11,3.12",
+        )
     tus = [t for t in args.tus.split(",") if t]
     if not tus:
-        raise FaforgeError("--tus names no kernel TU", input=f"--tus {args.tus}", hint=f"e.g. --tus {bench.DEFAULT_TUS[0]}")
+        raise FaforgeError(
+            "--tus names no kernel TU", input=f"--tus {args.tus}", hint=f"e.g. --tus {bench.DEFAULT_TUS[0]}"
+        )
     for tu in tus:
         if Path(tu).name != tu:
             raise FaforgeError(f"--tus {tu}: a TU file name, not a path", hint=f"e.g. --tus {bench.DEFAULT_TUS[0]}")
         parse_tu(tu)
     if not re.fullmatch(r"\d{2,3}[af]?", args.arch):
-        raise FaforgeError("--arch is not an SM architecture", input=f"--arch {args.arch}", hint="e.g. --arch 80 or --arch 90a")
+        raise FaforgeError(
+            "--arch is not an SM architecture", input=f"--arch {args.arch}", hint="e.g. --arch 80 or --arch 90a"
+        )
     cuda_home = args.cuda_home or Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     if not (cuda_home / "bin" / "nvcc").is_file():
-        raise FaforgeError(f"--cuda-home {cuda_home}: no bin/nvcc there", hint="pass the CUDA toolkit's folder, e.g. /usr/local/cuda")
+        raise FaforgeError(
+            f"--cuda-home {cuda_home}: no bin/nvcc there", hint="pass the CUDA toolkit's folder, e.g. /usr/local/cuda"
+        )
     if args.workdir:
         paths.output_dir(args.workdir, "--workdir")
     if not (args.sdist and args.torch_include):
-        raise FaforgeError("--measure needs --sdist and --torch-include", hint=f"e.g. --sdist src/{FLASH_ATTN.module}-2.8.3.post2 "
-                                                                               "--torch-include venv/lib/python3.11/site-packages/torch/include")
+        raise FaforgeError(
+            "--measure needs --sdist and --torch-include",
+            hint=f"e.g. --sdist src/{FLASH_ATTN.module}-2.8.3.post2 "
+            "--torch-include venv/lib/python3.11/site-packages/torch/include",
+        )
     for option, folder in (("--sdist", args.sdist), ("--torch-include", args.torch_include)):
         if not folder.is_dir():
-            raise FaforgeError(f"{option} {folder} {why_not_a_folder(folder)}", hint="pass a folder (an unpacked sdist; torch's include dir)")
+            raise FaforgeError(
+                f"{option} {folder} {why_not_a_folder(folder)}",
+                hint="pass a folder (an unpacked sdist; torch's include dir)",
+            )
     if not (args.sdist / FLASH_ATTN.source_dir / "src").is_dir():
-        raise FaforgeError(f"--sdist {args.sdist}: not an unpacked {FLASH_ATTN.package} sdist (no {FLASH_ATTN.source_dir}/src)",
-                           hint=f"unpack {FLASH_ATTN.module}-VERSION.tar.gz and pass its folder")
+        raise FaforgeError(
+            f"--sdist {args.sdist}: not an unpacked {FLASH_ATTN.package} sdist (no {FLASH_ATTN.source_dir}/src)",
+            hint=f"unpack {FLASH_ATTN.module}-VERSION.tar.gz and pass its folder",
+        )
     bench.torch_version_at(args.torch_include)
     return pythons, tus, cuda_home
 
@@ -104,10 +149,21 @@ def _measure(args: argparse.Namespace) -> bench.MeasureResult:
     versions, tus, cuda_home = _measure_options(args)
     workdir = args.workdir or paths.repo_root() / ".cache" / "buildcost" / time.strftime("%Y%m%d-%H%M%S")
     pythons = [(v, bench.python_include_dir(v)) for v in versions]
-    result = bench.measure(workdir=workdir.resolve(), sdist=args.sdist.resolve(), torch_include=args.torch_include.resolve(),
-                           pythons=pythons, tus=tus, arch=args.arch, cxx11_abi=args.cxx11_abi, nice=args.nice,
-                           cuda_home=cuda_home, progress=lambda item: print(f"  {_progress_line(item)}", flush=True))
-    (workdir / "result.json").write_text(json.dumps({"samples": [asdict(s) for s in result.samples], "reuse": asdict(result.reuse)}, indent=2))
+    result = bench.measure(
+        workdir=workdir.resolve(),
+        sdist=args.sdist.resolve(),
+        torch_include=args.torch_include.resolve(),
+        pythons=pythons,
+        tus=tus,
+        arch=args.arch,
+        cxx11_abi=args.cxx11_abi,
+        nice=args.nice,
+        cuda_home=cuda_home,
+        progress=lambda item: print(f"  {_progress_line(item)}", flush=True),
+    )
+    (workdir / "result.json").write_text(
+        json.dumps({"samples": [asdict(s) for s in result.samples], "reuse": asdict(result.reuse)}, indent=2)
+    )
     return result
 
 
@@ -115,8 +171,10 @@ def _progress_line(item: str | TuRun) -> str:
     if isinstance(item, str):
         return item
     t = item.timing
-    return (f"{item.variant} {item.tu}: {t.wall_s:.0f}s wall, {t.cpu_s:.0f}s "
-            f"cpu, {t.peak_rss_gb:.2f} GB, {item.hits} hit / {item.misses} miss")
+    return (
+        f"{item.variant} {item.tu}: {t.wall_s:.0f}s wall, {t.cpu_s:.0f}s "
+        f"cpu, {t.peak_rss_gb:.2f} GB, {item.hits} hit / {item.misses} miss"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -131,19 +189,30 @@ def execute(args: argparse.Namespace) -> int:
         data = samples.load(data_path)
     report = extrapolate.report(data, runners)
     matrix = load_matrix()
-    before_after = split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
+    before_after = (
+        split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
+    )
     fa3_section = fa3_report.report(data, matrix.fa3, load_build_cost()) if data.fa3_samples else None
     builds = pip_builds(matrix)
-    pip_section = pip_world.report(data, report.costs, builds, matrix.kernels, load_build_cost()) if builds and data.glue and report.costs else None
+    pip_section = (
+        pip_world.report(data, report.costs, builds, matrix.kernels, load_build_cost())
+        if builds and data.glue and report.costs
+        else None
+    )
     if args.json:
-        extra = ({"kernel_split": before_after.as_json()} if before_after else {}) | ({"fa3": fa3_section.as_json()} if fa3_section else {}) \
+        extra = (
+            ({"kernel_split": before_after.as_json()} if before_after else {})
+            | ({"fa3": fa3_section.as_json()} if fa3_section else {})
             | ({"pip_world": pip_section.as_json()} if pip_section else {})
+        )
         print(json.dumps({"version": SCHEMA_VERSION, **report.as_json(), **extra}, indent=2))
         return EXIT_OK
     _print_tables(report.tables())
     if before_after:
-        print(f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} "
-              "once per platform, CUDA, archs and Philox layout)")
+        print(
+            f"\nThe matrix before / after the kernel split ({FLASH_ATTN.kernel_package} "
+            "once per platform, CUDA, archs and Philox layout)"
+        )
         print(format_table(["", "before", "after"], before_after.rows()))
     if fa3_section:
         print(f"\n{FLASH_ATTN_3.title}: {fa3_section.tus} TUs a package, model in faforge/buildcost/fa3.py")

@@ -38,42 +38,93 @@ from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("cells", nargs="*", metavar="ID",
-                        help=f"cell ids as `faforge matrix` prints them, pip cell ids as `faforge matrix --world pypi` does, or "
-                             f"{FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does")
-    parser.add_argument("--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks")
-    parser.add_argument("--part", default="all",
-                        help=f"the plan job to build (its `part`: {KERNELS_PART}, a "
-                             f"kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
-                             f"{CELL_PART}, {WHEEL_PART} (a pip cell's wheels), or a {FLASH_ATTN_3.package} package's piece such as "
-                             f"sm90_fwd-1of2); default: all, a whole cell, pip cell or {FLASH_ATTN_3.package} package")
-    parser.add_argument("--output-dir", type=Path, default=Path("output"), help="where packages go (a channel folder); default: ./output")
+    parser.add_argument(
+        "cells",
+        nargs="*",
+        metavar="ID",
+        help=f"cell ids as `faforge matrix` prints them, pip cell ids as `faforge matrix --world pypi` does, or "
+        f"{FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does",
+    )
+    parser.add_argument(
+        "--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks"
+    )
+    parser.add_argument(
+        "--part",
+        default="all",
+        help=f"the plan job to build (its `part`: {KERNELS_PART}, a "
+        f"kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
+        f"{CELL_PART}, {WHEEL_PART} (a pip cell's wheels), or a {FLASH_ATTN_3.package} package's piece such as "
+        f"sm90_fwd-1of2); default: all, a whole cell, pip cell or {FLASH_ATTN_3.package} package",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("output"),
+        help="where packages go (a channel folder); default: ./output",
+    )
     parser.add_argument("--log-dir", type=Path, help="one log per cell; default: OUTPUT_DIR/logs")
-    parser.add_argument("--source", type=Path, metavar="SDIST",
-                        help=f"build from this {FLASH_ATTN.package} sdist instead of the recipe's PyPI one, or {FLASH_ATTN_3.package} "
-                             "packages from this source tarball instead of the recipe's git commit (only the source entry changes)")
-    parser.add_argument("--channel-alias", action="append", default=[], metavar="NAME=URL",
-                        help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
-                             f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}")
-    parser.add_argument("--extra-channel", action="append", default=[], metavar="URL",
-                        help="a channel searched before the world's channels, e.g. the folder holding this run's kernel packages "
-                             "or the channel they were published to; repeatable")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        metavar="SDIST",
+        help=f"build from this {FLASH_ATTN.package} sdist instead of the recipe's PyPI one, or {FLASH_ATTN_3.package} "
+        "packages from this source tarball instead of the recipe's git commit (only the source entry changes)",
+    )
+    parser.add_argument(
+        "--channel-alias",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="use URL wherever a torch world lists channel NAME (variants/releases.yaml: conda-forge, pytorch, "
+        f"nvidia), e.g. a mirror or file:///srv/conda-forge; repeatable; adds to and overrides {CHANNEL_ALIAS_ENV}",
+    )
+    parser.add_argument(
+        "--extra-channel",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a channel searched before the world's channels, e.g. the folder holding this run's kernel packages "
+        "or the channel they were published to; repeatable",
+    )
     wheels = parser.add_argument_group("pip cells (pypi/...): their glue and kernel wheels")
-    wheels.add_argument("--kernel-package", action="append", default=[], type=Path, metavar="FILE",
-                        help=f"the {FLASH_ATTN.kernel_package} .conda of a pip cell's "
-                             "kernel key (its kernel job's artifact); repeatable")
-    wheels.add_argument("--kernel-channel", metavar="URL_OR_PATH",
-                        help="a channel holding the pip cells' kernel packages (an earlier run's), fetched sha256-checked")
-    wheels.add_argument("--cuda-home", type=Path, metavar="DIR",
-                        help="the CUDA toolkit the glue compiles with, of the cell's "
-                             "CUDA release (default: $CUDA_HOME, else the nvcc on PATH)")
-    wheels.add_argument("--torch-site", type=Path, metavar="DIR",
-                        help="a linux-aarch64 pip cell (cross-built on x86_64): the site-packages holding the cell's aarch64 torch "
-                             "from PyPI (pip install --target DIR --no-deps --platform manylinux_2_28_aarch64 ...), read, never imported")
-    wheels.add_argument("--target-python", type=Path, metavar="PATH",
-                        help="a linux-aarch64 pip cell: the aarch64 CPython executable (of the cell's Python) in its unpacked prefix, "
-                             "whose include/pythonX.Y and shared libpython the glue compiles and links with")
-    parser.add_argument("--json", action="store_true", help="print the versioned report (schema: tests/schemas/build.json)")
+    wheels.add_argument(
+        "--kernel-package",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help=f"the {FLASH_ATTN.kernel_package} .conda of a pip cell's "
+        "kernel key (its kernel job's artifact); repeatable",
+    )
+    wheels.add_argument(
+        "--kernel-channel",
+        metavar="URL_OR_PATH",
+        help="a channel holding the pip cells' kernel packages (an earlier run's), fetched sha256-checked",
+    )
+    wheels.add_argument(
+        "--cuda-home",
+        type=Path,
+        metavar="DIR",
+        help="the CUDA toolkit the glue compiles with, of the cell's "
+        "CUDA release (default: $CUDA_HOME, else the nvcc on PATH)",
+    )
+    wheels.add_argument(
+        "--torch-site",
+        type=Path,
+        metavar="DIR",
+        help="a linux-aarch64 pip cell (cross-built on x86_64): the site-packages holding the cell's aarch64 torch "
+        "from PyPI (pip install --target DIR --no-deps --platform manylinux_2_28_aarch64 ...), read, never imported",
+    )
+    wheels.add_argument(
+        "--target-python",
+        type=Path,
+        metavar="PATH",
+        help="a linux-aarch64 pip cell: the aarch64 CPython executable (of the cell's Python) in its unpacked prefix, "
+        "whose include/pythonX.Y and shared libpython the glue compiles and links with",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the versioned report (schema: tests/schemas/build.json)"
+    )
 
 
 BUILD_VERSION = 1
@@ -83,9 +134,17 @@ def report_json(results: Sequence[CellBuild | WheelBuild]) -> dict:
     """Every build of the call: what the summary table shows, and each pip cell's wheels."""
     builds = []
     for b in results:
-        entry: dict[str, object] = {"cell": b.cell, "part": b.part, "kind": "wheel" if isinstance(b, WheelBuild) else "conda", "status": b.status,
-                 "seconds": round(b.seconds, 1), "package": str(b.package) if b.package else None, "log": str(b.log), "error": b.error,
-                 "cache": b.cache}
+        entry: dict[str, object] = {
+            "cell": b.cell,
+            "part": b.part,
+            "kind": "wheel" if isinstance(b, WheelBuild) else "conda",
+            "status": b.status,
+            "seconds": round(b.seconds, 1),
+            "package": str(b.package) if b.package else None,
+            "log": str(b.log),
+            "error": b.error,
+            "cache": b.cache,
+        }
         if isinstance(b, WheelBuild):
             entry["wheel"] = b.details or None
         builds.append(entry)
@@ -94,19 +153,35 @@ def report_json(results: Sequence[CellBuild | WheelBuild]) -> dict:
 
 
 def execute(args: argparse.Namespace) -> int:
-    request = BuildRequest(cells=args.cells, part=args.part, plan=args.plan, output_dir=args.output_dir, log_dir=args.log_dir,
-                           source=args.source, channel_alias=args.channel_alias, extra_channel=args.extra_channel,
-                           kernel_package=args.kernel_package, kernel_channel=args.kernel_channel, cuda_home=args.cuda_home,
-                           torch_site=args.torch_site, target_python=args.target_python)
+    request = BuildRequest(
+        cells=args.cells,
+        part=args.part,
+        plan=args.plan,
+        output_dir=args.output_dir,
+        log_dir=args.log_dir,
+        source=args.source,
+        channel_alias=args.channel_alias,
+        extra_channel=args.extra_channel,
+        kernel_package=args.kernel_package,
+        kernel_channel=args.kernel_channel,
+        cuda_home=args.cuda_home,
+        torch_site=args.torch_site,
+        target_python=args.target_python,
+    )
     results = run_build(request, progress, fa3_pieces=fa3_pieces)
     failed = [b for b in results if b.status == "failed"]
     if args.json:
         print(json.dumps(report_json(results), indent=2))
         return EXIT_PROBLEMS if failed else EXIT_OK
-    rows = [[b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log] for b in results]
+    rows = [
+        [b.cell, b.part, b.status, f"{b.seconds:.1f}s", b.cache, b.package.name if b.package else "-", b.log]
+        for b in results
+    ]
     print(format_table(["cell", "part", "status", "time", "compiler cache", "package", "log"], rows))
     for b in results:
         if isinstance(b, WheelBuild) and b.kernel_wheel:
-            print(f"  {b.cell}: kernel wheel {b.kernel_wheel.name} (the kernel package's library, only its RUNPATH set)")
+            print(
+                f"  {b.cell}: kernel wheel {b.kernel_wheel.name} (the kernel package's library, only its RUNPATH set)"
+            )
     print(f"\n{len(results) - len(failed)} of {len(results)} ok" + (f", {len(failed)} failed" if failed else ""))
     return EXIT_PROBLEMS if failed else EXIT_OK

@@ -40,13 +40,24 @@ BUMP_VERSION = 1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", action="append", metavar="NAME",
-                        help="a source, pip source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)")
-    parser.add_argument("--channel-url", metavar="URL",
-                        help="read this channel (or pip source's index root, or wheel "
-                             "index) instead of the source's (a mirror); needs one --source")
-    parser.add_argument("--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs")
-    parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)")
+    parser.add_argument(
+        "--source",
+        action="append",
+        metavar="NAME",
+        help="a source, pip source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)",
+    )
+    parser.add_argument(
+        "--channel-url",
+        metavar="URL",
+        help="read this channel (or pip source's index root, or wheel "
+        "index) instead of the source's (a mirror); needs one --source",
+    )
+    parser.add_argument(
+        "--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -56,20 +67,28 @@ def execute(args: argparse.Namespace) -> int:
     names = args.source or [*sources, *pip_sources, *wheel_indexes]
     unknown = [n for n in names if n not in sources and n not in pip_sources and n not in wheel_indexes]
     if unknown:
-        raise FaforgeError(f"--source {unknown[0]}: unknown",
-                           hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *pip_sources, *wheel_indexes])}")
+        raise FaforgeError(
+            f"--source {unknown[0]}: unknown",
+            hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *pip_sources, *wheel_indexes])}",
+        )
     if args.channel_url is not None and not args.channel_url.strip():
-        raise FaforgeError("--channel-url is empty", hint="pass the mirror's URL, or leave --channel-url out to read the source's own")
+        raise FaforgeError(
+            "--channel-url is empty", hint="pass the mirror's URL, or leave --channel-url out to read the source's own"
+        )
     if args.channel_url and len(names) != 1:
         raise FaforgeError("--channel-url replaces one source's channel", hint="pass exactly one --source with it")
     if args.channel_url and names[0] in pip_sources and not args.channel_url.startswith(("http://", "https://")):
-        raise FaforgeError(f"--channel-url {args.channel_url}: a pip source's index is read over http(s)",
-                           hint="serve the mirror's simple pages over http(s) and pass its root (the URL before /torch/)")
+        raise FaforgeError(
+            f"--channel-url {args.channel_url}: a pip source's index is read over http(s)",
+            hint="serve the mirror's simple pages over http(s) and pass its root (the URL before /torch/)",
+        )
     if args.channel_url and args.write and names[0] in sources and channel_url(args.channel_url).startswith("file://"):
         # Each new row's `source` is the URL the build was read from: a local folder's would cite this machine.
-        raise FaforgeError(f"--channel-url {args.channel_url}: a local channel, so --write would record its file:// paths "
-                           "as the new rows' `source` in releases.yaml",
-                           hint="serve the mirror over http(s) and pass that URL, or leave out --write to see what it has")
+        raise FaforgeError(
+            f"--channel-url {args.channel_url}: a local channel, so --write would record its file:// paths "
+            "as the new rows' `source` in releases.yaml",
+            hint="serve the mirror over http(s) and pass that URL, or leave out --write to see what it has",
+        )
     matrix = load_matrix()
     rows = []
     for name in names:
@@ -79,8 +98,13 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         if name in pip_sources:
             # Each source sees the rows of those before it: PyPI's release is not proposed again from a per-CUDA index.
-            pip_rows += find_new_pip(extended(matrix.table, rows, pip_rows), matrix.policy, pip_sources[name],
-                                     config.cache_dir() / "torch-wheels", args.channel_url)
+            pip_rows += find_new_pip(
+                extended(matrix.table, rows, pip_rows),
+                matrix.policy,
+                pip_sources[name],
+                config.cache_dir() / "torch-wheels",
+                args.channel_url,
+            )
     table = extended(matrix.table, rows, pip_rows)
     # Read every source before anything is written: an unreachable index leaves the table as it was.
     wheel_only = []
@@ -91,43 +115,118 @@ def execute(args: argparse.Namespace) -> int:
     philox = with_rows(matrix.philox, verdicts)
     cells = new_cells(matrix.table, table, matrix.policy, philox)
     pip_cells = new_pip_cells(matrix.table, table, matrix.policy, philox)
-    written = (write(table, matrix.policy, philox, matrix.variants_dir, matrix.recipe_path, verdicts)
-               if args.write and (rows or pip_rows) else [])
+    written = (
+        write(table, matrix.policy, philox, matrix.variants_dir, matrix.recipe_path, verdicts)
+        if args.write and (rows or pip_rows)
+        else []
+    )
     if args.json:
-        print(json.dumps({
-            "version": BUMP_VERSION,
-            "sources": names,
-            "new_releases": [{"world": r.world, "torch": r.torch, "cuda": r.cuda, "python": list(r.python),
-                              "platforms": list(r.platforms), "tegra": r.tegra, "source": list(r.source)} for r in rows]
-                            + [{"world": r.world, "torch": r.torch, "cuda": r.cuda, "python": list(r.python), "platforms": list(r.platforms),
-                                "tegra": False, "source": list(r.source), "cxx11_abi": r.cxx11_abi, "index": table.index_of(r)}
-                               for r in pip_rows],
-            "new_cells": [c.id for c in cells],
-            "new_pip_cells": [c.id for c in pip_cells],
-            "kernel_abi": [{"minor": v.minor, "torch": v.torch, "wheel": v.wheel, "sha256": v.sha256, "source": v.source,
-                            "offset_intragraph": v.offset_intragraph, "verdict": v.verdict} for v in verdicts],
-            "written": [str(p) for p in written],
-            "wheel_only": [{"torch": w.torch, "cuda": list(w.cuda), "python": list(w.python), "platforms": list(w.platforms)}
-                           for w in wheel_only],
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "version": BUMP_VERSION,
+                    "sources": names,
+                    "new_releases": [
+                        {
+                            "world": r.world,
+                            "torch": r.torch,
+                            "cuda": r.cuda,
+                            "python": list(r.python),
+                            "platforms": list(r.platforms),
+                            "tegra": r.tegra,
+                            "source": list(r.source),
+                        }
+                        for r in rows
+                    ]
+                    + [
+                        {
+                            "world": r.world,
+                            "torch": r.torch,
+                            "cuda": r.cuda,
+                            "python": list(r.python),
+                            "platforms": list(r.platforms),
+                            "tegra": False,
+                            "source": list(r.source),
+                            "cxx11_abi": r.cxx11_abi,
+                            "index": table.index_of(r),
+                        }
+                        for r in pip_rows
+                    ],
+                    "new_cells": [c.id for c in cells],
+                    "new_pip_cells": [c.id for c in pip_cells],
+                    "kernel_abi": [
+                        {
+                            "minor": v.minor,
+                            "torch": v.torch,
+                            "wheel": v.wheel,
+                            "sha256": v.sha256,
+                            "source": v.source,
+                            "offset_intragraph": v.offset_intragraph,
+                            "verdict": v.verdict,
+                        }
+                        for v in verdicts
+                    ],
+                    "written": [str(p) for p in written],
+                    "wheel_only": [
+                        {
+                            "torch": w.torch,
+                            "cuda": list(w.cuda),
+                            "python": list(w.python),
+                            "platforms": list(w.platforms),
+                        }
+                        for w in wheel_only
+                    ],
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
     if wheel_only:
         print("torch releases with wheels that no conda world has yet (no rows until a channel builds them):")
-        print(format_table(["torch", "cuda", "python", "platforms"],
-                           [[w.torch, " ".join(w.cuda), " ".join(w.python), " ".join(w.platforms)] for w in wheel_only]) + "\n")
+        print(
+            format_table(
+                ["torch", "cuda", "python", "platforms"],
+                [[w.torch, " ".join(w.cuda), " ".join(w.python), " ".join(w.platforms)] for w in wheel_only],
+            )
+            + "\n"
+        )
     if not rows and not pip_rows:
         print(f"no torch releases missing from {matrix.table.path.name} ({', '.join(names)})")
         return EXIT_OK
     if rows:
-        print(format_table(["world", "torch", "cuda", "python", "platforms", "tegra"],
-                           [[r.world, r.torch, r.cuda, " ".join(r.python), " ".join(r.platforms), "yes" if r.tegra else "no"] for r in rows]))
+        print(
+            format_table(
+                ["world", "torch", "cuda", "python", "platforms", "tegra"],
+                [
+                    [r.world, r.torch, r.cuda, " ".join(r.python), " ".join(r.platforms), "yes" if r.tegra else "no"]
+                    for r in rows
+                ],
+            )
+        )
     if pip_rows:
-        print(("\n" if rows else "") + format_table(
-            ["world", "torch", "cuda", "abi", "python", "platforms", "index"],
-            [[r.world, r.torch, r.cuda, str(r.cxx11_abi), " ".join(r.python), " ".join(r.platforms), table.index_of(r)] for r in pip_rows]))
+        print(
+            ("\n" if rows else "")
+            + format_table(
+                ["world", "torch", "cuda", "abi", "python", "platforms", "index"],
+                [
+                    [
+                        r.world,
+                        r.torch,
+                        r.cuda,
+                        str(r.cxx11_abi),
+                        " ".join(r.python),
+                        " ".join(r.platforms),
+                        table.index_of(r),
+                    ]
+                    for r in pip_rows
+                ],
+            )
+        )
     for verdict in verdicts:
-        print(f"\nmeasured {matrix.philox.path.name} row for torch {verdict.minor} (from {verdict.source}):\n"
-              + dump_row(verdict).rstrip())
+        print(
+            f"\nmeasured {matrix.philox.path.name} row for torch {verdict.minor} (from {verdict.source}):\n"
+            + dump_row(verdict).rstrip()
+        )
     print(f"\n{len(cells) + len(pip_cells)} new cells:")
     for cell in [*cells, *pip_cells]:
         print(f"  {cell.id}")

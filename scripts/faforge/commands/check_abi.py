@@ -48,23 +48,52 @@ from faforge.kernels import torchfree
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="PATH", help="extension .so, wheel, .conda/.tar.bz2 package, or a "
-                                                     "folder holding extension modules or torch.ops libraries")
-    parser.add_argument("--against", metavar="DIR", action="append",
-                        help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)")
-    parser.add_argument("--library-dir", metavar="DIR", action="append", type=Path, default=[],
-                        help="a folder holding other libraries the extension loads, searched after the torch's, e.g. the lib/ "
-                             f"of a split {FLASH_ATTN.package}'s {FLASH_ATTN.kernel_package} package (repeatable)")
-    parser.add_argument("--torch-free", action="store_true",
-                        help="instead of --against: PATH is a shared library that must not touch torch, Python or the C++ ABI")
-    parser.add_argument("--stable-abi", action="store_true",
-                        help="PATH claims torch's stable ABI: each --against is one torch release it must load on, "
-                             "and it may import only torch's stable C functions (aoti_torch_*, torch_*)")
-    parser.add_argument("--expect-archs", metavar="LIST", help="with --torch-free: the GPU code PATH must carry, e.g. '80;90;100;120+PTX'")
-    parser.add_argument("--exports", metavar="PATTERNS",
-                        help="with --torch-free: the only exported names allowed, as shell patterns on demangled base names, "
-                             f"e.g. '{FLASH_ATTN.kernel_exports}'")
-    parser.add_argument("--glibc", metavar="X.Y", help="oldest glibc the binary must run on (the target sysroot's), e.g. 2.28")
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        help="extension .so, wheel, .conda/.tar.bz2 package, or a "
+        "folder holding extension modules or torch.ops libraries",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        action="append",
+        help="torch to check against: a torch/lib folder, site-packages, venv or conda prefix (repeatable)",
+    )
+    parser.add_argument(
+        "--library-dir",
+        metavar="DIR",
+        action="append",
+        type=Path,
+        default=[],
+        help="a folder holding other libraries the extension loads, searched after the torch's, e.g. the lib/ "
+        f"of a split {FLASH_ATTN.package}'s {FLASH_ATTN.kernel_package} package (repeatable)",
+    )
+    parser.add_argument(
+        "--torch-free",
+        action="store_true",
+        help="instead of --against: PATH is a shared library that must not touch torch, Python or the C++ ABI",
+    )
+    parser.add_argument(
+        "--stable-abi",
+        action="store_true",
+        help="PATH claims torch's stable ABI: each --against is one torch release it must load on, "
+        "and it may import only torch's stable C functions (aoti_torch_*, torch_*)",
+    )
+    parser.add_argument(
+        "--expect-archs",
+        metavar="LIST",
+        help="with --torch-free: the GPU code PATH must carry, e.g. '80;90;100;120+PTX'",
+    )
+    parser.add_argument(
+        "--exports",
+        metavar="PATTERNS",
+        help="with --torch-free: the only exported names allowed, as shell patterns on demangled base names, "
+        f"e.g. '{FLASH_ATTN.kernel_exports}'",
+    )
+    parser.add_argument(
+        "--glibc", metavar="X.Y", help="oldest glibc the binary must run on (the target sysroot's), e.g. 2.28"
+    )
     parser.add_argument("--platform", choices=sorted(PLATFORM_MACHINES), help="conda platform the binary is for")
     parser.add_argument("--json", action="store_true", help="print the versioned JSON report instead of text")
 
@@ -74,17 +103,23 @@ def execute(args: argparse.Namespace) -> int:
     if args.torch_free:
         return _torch_free(args, started)
     if not args.against:
-        raise FaforgeError("check-abi needs a torch to check against, or --torch-free",
-                           hint="pass --against DIR (torch/lib, site-packages or a prefix), "
-                                "or --torch-free for a binary that must not use torch")
+        raise FaforgeError(
+            "check-abi needs a torch to check against, or --torch-free",
+            hint="pass --against DIR (torch/lib, site-packages or a prefix), "
+            "or --torch-free for a binary that must not use torch",
+        )
     if args.expect_archs is not None or args.exports is not None:
-        raise FaforgeError("--expect-archs and --exports go with --torch-free (the torch check reports GPU code without judging it)",
-                           hint="add --torch-free, or drop them")
+        raise FaforgeError(
+            "--expect-archs and --exports go with --torch-free (the torch check reports GPU code without judging it)",
+            hint="add --torch-free, or drop them",
+        )
     for folder in args.library_dir:
         with paths.user_path("--library-dir", folder):
             if not folder.is_dir():
-                raise FaforgeError(f"--library-dir {folder} {why_not_a_folder(folder)}",
-                                   hint="pass the folder holding the library (e.g. an installed kernel package's lib/)")
+                raise FaforgeError(
+                    f"--library-dir {folder} {why_not_a_folder(folder)}",
+                    hint="pass the folder holding the library (e.g. an installed kernel package's lib/)",
+                )
     verdict: StableVerdict | Verdict
     if args.stable_abi:
         if args.glibc:
@@ -94,8 +129,14 @@ def execute(args: argparse.Namespace) -> int:
     else:
         # The torch range the binary's imports date it to (doctor's
         # table) decides which side of a layout break it is on.
-        verdict = check_path(args.path, args.against, glibc=args.glibc, platform=args.platform, library_dirs=args.library_dir,
-                             dating=dating(default_table()))
+        verdict = check_path(
+            args.path,
+            args.against,
+            glibc=args.glibc,
+            platform=args.platform,
+            library_dirs=args.library_dir,
+            dating=dating(default_table()),
+        )
         lines = render_text(verdict)
     if args.json:
         json.dump(verdict.to_json(), sys.stdout, indent=2)
@@ -110,7 +151,10 @@ def execute(args: argparse.Namespace) -> int:
 
 def _torch_free(args: argparse.Namespace, started: float) -> int:
     if args.against or args.glibc or args.platform or args.library_dir or args.stable_abi:
-        raise FaforgeError("--torch-free checks PATH on its own", hint="drop --against, --library-dir, --glibc, --platform and --stable-abi")
+        raise FaforgeError(
+            "--torch-free checks PATH on its own",
+            hint="drop --against, --library-dir, --glibc, --platform and --stable-abi",
+        )
     report = torchfree.check_torch_free(args.path, expect_archs=args.expect_archs, exports=args.exports)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)

@@ -35,13 +35,26 @@ from faforge.progress import say
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--python", metavar="PATH", help="interpreter (or environment folder) to inspect; default: this one")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS",
-                        help="stop the probe in the interpreter after this long (default: FAFORGE_DOCTOR_TIMEOUT or "
-                             f"{PROBE_TIMEOUT_S:g} s)")
-    parser.add_argument("--offline", action="store_true",
-                        help="do not read the wheel index a pip or uv fix names (by default doctor checks it serves the wheel)")
-    parser.add_argument("--json", action="store_true", help="print facts, problems and fixes as versioned JSON (schema: tests/schemas/doctor.json)")
+    parser.add_argument(
+        "--python", metavar="PATH", help="interpreter (or environment folder) to inspect; default: this one"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="stop the probe in the interpreter after this long (default: FAFORGE_DOCTOR_TIMEOUT or "
+        f"{PROBE_TIMEOUT_S:g} s)",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="do not read the wheel index a pip or uv fix names (by default doctor checks it serves the wheel)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print facts, problems and fixes as versioned JSON (schema: tests/schemas/doctor.json)",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -53,22 +66,38 @@ def execute(args: argparse.Namespace) -> int:
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
     report = examine(args.python, timeout, progress=progress, offline=args.offline)
-    fa3 = (stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
-           if stable_abi.installed(report.situation.facts) else None)
-    others = [other_builds.examine_other(resolve_interpreter(args.python), b, timeout, progress)
-              for b in other_builds.load_builds() if b.installed(report.situation.facts)]
+    fa3 = (
+        stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
+        if stable_abi.installed(report.situation.facts)
+        else None
+    )
+    others = [
+        other_builds.examine_other(resolve_interpreter(args.python), b, timeout, progress)
+        for b in other_builds.load_builds()
+        if b.installed(report.situation.facts)
+    ]
     report = other_builds.beside(stable_abi.beside(report, fa3), others)
     healthy = stable_abi.healthy(report, fa3) and all(o.healthy for o in others)
     # The diagnosis is printed whole; a fix whose index answered without its wheel adds the error of exit 4.
     error = None if healthy else index_check.blocking_error(report.fixes)
     if args.json:
-        json.dump(to_json(report) | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {})
-                  | ({other_builds.JSON_KEY: [o.to_json() for o in others]} if others else {})
-                  | ({"error": error.to_json()["error"]} if error else {}), sys.stdout, indent=2)
+        json.dump(
+            to_json(report)
+            | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {})
+            | ({other_builds.JSON_KEY: [o.to_json() for o in others]} if others else {})
+            | ({"error": error.to_json()["error"]} if error else {}),
+            sys.stdout,
+            indent=2,
+        )
         print()
     else:
-        print("\n".join(text_lines(report) + (stable_abi.text_lines(fa3) if fa3 else [])
-                        + [line for o in others for line in other_builds.text_lines(o)]))
+        print(
+            "\n".join(
+                text_lines(report)
+                + (stable_abi.text_lines(fa3) if fa3 else [])
+                + [line for o in others for line in other_builds.text_lines(o)]
+            )
+        )
     if error is not None:
         say(f"faforge doctor: error: {error.line()}")
         return error.exit_code

@@ -18,7 +18,9 @@ from faforge.matrix.variants import generated_files, obsolete_files, stale_files
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale or obsolete")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a generated file is stale or obsolete"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -36,7 +38,10 @@ def execute(args: argparse.Namespace) -> int:
         for path in [*stale, *stale_store]:
             print(f"stale: {path} (run `faforge generate`)", file=sys.stderr)
         for path in [*obsolete, *obsolete_store]:
-            print(f"obsolete: {path} is generated but no longer produced (run `faforge generate` to remove it)", file=sys.stderr)
+            print(
+                f"obsolete: {path} is generated but no longer produced (run `faforge generate` to remove it)",
+                file=sys.stderr,
+            )
         if stale or obsolete or stale_store or obsolete_store:
             return EXIT_PROBLEMS
         print("generated files are up to date")

@@ -29,29 +29,46 @@ if TYPE_CHECKING:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("channel", metavar="CHANNEL",
-                        help="a local channel folder (e.g. ./channel); with --pip, a "
-                             f"wheel index folder (e.g. ./{config.DEFAULT_INDEX_DIR})")
-    parser.add_argument("--pip", action="store_true", help="CHANNEL is a pip wheel index root: rewrite its pages from its wheels, then check them")
-    parser.add_argument("--check", action="store_true",
-                        help="with --pip: write nothing, only read and check CHANNEL (a root, one index folder, or an index URL)")
+    parser.add_argument(
+        "channel",
+        metavar="CHANNEL",
+        help="a local channel folder (e.g. ./channel); with --pip, a "
+        f"wheel index folder (e.g. ./{config.DEFAULT_INDEX_DIR})",
+    )
+    parser.add_argument(
+        "--pip",
+        action="store_true",
+        help="CHANNEL is a pip wheel index root: rewrite its pages from its wheels, then check them",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="with --pip: write nothing, only read and check CHANNEL (a root, one index folder, or an index URL)",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
     if args.pip:
         return execute_pip(args)
     if args.check:
-        raise FaforgeError("--check goes with --pip (a conda channel is checked and healed by `faforge index CHANNEL`)",
-                           input="--check", hint="add --pip for a wheel index, or leave --check out")
+        raise FaforgeError(
+            "--check goes with --pip (a conda channel is checked and healed by `faforge index CHANNEL`)",
+            input="--check",
+            hint="add --pip for a wheel index, or leave --check out",
+        )
     channel = Path(args.channel)
     if not channel.is_dir():
         check_folder(channel)
-        raise FaforgeError(f"channel folder {channel} {why_not_a_folder(channel)}", hint="pass the folder `faforge publish --to` wrote")
+        raise FaforgeError(
+            f"channel folder {channel} {why_not_a_folder(channel)}", hint="pass the folder `faforge publish --to` wrote"
+        )
     with channel_errors(channel), channel_lock(channel):
         found = heal(channel)
     drift = found.drift_words()
-    print(f"{channel}: {len(found.indexable)} packages indexed; "
-          + (f"re-indexed ({'; '.join(drift)})" if found.needs_index else "index was already right"))
+    print(
+        f"{channel}: {len(found.indexable)} packages indexed; "
+        + (f"re-indexed ({'; '.join(drift)})" if found.needs_index else "index was already right")
+    )
     print_channel_problems(found.bad, channel)
     return EXIT_PROBLEMS if found.bad else EXIT_OK
 
@@ -73,8 +90,10 @@ def execute_pip(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"problem: {problem}")
     if report.problems:
-        print("  hint: rerun `faforge index --pip ROOT` on the root the "
-              "pages came from; a problem that stays is a bug to report")
+        print(
+            "  hint: rerun `faforge index --pip ROOT` on the root the "
+            "pages came from; a problem that stays is a bug to report"
+        )
     return EXIT_PROBLEMS if report.problems or report.bad else EXIT_OK
 
 

@@ -31,21 +31,33 @@ from faforge.table import format_table
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
-    parser.add_argument("--world", metavar="WORLD",
-                        help="the torch world whose cells to list: conda-forge, pytorch, pypi (PyPI's torch wheels) or all "
-                             "(default: the conda worlds, conda-forge and pytorch)")
+    parser.add_argument(
+        "--world",
+        metavar="WORLD",
+        help="the torch world whose cells to list: conda-forge, pytorch, pypi (PyPI's torch wheels) or all "
+        "(default: the conda worlds, conda-forge and pytorch)",
+    )
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--kernels", action="store_true",
-                       help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one "
-                            "per platform, CUDA, arch list and Philox offset width), "
-                            "each with the exact build its cells pin, instead of the cells")
-    which.add_argument("--fa3", action="store_true",
-                       help=f"list the {FLASH_ATTN_3.package} packages (one per "
-                            "platform, CUDA and arch list) with the torch minors each "
-                            "serves, instead of the cells")
-    parser.add_argument("--json", action="store_true",
-                        help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
-                             "(tests/schemas/matrix-kernels.json), or with --fa3 of those packages (tests/schemas/matrix-fa3.json)")
+    which.add_argument(
+        "--kernels",
+        action="store_true",
+        help=f"list the kernel packages ({FLASH_ATTN.kernel_package}, one "
+        "per platform, CUDA, arch list and Philox offset width), "
+        "each with the exact build its cells pin, instead of the cells",
+    )
+    which.add_argument(
+        "--fa3",
+        action="store_true",
+        help=f"list the {FLASH_ATTN_3.package} packages (one per "
+        "platform, CUDA and arch list) with the torch minors each "
+        "serves, instead of the cells",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
+        "(tests/schemas/matrix-kernels.json), or with --fa3 of those packages (tests/schemas/matrix-fa3.json)",
+    )
 
 
 def cell_record(rendered: RenderedCell, kernels: KernelPackage, pin: KernelPin | None) -> dict:
@@ -65,8 +77,13 @@ def cell_record(rendered: RenderedCell, kernels: KernelPackage, pin: KernelPin |
         "build_string": rendered.build_string,
         "run_requirements": list(rendered.run_requirements),
         "run_constraints": list(rendered.run_constraints),
-        "kernel_package": {"id": kernels.key.id, "name": kernels.name, "version": kernels.version,
-                           "build_string_prefix": kernels.key.build_string_prefix, "build_string": pin.build if pin else None},
+        "kernel_package": {
+            "id": kernels.key.id,
+            "name": kernels.name,
+            "version": kernels.version,
+            "build_string_prefix": kernels.key.build_string_prefix,
+            "build_string": pin.build if pin else None,
+        },
     }
 
 
@@ -94,16 +111,21 @@ def selected_worlds(matrix: Matrix, world: str | None) -> tuple[list[str], list[
         return [world], []
     if world in pip:
         return [], [world]
-    raise FaforgeError(f"--world {world}: no such torch world", input=world,
-                       hint=f"one of {', '.join([*conda, *pip, ALL])} (variants/releases.yaml `worlds`)")
+    raise FaforgeError(
+        f"--world {world}: no such torch world",
+        input=world,
+        hint=f"one of {', '.join([*conda, *pip, ALL])} (variants/releases.yaml `worlds`)",
+    )
 
 
-def selected_kernels(matrix: Matrix, platform: str, conda: list[str], pip: list[str]) -> tuple[list[KernelPackage], dict[str, KernelPin | None]]:
+def selected_kernels(
+    matrix: Matrix, platform: str, conda: list[str], pip: list[str]
+) -> tuple[list[KernelPackage], dict[str, KernelPin | None]]:
     """The kernel packages the selected worlds' cells pin, each listing those cells, with each one's exact build."""
     cell_worlds = {**{c.id: c.world for c in matrix.cells}, **{c.id: c.world for c in matrix.pip_cells}}
     chosen = set(conda) | set(pip)
     kernels = []
-    for k in (matrix.all_kernels if pip else matrix.kernels):
+    for k in matrix.all_kernels if pip else matrix.kernels:
         ids = tuple(i for i in k.cell_ids if cell_worlds[i] in chosen)
         if ids and platform in ("all", k.key.platform):
             kernels.append(k if ids == k.cell_ids else replace(k, cell_ids=ids))
@@ -111,12 +133,16 @@ def selected_kernels(matrix: Matrix, platform: str, conda: list[str], pip: list[
     rendered = selected_cells(matrix, platform) if any(i in conda_ids for k in kernels for i in k.cell_ids) else []
     pins = exact_builds([k for k in kernels if k.world in matrix.table.worlds], rendered)
     if pip:
-        pip_pins = pip_kernel_pins(matrix, [c for c in matrix.pip_cells if c.world in pip and platform in ("all", c.platform)])
+        pip_pins = pip_kernel_pins(
+            matrix, [c for c in matrix.pip_cells if c.world in pip and platform in ("all", c.platform)]
+        )
         pins |= {key: pin for key, pin in pip_pins.items() if pins.get(key) is None}
     return kernels, pins
 
 
-def print_kernels(matrix: Matrix, platform: str, as_json: bool, conda: list[str] | None = None, pip: Sequence[str] = ()) -> int:
+def print_kernels(
+    matrix: Matrix, platform: str, as_json: bool, conda: list[str] | None = None, pip: Sequence[str] = ()
+) -> int:
     if conda is None and not pip:
         conda = list(matrix.table.worlds)
     kernels, pins = selected_kernels(matrix, platform, conda or [], list(pip))
@@ -124,8 +150,17 @@ def print_kernels(matrix: Matrix, platform: str, as_json: bool, conda: list[str]
         print(json.dumps([k.as_json(pins[k.key.id]) for k in kernels], indent=2))
         return EXIT_OK
     # No pin: a recipe whose flash-attn carries its kernels, so only the prefix is known (and nothing is built apart).
-    rows = [[k.key.id, k.name, k.version, pin.build if (pin := pins[k.key.id]) else k.key.build_string_prefix + "*", k.world,
-             len(k.cell_ids)] for k in kernels]
+    rows = [
+        [
+            k.key.id,
+            k.name,
+            k.version,
+            pin.build if (pin := pins[k.key.id]) else k.key.build_string_prefix + "*",
+            k.world,
+            len(k.cell_ids),
+        ]
+        for k in kernels
+    ]
     print(format_table(["kernel key", "package", "version", "build string", "source", "cells"], rows))
     summary = f"\n{len(kernels)} kernel packages for {sum(len(k.cell_ids) for k in kernels)} cells"
     if pip:
@@ -143,25 +178,49 @@ def print_fa3(matrix: Matrix, platform: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(records, indent=2))
         return EXIT_OK
-    rows = [[r["id"], r["cuda"], r["cuda_archs"], r["build_string"], r["headers_torch"], ", ".join(r["served_torch_minors"])] for r in records]
+    rows = [
+        [
+            r["id"],
+            r["cuda"],
+            r["cuda_archs"],
+            r["build_string"],
+            r["headers_torch"],
+            ", ".join(r["served_torch_minors"]),
+        ]
+        for r in records
+    ]
     print(format_table(["package", "cuda", "archs", "build string", "headers", "serves torch"], rows))
-    print(f"\n{len(records)} {FLASH_ATTN_3.package} packages, each serving "
-          f"python {records[0]['python'] if records else '-'} (limited API)")
+    print(
+        f"\n{len(records)} {FLASH_ATTN_3.package} packages, each serving "
+        f"python {records[0]['python'] if records else '-'} (limited API)"
+    )
     return EXIT_OK
 
 
 def print_pip_cells(builds: list[PipBuild]) -> None:
-    rows = [[b.cell.id, b.cell.torch, b.cell.wheel, b.cell.cuda_archs, b.kernel_build + ("" if b.kernel_shared else " (own)"),
-             b.cell.index_name, b.glue_wheel()] for b in builds]
+    rows = [
+        [
+            b.cell.id,
+            b.cell.torch,
+            b.cell.wheel,
+            b.cell.cuda_archs,
+            b.kernel_build + ("" if b.kernel_shared else " (own)"),
+            b.cell.index_name,
+            b.glue_wheel(),
+        ]
+        for b in builds
+    ]
     print(format_table(["pip cell", "torch", "torch wheel", "archs", "kernel package", "index", "glue wheel"], rows))
     counts = Counter((b.cell.platform, b.cell.world) for b in builds)
     summary = ", ".join(f"{platform} {world}: {n}" for (platform, world), n in sorted(counts.items()))
     keys = {b.kernel.key.id: b.kernel_shared for b in builds}
-    print(f"\n{len(builds)} pip cells ({summary}); {len(keys)} kernel "
-          f"packages: {sum(keys.values())} shared with a conda world's "
-          f"cells, {len(keys) - sum(keys.values())} their own (`faforge "
-          "matrix --kernels --world all`); the glue wheel's manylinux "
-          "tag is decided from the built binary")
+    print(
+        f"\n{len(builds)} pip cells ({summary}); {len(keys)} kernel "
+        f"packages: {sum(keys.values())} shared with a conda world's "
+        f"cells, {len(keys) - sum(keys.values())} their own (`faforge "
+        "matrix --kernels --world all`); the glue wheel's manylinux "
+        "tag is decided from the built binary"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -169,8 +228,10 @@ def execute(args: argparse.Namespace) -> int:
     conda, pip = selected_worlds(matrix, args.world)
     if args.fa3:
         if args.world is not None:
-            raise FaforgeError("--fa3 lists the FlashAttention-3 packages of their one world; --world does not apply",
-                               hint="leave out --world")
+            raise FaforgeError(
+                "--fa3 lists the FlashAttention-3 packages of their one world; --world does not apply",
+                hint="leave out --world",
+            )
         return print_fa3(matrix, args.platform, args.json)
     if args.kernels:
         return print_kernels(matrix, args.platform, args.json, conda, pip)
@@ -180,12 +241,25 @@ def execute(args: argparse.Namespace) -> int:
     by_cell = kernels_by_cell(matrix.kernels)
     if args.json:
         pins = exact_builds(matrix.kernels, rendered) if rendered else {}
-        print(json.dumps([cell_record(r, by_cell[r.cell.id], pins[by_cell[r.cell.id].key.id]) for r in rendered]
-                         + [b.to_json() for b in builds], indent=2))
+        print(
+            json.dumps(
+                [cell_record(r, by_cell[r.cell.id], pins[by_cell[r.cell.id].key.id]) for r in rendered]
+                + [b.to_json() for b in builds],
+                indent=2,
+            )
+        )
         return EXIT_OK
     if cells or not pip:
         rows = [
-            [r.cell.id, r.cell.torch, r.cell.cuda, r.cell.world, r.cell.cuda_archs, r.build_string, by_cell[r.cell.id].key.id]
+            [
+                r.cell.id,
+                r.cell.torch,
+                r.cell.cuda,
+                r.cell.world,
+                r.cell.cuda_archs,
+                r.build_string,
+                by_cell[r.cell.id].key.id,
+            ]
             for r in rendered
         ]
         print(format_table(["cell", "torch", "cuda", "source", "archs", "build string", "kernel package"], rows))

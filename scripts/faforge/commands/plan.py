@@ -33,23 +33,47 @@ from faforge.table import format_table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--channel", metavar="URL_OR_PATH", help="channel whose packages need no build (folder, file://, http(s):// or a name); default: none")
-    parser.add_argument("--new-channel-ok", action="store_true",
-                        help="a channel with no repodata yet (HTTP 404: nothing published so far) counts as empty instead of an error")
-    parser.add_argument("--index", metavar="URL_OR_DIR",
-                        help="wheel index root whose pip cells need no build (a folder `faforge publish --index` writes, or its "
-                             "URL, e.g. https://faforge.github.io/wheels): a cell is "
-                             "there when its index lists both its wheels; default: none")
+    parser.add_argument(
+        "--channel",
+        metavar="URL_OR_PATH",
+        help="channel whose packages need no build (folder, file://, http(s):// or a name); default: none",
+    )
+    parser.add_argument(
+        "--new-channel-ok",
+        action="store_true",
+        help="a channel with no repodata yet (HTTP 404: nothing published so far) counts as empty instead of an error",
+    )
+    parser.add_argument(
+        "--index",
+        metavar="URL_OR_DIR",
+        help="wheel index root whose pip cells need no build (a folder `faforge publish --index` writes, or its "
+        "URL, e.g. https://faforge.github.io/wheels): a cell is "
+        "there when its index lists both its wheels; default: none",
+    )
     parser.add_argument("--platform", choices=[*PLATFORMS, "all"], default="all", help="default: all")
-    parser.add_argument("--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)")
-    parser.add_argument("--output", type=Path, metavar="FILE",
-                        help="write the versioned plan to FILE for `faforge build --plan FILE`; written only when planning "
-                             "succeeds (a failed plan keeps the previous file), which `--json > FILE` cannot promise")
-    parser.add_argument("--github-output", metavar="FILE",
-                        help=f"also write <stage>-N chunk outputs and their counts for a workflow (stages: {', '.join(STAGES)}; "
-                             "e.g. \"$GITHUB_OUTPUT\")")
-    parser.add_argument("--max-chunks", type=int_range(1, 256), default=2, metavar="N",
-                        help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop")
+    parser.add_argument(
+        "--json", action="store_true", help="print the versioned plan (schema: tests/schemas/plan.json)"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the versioned plan to FILE for `faforge build --plan FILE`; written only when planning "
+        "succeeds (a failed plan keeps the previous file), which `--json > FILE` cannot promise",
+    )
+    parser.add_argument(
+        "--github-output",
+        metavar="FILE",
+        help=f"also write <stage>-N chunk outputs and their counts for a workflow (stages: {', '.join(STAGES)}; "
+        'e.g. "$GITHUB_OUTPUT")',
+    )
+    parser.add_argument(
+        "--max-chunks",
+        type=int_range(1, 256),
+        default=2,
+        metavar="N",
+        help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop",
+    )
 
 
 def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Part]]:
@@ -64,8 +88,10 @@ def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Pa
 def index_root(value: str) -> str:
     """An --index checked before any work: an http(s) URL with a host, or a folder that exists (a new root
     nothing was published to is an empty folder: `mkdir` it, as for a channel)."""
-    hint = ("pass the folder `faforge publish --index` writes (e.g. ./wheels) "
-            "or its URL, or leave --index out to plan every pip cell")
+    hint = (
+        "pass the folder `faforge publish --index` writes (e.g. ./wheels) "
+        "or its URL, or leave --index out to plan every pip cell"
+    )
     if not value.strip():
         raise FaforgeError(f"--index {value!r}: empty", input="--index", hint=hint)
     if value.startswith(("http://", "https://")):
@@ -83,23 +109,44 @@ def index_root(value: str) -> str:
 def print_pip(plan: Plan, data: dict, index: str | None) -> None:
     """The pip cells' lines: how many to build, and what each torch release adds to CI."""
     where = index or "no index"
-    print(f"{len(data['pip_to_build'])} pip cells to build in "
-          f"{len(plan.jobs[PIP_STAGE])} wheel jobs (glue and kernel wheel each, "
-          "from the kernel packages above: no kernel TU compiled "
-          f"for pip); {len(data['pip_in_index'])} already in {where}")
+    print(
+        f"{len(data['pip_to_build'])} pip cells to build in "
+        f"{len(plan.jobs[PIP_STAGE])} wheel jobs (glue and kernel wheel each, "
+        "from the kernel packages above: no kernel TU compiled "
+        f"for pip); {len(data['pip_in_index'])} already in {where}"
+    )
     if data["pip_not_built"]:
-        print(f"{len(data['pip_not_built'])} linux-aarch64 pip cells get no job yet: {data['pip_not_built'][0]['why']} "
-              "(the table below counts them: what they will cost)")
-    rows = [[r["torch_minor"], r["world"], r["pip_cells"], r["wheel_jobs"], len(r["new_kernel_packages"]), r["kernel_jobs"],
-             f"{r['runner_hours']:.1f}"] for r in data["pip_cost"]["per_torch_release"]]
+        print(
+            f"{len(data['pip_not_built'])} linux-aarch64 pip cells get no job yet: {data['pip_not_built'][0]['why']} "
+            "(the table below counts them: what they will cost)"
+        )
+    rows = [
+        [
+            r["torch_minor"],
+            r["world"],
+            r["pip_cells"],
+            r["wheel_jobs"],
+            len(r["new_kernel_packages"]),
+            r["kernel_jobs"],
+            f"{r['runner_hours']:.1f}",
+        ]
+        for r in data["pip_cost"]["per_torch_release"]
+    ]
     if rows:
         print("\npip world: added runner hours per torch release")
-        print(format_table(["torch", "world", "pip cells", "wheel jobs", "new kernel packages", "kernel jobs", "runner hours"], rows))
-        print(f"(a wheel job {data['pip_cost']['wheel_job_minutes']} min, as "
-              "a conda cell's job; a new kernel package's jobs as planned "
-              "above; both from variants/build-cost.yaml, setup and safety "
-              "factor included. A kernel package a conda cell or an "
-              "older torch minor needs is not counted again: it is built once and shared)")
+        print(
+            format_table(
+                ["torch", "world", "pip cells", "wheel jobs", "new kernel packages", "kernel jobs", "runner hours"],
+                rows,
+            )
+        )
+        print(
+            f"(a wheel job {data['pip_cost']['wheel_job_minutes']} min, as "
+            "a conda cell's job; a new kernel package's jobs as planned "
+            "above; both from variants/build-cost.yaml, setup and safety "
+            "factor included. A kernel package a conda cell or an "
+            "older torch minor needs is not counted again: it is built once and shared)"
+        )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -109,11 +156,26 @@ def execute(args: argparse.Namespace) -> int:
         paths.replaceable_file(args.output, "--output")
     # A wrong folder fails before rendering; an empty one (an
     # unset $FAFORGE_CHANNEL_URL) would otherwise plan every cell.
-    channel = None if args.channel is None else channel_url(
-        args.channel, "--channel", if_empty="set the variable that names the channel, or leave --channel out to plan every cell")
+    channel = (
+        None
+        if args.channel is None
+        else channel_url(
+            args.channel,
+            "--channel",
+            if_empty="set the variable that names the channel, or leave --channel out to plan every cell",
+        )
+    )
     index = None if args.index is None else index_root(args.index)
-    plan = plan_builds(platform=args.platform, channel=channel, given=args.channel, new_channel_ok=args.new_channel_ok,
-                       max_chunks=args.max_chunks, report=progress, fa3_pieces=fa3_pieces, index=index)
+    plan = plan_builds(
+        platform=args.platform,
+        channel=channel,
+        given=args.channel,
+        new_channel_ok=args.new_channel_ok,
+        max_chunks=args.max_chunks,
+        report=progress,
+        fa3_pieces=fa3_pieces,
+        index=index,
+    )
     data = plan.to_json()
     if args.output:
         with paths.user_path("--output", args.output):
@@ -124,33 +186,58 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    kernel_rows = [[k["id"], k["build_string_prefix"] + "*", "in the channel" if k["in_channel"] else "to build", len(k["cells"])]
-                   for k in data["kernel_packages"]]
+    kernel_rows = [
+        [k["id"], k["build_string_prefix"] + "*", "in the channel" if k["in_channel"] else "to build", len(k["cells"])]
+        for k in data["kernel_packages"]
+    ]
     if kernel_rows:
-        print(format_table(["kernel package", "build string", "status", "cells to build that need it"], kernel_rows) + "\n")
-    fa3_rows = [[p["id"], p["build_string"], f"{p['served_torch_minors'][0]} to {p['served_torch_minors'][-1]}",
-                 "in the channel" if p["in_channel"] else "to build"] for p in data[f"{FA3_STAGE}_packages"]]
+        print(
+            format_table(["kernel package", "build string", "status", "cells to build that need it"], kernel_rows)
+            + "\n"
+        )
+    fa3_rows = [
+        [
+            p["id"],
+            p["build_string"],
+            f"{p['served_torch_minors'][0]} to {p['served_torch_minors'][-1]}",
+            "in the channel" if p["in_channel"] else "to build",
+        ]
+        for p in data[f"{FA3_STAGE}_packages"]
+    ]
     if fa3_rows:
-        print(format_table([f"{FLASH_ATTN_3.package} package", "build string", "serves torch", "status"], fa3_rows) + "\n")
-    rows = [[stage, j["name"], j["part"], j["runs-on"], j["timeout-minutes"]] for stage in STAGES for j in plan.jobs[stage]]
+        print(
+            format_table([f"{FLASH_ATTN_3.package} package", "build string", "serves torch", "status"], fa3_rows) + "\n"
+        )
+    rows = [
+        [stage, j["name"], j["part"], j["runs-on"], j["timeout-minutes"]] for stage in STAGES for j in plan.jobs[stage]
+    ]
     if rows:
         print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
     built = len(plan.kernels) - len(plan.kernels_in_channel)
-    print(f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} "
-          f"cell jobs, after {built} kernel packages in "
-          f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} "
-          f"link jobs ({len(plan.kernels_in_channel)} kernel packages "
-          f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}", file=sys.stdout)
-    print(f"{len(plan.fa3_todo)} {FLASH_ATTN_3.package} packages to build in {len(plan.jobs[FA3_STAGE])} jobs, after "
-          f"{len(plan.jobs[FA3_PIECES_STAGE])} piece jobs; "
-          f"{len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}")
-    print(f"estimated runner time: {plan.runner_minutes / 60:.1f} "
-          f"hours ({plan.runner_minutes} minutes: every job's estimate "
-          "from variants/build-cost.yaml, setup and safety factor "
-          f"included; a {FLASH_ATTN_3.package} package's from its timed "
-          "TUs, variants/build-measurements.yaml)")
+    print(
+        f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} "
+        f"cell jobs, after {built} kernel packages in "
+        f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} "
+        f"link jobs ({len(plan.kernels_in_channel)} kernel packages "
+        f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}",
+        file=sys.stdout,
+    )
+    print(
+        f"{len(plan.fa3_todo)} {FLASH_ATTN_3.package} packages to build in {len(plan.jobs[FA3_STAGE])} jobs, after "
+        f"{len(plan.jobs[FA3_PIECES_STAGE])} piece jobs; "
+        f"{len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}"
+    )
+    print(
+        f"estimated runner time: {plan.runner_minutes / 60:.1f} "
+        f"hours ({plan.runner_minutes} minutes: every job's estimate "
+        "from variants/build-cost.yaml, setup and safety factor "
+        f"included; a {FLASH_ATTN_3.package} package's from its timed "
+        "TUs, variants/build-measurements.yaml)"
+    )
     print_pip(plan, data, args.index)
     if plan.stale:
-        print(f"{len(plan.stale)} packages in the channel were built "
-              f"from other inputs and are rebuilt: {' '.join(plan.stale)}")
+        print(
+            f"{len(plan.stale)} packages in the channel were built "
+            f"from other inputs and are rebuilt: {' '.join(plan.stale)}"
+        )
     return EXIT_OK

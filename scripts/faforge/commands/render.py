@@ -37,15 +37,25 @@ def execute(args: argparse.Namespace) -> int:
             print(json.dumps(recipe, indent=2) if args.json else yaml.safe_dump(recipe, sort_keys=False), end="")
             return EXIT_OK
     nearest = nearest_cells(args.cell, every_cell)
-    reason = explain_missing(matrix.table, matrix.policy, args.cell) if CELL_ID.fullmatch(args.cell) else f"unknown cell {args.cell!r}"
-    raise FaforgeError(reason, hint=("nearest cells: " + ", ".join(nearest)) if nearest else "`faforge matrix` lists every cell")
+    reason = (
+        explain_missing(matrix.table, matrix.policy, args.cell)
+        if CELL_ID.fullmatch(args.cell)
+        else f"unknown cell {args.cell!r}"
+    )
+    raise FaforgeError(
+        reason, hint=("nearest cells: " + ", ".join(nearest)) if nearest else "`faforge matrix` lists every cell"
+    )
 
 
 def nearest_cells(given: str, rendered: list[RenderedCell], n: int = 3) -> list[str]:
     """Every cell whose build string differs only in hash and build number (one per platform), then the closest names.
 
     A build string from an older recipe has another hash; its own cell must never be left out."""
-    same = [f"{r.build_string} ({r.cell.id})" for r in rendered if build_string_head(r.build_string) == build_string_head(given)]
+    same = [
+        f"{r.build_string} ({r.cell.id})"
+        for r in rendered
+        if build_string_head(r.build_string) == build_string_head(given)
+    ]
     if same:
         return same
     names = [r.cell.id for r in rendered] + [r.build_string for r in rendered]

@@ -22,7 +22,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--canary-status",
         action="store_true",
         help="only report the committed GPU canary (tests/gpu/canary/): "
-             "matches its manifest? kernel inputs changed since? (exit 0)",
+        "matches its manifest? kernel inputs changed since? (exit 0)",
     )
 
 

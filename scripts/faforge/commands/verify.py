@@ -42,25 +42,57 @@ VERIFY_VERSION = 1
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("packages", nargs="+", metavar="PACKAGE",
-                        help=f".conda files or .whl wheels; a split {FLASH_ATTN.package} (and its glue wheel) needs its kernel "
-                             "package (kernel wheel) among them or beside it")
-    parser.add_argument("--gates", default=",".join(CPU_GATES), help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)")
-    parser.add_argument("--manifest", type=Path, default=config.DEFAULT_MANIFEST_DIR,
-                        help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})")
-    parser.add_argument("--against", type=Path, action="append",
-                        help="check the ABI against this torch (torch/lib, site-packages or prefix) instead of the matching PyPI wheel")
-    parser.add_argument("--kernel-channel", metavar="URL",
-                        help=f"where a split {FLASH_ATTN.package}'s kernel package "
-                             "was published, fetched from there when it is neither "
-                             "given nor beside it (a cell's job whose kernel package an earlier run published)")
-    parser.add_argument("--qemu", metavar="PATH", help="qemu user-mode emulator for a package of another machine "
-                        "(default: $FAFORGE_QEMU, else qemu-<machine>[-static] on PATH; an optional external tool)")
-    parser.add_argument("--sysroot", metavar="DIR", help="the target's libc folder for qemu -L and the abi gate "
-                        "(default: $FAFORGE_SYSROOT, else /usr/<machine>-linux-gnu)")
-    parser.add_argument("--target-python", metavar="PATH", help="that machine's Python, run under qemu by the import gate "
-                        "(default: $FAFORGE_TARGET_PYTHON)")
-    parser.add_argument("--json", action="store_true", help="print the versioned results (schema: tests/schemas/verify.json)")
+    parser.add_argument(
+        "packages",
+        nargs="+",
+        metavar="PACKAGE",
+        help=f".conda files or .whl wheels; a split {FLASH_ATTN.package} (and its glue wheel) needs its kernel "
+        "package (kernel wheel) among them or beside it",
+    )
+    parser.add_argument(
+        "--gates",
+        default=",".join(CPU_GATES),
+        help=f"comma-separated gates to run (default: {','.join(CPU_GATES)}; gpu on a GPU runner)",
+    )
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        default=config.DEFAULT_MANIFEST_DIR,
+        help=f"where results are recorded (default: ./{config.DEFAULT_MANIFEST_DIR})",
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        help="check the ABI against this torch (torch/lib, site-packages or prefix) instead of the matching PyPI wheel",
+    )
+    parser.add_argument(
+        "--kernel-channel",
+        metavar="URL",
+        help=f"where a split {FLASH_ATTN.package}'s kernel package "
+        "was published, fetched from there when it is neither "
+        "given nor beside it (a cell's job whose kernel package an earlier run published)",
+    )
+    parser.add_argument(
+        "--qemu",
+        metavar="PATH",
+        help="qemu user-mode emulator for a package of another machine "
+        "(default: $FAFORGE_QEMU, else qemu-<machine>[-static] on PATH; an optional external tool)",
+    )
+    parser.add_argument(
+        "--sysroot",
+        metavar="DIR",
+        help="the target's libc folder for qemu -L and the abi gate "
+        "(default: $FAFORGE_SYSROOT, else /usr/<machine>-linux-gnu)",
+    )
+    parser.add_argument(
+        "--target-python",
+        metavar="PATH",
+        help="that machine's Python, run under qemu by the import gate (default: $FAFORGE_TARGET_PYTHON)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the versioned results (schema: tests/schemas/verify.json)"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -68,21 +100,49 @@ def execute(args: argparse.Namespace) -> int:
     for against in args.against or []:
         with paths.user_path("--against", against):
             if not against.is_dir():
-                raise FaforgeError(f"--against {against} {why_not_a_folder(against)}", hint="pass a torch/lib folder, site-packages or prefix")
+                raise FaforgeError(
+                    f"--against {against} {why_not_a_folder(against)}",
+                    hint="pass a torch/lib folder, site-packages or prefix",
+                )
     paths.output_dir(args.manifest, "--manifest")
     check_named(args.qemu, args.sysroot, args.target_python)
-    kernel_channel = None if args.kernel_channel is None else channel_url(
-        args.kernel_channel, "--kernel-channel", if_empty="name the channel the kernel packages were published to, or leave the option out")
+    kernel_channel = (
+        None
+        if args.kernel_channel is None
+        else channel_url(
+            args.kernel_channel,
+            "--kernel-channel",
+            if_empty="name the channel the kernel packages were published to, or leave the option out",
+        )
+    )
 
     def done(checked: list) -> None:
         if not args.json:  # each package's table as soon as it is done: a later package's error cannot lose it
-            print(format_table(["package", "sha256", "gate", "result", "detail"],
-                               [[e.package, e.sha256[:12], e.gate, e.result, e.detail[:100]] for e in checked]), flush=True)
+            print(
+                format_table(
+                    ["package", "sha256", "gate", "result", "detail"],
+                    [[e.package, e.sha256[:12], e.gate, e.result, e.detail[:100]] for e in checked],
+                ),
+                flush=True,
+            )
 
-    entries = verify_packages(args.packages, gates, manifest=args.manifest, against=args.against, kernel_channel=kernel_channel,
-                              report=progress, emulation=Emulation(args.qemu, args.sysroot, args.target_python), done=done)
+    entries = verify_packages(
+        args.packages,
+        gates,
+        manifest=args.manifest,
+        against=args.against,
+        kernel_channel=kernel_channel,
+        report=progress,
+        emulation=Emulation(args.qemu, args.sysroot, args.target_python),
+        done=done,
+    )
     if args.json:
-        print(json.dumps({"version": VERIFY_VERSION, "manifest": str(args.manifest), "results": [e.to_json() for e in entries]}, indent=2))
+        print(
+            json.dumps(
+                {"version": VERIFY_VERSION, "manifest": str(args.manifest), "results": [e.to_json() for e in entries]},
+                indent=2,
+            )
+        )
     else:
         print(f"\nrecorded in {args.manifest}/")
     results = {e.result for e in entries}

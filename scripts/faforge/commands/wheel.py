@@ -41,27 +41,54 @@ REQUIRED = {"kernel": (), "glue": ("kernel_wheel", "torch", "cuda", "cxx11_abi",
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the three usages above, as written
-    parser.add_argument("kind", choices=KINDS, metavar="KIND",
-                        help=f"kernel: the {FLASH_ATTN.kernel_package} wheel; glue: the {FLASH_ATTN.package} wheel of one pip cell; "
-                             f"fa3: the {FLASH_ATTN_3.package} wheel")
-    parser.add_argument("source", metavar="SOURCE",
-                        help=f"kernel: the {FLASH_ATTN.kernel_package} package (.conda "
-                             "or .tar.bz2) `faforge build` made; glue: the wheel "
-                             f"{FLASH_ATTN.build_script} --kernel-library wrote; fa3: the FA3 build's wheel")
-    parser.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR", help="where the wheel goes (created if missing); default: ./dist")
-    parser.add_argument("--torch-metadata", metavar="FILE",
-                        help="kernel: a torch wheel, or its METADATA, that must require a CUDA runtime of the kernel's CUDA major "
-                             "(a cross-check; the kernel wheel's requirement follows its CUDA alone)")
-    parser.add_argument("--kernel-wheel", metavar="WHEEL", help="glue: the kernel wheel the glue links (pinned exactly)")
-    parser.add_argument("--torch", metavar="MINOR", help="glue: the cell's torch minor, e.g. 2.11 (Requires-Dist torch>=2.11,<2.12)")
+    parser.add_argument(
+        "kind",
+        choices=KINDS,
+        metavar="KIND",
+        help=f"kernel: the {FLASH_ATTN.kernel_package} wheel; glue: the {FLASH_ATTN.package} wheel of one pip cell; "
+        f"fa3: the {FLASH_ATTN_3.package} wheel",
+    )
+    parser.add_argument(
+        "source",
+        metavar="SOURCE",
+        help=f"kernel: the {FLASH_ATTN.kernel_package} package (.conda "
+        "or .tar.bz2) `faforge build` made; glue: the wheel "
+        f"{FLASH_ATTN.build_script} --kernel-library wrote; fa3: the FA3 build's wheel",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("dist"),
+        metavar="DIR",
+        help="where the wheel goes (created if missing); default: ./dist",
+    )
+    parser.add_argument(
+        "--torch-metadata",
+        metavar="FILE",
+        help="kernel: a torch wheel, or its METADATA, that must require a CUDA runtime of the kernel's CUDA major "
+        "(a cross-check; the kernel wheel's requirement follows its CUDA alone)",
+    )
+    parser.add_argument(
+        "--kernel-wheel", metavar="WHEEL", help="glue: the kernel wheel the glue links (pinned exactly)"
+    )
+    parser.add_argument(
+        "--torch", metavar="MINOR", help="glue: the cell's torch minor, e.g. 2.11 (Requires-Dist torch>=2.11,<2.12)"
+    )
     parser.add_argument("--cuda", metavar="X.Y", help="glue, fa3: the CUDA version, e.g. 13.0")
-    parser.add_argument("--cxx11-abi", type=int, choices=[0, 1], help="glue: the cell's C++ ABI (PyPI torch <= 2.6: 0, >= 2.7: 1)")
+    parser.add_argument(
+        "--cxx11-abi", type=int, choices=[0, 1], help="glue: the cell's C++ ABI (PyPI torch <= 2.6: 0, >= 2.7: 1)"
+    )
     parser.add_argument("--python", metavar="3.X", help="glue: the cell's CPython (default: the raw wheel's)")
-    parser.add_argument("--build-tag", metavar="TAG",
-                        help=f"glue: the wheel build tag NhHASH, or the cell's {FLASH_ATTN.package} "
-                             "build string (py312_torch2_11_cu130_cxx11abi1_hHASH_0)")
+    parser.add_argument(
+        "--build-tag",
+        metavar="TAG",
+        help=f"glue: the wheel build tag NhHASH, or the cell's {FLASH_ATTN.package} "
+        "build string (py312_torch2_11_cu130_cxx11abi1_hHASH_0)",
+    )
     parser.add_argument("--archs", metavar="LIST", help="fa3: the arch list it was built for, e.g. '80;90a'")
-    parser.add_argument("--json", action="store_true", help="print the versioned result (schema: tests/schemas/wheel.json)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the versioned result (schema: tests/schemas/wheel.json)"
+    )
 
 
 def _option(name: str) -> str:
@@ -72,11 +99,16 @@ def _check_options(args: argparse.Namespace) -> None:
     for name in sorted(set().union(*OPTIONS.values()) - OPTIONS[args.kind]):
         if getattr(args, name) is not None:
             takers = " and ".join(f"`wheel {k}`" for k in KINDS if name in OPTIONS[k])
-            raise FaforgeError(f"{_option(name)} goes with {takers}, not `wheel {args.kind}`", input=_option(name),
-                               hint=f"drop {_option(name)}; see `faforge wheel --help`")
+            raise FaforgeError(
+                f"{_option(name)} goes with {takers}, not `wheel {args.kind}`",
+                input=_option(name),
+                hint=f"drop {_option(name)}; see `faforge wheel --help`",
+            )
     for name in REQUIRED[args.kind]:
         if getattr(args, name) is None:
-            raise FaforgeError(f"`wheel {args.kind}` needs {_option(name)}", input=_option(name), hint="see `faforge wheel --help`")
+            raise FaforgeError(
+                f"`wheel {args.kind}` needs {_option(name)}", input=_option(name), hint="see `faforge wheel --help`"
+            )
 
 
 def _regular_file(path: str, option: str, what: str) -> Path:
@@ -86,7 +118,9 @@ def _regular_file(path: str, option: str, what: str) -> Path:
         with paths.user_path(option, path):
             mode = os.stat(found).st_mode
     except ValueError:  # a NUL byte in the name
-        raise FaforgeError(f"{option} {path!r} is not a usable path (it holds a NUL byte)", hint=f"pass {what}", input=path) from None
+        raise FaforgeError(
+            f"{option} {path!r} is not a usable path (it holds a NUL byte)", hint=f"pass {what}", input=path
+        ) from None
     if not stat.S_ISREG(mode):
         raise FaforgeError(f"{option} {path} {why_not_a_file(found)}", hint=f"pass {what}", input=path)
     return found
@@ -133,27 +167,54 @@ def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
     )
     from faforge.release.package import read_package  # noqa: PLC0415 (keeps `faforge --help` fast)
 
-    metadata = None if args.torch_metadata is None else _regular_file(args.torch_metadata, "--torch-metadata", "a torch wheel or its METADATA")
+    metadata = (
+        None
+        if args.torch_metadata is None
+        else _regular_file(args.torch_metadata, "--torch-metadata", "a torch wheel or its METADATA")
+    )
     source = _regular_file(args.source, "SOURCE", f"a {FLASH_ATTN.kernel_package} package (.conda or .tar.bz2)")
     if not source.name.endswith(PACKAGE_SUFFIXES):
-        raise FaforgeError(f"SOURCE {source}: not a conda package file", input=str(source),
-                           hint=f"pass the {FLASH_ATTN.kernel_package}-*.conda `faforge build` wrote")
+        raise FaforgeError(
+            f"SOURCE {source}: not a conda package file",
+            input=str(source),
+            hint=f"pass the {FLASH_ATTN.kernel_package}-*.conda `faforge build` wrote",
+        )
     torch_requires = None if metadata is None else requires_dist_of(metadata, "--torch-metadata")
     package = read_package(source)
     if package.name != FLASH_ATTN.kernel_package:
-        raise FaforgeError(f"{source}: a {package.name} package, not {FLASH_ATTN.kernel_package}", input=str(source),
-                           hint=f"pass the {FLASH_ATTN.kernel_package} package the cells pin (`faforge matrix --kernels`)")
+        raise FaforgeError(
+            f"{source}: a {package.name} package, not {FLASH_ATTN.kernel_package}",
+            input=str(source),
+            hint=f"pass the {FLASH_ATTN.kernel_package} package the cells pin (`faforge matrix --kernels`)",
+        )
     requirement = cuda_runtime_requirement(package.cuda or "", torch_requires)
-    say(f"CUDA runtime: {requirement}" + (f" ({metadata.name} requires a CUDA runtime of that major)" if metadata else ""))
+    say(
+        f"CUDA runtime: {requirement}"
+        + (f" ({metadata.name} requires a CUDA runtime of that major)" if metadata else "")
+    )
     prefix = work / "package"
     _extract(source, prefix)
     library = prefix / "lib" / FLASH_ATTN.kernel_soname
     if not library.is_file() or library.is_symlink():
-        raise FaforgeError(f"{source}: holds no regular file lib/{FLASH_ATTN.kernel_soname}", input=str(source),
-                           hint="rebuild it with this checkout's recipe")
-    return pack_kernel_wheel(KernelPackage(library=library, name=package.name, version=package.version, build=package.build,
-                                           subdir=package.subdir, licenses=_licenses(prefix)),
-                             runtime_requirement=requirement, out_dir=args.out, work=work / "wheel", say=say)
+        raise FaforgeError(
+            f"{source}: holds no regular file lib/{FLASH_ATTN.kernel_soname}",
+            input=str(source),
+            hint="rebuild it with this checkout's recipe",
+        )
+    return pack_kernel_wheel(
+        KernelPackage(
+            library=library,
+            name=package.name,
+            version=package.version,
+            build=package.build,
+            subdir=package.subdir,
+            licenses=_licenses(prefix),
+        ),
+        runtime_requirement=requirement,
+        out_dir=args.out,
+        work=work / "wheel",
+        say=say,
+    )
 
 
 def _extract(source: Path, prefix: Path) -> None:
@@ -163,7 +224,9 @@ def _extract(source: Path, prefix: Path) -> None:
     try:
         extract(source, prefix)
     except Exception as exc:  # py-rattler raises its own exception types
-        raise FaforgeError(f"{source}: cannot be unpacked: {exc}", input=str(source), hint="rebuild or re-download it") from None
+        raise FaforgeError(
+            f"{source}: cannot be unpacked: {exc}", input=str(source), hint="rebuild or re-download it"
+        ) from None
 
 
 def _licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
@@ -194,8 +257,11 @@ def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:
     if python is None:
         tags = read_wheel(raw).python_tags
         if len(tags) != 1 or not tags[0].startswith("cp3"):
-            raise FaforgeError(f"SOURCE {raw}: its Python tag is {'.'.join(tags)}, not one CPython's", input=str(raw),
-                               hint="pass the cell's --python, or the wheel the cell's Python built")
+            raise FaforgeError(
+                f"SOURCE {raw}: its Python tag is {'.'.join(tags)}, not one CPython's",
+                input=str(raw),
+                hint="pass the cell's --python, or the wheel the cell's Python built",
+            )
         python = f"3.{tags[0][3:]}"
     cell = GlueCell(torch=args.torch, cuda=args.cuda, cxx11_abi=args.cxx11_abi, python=python, build_tag=args.build_tag)
     return repack_glue_wheel(raw, cell=cell, kernel_wheel=kernel, out_dir=args.out, work=work / "wheel", say=say)
@@ -211,9 +277,15 @@ def _fa3(args: argparse.Namespace, work: Path) -> BuiltWheel:
 def summary(kind: str, built: BuiltWheel) -> str:
     """One line: the wheel, its tag and why, its size and RUNPATH."""
     why = f"needs {', '.join(built.verdict.limiting)}" if built.verdict.limiting else "the most compatible policy"
-    kept = "; the conda build's library, only its RUNPATH set" if kind == "kernel" else "; only the binary's RUNPATH changed"
-    return (f"{kind} wheel: {built.path} ({built.verdict.tag}: {why}; {built.facts.size / 1024:.1f} KiB; "
-            f"RUNPATH {':'.join(built.runpath)}{kept}) in {built.seconds:.2f}s")
+    kept = (
+        "; the conda build's library, only its RUNPATH set"
+        if kind == "kernel"
+        else "; only the binary's RUNPATH changed"
+    )
+    return (
+        f"{kind} wheel: {built.path} ({built.verdict.tag}: {why}; {built.facts.size / 1024:.1f} KiB; "
+        f"RUNPATH {':'.join(built.runpath)}{kept}) in {built.seconds:.2f}s"
+    )
 
 
 def report(args: argparse.Namespace, built: BuiltWheel, seconds: float) -> dict:
@@ -222,14 +294,30 @@ def report(args: argparse.Namespace, built: BuiltWheel, seconds: float) -> dict:
         "version": WHEEL_VERSION,
         "kind": args.kind,
         "source": str(args.source),
-        "wheel": {"path": str(built.path), "filename": facts.filename, "name": facts.name, "version": facts.version,
-                  "local": facts.local, "build_tag": facts.build_tag, "python_tags": list(facts.python_tags),
-                  "abi_tags": list(facts.abi_tags), "platform_tags": list(facts.platform_tags),
-                  "requires_python": facts.requires_python, "requires_dist": list(facts.requires_dist),
-                  "sha256": facts.sha256, "size": facts.size},
-        "platform": {"tag": verdict.tag, "aliases": list(verdict.aliases), "machine": verdict.machine,
-                     "needs": {lib: list(versions) for lib, versions in verdict.needs}, "limiting": list(verdict.limiting),
-                     "system": list(verdict.system), "external": list(verdict.external)},
+        "wheel": {
+            "path": str(built.path),
+            "filename": facts.filename,
+            "name": facts.name,
+            "version": facts.version,
+            "local": facts.local,
+            "build_tag": facts.build_tag,
+            "python_tags": list(facts.python_tags),
+            "abi_tags": list(facts.abi_tags),
+            "platform_tags": list(facts.platform_tags),
+            "requires_python": facts.requires_python,
+            "requires_dist": list(facts.requires_dist),
+            "sha256": facts.sha256,
+            "size": facts.size,
+        },
+        "platform": {
+            "tag": verdict.tag,
+            "aliases": list(verdict.aliases),
+            "machine": verdict.machine,
+            "needs": {lib: list(versions) for lib, versions in verdict.needs},
+            "limiting": list(verdict.limiting),
+            "system": list(verdict.system),
+            "external": list(verdict.external),
+        },
         "runpath": list(built.runpath),
         "gpu": {"sass": list(built.gpu.sass), "ptx": list(built.gpu.ptx)},
         "seconds": round(seconds, 3),

@@ -55,7 +55,9 @@ def library_dirs(facts: EnvFacts) -> tuple[Path, ...]:
     if facts.conda is not None:
         dirs.append(Path(facts.python.prefix) / "lib")
     dirs += [Path(d) for d in facts.system.ld_library_path]
-    if is_foreign(facts.system.machine):  # an interpreter run under qemu: the target's libc and libstdc++ are the emulator's sysroot's
+    if is_foreign(
+        facts.system.machine
+    ):  # an interpreter run under qemu: the target's libc and libstdc++ are the emulator's sysroot's
         try:
             dirs += find_emulator(facts.system.machine).library_dirs()
         except NoEmulator:
@@ -78,8 +80,15 @@ def read_binary(path: str, facts: EnvFacts, table: SymbolTable) -> BinaryFacts:
     cudart = tuple(sorted({int(m["major"]) for lib in info.needed if (m := _CUDART.match(lib))}))
     verdict = Verdict(extension=path, against=tuple(str(d) for d in dirs), torch=torch, modules=(module,))
     built = built_for(table, imported)
-    return BinaryFacts(path, so_tag(path), cudart, built, _torch_offers(table, built, dirs), verdict,
-                       any(FLASH_ATTN.is_kernel_library(name) for name in info.needed))
+    return BinaryFacts(
+        path,
+        so_tag(path),
+        cudart,
+        built,
+        _torch_offers(table, built, dirs),
+        verdict,
+        any(FLASH_ATTN.is_kernel_library(name) for name in info.needed),
+    )
 
 
 def _torch_offers(table: SymbolTable, built: BuiltFor, dirs: tuple[Path, ...]) -> dict[str, tuple[str, ...]]:

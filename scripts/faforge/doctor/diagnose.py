@@ -32,11 +32,28 @@ from faforge.family import FLASH_ATTN
 
 # Every kind doctor reports, in the order it lists them (root causes first).
 KINDS = (
-    "torch-missing", "torch-import-failed", "mixed-channels", "mixed-conda-pip-torch", "cpu-only-torch",
-    "python-tag-mismatch", "wrong-architecture", "glibc-too-old", "libstdcxx-too-old", "cxx11-abi-mismatch",
-    "signature-drift", "layout-break", "cuda-major-mismatch", "libcudart-missing", "kernel-library-missing", "kernel-library-mismatch",
-    PACKAGE_MISSING, "gpu-arch-missing",
-    "import-failed", "gpu-arch-jit", "no-gpu", "unreadable-metadata",
+    "torch-missing",
+    "torch-import-failed",
+    "mixed-channels",
+    "mixed-conda-pip-torch",
+    "cpu-only-torch",
+    "python-tag-mismatch",
+    "wrong-architecture",
+    "glibc-too-old",
+    "libstdcxx-too-old",
+    "cxx11-abi-mismatch",
+    "signature-drift",
+    "layout-break",
+    "cuda-major-mismatch",
+    "libcudart-missing",
+    "kernel-library-missing",
+    "kernel-library-mismatch",
+    PACKAGE_MISSING,
+    "gpu-arch-missing",
+    "import-failed",
+    "gpu-arch-jit",
+    "no-gpu",
+    "unreadable-metadata",
 )
 
 
@@ -45,7 +62,9 @@ def import_failed(s: Situation, found: list[Problem]) -> Problem | None:
     if outcome.ok or not s.facts.extension or any(p.severity == ERROR for p in found):
         return None
     if outcome.crashed:
-        return Problem("import-failed", ERROR, f"`import {FLASH_ATTN.extension}` crashed the interpreter ({outcome.crashed})")
+        return Problem(
+            "import-failed", ERROR, f"`import {FLASH_ATTN.extension}` crashed the interpreter ({outcome.crashed})"
+        )
     error = outcome.error
     detail = (s.binary_error,) if s.binary_error else ()
     why = f": {error.type}: {error.message}" if error else ""  # the probe's line may name no error
@@ -57,15 +76,34 @@ def unreadable_metadata(s: Situation) -> Problem | None:
     unreadable = s.facts.unreadable_metadata
     if not unreadable:
         return None
-    return Problem("unreadable-metadata", WARNING,
-                   f"{len(unreadable)} install record(s) could not be read, so how torch or {FLASH_ATTN.package} was installed "
-                   "may be unknown; reinstall the package that owns each file",
-                   tuple(f"{u.path}: {u.reason}" for u in unreadable))
+    return Problem(
+        "unreadable-metadata",
+        WARNING,
+        f"{len(unreadable)} install record(s) could not be read, so how torch or {FLASH_ATTN.package} was installed "
+        "may be unknown; reinstall the package that owns each file",
+        tuple(f"{u.path}: {u.reason}" for u in unreadable),
+    )
 
 
-RULES = (torch_missing, torch_import_failed, mixed_channels, mixed_conda_pip_torch, cpu_only_torch, python_tag_mismatch,
-         wrong_architecture, glibc_too_old, libstdcxx_too_old, cxx11_abi_mismatch, signature_drift, layout_break, cuda_major_mismatch,
-         libcudart_missing, kernel_library, flash_attn_missing, unreadable_metadata)
+RULES = (
+    torch_missing,
+    torch_import_failed,
+    mixed_channels,
+    mixed_conda_pip_torch,
+    cpu_only_torch,
+    python_tag_mismatch,
+    wrong_architecture,
+    glibc_too_old,
+    libstdcxx_too_old,
+    cxx11_abi_mismatch,
+    signature_drift,
+    layout_break,
+    cuda_major_mismatch,
+    libcudart_missing,
+    kernel_library,
+    flash_attn_missing,
+    unreadable_metadata,
+)
 
 
 def diagnose(s: Situation) -> list[Problem]:

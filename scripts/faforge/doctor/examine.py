@@ -32,8 +32,9 @@ class Report:
         return not any(p.severity == ERROR for p in self.problems)
 
 
-def situation(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
-              progress: Callable[[str], None] = lambda message: None) -> Situation:
+def situation(
+    python: str | None, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable[[str], None] = lambda message: None
+) -> Situation:
     return situation_from(env_facts.collect(resolve_interpreter(python), timeout_s, progress))
 
 
@@ -46,8 +47,13 @@ def situation_from(facts: env_facts.EnvFacts, *, package: str | None = None) -> 
     return Situation(facts, torch_install(facts), flash, claim(flash), binary, error)
 
 
-def examine(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
-            progress: Callable[[str], None] = lambda message: None, *, offline: bool = False) -> Report:
+def examine(
+    python: str | None,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    progress: Callable[[str], None] = lambda message: None,
+    *,
+    offline: bool = False,
+) -> Report:
     """The report on `python`; a pip or uv fix's index is read to check it serves the wheel (not `offline`)."""
     s = situation(python, timeout_s, progress)
     problems = diagnose(s)
@@ -62,6 +68,8 @@ def examine(python: str | None, timeout_s: float = PROBE_TIMEOUT_S,
                 progress("checking that the wheel index serves the fix's wheel")
             fixes = list(index_check.checked(fixes, builds, offline=offline))
         else:
-            cells = [c for c in matrix.cells if platform in (None, c.platform)]  # render only what this machine can install
+            cells = [
+                c for c in matrix.cells if platform in (None, c.platform)
+            ]  # render only what this machine can install
             fixes = plan(s, problems, matrix, offers_from(render_cells(cells, matrix.recipe_path, matrix.variants_dir)))
     return Report(s, tuple(problems), tuple(fixes))

@@ -220,9 +220,13 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
     else:
         devices = tuple(Gpu(d["name"], tuple(d["capability"]), None, "torch") for d in torch_raw.get("devices", []))
         torch = TorchRuntime(
-            imported=torch_raw["imported"], version=torch_raw.get("version"), cuda=torch_raw.get("cuda"),
-            cxx11_abi=torch_raw.get("cxx11_abi"), cuda_available=bool(torch_raw.get("cuda_available")),
-            devices=devices, error=_error(torch_raw.get("error")),
+            imported=torch_raw["imported"],
+            version=torch_raw.get("version"),
+            cuda=torch_raw.get("cuda"),
+            cxx11_abi=torch_raw.get("cxx11_abi"),
+            cuda_available=bool(torch_raw.get("cuda_available")),
+            devices=devices,
+            error=_error(torch_raw.get("error")),
         )
     imported = stages.get("import")
     if imported is None:
@@ -231,17 +235,46 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
         outcome = ImportOutcome(ran=True, ok=imported["ok"], error=_error(imported.get("error")))
     conda = env.get("conda")
     return EnvFacts(
-        python=PythonFacts(py["executable"], py["version"], py["implementation"], py.get("soabi"), py.get("ext_suffix"),
-                           py["prefix"], bool(py.get("externally_managed")), _venv(py.get("venv")), bool(py.get("pip", True))),
-        system=SystemFacts(system["os"], system["machine"], system.get("glibc"), tuple(system.get("ld_library_path", ()))),
+        python=PythonFacts(
+            py["executable"],
+            py["version"],
+            py["implementation"],
+            py.get("soabi"),
+            py.get("ext_suffix"),
+            py["prefix"],
+            bool(py.get("externally_managed")),
+            _venv(py.get("venv")),
+            bool(py.get("pip", True)),
+        ),
+        system=SystemFacts(
+            system["os"], system["machine"], system.get("glibc"), tuple(system.get("ld_library_path", ()))
+        ),
         site_dirs=tuple(env.get("site_dirs", ())),
-        conda=None if conda is None else tuple(
-            CondaRecord(r["name"], r["version"], r["build"], r["channel"], tuple(r.get("dist_infos", ())), tuple(r.get("depends", ())))
-            for r in conda),
+        conda=None
+        if conda is None
+        else tuple(
+            CondaRecord(
+                r["name"],
+                r["version"],
+                r["build"],
+                r["channel"],
+                tuple(r.get("dist_infos", ())),
+                tuple(r.get("depends", ())),
+            )
+            for r in conda
+        ),
         distributions=tuple(
-            Distribution(d["name"], d.get("version"), d["path"], d["site"], d.get("installer"), _text(d.get("direct_url")),
-                         _text(d.get("cuda_runtime")))
-            for d in env.get("distributions", ())),
+            Distribution(
+                d["name"],
+                d.get("version"),
+                d["path"],
+                d["site"],
+                d.get("installer"),
+                _text(d.get("direct_url")),
+                _text(d.get("cuda_runtime")),
+            )
+            for d in env.get("distributions", ())
+        ),
         torch_package=env.get("torch_package"),
         extension=env.get("extension"),
         extension_files=tuple(env.get("extension_files", ())),
@@ -249,12 +282,18 @@ def parse(stages: dict, stopped: str | None, gpus: tuple[Gpu, ...], smi: str) ->
         import_outcome=outcome,
         gpus=gpus,
         nvidia_smi=smi,
-        unreadable_metadata=tuple(UnreadableMetadata(u["path"], u["reason"]) for u in env.get("unreadable_metadata", ())),
+        unreadable_metadata=tuple(
+            UnreadableMetadata(u["path"], u["reason"]) for u in env.get("unreadable_metadata", ())
+        ),
     )
 
 
-def collect(python: Path, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable[[str], None] = lambda message: None,
-            names: tuple[str, str, str] | None = None) -> EnvFacts:
+def collect(
+    python: Path,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    progress: Callable[[str], None] = lambda message: None,
+    names: tuple[str, str, str] | None = None,
+) -> EnvFacts:
     stages, stopped = run_probe(python, timeout_s, progress, *([names] if names else []))
     gpus, smi = nvidia_smi()
     return parse(stages, stopped, gpus, smi)

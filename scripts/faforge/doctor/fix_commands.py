@@ -61,21 +61,37 @@ def pip_target(s: Situation) -> tuple[tuple[str, ...], str]:
 def externally_managed_note(s: Situation, python: str) -> tuple[str, ...]:
     if python == s.facts.python.executable:
         return ()
-    return (f"{s.facts.python.executable} is externally managed (PEP 668: pip may not install into it), "
-            f"so this creates a venv at {python.removesuffix('/bin/python')} and installs there",)
+    return (
+        f"{s.facts.python.executable} is externally managed (PEP 668: pip may not install into it), "
+        f"so this creates a venv at {python.removesuffix('/bin/python')} and installs there",
+    )
 
 
-def pip_fix(s: Situation, title: str, args: tuple[str, ...], resolves: tuple[str, ...], notes: tuple[str, ...] = ()) -> Fix:
+def pip_fix(
+    s: Situation, title: str, args: tuple[str, ...], resolves: tuple[str, ...], notes: tuple[str, ...] = ()
+) -> Fix:
     """A fix that pip-installs `args`, then runs doctor again on the python that has them."""
     setup, python = pip_target(s)
     commands = (*setup, shlex.join([python, "-m", "pip", "install", *args]))
-    return Fix("pip", title, commands, resolves=resolves,
-               notes=(*externally_managed_note(s, python), *notes, f"then run `faforge doctor --python {python}` again"))
+    return Fix(
+        "pip",
+        title,
+        commands,
+        resolves=resolves,
+        notes=(*externally_managed_note(s, python), *notes, f"then run `faforge doctor --python {python}` again"),
+    )
 
 
 def environment_yml(offer: Offer, name: str = FLASH_ATTN.package) -> str:
-    lines = [f"name: {name}", "channels:", *(f"  - {c}" for c in offer.channels), "dependencies:",
-             f"  - python {offer.cell.python}.*", *(f"  - {r}" for r in offer.torch_specs), f"  - {offer.spec}"]
+    lines = [
+        f"name: {name}",
+        "channels:",
+        *(f"  - {c}" for c in offer.channels),
+        "dependencies:",
+        f"  - python {offer.cell.python}.*",
+        *(f"  - {r}" for r in offer.torch_specs),
+        f"  - {offer.spec}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -85,14 +101,27 @@ def uninstall_pip_flash_attn(s: Situation) -> list[str]:
 
 def conda_install(s: Situation, offer: Offer, resolves: tuple[str, ...], *, with_torch: bool = False) -> Fix:
     specs = [*(offer.torch_specs if with_torch else []), offer.spec]
-    return Fix("conda-install", f"install faforge's build for cell {offer.cell.id}",
-               (*uninstall_pip_flash_attn(s), conda_command(s, offer.channels, specs)),
-               environment_yml(offer), offer.cell.id, offer.build_glob, resolves)
+    return Fix(
+        "conda-install",
+        f"install faforge's build for cell {offer.cell.id}",
+        (*uninstall_pip_flash_attn(s), conda_command(s, offer.channels, specs)),
+        environment_yml(offer),
+        offer.cell.id,
+        offer.build_glob,
+        resolves,
+    )
 
 
 def conda_environment(offer: Offer, title: str, resolves: tuple[str, ...]) -> Fix:
-    return Fix("conda-environment", title, ("conda env create -f environment.yml",), environment_yml(offer),
-               offer.cell.id, offer.build_glob, resolves)
+    return Fix(
+        "conda-environment",
+        title,
+        ("conda env create -f environment.yml",),
+        environment_yml(offer),
+        offer.cell.id,
+        offer.build_glob,
+        resolves,
+    )
 
 
 def local_build(s: Situation, archs: str, resolves: tuple[str, ...], version: str) -> Fix:
@@ -102,14 +131,46 @@ def local_build(s: Situation, archs: str, resolves: tuple[str, ...], version: st
     work = f"/tmp/{FLASH_ATTN.package}-build"
     abi = s.torch_abi if s.torch_abi is not None else 1
     commands = (
-        shlex.join([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", f"{FLASH_ATTN.package}=={version}", "-d", work]),
+        shlex.join(
+            [
+                py,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"{FLASH_ATTN.package}=={version}",
+                "-d",
+                work,
+            ]
+        ),
         shlex.join(["tar", "-xzf", f"{work}/{FLASH_ATTN.dist_name}-{version}.tar.gz", "-C", work]),
-        shlex.join([py, str(script), "--source-dir", f"{work}/{FLASH_ATTN.dist_name}-{version}", "--archs", archs,
-                    "--cxx11-abi", str(abi), "--wheel-dir", f"{work}/dist"]),
+        shlex.join(
+            [
+                py,
+                str(script),
+                "--source-dir",
+                f"{work}/{FLASH_ATTN.dist_name}-{version}",
+                "--archs",
+                archs,
+                "--cxx11-abi",
+                str(abi),
+                "--wheel-dir",
+                f"{work}/dist",
+            ]
+        ),
         f"{shlex.join([py, '-m', 'pip', 'install', '--no-deps'])} {work}/dist/{FLASH_ATTN.dist_name}-*.whl",
     )
     standard = cxx_standard(release) if (release := release_of(s.torch_version)) else "C++17 or C++20"
-    notes = (f"needs nvcc for CUDA {s.torch_cuda or '?'}, ninja and a {standard.upper()} compiler (what the build script "
-             f"uses for {s.torch_words}); one arch takes 1.5-2 h on 2 cores",)
-    return Fix("local-build", f"build {FLASH_ATTN.package} {version} against this {s.torch_words} (archs {archs})", commands,
-               resolves=resolves, notes=notes)
+    notes = (
+        f"needs nvcc for CUDA {s.torch_cuda or '?'}, ninja and a {standard.upper()} compiler (what the build script "
+        f"uses for {s.torch_words}); one arch takes 1.5-2 h on 2 cores",
+    )
+    return Fix(
+        "local-build",
+        f"build {FLASH_ATTN.package} {version} against this {s.torch_words} (archs {archs})",
+        commands,
+        resolves=resolves,
+        notes=notes,
+    )

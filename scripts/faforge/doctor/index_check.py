@@ -24,7 +24,13 @@ from faforge.pipindex.read import PageError, PageRefused, project_files
 # 4xx for its flash-attn page), NO_SUCH_FILE (the page lists other files), NOT_AN_INDEX (a page pip skips or
 # cannot parse). UNCHECKED: no usable answer (unreachable, silent past the read timeout, a 5xx). OFFLINE: not read.
 SERVED, NOT_FOUND, NO_SUCH_FILE, NOT_AN_INDEX, UNCHECKED, OFFLINE = (
-    "served", "not-found", "no-such-file", "not-an-index", "unchecked", "offline")
+    "served",
+    "not-found",
+    "no-such-file",
+    "not-an-index",
+    "unchecked",
+    "offline",
+)
 BLOCKING = (NOT_FOUND, NO_SUCH_FILE, NOT_AN_INDEX)
 STATUSES = (SERVED, *BLOCKING, UNCHECKED, OFFLINE)
 PIP_FIX_KINDS = ("pip-install", "uv-install")
@@ -45,23 +51,35 @@ class IndexCheck:
         return self.status in BLOCKING
 
     def to_json(self) -> dict:
-        return {"index": self.index, "wheel": self.wheel, "status": self.status, "served": self.status == SERVED,
-                "found": self.found, "message": self.message, "hint": self.hint}
+        return {
+            "index": self.index,
+            "wheel": self.wheel,
+            "status": self.status,
+            "served": self.status == SERVED,
+            "found": self.found,
+            "message": self.message,
+            "hint": self.hint,
+        }
 
 
 def check(index: str, build: PipBuild) -> IndexCheck:
     """Read `index`'s flash-attn page and look for `build`'s glue wheel."""
     wheel = build.glue_wheel()
     page = f"{index.rstrip('/')}/{FLASH_ATTN.package}/"
-    publish = ("publish the cell's wheels there (`faforge publish --index "
-               "ROOT`), or set FAFORGE_PIP_INDEX to the index that has them")
+    publish = (
+        "publish the cell's wheels there (`faforge publish --index "
+        "ROOT`), or set FAFORGE_PIP_INDEX to the index that has them"
+    )
     try:
         files = project_files(index, FLASH_ATTN.package)
     except PageRefused as exc:
-        return IndexCheck(index, wheel, NOT_FOUND, f"{exc.message}: the index has no {FLASH_ATTN.package} page",
-                          hint=publish)
+        return IndexCheck(
+            index, wheel, NOT_FOUND, f"{exc.message}: the index has no {FLASH_ATTN.package} page", hint=publish
+        )
     except PageError as exc:
-        return IndexCheck(index, wheel, NOT_AN_INDEX, f"{exc}", hint="check the index (`faforge index --pip --check URL`)")
+        return IndexCheck(
+            index, wheel, NOT_AN_INDEX, f"{exc}", hint="check the index (`faforge index --pip --check URL`)"
+        )
     except RemoteError as exc:
         return IndexCheck(index, wheel, UNCHECKED, f"the line could not be checked: {exc.message}", hint=exc.hint)
     except FaforgeError as exc:  # a local index whose pages cannot be read
@@ -69,7 +87,9 @@ def check(index: str, build: PipBuild) -> IndexCheck:
     pattern = build.glue_wheel_pattern()
     found = next((f.filename for f in files if pattern.fullmatch(f.filename) and not f.yanked), None)
     if found is None:
-        return IndexCheck(index, wheel, NO_SUCH_FILE, f"{page} lists {len(files)} file(s), none of them {wheel}", hint=publish)
+        return IndexCheck(
+            index, wheel, NO_SUCH_FILE, f"{page} lists {len(files)} file(s), none of them {wheel}", hint=publish
+        )
     return IndexCheck(index, wheel, SERVED, f"{page} serves {found}", found=found)
 
 
@@ -86,8 +106,11 @@ def checked(fixes: Iterable[Fix], builds: Iterable[PipBuild], *, offline: bool =
             continue
         key = (index, build.cell.id)
         if key not in seen:
-            seen[key] = (IndexCheck(index, build.glue_wheel(), OFFLINE, "not checked (--offline)") if offline
-                         else check(index, build))
+            seen[key] = (
+                IndexCheck(index, build.glue_wheel(), OFFLINE, "not checked (--offline)")
+                if offline
+                else check(index, build)
+            )
         out.append(replace(fix, index_check=seen[key]))
     return tuple(out)
 
@@ -102,4 +125,8 @@ def blocking_error(fixes: Iterable[Fix]) -> RemoteError | None:
     check = next((f.index_check for f in fixes if f.index_check is not None and f.index_check.blocks), None)
     if check is None:
         return None
-    return RemoteError(f"the fix's pip/uv line cannot install from its wheel index: {check.message}", input=check.index, hint=check.hint)
+    return RemoteError(
+        f"the fix's pip/uv line cannot install from its wheel index: {check.message}",
+        input=check.index,
+        hint=check.hint,
+    )

@@ -22,9 +22,13 @@ from faforge.doctor.facts import CondaRecord, Distribution, EnvFacts
 from faforge.family import FLASH_ATTN
 
 # Our build strings (recipes/flash-attn/recipe.yaml, build.string).
-FAFORGE_BUILD = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<tmaj>\d+)_(?P<tmin>\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_")
+FAFORGE_BUILD = re.compile(
+    r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<tmaj>\d+)_(?P<tmin>\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_"
+)
 # Upstream release wheels: flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl
-UPSTREAM_WHEEL = re.compile(r"\+cu(?P<cuda>\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>TRUE|FALSE)(?:-cp(?P<py>\d)(?P<pyminor>\d+))?")
+UPSTREAM_WHEEL = re.compile(
+    r"\+cu(?P<cuda>\d+)torch(?P<torch>\d+\.\d+)cxx11abi(?P<abi>TRUE|FALSE)(?:-cp(?P<py>\d)(?P<pyminor>\d+))?"
+)
 TORCH_CONDA_PACKAGES = ("pytorch", "libtorch")
 # How the environment itself was made, which decides the installer of its fixes (faforge.doctor.pip_fixes).
 CONDA, UV_VENV, VENV, EXTERNALLY_MANAGED, SYSTEM = "conda", "uv-venv", "venv", "externally-managed", "system"
@@ -70,15 +74,25 @@ def _install(name: str, conda_names: tuple[str, ...], facts: EnvFacts, present: 
     record = next((facts.conda_record(n) for n in conda_names if facts.conda_record(n)), None)
     if not dists:
         how = ("conda" if record else "unknown") if present else None
-        origin = f"conda channel {record.channel_name} ({record.name} {record.version} {record.build})" if record else None
+        origin = (
+            f"conda channel {record.channel_name} ({record.name} {record.version} {record.build})" if record else None
+        )
         return Install(name, how, record.version if record else None, None, record, (), origin)
     active = _active(dists, facts.torch.version if name == "torch" else None)
     owner = _owned_by_conda(active, facts)
     if owner is not None:
-        how, origin, record = "conda", f"conda channel {owner.channel_name} ({owner.name} {owner.version} {owner.build})", owner
+        how, origin, record = (
+            "conda",
+            f"conda channel {owner.channel_name} ({owner.name} {owner.version} {owner.build})",
+            owner,
+        )
     else:
         how = "pip" if (active.installer or "pip").lower() != "conda" else "conda"
-        origin = unquote(active.direct_url) if active.direct_url else f"installed by {active.installer or 'an unknown installer'}"
+        origin = (
+            unquote(active.direct_url)
+            if active.direct_url
+            else f"installed by {active.installer or 'an unknown installer'}"
+        )
     return Install(name, how, active.version, active, record, tuple(d for d in dists if d is not active), origin)
 
 
@@ -90,7 +104,9 @@ def _active(dists: tuple[Distribution, ...], runtime_version: str | None) -> Dis
 
 
 def torch_install(facts: EnvFacts) -> Install:
-    return _install("torch", TORCH_CONDA_PACKAGES, facts, present=facts.torch_package is not None or facts.torch.imported)
+    return _install(
+        "torch", TORCH_CONDA_PACKAGES, facts, present=facts.torch_package is not None or facts.torch.imported
+    )
 
 
 def flash_attn_install(facts: EnvFacts, package: str = FLASH_ATTN.package) -> Install:
@@ -106,8 +122,14 @@ def claim(install: Install) -> Claim | None:
         match = FAFORGE_BUILD.match(build)
         if match:
             cuda = match["cuda"]
-            return Claim("conda build string", build, f"{match['py']}.{match['pyminor']}", f"{match['tmaj']}.{match['tmin']}",
-                         f"{cuda[:-1]}.{cuda[-1]}", int(match["abi"]))
+            return Claim(
+                "conda build string",
+                build,
+                f"{match['py']}.{match['pyminor']}",
+                f"{match['tmaj']}.{match['tmin']}",
+                f"{cuda[:-1]}.{cuda[-1]}",
+                int(match["abi"]),
+            )
         return None
     for text in (install.distribution.direct_url if install.distribution else None, install.version):
         text = unquote(text or "")
@@ -116,7 +138,9 @@ def claim(install: Install) -> Claim | None:
             python = f"{match['py']}.{match['pyminor']}" if match["py"] else None
             digits = match["cuda"]  # cu12 (2.6+) is a major only; cu118, cu122 (older) carry the minor too
             cuda = f"{digits[:-1]}.{digits[-1]}" if len(digits) >= 3 else digits
-            return Claim("wheel name", os.path.basename(text), python, match["torch"], cuda, 1 if match["abi"] == "TRUE" else 0)
+            return Claim(
+                "wheel name", os.path.basename(text), python, match["torch"], cuda, 1 if match["abi"] == "TRUE" else 0
+            )
     return None
 
 

@@ -18,7 +18,9 @@ from faforge.matrix.cells import Cell
 from faforge.matrix.render import RenderedCell, build_string_head
 from faforge.versions import minor_of, vtuple
 
-_CONDA_CUDA = re.compile(r"cuda(?P<tag>\d+)")  # pytorch builds: cuda129_mkl_py312_h..._302, py3.12_cuda12.1_cudnn9.1.0_0
+_CONDA_CUDA = re.compile(
+    r"cuda(?P<tag>\d+)"
+)  # pytorch builds: cuda129_mkl_py312_h..._302, py3.12_cuda12.1_cudnn9.1.0_0
 _LEGACY_CUDA = re.compile(r"_cuda(?P<version>\d+\.\d+)_")
 TORCH_RUN_PACKAGES = ("pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex")
 CLOSEST = 3
@@ -65,8 +67,10 @@ class Target:
     def cell_id(self) -> str | None:
         if self.platform is None or self.torch is None or self.cuda is None or self.cxx11_abi is None:
             return None
-        return (f"{self.platform}/py{self.python.replace('.', '')}/torch{minor_of(self.torch)}"
-                f"/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}")
+        return (
+            f"{self.platform}/py{self.python.replace('.', '')}/torch{minor_of(self.torch)}"
+            f"/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
+        )
 
 
 def offers_from(rendered: list[RenderedCell]) -> list[Offer]:
@@ -92,10 +96,18 @@ def target_of(s: Situation, *, conda_torch: bool = False) -> Target:
     facts = s.facts
     record = s.torch.conda_record
     if conda_torch and record is not None:
-        return Target(facts.system.platform, facts.python.minor, release_of(record.version), conda_cuda(record.build),
-                      0 if record.world == "pytorch" else 1, record.world)
+        return Target(
+            facts.system.platform,
+            facts.python.minor,
+            release_of(record.version),
+            conda_cuda(record.build),
+            0 if record.world == "pytorch" else 1,
+            record.world,
+        )
     world = record.world if s.torch.how == "conda" and record is not None else None
-    return Target(facts.system.platform, facts.python.minor, release_of(s.torch_version), s.torch_cuda, s.torch_abi, world)
+    return Target(
+        facts.system.platform, facts.python.minor, release_of(s.torch_version), s.torch_cuda, s.torch_abi, world
+    )
 
 
 def matching(offers: list[Offer], target: Target) -> Offer | None:
@@ -116,15 +128,23 @@ OfferT = TypeVar("OfferT", bound=OfCell)
 
 def closest(offers: Sequence[OfferT], target: Target, n: int = CLOSEST) -> list[OfferT]:
     """The cells nearest to the target: same platform and python first, then world, torch minor, CUDA."""
+
     def distance(o: OfferT) -> tuple:
         cell = o.cell
         torch_gap = abs(_minor_number(cell.torch) - _minor_number(target.torch)) if target.torch else 0
         cuda_gap = abs(_minor_number(cell.cuda) - _minor_number(target.cuda)) if target.cuda else 0
-        return (cell.platform != target.platform, cell.python != target.python,
-                target.world is not None and cell.world != target.world,
-                target.cxx11_abi is not None and cell.cxx11_abi != target.cxx11_abi,
-                torch_gap, _major_of(cell.cuda) != _major_of(target.cuda), cuda_gap,
-                [-x for x in vtuple(cell.torch)], [-x for x in vtuple(cell.cuda)])
+        return (
+            cell.platform != target.platform,
+            cell.python != target.python,
+            target.world is not None and cell.world != target.world,
+            target.cxx11_abi is not None and cell.cxx11_abi != target.cxx11_abi,
+            torch_gap,
+            _major_of(cell.cuda) != _major_of(target.cuda),
+            cuda_gap,
+            [-x for x in vtuple(cell.torch)],
+            [-x for x in vtuple(cell.cuda)],
+        )
+
     return sorted(offers, key=distance)[:n]
 
 
@@ -135,7 +155,6 @@ def _minor_number(version: str | None) -> int:
 
 def _major_of(version: str | None) -> int | None:
     return vtuple(version)[0] if version else None
-
 
 
 def installed_torch(s: Situation) -> Target:

@@ -43,7 +43,10 @@ class OtherBuild:
     def installed(self, facts: env_facts.EnvFacts) -> bool:
         """Its .dist-info or its extension file in a folder on the interpreter's path (the flash-attn probe's facts)."""
         dist = self.distribution.replace("-", "_")
-        return any(any(Path(d).glob(f"{dist}-*.dist-info")) or any(Path(d).glob(f"{self.extension}*.so")) for d in facts.site_dirs)
+        return any(
+            any(Path(d).glob(f"{dist}-*.dist-info")) or any(Path(d).glob(f"{self.extension}*.so"))
+            for d in facts.site_dirs
+        )
 
     def words(self, text: str) -> str:
         """flash-attn's names in a rule's words replaced by this build's."""
@@ -80,22 +83,35 @@ class OtherBuildReport:
         return not any(p.severity == ERROR for p in self.problems)
 
     def to_json(self) -> dict:
-        return {"distribution": self.build.distribution, "module": self.build.module, "extension_module": self.build.extension,
-                "version": self.version, "extension": self.extension, "healthy": self.healthy,
-                "problems": [{"kind": p.kind, "severity": p.severity, "message": p.message, "details": list(p.details)}
-                             for p in self.problems]}
+        return {
+            "distribution": self.build.distribution,
+            "module": self.build.module,
+            "extension_module": self.build.extension,
+            "version": self.version,
+            "extension": self.extension,
+            "healthy": self.healthy,
+            "problems": [
+                {"kind": p.kind, "severity": p.severity, "message": p.message, "details": list(p.details)}
+                for p in self.problems
+            ],
+        }
 
 
-def examine_other(python: Path, build: OtherBuild, timeout_s: float, progress: Callable[[str], None] = lambda message: None
-                  ) -> OtherBuildReport:
+def examine_other(
+    python: Path, build: OtherBuild, timeout_s: float, progress: Callable[[str], None] = lambda message: None
+) -> OtherBuildReport:
     """The report on `build` in `python` (call it where build.installed() says it is there)."""
     from faforge.doctor.examine import situation_from  # noqa: PLC0415 (examine loads the planning, not needed here)
 
     facts = env_facts.collect(python, timeout_s, progress, names=(build.extension, build.distribution, "-"))
     s = situation_from(facts, package=build.distribution)
-    problems = tuple(replace(p, message=build.words(p.message), details=tuple(build.words(d) for d in p.details))
-                     for p in diagnose(s))
-    return OtherBuildReport(build, s.flash_attn.version, facts.extension or next(iter(facts.extension_files), None), problems)
+    problems = tuple(
+        replace(p, message=build.words(p.message), details=tuple(build.words(d) for d in p.details))
+        for p in diagnose(s)
+    )
+    return OtherBuildReport(
+        build, s.flash_attn.version, facts.extension or next(iter(facts.extension_files), None), problems
+    )
 
 
 def beside(flash_attn_report: Report, others: list[OtherBuildReport]) -> Report:
@@ -109,8 +125,11 @@ def beside(flash_attn_report: Report, others: list[OtherBuildReport]) -> Report:
 
 def text_lines(report: OtherBuildReport) -> list[str]:
     b = report.build
-    lines = ["", f"{b.distribution} {report.version or '?'} ({FLASH_ATTN.title}'s "
-                 f"extension as {b.extension}): {report.extension or 'no extension file'}"]
+    lines = [
+        "",
+        f"{b.distribution} {report.version or '?'} ({FLASH_ATTN.title}'s "
+        f"extension as {b.extension}): {report.extension or 'no extension file'}",
+    ]
     for p in report.problems:
         lines.append(f"  {p.severity}: {p.kind}: {p.message}")
         lines += [f"    {d}" for d in p.details]

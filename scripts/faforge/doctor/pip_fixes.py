@@ -68,8 +68,9 @@ def _public(version: str | None) -> str | None:
     return version.split("+", 1)[0] if version else None
 
 
-def install_fix(s: Situation, build: PipBuild, resolves: tuple[str, ...], *, torch: str | None = None,
-                title: str | None = None) -> Fix:
+def install_fix(
+    s: Situation, build: PipBuild, resolves: tuple[str, ...], *, torch: str | None = None, title: str | None = None
+) -> Fix:
     """Install the glue wheel of `build` beside torch==`torch` (default: the installed torch's release)."""
     cell = build.cell
     index = instructions.index_url(cell.index_name)
@@ -78,21 +79,46 @@ def install_fix(s: Situation, build: PipBuild, resolves: tuple[str, ...], *, tor
     pins = instructions.requirements(build.glue_version, torch)
     title = title or f"install faforge's wheel for pip cell {cell.id} from its index ({cell.index_name})"
     installed = s.flash_attn.how == "pip"
-    uv = instructions.uv_command(index, pins, python, *(["--reinstall-package", FLASH_ATTN.package] if installed else []))
+    uv = instructions.uv_command(
+        index, pins, python, *(["--reinstall-package", FLASH_ATTN.package] if installed else [])
+    )
     again = "then `faforge doctor --python {}` again"
     if environment_kind(s.facts) == UV_VENV:
-        return Fix(UV_INSTALL, title, (uv,), cell=cell.id, index_url=index, resolves=resolves,
-                   notes=(f"{s.facts.python.prefix} is a uv venv: uv installs into it (--python), pip may not be there",
-                          again.format(python)))
+        return Fix(
+            UV_INSTALL,
+            title,
+            (uv,),
+            cell=cell.id,
+            index_url=index,
+            resolves=resolves,
+            notes=(
+                f"{s.facts.python.prefix} is a uv venv: uv installs into it (--python), pip may not be there",
+                again.format(python),
+            ),
+        )
     setup, target = pip_target(s)
     if setup:  # a new venv holds no torch: the pins bring PyPI's torch of the cell, which the glue is built against
         pins = instructions.requirements(build.glue_version, cell.torch)
-        return Fix(PIP_INSTALL, title, (*setup, instructions.pip_command(index, pins, target)), cell=cell.id, index_url=index,
-                   resolves=resolves, notes=(*externally_managed_note(s, target), again.format(target)))
+        return Fix(
+            PIP_INSTALL,
+            title,
+            (*setup, instructions.pip_command(index, pins, target)),
+            cell=cell.id,
+            index_url=index,
+            resolves=resolves,
+            notes=(*externally_managed_note(s, target), again.format(target)),
+        )
     ensure = () if s.facts.python.pip else (shlex.join([python, "-m", "ensurepip"]),)
     commands = (*ensure, *uninstall_pip_flash_attn(s), instructions.pip_command(index, pins, python))
-    return Fix(PIP_INSTALL, title, commands, cell=cell.id, index_url=index, resolves=resolves,
-               notes=(f"or with uv: {uv}", again.format(python)))
+    return Fix(
+        PIP_INSTALL,
+        title,
+        commands,
+        cell=cell.id,
+        index_url=index,
+        resolves=resolves,
+        notes=(f"or with uv: {uv}", again.format(python)),
+    )
 
 
 def _nearest_lines(s: Situation, builds: list[PipBuild], target: Target) -> tuple[str, ...]:
@@ -100,13 +126,19 @@ def _nearest_lines(s: Situation, builds: list[PipBuild], target: Target) -> tupl
     before it, never a side effect of the install (a forced reinstall: a torch of the same release and another
     CUDA satisfies the pin and would stay)."""
     near = closest(builds, target, n=NEAREST)
-    python, yours = s.facts.python.executable, f"replace this torch {s.torch.version}" if s.torch.version else "install torch"
+    python, yours = (
+        s.facts.python.executable,
+        f"replace this torch {s.torch.version}" if s.torch.version else "install torch",
+    )
     lines = []
     for b in near:
-        then = instructions.pip_command(instructions.index_url(b.cell.index_name),
-                                        instructions.requirements(b.glue_version, b.cell.torch), python)
-        lines.append(f"nearest: {b.cell.id} (PyPI's torch {b.cell.torch}, CUDA {b.cell.cuda}): first {yours}: "
-                     f"{pip_command(s, 'install', '--force-reinstall', f'torch=={b.cell.torch}')}; then: {then}")
+        then = instructions.pip_command(
+            instructions.index_url(b.cell.index_name), instructions.requirements(b.glue_version, b.cell.torch), python
+        )
+        lines.append(
+            f"nearest: {b.cell.id} (PyPI's torch {b.cell.torch}, CUDA {b.cell.cuda}): first {yours}: "
+            f"{pip_command(s, 'install', '--force-reinstall', f'torch=={b.cell.torch}')}; then: {then}"
+        )
     return tuple(lines)
 
 
@@ -117,8 +149,15 @@ def _why_none(matrix: Matrix, builds: list[PipBuild], target: Target) -> str:
     return explain_missing(matrix.table, matrix.policy, f"{world}/{target.cell_id}")
 
 
-def replace_flash_attn(s: Situation, kinds: tuple[str, ...], matrix: Matrix, builds: list[PipBuild], archs: str, version: str,
-                       covers: Callable[[PipBuild], bool]) -> list[Fix]:
+def replace_flash_attn(
+    s: Situation,
+    kinds: tuple[str, ...],
+    matrix: Matrix,
+    builds: list[PipBuild],
+    archs: str,
+    version: str,
+    covers: Callable[[PipBuild], bool],
+) -> list[Fix]:
     """The installed flash-attn does not fit this torch: the pip cell's wheel that does, else the nearest
     cells and a build from source."""
     target = target_of(s)
@@ -131,8 +170,15 @@ def replace_flash_attn(s: Situation, kinds: tuple[str, ...], matrix: Matrix, bui
         reason = _why_none(matrix, builds, target)
     build = local_build(s, archs, kinds, version)
     build = replace(build, commands=(*uninstall_pip_flash_attn(s), *build.commands))
-    return [Fix("no-matching-cell", f"faforge's wheel index has no wheel for this environment ({reason})",
-                notes=_nearest_lines(s, builds, target), resolves=kinds), build]
+    return [
+        Fix(
+            "no-matching-cell",
+            f"faforge's wheel index has no wheel for this environment ({reason})",
+            notes=_nearest_lines(s, builds, target),
+            resolves=kinds,
+        ),
+        build,
+    ]
 
 
 def fresh(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> list[Fix]:
@@ -143,19 +189,32 @@ def fresh(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> list[
     fixes = []
     exact = matching(builds, installed)
     if installed.cuda and s.torch.how == "pip":
-        fixes.append(pip_fix(s, f"reinstall PyPI's torch {installed.torch} with the CUDA "
-                                f"{installed.cuda} libraries it requires (nvidia-* wheels)",
-                             ("--force-reinstall", f"torch=={s.torch.version}"), kinds))
+        fixes.append(
+            pip_fix(
+                s,
+                f"reinstall PyPI's torch {installed.torch} with the CUDA "
+                f"{installed.cuda} libraries it requires (nvidia-* wheels)",
+                ("--force-reinstall", f"torch=={s.torch.version}"),
+                kinds,
+            )
+        )
     if exact is not None:
         fixes.append(install_fix(s, exact, kinds, torch=_public(s.torch.version)))
         return fixes
     newest = closest(builds, replace(installed, torch=None, cuda=None), n=1)
     if newest:
         b = newest[0]
-        fixes.append(install_fix(s, b, kinds, torch=b.cell.torch,
-                                 title=f"{'or ' if fixes else ''}install PyPI's torch "
-                                       f"{b.cell.torch} (CUDA {b.cell.cuda}) and faforge's wheel "
-                                       f"for pip cell {b.cell.id}"))
+        fixes.append(
+            install_fix(
+                s,
+                b,
+                kinds,
+                torch=b.cell.torch,
+                title=f"{'or ' if fixes else ''}install PyPI's torch "
+                f"{b.cell.torch} (CUDA {b.cell.cuda}) and faforge's wheel "
+                f"for pip cell {b.cell.id}",
+            )
+        )
     return fixes
 
 
@@ -163,12 +222,26 @@ def cuda_torch(s: Situation, kinds: tuple[str, ...], builds: list[PipBuild]) -> 
     """A CPU-only torch: PyPI's CUDA build of the same release (PyPI's Linux torch wheels are CUDA builds),
     then the wheel of that release's pip cell."""
     release = release_of(s.torch_version)
-    fixes = [pip_fix(s, f"replace the CPU torch with PyPI's CUDA build of torch {release}", ("--force-reinstall", f"torch=={release}"), kinds,
-                     ("PyPI's Linux wheels of torch are CUDA builds; +cpu builds come from download.pytorch.org/whl/cpu",))]
+    fixes = [
+        pip_fix(
+            s,
+            f"replace the CPU torch with PyPI's CUDA build of torch {release}",
+            ("--force-reinstall", f"torch=={release}"),
+            kinds,
+            ("PyPI's Linux wheels of torch are CUDA builds; +cpu builds come from download.pytorch.org/whl/cpu",),
+        )
+    ]
     target = Target(s.facts.system.platform, s.facts.python.minor, release, None, s.torch_abi, None)
     cell = matching(builds, target, any_cuda=True)
     if cell is not None:
-        fixes.append(install_fix(s, cell, kinds, torch=release,
-                                 title="then install faforge's wheel for pip cell "
-                                       f"{cell.cell.id} from its index ({cell.cell.index_name})"))
+        fixes.append(
+            install_fix(
+                s,
+                cell,
+                kinds,
+                torch=release,
+                title="then install faforge's wheel for pip cell "
+                f"{cell.cell.id} from its index ({cell.cell.index_name})",
+            )
+        )
     return fixes

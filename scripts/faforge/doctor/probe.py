@@ -37,12 +37,28 @@ EXTENSION, PACKAGE, KERNEL_PACKAGE = sys.argv[1:]
 # The CUDA runtime a PyPI torch requires, which says its CUDA even when it cannot be imported:
 # torch-2.4.0 "Requires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; ...", torch-2.7.1
 # "nvidia-cuda-runtime-cu12==12.6.77", torch-2.14.1 "cuda-toolkit[cudart]==13.0.3".
-CUDA_RUNTIME = re.compile(r"Requires-Dist: *(?:nvidia-cuda-runtime(?:-cu\d+)?|cuda-toolkit\[[^]]*cudart[^]]*\]) *\(?==(\d+\.\d+)")
+CUDA_RUNTIME = re.compile(
+    r"Requires-Dist: *(?:nvidia-cuda-runtime(?:-cu\d+)?|cuda-toolkit\[[^]]*cudart[^]]*\]) *\(?==(\d+\.\d+)"
+)
 # conda packages that make up a torch stack; their channels tell the torch world apart.
 # pyvenv.cfg keys that say which tool made a venv (uv writes `uv = X`, virtualenv `virtualenv = X`).
 VENV_KEYS = ("uv", "virtualenv", "version", "version_info", "home", "include-system-site-packages")
-CONDA_PACKAGES = ("python", "pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "pytorch-gpu", "pytorch-cpu",
-                  "torchvision", "torchaudio", PACKAGE, KERNEL_PACKAGE, "cuda-version", "cuda-cudart", "cudatoolkit")
+CONDA_PACKAGES = (
+    "python",
+    "pytorch",
+    "libtorch",
+    "pytorch-cuda",
+    "pytorch-mutex",
+    "pytorch-gpu",
+    "pytorch-cpu",
+    "torchvision",
+    "torchaudio",
+    PACKAGE,
+    KERNEL_PACKAGE,
+    "cuda-version",
+    "cuda-cudart",
+    "cudatoolkit",
+)
 
 
 def emit(stage, data):
@@ -152,20 +168,24 @@ def dist_infos(unreadable):
                 if name not in ("torch", PACKAGE):
                     continue
                 metadata = read_text(os.path.join(meta, "METADATA")) or read_text(os.path.join(meta, "PKG-INFO")) or ""
-                version = next((line.split(":", 1)[1].strip() for line in metadata.splitlines()
-                                if line.startswith("Version:")), None)
+                version = next(
+                    (line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Version:")),
+                    None,
+                )
                 cuda_runtime = next((m.group(1) for m in map(CUDA_RUNTIME.match, metadata.splitlines()) if m), None)
                 direct_path = os.path.join(meta, "direct_url.json")
                 direct = read_json(direct_path, unreadable)
-                found.append({
-                    "name": name,
-                    "version": version,
-                    "path": meta,
-                    "site": directory,
-                    "installer": (read_text(os.path.join(meta, "INSTALLER")) or "").strip() or None,
-                    "direct_url": text_field(direct, "url", direct_path, unreadable) if direct else None,
-                    "cuda_runtime": cuda_runtime,
-                })
+                found.append(
+                    {
+                        "name": name,
+                        "version": version,
+                        "path": meta,
+                        "site": directory,
+                        "installer": (read_text(os.path.join(meta, "INSTALLER")) or "").strip() or None,
+                        "direct_url": text_field(direct, "url", direct_path, unreadable) if direct else None,
+                        "cuda_runtime": cuda_runtime,
+                    }
+                )
     return found
 
 
@@ -184,14 +204,18 @@ def conda_records(prefix, unreadable):
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             unreadable.append({"path": path, "reason": "'files' is not a list of paths"})
             files = []
-        records.append({
-            "name": record.get("name"),
-            "version": fields["version"] or "",
-            "build": fields["build"] or "",
-            "channel": fields["channel"] or "",
-            "depends": [str(d) for d in record.get("depends") or []] if isinstance(record.get("depends") or [], list) else [],
-            "dist_infos": sorted({p.split(".dist-info/")[0] + ".dist-info" for p in files if ".dist-info/" in p}),
-        })
+        records.append(
+            {
+                "name": record.get("name"),
+                "version": fields["version"] or "",
+                "build": fields["build"] or "",
+                "channel": fields["channel"] or "",
+                "depends": [str(d) for d in record.get("depends") or []]
+                if isinstance(record.get("depends") or [], list)
+                else [],
+                "dist_infos": sorted({p.split(".dist-info/")[0] + ".dist-info" for p in files if ".dist-info/" in p}),
+            }
+        )
     return records
 
 
@@ -245,8 +269,12 @@ def env_facts():
             "venv": venv_config(unreadable),
             "pip": importlib.util.find_spec("pip") is not None,
         },
-        "system": {"os": platform.system(), "machine": platform.machine(), "glibc": glibc(),
-                   "ld_library_path": [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]},
+        "system": {
+            "os": platform.system(),
+            "machine": platform.machine(),
+            "glibc": glibc(),
+            "ld_library_path": [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d],
+        },
         "site_dirs": site_dirs(),
         "conda": conda,
         "distributions": distributions,
@@ -274,8 +302,14 @@ def torch_facts():
         return {"imported": False, "error": error_of(exc)}
     cuda = getattr(getattr(torch, "version", None), "cuda", None)
     devices: list[dict[str, object]] = []
-    facts = {"imported": True, "version": str(torch.__version__), "cuda": None if cuda is None else str(cuda),
-             "cxx11_abi": None, "devices": devices, "cuda_available": False}
+    facts = {
+        "imported": True,
+        "version": str(torch.__version__),
+        "cuda": None if cuda is None else str(cuda),
+        "cxx11_abi": None,
+        "devices": devices,
+        "cuda_available": False,
+    }
     try:
         facts["cxx11_abi"] = int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))
     except AttributeError:

@@ -24,8 +24,10 @@ if TYPE_CHECKING:
     Spec: TypeAlias = "type | dict[str, Spec] | Of | None"
 
 MARK = "@@faforge-probe@@"
-HINT = ("pass the python of the environment to inspect; a sitecustomize or .pth file there that prints on stdout "
-        "or replaces json can garble the probe's lines")
+HINT = (
+    "pass the python of the environment to inspect; a sitecustomize or .pth file there that prints on stdout "
+    "or replaces json can garble the probe's lines"
+)
 
 
 @dataclass(frozen=True)
@@ -46,26 +48,60 @@ def optional(spec: Spec) -> Of:
 ERROR: dict[str, Spec] = {"type": str, "message": str}
 TEXTS = Of("list", str)
 ENV: dict[str, Spec] = {
-    "python": {"executable": str, "version": str, "implementation": str, "prefix": str, "soabi?": optional(str),
-               "ext_suffix?": optional(str), "externally_managed?": bool, "venv?": optional(Of("map", str)), "pip?": bool},
+    "python": {
+        "executable": str,
+        "version": str,
+        "implementation": str,
+        "prefix": str,
+        "soabi?": optional(str),
+        "ext_suffix?": optional(str),
+        "externally_managed?": bool,
+        "venv?": optional(Of("map", str)),
+        "pip?": bool,
+    },
     "system": {"os": str, "machine": str, "glibc?": optional(str), "ld_library_path?": TEXTS},
     "site_dirs?": TEXTS,
-    "conda?": optional(Of("list", {"name": str, "version": str, "build": str, "channel": str, "dist_infos?": TEXTS,
-                                   "depends?": TEXTS})),
-    "distributions?": Of("list", {"name": str, "path": str, "site": str, "version?": optional(str), "installer?": optional(str),
-                                  "direct_url?": optional(str), "cuda_runtime?": optional(str)}),
+    "conda?": optional(
+        Of("list", {"name": str, "version": str, "build": str, "channel": str, "dist_infos?": TEXTS, "depends?": TEXTS})
+    ),
+    "distributions?": Of(
+        "list",
+        {
+            "name": str,
+            "path": str,
+            "site": str,
+            "version?": optional(str),
+            "installer?": optional(str),
+            "direct_url?": optional(str),
+            "cuda_runtime?": optional(str),
+        },
+    ),
     "unreadable_metadata?": Of("list", {"path": str, "reason": str}),
     "torch_package?": optional(str),
     "extension?": optional(str),
     "extension_files?": TEXTS,
 }
-TORCH: dict[str, Spec] = {"imported": bool, "version?": optional(str), "cuda?": optional(str), "cxx11_abi?": optional(int),
-         "cuda_available?": bool, "devices?": Of("list", {"name": str, "capability": Of("pair", int)}),
-         "error?": optional(ERROR), "cuda_error?": optional(ERROR)}
+TORCH: dict[str, Spec] = {
+    "imported": bool,
+    "version?": optional(str),
+    "cuda?": optional(str),
+    "cxx11_abi?": optional(int),
+    "cuda_available?": bool,
+    "devices?": Of("list", {"name": str, "capability": Of("pair", int)}),
+    "error?": optional(ERROR),
+    "cuda_error?": optional(ERROR),
+}
 IMPORT: dict[str, Spec] = {"ok": bool, "error?": optional(ERROR)}
 STAGES = {"env": ENV, "torch": TORCH, "import": IMPORT}
-JSON_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
-              dict: "an object", type(None): "null"}
+JSON_WORDS = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
+}
 OF_WORDS = {"list": "a list", "pair": "a list of two", "map": "an object"}
 
 
@@ -92,7 +128,11 @@ def _fits(value: object, spec: Spec) -> bool:
     if isinstance(spec, Of):
         if spec.kind == "one of":
             return any(_fits(value, s) for s in spec.item)
-        return isinstance(value, dict) if spec.kind == "map" else isinstance(value, list) and (spec.kind == "list" or len(value) == 2)
+        return (
+            isinstance(value, dict)
+            if spec.kind == "map"
+            else isinstance(value, list) and (spec.kind == "list" or len(value) == 2)
+        )
     return type(value) is spec  # bool is no int here, nor int a bool
 
 
@@ -123,7 +163,7 @@ def read_line(line: str, python: Path, seen: dict) -> tuple[str, dict] | None:
     if not line.startswith(MARK):
         return None
     label = f"--python {python}: a line of faforge's probe"
-    data = parse_json(line[len(MARK):], label, hint=HINT)
+    data = parse_json(line[len(MARK) :], label, hint=HINT)
     try:
         check(data, {"stage": str}, "the line")
         stage = data.pop("stage")

@@ -43,8 +43,11 @@ WARDEN_EXIT_S = 30
 # hang doctor. FAFORGE_DOCTOR_TIMEOUT or `doctor --timeout` change it.
 PROBE_TIMEOUT_S = 120
 # What the probe does after each stage it reports (probe.py's main()), for the progress line.
-WAITING_FOR = {None: "the interpreter to start and list its packages", "env": "`import torch`",
-               "torch": f"`import {FLASH_ATTN.extension}`"}
+WAITING_FOR = {
+    None: "the interpreter to start and list its packages",
+    "env": "`import torch`",
+    "torch": f"`import {FLASH_ATTN.extension}`",
+}
 
 
 def resolve_interpreter(given: str | None) -> Path:
@@ -52,21 +55,30 @@ def resolve_interpreter(given: str | None) -> Path:
     if given is None:
         return Path(sys.executable)
     if not given.strip():  # `--python "$CONDA_PREFIX"` outside a conda environment
-        raise FaforgeError("--python '': empty, as an unset variable such as $CONDA_PREFIX gives",
-                           hint="activate the environment first (conda activate NAME), or pass its folder or python")
+        raise FaforgeError(
+            "--python '': empty, as an unset variable such as $CONDA_PREFIX gives",
+            hint="activate the environment first (conda activate NAME), or pass its folder or python",
+        )
     path = Path(os.path.abspath(Path(given).expanduser()))  # absolute, but keep the venv's symlink
     if path.is_dir():
         candidates = [path / "bin" / "python", path / "bin" / "python3"]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
-            raise FaforgeError(f"--python {given}: a folder without bin/python; pass an interpreter or an environment folder",
-                               hint="e.g. --python ~/venvs/train/bin/python or --python $CONDA_PREFIX")
+            raise FaforgeError(
+                f"--python {given}: a folder without bin/python; pass an interpreter or an environment folder",
+                hint="e.g. --python ~/venvs/train/bin/python or --python $CONDA_PREFIX",
+            )
         return found
     if not path.exists():
-        raise FaforgeError(f"--python {given}: no such file", hint="pass the python of the environment to inspect, e.g. $CONDA_PREFIX/bin/python")
+        raise FaforgeError(
+            f"--python {given}: no such file",
+            hint="pass the python of the environment to inspect, e.g. $CONDA_PREFIX/bin/python",
+        )
     if not os.access(path, os.X_OK):
-        raise FaforgeError(f"--python {given}: not executable, so not a Python interpreter",
-                           hint="pass the python of the environment to inspect, e.g. .venv/bin/python")
+        raise FaforgeError(
+            f"--python {given}: not executable, so not a Python interpreter",
+            hint="pass the python of the environment to inspect, e.g. .venv/bin/python",
+        )
     return path
 
 
@@ -131,8 +143,9 @@ class _Streams:
         return self.tails[name].decode(errors="replace")
 
 
-def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callable[[str | None], None],
-                 **popen: Any) -> Ended:
+def _run_bounded(
+    cmd: list[str], source: str, timeout_s: float, on_line: Callable[[str | None], None], **popen: Any
+) -> Ended:
     """Run cmd under faforge.doctor.warden with `source` on stdin. Stopped at timeout_s, or when it
     prints more than OUTPUT_CAP bytes on stdout or on stderr; either way, and when it ends by itself,
     every process it started is gone when this returns (the warden is their subreaper).
@@ -141,9 +154,15 @@ def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callabl
     status_read, status_write = os.pipe()
     try:
         # `python -I -S`: the warden needs the standard library only, and no variable or site of the user's.
-        warden = subprocess.Popen([sys.executable, "-I", "-S", str(WARDEN), str(status_write), str(os.getpid()), *cmd],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  pass_fds=(status_write,), start_new_session=True, **popen)
+        warden = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WARDEN), str(status_write), str(os.getpid()), *cmd],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(status_write,),
+            start_new_session=True,
+            **popen,
+        )
     except BaseException:
         os.close(status_read)
         raise
@@ -183,7 +202,9 @@ def _run_bounded(cmd: list[str], source: str, timeout_s: float, on_line: Callabl
         number = int(outcome.split()[1])
         raise OSError(number, os.strerror(number))
     code = int(outcome.split()[1]) if outcome.startswith("exit ") and stopped is None else None
-    return Ended(streams.tail("stdout"), streams.tail("stderr"), code, stopped or (None if code is not None else "stopped"))
+    return Ended(
+        streams.tail("stdout"), streams.tail("stderr"), code, stopped or (None if code is not None else "stopped")
+    )
 
 
 def _end(warden: subprocess.Popen, status_read: int) -> str:
@@ -205,9 +226,12 @@ def _end(warden: subprocess.Popen, status_read: int) -> str:
         warden.stderr.close()
 
 
-def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
-              progress: Callable[[str], None] = lambda message: None,
-              names: tuple[str, str, str] = (FLASH_ATTN.extension, FLASH_ATTN.package, FLASH_ATTN.kernel_package)) -> tuple[dict, str | None]:
+def run_probe(
+    python: Path,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    progress: Callable[[str], None] = lambda message: None,
+    names: tuple[str, str, str] = (FLASH_ATTN.extension, FLASH_ATTN.package, FLASH_ATTN.kernel_package),
+) -> tuple[dict, str | None]:
     """The probe's stages by name, and why it stopped early (None when it finished). `names`: the family's
     extension module, package and kernel package the probe looks for (flash-attn's by default).
 
@@ -236,21 +260,29 @@ def run_probe(python: Path, timeout_s: float = PROBE_TIMEOUT_S,
             cmd = [*interpreter_command(python), "-", *names]
             ended = _run_bounded(cmd, PROBE.read_text(), timeout_s, on_line, cwd=cwd, env=env)
         except OSError as exc:
-            raise FaforgeError(f"--python {python}: cannot run it: {exc.strerror or exc}",
-                               hint="pass a Python interpreter, e.g. .venv/bin/python") from None
+            raise FaforgeError(
+                f"--python {python}: cannot run it: {exc.strerror or exc}",
+                hint="pass a Python interpreter, e.g. .venv/bin/python",
+            ) from None
     stopped, code = ended.stopped, ended.code
     if "env" not in stages:
         if stopped:
             flooded = "printed more than" in stopped
-            raise FaforgeError(f"--python {python}: {stopped} waiting for {WAITING_FOR[None]}; the probe was stopped "
-                               "(with every process it started)",
-                               hint=f"does a sitecustomize or .pth file print without end? `{python} -c pass` shows it" if flooded
-                               else "a hung file system or a very slow disk? pass --timeout SECONDS to wait longer",
-                               exit_code=EXIT_PROBLEMS)
+            raise FaforgeError(
+                f"--python {python}: {stopped} waiting for {WAITING_FOR[None]}; the probe was stopped "
+                "(with every process it started)",
+                hint=f"does a sitecustomize or .pth file print without end? `{python} -c pass` shows it"
+                if flooded
+                else "a hung file system or a very slow disk? pass --timeout SECONDS to wait longer",
+                exit_code=EXIT_PROBLEMS,
+            )
         tail = (ended.stderr or ended.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise FaforgeError(f"--python {python}: did not run faforge's probe, so it is not a usable Python 3 interpreter "
-                           f"(exit {code}: {tail[0][:200]})", hint="pass the python of the environment to inspect",
-                           exit_code=EXIT_BAD_INPUT)
+        raise FaforgeError(
+            f"--python {python}: did not run faforge's probe, so it is not a usable Python 3 interpreter "
+            f"(exit {code}: {tail[0][:200]})",
+            hint="pass the python of the environment to inspect",
+            exit_code=EXIT_BAD_INPUT,
+        )
     if stopped is None and code:  # an exit code comes whenever nothing stopped it
         stopped = f"the interpreter died with {'signal ' + str(-code) if code < 0 else 'exit code ' + str(code)}"
     return stages, stopped

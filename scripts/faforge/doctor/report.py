@@ -28,14 +28,24 @@ if TYPE_CHECKING:
 
 REPORT_VERSION = 1
 ABI_SHORT = {0: "pre-C++11 ABI", 1: "C++11 ABI", None: "C++ ABI unknown"}
-ENVIRONMENT_WORDS = {CONDA: "conda prefix", UV_VENV: "uv venv", VENV: "venv", EXTERNALLY_MANAGED: "externally managed (PEP 668) prefix",
-                     SYSTEM: "prefix"}
+ENVIRONMENT_WORDS = {
+    CONDA: "conda prefix",
+    UV_VENV: "uv venv",
+    VENV: "venv",
+    EXTERNALLY_MANAGED: "externally managed (PEP 668) prefix",
+    SYSTEM: "prefix",
+}
 
 
 def _gpu(gpu: Gpu) -> dict:
     cap = gpu.capability
-    return {"name": gpu.name, "capability": f"{cap[0]}.{cap[1]}" if cap else None,
-            "sm": f"sm_{cap[0]}{cap[1]}" if cap else None, "driver": gpu.driver, "seen_by": gpu.seen_by}
+    return {
+        "name": gpu.name,
+        "capability": f"{cap[0]}.{cap[1]}" if cap else None,
+        "sm": f"sm_{cap[0]}{cap[1]}" if cap else None,
+        "driver": gpu.driver,
+        "seen_by": gpu.seen_by,
+    }
 
 
 def _install(install: Install) -> dict:
@@ -47,7 +57,8 @@ def _install(install: Install) -> dict:
         "origin": install.origin,
         "location": install.distribution.path if install.distribution else None,
         "conda": {"name": record.name, "version": record.version, "build": record.build, "channel": record.channel_name}
-        if record else None,
+        if record
+        else None,
         "shadowed": [d.path for d in install.others],
     }
 
@@ -65,8 +76,12 @@ def _binary(s: Situation) -> dict | None:
         "gpu": {"sass": list(declared.gpu.sass), "ptx": list(declared.gpu.ptx)},
         "newest_versions": dict(declared.newest_versions),
         "cudart_majors": list(b.cudart_majors),
-        "built_for": {"first": b.built_for.first, "last": b.built_for.last, "words": b.built_for.words,
-                      "evidence": [asdict(e) for e in b.built_for.evidence]},
+        "built_for": {
+            "first": b.built_for.first,
+            "last": b.built_for.last,
+            "words": b.built_for.words,
+            "evidence": [asdict(e) for e in b.built_for.evidence],
+        },
         "torch_offers": {k: list(v) for k, v in sorted(b.torch_offers.items())},
     }
 
@@ -76,20 +91,48 @@ def facts_json(s: Situation) -> dict:
     rt = f.torch
     outcome = f.import_outcome
     return {
-        "python": {"executable": f.python.executable, "version": f.python.version, "implementation": f.python.implementation,
-                   "abi_tag": f.python.soabi, "ext_suffix": f.python.ext_suffix, "prefix": f.python.prefix,
-                   "conda_prefix": f.conda is not None, "environment": environment_kind(f), "venv": f.python.venv,
-                   "pip": f.python.pip},
-        "system": {"os": f.system.os, "machine": f.system.machine, "platform": f.system.platform, "glibc": f.system.glibc},
-        "torch": {**_install(s.torch), "imported": rt.imported, "runtime_version": rt.version, "cuda": rt.cuda,
-                  "cxx11_abi": s.torch_abi, "cuda_available": rt.cuda_available,
-                  "import_error": asdict(rt.error) if rt.error else None},
+        "python": {
+            "executable": f.python.executable,
+            "version": f.python.version,
+            "implementation": f.python.implementation,
+            "abi_tag": f.python.soabi,
+            "ext_suffix": f.python.ext_suffix,
+            "prefix": f.python.prefix,
+            "conda_prefix": f.conda is not None,
+            "environment": environment_kind(f),
+            "venv": f.python.venv,
+            "pip": f.python.pip,
+        },
+        "system": {
+            "os": f.system.os,
+            "machine": f.system.machine,
+            "platform": f.system.platform,
+            "glibc": f.system.glibc,
+        },
+        "torch": {
+            **_install(s.torch),
+            "imported": rt.imported,
+            "runtime_version": rt.version,
+            "cuda": rt.cuda,
+            "cxx11_abi": s.torch_abi,
+            "cuda_available": rt.cuda_available,
+            "import_error": asdict(rt.error) if rt.error else None,
+        },
         "gpus": [_gpu(g) for g in f.gpus] or [_gpu(g) for g in rt.devices],
         "nvidia_smi": f.nvidia_smi,
-        FLASH_ATTN.key: {**_install(s.flash_attn), "claim": asdict(s.claim) if s.claim else None,
-                       "extension": f.extension, "extension_files": list(f.extension_files),
-                       "binary": _binary(s), "binary_error": s.binary_error},
-        "import": {"ok": outcome.ok, "error": asdict(outcome.error) if outcome.error else None, "crashed": outcome.crashed},
+        FLASH_ATTN.key: {
+            **_install(s.flash_attn),
+            "claim": asdict(s.claim) if s.claim else None,
+            "extension": f.extension,
+            "extension_files": list(f.extension_files),
+            "binary": _binary(s),
+            "binary_error": s.binary_error,
+        },
+        "import": {
+            "ok": outcome.ok,
+            "error": asdict(outcome.error) if outcome.error else None,
+            "crashed": outcome.crashed,
+        },
         "abi_gate": s.binary.verdict.to_json() if s.binary else None,
     }
 
@@ -100,13 +143,31 @@ def to_json(report: Report) -> dict:
         "healthy": report.healthy,
         "python": report.situation.facts.python.executable,
         "facts": facts_json(report.situation),
-        "problems": [{"kind": p.kind, "severity": p.severity, "message": p.message, "details": list(p.details),
-                      "evidence": p.evidence} for p in report.problems],
-        "fixes": [{"kind": x.kind, "title": x.title, "commands": list(x.commands), "environment_yml": x.environment_yml,
-                   "cell": x.cell, "build_string": x.build_string, "index_url": x.index_url,
-                   "index_check": x.index_check.to_json() if x.index_check else None, "resolves": list(x.resolves),
-                   "notes": list(x.notes)}
-                  for x in report.fixes],
+        "problems": [
+            {
+                "kind": p.kind,
+                "severity": p.severity,
+                "message": p.message,
+                "details": list(p.details),
+                "evidence": p.evidence,
+            }
+            for p in report.problems
+        ],
+        "fixes": [
+            {
+                "kind": x.kind,
+                "title": x.title,
+                "commands": list(x.commands),
+                "environment_yml": x.environment_yml,
+                "cell": x.cell,
+                "build_string": x.build_string,
+                "index_url": x.index_url,
+                "index_check": x.index_check.to_json() if x.index_check else None,
+                "resolves": list(x.resolves),
+                "notes": list(x.notes),
+            }
+            for x in report.fixes
+        ],
     }
 
 
@@ -130,17 +191,23 @@ def _flash_lines(s: Situation) -> list[str]:
     lines = [f"{FLASH_ATTN.package:<11} {fa.version or '?'} from {fa.how}: {fa.origin}"]
     if s.claim:
         c = s.claim
-        said = [f"Python {c.python}" if c.python else None, f"torch {c.torch_minor}" if c.torch_minor else None,
-                f"CUDA {c.cuda}" if c.cuda else None, ABI_SHORT[c.cxx11_abi] if c.cxx11_abi is not None else None]
+        said = [
+            f"Python {c.python}" if c.python else None,
+            f"torch {c.torch_minor}" if c.torch_minor else None,
+            f"CUDA {c.cuda}" if c.cuda else None,
+            ABI_SHORT[c.cxx11_abi] if c.cxx11_abi is not None else None,
+        ]
         lines.append(f"            its {c.source} says: built for {', '.join(x for x in said if x)}")
     b = s.binary
     if b is not None:
         d = b.module.declared
         gpu = ", ".join([*d.gpu.sass, *(f"PTX {p}" for p in d.gpu.ptx)]) or "none"
         cudart = ", ".join(f"libcudart.so.{m}" for m in b.cudart_majors) or "no libcudart"
-        lines += [f"            {b.path}",
-                  f"            binary: {d.machine}, {ABI_SHORT[d.cxx11_abi]}, {cudart}, GPU code {gpu}",
-                  f"            built for {b.built_for.words}"]
+        lines += [
+            f"            {b.path}",
+            f"            binary: {d.machine}, {ABI_SHORT[d.cxx11_abi]}, {cudart}, GPU code {gpu}",
+            f"            built for {b.built_for.words}",
+        ]
     elif s.binary_error:
         lines.append(f"            binary unreadable: {s.binary_error}")
     return lines
@@ -153,15 +220,23 @@ def _index_check_lines(fix: Fix) -> list[str]:
     if check.status == SERVED:
         return [f"     index check: ok, {check.message}"]
     if check.blocks:
-        return [f"     index check: FAILED, this line cannot install: {check.message}", f"     what to do: {check.hint}"]
+        return [
+            f"     index check: FAILED, this line cannot install: {check.message}",
+            f"     what to do: {check.hint}",
+        ]
     return [f"     index check: {check.message}" + (f" ({check.hint})" if check.hint else "")]
 
 
 def text_lines(report: Report) -> list[str]:
     s = report.situation
     f = s.facts
-    gpus = ", ".join(f"{g.name} (sm_{g.capability[0]}{g.capability[1]})" if g.capability else g.name
-                     for g in (f.gpus or f.torch.devices)) or f"none visible (nvidia-smi: {f.nvidia_smi})"
+    gpus = (
+        ", ".join(
+            f"{g.name} (sm_{g.capability[0]}{g.capability[1]})" if g.capability else g.name
+            for g in (f.gpus or f.torch.devices)
+        )
+        or f"none visible (nvidia-smi: {f.nvidia_smi})"
+    )
     driver = next((g.driver for g in f.gpus if g.driver), None)
     outcome = f.import_outcome
     if outcome.ok:

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from faforge.abi.report import Problem as GateProblem
     from faforge.doctor.binary import BinaryFacts
 
-ABI_WORDS: dict[int | None, str] = {0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)", 1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"}
+ABI_WORDS: dict[int | None, str] = {
+    0: "the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0)",
+    1: "the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)",
+}
 # How many of a signature drift's symbols its details spell out; the evidence lists them all.
 DETAILED_SYMBOLS = 5
 
@@ -25,9 +28,12 @@ def flash_attn_missing(s: Situation) -> Problem | None:
     if s.facts.extension or s.facts.extension_files:
         return None
     if s.flash_attn.installed:
-        return Problem(PACKAGE_MISSING, ERROR,
-                       f"{FLASH_ATTN.package} {s.flash_attn.version} is installed ({s.flash_attn.how}) but its extension "
-                       f"{FLASH_ATTN.extension}*.so is not on sys.path; the install is incomplete")
+        return Problem(
+            PACKAGE_MISSING,
+            ERROR,
+            f"{FLASH_ATTN.package} {s.flash_attn.version} is installed ({s.flash_attn.how}) but its extension "
+            f"{FLASH_ATTN.extension}*.so is not on sys.path; the install is incomplete",
+        )
     return Problem(PACKAGE_MISSING, ERROR, f"{FLASH_ATTN.package} is not installed in this environment")
 
 
@@ -36,14 +42,20 @@ def python_tag_mismatch(s: Situation) -> Problem | None:
     wanted = (py.ext_suffix or "").removesuffix(".so").lstrip(".")
     if s.facts.extension is None and s.facts.extension_files:
         names = ", ".join(f.rsplit("/", 1)[-1] for f in s.facts.extension_files)
-        return Problem("python-tag-mismatch", ERROR,
-                       f"{FLASH_ATTN.package}'s extension is built for another Python ({names}); this interpreter is "
-                       f"{py.implementation} {py.version} and loads only *.{wanted}.so",
-                       evidence={"files": list(s.facts.extension_files), "expected_tag": wanted})
+        return Problem(
+            "python-tag-mismatch",
+            ERROR,
+            f"{FLASH_ATTN.package}'s extension is built for another Python ({names}); this interpreter is "
+            f"{py.implementation} {py.version} and loads only *.{wanted}.so",
+            evidence={"files": list(s.facts.extension_files), "expected_tag": wanted},
+        )
     if s.claim and s.claim.python and s.claim.python != py.minor:
-        return Problem("python-tag-mismatch", ERROR,
-                       f"{FLASH_ATTN.package}'s {s.claim.source} says Python {s.claim.python} "
-                       f"({s.claim.text}); this interpreter is Python {py.version}")
+        return Problem(
+            "python-tag-mismatch",
+            ERROR,
+            f"{FLASH_ATTN.package}'s {s.claim.source} says Python {s.claim.python} "
+            f"({s.claim.text}); this interpreter is Python {py.version}",
+        )
     return None
 
 
@@ -51,10 +63,13 @@ def wrong_architecture(s: Situation) -> Problem | None:
     found = s.gate_problems(classify.WRONG_ARCHITECTURE)
     if not found or s.binary is None:  # gate problems come from a binary
         return None
-    return Problem("wrong-architecture", ERROR,
-                   f"{FLASH_ATTN.package}'s binary is built for "
-                   f"{s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
-                   tuple(p.detail for p in found))
+    return Problem(
+        "wrong-architecture",
+        ERROR,
+        f"{FLASH_ATTN.package}'s binary is built for "
+        f"{s.binary.module.declared.machine}; this machine is {s.facts.system.machine}",
+        tuple(p.detail for p in found),
+    )
 
 
 def _version_problems(s: Situation, prefixes: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -72,20 +87,27 @@ def glibc_too_old(s: Situation) -> Problem | None:
         return None
     releases = {v: parsed[1] for v, _ in found if (parsed := classify.parse_version(v))}
     newest = max(releases, key=releases.__getitem__)
-    return Problem("glibc-too-old", ERROR,
-                   f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} "
-                   f"({newest}); this system has glibc {s.facts.system.glibc}",
-                   tuple(d for _, d in found), {"required": newest, "system": s.facts.system.glibc})
+    return Problem(
+        "glibc-too-old",
+        ERROR,
+        f"{FLASH_ATTN.package}'s binary needs glibc {newest.split('_', 1)[1]} "
+        f"({newest}); this system has glibc {s.facts.system.glibc}",
+        tuple(d for _, d in found),
+        {"required": newest, "system": s.facts.system.glibc},
+    )
 
 
 def libstdcxx_too_old(s: Situation) -> Problem | None:
     found = _version_problems(s, ("GLIBCXX", "CXXABI", "GCC"))
     if not found:
         return None
-    return Problem("libstdcxx-too-old", ERROR,
-                   f"{FLASH_ATTN.package}'s binary needs a newer C++ runtime "
-                   f"than the one loaded here ({', '.join(v for v, _ in found)})",
-                   tuple(d for _, d in found))
+    return Problem(
+        "libstdcxx-too-old",
+        ERROR,
+        f"{FLASH_ATTN.package}'s binary needs a newer C++ runtime "
+        f"than the one loaded here ({', '.join(v for v, _ in found)})",
+        tuple(d for _, d in found),
+    )
 
 
 def cxx11_abi_mismatch(s: Situation) -> Problem | None:
@@ -103,12 +125,18 @@ def cxx11_abi_mismatch(s: Situation) -> Problem | None:
     details = [f"undefined symbol: {symbol}"] if symbol else []
     details += [f"{p.demangled or p.symbol}: {p.detail}" for p in gate[:3]]
     if s.claim and s.claim.cxx11_abi is not None and mine is not None and s.claim.cxx11_abi != mine:
-        details.append(f"its {s.claim.source} ({s.claim.text}) claims cxx11abi {'TRUE' if s.claim.cxx11_abi else 'FALSE'}, "
-                       "but the binary says otherwise (upstream's FLASH_ATTENTION_FORCE_CXX11_ABI=FALSE did not force ABI 0)")
-    return Problem("cxx11-abi-mismatch", ERROR,
-                   f"{FLASH_ATTN.package} was built with {ABI_WORDS.get(mine, 'another C++ ABI')}; "
-                   f"your {s.torch_words} uses {ABI_WORDS.get(theirs, 'the other one')}",
-                   tuple(details), {"binary_cxx11_abi": mine, "torch_cxx11_abi": theirs})
+        details.append(
+            f"its {s.claim.source} ({s.claim.text}) claims cxx11abi {'TRUE' if s.claim.cxx11_abi else 'FALSE'}, "
+            "but the binary says otherwise (upstream's FLASH_ATTENTION_FORCE_CXX11_ABI=FALSE did not force ABI 0)"
+        )
+    return Problem(
+        "cxx11-abi-mismatch",
+        ERROR,
+        f"{FLASH_ATTN.package} was built with {ABI_WORDS.get(mine, 'another C++ ABI')}; "
+        f"your {s.torch_words} uses {ABI_WORDS.get(theirs, 'the other one')}",
+        tuple(details),
+        {"binary_cxx11_abi": mine, "torch_cxx11_abi": theirs},
+    )
 
 
 def _importer(binary: BinaryFacts, problem: GateProblem | None) -> str:
@@ -118,7 +146,9 @@ def _importer(binary: BinaryFacts, problem: GateProblem | None) -> str:
     if not by or by == binary.module.path:
         return "it"
     beside = any(lib.beside_module and lib.path == by for lib in binary.module.libraries)
-    return f"its library {Path(by).name} ({'beside the module, loaded first' if beside else 'which its load brings in'})"
+    return (
+        f"its library {Path(by).name} ({'beside the module, loaded first' if beside else 'which its load brings in'})"
+    )
 
 
 def signature_drift(s: Situation) -> Problem | None:
@@ -151,13 +181,21 @@ def signature_drift(s: Situation) -> Problem | None:
     more_words = f" and {more} more symbol{'s' if more > 1 else ''} your torch lacks" if more else ""
     if stated:
         offers = sorted({sig for e in lacking for sig in s.binary.torch_offers.get(e.function, ())})
-        message = f"this {FLASH_ATTN.package} was built for {built.words} (it imports {lacking[0].signature}{more_words})"
-        message += f"; your {s.torch_words} exports {'; '.join(offers)}" if offers else f"; your {s.torch_words} does not export it"
+        message = (
+            f"this {FLASH_ATTN.package} was built for {built.words} (it imports {lacking[0].signature}{more_words})"
+        )
+        message += (
+            f"; your {s.torch_words} exports {'; '.join(offers)}"
+            if offers
+            else f"; your {s.torch_words} does not export it"
+        )
     else:
         first = gate[0] if gate else None
         wanted = (first.demangled or first.symbol) if first else (demangle(symbol) or symbol)
-        message = (f"this {FLASH_ATTN.package} was built against another torch: {_importer(s.binary, first)} "
-                   f"imports {wanted}, which your {s.torch_words} does not export")
+        message = (
+            f"this {FLASH_ATTN.package} was built against another torch: {_importer(s.binary, first)} "
+            f"imports {wanted}, which your {s.torch_words} does not export"
+        )
         if first and first.offers:
             message += f" (it offers {'; '.join(first.offers)})"
         message += f",{more_words}" if more else ""
@@ -168,13 +206,23 @@ def signature_drift(s: Situation) -> Problem | None:
         kind, spelled = (found.kind, found.demangled) if found else (classify.SIGNATURE_DRIFT, signatures.get(name))
         details.append(f"{kind}: {name} = {spelled}" if spelled else f"{kind}: {name}")
     if len(symbols) > DETAILED_SYMBOLS:
-        details.append(f"and {len(symbols) - DETAILED_SYMBOLS} more: `faforge doctor --json` lists all {len(symbols)} "
-                       "in this problem's evidence.symbols")
+        details.append(
+            f"and {len(symbols) - DETAILED_SYMBOLS} more: `faforge doctor --json` lists all {len(symbols)} "
+            "in this problem's evidence.symbols"
+        )
     if s.claim and s.claim.torch_minor:
         details.append(f"its {s.claim.source} says torch {s.claim.torch_minor} ({s.claim.text})")
-    return Problem("signature-drift", ERROR, message, tuple(details),
-                   {"built_for": {"first": built.first, "last": built.last} if stated else None,
-                    "torch": torch_release, "symbols": symbols})
+    return Problem(
+        "signature-drift",
+        ERROR,
+        message,
+        tuple(details),
+        {
+            "built_for": {"first": built.first, "last": built.last} if stated else None,
+            "torch": torch_release,
+            "symbols": symbols,
+        },
+    )
 
 
 def layout_break(s: Situation) -> Problem | None:
@@ -186,15 +234,22 @@ def layout_break(s: Situation) -> Problem | None:
         return None
     found = s.gate_problems(classify.LAYOUT_BREAK)
     if found:
-        return Problem("layout-break", ERROR,
-                       f"{FLASH_ATTN.package}'s binary was built for a torch on the other side of a layout change "
-                       f"from your {s.torch_words}: it registers its operators with {found[0].demangled}, "
-                       "and its load aborts although every symbol resolves",
-                       tuple(p.detail for p in found), {"symbols": [p.symbol for p in found]})
+        return Problem(
+            "layout-break",
+            ERROR,
+            f"{FLASH_ATTN.package}'s binary was built for a torch on the other side of a layout change "
+            f"from your {s.torch_words}: it registers its operators with {found[0].demangled}, "
+            "and its load aborts although every symbol resolves",
+            tuple(p.detail for p in found),
+            {"symbols": [p.symbol for p in found]},
+        )
     untold = s.binary.module.untold
     if untold:
-        return Problem("layout-break", WARNING,
-                       f"{FLASH_ATTN.package}'s binary may have been built for a torch on the other side of a layout "
-                       f"change from your {s.torch_words}; its symbols do not show which",
-                       untold)
+        return Problem(
+            "layout-break",
+            WARNING,
+            f"{FLASH_ATTN.package}'s binary may have been built for a torch on the other side of a layout "
+            f"change from your {s.torch_words}; its symbols do not show which",
+            untold,
+        )
     return None

@@ -13,7 +13,11 @@ TORCH_STACK = ("pytorch", "libtorch", "pytorch-cuda", "pytorch-mutex", "torchvis
 def torch_missing(s: Situation) -> Problem | None:
     if s.torch.installed or s.facts.torch.imported:
         return None
-    return Problem("torch-missing", ERROR, f"torch is not installed in {s.facts.python.prefix}; {FLASH_ATTN.package} needs a CUDA build of torch")
+    return Problem(
+        "torch-missing",
+        ERROR,
+        f"torch is not installed in {s.facts.python.prefix}; {FLASH_ATTN.package} needs a CUDA build of torch",
+    )
 
 
 def torch_import_failed(s: Situation) -> Problem | None:
@@ -25,8 +29,11 @@ def torch_import_failed(s: Situation) -> Problem | None:
     misplaced = next((p for p in s.misplaced() if error and f"{p.library}: " in error.message), None)
     if misplaced is not None:  # the library is there; a folder linked as a whole hides it from the loader
         link = misplaced.misplaced.link
-        message += (f": the loader does not find {misplaced.library} because {link} is a symlink to a folder elsewhere"
-                    if link else f": the loader does not find {misplaced.library} because a folder is reached through a symlink")
+        message += (
+            f": the loader does not find {misplaced.library} because {link} is a symlink to a folder elsewhere"
+            if link
+            else f": the loader does not find {misplaced.library} because a folder is reached through a symlink"
+        )
         details.append(misplaced.detail)
     return Problem("torch-import-failed", ERROR, message, tuple(details))
 
@@ -38,9 +45,13 @@ def mixed_channels(s: Situation) -> Problem | None:
         worlds.setdefault(record.world, []).append(record)
     if len(worlds) < 2:
         return None
-    listed = {world: ", ".join(f"{r.name} {r.version} ({r.build}) from {r.channel_name}" for r in rs) for world, rs in worlds.items()}
+    listed = {
+        world: ", ".join(f"{r.name} {r.version} ({r.build}) from {r.channel_name}" for r in rs)
+        for world, rs in worlds.items()
+    }
     return Problem(
-        "mixed-channels", ERROR,
+        "mixed-channels",
+        ERROR,
         "torch packages come from both the legacy `pytorch` channel and conda-forge; the two worlds build torch "
         "differently (pre-C++11 vs C++11 ABI, bundled vs separate libtorch) and cannot be mixed in one environment",
         tuple(f"{world}: {text}" for world, text in sorted(listed.items())),
@@ -57,16 +68,27 @@ def mixed_conda_pip_torch(s: Situation) -> Problem | None:
         return None
     shadowed = list(s.torch.others)
     if s.torch.how == "pip":
-        message = (f"torch {dist.version} from pip shadows conda's {record.name} {record.version} ({record.build}) in "
-                   f"this conda environment; their files are now mixed in {dist.site}")
+        message = (
+            f"torch {dist.version} from pip shadows conda's {record.name} {record.version} ({record.build}) in "
+            f"this conda environment; their files are now mixed in {dist.site}"
+        )
     elif shadowed:
-        message = (f"this environment holds {len(shadowed) + 1} copies of torch: conda's "
-                   f"{record.version} and pip's {', '.join(d.version or '?' for d in shadowed)}")
+        message = (
+            f"this environment holds {len(shadowed) + 1} copies of torch: conda's "
+            f"{record.version} and pip's {', '.join(d.version or '?' for d in shadowed)}"
+        )
     else:
         return None
-    details = [f"active: {dist.path} (installer: {dist.installer or 'unknown'})"] + [f"also: {d.path}" for d in shadowed]
-    return Problem("mixed-conda-pip-torch", ERROR, message, tuple(details),
-                   {"conda": f"{record.name} {record.version} {record.build}", "pip": dist.version if dist else None})
+    details = [f"active: {dist.path} (installer: {dist.installer or 'unknown'})"] + [
+        f"also: {d.path}" for d in shadowed
+    ]
+    return Problem(
+        "mixed-conda-pip-torch",
+        ERROR,
+        message,
+        tuple(details),
+        {"conda": f"{record.name} {record.version} {record.build}", "pip": dist.version if dist else None},
+    )
 
 
 def cpu_only_torch(s: Situation) -> Problem | None:
@@ -76,10 +98,15 @@ def cpu_only_torch(s: Situation) -> Problem | None:
     details = []
     missing = s.gate_problems(classify.MISSING_LIBRARY)
     if s.facts.import_outcome.missing_library:
-        details.append(f"that is why {FLASH_ATTN.extension} cannot load: {s.facts.import_outcome.missing_library} is not there")
+        details.append(
+            f"that is why {FLASH_ATTN.extension} cannot load: {s.facts.import_outcome.missing_library} is not there"
+        )
     elif missing:
         details.append(f"{FLASH_ATTN.extension} needs {missing[0].library}, which a CPU torch does not ship")
-    return Problem("cpu-only-torch", ERROR,
-                   f"torch {rt.version} is a CPU-only build (torch.version.cuda "
-                   f"is None); {FLASH_ATTN.package} needs a CUDA build of torch",
-                   tuple(details))
+    return Problem(
+        "cpu-only-torch",
+        ERROR,
+        f"torch {rt.version} is a CPU-only build (torch.version.cuda "
+        f"is None); {FLASH_ATTN.package} needs a CUDA build of torch",
+        tuple(details),
+    )

@@ -47,9 +47,18 @@ class StableAbiReport:
         return not any(p.severity == ERROR for p in self.problems)
 
     def to_json(self) -> dict:
-        return {"package": FLASH_ATTN_3.package, "extension": self.extension, "torch": self.torch, "stable_functions": self.stable_functions,
-                "gpu": {"sass": list(self.gpu.sass), "ptx": list(self.gpu.ptx)} if self.gpu else None, "healthy": self.healthy,
-                "problems": [{"kind": p.kind, "severity": p.severity, "message": p.message, "details": list(p.details)} for p in self.problems]}
+        return {
+            "package": FLASH_ATTN_3.package,
+            "extension": self.extension,
+            "torch": self.torch,
+            "stable_functions": self.stable_functions,
+            "gpu": {"sass": list(self.gpu.sass), "ptx": list(self.gpu.ptx)} if self.gpu else None,
+            "healthy": self.healthy,
+            "problems": [
+                {"kind": p.kind, "severity": p.severity, "message": p.message, "details": list(p.details)}
+                for p in self.problems
+            ],
+        }
 
 
 def installed(facts: env_facts.EnvFacts) -> bool:
@@ -58,36 +67,84 @@ def installed(facts: env_facts.EnvFacts) -> bool:
     return any((Path(d) / FLASH_ATTN_3.module / "__init__.py").is_file() for d in facts.site_dirs)
 
 
-def examine_stable(python: Path, timeout_s: float, progress: Callable[[str], None] = lambda message: None) -> StableAbiReport:
+def examine_stable(
+    python: Path, timeout_s: float, progress: Callable[[str], None] = lambda message: None
+) -> StableAbiReport:
     """The FA3 report for `python` (call it where installed() says flash_attn_3 is on its path)."""
     facts = env_facts.collect(python, timeout_s, progress, names=NAMES)
     if facts.extension is None:  # the package is there (installed() saw it), its extension is not
-        return StableAbiReport(FLASH_ATTN_3.module, facts.torch.version, None, None, (Problem(
-            "extension-missing", ERROR, f"{FLASH_ATTN_3.package} is installed but its extension {FLASH_ATTN_3.extension} is not: "
-                                        "the install is incomplete", (f"reinstall {FLASH_ATTN_3.package}",)),))
+        return StableAbiReport(
+            FLASH_ATTN_3.module,
+            facts.torch.version,
+            None,
+            None,
+            (
+                Problem(
+                    "extension-missing",
+                    ERROR,
+                    f"{FLASH_ATTN_3.package} is installed but its extension {FLASH_ATTN_3.extension} is not: "
+                    "the install is incomplete",
+                    (f"reinstall {FLASH_ATTN_3.package}",),
+                ),
+            ),
+        )
     problems = []
     torch = facts.torch
     if not torch.imported:
-        problems.append(Problem("torch-missing", ERROR, f"{FLASH_ATTN_3.package} is installed but `import torch` fails, so it cannot load",
-                                (torch.error.message,) if torch.error else ()))
+        problems.append(
+            Problem(
+                "torch-missing",
+                ERROR,
+                f"{FLASH_ATTN_3.package} is installed but `import torch` fails, so it cannot load",
+                (torch.error.message,) if torch.error else (),
+            )
+        )
     elif (minor := _minor(torch.version)) is not None and minor < vtuple(MIN_TORCH):
-        problems.append(Problem("torch-too-old", ERROR, f"{FLASH_ATTN_3.package} needs torch >= {MIN_TORCH} (its stable C functions), "
-                                                        f"and this is torch {torch.version}", (f"upgrade torch to {MIN_TORCH} or newer",)))
+        problems.append(
+            Problem(
+                "torch-too-old",
+                ERROR,
+                f"{FLASH_ATTN_3.package} needs torch >= {MIN_TORCH} (its stable C functions), "
+                f"and this is torch {torch.version}",
+                (f"upgrade torch to {MIN_TORCH} or newer",),
+            )
+        )
     verdict, archs = _read(Path(facts.extension), facts.torch_package, problems)
     if verdict is not None:
         if verdict.unstable:
             names = ", ".join(u.demangled or u.symbol for u in verdict.unstable[:3])
-            problems.append(Problem("not-stable-abi", ERROR, f"this {FLASH_ATTN_3.package} build imports torch's C++ API ({names}), so it is "
-                                                             "tied to the torch it was built against, not 'torch >= 2.9'",
-                                    (f"install {FLASH_ATTN_3.package} from this project's channel, built against the stable ABI",)))
+            problems.append(
+                Problem(
+                    "not-stable-abi",
+                    ERROR,
+                    f"this {FLASH_ATTN_3.package} build imports torch's C++ API ({names}), so it is "
+                    "tied to the torch it was built against, not 'torch >= 2.9'",
+                    (f"install {FLASH_ATTN_3.package} from this project's channel, built against the stable ABI",),
+                )
+            )
         loads = [p for v in verdict.releases for m in v.modules for p in m.problems]
-        problems += [Problem("stable-abi-load", ERROR, f"{FLASH_ATTN_3.extension} does not load against this torch: {p.kind}: "
-                                                       f"{p.demangled or p.symbol or ''} {p.detail}".strip()) for p in loads[:3]]
+        problems += [
+            Problem(
+                "stable-abi-load",
+                ERROR,
+                f"{FLASH_ATTN_3.extension} does not load against this torch: {p.kind}: "
+                f"{p.demangled or p.symbol or ''} {p.detail}".strip(),
+            )
+            for p in loads[:3]
+        ]
     outcome = facts.import_outcome
     if torch.imported and outcome.error is not None:
-        problems.append(Problem("import-failed", ERROR, f"`import {FLASH_ATTN_3.extension}` fails: {outcome.error.type}: {outcome.error.message}"))
+        problems.append(
+            Problem(
+                "import-failed",
+                ERROR,
+                f"`import {FLASH_ATTN_3.extension}` fails: {outcome.error.type}: {outcome.error.message}",
+            )
+        )
     problems += _gpu_problems(facts, archs)
-    return StableAbiReport(facts.extension, torch.version, len(verdict.stable_imports) if verdict else None, archs, tuple(problems))
+    return StableAbiReport(
+        facts.extension, torch.version, len(verdict.stable_imports) if verdict else None, archs, tuple(problems)
+    )
 
 
 def _minor(version: str | None) -> tuple[int, int] | None:
@@ -96,7 +153,9 @@ def _minor(version: str | None) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
-def _read(extension: Path, torch_package: str | None, problems: list[Problem]) -> tuple[StableVerdict | None, GpuArchs | None]:
+def _read(
+    extension: Path, torch_package: str | None, problems: list[Problem]
+) -> tuple[StableVerdict | None, GpuArchs | None]:
     try:
         archs = read_gpu_archs(extension)
         verdict = check_stable(extension, [Path(torch_package) / "lib"]) if torch_package else None
@@ -117,16 +176,27 @@ def _gpu_problems(facts: env_facts.EnvFacts, archs: GpuArchs | None) -> list[Pro
             continue
         verdict = compat.check(gpu.capability, archs.sass, archs.ptx)
         if verdict.status == compat.NONE:
-            problems.append(Problem("gpu-arch-missing", ERROR,
-                                    f"{FLASH_ATTN_3.package} has no kernels for your {gpu.name} "
-                                    f"({verdict.gpu}): FlashAttention-3 serves Hopper "
-                                    f"(sm_90a: H100, H200, GH200) and, as a fallback, Ampere (sm_80) only",
-                                    (f"for this GPU use {FLASH_ATTN.package} (FlashAttention-2, "
-                                     "whose packages carry sm_100 and sm_120 code "
-                                     "for CUDA >= 12.8) or torch.nn.functional.scaled_dot_product_attention",),
-                                    {"gpu": verdict.gpu, "sass": list(archs.sass), "ptx": list(archs.ptx)}))
+            problems.append(
+                Problem(
+                    "gpu-arch-missing",
+                    ERROR,
+                    f"{FLASH_ATTN_3.package} has no kernels for your {gpu.name} "
+                    f"({verdict.gpu}): FlashAttention-3 serves Hopper "
+                    f"(sm_90a: H100, H200, GH200) and, as a fallback, Ampere (sm_80) only",
+                    (
+                        f"for this GPU use {FLASH_ATTN.package} (FlashAttention-2, "
+                        "whose packages carry sm_100 and sm_120 code "
+                        "for CUDA >= 12.8) or torch.nn.functional.scaled_dot_product_attention",
+                    ),
+                    {"gpu": verdict.gpu, "sass": list(archs.sass), "ptx": list(archs.ptx)},
+                )
+            )
     if not seen:
-        problems.append(Problem("no-gpu", WARNING, f"no NVIDIA GPU is visible here; {FLASH_ATTN_3.package} can be imported but not run"))
+        problems.append(
+            Problem(
+                "no-gpu", WARNING, f"no NVIDIA GPU is visible here; {FLASH_ATTN_3.package} can be imported but not run"
+            )
+        )
     return problems
 
 
@@ -148,10 +218,17 @@ def healthy(flash_attn_report: Report, fa3: StableAbiReport | None) -> bool:
 
 def text_lines(report: StableAbiReport) -> list[str]:
     """The FA3 section of the doctor's text report."""
-    claim = (f"works with torch >= {MIN_TORCH}: imports only torch's stable C functions ({report.stable_functions})"
-             if report.stable_functions is not None and not any(p.kind == "not-stable-abi" for p in report.problems) else "stable ABI not confirmed")
+    claim = (
+        f"works with torch >= {MIN_TORCH}: imports only torch's stable C functions ({report.stable_functions})"
+        if report.stable_functions is not None and not any(p.kind == "not-stable-abi" for p in report.problems)
+        else "stable ABI not confirmed"
+    )
     gpu = ", ".join([*report.gpu.sass, *report.gpu.ptx]) if report.gpu else "unknown"
-    lines = ["", f"{FLASH_ATTN_3.package}: {report.extension}", f"  {claim}; torch here: {report.torch or 'not importable'}; GPU code: {gpu}"]
+    lines = [
+        "",
+        f"{FLASH_ATTN_3.package}: {report.extension}",
+        f"  {claim}; torch here: {report.torch or 'not importable'}; GPU code: {gpu}",
+    ]
     for p in report.problems:
         lines.append(f"  {p.severity}: {p.kind}: {p.message}")
         lines += [f"    {d}" for d in p.details]

@@ -137,7 +137,11 @@ class BuiltFor:
         return self.first is not None and (self.last is None or vtuple(self.first) <= vtuple(self.last))
 
     def covers(self, torch: str) -> bool:
-        return self.first is not None and self.consistent and Form("", "", self.first, self.last).exported_by(_release(torch))
+        return (
+            self.first is not None
+            and self.consistent
+            and Form("", "", self.first, self.last).exported_by(_release(torch))
+        )
 
     @property
     def words(self) -> str:
@@ -191,8 +195,10 @@ def exported_ranges(table: SymbolTable, exports: Mapping[tuple[str, str], Iterab
             continue
         last = None if indexes[-1] == len(releases) - 1 else releases[indexes[-1]]
         groups.setdefault((library, releases[indexes[0]], last), []).append(name)
-    return tuple(ExportRange(library, first, last, tuple(sorted(names)))
-                 for (library, first, last), names in sorted(groups.items(), key=lambda kv: _group_key(*kv[0])))
+    return tuple(
+        ExportRange(library, first, last, tuple(sorted(names)))
+        for (library, first, last), names in sorted(groups.items(), key=lambda kv: _group_key(*kv[0]))
+    )
 
 
 def _group_key(library: str, first: str, last: str | None) -> tuple:
@@ -213,7 +219,9 @@ def offered(table: SymbolTable, function: str, exports: Iterable[str]) -> tuple[
 def dating(table: SymbolTable) -> Dating:
     """built_for as the ABI gate's layout check takes it (faforge.abi.layout.Dating): imported names ->
     (first, last) release, (None, None) where the imports date nothing or disagree."""
+
     def dated(imported):
         built = built_for(table, imported)
         return (built.first, built.last) if built.known and built.consistent else (None, None)
+
     return dated

@@ -35,9 +35,17 @@ HEADER = f"""\
 
 
 def _str(path: Path, key: str, value: object, *, version: bool = False) -> str:
-    if not isinstance(value, str) or not value.strip() or (version and not (is_version(value) and len(vtuple(value)) == 3)):
-        raise DataError(path, key, f"invalid value {value!r}",
-                        hint="expected a release such as 2.7.1" if version else "expected a non-empty string")
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or (version and not (is_version(value) and len(vtuple(value)) == 3))
+    ):
+        raise DataError(
+            path,
+            key,
+            f"invalid value {value!r}",
+            hint="expected a release such as 2.7.1" if version else "expected a non-empty string",
+        )
     return value
 
 
@@ -54,11 +62,18 @@ def _list(path: Path, key: str, value: object) -> list:
 def load_symbol_table(path: Path) -> SymbolTable:
     raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1:
-        raise DataError(path, "schema", f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}",
-                        hint="this faforge reads schema 1")
+        raise DataError(
+            path,
+            "schema",
+            f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}",
+            hint="this faforge reads schema 1",
+        )
     wheels = tuple(
-        Wheel(_str(path, f"wheels[{i}].torch", w.get("torch"), version=True), _str(path, f"wheels[{i}].file", w.get("file")),
-              _str(path, f"wheels[{i}].sha256", w.get("sha256")))
+        Wheel(
+            _str(path, f"wheels[{i}].torch", w.get("torch"), version=True),
+            _str(path, f"wheels[{i}].file", w.get("file")),
+            _str(path, f"wheels[{i}].sha256", w.get("sha256")),
+        )
         for i, w in enumerate(_list(path, "wheels", raw.get("wheels")))
     )
     checked = {w.torch for w in wheels}
@@ -68,19 +83,33 @@ def load_symbol_table(path: Path) -> SymbolTable:
         forms = []
         for j, form in enumerate(_list(path, f"{key}.forms", f.get("forms"))):
             at = f"{key}.forms[{j}]"
-            parsed = Form(_str(path, f"{at}.symbol", form.get("symbol")), _str(path, f"{at}.signature", form.get("signature")),
-                          _str(path, f"{at}.first", form.get("first"), version=True),
-                          _optional_str(path, f"{at}.last", form.get("last"), version=True))
+            parsed = Form(
+                _str(path, f"{at}.symbol", form.get("symbol")),
+                _str(path, f"{at}.signature", form.get("signature")),
+                _str(path, f"{at}.first", form.get("first"), version=True),
+                _optional_str(path, f"{at}.last", form.get("last"), version=True),
+            )
             _check_bounds(path, at, parsed, checked)
             forms.append(parsed)
-        functions.append(Function(_str(path, f"{key}.function", f.get("function")), _str(path, f"{key}.library", f.get("library")),
-                                  tuple(forms)))
+        functions.append(
+            Function(
+                _str(path, f"{key}.function", f.get("function")),
+                _str(path, f"{key}.library", f.get("library")),
+                tuple(forms),
+            )
+        )
     exports = []
     for i, e in enumerate(raw.get("exports") or []):
         key = f"exports[{i}]"
-        entry = ExportRange(_str(path, f"{key}.library", e.get("library")), _str(path, f"{key}.first", e.get("first"), version=True),
-                            _optional_str(path, f"{key}.last", e.get("last"), version=True),
-                            tuple(_str(path, f"{key}.symbols[{j}]", s) for j, s in enumerate(_list(path, f"{key}.symbols", e.get("symbols")))))
+        entry = ExportRange(
+            _str(path, f"{key}.library", e.get("library")),
+            _str(path, f"{key}.first", e.get("first"), version=True),
+            _optional_str(path, f"{key}.last", e.get("last"), version=True),
+            tuple(
+                _str(path, f"{key}.symbols[{j}]", s)
+                for j, s in enumerate(_list(path, f"{key}.symbols", e.get("symbols")))
+            ),
+        )
         _check_bounds(path, key, entry, checked)
         exports.append(entry)
     return SymbolTable(path, tuple(functions), wheels, tuple(exports))
@@ -90,8 +119,12 @@ def _check_bounds(path: Path, key: str, entry: Form | ExportRange, checked: set[
     for bound in ("first", "last"):
         value = getattr(entry, bound)
         if value is not None and value not in checked:
-            raise DataError(path, f"{key}.{bound}", f"{value} is not among the wheels checked",
-                            hint="every range bound must be a torch release listed under `wheels`")
+            raise DataError(
+                path,
+                f"{key}.{bound}",
+                f"{value} is not among the wheels checked",
+                hint="every range bound must be a torch release listed under `wheels`",
+            )
 
 
 def dump_symbol_table(table: SymbolTable) -> str:
@@ -100,8 +133,12 @@ def dump_symbol_table(table: SymbolTable) -> str:
     for f in table.functions:
         lines += [f"- function: {f.function}", f"  library: {f.library}", "  forms:"]
         for form in f.forms:
-            lines += [f"  - symbol: {form.symbol}", f"    signature: {form.signature}",
-                      f"    first: {form.first}", f"    last: {form.last or 'null'}"]
+            lines += [
+                f"  - symbol: {form.symbol}",
+                f"    signature: {form.signature}",
+                f"    first: {form.first}",
+                f"    last: {form.last or 'null'}",
+            ]
     lines.append("wheels:")
     for w in table.wheels:
         lines += [f"- torch: {w.torch}", f"  file: {w.file}", f"  sha256: {w.sha256}"]

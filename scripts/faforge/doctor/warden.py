@@ -62,7 +62,7 @@ def descendants(root):
                 stat = handle.read()
         except OSError:  # gone meanwhile
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": the name may hold anything
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": the name may hold anything
         if len(fields) > 1:
             children.setdefault(int(fields[1]), []).append(int(name))
     found, todo = [], [root]

@@ -32,8 +32,14 @@ TOTAL_TOKENS = 16384
 HIDDEN = 2048
 IMPLEMENTATIONS = (FLASH_ATTN.package, FLASH_ATTN_3.package, "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 # (faster?, than) pairs reported as ratios: FA3 against FA2 and SDPA, FA2 against SDPA.
-RATIOS = ((FLASH_ATTN_3.package, FLASH_ATTN.package), (FLASH_ATTN_3.package, "sdpa-flash"), (FLASH_ATTN_3.package, "sdpa-cudnn"),
-          (FLASH_ATTN.package, "sdpa-flash"), (FLASH_ATTN.package, "sdpa-efficient"), (FLASH_ATTN.package, "sdpa-cudnn"))
+RATIOS = (
+    (FLASH_ATTN_3.package, FLASH_ATTN.package),
+    (FLASH_ATTN_3.package, "sdpa-flash"),
+    (FLASH_ATTN_3.package, "sdpa-cudnn"),
+    (FLASH_ATTN.package, "sdpa-flash"),
+    (FLASH_ATTN.package, "sdpa-efficient"),
+    (FLASH_ATTN.package, "sdpa-cudnn"),
+)
 # Dense (no 2:4 sparsity) fp16/bf16 tensor-core peak in TFLOP/s, by a part of torch's device name; first match wins.
 # H100 SXM5 and H200 (same GH100 compute): 989.4 (NVIDIA's figures as tabulated at
 # https://glennklockwood.com/garden/processors/h100, "BF16 | 133.8 | 989.4 | 1978.9"); H100 PCIe: 756
@@ -69,7 +75,9 @@ def shapes(seqlens: Sequence[int] = SEQLENS, head_dims: Sequence[int] = HEAD_DIM
 WARMUP_S = 0.1  # at least this long of untimed calls first, so the GPU's clocks are up
 
 
-def mean_ms(call: Callable[[], object], *, calls: int, warmup_s: float = WARMUP_S, before: Callable[[], None] = lambda: None) -> float:
+def mean_ms(
+    call: Callable[[], object], *, calls: int, warmup_s: float = WARMUP_S, before: Callable[[], None] = lambda: None
+) -> float:
     """Milliseconds per call: `calls` back-to-back calls between two CUDA events, after >= warmup_s of warm-up.
 
     One pair of events around the whole batch measures the GPU's time, not the launch gaps a per-call
@@ -101,7 +109,10 @@ def dense_peak(device: str | None) -> float | None:
 def installed() -> dict[str, Callable[..., Any] | str]:
     """{implementation: its attention function, or the reason it is not here} for the two flash-attn families."""
     found: dict[str, Callable[..., Any] | str] = {}
-    for package, module in ((FLASH_ATTN.package, FLASH_ATTN.module), (FLASH_ATTN_3.package, FLASH_ATTN_3.interface_module)):
+    for package, module in (
+        (FLASH_ATTN.package, FLASH_ATTN.module),
+        (FLASH_ATTN_3.package, FLASH_ATTN_3.interface_module),
+    ):
         try:
             found[package] = getattr(__import__(module), ATTENTION_FUNCTION)
         except (ImportError, OSError, AttributeError) as exc:
@@ -109,8 +120,9 @@ def installed() -> dict[str, Callable[..., Any] | str]:
     return found
 
 
-def _attention_calls(shape: Shape, dtype: torch.dtype, flash_functions: dict[str, Callable[..., Any] | str]
-                     ) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.Tensor]] | str]:
+def _attention_calls(
+    shape: Shape, dtype: torch.dtype, flash_functions: dict[str, Callable[..., Any] | str]
+) -> dict[str, tuple[Callable[[], torch.Tensor], list[torch.Tensor]] | str]:
     """{implementation: (forward function of nothing, leaf tensors) or the reason it cannot run} for one shape."""
     import torch  # noqa: PLC0415 (torch only when run)
     from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415 (torch only when run)
@@ -147,13 +159,21 @@ class _Rates(TypedDict):
     errors: dict[str, str]
 
 
-def measure(shape: Shape, dtype: torch.dtype, *, repeats: int, flash_functions: dict[str, Callable[..., Any] | str] | None = None,
-            peak: float | None = None) -> list[dict]:
+def measure(
+    shape: Shape,
+    dtype: torch.dtype,
+    *,
+    repeats: int,
+    flash_functions: dict[str, Callable[..., Any] | str] | None = None,
+    peak: float | None = None,
+) -> list[dict]:
     """Two records (fwd, bwd) for one shape: TFLOP/s per implementation, or the error that stopped it."""
     import torch  # noqa: PLC0415 (torch only when run)
 
     records: dict[str, _Rates] = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
-    for name, call in _attention_calls(shape, dtype, installed() if flash_functions is None else flash_functions).items():
+    for name, call in _attention_calls(
+        shape, dtype, installed() if flash_functions is None else flash_functions
+    ).items():
         if isinstance(call, str):
             for record in records.values():
                 record["tflops"][name], record["errors"][name] = None, call
@@ -188,7 +208,9 @@ def measure(shape: Shape, dtype: torch.dtype, *, repeats: int, flash_functions: 
             "direction": direction,
             "tflops": record["tflops"],
             "ratios": ratios(record["tflops"]),
-            "peak_fraction": {name: (rate / peak if rate and peak else None) for name, rate in record["tflops"].items()},
+            "peak_fraction": {
+                name: (rate / peak if rate and peak else None) for name, rate in record["tflops"].items()
+            },
             "errors": record["errors"],
         }
         for direction, record in records.items()
@@ -201,7 +223,11 @@ def ratios(tflops: dict) -> dict:
 
 
 def run_benchmark(
-    *, dtype_name: str = "bf16", seqlens: Sequence[int] = SEQLENS, head_dims: Sequence[int] = HEAD_DIMS, repeats: int = 10,
+    *,
+    dtype_name: str = "bf16",
+    seqlens: Sequence[int] = SEQLENS,
+    head_dims: Sequence[int] = HEAD_DIMS,
+    repeats: int = 10,
     progress: Callable[[Shape], object] = lambda shape: None,
 ) -> list[dict]:
     import torch  # noqa: PLC0415 (torch only when run)

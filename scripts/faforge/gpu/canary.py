@@ -25,9 +25,21 @@ SCHEMA_VERSION = 1
 # Files of this repository that enter the kernels' compilation: the build script (flags, defines, the TU
 # list) and the torch shim the kernel library is compiled and linked against (its README is
 # documentation). recipe.yaml only calls the script; the sdist itself is pinned by its sha256.
-KERNEL_INPUTS = (f"{FLASH_ATTN.recipe_dir}/{FLASH_ATTN.build_script}", *(f"scripts/faforge/kernels/torch_shim/{name}" for name in (
-    "ATen/cuda/CUDAGeneratorImpl.h", "ATen/cuda/detail/UnpackRaw.cuh", f"api/{FLASH_ATTN.kernel_api_prefix}api.h", "c10/cuda/CUDAException.h",
-    "exports.map", "kernel_errors.cpp", "torch_cuda_check.cpp")))
+KERNEL_INPUTS = (
+    f"{FLASH_ATTN.recipe_dir}/{FLASH_ATTN.build_script}",
+    *(
+        f"scripts/faforge/kernels/torch_shim/{name}"
+        for name in (
+            "ATen/cuda/CUDAGeneratorImpl.h",
+            "ATen/cuda/detail/UnpackRaw.cuh",
+            f"api/{FLASH_ATTN.kernel_api_prefix}api.h",
+            "c10/cuda/CUDAException.h",
+            "exports.map",
+            "kernel_errors.cpp",
+            "torch_cuda_check.cpp",
+        )
+    ),
+)
 
 
 def canary_dir(repo: Path) -> Path:
@@ -41,7 +53,16 @@ def git_blob_hash(path: Path) -> str:
 
 
 def make_manifest(
-    repo: Path, canary: Path, *, build_command: str, sdist_sha256: str, torch: str, nvcc: str, archs: str, head_dims: list[int], built_on: str | None = None
+    repo: Path,
+    canary: Path,
+    *,
+    build_command: str,
+    sdist_sha256: str,
+    torch: str,
+    nvcc: str,
+    archs: str,
+    head_dims: list[int],
+    built_on: str | None = None,
 ) -> dict:
     """The manifest for `canary` (a .whl.xz in canary_dir), its inputs read from the checkout as it is now."""
     return {
@@ -79,14 +100,20 @@ def mismatches(folder: Path, manifest: dict) -> list[str]:
     if not path.is_file():
         return [f"{path}: missing"]
     found = {"size": path.stat().st_size, "sha256": sha256_of(path)}
-    return [f"{path.name}: {key} {found[key]}, manifest says {manifest[key]}" for key in ("size", "sha256") if found[key] != manifest[key]]
+    return [
+        f"{path.name}: {key} {found[key]}, manifest says {manifest[key]}"
+        for key in ("size", "sha256")
+        if found[key] != manifest[key]
+    ]
 
 
 def stale_inputs(repo: Path, manifest: dict) -> list[str]:
     """Kernel inputs whose blob hash changed since the canary was built (a report: rebuild when convenient)."""
     recorded = manifest["inputs"]["git_blobs"]
     changed = [name for name in KERNEL_INPUTS if name not in recorded]
-    changed += [name for name, blob in recorded.items() if not (repo / name).is_file() or git_blob_hash(repo / name) != blob]
+    changed += [
+        name for name, blob in recorded.items() if not (repo / name).is_file() or git_blob_hash(repo / name) != blob
+    ]
     return sorted(set(changed))
 
 
@@ -96,13 +123,17 @@ def status_lines(repo: Path) -> list[str]:
     manifest = load_manifest(folder)
     if manifest is None:
         return [f"canary: none committed in {folder} (see tests/gpu/README.md, 'The canary')"]
-    lines = [f"canary: {manifest['file']} ({manifest['size']} bytes, built "
-             f"{manifest['date']}, torch {manifest['inputs']['torch']})"]
+    lines = [
+        f"canary: {manifest['file']} ({manifest['size']} bytes, built "
+        f"{manifest['date']}, torch {manifest['inputs']['torch']})"
+    ]
     lines += [f"canary: DOES NOT MATCH its manifest: {problem}" for problem in mismatches(folder, manifest)]
     stale = stale_inputs(repo, manifest)
     if stale:
-        lines.append("canary: kernel inputs changed since it was built: "
-                     f"{', '.join(stale)}; rebuild it with: {manifest['build_command']}")
+        lines.append(
+            "canary: kernel inputs changed since it was built: "
+            f"{', '.join(stale)}; rebuild it with: {manifest['build_command']}"
+        )
     else:
         lines.append("canary: kernel inputs unchanged since it was built")
     return lines

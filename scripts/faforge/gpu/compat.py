@@ -93,8 +93,7 @@ class Compat:
                 "will be JIT-compiled by the driver at first use, which is slow"
             )
         return (
-            f"{self.gpu} GPU cannot run this binary: it has SASS {sass} and PTX {ptx}, "
-            f"none of which runs on {self.gpu}"
+            f"{self.gpu} GPU cannot run this binary: it has SASS {sass} and PTX {ptx}, none of which runs on {self.gpu}"
         )
 
     @property

@@ -50,13 +50,17 @@ class KernelRecorder:
             import torch  # noqa: PLC0415 (only on a usable GPU)
 
             sms = torch.cuda.get_device_properties(0).multi_processor_count
-            Path(self.path).write_text(json.dumps({"sms": sms, "tests": self.seen, "kernel_names": self.names}, indent=1) + "\n")
+            Path(self.path).write_text(
+                json.dumps({"sms": sms, "tests": self.seen, "kernel_names": self.names}, indent=1) + "\n"
+            )
 
 
 def compare(observed: dict, head_dims: tuple[int, ...]) -> dict:
     """The coverage record that test-gpu's summary carries (tests/schemas/test-gpu.json, kernel_coverage)."""
     seen_by_test = {test: set(tus) for test, tus in observed["tests"].items()}
-    expected = {test: {launch.tu for launch in launches} for test, launches in launch_table(head_dims, observed["sms"]).items()}
+    expected = {
+        test: {launch.tu for launch in launches} for test, launches in launch_table(head_dims, observed["sms"]).items()
+    }
     seen = set().union(*seen_by_test.values())
     return {
         "sms": observed["sms"],
@@ -73,11 +77,16 @@ def compare(observed: dict, head_dims: tuple[int, ...]) -> dict:
 
 
 def format_coverage(coverage: dict) -> list[str]:
-    lines = [f"kernel TUs seen by the profiler: {len(coverage['seen_tus'])} "
-             f"of {coverage['package_tus']} ({coverage['sms']} SMs)"]
+    lines = [
+        f"kernel TUs seen by the profiler: {len(coverage['seen_tus'])} "
+        f"of {coverage['package_tus']} ({coverage['sms']} SMs)"
+    ]
     if coverage["never_seen"]:
         lines.append(f"never launched: {', '.join(coverage['never_seen'])}")
-    lines += [f"dispatch differs from the emulation: {m['test']}: expected {m['expected']}, saw {m['seen']}" for m in coverage["mismatches"]]
+    lines += [
+        f"dispatch differs from the emulation: {m['test']}: expected {m['expected']}, saw {m['seen']}"
+        for m in coverage["mismatches"]
+    ]
     return lines
 
 
@@ -86,5 +95,11 @@ def compare_declared(observed: dict, tus: tuple[str, ...]) -> dict:
     saw. FA3 has no dispatch emulation, so a TU never seen is the finding (and fails test-gpu)."""
     seen = set().union(*map(set, observed["tests"].values())) if observed["tests"] else set()
     declared = sorted(tu for tu in tus if tu.endswith(".cu"))
-    return {"sms": observed["sms"], "package_tus": len(declared), "expected_tus": declared, "seen_tus": sorted(seen),
-            "never_seen": sorted(set(declared) - seen), "mismatches": []}
+    return {
+        "sms": observed["sms"],
+        "package_tus": len(declared),
+        "expected_tus": declared,
+        "seen_tus": sorted(seen),
+        "never_seen": sorted(set(declared) - seen),
+        "mismatches": [],
+    }

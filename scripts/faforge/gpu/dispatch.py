@@ -129,7 +129,14 @@ def forward_launch(call: Call, num_sms: int = H200_SMS) -> Launch:
         right = 0
     left, right = (-1 if left >= call.seqlen_k else left), (-1 if right >= call.seqlen_k else right)
     seqlen_q, heads = call.seqlen_q, call.heads
-    if call.seqlen_q == 1 and call.heads > call.kv_heads and left < 0 and right < 0 and call.dropout_p == 0 and not call.alibi:
+    if (
+        call.seqlen_q == 1
+        and call.heads > call.kv_heads
+        and left < 0
+        and right < 0
+        and call.dropout_p == 0
+        and not call.alibi
+    ):
         seqlen_q, heads = call.heads // call.kv_heads, call.kv_heads
     is_causal = left < 0 and right == 0
     local = (left >= 0 or right >= 0) and not is_causal

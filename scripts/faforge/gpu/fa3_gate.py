@@ -79,8 +79,14 @@ def read_declaration(path: Path) -> dict:
     read bounded (faforge.untrusted: no FIFO, no device, at most 16 MiB), never run, its shape checked.
     ValueError (or FaforgeError from the read) names what is wrong."""
     tree = ast.parse(read_text(path, "data", hint="reinstall the package"), str(path))
-    value = next((node.value for node in tree.body if isinstance(node, ast.Assign)
-                  and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in node.targets)), None)
+    value = next(
+        (
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in node.targets)
+        ),
+        None,
+    )
     if value is None:
         raise ValueError(f"{path}: no CONFIG = {{...}} literal")
     try:
@@ -89,11 +95,17 @@ def read_declaration(path: Path) -> dict:
         raise ValueError(f"{path}: unreadable declaration (CONFIG is not a literal)") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: CONFIG is a {type(config).__name__}, not a dict")
-    wrong = [name for name, kind in DECLARED_FIELDS.items() if not isinstance(config.get(name), kind)
-             or (kind is list and not all(isinstance(item, str) for item in config[name]))]
+    wrong = [
+        name
+        for name, kind in DECLARED_FIELDS.items()
+        if not isinstance(config.get(name), kind)
+        or (kind is list and not all(isinstance(item, str) for item in config[name]))
+    ]
     if wrong:
-        raise ValueError(f"{path}: CONFIG's {', '.join(wrong)} missing or not "
-                         f"{', '.join(DECLARED_FIELDS[w].__name__ for w in wrong)}")
+        raise ValueError(
+            f"{path}: CONFIG's {', '.join(wrong)} missing or not "
+            f"{', '.join(DECLARED_FIELDS[w].__name__ for w in wrong)}"
+        )
     return config
 
 
@@ -111,18 +123,27 @@ def evaluate() -> Fa3Gate:
     try:
         import torch  # noqa: PLC0415  (lazy: the CLI must start without torch)
     except ImportError as exc:
-        return Fa3Gate(False, f"torch is not importable ({exc}); install a CUDA build of torch >= 2.9 to test {FLASH_ATTN_3.package}")
+        return Fa3Gate(
+            False,
+            f"torch is not importable ({exc}); install a CUDA build of torch >= 2.9 to test {FLASH_ATTN_3.package}",
+        )
     found: dict = {"torch": torch.__version__}
     if torch.version.cuda is None:
         return Fa3Gate(False, f"torch {torch.__version__} is a CPU build; a CUDA build of torch is needed", **found)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        return Fa3Gate(False, f"no CUDA device visible to torch {torch.__version__} (CUDA {torch.version.cuda})", **found)
+        return Fa3Gate(
+            False, f"no CUDA device visible to torch {torch.__version__} (CUDA {torch.version.cuda})", **found
+        )
     found["capability"] = tuple(torch.cuda.get_device_capability(0))
     found["device"] = torch.cuda.get_device_name(0)
     extension = _origin(FLASH_ATTN_3.extension)
     if extension is None:
-        return Fa3Gate(False, f"{FLASH_ATTN_3.module} is not installed (no "
-                              f"{FLASH_ATTN_3.extension} module) beside torch {torch.__version__}", **found)
+        return Fa3Gate(
+            False,
+            f"{FLASH_ATTN_3.module} is not installed (no "
+            f"{FLASH_ATTN_3.extension} module) beside torch {torch.__version__}",
+            **found,
+        )
     found["extension"] = str(extension)
     return judge(found, _origin(FLASH_ATTN_3.config_module))
 
@@ -131,8 +152,15 @@ def judge(found: dict, config: Path | None) -> Fa3Gate:
     """The verdict once device and extension are known: declaration, binary, GPU."""
     where = f"{found['device']} (sm_{found['capability'][0]}{found['capability'][1]})"
     if config is None:
-        return Fa3Gate(True, where, defects=(f"no {FLASH_ATTN_3.config_module}.py beside {FLASH_ATTN_3.module}: "
-                                             "the package does not declare what it contains",), **found)
+        return Fa3Gate(
+            True,
+            where,
+            defects=(
+                f"no {FLASH_ATTN_3.config_module}.py beside {FLASH_ATTN_3.module}: "
+                "the package does not declare what it contains",
+            ),
+            **found,
+        )
     try:
         found["declared"] = read_declaration(config)
     except FaforgeError as exc:
@@ -147,12 +175,22 @@ def judge(found: dict, config: Path | None) -> Fa3Gate:
         return Fa3Gate(True, where, defects=(unreadable,), **found)
     defects, notes = binary_defects(Fa3Gate(True, where, **found), extension, archs), []
     if archs is None:
-        return Fa3Gate(True, f"{where}; arch check not done", defects=tuple(defects),
-                       notes=("embedded SASS/PTX not read (faforge.abi.fatbin unavailable)",), **found)
+        return Fa3Gate(
+            True,
+            f"{where}; arch check not done",
+            defects=tuple(defects),
+            notes=("embedded SASS/PTX not read (faforge.abi.fatbin unavailable)",),
+            **found,
+        )
     verdict = check(found["capability"], *archs)
     if not verdict.can_run:
-        return Fa3Gate(False, f"{verdict.message}: {FLASH_ATTN_3.package} serves sm_90 (Hopper) and, where built, sm_80-class GPUs "
-                              f"(other GPUs: {FLASH_ATTN.title} or torch's SDPA)", defects=tuple(defects), **found)
+        return Fa3Gate(
+            False,
+            f"{verdict.message}: {FLASH_ATTN_3.package} serves sm_90 (Hopper) and, where built, sm_80-class GPUs "
+            f"(other GPUs: {FLASH_ATTN.title} or torch's SDPA)",
+            defects=tuple(defects),
+            **found,
+        )
     if verdict.status == JIT:
         notes.append(verdict.message)
     return Fa3Gate(True, f"{where}; {verdict.message}", defects=tuple(defects), notes=tuple(notes), **found)
@@ -175,12 +213,16 @@ def binary_defects(gate: Fa3Gate, extension: Path, archs: tuple[tuple[str, ...],
     defects: list[str] = []
     declared_archs = tuple(gate.declared.get("gpu_archs", ()))
     if archs is not None and declared_archs and set(declared_archs) - set(archs[0]):
-        defects.append(f"declares GPU code {', '.join(declared_archs)} but {extension.name} holds {', '.join(archs[0]) or 'none'}")
+        defects.append(
+            f"declares GPU code {', '.join(declared_archs)} but {extension.name} holds {', '.join(archs[0]) or 'none'}"
+        )
     by_tu = tus_in_binary(extension, gate.tus)
     empty = [tu for tu, kernels in (by_tu or {}).items() if not kernels]
     if by_tu is None:
-        defects.append(f"the kernels of {extension.name} could not be named here "
-                       "(no libstdc++ to demangle them); declared TUs not checked")
+        defects.append(
+            f"the kernels of {extension.name} could not be named here "
+            "(no libstdc++ to demangle them); declared TUs not checked"
+        )
     elif empty:
         defects.append(f"declares {len(empty)} TUs that {extension.name} registers no kernel of, e.g. {empty[0]}")
     return defects

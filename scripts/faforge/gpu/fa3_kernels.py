@@ -38,8 +38,28 @@ class _Mainloop(TypedDict, total=False):
 # Position of each argument in the mainloop's template list: tile shape (M, N, K=head dim), kHeadDimV,
 # element type, and the flags a TU name carries.
 _MAINLOOPS: dict[str, _Mainloop] = {
-    "CollectiveMainloopFwdSm90": {"kind": "fwd", "sm": 90, "tile": 2, "hdim_v": 3, "element": 4, "softcap": 9, "paged": 11, "packgqa": 16, "split": 17},
-    "CollectiveMainloopFwdSm80": {"kind": "fwd", "sm": 80, "tile": 3, "hdim_v": 4, "element": 5, "softcap": 10, "paged": 12, "packgqa": 14, "split": 15},
+    "CollectiveMainloopFwdSm90": {
+        "kind": "fwd",
+        "sm": 90,
+        "tile": 2,
+        "hdim_v": 3,
+        "element": 4,
+        "softcap": 9,
+        "paged": 11,
+        "packgqa": 16,
+        "split": 17,
+    },
+    "CollectiveMainloopFwdSm80": {
+        "kind": "fwd",
+        "sm": 80,
+        "tile": 3,
+        "hdim_v": 4,
+        "element": 5,
+        "softcap": 10,
+        "paged": 12,
+        "packgqa": 14,
+        "split": 15,
+    },
     "CollectiveMainloopBwdSm90": {"kind": "bwd", "sm": 90, "tile": 4, "element": 5, "softcap": 10},
     "CollectiveMainloopBwdSm80": {"kind": "bwd", "sm": 80, "tile": 2, "element": 3, "softcap": 8},
 }
@@ -61,7 +81,7 @@ def template_args(name: str, template: str) -> list[str] | None:
     depth = 0
     args: list[str] = []
     current: list[str] = []
-    for char in name[start + len(template):]:
+    for char in name[start + len(template) :]:
         if char == "<":
             depth += 1
             if depth == 1:
@@ -121,7 +141,10 @@ def _attention_candidates(name: str) -> list[str]:
         paged, split, packgqa = _flag(args, at["paged"]), _flag(args, at["split"]), _flag(args, at["packgqa"])
         stem = ("_paged" if paged else "") + ("_split" if split else "")
         if at["sm"] == 80:  # one TU per softcap setting, or both in a _softcapall TU; PackGQA always on
-            return [_name("fwd", label, dtype, stem + "_softcapall", 80), _name("fwd", label, dtype, stem + ("_softcap" if softcap else ""), 80)]
+            return [
+                _name("fwd", label, dtype, stem + "_softcapall", 80),
+                _name("fwd", label, dtype, stem + ("_softcap" if softcap else ""), 80),
+            ]
         # sm90: paged and split TUs always pack GQA (their PackGQA flag is set); _packgqa names the others
         pack = "_packgqa" if packgqa and not (paged or split) else ""
         return [_name("fwd", label, dtype, stem + ("_softcap" if softcap else "") + pack, 90)]
@@ -129,8 +152,10 @@ def _attention_candidates(name: str) -> list[str]:
         args = template_args(name, helper)
         if args is not None and args[1] in _DTYPES:
             sm = 90 if "Sm90" in args[3] else 80
-            return [*_bwd_candidates(_constants(args[0])[1], _DTYPES[args[1]], sm, False),
-                    *_bwd_candidates(_constants(args[0])[1], _DTYPES[args[1]], sm, True)]
+            return [
+                *_bwd_candidates(_constants(args[0])[1], _DTYPES[args[1]], sm, False),
+                *_bwd_candidates(_constants(args[0])[1], _DTYPES[args[1]], sm, True),
+            ]
     return []
 
 
@@ -149,7 +174,10 @@ def registered_kernels(path: Path) -> list[str] | None:
     registers some but no demangler (libstdc++) is loadable here."""
     from faforge.abi.demangle import demangle  # noqa: PLC0415  (ctypes; only when asked)
 
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:  # mapped, not read: a full build is large
+    with (
+        open(path, "rb") as handle,
+        mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data,
+    ):  # mapped, not read: a full build is large
         mangled = sorted({m.group(1).decode() for m in _REGISTERED.finditer(data)})
     names = [demangle(m) for m in mangled]
     if mangled and not any(names):

@@ -108,7 +108,11 @@ def evaluate() -> Gate:
     try:
         import torch  # noqa: PLC0415  (lazy: the faforge CLI must start without torch)
     except ImportError as exc:
-        return Gate(False, f"torch is not importable ({exc}); install a CUDA build of torch to test {FLASH_ATTN.package}", head_dims=head_dims)
+        return Gate(
+            False,
+            f"torch is not importable ({exc}); install a CUDA build of torch to test {FLASH_ATTN.package}",
+            head_dims=head_dims,
+        )
     found = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "head_dims": head_dims}
     if torch.version.cuda is None:
         return Gate(False, f"torch {torch.__version__} is a CPU build; a CUDA build of torch is needed", **found)
@@ -119,7 +123,9 @@ def evaluate() -> Gate:
     where = f"{found['device']} (sm_{found['capability'][0]}{found['capability'][1]})"
     extension = extension_path()
     if extension is None:
-        return Gate(False, f"{FLASH_ATTN.module} is not installed (no {EXTENSION} module) on a machine with {where}", **found)
+        return Gate(
+            False, f"{FLASH_ATTN.module} is not installed (no {EXTENSION} module) on a machine with {where}", **found
+        )
     found["extension"] = str(extension)
     return judge_binary(where, found, built_head_dims(extension), read_embedded_archs(extension))
 
@@ -151,11 +157,17 @@ def declaration() -> tuple[tuple[tuple[str, ...], tuple[str, ...]] | None, tuple
     archs = os.environ.get(DECLARED_ARCHS_ENV, "").strip()
     dims = os.environ.get(DECLARED_HEAD_DIMS_ENV, "").strip()
     try:
-        head_dims = tuple(sorted({int(d) for d in _entries(dims, DECLARED_HEAD_DIMS_ENV, "head dim")})) if dims else DEFAULT_HEAD_DIMS
+        head_dims = (
+            tuple(sorted({int(d) for d in _entries(dims, DECLARED_HEAD_DIMS_ENV, "head dim")}))
+            if dims
+            else DEFAULT_HEAD_DIMS
+        )
         if min(head_dims) < 1:
             raise ValueError
     except ValueError:
-        raise ValueError(f"{DECLARED_HEAD_DIMS_ENV}={dims!r} is not a comma-separated list of head dims (positive integers)") from None
+        raise ValueError(
+            f"{DECLARED_HEAD_DIMS_ENV}={dims!r} is not a comma-separated list of head dims (positive integers)"
+        ) from None
     return (parse_declared_archs(archs) if archs else None), head_dims
 
 
@@ -166,23 +178,45 @@ def judge_binary(
     its package's declaration. A binary that lacks what its package declares is a defect (the suite fails),
     not a reason to skip."""
     declared_archs, head_dims = declaration()
-    facts = dict(found, head_dims=head_dims, built_head_dims=built, declared_archs=declared_archs[0] + declared_archs[1] if declared_archs else ())
+    facts = dict(
+        found,
+        head_dims=head_dims,
+        built_head_dims=built,
+        declared_archs=declared_archs[0] + declared_archs[1] if declared_archs else (),
+    )
     defects, notes = [], []
     missing = sorted(set(head_dims) - set(built))
     if not built:
-        notes.append(f"no run_mha_fwd_ symbols in {Path(found['extension']).name}; declared head dims not checked against it")
+        notes.append(
+            f"no run_mha_fwd_ symbols in {Path(found['extension']).name}; declared head dims not checked against it"
+        )
     elif missing:
-        defects.append(f"head dims {missing} declared but {Path(found['extension']).name} "
-                       f"has no forward kernels for them (it has {list(built)})")
+        defects.append(
+            f"head dims {missing} declared but {Path(found['extension']).name} "
+            f"has no forward kernels for them (it has {list(built)})"
+        )
     if archs is None:
-        notes.append("embedded SASS/PTX not read (faforge.abi.fatbin unavailable); a missing kernel shows as test errors")
+        notes.append(
+            "embedded SASS/PTX not read (faforge.abi.fatbin unavailable); a missing kernel shows as test errors"
+        )
         return Gate(True, f"{where}; arch check not done", defects=tuple(defects), notes=tuple(notes), **facts)
     verdict = check(found["capability"], *archs)
     if not verdict.can_run:
         if declared_archs and check(found["capability"], *declared_archs).can_run:
-            defects.append(f"the package declares {', '.join(facts['declared_archs'])}, "
-                           f"which covers {verdict.gpu}, but {verdict.message}")
-        return Gate(False, f"{verdict.message} ({verdict.hint})", compat=verdict, defects=tuple(defects), notes=tuple(notes), **facts)
+            defects.append(
+                f"the package declares {', '.join(facts['declared_archs'])}, "
+                f"which covers {verdict.gpu}, but {verdict.message}"
+            )
+        return Gate(
+            False,
+            f"{verdict.message} ({verdict.hint})",
+            compat=verdict,
+            defects=tuple(defects),
+            notes=tuple(notes),
+            **facts,
+        )
     if verdict.status == JIT:
         notes.append(verdict.message)
-    return Gate(True, f"{where}; {verdict.message}", compat=verdict, defects=tuple(defects), notes=tuple(notes), **facts)
+    return Gate(
+        True, f"{where}; {verdict.message}", compat=verdict, defects=tuple(defects), notes=tuple(notes), **facts
+    )

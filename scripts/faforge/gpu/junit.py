@@ -27,7 +27,12 @@ def parse_junit(path: Path) -> list[dict]:
                 message = element.get("message") or (element.text or "").strip() or None
                 break
         records.append(
-            {"id": f"{module}.py::{case.get('name')}", "outcome": outcome, "duration_s": float(case.get("time", 0)), "message": message}
+            {
+                "id": f"{module}.py::{case.get('name')}",
+                "outcome": outcome,
+                "duration_s": float(case.get("time", 0)),
+                "message": message,
+            }
         )
     return records
 

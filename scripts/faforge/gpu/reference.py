@@ -30,7 +30,11 @@ from faforge.family import FLASH_ATTN
 
 
 def key_offsets(
-    seqlen_q: int, seqlen_k: int, key_lengths: torch.Tensor | None, device: torch.device | str, key_leftpad: torch.Tensor | None = None
+    seqlen_q: int,
+    seqlen_k: int,
+    key_lengths: torch.Tensor | None,
+    device: torch.device | str,
+    key_leftpad: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """j - (i + seqlen_k - seqlen_q): how far key j lies right of query i's bottom-right-aligned diagonal.
 
@@ -130,7 +134,13 @@ def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def assert_within_reference_error(
-    name: str, flash: torch.Tensor, exact: torch.Tensor, same_precision: torch.Tensor, *, factor: float, atol: float = 1e-5
+    name: str,
+    flash: torch.Tensor,
+    exact: torch.Tensor,
+    same_precision: torch.Tensor,
+    *,
+    factor: float,
+    atol: float = 1e-5,
 ) -> None:
     """Upstream's rule: flash-attn's error against the fp32 answer is at most `factor` times PyTorch's own
     error in the same precision, plus a small absolute epsilon."""

@@ -95,11 +95,17 @@ junit_family = xunit2
 """
 
 
-def verdict(pytest_exit_code: int, tests: list[dict], stopped: str | None = None, suite_dir: Path = SUITE_DIR) -> tuple[int, str, str | None]:
+def verdict(
+    pytest_exit_code: int, tests: list[dict], stopped: str | None = None, suite_dir: Path = SUITE_DIR
+) -> tuple[int, str, str | None]:
     """(exit code, status, reason) from what pytest reported; `stopped` says why the run was cut short."""
     counts = count_outcomes(tests)
     if stopped:
-        return EXIT_PROBLEMS, "failed", f"{stopped} after {counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors"
+        return (
+            EXIT_PROBLEMS,
+            "failed",
+            f"{stopped} after {counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors",
+        )
     if counts["failed"] or counts["error"]:
         return EXIT_PROBLEMS, "failed", f"{counts['failed']} failed, {counts['error']} errors"
     if pytest_exit_code not in (0, 5):  # interrupted, internal error, usage error: nothing trustworthy ran
@@ -149,14 +155,26 @@ def run(
         output.flush()
         tests = parse_junit(junit) if junit.exists() else []
         observed = json.loads(kernels.read_text()) if kernels.exists() else None
-        coverage = (None if observed is None else compare_declared(observed, gate.tus) if isinstance(gate, fa3_gate.Fa3Gate)
-                    else compare(observed, gate.head_dims))
+        coverage = (
+            None
+            if observed is None
+            else compare_declared(observed, gate.tus)
+            if isinstance(gate, fa3_gate.Fa3Gate)
+            else compare(observed, gate.head_dims)
+        )
     if pytest_exit_code == PYTEST_USAGE_ERROR and not tests and not stopped:
-        raise FaforgeError("pytest rejected the arguments after `--` (its message is above)", input=" ".join(pytest_args),
-                           hint="see `python -m pytest --help`")
+        raise FaforgeError(
+            "pytest rejected the arguments after `--` (its message is above)",
+            input=" ".join(pytest_args),
+            hint="see `python -m pytest --help`",
+        )
     exit_code, status, reason = verdict(pytest_exit_code, tests, stopped, suite_dir)
     if fa3 and coverage and coverage["never_seen"] and exit_code == EXIT_OK:
-        exit_code, status, reason = EXIT_PROBLEMS, "failed", f"declared TUs never launched: {', '.join(coverage['never_seen'])}"
+        exit_code, status, reason = (
+            EXIT_PROBLEMS,
+            "failed",
+            f"declared TUs never launched: {', '.join(coverage['never_seen'])}",
+        )
     summary = {
         "family": family,
         "version": SCHEMA_VERSION,
@@ -195,34 +213,50 @@ def format_summary(summary: dict) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by `faforge test-gpu` and `python -m faforge.gpu.run_suite`."""
-    parser.add_argument("--family", choices=FAMILIES, default=FLASH_ATTN.package,
-                        help=f"which installed package to test (default {FLASH_ATTN.package}); {FLASH_ATTN_3.package} declares "
-                             f"its contents in {FLASH_ATTN_3.config_module}.py")
+    parser.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default=FLASH_ATTN.package,
+        help=f"which installed package to test (default {FLASH_ATTN.package}); {FLASH_ATTN_3.package} declares "
+        f"its contents in {FLASH_ATTN_3.config_module}.py",
+    )
     parser.add_argument("--report-dir", type=Path, help="write junit.xml, summary.json and pytest.log there")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON (schema: tests/schemas/test-gpu.json)")
-    parser.add_argument("--time-cap-s", type=float, help="interrupt the suite after this many seconds; the reports are still written")
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary as JSON (schema: tests/schemas/test-gpu.json)"
+    )
+    parser.add_argument(
+        "--time-cap-s", type=float, help="interrupt the suite after this many seconds; the reports are still written"
+    )
     parser.add_argument(
         "--declared-archs",
         help=f"the package's arch list, e.g. '80;90;120+PTX' (env {DECLARED_ARCHS_ENV}); "
-             "no code for a declared GPU fails (1) instead of skipping (3)",
+        "no code for a declared GPU fails (1) instead of skipping (3)",
     )
     parser.add_argument(
         "--declared-head-dims",
         help="the package's head dims, e.g. 32,64,96,128,192,256 (env "
-             f"{DECLARED_HEAD_DIMS_ENV}; default: {FLASH_ATTN.package} 2's)",
+        f"{DECLARED_HEAD_DIMS_ENV}; default: {FLASH_ATTN.package} 2's)",
     )
-    parser.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense")
+    parser.add_argument(
+        "pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
     """Run, print the summary (JSON or text; pytest's output goes to stderr with --json), return the exit code."""
     if args.time_cap_s is not None and not (math.isfinite(args.time_cap_s) and args.time_cap_s > 0):
-        raise FaforgeError("--time-cap-s must be a finite number of seconds above 0", input=f"--time-cap-s {args.time_cap_s}",
-                           hint="e.g. --time-cap-s 600")
+        raise FaforgeError(
+            "--time-cap-s must be a finite number of seconds above 0",
+            input=f"--time-cap-s {args.time_cap_s}",
+            hint="e.g. --time-cap-s 600",
+        )
     if args.family == FLASH_ATTN_3.package and (args.declared_archs or args.declared_head_dims):
-        raise FaforgeError(f"--declared-archs/--declared-head-dims are for {FLASH_ATTN.package}", input=f"--family {args.family}",
-                           hint=f"{FLASH_ATTN_3.package} declares its GPU code and TUs in "
-                                f"its {FLASH_ATTN_3.config_module}.py; drop the options")
+        raise FaforgeError(
+            f"--declared-archs/--declared-head-dims are for {FLASH_ATTN.package}",
+            input=f"--family {args.family}",
+            hint=f"{FLASH_ATTN_3.package} declares its GPU code and TUs in "
+            f"its {FLASH_ATTN_3.config_module}.py; drop the options",
+        )
     for value, name in ((args.declared_archs, DECLARED_ARCHS_ENV), (args.declared_head_dims, DECLARED_HEAD_DIMS_ENV)):
         if value is not None:
             os.environ[name] = value  # read by the gate here and in the child pytest
@@ -231,9 +265,13 @@ def execute(args: argparse.Namespace) -> int:
         evaluate.cache_clear()
         evaluate()
     except ValueError as exc:
-        raise FaforgeError(str(exc), hint="e.g. --declared-archs '80;90;120+PTX' --declared-head-dims 32,64,96,128,192,256") from None
+        raise FaforgeError(
+            str(exc), hint="e.g. --declared-archs '80;90;120+PTX' --declared-head-dims 32,64,96,128,192,256"
+        ) from None
     output = sys.stderr if args.json else sys.stdout
-    summary = run(args.report_dir, tuple(args.pytest_args), output=output, time_cap_s=args.time_cap_s, family=args.family)
+    summary = run(
+        args.report_dir, tuple(args.pytest_args), output=output, time_cap_s=args.time_cap_s, family=args.family
+    )
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return summary["exit_code"]
 

@@ -44,11 +44,18 @@ def suite_env(kernels_json: Path) -> dict[str, str]:
     """The child's environment: faforge importable, no auto-loaded pytest plugins (one that breaks on the GPU
     machine's image would end the run before any test), unbuffered output, kernel recording on."""
     pythonpath = os.pathsep.join(filter(None, [str(Path(faforge.__file__).parents[1]), os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, PYTHONPATH=pythonpath, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONUNBUFFERED="1", **{KERNELS_JSON_ENV: str(kernels_json)})
+    return dict(
+        os.environ,
+        PYTHONPATH=pythonpath,
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+        PYTHONUNBUFFERED="1",
+        **{KERNELS_JSON_ENV: str(kernels_json)},
+    )
 
 
-def run_child(command: list[str], env: dict[str, str], output: TextIO, log: TextIO,
-              time_cap_s: float | None) -> tuple[int, str | None]:
+def run_child(
+    command: list[str], env: dict[str, str], output: TextIO, log: TextIO, time_cap_s: float | None
+) -> tuple[int, str | None]:
     """Run `command` (the suite's pytest), its output copied to `output` and `log`; (pytest's exit code,
     why it was stopped or None).
 
@@ -56,8 +63,9 @@ def run_child(command: list[str], env: dict[str, str], output: TextIO, log: Text
     junit.xml; INTERRUPT_GRACE_S later it is killed."""
     stopped: list[str] = []
     with contextlib.ExitStack() as stack:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                 preexec_fn=interruptible)
+        child = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=interruptible
+        )
         stdout = child.stdout
         assert stdout is not None  # stdout=PIPE above
         stack.callback(stdout.close)
@@ -67,7 +75,11 @@ def run_child(command: list[str], env: dict[str, str], output: TextIO, log: Text
                 stopped.append(why)
                 child.send_signal(signal.SIGINT)
 
-        timer = threading.Timer(time_cap_s, interrupt, (f"stopped by the {time_cap_s:g} s time cap",)) if time_cap_s else None
+        timer = (
+            threading.Timer(time_cap_s, interrupt, (f"stopped by the {time_cap_s:g} s time cap",))
+            if time_cap_s
+            else None
+        )
         previous = signal.signal(signal.SIGTERM, lambda *_: interrupt("stopped by SIGTERM"))
         try:
             if timer:

@@ -33,8 +33,12 @@ def conftest_hooks(evaluate: Callable, tu_of_kernel: Callable[[str], str | None]
     def pytest_sessionfinish(session):
         recorder.write()
 
-    return {"pytest_configure": pytest_configure, "pytest_report_header": pytest_report_header,
-            "record_kernels": record_kernels, "pytest_sessionfinish": pytest_sessionfinish}
+    return {
+        "pytest_configure": pytest_configure,
+        "pytest_report_header": pytest_report_header,
+        "record_kernels": record_kernels,
+        "pytest_sessionfinish": pytest_sessionfinish,
+    }
 
 
 def check_declaration_kept(evaluate: Callable) -> None:

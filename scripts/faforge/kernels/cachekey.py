@@ -58,6 +58,11 @@ def kernel_cache_key(cell: KeyedCell, flash_attn_version: str = "") -> str:
     parts = ["ccache", KEY_VERSION]
     if flash_attn_version:
         parts.append(f"fa{flash_attn_version}")
-    parts += [cell.platform, f"torch{torch_minor(cell.torch)}", f"cu{cell.cuda.replace('.', '')}",
-              f"abi{cell.cxx11_abi}", f"sm{archs_tag(cell.cuda_archs)}"]
+    parts += [
+        cell.platform,
+        f"torch{torch_minor(cell.torch)}",
+        f"cu{cell.cuda.replace('.', '')}",
+        f"abi{cell.cxx11_abi}",
+        f"sm{archs_tag(cell.cuda_archs)}",
+    ]
     return "-".join(parts)

@@ -74,33 +74,56 @@ def _verdict(path: Path, index: int, raw: object) -> Verdict:
     key = f"torch[{index}]"
     fields = ("minor", "torch", "wheel", "sha256", "offset_intragraph", "sizes", "verdict", "reason")
     if not isinstance(raw, dict) or sorted(set(raw) - {"source"}) != sorted(fields):
-        raise DataError(path, key, f"expected the keys {', '.join(fields)} (and source), "
-                                   f"got {sorted(raw) if isinstance(raw, dict) else raw!r}")
+        raise DataError(
+            path,
+            key,
+            f"expected the keys {', '.join(fields)} (and source), "
+            f"got {sorted(raw) if isinstance(raw, dict) else raw!r}",
+        )
     if not is_version(str(raw["torch"])) or minor_of(str(raw["torch"])) != str(raw["minor"]):
         raise DataError(path, f"{key}.torch", f"{raw['torch']!r} is not a version of torch minor {raw['minor']!r}")
     if raw["offset_intragraph"] not in PHILOX_OFFSET_BITS:
-        raise DataError(path, f"{key}.offset_intragraph", f"{raw['offset_intragraph']!r} is not one of {', '.join(PHILOX_OFFSET_BITS)}",
-                        hint=f"only these two widths have a kernel library ({FLASH_ATTN.build_script} --philox-offset-bits 32|64)")
+        raise DataError(
+            path,
+            f"{key}.offset_intragraph",
+            f"{raw['offset_intragraph']!r} is not one of {', '.join(PHILOX_OFFSET_BITS)}",
+            hint=f"only these two widths have a kernel library ({FLASH_ATTN.build_script} --philox-offset-bits 32|64)",
+        )
     if raw["verdict"] not in VERDICTS:
         raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} is not one of {', '.join(VERDICTS)}")
     expected = VERDICT_OF_BITS[PHILOX_OFFSET_BITS[raw["offset_intragraph"]]]
     if raw["verdict"] != expected:
-        raise DataError(path, f"{key}.verdict", f"{raw['verdict']!r} with offset_intragraph {raw['offset_intragraph']}: the library "
-                        f"of that width is the {expected!r} one, and no library has another layout",
-                        hint="measure again (tests/kernels/test_params_layout.py); a "
-                             "torch whose layout neither library has must be refused")
-    return Verdict(str(raw["minor"]), str(raw["torch"]), raw["wheel"], raw["sha256"], raw["offset_intragraph"],
-                   _sizes(path, f"{key}.sizes", raw["sizes"]), raw["verdict"], raw["reason"], raw.get("source"))
+        raise DataError(
+            path,
+            f"{key}.verdict",
+            f"{raw['verdict']!r} with offset_intragraph {raw['offset_intragraph']}: the library "
+            f"of that width is the {expected!r} one, and no library has another layout",
+            hint="measure again (tests/kernels/test_params_layout.py); a "
+            "torch whose layout neither library has must be refused",
+        )
+    return Verdict(
+        str(raw["minor"]),
+        str(raw["torch"]),
+        raw["wheel"],
+        raw["sha256"],
+        raw["offset_intragraph"],
+        _sizes(path, f"{key}.sizes", raw["sizes"]),
+        raw["verdict"],
+        raw["reason"],
+        raw.get("source"),
+    )
 
 
 def dump_row(verdict: Verdict) -> str:
     """The row as variants/kernel-abi.yaml spells it (appended by `faforge bump --write`)."""
     sizes = ", ".join(f"{name}: {value}" for name, value in vars(verdict.sizes).items())
-    return (f"- minor: '{verdict.minor}'\n  torch: {verdict.torch}\n  "
-            f"wheel: {verdict.wheel}\n  sha256: '{verdict.sha256}'\n"
-            + (f"  source: {verdict.source}\n" if verdict.source else "")
-            + f"  offset_intragraph: {verdict.offset_intragraph}\n  sizes: {{{sizes}}}\n  verdict: {verdict.verdict}\n"
-            f"  reason: {verdict.reason}\n")
+    return (
+        f"- minor: '{verdict.minor}'\n  torch: {verdict.torch}\n  "
+        f"wheel: {verdict.wheel}\n  sha256: '{verdict.sha256}'\n"
+        + (f"  source: {verdict.source}\n" if verdict.source else "")
+        + f"  offset_intragraph: {verdict.offset_intragraph}\n  sizes: {{{sizes}}}\n  verdict: {verdict.verdict}\n"
+        f"  reason: {verdict.reason}\n"
+    )
 
 
 def load_kernel_abi(path: Path | None = None) -> dict[str, Verdict]:
@@ -128,10 +151,12 @@ class PhiloxWidths:
     def of(self, torch_minor: str) -> int:
         if torch_minor not in self.by_minor:
             raise DataError(
-                self.path, "torch", f"no row for torch minor {torch_minor}, which variants/releases.yaml gives the matrix",
+                self.path,
+                "torch",
+                f"no row for torch minor {torch_minor}, which variants/releases.yaml gives the matrix",
                 hint="`faforge bump --write` measures the row from that torch's PyPI wheel and adds it "
-                     f"(or add `- minor: '{torch_minor}'` by hand: offset_intragraph as its "
-                     "ATen/cuda/detail/PhiloxCudaStateRaw.cuh declares it, sizes and verdict)",
+                f"(or add `- minor: '{torch_minor}'` by hand: offset_intragraph as its "
+                "ATen/cuda/detail/PhiloxCudaStateRaw.cuh declares it, sizes and verdict)",
             )
         return self.by_minor[torch_minor]
 

@@ -100,8 +100,10 @@ def struct_fields(header_text: str) -> dict[str, list[str]]:
         fields[name] = (fields[base] if base else []) + own
     missing = [s for s in FLASH_STRUCTS if s not in fields]
     if missing:
-        raise ProbeError(f"flash.h: no definition of {', '.join(missing)} found",
-                         hint=f"pass the flash.h of a {FLASH_ATTN.package} 2.x source tree ({FLASH_ATTN.source_dir}/src/flash.h)")
+        raise ProbeError(
+            f"flash.h: no definition of {', '.join(missing)} found",
+            hint=f"pass the flash.h of a {FLASH_ATTN.package} 2.x source tree ({FLASH_ATTN.source_dir}/src/flash.h)",
+        )
     return fields
 
 
@@ -123,8 +125,13 @@ def probe_source(fields: dict[str, list[str]]) -> str:
     whatever ATen/cuda/CUDAGeneratorImpl.h the include path finds first.
     """
     values = ",\n  ".join(expression for _, expression, _ in _layout_keys(fields))
-    return (PRELUDE + f'\nextern "C" const unsigned long long {LAYOUT_SYMBOL}[] = {{\n  {values}}};\n'
-            + "\nint main() {\n" + UNPACK_CASES + "}\n")
+    return (
+        PRELUDE
+        + f'\nextern "C" const unsigned long long {LAYOUT_SYMBOL}[] = {{\n  {values}}};\n'
+        + "\nint main() {\n"
+        + UNPACK_CASES
+        + "}\n"
+    )
 
 
 def _read_table(binary: Path, count: int) -> list[int]:
@@ -134,18 +141,28 @@ def _read_table(binary: Path, count: int) -> list[int]:
         symtab = elf.get_section_by_name(".symtab")
         symbols = symtab.get_symbol_by_name(LAYOUT_SYMBOL) if isinstance(symtab, SymbolTableSection) else None
         if not symbols:
-            raise ProbeError(f"layout probe {binary} has no symbol {LAYOUT_SYMBOL}: was it stripped?",
-                             hint="build the probe without -s and without a stripping linker")
+            raise ProbeError(
+                f"layout probe {binary} has no symbol {LAYOUT_SYMBOL}: was it stripped?",
+                hint="build the probe without -s and without a stripping linker",
+            )
         symbol = symbols[0]
         section = elf.get_section(symbol["st_shndx"])
         start = symbol["st_value"] - section["sh_addr"]
-        data = section.data()[start:start + 8 * count]
+        data = section.data()[start : start + 8 * count]
         order = "<" if elf.little_endian else ">"
     return list(struct.unpack(f"{order}{count}Q", data))
 
 
-def measure(workdir: Path, include_dirs: list[Path], fields: dict[str, list[str]], *, std: str = "c++17",
-            compiler: str = "g++", run: bool = True, defines: tuple[str, ...] = ()) -> Layout:
+def measure(
+    workdir: Path,
+    include_dirs: list[Path],
+    fields: dict[str, list[str]],
+    *,
+    std: str = "c++17",
+    compiler: str = "g++",
+    run: bool = True,
+    defines: tuple[str, ...] = (),
+) -> Layout:
     """Compile the probe with `include_dirs` (searched in order: the torch headers or the shim, then
     flash.h's directory, then the CUDA toolkit's include directory) and read its layout; with `run`
     (a native compiler) also run it for unpack's results."""
@@ -153,12 +170,23 @@ def measure(workdir: Path, include_dirs: list[Path], fields: dict[str, list[str]
     source, exe = workdir / "layout_probe.cpp", workdir / "layout_probe"
     source.write_text(probe_source(fields))
     # offsetof on a derived struct is "conditionally supported"; g++ supports it for non-virtual bases.
-    command = [compiler, f"-std={std}", "-Wno-invalid-offsetof", *(f"-D{d}" for d in defines), *(f"-I{d}" for d in include_dirs), str(source),
-               *([] if run else ["-c"]), "-o", str(exe)]
+    command = [
+        compiler,
+        f"-std={std}",
+        "-Wno-invalid-offsetof",
+        *(f"-D{d}" for d in defines),
+        *(f"-I{d}" for d in include_dirs),
+        str(source),
+        *([] if run else ["-c"]),
+        "-o",
+        str(exe),
+    ]
     built = subprocess.run(command, capture_output=True, text=True)
     if built.returncode != 0:
-        raise ProbeError(f"layout probe in {workdir} did not compile: {built.stderr.strip()[-2000:]}",
-                         hint="check that the include directories hold the headers the probe names")
+        raise ProbeError(
+            f"layout probe in {workdir} did not compile: {built.stderr.strip()[-2000:]}",
+            hint="check that the include directories hold the headers the probe names",
+        )
     keys = _layout_keys(fields)
     table = {(key, kind): value for (key, _, kind), value in zip(keys, _read_table(exe, len(keys)), strict=True)}
     sizes = {key: (value, table[(key, "align")]) for (key, kind), value in table.items() if kind == "size"}

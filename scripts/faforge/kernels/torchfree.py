@@ -93,11 +93,14 @@ class TorchFreeReport:
             "exports": self.exports,
             "imports": self.imports,
             "gpu": {"sass": list(self.gpu.sass), "ptx": list(self.gpu.ptx)},
-            "expect_archs": None if self.expect_archs is None else
-            {"sass": list(self.expect_archs[0]), "ptx": list(self.expect_archs[1])},
+            "expect_archs": None
+            if self.expect_archs is None
+            else {"sass": list(self.expect_archs[0]), "ptx": list(self.expect_archs[1])},
             "export_patterns": None if self.export_patterns is None else list(self.export_patterns),
-            "problems": [{"kind": p.kind, "subject": p.subject, "demangled": p.demangled, "detail": p.detail}
-                         for p in self.problems],
+            "problems": [
+                {"kind": p.kind, "subject": p.subject, "demangled": p.demangled, "detail": p.detail}
+                for p in self.problems
+            ],
         }
 
 
@@ -107,7 +110,10 @@ def parse_export_patterns(spec: str | None) -> tuple[str, ...] | None:
         return None
     patterns = tuple(p.strip() for p in spec.split(",") if p.strip())
     if not patterns:
-        raise FaforgeError(f"--exports {spec!r}: no pattern", hint=f"pass shell-style patterns of the allowed names, e.g. '{KERNEL_LIBRARY_EXPORTS}'")
+        raise FaforgeError(
+            f"--exports {spec!r}: no pattern",
+            hint=f"pass shell-style patterns of the allowed names, e.g. '{KERNEL_LIBRARY_EXPORTS}'",
+        )
     return patterns
 
 
@@ -142,36 +148,73 @@ def check_torch_free(path: str | Path, expect_archs: str | None = None, exports:
     info, symbols = read_elf(path)
     if info.file_type != ET_DYN:
         raise ElfError(f"{path}: ELF type {info.file_type} is not a shared library; pass a linked .so")
-    problems = [Finding(TORCH_LIBRARY, need, None, f"needs {need} (DT_NEEDED): it would load a torch or Python library")
-                for need in info.needed if TORCH_NEEDED.match(need)]
+    problems = [
+        Finding(TORCH_LIBRARY, need, None, f"needs {need} (DT_NEEDED): it would load a torch or Python library")
+        for need in info.needed
+        if TORCH_NEEDED.match(need)
+    ]
     exported = symbols.exports()
     version_nodes = set(symbols.defines) | ({info.soname} if info.soname else set())
     imports = [s.name for s in symbols.undefined()]
     for name in imports:
         if (demangled := _mentions_torch(name)) is not None:
-            problems.append(Finding(TORCH_SYMBOL, name, demangled, "imports it: only torch, pybind11 or the Python interpreter provides it"))
+            problems.append(
+                Finding(
+                    TORCH_SYMBOL,
+                    name,
+                    demangled,
+                    "imports it: only torch, pybind11 or the Python interpreter provides it",
+                )
+            )
     for name in (n for n in exported if n not in version_nodes):
         if (demangled := _mentions_torch(name)) is not None:
-            problems.append(Finding(TORCH_SYMBOL, name, demangled, "exports it: a torch, pybind11 or Python symbol defined here would clash with the real one"))
+            problems.append(
+                Finding(
+                    TORCH_SYMBOL,
+                    name,
+                    demangled,
+                    "exports it: a torch, pybind11 or Python symbol defined here would clash with the real one",
+                )
+            )
             continue
         abi = classify.abi_of_name(name)
         if abi is not None:
-            problems.append(Finding(ABI_DEPENDENT_EXPORT, name, demangle(name),
-                                    f"exported with a type of the {classify.ABI_NAMES[abi]}: "
-                                    "a caller built with the other ABI cannot use it"))
+            problems.append(
+                Finding(
+                    ABI_DEPENDENT_EXPORT,
+                    name,
+                    demangle(name),
+                    f"exported with a type of the {classify.ABI_NAMES[abi]}: "
+                    "a caller built with the other ABI cannot use it",
+                )
+            )
         elif patterns is not None:
             shown = demangle(name) or name
             if not any(fnmatch.fnmatchcase(base_name(shown), p) for p in patterns):
-                problems.append(Finding(UNEXPECTED_EXPORT, name, shown,
-                                        f"exported, but its base name {base_name(shown)!r} matches none of {', '.join(patterns)}"))
+                problems.append(
+                    Finding(
+                        UNEXPECTED_EXPORT,
+                        name,
+                        shown,
+                        f"exported, but its base name {base_name(shown)!r} matches none of {', '.join(patterns)}",
+                    )
+                )
     gpu = read_gpu_archs(path)
     if expected is not None:
         for kind, want, have in (("SASS", expected[0], gpu.sass), ("PTX", expected[1], gpu.ptx)):
             if set(want) != set(have):
-                problems.append(Finding(GPU_ARCHS, kind, None,
-                                        f"{kind} is {', '.join(have) or 'none'}; the arch list "
-                                        f"{expect_archs!r} needs {', '.join(want) or 'none'}"))
-    return TorchFreeReport(str(path), info.machine, info.needed, len(exported), len(imports), gpu, expected, patterns, tuple(problems))
+                problems.append(
+                    Finding(
+                        GPU_ARCHS,
+                        kind,
+                        None,
+                        f"{kind} is {', '.join(have) or 'none'}; the arch list "
+                        f"{expect_archs!r} needs {', '.join(want) or 'none'}",
+                    )
+                )
+    return TorchFreeReport(
+        str(path), info.machine, info.needed, len(exported), len(imports), gpu, expected, patterns, tuple(problems)
+    )
 
 
 def render_text(report: TorchFreeReport) -> list[str]:

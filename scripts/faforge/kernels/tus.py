@@ -42,14 +42,20 @@ def parse_tu(name: str) -> KernelTu:
 def default_grid() -> list[KernelTu]:
     return [
         parse_tu(f"flash_{c}_hdim{h}_{d}{'_causal' if causal else ''}_sm80.cu")
-        for c in CLASSES for h in HEAD_DIMS for d in DTYPES for causal in (False, True)
+        for c in CLASSES
+        for h in HEAD_DIMS
+        for d in DTYPES
+        for causal in (False, True)
     ]
 
 
 def sdist_tus(source_dir: Path) -> list[KernelTu]:
     found = sorted((source_dir / KERNEL_DIR).glob(FLASH_ATTN.kernel_glob))
     if not found:
-        raise FaforgeError(f"{source_dir}: no {KERNEL_DIR}/{FLASH_ATTN.kernel_glob}", hint=f"pass the unpacked {FLASH_ATTN.package} sdist")
+        raise FaforgeError(
+            f"{source_dir}: no {KERNEL_DIR}/{FLASH_ATTN.kernel_glob}",
+            hint=f"pass the unpacked {FLASH_ATTN.package} sdist",
+        )
     return [parse_tu(p.name) for p in found]
 
 

@@ -27,7 +27,9 @@ class Matrix:
     recipe_path: Path
     # The pip worlds, apart so that every consumer of the conda cells is unchanged; a consumer opts in.
     pip_cells: list[PipCell] = field(default_factory=list)  # pypi/<platform>/py312/torch2.11/cu130/abi1, ...
-    pip_kernels: list[KernelPackage] = field(default_factory=list)  # the kernel packages only pip cells need (CUDA 12.8, 13.2)
+    pip_kernels: list[KernelPackage] = field(
+        default_factory=list
+    )  # the kernel packages only pip cells need (CUDA 12.8, 13.2)
 
     @property
     def all_kernels(self) -> list[KernelPackage]:
@@ -43,7 +45,9 @@ def load_matrix(root: Path | None = None) -> Matrix:
     philox = load_philox_widths(variants_dir / "kernel-abi.yaml")
     cells = build_cells(table, policy, philox)
     pip_cells = build_pip_cells(table, policy, philox)
-    kernels = kernel_packages(cells, version=policy.flash_attn_version, build_number=policy.build_number, releases_path=table.path)
+    kernels = kernel_packages(
+        cells, version=policy.flash_attn_version, build_number=policy.build_number, releases_path=table.path
+    )
     return Matrix(
         table=table,
         policy=policy,
@@ -54,5 +58,7 @@ def load_matrix(root: Path | None = None) -> Matrix:
         variants_dir=variants_dir,
         recipe_path=root / FLASH_ATTN.recipe_dir / "recipe.yaml",
         pip_cells=pip_cells,
-        pip_kernels=pip_kernel_packages(kernels, pip_cells, version=policy.flash_attn_version, build_number=policy.build_number),
+        pip_kernels=pip_kernel_packages(
+            kernels, pip_cells, version=policy.flash_attn_version, build_number=policy.build_number
+        ),
     )

@@ -58,8 +58,13 @@ _DOCSTRING_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctio
 def _statements(node: ast.AST, body: list[ast.stmt]) -> list[ast.stmt]:
     """`body` without its docstring and without `pass` (a no-op wherever it stands; a body left with
     nothing but its docstring needs one)."""
-    if (isinstance(node, _DOCSTRING_OWNERS) and body and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+    if (
+        isinstance(node, _DOCSTRING_OWNERS)
+        and body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:]
     return [statement for statement in body if not isinstance(statement, ast.Pass)]
 

@@ -21,7 +21,9 @@ from faforge.matrix.policy import BuildPolicy, Exclusion
 from faforge.matrix.releases import PipRelease, Release, ReleaseTable
 from faforge.versions import minor_of, vtuple
 
-CELL_ID = re.compile(r"(?P<platform>linux-64|linux-aarch64)/py(?P<py>\d)(?P<pyminor>\d+)/torch(?P<torch>\d+\.\d+)/cu(?P<cuda>\d+)/abi(?P<abi>[01])")
+CELL_ID = re.compile(
+    r"(?P<platform>linux-64|linux-aarch64)/py(?P<py>\d)(?P<pyminor>\d+)/torch(?P<torch>\d+\.\d+)/cu(?P<cuda>\d+)/abi(?P<abi>[01])"
+)
 PIP_CELL_ID = re.compile(r"(?P<world>[a-z][a-z0-9-]*)/" + CELL_ID.pattern)
 
 
@@ -132,7 +134,8 @@ def candidate_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidt
     admitted needs its row in variants/kernel-abi.yaml (`philox`), excluded cells' minors too."""
     out = []
     in_scope = [
-        r for r in table.releases
+        r
+        for r in table.releases
         if vtuple(r.cuda) >= vtuple(policy.min_cuda) and vtuple(r.torch_minor) >= vtuple(policy.min_torch)
     ]
     for row in _newest_patch_per_minor_and_cuda(in_scope):
@@ -166,15 +169,30 @@ def build_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) 
     # (build_pip_cells applies it).
     pip: list = []
     for i, exclusion in enumerate(policy.exclude):
+
         def matches(pairs: Sequence[tuple[Cell, str | None]], exclusion: Exclusion = exclusion) -> bool:
-            return any(exclusion.matches(world=c.world, torch=c.torch_minor, cuda=c.cuda, python=c.python, platform=c.platform) for c, _ in pairs)
+            return any(
+                exclusion.matches(world=c.world, torch=c.torch_minor, cuda=c.cuda, python=c.python, platform=c.platform)
+                for c, _ in pairs
+            )
+
         if not matches(candidates) and not matches(pip := pip or candidate_pip_cells(table, policy, philox)):
-            raise DataError(policy.path, f"exclude[{i}]", f"matches no cell: {exclusion.fields}", hint="remove the stale exclusion, or fix its fields")
+            raise DataError(
+                policy.path,
+                f"exclude[{i}]",
+                f"matches no cell: {exclusion.fields}",
+                hint="remove the stale exclusion, or fix its fields",
+            )
     cells = [cell for cell, reason in candidates if reason is None]
     seen: dict[str, Cell] = {}
     for cell in cells:
         if cell.id in seen:
-            raise DataError(table.path, "releases", f"two cells share the id {cell.id} ({seen[cell.id].world} and {cell.world})", hint="give the worlds different C++ ABIs or split the table")
+            raise DataError(
+                table.path,
+                "releases",
+                f"two cells share the id {cell.id} ({seen[cell.id].world} and {cell.world})",
+                hint="give the worlds different C++ ABIs or split the table",
+            )
         seen[cell.id] = cell
     return cells
 
@@ -191,18 +209,29 @@ def _newest_pip_rows(rows: Iterable[PipRelease]) -> list[tuple[PipRelease, str]]
     return [(row, key[3]) for key, row in newest.items()]
 
 
-def candidate_pip_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths) -> list[tuple[PipCell, str | None]]:
+def candidate_pip_cells(
+    table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths
+) -> list[tuple[PipCell, str | None]]:
     """Every pip cell the policy admits (CUDA, python and the pip worlds' torch floor), each with the reason
     it is excluded (or None). The C++ ABI is the row's own; host compilers follow the policy's rules for the
     world (variants/matrix.yaml host_gcc), which keep a kernel key shared with a conda world identical."""
     floor = policy.pip_min_torch or policy.min_torch
-    in_scope = [r for r in table.pip_releases if vtuple(r.cuda) >= vtuple(policy.min_cuda) and vtuple(r.torch_minor) >= vtuple(floor)]
+    in_scope = [
+        r
+        for r in table.pip_releases
+        if vtuple(r.cuda) >= vtuple(policy.min_cuda) and vtuple(r.torch_minor) >= vtuple(floor)
+    ]
     out = []
     for row, platform in _newest_pip_rows(in_scope):
         world = table.pip_worlds[row.world]
         for python in (p for p in row.python if vtuple(p) >= vtuple(policy.min_python)):
             cell = PipCell(
-                platform=platform, world=row.world, python=python, torch=row.torch, cuda=row.cuda, cxx11_abi=row.cxx11_abi,
+                platform=platform,
+                world=row.world,
+                python=python,
+                torch=row.torch,
+                cuda=row.cuda,
+                cxx11_abi=row.cxx11_abi,
                 cuda_archs=policy.pick("cuda_archs", row.cuda),
                 philox_offset_bits=philox.of(row.torch_minor),
                 host_gcc=policy.pick("host_gcc", row.cuda, row.world),
@@ -211,7 +240,9 @@ def candidate_pip_cells(table: ReleaseTable, policy: BuildPolicy, philox: Philox
                 wheel=row.wheel(python, platform),
                 index=table.index_of(row),
             )
-            excluded = policy.exclusion_for(world=row.world, torch=row.torch_minor, cuda=row.cuda, python=python, platform=platform)
+            excluded = policy.exclusion_for(
+                world=row.world, torch=row.torch_minor, cuda=row.cuda, python=python, platform=platform
+            )
             out.append((cell, excluded.reason if excluded else None))
     return sorted(out, key=lambda pair: pair[0].sort_key)
 
@@ -222,9 +253,13 @@ def build_pip_cells(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidt
     seen: dict[str, PipCell] = {}
     for cell in cells:
         if cell.id in seen:
-            raise DataError(table.path, "releases", f"two pip cells share the id {cell.id}: torch {seen[cell.id].torch} from "
-                            f"{seen[cell.id].index} and {cell.torch} from {cell.index}",
-                            hint="keep one row per torch minor, CUDA and platform in a pip world")
+            raise DataError(
+                table.path,
+                "releases",
+                f"two pip cells share the id {cell.id}: torch {seen[cell.id].torch} from "
+                f"{seen[cell.id].index} and {cell.torch} from {cell.index}",
+                hint="keep one row per torch minor, CUDA and platform in a pip world",
+            )
         seen[cell.id] = cell
     return cells
 
@@ -236,8 +271,10 @@ def explain_missing(table: ReleaseTable, policy: BuildPolicy, cell_id: str) -> s
         return _explain_missing_pip(table, policy, cell_id, pip)
     match = CELL_ID.fullmatch(cell_id)
     if not match:
-        return (f"{cell_id!r} is not a cell id (expected e.g. linux-64/py312/torch2.7/cu129/abi1, "
-                "or pypi/linux-64/py312/torch2.11/cu130/abi1)")
+        return (
+            f"{cell_id!r} is not a cell id (expected e.g. linux-64/py312/torch2.7/cu129/abi1, "
+            "or pypi/linux-64/py312/torch2.11/cu130/abi1)"
+        )
     platform, torch_minor, abi = match["platform"], match["torch"], int(match["abi"])
     python = f"{match['py']}.{match['pyminor']}"
     worlds = [w for w in table.worlds.values() if w.cxx11_abi == abi]
@@ -254,20 +291,28 @@ def explain_missing(table: ReleaseTable, policy: BuildPolicy, cell_id: str) -> s
     by_tag = {c.replace(".", ""): c for c in cudas}
     cuda = by_tag.get(match["cuda"])
     if cuda is None:
-        return (f"{cell_id}: {world.name} has no torch {torch_minor} build for CUDA "
-                f"{match['cuda'][:-1]}.{match['cuda'][-1]} (it has {', '.join(cudas)})")
+        return (
+            f"{cell_id}: {world.name} has no torch {torch_minor} build for CUDA "
+            f"{match['cuda'][:-1]}.{match['cuda'][-1]} (it has {', '.join(cudas)})"
+        )
     row = next(r for r in rows if r.cuda == cuda)
     if platform not in row.platforms:
         return f"{cell_id}: {world.name} torch {row.torch} with CUDA {cuda} exists only for {', '.join(row.platforms)}"
     if python not in row.python:
-        return f"{cell_id}: {world.name} torch {row.torch} with CUDA {cuda} exists only for python {', '.join(row.python)}"
+        return (
+            f"{cell_id}: {world.name} torch {row.torch} with CUDA {cuda} exists only for python {', '.join(row.python)}"
+        )
     if vtuple(cuda) < vtuple(policy.min_cuda):
         return f"{cell_id}: CUDA {cuda} is below the matrix floor {policy.min_cuda} ({policy.path.name}: min_cuda)"
     if vtuple(torch_minor) < vtuple(policy.min_torch):
-        return (f"{cell_id}: torch {torch_minor} is below the matrix "
-                f"floor {policy.min_torch} ({policy.path.name}: min_torch)")
+        return (
+            f"{cell_id}: torch {torch_minor} is below the matrix "
+            f"floor {policy.min_torch} ({policy.path.name}: min_torch)"
+        )
     if vtuple(python) < vtuple(policy.min_python):
-        return f"{cell_id}: python {python} is below the matrix floor {policy.min_python} ({policy.path.name}: min_python)"
+        return (
+            f"{cell_id}: python {python} is below the matrix floor {policy.min_python} ({policy.path.name}: min_python)"
+        )
     excluded = policy.exclusion_for(world=world.name, torch=torch_minor, cuda=cuda, python=python, platform=platform)
     if excluded:
         return f"{cell_id}: excluded in {policy.path.name}: {excluded.reason}"
@@ -277,23 +322,39 @@ def explain_missing(table: ReleaseTable, policy: BuildPolicy, cell_id: str) -> s
 def _explain_missing_pip(table: ReleaseTable, policy: BuildPolicy, cell_id: str, match: re.Match) -> str:
     world, platform, torch_minor, abi = match["world"], match["platform"], match["torch"], int(match["abi"])
     python = f"{match['py']}.{match['pyminor']}"
-    rows = [r for r in table.pip_releases if r.world == world and r.torch_minor == torch_minor and platform in r.platforms]
+    rows = [
+        r for r in table.pip_releases if r.world == world and r.torch_minor == torch_minor and platform in r.platforms
+    ]
     if not rows:
-        have = sorted({r.torch_minor for r in table.pip_releases if r.world == world and platform in r.platforms}, key=vtuple)
-        return (f"{cell_id}: {world} has no CUDA build of torch {torch_minor} "
-                f"for {platform} (it has {', '.join(have) or 'none'})")
+        have = sorted(
+            {r.torch_minor for r in table.pip_releases if r.world == world and platform in r.platforms}, key=vtuple
+        )
+        return (
+            f"{cell_id}: {world} has no CUDA build of torch {torch_minor} "
+            f"for {platform} (it has {', '.join(have) or 'none'})"
+        )
     row = next((r for r in rows if r.cuda.replace(".", "") == match["cuda"]), None)
     if row is None:
-        return (f"{cell_id}: {world}'s torch {torch_minor} for {platform} is built "
-                f"for CUDA {', '.join(sorted({r.cuda for r in rows}, key=vtuple))}")
+        return (
+            f"{cell_id}: {world}'s torch {torch_minor} for {platform} is built "
+            f"for CUDA {', '.join(sorted({r.cuda for r in rows}, key=vtuple))}"
+        )
     if row.cxx11_abi != abi:
-        return (f"{cell_id}: {world}'s torch {row.torch} with CUDA "
-                f"{row.cuda} is C++ ABI {row.cxx11_abi}, read from its build")
+        return (
+            f"{cell_id}: {world}'s torch {row.torch} with CUDA "
+            f"{row.cuda} is C++ ABI {row.cxx11_abi}, read from its build"
+        )
     if python not in row.python:
-        return (f"{cell_id}: {world}'s torch {row.torch} with CUDA {row.cuda} "
-                f"has wheels only for python {', '.join(row.python)}")
+        return (
+            f"{cell_id}: {world}'s torch {row.torch} with CUDA {row.cuda} "
+            f"has wheels only for python {', '.join(row.python)}"
+        )
     floor = policy.pip_min_torch or policy.min_torch
-    for value, least, key in ((row.cuda, policy.min_cuda, "min_cuda"), (torch_minor, floor, "pip.min_torch"), (python, policy.min_python, "min_python")):
+    for value, least, key in (
+        (row.cuda, policy.min_cuda, "min_cuda"),
+        (torch_minor, floor, "pip.min_torch"),
+        (python, policy.min_python, "min_python"),
+    ):
         if vtuple(value) < vtuple(least):
             return f"{cell_id}: {value} is below the matrix floor {least} ({policy.path.name}: {key})"
     excluded = policy.exclusion_for(world=world, torch=torch_minor, cuda=row.cuda, python=python, platform=platform)

@@ -89,9 +89,17 @@ class Fa3Package:
         }
 
     def to_json(self) -> dict:
-        return {"id": self.id, "package": FLASH_ATTN_3.package, "platform": self.platform, "cuda": self.cuda, "cuda_archs": self.cuda_archs,
-                "build_string_head": self.build_string_head, "headers_torch": self.torch, "served_torch_minors": list(self.served),
-                "python": f">={self.python}"}
+        return {
+            "id": self.id,
+            "package": FLASH_ATTN_3.package,
+            "platform": self.platform,
+            "cuda": self.cuda,
+            "cuda_archs": self.cuda_archs,
+            "build_string_head": self.build_string_head,
+            "headers_torch": self.torch,
+            "served_torch_minors": list(self.served),
+            "python": f">={self.python}",
+        }
 
 
 def load_fa3_policy(path: Path) -> Fa3Policy:
@@ -105,15 +113,33 @@ def load_fa3_policy(path: Path) -> Fa3Policy:
             raise DataError(path, f"{key}.{name}", f"invalid value {section.get(name)!r}", hint="a non-empty string")
     commit = str(section.get("commit", ""))
     if len(commit) != 40 or set(commit) - COMMIT_DIGITS:
-        raise DataError(path, f"{key}.commit", f"invalid value {commit!r}", hint="the full 40-digit lowercase commit of the upstream repository")
+        raise DataError(
+            path,
+            f"{key}.commit",
+            f"invalid value {commit!r}",
+            hint="the full 40-digit lowercase commit of the upstream repository",
+        )
     if not isinstance(section.get("build_number"), int) or section["build_number"] < 0:
-        raise DataError(path, f"{key}.build_number", f"invalid value {section.get('build_number')!r}", hint="a non-negative integer")
+        raise DataError(
+            path, f"{key}.build_number", f"invalid value {section.get('build_number')!r}", hint="a non-negative integer"
+        )
     for name in ("min_torch", "min_cuda", "min_python"):
         if not isinstance(section.get(name), str) or not is_version(section[name]):
-            raise DataError(path, f"{key}.{name}", f"invalid value {section.get(name)!r}", hint="a quoted version such as '2.9'")
-    return Fa3Policy(path=path, version=section["version"], git=section["git"], commit=commit, build_number=section["build_number"],
-                     world=section["world"], min_torch=section["min_torch"], min_cuda=section["min_cuda"], min_python=section["min_python"],
-                     cuda_archs=rules(path, section, "cuda_archs", "archs", where=f"{key}."))
+            raise DataError(
+                path, f"{key}.{name}", f"invalid value {section.get(name)!r}", hint="a quoted version such as '2.9'"
+            )
+    return Fa3Policy(
+        path=path,
+        version=section["version"],
+        git=section["git"],
+        commit=commit,
+        build_number=section["build_number"],
+        world=section["world"],
+        min_torch=section["min_torch"],
+        min_cuda=section["min_cuda"],
+        min_python=section["min_python"],
+        cuda_archs=rules(path, section, "cuda_archs", "archs", where=f"{key}."),
+    )
 
 
 def _admits(cuda: str, built_with: str) -> bool:
@@ -126,13 +152,24 @@ def fa3_packages(table: ReleaseTable, policy: BuildPolicy, fa3: Fa3Policy) -> li
     """One package per (platform, CUDA) of the world's torch builds from min_torch on; the host compiler
     and sysroot rules are the world's, as for the flash-attn cells."""
     if fa3.world not in table.worlds:
-        raise DataError(fa3.path, f"{FLASH_ATTN_3.key}.world", f"unknown torch world {fa3.world!r}",
-                        hint=f"one of {', '.join(table.worlds)} (variants/releases.yaml)")
+        raise DataError(
+            fa3.path,
+            f"{FLASH_ATTN_3.key}.world",
+            f"unknown torch world {fa3.world!r}",
+            hint=f"one of {', '.join(table.worlds)} (variants/releases.yaml)",
+        )
     world = table.worlds[fa3.world]
-    rows = [r for r in table.releases if r.world == fa3.world and vtuple(r.torch_minor) >= vtuple(fa3.min_torch)
-            and vtuple(r.cuda) >= vtuple(fa3.min_cuda)]
+    rows = [
+        r
+        for r in table.releases
+        if r.world == fa3.world
+        and vtuple(r.torch_minor) >= vtuple(fa3.min_torch)
+        and vtuple(r.cuda) >= vtuple(fa3.min_cuda)
+    ]
     packages = []
-    for platform, cuda in sorted({(p, r.cuda) for r in rows for p in r.platforms}, key=lambda pc: (pc[0], vtuple(pc[1]))):
+    for platform, cuda in sorted(
+        {(p, r.cuda) for r in rows for p in r.platforms}, key=lambda pc: (pc[0], vtuple(pc[1]))
+    ):
         own = [r for r in rows if r.cuda == cuda and platform in r.platforms]
         served = sorted({r.torch_minor for r in rows if platform in r.platforms and _admits(r.cuda, cuda)}, key=vtuple)
         newest = max(own, key=lambda r: vtuple(r.torch))
@@ -140,10 +177,26 @@ def fa3_packages(table: ReleaseTable, policy: BuildPolicy, fa3: Fa3Policy) -> li
         # cp310): then its oldest python above the floor, which python-abi3 makes the package's floor.
         pythons = sorted((p for p in newest.python if vtuple(p) >= vtuple(fa3.min_python)), key=vtuple)
         if not pythons:
-            raise DataError(fa3.path, f"{FLASH_ATTN_3.key}.min_python", f"torch {newest.torch} (CUDA {cuda}, {platform}) has no python "
-                            f"{fa3.min_python} or newer to compile against (it has {', '.join(newest.python)})", hint="lower min_python")
-        packages.append(Fa3Package(platform=platform, world=fa3.world, cuda=cuda, cuda_archs=pick(fa3.path, f"{FLASH_ATTN_3.key}.cuda_archs", fa3.cuda_archs, cuda), torch=newest.torch, served=tuple(served),
-                                   min_torch=fa3.min_torch, python=pythons[0], host_gcc=policy.pick("host_gcc", cuda, fa3.world),
-                                   c_stdlib_version=policy.pick("c_stdlib_version", cuda), channels=world.channels))
+            raise DataError(
+                fa3.path,
+                f"{FLASH_ATTN_3.key}.min_python",
+                f"torch {newest.torch} (CUDA {cuda}, {platform}) has no python "
+                f"{fa3.min_python} or newer to compile against (it has {', '.join(newest.python)})",
+                hint="lower min_python",
+            )
+        packages.append(
+            Fa3Package(
+                platform=platform,
+                world=fa3.world,
+                cuda=cuda,
+                cuda_archs=pick(fa3.path, f"{FLASH_ATTN_3.key}.cuda_archs", fa3.cuda_archs, cuda),
+                torch=newest.torch,
+                served=tuple(served),
+                min_torch=fa3.min_torch,
+                python=pythons[0],
+                host_gcc=policy.pick("host_gcc", cuda, fa3.world),
+                c_stdlib_version=policy.pick("c_stdlib_version", cuda),
+                channels=world.channels,
+            )
+        )
     return packages
-

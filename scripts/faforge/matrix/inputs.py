@@ -37,9 +37,13 @@ def _files(root: Path, entry: str) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file() and not set(p.relative_to(root).parts) & set(SKIPPED_PARTS))
-    raise FaforgeError(f"faforge.family names {entry} as a package input, but {path} does not exist",
-                       hint="fix the family row's kernel_inputs/glue_inputs, or restore the file")
+        return sorted(
+            p for p in path.rglob("*") if p.is_file() and not set(p.relative_to(root).parts) & set(SKIPPED_PARTS)
+        )
+    raise FaforgeError(
+        f"faforge.family names {entry} as a package input, but {path} does not exist",
+        hint="fix the family row's kernel_inputs/glue_inputs, or restore the file",
+    )
 
 
 def input_files(root: Path, entries: tuple[str, ...]) -> list[Path]:
@@ -57,7 +61,9 @@ def recipe_parts(recipe_path: Path) -> dict[str, object]:
     outputs = {str((o.get("package") or {}).get("name")): o for o in recipe.get("outputs") or [] if isinstance(o, dict)}
     for name in (FLASH_ATTN.kernel_package, FLASH_ATTN.package):
         if name not in outputs:
-            raise FaforgeError(f"the recipe {recipe_path} has no {name} output", hint="the identity digests need both outputs")
+            raise FaforgeError(
+                f"the recipe {recipe_path} has no {name} output", hint="the identity digests need both outputs"
+            )
     top = {key: value for key, value in recipe.items() if key != "outputs"}
     return {KERNEL_INPUTS: [top, outputs[FLASH_ATTN.kernel_package]], GLUE_INPUTS: outputs[FLASH_ATTN.package]}
 
@@ -84,15 +90,24 @@ def fa3_input_digests(root: Path) -> dict[str, str]:
 def input_digests(root: Path) -> dict[str, str]:
     """{variant key: digest} for the repository at `root`, as the variant files carry them."""
     parts = recipe_parts(root / FLASH_ATTN.recipe_dir / "recipe.yaml")
-    return {KERNEL_INPUTS: _digest(root, FLASH_ATTN.kernel_inputs, parts[KERNEL_INPUTS]),
-            GLUE_INPUTS: _digest(root, FLASH_ATTN.glue_inputs, parts[GLUE_INPUTS])}
+    return {
+        KERNEL_INPUTS: _digest(root, FLASH_ATTN.kernel_inputs, parts[KERNEL_INPUTS]),
+        GLUE_INPUTS: _digest(root, FLASH_ATTN.glue_inputs, parts[GLUE_INPUTS]),
+    }
 
 
 GLUE_WHEEL_HASH_CHARS = 7  # as rattler-build's variant hash in a build string
 
 
-def glue_wheel_hash(variant: dict[str, str], digests: dict[str, str], kernel_build: str, *, platform: str, version: str,
-                    build_number: int) -> str:
+def glue_wheel_hash(
+    variant: dict[str, str],
+    digests: dict[str, str],
+    kernel_build: str,
+    *,
+    platform: str,
+    version: str,
+    build_number: int,
+) -> str:
     """The identity hash of a pip cell's glue wheel, the part after `h` in its build string and
     wheel build tag. A conda flash-attn's hash is rattler-build's over the variant values it uses, but the
     recipe skips flash-attn for a pip world (its glue is a wheel, not a conda package) and rattler-build
@@ -100,7 +115,13 @@ def glue_wheel_hash(variant: dict[str, str], digests: dict[str, str], kernel_bui
     more: the cell's whole variant (python, torch, CUDA, ABI, archs, Philox width, compilers, sysroot), its
     target platform, the glue and kernel input digests of its variant file, the exact kernel build it
     links, and the flash-attn version and build number. Same inputs, same hash; any change, a new one."""
-    material = {"variant": variant, "target_platform": platform, GLUE_INPUTS: digests.get(GLUE_INPUTS),
-                KERNEL_INPUTS: digests.get(KERNEL_INPUTS), "kernel_build": kernel_build, "version": version, "build_number": build_number}
+    material = {
+        "variant": variant,
+        "target_platform": platform,
+        GLUE_INPUTS: digests.get(GLUE_INPUTS),
+        KERNEL_INPUTS: digests.get(KERNEL_INPUTS),
+        "kernel_build": kernel_build,
+        "version": version,
+        "build_number": build_number,
+    }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:GLUE_WHEEL_HASH_CHARS]
-

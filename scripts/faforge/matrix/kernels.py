@@ -48,8 +48,10 @@ class KernelKey:
     @property
     def id(self) -> str:
         """e.g. 'linux-64/cu130/sm80_90_100_120ptx/philox64': logs, job names, artifact names."""
-        return (f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
-                f"/philox{self.philox_offset_bits}")
+        return (
+            f"{self.platform}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
+            f"/philox{self.philox_offset_bits}"
+        )
 
     @property
     def slug(self) -> str:
@@ -63,8 +65,9 @@ class KernelKey:
 
 
 def kernel_key(cell: Cell) -> KernelKey:
-    return KernelKey(platform=cell.platform, cuda=cell.cuda, cuda_archs=cell.cuda_archs,
-                     philox_offset_bits=cell.philox_offset_bits)
+    return KernelKey(
+        platform=cell.platform, cuda=cell.cuda, cuda_archs=cell.cuda_archs, philox_offset_bits=cell.philox_offset_bits
+    )
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,9 @@ class KernelPackage:
                 f"the cells of kernel package {self.key.id} pin {len(pins)} "
                 f"different builds: {', '.join(sorted(map(str, pins)))}",
                 hint=f"the recipe's {self.name} output reads a variant "
-                     "value that differs among the cells of one kernel key "
-                     "(a context entry computed from torch_version or python, say); it may read only CUDA, archs, the "
-                     "Philox width, the compilers and kernel_inputs",
+                "value that differs among the cells of one kernel key "
+                "(a context entry computed from torch_version or python, say); it may read only CUDA, archs, the "
+                "Philox width, the compilers and kernel_inputs",
             )
         if not pins:
             return None
@@ -108,8 +111,8 @@ class KernelPackage:
                 f"the cells of kernel package {self.key.id} pin {pin}, not {self.name} {self.version} "
                 f"{self.key.build_string_prefix}<hash>_{self.build_number}",
                 hint="the recipe's kernel output must take the matrix's "
-                     f"{FLASH_ATTN.package} version, build number and the build "
-                     "string cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>; run `faforge generate` if variants/ is stale",
+                f"{FLASH_ATTN.package} version, build number and the build "
+                "string cu<cuda>_sm<archs>_philox<bits>_h<hash>_<number>; run `faforge generate` if variants/ is stale",
             )
         return pin
 
@@ -133,7 +136,9 @@ class KernelPackage:
         }
 
 
-def kernel_packages(cells: Iterable[Cell], *, version: str, build_number: int, releases_path: Path | None = None) -> list[KernelPackage]:
+def kernel_packages(
+    cells: Iterable[Cell], *, version: str, build_number: int, releases_path: Path | None = None
+) -> list[KernelPackage]:
     """One kernel package per kernel key of `cells`, each listing the cells that depend on it.
 
     A key may not occur in two torch worlds. Each world builds with its own channels (conda-forge
@@ -150,18 +155,28 @@ def kernel_packages(cells: Iterable[Cell], *, version: str, build_number: int, r
         worlds = sorted({c.world for c in users})
         if len(worlds) > 1:
             raise DataError(
-                releases_path or "variants/releases.yaml", "releases",
+                releases_path or "variants/releases.yaml",
+                "releases",
                 f"the kernel key {key.id} occurs in the torch worlds {' and '.join(worlds)}: both would build "
                 f"{KERNEL_PACKAGE} {version} {key.build_string_prefix}<hash>_{build_number}, from different channels",
                 hint="build that CUDA in one world only (variants/matrix.yaml `exclude:` the other world's cells), "
-                     "or give the kernel output a variant key that tells the worlds apart",
+                "or give the kernel output a variant key that tells the worlds apart",
             )
-        out.append(KernelPackage(key=key, version=version, build_number=build_number, world=worlds[0],
-                                 cell_ids=tuple(c.id for c in users)))
+        out.append(
+            KernelPackage(
+                key=key,
+                version=version,
+                build_number=build_number,
+                world=worlds[0],
+                cell_ids=tuple(c.id for c in users),
+            )
+        )
     return out
 
 
-def pip_kernel_packages(conda: list[KernelPackage], pip_cells: Iterable[PipCell], *, version: str, build_number: int) -> list[KernelPackage]:
+def pip_kernel_packages(
+    conda: list[KernelPackage], pip_cells: Iterable[PipCell], *, version: str, build_number: int
+) -> list[KernelPackage]:
     """The kernel packages the pip cells need and no conda cell has, one per kernel key, each
     built in its pip world (its channels: variants/releases.yaml). A pip cell whose key a conda cell has
     links that conda package itself, the very same file (all_kernel_packages): its render is the same,
@@ -171,12 +186,21 @@ def pip_kernel_packages(conda: list[KernelPackage], pip_cells: Iterable[PipCell]
     for cell in pip_cells:
         if kernel_key(cell) not in have:
             by_key.setdefault(kernel_key(cell), []).append(cell)
-    return [KernelPackage(key=key, version=version, build_number=build_number, world=sorted({c.world for c in users})[0],
-                          cell_ids=tuple(c.id for c in users)) for key, users in sorted(by_key.items())]
+    return [
+        KernelPackage(
+            key=key,
+            version=version,
+            build_number=build_number,
+            world=sorted({c.world for c in users})[0],
+            cell_ids=tuple(c.id for c in users),
+        )
+        for key, users in sorted(by_key.items())
+    ]
 
 
-def all_kernel_packages(conda: list[KernelPackage], pip_only: list[KernelPackage], pip_cells: Iterable[PipCell]
-                        ) -> list[KernelPackage]:
+def all_kernel_packages(
+    conda: list[KernelPackage], pip_only: list[KernelPackage], pip_cells: Iterable[PipCell]
+) -> list[KernelPackage]:
     """Every kernel package once, with the cells of every world that pin it: the conda packages with the pip
     cells of their key added, then those only pip cells need."""
     pip_ids: dict[KernelKey, list[str]] = {}
@@ -187,14 +211,20 @@ def all_kernel_packages(conda: list[KernelPackage], pip_only: list[KernelPackage
 
 
 # A kernel build string as KernelKey.build_string_prefix and the recipe write it.
-KERNEL_BUILD = re.compile(r"^cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)_philox(?P<philox>32|64)_h[0-9a-f]+_(?P<number>\d+)$")
+KERNEL_BUILD = re.compile(
+    r"^cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)_philox(?P<philox>32|64)_h[0-9a-f]+_(?P<number>\d+)$"
+)
 # (group, words, tag prefix, note): what a kernel build string's parts mean.
 _BUILD_PARTS = (
     ("cuda", "CUDA", "cu", ""),
     ("archs", "arch list", "sm", ""),
-    ("philox", "Philox layout", "philox",
-     " (the width of at::PhiloxCudaState's offset_intragraph_: 32 "
-     "bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)"),
+    (
+        "philox",
+        "Philox layout",
+        "philox",
+        " (the width of at::PhiloxCudaState's offset_intragraph_: 32 "
+        "bits up to torch 2.9, 64 from 2.10, pytorch/pytorch#164515)",
+    ),
 )
 
 
@@ -204,13 +234,18 @@ def kernel_build_differences(required: str, installed: str) -> list[str]:
     want, have = KERNEL_BUILD.match(required), KERNEL_BUILD.match(installed)
     if not (want and have):
         return []
-    return [f"{words} {tag}{have[part]}, not {tag}{want[part]}{note}"
-            for part, words, tag, note in _BUILD_PARTS if want[part] != have[part]]
+    return [
+        f"{words} {tag}{have[part]}, not {tag}{want[part]}{note}"
+        for part, words, tag, note in _BUILD_PARTS
+        if want[part] != have[part]
+    ]
 
 
 # rattler-build writes pin_subpackage('libflash-attn-kernels', exact=True) as `NAME ==VERSION BUILD`
 # (older conda-build: `NAME VERSION BUILD`); both name one build.
-KERNEL_PIN = re.compile(rf"^{re.escape(KERNEL_PACKAGE)}\s+(?:==)?\s*(?P<version>[^\s,|*<>=!]+)\s+(?P<build>[A-Za-z0-9_.]+)$")
+KERNEL_PIN = re.compile(
+    rf"^{re.escape(KERNEL_PACKAGE)}\s+(?:==)?\s*(?P<version>[^\s,|*<>=!]+)\s+(?P<build>[A-Za-z0-9_.]+)$"
+)
 
 
 @dataclass(frozen=True)

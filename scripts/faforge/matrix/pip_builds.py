@@ -85,36 +85,71 @@ class PipBuild:
         pattern with `manylinux_*` in its place."""
         c = self.cell
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[c.platform]}"
-        return (f"{wheel_name_part(GLUE_DIST)}-{self.glue_version}-{self.glue_build_tag}"
-                f"-{c.python_wheel_tag}-{c.python_wheel_tag}-{tag}.whl")
+        return (
+            f"{wheel_name_part(GLUE_DIST)}-{self.glue_version}-{self.glue_build_tag}"
+            f"-{c.python_wheel_tag}-{c.python_wheel_tag}-{tag}.whl"
+        )
 
     def glue_wheel_pattern(self) -> re.Pattern:
         """The glue wheel's file name whatever its build tag and manylinux level (decided at build time): what
         an index must list for the cell's pip line to install (the page's `published`, doctor's index check)."""
         c = self.cell
-        return re.compile(rf"{re.escape(wheel_name_part(GLUE_DIST))}-{re.escape(self.glue_version)}(?:-[0-9][^-]*)?-"
-                          rf"{c.python_wheel_tag}-{c.python_wheel_tag}-(?:[a-z0-9_]+\.)*manylinux_[0-9]+_[0-9]+_{WHEEL_ARCH[c.platform]}"
-                          rf"(?:\.[a-z0-9_]+)*\.whl")
+        return re.compile(
+            rf"{re.escape(wheel_name_part(GLUE_DIST))}-{re.escape(self.glue_version)}(?:-[0-9][^-]*)?-"
+            rf"{c.python_wheel_tag}-{c.python_wheel_tag}-(?:[a-z0-9_]+\.)*manylinux_[0-9]+_[0-9]+_{WHEEL_ARCH[c.platform]}"
+            rf"(?:\.[a-z0-9_]+)*\.whl"
+        )
 
     def kernel_wheel(self, platform_tag: str | None = None) -> str:
         tag = platform_tag or f"manylinux_*_{WHEEL_ARCH[self.cell.platform]}"
-        return (f"{wheel_name_part(KERNEL_DIST)}-{self.kernel_wheel_version}-{self.kernel_wheel_build_tag}"
-                f"-py3-none-{tag}.whl")
+        return (
+            f"{wheel_name_part(KERNEL_DIST)}-{self.kernel_wheel_version}-{self.kernel_wheel_build_tag}"
+            f"-py3-none-{tag}.whl"
+        )
 
     def to_json(self) -> dict:
         c, k = self.cell, self.kernel
         return {
-            "id": c.id, "platform": c.platform, "python": c.python, "torch": c.torch, "torch_minor": c.torch_minor, "cuda": c.cuda,
-            "cxx11_abi": c.cxx11_abi, "torch_source": c.world, "torch_wheel": c.wheel, "torch_index": c.index,
-            "cuda_archs": c.cuda_archs, "philox_offset_bits": c.philox_offset_bits, "build_string": self.build_string,
-            "index_name": c.index_name, "requires_python": c.requires_python, "requires_dist": list(self.requires_dist),
-            "glue_wheel": {"name": GLUE_DIST, "version": self.glue_version, "build_tag": self.glue_build_tag,
-                           "python_tag": c.python_wheel_tag, "abi_tag": c.python_wheel_tag, "platform_tag": None,
-                           "file_pattern": self.glue_wheel()},
-            "kernel_wheel": {"name": KERNEL_DIST, "version": self.kernel_wheel_version, "build_tag": self.kernel_wheel_build_tag,
-                             "file_pattern": self.kernel_wheel()},
-            "kernel_package": {"id": k.key.id, "name": k.name, "version": k.version, "build_string_prefix": k.key.build_string_prefix,
-                               "build_string": self.kernel_build, "torch_source": k.world, "shared": self.kernel_shared},
+            "id": c.id,
+            "platform": c.platform,
+            "python": c.python,
+            "torch": c.torch,
+            "torch_minor": c.torch_minor,
+            "cuda": c.cuda,
+            "cxx11_abi": c.cxx11_abi,
+            "torch_source": c.world,
+            "torch_wheel": c.wheel,
+            "torch_index": c.index,
+            "cuda_archs": c.cuda_archs,
+            "philox_offset_bits": c.philox_offset_bits,
+            "build_string": self.build_string,
+            "index_name": c.index_name,
+            "requires_python": c.requires_python,
+            "requires_dist": list(self.requires_dist),
+            "glue_wheel": {
+                "name": GLUE_DIST,
+                "version": self.glue_version,
+                "build_tag": self.glue_build_tag,
+                "python_tag": c.python_wheel_tag,
+                "abi_tag": c.python_wheel_tag,
+                "platform_tag": None,
+                "file_pattern": self.glue_wheel(),
+            },
+            "kernel_wheel": {
+                "name": KERNEL_DIST,
+                "version": self.kernel_wheel_version,
+                "build_tag": self.kernel_wheel_build_tag,
+                "file_pattern": self.kernel_wheel(),
+            },
+            "kernel_package": {
+                "id": k.key.id,
+                "name": k.name,
+                "version": k.version,
+                "build_string_prefix": k.key.build_string_prefix,
+                "build_string": self.kernel_build,
+                "torch_source": k.world,
+                "shared": self.kernel_shared,
+            },
         }
 
 
@@ -136,9 +171,11 @@ def pip_kernel_pins(matrix: Matrix, cells: list[PipCell]) -> dict[str, KernelPin
 
 
 def raise_mismatch(key_id: str, conda: KernelPin, pip: KernelPin, world: str) -> None:
-    raise FaforgeError(f"kernel key {key_id}: the {world} world renders {pip}, the conda world's cells pin {conda}",
-                       hint=f"a kernel key must be one package: give the {world} world the conda world's compilers and sysroot "
-                            "for that CUDA (variants/matrix.yaml host_gcc, c_stdlib_version) and run `faforge generate`")
+    raise FaforgeError(
+        f"kernel key {key_id}: the {world} world renders {pip}, the conda world's cells pin {conda}",
+        hint=f"a kernel key must be one package: give the {world} world the conda world's compilers and sysroot "
+        "for that CUDA (variants/matrix.yaml host_gcc, c_stdlib_version) and run `faforge generate`",
+    )
 
 
 def pip_builds(matrix: Matrix, platform: str = "all", world: str | None = None) -> list[PipBuild]:
@@ -148,14 +185,32 @@ def pip_builds(matrix: Matrix, platform: str = "all", world: str | None = None) 
         return []
     pins = pip_kernel_pins(matrix, cells)
     packages = {k.key.id: k for k in matrix.all_kernels}
-    digests = {pair: variant_file_digests(variant_config_path(matrix.variants_dir, *pair)) for pair in {(c.platform, c.world) for c in cells}}
+    digests = {
+        pair: variant_file_digests(variant_config_path(matrix.variants_dir, *pair))
+        for pair in {(c.platform, c.world) for c in cells}
+    }
     out = []
     for c in cells:
         pin = pins[kernel_key(c).id]
-        h = glue_wheel_hash(c.variant(), digests[(c.platform, c.world)], pin.build, platform=c.platform,
-                            version=matrix.policy.flash_attn_version, build_number=matrix.policy.build_number)
-        build_string = (f"{c.python_tag}_torch{c.torch_minor.replace('.', '_')}_{c.cuda_tag}_cxx11abi{c.cxx11_abi}"
-                        f"_h{h}_{matrix.policy.build_number}")
-        out.append(PipBuild(cell=c, kernel=packages[kernel_key(c).id], kernel_build=pin.build, build_string=build_string,
-                            version=matrix.policy.flash_attn_version))
+        h = glue_wheel_hash(
+            c.variant(),
+            digests[(c.platform, c.world)],
+            pin.build,
+            platform=c.platform,
+            version=matrix.policy.flash_attn_version,
+            build_number=matrix.policy.build_number,
+        )
+        build_string = (
+            f"{c.python_tag}_torch{c.torch_minor.replace('.', '_')}_{c.cuda_tag}_cxx11abi{c.cxx11_abi}"
+            f"_h{h}_{matrix.policy.build_number}"
+        )
+        out.append(
+            PipBuild(
+                cell=c,
+                kernel=packages[kernel_key(c).id],
+                kernel_build=pin.build,
+                build_string=build_string,
+                version=matrix.policy.flash_attn_version,
+            )
+        )
     return out

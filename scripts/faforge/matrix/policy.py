@@ -60,7 +60,9 @@ def pick(path: Path, name: str, entries: tuple[RangeRule, ...], cuda: str, world
         if rule.world in (None, world) and satisfies(cuda, rule.cuda):
             return rule.value
     where = f" in the {world} world" if world else ""
-    raise DataError(path, name, f"no rule covers CUDA {cuda}{where}", hint=f"add a `cuda: ...` entry to {name} that matches {cuda}")
+    raise DataError(
+        path, name, f"no rule covers CUDA {cuda}{where}", hint=f"add a `cuda: ...` entry to {name} that matches {cuda}"
+    )
 
 
 def rules(path: Path, raw: dict, name: str, value_key: str, where: str = "") -> tuple[RangeRule, ...]:
@@ -72,11 +74,23 @@ def rules(path: Path, raw: dict, name: str, value_key: str, where: str = "") -> 
     for i, rule in enumerate(entries):
         key = f"{where}{name}[{i}]"
         if not isinstance(rule, dict) or not {"cuda", value_key} <= set(rule) <= {"cuda", value_key, "world"}:
-            raise DataError(path, key, f"invalid rule {rule!r}", hint=f"expected keys cuda and {value_key}, and optionally world")
+            raise DataError(
+                path, key, f"invalid rule {rule!r}", hint=f"expected keys cuda and {value_key}, and optionally world"
+            )
         if not isinstance(rule["cuda"], str) or not is_constraint(rule["cuda"]):
-            raise DataError(path, f"{key}.cuda", f"invalid constraint {rule['cuda']!r}", hint="e.g. '>=12.8' or '>=12.6,<12.8' (quoted)")
+            raise DataError(
+                path,
+                f"{key}.cuda",
+                f"invalid constraint {rule['cuda']!r}",
+                hint="e.g. '>=12.8' or '>=12.6,<12.8' (quoted)",
+            )
         if "world" in rule and not (isinstance(rule["world"], str) and rule["world"]):
-            raise DataError(path, f"{key}.world", f"invalid value {rule['world']!r}", hint="a torch world of variants/releases.yaml, e.g. conda-forge")
+            raise DataError(
+                path,
+                f"{key}.world",
+                f"invalid value {rule['world']!r}",
+                hint="a torch world of variants/releases.yaml, e.g. conda-forge",
+            )
         out.append(RangeRule(cuda=rule["cuda"], value=str(rule[value_key]), world=rule.get("world")))
     return tuple(out)
 
@@ -92,7 +106,9 @@ def _exclusions(path: Path, raw: object) -> tuple[Exclusion, ...]:
         fields = {k: str(v) for k, v in entry.items() if k != "reason"}
         unknown = sorted(set(fields) - set(CELL_FIELDS))
         if unknown or not fields:
-            raise DataError(path, key, f"invalid cell fields {unknown or '(none)'}", hint=f"use some of {', '.join(CELL_FIELDS)}")
+            raise DataError(
+                path, key, f"invalid cell fields {unknown or '(none)'}", hint=f"use some of {', '.join(CELL_FIELDS)}"
+            )
         out.append(Exclusion(fields=fields, reason=entry["reason"]))
     return tuple(out)
 
@@ -100,27 +116,51 @@ def _exclusions(path: Path, raw: object) -> tuple[Exclusion, ...]:
 def load_policy(path: Path) -> BuildPolicy:
     raw = load_yaml(path)
     if not isinstance(raw, dict) or raw.get("schema") != 1:
-        raise DataError(path, "schema", f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}", hint="this faforge reads schema 1")
+        raise DataError(
+            path,
+            "schema",
+            f"invalid value {raw.get('schema') if isinstance(raw, dict) else raw!r}",
+            hint="this faforge reads schema 1",
+        )
     section = FLASH_ATTN.key
     fa = raw.get(section)
     if not isinstance(fa, dict) or not isinstance(fa.get("version"), str):
         raise DataError(path, f"{section}.version", "missing", hint="e.g. version: 2.8.3.post2")
     sha = str(fa.get("sha256", ""))
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-        raise DataError(path, f"{section}.sha256", f"invalid value {sha!r}", hint="the sdist's sha256 from PyPI, 64 lowercase hex digits")
+        raise DataError(
+            path,
+            f"{section}.sha256",
+            f"invalid value {sha!r}",
+            hint="the sdist's sha256 from PyPI, 64 lowercase hex digits",
+        )
     if not isinstance(fa.get("build_number"), int) or fa["build_number"] < 0:
-        raise DataError(path, f"{section}.build_number", f"invalid value {fa.get('build_number')!r}", hint="a non-negative integer")
+        raise DataError(
+            path, f"{section}.build_number", f"invalid value {fa.get('build_number')!r}", hint="a non-negative integer"
+        )
     if "python" in raw:
-        raise DataError(path, "python", "a global list of pythons is no longer read: each torch build's pythons are its own "
-                        "(variants/releases.yaml)", hint="remove it; set min_python (e.g. '3.10') for the floor, and exclude: for single pythons")
+        raise DataError(
+            path,
+            "python",
+            "a global list of pythons is no longer read: each torch build's pythons are its own "
+            "(variants/releases.yaml)",
+            hint="remove it; set min_python (e.g. '3.10') for the floor, and exclude: for single pythons",
+        )
     for key in ("min_python", "min_cuda", "min_torch"):
         if not isinstance(raw.get(key), str) or not is_version(raw[key]):
             raise DataError(path, key, f"invalid value {raw.get(key)!r}", hint="a quoted version such as '12.0'")
     pip = raw.get("pip", {})
     if not isinstance(pip, dict) or set(pip) - {"min_torch"}:
-        raise DataError(path, "pip", f"invalid value {pip!r}", hint="a mapping with min_torch (the pip worlds' torch floor), e.g. {min_torch: '2.4'}")
+        raise DataError(
+            path,
+            "pip",
+            f"invalid value {pip!r}",
+            hint="a mapping with min_torch (the pip worlds' torch floor), e.g. {min_torch: '2.4'}",
+        )
     if "min_torch" in pip and not (isinstance(pip["min_torch"], str) and is_version(pip["min_torch"])):
-        raise DataError(path, "pip.min_torch", f"invalid value {pip['min_torch']!r}", hint="a quoted version such as '2.4'")
+        raise DataError(
+            path, "pip.min_torch", f"invalid value {pip['min_torch']!r}", hint="a quoted version such as '2.4'"
+        )
     return BuildPolicy(
         path=path,
         flash_attn_version=fa["version"],

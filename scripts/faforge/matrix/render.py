@@ -71,8 +71,16 @@ class RenderedFa3:
 
     def to_json(self) -> dict:
         p = self.package
-        return {"id": p.id, "name": self.name, "version": self.version, "build_string": self.build_string, "platform": p.platform,
-                "cuda": p.cuda, "cuda_archs": p.cuda_archs, "served_torch_minors": list(p.served)}
+        return {
+            "id": p.id,
+            "name": self.name,
+            "version": self.version,
+            "build_string": self.build_string,
+            "platform": p.platform,
+            "cuda": p.cuda,
+            "cuda_archs": p.cuda_archs,
+            "served_torch_minors": list(p.served),
+        }
 
 
 # py312_torch2_7_cu129_cxx11abi1_h1a2b3c4_0: what the cell is, then the variant hash and build number.
@@ -86,12 +94,19 @@ def build_string_head(build_string: str) -> str:
 
 
 def cell_key(values: dict) -> tuple:
-    return (str(values["python"]), str(values["torch_version"]), str(values["cuda_compiler_version"]), str(values["cxx11_abi"]))
+    return (
+        str(values["python"]),
+        str(values["torch_version"]),
+        str(values["cuda_compiler_version"]),
+        str(values["cxx11_abi"]),
+    )
 
 
 # The recipe's upstream source: its first `url:` entry and the `sha256:` line after it, or (flash-attn-3,
 # whose C++ sources no sdist carries) its `git:` entry and the `rev:` line after it.
-UPSTREAM_SOURCE = re.compile(r"^(?P<indent>\s*)- (?:url: .*\n(?P=indent)  sha256: .*|git: .*\n(?P=indent)  rev: .*)$", re.MULTILINE)
+UPSTREAM_SOURCE = re.compile(
+    r"^(?P<indent>\s*)- (?:url: .*\n(?P=indent)  sha256: .*|git: .*\n(?P=indent)  rev: .*)$", re.MULTILINE
+)
 
 
 @dataclass(frozen=True)
@@ -105,20 +120,31 @@ class SourceOverride:
     @classmethod
     def from_sdist(cls, path: Path) -> SourceOverride:
         if not path.is_file():
-            raise FaforgeError(f"--source {path}: {'not a regular file' if path.exists() else 'no such file'}",
-                               hint=f"pass a {FLASH_ATTN.package} sdist (.tar.gz)")
+            raise FaforgeError(
+                f"--source {path}: {'not a regular file' if path.exists() else 'no such file'}",
+                hint=f"pass a {FLASH_ATTN.package} sdist (.tar.gz)",
+            )
         if not tarfile.is_tarfile(path):
-            raise FaforgeError(f"--source {path}: not a tar archive", hint=f"pass a {FLASH_ATTN.package} sdist (.tar.gz) as PyPI serves it")
+            raise FaforgeError(
+                f"--source {path}: not a tar archive",
+                hint=f"pass a {FLASH_ATTN.package} sdist (.tar.gz) as PyPI serves it",
+            )
         return cls(url=path.resolve().as_uri(), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 def with_source(recipe_text: str, source: SourceOverride) -> str:
     match = UPSTREAM_SOURCE.search(recipe_text)
     if not match:
-        raise FaforgeError("the recipe has no `- url:` source followed by its sha256 (or `- git:` followed by its rev), "
-                           "so --source has nothing to replace")
+        raise FaforgeError(
+            "the recipe has no `- url:` source followed by its sha256 (or `- git:` followed by its rev), "
+            "so --source has nothing to replace"
+        )
     indent = match.group("indent")
-    return recipe_text[: match.start()] + f'{indent}- url: {source.url}\n{indent}  sha256: "{source.sha256}"' + recipe_text[match.end():]
+    return (
+        recipe_text[: match.start()]
+        + f'{indent}- url: {source.url}\n{indent}  sha256: "{source.sha256}"'
+        + recipe_text[match.end() :]
+    )
 
 
 @contextmanager
@@ -166,7 +192,8 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str, cell_k
         config = RenderConfig(platform=PlatformConfig(target_platform=platform))
         return [
             rendered
-            for combination in variants.combinations() if cell_keys is None or cell_key(combination) in cell_keys
+            for combination in variants.combinations()
+            if cell_keys is None or cell_key(combination) in cell_keys
             for rendered in recipe.render(VariantConfig({key: [value] for key, value in combination.items()}), config)
         ]
     except Exception as exc:  # py-rattler-build raises its own exception types per failure
@@ -186,9 +213,11 @@ def _requirements(variant: RenderedVariant, entries: list) -> tuple[str, ...]:
             name = entry["pin_subpackage"]["name"]
             pin = variant.pin_subpackages[name]
             if not pin.exact:
-                raise FaforgeError(f"the recipe pins its output {name} without exact=True",
-                                   hint=f"pin_subpackage(..., exact=True): a {FLASH_ATTN.package} "
-                                        "build must require exactly its kernel build")
+                raise FaforgeError(
+                    f"the recipe pins its output {name} without exact=True",
+                    hint=f"pin_subpackage(..., exact=True): a {FLASH_ATTN.package} "
+                    "build must require exactly its kernel build",
+                )
             out.append(f"{name} =={pin.version} {pin.build_string}")
         else:
             out.append(str(entry))
@@ -197,7 +226,10 @@ def _requirements(variant: RenderedVariant, entries: list) -> tuple[str, ...]:
 
 def _rendered(cell: Cell, variant: RenderedVariant, recipe: dict) -> RenderedCell:
     requirements, info = recipe.get("requirements", {}), variant.hash_info
-    run, host = _requirements(variant, requirements.get("run", [])), _requirements(variant, requirements.get("host", []))
+    run, host = (
+        _requirements(variant, requirements.get("run", [])),
+        _requirements(variant, requirements.get("host", [])),
+    )
     if requirements:
         recipe = {**recipe, "requirements": {**requirements, "run": list(run), "host": list(host)}}
     return RenderedCell(
@@ -222,6 +254,7 @@ def with_test_scripts_filled(recipe: dict, used_variant: dict) -> dict:
 
     rattler-build renders test scripts only when it runs them, so its stage-1 recipe still holds
     `${{ cxx11_abi }}`; the values are the ones that run gets, from the same render."""
+
     def fill(text):
         if not isinstance(text, str):
             return text
@@ -242,7 +275,9 @@ def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> li
     out = []
     for platform, world in sorted({(c.platform, c.world) for c in cells}):
         wanted = {cell_key(c.variant()): c for c in cells if c.platform == platform and c.world == world}
-        rendered = render_platform(recipe_path, variant_config_path(variants_dir, platform, world), platform, set(wanted))
+        rendered = render_platform(
+            recipe_path, variant_config_path(variants_dir, platform, world), platform, set(wanted)
+        )
         by_key = {}
         for variant in rendered:
             stage1 = variant.recipe
@@ -273,14 +308,17 @@ def render_kernel_output(cell: Cell, recipe_path: Path, variants_dir: Path) -> R
         stage1 = variant.recipe
         recipe = stage1.to_dict()
         used = stage1.used_variant
-        if (recipe["package"]["name"] == KERNEL_PACKAGE and str(used.get("cuda_compiler_version")) == cell.cuda
-                and str(used.get("cuda_archs")) == cell.cuda_archs
-                and str(used.get("philox_offset_bits")) == str(cell.philox_offset_bits)):
+        if (
+            recipe["package"]["name"] == KERNEL_PACKAGE
+            and str(used.get("cuda_compiler_version")) == cell.cuda
+            and str(used.get("cuda_archs")) == cell.cuda_archs
+            and str(used.get("philox_offset_bits")) == str(cell.philox_offset_bits)
+        ):
             return _rendered(cell, variant, recipe)
     raise FaforgeError(
         f"the recipe renders no {KERNEL_PACKAGE} output for {kernel_key(cell).id} (cell {cell.id})",
         hint=f"{recipe_path} needs a {KERNEL_PACKAGE} output that uses cuda_compiler_version, cuda_archs and "
-             "philox_offset_bits; without one, build the cell whole (--part all)",
+        "philox_offset_bits; without one, build the cell whole (--part all)",
     )
 
 
@@ -297,23 +335,33 @@ def render_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Pa
                 first.setdefault(kernel_key(c), c)
         variant_file = variant_config_path(variants_dir, platform, world)
         by_used = {(c.cuda, c.cuda_archs, str(c.philox_offset_bits)): c for c in first.values()}
-        for variant in render_platform(recipe_path, variant_file, platform, {cell_key(c.variant()) for c in first.values()}):
+        for variant in render_platform(
+            recipe_path, variant_file, platform, {cell_key(c.variant()) for c in first.values()}
+        ):
             stage1 = variant.recipe
             recipe = stage1.to_dict()
             used = stage1.used_variant
             if recipe["package"]["name"] == FLASH_ATTN_PACKAGE:
-                raise FaforgeError(f"{recipe_path} renders a {FLASH_ATTN_PACKAGE} conda "
-                                   f"package for torch_world {world} ({variant_file.name})",
-                                   hint="a pip world's glue is a wheel: the recipe's "
-                                        f"{FLASH_ATTN_PACKAGE} output must skip torch_world {world}")
-            key = (str(used.get("cuda_compiler_version")), str(used.get("cuda_archs")), str(used.get("philox_offset_bits")))
+                raise FaforgeError(
+                    f"{recipe_path} renders a {FLASH_ATTN_PACKAGE} conda "
+                    f"package for torch_world {world} ({variant_file.name})",
+                    hint="a pip world's glue is a wheel: the recipe's "
+                    f"{FLASH_ATTN_PACKAGE} output must skip torch_world {world}",
+                )
+            key = (
+                str(used.get("cuda_compiler_version")),
+                str(used.get("cuda_archs")),
+                str(used.get("philox_offset_bits")),
+            )
             if recipe["package"]["name"] == KERNEL_PACKAGE and key in by_used:
                 cell = by_used[key]
                 out[kernel_key(cell).id] = _rendered(cell, variant, recipe)
         missing = sorted(k.id for k in first if k.id not in out)
         if missing:
-            raise FaforgeError(f"{recipe_path} renders no {KERNEL_PACKAGE} for {', '.join(missing)} from {variant_file.name}",
-                               hint="run `faforge generate` if variants/ is stale")
+            raise FaforgeError(
+                f"{recipe_path} renders no {KERNEL_PACKAGE} for {', '.join(missing)} from {variant_file.name}",
+                hint="run `faforge generate` if variants/ is stale",
+            )
     return out
 
 
@@ -323,12 +371,16 @@ def fa3_build_strings(matrix: Matrix, packages: list[Fa3Package]) -> dict[str, s
     wanted = {(p.platform, p.cuda, p.cuda_archs): p.id for p in packages}
     found = {}
     for platform, world in sorted({(p.platform, p.world) for p in packages}):
-        for variant in render_platform(recipe, matrix.variants_dir / fa3_variant_config_name(platform, world), platform):
+        for variant in render_platform(
+            recipe, matrix.variants_dir / fa3_variant_config_name(platform, world), platform
+        ):
             used = variant.recipe.used_variant
             key = (platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]))
             if key in wanted:
                 found[wanted[key]] = variant.recipe.to_dict()["build"]["string"]
     missing = sorted(set(wanted.values()) - set(found))
     if missing:
-        raise FaforgeError(f"{recipe} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}", hint="run `faforge generate`")
+        raise FaforgeError(
+            f"{recipe} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}", hint="run `faforge generate`"
+        )
     return found

@@ -51,7 +51,9 @@ def _renderer_identity() -> list:
     return sorted(p.name for p in folder.parent.glob("py_rattler_build-*.dist-info")) if folder else []
 
 
-def entry_key(recipe_path: Path, variant_file: Path, platform: str, environ: Mapping[str, str] = os.environ) -> str | None:
+def entry_key(
+    recipe_path: Path, variant_file: Path, platform: str, environ: Mapping[str, str] = os.environ
+) -> str | None:
     """The digest of everything the render of `variant_file` reads, with the recipe's variables as in
     `environ`, or None when that cannot be known (a file unreadable, which the render itself reports; the
     recipe reads the environment in a way this cannot follow; py-rattler-build not found)."""
@@ -77,21 +79,35 @@ def entry_key(recipe_path: Path, variant_file: Path, platform: str, environ: Map
 
 
 def _record(rendered: RenderedCell) -> dict:
-    return {"build_string": rendered.build_string, "hash": rendered.hash, "recipe": rendered.recipe,
-            **{name: list(getattr(rendered, name)) for name in STRING_LISTS}}
+    return {
+        "build_string": rendered.build_string,
+        "hash": rendered.hash,
+        "recipe": rendered.recipe,
+        **{name: list(getattr(rendered, name)) for name in STRING_LISTS},
+    }
 
 
 def _is_record(record: object) -> bool:
-    return (isinstance(record, dict) and set(record) == {"build_string", "hash", "recipe", *STRING_LISTS}
-            and isinstance(record["build_string"], str) and isinstance(record["hash"], str)
-            and isinstance(record["recipe"], dict) and isinstance(record["recipe"].get("package"), dict)
-            and all(isinstance(record["recipe"]["package"].get(f), str) for f in ("name", "version"))
-            and all(isinstance(record[n], list) and all(isinstance(s, str) for s in record[n]) for n in STRING_LISTS))
+    return (
+        isinstance(record, dict)
+        and set(record) == {"build_string", "hash", "recipe", *STRING_LISTS}
+        and isinstance(record["build_string"], str)
+        and isinstance(record["hash"], str)
+        and isinstance(record["recipe"], dict)
+        and isinstance(record["recipe"].get("package"), dict)
+        and all(isinstance(record["recipe"]["package"].get(f), str) for f in ("name", "version"))
+        and all(isinstance(record[n], list) and all(isinstance(s, str) for s in record[n]) for n in STRING_LISTS)
+    )
 
 
 def _from_record(cell: Cell, record: dict) -> RenderedCell:
-    return RenderedCell(cell=cell, build_string=record["build_string"], hash=record["hash"], recipe=record["recipe"],
-                        **{name: tuple(record[name]) for name in STRING_LISTS})
+    return RenderedCell(
+        cell=cell,
+        build_string=record["build_string"],
+        hash=record["hash"],
+        recipe=record["recipe"],
+        **{name: tuple(record[name]) for name in STRING_LISTS},
+    )
 
 
 def read_entry(path: Path, key: str) -> dict:
@@ -109,8 +125,12 @@ def read_entry(path: Path, key: str) -> dict:
         entry = json.loads(data)
     except (ValueError, RecursionError):
         return {}
-    if not (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("cells"), dict)
-            and all(_is_record(r) for r in entry["cells"].values())):
+    if not (
+        isinstance(entry, dict)
+        and entry.get("key") == key
+        and isinstance(entry.get("cells"), dict)
+        and all(_is_record(r) for r in entry["cells"].values())
+    ):
         return {}
     return entry["cells"]
 
@@ -126,7 +146,11 @@ def _entry_path(platform: str, world: str, key: str | None) -> Path | None:
 def record_name(rendered: RenderedCell) -> str:
     """A record's name in its entry: the cell key of a flash-attn
     render, the kernel key id of a pip world's kernel render."""
-    return kernel_key(rendered.cell).id if isinstance(rendered.cell, PipCell) else entry_name(cell_key(rendered.cell.variant()))
+    return (
+        kernel_key(rendered.cell).id
+        if isinstance(rendered.cell, PipCell)
+        else entry_name(cell_key(rendered.cell.variant()))
+    )
 
 
 def entry_text(key: str | None, rendered: list[RenderedCell]) -> str:
@@ -153,8 +177,14 @@ def _store(path: Path | None, key: str | None, rendered: list[RenderedCell]) -> 
     return json.loads(text)["cells"]
 
 
-def _cached_records(recipe_path: Path, variants_dir: Path, platform: str, world: str, names: list[str],
-                    render: Callable[..., list[RenderedCell]]) -> dict:
+def _cached_records(
+    recipe_path: Path,
+    variants_dir: Path,
+    platform: str,
+    world: str,
+    names: list[str],
+    render: Callable[..., list[RenderedCell]],
+) -> dict:
     """The records named `names` of one variant file's entry: from this machine's cache, else from the
     committed render store when its key is today's, else `render()`ed (a list of RenderedCell) and cached."""
     variant_file = variant_config_path(variants_dir, platform, world)
@@ -175,8 +205,14 @@ def cached_render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path
     for platform, world in sorted({(c.platform, c.world) for c in cells}):
         wanted = [c for c in cells if (c.platform, c.world) == (platform, world)]
         names = [entry_name(cell_key(c.variant())) for c in wanted]
-        cached = _cached_records(recipe_path, variants_dir, platform, world, names,
-                                 lambda wanted=wanted: render_cells(wanted, recipe_path, variants_dir))
+        cached = _cached_records(
+            recipe_path,
+            variants_dir,
+            platform,
+            world,
+            names,
+            lambda wanted=wanted: render_cells(wanted, recipe_path, variants_dir),
+        )
         out += [_from_record(c, cached[name]) for c, name in zip(wanted, names, strict=True)]
     return sorted(out, key=lambda rc: rc.cell.sort_key)
 
@@ -190,8 +226,14 @@ def cached_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Pa
         for c in cells:
             if (c.platform, c.world) == (platform, world):
                 first.setdefault(kernel_key(c).id, c)
-        cached = _cached_records(recipe_path, variants_dir, platform, world, list(first),
-                                 lambda first=first: list(render_pip_kernels(list(first.values()), recipe_path, variants_dir).values()))
+        cached = _cached_records(
+            recipe_path,
+            variants_dir,
+            platform,
+            world,
+            list(first),
+            lambda first=first: list(render_pip_kernels(list(first.values()), recipe_path, variants_dir).values()),
+        )
         out |= {name: _from_record(cell, cached[name]) for name, cell in first.items()}
     return out
 

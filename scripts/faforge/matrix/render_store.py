@@ -21,7 +21,9 @@ from faforge.matrix.render_cache import entry_key, entry_name, entry_text, read_
 from faforge.matrix.variants import variant_config_path
 
 
-def store_files(cells: list[Cell], recipe_path: Path, variants_dir: Path, pip_cells: Sequence[PipCell] = ()) -> dict[Path, str]:
+def store_files(
+    cells: list[Cell], recipe_path: Path, variants_dir: Path, pip_cells: Sequence[PipCell] = ()
+) -> dict[Path, str]:
     """Each store file's expected text. A file that holds today's key and exactly these cells is its own
     expected text, so a check renders nothing; any other is rendered anew (about 10 ms a cell). A
     variant file whose render cannot be keyed (see entry_key) has no store file. A pip world's file holds

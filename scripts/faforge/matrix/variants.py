@@ -43,21 +43,34 @@ def _yaml_list(values: list[str]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def build_command(variant_file: str, platform: str, channels: tuple[str, ...], recipe_dir: str = FLASH_ATTN.recipe_dir) -> str:
+def build_command(
+    variant_file: str, platform: str, channels: tuple[str, ...], recipe_dir: str = FLASH_ATTN.recipe_dir
+) -> str:
     """The plain rattler-build line for one variant file (README.md documents these)."""
     target = "" if platform == NATIVE_PLATFORM else f" --target-platform {platform}"
     return f"rattler-build build -r {recipe_dir} -m {variant_file}" + "".join(f" -c {c}" for c in channels) + target
 
 
 # A pip world's variant file: what rattler-build builds from it.
-PIP_NOTE = (f"# rattler-build builds only their {FLASH_ATTN.kernel_package} "
-            f"packages from it: the recipe skips {FLASH_ATTN.package}\n"
-            "# for a pip world, whose glue is a wheel (faforge.matrix.cells.PipCell); a kernel key a conda world has is\n"
-            "# that world's package (`faforge matrix --kernels --world all`).")
+PIP_NOTE = (
+    f"# rattler-build builds only their {FLASH_ATTN.kernel_package} "
+    f"packages from it: the recipe skips {FLASH_ATTN.package}\n"
+    "# for a pip world, whose glue is a wheel (faforge.matrix.cells.PipCell); a kernel key a conda world has is\n"
+    "# that world's package (`faforge matrix --kernels --world all`)."
+)
 
 
-def variant_config_text(cells: Sequence, platform: str, world: str, digests: dict[str, str], *, recipe_dir: str = FLASH_ATTN.recipe_dir,
-                        name: str | None = None, noun: str = "cells", note: str | None = None) -> str:
+def variant_config_text(
+    cells: Sequence,
+    platform: str,
+    world: str,
+    digests: dict[str, str],
+    *,
+    recipe_dir: str = FLASH_ATTN.recipe_dir,
+    name: str | None = None,
+    noun: str = "cells",
+    note: str | None = None,
+) -> str:
     """The variant config of the cells (or FA3 packages: anything with platform, world, id, channels and
     variant()) of one platform and world (there is at least one), with the package-identity digests
     (faforge.matrix.inputs) as one-value keys; `note`: comment lines after the build command."""
@@ -95,8 +108,9 @@ def fa3_variant_config_name(platform: str, world: str) -> str:
     return f"{FLASH_ATTN_3.package}-{platform}-{world}.yaml"
 
 
-def generated_files(cells: list[Cell], variants_dir: Path, fa3: Sequence[Fa3Package] = (), pip_cells: Sequence[PipCell] = ()
-                    ) -> dict[Path, str]:
+def generated_files(
+    cells: list[Cell], variants_dir: Path, fa3: Sequence[Fa3Package] = (), pip_cells: Sequence[PipCell] = ()
+) -> dict[Path, str]:
     """Every generated file and its expected content: one per (platform, world) that has cells, one per
     (platform, pip world) that has pip cells, and one per (platform, world) that has FA3 packages
     (faforge.matrix.flash_attn_3)."""
@@ -108,8 +122,15 @@ def generated_files(cells: list[Cell], variants_dir: Path, fa3: Sequence[Fa3Pack
     fa3_digests = fa3_input_digests(variants_dir.parent) if fa3 else {}
     for p, w in sorted({(f.platform, f.world) for f in fa3}):
         name = fa3_variant_config_name(p, w)
-        files[variants_dir / name] = variant_config_text(fa3, p, w, fa3_digests, recipe_dir=FLASH_ATTN_3.recipe_dir, name=name,
-                                                         noun=f"{FLASH_ATTN_3.package} packages")
+        files[variants_dir / name] = variant_config_text(
+            fa3,
+            p,
+            w,
+            fa3_digests,
+            recipe_dir=FLASH_ATTN_3.recipe_dir,
+            name=name,
+            noun=f"{FLASH_ATTN_3.package} packages",
+        )
     return files
 
 
@@ -131,5 +152,6 @@ def stale_files(expected: dict[Path, str]) -> list[Path]:
 
 def obsolete_files(variants_dir: Path, expected: dict[Path, str]) -> list[Path]:
     """Generated files that the matrix no longer produces (a world or platform gone, an old layout)."""
-    return sorted(p for p in variants_dir.glob("*.yaml")
-                  if p not in expected and p.read_text().startswith(GENERATED_HEADER))
+    return sorted(
+        p for p in variants_dir.glob("*.yaml") if p not in expected and p.read_text().startswith(GENERATED_HEADER)
+    )

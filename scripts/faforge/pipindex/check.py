@@ -28,9 +28,18 @@ class Report:
         out = []
         if self.found is not None:
             drift = self.found.drift_words()
-            action = ("rewrote its pages (" + "; ".join(drift) + ")" if self.healed else "its pages differ (" + "; ".join(drift) + ")") \
-                if drift else "pages were already right"
-            out.append(f"{self.where}: {len(self.found.wheels)} wheels, {len(self.found.placement.indexes)} indexes; {action}")
+            action = (
+                (
+                    "rewrote its pages (" + "; ".join(drift) + ")"
+                    if self.healed
+                    else "its pages differ (" + "; ".join(drift) + ")"
+                )
+                if drift
+                else "pages were already right"
+            )
+            out.append(
+                f"{self.where}: {len(self.found.wheels)} wheels, {len(self.found.placement.indexes)} indexes; {action}"
+            )
             out += [f"  waiting: {w.filename}: {why}" for w, why in self.found.placement.waiting]
         for name, listing in self.listings.items():
             files = listing.files()
@@ -42,8 +51,11 @@ class Report:
 
 def _folder(root: Path) -> None:
     if not root.is_dir():
-        raise FaforgeError(f"wheel index folder {root} {why_not_a_folder(root)}", input=str(root),
-                           hint="pass the folder `faforge publish --index` wrote (default ./wheels)")
+        raise FaforgeError(
+            f"wheel index folder {root} {why_not_a_folder(root)}",
+            input=str(root),
+            hint="pass the folder `faforge publish --index` wrote (default ./wheels)",
+        )
 
 
 def _judge_root(root: Path) -> tuple[dict[str, Listing], list[str]]:
@@ -77,6 +89,8 @@ def check_index(where: str) -> Report:
     found = survey(path)
     listings, problems = _judge_root(path)
     if found.needs_writing:
-        problems.append(f"{path}: its pages are not what its wheels give ({'; '.join(found.drift_words())}); "
-                        f"run `faforge index --pip {path}`")
+        problems.append(
+            f"{path}: its pages are not what its wheels give ({'; '.join(found.drift_words())}); "
+            f"run `faforge index --pip {path}`"
+        )
     return Report(where, listings, problems, found.bad, found)

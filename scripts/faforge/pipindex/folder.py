@@ -54,7 +54,10 @@ class Survey:
 
     @property
     def to_write(self) -> list[str]:
-        return sorted((p for p in self.expected if self.present.get(p) != self.expected[p] and p not in self.foreign), key=_write_order)
+        return sorted(
+            (p for p in self.expected if self.present.get(p) != self.expected[p] and p not in self.foreign),
+            key=_write_order,
+        )
 
     @property
     def blocked(self) -> list[str]:
@@ -72,7 +75,11 @@ class Survey:
     def drift_words(self) -> list[str]:
         new = [p for p in self.to_write if p not in self.present]
         changed = [p for p in self.to_write if p in self.present]
-        return [f"{len(v)} {k}" for k, v in (("missing", new), ("out of date", changed), ("no longer listed", self.to_remove)) if v]
+        return [
+            f"{len(v)} {k}"
+            for k, v in (("missing", new), ("out of date", changed), ("no longer listed", self.to_remove))
+            if v
+        ]
 
     def indexed(self) -> dict[str, tuple[str, ...]]:
         """file name -> the indexes listing it."""
@@ -121,8 +128,12 @@ def _present(root: Path) -> dict[str, bytes]:
                 found[f"{layout.FILES}/{name}"] = _read(root / layout.FILES / name)
     for index in layout.index_folders(root):
         candidates = [f"{index}/{page}" for page in layout.PAGES]
-        candidates += [f"{index}/{p}/{page}" for p in sorted(os.listdir(root / index)) if p in PROJECTS and (root / index / p).is_dir()
-                       for page in layout.PAGES]
+        candidates += [
+            f"{index}/{p}/{page}"
+            for p in sorted(os.listdir(root / index))
+            if p in PROJECTS and (root / index / p).is_dir()
+            for page in layout.PAGES
+        ]
         found.update({rel: data for rel in candidates if (data := _read(root / rel)) is not None})
     return {rel: data for rel, data in found.items() if data is not None}
 
@@ -140,10 +151,12 @@ def core_metadata(wheel: WheelFacts) -> bytes:
         raise FaforgeError(f"{what}: is not a readable zip file ({exc})", input=what) from None
 
 
-def _read_wheels(root: Path, leave_out: frozenset[str], extra: tuple = ()) -> tuple[dict, dict[str, bytes], list[BadFile]]:
+def _read_wheels(
+    root: Path, leave_out: frozenset[str], extra: tuple = ()
+) -> tuple[dict, dict[str, bytes], list[BadFile]]:
     wheels, metadata, bad = {w.filename: w for w in extra}, {w.filename: core_metadata(w) for w in extra}, []
     folder = root / layout.FILES
-    for name in (sorted(os.listdir(folder)) if folder.is_dir() else []):
+    for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
         rel = f"{layout.FILES}/{name}"
         if name.startswith(".") or name.endswith(layout.METADATA_SUFFIX) or name in leave_out or name in wheels:
             continue
@@ -174,15 +187,30 @@ def survey(root: Path, *, leave_out: frozenset[str] = frozenset(), extra: tuple 
     for index, members in placement.indexes.items():
         projects: dict[str, list[pages.Link]] = {}
         for wheel in members:
-            projects.setdefault(wheel.name, []).append(pages.Link(
-                filename=wheel.filename, sha256=wheel.sha256, size=wheel.size, version=wheel.version,
-                requires_python=wheel.requires_python, metadata_sha256=hashlib.sha256(metadata[wheel.filename]).hexdigest()))
+            projects.setdefault(wheel.name, []).append(
+                pages.Link(
+                    filename=wheel.filename,
+                    sha256=wheel.sha256,
+                    size=wheel.size,
+                    version=wheel.version,
+                    requires_python=wheel.requires_python,
+                    metadata_sha256=hashlib.sha256(metadata[wheel.filename]).hexdigest(),
+                )
+            )
         expected.update(pages.index_pages(index, projects))
     present = _present(root)
     foreign = ownership.foreign_pages(present)
-    bad += [BadFile(p, ownership.FOREIGN_PAGE) for p in foreign] + [BadFile(p, why) for p, why in ownership.foreign_entries(root)]
-    return Survey(wheels=wheels, bad=sorted(bad, key=lambda b: b.path), placement=placement, expected=expected,
-                  present={p: d for p, d in present.items() if p not in foreign}, foreign=foreign)
+    bad += [BadFile(p, ownership.FOREIGN_PAGE) for p in foreign] + [
+        BadFile(p, why) for p, why in ownership.foreign_entries(root)
+    ]
+    return Survey(
+        wheels=wheels,
+        bad=sorted(bad, key=lambda b: b.path),
+        placement=placement,
+        expected=expected,
+        present={p: d for p, d in present.items() if p not in foreign},
+        foreign=foreign,
+    )
 
 
 def heal(root: Path, *, leave_out: frozenset[str] = frozenset()) -> Survey:
@@ -210,7 +238,9 @@ def heal(root: Path, *, leave_out: frozenset[str] = frozenset()) -> Survey:
 def _remove_leftovers(root: Path) -> None:
     """Partial copies and pages of killed writers (check_links ran first: none of these is a link)."""
     folders = [root / layout.FILES] + [root / i for i in layout.index_folders(root)]
-    folders += [f / p for f in folders[1:] for p in sorted(os.listdir(f)) if (f / p).is_dir() and not (f / p).is_symlink()]
+    folders += [
+        f / p for f in folders[1:] for p in sorted(os.listdir(f)) if (f / p).is_dir() and not (f / p).is_symlink()
+    ]
     for folder in folders:
         if folder.is_dir():
             for path in folder.glob(f".*{PART_SUFFIX}"):
@@ -233,8 +263,10 @@ def check_folder(root: Path) -> None:
     """Refuse a root, its files/ or an index folder that is something other than a folder."""
     for path in [root, root / layout.FILES]:
         if path.exists() and not path.is_dir():
-            raise FaforgeError(f"wheel index path {path} {why_not_a_folder(path)}",
-                               hint=f"a wheel index and its {layout.FILES}/ must be folders; move the file away")
+            raise FaforgeError(
+                f"wheel index path {path} {why_not_a_folder(path)}",
+                hint=f"a wheel index and its {layout.FILES}/ must be folders; move the file away",
+            )
 
 
 def index_errors(root: Path) -> AbstractContextManager[None]:

@@ -46,9 +46,12 @@ def index_base() -> str:
     """The wheel indexes' base URL ($FAFORGE_PIP_INDEX or the default), without a trailing slash."""
     value, source = config.public_pip_index()
     if not _BASE.fullmatch(value):
-        raise FaforgeError(f"{source} is not a wheel index URL: {shorten(repr(value))}", input=value,
-                           hint=f"set FAFORGE_PIP_INDEX to an http(s):// or file:// URL, the base of the per-(torch, CUDA) "
-                                f"indexes (e.g. {config.PUBLIC_PIP_INDEX}), or unset it")
+        raise FaforgeError(
+            f"{source} is not a wheel index URL: {shorten(repr(value))}",
+            input=value,
+            hint=f"set FAFORGE_PIP_INDEX to an http(s):// or file:// URL, the base of the per-(torch, CUDA) "
+            f"indexes (e.g. {config.PUBLIC_PIP_INDEX}), or unset it",
+        )
     return value.rstrip("/")
 
 
@@ -63,12 +66,16 @@ def requirements(glue_version: str, torch: str) -> tuple[str, str]:
 
 
 def pip_command(index: str, pins: tuple[str, ...], python: str = "python", *extra: str) -> str:
-    return shlex.join([python, "-m", "pip", "install", *extra, "--extra-index-url", index, "--only-binary", GLUE, *pins])
+    return shlex.join(
+        [python, "-m", "pip", "install", *extra, "--extra-index-url", index, "--only-binary", GLUE, *pins]
+    )
 
 
 def uv_command(index: str, pins: tuple[str, ...], python: str | None = None, *extra: str) -> str:
     where = ["--python", python] if python else []
-    return shlex.join(["uv", "pip", "install", *where, *extra, "--extra-index-url", index, "--only-binary", GLUE, *pins])
+    return shlex.join(
+        ["uv", "pip", "install", *where, *extra, "--extra-index-url", index, "--only-binary", GLUE, *pins]
+    )
 
 
 def requirements_txt(index: str, pins: tuple[str, ...]) -> str:

@@ -1,11 +1,11 @@
 """The names of a wheel index root, the only paths faforge writes there (faforge.sandbox keeps them):
 
-    ROOT/files/W                          every wheel exactly once (W a plain *.whl name)
-    ROOT/files/W.metadata                 its METADATA (PEP 658), beside it
-    ROOT/torch2.11-cu130/index.html       PEP 503 root page of that index
-    ROOT/torch2.11-cu130/index.json       its PEP 691 JSON
-    ROOT/torch2.11-cu130/PROJECT/index.*  one project's page (PROJECT normalised, PEP 503)
-    ROOT/.faforge.lock                    the writers' lock
+ROOT/files/W                          every wheel exactly once (W a plain *.whl name)
+ROOT/files/W.metadata                 its METADATA (PEP 658), beside it
+ROOT/torch2.11-cu130/index.html       PEP 503 root page of that index
+ROOT/torch2.11-cu130/index.json       its PEP 691 JSON
+ROOT/torch2.11-cu130/PROJECT/index.*  one project's page (PROJECT normalised, PEP 503)
+ROOT/.faforge.lock                    the writers' lock
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ HTML_TYPE = "text/html"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"  # PEP 691
 API_VERSION = "1.1"  # PEP 700: sizes and the versions list
 INDEX_NAME = re.compile(r"torch(?P<torch>[0-9]+\.[0-9]+)-cu(?P<cuda>[0-9]+)")
-LINK_HINT = ("faforge follows no link inside a wheel index; replace the link with the real folder or file "
-             "(or point --index at the real index folder)")
+LINK_HINT = (
+    "faforge follows no link inside a wheel index; replace the link with the real folder or file "
+    "(or point --index at the real index folder)"
+)
 
 
 def index_name(torch_minor: str, cuda: str) -> str:
@@ -50,7 +52,9 @@ def index_folders(root: Path) -> list[str]:
     """The index folders below `root` (real folders only: check_links refuses linked ones first)."""
     if not root.is_dir():
         return []
-    return sorted(n for n in os.listdir(root) if parse_index_name(n) and (root / n).is_dir() and not (root / n).is_symlink())
+    return sorted(
+        n for n in os.listdir(root) if parse_index_name(n) and (root / n).is_dir() and not (root / n).is_symlink()
+    )
 
 
 def check_links(root: Path) -> None:

@@ -36,10 +36,20 @@ def rendered(rel: str, data: bytes) -> bool:
         page = (parse_json if name == layout.JSON_PAGE else parse_html)(data, url, project=project)
         if project is None:
             projects = list(page.projects)
-            return data == (pages.root_json(projects) if name == layout.JSON_PAGE else pages.root_html(folders[0], projects))
-        links = [pages.Link(filename=f.filename, sha256=f.hashes.get("sha256", ""), size=f.size or 0,
-                            version=parse_wheel_filename(f.filename).version, requires_python=f.requires_python,
-                            metadata_sha256=f.core_metadata if isinstance(f.core_metadata, str) else None) for f in page.files]
+            return data == (
+                pages.root_json(projects) if name == layout.JSON_PAGE else pages.root_html(folders[0], projects)
+            )
+        links = [
+            pages.Link(
+                filename=f.filename,
+                sha256=f.hashes.get("sha256", ""),
+                size=f.size or 0,
+                version=parse_wheel_filename(f.filename).version,
+                requires_python=f.requires_python,
+                metadata_sha256=f.core_metadata if isinstance(f.core_metadata, str) else None,
+            )
+            for f in page.files
+        ]
         return data == (pages.project_json if name == layout.JSON_PAGE else pages.project_html)(project, links)
     except (PageError, FaforgeError, ValueError, TypeError):
         return False
@@ -51,7 +61,9 @@ def foreign_pages(present: dict[str, bytes]) -> frozenset[str]:
     for rel in present:
         if not rel.startswith(f"{layout.FILES}/"):
             pages_of.setdefault(rel.split("/")[0], []).append(rel)
-    return frozenset(rel for index, rels in pages_of.items() if not any(rendered(r, present[r]) for r in rels) for rel in rels)
+    return frozenset(
+        rel for index, rels in pages_of.items() if not any(rendered(r, present[r]) for r in rels) for rel in rels
+    )
 
 
 def foreign_entries(root: Path) -> list[tuple[str, str]]:
@@ -68,7 +80,9 @@ def foreign_entries(root: Path) -> list[tuple[str, str]]:
         for name in sorted(os.listdir(root / index)):
             path = root / index / name
             if name in PROJECTS and path.is_dir():
-                out += [(f"{index}/{name}/{page}", FOREIGN) for page in sorted(os.listdir(path)) if not _ours_by_name(page)]
+                out += [
+                    (f"{index}/{name}/{page}", FOREIGN) for page in sorted(os.listdir(path)) if not _ours_by_name(page)
+                ]
             elif not _ours_by_name(name):
                 out.append((f"{index}/{name}", FOREIGN))
     return out
@@ -81,6 +95,9 @@ def _ours_by_name(name: str) -> bool:
 def refuse_blocked(root: Path, blocked: list[str]) -> None:
     """Exit 2 before any write when a page faforge must write stands where a foreign one is."""
     if blocked:
-        raise FaforgeError(f"{root}/{blocked[0]} is a page faforge did not write, where the index's own page goes; "
-                           "faforge never rewrites or removes it", input=f"{root}/{blocked[0]}",
-                           hint="move it (or its folder) out of the wheel index root, then run the command again")
+        raise FaforgeError(
+            f"{root}/{blocked[0]} is a page faforge did not write, where the index's own page goes; "
+            "faforge never rewrites or removes it",
+            input=f"{root}/{blocked[0]}",
+            hint="move it (or its folder) out of the wheel index root, then run the command again",
+        )

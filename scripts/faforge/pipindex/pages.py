@@ -45,7 +45,10 @@ def project_html(project: str, links: list[Link]) -> bytes:
         if link.requires_python:
             attrs.append(f'data-requires-python="{html.escape(link.requires_python, quote=True)}"')
         if link.metadata_sha256:
-            attrs += [f'data-core-metadata="sha256={link.metadata_sha256}"', f'data-dist-info-metadata="sha256={link.metadata_sha256}"']
+            attrs += [
+                f'data-core-metadata="sha256={link.metadata_sha256}"',
+                f'data-dist-info-metadata="sha256={link.metadata_sha256}"',
+            ]
         rows.append(f"    <a {' '.join(attrs)}>{html.escape(link.filename)}</a><br>")
     return _html(f"Links for {project}", rows)
 
@@ -56,15 +59,28 @@ def root_html(index: str, projects: list[str]) -> bytes:
 
 
 def _html(title: str, rows: list[str]) -> bytes:
-    head = ["<!DOCTYPE html>", "<html>", "  <head>", f'    <meta name="pypi:repository-version" content="{API_VERSION}">',
-            f"    <title>{html.escape(title)}</title>", "  </head>", "  <body>", f"    <h1>{html.escape(title)}</h1>"]
+    head = [
+        "<!DOCTYPE html>",
+        "<html>",
+        "  <head>",
+        f'    <meta name="pypi:repository-version" content="{API_VERSION}">',
+        f"    <title>{html.escape(title)}</title>",
+        "  </head>",
+        "  <body>",
+        f"    <h1>{html.escape(title)}</h1>",
+    ]
     return ("\n".join([*head, *rows, "  </body>", "</html>"]) + "\n").encode()
 
 
 def project_json(project: str, links: list[Link]) -> bytes:
     files = []
     for link in sorted(links, key=lambda k: k.filename):
-        entry = {"filename": link.filename, "url": file_url(link.filename), "hashes": {"sha256": link.sha256}, "size": link.size}
+        entry = {
+            "filename": link.filename,
+            "url": file_url(link.filename),
+            "hashes": {"sha256": link.sha256},
+            "size": link.size,
+        }
         if link.requires_python:
             entry["requires-python"] = link.requires_python
         if link.metadata_sha256:

@@ -27,7 +27,9 @@ class FileLink:
     hashes: dict[str, str]
     requires_python: str | None
     size: int | None  # PEP 700; HTML has none
-    core_metadata: str | bool | None  # the metadata file's sha256, True when offered without a hash, None when not offered
+    core_metadata: (
+        str | bool | None
+    )  # the metadata file's sha256, True when offered without a hash, None when not offered
     yanked: bool = False
 
 
@@ -126,11 +128,17 @@ def parse_html(body: bytes, url: str, *, project: str | None) -> Page:
         href = attrs.get("href") or ""
         target, _, fragment = urllib.parse.urljoin(base, href).partition("#")
         name, _, digest = fragment.partition("=")
-        files.append(FileLink(
-            filename=urllib.parse.unquote(target.rsplit("/", 1)[-1]) or text, url=target, hashes={name: digest} if digest else {},
-            requires_python=attrs.get("data-requires-python"), size=None,
-            core_metadata=_metadata_attr(attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))),
-            yanked="data-yanked" in attrs))
+        files.append(
+            FileLink(
+                filename=urllib.parse.unquote(target.rsplit("/", 1)[-1]) or text,
+                url=target,
+                hashes={name: digest} if digest else {},
+                requires_python=attrs.get("data-requires-python"),
+                size=None,
+                core_metadata=_metadata_attr(attrs.get("data-core-metadata", attrs.get("data-dist-info-metadata"))),
+                yanked="data-yanked" in attrs,
+            )
+        )
     return Page(url, "html", version, project, files=tuple(files))
 
 
@@ -141,33 +149,52 @@ def parse_json(body: bytes, url: str, *, project: str | None) -> Page:
     except FaforgeError as exc:
         raise PageError(f"{url}: not a JSON page ({getattr(exc, 'message', exc)})") from None
     if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
-        raise PageError(f"{url}: a PEP 691 page is an object with a \"meta\" object")
+        raise PageError(f'{url}: a PEP 691 page is an object with a "meta" object')
     version = data["meta"].get("api-version")
     if project is None:
         items = data.get("projects")
-        if not isinstance(items, list) or not all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in items):
-            raise PageError(f"{url}: \"projects\" is not a list of objects with a \"name\"")
+        if not isinstance(items, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("name"), str) for p in items
+        ):
+            raise PageError(f'{url}: "projects" is not a list of objects with a "name"')
         return Page(url, "json", version, None, projects=tuple(p["name"] for p in items))
     items = data.get("files")
     if not isinstance(items, list) or not all(isinstance(f, dict) for f in items):
-        raise PageError(f"{url}: \"files\" is not a list of objects")
+        raise PageError(f'{url}: "files" is not a list of objects')
     files = []
     for item in items:
         filename, link, hashes = item.get("filename"), item.get("url"), item.get("hashes")
-        if not isinstance(filename, str) or not isinstance(link, str) or not isinstance(hashes, dict) \
-                or not all(isinstance(v, str) for v in hashes.values()):
-            raise PageError(f"{url}: a file without a string \"filename\" and \"url\" and a \"hashes\" object of strings")
+        if (
+            not isinstance(filename, str)
+            or not isinstance(link, str)
+            or not isinstance(hashes, dict)
+            or not all(isinstance(v, str) for v in hashes.values())
+        ):
+            raise PageError(f'{url}: a file without a string "filename" and "url" and a "hashes" object of strings')
         meta = item.get("core-metadata", item.get("dist-info-metadata"))
         size = item.get("size")
-        files.append(FileLink(
-            filename=filename, url=urllib.parse.urljoin(url, link).partition("#")[0], hashes=dict(hashes),
-            requires_python=item.get("requires-python") if isinstance(item.get("requires-python"), str) else None,
-            size=size if isinstance(size, int) and not isinstance(size, bool) else None,
-            core_metadata=meta.get("sha256") if isinstance(meta, dict) else (bool(meta) if meta is not None else None),
-            yanked=bool(item.get("yanked"))))
+        files.append(
+            FileLink(
+                filename=filename,
+                url=urllib.parse.urljoin(url, link).partition("#")[0],
+                hashes=dict(hashes),
+                requires_python=item.get("requires-python") if isinstance(item.get("requires-python"), str) else None,
+                size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                core_metadata=meta.get("sha256")
+                if isinstance(meta, dict)
+                else (bool(meta) if meta is not None else None),
+                yanked=bool(item.get("yanked")),
+            )
+        )
     versions = data.get("versions")
-    return Page(url, "json", version, data.get("name") if isinstance(data.get("name"), str) else None, files=tuple(files),
-                versions=tuple(versions) if isinstance(versions, list) and all(isinstance(v, str) for v in versions) else None)
+    return Page(
+        url,
+        "json",
+        version,
+        data.get("name") if isinstance(data.get("name"), str) else None,
+        files=tuple(files),
+        versions=tuple(versions) if isinstance(versions, list) and all(isinstance(v, str) for v in versions) else None,
+    )
 
 
 def parse_page(body: bytes, url: str, fmt: str, project: str | None) -> Page:

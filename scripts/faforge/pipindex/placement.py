@@ -56,13 +56,16 @@ def glue_index(wheel: WheelFacts) -> tuple[str, None] | tuple[None, str]:
     """(index name, None) for a glue wheel, or (None, why not)."""
     match = GLUE_LABEL.fullmatch(wheel.local or "")
     if not match:
-        return None, (f"its local version label {wheel.local!r} names no torch minor, CUDA and ABI (e.g. +torch2.11.cu130.abi1), "
-                      "so no index takes it")
+        return None, (
+            f"its local version label {wheel.local!r} names no torch minor, CUDA and ABI (e.g. +torch2.11.cu130.abi1), "
+            "so no index takes it"
+        )
     minor = match["torch"]
     torch = requirement(wheel, "torch")
     if not admits(torch, minor):
-        return None, (f"its label names torch {minor}, but it requires {torch}: "
-                      f"the index of torch {minor} could never install it")
+        return None, (
+            f"its label names torch {minor}, but it requires {torch}: the index of torch {minor} could never install it"
+        )
     return index_name(minor, match["cuda"]), None
 
 
@@ -86,24 +89,41 @@ def place(wheels: Iterable[WheelFacts]) -> Placement:
         for name in pinned_by:
             indexes[name].append(wheel)
         if not pinned_by:
-            waiting.append((wheel, f"no {FLASH_ATTN.package} wheel in the index pins it yet; it joins their indexes when one does"))
+            waiting.append(
+                (wheel, f"no {FLASH_ATTN.package} wheel in the index pins it yet; it joins their indexes when one does")
+            )
     for wheel in (w for w in wheels if w.name == FA3):
         match = CUDA_LABEL.fullmatch(wheel.local or "")
         if not match:
-            problems.append((wheel, f"its local version label {wheel.local!r} names no "
-                                    "CUDA (e.g. +cu130.sm80.90a), so no index takes it"))
+            problems.append(
+                (
+                    wheel,
+                    f"its local version label {wheel.local!r} names no "
+                    "CUDA (e.g. +cu130.sm80.90a), so no index takes it",
+                )
+            )
             continue
         torch = requirement(wheel, "torch")
         fits = sorted(n for n, (minor, cuda) in glue_indexes.items() if cuda == match["cuda"] and admits(torch, minor))
         for name in fits:
             indexes[name].append(wheel)
         if not fits:
-            problems.append((wheel, f"no index of CUDA {match['cuda']} with a torch its requirement {torch} admits holds a "
-                                    f"{FLASH_ATTN.package} wheel yet (the indexes are those of the {FLASH_ATTN.package} wheels)"))
+            problems.append(
+                (
+                    wheel,
+                    f"no index of CUDA {match['cuda']} with a torch its requirement {torch} admits holds a "
+                    f"{FLASH_ATTN.package} wheel yet (the indexes are those of the {FLASH_ATTN.package} wheels)",
+                )
+            )
     for wheel in (w for w in wheels if w.name not in PROJECTS):
-        problems.append((wheel, f"{wheel.name} is none of the projects this index serves ({', '.join(sorted(PROJECTS))})"))
-    return Placement({n: tuple(sorted(ws, key=lambda w: w.filename)) for n, ws in sorted(indexes.items())},
-                     tuple(waiting), tuple(sorted(problems, key=lambda p: p[0].filename)))
+        problems.append(
+            (wheel, f"{wheel.name} is none of the projects this index serves ({', '.join(sorted(PROJECTS))})")
+        )
+    return Placement(
+        {n: tuple(sorted(ws, key=lambda w: w.filename)) for n, ws in sorted(indexes.items())},
+        tuple(waiting),
+        tuple(sorted(problems, key=lambda p: p[0].filename)),
+    )
 
 
 def _pins(glue: WheelFacts, kernel: WheelFacts) -> bool:

@@ -51,12 +51,24 @@ def publish_wheels(wheels: list[WheelFacts], root: Path, *, dry_run: bool, force
         before = survey(root) if root.is_dir() else Survey()
         plans = [_plan(w, root, before, force) for w in wheels]
         stale = superseded([p.wheel for p, _ in plans if p.action != "exists"], before.wheels)
-        kept = [w for name, w in before.wheels.items() if name not in {p.wheel.filename for p, copy in plans if copy} | set(stale)]
+        kept = [
+            w
+            for name, w in before.wheels.items()
+            if name not in {p.wheel.filename for p, copy in plans if copy} | set(stale)
+        ]
         placed = place(kept + [p.wheel for p, copy in plans if copy])
         if root.is_dir():
-            refuse_blocked(root, survey(root, leave_out=frozenset(set(before.wheels) - {w.filename for w in kept}),
-                                        extra=tuple(p.wheel for p, copy in plans if copy)).blocked)
-        return IndexPublished([Outcome(p.wheel, p.action, p.detail, placed.indexes_of(p.wheel.filename)) for p, _ in plans])
+            refuse_blocked(
+                root,
+                survey(
+                    root,
+                    leave_out=frozenset(set(before.wheels) - {w.filename for w in kept}),
+                    extra=tuple(p.wheel for p, copy in plans if copy),
+                ).blocked,
+            )
+        return IndexPublished(
+            [Outcome(p.wheel, p.action, p.detail, placed.indexes_of(p.wheel.filename)) for p, _ in plans]
+        )
     with index_errors(root), index_lock(root):
         before = survey(root)
         plans = [_plan(w, root, before, force) for w in wheels]
@@ -76,7 +88,9 @@ def publish_wheels(wheels: list[WheelFacts], root: Path, *, dry_run: bool, force
     outcomes = []
     for p, _ in plans:
         gone = sorted(old for old, by in stale.items() if by == p.wheel.filename)
-        detail = p.detail + (f" (supersedes {', '.join(gone)}: the same version and tags, another build)" if gone else "")
+        detail = p.detail + (
+            f" (supersedes {', '.join(gone)}: the same version and tags, another build)" if gone else ""
+        )
         action = "published" if p.action == "would-publish" or (gone and p.action == "unchanged") else p.action
         outcomes.append(Outcome(p.wheel, action, detail, after.placement.indexes_of(p.wheel.filename)))
     return IndexPublished(outcomes, after.bad)
@@ -104,8 +118,12 @@ def _plan(wheel: WheelFacts, root: Path, before: Survey, force: bool) -> tuple[O
     if held is not None and held.sha256 == wheel.sha256:
         if not before.needs_writing:
             return Outcome(wheel, "unchanged", f"identical file and pages already in {root}"), False
-        return Outcome(wheel, "would-publish", f"{where} (the identical file is there; writing the pages it is missing from)"), False
+        return Outcome(
+            wheel, "would-publish", f"{where} (the identical file is there; writing the pages it is missing from)"
+        ), False
     if force:
         return Outcome(wheel, "would-publish", f"{where} (replacing a different file)"), True
     other = f" (sha256 {held.sha256[:12]}…)" if held is not None else ""
-    return Outcome(wheel, "exists", f"a different file{other} of this name is in {root}/{layout.FILES}; pass --force to replace it"), False
+    return Outcome(
+        wheel, "exists", f"a different file{other} of this name is in {root}/{layout.FILES}; pass --force to replace it"
+    ), False

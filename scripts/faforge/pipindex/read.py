@@ -68,8 +68,10 @@ def project_names(roots: dict[str, Page], where: str) -> tuple[list[str], list[s
         try:
             projects.add(canonicalize_name(name, validate=True))
         except InvalidName:
-            problems.append(f"{where}: lists {shorten(name, 120)!r}, which is no project name pip could ask for (PEP 508): "
-                            "its page is not read")
+            problems.append(
+                f"{where}: lists {shorten(name, 120)!r}, which is no project name pip could ask for (PEP 508): "
+                "its page is not read"
+            )
     return sorted(projects), problems
 
 
@@ -79,14 +81,20 @@ def _fetch(url: str, accept: str, until: float) -> tuple[bytes, str]:
     response = httpclient.request(url, kind=PAGE_KIND, headers={"Accept": accept}, until=until)
     kind = (response.headers.get("Content-Type") or "").split(";")[0].strip().lower()
     if kind not in PAGE_TYPES:
-        raise PageError(f"{url}: Content-Type {shorten(kind, 80) or '(none)'}, which is no index page: pip skips it "
-                        f"(it reads {', '.join(PAGE_TYPES)})")
+        raise PageError(
+            f"{url}: Content-Type {shorten(kind, 80) or '(none)'}, which is no index page: pip skips it "
+            f"(it reads {', '.join(PAGE_TYPES)})"
+        )
     return response.body, PAGE_TYPES[kind]
 
 
 def _http_error(exc: urllib.error.HTTPError, url: str, *, root: bool) -> RemoteError:
     kind = IndexMissing if root and exc.code == 404 else RemoteError
-    return kind(f"{url}: HTTP {exc.code} {shorten(str(exc.reason), 80)}", input=url, hint="check the index URL (BASE/torch2.11-cu130/)")
+    return kind(
+        f"{url}: HTTP {exc.code} {shorten(str(exc.reason), 80)}",
+        input=url,
+        hint="check the index URL (BASE/torch2.11-cu130/)",
+    )
 
 
 def read_remote(url: str, *, formats: tuple[str, ...] = FORMATS) -> Listing:
@@ -133,11 +141,20 @@ def project_files(index: str, project: str) -> tuple[FileLink, ...]:
     reads its page: one request, JSON asked for first. PageRefused where the server answers 4xx (no such page),
     RemoteError where it gives no usable answer, PageError for a page that is no PEP 503/691 page."""
     if not index.startswith(("http://", "https://")):
-        folder = Path(urllib.request.url2pathname(urllib.parse.urlsplit(index).path)) if index.startswith("file://") else Path(index)
+        folder = (
+            Path(urllib.request.url2pathname(urllib.parse.urlsplit(index).path))
+            if index.startswith("file://")
+            else Path(index)
+        )
         listing = read_local(folder) if folder.is_dir() else None
         if listing is None or project not in listing.files():
-            raise PageRefused(f"{folder}: no page of {project}" + (f" ({'; '.join(listing.problems)})" if listing and listing.problems else ""),
-                              status=404, input=index, hint="publish the wheel there (`faforge publish --index ROOT`)")
+            raise PageRefused(
+                f"{folder}: no page of {project}"
+                + (f" ({'; '.join(listing.problems)})" if listing and listing.problems else ""),
+                status=404,
+                input=index,
+                hint="publish the wheel there (`faforge publish --index ROOT`)",
+            )
         return listing.files()[project]
     page_url = project_url(index if index.endswith("/") else index + "/", project)
     try:
@@ -153,8 +170,11 @@ def project_files(index: str, project: str) -> tuple[FileLink, ...]:
 def read_local(folder: Path) -> Listing:
     """One index folder (ROOT/torch2.11-cu130): both files of its root page and of each project's page."""
     if not folder.is_dir():
-        raise FaforgeError(f"wheel index {folder} {why_not_a_folder(folder)}", input=str(folder),
-                           hint="name an index folder (ROOT/torch2.11-cu130) that `faforge publish --index ROOT` wrote")
+        raise FaforgeError(
+            f"wheel index {folder} {why_not_a_folder(folder)}",
+            input=str(folder),
+            hint="name an index folder (ROOT/torch2.11-cu130) that `faforge publish --index ROOT` wrote",
+        )
     layout.check_index_links(folder.parent, folder.name)
     url = folder.resolve().as_uri() + "/"
     files = {"json": JSON_PAGE, "html": HTML_PAGE}
@@ -178,7 +198,9 @@ def read_local(folder: Path) -> Listing:
                 problems.append(f"{sub}: no {name}, though the root page lists {project}")
                 continue
             try:
-                projects.setdefault(project, {})[fmt] = parse_page(read_page_file(sub / name), sub.resolve().as_uri() + "/", fmt, project)
+                projects.setdefault(project, {})[fmt] = parse_page(
+                    read_page_file(sub / name), sub.resolve().as_uri() + "/", fmt, project
+                )
             except PageError as exc:
                 problems.append(str(exc))
     return Listing(url, roots, projects, tuple(problems))
@@ -219,7 +241,10 @@ def read_published(where: str, index_name: str) -> Listing | None:
     else:
         listing = read_local(Path(location))
     if listing.problems:
-        raise FaforgeError(f"--index {where}: {location} is not a readable PEP 503/691 index: {listing.problems[0]}", input=where,
-                           hint="check what the server serves there" if remote else "re-index it: `faforge index --pip ROOT`",
-                           exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT)
+        raise FaforgeError(
+            f"--index {where}: {location} is not a readable PEP 503/691 index: {listing.problems[0]}",
+            input=where,
+            hint="check what the server serves there" if remote else "re-index it: `faforge index --pip ROOT`",
+            exit_code=EXIT_REMOTE if remote else EXIT_BAD_INPUT,
+        )
     return listing

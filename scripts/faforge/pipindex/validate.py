@@ -42,9 +42,16 @@ def validate(listing: Listing, *, index: str | None = None, files: Path | None =
         problems.append(f"{listing.url}: no root page was read")
     for page in listing.roots.values():
         problems += _api_version(page)
-        problems += [f"{page.url} ({page.format}): {name!r} is not a PEP 503-normalised name (it is {canonicalize_name(name)!r})"
-                     for name in page.projects if canonicalize_name(name) != name]
-        problems += [f"{page.url} ({page.format}): lists {name!r} twice" for name, n in sorted(Counter(page.projects).items()) if n > 1]
+        problems += [
+            f"{page.url} ({page.format}): {name!r} is not a PEP 503-normalised name (it is {canonicalize_name(name)!r})"
+            for name in page.projects
+            if canonicalize_name(name) != name
+        ]
+        problems += [
+            f"{page.url} ({page.format}): lists {name!r} twice"
+            for name, n in sorted(Counter(page.projects).items())
+            if n > 1
+        ]
     if len({tuple(sorted(p.projects)) for p in listing.roots.values()}) > 1:
         problems.append(f"{listing.url}: its JSON and HTML root pages list different projects")
     for project, pages in listing.projects.items():
@@ -96,16 +103,24 @@ def _project_page(project: str, page: Page, index: str | None) -> list[str]:
                 out.append(f"{what}: its Requires-Python {link.requires_python!r} is not a PEP 440 specifier")
         if page.format == "json" and link.size is None:
             out.append(f"{what}: has no size (PEP 700)")
-        if link.core_metadata is not None and not (isinstance(link.core_metadata, str) and SHA256.fullmatch(link.core_metadata)):
+        if link.core_metadata is not None and not (
+            isinstance(link.core_metadata, str) and SHA256.fullmatch(link.core_metadata)
+        ):
             out.append(f"{what}: offers its metadata without a sha256 of it")
         if index and name.name == GLUE:
             match = GLUE_LABEL.fullmatch(name.local or "")
             named = index_name(match["torch"], match["cuda"]) if match else None
             if parse_index_name(index) and named != index:
                 out.append(f"{what}: its local label {name.local!r} names {named or 'no index'}, not {index}")
-    if page.format == "json" and page.versions is not None and sorted(page.versions, key=Version) != sorted(versions, key=Version):
-        out.append(f"{where}: its versions list {list(page.versions)} is "
-                   f"not its files' versions {sorted(versions, key=Version)}")
+    if (
+        page.format == "json"
+        and page.versions is not None
+        and sorted(page.versions, key=Version) != sorted(versions, key=Version)
+    ):
+        out.append(
+            f"{where}: its versions list {list(page.versions)} is "
+            f"not its files' versions {sorted(versions, key=Version)}"
+        )
     return out
 
 

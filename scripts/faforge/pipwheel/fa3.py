@@ -46,24 +46,37 @@ def expected_gpu(archs: tuple[str, ...]) -> tuple[set[str], set[str]]:
     return sass, ptx
 
 
-def repack_fa3_wheel(raw: Path, *, cuda: str, archs: str, out_dir: Path, work: Path,
-                     say: Callable[[str], None] = lambda line: None) -> BuiltWheel:
+def repack_fa3_wheel(
+    raw: Path, *, cuda: str, archs: str, out_dir: Path, work: Path, say: Callable[[str], None] = lambda line: None
+) -> BuiltWheel:
     """Write the pip FA3 wheel of the build's raw wheel (see the module docstring)."""
     started = time.monotonic()
     raw = Path(raw)
     facts = read_wheel(raw)
     if facts.name != canonicalize_name(FLASH_ATTN_3.package):
-        raise FaforgeError(f"{raw}: a {facts.name} wheel, not {FLASH_ATTN_3.package}", hint="pass the FA3 build's wheel", input=str(raw))
+        raise FaforgeError(
+            f"{raw}: a {facts.name} wheel, not {FLASH_ATTN_3.package}",
+            hint="pass the FA3 build's wheel",
+            input=str(raw),
+        )
     if facts.abi_tags != ("abi3",):
-        raise FaforgeError(f"{raw}: its ABI tag is {'.'.join(facts.abi_tags)}, not abi3", hint="pass the stable-ABI build's wheel", input=str(raw))
+        raise FaforgeError(
+            f"{raw}: its ABI tag is {'.'.join(facts.abi_tags)}, not abi3",
+            hint="pass the stable-ABI build's wheel",
+            input=str(raw),
+        )
     arch_list = layout.parse_archs(archs)
     label = f"{layout.cuda_tag(cuda)}.{layout.arch_label(arch_list)}"
     contents = wheel_contents(raw)
     member = f"{FLASH_ATTN_3.module}/{EXTENSION}"
     elves = sorted(n for n, data in contents.items() if data.startswith(ELF_MAGIC))
     if elves != [member]:
-        raise FaforgeError(f"{raw}: holds {', '.join(elves) or 'no ELF file'}, not {member} alone", hint="pass the FA3 build's wheel",
-                           input=str(raw), exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{raw}: holds {', '.join(elves) or 'no ELF file'}, not {member} alone",
+            hint="pass the FA3 build's wheel",
+            input=str(raw),
+            exit_code=EXIT_PROBLEMS,
+        )
     work.mkdir(parents=True, exist_ok=True)
     original = work / "raw" / EXTENSION
     original.parent.mkdir(exist_ok=True)
@@ -71,24 +84,41 @@ def repack_fa3_wheel(raw: Path, *, cuda: str, archs: str, out_dir: Path, work: P
     sass, ptx = expected_gpu(arch_list)
     gpu = read_gpu_archs(original)
     if set(gpu.sass) != sass or set(gpu.ptx) != ptx:
-        raise FaforgeError(f"{raw}: its GPU code is {', '.join(gpu.sass + gpu.ptx) or 'none'}, but --archs {archs} says "
-                           f"{', '.join(sorted(sass | ptx))}", hint="pass the arch list it was built for", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{raw}: its GPU code is {', '.join(gpu.sass + gpu.ptx) or 'none'}, but --archs {archs} says "
+            f"{', '.join(sorted(sass | ptx))}",
+            hint="pass the arch list it was built for",
+            exit_code=EXIT_PROBLEMS,
+        )
     major, _ = layout.parse_cuda(cuda)
     cudart = [n for n in read_info(original).needed if n.startswith("libcudart.so.")]
     if cudart and cudart != [f"libcudart.so.{major}"]:
-        raise FaforgeError(f"{raw}: it links {', '.join(cudart)}, not the CUDA {cuda} runtime libcudart.so.{major}",
-                           hint="pass the CUDA it was built with", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{raw}: it links {', '.join(cudart)}, not the CUDA {cuda} runtime libcudart.so.{major}",
+            hint="pass the CUDA it was built with",
+            exit_code=EXIT_PROBLEMS,
+        )
     runpath = layout.fa3_runpath(cuda)
     patched = work / EXTENSION
     set_runpath(original, patched, runpath, say=say)
     verdict = platform_tag([patched], what=raw.name)
     raw_info = dist_info_dir(list(contents), parse_wheel_filename(raw.name), str(raw))
     spec = WheelSpec(
-        name=facts.name, version=f"{Version(facts.version).public}+{label}", python_tags=facts.python_tags, abi_tags=facts.abi_tags,
-        platform_tags=(verdict.tag,), requires_python=facts.requires_python,
-        requires_dist=(f"torch>={torch_floor()}", *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) != "torch")),
+        name=facts.name,
+        version=f"{Version(facts.version).public}+{label}",
+        python_tags=facts.python_tags,
+        abi_tags=facts.abi_tags,
+        platform_tags=(verdict.tag,),
+        requires_python=facts.requires_python,
+        requires_dist=(
+            f"torch>={torch_floor()}",
+            *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) != "torch"),
+        ),
         summary=f"{FLASH_ATTN_3.title} (CUDA {cuda}, {layout.arch_label(arch_list)}) "
-                f"on torch's stable ABI, for torch >= {torch_floor()}",
-        files={})
+        f"on torch's stable ABI, for torch >= {torch_floor()}",
+        files={},
+    )
     path = rewrite_wheel(spec, contents, raw_info, member=member, patched=patched, out_dir=out_dir)
-    return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=gpu, seconds=time.monotonic() - started)
+    return BuiltWheel(
+        path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=gpu, seconds=time.monotonic() - started
+    )

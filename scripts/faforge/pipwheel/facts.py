@@ -35,9 +35,11 @@ from faforge.pipwheel.members import refuse as _refuse
 
 WHEEL_CAP = 4 << 30  # bytes of a whole wheel file (a flash-attn glue or kernel wheel for every arch: ~0.5 GB)
 # PEP 427's file name: the name and version are escaped (runs of -_. become _), a build tag starts with a digit.
-FILENAME = re.compile(r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[^-]+)"
-                      r"(?:-(?P<build>[0-9][A-Za-z0-9_.]*))?-(?P<python>[A-Za-z0-9_.]+)-(?P<abi>[A-Za-z0-9_.]+)"
-                      r"-(?P<platform>[A-Za-z0-9_.]+)\.whl")
+FILENAME = re.compile(
+    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[^-]+)"
+    r"(?:-(?P<build>[0-9][A-Za-z0-9_.]*))?-(?P<python>[A-Za-z0-9_.]+)-(?P<abi>[A-Za-z0-9_.]+)"
+    r"-(?P<platform>[A-Za-z0-9_.]+)\.whl"
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ class WheelName:
     @property
     def tags(self) -> tuple[str, ...]:
         """Every `python-abi-platform` triple the compressed tag sets expand to, sorted."""
-        return tuple(sorted(f"{p}-{a}-{t}" for p in self.python_tags for a in self.abi_tags for t in self.platform_tags))
+        return tuple(
+            sorted(f"{p}-{a}-{t}" for p in self.python_tags for a in self.abi_tags for t in self.platform_tags)
+        )
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,9 @@ def identity(wheel: WheelFacts) -> tuple[str, Version, str | None, tuple[str, ..
     """What makes two wheel files one wheel to pip and to an index, whatever their file names spell: the
     normalised name and version, the build tag, and the tag triples (compressed sets expanded, lowercase,
     as packaging.tags compares them). `flash_attn-...` and `Flash_Attn-...` are one wheel."""
-    tags = sorted({f"{p}-{a}-{t}".lower() for p in wheel.python_tags for a in wheel.abi_tags for t in wheel.platform_tags})
+    tags = sorted(
+        {f"{p}-{a}-{t}".lower() for p in wheel.python_tags for a in wheel.abi_tags for t in wheel.platform_tags}
+    )
     return wheel.name, Version(wheel.version), wheel.build_tag, tuple(tags)
 
 
@@ -119,8 +125,16 @@ def parse_wheel_filename(filename: str) -> WheelName:
     tags = {part: tuple(match[part].split(".")) for part in ("python", "abi", "platform")}
     if any(not t for ts in tags.values() for t in ts):
         raise _refuse(filename, "has an empty tag in a compressed tag set", hint)
-    return WheelName(filename=filename, name=canonicalize_name(match["name"]), version=str(version), local=version.local,
-                     build_tag=match["build"], python_tags=tags["python"], abi_tags=tags["abi"], platform_tags=tags["platform"])
+    return WheelName(
+        filename=filename,
+        name=canonicalize_name(match["name"]),
+        version=str(version),
+        local=version.local,
+        build_tag=match["build"],
+        python_tags=tags["python"],
+        abi_tags=tags["abi"],
+        platform_tags=tags["platform"],
+    )
 
 
 def _open_wheel(path: Path) -> int:
@@ -132,9 +146,15 @@ def _open_wheel(path: Path) -> int:
             raise _refuse(str(path), "is not a regular file (a socket)", "name a wheel file") from None
         raise path_error(exc, None, path) from None
     info = os.fstat(fd)
-    problem = ("is a folder, not a file" if stat.S_ISDIR(info.st_mode) else "is not a regular file (a FIFO, socket or device)"
-               if not stat.S_ISREG(info.st_mode) else
-               f"has {info.st_size:,} bytes, more than the {WHEEL_CAP:,} a wheel may have" if info.st_size > WHEEL_CAP else None)
+    problem = (
+        "is a folder, not a file"
+        if stat.S_ISDIR(info.st_mode)
+        else "is not a regular file (a FIFO, socket or device)"
+        if not stat.S_ISREG(info.st_mode)
+        else f"has {info.st_size:,} bytes, more than the {WHEEL_CAP:,} a wheel may have"
+        if info.st_size > WHEEL_CAP
+        else None
+    )
     if problem:
         os.close(fd)
         raise _refuse(str(path), problem, "name a wheel file")
@@ -145,7 +165,9 @@ def dist_info_dir(names: list[str], name: WheelName, what: str) -> str:
     """The wheel's one top-level .dist-info folder, whose project is the file name's (as pip finds it)."""
     found = sorted({n.split("/", 1)[0] for n in names if "/" in n and n.split("/", 1)[0].endswith(".dist-info")})
     if len(found) != 1:
-        raise _refuse(what, f"has {len(found)} .dist-info folders ({', '.join(f[:80] for f in found[:3]) or 'none'}), not one")
+        raise _refuse(
+            what, f"has {len(found)} .dist-info folders ({', '.join(f[:80] for f in found[:3]) or 'none'}), not one"
+        )
     project = found[0].removesuffix(".dist-info").rsplit("-", 1)[0]
     if canonicalize_name(project) != name.name:
         raise _refuse(what, f"its {found[0][:120]} is not of the project {name.name!r} the file name says")
@@ -181,8 +203,10 @@ def _one(fields: dict[str, list[str]], key: str, what: str, *, required: bool = 
 def read_wheel(path: str | os.PathLike) -> WheelFacts:
     """The facts of the wheel file at `path` (see the module docstring for what is refused)."""
     path = Path(path)
-    paths.require_input_file(path, "`faforge build PIP_CELL` writes wheels to --output-dir/dist/ and `faforge wheel` to --out; "
-                                   "pass those files")
+    paths.require_input_file(
+        path,
+        "`faforge build PIP_CELL` writes wheels to --output-dir/dist/ and `faforge wheel` to --out; pass those files",
+    )
     name = parse_wheel_filename(path.name)
     fd = _open_wheel(path)
     with os.fdopen(fd, "rb") as handle:
@@ -191,7 +215,11 @@ def read_wheel(path: str | os.PathLike) -> WheelFacts:
             digest.update(block)
             size += len(block)
             if size > WHEEL_CAP:
-                raise _refuse(str(path), f"has more than the {WHEEL_CAP:,} bytes a wheel may have (it grew while read)", "name a wheel file")
+                raise _refuse(
+                    str(path),
+                    f"has more than the {WHEEL_CAP:,} bytes a wheel may have (it grew while read)",
+                    "name a wheel file",
+                )
         handle.seek(0)
         try:
             with zipfile.ZipFile(handle) as archive:
@@ -225,15 +253,31 @@ def read_wheel(path: str | os.PathLike) -> WheelFacts:
         try:
             Requirement(text)
         except InvalidRequirement as exc:
-            raise _refuse(what, f"has Requires-Dist {text[:80]!r}, not a PEP 508 requirement ({str(exc)[:120]})") from None
+            raise _refuse(
+                what, f"has Requires-Dist {text[:80]!r}, not a PEP 508 requirement ({str(exc)[:120]})"
+            ) from None
     wheel_fields = parse_metadata(wheel, f"{path}: {dist_info}/WHEEL")
     wheel_version = _one(wheel_fields, "Wheel-Version", f"{path}: {dist_info}/WHEEL")
     if not re.fullmatch(r"1\.[0-9]+", wheel_version):
-        raise _refuse(f"{path}: {dist_info}/WHEEL", f"has Wheel-Version {wheel_version[:40]!r}; installers read 1.x only")
-    return WheelFacts(path=path, filename=name.filename, name=name.name, version=name.version, local=name.local,
-                      build_tag=name.build_tag, python_tags=name.python_tags, abi_tags=name.abi_tags,
-                      platform_tags=name.platform_tags, requires_python=requires_python, requires_dist=requires,
-                      sha256=digest.hexdigest(), size=size, dist_info=dist_info)
+        raise _refuse(
+            f"{path}: {dist_info}/WHEEL", f"has Wheel-Version {wheel_version[:40]!r}; installers read 1.x only"
+        )
+    return WheelFacts(
+        path=path,
+        filename=name.filename,
+        name=name.name,
+        version=name.version,
+        local=name.local,
+        build_tag=name.build_tag,
+        python_tags=name.python_tags,
+        abi_tags=name.abi_tags,
+        platform_tags=name.platform_tags,
+        requires_python=requires_python,
+        requires_dist=requires,
+        sha256=digest.hexdigest(),
+        size=size,
+        dist_info=dist_info,
+    )
 
 
 def wheel_contents(path: str | os.PathLike, cap: int | None = None) -> dict[str, bytes]:
@@ -270,8 +314,14 @@ def requires_dist_of(path: str | os.PathLike, option: str | None = None) -> tupl
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(METADATA_CAP + 1)
     if len(data) > METADATA_CAP:
-        raise _refuse(label, f"has more than the {METADATA_CAP:,} bytes a METADATA file may have", "pass a wheel's METADATA or the wheel")
+        raise _refuse(
+            label,
+            f"has more than the {METADATA_CAP:,} bytes a METADATA file may have",
+            "pass a wheel's METADATA or the wheel",
+        )
     fields = parse_metadata(data, label)
     if not fields.get("name") or not fields.get("version"):
-        raise _refuse(label, "is not core metadata (no Name and Version fields)", "pass a wheel's METADATA or the wheel")
+        raise _refuse(
+            label, "is not core metadata (no Name and Version fields)", "pass a wheel's METADATA or the wheel"
+        )
     return tuple(fields.get("requires-dist", []))

@@ -57,7 +57,9 @@ class GlueCell:
 def python_tag(python: str) -> str:
     match = PYTHON.fullmatch(python or "")
     if not match:
-        raise FaforgeError(f"--python {python[:40]!r} is not a CPython 3.X version", hint="pass e.g. 3.12", input=python)
+        raise FaforgeError(
+            f"--python {python[:40]!r} is not a CPython 3.X version", hint="pass e.g. 3.12", input=python
+        )
     return f"cp3{match['minor']}"
 
 
@@ -70,8 +72,11 @@ def kernel_wheel_facts(kernel_wheel: Path) -> WheelFacts:
     """The facts of a kernel wheel, refused when it is another project's."""
     facts = read_wheel(kernel_wheel)
     if facts.name != canonicalize_name(FLASH_ATTN.kernel_package):
-        raise FaforgeError(f"--kernel-wheel {kernel_wheel}: a {facts.name} wheel, not {FLASH_ATTN.kernel_package}",
-                           hint="pass the kernel wheel `faforge wheel kernel` wrote", input=str(kernel_wheel))
+        raise FaforgeError(
+            f"--kernel-wheel {kernel_wheel}: a {facts.name} wheel, not {FLASH_ATTN.kernel_package}",
+            hint="pass the kernel wheel `faforge wheel kernel` wrote",
+            input=str(kernel_wheel),
+        )
     return facts
 
 
@@ -80,45 +85,75 @@ def _kernel_library(kernel_wheel: Path) -> tuple[WheelFacts, bytes]:
     contents = wheel_contents(kernel_wheel, KERNEL_WHEEL_CAP)
     member = f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}"
     if member not in contents:
-        raise FaforgeError(f"--kernel-wheel {kernel_wheel}: holds no {member}", hint="pass the kernel wheel `faforge wheel kernel` wrote",
-                           input=str(kernel_wheel))
+        raise FaforgeError(
+            f"--kernel-wheel {kernel_wheel}: holds no {member}",
+            hint="pass the kernel wheel `faforge wheel kernel` wrote",
+            input=str(kernel_wheel),
+        )
     return facts, contents[member]
 
 
-def repack_glue_wheel(raw: Path, *, cell: GlueCell, kernel_wheel: Path, out_dir: Path, work: Path,
-                      say: Callable[[str], None] = lambda line: None) -> BuiltWheel:
+def repack_glue_wheel(
+    raw: Path,
+    *,
+    cell: GlueCell,
+    kernel_wheel: Path,
+    out_dir: Path,
+    work: Path,
+    say: Callable[[str], None] = lambda line: None,
+) -> BuiltWheel:
     """Write the pip glue wheel of `cell` from the backend's raw wheel (see the module docstring)."""
     started = time.monotonic()
     raw = Path(raw)
     facts = read_wheel(raw)
     what = raw.name
     if facts.name != canonicalize_name(FLASH_ATTN.package):
-        raise FaforgeError(f"{raw}: a {facts.name} wheel, not {FLASH_ATTN.package}", hint=f"pass the wheel {FLASH_ATTN.build_script} wrote",
-                           input=str(raw))
+        raise FaforgeError(
+            f"{raw}: a {facts.name} wheel, not {FLASH_ATTN.package}",
+            hint=f"pass the wheel {FLASH_ATTN.build_script} wrote",
+            input=str(raw),
+        )
     tag = python_tag(cell.python)
     if facts.python_tags != (tag,) or facts.abi_tags != (tag,):
-        raise FaforgeError(f"{raw}: built for {'.'.join(facts.python_tags)}-{'.'.join(facts.abi_tags)}, not the cell's {tag}-{tag} "
-                           f"(Python {cell.python})", hint="build the glue with the cell's Python, or pass its --python", input=str(raw))
+        raise FaforgeError(
+            f"{raw}: built for {'.'.join(facts.python_tags)}-{'.'.join(facts.abi_tags)}, not the cell's {tag}-{tag} "
+            f"(Python {cell.python})",
+            hint="build the glue with the cell's Python, or pass its --python",
+            input=str(raw),
+        )
     label = layout.glue_label(cell.torch, cell.cuda, cell.cxx11_abi)
     build_tag = layout.glue_build_tag(cell.build_tag)
     kernel, library = _kernel_library(kernel_wheel)
     if Version(kernel.version).public != Version(facts.version).public:
-        raise FaforgeError(f"--kernel-wheel {kernel_wheel.name}: version {kernel.version}, but the glue is {facts.version}",
-                           hint="build both from the same sdist", input=str(kernel_wheel))
+        raise FaforgeError(
+            f"--kernel-wheel {kernel_wheel.name}: version {kernel.version}, but the glue is {facts.version}",
+            hint="build both from the same sdist",
+            input=str(kernel_wheel),
+        )
     if not (kernel.local or "").startswith(layout.cuda_tag(cell.cuda) + "."):
-        raise FaforgeError(f"--kernel-wheel {kernel_wheel.name}: built for {kernel.local}, not CUDA {cell.cuda}",
-                           hint="pass the kernel wheel of the cell's kernel key", input=str(kernel_wheel))
+        raise FaforgeError(
+            f"--kernel-wheel {kernel_wheel.name}: built for {kernel.local}, not CUDA {cell.cuda}",
+            hint="pass the kernel wheel of the cell's kernel key",
+            input=str(kernel_wheel),
+        )
     contents = wheel_contents(raw)
     extension_prefix = f"{FLASH_ATTN.extension}."
     elves = sorted(name for name, data in contents.items() if data.startswith(ELF_MAGIC))
     extensions = [n for n in elves if "/" not in n and n.startswith(extension_prefix) and n.endswith(".so")]
     if elves != extensions or len(extensions) != 1:
         carried = [n for n in elves if n not in extensions]
-        why = (f"it carries {', '.join(carried)}: a pip glue links the kernel "
-               "wheel's library, never a copy (build it with --kernel-library)"
-               if carried else f"{len(extensions)} {FLASH_ATTN.extension} modules at its top, not one")
-        raise FaforgeError(f"{raw}: {why}", hint=f"pass the wheel of `{FLASH_ATTN.build_script} --kernel-library LIB`", input=str(raw),
-                           exit_code=EXIT_PROBLEMS)
+        why = (
+            f"it carries {', '.join(carried)}: a pip glue links the kernel "
+            "wheel's library, never a copy (build it with --kernel-library)"
+            if carried
+            else f"{len(extensions)} {FLASH_ATTN.extension} modules at its top, not one"
+        )
+        raise FaforgeError(
+            f"{raw}: {why}",
+            hint=f"pass the wheel of `{FLASH_ATTN.build_script} --kernel-library LIB`",
+            input=str(raw),
+            exit_code=EXIT_PROBLEMS,
+        )
     extension = extensions[0]
     work.mkdir(parents=True, exist_ok=True)
     (work / "raw").mkdir(exist_ok=True)
@@ -133,15 +168,31 @@ def repack_glue_wheel(raw: Path, *, cell: GlueCell, kernel_wheel: Path, out_dir:
     verdict = platform_tag([patched], what=what)
     raw_info = dist_info_dir(list(contents), parse_wheel_filename(raw.name), str(raw))
     spec = WheelSpec(
-        name=facts.name, version=f"{facts.version}+{label}", build_tag=build_tag, python_tags=(tag,), abi_tags=(tag,),
-        platform_tags=(verdict.tag,), requires_python=requires_python(cell.python),
-        requires_dist=(layout.torch_requirement(cell.torch), f"{kernel.name}=={kernel.version}",
-                       *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) not in ("torch", kernel.name))),
+        name=facts.name,
+        version=f"{facts.version}+{label}",
+        build_tag=build_tag,
+        python_tags=(tag,),
+        abi_tags=(tag,),
+        platform_tags=(verdict.tag,),
+        requires_python=requires_python(cell.python),
+        requires_dist=(
+            layout.torch_requirement(cell.torch),
+            f"{kernel.name}=={kernel.version}",
+            *(r for r in facts.requires_dist if canonicalize_name(Requirement(r).name) not in ("torch", kernel.name)),
+        ),
         summary=f"{FLASH_ATTN.title} for torch {cell.torch} (CUDA {cell.cuda}, "
-                f"C++ ABI {cell.cxx11_abi}), linking {kernel.filename}",
-        files={})
+        f"C++ ABI {cell.cxx11_abi}), linking {kernel.filename}",
+        files={},
+    )
     path = rewrite_wheel(spec, contents, raw_info, member=extension, patched=patched, out_dir=out_dir)
-    return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=identity.gpu, seconds=time.monotonic() - started)
+    return BuiltWheel(
+        path=path,
+        facts=read_wheel(path),
+        verdict=verdict,
+        runpath=runpath,
+        gpu=identity.gpu,
+        seconds=time.monotonic() - started,
+    )
 
 
 def is_kernel_symbol(name: str) -> bool:
@@ -157,18 +208,27 @@ def _check_links(extension: Path, kernel_library: Path, cell: GlueCell, what: st
     """The extension is the cell's: its C++ ABI, and every kernel symbol it imports exported by the kernel library."""
     info = read_info(extension)
     if FLASH_ATTN.kernel_soname not in info.needed:
-        raise FaforgeError(f"{what}: its {FLASH_ATTN.extension} does not link "
-                           f"{FLASH_ATTN.kernel_soname} (DT_NEEDED: {', '.join(info.needed)})",
-                           hint=f"build it with {FLASH_ATTN.build_script} --kernel-library", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: its {FLASH_ATTN.extension} does not link "
+            f"{FLASH_ATTN.kernel_soname} (DT_NEEDED: {', '.join(info.needed)})",
+            hint=f"build it with {FLASH_ATTN.build_script} --kernel-library",
+            exit_code=EXIT_PROBLEMS,
+        )
     symbols = read_dynamic_symbols(extension)
     found = cxx11_abi_of({s.name for s in symbols.all_symbols()})
     if found is not None and found != cell.cxx11_abi:
-        raise FaforgeError(f"{what}: built with _GLIBCXX_USE_CXX11_ABI={found}, but the cell is abi{cell.cxx11_abi}",
-                           hint="pass the cell's --cxx11-abi, or rebuild the glue for it", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: built with _GLIBCXX_USE_CXX11_ABI={found}, but the cell is abi{cell.cxx11_abi}",
+            hint="pass the cell's --cxx11-abi, or rebuild the glue for it",
+            exit_code=EXIT_PROBLEMS,
+        )
     wanted = {s.name for s in symbols.undefined() if is_kernel_symbol(s.name)}
     exported = set(read_dynamic_symbols(kernel_library).exports())
     missing = sorted(wanted - exported)
     if missing:
-        raise FaforgeError(f"{what}: imports {len(missing)} kernel symbol(s) the "
-                           f"kernel wheel's library lacks (e.g. {missing[0][:120]})",
-                           hint="pass the kernel wheel of the kernel build this glue linked", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: imports {len(missing)} kernel symbol(s) the "
+            f"kernel wheel's library lacks (e.g. {missing[0][:120]})",
+            hint="pass the kernel wheel of the kernel build this glue linked",
+            exit_code=EXIT_PROBLEMS,
+        )

@@ -81,25 +81,41 @@ def _check_torch_runtime(torch_requires_dist: Iterable[str], cuda: str, major: i
             found.append(req)
     if len(found) != 1:
         what = "no requirement" if not found else f"{len(found)} requirements ({', '.join(map(str, found))})"
-        raise FaforgeError(f"the torch METADATA has {what} naming the CUDA runtime "
-                           f"(nvidia-cuda-runtime* or cuda-toolkit[{RUNTIME_EXTRA}])",
-                           hint="pass the METADATA of a CUDA build of torch from PyPI (a CPU torch requires none)")
+        raise FaforgeError(
+            f"the torch METADATA has {what} naming the CUDA runtime "
+            f"(nvidia-cuda-runtime* or cuda-toolkit[{RUNTIME_EXTRA}])",
+            hint="pass the METADATA of a CUDA build of torch from PyPI (a CPU torch requires none)",
+        )
     req = found[0]
     pinned = [s.version for s in req.specifier if s.operator in ("==", "===", "~=", ">=")]
     if pinned and pinned[0].split(".")[0] != str(major):
-        raise FaforgeError(f"the torch METADATA requires {req.name}{req.specifier}, CUDA {pinned[0]}, not the kernel's CUDA {cuda}",
-                           hint=f"pass the METADATA of a torch built for CUDA {major}.x")
+        raise FaforgeError(
+            f"the torch METADATA requires {req.name}{req.specifier}, CUDA {pinned[0]}, not the kernel's CUDA {cuda}",
+            hint=f"pass the METADATA of a torch built for CUDA {major}.x",
+        )
 
 
-def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_dir: Path,
-                      say: Callable[[str], None] = lambda line: None, work: Path) -> BuiltWheel:
+def pack_kernel_wheel(
+    package: KernelPackage,
+    *,
+    runtime_requirement: str,
+    out_dir: Path,
+    say: Callable[[str], None] = lambda line: None,
+    work: Path,
+) -> BuiltWheel:
     """Write the kernel wheel of `package` into `out_dir` (`work`: a scratch folder for the patched library)."""
     started = time.monotonic()
     what = f"{package.name}-{package.version}-{package.build}"
     if package.name != FLASH_ATTN.kernel_package:
-        raise FaforgeError(f"{what}: a {package.name} package, not {FLASH_ATTN.kernel_package}", hint=f"pass a {FLASH_ATTN.kernel_package} package")
+        raise FaforgeError(
+            f"{what}: a {package.name} package, not {FLASH_ATTN.kernel_package}",
+            hint=f"pass a {FLASH_ATTN.kernel_package} package",
+        )
     if package.subdir not in SUBDIR_MACHINE:
-        raise FaforgeError(f"{what}: built for {package.subdir}; pip wheels are built for {', '.join(SUBDIR_MACHINE)}", hint="pass a linux package")
+        raise FaforgeError(
+            f"{what}: built for {package.subdir}; pip wheels are built for {', '.join(SUBDIR_MACHINE)}",
+            hint="pass a linux package",
+        )
     label, number = wheelnames.kernel_label(package.build)
     cuda = wheelnames.cuda_of_label(label)
     assert cuda is not None  # kernel_label matched the build string, so its label starts cu<digits>
@@ -108,25 +124,48 @@ def pack_kernel_wheel(package: KernelPackage, *, runtime_requirement: str, out_d
     patched = work / FLASH_ATTN.kernel_soname
     identity = set_runpath(package.library, patched, runpath, say=say)
     if identity.soname != FLASH_ATTN.kernel_soname:
-        raise FaforgeError(f"{what}: its library's SONAME is {identity.soname!r}, not {FLASH_ATTN.kernel_soname}",
-                           hint="rebuild it with the recipe of this checkout", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: its library's SONAME is {identity.soname!r}, not {FLASH_ATTN.kernel_soname}",
+            hint="rebuild it with the recipe of this checkout",
+            exit_code=EXIT_PROBLEMS,
+        )
     if identity.machine != SUBDIR_MACHINE[package.subdir]:
-        raise FaforgeError(f"{what}: its library is for {identity.machine}, its package says {package.subdir}", hint="rebuild it",
-                           exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: its library is for {identity.machine}, its package says {package.subdir}",
+            hint="rebuild it",
+            exit_code=EXIT_PROBLEMS,
+        )
     cudart = [n for n in identity.needed if n.startswith("libcudart.so.")]
     if cudart != [f"libcudart.so.{cuda.split('.')[0]}"]:
-        raise FaforgeError(f"{what}: its library needs {cudart or 'no shared CUDA runtime'}, "
-                           f"not libcudart.so.{cuda.split('.')[0]} of CUDA {cuda}",
-                           hint="the kernel library links -cudart shared, the runtime torch loads; rebuild it", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: its library needs {cudart or 'no shared CUDA runtime'}, "
+            f"not libcudart.so.{cuda.split('.')[0]} of CUDA {cuda}",
+            hint="the kernel library links -cudart shared, the runtime torch loads; rebuild it",
+            exit_code=EXIT_PROBLEMS,
+        )
     verdict = platform_tag([patched], inside=[FLASH_ATTN.kernel_soname], what=what)
     spec = WheelSpec(
-        name=canonicalize_name(FLASH_ATTN.kernel_package), version=f"{package.version}+{label}", build_tag=number,
-        python_tags=("py3",), abi_tags=("none",), platform_tags=(verdict.tag,), requires_dist=(runtime_requirement,),
+        name=canonicalize_name(FLASH_ATTN.kernel_package),
+        version=f"{package.version}+{label}",
+        build_tag=number,
+        python_tags=("py3",),
+        abi_tags=("none",),
+        platform_tags=(verdict.tag,),
+        requires_dist=(runtime_requirement,),
         requires_python=KERNEL_REQUIRES_PYTHON,
         summary=f"{FLASH_ATTN.title} kernels (CUDA {cuda}, "
-                f"{label.split('.', 1)[1]}), the conda build's library for pip",
-        files={f"{layout.KERNEL_DIR}/__init__.py": b"", f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": patched})
-    spec = replace(spec, files={**spec.files, **{f"{spec.dist_info}/licenses/{name}": text for name, text in package.licenses}})
+        f"{label.split('.', 1)[1]}), the conda build's library for pip",
+        files={f"{layout.KERNEL_DIR}/__init__.py": b"", f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": patched},
+    )
+    spec = replace(
+        spec, files={**spec.files, **{f"{spec.dist_info}/licenses/{name}": text for name, text in package.licenses}}
+    )
     path = write_wheel(spec, out_dir)
-    return BuiltWheel(path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=identity.gpu,
-                      seconds=time.monotonic() - started)
+    return BuiltWheel(
+        path=path,
+        facts=read_wheel(path),
+        verdict=verdict,
+        runpath=runpath,
+        gpu=identity.gpu,
+        seconds=time.monotonic() - started,
+    )

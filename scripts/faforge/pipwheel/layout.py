@@ -26,15 +26,19 @@ KERNEL_DIR = FLASH_ATTN.kernel_library.removesuffix(".so")
 CUDA = re.compile(r"(?P<major>[1-9][0-9]?)\.(?P<minor>[0-9]{1,2})")
 TORCH_MINOR = re.compile(r"(?P<major>[1-9][0-9]?)\.(?P<minor>[0-9]{1,3})")
 # A cell's flash-attn build string: py312_torch2_11_cu130_cxx11abi1_h<hash>_<number>.
-GLUE_BUILD = re.compile(r"py(?P<py>[0-9]{2,3})_torch(?P<tmajor>[0-9]+)_(?P<tminor>[0-9]+)_cu(?P<cuda>[0-9]{3,4})_cxx11abi(?P<abi>[01])"
-                        r"_h(?P<hash>[0-9a-f]{7,40})_(?P<number>[0-9]{1,6})")
+GLUE_BUILD = re.compile(
+    r"py(?P<py>[0-9]{2,3})_torch(?P<tmajor>[0-9]+)_(?P<tminor>[0-9]+)_cu(?P<cuda>[0-9]{3,4})_cxx11abi(?P<abi>[01])"
+    r"_h(?P<hash>[0-9a-f]{7,40})_(?P<number>[0-9]{1,6})"
+)
 ARCH = re.compile(r"[1-9][0-9]{1,2}[af]?(?:\+PTX)?")
 
 
 def parse_cuda(cuda: str, option: str = "--cuda") -> tuple[int, int]:
     match = CUDA.fullmatch(cuda or "")
     if not match:
-        raise FaforgeError(f"{option} {cuda[:40]!r} is not a CUDA version MAJOR.MINOR", hint="pass e.g. 13.0 or 12.8", input=cuda)
+        raise FaforgeError(
+            f"{option} {cuda[:40]!r} is not a CUDA version MAJOR.MINOR", hint="pass e.g. 13.0 or 12.8", input=cuda
+        )
     return int(match["major"]), int(match["minor"])
 
 
@@ -51,10 +55,12 @@ def cuda_lib_dir(cuda: str) -> str:
 
 
 def _unknown_cuda(cuda: str) -> str:
-    raise FaforgeError(f"--cuda {cuda}: no known pip layout of its runtime wheel (CUDA "
-                       "11 and 12: nvidia/cuda_runtime/lib, 13: nvidia/cu13/lib)",
-                       hint="read where its nvidia-cuda-runtime wheel's RECORD puts libcudart and add it to faforge.pipwheel.layout",
-                       input=cuda)
+    raise FaforgeError(
+        f"--cuda {cuda}: no known pip layout of its runtime wheel (CUDA "
+        "11 and 12: nvidia/cuda_runtime/lib, 13: nvidia/cu13/lib)",
+        hint="read where its nvidia-cuda-runtime wheel's RECORD puts libcudart and add it to faforge.pipwheel.layout",
+        input=cuda,
+    )
 
 
 def kernel_runpath(cuda: str) -> tuple[str, ...]:
@@ -76,7 +82,9 @@ def fa3_runpath(cuda: str) -> tuple[str, ...]:
 def torch_minor(torch: str, option: str = "--torch") -> tuple[int, int]:
     match = TORCH_MINOR.fullmatch(torch or "")
     if not match:
-        raise FaforgeError(f"{option} {torch[:40]!r} is not a torch minor MAJOR.MINOR", hint="pass e.g. 2.11", input=torch)
+        raise FaforgeError(
+            f"{option} {torch[:40]!r} is not a torch minor MAJOR.MINOR", hint="pass e.g. 2.11", input=torch
+        )
     return int(match["major"]), int(match["minor"])
 
 
@@ -90,8 +98,11 @@ def glue_label(torch: str, cuda: str, cxx11_abi: int) -> str:
     """The glue wheel's local label: torch minor, CUDA and C++ ABI (torch2.11.cu130.abi1)."""
     major, minor = torch_minor(torch)
     if cxx11_abi not in (0, 1):
-        raise FaforgeError(f"--cxx11-abi {cxx11_abi!r} is not 0 or 1", hint="pass 1 for torch >= 2.7 from PyPI, 0 for torch <= 2.6",
-                           input=str(cxx11_abi))
+        raise FaforgeError(
+            f"--cxx11-abi {cxx11_abi!r} is not 0 or 1",
+            hint="pass 1 for torch >= 2.7 from PyPI, 0 for torch <= 2.6",
+            input=str(cxx11_abi),
+        )
     return wheelnames.glue_label(f"{major}.{minor}", cuda_tag(cuda), cxx11_abi)
 
 
@@ -102,8 +113,12 @@ def glue_build_tag(build: str) -> str:
         return build
     match = GLUE_BUILD.fullmatch(build or "")
     if not match:
-        raise FaforgeError(f"--build-tag {build[:120]!r} is neither NhHASH (0h1a2b3c4) nor a cell's build string "
-                           "(py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0)", hint="pass what `faforge matrix --world pypi` lists", input=build)
+        raise FaforgeError(
+            f"--build-tag {build[:120]!r} is neither NhHASH (0h1a2b3c4) nor a cell's build string "
+            "(py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0)",
+            hint="pass what `faforge matrix --world pypi` lists",
+            input=build,
+        )
     return wheelnames.build_tag(match.group(0))
 
 
@@ -113,7 +128,9 @@ def parse_archs(archs: str, option: str = "--archs") -> tuple[str, ...]:
     bad = [a for a in items if not ARCH.fullmatch(a)]
     if not items or bad or len(set(items)) != len(items):
         why = f"{bad[0]!r} is not an arch" if bad else "it names an arch twice" if items else "it names no arch"
-        raise FaforgeError(f"{option} {archs[:80]!r}: {why}", hint="pass e.g. '80;90a' (SM numbers, a/f variants, +PTX)", input=archs)
+        raise FaforgeError(
+            f"{option} {archs[:80]!r}: {why}", hint="pass e.g. '80;90a' (SM numbers, a/f variants, +PTX)", input=archs
+        )
     return items
 
 

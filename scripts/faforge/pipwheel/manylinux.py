@@ -33,8 +33,16 @@ if TYPE_CHECKING:
 # What pip installs beside our wheels, so no wheel of ours carries it or is judged for needing it:
 # torch's own libraries (site-packages/torch/lib), the CUDA runtime of NVIDIA's wheels (nvidia/cu13/lib,
 # nvidia/cuda_runtime/lib), our kernel library (the kernel wheel) and the interpreter's libpython.
-EXTERNAL = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_*.so", "libshm.so", "libcudart.so.*",
-            FLASH_ATTN.kernel_soname, "libpython3*.so*")
+EXTERNAL = (
+    "libc10.so",
+    "libc10_cuda.so",
+    "libtorch.so",
+    "libtorch_*.so",
+    "libshm.so",
+    "libcudart.so.*",
+    FLASH_ATTN.kernel_soname,
+    "libpython3*.so*",
+)
 # The dynamic loader is never a dependency to judge (auditwheel's elf_find_versioned_symbols skips it too).
 LOADERS = ("ld-linux*", "ld64.so.*")
 
@@ -65,23 +73,34 @@ def _policies(machine: str, what: str) -> WheelPolicies:
     try:
         arch = Architecture(machine)
     except ValueError:
-        raise FaforgeError(f"{what}: ELF files for {machine}, which no manylinux policy covers", hint="build for x86_64 or aarch64") from None
+        raise FaforgeError(
+            f"{what}: ELF files for {machine}, which no manylinux policy covers", hint="build for x86_64 or aarch64"
+        ) from None
     return WheelPolicies(libc=Libc.GLIBC, arch=arch)
 
 
-def _misfit(policy: Policy, required: dict[str, set[str]], system: set[str], imported: dict[str, set[str]]) -> list[str]:
+def _misfit(
+    policy: Policy, required: dict[str, set[str]], system: set[str], imported: dict[str, set[str]]
+) -> list[str]:
     """What `policy` does not allow of what the files need: versions, libraries, blacklisted symbols."""
     allowed = {f"{prefix}_{v}" for prefix, versions in policy.symbol_versions.items() for v in versions}
     prefixes = set(policy.symbol_versions)
-    missing = sorted({v for versions in required.values() for v in versions if v.partition("_")[0] in prefixes and v not in allowed})
+    missing = sorted(
+        {v for versions in required.values() for v in versions if v.partition("_")[0] in prefixes and v not in allowed}
+    )
     missing += sorted(system - policy.whitelist)
     for library, names in policy.blacklist.items():
         missing += sorted(f"{name} of {library}" for name in imported.get(library, set()) & names)
     return missing
 
 
-def platform_tag(elf_files: Sequence[Path], *, inside: Iterable[str] = (), external: Iterable[str] = EXTERNAL,
-                 what: str | None = None) -> PlatformVerdict:
+def platform_tag(
+    elf_files: Sequence[Path],
+    *,
+    inside: Iterable[str] = (),
+    external: Iterable[str] = EXTERNAL,
+    what: str | None = None,
+) -> PlatformVerdict:
     """The verdict for the ELF files of one wheel (`inside`: the SONAMEs of libraries the wheel holds)."""
     what = what or ", ".join(p.name for p in elf_files)
     if not elf_files:
@@ -102,28 +121,44 @@ def platform_tag(elf_files: Sequence[Path], *, inside: Iterable[str] = (), exter
         for library in info.needed:
             imported.setdefault(library, set()).update(undefined)
     if len(machines) != 1:
-        raise FaforgeError(f"{what}: ELF files for {', '.join(sorted(machines))} in one wheel", hint="a wheel holds one architecture's binaries")
+        raise FaforgeError(
+            f"{what}: ELF files for {', '.join(sorted(machines))} in one wheel",
+            hint="a wheel holds one architecture's binaries",
+        )
     machine = machines.pop()
     policies = _policies(machine, what)
     outside = {n for n in needed if n not in inside and not is_external(n, external)}
     known = set().union(*(p.whitelist for p in policies if p != policies.linux))
     unknown = sorted(outside - known)
     if unknown:
-        raise FaforgeError(f"{what}: needs {', '.join(unknown)}, which no manylinux policy allows and no wheel beside ours provides",
-                           hint="link it statically or drop it: faforge bundles no library (torch's, NVIDIA's and our kernel "
-                                "wheel's are external by design)", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: needs {', '.join(unknown)}, which no manylinux policy allows and no wheel beside ours provides",
+            hint="link it statically or drop it: faforge bundles no library (torch's, NVIDIA's and our kernel "
+            "wheel's are external by design)",
+            exit_code=EXIT_PROBLEMS,
+        )
     fitting = policies.versioned_symbols_policy({k: set(v) for k, v in required.items()})
-    ranked = sorted((p for p in policies if p != policies.linux and p.priority <= fitting.priority), key=lambda p: -p.priority)
+    ranked = sorted(
+        (p for p in policies if p != policies.linux and p.priority <= fitting.priority), key=lambda p: -p.priority
+    )
     chosen = next((p for p in ranked if not _misfit(p, required, outside, imported)), None)
     if chosen is None:
         newest = max((v for versions in required.values() for v in versions), default="?")
-        raise FaforgeError(f"{what}: no manylinux policy covers the symbol versions it needs (e.g. {newest})",
-                           hint="build on an older glibc/libstdc++ (a manylinux image), or update auditwheel if the policy is new",
-                           exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{what}: no manylinux policy covers the symbol versions it needs (e.g. {newest})",
+            hint="build on an older glibc/libstdc++ (a manylinux image), or update auditwheel if the policy is new",
+            exit_code=EXIT_PROBLEMS,
+        )
     better = [p for p in policies if p != policies.linux and p.priority > chosen.priority]
     nearest = min(better, key=lambda p: p.priority) if better else None
     limiting = tuple(_misfit(nearest, required, outside, imported)) if nearest else ()
-    return PlatformVerdict(tag=chosen.name, aliases=tuple(chosen.aliases), machine=machine,
-                           needs=tuple(sorted((k, tuple(sorted(v))) for k, v in required.items())), limiting=limiting,
-                           system=tuple(sorted(outside)), external=tuple(sorted(n for n in needed if n not in outside and n not in inside)),
-                           inside=tuple(sorted(inside & needed)))
+    return PlatformVerdict(
+        tag=chosen.name,
+        aliases=tuple(chosen.aliases),
+        machine=machine,
+        needs=tuple(sorted((k, tuple(sorted(v))) for k, v in required.items())),
+        limiting=limiting,
+        system=tuple(sorted(outside)),
+        external=tuple(sorted(n for n in needed if n not in outside and n not in inside)),
+        inside=tuple(sorted(inside & needed)),
+    )

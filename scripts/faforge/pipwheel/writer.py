@@ -59,8 +59,14 @@ class WheelSpec:
 
     @property
     def filename(self) -> str:
-        parts = [self.escaped_name, self.version, *([self.build_tag] if self.build_tag else []),
-                 ".".join(self.python_tags), ".".join(self.abi_tags), ".".join(self.platform_tags)]
+        parts = [
+            self.escaped_name,
+            self.version,
+            *([self.build_tag] if self.build_tag else []),
+            ".".join(self.python_tags),
+            ".".join(self.abi_tags),
+            ".".join(self.platform_tags),
+        ]
         return "-".join(parts) + ".whl"
 
     @property
@@ -81,7 +87,9 @@ def metadata_text(spec: WheelSpec) -> str:
     lines += [f"{key}: {value}" for key, value in spec.extra_metadata]
     for line in lines:
         if "\n" in line or "\r" in line:
-            raise FaforgeError(f"the wheel's METADATA line {line[:80]!r} holds a line break", hint="pass single-line values")
+            raise FaforgeError(
+                f"the wheel's METADATA line {line[:80]!r} holds a line break", hint="pass single-line values"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -99,9 +107,14 @@ def _bytes(content: bytes | Path) -> bytes:
 def _check_name(name: str, spec: WheelSpec) -> None:
     parts = name.split("/")
     if not name or name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
-        raise FaforgeError(f"{spec.filename}: member {name!r} is not a plain relative path", hint="name files inside the wheel plainly")
+        raise FaforgeError(
+            f"{spec.filename}: member {name!r} is not a plain relative path", hint="name files inside the wheel plainly"
+        )
     if parts[0] == spec.dist_info and parts[-1] in WRITTEN:
-        raise FaforgeError(f"{spec.filename}: {name} is written by faforge, not taken from the inputs", hint="leave it out of the files")
+        raise FaforgeError(
+            f"{spec.filename}: {name} is written by faforge, not taken from the inputs",
+            hint="leave it out of the files",
+        )
 
 
 def wheel_members(spec: WheelSpec) -> list[tuple[str, bytes]]:
@@ -112,7 +125,10 @@ def wheel_members(spec: WheelSpec) -> list[tuple[str, bytes]]:
     inside = lambda n: n.split("/")[0] == spec.dist_info  # noqa: E731 (a one-line helper)
     order = sorted(n for n in spec.files if not inside(n)) + sorted(n for n in spec.files if inside(n))
     members = [(name, _bytes(spec.files[name])) for name in order]
-    members += [(f"{spec.dist_info}/METADATA", metadata_text(spec).encode()), (f"{spec.dist_info}/WHEEL", wheel_text(spec).encode())]
+    members += [
+        (f"{spec.dist_info}/METADATA", metadata_text(spec).encode()),
+        (f"{spec.dist_info}/WHEEL", wheel_text(spec).encode()),
+    ]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     for name, data in members:
@@ -135,8 +151,11 @@ def write_wheel(spec: WheelSpec, out_dir: str | os.PathLike) -> Path:
         raise path_error(exc, "--out", out_dir) from None
     target = out_dir / spec.filename
     if os.path.lexists(target) and not stat.S_ISREG(os.lstat(target).st_mode):
-        raise FaforgeError(f"{target} exists and is not a regular file, so it is not replaced", hint="remove it or choose another --out",
-                           input=str(target))
+        raise FaforgeError(
+            f"{target} exists and is not a regular file, so it is not replaced",
+            hint="remove it or choose another --out",
+            input=str(target),
+        )
     members = wheel_members(spec)
     tmp = out_dir / f".{spec.filename}-{secrets.token_hex(4)}.tmp"
     try:
@@ -160,9 +179,15 @@ def write_wheel(spec: WheelSpec, out_dir: str | os.PathLike) -> Path:
     return target
 
 
-
-def rewrite_wheel(spec: WheelSpec, contents: dict[str, bytes], dist_info: str, *, member: str, patched: Path,
-                  out_dir: str | os.PathLike) -> Path:
+def rewrite_wheel(
+    spec: WheelSpec,
+    contents: dict[str, bytes],
+    dist_info: str,
+    *,
+    member: str,
+    patched: Path,
+    out_dir: str | os.PathLike,
+) -> Path:
     """Write `spec` (its files left empty) holding another wheel's `contents` (name -> bytes, as wheel_contents
     reads them): the files of its dist-info folder `dist_info` move under spec's, but for those the writer makes
     anew (WRITTEN); `member` (its extension) is the file `patched` instead. Returns the new wheel's path."""

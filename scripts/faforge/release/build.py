@@ -63,19 +63,31 @@ def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--
     for entry in entries:
         name, sep, url = entry.partition("=")
         if not sep or not name or not url:
-            raise FaforgeError(f"{origin} {entry!r}: expected NAME=URL", hint="e.g. conda-forge=https://mirror.example/conda-forge")
+            raise FaforgeError(
+                f"{origin} {entry!r}: expected NAME=URL", hint="e.g. conda-forge=https://mirror.example/conda-forge"
+            )
         if name not in known:
-            raise FaforgeError(f"{origin} {entry}: unknown channel name {name!r}",
-                               hint=f"name a channel of variants/releases.yaml: {', '.join(sorted(known))}")
+            raise FaforgeError(
+                f"{origin} {entry}: unknown channel name {name!r}",
+                hint=f"name a channel of variants/releases.yaml: {', '.join(sorted(known))}",
+            )
         parts = urlsplit(url)
         local_ok = parts.netloc in ("", "localhost") and parts.path.startswith("/")
-        if (parts.scheme not in ALIAS_SCHEMES or not (local_ok if parts.scheme == "file" else parts.netloc)
-                or not url.isprintable() or " " in url):  # a control character or a blank is no channel URL
-            raise FaforgeError(f"{origin} {entry}: {url!r} is not an http://, https:// or file:/// URL of a channel",
-                               hint="e.g. conda-forge=https://mirror.example/conda-forge or conda-forge=file:///srv/mirror/conda-forge")
+        if (
+            parts.scheme not in ALIAS_SCHEMES
+            or not (local_ok if parts.scheme == "file" else parts.netloc)
+            or not url.isprintable()
+            or " " in url
+        ):  # a control character or a blank is no channel URL
+            raise FaforgeError(
+                f"{origin} {entry}: {url!r} is not an http://, https:// or file:/// URL of a channel",
+                hint="e.g. conda-forge=https://mirror.example/conda-forge or conda-forge=file:///srv/mirror/conda-forge",
+            )
         if name in aliases:
-            raise FaforgeError(f"{origin}: {name} is given twice ({aliases[name]} and {url})",
-                               hint=f"keep one {name}=URL entry in {origin}")
+            raise FaforgeError(
+                f"{origin}: {name} is given twice ({aliases[name]} and {url})",
+                hint=f"keep one {name}=URL entry in {origin}",
+            )
         aliases[name] = url
     return aliases
 
@@ -97,11 +109,15 @@ def render_fa3(packages: list[Fa3Package], recipe_path: Path, variants_dir: Path
             package = wanted.get((str(used["cuda_compiler_version"]), str(used["cuda_archs"])))
             if package is not None:
                 recipe = variant.recipe.to_dict()
-                out[package.id] = RenderedFa3(package=package, build_string=recipe["build"]["string"], recipe=recipe, variant=variant)
+                out[package.id] = RenderedFa3(
+                    package=package, build_string=recipe["build"]["string"], recipe=recipe, variant=variant
+                )
     missing = [p.id for p in packages if p.id not in out]
     if missing:
-        raise FaforgeError(f"{recipe_path} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}",
-                           hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules")
+        raise FaforgeError(
+            f"{recipe_path} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}",
+            hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules",
+        )
     return [out[p.id] for p in packages]
 
 
@@ -121,8 +137,10 @@ def cuda_override(cell: Cell | Fa3Package) -> Iterator[str]:
         return
     os.environ[CUDA_OVERRIDE_ENV] = cell.cuda
     try:
-        yield (f"{CUDA_OVERRIDE_ENV}={cell.cuda} (unset, so faforge set it to the cell's CUDA: "
-               "CUDA pytorch depends on __cuda, which a machine without an NVIDIA driver lacks)")
+        yield (
+            f"{CUDA_OVERRIDE_ENV}={cell.cuda} (unset, so faforge set it to the cell's CUDA: "
+            "CUDA pytorch depends on __cuda, which a machine without an NVIDIA driver lacks)"
+        )
     finally:
         os.environ.pop(CUDA_OVERRIDE_ENV, None)
 
@@ -178,7 +196,7 @@ def require_piece_support(rendered: RenderedCell | RenderedFa3, tus: tuple[str, 
         raise FaforgeError(
             f"{rendered.cell.id}: the recipe does not pass {TUS_ENV} to its build script, so it cannot build a piece",
             hint=f'add `{TUS_ENV}: ${{{{ env.get("{TUS_ENV}", default="") '
-                 '}}` to build.script.env, or build the cell whole',
+            "}}` to build.script.env, or build the cell whole",
         )
 
 
@@ -197,9 +215,17 @@ def failed_download(log_path: Path) -> str | None:
     return found[-1] if found else None
 
 
-def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_dir: Path, live: Callable[[str], None],
-               part: str = "all", tus: tuple[str, ...] = (), channel_aliases: dict[str, str] | None = None,
-               extra_channels: Sequence[str] = ()) -> CellBuild:
+def build_cell(
+    rendered: RenderedCell | RenderedFa3,
+    *,
+    output_dir: Path,
+    log_dir: Path,
+    live: Callable[[str], None],
+    part: str = "all",
+    tus: tuple[str, ...] = (),
+    channel_aliases: dict[str, str] | None = None,
+    extra_channels: Sequence[str] = (),
+) -> CellBuild:
     """Build one cell (or FA3 package) into output_dir/<platform>/ (skipped if already there), or one piece of it.
 
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
@@ -225,8 +251,10 @@ def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_di
         log.write(f"cell {cell.id} part {part} channels {' '.join(channels)}\n")
         log.write(f"{override}\n")
         if evicted:
-            log.write("dropped rattler's cached extraction of an earlier "
-                      f"build of the same name: {' '.join(map(str, evicted))}\n")
+            log.write(
+                "dropped rattler's cached extraction of an earlier "
+                f"build of the same name: {' '.join(map(str, evicted))}\n"
+            )
         live(override.split(" (")[0])
         if tus:
             log.write(f"piece: {len(tus)} kernel TUs: {' '.join(tus)}\n")
@@ -246,11 +274,25 @@ def build_cell(rendered: RenderedCell | RenderedFa3, *, output_dir: Path, log_di
             if "download" in message.lower() and (url := failed_download(log_path)):
                 message += f" ({url})"  # its own message leaves the URL out: the source, or a channel?
             log.write(f"FAILED: {message}\n")
-            return CellBuild(cell=cell.id, part=part, status="failed", seconds=time.monotonic() - started,
-                             package=None, log=log_path, error=message, cache=cache_summary(log_path))
+            return CellBuild(
+                cell=cell.id,
+                part=part,
+                status="failed",
+                seconds=time.monotonic() - started,
+                package=None,
+                log=log_path,
+                error=message,
+                cache=cache_summary(log_path),
+            )
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     packages = [Path(p) for p in result.packages]
-    return CellBuild(cell=cell.id, part=part, status="built", seconds=time.monotonic() - started,
-                     package=None if tus else (packages[0] if packages else None), log=log_path,
-                     cache=cache_summary(log_path))
+    return CellBuild(
+        cell=cell.id,
+        part=part,
+        status="built",
+        seconds=time.monotonic() - started,
+        package=None if tus else (packages[0] if packages else None),
+        log=log_path,
+        cache=cache_summary(log_path),
+    )

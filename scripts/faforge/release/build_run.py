@@ -61,8 +61,10 @@ if TYPE_CHECKING:
 # An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
 FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
 # Not `--json > FILE`: the shell creates FILE even when plan fails.
-PLAN_HINT = ("write it with `faforge plan --output FILE` (written only when "
-             "planning succeeds; without --channel it plans every cell, offline)")
+PLAN_HINT = (
+    "write it with `faforge plan --output FILE` (written only when "
+    "planning succeeds; without --channel it plans every cell, offline)"
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,9 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
         raise FaforgeError(f"--plan {path}: cannot read: no such file", hint=PLAN_HINT, input=path)
     text = paths.read_user_file(path, "--plan", hint=PLAN_HINT, kind="plan")
     if not text.strip():
-        raise FaforgeError(f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)", hint=PLAN_HINT)
+        raise FaforgeError(
+            f"--plan {path}: empty, so the `faforge plan` that was to write it failed (see its error)", hint=PLAN_HINT
+        )
     data = untrusted.parse_json(text, f"--plan {path}", hint=PLAN_HINT)
     try:
         # A plan of version 2 has no FA3 stage, 3 no FA3 pieces, 4 no wheels: their other stages make it a plan.
@@ -104,8 +108,12 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
             jobs = [data]
     except (KeyError, TypeError):  # valid JSON of the wrong shape: a number for a chunk, a chunk without `include`
         jobs = [None]
-    if not all(isinstance(j, dict) and isinstance(j.get("cell"), str) and isinstance(j.get("part", "all"), str) for j in jobs):
-        raise FaforgeError(f"--plan {path}: not a plan, a chunk or a job (each job needs a string `cell` and `part`)", hint=PLAN_HINT)
+    if not all(
+        isinstance(j, dict) and isinstance(j.get("cell"), str) and isinstance(j.get("part", "all"), str) for j in jobs
+    ):
+        raise FaforgeError(
+            f"--plan {path}: not a plan, a chunk or a job (each job needs a string `cell` and `part`)", hint=PLAN_HINT
+        )
     return [(j["cell"], j.get("part", "all")) for j in jobs]
 
 
@@ -119,7 +127,8 @@ def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
             return piece.tus
     raise FaforgeError(
         f"--part {part}: {cell.id} has no such piece",
-        hint=f"its kernel package's pieces are {', '.join(p.name for p in pieces)}, then {KERNELS_LINK_PART}" if pieces
+        hint=f"its kernel package's pieces are {', '.join(p.name for p in pieces)}, then {KERNELS_LINK_PART}"
+        if pieces
         else f"its kernel package fits one job on its runner (variants/build-cost.yaml): --part {KERNELS_PART}",
     )
 
@@ -150,10 +159,14 @@ def channel_aliases(matrix: Matrix, cli_entries: list[str]) -> dict[str, str]:
 
 def extra_channel(value: str) -> str:
     """An --extra-channel checked before any build: a URL, a name, or a folder that exists."""
-    return channel_url(value, "--extra-channel", if_empty="name the folder or URL holding the kernel packages, or leave the option out")
+    return channel_url(
+        value, "--extra-channel", if_empty="name the folder or URL holding the kernel packages, or leave the option out"
+    )
 
 
-def build_steps(jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe: bool) -> list[tuple[Cell, str, tuple[str, ...]]]:
+def build_steps(
+    jobs: list[tuple[Cell, str, tuple[str, ...]]], kernels_in_recipe: bool
+) -> list[tuple[Cell, str, tuple[str, ...]]]:
     """The builds the jobs take, in order: an `all` job of a split recipe is its kernel package (once per
     kernel key in this run) and then its cell."""
     steps, kernels_seen = [], set()
@@ -172,9 +185,11 @@ def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
     """Every id a cell of the matrix, a pip cell, or one of its FA3 packages;
     else a bad-input error naming it and where the ids are listed."""
     fa3 = [p.id for p in matrix.fa3]
-    listed = ("`faforge matrix` lists every cell, `faforge matrix --world "
-              "pypi` every pip cell, `faforge matrix --fa3` every "
-              f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks")
+    listed = (
+        "`faforge matrix` lists every cell, `faforge matrix --world "
+        "pypi` every pip cell, `faforge matrix --fa3` every "
+        f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks"
+    )
     cells: list[Cell] = [*matrix.cells, *matrix.pip_cells]
     for key in ids:
         if key in fa3 or find_cell(cells, key) is not None:
@@ -182,13 +197,20 @@ def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
         if CELL_ID.fullmatch(key) or PIP_CELL_ID.fullmatch(key):
             raise FaforgeError(explain_missing(matrix.table, matrix.policy, key), hint=listed)
         if FA3_ID.fullmatch(key):
-            raise FaforgeError(f"{key}: no {FLASH_ATTN_3.package} package of the "
-                               f"matrix has this id (it has {', '.join(fa3) or 'none'})", hint=listed)
+            raise FaforgeError(
+                f"{key}: no {FLASH_ATTN_3.package} package of the "
+                f"matrix has this id (it has {', '.join(fa3) or 'none'})",
+                hint=listed,
+            )
         example = f" or a {FLASH_ATTN_3.package} package id (e.g. {fa3[0]})" if fa3 else ""
-        raise FaforgeError(f"{shorten(repr(key))} is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1){example}", hint=listed)
+        raise FaforgeError(
+            f"{shorten(repr(key))} is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1){example}", hint=listed
+        )
 
 
-def fa3_jobs(matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimator | None) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
+def fa3_jobs(
+    matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimator | None
+) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
     """The FA3 jobs among the wanted ones, each once, in order: (package, part, the piece's TUs or () for `all`),
     the pieces as faforge plan split the package (faforge.release.plan.fa3_parts over `estimate`)."""
     by_id = {p.id: p for p in matrix.fa3}
@@ -208,8 +230,10 @@ def fa3_jobs(matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimat
         if piece is None:
             raise FaforgeError(
                 f"--part {part}: {key} is a {FLASH_ATTN_3.package} package without such a piece",
-                hint=f"its pieces are {', '.join(p.name for p in pieces)}, then {FA3_PART}" if pieces
-                else f"it fits one job on its runner (variants/build-cost.yaml): --part {FA3_PART} (the default)")
+                hint=f"its pieces are {', '.join(p.name for p in pieces)}, then {FA3_PART}"
+                if pieces
+                else f"it fits one job on its runner (variants/build-cost.yaml): --part {FA3_PART} (the default)",
+            )
         jobs.append((package, part, piece.tus))
     return jobs
 
@@ -224,24 +248,35 @@ def _build_step(title: str, rendered: RenderedCell | RenderedFa3, report: Report
     return result
 
 
-def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildRequest,
-             source: SourceOverride | None) -> tuple[list[tuple[PipBuild, str]], WheelWhere | None]:
+def pip_jobs(
+    matrix: Matrix, wanted: list[tuple[str, str]], request: BuildRequest, source: SourceOverride | None
+) -> tuple[list[tuple[PipBuild, str]], WheelWhere | None]:
     """The pip cells' wheel jobs among the wanted ones (part `all` or `wheel`), each once, and where they read and
     write, every option checked before any build: the kernel packages given, the CUDA toolkit of each CUDA."""
     pip_ids = {c.id for c in matrix.pip_cells}
     asked = list(dict.fromkeys((key, part) for key, part in wanted if key in pip_ids and part in ("all", WHEEL_PART)))
     for key, part in wanted:
         if part == CELL_PART and key in pip_ids:
-            raise FaforgeError(f"--part {CELL_PART}: {key} is a pip cell; its own job "
-                               f"is --part {WHEEL_PART} (its glue and kernel wheels)",
-                               hint=f"--part {WHEEL_PART}, or --part all to build its kernel package first", input=key)
+            raise FaforgeError(
+                f"--part {CELL_PART}: {key} is a pip cell; its own job "
+                f"is --part {WHEEL_PART} (its glue and kernel wheels)",
+                hint=f"--part {WHEEL_PART}, or --part all to build its kernel package first",
+                input=key,
+            )
     if not asked:
-        for option, value in (("--kernel-package", request.kernel_package), ("--kernel-channel", request.kernel_channel),
-                              ("--cuda-home", request.cuda_home), ("--torch-site", request.torch_site),
-                              ("--target-python", request.target_python)):
+        for option, value in (
+            ("--kernel-package", request.kernel_package),
+            ("--kernel-channel", request.kernel_channel),
+            ("--cuda-home", request.cuda_home),
+            ("--torch-site", request.torch_site),
+            ("--target-python", request.target_python),
+        ):
             if value:
-                raise FaforgeError(f"{option} goes with the wheels of a pip cell (pypi/...), and these jobs build none", input=option,
-                                   hint=f"drop {option}, or name a pip cell (`faforge matrix --world pypi`)")
+                raise FaforgeError(
+                    f"{option} goes with the wheels of a pip cell (pypi/...), and these jobs build none",
+                    input=option,
+                    hint=f"drop {option}, or name a pip cell (`faforge matrix --world pypi`)",
+                )
         return [], None
     builds = {b.cell.id: b for b in pip_builds(matrix)}
     jobs = [(builds[key], part) for key, part in asked]
@@ -249,27 +284,49 @@ def pip_jobs(matrix: Matrix, wanted: list[tuple[str, str]], request: BuildReques
     for path in request.kernel_package:
         with paths.user_path("--kernel-package", path):
             if not Path(path).is_file():
-                raise FaforgeError(f"--kernel-package {path} {why_not_a_file(Path(path))}", input=str(path),
-                                   hint=f"pass the {KERNEL_PACKAGE} .conda its kernel job made")
+                raise FaforgeError(
+                    f"--kernel-package {path} {why_not_a_file(Path(path))}",
+                    input=str(path),
+                    hint=f"pass the {KERNEL_PACKAGE} .conda its kernel job made",
+                )
         given.append(read_package(Path(path)))
     match_given([b for b, _ in jobs], tuple(given))
     homes = {cuda: cuda_toolkit(request.cuda_home, cuda) for cuda in sorted({b.cell.cuda for b, _ in jobs})}
     cross = cross_target([b for b, _ in jobs], request.torch_site, request.target_python, next(iter(homes.values())))
-    kernel_channel = None if request.kernel_channel is None else channel_url(
-        request.kernel_channel, "--kernel-channel", if_empty="name the channel its kernel job published to, or leave the option out")
-    return jobs, WheelWhere(output_dir=Path(), log_dir=Path(), source=source, source_path=request.source.resolve() if request.source else None,
-                            kernel_packages=tuple(given), kernel_channel=kernel_channel, cuda_home=request.cuda_home,
-                            cross=cross)
+    kernel_channel = (
+        None
+        if request.kernel_channel is None
+        else channel_url(
+            request.kernel_channel,
+            "--kernel-channel",
+            if_empty="name the channel its kernel job published to, or leave the option out",
+        )
+    )
+    return jobs, WheelWhere(
+        output_dir=Path(),
+        log_dir=Path(),
+        source=source,
+        source_path=request.source.resolve() if request.source else None,
+        kernel_packages=tuple(given),
+        kernel_channel=kernel_channel,
+        cuda_home=request.cuda_home,
+        cross=cross,
+    )
 
 
-def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator | None = None) -> list[CellBuild | WheelBuild]:
+def run_build(
+    request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator | None = None
+) -> list[CellBuild | WheelBuild]:
     """Check the request, then build its steps in order (the cells' and kernel packages', then the FA3
     packages', then the pip cells' wheels); one failure never stops the others. `fa3_pieces` estimates FA3
     packages' jobs, as for faforge plan, to find an FA3 piece's TUs."""
     wanted = [(c, request.part) for c in request.cells] + (jobs_from_plan(request.plan) if request.plan else [])
     if not wanted:
-        raise FaforgeError("nothing to build", hint=f"name cells (see `faforge matrix`) or {FLASH_ATTN_3.package} packages "
-                                                    "(`faforge matrix --fa3`), or pass --plan FILE")
+        raise FaforgeError(
+            "nothing to build",
+            hint=f"name cells (see `faforge matrix`) or {FLASH_ATTN_3.package} packages "
+            "(`faforge matrix --fa3`), or pass --plan FILE",
+        )
     matrix = load_matrix()
     aliases = channel_aliases(matrix, request.channel_alias)
     extra_channels = [extra_channel(value) for value in request.extra_channel]
@@ -281,16 +338,25 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
     wheel_ids = {(b.cell.id, part) for b, part in wheels}
     wanted = [(key, part) for key, part in wanted if key not in fa3_ids and (key, part) not in wheel_ids]
     if source and fa3 and wanted:
-        raise FaforgeError(f"--source replaces one recipe's source, but these jobs build {FLASH_ATTN.package} cells and "
-                           f"{FLASH_ATTN_3.package} packages", hint="build each family in its own call, each with its own --source")
-    cells = {c.id: c for c in [*matrix.cells, *matrix.pip_cells]}  # a pip cell's jobs here are its kernel package's parts
+        raise FaforgeError(
+            f"--source replaces one recipe's source, but these jobs build {FLASH_ATTN.package} cells and "
+            f"{FLASH_ATTN_3.package} packages",
+            hint="build each family in its own call, each with its own --source",
+        )
+    cells = {
+        c.id: c for c in [*matrix.cells, *matrix.pip_cells]
+    }  # a pip cell's jobs here are its kernel package's parts
     jobs = [(cells[cell_id], part, piece_tus(cells[cell_id], part)) for cell_id, part in wanted]
     output_dir = paths.output_dir(request.output_dir, "--output-dir").resolve()
-    log_dir = paths.output_dir(request.log_dir or output_dir / "logs", "--log-dir" if request.log_dir else "--output-dir").resolve()
+    log_dir = paths.output_dir(
+        request.log_dir or output_dir / "logs", "--log-dir" if request.log_dir else "--output-dir"
+    ).resolve()
     where = {"output_dir": output_dir, "log_dir": log_dir, "channel_aliases": aliases, "extra_channels": extra_channels}
     results: list[CellBuild | WheelBuild] = []
-    with recipe_file(matrix.recipe_path, source if jobs else None) as recipe_path, \
-            recipe_file(fa3_recipe(matrix.variants_dir), source if fa3 else None) as fa3_recipe_path:
+    with (
+        recipe_file(matrix.recipe_path, source if jobs else None) as recipe_path,
+        recipe_file(fa3_recipe(matrix.variants_dir), source if fa3 else None) as fa3_recipe_path,
+    ):
         kernels_in_recipe = KERNEL_PACKAGE in recipe_output_names(recipe_path)
         steps = build_steps(jobs, kernels_in_recipe)
         total = len(steps) + len(fa3) + len(wheels)
@@ -300,17 +366,32 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
             if (tus or part in (KERNELS_PART, KERNELS_LINK_PART)) and not kernels_in_recipe:
                 # The plan schedules kernel packages; a recipe without that output (one whose build
                 # script compiles the kernel library inside each cell's package) has nothing to do here.
-                report.say(f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, "
-                           "so each cell's job compiles its kernels; nothing to build")
-                results.append(CellBuild(cell=cell.id, part=part, status="in-cell", seconds=0.0, package=None, log=log_dir / "-"))
+                report.say(
+                    f"{title}: {recipe_path.name} has no {KERNEL_PACKAGE} output, "
+                    "so each cell's job compiles its kernels; nothing to build"
+                )
+                results.append(
+                    CellBuild(cell=cell.id, part=part, status="in-cell", seconds=0.0, package=None, log=log_dir / "-")
+                )
                 continue
             if part == CELL_PART and kernel_key(cell) in kernel_failed:
                 failed = kernel_failed[kernel_key(cell)]
                 report.warn(f"{title}: not built: its kernel package failed; log: {failed.log}")
-                results.append(CellBuild(cell=cell.id, part=part, status="failed", seconds=0.0, package=None, log=failed.log,
-                                         error="its kernel package failed to build"))
+                results.append(
+                    CellBuild(
+                        cell=cell.id,
+                        part=part,
+                        status="failed",
+                        seconds=0.0,
+                        package=None,
+                        log=failed.log,
+                        error="its kernel package failed to build",
+                    )
+                )
                 continue
-            result = _build_step(title, render_for_part(cell, part, tus, matrix, recipe_path), report, part=part, tus=tus, **where)
+            result = _build_step(
+                title, render_for_part(cell, part, tus, matrix, recipe_path), report, part=part, tus=tus, **where
+            )
             if result.status == "failed" and part == KERNELS_PART:
                 kernel_failed[kernel_key(cell)] = result
             results.append(result)
@@ -322,6 +403,8 @@ def run_build(request: BuildRequest, report: Reporter, fa3_pieces: Fa3Estimator 
             results.append(_build_step(title, rendered, report, part=part, tus=tus, **where))
     # After the kernel packages this run built, which they find in the output dir.
     if wheels and wheel_where is not None:
-        wheel_where = replace(wheel_where, output_dir=output_dir, log_dir=log_dir, channel_aliases=aliases, extra_channels=extra_channels)
+        wheel_where = replace(
+            wheel_where, output_dir=output_dir, log_dir=log_dir, channel_aliases=aliases, extra_channels=extra_channels
+        )
         results += build_wheels(wheels, matrix, wheel_where, report, first=total - len(wheels) + 1, total=total)
     return results

@@ -77,14 +77,22 @@ def load_sources(path: Path) -> dict[str, TorchSource]:
     for name, entry in raw["sources"].items():
         keys = {"world", "channel", "package", "build"}
         if not isinstance(entry, dict) or set(entry) != keys or not all(isinstance(entry[k], str) for k in keys):
-            raise DataError(path, f"sources.{name}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))}")
+            raise DataError(
+                path, f"sources.{name}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))}"
+            )
         try:
             pattern = re.compile(entry["build"])
         except re.error as exc:
             raise DataError(path, f"sources.{name}.build", f"not a regex: {exc}") from None
         if not ({"cuda", "cuda_dotted"} & set(pattern.groupindex) and {"py", "py_dotted"} & set(pattern.groupindex)):
             raise DataError(path, f"sources.{name}.build", "must capture cuda (or cuda_dotted) and py (or py_dotted)")
-        out[name] = TorchSource(name=name, world=entry["world"], channel=entry["channel"].rstrip("/"), package=entry["package"], build=pattern)
+        out[name] = TorchSource(
+            name=name,
+            world=entry["world"],
+            channel=entry["channel"].rstrip("/"),
+            package=entry["package"],
+            build=pattern,
+        )
     return out
 
 
@@ -117,7 +125,16 @@ def parse_builds(source: TorchSource, records: Iterable[RepoDataRecord]) -> list
             continue  # CPU builds and anything else that is not a CUDA build
         cuda, python = named
         tegra = any(TEGRA.match(str(d)) for d in record.depends)
-        out.append(Build(torch=str(record.version), cuda=cuda, python=python, subdir=str(record.subdir), tegra=tegra, url=str(record.url)))
+        out.append(
+            Build(
+                torch=str(record.version),
+                cuda=cuda,
+                python=python,
+                subdir=str(record.subdir),
+                tegra=tegra,
+                url=str(record.url),
+            )
+        )
     return out
 
 
@@ -139,8 +156,17 @@ def new_releases(table: ReleaseTable, source: TorchSource, builds: list[Build]) 
             continue
         pythons = tuple(sorted({b.python for b in group if not b.tegra}, key=vtuple))
         sources = tuple(min(b.url for b in group if b.subdir == p and not b.tegra) for p in platforms)
-        out.append(Release(world=source.world, torch=torch, cuda=cuda, python=pythons, platforms=platforms,
-                           source=sources, tegra=any(b.tegra for b in group)))
+        out.append(
+            Release(
+                world=source.world,
+                torch=torch,
+                cuda=cuda,
+                python=pythons,
+                platforms=platforms,
+                source=sources,
+                tegra=any(b.tegra for b in group),
+            )
+        )
     return out
 
 
@@ -170,9 +196,15 @@ def load_pip_sources(path: Path) -> dict[str, PipSource]:
         raise DataError(path, "pip_sources", f"invalid value {entries!r}", hint="a mapping of name -> {world, index}")
     out = {}
     for name, entry in entries.items():
-        if (not isinstance(entry, dict) or set(entry) != {"world", "index"} or not all(isinstance(entry[k], str) for k in entry)
-                or not entry["index"].startswith(("http://", "https://"))):
-            raise DataError(path, f"pip_sources.{name}", f"invalid value {entry!r}", hint="keys: world, index (an http(s) URL)")
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"world", "index"}
+            or not all(isinstance(entry[k], str) for k in entry)
+            or not entry["index"].startswith(("http://", "https://"))
+        ):
+            raise DataError(
+                path, f"pip_sources.{name}", f"invalid value {entry!r}", hint="keys: world, index (an http(s) URL)"
+            )
         out[name] = PipSource(name=name, world=entry["world"], index=entry["index"].rstrip("/"))
     return out
 
@@ -184,7 +216,7 @@ def _build_rank(match: re.Match[str]) -> tuple[int, str]:
         return (-1, "")
     digits = re.match(r"\d+", tag)
     assert digits is not None  # TORCH_WHEEL's build tag starts with a digit
-    return (int(digits[0]), tag[len(digits[0]):])
+    return (int(digits[0]), tag[len(digits[0]) :])
 
 
 def _torch_wheel(file: RemoteFile) -> re.Match[str]:
@@ -194,13 +226,19 @@ def _torch_wheel(file: RemoteFile) -> re.Match[str]:
     return match
 
 
-def wheel_groups(files: list[RemoteFile], platforms: tuple[str, ...], floor: str) -> dict[tuple[str, str], list[RemoteFile]]:
+def wheel_groups(
+    files: list[RemoteFile], platforms: tuple[str, ...], floor: str
+) -> dict[tuple[str, str], list[RemoteFile]]:
     """{(torch version, platform): its CPython wheels, one per python}: the newest version per (minor, platform)
     from `floor` on, and per python the wheel pip installs (the highest build tag: torch 2.10.0's rebuild)."""
     best: dict[tuple[str, str, str], tuple[tuple, RemoteFile]] = {}
     for f in files:
         match = TORCH_WHEEL.fullmatch(f.filename)
-        if not match or WHEEL_ARCH_PLATFORMS[match["arch"]] not in platforms or vtuple(minor_of(match["version"])) < vtuple(floor):
+        if (
+            not match
+            or WHEEL_ARCH_PLATFORMS[match["arch"]] not in platforms
+            or vtuple(minor_of(match["version"])) < vtuple(floor)
+        ):
             continue
         key = (match["version"], WHEEL_ARCH_PLATFORMS[match["arch"]], wheel_python(match))
         if key not in best or _build_rank(match) > best[key][0]:
@@ -210,7 +248,9 @@ def wheel_groups(files: list[RemoteFile], platforms: tuple[str, ...], floor: str
         if vtuple(version) > vtuple(newest.get((minor_of(version), platform), "0")):
             newest[(minor_of(version), platform)] = version
     out: dict[tuple[str, str], list[RemoteFile]] = defaultdict(list)
-    for (version, platform, _python), (_, f) in sorted(best.items(), key=lambda kv: (vtuple(kv[0][0]), kv[0][1], vtuple(kv[0][2]))):
+    for (version, platform, _python), (_, f) in sorted(
+        best.items(), key=lambda kv: (vtuple(kv[0][0]), kv[0][1], vtuple(kv[0][2]))
+    ):
         if newest[(minor_of(version), platform)] == version:
             out[(version, platform)].append(f)
     return dict(out)
@@ -219,21 +259,35 @@ def wheel_groups(files: list[RemoteFile], platforms: tuple[str, ...], floor: str
 def _covered(table: ReleaseTable, world: str, torch: str, platform: str, cuda: str | None = None) -> bool:
     """Whether the world has this release (with this CUDA, when
     known) on this platform, or a newer patch of its minor."""
-    return any(r.world == world and platform in r.platforms and r.torch_minor == minor_of(torch) and vtuple(r.torch) >= vtuple(torch)
-               and cuda in (None, r.cuda) for r in table.pip_releases)
+    return any(
+        r.world == world
+        and platform in r.platforms
+        and r.torch_minor == minor_of(torch)
+        and vtuple(r.torch) >= vtuple(torch)
+        and cuda in (None, r.cuda)
+        for r in table.pip_releases
+    )
 
 
-def find_new_pip(table: ReleaseTable, policy: BuildPolicy, source: PipSource, cache: Path, index: str | None = None) -> list[PipRelease]:
+def find_new_pip(
+    table: ReleaseTable, policy: BuildPolicy, source: PipSource, cache: Path, index: str | None = None
+) -> list[PipRelease]:
     """Rows for `source`'s pip world that its index has and the table lacks (network: the project page, then
     range reads of one wheel per new release and platform, cached under `cache`)."""
     if source.world not in table.pip_worlds:
-        raise FaforgeError(f"pip source {source.name} names world {source.world!r}, which {table.path} does not define as a pip world",
-                           hint="a pip world is a `worlds:` entry with an `index`")
+        raise FaforgeError(
+            f"pip source {source.name} names world {source.world!r}, which {table.path} does not define as a pip world",
+            hint="a pip world is a `worlds:` entry with an `index`",
+        )
     world = table.pip_worlds[source.world]
     root = (index or source.index).rstrip("/")
     files = read_project_files(f"{root}/{source.package}/")
-    found: dict[tuple, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)  # (torch, cuda, abi, pythons) -> [(platform, wheels)]
-    for (version, platform), wheels in wheel_groups(files, world.platforms, policy.pip_min_torch or policy.min_torch).items():
+    found: dict[tuple, list[tuple[str, tuple[str, ...]]]] = defaultdict(
+        list
+    )  # (torch, cuda, abi, pythons) -> [(platform, wheels)]
+    for (version, platform), wheels in wheel_groups(
+        files, world.platforms, policy.pip_min_torch or policy.min_torch
+    ).items():
         local = _torch_wheel(wheels[0])["local"] or ""
         labelled = cuda_of_tag(local[2:]) if re.fullmatch(r"cu\d{2,4}", local) else None
         if _covered(table, world.name, version, platform, labelled) or (labelled is None and local):
@@ -244,13 +298,24 @@ def find_new_pip(table: ReleaseTable, policy: BuildPolicy, source: PipSource, ca
         pythons = tuple(wheel_python(_torch_wheel(w)) for w in wheels)
         found[(version, facts.cuda, facts.cxx11_abi, pythons)].append((platform, tuple(w.filename for w in wheels)))
     rows = []
-    for (version, cuda, abi, pythons), per_platform in sorted(found.items(), key=lambda kv: (vtuple(kv[0][0]), vtuple(kv[0][1]))):
+    for (version, cuda, abi, pythons), per_platform in sorted(
+        found.items(), key=lambda kv: (vtuple(kv[0][0]), vtuple(kv[0][1]))
+    ):
         per_platform.sort(key=lambda pw: world.platforms.index(pw[0]))
-        rows.append(PipRelease(world=world.name, torch=version, cuda=cuda, python=pythons, platforms=tuple(p for p, _ in per_platform),
-                               cxx11_abi=abi, source=tuple(w for _, ws in per_platform for w in ws),
-                               # the source's index, not a mirror's (`--channel-url`):
-                               # the row says where users get the wheel
-                               index=None if source.index == world.index else source.index))
+        rows.append(
+            PipRelease(
+                world=world.name,
+                torch=version,
+                cuda=cuda,
+                python=pythons,
+                platforms=tuple(p for p, _ in per_platform),
+                cxx11_abi=abi,
+                source=tuple(w for _, ws in per_platform for w in ws),
+                # the source's index, not a mirror's (`--channel-url`):
+                # the row says where users get the wheel
+                index=None if source.index == world.index else source.index,
+            )
+        )
     return rows
 
 
@@ -258,7 +323,9 @@ def extended(table: ReleaseTable, rows: list[Release], pip_rows: Sequence[PipRel
     return replace(table, releases=table.releases + tuple(rows), pip_releases=table.pip_releases + tuple(pip_rows))
 
 
-def measured_rows(rows: Sequence[Release | PipRelease], philox: PhiloxWidths, policy: BuildPolicy, cache: Path) -> list[Verdict]:
+def measured_rows(
+    rows: Sequence[Release | PipRelease], philox: PhiloxWidths, policy: BuildPolicy, cache: Path
+) -> list[Verdict]:
     """A measured kernel-abi row for each torch minor of `rows` that variants/kernel-abi.yaml lacks,
     from its newest version's wheel (network: the wheel index, the headers unless cached)."""
     newest: dict[str, str] = {}
@@ -268,8 +335,10 @@ def measured_rows(rows: Sequence[Release | PipRelease], philox: PhiloxWidths, po
     if not newest:
         return []
     files = list_files("torch")
-    return [measure_release(version, files, cache, policy.flash_attn_version, policy.flash_attn_sha256)
-            for _, version in sorted(newest.items(), key=lambda kv: vtuple(kv[0]))]
+    return [
+        measure_release(version, files, cache, policy.flash_attn_version, policy.flash_attn_sha256)
+        for _, version in sorted(newest.items(), key=lambda kv: vtuple(kv[0]))
+    ]
 
 
 def with_rows(philox: PhiloxWidths, verdicts: Sequence[Verdict]) -> PhiloxWidths:
@@ -288,8 +357,14 @@ def new_pip_cells(old: ReleaseTable, new: ReleaseTable, policy: BuildPolicy, phi
     return [c for c in build_pip_cells(new, policy, philox) if c.id not in before]
 
 
-def write(table: ReleaseTable, policy: BuildPolicy, philox: PhiloxWidths, variants_dir: Path, recipe_path: Path,
-          verdicts: Sequence[Verdict] = ()) -> list[Path]:
+def write(
+    table: ReleaseTable,
+    policy: BuildPolicy,
+    philox: PhiloxWidths,
+    variants_dir: Path,
+    recipe_path: Path,
+    verdicts: Sequence[Verdict] = (),
+) -> list[Path]:
     """Write releases.yaml (canonical form), append the measured kernel-abi rows, and regenerate the
     variant configs and the render store.
 

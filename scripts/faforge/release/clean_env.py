@@ -71,8 +71,12 @@ def pip_requirements(package: PackageFacts) -> list[str]:
 def _runs_as(python: Path, version: str) -> bool:
     """pyenv puts shims for every version on PATH; one whose version is not selected exits 127."""
     try:
-        result = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return result.returncode == 0 and result.stdout.strip() == version
@@ -88,8 +92,10 @@ def find_python(version: str) -> Path:
     for candidate in candidates:
         if _runs_as(candidate, version):
             return candidate
-    raise Unavailable(f"no working Python {version} interpreter (tried "
-                      f"{', '.join(map(str, candidates)) or f'python{version} on PATH'})")
+    raise Unavailable(
+        f"no working Python {version} interpreter (tried "
+        f"{', '.join(map(str, candidates)) or f'python{version} on PATH'})"
+    )
 
 
 def check_runnable_here(package: PackageFacts) -> None:
@@ -103,7 +109,9 @@ def python_and_torch(package: PackageFacts) -> tuple[str, str]:
     """The python and torch a flash-attn package's build string names; Unavailable when it does not name all of
     python, torch, CUDA and ABI (no torch can be matched)."""
     if package.python is None or package.torch is None or package.cuda is None or package.cxx11_abi is None:
-        raise Unavailable(f"{package.filename}: its build string does not name python/torch/CUDA/ABI, so no torch can be matched")
+        raise Unavailable(
+            f"{package.filename}: its build string does not name python/torch/CUDA/ABI, so no torch can be matched"
+        )
     return package.python, package.torch
 
 
@@ -141,16 +149,30 @@ def remote_wheel_cuda(package: PackageFacts) -> str | None:
 
 
 # What pip (urllib3) prints when it cannot reach an index at all.
-PIP_NETWORK_ERROR = re.compile(r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
-                               r"Connection refused|Failed to establish a new connection")
+PIP_NETWORK_ERROR = re.compile(
+    r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
+    r"Connection refused|Failed to establish a new connection"
+)
 
 
 def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
     shutil.rmtree(prefix, ignore_errors=True)
     made = subprocess.run([str(python), "-m", "venv", str(prefix)], capture_output=True, text=True)
     if made.returncode != 0:
-        raise Unavailable(f"`{python} -m venv` failed (exit {made.returncode}): {(made.stderr or made.stdout).strip()[-300:]}")
-    pip = [str(prefix / "bin" / "python"), "-m", "pip", "install", "--no-input", "--quiet", "--only-binary", ":all:", *requirements]
+        raise Unavailable(
+            f"`{python} -m venv` failed (exit {made.returncode}): {(made.stderr or made.stdout).strip()[-300:]}"
+        )
+    pip = [
+        str(prefix / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--no-input",
+        "--quiet",
+        "--only-binary",
+        ":all:",
+        *requirements,
+    ]
     result = subprocess.run(pip, capture_output=True, text=True)
     if result.returncode != 0:
         shutil.rmtree(prefix, ignore_errors=True)
@@ -158,14 +180,17 @@ def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
         # Offline, pip ends with "conflicting dependencies"/"no matching distribution"; the cause is the network.
         unreachable = PIP_NETWORK_ERROR.search(output)
         if unreachable:
-            raise Unavailable(f"`pip install {' '.join(requirements)}` could not reach the package index "
-                              f"({unreachable.group(0)}); the gate needs PyPI's torch wheel (network, or a pip mirror)")
+            raise Unavailable(
+                f"`pip install {' '.join(requirements)}` could not reach the package index "
+                f"({unreachable.group(0)}); the gate needs PyPI's torch wheel (network, or a pip mirror)"
+            )
         tail = " / ".join(output.strip().splitlines()[-3:])
         raise Unavailable(f"`pip install {' '.join(requirements)}` failed: {tail}")
 
 
-def _cached_venv(folder: str, name: str, python_version: str, requirements: list[str], what: str,
-                 announce: Callable[[str], None]) -> Path:
+def _cached_venv(
+    folder: str, name: str, python_version: str, requirements: list[str], what: str, announce: Callable[[str], None]
+) -> Path:
     """config.cache_dir()/folder/name with `requirements`, built on first use under a lock; `announce`
     hears about it first (`what` says what pip is fetching)."""
     root = config.cache_dir() / folder
@@ -176,27 +201,37 @@ def _cached_venv(folder: str, name: str, python_version: str, requirements: list
         done = prefix / ".faforge-complete"
         if not done.exists():
             python = find_python(python_version)
-            announce(f"first use: creating {prefix} with {what} for Python {python_version} "
-                     "(pip downloads and installs it, from seconds to minutes; cached for later runs)")
+            announce(
+                f"first use: creating {prefix} with {what} for Python {python_version} "
+                "(pip downloads and installs it, from seconds to minutes; cached for later runs)"
+            )
             _install(prefix, python, requirements)
             done.write_text("ok\n")
     return prefix
 
 
-def torch_venv(package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
+def torch_venv(
+    package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None
+) -> TorchVenv:
     """The cached base venv with the cell's PyPI torch (built on first use, under a lock; `announce` hears it first)."""
     python, torch = python_and_torch(package)
     return pypi_torch_venv(f"=={torch}", python, extra, announce)
 
 
-def pypi_torch_venv(version: str, python: str, extra: list[str] | tuple[str, ...] = BASE_EXTRAS,
-                    announce: Callable[[str], None] = lambda message: None) -> TorchVenv:
+def pypi_torch_venv(
+    version: str,
+    python: str,
+    extra: list[str] | tuple[str, ...] = BASE_EXTRAS,
+    announce: Callable[[str], None] = lambda message: None,
+) -> TorchVenv:
     """A cached venv of CPython `python` with PyPI's torch`version` ('==2.11.0', '==2.13.*') and `extra`."""
     name = f"torch-{version.lstrip('=')}-py{python}" + "".join(f"+{e}" for e in sorted(extra))
     prefix = _cached_venv("torch-venvs", name, python, [f"torch{version}", *extra], f"PyPI torch{version}", announce)
     venv_python = prefix / "bin" / "python"
-    probe = ("import json, torch; print(json.dumps([torch.__version__, "
-             "torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))")
+    probe = (
+        "import json, torch; print(json.dumps([torch.__version__, "
+        "torch.version.cuda, int(torch._C._GLIBCXX_USE_CXX11_ABI)]))"
+    )
     result = subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True)
     if result.returncode != 0:
         raise Unavailable(f"torch{version} in {prefix} does not import: {result.stderr.strip().splitlines()[-1:]}")
@@ -210,12 +245,18 @@ def matching_torch_venv(package: PackageFacts, announce: Callable[[str], None] =
     check_runnable_here(package)
     remote_cuda = remote_wheel_cuda(package)
     if remote_cuda is not None and remote_cuda != package.cuda:
-        raise Unavailable(f"PyPI's torch {package.torch} is built for CUDA {remote_cuda}, the cell for CUDA {package.cuda}")
+        raise Unavailable(
+            f"PyPI's torch {package.torch} is built for CUDA {remote_cuda}, the cell for CUDA {package.cuda}"
+        )
     venv = torch_venv(package, pip_requirements(package), announce)
     if venv.cuda != package.cuda:
-        raise Unavailable(f"torch {venv.torch} from PyPI is built for CUDA {venv.cuda}, the cell for CUDA {package.cuda}")
+        raise Unavailable(
+            f"torch {venv.torch} from PyPI is built for CUDA {venv.cuda}, the cell for CUDA {package.cuda}"
+        )
     if venv.cxx11_abi != package.cxx11_abi:
-        raise Unavailable(f"torch {venv.torch} from PyPI uses C++ ABI {venv.cxx11_abi}, the cell ABI {package.cxx11_abi}")
+        raise Unavailable(
+            f"torch {venv.torch} from PyPI uses C++ ABI {venv.cxx11_abi}, the cell ABI {package.cxx11_abi}"
+        )
     return venv
 
 
@@ -242,7 +283,9 @@ def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda messag
     """The cached venv with PyPI's CUDA runtime of `cuda` ('13.0'), for loading a torch-free library."""
     requirement = cuda_runtime_requirement(cuda)
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    prefix = _cached_venv("runtime-venvs", f"cuda-runtime-{cuda}", version, [requirement], f"PyPI {requirement}", announce)
+    prefix = _cached_venv(
+        "runtime-venvs", f"cuda-runtime-{cuda}", version, [requirement], f"PyPI {requirement}", announce
+    )
     site = next((prefix / "lib").glob("python3*/site-packages"))
     return RuntimeVenv(python=prefix / "bin" / "python", site_packages=site, requirement=requirement)
 
@@ -267,7 +310,9 @@ def fresh_env(package: PackageFacts, base: TorchVenv, kernel: PackageFacts | Non
     python, _ = python_and_torch(package)  # the torch venv `base` was matched to it, so it names them
     with tempfile.TemporaryDirectory(prefix="faforge-clean-env-") as tmp:
         prefix = Path(tmp) / "env"
-        subprocess.run([str(find_python(python)), "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True)
+        subprocess.run(
+            [str(find_python(python)), "-m", "venv", "--without-pip", str(prefix)], check=True, capture_output=True
+        )
         site = next((prefix / "lib").glob("python3*/site-packages"))
         (site / "_faforge_torch_venv.pth").write_text(f"{base.site_packages}\n")
         for each in (package, kernel) if kernel else (package,):

@@ -89,7 +89,12 @@ class BuildCost:
 
     def runner_for(self, platform: str) -> Runner:
         if platform not in self.runners:
-            raise DataError(self.path, "runners", f"no runner for {platform}", hint=f"add `{platform}: {{label: ..., cpus: ..., memory_gb: ..., job_limit_minutes: ...}}`")
+            raise DataError(
+                self.path,
+                "runners",
+                f"no runner for {platform}",
+                hint=f"add `{platform}: {{label: ..., cpus: ..., memory_gb: ..., job_limit_minutes: ...}}`",
+            )
         return self.runners[platform]
 
 
@@ -137,7 +142,7 @@ def split_kernels(cost: BuildCost, platform: str, cuda_archs: str) -> list[Part]
             )
         pieces = math.ceil(len(tus) / size)
         for i in range(pieces):
-            chunk = tus[i * size:(i + 1) * size]
+            chunk = tus[i * size : (i + 1) * size]
             name = tu_class.name if pieces == 1 else f"{tu_class.name}-{i + 1}of{pieces}"
             parts.append(Part(name=name, tus=chunk, minutes=_minutes(cost, len(chunk) * per_tu[tu_class.name], 0)))
     parts.append(Part(name=KERNELS_LINK_PART, tus=(), minutes=_minutes(cost, 0, cost.link_minutes)))
@@ -168,25 +173,43 @@ def load_build_cost(path: Path | None = None) -> BuildCost:
     for name, entry in classes_raw.items():
         if not isinstance(entry, dict) or set(entry) != {"minutes_per_arch", "peak_gb"}:
             raise DataError(path, f"classes.{name}", f"invalid value {entry!r}", hint="keys: minutes_per_arch, peak_gb")
-        classes.append(TuClass(name=name, minutes_per_arch=_number(path, f"classes.{name}.minutes_per_arch", entry["minutes_per_arch"]),
-                               peak_gb=_number(path, f"classes.{name}.peak_gb", entry["peak_gb"])))
+        classes.append(
+            TuClass(
+                name=name,
+                minutes_per_arch=_number(path, f"classes.{name}.minutes_per_arch", entry["minutes_per_arch"]),
+                peak_gb=_number(path, f"classes.{name}.peak_gb", entry["peak_gb"]),
+            )
+        )
     runners = {}
     for platform, entry in (raw.get("runners") or {}).items():
         keys = {"label", "cpus", "memory_gb", "job_limit_minutes"}
         if not isinstance(entry, dict) or set(entry) != keys or not isinstance(entry["label"], str):
-            raise DataError(path, f"runners.{platform}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))}")
+            raise DataError(
+                path, f"runners.{platform}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))}"
+            )
         runners[platform] = Runner(
             platform=platform,
             label=entry["label"],
             cpus=_number(path, f"runners.{platform}.cpus", entry["cpus"], integer=True),
             memory_gb=_number(path, f"runners.{platform}.memory_gb", entry["memory_gb"]),
-            job_limit_minutes=_number(path, f"runners.{platform}.job_limit_minutes", entry["job_limit_minutes"], integer=True),
+            job_limit_minutes=_number(
+                path, f"runners.{platform}.job_limit_minutes", entry["job_limit_minutes"], integer=True
+            ),
         )
     wheel_runners = {}
     for platform, entry in (raw.get("wheel_runners") or {}).items():
         keys = {"label", "container", "cuda_repo"}
-        if not isinstance(entry, dict) or set(entry) != keys or not all(isinstance(v, str) and v for v in entry.values()):
-            raise DataError(path, f"wheel_runners.{platform}", f"invalid value {entry!r}", hint=f"keys: {', '.join(sorted(keys))} (strings)")
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != keys
+            or not all(isinstance(v, str) and v for v in entry.values())
+        ):
+            raise DataError(
+                path,
+                f"wheel_runners.{platform}",
+                f"invalid value {entry!r}",
+                hint=f"keys: {', '.join(sorted(keys))} (strings)",
+            )
         wheel_runners[platform] = WheelRunner(platform=platform, **entry)
     return BuildCost(
         path=path,

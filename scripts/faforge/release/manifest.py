@@ -75,11 +75,15 @@ def parse_gates(text: str, *, source: str, purpose: str) -> tuple[str, ...]:
     shown = f"{source} {shorten(repr(text))}"
     names = [n.strip() for n in text.split(",")]
     if not any(names):
-        raise FaforgeError(f"{shown}: names no gate, so {purpose}",
-                           hint=f"name gates ({', '.join(GATES)}) as a comma list, or leave {source} out for the default")
+        raise FaforgeError(
+            f"{shown}: names no gate, so {purpose}",
+            hint=f"name gates ({', '.join(GATES)}) as a comma list, or leave {source} out for the default",
+        )
     if "" in names:
-        raise FaforgeError(f"{shown}: an empty name between commas",
-                           hint=f"write a plain comma list such as {','.join(GATES)} (an unset variable inside it leaves such a gap)")
+        raise FaforgeError(
+            f"{shown}: an empty name between commas",
+            hint=f"write a plain comma list such as {','.join(GATES)} (an unset variable inside it leaves such a gap)",
+        )
     unknown = [n for n in names if n not in GATES]
     if unknown:
         raise FaforgeError(f"{shown}: unknown gate {shorten(repr(unknown[0]))}", hint=f"gates are {', '.join(GATES)}")
@@ -94,25 +98,41 @@ def require_passed(manifest_dir: Path, package: Artifact, required: tuple[str, .
     gate `passed` for this exact sha256, no gate `failed`, and the file still has that sha256.
     Callers judge first (publish.judge); this stops one that did not (exit 1, nothing copied)."""
     if not required or any(g not in GATES for g in required):
-        raise FaforgeError(f"{package.filename}: the required gates {list(required)!r} are not a set of known gates, "
-                           "so nothing may be copied", exit_code=EXIT_PROBLEMS, hint=f"require some of {', '.join(GATES)}")
+        raise FaforgeError(
+            f"{package.filename}: the required gates {list(required)!r} are not a set of known gates, "
+            "so nothing may be copied",
+            exit_code=EXIT_PROBLEMS,
+            hint=f"require some of {', '.join(GATES)}",
+        )
     results = results_for(manifest_dir, package.sha256)
-    missing = [f"{g}: {results[g].result if g in results else 'not run'}" for g in GATES
-               if (g in required and (g not in results or results[g].result != "passed")) or (g in results and results[g].result == "failed")]
+    missing = [
+        f"{g}: {results[g].result if g in results else 'not run'}"
+        for g in GATES
+        if (g in required and (g not in results or results[g].result != "passed"))
+        or (g in results and results[g].result == "failed")
+    ]
     if missing:
-        raise FaforgeError(f"{package.filename} ({package.sha256[:12]}) has not passed "
-                           f"its gates ({'; '.join(missing)}), so it is not copied",
-                           exit_code=EXIT_PROBLEMS, hint=verify_hint(package, manifest_dir))
+        raise FaforgeError(
+            f"{package.filename} ({package.sha256[:12]}) has not passed "
+            f"its gates ({'; '.join(missing)}), so it is not copied",
+            exit_code=EXIT_PROBLEMS,
+            hint=verify_hint(package, manifest_dir),
+        )
     if sha256_of(package.path) != package.sha256:
-        raise FaforgeError(f"{package.path}: changed since its gates were checked (sha256 "
-                           f"is no longer {package.sha256[:12]}…), so it is not copied",
-                           exit_code=EXIT_PROBLEMS, hint="verify and publish the file as it is now")
+        raise FaforgeError(
+            f"{package.path}: changed since its gates were checked (sha256 "
+            f"is no longer {package.sha256[:12]}…), so it is not copied",
+            exit_code=EXIT_PROBLEMS,
+            hint="verify and publish the file as it is now",
+        )
 
 
 def verify_hint(package: Artifact, manifest_dir: Path) -> str:
     """What to do about a package without its gates: verify it into the manifest publish reads."""
-    return (f"run `faforge verify {package.path} --manifest {manifest_dir}` "
-            "first (the GPU gate on a GPU runner: --gates gpu)")
+    return (
+        f"run `faforge verify {package.path} --manifest {manifest_dir}` "
+        "first (the GPU gate on a GPU runner: --gates gpu)"
+    )
 
 
 def record(manifest_dir: Path, package: Recorded, gate: str, result: str, detail: str) -> GateResult:
@@ -139,8 +159,18 @@ def record(manifest_dir: Path, package: Recorded, gate: str, result: str, detail
 
 # Every key of a gate record and the JSON type its value must have (a record names its package and file, so
 # `cell` is null for a package of no matrix cell).
-FIELDS = {"version": (int,), "gate": (str,), "result": (str,), "detail": (str,), "sha256": (str,), "package": (str,),
-          "cell": (str, type(None)), "recorded_at": (str,), "host": (str,), "faforge": (str,)}
+FIELDS = {
+    "version": (int,),
+    "gate": (str,),
+    "result": (str,),
+    "detail": (str,),
+    "sha256": (str,),
+    "package": (str,),
+    "cell": (str, type(None)),
+    "recorded_at": (str,),
+    "host": (str,),
+    "faforge": (str,),
+}
 REDO = "delete it and run `faforge verify` again (gate records are written by `faforge verify` only)"
 
 
@@ -167,8 +197,11 @@ def read_record(path: Path, sha256: str, gate: str) -> GateResult:
     expected = {"version": MANIFEST_VERSION, "gate": gate, "sha256": sha256}
     wrong = next((k for k, v in expected.items() if raw[k] != v), None)
     if wrong:
-        raise _bad(path, f"{wrong!r} is {shorten(json.dumps(raw[wrong]), 80)}, but a "
-                         f"record at this path must say {json.dumps(expected[wrong])}")
+        raise _bad(
+            path,
+            f"{wrong!r} is {shorten(json.dumps(raw[wrong]), 80)}, but a "
+            f"record at this path must say {json.dumps(expected[wrong])}",
+        )
     if raw["result"] not in RESULTS:
         raise _bad(path, f"'result' is {shorten(json.dumps(raw['result']), 80)}, not one of {', '.join(RESULTS)}")
     return GateResult(**{k: v for k, v in raw.items() if k != "version"})

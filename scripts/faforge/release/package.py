@@ -21,7 +21,9 @@ from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kern
 from faforge.packagefile import PACKAGE_SUFFIXES, sha256_of
 
 # py312_torch2_7_cu129_cxx11abi1_h<hash>_<n>, as recipes/flash-attn/recipe.yaml writes it.
-BUILD_STRING = re.compile(r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<torch>\d+_\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_h[0-9a-f]+_\d+")
+BUILD_STRING = re.compile(
+    r"py(?P<py>\d)(?P<pyminor>\d+)_torch(?P<torch>\d+_\d+)_cu(?P<cuda>\d+)_cxx11abi(?P<abi>[01])_h[0-9a-f]+_\d+"
+)
 # The run requirement that names the exact torch: `pytorch >=2.7.1,<2.8 cuda129*` (conda-forge)
 # or `pytorch ==2.5.1 py3*` (legacy pytorch channel).
 TORCH_PIN = re.compile(r"^pytorch\s+(?:>=|==)\s*(?P<version>\d+(?:\.\d+)+)")
@@ -48,7 +50,9 @@ class PackageFacts:
     torch: str | None
     cuda: str | None
     cxx11_abi: int | None
-    cuda_archs: str | None = None  # a kernel or flash-attn-3 package's arch list ('80;90;100;120+PTX'), from its build string
+    cuda_archs: str | None = (
+        None  # a kernel or flash-attn-3 package's arch list ('80;90;100;120+PTX'), from its build string
+    )
 
     @property
     def is_kernel_package(self) -> bool:
@@ -84,11 +88,14 @@ class PackageFacts:
         return f"{self.subdir}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
 
 
-def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str],
-                        sha256: str) -> PackageFacts:
+def facts_from_metadata(
+    *, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str], sha256: str
+) -> PackageFacts:
     """Facts from repodata-like metadata (an index.json or a channel's repodata record)."""
     if name in (KERNEL_PACKAGE, FLASH_ATTN_3.package):
-        return _torch_free_build_facts(path=path, name=name, version=version, build=build, subdir=subdir, depends=depends, sha256=sha256)
+        return _torch_free_build_facts(
+            path=path, name=name, version=version, build=build, subdir=subdir, depends=depends, sha256=sha256
+        )
     match = BUILD_STRING.fullmatch(build)
     torch = next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None)
     if match and torch is None:
@@ -108,8 +115,9 @@ def facts_from_metadata(*, path: Path, name: str, version: str, build: str, subd
     )
 
 
-def _torch_free_build_facts(*, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str],
-                            sha256: str) -> PackageFacts:
+def _torch_free_build_facts(
+    *, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str], sha256: str
+) -> PackageFacts:
     """A kernel package or a flash-attn-3 has no python, torch or C++ ABI in its build string, which names CUDA
     and the arch list. A flash-attn-3 serves a torch range: its `torch` is the range's floor (pytorch >=2.9 cuda*)."""
     match = (KERNEL_BUILD.match if name == KERNEL_PACKAGE else FA3_BUILD.fullmatch)(build)
@@ -117,20 +125,47 @@ def _torch_free_build_facts(*, path: Path, name: str, version: str, build: str, 
         archs = archs_of_tag(match["archs"]) if match else None
     except ValueError:
         archs = None
-    floor = next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None) if name == FLASH_ATTN_3.package else None
-    return PackageFacts(path=path, name=name, version=version, build=build, subdir=subdir, sha256=sha256,
-                        depends=tuple(depends), python=None, torch=floor, cxx11_abi=None,
-                        cuda=cuda_of_tag(match["cuda"]) if match else None, cuda_archs=archs)
+    floor = (
+        next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None)
+        if name == FLASH_ATTN_3.package
+        else None
+    )
+    return PackageFacts(
+        path=path,
+        name=name,
+        version=version,
+        build=build,
+        subdir=subdir,
+        sha256=sha256,
+        depends=tuple(depends),
+        python=None,
+        torch=floor,
+        cxx11_abi=None,
+        cuda=cuda_of_tag(match["cuda"]) if match else None,
+        cuda_archs=archs,
+    )
 
 
 def read_package(path: str | Path) -> PackageFacts:
     """The facts of a package file, from its own info/index.json (faforge.channel.archive checks the
     archive and the fields; a subdir outside linux-64, linux-aarch64, noarch is refused, exit 2)."""
     path = Path(path)
-    paths.require_input_file(path, "`faforge build` writes packages to --output-dir/<platform>/ (see its summary); pass those files")
+    paths.require_input_file(
+        path, "`faforge build` writes packages to --output-dir/<platform>/ (see its summary); pass those files"
+    )
     if not path.is_file() or not path.name.endswith(PACKAGE_SUFFIXES):
-        raise FaforgeError(f"{path}: not a conda package file", hint=f"pass a .conda or .tar.bz2 file, e.g. output/linux-64/{FLASH_ATTN.package}-*.conda")
+        raise FaforgeError(
+            f"{path}: not a conda package file",
+            hint=f"pass a .conda or .tar.bz2 file, e.g. output/linux-64/{FLASH_ATTN.package}-*.conda",
+        )
     index = read_index_json(path)
     check_payload(path)
-    return facts_from_metadata(path=path, name=index["name"], version=index["version"], build=index["build"],
-                               subdir=index["subdir"], depends=index.get("depends", []), sha256=sha256_of(path))
+    return facts_from_metadata(
+        path=path,
+        name=index["name"],
+        version=index["version"],
+        build=index["build"],
+        subdir=index["subdir"],
+        depends=index.get("depends", []),
+        sha256=sha256_of(path),
+    )

@@ -47,18 +47,26 @@ def world_for_abi(table: ReleaseTable, abi: int) -> World:
     for world in table.worlds.values():
         if world.cxx11_abi == abi:
             return world
-    raise FaforgeError(f"no torch world in {table.path} uses C++ ABI {abi}", hint="the channel holds a package this checkout's release table does not know")
+    raise FaforgeError(
+        f"no torch world in {table.path} uses C++ ABI {abi}",
+        hint="the channel holds a package this checkout's release table does not know",
+    )
 
 
 def _install(facts: PackageFacts, channels: list[str]) -> dict:
     """The exact install lines of one package, from these channels in this order."""
     spec = match_spec(facts.name, facts.version, facts.build)
-    return {"install": conda_command(spec, channels), "environment_yml": environment_yml(spec, channels, name=facts.name)}
+    return {
+        "install": conda_command(spec, channels),
+        "environment_yml": environment_yml(spec, channels, name=facts.name),
+    }
 
 
 def fa3_entry(facts: PackageFacts, channels: list[str]) -> dict:
     """A flash-attn-3 package: no python, torch or C++ ABI in its build; it serves every torch from its floor on."""
-    python = next((d.split(None, 1)[1] for d in facts.depends if d.startswith("python ") and len(d.split(None, 1)) == 2), None)
+    python = next(
+        (d.split(None, 1)[1] for d in facts.depends if d.startswith("python ") and len(d.split(None, 1)) == 2), None
+    )
     return {
         "id": facts.fa3_id,
         "platform": facts.subdir,
@@ -98,39 +106,54 @@ def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[st
         wheel = None
         if published is not None:
             wheel = next((f for f in published.get(c.index_name, ()) if b.glue_wheel_pattern().fullmatch(f)), None)
-        entries.append({
-            "cell": c.id,
-            "grid_cell": c.id.split("/", 1)[1],
-            "platform": c.platform,
-            "python": c.python,
-            "torch": c.torch,
-            "torch_minor": c.torch_minor,
-            "cuda": c.cuda,
-            "cxx11_abi": c.cxx11_abi,
-            "torch_wheel": c.wheel,
-            "index_name": c.index_name,
-            "index_url": index,
-            "version": b.glue_version,
-            "published": None if published is None else wheel is not None,
-            "wheel": wheel,
-            "pip_install": instructions.pip_command(index, pins),
-            "uv_install": instructions.uv_command(index, pins),
-            "requirements_txt": instructions.requirements_txt(index, pins),
-        })
-    entries.sort(key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), vtuple(p["python"])), reverse=True)
+        entries.append(
+            {
+                "cell": c.id,
+                "grid_cell": c.id.split("/", 1)[1],
+                "platform": c.platform,
+                "python": c.python,
+                "torch": c.torch,
+                "torch_minor": c.torch_minor,
+                "cuda": c.cuda,
+                "cxx11_abi": c.cxx11_abi,
+                "torch_wheel": c.wheel,
+                "index_name": c.index_name,
+                "index_url": index,
+                "version": b.glue_version,
+                "published": None if published is None else wheel is not None,
+                "wheel": wheel,
+                "pip_install": instructions.pip_command(index, pins),
+                "uv_install": instructions.uv_command(index, pins),
+                "requirements_txt": instructions.requirements_txt(index, pins),
+            }
+        )
+    entries.sort(
+        key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), vtuple(p["python"])), reverse=True
+    )
     return entries
 
 
-def page_data(records: Iterable[RepoDataRecord], table: ReleaseTable, install_channel: str, fa3_world: World | None = None,
-              pip: list[dict] | None = None, pip_index: str | None = None) -> dict:
+def page_data(
+    records: Iterable[RepoDataRecord],
+    table: ReleaseTable,
+    install_channel: str,
+    fa3_world: World | None = None,
+    pip: list[dict] | None = None,
+    pip_index: str | None = None,
+) -> dict:
     """The page's data: the flash-attn cells, the flash-attn-3 packages installed from `fa3_world`'s channels,
     and the pip cells' entries (pip_entries) read from the wheel index `pip_index` (None: not read)."""
     channel = CHANNEL_PLACEHOLDER if install_channel == HERE else install_channel
     packages, fa3 = [], []
     for record in records:
         facts = facts_from_metadata(
-            path=Path(record.file_name), name=record.name.normalized, version=str(record.version), build=str(record.build),
-            subdir=str(record.subdir), depends=[str(d) for d in record.depends], sha256=record.sha256.hex() if record.sha256 else "",
+            path=Path(record.file_name),
+            name=record.name.normalized,
+            version=str(record.version),
+            build=str(record.build),
+            subdir=str(record.subdir),
+            depends=[str(d) for d in record.depends],
+            sha256=record.sha256.hex() if record.sha256 else "",
         )
         if facts.fa3_id is not None and fa3_world is not None:
             fa3.append(fa3_entry(facts, [channel, *fa3_world.channels]))
@@ -138,23 +161,28 @@ def page_data(records: Iterable[RepoDataRecord], table: ReleaseTable, install_ch
         if facts.cell_id is None or facts.cxx11_abi is None:
             continue  # not a faforge cell build (no python/torch/CUDA/ABI in its build string)
         world = world_for_abi(table, facts.cxx11_abi)
-        packages.append({
-            "cell": facts.cell_id,
-            "platform": facts.subdir,
-            "python": facts.python,
-            "torch": facts.torch,
-            "torch_minor": facts.torch_minor,
-            "cuda": facts.cuda,
-            "cxx11_abi": facts.cxx11_abi,
-            "world": world.name,
-            "filename": facts.filename,
-            "version": facts.version,
-            "build": facts.build,
-            "sha256": facts.sha256,
-            **_install(facts, [channel, *world.channels]),
-        })
+        packages.append(
+            {
+                "cell": facts.cell_id,
+                "platform": facts.subdir,
+                "python": facts.python,
+                "torch": facts.torch,
+                "torch_minor": facts.torch_minor,
+                "cuda": facts.cuda,
+                "cxx11_abi": facts.cxx11_abi,
+                "world": world.name,
+                "filename": facts.filename,
+                "version": facts.version,
+                "build": facts.build,
+                "sha256": facts.sha256,
+                **_install(facts, [channel, *world.channels]),
+            }
+        )
     # Newest flash-attn first, so the page's grid shows the newest build of each cell.
-    packages.sort(key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), p["python"], Version(p["version"])), reverse=True)
+    packages.sort(
+        key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), p["python"], Version(p["version"])),
+        reverse=True,
+    )
     fa3.sort(key=lambda p: (p["platform"], vtuple(p["cuda"]), p["cuda_archs"], Version(p["version"])), reverse=True)
     return {
         "version": PAGE_VERSION,
@@ -175,8 +203,10 @@ def generated_at() -> str:
     if epoch is None:
         return datetime.now(timezone.utc).isoformat(timespec="seconds")
     if not epoch.isdecimal() or len(epoch) > 12:
-        raise FaforgeError(f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a count of seconds since 1970",
-                           hint="set it to a whole number such as `git log -1 --format=%ct`, or unset it")
+        raise FaforgeError(
+            f"SOURCE_DATE_EPOCH={epoch[:40]!r} is not a count of seconds since 1970",
+            hint="set it to a whole number such as `git log -1 --format=%ct`, or unset it",
+        )
     return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds")
 
 
@@ -185,8 +215,10 @@ def with_channel(data: dict, channel: str) -> dict:
     if data["install_channel"] is not None:
         return data
     fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731 (a one-line helper)
-    filled = {key: [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data[key]]
-              for key in ("packages", FLASH_ATTN_3.key)}
+    filled = {
+        key: [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data[key]]
+        for key in ("packages", FLASH_ATTN_3.key)
+    }
     return {**data, "install_channel": channel, **filled}
 
 
@@ -197,7 +229,11 @@ def write_page(data: dict, out_dir: Path, file_channel: str) -> tuple[Path, Path
     data_path.write_text(json.dumps(with_channel(data, file_channel), indent=2) + "\n")
     # Embedded too, so the page also works opened from disk (file://), where fetch() is blocked.
     embedded = json.dumps(data).replace("</", "<\\/")
-    text = TEMPLATE.read_text().replace("@DATA@", embedded).replace("@TITLE@", html.escape(f"{FLASH_ATTN.package} builds ({len(data['packages'])})"))
+    text = (
+        TEMPLATE.read_text()
+        .replace("@DATA@", embedded)
+        .replace("@TITLE@", html.escape(f"{FLASH_ATTN.package} builds ({len(data['packages'])})"))
+    )
     page_path = out_dir / "index.html"
     page_path.write_text(text)
     return page_path, data_path

@@ -71,12 +71,17 @@ WHEEL_DIR = "dist"
 # flash-attn output: ninja for torch's cpp_extension, setuptools and wheel for the wheel, pyelftools for the
 # backend's ABI check after the link), in a cached venv of their own, so that the torch venv stays verify's.
 BUILD_TOOLS = ("ninja", "pyelftools", "setuptools<82", "wheel")
-TORCH_EXTRAS = ("einops", "pytest")  # the extras of verify's base venv (clean_env.pip_requirements): the same cached venv
+TORCH_EXTRAS = (
+    "einops",
+    "pytest",
+)  # the extras of verify's base venv (clean_env.pip_requirements): the same cached venv
 GLUE_TIMEOUT_S = 3 * 3600
 # The build script's own lines, shown live: its steps (`[build_flash_attn] ...`) and its error
 # (`build_flash_attn: error: ...`).
 BACKEND_LINES = (BACKEND_LOG_PREFIX, f"{Path(FLASH_ATTN.build_script).stem}:")
 NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
+
+
 @dataclass(frozen=True)
 class WheelWhere:
     """Where a pip build reads and writes, and what it may build its kernel package with."""
@@ -111,6 +116,7 @@ class WheelBuild:
 
 # ---------------------------------------------------------------- checks before any work
 
+
 def nvcc_release(nvcc: Path) -> str:
     try:
         out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=120)
@@ -118,7 +124,10 @@ def nvcc_release(nvcc: Path) -> str:
         raise FaforgeError(f"{nvcc} does not run ({exc})", hint="pass --cuda-home of a working CUDA toolkit") from None
     match = NVCC_RELEASE.search(out.stdout)
     if out.returncode != 0 or not match:
-        raise FaforgeError(f"{nvcc} --version does not name its CUDA release (exit {out.returncode})", hint="pass --cuda-home of a CUDA toolkit")
+        raise FaforgeError(
+            f"{nvcc} --version does not name its CUDA release (exit {out.returncode})",
+            hint="pass --cuda-home of a CUDA toolkit",
+        )
     return match[1]
 
 
@@ -144,10 +153,14 @@ def cuda_toolkit(given: Path | None, cuda: str) -> Path:
         raise FaforgeError("no CUDA toolkit: --cuda-home and CUDA_HOME are unset and no nvcc is on PATH", hint=hint)
     with paths.user_path(option, root):
         if not (root / "bin" / "nvcc").is_file() or not (root / "include" / "cuda_runtime.h").is_file():
-            raise FaforgeError(f"{option} {root}: no bin/nvcc and include/cuda_runtime.h there", hint=hint, input=str(root))
+            raise FaforgeError(
+                f"{option} {root}: no bin/nvcc and include/cuda_runtime.h there", hint=hint, input=str(root)
+            )
     found = nvcc_release(root / "bin" / "nvcc")
     if found != cuda:
-        raise FaforgeError(f"{option} {root} is CUDA {found}; the cell's torch is built for CUDA {cuda}", hint=hint, input=str(root))
+        raise FaforgeError(
+            f"{option} {root} is CUDA {found}; the cell's torch is built for CUDA {cuda}", hint=hint, input=str(root)
+        )
     return root
 
 
@@ -160,16 +173,23 @@ def match_given(builds: list[PipBuild], given: tuple[PackageFacts, ...]) -> None
     wanted = {(kernel_pin_of(b).version, kernel_pin_of(b).build, b.cell.platform): b for b in builds}
     for package in given:
         if not package.is_kernel_package:
-            raise FaforgeError(f"--kernel-package {package.path}: a {package.name} package, not {KERNEL_PACKAGE}", input=str(package.path),
-                               hint=f"pass the {KERNEL_PACKAGE} package `faforge build PIP_CELL --part {KERNELS_PART}` made")
+            raise FaforgeError(
+                f"--kernel-package {package.path}: a {package.name} package, not {KERNEL_PACKAGE}",
+                input=str(package.path),
+                hint=f"pass the {KERNEL_PACKAGE} package `faforge build PIP_CELL --part {KERNELS_PART}` made",
+            )
         if (package.version, package.build, package.subdir) not in wanted:
             builds_text = ", ".join(sorted({f"{b.kernel_build} ({b.cell.platform})" for b in builds}))
-            raise FaforgeError(f"--kernel-package {package.path}: {package.version} {package.build} ({package.subdir}) is the kernel "
-                               f"package of none of these cells, which pin {builds_text}", input=str(package.path),
-                               hint="pass the exact kernel build `faforge matrix --world pypi` lists for the cell (its hash included)")
+            raise FaforgeError(
+                f"--kernel-package {package.path}: {package.version} {package.build} ({package.subdir}) is the kernel "
+                f"package of none of these cells, which pin {builds_text}",
+                input=str(package.path),
+                hint="pass the exact kernel build `faforge matrix --world pypi` lists for the cell (its hash included)",
+            )
 
 
 # ---------------------------------------------------------------- the steps
+
 
 def present_wheels(build: PipBuild, dist: Path) -> tuple[Path, Path] | None:
     """The cell's two wheels already in `dist`, under the names the matrix gives them."""
@@ -200,17 +220,32 @@ def build_kernel_package(build: PipBuild, matrix: Matrix, where: WheelWhere, rep
     key = kernel_key(build.cell)
     conda = next((c for c in matrix.cells if kernel_key(c) == key), None)
     cell = conda or build.cell
-    with recipe_file(matrix.recipe_path, where.source) as recipe_path, report.step(f"{title}: kernel package {key.id} "
-                                                                                       f"(rendered for {cell.id})") as state:
+    with (
+        recipe_file(matrix.recipe_path, where.source) as recipe_path,
+        report.step(f"{title}: kernel package {key.id} (rendered for {cell.id})") as state,
+    ):
         rendered = render_kernel_output(cell, recipe_path, matrix.variants_dir)
-        result = build_cell(rendered, output_dir=where.output_dir, log_dir=where.log_dir, part=KERNELS_PART,
-                            live=lambda line: report.say(f"  {title}: {line}"), channel_aliases=where.channel_aliases,
-                            extra_channels=where.extra_channels)
+        result = build_cell(
+            rendered,
+            output_dir=where.output_dir,
+            log_dir=where.log_dir,
+            part=KERNELS_PART,
+            live=lambda line: report.say(f"  {title}: {line}"),
+            channel_aliases=where.channel_aliases,
+            extra_channels=where.extra_channels,
+        )
         state.failed = result.status == "failed"
-    if result.status != "failed" and result.package is not None and result.package.name != kernel_pin_of(build).filename():
-        raise FaforgeError(f"{build.cell.id}: the kernel package built is {result.package.name}, but the matrix pins "
-                           f"{kernel_pin_of(build).filename()}", hint="run `faforge generate` to refresh variants/, then build again",
-                           exit_code=EXIT_PROBLEMS)
+    if (
+        result.status != "failed"
+        and result.package is not None
+        and result.package.name != kernel_pin_of(build).filename()
+    ):
+        raise FaforgeError(
+            f"{build.cell.id}: the kernel package built is {result.package.name}, but the matrix pins "
+            f"{kernel_pin_of(build).filename()}",
+            hint="run `faforge generate` to refresh variants/, then build again",
+            exit_code=EXIT_PROBLEMS,
+        )
     return result
 
 
@@ -223,11 +258,19 @@ def flash_attn_sdist(matrix: Matrix) -> Path:
         return target
     url = next((f.url for f in list_files(FLASH_ATTN.package) if f.filename == name), None)
     if url is None:
-        raise RemoteError(f"{name}: the package index does not list it", hint=f"check {FLASH_ATTN.key}.version in variants/matrix.yaml, "
-                                                                                "or pass --source SDIST")
-    return download_checked(url, sha256, target, lambda got: RemoteError(
-        f"{url}: sha256 {got[:12]}…, variants/matrix.yaml says {sha256[:12]}…",
-        hint="the download was cut or the file changed: retry, or pass --source SDIST"))
+        raise RemoteError(
+            f"{name}: the package index does not list it",
+            hint=f"check {FLASH_ATTN.key}.version in variants/matrix.yaml, or pass --source SDIST",
+        )
+    return download_checked(
+        url,
+        sha256,
+        target,
+        lambda got: RemoteError(
+            f"{url}: sha256 {got[:12]}…, variants/matrix.yaml says {sha256[:12]}…",
+            hint="the download was cut or the file changed: retry, or pass --source SDIST",
+        ),
+    )
 
 
 def unpack_sdist(sdist: Path, work: Path) -> Path:
@@ -236,14 +279,19 @@ def unpack_sdist(sdist: Path, work: Path) -> Path:
         tar.extractall(work, filter="data")
     tops = [p for p in work.iterdir() if p.is_dir()]
     if len(tops) != 1 or not (tops[0] / FLASH_ATTN.host_source).is_file():
-        raise FaforgeError(f"{sdist}: not a {FLASH_ATTN.package} sdist (one top folder holding {FLASH_ATTN.host_source})",
-                           hint=f"pass the {FLASH_ATTN.package} sdist (.tar.gz) as PyPI serves it", input=str(sdist))
+        raise FaforgeError(
+            f"{sdist}: not a {FLASH_ATTN.package} sdist (one top folder holding {FLASH_ATTN.host_source})",
+            hint=f"pass the {FLASH_ATTN.package} sdist (.tar.gz) as PyPI serves it",
+            input=str(sdist),
+        )
     return tops[0]
 
 
 def build_tools_venv(python: str, say: Callable[[str], None]) -> Path:
     """The cached venv of the glue build's tools (BUILD_TOOLS) for CPython `python`; its site-packages."""
-    prefix = clean_env._cached_venv("build-tools", f"pip-glue-py{python}", python, list(BUILD_TOOLS), "the glue build's tools", say)
+    prefix = clean_env._cached_venv(
+        "build-tools", f"pip-glue-py{python}", python, list(BUILD_TOOLS), "the glue build's tools", say
+    )
     return next((prefix / "lib").glob("python3*/site-packages"))
 
 
@@ -252,7 +300,9 @@ def run_logged(command: list[str], env: dict, log: TextIO, report: Reporter, tit
     report.say(f"+ {shlex.join(command)}")
     log.write(f"+ {shlex.join(command)}\n")
     log.flush()
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace") as proc:
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace"
+    ) as proc:
         watchdog = threading.Timer(timeout, proc.kill)  # a silent hang ends too
         watchdog.start()
         try:
@@ -280,7 +330,9 @@ def glue_env(tools_site: Path, cuda_home: Path) -> dict:
 def torch_metadata(site: Path) -> Path:
     found = sorted(site.glob("torch-*.dist-info/METADATA"))
     if len(found) != 1:
-        raise FaforgeError(f"{site}: {len(found)} torch METADATA files, not one", hint="remove the cached venv so it is made anew")
+        raise FaforgeError(
+            f"{site}: {len(found)} torch METADATA files, not one", hint="remove the cached venv so it is made anew"
+        )
     return found[0]
 
 
@@ -300,14 +352,32 @@ def licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
 
 def wheel_json(built: BuiltWheel, was: dict | None = None) -> dict:
     facts = built.facts
-    out = {"path": str(built.path), "filename": facts.filename, "version": facts.version, "build_tag": facts.build_tag,
-           "platform_tag": built.verdict.tag, "sha256": facts.sha256, "size": facts.size, "runpath": list(built.runpath),
-           "requires_dist": list(facts.requires_dist), "seconds": round(built.seconds, 3)}
+    out = {
+        "path": str(built.path),
+        "filename": facts.filename,
+        "version": facts.version,
+        "build_tag": facts.build_tag,
+        "platform_tag": built.verdict.tag,
+        "sha256": facts.sha256,
+        "size": facts.size,
+        "runpath": list(built.runpath),
+        "requires_dist": list(facts.requires_dist),
+        "seconds": round(built.seconds, 3),
+    }
     return out | ({"was": was} if was is not None else {})
 
 
-def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhere, report: Reporter, title: str, log: TextIO, work: Path,
-                sdist: Path) -> dict:
+def make_wheels(
+    build: PipBuild,
+    kernel: Path,
+    kernel_from: str,
+    where: WheelWhere,
+    report: Reporter,
+    title: str,
+    log: TextIO,
+    work: Path,
+    sdist: Path,
+) -> dict:
     """Steps 2 and 3 for one cell, its kernel package found; the --json `wheel` object."""
     from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
 
@@ -326,17 +396,26 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
     cuda_home = cuda_toolkit(where.cuda_home, cell.cuda)
     started = time.monotonic()
     tools = build_tools_venv(cell.python, report.say)
-    if where.cross:  # linux-aarch64: the target torch read from its files, the glue script run by the tools venv's Python
+    if (
+        where.cross
+    ):  # linux-aarch64: the target torch read from its files, the glue script run by the tools venv's Python
         target = where.cross
         torch_version, torch_site, python = target.torch, target.torch_site, tools.parents[2] / "bin" / "python"
-        target_args = ["--torch-site", str(target.torch_site), *(a for d in target.python_includes for a in ("--python-include", d))]
+        target_args = [
+            "--torch-site",
+            str(target.torch_site),
+            *(a for d in target.python_includes for a in ("--python-include", d)),
+        ]
         target_env = {"target_platform": cell.platform, "build_platform": clean_env.MACHINE_SUBDIRS[CROSS_MACHINE]}
     else:
         venv = clean_env.pypi_torch_venv(f"=={cell.torch}", cell.python, TORCH_EXTRAS, announce=report.say)
         if (venv.torch.split("+")[0], venv.cuda, venv.cxx11_abi) != (cell.torch, cell.cuda, cell.cxx11_abi):
-            raise FaforgeError(f"{cell.id}: PyPI's torch=={cell.torch} in {venv.prefix} is {venv.torch} for CUDA {venv.cuda}, C++ ABI "
-                               f"{venv.cxx11_abi}; the cell says CUDA {cell.cuda}, ABI {cell.cxx11_abi}", exit_code=EXIT_PROBLEMS,
-                               hint="the pypi world's row in variants/releases.yaml disagrees with PyPI: `faforge bump --source pypi`")
+            raise FaforgeError(
+                f"{cell.id}: PyPI's torch=={cell.torch} in {venv.prefix} is {venv.torch} for CUDA {venv.cuda}, C++ ABI "
+                f"{venv.cxx11_abi}; the cell says CUDA {cell.cuda}, ABI {cell.cxx11_abi}",
+                exit_code=EXIT_PROBLEMS,
+                hint="the pypi world's row in variants/releases.yaml disagrees with PyPI: `faforge bump --source pypi`",
+            )
         torch_version, torch_site, python, target_args, target_env = venv.torch, venv.site_packages, venv.python, [], {}
     steps["venvs"] = time.monotonic() - started
     prefix = work / "kernel-package"
@@ -344,48 +423,108 @@ def make_wheels(build: PipBuild, kernel: Path, kernel_from: str, where: WheelWhe
     extract(kernel, prefix)
     library = prefix / "lib" / FLASH_ATTN.kernel_soname
     if not library.is_file() or library.is_symlink():
-        raise FaforgeError(f"{kernel}: holds no regular file lib/{FLASH_ATTN.kernel_soname}", hint="rebuild it with this checkout's recipe",
-                           exit_code=EXIT_PROBLEMS)
+        raise FaforgeError(
+            f"{kernel}: holds no regular file lib/{FLASH_ATTN.kernel_soname}",
+            hint="rebuild it with this checkout's recipe",
+            exit_code=EXIT_PROBLEMS,
+        )
     src = unpack_sdist(sdist, work / "sdist")
     started = time.monotonic()
-    command = [str(python), str(paths.recipe_dir() / FLASH_ATTN.build_script), "--kernel-library", str(library), *target_args,
-               "--source-dir", str(src), "--build-dir", str(work / "build"), "--wheel-dir", str(work / "raw"), "--archs", cell.cuda_archs,
-               "--cxx11-abi", str(cell.cxx11_abi), "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts")]
+    command = [
+        str(python),
+        str(paths.recipe_dir() / FLASH_ATTN.build_script),
+        "--kernel-library",
+        str(library),
+        *target_args,
+        "--source-dir",
+        str(src),
+        "--build-dir",
+        str(work / "build"),
+        "--wheel-dir",
+        str(work / "raw"),
+        "--archs",
+        cell.cuda_archs,
+        "--cxx11-abi",
+        str(cell.cxx11_abi),
+        "--max-jobs",
+        "1",
+        "--checker-path",
+        str(paths.repo_root() / "scripts"),
+    ]
     code = run_logged(command, glue_env(tools, cuda_home) | target_env, log, report, title, GLUE_TIMEOUT_S)
     steps["glue"] = time.monotonic() - started
     raws = sorted((work / "raw").glob("*.whl"))
     if code != 0 or len(raws) != 1:
-        raise FaforgeError(f"{cell.id}: {FLASH_ATTN.build_script} failed (exit {code})" if code else
-                           f"{cell.id}: {FLASH_ATTN.build_script} wrote {len(raws)} wheels, not one", exit_code=EXIT_PROBLEMS,
-                           hint=f"see the log {log.name}")
+        raise FaforgeError(
+            f"{cell.id}: {FLASH_ATTN.build_script} failed (exit {code})"
+            if code
+            else f"{cell.id}: {FLASH_ATTN.build_script} wrote {len(raws)} wheels, not one",
+            exit_code=EXIT_PROBLEMS,
+            hint=f"see the log {log.name}",
+        )
     started = time.monotonic()
     kernel_facts = read_package(kernel)
     requirement = cuda_runtime_requirement(cell.cuda, requires_dist_of(torch_metadata(torch_site)))
     original = read_info(library)
     was = {"rpath": list(original.rpath), "runpath": list(original.runpath)}
-    kernel_wheel = pack_kernel_wheel(KernelPackage(library=library, name=kernel_facts.name, version=kernel_facts.version, build=kernel_facts.build,
-                                                   subdir=kernel_facts.subdir, licenses=licenses(prefix)),
-                                     runtime_requirement=requirement, out_dir=dist, work=work / "kernel-wheel", say=report.say)
-    report.say(f"  {title}: kernel wheel {kernel_wheel.path.name}: the "
-               "kernel package's library, byte for byte but for its RUNPATH "
-               f"(RPATH {':'.join(original.rpath) or '-'} -> RUNPATH "
-               f"{':'.join(kernel_wheel.runpath)}, patchelf); no kernel TU compiled for pip")
-    glue = repack_glue_wheel(raws[0], cell=GlueCell(torch=cell.torch_minor, cuda=cell.cuda, cxx11_abi=cell.cxx11_abi, python=cell.python,
-                                                    build_tag=build.build_string),
-                             kernel_wheel=kernel_wheel.path, out_dir=dist, work=work / "glue-wheel", say=report.say)
+    kernel_wheel = pack_kernel_wheel(
+        KernelPackage(
+            library=library,
+            name=kernel_facts.name,
+            version=kernel_facts.version,
+            build=kernel_facts.build,
+            subdir=kernel_facts.subdir,
+            licenses=licenses(prefix),
+        ),
+        runtime_requirement=requirement,
+        out_dir=dist,
+        work=work / "kernel-wheel",
+        say=report.say,
+    )
+    report.say(
+        f"  {title}: kernel wheel {kernel_wheel.path.name}: the "
+        "kernel package's library, byte for byte but for its RUNPATH "
+        f"(RPATH {':'.join(original.rpath) or '-'} -> RUNPATH "
+        f"{':'.join(kernel_wheel.runpath)}, patchelf); no kernel TU compiled for pip"
+    )
+    glue = repack_glue_wheel(
+        raws[0],
+        cell=GlueCell(
+            torch=cell.torch_minor,
+            cuda=cell.cuda,
+            cxx11_abi=cell.cxx11_abi,
+            python=cell.python,
+            build_tag=build.build_string,
+        ),
+        kernel_wheel=kernel_wheel.path,
+        out_dir=dist,
+        work=work / "glue-wheel",
+        say=report.say,
+    )
     steps["wheels"] = time.monotonic() - started
     expected = (build.glue_wheel(glue.verdict.tag), build.kernel_wheel(kernel_wheel.verdict.tag))
     if (glue.path.name, kernel_wheel.path.name) != expected:
-        raise FaforgeError(f"{cell.id}: the wheels are {glue.path.name} and {kernel_wheel.path.name}, the matrix names them "
-                           f"{expected[0]} and {expected[1]}", exit_code=EXIT_PROBLEMS,
-                           hint="faforge.matrix.pip_builds and faforge.pipwheel disagree: a bug to report")
-    return {"glue": wheel_json(glue), "kernel": wheel_json(kernel_wheel, was), "raw_wheel": raws[0].name,
-            "kernel_package": {"path": str(kernel), "filename": kernel.name, "from": kernel_from},
-            "torch": torch_version, "python": str(where.cross.python if where.cross else python), "cuda_home": str(cuda_home),
-            "steps_s": {k: round(v, 1) for k, v in steps.items()}}
+        raise FaforgeError(
+            f"{cell.id}: the wheels are {glue.path.name} and {kernel_wheel.path.name}, the matrix names them "
+            f"{expected[0]} and {expected[1]}",
+            exit_code=EXIT_PROBLEMS,
+            hint="faforge.matrix.pip_builds and faforge.pipwheel disagree: a bug to report",
+        )
+    return {
+        "glue": wheel_json(glue),
+        "kernel": wheel_json(kernel_wheel, was),
+        "raw_wheel": raws[0].name,
+        "kernel_package": {"path": str(kernel), "filename": kernel.name, "from": kernel_from},
+        "torch": torch_version,
+        "python": str(where.cross.python if where.cross else python),
+        "cuda_home": str(cuda_home),
+        "steps_s": {k: round(v, 1) for k, v in steps.items()},
+    }
 
 
-def build_one(build: PipBuild, part: str, matrix: Matrix, where: WheelWhere, report: Reporter, title: str, built_kernels: dict) -> WheelBuild:
+def build_one(
+    build: PipBuild, part: str, matrix: Matrix, where: WheelWhere, report: Reporter, title: str, built_kernels: dict
+) -> WheelBuild:
     """One pip cell, start to end; a failure becomes a `failed` entry, never an exception."""
     started = time.monotonic()
     cell = build.cell
@@ -394,14 +533,31 @@ def build_one(build: PipBuild, part: str, matrix: Matrix, where: WheelWhere, rep
     present = present_wheels(build, dist)
     if present:
         report.say(f"{title}: both wheels already in {dist}: {present[0].name}, {present[1].name}")
-        return WheelBuild(cell=cell.id, part=part, status="present", seconds=0.0, package=present[0], log=log_path, kernel_wheel=present[1],
-                          details={"glue": {"path": str(present[0]), "filename": present[0].name},
-                                   "kernel": {"path": str(present[1]), "filename": present[1].name}})
+        return WheelBuild(
+            cell=cell.id,
+            part=part,
+            status="present",
+            seconds=0.0,
+            package=present[0],
+            log=log_path,
+            kernel_wheel=present[1],
+            details={
+                "glue": {"path": str(present[0]), "filename": present[0].name},
+                "kernel": {"path": str(present[1]), "filename": present[1].name},
+            },
+        )
 
     def failed(message: str) -> WheelBuild:
         report.warn(f"{cell.id} failed: {message}; log: {log_path}")
-        return WheelBuild(cell=cell.id, part=part, status="failed", seconds=time.monotonic() - started, package=None, log=log_path,
-                          error=message)
+        return WheelBuild(
+            cell=cell.id,
+            part=part,
+            status="failed",
+            seconds=time.monotonic() - started,
+            package=None,
+            log=log_path,
+            error=message,
+        )
 
     key = kernel_key(cell)
     try:
@@ -416,12 +572,17 @@ def build_one(build: PipBuild, part: str, matrix: Matrix, where: WheelWhere, rep
             return failed(f"its kernel package failed to build ({result.error}; log {result.log})")
         found = (result.package, "built in this run" if result.status == "built" else "output folder")
     if found is None:
-        return failed(f"its kernel package {kernel_pin_of(build).filename()} is not given (--kernel-package), not in "
-                      f"{where.output_dir / cell.platform}, and no --kernel-channel is named; its kernel job builds it "
-                      f"(`faforge build {cell.id} --part {KERNELS_PART}`), or --part all builds it first")
+        return failed(
+            f"its kernel package {kernel_pin_of(build).filename()} is not given (--kernel-package), not in "
+            f"{where.output_dir / cell.platform}, and no --kernel-channel is named; its kernel job builds it "
+            f"(`faforge build {cell.id} --part {KERNELS_PART}`), or --part all builds it first"
+        )
     where.log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log, report.step(f"{title}: glue and kernel wheels") as state, \
-            tempfile.TemporaryDirectory(prefix=f".{job_slug(cell.id, WHEEL_PART)}-", dir=where.output_dir) as tmp:
+    with (
+        open(log_path, "w") as log,
+        report.step(f"{title}: glue and kernel wheels") as state,
+        tempfile.TemporaryDirectory(prefix=f".{job_slug(cell.id, WHEEL_PART)}-", dir=where.output_dir) as tmp,
+    ):
         log.write(f"pip cell {cell.id}: kernel package {found[0]} ({found[1]})\n")
         try:
             sdist = where.source_path or flash_attn_sdist(matrix)
@@ -431,12 +592,24 @@ def build_one(build: PipBuild, part: str, matrix: Matrix, where: WheelWhere, rep
             log.write(f"FAILED: {message}\n")
             state.failed = True
             return failed(message)
-    return WheelBuild(cell=cell.id, part=part, status="built", seconds=time.monotonic() - started, package=Path(details["glue"]["path"]),
-                      log=log_path, kernel_wheel=Path(details["kernel"]["path"]), details=details)
+    return WheelBuild(
+        cell=cell.id,
+        part=part,
+        status="built",
+        seconds=time.monotonic() - started,
+        package=Path(details["glue"]["path"]),
+        log=log_path,
+        kernel_wheel=Path(details["kernel"]["path"]),
+        details=details,
+    )
 
 
-def build_wheels(jobs: list[tuple[PipBuild, str]], matrix: Matrix, where: WheelWhere, report: Reporter, first: int, total: int) -> list[WheelBuild]:
+def build_wheels(
+    jobs: list[tuple[PipBuild, str]], matrix: Matrix, where: WheelWhere, report: Reporter, first: int, total: int
+) -> list[WheelBuild]:
     """Each pip cell's wheels in order (its kernel package first where none is found: once per kernel key)."""
     built_kernels: dict = {}
-    return [build_one(build, part, matrix, where, report, f"[{i}/{total}] {build.cell.id}", built_kernels)
-            for i, (build, part) in enumerate(jobs, first)]
+    return [
+        build_one(build, part, matrix, where, report, f"[{i}/{total}] {build.cell.id}", built_kernels)
+        for i, (build, part) in enumerate(jobs, first)
+    ]

@@ -89,9 +89,16 @@ def write_staging_index(root: Path, index: str, wheels: Sequence[WheelFacts]) ->
         _link_or_copy(Path(wheel.path).absolute(), files / wheel.filename)
         metadata = core_metadata(wheel)
         (files / metadata_name(wheel.filename)).write_bytes(metadata)
-        projects.setdefault(wheel.name, []).append(Link(filename=wheel.filename, sha256=wheel.sha256, size=wheel.size, version=wheel.version,
-                                                        requires_python=wheel.requires_python,
-                                                        metadata_sha256=hashlib.sha256(metadata).hexdigest()))
+        projects.setdefault(wheel.name, []).append(
+            Link(
+                filename=wheel.filename,
+                sha256=wheel.sha256,
+                size=wheel.size,
+                version=wheel.version,
+                requires_python=wheel.requires_python,
+                metadata_sha256=hashlib.sha256(metadata).hexdigest(),
+            )
+        )
     for rel, data in index_pages(index, projects).items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
@@ -137,8 +144,18 @@ def site_packages(prefix: Path) -> Path:
 
 def clean_pip_env() -> dict[str, str]:
     """This process's environment without pip's or Python's settings: no pip.conf, no PIP_INDEX_URL, no user site."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON")) and k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1", "PYTHONNOUSERSITE": "1"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "PYTHON")) and k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")
+    }
+    return {
+        **env,
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
 
 
 @dataclass(frozen=True)
@@ -156,7 +173,7 @@ class PipRun:
         """Normalised name -> version of everything pip says it installed ("Successfully installed a-1 b-2")."""
         match = INSTALLED.search(self.stdout)
         found: dict[str, str] = {}
-        for item in (match["what"].split() if match else []):
+        for item in match["what"].split() if match else []:
             name, _, version = item.rpartition("-")
             found[canonicalize_name(name)] = version
         return found
@@ -172,7 +189,9 @@ class PipRun:
 def _run_pip(command: list[str], cwd: Path) -> PipRun:
     started = time.monotonic()
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=clean_pip_env(), cwd=cwd)
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=clean_pip_env(), cwd=cwd
+        )
         code, out, err = result.returncode, result.stdout, result.stderr
     except subprocess.TimeoutExpired as exc:
         code, out, err = 124, str(exc.stdout or ""), f"ERROR: pip did not finish in {PIP_TIMEOUT_S} s"
@@ -182,24 +201,55 @@ def _run_pip(command: list[str], cwd: Path) -> PipRun:
 def pip_install(python: Path, requirements: Sequence[str], *, index_url: str, extra_index_url: str | None) -> PipRun:
     """`python -m pip install REQUIREMENTS` from `index_url` (and `extra_index_url`), binaries only, no cache."""
     extra = ["--extra-index-url", extra_index_url] if extra_index_url else []
-    command = [str(python), "-m", "pip", "install", "--no-cache-dir", "--only-binary", ":all:", "--index-url", index_url, *extra,
-               *requirements]
+    command = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--no-cache-dir",
+        "--only-binary",
+        ":all:",
+        "--index-url",
+        index_url,
+        *extra,
+        *requirements,
+    ]
     return _run_pip(command, python.parent)
 
 
 def pip_install_file(python: Path, wheel: Path) -> PipRun:
     """`python -m pip install --no-deps --no-index WHEEL`: pip's
     own checks of a wheel file (tags, RECORD), nothing fetched."""
-    return _run_pip([str(python), "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--no-index", str(Path(wheel).absolute())],
-                    python.parent)
+    return _run_pip(
+        [str(python), "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--no-index", str(Path(wheel).absolute())],
+        python.parent,
+    )
 
 
-def pip_target(target: Path, requirements: Sequence[str], *, index_url: str, platforms: Sequence[str], python: str,
-               abi: str | None) -> PipRun:
+def pip_target(
+    target: Path, requirements: Sequence[str], *, index_url: str, platforms: Sequence[str], python: str, abi: str | None
+) -> PipRun:
     """This machine's pip installs `requirements` for another platform into `target` (no dependencies: the
     target machine's torch is given apart), as `pip install --platform ... --target` does for a cross install."""
     tags = [arg for p in platforms for arg in ("--platform", p)]
-    command = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--only-binary=:all:", "--target", str(target),
-               *tags, "--python-version", python, "--implementation", "cp", *(["--abi", abi] if abi else []),
-               "--index-url", index_url, *requirements]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-cache-dir",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--target",
+        str(target),
+        *tags,
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        *(["--abi", abi] if abi else []),
+        "--index-url",
+        index_url,
+        *requirements,
+    ]
     return _run_pip(command, target.parent)

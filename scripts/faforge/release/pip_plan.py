@@ -46,6 +46,7 @@ def wheel_part(cost: BuildCost) -> Part:
 
 # ---------------------------------------------------------------- what the target index holds
 
+
 def _read_one(where: str, index_name: str) -> dict[str, set[str]] | None:
     """project -> the file names one index lists, read as pip reads it; None when that index does not exist yet."""
     from faforge.pipindex.read import read_published  # noqa: PLC0415 (only with --index)
@@ -65,8 +66,9 @@ class IndexHoldings:
     def holds(self, build: PipBuild) -> bool:
         """Both wheels of the cell, under the names the matrix gives them, in the cell's own index."""
         listed = self.files.get(build.cell.index_name, {})
-        return (any(fnmatch.fnmatchcase(f, build.glue_wheel()) for f in listed.get(GLUE_PROJECT, ()))
-                and any(fnmatch.fnmatchcase(f, build.kernel_wheel()) for f in listed.get(KERNEL_PROJECT, ())))
+        return any(fnmatch.fnmatchcase(f, build.glue_wheel()) for f in listed.get(GLUE_PROJECT, ())) and any(
+            fnmatch.fnmatchcase(f, build.kernel_wheel()) for f in listed.get(KERNEL_PROJECT, ())
+        )
 
 
 def index_holdings(where: str, index_names: Iterable[str]) -> IndexHoldings:
@@ -82,6 +84,7 @@ def index_holdings(where: str, index_names: Iterable[str]) -> IndexHoldings:
 
 
 # ---------------------------------------------------------------- runner hours per torch release
+
 
 @dataclass(frozen=True)
 class TorchReleaseCost:
@@ -105,11 +108,19 @@ class TorchReleaseCost:
         return self.wheel_minutes + self.kernel_minutes
 
     def as_json(self) -> dict:
-        return {"world": self.world, "torch_minor": self.torch_minor, "pip_cells": self.cells, "wheel_jobs": self.cells,
-                "wheel_job_minutes": self.wheel_job_minutes, "wheel_runner_minutes": self.wheel_minutes,
-                "new_kernel_packages": list(self.new_kernels), "kernel_jobs": self.kernel_jobs,
-                "kernel_runner_minutes": self.kernel_minutes, "runner_minutes": self.runner_minutes,
-                "runner_hours": round(self.runner_minutes / 60, 1)}
+        return {
+            "world": self.world,
+            "torch_minor": self.torch_minor,
+            "pip_cells": self.cells,
+            "wheel_jobs": self.cells,
+            "wheel_job_minutes": self.wheel_job_minutes,
+            "wheel_runner_minutes": self.wheel_minutes,
+            "new_kernel_packages": list(self.new_kernels),
+            "kernel_jobs": self.kernel_jobs,
+            "kernel_runner_minutes": self.kernel_minutes,
+            "runner_minutes": self.runner_minutes,
+            "runner_hours": round(self.runner_minutes / 60, 1),
+        }
 
 
 def kernel_jobs_of(cost: BuildCost, key: KernelKey) -> list[Part]:
@@ -117,7 +128,9 @@ def kernel_jobs_of(cost: BuildCost, key: KernelKey) -> list[Part]:
     return split_kernels(cost, key.platform, key.cuda_archs)
 
 
-def added_per_torch_release(builds: list[PipBuild], conda_kernels: list[KernelPackage], cost: BuildCost) -> list[TorchReleaseCost]:
+def added_per_torch_release(
+    builds: list[PipBuild], conda_kernels: list[KernelPackage], cost: BuildCost
+) -> list[TorchReleaseCost]:
     """Each torch minor of each pip world, oldest first, with what it adds (see TorchReleaseCost). A kernel key
     counts as new for the oldest minor that needs it, unless a conda world's cells need it too (then the
     conda world builds it anyway and the pip cells reuse it)."""
@@ -130,7 +143,15 @@ def added_per_torch_release(builds: list[PipBuild], conda_kernels: list[KernelPa
             new = sorted({kernel_key(b.cell) for b in mine} - had)
             had |= set(new)
             jobs = [p for key in new for p in kernel_jobs_of(cost, key)]
-            out.append(TorchReleaseCost(world=world, torch_minor=minor, cells=len(mine), wheel_job_minutes=minutes,
-                                        new_kernels=tuple(k.id for k in new), kernel_jobs=len(jobs),
-                                        kernel_minutes=sum(p.minutes for p in jobs)))
+            out.append(
+                TorchReleaseCost(
+                    world=world,
+                    torch_minor=minor,
+                    cells=len(mine),
+                    wheel_job_minutes=minutes,
+                    new_kernels=tuple(k.id for k in new),
+                    kernel_jobs=len(jobs),
+                    kernel_minutes=sum(p.minutes for p in jobs),
+                )
+            )
     return out

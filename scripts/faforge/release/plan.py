@@ -88,7 +88,10 @@ def fa3_parts(cost: BuildCost, package: Fa3Package, pieces: Sequence[Part] = ())
     """An FA3 package's jobs: its TU pieces (`faforge build ID --part PIECE`), then its whole build (`all`)."""
     if not pieces:
         return [Part(name=FA3_PART, tus=(), minutes=cost.runner_for(package.platform).job_limit_minutes)]
-    return [Part(name=FA3_PART, tus=(), minutes=p.minutes) if p.name in (KERNELS_PART, KERNELS_LINK_PART) else p for p in pieces]
+    return [
+        Part(name=FA3_PART, tus=(), minutes=p.minutes) if p.name in (KERNELS_PART, KERNELS_LINK_PART) else p
+        for p in pieces
+    ]
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,9 @@ class Plan:
     @property
     def pip_left_out(self) -> list[PipBuild]:
         """Pip cells not in the index whose platform has no wheel runner, so no job can build them."""
-        return [b for b in self.pip if b.cell.id not in self.pip_in_index and b.cell.platform not in self.wheel_platforms]
+        return [
+            b for b in self.pip if b.cell.id not in self.pip_in_index and b.cell.platform not in self.wheel_platforms
+        ]
 
     @property
     def fa3_todo(self) -> list[RenderedFa3]:
@@ -129,7 +134,7 @@ class Plan:
         return sum(job["timeout-minutes"] for stage in STAGES for job in self.jobs[stage])
 
     def chunks(self, jobs: list[dict]) -> list[dict]:
-        return [{"include": jobs[i:i + self.chunk_size]} for i in range(0, len(jobs), self.chunk_size)]
+        return [{"include": jobs[i : i + self.chunk_size]} for i in range(0, len(jobs), self.chunk_size)]
 
     def to_json(self) -> dict:
         todo = {r.cell.id for r in self.todo} | {b.cell.id for b in self.pip_todo}
@@ -146,14 +151,25 @@ class Plan:
             "pip_in_index": [b.cell.id for b in self.pip if b.cell.id in self.pip_in_index],
             "pip_to_build": [b.cell.id for b in self.pip_todo],
             "pip_not_built": [{"id": b.cell.id, "why": no_wheel_runner(b.cell.platform)} for b in self.pip_left_out],
-            "pip_cost": {"wheel_job_minutes": self.wheel_job_minutes, "per_torch_release": [c.as_json() for c in self.pip_costs]},
+            "pip_cost": {
+                "wheel_job_minutes": self.wheel_job_minutes,
+                "per_torch_release": [c.as_json() for c in self.pip_costs],
+            },
             "kernel_packages": [
-                {"id": k.key.id, "name": k.name, "version": k.version, "build_string_prefix": k.key.build_string_prefix,
-                 "in_channel": k.key.id in self.kernels_in_channel,
-                 "cells": [c for c in k.cell_ids if c in todo] + [b.cell.id for b in self.pip_todo if kernel_key(b.cell) == k.key]}
+                {
+                    "id": k.key.id,
+                    "name": k.name,
+                    "version": k.version,
+                    "build_string_prefix": k.key.build_string_prefix,
+                    "in_channel": k.key.id in self.kernels_in_channel,
+                    "cells": [c for c in k.cell_ids if c in todo]
+                    + [b.cell.id for b in self.pip_todo if kernel_key(b.cell) == k.key],
+                }
                 for k in self.kernels
             ],
-            f"{FA3_STAGE}_packages": [{**r.to_json(), "in_channel": r.package.id in self.fa3_in_channel} for r in self.fa3],
+            f"{FA3_STAGE}_packages": [
+                {**r.to_json(), "in_channel": r.package.id in self.fa3_in_channel} for r in self.fa3
+            ],
             **{stage: self.chunks(self.jobs[stage]) for stage in STAGES},
         }
 
@@ -191,7 +207,9 @@ def _job(cell: Cell, kernels: KernelPackage, part: Part, runner_label: str) -> d
     }
 
 
-def kernel_job(rendered: RenderedCell | PipBuild, kernels: KernelPackage, part: Part, runner_label: str, pieces: int = 0) -> dict:
+def kernel_job(
+    rendered: RenderedCell | PipBuild, kernels: KernelPackage, part: Part, runner_label: str, pieces: int = 0
+) -> dict:
     """A job of a kernel package: the whole build, a piece, or the final link. `cell` is the package's
     first cell, whose variant the build renders; `pieces` is how many piece artifacts a kernels-link
     job must find before it builds."""
@@ -205,7 +223,9 @@ def kernel_job(rendered: RenderedCell | PipBuild, kernels: KernelPackage, part: 
     }
 
 
-def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, cost: BuildCost, kernel_in_channel: bool) -> dict:
+def cell_job(
+    rendered: RenderedCell, kernels: KernelPackage, runner_label: str, cost: BuildCost, kernel_in_channel: bool
+) -> dict:
     """A cell's job: flash_api.cpp and the link, against its kernel package (this run's or the channel's)."""
     return {
         **_job(rendered.cell, kernels, cell_part(cost), runner_label),
@@ -218,7 +238,9 @@ def cell_job(rendered: RenderedCell, kernels: KernelPackage, runner_label: str, 
     }
 
 
-def wheel_job(build: PipBuild, kernels: KernelPackage, *, runner: WheelRunner, cost: BuildCost, kernel_in_channel: bool) -> dict:
+def wheel_job(
+    build: PipBuild, kernels: KernelPackage, *, runner: WheelRunner, cost: BuildCost, kernel_in_channel: bool
+) -> dict:
     """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus
     the wheels it makes and where it makes them: the image and CUDA repository of its platform's machine."""
     return {
@@ -285,27 +307,46 @@ def kernel_in(kernels: KernelPackage, present: set[tuple[str, str, str, str]], b
     return build in held if build else any(kernels.build_string_matches(b) for b in held)
 
 
-def stale_packages(todo: list[RenderedCell | RenderedFa3], kernels: list[KernelPackage], builds: dict[str, str | None],
-                   present: set[tuple[str, str, str, str]]) -> list[str]:
+def stale_packages(
+    todo: list[RenderedCell | RenderedFa3],
+    kernels: list[KernelPackage],
+    builds: dict[str, str | None],
+    present: set[tuple[str, str, str, str]],
+) -> list[str]:
     """What the channel holds under the build string of a package to build, with another hash."""
     out = set()
     for r in todo:
         package = r.recipe["package"]
         name, version = package["name"], str(package["version"])
-        out |= {f"{r.cell.platform}/{name}-{version}-{b}.conda" for b in _held(name, version, r.cell.platform, present)
-                if b != r.build_string and build_string_head(b) == build_string_head(r.build_string)}
+        out |= {
+            f"{r.cell.platform}/{name}-{version}-{b}.conda"
+            for b in _held(name, version, r.cell.platform, present)
+            if b != r.build_string and build_string_head(b) == build_string_head(r.build_string)
+        }
     for k in kernels:
         if builds.get(k.key.id):
-            out |= {f"{k.key.platform}/{k.name}-{k.version}-{b}.conda" for b in _held(k.name, k.version, k.key.platform, present)
-                    if b != builds[k.key.id] and k.build_string_matches(b)}
+            out |= {
+                f"{k.key.platform}/{k.name}-{k.version}-{b}.conda"
+                for b in _held(k.name, k.version, k.key.platform, present)
+                if b != builds[k.key.id] and k.build_string_matches(b)
+            }
     return sorted(out)
 
 
-def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: BuildCost,
-              present: set[tuple[str, str, str, str]], channel: str | None, fa3: Sequence[RenderedFa3] = (),
-              fa3_pieces: Mapping[str, Sequence[Part]] | None = None, pip: Sequence[PipBuild] = (),
-              pip_kernels: Sequence[KernelPackage] = (), pip_in_index: frozenset[str] = frozenset(), index: str | None = None,
-              pip_costs: Sequence[TorchReleaseCost] = ()) -> Plan:
+def make_plan(
+    rendered: list[RenderedCell],
+    kernels: list[KernelPackage],
+    cost: BuildCost,
+    present: set[tuple[str, str, str, str]],
+    channel: str | None,
+    fa3: Sequence[RenderedFa3] = (),
+    fa3_pieces: Mapping[str, Sequence[Part]] | None = None,
+    pip: Sequence[PipBuild] = (),
+    pip_kernels: Sequence[KernelPackage] = (),
+    pip_in_index: frozenset[str] = frozenset(),
+    index: str | None = None,
+    pip_costs: Sequence[TorchReleaseCost] = (),
+) -> Plan:
     """`fa3_pieces`: each FA3 package's split_kernels jobs by id (faforge.buildcost.fa3), see fa3_parts. `pip`: the
     pip cells (faforge.matrix.pip_builds), `pip_kernels` the kernel packages only they need, `pip_in_index` the ids
     of those whose wheels the target index holds."""
@@ -314,15 +355,22 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
     done: list[RenderedCell] = []
     for r in rendered:
         package = r.recipe["package"]
-        (done if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present else todo).append(r)
+        (
+            done if (package["name"], str(package["version"]), r.build_string, r.cell.platform) in present else todo
+        ).append(r)
     by_key = {k.key: k for k in [*kernels, *pip_kernels]}
     pip_todo = [b for b in pip if b.cell.id not in pip_in_index and b.cell.platform in cost.wheel_runners]
     pip_kernel_of = {b.cell.id: by_key[kernel_key(b.cell)] for b in pip}
-    needed = [k for k in by_key.values() if any(kernels_of[r.cell.id] == k for r in todo)
-              or any(pip_kernel_of[b.cell.id] == k for b in pip_todo)]
+    needed = [
+        k
+        for k in by_key.values()
+        if any(kernels_of[r.cell.id] == k for r in todo) or any(pip_kernel_of[b.cell.id] == k for b in pip_todo)
+    ]
     # The exact build: the conda cells' pins (their renders), else the one the pip cells of the key pin.
-    builds = {k.key.id: kernel_build(k, todo) or next((b.kernel_build for b in pip if pip_kernel_of[b.cell.id] == k), None)
-              for k in needed}
+    builds = {
+        k.key.id: kernel_build(k, todo) or next((b.kernel_build for b in pip if pip_kernel_of[b.cell.id] == k), None)
+        for k in needed
+    }
     in_channel = {k.key.id for k in needed if kernel_in(k, present, builds[k.key.id])}
     jobs: dict[str, list[dict]] = {stage: [] for stage in STAGES}
     for k in needed:
@@ -330,8 +378,9 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
             continue
         # The cell whose render the kernel job builds: a conda cell of the key (to build first), else the key's
         # first pip cell (`faforge build PIP_CELL --part kernels` renders the kernel output from its pip world).
-        first = next((r for r in [*todo, *done] if kernels_of[r.cell.id] == k), None) \
-            or next(b for b in pip if pip_kernel_of[b.cell.id] == k)
+        first = next((r for r in [*todo, *done] if kernels_of[r.cell.id] == k), None) or next(
+            b for b in pip if pip_kernel_of[b.cell.id] == k
+        )
         runner = cost.runner_for(k.key.platform)
         parts = split_kernels(cost, k.key.platform, k.key.cuda_archs)
         for part in parts:
@@ -344,8 +393,14 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
         jobs[CELL_STAGE].append(cell_job(r, k, cost.runner_for(r.cell.platform).label, cost, k.key.id in in_channel))
     for b in pip_todo:
         k = pip_kernel_of[b.cell.id]
-        jobs[PIP_STAGE].append(wheel_job(b, k, runner=cost.wheel_runners[b.cell.platform], cost=cost, kernel_in_channel=k.key.id in in_channel))
-    fa3_held = frozenset(r.package.id for r in fa3 if (r.name, r.version, r.build_string, r.package.platform) in present)
+        jobs[PIP_STAGE].append(
+            wheel_job(
+                b, k, runner=cost.wheel_runners[b.cell.platform], cost=cost, kernel_in_channel=k.key.id in in_channel
+            )
+        )
+    fa3_held = frozenset(
+        r.package.id for r in fa3 if (r.name, r.version, r.build_string, r.package.platform) in present
+    )
     fa3_todo = [r for r in fa3 if r.package.id not in fa3_held]
     for fa in fa3_todo:
         runner = cost.runner_for(fa.package.platform)
@@ -356,7 +411,21 @@ def make_plan(rendered: list[RenderedCell], kernels: list[KernelPackage], cost: 
             else:
                 jobs[FA3_PIECES_STAGE].append(fa3_job(fa, runner.label, part))
     stale = stale_packages([*todo, *fa3_todo], [k for k in needed if k.key.id not in in_channel], builds, present)
-    return Plan(channel=channel, todo=todo, present=done, kernels=needed, kernels_in_channel=in_channel, stale=stale, jobs=jobs,
-                chunk_size=cost.max_jobs_per_matrix, fa3=list(fa3), fa3_in_channel=fa3_held, pip=list(pip),
-                pip_in_index=frozenset(pip_in_index), index=index, pip_costs=list(pip_costs), wheel_job_minutes=wheel_part(cost).minutes,
-                wheel_platforms=frozenset(cost.wheel_runners))
+    return Plan(
+        channel=channel,
+        todo=todo,
+        present=done,
+        kernels=needed,
+        kernels_in_channel=in_channel,
+        stale=stale,
+        jobs=jobs,
+        chunk_size=cost.max_jobs_per_matrix,
+        fa3=list(fa3),
+        fa3_in_channel=fa3_held,
+        pip=list(pip),
+        pip_in_index=frozenset(pip_in_index),
+        index=index,
+        pip_costs=list(pip_costs),
+        wheel_job_minutes=wheel_part(cost).minutes,
+        wheel_platforms=frozenset(cost.wheel_runners),
+    )

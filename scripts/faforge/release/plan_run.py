@@ -37,8 +37,9 @@ def _holds_packages(folder: Path) -> bool:
     return any(p.name.endswith((".conda", ".tar.bz2")) for p in folder.glob("*/*"))
 
 
-def channel_holds(given: str, channel: str, rendered: list[RenderedCell | RenderedFa3], new_channel_ok: bool,
-                  report: Reporter) -> set[tuple[str, str, str, str]]:
+def channel_holds(
+    given: str, channel: str, rendered: list[RenderedCell | RenderedFa3], new_channel_ok: bool, report: Reporter
+) -> set[tuple[str, str, str, str]]:
     """What the channel (`given` as the user wrote it, `channel` its URL) holds of the packages a plan builds;
     an empty or new channel holds nothing, a folder of packages without repodata is an error."""
     platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
@@ -49,11 +50,17 @@ def channel_holds(given: str, channel: str, rendered: list[RenderedCell | Render
         if folder is not None and not _holds_packages(folder):
             report.say(f"faforge plan: {given} holds no packages yet (an empty channel); planning every cell")
         elif folder is not None:
-            raise FaforgeError(f"{given} holds packages but no repodata.json", input=given,
-                               hint=f"index it first: `faforge index {folder}`") from None
+            raise FaforgeError(
+                f"{given} holds packages but no repodata.json",
+                input=given,
+                hint=f"index it first: `faforge index {folder}`",
+            ) from None
         elif not new_channel_ok:
-            raise ChannelNotFound(exc.message, hint="nothing published there yet? --new-channel-ok plans every cell; "
-                                                    "otherwise check the URL", exit_code=exc.exit_code) from None
+            raise ChannelNotFound(
+                exc.message,
+                hint="nothing published there yet? --new-channel-ok plans every cell; otherwise check the URL",
+                exit_code=exc.exit_code,
+            ) from None
         else:
             report.warn(f"{given} has no repodata yet; planning every cell ({exc.message.splitlines()[0]})")
     return set()
@@ -63,29 +70,57 @@ def pip_in_index(index: str, builds: Sequence[PipBuild], report: Reporter) -> fr
     """The ids of the pip cells whose two wheels the index root `index` (a folder or a URL) already lists."""
     holdings = index_holdings(index, {b.cell.index_name for b in builds})
     if holdings.missing:
-        report.say(f"faforge plan: {len(holdings.missing)} of the "
-                   f"{len(holdings.missing) + len(holdings.files)} indexes are not in "
-                   f"{index} yet (nothing published there): {' '.join(holdings.missing)}")
+        report.say(
+            f"faforge plan: {len(holdings.missing)} of the "
+            f"{len(holdings.missing) + len(holdings.files)} indexes are not in "
+            f"{index} yet (nothing published there): {' '.join(holdings.missing)}"
+        )
     return frozenset(b.cell.id for b in builds if holdings.holds(b))
 
 
-def plan_builds(*, platform: str, channel: str | None, given: str | None, new_channel_ok: bool, max_chunks: int,
-                report: Reporter, fa3_pieces: Fa3Estimator | None = None, index: str | None = None) -> Plan:
+def plan_builds(
+    *,
+    platform: str,
+    channel: str | None,
+    given: str | None,
+    new_channel_ok: bool,
+    max_chunks: int,
+    report: Reporter,
+    fa3_pieces: Fa3Estimator | None = None,
+    index: str | None = None,
+) -> Plan:
     """The plan for the platform's cells, pip cells and FA3 packages (`all` for every one) minus what the channel
     (conda packages) and the wheel index root `index` (pip cells) hold (none: plan every one), refused when a stage
     needs more chunks than the workflow has jobs for. `fa3_pieces` estimates the FA3 packages' jobs
     (faforge.release.plan.fa3_parts); without it each is one job."""
     matrix = load_matrix()
     rendered = selected_cells(matrix, platform)
-    fa3 = render_fa3([p for p in matrix.fa3 if platform in ("all", p.platform)], fa3_recipe(matrix.variants_dir), matrix.variants_dir)
+    fa3 = render_fa3(
+        [p for p in matrix.fa3 if platform in ("all", p.platform)], fa3_recipe(matrix.variants_dir), matrix.variants_dir
+    )
     pip = pip_builds(matrix, platform)
-    present = set() if given is None or channel is None else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
+    present = (
+        set()
+        if given is None or channel is None
+        else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
+    )
     in_index = frozenset() if index is None else pip_in_index(index, pip, report)
     cost = load_build_cost()
     pieces = fa3_pieces([r.package for r in fa3], cost) if fa3_pieces and fa3 else {}
-    plan = make_plan(rendered, matrix.kernels, cost, present, given, fa3=fa3, fa3_pieces=pieces, pip=pip,
-                     pip_kernels=[k for k in matrix.pip_kernels if platform in ("all", k.key.platform)], pip_in_index=in_index,
-                     index=index, pip_costs=added_per_torch_release(pip, matrix.kernels, cost))
+    plan = make_plan(
+        rendered,
+        matrix.kernels,
+        cost,
+        present,
+        given,
+        fa3=fa3,
+        fa3_pieces=pieces,
+        pip=pip,
+        pip_kernels=[k for k in matrix.pip_kernels if platform in ("all", k.key.platform)],
+        pip_in_index=in_index,
+        index=index,
+        pip_costs=added_per_torch_release(pip, matrix.kernels, cost),
+    )
     data = plan.to_json()
     for kind in STAGES:
         if len(data[kind]) > max_chunks:
@@ -93,7 +128,7 @@ def plan_builds(*, platform: str, channel: str | None, given: str | None, new_ch
                 f"the plan needs {len(data[kind])} {kind} chunks of at most "
                 f"{plan.chunk_size} jobs, but the workflow has {max_chunks}",
                 hint="add chunk jobs to .github/workflows/build.yml and pass "
-                     "--max-chunks, or build fewer cells per run (--platform)",
+                "--max-chunks, or build fewer cells per run (--platform)",
             )
     return plan
 

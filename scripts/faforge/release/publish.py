@@ -45,8 +45,11 @@ def judge(package: A, manifest_dir: Path, required: tuple[str, ...]) -> Decision
     if failed:
         detail = "; ".join(f"{g}: failed ({results[g].detail})" for g in failed)
         return Decision(package, results, False, detail)
-    missing = [f"{g}: {results[g].result if g in results else 'not run'}" for g in required
-               if g not in results or results[g].result != "passed"]
+    missing = [
+        f"{g}: {results[g].result if g in results else 'not run'}"
+        for g in required
+        if g not in results or results[g].result != "passed"
+    ]
     if missing:
         return Decision(package, results, False, "; ".join(missing), unverified=True)
     return Decision(package, results, True, "all required gates passed: " + ", ".join(required))
@@ -64,14 +67,17 @@ def channel_kernels(channel: str | Path | None, subdirs: list[str]) -> set[tuple
     return {(str(r.version), str(r.build), str(r.subdir)) for r in records}
 
 
-def require_kernel_packages(decisions: list[Decision[PackageFacts]], channel: str | Path | None,
-                            channel_name: str) -> list[Decision[PackageFacts]]:
+def require_kernel_packages(
+    decisions: list[Decision[PackageFacts]], channel: str | Path | None, channel_name: str
+) -> list[Decision[PackageFacts]]:
     """Refuse each allowed flash-attn whose pinned kernel package is neither allowed in this publish
     nor already in the channel, saying which file is missing and how to ship it."""
     pins = {id(d): kernel_pin(d.package.depends) for d in decisions if d.allowed}
     if not any(pins.values()):
         return decisions
-    given = {(d.package.version, d.package.build, d.package.subdir): d for d in decisions if d.package.name == KERNEL_PACKAGE}
+    given = {
+        (d.package.version, d.package.build, d.package.subdir): d for d in decisions if d.package.name == KERNEL_PACKAGE
+    }
     held = channel_kernels(channel, sorted({d.package.subdir for d in decisions}))
     out = []
     for d in decisions:
@@ -83,8 +89,10 @@ def require_kernel_packages(decisions: list[Decision[PackageFacts]], channel: st
         if key in given:
             why = f"it is in this publish but refused ({given[key].reason}); fix its gates first"
         else:
-            why = (f"it is neither in this publish nor in {channel_name}; publish {d.package.subdir}/{pin.filename()} "
-                   "together with this package (its kernel job's artifact, e.g. `faforge publish` both files)")
+            why = (
+                f"it is neither in this publish nor in {channel_name}; publish {d.package.subdir}/{pin.filename()} "
+                "together with this package (its kernel job's artifact, e.g. `faforge publish` both files)"
+            )
         out.append(Decision(d.package, d.results, False, f"needs its kernel package {pin} ({pin.filename()}): {why}"))
     return out
 
@@ -99,21 +107,42 @@ class Outcome:
 @dataclass(frozen=True)
 class Published:
     outcomes: list[Outcome]
-    channel_problems: list[BadFile] = field(default_factory=list)  # files already in a folder channel that cannot be indexed
+    channel_problems: list[BadFile] = field(
+        default_factory=list
+    )  # files already in a folder channel that cannot be indexed
 
 
-def publish_files(files: list[str], target: Target, *, manifest_dir: Path, required: tuple[str, ...], channel: str | None,
-                  dry_run: bool, force: bool) -> tuple[list[Decision[PackageFacts]], Published]:
+def publish_files(
+    files: list[str],
+    target: Target,
+    *,
+    manifest_dir: Path,
+    required: tuple[str, ...],
+    channel: str | None,
+    dry_run: bool,
+    force: bool,
+) -> tuple[list[Decision[PackageFacts]], Published]:
     """`faforge publish`'s work: judge every file, refuse a flash-attn whose kernel package is neither in
     this publish nor in the channel (`channel`, else a folder target's own), then publish the rest."""
     decisions = [judge(read_package(p), manifest_dir, required) for p in files]
     where = channel or (Path(target.url) if target.kind == "folder" else None)
-    decisions = require_kernel_packages(decisions, where, str(where) if where else f"the target {target} (pass --channel to read it)")
-    return decisions, publish(decisions, target, manifest_dir=manifest_dir, required=required, dry_run=dry_run, force=force)
+    decisions = require_kernel_packages(
+        decisions, where, str(where) if where else f"the target {target} (pass --channel to read it)"
+    )
+    return decisions, publish(
+        decisions, target, manifest_dir=manifest_dir, required=required, dry_run=dry_run, force=force
+    )
 
 
-def publish(decisions: list[Decision[PackageFacts]], target: Target, *, manifest_dir: Path, required: tuple[str, ...],
-            dry_run: bool, force: bool) -> Published:
+def publish(
+    decisions: list[Decision[PackageFacts]],
+    target: Target,
+    *,
+    manifest_dir: Path,
+    required: tuple[str, ...],
+    dry_run: bool,
+    force: bool,
+) -> Published:
     """Copy or upload the allowed packages. Each is checked against the manifest again here
     (require_passed), whatever the decisions say, before anything is copied, even in a dry run."""
     outcomes = [Outcome(d.package, "refused", d.reason) for d in decisions if not d.allowed]
@@ -174,7 +203,11 @@ def _plan(pkg: PackageFacts, channel: Path, before: Survey, force: bool) -> tupl
     if before.files[rel][1] == pkg.sha256:
         if before.entries.get(rel) == before.files[rel]:
             return Outcome(pkg, "unchanged", f"identical file and index entry already in {channel}"), False
-        return Outcome(pkg, "would-publish", f"{where} (the identical file is there but not indexed; indexing it)"), False
+        return Outcome(
+            pkg, "would-publish", f"{where} (the identical file is there but not indexed; indexing it)"
+        ), False
     if force:
         return Outcome(pkg, "would-publish", f"{where} (replacing a different file)"), True
-    return Outcome(pkg, "exists", f"a different file of this name is already in {channel}; pass --force to replace it"), False
+    return Outcome(
+        pkg, "exists", f"a different file of this name is already in {channel}; pass --force to replace it"
+    ), False

@@ -22,8 +22,9 @@ from faforge.release.manifest import require_passed
 from faforge.release.publish import Decision, judge
 
 
-def publish_wheel_files(files: list[str], root: Path, *, manifest_dir: Path, required: tuple[str, ...], dry_run: bool,
-                        force: bool) -> tuple[list[Decision[WheelFacts]], IndexPublished]:
+def publish_wheel_files(
+    files: list[str], root: Path, *, manifest_dir: Path, required: tuple[str, ...], dry_run: bool, force: bool
+) -> tuple[list[Decision[WheelFacts]], IndexPublished]:
     """`faforge publish W.whl ... --index ROOT`'s work: read every wheel (its RECORD checked), judge it, refuse
     two different files of one wheel and what the index cannot list, then publish the rest."""
     wheels = []
@@ -40,7 +41,9 @@ def publish_wheel_files(files: list[str], root: Path, *, manifest_dir: Path, req
     result = publish_wheels(allowed, root, dry_run=dry_run, force=force)
     refused = [Outcome(d.package, "refused", d.reason) for d in decisions if not d.allowed]
     order = {d.package.path: i for i, d in enumerate(decisions)}
-    return decisions, IndexPublished(sorted(refused + result.outcomes, key=lambda o: order[o.wheel.path]), result.problems)
+    return decisions, IndexPublished(
+        sorted(refused + result.outcomes, key=lambda o: order[o.wheel.path]), result.problems
+    )
 
 
 def _distinct(wheels: list[WheelFacts]) -> list[WheelFacts]:
@@ -63,8 +66,12 @@ def one_file_per_wheel(decisions: list[Decision[WheelFacts]]) -> list[Decision[W
         others = [o.package for o in by_wheel[identity(d.package)] if o is not d]
         if others:
             shown = ", ".join(f"{o.path} (sha256 {o.sha256[:12]}…)" for o in others)
-            d = Decision(d.package, d.results, False, f"this publish also gives {shown}, another file of this wheel; "
-                                                      "publish one of them")
+            d = Decision(
+                d.package,
+                d.results,
+                False,
+                f"this publish also gives {shown}, another file of this wheel; publish one of them",
+            )
         out.append(d)
     return out
 
@@ -79,11 +86,17 @@ def admit(decisions: list[Decision[WheelFacts]], held: list[WheelFacts], root: P
     for d in (d for d in decisions if d.allowed):
         wheel = d.package
         if wheel.name not in PROJECTS:
-            refuse(d, f"cannot be indexed: {wheel.name} is none of the projects "
-                      f"this index serves ({', '.join(sorted(PROJECTS))})")
+            refuse(
+                d,
+                f"cannot be indexed: {wheel.name} is none of the projects "
+                f"this index serves ({', '.join(sorted(PROJECTS))})",
+            )
         elif not wheel.requires_python:
-            refuse(d, "cannot be indexed: it has no Requires-Python, which "
-                      "every link of the index carries (data-requires-python)")
+            refuse(
+                d,
+                "cannot be indexed: it has no Requires-Python, which "
+                "every link of the index carries (data-requires-python)",
+            )
     # A glue's kernel wheel as judged so far: one refused above (its gates, its Requires-Python) takes the glue with it.
     given = {d.package.filename: out[id(d)] for d in decisions}
     for d in (d for d in decisions if out[id(d)].allowed and d.package.name == GLUE):
@@ -94,25 +107,37 @@ def admit(decisions: list[Decision[WheelFacts]], held: list[WheelFacts], root: P
         problem = _kernel_problem(d.package, given, held, root)
         if problem:
             refuse(d, problem)
-    glues = [out[id(d)].package for d in decisions if out[id(d)].allowed and d.package.name == GLUE] + [w for w in held if w.name == GLUE]
+    glues = [out[id(d)].package for d in decisions if out[id(d)].allowed and d.package.name == GLUE] + [
+        w for w in held if w.name == GLUE
+    ]
     for d in (d for d in decisions if out[id(d)].allowed and d.package.name == FA3):
         placed = place([*glues, d.package])
         if not placed.indexes_of(d.package.filename):
-            refuse(d, f"cannot be indexed: {next(why for w, why in placed.problems if w.filename == d.package.filename)}")
+            refuse(
+                d, f"cannot be indexed: {next(why for w, why in placed.problems if w.filename == d.package.filename)}"
+            )
     return [out[id(d)] for d in decisions]
 
 
-def _kernel_problem(wheel: WheelFacts, given: dict[str, Decision[WheelFacts]], held: list[WheelFacts], root: Path) -> str | None:
+def _kernel_problem(
+    wheel: WheelFacts, given: dict[str, Decision[WheelFacts]], held: list[WheelFacts], root: Path
+) -> str | None:
     pin = requirement(wheel, KERNEL)
     if pin is None or not any(s.operator in ("==", "===") for s in pin.specifier):
-        return (f"cannot be indexed: it pins no exact {KERNEL} wheel (Requires-Dist "
-                f"{KERNEL}==VERSION), so it could load another kernel build")
+        return (
+            f"cannot be indexed: it pins no exact {KERNEL} wheel (Requires-Dist "
+            f"{KERNEL}==VERSION), so it could load another kernel build"
+        )
     kernels = [d for d in given.values() if d.package.name == KERNEL and admits(pin, d.package.version)]
     if any(d.allowed for d in kernels) or any(w.name == KERNEL and admits(pin, w.version) for w in held):
         return None
     if kernels:
-        return (f"needs its kernel wheel {pin}: {kernels[0].package.filename} is in "
-                f"this publish but refused ({kernels[0].reason}); fix its gates first")
-    return (f"needs its kernel wheel {pin}: it is neither in this publish "
-            f"nor in {root}; publish that wheel (its kernel job's "
-            "artifact) together with this one")
+        return (
+            f"needs its kernel wheel {pin}: {kernels[0].package.filename} is in "
+            f"this publish but refused ({kernels[0].reason}); fix its gates first"
+        )
+    return (
+        f"needs its kernel wheel {pin}: it is neither in this publish "
+        f"nor in {root}; publish that wheel (its kernel job's "
+        "artifact) together with this one"
+    )

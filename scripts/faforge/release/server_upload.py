@@ -24,7 +24,9 @@ def call(kind: str, url: str, channel: str, files: list[str], force: bool, token
         rattler_build.upload_package_to_prefix(files, url, channel, api_key=token, force=force)
     elif kind == "anaconda":
         owner, _, label = channel.partition("/")
-        rattler_build.upload_package_to_anaconda(files, owner, channel=[label] if label else None, api_key=token, url=url, force=force)
+        rattler_build.upload_package_to_anaconda(
+            files, owner, channel=[label] if label else None, api_key=token, url=url, force=force
+        )
     elif kind == "quetz":
         rattler_build.upload_package_to_quetz(files, url, channel, api_key=token)
     elif kind == "artifactory":
@@ -37,7 +39,14 @@ def main() -> int:
     print(json.dumps({"ready": True}), flush=True)
     spec = json.loads(sys.stdin.read())
     try:
-        call(spec["kind"], spec["url"], spec["channel"], spec["files"], spec["force"], os.environ.get(spec["token_env"], ""))
+        call(
+            spec["kind"],
+            spec["url"],
+            spec["channel"],
+            spec["files"],
+            spec["force"],
+            os.environ.get(spec["token_env"], ""),
+        )
     except Exception as exc:  # py-rattler-build's UploadError/AuthError: the parent words and redacts it
         print(json.dumps({"error": str(exc)}), flush=True)
         return 0

@@ -69,11 +69,15 @@ def parse_target(text: str) -> Target:
     parts = urlsplit(rest if sep and kind in TOKEN_ENV else text)
     if parts.username or parts.password or parts.query:
         # Typed into a URL, a token lands in shell history and CI logs; only the environment carries it.
-        raise FaforgeError(f"--to {shown(text)}: credentials or a query in the URL are not accepted",
-                           hint="remove them from the URL and put the token in " + ", ".join(f"${v}" for v in TOKEN_ENV.values()))
+        raise FaforgeError(
+            f"--to {shown(text)}: credentials or a query in the URL are not accepted",
+            hint="remove them from the URL and put the token in " + ", ".join(f"${v}" for v in TOKEN_ENV.values()),
+        )
     if sep and kind in TOKEN_ENV:
         if parts.scheme not in ("http", "https") or not parts.netloc or not parts.path.strip("/"):
-            raise FaforgeError(f"--to {text}: expected {kind}:https://HOST/CHANNEL", hint="e.g. prefix:https://prefix.dev/my-channel")
+            raise FaforgeError(
+                f"--to {text}: expected {kind}:https://HOST/CHANNEL", hint="e.g. prefix:https://prefix.dev/my-channel"
+            )
         path = parts.path.strip("/")
         if kind == "artifactory":
             # The whole URL names the channel; rattler-build wants the server URL and that channel URL.
@@ -85,10 +89,15 @@ def parse_target(text: str) -> Target:
     if text.startswith("file://"):
         # file:///ABS/PATH only: `file://` alone would be the current folder, `file://x/y` a host named x.
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise FaforgeError(f"--to {text}: expected file:///ABSOLUTE/PATH (three slashes)", hint="or pass the folder path itself")
+            raise FaforgeError(
+                f"--to {text}: expected file:///ABSOLUTE/PATH (three slashes)", hint="or pass the folder path itself"
+            )
         return Target(kind="folder", url=url2pathname(parts.path), channel="")
     if "://" in text:
-        raise FaforgeError(f"--to {text}: unknown target", hint=f"use a folder, file://PATH, or one of {', '.join(k + ':URL' for k in TOKEN_ENV)}")
+        raise FaforgeError(
+            f"--to {text}: unknown target",
+            hint=f"use a folder, file://PATH, or one of {', '.join(k + ':URL' for k in TOKEN_ENV)}",
+        )
     return Target(kind="folder", url=str(Path(text).expanduser()), channel="")
 
 
@@ -96,8 +105,10 @@ def token_for(target: Target) -> str:
     name = TOKEN_ENV[target.kind]
     token = os.environ.get(name, "")
     if not token:
-        raise FaforgeError(f"publishing to {target} needs a token in the environment variable {name}",
-                           hint=f"export {name} (in CI: a repository secret); tokens are never taken from the command line")
+        raise FaforgeError(
+            f"publishing to {target} needs a token in the environment variable {name}",
+            hint=f"export {name} (in CI: a repository secret); tokens are never taken from the command line",
+        )
     return token
 
 
@@ -117,10 +128,14 @@ def _artifactory_has(target: Target, token: str, subdir: str, filename: str) -> 
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return False
-        raise RemoteError(f"cannot tell whether {url} exists: HTTP {exc.code}", hint="check the server and the token, then retry") from None
+        raise RemoteError(
+            f"cannot tell whether {url} exists: HTTP {exc.code}", hint="check the server and the token, then retry"
+        ) from None
 
 
-def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, required: tuple[str, ...], force: bool) -> None:
+def upload(
+    target: Target, packages: list[PackageFacts], *, manifest_dir: Path, required: tuple[str, ...], force: bool
+) -> None:
     """Upload packages through py-rattler-build, in a child process killed at the deadline (server_upload);
     refuses to replace unless `force`. Each package's
     gates are checked against the manifest here first (require_passed), so no caller can skip them."""
@@ -128,19 +143,27 @@ def upload(target: Target, packages: list[PackageFacts], *, manifest_dir: Path, 
         require_passed(manifest_dir, package, required)
     token = token_for(target)
     if target.kind == "quetz" and force:
-        raise FaforgeError("quetz uploads cannot replace a file (py-rattler-build sends force=false)",
-                           hint="delete the file on the server first, or publish without --force")
+        raise FaforgeError(
+            "quetz uploads cannot replace a file (py-rattler-build sends force=false)",
+            hint="delete the file on the server first, or publish without --force",
+        )
     _probe_server(target)
     if target.kind == "artifactory" and not force:
         present = [p.filename for p in packages if _artifactory_has(target, token, p.subdir, p.filename)]
         if present:
             raise FaforgeError(f"{', '.join(present)} already on {target}", hint="pass --force to replace", exit_code=1)
-    answer = _upload_in_child(target, [str(p.path) for p in packages], force=force, seconds=httpclient.limits().deadline_s * len(packages))
+    answer = _upload_in_child(
+        target, [str(p.path) for p in packages], force=force, seconds=httpclient.limits().deadline_s * len(packages)
+    )
     if "error" in answer:  # py-rattler-build's UploadError/AuthError; a server may echo the token back
         message = redact(str(answer["error"]), token)
         if "already exists" in message:  # the server refused to replace: a finding (exit 1), as for a folder
-            raise FaforgeError(f"upload to {target} refused: {message}", exit_code=EXIT_PROBLEMS, hint="pass --force to replace it")
-        raise RemoteError(f"upload to {target} failed: {message}", hint="check the server, the channel and the token, then retry")
+            raise FaforgeError(
+                f"upload to {target} refused: {message}", exit_code=EXIT_PROBLEMS, hint="pass --force to replace it"
+            )
+        raise RemoteError(
+            f"upload to {target} failed: {message}", hint="check the server, the channel and the token, then retry"
+        )
 
 
 def _probe_server(target: Target) -> None:
@@ -157,18 +180,33 @@ def _probe_server(target: Target) -> None:
 def _upload_in_child(target: Target, files: list[str], *, force: bool, seconds: float) -> dict:
     """faforge.release.server_upload's answer, or a RemoteError when it has none within `seconds`
     (one overall deadline per package file: FAFORGE_HTTP_DEADLINE), counted from the child's "ready"."""
-    spec = {"kind": target.kind, "url": target.url, "channel": target.channel, "files": files, "force": force,
-            "token_env": TOKEN_ENV[target.kind]}
-    with subprocess.Popen([sys.executable, "-m", "faforge.release.server_upload"], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env()) as child:
+    spec = {
+        "kind": target.kind,
+        "url": target.url,
+        "channel": target.channel,
+        "files": files,
+        "force": force,
+        "token_env": TOKEN_ENV[target.kind],
+    }
+    with subprocess.Popen(
+        [sys.executable, "-m", "faforge.release.server_upload"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_child_env(),
+    ) as child:
         try:
             ready = _first_line(child, CHILD_START_S)
             out, err = child.communicate(json.dumps(spec), timeout=seconds) if ready else child.communicate()
         except subprocess.TimeoutExpired:
             child.kill()
             child.communicate()
-            raise RemoteError(f"upload to {target}: no answer within {seconds:g} s ({httpclient.DEADLINE_ENV}, per package)",
-                              input=str(target), hint=httpclient.deadline_hint()) from None
+            raise RemoteError(
+                f"upload to {target}: no answer within {seconds:g} s ({httpclient.DEADLINE_ENV}, per package)",
+                input=str(target),
+                hint=httpclient.deadline_hint(),
+            ) from None
     lines = out.strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if ready and lines else None
@@ -177,8 +215,10 @@ def _upload_in_child(target: Target, files: list[str], *, force: bool, seconds: 
     if not isinstance(answer, dict):
         token = os.environ.get(TOKEN_ENV[target.kind], "")
         tail = redact(err.strip()[-400:], token) or f"exit status {child.returncode}"
-        raise RemoteError(f"upload to {target} failed: the upload process ended without an answer ({tail})",
-                          hint="check the server, the channel and the token, then retry")
+        raise RemoteError(
+            f"upload to {target} failed: the upload process ended without an answer ({tail})",
+            hint="check the server, the channel and the token, then retry",
+        )
     return answer
 
 

@@ -1,14 +1,14 @@
 """The gates of a package built for another machine (linux-aarch64 on an x86_64 runner).
 
-  * abi: natively, as for any package (check-abi reads any ELF machine), against --against (the
-    target's torch: PyPI's aarch64 wheel installed with `pip install --target --platform`, or an
-    aarch64 prefix); the target's libc and libstdc++ come from the emulator's sysroot when one is found;
-  * import: the package (and the kernel build it pins) extracted into a temporary prefix and imported
-    by the target's Python under qemu (faforge.emulator), with the --against torch (else its own) on its path. The
-    Python is --target-python or $FAFORGE_TARGET_PYTHON (a conda aarch64 prefix's bin/python, or a
-    plain one). `skipped` with the reason when qemu, the sysroot, that Python or the torch is missing;
-    its detail says it ran emulated;
-  * gpu: `skipped`; a GPU runner of the package's machine runs it natively.
+* abi: natively, as for any package (check-abi reads any ELF machine), against --against (the
+  target's torch: PyPI's aarch64 wheel installed with `pip install --target --platform`, or an
+  aarch64 prefix); the target's libc and libstdc++ come from the emulator's sysroot when one is found;
+* import: the package (and the kernel build it pins) extracted into a temporary prefix and imported
+  by the target's Python under qemu (faforge.emulator), with the --against torch (else its own) on its path. The
+  Python is --target-python or $FAFORGE_TARGET_PYTHON (a conda aarch64 prefix's bin/python, or a
+  plain one). `skipped` with the reason when qemu, the sysroot, that Python or the torch is missing;
+  its detail says it ran emulated;
+* gpu: `skipped`; a GPU runner of the package's machine runs it natively.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ TORCH_IMPORTED = "@@faforge-torch-imported@@"
 
 def import_code(imports: tuple[str, ...]) -> str:
     """Run by the target's python -I: the prefix's site-packages and the torch's first, then the family's imports."""
-    return ("import sys; sys.path[:0] = sys.argv[1:]; import torch; "
-            f"print({TORCH_IMPORTED!r}, torch.__version__, flush=True); "
-            + "; ".join(f"import {m}" for m in imports[1:]))
+    return (
+        "import sys; sys.path[:0] = sys.argv[1:]; import torch; "
+        f"print({TORCH_IMPORTED!r}, torch.__version__, flush=True); " + "; ".join(f"import {m}" for m in imports[1:])
+    )
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,24 @@ def emulator_for(machine: str, emulation: Emulation) -> tuple[Emulator | None, s
 
 def target_python(machine: str, emulation: Emulation) -> Path | None:
     """--target-python, else $FAFORGE_TARGET_PYTHON; FaforgeError when it is not a `machine` program."""
-    named, source = (emulation.python, "--target-python") if emulation.python is not None else (os.environ.get("FAFORGE_TARGET_PYTHON"), "$FAFORGE_TARGET_PYTHON")
+    named, source = (
+        (emulation.python, "--target-python")
+        if emulation.python is not None
+        else (os.environ.get("FAFORGE_TARGET_PYTHON"), "$FAFORGE_TARGET_PYTHON")
+    )
     if named is None:
         return None
     path = Path(named).expanduser()
     with user_path(source, path):
         found = machine_of(path) if path.is_file() else None
     if found != machine:
-        what = "no such file" if not path.is_file() else f"an ELF program for {found}" if found else "not an ELF program"
-        raise FaforgeError(f"{source} {named[:200]!r}: {what}, not a Python interpreter for {machine}",
-                           hint=f"name the {machine} python of the prefix to import in, e.g. PREFIX/bin/python3.11, or leave it unset")
+        what = (
+            "no such file" if not path.is_file() else f"an ELF program for {found}" if found else "not an ELF program"
+        )
+        raise FaforgeError(
+            f"{source} {named[:200]!r}: {what}, not a Python interpreter for {machine}",
+            hint=f"name the {machine} python of the prefix to import in, e.g. PREFIX/bin/python3.11, or leave it unset",
+        )
     return path
 
 
@@ -86,25 +95,46 @@ def torch_site(against: list[Path]) -> Path | None:
     return None
 
 
-def emulated_import_gate(package: PackageFacts, against: list[Path] | None, kernel: PackageFacts | None,
-                         emulator: Emulator | None, why_not: str | None, python: Path | None,
-                         imports: tuple[str, ...] = FLASH_ATTN.imports) -> Check:
+def emulated_import_gate(
+    package: PackageFacts,
+    against: list[Path] | None,
+    kernel: PackageFacts | None,
+    emulator: Emulator | None,
+    why_not: str | None,
+    python: Path | None,
+    imports: tuple[str, ...] = FLASH_ATTN.imports,
+) -> Check:
     machine = emulator.machine if emulator else package.subdir
     if emulator is None:
         return Check("import", "skipped", f"not run: {why_not}")
     if python is None:
-        return Check("import", "skipped", f"not run: no {machine} Python to import with; name one with --target-python or "
-                                          "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)")
+        return Check(
+            "import",
+            "skipped",
+            f"not run: no {machine} Python to import with; name one with --target-python or "
+            "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)",
+        )
     site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
+
     def how(seconds: float) -> str:
-        return (f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, "
-                f"{seconds:.0f} s, torch from {site or 'its own site-packages'}")
+        return (
+            f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, "
+            f"{seconds:.0f} s, torch from {site or 'its own site-packages'}"
+        )
 
-    return import_in_prefix((package, kernel) if kernel else (package,), [*emulator.command(python)], site, imports, how, machine)
+    return import_in_prefix(
+        (package, kernel) if kernel else (package,), [*emulator.command(python)], site, imports, how, machine
+    )
 
 
-def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site: Path | None, imports: tuple[str, ...],
-                     how: Callable[[float], str], machine: str) -> Check:
+def import_in_prefix(
+    packages: tuple[PackageFacts, ...],
+    python: list[str],
+    site: Path | None,
+    imports: tuple[str, ...],
+    how: Callable[[float], str],
+    machine: str,
+) -> Check:
     """`python -I` imports `imports` from `packages` extracted into a fresh prefix, with the torch of `site`
     (None: the Python's own) behind them. `how(seconds)` says how it ran."""
     with unpacked(*packages) as prefix:
@@ -112,8 +142,16 @@ def import_in_prefix(packages: tuple[PackageFacts, ...], python: list[str], site
         return import_from(own, python, site, imports, how, machine, cwd=prefix)
 
 
-def import_from(folders: list[str], python: list[str], site: Path | None, imports: tuple[str, ...],
-                how: Callable[[float], str], machine: str, *, cwd: Path) -> Check:
+def import_from(
+    folders: list[str],
+    python: list[str],
+    site: Path | None,
+    imports: tuple[str, ...],
+    how: Callable[[float], str],
+    machine: str,
+    *,
+    cwd: Path,
+) -> Check:
     """`python -I` imports `imports` with `folders` first on its path, then the torch of `site` (None: the
     Python's own); run in `cwd`. A pip --target folder of wheels
     is imported this way too (faforge.release.verify_wheels)."""
@@ -122,22 +160,32 @@ def import_from(folders: list[str], python: list[str], site: Path | None, import
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, cwd=cwd)
     except subprocess.TimeoutExpired:
-        return Check("import", "failed", f"the import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})")
+        return Check(
+            "import", "failed", f"the import did not finish in {EMULATED_TIMEOUT_S} s ({' '.join(command[:3])})"
+        )
     ran = how(time.monotonic() - started)
     torch_line = next((line.split()[1] for line in result.stdout.splitlines() if line.startswith(TORCH_IMPORTED)), None)
     tail = ((result.stderr or result.stdout).strip().splitlines() or [f"exit {result.returncode}"])[-1]
     if torch_line is None:
-        return Check("import", "skipped", f"the {machine} torch itself does not import ({ran}): {tail}; pass --against the "
-                                          "site-packages of one (pip install --target DIR --only-binary=:all: "
-                                          "torch==VERSION, with --platform for another machine)")
+        return Check(
+            "import",
+            "skipped",
+            f"the {machine} torch itself does not import ({ran}): {tail}; pass --against the "
+            "site-packages of one (pip install --target DIR --only-binary=:all: "
+            "torch==VERSION, with --platform for another machine)",
+        )
     if result.returncode != 0:
         return Check("import", "failed", f"`import {', '.join(imports)}` failed ({ran}): {tail}")
     return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({ran})")
 
 
 def gpu_skipped(package: PackageFacts, machine: str) -> Check:
-    return Check("gpu", "skipped", f"a {package.subdir} package's GPU suite runs natively on a GPU runner of that machine ({machine}; "
-                                   f"CI: gpu-test where FAFORGE_GPU_RUNNER_AARCH64 is true); this machine is {platform.machine()}")
+    return Check(
+        "gpu",
+        "skipped",
+        f"a {package.subdir} package's GPU suite runs natively on a GPU runner of that machine ({machine}; "
+        f"CI: gpu-test where FAFORGE_GPU_RUNNER_AARCH64 is true); this machine is {platform.machine()}",
+    )
 
 
 def foreign_machine(package: PackageFacts) -> str | None:
@@ -147,16 +195,29 @@ def foreign_machine(package: PackageFacts) -> str | None:
     return machine if not package.is_kernel_package and is_foreign(machine) else None
 
 
-def foreign_gates(package: PackageFacts, machine: str, gates: tuple[str, ...], against: list[Path] | None,
-                  kernel: PackageFacts | None, emulation: Emulation) -> list[Check]:
+def foreign_gates(
+    package: PackageFacts,
+    machine: str,
+    gates: tuple[str, ...],
+    against: list[Path] | None,
+    kernel: PackageFacts | None,
+    emulation: Emulation,
+) -> list[Check]:
     emulator, why_not = emulator_for(machine, emulation)
     python = target_python(machine, emulation) if "import" in gates else None
     checks = []
     for gate in gates:
         if gate == "abi":
-            checks.append(abi_gate(package, against, kernel, emulator.library_dirs() if emulator else []) if against else
-                          Check("abi", "skipped", f"no {machine} torch to check against here; pass --against its torch/lib, "
-                                                  "site-packages or prefix (the abi gate itself runs on any machine)"))
+            checks.append(
+                abi_gate(package, against, kernel, emulator.library_dirs() if emulator else [])
+                if against
+                else Check(
+                    "abi",
+                    "skipped",
+                    f"no {machine} torch to check against here; pass --against its torch/lib, "
+                    "site-packages or prefix (the abi gate itself runs on any machine)",
+                )
+            )
         elif gate == "import":
             checks.append(emulated_import_gate(package, against, kernel, emulator, why_not, python))
         elif gate == "gpu":

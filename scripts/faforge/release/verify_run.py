@@ -32,9 +32,17 @@ from faforge.release.verify_wheels import (
 )
 
 
-def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Path, against: list[Path] | None,
-                    kernel_channel: str | None, report: Reporter, emulation: Emulation = NOTHING_NAMED,
-                    done: Callable[[list[GateResult]], None]) -> list[GateResult]:
+def verify_packages(
+    packages: list[str],
+    gates: tuple[str, ...],
+    *,
+    manifest: Path,
+    against: list[Path] | None,
+    kernel_channel: str | None,
+    report: Reporter,
+    emulation: Emulation = NOTHING_NAMED,
+    done: Callable[[list[GateResult]], None],
+) -> list[GateResult]:
     """The manifest entries of every package's gates, in order."""
     entries = []
     read: dict[str, PackageFacts | WheelPackage] = {}
@@ -54,14 +62,20 @@ def verify_packages(packages: list[str], gates: tuple[str, ...], *, manifest: Pa
         # one stops the call there, after the results already reported.
         if isinstance(package, WheelPackage):
             kernel_wheel = find_kernel_wheel(package, given(WheelPackage)) if package.kernel_pin else None
-            users = tuple(w for w in given(WheelPackage) if pins(w, package)) if "gpu" in gates and package.kind == "kernel" else ()
+            users = (
+                tuple(w for w in given(WheelPackage) if pins(w, package))
+                if "gpu" in gates and package.kind == "kernel"
+                else ()
+            )
         else:
             kernel = find_kernel_package(package, given(PackageFacts), kernel_channel) if package.kernel_pin else None
             users = tuple(p for p in given(PackageFacts) if pins_kernel(p, package)) if "gpu" in gates else ()
         checked = []
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
             if isinstance(package, WheelPackage):
-                checks = wheel_gates(package, gates, against, kernel=kernel_wheel, users=users, emulation=emulation, announce=report.say)
+                checks = wheel_gates(
+                    package, gates, against, kernel=kernel_wheel, users=users, emulation=emulation, announce=report.say
+                )
             elif is_stable_abi_package(package):  # one binary for a torch range: its own gates, on any machine
                 checks = stable_gates(package, gates, against, emulation, announce=report.say)
             elif machine := foreign_machine(package):

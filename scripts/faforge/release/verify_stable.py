@@ -65,11 +65,19 @@ def served_package(package: PackageFacts) -> Fa3Package | None:
     return next((p for p in load_matrix().fa3 if p.id == package.fa3_id), None) if package.fa3_id else None
 
 
-def stable_gates(package: PackageFacts, gates: tuple[str, ...], against: list[Path] | None, emulation: Emulation = NOTHING_NAMED,
-                 announce: Callable[[str], None] = lambda message: None) -> list[Check]:
+def stable_gates(
+    package: PackageFacts,
+    gates: tuple[str, ...],
+    against: list[Path] | None,
+    emulation: Emulation = NOTHING_NAMED,
+    announce: Callable[[str], None] = lambda message: None,
+) -> list[Check]:
     """`announce` hears about slow set-up (a torch venv built on first use) before it starts."""
-    run = {"abi": lambda: stable_abi_gate(package, against or []), "import": lambda: stable_import_gate(package, against or [], emulation),
-           "gpu": lambda: stable_gpu_gate(package, against or [], announce)}
+    run = {
+        "abi": lambda: stable_abi_gate(package, against or []),
+        "import": lambda: stable_import_gate(package, against or [], emulation),
+        "gpu": lambda: stable_gpu_gate(package, against or [], announce),
+    }
     return [run[gate]() for gate in gates]
 
 
@@ -88,12 +96,19 @@ def stable_import_gate(package: PackageFacts, against: list[Path], emulation: Em
     """Imports beside each --against torch; passed only when every one passed."""
     sites, machine = torch_sites(against), PLATFORM_MACHINES.get(package.subdir, package.subdir)
     if not sites:
-        return Check("import", "skipped", "no torch to import beside: pass --against the site-packages of a torch of its range "
-                                          "(pip install --target DIR torch==VERSION)")
+        return Check(
+            "import",
+            "skipped",
+            "no torch to import beside: pass --against the site-packages of a torch of its range "
+            "(pip install --target DIR torch==VERSION)",
+        )
     if is_foreign(machine):
         emulator, why_not = emulator_for(machine, emulation)
         python = target_python(machine, emulation)
-        checks = [emulated_import_gate(package, [site], None, emulator, why_not, python, FLASH_ATTN_3.imports) for site in sites]
+        checks = [
+            emulated_import_gate(package, [site], None, emulator, why_not, python, FLASH_ATTN_3.imports)
+            for site in sites
+        ]
     else:
         checks = [native_import(package, site, machine) for site in sites]
     return combined("import", checks)
@@ -107,8 +122,14 @@ def native_import(package: PackageFacts, site: Path, machine: str) -> Check:
         return Check("import", "skipped", f"the torch in {site} is for Python {version}: {exc}")
     if python is None:
         return Check("import", "skipped", f"{site}: no torch/_C.cpython-3*.so, so not a torch this machine can import")
-    return import_in_prefix((package,), [str(python)], site, FLASH_ATTN_3.imports,
-                            lambda seconds: f"native: {python}, {seconds:.0f} s, torch from {site}", machine)
+    return import_in_prefix(
+        (package,),
+        [str(python)],
+        site,
+        FLASH_ATTN_3.imports,
+        lambda seconds: f"native: {python}, {seconds:.0f} s, torch from {site}",
+        machine,
+    )
 
 
 def combined(gate: str, checks: list[Check]) -> Check:
@@ -119,7 +140,9 @@ def combined(gate: str, checks: list[Check]) -> Check:
     return Check(gate, "passed", "; ".join(c.detail for c in checks))
 
 
-def stable_gpu_gate(package: PackageFacts, against: list[Path], announce: Callable[[str], None] = lambda message: None) -> Check:
+def stable_gpu_gate(
+    package: PackageFacts, against: list[Path], announce: Callable[[str], None] = lambda message: None
+) -> Check:
     """The FA3 GPU suite on this machine's GPU beside the newest --against torch that is a site-packages,
     else beside PyPI's torch of the newest minor it serves (a cached venv, as the other families' gate)."""
     machine = PLATFORM_MACHINES.get(package.subdir, package.subdir)
@@ -133,24 +156,39 @@ def stable_gpu_gate(package: PackageFacts, against: list[Path], announce: Callab
             venv = pypi_torch_venv(f"=={served.served[-1]}.*", GPU_SUITE_PYTHON, announce=announce)
             site, python = venv.site_packages, venv.python
         else:
-            return Check("gpu", "skipped", f"{package.filename}: not a package of the matrix, so "
-                                           "no torch of its range is known; pass --against one")
+            return Check(
+                "gpu",
+                "skipped",
+                f"{package.filename}: not a package of the matrix, so "
+                "no torch of its range is known; pass --against one",
+            )
     except Unavailable as exc:
         return Check("gpu", "skipped", f"no torch to run the suite beside: {exc}")
     with unpacked(package) as prefix:
         own = [str(p) for p in [*prefix.glob("lib/python3*/site-packages"), *prefix.glob("site-packages")]]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FAFORGE_SOURCE), *own, str(site)]))
-        result = subprocess.run([str(python), "-m", "faforge.gpu.run_suite", "--family", FLASH_ATTN_3.package, "--json"],
-                                capture_output=True, text=True, env=env, cwd=prefix)
+        result = subprocess.run(
+            [str(python), "-m", "faforge.gpu.run_suite", "--family", FLASH_ATTN_3.package, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=prefix,
+        )
     return suite_check(result)
 
 
 def stable_abi_gate(package: PackageFacts, against: list[Path]) -> Check:
     served = served_package(package)
     if served is None:
-        return Check("abi", "skipped", f"{package.filename}: no {FLASH_ATTN_3.package} package of the matrix has its platform and "
-                                       "build string (cu<CUDA>_sm<archs>_faforge_h<hash>_<n>), so the torch range it serves is unknown")
-    return stable_abi_check(package.path, subdir=package.subdir, cuda=served.cuda, served=served.served, against=against)
+        return Check(
+            "abi",
+            "skipped",
+            f"{package.filename}: no {FLASH_ATTN_3.package} package of the matrix has its platform and "
+            "build string (cu<CUDA>_sm<archs>_faforge_h<hash>_<n>), so the torch range it serves is unknown",
+        )
+    return stable_abi_check(
+        package.path, subdir=package.subdir, cuda=served.cuda, served=served.served, against=against
+    )
 
 
 def stable_abi_check(path: Path, *, subdir: str, cuda: str, served: tuple[str, ...], against: list[Path]) -> Check:
@@ -158,8 +196,12 @@ def stable_abi_check(path: Path, *, subdir: str, cuda: str, served: tuple[str, .
     `cuda` that serves the torch minors `served`, oldest first."""
     range_text = f"{served[0]} to {served[-1]}"
     if not against:
-        return Check("abi", "skipped", f"serves torch {range_text}: name the oldest and the newest release with --against "
-                                       "(each one torch: torch/lib, site-packages or a prefix)")
+        return Check(
+            "abi",
+            "skipped",
+            f"serves torch {range_text}: name the oldest and the newest release with --against "
+            "(each one torch: torch/lib, site-packages or a prefix)",
+        )
     # The package's own CUDA runtime (its cuda-version pins the env's cuda-cudart), not the torch's: a cu130
     # package beside torch 2.10.0+cu128's libraries still loads PyPI's CUDA 13.0 runtime, as conda installs it.
     runtime_dirs: list[Path] = []
@@ -176,14 +218,31 @@ def stable_abi_check(path: Path, *, subdir: str, cuda: str, served: tuple[str, .
         return Check("abi", "skipped", f"a torch given with --against could not be read: {exc.message}")
     checked = [v.torch.version or "?" for v in verdict.releases]
     minors = {".".join(v.split(".")[:2]) for v in checked}
-    problems = [f"unstable import {u.demangled or u.symbol} (from {u.library or 'torch'})" for u in verdict.unstable[:5]]
-    problems += [f"torch {v.torch.version}: {p.kind}: {p.demangled or p.symbol or ''} {p.detail}".strip()
-                 for v in verdict.releases if not v.ok for m in v.modules for p in m.problems][:5]
+    problems = [
+        f"unstable import {u.demangled or u.symbol} (from {u.library or 'torch'})" for u in verdict.unstable[:5]
+    ]
+    problems += [
+        f"torch {v.torch.version}: {p.kind}: {p.demangled or p.symbol or ''} {p.detail}".strip()
+        for v in verdict.releases
+        if not v.ok
+        for m in v.modules
+        for p in m.problems
+    ][:5]
     if problems:
-        return Check("abi", "failed", f"{len(problems)} problem(s) against torch {', '.join(checked)}: " + "; ".join(problems))
+        return Check(
+            "abi", "failed", f"{len(problems)} problem(s) against torch {', '.join(checked)}: " + "; ".join(problems)
+        )
     missing = [m for m in (served[0], served[-1]) if m not in minors]
     if missing:
-        return Check("abi", "skipped", f"loads on torch {', '.join(checked)} with {len(verdict.stable_imports)} stable C functions, but it "
-                                       f"serves {range_text}: also check torch {' and '.join(dict.fromkeys(missing))} (--against)")
-    return Check("abi", "passed", f"stable ABI: {len(verdict.stable_imports)} stable C functions and no other torch symbol; loads on torch "
-                                  f"{', '.join(checked)} (serves {range_text})")
+        return Check(
+            "abi",
+            "skipped",
+            f"loads on torch {', '.join(checked)} with {len(verdict.stable_imports)} stable C functions, but it "
+            f"serves {range_text}: also check torch {' and '.join(dict.fromkeys(missing))} (--against)",
+        )
+    return Check(
+        "abi",
+        "passed",
+        f"stable ABI: {len(verdict.stable_imports)} stable C functions and no other torch symbol; loads on torch "
+        f"{', '.join(checked)} (serves {range_text})",
+    )

@@ -105,13 +105,17 @@ from faforge.release.verify_stable import stable_abi_check, torch_python, torch_
 from faforge.versions import vtuple
 from faforge.wheelnames import FA3_LABEL, GLUE_LABEL
 
-GLUE, KERNEL, FA3 = (canonicalize_name(n) for n in (FLASH_ATTN.package, FLASH_ATTN.kernel_package, FLASH_ATTN_3.package))
+GLUE, KERNEL, FA3 = (
+    canonicalize_name(n) for n in (FLASH_ATTN.package, FLASH_ATTN.kernel_package, FLASH_ATTN_3.package)
+)
 KINDS: dict[str, str] = {GLUE: "glue", KERNEL: "kernel", FA3: "fa3"}
 # The kernel wheel's library, in its folder (faforge.pipwheel.layout).
 KERNEL_MEMBER = f"{KERNEL_DIR}/{FLASH_ATTN.kernel_soname}"
 CPYTHON_TAG = re.compile(r"cp3(?P<minor>[0-9]{1,2})")
 # manylinux_2_28_x86_64 (PEP 600), its legacy aliases (PEP 513/571/599), or plain linux_<machine>.
-PLATFORM_TAG = re.compile(r"(?:manylinux_(?P<major>[0-9]+)_(?P<minor>[0-9]+)|(?P<legacy>manylinux1|manylinux2010|manylinux2014)|linux)_(?P<machine>\w+)")
+PLATFORM_TAG = re.compile(
+    r"(?:manylinux_(?P<major>[0-9]+)_(?P<minor>[0-9]+)|(?P<legacy>manylinux1|manylinux2010|manylinux2014)|linux)_(?P<machine>\w+)"
+)
 LEGACY_GLIBC = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
 # The base venv of every wheel gate: the glue's Python requirement (einops) and the GPU suite's pytest, so that the
 # glue and FA3 gates of one (torch, Python) share one cached torch
@@ -125,8 +129,10 @@ FA3_PYTHON = "3.11"
 # A library the system also has (a CUDA toolkit's libcudart in ld.so.cache) loads whatever the RUNPATH says; where
 # it came from tells whether pip's layout served it.
 LOADED_MARK = "@@faforge-loaded@@"
-REPORT_LOADED = (f"\nimport json as _json\nprint({LOADED_MARK!r}, _json.dumps(sorted({{_l.split(None, 5)[5].strip() "
-                 "for _l in open('/proc/self/maps') if len(_l.split(None, 5)) == 6 and _l.split(None, 5)[5].startswith('/')})))")
+REPORT_LOADED = (
+    f"\nimport json as _json\nprint({LOADED_MARK!r}, _json.dumps(sorted({{_l.split(None, 5)[5].strip() "
+    "for _l in open('/proc/self/maps') if len(_l.split(None, 5)) == 6 and _l.split(None, 5)[5].startswith('/')})))"
+)
 # The libraries that must come from the venv pip made: torch's, the kernel wheel's, NVIDIA's CUDA runtime.
 OWN_LIBRARIES = ("libc10.so", "libtorch", FLASH_ATTN.kernel_library, "libcudart.so")
 
@@ -205,19 +211,34 @@ def wheel_package(path: str | Path) -> WheelPackage:
     facts = read_wheel(path)
     kind = KINDS.get(facts.name)
     if kind is None:
-        raise FaforgeError(f"{path}: a {facts.name} wheel, none of the projects faforge verifies ({', '.join(sorted(KINDS))})",
-                           hint="pass the wheels `faforge wheel` wrote", input=str(path))
+        raise FaforgeError(
+            f"{path}: a {facts.name} wheel, none of the projects faforge verifies ({', '.join(sorted(KINDS))})",
+            hint="pass the wheels `faforge wheel` wrote",
+            input=str(path),
+        )
     subdir, glibc = _platform(facts)
     base = WheelPackage(facts=facts, kind=kind, subdir=subdir, glibc=glibc)
     local = facts.local or ""
     if kind == "glue":
-        label, python = GLUE_LABEL.fullmatch(local), CPYTHON_TAG.fullmatch(facts.python_tags[0]) if len(facts.python_tags) == 1 else None
+        label, python = (
+            GLUE_LABEL.fullmatch(local),
+            CPYTHON_TAG.fullmatch(facts.python_tags[0]) if len(facts.python_tags) == 1 else None,
+        )
         if not (label and python):
             return base
         cell_id = f"{subdir}/py3{python['minor']}/torch{label['torch']}/cu{label['cuda']}/abi{label['abi']}"
         cell = next((c for c in _pip_cells() if c.id.split("/", 1)[1] == cell_id), None)
-        return WheelPackage(facts=facts, kind=kind, subdir=subdir, glibc=glibc, python=f"3.{python['minor']}", torch_minor=label["torch"],
-                            cuda=cuda_of_tag(label["cuda"]), cxx11_abi=int(label["abi"]), cell=cell)
+        return WheelPackage(
+            facts=facts,
+            kind=kind,
+            subdir=subdir,
+            glibc=glibc,
+            python=f"3.{python['minor']}",
+            torch_minor=label["torch"],
+            cuda=cuda_of_tag(label["cuda"]),
+            cxx11_abi=int(label["abi"]),
+            cell=cell,
+        )
     if kind == "kernel":
         build = KERNEL_BUILD.match(local.replace(".", "_") + f"_{facts.build_tag or 0}")
     else:
@@ -228,7 +249,9 @@ def wheel_package(path: str | Path) -> WheelPackage:
         archs = archs_of_tag(build["archs"].replace(".", "_"))
     except ValueError:
         archs = None
-    return WheelPackage(facts=facts, kind=kind, subdir=subdir, glibc=glibc, cuda=cuda_of_tag(build["cuda"]), cuda_archs=archs)
+    return WheelPackage(
+        facts=facts, kind=kind, subdir=subdir, glibc=glibc, cuda=cuda_of_tag(build["cuda"]), cuda_archs=archs
+    )
 
 
 def pins(glue: WheelPackage, kernel: WheelPackage) -> bool:
@@ -256,26 +279,43 @@ def find_kernel_wheel(glue: WheelPackage, given: list[WheelPackage]) -> WheelPac
             found = wheel_package(candidate)
             if pins(glue, found):
                 return found
-    raise FaforgeError(f"{glue.filename}: needs its kernel wheel {KERNEL}=={pin} ({glue.subdir}), neither among the wheels given "
-                       "nor beside it", input=str(glue.path),
-                       hint=f"pass it too: faforge verify {glue.path} DIR/{stem}*.whl (the kernel wheel `faforge wheel kernel` wrote, "
-                            f"its kernel job's artifact); no such file is in {glue.path.parent}")
+    raise FaforgeError(
+        f"{glue.filename}: needs its kernel wheel {KERNEL}=={pin} ({glue.subdir}), neither among the wheels given "
+        "nor beside it",
+        input=str(glue.path),
+        hint=f"pass it too: faforge verify {glue.path} DIR/{stem}*.whl (the kernel wheel `faforge wheel kernel` wrote, "
+        f"its kernel job's artifact); no such file is in {glue.path.parent}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- dispatch
 
 
-def wheel_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] | None, *, kernel: WheelPackage | None = None,
-                users: tuple[WheelPackage, ...] = (), emulation: Emulation = NOTHING_NAMED,
-                announce: Callable[[str], None] = lambda message: None) -> list[Check]:
+def wheel_gates(
+    wheel: WheelPackage,
+    gates: tuple[str, ...],
+    against: list[Path] | None,
+    *,
+    kernel: WheelPackage | None = None,
+    users: tuple[WheelPackage, ...] = (),
+    emulation: Emulation = NOTHING_NAMED,
+    announce: Callable[[str], None] = lambda message: None,
+) -> list[Check]:
     """Run `gates` on one wheel (see the module's docstring). `kernel`: the kernel wheel a glue wheel pins
     (find_kernel_wheel); `users`: for a kernel wheel, the glue wheels of the call that pin it."""
     if wheel.kind == "kernel":
         return [kernel_gate(gate, wheel, users, announce, against=against or [], emulation=emulation) for gate in gates]
     machine = PLATFORM_MACHINES.get(wheel.subdir or "")
     if machine is None:
-        return [Check(g, "skipped", f"{wheel.filename}: its platform tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine "
-                                    f"({', '.join(PLATFORM_MACHINES)}), so no torch can be matched") for g in gates]
+        return [
+            Check(
+                g,
+                "skipped",
+                f"{wheel.filename}: its platform tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine "
+                f"({', '.join(PLATFORM_MACHINES)}), so no torch can be matched",
+            )
+            for g in gates
+        ]
     if is_foreign(machine):
         return foreign_gates(wheel, machine, gates, against, kernel, emulation)
     if wheel.kind == "fa3":
@@ -290,48 +330,77 @@ def cell_venv(wheel: WheelPackage, announce: Callable[[str], None]) -> TorchVenv
     """The cached base venv of the glue wheel's cell: PyPI's
     torch==<the cell's release>, confirmed from the installed torch."""
     if wheel.cell is None:
-        what = (f"pip cell {wheel.subdir}/py{(wheel.python or '').replace('.', '')}/torch{wheel.torch_minor}/cu"
-                f"{(wheel.cuda or '').replace('.', '')}/abi{wheel.cxx11_abi}" if wheel.torch_minor else "label")
-        raise Unavailable(f"{wheel.filename}: no {what} in the matrix (faforge "
-                          "matrix --world pypi), so the torch release it installs "
-                          "beside is unknown" if wheel.torch_minor else
-                          f"{wheel.filename}: its version's local label {wheel.facts.local!r} "
-                          "and tags name no torch minor, CUDA, C++ ABI and "
-                          "one CPython (+torch2.11.cu130.abi1, cp312), so no torch can be matched")
+        what = (
+            f"pip cell {wheel.subdir}/py{(wheel.python or '').replace('.', '')}/torch{wheel.torch_minor}/cu"
+            f"{(wheel.cuda or '').replace('.', '')}/abi{wheel.cxx11_abi}"
+            if wheel.torch_minor
+            else "label"
+        )
+        raise Unavailable(
+            f"{wheel.filename}: no {what} in the matrix (faforge "
+            "matrix --world pypi), so the torch release it installs "
+            "beside is unknown"
+            if wheel.torch_minor
+            else f"{wheel.filename}: its version's local label {wheel.facts.local!r} "
+            "and tags name no torch minor, CUDA, C++ ABI and "
+            "one CPython (+torch2.11.cu130.abi1, cp312), so no torch can be matched"
+        )
     cell = wheel.cell
     venv = pypi_torch_venv(f"=={cell.torch}", cell.python, BASE_EXTRAS, announce)
     if venv.torch.split("+")[0] != cell.torch or venv.cuda != cell.cuda or venv.cxx11_abi != cell.cxx11_abi:
-        raise Unavailable(f"PyPI's torch=={cell.torch} installed torch {venv.torch} (CUDA {venv.cuda}, C++ ABI {venv.cxx11_abi}), "
-                          f"but the cell {cell.id} is CUDA {cell.cuda}, C++ ABI {cell.cxx11_abi} ({cell.wheel})")
+        raise Unavailable(
+            f"PyPI's torch=={cell.torch} installed torch {venv.torch} (CUDA {venv.cuda}, C++ ABI {venv.cxx11_abi}), "
+            f"but the cell {cell.id} is CUDA {cell.cuda}, C++ ABI {cell.cxx11_abi} ({cell.wheel})"
+        )
     return venv
 
 
-def glue_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path] | None, kernel: WheelPackage | None,
-               announce: Callable[[str], None]) -> list[Check]:
+def glue_gates(
+    wheel: WheelPackage,
+    gates: tuple[str, ...],
+    against: list[Path] | None,
+    kernel: WheelPackage | None,
+    announce: Callable[[str], None],
+) -> list[Check]:
     def cell_torch() -> TorchVenv:
         if MACHINE_SUBDIRS.get(platform.machine()) != wheel.subdir:
             raise Unavailable(f"a {wheel.subdir} wheel cannot be installed on this {platform.machine()} machine")
         return cell_venv(wheel, announce)
 
     others = (kernel,) if kernel else ()
-    return torch_gates(gates, against, cell_torch, abi=lambda libraries: wheel_abi_gate(wheel, libraries, kernel),
-                       imports=lambda venv: pip_import_gate(wheel, others, venv, FLASH_ATTN.imports),
-                       gpu=lambda venv: pip_gpu_gate(wheel, others, venv))
+    return torch_gates(
+        gates,
+        against,
+        cell_torch,
+        abi=lambda libraries: wheel_abi_gate(wheel, libraries, kernel),
+        imports=lambda venv: pip_import_gate(wheel, others, venv, FLASH_ATTN.imports),
+        gpu=lambda venv: pip_gpu_gate(wheel, others, venv),
+    )
 
 
-def wheel_abi_gate(wheel: WheelPackage, against: list[Path], kernel: WheelPackage | None,
-                   system_dirs: Sequence[Path] = ()) -> Check:
+def wheel_abi_gate(
+    wheel: WheelPackage, against: list[Path], kernel: WheelPackage | None, system_dirs: Sequence[Path] = ()
+) -> Check:
     """check_path on the wheel; the kernel library from the kernel
     wheel's folder. An ElfError is the wheel's own content: failed."""
     with unpacked_wheels(*((kernel.facts,) if kernel else ())) as kernel_site:
         try:
-            verdict = check_path(wheel.path, against, glibc=wheel.glibc, platform=wheel.subdir,
-                                 library_dirs=[*([kernel_site / KERNEL_DIR] if kernel else []), *system_dirs])
+            verdict = check_path(
+                wheel.path,
+                against,
+                glibc=wheel.glibc,
+                platform=wheel.subdir,
+                library_dirs=[*([kernel_site / KERNEL_DIR] if kernel else []), *system_dirs],
+            )
         except ElfError as exc:
             return Check("abi", "failed", exc.message)
     floor = f", glibc {wheel.glibc} ({wheel.facts.platform_tags[0]})" if wheel.glibc else ""
-    return judge_abi(verdict, wheel.cxx11_abi, kernel=f"{kernel.filename}'s {KERNEL_DIR}/" if kernel else None,
-                     beside=(f", with {FLASH_ATTN.kernel_soname} from {kernel.filename}" if kernel else "") + floor)
+    return judge_abi(
+        verdict,
+        wheel.cxx11_abi,
+        kernel=f"{kernel.filename}'s {KERNEL_DIR}/" if kernel else None,
+        beside=(f", with {FLASH_ATTN.kernel_soname} from {kernel.filename}" if kernel else "") + floor,
+    )
 
 
 def index_of(wheel: WheelPackage, venv: TorchVenv) -> str:
@@ -354,26 +423,34 @@ def install_problem(run: PipRun, ours: tuple[WheelPackage, ...], venv: TorchVenv
         return f"pip could not install {', '.join(w.requirement for w in ours)} from the loopback index: {run.errors()}"
     installed = run.installed
     if "torch" in installed:
-        return (f"pip replaced torch {venv.torch} with torch {installed['torch']} "
-                "(the wheel's Requires-Dist does not admit the "
-                "torch of its cell); it must keep the torch it finds")
+        return (
+            f"pip replaced torch {venv.torch} with torch {installed['torch']} "
+            "(the wheel's Requires-Dist does not admit the "
+            "torch of its cell); it must keep the torch it finds"
+        )
     missing = [w.requirement for w in ours if installed.get(w.facts.name) != w.facts.version]
     if missing:
-        return (f"pip did not install {', '.join(missing)} (it installed: "
-                f"{', '.join(f'{k}=={v}' for k, v in installed.items()) or 'nothing'})")
+        return (
+            f"pip did not install {', '.join(missing)} (it installed: "
+            f"{', '.join(f'{k}=={v}' for k, v in installed.items()) or 'nothing'})"
+        )
     return None
 
 
 class _PipEnv:
     """A hardlink copy of `venv` with `ours` installed by real pip from a loopback index (a context manager)."""
 
-    def __init__(self, ours: tuple[WheelPackage, ...], venv: TorchVenv, requirements: list[str], extra_index: str | None):
+    def __init__(
+        self, ours: tuple[WheelPackage, ...], venv: TorchVenv, requirements: list[str], extra_index: str | None
+    ):
         self.ours, self.venv, self.requirements, self.extra_index = ours, venv, requirements, extra_index
 
     def __enter__(self):
         self._stack = contextlib.ExitStack()
         prefix = self._stack.enter_context(venv_copy(self.venv.prefix))
-        self.url = self._stack.enter_context(loopback_index(index_of(self.ours[0], self.venv), [w.facts for w in self.ours]))
+        self.url = self._stack.enter_context(
+            loopback_index(index_of(self.ours[0], self.venv), [w.facts for w in self.ours])
+        )
         self.prefix, self.python = prefix, prefix / "bin" / "python"
         self.run = pip_install(self.python, self.requirements, index_url=self.url, extra_index_url=self.extra_index)
         self.problem = install_problem(self.run, self.ours, self.venv)
@@ -384,9 +461,11 @@ class _PipEnv:
 
     @property
     def how(self) -> str:
-        return (f"pip installed {', '.join(w.requirement for w in self.ours)} from the loopback index {self.url} "
-                f"({self.run.seconds:.0f} s) into a clean venv with PyPI "
-                f"torch {self.venv.torch} (CUDA {self.venv.cuda}), torch kept")
+        return (
+            f"pip installed {', '.join(w.requirement for w in self.ours)} from the loopback index {self.url} "
+            f"({self.run.seconds:.0f} s) into a clean venv with PyPI "
+            f"torch {self.venv.torch} (CUDA {self.venv.cuda}), torch kept"
+        )
 
 
 def _pip_env(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> _PipEnv:
@@ -398,22 +477,34 @@ def _pip_env(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchV
     return _PipEnv((wheel, *others), venv, [wheel.requirement, f"torch=={torch}"], cell.index if cell else PYPI_INDEX)
 
 
-def pip_import_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv, imports: tuple[str, ...]) -> Check:
+def pip_import_gate(
+    wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv, imports: tuple[str, ...]
+) -> Check:
     with _pip_env(wheel, others, venv) as env:
         if env.problem:
             return Check("import", "failed", env.problem)
         torch_only = run_isolated(env.python, "import torch")
         if torch_only.returncode != 0:
-            return Check("import", "skipped", f"torch {venv.torch} itself does not import here: {output_tail(torch_only)}")
+            return Check(
+                "import", "skipped", f"torch {venv.torch} itself does not import here: {output_tail(torch_only)}"
+            )
         result = run_isolated(env.python, "; ".join(f"import {m}" for m in imports) + REPORT_LOADED)
         elsewhere = loaded_from_elsewhere(result.stdout, env.prefix)
     if result.returncode != 0:
         return Check("import", "failed", f"`import {', '.join(imports)}` failed after {env.how}: {output_tail(result)}")
     if elsewhere:
-        return Check("import", "failed", f"imported {', '.join(imports[1:])}, but not from pip's layout alone: {'; '.join(elsewhere[:4])} "
-                                         f"(outside the venv; its RUNPATH does not reach the venv's copy); {env.how}")
+        return Check(
+            "import",
+            "failed",
+            f"imported {', '.join(imports[1:])}, but not from pip's layout alone: {'; '.join(elsewhere[:4])} "
+            f"(outside the venv; its RUNPATH does not reach the venv's copy); {env.how}",
+        )
     libraries = "torch's, the kernel wheel's and the CUDA runtime's" if others else "torch's and the CUDA runtime's"
-    return Check("import", "passed", f"imported {', '.join(imports[1:])}, {libraries} libraries all loaded from the venv; {env.how}")
+    return Check(
+        "import",
+        "passed",
+        f"imported {', '.join(imports[1:])}, {libraries} libraries all loaded from the venv; {env.how}",
+    )
 
 
 @cache  # a kernel wheel's gpu gate is its glue's run: one verify call runs it once
@@ -424,8 +515,13 @@ def pip_gpu_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: To
     with _pip_env(wheel, others, venv) as env:
         if env.problem:
             return Check("gpu", "skipped", f"not run: {env.problem}")
-        result = subprocess.run([str(env.python), "-m", "faforge.gpu.run_suite", *family, "--json"], capture_output=True, text=True,
-                                env=dict(os.environ, PYTHONPATH=str(FAFORGE_SOURCE)), cwd=env.python.parents[1])
+        result = subprocess.run(
+            [str(env.python), "-m", "faforge.gpu.run_suite", *family, "--json"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(FAFORGE_SOURCE)),
+            cwd=env.python.parents[1],
+        )
     return suite_check(result)
 
 
@@ -441,13 +537,24 @@ def kernel_library(wheel: WheelPackage, folder: Path) -> Path | None:
         return Path(archive.extract(KERNEL_MEMBER, folder))
 
 
-def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...], announce: Callable[[str], None], *,
-                against: Sequence[Path] = (), emulation: Emulation = NOTHING_NAMED) -> Check:
+def kernel_gate(
+    gate: str,
+    wheel: WheelPackage,
+    users: tuple[WheelPackage, ...],
+    announce: Callable[[str], None],
+    *,
+    against: Sequence[Path] = (),
+    emulation: Emulation = NOTHING_NAMED,
+) -> Check:
     if gate == "abi":
         return kernel_abi_gate(wheel)
     if gate == "import":
         machine = PLATFORM_MACHINES.get(wheel.subdir or "")
-        return emulated_kernel_import(wheel, machine, against, emulation) if is_foreign(machine) else kernel_import_gate(wheel, announce)
+        return (
+            emulated_kernel_import(wheel, machine, against, emulation)
+            if is_foreign(machine)
+            else kernel_import_gate(wheel, announce)
+        )
 
     def user_torch(user: WheelPackage) -> TorchVenv:
         machine = PLATFORM_MACHINES.get(user.subdir or "")
@@ -455,25 +562,40 @@ def kernel_gate(gate: str, wheel: WheelPackage, users: tuple[WheelPackage, ...],
             raise Unavailable(gpu_skipped_text(user, machine))
         return cell_venv(user, announce)
 
-    return gpu_through(users, user_torch, lambda user, venv: pip_gpu_gate(user, (wheel,), venv), what=f"{FLASH_ATTN.package} wheel",
-                       none=f"its GPU code runs only through a {FLASH_ATTN.package} wheel that pins this one; pass one "
-                            "(e.g. from the same output folder) in the same verify call")
+    return gpu_through(
+        users,
+        user_torch,
+        lambda user, venv: pip_gpu_gate(user, (wheel,), venv),
+        what=f"{FLASH_ATTN.package} wheel",
+        none=f"its GPU code runs only through a {FLASH_ATTN.package} wheel that pins this one; pass one "
+        "(e.g. from the same output folder) in the same verify call",
+    )
 
 
 def gpu_skipped_text(wheel: WheelPackage, machine: str) -> str:
-    return (f"a {wheel.subdir} wheel's GPU suite runs natively on a GPU runner of that machine ({machine}); "
-            f"this machine is {platform.machine()}")
+    return (
+        f"a {wheel.subdir} wheel's GPU suite runs natively on a GPU runner of that machine ({machine}); "
+        f"this machine is {platform.machine()}"
+    )
 
 
 def kernel_abi_gate(wheel: WheelPackage) -> Check:
     """The torch-free check of the kernel library, with the arch list its label names and its platform's machine."""
     if wheel.cuda_archs is None:
-        return Check("abi", "skipped", f"{wheel.filename}: its local label names no arch list "
-                                       "(+cu<CUDA>.sm<archs>.philox<bits>.h<hash>), so its GPU code cannot be judged")
+        return Check(
+            "abi",
+            "skipped",
+            f"{wheel.filename}: its local label names no arch list "
+            "(+cu<CUDA>.sm<archs>.philox<bits>.h<hash>), so its GPU code cannot be judged",
+        )
     with tempfile.TemporaryDirectory(prefix="faforge-kernel-wheel-") as tmp:
         library = kernel_library(wheel, Path(tmp))
         if library is None:
-            return Check("abi", "failed", f"holds no {KERNEL_MEMBER}, the library every {FLASH_ATTN.package} wheel pinning it loads")
+            return Check(
+                "abi",
+                "failed",
+                f"holds no {KERNEL_MEMBER}, the library every {FLASH_ATTN.package} wheel pinning it loads",
+            )
         try:
             report = check_torch_free(library, expect_archs=wheel.cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
         except ElfError as exc:
@@ -482,7 +604,9 @@ def kernel_abi_gate(wheel: WheelPackage) -> Check:
     if machine is None:
         platform_problems = [f"platform: its tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine"]
     elif report.machine != machine:
-        platform_problems = [f"wrong-architecture: built for {report.machine}, but its tag {wheel.facts.platform_tags[0]} says {machine}"]
+        platform_problems = [
+            f"wrong-architecture: built for {report.machine}, but its tag {wheel.facts.platform_tags[0]} says {machine}"
+        ]
     else:
         platform_problems = []
     return judge_torch_free(report, KERNEL_MEMBER, wheel.cuda_archs, platform_problems)
@@ -499,22 +623,41 @@ def kernel_import_gate(wheel: WheelPackage, announce: Callable[[str], None]) -> 
         python = prefix / "bin" / "python"
         run = pip_install_file(python, wheel.path)
         if run.returncode != 0:
-            return Check("import", "failed", f"pip would not install it beside PyPI's {runtime.requirement}: {run.errors()}")
+            return Check(
+                "import", "failed", f"pip would not install it beside PyPI's {runtime.requirement}: {run.errors()}"
+            )
         library = site_packages(prefix) / KERNEL_MEMBER
         if not library.is_file():
             return Check("import", "failed", f"pip installed it, but there is no {KERNEL_MEMBER} in site-packages")
         env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
-        result = subprocess.run([str(python), "-I", "-c", DLOPEN + REPORT_LOADED, str(library)], capture_output=True, text=True,
-                                timeout=600, env=env)
+        result = subprocess.run(
+            [str(python), "-I", "-c", DLOPEN + REPORT_LOADED, str(library)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         elsewhere = loaded_from_elsewhere(result.stdout, prefix, ("libcudart.so",))
     if result.returncode != 0:
-        return Check("import", "failed", f"dlopen of {KERNEL_MEMBER} (pip-installed beside PyPI's {runtime.requirement}, nothing "
-                                         f"preloaded) failed: {output_tail(result)}")
+        return Check(
+            "import",
+            "failed",
+            f"dlopen of {KERNEL_MEMBER} (pip-installed beside PyPI's {runtime.requirement}, nothing "
+            f"preloaded) failed: {output_tail(result)}",
+        )
     if elsewhere:
-        return Check("import", "failed", f"dlopen of {KERNEL_MEMBER} loaded {'; '.join(elsewhere)}, not PyPI's {runtime.requirement} beside "
-                                         "it: its RUNPATH does not reach pip's nvidia/*/lib (a machine without that library cannot load it)")
-    return Check("import", "passed", f"pip installed it (--no-deps) beside PyPI's {runtime.requirement}; dlopen of {KERNEL_MEMBER} in a "
-                                     "clean process, nothing preloaded: its RUNPATH finds libcudart in the venv, its C interface resolves")
+        return Check(
+            "import",
+            "failed",
+            f"dlopen of {KERNEL_MEMBER} loaded {'; '.join(elsewhere)}, not PyPI's {runtime.requirement} beside "
+            "it: its RUNPATH does not reach pip's nvidia/*/lib (a machine without that library cannot load it)",
+        )
+    return Check(
+        "import",
+        "passed",
+        f"pip installed it (--no-deps) beside PyPI's {runtime.requirement}; dlopen of {KERNEL_MEMBER} in a "
+        "clean process, nothing preloaded: its RUNPATH finds libcudart in the venv, its C interface resolves",
+    )
 
 
 def emulated_kernel_import(wheel: WheelPackage, machine: str, against: Sequence[Path], emulation: Emulation) -> Check:
@@ -527,38 +670,78 @@ def emulated_kernel_import(wheel: WheelPackage, machine: str, against: Sequence[
         return Check("import", "skipped", f"not run: {why_not}")
     python = target_python(machine, emulation)
     if python is None:
-        return Check("import", "skipped", f"not run: no {machine} Python to dlopen it with; name one with --target-python or "
-                                          "$FAFORGE_TARGET_PYTHON (a plain prefix's bin/python, or a conda linux-aarch64 prefix's)")
+        return Check(
+            "import",
+            "skipped",
+            f"not run: no {machine} Python to dlopen it with; name one with --target-python or "
+            "$FAFORGE_TARGET_PYTHON (a plain prefix's bin/python, or a conda linux-aarch64 prefix's)",
+        )
     sites = [site for site in torch_sites(against) if (site / "nvidia").is_dir()]
     if not sites:
-        return Check("import", "skipped", f"no {machine} CUDA runtime to load it beside: pass --against the site-packages of a "
-                                          f"{machine} torch of CUDA {wheel.cuda} (its nvidia/ folder holds PyPI's runtime wheel)")
+        return Check(
+            "import",
+            "skipped",
+            f"no {machine} CUDA runtime to load it beside: pass --against the site-packages of a "
+            f"{machine} torch of CUDA {wheel.cuda} (its nvidia/ folder holds PyPI's runtime wheel)",
+        )
     site = sites[-1]
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "LD_PRELOAD")}
     with tempfile.TemporaryDirectory(prefix="faforge-target-") as tmp, loopback_index(KERNEL, [wheel.facts]) as url:
         target = Path(tmp) / "site-packages"
-        run = pip_target(target, [wheel.requirement], index_url=url, platforms=list(wheel.facts.platform_tags),
-                         python=torch_python(site) or FA3_PYTHON, abi=None)
+        run = pip_target(
+            target,
+            [wheel.requirement],
+            index_url=url,
+            platforms=list(wheel.facts.platform_tags),
+            python=torch_python(site) or FA3_PYTHON,
+            abi=None,
+        )
         if run.returncode != 0:
-            return Check("import", "failed", f"pip could not install {wheel.requirement} for {wheel.facts.platform_tags[0]} from the "
-                                             f"loopback index: {run.errors()}")
+            return Check(
+                "import",
+                "failed",
+                f"pip could not install {wheel.requirement} for {wheel.facts.platform_tags[0]} from the "
+                f"loopback index: {run.errors()}",
+            )
         library = target / KERNEL_MEMBER
         if not library.is_file():
             return Check("import", "failed", f"pip installed it, but there is no {KERNEL_MEMBER} in the target folder")
-        (target / "nvidia").symlink_to(site / "nvidia", target_is_directory=True)  # pip's layout: the runtime wheel beside it
+        (target / "nvidia").symlink_to(
+            site / "nvidia", target_is_directory=True
+        )  # pip's layout: the runtime wheel beside it
         started = time.monotonic()
         try:
-            result = subprocess.run([*emulator.command(python), "-I", "-c", DLOPEN, str(library)], capture_output=True, text=True,
-                                    timeout=EMULATED_TIMEOUT_S, env=env, cwd=tmp)
+            result = subprocess.run(
+                [*emulator.command(python), "-I", "-c", DLOPEN, str(library)],
+                capture_output=True,
+                text=True,
+                timeout=EMULATED_TIMEOUT_S,
+                env=env,
+                cwd=tmp,
+            )
         except subprocess.TimeoutExpired:
-            return Check("import", "failed", f"the dlopen under {Path(emulator.qemu).name} did not finish in {EMULATED_TIMEOUT_S} s")
-    how = (f"pip --platform {wheel.facts.platform_tags[0]} --target from the "
-           f"loopback index {url}, beside the CUDA runtime of {site}/nvidia; "
-           f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {time.monotonic() - started:.0f} s")
+            return Check(
+                "import",
+                "failed",
+                f"the dlopen under {Path(emulator.qemu).name} did not finish in {EMULATED_TIMEOUT_S} s",
+            )
+    how = (
+        f"pip --platform {wheel.facts.platform_tags[0]} --target from the "
+        f"loopback index {url}, beside the CUDA runtime of {site}/nvidia; "
+        f"emulated: {Path(emulator.qemu).name} -L {emulator.sysroot} {python}, {time.monotonic() - started:.0f} s"
+    )
     if result.returncode != 0:
-        return Check("import", "failed", f"dlopen of {KERNEL_MEMBER} with nothing preloaded failed ({how}): {output_tail(result)}")
-    return Check("import", "passed", f"dlopen of {KERNEL_MEMBER} on {machine}, nothing preloaded: its RUNPATH finds libcudart beside it, "
-                                     f"its C interface resolves ({how})")
+        return Check(
+            "import",
+            "failed",
+            f"dlopen of {KERNEL_MEMBER} with nothing preloaded failed ({how}): {output_tail(result)}",
+        )
+    return Check(
+        "import",
+        "passed",
+        f"dlopen of {KERNEL_MEMBER} on {machine}, nothing preloaded: its RUNPATH finds libcudart beside it, "
+        f"its C interface resolves ({how})",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- flash-attn-3
@@ -583,21 +766,28 @@ def fa3_range(wheel: WheelPackage) -> list[PipCell]:
 
 def _fa3_unserved(wheel: WheelPackage) -> str:
     if wheel.cuda is None:
-        return (f"{wheel.filename}: its local label {wheel.facts.local!r} names no "
-                "CUDA (+cu130.sm80.90a), so no index and no torch range takes it")
-    return (f"{wheel.filename}: no pip cell of {wheel.subdir} with CUDA {wheel.cuda} has a torch its requirement "
-            f"{wheel.requires('torch') or 'torch'} admits, so no index serves it and its torch range is empty")
+        return (
+            f"{wheel.filename}: its local label {wheel.facts.local!r} names no "
+            "CUDA (+cu130.sm80.90a), so no index and no torch range takes it"
+        )
+    return (
+        f"{wheel.filename}: no pip cell of {wheel.subdir} with CUDA {wheel.cuda} has a torch its requirement "
+        f"{wheel.requires('torch') or 'torch'} admits, so no index serves it and its torch range is empty"
+    )
 
 
 def _fa3_abi(wheel: WheelPackage, cells: list[PipCell], against: list[Path]) -> Check:
     """The stable-ABI gate of an FA3 wheel over the torch minors of `cells` (fa3_range's: of its platform and CUDA)."""
     if not cells or wheel.subdir is None or wheel.cuda is None:
         return Check("abi", "skipped", _fa3_unserved(wheel))
-    return stable_abi_check(wheel.path, subdir=wheel.subdir, cuda=wheel.cuda, served=tuple(c.torch_minor for c in cells),
-                            against=against)
+    return stable_abi_check(
+        wheel.path, subdir=wheel.subdir, cuda=wheel.cuda, served=tuple(c.torch_minor for c in cells), against=against
+    )
 
 
-def fa3_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path], announce: Callable[[str], None]) -> list[Check]:
+def fa3_gates(
+    wheel: WheelPackage, gates: tuple[str, ...], against: list[Path], announce: Callable[[str], None]
+) -> list[Check]:
     cells = fa3_range(wheel)
     venv, reason = None, _fa3_unserved(wheel) if not cells else ""  # reason: why a gate that needs a torch has none
     if cells and set(gates) & {"import", "gpu"}:
@@ -605,7 +795,9 @@ def fa3_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path], 
         try:
             venv = pypi_torch_venv(f"=={newest.torch}", FA3_PYTHON, BASE_EXTRAS, announce)
             if venv.cuda != wheel.cuda:
-                raise Unavailable(f"PyPI's torch {venv.torch} is built for CUDA {venv.cuda}, the wheel for CUDA {wheel.cuda}")
+                raise Unavailable(
+                    f"PyPI's torch {venv.torch} is built for CUDA {venv.cuda}, the wheel for CUDA {wheel.cuda}"
+                )
         except Unavailable as exc:
             venv, reason = None, f"no torch {newest.torch} (the newest its indexes serve) here: {exc}"
     checks = []
@@ -624,16 +816,28 @@ def fa3_gates(wheel: WheelPackage, gates: tuple[str, ...], against: list[Path], 
 # ---------------------------------------------------------------------------------------------- another machine
 
 
-def foreign_gates(wheel: WheelPackage, machine: str, gates: tuple[str, ...], against: list[Path] | None,
-                  kernel: WheelPackage | None, emulation: Emulation) -> list[Check]:
+def foreign_gates(
+    wheel: WheelPackage,
+    machine: str,
+    gates: tuple[str, ...],
+    against: list[Path] | None,
+    kernel: WheelPackage | None,
+    emulation: Emulation,
+) -> list[Check]:
     emulator, why_not = emulator_for(machine, emulation)
     python = target_python(machine, emulation) if "import" in gates else None
     checks = []
     for gate in gates:
         if gate == "abi":
             if not against:
-                checks.append(Check("abi", "skipped", f"no {machine} torch to check against here; pass --against its torch/lib, "
-                                                      "site-packages or prefix (the abi gate itself runs on any machine)"))
+                checks.append(
+                    Check(
+                        "abi",
+                        "skipped",
+                        f"no {machine} torch to check against here; pass --against its torch/lib, "
+                        "site-packages or prefix (the abi gate itself runs on any machine)",
+                    )
+                )
             elif wheel.kind == "fa3":
                 checks.append(_fa3_abi(wheel, fa3_range(wheel), against))
             else:
@@ -645,20 +849,34 @@ def foreign_gates(wheel: WheelPackage, machine: str, gates: tuple[str, ...], aga
     return checks
 
 
-def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, against: list[Path], emulator: Emulator | None, why_not: str | None,
-                          python: Path | None) -> Check:
+def emulated_wheel_import(
+    wheel: WheelPackage,
+    kernel: WheelPackage | None,
+    against: list[Path],
+    emulator: Emulator | None,
+    why_not: str | None,
+    python: Path | None,
+) -> Check:
     """pip installs our wheels for the wheel's platform into a folder from the loopback index; the target's
     Python imports them under qemu with the newest --against torch behind them."""
     machine = emulator.machine if emulator else PLATFORM_MACHINES.get(wheel.subdir or "", "?")
     if emulator is None:
         return Check("import", "skipped", f"not run: {why_not}")
     if python is None:
-        return Check("import", "skipped", f"not run: no {machine} Python to import with; name one with --target-python or "
-                                          "$FAFORGE_TARGET_PYTHON (a plain prefix's bin/python, or a conda linux-aarch64 prefix's)")
+        return Check(
+            "import",
+            "skipped",
+            f"not run: no {machine} Python to import with; name one with --target-python or "
+            "$FAFORGE_TARGET_PYTHON (a plain prefix's bin/python, or a conda linux-aarch64 prefix's)",
+        )
     sites = torch_sites(against)
     if not sites:
-        return Check("import", "skipped", f"no {machine} torch to import beside: pass --against the site-packages of one (pip install "
-                                          "--target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: torch==VERSION)")
+        return Check(
+            "import",
+            "skipped",
+            f"no {machine} torch to import beside: pass --against the site-packages of one (pip install "
+            "--target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: torch==VERSION)",
+        )
     site = sites[-1]
     version = wheel.python or torch_python(site) or FA3_PYTHON
     ours = (wheel, *((kernel,) if kernel else ()))
@@ -667,18 +885,33 @@ def emulated_wheel_import(wheel: WheelPackage, kernel: WheelPackage | None, agai
     served = fa3_range(wheel) if wheel.kind == "fa3" else []
     # The staging index, named as ours are.
     index = f"torch{wheel.torch_minor or (served[-1].torch_minor if served else '')}-cu{cuda}"
-    with tempfile.TemporaryDirectory(prefix="faforge-target-") as tmp, loopback_index(index, [w.facts for w in ours]) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="faforge-target-") as tmp,
+        loopback_index(index, [w.facts for w in ours]) as url,
+    ):
         target = Path(tmp) / "site-packages"
         platforms = sorted({t for w in ours for t in w.facts.platform_tags})
-        run = pip_target(target, [w.requirement for w in ours], index_url=url, platforms=platforms, python=version,
-                         abi=f"cp{version.replace('.', '')}" if wheel.kind == "glue" else None)
+        run = pip_target(
+            target,
+            [w.requirement for w in ours],
+            index_url=url,
+            platforms=platforms,
+            python=version,
+            abi=f"cp{version.replace('.', '')}" if wheel.kind == "glue" else None,
+        )
         if run.returncode != 0:
-            return Check("import", "failed", f"pip could not install {', '.join(w.requirement for w in ours)} for {', '.join(platforms)} "
-                                             f"from the loopback index: {run.errors()}")
+            return Check(
+                "import",
+                "failed",
+                f"pip could not install {', '.join(w.requirement for w in ours)} for {', '.join(platforms)} "
+                f"from the loopback index: {run.errors()}",
+            )
 
         def how(seconds: float) -> str:
-            return (f"pip --platform {platforms[0]} --target from the loopback "
-                    f"index {url}; emulated: {Path(emulator.qemu).name} -L "
-                    f"{emulator.sysroot} {python}, {seconds:.0f} s, torch from {site}")
+            return (
+                f"pip --platform {platforms[0]} --target from the loopback "
+                f"index {url}; emulated: {Path(emulator.qemu).name} -L "
+                f"{emulator.sysroot} {python}, {seconds:.0f} s, torch from {site}"
+            )
 
         return import_from([str(target)], emulator.command(python), site, imports, how, machine, cwd=Path(tmp))

@@ -46,20 +46,33 @@ def load_wheel_indexes(path: Path) -> dict[str, str]:
     raw = load_yaml(path).get("wheel_indexes") or {}
     out = {}
     for name, entry in raw.items():
-        if not isinstance(entry, dict) or set(entry) != {"url"} or not str(entry["url"]).startswith(("http://", "https://")):
-            raise DataError(path, f"wheel_indexes.{name}", f"invalid value {entry!r}", hint="expected {url: https://...}")
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"url"}
+            or not str(entry["url"]).startswith(("http://", "https://"))
+        ):
+            raise DataError(
+                path, f"wheel_indexes.{name}", f"invalid value {entry!r}", hint="expected {url: https://...}"
+            )
         out[name] = entry["url"]
     return out
 
 
 def read_index(url: str) -> str:
     if not url.startswith(("http://", "https://")):
-        raise FaforgeError("a wheel index is read over http(s)", input=url, hint="pass its URL, e.g. https://download.pytorch.org/whl/torch/")
+        raise FaforgeError(
+            "a wheel index is read over http(s)",
+            input=url,
+            hint="pass its URL, e.g. https://download.pytorch.org/whl/torch/",
+        )
     try:
         return http_get(url, accept="text/html").decode("utf-8", errors="replace")
     except FetchError as exc:
-        raise RemoteError(f"cannot read the wheel index {exc.message}", input=url,
-                          hint="check the URL (a PEP 503 simple page of PyTorch's wheel index) and your network, then retry") from None
+        raise RemoteError(
+            f"cannot read the wheel index {exc.message}",
+            input=url,
+            hint="check the URL (a PEP 503 simple page of PyTorch's wheel index) and your network, then retry",
+        ) from None
 
 
 def wheel_releases(page: str) -> list[WheelRelease]:
@@ -94,17 +107,26 @@ def read_project_files(url: str) -> list[RemoteFile]:
     try:
         body = http_get(url, accept=f"{SIMPLE_JSON}, text/html;q=0.1")
     except FetchError as exc:
-        raise RemoteError(f"cannot read the wheel index {exc.message}", input=url,
-                          hint="check the URL (a project page of a PEP 503/691 index) and your network, then retry") from None
+        raise RemoteError(
+            f"cannot read the wheel index {exc.message}",
+            input=url,
+            hint="check the URL (a project page of a PEP 503/691 index) and your network, then retry",
+        ) from None
     text = body.decode("utf-8", errors="replace")
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)
             files = data["files"]
-            return [RemoteFile(f["filename"], urljoin(url, f["url"]), (f.get("hashes") or {}).get("sha256"), f.get("size")) for f in files]
+            return [
+                RemoteFile(f["filename"], urljoin(url, f["url"]), (f.get("hashes") or {}).get("sha256"), f.get("size"))
+                for f in files
+            ]
         except (ValueError, KeyError, TypeError, AttributeError):
-            raise RemoteError(f"{url}: not a PEP 691 project page (no list of files)", input=url,
-                              hint="the index must serve a PEP 691 JSON or PEP 503 HTML project page") from None
+            raise RemoteError(
+                f"{url}: not a PEP 691 project page (no list of files)",
+                input=url,
+                hint="the index must serve a PEP 691 JSON or PEP 503 HTML project page",
+            ) from None
     out = []
     for href in ANCHOR.findall(text):
         link, fragment = urldefrag(urljoin(url, unescape(href)))
@@ -136,7 +158,9 @@ def read_torch_wheel(wheel: RemoteFile, cache: Path) -> TorchWheelFacts:
     fetch_member(wheel, "torch/lib/libc10.so", cache)
     facts = torch_facts([version_py.parent / "lib"])
     if facts.cxx11_abi is None:
-        raise FaforgeError(f"{wheel.filename}: torch/lib/libc10.so exports no torch API that tells its C++ ABI", input=wheel.url,
-                           hint="read the wheel's libraries with `faforge check-abi`; the row needs the ABI its build has")
+        raise FaforgeError(
+            f"{wheel.filename}: torch/lib/libc10.so exports no torch API that tells its C++ ABI",
+            input=wheel.url,
+            hint="read the wheel's libraries with `faforge check-abi`; the row needs the ABI its build has",
+        )
     return TorchWheelFacts(wheel.filename, facts.version, facts.cuda, facts.cxx11_abi, facts.machine)
-

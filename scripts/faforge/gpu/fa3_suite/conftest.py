@@ -8,5 +8,11 @@ from faforge.gpu.fa3_gate import evaluate
 from faforge.gpu.fa3_kernels import tu_of_kernel
 from faforge.gpu.suite_hooks import conftest_hooks
 
-globals().update(conftest_hooks(evaluate, lambda name: tu_of_kernel(name, evaluate().tus),
-                                f"an installed {FLASH_ATTN_3.package}", "FA3 GPU gate"))
+globals().update(
+    conftest_hooks(
+        evaluate,
+        lambda name: tu_of_kernel(name, evaluate().tus),
+        f"an installed {FLASH_ATTN_3.package}",
+        "FA3 GPU gate",
+    )
+)

@@ -27,7 +27,11 @@ DENSE_SHAPES = {
 # Head dims between the kernel dims: padded to a multiple of 8, then run by the next kernel dim's TU.
 IN_BETWEEN_HEAD_DIMS = (40, 80, 111, 160, 224)
 # With causal=True flash-attn sets the right window edge to 0 itself.
-MASKS: dict[str, dict[str, Any]] = {"sliding-window": {"window": (37, 21)}, "softcap": {"softcap": 2.0}, "alibi": {"alibi": True}}
+MASKS: dict[str, dict[str, Any]] = {
+    "sliding-window": {"window": (37, 21)},
+    "softcap": {"softcap": 2.0},
+    "alibi": {"alibi": True},
+}
 DROPOUT_P = 0.17
 
 
@@ -135,12 +139,18 @@ def kvcache() -> dict[str, KvCase]:
         "append": lambda d: KvCase(_kv(d, 37, append_kv=True), seqlen_new=37),
         "append-causal": lambda d: KvCase(_kv(d, 37, causal=True, append_kv=True), seqlen_new=37),
         "rotary": lambda d: KvCase(_kv(d, 37, causal=True, append_kv=True), seqlen_new=37, rotary="half"),
-        "rotary-interleaved": lambda d: KvCase(_kv(d, 37, causal=True, append_kv=True), seqlen_new=37, rotary="interleaved"),
+        "rotary-interleaved": lambda d: KvCase(
+            _kv(d, 37, causal=True, append_kv=True), seqlen_new=37, rotary="interleaved"
+        ),
         "rotary-noncausal": lambda d: KvCase(_kv(d, 37, append_kv=True), seqlen_new=37, rotary="half"),
         "decode": lambda d: KvCase(_kv(d, 1, causal=True)),  # packs GQA heads into the query length
         "more-new-keys-than-queries": lambda d: KvCase(_kv(d, 5, causal=True, append_kv=True), seqlen_new=37),
-        "cache-batch-idx": lambda d: KvCase(_kv(d, 37, causal=True, append_kv=True, cache_batch_idx=True), seqlen_new=37),
-        "paged": lambda d: KvCase(replace(_kv(d, 37, causal=True, append_kv=True, paged=True), seqlen_k=2 * PAGE), seqlen_new=37),
+        "cache-batch-idx": lambda d: KvCase(
+            _kv(d, 37, causal=True, append_kv=True, cache_batch_idx=True), seqlen_new=37
+        ),
+        "paged": lambda d: KvCase(
+            replace(_kv(d, 37, causal=True, append_kv=True, paged=True), seqlen_k=2 * PAGE), seqlen_new=37
+        ),
         "leftpad": lambda d: KvCase(_kv(d, 37, causal=True, append_kv=True), seqlen_new=37, leftpad=True),
         "window": lambda d: KvCase(_kv(d, 37, window=(53, 7), append_kv=True), seqlen_new=37),
         "softcap": lambda d: KvCase(_kv(d, 37, causal=True, softcap=2.0)),
@@ -163,15 +173,23 @@ def suite_calls(head_dims: tuple[int, ...]) -> dict[str, tuple[Call, ...]]:
         "test_dropout.py::test_dropout_training_reproducible": dropout_training(head_dims),
         "test_kvcache.py::test_kvcache": {name: case.call for name, case in kvcache().items()},
     }
-    table: dict[str, tuple[Call, ...]] = {f"{test}[{name}]": (call,) for test, cases in tests.items() for name, call in cases.items()}
+    table: dict[str, tuple[Call, ...]] = {
+        f"{test}[{name}]": (call,) for test, cases in tests.items() for name, call in cases.items()
+    }
     table["test_dropout.py::test_dropout_mask_per_batch_and_head"] = (DROPOUT_MASK_CALL,)
-    table["test_dropout.py::test_dropout_mean_is_the_undropped_output"] = (DROPOUT_MEAN_CALL, replace(DROPOUT_MEAN_CALL, dropout_p=0.0))
+    table["test_dropout.py::test_dropout_mean_is_the_undropped_output"] = (
+        DROPOUT_MEAN_CALL,
+        replace(DROPOUT_MEAN_CALL, dropout_p=0.0),
+    )
     return table
 
 
 def launch_table(head_dims: tuple[int, ...], num_sms: int = H200_SMS) -> dict[str, tuple[Launch, ...]]:
     """{pytest node id: the kernel TU launches it makes} on a GPU with `num_sms` SMs."""
-    return {test: tuple(dict.fromkeys(launch for call in calls for launch in launches(call, num_sms))) for test, calls in suite_calls(head_dims).items()}
+    return {
+        test: tuple(dict.fromkeys(launch for call in calls for launch in launches(call, num_sms)))
+        for test, calls in suite_calls(head_dims).items()
+    }
 
 
 def launched_tus(table: dict[str, tuple[Launch, ...]]) -> dict[str, list[str]]:

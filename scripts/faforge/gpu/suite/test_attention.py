@@ -57,7 +57,9 @@ def test_reference_runs_in_full_fp32():
     """TF32 pinned off: an fp32 matmul is within fp32 rounding of float64 (TF32 is off by about 1e-3)."""
     torch.manual_seed(0)
     a, b = (torch.randn(1024, 1024, device=DEVICE) for _ in range(2))
-    error = ((a @ b).double() - a.double() @ b.double()).abs().max().item() / (a.double() @ b.double()).abs().max().item()
+    error = ((a @ b).double() - a.double() @ b.double()).abs().max().item() / (
+        a.double() @ b.double()
+    ).abs().max().item()
     assert error < 1e-5, f"fp32 matmul relative error {error:.2g}: TF32 is on, the reference is not fp32"
 
 

@@ -36,7 +36,10 @@ def parametrize(table: dict) -> pytest.MarkDecorator:
 def inputs(call):
     torch.manual_seed(0)
     dtype = DTYPES[call.dtype]
-    return tuple(randn(call.batch, n, call.heads, call.head_dim, dtype=dtype) for n in (call.seqlen_q, call.seqlen_k, call.seqlen_k))
+    return tuple(
+        randn(call.batch, n, call.heads, call.head_dim, dtype=dtype)
+        for n in (call.seqlen_q, call.seqlen_k, call.seqlen_k)
+    )
 
 
 @parametrize(cases.dropout_with_probs())
@@ -47,14 +50,20 @@ def test_dropout_with_probs(call):
     keep = ~probs[:, :, : q.shape[1], : k.shape[1]].signbit()
     visible = ~outside_window(key_offsets(q.shape[1], k.shape[1], None, q.device), (-1, 0) if call.causal else (-1, -1))
     dropped = (~keep & visible).sum().item() / (visible.sum().item() * q.shape[0] * q.shape[2])
-    assert abs(dropped - P) <= FRACTION_TOLERANCE, f"dropped fraction {dropped:.4f}, expected {P} +- {FRACTION_TOLERANCE}"
+    assert abs(dropped - P) <= FRACTION_TOLERANCE, (
+        f"dropped fraction {dropped:.4f}, expected {P} +- {FRACTION_TOLERANCE}"
+    )
 
     # The backward pass regenerates the same mask from the saved RNG state, so the masked reference
     # must match out and dq, dk, dv.
     exact = attention_ref(q, k, v, causal=call.causal, dropout_p=P, dropout_keep=keep)
-    same_precision = attention_ref(q, k, v, causal=call.causal, dropout_p=P, dropout_keep=keep, upcast=False, reorder_ops=True)
+    same_precision = attention_ref(
+        q, k, v, causal=call.causal, dropout_p=P, dropout_keep=keep, upcast=False, reorder_ops=True
+    )
     check_forward_backward(f"dropout {call}", (q, k, v), out, exact, same_precision)
-    assert not torch.equal(out, flash_attn_func(q, k, v, dropout_p=P, causal=call.causal)), "a second call reused the mask"
+    assert not torch.equal(out, flash_attn_func(q, k, v, dropout_p=P, causal=call.causal)), (
+        "a second call reused the mask"
+    )
 
 
 @parametrize(cases.dropout_training(evaluate().head_dims))
@@ -88,10 +97,14 @@ def test_dropout_mask_per_batch_and_head():
     kept_value = torch.tensor(1 / (call.seqlen_k * (1 - P)), dtype=dtype).float()
     kept = out != 0
     off = (out[kept] - kept_value).abs().max().item()
-    assert off <= 2 * torch.finfo(dtype).eps * kept_value.item(), f"a kept probability is off 1 / (seqlen_k (1 - p)) by {off:.3g}"
+    assert off <= 2 * torch.finfo(dtype).eps * kept_value.item(), (
+        f"a kept probability is off 1 / (seqlen_k (1 - p)) by {off:.3g}"
+    )
     dropped = 1 - kept.float().mean(dim=(1, 3))  # (batch, heads)
     worst = (dropped - P).abs().max().item()
-    assert worst <= PER_HEAD_TOLERANCE, f"dropped fraction per (batch, head) {dropped.tolist()}, expected {P} +- {PER_HEAD_TOLERANCE}"
+    assert worst <= PER_HEAD_TOLERANCE, (
+        f"dropped fraction per (batch, head) {dropped.tolist()}, expected {P} +- {PER_HEAD_TOLERANCE}"
+    )
     masks = kept.permute(0, 2, 1, 3).reshape(call.batch * call.heads, -1)
     assert torch.unique(masks, dim=0).shape[0] == call.batch * call.heads, "two (batch, head) pairs share one mask"
 

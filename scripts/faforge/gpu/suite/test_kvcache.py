@@ -33,7 +33,9 @@ def make_cache(call, dt):
     if call.paged:
         blocks_per_seq = call.seqlen_k // cases.PAGE
         cache = randn(call.batch * blocks_per_seq, cases.PAGE, *shape, dtype=dt, grad=False)
-        block_table = torch.randperm(call.batch * blocks_per_seq, device=DEVICE).to(torch.int32).view(call.batch, blocks_per_seq)
+        block_table = (
+            torch.randperm(call.batch * blocks_per_seq, device=DEVICE).to(torch.int32).view(call.batch, blocks_per_seq)
+        )
         return cache, block_table, None, lambda c: c[block_table.long()].reshape(call.batch, call.seqlen_k, *shape)
     if call.cache_batch_idx:  # a cache with room for more sequences than the batch; the batch picks some
         cache = randn(2 * call.batch, call.seqlen_k, *shape, dtype=dt, grad=False)
@@ -50,7 +52,9 @@ def test_kvcache(case):
     q = randn(call.batch, call.seqlen_q, call.heads, call.head_dim, dtype=dt, grad=False)
     k_cache, block_table, batch_idx, logical = make_cache(call, dt)
     v_cache = torch.randn_like(k_cache)
-    k_new, v_new = (randn(call.batch, case.seqlen_new, call.kv_heads, call.head_dim, dtype=dt, grad=False) for _ in range(2))
+    k_new, v_new = (
+        randn(call.batch, case.seqlen_new, call.kv_heads, call.head_dim, dtype=dt, grad=False) for _ in range(2)
+    )
     cache_seqlens = torch.tensor(CACHE_SEQLENS, dtype=torch.int32, device=DEVICE)
     leftpad = torch.tensor(LEFTPAD, dtype=torch.int32, device=DEVICE) if case.leftpad else None
     cos = sin = None
@@ -89,7 +93,12 @@ def test_kvcache(case):
     if leftpad is not None:
         valid &= columns >= leftpad.view(-1, 1)
     reference = dict(
-        key_padding_mask=valid, key_leftpad=leftpad, causal=call.causal, window=call.window, softcap=call.softcap, alibi_slopes=alibi
+        key_padding_mask=valid,
+        key_leftpad=leftpad,
+        causal=call.causal,
+        window=call.window,
+        softcap=call.softcap,
+        alibi_slopes=alibi,
     )
     exact = attention_ref(q_ref, k_ref, v_ref, **reference)
     same_precision = attention_ref(q_ref, k_ref, v_ref, upcast=False, reorder_ops=True, **reference)
