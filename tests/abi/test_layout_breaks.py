@@ -114,7 +114,7 @@ def real_loads(arm64, torch_libs, modules) -> dict[tuple[str, str], RealLoad]:
         return RealLoad("LOADED" in result.stdout.splitlines(), crashed, (result.stdout + result.stderr).strip()[-300:])
 
     with ThreadPoolExecutor(2) as pool:
-        return dict(zip(PAIRINGS, pool.map(load, PAIRINGS)))
+        return dict(zip(PAIRINGS, pool.map(load, PAIRINGS), strict=True))
 
 
 def gate(module: Path, torch_lib: Path, arm64):

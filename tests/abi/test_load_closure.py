@@ -19,9 +19,13 @@ import pytest
 
 from faforge.abi import classify
 from faforge.abi.check import check_path
+from faforge.wheelfetch import RemoteZip
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import run_faforge, validate
-from tests.abi.test_loader_model import C10, CUDART, pip_layout
+from tests.abi.test_loader_model import C10, pip_layout
+from tests.abi.test_real_binaries import CACHE, SYSTEM_DIRS, _dynamic, _nm, _write, layout_dirs, torch_site
+from tests.support.pinned_wheels import listed
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 LOAD_AFTER_TORCH = """
 import ctypes, os, sys
@@ -210,9 +214,6 @@ LOAD_AFTER_IMPORT_TORCH = "import ctypes, os, sys, torch\ntry:\n    ctypes.CDLL(
 
 
 def ipex_site() -> Path:
-    from faforge.wheelfetch import RemoteZip  # noqa: PLC0415
-    from tests.abi.test_real_binaries import CACHE, _write  # noqa: PLC0415
-    from tests.support.pinned_wheels import listed  # noqa: PLC0415
     site = CACHE / "ipex-2.8.0" / "site-packages"
     done = site / ".complete"
     if not done.exists():
@@ -227,7 +228,6 @@ def closure_truth(binary: Path, site: Path) -> set[tuple[str, str]]:
     """binutils' answer, independent of faforge: (object, symbol) for every undefined non-weak
     non-Py symbol of the binary and of each library beside it (found through RUNPATH, not torch's)
     that no library of the load defines."""
-    from tests.abi.test_real_binaries import SYSTEM_DIRS, _dynamic, _nm, layout_dirs  # noqa: PLC0415
     own, found, queue, seen = [binary], [], [(binary, n) for n in _dynamic(binary)[0]], set()
     while queue:
         needer, name = queue.pop(0)
@@ -251,8 +251,6 @@ def closure_truth(binary: Path, site: Path) -> set[tuple[str, str]]:
 def test_real_extension_with_helpers_against_real_torches(capsys):
     """IPEX 2.8.0 against torch 2.8.0 (built for: passes), the local 2.13.0 CPU and 2.14.1 CUDA
     (fail, naming the helpers): gate == binutils, and for the local venvs gate == real import."""
-    from tests.abi.test_real_binaries import torch_site  # noqa: PLC0415
-    from tests.support.torch_envs import TorchEnvUnavailable, torch_env  # noqa: PLC0415
     module = ipex_site() / IPEX_MODULE
     sites = {"2.8.0": (torch_site("2.8.0"), None)}
     for version in ("2.13.0", "2.14.1"):
@@ -305,7 +303,6 @@ def test_real_torch_in_symlinked_layouts(gxx, tmp_path, layout, capsys):
     """The real torch 2.14.1: torch/lib of file links loads ($ORIGIN is the folder the library was
     opened in); torch/lib as a link to a folder in a store does not (the kernel resolves
     $ORIGIN/../../nvidia physically, inside the store). The gate decides as the loader does."""
-    from tests.support.torch_envs import TorchEnvUnavailable, torch_env  # noqa: PLC0415
     try:
         real = torch_env("2.14.1").site_packages
     except TorchEnvUnavailable as exc:

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from faforge.abi import classify
+from faforge.abi import classify, resolve
 from faforge.abi.check import check_path, torch_facts
 from faforge.abi.elf import read_dynamic_symbols
-from faforge.abi import resolve
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import run_faforge, validate
 

@@ -78,7 +78,7 @@ def test_the_set_member_for_the_torch_is_the_only_one_checked(dlpack, tmp_path, 
         (library_set,) = verdict.sets
         assert (library_set.package, library_set.verdict, verdict.verdict) == ("torch-c-dlpack-ext", OK, OK)
         assert library_set.files == "pkg/libtorch_c_dlpack_addon_torch{27,28}-{cpu,cuda}.so"
-        assert f"the other 3 are never loaded" in library_set.detail
+        assert "the other 3 are never loaded" in library_set.detail
 
 
 def test_a_cuda_torch_checks_both_devices_its_loader_may_pick(tmp_path, ops, stand_ins):

@@ -105,7 +105,7 @@ def test_a_cross_build_targets_conda_target_platform_not_the_build_machine(monke
 def test_a_cross_build_without_a_cross_compiler_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(BuildError, match="linux-aarch64.*CXX"):
+    with pytest.raises(BuildError, match=r"linux-aarch64.*CXX"):
         script.target_toolkit({"target_platform": "linux-aarch64"}, "x86_64")
     with pytest.raises(BuildError, match="target_platform 'osx-arm64'"):
         script.target_toolkit({"target_platform": "osx-arm64"}, "x86_64")

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 
 from faforge.buildcost import samples
-from faforge.buildcost.extrapolate import class_costs, cell_cost
+from faforge.buildcost.extrapolate import cell_cost, class_costs
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import pip_builds

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from faforge.buildcost import torchdiff
-from faforge.buildcost.torchdiff import count_diff, object_diff, sass_lines, source_diff, split_preprocessed, torch_headers
+from faforge.buildcost.torchdiff import (
+    count_diff,
+    object_diff,
+    sass_lines,
+    source_diff,
+    split_preprocessed,
+    torch_headers,
+)
 from faforge.errors import FaforgeError
 
 A = '''# 1 "flash.cu"

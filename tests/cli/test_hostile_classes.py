@@ -46,12 +46,13 @@ from tests.backend.test_options import HOSTILE as BUILD_SCRIPT_HOSTILE
 from tests.cli.hostile_class_places import make_channel
 from tests.cli.test_hostile_inputs import (
     CASES as OPTION_CASES,
+)
+from tests.cli.test_hostile_inputs import (
     HANG_TIMEOUT_S,
     assert_contract,
     fill,
     has_json_option,
     load_cases,
-    run_child,
     run_in_process,
 )
 
@@ -78,16 +79,20 @@ def printable(text: str) -> str:
     return f"'{shown}'" if not shown or shown != shown.strip() else shown
 
 
+def whole_value(text: str | None, value: str | None) -> str | None:
+    """A field that is `{value}` whole (channel, outside) becomes the case's value."""
+    return value if text == "{value}" else text
+
+
 def load_class_cases() -> list[dict]:
     """hostile_classes.yaml's cases, their ids prefixed by class, `{value}` put into channel and outside too."""
     cases = []
     for case in load_cases(TABLE):
-        sub = lambda text: case["value"] if text == "{value}" else text  # noqa: E731
         words = [case["class"], case["command"], case.get("var", ""), case.get("label", ""), printable(case["value"] or " ".join(case["argv"]))]
         argv = [a.replace("{value}", case["value"]) if case["value"] is not None else a for a in case["argv"]]  # inside a token too
         env = {k: str(v).replace("{value}", case["value"]) if case["value"] is not None else v for k, v in case.get("env", {}).items()}
-        cases.append({**case, "argv": argv, **({"env": env} if "env" in case else {}), "id": " ".join(w for w in words if w)[:120], "channel": sub(case.get("channel")),
-                      "outside": [sub(p) for p in case.get("outside", [])]})
+        cases.append({**case, "argv": argv, **({"env": env} if "env" in case else {}), "id": " ".join(w for w in words if w)[:120], "channel": whole_value(case.get("channel"), case["value"]),
+                      "outside": [whole_value(p, case["value"]) for p in case.get("outside", [])]})
     ids = [c["id"] for c in cases]
     assert len(ids) == len(set(ids)), f"{TABLE.name}: two cases share an id: {sorted(i for i in ids if ids.count(i) > 1)}"
     return cases
@@ -245,7 +250,7 @@ def run_checked(case_id: str, check) -> None:
         return
     try:
         check()
-    except (Exception, pytest.fail.Exception):  # noqa: BLE001 (any failure of a listed case is the known break)
+    except (Exception, pytest.fail.Exception):  # any failure of a listed case is the known break
         expect_known_break(case_id)
     pytest.fail(f"XPASS(strict): {case_id!r} keeps the contract now: take it off {KNOWN_BREAKS_FILE.name}")
 
@@ -258,7 +263,6 @@ def test_hostile_class_keeps_the_contract(case, places, request, tmp_path, capsy
         result = future.result()
     else:
         cwd, filled = tmp_path, prepare(case, places, tmp_path)
-        argv, env, _ = argv_of(case, filled)
         before = snapshots(case, filled, cwd)
         result = None
 

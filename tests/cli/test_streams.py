@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from faforge.cli import build_parser
+
 CONSOLE_SCRIPT = Path(sys.executable).parent / "faforge"
 
 # One quick run of each command with --json, and the exit status it has with usable streams.
@@ -58,7 +60,6 @@ def no_traceback(stderr: bytes) -> str:
 
 
 def test_every_command_with_json_has_a_case():
-    from faforge.cli import build_parser  # noqa: PLC0415
     parser = build_parser(["--help"])
     sub = next(a for a in parser._actions if a.dest == "command")
     with_json = {name for name, p in sub.choices.items() if any("--json" in a.option_strings for a in p._actions)}

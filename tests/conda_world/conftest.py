@@ -16,6 +16,8 @@ import yaml
 from faforge import paths
 from faforge.family import FLASH_ATTN
 from tests.conda_world.cells import CU130, WorldCell
+from tests.conda_world.world import build_world, inputs_digest
+from tests.conda_world.world_cache import hold, prune_stale_worlds
 from tests.recipe.test_build_script_real import _tiny_sdist
 from tests.support.cache import cache_dir
 from tests.support.tiers import slow
@@ -39,9 +41,6 @@ def _say(request, line: str) -> None:
 @slow("the conda world")
 def world(request):
     """The generated world; its size and build time go to the terminal (not captured), as CI logs them."""
-    from tests.conda_world.world import build_world, inputs_digest  # noqa: PLC0415
-    from tests.conda_world.world_cache import hold, prune_stale_worlds  # noqa: PLC0415
-
     started = time.monotonic()
     built = build_world(log=lambda line: None)
     hold(built)

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.debian_toolchains import (DebianUnavailable, apt_options, arm64_python, debian_cuda_12_4, toolchains,
-                                           write_apt_root)
+from tests.support.debian_toolchains import (
+    DebianUnavailable,
+    apt_options,
+    arm64_python,
+    debian_cuda_12_4,
+    toolchains,
+    write_apt_root,
+)
 
 # Every Dir:: entry apt reads sources, pins, keys or package state from; each must be the private one.
 PRIVATE_DIRS = ("Dir::Etc::sourcelist", "Dir::Etc::sourceparts", "Dir::Etc::preferences", "Dir::Etc::preferencesparts",

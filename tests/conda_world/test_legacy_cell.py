@@ -26,8 +26,8 @@ import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index, solve
 from tests.conda_world.cells import LEGACY
-from tests.support.standin_flash_attn import pinned_kernel_record
 from tests.conda_world.world_cache import install_from_world
+from tests.support.standin_flash_attn import pinned_kernel_record
 
 pytestmark = pytest.mark.slow
 

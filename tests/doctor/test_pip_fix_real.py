@@ -27,20 +27,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from faforge.family import FLASH_ATTN
 
+from faforge.family import FLASH_ATTN
 from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401  (fixtures behind the real wheels)
 from tests.doctor import envs
 from tests.doctor.conftest import doctor
 from tests.pipindex.test_publish_index import publish
-from tests.pipwheel.test_real_wheels import (  # noqa: F401
+from tests.pipwheel.test_real_wheels import (  # noqa: F401 (fixtures: pytest finds them by name)
     fa3_raw,
     raw_glue,
     torch214,
     unpacked_kernel,
     wheels,
 )
-from tests.recipe.test_build_script_real import build_python  # noqa: F401
+from tests.recipe.test_build_script_real import build_python  # noqa: F401 (fixtures: pytest finds them by name)
 from tests.support import tiny_wheels
 from tests.support.cache import cache_dir
 from tests.support.pip_index_server import serve_index
@@ -55,7 +55,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds t
 
 
 @pytest.fixture(scope="module")
-def index(wheels, tmp_path_factory):  # noqa: F811
+def index(wheels, tmp_path_factory):  # noqa: F811 (an imported fixture, requested by name)
     """The real glue and kernel wheels published into a wheel index root, as the pipeline publishes them."""
     manifest = tmp_path_factory.mktemp("verification")
     built = [Path(wheels[kind]["wheel"]["path"]) for kind in ("glue", "kernel")]
@@ -68,7 +68,7 @@ def index(wheels, tmp_path_factory):  # noqa: F811
     return root
 
 
-def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811
+def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811 (an imported fixture, requested by name)
     """A venv of its own (pyvenv.cfg, bin/python) whose files are hardlinks into the cached torch venv."""
     result = subprocess.run(["cp", "-al", str(torch214.prefix), str(dest)], capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -76,7 +76,7 @@ def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811
     return dest / "bin" / "python"
 
 
-def uv_venv(torch214, dest: Path, env: dict) -> Path:  # noqa: F811
+def uv_venv(torch214, dest: Path, env: dict) -> Path:  # noqa: F811 (an imported fixture, requested by name)
     """A venv made by real uv (its pyvenv.cfg says `uv = ...`), its site-packages hardlinks into the cached torch venv."""
     made = subprocess.run([str(UV), "venv", "--quiet", "--python", str(torch214.python), str(dest)], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
@@ -120,7 +120,7 @@ def assert_healthy(python: Path, base: str) -> None:
 
 
 @needs_gxx
-def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # noqa: F811
+def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     python = hardlink_venv(torch214, tmp_path / "venv")
     install_mismatched(python, tmp_path)
     with serve_index(index, tmp_path / "requests.jsonl") as base:
@@ -142,7 +142,7 @@ def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # no
 
 
 @needs_gxx
-def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa: F811
+def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     if not UV.is_file():
         pytest.skip("uv is not installed beside this Python (a test extra: pip install -e '.[test]')")
     env = {**os.environ, "UV_CACHE_DIR": str(cache_dir("uv")), "UV_PYTHON_DOWNLOADS": "never",

@@ -6,6 +6,7 @@ nearest cells where none does, and never a conda line. The environments are fact
 from __future__ import annotations
 
 import pytest
+
 from faforge.doctor.examine import situation_from
 from faforge.doctor.facts import (
     Distribution,
@@ -19,6 +20,7 @@ from faforge.doctor.facts import (
 from faforge.doctor.fixes import plan
 from faforge.doctor.installs import environment_kind
 from faforge.doctor.situation import ERROR, Problem
+from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
 from faforge.pipindex import instructions
@@ -176,8 +178,6 @@ def test_an_externally_managed_python_installs_into_a_new_venv(matrix):
 
 @pytest.mark.parametrize("value", ["", "pypi.example", "ftp://x/y", "http://a b/", " "])
 def test_a_bad_index_base_is_named(monkeypatch, value):
-    from faforge.errors import FaforgeError
-
     monkeypatch.setenv("FAFORGE_PIP_INDEX", value)
     with pytest.raises(FaforgeError, match=r"\$FAFORGE_PIP_INDEX is not a wheel index URL"):
         instructions.index_base()

@@ -18,8 +18,8 @@ from faforge.doctor.torch_symbols import EXPORT_LIBRARIES, built_for, exported_r
 from faforge.doctor.torch_symbols_file import default_table, dump_symbol_table, load_symbol_table
 from faforge.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
-from tests.support.torch_envs import CACHE as VENV_CACHE
 from tests.support.cache import cache_dir
+from tests.support.torch_envs import CACHE as VENV_CACHE
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "variants" / "torch_symbols.yaml"

@@ -32,7 +32,7 @@ SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
 DISABLED = "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192,SM8x"
 
 
-def test_cross_build_stable_gate_and_emulated_import(cross):  # noqa: F811
+def test_cross_build_stable_gate_and_emulated_import(cross):  # noqa: F811 (an imported fixture, requested by name)
     tmp, tools = cross
     home, torch_site, python, ninja_dir = tools.cuda_home, tools.torch_site, tools.python, tools.ninja_dir
     tree = fa3_shaped_tree(tmp / "fa3-src", fa3.parse_disabled(DISABLED))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -55,8 +56,6 @@ def stand_in_flash_attn_wheel(folder: Path) -> Path:
 
 def stand_in_canary(folder: Path, wheel: Path) -> Path:
     """A canary folder holding `wheel` xz'd, with its manifest (the real one: tests/gpu/canary/)."""
-    import lzma  # noqa: PLC0415
-
     folder.mkdir()
     packed = folder / f"{wheel.name}.xz"
     packed.write_bytes(lzma.compress(wheel.read_bytes()))

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from faforge.gpu.coverage import compare, format_coverage
-from faforge.gpu.dispatch import API_DENSE, H200_SMS, Call, forward_launch, kernel_dim, num_splits_heuristic, package_tus, tu_of_kernel
+from faforge.gpu.dispatch import (
+    API_DENSE,
+    H200_SMS,
+    Call,
+    forward_launch,
+    kernel_dim,
+    num_splits_heuristic,
+    package_tus,
+    tu_of_kernel,
+)
 from faforge.gpu.suite import cases
 from faforge.kernels.tus import HEAD_DIMS, sdist_tus
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist

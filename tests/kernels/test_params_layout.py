@@ -38,8 +38,8 @@ from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.pypi import pypi_listing
-from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 from tests.support.tiers import slow
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 HEADERS = cache_dir("torch-headers")
 SHIM = paths.repo_root() / "scripts/faforge/kernels/torch_shim"
@@ -92,7 +92,7 @@ def shim_layout(tmp_path_factory, toolchain, fields) -> Layout:
 
 
 def torch_layout(workdir: Path, version: str, toolchain, fields, **compiler) -> Layout:
-    wheel, include = torch_headers(version)
+    _, include = torch_headers(version)
     return measure(workdir, [include.parent.parent / "generator-stand-in", include, *toolchain], fields, **compiler)
 
 

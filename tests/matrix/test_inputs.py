@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.inputs import GLUE_INPUTS, KERNEL_INPUTS, input_digests, input_files
-from faforge.matrix.render import build_string_head, render_platform
+from faforge.matrix.render import build_string_head, fa3_build_strings, render_platform
 from faforge.matrix.variants import generated_files, variant_config_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,8 +162,6 @@ def test_the_committed_variant_files_carry_todays_digests(repo):
 
 def fa3_identities(root: Path) -> dict[str, str]:
     """Regenerate the checkout's variant files (FA3's too) and render FA3's: {package id: build string}."""
-    from faforge.matrix.render import fa3_build_strings  # noqa: PLC0415
-
     matrix = load_matrix(root)
     for path, text in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3).items():
         path.write_text(text)
@@ -186,8 +184,6 @@ def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
 
 
 def test_every_file_the_fa3_recipe_ships_is_its_input(repo):
-    from faforge.family import FLASH_ATTN_3  # noqa: PLC0415
-
     covered = {p.resolve() for p in input_files(repo, FLASH_ATTN_3.inputs)}
     missing = sorted(str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN_3.recipe_dir / "recipe.yaml") - covered)
     assert not missing, f"add these to faforge.family's FLASH_ATTN_3.inputs: {missing}"

@@ -84,7 +84,7 @@ def test_build_string_prefix_follows_the_recipe_convention(matrix):
 
 def _variant_file_keys(path) -> set[tuple[str, str, str]]:
     data = yaml.safe_load(path.read_text())
-    return set(zip(data["cuda_compiler_version"], data["cuda_archs"], data["philox_offset_bits"]))
+    return set(zip(data["cuda_compiler_version"], data["cuda_archs"], data["philox_offset_bits"], strict=True))
 
 
 def test_the_two_linux_64_torch_worlds_share_no_kernel_key(repo):

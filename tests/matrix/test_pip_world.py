@@ -20,6 +20,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+
 from faforge.abi.check import torch_facts
 from faforge.errors import DataError, FaforgeError
 from faforge.matrix import load_matrix
@@ -33,7 +34,6 @@ from faforge.matrix.render_cache import cached_pip_kernels, cached_render_cells
 from faforge.matrix.variants import variant_config_path
 from faforge.versions import vtuple
 from faforge.wheelfetch import fetch_member
-
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing
 

@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 
 import pytest
+
 from faforge.family import FLASH_ATTN
 from faforge.pipindex import instructions
-
 from tests.pipindex.test_publish_index import publish
 from tests.support import tiny_wheels as tw
 from tests.support.held_torch import UV, dry_run, fake_torch_venvs, simple_index

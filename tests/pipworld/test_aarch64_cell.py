@@ -58,11 +58,19 @@ from faforge.abi.fatbin import read_gpu_archs
 from faforge.family import FLASH_ATTN
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import PipBuild, pip_builds
-from faforge.pipwheel.manylinux import is_external
 from faforge.pipwheel.facts import wheel_contents
+from faforge.pipwheel.manylinux import is_external
 from tests.pipworld.conftest import FAFORGE_CACHE, faforge
 from tests.support.aarch64_cross import CrossToolchain, CrossUnavailable, cross_pip_build, cross_toolchain
-from tests.support.aarch64_pip import SITE, Arm64VenvUnavailable, arm64_venv, bootstrap_site, emulated, emulated_env, install_pip
+from tests.support.aarch64_pip import (
+    SITE,
+    Arm64VenvUnavailable,
+    arm64_venv,
+    bootstrap_site,
+    emulated,
+    emulated_env,
+    install_pip,
+)
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
 

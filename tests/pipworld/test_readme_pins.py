@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
+
 from faforge.family import FLASH_ATTN
 from faforge.release.pip_env import clean_pip_env, site_packages
-
 from tests.pipworld.conftest import ABI1, base_venv
 from tests.pipworld.test_x86_64_cells import UV, assert_torch_untouched, run_line, uv_env
 

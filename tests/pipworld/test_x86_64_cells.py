@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
+
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.pipindex import instructions
 from faforge.pipwheel.facts import wheel_contents
 from faforge.release.pip_env import clean_pip_env, site_packages
-from packaging.utils import canonicalize_name
-
 from tests.pipworld.conftest import (
     ABI0,
     ABI1,

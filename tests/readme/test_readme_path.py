@@ -195,7 +195,7 @@ def _verify_a_built_package(walk: Walk, command: str) -> None:
     library = compile_kernel_library(walk.clone.parent / "kernels", cuda_home() / "bin" / "nvcc", cell["cuda_archs"])
     standin_kernel_package(walk.clone / "output", version=pin.version, build=pin.build, subdir="linux-64", depends=(), library=library)
     result = walk.run(command)
-    check(Step("", codes=(3,), cause=("could not reach the package index", r"– verify .*skipped: abi, import not verified"),
+    check(Step("", codes=(3,), cause=("could not reach the package index", "\N{EN DASH} verify .*skipped: abi, import not verified"),
                wrong=("conflicting dependencies", "✓")), command, result)
     publish = walk.run("faforge publish output/linux-64/*.conda")
     check(Step("", codes=(1,), cause=("refused", "skipped"), wrong=("✓ publish",)), "faforge publish", publish)

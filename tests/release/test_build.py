@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-from fnmatch import fnmatch
 import shutil
 import subprocess
 import sys
 from dataclasses import replace
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest

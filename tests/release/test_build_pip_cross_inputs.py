@@ -62,6 +62,6 @@ def test_a_torch_site_of_another_machine_release_or_python_is_refused(cross, tmp
             f"--target-python {arm_python}: not a CPython 3.12 executable with include/python3.12/Python.h")
 
 
-def test_a_toolkit_without_the_sbsa_target_tree_is_refused(cross, cuda_13_home, tmp_path):  # noqa: F811
+def test_a_toolkit_without_the_sbsa_target_tree_is_refused(cross, cuda_13_home, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     refused(build(CELL, tmp_path, "--torch-site", cross.torch_site, "--target-python", cross.python.python, "--cuda-home", cuda_13_home),
             f"the CUDA toolkit {cuda_13_home} has no targets/sbsa-linux/include/cuda_runtime.h")

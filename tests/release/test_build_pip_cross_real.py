@@ -45,7 +45,7 @@ def cross():
 
 
 @pytest.fixture(scope="module")
-def built(cross, sdist, tmp_path_factory, request):  # noqa: F811
+def built(cross, sdist, tmp_path_factory, request):  # noqa: F811 (an imported fixture, requested by name)
     tools, build = cross
     # FAFORGE_CACHE_DIR: the test cache's faforge folder, where the glue build's tools venv for CPython 3.11 already is.
     done = cross_pip_build(tools, sdist, tmp_path_factory.mktemp("arm-pip-build"), build, {"FAFORGE_CACHE_DIR": str(cache_dir("faforge"))})

@@ -21,6 +21,7 @@ import urllib.parse
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import jsonschema
 import pytest
@@ -31,8 +32,8 @@ from faforge.matrix.variants import variant_config_path
 from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
-from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
 from tests.support.kernel_abi import add_kernel_abi_row
+from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
 from tests.support.pypi import pypi_listing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,7 +240,7 @@ REAL_LIBC10 = {arch: f"torch-{PIP_TORCH}-cp312-cp312-manylinux_2_28_{arch}.whl" 
 class RangeHandler(http.server.BaseHTTPRequestHandler):
     """Files with HEAD and byte ranges, as PyPI's file host and download.pytorch.org serve wheels."""
 
-    files: dict[str, tuple[bytes, str]] = {}
+    files: ClassVar[dict[str, tuple[bytes, str]]] = {}  # the served files, set by each test
 
     def _lookup(self):
         return self.files.get(urllib.parse.unquote(self.path.split("?")[0]))

@@ -14,11 +14,11 @@ import pytest
 
 from faforge import fa3_backend
 from faforge.channel.local import PackageSpec, assemble, index
+from faforge.commands.plan import fa3_pieces
+from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
-from faforge.matrix import load_matrix
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
-from faforge.commands.plan import fa3_pieces
 from faforge.release.plan import FA3_PIECES_STAGE, FA3_STAGE, STAGES, fa3_parts, make_plan
 from tests.support.http_server import serve_directory
 
@@ -285,7 +285,7 @@ def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_ma
     jobs = jobs_of(data, FA3_STAGE)
     by_id = {p.id: p for p in matrix.fa3}
     assert [j["cell"] for j in jobs] == [p["id"] for p in packages]
-    for job, package in zip(jobs, packages):
+    for job, package in zip(jobs, packages, strict=True):
         fa3 = by_id[job["cell"]]
         assert job["part"] == "all" and job["timeout-minutes"] == fa3_parts(cost, fa3, fa3_pieces([fa3], cost)[fa3.id])[-1].minutes
         assert job["package"] == f"{package['name']}-{package['version']}-{package['build_string']}.conda"
@@ -310,7 +310,7 @@ def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all
         mine = [j for j in pieces if j["cell"] == final["cell"]]
         assert final["pieces"] == len(mine) == 7 and final["part"] == "all"
         assert [j["part"] for j in mine] == ["sm90_fwd-1of2", "sm90_fwd-2of2", "sm90_bwd", "sm80_fwd", "sm80_bwd", "combine", "scheduler"]
-        assert all(0 < j["timeout-minutes"] <= limit for j in mine + [final]) and not any(j["pieces"] for j in mine)
+        assert all(0 < j["timeout-minutes"] <= limit for j in [*mine, final]) and not any(j["pieces"] for j in mine)
         assert all(j["slug"] == f"{final['kernels']}-{j['part']}" and j["kernels"] == final["kernels"] for j in mine)
         assert all(j["package"] == final["package"] and j["name"] == f"{final['name']} [{j['part']}]" for j in mine)
         package = next(p for p in matrix.fa3 if p.id == final["cell"])

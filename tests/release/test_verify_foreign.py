@@ -91,7 +91,7 @@ def test_the_import_gate_runs_under_qemu_and_says_so(arm):
 
 
 def test_a_module_that_cannot_load_fails_the_emulated_import(arm, tmp_path):
-    python, _, site, tmp = arm
+    python, _, site, _ = arm
     (tmp_path / "bad.c").write_text(EXTENSION_SOURCE.replace("c10_anchor();", "c10_gone();").replace("c10_anchor(void)", "c10_gone(void)"))
     _gcc(f"-I{python.include}", f"-I{python.python.parents[2] / 'usr/include'}", "-o", str(tmp_path / EXTENSION), str(tmp_path / "bad.c"))
     bad = assemble(PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-aarch64", depends=("python 3.11.*",),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.channel.local import PackageSpec, assemble
+from faforge.channel.local import PackageSpec, assemble, index
 from faforge.release.manifest import results_for
 from faforge.release.package import facts_from_metadata, read_package
 
@@ -150,8 +150,6 @@ def test_a_kernel_library_importing_a_torch_symbol_fails_its_abi_gate(tmp_path):
 def test_the_kernel_package_is_fetched_from_the_kernel_channel(tmp_path):
     """A cell whose kernel package an earlier run published: verify downloads it from that channel
     (a real file:// channel, indexed by py-rattler), checked against the repodata's sha256, into the cache."""
-    from faforge.channel.local import index  # noqa: PLC0415
-
     fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
     channel = tmp_path / "channel"
     published = kernel_package(channel, subdir="linux-aarch64")

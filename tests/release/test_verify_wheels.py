@@ -19,15 +19,15 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel.facts import read_wheel, wheel_contents
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import WheelSpec, write_wheel
-
-from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world
-from tests.pipwheel.test_real_wheels import fa3_raw, raw_glue, torch214, unpacked_kernel, wheels
+from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401 (fixtures behind the real wheels)
+from tests.pipwheel.test_real_wheels import fa3_raw, raw_glue, torch214, unpacked_kernel, wheels  # noqa: F401 (fixtures)
 from tests.pipworld.conftest import base_venv
-from tests.recipe.test_build_script_real import build_python
+from tests.recipe.test_build_script_real import build_python  # noqa: F401 (fixture: torch 2.14.1 and the build tools)
 from tests.support.cache import cache_dir
 from tests.support.tiny_wheels import KERNEL_VERSION, SDIST_VERSION, Spec, build_wheel, glue, kernel
 
@@ -65,7 +65,7 @@ def repacked(wheel: Path, out: Path, member: str, runpath: tuple[str, ...]) -> P
 
 
 @pytest.fixture(scope="module")
-def real(wheels) -> dict[str, Path]:
+def real(wheels) -> dict[str, Path]:  # noqa: F811 (the imported fixture, requested by name)
     return {kind: Path(report["wheel"]["path"]) for kind, report in wheels.items()}
 
 

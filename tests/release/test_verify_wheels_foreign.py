@@ -23,11 +23,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel import layout
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.writer import WheelSpec, write_wheel
-
 from tests.support.aarch64_cross import CrossUnavailable, arm64_torch_site
 from tests.support.cache import cache_dir
 from tests.support.debian_toolchains import DebianUnavailable, arm64_plain_python

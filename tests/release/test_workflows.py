@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from faforge.matrix import load_matrix
 from faforge.release.plan import STAGES
 from tests.support.cache import cache_dir
 
@@ -164,8 +166,6 @@ def plan_jobs() -> list[dict]:
 
 def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
     """conda-forge's CUDA pytorch depends on __cuda; hosted runners have no driver (issue 11, item 1)."""
-    from faforge.matrix import load_matrix
-
     builds = jobs_running_faforge_build()
     # `wheel` builds a pip cell's wheels (--part wheel): no conda solve (test_the_wheel_job_... below).
     assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell"), ("build-cells.yml", "wheel")]
@@ -204,8 +204,9 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
             assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
             assert "inputs.channel" in job["with"]["channel"]
             assert job["with"].get("wheels", False) is (stage == "wheels"), "a wheels chunk runs build-cells.yml's `wheel` job"
+    every_called = {j for ids in called.values() for j in ids}
     assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|wheels|flash-attn-3|flash-attn-3-pieces)-\d+", j)
-                and j not in sum(called.values(), [])]
+                and j not in every_called]
     for job_id in called["kernel_links"]:
         assert set(called["kernels"]) <= set(jobs[job_id]["needs"])
     for job_id in called["flash_attn"] + called["wheels"]:
@@ -279,27 +280,27 @@ def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_i
     fa3 = [j for j in plan_jobs if j["part"] == "all"]
     assert {j["platform"] for j in fa3} == {"linux-64", "linux-aarch64"}
     _stand_in(tmp_path / "bin", "faforge", "python")
+
+    def run(job: dict, name: str) -> list[str]:
+        step = next(s for s in steps if s.get("name", "").startswith(name))
+        assert _runs_for_part(step.get("if"), "all"), name
+        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "RUNNER_TEMP": "/rt",
+               **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}}
+        result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
     for job in fa3:
         oldest, newest = job["torch-range"].split()
-
-        def run(name: str) -> list[str]:
-            step = next(s for s in steps if s.get("name", "").startswith(name))
-            assert _runs_for_part(step.get("if"), "all"), name
-            env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "RUNNER_TEMP": "/rt",
-                   **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}}
-            result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
-            assert result.returncode == 0, result.stderr
-            return result.stdout.splitlines()
-
-        assert run("Build") == ["faforge", "build", job["cell"], "--part", "all", "--output-dir", "output"]
-        installs = " ".join(run("The oldest and the newest torch"))
+        assert run(job, "Build") == ["faforge", "build", job["cell"], "--part", "all", "--output-dir", "output"]
+        installs = " ".join(run(job, "The oldest and the newest torch"))
         wheel = "manylinux_2_28_aarch64" if job["platform"] == "linux-aarch64" else "manylinux_2_28_x86_64"
         for minor in (oldest, newest):
             assert f"--target /rt/torch-{minor} torch=={minor}.*" in installs.replace("\n", " ")
         # the oldest for the abi gate (torch/lib only), the newest with its dependencies: the import gate imports it
         assert installs.count("--no-deps") == 1 and installs.index("--no-deps") < installs.index(f"torch-{oldest} ")
         assert installs.count(wheel) == 2 and installs.count("manylinux_2_27_") == 2
-        gates = run("CPU gates")
+        gates = run(job, "CPU gates")
         assert gates[:3] == ["faforge", "verify", f"output/{job['platform']}/{job['package']}"]
         assert " ".join(gates[3:]) == f"--manifest verification --against /rt/torch-{oldest} --against /rt/torch-{newest}"
     # What an FA3 job uploads and caches: its package and gate results; no kernel package, pieces or compiler cache.
@@ -328,7 +329,7 @@ def _runs_for_part(condition: str | None, part: str, pieces: int = 0) -> bool:
     python = python.replace("matrix.pieces > 0", str(pieces > 0))
     python = python.replace("&&", " and ").replace("||", " or ")
     assert re.fullmatch(r"(\s|\(|\)|True|False|and|or)+", python), f"not a plain matrix.part condition: {condition!r}"
-    return eval(python)  # noqa: S307 (checked above to be True/False joined by and/or)
+    return eval(python)  # safe: checked above to be True/False joined by and/or
 
 
 # (part, pieces) of each kind of plan job: kernel pieces, a whole kernel package, a kernels-link after 4 pieces, a
@@ -613,7 +614,7 @@ def test_the_wheel_job_gates_and_uploads_its_wheels_where_gpu_test_and_publish_f
     assert upload["with"]["name"] == "package-${{ matrix.slug }}" and "output/dist/*.whl" in upload["with"]["path"]
     jobs = _load("build.yml")["jobs"]
     for job_id in ("gpu-test", "publish"):
-        merged = [s for s in jobs[job_id]["steps"] if s.get("uses", "").startswith("actions/download-artifact")][0]
+        merged = next(s for s in jobs[job_id]["steps"] if s.get("uses", "").startswith("actions/download-artifact"))
         assert fnmatch.fnmatchcase("package-pypi-linux-64-py311-torch2.14-cu130-abi1-wheel", merged["with"]["pattern"])
         assert merged["with"]["path"] == "built" and merged["with"]["merge-multiple"] is True
 

@@ -26,11 +26,16 @@ import platform
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from faforge import paths
+from faforge.channel.local import PackageSpec, assemble
+from faforge.family import FLASH_ATTN
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.debian_toolchains import Arm64Python, DebianUnavailable, arm64_plain_python
@@ -72,8 +77,6 @@ def arm64_torch_site(torch: str = "2.11.0", python: str = "3.11") -> Path:
 
 def aarch64_requirements(metadata: Path, python: str) -> list[str]:
     """The Requires-Dist lines of a wheel's METADATA that apply on aarch64 Linux CPython `python`, markers dropped."""
-    from packaging.requirements import Requirement  # noqa: PLC0415  (pytest's own dependency)
-
     environment = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
                    "python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
                    "platform_python_implementation": "CPython", "extra": ""}
@@ -221,9 +224,6 @@ def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) ->
     """The kernel package of `build`'s kernel key (a faforge.matrix.pip_builds.PipBuild) for linux-aarch64: the library
     cross-built by the backend for its arch list and Philox layout, packed under the matrix's exact build string
     (faforge.channel.local.assemble: the documented fallback, standing in for rattler-build's linux-aarch64 cross build)."""
-    from faforge.channel.local import PackageSpec, assemble  # noqa: PLC0415
-    from faforge.family import FLASH_ATTN  # noqa: PLC0415
-
     cell = build.cell
     built = cross_kernel_library(tools, src, work / "build", work / "lib", archs=cell.cuda_archs, philox_offset_bits=cell.philox_offset_bits)
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
@@ -235,8 +235,6 @@ def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) ->
 def cross_pip_build(tools: CrossToolchain, sdist: Path, work: Path, build, env: dict) -> CrossPipBuild:
     """`faforge build <the cell> --source SDIST --kernel-package K --torch-site <the aarch64 torch> --target-python <Debian's
     arm64 python3.11> --cuda-home <the sbsa overlay> --json`, K made by cross_kernel_package; once per session."""
-    import tarfile  # noqa: PLC0415
-
     key = (str(sdist), build.cell.id)
     if key in _PIP_BUILDS:
         return _PIP_BUILDS[key]

@@ -187,7 +187,7 @@ class Handler(socketserver.BaseRequestHandler):
     def mode_escape(self, path):
         if not INDEX_ROOT.fullmatch(path.split("?")[0]):
             return self.page()
-        host = "127.0.0.1:%d" % self.server.server_address[1]
+        host = f"127.0.0.1:{self.server.server_address[1]}"
         names = ["../escaped", "../../escaped", f"//{host}/escape/escaped", f"http://{host}/escape/escaped", "/escape/escaped", ".."]
         self.page(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in names]}).encode())
 

@@ -24,7 +24,7 @@ JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 def preferred(accept: str) -> str:
     """The media type an Accept header prefers among JSON and HTML (q-values; equal q: the order given)."""
     best, best_q = "text/html", -1.0
-    for position, item in enumerate(accept.split(",")):
+    for item in accept.split(","):
         kind, *params = [p.strip() for p in item.split(";")]
         q = next((float(p[2:]) for p in params if p.startswith("q=")), 1.0)
         if kind in (JSON_TYPE, "application/vnd.pypi.simple.latest+json"):

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import yaml
+
 from tests.support.cache import cache_dir
 from tests.support.tiers import slow_work
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
 from tests.support.cache import cache_dir
 from tests.support.tiers import slow_work
 
