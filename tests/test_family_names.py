@@ -1,4 +1,4 @@
-"""A family's names are spelled once, in faforge/family.py (issue 22 item 5): a second family (FA3)
+"""A family's names are spelled once, in faforge/family.py: a second family (FA3)
 then comes as a second `Family` row, not as a hunt for string tests on package names.
 
 Every string constant of a product module under scripts/faforge/ counts, docstrings excepted; an

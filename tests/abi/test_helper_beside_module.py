@@ -1,4 +1,4 @@
-"""Issue 32, item 1: a package's own helper library beside its extension, judged as the package loads it.
+"""A package's own helper library beside its extension, judged as the package loads it.
 
 torchaudio's `_torchaudio.so` and torchtext's `_torchtext.so` NEED `libtorchaudio.so` / `libtorchtext.so`,
 which they find through no RUNPATH: the package's Python code loads the helper first from its own folder

@@ -1,4 +1,4 @@
-"""Issue 21: the gate checks every library of the load closure, as ld.so relocates every object a
+"""The gate checks every library of the load closure, as ld.so relocates every object a
 load brings in, not only the module. A helper beside the extension (found through its RUNPATH
 $ORIGIN) or a split build's libflash_attn_kernels.so (--library-dir) that imports a torch symbol
 the torch lacks fails the load, so it fails the gate, naming that library and the symbol.
@@ -114,8 +114,8 @@ def test_split_glue_kernel_library_in_a_kernel_package_is_checked(gxx, site, tmp
 
 @pytest.mark.parametrize("missing", [True, False])
 def test_a_helper_in_the_package_without_runpath_is_checked_as_loaded_first(gxx, site, tmp_path, missing):
-    """Issue 32: no RUNPATH finds pkg/lib/libhelper.so, so the bare loader cannot load the module; a package
-    that ships it so loads it itself first (as torchaudio does), and the gate judges that load."""
+    """A package's own helper library: no RUNPATH finds pkg/lib/libhelper.so, so the bare loader cannot load the
+    module; a package that ships it so loads it itself first (as torchaudio does), and the gate judges that load."""
     site_dir, torch_lib = site
     ext, helper = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=missing, runpath="")
     first = [torch_lib / "libc10.so", torch_lib / "libc10_cuda.so"]
@@ -129,7 +129,7 @@ def test_a_helper_in_the_package_without_runpath_is_checked_as_loaded_first(gxx,
 
 def test_a_helper_found_nowhere_cannot_be_told(gxx, site, tmp_path):
     """Not beside the module either: the loader fails on the missing file, and what the helper imports is
-    unknown, so the verdict is "cannot tell" (check-abi exit 3), never OK (issue 32)."""
+    unknown, so the verdict is "cannot tell" (check-abi exit 3), never OK."""
     site_dir, torch_lib = site
     ext, _ = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=True, runpath="", helper_dir=tmp_path / "elsewhere")
     verdict = check_path(ext, [site_dir])

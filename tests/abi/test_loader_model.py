@@ -1,4 +1,4 @@
-"""Issue 12 on g++-built stand-ins: no missing torch symbol hides behind an unfound library, the
+"""The loader model on g++-built stand-ins: no missing torch symbol hides behind an unfound library, the
 extension is resolved as `import` loads it (after torch, in a pip layout with nvidia/*/lib), only
 torch's own libraries are torch, torch's C++ ABI comes from its own API, and the text names what
 it found. Each case is also loaded by the real dynamic linker, torch's libraries first.
@@ -92,7 +92,7 @@ def test_cuda_runtime_found_in_pip_nvidia_folder(gxx, layout, tmp_path):
 
 def test_missing_torch_symbol_is_not_hidden_by_an_unfound_library(gxx, layout, tmp_path):
     """c10::absent() is missing from the libc10.so that was found; an unfound libhelper.so must not
-    turn that into 'unverified' (the false OK of issue 12)."""
+    turn that into 'unverified' (the false OK the loader model ended)."""
     site, torch_lib, cudart = layout
     fx.compile_shared(gxx, "int helper() { return 1; }\n", tmp_path / "elsewhere" / "libhelper.so", defines={})
     ext = fx.compile_shared(gxx, EXT_USES + "int helper(); int more() { return helper(); }\n", tmp_path / "ext.so",
@@ -125,7 +125,7 @@ def test_missing_cuda_runtime_is_a_finding_and_symbols_are_still_checked(gxx, tm
 
 def test_torch_adjacent_libraries_are_not_torch(gxx, layout, tmp_path):
     """libtorchvision.so / libtorchaudio.so ship beside an extension; unfound, they are unverified, not a
-    missing torch library, and the verdict cannot be told (issue 32)."""
+    missing torch library, and the verdict cannot be told."""
     site, torch_lib, cudart = layout
     fx.compile_shared(gxx, "int tv() { return 1; }\n", tmp_path / "vision" / "libtorchvision.so", defines={})
     ext = fx.compile_shared(gxx, EXT_USES + "int tv(); int more() { return tv(); }\n", tmp_path / "ext.so",

@@ -1,4 +1,4 @@
-"""The real-binary acceptance set (issue 12): prebuilt PyPI binaries that link libtorch, checked by
+"""The real-binary acceptance set: prebuilt PyPI binaries that link libtorch, checked by
 `faforge check-abi` against the torch they were built for and against older and newer torch, in pip
 layouts (site-packages/torch/lib + site-packages/nvidia/*/lib). Every verdict must agree with
 ground truth read with binutils, independently of faforge: the binary's DT_NEEDED libraries found in

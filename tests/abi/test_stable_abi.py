@@ -1,4 +1,4 @@
-"""The stable-ABI gate (issue 25): `faforge check-abi --stable-abi` on real binaries, against the real
+"""The stable-ABI gate (FlashAttention-3's): `faforge check-abi --stable-abi` on real binaries, against the real
 libraries of every torch release of the matrix from 2.9 on, cross-checked with an independent tool.
 
 Binaries:
@@ -152,7 +152,7 @@ def test_the_independent_audit_agrees(stable_standin, cxx_standin, local_torch):
 
 def test_a_real_flash_attn_2_glue_built_against_torch_2_11s_cxx_api_is_refused(tmp_path):
     """The committed FA2 GPU canary (tests/gpu/canary/): flash_attn_2_cuda built for real against PyPI's torch
-    2.11.0+cu130 through its C++ API, with its kernel library beside it. Both refusals issue 25 names at once:
+    2.11.0+cu130 through its C++ API, with its kernel library beside it. Both refusals of the stable-ABI gate at once:
     an FA2 glue, and a binary of torch 2.11's C++ API: 71 imports of c10::/at:: functions, none of the stable C shim."""
     canary = ROOT / "tests/gpu/canary"
     manifest = json.loads((canary / "manifest.json").read_text())

@@ -5,7 +5,7 @@ stand-in, and the same pair is dlopen'ed with RTLD_NOW in a fresh process.
 
 The exception, where the static verdict is *meant* to differ from this host's dlopen: glibc-too-new
 under --glibc (the binary loads on this host's glibc 2.36 but not on the target). A non-torch dependency
-found nowhere is no exception since issue 32: the loader fails, and the verdict is "cannot tell", not OK.
+found nowhere is no exception: the loader fails, and the verdict is "cannot tell", not OK.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`faforge bench-build`'s pip world section (issue 33): the runner and CPU hours each torch release adds, from the
+"""`faforge bench-build`'s pip world section: the runner and CPU hours each torch release adds, from the
 committed measurements and variants/build-cost.yaml. Numbers recomputed here from the data, never timed."""
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def compile_kernel(tmp_path: Path, name: str, scale: str) -> Path:
 @pytest.mark.slow  # nvcc compiles
 def test_object_diff_reads_the_sass_of_real_nvcc_objects(tmp_path):
     """cuobjdump -sass runs nvdisasm, which neither the toolkit here nor cuobjdump's wheel ships: torchdiff
-    finds it as it finds cuobjdump (the evidence run for issue 15 stopped with a CalledProcessError)."""
+    finds it as it finds cuobjdump (the split build's evidence run stopped with a CalledProcessError)."""
     a, same, other = compile_kernel(tmp_path, "a", "2.0f"), compile_kernel(tmp_path, "same", "2.0f"), compile_kernel(tmp_path, "b", "3.0f")
     equal = object_diff(a, same)
     assert equal.kernels == 1 and equal.sass_lines_a > 5 and (equal.sass_removed, equal.sass_added) == (0, 0) and equal.cubins_equal

@@ -237,7 +237,7 @@ def test_read_only_channel_gives_one_line_and_changes_nothing(tmp_path, packages
     assert publish(paths[:1], manifest, channel).returncode == 0
     seen = publish_in_mount(tmp_path, channel, "4m", True, paths[1:2], manifest)
     assert seen["rc"] == 2 and "read-only file system" in seen["stderr"] and "Traceback" not in seen["stderr"], seen
-    # refused before anything is copied, in one line (issue 14)
+    # refused before anything is copied, in one line (the CLI contract)
     assert seen["stderr"].startswith("faforge publish: error: --to ") and seen["stderr"].count("\n") == 1
     assert seen["after"] == seen["before"]
 

@@ -1,4 +1,4 @@
-"""The placeholders of hostile_classes.yaml (issue 21): hostile .conda archives, hostile channels and
+"""The placeholders of hostile_classes.yaml (the hostile classes): hostile .conda archives, hostile channels and
 repodata, hostile interpreters for doctor, and a package whose gates all passed (so publish goes as far as
 it can). Made once per session, under the `places` fixture's folder.
 

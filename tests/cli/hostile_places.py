@@ -53,7 +53,7 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
     (tmp / "random.bin").write_bytes(rng.randbytes(4096))
     (tmp / "random.conda").write_bytes(rng.randbytes(4096))
     (tmp / "random.so").write_bytes(b"\x7fELF" + rng.randbytes(4092))
-    (tmp / "wheels-in").mkdir()  # random bytes under a wheel's file name (publish's wheel branch, issue 33)
+    (tmp / "wheels-in").mkdir()  # random bytes under a wheel's file name (publish's wheel branch, the pip world)
     (tmp / "wheels-in" / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(rng.randbytes(4096))
     (tmp / "loop").symlink_to(tmp / "loop")
     os.mkfifo(tmp / "fifo")

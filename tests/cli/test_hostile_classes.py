@@ -1,4 +1,4 @@
-"""The CLI contract under the hostile classes of issue 21: environment variables, closed/full/broken
+"""The CLI contract under the hostile classes: environment variables, closed/full/broken
 streams, hostile archives, hostile channels and repodata, hostile servers on loopback, hostile
 interpreters for doctor. The table is hostile_classes.yaml (the format of hostile_cases.yaml, plus the
 keys below); the stream cases are made here, one per command with --json (and doctor without) per way
@@ -59,8 +59,8 @@ from tests.cli.test_hostile_inputs import (
 REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("hostile_classes.yaml")
 KNOWN_BREAKS_FILE = Path(__file__).with_name("known_breaks.txt")
-# Cases that break the contract on the code issue 21 was filed against; the lead empties this after the fixes merge.
-KNOWN_BREAKS_BEFORE_ISSUE_21 = {line.strip() for line in KNOWN_BREAKS_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")}
+# Cases that still break the contract (known_breaks.txt says which); each fix takes its case off the list.
+KNOWN_BREAKS = {line.strip() for line in KNOWN_BREAKS_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")}
 VARIABLE = re.compile(r"FAFORGE_[A-Z0-9_]+")
 SHELL_VARIABLE = re.compile(r"\$\{?(FAFORGE_[A-Z0-9_]+)")
 # Concurrent cases run this many children at a time, after every other case (2 cores: hanging children cost
@@ -137,13 +137,13 @@ def test_every_faforge_variable_the_product_reads_has_cases():
 def test_the_classes_table_spans_every_class():
     per_class = {c["class"] for c in CASES}
     assert per_class == {"env", "archive", "channel", "server", "interpreter", "gate-record", "wheel-index"}
-    assert not KNOWN_BREAKS_BEFORE_ISSUE_21 - {c["id"] for c in CASES} - {s.id for s in STREAM_CASES}, \
+    assert not KNOWN_BREAKS - {c["id"] for c in CASES} - {s.id for s in STREAM_CASES}, \
         f"{KNOWN_BREAKS_FILE.name} lists cases that do not exist"
 
 
 def expect_known_break(case_id: str) -> None:
-    if case_id in KNOWN_BREAKS_BEFORE_ISSUE_21:
-        pytest.xfail(f"{KNOWN_BREAKS_FILE.name}: breaks the contract before issue 21's fixes")  # strict: see run_checked
+    if case_id in KNOWN_BREAKS:
+        pytest.xfail(f"{KNOWN_BREAKS_FILE.name}: breaks the contract until its fix")  # strict: see run_checked
 
 
 def files_under(path: Path, skip: Path | None = None) -> dict[str, tuple]:
@@ -245,7 +245,7 @@ def pool(request, places, tmp_path_factory):
 
 def run_checked(case_id: str, check) -> None:
     """Run `check`; a listed known break must fail (strict), an unlisted case must pass."""
-    if case_id not in KNOWN_BREAKS_BEFORE_ISSUE_21:
+    if case_id not in KNOWN_BREAKS:
         check()
         return
     try:
@@ -369,7 +369,7 @@ def test_a_failing_stream_keeps_the_contract(cmd, mode, places, stream_baselines
         assert "Traceback" not in err + out, shown
         assert code >= 0, f"killed by signal {-code}\n{shown}"
         if mode in ("stdout-full", "stdout-closed"):
-            # exit 2, or the failure the work found (issue 21: "exit 2 (or what the work found)")
+            # exit 2, or the failure the work found (the hostile classes' rule: "exit 2 (or what the work found)")
             assert code == 2 or code == found != 0, f"a stdout that cannot be written is exit 2 or the work's failure\n{shown}"
             assert len([line for line in err.splitlines() if line.startswith(f"faforge {argv[0]}: error:")]) == 1, shown
         elif mode == "stderr-full":

@@ -1,4 +1,5 @@
-"""Every subcommand keeps the CLI contract on hostile input (issue 14): the table is hostile_cases.yaml.
+"""Every subcommand keeps the CLI contract on hostile input (the hostile-input harness): the table is
+hostile_cases.yaml.
 
 Each case runs `faforge` with one hostile value and asserts the exit code, that no traceback is
 printed, that an error is one `faforge CMD: error: what (input) — what to do` line naming the option

@@ -1,4 +1,4 @@
-"""Closed, full and abandoned streams (issue 21): every command with --json, as a real process whose
+"""Closed, full and abandoned streams (the hostile classes): every command with --json, as a real process whose
 stdout or stderr is /dev/full, closed (`>&-`) or a pipe whose reader is gone. No traceback ever; a lost
 result is exit 2 (or the failure the work found); a pipe closed by its reader is not an error; a
 progress line that cannot be written costs neither the work nor its result."""

@@ -1,4 +1,4 @@
-"""Debian's CUDA 12.4, fetched with a private apt configuration (tests/support/debian_toolchains.py, issue 23)."""
+"""Debian's CUDA 12.4 for the legacy cell, fetched with a private apt configuration (tests/support/debian_toolchains.py)."""
 
 from __future__ import annotations
 

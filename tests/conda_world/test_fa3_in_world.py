@@ -1,4 +1,4 @@
-"""The flash-attn-3 recipe in the conda world (issue 25): built by rattler-build from a tiny FA3-shaped
+"""The flash-attn-3 recipe in the conda world (the second family): built by rattler-build from a tiny FA3-shaped
 source (tests/support/fa3_tree.py; `faforge build --source`'s swap of the recipe's git source), its tests
 run, then verify (the stable-ABI gate against the oldest and newest torch its package serves) -> publish
 -> HTTP -> a fresh install -> `import flash_attn_3`.
@@ -150,7 +150,7 @@ def test_verify_publish_install_import(built, world, tmp_path):
 
 
 def test_flash_attn_2_and_3_install_side_by_side_and_share_no_file(built, build_in_world, world, tmp_path):
-    """One environment with both families (issue 25 item 6): upstream's module names differ (flash_attn,
+    """One environment with both families: upstream's module names differ (flash_attn,
     flash_attn_2_cuda vs flash_attn_3, flash_attn_interface, flash_attn_config); their packages must hold
     no path in common (conda would let one overwrite the other), and both must import beside one torch."""
     result, _ = built

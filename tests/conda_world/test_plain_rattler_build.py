@@ -5,8 +5,8 @@ its build (linux-64) and host (linux-aarch64) environments is as far as it goes.
 the recipe's kernel output, which the flash-attn output's host pins exactly, so a channel holding that
 kernel build's record comes first, as the output folder does in a real `rattler-build build`.
 
-It also reproduces review item 1: every conda-forge CUDA pytorch depends on `__cuda`, which a GPU-less
-runner has only when CONDA_OVERRIDE_CUDA is set, so without it the host environment cannot be solved.
+It also reproduces why CI sets CONDA_OVERRIDE_CUDA: every conda-forge CUDA pytorch depends on `__cuda`, which a
+GPU-less runner has only when CONDA_OVERRIDE_CUDA is set, so without it the host environment cannot be solved.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The real recipe, built end to end in the local conda world (issues 11 and 23).
+"""The real recipe, built end to end in the local conda world (the legacy cell too).
 
 `faforge build` runs recipes/flash-attn/recipe.yaml, unmodified but for its upstream source (a tiny
 flash-attn-shaped sdist, through `--source`), through py-rattler-build against the world's stand-in
@@ -59,7 +59,7 @@ def _index(package: Path) -> dict:
 
 
 def test_host_libraries_add_no_run_requirements(built, cell):
-    """Review item 5: the -dev packages and numpy in host are there for headers; their run_exports must
+    """Header-only host packages: the -dev packages and numpy in host are there for headers; their run_exports must
     not make every user install cuBLAS, cuRAND, cuSOLVER, cuSPARSE and numpy (flash-attn links none)."""
     _, _, packages, _ = built
     names = {dep.split()[0] for dep in _index(packages[0])["depends"]}
@@ -68,7 +68,7 @@ def test_host_libraries_add_no_run_requirements(built, cell):
 
 
 def test_extension_is_stripped(built, tmp_path):
-    """Review item 6: like conda-forge's feedstock (-Wl,--strip-all), no static symbol table ships."""
+    """Like conda-forge's feedstock (-Wl,--strip-all), no static symbol table ships."""
     _, _, packages, _ = built
     subprocess.run(["python", "-m", "zipfile", "-e", str(packages[0]), str(tmp_path)], check=True)
     subprocess.run(["tar", "--zstd", "-xf", str(next(tmp_path.glob("pkg-*.tar.zst"))), "-C", str(tmp_path)], check=True)
@@ -85,7 +85,7 @@ def _unpack(package: Path, into: Path) -> Path:
 
 
 def test_the_kernel_package_needs_no_torch_and_the_glue_links_it(built, tmp_path):
-    """Issue 15 in the conda world: the kernel output's package depends on no python or torch and holds
+    """The split build in the conda world: the kernel output's package depends on no python or torch and holds
     the library; the flash-attn package holds only the glue, which needs that library and finds it
     through the RUNPATH rattler-build gave it ($PREFIX/lib from site-packages)."""
     _, _, packages, out = built

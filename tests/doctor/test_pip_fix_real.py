@@ -1,4 +1,4 @@
-"""Acceptance (issue 33, item 5): `faforge doctor` on a real pip venv with a mismatched flash-attn prints a pip
+"""Acceptance (the pip world): `faforge doctor` on a real pip venv with a mismatched flash-attn prints a pip
 line that, run as printed against the loopback index, gives a healthy venv; a uv venv gets its `uv pip install`
 line, run as printed too.
 
@@ -9,7 +9,7 @@ The parts are real:
 - the mismatched flash-attn: an extension built here that imports c10::cuda::SetDevice(int) (torch <= 2.2),
   the seed reports' `undefined symbol: _ZN3c104cuda9SetDeviceEi`, installed with pip;
 - the wheels: the real glue wheel and kernel wheel `faforge wheel` packs from the conda world's kernel build and
-  the tiny sdist's glue built against torch 2.14.1 (helper C's fixtures, tests/pipwheel/test_real_wheels.py),
+  the tiny sdist's glue built against torch 2.14.1 (the real wheels' fixtures, tests/pipwheel/test_real_wheels.py),
   published with `faforge publish --index` (their gates recorded for their sha256) and served over loopback HTTP
   by the PEP 691-negotiating server;
 - pip and uv install what doctor printed, word for word (shlex-split), with FAFORGE_PIP_INDEX naming the server.

@@ -1,4 +1,4 @@
-"""The flash-attn-3 build script on a tiny FA3-shaped tree, compiled for real (issue 25).
+"""The flash-attn-3 build script on a tiny FA3-shaped tree, compiled for real.
 
 The tree has upstream's layout (hopper/ with its instantiations/, csrc/cutlass/include, the
 flash_attn_3 package and flash_attn_interface.py); its TUs are one-line kernels and its glue is the

@@ -1,4 +1,4 @@
-"""flash-attn-3 for linux-aarch64, cross-built on this x86_64 machine (issue 25, by issue 23's fallback path).
+"""flash-attn-3 for linux-aarch64, cross-built on this x86_64 machine (the aarch64 cross build's fallback path).
 
 The tiny FA3-shaped tree (tests/support/fa3_tree.py) goes through recipes/flash-attn-3/build_flash_attn_3.py
 with target_platform=linux-aarch64: nvcc 13.0 with -ccbin aarch64-linux-gnu-g++ and -target-dir

@@ -1,4 +1,4 @@
-"""FlashAttention-3's committed GPU canary (tests/gpu/canary/flash-attn-3/, issue 25 item 4), on the real
+"""FlashAttention-3's committed GPU canary (tests/gpu/canary/flash-attn-3/), on the real
 binary: it matches its manifest, pip installs it offline, it declares what it contains, it passes the
 stable-ABI gate (ours and torch-abi-audit's), and it imports beside PyPI's torch 2.14.1+cu130, its ops
 registered, on this GPU-less machine."""

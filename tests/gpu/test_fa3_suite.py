@@ -1,4 +1,4 @@
-"""FlashAttention-3's GPU suite and gate on this GPU-less machine (issue 25 item 3), on the real canary
+"""FlashAttention-3's GPU suite and gate on this GPU-less machine, on the real canary
 binary (tests/gpu/canary/flash-attn-3/): the kernels it registers, named through libstdc++'s demangler,
 each map to a TU its flash_attn_config.py declares and every declared TU has one; the gate finds no
 defect on it, names one where a declaration is not kept, and serves sm_90 only (the canary has no

@@ -55,7 +55,7 @@ def test_block_aligned_cases_reach_both_branches_of_each_forward_tu_class():
 
 
 def test_the_reviews_finding_is_reproduced():
-    """The old dense shape (2 x 4 heads, 113 x 203) on 132 SMs: split-KV from hdim 96 on (issue 16)."""
+    """The old dense shape (2 x 4 heads, 113 x 203) on 132 SMs: split-KV from hdim 96 on (kernel coverage)."""
     for dim in HEAD_DIMS:
         tu = forward_launch(Call(API_DENSE, "fp16", dim, 2, 4, 4, 113, 203)).tu
         assert tu.startswith("flash_fwd_split_" if dim >= 96 else "flash_fwd_hdim"), (dim, tu)

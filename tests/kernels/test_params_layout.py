@@ -1,4 +1,4 @@
-"""One layout for every torch served (issue 15, section 4).
+"""One layout for every torch served (the kernel library's Philox layout).
 
 The glue (flash_api.cpp, compiled against each torch) and the kernel library (compiled once against
 the torch shim) share Flash_fwd_params / Flash_bwd_params, which hold at::PhiloxCudaState. For every

@@ -1,4 +1,4 @@
-"""FlashAttention-3's packages (issue 25 item 1): one flash-attn-3 per (platform, CUDA, arch list), from
+"""FlashAttention-3's packages (the second family): one flash-attn-3 per (platform, CUDA, arch list), from
 the real release table, checked on rattler-build's own render of the generated variant files."""
 
 from __future__ import annotations

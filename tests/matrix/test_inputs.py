@@ -1,4 +1,4 @@
-"""Package identity per output (issue 24 item 4), on real rattler-build renders of a scratch checkout:
+"""Package identity per output, on real rattler-build renders of a scratch checkout:
 an edit to a kernel input gives every kernel package and every cell a new build string, an edit to a
 glue-only input every cell and no kernel package, an edit elsewhere (doctor/) none."""
 
@@ -115,7 +115,7 @@ def test_plan_rebuilds_what_a_glue_edit_made_stale_and_nothing_after_a_doctor_ed
     identities(checkout)
     data = plan(checkout, channel, tmp_path / "cache")
     assert len(data["to_build"]) == data["cells"] and data["in_channel"] == []
-    # The conda cells' kernel packages are all held; the kernel jobs left are those only pip cells need (issue 33).
+    # The conda cells' kernel packages are all held; the kernel jobs left are those only pip cells need (the pip world).
     conda = [k for k in data["kernel_packages"] if any(not c.startswith("pypi/") for c in k["cells"])]
     assert conda and all(k["in_channel"] for k in conda)
     assert {j["cell"].split("/")[0] for stage in ("kernels", "kernel_links") for c in data[stage] for j in c["include"]} <= {"pypi"}
@@ -170,7 +170,7 @@ def fa3_identities(root: Path) -> dict[str, str]:
 
 def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
     """FA3's build strings covered none of its build code: a fix to build_flash_attn_3.py, the backend or the
-    ABI checker its recipe test runs (the aarch64 libcudart fix of issue 25) left every FA3 package
+    ABI checker its recipe test runs (FA3's aarch64 libcudart fix) left every FA3 package
     'already built'. Now each edit of a file the recipe ships renames all four; a doctor edit none."""
     base = fa3_identities(checkout)
     append(checkout / "scripts/faforge/doctor/__init__.py", "\n# a doctor edit\n")

@@ -27,7 +27,7 @@ def matrix(repo):
 
 def test_one_kernel_package_per_platform_cuda_archs_and_philox_layout(matrix):
     keys = {(c.platform, c.cuda, c.cuda_archs, c.philox_offset_bits) for c in matrix.cells}
-    assert len(matrix.kernels) == len(keys) == 12, "issue 15: 10 (platform, CUDA, archs), cu129 twice on both platforms"
+    assert len(matrix.kernels) == len(keys) == 12, "the split build: 10 (platform, CUDA, archs), cu129 twice on both platforms"
     assert sorted(c for k in matrix.kernels for c in k.cell_ids) == sorted(c.id for c in matrix.cells), "every cell in exactly one"
     cells = {c.id: c for c in matrix.cells}
     for package in matrix.kernels:
@@ -178,7 +178,7 @@ def test_variants_readme_lists_every_kernel_key(matrix, repo):
 
 
 def test_a_kernel_packages_exact_build_is_the_one_its_cells_pin(matrix):
-    """Issue 32 item 3: the full build string (hash included) comes from the cells' renders, never from the
+    """The exact kernel build: the full build string (hash included) comes from the cells' renders, never from the
     prefix; cells of one package that pin different builds, or a build not of the package, are refused."""
     rendered = selected_cells(matrix, "linux-64")
     package = next(k for k in matrix.kernels if k.key.id == "linux-64/cu130/sm80_90_100_120ptx/philox64")

@@ -1,4 +1,4 @@
-"""Each torch release's pythons are its own facts, not a global list (issue 24, item 2).
+"""Each torch release's pythons are its own facts, not a global list.
 
 The rows `faforge bump` adds carry the pythons the channel's records publish, and the cells are exactly
 those above variants/matrix.yaml's min_python floor, so a Python arrives and leaves with the releases.

@@ -1,4 +1,4 @@
-"""The three pip wheels, made by `faforge wheel` from real builds, and judged by real tools (issue 33, item 2).
+"""The three pip wheels, made by `faforge wheel` from real builds, and judged by real tools (the pip world).
 
 - kernel: the libflash-attn-kernels package `faforge build` makes in the conda world for the cu130 cell
   (tests/conda_world; the same build the conda tests use, once per run), repacked: its library byte for byte

@@ -1,4 +1,4 @@
-"""The pip world end to end (issue 33, acceptance), for the x86_64 cells: their wheels built, gated and
+"""The pip world end to end (its acceptance), for the x86_64 cells: their wheels built, gated and
 published by faforge into one wheel index root, once per session (these fixtures), from what the conda world
 already built; tests/pipworld/test_x86_64_cells.py serves that root on loopback and installs from it with
 real pip and real uv.

@@ -1,4 +1,4 @@
-"""The aarch64 pip cell end to end (issue 33, acceptance): pypi/linux-aarch64/py311/torch2.11/cu130/abi1, its two
+"""The aarch64 pip cell end to end (the pip world's acceptance): pypi/linux-aarch64/py311/torch2.11/cu130/abi1, its two
 wheels built, gated by `faforge verify`, published by `faforge publish --index`, served by `python -m http.server`
 on loopback, installed by real pip and by real uv beside PyPI's real aarch64 torch 2.11.0, imported under qemu,
 and `faforge doctor` healthy on the result. Nothing downloads a torch.

@@ -1,4 +1,4 @@
-"""Acceptance (issue 33): real pip and real uv install from the loopback wheel index, then import and doctor, for
+"""Acceptance (the pip world): real pip and real uv install from the loopback wheel index, then import and doctor, for
 the x86_64 cells (the ABI-1 cell pypi/linux-64/py311/torch2.14/cu130/abi1, the ABI-0 cell
 pypi/linux-64/py312/torch2.5/cu124/abi0 (torch <= 2.6), the FA3 wheel); a wrong-torch request ends in a resolver
 error with nothing installed. (The aarch64 cell, under qemu: tests/pipworld/test_aarch64_cell.py.)

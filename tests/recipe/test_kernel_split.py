@@ -1,4 +1,4 @@
-"""The kernel library and the glue (issue 15), built for real by the build script on the tiny
+"""The kernel library and the glue (the split build), built for real by the build script on the tiny
 flash-attn-shaped sdist: nvcc compiles the kernel TUs against the torch shim into
 libflash_attn_kernels.so, g++ compiles flash_api.cpp against torch 2.14.1, and the glue links with
 -Wl,--no-undefined against the library. What a user sees on a CUDA error is run for real too: this

@@ -1,5 +1,5 @@
 """The real recipe's two outputs, as rattler-build renders them from the generated variant files
-(issue 15): one libflash-attn-kernels build per (platform, CUDA, archs, Philox layout), whatever the
+(the split build): one libflash-attn-kernels build per (platform, CUDA, archs, Philox layout), whatever the
 torch minors, pythons and ABIs that share it, and every cell's flash-attn pinned to exactly that build."""
 
 from __future__ import annotations

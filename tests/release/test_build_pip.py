@@ -1,5 +1,5 @@
-"""`faforge build PIP_CELL` before and around the build (issue 33): what it refuses up front, where it looks for the
-kernel package, and what it skips. The real build is tests/release/test_build_pip_real.py."""
+"""`faforge build PIP_CELL` before and around the build (the pip world): what it refuses up front, where it looks
+for the kernel package, and what it skips. The real build is tests/release/test_build_pip_real.py."""
 
 from __future__ import annotations
 

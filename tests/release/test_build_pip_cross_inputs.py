@@ -1,7 +1,8 @@
-"""`faforge build` of a linux-aarch64 pip cell checks its cross-build inputs before any work (issue 33), against real
-artifacts: PyPI's aarch64 torch 2.11.0 and x86_64 torch 2.14.1 sites, Debian's arm64 CPython 3.11 and this machine's
-x86_64 one, and the CUDA 13.0 toolkit with and without an sbsa-linux target tree. Each wrong input is bad input (exit 2)
-naming the option, what it holds and what the cell needs; no build starts (no log, no output folder content)."""
+"""`faforge build` of a linux-aarch64 pip cell (the pip world) checks its cross-build inputs before any work, against
+real artifacts: PyPI's aarch64 torch 2.11.0 and x86_64 torch 2.14.1 sites, Debian's arm64 CPython 3.11 and this
+machine's x86_64 one, and the CUDA 13.0 toolkit with and without an sbsa-linux target tree. Each wrong input is bad
+input (exit 2) naming the option, what it holds and what the cell needs; no build starts (no log, no output folder
+content)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`faforge build` of a linux-aarch64 pip cell for real, on this x86_64 machine (issue 33): the tiny sdist's glue
+"""`faforge build` of a linux-aarch64 pip cell for real, on this x86_64 machine (the pip world): the tiny sdist's glue
 cross-compiled by the backend without importing the target torch (build_flash_attn.py --torch-site: PyPI's aarch64
 torch 2.11.0, its version, folders and C++ ABI read from the files; --python-include/--python-library: Debian's arm64
 CPython 3.11; aarch64-linux-gnu-g++ with the flags torch's cpp_extension gives a CUDAExtension), linked against the

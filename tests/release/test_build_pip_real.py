@@ -1,4 +1,4 @@
-"""`faforge build PIP_CELL` for real (issue 33, item 6): the tiny sdist's glue against PyPI's torch 2.14.1 (the
+"""`faforge build PIP_CELL` for real (the pip world): the tiny sdist's glue against PyPI's torch 2.14.1 (the
 cached venv on local disk, made as verify's base venvs are) and this machine's nvcc 13.0, linked against the
 kernel package the conda world's build of its kernel key made (tests/conda_world: the same package the conda
 cells pin, built once per run), then both wheels through faforge.pipwheel. No kernel TU is compiled for pip:

@@ -231,7 +231,7 @@ def test_unreachable_wheel_index_is_a_clear_error(project):
     assert "Traceback" not in result.stderr
 
 
-# --- the pip world (issue 33): PyPI's Simple API JSON and a PyTorch per-CUDA PEP 503 page, on loopback ----------
+# --- the pip world: PyPI's Simple API JSON and a PyTorch per-CUDA PEP 503 page, on loopback ----------
 
 PIP_TORCH = "2.15.0"
 REAL_LIBC10 = {arch: f"torch-{PIP_TORCH}-cp312-cp312-manylinux_2_28_{arch}.whl" for arch in ("x86_64", "aarch64")}

@@ -1,4 +1,4 @@
-"""The verify gates' clean venv for a package as a real conda build makes it (issue 11's conda world
+"""The verify gates' clean venv for a package as a real conda build makes it (the conda world
 showed both defects: run_exports names sent to pip, and a pyenv shim taken for a Python)."""
 
 from __future__ import annotations

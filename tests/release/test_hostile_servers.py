@@ -166,11 +166,11 @@ def test_a_bad_limit_is_exit_2_naming_the_variable(served):
     assert result.returncode == 2 and httpclient.DEADLINE_ENV in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
-# ---------------------------------------------------------------- the single-read timeout (issue 32)
+# ---------------------------------------------------------------- the single-read timeout
 # Only FAFORGE_HTTP_TIMEOUT is short here: the deadline stays at its default (600 s), so a command that
 # waits for it instead of the read timeout runs into the child's timeout and fails the test.
 READ_TIMEOUT_S = 2
-READ_MARGIN_S = 10  # issue 32: "within the read timeout plus 10 s" (a process's start included)
+READ_MARGIN_S = 10  # the single-read timeout: "within the read timeout plus 10 s" (a process's start included)
 READ_CHILD_TIMEOUT_S = 30  # a hang is a failed case, not a 600 s wait
 
 

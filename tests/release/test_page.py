@@ -85,7 +85,7 @@ def test_page_data(channel):
 
 
 def test_page_data_lists_the_fa3_packages_beside_the_cells(channel):
-    """Issue 25 item 6: each flash-attn-3 package with its build string, the torch range it serves, CUDA and
+    """Each flash-attn-3 package with its build string, the torch range it serves, CUDA and
     platform, and the exact lines that install it from the FA3 world's channels (conda-forge)."""
     data = json.loads((channel / "flash-attn-builds.json").read_text())
     jsonschema.validate(data, SCHEMA)
@@ -102,7 +102,7 @@ def test_page_data_lists_the_fa3_packages_beside_the_cells(channel):
 
 
 def test_page_data_gives_each_pip_cell_its_pip_and_uv_lines(channel):
-    """Issue 33: every pip cell of the matrix, beside the conda cells, with the exact lines that install its glue
+    """The pip world: every pip cell of the matrix, beside the conda cells, with the exact lines that install its glue
     wheel from its index; without --index nothing says whether it is published (null)."""
     data = json.loads((channel / "flash-attn-builds.json").read_text())
     jsonschema.validate(data, SCHEMA)

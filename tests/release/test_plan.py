@@ -105,10 +105,10 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
     data = plan_json()
     assert data["to_build"] == [r.cell.id for r in rendered]
     by_slug = {k.key.slug: k for k in matrix.kernels}
-    # The conda cells' kernel packages (the pip world's own, issue 33, are tests/release/test_plan_pip.py's).
+    # The conda cells' kernel packages (the pip world's own are tests/release/test_plan_pip.py's).
     kernels, links = ([j for j in jobs_of(data, stage) if j["kernels"] in by_slug] for stage in ("kernels", "kernel_links"))
     cells = jobs_of(data, "flash_attn")
-    # The kernels: 12 cold builds for the whole matrix (issue 15: about 10, one per platform, CUDA and
+    # The kernels: 12 cold builds for the whole matrix (the split build: about 10, one per platform, CUDA and
     # archs, plus CUDA 12.9's second Philox layout on both platforms), each planned once.
     keys = {(r.cell.platform, r.cell.cuda, r.cell.cuda_archs, r.cell.philox_offset_bits) for r in rendered}
     assert len([k for k in data["kernel_packages"] if k["id"] in {m.key.id for m in matrix.kernels}]) == len(keys) == 12
@@ -274,7 +274,7 @@ def fa3_record(package: dict, build: str) -> PackageSpec:
 
 
 def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_matrix_renders(matrix, cost):
-    """Issue 25 item 6: FlashAttention-3's packages (one per platform, CUDA and arch list) get their own stage,
+    """FlashAttention-3's packages (one per platform, CUDA and arch list) get their own stage,
     one whole-package job each, named by the id `faforge matrix --fa3` prints and `faforge build` takes, after
     its pieces (see the next test)."""
     data = plan_json()

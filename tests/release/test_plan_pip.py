@@ -1,4 +1,4 @@
-"""`faforge plan`'s pip stage (issue 33, item 6): one wheel job per pip cell after the kernel stage, the kernel
+"""`faforge plan`'s pip stage (the pip world): one wheel job per pip cell after the kernel stage, the kernel
 packages the conda cells have reused (a pip-only kernel key is an ordinary kernel job, never a second compile),
 what a real wheel index (written by faforge.pipindex, read locally and over loopback HTTP) already holds, and
 the runner hours each torch release adds, from variants/build-cost.yaml."""

@@ -1,4 +1,4 @@
-"""A flash-attn-3 package reaches a channel only through the gates every package passes (issue 25 item 6):
+"""A flash-attn-3 package reaches a channel only through the gates every package passes:
 publish judges it by the verification manifest of its exact sha256, as it does a flash-attn cell, and no
 layer below the CLI lets it through unverified. Real .conda files (py-rattler-build) shaped as the
 flash-attn-3 recipe makes them, a real `faforge verify` writing the manifest, a real file:// channel."""

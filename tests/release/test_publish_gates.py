@@ -1,4 +1,4 @@
-"""No package reaches a channel past its gates (issue 21, safety item 1): however the required-gate set
+"""No package reaches a channel past its gates (the untrusted-input rules): however the required-gate set
 is spelled, and through whichever source (--require or $FAFORGE_REQUIRE), a degenerate set is exit 2
 naming the source the user really used, and nothing is copied. Below the CLI, the layers that copy
 (release.publish.publish, targets.upload) re-check the manifest for the exact sha256 themselves.

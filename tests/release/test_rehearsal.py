@@ -1,4 +1,4 @@
-"""Rehearsal of a torch release on a real minor, offline: torch 2.13 from "released" to a bump PR (issue 24, item 3).
+"""Rehearsal of a torch release on a real minor, offline: torch 2.13 from "released" to a bump PR.
 
 The checkout is taken as it was before torch 2.13: its release rows and its kernel-abi row are removed and
 the variant configs regenerated. Then, as the weekly workflow would, with nothing written by hand:
@@ -161,7 +161,7 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     assert new_cells and all(f"/torch{MINOR}/" in c for c in new_cells)
     assert set(data["to_build"]) == new_cells and set(data["in_channel"]) == other_cells
     conda_kernel_jobs = [j for stage in ("kernels", "kernel_links") for c in data[stage] for j in c["include"] if not j["cell"].startswith("pypi/")]
-    assert conda_kernel_jobs == [], "2.13's kernel packages are 2.10-2.12's (the pip world's own, issue 33, are not in this channel)"
+    assert conda_kernel_jobs == [], "2.13's kernel packages are 2.10-2.12's (the pip world's own are not in this channel)"
     cell_jobs = [j for chunk in data["flash_attn"] for j in chunk["include"]]
     assert sorted(j["cell"] for j in cell_jobs) == sorted(new_cells) and all(j["kernel-in-channel"] for j in cell_jobs)
     human, _ = faforge(root, "plan", "--channel", str(published / "published"))

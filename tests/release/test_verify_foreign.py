@@ -1,4 +1,4 @@
-"""`faforge verify` of a linux-aarch64 flash-attn on this x86_64 machine (issue 23): the abi gate runs
+"""`faforge verify` of a linux-aarch64 flash-attn on this x86_64 machine (the aarch64 cells): the abi gate runs
 natively against the aarch64 torch with the target's sysroot; the import gate runs the package under
 qemu with an aarch64 Python and says it ran emulated, or is `skipped` with the reason when qemu is
 missing (never passed); the gpu gate is left to an aarch64 GPU runner.

@@ -1,4 +1,4 @@
-"""`faforge verify` on a real split pair (issue 15): the build script compiles the kernel library with
+"""`faforge verify` on a real split pair (the split build): the build script compiles the kernel library with
 nvcc (--kernels-only, sm_90, against the torch shim) and the glue against torch 2.14.1
 (--kernel-library), both packaged as .conda files as the two-output recipe lays them out, then
 verified in a clean environment with PyPI's torch 2.14.1 (from local disk here).

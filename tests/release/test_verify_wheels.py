@@ -1,4 +1,4 @@
-"""`faforge verify` of wheels (issue 33, item 4): the gates of the glue, kernel and FA3 wheels on PyPI's torch.
+"""`faforge verify` of wheels (the pip world): the gates of the glue, kernel and FA3 wheels on PyPI's torch.
 
 The wheels are the real ones `faforge wheel` makes in tests/pipwheel/test_real_wheels.py (the conda world's kernel
 package repacked, the tiny sdist's glue built against PyPI's torch 2.14.1, the FA3 canary repacked; its fixtures,
@@ -110,7 +110,7 @@ def test_the_glue_and_kernel_wheels_pass_their_gates_on_pypi_torch(verified, rea
 
 @pytest.mark.slow
 def test_publish_takes_the_verified_wheels_and_refuses_unverified_ones(verified, real, tmp_path):
-    """helper B's gated publish reads the same manifest: by sha256, so an unverified copy is refused."""
+    """The gated publish reads the same manifest: by sha256, so an unverified copy is refused."""
     _, manifest = verified
     unverified = faforge("publish", real["glue"], real["kernel"], "--index", tmp_path / "index", "--manifest", tmp_path / "empty",
                          "--require", "abi,import", "--json")

@@ -1,4 +1,4 @@
-"""`faforge verify` of linux-aarch64 wheels on this x86_64 machine (issue 33, item 4): the glue wheel's abi gate
+"""`faforge verify` of linux-aarch64 wheels on this x86_64 machine (the pip world): the glue wheel's abi gate
 runs natively against PyPI's real aarch64 torch 2.11.0 (tests/support/aarch64_cross.arm64_torch_site) with the
 target's sysroot, and its import gate installs the glue and kernel wheels with this machine's real pip for their
 platform (--platform TAG --target DIR --only-binary=:all: --no-deps) from a loopback index, then imports them

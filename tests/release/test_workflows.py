@@ -116,7 +116,7 @@ def test_gates_and_secrets_are_wired():
     publish_step = next(s for s in jobs["publish"]["steps"] if "faforge publish" in s.get("run", ""))
     assert all(v.startswith("${{ secrets.") for v in publish_step["env"].values())
     assert "--require" not in publish_step["run"], "CI publishes under the default gates, GPU included"
-    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], "kernel packages already published count (issue 15)"
+    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], "kernel packages already published count (the split build)"
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "bump.yml").read_text())
     assert "schedule" in bump[True] and "gh pr create" in bump["jobs"]["bump"]["steps"][-1]["run"]
 
@@ -165,7 +165,7 @@ def plan_jobs() -> list[dict]:
 
 
 def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
-    """conda-forge's CUDA pytorch depends on __cuda; hosted runners have no driver (issue 11, item 1)."""
+    """conda-forge's CUDA pytorch depends on __cuda; hosted runners have no driver (found in the conda world)."""
     builds = jobs_running_faforge_build()
     # `wheel` builds a pip cell's wheels (--part wheel): no conda solve (test_the_wheel_job_... below).
     assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell"), ("build-cells.yml", "wheel")]
@@ -187,8 +187,8 @@ STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_
 
 
 def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
-    """Kernel packages, then the links of split ones, then the cells that need them (issue 15); the FA3
-    packages (issue 25) need no kernel package, only their own pieces, and the GPU gate waits for them too."""
+    """Kernel packages, then the links of split ones, then the cells that need them (the split build); the FA3
+    packages (the second family) need no kernel package, only their own pieces, and the GPU gate waits for them too."""
     build = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())
     jobs = build["jobs"]
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
@@ -273,7 +273,7 @@ def _stand_in(bin_dir: Path, *tools: str) -> None:
 
 
 def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_its_range(plan_jobs, tmp_path):
-    """Issue 25 item 6: a flash-attn-3 job of the real plan, through build-cells.yml's steps as the runner runs
+    """A flash-attn-3 job of the real plan, through build-cells.yml's steps as the runner runs
     them (`faforge`, `python` stand-ins): `faforge build ID` whole, PyPI's torch of the oldest and the newest
     minor it serves, and verify against both, so its abi gate can pass (a narrower check is `skipped`)."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
@@ -338,8 +338,8 @@ PARTS = (("fwd-1of4", 0), ("bwd-2of4", 0), ("kernels", 0), ("kernels-link", 4), 
 
 
 def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_once():
-    """Issue 24 item 5: each piece job saved its own .ccache per run (over 100 entries of hundreds of MB
-    against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
+    """The compiler cache per kernel package: each piece job saved its own .ccache per run (over 100 entries of
+    hundreds of MB against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
     cache by prefix, and only the job that completes the package saves it, keyed by the package. A split FA3
     package's jobs do the same (its pieces, then its `all` job); an FA3 package built in one job has none."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
@@ -366,7 +366,7 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
 
 
 def test_every_artifact_upload_survives_a_rerun():
-    """Issue 24 item 5: an artifact name is unique per run, so re-running a failed job that had uploaded
+    """An artifact name is unique per run, so re-running a failed job that had uploaded
     (`if: always()`, or a gate failing after the kernel package went up) failed with 409
     (actions/upload-artifact#478). The names stay fixed because later jobs download them by name."""
     uploads = _steps_using("actions/upload-artifact")
@@ -375,7 +375,7 @@ def test_every_artifact_upload_survives_a_rerun():
 
 
 def test_a_build_queues_behind_a_running_one_instead_of_cancelling():
-    """Issue 24 item 5: a group holds one running and one pending run, and a third push cancelled the
+    """The concurrency queue: a group holds one running and one pending run, and a third push cancelled the
     pending one, so with day-long runs a push could go unbuilt; `queue: max` keeps every pending run, in
     order (up to 100), and needs cancel-in-progress false. One group per ref: two runs never publish at once."""
     concurrency = _load("build.yml")["concurrency"]
@@ -383,8 +383,8 @@ def test_a_build_queues_behind_a_running_one_instead_of_cancelling():
 
 
 def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_path):
-    """Issue 24 item 5: on a repository with no self-hosted `gpu` runner, gpu-test queued for 24 h.
-    A repository variable per platform says there is one (FAFORGE_GPU_RUNNER: x64, issue 23's
+    """The GPU runner switch: on a repository with no self-hosted `gpu` runner, gpu-test queued for 24 h.
+    A repository variable per platform says there is one (FAFORGE_GPU_RUNNER: x64, and for the aarch64 cells
     FAFORGE_GPU_RUNNER_AARCH64: ARM64); unset, the plan job says why that platform's GPU gate is skipped
     (log and run summary) and gpu-test gets no entry for it. Its step runs here under bash."""
     jobs = _load("build.yml")["jobs"]
@@ -428,7 +428,7 @@ def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_pa
 
 
 def test_a_linux_aarch64_cell_runs_its_import_gate_under_qemu_on_the_hosted_runner(tmp_path):
-    """Issue 23: the aarch64 cells are cross-compiled on hosted x86_64 runners; their import gate runs
+    """The aarch64 cells are cross-compiled on hosted x86_64 runners; their import gate runs
     there under qemu (faforge.emulator), with the settings verify reads, and their abi gate against the
     same aarch64 torch. The gpu gate of an aarch64 package is gpu-test's (previous test)."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
@@ -436,7 +436,7 @@ def test_a_linux_aarch64_cell_runs_its_import_gate_under_qemu_on_the_hosted_runn
     assert setup["if"] == "matrix.platform == 'linux-aarch64' && (matrix.part == 'cell' || matrix.part == 'all')"
     for variable in ("FAFORGE_QEMU", "FAFORGE_SYSROOT", "FAFORGE_TARGET_PYTHON"):
         assert f'echo "{variable}=' in setup["run"], variable
-    # every manylinux glibc from 2_28 down: nvidia-cudnn-cu13 9.19.0.56 is manylinux_2_27 only (issue 23)
+    # every manylinux glibc from 2_28 down: nvidia-cudnn-cu13 9.19.0.56 is manylinux_2_27 only
     assert "linux-aarch64-gnu" in setup["run"] and 'seq 28 -1 17); do platforms+=(--platform "manylinux_2_${minor}_aarch64")' in setup["run"]
     gates = next(s for s in steps if "faforge verify" in s.get("run", ""))
     assert steps.index(setup) < steps.index(gates)
@@ -455,7 +455,7 @@ ACTIONS_MAY_CREATE_PRS = "Allow GitHub Actions to create and approve pull reques
 
 
 def test_the_bump_pull_request_says_what_it_needs_when_github_refuses_it(tmp_path):
-    """Issue 24 item 5: `gh pr create` with GITHUB_TOKEN needs a repository setting, off by default.
+    """The bump PR: `gh pr create` with GITHUB_TOKEN needs a repository setting, off by default.
     The workflow says so, and when the PR is refused its error names the setting and the token that
     does without it. The step runs here under bash, with `git` and `gh` stand-ins on PATH."""
     bump = _load("bump.yml")
@@ -529,7 +529,7 @@ def test_an_fa3_piece_job_compiles_its_piece_and_hands_its_objects_to_its_packag
     assert short.returncode == 1 and f"{len(pieces) - 1} of {len(pieces)} pieces of {final['kernels']} arrived" in short.stdout
 
 
-# ---------------------------------------------------------------- the pip cells' wheels (issue 33)
+# ---------------------------------------------------------------- the pip cells' wheels
 
 def _wheel_steps() -> dict:
     return {s.get("name") or s["uses"]: s for s in _load("build-cells.yml")["jobs"]["wheel"]["steps"]}

@@ -1,5 +1,5 @@
-"""What a linux-aarch64 cross build needs on an x86_64 machine that is not a conda world (issue 23's
-fallback): PyPI's aarch64 torch with its dependencies, and a CUDA home with an sbsa-linux target tree.
+"""What a linux-aarch64 cross build needs on an x86_64 machine that is not a conda world (the
+documented fallback): PyPI's aarch64 torch with its dependencies, and a CUDA home with an sbsa-linux target tree.
 
 * The torch: `pip install --target` of the cell's torch for manylinux_2_28/2_18/2_17 aarch64 (pip does not
   widen one --platform to older manylinux tags, and nvidia-nccl is tagged manylinux_2_18), cached.

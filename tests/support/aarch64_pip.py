@@ -1,4 +1,4 @@
-"""aarch64 Python environments that real pip and real uv install into on this x86_64 machine (issue 33).
+"""aarch64 Python environments that real pip and real uv install into on this x86_64 machine (the pip world).
 
 * arm64_venv: `python3.11 -m venv --without-pip` of Debian's arm64 python3.11 run under qemu
   (tests/support/debian_toolchains.arm64_plain_python), its site-packages a hardlink copy (`cp -al`) of PyPI's

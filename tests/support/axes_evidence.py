@@ -1,4 +1,4 @@
-"""Issue 23's real-sdist evidence, by hand and outside CI: `python -m tests.support.axes_evidence OUT`.
+"""The legacy and aarch64 cells' real-sdist evidence, by hand, outside CI: `python -m tests.support.axes_evidence OUT`.
 
 Kernel TUs take minutes each, so this is never a test. It compiles, on real upstream code (the
 flash-attn 2.8.3.post2 sdist) and real torch builds:
