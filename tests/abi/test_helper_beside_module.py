@@ -121,7 +121,8 @@ def test_the_verdict_is_the_real_loaders_in_the_order_the_package_loads(pairing,
 
     verdict = gate(module, sites[pairing[1]], arm64)
     (checked,) = verdict.modules
-    print(f"{family.name} vs torch {pairing[1]}: loader {'loads' if real.ok else 'fails: ' + (real.helper[1] or real.module[1])[-90:]}; "
+    print(f"{family.name} vs torch {pairing[1]}: "
+          f"loader {'loads' if real.ok else 'fails: ' + (real.helper[1] or real.module[1])[-90:]}; "
           f"gate {verdict.verdict} ({len(checked.problems)} problems)")
     assert verdict.ok == real.ok, (real, [(p.kind, p.demangled, p.imported_by) for p in checked.problems])
     taken = [lib for lib in checked.libraries if lib.beside_module]

@@ -41,7 +41,8 @@ HELPER = """
 namespace c10 { int present(); DECL }
 extern "C" int helper() { return c10::present() CALL; }
 """
-EXT = 'extern "C" int helper();\nextern "C" void* PyInit_ext() { return nullptr; }\nextern "C" int use() { return helper(); }\n'
+EXT = ('extern "C" int helper();\nextern "C" void* PyInit_ext() { return nullptr; }\n'
+       'extern "C" int use() { return helper(); }\n')
 
 
 def real_load(ext: Path, first: list[Path], *, library_path: Path | None = None, python: str = sys.executable) -> tuple[bool, str]:
@@ -142,10 +143,12 @@ def test_a_helper_found_nowhere_cannot_be_told(gxx, site, tmp_path):
 # -- a folder reached through a directory symlink: $ORIGIN/.. is resolved physically ----------------
 DEP = 'extern "C" int dep() { return 1; }\n'
 NEEDS_DEP = {  # a library that needs libdep.so and libc10.so
-    "helper": 'extern "C" int dep();\nnamespace c10 { int present(); }\nextern "C" int helper() { return dep() + c10::present(); }\n',
+    "helper": 'extern "C" int dep();\nnamespace c10 { int present(); }\n'
+              'extern "C" int helper() { return dep() + c10::present(); }\n',
     "torch": 'extern "C" int dep();\nnamespace c10 { int present(); int cuda_dep() { return dep() + present(); } }\n',
 }
-USES_C10 = 'namespace c10 { int present(); }\nextern "C" void* PyInit_ext() { return nullptr; }\nextern "C" int use() { return c10::present(); }\n'
+USES_C10 = ('namespace c10 { int present(); }\nextern "C" void* PyInit_ext() { return nullptr; }\n'
+            'extern "C" int use() { return c10::present(); }\n')
 
 
 def place(folder: Path, store: Path, layout: str) -> None:

@@ -54,7 +54,8 @@ def pip_layout(gxx, site: Path, *, with_cudart: bool = True) -> Path:
     torch_lib, cudart_lib = site / "torch" / "lib", site / "nvidia" / "cuda_runtime" / "lib"
     fx.compile_shared(gxx, CUDART, cudart_lib / "libcudart.so.12", defines={}, flags=["-Wl,-soname,libcudart.so.12"])
     fx.compile_shared(gxx, C10, torch_lib / "libc10.so", defines={}, flags=["-Wl,-soname,libc10.so"])
-    fx.compile_shared(gxx, 'extern "C" int cudaGetLastError(); namespace c10 { namespace cuda { int sync() { return cudaGetLastError(); } } }\n',
+    fx.compile_shared(gxx, 'extern "C" int cudaGetLastError(); namespace c10 { namespace cuda { int sync() { return '
+                           'cudaGetLastError(); } } }\n',
                       torch_lib / "libc10_cuda.so", defines={},
                       flags=["-Wl,-soname,libc10_cuda.so", f"-L{cudart_lib}", "-l:libcudart.so.12",
                              "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../../nvidia/cuda_runtime/lib"])

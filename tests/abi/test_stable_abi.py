@@ -164,6 +164,7 @@ def test_a_real_flash_attn_2_glue_built_against_torch_2_11s_cxx_api_is_refused(t
     own = next(v for v in matrix_releases() if v.startswith("2.11."))
     code, report = check(glue, release_torch_lib(own))
     unstable = {u["demangled"] or u["symbol"] for u in report["unstable_imports"]}
-    print(f"{glue.name}: {len(unstable)} unstable torch imports, e.g. {sorted(unstable)[:3]}; loads on torch {own}: {report['releases'][0]['ok']}")
+    print(f"{glue.name}: {len(unstable)} unstable torch imports, e.g. {sorted(unstable)[:3]}; "
+          f"loads on torch {own}: {report['releases'][0]['ok']}")
     assert code == 1 and not report["ok"] and len(unstable) > 20
     assert any(name.startswith("c10::") for name in unstable) and any(name.startswith("at::") for name in unstable), sorted(unstable)[:10]

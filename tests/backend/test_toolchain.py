@@ -54,7 +54,7 @@ def test_a_toolkit_of_another_layout_names_its_folders(tmp_path):
 
 
 def test_a_cross_toolkit_is_its_target_triplet(tmp_path):
-    """A cross build's target tree is home/targets/<triplet>, as in a native one; its emulator is data for later steps."""
+    """A cross build's target tree is home/targets/<triplet>, as in a native build; its emulator is data for later."""
     lib = _lib(tmp_path / "cuda/targets/sbsa-linux/lib")
     (tmp_path / "cuda/targets/sbsa-linux/include").mkdir()
     cross = script.CudaToolkit(home=str(tmp_path / "cuda"), triplet="sbsa-linux", emulator=("qemu-aarch64", "-L", "/sysroot"))

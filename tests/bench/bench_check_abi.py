@@ -56,8 +56,10 @@ def median_of(runs: int, command, shell: bool = False) -> tuple[float, float]:
 
 def baseline_command(extension: Path, libraries: list[str]) -> str:
     libs = " ".join(f"'{lib}'" for lib in libraries)
-    return (f"nm -D --undefined-only --without-symbol-versions '{extension}' | awk '{{print $2}}' | sort -u > /tmp/faforge-bench-und && "
-            f"nm -D --defined-only --without-symbol-versions {libs} 2>/dev/null | awk 'NF==3{{print $3}}' | sort -u > /tmp/faforge-bench-def && "
+    return (f"nm -D --undefined-only --without-symbol-versions '{extension}' | awk '{{print $2}}' | "
+            "sort -u > /tmp/faforge-bench-und && "
+            f"nm -D --defined-only --without-symbol-versions {libs} 2>/dev/null | awk 'NF==3{{print $3}}' | "
+            "sort -u > /tmp/faforge-bench-def && "
             "comm -23 /tmp/faforge-bench-und /tmp/faforge-bench-def | wc -l")
 
 

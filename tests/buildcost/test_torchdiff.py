@@ -60,7 +60,8 @@ def test_count_diff_on_equal_and_disjoint_inputs():
 
 def test_sass_of_an_object_and_of_a_bare_cubin_compare_equal():
     body = "\tcode for sm_80\n\t\tFunction : _Z1kPf\n        /*0000*/    MOV R1, c[0x0][0x28] ;\n"
-    in_object = "\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\ncompile_size = 64bit\n\n" + body
+    in_object = ("\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\n"
+                 "compile_size = 64bit\n\n") + body
     in_cubin = "\n" + body
     assert sass_lines(in_object, "k.o") == sass_lines(in_cubin, "k.cubin") == body.strip("\n").splitlines()
 

@@ -48,7 +48,8 @@ def world(request):
         _say(request, f"\nconda world: removed {stale}, a world of other inputs that no run uses")
     download = f", {built.download_seconds:.0f} s of it downloading wheels" if built.download_seconds is not None else ""
     _say(request, f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
-                  f"{built.seconds:.0f} s{download} ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
+                  f"{built.seconds:.0f} s{download} "
+                  f"({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
     return built
 
 
@@ -108,5 +109,5 @@ def build_in_world(world, sdist, tmp_path_factory, request):
 
 @pytest.fixture(scope="session")
 def cu130_kernel_package(build_in_world) -> Path:
-    """The kernel package of the cu130 cell's build: the one the pip tests repack as the kernel wheel and link the glue against."""
+    """The cu130 cell's kernel package: the one the pip tests repack as the kernel wheel and link the glue against."""
     return build_in_world(CU130).kernel_package()

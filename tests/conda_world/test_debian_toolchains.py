@@ -1,4 +1,5 @@
-"""Debian's CUDA 12.4 for the legacy cell, fetched with a private apt configuration (tests/support/debian_toolchains.py)."""
+"""Debian's CUDA 12.4 for the legacy cell, fetched with a private apt configuration
+(tests/support/debian_toolchains.py)."""
 
 from __future__ import annotations
 

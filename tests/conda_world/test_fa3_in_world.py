@@ -173,7 +173,8 @@ def test_flash_attn_2_and_3_install_side_by_side_and_share_no_file(built, build_
                     virtuals={"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"})
     prefix = tmp_path / "env"
     install_from_world(world, records, prefix)
-    probe = "import torch, flash_attn, flash_attn_2_cuda, flash_attn_3, flash_attn_interface, flash_attn_3._C; print(torch.__version__)"
+    probe = ("import torch, flash_attn, flash_attn_2_cuda, flash_attn_3, flash_attn_interface, "
+             "flash_attn_3._C; print(torch.__version__)")
     run = subprocess.run([str(prefix / "bin/python3.12"), "-c", probe], capture_output=True, text=True, timeout=600,
                          env={"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"})
     assert run.returncode == 0 and run.stdout.startswith("2.11.0"), run.stdout[-2000:] + run.stderr[-3000:]

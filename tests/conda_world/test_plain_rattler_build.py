@@ -48,7 +48,8 @@ RUN = textwrap.dedent("""
     from rattler_build import cli_api
     args = json.loads(sys.argv[1])
     cli_api.build_recipes([args["recipe"]], variant_config=[args["variants"]], channel=args["channels"],
-                          render_only=True, with_solve=True, variant_overrides={k: [v] for k, v in args["cell"].items()},
+                          render_only=True, with_solve=True,
+                          variant_overrides={k: [v] for k, v in args["cell"].items()},
                           output_dir=args["out"], build_platform="linux-64", target_platform=args["target"])
 """)
 

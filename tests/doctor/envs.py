@@ -277,7 +277,7 @@ def conda_forge_torch(torch: str, cuda: str, python: str = "3.11"):
 
 
 def legacy_pytorch(torch: str, cuda: str, python: str = "3.11"):
-    """The legacy `pytorch` channel's packages: pytorch (pre-C++11 ABI) bundling libtorch, pytorch-cuda, pytorch-mutex."""
+    """The legacy `pytorch` channel: pytorch (pre-C++11 ABI, libtorch inside), pytorch-cuda, pytorch-mutex."""
     return [
         PackageSpec("pytorch", torch, f"py{python}_cuda{cuda}_cudnn9.1.0_0", "linux-64",
                     depends=("pytorch-mutex 1.0 cuda", f"pytorch-cuda {cuda}.*"),

@@ -77,7 +77,7 @@ def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811 (an imported fixt
 
 
 def uv_venv(torch214, dest: Path, env: dict) -> Path:  # noqa: F811 (an imported fixture, requested by name)
-    """A venv made by real uv (its pyvenv.cfg says `uv = ...`), its site-packages hardlinks into the cached torch venv."""
+    """A venv made by real uv (its pyvenv.cfg says `uv = ...`), its site-packages hardlinked into the torch venv's."""
     made = subprocess.run([str(UV), "venv", "--quiet", "--python", str(torch214.python), str(dest)], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
     assert made.returncode == 0, made.stderr
@@ -132,7 +132,8 @@ def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # no
         assert (fix["cell"], fix["index_url"]) == (CELL, url)
         assert fix["commands"] == [
             f"{python} -m pip uninstall -y flash-attn",
-            f"{python} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 flash-attn=={GLUE_VERSION}"]
+            f"{python} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 "
+            f"flash-attn=={GLUE_VERSION}"]
         assert not any("conda" in c for f in before.report["fixes"] for c in f["commands"]), "never a conda line for a pip venv"
         printed = doctor("--python", python, json_output=False, env={"FAFORGE_PIP_INDEX": base}).stdout
         assert all(f"$ {c}" in printed for c in fix["commands"]) and f"index: {url}" in printed, printed
@@ -158,7 +159,8 @@ def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa
         url = f"{base}{INDEX}/"
         assert (fix["cell"], fix["index_url"]) == (CELL, url)
         assert fix["commands"] == [
-            (f"uv pip install --python {python} --reinstall-package flash-attn --extra-index-url {url} --only-binary flash-attn "
+            (f"uv pip install --python {python} --reinstall-package flash-attn --extra-index-url {url} "
+             "--only-binary flash-attn "
              f"torch==2.14.1 flash-attn=={GLUE_VERSION}")]
         log = run_printed(fix["commands"], env)
         assert f" + {FLASH_ATTN.package}=={GLUE_VERSION}" in log and " - flash-attn==2.3.3" in log, log

@@ -74,7 +74,8 @@ def test_a_pip_venv_gets_the_pip_line_of_its_cell(matrix):
     assert (fix.kind, fix.cell, fix.index_url) == ("pip-install", "pypi/linux-64/py311/torch2.14/cu130/abi1", url)
     assert fix.commands == (
         f"{PY} -m pip uninstall -y flash-attn",
-        f"{PY} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 flash-attn==2.8.3.post2+torch2.14.cu130.abi1")
+        f"{PY} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 "
+        "flash-attn==2.8.3.post2+torch2.14.cu130.abi1")
     assert fix.notes[0] == (f"or with uv: uv pip install --python {PY} --reinstall-package flash-attn --extra-index-url {url} "
                             "--only-binary flash-attn torch==2.14.1 flash-attn==2.8.3.post2+torch2.14.cu130.abi1")
     assert fix.resolves == ("signature-drift",)
@@ -87,7 +88,8 @@ def test_a_uv_venv_gets_the_uv_line(matrix, how):
     [fix] = fixes_for(matrix, f, "cxx11-abi-mismatch")
     url = cell_index("torch2.14-cu130")
     assert fix.kind == "uv-install" and fix.index_url == url
-    assert fix.commands == ((f"uv pip install --python {PY} --reinstall-package flash-attn --extra-index-url {url} --only-binary flash-attn "
+    assert fix.commands == ((f"uv pip install --python {PY} --reinstall-package flash-attn --extra-index-url {url} "
+                             "--only-binary flash-attn "
                              "torch==2.14.1 flash-attn==2.8.3.post2+torch2.14.cu130.abi1"),)
 
 

@@ -1,7 +1,7 @@
 """variants/torch_symbols.yaml against the real torch libraries it was read from.
 
-Needs network once: torch/lib/libc10.so and libc10_cuda.so of every wheel listed in the table,
-read with HTTP range requests (faforge.wheelfetch) and cached under the test cache (tests/support/cache.py) torch-libs/ (~40 MB).
+Needs network once: torch/lib/libc10.so and libc10_cuda.so of every wheel listed in the table, read with HTTP range
+requests (faforge.wheelfetch) and cached under the test cache (tests/support/cache.py) torch-libs/ (~40 MB).
 """
 
 from __future__ import annotations
@@ -128,4 +128,5 @@ def test_readme_states_the_table_size():
     """README's doctor section quotes how many symbols and wheels the table holds."""
     symbols = sum(len(e.symbols) for e in TABLE_DATA.exports)
     text = " ".join((REPO / "README.md").read_text().split())
-    assert f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI torch wheels" in text
+    assert (f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI "
+            "torch wheels") in text

@@ -38,7 +38,8 @@ from tests.support.torch_release_libs import release_torch_lib
 SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
 # Forward only, head dim 128, fp16 and bf16, for sm_80 and sm_90a: both per-file GPU codes and the
 # scheduler, which gets both.
-DISABLED = "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192"
+DISABLED = ("BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,"
+            "HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192")
 
 
 def test_the_sources_follow_upstreams_switches():

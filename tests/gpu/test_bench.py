@@ -44,7 +44,8 @@ def test_table_shows_ratios_peak_fraction_and_errors():
     tflops = dict(zip(IMPLEMENTATIONS, (300.0, 660.0, 150.0, None, 330.0), strict=True))
     record = {
         "batch": 8, "seqlen": 2048, "heads": 16, "head_dim": 128, "causal": True, "direction": "bwd",
-        "tflops": tflops, "ratios": ratios(tflops), "peak_fraction": {name: rate and rate / 989.4 for name, rate in tflops.items()},
+        "tflops": tflops, "ratios": ratios(tflops),
+        "peak_fraction": {name: rate and rate / 989.4 for name, rate in tflops.items()},
         "errors": {"sdpa-efficient": "No available kernel."},
     }  # fmt: skip
     table = format_results([record])

@@ -74,7 +74,8 @@ def test_it_passes_the_stable_abi_gate_and_the_independent_audit_agrees(installe
 def test_it_imports_beside_torch_with_its_ops_registered(installed):
     site, torch = installed
     probe = (f"import torch, {FLASH_ATTN_3.module}, {FLASH_ATTN_3.interface_module}, {FLASH_ATTN_3.extension}\n"
-             f"print({FLASH_ATTN_3.module}.__version__, sorted(n for n in dir(torch.ops.{FLASH_ATTN_3.module}) if n.startswith('_flash')))")
+             f"print({FLASH_ATTN_3.module}.__version__, sorted(n for n in dir(torch.ops.{FLASH_ATTN_3.module}) if "
+             "n.startswith('_flash')))")
     run = subprocess.run([str(torch.python), "-W", "ignore", "-c", probe], capture_output=True, text=True, timeout=600,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr[-2000:]

@@ -27,7 +27,7 @@ MANIFEST = json.loads((FOLDER / "manifest.json").read_text())
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The canary wheel unpacked: a site-packages holding flash_attn_3/, flash_attn_interface.py, flash_attn_config.py."""
+    """The canary wheel unpacked: a site-packages with flash_attn_3/, flash_attn_interface.py, flash_attn_config.py."""
     root = tmp_path_factory.mktemp("fa3-canary-site")
     wheel = root / MANIFEST["file"].removesuffix(".xz")
     wheel.write_bytes(lzma.decompress((FOLDER / MANIFEST["file"]).read_bytes()))

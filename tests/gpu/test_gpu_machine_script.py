@@ -43,7 +43,8 @@ def stand_in_flash_attn_wheel(folder: Path) -> Path:
     files = {
         "flash_attn/__init__.py": b'__version__ = "0.0.0"  # rehearsal stand-in\n',
         "flash_attn-0.0.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: flash_attn\nVersion: 0.0.0\n",
-        "flash_attn-0.0.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: faforge-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "flash_attn-0.0.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: faforge-test\n"
+                                            b"Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}" for name, data in files.items()]
     files["flash_attn-0.0.0.dist-info/RECORD"] = ("\n".join([*record, "flash_attn-0.0.0.dist-info/RECORD,,"]) + "\n").encode()

@@ -86,7 +86,8 @@ HEURISTIC_MAIN = """
 %s
 int main() {
     int bnm, sms, nblocks;
-    while (std::scanf("%%d %%d %%d", &bnm, &sms, &nblocks) == 3) std::printf("%%d\\n", num_splits_heuristic(bnm, sms, nblocks, 128));
+    while (std::scanf("%%d %%d %%d", &bnm, &sms, &nblocks) == 3)
+        std::printf("%%d\\n", num_splits_heuristic(bnm, sms, nblocks, 128));
 }
 """
 
@@ -121,14 +122,21 @@ template <typename K, bool Is_dropout, bool Is_causal, bool Is_local, bool Has_a
           bool Is_softcap, bool Return_softmax> void flash_fwd_kernel(Flash_fwd_params) {}
 template <typename K, bool Is_causal, bool Is_local, bool Has_alibi, bool Is_even_MN, bool Is_even_K, bool Is_softcap,
           bool Split, bool Append_KV> void flash_fwd_splitkv_kernel(Flash_fwd_params) {}
-template <typename K, int kBlockM, int Log_max_splits, bool Is_even_K> void flash_fwd_splitkv_combine_kernel(Flash_fwd_params) {}
+template <typename K, int kBlockM, int Log_max_splits, bool Is_even_K>
+void flash_fwd_splitkv_combine_kernel(Flash_fwd_params) {}
 template <typename K, bool Is_dropout, bool Is_causal, bool Is_local, bool Has_alibi, bool Is_even_MN, bool Is_even_K,
           bool Is_softcap> void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel(Flash_bwd_params) {}
-template void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>, false, true, false, false, true, true, false, false>(Flash_fwd_params);
-template void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, cutlass::bfloat16_t>, true, false, false, false, false, true, false, true>(Flash_fwd_params);
-template void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>, true, false, false, false, true, false, true, false>(Flash_fwd_params);
-template void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>, 8, 1, true>(Flash_fwd_params);
-template void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<256, 64, 64, 8, 4, 2, 2, false, true, cutlass::half_t>, false, true, false, false, false, true, false>(Flash_bwd_params);
+template void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>,
+                               false, true, false, false, true, true, false, false>(Flash_fwd_params);
+template void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, cutlass::bfloat16_t>,
+                               true, false, false, false, false, true, false, true>(Flash_fwd_params);
+template void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>,
+                                       true, false, false, false, true, false, true, false>(Flash_fwd_params);
+template void flash_fwd_splitkv_combine_kernel<
+    Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>, 8, 1, true>(Flash_fwd_params);
+template void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<
+    Flash_bwd_kernel_traits<256, 64, 64, 8, 4, 2, 2, false, true, cutlass::half_t>,
+    false, true, false, false, false, true, false>(Flash_bwd_params);
 }
 """
 

@@ -51,7 +51,7 @@ def matrix_torch_versions() -> list[str]:
 
 
 def torch_wheel(version: str) -> RemoteFile:
-    """The PyPI wheel `faforge bump` reads `version`'s headers from (cp311 x86_64: manylinux1 up to 2.6, manylinux_2_28 from 2.7)."""
+    """The PyPI wheel `faforge bump` reads `version`'s headers from (cp311 x86_64: manylinux1 to 2.6, then 2_28)."""
     return header_wheel(list(pypi_listing("torch").values()), version)
 
 

@@ -103,7 +103,8 @@ def test_a_kernel_key_in_two_worlds_is_refused(repo, tmp_path):
     shutil.copytree(repo / "variants", root / "variants")
     releases = root / "variants" / "releases.yaml"
     text = releases.read_text()
-    row = "- world: conda-forge\n  torch: 2.5.1\n  cuda: '12.4'\n  python: ['3.10', '3.11', '3.12']\n  platforms: [linux-64]\n  source: a test's made-up row\n"
+    row = ("- world: conda-forge\n  torch: 2.5.1\n  cuda: '12.4'\n  python: ['3.10', '3.11', '3.12']\n"
+           "  platforms: [linux-64]\n  source: a test's made-up row\n")
     releases.write_text(text.replace("releases:\n", "releases:\n" + row, 1))
     with pytest.raises(DataError) as caught:
         load_matrix(root)
@@ -173,7 +174,8 @@ def test_variants_readme_lists_every_kernel_key(matrix, repo):
     assert len(rows) == len(matrix.kernels)
     for package in matrix.kernels:
         key = package.key
-        row = f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | {len(package.cell_ids)} ("
+        row = (f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | "
+               f"{len(package.cell_ids)} (")
         assert any(line.startswith(row) for line in rows), row
 
 

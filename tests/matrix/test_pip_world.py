@@ -170,7 +170,8 @@ def _pip_row(**fields) -> str:
 
 
 HEAD = ("schema: 1\nworlds:\n  conda-forge:\n    channels: [conda-forge]\n    cxx11_abi: 1\n    platforms: [linux-64]\n"
-        "  pypi:\n    index: https://pypi.org/simple\n    channels: [conda-forge]\n    platforms: [linux-64, linux-aarch64]\nreleases:\n")
+        "  pypi:\n    index: https://pypi.org/simple\n    channels: [conda-forge]\n"
+        "    platforms: [linux-64, linux-aarch64]\nreleases:\n")
 
 
 @pytest.mark.parametrize(("row", "key", "words"), [

@@ -94,9 +94,9 @@ def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, ba
 
 
 def test_uv_sync_installs_our_wheels_and_a_later_add_keeps_torch(base, standin, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
-    """`uv lock` and `uv sync` of the README's project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the stand-in
-    holding a tiny torch 2.14.1 (UV_DEFAULT_INDEX, as a mirror is configured); then `uv add flash-attn-3` syncs again
-    and leaves torch's installed files as they were."""
+    """`uv lock` and `uv sync` of the README's project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the
+    stand-in holding a tiny torch 2.14.1 (UV_DEFAULT_INDEX, as a mirror is configured); then `uv add flash-attn-3` syncs
+    again and leaves torch's installed files as they were."""
     (tmp_path / "project").mkdir()
     project = project_of(tmp_path / "project", readme_project(f"{base}torch2.14-cu130/"))
     venv = tmp_path / "venv"

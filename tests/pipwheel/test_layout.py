@@ -63,9 +63,9 @@ def _torch_2_11_metadata() -> Path:
 
 @pytest.mark.slow  # reads PyPI's torch METADATA
 def test_the_cuda_runtime_requirement_of_real_torch_metadata():
-    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires nvidia-cuda-runtime==13.0.96.*);
-    torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the runtime distribution itself, by its CUDA
-    alone, and a torch's METADATA only cross-checks the major."""
+    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires
+    nvidia-cuda-runtime==13.0.96.*); torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the
+    runtime distribution itself, by its CUDA alone, and a torch's METADATA only cross-checks the major."""
     assert cuda_runtime_requirement("13.0") == "nvidia-cuda-runtime>=13.0,<14"
     assert cuda_runtime_requirement("13.0", requires_dist_of(_torch_2_11_metadata())) == "nvidia-cuda-runtime>=13.0,<14"
     try:

@@ -24,9 +24,11 @@ SOURCES = {
     # std::string of the C++11 ABI: GLIBCXX_3.4.21 (manylinux_2_24)
     "cxx": ('#include <string>\nextern "C" unsigned long cxx(const char* s) { return std::string(s).size(); }', []),
     # pthread_create lives in libc from glibc 2.34 on: GLIBC_2.34
-    "pthread": ('#include <pthread.h>\nextern "C" int th(void* (*f)(void*)) { pthread_t t; return pthread_create(&t, nullptr, f, nullptr); }', []),
+    "pthread": ('#include <pthread.h>\nextern "C" int th(void* (*f)(void*)) { pthread_t t; return pthread_create(&t, '
+                'nullptr, f, nullptr); }', []),
     # zlib's uncompress2, blacklisted from libz.so.1 by the policies up to manylinux_2_31 (auditwheel's blacklist)
-    "zlib": ('#include <zlib.h>\nextern "C" int z(Bytef* d, uLongf* n, const Bytef* s, uLong* m) { return uncompress2(d, n, s, m); }', ["-lz"]),
+    "zlib": ('#include <zlib.h>\nextern "C" int z(Bytef* d, uLongf* n, const Bytef* s, '
+             'uLong* m) { return uncompress2(d, n, s, m); }', ["-lz"]),
 }
 
 
@@ -87,7 +89,7 @@ def test_libraries_external_by_design_are_not_judged_and_unknown_ones_are_refuse
 
 @pytest.fixture(scope="module")
 def aarch64(tmp_path_factory) -> Path:
-    """A C++ library cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu), as a linux-aarch64 cell's binaries are."""
+    """A C++ library cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu), as a linux-aarch64 cell's are."""
     if not shutil.which("aarch64-linux-gnu-g++"):
         pytest.skip("aarch64-linux-gnu-g++ is not on PATH (apt-get install g++-aarch64-linux-gnu)")
     work = tmp_path_factory.mktemp("aarch64")

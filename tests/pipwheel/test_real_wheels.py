@@ -283,7 +283,16 @@ def test_the_same_inputs_give_the_same_wheel(wheels, cu130_kernel_package, torch
     (["fa3", "{fa3_raw}", "--cuda", "12.8", "--archs", "90a"], "it links libcudart.so.13, not the CUDA 12.8 runtime"),
     (["kernel", "{glue_conda}", "--torch-metadata", "{metadata}"], "a flash-attn package, not libflash-attn-kernels"),
 ])
-def test_inputs_that_contradict_the_cell_are_refused(wheels, raw_glue, fa3_raw, build_in_world, torch214, tmp_path, argv, says):  # noqa: F811 (an imported fixture, requested by name)
+def test_inputs_that_contradict_the_cell_are_refused(
+    wheels,
+    raw_glue,
+    fa3_raw,
+    build_in_world,  # noqa: F811 (an imported fixture, requested by name)
+    torch214,
+    tmp_path,
+    argv,
+    says,
+):
     places = {"{raw}": str(raw_glue[0]), "{kernel}": wheels["kernel"]["wheel"]["path"], "{fa3}": wheels["fa3"]["wheel"]["path"],
               "{fa3_raw}": str(fa3_raw), "{glue_conda}": str(build_in_world(CU130).packages[0]),
               "{metadata}": str(torch214.site_packages / "torch-2.14.1.dist-info" / "METADATA")}

@@ -65,7 +65,8 @@ class PipWorldCell:
 
 ABI1 = PipWorldCell("abi1", "pypi/linux-64/py311/torch2.14/cu130/abi1", "2.14.1", "3.11", "torch2.14-cu130", CU130)
 ABI0 = PipWorldCell("abi0", "pypi/linux-64/py312/torch2.5/cu124/abi0", "2.5.1", "3.12", "torch2.5-cu124", LEGACY)
-# The FA3 canary (sm90a, CUDA 13.0, torch>=2.9) is published into every cu130 index from torch 2.11 on; installed beside torch 2.14.1.
+# The FA3 canary (sm90a, CUDA 13.0, torch>=2.9) is published into every cu130 index from torch 2.11 on; installed
+# beside torch 2.14.1.
 FA3 = PipWorldCell("fa3", "linux-64/cu130/sm90a", "2.14.1", "3.11", "torch2.14-cu130", None)
 FA3_RANGE = (("2.11.0", "3.12"), ("2.14.1", "3.11"))  # the oldest and newest torch of its cu130 indexes, cached
 
@@ -174,7 +175,15 @@ def _build(cell: PipWorldCell, kernel: Path, sdist: Path, cuda: Path, glue_cxx_d
     return entry["wheel"]
 
 
-def _cell_wheels(cell: PipWorldCell, build_in_world, sdist: Path, cuda: Path, glue_cxx_dir, tmp_path_factory, clock: Clock) -> dict:  # noqa: F811 (an imported fixture, requested by name)
+def _cell_wheels(
+    cell: PipWorldCell,
+    build_in_world,  # noqa: F811 (an imported fixture, requested by name)
+    sdist: Path,  # noqa: F811 (an imported fixture, requested by name)
+    cuda: Path,
+    glue_cxx_dir,
+    tmp_path_factory,
+    clock: Clock,
+) -> dict:
     """The conda world's build of the cell's kernel key (its kernel package; shared with the conda tests' builds
     through the compiler cache), then `faforge build PIP_CELL` from it: the --json `wheel` object."""
     base_venv(cell.torch, cell.python)

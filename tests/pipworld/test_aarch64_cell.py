@@ -83,13 +83,16 @@ EXTENSION = f"{FLASH_ATTN.extension}.cpython-311-aarch64-linux-gnu.so"
 UV = Path(sys.executable).with_name("uv")
 AUDITWHEEL = Path(sys.executable).with_name("auditwheel")
 # What an install may change beside our wheels: einops (the glue's requirement) and, for uv, NVIDIA's cusparselt wheel,
-# whose installed WHEEL tag (manylinux2014_sbsa) uv matches against no aarch64 platform, so it reinstalls the same version.
+# whose installed WHEEL tag (manylinux2014_sbsa) uv matches against no aarch64 platform, so it reinstalls the same
+# version.
 ALSO_INSTALLED = {"einops"}
 REINSTALLED_BY_UV = {"nvidia-cusparselt-cu13"}
 IMPORT = f"""
 import json, torch, flash_attn, {FLASH_ATTN.extension}
-maps = sorted({{l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if len(l.split(None, 5)) == 6 and l.split(None, 5)[5].startswith('/')}})
-print(json.dumps({{"torch": torch.__version__, "flash_attn": flash_attn.__file__, "extension": {FLASH_ATTN.extension}.__file__, "maps": maps}}))
+maps = sorted({{l.split(None, 5)[5].strip() for l in open('/proc/self/maps')
+                if len(l.split(None, 5)) == 6 and l.split(None, 5)[5].startswith('/')}})
+print(json.dumps({{"torch": torch.__version__, "flash_attn": flash_attn.__file__,
+                  "extension": {FLASH_ATTN.extension}.__file__, "maps": maps}}))
 """
 
 
@@ -246,7 +249,7 @@ def uv_env() -> dict:
 
 
 def uv_install(arm: Arm, site: Path, base: str, *requirements: str, dry_run: bool) -> subprocess.CompletedProcess:
-    """`uv pip install --target SITE` for the emulated machine, our index the extra index (as doctor's uv line has it)."""
+    """`uv pip install --target SITE` for the emulated machine, our index the extra index (as in doctor's uv line)."""
     return subprocess.run([str(UV), "pip", "install", *(["--dry-run"] if dry_run else []), "--python", sys.executable, "--target", str(site),
                            "--python-platform", f"aarch64-manylinux_{glibc(arm).replace('.', '_')}", "--python-version", arm.build.cell.python,
                            "--extra-index-url", f"{base}{arm.build.cell.index_name}/", "--only-binary", ":all:", *requirements],

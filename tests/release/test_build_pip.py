@@ -80,8 +80,9 @@ def test_a_given_kernel_package_of_another_build_is_refused_before_any_work(buil
 
 @pytest.mark.slow
 def test_a_kernel_package_in_the_output_folder_is_found(build, toolkit, tmp_path):
-    """The kernel package `faforge build CELL --part kernels` left in OUTPUT_DIR/<platform>/ is the one a wheel job takes
-    (this stand-in holds no library, so the job stops there, having found it; the torch venv is the cached one)."""
+    """The kernel package `faforge build CELL --part kernels` left in OUTPUT_DIR/<platform>/ is the one a wheel job
+    takes (this stand-in holds no library, so the job stops there, having found it; the torch venv is the cached
+    one)."""
     out = tmp_path / "out"
     assemble(PackageSpec(build.kernel.name, build.kernel.version, build.kernel_build, "linux-64"), out)
     sdist = tmp_path / "flash_attn-2.8.3.post2.tar.gz"

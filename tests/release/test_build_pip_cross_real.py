@@ -52,8 +52,8 @@ def built(cross, sdist, tmp_path_factory, request):  # noqa: F811 (an imported f
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
         steps = json.loads(done.result.stdout)["builds"][0].get("wheel", {}).get("steps_s") if done.result.returncode == 0 else None
-        reporter.write_line(f"\nfaforge build {CELL}: exit {done.result.returncode}; seconds {({k: round(v) for k, v in done.seconds.items()})}, "
-                            f"its steps {steps}")
+        seconds = {k: round(v) for k, v in done.seconds.items()}
+        reporter.write_line(f"\nfaforge build {CELL}: exit {done.result.returncode}; seconds {seconds}, its steps {steps}")
     return done
 
 

@@ -48,7 +48,8 @@ def build_env(glue_cxx_dir) -> dict:
     except NoCudaToolkit as exc:
         pytest.skip(str(exc))
     cxx = [str(glue_cxx_dir)] if glue_cxx_dir else []
-    # FAFORGE_CACHE_DIR: the test cache's faforge folder, where verify's base venvs (torch 2.14.1 for py3.11) already are.
+    # FAFORGE_CACHE_DIR: the test cache's faforge folder, where verify's base venvs (torch 2.14.1 for py3.11) already
+    # are.
     return {"FAFORGE_CACHE_DIR": str(cache_dir("faforge")), "CUDA_HOME": str(toolkit), "PATH": ":".join([*cxx, os.environ["PATH"]])}
 
 
@@ -114,7 +115,11 @@ def _sections(path: Path) -> tuple[dict, dict, list, set]:
     return plain, {"dynsym": rows}, entries, strings
 
 
-def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_runpath(built, cu130_kernel_package, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
+def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_runpath(
+    built,
+    cu130_kernel_package,  # noqa: F811 (an imported fixture, requested by name)
+    tmp_path,
+):
 
     report, _, _ = built
     extract(cu130_kernel_package, tmp_path / "prefix")

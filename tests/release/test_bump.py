@@ -284,7 +284,7 @@ def wheel_server():
 
 
 def real_libc10(arch: str) -> bytes:
-    """torch 2.15.0's own torch/lib/libc10.so for `arch` (range-read from PyPI once, cached with test_torch_abi_wheels.py's)."""
+    """torch 2.15.0's torch/lib/libc10.so for `arch` (range-read from PyPI once, cached like test_torch_abi_wheels)."""
     libs = cache_dir("torch-libs")
     cached = libs / REAL_LIBC10[arch] / "torch" / "lib" / "libc10.so"
     if not cached.is_file():
@@ -334,7 +334,7 @@ def serve_pip_indexes(url: str) -> None:
 
 
 def without_pip_release(project: Path, torch: str) -> None:
-    """The checkout before `torch` reached PyPI: its pip rows gone (its kernel-abi row stays, so nothing is measured)."""
+    """The checkout before `torch` reached PyPI: its pip rows gone (its kernel-abi row stays: nothing is measured)."""
     path = project / "variants" / "releases.yaml"
     text = path.read_text()
     table = load_releases(path)
@@ -379,7 +379,8 @@ def test_bump_finds_a_new_pypi_release_reads_its_wheels_and_writes_its_rows(proj
     again = faforge(project, "bump", "--source", "pypi", "--channel-url", wheel_server + "/simple", "--json", env=env)
     assert again.returncode == 0 and json.loads(again.stdout)["new_releases"] == [], "nothing new once written"
 
-    # PyTorch's cu126 index (PEP 503 HTML): its 2.15.0+cu126 is a new row with its own index; its +cu132 is PyPI's release.
+    # PyTorch's cu126 index (PEP 503 HTML): its 2.15.0+cu126 is a new row with its own index; its +cu132 is PyPI's
+    # release.
     cu126 = faforge(project, "bump", "--source", "pytorch-cu126", "--channel-url", wheel_server + "/whl/cu126", "--write", "--json", env=env)
     assert cu126.returncode == 0, cu126.stderr
     data = json.loads(cu126.stdout)

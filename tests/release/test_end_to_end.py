@@ -6,8 +6,8 @@ and rendered run requirements and a real extension compiled here against that to
 against a real kernel library (nvcc, the cell's arch list), which the stand-in kernel package the
 cell pins holds; a second extension, built with the other C++ ABI, must fail its gates.
 
-Slow on first run: `faforge verify` installs PyPI torch 2.14.1 (~5 GB, from local disk here) into
-its cached base venv under the test cache (tests/support/cache.py) faforge/ (FAFORGE_CACHE_DIR), as it would on a CI runner.
+Slow on first run: `faforge verify` installs PyPI torch 2.14.1 (~5 GB, from local disk here) into its cached base venv
+under the test cache (tests/support/cache.py) faforge/ (FAFORGE_CACHE_DIR), as it would on a CI runner.
 """
 
 from __future__ import annotations

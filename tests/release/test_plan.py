@@ -240,7 +240,7 @@ def test_an_empty_channel_is_refused_not_ignored():
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
 def test_plan_output_gets_the_mode_the_umask_gives(tmp_path, umask, mode):
-    """A file written for the user is as readable as any other file the user creates (it was 0600 whatever the umask)."""
+    """A file written for the user is as readable as any file the user creates (it was 0600 whatever the umask)."""
     out = tmp_path / "plan.json"
     result = subprocess.run(["sh", "-c", f'umask {umask:03o}; exec "$0" -m faforge "$@"', sys.executable,
                              "plan", "--platform", "linux-64", "--output", str(out)], capture_output=True, text=True, timeout=300)

@@ -173,7 +173,8 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     print(git(root, "diff", "--stat"))
     print(f"=== rehearsal: torch {TORCH}: {len(report['new_releases'])} release rows, kernel-abi row {measured.verdict} "
           f"({measured.offset_intragraph}), {len(new_cells)} new cells; plan: {len(data['kernels'])} kernel jobs, "
-          f"{len(data['kernel_links'])} link jobs, {len(cell_jobs)} cell jobs, {len(data['in_channel'])} cells in the channel; "
+          f"{len(data['kernel_links'])} link jobs, {len(cell_jobs)} cell jobs, "
+          f"{len(data['in_channel'])} cells in the channel; "
           f"estimated runner time {hours:.1f} h ({data['estimated_runner_minutes']} min); wall: bump {bump_s:.1f} s, "
           f"generate {generate_s:.1f} s, plan {plan_s:.1f} s ===")
     print(human.stdout)

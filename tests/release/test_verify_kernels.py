@@ -124,7 +124,8 @@ def test_a_kernel_package_gpu_gate_needs_a_flash_attn_that_pins_it(tmp_path):
 
 TORCH_USING_LIBRARY = r"""
 namespace c10 { namespace cuda { void SetDevice(signed char, bool); } }
-namespace flash { struct Flash_fwd_params; template<typename T, int D, bool C> void run_mha_fwd_(Flash_fwd_params&, void*);
+namespace flash { struct Flash_fwd_params;
+template<typename T, int D, bool C> void run_mha_fwd_(Flash_fwd_params&, void*);
 template<> void run_mha_fwd_<float, 32, false>(Flash_fwd_params&, void*) { c10::cuda::SetDevice(0, false); } }
 """
 

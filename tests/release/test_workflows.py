@@ -231,7 +231,7 @@ def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
 
 
 def _expand(text: str, job: dict) -> str:
-    """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does (a key the job lacks is '')."""
+    """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does (a missing key is '')."""
     def value(key: str) -> str:
         got = job.get(key, "")
         return str(got).lower() if isinstance(got, bool) else str(got)

@@ -122,8 +122,8 @@ def sbsa_cuda_home(toolkit: Path, cu13: Path) -> Path:
     (sbsa / "include").mkdir(parents=True)
     for header in (cu13 / "include").iterdir():
         (sbsa / "include" / header.name).symlink_to(header)
-    # What the runtime wheel lacks (crt/, cccl/, ... conda-forge's cuda-crt-dev_linux-aarch64 and cuda-cccl_linux-aarch64)
-    # from the toolkit's own target: arch-independent headers, a declared stand-in.
+    # What the runtime wheel lacks (crt/, cccl/, ... conda-forge's cuda-crt-dev_linux-aarch64 and
+    # cuda-cccl_linux-aarch64) from the toolkit's own target: arch-independent headers, a declared stand-in.
     for header in (toolkit / "targets/x86_64-linux/include").iterdir():
         if not (sbsa / "include" / header.name).exists():
             (sbsa / "include" / header.name).symlink_to(header.resolve())
@@ -187,8 +187,9 @@ def cross_kernel_library(tools: CrossToolchain, src: Path, build_dir: Path, lib_
 
 
 def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension: Path, *, rpath: str | None) -> Path:
-    """flash_api.cpp cross-compiled into `extension` (flash_attn_2_cuda.cpython-311-aarch64-linux-gnu.so), C++ ABI 1, linked
-    against the aarch64 torch and the kernel library in kernel_lib_dir by its SONAME; `rpath` its search path, or none."""
+    """flash_api.cpp cross-compiled into `extension` (flash_attn_2_cuda.cpython-311-aarch64-linux-gnu.so), C++ ABI 1,
+    linked against the aarch64 torch and the kernel library in kernel_lib_dir by its SONAME; `rpath` its search path, or
+    none."""
     torch_dir = tools.torch_site / "torch"
     extension.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([CXX, "-shared", "-fPIC", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
@@ -205,7 +206,7 @@ def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension
 
 @dataclass(frozen=True)
 class CrossPipBuild:
-    """`faforge build PIP_CELL --json` of a linux-aarch64 pip cell, from the tiny sdist and its assembled kernel package."""
+    """`faforge build PIP_CELL --json` of a linux-aarch64 pip cell, from the tiny sdist and its kernel package."""
 
     result: subprocess.CompletedProcess
     kernel_package: Path  # the conda kernel package of the cell's key (cross-built library, assembled)
@@ -217,13 +218,15 @@ class CrossPipBuild:
         return json.loads(self.result.stdout)
 
 
-_PIP_BUILDS: dict = {}  # (sdist, cell id) -> CrossPipBuild: one build per test session, shared by the tests that read it
+# (sdist, cell id) -> CrossPipBuild: one build per test session, shared by the tests that read it
+_PIP_BUILDS: dict = {}
 
 
 def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) -> Path:
     """The kernel package of `build`'s kernel key (a faforge.matrix.pip_builds.PipBuild) for linux-aarch64: the library
     cross-built by the backend for its arch list and Philox layout, packed under the matrix's exact build string
-    (faforge.channel.local.assemble: the documented fallback, standing in for rattler-build's linux-aarch64 cross build)."""
+    (faforge.channel.local.assemble: the documented fallback, standing in for rattler-build's linux-aarch64 cross
+    build)."""
     cell = build.cell
     built = cross_kernel_library(tools, src, work / "build", work / "lib", archs=cell.cuda_archs, philox_offset_bits=cell.philox_offset_bits)
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
@@ -233,8 +236,9 @@ def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) ->
 
 
 def cross_pip_build(tools: CrossToolchain, sdist: Path, work: Path, build, env: dict) -> CrossPipBuild:
-    """`faforge build <the cell> --source SDIST --kernel-package K --torch-site <the aarch64 torch> --target-python <Debian's
-    arm64 python3.11> --cuda-home <the sbsa overlay> --json`, K made by cross_kernel_package; once per session."""
+    """`faforge build <the cell> --source SDIST --kernel-package K --torch-site <the aarch64 torch> --target-python
+    <Debian's arm64 python3.11> --cuda-home <the sbsa overlay> --json`, K made by cross_kernel_package; once per
+    session."""
     key = (str(sdist), build.cell.id)
     if key in _PIP_BUILDS:
         return _PIP_BUILDS[key]

@@ -110,7 +110,7 @@ def conda_with_payload(path: Path, index: dict, payload: bytes) -> Path:
 
 
 def tar_member(name: str, size: int, data: bytes | None = None) -> bytes:
-    """One tar member: its header declaring `size`, then `data` (zeros of `size` when None; shorter data cuts the tar)."""
+    """One tar member: a header declaring `size`, then `data` (zeros of `size` when None; shorter data cuts the tar)."""
     member = tarfile.TarInfo(name)
     member.size, member.mode = size, 0o644
     body = bytes(size) if data is None else data

@@ -1,8 +1,8 @@
-"""A static wheel index server on loopback, in its own process, that negotiates as PEP 691 asks: a folder
-URL (BASE/torch2.11-cu130/flash-attn/) answers its index.json as application/vnd.pypi.simple.v1+json when
-the client's Accept prefers that, and its index.html as text/html otherwise (a plain static server, such
-as `python -m http.server` or GitHub Pages, always answers the HTML). Every other path is the file itself. Each request is logged as one JSON line (method, path, Accept, the type answered), so a test
-can tell which format pip or uv read.
+"""A static wheel index server on loopback, in its own process, that negotiates as PEP 691 asks: a folder URL
+(BASE/torch2.11-cu130/flash-attn/) answers its index.json as application/vnd.pypi.simple.v1+json when the client's
+Accept prefers that, and its index.html as text/html otherwise (a plain static server, such as `python -m http.server`
+or GitHub Pages, always answers the HTML). Every other path is the file itself. Each request is logged as one JSON line
+(method, path, Accept, the type answered), so a test can tell which format pip or uv read.
 
 Run: python -m tests.support.pip_index_server PORT ROOT LOG
 """
