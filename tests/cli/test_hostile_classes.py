@@ -216,7 +216,7 @@ class Pool:
             argv, env, _ = argv_of(case, filled)
             before = snapshots(case, filled, cwd)
             self.futures[case["id"]] = self.executor.submit(timed_child, argv, env, cwd, case.get("timeout", POOL_TIMEOUT_S))
-            self.futures[case["id"]].context = (cwd, filled, before)  # type: ignore[attr-defined]
+            self.futures[case["id"]].context = (cwd, filled, before)  # type: ignore[attr-defined]  # the case's folder and snapshots ride on its Future
 
 
 def limit_memory() -> None:
