@@ -11,6 +11,7 @@ from faforge.buildcost.reuse import find_ccache
 from faforge.errors import FaforgeError
 from tests.support import tiers
 from tests.support.compile_cache import cxx_through_ccache
+from tests.support.shared_files import share_torch_venvs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,8 +88,6 @@ def glue_cxx_dir(tmp_path_factory) -> Path | None:
 
 def pytest_sessionfinish(session):
     """Disk: the test cache's two installs of one PyPI torch share their files (tests/support/shared_files.py)."""
-    from tests.support.shared_files import share_torch_venvs  # noqa: PLC0415
-
     shared = [(name, freed) for name, freed in share_torch_venvs() if freed]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if shared and reporter:

@@ -51,7 +51,7 @@ def test_the_option_wins_over_the_variable_and_both_are_validated(tmp_path, monk
 
 def test_nothing_found_is_a_reason_to_skip_not_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(NoEmulator, match="qemu-aarch64 .* is not on PATH.*\\$FAFORGE_QEMU \\(faforge verify: --qemu\\)"):
+    with pytest.raises(NoEmulator, match=r"qemu-aarch64 .* is not on PATH.*\$FAFORGE_QEMU \(faforge verify: --qemu\)"):
         find_emulator("aarch64", sysroot=str(_sysroot(tmp_path)), environ={})
     with pytest.raises(NoEmulator, match="no emulation known for riscv64"):
         find_emulator("riscv64", environ={})

@@ -1,4 +1,4 @@
-"""A family's names are spelled once, in faforge/family.py (issue 22 item 5): a second family (FA3)
+"""A family's names are spelled once, in faforge/family.py: a second family (FA3)
 then comes as a second `Family` row, not as a hunt for string tests on package names.
 
 Every string constant of a product module under scripts/faforge/ counts, docstrings excepted; an
@@ -7,6 +7,8 @@ f-string's literal parts count too, so a help text names a family through its `F
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from dataclasses import fields
 from pathlib import Path
 
@@ -77,11 +79,8 @@ def test_a_family_names_what_its_recipe_and_data_hold(family: Family):
 def test_no_plain_string_holds_a_family_field_placeholder():
     """A family name spelled through its field must be in an f-string: `"build {FLASH_ATTN.package}"` without
     the f (one half of an implicit concatenation with an f-string) printed the braces to users of doctor."""
-    import io  # noqa: PLC0415
-    import tokenize  # noqa: PLC0415
-
     found = []
-    for path in product_modules() + [DEFINITION]:
+    for path in [*product_modules(), DEFINITION]:
         for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             prefix = token.string[: len(token.string) - len(token.string.lstrip("rRbBuUfF"))].lower()
             if token.type == tokenize.STRING and "f" not in prefix and "{FLASH_ATTN" in token.string:

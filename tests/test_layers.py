@@ -1,4 +1,4 @@
-"""Layers import downward only (issue 22; STYLE.md, "Houses that stay easy to change").
+"""Layers import downward only (docs/contributing/style.md, "Layers import downward only").
 
 Every module under scripts/faforge is parsed with `ast` (nothing is imported, so this is fast) and
 mapped to its unit: the top-level package or one-file module it belongs to. Each faforge import it
@@ -131,7 +131,8 @@ def test_a_new_upward_or_sideways_import_is_reported(module, source, target):
 def test_downward_imports_and_script_entries_pass():
     modules = {
         "faforge.commands.build": "from faforge.release.build import build_cell\nfrom faforge import errors, paths\n",
-        "faforge.buildcost.bench": "from faforge.kernels import tus\nif __name__ == '__main__':\n    from faforge.cli import main\n",
+        "faforge.buildcost.bench": "from faforge.kernels import tus\nif __name__ == '__main__':\n"
+                                   "    from faforge.cli import main\n",
         "faforge.kernels": "from . import tus\nfrom faforge.abi.elf import read_elf\n",
         "faforge.paths": "from faforge.untrusted import load_json\nfrom faforge import __version__\n",
     }

@@ -1,4 +1,4 @@
-"""tests/support/shared_files.py links only what is byte for byte the same (the session hook runs it on the test cache)."""
+"""tests/support/shared_files.py links only what is byte for byte the same (the session hook runs it on the cache)."""
 
 from __future__ import annotations
 

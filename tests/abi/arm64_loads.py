@@ -47,7 +47,7 @@ def emulated(arm64: Arm64Python, script: str, args: Iterable[str], torch: str, t
 def two_at_a_time(load: Callable, pairings: list) -> dict:
     """{pairing: load(pairing)}, two emulated processes at a time (each is about a minute on a busy 2-core machine)."""
     with ThreadPoolExecutor(2) as pool:
-        return dict(zip(pairings, pool.map(load, pairings)))
+        return dict(zip(pairings, pool.map(load, pairings), strict=True))
 
 
 def gate(path: Path, site: Path, arm64: Arm64Python) -> Verdict:

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
 from tests.support.tiers import slow_work
 
 # name -> (parameter list, call arguments, mangled SetDevice as torch exported it)

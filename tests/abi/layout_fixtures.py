@@ -26,7 +26,9 @@ Library& Library::_impl(const char*, CppFunction&&, _RegisterOrVerify) & { retur
 }
 #ifdef AFTER
 namespace c10 { struct KernelFunction { ~KernelFunction(); }; KernelFunction::~KernelFunction() {} }
-namespace c10 { struct SymInt { long maybe_as_int_slow_path() const; }; long SymInt::maybe_as_int_slow_path() const { return 0; } }
+namespace c10 {
+struct SymInt { long maybe_as_int_slow_path() const; }; long SymInt::maybe_as_int_slow_path() const { return 0; }
+}
 #endif
 """
 
@@ -84,6 +86,6 @@ def build(cxx: str, folder: Path) -> dict[str, Path]:
 
 
 def layout_places(tmp: Path) -> dict[str, str]:
-    """The hostile harness's placeholders: {layout_torch_before}, {layout_torch_after}, {layout_old}, ... (none without g++)."""
+    """The hostile harness's {layout_torch_before}, {layout_torch_after}, {layout_old}, ... (none without g++)."""
     cxx = shutil.which("g++")
     return {f"layout_{name}": str(path) for name, path in build(cxx, tmp / "layout").items()} if cxx else {}

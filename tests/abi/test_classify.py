@@ -29,8 +29,10 @@ NAMES = {
         "at::_ops::add_Tensor::call(at::Tensor const&, at::Tensor const&, c10::Scalar const&)",
         "at::_ops::add_Tensor::call", "(at::Tensor const&, at::Tensor const&, c10::Scalar const&)", "2at4_ops10add_Tensor4call"),
     "_ZN3c1013intrusive_ptrINS_10TensorImplENS_6detail34intrusive_target_default_null_typeIS1_EEE6reset_Ev": (
-        "c10::intrusive_ptr<c10::TensorImpl, c10::detail::intrusive_target_default_null_type<c10::TensorImpl> >::reset_()",
-        "c10::intrusive_ptr<c10::TensorImpl, c10::detail::intrusive_target_default_null_type<c10::TensorImpl> >::reset_",
+        "c10::intrusive_ptr<c10::TensorImpl, "
+        "c10::detail::intrusive_target_default_null_type<c10::TensorImpl> >::reset_()",
+        "c10::intrusive_ptr<c10::TensorImpl, "
+        "c10::detail::intrusive_target_default_null_type<c10::TensorImpl> >::reset_",
         "()", "6reset_"),
 }
 
@@ -83,7 +85,8 @@ def test_cxx11_abi_counts_equal_abi_of_name_over_libstdcxx():
 
 def test_abi_neutral_equates_both_spellings():
     old = "c10::Error::Error(c10::SourceLocation, std::string)"
-    new = "c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >)"
+    new = ("c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, "
+           "std::allocator<char> >)")
     assert classify.abi_neutral(old) == classify.abi_neutral(new)
     assert classify.abi_neutral("c10::Error::msg[abi:cxx11]() const") == "c10::Error::msg() const"
 

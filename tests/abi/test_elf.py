@@ -79,7 +79,7 @@ def test_dynamic_section_matches_readelf(linked):
 
 
 def test_versions_needed_and_defined(linked):
-    info, symbols = read_elf(linked)
+    _, symbols = read_elf(linked)
     files = {need.file: need.versions for need in symbols.needs}
     assert any(v.startswith("GLIBC_") for v in files["libc.so.6"])
     libc = read_dynamic_symbols(system_library("libc.so.6"))

@@ -1,4 +1,4 @@
-"""An aarch64 extension checked on this x86_64 machine against an aarch64 torch (issue 23).
+"""An aarch64 extension checked on this x86_64 machine against an aarch64 torch (the aarch64 cells).
 
 Found on the real flash-attn 2.8.3.post2 glue cross-compiled against PyPI's aarch64 torch 2.11.0: the
 system library path check-abi searches is the host's, whose libstdc++ is x86_64 and skipped, so the
@@ -62,7 +62,7 @@ def test_with_the_cross_sysroot_named_the_extension_passes(foreign):
 def test_without_a_sysroot_std_symbols_are_not_blamed_on_torch(foreign):
     """The host's libstdc++ is x86_64 and skipped, so the target's is not found: its symbols are
     unverified, not drift against torch's same-name export, and the verdict cannot be told (exit 3)
-    until the target's sysroot is named (issue 32)."""
+    until the target's sysroot is named ("cannot tell", never OK)."""
     code, report = check_abi(*foreign)
     assert [p for p in report["problems"] if (p["symbol"] or "").startswith("_ZNSt")] == []
     assert (code, report["verdict"]) == (3, "cannot-tell") and report["modules"][0]["unresolved_unverified"] >= 1

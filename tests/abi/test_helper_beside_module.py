@@ -1,4 +1,4 @@
-"""Issue 32, item 1: a package's own helper library beside its extension, judged as the package loads it.
+"""A package's own helper library beside its extension, judged as the package loads it.
 
 torchaudio's `_torchaudio.so` and torchtext's `_torchtext.so` NEED `libtorchaudio.so` / `libtorchtext.so`,
 which they find through no RUNPATH: the package's Python code loads the helper first from its own folder
@@ -121,7 +121,8 @@ def test_the_verdict_is_the_real_loaders_in_the_order_the_package_loads(pairing,
 
     verdict = gate(module, sites[pairing[1]], arm64)
     (checked,) = verdict.modules
-    print(f"{family.name} vs torch {pairing[1]}: loader {'loads' if real.ok else 'fails: ' + (real.helper[1] or real.module[1])[-90:]}; "
+    print(f"{family.name} vs torch {pairing[1]}: "
+          f"loader {'loads' if real.ok else 'fails: ' + (real.helper[1] or real.module[1])[-90:]}; "
           f"gate {verdict.verdict} ({len(checked.problems)} problems)")
     assert verdict.ok == real.ok, (real, [(p.kind, p.demangled, p.imported_by) for p in checked.problems])
     taken = [lib for lib in checked.libraries if lib.beside_module]

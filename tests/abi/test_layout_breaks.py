@@ -114,7 +114,7 @@ def real_loads(arm64, torch_libs, modules) -> dict[tuple[str, str], RealLoad]:
         return RealLoad("LOADED" in result.stdout.splitlines(), crashed, (result.stdout + result.stderr).strip()[-300:])
 
     with ThreadPoolExecutor(2) as pool:
-        return dict(zip(PAIRINGS, pool.map(load, PAIRINGS)))
+        return dict(zip(PAIRINGS, pool.map(load, PAIRINGS), strict=True))
 
 
 def gate(module: Path, torch_lib: Path, arm64):
@@ -136,7 +136,7 @@ def test_the_verdict_is_the_real_loaders(pairing, real_loads, torch_libs, module
           f"{'loads' if real.loaded else 'aborts' if real.crashed else 'refuses'}; faforge before {before}, "
           f"after {verdict.verdict} {kinds}")
     assert checked.undecided == ()
-    # Never a plain OK where the loader fails, never FAILED where it loads; CANNOT TELL only where the side does not show.
+    # Never a plain OK where the loader fails, never FAILED where it loads; CANNOT TELL only where the side is hidden.
     assert verdict.verdict != OK or real.loaded, (real, kinds)
     assert verdict.verdict != PROBLEMS or not real.loaded, (real, [(p.kind, p.detail[:200]) for p in checked.problems])
     assert (verdict.verdict == CANNOT_TELL) == (name in UNTOLD and not checked.problems), checked.untold

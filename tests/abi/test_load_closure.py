@@ -1,4 +1,4 @@
-"""Issue 21: the gate checks every library of the load closure, as ld.so relocates every object a
+"""The gate checks every library of the load closure, as ld.so relocates every object a
 load brings in, not only the module. A helper beside the extension (found through its RUNPATH
 $ORIGIN) or a split build's libflash_attn_kernels.so (--library-dir) that imports a torch symbol
 the torch lacks fails the load, so it fails the gate, naming that library and the symbol.
@@ -19,9 +19,13 @@ import pytest
 
 from faforge.abi import classify
 from faforge.abi.check import check_path
+from faforge.wheelfetch import RemoteZip
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import run_faforge, validate
-from tests.abi.test_loader_model import C10, CUDART, pip_layout
+from tests.abi.test_loader_model import C10, pip_layout
+from tests.abi.test_real_binaries import CACHE, SYSTEM_DIRS, _dynamic, _nm, _write, layout_dirs, torch_site
+from tests.support.pinned_wheels import listed
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 LOAD_AFTER_TORCH = """
 import ctypes, os, sys
@@ -37,7 +41,8 @@ HELPER = """
 namespace c10 { int present(); DECL }
 extern "C" int helper() { return c10::present() CALL; }
 """
-EXT = 'extern "C" int helper();\nextern "C" void* PyInit_ext() { return nullptr; }\nextern "C" int use() { return helper(); }\n'
+EXT = ('extern "C" int helper();\nextern "C" void* PyInit_ext() { return nullptr; }\n'
+       'extern "C" int use() { return helper(); }\n')
 
 
 def real_load(ext: Path, first: list[Path], *, library_path: Path | None = None, python: str = sys.executable) -> tuple[bool, str]:
@@ -110,8 +115,8 @@ def test_split_glue_kernel_library_in_a_kernel_package_is_checked(gxx, site, tmp
 
 @pytest.mark.parametrize("missing", [True, False])
 def test_a_helper_in_the_package_without_runpath_is_checked_as_loaded_first(gxx, site, tmp_path, missing):
-    """Issue 32: no RUNPATH finds pkg/lib/libhelper.so, so the bare loader cannot load the module; a package
-    that ships it so loads it itself first (as torchaudio does), and the gate judges that load."""
+    """A package's own helper library: no RUNPATH finds pkg/lib/libhelper.so, so the bare loader cannot load the
+    module; a package that ships it so loads it itself first (as torchaudio does), and the gate judges that load."""
     site_dir, torch_lib = site
     ext, helper = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=missing, runpath="")
     first = [torch_lib / "libc10.so", torch_lib / "libc10_cuda.so"]
@@ -125,7 +130,7 @@ def test_a_helper_in_the_package_without_runpath_is_checked_as_loaded_first(gxx,
 
 def test_a_helper_found_nowhere_cannot_be_told(gxx, site, tmp_path):
     """Not beside the module either: the loader fails on the missing file, and what the helper imports is
-    unknown, so the verdict is "cannot tell" (check-abi exit 3), never OK (issue 32)."""
+    unknown, so the verdict is "cannot tell" (check-abi exit 3), never OK."""
     site_dir, torch_lib = site
     ext, _ = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=True, runpath="", helper_dir=tmp_path / "elsewhere")
     verdict = check_path(ext, [site_dir])
@@ -138,10 +143,12 @@ def test_a_helper_found_nowhere_cannot_be_told(gxx, site, tmp_path):
 # -- a folder reached through a directory symlink: $ORIGIN/.. is resolved physically ----------------
 DEP = 'extern "C" int dep() { return 1; }\n'
 NEEDS_DEP = {  # a library that needs libdep.so and libc10.so
-    "helper": 'extern "C" int dep();\nnamespace c10 { int present(); }\nextern "C" int helper() { return dep() + c10::present(); }\n',
+    "helper": 'extern "C" int dep();\nnamespace c10 { int present(); }\n'
+              'extern "C" int helper() { return dep() + c10::present(); }\n',
     "torch": 'extern "C" int dep();\nnamespace c10 { int present(); int cuda_dep() { return dep() + present(); } }\n',
 }
-USES_C10 = 'namespace c10 { int present(); }\nextern "C" void* PyInit_ext() { return nullptr; }\nextern "C" int use() { return c10::present(); }\n'
+USES_C10 = ('namespace c10 { int present(); }\nextern "C" void* PyInit_ext() { return nullptr; }\n'
+            'extern "C" int use() { return c10::present(); }\n')
 
 
 def place(folder: Path, store: Path, layout: str) -> None:
@@ -210,9 +217,6 @@ LOAD_AFTER_IMPORT_TORCH = "import ctypes, os, sys, torch\ntry:\n    ctypes.CDLL(
 
 
 def ipex_site() -> Path:
-    from faforge.wheelfetch import RemoteZip  # noqa: PLC0415
-    from tests.abi.test_real_binaries import CACHE, _write  # noqa: PLC0415
-    from tests.support.pinned_wheels import listed  # noqa: PLC0415
     site = CACHE / "ipex-2.8.0" / "site-packages"
     done = site / ".complete"
     if not done.exists():
@@ -227,7 +231,6 @@ def closure_truth(binary: Path, site: Path) -> set[tuple[str, str]]:
     """binutils' answer, independent of faforge: (object, symbol) for every undefined non-weak
     non-Py symbol of the binary and of each library beside it (found through RUNPATH, not torch's)
     that no library of the load defines."""
-    from tests.abi.test_real_binaries import SYSTEM_DIRS, _dynamic, _nm, layout_dirs  # noqa: PLC0415
     own, found, queue, seen = [binary], [], [(binary, n) for n in _dynamic(binary)[0]], set()
     while queue:
         needer, name = queue.pop(0)
@@ -251,8 +254,6 @@ def closure_truth(binary: Path, site: Path) -> set[tuple[str, str]]:
 def test_real_extension_with_helpers_against_real_torches(capsys):
     """IPEX 2.8.0 against torch 2.8.0 (built for: passes), the local 2.13.0 CPU and 2.14.1 CUDA
     (fail, naming the helpers): gate == binutils, and for the local venvs gate == real import."""
-    from tests.abi.test_real_binaries import torch_site  # noqa: PLC0415
-    from tests.support.torch_envs import TorchEnvUnavailable, torch_env  # noqa: PLC0415
     module = ipex_site() / IPEX_MODULE
     sites = {"2.8.0": (torch_site("2.8.0"), None)}
     for version in ("2.13.0", "2.14.1"):
@@ -305,7 +306,6 @@ def test_real_torch_in_symlinked_layouts(gxx, tmp_path, layout, capsys):
     """The real torch 2.14.1: torch/lib of file links loads ($ORIGIN is the folder the library was
     opened in); torch/lib as a link to a folder in a store does not (the kernel resolves
     $ORIGIN/../../nvidia physically, inside the store). The gate decides as the loader does."""
-    from tests.support.torch_envs import TorchEnvUnavailable, torch_env  # noqa: PLC0415
     try:
         real = torch_env("2.14.1").site_packages
     except TorchEnvUnavailable as exc:

@@ -1,4 +1,4 @@
-"""Issue 12 on g++-built stand-ins: no missing torch symbol hides behind an unfound library, the
+"""The loader model on g++-built stand-ins: no missing torch symbol hides behind an unfound library, the
 extension is resolved as `import` loads it (after torch, in a pip layout with nvidia/*/lib), only
 torch's own libraries are torch, torch's C++ ABI comes from its own API, and the text names what
 it found. Each case is also loaded by the real dynamic linker, torch's libraries first.
@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from faforge.abi import classify
+from faforge.abi import classify, resolve
 from faforge.abi.check import check_path, torch_facts
 from faforge.abi.elf import read_dynamic_symbols
-from faforge.abi import resolve
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import run_faforge, validate
 
@@ -55,7 +54,8 @@ def pip_layout(gxx, site: Path, *, with_cudart: bool = True) -> Path:
     torch_lib, cudart_lib = site / "torch" / "lib", site / "nvidia" / "cuda_runtime" / "lib"
     fx.compile_shared(gxx, CUDART, cudart_lib / "libcudart.so.12", defines={}, flags=["-Wl,-soname,libcudart.so.12"])
     fx.compile_shared(gxx, C10, torch_lib / "libc10.so", defines={}, flags=["-Wl,-soname,libc10.so"])
-    fx.compile_shared(gxx, 'extern "C" int cudaGetLastError(); namespace c10 { namespace cuda { int sync() { return cudaGetLastError(); } } }\n',
+    fx.compile_shared(gxx, 'extern "C" int cudaGetLastError(); namespace c10 { namespace cuda { int sync() { return '
+                           'cudaGetLastError(); } } }\n',
                       torch_lib / "libc10_cuda.so", defines={},
                       flags=["-Wl,-soname,libc10_cuda.so", f"-L{cudart_lib}", "-l:libcudart.so.12",
                              "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../../nvidia/cuda_runtime/lib"])
@@ -93,7 +93,7 @@ def test_cuda_runtime_found_in_pip_nvidia_folder(gxx, layout, tmp_path):
 
 def test_missing_torch_symbol_is_not_hidden_by_an_unfound_library(gxx, layout, tmp_path):
     """c10::absent() is missing from the libc10.so that was found; an unfound libhelper.so must not
-    turn that into 'unverified' (the false OK of issue 12)."""
+    turn that into 'unverified' (the false OK the loader model ended)."""
     site, torch_lib, cudart = layout
     fx.compile_shared(gxx, "int helper() { return 1; }\n", tmp_path / "elsewhere" / "libhelper.so", defines={})
     ext = fx.compile_shared(gxx, EXT_USES + "int helper(); int more() { return helper(); }\n", tmp_path / "ext.so",
@@ -126,7 +126,7 @@ def test_missing_cuda_runtime_is_a_finding_and_symbols_are_still_checked(gxx, tm
 
 def test_torch_adjacent_libraries_are_not_torch(gxx, layout, tmp_path):
     """libtorchvision.so / libtorchaudio.so ship beside an extension; unfound, they are unverified, not a
-    missing torch library, and the verdict cannot be told (issue 32)."""
+    missing torch library, and the verdict cannot be told."""
     site, torch_lib, cudart = layout
     fx.compile_shared(gxx, "int tv() { return 1; }\n", tmp_path / "vision" / "libtorchvision.so", defines={})
     ext = fx.compile_shared(gxx, EXT_USES + "int tv(); int more() { return tv(); }\n", tmp_path / "ext.so",

@@ -1,4 +1,4 @@
-"""The real-binary acceptance set (issue 12): prebuilt PyPI binaries that link libtorch, checked by
+"""The real-binary acceptance set: prebuilt PyPI binaries that link libtorch, checked by
 `faforge check-abi` against the torch they were built for and against older and newer torch, in pip
 layouts (site-packages/torch/lib + site-packages/nvidia/*/lib). Every verdict must agree with
 ground truth read with binutils, independently of faforge: the binary's DT_NEEDED libraries found in
@@ -251,10 +251,10 @@ def test_verdicts_agree_with_ground_truth_on_real_binaries(capsys):
         rows.append((name, f"{binary.built_for} -> {torch}", verdict, truth_words, "yes" if agree else "NO", real))
         if not agree:
             disagreements.append((name, torch, truth.missing_symbols[:5], report["problems"][:3]))
-    widths = [max(len(r[i]) for r in rows + [("binary", "built for -> torch", "verdict", "ground truth", "agree", "")])
+    widths = [max(len(r[i]) for r in [*rows, ("binary", "built for -> torch", "verdict", "ground truth", "agree", "")])
               for i in range(6)]
-    table = [" | ".join(h.ljust(w) for h, w in zip(("binary", "built for -> torch", "verdict", "ground truth", "agree", "real import"), widths))]
-    table += [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    table = [" | ".join(h.ljust(w) for h, w in zip(("binary", "built for -> torch", "verdict", "ground truth", "agree", "real import"), widths, strict=True))]
+    table += [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     counts = f"{sum(r[4] == 'yes' for r in rows)}/{len(rows)} agree; {sum(r[3] != 'loads' for r in rows)} do not load"
     with capsys.disabled():
         print("\n" + "\n".join(table) + "\n" + counts)

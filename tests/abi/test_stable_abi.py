@@ -1,4 +1,4 @@
-"""The stable-ABI gate (issue 25): `faforge check-abi --stable-abi` on real binaries, against the real
+"""The stable-ABI gate (FlashAttention-3's): `faforge check-abi --stable-abi` on real binaries, against the real
 libraries of every torch release of the matrix from 2.9 on, cross-checked with an independent tool.
 
 Binaries:
@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from faforge.datafile import load_yaml
 from faforge.versions import vtuple
+from tests.abi.test_real_binaries import BINARIES, binary_wheel
 from tests.support.cache import cache_dir
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 from tests.support.torch_release_libs import release_torch_lib
@@ -120,8 +123,6 @@ def test_a_binary_using_the_cxx_api_is_refused_even_where_it_loads(cxx_standin, 
 
 
 def test_torchvisions_own_binaries(local_torch):
-    from tests.abi.test_real_binaries import BINARIES, binary_wheel  # noqa: PLC0415
-
     stable = BINARIES["torchvision 0.29.1 _C_stable"]
     code, report = check(binary_wheel(stable) / stable.member, local_torch.prefix)
     assert code == 0 and report["stable_imports"] and not report["unstable_imports"], report["unstable_imports"]
@@ -133,8 +134,6 @@ def test_torchvisions_own_binaries(local_torch):
 @pytest.mark.skipif(shutil.which("torch-abi-audit", path=str(Path(sys.executable).parent)) is None,
                     reason="torch-abi-audit (the test extra) is not installed in this environment")
 def test_the_independent_audit_agrees(stable_standin, cxx_standin, local_torch):
-    from tests.abi.test_real_binaries import BINARIES, binary_wheel  # noqa: PLC0415
-
     binaries = [stable_standin, cxx_standin,
                 *(binary_wheel(BINARIES[n]) / BINARIES[n].member for n in ("torchvision 0.29.1 _C_stable", "torchvision 0.24.0 _C"))]
     audit = str(Path(sys.executable).parent / "torch-abi-audit")
@@ -153,11 +152,8 @@ def test_the_independent_audit_agrees(stable_standin, cxx_standin, local_torch):
 
 def test_a_real_flash_attn_2_glue_built_against_torch_2_11s_cxx_api_is_refused(tmp_path):
     """The committed FA2 GPU canary (tests/gpu/canary/): flash_attn_2_cuda built for real against PyPI's torch
-    2.11.0+cu130 through its C++ API, with its kernel library beside it. Both refusals issue 25 names at once:
+    2.11.0+cu130 through its C++ API, with its kernel library beside it. Both refusals of the stable-ABI gate at once:
     an FA2 glue, and a binary of torch 2.11's C++ API: 71 imports of c10::/at:: functions, none of the stable C shim."""
-    import lzma  # noqa: PLC0415
-    import zipfile  # noqa: PLC0415
-
     canary = ROOT / "tests/gpu/canary"
     manifest = json.loads((canary / "manifest.json").read_text())
     wheel = tmp_path / manifest["file"].removesuffix(".xz")
@@ -168,6 +164,7 @@ def test_a_real_flash_attn_2_glue_built_against_torch_2_11s_cxx_api_is_refused(t
     own = next(v for v in matrix_releases() if v.startswith("2.11."))
     code, report = check(glue, release_torch_lib(own))
     unstable = {u["demangled"] or u["symbol"] for u in report["unstable_imports"]}
-    print(f"{glue.name}: {len(unstable)} unstable torch imports, e.g. {sorted(unstable)[:3]}; loads on torch {own}: {report['releases'][0]['ok']}")
+    print(f"{glue.name}: {len(unstable)} unstable torch imports, e.g. {sorted(unstable)[:3]}; "
+          f"loads on torch {own}: {report['releases'][0]['ok']}")
     assert code == 1 and not report["ok"] and len(unstable) > 20
     assert any(name.startswith("c10::") for name in unstable) and any(name.startswith("at::") for name in unstable), sorted(unstable)[:10]

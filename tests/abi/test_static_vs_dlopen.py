@@ -5,19 +5,24 @@ stand-in, and the same pair is dlopen'ed with RTLD_NOW in a fresh process.
 
 The exception, where the static verdict is *meant* to differ from this host's dlopen: glibc-too-new
 under --glibc (the binary loads on this host's glibc 2.36 but not on the target). A non-torch dependency
-found nowhere is no exception since issue 32: the loader fails, and the verdict is "cannot tell", not OK.
+found nowhere is no exception: the loader fails, and the verdict is "cannot tell", not OK.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
+import subprocess
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from faforge.abi import classify
 from faforge.abi.check import check_path
+from faforge.abi.elf import read_dynamic_symbols
 from tests.abi import elf_fixtures as fx
 from tests.abi.conftest import dlopen, run_faforge, validate
 
@@ -64,8 +69,6 @@ def test_abi_mismatch_says_which_abi_each_side_uses(extensions, stand_ins):
 
 
 def test_stand_ins_export_the_real_mangled_names(stand_ins):
-    from faforge.abi.elf import read_dynamic_symbols
-
     for (sig, _), folder in stand_ins.items():
         assert fx.SIGNATURES[sig][2] in read_dynamic_symbols(folder / "libc10_cuda.so").exports()
 
@@ -158,8 +161,6 @@ def test_platform_mismatch(extensions, stand_ins):
 
 
 def test_cli_json_and_exit_codes(extensions, stand_ins):
-    import json
-
     good = run_faforge("check-abi", extensions[("int8_bool", 1)], "--against", stand_ins[("int8_bool", 1)], "--json")
     assert good.returncode == 0, good.stderr
     report = validate(json.loads(good.stdout))
@@ -180,9 +181,6 @@ def test_cli_text_explains_in_plain_words(extensions, stand_ins):
 
 
 def test_wheel_and_conda_tarball_inputs(extensions, stand_ins, tmp_path):
-    import tarfile
-    import zipfile
-
     ext, lib = extensions[("int8_bool", 1)], stand_ins[("int8_bool", 1)]
     wheel = tmp_path / "fixture-1.0-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
@@ -209,10 +207,6 @@ def test_folder_input_finds_extension_modules(extensions, stand_ins, tmp_path):
 
 def test_dot_conda_input(extensions, stand_ins, tmp_path):
     """A .conda is a zip of zstd tarballs; py-rattler unpacks it (the package is built here with Debian's zstd)."""
-    import subprocess
-    import tarfile
-    import zipfile
-
     zstd = shutil.which("zstd")
     if zstd is None:
         pytest.skip("the zstd program is missing; it is only used to build the .conda fixture")

@@ -1,4 +1,4 @@
-"""torch.cxx11_abi against real PyPI torch wheels (issue 12, item 3).
+"""torch.cxx11_abi against real PyPI torch wheels.
 
 PyPI's x86_64 torch wheels up to 2.6 are pre-C++11 ABI and from 2.7 C++11 ABI; the manylinux_2_28
 aarch64 wheels are C++11 ABI. Every x86_64 cp311 release from 2.1 on that PyPI lists is checked,

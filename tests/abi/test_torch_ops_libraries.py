@@ -27,7 +27,7 @@ DLPACK = "libtorch_c_dlpack_addon_torch{}-{}.so"
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory, gxx, stand_ins) -> dict[str, Path]:
-    """signature -> an ops library (no PyInit_) built against that SetDevice; 'int8' is torch 2.3-2.7's, 'int8_bool' 2.8+'s."""
+    """signature -> an ops library (no PyInit_) built on that SetDevice: 'int8' is torch 2.3-2.7's, 'int8_bool' 2.8+."""
     root = tmp_path_factory.mktemp("ops")
     source = fx.EXTENSION_SOURCE.replace('extern "C" void* PyInit_fixture_ext() { return nullptr; }', "")
     built = {}
@@ -39,7 +39,7 @@ def ops(tmp_path_factory, gxx, stand_ins) -> dict[str, Path]:
 
 
 def torch_at(tmp_path: Path, stand_ins, sig: str, version: str | None, cuda: str | None = None) -> Path:
-    """A torch/lib folder with the stand-in of `sig` and a version.py saying `version` and `cuda` (None: no version.py)."""
+    """A torch/lib folder: the stand-in of `sig`, and a version.py saying `version` and `cuda` (None: no version.py)."""
     lib = tmp_path / f"torch-{version}-{cuda}" / "torch" / "lib"
     shutil.copytree(stand_ins[(sig, 1)], lib)
     if version is not None:
@@ -78,7 +78,7 @@ def test_the_set_member_for_the_torch_is_the_only_one_checked(dlpack, tmp_path, 
         (library_set,) = verdict.sets
         assert (library_set.package, library_set.verdict, verdict.verdict) == ("torch-c-dlpack-ext", OK, OK)
         assert library_set.files == "pkg/libtorch_c_dlpack_addon_torch{27,28}-{cpu,cuda}.so"
-        assert f"the other 3 are never loaded" in library_set.detail
+        assert "the other 3 are never loaded" in library_set.detail
 
 
 def test_a_cuda_torch_checks_both_devices_its_loader_may_pick(tmp_path, ops, stand_ins):
@@ -166,13 +166,15 @@ def test_the_committed_rules_load():
 
 
 def test_a_wheels_vendored_libraries_are_unpacked_with_its_modules(tmp_path, gxx, stand_ins):
-    """auditwheel puts what a library needs in pkg.libs/ under a versioned name (torchvision.libs/libpng16.6f3a47c5.so.16),
-    found through RUNPATH $ORIGIN/../pkg.libs. Before, only names ending in .so were unpacked, so the check of a
-    wheel said "cannot tell" (libhelper found nowhere) where the same files in a folder were OK."""
+    """auditwheel puts what a library needs in pkg.libs/ under a versioned name
+    (torchvision.libs/libpng16.6f3a47c5.so.16), found through RUNPATH $ORIGIN/../pkg.libs. Before, only names ending in
+    .so were unpacked, so the check of a wheel said "cannot tell" (libhelper found nowhere) where the same files in a
+    folder were OK."""
     helper = fx.compile_shared(gxx, 'extern "C" int helper() { return 1; }\n', tmp_path / "libhelper-1a2b3c4d.so.1", defines={},
                                flags=["-Wl,-soname,libhelper-1a2b3c4d.so.1"])
     lib = torch_at(tmp_path, stand_ins, "int8_bool", "2.8.0")
-    source = 'extern "C" int helper(); namespace c10 { int version(); }\nextern "C" int use() { return helper() + c10::version(); }\n'
+    source = ('extern "C" int helper(); namespace c10 { int version(); }\n'
+              'extern "C" int use() { return helper() + c10::version(); }\n')
     ops = fx.compile_shared(gxx, source, tmp_path / "image.so", defines={},
                             flags=[f"-L{lib}", "-lc10", str(helper), "-Wl,-rpath,$ORIGIN/../pkg.libs"])
     wheel = tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl"

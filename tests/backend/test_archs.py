@@ -6,6 +6,7 @@ import pytest
 
 from faforge.backend import archs as build
 from faforge.backend.errors import BuildError
+from faforge.matrix import load_matrix
 
 
 def test_arch_list_parsing_and_gencode():
@@ -34,8 +35,6 @@ def test_unsupported_archs_are_refused_with_the_reason(archs, nvcc, message):
 
 
 def test_every_matrix_arch_list_fits_its_cuda(repo):
-    from faforge.matrix import load_matrix
-
     for cell in load_matrix(repo).cells:
         nvcc = tuple(int(x) for x in cell.cuda.split("."))
         build.check_archs_supported(build.parse_arch_list(cell.cuda_archs), nvcc)

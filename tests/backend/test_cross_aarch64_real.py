@@ -1,4 +1,4 @@
-"""linux-aarch64 for real on this x86_64 machine, outside a conda world (issue 23's stated fallback).
+"""linux-aarch64 for real on this x86_64 machine, outside a conda world (the documented fallback).
 
 The conda-layout aarch64 prefix (rattler-build --target-platform linux-aarch64 through the world) was
 not reached in this session's time box; this is the fallback, each step on real artifacts:

@@ -35,7 +35,7 @@ def test_the_wheel_carries_the_library_beside_the_module():
 def test_the_module_finds_torchs_libraries_by_itself_in_either_layout():
     """The legacy pytorch channel keeps libc10.so, libtorch*.so in site-packages/torch/lib, not in the
     environment's lib/: the first real legacy build's recipe test failed at `import flash_attn_2_cuda`
-    (libc10.so: cannot open shared object file) unless torch was imported first (issue 23). The module,
+    (libc10.so: cannot open shared object file) unless torch was imported first (the aarch64 cross build). The module,
     in site-packages, names torch's folder; conda-forge's torch/lib links into lib/, so both layouts
     resolve, and the kernel library stays found through the packager's RUNPATH or the carried copy."""
     assert glue.glue_runpath(carry_library=False) == ["-Wl,-rpath,$ORIGIN/torch/lib"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from faforge import fa3_backend
 from faforge.backend import jobs as build
 
 
@@ -27,8 +28,6 @@ def test_available_memory_is_read_from_this_machine():
 def test_fa3_budgets_its_own_worst_tu():
     """FA3's full-build sm80 TUs peak at 9.05 GB (variants/build-measurements.yaml, fa3_samples), above FA2's
     7.36 GB worst case: on a 64 GB, 16-core runner FA2's budget would start 8 jobs, 72 GB at FA3's peak."""
-    from faforge import fa3_backend  # noqa: PLC0415
-
     assert fa3_backend.WORST_CASE_GB_PER_JOB >= 9.05
     fa3 = build.derive_max_jobs(mem_gb=64, cpus=16, n_archs=2, nvcc_threads=1, worst_gb=fa3_backend.WORST_CASE_GB_PER_JOB)
     assert fa3 * 9.05 + build.RESERVED_GB <= 64 and fa3 < build.derive_max_jobs(mem_gb=64, cpus=16, n_archs=2, nvcc_threads=1)

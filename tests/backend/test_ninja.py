@@ -37,7 +37,8 @@ def test_ninja_file_compiles_each_tu_and_links_them_with_the_shims_error_handler
     lines = text.splitlines()
     assert "nvcc = /bin/ccache /cuda/bin/nvcc" in lines and "cflags = -O3" in lines and "  command = /cuda/bin/nvcc $in -o $out $ldflags" in lines
     builds = [line for line in lines if line.startswith("build obj/")]
-    assert builds[0] == "build obj/flash_fwd_hdim32_fp16_sm80.cu.o: compile /w/flash$ attn/csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu"
+    assert builds[0] == ("build obj/flash_fwd_hdim32_fp16_sm80.cu.o: compile /w/flash$ "
+                         "attn/csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu")
     assert builds[-1] == "build obj/kernel_errors.cpp.o: compile /w/shim/kernel_errors.cpp"
     assert lines[-2:] == ["build libflash_attn_kernels.so: link " + " ".join(b.split(":")[0][len("build "):] for b in builds),
                           "default libflash_attn_kernels.so"]
@@ -48,7 +49,8 @@ def test_per_file_flags_extend_one_tus_compile():
     """FA3's TUs differ in -gencode and feature defines: one binding under that TU's build line."""
     text = ninja.kernel_ninja(["nvcc"], SRC, KERNELS, SHIM, ["-O3"], [], file_flags={KERNELS[0]: ["-gencode", "arch=compute_90a,code=sm_90a"]})
     lines = text.splitlines()
-    at = lines.index("build obj/flash_bwd_hdim128_fp16_sm80.cu.o: compile /w/flash$ attn/csrc/flash_attn/src/flash_bwd_hdim128_fp16_sm80.cu")
+    at = lines.index("build obj/flash_bwd_hdim128_fp16_sm80.cu.o: compile /w/flash$ "
+                     "attn/csrc/flash_attn/src/flash_bwd_hdim128_fp16_sm80.cu")
     assert lines[at + 1] == "  cflags = $cflags -gencode arch=compute_90a,code=sm_90a"
     assert sum(line.startswith("  cflags") for line in lines) == 1
 

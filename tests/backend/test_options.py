@@ -1,4 +1,4 @@
-"""The build script's environment variables as hostile input (issue 21): the real script, run as the
+"""The build script's environment variables as hostile input (the untrusted-input rules): the real script, run as the
 recipe runs it, refuses each bad value with exit 2 naming the variable, never a traceback, before any
 work; an empty value is unset. test_hostile_classes.py counts these variables as covered."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sysconfig
 from pathlib import Path
 
 from faforge.backend import postlink
@@ -22,8 +23,6 @@ def test_no_libpython_means_nothing_to_drop(tmp_path):
 
 
 def test_dynamic_symbols_of_a_real_library():
-    import sysconfig  # noqa: PLC0415
-
     libpython = Path(sysconfig.get_config_var("LIBDIR")) / (sysconfig.get_config_var("LDLIBRARY") or "")
     if libpython.is_file() and libpython.suffix != ".a":
         assert "Py_Initialize" in postlink.dynamic_symbol_names(libpython)

@@ -54,7 +54,7 @@ def test_a_toolkit_of_another_layout_names_its_folders(tmp_path):
 
 
 def test_a_cross_toolkit_is_its_target_triplet(tmp_path):
-    """A cross build's target tree is home/targets/<triplet>, as in a native one; its emulator is data for later steps."""
+    """A cross build's target tree is home/targets/<triplet>, as in a native build; its emulator is data for later."""
     lib = _lib(tmp_path / "cuda/targets/sbsa-linux/lib")
     (tmp_path / "cuda/targets/sbsa-linux/include").mkdir()
     cross = script.CudaToolkit(home=str(tmp_path / "cuda"), triplet="sbsa-linux", emulator=("qemu-aarch64", "-L", "/sysroot"))
@@ -63,7 +63,7 @@ def test_a_cross_toolkit_is_its_target_triplet(tmp_path):
 
 
 def test_a_cross_build_links_the_targets_cudart_not_the_build_machines(tmp_path):
-    """The first real FA3 aarch64 cross build (issue 25) failed to link: the CUDA home's lib64/ (the x86_64
+    """The first real FA3 aarch64 cross build failed to link: the CUDA home's lib64/ (the x86_64
     toolkit's, as in tests/support/aarch64_cross.py's overlay and a CUDA install with a cross target tree)
     came before targets/sbsa-linux/lib, so -lcudart found only an incompatible library."""
     home = tmp_path / "cuda"
@@ -95,7 +95,7 @@ def test_a_cross_build_targets_conda_target_platform_not_the_build_machine(monke
     assert cross.triplet == "sbsa-linux"
     assert cross.cudart_dirs(env) == [lib]
     # -target-dir: nvcc 13.0 given an aarch64 -ccbin picks targets/aarch64-linux (Jetson), not sbsa-linux,
-    # and fails with "cuda_runtime.h: No such file" where only the sbsa tree exists (the real cross build, issue 23).
+    # and fails with "cuda_runtime.h: No such file" where only the sbsa tree exists (the real aarch64 cross build).
     assert cross.host_flags == ("-ccbin", "aarch64-conda-linux-gnu-c++", "-target-dir", "sbsa-linux")
     native = script.target_toolkit({"target_platform": "linux-64", "CXX": "g++"}, "x86_64")
     assert (native.triplet, native.host_flags) == ("x86_64-linux", ())
@@ -105,7 +105,7 @@ def test_a_cross_build_targets_conda_target_platform_not_the_build_machine(monke
 def test_a_cross_build_without_a_cross_compiler_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(BuildError, match="linux-aarch64.*CXX"):
+    with pytest.raises(BuildError, match=r"linux-aarch64.*CXX"):
         script.target_toolkit({"target_platform": "linux-aarch64"}, "x86_64")
     with pytest.raises(BuildError, match="target_platform 'osx-arm64'"):
         script.target_toolkit({"target_platform": "osx-arm64"}, "x86_64")
@@ -130,7 +130,8 @@ def _fake_nvcc(tmp_path, release, tools_dir, other_dir):
 
 
 def test_the_tools_nvcc_runs_are_named_with_their_release(tmp_path):
-    """The log of a build says which cicc, ptxas, fatbinary, nvlink and cudafe++ nvcc ran (issue 23)."""
+    """The log of a build says which cicc, ptxas, fatbinary, nvlink and cudafe++ nvcc ran (Debian's CUDA 12.4
+    once ran CUDA 13.0's)."""
     own = tmp_path / "home/bin"
     for name in ("ptxas", "fatbinary", "nvlink"):
         _tool(own, name, "release 12.4, V12.4.131")
@@ -146,7 +147,7 @@ def test_the_tools_nvcc_runs_are_named_with_their_release(tmp_path):
 
 def test_a_tool_of_another_cuda_on_path_is_refused(tmp_path):
     """Debian's nvcc 12.4 with a profile that misses its tools ran CUDA 13.0's ptxas, fatbinary, nvlink
-    and cudafe++ from /usr/local/bin without a word (issue 23): the build must stop and say so."""
+    and cudafe++ from /usr/local/bin without a word (Debian's CUDA 12.4): the build must stop and say so."""
     own, other = tmp_path / "home/bin", tmp_path / "usr-local-bin"
     _tool(tmp_path / "home/nvvm/bin", "cicc", "x")
     _tool(own, "ptxas", "release 12.4, V12.4.131")

@@ -30,12 +30,12 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from faforge.abi.check import check_path  # noqa: E402
-from tests.support.torch_envs import torch_env  # noqa: E402
+from faforge.abi.check import check_path  # noqa: E402 (after sys.path: the bench runs as a script)
+from faforge.abi.elf import read_dynamic_symbols  # noqa: E402 (as above)
+from tests.support.torch_envs import torch_env  # noqa: E402 (as above)
 
-
-ABI_ONLY = ("import sys; sys.path.insert(0, %r); from faforge.abi.check import check_path; "
-            "sys.exit(0 if check_path(sys.argv[1], [sys.argv[2]]).ok else 1)" % str(REPO / "scripts"))
+ABI_ONLY = (f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from faforge.abi.check import check_path; "
+            "sys.exit(0 if check_path(sys.argv[1], [sys.argv[2]]).ok else 1)")
 
 
 def timed(command: list[str] | str, shell: bool = False) -> tuple[float, float]:
@@ -56,8 +56,10 @@ def median_of(runs: int, command, shell: bool = False) -> tuple[float, float]:
 
 def baseline_command(extension: Path, libraries: list[str]) -> str:
     libs = " ".join(f"'{lib}'" for lib in libraries)
-    return (f"nm -D --undefined-only --without-symbol-versions '{extension}' | awk '{{print $2}}' | sort -u > /tmp/faforge-bench-und && "
-            f"nm -D --defined-only --without-symbol-versions {libs} 2>/dev/null | awk 'NF==3{{print $3}}' | sort -u > /tmp/faforge-bench-def && "
+    return (f"nm -D --undefined-only --without-symbol-versions '{extension}' | awk '{{print $2}}' | "
+            "sort -u > /tmp/faforge-bench-und && "
+            f"nm -D --defined-only --without-symbol-versions {libs} 2>/dev/null | awk 'NF==3{{print $3}}' | "
+            "sort -u > /tmp/faforge-bench-def && "
             "comm -23 /tmp/faforge-bench-und /tmp/faforge-bench-def | wc -l")
 
 
@@ -82,8 +84,6 @@ def main() -> int:
         library_only = median_of(args.runs, [sys.executable, "-c", ABI_ONLY, str(ext), str(env.site_packages)])
         libraries = [lib.path for lib in module.libraries if lib.path]
         base = median_of(args.runs, baseline_command(ext, libraries), shell=True)
-        from faforge.abi.elf import read_dynamic_symbols  # noqa: PLC0415
-
         imports = len(read_dynamic_symbols(ext).undefined())
         cells = " | ".join(f"{wall:>7.2f}/{cpu:.2f}" for wall, cpu in (cli, library_only, in_process, base))
         print(f"{ext.name:<20} {ext.stat().st_size / 1e6:>4.0f} {imports:>7} | {cells}   ok={verdict.ok}")

@@ -20,7 +20,7 @@ from tests.recipe.test_build_script_real import _run, _tiny_sdist, build_python 
 pytestmark = pytest.mark.slow
 
 
-def ccache_env(build_python, ccache_dir: Path) -> dict:  # noqa: F811
+def ccache_env(build_python, ccache_dir: Path) -> dict:  # noqa: F811 (an imported fixture, requested by name)
     try:
         ccache = reuse.find_ccache()
     except FaforgeError as exc:
@@ -38,7 +38,7 @@ def kernel_compiles(log: str) -> list[str]:
     return re.findall(r"^\[\d+/\d+\] nvcc \S*/(\S+\.cu)$", log, re.MULTILINE)
 
 
-def test_second_build_in_another_work_dir_hits_the_cache(build_python, tmp_path):  # noqa: F811
+def test_second_build_in_another_work_dir_hits_the_cache(build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     python, _ = build_python
     env = ccache_env(build_python, tmp_path / "ccache")
     logs = []
@@ -56,10 +56,10 @@ def test_second_build_in_another_work_dir_hits_the_cache(build_python, tmp_path)
         assert kernel_compiles(log) == ["flash_fwd_tiny_sm80.cu"], "a kernel TU was compiled more than once in one build"
 
 
-def test_pieces_in_separate_jobs_fill_the_cache_for_the_final_build(build_python, tmp_path):  # noqa: F811
+def test_pieces_in_separate_jobs_fill_the_cache_for_the_final_build(build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     python, _ = build_python
     kernels = ("flash_fwd_tiny_a_sm80.cu", "flash_bwd_tiny_b_sm80.cu")
-    for job, kernel in zip(("piece-a", "piece-b"), kernels):
+    for job, kernel in zip(("piece-a", "piece-b"), kernels, strict=True):
         env = ccache_env(build_python, tmp_path / job / "ccache")
         src = _tiny_sdist(tmp_path / job, kernels)
         result = _run((python, env), src, "1", tmp_path / job, "--only-tus", kernel)
@@ -84,7 +84,7 @@ def test_pieces_in_separate_jobs_fill_the_cache_for_the_final_build(build_python
     assert list((tmp_path / "final").glob("dist-abi1/flash_attn-0.0.1-*.whl"))
 
 
-def test_a_piece_naming_a_tu_the_sdist_lacks_is_refused(build_python, tmp_path):  # noqa: F811
+def test_a_piece_naming_a_tu_the_sdist_lacks_is_refused(build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     src = _tiny_sdist(tmp_path)
     result = _run(build_python, src, "1", tmp_path, "--only-tus", "flash_fwd_hdim999_fp16_sm80.cu")
     assert result.returncode == 2

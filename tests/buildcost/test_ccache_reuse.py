@@ -76,5 +76,5 @@ def test_second_python_variant_hits_the_cache_the_first_filled(variants, tmp_pat
 def test_without_the_include_view_the_second_variant_misses(variants, tmp_path, monkeypatch):
     # Spell every include dir by its real path, as torch's ninja file does without the view.
     monkeypatch.setattr(compiler_cache, "through_view", lambda dirs, mapping: [str(Path(d).resolve()) for d in dirs])
-    first, second = compile_both(variants, tmp_path)
+    _, second = compile_both(variants, tmp_path)
     assert (second.hits, second.misses) == (0, 1)

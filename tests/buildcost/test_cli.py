@@ -9,6 +9,8 @@ from pathlib import Path
 
 import jsonschema
 
+from faforge.matrix import load_matrix
+
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "bench-build.json"
 
 
@@ -17,8 +19,6 @@ def run(*args):
 
 
 def test_report_json_matches_schema_and_covers_every_matrix_arch_list():
-    from faforge.matrix import load_matrix
-
     result = run("--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

@@ -1,4 +1,4 @@
-"""`faforge bench-build`'s pip world section (issue 33): the runner and CPU hours each torch release adds, from the
+"""`faforge bench-build`'s pip world section: the runner and CPU hours each torch release adds, from the
 committed measurements and variants/build-cost.yaml. Numbers recomputed here from the data, never timed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 
 from faforge.buildcost import samples
-from faforge.buildcost.extrapolate import class_costs, cell_cost
+from faforge.buildcost.extrapolate import cell_cost, class_costs
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import pip_builds

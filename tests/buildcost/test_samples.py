@@ -27,15 +27,18 @@ def test_append_round_trips(tmp_path):
 
 
 BASE = "schema: 1\nsamples: []\nreuse: []\n"
-FA3_BUILD = "{build: b, platform: linux-64, archs: 90a, disabled: 'HDIM64,SM8x', nvcc: '13.0', torch: 2.14.1, cpu_s: null, wall_s: null, peak_rss_gb: null, source: s}"
+FA3_BUILD = ("{build: b, platform: linux-64, archs: 90a, disabled: 'HDIM64,SM8x', nvcc: '13.0', torch: "
+             "2.14.1, cpu_s: null, wall_s: null, peak_rss_gb: null, source: s}")
 FA3_SAMPLE = "{tu: flash_fwd_hdim128_bf16_sm90.cu, build: b, cpu_s: 1, wall_s: 1, peak_rss_gb: null, source: s}"
 
 
 @pytest.mark.parametrize("text, key", [
     ("schema: 2\nsamples: []\nreuse: []\n", "schema"),
     ("schema: 1\nsamples: [{tu: x}]\nreuse: []\n", "samples[0]"),
-    ("schema: 1\nsamples:\n- {tu: flash_api.cpp, arch: '80', nvcc: '13.0', torch: 2.14.1, cxx_std: c++20, cpu_s: 1, wall_s: 1, peak_rss_gb: 1, source: s}\nreuse: []\n", "samples[0].tu"),
-    ("schema: 1\nsamples:\n- {tu: flash_fwd_hdim32_fp16_sm80.cu, arch: '80', nvcc: '13.0', torch: 2.14.1, cxx_std: c++20, cpu_s: -1, wall_s: 1, peak_rss_gb: 1, source: s}\nreuse: []\n", "samples[0].cpu_s"),
+    ("schema: 1\nsamples:\n- {tu: flash_api.cpp, arch: '80', nvcc: '13.0', torch: 2.14.1, cxx_std: "
+     "c++20, cpu_s: 1, wall_s: 1, peak_rss_gb: 1, source: s}\nreuse: []\n", "samples[0].tu"),
+    ("schema: 1\nsamples:\n- {tu: flash_fwd_hdim32_fp16_sm80.cu, arch: '80', nvcc: '13.0', torch: "
+     "2.14.1, cxx_std: c++20, cpu_s: -1, wall_s: 1, peak_rss_gb: 1, source: s}\nreuse: []\n", "samples[0].cpu_s"),
     (f"{BASE}fa3_builds: [{FA3_BUILD.replace('linux-64', 'osx-64')}]\n", "fa3_builds[0].platform"),
     (f"{BASE}fa3_builds: [{FA3_BUILD.replace('90a', '86')}]\n", "fa3_builds[0].archs"),
     (f"{BASE}fa3_builds: [{FA3_BUILD.replace('HDIM64', 'HDIM65')}]\n", "fa3_builds[0].disabled"),

@@ -1,4 +1,4 @@
-"""The kernel split's benchmark (issue 15, section 6) from the real matrix and the committed measurements:
+"""The kernel split's benchmark from the real matrix and the committed measurements:
 kernels compiled at most once per (platform, CUDA, archs, Philox layout), and no kernel compile for a new
 torch minor whose CUDA and layout are already built. Timings and sizes are printed by `faforge
 bench-build`, not asserted."""

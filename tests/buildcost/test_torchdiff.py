@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from faforge.buildcost import torchdiff
-from faforge.buildcost.torchdiff import count_diff, object_diff, sass_lines, source_diff, split_preprocessed, torch_headers
+from faforge.buildcost.torchdiff import (
+    count_diff,
+    object_diff,
+    sass_lines,
+    source_diff,
+    split_preprocessed,
+    torch_headers,
+)
 from faforge.errors import FaforgeError
 
 A = '''# 1 "flash.cu"
@@ -53,7 +60,8 @@ def test_count_diff_on_equal_and_disjoint_inputs():
 
 def test_sass_of_an_object_and_of_a_bare_cubin_compare_equal():
     body = "\tcode for sm_80\n\t\tFunction : _Z1kPf\n        /*0000*/    MOV R1, c[0x0][0x28] ;\n"
-    in_object = "\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\ncompile_size = 64bit\n\n" + body
+    in_object = ("\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\n"
+                 "compile_size = 64bit\n\n") + body
     in_cubin = "\n" + body
     assert sass_lines(in_object, "k.o") == sass_lines(in_cubin, "k.cubin") == body.strip("\n").splitlines()
 
@@ -69,7 +77,7 @@ def compile_kernel(tmp_path: Path, name: str, scale: str) -> Path:
 @pytest.mark.slow  # nvcc compiles
 def test_object_diff_reads_the_sass_of_real_nvcc_objects(tmp_path):
     """cuobjdump -sass runs nvdisasm, which neither the toolkit here nor cuobjdump's wheel ships: torchdiff
-    finds it as it finds cuobjdump (the evidence run for issue 15 stopped with a CalledProcessError)."""
+    finds it as it finds cuobjdump (the split build's evidence run stopped with a CalledProcessError)."""
     a, same, other = compile_kernel(tmp_path, "a", "2.0f"), compile_kernel(tmp_path, "same", "2.0f"), compile_kernel(tmp_path, "b", "3.0f")
     equal = object_diff(a, same)
     assert equal.kernels == 1 and equal.sass_lines_a > 5 and (equal.sass_removed, equal.sass_added) == (0, 0) and equal.cubins_equal

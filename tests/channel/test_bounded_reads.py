@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index
-from faforge.release.manifest import results_for
 from faforge.errors import FaforgeError
+from faforge.release.manifest import results_for
 from tests.release.test_publish import passed
+from tests.release.test_verify_kernels import KERNEL_FILE, kernel_package, split_flash_attn
 
 QUICK_S = 30  # far more than any refusal needs; a read of /dev/zero or a blocked FIFO never ends
 
@@ -141,8 +142,6 @@ def test_bench_build_refuses_a_hostile_data_file(tmp_path, kind):
 def test_a_kernel_record_without_sha256_is_exit_2_naming_channel_and_record(tmp_path):
     """A local channel folder's index is a local file: bad input (2), as README's caps section says; from a
     server the same record is exit 4."""
-    from tests.release.test_verify_kernels import KERNEL_FILE, kernel_package, split_flash_attn  # noqa: PLC0415
-
     fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
     channel = tmp_path / "channel"
     kernel_package(channel, subdir="linux-aarch64")

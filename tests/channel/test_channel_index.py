@@ -41,7 +41,8 @@ def interrupted_before_faforge(returncode: int, stderr: str) -> bool:
 
 
 # SIGINT in importlib's module-lock callback before faforge/__main__.py installed faforge.interrupts: CPython
-# swallows it (unraisable) and the publish runs on. After that point faforge re-delivers it (tests/cli/test_interrupts.py).
+# swallows it (unraisable) and the publish runs on. After that point faforge re-delivers it
+# (tests/cli/test_interrupts.py).
 SWALLOWED_IN_STARTUP = re.compile(r'Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n'
                                   r'Traceback \(most recent call last\):\n  File "<frozen importlib\._bootstrap>", line \d+, in cb\n'
                                   r'KeyboardInterrupt:? ?\n')
@@ -210,8 +211,10 @@ if read_only == "ro":
 snap = lambda: {str(p.relative_to(mount)): hashlib.sha256(p.read_bytes()).hexdigest()
                 for p in sorted(Path(mount).rglob("*")) if p.is_file() and p.name != ".faforge.lock"}
 before = snap()
-result = subprocess.run([sys.executable, "-m", "faforge", "publish", *publish, option, mount], capture_output=True, text=True)
-print(json.dumps({"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr, "before": before, "after": snap()}))
+result = subprocess.run([sys.executable, "-m", "faforge", "publish", *publish, option, mount],
+                        capture_output=True, text=True)
+print(json.dumps({"rc": result.returncode, "stdout": result.stdout, "stderr": result.stderr,
+                  "before": before, "after": snap()}))
 """
 
 
@@ -237,7 +240,7 @@ def test_read_only_channel_gives_one_line_and_changes_nothing(tmp_path, packages
     assert publish(paths[:1], manifest, channel).returncode == 0
     seen = publish_in_mount(tmp_path, channel, "4m", True, paths[1:2], manifest)
     assert seen["rc"] == 2 and "read-only file system" in seen["stderr"] and "Traceback" not in seen["stderr"], seen
-    # refused before anything is copied, in one line (issue 14)
+    # refused before anything is copied, in one line (the CLI contract)
     assert seen["stderr"].startswith("faforge publish: error: --to ") and seen["stderr"].count("\n") == 1
     assert seen["after"] == seen["before"]
 
@@ -295,7 +298,8 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
         assert_holds_all(channel, paths)
         shutil.rmtree(channel)
         done += 1
-    print(f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s, exit codes {codes} ({startup} hit CPython's startup)")
+    print(f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s, "
+          f"exit codes {codes} ({startup} hit CPython's startup)")
     assert codes.get(130), f"no SIGINT ever interrupted faforge itself (seed {seed}): {codes}"
     assert done >= min(rounds, 50), f"only {done} interrupts fit in {budget}s (seed {seed}); raise FAFORGE_FAULT_SECONDS"
 

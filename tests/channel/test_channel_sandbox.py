@@ -1,4 +1,4 @@
-"""The channel is a sandbox (issue 21, safety item 2): a package's own subdir, links in the channel
+"""The channel is a sandbox (the untrusted-input rules): a package's own subdir, links in the channel
 and hostile archives never make faforge write outside the channel folder. Each case runs the real
 CLI (in-process) on real .conda files (py-rattler-build, then rewritten by tests/support/hostile_package)
 and a real index, and compares a snapshot of the channel's whole parent folder, link targets included,

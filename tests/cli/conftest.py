@@ -34,6 +34,6 @@ def pytest_runtest_logreport(report) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    """The harness's own time, which issue 21 caps at 6 minutes of the suite."""
+    """The harness's own time, which the hostile classes cap at 6 minutes of the suite."""
     if _HARNESS_SECONDS:
         terminalreporter.write_line(f"hostile-input harness: {len(_HARNESS_SECONDS) // 3} tests, {sum(_HARNESS_SECONDS):.1f} s")

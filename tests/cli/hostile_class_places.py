@@ -1,4 +1,4 @@
-"""The placeholders of hostile_classes.yaml (issue 21): hostile .conda archives, hostile channels and
+"""The placeholders of hostile_classes.yaml (the hostile classes): hostile .conda archives, hostile channels and
 repodata, hostile interpreters for doctor, and a package whose gates all passed (so publish goes as far as
 it can). Made once per session, under the `places` fixture's folder.
 
@@ -24,8 +24,8 @@ from faforge.channel.local import PackageSpec, assemble
 from faforge.packagefile import sha256_of
 from faforge.release.manifest import record
 from faforge.release.package import read_package
-from tests.cli.hostile_wheel_indexes import make_wheel_index
 from tests.abi.layout_fixtures import layout_places
+from tests.cli.hostile_wheel_indexes import make_wheel_index
 
 NAME, VERSION, BUILD = "flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
 KERNEL_BUILD = "cu130_sm80_90_philox64_h1234567_0"
@@ -132,7 +132,7 @@ def passed_manifest(tmp: Path, packages: list[Path]) -> Path:
     for package in packages:
         try:
             facts = read_package(package)
-        except Exception:  # noqa: BLE001 (a hostile package faforge cannot read needs no manifest)
+        except Exception:  # a hostile package faforge cannot read needs no manifest
             continue
         for gate in ("abi", "import", "gpu"):
             record(manifest, facts, gate, "passed", "hostile-input harness: recorded as passed so publish goes on")

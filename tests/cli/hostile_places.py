@@ -53,7 +53,7 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
     (tmp / "random.bin").write_bytes(rng.randbytes(4096))
     (tmp / "random.conda").write_bytes(rng.randbytes(4096))
     (tmp / "random.so").write_bytes(b"\x7fELF" + rng.randbytes(4092))
-    (tmp / "wheels-in").mkdir()  # random bytes under a wheel's file name (publish's wheel branch, issue 33)
+    (tmp / "wheels-in").mkdir()  # random bytes under a wheel's file name (publish's wheel branch, the pip world)
     (tmp / "wheels-in" / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl").write_bytes(rng.randbytes(4096))
     (tmp / "loop").symlink_to(tmp / "loop")
     os.mkfifo(tmp / "fifo")
@@ -86,7 +86,7 @@ def make_places(tmp: Path, rng: random.Random, url: str) -> dict[str, str]:
         shutil.copytree(REPO / "recipes", project / "recipes")
         (project / "variants" / "releases.yaml").write_bytes(content)
     sets = torch_library_sets(tmp, rng)
-    # {huge} is 131 KB: just under the kernel's limit on one argv string (MAX_ARG_STRLEN, 128 KiB), so a child gets it too
+    # {huge} is 131 KB: just under the kernel's limit on one argv string (MAX_ARG_STRLEN, 128 KiB); a child gets it too
     return {
         "tmp": str(tmp), "file": str(tmp / "file.txt"), "dir": str(tmp / "dir"), "empty": str(tmp / "empty"),
         "random": str(tmp / "random.bin"), "random_conda": str(tmp / "random.conda"), "random_so": str(tmp / "random.so"), "random_whl": str(tmp / "wheels-in" / "flash_attn-2.8.3-cp312-cp312-linux_x86_64.whl"),
@@ -107,7 +107,9 @@ SETS_FILES = {  # variants/torch-library-sets.yaml made hostile, under a FAFORGE
     "sets-random": None, "sets-list": b"- 1\n- 2\n", "sets-wrong-types": b"schema: 1\nsets: 5\n",
     "sets-bad-regex": b"schema: 1\nsets:\n- {package: p, loader: l, file: 'x(', no_member: import-error}\n",
     "sets-no-groups": b"schema: 1\nsets:\n- {package: p, loader: l, file: 'libx.so', no_member: import-error}\n",
-    "sets-bad-devices": b"schema: 1\nsets:\n- {package: p, loader: l, file: '(?P<major>\\d)(?P<minor>\\d)(?P<device>a)', no_member: import-error, devices: {cpu: 5}}\n",
+    "sets-bad-devices": b"schema: 1\nsets:\n- {package: p, loader: l, file: "
+                        b"'(?P<major>\\d)(?P<minor>\\d)(?P<device>a)', no_member: import-error, devices: "
+                        b"{cpu: 5}}\n",
 }
 
 

@@ -1,4 +1,4 @@
-"""The CLI contract under the hostile classes of issue 21: environment variables, closed/full/broken
+"""The CLI contract under the hostile classes: environment variables, closed/full/broken
 streams, hostile archives, hostile channels and repodata, hostile servers on loopback, hostile
 interpreters for doctor. The table is hostile_classes.yaml (the format of hostile_cases.yaml, plus the
 keys below); the stream cases are made here, one per command with --json (and doctor without) per way
@@ -46,20 +46,21 @@ from tests.backend.test_options import HOSTILE as BUILD_SCRIPT_HOSTILE
 from tests.cli.hostile_class_places import make_channel
 from tests.cli.test_hostile_inputs import (
     CASES as OPTION_CASES,
+)
+from tests.cli.test_hostile_inputs import (
     HANG_TIMEOUT_S,
     assert_contract,
     fill,
     has_json_option,
     load_cases,
-    run_child,
     run_in_process,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("hostile_classes.yaml")
 KNOWN_BREAKS_FILE = Path(__file__).with_name("known_breaks.txt")
-# Cases that break the contract on the code issue 21 was filed against; the lead empties this after the fixes merge.
-KNOWN_BREAKS_BEFORE_ISSUE_21 = {line.strip() for line in KNOWN_BREAKS_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")}
+# Cases that still break the contract (known_breaks.txt says which); each fix takes its case off the list.
+KNOWN_BREAKS = {line.strip() for line in KNOWN_BREAKS_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")}
 VARIABLE = re.compile(r"FAFORGE_[A-Z0-9_]+")
 SHELL_VARIABLE = re.compile(r"\$\{?(FAFORGE_[A-Z0-9_]+)")
 # Concurrent cases run this many children at a time, after every other case (2 cores: hanging children cost
@@ -78,16 +79,20 @@ def printable(text: str) -> str:
     return f"'{shown}'" if not shown or shown != shown.strip() else shown
 
 
+def whole_value(text: str | None, value: str | None) -> str | None:
+    """A field that is `{value}` whole (channel, outside) becomes the case's value."""
+    return value if text == "{value}" else text
+
+
 def load_class_cases() -> list[dict]:
     """hostile_classes.yaml's cases, their ids prefixed by class, `{value}` put into channel and outside too."""
     cases = []
     for case in load_cases(TABLE):
-        sub = lambda text: case["value"] if text == "{value}" else text  # noqa: E731
         words = [case["class"], case["command"], case.get("var", ""), case.get("label", ""), printable(case["value"] or " ".join(case["argv"]))]
         argv = [a.replace("{value}", case["value"]) if case["value"] is not None else a for a in case["argv"]]  # inside a token too
         env = {k: str(v).replace("{value}", case["value"]) if case["value"] is not None else v for k, v in case.get("env", {}).items()}
-        cases.append({**case, "argv": argv, **({"env": env} if "env" in case else {}), "id": " ".join(w for w in words if w)[:120], "channel": sub(case.get("channel")),
-                      "outside": [sub(p) for p in case.get("outside", [])]})
+        cases.append({**case, "argv": argv, **({"env": env} if "env" in case else {}), "id": " ".join(w for w in words if w)[:120], "channel": whole_value(case.get("channel"), case["value"]),
+                      "outside": [whole_value(p, case["value"]) for p in case.get("outside", [])]})
     ids = [c["id"] for c in cases]
     assert len(ids) == len(set(ids)), f"{TABLE.name}: two cases share an id: {sorted(i for i in ids if ids.count(i) > 1)}"
     return cases
@@ -132,13 +137,13 @@ def test_every_faforge_variable_the_product_reads_has_cases():
 def test_the_classes_table_spans_every_class():
     per_class = {c["class"] for c in CASES}
     assert per_class == {"env", "archive", "channel", "server", "interpreter", "gate-record", "wheel-index"}
-    assert not KNOWN_BREAKS_BEFORE_ISSUE_21 - {c["id"] for c in CASES} - {s.id for s in STREAM_CASES}, \
+    assert not KNOWN_BREAKS - {c["id"] for c in CASES} - {s.id for s in STREAM_CASES}, \
         f"{KNOWN_BREAKS_FILE.name} lists cases that do not exist"
 
 
 def expect_known_break(case_id: str) -> None:
-    if case_id in KNOWN_BREAKS_BEFORE_ISSUE_21:
-        pytest.xfail(f"{KNOWN_BREAKS_FILE.name}: breaks the contract before issue 21's fixes")  # strict: see run_checked
+    if case_id in KNOWN_BREAKS:
+        pytest.xfail(f"{KNOWN_BREAKS_FILE.name}: breaks the contract until its fix")  # strict: see run_checked
 
 
 def files_under(path: Path, skip: Path | None = None) -> dict[str, tuple]:
@@ -211,7 +216,7 @@ class Pool:
             argv, env, _ = argv_of(case, filled)
             before = snapshots(case, filled, cwd)
             self.futures[case["id"]] = self.executor.submit(timed_child, argv, env, cwd, case.get("timeout", POOL_TIMEOUT_S))
-            self.futures[case["id"]].context = (cwd, filled, before)  # type: ignore[attr-defined]
+            self.futures[case["id"]].context = (cwd, filled, before)  # type: ignore[attr-defined]  # the case's folder and snapshots ride on its Future
 
 
 def limit_memory() -> None:
@@ -240,12 +245,12 @@ def pool(request, places, tmp_path_factory):
 
 def run_checked(case_id: str, check) -> None:
     """Run `check`; a listed known break must fail (strict), an unlisted case must pass."""
-    if case_id not in KNOWN_BREAKS_BEFORE_ISSUE_21:
+    if case_id not in KNOWN_BREAKS:
         check()
         return
     try:
         check()
-    except (Exception, pytest.fail.Exception):  # noqa: BLE001 (any failure of a listed case is the known break)
+    except (Exception, pytest.fail.Exception):  # any failure of a listed case is the known break
         expect_known_break(case_id)
     pytest.fail(f"XPASS(strict): {case_id!r} keeps the contract now: take it off {KNOWN_BREAKS_FILE.name}")
 
@@ -258,7 +263,6 @@ def test_hostile_class_keeps_the_contract(case, places, request, tmp_path, capsy
         result = future.result()
     else:
         cwd, filled = tmp_path, prepare(case, places, tmp_path)
-        argv, env, _ = argv_of(case, filled)
         before = snapshots(case, filled, cwd)
         result = None
 
@@ -365,7 +369,7 @@ def test_a_failing_stream_keeps_the_contract(cmd, mode, places, stream_baselines
         assert "Traceback" not in err + out, shown
         assert code >= 0, f"killed by signal {-code}\n{shown}"
         if mode in ("stdout-full", "stdout-closed"):
-            # exit 2, or the failure the work found (issue 21: "exit 2 (or what the work found)")
+            # exit 2, or the failure the work found (the hostile classes' rule: "exit 2 (or what the work found)")
             assert code == 2 or code == found != 0, f"a stdout that cannot be written is exit 2 or the work's failure\n{shown}"
             assert len([line for line in err.splitlines() if line.startswith(f"faforge {argv[0]}: error:")]) == 1, shown
         elif mode == "stderr-full":

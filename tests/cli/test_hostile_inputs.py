@@ -1,4 +1,5 @@
-"""Every subcommand keeps the CLI contract on hostile input (issue 14): the table is hostile_cases.yaml.
+"""Every subcommand keeps the CLI contract on hostile input (the hostile-input harness): the table is
+hostile_cases.yaml.
 
 Each case runs `faforge` with one hostile value and asserts the exit code, that no traceback is
 printed, that an error is one `faforge CMD: error: what (input) — what to do` line naming the option
@@ -70,7 +71,7 @@ def test_every_subcommand_and_every_argument_has_cases():
     covered = Counter((c["command"], c["arg"]) for c in CASES)
     missing = [f"{name} {arg}" for name, parser in subparsers().items() for arg in value_arguments(parser) if not covered[(name, arg)]]
     assert not missing, f"arguments without hostile cases in {TABLE.name}: {', '.join(missing)}"
-    unknown = [f"{c} {a}" for c, a in covered if c not in COMMANDS or a not in value_arguments(subparsers()[c]) + ["-"]]
+    unknown = [f"{c} {a}" for c, a in covered if c not in COMMANDS or a not in [*value_arguments(subparsers()[c]), "-"]]
     assert not unknown, f"cases for arguments that do not exist: {unknown}"
 
 

@@ -1,4 +1,4 @@
-"""Closed, full and abandoned streams (issue 21): every command with --json, as a real process whose
+"""Closed, full and abandoned streams (the hostile classes): every command with --json, as a real process whose
 stdout or stderr is /dev/full, closed (`>&-`) or a pipe whose reader is gone. No traceback ever; a lost
 result is exit 2 (or the failure the work found); a pipe closed by its reader is not an error; a
 progress line that cannot be written costs neither the work nor its result."""
@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from faforge.cli import build_parser
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "faforge"
 
@@ -58,7 +60,6 @@ def no_traceback(stderr: bytes) -> str:
 
 
 def test_every_command_with_json_has_a_case():
-    from faforge.cli import build_parser  # noqa: PLC0415
     parser = build_parser(["--help"])
     sub = next(a for a in parser._actions if a.dest == "command")
     with_json = {name for name, p in sub.choices.items() if any("--json" in a.option_strings for a in p._actions)}

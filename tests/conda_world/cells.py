@@ -1,7 +1,7 @@
 """The cells the conda world builds for real, and what each one's build and user environment hold.
 
 One entry per torch world: the conda-forge world's CUDA 13.0 cell and the legacy channel's CUDA 12.4,
-pre-C++11-ABI cell (issue 23). The end-to-end tests (test_recipe_in_world.py) run once per entry;
+pre-C++11-ABI cell (the legacy cell). The end-to-end tests (test_recipe_in_world.py) run once per entry;
 test_legacy_cell.py adds what only the legacy cell has to prove.
 """
 

@@ -16,6 +16,8 @@ import yaml
 from faforge import paths
 from faforge.family import FLASH_ATTN
 from tests.conda_world.cells import CU130, WorldCell
+from tests.conda_world.world import build_world, inputs_digest
+from tests.conda_world.world_cache import hold, prune_stale_worlds
 from tests.recipe.test_build_script_real import _tiny_sdist
 from tests.support.cache import cache_dir
 from tests.support.tiers import slow
@@ -39,9 +41,6 @@ def _say(request, line: str) -> None:
 @slow("the conda world")
 def world(request):
     """The generated world; its size and build time go to the terminal (not captured), as CI logs them."""
-    from tests.conda_world.world import build_world, inputs_digest  # noqa: PLC0415
-    from tests.conda_world.world_cache import hold, prune_stale_worlds  # noqa: PLC0415
-
     started = time.monotonic()
     built = build_world(log=lambda line: None)
     hold(built)
@@ -49,7 +48,8 @@ def world(request):
         _say(request, f"\nconda world: removed {stale}, a world of other inputs that no run uses")
     download = f", {built.download_seconds:.0f} s of it downloading wheels" if built.download_seconds is not None else ""
     _say(request, f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
-                  f"{built.seconds:.0f} s{download} ({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
+                  f"{built.seconds:.0f} s{download} "
+                  f"({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
     return built
 
 
@@ -109,5 +109,5 @@ def build_in_world(world, sdist, tmp_path_factory, request):
 
 @pytest.fixture(scope="session")
 def cu130_kernel_package(build_in_world) -> Path:
-    """The kernel package of the cu130 cell's build: the one the pip tests repack as the kernel wheel and link the glue against."""
+    """The cu130 cell's kernel package: the one the pip tests repack as the kernel wheel and link the glue against."""
     return build_in_world(CU130).kernel_package()

@@ -18,6 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faforge import wheelfetch
 from tests.conda_world.archive import PLACEHOLDER
 
 # Requirements a conda build of torch does not declare: conda installs CUDA, cuDNN, NCCL and
@@ -250,8 +251,6 @@ def wheel_members(wheel: Path, stage: Path, members: dict[str, str]) -> Payload:
 
 def remote_wheel_members(spec: dict, stage: Path) -> Payload:
     """A few files of a PyPI wheel, read with HTTP range requests (faforge.wheelfetch), not downloaded whole."""
-    from faforge import wheelfetch  # noqa: PLC0415
-
     wheel = wheelfetch.pick_wheel(wheelfetch.list_files(spec["project"]), spec["version"], spec["python_tag"], spec["platform"])
     remote = wheelfetch.RemoteZip(wheel.url, wheel.size)
     for member, folder in spec["members"].items():

@@ -1,4 +1,5 @@
-"""Debian's CUDA 12.4, fetched with a private apt configuration (tests/support/debian_toolchains.py, issue 23)."""
+"""Debian's CUDA 12.4 for the legacy cell, fetched with a private apt configuration
+(tests/support/debian_toolchains.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.debian_toolchains import (DebianUnavailable, apt_options, arm64_python, debian_cuda_12_4, toolchains,
-                                           write_apt_root)
+from tests.support.debian_toolchains import (
+    DebianUnavailable,
+    apt_options,
+    arm64_python,
+    debian_cuda_12_4,
+    toolchains,
+    write_apt_root,
+)
 
 # Every Dir:: entry apt reads sources, pins, keys or package state from; each must be the private one.
 PRIVATE_DIRS = ("Dir::Etc::sourcelist", "Dir::Etc::sourceparts", "Dir::Etc::preferences", "Dir::Etc::preferencesparts",

@@ -1,4 +1,4 @@
-"""The flash-attn-3 recipe in the conda world (issue 25): built by rattler-build from a tiny FA3-shaped
+"""The flash-attn-3 recipe in the conda world (the second family): built by rattler-build from a tiny FA3-shaped
 source (tests/support/fa3_tree.py; `faforge build --source`'s swap of the recipe's git source), its tests
 run, then verify (the stable-ABI gate against the oldest and newest torch its package serves) -> publish
 -> HTTP -> a fresh install -> `import flash_attn_3`.
@@ -28,6 +28,8 @@ from faforge.family import FLASH_ATTN_3
 from faforge.matrix.render import SourceOverride, recipe_file
 from faforge.matrix.variants import fa3_variant_config_name
 from faforge.release.package_cache import cache_root
+from tests.conda_world.archive import read_info
+from tests.conda_world.cells import CU130
 from tests.conda_world.conftest import faforge
 from tests.conda_world.world_cache import install_from_world
 from tests.support.cache import cache_dir
@@ -103,7 +105,7 @@ def test_the_recipe_builds_and_runs_its_tests(built):
 
 
 def test_verify_publish_install_import(built, world, tmp_path):
-    result, root = built
+    result, _ = built
     assert result.returncode == 0
     (package,) = map(Path, json.loads(result.stdout.strip().splitlines()[-1]))
     env = {"FAFORGE_CACHE_DIR": str(cache_dir("faforge"))}
@@ -148,12 +150,9 @@ def test_verify_publish_install_import(built, world, tmp_path):
 
 
 def test_flash_attn_2_and_3_install_side_by_side_and_share_no_file(built, build_in_world, world, tmp_path):
-    """One environment with both families (issue 25 item 6): upstream's module names differ (flash_attn,
+    """One environment with both families: upstream's module names differ (flash_attn,
     flash_attn_2_cuda vs flash_attn_3, flash_attn_interface, flash_attn_config); their packages must hold
     no path in common (conda would let one overwrite the other), and both must import beside one torch."""
-    from tests.conda_world.archive import read_info  # noqa: PLC0415
-    from tests.conda_world.cells import CU130  # noqa: PLC0415
-
     result, _ = built
     assert result.returncode == 0
     (fa3_package,) = map(Path, json.loads(result.stdout.strip().splitlines()[-1]))
@@ -168,14 +167,14 @@ def test_flash_attn_2_and_3_install_side_by_side_and_share_no_file(built, build_
     for package in packages:
         (channel / "linux-64").mkdir(parents=True, exist_ok=True)
         shutil.copy(package, channel / "linux-64" / package.name)
-    from faforge.channel.local import index  # noqa: PLC0415
 
     index(channel)
     records = solve([channel.as_uri(), world.url("conda-forge")], ["python 3.12.*", "flash-attn", FLASH_ATTN_3.package], "linux-64",
                     virtuals={"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"})
     prefix = tmp_path / "env"
     install_from_world(world, records, prefix)
-    probe = "import torch, flash_attn, flash_attn_2_cuda, flash_attn_3, flash_attn_interface, flash_attn_3._C; print(torch.__version__)"
+    probe = ("import torch, flash_attn, flash_attn_2_cuda, flash_attn_3, flash_attn_interface, "
+             "flash_attn_3._C; print(torch.__version__)")
     run = subprocess.run([str(prefix / "bin/python3.12"), "-c", probe], capture_output=True, text=True, timeout=600,
                          env={"PATH": f"{prefix / 'bin'}:/usr/bin:/bin"})
     assert run.returncode == 0 and run.stdout.startswith("2.11.0"), run.stdout[-2000:] + run.stderr[-3000:]

@@ -1,16 +1,16 @@
 """The legacy cells (-c pytorch -c nvidia -c conda-forge, pre-C++11 ABI) in the conda world.
 
-linux-64/py312/torch2.5/cu124/abi0 is built for real (issue 23): tests/conda_world/test_recipe_in_world.py
+linux-64/py312/torch2.5/cu124/abi0 is built for real (the legacy cell): tests/conda_world/test_recipe_in_world.py
 runs the whole chain for it (build, recipe tests, verify, publish, HTTP, install, import, doctor) as
 for the CUDA 13.0 cell; here is what only this cell must prove: the compiler was the world's CUDA
 12.4 (Debian's nvidia-cuda-toolkit, repackaged) down to every tool nvcc ran, and the ABI gate read
 ABI 0 in both the binary and torch. Its cu121 sibling stays solve-only (tests/conda_world/world.yaml
 says why): its run environment is checked below.
 
-Review item 3: the legacy pytorch package declares neither fsspec nor setuptools, and leaves sympy
+Unpinned metadata: the legacy pytorch package declares neither fsspec nor setuptools, and leaves sympy
 unpinned, while its own torch metadata requires fsspec, setuptools (Python >= 3.12) and sympy==1.13.1
 (PyPI's torch-2.5.1-cp312 METADATA; pytorch/builder conda/pytorch-nightly/meta.yaml), so the recipe's
-`pip_check` fails in the environment a user gets. Review item 4: the same packages leave `mkl`
+`pip_check` fails in the environment a user gets. Unbounded MKL: the same packages leave `mkl`
 unbounded, and MKL >= 2024.1 breaks `import torch` (undefined symbol iJIT_NotifyEvent,
 pytorch/pytorch#123097); PyPI's torch links MKL statically, so here the solve shows the fix.
 """
@@ -26,8 +26,8 @@ import pytest
 
 from faforge.channel.local import PackageSpec, assemble, index, solve
 from tests.conda_world.cells import LEGACY
-from tests.support.standin_flash_attn import pinned_kernel_record
 from tests.conda_world.world_cache import install_from_world
+from tests.support.standin_flash_attn import pinned_kernel_record
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,8 @@ its build (linux-64) and host (linux-aarch64) environments is as far as it goes.
 the recipe's kernel output, which the flash-attn output's host pins exactly, so a channel holding that
 kernel build's record comes first, as the output folder does in a real `rattler-build build`.
 
-It also reproduces review item 1: every conda-forge CUDA pytorch depends on `__cuda`, which a GPU-less
-runner has only when CONDA_OVERRIDE_CUDA is set, so without it the host environment cannot be solved.
+It also reproduces why CI sets CONDA_OVERRIDE_CUDA: every conda-forge CUDA pytorch depends on `__cuda`, which a
+GPU-less runner has only when CONDA_OVERRIDE_CUDA is set, so without it the host environment cannot be solved.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ RUN = textwrap.dedent("""
     from rattler_build import cli_api
     args = json.loads(sys.argv[1])
     cli_api.build_recipes([args["recipe"]], variant_config=[args["variants"]], channel=args["channels"],
-                          render_only=True, with_solve=True, variant_overrides={k: [v] for k, v in args["cell"].items()},
+                          render_only=True, with_solve=True,
+                          variant_overrides={k: [v] for k, v in args["cell"].items()},
                           output_dir=args["out"], build_platform="linux-64", target_platform=args["target"])
 """)
 

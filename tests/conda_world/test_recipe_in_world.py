@@ -1,4 +1,4 @@
-"""The real recipe, built end to end in the local conda world (issues 11 and 23).
+"""The real recipe, built end to end in the local conda world (the legacy cell too).
 
 `faforge build` runs recipes/flash-attn/recipe.yaml, unmodified but for its upstream source (a tiny
 flash-attn-shaped sdist, through `--source`), through py-rattler-build against the world's stand-in
@@ -16,13 +16,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
+from faforge.abi import elf
 from faforge.channel.local import solve
+from faforge.matrix.kernels import kernel_pin
+from tests.conda_world.archive import read_info
 from tests.conda_world.cells import CELLS
 from tests.conda_world.conftest import RECIPE_VERSION, faforge
+from tests.conda_world.world_cache import install_from_world
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
-from tests.conda_world.world_cache import install_from_world
 
 pytestmark = pytest.mark.slow
 
@@ -51,13 +55,11 @@ def test_rattler_build_builds_and_runs_every_recipe_test(built):
 
 
 def _index(package: Path) -> dict:
-    from tests.conda_world.archive import read_info  # noqa: PLC0415
-
     return json.loads(read_info(package, "info/index.json"))
 
 
 def test_host_libraries_add_no_run_requirements(built, cell):
-    """Review item 5: the -dev packages and numpy in host are there for headers; their run_exports must
+    """Header-only host packages: the -dev packages and numpy in host are there for headers; their run_exports must
     not make every user install cuBLAS, cuRAND, cuSOLVER, cuSPARSE and numpy (flash-attn links none)."""
     _, _, packages, _ = built
     names = {dep.split()[0] for dep in _index(packages[0])["depends"]}
@@ -66,9 +68,7 @@ def test_host_libraries_add_no_run_requirements(built, cell):
 
 
 def test_extension_is_stripped(built, tmp_path):
-    """Review item 6: like conda-forge's feedstock (-Wl,--strip-all), no static symbol table ships."""
-    from elftools.elf.elffile import ELFFile  # noqa: PLC0415
-
+    """Like conda-forge's feedstock (-Wl,--strip-all), no static symbol table ships."""
     _, _, packages, _ = built
     subprocess.run(["python", "-m", "zipfile", "-e", str(packages[0]), str(tmp_path)], check=True)
     subprocess.run(["tar", "--zstd", "-xf", str(next(tmp_path.glob("pkg-*.tar.zst"))), "-C", str(tmp_path)], check=True)
@@ -85,12 +85,9 @@ def _unpack(package: Path, into: Path) -> Path:
 
 
 def test_the_kernel_package_needs_no_torch_and_the_glue_links_it(built, tmp_path):
-    """Issue 15 in the conda world: the kernel output's package depends on no python or torch and holds
+    """The split build in the conda world: the kernel output's package depends on no python or torch and holds
     the library; the flash-attn package holds only the glue, which needs that library and finds it
     through the RUNPATH rattler-build gave it ($PREFIX/lib from site-packages)."""
-    from faforge.abi import elf  # noqa: PLC0415
-    from faforge.matrix.kernels import kernel_pin  # noqa: PLC0415
-
     _, _, packages, out = built
     [kernels] = (out / "linux-64").glob("libflash-attn-kernels-*.conda")
     index = _index(kernels)

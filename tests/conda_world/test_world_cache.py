@@ -10,7 +10,8 @@ import fcntl
 import subprocess
 import sys
 
-from tests.conda_world.world_cache import prune_stale_worlds
+from tests.conda_world.world import World
+from tests.conda_world.world_cache import hold, prune_stale_worlds
 
 
 def _world(parent, key):
@@ -38,9 +39,6 @@ def test_stale_worlds_go_and_the_current_and_busy_ones_stay(tmp_path):
 
 def test_a_session_using_a_world_does_not_make_another_wait_for_it(tmp_path):
     """Another session's hold is on .inuse; build_world's exclusive lock on .lock is still free at once."""
-    from tests.conda_world.world import World  # noqa: PLC0415
-    from tests.conda_world.world_cache import hold  # noqa: PLC0415
-
     _world(tmp_path, "shared")
     hold(World(tmp_path / "world-shared", {}, 0.0, 0))
     holder = subprocess.run([sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)",

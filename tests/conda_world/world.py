@@ -26,10 +26,14 @@ from pathlib import Path
 
 import yaml
 
+from faforge.channel.local import index
 from tests.conda_world import payloads
 from tests.conda_world.archive import Record, write_conda
 from tests.support.cache import cache_dir
+from tests.support.cuda_toolkit import cuda_home
+from tests.support.debian_toolchains import ensure_unpacked
 from tests.support.tiers import slow_work
+from tests.support.torch_envs import find_python
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "world.yaml"
@@ -100,8 +104,6 @@ def inputs_digest() -> str:
 def download_wheels(spec: dict, wheels_root: Path, log) -> None:
     """pip download every wheel group once, with that group's Python (its platform tags), from PyPI:
     the only network use of the world."""
-    from tests.support.torch_envs import find_python  # noqa: PLC0415
-
     for group, wanted in spec["wheels"].items():
         wheel_dir = wheels_root / group
         marker = wheel_dir / ".complete"
@@ -125,15 +127,11 @@ def _wheel(wheel_dir: Path, pattern: str) -> Path:
 
 def cuda_toolkit() -> Path:
     """The CUDA toolkit behind `nvcc` (tests/support/cuda_toolkit asks nvcc itself)."""
-    from tests.support.cuda_toolkit import cuda_home  # noqa: PLC0415
-
     return cuda_home()
 
 
 def _python_prefix(version: str) -> Path:
     """Where this machine's CPython <version> is installed (a venv's base, not the venv)."""
-    from tests.support.torch_envs import find_python  # noqa: PLC0415
-
     out = subprocess.run([str(find_python(version)), "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
 
@@ -169,8 +167,6 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
     if kind == "toolkit":
         return payloads.copy_tree(cuda_toolkit(), stage, payload["members"])
     if kind == "debian":
-        from tests.support.debian_toolchains import ensure_unpacked  # noqa: PLC0415
-
         staged = payloads.copy_tree(ensure_unpacked(payload["toolchain"]), stage, payload["members"])
         payloads.files(stage, {rel: (HERE / "activation" / src).read_text() for rel, src in payload.get("files", {}).items()})
         payloads.symlinks(stage, payload.get("links", {}))
@@ -221,7 +217,6 @@ def _build_world_locked(spec: dict, root: Path, log) -> World:
                 path = write_conda(record, payload.root, channels[channel], text_prefix_files=payload.text_prefix_files,
                                    link=payload.link, level=int(spec.get("zstd_level", 3)))
             log(f"  {channel}/{record.subdir}/{path.name} ({path.stat().st_size / 2**20:.1f} MiB)")
-    from faforge.channel.local import index  # noqa: PLC0415
 
     for directory in channels.values():
         index(directory)

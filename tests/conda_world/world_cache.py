@@ -22,7 +22,7 @@ def hold(world: World) -> None:
     """Mark `world` as in use by this process: another run's pruning leaves it alone. A lock file of its
     own (.inuse), not the builder's (.lock): a shared hold there made every other session's build_world,
     which takes the builder's lock exclusively even for a finished world, wait until this one ended."""
-    lock = open(world.root.with_name(f"{world.root.name}.inuse"), "a")  # noqa: SIM115 - held until exit
+    lock = open(world.root.with_name(f"{world.root.name}.inuse"), "a")  # held open until exit
     fcntl.flock(lock, fcntl.LOCK_SH)
     _IN_USE.append(lock)
 

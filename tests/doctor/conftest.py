@@ -17,8 +17,8 @@ from faforge.doctor.offers import Offer, offers_from
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 from tests.doctor import envs
-from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 from tests.support.tiers import slow
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "doctor.json"
 

@@ -21,7 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from faforge.channel import local
+from faforge.channel.local import PackageSpec
+from faforge.matrix.kernels import kernel_pin
 from tests.support.cuda_toolkit import cuda_home
+from tests.support.standin_flash_attn import pinned_kernel_record
 from tests.support.tiers import slow_work
 
 PYENV = Path("/root/.pyenv/versions")
@@ -236,8 +240,6 @@ def conda_prefix(prefix: Path, channel_root: Path, channels: dict, specs: list[s
                  strict: bool = True) -> Path:
     """Assemble and index stand-in channels ({name: [PackageSpec]}), solve `specs` with py-rattler, install
     the result into `prefix`, and give the prefix an interpreter; returns that python."""
-    from faforge.channel import local  # noqa: PLC0415  (py-rattler is only needed by these tests)
-
     urls = []
     for name, packages in channels.items():
         for package in packages:
@@ -252,8 +254,6 @@ def conda_prefix(prefix: Path, channel_root: Path, channels: dict, specs: list[s
 def conda_forge_base(cuda: str, python: str = "3.11"):
     """python, cuda-version and the pure-Python run requirements of our cells (einops; fsspec and
     setuptools for legacy cells) as conda-forge serves them (stand-ins: names and versions only)."""
-    from faforge.channel.local import PackageSpec  # noqa: PLC0415
-
     return [
         PackageSpec("python", f"{python}.7", "h_standin_0_cpython", "linux-64"),
         PackageSpec("cuda-version", cuda, "h_standin_0", "noarch"),
@@ -266,8 +266,6 @@ def conda_forge_base(cuda: str, python: str = "3.11"):
 def conda_forge_torch(torch: str, cuda: str, python: str = "3.11"):
     """conda-forge's pytorch + libtorch as stand-ins with real names, versions and build-string shapes
     (cuda129_mkl_py311_h<hash>_300), plus conda_forge_base."""
-    from faforge.channel.local import PackageSpec  # noqa: PLC0415
-
     tag, py = cuda.replace(".", ""), python.replace(".", "")
     return [
         *conda_forge_base(cuda, python),
@@ -279,9 +277,7 @@ def conda_forge_torch(torch: str, cuda: str, python: str = "3.11"):
 
 
 def legacy_pytorch(torch: str, cuda: str, python: str = "3.11"):
-    """The legacy `pytorch` channel's packages: pytorch (pre-C++11 ABI) bundling libtorch, pytorch-cuda, pytorch-mutex."""
-    from faforge.channel.local import PackageSpec  # noqa: PLC0415
-
+    """The legacy `pytorch` channel: pytorch (pre-C++11 ABI, libtorch inside), pytorch-cuda, pytorch-mutex."""
     return [
         PackageSpec("pytorch", torch, f"py{python}_cuda{cuda}_cudnn9.1.0_0", "linux-64",
                     depends=("pytorch-mutex 1.0 cuda", f"pytorch-cuda {cuda}.*"),
@@ -294,10 +290,6 @@ def legacy_pytorch(torch: str, cuda: str, python: str = "3.11"):
 def faforge_packages(offer):
     """Our packages for one matrix cell: its flash-attn (the rendered build string and run requirements)
     and the kernel build it pins (metadata only: the stand-in extensions link no kernel library)."""
-    from faforge.channel.local import PackageSpec  # noqa: PLC0415
-    from faforge.matrix.kernels import kernel_pin  # noqa: PLC0415
-    from tests.support.standin_flash_attn import pinned_kernel_record  # noqa: PLC0415
-
     modules = {"flash_attn/__init__.py": f"__version__ = '{offer.version}'\n"}
     kernels = [pinned_kernel_record(offer.run_requirements, "linux-64")] if kernel_pin(offer.run_requirements) else []
     return [*kernels, PackageSpec("flash-attn", offer.version, offer.build_string, "linux-64", depends=offer.run_requirements,

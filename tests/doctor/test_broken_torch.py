@@ -1,4 +1,4 @@
-"""A torch that is installed but does not import (issue 21): PyPI's real torch 2.4.0 dist-info, whose
+"""A torch that is installed but does not import (the untrusted-input rules): PyPI's real torch 2.4.0 dist-info, whose
 CUDA wheels (nvidia-*) are missing, so `import torch` fails on libcudnn. Its fix comes from its
 metadata, not from the newest cell; and the import error, which the probed interpreter prints,
 reaches the terminal with its escape sequences escaped."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from faforge.doctor.diagnose import KINDS
 from tests.doctor import envs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,8 +88,6 @@ def test_default_is_the_running_interpreter(run_doctor):
 
 
 def test_docs_and_schema_name_every_kind():
-    from faforge.doctor.diagnose import KINDS  # noqa: PLC0415
-
     schema = json.loads((REPO / "tests" / "schemas" / "doctor.json").read_text())
     assert tuple(schema["$defs"]["report"]["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == KINDS
     section = (REPO / "README.md").read_text().split("## faforge doctor", 1)[1]

@@ -163,7 +163,8 @@ def test_pip_torch_over_conda_torch(run_doctor, offers, python311, tmp_path):
     torch = result.report["facts"]["torch"]
     assert (torch["how"], torch["version"], torch["conda"]["version"]) == ("pip", pip_torch, cell.torch)
     assert result.problem("mixed-conda-pip-torch")["message"].startswith(
-        f"torch {pip_torch} from pip shadows conda's pytorch {cell.torch} (cuda{cell.cuda.replace('.', '')}_mkl_py311_hstandin_300)")
+        f"torch {pip_torch} from pip shadows conda's pytorch {cell.torch} "
+        f"(cuda{cell.cuda.replace('.', '')}_mkl_py311_hstandin_300)")
     pip = result.fix("pip")
     assert pip["commands"][0].endswith("-m pip uninstall -y torch")
     assert "--force-reinstall -c conda-forge" in pip["commands"][1]

@@ -1,4 +1,4 @@
-"""doctor's diagnoses stay consistent (issue 12): no C++ ABI mismatch inferred from a torch that does
+"""doctor's diagnoses stay consistent (the loader model): no C++ ABI mismatch inferred from a torch that does
 not import, and a binary built for a newer torch is called that, with a range that excludes the user's
 torch and the symbol the import failed on leading.
 

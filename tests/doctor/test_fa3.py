@@ -1,4 +1,4 @@
-"""`faforge doctor` on FlashAttention-3 (issue 25): the committed real canary installed beside a real torch.
+"""`faforge doctor` on FlashAttention-3, the second family: the committed real canary installed beside a real torch.
 
 Environments: a fresh venv whose site-packages reaches PyPI's torch (2.14.1+cu130, or 2.13.0's CPU build)
 through a .pth file, as verify's clean environments do, and the canary wheel installed with pip --target.

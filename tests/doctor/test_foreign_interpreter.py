@@ -1,4 +1,4 @@
-"""`faforge doctor --python` on an aarch64 interpreter from this x86_64 machine (issue 23): the probe runs
+"""`faforge doctor --python` on an aarch64 interpreter from this x86_64 machine (the aarch64 cells): the probe runs
 through the same qemu wrapper as verify's import gate (faforge.emulator), so its facts are the target's;
 without qemu doctor says why it cannot look, and runs nothing.
 

@@ -1,4 +1,5 @@
-"""Issue 32: `faforge doctor` reads an installed binary with the ABI gate's own load model, helpers included.
+"""A package's own helper library: `faforge doctor` reads an installed binary with the ABI gate's own load model,
+helpers included.
 
 A flash-attn whose extension NEEDs a helper library that lies beside it with no RUNPATH to it (the shape
 of torchaudio's `_torchaudio.so` + `libtorchaudio.so`) is checked as its package would load it: the helper

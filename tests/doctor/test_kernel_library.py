@@ -1,4 +1,4 @@
-"""`faforge doctor` on a split flash-attn (issue 15): its extension has DT_NEEDED libflash_attn_kernels.so,
+"""`faforge doctor` on a split flash-attn (the split build): its extension has DT_NEEDED libflash_attn_kernels.so,
 and its conda record pins one libflash-attn-kernels build exactly.
 
 Real parts: a venv that imports the cached torch 2.14.1, made a conda prefix by a conda-meta/ folder

@@ -1,4 +1,4 @@
-"""doctor on a venv whose torch/lib is linked from a store (issue 21): as a symlink per file, which
+"""doctor on a venv whose torch/lib is linked from a store (the untrusted-input rules): as a symlink per file, which
 loads, or as one directory symlink, which does not, because the kernel resolves the `..` of torch's
 RUNPATH `$ORIGIN/../../nvidia/cuda_runtime/lib` from where the link points. doctor's model of the
 load must agree with the loader, and its diagnosis must name the layout, not a missing CUDA runtime.

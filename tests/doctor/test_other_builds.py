@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faforge.doctor.other_builds import load_builds
-from faforge.wheelfetch import fetch_member
+from faforge.wheelfetch import RemoteZip, fetch_member
 from tests.doctor import envs
 from tests.support.cache import cache_dir
 from tests.support.pinned_wheels import listed
@@ -41,7 +41,6 @@ def test_the_data_names_what_the_real_wheels_hold():
     """Each row's names are the real wheel's: its extension at the top level, its package, its .dist-info."""
     build = next(b for b in load_builds() if b.distribution == "vllm-flash-attn")
     wheel = listed(*VLLM)
-    from faforge.wheelfetch import RemoteZip  # noqa: PLC0415
     members = RemoteZip(wheel.url, wheel.size).members
     assert any(n.startswith(f"{build.extension}.cpython-311") and n.endswith(".so") and "/" not in n for n in members)
     assert f"{build.module}/__init__.py" in members

@@ -1,4 +1,4 @@
-"""Acceptance (issue 33, item 5): `faforge doctor` on a real pip venv with a mismatched flash-attn prints a pip
+"""Acceptance (the pip world): `faforge doctor` on a real pip venv with a mismatched flash-attn prints a pip
 line that, run as printed against the loopback index, gives a healthy venv; a uv venv gets its `uv pip install`
 line, run as printed too.
 
@@ -9,7 +9,7 @@ The parts are real:
 - the mismatched flash-attn: an extension built here that imports c10::cuda::SetDevice(int) (torch <= 2.2),
   the seed reports' `undefined symbol: _ZN3c104cuda9SetDeviceEi`, installed with pip;
 - the wheels: the real glue wheel and kernel wheel `faforge wheel` packs from the conda world's kernel build and
-  the tiny sdist's glue built against torch 2.14.1 (helper C's fixtures, tests/pipwheel/test_real_wheels.py),
+  the tiny sdist's glue built against torch 2.14.1 (the real wheels' fixtures, tests/pipwheel/test_real_wheels.py),
   published with `faforge publish --index` (their gates recorded for their sha256) and served over loopback HTTP
   by the PEP 691-negotiating server;
 - pip and uv install what doctor printed, word for word (shlex-split), with FAFORGE_PIP_INDEX naming the server.
@@ -27,20 +27,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from faforge.family import FLASH_ATTN
 
+from faforge.family import FLASH_ATTN
 from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401  (fixtures behind the real wheels)
 from tests.doctor import envs
 from tests.doctor.conftest import doctor
 from tests.pipindex.test_publish_index import publish
-from tests.pipwheel.test_real_wheels import (  # noqa: F401
+from tests.pipwheel.test_real_wheels import (  # noqa: F401 (fixtures: pytest finds them by name)
     fa3_raw,
     raw_glue,
     torch214,
     unpacked_kernel,
     wheels,
 )
-from tests.recipe.test_build_script_real import build_python  # noqa: F401
+from tests.recipe.test_build_script_real import build_python  # noqa: F401 (fixtures: pytest finds them by name)
 from tests.support import tiny_wheels
 from tests.support.cache import cache_dir
 from tests.support.pip_index_server import serve_index
@@ -55,7 +55,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds t
 
 
 @pytest.fixture(scope="module")
-def index(wheels, tmp_path_factory):  # noqa: F811
+def index(wheels, tmp_path_factory):  # noqa: F811 (an imported fixture, requested by name)
     """The real glue and kernel wheels published into a wheel index root, as the pipeline publishes them."""
     manifest = tmp_path_factory.mktemp("verification")
     built = [Path(wheels[kind]["wheel"]["path"]) for kind in ("glue", "kernel")]
@@ -68,7 +68,7 @@ def index(wheels, tmp_path_factory):  # noqa: F811
     return root
 
 
-def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811
+def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811 (an imported fixture, requested by name)
     """A venv of its own (pyvenv.cfg, bin/python) whose files are hardlinks into the cached torch venv."""
     result = subprocess.run(["cp", "-al", str(torch214.prefix), str(dest)], capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -76,8 +76,8 @@ def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811
     return dest / "bin" / "python"
 
 
-def uv_venv(torch214, dest: Path, env: dict) -> Path:  # noqa: F811
-    """A venv made by real uv (its pyvenv.cfg says `uv = ...`), its site-packages hardlinks into the cached torch venv."""
+def uv_venv(torch214, dest: Path, env: dict) -> Path:  # noqa: F811 (an imported fixture, requested by name)
+    """A venv made by real uv (its pyvenv.cfg says `uv = ...`), its site-packages hardlinked into the torch venv's."""
     made = subprocess.run([str(UV), "venv", "--quiet", "--python", str(torch214.python), str(dest)], capture_output=True, text=True,
                           env=env, timeout=300, check=False)
     assert made.returncode == 0, made.stderr
@@ -120,7 +120,7 @@ def assert_healthy(python: Path, base: str) -> None:
 
 
 @needs_gxx
-def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # noqa: F811
+def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     python = hardlink_venv(torch214, tmp_path / "venv")
     install_mismatched(python, tmp_path)
     with serve_index(index, tmp_path / "requests.jsonl") as base:
@@ -132,7 +132,8 @@ def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # no
         assert (fix["cell"], fix["index_url"]) == (CELL, url)
         assert fix["commands"] == [
             f"{python} -m pip uninstall -y flash-attn",
-            f"{python} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 flash-attn=={GLUE_VERSION}"]
+            f"{python} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 "
+            f"flash-attn=={GLUE_VERSION}"]
         assert not any("conda" in c for f in before.report["fixes"] for c in f["commands"]), "never a conda line for a pip venv"
         printed = doctor("--python", python, json_output=False, env={"FAFORGE_PIP_INDEX": base}).stdout
         assert all(f"$ {c}" in printed for c in fix["commands"]) and f"index: {url}" in printed, printed
@@ -142,7 +143,7 @@ def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # no
 
 
 @needs_gxx
-def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa: F811
+def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     if not UV.is_file():
         pytest.skip("uv is not installed beside this Python (a test extra: pip install -e '.[test]')")
     env = {**os.environ, "UV_CACHE_DIR": str(cache_dir("uv")), "UV_PYTHON_DOWNLOADS": "never",
@@ -158,7 +159,8 @@ def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa
         url = f"{base}{INDEX}/"
         assert (fix["cell"], fix["index_url"]) == (CELL, url)
         assert fix["commands"] == [
-            (f"uv pip install --python {python} --reinstall-package flash-attn --extra-index-url {url} --only-binary flash-attn "
+            (f"uv pip install --python {python} --reinstall-package flash-attn --extra-index-url {url} "
+             "--only-binary flash-attn "
              f"torch==2.14.1 flash-attn=={GLUE_VERSION}")]
         log = run_printed(fix["commands"], env)
         assert f" + {FLASH_ATTN.package}=={GLUE_VERSION}" in log and " - flash-attn==2.3.3" in log, log

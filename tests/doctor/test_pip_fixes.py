@@ -6,6 +6,7 @@ nearest cells where none does, and never a conda line. The environments are fact
 from __future__ import annotations
 
 import pytest
+
 from faforge.doctor.examine import situation_from
 from faforge.doctor.facts import (
     Distribution,
@@ -19,6 +20,7 @@ from faforge.doctor.facts import (
 from faforge.doctor.fixes import plan
 from faforge.doctor.installs import environment_kind
 from faforge.doctor.situation import ERROR, Problem
+from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
 from faforge.pipindex import instructions
@@ -72,7 +74,8 @@ def test_a_pip_venv_gets_the_pip_line_of_its_cell(matrix):
     assert (fix.kind, fix.cell, fix.index_url) == ("pip-install", "pypi/linux-64/py311/torch2.14/cu130/abi1", url)
     assert fix.commands == (
         f"{PY} -m pip uninstall -y flash-attn",
-        f"{PY} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 flash-attn==2.8.3.post2+torch2.14.cu130.abi1")
+        f"{PY} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 "
+        "flash-attn==2.8.3.post2+torch2.14.cu130.abi1")
     assert fix.notes[0] == (f"or with uv: uv pip install --python {PY} --reinstall-package flash-attn --extra-index-url {url} "
                             "--only-binary flash-attn torch==2.14.1 flash-attn==2.8.3.post2+torch2.14.cu130.abi1")
     assert fix.resolves == ("signature-drift",)
@@ -85,7 +88,8 @@ def test_a_uv_venv_gets_the_uv_line(matrix, how):
     [fix] = fixes_for(matrix, f, "cxx11-abi-mismatch")
     url = cell_index("torch2.14-cu130")
     assert fix.kind == "uv-install" and fix.index_url == url
-    assert fix.commands == ((f"uv pip install --python {PY} --reinstall-package flash-attn --extra-index-url {url} --only-binary flash-attn "
+    assert fix.commands == ((f"uv pip install --python {PY} --reinstall-package flash-attn --extra-index-url {url} "
+                             "--only-binary flash-attn "
                              "torch==2.14.1 flash-attn==2.8.3.post2+torch2.14.cu130.abi1"),)
 
 
@@ -176,8 +180,6 @@ def test_an_externally_managed_python_installs_into_a_new_venv(matrix):
 
 @pytest.mark.parametrize("value", ["", "pypi.example", "ftp://x/y", "http://a b/", " "])
 def test_a_bad_index_base_is_named(monkeypatch, value):
-    from faforge.errors import FaforgeError
-
     monkeypatch.setenv("FAFORGE_PIP_INDEX", value)
     with pytest.raises(FaforgeError, match=r"\$FAFORGE_PIP_INDEX is not a wheel index URL"):
         instructions.index_base()

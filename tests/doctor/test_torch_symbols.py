@@ -1,7 +1,7 @@
 """variants/torch_symbols.yaml against the real torch libraries it was read from.
 
-Needs network once: torch/lib/libc10.so and libc10_cuda.so of every wheel listed in the table,
-read with HTTP range requests (faforge.wheelfetch) and cached under the test cache (tests/support/cache.py) torch-libs/ (~40 MB).
+Needs network once: torch/lib/libc10.so and libc10_cuda.so of every wheel listed in the table, read with HTTP range
+requests (faforge.wheelfetch) and cached under the test cache (tests/support/cache.py) torch-libs/ (~40 MB).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from faforge.doctor.torch_symbols import EXPORT_LIBRARIES, built_for, exported_r
 from faforge.doctor.torch_symbols_file import default_table, dump_symbol_table, load_symbol_table
 from faforge.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
-from tests.support.torch_envs import CACHE as VENV_CACHE
 from tests.support.cache import cache_dir
+from tests.support.torch_envs import CACHE as VENV_CACHE
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "variants" / "torch_symbols.yaml"
@@ -128,4 +128,5 @@ def test_readme_states_the_table_size():
     """README's doctor section quotes how many symbols and wheels the table holds."""
     symbols = sum(len(e.symbols) for e in TABLE_DATA.exports)
     text = " ".join((REPO / "README.md").read_text().split())
-    assert f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI torch wheels" in text
+    assert (f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI "
+            "torch wheels") in text

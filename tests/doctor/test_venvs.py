@@ -7,6 +7,7 @@ import fails with the very error of the seed reports, and asserts the diagnosis 
 from __future__ import annotations
 
 import shutil
+
 import pytest
 
 from faforge.matrix import load_matrix

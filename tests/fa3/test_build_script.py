@@ -1,4 +1,4 @@
-"""The flash-attn-3 build script on a tiny FA3-shaped tree, compiled for real (issue 25).
+"""The flash-attn-3 build script on a tiny FA3-shaped tree, compiled for real.
 
 The tree has upstream's layout (hopper/ with its instantiations/, csrc/cutlass/include, the
 flash_attn_3 package and flash_attn_interface.py); its TUs are one-line kernels and its glue is the
@@ -19,26 +19,27 @@ from pathlib import Path
 
 import pytest
 
+from faforge import fa3_backend as fa3
 from faforge import paths
 from faforge.abi import elf, fatbin
-from faforge import fa3_backend as fa3
 from faforge.backend.errors import BuildError
 from faforge.buildcost import reuse
+from faforge.channel.local import PackageSpec, assemble
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
-from faforge.channel.local import PackageSpec, assemble
 from faforge.matrix import load_matrix
 from tests.abi.test_stable_abi import compile_standin
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.fa3_tree import fa3_shaped_tree
-from tests.support.torch_release_libs import release_torch_lib
-from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 from tests.support.tiers import slow
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
+from tests.support.torch_release_libs import release_torch_lib
 
 SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
 # Forward only, head dim 128, fp16 and bf16, for sm_80 and sm_90a: both per-file GPU codes and the
 # scheduler, which gets both.
-DISABLED = "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192"
+DISABLED = ("BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,"
+            "HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192")
 
 
 def test_the_sources_follow_upstreams_switches():

@@ -1,4 +1,4 @@
-"""flash-attn-3 for linux-aarch64, cross-built on this x86_64 machine (issue 25, by issue 23's fallback path).
+"""flash-attn-3 for linux-aarch64, cross-built on this x86_64 machine (the aarch64 cross build's fallback path).
 
 The tiny FA3-shaped tree (tests/support/fa3_tree.py) goes through recipes/flash-attn-3/build_flash_attn_3.py
 with target_platform=linux-aarch64: nvcc 13.0 with -ccbin aarch64-linux-gnu-g++ and -target-dir
@@ -29,10 +29,11 @@ from tests.support.fa3_tree import fa3_shaped_tree
 
 pytestmark = pytest.mark.slow
 SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
-DISABLED = "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192,SM8x"
+DISABLED = ("BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,"
+            "HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192,SM8x")
 
 
-def test_cross_build_stable_gate_and_emulated_import(cross):  # noqa: F811
+def test_cross_build_stable_gate_and_emulated_import(cross):  # noqa: F811 (an imported fixture, requested by name)
     tmp, tools = cross
     home, torch_site, python, ninja_dir = tools.cuda_home, tools.torch_site, tools.python, tools.ninja_dir
     tree = fa3_shaped_tree(tmp / "fa3-src", fa3.parse_disabled(DISABLED))

@@ -1,6 +1,6 @@
 """FlashAttention-3's GPU canary (tests/gpu/canary/flash-attn-3/): the trimmed real build as a wheel.
 
-The build (issue 25 item 4) is `recipes/flash-attn-3/build_flash_attn_3.py` on upstream's pinned commit
+The build is `recipes/flash-attn-3/build_flash_attn_3.py` on upstream's pinned commit
 with everything but head dim 128, fp16/bf16, forward and backward disabled, for sm_90a, installed into a
 folder; this module packs that folder into the wheel pip installs on the GPU machine
 (flash_attn_3-3.0.0-cp310-abi3-linux_x86_64.whl, members stored, then xz) and writes its manifest:

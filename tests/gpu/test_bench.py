@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from faforge.commands.bench_gpu import format_results
+from faforge.commands.bench_gpu import failures, format_results
 from faforge.gpu import bench
 from faforge.gpu.bench import HIDDEN, IMPLEMENTATIONS, TOTAL_TOKENS, Shape, ratios, shapes
+from faforge.gpu.fa3_gate import Fa3Gate
 
 
 def test_shapes_keep_16k_tokens_and_cover_the_grid():
@@ -40,10 +41,11 @@ def test_the_dense_peak_is_known_for_hopper_and_ampere_only():
 
 
 def test_table_shows_ratios_peak_fraction_and_errors():
-    tflops = dict(zip(IMPLEMENTATIONS, (300.0, 660.0, 150.0, None, 330.0)))
+    tflops = dict(zip(IMPLEMENTATIONS, (300.0, 660.0, 150.0, None, 330.0), strict=True))
     record = {
         "batch": 8, "seqlen": 2048, "heads": 16, "head_dim": 128, "causal": True, "direction": "bwd",
-        "tflops": tflops, "ratios": ratios(tflops), "peak_fraction": {name: rate and rate / 989.4 for name, rate in tflops.items()},
+        "tflops": tflops, "ratios": ratios(tflops),
+        "peak_fraction": {name: rate and rate / 989.4 for name, rate in tflops.items()},
         "errors": {"sdpa-efficient": "No available kernel."},
     }  # fmt: skip
     table = format_results([record])
@@ -54,9 +56,6 @@ def test_table_shows_ratios_peak_fraction_and_errors():
 
 
 def test_a_family_that_should_have_run_and_did_not_is_a_failure():
-    from faforge.commands.bench_gpu import failures  # noqa: PLC0415
-    from faforge.gpu.fa3_gate import Fa3Gate  # noqa: PLC0415
-
     fa3 = Fa3Gate(True, "H200", declared={"build_flags": {"FLASHATTENTION_DISABLE_HDIM64": True}})
     runs = [{"direction": "fwd", "seqlen": 512, "head_dim": dim, "tflops": {"flash-attn": 1.0, "flash-attn-3": None}} for dim in (64, 128)]
     assert failures(runs, True, fa3) == ["flash-attn-3 fwd seqlen 512 hdim 128"]  # hdim 64 is not built: n/a, not a failure

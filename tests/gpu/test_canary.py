@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_committed_canary_matches_its_manifest():
     manifest = canary.load_manifest(canary.canary_dir(REPO))
     if manifest is None:
-        pytest.skip(f"no canary committed yet: {canary.canary_dir(REPO)}/{canary.MANIFEST} is absent (the real sm_90 build is pending)")
+        pytest.skip(f"no canary committed yet: {canary.canary_dir(REPO)}/{canary.MANIFEST} is absent (the real sm_90 "
+                    "build is pending)")
     assert canary.mismatches(canary.canary_dir(REPO), manifest) == []
     assert manifest["size"] <= 20 * 1024 * 1024, "the canary must stay at most 20 MB in git"
     assert set(manifest["inputs"]["git_blobs"]) == set(canary.KERNEL_INPUTS)
@@ -40,8 +41,9 @@ def fake_checkout(root: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl.xz").write_bytes(b"stand-in canary bytes")
     manifest = canary.make_manifest(
-        root, folder / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl.xz", build_command="python recipes/flash-attn/build_flash_attn.py ...",
-        sdist_sha256="d0f9f0b0" * 8, torch="2.11.0+cu130", nvcc="13.0", archs="90", head_dims=[32, 64, 96, 128, 192, 256], built_on="2026-11-30",
+        root, folder / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl.xz",
+        build_command="python recipes/flash-attn/build_flash_attn.py ...", sdist_sha256="d0f9f0b0" * 8,
+        torch="2.11.0+cu130", nvcc="13.0", archs="90", head_dims=[32, 64, 96, 128, 192, 256], built_on="2026-11-30",
     )  # fmt: skip
     (folder / canary.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return root

@@ -1,4 +1,4 @@
-"""`faforge test-gpu`, `faforge bench-gpu` and the suite under plain pytest, on this GPU-less machine: skipped, exit 3."""
+"""`faforge test-gpu`, `faforge bench-gpu` and the suite under plain pytest on a GPU-less machine: skipped, exit 3."""
 
 from __future__ import annotations
 
@@ -84,7 +84,8 @@ def test_recipe_test_with_a_cuda_torch_and_no_device(tmp_path):
 def test_pytest_shows_the_gpu_tests_as_skipped_with_the_reason():
     """`pytest -m gpu` in this repository collects the suite through tests/gpu/test_flash_attn_suite.py."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "-rs", "-p", "no:cacheprovider", "tests/gpu/test_flash_attn_suite.py"],
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-rs", "-p", "no:cacheprovider",
+         "tests/gpu/test_flash_attn_suite.py"],
         capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:]

@@ -13,10 +13,10 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from faforge.commands import COMMANDS
 from tests.support.cache import cache_dir

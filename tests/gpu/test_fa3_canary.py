@@ -1,4 +1,4 @@
-"""FlashAttention-3's committed GPU canary (tests/gpu/canary/flash-attn-3/, issue 25 item 4), on the real
+"""FlashAttention-3's committed GPU canary (tests/gpu/canary/flash-attn-3/), on the real
 binary: it matches its manifest, pip installs it offline, it declares what it contains, it passes the
 stable-ABI gate (ours and torch-abi-audit's), and it imports beside PyPI's torch 2.14.1+cu130, its ops
 registered, on this GPU-less machine."""
@@ -74,7 +74,8 @@ def test_it_passes_the_stable_abi_gate_and_the_independent_audit_agrees(installe
 def test_it_imports_beside_torch_with_its_ops_registered(installed):
     site, torch = installed
     probe = (f"import torch, {FLASH_ATTN_3.module}, {FLASH_ATTN_3.interface_module}, {FLASH_ATTN_3.extension}\n"
-             f"print({FLASH_ATTN_3.module}.__version__, sorted(n for n in dir(torch.ops.{FLASH_ATTN_3.module}) if n.startswith('_flash')))")
+             f"print({FLASH_ATTN_3.module}.__version__, sorted(n for n in dir(torch.ops.{FLASH_ATTN_3.module}) if "
+             "n.startswith('_flash')))")
     run = subprocess.run([str(torch.python), "-W", "ignore", "-c", probe], capture_output=True, text=True, timeout=600,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, run.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""FlashAttention-3's GPU suite and gate on this GPU-less machine (issue 25 item 3), on the real canary
+"""FlashAttention-3's GPU suite and gate on this GPU-less machine, on the real canary
 binary (tests/gpu/canary/flash-attn-3/): the kernels it registers, named through libstdc++'s demangler,
 each map to a TU its flash_attn_config.py declares and every declared TU has one; the gate finds no
 defect on it, names one where a declaration is not kept, and serves sm_90 only (the canary has no
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from faforge import paths
+from faforge import fa3_backend, paths
 from faforge.family import FLASH_ATTN_3
 from faforge.gpu import fa3_gate, fa3_kernels
 from faforge.gpu.coverage import compare_declared
@@ -26,7 +27,7 @@ MANIFEST = json.loads((FOLDER / "manifest.json").read_text())
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The canary wheel unpacked: a site-packages holding flash_attn_3/, flash_attn_interface.py, flash_attn_config.py."""
+    """The canary wheel unpacked: a site-packages with flash_attn_3/, flash_attn_interface.py, flash_attn_config.py."""
     root = tmp_path_factory.mktemp("fa3-canary-site")
     wheel = root / MANIFEST["file"].removesuffix(".xz")
     wheel.write_bytes(lzma.decompress((FOLDER / MANIFEST["file"]).read_bytes()))
@@ -102,8 +103,6 @@ def test_kernels_of_real_full_feature_objects_map_to_the_tu_they_were_compiled_f
     """tests/fixtures/fa3/registered-kernels.json.xz: the kernels real objects of a full build register (sm80 and
     sm90, forward with softcap both ways, backward, the split-KV combine), read from each object: every one maps
     back to its own TU among the 293 a full build compiles."""
-    from faforge import fa3_backend  # noqa: PLC0415
-
     fixture = json.loads(lzma.decompress((paths.repo_root() / "tests/fixtures/fa3/registered-kernels.json.xz").read_bytes()))
     full = fa3_backend.sources(frozenset())
     wrong = {tu: sorted({fa3_kernels.tu_of_kernel(k, full) for k in names} - {tu}) for tu, names in fixture["kernels"].items()}
@@ -121,8 +120,6 @@ def test_kernels_of_real_full_feature_objects_map_to_the_tu_they_were_compiled_f
 ], ids=["fifo", "huge", "not-a-dict", "tus-a-string", "deep", "code", "not-utf8"])
 def test_a_hostile_declaration_is_a_defect_never_a_hang_a_crash_or_code_run(site, tmp_path, content, says):
     """flash_attn_config.py is a file the package brought: read bounded, as a literal, its shape checked."""
-    import os  # noqa: PLC0415
-
     config = tmp_path / "flash_attn_config.py"
     if content == "fifo":
         os.mkfifo(config)

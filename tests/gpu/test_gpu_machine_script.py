@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -42,7 +43,8 @@ def stand_in_flash_attn_wheel(folder: Path) -> Path:
     files = {
         "flash_attn/__init__.py": b'__version__ = "0.0.0"  # rehearsal stand-in\n',
         "flash_attn-0.0.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: flash_attn\nVersion: 0.0.0\n",
-        "flash_attn-0.0.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: faforge-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "flash_attn-0.0.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: faforge-test\n"
+                                            b"Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}" for name, data in files.items()]
     files["flash_attn-0.0.0.dist-info/RECORD"] = ("\n".join([*record, "flash_attn-0.0.0.dist-info/RECORD,,"]) + "\n").encode()
@@ -55,8 +57,6 @@ def stand_in_flash_attn_wheel(folder: Path) -> Path:
 
 def stand_in_canary(folder: Path, wheel: Path) -> Path:
     """A canary folder holding `wheel` xz'd, with its manifest (the real one: tests/gpu/canary/)."""
-    import lzma  # noqa: PLC0415
-
     folder.mkdir()
     packed = folder / f"{wheel.name}.xz"
     packed.write_bytes(lzma.compress(wheel.read_bytes()))

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from faforge.gpu.coverage import compare, format_coverage
-from faforge.gpu.dispatch import API_DENSE, H200_SMS, Call, forward_launch, kernel_dim, num_splits_heuristic, package_tus, tu_of_kernel
+from faforge.gpu.dispatch import (
+    API_DENSE,
+    H200_SMS,
+    Call,
+    forward_launch,
+    kernel_dim,
+    num_splits_heuristic,
+    package_tus,
+    tu_of_kernel,
+)
 from faforge.gpu.suite import cases
 from faforge.kernels.tus import HEAD_DIMS, sdist_tus
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
@@ -46,7 +55,7 @@ def test_block_aligned_cases_reach_both_branches_of_each_forward_tu_class():
 
 
 def test_the_reviews_finding_is_reproduced():
-    """The old dense shape (2 x 4 heads, 113 x 203) on 132 SMs: split-KV from hdim 96 on (issue 16)."""
+    """The old dense shape (2 x 4 heads, 113 x 203) on 132 SMs: split-KV from hdim 96 on (kernel coverage)."""
     for dim in HEAD_DIMS:
         tu = forward_launch(Call(API_DENSE, "fp16", dim, 2, 4, 4, 113, 203)).tu
         assert tu.startswith("flash_fwd_split_" if dim >= 96 else "flash_fwd_hdim"), (dim, tu)
@@ -77,7 +86,8 @@ HEURISTIC_MAIN = """
 %s
 int main() {
     int bnm, sms, nblocks;
-    while (std::scanf("%%d %%d %%d", &bnm, &sms, &nblocks) == 3) std::printf("%%d\\n", num_splits_heuristic(bnm, sms, nblocks, 128));
+    while (std::scanf("%%d %%d %%d", &bnm, &sms, &nblocks) == 3)
+        std::printf("%%d\\n", num_splits_heuristic(bnm, sms, nblocks, 128));
 }
 """
 
@@ -112,14 +122,21 @@ template <typename K, bool Is_dropout, bool Is_causal, bool Is_local, bool Has_a
           bool Is_softcap, bool Return_softmax> void flash_fwd_kernel(Flash_fwd_params) {}
 template <typename K, bool Is_causal, bool Is_local, bool Has_alibi, bool Is_even_MN, bool Is_even_K, bool Is_softcap,
           bool Split, bool Append_KV> void flash_fwd_splitkv_kernel(Flash_fwd_params) {}
-template <typename K, int kBlockM, int Log_max_splits, bool Is_even_K> void flash_fwd_splitkv_combine_kernel(Flash_fwd_params) {}
+template <typename K, int kBlockM, int Log_max_splits, bool Is_even_K>
+void flash_fwd_splitkv_combine_kernel(Flash_fwd_params) {}
 template <typename K, bool Is_dropout, bool Is_causal, bool Is_local, bool Has_alibi, bool Is_even_MN, bool Is_even_K,
           bool Is_softcap> void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel(Flash_bwd_params) {}
-template void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>, false, true, false, false, true, true, false, false>(Flash_fwd_params);
-template void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, cutlass::bfloat16_t>, true, false, false, false, false, true, false, true>(Flash_fwd_params);
-template void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>, true, false, false, false, true, false, true, false>(Flash_fwd_params);
-template void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>, 8, 1, true>(Flash_fwd_params);
-template void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<256, 64, 64, 8, 4, 2, 2, false, true, cutlass::half_t>, false, true, false, false, false, true, false>(Flash_bwd_params);
+template void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>,
+                               false, true, false, false, true, true, false, false>(Flash_fwd_params);
+template void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, cutlass::bfloat16_t>,
+                               true, false, false, false, false, true, false, true>(Flash_fwd_params);
+template void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>,
+                                       true, false, false, false, true, false, true, false>(Flash_fwd_params);
+template void flash_fwd_splitkv_combine_kernel<
+    Flash_fwd_kernel_traits<32, 64, 256, 4, false, false, cutlass::bfloat16_t>, 8, 1, true>(Flash_fwd_params);
+template void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<
+    Flash_bwd_kernel_traits<256, 64, 64, 8, 4, 2, 2, false, true, cutlass::half_t>,
+    false, true, false, false, false, true, false>(Flash_bwd_params);
 }
 """
 

@@ -44,8 +44,8 @@ def record(outcome, message=None):
 def test_parse_junit_of_a_real_run(tmp_path):
     (tmp_path / "test_sample.py").write_text(SAMPLE)
     junit = tmp_path / "junit.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", str(tmp_path / "test_sample.py")],
-                   cwd=tmp_path, capture_output=True, check=False)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                    str(tmp_path / "test_sample.py")], cwd=tmp_path, capture_output=True, check=False)  # fmt: skip
     tests = {t["id"]: t for t in parse_junit(junit)}
     assert {i: t["outcome"] for i, t in tests.items()} == {
         "test_sample.py::test_ok": "passed",
@@ -121,7 +121,8 @@ def test_a_time_cap_stops_the_run_and_still_writes_the_reports(tmp_path):
 def test_sigterm_stops_the_run_and_still_writes_the_reports(tmp_path):
     """What `timeout` sends: the same as the time cap, so a capped GPU call leaves its reports."""
     report = tmp_path / "report"
-    code = f"from pathlib import Path; from faforge.gpu.run_suite import run; run(Path({str(report)!r}), suite_dir=Path({str(slow_suite(tmp_path / 'suite'))!r}))"
+    code = (f"from pathlib import Path; from faforge.gpu.run_suite import run; run(Path({str(report)!r}), "
+            f"suite_dir=Path({str(slow_suite(tmp_path / 'suite'))!r}))")
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in child.stdout:  # wait until pytest has collected, then give test_quick time to pass
         if "collected 2 items" in line:

@@ -23,7 +23,8 @@ def test_key_names_every_object_relevant_field():
     cell = load_matrix().cells[0]
     key = kernel_cache_key(cell, "2.8.3.post2")
     assert key.startswith("ccache-v1-fa2.8.3.post2-")
-    assert key.endswith(f"{cell.platform}-torch{torch_minor(cell.torch)}-cu{cell.cuda.replace('.', '')}-abi{cell.cxx11_abi}-sm{archs_tag(cell.cuda_archs)}")
+    assert key.endswith(f"{cell.platform}-torch{torch_minor(cell.torch)}-cu{cell.cuda.replace('.', '')}-"
+                        f"abi{cell.cxx11_abi}-sm{archs_tag(cell.cuda_archs)}")
 
 
 def test_python_variants_share_a_key_and_other_fields_do_not():

@@ -15,14 +15,22 @@ import pytest
 
 from faforge.errors import EXIT_PROBLEMS
 from faforge.kernels import kernel_abi
-from faforge.kernels.measure_abi import (MEMBERS, RAW_HEADER, MeasureError, check_include_chain, fetch_headers, flash_sources, header_wheel,
-                                        measure_release, verdict_of)
+from faforge.kernels.measure_abi import (
+    MEMBERS,
+    RAW_HEADER,
+    MeasureError,
+    check_include_chain,
+    fetch_headers,
+    flash_sources,
+    header_wheel,
+    measure_release,
+    verdict_of,
+)
 from faforge.matrix import load_matrix
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import TEST_CACHE, cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.pypi import pypi_listing
-
 
 pytestmark = pytest.mark.slow  # every test measures headers read from PyPI's torch wheels
 

@@ -1,4 +1,4 @@
-"""One layout for every torch served (issue 15, section 4).
+"""One layout for every torch served (the kernel library's Philox layout).
 
 The glue (flash_api.cpp, compiled against each torch) and the kernel library (compiled once against
 the torch shim) share Flash_fwd_params / Flash_bwd_params, which hold at::PhiloxCudaState. For every
@@ -38,8 +38,8 @@ from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.pypi import pypi_listing
-from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 from tests.support.tiers import slow
+from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 HEADERS = cache_dir("torch-headers")
 SHIM = paths.repo_root() / "scripts/faforge/kernels/torch_shim"
@@ -51,7 +51,7 @@ def matrix_torch_versions() -> list[str]:
 
 
 def torch_wheel(version: str) -> RemoteFile:
-    """The PyPI wheel `faforge bump` reads `version`'s headers from (cp311 x86_64: manylinux1 up to 2.6, manylinux_2_28 from 2.7)."""
+    """The PyPI wheel `faforge bump` reads `version`'s headers from (cp311 x86_64: manylinux1 to 2.6, then 2_28)."""
     return header_wheel(list(pypi_listing("torch").values()), version)
 
 
@@ -92,7 +92,7 @@ def shim_layout(tmp_path_factory, toolchain, fields) -> Layout:
 
 
 def torch_layout(workdir: Path, version: str, toolchain, fields, **compiler) -> Layout:
-    wheel, include = torch_headers(version)
+    _, include = torch_headers(version)
     return measure(workdir, [include.parent.parent / "generator-stand-in", include, *toolchain], fields, **compiler)
 
 

@@ -1,4 +1,4 @@
-"""`faforge check-abi --torch-free` (issue 15): a binary that must not touch torch, Python or the C++ ABI.
+"""`faforge check-abi --torch-free` (the kernel library): a binary that must not touch torch, Python or the C++ ABI.
 
 Fixtures are real ELF files built here: a tiny CUDA library made like the kernel library (nvcc, shared
 cudart, a version script exporting only run_mha_* and flash_attn_kernels_*, std::string used inside),

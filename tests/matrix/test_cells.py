@@ -74,7 +74,8 @@ def test_exclusions_remove_cells_and_stale_ones_fail(repo_copy):
     victim = before[0]
     text = policy_path.read_text().replace(
         "exclude: []",
-        f"exclude:\n- platform: {victim.platform}\n  world: {victim.world}\n  torch: '{victim.torch_minor}'\n  cuda: '{victim.cuda}'\n  python: '{victim.python}'\n  reason: test",
+        f"exclude:\n- platform: {victim.platform}\n  world: {victim.world}\n  torch: '{victim.torch_minor}'\n"
+        f"  cuda: '{victim.cuda}'\n  python: '{victim.python}'\n  reason: test",
     )
     policy_path.write_text(text)
     after = build_cells(table, load_policy(policy_path), philox)

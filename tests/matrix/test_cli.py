@@ -66,7 +66,7 @@ def test_kernel_packages_json_lists_each_once_with_the_cells_that_name_it(matrix
 
 
 def test_kernel_packages_json_names_the_exact_build_every_cell_pins():
-    """Issue 32 item 3: each kernel package names its full build string, hash included, with the file CI
+    """The exact kernel build: each kernel package names its full build string, hash included, with the file CI
     builds and the spec its cells pin (as `--fa3 --json` names each FA3 build), not only the prefix up to
     the hash; and the table prints it. Taken from the cells' own renders, never derived by hand."""
     cells = json.loads(run(["matrix", "--json"]).stdout)

@@ -1,4 +1,4 @@
-"""FlashAttention-3's packages (issue 25 item 1): one flash-attn-3 per (platform, CUDA, arch list), from
+"""FlashAttention-3's packages (the second family): one flash-attn-3 per (platform, CUDA, arch list), from
 the real release table, checked on rattler-build's own render of the generated variant files."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,7 @@ import pytest
 
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
+from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
 from faforge.matrix.render import render_platform
 from faforge.matrix.variants import fa3_variant_config_name
 
@@ -84,10 +86,6 @@ def test_faforge_matrix_lists_them(matrix):
 
 def test_a_newest_torch_without_the_floor_python_raises_that_packages_floor(matrix):
     """torch 2.15's wheels have no cp310: its package is built with, and needs, the oldest python it has."""
-    from dataclasses import replace
-
-    from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
-
     newest = max((r for r in matrix.table.releases if r.world == "conda-forge" and r.cuda == "13.0"), key=lambda r: tuple(map(int, r.torch.split("."))))
     without_310 = replace(newest, python=tuple(p for p in newest.python if p != "3.10"))
     table = replace(matrix.table, releases=tuple(without_310 if r is newest else r for r in matrix.table.releases))

@@ -82,7 +82,7 @@ def test_every_variant_file_zips_each_cells_philox_width(repo):
     for path in generated_files(matrix.cells, matrix.variants_dir, pip_cells=matrix.pip_cells):
         data = yaml.safe_load(path.read_text())
         assert "philox_offset_bits" in data["zip_keys"][0], path.name
-        widths = dict(zip(data["torch_version"], data["philox_offset_bits"]))
         assert len(data["philox_offset_bits"]) == len(data["torch_version"]), path.name
+        widths = dict(zip(data["torch_version"], data["philox_offset_bits"], strict=True))
         assert widths == {c.torch: str(c.philox_offset_bits) for c in [*matrix.cells, *matrix.pip_cells]
                           if path.name.startswith(f"{c.platform}-{c.world}.")}

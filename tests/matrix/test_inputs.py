@@ -1,4 +1,4 @@
-"""Package identity per output (issue 24 item 4), on real rattler-build renders of a scratch checkout:
+"""Package identity per output, on real rattler-build renders of a scratch checkout:
 an edit to a kernel input gives every kernel package and every cell a new build string, an edit to a
 glue-only input every cell and no kernel package, an edit elsewhere (doctor/) none."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.inputs import GLUE_INPUTS, KERNEL_INPUTS, input_digests, input_files
-from faforge.matrix.render import build_string_head, render_platform
+from faforge.matrix.render import build_string_head, fa3_build_strings, render_platform
 from faforge.matrix.variants import generated_files, variant_config_path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_plan_rebuilds_what_a_glue_edit_made_stale_and_nothing_after_a_doctor_ed
     identities(checkout)
     data = plan(checkout, channel, tmp_path / "cache")
     assert len(data["to_build"]) == data["cells"] and data["in_channel"] == []
-    # The conda cells' kernel packages are all held; the kernel jobs left are those only pip cells need (issue 33).
+    # The conda cells' kernel packages are all held; the kernel jobs left are those only pip cells need (the pip world).
     conda = [k for k in data["kernel_packages"] if any(not c.startswith("pypi/") for c in k["cells"])]
     assert conda and all(k["in_channel"] for k in conda)
     assert {j["cell"].split("/")[0] for stage in ("kernels", "kernel_links") for c in data[stage] for j in c["include"]} <= {"pypi"}
@@ -162,8 +162,6 @@ def test_the_committed_variant_files_carry_todays_digests(repo):
 
 def fa3_identities(root: Path) -> dict[str, str]:
     """Regenerate the checkout's variant files (FA3's too) and render FA3's: {package id: build string}."""
-    from faforge.matrix.render import fa3_build_strings  # noqa: PLC0415
-
     matrix = load_matrix(root)
     for path, text in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3).items():
         path.write_text(text)
@@ -172,7 +170,7 @@ def fa3_identities(root: Path) -> dict[str, str]:
 
 def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
     """FA3's build strings covered none of its build code: a fix to build_flash_attn_3.py, the backend or the
-    ABI checker its recipe test runs (the aarch64 libcudart fix of issue 25) left every FA3 package
+    ABI checker its recipe test runs (FA3's aarch64 libcudart fix) left every FA3 package
     'already built'. Now each edit of a file the recipe ships renames all four; a doctor edit none."""
     base = fa3_identities(checkout)
     append(checkout / "scripts/faforge/doctor/__init__.py", "\n# a doctor edit\n")
@@ -186,8 +184,6 @@ def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
 
 
 def test_every_file_the_fa3_recipe_ships_is_its_input(repo):
-    from faforge.family import FLASH_ATTN_3  # noqa: PLC0415
-
     covered = {p.resolve() for p in input_files(repo, FLASH_ATTN_3.inputs)}
     missing = sorted(str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN_3.recipe_dir / "recipe.yaml") - covered)
     assert not missing, f"add these to faforge.family's FLASH_ATTN_3.inputs: {missing}"

@@ -27,7 +27,7 @@ def matrix(repo):
 
 def test_one_kernel_package_per_platform_cuda_archs_and_philox_layout(matrix):
     keys = {(c.platform, c.cuda, c.cuda_archs, c.philox_offset_bits) for c in matrix.cells}
-    assert len(matrix.kernels) == len(keys) == 12, "issue 15: 10 (platform, CUDA, archs), cu129 twice on both platforms"
+    assert len(matrix.kernels) == len(keys) == 12, "the split build: 10 (platform, CUDA, archs), cu129 twice on both platforms"
     assert sorted(c for k in matrix.kernels for c in k.cell_ids) == sorted(c.id for c in matrix.cells), "every cell in exactly one"
     cells = {c.id: c for c in matrix.cells}
     for package in matrix.kernels:
@@ -84,7 +84,7 @@ def test_build_string_prefix_follows_the_recipe_convention(matrix):
 
 def _variant_file_keys(path) -> set[tuple[str, str, str]]:
     data = yaml.safe_load(path.read_text())
-    return set(zip(data["cuda_compiler_version"], data["cuda_archs"], data["philox_offset_bits"]))
+    return set(zip(data["cuda_compiler_version"], data["cuda_archs"], data["philox_offset_bits"], strict=True))
 
 
 def test_the_two_linux_64_torch_worlds_share_no_kernel_key(repo):
@@ -103,7 +103,8 @@ def test_a_kernel_key_in_two_worlds_is_refused(repo, tmp_path):
     shutil.copytree(repo / "variants", root / "variants")
     releases = root / "variants" / "releases.yaml"
     text = releases.read_text()
-    row = "- world: conda-forge\n  torch: 2.5.1\n  cuda: '12.4'\n  python: ['3.10', '3.11', '3.12']\n  platforms: [linux-64]\n  source: a test's made-up row\n"
+    row = ("- world: conda-forge\n  torch: 2.5.1\n  cuda: '12.4'\n  python: ['3.10', '3.11', '3.12']\n"
+           "  platforms: [linux-64]\n  source: a test's made-up row\n")
     releases.write_text(text.replace("releases:\n", "releases:\n" + row, 1))
     with pytest.raises(DataError) as caught:
         load_matrix(root)
@@ -173,12 +174,13 @@ def test_variants_readme_lists_every_kernel_key(matrix, repo):
     assert len(rows) == len(matrix.kernels)
     for package in matrix.kernels:
         key = package.key
-        row = f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | {len(package.cell_ids)} ("
+        row = (f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | "
+               f"{len(package.cell_ids)} (")
         assert any(line.startswith(row) for line in rows), row
 
 
 def test_a_kernel_packages_exact_build_is_the_one_its_cells_pin(matrix):
-    """Issue 32 item 3: the full build string (hash included) comes from the cells' renders, never from the
+    """The exact kernel build: the full build string (hash included) comes from the cells' renders, never from the
     prefix; cells of one package that pin different builds, or a build not of the package, are refused."""
     rendered = selected_cells(matrix, "linux-64")
     package = next(k for k in matrix.kernels if k.key.id == "linux-64/cu130/sm80_90_100_120ptx/philox64")

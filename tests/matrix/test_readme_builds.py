@@ -56,7 +56,7 @@ def _worlds(matrix) -> dict:
 
 def test_every_variant_file_has_one_documented_build_with_its_worlds_channels(repo, builds):
     matrix = load_matrix(repo)
-    # The pip world's files (issue 33) build only kernel packages; they count once README documents them.
+    # The pip world's files build only kernel packages; they count once README documents them.
     pip = matrix.pip_cells
     files = {f"variants/{path.name}" for path in generated_files(matrix.cells, matrix.variants_dir, pip_cells=pip)}
     assert sorted(args.variant_config for _, args in builds) == sorted(files)

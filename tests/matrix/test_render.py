@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 import pytest
+from rattler import MatchSpec
 
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
@@ -73,8 +74,6 @@ def test_run_requirements_pin_the_torch_build(rendered):
 
 
 def test_run_requirements_parse_strictly(rendered):
-    from rattler import MatchSpec
-
     for r in rendered:
         for spec in r.run_requirements:
             MatchSpec(spec, strict=True)  # raises on anything a strict client would reject
@@ -91,7 +90,5 @@ def test_host_uses_the_cells_compilers(rendered):
 
 def test_strict_parsing_really_rejects_dotted_build_globs():
     """Why the legacy world is selected with `py3*`: the obvious spec does not parse."""
-    from rattler import MatchSpec
-
     with pytest.raises(Exception, match="build string"):
         MatchSpec("pytorch ==2.5.1 py3.12_cuda12.1*", strict=True)

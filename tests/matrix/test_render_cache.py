@@ -9,8 +9,7 @@ import os
 import pytest
 
 from faforge.errors import FaforgeError
-from faforge.matrix import load_matrix
-from faforge.matrix import render_cache
+from faforge.matrix import load_matrix, render_cache
 from faforge.matrix.render import render_cells
 from faforge.matrix.render_cache import MAX_ENTRY_BYTES, cached_render_cells, entry_key
 from faforge.matrix.variants import variant_config_path

@@ -11,6 +11,7 @@ import pytest
 
 from faforge import paths
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN_3
 from faforge.matrix.render import SourceOverride, recipe_file, with_source
 
 
@@ -64,8 +65,6 @@ def test_a_missing_sdist_is_a_user_error(tmp_path):
 
 def test_the_flash_attn_3_recipes_git_source_is_replaced_by_the_tarball(tmp_path):
     """FA3 builds from a git commit (no sdist has its C++ sources): --source swaps `git:` and `rev:` for the file."""
-    from faforge.family import FLASH_ATTN_3  # noqa: PLC0415
-
     source = SourceOverride.from_sdist(tiny_sdist(tmp_path / "flash-attention-standin.tar.gz"))
     original = (paths.repo_root() / FLASH_ATTN_3.recipe_dir / "recipe.yaml").read_text()
     changed = with_source(original, source)

@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 
 import pytest
+
 from faforge.family import FLASH_ATTN
 from faforge.pipindex import instructions
-
 from tests.pipindex.test_publish_index import publish
 from tests.support import tiny_wheels as tw
 from tests.support.held_torch import UV, dry_run, fake_torch_venvs, simple_index
@@ -30,7 +30,8 @@ TORCHES = ("2.11.0", "2.14.1", "2.14.1+cu130")  # the venvs: PyPI's 2.11 and 2.1
 DOC_BASES = ("https://faforge.github.io/wheels/", "http://127.0.0.1:8000/", "$FAFORGE_PIP_INDEX/")
 # What the README says of the two unpinned lines, checked beside the measurement (Installing flash-attn with pip or uv).
 README_SAYS = {"upgrade": "both take our\n  2.14 glue and **upgrade torch** to PyPI's 2.14.1",
-               "sdist": "pip backtracks from our\n  wheel to PyPI's `flash-attn` sdist, downloads it and runs its build, which fails with a traceback"}
+               "sdist": "pip backtracks from our\n  wheel to PyPI's `flash-attn` sdist, "
+                        "downloads it and runs its build, which fails with a traceback"}
 KERNEL_128 = f"{tw.SDIST_VERSION}+cu128.sm80.philox64.h0000128"
 
 
@@ -40,7 +41,7 @@ def glue_version(minor: str, cuda: str = "130") -> str:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    """The loopback base URL of the three indexes (the glue wheels are cp311, this Python's, and require their torch minor)."""
+    """The three indexes' loopback base URL (the glue wheels are cp311, as this Python, and need their torch minor)."""
     out, manifest = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("verification")
     wheels = [tw.build_wheel(tw.glue("2.14", python="311", pin_torch=True), out), tw.build_wheel(tw.glue("2.11", python="311", pin_torch=True), out),
               tw.build_wheel(tw.kernel(), out), tw.build_wheel(tw.fa3(), out),
@@ -138,7 +139,8 @@ def test_an_unpinned_flash_attn_from_another_minors_index_upgrades_torch(install
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_with_torch_held_but_no_only_binary_pip_builds_pypis_sdist_and_fails(installer, base, venvs, tmp_path):
     """torch held (torch==2.11.0), flash-attn unpinned, no `--only-binary`: pip backtracks from our wheel to PyPI's
-    flash-attn sdist and runs its build, which fails with a traceback; uv (first-index: flash-attn from ours only) refuses."""
+    flash-attn sdist and runs its build, which fails with a traceback; uv (first-index: flash-attn from ours only)
+    refuses."""
     needs_uv(installer)
     index, python = instructions.index_url("torch2.14-cu130", base), venvs["2.11.0"]
     line = (f"{python} -m pip install --extra-index-url {index} torch==2.11.0 {FLASH_ATTN.package}" if installer == "pip"
@@ -174,8 +176,8 @@ def test_every_readme_install_line_holds_torch_and_takes_only_wheels():
 
 
 def test_every_readme_install_line_keeps_the_torch_it_pins(base, venvs, tmp_path):
-    """Each README line, run as a dry run beside the torch it pins (only the index base swapped for the loopback one, and
-    VENV for the venv): our two wheels, and torch kept."""
+    """Each README line, run as a dry run beside the torch it pins (only the index base swapped for the loopback one,
+    and VENV for the venv): our two wheels, and torch kept."""
     for line in readme_lines():
         if "--target" in line:
             continue  # the cross install into an aarch64 site-packages: tests/pipworld/test_aarch64_cell.py runs it

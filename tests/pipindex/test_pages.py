@@ -13,8 +13,8 @@ import pytest
 
 from faforge.pipindex.folder import survey
 from faforge.pipindex.pages import Link, project_html, project_json
-from faforge.pipindex.placement import place
 from faforge.pipindex.parse import parse_html, parse_json
+from faforge.pipindex.placement import place
 from faforge.pipwheel.facts import read_wheel
 from tests.support import tiny_wheels as tw
 

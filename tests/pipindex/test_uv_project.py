@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
+
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.release.pip_env import site_packages
-
 from tests.pipindex.test_install_lines_hold_torch import README, base, glue_version, standin  # noqa: F401  (module fixtures)
 from tests.support import tiny_wheels as tw
 from tests.support.held_torch import UV, uv_env
@@ -58,7 +58,7 @@ def project_of(tmp_path: Path, text: str) -> Path:
     return tmp_path
 
 
-def test_the_readme_project_takes_flash_attn_its_kernel_and_fa3_from_our_index_only(base, tmp_path):  # noqa: F811
+def test_the_readme_project_takes_flash_attn_its_kernel_and_fa3_from_our_index_only(base, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     ours = f"{base}torch2.14-cu130/"
     project = project_of(tmp_path, readme_project(ours))
     ran = uv(project, "lock")
@@ -81,7 +81,7 @@ def test_the_readme_project_takes_flash_attn_its_kernel_and_fa3_from_our_index_o
 
 
 @pytest.mark.parametrize("sources", [True, False], ids=["readme", "without-sources"])
-def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, base, tmp_path):  # noqa: F811
+def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, base, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     """torch2.14-cu128 has no FA3. The README's project: uv finds no flash-attn-3 in our index and stops. Without its
     [tool.uv.sources], uv falls through to PyPI's empty flash-attn-3 0.0.0 (yanked, so refused unless pinned)."""
     project = project_of(tmp_path, readme_project(f"{base}torch2.14-cu128/", sources=sources))
@@ -93,10 +93,10 @@ def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, ba
         assert f"{FLASH_ATTN_3.package}==0.0.0 was yanked" in ran.stderr, ran.stderr
 
 
-def test_uv_sync_installs_our_wheels_and_a_later_add_keeps_torch(base, standin, tmp_path):  # noqa: F811
-    """`uv lock` and `uv sync` of the README's project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the stand-in
-    holding a tiny torch 2.14.1 (UV_DEFAULT_INDEX, as a mirror is configured); then `uv add flash-attn-3` syncs again
-    and leaves torch's installed files as they were."""
+def test_uv_sync_installs_our_wheels_and_a_later_add_keeps_torch(base, standin, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
+    """`uv lock` and `uv sync` of the README's project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the
+    stand-in holding a tiny torch 2.14.1 (UV_DEFAULT_INDEX, as a mirror is configured); then `uv add flash-attn-3` syncs
+    again and leaves torch's installed files as they were."""
     (tmp_path / "project").mkdir()
     project = project_of(tmp_path / "project", readme_project(f"{base}torch2.14-cu130/"))
     venv = tmp_path / "venv"

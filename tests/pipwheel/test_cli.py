@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from auditwheel.wheel_abi import analyze_wheel_abi
 
 from faforge.pipwheel.facts import read_wheel
 from faforge.pipwheel.manylinux import EXTERNAL
@@ -31,8 +32,6 @@ def faforge(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_fa3_wheel_from_the_canary(canary, tmp_path):
-    from auditwheel.wheel_abi import analyze_wheel_abi  # noqa: PLC0415
-
     result = faforge("fa3", str(canary), "--cuda", "13.0", "--archs", "90a", "--out", str(tmp_path), "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

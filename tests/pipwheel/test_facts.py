@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import lzma
 import os
+import re
 import stat
 import zipfile
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_file_names(filename, parts):
                                       "flash_attn-2.8-x0-cp312-cp312-linux_x86_64.whl", "flash_attn-2.8-cp312-cp312-linux_x86_64.zip",
                                       "flash_attn-2.8-cp312..x-cp312-linux_x86_64.whl", "-2.8-cp312-cp312-linux_x86_64.whl"])
 def test_a_name_that_is_not_pep_427s_is_refused(filename):
-    with pytest.raises(FaforgeError, match="is not a wheel file name|not a PEP 440 version|empty tag") as caught:
+    with pytest.raises(FaforgeError, match=r"is not a wheel file name|not a PEP 440 version|empty tag") as caught:
         parse_wheel_filename(filename)
     assert filename in caught.value.line()
 
@@ -147,7 +148,7 @@ def test_a_bad_requirement_and_a_bad_wheel_version_are_refused(tmp_path):
         read_wheel(make_wheel(tmp_path / GLUE, members))
     members = glue_members()
     members[key.replace("METADATA", "WHEEL")] = b"Wheel-Version: 2.0\n"
-    with pytest.raises(FaforgeError, match="Wheel-Version '2.0'"):
+    with pytest.raises(FaforgeError, match=re.escape("Wheel-Version '2.0'")):
         (tmp_path / "second").mkdir()
         read_wheel(make_wheel(tmp_path / "second" / GLUE, members))
 

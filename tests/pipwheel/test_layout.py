@@ -3,6 +3,7 @@ RUNPATHs as the design names them, and the runtime wheel read from real torch ME
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -62,9 +63,9 @@ def _torch_2_11_metadata() -> Path:
 
 @pytest.mark.slow  # reads PyPI's torch METADATA
 def test_the_cuda_runtime_requirement_of_real_torch_metadata():
-    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires nvidia-cuda-runtime==13.0.96.*);
-    torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the runtime distribution itself, by its CUDA
-    alone, and a torch's METADATA only cross-checks the major."""
+    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires
+    nvidia-cuda-runtime==13.0.96.*); torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the
+    runtime distribution itself, by its CUDA alone, and a torch's METADATA only cross-checks the major."""
     assert cuda_runtime_requirement("13.0") == "nvidia-cuda-runtime>=13.0,<14"
     assert cuda_runtime_requirement("13.0", requires_dist_of(_torch_2_11_metadata())) == "nvidia-cuda-runtime>=13.0,<14"
     try:
@@ -73,7 +74,7 @@ def test_the_cuda_runtime_requirement_of_real_torch_metadata():
         pytest.skip(str(exc))
     metadata = torch.site_packages / "torch-2.14.1.dist-info" / "METADATA"
     assert cuda_runtime_requirement("13.0", requires_dist_of(metadata)) == "nvidia-cuda-runtime>=13.0,<14"
-    with pytest.raises(FaforgeError, match="CUDA 13.0.3, not the kernel's CUDA 12.8"):
+    with pytest.raises(FaforgeError, match=re.escape("CUDA 13.0.3, not the kernel's CUDA 12.8")):
         cuda_runtime_requirement("12.8", requires_dist_of(metadata))
     wheel = pypi_listing("torch")["torch-2.4.0-cp311-cp311-manylinux1_x86_64.whl"]
     old = wheelfetch.fetch_member(wheel, "torch-2.4.0.dist-info/METADATA", cache_dir("torch-metadata"))

@@ -1,4 +1,4 @@
-"""The three pip wheels, made by `faforge wheel` from real builds, and judged by real tools (issue 33, item 2).
+"""The three pip wheels, made by `faforge wheel` from real builds, and judged by real tools (the pip world).
 
 - kernel: the libflash-attn-kernels package `faforge build` makes in the conda world for the cu130 cell
   (tests/conda_world; the same build the conda tests use, once per run), repacked: its library byte for byte
@@ -16,6 +16,7 @@ layout beside torch 2.14.1, with only the kernel wheel's folder holding the kern
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from auditwheel.wheel_abi import analyze_wheel_abi
+from rattler.package_streaming import extract
 
 from faforge import paths
 from faforge.abi.elf import read_info
@@ -36,6 +39,7 @@ from tests.conda_world.cells import CU130
 from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401  (fixtures: the world's kernel build, once per run)
 from tests.pipwheel.test_facts import CANARY
 from tests.recipe.test_build_script_real import SCRIPT, build_python  # noqa: F401  (fixture: torch 2.14.1 and the build tools)
+from tests.support.torch_envs import torch_env
 
 pytestmark = pytest.mark.slow
 
@@ -51,8 +55,7 @@ def faforge(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def unpacked_kernel(cu130_kernel_package, tmp_path_factory) -> Path:  # noqa: F811
-    from rattler.package_streaming import extract  # noqa: PLC0415
+def unpacked_kernel(cu130_kernel_package, tmp_path_factory) -> Path:  # noqa: F811 (an imported fixture, requested by name)
 
     prefix = tmp_path_factory.mktemp("kernel-prefix")
     extract(cu130_kernel_package, prefix)
@@ -60,7 +63,7 @@ def unpacked_kernel(cu130_kernel_package, tmp_path_factory) -> Path:  # noqa: F8
 
 
 @pytest.fixture(scope="module")
-def raw_glue(build_python, unpacked_kernel, sdist, tmp_path_factory):  # noqa: F811
+def raw_glue(build_python, unpacked_kernel, sdist, tmp_path_factory):  # noqa: F811 (an imported fixture, requested by name)
     """The backend's wheel of the glue alone, linked against the conda kernel package's library."""
     python, env = build_python
     tmp = tmp_path_factory.mktemp("glue")
@@ -79,22 +82,19 @@ def raw_glue(build_python, unpacked_kernel, sdist, tmp_path_factory):  # noqa: F
 
 @pytest.fixture(scope="module")
 def fa3_raw(tmp_path_factory) -> Path:
-    import lzma  # noqa: PLC0415
-
     raw = tmp_path_factory.mktemp("fa3") / CANARY.name.removesuffix(".xz")
     raw.write_bytes(lzma.decompress(CANARY.read_bytes()))
     return raw
 
 
 @pytest.fixture(scope="module")
-def torch214(build_python):  # noqa: F811
-    from tests.support.torch_envs import torch_env  # noqa: PLC0415
+def torch214(build_python):  # noqa: F811 (an imported fixture, requested by name)
 
     return torch_env("2.14.1")
 
 
 @pytest.fixture(scope="module")
-def wheels(cu130_kernel_package, raw_glue, fa3_raw, torch214, tmp_path_factory) -> dict[str, dict]:  # noqa: F811
+def wheels(cu130_kernel_package, raw_glue, fa3_raw, torch214, tmp_path_factory) -> dict[str, dict]:  # noqa: F811 (an imported fixture, requested by name)
     """kind -> the `faforge wheel KIND ... --json` report (its wheel in one output folder), each run once."""
     out = tmp_path_factory.mktemp("wheels")
     metadata = torch214.site_packages / "torch-2.14.1.dist-info" / "METADATA"
@@ -158,8 +158,6 @@ def test_auditwheel_agrees_with_every_tag(wheels):
     """`auditwheel show` gives our tag as its symbol tag (`sym_tag`); its overall tag is linux_x86_64 only because
     the external-by-design libraries are not on this machine's library path (it would graft them). With those
     excluded, as `auditwheel repair --exclude` takes them, its overall verdict is our tag."""
-    from auditwheel.wheel_abi import analyze_wheel_abi  # noqa: PLC0415
-
     for kind, report in wheels.items():
         path, tag = Path(report["wheel"]["path"]), report["platform"]["tag"]
         assert report["wheel"]["platform_tags"] == [tag]
@@ -265,7 +263,7 @@ def test_without_the_kernel_wheel_the_glue_names_it(pip_site, torch214, tmp_path
     assert broken.returncode != 0 and f"{FLASH_ATTN.kernel_soname}: cannot open shared object file" in broken.stderr, broken.stderr[-2000:]
 
 
-def test_the_same_inputs_give_the_same_wheel(wheels, cu130_kernel_package, torch214, tmp_path):  # noqa: F811
+def test_the_same_inputs_give_the_same_wheel(wheels, cu130_kernel_package, torch214, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     metadata = torch214.site_packages / "torch-2.14.1.dist-info" / "METADATA"
     again = faforge("wheel", "kernel", str(cu130_kernel_package), "--torch-metadata", str(metadata), "--out", str(tmp_path), "--json")
     assert again.returncode == 0, again.stderr
@@ -285,7 +283,16 @@ def test_the_same_inputs_give_the_same_wheel(wheels, cu130_kernel_package, torch
     (["fa3", "{fa3_raw}", "--cuda", "12.8", "--archs", "90a"], "it links libcudart.so.13, not the CUDA 12.8 runtime"),
     (["kernel", "{glue_conda}", "--torch-metadata", "{metadata}"], "a flash-attn package, not libflash-attn-kernels"),
 ])
-def test_inputs_that_contradict_the_cell_are_refused(wheels, raw_glue, fa3_raw, build_in_world, torch214, tmp_path, argv, says):  # noqa: F811
+def test_inputs_that_contradict_the_cell_are_refused(
+    wheels,
+    raw_glue,
+    fa3_raw,
+    build_in_world,  # noqa: F811 (an imported fixture, requested by name)
+    torch214,
+    tmp_path,
+    argv,
+    says,
+):
     places = {"{raw}": str(raw_glue[0]), "{kernel}": wheels["kernel"]["wheel"]["path"], "{fa3}": wheels["fa3"]["wheel"]["path"],
               "{fa3_raw}": str(fa3_raw), "{glue_conda}": str(build_in_world(CU130).packages[0]),
               "{metadata}": str(torch214.site_packages / "torch-2.14.1.dist-info" / "METADATA")}

@@ -1,4 +1,4 @@
-"""The pip world end to end (issue 33, acceptance), for the x86_64 cells: their wheels built, gated and
+"""The pip world end to end (its acceptance), for the x86_64 cells: their wheels built, gated and
 published by faforge into one wheel index root, once per session (these fixtures), from what the conda world
 already built; tests/pipworld/test_x86_64_cells.py serves that root on loopback and installs from it with
 real pip and real uv.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -33,12 +34,16 @@ from pathlib import Path
 
 import pytest
 
+from faforge.release.clean_env import Unavailable, pypi_torch_venv
+from faforge.release.pip_env import venv_copy
 from tests.conda_world.cells import CU130, LEGACY, WorldCell
 from tests.conda_world.conftest import _say, build_in_world, sdist, world  # noqa: F401  (session fixtures: the world's builds)
+from tests.gpu.fa3_canary import FOLDER
 from tests.support.cache import cache_dir
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.debian_toolchains import DebianUnavailable, debian_cuda_12_4
 from tests.support.http_server import serve_directory
-from tests.support.tiers import slow_work
-from tests.support.tiers import slow
+from tests.support.tiers import slow, slow_work
 
 # Where faforge keeps its base venvs of PyPI torches in the tests (shared with tests/release and tests/conda_world).
 FAFORGE_CACHE = cache_dir("faforge")
@@ -60,7 +65,8 @@ class PipWorldCell:
 
 ABI1 = PipWorldCell("abi1", "pypi/linux-64/py311/torch2.14/cu130/abi1", "2.14.1", "3.11", "torch2.14-cu130", CU130)
 ABI0 = PipWorldCell("abi0", "pypi/linux-64/py312/torch2.5/cu124/abi0", "2.5.1", "3.12", "torch2.5-cu124", LEGACY)
-# The FA3 canary (sm90a, CUDA 13.0, torch>=2.9) is published into every cu130 index from torch 2.11 on; installed beside torch 2.14.1.
+# The FA3 canary (sm90a, CUDA 13.0, torch>=2.9) is published into every cu130 index from torch 2.11 on; installed
+# beside torch 2.14.1.
 FA3 = PipWorldCell("fa3", "linux-64/cu130/sm90a", "2.14.1", "3.11", "torch2.14-cu130", None)
 FA3_RANGE = (("2.11.0", "3.12"), ("2.14.1", "3.11"))  # the oldest and newest torch of its cu130 indexes, cached
 
@@ -75,7 +81,6 @@ def base_venv(torch: str, python: str):
     first use in the test cache (pip downloads that torch and its CUDA wheels once per machine; every later test and
     run reuses it). Skipped with clean_env's reason only where it cannot be made (no such Python, no PyPI)."""
     slow_work("a pip world venv (tests/pipworld/conftest.py)")
-    from faforge.release.clean_env import Unavailable, pypi_torch_venv  # noqa: PLC0415
 
     os.environ.setdefault("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))
     try:
@@ -87,8 +92,6 @@ def base_venv(torch: str, python: str):
 @pytest.fixture
 def venv_of(monkeypatch):
     """A context manager: a hardlink copy of the cached base venv of a torch, removed at the end of the test."""
-    from faforge.release.pip_env import venv_copy  # noqa: PLC0415
-
     monkeypatch.setenv("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))  # venv_copy makes it under faforge's cache: the base venv's file system
     return venv_copy
 
@@ -134,8 +137,6 @@ def clock(request):
 
 @pytest.fixture(scope="session")
 def cuda_13_home() -> Path:
-    from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home  # noqa: PLC0415
-
     try:
         return cuda_home()
     except NoCudaToolkit as exc:
@@ -147,8 +148,6 @@ def cuda_13_home() -> Path:
 def cuda_12_4_home(tmp_path_factory) -> Path:
     """Debian's CUDA 12.4 (unpacked once per machine) as a CUDA home: bin/ (nvcc and the tools it runs), include/ and
     lib64/ linked to Debian's layout, as torch's cpp_extension and `faforge build --cuda-home` read a toolkit."""
-    from tests.support.debian_toolchains import DebianUnavailable, debian_cuda_12_4  # noqa: PLC0415
-
     try:
         cuda = debian_cuda_12_4()
     except DebianUnavailable as exc:
@@ -164,7 +163,7 @@ def cuda_12_4_home(tmp_path_factory) -> Path:
     return home
 
 
-def _build(cell: PipWorldCell, kernel: Path, sdist: Path, cuda: Path, glue_cxx_dir, out: Path, clock: Clock) -> dict:  # noqa: F811
+def _build(cell: PipWorldCell, kernel: Path, sdist: Path, cuda: Path, glue_cxx_dir, out: Path, clock: Clock) -> dict:  # noqa: F811 (an imported fixture, requested by name)
     """`faforge build PIP_CELL --source SDIST --kernel-package K --cuda-home CUDA`: the --json `wheel` object."""
     cxx = [str(glue_cxx_dir)] if glue_cxx_dir else []
     with clock.phase("build", cell.id):
@@ -176,7 +175,15 @@ def _build(cell: PipWorldCell, kernel: Path, sdist: Path, cuda: Path, glue_cxx_d
     return entry["wheel"]
 
 
-def _cell_wheels(cell: PipWorldCell, build_in_world, sdist: Path, cuda: Path, glue_cxx_dir, tmp_path_factory, clock: Clock) -> dict:  # noqa: F811
+def _cell_wheels(
+    cell: PipWorldCell,
+    build_in_world,  # noqa: F811 (an imported fixture, requested by name)
+    sdist: Path,  # noqa: F811 (an imported fixture, requested by name)
+    cuda: Path,
+    glue_cxx_dir,
+    tmp_path_factory,
+    clock: Clock,
+) -> dict:
     """The conda world's build of the cell's kernel key (its kernel package; shared with the conda tests' builds
     through the compiler cache), then `faforge build PIP_CELL` from it: the --json `wheel` object."""
     base_venv(cell.torch, cell.python)
@@ -186,12 +193,12 @@ def _cell_wheels(cell: PipWorldCell, build_in_world, sdist: Path, cuda: Path, gl
 
 
 @pytest.fixture(scope="session")
-def abi1_wheels(build_in_world, sdist, cuda_13_home, glue_cxx_dir, tmp_path_factory, clock) -> dict:  # noqa: F811
+def abi1_wheels(build_in_world, sdist, cuda_13_home, glue_cxx_dir, tmp_path_factory, clock) -> dict:  # noqa: F811 (an imported fixture, requested by name)
     return _cell_wheels(ABI1, build_in_world, sdist, cuda_13_home, glue_cxx_dir, tmp_path_factory, clock)
 
 
 @pytest.fixture(scope="session")
-def abi0_wheels(build_in_world, sdist, cuda_12_4_home, glue_cxx_dir, tmp_path_factory, clock) -> dict:  # noqa: F811
+def abi0_wheels(build_in_world, sdist, cuda_12_4_home, glue_cxx_dir, tmp_path_factory, clock) -> dict:  # noqa: F811 (an imported fixture, requested by name)
     return _cell_wheels(ABI0, build_in_world, sdist, cuda_12_4_home, glue_cxx_dir, tmp_path_factory, clock)
 
 
@@ -199,10 +206,6 @@ def abi0_wheels(build_in_world, sdist, cuda_12_4_home, glue_cxx_dir, tmp_path_fa
 @slow("an FA3 wheel build")
 def fa3_wheel(tmp_path_factory, clock) -> dict:
     """The FA3 canary (CUDA 13.0, sm90a) as `faforge wheel fa3` packs it: the --json `wheel` object."""
-    import lzma  # noqa: PLC0415
-
-    from tests.gpu.fa3_canary import FOLDER  # noqa: PLC0415
-
     manifest = json.loads((FOLDER / "manifest.json").read_text())
     work = tmp_path_factory.mktemp("pip-fa3")
     raw = work / manifest["file"].removesuffix(".xz")

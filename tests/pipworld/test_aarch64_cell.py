@@ -1,4 +1,4 @@
-"""The aarch64 pip cell end to end (issue 33, acceptance): pypi/linux-aarch64/py311/torch2.11/cu130/abi1, its two
+"""The aarch64 pip cell end to end (the pip world's acceptance): pypi/linux-aarch64/py311/torch2.11/cu130/abi1, its two
 wheels built, gated by `faforge verify`, published by `faforge publish --index`, served by `python -m http.server`
 on loopback, installed by real pip and by real uv beside PyPI's real aarch64 torch 2.11.0, imported under qemu,
 and `faforge doctor` healthy on the result. Nothing downloads a torch.
@@ -58,11 +58,19 @@ from faforge.abi.fatbin import read_gpu_archs
 from faforge.family import FLASH_ATTN
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import PipBuild, pip_builds
-from faforge.pipwheel.manylinux import is_external
 from faforge.pipwheel.facts import wheel_contents
+from faforge.pipwheel.manylinux import is_external
 from tests.pipworld.conftest import FAFORGE_CACHE, faforge
 from tests.support.aarch64_cross import CrossToolchain, CrossUnavailable, cross_pip_build, cross_toolchain
-from tests.support.aarch64_pip import SITE, Arm64VenvUnavailable, arm64_venv, bootstrap_site, emulated, emulated_env, install_pip
+from tests.support.aarch64_pip import (
+    SITE,
+    Arm64VenvUnavailable,
+    arm64_venv,
+    bootstrap_site,
+    emulated,
+    emulated_env,
+    install_pip,
+)
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
 
@@ -75,13 +83,16 @@ EXTENSION = f"{FLASH_ATTN.extension}.cpython-311-aarch64-linux-gnu.so"
 UV = Path(sys.executable).with_name("uv")
 AUDITWHEEL = Path(sys.executable).with_name("auditwheel")
 # What an install may change beside our wheels: einops (the glue's requirement) and, for uv, NVIDIA's cusparselt wheel,
-# whose installed WHEEL tag (manylinux2014_sbsa) uv matches against no aarch64 platform, so it reinstalls the same version.
+# whose installed WHEEL tag (manylinux2014_sbsa) uv matches against no aarch64 platform, so it reinstalls the same
+# version.
 ALSO_INSTALLED = {"einops"}
 REINSTALLED_BY_UV = {"nvidia-cusparselt-cu13"}
 IMPORT = f"""
 import json, torch, flash_attn, {FLASH_ATTN.extension}
-maps = sorted({{l.split(None, 5)[5].strip() for l in open('/proc/self/maps') if len(l.split(None, 5)) == 6 and l.split(None, 5)[5].startswith('/')}})
-print(json.dumps({{"torch": torch.__version__, "flash_attn": flash_attn.__file__, "extension": {FLASH_ATTN.extension}.__file__, "maps": maps}}))
+maps = sorted({{l.split(None, 5)[5].strip() for l in open('/proc/self/maps')
+                if len(l.split(None, 5)) == 6 and l.split(None, 5)[5].startswith('/')}})
+print(json.dumps({{"torch": torch.__version__, "flash_attn": flash_attn.__file__,
+                  "extension": {FLASH_ATTN.extension}.__file__, "maps": maps}}))
 """
 
 
@@ -238,7 +249,7 @@ def uv_env() -> dict:
 
 
 def uv_install(arm: Arm, site: Path, base: str, *requirements: str, dry_run: bool) -> subprocess.CompletedProcess:
-    """`uv pip install --target SITE` for the emulated machine, our index the extra index (as doctor's uv line has it)."""
+    """`uv pip install --target SITE` for the emulated machine, our index the extra index (as in doctor's uv line)."""
     return subprocess.run([str(UV), "pip", "install", *(["--dry-run"] if dry_run else []), "--python", sys.executable, "--target", str(site),
                            "--python-platform", f"aarch64-manylinux_{glibc(arm).replace('.', '_')}", "--python-version", arm.build.cell.python,
                            "--extra-index-url", f"{base}{arm.build.cell.index_name}/", "--only-binary", ":all:", *requirements],

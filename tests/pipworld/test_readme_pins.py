@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
+
 from faforge.family import FLASH_ATTN
 from faforge.release.pip_env import clean_pip_env, site_packages
-
 from tests.pipworld.conftest import ABI1, base_venv
 from tests.pipworld.test_x86_64_cells import UV, assert_torch_untouched, run_line, uv_env
 
@@ -71,8 +71,8 @@ def test_the_readme_uv_project_locks_flash_attn_from_our_index_and_torch_from_py
     project = adapted(readme_block("toml", "[[tool.uv.index]]"), static_base, published.versions["abi1"])
     assert 'requires-python = "==3.12.*"' in project
     (tmp_path / "pyproject.toml").write_text(project.replace('"==3.12.*"', f'"=={ABI1.python}.*"'))  # the published glue is cp311
-    # The project's own [tool.uv] is configuration that UV_NO_CONFIG would drop (uv then asks PyPI alone for flash-attn);
-    # the user's uv.toml stays out through an empty XDG_CONFIG_HOME instead.
+    # The project's own [tool.uv] is configuration that UV_NO_CONFIG would drop (uv then asks PyPI alone for
+    # flash-attn); the user's uv.toml stays out through an empty XDG_CONFIG_HOME instead.
     env = {**{k: v for k, v in uv_env().items() if k != "UV_NO_CONFIG"}, "XDG_CONFIG_HOME": str(tmp_path / "no-user-config")}
     result = subprocess.run([str(UV), "lock"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]

@@ -1,4 +1,4 @@
-"""Acceptance (issue 33): real pip and real uv install from the loopback wheel index, then import and doctor, for
+"""Acceptance (the pip world): real pip and real uv install from the loopback wheel index, then import and doctor, for
 the x86_64 cells (the ABI-1 cell pypi/linux-64/py311/torch2.14/cu130/abi1, the ABI-0 cell
 pypi/linux-64/py312/torch2.5/cu124/abi0 (torch <= 2.6), the FA3 wheel); a wrong-torch request ends in a resolver
 error with nothing installed. (The aarch64 cell, under qemu: tests/pipworld/test_aarch64_cell.py.)
@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
+
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.pipindex import instructions
 from faforge.pipwheel.facts import wheel_contents
 from faforge.release.pip_env import clean_pip_env, site_packages
-from packaging.utils import canonicalize_name
-
 from tests.pipworld.conftest import (
     ABI0,
     ABI1,
@@ -67,14 +67,14 @@ PIP_DOWNLOAD = re.compile(r"^\s*Downloading (?P<what>\S+)", re.MULTILINE)
 
 
 def uv_env() -> dict[str, str]:
-    """No machine or user configuration; uv's cache in the test cache; `uv` (the test extra beside this Python) first on PATH."""
+    """No machine or user configuration; uv's cache in the test cache; `uv` (the test extra) first on PATH."""
     env = {k: v for k, v in clean_pip_env().items() if not k.startswith("UV_")}
     return {**env, "UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(cache_dir("uv")), "UV_PYTHON_DOWNLOADS": "never",
             "PATH": os.pathsep.join([str(UV.parent), env.get("PATH", "")])}
 
 
 def line_for(installer: str, cell: PipWorldCell, version: str, python: Path, base: str, torch: str) -> str:
-    """The documented line (README, doctor's fix, the page): faforge.pipindex.instructions, with the cell's index under `base`."""
+    """The documented line (README, doctor's fix, the page): pipindex.instructions, the cell's index under `base`."""
     index = instructions.index_url(cell.index, base)
     if cell is FA3:
         pins = (f"torch=={torch}", f"{FLASH_ATTN_3.package}=={version}")
@@ -180,7 +180,8 @@ def test_each_wheel_passed_abi_and_import_and_is_listed_by_its_indexes(published
     listed = {index.name: sorted(p.name for p in index.iterdir() if p.is_dir())
               for index in published.root.iterdir() if index.name != "files" and index.is_dir()}
     assert sorted(listed) == [ABI1.index, ABI0.index], "one index per glue's (torch minor, CUDA), nothing else"
-    # FA3 (cu130, torch>=2.9): every index of its CUDA that the glue wheels make and its torch range admits, here torch2.14-cu130 alone.
+    # FA3 (cu130, torch>=2.9): every index of its CUDA that the glue wheels make and its torch range admits: here only
+    # torch2.14-cu130.
     assert listed[ABI1.index] == [FLASH_ATTN.package, FLASH_ATTN_3.package, FLASH_ATTN.kernel_package]
     assert listed[ABI0.index] == [FLASH_ATTN.package, FLASH_ATTN.kernel_package]
 
@@ -203,7 +204,7 @@ def test_the_index_passes_its_check_on_disk_and_over_http(published, static_base
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 @pytest.mark.parametrize("key", ["abi1", "abi0", "fa3"])
 def test_the_documented_line_installs_only_our_wheels_beside_the_kept_torch(installer, key, published, static_base, clock, venv_of):
-    """Over `python -m http.server` (PEP 503 HTML): pip's and uv's own index parsers read it; the wheels come from loopback."""
+    """Over `python -m http.server` (PEP 503 HTML): pip's and uv's own index parsers read it; wheels from loopback."""
     ran = install_import_doctor(installer, key, published, static_base, "PEP 503 HTML, python -m http.server", clock, venv_of)
     if installer == "pip":
         fetched = {urllib.parse.unquote(Path(d).name) for d in ran.downloads() if d.startswith(f"{static_base}files/")}
@@ -228,7 +229,8 @@ def test_pip_and_uv_read_the_pep_691_json(installer, published, tmp_path, clock,
 def test_flash_attn_beside_the_wrong_torch_minor_is_a_resolver_error_and_installs_nothing(installer, published, static_base, clock,
                                                                                            venv_of):
     """The documented line for the ABI-0 index (flash-attn for torch 2.5) in a venv of PyPI's torch 2.11.0, pinned as
-    the line pins the installed torch: both resolvers refuse from metadata alone, before any install or torch download."""
+    the line pins the installed torch: both resolvers refuse from metadata alone, before any install or torch
+    download."""
     if installer == "uv" and not UV.is_file():
         pytest.skip(f"uv is not installed beside {sys.executable} (a test extra: pip install -e '.[test]')")
     torch, python_version = WRONG_TORCH

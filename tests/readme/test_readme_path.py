@@ -32,7 +32,7 @@ from tests.support.standin_flash_attn import compile_kernel_library, standin_ker
 
 pytestmark = pytest.mark.slow
 
-# Network failures: exit 4 once they have their own code (issue 14's contract); 1 until then.
+# Network failures: exit 4 once they have their own code (the CLI contract); 1 until then.
 NETWORK = (1, 4)
 
 
@@ -78,7 +78,7 @@ STEPS = (
     Step(r'faforge doctor --python "\$CONDA_PREFIX" --json', codes=(2,),
          cause=(r"--python '': empty, as an unset variable such as \$CONDA_PREFIX gives", "activate the environment")),
     Step(r"faforge doctor$", codes=(0, 1)),
-    # The pip world (issue 33).
+    # The pip world.
     Step(r"(python -m pip|uv pip) install --extra-index-url ", skip="installs from a wheel index and PyPI (network); tests/pipworld "
                                                                     "and tests/doctor/test_pip_fix_real.py run these lines against a loopback index"),
     Step(r"faforge wheel (kernel|glue|fa3) ", codes=(2,), cause=(r"does not exist",), wrong=("Traceback",)),
@@ -195,7 +195,7 @@ def _verify_a_built_package(walk: Walk, command: str) -> None:
     library = compile_kernel_library(walk.clone.parent / "kernels", cuda_home() / "bin" / "nvcc", cell["cuda_archs"])
     standin_kernel_package(walk.clone / "output", version=pin.version, build=pin.build, subdir="linux-64", depends=(), library=library)
     result = walk.run(command)
-    check(Step("", codes=(3,), cause=("could not reach the package index", r"– verify .*skipped: abi, import not verified"),
+    check(Step("", codes=(3,), cause=("could not reach the package index", "\N{EN DASH} verify .*skipped: abi, import not verified"),
                wrong=("conflicting dependencies", "✓")), command, result)
     publish = walk.run("faforge publish output/linux-64/*.conda")
     check(Step("", codes=(1,), cause=("refused", "skipped"), wrong=("✓ publish",)), "faforge publish", publish)

@@ -17,9 +17,9 @@ import pytest
 
 from faforge import paths
 from faforge.abi import elf
+from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
-from tests.support.cache import cache_dir
 
 pytestmark = pytest.mark.slow
 

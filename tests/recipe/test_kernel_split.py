@@ -1,4 +1,4 @@
-"""The kernel library and the glue (issue 15), built for real by the build script on the tiny
+"""The kernel library and the glue (the split build), built for real by the build script on the tiny
 flash-attn-shaped sdist: nvcc compiles the kernel TUs against the torch shim into
 libflash_attn_kernels.so, g++ compiles flash_api.cpp against torch 2.14.1, and the glue links with
 -Wl,--no-undefined against the library. What a user sees on a CUDA error is run for real too: this
@@ -44,7 +44,7 @@ def wheel_members(wheel: Path, out: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def kernel_library(build_python, tmp_path_factory):  # noqa: F811
+def kernel_library(build_python, tmp_path_factory):  # noqa: F811 (an imported fixture, requested by name)
     """--kernels-only on a two-TU sdist, with no torch anywhere on the path."""
     python, env = build_python
     tmp = tmp_path_factory.mktemp("kernels")
@@ -73,7 +73,7 @@ def test_kernel_library_needs_no_torch_and_exports_only_launches(kernel_library)
     assert read_gpu_archs(library) == GpuArchs(("sm_90",), ())
 
 
-def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_python, kernel_library, tmp_path):  # noqa: F811
+def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_python, kernel_library, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     library, _ = kernel_library
     src = _tiny_sdist(tmp_path, ("flash_fwd_tiny_a_sm80.cu", "flash_bwd_tiny_b_sm80.cu"))
     result = _run(build_python, src, "1", tmp_path, "--kernel-library", str(library))
@@ -94,7 +94,7 @@ def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_pytho
     assert "GPU code: sm_90" in told.stdout, "the glue's GPU code is its kernel library's"
 
 
-def test_glue_missing_a_launch_does_not_link(build_python, tmp_path):  # noqa: F811
+def test_glue_missing_a_launch_does_not_link(build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     """-Wl,--no-undefined against the library: flash_api.cpp calls run_mha_fwd_<float, 32, false>,
     which this library (one TU, specialising head dim 32 under another name) lacks."""
     python, env = build_python
@@ -111,7 +111,7 @@ def test_glue_missing_a_launch_does_not_link(build_python, tmp_path):  # noqa: F
     assert "undefined reference" in log and "run_mha_fwd_<float, 32, false>" in log, log[-3000:]
 
 
-def test_glue_of_a_torch_with_another_philox_layout_is_refused_and_would_not_link(build_python, tmp_path):  # noqa: F811
+def test_glue_of_a_torch_with_another_philox_layout_is_refused_and_would_not_link(build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     """A library built for torch <= 2.9's 24-byte PhiloxCudaState (--philox-offset-bits 32) cannot serve
     torch 2.14's glue: its layout symbol is the _u32 one, and the glue needs _u64 (read from torch 2.14.1).
     The build script says so before compiling; past that check the link itself fails (the same failure
@@ -139,7 +139,7 @@ def test_glue_of_a_torch_with_another_philox_layout_is_refused_and_would_not_lin
     assert "undefined reference to `flash_attn_kernels_philox_offset_intragraph_u64'" in log, log[-3000:]
 
 
-def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python, tmp_path):  # noqa: F811
+def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     """A local build (no conda): one wheel, the library beside the module, found through RUNPATH.
     The launch check goes through the glue's handler, so the error is torch's, as before the split."""
     python, env = build_python
@@ -176,7 +176,7 @@ except Exception as exc:
     assert lines[1].startswith("error torch AcceleratorError CUDA error:"), lines[1]
 
 
-def test_without_the_glue_a_cuda_error_is_std_runtime_error(build_python, kernel_library, tmp_path):  # noqa: F811
+def test_without_the_glue_a_cuda_error_is_std_runtime_error(build_python, kernel_library, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     """The library alone (no torch loaded, no handler installed) throws std::runtime_error."""
     library, _ = kernel_library
     src = _tiny_sdist(tmp_path)

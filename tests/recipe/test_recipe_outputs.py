@@ -1,5 +1,5 @@
 """The real recipe's two outputs, as rattler-build renders them from the generated variant files
-(issue 15): one libflash-attn-kernels build per (platform, CUDA, archs, Philox layout), whatever the
+(the split build): one libflash-attn-kernels build per (platform, CUDA, archs, Philox layout), whatever the
 torch minors, pythons and ABIs that share it, and every cell's flash-attn pinned to exactly that build."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_every_cell_pins_exactly_its_kernel_build(rendered):
 
 def test_the_kernel_package_needs_no_python_and_no_torch(rendered):
     _, variants = rendered
-    platform, _, variant = next(v for v in variants if v[2].recipe.to_dict()["package"]["name"] == KERNEL_PACKAGE)
+    _, _, variant = next(v for v in variants if v[2].recipe.to_dict()["package"]["name"] == KERNEL_PACKAGE)
     requirements = variant.recipe.to_dict()["requirements"]
     names = {section: {str(r).split()[0] for r in requirements.get(section, []) if isinstance(r, str)} for section in ("build", "host", "run")}
     for section in ("host", "run"):

@@ -1,6 +1,6 @@
 """The recipe's test sections run faforge's checkers from the files the recipe copies next to the
 package (`faforge_checker/`); a module the GPU or ABI gate imports but the recipe does not copy
-fails the recipe's tests on every build machine (seen in the conda world, issue 11)."""
+fails the recipe's tests on every build machine (seen in the conda world)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_recipe_ships_every_module_the_build_script_and_its_backend_import():
 def test_each_checker_the_recipe_runs_imports_from_the_shipped_files_alone(tmp_path):
     """`python -m faforge.X --help` for every checker module a test script of the recipe runs, from a
     folder holding only what the recipe ships (the kernel package's torch-free check moved to
-    faforge.kernels in issue 22; a module it imports but the recipe leaves out fails here)."""
+    faforge.kernels, the kernel library's own package; a module it imports but the recipe leaves out fails here)."""
     for name, origin in shipped_sources().items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(origin, tmp_path / name)

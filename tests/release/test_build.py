@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-from fnmatch import fnmatch
 import shutil
 import subprocess
 import sys
 from dataclasses import replace
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -91,7 +91,8 @@ def test_kernel_jobs_build_the_kernel_output_and_a_cell_job_pins_it(project):
     result = run(env, "build", good["id"], "--part", piece.name, "--output-dir", str(output))
     assert result.returncode == 0, result.stdout + result.stderr
     log = (output / "logs" / f"{good['id'].replace('/', '-')}-{piece.name}.log").read_text()
-    assert (f"stand-in kernels for CUDA {good['cuda']}, archs {good['cuda_archs']}, philox offset {good['philox_offset_bits']} bits, "
+    assert (f"stand-in kernels for CUDA {good['cuda']}, archs {good['cuda_archs']}, "
+            f"philox offset {good['philox_offset_bits']} bits, "
             f"TUs [{' '.join(piece.tus)}]") in log
     assert not list(output.rglob("*.conda")), "a piece is not a package"
     assert sorted(p.name for p in output.iterdir()) == ["logs"], "nothing of the piece's scratch output is left"

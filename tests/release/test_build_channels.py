@@ -51,7 +51,8 @@ def test_parse_channel_aliases_accepts_http_https_and_file_urls():
 
 
 @pytest.mark.parametrize(("entry", "message"), [
-    ("conda-forg=https://m.example/cf", "unknown channel name 'conda-forg' — name a channel of variants/releases.yaml: conda-forge, nvidia, pytorch"),
+    ("conda-forg=https://m.example/cf", "unknown channel name 'conda-forg' — name a channel of variants/releases.yaml: "
+         "conda-forge, nvidia, pytorch"),
     ("conda-forge", "expected NAME=URL"),
     ("=https://m.example/cf", "expected NAME=URL"),
     ("conda-forge=", "expected NAME=URL"),

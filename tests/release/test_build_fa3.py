@@ -1,4 +1,4 @@
-"""`faforge build` of FlashAttention-3 packages (issue 25 item 6) through py-rattler-build, offline, on a
+"""`faforge build` of FlashAttention-3 packages through py-rattler-build, offline, on a
 scratch checkout whose recipes/flash-attn-3 is a stand-in: the variant keys and build-string formula of the
 real recipe, no compile. Its conda-forge world points at an empty local file:// channel. The real
 recipe's render is covered by tests/release/test_plan.py (the plan's build strings are `faforge matrix
@@ -36,7 +36,7 @@ requirements:
   run:
     - pytorch >=${{ fa3_min_torch }} cuda*
     - cuda-version >=${{ cuda_compiler_version }}
-"""
+"""  # noqa: E501 (the recipe's lines as rattler-build reads them)
 
 
 def run(env, *args):

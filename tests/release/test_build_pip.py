@@ -1,11 +1,13 @@
-"""`faforge build PIP_CELL` before and around the build (issue 33): what it refuses up front, where it looks for the
-kernel package, and what it skips. The real build is tests/release/test_build_pip_real.py."""
+"""`faforge build PIP_CELL` before and around the build (the pip world): what it refuses up front, where it looks
+for the kernel package, and what it skips. The real build is tests/release/test_build_pip_real.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import jsonschema
@@ -16,6 +18,7 @@ from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 from faforge.release.cost import load_build_cost, split_kernels
+from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "build.json").read_text())
@@ -24,8 +27,6 @@ TAG = "manylinux_2_28_x86_64"
 
 
 def faforge(*args, env=None):
-    import os  # noqa: PLC0415
-
     return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
 
@@ -79,12 +80,9 @@ def test_a_given_kernel_package_of_another_build_is_refused_before_any_work(buil
 
 @pytest.mark.slow
 def test_a_kernel_package_in_the_output_folder_is_found(build, toolkit, tmp_path):
-    """The kernel package `faforge build CELL --part kernels` left in OUTPUT_DIR/<platform>/ is the one a wheel job takes
-    (this stand-in holds no library, so the job stops there, having found it; the torch venv is the cached one)."""
-    import tarfile  # noqa: PLC0415
-
-    from tests.support.cache import cache_dir  # noqa: PLC0415
-
+    """The kernel package `faforge build CELL --part kernels` left in OUTPUT_DIR/<platform>/ is the one a wheel job
+    takes (this stand-in holds no library, so the job stops there, having found it; the torch venv is the cached
+    one)."""
     out = tmp_path / "out"
     assemble(PackageSpec(build.kernel.name, build.kernel.version, build.kernel_build, "linux-64"), out)
     sdist = tmp_path / "flash_attn-2.8.3.post2.tar.gz"

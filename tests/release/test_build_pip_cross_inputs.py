@@ -1,7 +1,8 @@
-"""`faforge build` of a linux-aarch64 pip cell checks its cross-build inputs before any work (issue 33), against real
-artifacts: PyPI's aarch64 torch 2.11.0 and x86_64 torch 2.14.1 sites, Debian's arm64 CPython 3.11 and this machine's
-x86_64 one, and the CUDA 13.0 toolkit with and without an sbsa-linux target tree. Each wrong input is bad input (exit 2)
-naming the option, what it holds and what the cell needs; no build starts (no log, no output folder content)."""
+"""`faforge build` of a linux-aarch64 pip cell (the pip world) checks its cross-build inputs before any work, against
+real artifacts: PyPI's aarch64 torch 2.11.0 and x86_64 torch 2.14.1 sites, Debian's arm64 CPython 3.11 and this
+machine's x86_64 one, and the CUDA 13.0 toolkit with and without an sbsa-linux target tree. Each wrong input is bad
+input (exit 2) naming the option, what it holds and what the cell needs; no build starts (no log, no output folder
+content)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,6 @@ def test_a_torch_site_of_another_machine_release_or_python_is_refused(cross, tmp
             f"--target-python {arm_python}: not a CPython 3.12 executable with include/python3.12/Python.h")
 
 
-def test_a_toolkit_without_the_sbsa_target_tree_is_refused(cross, cuda_13_home, tmp_path):  # noqa: F811
+def test_a_toolkit_without_the_sbsa_target_tree_is_refused(cross, cuda_13_home, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     refused(build(CELL, tmp_path, "--torch-site", cross.torch_site, "--target-python", cross.python.python, "--cuda-home", cuda_13_home),
             f"the CUDA toolkit {cuda_13_home} has no targets/sbsa-linux/include/cuda_runtime.h")

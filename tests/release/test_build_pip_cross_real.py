@@ -1,4 +1,4 @@
-"""`faforge build` of a linux-aarch64 pip cell for real, on this x86_64 machine (issue 33): the tiny sdist's glue
+"""`faforge build` of a linux-aarch64 pip cell for real, on this x86_64 machine (the pip world): the tiny sdist's glue
 cross-compiled by the backend without importing the target torch (build_flash_attn.py --torch-site: PyPI's aarch64
 torch 2.11.0, its version, folders and C++ ABI read from the files; --python-include/--python-library: Debian's arm64
 CPython 3.11; aarch64-linux-gnu-g++ with the flags torch's cpp_extension gives a CUDAExtension), linked against the
@@ -45,15 +45,15 @@ def cross():
 
 
 @pytest.fixture(scope="module")
-def built(cross, sdist, tmp_path_factory, request):  # noqa: F811
+def built(cross, sdist, tmp_path_factory, request):  # noqa: F811 (an imported fixture, requested by name)
     tools, build = cross
     # FAFORGE_CACHE_DIR: the test cache's faforge folder, where the glue build's tools venv for CPython 3.11 already is.
     done = cross_pip_build(tools, sdist, tmp_path_factory.mktemp("arm-pip-build"), build, {"FAFORGE_CACHE_DIR": str(cache_dir("faforge"))})
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
         steps = json.loads(done.result.stdout)["builds"][0].get("wheel", {}).get("steps_s") if done.result.returncode == 0 else None
-        reporter.write_line(f"\nfaforge build {CELL}: exit {done.result.returncode}; seconds {({k: round(v) for k, v in done.seconds.items()})}, "
-                            f"its steps {steps}")
+        seconds = {k: round(v) for k, v in done.seconds.items()}
+        reporter.write_line(f"\nfaforge build {CELL}: exit {done.result.returncode}; seconds {seconds}, its steps {steps}")
     return done
 
 

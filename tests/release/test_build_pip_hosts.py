@@ -1,6 +1,6 @@
-"""Which machine builds which pip cell's glue (issue 33): a machine builds its own platform's cells natively, against
-PyPI's torch in a venv (CI's wheel job: linux-64 on an x86_64 runner, linux-aarch64 on GitHub's arm64 runner); an
-x86_64 machine also cross-builds linux-aarch64 cells given --torch-site and --target-python. Anything else is bad
+"""Which machine builds which pip cell's glue (the pip world): a machine builds its own platform's cells natively,
+against PyPI's torch in a venv (CI's wheel job: linux-64 on an x86_64 runner, linux-aarch64 on GitHub's arm64 runner);
+an x86_64 machine also cross-builds linux-aarch64 cells given --torch-site and --target-python. Anything else is bad
 input naming the cell, this machine and where to build it, before any work."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`faforge build PIP_CELL` for real (issue 33, item 6): the tiny sdist's glue against PyPI's torch 2.14.1 (the
+"""`faforge build PIP_CELL` for real (the pip world): the tiny sdist's glue against PyPI's torch 2.14.1 (the
 cached venv on local disk, made as verify's base venvs are) and this machine's nvcc 13.0, linked against the
 kernel package the conda world's build of its kernel key made (tests/conda_world: the same package the conda
 cells pin, built once per run), then both wheels through faforge.pipwheel. No kernel TU is compiled for pip:
@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from rattler.package_streaming import extract
 
 from faforge.family import FLASH_ATTN
 from faforge.matrix import load_matrix
@@ -47,12 +48,13 @@ def build_env(glue_cxx_dir) -> dict:
     except NoCudaToolkit as exc:
         pytest.skip(str(exc))
     cxx = [str(glue_cxx_dir)] if glue_cxx_dir else []
-    # FAFORGE_CACHE_DIR: the test cache's faforge folder, where verify's base venvs (torch 2.14.1 for py3.11) already are.
+    # FAFORGE_CACHE_DIR: the test cache's faforge folder, where verify's base venvs (torch 2.14.1 for py3.11) already
+    # are.
     return {"FAFORGE_CACHE_DIR": str(cache_dir("faforge")), "CUDA_HOME": str(toolkit), "PATH": ":".join([*cxx, os.environ["PATH"]])}
 
 
 @pytest.fixture(scope="module")
-def built(cu130_kernel_package, sdist, build_env, tmp_path_factory, request):  # noqa: F811
+def built(cu130_kernel_package, sdist, build_env, tmp_path_factory, request):  # noqa: F811 (an imported fixture, requested by name)
     out = tmp_path_factory.mktemp("pip-build")
     started = time.monotonic()
     result = faforge("build", CELL, "--source", str(sdist), "--kernel-package", str(cu130_kernel_package), "--output-dir", str(out), "--json",
@@ -82,7 +84,7 @@ def test_the_report_matches_its_schema_and_names_the_matrix_wheels(built):
 
 
 def test_no_kernel_tu_is_compiled_and_the_output_says_the_kernel_wheel_only_differs_in_runpath(built):
-    report, log, out = built
+    report, log, _ = built
     entry = report["builds"][0]
     glue_log = Path(entry["log"]).read_text()
     assert "flash_api.cpp" in glue_log
@@ -113,8 +115,11 @@ def _sections(path: Path) -> tuple[dict, dict, list, set]:
     return plain, {"dynsym": rows}, entries, strings
 
 
-def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_runpath(built, cu130_kernel_package, tmp_path):  # noqa: F811
-    from rattler.package_streaming import extract  # noqa: PLC0415
+def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_runpath(
+    built,
+    cu130_kernel_package,  # noqa: F811 (an imported fixture, requested by name)
+    tmp_path,
+):
 
     report, _, _ = built
     extract(cu130_kernel_package, tmp_path / "prefix")
@@ -131,7 +136,7 @@ def test_the_kernel_wheels_library_is_the_kernel_packages_byte_for_byte_but_its_
         "the one string changed is the search path"
 
 
-def test_a_second_build_finds_both_wheels_and_builds_nothing(built, cu130_kernel_package, sdist, build_env):  # noqa: F811
+def test_a_second_build_finds_both_wheels_and_builds_nothing(built, cu130_kernel_package, sdist, build_env):  # noqa: F811 (an imported fixture, requested by name)
     _, _, out = built
     again = faforge("build", CELL, "--source", str(sdist), "--kernel-package", str(cu130_kernel_package), "--output-dir", str(out), "--json",
                     env=build_env, timeout=600)

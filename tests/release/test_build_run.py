@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from faforge.commands.plan import fa3_pieces
 from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
-from faforge.commands.plan import fa3_pieces
 from faforge.release.build_run import build_steps, fa3_jobs, jobs_from_plan, require_known_ids
 from faforge.release.plan_run import github_outputs
 
@@ -41,7 +41,7 @@ def test_a_plan_a_chunk_and_a_job_each_give_their_jobs(tmp_path):
     for name, data in shapes.items():
         (tmp_path / name).write_text(json.dumps(data))
         fa3_jobs_of = {"plan v3": [(fa3["cell"], "all")], "plan v4": [(fa3["cell"], "sm80_bwd"), (fa3["cell"], "all")]}
-        assert jobs_from_plan(str(tmp_path / name)) == [("a", "cell")] + fa3_jobs_of.get(name, []), "an FA3 piece comes before its all job"
+        assert jobs_from_plan(str(tmp_path / name)) == [("a", "cell"), *fa3_jobs_of.get(name, [])], "an FA3 piece comes before its all job"
     (tmp_path / "bad").write_text(json.dumps({"include": [{"cell": 1}]}))
     with pytest.raises(FaforgeError, match="not a plan, a chunk or a job"):
         jobs_from_plan(str(tmp_path / "bad"))

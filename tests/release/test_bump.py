@@ -21,6 +21,7 @@ import urllib.parse
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import jsonschema
 import pytest
@@ -31,8 +32,8 @@ from faforge.matrix.variants import variant_config_path
 from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
-from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
 from tests.support.kernel_abi import add_kernel_abi_row
+from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page
 from tests.support.pypi import pypi_listing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,7 +231,7 @@ def test_unreachable_wheel_index_is_a_clear_error(project):
     assert "Traceback" not in result.stderr
 
 
-# --- the pip world (issue 33): PyPI's Simple API JSON and a PyTorch per-CUDA PEP 503 page, on loopback ----------
+# --- the pip world: PyPI's Simple API JSON and a PyTorch per-CUDA PEP 503 page, on loopback ----------
 
 PIP_TORCH = "2.15.0"
 REAL_LIBC10 = {arch: f"torch-{PIP_TORCH}-cp312-cp312-manylinux_2_28_{arch}.whl" for arch in ("x86_64", "aarch64")}
@@ -239,7 +240,7 @@ REAL_LIBC10 = {arch: f"torch-{PIP_TORCH}-cp312-cp312-manylinux_2_28_{arch}.whl" 
 class RangeHandler(http.server.BaseHTTPRequestHandler):
     """Files with HEAD and byte ranges, as PyPI's file host and download.pytorch.org serve wheels."""
 
-    files: dict[str, tuple[bytes, str]] = {}
+    files: ClassVar[dict[str, tuple[bytes, str]]] = {}  # the served files, set by each test
 
     def _lookup(self):
         return self.files.get(urllib.parse.unquote(self.path.split("?")[0]))
@@ -283,7 +284,7 @@ def wheel_server():
 
 
 def real_libc10(arch: str) -> bytes:
-    """torch 2.15.0's own torch/lib/libc10.so for `arch` (range-read from PyPI once, cached with test_torch_abi_wheels.py's)."""
+    """torch 2.15.0's torch/lib/libc10.so for `arch` (range-read from PyPI once, cached like test_torch_abi_wheels)."""
     libs = cache_dir("torch-libs")
     cached = libs / REAL_LIBC10[arch] / "torch" / "lib" / "libc10.so"
     if not cached.is_file():
@@ -333,7 +334,7 @@ def serve_pip_indexes(url: str) -> None:
 
 
 def without_pip_release(project: Path, torch: str) -> None:
-    """The checkout before `torch` reached PyPI: its pip rows gone (its kernel-abi row stays, so nothing is measured)."""
+    """The checkout before `torch` reached PyPI: its pip rows gone (its kernel-abi row stays: nothing is measured)."""
     path = project / "variants" / "releases.yaml"
     text = path.read_text()
     table = load_releases(path)
@@ -378,7 +379,8 @@ def test_bump_finds_a_new_pypi_release_reads_its_wheels_and_writes_its_rows(proj
     again = faforge(project, "bump", "--source", "pypi", "--channel-url", wheel_server + "/simple", "--json", env=env)
     assert again.returncode == 0 and json.loads(again.stdout)["new_releases"] == [], "nothing new once written"
 
-    # PyTorch's cu126 index (PEP 503 HTML): its 2.15.0+cu126 is a new row with its own index; its +cu132 is PyPI's release.
+    # PyTorch's cu126 index (PEP 503 HTML): its 2.15.0+cu126 is a new row with its own index; its +cu132 is PyPI's
+    # release.
     cu126 = faforge(project, "bump", "--source", "pytorch-cu126", "--channel-url", wheel_server + "/whl/cu126", "--write", "--json", env=env)
     assert cu126.returncode == 0, cu126.stderr
     data = json.loads(cu126.stdout)

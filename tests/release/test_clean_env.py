@@ -1,9 +1,10 @@
-"""The verify gates' clean venv for a package as a real conda build makes it (issue 11's conda world
+"""The verify gates' clean venv for a package as a real conda build makes it (the conda world
 showed both defects: run_exports names sent to pip, and a pyenv shim taken for a Python)."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -35,12 +36,12 @@ def test_a_pyenv_shim_that_cannot_run_is_not_a_python(tmp_path, monkeypatch):
     shim.chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
-    with pytest.raises(clean_env.Unavailable, match="no working Python 3.99"):
+    with pytest.raises(clean_env.Unavailable, match=re.escape("no working Python 3.99")):
         clean_env.find_python("3.99")
 
 
 def test_a_working_python_is_found_behind_a_broken_shim(tmp_path, monkeypatch):
-    version = "%d.%d" % sys.version_info[:2]
+    version = "{}.{}".format(*sys.version_info[:2])
     other = "3.10" if version != "3.10" else "3.11"
     real = sorted(Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv").glob(f"versions/{other}.*/bin/python{other}"))
     if not real:

@@ -6,33 +6,39 @@ and rendered run requirements and a real extension compiled here against that to
 against a real kernel library (nvcc, the cell's arch list), which the stand-in kernel package the
 cell pins holds; a second extension, built with the other C++ ABI, must fail its gates.
 
-Slow on first run: `faforge verify` installs PyPI torch 2.14.1 (~5 GB, from local disk here) into
-its cached base venv under the test cache (tests/support/cache.py) faforge/ (FAFORGE_CACHE_DIR), as it would on a CI runner.
+Slow on first run: `faforge verify` installs PyPI torch 2.14.1 (~5 GB, from local disk here) into its cached base venv
+under the test cache (tests/support/cache.py) faforge/ (FAFORGE_CACHE_DIR), as it would on a CI runner.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from fnmatch import fnmatch
 import re
 import subprocess
 import sys
 from dataclasses import replace
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 import yaml
 
 from faforge.channel.local import PackageSpec, assemble, index, install, solve
-from faforge.matrix.releases import Release, dump_releases, header_of, load_releases
-from tests.support.http_server import free_port, serve_process
 from faforge.matrix.kernels import kernel_pin
-from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
-from tests.support.standin_flash_attn import CannotCompile, compile_extension, compile_kernel_library, standin_kernel_package, standin_package
-from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
+from faforge.matrix.releases import Release, dump_releases, header_of, load_releases
 from tests.support.cache import cache_dir
+from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.http_server import free_port, serve_process
 from tests.support.kernel_abi import add_kernel_abi_row
+from tests.support.standin_flash_attn import (
+    CannotCompile,
+    compile_extension,
+    compile_kernel_library,
+    standin_kernel_package,
+    standin_package,
+)
+from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +76,7 @@ def project(tmp_path_factory):
     template = next(r for r in table.releases if r.world == "conda-forge" and not getattr(r, "tegra", False))
     row = replace(template, torch=TORCH, cuda=CUDA, python=(PYTHON,), platforms=("linux-64",), source=("tests/release/test_end_to_end.py",))
     assert isinstance(row, Release)
-    path.write_text(dump_releases(replace(table, releases=table.releases + (row,)), header_of(path.read_text())))
+    path.write_text(dump_releases(replace(table, releases=(*table.releases, row)), header_of(path.read_text())))
     # Its kernel library layout: torch 2.14.1's PhiloxCudaState is the shim's, 64-bit offset_intragraph_
     # (tests/kernels/test_torch_shim.py compares them on the installed torch).
     add_kernel_abi_row(root / "variants", TORCH, "tests/release/test_end_to_end.py's cell")
@@ -104,7 +110,7 @@ def extensions(tmp_path_factory, cell):
 
 
 def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
-    root, env = project
+    _, env = project
     extensions, kernel_library = extensions
     work = tmp_path
     channel = work / "channel"

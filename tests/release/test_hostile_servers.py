@@ -19,6 +19,7 @@ from faforge.channel.repodata import query
 from faforge.errors import FaforgeError
 from faforge.release.wheels import read_index
 from tests.release.test_bump import REPO
+from tests.release.test_publish import package, passed
 from tests.release.test_verify_kernels import kernel_package, split_flash_attn
 from tests.support.hostile_server import serve_hostile
 
@@ -91,13 +92,13 @@ def test_plan_page_and_bump_exit_4_within_the_deadline(served, tmp_path, mode):
     base, _ = served
     url = f"{base}/{mode}/ch"
     for args in (["plan", "--channel", url, "--platform", "linux-64"], ["page", "--channel", url, "--out", tmp_path / "page"]):
-        result, took = faforge(*args)
+        result, _ = faforge(*args)
         assert_remote_failure(result, url)
     project = tmp_path / "project"
     for name in ("variants", "recipes", "scripts"):
         shutil.copytree(REPO / name, project / name)
     for source in ("conda-forge", "pytorch-wheels"):
-        result, took = faforge("bump", "--source", source, "--channel-url", url + "/", env={"FAFORGE_ROOT": str(project)})
+        result, _ = faforge("bump", "--source", source, "--channel-url", url + "/", env={"FAFORGE_ROOT": str(project)})
         assert_remote_failure(result, url)
 
 
@@ -106,20 +107,18 @@ def test_verify_kernel_download_exits_4_within_the_deadline(served, tmp_path, mo
     """The channel's index answers; the kernel package itself is served by the hostile mode."""
     base, _ = served
     fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
-    result, took = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", f"{base}/files-{mode}/channel",
-                           "--manifest", tmp_path / "v", env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
+    result, _ = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", f"{base}/files-{mode}/channel",
+                        "--manifest", tmp_path / "v", env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
     assert_remote_failure(result, f"{base}/files-{mode}/channel/linux-aarch64/")
     assert not list((tmp_path / "cache").rglob("*.conda")), "nothing is cached from a failed download"
 
 
 def test_publish_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_path):
-    from tests.release.test_publish import package, passed  # noqa: PLC0415
-
     base, _ = served
     one = package(tmp_path / "a")
     passed(tmp_path / "verification", one)
-    result, took = faforge("publish", one, "--manifest", tmp_path / "verification", "--to",
-                           f"artifactory:{base}/hang/artifactory/api/conda/my-channel", env={"ARTIFACTORY_TOKEN": "t0ken"})
+    result, _ = faforge("publish", one, "--manifest", tmp_path / "verification", "--to",
+                        f"artifactory:{base}/hang/artifactory/api/conda/my-channel", env={"ARTIFACTORY_TOKEN": "t0ken"})
     assert_remote_failure(result, f"{base}/hang/artifactory/api/conda/my-channel")
 
 
@@ -139,8 +138,6 @@ def test_an_upload_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_p
     """py-rattler-build's uploads hold the GIL while they wait on the network, so only a child process
     killed at the deadline bounds them once the server has answered the probe (before, each of these
     waited forever)."""
-    from tests.release.test_publish import package, passed  # noqa: PLC0415
-
     base, _ = served
     one = package(tmp_path / "a")
     passed(tmp_path / "verification", one)
@@ -169,11 +166,11 @@ def test_a_bad_limit_is_exit_2_naming_the_variable(served):
     assert result.returncode == 2 and httpclient.DEADLINE_ENV in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
-# ---------------------------------------------------------------- the single-read timeout (issue 32)
+# ---------------------------------------------------------------- the single-read timeout
 # Only FAFORGE_HTTP_TIMEOUT is short here: the deadline stays at its default (600 s), so a command that
 # waits for it instead of the read timeout runs into the child's timeout and fails the test.
 READ_TIMEOUT_S = 2
-READ_MARGIN_S = 10  # issue 32: "within the read timeout plus 10 s" (a process's start included)
+READ_MARGIN_S = 10  # the single-read timeout: "within the read timeout plus 10 s" (a process's start included)
 READ_CHILD_TIMEOUT_S = 30  # a hang is a failed case, not a 600 s wait
 
 
@@ -194,8 +191,6 @@ def faforge_read_timeout(*args, cwd=None, env=None):
 def url_commands(base: str, mode: str, tmp_path) -> dict[str, tuple[list, str, dict]]:
     """Every command line that reads a URL, each pointed at the hostile server's `mode`:
     name -> (argv, the URL its error must name, extra environment)."""
-    from tests.release.test_publish import package, passed  # noqa: PLC0415
-
     project = tmp_path / "project"
     for name in ("variants", "recipes", "scripts"):
         if not (project / name).exists():

@@ -5,19 +5,24 @@ the disk is checked in the process's own TMPDIR."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
+import zstandard
 
 from faforge import membercaps
 from faforge.errors import FaforgeError
 from faforge.pipwheel.facts import read_wheel
 from faforge.release.package import read_package
-from tests.cli.hostile_class_places import INDEX, NAME, VERSION, BUILD
+from faforge.wheelfetch import FetchError, RemoteZip, list_files
+from tests.cli.hostile_class_places import BUILD, INDEX, NAME, VERSION
 from tests.support import hostile_wheels as hw
 from tests.support import tiny_wheels as tw
 
@@ -99,8 +104,6 @@ REAL_WHEELS = [("torch", "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
 @pytest.mark.slow  # reads PyPI (each wheel's central directory by HTTP range)
 @pytest.mark.parametrize("project,wheel", REAL_WHEELS, ids=[p for p, _ in REAL_WHEELS])
 def test_every_member_of_real_wheels_is_within_the_caps(project, wheel):
-    from faforge.wheelfetch import FetchError, RemoteZip, list_files  # noqa: PLC0415
-
     try:
         remote = next(f for f in list_files(project) if f.filename == wheel)
         members = RemoteZip(remote.url, remote.size).members.values()
@@ -117,12 +120,6 @@ def test_real_libraries_in_a_conda_payload_are_within_the_caps(tmp_path):
     """Two real shared libraries of this venv (PyYAML's and zstandard's, 2.7 and 12 MB), tarred and compressed as
     conda-build does (zstd -19): read_package's ratio rule, which counts each member's compressed bytes as
     the stream goes by, passes them."""
-    import io  # noqa: PLC0415
-    import tarfile  # noqa: PLC0415
-
-    import yaml  # noqa: PLC0415
-    import zstandard  # noqa: PLC0415
-
     libraries = sorted((p for m in (zstandard, yaml) for p in Path(m.__file__).parent.glob("*.so")
                         if p.stat().st_size >= membercaps.RATIO_MIN_BYTES), key=lambda p: p.stat().st_size)[:2]
     assert len(libraries) == 2

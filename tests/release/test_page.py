@@ -53,7 +53,7 @@ PUBLISHED = "pypi/linux-64/py312/torch2.11/cu130/abi1"  # the one glue wheel the
 
 
 def pip_lines(cell_id: str, base: str | None = None) -> dict:
-    """The pip and uv lines of a pip cell, as faforge.pipindex.instructions writes them (the torch its gates ran against)."""
+    """A pip cell's pip and uv lines, as faforge.pipindex.instructions writes them (the torch its gates ran against)."""
     cell = next(c for c in load_matrix().pip_cells if c.id == cell_id)
     index = instructions.index_url(cell.index_name, base)
     pins = instructions.requirements(f"{VERSION}+torch{cell.torch_minor}.{cell.cuda_tag}.abi{cell.cxx11_abi}", cell.torch)
@@ -86,7 +86,7 @@ def test_page_data(channel):
 
 
 def test_page_data_lists_the_fa3_packages_beside_the_cells(channel):
-    """Issue 25 item 6: each flash-attn-3 package with its build string, the torch range it serves, CUDA and
+    """Each flash-attn-3 package with its build string, the torch range it serves, CUDA and
     platform, and the exact lines that install it from the FA3 world's channels (conda-forge)."""
     data = json.loads((channel / "flash-attn-builds.json").read_text())
     jsonschema.validate(data, SCHEMA)
@@ -103,7 +103,7 @@ def test_page_data_lists_the_fa3_packages_beside_the_cells(channel):
 
 
 def test_page_data_gives_each_pip_cell_its_pip_and_uv_lines(channel):
-    """Issue 33: every pip cell of the matrix, beside the conda cells, with the exact lines that install its glue
+    """The pip world: every pip cell of the matrix, beside the conda cells, with the exact lines that install its glue
     wheel from its index; without --index nothing says whether it is published (null)."""
     data = json.loads((channel / "flash-attn-builds.json").read_text())
     jsonschema.validate(data, SCHEMA)
@@ -113,7 +113,8 @@ def test_page_data_gives_each_pip_cell_its_pip_and_uv_lines(channel):
     entry = next(p for p in data["pip"] if p["cell"] == f"pypi/{PICK}")
     assert entry["grid_cell"] == PICK and entry["index_name"] == "torch2.13-cu130" and entry["torch"] == "2.13.0"
     assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(entry["cell"])
-    assert entry["pip_install"] == (f"python -m pip install --extra-index-url {instructions.index_base()}/torch2.13-cu130/ --only-binary flash-attn "
+    assert entry["pip_install"] == (f"python -m pip install --extra-index-url {instructions.index_base()}/torch2.13-cu130/ --only-binary "
+                                    "flash-attn "
                                     f"torch==2.13.0 flash-attn=={VERSION}+torch2.13.cu130.abi1")
     abi0 = next(p for p in data["pip"] if p["cell"] == "pypi/linux-64/py311/torch2.5/cu124/abi0")
     assert abi0["uv_install"].endswith(f"--only-binary flash-attn torch==2.5.1 flash-attn=={VERSION}+torch2.5.cu124.abi0")
@@ -121,7 +122,7 @@ def test_page_data_gives_each_pip_cell_its_pip_and_uv_lines(channel):
 
 @pytest.fixture(scope="module")
 def wheel_index(tmp_path_factory) -> tuple[Path, Path]:
-    """A wheel index root holding one glue wheel (torch 2.11, CUDA 13.0, cp312) and its kernel wheel, published as the pipeline does."""
+    """A wheel index root: one glue wheel (torch 2.11, CUDA 13.0, cp312) and its kernel wheel, published as CI does."""
     out = tmp_path_factory.mktemp("wheels")
     glue, kernel = tiny_wheels.build_wheel(tiny_wheels.glue("2.11"), out), tiny_wheels.build_wheel(tiny_wheels.kernel(), out)
     manifest = tmp_path_factory.mktemp("verification")
@@ -195,9 +196,11 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
             assert browser.evaluate("document.querySelectorAll('.grid button').length") >= 1
             before = browser.screenshot(tmp_path / "before.png")
             # Choose python 3.11 on linux-64, ABI 1, then click the torch 2.13 x CUDA 13.0 cell.
-            browser.evaluate("""(() => { for (const [id, v] of [['platform','linux-64'],['abi','1'],['python','3.11']]) {
-                const s = document.getElementById(id); s.value = v; s.dispatchEvent(new Event('change')); } })()""")
-            box = browser.evaluate(f"""(() => {{ const r = document.querySelector('button[data-cell="{PICK}"]').getBoundingClientRect();
+            browser.evaluate("""(() => {
+                for (const [id, v] of [['platform','linux-64'],['abi','1'],['python','3.11']]) {
+                    const s = document.getElementById(id); s.value = v; s.dispatchEvent(new Event('change')); } })()""")
+            box = browser.evaluate(f"""(() => {{
+                const r = document.querySelector('button[data-cell="{PICK}"]').getBoundingClientRect();
                 return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
             browser.click(*box)
             shown = browser.evaluate("document.getElementById('install-command').textContent")
@@ -255,7 +258,7 @@ def test_page_defaults_to_the_local_channel_folder(tmp_path):
 
 
 def test_an_owner_name_stays_an_anaconda_org_channel(tmp_path):
-    """CI passes an owner name or URL (.github/workflows/build.yml); offline that is a network error, not a missing folder."""
+    """CI passes an owner name or URL (.github/workflows/build.yml); offline, a network error, not a missing folder."""
     (tmp_path / "channel").mkdir()  # even with a local ./channel, a name given with --channel is remote
     result = _page(tmp_path, "--channel", "faforge-owner-that-does-not-exist")
     assert result.returncode != 0 and "Traceback" not in result.stderr

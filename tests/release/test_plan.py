@@ -14,11 +14,11 @@ import pytest
 
 from faforge import fa3_backend
 from faforge.channel.local import PackageSpec, assemble, index
+from faforge.commands.plan import fa3_pieces
+from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
-from faforge.matrix import load_matrix
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
-from faforge.commands.plan import fa3_pieces
 from faforge.release.plan import FA3_PIECES_STAGE, FA3_STAGE, STAGES, fa3_parts, make_plan
 from tests.support.http_server import serve_directory
 
@@ -105,10 +105,10 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
     data = plan_json()
     assert data["to_build"] == [r.cell.id for r in rendered]
     by_slug = {k.key.slug: k for k in matrix.kernels}
-    # The conda cells' kernel packages (the pip world's own, issue 33, are tests/release/test_plan_pip.py's).
+    # The conda cells' kernel packages (the pip world's own are tests/release/test_plan_pip.py's).
     kernels, links = ([j for j in jobs_of(data, stage) if j["kernels"] in by_slug] for stage in ("kernels", "kernel_links"))
     cells = jobs_of(data, "flash_attn")
-    # The kernels: 12 cold builds for the whole matrix (issue 15: about 10, one per platform, CUDA and
+    # The kernels: 12 cold builds for the whole matrix (the split build: about 10, one per platform, CUDA and
     # archs, plus CUDA 12.9's second Philox layout on both platforms), each planned once.
     keys = {(r.cell.platform, r.cell.cuda, r.cell.cuda_archs, r.cell.philox_offset_bits) for r in rendered}
     assert len([k for k in data["kernel_packages"] if k["id"] in {m.key.id for m in matrix.kernels}]) == len(keys) == 12
@@ -240,7 +240,7 @@ def test_an_empty_channel_is_refused_not_ignored():
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
 def test_plan_output_gets_the_mode_the_umask_gives(tmp_path, umask, mode):
-    """A file written for the user is as readable as any other file the user creates (it was 0600 whatever the umask)."""
+    """A file written for the user is as readable as any file the user creates (it was 0600 whatever the umask)."""
     out = tmp_path / "plan.json"
     result = subprocess.run(["sh", "-c", f'umask {umask:03o}; exec "$0" -m faforge "$@"', sys.executable,
                              "plan", "--platform", "linux-64", "--output", str(out)], capture_output=True, text=True, timeout=300)
@@ -274,7 +274,7 @@ def fa3_record(package: dict, build: str) -> PackageSpec:
 
 
 def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_matrix_renders(matrix, cost):
-    """Issue 25 item 6: FlashAttention-3's packages (one per platform, CUDA and arch list) get their own stage,
+    """FlashAttention-3's packages (one per platform, CUDA and arch list) get their own stage,
     one whole-package job each, named by the id `faforge matrix --fa3` prints and `faforge build` takes, after
     its pieces (see the next test)."""
     data = plan_json()
@@ -285,7 +285,7 @@ def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_ma
     jobs = jobs_of(data, FA3_STAGE)
     by_id = {p.id: p for p in matrix.fa3}
     assert [j["cell"] for j in jobs] == [p["id"] for p in packages]
-    for job, package in zip(jobs, packages):
+    for job, package in zip(jobs, packages, strict=True):
         fa3 = by_id[job["cell"]]
         assert job["part"] == "all" and job["timeout-minutes"] == fa3_parts(cost, fa3, fa3_pieces([fa3], cost)[fa3.id])[-1].minutes
         assert job["package"] == f"{package['name']}-{package['version']}-{package['build_string']}.conda"
@@ -310,7 +310,7 @@ def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all
         mine = [j for j in pieces if j["cell"] == final["cell"]]
         assert final["pieces"] == len(mine) == 7 and final["part"] == "all"
         assert [j["part"] for j in mine] == ["sm90_fwd-1of2", "sm90_fwd-2of2", "sm90_bwd", "sm80_fwd", "sm80_bwd", "combine", "scheduler"]
-        assert all(0 < j["timeout-minutes"] <= limit for j in mine + [final]) and not any(j["pieces"] for j in mine)
+        assert all(0 < j["timeout-minutes"] <= limit for j in [*mine, final]) and not any(j["pieces"] for j in mine)
         assert all(j["slug"] == f"{final['kernels']}-{j['part']}" and j["kernels"] == final["kernels"] for j in mine)
         assert all(j["package"] == final["package"] and j["name"] == f"{final['name']} [{j['part']}]" for j in mine)
         package = next(p for p in matrix.fa3 if p.id == final["cell"])

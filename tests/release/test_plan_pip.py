@@ -1,4 +1,4 @@
-"""`faforge plan`'s pip stage (issue 33, item 6): one wheel job per pip cell after the kernel stage, the kernel
+"""`faforge plan`'s pip stage (the pip world): one wheel job per pip cell after the kernel stage, the kernel
 packages the conda cells have reused (a pip-only kernel key is an ordinary kernel job, never a second compile),
 what a real wheel index (written by faforge.pipindex, read locally and over loopback HTTP) already holds, and
 the runner hours each torch release adds, from variants/build-cost.yaml."""
@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -183,7 +184,6 @@ def test_the_index_holds_a_cell_only_with_its_exact_wheels(tmp_path, builds):
     """A glue wheel of another build (another identity hash in its build tag) is not this cell's."""
     root = tmp_path / "wheels"
     cell = next(b for b in builds if b.cell.id == "pypi/linux-64/py312/torch2.11/cu130/abi1")
-    from dataclasses import replace  # noqa: PLC0415
 
     other = replace(cell, build_string=cell.build_string.replace(cell.build_string.split("_")[-2], "h0000000"))
     _publish_cell(other, root, tmp_path)

@@ -244,7 +244,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def handle_one(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with open(log, "a") as f:
-            f.write(json.dumps({"method": self.command, "path": self.path, "auth": self.headers.get("Authorization", ""), "bytes": len(body)}) + "\n")
+            f.write(json.dumps({"method": self.command, "path": self.path,
+                                "auth": self.headers.get("Authorization", ""), "bytes": len(body)}) + "\n")
         kind, _, rest = self.path.strip("/").partition("/")
         if kind in ("package", "release"):
             if self.command == "GET":
@@ -254,7 +255,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if kind == "stage":
             if rest in files:
                 return self.reply(409, {"error": "exists"})
-            return self.reply(200, {"post_url": f"http://127.0.0.1:{port}/storage", "form_data": {"key": rest}, "dist_id": "dist-1"})
+            return self.reply(200, {"post_url": f"http://127.0.0.1:{port}/storage", "form_data": {"key": rest},
+                                    "dist_id": "dist-1"})
         if kind == "commit":
             files.add(rest)
         if kind == "dist" and self.command == "DELETE":

@@ -1,4 +1,4 @@
-"""A flash-attn-3 package reaches a channel only through the gates every package passes (issue 25 item 6):
+"""A flash-attn-3 package reaches a channel only through the gates every package passes:
 publish judges it by the verification manifest of its exact sha256, as it does a flash-attn cell, and no
 layer below the CLI lets it through unverified. Real .conda files (py-rattler-build) shaped as the
 flash-attn-3 recipe makes them, a real `faforge verify` writing the manifest, a real file:// channel."""
@@ -49,7 +49,8 @@ def test_an_fa3_package_without_verification_is_refused_and_nothing_is_copied(bu
 
 def test_what_verify_records_for_an_fa3_package_today_does_not_publish_it(built):
     """`faforge verify` (its CPU gates) without --against: the stable-ABI gate cannot see the torch range, so `skipped`,
-    as is the import gate, not written for this family yet. Skipped is not passed, under the default gates or `--require abi`."""
+    as is the import gate, not written for this family yet. Skipped is not passed, under the default gates or `--require
+    abi`."""
     path, manifest, channel = built
     verified = faforge("verify", str(path), "--manifest", str(manifest))
     assert verified.returncode == 3, verified.stdout + verified.stderr

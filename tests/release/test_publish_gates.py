@@ -1,4 +1,4 @@
-"""No package reaches a channel past its gates (issue 21, safety item 1): however the required-gate set
+"""No package reaches a channel past its gates (the untrusted-input rules): however the required-gate set
 is spelled, and through whichever source (--require or $FAFORGE_REQUIRE), a degenerate set is exit 2
 naming the source the user really used, and nothing is copied. Below the CLI, the layers that copy
 (release.publish.publish, targets.upload) re-check the manifest for the exact sha256 themselves.
@@ -64,7 +64,7 @@ def test_the_option_wins_over_the_environment(unverified, tmp_path, capsys, monk
     manifest = tmp_path / "verification"
     passed(manifest, path, ("abi",))
     monkeypatch.setenv("FAFORGE_REQUIRE", ",")
-    code, out, err = run(["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch"), "--require", "abi"], capsys)
+    code, _, err = run(["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch"), "--require", "abi"], capsys)
     assert code == 0, err
     assert (tmp_path / "ch" / "linux-64" / path.name).is_file()
 
@@ -82,7 +82,7 @@ def test_spaces_around_names_are_a_clean_list(unverified, tmp_path, capsys, monk
 def test_publish_refuses_an_unverified_package_and_says_to_verify(unverified, tmp_path, capsys, monkeypatch):
     path, manifest = unverified
     monkeypatch.delenv("FAFORGE_REQUIRE", raising=False)
-    code, out, err = run(["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch")], capsys)
+    code, out, _ = run(["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch")], capsys)
     assert code == 1 and "refused" in out
     assert f"run `faforge verify {path} --manifest {manifest}` first" in out, out
     assert not (tmp_path / "ch" / "linux-64" / path.name).exists()

@@ -1,5 +1,5 @@
 """`faforge publish` never ships a flash-attn without the exact kernel package it pins
-(libflash-attn-kernels, issue 15): real .conda files assembled with py-rattler-build, published to a
+(libflash-attn-kernels, the split build): real .conda files assembled with py-rattler-build, published to a
 real file:// channel folder and read back through its repodata."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rehearsal of a torch release on a real minor, offline: torch 2.13 from "released" to a bump PR (issue 24, item 3).
+"""Rehearsal of a torch release on a real minor, offline: torch 2.13 from "released" to a bump PR.
 
 The checkout is taken as it was before torch 2.13: its release rows and its kernel-abi row are removed and
 the variant configs regenerated. Then, as the weekly workflow would, with nothing written by hand:
@@ -161,7 +161,7 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     assert new_cells and all(f"/torch{MINOR}/" in c for c in new_cells)
     assert set(data["to_build"]) == new_cells and set(data["in_channel"]) == other_cells
     conda_kernel_jobs = [j for stage in ("kernels", "kernel_links") for c in data[stage] for j in c["include"] if not j["cell"].startswith("pypi/")]
-    assert conda_kernel_jobs == [], "2.13's kernel packages are 2.10-2.12's (the pip world's own, issue 33, are not in this channel)"
+    assert conda_kernel_jobs == [], "2.13's kernel packages are 2.10-2.12's (the pip world's own are not in this channel)"
     cell_jobs = [j for chunk in data["flash_attn"] for j in chunk["include"]]
     assert sorted(j["cell"] for j in cell_jobs) == sorted(new_cells) and all(j["kernel-in-channel"] for j in cell_jobs)
     human, _ = faforge(root, "plan", "--channel", str(published / "published"))
@@ -173,7 +173,8 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     print(git(root, "diff", "--stat"))
     print(f"=== rehearsal: torch {TORCH}: {len(report['new_releases'])} release rows, kernel-abi row {measured.verdict} "
           f"({measured.offset_intragraph}), {len(new_cells)} new cells; plan: {len(data['kernels'])} kernel jobs, "
-          f"{len(data['kernel_links'])} link jobs, {len(cell_jobs)} cell jobs, {len(data['in_channel'])} cells in the channel; "
+          f"{len(data['kernel_links'])} link jobs, {len(cell_jobs)} cell jobs, "
+          f"{len(data['in_channel'])} cells in the channel; "
           f"estimated runner time {hours:.1f} h ({data['estimated_runner_minutes']} min); wall: bump {bump_s:.1f} s, "
           f"generate {generate_s:.1f} s, plan {plan_s:.1f} s ===")
     print(human.stdout)

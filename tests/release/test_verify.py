@@ -67,7 +67,7 @@ def test_all_gates_skipped_does_not_look_like_a_pass(tmp_path):
     result = faforge("verify", str(_foreign(tmp_path)), "--manifest", str(tmp_path / "v"))
     assert result.returncode == 3
     assert "✓" not in result.stderr
-    assert "– verify flash-attn-2.8.3.post2-py312_torch2_13_cu130_cxx11abi1_h1234567_0.conda (abi, import)" in result.stderr
+    assert "\N{EN DASH} verify flash-attn-2.8.3.post2-py312_torch2_13_cu130_cxx11abi1_h1234567_0.conda (abi, import)" in result.stderr
     assert "skipped: abi, import not verified" in result.stderr
 
 

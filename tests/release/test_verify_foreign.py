@@ -1,4 +1,4 @@
-"""`faforge verify` of a linux-aarch64 flash-attn on this x86_64 machine (issue 23): the abi gate runs
+"""`faforge verify` of a linux-aarch64 flash-attn on this x86_64 machine (the aarch64 cells): the abi gate runs
 natively against the aarch64 torch with the target's sysroot; the import gate runs the package under
 qemu with an aarch64 Python and says it ran emulated, or is `skipped` with the reason when qemu is
 missing (never passed); the gpu gate is left to an aarch64 GPU runner.
@@ -91,7 +91,7 @@ def test_the_import_gate_runs_under_qemu_and_says_so(arm):
 
 
 def test_a_module_that_cannot_load_fails_the_emulated_import(arm, tmp_path):
-    python, _, site, tmp = arm
+    python, _, site, _ = arm
     (tmp_path / "bad.c").write_text(EXTENSION_SOURCE.replace("c10_anchor();", "c10_gone();").replace("c10_anchor(void)", "c10_gone(void)"))
     _gcc(f"-I{python.include}", f"-I{python.python.parents[2] / 'usr/include'}", "-o", str(tmp_path / EXTENSION), str(tmp_path / "bad.c"))
     bad = assemble(PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-aarch64", depends=("python 3.11.*",),

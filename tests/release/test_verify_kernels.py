@@ -1,4 +1,4 @@
-"""`faforge verify` on the split packages (issue 15), without building kernels: a flash-attn that pins
+"""`faforge verify` on the split packages (the split build), without building kernels: a flash-attn that pins
 a kernel build needs that exact kernel package (given, or beside it), else exit 2; a kernel package's
 gates are its own (faforge.release.verify). Packages are real .conda files assembled with
 py-rattler-build; the "libraries" are real ELF files compiled with g++ here.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.channel.local import PackageSpec, assemble
+from faforge.channel.local import PackageSpec, assemble, index
 from faforge.release.manifest import results_for
 from faforge.release.package import facts_from_metadata, read_package
 
@@ -124,7 +124,8 @@ def test_a_kernel_package_gpu_gate_needs_a_flash_attn_that_pins_it(tmp_path):
 
 TORCH_USING_LIBRARY = r"""
 namespace c10 { namespace cuda { void SetDevice(signed char, bool); } }
-namespace flash { struct Flash_fwd_params; template<typename T, int D, bool C> void run_mha_fwd_(Flash_fwd_params&, void*);
+namespace flash { struct Flash_fwd_params;
+template<typename T, int D, bool C> void run_mha_fwd_(Flash_fwd_params&, void*);
 template<> void run_mha_fwd_<float, 32, false>(Flash_fwd_params&, void*) { c10::cuda::SetDevice(0, false); } }
 """
 
@@ -150,8 +151,6 @@ def test_a_kernel_library_importing_a_torch_symbol_fails_its_abi_gate(tmp_path):
 def test_the_kernel_package_is_fetched_from_the_kernel_channel(tmp_path):
     """A cell whose kernel package an earlier run published: verify downloads it from that channel
     (a real file:// channel, indexed by py-rattler), checked against the repodata's sha256, into the cache."""
-    from faforge.channel.local import index  # noqa: PLC0415
-
     fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
     channel = tmp_path / "channel"
     published = kernel_package(channel, subdir="linux-aarch64")

@@ -1,4 +1,4 @@
-"""`faforge verify` on a real split pair (issue 15): the build script compiles the kernel library with
+"""`faforge verify` on a real split pair (the split build): the build script compiles the kernel library with
 nvcc (--kernels-only, sm_90, against the torch shim) and the glue against torch 2.14.1
 (--kernel-library), both packaged as .conda files as the two-output recipe lays them out, then
 verified in a clean environment with PyPI's torch 2.14.1 (from local disk here).
@@ -19,6 +19,7 @@ import sys
 import zipfile
 
 import pytest
+from rattler.package_streaming import extract
 
 from faforge.channel.local import PackageSpec, assemble
 from faforge.release.package import read_package
@@ -54,7 +55,7 @@ def kernel_files(library: bytes) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def split_pair(build_python, tmp_path_factory):  # noqa: F811
+def split_pair(build_python, tmp_path_factory):  # noqa: F811 (an imported fixture, requested by name)
     """(kernel package, flash-attn package), side by side in out/linux-64/, built for real."""
     python, env = build_python
     tmp = tmp_path_factory.mktemp("split")
@@ -113,7 +114,7 @@ def test_flash_attn_passes_with_its_kernel_package_beside_or_given(split_pair, t
     assert given.returncode == 0, given.stdout + given.stderr
 
 
-def test_flash_attn_whose_kernel_library_lacks_its_launch_fails(split_pair, build_python, tmp_path):  # noqa: F811
+def test_flash_attn_whose_kernel_library_lacks_its_launch_fails(split_pair, build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     """A kernel package of the pinned name whose library specialises another head dim: the glue's
     run_mha_fwd_<float, 32, false> is missing, and both the ABI gate and the import say so."""
     python, env = build_python
@@ -168,7 +169,6 @@ def test_a_flash_attn_carrying_its_kernel_library_under_another_name_fails_its_a
     libflash_attn_kernels.so does not load (the aarch64 cross test's package, seen under qemu). The abi
     gate must say so, not pass with the library 'unverified'."""
     kernels, flash_attn = split_pair
-    from rattler.package_streaming import extract  # noqa: PLC0415
 
     extract(flash_attn, tmp_path / "glue")
     extract(kernels, tmp_path / "kernels")

@@ -1,4 +1,4 @@
-"""`faforge verify` of wheels (issue 33, item 4): the gates of the glue, kernel and FA3 wheels on PyPI's torch.
+"""`faforge verify` of wheels (the pip world): the gates of the glue, kernel and FA3 wheels on PyPI's torch.
 
 The wheels are the real ones `faforge wheel` makes in tests/pipwheel/test_real_wheels.py (the conda world's kernel
 package repacked, the tiny sdist's glue built against PyPI's torch 2.14.1, the FA3 canary repacked; its fixtures,
@@ -19,15 +19,15 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel.facts import read_wheel, wheel_contents
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import WheelSpec, write_wheel
-
-from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world
-from tests.pipwheel.test_real_wheels import fa3_raw, raw_glue, torch214, unpacked_kernel, wheels
+from tests.conda_world.conftest import build_in_world, cu130_kernel_package, sdist, world  # noqa: F401 (fixtures behind the real wheels)
+from tests.pipwheel.test_real_wheels import fa3_raw, raw_glue, torch214, unpacked_kernel, wheels  # noqa: F401 (fixtures)
 from tests.pipworld.conftest import base_venv
-from tests.recipe.test_build_script_real import build_python
+from tests.recipe.test_build_script_real import build_python  # noqa: F401 (fixture: torch 2.14.1 and the build tools)
 from tests.support.cache import cache_dir
 from tests.support.tiny_wheels import KERNEL_VERSION, SDIST_VERSION, Spec, build_wheel, glue, kernel
 
@@ -65,7 +65,7 @@ def repacked(wheel: Path, out: Path, member: str, runpath: tuple[str, ...]) -> P
 
 
 @pytest.fixture(scope="module")
-def real(wheels) -> dict[str, Path]:
+def real(wheels) -> dict[str, Path]:  # noqa: F811 (the imported fixture, requested by name)
     return {kind: Path(report["wheel"]["path"]) for kind, report in wheels.items()}
 
 
@@ -89,7 +89,8 @@ def test_the_glue_and_kernel_wheels_pass_their_gates_on_pypi_torch(verified, rea
     assert "against torch 2.14.1+cu130 (CUDA 13.0)" in glue_abi["detail"] and f"from {real['kernel'].name}" in glue_abi["detail"]
     assert "torch-venvs/torch-2.14.1-py3.11" in glue_abi["detail"], "the cached base venv of the cell's PyPI torch"
     assert glue_import["result"] == "passed", glue_import["detail"]
-    assert "imported flash_attn, flash_attn_2_cuda, torch's, the kernel wheel's and the CUDA runtime's libraries all loaded from the venv" in glue_import["detail"]
+    assert ("imported flash_attn, flash_attn_2_cuda, torch's, "
+            "the kernel wheel's and the CUDA runtime's libraries all loaded from the venv") in glue_import["detail"]
     assert "from the loopback index http://127.0.0.1:" in glue_import["detail"] and "/torch2.14-cu130/" in glue_import["detail"]
     assert "torch kept" in glue_import["detail"]
     assert glue_abi["cell"] == CELL, "the matrix's pip cell, read from the wheel's label and tags"
@@ -110,7 +111,7 @@ def test_the_glue_and_kernel_wheels_pass_their_gates_on_pypi_torch(verified, rea
 
 @pytest.mark.slow
 def test_publish_takes_the_verified_wheels_and_refuses_unverified_ones(verified, real, tmp_path):
-    """helper B's gated publish reads the same manifest: by sha256, so an unverified copy is refused."""
+    """The gated publish reads the same manifest: by sha256, so an unverified copy is refused."""
     _, manifest = verified
     unverified = faforge("publish", real["glue"], real["kernel"], "--index", tmp_path / "index", "--manifest", tmp_path / "empty",
                          "--require", "abi,import", "--json")
@@ -141,7 +142,7 @@ def test_a_glue_wheel_checked_against_another_torch_fails_its_abi_gate(real, tmp
 
 @pytest.mark.slow
 def test_a_glue_whose_runpath_misses_the_kernel_folder_installs_but_fails_to_import(real, tmp_path):
-    """The abi gate is given the kernel wheel's folder, so it passes; the import, in pip's real layout, cannot find the library."""
+    """The abi gate is given the kernel wheel's folder, so it passes; the import, in pip's layout, finds no library."""
     broken = repacked(real["glue"], tmp_path / "broken", EXTENSION, ("$ORIGIN/torch/lib", "$ORIGIN/nvidia/cu13/lib"))
     run = faforge("verify", broken, real["kernel"], "--gates", "abi,import", "--manifest", tmp_path / "m", "--json")
     gates = gates_of(run)
@@ -154,8 +155,9 @@ def test_a_glue_whose_runpath_misses_the_kernel_folder_installs_but_fails_to_imp
 
 @pytest.mark.slow
 def test_a_kernel_wheel_whose_runpath_misses_the_cuda_runtime_fails_to_load(real, tmp_path):
-    """CUDA 12's layout (nvidia/cuda_runtime/lib) for a CUDA 13 library: nothing is preloaded, so the loader finds no libcudart.so.13
-    in pip's layout: none at all, or (a machine with a CUDA toolkit in ld.so.cache, as this one) the system's, which the gate names."""
+    """CUDA 12's layout (nvidia/cuda_runtime/lib) for a CUDA 13 library: nothing is preloaded, so the loader finds no
+    libcudart.so.13 in pip's layout: none at all, or (a machine with a CUDA toolkit in ld.so.cache, as this one) the
+    system's, which the gate names."""
     broken = repacked(real["kernel"], tmp_path / "broken", f"libflash_attn_kernels/{FLASH_ATTN.kernel_soname}",
                       ("$ORIGIN/../nvidia/cuda_runtime/lib",))
     run = faforge("verify", broken, "--gates", "abi,import", "--manifest", tmp_path / "m", "--json")
@@ -170,7 +172,8 @@ def test_a_kernel_wheel_whose_runpath_misses_the_cuda_runtime_fails_to_load(real
 @pytest.mark.slow
 def test_the_fa3_wheel_is_checked_over_the_torch_range_of_its_indexes(real, tmp_path):
     """cu130, torch>=2.9: the indexes torch2.11-cu130 to torch2.14-cu130 of the pypi world. Both ends checked: passed;
-    one end only: skipped, naming the other. The import is pip's, beside PyPI's torch 2.14.1, from the loopback index."""
+    one end only: skipped, naming the other. The import is pip's, beside PyPI's torch 2.14.1, from the loopback
+    index."""
     oldest, newest = base_venv("2.11.0", "3.12"), base_venv("2.14.1", "3.11")
     run = faforge("verify", real["fa3"], "--gates", "abi,import,gpu", "--against", oldest.site_packages, "--against", newest.site_packages,
                   "--manifest", tmp_path / "m", "--json")
@@ -178,7 +181,8 @@ def test_the_fa3_wheel_is_checked_over_the_torch_range_of_its_indexes(real, tmp_
     abi, imported = gates["flash_attn_3", "abi"], gates["flash_attn_3", "import"]
     assert abi["result"] == "passed" and "serves 2.11 to 2.14" in abi["detail"], abi["detail"]
     assert imported["result"] == "passed", imported["detail"]
-    assert "imported flash_attn_3, flash_attn_3._C, flash_attn_interface, torch's and the CUDA runtime's libraries all loaded" in imported["detail"]
+    assert ("imported flash_attn_3, flash_attn_3._C, flash_attn_interface, "
+            "torch's and the CUDA runtime's libraries all loaded") in imported["detail"]
     assert "/torch2.14-cu130/" in imported["detail"] and "PyPI torch 2.14.1+cu130" in imported["detail"]
     narrow = faforge("verify", real["fa3"], "--gates", "abi", "--against", newest.site_packages, "--manifest", tmp_path / "n", "--json")
     assert narrow.returncode == 3
@@ -219,7 +223,7 @@ def test_a_wheel_of_another_project_is_bad_input(tmp_path):
 
 @pytest.mark.slow
 def test_a_glue_wheel_pip_could_install_only_by_replacing_torch_fails_its_import(tmp_path):
-    """Its Requires-Dist wants torch>=2.15 but the cell's torch is 2.14.1, pinned: pip's resolver refuses (nothing downloaded)."""
+    """Requires-Dist wants torch>=2.15, the cell's torch is 2.14.1, pinned: pip's resolver refuses, fetching nothing."""
     base_venv("2.14.1", "3.11")
     folder = tmp_path / "w"
     greedy = build_wheel(Spec(FLASH_ATTN.dist_name, f"{SDIST_VERSION}+torch2.14.cu130.abi1", "cp311-cp311-manylinux_2_28_x86_64",

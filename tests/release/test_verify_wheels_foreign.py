@@ -1,15 +1,15 @@
-"""`faforge verify` of linux-aarch64 wheels on this x86_64 machine (issue 33, item 4): the glue wheel's abi gate
+"""`faforge verify` of linux-aarch64 wheels on this x86_64 machine (the pip world): the glue wheel's abi gate
 runs natively against PyPI's real aarch64 torch 2.11.0 (tests/support/aarch64_cross.arm64_torch_site) with the
 target's sysroot, and its import gate installs the glue and kernel wheels with this machine's real pip for their
 platform (--platform TAG --target DIR --only-binary=:all: --no-deps) from a loopback index, then imports them
 with Debian's arm64 python3.11 under qemu, that torch behind them (as verify_foreign does for conda packages).
 
 The binaries are real aarch64 code, cross-compiled here with Debian's aarch64-linux-gnu-gcc: a glue extension that
-imports a real c10 function (torchCheckFail, std::__cxx11::string: C++ ABI 1) from the aarch64 libc10.so and the
-kernel library's C interface; a kernel library that needs the aarch64 libcudart.so.13 of NVIDIA's wheel; each with
-the RUNPATH faforge.pipwheel.layout gives pip's layout, packed by faforge.pipwheel's writer with its manylinux tag.
-A gcc-built kernel library holds no GPU code, so the kernel wheel's own abi gate fails, for that reason; its import gate
-installs it the same way beside the aarch64 torch's CUDA runtime (nvidia/) and dlopen()s it under qemu, nothing preloaded.
+imports a real c10 function (torchCheckFail, std::__cxx11::string: C++ ABI 1) from the aarch64 libc10.so and the kernel
+library's C interface; a kernel library that needs the aarch64 libcudart.so.13 of NVIDIA's wheel; each with the RUNPATH
+faforge.pipwheel.layout gives pip's layout, packed by faforge.pipwheel's writer with its manylinux tag. A gcc-built
+kernel library holds no GPU code, so the kernel wheel's own abi gate fails, for that reason; its import gate installs it
+the same way beside the aarch64 torch's CUDA runtime (nvidia/) and dlopen()s it under qemu, nothing preloaded.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel import layout
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.writer import WheelSpec, write_wheel
-
 from tests.support.aarch64_cross import CrossUnavailable, arm64_torch_site
 from tests.support.cache import cache_dir
 from tests.support.debian_toolchains import DebianUnavailable, arm64_plain_python
@@ -44,7 +44,8 @@ GLUE_SOURCE = f"""
 #include <Python.h>
 extern void {C10_FUNCTION}(void);
 extern int {FLASH_ATTN.kernel_api_prefix}set_cuda_error_handler(void *);
-void *flash_attn_anchors[] = {{(void *) &{C10_FUNCTION}, (void *) &{FLASH_ATTN.kernel_api_prefix}set_cuda_error_handler}};
+void *flash_attn_anchors[] = {{(void *) &{C10_FUNCTION},
+                               (void *) &{FLASH_ATTN.kernel_api_prefix}set_cuda_error_handler}};
 static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "flash_attn_2_cuda", NULL, -1, NULL}};
 PyMODINIT_FUNC PyInit_flash_attn_2_cuda(void) {{ return PyModule_Create(&module); }}
 """

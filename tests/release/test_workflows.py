@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from faforge.matrix import load_matrix
 from faforge.release.plan import STAGES
 from tests.support.cache import cache_dir
 
@@ -114,7 +116,7 @@ def test_gates_and_secrets_are_wired():
     publish_step = next(s for s in jobs["publish"]["steps"] if "faforge publish" in s.get("run", ""))
     assert all(v.startswith("${{ secrets.") for v in publish_step["env"].values())
     assert "--require" not in publish_step["run"], "CI publishes under the default gates, GPU included"
-    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], "kernel packages already published count (issue 15)"
+    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], "kernel packages already published count (the split build)"
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "bump.yml").read_text())
     assert "schedule" in bump[True] and "gh pr create" in bump["jobs"]["bump"]["steps"][-1]["run"]
 
@@ -163,9 +165,7 @@ def plan_jobs() -> list[dict]:
 
 
 def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
-    """conda-forge's CUDA pytorch depends on __cuda; hosted runners have no driver (issue 11, item 1)."""
-    from faforge.matrix import load_matrix
-
+    """conda-forge's CUDA pytorch depends on __cuda; hosted runners have no driver (found in the conda world)."""
     builds = jobs_running_faforge_build()
     # `wheel` builds a pip cell's wheels (--part wheel): no conda solve (test_the_wheel_job_... below).
     assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell"), ("build-cells.yml", "wheel")]
@@ -187,8 +187,8 @@ STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_
 
 
 def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
-    """Kernel packages, then the links of split ones, then the cells that need them (issue 15); the FA3
-    packages (issue 25) need no kernel package, only their own pieces, and the GPU gate waits for them too."""
+    """Kernel packages, then the links of split ones, then the cells that need them (the split build); the FA3
+    packages (the second family) need no kernel package, only their own pieces, and the GPU gate waits for them too."""
     build = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())
     jobs = build["jobs"]
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
@@ -204,8 +204,9 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
             assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
             assert "inputs.channel" in job["with"]["channel"]
             assert job["with"].get("wheels", False) is (stage == "wheels"), "a wheels chunk runs build-cells.yml's `wheel` job"
+    every_called = {j for ids in called.values() for j in ids}
     assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|wheels|flash-attn-3|flash-attn-3-pieces)-\d+", j)
-                and j not in sum(called.values(), [])]
+                and j not in every_called]
     for job_id in called["kernel_links"]:
         assert set(called["kernels"]) <= set(jobs[job_id]["needs"])
     for job_id in called["flash_attn"] + called["wheels"]:
@@ -230,7 +231,7 @@ def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
 
 
 def _expand(text: str, job: dict) -> str:
-    """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does (a key the job lacks is '')."""
+    """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does (a missing key is '')."""
     def value(key: str) -> str:
         got = job.get(key, "")
         return str(got).lower() if isinstance(got, bool) else str(got)
@@ -272,34 +273,34 @@ def _stand_in(bin_dir: Path, *tools: str) -> None:
 
 
 def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_its_range(plan_jobs, tmp_path):
-    """Issue 25 item 6: a flash-attn-3 job of the real plan, through build-cells.yml's steps as the runner runs
+    """A flash-attn-3 job of the real plan, through build-cells.yml's steps as the runner runs
     them (`faforge`, `python` stand-ins): `faforge build ID` whole, PyPI's torch of the oldest and the newest
     minor it serves, and verify against both, so its abi gate can pass (a narrower check is `skipped`)."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
     fa3 = [j for j in plan_jobs if j["part"] == "all"]
     assert {j["platform"] for j in fa3} == {"linux-64", "linux-aarch64"}
     _stand_in(tmp_path / "bin", "faforge", "python")
+
+    def run(job: dict, name: str) -> list[str]:
+        step = next(s for s in steps if s.get("name", "").startswith(name))
+        assert _runs_for_part(step.get("if"), "all"), name
+        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "RUNNER_TEMP": "/rt",
+               **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}}
+        result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
     for job in fa3:
         oldest, newest = job["torch-range"].split()
-
-        def run(name: str) -> list[str]:
-            step = next(s for s in steps if s.get("name", "").startswith(name))
-            assert _runs_for_part(step.get("if"), "all"), name
-            env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "RUNNER_TEMP": "/rt",
-                   **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}}
-            result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
-            assert result.returncode == 0, result.stderr
-            return result.stdout.splitlines()
-
-        assert run("Build") == ["faforge", "build", job["cell"], "--part", "all", "--output-dir", "output"]
-        installs = " ".join(run("The oldest and the newest torch"))
+        assert run(job, "Build") == ["faforge", "build", job["cell"], "--part", "all", "--output-dir", "output"]
+        installs = " ".join(run(job, "The oldest and the newest torch"))
         wheel = "manylinux_2_28_aarch64" if job["platform"] == "linux-aarch64" else "manylinux_2_28_x86_64"
         for minor in (oldest, newest):
             assert f"--target /rt/torch-{minor} torch=={minor}.*" in installs.replace("\n", " ")
         # the oldest for the abi gate (torch/lib only), the newest with its dependencies: the import gate imports it
         assert installs.count("--no-deps") == 1 and installs.index("--no-deps") < installs.index(f"torch-{oldest} ")
         assert installs.count(wheel) == 2 and installs.count("manylinux_2_27_") == 2
-        gates = run("CPU gates")
+        gates = run(job, "CPU gates")
         assert gates[:3] == ["faforge", "verify", f"output/{job['platform']}/{job['package']}"]
         assert " ".join(gates[3:]) == f"--manifest verification --against /rt/torch-{oldest} --against /rt/torch-{newest}"
     # What an FA3 job uploads and caches: its package and gate results; no kernel package, pieces or compiler cache.
@@ -328,7 +329,7 @@ def _runs_for_part(condition: str | None, part: str, pieces: int = 0) -> bool:
     python = python.replace("matrix.pieces > 0", str(pieces > 0))
     python = python.replace("&&", " and ").replace("||", " or ")
     assert re.fullmatch(r"(\s|\(|\)|True|False|and|or)+", python), f"not a plain matrix.part condition: {condition!r}"
-    return eval(python)  # noqa: S307 (checked above to be True/False joined by and/or)
+    return eval(python)  # safe: checked above to be True/False joined by and/or
 
 
 # (part, pieces) of each kind of plan job: kernel pieces, a whole kernel package, a kernels-link after 4 pieces, a
@@ -337,8 +338,8 @@ PARTS = (("fwd-1of4", 0), ("bwd-2of4", 0), ("kernels", 0), ("kernels-link", 4), 
 
 
 def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_once():
-    """Issue 24 item 5: each piece job saved its own .ccache per run (over 100 entries of hundreds of MB
-    against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
+    """The compiler cache per kernel package: each piece job saved its own .ccache per run (over 100 entries of
+    hundreds of MB against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
     cache by prefix, and only the job that completes the package saves it, keyed by the package. A split FA3
     package's jobs do the same (its pieces, then its `all` job); an FA3 package built in one job has none."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
@@ -365,7 +366,7 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
 
 
 def test_every_artifact_upload_survives_a_rerun():
-    """Issue 24 item 5: an artifact name is unique per run, so re-running a failed job that had uploaded
+    """An artifact name is unique per run, so re-running a failed job that had uploaded
     (`if: always()`, or a gate failing after the kernel package went up) failed with 409
     (actions/upload-artifact#478). The names stay fixed because later jobs download them by name."""
     uploads = _steps_using("actions/upload-artifact")
@@ -374,7 +375,7 @@ def test_every_artifact_upload_survives_a_rerun():
 
 
 def test_a_build_queues_behind_a_running_one_instead_of_cancelling():
-    """Issue 24 item 5: a group holds one running and one pending run, and a third push cancelled the
+    """The concurrency queue: a group holds one running and one pending run, and a third push cancelled the
     pending one, so with day-long runs a push could go unbuilt; `queue: max` keeps every pending run, in
     order (up to 100), and needs cancel-in-progress false. One group per ref: two runs never publish at once."""
     concurrency = _load("build.yml")["concurrency"]
@@ -382,8 +383,8 @@ def test_a_build_queues_behind_a_running_one_instead_of_cancelling():
 
 
 def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_path):
-    """Issue 24 item 5: on a repository with no self-hosted `gpu` runner, gpu-test queued for 24 h.
-    A repository variable per platform says there is one (FAFORGE_GPU_RUNNER: x64, issue 23's
+    """The GPU runner switch: on a repository with no self-hosted `gpu` runner, gpu-test queued for 24 h.
+    A repository variable per platform says there is one (FAFORGE_GPU_RUNNER: x64, and for the aarch64 cells
     FAFORGE_GPU_RUNNER_AARCH64: ARM64); unset, the plan job says why that platform's GPU gate is skipped
     (log and run summary) and gpu-test gets no entry for it. Its step runs here under bash."""
     jobs = _load("build.yml")["jobs"]
@@ -427,7 +428,7 @@ def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_pa
 
 
 def test_a_linux_aarch64_cell_runs_its_import_gate_under_qemu_on_the_hosted_runner(tmp_path):
-    """Issue 23: the aarch64 cells are cross-compiled on hosted x86_64 runners; their import gate runs
+    """The aarch64 cells are cross-compiled on hosted x86_64 runners; their import gate runs
     there under qemu (faforge.emulator), with the settings verify reads, and their abi gate against the
     same aarch64 torch. The gpu gate of an aarch64 package is gpu-test's (previous test)."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
@@ -435,7 +436,7 @@ def test_a_linux_aarch64_cell_runs_its_import_gate_under_qemu_on_the_hosted_runn
     assert setup["if"] == "matrix.platform == 'linux-aarch64' && (matrix.part == 'cell' || matrix.part == 'all')"
     for variable in ("FAFORGE_QEMU", "FAFORGE_SYSROOT", "FAFORGE_TARGET_PYTHON"):
         assert f'echo "{variable}=' in setup["run"], variable
-    # every manylinux glibc from 2_28 down: nvidia-cudnn-cu13 9.19.0.56 is manylinux_2_27 only (issue 23)
+    # every manylinux glibc from 2_28 down: nvidia-cudnn-cu13 9.19.0.56 is manylinux_2_27 only
     assert "linux-aarch64-gnu" in setup["run"] and 'seq 28 -1 17); do platforms+=(--platform "manylinux_2_${minor}_aarch64")' in setup["run"]
     gates = next(s for s in steps if "faforge verify" in s.get("run", ""))
     assert steps.index(setup) < steps.index(gates)
@@ -454,7 +455,7 @@ ACTIONS_MAY_CREATE_PRS = "Allow GitHub Actions to create and approve pull reques
 
 
 def test_the_bump_pull_request_says_what_it_needs_when_github_refuses_it(tmp_path):
-    """Issue 24 item 5: `gh pr create` with GITHUB_TOKEN needs a repository setting, off by default.
+    """The bump PR: `gh pr create` with GITHUB_TOKEN needs a repository setting, off by default.
     The workflow says so, and when the PR is refused its error names the setting and the token that
     does without it. The step runs here under bash, with `git` and `gh` stand-ins on PATH."""
     bump = _load("bump.yml")
@@ -528,7 +529,7 @@ def test_an_fa3_piece_job_compiles_its_piece_and_hands_its_objects_to_its_packag
     assert short.returncode == 1 and f"{len(pieces) - 1} of {len(pieces)} pieces of {final['kernels']} arrived" in short.stdout
 
 
-# ---------------------------------------------------------------- the pip cells' wheels (issue 33)
+# ---------------------------------------------------------------- the pip cells' wheels
 
 def _wheel_steps() -> dict:
     return {s.get("name") or s["uses"]: s for s in _load("build-cells.yml")["jobs"]["wheel"]["steps"]}
@@ -613,7 +614,7 @@ def test_the_wheel_job_gates_and_uploads_its_wheels_where_gpu_test_and_publish_f
     assert upload["with"]["name"] == "package-${{ matrix.slug }}" and "output/dist/*.whl" in upload["with"]["path"]
     jobs = _load("build.yml")["jobs"]
     for job_id in ("gpu-test", "publish"):
-        merged = [s for s in jobs[job_id]["steps"] if s.get("uses", "").startswith("actions/download-artifact")][0]
+        merged = next(s for s in jobs[job_id]["steps"] if s.get("uses", "").startswith("actions/download-artifact"))
         assert fnmatch.fnmatchcase("package-pypi-linux-64-py311-torch2.14-cu130-abi1-wheel", merged["with"]["pattern"])
         assert merged["with"]["path"] == "built" and merged["with"]["merge-multiple"] is True
 

@@ -1,5 +1,5 @@
-"""What a linux-aarch64 cross build needs on an x86_64 machine that is not a conda world (issue 23's
-fallback): PyPI's aarch64 torch with its dependencies, and a CUDA home with an sbsa-linux target tree.
+"""What a linux-aarch64 cross build needs on an x86_64 machine that is not a conda world (the
+documented fallback): PyPI's aarch64 torch with its dependencies, and a CUDA home with an sbsa-linux target tree.
 
 * The torch: `pip install --target` of the cell's torch for manylinux_2_28/2_18/2_17 aarch64 (pip does not
   widen one --platform to older manylinux tags, and nvidia-nccl is tagged manylinux_2_18), cached.
@@ -26,11 +26,16 @@ import platform
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from faforge import paths
+from faforge.channel.local import PackageSpec, assemble
+from faforge.family import FLASH_ATTN
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.debian_toolchains import Arm64Python, DebianUnavailable, arm64_plain_python
@@ -72,8 +77,6 @@ def arm64_torch_site(torch: str = "2.11.0", python: str = "3.11") -> Path:
 
 def aarch64_requirements(metadata: Path, python: str) -> list[str]:
     """The Requires-Dist lines of a wheel's METADATA that apply on aarch64 Linux CPython `python`, markers dropped."""
-    from packaging.requirements import Requirement  # noqa: PLC0415  (pytest's own dependency)
-
     environment = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
                    "python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
                    "platform_python_implementation": "CPython", "extra": ""}
@@ -119,8 +122,8 @@ def sbsa_cuda_home(toolkit: Path, cu13: Path) -> Path:
     (sbsa / "include").mkdir(parents=True)
     for header in (cu13 / "include").iterdir():
         (sbsa / "include" / header.name).symlink_to(header)
-    # What the runtime wheel lacks (crt/, cccl/, ... conda-forge's cuda-crt-dev_linux-aarch64 and cuda-cccl_linux-aarch64)
-    # from the toolkit's own target: arch-independent headers, a declared stand-in.
+    # What the runtime wheel lacks (crt/, cccl/, ... conda-forge's cuda-crt-dev_linux-aarch64 and
+    # cuda-cccl_linux-aarch64) from the toolkit's own target: arch-independent headers, a declared stand-in.
     for header in (toolkit / "targets/x86_64-linux/include").iterdir():
         if not (sbsa / "include" / header.name).exists():
             (sbsa / "include" / header.name).symlink_to(header.resolve())
@@ -184,8 +187,9 @@ def cross_kernel_library(tools: CrossToolchain, src: Path, build_dir: Path, lib_
 
 
 def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension: Path, *, rpath: str | None) -> Path:
-    """flash_api.cpp cross-compiled into `extension` (flash_attn_2_cuda.cpython-311-aarch64-linux-gnu.so), C++ ABI 1, linked
-    against the aarch64 torch and the kernel library in kernel_lib_dir by its SONAME; `rpath` its search path, or none."""
+    """flash_api.cpp cross-compiled into `extension` (flash_attn_2_cuda.cpython-311-aarch64-linux-gnu.so), C++ ABI 1,
+    linked against the aarch64 torch and the kernel library in kernel_lib_dir by its SONAME; `rpath` its search path, or
+    none."""
     torch_dir = tools.torch_site / "torch"
     extension.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([CXX, "-shared", "-fPIC", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
@@ -202,7 +206,7 @@ def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension
 
 @dataclass(frozen=True)
 class CrossPipBuild:
-    """`faforge build PIP_CELL --json` of a linux-aarch64 pip cell, from the tiny sdist and its assembled kernel package."""
+    """`faforge build PIP_CELL --json` of a linux-aarch64 pip cell, from the tiny sdist and its kernel package."""
 
     result: subprocess.CompletedProcess
     kernel_package: Path  # the conda kernel package of the cell's key (cross-built library, assembled)
@@ -214,16 +218,15 @@ class CrossPipBuild:
         return json.loads(self.result.stdout)
 
 
-_PIP_BUILDS: dict = {}  # (sdist, cell id) -> CrossPipBuild: one build per test session, shared by the tests that read it
+# (sdist, cell id) -> CrossPipBuild: one build per test session, shared by the tests that read it
+_PIP_BUILDS: dict = {}
 
 
 def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) -> Path:
     """The kernel package of `build`'s kernel key (a faforge.matrix.pip_builds.PipBuild) for linux-aarch64: the library
     cross-built by the backend for its arch list and Philox layout, packed under the matrix's exact build string
-    (faforge.channel.local.assemble: the documented fallback, standing in for rattler-build's linux-aarch64 cross build)."""
-    from faforge.channel.local import PackageSpec, assemble  # noqa: PLC0415
-    from faforge.family import FLASH_ATTN  # noqa: PLC0415
-
+    (faforge.channel.local.assemble: the documented fallback, standing in for rattler-build's linux-aarch64 cross
+    build)."""
     cell = build.cell
     built = cross_kernel_library(tools, src, work / "build", work / "lib", archs=cell.cuda_archs, philox_offset_bits=cell.philox_offset_bits)
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
@@ -233,10 +236,9 @@ def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) ->
 
 
 def cross_pip_build(tools: CrossToolchain, sdist: Path, work: Path, build, env: dict) -> CrossPipBuild:
-    """`faforge build <the cell> --source SDIST --kernel-package K --torch-site <the aarch64 torch> --target-python <Debian's
-    arm64 python3.11> --cuda-home <the sbsa overlay> --json`, K made by cross_kernel_package; once per session."""
-    import tarfile  # noqa: PLC0415
-
+    """`faforge build <the cell> --source SDIST --kernel-package K --torch-site <the aarch64 torch> --target-python
+    <Debian's arm64 python3.11> --cuda-home <the sbsa overlay> --json`, K made by cross_kernel_package; once per
+    session."""
     key = (str(sdist), build.cell.id)
     if key in _PIP_BUILDS:
         return _PIP_BUILDS[key]

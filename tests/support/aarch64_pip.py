@@ -1,4 +1,4 @@
-"""aarch64 Python environments that real pip and real uv install into on this x86_64 machine (issue 33).
+"""aarch64 Python environments that real pip and real uv install into on this x86_64 machine (the pip world).
 
 * arm64_venv: `python3.11 -m venv --without-pip` of Debian's arm64 python3.11 run under qemu
   (tests/support/debian_toolchains.arm64_plain_python), its site-packages a hardlink copy (`cp -al`) of PyPI's
@@ -38,7 +38,7 @@ EMULATED_TIMEOUT_S = 1800
 
 
 class Arm64VenvUnavailable(Exception):
-    """pip and einops for the emulated Python cannot be had here (no network on a cold cache); tests skip with this text."""
+    """pip and einops for the emulated Python cannot be had here (no network, cold cache); tests skip with this text."""
 
 
 def emulated(python: Arm64Python, program: Path, *args: str) -> list[str]:
@@ -65,7 +65,7 @@ def bootstrap_wheels() -> Path:
 
 
 def arm64_venv(python: Arm64Python, dest: Path, torch_site: Path) -> Path:
-    """A venv of Debian's arm64 python3.11 at `dest` whose site-packages hold the torch site's files (hardlinks); its bin/python."""
+    """A venv of Debian's arm64 python3.11 at `dest` holding the torch site's files (hardlinks); its bin/python."""
     slow_work("an emulated arm64 venv (tests/support/aarch64_pip.py)")
     subprocess.run(emulated(python, python.python, "-m", "venv", "--without-pip", dest), check=True, capture_output=True, text=True,
                    timeout=EMULATED_TIMEOUT_S)
@@ -106,7 +106,7 @@ def install_pip(python: Arm64Python, venv_python: Path) -> None:
 
 
 def emulated_env() -> dict:
-    """The environment of a process run under qemu (qemu passes it on): this machine's Python and pip settings left
-    out, pip's configuration files switched off (PIP_CONFIG_FILE=/dev/null), so the machine's own indexes play no part."""
+    """The environment of a process run under qemu (qemu passes it on): this machine's Python and pip settings left out,
+    pip's configuration files switched off (PIP_CONFIG_FILE=/dev/null), so the machine's own indexes play no part."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}
     return {**env, "PIP_CONFIG_FILE": os.devnull}

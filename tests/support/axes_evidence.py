@@ -1,4 +1,4 @@
-"""Issue 23's real-sdist evidence, by hand and outside CI: `python -m tests.support.axes_evidence OUT`.
+"""The legacy and aarch64 cells' real-sdist evidence, by hand, outside CI: `python -m tests.support.axes_evidence OUT`.
 
 Kernel TUs take minutes each, so this is never a test. It compiles, on real upstream code (the
 flash-attn 2.8.3.post2 sdist) and real torch builds:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdist", type=Path, required=True, help="the unpacked flash_attn-2.8.3.post2 sdist from PyPI")
     parser.add_argument("--steps", default="tus124,tuscross,glue0,gluecross")
     args = parser.parse_args(argv)
-    global SDIST  # noqa: PLW0603 - one sdist per run
+    global SDIST  # one sdist per run
     SDIST = args.sdist.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     steps, report = args.steps.split(","), {"machine": platform.machine(), "sdist": str(SDIST)}

@@ -31,7 +31,8 @@ def cxx_through_ccache(run_dir: Path, base_dir: Path, ccache: str, cxx: str) -> 
         "#!/bin/sh\n"
         "# tests/support/compile_cache.py: the glue's C++ compiles of one test run, through one ccache.\n"
         f"unset {' '.join(BUILD_SCRIPT_SETTINGS)}\n"
-        f"export CCACHE_DIR={shlex.quote(str(run_dir / 'ccache'))} CCACHE_BASEDIR={shlex.quote(str(base_dir))} CCACHE_NOHASHDIR=1\n"
+        f"export CCACHE_DIR={shlex.quote(str(run_dir / 'ccache'))} "
+        f"CCACHE_BASEDIR={shlex.quote(str(base_dir))} CCACHE_NOHASHDIR=1\n"
         f'exec {shlex.quote(ccache)} {shlex.quote(cxx)} "$@"\n'
     )
     wrapper.chmod(0o755)

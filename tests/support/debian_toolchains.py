@@ -1,7 +1,7 @@
 """Toolchains from Debian's archive (CUDA 12.4 first), unpacked into the test cache, never installed.
 
 This machine's only full CUDA compiler is 13.0, and PyPI's nvidia-cuda-nvcc-cu12 wheels carry no nvcc,
-cicc or fatbinary; Debian trixie's non-free nvidia-cuda-toolkit is a complete 12.4 (issue 23). apt is
+cicc or fatbinary; Debian trixie's non-free nvidia-cuda-toolkit is a complete 12.4 (the legacy cell's). apt is
 run with a private configuration (its own sources.list, state, cache and lists under the cache folder;
 every Dir:: path apt would read from /etc/apt is overridden on the command line, which apt reads last),
 so the machine's sources and package state are never read or changed. `apt-get download` checks each

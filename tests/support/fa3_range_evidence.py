@@ -1,4 +1,4 @@
-"""Issue 25's evidence, by hand outside CI: a flash-attn-3 binary against every torch minor of its range.
+"""The stable-ABI evidence for FA3, by hand outside CI: a flash-attn-3 binary against every torch minor of its range.
 
     python -m tests.support.fa3_range_evidence EXTENSION [VERSION ...]   (default: 2.9.1 2.10.0 2.11.0 2.12.1 2.13.0)
     python -m tests.support.fa3_range_evidence --machine aarch64 EXTENSION RUNTIME_LIB [VERSION ...]

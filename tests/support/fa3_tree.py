@@ -1,4 +1,4 @@
-"""A tiny FlashAttention-3-shaped source tree: upstream's layout with one-line kernels (issue 25).
+"""A tiny FlashAttention-3-shaped source tree: upstream's layout with one-line kernels, for the second family's builds.
 
 hopper/ holds the TUs hopper/setup.py would compile for a feature set (faforge.fa3_backend.sources),
 each a one-line kernel, and as its glue the stable-ABI stand-in of tests/fixtures/stable_abi; beside it

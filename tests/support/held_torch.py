@@ -21,9 +21,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.release.pip_env import clean_pip_env, site_packages
 from packaging.utils import canonicalize_name
 
+from faforge.release.pip_env import clean_pip_env, site_packages
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing
 

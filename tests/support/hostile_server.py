@@ -45,7 +45,7 @@ from tests.support.http_server import free_port, serve_process
 FOREVER_S = 3600
 PACKAGES = (".conda", ".tar.bz2")
 MAX_BODY = 64 << 20  # read at most this much of an upload
-DRIP10_S = 10  # issue 32: "a 1-byte-per-10-s drip"
+DRIP10_S = 10  # the single-read timeout's case: "a 1-byte-per-10-s drip"
 PIP_JSON = "application/vnd.pypi.simple.v1+json"
 EMPTY_PAGE = b'{"meta": {"api-version": "1.1"}, "projects": [], "files": []}'  # a root page and a project page at once
 INDEX_ROOT = re.compile(r".*/torch[0-9]+\.[0-9]+-cu[0-9]+/")
@@ -187,7 +187,7 @@ class Handler(socketserver.BaseRequestHandler):
     def mode_escape(self, path):
         if not INDEX_ROOT.fullmatch(path.split("?")[0]):
             return self.page()
-        host = "127.0.0.1:%d" % self.server.server_address[1]
+        host = f"127.0.0.1:{self.server.server_address[1]}"
         names = ["../escaped", "../../escaped", f"//{host}/escape/escaped", f"http://{host}/escape/escaped", "/escape/escaped", ".."]
         self.page(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in names]}).encode())
 

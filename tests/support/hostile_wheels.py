@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import struct
 import subprocess
 import tarfile
@@ -95,8 +96,6 @@ def conda_with_payload(path: Path, index: dict, payload: bytes) -> Path:
     """A .conda at `path` whose pkg-*.tar.zst decompresses to `payload` (raw tar bytes, possibly cut short)."""
     info = io.BytesIO()
     with tarfile.open(fileobj=info, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        import json  # noqa: PLC0415
-
         body = json.dumps(index).encode()
         member = tarfile.TarInfo("info/index.json")
         member.size, member.mode = len(body), 0o644
@@ -111,7 +110,7 @@ def conda_with_payload(path: Path, index: dict, payload: bytes) -> Path:
 
 
 def tar_member(name: str, size: int, data: bytes | None = None) -> bytes:
-    """One tar member: its header declaring `size`, then `data` (zeros of `size` when None; shorter data cuts the tar)."""
+    """One tar member: a header declaring `size`, then `data` (zeros of `size` when None; shorter data cuts the tar)."""
     member = tarfile.TarInfo(name)
     member.size, member.mode = size, 0o644
     body = bytes(size) if data is None else data

@@ -1,8 +1,8 @@
-"""A static wheel index server on loopback, in its own process, that negotiates as PEP 691 asks: a folder
-URL (BASE/torch2.11-cu130/flash-attn/) answers its index.json as application/vnd.pypi.simple.v1+json when
-the client's Accept prefers that, and its index.html as text/html otherwise (a plain static server, such
-as `python -m http.server` or GitHub Pages, always answers the HTML). Every other path is the file itself. Each request is logged as one JSON line (method, path, Accept, the type answered), so a test
-can tell which format pip or uv read.
+"""A static wheel index server on loopback, in its own process, that negotiates as PEP 691 asks: a folder URL
+(BASE/torch2.11-cu130/flash-attn/) answers its index.json as application/vnd.pypi.simple.v1+json when the client's
+Accept prefers that, and its index.html as text/html otherwise (a plain static server, such as `python -m http.server`
+or GitHub Pages, always answers the HTML). Every other path is the file itself. Each request is logged as one JSON line
+(method, path, Accept, the type answered), so a test can tell which format pip or uv read.
 
 Run: python -m tests.support.pip_index_server PORT ROOT LOG
 """
@@ -24,7 +24,7 @@ JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 def preferred(accept: str) -> str:
     """The media type an Accept header prefers among JSON and HTML (q-values; equal q: the order given)."""
     best, best_q = "text/html", -1.0
-    for position, item in enumerate(accept.split(",")):
+    for item in accept.split(","):
         kind, *params = [p.strip() for p in item.split(";")]
         q = next((float(p[2:]) for p in params if p.startswith("q=")), 1.0)
         if kind in (JSON_TYPE, "application/vnd.pypi.simple.latest+json"):

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import yaml
+
 from tests.support.cache import cache_dir
 from tests.support.tiers import slow_work
 
@@ -28,7 +29,7 @@ CACHE = cache_dir("pip-target")
 def recipe_test_requirements(entry_point: str) -> tuple[str, ...]:
     """The run requirements of the recipe test whose script runs `python -m <entry_point>`."""
     recipe = yaml.safe_load(RECIPE.read_text())
-    # the top level's tests and each output's (the recipe has two outputs: issue 15)
+    # the top level's tests and each output's (the recipe has two outputs: the split build)
     entries = [*recipe.get("tests", []), *(t for output in recipe.get("outputs", []) for t in output.get("tests", []))]
     for test in _tests(entries):
         if any(f"-m {entry_point} " in f"{line} " for line in test.get("script", ())):

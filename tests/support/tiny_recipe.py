@@ -22,9 +22,9 @@ build:
 requirements:
   run:
     - python ${{ python }}
-"""
+"""  # noqa: E501 (the recipe's lines as rattler-build reads them: a build-string template cannot wrap)
 
-# The split recipe of issue 15 in miniature: a libflash-attn-kernels output that uses only CUDA, the
+# The split recipe in miniature: a libflash-attn-kernels output that uses only CUDA, the
 # arch list and the Philox offset width (build string cu<tag>_sm<archs>_philox<bits>_h<hash>_<n>, as
 # faforge.matrix.kernels expects and recipes/flash-attn/recipe.yaml writes it) and passes a piece's TUs
 # to its script, and the flash-attn output, which pins that exact kernel build.
@@ -58,7 +58,7 @@ outputs:
       version: ${{ version }}
     build:
       number: 0
-      # As the real recipe: a pip world's glue is a wheel (issue 33), its variant files build only kernel packages.
+      # As the real recipe: a pip world's glue is a wheel, its variant files build only kernel packages.
       skip:
         - torch_world == "pypi"
       string: py${{ python | version_to_buildstring }}_torch${{ (torch_version | split('.'))[:2] | join('_') }}_cu${{ cuda_tag }}_cxx11abi${{ cxx11_abi }}_h${{ hash }}_0
@@ -69,4 +69,4 @@ outputs:
       run:
         - python ${{ python }}
         - ${{ pin_subpackage('libflash-attn-kernels', exact=True) }}
-"""
+"""  # noqa: E501 (the recipe's lines as rattler-build reads them: a build-string template cannot wrap)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.pipwheel.facts import read_wheel
 from faforge.pipwheel.writer import WheelSpec, write_wheel
+from faforge.release.manifest import record
 
 SDIST_VERSION = "2.8.3.post2"
 KERNEL_LOCAL = "cu130.sm80.90.100.120ptx.philox64.ha5d2e90"
@@ -72,11 +75,6 @@ def fa3(cuda: str = "130", torch_spec: str = ">=2.9") -> Spec:
 
 def record_gates(manifest: Path, wheel: Path, gates=("abi", "import", "gpu"), result: str = "passed") -> None:
     """Gate results for the wheel's exact sha256, as `faforge verify` records them (release.manifest.record)."""
-    from types import SimpleNamespace  # noqa: PLC0415
-
-    from faforge.pipwheel.facts import read_wheel  # noqa: PLC0415
-    from faforge.release.manifest import record  # noqa: PLC0415
-
     facts = read_wheel(wheel)
     for gate in gates:
         record(manifest, SimpleNamespace(sha256=facts.sha256, filename=facts.filename, cell_id=None, path=wheel), gate, result, "test")

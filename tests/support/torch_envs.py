@@ -1,11 +1,10 @@
 """Cached virtual environments holding a real torch, shared by every test that needs one.
 
-Tests that compile or check against real torch libraries (the ABI gate's clean
-extension check, the doctor) call `torch_env(...)`.  The venv lives under
-the test cache's `venvs/` (tests/support/cache.py, outside the work tree) and is built once; a lock file keeps two pytest
-processes from building the same one at the same time.  torch 2.14.1 (CUDA 13.0,
-cp311) and 2.13.0 (CPU, cp311) install from this machine's local disk
-(`/opt/pypi-more`, `/opt/wheels` in pip's config); anything else needs PyPI.
+Tests that compile or check against real torch libraries (the ABI gate's clean extension check, the doctor) call
+`torch_env(...)`.  The venv lives under the test cache's `venvs/` (tests/support/cache.py, outside the work tree) and is
+built once; a lock file keeps two pytest processes from building the same one at the same time.  torch 2.14.1 (CUDA
+13.0, cp311) and 2.13.0 (CPU, cp311) install from this machine's local disk (`/opt/pypi-more`, `/opt/wheels` in pip's
+config); anything else needs PyPI.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
 from tests.support.cache import cache_dir
 from tests.support.tiers import slow_work
 
