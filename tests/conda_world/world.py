@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from faforge.channel.local import index
+from faforge.matrix.canonical import canonical_bytes
 from tests.conda_world import payloads
 from tests.conda_world.archive import Record, write_conda
 from tests.support.cache import cache_dir
@@ -95,9 +96,10 @@ def _record(entry: dict, fixture: dict[tuple, dict], world_names: set[str]) -> R
 
 
 def inputs_digest() -> str:
+    """The world's cache key: its inputs in their canonical form, so a comment or a reformat keeps a built world."""
     digest = hashlib.sha256()
     for path in INPUTS:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(path.name.encode() + b"\0" + canonical_bytes(path, path.read_bytes()))
     return digest.hexdigest()[:16]
 
 
