@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.doctor import envs
+from tests.support.docs import DOCTOR, doc_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,6 +92,6 @@ def test_docs_and_schema_name_every_kind():
 
     schema = json.loads((REPO / "tests" / "schemas" / "doctor.json").read_text())
     assert tuple(schema["$defs"]["report"]["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == KINDS
-    section = (REPO / "README.md").read_text().split("## faforge doctor", 1)[1]
+    section = doc_text(DOCTOR)
     for kind in KINDS + tuple(schema["$defs"]["report"]["properties"]["fixes"]["items"]["properties"]["kind"]["enum"]):
         assert f"`{kind}`" in section, kind

@@ -20,6 +20,7 @@ from faforge.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
 from tests.support.torch_envs import CACHE as VENV_CACHE
 from tests.support.cache import cache_dir
+from tests.support.docs import DOCTOR, doc_text
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "variants" / "torch_symbols.yaml"
@@ -125,7 +126,7 @@ def test_bad_table_names_file_key_and_value(tmp_path):
 
 
 def test_readme_states_the_table_size():
-    """README's doctor section quotes how many symbols and wheels the table holds."""
+    """The doctor page quotes how many symbols and wheels the table holds."""
     symbols = sum(len(e.symbols) for e in TABLE_DATA.exports)
-    text = " ".join((REPO / "README.md").read_text().split())
+    text = " ".join(doc_text(DOCTOR).split())
     assert f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI torch wheels" in text

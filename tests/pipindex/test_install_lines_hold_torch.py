@@ -21,14 +21,14 @@ from faforge.pipindex import instructions
 from tests.pipindex.test_publish_index import publish
 from tests.support import tiny_wheels as tw
 from tests.support.held_torch import UV, dry_run, fake_torch_venvs, simple_index
+from tests.support.docs import INSTALLING, doc_text, fenced_blocks, reading_path
 from tests.support.http_server import serve_directory
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 TORCHES = ("2.11.0", "2.14.1", "2.14.1+cu130")  # the venvs: PyPI's 2.11 and 2.14, and PyTorch's own index's 2.14.1+cu130
 DOC_BASES = ("https://faforge.github.io/wheels/", "http://127.0.0.1:8000/", "$FAFORGE_PIP_INDEX/")
-# What the README says of the two unpinned lines, checked beside the measurement (Installing flash-attn with pip or uv).
+# What the docs say of the two unpinned lines, checked beside the measurement (the installing page, pip or uv).
 README_SAYS = {"upgrade": "both take our\n  2.14 glue and **upgrade torch** to PyPI's 2.14.1",
                "sdist": "pip backtracks from our\n  wheel to PyPI's `flash-attn` sdist, downloads it and runs its build, which fails with a traceback"}
 KERNEL_128 = f"{tw.SDIST_VERSION}+cu128.sm80.philox64.h0000128"
@@ -132,7 +132,7 @@ def test_an_unpinned_flash_attn_from_another_minors_index_upgrades_torch(install
     assert ran.returncode == 0, ran.output[-3000:]
     assert ran.torch() == "2.14.1" and ran.install[FLASH_ATTN.package] == glue_version("2.14"), ran.install
     assert installer == "pip" or ran.remove.get("torch") == "2.11.0", ran.output[-3000:]
-    assert README_SAYS["upgrade"] in README.read_text(), "README: say that the unpinned line upgrades torch"
+    assert README_SAYS["upgrade"] in doc_text(INSTALLING), f"{INSTALLING}: say that the unpinned line upgrades torch"
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -149,19 +149,18 @@ def test_with_torch_held_but_no_only_binary_pip_builds_pypis_sdist_and_fails(ins
         assert f"{FLASH_ATTN.dist_name}-{tw.SDIST_VERSION}.tar.gz" in ran.output and "Traceback" in ran.output, ran.output[-3000:]
     else:
         assert "No solution found" in ran.output and "tar.gz" not in ran.output, ran.output[-3000:]
-    assert README_SAYS["sdist"] in README.read_text(), "README: say that pip builds PyPI's sdist here"
+    assert README_SAYS["sdist"] in doc_text(INSTALLING), f"{INSTALLING}: say that pip builds PyPI's sdist here"
 
 
 def readme_lines() -> list[str]:
-    """Every pip and uv install line the README documents with an index of ours (continuations joined, `$ ` dropped),
-    and its requirements.txt (one line: its options and pins)."""
-    text = README.read_text()
-    blocks = re.findall(r"^```(?:bash|text)\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    """Every pip and uv install line README.md and the docs pages document with an index of ours (continuations
+    joined, `$ ` dropped, each once), and their requirements.txt (one line: its options and pins)."""
+    blocks = [block for page in reading_path() for language in ("bash", "text") for block in fenced_blocks(page, language)]
     lines = [line.removeprefix("$ ") for block in blocks for line in block.replace("\\\n", " ").splitlines()
              if re.search(r"pip install .*--extra-index-url", line)]
     requirements = [b for b in blocks if b.startswith("--extra-index-url ")]
     assert len(requirements) == 1, requirements
-    return [re.sub(r"\s+", " ", line).strip() for line in lines] + ["-r " + " ".join(requirements[0].split())]
+    return list(dict.fromkeys(re.sub(r"\s+", " ", line).strip() for line in lines)) + ["-r " + " ".join(requirements[0].split())]
 
 
 def test_every_readme_install_line_holds_torch_and_takes_only_wheels():

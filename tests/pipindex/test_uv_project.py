@@ -16,9 +16,10 @@ import pytest
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.release.pip_env import site_packages
 
-from tests.pipindex.test_install_lines_hold_torch import README, base, glue_version, standin  # noqa: F401  (module fixtures)
+from tests.pipindex.test_install_lines_hold_torch import base, glue_version, standin  # noqa: F401  (module fixtures)
 from tests.support import tiny_wheels as tw
 from tests.support.held_torch import UV, uv_env
+from tests.support.docs import INSTALLING, fenced_blocks
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +34,9 @@ def _uv():
 
 
 def readme_project(index: str, *, sources: bool = True) -> str:
-    """The README's pyproject.toml with `index` for ours (its pin follows the index's CUDA), for CPython 3.11."""
-    blocks = [b for b in re.findall(r"^```toml\n(.*?)^```", README.read_text(), re.MULTILINE | re.DOTALL) if "[tool.uv.sources]" in b]
-    assert len(blocks) == 1, f"README: {len(blocks)} ```toml blocks hold [tool.uv.sources]"
+    """The installing page's pyproject.toml with `index` for ours (its pin follows the index's CUDA), for CPython 3.11."""
+    blocks = [b for b in fenced_blocks(INSTALLING, "toml") if "[tool.uv.sources]" in b]
+    assert len(blocks) == 1, f"{INSTALLING}: {len(blocks)} ```toml blocks hold [tool.uv.sources]"
     text = blocks[0]
     assert DOC_INDEX in text and 'requires-python = "==3.12.*"' in text and f'"{FLASH_ATTN.package}=={glue_version("2.14")}"' in text, text
     cuda = re.search(r"-cu(\d+)/$", index)[1]

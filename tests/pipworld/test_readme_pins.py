@@ -19,17 +19,17 @@ from faforge.release.pip_env import clean_pip_env, site_packages
 
 from tests.pipworld.conftest import ABI1, base_venv
 from tests.pipworld.test_x86_64_cells import UV, assert_torch_untouched, run_line, uv_env
+from tests.support.docs import INSTALLING, fenced_blocks
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 DOC_BASE = "https://faforge.github.io/wheels/"
 
 
 def readme_block(language: str, holding: str) -> str:
-    """The one fenced block of `language` in the README that holds `holding`."""
-    blocks = [b for b in re.findall(rf"^```{language}\n(.*?)^```", README.read_text(), re.MULTILINE | re.DOTALL) if holding in b]
-    assert len(blocks) == 1, f"README: {len(blocks)} ```{language} blocks hold {holding!r}"
+    """The one fenced block of `language` on the installing page that holds `holding`."""
+    blocks = [b for b in fenced_blocks(INSTALLING, language) if holding in b]
+    assert len(blocks) == 1, f"{INSTALLING}: {len(blocks)} ```{language} blocks hold {holding!r}"
     return blocks[0]
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 from fnmatch import fnmatch
-import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -33,10 +32,10 @@ from tests.support.standin_flash_attn import CannotCompile, compile_extension, c
 from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
 from tests.support.cache import cache_dir
 from tests.support.kernel_abi import add_kernel_abi_row
+from tests.support.docs import HOSTING, marked_block
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
 # Where `faforge verify` keeps its PyPI torch venv for this test (git-ignored, ~5 GB, built once).
 VERIFY_CACHE = cache_dir("faforge")
 TORCH, CUDA, PYTHON = "2.14.1", "13.0", "3.11"
@@ -55,9 +54,7 @@ CONDA_FORGE_STANDINS = [
 
 
 def readme_block(marker: str, language: str) -> str:
-    match = re.search(rf"<!-- {re.escape(marker)} -->\n```{language}\n(.*?)```", README.read_text(), re.S)
-    assert match, f"README lost its `{marker}` block"
-    return match.group(1)
+    return marked_block(HOSTING, marker, language)
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +165,7 @@ def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
     replanned = json.loads(faforge(env, "plan", "--channel", str(channel), "--json").stdout)
     assert CELL in replanned["in_channel"] and CELL not in replanned["to_build"]
 
-    # serve the channel exactly as the README says, and solve + install the README's environment.yml.
+    # serve the channel exactly as the hosting page says, and solve + install its environment.yml.
     port = free_port()
     serve = readme_block("serve: local channel", "bash").strip().replace(" 8000", f" {port}").replace("--directory channel", f"--directory {channel}")
     command = serve.split()
