@@ -62,7 +62,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
     parser = _Parser(prog="faforge", description=f"{FLASH_ATTN.package} builds that match your PyTorch",
                      epilog="exit status: 0 ok, 1 problems found, 2 bad input, 3 nothing verified, 4 network or remote "
-                            "service, 130 interrupted (README.md, Exit codes)")
+                            "service, 130 interrupted (docs/reference/exit-codes.md)")
     parser.add_argument("--version", action="version", version=f"faforge {__version__}")
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
