@@ -36,7 +36,7 @@ def test_bad_python_exits_2_with_one_message(run_doctor, tmp_path, given, messag
 
 
 def test_empty_python_names_the_unset_variable(run_doctor):
-    """The README's `faforge doctor --python "$CONDA_PREFIX"` outside a conda environment."""
+    """The doctor page's `faforge doctor --python "$CONDA_PREFIX"` outside a conda environment."""
     result = run_doctor("--python", "")
     assert result.code == 2 and result.report["error"]["kind"] == "bad-input"
     assert "--python '': empty, as an unset variable such as $CONDA_PREFIX gives" in result.stderr

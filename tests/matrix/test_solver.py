@@ -1,6 +1,6 @@
 """Solver proof, no compile: real py-rattler solves against real file:// channels.
 
-The channel lists, specs and strict priority are read from README.md and the installing page, exactly as users get them.
+The channel lists, specs and strict priority are read from README.md and the installing page, as users get them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every pip and uv line faforge prints (faforge.pipindex.instructions: the page, doctor's fixes) and every one the
-README documents holds torch: real pip and real uv, asked for a dry run beside an installed torch, would install
-our wheels and never another torch, nor build PyPI's flash-attn sdist. And the unpinned line the README warns
-against does what the README says: it upgrades torch (pip and uv), and with torch held but no `--only-binary`
+docs document holds torch: real pip and real uv, asked for a dry run beside an installed torch, would install
+our wheels and never another torch, nor build PyPI's flash-attn sdist. And the unpinned line the docs warn
+against does what they say: it upgrades torch (pip and uv), and with torch held but no `--only-binary`
 pip falls back to PyPI's sdist, whose build fails.
 
 Tiny wheels (tests/support/tiny_wheels.py) published by `faforge publish` into three indexes (torch2.14-cu130,
@@ -122,8 +122,8 @@ def test_a_printed_line_for_another_minors_index_refuses_and_builds_nothing(form
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_an_unpinned_flash_attn_from_another_minors_index_upgrades_torch(installer, base, venvs, tmp_path):
-    """What the README warns against, measured: `install flash-attn --extra-index-url <torch 2.14's index>` beside
-    torch 2.11.0 does not refuse: pip and uv both replace torch with PyPI's 2.14.1 (a ~4 GB download, not done here)."""
+    """What the installing page warns against, measured: `install flash-attn --extra-index-url <torch 2.14's index>`
+    beside torch 2.11.0 does not refuse: pip and uv both replace torch with PyPI's 2.14.1 (a ~4 GB download, not done here)."""
     needs_uv(installer)
     index, python = instructions.index_url("torch2.14-cu130", base), venvs["2.11.0"]
     line = (f"{python} -m pip install --extra-index-url {index} {FLASH_ATTN.package}" if installer == "pip"
@@ -167,14 +167,14 @@ def test_every_readme_install_line_holds_torch_and_takes_only_wheels():
     lines = readme_lines()
     assert len(lines) >= 6, lines
     for line in lines:
-        assert re.search(r"\btorch==\d+\.\d+\.\d+(\s|$)", line), f"README: this line does not hold torch: {line}"
-        assert re.search(rf"--only-binary ({FLASH_ATTN.package}|:all:)", line), f"README: this line may build flash-attn: {line}"
-        assert re.search(rf"{FLASH_ATTN.package}=={re.escape(tw.SDIST_VERSION)}\+torch", line), f"README: flash-attn unpinned: {line}"
+        assert re.search(r"\btorch==\d+\.\d+\.\d+(\s|$)", line), f"docs: this line does not hold torch: {line}"
+        assert re.search(rf"--only-binary ({FLASH_ATTN.package}|:all:)", line), f"docs: this line may build flash-attn: {line}"
+        assert re.search(rf"{FLASH_ATTN.package}=={re.escape(tw.SDIST_VERSION)}\+torch", line), f"docs: flash-attn unpinned: {line}"
 
 
 def test_every_readme_install_line_keeps_the_torch_it_pins(base, venvs, tmp_path):
-    """Each README line, run as a dry run beside the torch it pins (only the index base swapped for the loopback one, and
-    VENV for the venv): our two wheels, and torch kept."""
+    """Each documented line, run as a dry run beside the torch it pins (only the index base swapped for the loopback
+    one, and VENV for the venv): our two wheels, and torch kept."""
     for line in readme_lines():
         if "--target" in line:
             continue  # the cross install into an aarch64 site-packages: tests/pipworld/test_aarch64_cell.py runs it

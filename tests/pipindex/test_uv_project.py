@@ -1,4 +1,4 @@
-"""The README's uv project (Installing flash-attn with pip or uv), taken from the README itself and run by real uv:
+"""The installing page's uv project (pip or uv), taken from the page itself and run by real uv:
 `uv lock`, `uv add` and `uv sync`. flash-attn, its kernel wheel and flash-attn-3 come only from our index (its
 `[tool.uv.sources]`), also when `uv add` drops the local label or the index has no FA3; torch stays what the
 project pins. Only the index base URL is swapped for the loopback one, and requires-python for this Python's (the
@@ -83,7 +83,7 @@ def test_the_readme_project_takes_flash_attn_its_kernel_and_fa3_from_our_index_o
 
 @pytest.mark.parametrize("sources", [True, False], ids=["readme", "without-sources"])
 def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, base, tmp_path):  # noqa: F811
-    """torch2.14-cu128 has no FA3. The README's project: uv finds no flash-attn-3 in our index and stops. Without its
+    """torch2.14-cu128 has no FA3. The documented project: uv finds no flash-attn-3 in our index and stops. Without its
     [tool.uv.sources], uv falls through to PyPI's empty flash-attn-3 0.0.0 (yanked, so refused unless pinned)."""
     project = project_of(tmp_path, readme_project(f"{base}torch2.14-cu128/", sources=sources))
     ran = uv(project, "add", "--no-sync", FLASH_ATTN_3.package)
@@ -95,7 +95,7 @@ def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, ba
 
 
 def test_uv_sync_installs_our_wheels_and_a_later_add_keeps_torch(base, standin, tmp_path):  # noqa: F811
-    """`uv lock` and `uv sync` of the README's project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the stand-in
+    """`uv lock` and `uv sync` of the documented project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the stand-in
     holding a tiny torch 2.14.1 (UV_DEFAULT_INDEX, as a mirror is configured); then `uv add flash-attn-3` syncs again
     and leaves torch's installed files as they were."""
     (tmp_path / "project").mkdir()
