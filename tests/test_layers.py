@@ -1,4 +1,4 @@
-"""Layers import downward only (docs/contributing/style.md, "Layers import downward only").
+"""Layers import downward only (docs/contributing/style.md, "Layout and boundaries").
 
 Every module under scripts/faforge is parsed with `ast` (nothing is imported, so this is fast) and
 mapped to its unit: the top-level package or one-file module it belongs to. Each faforge import it

@@ -91,7 +91,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="faforge",
         description=f"{FLASH_ATTN.package} builds that match your PyTorch",
         epilog=f"exit status: {', '.join(f'{code} {what}' for code, what in EXIT_STATUS.items())} "
-        "(README.md, Exit codes)",
+        "(docs/reference/exit-codes.md)",
     )
     parser.add_argument("--version", action="version", version=f"faforge {__version__}")
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)

@@ -6,7 +6,7 @@ import errno
 import os
 import urllib.error
 
-# Exit codes shared by every subcommand (README.md, "Exit codes", is the user-facing table).
+# Exit codes shared by every subcommand (docs/reference/exit-codes.md is the user-facing table).
 EXIT_OK = 0
 EXIT_PROBLEMS = 1  # the command ran and found problems (ABI mismatch, failed test, ...)
 EXIT_BAD_INPUT = 2  # the user gave something unusable (missing file, unknown cell, unwritable output, ...)

@@ -7,7 +7,7 @@ MAX_REDIRECTS times; a body (after gzip/deflate decoding, so a bomb stops at the
 kind's cap is refused. A body is whole or a failure: one that ends before its Content-Length, or a
 compressed or chunked body cut off mid-stream, is refused for every caller (index pages, wheel ranges,
 packages), never returned short. Every failure is a RemoteError (exit 4) naming the URL.
-FAFORGE_HTTP_TIMEOUT and FAFORGE_HTTP_DEADLINE change the limits (README, "Caps and deadlines"); a
+FAFORGE_HTTP_TIMEOUT and FAFORGE_HTTP_DEADLINE change the limits (docs/reference/caps.md); a
 caller that makes many requests for one read (a whole wheel index) passes `until`, the deadline of the
 whole read, which each request's own deadline never outlasts.
 

@@ -3,7 +3,7 @@
 
 A member is refused before anything of it is written when its declared size is over MEMBER_CAP, or when
 it is at least RATIO_MIN_BYTES and inflates more than RATIO_CAP times its compressed bytes: a decompression
-bomb. Measured on real members (README, "Caps and deadlines"): 79 real PyPI wheels here (torch 2.14.1,
+bomb. Measured on real members (docs/reference/caps.md): 79 real PyPI wheels here (torch 2.14.1,
 nvidia-*, scipy, ...) hold 470 members of 1 MiB or more, the most compressible 57x (a 2.1 MB libbz2.so);
 of 4 MiB or more, 7.2x at most; flash-attn's kernel library deflates 3.6x (220.9 MB -> 62.1 MB). Below
 1 MiB real data does reach 234x (scipy's test tables), so the rule starts at 1 MiB. A .conda payload is

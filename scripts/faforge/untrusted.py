@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from faforge.errors import EXIT_BAD_INPUT, EXIT_REMOTE, FaforgeError, path_error
 
 MIB = 1 << 20
-# The most bytes a file of each kind may have (README, "Exit codes, errors and --json", lists them).
+# The most bytes a file of each kind may have (docs/reference/caps.md lists them).
 CAPS = {
     "repodata": 256 * MIB,  # a channel subdir's repodata.json (conda-forge's largest is ~250 MB; ours are small)
     "plan": 16 * MIB,  # `faforge plan --output` (all 1,000+ cells of the matrix: ~1 MB)

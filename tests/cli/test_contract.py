@@ -14,6 +14,7 @@ import pytest
 
 from faforge import cli, errors
 from faforge.errors import FaforgeError, path_error, shorten
+from tests.support.docs import EXIT_CODES, doc_text
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = sorted((REPO / "tests" / "schemas").glob("*.json"))
@@ -112,8 +113,7 @@ def test_a_subcommand_usage_error_shows_the_subcommands_usage(capsys):
 
 
 def test_the_readme_table_the_workflows_and_the_gpu_script_agree_with_the_exit_codes():
-    readme = (REPO / "README.md").read_text()
-    table = dict(re.findall(r"^\| `(\d+)` \| ([^|]+) \|", readme, re.M))
+    table = dict(re.findall(r"^\| `(\d+)` \| ([^|]+) \|", doc_text(EXIT_CODES), re.M))
     codes = {name: value for name, value in vars(errors).items() if name.startswith("EXIT_")}
     assert sorted(int(c) for c in table) == sorted(codes.values()), table
     assert "network" in table[str(errors.EXIT_REMOTE)] and "nothing was verified" in table[str(errors.EXIT_SKIPPED)]

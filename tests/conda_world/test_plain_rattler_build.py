@@ -1,4 +1,4 @@
-"""README's plain `rattler-build build` lines for the conda-forge world (linux-64, and the linux-aarch64
+"""The worlds page's plain `rattler-build build` lines for the conda-forge world (linux-64, and the linux-aarch64
 cross build from linux-64), run through py-rattler-build's CLI API (render with solve) against the conda
 world, their `-c conda-forge` pointing at the stand-in. The cross cell cannot execute here, so solving
 its build (linux-64) and host (linux-aarch64) environments is as far as it goes. A render does not build
@@ -25,6 +25,7 @@ from faforge.channel.local import assemble, index
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 from tests.matrix.test_readme_builds import documented_builds
+from tests.support.docs import WORLDS, doc_text
 from tests.support.standin_flash_attn import pinned_kernel_record
 
 pytestmark = pytest.mark.slow
@@ -75,7 +76,7 @@ def plain_build(line, world, tmp_path, cuda_override):
 
 
 def readme_line(target_platform: str):
-    lines = [args for w, args in documented_builds((paths.repo_root() / "README.md").read_text())
+    lines = [args for w, args in documented_builds(doc_text(WORLDS, paths.repo_root()))
              if w == "conda-forge" and args.target_platform == target_platform]
     assert len(lines) == 1, lines
     return lines[0]

@@ -10,6 +10,7 @@ import pytest
 
 from faforge.doctor.diagnose import KINDS
 from tests.doctor import envs
+from tests.support.docs import DOCTOR, doc_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def test_bad_python_exits_2_with_one_message(run_doctor, tmp_path, given, messag
 
 
 def test_empty_python_names_the_unset_variable(run_doctor):
-    """The README's `faforge doctor --python "$CONDA_PREFIX"` outside a conda environment."""
+    """The doctor page's `faforge doctor --python "$CONDA_PREFIX"` outside a conda environment."""
     result = run_doctor("--python", "")
     assert result.code == 2 and result.report["error"]["kind"] == "bad-input"
     assert "--python '': empty, as an unset variable such as $CONDA_PREFIX gives" in result.stderr
@@ -90,6 +91,6 @@ def test_default_is_the_running_interpreter(run_doctor):
 def test_docs_and_schema_name_every_kind():
     schema = json.loads((REPO / "tests" / "schemas" / "doctor.json").read_text())
     assert tuple(schema["$defs"]["report"]["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == KINDS
-    section = (REPO / "README.md").read_text().split("## faforge doctor", 1)[1]
+    section = doc_text(DOCTOR)
     for kind in KINDS + tuple(schema["$defs"]["report"]["properties"]["fixes"]["items"]["properties"]["kind"]["enum"]):
         assert f"`{kind}`" in section, kind

@@ -19,6 +19,7 @@ from faforge.doctor.torch_symbols_file import default_table, dump_symbol_table, 
 from faforge.versions import vtuple
 from faforge.wheelfetch import FetchError, fetch_member, list_files
 from tests.support.cache import cache_dir
+from tests.support.docs import DOCTOR, doc_text
 from tests.support.torch_envs import CACHE as VENV_CACHE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,8 +126,7 @@ def test_bad_table_names_file_key_and_value(tmp_path):
 
 
 def test_readme_states_the_table_size():
-    """README's doctor section quotes how many symbols and wheels the table holds."""
+    """The doctor page quotes how many symbols and wheels the table holds."""
     symbols = sum(len(e.symbols) for e in TABLE_DATA.exports)
-    text = " ".join((REPO / "README.md").read_text().split())
-    assert (f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI "
-            "torch wheels") in text
+    text = " ".join(doc_text(DOCTOR).split())
+    assert f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI torch wheels" in text

@@ -1,4 +1,4 @@
-"""README's plain `rattler-build build` lines: one per variant file, each with its own world's channels.
+"""The plain `rattler-build build` lines of the worlds page: one per variant file, each with its own world's channels.
 
 Each documented line is parsed as rattler-build's CLI would read it, and the variant file it names
 is rendered with the recipe through py-rattler-build (VariantConfig from that file for the line's
@@ -19,12 +19,13 @@ from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.render import render_platform
 from faforge.matrix.variants import build_command, generated_files
+from tests.support.docs import WORLDS, doc_text
 
 BLOCK = re.compile(r"<!-- build: (?P<world>[\w-]+) -->\n```bash\n(?P<body>.*?)```", re.S)
 
 
 def documented_builds(readme: str) -> list[tuple[str, argparse.Namespace]]:
-    """(world the README files it under, parsed arguments) of every rattler-build line."""
+    """(world the page files it under, parsed arguments) of every rattler-build line."""
     parser = argparse.ArgumentParser()
     parser.add_argument("-r", "--recipe")
     parser.add_argument("-m", "--variant-config")
@@ -47,7 +48,7 @@ def _key(values: dict) -> tuple:
 
 @pytest.fixture(scope="module")
 def builds(repo):
-    return documented_builds((repo / "README.md").read_text())
+    return documented_builds(doc_text(WORLDS, repo))
 
 
 def _worlds(matrix) -> dict:
@@ -56,7 +57,7 @@ def _worlds(matrix) -> dict:
 
 def test_every_variant_file_has_one_documented_build_with_its_worlds_channels(repo, builds):
     matrix = load_matrix(repo)
-    # The pip world's files build only kernel packages; they count once README documents them.
+    # The pip world's files build only kernel packages; they count once the worlds page documents them.
     pip = matrix.pip_cells
     files = {f"variants/{path.name}" for path in generated_files(matrix.cells, matrix.variants_dir, pip_cells=pip)}
     assert sorted(args.variant_config for _, args in builds) == sorted(files)

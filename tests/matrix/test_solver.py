@@ -1,13 +1,12 @@
 """Solver proof, no compile: real py-rattler solves against real file:// channels.
 
-The channel lists, specs and strict priority are read from README.md, exactly as users get them.
+The channel lists, specs and strict priority are read from README.md and the installing page, as users get them.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,9 +15,10 @@ from faforge.channel.local import solve
 from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
+from tests.support.docs import INSTALLING, doc_text, marked_block
+from tests.support.docs import README as README_PAGE
 from tests.support.standin_channels import build_channels
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 GPU_BOX = {"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"}
 
 
@@ -30,9 +30,9 @@ def channels(tmp_path_factory, repo):
 
 
 def readme_install_commands() -> list[tuple[list[str], list[str]]]:
-    """(channels, specs) of every `conda install` line in the README."""
+    """(channels, specs) of every `conda install` line of README.md and the installing page, each once."""
     out = []
-    for line in README.read_text().splitlines():
+    for line in dict.fromkeys(doc_text(README_PAGE).splitlines() + doc_text(INSTALLING).splitlines()):
         if line.startswith("conda install "):
             words = shlex.split(line)[2:]
             chans = [words[i + 1] for i, w in enumerate(words) if w == "-c"]
@@ -42,15 +42,12 @@ def readme_install_commands() -> list[tuple[list[str], list[str]]]:
 
 
 def readme_environment() -> dict:
-    text = README.read_text()
-    block = re.search(r"<!-- environment.yml: conda-forge -->\n```yaml\n(.*?)```", text, re.S)
-    assert block, "README lost its environment.yml example"
-    return yaml.safe_load(block.group(1))
+    return yaml.safe_load(marked_block(INSTALLING, "environment.yml: conda-forge", "yaml"))
 
 
 def local(channels, names):
     missing = [n for n in names if n not in channels]
-    assert not missing, f"README names channels the test does not stand in: {missing}"
+    assert not missing, f"the docs name channels the test does not stand in: {missing}"
     return [channels[n].as_uri() for n in names]
 
 

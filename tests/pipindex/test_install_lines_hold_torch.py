@@ -1,7 +1,7 @@
 """Every pip and uv line faforge prints (faforge.pipindex.instructions: the page, doctor's fixes) and every one the
-README documents holds torch: real pip and real uv, asked for a dry run beside an installed torch, would install
-our wheels and never another torch, nor build PyPI's flash-attn sdist. And the unpinned line the README warns
-against does what the README says: it upgrades torch (pip and uv), and with torch held but no `--only-binary`
+docs document holds torch: real pip and real uv, asked for a dry run beside an installed torch, would install
+our wheels and never another torch, nor build PyPI's flash-attn sdist. And the unpinned line the docs warn
+against does what they say: it upgrades torch (pip and uv), and with torch held but no `--only-binary`
 pip falls back to PyPI's sdist, whose build fails.
 
 Tiny wheels (tests/support/tiny_wheels.py) published by `faforge publish` into three indexes (torch2.14-cu130,
@@ -20,15 +20,15 @@ from faforge.family import FLASH_ATTN
 from faforge.pipindex import instructions
 from tests.pipindex.test_publish_index import publish
 from tests.support import tiny_wheels as tw
+from tests.support.docs import INSTALLING, doc_text, fenced_blocks, reading_path
 from tests.support.held_torch import UV, dry_run, fake_torch_venvs, simple_index
 from tests.support.http_server import serve_directory
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 TORCHES = ("2.11.0", "2.14.1", "2.14.1+cu130")  # the venvs: PyPI's 2.11 and 2.14, and PyTorch's own index's 2.14.1+cu130
 DOC_BASES = ("https://faforge.github.io/wheels/", "http://127.0.0.1:8000/", "$FAFORGE_PIP_INDEX/")
-# What the README says of the two unpinned lines, checked beside the measurement (Installing flash-attn with pip or uv).
+# What the docs say of the two unpinned lines, checked beside the measurement (the installing page, pip or uv).
 README_SAYS = {"upgrade": "both take our\n  2.14 glue and **upgrade torch** to PyPI's 2.14.1",
                "sdist": "pip backtracks from our\n  wheel to PyPI's `flash-attn` sdist, "
                         "downloads it and runs its build, which fails with a traceback"}
@@ -123,8 +123,8 @@ def test_a_printed_line_for_another_minors_index_refuses_and_builds_nothing(form
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_an_unpinned_flash_attn_from_another_minors_index_upgrades_torch(installer, base, venvs, tmp_path):
-    """What the README warns against, measured: `install flash-attn --extra-index-url <torch 2.14's index>` beside
-    torch 2.11.0 does not refuse: pip and uv both replace torch with PyPI's 2.14.1 (a ~4 GB download, not done here)."""
+    """What the installing page warns against, measured: `install flash-attn --extra-index-url <torch 2.14's index>`
+    beside torch 2.11.0 does not refuse: pip and uv both replace torch with PyPI's 2.14.1 (a ~4 GB download, not done here)."""
     needs_uv(installer)
     index, python = instructions.index_url("torch2.14-cu130", base), venvs["2.11.0"]
     line = (f"{python} -m pip install --extra-index-url {index} {FLASH_ATTN.package}" if installer == "pip"
@@ -133,7 +133,7 @@ def test_an_unpinned_flash_attn_from_another_minors_index_upgrades_torch(install
     assert ran.returncode == 0, ran.output[-3000:]
     assert ran.torch() == "2.14.1" and ran.install[FLASH_ATTN.package] == glue_version("2.14"), ran.install
     assert installer == "pip" or ran.remove.get("torch") == "2.11.0", ran.output[-3000:]
-    assert README_SAYS["upgrade"] in README.read_text(), "README: say that the unpinned line upgrades torch"
+    assert README_SAYS["upgrade"] in doc_text(INSTALLING), f"{INSTALLING}: say that the unpinned line upgrades torch"
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
@@ -151,33 +151,32 @@ def test_with_torch_held_but_no_only_binary_pip_builds_pypis_sdist_and_fails(ins
         assert f"{FLASH_ATTN.dist_name}-{tw.SDIST_VERSION}.tar.gz" in ran.output and "Traceback" in ran.output, ran.output[-3000:]
     else:
         assert "No solution found" in ran.output and "tar.gz" not in ran.output, ran.output[-3000:]
-    assert README_SAYS["sdist"] in README.read_text(), "README: say that pip builds PyPI's sdist here"
+    assert README_SAYS["sdist"] in doc_text(INSTALLING), f"{INSTALLING}: say that pip builds PyPI's sdist here"
 
 
 def readme_lines() -> list[str]:
-    """Every pip and uv install line the README documents with an index of ours (continuations joined, `$ ` dropped),
-    and its requirements.txt (one line: its options and pins)."""
-    text = README.read_text()
-    blocks = re.findall(r"^```(?:bash|text)\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    """Every pip and uv install line README.md and the docs pages document with an index of ours (continuations
+    joined, `$ ` dropped, each once), and their requirements.txt (one line: its options and pins)."""
+    blocks = [block for page in reading_path() for language in ("bash", "text") for block in fenced_blocks(page, language)]
     lines = [line.removeprefix("$ ") for block in blocks for line in block.replace("\\\n", " ").splitlines()
              if re.search(r"pip install .*--extra-index-url", line)]
     requirements = [b for b in blocks if b.startswith("--extra-index-url ")]
     assert len(requirements) == 1, requirements
-    return [re.sub(r"\s+", " ", line).strip() for line in lines] + ["-r " + " ".join(requirements[0].split())]
+    return [*list(dict.fromkeys(re.sub(r"\s+", " ", line).strip() for line in lines)), "-r " + " ".join(requirements[0].split())]
 
 
 def test_every_readme_install_line_holds_torch_and_takes_only_wheels():
     lines = readme_lines()
     assert len(lines) >= 6, lines
     for line in lines:
-        assert re.search(r"\btorch==\d+\.\d+\.\d+(\s|$)", line), f"README: this line does not hold torch: {line}"
-        assert re.search(rf"--only-binary ({FLASH_ATTN.package}|:all:)", line), f"README: this line may build flash-attn: {line}"
-        assert re.search(rf"{FLASH_ATTN.package}=={re.escape(tw.SDIST_VERSION)}\+torch", line), f"README: flash-attn unpinned: {line}"
+        assert re.search(r"\btorch==\d+\.\d+\.\d+(\s|$)", line), f"docs: this line does not hold torch: {line}"
+        assert re.search(rf"--only-binary ({FLASH_ATTN.package}|:all:)", line), f"docs: this line may build flash-attn: {line}"
+        assert re.search(rf"{FLASH_ATTN.package}=={re.escape(tw.SDIST_VERSION)}\+torch", line), f"docs: flash-attn unpinned: {line}"
 
 
 def test_every_readme_install_line_keeps_the_torch_it_pins(base, venvs, tmp_path):
-    """Each README line, run as a dry run beside the torch it pins (only the index base swapped for the loopback one,
-    and VENV for the venv): our two wheels, and torch kept."""
+    """Each documented line, run as a dry run beside the torch it pins (only the index base swapped for the loopback
+    one, and VENV for the venv): our two wheels, and torch kept."""
     for line in readme_lines():
         if "--target" in line:
             continue  # the cross install into an aarch64 site-packages: tests/pipworld/test_aarch64_cell.py runs it

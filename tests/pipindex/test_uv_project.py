@@ -1,4 +1,4 @@
-"""The README's uv project (Installing flash-attn with pip or uv), taken from the README itself and run by real uv:
+"""The installing page's uv project (pip or uv), taken from the page itself and run by real uv:
 `uv lock`, `uv add` and `uv sync`. flash-attn, its kernel wheel and flash-attn-3 come only from our index (its
 `[tool.uv.sources]`), also when `uv add` drops the local label or the index has no FA3; torch stays what the
 project pins. Only the index base URL is swapped for the loopback one, and requires-python for this Python's (the
@@ -16,8 +16,9 @@ import tomllib
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.release.pip_env import site_packages
-from tests.pipindex.test_install_lines_hold_torch import README, base, glue_version, standin  # noqa: F401  (module fixtures)
+from tests.pipindex.test_install_lines_hold_torch import base, glue_version, standin  # noqa: F401  (module fixtures)
 from tests.support import tiny_wheels as tw
+from tests.support.docs import INSTALLING, fenced_blocks
 from tests.support.held_torch import UV, uv_env
 
 pytestmark = pytest.mark.slow
@@ -33,9 +34,9 @@ def _uv():
 
 
 def readme_project(index: str, *, sources: bool = True) -> str:
-    """The README's pyproject.toml with `index` for ours (its pin follows the index's CUDA), for CPython 3.11."""
-    blocks = [b for b in re.findall(r"^```toml\n(.*?)^```", README.read_text(), re.MULTILINE | re.DOTALL) if "[tool.uv.sources]" in b]
-    assert len(blocks) == 1, f"README: {len(blocks)} ```toml blocks hold [tool.uv.sources]"
+    """The installing page's pyproject.toml with `index` for ours (its pin follows the index's CUDA), for CPython 3.11."""
+    blocks = [b for b in fenced_blocks(INSTALLING, "toml") if "[tool.uv.sources]" in b]
+    assert len(blocks) == 1, f"{INSTALLING}: {len(blocks)} ```toml blocks hold [tool.uv.sources]"
     text = blocks[0]
     assert DOC_INDEX in text and 'requires-python = "==3.12.*"' in text and f'"{FLASH_ATTN.package}=={glue_version("2.14")}"' in text, text
     cuda = re.search(r"-cu(\d+)/$", index)[1]
@@ -82,7 +83,7 @@ def test_the_readme_project_takes_flash_attn_its_kernel_and_fa3_from_our_index_o
 
 @pytest.mark.parametrize("sources", [True, False], ids=["readme", "without-sources"])
 def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, base, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
-    """torch2.14-cu128 has no FA3. The README's project: uv finds no flash-attn-3 in our index and stops. Without its
+    """torch2.14-cu128 has no FA3. The documented project: uv finds no flash-attn-3 in our index and stops. Without its
     [tool.uv.sources], uv falls through to PyPI's empty flash-attn-3 0.0.0 (yanked, so refused unless pinned)."""
     project = project_of(tmp_path, readme_project(f"{base}torch2.14-cu128/", sources=sources))
     ran = uv(project, "add", "--no-sync", FLASH_ATTN_3.package)
@@ -94,9 +95,9 @@ def test_fa3_from_an_index_without_it_is_refused_not_taken_from_pypi(sources, ba
 
 
 def test_uv_sync_installs_our_wheels_and_a_later_add_keeps_torch(base, standin, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
-    """`uv lock` and `uv sync` of the README's project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the
-    stand-in holding a tiny torch 2.14.1 (UV_DEFAULT_INDEX, as a mirror is configured); then `uv add flash-attn-3` syncs
-    again and leaves torch's installed files as they were."""
+    """`uv lock` and `uv sync` of the documented project into a venv (UV_PROJECT_ENVIRONMENT), PyPI replaced by the stand-in
+    holding a tiny torch 2.14.1 (UV_DEFAULT_INDEX, as a mirror is configured); then `uv add flash-attn-3` syncs again
+    and leaves torch's installed files as they were."""
     (tmp_path / "project").mkdir()
     project = project_of(tmp_path / "project", readme_project(f"{base}torch2.14-cu130/"))
     venv = tmp_path / "venv"

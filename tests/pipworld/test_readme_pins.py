@@ -1,7 +1,7 @@
-"""The README's pins (Installing flash-attn with pip or uv): its `requirements.txt` and its uv project's
-`pyproject.toml`, taken from the README itself, run by real pip and real uv against the loopback index the
+"""The installing page's pins (pip or uv): its `requirements.txt` and its uv project's
+`pyproject.toml`, taken from the page itself, run by real pip and real uv against the loopback index the
 pip-world fixtures publish (tests/pipworld/conftest.py). Only the index base URL and the flash-attn version are
-swapped (the README's are the real ones; these wheels are the tiny sdist's), and the project's Python is the
+swapped (the page's are the real ones; these wheels are the tiny sdist's), and the project's Python is the
 published glue's (3.11). PyPI is the default index, reached for real; the torch venvs are the cached ones, so
 nothing downloads a torch (uv lock reads torch's metadata only)."""
 
@@ -19,22 +19,22 @@ from faforge.family import FLASH_ATTN
 from faforge.release.pip_env import clean_pip_env, site_packages
 from tests.pipworld.conftest import ABI1, base_venv
 from tests.pipworld.test_x86_64_cells import UV, assert_torch_untouched, run_line, uv_env
+from tests.support.docs import INSTALLING, fenced_blocks
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 DOC_BASE = "https://faforge.github.io/wheels/"
 
 
 def readme_block(language: str, holding: str) -> str:
-    """The one fenced block of `language` in the README that holds `holding`."""
-    blocks = [b for b in re.findall(rf"^```{language}\n(.*?)^```", README.read_text(), re.MULTILINE | re.DOTALL) if holding in b]
-    assert len(blocks) == 1, f"README: {len(blocks)} ```{language} blocks hold {holding!r}"
+    """The one fenced block of `language` on the installing page that holds `holding`."""
+    blocks = [b for b in fenced_blocks(INSTALLING, language) if holding in b]
+    assert len(blocks) == 1, f"{INSTALLING}: {len(blocks)} ```{language} blocks hold {holding!r}"
     return blocks[0]
 
 
 def adapted(text: str, base: str, version: str) -> str:
-    """The README's text with our loopback index and the published glue's version in place of the documented ones."""
+    """The documented text with our loopback index and the published glue's version in place of the documented ones."""
     pin = re.search(rf"{FLASH_ATTN.package}==([^\s\"\]]+)", text)
     assert DOC_BASE + ABI1.index + "/" in text and pin and pin[1].endswith("+torch2.14.cu130.abi1"), text
     return text.replace(DOC_BASE, base).replace(pin[1], version)
@@ -64,7 +64,7 @@ def test_the_readme_requirements_file_installs_our_wheels_beside_the_kept_torch(
 
 
 def test_the_readme_uv_project_locks_flash_attn_from_our_index_and_torch_from_pypi(published, static_base, tmp_path):
-    """`uv lock` of the README's project: flash-attn and its kernel wheel from our index (uv's first-index strategy),
+    """`uv lock` of the documented project: flash-attn and its kernel wheel from our index (uv's first-index strategy),
     torch and einops from PyPI; the lock holds exactly the published files."""
     if not UV.is_file():
         pytest.skip(f"uv is not installed beside {sys.executable} (a test extra: pip install -e '.[test]')")

@@ -1,21 +1,19 @@
-"""The README's "Repository layout" matches the tree: every package of scripts/faforge/ has its line, in
-the layer tests/test_layers.py gives it, and every top-level module is named."""
+"""The architecture page's repository layout and layers match the tree: every package of scripts/faforge/ has
+its line, in the layer tests/test_layers.py gives it, and every top-level module is named."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+from tests.support.docs import ARCHITECTURE, REPO, section
 from tests.test_layers import BASE, LAYERS
 
-REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "scripts" / "faforge"
 
 
 def layout_rows() -> list[tuple[str, list[str]]]:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Repository layout"):]
-    rows = re.findall(r"^\| (\w+) \| (.+?) \| .+ \|$", section, re.MULTILINE)
+    layers = section(ARCHITECTURE, "Layers: the rooms of `scripts/faforge/`")
+    rows = re.findall(r"^\| (\w+) \| (.+?) \| .+ \|$", layers, re.MULTILINE)
     return [(layer, re.findall(r"`(\w+)/?`", names)) for layer, names in rows if layer != "layer"]
 
 
@@ -27,12 +25,11 @@ def test_every_package_has_its_line_in_its_layer():
     assert modules - {"cli"} <= {n for n, layer in listed.items() if layer == "base"}, sorted(modules - set(listed))
     for row, units in enumerate(LAYERS[1:], start=1):  # LAYERS[0] is __main__
         for unit in units:
-            assert listed[unit] == str(row), f"{unit}: README says layer {listed[unit]}, tests/test_layers.py {row}"
+            assert listed[unit] == str(row), f"{unit}: {ARCHITECTURE} says layer {listed[unit]}, tests/test_layers.py {row}"
     assert {n for n, layer in listed.items() if layer == "base"} <= set(BASE)
 
 
 def test_every_named_path_exists():
-    text = (REPO / "README.md").read_text()
-    block = text[text.index("## Repository layout"):].split("```")[1]
+    block = section(ARCHITECTURE, "Repository layout").split("```")[1]
     for line in block.strip().splitlines():
         assert (REPO / line.split()[0]).exists(), line

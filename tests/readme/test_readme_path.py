@@ -1,14 +1,15 @@
-"""A new user's path through the README, walked offline from a fresh clone.
+"""A new user's path through the docs, walked offline from a fresh clone: README.md, then the pages of the site in
+the order of mkdocs.yml's nav (the generated CLI reference left out, tests/support/docs.py).
 
-Every command of the README's bash blocks runs in order, in a copy of the checkout, without a network
+Every command of their bash blocks runs in order, in a copy of the checkout, without a network
 (`unshare -n`: no conda channel, no PyPI). Each either works, or fails with the exit status of the
 contract and a message that names the real cause; none may point at a wrong one (an anaconda.org owner
 named "channel", `faforge publish` for a remote channel, "not a conda package file" for a file that was
-never built, pip's "conflicting dependencies" for a missing network). Where the README's next step
+never built, pip's "conflicting dependencies" for a missing network). Where the path's next step
 needs what the failed one would have made, the walk does what the error's hint says, or puts the
 stand-in the build would have produced in place (a package with a real cell's name and run requirements,
-as tests/release/test_end_to_end.py does online), and goes on. A README command without an entry in
-STEPS fails the test, so the walk follows the README.
+as tests/release/test_end_to_end.py does online), and goes on. A documented command without an entry in
+STEPS fails the test, so the walk follows the docs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from faforge.channel.local import PackageSpec, assemble
 from faforge.matrix.kernels import kernel_pin
 from tests.support.cuda_toolkit import cuda_home
+from tests.support.docs import bash_blocks, reading_path
 from tests.support.fresh_clone import REPO, fresh_clone
 from tests.support.standin_flash_attn import compile_kernel_library, standin_kernel_package
 
@@ -38,7 +40,7 @@ NETWORK = (1, 4)
 
 @dataclass(frozen=True)
 class Step:
-    pattern: str  # matches the README command (re.match)
+    pattern: str  # matches the documented command (re.match)
     codes: tuple[int, ...] = (0,)
     cause: tuple[str, ...] = ()  # regexes the output must match: the real cause and what to do
     wrong: tuple[str, ...] = ()  # regexes it must not match: wrong causes
@@ -49,6 +51,7 @@ class Step:
 STEPS = (
     Step(r"scripts/dev faforge (.*)", run_as=r"faforge \1"),  # scripts/dev itself: tests/readme/test_quickstart.py
     Step(r"scripts/dev test", skip="the test suite itself; .ci/run runs it"),
+    Step(r"\.venv/bin/mkdocs (build --strict .*)", run_as=r"mkdocs \1"),  # the docs site, offline
     Step(r"conda install ", skip="no conda here; tests/conda_world and tests/release/test_end_to_end.py solve these"),
     Step(r"python -m http\.server ", skip="serves ./channel, which offline stays empty: publish needs gates that need "
                                           "PyPI's torch (the verify and publish steps below say so); "
@@ -94,10 +97,10 @@ STEPS = (
 )
 
 
-def readme_commands(text: str) -> list[str]:
-    """Every command line of the README's bash blocks, in order (continuations joined, comments dropped)."""
+def path_commands(root: Path) -> list[str]:
+    """Every command line of the bash blocks on the reading path, in order (continuations joined, comments dropped)."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+    for block in (block for page in reading_path(root) for block in bash_blocks(page, root)):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             line = re.sub(r"\s+#\s.*$", "", line).strip()
             if line and not line.startswith("#"):
@@ -107,7 +110,7 @@ def readme_commands(text: str) -> list[str]:
 
 def step_for(command: str) -> Step:
     matching = [s for s in STEPS if re.match(s.pattern, command)]
-    assert len(matching) == 1, f"README command {command!r} matches {len(matching)} walk steps; give it exactly one in STEPS"
+    assert len(matching) == 1, f"documented command {command!r} matches {len(matching)} walk steps; give it exactly one in STEPS"
     return matching[0]
 
 
@@ -146,13 +149,13 @@ def walk(tmp_path_factory) -> Walk:
     return Walk(clone, env)
 
 
-def test_every_readme_command_has_a_walk_step():
-    for command in readme_commands((REPO / "README.md").read_text()):
+def test_every_documented_command_has_a_walk_step():
+    for command in path_commands(REPO):
         step_for(command)
 
 
 def test_the_readme_path_offline_has_no_wrong_cause(walk):
-    commands = readme_commands((walk.clone / "README.md").read_text())
+    commands = path_commands(walk.clone)
     assert any(c.startswith("faforge plan") for c in commands) and any(c.startswith("faforge page") for c in commands)
     for command in commands:
         step = step_for(command)
@@ -170,7 +173,7 @@ def test_the_readme_path_offline_has_no_wrong_cause(walk):
 
 
 def _build_as_the_hint_says(walk: Walk, command: str) -> None:
-    """The hint: plan without --channel (offline); then the README's build line fails on the first download."""
+    """The hint: plan without --channel (offline); then the pipeline page's build line fails on the first download."""
     check(Step("", codes=(0,)), "faforge plan --output plan.json", walk.run("faforge plan --output plan.json"))
     plan = json.loads((walk.clone / "plan.json").read_text())
     # A kernel job and a cell job keep the walk short; offline both fail the same way, on the flash-attn
@@ -199,4 +202,4 @@ def _verify_a_built_package(walk: Walk, command: str) -> None:
                wrong=("conflicting dependencies", "✓")), command, result)
     publish = walk.run("faforge publish output/linux-64/*.conda")
     check(Step("", codes=(1,), cause=("refused", "skipped"), wrong=("✓ publish",)), "faforge publish", publish)
-    shutil.rmtree(walk.clone / "output" / "linux-64")  # back to the README's state: nothing was built
+    shutil.rmtree(walk.clone / "output" / "linux-64")  # back to the documented state: nothing was built

@@ -36,7 +36,7 @@ requirements:
   run:
     - pytorch >=${{ fa3_min_torch }} cuda*
     - cuda-version >=${{ cuda_compiler_version }}
-"""  # noqa: E501 (the recipe's lines as rattler-build reads them)
+"""
 
 
 def run(env, *args):

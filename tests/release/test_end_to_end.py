@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -29,6 +28,7 @@ from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.releases import Release, dump_releases, header_of, load_releases
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
+from tests.support.docs import HOSTING, marked_block
 from tests.support.http_server import free_port, serve_process
 from tests.support.kernel_abi import add_kernel_abi_row
 from tests.support.standin_flash_attn import (
@@ -42,7 +42,6 @@ from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
 # Where `faforge verify` keeps its PyPI torch venv for this test (git-ignored, ~5 GB, built once).
 VERIFY_CACHE = cache_dir("faforge")
 TORCH, CUDA, PYTHON = "2.14.1", "13.0", "3.11"
@@ -61,9 +60,7 @@ CONDA_FORGE_STANDINS = [
 
 
 def readme_block(marker: str, language: str) -> str:
-    match = re.search(rf"<!-- {re.escape(marker)} -->\n```{language}\n(.*?)```", README.read_text(), re.S)
-    assert match, f"README lost its `{marker}` block"
-    return match.group(1)
+    return marked_block(HOSTING, marker, language)
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +171,7 @@ def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
     replanned = json.loads(faforge(env, "plan", "--channel", str(channel), "--json").stdout)
     assert CELL in replanned["in_channel"] and CELL not in replanned["to_build"]
 
-    # serve the channel exactly as the README says, and solve + install the README's environment.yml.
+    # serve the channel exactly as the hosting page says, and solve + install its environment.yml.
     port = free_port()
     serve = readme_block("serve: local channel", "bash").strip().replace(" 8000", f" {port}").replace("--directory channel", f"--directory {channel}")
     command = serve.split()

@@ -20,6 +20,7 @@ from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
 from faforge.release.plan import FA3_PIECES_STAGE, FA3_STAGE, STAGES, fa3_parts, make_plan
+from tests.support.docs import PIPELINE, doc_text
 from tests.support.http_server import serve_directory
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "plan.json").read_text())
@@ -129,8 +130,8 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
         assert job["timeout-minutes"] == cell_part(cost).minutes
     for stage in STAGES:
         assert len(data[stage]) <= 2, "fits the 2 chunk jobs per stage of .github/workflows/build.yml"
-    readme = (repo / "README.md").read_text()
-    assert f"the whole matrix is {len(kernels)} piece jobs, {len(links)} link jobs and {len(cells)} cell jobs" in readme
+    pipeline = doc_text(PIPELINE)
+    assert f"the whole matrix is {len(kernels)} piece jobs, {len(links)} link jobs and {len(cells)} cell jobs" in pipeline
 
 
 def pinned_build(package, rendered):

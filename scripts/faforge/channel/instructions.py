@@ -1,6 +1,6 @@
 """The exact lines a user runs to install one package: a conda command and an environment.yml.
 
-`faforge page` shows them per cell, the README shows them for a channel served over HTTP, and
+`faforge page` shows them per cell, docs/hosting.md shows them for a channel served over HTTP, and
 the tests solve and install exactly these lines with py-rattler, so they cannot drift apart.
 """
 

@@ -61,7 +61,7 @@ INDEX_FILES = ("repodata.json", "repodata.json.zst", "repodata.json.bz2", "repod
 def check_local_index(folder: Path, subdirs: list[str]) -> None:
     """Refuse a local channel whose index file is a FIFO, a device, a link to one, or past the repodata
     cap, before py-rattler opens it (it would block forever, or read /dev/zero until killed), and one whose
-    platform folder or index file is a link: the sandbox's rule holds for reads too (README, the channel)."""
+    platform folder or index file is a link: the sandbox's rule holds for reads too (docs/hosting.md, the channel)."""
     for subdir in subdirs:
         refuse_link(folder, folder / subdir)
         for name in INDEX_FILES:

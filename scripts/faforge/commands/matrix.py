@@ -5,10 +5,12 @@ and constraints); `--kernels` lists the kernel packages instead, each with its e
 cells pin, from their cached renders) and the cells that depend on it; `--fa3` the FlashAttention-3
 packages, each with the torch minors it serves.
 
-`--world` picks the torch worlds: by default the conda worlds (conda-forge and pytorch), as before the
-pip world; `pypi` lists the pip cells, each with its torch wheel, our index for it, its kernel
-package's exact build and its wheels as far as the matrix decides them; `all` lists both, and with
-`--kernels` every kernel package once with the cells of every world that pin it."""
+`--world` picks the torch worlds: `pypi` lists the pip cells, each with its torch wheel, the URL of our index
+for it (what a pip or uv user passes as --extra-index-url), its kernel package's exact build and its wheels as far
+as the matrix decides them; `all` lists both, and with `--kernels` every kernel package once with the cells of
+every world that pin it. Without `--world` the table lists every world, since it is the Quickstart's main job
+and a pip user needs the pip cells' index URLs; `--json` and `--kernels` keep the conda worlds (conda-forge and
+pytorch), as before the pip world."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from faforge.matrix.pip_builds import PipBuild, pip_builds, pip_kernel_pins
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell, fa3_build_strings
 from faforge.matrix.render_cache import cached_render_cells, selected_cells
+from faforge.pipindex.instructions import index_url
 from faforge.table import format_table
 
 
@@ -35,7 +38,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--world",
         metavar="WORLD",
         help="the torch world whose cells to list: conda-forge, pytorch, pypi (PyPI's torch wheels) or all "
-        "(default: the conda worlds, conda-forge and pytorch)",
+        "(default: all for the table; the conda worlds, conda-forge and pytorch, for --json and --kernels)",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
@@ -198,6 +201,7 @@ def print_fa3(matrix: Matrix, platform: str, as_json: bool) -> int:
 
 
 def print_pip_cells(builds: list[PipBuild]) -> None:
+    """The pip cells, each with the index URL its pip and uv lines name ($FAFORGE_PIP_INDEX or the default base)."""
     rows = [
         [
             b.cell.id,
@@ -205,12 +209,14 @@ def print_pip_cells(builds: list[PipBuild]) -> None:
             b.cell.wheel,
             b.cell.cuda_archs,
             b.kernel_build + ("" if b.kernel_shared else " (own)"),
-            b.cell.index_name,
+            index_url(b.cell.index_name),
             b.glue_wheel(),
         ]
         for b in builds
     ]
-    print(format_table(["pip cell", "torch", "torch wheel", "archs", "kernel package", "index", "glue wheel"], rows))
+    print(
+        format_table(["pip cell", "torch", "torch wheel", "archs", "kernel package", "index URL", "glue wheel"], rows)
+    )
     counts = Counter((b.cell.platform, b.cell.world) for b in builds)
     summary = ", ".join(f"{platform} {world}: {n}" for (platform, world), n in sorted(counts.items()))
     keys = {b.kernel.key.id: b.kernel_shared for b in builds}
@@ -235,6 +241,8 @@ def execute(args: argparse.Namespace) -> int:
         return print_fa3(matrix, args.platform, args.json)
     if args.kernels:
         return print_kernels(matrix, args.platform, args.json, conda, pip)
+    if args.world is None and not args.json:
+        pip = list(matrix.table.pip_worlds)  # the main job's table: what a pip or uv user needs too
     cells = [c for c in matrix.cells if c.world in conda and args.platform in ("all", c.platform)]
     rendered = cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir) if cells else []
     builds = [b for world in pip for b in pip_builds(matrix, args.platform, world)]

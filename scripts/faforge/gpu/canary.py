@@ -1,8 +1,8 @@
 """The GPU canary: one real flash-attn build committed in tests/gpu/canary/, with a manifest of how it was made.
 
 A GPU machine comes now and then, for minutes, with a fresh checkout; a 4-hour build does not fit, so the
-binary under test travels with the repository (the one committed binary, docs/contributing/style.md). The
-manifest (tests/gpu/canary/manifest.json) records the file's sha256 and size, the exact build command, and the build's
+binary under test travels with the repository (the one committed binary, docs/contributing/style.md). The manifest
+(tests/gpu/canary/manifest.json) records the file's sha256 and size, the exact build command, and the build's
 inputs: the sdist's sha256, the git blob hashes of the files that enter the kernels (the build script),
 torch and nvcc versions, the archs and head dims the build declares, and the date. `status()` compares
 those blob hashes with the checkout's, so a changed build script is reported ("rebuild the canary"),

@@ -27,7 +27,7 @@ GENERATED_HEADER = (
 )
 
 # The platform rattler-build builds for without --target-platform (the build runners are linux-64;
-# linux-aarch64 is cross-compiled, README "Release pipeline").
+# linux-aarch64 is cross-compiled, docs/maintaining/pipeline.md).
 NATIVE_PLATFORM = "linux-64"
 
 # Fixed for every cell: conda-forge's compiler and sysroot package names.
@@ -46,7 +46,7 @@ def _yaml_list(values: list[str]) -> str:
 def build_command(
     variant_file: str, platform: str, channels: tuple[str, ...], recipe_dir: str = FLASH_ATTN.recipe_dir
 ) -> str:
-    """The plain rattler-build line for one variant file (README.md documents these)."""
+    """The plain rattler-build line for one variant file (docs/design/worlds.md documents these)."""
     target = "" if platform == NATIVE_PLATFORM else f" --target-platform {platform}"
     return f"rattler-build build -r {recipe_dir} -m {variant_file}" + "".join(f" -c {c}" for c in channels) + target
 

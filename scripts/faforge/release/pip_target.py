@@ -24,7 +24,7 @@ from faforge.release.cost import KERNELS_PART
 CROSS_MACHINE, CROSS_PLATFORM = "x86_64", "linux-aarch64"
 CROSS_INPUTS_HINT = (
     "pass --torch-site DIR (the cell's aarch64 torch from PyPI, pip install --target) and --target-python PATH "
-    "(an aarch64 CPython of the cell's Python, unpacked), as the README's linux-aarch64 pip cells section shows; "
+    "(an aarch64 CPython of the cell's Python, unpacked), as docs/maintaining/pip-cells.md shows; "
     "or build its kernel package alone (--part kernels)"
 )
 
