@@ -51,6 +51,8 @@ class Step:
 STEPS = (
     Step(r"scripts/dev faforge (.*)", run_as=r"faforge \1"),  # scripts/dev itself: tests/readme/test_quickstart.py
     Step(r"scripts/dev test", skip="the test suite itself; .ci/run runs it"),
+    Step(r"scripts/dev lint|\.venv/bin/ruff format ", skip="the written rules; .ci/run runs `scripts/dev lint` first"),
+    Step(r"scripts/dev cli-reference", skip="writes the CLI reference; tests/test_cli_reference.py runs its generator"),
     Step(r"\.venv/bin/mkdocs (build --strict .*)", run_as=r"mkdocs \1"),  # the docs site, offline
     Step(r"conda install ", skip="no conda here; tests/conda_world and tests/release/test_end_to_end.py solve these"),
     Step(r"python -m http\.server ", skip="serves ./channel, which offline stays empty: publish needs gates that need "
