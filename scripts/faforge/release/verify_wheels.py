@@ -67,6 +67,7 @@ from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import KERNEL_BUILD
 from faforge.pipwheel.facts import WheelFacts, read_wheel, requirement
 from faforge.pipwheel.layout import KERNEL_DIR
+from faforge.pipwheel.manylinux import linux_platform
 from faforge.pipwheel.members import check_members
 from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.package import cuda_of_tag
@@ -112,11 +113,6 @@ KINDS: dict[str, str] = {GLUE: "glue", KERNEL: "kernel", FA3: "fa3"}
 # The kernel wheel's library, in its folder (faforge.pipwheel.layout).
 KERNEL_MEMBER = f"{KERNEL_DIR}/{FLASH_ATTN.kernel_soname}"
 CPYTHON_TAG = re.compile(r"cp3(?P<minor>[0-9]{1,2})")
-# manylinux_2_28_x86_64 (PEP 600), its legacy aliases (PEP 513/571/599), or plain linux_<machine>.
-PLATFORM_TAG = re.compile(
-    r"(?:manylinux_(?P<major>[0-9]+)_(?P<minor>[0-9]+)|(?P<legacy>manylinux1|manylinux2010|manylinux2014)|linux)_(?P<machine>\w+)"
-)
-LEGACY_GLIBC = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
 # The base venv of every wheel gate: the glue's Python requirement (einops) and the GPU suite's pytest, so that the
 # glue and FA3 gates of one (torch, Python) share one cached torch
 # venv (clean_env names it torch-2.14.1-py3.11+einops+pytest).
@@ -196,13 +192,13 @@ def _pip_cells() -> tuple[PipCell, ...]:
 
 def _platform(facts: WheelFacts) -> tuple[str | None, str | None]:
     """(subdir, glibc floor) of the wheel's platform tags; (None, None) when they are not one Linux machine's."""
-    found = [m for m in (PLATFORM_TAG.fullmatch(t) for t in facts.platform_tags) if m]
-    subdirs = {MACHINE_SUBDIRS.get(m["machine"]) for m in found}
-    if not found or len(found) != len(facts.platform_tags) or len(subdirs) != 1 or None in subdirs:
+    found = [linux_platform(t) for t in facts.platform_tags]
+    tags = [t for t in found if t is not None]
+    subdirs = {MACHINE_SUBDIRS.get(t.machine) for t in tags}
+    if not tags or len(tags) != len(found) or len(subdirs) != 1 or None in subdirs:
         return None, None
-    floors = [f"{m['major']}.{m['minor']}" if m["major"] else LEGACY_GLIBC.get(m["legacy"] or "") for m in found]
-    known = [f for f in floors if f]
-    return subdirs.pop(), (min(known, key=vtuple) if len(known) == len(floors) else None)
+    floors = [t.glibc for t in tags if t.glibc]
+    return subdirs.pop(), (min(floors, key=vtuple) if len(floors) == len(tags) else None)
 
 
 def wheel_package(path: str | Path) -> WheelPackage:
