@@ -53,7 +53,7 @@ from faforge.release.clean_env import (
 from faforge.release.package import PackageFacts
 
 if TYPE_CHECKING:
-    from faforge.release.verify_wheels import WheelPackage
+    from faforge.release.wheel_identity import WheelPackage
 
 # The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.
 IMPORTS = FLASH_ATTN.imports

@@ -154,7 +154,7 @@ def import_from(
 ) -> Check:
     """`python -I` imports `imports` with `folders` first on its path, then the torch of `site` (None: the
     Python's own); run in `cwd`. A pip --target folder of wheels
-    is imported this way too (faforge.release.verify_wheels)."""
+    is imported this way too (faforge.release.wheel_emulation)."""
     command = [*python, "-I", "-c", import_code(imports), *folders, *([str(site)] if site else [])]
     started = time.monotonic()
     try:

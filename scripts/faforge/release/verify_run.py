@@ -6,7 +6,7 @@ arguments that pin it. The results of each package go to `done` as soon as they 
 a later package's error cannot lose them. A flash-attn built for another machine gets its gates from
 faforge.release.verify_foreign (abi natively, import under qemu, gpu on a runner of that machine); a
 flash-attn-3, which serves a torch range through the stable ABI, from faforge.release.verify_stable.
-A wheel (.whl) gets its gates from faforge.release.verify_wheels: a glue wheel with the kernel wheel it pins
+A wheel (.whl) gets its gates from faforge.release.wheel_gates: a glue wheel with the kernel wheel it pins
 (among the arguments or beside it), a kernel wheel's gpu gate through the glue wheels that pin it.
 """
 
@@ -22,14 +22,9 @@ from faforge.release.reporter import Reporter
 from faforge.release.verify import run_gates
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, foreign_gates, foreign_machine
 from faforge.release.verify_stable import is_stable_abi_package, stable_gates
-from faforge.release.verify_wheels import (
-    WheelPackage,
-    find_kernel_wheel,
-    is_wheel_path,
-    pins,
-    wheel_gates,
-    wheel_package,
-)
+from faforge.release.wheel_gates import wheel_gates
+from faforge.release.wheel_identity import WheelPackage, is_wheel_path, wheel_package
+from faforge.release.wheel_pairs import find_kernel_wheel, pins
 
 
 def verify_packages(
