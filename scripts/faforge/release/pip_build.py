@@ -9,8 +9,9 @@ its key.
   2. the raw glue: recipes/flash-attn/build_flash_attn.py --kernel-library <that package's library>, run by a
      Python whose torch is the cell's PyPI torch (faforge.release.clean_env's cached base venv of the cell's torch
      and Python, the one verify's import gate uses, with the build tools layered on top through PYTHONPATH), with
-     the cell's CUDA toolkit (--cuda-home, $CUDA_HOME, or the nvcc on PATH; its release must be the cell's) and the
-     flash-attn sdist (--source, or the recipe's own from PyPI, sha256-checked): flash_api.cpp alone;
+     the cell's CUDA toolkit (--cuda-home, else the build backend's: faforge.backend.toolchain.find_cuda_home; its
+     release must be the cell's) and the flash-attn sdist (--source, or the recipe's own from PyPI,
+     sha256-checked): flash_api.cpp alone;
   3. the wheels (faforge.pipwheel): the kernel wheel is the kernel package's lib/libflash_attn_kernels.so.1 with
      only its RUNPATH set for pip's layout; the glue wheel is the raw wheel with its pip identity. Their names must
      be the ones the matrix gives them (PipBuild.glue_wheel, kernel_wheel).
@@ -29,9 +30,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import shlex
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -44,7 +43,9 @@ from typing import TYPE_CHECKING, TextIO
 
 from faforge import config, paths
 from faforge.abi.elf import read_info
+from faforge.backend.errors import BuildError
 from faforge.backend.logger import PREFIX as BACKEND_LOG_PREFIX
+from faforge.backend.toolchain import find_cuda_home, nvcc_version
 from faforge.errors import EXIT_PROBLEMS, FaforgeError, RemoteError
 from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix
@@ -79,7 +80,6 @@ GLUE_TIMEOUT_S = 3 * 3600
 # The build script's own lines, shown live: its steps (`[build_flash_attn] ...`) and its error
 # (`build_flash_attn: error: ...`).
 BACKEND_LINES = (BACKEND_LOG_PREFIX, f"{Path(FLASH_ATTN.build_script).stem}:")
-NVCC_RELEASE = re.compile(r"release (\d+\.\d+)")
 
 
 @dataclass(frozen=True)
@@ -117,46 +117,24 @@ class WheelBuild:
 # ---------------------------------------------------------------- checks before any work
 
 
-def nvcc_release(nvcc: Path) -> str:
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise FaforgeError(f"{nvcc} does not run ({exc})", hint="pass --cuda-home of a working CUDA toolkit") from None
-    match = NVCC_RELEASE.search(out.stdout)
-    if out.returncode != 0 or not match:
-        raise FaforgeError(
-            f"{nvcc} --version does not name its CUDA release (exit {out.returncode})",
-            hint="pass --cuda-home of a CUDA toolkit",
-        )
-    return match[1]
-
-
-def toolkit_of_path() -> Path | None:
-    """The toolkit of the nvcc on PATH: nvcc itself says where it lives (--dryrun's TOP=), as a wrapper script's
-    folder is not the toolkit."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "empty.cu").write_text("")
-        dry = subprocess.run([nvcc, "--dryrun", "-c", "empty.cu"], cwd=tmp, capture_output=True, text=True, timeout=120)
-    match = re.search(r"^#\$ TOP=(.+)$", dry.stdout + dry.stderr, re.MULTILINE)
-    return Path(match[1].strip()).resolve() if match else Path(nvcc).resolve().parents[1]
-
-
 def cuda_toolkit(given: Path | None, cuda: str) -> Path:
-    """The CUDA toolkit of release `cuda` ('13.0'): --cuda-home, else $CUDA_HOME, else the nvcc on PATH's."""
-    option = "--cuda-home" if given else "CUDA_HOME" if os.environ.get("CUDA_HOME") else "the nvcc on PATH"
-    root = given or (Path(os.environ["CUDA_HOME"]) if os.environ.get("CUDA_HOME") else toolkit_of_path())
+    """The CUDA toolkit of release `cuda` ('13.0'): --cuda-home, else the one the backend finds
+    (faforge.backend.toolchain.find_cuda_home), checked to hold nvcc and cuda_runtime.h of that release."""
+    option = "--cuda-home" if given else "the CUDA toolkit found (CUDA_HOME, CUDA_PATH or the nvcc on PATH)"
     hint = f"pass --cuda-home of a CUDA {cuda} toolkit (its bin/nvcc and include/cuda_runtime.h)"
-    if root is None:
-        raise FaforgeError("no CUDA toolkit: --cuda-home and CUDA_HOME are unset and no nvcc is on PATH", hint=hint)
+    try:
+        root = given or Path(find_cuda_home())
+    except BuildError as exc:
+        raise FaforgeError(f"no CUDA toolkit: {exc}", hint=hint) from None
     with paths.user_path(option, root):
         if not (root / "bin" / "nvcc").is_file() or not (root / "include" / "cuda_runtime.h").is_file():
             raise FaforgeError(
                 f"{option} {root}: no bin/nvcc and include/cuda_runtime.h there", hint=hint, input=str(root)
             )
-    found = nvcc_release(root / "bin" / "nvcc")
+    try:
+        found = ".".join(map(str, nvcc_version(str(root / "bin" / "nvcc"))))
+    except BuildError as exc:
+        raise FaforgeError(str(exc), hint=hint, input=str(root)) from None
     if found != cuda:
         raise FaforgeError(
             f"{option} {root} is CUDA {found}; the cell's torch is built for CUDA {cuda}", hint=hint, input=str(root)
