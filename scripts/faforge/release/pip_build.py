@@ -314,20 +314,6 @@ def torch_metadata(site: Path) -> Path:
     return found[0]
 
 
-def licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
-    """The kernel package's info/licenses/ files; one left as a
-    link into its recipe folder is that file of this checkout."""
-    found = []
-    folder = prefix / "info" / "licenses"
-    for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
-        recipe = paths.recipe_dir() / entry.name
-        if entry.is_file() and not entry.is_symlink():
-            found.append((entry.name, entry.read_bytes()))
-        elif recipe.is_file():
-            found.append((entry.name, recipe.read_bytes()))
-    return tuple(found)
-
-
 def wheel_json(built: BuiltWheel, was: dict | None = None) -> dict:
     facts = built.facts
     out = {
@@ -357,14 +343,12 @@ def make_wheels(
     sdist: Path,
 ) -> dict:
     """Steps 2 and 3 for one cell, its kernel package found; the --json `wheel` object."""
-    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
-
     from faforge.pipwheel.facts import requires_dist_of  # noqa: PLC0415 (pip cells only)
     from faforge.pipwheel.glue import GlueCell, repack_glue_wheel  # noqa: PLC0415 (pip cells only)
     from faforge.pipwheel.kernel import (  # noqa: PLC0415 (pip cells only)
-        KernelPackage,
         cuda_runtime_requirement,
         pack_kernel_wheel,
+        unpack_kernel_package,
     )
 
     cell = build.cell
@@ -396,23 +380,23 @@ def make_wheels(
             )
         torch_version, torch_site, python, target_args, target_env = venv.torch, venv.site_packages, venv.python, [], {}
     steps["venvs"] = time.monotonic() - started
-    prefix = work / "kernel-package"
-    report.say(f"+ extract {kernel} (py-rattler)")
-    extract(kernel, prefix)
-    library = prefix / "lib" / FLASH_ATTN.kernel_soname
-    if not library.is_file() or library.is_symlink():
-        raise FaforgeError(
-            f"{kernel}: holds no regular file lib/{FLASH_ATTN.kernel_soname}",
-            hint="rebuild it with this checkout's recipe",
-            exit_code=EXIT_PROBLEMS,
-        )
+    kernel_facts = read_package(kernel)
+    package = unpack_kernel_package(
+        kernel,
+        work / "kernel-package",
+        report.say,
+        name=kernel_facts.name,
+        version=kernel_facts.version,
+        build=kernel_facts.build,
+        subdir=kernel_facts.subdir,
+    )
     src = unpack_sdist(sdist, work / "sdist")
     started = time.monotonic()
     command = [
         str(python),
         str(paths.recipe_dir() / FLASH_ATTN.build_script),
         "--kernel-library",
-        str(library),
+        str(package.library),
         *target_args,
         "--source-dir",
         str(src),
@@ -441,19 +425,11 @@ def make_wheels(
             hint=f"see the log {log.name}",
         )
     started = time.monotonic()
-    kernel_facts = read_package(kernel)
     requirement = cuda_runtime_requirement(cell.cuda, requires_dist_of(torch_metadata(torch_site)))
-    original = read_info(library)
+    original = read_info(package.library)
     was = {"rpath": list(original.rpath), "runpath": list(original.runpath)}
     kernel_wheel = pack_kernel_wheel(
-        KernelPackage(
-            library=library,
-            name=kernel_facts.name,
-            version=kernel_facts.version,
-            build=kernel_facts.build,
-            subdir=kernel_facts.subdir,
-            licenses=licenses(prefix),
-        ),
+        package,
         runtime_requirement=requirement,
         out_dir=dist,
         work=work / "kernel-wheel",
