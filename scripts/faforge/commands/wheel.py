@@ -161,8 +161,8 @@ def execute(args: argparse.Namespace) -> int:
 
 def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
     from faforge.pipwheel.kernel import (  # noqa: PLC0415 (keeps `faforge --help` fast)
-        cuda_runtime_requirement,
         pack_kernel_wheel,
+        runtime_range_of_kernel_wheel,
         unpack_kernel_package,
     )
     from faforge.release.package import read_package  # noqa: PLC0415 (keeps `faforge --help` fast)
@@ -187,7 +187,7 @@ def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
             input=str(source),
             hint=f"pass the {FLASH_ATTN.kernel_package} package the cells pin (`faforge matrix --kernels`)",
         )
-    requirement = cuda_runtime_requirement(package.cuda or "", torch_requires)
+    requirement = runtime_range_of_kernel_wheel(package.cuda or "", torch_requires)
     say(
         f"CUDA runtime: {requirement}"
         + (f" ({metadata.name} requires a CUDA runtime of that major)" if metadata else "")

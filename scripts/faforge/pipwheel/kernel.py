@@ -93,7 +93,7 @@ def unpack_kernel_package(
     )
 
 
-def cuda_runtime_requirement(cuda: str, torch_requires_dist: Iterable[str] | None = None) -> str:
+def runtime_range_of_kernel_wheel(cuda: str, torch_requires_dist: Iterable[str] | None = None) -> str:
     """The CUDA runtime requirement of a kernel wheel of `cuda` ('13.0'): PyPI's libcudart distribution of its
     major (faforge.wheelnames.cuda_runtime_dist), from `cuda` up to the next major. A function of the CUDA
     alone, so every kernel wheel of one kernel key has the same bytes whatever torch it was packed beside.

@@ -273,7 +273,7 @@ class RuntimeVenv:
         return sorted(p for p in self.site_packages.glob("nvidia/*/lib/libcudart.so.*") if p.is_file())
 
 
-def cuda_runtime_requirement(cuda: str) -> str:
+def runtime_pin_of_cuda_minor(cuda: str) -> str:
     """PyPI's CUDA runtime wheel of a CUDA minor (faforge.wheelnames.cuda_runtime_dist), that minor exactly."""
     major, minor = cuda.split(".")[:2]
     return f"{cuda_runtime_dist(cuda)}=={major}.{minor}.*"
@@ -281,7 +281,7 @@ def cuda_runtime_requirement(cuda: str) -> str:
 
 def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda message: None) -> RuntimeVenv:
     """The cached venv with PyPI's CUDA runtime of `cuda` ('13.0'), for loading a torch-free library."""
-    requirement = cuda_runtime_requirement(cuda)
+    requirement = runtime_pin_of_cuda_minor(cuda)
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     prefix = _cached_venv(
         "runtime-venvs", f"cuda-runtime-{cuda}", version, [requirement], f"PyPI {requirement}", announce

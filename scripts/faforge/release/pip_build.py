@@ -346,8 +346,8 @@ def make_wheels(
     from faforge.pipwheel.facts import requires_dist_of  # noqa: PLC0415 (pip cells only)
     from faforge.pipwheel.glue import GlueCell, repack_glue_wheel  # noqa: PLC0415 (pip cells only)
     from faforge.pipwheel.kernel import (  # noqa: PLC0415 (pip cells only)
-        cuda_runtime_requirement,
         pack_kernel_wheel,
+        runtime_range_of_kernel_wheel,
         unpack_kernel_package,
     )
 
@@ -425,7 +425,7 @@ def make_wheels(
             hint=f"see the log {log.name}",
         )
     started = time.monotonic()
-    requirement = cuda_runtime_requirement(cell.cuda, requires_dist_of(torch_metadata(torch_site)))
+    requirement = runtime_range_of_kernel_wheel(cell.cuda, requires_dist_of(torch_metadata(torch_site)))
     original = read_info(package.library)
     was = {"rpath": list(original.rpath), "runpath": list(original.runpath)}
     kernel_wheel = pack_kernel_wheel(
