@@ -42,7 +42,6 @@ from tests.support.tiers import slow
 
 # Where faforge keeps its base venvs of PyPI torches in the tests (shared with tests/release and tests/conda_world).
 FAFORGE_CACHE = cache_dir("faforge")
-BASE_EXTRAS = ("einops", "pytest")  # clean_env's extras of verify's base venvs: the very venvs cached
 GATES = "abi,import"
 
 
@@ -75,11 +74,11 @@ def base_venv(torch: str, python: str):
     first use in the test cache (pip downloads that torch and its CUDA wheels once per machine; every later test and
     run reuses it). Skipped with clean_env's reason only where it cannot be made (no such Python, no PyPI)."""
     slow_work("a pip world venv (tests/pipworld/conftest.py)")
-    from faforge.release.clean_env import Unavailable, pypi_torch_venv  # noqa: PLC0415
+    from faforge.release.clean_env import BASE_EXTRAS, Unavailable, pypi_torch_venv  # noqa: PLC0415
 
     os.environ.setdefault("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))
     try:
-        return pypi_torch_venv(f"=={torch}", python, BASE_EXTRAS)
+        return pypi_torch_venv(f"=={torch}", python, BASE_EXTRAS)  # the very venvs verify caches
     except Unavailable as exc:
         pytest.skip(f"no base venv of PyPI torch {torch} for Python {python}: {exc}")
 

@@ -38,7 +38,11 @@ from faforge.wheelnames import cuda_runtime_dist
 # nvidia-* wheels provide what the venv needs of them, and PyPI has no package of those names.
 PYPI_NAMES = {"einops": "einops"}
 # Always in the base venv: the GPU gate runs faforge.gpu.run_suite, which runs pytest.
-BASE_EXTRAS = ("pytest",)
+SUITE_EXTRAS = ("pytest",)
+# The base venv of flash-attn's gates (its conda package's, pip_requirements; its glue wheel's and, beside the same
+# torch, the FA3 wheel's) and of the pip build's glue: flash-attn's Python run requirement on PyPI (einops) and the
+# suite's pytest, so that they all share one cached venv of a torch and Python (torch-2.14.1-py3.11+einops+pytest).
+BASE_EXTRAS = tuple(sorted({*PYPI_NAMES.values(), *SUITE_EXTRAS}))
 # Wheel platform tags per conda subdir.
 WHEEL_PLATFORMS = {"linux-64": r"manylinux[^-]*_x86_64", "linux-aarch64": r"manylinux[^-]*_aarch64"}
 MACHINE_SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
@@ -63,9 +67,9 @@ class TorchVenv:
 
 
 def pip_requirements(package: PackageFacts) -> list[str]:
-    """PyPI names of the package's Python run requirements (PYPI_NAMES), plus BASE_EXTRAS."""
+    """PyPI names of the package's Python run requirements (PYPI_NAMES), plus SUITE_EXTRAS."""
     names = [dep.split()[0] for dep in package.depends]
-    return sorted({PYPI_NAMES[n] for n in names if n in PYPI_NAMES} | set(BASE_EXTRAS))
+    return sorted({PYPI_NAMES[n] for n in names if n in PYPI_NAMES} | set(SUITE_EXTRAS))
 
 
 def _runs_as(python: Path, version: str) -> bool:
@@ -221,7 +225,7 @@ def torch_venv(
 def pypi_torch_venv(
     version: str,
     python: str,
-    extra: list[str] | tuple[str, ...] = BASE_EXTRAS,
+    extra: list[str] | tuple[str, ...] = SUITE_EXTRAS,
     announce: Callable[[str], None] = lambda message: None,
 ) -> TorchVenv:
     """A cached venv of CPython `python` with PyPI's torch`version` ('==2.11.0', '==2.13.*') and `extra`."""

@@ -72,10 +72,6 @@ WHEEL_DIR = "dist"
 # flash-attn output: ninja for torch's cpp_extension, setuptools and wheel for the wheel, pyelftools for the
 # backend's ABI check after the link), in a cached venv of their own, so that the torch venv stays verify's.
 BUILD_TOOLS = ("ninja", "pyelftools", "setuptools<82", "wheel")
-TORCH_EXTRAS = (
-    "einops",
-    "pytest",
-)  # the extras of verify's base venv (clean_env.pip_requirements): the same cached venv
 GLUE_TIMEOUT_S = 3 * 3600
 # The build script's own lines, shown live: its steps (`[build_flash_attn] ...`) and its error
 # (`build_flash_attn: error: ...`).
@@ -370,7 +366,7 @@ def make_wheels(
         ]
         target_env = {"target_platform": cell.platform, "build_platform": clean_env.MACHINE_SUBDIRS[CROSS_MACHINE]}
     else:
-        venv = clean_env.pypi_torch_venv(f"=={cell.torch}", cell.python, TORCH_EXTRAS, announce=report.say)
+        venv = clean_env.pypi_torch_venv(f"=={cell.torch}", cell.python, clean_env.BASE_EXTRAS, announce=report.say)
         if (venv.torch.split("+")[0], venv.cuda, venv.cxx11_abi) != (cell.torch, cell.cuda, cell.cxx11_abi):
             raise FaforgeError(
                 f"{cell.id}: PyPI's torch=={cell.torch} in {venv.prefix} is {venv.torch} for CUDA {venv.cuda}, C++ ABI "

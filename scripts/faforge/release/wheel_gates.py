@@ -32,16 +32,16 @@ from faforge.emulator import is_foreign
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import PipCell
 from faforge.pipwheel.layout import KERNEL_DIR
-from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
+from faforge.release.clean_env import BASE_EXTRAS, MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.pip_env import unpacked_wheels
 from faforge.release.verify import Check, judge_abi, torch_gates
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, emulator_for, target_python
-from faforge.release.verify_stable import stable_abi_check
+from faforge.release.verify_stable import FA3_PYTHON, stable_abi_check
 from faforge.release.wheel_emulation import emulated_wheel_import, gpu_skipped_text
 from faforge.release.wheel_identity import WheelPackage
 from faforge.release.wheel_kernel_gates import kernel_gate
 from faforge.release.wheel_pairs import fa3_range
-from faforge.release.wheel_venv import BASE_EXTRAS, FA3_PYTHON, cell_venv, pip_gpu_gate, pip_import_gate
+from faforge.release.wheel_venv import cell_venv, pip_gpu_gate, pip_import_gate
 
 
 def wheel_gates(

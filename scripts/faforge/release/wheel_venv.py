@@ -21,20 +21,13 @@ from functools import cache
 from pathlib import Path
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.release.clean_env import TorchVenv, Unavailable, pypi_torch_venv
+from faforge.release.clean_env import BASE_EXTRAS, TorchVenv, Unavailable, pypi_torch_venv
 from faforge.release.pip_env import PipRun, loopback_index, pip_install, venv_copy
 from faforge.release.verify import FAFORGE_SOURCE, Check, output_tail, run_isolated, suite_check
 from faforge.release.wheel_identity import WheelPackage
 from faforge.release.wheel_pairs import fa3_range
+from faforge.wheelfetch import PYPI_SIMPLE_INDEX
 
-# The base venv of every wheel gate: the glue's Python requirement (einops) and the GPU suite's pytest, so that the
-# glue and FA3 gates of one (torch, Python) share one cached torch
-# venv (clean_env names it torch-2.14.1-py3.11+einops+pytest).
-BASE_EXTRAS = ("einops", "pytest")
-# The torch index of a wheel whose torch no pip cell names (none today: every pip cell's torch is PyPI's).
-PYPI_INDEX = "https://pypi.org/simple"
-# The CPython of the venv an FA3 wheel (abi3, any CPython of its range) is imported and GPU-tested in.
-FA3_PYTHON = "3.11"
 # Appended to an import or dlopen run: the files the process has mapped (/proc/self/maps), one JSON line after the mark.
 # A library the system also has (a CUDA toolkit's libcudart in ld.so.cache) loads whatever the RUNPATH says; where
 # it came from tells whether pip's layout served it.
@@ -144,10 +137,13 @@ class _PipEnv:
 def _pip_env(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> _PipEnv:
     """The venv copy of `venv` with the wheel and `others` from the loopback index,
     the torch of the venv pinned, and the index that serves that torch (the cell's:
-    PyPI's simple index) as the extra index, as a user's install line names it."""
+    PyPI's simple index; PyPI's for a torch no pip cell names, none today) as the extra index, as a user's
+    install line names it."""
     torch = venv.torch.split("+")[0]
     cell = wheel.cell or next((c for c in reversed(fa3_range(wheel)) if c.torch == torch), None)
-    return _PipEnv((wheel, *others), venv, [wheel.requirement, f"torch=={torch}"], cell.index if cell else PYPI_INDEX)
+    return _PipEnv(
+        (wheel, *others), venv, [wheel.requirement, f"torch=={torch}"], cell.index if cell else PYPI_SIMPLE_INDEX
+    )
 
 
 def pip_import_gate(
