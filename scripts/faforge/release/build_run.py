@@ -49,7 +49,8 @@ from faforge.release.build import (
 )
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.package import read_package
-from faforge.release.pip_build import WheelBuild, WheelWhere, build_wheels, cuda_toolkit, match_given
+from faforge.release.pip_build import WheelBuild, build_wheels
+from faforge.release.pip_inputs import WheelWhere, cuda_toolkit, match_given
 from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_target import cross_target
 from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
