@@ -53,7 +53,8 @@ from faforge.release.pip_build import WheelBuild, build_wheels
 from faforge.release.pip_inputs import WheelWhere, cuda_toolkit, match_given
 from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_target import cross_target
-from faforge.release.plan import FA3_PART, LATER_STAGES, STAGES, Fa3Estimator, fa3_parts
+from faforge.release.plan import LATER_STAGES, STAGES
+from faforge.release.plan_jobs import FA3_PART, Fa3Estimator, fa3_parts
 from faforge.release.reporter import Reporter
 
 if TYPE_CHECKING:
@@ -213,7 +214,7 @@ def fa3_jobs(
     matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimator | None
 ) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
     """The FA3 jobs among the wanted ones, each once, in order: (package, part, the piece's TUs or () for `all`),
-    the pieces as faforge plan split the package (faforge.release.plan.fa3_parts over `estimate`)."""
+    the pieces as faforge plan split the package (faforge.release.plan_jobs.fa3_parts over `estimate`)."""
     by_id = {p.id: p for p in matrix.fa3}
     asked = list(dict.fromkeys((key, part) for key, part in wanted if key in by_id))
     split = [by_id[key] for key, part in asked if part != FA3_PART]

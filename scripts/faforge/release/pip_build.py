@@ -53,7 +53,7 @@ from faforge.release.pip_inputs import (
 )
 from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_wheels import make_wheels
-from faforge.release.plan import job_slug
+from faforge.release.plan_jobs import job_slug
 from faforge.release.reporter import Reporter
 
 
