@@ -27,8 +27,9 @@ from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.pipwheel.members import check_members
 from faforge.release.clean_env import TorchVenv, Unavailable
 from faforge.release.pip_env import pip_install_file, site_packages, venv_copy
-from faforge.release.verify import DLOPEN, Check, gpu_through, judge_torch_free, kernel_cuda_runtime, output_tail
+from faforge.release.verify import Check, output_tail
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation
+from faforge.release.verify_kernel import DLOPEN, gpu_through, judge_torch_free, kernel_cuda_runtime
 from faforge.release.wheel_emulation import emulated_kernel_import, gpu_skipped_text
 from faforge.release.wheel_identity import KERNEL_MEMBER, WheelPackage
 from faforge.release.wheel_venv import REPORT_LOADED, cell_venv, loaded_from_elsewhere, pip_gpu_gate
