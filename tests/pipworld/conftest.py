@@ -74,7 +74,8 @@ def base_venv(torch: str, python: str):
     first use in the test cache (pip downloads that torch and its CUDA wheels once per machine; every later test and
     run reuses it). Skipped with clean_env's reason only where it cannot be made (no such Python, no PyPI)."""
     slow_work("a pip world venv (tests/pipworld/conftest.py)")
-    from faforge.release.clean_env import BASE_EXTRAS, Unavailable, pypi_torch_venv  # noqa: PLC0415
+    from faforge.release.clean_env import BASE_EXTRAS, pypi_torch_venv  # noqa: PLC0415
+    from faforge.release.venv_cache import Unavailable  # noqa: PLC0415
 
     os.environ.setdefault("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))
     try:

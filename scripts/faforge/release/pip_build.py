@@ -41,7 +41,6 @@ from faforge.errors import FaforgeError
 from faforge.matrix import Matrix
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import PipBuild
-from faforge.release import clean_env
 from faforge.release.cost import KERNELS_PART
 from faforge.release.pip_inputs import (
     WHEEL_DIR,
@@ -55,6 +54,7 @@ from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_wheels import make_wheels
 from faforge.release.plan_jobs import job_slug
 from faforge.release.reporter import Reporter
+from faforge.release.venv_cache import Unavailable
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def build_one(
         try:
             sdist = where.source_path or flash_attn_sdist(matrix)
             details = make_wheels(build, found[0], found[1], where, report, title, log, Path(tmp), sdist)
-        except (FaforgeError, clean_env.Unavailable) as exc:
+        except (FaforgeError, Unavailable) as exc:
             message = exc.line() if isinstance(exc, FaforgeError) else str(exc)
             log.write(f"FAILED: {message}\n")
             state.failed = True

@@ -31,6 +31,7 @@ from faforge.release.package import read_package
 from faforge.release.pip_inputs import WHEEL_DIR, WheelWhere, cuda_toolkit, unpack_sdist
 from faforge.release.pip_target import CROSS_MACHINE
 from faforge.release.reporter import Reporter
+from faforge.release.venv_cache import cached_venv
 
 if TYPE_CHECKING:
     from faforge.pipwheel.built import BuiltWheel
@@ -47,7 +48,7 @@ BACKEND_LINES = (BACKEND_LOG_PREFIX, f"{Path(FLASH_ATTN.build_script).stem}:")
 
 def build_tools_venv(python: str, say: Callable[[str], None]) -> Path:
     """The cached venv of the glue build's tools (BUILD_TOOLS) for CPython `python`; its site-packages."""
-    prefix = clean_env._cached_venv(
+    prefix = cached_venv(
         "build-tools", f"pip-glue-py{python}", python, list(BUILD_TOOLS), "the glue build's tools", say
     )
     return next((prefix / "lib").glob("python3*/site-packages"))

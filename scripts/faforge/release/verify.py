@@ -26,8 +26,9 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.report import Verdict
 from faforge.family import FLASH_ATTN
 from faforge.matrix.kernels import KERNEL_LIBRARY
-from faforge.release.clean_env import TorchVenv, Unavailable, fresh_env, unpacked
+from faforge.release.clean_env import TorchVenv, fresh_env, unpacked
 from faforge.release.package import PackageFacts
+from faforge.release.venv_cache import Unavailable
 
 # The modules the recipe's own `python: imports` test imports; torch first, as the family's module does.
 IMPORTS = FLASH_ATTN.imports

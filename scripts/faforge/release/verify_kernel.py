@@ -27,15 +27,9 @@ from faforge.abi.elf_file import ElfError
 from faforge.family import FLASH_ATTN
 from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, TorchFreeReport, check_torch_free
 from faforge.matrix.kernels import KERNEL_LIBRARY
-from faforge.release.clean_env import (
-    MACHINE_SUBDIRS,
-    RuntimeVenv,
-    Unavailable,
-    cuda_runtime_venv,
-    matching_torch_venv,
-    unpacked,
-)
+from faforge.release.clean_env import MACHINE_SUBDIRS, RuntimeVenv, cuda_runtime_venv, matching_torch_venv, unpacked
 from faforge.release.package import PackageFacts
+from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check, gpu_gate, output_tail
 
 if TYPE_CHECKING:

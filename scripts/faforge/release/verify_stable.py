@@ -29,15 +29,9 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.release.clean_env import (
-    MACHINE_SUBDIRS,
-    Unavailable,
-    cuda_runtime_venv,
-    find_python,
-    pypi_torch_venv,
-    unpacked,
-)
+from faforge.release.clean_env import MACHINE_SUBDIRS, cuda_runtime_venv, pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
+from faforge.release.venv_cache import Unavailable, find_python
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
 from faforge.release.verify_foreign import (
     NOTHING_NAMED,

@@ -32,8 +32,9 @@ from faforge.emulator import is_foreign
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import PipCell
 from faforge.pipwheel.layout import KERNEL_DIR
-from faforge.release.clean_env import BASE_EXTRAS, MACHINE_SUBDIRS, TorchVenv, Unavailable, pypi_torch_venv
+from faforge.release.clean_env import BASE_EXTRAS, MACHINE_SUBDIRS, TorchVenv, pypi_torch_venv
 from faforge.release.pip_env import unpacked_wheels
+from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check, judge_abi, torch_gates
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, emulator_for, target_python
 from faforge.release.verify_stable import FA3_PYTHON, stable_abi_check

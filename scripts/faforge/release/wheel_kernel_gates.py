@@ -25,8 +25,9 @@ from faforge.emulator import is_foreign
 from faforge.family import FLASH_ATTN
 from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.pipwheel.members import check_members
-from faforge.release.clean_env import TorchVenv, Unavailable
+from faforge.release.clean_env import TorchVenv
 from faforge.release.pip_env import pip_install_file, site_packages, venv_copy
+from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check, output_tail
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation
 from faforge.release.verify_kernel import DLOPEN, gpu_through, judge_torch_free, kernel_cuda_runtime

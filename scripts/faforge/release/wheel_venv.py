@@ -21,8 +21,9 @@ from functools import cache
 from pathlib import Path
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.release.clean_env import BASE_EXTRAS, TorchVenv, Unavailable, pypi_torch_venv
+from faforge.release.clean_env import BASE_EXTRAS, TorchVenv, pypi_torch_venv
 from faforge.release.pip_env import PipRun, loopback_index, pip_install, venv_copy
+from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import FAFORGE_SOURCE, Check, output_tail, run_isolated, suite_check
 from faforge.release.wheel_identity import WheelPackage
 from faforge.release.wheel_pairs import fa3_range
