@@ -179,6 +179,16 @@ def import_from(
     return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({ran})")
 
 
+def no_torch_against(machine: str) -> Check:
+    """The abi gate of another machine's package or wheel when no --against names a torch of that machine."""
+    return Check(
+        "abi",
+        "skipped",
+        f"no {machine} torch to check against here; pass --against its torch/lib, "
+        "site-packages or prefix (the abi gate itself runs on any machine)",
+    )
+
+
 def gpu_skipped(package: PackageFacts, machine: str) -> Check:
     return Check(
         "gpu",
@@ -211,12 +221,7 @@ def foreign_gates(
             checks.append(
                 abi_gate(package, against, kernel, emulator.library_dirs() if emulator else [])
                 if against
-                else Check(
-                    "abi",
-                    "skipped",
-                    f"no {machine} torch to check against here; pass --against its torch/lib, "
-                    "site-packages or prefix (the abi gate itself runs on any machine)",
-                )
+                else no_torch_against(machine)
             )
         elif gate == "import":
             checks.append(emulated_import_gate(package, against, kernel, emulator, why_not, python))

@@ -36,7 +36,7 @@ from faforge.release.clean_env import BASE_EXTRAS, MACHINE_SUBDIRS, TorchVenv, p
 from faforge.release.pip_env import unpacked_wheels
 from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check, judge_abi, torch_gates
-from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, emulator_for, target_python
+from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, emulator_for, no_torch_against, target_python
 from faforge.release.verify_stable import FA3_PYTHON, stable_abi_check
 from faforge.release.wheel_emulation import emulated_wheel_import, gpu_skipped_text
 from faforge.release.wheel_identity import WheelPackage
@@ -188,14 +188,7 @@ def foreign_gates(
     for gate in gates:
         if gate == "abi":
             if not against:
-                checks.append(
-                    Check(
-                        "abi",
-                        "skipped",
-                        f"no {machine} torch to check against here; pass --against its torch/lib, "
-                        "site-packages or prefix (the abi gate itself runs on any machine)",
-                    )
-                )
+                checks.append(no_torch_against(machine))
             elif wheel.kind == "fa3":
                 checks.append(_fa3_abi(wheel, fa3_range(wheel), against))
             else:
