@@ -29,7 +29,9 @@ from faforge import httpclient, untrusted
 from faforge.errors import FaforgeError, RemoteError, shorten
 
 SIMPLE_INDEX_ENV = "FAFORGE_SIMPLE_INDEX"
-DEFAULT_SIMPLE_INDEX = "https://pypi.org/simple"
+# PyPI's simple index: where faforge reads torch wheels unless FAFORGE_SIMPLE_INDEX names another, and the index
+# a user's install line names for PyPI's torch.
+PYPI_SIMPLE_INDEX = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 # The end-of-central-directory record is 22 bytes plus a comment of at most 64 KiB.
 EOCD_SEARCH = 22 + 0xFFFF + 20  # + the zip64 locator just before it
@@ -102,12 +104,12 @@ def http_get(
 def simple_index() -> str:
     """The PEP 691 index to read ($FAFORGE_SIMPLE_INDEX, else PyPI); a value that is no http(s) URL of a
     host is refused here, before anything is fetched, naming the variable (the untrusted-input rules)."""
-    index = os.environ.get(SIMPLE_INDEX_ENV, DEFAULT_SIMPLE_INDEX)
+    index = os.environ.get(SIMPLE_INDEX_ENV, PYPI_SIMPLE_INDEX)
     parts = urllib.parse.urlsplit(index) if index.isprintable() else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or " " in index:
         raise FaforgeError(
             f"${SIMPLE_INDEX_ENV} {shorten(index, 120)!r} is not the URL of a PEP 691 index",
-            hint=f"set it to an index such as {DEFAULT_SIMPLE_INDEX}, or unset it",
+            hint=f"set it to an index such as {PYPI_SIMPLE_INDEX}, or unset it",
         )
     return index
 

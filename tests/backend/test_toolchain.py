@@ -172,3 +172,23 @@ def test_a_toolkit_made_of_symlinks_keeps_its_own_cicc(tmp_path):
     stray = _fake_nvcc(tmp_path, "13.0", f"{real}/nvvm/bin:{tmp_path}/home/bin", tmp_path / "elsewhere")
     with pytest.raises(BuildError, match=r"would run .*cuda-13.0/nvvm/bin/cicc, outside its toolkit"):
         script.check_tool_releases(str(stray), script.nvcc_tools(str(stray), tmp_path / "scratch"))
+
+
+def _nvcc_wrapper(folder, toolkit):
+    """A wrapper script on PATH, as /usr/local/bin/nvcc execs /usr/local/cuda-13.0/bin/nvcc here: its --dryrun
+    says the toolkit (TOP=), as the real nvcc's does."""
+    folder.mkdir(parents=True)
+    (folder / "nvcc").write_text(f"#!/bin/sh\necho '#$ TOP={toolkit}' >&2\n")
+    (folder / "nvcc").chmod(0o755)
+    return folder
+
+
+def test_the_nvcc_on_path_names_its_toolkit_not_the_folder_above_a_wrapper(monkeypatch, tmp_path):
+    """One rule for every build: the pip world's glue found its toolkit by asking nvcc, the kernel library by the
+    folder above it, so a wrapper script gave the kernel build /usr/local and the glue /usr/local/cuda-13.0."""
+    toolkit = tmp_path / "cuda-13.0"
+    toolkit.mkdir()
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(_nvcc_wrapper(tmp_path / "bin", toolkit)))
+    assert script.find_cuda_home() == str(toolkit)

@@ -12,7 +12,7 @@ from faforge import wheelfetch, wheelnames
 from faforge.errors import FaforgeError
 from faforge.pipwheel import layout
 from faforge.pipwheel.facts import requires_dist_of
-from faforge.pipwheel.kernel import cuda_runtime_requirement
+from faforge.pipwheel.kernel import runtime_range_of_kernel_wheel
 from tests.support.cache import cache_dir
 from tests.support.pypi import pypi_listing
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
@@ -63,30 +63,30 @@ def _torch_2_11_metadata() -> Path:
 
 @pytest.mark.slow  # reads PyPI's torch METADATA
 def test_the_cuda_runtime_requirement_of_real_torch_metadata():
-    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires
-    nvidia-cuda-runtime==13.0.96.*); torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the
-    runtime distribution itself, by its CUDA alone, and a torch's METADATA only cross-checks the major."""
-    assert cuda_runtime_requirement("13.0") == "nvidia-cuda-runtime>=13.0,<14"
-    assert cuda_runtime_requirement("13.0", requires_dist_of(_torch_2_11_metadata())) == "nvidia-cuda-runtime>=13.0,<14"
+    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires nvidia-cuda-runtime==13.0.96.*);
+    torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the runtime distribution itself, by its CUDA
+    alone, and a torch's METADATA only cross-checks the major."""
+    assert runtime_range_of_kernel_wheel("13.0") == "nvidia-cuda-runtime>=13.0,<14"
+    assert runtime_range_of_kernel_wheel("13.0", requires_dist_of(_torch_2_11_metadata())) == "nvidia-cuda-runtime>=13.0,<14"
     try:
         torch = torch_env("2.14.1")
     except TorchEnvUnavailable as exc:
         pytest.skip(str(exc))
     metadata = torch.site_packages / "torch-2.14.1.dist-info" / "METADATA"
-    assert cuda_runtime_requirement("13.0", requires_dist_of(metadata)) == "nvidia-cuda-runtime>=13.0,<14"
+    assert runtime_range_of_kernel_wheel("13.0", requires_dist_of(metadata)) == "nvidia-cuda-runtime>=13.0,<14"
     with pytest.raises(FaforgeError, match=re.escape("CUDA 13.0.3, not the kernel's CUDA 12.8")):
-        cuda_runtime_requirement("12.8", requires_dist_of(metadata))
+        runtime_range_of_kernel_wheel("12.8", requires_dist_of(metadata))
     wheel = pypi_listing("torch")["torch-2.4.0-cp311-cp311-manylinux1_x86_64.whl"]
     old = wheelfetch.fetch_member(wheel, "torch-2.4.0.dist-info/METADATA", cache_dir("torch-metadata"))
-    assert cuda_runtime_requirement("12.1", requires_dist_of(old)) == "nvidia-cuda-runtime-cu12>=12.1,<13"
-    assert cuda_runtime_requirement("12.1") == "nvidia-cuda-runtime-cu12>=12.1,<13"
+    assert runtime_range_of_kernel_wheel("12.1", requires_dist_of(old)) == "nvidia-cuda-runtime-cu12>=12.1,<13"
+    assert runtime_range_of_kernel_wheel("12.1") == "nvidia-cuda-runtime-cu12>=12.1,<13"
 
 
 def test_a_cpu_torch_names_no_runtime(tmp_path):
     metadata = tmp_path / "METADATA"
     metadata.write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\nRequires-Dist: filelock\n")
     with pytest.raises(FaforgeError, match="no requirement naming the CUDA runtime"):
-        cuda_runtime_requirement("13.0", requires_dist_of(metadata))
+        runtime_range_of_kernel_wheel("13.0", requires_dist_of(metadata))
     metadata.write_text("not metadata\n")
     with pytest.raises(FaforgeError, match="is not core metadata"):
         requires_dist_of(metadata)

@@ -14,7 +14,7 @@ import pytest
 from auditwheel.wheel_abi import analyze_wheel_abi
 
 from faforge.errors import FaforgeError
-from faforge.pipwheel.manylinux import EXTERNAL, is_external, platform_tag
+from faforge.pipwheel.manylinux import EXTERNAL, LinuxPlatform, is_external, linux_platform, platform_tag
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 from tests.support.tiers import slow
 
@@ -108,3 +108,17 @@ def test_an_aarch64_library_gets_an_aarch64_tag(aarch64, tmp_path):
 def test_files_of_two_architectures_are_refused(built, aarch64):
     with pytest.raises(FaforgeError, match="ELF files for aarch64, x86_64 in one wheel"):
         platform_tag([built["plain"], aarch64])
+
+
+@pytest.mark.parametrize("tag, expected", [
+    ("manylinux_2_28_x86_64", LinuxPlatform("x86_64", "2.28")),   # PEP 600 spells its floor
+    ("manylinux2014_aarch64", LinuxPlatform("aarch64", "2.17")),  # a legacy alias: auditwheel's policy names its floor
+    ("manylinux1_x86_64", LinuxPlatform("x86_64", "2.5")),
+    ("manylinux2010_x86_64", LinuxPlatform("x86_64", "2.12")),
+    ("linux_x86_64", LinuxPlatform("x86_64", None)),              # no floor
+    ("manylinux1_aarch64", None),                                 # no policy has that alias
+    ("macosx_11_0_arm64", None),
+    ("any", None),
+])
+def test_a_platform_tag_names_its_machine_and_glibc_floor(tag, expected):
+    assert linux_platform(tag) == expected

@@ -34,8 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from faforge.release.clean_env import Unavailable, pypi_torch_venv
+from faforge.release.clean_env import BASE_EXTRAS, pypi_torch_venv
 from faforge.release.pip_env import venv_copy
+from faforge.release.venv_cache import Unavailable
 from tests.conda_world.cells import CU130, LEGACY, WorldCell
 from tests.conda_world.conftest import _say, build_in_world, sdist, world  # noqa: F401  (session fixtures: the world's builds)
 from tests.gpu.fa3_canary import FOLDER
@@ -47,7 +48,6 @@ from tests.support.tiers import slow, slow_work
 
 # Where faforge keeps its base venvs of PyPI torches in the tests (shared with tests/release and tests/conda_world).
 FAFORGE_CACHE = cache_dir("faforge")
-BASE_EXTRAS = ("einops", "pytest")  # clean_env's extras of verify's base venvs: the very venvs cached
 GATES = "abi,import"
 
 
@@ -84,7 +84,7 @@ def base_venv(torch: str, python: str):
 
     os.environ.setdefault("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))
     try:
-        return pypi_torch_venv(f"=={torch}", python, BASE_EXTRAS)
+        return pypi_torch_venv(f"=={torch}", python, BASE_EXTRAS)  # the very venvs verify caches
     except Unavailable as exc:
         pytest.skip(f"no base venv of PyPI torch {torch} for Python {python}: {exc}")
 

@@ -10,7 +10,7 @@ import pytest
 from faforge.commands.plan import fa3_pieces
 from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
-from faforge.release.build_run import build_steps, fa3_jobs, jobs_from_plan, require_known_ids
+from faforge.release.build_jobs import build_steps, fa3_jobs, jobs_from_plan, require_known_ids
 from faforge.release.plan_run import github_outputs
 
 

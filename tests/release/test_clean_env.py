@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.release import clean_env
+from faforge.release import clean_env, venv_cache
 from faforge.release.package import PackageFacts
 
 # The run requirements of the flash-attn package the real recipe built in the conda world
@@ -36,8 +36,8 @@ def test_a_pyenv_shim_that_cannot_run_is_not_a_python(tmp_path, monkeypatch):
     shim.chmod(0o755)
     monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "no-pyenv"))
-    with pytest.raises(clean_env.Unavailable, match=re.escape("no working Python 3.99")):
-        clean_env.find_python("3.99")
+    with pytest.raises(venv_cache.Unavailable, match=re.escape("no working Python 3.99")):
+        venv_cache.find_python("3.99")
 
 
 def test_a_working_python_is_found_behind_a_broken_shim(tmp_path, monkeypatch):
@@ -50,4 +50,4 @@ def test_a_working_python_is_found_behind_a_broken_shim(tmp_path, monkeypatch):
     shim.write_text("#!/bin/sh\nexit 127\n")
     shim.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    assert clean_env.find_python(other).name == f"python{other}" and clean_env.find_python(other) != shim
+    assert venv_cache.find_python(other).name == f"python{other}" and venv_cache.find_python(other) != shim

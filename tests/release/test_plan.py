@@ -19,7 +19,8 @@ from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
-from faforge.release.plan import FA3_PIECES_STAGE, FA3_STAGE, STAGES, fa3_parts, make_plan
+from faforge.release.plan import FA3_PIECES_STAGE, FA3_STAGE, STAGES, make_plan
+from faforge.release.plan_jobs import fa3_parts
 from tests.support.docs import PIPELINE, doc_text
 from tests.support.http_server import serve_directory
 

@@ -22,7 +22,7 @@ from faforge.matrix.pip_builds import pip_builds
 from faforge.pipindex.publish import publish_wheels
 from faforge.pipwheel.facts import read_wheel
 from faforge.pipwheel.writer import WheelSpec, write_wheel
-from faforge.release.build_run import jobs_from_plan
+from faforge.release.build_jobs import jobs_from_plan
 from faforge.release.cost import cell_part, load_build_cost, split_kernels
 from faforge.release.plan import STAGES
 from tests.release.test_plan import faforge, plan_json

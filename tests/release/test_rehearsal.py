@@ -36,7 +36,7 @@ from faforge.kernels.measure_abi import RAW_HEADER, fetch_headers, header_wheel
 from faforge.matrix import load_matrix
 from faforge.matrix.releases import dump_releases, header_of, load_releases
 from faforge.matrix.render_cache import selected_cells
-from faforge.release.plan import kernel_build
+from faforge.release.plan_held import kernel_build
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
 from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page

@@ -20,6 +20,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from faforge.backend.errors import BuildError
 NVCC_TOOLS = ("cicc", "ptxas", "fatbinary", "nvlink", "cudafe++")
 _DRYRUN_TOOL = re.compile(r'^#\$ "?(\S*?)(cicc|ptxas|fatbinary|nvlink|cudafe\+\+)"? ', re.MULTILINE)
 _DRYRUN_SET = re.compile(r"^#\$ (\w+)=(.*)$", re.MULTILINE)
+_DRYRUN_TOP = re.compile(r"^#\$ TOP=(.+)$", re.MULTILINE)
 
 # CUDA's targets/ folder per machine (uname -m): aarch64 servers are sbsa; Jetson's aarch64-linux
 # tree is a cross build's explicit triplet, not a machine's.
@@ -111,17 +113,34 @@ def cross_compiler(environ: dict[str, str], target: str) -> str:
 
 
 def find_cuda_home() -> str:
-    """As torch.utils.cpp_extension finds it (CUDA_HOME, CUDA_PATH, nvcc on PATH, /usr/local/cuda),
-    for the kernel library, which is built without torch."""
+    """The one rule every build finds its CUDA toolkit by (the kernel library, FA3, the pip world's glue):
+    CUDA_HOME, CUDA_PATH (as torch.utils.cpp_extension reads them), the toolkit of the nvcc on PATH as
+    that nvcc says (toolkit_of_nvcc), then /usr/local/cuda."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             return os.environ[var]
     nvcc = shutil.which("nvcc")
     if nvcc:
-        return str(Path(nvcc).resolve().parents[1])
+        return toolkit_of_nvcc(nvcc)
     if Path("/usr/local/cuda/bin/nvcc").exists():
         return "/usr/local/cuda"
     raise BuildError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
+
+
+def toolkit_of_nvcc(nvcc: str) -> str:
+    """The toolkit `nvcc` runs from, as it says itself (`--dryrun` prints TOP=): the folder above a wrapper
+    script (/usr/local/bin/nvcc exec'ing /usr/local/cuda-13.0/bin/nvcc) is not the toolkit. The folder above
+    the resolved nvcc when it does not say."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "empty.cu").write_text("")
+        try:
+            dry = subprocess.run(
+                [nvcc, "--dryrun", "-c", "empty.cu"], cwd=tmp, capture_output=True, text=True, timeout=120
+            )
+            match = _DRYRUN_TOP.search(dry.stdout + dry.stderr)
+        except (OSError, subprocess.TimeoutExpired):
+            match = None
+    return str(Path(match[1].strip()).resolve()) if match else str(Path(nvcc).resolve().parents[1])
 
 
 def nvcc_version(nvcc: str) -> tuple[int, int]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import time
 from collections.abc import Iterable
@@ -21,6 +20,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from faforge import paths
+from faforge.backend.errors import BuildError
+from faforge.backend.toolchain import find_cuda_home
 from faforge.buildcost import bench, extrapolate, fa3_report, pip_world, samples, split
 from faforge.buildcost.reuse import TuRun
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
@@ -75,7 +76,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--cuda-home",
         type=Path,
         default=None,
-        help="the CUDA toolkit nvcc runs from (default: $CUDA_HOME, else /usr/local/cuda)",
+        help="the CUDA toolkit nvcc runs from (default: the build backend's: $CUDA_HOME, $CUDA_PATH, the nvcc on PATH, "
+        "/usr/local/cuda)",
     )
     measure.add_argument("--write", action="store_true", help="append the measured numbers to the data file")
 
@@ -96,7 +98,7 @@ def _runner(spec: str) -> tuple[int, float]:
 
 def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str], Path]:
     """(pythons, TUs, CUDA toolkit) of --measure, every option checked before the first compile (they take
-    minutes each). $CUDA_HOME is read here, not as the option's default, so that --help does not vary with it."""
+    minutes each). The toolkit is found here, not as the option's default, so that --help does not vary with it."""
     pythons = args.pythons.split(",")
     if len(pythons) != 2 or len(set(pythons)) != 2 or not all(re.fullmatch(r"3\.\d{1,2}", v) for v in pythons):
         raise FaforgeError(
@@ -117,7 +119,10 @@ def _measure_options(args: argparse.Namespace) -> tuple[list[str], list[str], Pa
         raise FaforgeError(
             "--arch is not an SM architecture", input=f"--arch {args.arch}", hint="e.g. --arch 80 or --arch 90a"
         )
-    cuda_home = args.cuda_home or Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    try:
+        cuda_home = args.cuda_home or Path(find_cuda_home())
+    except BuildError as exc:
+        raise FaforgeError(f"no CUDA toolkit: {exc}", hint="pass --cuda-home DIR, the CUDA toolkit's folder") from None
     if not (cuda_home / "bin" / "nvcc").is_file():
         raise FaforgeError(
             f"--cuda-home {cuda_home}: no bin/nvcc there", hint="pass the CUDA toolkit's folder, e.g. /usr/local/cuda"

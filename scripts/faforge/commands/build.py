@@ -106,7 +106,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="the CUDA toolkit the glue compiles with, of the cell's "
-        "CUDA release (default: $CUDA_HOME, else the nvcc on PATH)",
+        "CUDA release (default: the build backend's: $CUDA_HOME, $CUDA_PATH, the nvcc on PATH, /usr/local/cuda)",
     )
     wheels.add_argument(
         "--torch-site",

@@ -24,8 +24,6 @@ from faforge.matrix.releases import PipRelease
 from faforge.release.bump import (
     extended,
     find_new,
-    find_new_pip,
-    load_pip_sources,
     load_sources,
     measured_rows,
     new_cells,
@@ -33,6 +31,7 @@ from faforge.release.bump import (
     with_rows,
     write,
 )
+from faforge.release.bump_pip import find_new_pip, load_pip_sources
 from faforge.release.wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
 from faforge.table import format_table
 

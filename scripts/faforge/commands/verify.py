@@ -13,7 +13,7 @@ against the channel's sha256); nowhere is a usage error (exit 2), not a failed g
 A linux-aarch64 flash-attn on an x86_64 machine: abi natively against --against (the aarch64 torch),
 import under qemu (--qemu/$FAFORGE_QEMU or qemu-aarch64 on PATH; --sysroot; --target-python), gpu
 skipped: faforge.release.verify_foreign.
-A wheel (.whl, the pip world) gets the same gates on PyPI's torch with real pip (faforge.release.verify_wheels):
+A wheel (.whl, the pip world) gets the same gates on PyPI's torch with real pip (faforge.release.wheel_gates):
 a glue wheel's abi against the torch of its pip cell, its import in a clean venv where pip installs it and the
 kernel wheel it pins (among the PACKAGE arguments or beside it; nowhere is exit 2) from a loopback index; a
 kernel wheel's torch-free check and dlopen beside PyPI's CUDA runtime; an FA3 wheel's stable-ABI check over

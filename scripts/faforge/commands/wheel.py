@@ -161,9 +161,9 @@ def execute(args: argparse.Namespace) -> int:
 
 def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
     from faforge.pipwheel.kernel import (  # noqa: PLC0415 (keeps `faforge --help` fast)
-        KernelPackage,
-        cuda_runtime_requirement,
         pack_kernel_wheel,
+        runtime_range_of_kernel_wheel,
+        unpack_kernel_package,
     )
     from faforge.release.package import read_package  # noqa: PLC0415 (keeps `faforge --help` fast)
 
@@ -187,60 +187,21 @@ def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
             input=str(source),
             hint=f"pass the {FLASH_ATTN.kernel_package} package the cells pin (`faforge matrix --kernels`)",
         )
-    requirement = cuda_runtime_requirement(package.cuda or "", torch_requires)
+    requirement = runtime_range_of_kernel_wheel(package.cuda or "", torch_requires)
     say(
         f"CUDA runtime: {requirement}"
         + (f" ({metadata.name} requires a CUDA runtime of that major)" if metadata else "")
     )
-    prefix = work / "package"
-    _extract(source, prefix)
-    library = prefix / "lib" / FLASH_ATTN.kernel_soname
-    if not library.is_file() or library.is_symlink():
-        raise FaforgeError(
-            f"{source}: holds no regular file lib/{FLASH_ATTN.kernel_soname}",
-            input=str(source),
-            hint="rebuild it with this checkout's recipe",
-        )
-    return pack_kernel_wheel(
-        KernelPackage(
-            library=library,
-            name=package.name,
-            version=package.version,
-            build=package.build,
-            subdir=package.subdir,
-            licenses=_licenses(prefix),
-        ),
-        runtime_requirement=requirement,
-        out_dir=args.out,
-        work=work / "wheel",
-        say=say,
+    kernel = unpack_kernel_package(
+        source,
+        work / "package",
+        say,
+        name=package.name,
+        version=package.version,
+        build=package.build,
+        subdir=package.subdir,
     )
-
-
-def _extract(source: Path, prefix: Path) -> None:
-    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
-
-    say(f"+ extract {source} (py-rattler)")
-    try:
-        extract(source, prefix)
-    except Exception as exc:  # py-rattler raises its own exception types
-        raise FaforgeError(
-            f"{source}: cannot be unpacked: {exc}", input=str(source), hint="rebuild or re-download it"
-        ) from None
-
-
-def _licenses(prefix: Path) -> tuple[tuple[str, bytes], ...]:
-    """The package's info/licenses/ files; one rattler-build left as a link into its recipe folder is the
-    same-named file of this checkout's recipe folder."""
-    found = []
-    folder = prefix / "info" / "licenses"
-    for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
-        recipe = paths.repo_root() / FLASH_ATTN.recipe_dir / entry.name
-        if entry.is_file() and not entry.is_symlink():
-            found.append((entry.name, entry.read_bytes()))
-        elif recipe.is_file():
-            found.append((entry.name, recipe.read_bytes()))
-    return tuple(found)
+    return pack_kernel_wheel(kernel, runtime_requirement=requirement, out_dir=args.out, work=work / "wheel", say=say)
 
 
 def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:

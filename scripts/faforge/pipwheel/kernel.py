@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from faforge import wheelnames
+from faforge import paths, wheelnames
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel import layout
@@ -58,7 +58,42 @@ class KernelPackage:
     licenses: tuple[tuple[str, bytes], ...] = ()  # (file name, text) of its info/licenses/
 
 
-def cuda_runtime_requirement(cuda: str, torch_requires_dist: Iterable[str] | None = None) -> str:
+def unpack_kernel_package(
+    source: Path, prefix: Path, say: Callable[[str], None], *, name: str, version: str, build: str, subdir: str
+) -> KernelPackage:
+    """The conda kernel package at `source` (its facts given), unpacked into `prefix` by py-rattler, as the
+    kernel wheel is made of it: its library, a regular file, and its info/licenses/ files, where one
+    rattler-build left as a link into its recipe folder is that file of this checkout's recipe folder."""
+    from rattler.package_streaming import extract  # noqa: PLC0415 (py-rattler: slow to import)
+
+    say(f"+ extract {source} (py-rattler)")
+    try:
+        extract(source, prefix)
+    except Exception as exc:  # py-rattler raises its own exception types
+        raise FaforgeError(
+            f"{source}: cannot be unpacked: {exc}", input=str(source), hint="rebuild or re-download it"
+        ) from None
+    library = prefix / "lib" / FLASH_ATTN.kernel_soname
+    if not library.is_file() or library.is_symlink():
+        raise FaforgeError(
+            f"{source}: holds no regular file lib/{FLASH_ATTN.kernel_soname}",
+            input=str(source),
+            hint="rebuild it with this checkout's recipe",
+        )
+    licenses = []
+    folder = prefix / "info" / "licenses"
+    for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
+        recipe = paths.recipe_dir() / entry.name
+        if entry.is_file() and not entry.is_symlink():
+            licenses.append((entry.name, entry.read_bytes()))
+        elif recipe.is_file():
+            licenses.append((entry.name, recipe.read_bytes()))
+    return KernelPackage(
+        library=library, name=name, version=version, build=build, subdir=subdir, licenses=tuple(licenses)
+    )
+
+
+def runtime_range_of_kernel_wheel(cuda: str, torch_requires_dist: Iterable[str] | None = None) -> str:
     """The CUDA runtime requirement of a kernel wheel of `cuda` ('13.0'): PyPI's libcudart distribution of its
     major (faforge.wheelnames.cuda_runtime_dist), from `cuda` up to the next major. A function of the CUDA
     alone, so every kernel wheel of one kernel key has the same bytes whatever torch it was packed beside.

@@ -18,6 +18,7 @@ libraries excluded gives our tag (tests/pipwheel/test_manylinux.py runs both on 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,9 @@ EXTERNAL = (
 )
 # The dynamic loader is never a dependency to judge (auditwheel's elf_find_versioned_symbols skips it too).
 LOADERS = ("ld-linux*", "ld64.so.*")
+# A PEP 600 tag spells its glibc floor (manylinux_2_28_x86_64); a legacy alias (manylinux2014_x86_64) is one of
+# auditwheel's policies' aliases, and that policy's name is the PEP 600 tag it stands for.
+PEP600_TAG = re.compile(r"manylinux_(?P<major>[0-9]+)_(?P<minor>[0-9]+)_(?P<machine>\w+)")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,30 @@ class PlatformVerdict:
     system: tuple[str, ...]  # needed libraries the policy allows (libc.so.6, libstdc++.so.6, ...)
     external: tuple[str, ...]  # needed libraries external by design
     inside: tuple[str, ...]  # needed libraries the wheel holds itself
+
+
+@dataclass(frozen=True)
+class LinuxPlatform:
+    """What a Linux platform tag says: the machine, and the glibc floor (None for plain linux_<machine>)."""
+
+    machine: str  # x86_64, aarch64
+    glibc: str | None  # 2.28
+
+
+def linux_platform(tag: str) -> LinuxPlatform | None:
+    """The machine and glibc floor of a wheel's platform tag: manylinux_2_28_x86_64 (PEP 600), a legacy alias
+    (PEP 513/571/599) through auditwheel's policy that names it, or plain linux_<machine>; None for any other tag."""
+    if tag.startswith("linux_"):
+        return LinuxPlatform(machine=tag.removeprefix("linux_"), glibc=None)
+    match = PEP600_TAG.fullmatch(tag)
+    if match is None and tag.startswith("manylinux") and "_" in tag:
+        try:
+            policies = _policies(tag.partition("_")[2], tag)
+        except FaforgeError:
+            return None
+        policy = next((p for p in policies if tag in p.aliases), None)
+        match = PEP600_TAG.fullmatch(policy.name) if policy else None
+    return LinuxPlatform(machine=match["machine"], glibc=f"{match['major']}.{match['minor']}") if match else None
 
 
 def is_external(name: str, patterns: Iterable[str] = EXTERNAL) -> bool:

@@ -26,7 +26,7 @@ from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.render import RenderedCell, RenderedFa3, render_platform
 from faforge.matrix.variants import fa3_variant_config_name
 from faforge.release.package_cache import evict
-from faforge.release.plan import job_slug, package_filename
+from faforge.release.plan_jobs import job_slug, package_filename
 
 if TYPE_CHECKING:
     from rattler_build import RenderedVariant

@@ -14,12 +14,8 @@ confirmed, with the ABI, from the installed torch. No such wheel means `skipped`
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import platform
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,8 +24,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from faforge import config, wheelfetch
+from faforge import wheelfetch
 from faforge.release.package import PackageFacts
+from faforge.release.venv_cache import Unavailable, cached_venv, find_python
 from faforge.wheelnames import cuda_runtime_dist
 
 # The package's Python run requirements that the torch wheel does not bring, by PyPI name. A real
@@ -38,14 +35,14 @@ from faforge.wheelnames import cuda_runtime_dist
 # nvidia-* wheels provide what the venv needs of them, and PyPI has no package of those names.
 PYPI_NAMES = {"einops": "einops"}
 # Always in the base venv: the GPU gate runs faforge.gpu.run_suite, which runs pytest.
-BASE_EXTRAS = ("pytest",)
+SUITE_EXTRAS = ("pytest",)
+# The base venv of flash-attn's gates (its conda package's, pip_requirements; its glue wheel's and, beside the same
+# torch, the FA3 wheel's) and of the pip build's glue: flash-attn's Python run requirement on PyPI (einops) and the
+# suite's pytest, so that they all share one cached venv of a torch and Python (torch-2.14.1-py3.11+einops+pytest).
+BASE_EXTRAS = tuple(sorted({*PYPI_NAMES.values(), *SUITE_EXTRAS}))
 # Wheel platform tags per conda subdir.
 WHEEL_PLATFORMS = {"linux-64": r"manylinux[^-]*_x86_64", "linux-aarch64": r"manylinux[^-]*_aarch64"}
 MACHINE_SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
-
-
-class Unavailable(Exception):
-    """No environment matching the package can be made here; the check is `skipped` with this reason."""
 
 
 @dataclass(frozen=True)
@@ -63,39 +60,9 @@ class TorchVenv:
 
 
 def pip_requirements(package: PackageFacts) -> list[str]:
-    """PyPI names of the package's Python run requirements (PYPI_NAMES), plus BASE_EXTRAS."""
+    """PyPI names of the package's Python run requirements (PYPI_NAMES), plus SUITE_EXTRAS."""
     names = [dep.split()[0] for dep in package.depends]
-    return sorted({PYPI_NAMES[n] for n in names if n in PYPI_NAMES} | set(BASE_EXTRAS))
-
-
-def _runs_as(python: Path, version: str) -> bool:
-    """pyenv puts shims for every version on PATH; one whose version is not selected exits 127."""
-    try:
-        result = subprocess.run(
-            [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return result.returncode == 0 and result.stdout.strip() == version
-
-
-def find_python(version: str) -> Path:
-    """A working CPython <version>: this one, python<version> on PATH, then pyenv's installs."""
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        return Path(sys.executable)
-    candidates = [Path(found)] if (found := shutil.which(f"python{version}")) else []
-    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    candidates += sorted(pyenv_root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
-    for candidate in candidates:
-        if _runs_as(candidate, version):
-            return candidate
-    raise Unavailable(
-        f"no working Python {version} interpreter (tried "
-        f"{', '.join(map(str, candidates)) or f'python{version} on PATH'})"
-    )
+    return sorted({PYPI_NAMES[n] for n in names if n in PYPI_NAMES} | set(SUITE_EXTRAS))
 
 
 def check_runnable_here(package: PackageFacts) -> None:
@@ -148,68 +115,6 @@ def remote_wheel_cuda(package: PackageFacts) -> str | None:
     return _remote_cuda(torch, "cp" + python.replace(".", ""), package.subdir)
 
 
-# What pip (urllib3) prints when it cannot reach an index at all.
-PIP_NETWORK_ERROR = re.compile(
-    r"Temporary failure in name resolution|Name or service not known|Network is unreachable|"
-    r"Connection refused|Failed to establish a new connection"
-)
-
-
-def _install(prefix: Path, python: Path, requirements: list[str]) -> None:
-    shutil.rmtree(prefix, ignore_errors=True)
-    made = subprocess.run([str(python), "-m", "venv", str(prefix)], capture_output=True, text=True)
-    if made.returncode != 0:
-        raise Unavailable(
-            f"`{python} -m venv` failed (exit {made.returncode}): {(made.stderr or made.stdout).strip()[-300:]}"
-        )
-    pip = [
-        str(prefix / "bin" / "python"),
-        "-m",
-        "pip",
-        "install",
-        "--no-input",
-        "--quiet",
-        "--only-binary",
-        ":all:",
-        *requirements,
-    ]
-    result = subprocess.run(pip, capture_output=True, text=True)
-    if result.returncode != 0:
-        shutil.rmtree(prefix, ignore_errors=True)
-        output = result.stderr or result.stdout
-        # Offline, pip ends with "conflicting dependencies"/"no matching distribution"; the cause is the network.
-        unreachable = PIP_NETWORK_ERROR.search(output)
-        if unreachable:
-            raise Unavailable(
-                f"`pip install {' '.join(requirements)}` could not reach the package index "
-                f"({unreachable.group(0)}); the gate needs PyPI's torch wheel (network, or a pip mirror)"
-            )
-        tail = " / ".join(output.strip().splitlines()[-3:])
-        raise Unavailable(f"`pip install {' '.join(requirements)}` failed: {tail}")
-
-
-def _cached_venv(
-    folder: str, name: str, python_version: str, requirements: list[str], what: str, announce: Callable[[str], None]
-) -> Path:
-    """config.cache_dir()/folder/name with `requirements`, built on first use under a lock; `announce`
-    hears about it first (`what` says what pip is fetching)."""
-    root = config.cache_dir() / folder
-    prefix = root / name
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = prefix / ".faforge-complete"
-        if not done.exists():
-            python = find_python(python_version)
-            announce(
-                f"first use: creating {prefix} with {what} for Python {python_version} "
-                "(pip downloads and installs it, from seconds to minutes; cached for later runs)"
-            )
-            _install(prefix, python, requirements)
-            done.write_text("ok\n")
-    return prefix
-
-
 def torch_venv(
     package: PackageFacts, extra: list[str], announce: Callable[[str], None] = lambda message: None
 ) -> TorchVenv:
@@ -221,12 +126,12 @@ def torch_venv(
 def pypi_torch_venv(
     version: str,
     python: str,
-    extra: list[str] | tuple[str, ...] = BASE_EXTRAS,
+    extra: list[str] | tuple[str, ...] = SUITE_EXTRAS,
     announce: Callable[[str], None] = lambda message: None,
 ) -> TorchVenv:
     """A cached venv of CPython `python` with PyPI's torch`version` ('==2.11.0', '==2.13.*') and `extra`."""
     name = f"torch-{version.lstrip('=')}-py{python}" + "".join(f"+{e}" for e in sorted(extra))
-    prefix = _cached_venv("torch-venvs", name, python, [f"torch{version}", *extra], f"PyPI torch{version}", announce)
+    prefix = cached_venv("torch-venvs", name, python, [f"torch{version}", *extra], f"PyPI torch{version}", announce)
     venv_python = prefix / "bin" / "python"
     probe = (
         "import json, torch; print(json.dumps([torch.__version__, "
@@ -273,7 +178,7 @@ class RuntimeVenv:
         return sorted(p for p in self.site_packages.glob("nvidia/*/lib/libcudart.so.*") if p.is_file())
 
 
-def cuda_runtime_requirement(cuda: str) -> str:
+def runtime_pin_of_cuda_minor(cuda: str) -> str:
     """PyPI's CUDA runtime wheel of a CUDA minor (faforge.wheelnames.cuda_runtime_dist), that minor exactly."""
     major, minor = cuda.split(".")[:2]
     return f"{cuda_runtime_dist(cuda)}=={major}.{minor}.*"
@@ -281,9 +186,9 @@ def cuda_runtime_requirement(cuda: str) -> str:
 
 def cuda_runtime_venv(cuda: str, announce: Callable[[str], None] = lambda message: None) -> RuntimeVenv:
     """The cached venv with PyPI's CUDA runtime of `cuda` ('13.0'), for loading a torch-free library."""
-    requirement = cuda_runtime_requirement(cuda)
+    requirement = runtime_pin_of_cuda_minor(cuda)
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    prefix = _cached_venv(
+    prefix = cached_venv(
         "runtime-venvs", f"cuda-runtime-{cuda}", version, [requirement], f"PyPI {requirement}", announce
     )
     site = next((prefix / "lib").glob("python3*/site-packages"))

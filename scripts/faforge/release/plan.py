@@ -28,35 +28,23 @@ does not already hold it.
 
 A package counts as held only under its exact build string, whose hash covers the digests of its
 inputs (faforge.matrix.inputs). One the channel holds under the same build string but another hash
-was built from other inputs (or another variant): the plan lists it as stale and builds it anew.
+was built from other inputs (or another variant): the plan lists it as stale and builds it anew
+(faforge.release.plan_held). Each job's matrix row is made by faforge.release.plan_jobs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix.cells import Cell
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KernelPackage, kernel_key
 from faforge.matrix.pip_builds import PipBuild
-from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
-from faforge.release.cost import (
-    CELL_PART,
-    KERNELS_LINK_PART,
-    KERNELS_PART,
-    BuildCost,
-    Part,
-    WheelRunner,
-    cell_part,
-    split_kernels,
-)
-from faforge.release.pip_plan import PIP_STAGE, WHEEL_PART, TorchReleaseCost, no_wheel_runner, wheel_part
-
-if TYPE_CHECKING:
-    from rattler import RepoDataRecord
+from faforge.matrix.render import RenderedCell, RenderedFa3
+from faforge.release.cost import KERNELS_LINK_PART, BuildCost, Part, split_kernels
+from faforge.release.pip_plan import PIP_STAGE, TorchReleaseCost, no_wheel_runner, wheel_part
+from faforge.release.plan_held import kernel_build, kernel_in, stale_packages
+from faforge.release.plan_jobs import FA3_PART, cell_job, fa3_job, fa3_parts, kernel_job, wheel_job
 
 # 3: the flash_attn_3 stage and the flash_attn_3_packages list (FlashAttention-3 packages beside the cells).
 # 4: the flash_attn_3_pieces stage (TU pieces of an FA3 package too long for one job) and FA3 jobs' `kernels`.
@@ -71,27 +59,6 @@ FA3_PIECES_STAGE = f"{FA3_STAGE}_pieces"
 STAGES = ("kernels", "kernel_links", CELL_STAGE, PIP_STAGE, FA3_PIECES_STAGE, FA3_STAGE)
 # Stages an older plan lacks (version 2: no FA3, 3: no FA3 pieces, 4: no wheels); its other stages make it a plan.
 LATER_STAGES = (FA3_STAGE, FA3_PIECES_STAGE, PIP_STAGE)
-# An FA3 package's own job builds it whole (`faforge build ID`, its default part): alone, or after its pieces.
-FA3_PART = "all"
-
-
-# The one place an FA3 package's jobs and their estimates are decided. Its piece jobs come from the commands
-# layer (`pieces`: faforge.buildcost.fa3, whose timed TU classes go through split_kernels, as a kernel package's
-# do; release may not import buildcost: tests/test_layers.py): split_kernels' [kernels] (the package fits one
-# job) or its pieces and kernels-link. Either whole job is this package's `all`. Without an estimate the
-# package is one `all` job timed at the runner's job limit, an upper bound.
-# What the commands layer passes in: each FA3 package's split_kernels jobs by id, given the packages and the cost.
-Fa3Estimator = Callable[[list[Fa3Package], BuildCost], Mapping[str, Sequence[Part]]]
-
-
-def fa3_parts(cost: BuildCost, package: Fa3Package, pieces: Sequence[Part] = ()) -> list[Part]:
-    """An FA3 package's jobs: its TU pieces (`faforge build ID --part PIECE`), then its whole build (`all`)."""
-    if not pieces:
-        return [Part(name=FA3_PART, tus=(), minutes=cost.runner_for(package.platform).job_limit_minutes)]
-    return [
-        Part(name=FA3_PART, tus=(), minutes=p.minutes) if p.name in (KERNELS_PART, KERNELS_LINK_PART) else p
-        for p in pieces
-    ]
 
 
 @dataclass(frozen=True)
@@ -172,165 +139,6 @@ class Plan:
             ],
             **{stage: self.chunks(self.jobs[stage]) for stage in STAGES},
         }
-
-
-def package_filename(rendered: RenderedCell | RenderedFa3) -> str:
-    package = rendered.recipe["package"]
-    return f"{package['name']}-{package['version']}-{rendered.build_string}.conda"
-
-
-def kernel_package_glob(kernels: KernelPackage) -> str:
-    """The kernel package's file name up to its hash, which only its own render knows."""
-    return f"{kernels.name}-{kernels.version}-{kernels.key.build_string_prefix}*_{kernels.build_number}.conda"
-
-
-def job_slug(cell_id: str, part: str) -> str:
-    """A name safe for artifact and log files: linux-64-py312-torch2.7-cu129-abi1[-cell]."""
-    slug = cell_id.replace("/", "-")
-    return slug if part == "all" else f"{slug}-{part}"
-
-
-def _job(cell: Cell, kernels: KernelPackage, part: Part, runner_label: str) -> dict:
-    """What every job of a cell (conda or pip) or kernel package carries: its cell, part, runner and kernel package."""
-    return {
-        "cell": cell.id,
-        "part": part.name,
-        "platform": cell.platform,
-        "runs-on": runner_label,
-        "timeout-minutes": part.minutes,
-        "python": cell.python,
-        "torch": cell.torch,
-        "cuda": cell.cuda,
-        "cxx11-abi": cell.cxx11_abi,
-        "kernels": kernels.key.slug,
-        "kernel-package": kernel_package_glob(kernels),
-    }
-
-
-def kernel_job(
-    rendered: RenderedCell | PipBuild, kernels: KernelPackage, part: Part, runner_label: str, pieces: int = 0
-) -> dict:
-    """A job of a kernel package: the whole build, a piece, or the final link. `cell` is the package's
-    first cell, whose variant the build renders; `pieces` is how many piece artifacts a kernels-link
-    job must find before it builds."""
-    return {
-        **_job(rendered.cell, kernels, part, runner_label),
-        "slug": f"{kernels.key.slug}-{part.name}",
-        "name": f"{kernels.key.id} [{part.name}]",
-        "build-string": kernels.key.build_string_prefix,
-        "package": kernel_package_glob(kernels),
-        "pieces": pieces,
-    }
-
-
-def cell_job(
-    rendered: RenderedCell, kernels: KernelPackage, runner_label: str, cost: BuildCost, kernel_in_channel: bool
-) -> dict:
-    """A cell's job: flash_api.cpp and the link, against its kernel package (this run's or the channel's)."""
-    return {
-        **_job(rendered.cell, kernels, cell_part(cost), runner_label),
-        "slug": job_slug(rendered.cell.id, CELL_PART),
-        "name": rendered.cell.id,
-        "build-string": rendered.build_string,
-        "package": package_filename(rendered),
-        "pieces": 0,
-        "kernel-in-channel": kernel_in_channel,
-    }
-
-
-def wheel_job(
-    build: PipBuild, kernels: KernelPackage, *, runner: WheelRunner, cost: BuildCost, kernel_in_channel: bool
-) -> dict:
-    """One pip cell's job (faforge.release.pip_plan), shaped like a cell job (build-cells.yml reads the same keys) plus
-    the wheels it makes and where it makes them: the image and CUDA repository of its platform's machine."""
-    return {
-        **_job(build.cell, kernels, wheel_part(cost), runner.label),
-        "container": runner.container,
-        "cuda-repo": runner.cuda_repo,
-        "slug": job_slug(build.cell.id, WHEEL_PART),
-        "name": build.cell.id,
-        "kernel-build": build.kernel_build,
-        "build-string": build.build_string,
-        "index-name": build.cell.index_name,
-        "torch-wheel": build.cell.wheel,
-        "package": build.glue_wheel(),  # what it uploads, beside the kernel wheel
-        "kernel-wheel": build.kernel_wheel(),
-        "pieces": 0,
-        "kernel-in-channel": kernel_in_channel,
-    }
-
-
-def fa3_job(rendered: RenderedFa3, runner_label: str, part: Part, pieces: int = 0) -> dict:
-    """An FA3 package's job: a piece, or the whole package from recipes/flash-attn-3 then its stable-ABI gate
-    against the oldest and the newest torch minor it serves (`torch-range`). `kernels` keys the package's
-    compiler cache and its pieces' artifacts, as a kernel package's slug does; `pieces` is how many piece
-    artifacts its `all` job must find before it builds."""
-    package = rendered.package
-    return {
-        "cell": package.id,
-        "part": part.name,
-        "slug": f"{FLASH_ATTN_3.package}-{job_slug(package.id, part.name)}",
-        "name": f"{FLASH_ATTN_3.package} {package.id}" + ("" if part.name == FA3_PART else f" [{part.name}]"),
-        "platform": package.platform,
-        "runs-on": runner_label,
-        "timeout-minutes": part.minutes,
-        "python": package.python,
-        "torch": package.torch,
-        "cuda": package.cuda,
-        "build-string": rendered.build_string,
-        "package": package_filename(rendered),
-        "kernels": f"{FLASH_ATTN_3.package}-{job_slug(package.id, FA3_PART)}",
-        "pieces": pieces,
-        "torch-range": f"{package.served[0]} {package.served[-1]}",
-    }
-
-
-def present_keys(records: Iterable[RepoDataRecord]) -> set[tuple[str, str, str, str]]:
-    """(name, version, build string, subdir) of each record a channel holds."""
-    return {(r.name.normalized, str(r.version), str(r.build), str(r.subdir)) for r in records}
-
-
-def kernel_build(kernels: KernelPackage, todo: list[RenderedCell]) -> str | None:
-    """The kernel build the package's cells pin exactly (their rendered run requirements), or None for
-    a recipe whose flash-attn pins none."""
-    pins = kernels.pins(todo)
-    return pins.pop().build if len(pins) == 1 else None
-
-
-def _held(name: str, version: str, subdir: str, present: set[tuple[str, str, str, str]]) -> set[str]:
-    return {b for n, v, b, s in present if (n, v, s) == (name, version, subdir)}
-
-
-def kernel_in(kernels: KernelPackage, present: set[tuple[str, str, str, str]], build: str | None = None) -> bool:
-    """Whether the channel holds the kernel package: its exact build when known, else any of its key."""
-    held = _held(kernels.name, kernels.version, kernels.key.platform, present)
-    return build in held if build else any(kernels.build_string_matches(b) for b in held)
-
-
-def stale_packages(
-    todo: list[RenderedCell | RenderedFa3],
-    kernels: list[KernelPackage],
-    builds: dict[str, str | None],
-    present: set[tuple[str, str, str, str]],
-) -> list[str]:
-    """What the channel holds under the build string of a package to build, with another hash."""
-    out = set()
-    for r in todo:
-        package = r.recipe["package"]
-        name, version = package["name"], str(package["version"])
-        out |= {
-            f"{r.cell.platform}/{name}-{version}-{b}.conda"
-            for b in _held(name, version, r.cell.platform, present)
-            if b != r.build_string and build_string_head(b) == build_string_head(r.build_string)
-        }
-    for k in kernels:
-        if builds.get(k.key.id):
-            out |= {
-                f"{k.key.platform}/{k.name}-{k.version}-{b}.conda"
-                for b in _held(k.name, k.version, k.key.platform, present)
-                if b != builds[k.key.id] and k.build_string_matches(b)
-            }
-    return sorted(out)
 
 
 def make_plan(

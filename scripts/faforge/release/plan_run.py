@@ -22,7 +22,9 @@ from faforge.matrix.render_cache import selected_cells
 from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
 from faforge.release.pip_plan import added_per_torch_release, index_holdings
-from faforge.release.plan import STAGES, Fa3Estimator, Plan, make_plan, present_keys
+from faforge.release.plan import STAGES, Plan, make_plan
+from faforge.release.plan_held import present_keys
+from faforge.release.plan_jobs import Fa3Estimator
 from faforge.release.reporter import Reporter
 
 
@@ -92,7 +94,7 @@ def plan_builds(
     """The plan for the platform's cells, pip cells and FA3 packages (`all` for every one) minus what the channel
     (conda packages) and the wheel index root `index` (pip cells) hold (none: plan every one), refused when a stage
     needs more chunks than the workflow has jobs for. `fa3_pieces` estimates the FA3 packages' jobs
-    (faforge.release.plan.fa3_parts); without it each is one job."""
+    (faforge.release.plan_jobs.fa3_parts); without it each is one job."""
     matrix = load_matrix()
     rendered = selected_cells(matrix, platform)
     fa3 = render_fa3(

@@ -154,7 +154,7 @@ def import_from(
 ) -> Check:
     """`python -I` imports `imports` with `folders` first on its path, then the torch of `site` (None: the
     Python's own); run in `cwd`. A pip --target folder of wheels
-    is imported this way too (faforge.release.verify_wheels)."""
+    is imported this way too (faforge.release.wheel_emulation)."""
     command = [*python, "-I", "-c", import_code(imports), *folders, *([str(site)] if site else [])]
     started = time.monotonic()
     try:
@@ -177,6 +177,16 @@ def import_from(
     if result.returncode != 0:
         return Check("import", "failed", f"`import {', '.join(imports)}` failed ({ran}): {tail}")
     return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({ran})")
+
+
+def no_torch_against(machine: str) -> Check:
+    """The abi gate of another machine's package or wheel when no --against names a torch of that machine."""
+    return Check(
+        "abi",
+        "skipped",
+        f"no {machine} torch to check against here; pass --against its torch/lib, "
+        "site-packages or prefix (the abi gate itself runs on any machine)",
+    )
 
 
 def gpu_skipped(package: PackageFacts, machine: str) -> Check:
@@ -211,12 +221,7 @@ def foreign_gates(
             checks.append(
                 abi_gate(package, against, kernel, emulator.library_dirs() if emulator else [])
                 if against
-                else Check(
-                    "abi",
-                    "skipped",
-                    f"no {machine} torch to check against here; pass --against its torch/lib, "
-                    "site-packages or prefix (the abi gate itself runs on any machine)",
-                )
+                else no_torch_against(machine)
             )
         elif gate == "import":
             checks.append(emulated_import_gate(package, against, kernel, emulator, why_not, python))

@@ -6,7 +6,7 @@ arguments that pin it. The results of each package go to `done` as soon as they 
 a later package's error cannot lose them. A flash-attn built for another machine gets its gates from
 faforge.release.verify_foreign (abi natively, import under qemu, gpu on a runner of that machine); a
 flash-attn-3, which serves a torch range through the stable ABI, from faforge.release.verify_stable.
-A wheel (.whl) gets its gates from faforge.release.verify_wheels: a glue wheel with the kernel wheel it pins
+A wheel (.whl) gets its gates from faforge.release.wheel_gates: a glue wheel with the kernel wheel it pins
 (among the arguments or beside it), a kernel wheel's gpu gate through the glue wheels that pin it.
 """
 
@@ -15,21 +15,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from faforge.release.clean_env import matching_torch_venv
 from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.manifest import GateResult, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
-from faforge.release.verify import run_gates
+from faforge.release.verify import Check, abi_gate, gpu_gate, import_gate, torch_gates
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, foreign_gates, foreign_machine
+from faforge.release.verify_kernel import kernel_gate
 from faforge.release.verify_stable import is_stable_abi_package, stable_gates
-from faforge.release.verify_wheels import (
-    WheelPackage,
-    find_kernel_wheel,
-    is_wheel_path,
-    pins,
-    wheel_gates,
-    wheel_package,
-)
+from faforge.release.wheel_gates import wheel_gates
+from faforge.release.wheel_identity import WheelPackage, is_wheel_path, wheel_package
+from faforge.release.wheel_pairs import find_kernel_wheel, pins
+
+
+def run_gates(
+    package: PackageFacts,
+    gates: tuple[str, ...],
+    against: list[Path] | None = None,
+    announce: Callable[[str], None] = lambda message: None,
+    *,
+    kernel: PackageFacts | None = None,
+    users: tuple[PackageFacts, ...] = (),
+) -> list[Check]:
+    """Run `gates` (abi, import, gpu) on one package; gates without a matching torch are skipped.
+    `kernel` is the kernel package a split flash-attn pins (found by
+    faforge.release.kernel_package.find_kernel_package); for a kernel package, `users` are
+    the flash-attn packages of the same call that pin it (its gpu gate runs through them).
+    `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
+    if package.is_kernel_package:
+        return [kernel_gate(gate, package, users, announce) for gate in gates]
+    return torch_gates(
+        gates,
+        against,
+        lambda: matching_torch_venv(package, announce),
+        abi=lambda libraries: abi_gate(package, libraries, kernel),
+        imports=lambda venv: import_gate(package, venv, kernel),
+        gpu=lambda venv: gpu_gate(package, venv, kernel),
+    )
 
 
 def verify_packages(

@@ -29,15 +29,9 @@ from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.release.clean_env import (
-    MACHINE_SUBDIRS,
-    Unavailable,
-    cuda_runtime_venv,
-    find_python,
-    pypi_torch_venv,
-    unpacked,
-)
+from faforge.release.clean_env import MACHINE_SUBDIRS, cuda_runtime_venv, pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
+from faforge.release.venv_cache import Unavailable, find_python
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
 from faforge.release.verify_foreign import (
     NOTHING_NAMED,
@@ -50,8 +44,9 @@ from faforge.release.verify_foreign import (
     torch_site,
 )
 
-# The CPython of the venv the gpu gate makes when no --against torch is given (the package serves every one).
-GPU_SUITE_PYTHON = "3.11"
+# The CPython of the venv an FA3 package's or wheel's gates make (abi3: it serves every CPython of its range) when
+# no --against torch names one.
+FA3_PYTHON = "3.11"
 # torch/_C.cpython-311-x86_64-linux-gnu.so: the CPython a torch site-packages was installed for.
 TORCH_PYTHON = re.compile(r"_C\.cpython-3(\d+)")
 
@@ -153,7 +148,7 @@ def stable_gpu_gate(
         if sites:
             site, python = sites[-1], find_python(torch_python(sites[-1]) or "")
         elif served is not None:
-            venv = pypi_torch_venv(f"=={served.served[-1]}.*", GPU_SUITE_PYTHON, announce=announce)
+            venv = pypi_torch_venv(f"=={served.served[-1]}.*", FA3_PYTHON, announce=announce)
             site, python = venv.site_packages, venv.python
         else:
             return Check(
