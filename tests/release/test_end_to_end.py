@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from faforge.channel.local import PackageSpec, assemble, index, install, solve
-from faforge.matrix.releases import Release, dump_releases, header_of, load_releases
+from faforge.matrix.releases import Release, dump_releases, header_of
+from faforge.matrix.releases_read import load_releases
 from tests.support.http_server import free_port, serve_process
 from faforge.matrix.kernels import kernel_pin
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home

@@ -44,9 +44,9 @@ from faforge.matrix.releases import (
     ReleaseTable,
     dump_releases,
     header_of,
-    load_releases,
     wheel_python,
 )
+from faforge.matrix.releases_read import load_releases
 from faforge.matrix.render_store import store_files
 from faforge.matrix.variants import generated_files, stale_files
 from faforge.release.package import cuda_of_tag
