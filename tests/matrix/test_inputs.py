@@ -162,7 +162,7 @@ def test_the_committed_variant_files_carry_todays_digests(repo):
 
 def fa3_identities(root: Path) -> dict[str, str]:
     """Regenerate the checkout's variant files (FA3's too) and render FA3's: {package id: build string}."""
-    from faforge.matrix.render import fa3_build_strings  # noqa: PLC0415
+    from faforge.matrix.render_packages import fa3_build_strings  # noqa: PLC0415
 
     matrix = load_matrix(root)
     for path, text in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3).items():

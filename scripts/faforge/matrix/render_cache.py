@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from faforge import atomic, config
 from faforge.matrix.cells import Cell, PipCell
 from faforge.matrix.kernels import kernel_key
-from faforge.matrix.render import RenderedCell, cell_key, render_cells, render_pip_kernels
+from faforge.matrix.render import RenderedCell, cell_key, render_cells
+from faforge.matrix.render_packages import render_pip_kernels
 from faforge.matrix.variants import variant_config_path
 
 if TYPE_CHECKING:
