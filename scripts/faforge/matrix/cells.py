@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from faforge.errors import DataError, FaforgeError
+from faforge.errors import DataError
 from faforge.kernels.kernel_abi import PhiloxWidths
 from faforge.matrix.policy import BuildPolicy, Exclusion
 from faforge.matrix.releases import PipRelease, Release, ReleaseTable
@@ -365,9 +365,3 @@ def _explain_missing_pip(table: ReleaseTable, policy: BuildPolicy, cell_id: str,
 
 def find_cell(cells: list[Cell], key: str) -> Cell | None:
     return next((c for c in cells if key == c.id), None)
-
-
-def require_cells_exist(cells: list[Cell], table: ReleaseTable, policy: BuildPolicy, keys: list[str]) -> None:
-    for key in keys:
-        if find_cell(cells, key) is None:
-            raise FaforgeError(explain_missing(table, policy, key), hint="`faforge matrix` lists every cell")

@@ -248,9 +248,3 @@ def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
     """The rendered cells of one platform, or of all (`all`), from the cache where it holds them."""
     cells = [c for c in matrix.cells if platform in ("all", c.platform)]
     return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)
-
-
-def selected_pip_kernels(matrix: Matrix, platform: str) -> dict[str, RenderedCell]:
-    """The kernel renders of the pip cells of one platform, or of all, by kernel key id (see cached_pip_kernels)."""
-    cells = [c for c in matrix.pip_cells if platform in ("all", c.platform)]
-    return cached_pip_kernels(cells, matrix.recipe_path, matrix.variants_dir)
