@@ -23,7 +23,8 @@ import yaml
 from faforge.abi.check import torch_facts
 from faforge.errors import DataError, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import PIP_CELL_ID, build_cells, explain_missing
+from faforge.matrix.cells import PIP_CELL_ID, build_cells
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.inputs import glue_wheel_hash
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import kernel_wheel_version, pip_builds, pip_kernel_pins

@@ -12,7 +12,8 @@ import yaml
 
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import CELL_ID, explain_missing, find_cell
+from faforge.matrix.cells import CELL_ID, find_cell
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.render import RenderedCell, build_string_head, render_cells
 from faforge.matrix.render_cache import cached_render_cells
 

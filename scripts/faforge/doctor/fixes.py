@@ -30,8 +30,8 @@ from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem, Situation
 from faforge.family import FLASH_ATTN
 from faforge.gpu import compat
 from faforge.matrix import Matrix
-from faforge.matrix.cells import explain_missing
 from faforge.matrix.kernels import KERNEL_PACKAGE
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.pip_builds import PipBuild
 from faforge.versions import vtuple
 

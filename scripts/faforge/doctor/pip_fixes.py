@@ -37,7 +37,7 @@ from faforge.doctor.offers import (
 )
 from faforge.doctor.situation import Situation
 from faforge.family import FLASH_ATTN
-from faforge.matrix.cells import explain_missing
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.pip_builds import PipBuild
 from faforge.pipindex import instructions
 from faforge.versions import minor_of

@@ -25,9 +25,10 @@ from faforge.channel.repodata import channel_url
 from faforge.errors import FaforgeError, shorten, why_not_a_file
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import Matrix, load_matrix
-from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, explain_missing, find_cell
+from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, find_cell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.render import (
     RenderedCell,
