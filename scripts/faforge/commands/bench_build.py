@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from faforge import paths
-from faforge.buildcost import bench, extrapolate, fa3_report, pip_world, samples, split
+from faforge.buildcost import bench, extrapolate_report, fa3_report, pip_world, samples, split
 from faforge.buildcost.reuse import TuRun
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
@@ -187,7 +187,7 @@ def execute(args: argparse.Namespace) -> int:
         data = samples.Measurements(data_path, tuple(measured.samples), (measured.reuse,))
     else:
         data = samples.load(data_path)
-    report = extrapolate.report(data, runners)
+    report = extrapolate_report.report(data, runners)
     matrix = load_matrix()
     before_after = (
         split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
