@@ -97,18 +97,15 @@ def _parse_pip_world(path: Path, name: str, raw: dict) -> PipWorld:
     )
 
 
-def _parse_pip_release(path: Path, index: int, raw: dict, worlds: dict[str, PipWorld]) -> PipRelease:
-    key = f"releases[{index}]"
-    unknown = sorted(set(raw) - set(PIP_ROW_KEYS))
-    if unknown:
-        raise DataError(
-            path, f"{key}.{unknown[0]}", "unknown key", hint=f"a pip world's rows have keys {', '.join(PIP_ROW_KEYS)}"
-        )
-    world = worlds[raw["world"]]
+def _builds(
+    path: Path, key: str, raw: dict, world: World | PipWorld
+) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+    """A row's torch and CUDA versions, its pythons and its platforms (among its world's), as both kinds of
+    world write them."""
     torch = _require(
         path, f"{key}.torch", raw.get("torch"), str, is_version, "expected a quoted version such as '2.7.1'"
     )
-    cuda = _require(path, f"{key}.cuda", raw.get("cuda"), str, is_version, "expected a quoted version such as '12.8'")
+    cuda = _require(path, f"{key}.cuda", raw.get("cuda"), str, is_version, "expected a quoted version such as '12.9'")
     python = _str_list(
         path,
         f"{key}.python",
@@ -123,6 +120,18 @@ def _parse_pip_release(path: Path, index: int, raw: dict, worlds: dict[str, PipW
         lambda p: p in world.platforms,
         f"expected platforms of world {world.name}: {world.platforms}",
     )
+    return torch, cuda, python, platforms
+
+
+def _parse_pip_release(path: Path, index: int, raw: dict, worlds: dict[str, PipWorld]) -> PipRelease:
+    key = f"releases[{index}]"
+    unknown = sorted(set(raw) - set(PIP_ROW_KEYS))
+    if unknown:
+        raise DataError(
+            path, f"{key}.{unknown[0]}", "unknown key", hint=f"a pip world's rows have keys {', '.join(PIP_ROW_KEYS)}"
+        )
+    world = worlds[raw["world"]]
+    torch, cuda, python, platforms = _builds(path, key, raw, world)
     abi = _require(
         path,
         f"{key}.cxx11_abi",
@@ -198,24 +207,7 @@ def _parse_release(path: Path, index: int, raw: object, worlds: dict[str, World]
     world = _require(
         path, f"{key}.world", raw.get("world"), str, lambda w: w in worlds, f"expected one of {sorted(worlds)}"
     )
-    torch = _require(
-        path, f"{key}.torch", raw.get("torch"), str, is_version, "expected a quoted version such as '2.7.1'"
-    )
-    cuda = _require(path, f"{key}.cuda", raw.get("cuda"), str, is_version, "expected a quoted version such as '12.9'")
-    python = _str_list(
-        path,
-        f"{key}.python",
-        raw.get("python"),
-        lambda v: is_version(v) and len(vtuple(v)) == 2,
-        "expected versions such as '3.12'",
-    )
-    platforms = _str_list(
-        path,
-        f"{key}.platforms",
-        raw.get("platforms"),
-        lambda p: p in worlds[world].platforms,
-        f"expected platforms of world {world}: {worlds[world].platforms}",
-    )
+    torch, cuda, python, platforms = _builds(path, key, raw, worlds[world])
     tegra = _require(path, f"{key}.tegra", raw.get("tegra", False), bool, hint="true or false")
     source = raw.get("source")
     sources = (source,) if isinstance(source, str) else _str_list(path, f"{key}.source", source)
