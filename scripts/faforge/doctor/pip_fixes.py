@@ -7,7 +7,7 @@ keeps the installed torch (pinned to its release, so the resolver never swaps it
 that exact wheel (faforge.pipindex.instructions says why each word) and brings the kernel wheel and einops
 as its requirements. An installed flash-attn is removed first (pip) or reinstalled (uv's
 --reinstall-package), so a broken build of the very same version is replaced too. Where no pip cell
-matches, the fix says why (faforge.matrix.cells.explain_missing), gives the nearest cells' lines and the
+matches, the fix says why (faforge.matrix.missing_cells), gives the nearest cells' lines and the
 local build against this torch.
 """
 
