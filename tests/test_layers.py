@@ -32,8 +32,9 @@ LAYERS = (
     ("abi",),                            # ELF reading and the ABI gate
 )
 BASE = (  # one-file helpers every layer may use
-    "__init__", "atomic", "cli_reference", "config", "datafile", "errors", "family", "httpclient", "interrupts", "membercaps", "options",
-    "packagefile", "paths", "progress", "sandbox", "streams", "table", "untrusted", "versions", "wheelfetch", "wheelnames",
+    "__init__", "atomic", "cli_reference", "config", "datafile", "errors", "family", "httpclient", "httpwatch",
+    "interrupts", "membercaps", "options", "packagefile", "paths", "progress", "sandbox", "streams", "table", "untrusted",
+    "versions", "wheelfetch", "wheelnames",
 )
 ROW = {unit: row for row, units in enumerate(LAYERS) for unit in units} | {unit: len(LAYERS) for unit in BASE}
 

@@ -38,7 +38,16 @@ if _root is None:
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge.backend import flags, foreign, glue, ninja, options, sources, toolchain  # noqa: E402 (sys.path set above)
+from faforge.backend import (  # noqa: E402 (sys.path set above)
+    flags,
+    foreign,
+    glue,
+    ninja,
+    options,
+    sources,
+    target_torch,
+    toolchain,
+)
 from faforge.backend.archs import parse_arch_list  # noqa: E402 (sys.path set above)
 from faforge.backend.errors import BuildError  # noqa: E402 (sys.path set above)
 from faforge.backend.layout import check_kernel_library_layout, philox_offset_bits  # noqa: E402 (sys.path set above)
@@ -117,7 +126,7 @@ def build_glue(args, source_dir: Path, build_dir: Path) -> Path | None:
             "(pip download --no-deps --no-binary :all: flash-attn==VERSION, then tar -xzf it)"
         )
     if args.torch_site:
-        target = foreign.read_torch_site(Path(args.torch_site).resolve())
+        target = target_torch.read_torch_site(Path(args.torch_site).resolve())
         torch_version, torch_cuda, torch_include = target.version, target.cuda, target.include_dirs[0]
     else:
         torch, cpp_extension, cuda_home = glue.import_torch()

@@ -123,6 +123,7 @@ FLASH_ATTN = Family(
     glue_inputs=(
         "scripts/faforge/backend/glue.py",
         "scripts/faforge/backend/foreign.py",
+        "scripts/faforge/backend/target_torch.py",
         "scripts/faforge/gpu",
         "scripts/faforge/untrusted.py",
         "scripts/faforge/kernels/tus.py",

@@ -1,8 +1,8 @@
 """The one HTTP client: every request gets a connect timeout, an overall deadline and a body cap.
 
 A socket timeout bounds the connect and each single read (FAFORGE_HTTP_TIMEOUT), not the request: a
-server that drips one byte a second never trips it. So each request has a watch that shuts its sockets
-down when the deadline passes, whatever the server is doing; redirects are followed at most
+server that drips one byte a second never trips it. So each request has a watch (faforge.httpwatch) that shuts
+its sockets down when the deadline passes, whatever the server is doing; redirects are followed at most
 MAX_REDIRECTS times; a body (after gzip/deflate decoding, so a bomb stops at the cap) larger than its
 kind's cap is refused. A body is whole or a failure: one that ends before its Content-Length, or a
 compressed or chunked body cut off mid-stream, is refused for every caller (index pages, wheel ranges,
@@ -20,8 +20,6 @@ from __future__ import annotations
 import http.client
 import math
 import os
-import socket
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -32,13 +30,13 @@ from email.message import Message
 
 from faforge import untrusted
 from faforge.errors import FaforgeError, RemoteError
+from faforge.httpwatch import Watch, opener
 
 TIMEOUT_ENV = "FAFORGE_HTTP_TIMEOUT"
 DEADLINE_ENV = "FAFORGE_HTTP_DEADLINE"
 DEFAULT_TIMEOUT_S = 30.0  # to connect, and for any single read
 DEFAULT_DEADLINE_S = 600.0  # for the whole request: connect, redirects, headers and body
 MAX_SECONDS = 24 * 3600.0
-MAX_REDIRECTS = 10
 MIB = 1 << 20
 PROBE_BYTES = 4096  # what probe() reads of a body: more than one read, so a drip slower than the read timeout fails it
 # The most bytes a response body of each kind may have, after decoding.
@@ -96,84 +94,6 @@ def timeout_hint() -> str:
     return f"the server is stalled or unreachable: retry later, check the server, or raise {TIMEOUT_ENV} (seconds)"
 
 
-class _Watch:
-    """Shuts down the sockets of one request when its deadline passes, which wakes any blocked read."""
-
-    def __init__(self, seconds: float):
-        self.sockets: list[socket.socket] = []
-        self.fired = False
-        self.lock = threading.Lock()
-        self.timer = threading.Timer(seconds, self._fire)
-        self.timer.daemon = True
-
-    def add(self, sock: socket.socket) -> None:
-        with self.lock:
-            self.sockets.append(sock)
-            if self.fired:
-                _shutdown(sock)
-
-    def _fire(self) -> None:
-        with self.lock:
-            self.fired = True
-            for sock in self.sockets:
-                _shutdown(sock)
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-def _watched(base: type[http.client.HTTPConnection], watch: _Watch) -> type[http.client.HTTPConnection]:
-    class Watched(base):  # type: ignore[valid-type,misc]  # the base is a parameter: HTTPConnection or HTTPSConnection
-        def connect(self):
-            super().connect()
-            watch.add(self.sock)
-
-    return Watched
-
-
-class _HTTP(urllib.request.HTTPHandler):
-    def __init__(self, watch: _Watch):
-        super().__init__()
-        self.connection = _watched(http.client.HTTPConnection, watch)
-
-    def http_open(self, req):
-        return self.do_open(self.connection, req)
-
-
-class _HTTPS(urllib.request.HTTPSHandler):
-    def __init__(self, watch: _Watch):
-        super().__init__()
-        self.connection = _watched(http.client.HTTPSConnection, watch)
-
-    def https_open(self, req):
-        context = self._context  # type: ignore[attr-defined]  # HTTPSHandler's own, undeclared in typeshed
-        return self.do_open(self.connection, req, context=context)
-
-
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    max_redirections = MAX_REDIRECTS
-
-
-def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
-    """http(s) only (a redirect to file:// or ftp:// is refused), through the environment's proxies."""
-    opener = urllib.request.OpenerDirector()
-    for handler in (
-        urllib.request.ProxyHandler(),
-        _HTTP(watch),
-        _HTTPS(watch),
-        urllib.request.HTTPDefaultErrorHandler(),
-        _Redirects(),
-        urllib.request.HTTPErrorProcessor(),
-        urllib.request.UnknownHandler(),
-    ):
-        opener.add_handler(handler)
-    return opener
-
-
 @dataclass(frozen=True)
 class Response:
     status: int
@@ -224,12 +144,12 @@ def request(
             ),
         )
     cap = min(BODY_CAPS[kind], max_bytes) if max_bytes is not None else BODY_CAPS[kind]
-    watch = _Watch(bounds.deadline_s)
+    watch = Watch(bounds.deadline_s)
     req = urllib.request.Request(url, data=data, method=method, headers={"User-Agent": USER_AGENT, **(headers or {})})
     started = time.monotonic()
     watch.timer.start()
     try:
-        with _opener(watch).open(req, timeout=min(bounds.connect_s, bounds.deadline_s)) as response:
+        with opener(watch).open(req, timeout=min(bounds.connect_s, bounds.deadline_s)) as response:
             body = _read_capped(response, url, kind, cap, watch, first) if method != "HEAD" else b""
             return Response(response.status, response.headers, body)
     except urllib.error.HTTPError as exc:
@@ -297,7 +217,7 @@ def _too_big(url: str, kind: str, cap: int, what: str) -> RemoteError:
 
 
 def _read_capped(
-    response: http.client.HTTPResponse, url: str, kind: str, cap: int, watch: _Watch, first: int | None = None
+    response: http.client.HTTPResponse, url: str, kind: str, cap: int, watch: Watch, first: int | None = None
 ) -> bytes:
     """The body, at most `cap` bytes after decoding; refused early when Content-Length already says more.
     With `first`, only the first that many bytes (undecoded), and no more is read."""

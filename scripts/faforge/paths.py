@@ -99,6 +99,21 @@ def replaceable_file(path: str | os.PathLike, option: str) -> Path:
     return Path(path)
 
 
+def input_file(path: str, option: str, what: str) -> Path:
+    """A path the user named, which must be a regular file (a FIFO or device is refused before anything reads it)."""
+    found = Path(path)
+    try:
+        with user_path(option, path):
+            mode = os.stat(found).st_mode
+    except ValueError:  # a NUL byte in the name
+        raise FaforgeError(
+            f"{option} {path!r} is not a usable path (it holds a NUL byte)", hint=f"pass {what}", input=path
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise FaforgeError(f"{option} {path} {why_not_a_file(found)}", hint=f"pass {what}", input=path)
+    return found
+
+
 def read_user_file(
     path: str | os.PathLike, option: str | None = None, *, hint: str | None = None, kind: str = "data"
 ) -> str:

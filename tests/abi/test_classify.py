@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faforge.abi import classify, demangle
+from faforge.abi import classify, demangle, signature
 from faforge.abi.elf import read_dynamic_symbols
 from tests.abi.test_elf import system_library
 
@@ -42,9 +42,9 @@ NAMES = {
 def test_signature_and_search_key(mangled):
     text, qualified, parameters, key = NAMES[mangled]
     assert demangle.demangle(mangled) == text
-    signature = classify.parse_signature(text)
-    assert (signature.qualified_name, signature.parameters) == (qualified, parameters)
-    assert classify.search_key(qualified) == key
+    parsed = signature.parse_signature(text)
+    assert (parsed.qualified_name, parsed.parameters) == (qualified, parameters)
+    assert signature.search_key(qualified) == key
     assert key in mangled
 
 
@@ -87,8 +87,8 @@ def test_abi_neutral_equates_both_spellings():
     old = "c10::Error::Error(c10::SourceLocation, std::string)"
     new = ("c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, "
            "std::allocator<char> >)")
-    assert classify.abi_neutral(old) == classify.abi_neutral(new)
-    assert classify.abi_neutral("c10::Error::msg[abi:cxx11]() const") == "c10::Error::msg() const"
+    assert signature.abi_neutral(old) == signature.abi_neutral(new)
+    assert signature.abi_neutral("c10::Error::msg[abi:cxx11]() const") == "c10::Error::msg() const"
 
 
 def test_versions():

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from faforge.doctor import facts as env_facts
+from faforge.doctor import probe_facts
 from faforge.doctor.diagnose import diagnose
 from faforge.doctor.examine import situation_from
 from faforge.doctor.fixes import plan
@@ -25,7 +26,7 @@ V100 = env_facts.Gpu("Tesla V100-SXM2-32GB", (7, 0), "580.65.06", "nvidia-smi") 
 def situation_on(python, gpu):
     """The doctor's view of `python`'s environment, as if nvidia-smi had reported `gpu`."""
     stages, stopped = run_probe(python)
-    return situation_from(env_facts.parse(stages, stopped, (gpu,), "ok"))
+    return situation_from(probe_facts.parse(stages, stopped, (gpu,), "ok"))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.doctor import facts as env_facts
+from faforge.doctor import probe_facts
 from faforge.doctor.examine import situation_from
 from faforge.doctor.fix_commands import local_build
 from tests.doctor import envs
@@ -183,7 +183,7 @@ def _situation(torch_version: str):
         "torch": {"imported": True, "version": torch_version, "cuda": "12.8", "cxx11_abi": 1},
         "import": {"ok": False, "error": {"type": "ImportError", "message": "undefined symbol: x"}},
     }
-    return situation_from(env_facts.parse(stages, None, (), "not found"))
+    return situation_from(probe_facts.parse(stages, None, (), "not found"))
 
 
 @pytest.mark.parametrize(("torch", "standard"), [("2.9.1+cu128", "C++17"), ("2.13.0", "C++17"), ("2.14.1", "C++20")])

@@ -7,9 +7,10 @@ import pytest
 from faforge.errors import DataError
 from faforge.kernels.kernel_abi import load_philox_widths
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import build_cells, explain_missing
+from faforge.matrix.cells import build_cells
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.policy import load_policy
-from faforge.matrix.releases import load_releases
+from faforge.matrix.releases_read import load_releases
 from faforge.versions import vtuple
 
 

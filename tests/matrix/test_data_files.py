@@ -9,7 +9,8 @@ import pytest
 from faforge.errors import DataError
 from faforge.kernels.kernel_abi import load_kernel_abi
 from faforge.matrix.policy import load_policy
-from faforge.matrix.releases import dump_releases, header_of, load_releases
+from faforge.matrix.releases import dump_releases, header_of
+from faforge.matrix.releases_read import load_releases
 
 
 def test_release_table_is_in_canonical_form(repo):

@@ -17,7 +17,8 @@ import yaml
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.inputs import GLUE_INPUTS, KERNEL_INPUTS, input_digests, input_files
-from faforge.matrix.render import build_string_head, fa3_build_strings, render_platform
+from faforge.matrix.render import build_string_head, render_platform
+from faforge.matrix.render_packages import fa3_build_strings
 from faforge.matrix.variants import generated_files, variant_config_path
 
 REPO = Path(__file__).resolve().parents[2]

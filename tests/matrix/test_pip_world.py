@@ -24,13 +24,16 @@ import yaml
 from faforge.abi.check import torch_facts
 from faforge.errors import DataError, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import PIP_CELL_ID, build_cells, explain_missing
+from faforge.matrix.cells import PIP_CELL_ID, build_cells
 from faforge.matrix.inputs import glue_wheel_hash
 from faforge.matrix.kernels import kernel_key
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.pip_builds import kernel_wheel_version, pip_builds, pip_kernel_pins
-from faforge.matrix.releases import TORCH_WHEEL, WHEEL_ARCH_PLATFORMS, load_releases
-from faforge.matrix.render import cell_key, render_pip_kernels, render_platform
+from faforge.matrix.releases import TORCH_WHEEL, WHEEL_ARCH_PLATFORMS
+from faforge.matrix.releases_read import load_releases
+from faforge.matrix.render import cell_key, render_platform
 from faforge.matrix.render_cache import cached_pip_kernels, cached_render_cells
+from faforge.matrix.render_packages import render_pip_kernels
 from faforge.matrix.variants import variant_config_path
 from faforge.versions import vtuple
 from faforge.wheelfetch import fetch_member

@@ -15,7 +15,8 @@ import pytest
 from faforge.errors import FaforgeError
 from faforge.packagefile import sha256_of
 from faforge.pipwheel import members as wheel_members
-from faforge.pipwheel.facts import parse_wheel_filename, read_wheel
+from faforge.pipwheel.facts import read_wheel
+from faforge.pipwheel.filename import parse_wheel_filename
 
 CANARY = Path(__file__).resolve().parents[1] / "gpu" / "canary" / "flash-attn-3" / "flash_attn_3-3.0.0-cp310-abi3-linux_x86_64.whl.xz"
 

@@ -27,7 +27,8 @@ import jsonschema
 import pytest
 
 from faforge.kernels.measure_abi import RAW_HEADER, fetch_headers, header_wheel
-from faforge.matrix.releases import dump_releases, header_of, load_releases
+from faforge.matrix.releases import dump_releases, header_of
+from faforge.matrix.releases_read import load_releases
 from faforge.matrix.variants import variant_config_path
 from faforge.wheelfetch import RemoteFile, fetch_member
 from tests.support.cache import cache_dir

@@ -25,7 +25,8 @@ import yaml
 
 from faforge.channel.local import PackageSpec, assemble, index, install, solve
 from faforge.matrix.kernels import kernel_pin
-from faforge.matrix.releases import Release, dump_releases, header_of, load_releases
+from faforge.matrix.releases import Release, dump_releases, header_of
+from faforge.matrix.releases_read import load_releases
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 from tests.support.docs import HOSTING, marked_block

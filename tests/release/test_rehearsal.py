@@ -34,7 +34,8 @@ import pytest
 from faforge.kernels import kernel_abi
 from faforge.kernels.measure_abi import RAW_HEADER, fetch_headers, header_wheel
 from faforge.matrix import load_matrix
-from faforge.matrix.releases import dump_releases, header_of, load_releases
+from faforge.matrix.releases import dump_releases, header_of
+from faforge.matrix.releases_read import load_releases
 from faforge.matrix.render_cache import selected_cells
 from faforge.release.plan_held import kernel_build
 from tests.support.cache import cache_dir

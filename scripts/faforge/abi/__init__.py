@@ -10,11 +10,13 @@ have little else; the recipe lists pyelftools there):
   resolve   the DT_NEEDED closure as ld.so finds it, and which library each symbol binds to
   ld_search how ld.so finds one needed name (search order, ld.so.conf, $ORIGIN, Misplaced)
   library   one found library: its tables read on first use, and what binds to it
+  signature a demangled name split into qualified name, parameters and mangled search key
   classify  C++ ABI from mangled names; missing symbols as abi-mismatch / signature-drift / ...
   demangle  libstdc++'s __cxa_demangle through ctypes
-  report    the verdict as data, its JSON (version 1) and its text
+  report    the verdict as data and its JSON (version 1); report_text  the verdict in words
   inputs    what a package loads inside a .so, wheel, .conda/.tar.bz2 or folder: extension modules, torch.ops libraries
   library_sets  per-torch library sets: the member a package picks for a torch (variants/torch-library-sets.yaml)
+  load_problems  what ld.so refuses in one load: a missing library, a version, an unbound symbol
   check     all of the above for one PATH: check_path(), check_module(), torch_facts()
   gate      `python -m faforge.abi.gate`, the recipe's test-time entry point
 The CLI is faforge.commands.check_abi (`faforge check-abi`).

@@ -34,7 +34,8 @@ import sysconfig
 from pathlib import Path
 
 from faforge.abi.check import check_path
-from faforge.abi.report import Verdict, render_text
+from faforge.abi.report import Verdict
+from faforge.abi.report_text import render_text
 from faforge.abi.resolve import torch_lib_dirs
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN

@@ -27,8 +27,10 @@ from faforge.abi.elf import read_dynamic_symbols, read_info
 from faforge.abi.fatbin import read_gpu_archs
 from faforge.abi.gate import default_torch, find_module, parse_archs
 from faforge.abi.inputs import package_binaries
-from faforge.abi.report import CANNOT_TELL, OK, PROBLEMS, Verdict, render_text
+from faforge.abi.report import CANNOT_TELL, OK, PROBLEMS, Verdict
+from faforge.abi.report_text import render_text
 from faforge.abi.resolve import environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
+from faforge.abi.signature import parse_signature
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN_3
 
@@ -129,7 +131,7 @@ def _is_cxx_runtime(demangled: str | None) -> bool:
     """std:: names are libstdc++'s. torch's libraries re-export some (std::string members), and an
     unversioned reference the static linker met there first binds to them in a torch load; without
     that torch it binds to libstdc++'s, so it does not tie the binary to torch."""
-    return demangled is not None and classify.parse_signature(demangled).qualified_name.startswith("std::")
+    return demangled is not None and parse_signature(demangled).qualified_name.startswith("std::")
 
 
 def render_stable_text(verdict: StableVerdict) -> list[str]:

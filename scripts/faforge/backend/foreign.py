@@ -2,17 +2,15 @@
 
 A linux-aarch64 pip cell is built on an x86_64 machine, whose Python cannot import PyPI's aarch64 torch, so torch's
 cpp_extension cannot add its flags there (conda-forge's cross-python answers the same problem for conda's build
-environments). This module reads what cpp_extension would have read from the files instead: the version and CUDA
-from torch/version.py, the C++ ABI and machine from its libraries (faforge.abi.check.torch_facts, as check-abi reads
-them), and gives the compiler what cpp_extension gives a CUDAExtension's C++ sources: the torch include folders,
+environments). What cpp_extension would have read is read from the files instead (faforge.backend.target_torch:
+the version and CUDA from torch/version.py, the C++ ABI and machine from its libraries), and this module gives the
+compiler what cpp_extension gives a CUDAExtension's C++ sources: the torch include folders,
 the CUDA target's include folder, -DTORCH_API_INCLUDE_EXTENSION_H, -DTORCH_EXTENSION_NAME, -fPIC, and the libraries
 CUDAExtension links (c10, torch, torch_cpu, torch_python, cudart, c10_cuda, torch_cuda), then the glue's own flags,
 RUNPATH and post-link steps (faforge.backend.glue). The target's C++ compiler compiles and links it through ninja;
 setuptools packs the same raw wheel as the native build (flash_attn/ and the extension), tagged for the target.
 
-Only a torch whose cpp_extension adds no pybind11 ABI defines can be built this way: torch with pybind11 2.x (2.8
-and older) passes -DPYBIND11_COMPILER_TYPE/_STDLIB/_BUILD_ABI read from torch._C, which only an import can tell;
-pybind11 3 dropped them (torch 2.11's _get_pybind11_abi_build_flags returns []).
+The target torch is read by faforge.backend.target_torch, which refuses one this way cannot build (pybind11 2.x).
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from faforge.backend.glue import (
 )
 from faforge.backend.logger import log
 from faforge.backend.ninja import CXX_COMPILE_RULE, ninja_escape, object_name, run_ninja
+from faforge.backend.target_torch import TargetTorch
 from faforge.family import FLASH_ATTN
 
 # torch.utils.cpp_extension.CUDAExtension's libraries, in its order.
@@ -45,73 +44,7 @@ TORCH_EXTENSION_DEFINES = ("-DTORCH_API_INCLUDE_EXTENSION_H", f"-DTORCH_EXTENSIO
 # What CPython's sysconfig CFLAGS give every extension setuptools compiles (its warnings and -g left out), and
 # cpp_extension's -fPIC.
 PYTHON_CFLAGS = ("-DNDEBUG", "-fwrapv", "-fPIC")
-FIRST_PYBIND11_WITHOUT_ABI_DEFINES = 3
-_PYBIND11_MAJOR = re.compile(r"^#\s*define\s+PYBIND11_VERSION_MAJOR\s+(\d+)", re.MULTILINE)
 _PY_VERSION = re.compile(r"^#\s*define\s+PY_(MAJOR|MINOR)_VERSION\s+(\d+)", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class TargetTorch:
-    """A torch read from its files: site-packages/torch's version.py, headers and libraries."""
-
-    site: Path
-    version: str
-    cuda: str | None
-    cxx11_abi: int | None
-    machine: str | None
-
-    @property
-    def include_dirs(self) -> list[str]:
-        """cpp_extension.include_paths(): torch/include and its torch/csrc/api/include."""
-        include = self.site / "torch" / "include"
-        return [str(include), str(include / "torch" / "csrc" / "api" / "include")]
-
-    @property
-    def lib_dir(self) -> Path:
-        return self.site / "torch" / "lib"
-
-
-def read_torch_site(site: Path) -> TargetTorch:
-    """The torch in `site` (a site-packages holding torch/), never imported; BuildError naming what is missing."""
-    from faforge.abi.check import torch_facts  # noqa: PLC0415  (needs pyelftools, a host requirement of the glue)
-
-    torch = site / "torch"
-    missing = [p for p in ("version.py", "include/torch/extension.h", "lib") if not (torch / p).exists()]
-    if missing:
-        raise BuildError(
-            f"--torch-site {site}: no torch/{missing[0]} there; pass the site-packages holding the target's torch "
-            "(pip install --target DIR --platform manylinux_2_28_aarch64 "
-            "--only-binary=:all: --python-version 3.11 torch==X)"
-        )
-    facts = torch_facts([torch / "lib"])
-    if not facts.version:
-        raise BuildError(f"--torch-site {site}: torch/version.py names no __version__")
-    if facts.cuda is None:
-        raise BuildError(
-            f"--torch-site {site}: torch {facts.version} is a CPU "
-            f"build; {FLASH_ATTN.package} needs a CUDA build of torch"
-        )
-    major = pybind11_major(torch / "include")
-    if major is None or major < FIRST_PYBIND11_WITHOUT_ABI_DEFINES:
-        raise BuildError(
-            f"--torch-site {site}: torch {facts.version} bundles pybind11 "
-            f"{major or 'of no known version'}, whose ABI defines "
-            "torch's cpp_extension reads from torch._C, which only "
-            "an import can tell; build it with that torch's Python "
-            "(without --torch-site), or a torch whose pybind11 is "
-            f"{FIRST_PYBIND11_WITHOUT_ABI_DEFINES} or newer (2.11 and newer)"
-        )
-    return TargetTorch(
-        site=site, version=facts.version, cuda=facts.cuda, cxx11_abi=facts.cxx11_abi, machine=facts.machine
-    )
-
-
-def pybind11_major(include: Path) -> int | None:
-    try:
-        match = _PYBIND11_MAJOR.search((include / "pybind11" / "detail" / "common.h").read_text(errors="replace"))
-    except OSError:
-        return None
-    return int(match.group(1)) if match else None
 
 
 # ------------------------------------------------------------------------------------------ the target Python

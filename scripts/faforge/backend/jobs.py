@@ -8,9 +8,8 @@ from faforge.backend.errors import BuildError
 
 # Peak RSS of one nvcc job compiling one arch at --threads 1, in GB, measured
 # on the 2-core build host with nvcc 13.0 and torch 2.14.1 headers (see
-# variants/README.md, "Build cost").  bwd hdim256 is the worst TU; it is
-# estimated 15% above the measured bwd hdim128.
-PEAK_GB_PER_JOB = {"fwd": 4.4, "fwd_split": 4.1, "bwd": 6.4}
+# variants/README.md, "Build cost"): fwd 4.4, fwd_split 4.1, bwd 6.4. bwd hdim256
+# is the worst TU; it is estimated 15% above the measured bwd hdim128.
 WORST_CASE_GB_PER_JOB = 6.4 * 1.15
 # nvcc --threads N compiles up to N archs of one TU at once; each extra
 # concurrent arch adds about 0.8 x the single-arch peak again.

@@ -22,7 +22,7 @@ from pathlib import Path
 from faforge import paths
 from faforge.backend.errors import BuildError
 from faforge.backend.toolchain import find_cuda_home
-from faforge.buildcost import bench, extrapolate, fa3_report, pip_world, samples, split
+from faforge.buildcost import bench, extrapolate_report, fa3_report, pip_world, samples, split
 from faforge.buildcost.reuse import TuRun
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
@@ -192,7 +192,7 @@ def execute(args: argparse.Namespace) -> int:
         data = samples.Measurements(data_path, tuple(measured.samples), (measured.reuse,))
     else:
         data = samples.load(data_path)
-    report = extrapolate.report(data, runners)
+    report = extrapolate_report.report(data, runners)
     matrix = load_matrix()
     before_after = (
         split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None

@@ -38,7 +38,8 @@ from pathlib import Path
 
 from faforge import paths
 from faforge.abi.check import PLATFORM_MACHINES, check_path
-from faforge.abi.report import CANNOT_TELL, Verdict, render_text
+from faforge.abi.report import CANNOT_TELL, Verdict
+from faforge.abi.report_text import render_text
 from faforge.abi.stable import StableVerdict, check_stable, render_stable_text
 from faforge.doctor.torch_symbols import dating
 from faforge.doctor.torch_symbols_file import default_table

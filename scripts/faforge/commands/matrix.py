@@ -26,8 +26,9 @@ from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.kernels import KernelPackage, KernelPin
 from faforge.matrix.pip_builds import PipBuild, pip_builds, pip_kernel_pins
 from faforge.matrix.releases import PLATFORMS
-from faforge.matrix.render import RenderedCell, fa3_build_strings
+from faforge.matrix.render import RenderedCell
 from faforge.matrix.render_cache import cached_render_cells, selected_cells
+from faforge.matrix.render_packages import fa3_build_strings
 from faforge.pipindex.instructions import index_url
 from faforge.table import format_table
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 from typing import TYPE_CHECKING, cast
 
 import yaml
 
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.matrix import load_matrix
-from faforge.matrix.cells import CELL_ID, explain_missing, find_cell
-from faforge.matrix.render import RenderedCell, build_string_head, render_cells, with_test_scripts_filled
+from faforge.matrix.cells import CELL_ID, find_cell
+from faforge.matrix.missing_cells import explain_missing
+from faforge.matrix.render import RenderedCell, build_string_head, render_cells
 from faforge.matrix.render_cache import cached_render_cells
 
 if TYPE_CHECKING:
@@ -60,3 +62,27 @@ def nearest_cells(given: str, rendered: list[RenderedCell], n: int = 3) -> list[
         return same
     names = [r.cell.id for r in rendered] + [r.build_string for r in rendered]
     return difflib.get_close_matches(given, names, n=n, cutoff=0.5)
+
+
+# A plain variable reference in a recipe string, such as `${{ cxx11_abi }}`.
+JINJA_VARIABLE = re.compile(r"\$\{\{\s*(\w+)\s*\}\}")
+
+
+def with_test_scripts_filled(recipe: dict, used_variant: dict) -> dict:
+    """The rendered recipe with its `tests:` scripts' variables filled from the cell's used variant.
+
+    rattler-build renders test scripts only when it runs them, so its stage-1 recipe still holds
+    `${{ cxx11_abi }}`; the values are the ones that run gets, from the same render."""
+
+    def fill(text):
+        if not isinstance(text, str):
+            return text
+        return JINJA_VARIABLE.sub(lambda m: str(used_variant[m[1]]) if m[1] in used_variant else m[0], text)
+
+    tests = []
+    for test in recipe.get("tests", []):
+        if "script" in test:
+            script = test["script"]
+            test = {**test, "script": [fill(line) for line in script] if isinstance(script, list) else fill(script)}
+        tests.append(test)
+    return {**recipe, "tests": tests} if "tests" in recipe else recipe

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import tempfile
 import time
 from pathlib import Path
 
 from faforge import paths
-from faforge.errors import EXIT_OK, FaforgeError, why_not_a_file
+from faforge.errors import EXIT_OK, FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.packagefile import PACKAGE_SUFFIXES
 from faforge.pipwheel.built import BuiltWheel
@@ -111,21 +109,6 @@ def _check_options(args: argparse.Namespace) -> None:
             )
 
 
-def _regular_file(path: str, option: str, what: str) -> Path:
-    """A path the user named, which must be a regular file (a FIFO or device is refused before anything reads it)."""
-    found = Path(path)
-    try:
-        with paths.user_path(option, path):
-            mode = os.stat(found).st_mode
-    except ValueError:  # a NUL byte in the name
-        raise FaforgeError(
-            f"{option} {path!r} is not a usable path (it holds a NUL byte)", hint=f"pass {what}", input=path
-        ) from None
-    if not stat.S_ISREG(mode):
-        raise FaforgeError(f"{option} {path} {why_not_a_file(found)}", hint=f"pass {what}", input=path)
-    return found
-
-
 def _check_values(args: argparse.Namespace) -> None:
     """The options' values, before any file is read: a bad one is named at once."""
     from faforge.pipwheel import layout  # noqa: PLC0415 (keeps `faforge --help` fast)
@@ -170,9 +153,9 @@ def _kernel(args: argparse.Namespace, work: Path) -> BuiltWheel:
     metadata = (
         None
         if args.torch_metadata is None
-        else _regular_file(args.torch_metadata, "--torch-metadata", "a torch wheel or its METADATA")
+        else paths.input_file(args.torch_metadata, "--torch-metadata", "a torch wheel or its METADATA")
     )
-    source = _regular_file(args.source, "SOURCE", f"a {FLASH_ATTN.kernel_package} package (.conda or .tar.bz2)")
+    source = paths.input_file(args.source, "SOURCE", f"a {FLASH_ATTN.kernel_package} package (.conda or .tar.bz2)")
     if not source.name.endswith(PACKAGE_SUFFIXES):
         raise FaforgeError(
             f"SOURCE {source}: not a conda package file",
@@ -211,9 +194,9 @@ def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:
         repack_glue_wheel,
     )
 
-    kernel = _regular_file(args.kernel_wheel, "--kernel-wheel", "the kernel wheel `faforge wheel kernel` wrote")
+    kernel = paths.input_file(args.kernel_wheel, "--kernel-wheel", "the kernel wheel `faforge wheel kernel` wrote")
     kernel_wheel_facts(kernel)  # a file that is no kernel wheel is named before the source is read
-    raw = _regular_file(args.source, "SOURCE", f"the wheel {FLASH_ATTN.build_script} --kernel-library wrote")
+    raw = paths.input_file(args.source, "SOURCE", f"the wheel {FLASH_ATTN.build_script} --kernel-library wrote")
     python = args.python
     if python is None:
         tags = read_wheel(raw).python_tags
@@ -231,7 +214,7 @@ def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:
 def _fa3(args: argparse.Namespace, work: Path) -> BuiltWheel:
     from faforge.pipwheel.fa3 import repack_fa3_wheel  # noqa: PLC0415 (keeps `faforge --help` fast)
 
-    raw = _regular_file(args.source, "SOURCE", f"the {FLASH_ATTN_3.package} build's wheel")
+    raw = paths.input_file(args.source, "SOURCE", f"the {FLASH_ATTN_3.package} build's wheel")
     return repack_fa3_wheel(raw, cuda=args.cuda, archs=args.archs, out_dir=args.out, work=work / "wheel", say=say)
 
 
@@ -250,36 +233,10 @@ def summary(kind: str, built: BuiltWheel) -> str:
 
 
 def report(args: argparse.Namespace, built: BuiltWheel, seconds: float) -> dict:
-    facts, verdict = built.facts, built.verdict
     return {
         "version": WHEEL_VERSION,
         "kind": args.kind,
         "source": str(args.source),
-        "wheel": {
-            "path": str(built.path),
-            "filename": facts.filename,
-            "name": facts.name,
-            "version": facts.version,
-            "local": facts.local,
-            "build_tag": facts.build_tag,
-            "python_tags": list(facts.python_tags),
-            "abi_tags": list(facts.abi_tags),
-            "platform_tags": list(facts.platform_tags),
-            "requires_python": facts.requires_python,
-            "requires_dist": list(facts.requires_dist),
-            "sha256": facts.sha256,
-            "size": facts.size,
-        },
-        "platform": {
-            "tag": verdict.tag,
-            "aliases": list(verdict.aliases),
-            "machine": verdict.machine,
-            "needs": {lib: list(versions) for lib, versions in verdict.needs},
-            "limiting": list(verdict.limiting),
-            "system": list(verdict.system),
-            "external": list(verdict.external),
-        },
-        "runpath": list(built.runpath),
-        "gpu": {"sass": list(built.gpu.sass), "ptx": list(built.gpu.ptx)},
+        **built.to_json(),
         "seconds": round(seconds, 3),
     }

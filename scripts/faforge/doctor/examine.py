@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from faforge.doctor import facts as env_facts
-from faforge.doctor import index_check
+from faforge.doctor import index_check, probe_facts
 from faforge.doctor.binary import try_read_binary
 from faforge.doctor.diagnose import diagnose
 from faforge.doctor.fix_commands import Fix
@@ -35,7 +35,7 @@ class Report:
 def situation(
     python: str | None, timeout_s: float = PROBE_TIMEOUT_S, progress: Callable[[str], None] = lambda message: None
 ) -> Situation:
-    return situation_from(env_facts.collect(resolve_interpreter(python), timeout_s, progress))
+    return situation_from(probe_facts.collect(resolve_interpreter(python), timeout_s, progress))
 
 
 def situation_from(facts: env_facts.EnvFacts, *, package: str | None = None) -> Situation:

@@ -32,7 +32,6 @@ SERVED, NOT_FOUND, NO_SUCH_FILE, NOT_AN_INDEX, UNCHECKED, OFFLINE = (
     "offline",
 )
 BLOCKING = (NOT_FOUND, NO_SUCH_FILE, NOT_AN_INDEX)
-STATUSES = (SERVED, *BLOCKING, UNCHECKED, OFFLINE)
 PIP_FIX_KINDS = ("pip-install", "uv-install")
 
 
@@ -40,7 +39,7 @@ PIP_FIX_KINDS = ("pip-install", "uv-install")
 class IndexCheck:
     index: str  # the index URL the fix names
     wheel: str  # the file it must serve (the glue wheel's name, `manylinux_*` where the build decides)
-    status: str  # one of STATUSES
+    status: str  # SERVED, one of BLOCKING, UNCHECKED or OFFLINE
     message: str  # what was found, in words
     found: str | None = None  # the matching file's name (SERVED)
     hint: str | None = None  # what to do (a blocking status, UNCHECKED)

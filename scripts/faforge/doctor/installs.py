@@ -32,7 +32,6 @@ UPSTREAM_WHEEL = re.compile(
 TORCH_CONDA_PACKAGES = ("pytorch", "libtorch")
 # How the environment itself was made, which decides the installer of its fixes (faforge.doctor.pip_fixes).
 CONDA, UV_VENV, VENV, EXTERNALLY_MANAGED, SYSTEM = "conda", "uv-venv", "venv", "externally-managed", "system"
-ENVIRONMENTS = (CONDA, UV_VENV, VENV, EXTERNALLY_MANAGED, SYSTEM)
 
 
 @dataclass(frozen=True)

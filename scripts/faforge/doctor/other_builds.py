@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from faforge import paths
 from faforge.datafile import load_yaml
 from faforge.doctor import facts as env_facts
+from faforge.doctor import probe_facts
 from faforge.doctor.diagnose import diagnose
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem
 from faforge.errors import DataError
@@ -103,7 +104,7 @@ def examine_other(
     """The report on `build` in `python` (call it where build.installed() says it is there)."""
     from faforge.doctor.examine import situation_from  # noqa: PLC0415 (examine loads the planning, not needed here)
 
-    facts = env_facts.collect(python, timeout_s, progress, names=(build.extension, build.distribution, "-"))
+    facts = probe_facts.collect(python, timeout_s, progress, names=(build.extension, build.distribution, "-"))
     s = situation_from(facts, package=build.distribution)
     problems = tuple(
         replace(p, message=build.words(p.message), details=tuple(build.words(d) for d in p.details))

@@ -7,7 +7,7 @@ keeps the installed torch (pinned to its release, so the resolver never swaps it
 that exact wheel (faforge.pipindex.instructions says why each word) and brings the kernel wheel and einops
 as its requirements. An installed flash-attn is removed first (pip) or reinstalled (uv's
 --reinstall-package), so a broken build of the very same version is replaced too. Where no pip cell
-matches, the fix says why (faforge.matrix.cells.explain_missing), gives the nearest cells' lines and the
+matches, the fix says why (faforge.matrix.missing_cells), gives the nearest cells' lines and the
 local build against this torch.
 """
 
@@ -37,7 +37,7 @@ from faforge.doctor.offers import (
 )
 from faforge.doctor.situation import Situation
 from faforge.family import FLASH_ATTN
-from faforge.matrix.cells import explain_missing
+from faforge.matrix.missing_cells import explain_missing
 from faforge.matrix.pip_builds import PipBuild
 from faforge.pipindex import instructions
 from faforge.versions import minor_of

@@ -1,4 +1,5 @@
-"""Run probe.py inside the interpreter to inspect, bounded in time, and hear its stages as they come.
+"""Run the probe (faforge.doctor.probe_source) inside the interpreter to inspect, bounded in time, and hear its
+stages as they come.
 
 Apart from the facts it yields because running another interpreter has its own troubles: a cold
 torch import, a hung driver or file system, output without end, processes that outlive it (a
@@ -24,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from faforge.doctor.probe_lines import MARK, read_line
+from faforge.doctor.probe_source import probe_source
 from faforge.emulator import interpreter_command
 from faforge.errors import EXIT_BAD_INPUT, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 
-PROBE = Path(__file__).with_name("probe.py")
 WARDEN = Path(__file__).with_name("warden.py")
 # The most the probe may print on stdout, and on stderr: its own lines are well under 1 MiB; past the
 # cap it is stopped as at its deadline (an interpreter that floods its output is a finding, not a
@@ -258,7 +259,7 @@ def run_probe(
             # names go as arguments, since the target interpreter cannot import faforge.family.
             # Another machine's interpreter (an aarch64 prefix here) runs under qemu: faforge.emulator.
             cmd = [*interpreter_command(python), "-", *names]
-            ended = _run_bounded(cmd, PROBE.read_text(), timeout_s, on_line, cwd=cwd, env=env)
+            ended = _run_bounded(cmd, probe_source(), timeout_s, on_line, cwd=cwd, env=env)
         except OSError as exc:
             raise FaforgeError(
                 f"--python {python}: cannot run it: {exc.strerror or exc}",

@@ -20,6 +20,7 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from faforge.abi.stable import StableVerdict, check_stable
 from faforge.doctor import facts as env_facts
+from faforge.doctor import probe_facts
 from faforge.doctor.situation import ERROR, PACKAGE_MISSING, WARNING, Problem
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
@@ -71,7 +72,7 @@ def examine_stable(
     python: Path, timeout_s: float, progress: Callable[[str], None] = lambda message: None
 ) -> StableAbiReport:
     """The FA3 report for `python` (call it where installed() says flash_attn_3 is on its path)."""
-    facts = env_facts.collect(python, timeout_s, progress, names=NAMES)
+    facts = probe_facts.collect(python, timeout_s, progress, names=NAMES)
     if facts.extension is None:  # the package is there (installed() saw it), its extension is not
         return StableAbiReport(
             FLASH_ATTN_3.module,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from faforge.abi import classify
 from faforge.abi.demangle import demangle
+from faforge.abi.signature import parse_signature
 from faforge.versions import minor_of, vtuple
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class SymbolTable:
         if entry is None:
             return None
         signature = demangle(symbol) or symbol
-        return Evidence(classify.parse_signature(signature).qualified_name, symbol, signature, entry.first, entry.last)
+        return Evidence(parse_signature(signature).qualified_name, symbol, signature, entry.first, entry.last)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass
 
 from faforge.family import FLASH_ATTN
-from faforge.kernels.tus import HEAD_DIMS, KernelTu, default_grid
+from faforge.kernels.tus import HEAD_DIMS, default_grid
 
 # An H200 (and H100 SXM) has 132 SMs; the GPU suite passes the real count from torch.
 H200_SMS = 132
@@ -183,10 +183,6 @@ def launches(call: Call, num_sms: int = H200_SMS) -> tuple[Launch, ...]:
 def package_tus() -> tuple[str, ...]:
     """The kernel TUs every cell's build compiles (the sdist's csrc/flash_attn/src/flash_*_sm80.cu, without .cu)."""
     return tuple(sorted(tu.name.removesuffix(".cu") for tu in default_grid()))
-
-
-def tu_record(name: str) -> KernelTu:
-    return next(tu for tu in default_grid() if tu.name == f"{name}.cu")
 
 
 # Kernel names as torch.profiler shows them (demangled), e.g.

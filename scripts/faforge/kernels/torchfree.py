@@ -33,6 +33,7 @@ from faforge.abi.demangle import demangle
 from faforge.abi.elf import ElfError, read_elf
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from faforge.abi.gate import parse_archs
+from faforge.abi.signature import components, parse_signature
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 
@@ -120,7 +121,7 @@ def parse_export_patterns(spec: str | None) -> tuple[str, ...] | None:
 def base_name(demangled: str) -> str:
     """'void flash::run_mha_fwd_<cutlass::half_t, 32, false>(flash::Flash_fwd_params&, CUstream_st*)' ->
     'run_mha_fwd_': the last component of the qualified name, without template arguments."""
-    last = classify.components(classify.parse_signature(demangled).qualified_name)[-1]
+    last = components(parse_signature(demangled).qualified_name)[-1]
     return last.split("<", 1)[0]
 
 

@@ -12,7 +12,8 @@ from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
 from faforge.matrix.flash_attn_3 import Fa3Package, fa3_packages, load_fa3_policy
 from faforge.matrix.kernels import KernelPackage, all_kernel_packages, kernel_packages, pip_kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
-from faforge.matrix.releases import ReleaseTable, load_releases
+from faforge.matrix.releases import ReleaseTable
+from faforge.matrix.releases_read import load_releases
 
 
 @dataclass(frozen=True)

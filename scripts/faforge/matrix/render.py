@@ -1,7 +1,9 @@
 """Render the recipe for every cell through py-rattler-build (offline, no solve).
 
 The build string and run requirements come from rattler-build's own render, never from a
-re-implementation, so what `faforge matrix` prints is what a build will produce.
+re-implementation, so what `faforge matrix` prints is what a build will produce. Here: a cell's flash-attn and
+its kernel output; the packages keyed by CUDA and archs alone (the pip world's kernels, FA3) are
+faforge.matrix.render_packages'.
 """
 
 from __future__ import annotations
@@ -20,16 +22,14 @@ from typing import TYPE_CHECKING
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix.cells import Cell, PipCell
+from faforge.family import FLASH_ATTN
+from faforge.matrix.cells import Cell
 from faforge.matrix.flash_attn_3 import Fa3Package
-from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelKey, kernel_key
-from faforge.matrix.variants import fa3_variant_config_name, variant_config_path
+from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
+from faforge.matrix.variants import variant_config_path
 
 if TYPE_CHECKING:
     from rattler_build.render import RenderedVariant
-
-    from faforge.matrix import Matrix
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,8 @@ def _requirements(variant: RenderedVariant, entries: list) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _rendered(cell: Cell, variant: RenderedVariant, recipe: dict) -> RenderedCell:
+def rendered_cell(cell: Cell, variant: RenderedVariant, recipe: dict) -> RenderedCell:
+    """`cell` as one variant rendered it, its requirements as the built package's metadata will have them."""
     requirements, info = recipe.get("requirements", {}), variant.hash_info
     run, host = (
         _requirements(variant, requirements.get("run", [])),
@@ -243,30 +244,6 @@ def _rendered(cell: Cell, variant: RenderedVariant, recipe: dict) -> RenderedCel
         recipe=recipe,
         variant=variant,
     )
-
-
-# A plain variable reference in a recipe string, such as `${{ cxx11_abi }}`.
-JINJA_VARIABLE = re.compile(r"\$\{\{\s*(\w+)\s*\}\}")
-
-
-def with_test_scripts_filled(recipe: dict, used_variant: dict) -> dict:
-    """The rendered recipe with its `tests:` scripts' variables filled from the cell's used variant.
-
-    rattler-build renders test scripts only when it runs them, so its stage-1 recipe still holds
-    `${{ cxx11_abi }}`; the values are the ones that run gets, from the same render."""
-
-    def fill(text):
-        if not isinstance(text, str):
-            return text
-        return JINJA_VARIABLE.sub(lambda m: str(used_variant[m[1]]) if m[1] in used_variant else m[0], text)
-
-    tests = []
-    for test in recipe.get("tests", []):
-        if "script" in test:
-            script = test["script"]
-            test = {**test, "script": [fill(line) for line in script] if isinstance(script, list) else fill(script)}
-        tests.append(test)
-    return {**recipe, "tests": tests} if "tests" in recipe else recipe
 
 
 def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> list[RenderedCell]:
@@ -290,7 +267,7 @@ def render_cells(cells: list[Cell], recipe_path: Path, variants_dir: Path) -> li
                     f"cell {cell.id} is in the matrix but the recipe did not render it for {platform}",
                     hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules",
                 )
-            out.append(_rendered(cell, *by_key[key]))
+            out.append(rendered_cell(cell, *by_key[key]))
     return sorted(out, key=lambda rc: rc.cell.sort_key)
 
 
@@ -314,73 +291,9 @@ def render_kernel_output(cell: Cell, recipe_path: Path, variants_dir: Path) -> R
             and str(used.get("cuda_archs")) == cell.cuda_archs
             and str(used.get("philox_offset_bits")) == str(cell.philox_offset_bits)
         ):
-            return _rendered(cell, variant, recipe)
+            return rendered_cell(cell, variant, recipe)
     raise FaforgeError(
         f"the recipe renders no {KERNEL_PACKAGE} output for {kernel_key(cell).id} (cell {cell.id})",
         hint=f"{recipe_path} needs a {KERNEL_PACKAGE} output that uses cuda_compiler_version, cuda_archs and "
         "philox_offset_bits; without one, build the cell whole (--part all)",
     )
-
-
-def render_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Path) -> dict[str, RenderedCell]:
-    """{kernel key id: the recipe's kernel output}, for each kernel key of the pip cells, rendered from the
-    cells' pip-world variant file (one combination per key: the output reads no python or torch field), each
-    RenderedCell naming the key's first cell. The recipe skips flash-attn for a pip world (its glue is a
-    wheel, not a conda package), so a flash-attn output here is an error."""
-    out = {}
-    for platform, world in sorted({(c.platform, c.world) for c in cells}):
-        first: dict[KernelKey, PipCell] = {}
-        for c in cells:
-            if (c.platform, c.world) == (platform, world):
-                first.setdefault(kernel_key(c), c)
-        variant_file = variant_config_path(variants_dir, platform, world)
-        by_used = {(c.cuda, c.cuda_archs, str(c.philox_offset_bits)): c for c in first.values()}
-        for variant in render_platform(
-            recipe_path, variant_file, platform, {cell_key(c.variant()) for c in first.values()}
-        ):
-            stage1 = variant.recipe
-            recipe = stage1.to_dict()
-            used = stage1.used_variant
-            if recipe["package"]["name"] == FLASH_ATTN_PACKAGE:
-                raise FaforgeError(
-                    f"{recipe_path} renders a {FLASH_ATTN_PACKAGE} conda "
-                    f"package for torch_world {world} ({variant_file.name})",
-                    hint="a pip world's glue is a wheel: the recipe's "
-                    f"{FLASH_ATTN_PACKAGE} output must skip torch_world {world}",
-                )
-            key = (
-                str(used.get("cuda_compiler_version")),
-                str(used.get("cuda_archs")),
-                str(used.get("philox_offset_bits")),
-            )
-            if recipe["package"]["name"] == KERNEL_PACKAGE and key in by_used:
-                cell = by_used[key]
-                out[kernel_key(cell).id] = _rendered(cell, variant, recipe)
-        missing = sorted(k.id for k in first if k.id not in out)
-        if missing:
-            raise FaforgeError(
-                f"{recipe_path} renders no {KERNEL_PACKAGE} for {', '.join(missing)} from {variant_file.name}",
-                hint="run `faforge generate` if variants/ is stale",
-            )
-    return out
-
-
-def fa3_build_strings(matrix: Matrix, packages: list[Fa3Package]) -> dict[str, str]:
-    """{FA3 package id: its build string}, from rattler-build's render of the generated FA3 variant files."""
-    recipe = matrix.variants_dir.parent / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
-    wanted = {(p.platform, p.cuda, p.cuda_archs): p.id for p in packages}
-    found = {}
-    for platform, world in sorted({(p.platform, p.world) for p in packages}):
-        for variant in render_platform(
-            recipe, matrix.variants_dir / fa3_variant_config_name(platform, world), platform
-        ):
-            used = variant.recipe.used_variant
-            key = (platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]))
-            if key in wanted:
-                found[wanted[key]] = variant.recipe.to_dict()["build"]["string"]
-    missing = sorted(set(wanted.values()) - set(found))
-    if missing:
-        raise FaforgeError(
-            f"{recipe} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}", hint="run `faforge generate`"
-        )
-    return found

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from faforge import atomic, config
 from faforge.matrix.cells import Cell, PipCell
 from faforge.matrix.kernels import kernel_key
-from faforge.matrix.render import RenderedCell, cell_key, render_cells, render_pip_kernels
+from faforge.matrix.render import RenderedCell, cell_key, render_cells
+from faforge.matrix.render_packages import render_pip_kernels
 from faforge.matrix.variants import variant_config_path
 
 if TYPE_CHECKING:
@@ -247,9 +248,3 @@ def selected_cells(matrix: Matrix, platform: str) -> list[RenderedCell]:
     """The rendered cells of one platform, or of all (`all`), from the cache where it holds them."""
     cells = [c for c in matrix.cells if platform in ("all", c.platform)]
     return cached_render_cells(cells, matrix.recipe_path, matrix.variants_dir)
-
-
-def selected_pip_kernels(matrix: Matrix, platform: str) -> dict[str, RenderedCell]:
-    """The kernel renders of the pip cells of one platform, or of all, by kernel key id (see cached_pip_kernels)."""
-    cells = [c for c in matrix.pip_cells if platform in ("all", c.platform)]
-    return cached_pip_kernels(cells, matrix.recipe_path, matrix.variants_dir)

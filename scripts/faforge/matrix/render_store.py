@@ -16,8 +16,9 @@ from pathlib import Path
 
 from faforge.matrix.cells import Cell, PipCell
 from faforge.matrix.kernels import kernel_key
-from faforge.matrix.render import cell_key, render_cells, render_pip_kernels
+from faforge.matrix.render import cell_key, render_cells
 from faforge.matrix.render_cache import entry_key, entry_name, entry_text, read_entry, store_path
+from faforge.matrix.render_packages import render_pip_kernels
 from faforge.matrix.variants import variant_config_path
 
 

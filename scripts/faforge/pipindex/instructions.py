@@ -37,7 +37,6 @@ from faforge.errors import FaforgeError, shorten
 from faforge.family import FLASH_ATTN
 
 GLUE = FLASH_ATTN.package
-KERNELS = FLASH_ATTN.kernel_package
 _BASE = re.compile(r"(https?|file)://\S{1,2000}")
 
 

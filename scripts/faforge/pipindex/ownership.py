@@ -20,7 +20,7 @@ from faforge.errors import FaforgeError
 from faforge.pipindex import layout, pages
 from faforge.pipindex.parse import PageError, parse_html, parse_json
 from faforge.pipindex.placement import PROJECTS
-from faforge.pipwheel.facts import parse_wheel_filename
+from faforge.pipwheel.filename import parse_wheel_filename
 from faforge.sandbox import PART_SUFFIX
 
 FOREIGN = "not written by faforge (not part of the index layout it writes): left as it is"

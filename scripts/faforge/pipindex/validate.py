@@ -27,7 +27,7 @@ from faforge.packagefile import sha256_of
 from faforge.pipindex.layout import METADATA_SUFFIX, index_name, parse_index_name
 from faforge.pipindex.parse import FileLink, Listing, Page
 from faforge.pipindex.placement import GLUE
-from faforge.pipwheel.facts import parse_wheel_filename
+from faforge.pipwheel.filename import parse_wheel_filename
 from faforge.wheelnames import GLUE_LABEL
 
 SHA256 = re.compile(r"[0-9a-f]{64}")

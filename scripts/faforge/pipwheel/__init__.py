@@ -1,5 +1,6 @@
 """Wheels for pip and uv (the pip world), made from what the conda builds made: nothing is compiled for pip.
 
+  filename   a wheel's file name taken apart (PEP 427), before anything reads the file
   facts      a wheel's name, version, tags and METADATA, read without trusting the file (read_wheel -> WheelFacts)
   writer     a deterministic PEP 427 wheel from a WheelSpec (RECORD, WHEEL, METADATA), written atomically
   manylinux  the platform tag from auditwheel's own policy data, over what faforge.abi reads of the ELF files

@@ -18,3 +18,35 @@ class BuiltWheel:
     runpath: tuple[str, ...]  # what the wheel's binary was given
     gpu: GpuArchs  # the GPU code it holds (none for a glue: its kernels are the kernel wheel's)
     seconds: float
+
+    def to_json(self) -> dict:
+        """The wheel, its platform tag and why, its RUNPATH and GPU code, as `faforge wheel --json` shows them."""
+        facts, verdict = self.facts, self.verdict
+        return {
+            "wheel": {
+                "path": str(self.path),
+                "filename": facts.filename,
+                "name": facts.name,
+                "version": facts.version,
+                "local": facts.local,
+                "build_tag": facts.build_tag,
+                "python_tags": list(facts.python_tags),
+                "abi_tags": list(facts.abi_tags),
+                "platform_tags": list(facts.platform_tags),
+                "requires_python": facts.requires_python,
+                "requires_dist": list(facts.requires_dist),
+                "sha256": facts.sha256,
+                "size": facts.size,
+            },
+            "platform": {
+                "tag": verdict.tag,
+                "aliases": list(verdict.aliases),
+                "machine": verdict.machine,
+                "needs": {lib: list(versions) for lib, versions in verdict.needs},
+                "limiting": list(verdict.limiting),
+                "system": list(verdict.system),
+                "external": list(verdict.external),
+            },
+            "runpath": list(self.runpath),
+            "gpu": {"sass": list(self.gpu.sass), "ptx": list(self.gpu.ptx)},
+        }

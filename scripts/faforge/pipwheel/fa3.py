@@ -27,7 +27,8 @@ from faforge.fa3_backend import EXTENSION, TORCH_TARGET_VERSION
 from faforge.family import FLASH_ATTN_3
 from faforge.pipwheel import layout
 from faforge.pipwheel.built import BuiltWheel
-from faforge.pipwheel.facts import dist_info_dir, parse_wheel_filename, read_wheel, wheel_contents
+from faforge.pipwheel.facts import dist_info_dir, read_wheel, wheel_contents
+from faforge.pipwheel.filename import parse_wheel_filename
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, rewrite_wheel

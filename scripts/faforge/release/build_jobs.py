@@ -15,9 +15,10 @@ from faforge import paths, untrusted
 from faforge.errors import FaforgeError, shorten
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
-from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, explain_missing, find_cell
+from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, find_cell
 from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import kernel_key
+from faforge.matrix.missing_cells import explain_missing
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.plan import LATER_STAGES, STAGES
 from faforge.release.plan_jobs import FA3_PART, Fa3Estimator, fa3_parts

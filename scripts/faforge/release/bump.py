@@ -31,7 +31,14 @@ from faforge.kernels.measure_abi import measure_release
 from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
 from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
 from faforge.matrix.policy import BuildPolicy
-from faforge.matrix.releases import PipRelease, Release, ReleaseTable, dump_releases, header_of, load_releases
+from faforge.matrix.releases import (
+    PipRelease,
+    Release,
+    ReleaseTable,
+    dump_releases,
+    header_of,
+)
+from faforge.matrix.releases_read import load_releases
 from faforge.matrix.render_store import store_files
 from faforge.matrix.variants import generated_files, stale_files
 from faforge.release.package import cuda_of_tag

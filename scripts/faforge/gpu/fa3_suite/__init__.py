@@ -12,7 +12,13 @@ faforge.gpu.suite (every module starts with `pytestmark = gate_marks()`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from faforge.family import FLASH_ATTN_3
 from faforge.gpu.fa3_gate import evaluate
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def gate_marks() -> list:
@@ -20,3 +26,13 @@ def gate_marks() -> list:
 
     gate = evaluate()
     return [pytest.mark.gpu, pytest.mark.skipif(not gate.usable, reason=gate.reason)]
+
+
+def needs(*features: str) -> pytest.MarkDecorator:
+    """A test's mark: skip unless the package declares every feature (a disabled one is not in the binary)."""
+    import pytest  # noqa: PLC0415 (test-gpu reads the gate before pytest)
+
+    missing = [f for f in features if not evaluate().enabled(f)]
+    return pytest.mark.skipif(
+        bool(missing), reason=f"the package was built without {', '.join(missing)} ({FLASH_ATTN_3.config_module}.py)"
+    )
