@@ -26,6 +26,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: downloads, compiles, makes a venv or a world, or reads PyPI: left out of "
                             "--fast, run by --slow (tests/support/tiers.py)")
+    # pytest-xdist registers it too; here for a run with `-p no:xdist` (--strict-markers)
+    config.addinivalue_line("markers", "xdist_group(name): under --dist loadgroup, these tests run on one worker")
     if config.getoption("fast") and config.getoption("slow"):
         raise pytest.UsageError("--fast and --slow pick complementary tiers; give one (neither runs both)")
     if config.getoption("fast"):
@@ -86,7 +88,10 @@ def glue_cxx_dir(tmp_path_factory) -> Path | None:
 
 
 def pytest_sessionfinish(session):
-    """Disk: the test cache's two installs of one PyPI torch share their files (tests/support/shared_files.py)."""
+    """Disk: the test cache's two installs of one PyPI torch share their files (tests/support/shared_files.py).
+    Once, in pytest-xdist's controller: two workers would hardlink the same files at once."""
+    if hasattr(session.config, "workerinput"):
+        return
     from tests.support.shared_files import share_torch_venvs  # noqa: PLC0415
 
     shared = [(name, freed) for name, freed in share_torch_venvs() if freed]
