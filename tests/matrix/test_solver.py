@@ -62,6 +62,7 @@ def test_readme_has_one_install_line_per_world():
     ]
 
 
+@pytest.mark.slow  # solves the whole conda-forge torch 2.7 world of the stand-in channels (3 to 4 s of CPU each)
 @pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64"])
 def test_conda_forge_torch_27_gets_the_torch27_build(channels, platform):
     names, specs = readme_install_commands()[0]
