@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -35,6 +36,15 @@ def pytest_configure(config):
             config.option.timeout = tiers.FAST_TIMEOUT_S
         config.stash[FAST_PATCH] = patch = pytest.MonkeyPatch()
         tiers.enter_fast_tier(patch)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; absent under -p no:xdist
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` in the fast tier: one worker more than cores, to fill the waits of the tests that wait for a
+    child's timeout or a deadline; None (pytest-xdist's own choice) elsewhere."""
+    if config.getoption("fast"):
+        return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) + 1
+    return None
 
 
 def pytest_unconfigure(config):

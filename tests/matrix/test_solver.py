@@ -17,12 +17,14 @@ from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 from tests.support.standin_channels import build_channels
+from tests.support.tiers import slow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 GPU_BOX = {"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"}
 
 
 @pytest.fixture(scope="module")
+@slow("renders every cell and builds stand-in conda channels of them (3 s of CPU, once per worker)")
 def channels(tmp_path_factory, repo):
     matrix = load_matrix(repo)
     rendered = render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)
@@ -62,7 +64,6 @@ def test_readme_has_one_install_line_per_world():
     ]
 
 
-@pytest.mark.slow  # solves the whole conda-forge torch 2.7 world of the stand-in channels (3 to 4 s of CPU each)
 @pytest.mark.parametrize("platform", ["linux-64", "linux-aarch64"])
 def test_conda_forge_torch_27_gets_the_torch27_build(channels, platform):
     names, specs = readme_install_commands()[0]
