@@ -97,6 +97,21 @@ def glue_cxx_dir(tmp_path_factory) -> Path | None:
     return cxx_through_ccache(base / "glue-ccache", base, ccache, cxx) if cxx else None
 
 
+_HARNESS_SECONDS: list[float] = []
+
+
+def pytest_runtest_logreport(report) -> None:
+    if "test_hostile_" in report.nodeid:
+        _HARNESS_SECONDS.append(report.duration)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The hostile-input harness's own time (tests/cli/), capped at 6 minutes of the suite. Here, not in
+    tests/cli/conftest.py: pytest-xdist's controller, which prints the summary, loads only this conftest."""
+    if _HARNESS_SECONDS:
+        terminalreporter.write_line(f"hostile-input harness: {len(_HARNESS_SECONDS) // 3} tests, {sum(_HARNESS_SECONDS):.1f} s")
+
+
 def pytest_sessionfinish(session):
     """Disk: the test cache's two installs of one PyPI torch share their files (tests/support/shared_files.py).
     Once, in pytest-xdist's controller: two workers would hardlink the same files at once."""
