@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: downloads, compiles, makes a venv or a world, or reads PyPI: left out of "
                             "--fast, run by --slow (tests/support/tiers.py)")
+    # pytest-xdist registers it too; here for a run with `-p no:xdist` (--strict-markers)
+    config.addinivalue_line("markers", "xdist_group(name): under --dist loadgroup, these tests run on one worker")
     if config.getoption("fast") and config.getoption("slow"):
         raise pytest.UsageError("--fast and --slow pick complementary tiers; give one (neither runs both)")
     if config.getoption("fast"):
@@ -34,6 +37,15 @@ def pytest_configure(config):
             config.option.timeout = tiers.FAST_TIMEOUT_S
         config.stash[FAST_PATCH] = patch = pytest.MonkeyPatch()
         tiers.enter_fast_tier(patch)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; absent under -p no:xdist
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` in the fast tier: one worker more than cores, to fill the waits of the tests that wait for a
+    child's timeout or a deadline; None (pytest-xdist's own choice) elsewhere."""
+    if config.getoption("fast"):
+        return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) + 1
+    return None
 
 
 def pytest_unconfigure(config):
@@ -86,8 +98,26 @@ def glue_cxx_dir(tmp_path_factory) -> Path | None:
     return cxx_through_ccache(base / "glue-ccache", base, ccache, cxx) if cxx else None
 
 
+_HARNESS_SECONDS: list[float] = []
+
+
+def pytest_runtest_logreport(report) -> None:
+    if "test_hostile_" in report.nodeid:
+        _HARNESS_SECONDS.append(report.duration)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The hostile-input harness's own time (tests/cli/), capped at 6 minutes of the suite. Here, not in
+    tests/cli/conftest.py: pytest-xdist's controller, which prints the summary, loads only this conftest."""
+    if _HARNESS_SECONDS:
+        terminalreporter.write_line(f"hostile-input harness: {len(_HARNESS_SECONDS) // 3} tests, {sum(_HARNESS_SECONDS):.1f} s")
+
+
 def pytest_sessionfinish(session):
-    """Disk: the test cache's two installs of one PyPI torch share their files (tests/support/shared_files.py)."""
+    """Disk: the test cache's two installs of one PyPI torch share their files (tests/support/shared_files.py).
+    Once, in pytest-xdist's controller: two workers would hardlink the same files at once."""
+    if hasattr(session.config, "workerinput"):
+        return
     shared = [(name, freed) for name, freed in share_torch_venvs() if freed]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if shared and reporter:

@@ -119,6 +119,10 @@ def console_main() -> int:
     try:
         return main()
     finally:
+        # py-rattler's runtime threads can still hold Python objects (a finished index or solve); left to
+        # interpreter shutdown they abort it in PyGILState_Release, so collect them before exiting. Not in
+        # main(): a process that goes on (pytest's, with a large heap) would pay a full collection per call.
+        gc.collect()
         settle_for_exit()
 
 
@@ -156,10 +160,6 @@ def _run(argv: list[str], name: str | None) -> int:
     except (FaforgeError, ModuleNotFoundError, OSError) as exc:
         # A missing module can surface while the chosen command's module imports, before `args` exists.
         return _fail(as_faforge_error(exc), name, argv)
-    finally:
-        # py-rattler's runtime threads can still hold Python objects (a finished index or solve);
-        # left to interpreter shutdown they abort it in PyGILState_Release, so collect them now.
-        gc.collect()
 
 
 def as_faforge_error(exc: FaforgeError | ModuleNotFoundError | OSError) -> FaforgeError:

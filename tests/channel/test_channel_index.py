@@ -167,6 +167,7 @@ def test_a_package_that_cannot_be_indexed_is_refused_before_it_is_copied(tmp_pat
     assert not list(channel.glob("*/*.conda"))
 
 
+@pytest.mark.slow  # FILE_COUNT publishes at once, each a faforge process (2 to 3 s of CPU)
 @pytest.mark.parametrize("same", [True, False], ids=["same-package", "different-packages"])
 def test_concurrent_publishers_are_serialised(tmp_path, packages, same):
     paths, manifest = packages

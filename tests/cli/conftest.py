@@ -24,16 +24,3 @@ def places(tmp_path_factory) -> Iterator[dict[str, str]]:
         base = make_places(tmp, rng, url)
         yield {**base, **class_places(tmp, Path(base["conda"])), "srv": srv}
 
-
-_HARNESS_SECONDS: list[float] = []
-
-
-def pytest_runtest_logreport(report) -> None:
-    if "test_hostile_" in report.nodeid:
-        _HARNESS_SECONDS.append(report.duration)
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """The harness's own time, which the hostile classes cap at 6 minutes of the suite."""
-    if _HARNESS_SECONDS:
-        terminalreporter.write_line(f"hostile-input harness: {len(_HARNESS_SECONDS) // 3} tests, {sum(_HARNESS_SECONDS):.1f} s")

@@ -191,9 +191,14 @@ def argv_of(case: dict, places: dict[str, str]) -> tuple[list[str], dict[str, st
     return argv, {k: fill(str(v), places) for k, v in case.get("env", {}).items()}, json_mode
 
 
+# Hostile channels that block a reader (a FIFO) or feed it without end (/dev/zero, a sparse 2 GiB file, a huge
+# page) run in a child, under CHILD_MEMORY_BYTES and a timeout; the other channel cases run in-process.
+CHILD_CHANNELS = ("fifo", "zero", "sparse", "huge")
+
+
 def needs_child(case: dict) -> bool:
     text = " ".join(map(str, [*case["argv"], *case.get("env", {}).values()]))
-    return bool(case.get("subprocess") or case.get("concurrent") or case.get("channel")  # a hostile channel may block a reader
+    return bool(case.get("subprocess") or case.get("concurrent") or any(k in (case.get("channel") or "") for k in CHILD_CHANNELS)
                 or any(p in text for p in ("{fifo}", "{full}", "{srv}")))
 
 
@@ -255,7 +260,14 @@ def run_checked(case_id: str, check) -> None:
     pytest.fail(f"XPASS(strict): {case_id!r} keeps the contract now: take it off {KNOWN_BREAKS_FILE.name}")
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in ORDERED])
+# The concurrent cases (hanging and dripping servers, hostile interpreters) each wait out a deadline, 10 to 20 s
+# of wall, and their `within` bounds are wall-clock: they are slow, run by the serial slow tier, where the pool
+# shares the machine with no other test (tests/support/tiers.py). Under pytest-xdist (--dist loadgroup) they go
+# to one worker together, whose pool then starts exactly them.
+POOLED = (pytest.mark.slow, pytest.mark.xdist_group("hostile-pool"))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"], marks=POOLED if c.get("concurrent") else ()) for c in ORDERED])
 def test_hostile_class_keeps_the_contract(case, places, request, tmp_path, capsys, monkeypatch):
     if case.get("concurrent"):
         future = request.getfixturevalue("pool").futures[case["id"]]
@@ -357,6 +369,9 @@ def baseline(cmd: str, argv: list[str], places, tmp_path_factory, cache: dict) -
     return cache[cmd]
 
 
+# Slow: each case is a shell and a faforge process under the failing stream, after a baseline process of the same
+# command (0.5 to 1 s of CPU a case); tests/cli/test_streams.py keeps the stream contract in the fast tier.
+@pytest.mark.slow
 @pytest.mark.parametrize(("cmd", "mode"), STREAM_CASES)
 def test_a_failing_stream_keeps_the_contract(cmd, mode, places, stream_baselines, tmp_path, tmp_path_factory):
     argv = [fill(a, places) for a in STREAM_ARGV[cmd]]

@@ -69,9 +69,10 @@ def value_arguments(parser: argparse.ArgumentParser) -> list[str]:
 
 def test_every_subcommand_and_every_argument_has_cases():
     covered = Counter((c["command"], c["arg"]) for c in CASES)
-    missing = [f"{name} {arg}" for name, parser in subparsers().items() for arg in value_arguments(parser) if not covered[(name, arg)]]
+    parsers = subparsers_cache()
+    missing = [f"{name} {arg}" for name, parser in parsers.items() for arg in value_arguments(parser) if not covered[(name, arg)]]
     assert not missing, f"arguments without hostile cases in {TABLE.name}: {', '.join(missing)}"
-    unknown = [f"{c} {a}" for c, a in covered if c not in COMMANDS or a not in [*value_arguments(subparsers()[c]), "-"]]
+    unknown = [f"{c} {a}" for c, a in covered if c not in COMMANDS or a not in [*value_arguments(parsers[c]), "-"]]
     assert not unknown, f"cases for arguments that do not exist: {unknown}"
 
 

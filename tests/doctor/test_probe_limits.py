@@ -147,6 +147,7 @@ def test_corrupt_conda_record_is_a_finding(run_doctor, venv312, content):
     assert [d for d in problem["details"] if d.startswith(f"{record}: ")], problem
 
 
+@pytest.mark.slow  # creates a venv with the system Python
 def test_externally_managed_python_gets_a_venv(run_doctor, tmp_path):
     stdlib = subprocess.run([str(SYSTEM_PYTHON), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
                             capture_output=True, text=True).stdout.strip() if SYSTEM_PYTHON.exists() else ""

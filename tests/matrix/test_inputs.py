@@ -61,6 +61,7 @@ def append(path: Path, text: str) -> None:
     path.write_text(path.read_text() + text)
 
 
+@pytest.mark.slow  # renders the scratch checkout's matrix with rattler-build once per edit (3 to 4 s of CPU)
 def test_each_output_is_stale_exactly_when_its_inputs_change(checkout):
     base = identities(checkout)
     assert len(base["kernels"]) == len(load_matrix(checkout).kernels), "one value per digest key adds no kernel build"
@@ -105,6 +106,7 @@ def plan(root: Path, channel: Path, cache: Path) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow  # renders the scratch checkout's matrix with rattler-build once per edit (3 to 4 s of CPU)
 def test_plan_rebuilds_what_a_glue_edit_made_stale_and_nothing_after_a_doctor_edit(checkout, tmp_path):
     channel = held_channel(checkout, tmp_path / "channel", identities(checkout))
     append(checkout / "scripts/faforge/doctor/report.py", "\n# a doctor edit\n")

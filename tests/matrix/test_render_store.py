@@ -45,6 +45,7 @@ def test_a_cold_matrix_reads_the_store_and_renders_nothing(repo, tmp_path):
     assert json.loads(cold.stdout) == json.loads(rendered.stdout)
 
 
+@pytest.mark.slow  # the stale store is not read, so every cell renders with rattler-build (3 s of CPU)
 def test_a_stale_store_is_not_read_and_generate_check_names_it(repo_copy, tmp_path):
     recipe = repo_copy / "recipes" / "flash-attn" / "recipe.yaml"
     recipe.write_text(recipe.read_text().replace("build_flash_attn.py --kernels-only", "build_flash_attn.py  --kernels-only"))

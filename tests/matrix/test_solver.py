@@ -18,11 +18,13 @@ from faforge.matrix.render import render_cells
 from tests.support.docs import INSTALLING, doc_text, marked_block
 from tests.support.docs import README as README_PAGE
 from tests.support.standin_channels import build_channels
+from tests.support.tiers import slow
 
 GPU_BOX = {"__glibc": "2.36", "__cuda": "13.0", "__linux": "6.1", "__unix": "0"}
 
 
 @pytest.fixture(scope="module")
+@slow("renders every cell and builds stand-in conda channels of them (3 s of CPU, once per worker)")
 def channels(tmp_path_factory, repo):
     matrix = load_matrix(repo)
     rendered = render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)

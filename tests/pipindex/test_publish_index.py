@@ -285,6 +285,7 @@ def test_concurrent_publishers_are_serialised(tmp_path, built, manifest):
     assert not [p for p in root.rglob(".*") if p.name != ".faforge.lock"], "no partial file left"
 
 
+@pytest.mark.slow  # kills and reruns publishes until its time cap (6 s of CPU), as its twin in tests/channel/test_channel_index.py
 def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, built, manifest):
     """SIGKILL or SIGINT at a random moment of a publish (seeded, time-capped): after each, every link has
     its complete file with its sha256; a rerun then lists every wheel."""

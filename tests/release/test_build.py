@@ -21,6 +21,7 @@ from faforge.matrix.releases import dump_releases, header_of
 from faforge.matrix.releases_read import load_releases
 from faforge.release.cost import load_build_cost, split_kernels
 from faforge.release.package import read_package
+from tests.support.tiers import slow
 from tests.support.tiny_recipe import TINY_RECIPE, TINY_SPLIT_RECIPE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +43,7 @@ def scratch_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
 
 
 @pytest.fixture
+@slow("a scratch checkout whose builds run py-rattler-build (1 to 2 s of CPU a test)")
 def project(tmp_path):
     root, channel, env = scratch_checkout(tmp_path)
     cells = [c for c in json.loads(run(env, "matrix", "--platform", "linux-64", "--json").stdout) if c["torch_source"] == "conda-forge"]

@@ -14,6 +14,7 @@ import pytest
 
 from faforge.release.package import read_package
 from tests.release.test_build import scratch_checkout
+from tests.support.tiers import slow
 
 # recipes/flash-attn-3/recipe.yaml's package, build string and variant keys, with a one-line build that
 # echoes what it was given; CUDA `@FAIL@` exits 3 (a failing package).
@@ -44,6 +45,7 @@ def run(env, *args):
 
 
 @pytest.fixture
+@slow("a scratch checkout whose builds run py-rattler-build (1 to 2 s of CPU a test)")
 def project(tmp_path):
     root, channel, env = scratch_checkout(tmp_path)
     (root / "recipes" / "flash-attn-3" / "recipe.yaml").write_text(FA3_STAND_IN.replace("@FAIL@", "12.9"))

@@ -91,6 +91,7 @@ def digests(project) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((project / "variants").iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow  # regenerates every variant file of the scratch checkout (renders with rattler-build)
 def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
     table = load_releases(project / "variants" / "releases.yaml")
     channel = write_channel(tmp_path / "served", table)

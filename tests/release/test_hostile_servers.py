@@ -27,6 +27,13 @@ DEADLINE_S = 1.5
 LIMITS = {httpclient.TIMEOUT_ENV: "1", httpclient.DEADLINE_ENV: str(DEADLINE_S)}
 MARGIN_S = 20  # a process's start (imports, the matrix for plan) on a busy machine; a hang is endless
 MODES = ["hang", "drip", "loop", "reset", "bomb", "badjson", "huge"]
+# Modes in which the server answers slowly or never: a test against one waits out the deadline or the read
+# timeout (2 to 12 s, mostly idle), so it is slow (tests/support/tiers.py); the quick modes stay fast.
+WAITING = {"hang", "drip", "drip10", "silent", "probed"}
+
+
+def modes(*names: str) -> list:
+    return [pytest.param(name, marks=pytest.mark.slow) if name in WAITING else name for name in names]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +68,7 @@ def assert_remote_failure(result, url: str) -> None:
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", modes(*MODES))
 def test_channel_queries_stop_within_the_deadline(served, limits, mode):
     """py-rattler's reads (plan, page, bump): bounded by reqwest's timeout and a deadline around the query."""
     base, _ = served
@@ -72,7 +79,7 @@ def test_channel_queries_stop_within_the_deadline(served, limits, mode):
     assert caught.value.exit_code == 4 and f"{base}/{mode}/ch" in caught.value.line() and " — " in caught.value.line()
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", modes(*MODES))
 def test_index_pages_stop_within_the_deadline_and_the_cap(served, limits, mode):
     """faforge's own GET (PEP 691 and PEP 503 pages: bump --source pytorch-wheels, abi's wheel lookup)."""
     base, _ = served
@@ -87,7 +94,7 @@ def test_index_pages_stop_within_the_deadline_and_the_cap(served, limits, mode):
         assert caught.value.exit_code == 4 and f"{base}/{mode}/" in caught.value.line() and " — " in caught.value.line()
 
 
-@pytest.mark.parametrize("mode", ["hang", "drip"])
+@pytest.mark.parametrize("mode", modes("hang", "drip"))
 def test_plan_page_and_bump_exit_4_within_the_deadline(served, tmp_path, mode):
     base, _ = served
     url = f"{base}/{mode}/ch"
@@ -102,7 +109,7 @@ def test_plan_page_and_bump_exit_4_within_the_deadline(served, tmp_path, mode):
         assert_remote_failure(result, url)
 
 
-@pytest.mark.parametrize("mode", ["hang", "drip", "bomb", "huge"])
+@pytest.mark.parametrize("mode", modes("hang", "drip", "bomb", "huge"))
 def test_verify_kernel_download_exits_4_within_the_deadline(served, tmp_path, mode):
     """The channel's index answers; the kernel package itself is served by the hostile mode."""
     base, _ = served
@@ -113,6 +120,7 @@ def test_verify_kernel_download_exits_4_within_the_deadline(served, tmp_path, mo
     assert not list((tmp_path / "cache").rglob("*.conda")), "nothing is cached from a failed download"
 
 
+@pytest.mark.slow  # waits out the deadline (see WAITING)
 def test_publish_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_path):
     base, _ = served
     one = package(tmp_path / "a")
@@ -133,6 +141,7 @@ UPLOADS = {
 }
 
 
+@pytest.mark.slow  # waits out the deadline (see WAITING)
 @pytest.mark.parametrize("kind", UPLOADS)
 def test_an_upload_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_path, kind):
     """py-rattler-build's uploads hold the GIL while they wait on the network, so only a child process
@@ -220,7 +229,7 @@ URL_COMMANDS = ["plan --channel", "page --channel", "bump conda-forge --channel-
 
 
 @pytest.mark.parametrize("command", URL_COMMANDS)
-@pytest.mark.parametrize("mode", ["silent", "drip10"])
+@pytest.mark.parametrize("mode", modes("silent", "drip10"))
 def test_every_url_command_stops_within_the_read_timeout(served, tmp_path, mode, command):
     """A server that accepts and never sends a byte, or sends one every 10 s (each read longer than the
     2 s read timeout): exit 4 naming the URL within the read timeout plus 10 s, never the 600 s deadline.
@@ -236,7 +245,7 @@ def test_every_url_command_stops_within_the_read_timeout(served, tmp_path, mode,
     assert took <= READ_TIMEOUT_S + READ_MARGIN_S, f"{command}: {took:.1f} s\n{result.stderr}"
 
 
-@pytest.mark.parametrize("mode", ["silent", "drip10"])
+@pytest.mark.parametrize("mode", modes("silent", "drip10"))
 def test_verify_kernel_download_stops_within_the_read_timeout(served, tmp_path, mode):
     """The channel's index answers; the kernel package's download (faforge's own client) is silent or drips."""
     base, _ = served
@@ -247,6 +256,7 @@ def test_verify_kernel_download_stops_within_the_read_timeout(served, tmp_path, 
     assert httpclient.TIMEOUT_ENV in result.stderr and took <= READ_TIMEOUT_S + READ_MARGIN_S, (took, result.stderr)
 
 
+@pytest.mark.slow  # waits out the read timeout (see WAITING)
 def test_a_silent_server_ends_a_query_at_the_read_timeout(served, monkeypatch):
     base, _ = served
     monkeypatch.setenv(httpclient.DEADLINE_ENV, "60")  # far past the read timeout, short enough that a failure ends
@@ -260,7 +270,7 @@ def test_a_silent_server_ends_a_query_at_the_read_timeout(served, monkeypatch):
     assert caught.value.exit_code == 4 and f"{base}/silent/ch" in line and httpclient.TIMEOUT_ENV in line, line
 
 
-@pytest.mark.parametrize("mode", ["drip", "probed"])
+@pytest.mark.parametrize("mode", modes("drip", "probed"))
 def test_a_drip_within_the_read_timeout_or_a_server_silent_after_the_probe_ends_at_the_deadline(served, monkeypatch, mode):
     """The bound a single-read timeout cannot give: one byte a second never makes a read wait 2 s, and
     py-rattler's client has only a whole-request timeout; the deadline ends both, naming it."""

@@ -116,6 +116,7 @@ def test_every_member_of_real_wheels_is_within_the_caps(project, wheel):
         assert not membercaps.ratio_problem(member.size, member.compressed_size), member.name
 
 
+@pytest.mark.slow  # compresses 15 MB of libraries with zstd -19 (5 s of CPU)
 def test_real_libraries_in_a_conda_payload_are_within_the_caps(tmp_path):
     """Two real shared libraries of this venv (PyYAML's and zstandard's, 2.7 and 12 MB), tarred and compressed as
     conda-build does (zstd -19): read_package's ratio rule, which counts each member's compressed bytes as

@@ -185,6 +185,7 @@ def test_page_without_channel_or_index_names_both(tmp_path):
     assert "or pass --index" in result.stderr
 
 
+@pytest.mark.slow  # starts a real headless Chromium (about 10 s)
 def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
     try:
         browser = Chromium(width=1000, height=760)

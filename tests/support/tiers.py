@@ -11,6 +11,9 @@ Slowness is marked where it comes from, as cibuildwheel makes its Docker tests o
 * in the fast tier a test whose lookup of a host name finds a real remote address (PyPI, Debian) fails the
   same way (names that do not resolve, `*.example`, stay the offline failures the tests mean);
   and FAST_TIMEOUT_S (pytest-timeout) fails whatever still runs long, naming the test.
+
+`scripts/dev test --fast` runs the tier under pytest-xdist (-n auto: a worker per core, plus one): every worker
+is a pytest session of its own, whose pytest_configure (tests/conftest.py) enters these guards.
 """
 
 from __future__ import annotations
