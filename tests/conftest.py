@@ -19,15 +19,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 def pytest_addoption(parser):
     group = parser.getgroup("faforge tiers", "the two test tiers (tests/support/tiers.py)")
-    group.addoption("--fast", action="store_true", help="run only the fast tier: no download, compile, world or "
-                    f"PyPI, each test within {tiers.FAST_TIMEOUT_S} s")
+    group.addoption(
+        "--fast",
+        action="store_true",
+        help=f"run only the fast tier: no download, compile, world or PyPI, each test within {tiers.FAST_TIMEOUT_S} s",
+    )
     group.addoption("--slow", action="store_true", help="run only what --fast leaves out")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: downloads, compiles, makes a venv or a world, or reads PyPI: left out of "
-                            "--fast, run by --slow (tests/support/tiers.py)")
+    config.addinivalue_line(
+        "markers",
+        "slow: downloads, compiles, makes a venv or a world, or reads PyPI: left out of "
+        "--fast, run by --slow (tests/support/tiers.py)",
+    )
     # pytest-xdist registers it too; here for a run with `-p no:xdist` (--strict-markers)
     config.addinivalue_line("markers", "xdist_group(name): under --dist loadgroup, these tests run on one worker")
     if config.getoption("fast") and config.getoption("slow"):
@@ -110,7 +116,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
     """The hostile-input harness's own time (tests/cli/), capped at 6 minutes of the suite. Here, not in
     tests/cli/conftest.py: pytest-xdist's controller, which prints the summary, loads only this conftest."""
     if _HARNESS_SECONDS:
-        terminalreporter.write_line(f"hostile-input harness: {len(_HARNESS_SECONDS) // 3} tests, {sum(_HARNESS_SECONDS):.1f} s")
+        terminalreporter.write_line(
+            f"hostile-input harness: {len(_HARNESS_SECONDS) // 3} tests, {sum(_HARNESS_SECONDS):.1f} s"
+        )
 
 
 def pytest_sessionfinish(session):
@@ -121,4 +129,7 @@ def pytest_sessionfinish(session):
     shared = [(name, freed) for name, freed in share_torch_venvs() if freed]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if shared and reporter:
-        reporter.write_line("test cache: " + ", ".join(f"{name} shares {freed / 2**30:.1f} GiB with the tests' venv" for name, freed in shared))
+        reporter.write_line(
+            "test cache: "
+            + ", ".join(f"{name} shares {freed / 2**30:.1f} GiB with the tests' venv" for name, freed in shared)
+        )

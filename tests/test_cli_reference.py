@@ -90,21 +90,29 @@ def test_every_table_row_has_as_many_cells_as_its_header():
         assert len(widths) == 1, rows[0]
 
 
-@pytest.mark.parametrize(("text", "markdown"), [
-    ("variants/<platform>-pypi.yaml", "variants/&lt;platform&gt;-pypi.yaml"),
-    ("aoti_torch_*, torch_* or a|b", r"aoti\_torch\_\*, torch\_\* or a\|b"),
-    ("keeps `code <spans> *as* a|b` whole", "keeps `code <spans> *as* a|b` whole"),
-    ("`faforge matrix --world\npypi`: [x]", "`faforge matrix --world\npypi`: \\[x\\]"),
-    ("- not a list", r"\- not a list"),
-    ("a lone ` stays a backtick", r"a lone \` stays a backtick"),
-])
+@pytest.mark.parametrize(
+    ("text", "markdown"),
+    [
+        ("variants/<platform>-pypi.yaml", "variants/&lt;platform&gt;-pypi.yaml"),
+        ("aoti_torch_*, torch_* or a|b", r"aoti\_torch\_\*, torch\_\* or a\|b"),
+        ("keeps `code <spans> *as* a|b` whole", "keeps `code <spans> *as* a|b` whole"),
+        ("`faforge matrix --world\npypi`: [x]", "`faforge matrix --world\npypi`: \\[x\\]"),
+        ("- not a list", r"\- not a list"),
+        ("a lone ` stays a backtick", r"a lone \` stays a backtick"),
+    ],
+)
 def test_text_outside_code_spans_is_escaped(text, markdown):
     assert inline(text) == markdown
 
 
 def run_generator(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faforge.cli_reference", *args], capture_output=True, text=True,
-                          env={"FAFORGE_ROOT": str(root), "PATH": "/usr/bin:/bin"}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge.cli_reference", *args],
+        capture_output=True,
+        text=True,
+        env={"FAFORGE_ROOT": str(root), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
 
 
 def test_the_generator_writes_the_page_and_its_check_fails_on_a_stale_one(tmp_path):

@@ -64,4 +64,3 @@ def test_the_interpreter_machine_is_read_from_its_elf_header(tmp_path):
     script.write_text("#!/bin/sh\n")  # a pyenv shim: not ELF, run as it is
     assert machine_of(script) is None and not is_foreign(None)
     assert is_foreign("aarch64" if platform.machine() != "aarch64" else "x86_64")
-

@@ -20,21 +20,46 @@ PACKAGE = Path(__file__).resolve().parents[1] / "scripts" / "faforge"
 
 # Top to bottom. A new package or module of scripts/faforge goes into the row it belongs to.
 LAYERS = (
-    ("__main__",),                       # `python -m faforge`
-    ("cli",),                            # the console entry and its parser
-    ("commands",),                       # one module per subcommand: parse, call the layers below, print
-    ("buildcost",),                      # build-cost estimates; FA3's piece jobs use the release pipeline's job splitter
-    ("release", "doctor"),               # the release pipeline, the installed-env diagnosis
-    ("pipindex",),                       # the pip wheel index (PEP 503/691 pages, publish, read, validate); reads wheels with pipwheel.facts
-    ("channel", "gpu", "matrix", "emulator", "pipwheel"),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter, wheels for pip
-    ("fa3_backend",),                    # FlashAttention-3's build (hopper/'s TUs, flags, ninja), on the shared backend
-    ("kernels", "backend"),              # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend
-    ("abi",),                            # ELF reading and the ABI gate
+    ("__main__",),  # `python -m faforge`
+    ("cli",),  # the console entry and its parser
+    ("commands",),  # one module per subcommand: parse, call the layers below, print
+    ("buildcost",),  # build-cost estimates; FA3's piece jobs use the release pipeline's job splitter
+    ("release", "doctor"),  # the release pipeline, the installed-env diagnosis
+    ("pipindex",),  # the pip wheel index (PEP 503/691 pages, publish, read, validate); reads wheels with pipwheel.facts
+    (
+        "channel",
+        "gpu",
+        "matrix",
+        "emulator",
+        "pipwheel",
+    ),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter, wheels for pip
+    ("fa3_backend",),  # FlashAttention-3's build (hopper/'s TUs, flags, ninja), on the shared backend
+    ("kernels", "backend"),  # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend
+    ("abi",),  # ELF reading and the ABI gate
 )
 BASE = (  # one-file helpers every layer may use
-    "__init__", "atomic", "cli_reference", "config", "datafile", "errors", "family", "httpclient", "httpwatch",
-    "interrupts", "membercaps", "options", "packagefile", "paths", "progress", "sandbox", "streams", "table", "untrusted",
-    "versions", "wheelfetch", "wheelnames",
+    "__init__",
+    "atomic",
+    "cli_reference",
+    "config",
+    "datafile",
+    "errors",
+    "family",
+    "httpclient",
+    "httpwatch",
+    "interrupts",
+    "membercaps",
+    "options",
+    "packagefile",
+    "paths",
+    "progress",
+    "sandbox",
+    "streams",
+    "table",
+    "untrusted",
+    "versions",
+    "wheelfetch",
+    "wheelnames",
 )
 ROW = {unit: row for row, units in enumerate(LAYERS) for unit in units} | {unit: len(LAYERS) for unit in BASE}
 
@@ -55,8 +80,13 @@ def unit_of(module: str, units: set[str]) -> str:
 
 
 def _is_main_block(node: ast.stmt) -> bool:
-    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
-            and node.test.left.id == "__name__" and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in node.test.comparators))
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in node.test.comparators)
+    )
 
 
 def _statements(body: list[ast.stmt]):
@@ -98,14 +128,18 @@ def violations(modules: dict[str, str], packages: set[str] = frozenset()) -> lis
             if other == unit or (ROW[other] == ROW[unit] == len(LAYERS)) or ROW[other] > ROW[unit]:
                 continue
             where = "beside" if ROW[other] == ROW[unit] else "above"
-            found.append(f"{module}:{line} imports {target}: {other!r} is {where} {unit!r} in tests/test_layers.py LAYERS; "
-                         f"move what both need down a layer, or have the upper layer call it")
+            found.append(
+                f"{module}:{line} imports {target}: {other!r} is {where} {unit!r} in tests/test_layers.py LAYERS; "
+                f"move what both need down a layer, or have the upper layer call it"
+            )
     return found
 
 
 def test_every_unit_of_the_package_has_one_row():
     units = {name.split(".")[1] if "." in name else "__init__" for name in source_modules()}
-    assert sorted(units - set(ROW)) == [], "add these to LAYERS or BASE in tests/test_layers.py, in the row they belong to"
+    assert sorted(units - set(ROW)) == [], (
+        "add these to LAYERS or BASE in tests/test_layers.py, in the row they belong to"
+    )
     assert sorted(set(ROW) - units) == [], "these are in LAYERS but no longer in scripts/faforge"
     assert len(ROW) == sum(map(len, LAYERS)) + len(BASE), "a unit is in two rows"
 
@@ -115,15 +149,22 @@ def test_no_module_imports_a_higher_layer():
     assert violations(source_modules(), packages) == []
 
 
-@pytest.mark.parametrize(("module", "source", "target"), [
-    ("faforge.kernels.tus", "from faforge.buildcost import samples\n", "faforge.buildcost.samples"),
-    ("faforge.abi.elf", "import faforge.matrix.cells\n", "faforge.matrix.cells"),
-    ("faforge.buildcost.bench", "def main():\n    from faforge.cli import main\n", "faforge.cli.main"),
-    ("faforge.channel.index", "from faforge.release.package import sha256_of\n", "faforge.release.package.sha256_of"),
-    ("faforge.release.build", "from faforge.doctor import facts\n", "faforge.doctor.facts"),
-    ("faforge.kernels.torchfree", "from ..gpu import gate\n", "faforge.gpu.gate"),
-    ("faforge.errors", "from faforge import abi\n", "faforge.abi"),
-])
+@pytest.mark.parametrize(
+    ("module", "source", "target"),
+    [
+        ("faforge.kernels.tus", "from faforge.buildcost import samples\n", "faforge.buildcost.samples"),
+        ("faforge.abi.elf", "import faforge.matrix.cells\n", "faforge.matrix.cells"),
+        ("faforge.buildcost.bench", "def main():\n    from faforge.cli import main\n", "faforge.cli.main"),
+        (
+            "faforge.channel.index",
+            "from faforge.release.package import sha256_of\n",
+            "faforge.release.package.sha256_of",
+        ),
+        ("faforge.release.build", "from faforge.doctor import facts\n", "faforge.doctor.facts"),
+        ("faforge.kernels.torchfree", "from ..gpu import gate\n", "faforge.gpu.gate"),
+        ("faforge.errors", "from faforge import abi\n", "faforge.abi"),
+    ],
+)
 def test_a_new_upward_or_sideways_import_is_reported(module, source, target):
     found = violations({module: source})
     assert len(found) == 1 and found[0].startswith(f"{module}:") and f" imports {target}: " in found[0], found
@@ -133,7 +174,7 @@ def test_downward_imports_and_script_entries_pass():
     modules = {
         "faforge.commands.build": "from faforge.release.build import build_cell\nfrom faforge import errors, paths\n",
         "faforge.buildcost.bench": "from faforge.kernels import tus\nif __name__ == '__main__':\n"
-                                   "    from faforge.cli import main\n",
+        "    from faforge.cli import main\n",
         "faforge.kernels": "from . import tus\nfrom faforge.abi.elf import read_elf\n",
         "faforge.paths": "from faforge.untrusted import load_json\nfrom faforge import __version__\n",
     }

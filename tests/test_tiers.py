@@ -13,8 +13,10 @@ import pytest
 from tests.conftest import REPO
 from tests.support.tiers import FAST_TIMEOUT_S
 
-CONFTEST = "from tests.conftest import pytest_addoption, pytest_collection_modifyitems, pytest_configure, pytest_unconfigure\n"
-TESTS = '''
+CONFTEST = (
+    "from tests.conftest import pytest_addoption, pytest_collection_modifyitems, pytest_configure, pytest_unconfigure\n"
+)
+TESTS = """
 import socket
 import time
 
@@ -60,15 +62,21 @@ def test_reaches_pypi():
 
 def test_runs_past_the_timeout():
     time.sleep(30)
-'''
+"""
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_sample.py").write_text(TESTS)
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--rootdir", str(tmp_path), *args],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--rootdir", str(tmp_path), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_fast_deselects_slow_fixtures_and_marks_and_fails_what_slips_in(tmp_path):
@@ -76,10 +84,16 @@ def test_fast_deselects_slow_fixtures_and_marks_and_fails_what_slips_in(tmp_path
     out = result.stdout
     assert "2 deselected" in out, out
     assert "PASSED test_sample.py::test_fast" in out
-    assert "FAILED test_sample.py::test_reaches_slow_work - Failed: fast tier: this test reached a torch venv (here)" in out
+    assert (
+        "FAILED test_sample.py::test_reaches_slow_work - Failed: fast tier: this test reached a torch venv (here)"
+        in out
+    )
     assert "FAILED test_sample.py::test_runs_past_the_timeout - Failed: Timeout" in out
-    assert ("FAILED test_sample.py::test_reaches_pypi - Failed: fast tier: this test reached the network ('pypi.org')" in out
-            or "SKIPPED" in out), out
+    assert (
+        "FAILED test_sample.py::test_reaches_pypi - Failed: fast tier: this test reached the network ('pypi.org')"
+        in out
+        or "SKIPPED" in out
+    ), out
 
 
 def test_fast_sets_the_documented_timeout(tmp_path):
@@ -103,6 +117,11 @@ def test_the_two_tiers_are_exclusive(tmp_path):
 @pytest.mark.parametrize("path", ["tests/doctor/test_broken_torch.py", "tests/abi/test_elf.py"])
 def test_this_suites_slow_fixtures_leave_the_fast_tier(path):
     """The broken-torch doctor tests read PyPI's METADATA; the ELF tests compile with g++ (both through fixtures)."""
-    fast = subprocess.run([sys.executable, "-m", "pytest", "--fast", "--collect-only", "-q", "-p", "no:cacheprovider", path],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    fast = subprocess.run(
+        [sys.executable, "-m", "pytest", "--fast", "--collect-only", "-q", "-p", "no:cacheprovider", path],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "deselected" in fast.stdout.splitlines()[-1], fast.stdout

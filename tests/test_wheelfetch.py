@@ -33,7 +33,7 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
         if match and self.honour_ranges:
             start, end = int(match[1]), min(int(match[2]), len(data) - 1)
             self.send_response(206)
-            data = data[start:end + 1]
+            data = data[start : end + 1]
         else:
             self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
@@ -57,8 +57,11 @@ def server(tmp_path):
 
 def make_wheel(path: Path, *, zip64: bool) -> dict[str, bytes]:
     """A zip with deflated and stored members; with zip64, more than 65535 entries force the zip64 end records."""
-    members = {"torch/lib/libc10.so": bytes(range(256)) * 300, "torch/__init__.py": b"__version__ = '9.9'\n",
-               "torch-9.9.dist-info/RECORD": b""}
+    members = {
+        "torch/lib/libc10.so": bytes(range(256)) * 300,
+        "torch/__init__.py": b"__version__ = '9.9'\n",
+        "torch-9.9.dist-info/RECORD": b"",
+    }
     with zipfile.ZipFile(path, "w") as zf:
         for i, (name, data) in enumerate(members.items()):
             info = zipfile.ZipInfo(name)
@@ -110,9 +113,15 @@ def test_errors_name_the_url_and_the_cause(server, tmp_path):
 
 
 def test_pick_wheel_matches_version_python_and_platform():
-    files = [RemoteFile(n, "u", None, None) for n in (
-        "torch-2.7.1-cp311-cp311-manylinux_2_28_x86_64.whl", "torch-2.7.1-cp311-cp311-manylinux_2_28_aarch64.whl",
-        "torch-2.7.10-cp311-cp311-manylinux_2_28_x86_64.whl", "torch-2.7.1-cp312-cp312-manylinux_2_28_x86_64.whl")]
+    files = [
+        RemoteFile(n, "u", None, None)
+        for n in (
+            "torch-2.7.1-cp311-cp311-manylinux_2_28_x86_64.whl",
+            "torch-2.7.1-cp311-cp311-manylinux_2_28_aarch64.whl",
+            "torch-2.7.10-cp311-cp311-manylinux_2_28_x86_64.whl",
+            "torch-2.7.1-cp312-cp312-manylinux_2_28_x86_64.whl",
+        )
+    ]
     assert pick_wheel(files, "2.7.1", "cp311", r"manylinux_2_28_x86_64").filename == files[0].filename
     with pytest.raises(FetchError, match=re.escape("no wheel for version 2.7.2")):
         pick_wheel(files, "2.7.2", "cp311", r"manylinux_2_28_x86_64")

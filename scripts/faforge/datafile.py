@@ -8,10 +8,9 @@ from typing import Any
 
 import yaml
 
-try:  # libyaml's parser: every command reads several variants files, 10x faster than the pure-Python parser
-    from yaml import CSafeLoader as SafeLoader
-except ImportError:  # a PyYAML built without libyaml reads the same data, slower
-    from yaml import SafeLoader
+# libyaml's parser: every command reads several variants files, 10x faster than the pure-Python parser; a PyYAML
+# built without libyaml has no CSafeLoader and reads the same data, slower.
+SafeLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 from faforge.errors import DataError
 from faforge.paths import read_user_file

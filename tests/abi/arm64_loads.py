@@ -36,8 +36,12 @@ def arm64_sites(torches: Iterable[str]) -> dict[str, Path]:
 
 def emulated(arm64: Arm64Python, script: str, args: Iterable[str], torch: str, timeout: int = 900) -> dict:
     """Run `script` in the emulated Python; its last stdout line as JSON, whose "torch" must be release `torch`."""
-    result = subprocess.run([str(arm64.qemu), "-L", str(arm64.sysroot), str(arm64.python), "-c", script, *map(str, args)],
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [str(arm64.qemu), "-L", str(arm64.sysroot), str(arm64.python), "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer["torch"].split("+")[0] == torch

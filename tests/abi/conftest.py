@@ -39,16 +39,20 @@ def gxx() -> fx.Toolchain:
 def stand_ins(tmp_path_factory, gxx) -> dict[tuple[str, int], Path]:
     """(signature, abi) -> a torch/lib stand-in folder holding libc10.so and libc10_cuda.so."""
     root = tmp_path_factory.mktemp("torch-stand-ins")
-    return {(sig, abi): fx.build_library(gxx, root / f"{sig}-abi{abi}", sig, abi).parent
-            for sig in fx.SIGNATURES for abi in fx.ABIS}
+    return {
+        (sig, abi): fx.build_library(gxx, root / f"{sig}-abi{abi}", sig, abi).parent
+        for sig in fx.SIGNATURES
+        for abi in fx.ABIS
+    }
 
 
 @pytest.fixture(scope="session")
 def extensions(tmp_path_factory, gxx, stand_ins) -> dict[tuple[str, int], Path]:
     """(signature, abi) -> an extension built against the matching stand-in."""
     root = tmp_path_factory.mktemp("extensions")
-    return {key: fx.build_extension(gxx, root / f"ext_{key[0]}_abi{key[1]}.so", *key, stand_ins[key])
-            for key in stand_ins}
+    return {
+        key: fx.build_extension(gxx, root / f"ext_{key[0]}_abi{key[1]}.so", *key, stand_ins[key]) for key in stand_ins
+    }
 
 
 def dlopen(path: Path, library_dir: Path) -> tuple[bool, str]:

@@ -79,8 +79,12 @@ def compile_shared(tool: Toolchain, source: str, out: Path, *, defines: dict[str
         text = text.replace(key, value)
     src = out.with_suffix(".cpp")
     src.write_text(text)
-    subprocess.run([tool.cxx, "-shared", "-fPIC", "-O1", "-o", str(out), str(src), *flags], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [tool.cxx, "-shared", "-fPIC", "-O1", "-o", str(out), str(src), *flags],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out
 
 
@@ -88,16 +92,32 @@ def build_library(tool: Toolchain, folder: Path, signature: str, abi: int) -> Pa
     """A torch/lib stand-in: libc10.so and libc10_cuda.so for one SetDevice signature and ABI."""
     params, _, _ = SIGNATURES[signature]
     compile_shared(tool, C10_SOURCE, folder / "libc10.so", defines={}, flags=["-Wl,-soname,libc10.so"])
-    return compile_shared(tool, LIBRARY_SOURCE, folder / "libc10_cuda.so", defines={"PARAMS": params},
-                          flags=[f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-Wl,-soname,libc10_cuda.so"])
+    return compile_shared(
+        tool,
+        LIBRARY_SOURCE,
+        folder / "libc10_cuda.so",
+        defines={"PARAMS": params},
+        flags=[f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-Wl,-soname,libc10_cuda.so"],
+    )
 
 
-def build_extension(tool: Toolchain, out: Path, signature: str, abi: int, library_dir: Path, *,
-                    extra_decl: str = "", extra_call: str = "", extra_libs: list[str] = ()) -> Path:
+def build_extension(
+    tool: Toolchain,
+    out: Path,
+    signature: str,
+    abi: int,
+    library_dir: Path,
+    *,
+    extra_decl: str = "",
+    extra_call: str = "",
+    extra_libs: list[str] = (),
+) -> Path:
     """An extension calling SetDevice(signature) and device_name(std::string), linked like flash-attn."""
     params, args, _ = SIGNATURES[signature]
     return compile_shared(
-        tool, EXTENSION_SOURCE, out,
+        tool,
+        EXTENSION_SOURCE,
+        out,
         defines={"PARAMS": params, "ARGS": args, "EXTRA_DECL": extra_decl, "EXTRA_CALL": extra_call},
         flags=[f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-L{library_dir}", "-lc10_cuda", *extra_libs],
     )

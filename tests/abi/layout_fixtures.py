@@ -60,14 +60,22 @@ extern "C" int register_ops(torch::Library& lib) {
 }
 """
 
-EXTENSIONS = {"old": [], "new": ["-DNEW"], "marked": ["-DMARKED"], "hidden": ["-fvisibility=hidden"], "plain": ["-DPLAIN"]}
+EXTENSIONS = {
+    "old": [],
+    "new": ["-DNEW"],
+    "marked": ["-DMARKED"],
+    "hidden": ["-fvisibility=hidden"],
+    "plain": ["-DPLAIN"],
+}
 
 
 def _compile(cxx: str, source: str, out: Path, flags: list[str], *links: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     src = out.with_suffix(".cpp")
     src.write_text(source)
-    subprocess.run([cxx, "-shared", "-fPIC", "-O0", *flags, str(src), "-o", str(out), *links], check=True, capture_output=True)
+    subprocess.run(
+        [cxx, "-shared", "-fPIC", "-O0", *flags, str(src), "-o", str(out), *links], check=True, capture_output=True
+    )
     return out
 
 
@@ -80,8 +88,14 @@ def build(cxx: str, folder: Path) -> dict[str, Path]:
         found[f"torch_{side}"] = lib
     for name, flags in EXTENSIONS.items():
         # Linked against the "before" torch by name only (DT_NEEDED libtorch_cpu.so), as against any torch.
-        found[name] = _compile(cxx, EXTENSION_SOURCE, folder / "ext" / f"layout_{name}.so", flags,
-                               f"-L{found['torch_after']}", "-ltorch_cpu")
+        found[name] = _compile(
+            cxx,
+            EXTENSION_SOURCE,
+            folder / "ext" / f"layout_{name}.so",
+            flags,
+            f"-L{found['torch_after']}",
+            "-ltorch_cpu",
+        )
     return found
 
 

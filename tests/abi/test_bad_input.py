@@ -18,8 +18,16 @@ from faforge.abi.elf_file import ElfFile
 from tests.abi.conftest import run_faforge
 
 FUZZ_EXAMPLES = 300
-FUZZED_SECTIONS = (".dynamic", ".dynsym", ".dynstr", ".gnu.hash", ".gnu.version", ".gnu.version_r", ".gnu.version_d",
-                   ".shstrtab")
+FUZZED_SECTIONS = (
+    ".dynamic",
+    ".dynsym",
+    ".dynstr",
+    ".gnu.hash",
+    ".gnu.version",
+    ".gnu.version_r",
+    ".gnu.version_d",
+    ".shstrtab",
+)
 PER_INPUT_SECONDS = 20  # far above the ~0.05 s a fixture takes; only a hang can reach it
 
 
@@ -38,7 +46,9 @@ def good(extensions, stand_ins) -> tuple[Path, Path]:
 
 
 def test_missing_file(good, tmp_path):
-    assert_one_line_error(run_faforge("check-abi", tmp_path / "nope.so", "--against", good[1]), "nope.so", "does not exist")
+    assert_one_line_error(
+        run_faforge("check-abi", tmp_path / "nope.so", "--against", good[1]), "nope.so", "does not exist"
+    )
 
 
 def test_text_file(good, tmp_path):
@@ -95,17 +105,28 @@ def test_fuzz_mutated_elf_never_crashes(good, capsys):
     original = ext.read_bytes()
     targets = regions(ext)
     exits: Counter[int] = Counter()
-    mutation = st.tuples(st.sampled_from(targets), st.floats(0, 1, exclude_max=True),
-                         st.sampled_from([1, 2, 4, 8]), st.integers(0, 2**64 - 1))
+    mutation = st.tuples(
+        st.sampled_from(targets),
+        st.floats(0, 1, exclude_max=True),
+        st.sampled_from([1, 2, 4, 8]),
+        st.integers(0, 2**64 - 1),
+    )
 
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(mutations=st.lists(mutation, min_size=1, max_size=6), truncate=st.one_of(st.none(), st.integers(0, len(original))))
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(
+        mutations=st.lists(mutation, min_size=1, max_size=6),
+        truncate=st.one_of(st.none(), st.integers(0, len(original))),
+    )
     def run(mutations, truncate):
         data = bytearray(original)
         for (start, size), where, width, value in mutations:
             at = start + int(where * max(size - width, 1))
-            data[at:at + width] = value.to_bytes(8, "little")[:width]
+            data[at : at + width] = value.to_bytes(8, "little")[:width]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "mutant.so"
             path.write_bytes(bytes(data[:truncate] if truncate is not None else data))

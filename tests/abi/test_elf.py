@@ -17,7 +17,9 @@ from faforge.abi.library import Library
 from tests.abi import elf_fixtures as fx
 
 READELF = shutil.which("readelf")
-needs_readelf = pytest.mark.skipif(READELF is None, reason="binutils' readelf is not installed (the cross-check needs it)")
+needs_readelf = pytest.mark.skipif(
+    READELF is None, reason="binutils' readelf is not installed (the cross-check needs it)"
+)
 
 
 def system_library(name: str) -> Path:
@@ -52,19 +54,28 @@ def readelf_dynamic(path: Path) -> dict[str, list[str]]:
 def linked(gxx, tmp_path_factory) -> Path:
     """A library with a SONAME, a RUNPATH with $ORIGIN and versioned imports."""
     folder = tmp_path_factory.mktemp("linked")
-    return fx.compile_shared(gxx, fx.LIBRARY_SOURCE + "#include <cstdlib>\nint home() { return getenv(\"HOME\") != 0; }\n",
-                             folder / "liblinked.so", defines={"PARAMS": "int"},
-                             flags=["-Wl,-soname,liblinked.so.1", "-Wl,-rpath,$ORIGIN/../lib:/opt/x", "-Wl,--enable-new-dtags"])
+    return fx.compile_shared(
+        gxx,
+        fx.LIBRARY_SOURCE + '#include <cstdlib>\nint home() { return getenv("HOME") != 0; }\n',
+        folder / "liblinked.so",
+        defines={"PARAMS": "int"},
+        flags=["-Wl,-soname,liblinked.so.1", "-Wl,-rpath,$ORIGIN/../lib:/opt/x", "-Wl,--enable-new-dtags"],
+    )
 
 
 @needs_readelf
 @pytest.mark.parametrize("which", ["fixture", "libstdc++", "libc"])
 def test_symbols_match_readelf(which, linked):
-    path = {"fixture": lambda: linked, "libstdc++": lambda: system_library("libstdc++.so.6"),
-            "libc": lambda: system_library("libc.so.6")}[which]()
+    path = {
+        "fixture": lambda: linked,
+        "libstdc++": lambda: system_library("libstdc++.so.6"),
+        "libc": lambda: system_library("libc.so.6"),
+    }[which]()
     # readelf prints a version's own marker symbol (CXXABI_1.3.5@@CXXABI_1.3.5) without the suffix
-    ours = {(s.name, None if s.version == s.name else s.version, s.defined)
-            for s in read_dynamic_symbols(path).all_symbols()}
+    ours = {
+        (s.name, None if s.version == s.name else s.version, s.defined)
+        for s in read_dynamic_symbols(path).all_symbols()
+    }
     assert ours == readelf_symbols(path)
 
 
@@ -106,10 +117,15 @@ def test_aarch64_header(tmp_path):
     assert (info.machine, info.elf_class, info.little_endian, info.soname) == ("aarch64", 64, True, "libc10_cuda.so")
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"", "empty file"), (b"\x7fELF\x02", "truncated ELF"), (b"MZ\x90\x00" * 20, "not an ELF file"),
-    (b"\x7fELF\x03\x01" + b"\0" * 58, "malformed ELF header"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"\x7fELF\x02", "truncated ELF"),
+        (b"MZ\x90\x00" * 20, "not an ELF file"),
+        (b"\x7fELF\x03\x01" + b"\0" * 58, "malformed ELF header"),
+    ],
+)
 def test_bad_files_raise_elf_error(tmp_path, content, message):
     path = tmp_path / "bad.so"
     path.write_bytes(content)
@@ -120,8 +136,11 @@ def test_bad_files_raise_elf_error(tmp_path, content, message):
 
 @pytest.mark.parametrize("which", ["fixture", "libstdc++", "libc"])
 def test_gnu_hash_lookups_agree_with_the_full_table(which, linked):
-    path = {"fixture": lambda: linked, "libstdc++": lambda: system_library("libstdc++.so.6"),
-            "libc": lambda: system_library("libc.so.6")}[which]()
+    path = {
+        "fixture": lambda: linked,
+        "libstdc++": lambda: system_library("libstdc++.so.6"),
+        "libc": lambda: system_library("libc.so.6"),
+    }[which]()
     symbols = read_dynamic_symbols(path)
     with ElfFile(path) as elf:
         hashed = hashed_exports(elf)
@@ -134,8 +153,9 @@ def test_gnu_hash_lookups_agree_with_the_full_table(which, linked):
 
 
 def test_a_library_without_gnu_hash_falls_back_to_the_full_table(gxx, tmp_path):
-    lib = fx.compile_shared(gxx, fx.LIBRARY_SOURCE, tmp_path / "libsysv.so", defines={"PARAMS": "int"},
-                            flags=["-Wl,--hash-style=sysv"])
+    lib = fx.compile_shared(
+        gxx, fx.LIBRARY_SOURCE, tmp_path / "libsysv.so", defines={"PARAMS": "int"}, flags=["-Wl,--hash-style=sysv"]
+    )
     with ElfFile(lib) as elf:
         assert hashed_exports(elf) is None
     library = Library("libsysv.so", lib, read_info(lib), "test")

@@ -20,13 +20,43 @@ extern "C" void launch(float* x) { add<<<1, 32>>>(x, 1.0f); }
 """
 # name -> (nvcc flags, expected SASS, expected PTX)
 BUILDS = {
-    "ampere-hopper": (["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
-                       "-gencode", "arch=compute_90,code=compute_90"], ("sm_80", "sm_90a"), ("compute_90",)),
-    "blackwell-variants": (["-gencode", "arch=compute_100f,code=sm_100f", "-gencode", "arch=compute_100a,code=sm_100a",
-                            "-gencode", "arch=compute_120,code=sm_120", "-gencode", "arch=compute_120a,code=compute_120a"],
-                           ("sm_100a", "sm_100f", "sm_120"), ("compute_120a",)),
-    "compressed": (["-Xfatbin=-compress-all", "-gencode", "arch=compute_80,code=[sm_80,compute_80]",
-                    "-gencode", "arch=compute_86,code=sm_86"], ("sm_80", "sm_86"), ("compute_80",)),
+    "ampere-hopper": (
+        [
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90a,code=sm_90a",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+        ],
+        ("sm_80", "sm_90a"),
+        ("compute_90",),
+    ),
+    "blackwell-variants": (
+        [
+            "-gencode",
+            "arch=compute_100f,code=sm_100f",
+            "-gencode",
+            "arch=compute_100a,code=sm_100a",
+            "-gencode",
+            "arch=compute_120,code=sm_120",
+            "-gencode",
+            "arch=compute_120a,code=compute_120a",
+        ],
+        ("sm_100a", "sm_100f", "sm_120"),
+        ("compute_120a",),
+    ),
+    "compressed": (
+        [
+            "-Xfatbin=-compress-all",
+            "-gencode",
+            "arch=compute_80,code=[sm_80,compute_80]",
+            "-gencode",
+            "arch=compute_86,code=sm_86",
+        ],
+        ("sm_80", "sm_86"),
+        ("compute_80",),
+    ),
 }
 
 
@@ -51,8 +81,12 @@ def fatbins(tmp_path_factory) -> dict[str, Path]:
     built = {}
     for name, (flags, _, _) in BUILDS.items():
         out = folder / f"{name}.so"
-        subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-o", str(out), str(folder / "k.cu"), *flags],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [NVCC, "-shared", "-Xcompiler", "-fPIC", "-o", str(out), str(folder / "k.cu"), *flags],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         built[name] = out
     return built
 

@@ -44,13 +44,30 @@ def foreign(tmp_path):
         pytest.skip("needs aarch64-linux-gnu-g++ and its sysroot (Debian g++-aarch64-linux-gnu)")
     lib = tmp_path / "torch/lib"
     fx.compile_shared(tool, TORCH_SOURCE, lib / "libc10.so", defines={}, flags=["-Wl,-soname,libc10.so"])
-    ext = fx.compile_shared(tool, EXTENSION_SOURCE, tmp_path / "fixture_ext.so", defines={}, flags=[f"-L{lib}", "-lc10"])
+    ext = fx.compile_shared(
+        tool, EXTENSION_SOURCE, tmp_path / "fixture_ext.so", defines={}, flags=[f"-L{lib}", "-lc10"]
+    )
     return ext, lib
 
 
 def check_abi(ext: Path, lib: Path, *extra: str) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "faforge", "check-abi", str(ext), "--against", str(lib),
-                           "--platform", "linux-aarch64", "--json", *extra], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "check-abi",
+            str(ext),
+            "--against",
+            str(lib),
+            "--platform",
+            "linux-aarch64",
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
     return done.returncode, json.loads(done.stdout)
 
 

@@ -51,21 +51,46 @@ class Family:
     built_for: str  # the torch its METADATA requires (==)
 
 
-FAMILIES = {f.name: f for f in (
-    Family("torchaudio 2.5.1", "torchaudio", "torchaudio-2.5.1-cp311-cp311-manylinux2014_aarch64.whl",
-           "4ba24769a72bd686903feaf1040c895d710af2ffbcd25ee7a9794ee285561b26",
-           "torchaudio/lib/_torchaudio.so", "torchaudio/lib/libtorchaudio.so", "2.5.1"),
-    Family("torchaudio 2.8.0", "torchaudio", "torchaudio-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl",
-           "4573c6042950c20278e3608a9a38050ba0bc72e0049e1bbfd249caf859a8029b",
-           "torchaudio/lib/_torchaudio.so", "torchaudio/lib/libtorchaudio.so", "2.8.0"),
-    Family("torchtext 0.15.2", "torchtext", "torchtext-0.15.2-cp311-cp311-manylinux2014_aarch64.whl",
-           "f44fa2bdeaba751eca9ff77c28b374234b5281c7b1d40cea38f67a871e64bfb9",
-           "torchtext/_torchtext.so", "torchtext/lib/libtorchtext.so", "2.0.1"),
-)}
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family(
+            "torchaudio 2.5.1",
+            "torchaudio",
+            "torchaudio-2.5.1-cp311-cp311-manylinux2014_aarch64.whl",
+            "4ba24769a72bd686903feaf1040c895d710af2ffbcd25ee7a9794ee285561b26",
+            "torchaudio/lib/_torchaudio.so",
+            "torchaudio/lib/libtorchaudio.so",
+            "2.5.1",
+        ),
+        Family(
+            "torchaudio 2.8.0",
+            "torchaudio",
+            "torchaudio-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+            "4573c6042950c20278e3608a9a38050ba0bc72e0049e1bbfd249caf859a8029b",
+            "torchaudio/lib/_torchaudio.so",
+            "torchaudio/lib/libtorchaudio.so",
+            "2.8.0",
+        ),
+        Family(
+            "torchtext 0.15.2",
+            "torchtext",
+            "torchtext-0.15.2-cp311-cp311-manylinux2014_aarch64.whl",
+            "f44fa2bdeaba751eca9ff77c28b374234b5281c7b1d40cea38f67a871e64bfb9",
+            "torchtext/_torchtext.so",
+            "torchtext/lib/libtorchtext.so",
+            "2.0.1",
+        ),
+    )
+}
 # (family, torch): its own torch, an older one, and for two a newer helper on an older torch.
 PAIRINGS = [
-    ("torchaudio 2.5.1", "2.5.1"), ("torchaudio 2.5.1", "2.4.1"), ("torchaudio 2.8.0", "2.5.1"),
-    ("torchtext 0.15.2", "2.0.1"), ("torchtext 0.15.2", "2.0.0"), ("torchtext 0.15.2", "2.5.1"),
+    ("torchaudio 2.5.1", "2.5.1"),
+    ("torchaudio 2.5.1", "2.4.1"),
+    ("torchaudio 2.8.0", "2.5.1"),
+    ("torchtext 0.15.2", "2.0.1"),
+    ("torchtext 0.15.2", "2.0.0"),
+    ("torchtext 0.15.2", "2.5.1"),
 ]
 # Run in the emulated Python: import torch from SITE, then open MODULE alone, HELPER, and MODULE again.
 LOAD_AS_THE_PACKAGE_DOES = """
@@ -103,10 +128,13 @@ def wheels() -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def real_loads(arm64, sites, wheels) -> dict[tuple[str, str], RealLoad]:
     """The real loader's verdict for every pairing, two emulated processes at a time."""
+
     def load(pairing):
         family, torch = FAMILIES[pairing[0]], pairing[1]
         folder = wheels[family.name]
-        answer = emulated(arm64, LOAD_AS_THE_PACKAGE_DOES, [sites[torch], folder / family.module, folder / family.helper], torch, 600)
+        answer = emulated(
+            arm64, LOAD_AS_THE_PACKAGE_DOES, [sites[torch], folder / family.module, folder / family.helper], torch, 600
+        )
         return RealLoad(tuple(answer["bare"]), tuple(answer["helper"]), tuple(answer["module"]))
 
     return two_at_a_time(load, PAIRINGS)
@@ -117,13 +145,17 @@ def test_the_verdict_is_the_real_loaders_in_the_order_the_package_loads(pairing,
     family = FAMILIES[pairing[0]]
     real = real_loads[pairing]
     module, helper = wheels[family.name] / family.module, wheels[family.name] / family.helper
-    assert not real.bare[0] and "cannot open shared object file" in real.bare[1], real.bare  # the bare loader finds no helper
+    assert not real.bare[0] and "cannot open shared object file" in real.bare[1], (
+        real.bare
+    )  # the bare loader finds no helper
 
     verdict = gate(module, sites[pairing[1]], arm64)
     (checked,) = verdict.modules
-    print(f"{family.name} vs torch {pairing[1]}: "
-          f"loader {'loads' if real.ok else 'fails: ' + (real.helper[1] or real.module[1])[-90:]}; "
-          f"gate {verdict.verdict} ({len(checked.problems)} problems)")
+    print(
+        f"{family.name} vs torch {pairing[1]}: "
+        f"loader {'loads' if real.ok else 'fails: ' + (real.helper[1] or real.module[1])[-90:]}; "
+        f"gate {verdict.verdict} ({len(checked.problems)} problems)"
+    )
     assert verdict.ok == real.ok, (real, [(p.kind, p.demangled, p.imported_by) for p in checked.problems])
     taken = [lib for lib in checked.libraries if lib.beside_module]
     assert [(lib.name, lib.path) for lib in taken] == [(helper.name, str(helper))]

@@ -20,11 +20,16 @@ from tests.abi.conftest import run_faforge, validate
 
 # (extension, torch side) -> the verdict: a plain OK only where binary and torch are shown to be on one side.
 EXPECTED = {
-    ("old", "before"): OK, ("old", "after"): PROBLEMS,
-    ("new", "before"): PROBLEMS, ("new", "after"): OK,
-    ("marked", "before"): CANNOT_TELL, ("marked", "after"): CANNOT_TELL,
-    ("hidden", "before"): CANNOT_TELL, ("hidden", "after"): CANNOT_TELL,
-    ("plain", "before"): OK, ("plain", "after"): OK,
+    ("old", "before"): OK,
+    ("old", "after"): PROBLEMS,
+    ("new", "before"): PROBLEMS,
+    ("new", "after"): OK,
+    ("marked", "before"): CANNOT_TELL,
+    ("marked", "after"): CANNOT_TELL,
+    ("hidden", "before"): CANNOT_TELL,
+    ("hidden", "after"): CANNOT_TELL,
+    ("plain", "before"): OK,
+    ("plain", "after"): OK,
 }
 DATING = dating(default_table())  # what check-abi and doctor pass: the torch range the imports date a binary to
 
@@ -42,18 +47,21 @@ def test_the_table_loads_and_is_in_its_canonical_form():
     assert "_ZNR5torch7Library5_implEPKcONS_11CppFunctionENS_17_RegisterOrVerifyE" in cpp.uses
 
 
-@pytest.mark.parametrize("change, key", [
-    (lambda t: t.update(schema=2), "schema"),
-    (lambda t: t.update(breaks=[]), "breaks"),
-    (lambda t: t.update(about="one string"), "about"),
-    (lambda t: t["breaks"][0].pop("sources"), "breaks[0]"),
-    (lambda t: t["breaks"][0].update(extra=1), "breaks[0]"),
-    (lambda t: t["breaks"][0].update(boundary="2.9"), "breaks[0].boundary"),
-    (lambda t: t["breaks"][0].update(verdict=""), "breaks[0].verdict"),
-    (lambda t: t["breaks"][0].update(uses=["torch::Library::_impl"]), "breaks[0].uses"),
-    (lambda t: t["breaks"][0].update(built_from=[]), "breaks[0].built_from"),
-    (lambda t: t["breaks"][0].update(sources=[None]), "breaks[0].sources"),
-])
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        (lambda t: t.update(schema=2), "schema"),
+        (lambda t: t.update(breaks=[]), "breaks"),
+        (lambda t: t.update(about="one string"), "about"),
+        (lambda t: t["breaks"][0].pop("sources"), "breaks[0]"),
+        (lambda t: t["breaks"][0].update(extra=1), "breaks[0]"),
+        (lambda t: t["breaks"][0].update(boundary="2.9"), "breaks[0].boundary"),
+        (lambda t: t["breaks"][0].update(verdict=""), "breaks[0].verdict"),
+        (lambda t: t["breaks"][0].update(uses=["torch::Library::_impl"]), "breaks[0].uses"),
+        (lambda t: t["breaks"][0].update(built_from=[]), "breaks[0].built_from"),
+        (lambda t: t["breaks"][0].update(sources=[None]), "breaks[0].sources"),
+    ],
+)
 def test_a_malformed_table_names_the_file_and_key(tmp_path, change, key):
     raw = json.loads(layout.TABLE.read_text())
     change(raw)
@@ -95,11 +103,15 @@ def test_without_a_dating_the_marked_side_is_untold(built):
     assert verdict.verdict == CANNOT_TELL and "both sides may carry" in verdict.modules[0].untold[0]
 
 
-@pytest.mark.parametrize("extension, side, code, words", [
-    ("old", "after", 1, "FAILED (1 problem)"), ("hidden", "after", 3, "CANNOT TELL (a known layout break may apply)"),
-    ("marked", "before", 3, "CANNOT TELL (a known layout break may apply)"),
-    ("new", "after", 0, "OK:"),
-])
+@pytest.mark.parametrize(
+    "extension, side, code, words",
+    [
+        ("old", "after", 1, "FAILED (1 problem)"),
+        ("hidden", "after", 3, "CANNOT TELL (a known layout break may apply)"),
+        ("marked", "before", 3, "CANNOT TELL (a known layout break may apply)"),
+        ("new", "after", 0, "OK:"),
+    ],
+)
 def test_check_abi_exits_and_says_so(built, extension, side, code, words):
     args = (built[extension], "--against", built[f"torch_{side}"])
     text = run_faforge("check-abi", *args)
@@ -113,17 +125,35 @@ def test_check_abi_exits_and_says_so(built, extension, side, code, words):
 
 def test_the_recipes_gate_reads_the_same_table(built, monkeypatch, capsys):
     monkeypatch.setattr(sys, "path", [str(built["old"].parent), *sys.path])
-    code = gate.main(["--expect-cxx11-abi", "1", "--expect-archs", "90", "--module", "layout_old",
-                      "--against", str(built["torch_after"])])
+    code = gate.main(
+        [
+            "--expect-cxx11-abi",
+            "1",
+            "--expect-archs",
+            "90",
+            "--module",
+            "layout_old",
+            "--against",
+            str(built["torch_after"]),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "layout-break: torch::Library::_impl" in out and "ABI gate FAILED" in out
     assert "c10::KernelFunction::~KernelFunction()" in out  # the evidence for its side
 
 
-@pytest.mark.parametrize("requires, side", [
-    ("torch (==2.8.0)", PROBLEMS), ("torch==2.8.0", PROBLEMS), ("torch (==2.9.1)", OK), ("torch>=2.9.0", OK),
-    ("torch>=2.4", CANNOT_TELL), ("torchvision (==2.9.1)", CANNOT_TELL), (None, CANNOT_TELL),
-])
+@pytest.mark.parametrize(
+    "requires, side",
+    [
+        ("torch (==2.8.0)", PROBLEMS),
+        ("torch==2.8.0", PROBLEMS),
+        ("torch (==2.9.1)", OK),
+        ("torch>=2.9.0", OK),
+        ("torch>=2.4", CANNOT_TELL),
+        ("torchvision (==2.9.1)", CANNOT_TELL),
+        (None, CANNOT_TELL),
+    ],
+)
 def test_the_distributions_torch_pin_dates_a_marked_binary(built, tmp_path, requires, side):
     """x86_64 torchvision 0.23.0 carries ~KernelFunction although built for 2.8: its `Requires-Dist: torch (==2.8.0)`
     says which side it is on. A pin of 2.8 against torch 2.9 is a FAILED, not a CANNOT TELL."""
@@ -134,7 +164,9 @@ def test_the_distributions_torch_pin_dates_a_marked_binary(built, tmp_path, requ
     info = site / "pkg-1.0.dist-info"
     info.mkdir()
     (info / "RECORD").write_text("pkg/_C.so,sha256=x,1\npkg-1.0.dist-info/METADATA,,\n")
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\n" + (f"Requires-Dist: {requires}\n" if requires else ""))
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pkg\n" + (f"Requires-Dist: {requires}\n" if requires else "")
+    )
     verdict = check_path(module, [built["torch_after"]], dating=DATING)
     assert verdict.verdict == side, verdict.modules[0].untold or verdict.modules[0].problems
     if side == PROBLEMS:

@@ -54,17 +54,42 @@ class Build:
     built_for: str  # the torch its METADATA requires
 
 
-BUILDS = {b.name: b for b in (
-    Build("torchvision 0.23.0", "torchvision", "torchvision-0.23.0-cp311-cp311-manylinux_2_28_aarch64.whl",
-          "01dc33ee24c79148aee7cdbcf34ae8a3c9da1674a591e781577b716d233b1fa6", "torchvision/_C.so", "2.8.0"),
-    Build("torchvision 0.24.1", "torchvision", "torchvision-0.24.1-cp311-cp311-manylinux_2_28_aarch64.whl",
-          "1e39619de698e2821d71976c92c8a9e50cdfd1e993507dfb340f2688bfdd8283", "torchvision/_C.so", "2.9.1"),
-    *(Build(f"fbgemm-gpu-cpu {version} {module}", "fbgemm-gpu-cpu", f"fbgemm_gpu_cpu-{version}-cp311-cp311-manylinux_2_28_aarch64.whl",
-            sha256, f"fbgemm_gpu/{module}.so", torch)
-      for version, sha256, torch in (("1.3.0", "b736bdad29864526f79b859303cccc48d1539125af47a3936200c2e5c964c3e1", "2.8.0"),
-                                     ("1.4.2", "fae0b3ce3500bb72dde1ffd68a1cb530b808d1178e98c8b9a01721f453225d16", "2.9.1"))
-      for module in ("fbgemm_gpu_sparse_async_cumsum", "fbgemm_gpu_tbe_index_select")),
-)}
+BUILDS = {
+    b.name: b
+    for b in (
+        Build(
+            "torchvision 0.23.0",
+            "torchvision",
+            "torchvision-0.23.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+            "01dc33ee24c79148aee7cdbcf34ae8a3c9da1674a591e781577b716d233b1fa6",
+            "torchvision/_C.so",
+            "2.8.0",
+        ),
+        Build(
+            "torchvision 0.24.1",
+            "torchvision",
+            "torchvision-0.24.1-cp311-cp311-manylinux_2_28_aarch64.whl",
+            "1e39619de698e2821d71976c92c8a9e50cdfd1e993507dfb340f2688bfdd8283",
+            "torchvision/_C.so",
+            "2.9.1",
+        ),
+        *(
+            Build(
+                f"fbgemm-gpu-cpu {version} {module}",
+                "fbgemm-gpu-cpu",
+                f"fbgemm_gpu_cpu-{version}-cp311-cp311-manylinux_2_28_aarch64.whl",
+                sha256,
+                f"fbgemm_gpu/{module}.so",
+                torch,
+            )
+            for version, sha256, torch in (
+                ("1.3.0", "b736bdad29864526f79b859303cccc48d1539125af47a3936200c2e5c964c3e1", "2.8.0"),
+                ("1.4.2", "fae0b3ce3500bb72dde1ffd68a1cb530b808d1178e98c8b9a01721f453225d16", "2.9.1"),
+            )
+            for module in ("fbgemm_gpu_sparse_async_cumsum", "fbgemm_gpu_tbe_index_select")
+        ),
+    )
+}
 PAIRINGS = [(name, torch) for name in BUILDS for torch in TORCHES]
 # fbgemm-gpu-cpu 1.4.2's sparse_async_cumsum: no torch pin, imports dated "2.4 or newer", and it carries
 # c10::KernelFunction::~KernelFunction(), as builds on both sides may: its side does not show.
@@ -107,8 +132,21 @@ def modules() -> dict[str, Path]:
 def real_loads(arm64, torch_libs, modules) -> dict[tuple[str, str], RealLoad]:
     def load(pairing):
         name, torch = pairing
-        result = subprocess.run([str(arm64.qemu), "-L", str(arm64.sysroot), str(arm64.python), "-c", LOAD,
-                                 str(torch_libs[torch]), str(modules[name])], capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            [
+                str(arm64.qemu),
+                "-L",
+                str(arm64.sysroot),
+                str(arm64.python),
+                "-c",
+                LOAD,
+                str(torch_libs[torch]),
+                str(modules[name]),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert "TORCH LOADED" in result.stdout, result.stderr[-2000:]  # torch's own libraries load under this loader
         crashed = result.returncode != 0 and "REFUSED" not in result.stdout
         return RealLoad("LOADED" in result.stdout.splitlines(), crashed, (result.stdout + result.stderr).strip()[-300:])
@@ -119,8 +157,13 @@ def real_loads(arm64, torch_libs, modules) -> dict[tuple[str, str], RealLoad]:
 
 def gate(module: Path, torch_lib: Path, arm64):
     """check-abi for the aarch64 binary, with the dating it passes: the target's libc and libstdc++ from the sysroot."""
-    return check_path(module, [torch_lib], platform="linux-aarch64", library_dirs=[arm64.sysroot / "lib"],
-                      dating=dating(default_table()))
+    return check_path(
+        module,
+        [torch_lib],
+        platform="linux-aarch64",
+        library_dirs=[arm64.sysroot / "lib"],
+        dating=dating(default_table()),
+    )
 
 
 @pytest.mark.parametrize("pairing", PAIRINGS, ids=[f"{n.replace(' ', '-')}-vs-torch{t}" for n, t in PAIRINGS])
@@ -132,9 +175,11 @@ def test_the_verdict_is_the_real_loaders(pairing, real_loads, torch_libs, module
     kinds = sorted({p.kind for p in checked.problems})
     symbol_only = [p for p in checked.problems if p.kind != classify.LAYOUT_BREAK]
     before = "OK" if not symbol_only and not checked.undecided else "FAILED"  # what check-abi said without the table
-    print(f"{name} (built for {BUILDS[name].built_for}) vs torch {torch}: loader "
-          f"{'loads' if real.loaded else 'aborts' if real.crashed else 'refuses'}; faforge before {before}, "
-          f"after {verdict.verdict} {kinds}")
+    print(
+        f"{name} (built for {BUILDS[name].built_for}) vs torch {torch}: loader "
+        f"{'loads' if real.loaded else 'aborts' if real.crashed else 'refuses'}; faforge before {before}, "
+        f"after {verdict.verdict} {kinds}"
+    )
     assert checked.undecided == ()
     # Never a plain OK where the loader fails, never FAILED where it loads; CANNOT TELL only where the side is hidden.
     assert verdict.verdict != OK or real.loaded, (real, kinds)
@@ -148,14 +193,30 @@ def test_the_verdict_is_the_real_loaders(pairing, real_loads, torch_libs, module
 
 def test_each_family_has_a_silent_break_the_loader_confirms(real_loads):
     """The table is proven on real binaries in both directions, not only on stand-ins."""
-    crashed = {(BUILDS[name].project, BUILDS[name].built_for, torch) for (name, torch), real in real_loads.items() if real.crashed}
-    assert {("torchvision", "2.8.0", "2.9.1"), ("fbgemm-gpu-cpu", "2.8.0", "2.9.1"), ("fbgemm-gpu-cpu", "2.9.1", "2.8.0")} <= crashed
+    crashed = {
+        (BUILDS[name].project, BUILDS[name].built_for, torch)
+        for (name, torch), real in real_loads.items()
+        if real.crashed
+    }
+    assert {
+        ("torchvision", "2.8.0", "2.9.1"),
+        ("fbgemm-gpu-cpu", "2.8.0", "2.9.1"),
+        ("fbgemm-gpu-cpu", "2.9.1", "2.8.0"),
+    } <= crashed
     assert all(real.loaded for (name, torch), real in real_loads.items() if BUILDS[name].built_for == torch)
 
 
 def test_check_abi_says_failed_with_the_reason_and_exits_1(torch_libs, modules, arm64):
     module = modules["torchvision 0.23.0"]
-    args = (module, "--against", torch_libs["2.9.1"], "--platform", "linux-aarch64", "--library-dir", arm64.sysroot / "lib")
+    args = (
+        module,
+        "--against",
+        torch_libs["2.9.1"],
+        "--platform",
+        "linux-aarch64",
+        "--library-dir",
+        arm64.sysroot / "lib",
+    )
     result = run_faforge("check-abi", *args, "--json")
     report = validate(json.loads(result.stdout))
     assert (result.returncode, report["verdict"]) == (1, "problems")

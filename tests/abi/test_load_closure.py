@@ -41,32 +41,63 @@ HELPER = """
 namespace c10 { int present(); DECL }
 extern "C" int helper() { return c10::present() CALL; }
 """
-EXT = ('extern "C" int helper();\nextern "C" void* PyInit_ext() { return nullptr; }\n'
-       'extern "C" int use() { return helper(); }\n')
+EXT = (
+    'extern "C" int helper();\nextern "C" void* PyInit_ext() { return nullptr; }\n'
+    'extern "C" int use() { return helper(); }\n'
+)
 
 
-def real_load(ext: Path, first: list[Path], *, library_path: Path | None = None, python: str = sys.executable) -> tuple[bool, str]:
+def real_load(
+    ext: Path, first: list[Path], *, library_path: Path | None = None, python: str = sys.executable
+) -> tuple[bool, str]:
     """The real loader's verdict: `first` loaded as `import torch` loads them, then `ext` with RTLD_NOW."""
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     if library_path is not None:
         env["LD_LIBRARY_PATH"] = str(library_path)
-    result = subprocess.run([python, "-c", LOAD_AFTER_TORCH, str(ext), *map(str, first)], capture_output=True,
-                            text=True, env=env)
+    result = subprocess.run(
+        [python, "-c", LOAD_AFTER_TORCH, str(ext), *map(str, first)], capture_output=True, text=True, env=env
+    )
     return result.returncode == 0, (result.stdout + result.stderr).strip()
 
 
-def helper_family(gxx, folder: Path, torch_lib: Path, *, missing: bool, runpath: str = "$ORIGIN/lib",
-                  helper_dir: Path | None = None, helper_name: str = "libhelper.so") -> tuple[Path, Path]:
+def helper_family(
+    gxx,
+    folder: Path,
+    torch_lib: Path,
+    *,
+    missing: bool,
+    runpath: str = "$ORIGIN/lib",
+    helper_dir: Path | None = None,
+    helper_name: str = "libhelper.so",
+) -> tuple[Path, Path]:
     """An extension (no torch import of its own) and a helper in `helper_dir` (default folder/lib)
     that imports c10::present() and, with `missing`, c10::absent(), which the stand-in lacks."""
     helper_dir = helper_dir or folder / "lib"
-    helper = fx.compile_shared(gxx, HELPER, helper_dir / helper_name,
-                               defines={"DECL": "int absent();" if missing else "", "CALL": "+ c10::absent()" if missing else ""},
-                               flags=[f"-Wl,-soname,{helper_name}", f"-L{torch_lib}", "-Wl,--no-as-needed", "-lc10",
-                                      "-Wl,--allow-shlib-undefined"])
-    ext = fx.compile_shared(gxx, EXT, folder / "ext.so", defines={},
-                            flags=[f"-L{helper_dir}", "-Wl,--no-as-needed", f"-l:{helper_name}",
-                                   *([f"-Wl,--enable-new-dtags,-rpath,{runpath}"] if runpath else [])])
+    helper = fx.compile_shared(
+        gxx,
+        HELPER,
+        helper_dir / helper_name,
+        defines={"DECL": "int absent();" if missing else "", "CALL": "+ c10::absent()" if missing else ""},
+        flags=[
+            f"-Wl,-soname,{helper_name}",
+            f"-L{torch_lib}",
+            "-Wl,--no-as-needed",
+            "-lc10",
+            "-Wl,--allow-shlib-undefined",
+        ],
+    )
+    ext = fx.compile_shared(
+        gxx,
+        EXT,
+        folder / "ext.so",
+        defines={},
+        flags=[
+            f"-L{helper_dir}",
+            "-Wl,--no-as-needed",
+            f"-l:{helper_name}",
+            *([f"-Wl,--enable-new-dtags,-rpath,{runpath}"] if runpath else []),
+        ],
+    )
     return ext, helper
 
 
@@ -86,7 +117,11 @@ def test_helper_beside_the_extension_is_checked_against_torch(gxx, site, tmp_pat
     if not missing:
         return
     (problem,) = verdict.modules[0].problems
-    assert (problem.kind, problem.demangled, problem.imported_by) == (classify.MISSING_SYMBOL, "c10::absent()", str(helper))
+    assert (problem.kind, problem.demangled, problem.imported_by) == (
+        classify.MISSING_SYMBOL,
+        "c10::absent()",
+        str(helper),
+    )
     assert "_ZN3c106absentEv" in error and "libhelper.so" in error
     result = run_faforge("check-abi", ext, "--against", site_dir, "--json")
     report = validate(json.loads(result.stdout))
@@ -100,8 +135,15 @@ def test_split_glue_kernel_library_in_a_kernel_package_is_checked(gxx, site, tmp
     """Our own split: the glue needs libflash_attn_kernels.so from the kernel package's lib/ (--library-dir)."""
     site_dir, torch_lib = site
     kernels_lib = tmp_path / "kernel-pkg" / "lib"
-    glue, kernels = helper_family(gxx, tmp_path / "glue", torch_lib, missing=missing, runpath="",
-                                  helper_dir=kernels_lib, helper_name="libflash_attn_kernels.so")
+    glue, kernels = helper_family(
+        gxx,
+        tmp_path / "glue",
+        torch_lib,
+        missing=missing,
+        runpath="",
+        helper_dir=kernels_lib,
+        helper_name="libflash_attn_kernels.so",
+    )
     verdict = check_path(glue, [site_dir], library_dirs=[kernels_lib])
     loaded, error = real_load(glue, [torch_lib / "libc10.so"], library_path=kernels_lib)
     assert verdict.ok == loaded, (verdict.modules[0].problems, error)
@@ -124,7 +166,9 @@ def test_a_helper_in_the_package_without_runpath_is_checked_as_loaded_first(gxx,
     verdict = check_path(ext, [site_dir])
     loaded, error = real_load(ext, [*first, helper])  # as the package loads
     assert verdict.ok == loaded, (verdict.modules[0].problems, error)
-    assert [(lib.name, lib.beside_module) for lib in verdict.modules[0].libraries if lib.name == "libhelper.so"] == [("libhelper.so", True)]
+    assert [(lib.name, lib.beside_module) for lib in verdict.modules[0].libraries if lib.name == "libhelper.so"] == [
+        ("libhelper.so", True)
+    ]
     assert [p.imported_by for p in verdict.modules[0].problems] == ([str(helper)] if missing else [])
 
 
@@ -132,7 +176,9 @@ def test_a_helper_found_nowhere_cannot_be_told(gxx, site, tmp_path):
     """Not beside the module either: the loader fails on the missing file, and what the helper imports is
     unknown, so the verdict is "cannot tell" (check-abi exit 3), never OK."""
     site_dir, torch_lib = site
-    ext, _ = helper_family(gxx, tmp_path / "pkg", torch_lib, missing=True, runpath="", helper_dir=tmp_path / "elsewhere")
+    ext, _ = helper_family(
+        gxx, tmp_path / "pkg", torch_lib, missing=True, runpath="", helper_dir=tmp_path / "elsewhere"
+    )
     verdict = check_path(ext, [site_dir])
     assert (verdict.verdict, verdict.ok) == ("cannot-tell", False)
     assert [u.name for u in verdict.modules[0].undecided] == ["libhelper.so"]
@@ -144,11 +190,13 @@ def test_a_helper_found_nowhere_cannot_be_told(gxx, site, tmp_path):
 DEP = 'extern "C" int dep() { return 1; }\n'
 NEEDS_DEP = {  # a library that needs libdep.so and libc10.so
     "helper": 'extern "C" int dep();\nnamespace c10 { int present(); }\n'
-              'extern "C" int helper() { return dep() + c10::present(); }\n',
+    'extern "C" int helper() { return dep() + c10::present(); }\n',
     "torch": 'extern "C" int dep();\nnamespace c10 { int present(); int cuda_dep() { return dep() + present(); } }\n',
 }
-USES_C10 = ('namespace c10 { int present(); }\nextern "C" void* PyInit_ext() { return nullptr; }\n'
-            'extern "C" int use() { return c10::present(); }\n')
+USES_C10 = (
+    'namespace c10 { int present(); }\nextern "C" void* PyInit_ext() { return nullptr; }\n'
+    'extern "C" int use() { return c10::present(); }\n'
+)
 
 
 def place(folder: Path, store: Path, layout: str) -> None:
@@ -173,20 +221,46 @@ def test_origin_dotdot_through_a_directory_symlink(gxx, tmp_path, layout, needer
     site = tmp_path / "site-packages"
     torch_lib = site / "torch" / "lib"
     if needer == "torch":
-        store, name, runpath = tmp_path / "store" / "0123-torch" / "lib", "libtorch_cuda.so", "$ORIGIN/../../nvidia/dep/lib"
+        store, name, runpath = (
+            tmp_path / "store" / "0123-torch" / "lib",
+            "libtorch_cuda.so",
+            "$ORIGIN/../../nvidia/dep/lib",
+        )
         folder, dep_dir, c10_dir = torch_lib, site / "nvidia" / "dep" / "lib", tmp_path / "store" / "0123-torch" / "lib"
     else:
         store, name, runpath = tmp_path / "store" / "4567-pkg" / "lib", "libhelper.so", "$ORIGIN/../dep/lib"
         folder, dep_dir, c10_dir = site / "pkg" / "lib", site / "pkg" / "dep" / "lib", torch_lib
     fx.compile_shared(gxx, C10, c10_dir / "libc10.so", defines={}, flags=["-Wl,-soname,libc10.so"])
     fx.compile_shared(gxx, DEP, dep_dir / "libdep.so", defines={}, flags=["-Wl,-soname,libdep.so"])
-    fx.compile_shared(gxx, NEEDS_DEP[needer], store / name, defines={},
-                      flags=[f"-Wl,-soname,{name}", f"-L{dep_dir}", f"-L{c10_dir}", "-Wl,--no-as-needed", "-ldep", "-lc10",
-                             f"-Wl,--enable-new-dtags,-rpath,{runpath}"])
+    fx.compile_shared(
+        gxx,
+        NEEDS_DEP[needer],
+        store / name,
+        defines={},
+        flags=[
+            f"-Wl,-soname,{name}",
+            f"-L{dep_dir}",
+            f"-L{c10_dir}",
+            "-Wl,--no-as-needed",
+            "-ldep",
+            "-lc10",
+            f"-Wl,--enable-new-dtags,-rpath,{runpath}",
+        ],
+    )
     place(folder, store, layout)
-    ext = fx.compile_shared(gxx, EXT if needer == "helper" else USES_C10, site / "pkg" / "ext.so", defines={},
-                            flags=[f"-L{c10_dir}", f"-L{store}", "-Wl,--no-as-needed", "-lc10",
-                                   *(["-l:libhelper.so", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib"] if needer == "helper" else [])])
+    ext = fx.compile_shared(
+        gxx,
+        EXT if needer == "helper" else USES_C10,
+        site / "pkg" / "ext.so",
+        defines={},
+        flags=[
+            f"-L{c10_dir}",
+            f"-L{store}",
+            "-Wl,--no-as-needed",
+            "-lc10",
+            *(["-l:libhelper.so", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/lib"] if needer == "helper" else []),
+        ],
+    )
     verdict = check_path(ext, [site])
     loaded, error = real_load(ext, [torch_lib / "libc10.so", *([torch_lib / name] if needer == "torch" else [])])
     assert verdict.ok == loaded == (layout == "file-links"), (verdict.modules[0].problems, error)
@@ -210,10 +284,14 @@ def test_origin_dotdot_through_a_directory_symlink(gxx, tmp_path, layout, needer
 IPEX_WHEEL = "intel_extension_for_pytorch-2.8.0-cp311-cp311-manylinux_2_28_x86_64.whl"
 IPEX_SHA256 = "e7b8a1daccf23ad4eccb33f4b2f6f110d65feddcecbf8aae70f351c2237fab70"
 IPEX_MODULE = "intel_extension_for_pytorch/_C.cpython-311-x86_64-linux-gnu.so"
-IPEX_HELPERS = ("intel_extension_for_pytorch/lib/libintel-ext-pt-python.so",
-                "intel_extension_for_pytorch/lib/libintel-ext-pt-cpu.so")
-LOAD_AFTER_IMPORT_TORCH = "import ctypes, os, sys, torch\ntry:\n    ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)\n" \
-                          "except OSError as exc:\n    print(exc)\n    sys.exit(1)\n"
+IPEX_HELPERS = (
+    "intel_extension_for_pytorch/lib/libintel-ext-pt-python.so",
+    "intel_extension_for_pytorch/lib/libintel-ext-pt-cpu.so",
+)
+LOAD_AFTER_IMPORT_TORCH = (
+    "import ctypes, os, sys, torch\ntry:\n    ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW)\n"
+    "except OSError as exc:\n    print(exc)\n    sys.exit(1)\n"
+)
 
 
 def ipex_site() -> Path:
@@ -246,8 +324,12 @@ def closure_truth(binary: Path, site: Path) -> set[tuple[str, str]]:
             own.append(path)
         queue += [(path, dep) for dep in _dynamic(path)[0]]
     defined = {name for lib in found for kind, name in _nm(lib, "--defined-only")}
-    return {(str(obj), name) for obj in own for kind, name in _nm(obj, "--undefined-only")
-            if kind == "U" and name not in defined and not name.startswith(("Py", "_Py"))}
+    return {
+        (str(obj), name)
+        for obj in own
+        for kind, name in _nm(obj, "--undefined-only")
+        if kind == "U" and name not in defined and not name.startswith(("Py", "_Py"))
+    }
 
 
 @pytest.mark.slow
@@ -269,7 +351,9 @@ def test_real_extension_with_helpers_against_real_torches(capsys):
         named = {(p["imported_by"], p["symbol"]) for p in report["problems"] if p["kind"] != classify.MISSING_LIBRARY}
         loaded = None
         if python is not None:
-            result = subprocess.run([str(python), "-c", LOAD_AFTER_IMPORT_TORCH, str(module)], capture_output=True, text=True)
+            result = subprocess.run(
+                [str(python), "-c", LOAD_AFTER_IMPORT_TORCH, str(module)], capture_output=True, text=True
+            )
             loaded = result.returncode == 0
         loads = not truth if loaded is None else loaded
         assert loads == (not truth), (version, loaded, sorted(truth)[:5])
@@ -278,8 +362,10 @@ def test_real_extension_with_helpers_against_real_torches(capsys):
         if truth:  # every missing symbol is named with the library that imports it
             assert truth <= named, sorted(truth - named)[:5]
             assert {obj for obj, _ in truth} <= {str(site_path) for site_path in (module.parent / "lib").glob("*.so")}
-        rows.append(f"IPEX 2.8.0 _C -> torch {version}: gate {'OK' if code == 0 else 'FAIL'} ({len(named)} named), "
-                    f"binutils {len(truth)} unresolved, real loader {'-' if loaded is None else 'loads' if loaded else 'fails'}")
+        rows.append(
+            f"IPEX 2.8.0 _C -> torch {version}: gate {'OK' if code == 0 else 'FAIL'} ({len(named)} named), "
+            f"binutils {len(truth)} unresolved, real loader {'-' if loaded is None else 'loads' if loaded else 'fails'}"
+        )
     with capsys.disabled():
         print("\n" + "\n".join(rows) + f"\nfalse OK: {false_ok}, false FAIL: {false_fail}")
     assert (false_ok, false_fail) == (0, 0)
@@ -321,20 +407,31 @@ def test_real_torch_in_symlinked_layouts(gxx, tmp_path, layout, capsys):
         _link_tree(real / "torch" / "lib", store)
         (site / "torch" / "lib").symlink_to(store, target_is_directory=True)
     torch_lib = site / "torch" / "lib"
-    ext = fx.compile_shared(gxx, 'namespace c10::cuda { void SetDevice(signed char, bool); }\n'
-                            'extern "C" void* PyInit_ext() { return nullptr; }\n'
-                            'extern "C" void use() { c10::cuda::SetDevice(0, false); }\n', tmp_path / "ext.so", defines={},
-                            flags=[f"-L{real / 'torch' / 'lib'}", "-Wl,--no-as-needed", "-lc10_cuda", "-lc10", "-ltorch_cuda"])
+    ext = fx.compile_shared(
+        gxx,
+        "namespace c10::cuda { void SetDevice(signed char, bool); }\n"
+        'extern "C" void* PyInit_ext() { return nullptr; }\n'
+        'extern "C" void use() { c10::cuda::SetDevice(0, false); }\n',
+        tmp_path / "ext.so",
+        defines={},
+        flags=[f"-L{real / 'torch' / 'lib'}", "-Wl,--no-as-needed", "-lc10_cuda", "-lc10", "-ltorch_cuda"],
+    )
     verdict = check_path(ext, [site])
-    loaded, error = real_load(ext, [torch_lib / name for name in ("libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so")])
+    loaded, error = real_load(
+        ext, [torch_lib / name for name in ("libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so")]
+    )
     with capsys.disabled():
-        print(f"\ntorch 2.14.1, {layout}: gate {'OK' if verdict.ok else 'FAIL'}, real loader "
-              f"{'loads' if loaded else 'fails: ' + error[-120:]}")
+        print(
+            f"\ntorch 2.14.1, {layout}: gate {'OK' if verdict.ok else 'FAIL'}, real loader "
+            f"{'loads' if loaded else 'fails: ' + error[-120:]}"
+        )
     assert verdict.ok == loaded == (layout == "file-links"), (verdict.modules[0].problems, error)
     if not loaded:  # the library the loader could not open is one the gate names, with the layout's cause
         refused = error.split(":", 1)[0]
         misplaced = {p.library: p.detail for p in verdict.modules[0].problems if p.kind == classify.MISSING_LIBRARY}
         assert refused in misplaced and "link the files, not the directory" in misplaced[refused], (refused, misplaced)
         with capsys.disabled():
-            print(f"gate names {len(misplaced)} libraries torch's RPATH $ORIGIN/../../nvidia does not reach, "
-                  f"the loader stops at the first: {refused}")
+            print(
+                f"gate names {len(misplaced)} libraries torch's RPATH $ORIGIN/../../nvidia does not reach, "
+                f"the loader stops at the first: {refused}"
+            )

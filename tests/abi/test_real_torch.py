@@ -92,8 +92,13 @@ def real_extension(torch214) -> Path:
     for name, text in SOURCES.items():
         (out / name).write_text(text)
     env = {**os.environ, "CUDA_HOME": str(toolkit), "TORCH_CUDA_ARCH_LIST": "8.0", "MAX_JOBS": "2"}
-    result = subprocess.run([str(torch214.python), "setup.py", "build_ext", "--build-lib", "lib", "--build-temp", "tmp"],
-                            cwd=out, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(torch214.python), "setup.py", "build_ext", "--build-lib", "lib", "--build-temp", "tmp"],
+        cwd=out,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     built = sorted(out.glob("lib/flash_attn_2_cuda*.so"))
     if result.returncode != 0 or not built:
         shutil.rmtree(out, ignore_errors=True)
@@ -125,31 +130,54 @@ def test_real_extension_checks_clean(real_extension, torch214):
 
 def test_extension_for_an_older_torch_is_caught(gxx, torch214, tmp_path):
     """Built against torch 2.1's c10::cuda::SetDevice(int): the real 2.14.1 only has (signed char, bool)."""
-    ext = fx.compile_shared(gxx, "namespace c10::cuda { void SetDevice(int); }\nvoid use() { c10::cuda::SetDevice(0); }\n",
-                            tmp_path / "old_ext.so", defines={},
-                            flags=[f"-L{torch214.torch_lib}", "-Wl,--no-as-needed", "-lc10_cuda"])
+    ext = fx.compile_shared(
+        gxx,
+        "namespace c10::cuda { void SetDevice(int); }\nvoid use() { c10::cuda::SetDevice(0); }\n",
+        tmp_path / "old_ext.so",
+        defines={},
+        flags=[f"-L{torch214.torch_lib}", "-Wl,--no-as-needed", "-lc10_cuda"],
+    )
     verdict = check_path(ext, [torch214.site_packages])
     (problem,) = verdict.modules[0].problems
-    assert (problem.kind, problem.symbol, problem.library) == (classify.SIGNATURE_DRIFT, "_ZN3c104cuda9SetDeviceEi",
-                                                               "libc10_cuda.so")
+    assert (problem.kind, problem.symbol, problem.library) == (
+        classify.SIGNATURE_DRIFT,
+        "_ZN3c104cuda9SetDeviceEi",
+        "libc10_cuda.so",
+    )
     assert problem.offers == ("c10::cuda::SetDevice(signed char, bool)",)
     loaded, error = dlopen(ext, torch214.torch_lib)
     assert not loaded and "_ZN3c104cuda9SetDeviceEi" in error
 
 
-@pytest.mark.parametrize(("abi", "archs", "code"), [
-    ("1", "sm_80", 0), ("1", "80", 0), ("1", "sm_80,sm_90", 1), ("0", "sm_80", 1), ("1", "80+PTX", 1),
-])
+@pytest.mark.parametrize(
+    ("abi", "archs", "code"),
+    [
+        ("1", "sm_80", 0),
+        ("1", "80", 0),
+        ("1", "sm_80,sm_90", 1),
+        ("0", "sm_80", 1),
+        ("1", "80+PTX", 1),
+    ],
+)
 def test_recipe_gate(real_extension, torch214, gate_site, abi, archs, code):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (real_extension.parent, REPO / "scripts", gate_site)))}
-    result = subprocess.run([str(torch214.python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", abi,
-                             "--expect-archs", archs], env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(torch214.python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", abi, "--expect-archs", archs],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == code, result.stdout + result.stderr
     assert ("ABI gate passed" if code == 0 else "ABI gate FAILED") in result.stdout
 
 
 def test_recipe_gate_without_the_module(torch214, gate_site, tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'scripts'}{os.pathsep}{gate_site}"}
-    result = subprocess.run([str(torch214.python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", "1",
-                             "--expect-archs", "sm_80"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run(
+        [str(torch214.python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", "1", "--expect-archs", "sm_80"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert result.returncode == 2 and "no flash_attn_2_cuda*.so" in result.stderr and "Traceback" not in result.stderr

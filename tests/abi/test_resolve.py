@@ -53,10 +53,20 @@ def test_ld_so_conf_includes_and_comments(tmp_path):
 def test_runpath_origin_and_load_order(gxx, tmp_path):
     """libtop needs libmid (found through RUNPATH $ORIGIN/deps), which needs libleaf (found through --against)."""
     leaf = fx.compile_shared(gxx, "int leaf() { return 1; }\n", tmp_path / "against" / "libleaf.so", defines={})
-    mid = fx.compile_shared(gxx, "int leaf(); int mid() { return leaf(); }\n", tmp_path / "top" / "deps" / "libmid.so",
-                            defines={}, flags=[f"-L{leaf.parent}", "-lleaf"])
-    top = fx.compile_shared(gxx, "int mid(); int top() { return mid(); }\n", tmp_path / "top" / "libtop.so", defines={},
-                            flags=[f"-L{mid.parent}", "-lmid", "-Wl,-rpath,$ORIGIN/deps", "-Wl,--enable-new-dtags"])
+    mid = fx.compile_shared(
+        gxx,
+        "int leaf(); int mid() { return leaf(); }\n",
+        tmp_path / "top" / "deps" / "libmid.so",
+        defines={},
+        flags=[f"-L{leaf.parent}", "-lleaf"],
+    )
+    top = fx.compile_shared(
+        gxx,
+        "int mid(); int top() { return mid(); }\n",
+        tmp_path / "top" / "libtop.so",
+        defines={},
+        flags=[f"-L{mid.parent}", "-lmid", "-Wl,-rpath,$ORIGIN/deps", "-Wl,--enable-new-dtags"],
+    )
     closure = load_closure(read_info(top), [leaf.parent])
     names = [lib.name for lib in closure.libraries]
     assert names.index("libmid.so") < names.index("libleaf.so")
@@ -82,8 +92,13 @@ def test_a_library_for_another_machine_is_skipped(gxx, stand_ins, tmp_path):
 
 
 def test_symbol_versions_bind_like_glibc(gxx, tmp_path):
-    ext = fx.compile_shared(gxx, "#include <cstring>\nvoid* f(void* a, void* b, unsigned long n) { return memcpy(a, b, n); }\n",
-                            tmp_path / "libf.so", defines={}, flags=["-fno-builtin"])
+    ext = fx.compile_shared(
+        gxx,
+        "#include <cstring>\nvoid* f(void* a, void* b, unsigned long n) { return memcpy(a, b, n); }\n",
+        tmp_path / "libf.so",
+        defines={},
+        flags=["-fno-builtin"],
+    )
     closure = load_closure(read_info(ext), [])
     libc = closure.library_named("libc.so.6")
     assert libc is not None and libc.path == system_library("libc.so.6")

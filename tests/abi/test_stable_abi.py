@@ -70,19 +70,43 @@ def compile_standin(name: str, env, *flags: str) -> Path:
     if not target.is_file():
         BUILT.mkdir(parents=True, exist_ok=True)
         torch = env.site_packages / "torch"
-        include = subprocess.run([str(env.python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
+        include = subprocess.run(
+            [str(env.python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         partial = target.with_suffix(".part")
-        subprocess.run(["g++", "-O1", "-std=c++20", "-fPIC", "-shared", "-D_GLIBCXX_USE_CXX11_ABI=1", *flags,
-                        f"-I{torch / 'include'}", f"-I{include}", str(source), "-o", str(partial),
-                        f"-L{torch / 'lib'}", "-Wl,--as-needed", "-ltorch_cpu", "-lc10"], check=True)
+        subprocess.run(
+            [
+                "g++",
+                "-O1",
+                "-std=c++20",
+                "-fPIC",
+                "-shared",
+                "-D_GLIBCXX_USE_CXX11_ABI=1",
+                *flags,
+                f"-I{torch / 'include'}",
+                f"-I{include}",
+                str(source),
+                "-o",
+                str(partial),
+                f"-L{torch / 'lib'}",
+                "-Wl,--as-needed",
+                "-ltorch_cpu",
+                "-lc10",
+            ],
+            check=True,
+        )
         partial.replace(target)
     return target
 
 
 @pytest.fixture(scope="module")
 def stable_standin(local_torch) -> Path:
-    return compile_standin("stable_op", local_torch, "-DPy_LIMITED_API=0x03090000", "-DTORCH_TARGET_VERSION=0x0209000000000000")
+    return compile_standin(
+        "stable_op", local_torch, "-DPy_LIMITED_API=0x03090000", "-DTORCH_TARGET_VERSION=0x0209000000000000"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +116,11 @@ def cxx_standin(local_torch) -> Path:
 
 def check(path: Path, *releases: Path) -> tuple[int, dict]:
     args = [a for r in releases for a in ("--against", str(r))]
-    result = subprocess.run([sys.executable, "-m", "faforge", "check-abi", "--stable-abi", "--json", *args, str(path)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "check-abi", "--stable-abi", "--json", *args, str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode in (0, 1), result.stderr
     return result.returncode, json.loads(result.stdout)
 
@@ -131,23 +158,37 @@ def test_torchvisions_own_binaries(local_torch):
     assert code == 1 and len(report["unstable_imports"]) > 50
 
 
-@pytest.mark.skipif(shutil.which("torch-abi-audit", path=str(Path(sys.executable).parent)) is None,
-                    reason="torch-abi-audit (the test extra) is not installed in this environment")
+@pytest.mark.skipif(
+    shutil.which("torch-abi-audit", path=str(Path(sys.executable).parent)) is None,
+    reason="torch-abi-audit (the test extra) is not installed in this environment",
+)
 def test_the_independent_audit_agrees(stable_standin, cxx_standin, local_torch):
-    binaries = [stable_standin, cxx_standin,
-                *(binary_wheel(BINARIES[n]) / BINARIES[n].member for n in ("torchvision 0.29.1 _C_stable", "torchvision 0.24.0 _C"))]
+    binaries = [
+        stable_standin,
+        cxx_standin,
+        *(
+            binary_wheel(BINARIES[n]) / BINARIES[n].member
+            for n in ("torchvision 0.29.1 _C_stable", "torchvision 0.24.0 _C")
+        ),
+    ]
     audit = str(Path(sys.executable).parent / "torch-abi-audit")
     rows = []
     for binary in binaries:
         ours = check(binary, local_torch.prefix)[1]
-        theirs = json.loads(subprocess.run([audit, "--json", str(binary)], capture_output=True, text=True, check=True).stdout)
-        verdicts = {"STABLE" if lib["torch"]["stable"] else "UNSTABLE"
-                    for lib in [*theirs["extensions"], *theirs["bundled_libs"]] if lib["torch"]["uses_torch"]}
-        rows.append(f"{binary.name}: faforge {'stable' if not ours['unstable_imports'] else 'unstable'}, "
-                    f"torch-abi-audit {sorted(verdicts)}")
+        theirs = json.loads(
+            subprocess.run([audit, "--json", str(binary)], capture_output=True, text=True, check=True).stdout
+        )
+        verdicts = {
+            "STABLE" if lib["torch"]["stable"] else "UNSTABLE"
+            for lib in [*theirs["extensions"], *theirs["bundled_libs"]]
+            if lib["torch"]["uses_torch"]
+        }
+        rows.append(
+            f"{binary.name}: faforge {'stable' if not ours['unstable_imports'] else 'unstable'}, "
+            f"torch-abi-audit {sorted(verdicts)}"
+        )
         assert verdicts == ({"STABLE"} if not ours["unstable_imports"] else {"UNSTABLE"}), rows[-1]
     print("\n".join(rows))
-
 
 
 def test_a_real_flash_attn_2_glue_built_against_torch_2_11s_cxx_api_is_refused(tmp_path):
@@ -164,7 +205,11 @@ def test_a_real_flash_attn_2_glue_built_against_torch_2_11s_cxx_api_is_refused(t
     own = next(v for v in matrix_releases() if v.startswith("2.11."))
     code, report = check(glue, release_torch_lib(own))
     unstable = {u["demangled"] or u["symbol"] for u in report["unstable_imports"]}
-    print(f"{glue.name}: {len(unstable)} unstable torch imports, e.g. {sorted(unstable)[:3]}; "
-          f"loads on torch {own}: {report['releases'][0]['ok']}")
+    print(
+        f"{glue.name}: {len(unstable)} unstable torch imports, e.g. {sorted(unstable)[:3]}; "
+        f"loads on torch {own}: {report['releases'][0]['ok']}"
+    )
     assert code == 1 and not report["ok"] and len(unstable) > 20
-    assert any(name.startswith("c10::") for name in unstable) and any(name.startswith("at::") for name in unstable), sorted(unstable)[:10]
+    assert any(name.startswith("c10::") for name in unstable) and any(name.startswith("at::") for name in unstable), (
+        sorted(unstable)[:10]
+    )

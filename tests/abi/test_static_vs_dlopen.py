@@ -75,11 +75,19 @@ def test_stand_ins_export_the_real_mangled_names(stand_ins):
 
 def test_missing_symbol_agrees(gxx, stand_ins, tmp_path):
     lib = stand_ins[("int8_bool", 1)]
-    ext = fx.build_extension(gxx, tmp_path / "ext.so", "int8_bool", 1, lib,
-                             extra_decl="void SetStream(int);", extra_call="c10::cuda::SetStream(1);")
+    ext = fx.build_extension(
+        gxx,
+        tmp_path / "ext.so",
+        "int8_bool",
+        1,
+        lib,
+        extra_decl="void SetStream(int);",
+        extra_call="c10::cuda::SetStream(1);",
+    )
     verdict = check_path(ext, [lib])
     assert [(p.kind, p.demangled) for p in verdict.modules[0].problems] == [
-        (classify.MISSING_SYMBOL, "c10::cuda::SetStream(int)")]
+        (classify.MISSING_SYMBOL, "c10::cuda::SetStream(int)")
+    ]
     assert dlopen(ext, lib)[0] is False
 
 
@@ -124,8 +132,14 @@ def test_exception_glibc_too_new_for_the_target(extensions, stand_ins):
 def test_a_library_found_nowhere_is_no_pass(gxx, stand_ins, tmp_path):
     lib = stand_ins[("int8_bool", 1)]
     fx.compile_shared(gxx, "int helper() { return 1; }\n", tmp_path / "build" / "libhelper.so", defines={})
-    ext = fx.build_extension(gxx, tmp_path / "ext.so", "int8_bool", 1, lib,
-                             extra_libs=[f"-L{tmp_path / 'build'}", "-Wl,--no-as-needed", "-lhelper"])
+    ext = fx.build_extension(
+        gxx,
+        tmp_path / "ext.so",
+        "int8_bool",
+        1,
+        lib,
+        extra_libs=[f"-L{tmp_path / 'build'}", "-Wl,--no-as-needed", "-lhelper"],
+    )
     verdict = check_path(ext, [lib])
     assert (verdict.ok, verdict.verdict, verdict.modules[0].problems) == (False, "cannot-tell", ())
     assert [u.name for u in verdict.modules[0].unverified_libraries] == ["libhelper.so"]
@@ -176,7 +190,10 @@ def test_cli_json_and_exit_codes(extensions, stand_ins):
 def test_cli_text_explains_in_plain_words(extensions, stand_ins):
     result = run_faforge("check-abi", extensions[("int", 1)], "--against", stand_ins[("int8_bool", 1)])
     assert result.returncode == 1
-    assert "the binary wants c10::cuda::SetDevice(int), but libc10_cuda.so offers c10::cuda::SetDevice(signed char, bool)" in result.stdout
+    assert (
+        "the binary wants c10::cuda::SetDevice(int), but libc10_cuda.so offers c10::cuda::SetDevice(signed char, bool)"
+        in result.stdout
+    )
     assert "built for: x86_64 (64-bit), _GLIBCXX_USE_CXX11_ABI=1" in result.stdout
 
 
@@ -220,8 +237,11 @@ def test_dot_conda_input(extensions, stand_ins, tmp_path):
     with zipfile.ZipFile(package, "w") as zf:
         zf.writestr("metadata.json", '{"conda_pkg_format_version": 2}')
         for part in ("info", "pkg"):
-            subprocess.run([zstd, "-q", str(tmp_path / f"{part}.tar"), "-o", str(tmp_path / f"{part}.tar.zst")], check=True)
+            subprocess.run(
+                [zstd, "-q", str(tmp_path / f"{part}.tar"), "-o", str(tmp_path / f"{part}.tar.zst")], check=True
+            )
             zf.write(tmp_path / f"{part}.tar.zst", f"{part}-fixture-1.0-0.tar.zst")
     verdict = check_path(package, [lib])
     assert verdict.ok and [m.path for m in verdict.modules] == [
-        "lib/python3.11/site-packages/fixture_ext.cpython-311-x86_64-linux-gnu.so"]
+        "lib/python3.11/site-packages/fixture_ext.cpython-311-x86_64-linux-gnu.so"
+    ]

@@ -28,8 +28,10 @@ X86_64 = re.compile(r"torch-(?P<version>\d+\.\d+\.\d+)-cp311-cp311-manylinux(?:1
 AARCH64 = "torch-2.7.1-cp311-cp311-manylinux_2_28_aarch64.whl"
 FIRST_CXX11 = (2, 7)  # PyPI torch switched its Linux wheels to the C++11 ABI in 2.7 (CONTEXT.md section 2)
 # c10::Error(SourceLocation, std::string): the constructor every torch exports, in each spelling.
-ERROR_CTOR = {0: "_ZN3c105ErrorC2ENS_14SourceLocationESs",
-              1: "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"}
+ERROR_CTOR = {
+    0: "_ZN3c105ErrorC2ENS_14SourceLocationESs",
+    1: "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+}
 
 
 def listing() -> dict[str, RemoteFile]:
@@ -62,8 +64,10 @@ def test_every_pypi_torch_from_2_1_has_the_abi_it_was_released_with():
         got = torch_facts([lib.parent]).cxx11_abi
         whole_table = classify.cxx11_abi_of(read_dynamic_symbols(lib).exports())
         ctor = ERROR_CTOR[expected] in read_dynamic_symbols(lib).exports()
-        rows.append(f"{version:8} expected {expected} got {got} (all exported names say {whole_table}; "
-                    f"c10::Error ctor in that ABI: {ctor})")
+        rows.append(
+            f"{version:8} expected {expected} got {got} (all exported names say {whole_table}; "
+            f"c10::Error ctor in that ABI: {ctor})"
+        )
         if got != expected or not ctor:
             wrong.append(version)
     print("\n".join(rows))

@@ -46,15 +46,35 @@ class Wheel:
     libraries: tuple[str, ...]  # every torch.ops library in it, relative to site-packages
 
 
-DLPACK_SET = tuple(f"torch_c_dlpack_ext/libtorch_c_dlpack_addon_torch{r}-{d}.so" for r in (27, 28, 29) for d in ("cpu", "cuda"))
-WHEEL_FILES = {w.project: w for w in (
-    Wheel("torch-c-dlpack-ext", "torch_c_dlpack_ext-0.1.5-cp311-cp311-manylinux_2_24_aarch64.manylinux_2_28_aarch64.whl",
-          "fba674110e1fab0b176bb5a28223e157db65c90767d4ba74abdbee9f537b0e9d", "torch_c_dlpack_ext", DLPACK_SET),
-    Wheel("torchvision", "torchvision-0.23.0-cp311-cp311-manylinux_2_28_aarch64.whl",  # Requires-Dist: torch (==2.8.0)
-          "01dc33ee24c79148aee7cdbcf34ae8a3c9da1674a591e781577b716d233b1fa6", None, ("torchvision/_C.so", "torchvision/image.so")),
-)}
+DLPACK_SET = tuple(
+    f"torch_c_dlpack_ext/libtorch_c_dlpack_addon_torch{r}-{d}.so" for r in (27, 28, 29) for d in ("cpu", "cuda")
+)
+WHEEL_FILES = {
+    w.project: w
+    for w in (
+        Wheel(
+            "torch-c-dlpack-ext",
+            "torch_c_dlpack_ext-0.1.5-cp311-cp311-manylinux_2_24_aarch64.manylinux_2_28_aarch64.whl",
+            "fba674110e1fab0b176bb5a28223e157db65c90767d4ba74abdbee9f537b0e9d",
+            "torch_c_dlpack_ext",
+            DLPACK_SET,
+        ),
+        Wheel(
+            "torchvision",
+            "torchvision-0.23.0-cp311-cp311-manylinux_2_28_aarch64.whl",  # Requires-Dist: torch (==2.8.0)
+            "01dc33ee24c79148aee7cdbcf34ae8a3c9da1674a591e781577b716d233b1fa6",
+            None,
+            ("torchvision/_C.so", "torchvision/image.so"),
+        ),
+    )
+}
 # (wheel, torch): the torch it was built for, and one it was not.
-PAIRINGS = [("torch-c-dlpack-ext", "2.8.0"), ("torch-c-dlpack-ext", "2.5.1"), ("torchvision", "2.8.0"), ("torchvision", "2.5.1")]
+PAIRINGS = [
+    ("torch-c-dlpack-ext", "2.8.0"),
+    ("torch-c-dlpack-ext", "2.5.1"),
+    ("torchvision", "2.8.0"),
+    ("torchvision", "2.5.1"),
+]
 # Run in the emulated Python: import torch from SITE, then the package from FOLDER, or each library with torch.ops.
 LOAD_AS_THE_PACKAGE_DOES = """
 import json, os, sys
@@ -106,9 +126,15 @@ def packaging_folder(tmp_path_factory) -> Path:
 def real_loads(arm64, sites, wheels, packaging_folder) -> dict[tuple[str, str], RealLoad]:
     def load(pairing):
         wheel, torch = WHEEL_FILES[pairing[0]], pairing[1]
-        answer = emulated(arm64, LOAD_AS_THE_PACKAGE_DOES, [sites[torch], wheels[wheel.project], packaging_folder,
-                                                             wheel.package or "", *wheel.libraries], torch)
-        return RealLoad(tuple(answer["import"]) if answer["import"] else None, {k: tuple(v) for k, v in answer["loads"].items()})
+        answer = emulated(
+            arm64,
+            LOAD_AS_THE_PACKAGE_DOES,
+            [sites[torch], wheels[wheel.project], packaging_folder, wheel.package or "", *wheel.libraries],
+            torch,
+        )
+        return RealLoad(
+            tuple(answer["import"]) if answer["import"] else None, {k: tuple(v) for k, v in answer["loads"].items()}
+        )
 
     return two_at_a_time(load, PAIRINGS)
 
@@ -118,10 +144,17 @@ def test_the_verdict_is_the_real_loaders_for_what_the_package_loads(pairing, rea
     wheel, torch = WHEEL_FILES[pairing[0]], pairing[1]
     real = real_loads[pairing]
     verdict = gate(wheels[wheel.project], sites[torch], arm64)
-    print(f"{wheel.file} vs torch {torch}: loader {real.imported or real.loads}; gate {verdict.verdict}, "
-          f"checked {[m.path for m in verdict.modules]}")
-    assert verdict.ok == real.ok(wheel), (real, [(p.kind, p.demangled, p.library) for m in verdict.modules for p in m.problems])
-    assert all(m.loaded_by == LOAD_LIBRARY for m in verdict.modules)  # no PyInit_ in any: before, "no Python extension module"
+    print(
+        f"{wheel.file} vs torch {torch}: loader {real.imported or real.loads}; gate {verdict.verdict}, "
+        f"checked {[m.path for m in verdict.modules]}"
+    )
+    assert verdict.ok == real.ok(wheel), (
+        real,
+        [(p.kind, p.demangled, p.library) for m in verdict.modules for p in m.problems],
+    )
+    assert all(
+        m.loaded_by == LOAD_LIBRARY for m in verdict.modules
+    )  # no PyInit_ in any: before, "no Python extension module"
     if wheel.package is None:  # every library is loaded: each is checked, named by its path in the package
         assert [m.path for m in verdict.modules] == list(wheel.libraries)
         for module in verdict.modules:
@@ -134,7 +167,9 @@ def test_the_verdict_is_the_real_loaders_for_what_the_package_loads(pairing, rea
     (library_set,) = verdict.sets
     assert library_set.members == DLPACK_SET and library_set.package == wheel.project
     if real.imported[0]:  # the one its loader opened is the one checked, and only it
-        assert library_set.loads == tuple(m.path for m in verdict.modules) == (f"torch_c_dlpack_ext/{real.imported[1]}",)
+        assert (
+            library_set.loads == tuple(m.path for m in verdict.modules) == (f"torch_c_dlpack_ext/{real.imported[1]}",)
+        )
         assert library_set.verdict == OK
     else:
         assert "No matching prebuilt torch c dlpack extension" in real.imported[1]
@@ -167,4 +202,7 @@ def test_the_cli_on_the_wheel_exits_as_the_loader_says(pairing, real_loads, site
     for module in report["modules"]:
         assert f"{module['path']} (a library its package loads itself" in text.stdout
     if wheel.package:
-        assert "torch_c_dlpack_ext/libtorch_c_dlpack_addon_torch{27,28,29}-{cpu,cuda}.so: one library per torch release" in text.stdout
+        assert (
+            "torch_c_dlpack_ext/libtorch_c_dlpack_addon_torch{27,28,29}-{cpu,cuda}.so: one library per torch release"
+            in text.stdout
+        )

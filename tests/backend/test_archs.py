@@ -13,10 +13,14 @@ def test_arch_list_parsing_and_gencode():
     archs = build.parse_arch_list("80;90;120+PTX")
     assert archs == [(80, False), (90, False), (120, True)]
     assert build.gencode_flags(archs) == [
-        "-gencode", "arch=compute_80,code=sm_80",
-        "-gencode", "arch=compute_90,code=sm_90",
-        "-gencode", "arch=compute_120,code=sm_120",
-        "-gencode", "arch=compute_120,code=compute_120",
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode",
+        "arch=compute_90,code=sm_90",
+        "-gencode",
+        "arch=compute_120,code=sm_120",
+        "-gencode",
+        "arch=compute_120,code=compute_120",
     ]
 
 

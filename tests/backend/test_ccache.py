@@ -35,13 +35,30 @@ def test_include_view_refuses_to_replace_a_real_directory(tmp_path):
 def test_through_view_rewrites_only_paths_inside_a_root_longest_first():
     mapping = {"/p/torch/include": "/w/view/torch", "/p": "/w/view/prefix", "/cuda": "/w/view/cuda-home"}
     assert script.through_view(
-        ["/p/torch/include", "/p/torch/include/torch/csrc/api/include", "/p/include/python3.11", "/cudax/include", "/src/csrc"],
+        [
+            "/p/torch/include",
+            "/p/torch/include/torch/csrc/api/include",
+            "/p/include/python3.11",
+            "/cudax/include",
+            "/src/csrc",
+        ],
         mapping,
-    ) == ["/w/view/torch", "/w/view/torch/torch/csrc/api/include", "/w/view/prefix/include/python3.11", "/cudax/include", "/src/csrc"]
+    ) == [
+        "/w/view/torch",
+        "/w/view/torch/torch/csrc/api/include",
+        "/w/view/prefix/include/python3.11",
+        "/cudax/include",
+        "/src/csrc",
+    ]
 
 
 def test_view_roots_name_torch_the_cuda_home_and_each_cuda_dir():
-    assert script.view_roots("/t/include", "/cuda", ["/a", "/b"]) == [("torch", "/t/include"), ("cuda-home", "/cuda"), ("cuda-0", "/a"), ("cuda-1", "/b")]
+    assert script.view_roots("/t/include", "/cuda", ["/a", "/b"]) == [
+        ("torch", "/t/include"),
+        ("cuda-home", "/cuda"),
+        ("cuda-0", "/a"),
+        ("cuda-1", "/b"),
+    ]
 
 
 def test_ccache_base_dir_is_the_build_root_rattler_build_creates():
@@ -56,8 +73,13 @@ def test_ccache_env_points_torch_at_ccache_and_keys_on_compiler_versions():
     assert a == script.compiler_identity(["Cuda compilation tools, release 13.0, V13.0.88", "gcc (GCC) 14.2.0"])
     assert a != script.compiler_identity(["Cuda compilation tools, release 13.0, V13.0.88", "gcc (GCC) 15.1.0"])
     env = script.ccache_env("/bin/ccache", "/be/bin/nvcc", Path("/out/bld/x"), a)
-    assert env == {"PYTORCH_NVCC": "/bin/ccache /be/bin/nvcc", "CCACHE_BASEDIR": "/out/bld/x", "CCACHE_NOHASHDIR": "1",
-                   "CCACHE_COMPILERCHECK": f"string:{a}", "CCACHE_SLOPPINESS": "include_file_ctime"}
+    assert env == {
+        "PYTORCH_NVCC": "/bin/ccache /be/bin/nvcc",
+        "CCACHE_BASEDIR": "/out/bld/x",
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_COMPILERCHECK": f"string:{a}",
+        "CCACHE_SLOPPINESS": "include_file_ctime",
+    }
 
 
 def test_hits_and_misses_count_the_difference():

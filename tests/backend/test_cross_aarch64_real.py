@@ -68,15 +68,49 @@ def test_cross_build_abi_gate_and_emulated_import(cross):
     timings["glue (cross, g++ only)"] = time.monotonic() - started
     assert elf.read_info(ext).machine == "aarch64"
 
-    package = assemble(PackageSpec("flash-attn", "0.0.1", BUILD, "linux-aarch64", depends=("python 3.11.*", "pytorch >=2.11.0,<2.12 cuda130*"),
-                                   files={f"{SITE}/{EXTENSION}": ext.read_bytes(), f"{SITE}/flash_attn/__init__.py": "import flash_attn_2_cuda\n",
-                                          # under its SONAME, the glue's DT_NEEDED, and its link name, as the recipe installs it
-                                          "lib/libflash_attn_kernels.so.1": library.read_bytes(),
-                                          "lib/libflash_attn_kernels.so": library.read_bytes()}), tmp / "out")
+    package = assemble(
+        PackageSpec(
+            "flash-attn",
+            "0.0.1",
+            BUILD,
+            "linux-aarch64",
+            depends=("python 3.11.*", "pytorch >=2.11.0,<2.12 cuda130*"),
+            files={
+                f"{SITE}/{EXTENSION}": ext.read_bytes(),
+                f"{SITE}/flash_attn/__init__.py": "import flash_attn_2_cuda\n",
+                # under its SONAME, the glue's DT_NEEDED, and its link name, as the recipe installs it
+                "lib/libflash_attn_kernels.so.1": library.read_bytes(),
+                "lib/libflash_attn_kernels.so": library.read_bytes(),
+            },
+        ),
+        tmp / "out",
+    )
     started = time.monotonic()
-    verified = subprocess.run([sys.executable, "-m", "faforge", "verify", str(package), "--gates", "abi,import,gpu", "--against", str(torch_site),
-                               "--manifest", str(tmp / "verification"), "--qemu", str(python.qemu), "--sysroot", str(python.sysroot),
-                               "--target-python", str(python.python), "--json"], capture_output=True, text=True, timeout=1800)
+    verified = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "verify",
+            str(package),
+            "--gates",
+            "abi,import,gpu",
+            "--against",
+            str(torch_site),
+            "--manifest",
+            str(tmp / "verification"),
+            "--qemu",
+            str(python.qemu),
+            "--sysroot",
+            str(python.sysroot),
+            "--target-python",
+            str(python.python),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     timings["verify (abi native, import emulated)"] = time.monotonic() - started
     assert verified.returncode == 3, verified.stdout[-2000:] + verified.stderr[-2000:]  # gpu: skipped
     gates = {r["gate"]: (r["result"], r["detail"]) for r in json.loads(verified.stdout)["results"]}

@@ -7,7 +7,10 @@ import pytest
 from faforge.backend import flags as build
 
 
-@pytest.mark.parametrize(("torch", "std"), [("2.4.1", "c++17"), ("2.13.0", "c++17"), ("2.14.1+cu130", "c++20"), ("2.15.0", "c++20"), ("3.0.0", "c++20")])
+@pytest.mark.parametrize(
+    ("torch", "std"),
+    [("2.4.1", "c++17"), ("2.13.0", "c++17"), ("2.14.1+cu130", "c++20"), ("2.15.0", "c++20"), ("3.0.0", "c++20")],
+)
 def test_cxx_standard_follows_torch_headers(torch, std):
     assert build.cxx_standard(torch) == std
 

@@ -39,4 +39,7 @@ def test_the_module_finds_torchs_libraries_by_itself_in_either_layout():
     in site-packages, names torch's folder; conda-forge's torch/lib links into lib/, so both layouts
     resolve, and the kernel library stays found through the packager's RUNPATH or the carried copy."""
     assert glue.glue_runpath(carry_library=False) == ["-Wl,-rpath,$ORIGIN/torch/lib"]
-    assert glue.glue_runpath(carry_library=True) == [f"-Wl,-rpath,$ORIGIN/{glue.WHEEL_LIBS_DIR}", "-Wl,-rpath,$ORIGIN/torch/lib"]
+    assert glue.glue_runpath(carry_library=True) == [
+        f"-Wl,-rpath,$ORIGIN/{glue.WHEEL_LIBS_DIR}",
+        "-Wl,-rpath,$ORIGIN/torch/lib",
+    ]

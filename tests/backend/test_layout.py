@@ -17,7 +17,9 @@ def test_a_kernel_library_without_a_layout_symbol_is_refused_naming_it():
     libpython = Path(sysconfig.get_config_var("LIBDIR")) / sysconfig.get_config_var("LDLIBRARY")
     if not libpython.is_file():
         pytest.skip(f"this Python has no shared libpython ({libpython})")
-    with pytest.raises(BuildError, match=r"defines no flash_attn_kernels_philox_offset_intragraph_u32/u64 symbol") as caught:
+    with pytest.raises(
+        BuildError, match=r"defines no flash_attn_kernels_philox_offset_intragraph_u32/u64 symbol"
+    ) as caught:
         build.check_kernel_library_layout(libpython, 64, "2.14.1")
     assert str(libpython) in str(caught.value) and "--kernels-only" in str(caught.value)
 

@@ -20,6 +20,12 @@ def test_a_progress_line_carries_the_build_scripts_name(capsys):
 
 def test_a_build_error_is_one_line_exit_2(tmp_path):
     assert issubclass(BuildError, Exception)
-    done = subprocess.run([sys.executable, str(SCRIPT), "--kernels-only", "--archs", "80", "--source-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.startswith("build_flash_attn: error: ") and "Traceback" not in done.stderr
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--kernels-only", "--archs", "80", "--source-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        done.returncode == 2 and done.stderr.startswith("build_flash_attn: error: ") and "Traceback" not in done.stderr
+    )

@@ -25,17 +25,27 @@ HOSTILE = {
     "FAFORGE_COMPILER_CACHE": ["sccache", "CCACHE", ",", "\x1b[2J", HUGE],
 }
 # Free text, checked where it is used: a path that holds no faforge/backend, TU names not in the sdist.
-CHECKED_IN_USE = {"FAFORGE_CHECKER_PATH": "/nonexistent", "FAFORGE_BUILD_TUS": "no_such_tu.cu", "FLASH_ATTN_CUDA_ARCHS": "80;ampere"}
+CHECKED_IN_USE = {
+    "FAFORGE_CHECKER_PATH": "/nonexistent",
+    "FAFORGE_BUILD_TUS": "no_such_tu.cu",
+    "FLASH_ATTN_CUDA_ARCHS": "80;ampere",
+}
 
 
 def run_script(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in {*HOSTILE, *CHECKED_IN_USE}}
-    return subprocess.run([sys.executable, str(SCRIPT), "--kernels-only", "--plan-only", "--archs", "80", *args],
-                          capture_output=True, text=True, env={**base, **env}, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--kernels-only", "--plan-only", "--archs", "80", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("name,value", [(n, v) for n, values in HOSTILE.items() for v in values],
-                         ids=lambda x: ascii(x[:12]))
+@pytest.mark.parametrize(
+    "name,value", [(n, v) for n, values in HOSTILE.items() for v in values], ids=lambda x: ascii(x[:12])
+)
 def test_a_bad_value_is_refused_naming_the_variable(name, value, tmp_path):
     result = run_script({name: value}, "--source-dir", str(tmp_path))
     assert result.returncode == 2, result.stderr
@@ -49,7 +59,11 @@ def test_free_text_is_refused_where_it_is_used(name, value, tmp_path):
     (sdist / "csrc/flash_attn/src").mkdir(parents=True)
     (sdist / "csrc/flash_attn/src/flash_fwd_hdim64_fp16_sm80.cu").write_text("")
     (sdist / "PKG-INFO").write_text("Version: 2.8.3\n")
-    args = ("--source-dir", str(sdist)) if name != "FLASH_ATTN_CUDA_ARCHS" else ("--source-dir", str(sdist), "--archs", value)
+    args = (
+        ("--source-dir", str(sdist))
+        if name != "FLASH_ATTN_CUDA_ARCHS"
+        else ("--source-dir", str(sdist), "--archs", value)
+    )
     result = run_script({name: value}, *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
 

@@ -9,7 +9,12 @@ from faforge.backend import postlink
 
 
 def test_the_cxx11_abi_is_read_from_std_string_in_symbol_names():
-    assert postlink.declared_cxx11_abi({"_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"}) == 1
+    assert (
+        postlink.declared_cxx11_abi(
+            {"_ZN3c106detail14torchCheckFailEPKcS2_jRKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"}
+        )
+        == 1
+    )
     assert postlink.declared_cxx11_abi({"_ZN3c106detail14torchCheckFailEPKcS2_jRKSs"}) == 0
     assert postlink.declared_cxx11_abi({"PyInit_x"}) is None
 

@@ -21,15 +21,22 @@ def _sdist(root: Path) -> Path:
 
 def test_kernel_sources_are_the_glue_then_the_sorted_kernel_tus(tmp_path):
     assert sources.kernel_sources(_sdist(tmp_path)) == [
-        "csrc/flash_attn/flash_api.cpp", "csrc/flash_attn/src/flash_bwd_hdim64_bf16_sm80.cu", "csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu"]
+        "csrc/flash_attn/flash_api.cpp",
+        "csrc/flash_attn/src/flash_bwd_hdim64_bf16_sm80.cu",
+        "csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu",
+    ]
     with pytest.raises(BuildError, match="is this a flash-attn sdist"):
         sources.kernel_sources(tmp_path / "empty")
 
 
 def test_only_tus_select_by_file_name_once_each_and_name_the_unknown(tmp_path):
     found = sources.kernel_sources(_sdist(tmp_path))
-    assert sources.select_kernels(found, "flash_fwd_hdim32_fp16_sm80.cu, flash_fwd_hdim32_fp16_sm80.cu") == ["csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu"]
-    with pytest.raises(BuildError, match=re.escape("not a kernel TU of this source tree and feature set: flash_fwd_hdim999.cu")):
+    assert sources.select_kernels(found, "flash_fwd_hdim32_fp16_sm80.cu, flash_fwd_hdim32_fp16_sm80.cu") == [
+        "csrc/flash_attn/src/flash_fwd_hdim32_fp16_sm80.cu"
+    ]
+    with pytest.raises(
+        BuildError, match=re.escape("not a kernel TU of this source tree and feature set: flash_fwd_hdim999.cu")
+    ):
         sources.select_kernels(found, "flash_fwd_hdim999.cu")
     with pytest.raises(BuildError, match="--only-tus is empty"):
         sources.select_kernels(found, " ")

@@ -46,8 +46,12 @@ def test_a_toolkit_of_another_layout_names_its_folders(tmp_path):
     include = tmp_path / "usr/include"
     include.mkdir(parents=True)
     lib = _lib(tmp_path / "usr/lib/x86_64-linux-gnu")
-    debian = script.CudaToolkit(home=str(tmp_path / "usr/lib/nvidia-cuda-toolkit"), triplet="x86_64-linux",
-                                include_dir=str(include), lib_dir=lib)
+    debian = script.CudaToolkit(
+        home=str(tmp_path / "usr/lib/nvidia-cuda-toolkit"),
+        triplet="x86_64-linux",
+        include_dir=str(include),
+        lib_dir=lib,
+    )
     assert debian.nvcc == str(tmp_path / "usr/lib/nvidia-cuda-toolkit/bin/nvcc")
     assert debian.include_dirs({}) == [str(include)]
     assert debian.cudart_dirs({}) == [lib]
@@ -57,7 +61,9 @@ def test_a_cross_toolkit_is_its_target_triplet(tmp_path):
     """A cross build's target tree is home/targets/<triplet>, as in a native build; its emulator is data for later."""
     lib = _lib(tmp_path / "cuda/targets/sbsa-linux/lib")
     (tmp_path / "cuda/targets/sbsa-linux/include").mkdir()
-    cross = script.CudaToolkit(home=str(tmp_path / "cuda"), triplet="sbsa-linux", emulator=("qemu-aarch64", "-L", "/sysroot"))
+    cross = script.CudaToolkit(
+        home=str(tmp_path / "cuda"), triplet="sbsa-linux", emulator=("qemu-aarch64", "-L", "/sysroot")
+    )
     assert cross.include_dirs({}) == [str(tmp_path / "cuda/targets/sbsa-linux/include")]
     assert cross.cudart_dirs({}) == [lib]
 
@@ -122,10 +128,12 @@ def _tool(folder, name, said, stream="stdout"):
 def _fake_nvcc(tmp_path, release, tools_dir, other_dir):
     """An nvcc whose --dryrun names the PATH its profile builds: its own folder, then the caller's."""
     nvcc = _tool(tmp_path / "home/bin", "nvcc", f"release {release}, V{release}.1")
-    nvcc.write_text(f"#!/bin/sh\ncase \"$*\" in *--dryrun*) echo '#$ PATH={tools_dir}:{other_dir}' >&2;"
-                    f" echo '#$ cicc --x' >&2; echo '#$ ptxas -arch=sm_80' >&2; echo '#$ fatbinary -x' >&2;"
-                    f" echo '#$ nvlink -x' >&2; echo '#$ cudafe++ -x' >&2;;\n"
-                    f"*) echo 'Cuda compilation tools, release {release}, V{release}.1';; esac\n")
+    nvcc.write_text(
+        f"#!/bin/sh\ncase \"$*\" in *--dryrun*) echo '#$ PATH={tools_dir}:{other_dir}' >&2;"
+        f" echo '#$ cicc --x' >&2; echo '#$ ptxas -arch=sm_80' >&2; echo '#$ fatbinary -x' >&2;"
+        f" echo '#$ nvlink -x' >&2; echo '#$ cudafe++ -x' >&2;;\n"
+        f"*) echo 'Cuda compilation tools, release {release}, V{release}.1';; esac\n"
+    )
     return nvcc
 
 
@@ -139,10 +147,14 @@ def test_the_tools_nvcc_runs_are_named_with_their_release(tmp_path):
     _tool(tmp_path / "home/nvvm/bin", "cicc", "no --version")
     nvcc = _fake_nvcc(tmp_path, "12.4", f"{tmp_path}/home/nvvm/bin:{own}", tmp_path / "elsewhere")
     tools = script.nvcc_tools(str(nvcc), tmp_path / "scratch")
-    assert tools == {name: str(own / name) for name in ("ptxas", "fatbinary", "nvlink", "cudafe++")} | {"cicc": str(tmp_path / "home/nvvm/bin/cicc")}
-    assert script.check_tool_releases(str(nvcc), tools) == [f"nvcc {tmp_path}/home/bin/nvcc: CUDA 12.4",
-                                                           f"  runs cicc {tmp_path}/home/nvvm/bin/cicc: inside nvcc's toolkit",
-                                                           *(f"  runs {name} {own / name}: CUDA 12.4" for name in ("ptxas", "fatbinary", "nvlink", "cudafe++"))]
+    assert tools == {name: str(own / name) for name in ("ptxas", "fatbinary", "nvlink", "cudafe++")} | {
+        "cicc": str(tmp_path / "home/nvvm/bin/cicc")
+    }
+    assert script.check_tool_releases(str(nvcc), tools) == [
+        f"nvcc {tmp_path}/home/bin/nvcc: CUDA 12.4",
+        f"  runs cicc {tmp_path}/home/nvvm/bin/cicc: inside nvcc's toolkit",
+        *(f"  runs {name} {own / name}: CUDA 12.4" for name in ("ptxas", "fatbinary", "nvlink", "cudafe++")),
+    ]
 
 
 def test_a_tool_of_another_cuda_on_path_is_refused(tmp_path):
@@ -154,7 +166,9 @@ def test_a_tool_of_another_cuda_on_path_is_refused(tmp_path):
     for name in ("fatbinary", "nvlink", "cudafe++"):
         _tool(other, name, "release 13.0, V13.0.88")
     nvcc = _fake_nvcc(tmp_path, "12.4", f"{tmp_path}/home/nvvm/bin:{own}", other)
-    with pytest.raises(BuildError, match=r"nvcc .* is CUDA 12.4 but would run fatbinary .*usr-local-bin/fatbinary of CUDA 13.0"):
+    with pytest.raises(
+        BuildError, match=r"nvcc .* is CUDA 12.4 but would run fatbinary .*usr-local-bin/fatbinary of CUDA 13.0"
+    ):
         script.check_tool_releases(str(nvcc), script.nvcc_tools(str(nvcc), tmp_path / "scratch"))
 
 

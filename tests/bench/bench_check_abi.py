@@ -34,16 +34,24 @@ from faforge.abi.check import check_path  # noqa: E402 (after sys.path: the benc
 from faforge.abi.elf import read_dynamic_symbols  # noqa: E402 (as above)
 from tests.support.torch_envs import torch_env  # noqa: E402 (as above)
 
-ABI_ONLY = (f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from faforge.abi.check import check_path; "
-            "sys.exit(0 if check_path(sys.argv[1], [sys.argv[2]]).ok else 1)")
+ABI_ONLY = (
+    f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from faforge.abi.check import check_path; "
+    "sys.exit(0 if check_path(sys.argv[1], [sys.argv[2]]).ok else 1)"
+)
 
 
 def timed(command: list[str] | str, shell: bool = False) -> tuple[float, float]:
     """(wall, cpu of the children) seconds of one run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(command, shell=shell, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   executable="/bin/bash" if shell else None)
+    subprocess.run(
+        command,
+        shell=shell,
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        executable="/bin/bash" if shell else None,
+    )
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -56,11 +64,13 @@ def median_of(runs: int, command, shell: bool = False) -> tuple[float, float]:
 
 def baseline_command(extension: Path, libraries: list[str]) -> str:
     libs = " ".join(f"'{lib}'" for lib in libraries)
-    return (f"nm -D --undefined-only --without-symbol-versions '{extension}' | awk '{{print $2}}' | "
-            "sort -u > /tmp/faforge-bench-und && "
-            f"nm -D --defined-only --without-symbol-versions {libs} 2>/dev/null | awk 'NF==3{{print $3}}' | "
-            "sort -u > /tmp/faforge-bench-def && "
-            "comm -23 /tmp/faforge-bench-und /tmp/faforge-bench-def | wc -l")
+    return (
+        f"nm -D --undefined-only --without-symbol-versions '{extension}' | awk '{{print $2}}' | "
+        "sort -u > /tmp/faforge-bench-und && "
+        f"nm -D --defined-only --without-symbol-versions {libs} 2>/dev/null | awk 'NF==3{{print $3}}' | "
+        "sort -u > /tmp/faforge-bench-def && "
+        "comm -23 /tmp/faforge-bench-und /tmp/faforge-bench-def | wc -l"
+    )
 
 
 def main() -> int:
@@ -71,10 +81,14 @@ def main() -> int:
     env = torch_env("2.14.1")
     extensions = args.extensions or [env.torch_lib / "libtorch_cuda.so", env.torch_lib / "libtorch_python.so"]
     faforge = [str(Path(sys.executable).with_name("faforge"))]
-    print(f"torch 2.14.1 at {env.site_packages}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
-          f"median of {args.runs} runs")
-    print(f"{'extension':<20} {'MB':>4} {'imports':>7} | {'faforge check-abi':>17} | {'faforge.abi only':>16} | "
-          f"{'in-process':>13} | {'nm -D + comm':>13}   (wall/cpu seconds)")
+    print(
+        f"torch 2.14.1 at {env.site_packages}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
+        f"median of {args.runs} runs"
+    )
+    print(
+        f"{'extension':<20} {'MB':>4} {'imports':>7} | {'faforge check-abi':>17} | {'faforge.abi only':>16} | "
+        f"{'in-process':>13} | {'nm -D + comm':>13}   (wall/cpu seconds)"
+    )
     for ext in extensions:
         verdict = check_path(ext, [env.site_packages])  # also warms the page cache for every run below
         module = verdict.modules[0]

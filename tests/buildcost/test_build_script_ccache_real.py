@@ -26,7 +26,9 @@ def ccache_env(build_python, ccache_dir: Path) -> dict:  # noqa: F811 (an import
     except FaforgeError as exc:
         pytest.skip(str(exc))
     _, env = build_python
-    return dict(env, FAFORGE_COMPILER_CACHE="ccache", CCACHE_DIR=str(ccache_dir), PATH=f"{Path(ccache).parent}:{env['PATH']}")
+    return dict(
+        env, FAFORGE_COMPILER_CACHE="ccache", CCACHE_DIR=str(ccache_dir), PATH=f"{Path(ccache).parent}:{env['PATH']}"
+    )
 
 
 def cache_counts(log: str) -> tuple[int, int]:
@@ -53,7 +55,9 @@ def test_second_build_in_another_work_dir_hits_the_cache(build_python, tmp_path)
     assert counts[0][0] == 0 and counts[0][1] >= 1
     assert counts[1][0] >= 1 and counts[1][1] == 0
     for log in logs:
-        assert kernel_compiles(log) == ["flash_fwd_tiny_sm80.cu"], "a kernel TU was compiled more than once in one build"
+        assert kernel_compiles(log) == ["flash_fwd_tiny_sm80.cu"], (
+            "a kernel TU was compiled more than once in one build"
+        )
 
 
 def test_pieces_in_separate_jobs_fill_the_cache_for_the_final_build(build_python, tmp_path):  # noqa: F811 (an imported fixture, requested by name)

@@ -51,9 +51,18 @@ def variants(tmp_path):
     py_include = Path(sysconfig.get_paths()["include"])
     out = []
     for build_id, placeholder, python in (("1780000001", 60, "3.11"), ("1780004242", 97, "3.12")):
-        sources = LayoutSources(cuda_home=toolkit, torch_include=tmp_path / "torch/include", python_include=py_include, sdist=sdist)
-        layout = make_layout(tmp_path / "out", build_id=build_id, placeholder_length=placeholder, python_version=python,
-                             sources=sources, tus=[TU], triplet="x86_64-linux")
+        sources = LayoutSources(
+            cuda_home=toolkit, torch_include=tmp_path / "torch/include", python_include=py_include, sdist=sdist
+        )
+        layout = make_layout(
+            tmp_path / "out",
+            build_id=build_id,
+            placeholder_length=placeholder,
+            python_version=python,
+            sources=sources,
+            tus=[TU],
+            triplet="x86_64-linux",
+        )
         (layout.host_env / "targets/x86_64-linux/include/faforge_host_only.h").write_text("#define FIXTURE_HOST 2.0f\n")
         out.append((f"py{python}", layout))
     return out
@@ -61,8 +70,13 @@ def variants(tmp_path):
 
 def compile_both(variants, tmp_path, **kwargs):
     spec = CompileSpec(archs="80", cxx_std="c++17", cxx11_abi=1)
-    return [run for name, layout in variants
-            for run in reuse.compile_variant(name, layout, [TU], spec, ccache=reuse.find_ccache(), cache_dir=tmp_path / "ccache", nice=0, **kwargs)]
+    return [
+        run
+        for name, layout in variants
+        for run in reuse.compile_variant(
+            name, layout, [TU], spec, ccache=reuse.find_ccache(), cache_dir=tmp_path / "ccache", nice=0, **kwargs
+        )
+    ]
 
 
 def test_second_python_variant_hits_the_cache_the_first_filled(variants, tmp_path):

@@ -15,7 +15,9 @@ SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "bench-build.json"
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "faforge", "bench-build", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "bench-build", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_report_json_matches_schema_and_covers_every_matrix_arch_list():
@@ -33,9 +35,20 @@ def test_report_json_matches_schema_and_covers_every_matrix_arch_list():
 def test_report_tables_and_the_module_entry_agree():
     table = run("--runner", "2:22")
     assert table.returncode == 0, table.stderr
-    for title in ("Per TU class", "Kernels of one cell", "MAX_JOBS", "Cross-python reuse", "before / after the kernel split"):
+    for title in (
+        "Per TU class",
+        "Kernels of one cell",
+        "MAX_JOBS",
+        "Cross-python reuse",
+        "before / after the kernel split",
+    ):
         assert title in table.stdout
-    module = subprocess.run([sys.executable, "-m", "faforge.buildcost.bench", "--runner", "2:22"], capture_output=True, text=True, timeout=120)
+    module = subprocess.run(
+        [sys.executable, "-m", "faforge.buildcost.bench", "--runner", "2:22"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert module.stdout == table.stdout
 
 

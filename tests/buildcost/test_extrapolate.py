@@ -12,17 +12,30 @@ from faforge.matrix import load_matrix
 
 
 def sample(tu, cpu_s, rss=3.0, arch="80"):
-    return Sample(tu=tu, arch=arch, nvcc="13.0", torch="2.14.1", cxx_std="c++20", cpu_s=cpu_s, wall_s=cpu_s,
-                  peak_rss_gb=rss, source="test")
+    return Sample(
+        tu=tu,
+        arch=arch,
+        nvcc="13.0",
+        torch="2.14.1",
+        cxx_std="c++20",
+        cpu_s=cpu_s,
+        wall_s=cpu_s,
+        peak_rss_gb=rss,
+        source="test",
+    )
 
 
 def test_linear_fit_recovers_a_line_and_is_flat_for_one_point():
-    assert extrapolate.linear_fit([(32, 100.0), (128, 200.0), (256, 333.33)]) == pytest.approx((1.0417, 66.67), rel=1e-3)
+    assert extrapolate.linear_fit([(32, 100.0), (128, 200.0), (256, 333.33)]) == pytest.approx(
+        (1.0417, 66.67), rel=1e-3
+    )
     assert extrapolate.linear_fit([(32, 90.0), (32, 110.0)]) == (0.0, 100.0)
 
 
 def test_class_mean_is_the_fit_at_the_mean_head_dim_and_worst_is_hdim256():
-    costs = extrapolate.class_costs((sample("flash_fwd_hdim32_fp16_sm80.cu", 60), sample("flash_fwd_hdim128_bf16_causal_sm80.cu", 120, 4.4)))
+    costs = extrapolate.class_costs(
+        (sample("flash_fwd_hdim32_fp16_sm80.cu", 60), sample("flash_fwd_hdim128_bf16_causal_sm80.cu", 120, 4.4))
+    )
     fwd = costs["fwd"]
     assert fwd.measured_hdims == (32, 128)
     assert fwd.mean_cpu_s == pytest.approx(120.0)  # the six head dims 32..256 average 128
@@ -49,7 +62,9 @@ def test_cell_cost_is_tus_times_class_cost_times_archs():
 
 
 def test_an_unmeasured_class_is_assumed_to_cost_the_mean_of_the_measured_ones():
-    costs = extrapolate.class_costs((sample("flash_fwd_hdim32_fp16_sm80.cu", 60), sample("flash_bwd_hdim32_fp16_sm80.cu", 120, 5.0)))
+    costs = extrapolate.class_costs(
+        (sample("flash_fwd_hdim32_fp16_sm80.cu", 60), sample("flash_bwd_hdim32_fp16_sm80.cu", 120, 5.0))
+    )
     assert costs["fwd_split"].measured_hdims == ()
     assert costs["fwd_split"].mean_cpu_s == 90.0 and costs["fwd_split"].peak_rss_gb == 5.0
     assert extrapolate.cell_cost(costs, "80").cpu_h == pytest.approx(24 * (60 + 120 + 90) / 3600)

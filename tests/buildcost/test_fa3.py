@@ -70,11 +70,23 @@ def test_cpu_hours_per_package_and_for_the_matrix(report):
 
 def test_classes_are_labelled_measured_or_estimated(report, data):
     assert list(report.costs) == list(fa3.CLASSES)
-    full_classes = {fa3.tu_class(s.tu) for s in data.fa3_samples
-                    if not data.fa3_build(s.build).disabled_set and data.fa3_build(s.build).platform == fa3.REFERENCE_PLATFORM}
+    full_classes = {
+        fa3.tu_class(s.tu)
+        for s in data.fa3_samples
+        if not data.fa3_build(s.build).disabled_set and data.fa3_build(s.build).platform == fa3.REFERENCE_PLATFORM
+    }
     for name, cost in report.costs.items():
-        assert cost.status.split(":")[0].split(" x ")[0] in {"measured", "measured, trimmed build", "scaled", "lower bound", "assumed"}
-        assert cost.measured == (name in full_classes or (name in fa3.TRIM_FREE and cost.samples > 0)), (name, cost.status)
+        assert cost.status.split(":")[0].split(" x ")[0] in {
+            "measured",
+            "measured, trimmed build",
+            "scaled",
+            "lower bound",
+            "assumed",
+        }
+        assert cost.measured == (name in full_classes or (name in fa3.TRIM_FREE and cost.samples > 0)), (
+            name,
+            cost.status,
+        )
         assert (cost.samples == 0) == cost.status.startswith("assumed")
     assert report.costs["sm90_fwd"].measured, "the class with 220 of the 293 TUs has a full-build sample"
 
@@ -119,18 +131,29 @@ def test_class_of_a_tu_and_its_head_dim():
     assert fa3.head_dim("flash_fwd_hdim64_512_bf16_paged_split_sm90.cu") == 512
     assert fa3.tu_class("flash_bwd_hdim96_fp16_softcapall_sm90.cu") == "sm90_bwd"
     assert fa3.dtype("flash_fwd_hdim192_128_e4m3_sm90.cu") == "e4m3"
-    assert [fa3.tu_class(t) for t in ("flash_api_stable.cpp", "flash_fwd_combine.cu", "flash_prepare_scheduler.cu")] == ["glue", "combine", "scheduler"]
+    assert [
+        fa3.tu_class(t) for t in ("flash_api_stable.cpp", "flash_fwd_combine.cu", "flash_prepare_scheduler.cu")
+    ] == ["glue", "combine", "scheduler"]
     assert {fa3.tu_class(t) for t in FULL_TUS} == set(fa3.CLASSES)
 
 
 def test_bench_build_prints_the_fa3_section_and_its_json_matches_the_schema():
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "faforge", "bench-build", *args], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "faforge", "bench-build", *args], capture_output=True, text=True, timeout=120
+        )
 
     text, as_json = run(), run("--json")
     assert text.returncode == 0 and as_json.returncode == 0, text.stderr + as_json.stderr
-    for title in ("FA3: timed TU compiles", "FA3: per TU class", "FA3: packages", "FA3: piece jobs", "matrix (4 packages)",
-                  "measured classes:", "sanity: upstream"):
+    for title in (
+        "FA3: timed TU compiles",
+        "FA3: per TU class",
+        "FA3: packages",
+        "FA3: piece jobs",
+        "matrix (4 packages)",
+        "measured classes:",
+        "sanity: upstream",
+    ):
         assert title in text.stdout
     report = json.loads(as_json.stdout)
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
@@ -139,7 +162,9 @@ def test_bench_build_prints_the_fa3_section_and_its_json_matches_the_schema():
     assert section["matrix_cpu_h"] == pytest.approx(sum(p["cpu_h"] for p in section["packages"]), abs=0.11)
     measured = [name for name, c in section["classes"].items() if c["measured"]]
     estimated = [name for name, c in section["classes"].items() if not c["measured"]]
-    assert f"measured classes: {', '.join(measured) or 'none'}; estimated: {', '.join(estimated) or 'none'}" in text.stdout
+    assert (
+        f"measured classes: {', '.join(measured) or 'none'}; estimated: {', '.join(estimated) or 'none'}" in text.stdout
+    )
 
 
 def test_variants_readme_holds_the_fa3_table_bench_build_prints(report):

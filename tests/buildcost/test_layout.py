@@ -20,7 +20,9 @@ def test_placeholder_name_has_the_requested_length():
 def fake_sources(tmp_path: Path) -> LayoutSources:
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
-    (cuda / "bin/nvcc.profile").write_text('TOP = $(_HERE_)/..\nINCLUDES +=  "-I$(TOP)/$(_TARGET_DIR_)/include" $(_SPACE_)\n')
+    (cuda / "bin/nvcc.profile").write_text(
+        'TOP = $(_HERE_)/..\nINCLUDES +=  "-I$(TOP)/$(_TARGET_DIR_)/include" $(_SPACE_)\n'
+    )
     (cuda / "targets/x86_64-linux/include").mkdir(parents=True)
     (cuda / "targets/x86_64-linux/include/cuda.h").write_text("// cuda")
     torch = tmp_path / "torch/include/c10"
@@ -39,8 +41,15 @@ def fake_sources(tmp_path: Path) -> LayoutSources:
 
 def test_make_layout_mirrors_a_rattler_build_tree(tmp_path):
     sources = fake_sources(tmp_path)
-    layout = make_layout(tmp_path / "out", build_id="1780000001", placeholder_length=60, python_version="3.12",
-                         sources=sources, tus=["flash_fwd_hdim32_fp16_sm80.cu"], triplet="x86_64-linux")
+    layout = make_layout(
+        tmp_path / "out",
+        build_id="1780000001",
+        placeholder_length=60,
+        python_version="3.12",
+        sources=sources,
+        tus=["flash_fwd_hdim32_fp16_sm80.cu"],
+        triplet="x86_64-linux",
+    )
     assert layout.root == tmp_path / "out/bld/rattler-build_flash-attn_1780000001"
     assert layout.host_env.name == placeholder_name(60)
     assert (layout.site_packages / "torch/include/c10/x.h").is_file()
@@ -52,12 +61,17 @@ def test_make_layout_mirrors_a_rattler_build_tree(tmp_path):
     # conda-forge's nvcc.profile searches $CUDA_INCLUDE_DIRS; the source profile is not written through.
     assert "$(CUDA_INCLUDE_DIRS)" in (layout.build_env / "bin/nvcc.profile").read_text()
     assert "CUDA_INCLUDE_DIRS" not in (sources.cuda_home / "bin/nvcc.profile").read_text()
-    assert layout.cuda_include_dirs_env() == f"-I{layout.host_env}/targets/x86_64-linux/include -I{layout.build_env}/targets/x86_64-linux/include"
+    assert (
+        layout.cuda_include_dirs_env()
+        == f"-I{layout.host_env}/targets/x86_64-linux/include -I{layout.build_env}/targets/x86_64-linux/include"
+    )
 
 
 def test_make_layout_refuses_an_existing_tree(tmp_path):
     sources = fake_sources(tmp_path)
-    kwargs = dict(build_id="1", placeholder_length=40, python_version="3.11", sources=sources, tus=[], triplet="x86_64-linux")
+    kwargs = dict(
+        build_id="1", placeholder_length=40, python_version="3.11", sources=sources, tus=[], triplet="x86_64-linux"
+    )
     make_layout(tmp_path / "out", **kwargs)
     with pytest.raises(FaforgeError, match="exists"):
         make_layout(tmp_path / "out", **kwargs)

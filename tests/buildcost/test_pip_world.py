@@ -22,7 +22,9 @@ TITLE = "pip world: added runner hours per torch release"
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "faforge", "bench-build", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "bench-build", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_each_torch_release_adds_its_wheel_jobs_and_only_the_kernel_packages_no_world_has():
@@ -36,7 +38,9 @@ def test_each_torch_release_adds_its_wheel_jobs_and_only_the_kernel_packages_no_
     costs = class_costs(data.samples)
     glue_min = round(sum(g.cpu_s for g in data.glue) / len(data.glue) / 60, 2)
     assert section["glue_cpu_min"] == glue_min and section["wheel_job_minutes"] == cell_part(cost).minutes
-    assert section["pip_cells"] == len(builds) == 79 and section["kernel_wheels"] == len({kernel_key(b.cell) for b in builds})
+    assert section["pip_cells"] == len(builds) == 79 and section["kernel_wheels"] == len(
+        {kernel_key(b.cell) for b in builds}
+    )
     had = {k.key for k in matrix.kernels}
     for row in section["per_torch_release"]:
         mine = [b for b in builds if b.cell.torch_minor == row["torch_minor"]]
@@ -49,7 +53,9 @@ def test_each_torch_release_adds_its_wheel_jobs_and_only_the_kernel_packages_no_
         assert row["kernel_cpu_h"] == round(sum(cell_cost(costs, k.cuda_archs).cpu_h for k in new), 2)
         assert row["glue_cpu_h"] == round(len(mine) * glue_min / 60, 2)
     rows = {r["torch_minor"]: r for r in section["per_torch_release"]}
-    assert rows["2.14"]["kernel_jobs"] == 0 and rows["2.14"]["kernel_cpu_h"] == 0, "torch 2.14 on CUDA 13.0: the conda world's kernels"
+    assert rows["2.14"]["kernel_jobs"] == 0 and rows["2.14"]["kernel_cpu_h"] == 0, (
+        "torch 2.14 on CUDA 13.0: the conda world's kernels"
+    )
     assert len(rows["2.15"]["new_kernel_packages"]) == 2, "torch 2.15 brings CUDA 13.2 on both platforms"
 
 

@@ -61,12 +61,19 @@ def test_a_torch_minor_with_a_cuda_or_layout_of_its_own_still_pays_for_its_kerne
     assert len(new_kernel_builds(alone, "2.13", "conda-forge", kernel_key)) == 1
     # A torch 2.13 with torch 2.9's 32-bit layout would need a CUDA 13.0 kernel build no other minor has.
     other_layout = [c for c in matrix.cells if c not in newest] + [replace(c, philox_offset_bits=32) for c in newest]
-    assert {k.cuda for k in map(kernel_key, new_kernel_builds(other_layout, "2.13", "conda-forge", kernel_key))} == {"13.0"}
+    assert {k.cuda for k in map(kernel_key, new_kernel_builds(other_layout, "2.13", "conda-forge", kernel_key))} == {
+        "13.0"
+    }
 
 
 def test_switching_across_the_philox_layout_downloads_the_other_layouts_kernels(report):
     crossing = report.crossing
-    assert (crossing.cuda, crossing.cuda_archs, crossing.torch_from, crossing.torch_to) == ("12.9", "80;90;100;120+PTX", "2.9", "2.10")
+    assert (crossing.cuda, crossing.cuda_archs, crossing.torch_from, crossing.torch_to) == (
+        "12.9",
+        "80;90;100;120+PTX",
+        "2.9",
+        "2.10",
+    )
     assert crossing.after == crossing.before, "the glue and a kernel package: what a package before the split held"
     assert crossing.after.zstd > 30 * report.switch_after.zstd
 
@@ -76,7 +83,9 @@ def test_the_size_model_reproduces_the_measured_build(measured, report):
     library = next(s for s in measured.sizes if s.part == "kernel-library")
     assert model.kernel_library(1).raw == library.bytes and model.kernel_library(1).zstd == library.zstd_bytes
     assert model.glue.raw < library.bytes / 100, "flash_api.cpp is a small share of a package"
-    assert report.channel_after.zstd < report.channel_before.zstd and report.switch_after.zstd < report.switch_before.zstd
+    assert (
+        report.channel_after.zstd < report.channel_before.zstd and report.switch_after.zstd < report.switch_before.zstd
+    )
 
 
 def test_a_size_entry_of_an_unknown_part_names_its_key(tmp_path, measured):

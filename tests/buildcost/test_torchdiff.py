@@ -19,21 +19,21 @@ from faforge.buildcost.torchdiff import (
 )
 from faforge.errors import FaforgeError
 
-A = '''# 1 "flash.cu"
+A = """# 1 "flash.cu"
 # 1 "/h/lib/python3.11/site-packages/torch/include/c10/cuda/CUDAException.h" 1
 void c10_check(int, const char*, const char*, unsigned, bool);
 
 # 3 "flash.cu" 2
 __global__ void k() {}
-'''
-B = '''# 1 "flash.cu"
+"""
+B = """# 1 "flash.cu"
 # 1 "/h2/lib/python3.12/site-packages/torch/include/c10/cuda/CUDAException.h" 1
 struct CUDAErrorLogCapture;
 void c10_check(int, const char*, const char*, unsigned, bool, CUDAErrorLogCapture*);
 # 1 "/h2/lib/python3.12/site-packages/torch/include/c10/util/string.h" 1
 # 3 "flash.cu" 2
 __global__ void k() {}
-'''
+"""
 
 
 def test_split_keeps_code_and_lists_marked_files_once():
@@ -60,8 +60,10 @@ def test_count_diff_on_equal_and_disjoint_inputs():
 
 def test_sass_of_an_object_and_of_a_bare_cubin_compare_equal():
     body = "\tcode for sm_80\n\t\tFunction : _Z1kPf\n        /*0000*/    MOV R1, c[0x0][0x28] ;\n"
-    in_object = ("\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\n"
-                 "compile_size = 64bit\n\n") + body
+    in_object = (
+        "\nFatbin elf code:\n================\narch = sm_80\ncode version = [1,8]\nhost = linux\n"
+        "compile_size = 64bit\n\n"
+    ) + body
     in_cubin = "\n" + body
     assert sass_lines(in_object, "k.o") == sass_lines(in_cubin, "k.cubin") == body.strip("\n").splitlines()
 
@@ -70,7 +72,10 @@ def compile_kernel(tmp_path: Path, name: str, scale: str) -> Path:
     source = tmp_path / f"{name}.cu"
     source.write_text(f"__global__ void scale(float* x) {{ x[threadIdx.x] *= {scale}; }}\n")
     obj = tmp_path / f"{name}.o"
-    subprocess.run([shutil.which("nvcc") or "nvcc", "-gencode", "arch=compute_90,code=sm_90", "-c", str(source), "-o", str(obj)], check=True)
+    subprocess.run(
+        [shutil.which("nvcc") or "nvcc", "-gencode", "arch=compute_90,code=sm_90", "-c", str(source), "-o", str(obj)],
+        check=True,
+    )
     return obj
 
 
@@ -78,9 +83,18 @@ def compile_kernel(tmp_path: Path, name: str, scale: str) -> Path:
 def test_object_diff_reads_the_sass_of_real_nvcc_objects(tmp_path):
     """cuobjdump -sass runs nvdisasm, which neither the toolkit here nor cuobjdump's wheel ships: torchdiff
     finds it as it finds cuobjdump (the split build's evidence run stopped with a CalledProcessError)."""
-    a, same, other = compile_kernel(tmp_path, "a", "2.0f"), compile_kernel(tmp_path, "same", "2.0f"), compile_kernel(tmp_path, "b", "3.0f")
+    a, same, other = (
+        compile_kernel(tmp_path, "a", "2.0f"),
+        compile_kernel(tmp_path, "same", "2.0f"),
+        compile_kernel(tmp_path, "b", "3.0f"),
+    )
     equal = object_diff(a, same)
-    assert equal.kernels == 1 and equal.sass_lines_a > 5 and (equal.sass_removed, equal.sass_added) == (0, 0) and equal.cubins_equal
+    assert (
+        equal.kernels == 1
+        and equal.sass_lines_a > 5
+        and (equal.sass_removed, equal.sass_added) == (0, 0)
+        and equal.cubins_equal
+    )
     changed = object_diff(a, other)
     assert changed.sass_removed >= 1 and changed.sass_added >= 1 and not changed.cubins_equal
 

@@ -47,24 +47,42 @@ def make_hostile(path: Path, kind: str) -> None:
 
 def faforge(*args, env=None) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True,
-                              timeout=QUICK_S, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-m", "faforge", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=QUICK_S,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"faforge {' '.join(map(str, args))}: no exit within {QUICK_S} s (a blocking or endless read)")
 
 
 def package(directory: Path, build: str = "py311_torch2_14_cu130_cxx11abi1_h0000001_0") -> Path:
-    return assemble(PackageSpec("flash-attn", "2.8.3.post2", build, "linux-64", depends=("python 3.11.*",),
-                                files={"share/standin.txt": "standin\n"}), directory)
+    return assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            build,
+            "linux-64",
+            depends=("python 3.11.*",),
+            files={"share/standin.txt": "standin\n"},
+        ),
+        directory,
+    )
 
 
 def strict_entries(repodata: Path) -> set[str]:
     """The package names of a repodata.json that parses strictly (no NaN, no repeated key)."""
+
     def unique(pairs):
         assert len(dict(pairs)) == len(pairs), "a repeated key"
         return dict(pairs)
+
     def no_constant(name):
         raise AssertionError(name)
+
     data = json.loads(repodata.read_text(), parse_constant=no_constant, object_pairs_hook=unique)
     return set(data["packages"]) | set(data["packages.conda"])
 
@@ -75,7 +93,9 @@ def test_plan_refuses_a_hostile_local_repodata_fast(tmp_path, kind):
     channel = tmp_path / "ch"
     make_hostile(channel / "linux-64" / "repodata.json", kind)
     (channel / "noarch").mkdir()
-    (channel / "noarch" / "repodata.json").write_text('{"info": {"subdir": "noarch"}, "packages": {}, "packages.conda": {}}')
+    (channel / "noarch" / "repodata.json").write_text(
+        '{"info": {"subdir": "noarch"}, "packages": {}, "packages.conda": {}}'
+    )
     result = faforge("plan", "--channel", channel, "--platform", "linux-64")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
@@ -153,8 +173,17 @@ def test_a_kernel_record_without_sha256_is_exit_2_naming_channel_and_record(tmp_
     for record in data["packages.conda"].values():
         del record["sha256"]
     (folder / "repodata.json").write_text(json.dumps(data))
-    result = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v",
-                     env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
+    result = faforge(
+        "verify",
+        fa,
+        "--gates",
+        "gpu",
+        "--kernel-channel",
+        channel,
+        "--manifest",
+        tmp_path / "v",
+        env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert result.returncode == 2, result.stderr
     assert str(channel) in result.stderr and KERNEL_FILE in result.stderr and "sha256" in result.stderr
     assert "Traceback" not in result.stderr and " — " in result.stderr

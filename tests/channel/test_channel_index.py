@@ -37,15 +37,19 @@ def interrupted_before_faforge(returncode: int, stderr: str) -> bool:
     uncaught KeyboardInterrupt with only <frozen ...> frames, after which CPython ends itself with SIGINT (-2)."""
     frames = [line for line in stderr.splitlines() if line.strip().startswith("File ")]
     frozen_only = stderr.rstrip().endswith("KeyboardInterrupt") and frames and all('"<frozen ' in f for f in frames)
-    return (returncode == 1 and any(m in stderr for m in CPYTHON_STARTUP)) or (returncode in (1, -2) and bool(frozen_only))
+    return (returncode == 1 and any(m in stderr for m in CPYTHON_STARTUP)) or (
+        returncode in (1, -2) and bool(frozen_only)
+    )
 
 
 # SIGINT in importlib's module-lock callback before faforge/__main__.py installed faforge.interrupts: CPython
 # swallows it (unraisable) and the publish runs on. After that point faforge re-delivers it
 # (tests/cli/test_interrupts.py).
-SWALLOWED_IN_STARTUP = re.compile(r'Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n'
-                                  r'Traceback \(most recent call last\):\n  File "<frozen importlib\._bootstrap>", line \d+, in cb\n'
-                                  r'KeyboardInterrupt:? ?\n')
+SWALLOWED_IN_STARTUP = re.compile(
+    r"Exception ignored in: <function _get_module_lock\.<locals>\.cb at 0x[0-9a-f]+>\n"
+    r'Traceback \(most recent call last\):\n  File "<frozen importlib\._bootstrap>", line \d+, in cb\n'
+    r"KeyboardInterrupt:? ?\n"
+)
 
 
 def build(i: int) -> str:
@@ -53,8 +57,17 @@ def build(i: int) -> str:
 
 
 def make(directory: Path, i: int, payload: bytes | str = "") -> Path:
-    return assemble(PackageSpec("flash-attn", "2.8.3.post2", build(i), "linux-64", depends=("python 3.11.*",),
-                                files={"share/flash-attn-standin.txt": payload or f"standin {i}\n"}), directory)
+    return assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            build(i),
+            "linux-64",
+            depends=("python 3.11.*",),
+            files={"share/flash-attn-standin.txt": payload or f"standin {i}\n"},
+        ),
+        directory,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +96,9 @@ def assert_consistent(channel: Path) -> dict[str, str]:
         for name, record in {**data.get("packages", {}), **data.get("packages.conda", {})}.items():
             path = repodata.parent / name
             assert path.is_file(), f"{repodata} lists {name}, which is not there"
-            assert path.stat().st_size == record["size"] and sha256(path) == record["sha256"], f"{path} is not what {repodata} says"
+            assert path.stat().st_size == record["size"] and sha256(path) == record["sha256"], (
+                f"{path} is not what {repodata} says"
+            )
             indexed[f"{repodata.parent.name}/{name}"] = record["sha256"]
     return indexed
 
@@ -120,7 +135,11 @@ def test_index_heals_missing_stale_and_orphaned_entries(tmp_path, packages):
     shutil.copy(paths[3], channel / "linux-64")  # not indexed
     result = faforge("index", str(channel))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 not indexed" in result.stdout and "1 indexed without a file" in result.stdout and "1 with a wrong sha256" in result.stdout
+    assert (
+        "1 not indexed" in result.stdout
+        and "1 indexed without a file" in result.stdout
+        and "1 with a wrong sha256" in result.stdout
+    )
     indexed = assert_consistent(channel)
     assert indexed[f"linux-64/{paths[1].name}"] == sha256(channel / "linux-64" / paths[1].name)
     assert sorted(indexed) == sorted(f"linux-64/{p.name}" for p in paths[1:4])
@@ -173,8 +192,25 @@ def test_concurrent_publishers_are_serialised(tmp_path, packages, same):
     paths, manifest = packages
     channel = tmp_path / "channel"
     runs = [paths[:1] if same else [p] for p in paths]
-    procs = [subprocess.Popen([sys.executable, "-m", "faforge", "publish", *map(str, r), "--manifest", str(manifest), "--to", str(channel)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in runs]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faforge",
+                "publish",
+                *map(str, r),
+                "--manifest",
+                str(manifest),
+                "--to",
+                str(channel),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in runs
+    ]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     for p in procs:
         p.stdout.close()
@@ -185,7 +221,11 @@ def test_concurrent_publishers_are_serialised(tmp_path, packages, same):
 
 
 def _snapshot(channel: Path) -> dict[str, str]:
-    return {str(p.relative_to(channel)): sha256(p) for p in sorted(channel.rglob("*")) if p.is_file() and p.name != ".faforge.lock"}
+    return {
+        str(p.relative_to(channel)): sha256(p)
+        for p in sorted(channel.rglob("*"))
+        if p.is_file() and p.name != ".faforge.lock"
+    }
 
 
 def test_linux_64_that_is_a_file_is_refused_and_the_channel_is_unchanged(tmp_path, packages):
@@ -195,7 +235,11 @@ def test_linux_64_that_is_a_file_is_refused_and_the_channel_is_unchanged(tmp_pat
     (channel / "linux-64").write_text("oops")
     before = _snapshot(channel)
     result = publish(paths[:1], manifest, channel)
-    assert result.returncode == 2 and result.stderr.count("\n") <= 2 and "linux-64 is a file, not a folder" in result.stderr, result.stderr
+    assert (
+        result.returncode == 2
+        and result.stderr.count("\n") <= 2
+        and "linux-64 is a file, not a folder" in result.stderr
+    ), result.stderr
     assert "Traceback" not in result.stderr and _snapshot(channel) == before
 
 
@@ -219,18 +263,40 @@ print(json.dumps({"rc": result.returncode, "stdout": result.stdout, "stderr": re
 """
 
 
-def publish_in_mount(tmp_path: Path, source: Path, size: str, read_only: bool, paths, manifest, option: str = "--to") -> dict:
+def publish_in_mount(
+    tmp_path: Path, source: Path, size: str, read_only: bool, paths, manifest, option: str = "--to"
+) -> dict:
     """Publish `paths` into a copy of `source` on a tmpfs of `size` (`option` names the folder: --to a channel,
     --index a wheel index)."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux) to mount a tmpfs in a private mount namespace")
     mount = tmp_path / "mount"
     mount.mkdir()
-    probe = subprocess.run(["unshare", "-m", "mount", "-t", "tmpfs", "tmpfs", str(mount)], capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "mount", "-t", "tmpfs", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root or user namespaces): {probe.stderr.strip()}")
-    result = subprocess.run(["unshare", "-m", sys.executable, "-c", IN_MOUNT, str(source), str(mount), size, "ro" if read_only else "rw",
-                             option, *map(str, paths), "--manifest", str(manifest)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            sys.executable,
+            "-c",
+            IN_MOUNT,
+            str(source),
+            str(mount),
+            size,
+            "ro" if read_only else "rw",
+            option,
+            *map(str, paths),
+            "--manifest",
+            str(manifest),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -279,8 +345,23 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
         channel = tmp_path / f"c{done}"
         shutil.copytree(prefilled, channel)
         signal_, delay = rng.choice([2, 9]), rng.uniform(0, span * 1.1)
-        proc = subprocess.Popen([sys.executable, "-m", "faforge", "publish", *map(str, paths), "--manifest", str(manifest), "--to", str(channel)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faforge",
+                "publish",
+                *map(str, paths),
+                "--manifest",
+                str(manifest),
+                "--to",
+                str(channel),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_sigint,
+        )
         time.sleep(delay)
         proc.send_signal(signal_)
         stderr = proc.communicate(timeout=120)[1]
@@ -291,7 +372,9 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
                 stderr, startup = SWALLOWED_IN_STARTUP.sub("", stderr, count=1), startup + 1
             # -2: SIGINT before the interpreter installed its handler (it dies of the signal, like -9).
             assert proc.returncode in (0, 130, -2, -9), f"seed {seed} round {done}: exit {proc.returncode}: {stderr}"
-        assert "Traceback" not in stderr and "panicked" not in stderr and "Fatal Python error" not in stderr, f"seed {seed} round {done}: {stderr}"
+        assert "Traceback" not in stderr and "panicked" not in stderr and "Fatal Python error" not in stderr, (
+            f"seed {seed} round {done}: {stderr}"
+        )
         codes[proc.returncode] = codes.get(proc.returncode, 0) + 1
         assert_consistent(channel)
         rerun = publish(paths, manifest, channel)
@@ -299,10 +382,14 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, packag
         assert_holds_all(channel, paths)
         shutil.rmtree(channel)
         done += 1
-    print(f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s, "
-          f"exit codes {codes} ({startup} hit CPython's startup)")
+    print(
+        f"fault injection: {done} interrupts in {time.monotonic() - started:.0f}s, "
+        f"exit codes {codes} ({startup} hit CPython's startup)"
+    )
     assert codes.get(130), f"no SIGINT ever interrupted faforge itself (seed {seed}): {codes}"
-    assert done >= min(rounds, 50), f"only {done} interrupts fit in {budget}s (seed {seed}); raise FAFORGE_FAULT_SECONDS"
+    assert done >= min(rounds, 50), (
+        f"only {done} interrupts fit in {budget}s (seed {seed}); raise FAFORGE_FAULT_SECONDS"
+    )
 
 
 @pytest.mark.slow
@@ -311,14 +398,33 @@ def test_publishes_into_fresh_channels_exit_cleanly(tmp_path, packages):
     as CI runners sharing a machine would (seeded choice of packages, time-capped, seed printed)."""
     paths, manifest = packages
     seed = int(os.environ.get("FAFORGE_CRASH_SEED", time.time_ns() % 100_000))
-    runs, budget = int(os.environ.get("FAFORGE_CRASH_RUNS", "40")), float(os.environ.get("FAFORGE_CRASH_SECONDS", "120"))
+    runs, budget = (
+        int(os.environ.get("FAFORGE_CRASH_RUNS", "40")),
+        float(os.environ.get("FAFORGE_CRASH_SECONDS", "120")),
+    )
     print(f"crash loop seed {seed} (rerun with FAFORGE_CRASH_SEED={seed})")
     rng = random.Random(seed)
     started, codes = time.monotonic(), []
     while len(codes) < runs and time.monotonic() - started < budget:
-        procs = [subprocess.Popen([sys.executable, "-m", "faforge", "publish", *map(str, rng.sample(paths, rng.randint(1, FILE_COUNT))),
-                                   "--manifest", str(manifest), "--to", str(tmp_path / f"c{len(codes) + k}")],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for k in range(2)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "faforge",
+                    "publish",
+                    *map(str, rng.sample(paths, rng.randint(1, FILE_COUNT))),
+                    "--manifest",
+                    str(manifest),
+                    "--to",
+                    str(tmp_path / f"c{len(codes) + k}"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for k in range(2)
+        ]
         for proc in procs:
             stderr = proc.communicate(timeout=120)[1]
             codes.append(proc.returncode)

@@ -43,16 +43,25 @@ def snapshot(root: Path) -> dict[str, str]:
 def passed_as_is(manifest: Path, path: Path, subdir: str = "linux-64") -> None:
     """Record every gate passed for the file's sha256 without faforge reading its metadata (which
     refuses hostile ones): on the old code only the gates stood between it and the channel."""
-    facts = facts_from_metadata(path=path, name="flash-attn", version="2.8.3.post2", build=BUILD, subdir=subdir,
-                                depends=(), sha256=sha256_of(path))
+    facts = facts_from_metadata(
+        path=path,
+        name="flash-attn",
+        version="2.8.3.post2",
+        build=BUILD,
+        subdir=subdir,
+        depends=(),
+        sha256=sha256_of(path),
+    )
     for gate in GATES:
         record(manifest, facts, gate, "passed", "test")
 
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory) -> Path:
-    return assemble(PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-64", depends=("python 3.11.*",)),
-                    tmp_path_factory.mktemp("real"))
+    return assemble(
+        PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-64", depends=("python 3.11.*",)),
+        tmp_path_factory.mktemp("real"),
+    )
 
 
 @pytest.fixture
@@ -100,11 +109,11 @@ def test_a_package_subdir_cannot_leave_the_channel(attack, real, world, tmp_path
     before = snapshot(world)
     code, out, err = run(["publish", hostile, "--manifest", manifest, "--to", channel], capsys)
     assert code == 2, (out, err)
-    assert f"{hostile}: info/index.json: \"subdir\"" in err and "Traceback" not in err, err
+    assert f'{hostile}: info/index.json: "subdir"' in err and "Traceback" not in err, err
     assert "--platform" not in err
     assert snapshot(world) == before, "nothing written anywhere, the channel included"
     verify = run(["verify", hostile, "--manifest", tmp_path / "v2"], capsys)
-    assert verify[0] == 2 and "\"subdir\"" in verify[2] and "--platform" not in verify[2], verify
+    assert verify[0] == 2 and '"subdir"' in verify[2] and "--platform" not in verify[2], verify
 
 
 def test_index_leaves_a_misplaced_package_out(real, world, tmp_path, capsys):
@@ -114,7 +123,10 @@ def test_index_leaves_a_misplaced_package_out(real, world, tmp_path, capsys):
     rewrite(real, channel / "linux-64" / real.name, patch={"subdir": "../../x"})
     before = outside(world, snapshot(world))
     code, out, err = run(["index", channel], capsys)
-    assert code == 1 and f"not indexed: {channel}/linux-64/{real.name}" in out and '"subdir" is \'../../x\'' in out, (out, err)
+    assert code == 1 and f"not indexed: {channel}/linux-64/{real.name}" in out and "\"subdir\" is '../../x'" in out, (
+        out,
+        err,
+    )
     assert outside(world, snapshot(world)) == before
 
 
@@ -157,7 +169,10 @@ HOSTILE_MEMBERS = {
     # No link cases in info/: rattler-build's own packages hold info/licenses/ files as absolute links (the
     # conda world's real build, tests/conda_world/test_recipe_in_world.py); payload links are checked by the
     # harness (tests/cli/hostile_classes.yaml, archive member-symlink/-hardlink).
-    "under-a-link": ([member("info/d", kind=tarfile.SYMTYPE, link="/tmp"), member("info/d/evil", b"x")], "lies under a symbolic link"),
+    "under-a-link": (
+        [member("info/d", kind=tarfile.SYMTYPE, link="/tmp"), member("info/d/evil", b"x")],
+        "lies under a symbolic link",
+    ),
     "duplicate": ([member("info/index.json", b'{"name": "other"}')], "appears twice"),
 }
 HOSTILE_INDEX = {
@@ -180,17 +195,30 @@ def test_a_hostile_archive_is_exit_2_naming_the_file_and_the_part(case, real, wo
         hostile = rewrite(real, tmp_path / "in" / real.name, extra=extra)
     else:
         change, says = HOSTILE_INDEX[case]
-        hostile = rewrite(real, tmp_path / "in" / real.name, **({"index": change} if isinstance(change, bytes) else {"patch": change}))
+        hostile = rewrite(
+            real, tmp_path / "in" / real.name, **({"index": change} if isinstance(change, bytes) else {"patch": change})
+        )
     manifest = tmp_path / "verification"
     passed_as_is(manifest, hostile)
     channel = world / "a" / "ch"
     before = snapshot(world)
-    for argv in (["publish", hostile, "--manifest", manifest, "--to", channel], ["verify", hostile, "--manifest", tmp_path / "v2"]):
+    for argv in (
+        ["publish", hostile, "--manifest", manifest, "--to", channel],
+        ["verify", hostile, "--manifest", tmp_path / "v2"],
+    ):
         code, out, err = run(argv, capsys)
-        assert code == 2 and err.startswith(f"faforge {argv[0]}: error: {hostile}: ") and says in err, (argv[0], out, err)
+        assert code == 2 and err.startswith(f"faforge {argv[0]}: error: {hostile}: ") and says in err, (
+            argv[0],
+            out,
+            err,
+        )
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert snapshot(world) == before
     (channel / "linux-64").mkdir()
     os.link(hostile, channel / "linux-64" / real.name)
     code, out, err = run(["index", channel], capsys)
-    assert code == 1 and f"not indexed: {channel}/linux-64/{real.name}: not a readable conda package" in out and says in out, (out, err)
+    assert (
+        code == 1
+        and f"not indexed: {channel}/linux-64/{real.name}: not a readable conda package" in out
+        and says in out
+    ), (out, err)

@@ -23,4 +23,3 @@ def places(tmp_path_factory) -> Iterator[dict[str, str]]:
     with serve_directory(hostile_site(tmp, rng)) as url, serve_hostile() as srv:
         base = make_places(tmp, rng, url)
         yield {**base, **class_places(tmp, Path(base["conda"])), "srv": srv}
-

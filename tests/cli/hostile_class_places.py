@@ -29,8 +29,18 @@ from tests.cli.hostile_wheel_indexes import make_wheel_index
 
 NAME, VERSION, BUILD = "flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0"
 KERNEL_BUILD = "cu130_sm80_90_philox64_h1234567_0"
-INDEX = {"name": NAME, "version": VERSION, "build": BUILD, "build_number": 0, "subdir": "linux-64", "platform": "linux",
-         "arch": "x86_64", "depends": ["python 3.11.*"], "license": "BSD-3-Clause", "timestamp": 1700000000000}
+INDEX = {
+    "name": NAME,
+    "version": VERSION,
+    "build": BUILD,
+    "build_number": 0,
+    "subdir": "linux-64",
+    "platform": "linux",
+    "arch": "x86_64",
+    "depends": ["python 3.11.*"],
+    "license": "BSD-3-Clause",
+    "timestamp": 1700000000000,
+}
 BOMB_BYTES = 1 << 30  # info/index.json inflates to 1 GiB: valid JSON, then whitespace
 
 
@@ -45,21 +55,26 @@ class _Padded(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         n = min(len(buffer), self.left)
-        chunk = (self.head[:n] + b" " * max(0, n - len(self.head)))
+        chunk = self.head[:n] + b" " * max(0, n - len(self.head))
         self.head = self.head[n:]
         buffer[:n] = chunk
         self.left -= n
         return n
 
 
-def _member(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = "") -> tuple[tarfile.TarInfo, io.IOBase | None]:
+def _member(
+    name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = ""
+) -> tuple[tarfile.TarInfo, io.IOBase | None]:
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.mode, info.size = kind, link, 0o644, len(data) if kind == tarfile.REGTYPE else 0
     return info, io.BytesIO(data) if kind == tarfile.REGTYPE else None
 
 
 def _zstd_tar(members: list, out: Path) -> None:
-    with out.open("wb") as sink, subprocess.Popen(["zstd", "-q", "-1", "-c"], stdin=subprocess.PIPE, stdout=sink) as zstd:
+    with (
+        out.open("wb") as sink,
+        subprocess.Popen(["zstd", "-q", "-1", "-c"], stdin=subprocess.PIPE, stdout=sink) as zstd,
+    ):
         with tarfile.open(fileobj=zstd.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
             for info, data in members:
                 tar.addfile(info, data)
@@ -97,10 +112,18 @@ def hostile_archives(tmp: Path) -> dict[str, Path]:
     members = {
         "member-absolute": [_member(f"{escaped}/member-absolute", b"x")],
         "member-dotdot": [_member(f"{up}/member-dotdot", b"x")],
-        "member-symlink": [_member("lib", kind=tarfile.SYMTYPE, link=str(escaped)), _member("lib/member-symlink", b"x")],
-        "member-hardlink": [_member("lib/outside.txt", kind=tarfile.LNKTYPE, link=str(escaped / "outside.txt")),
-                            _member("lib/outside.txt", b"overwritten\n")],
-        "member-duplicate": [_member("share/flash-attn-standin.txt", b"one\n"), _member("share/flash-attn-standin.txt", b"two\n")],
+        "member-symlink": [
+            _member("lib", kind=tarfile.SYMTYPE, link=str(escaped)),
+            _member("lib/member-symlink", b"x"),
+        ],
+        "member-hardlink": [
+            _member("lib/outside.txt", kind=tarfile.LNKTYPE, link=str(escaped / "outside.txt")),
+            _member("lib/outside.txt", b"overwritten\n"),
+        ],
+        "member-duplicate": [
+            _member("share/flash-attn-standin.txt", b"one\n"),
+            _member("share/flash-attn-standin.txt", b"two\n"),
+        ],
     }
     indexes = {
         "subdir-int": {**INDEX, "subdir": 5},
@@ -120,7 +143,9 @@ def hostile_archives(tmp: Path) -> dict[str, Path]:
     head = json.dumps(INDEX).encode()
     bomb = tarfile.TarInfo("info/index.json")
     bomb.size, bomb.mode = BOMB_BYTES, 0o644
-    found["bomb"] = write_conda(tmp / "archives" / "bomb" / "ch" / "linux-64" / filename, info=[(bomb, _Padded(head, BOMB_BYTES))])
+    found["bomb"] = write_conda(
+        tmp / "archives" / "bomb" / "ch" / "linux-64" / filename, info=[(bomb, _Padded(head, BOMB_BYTES))]
+    )
     return found
 
 
@@ -139,25 +164,60 @@ def passed_manifest(tmp: Path, packages: list[Path]) -> Path:
     return manifest
 
 
-CHANNEL_KINDS = ("deep", "nan", "bigint", "wrong-types", "no-sha256", "zero", "fifo", "sparse", "subdir-root", "subdir-outside")
+CHANNEL_KINDS = (
+    "deep",
+    "nan",
+    "bigint",
+    "wrong-types",
+    "no-sha256",
+    "zero",
+    "fifo",
+    "sparse",
+    "subdir-root",
+    "subdir-outside",
+)
 
 
 def _repodata_body(kind: str) -> str | None:
-    record_ = {"name": NAME, "version": VERSION, "build": BUILD, "build_number": 0, "depends": [], "subdir": "linux-64",
-               "size": 1, "md5": "0" * 32}
+    record_ = {
+        "name": NAME,
+        "version": VERSION,
+        "build": BUILD,
+        "build_number": 0,
+        "depends": [],
+        "subdir": "linux-64",
+        "size": 1,
+        "md5": "0" * 32,
+    }
     conda = {"info": {"subdir": "linux-64"}, "packages": {}}
     if kind == "deep":
         return "[" * 100_000 + "]" * 100_000
     if kind == "nan":
-        return json.dumps({**conda, "packages.conda": {"a-1-0.conda": {**record_, "size": float("nan"), "timestamp": float("inf")}}})
+        return json.dumps(
+            {**conda, "packages.conda": {"a-1-0.conda": {**record_, "size": float("nan"), "timestamp": float("inf")}}}
+        )
     if kind == "bigint":
-        return ('{"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {"a-1-0.conda": '
-                '{"name": "a", "version": "1", "build": "0", "build_number": ' + "9" * 100_000 + "}}}")
+        return (
+            '{"info": {"subdir": "linux-64"}, "packages": {}, "packages.conda": {"a-1-0.conda": '
+            '{"name": "a", "version": "1", "build": "0", "build_number": ' + "9" * 100_000 + "}}}"
+        )
     if kind == "wrong-types":
-        return json.dumps({"info": 5, "packages": [], "packages.conda": {"a-1-0.conda": {"name": 5, "version": [], "depends": "x"}}})
+        return json.dumps(
+            {"info": 5, "packages": [], "packages.conda": {"a-1-0.conda": {"name": 5, "version": [], "depends": "x"}}}
+        )
     if kind == "no-sha256":  # the kernel record split_package pins, with everything but its sha256
-        return json.dumps({**conda, "packages.conda": {f"libflash-attn-kernels-{VERSION}-{KERNEL_BUILD}.conda":
-                                                       {**record_, "name": "libflash-attn-kernels", "build": KERNEL_BUILD}}})
+        return json.dumps(
+            {
+                **conda,
+                "packages.conda": {
+                    f"libflash-attn-kernels-{VERSION}-{KERNEL_BUILD}.conda": {
+                        **record_,
+                        "name": "libflash-attn-kernels",
+                        "build": KERNEL_BUILD,
+                    }
+                },
+            }
+        )
     return None
 
 
@@ -171,7 +231,9 @@ def make_channel(kind: str, where: Path) -> Path:
     outside.mkdir()
     (outside / "keep.txt").write_text("keep\n")
     (channel / "noarch").mkdir(parents=True)
-    (channel / "noarch" / "repodata.json").write_text(json.dumps({"info": {"subdir": "noarch"}, "packages": {}, "packages.conda": {}}))
+    (channel / "noarch" / "repodata.json").write_text(
+        json.dumps({"info": {"subdir": "noarch"}, "packages": {}, "packages.conda": {}})
+    )
     subdir = channel / "linux-64"
     if kind.startswith("subdir-"):
         subdir.symlink_to("/" if kind == "subdir-root" else outside)
@@ -198,8 +260,13 @@ def make_channel(kind: str, where: Path) -> Path:
 # (missing keys, wrong types, deep nesting: exit 2), or start a process in a session of its own that must be
 # gone when doctor returns (tests/doctor/test_probe_hostile.py asserts that; here: the contract).
 PROBE_MARK = "@@faforge-probe@@"
-PROBE_ENV = json.dumps({"stage": "env", "python": {"executable": "/x/bin/python", "version": "3.12.0", "implementation": "cpython",
-                                                   "prefix": "/x"}, "system": {"os": "Linux", "machine": "x86_64"}})
+PROBE_ENV = json.dumps(
+    {
+        "stage": "env",
+        "python": {"executable": "/x/bin/python", "version": "3.12.0", "implementation": "cpython", "prefix": "/x"},
+        "system": {"os": "Linux", "machine": "x86_64"},
+    }
+)
 
 
 def _marked(*lines: str) -> str:
@@ -218,10 +285,14 @@ PROBE_BREAKERS = {
     "line-no-stage": _marked('{"python": {}}'),
     "line-unknown-stage": _marked('{"stage": "nope"}'),
     "line-twice": _marked(PROBE_ENV, PROBE_ENV),
-    "line-torch-wrong": _marked(PROBE_ENV, '{"stage": "torch", "imported": "yes", "devices": [{"name": "x", "capability": [9]}]}'),
+    "line-torch-wrong": _marked(
+        PROBE_ENV, '{"stage": "torch", "imported": "yes", "devices": [{"name": "x", "capability": [9]}]}'
+    ),
     "line-import-wrong": _marked(PROBE_ENV, '{"stage": "torch", "imported": false}', '{"stage": "import", "ok": 1}'),
-    "line-escapes": _marked(PROBE_ENV.replace("/x/bin/python", "/x/\\u001b[2J\\udcffbin/python"),
-                            '{"stage": "torch", "imported": false, "error": {"type": "E", "message": "\\u001b]0;owned\\u0007"}}'),
+    "line-escapes": _marked(
+        PROBE_ENV.replace("/x/bin/python", "/x/\\u001b[2J\\udcffbin/python"),
+        '{"stage": "torch", "imported": false, "error": {"type": "E", "message": "\\u001b]0;owned\\u0007"}}',
+    ),
     "setsid-exits": "setsid sh -c 'exec sleep 300' </dev/null >/dev/null 2>&1 &\nexit 1",
     "setsid-holds-stdout": "setsid sh -c 'exec sleep 300' &\nexit 1",
 }
@@ -237,7 +308,7 @@ def hostile_interpreters(tmp: Path) -> dict[str, Path]:
         "never-exits": "exec sleep 600",
         "exits-1": "echo 'something failed' >&2; exit 1",
         "invalid-json": "echo '{\"python\": '",
-        "wrong-types": "echo '{\"python\": 5, \"version\": [1], \"torch\": \"x\", \"site\": 7, \"packages\": 3}'",
+        "wrong-types": 'echo \'{"python": 5, "version": [1], "torch": "x", "site": 7, "packages": 3}\'',
         "closes-stdout": "exec >&-; sleep 0.2; exit 0",
         **PROBE_BREAKERS,
     }
@@ -264,18 +335,35 @@ def other_build_venvs(tmp: Path) -> dict[str, Path]:
     escape sequences, and aphrodite-flash-attn's package and .dist-info without its extension."""
     found = {}
     for kind, dist, version, files in (
-        ("other-build-junk", "vllm_flash_attn", "2.6.2\x1b[2J\x1b]0;owned\x07",
-         {"vllm_flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": os.urandom(4096)}),
-        ("other-build-no-extension", "aphrodite_flash_attn", "2.6.1.post2", {"aphrodite_flash_attn/__init__.py": b"import aphrodite_flash_attn_2_cuda\n"}),
+        (
+            "other-build-junk",
+            "vllm_flash_attn",
+            "2.6.2\x1b[2J\x1b]0;owned\x07",
+            {"vllm_flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so": os.urandom(4096)},
+        ),
+        (
+            "other-build-no-extension",
+            "aphrodite_flash_attn",
+            "2.6.1.post2",
+            {"aphrodite_flash_attn/__init__.py": b"import aphrodite_flash_attn_2_cuda\n"},
+        ),
     ):
         prefix = tmp / "other-builds" / kind
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=120)
         python = prefix / "bin" / "python"
-        site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
+        site = Path(
+            subprocess.run(
+                [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
         meta = site / f"{dist}-2.6.2.dist-info"
         meta.mkdir(parents=True)
-        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\nRequires-Dist: torch==2.4.0\n")
+        (meta / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\nRequires-Dist: torch==2.4.0\n"
+        )
         (meta / "INSTALLER").write_text("pip\n")
         for name, data in files.items():
             (site / name).parent.mkdir(parents=True, exist_ok=True)
@@ -286,8 +374,17 @@ def other_build_venvs(tmp: Path) -> dict[str, Path]:
 
 def split_package(tmp: Path) -> Path:
     """A flash-attn that needs a kernel package: verify --kernel-channel then downloads it."""
-    return assemble(PackageSpec(NAME, VERSION, BUILD, "linux-64", depends=("python 3.11.*", f"libflash-attn-kernels =={VERSION} {KERNEL_BUILD}"),
-                                files={"share/flash-attn-standin.txt": "x"}), tmp / "split-pkg")
+    return assemble(
+        PackageSpec(
+            NAME,
+            VERSION,
+            BUILD,
+            "linux-64",
+            depends=("python 3.11.*", f"libflash-attn-kernels =={VERSION} {KERNEL_BUILD}"),
+            files={"share/flash-attn-standin.txt": "x"},
+        ),
+        tmp / "split-pkg",
+    )
 
 
 def class_places(tmp: Path, conda: Path) -> dict[str, str]:
@@ -297,9 +394,13 @@ def class_places(tmp: Path, conda: Path) -> dict[str, str]:
     places.update({f"archive_chan_{kind.replace('-', '_')}": str(path.parents[1]) for kind, path in archives.items()})
     places.update({f"python_{kind.replace('-', '_')}": str(path) for kind, path in hostile_interpreters(tmp).items()})
     places.update({f"python_{kind.replace('-', '_')}": str(path) for kind, path in other_build_venvs(tmp).items()})
-    places.update(split_conda=str(split), escaped=str(tmp / "escaped"),
-                  manifest_passed=str(passed_manifest(tmp, [*archives.values(), split, conda])), python=sys.executable,
-                  split_sha256=sha256_of(split))
+    places.update(
+        split_conda=str(split),
+        escaped=str(tmp / "escaped"),
+        manifest_passed=str(passed_manifest(tmp, [*archives.values(), split, conda])),
+        python=sys.executable,
+        split_sha256=sha256_of(split),
+    )
     from tests.cli.hostile_publish_places import publish_places  # noqa: PLC0415 (it imports this module's constants)
 
     places.update(publish_places(tmp, conda))  # publishing and healing the wheel index

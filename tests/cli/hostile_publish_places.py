@@ -46,30 +46,61 @@ def publish_places(tmp: Path, conda: Path) -> dict[str, str]:
     tmp = tmp / "publish-heal"
     good = tw.build_wheel(tw.kernel(), tmp / "good")
     glue = tw.build_wheel(tw.glue("2.11"), tmp / "good")
-    places = {"pub_kernel": str(good), "pub_glue": str(glue), "pub_manifest_good": _passed(tmp / "manifest-good", good, glue)}
+    places = {
+        "pub_kernel": str(good),
+        "pub_glue": str(glue),
+        "pub_manifest_good": _passed(tmp / "manifest-good", good, glue),
+    }
     conda_facts = read_package(conda)
-    places.update(_records(tmp, "conda", conda_facts.sha256,
-                           lambda m: [record(m, conda_facts, g, "passed", "hostile harness") for g in ("abi", "import", "gpu")]))
+    places.update(
+        _records(
+            tmp,
+            "conda",
+            conda_facts.sha256,
+            lambda m: [record(m, conda_facts, g, "passed", "hostile harness") for g in ("abi", "import", "gpu")],
+        )
+    )
     places.update(_records(tmp, "pip", read_wheel(good).sha256, lambda m: tw.record_gates(m, good)))
-    places.update(pub_wheel_bomb=str(hw.bomb_wheel(good, tmp / "bomb")), pub_wheel_huge=str(hw.declared_huge_wheel(good, tmp / "huge")))
+    places.update(
+        pub_wheel_bomb=str(hw.bomb_wheel(good, tmp / "bomb")),
+        pub_wheel_huge=str(hw.declared_huge_wheel(good, tmp / "huge")),
+    )
     filename = f"{NAME}-{VERSION}-{BUILD}.conda"
-    places["pub_conda_bomb"] = str(hw.conda_with_payload(tmp / "conda-bomb" / filename, INDEX,
-                                                         hw.tar_member("share/zeros.bin", hw.BOMB_BYTES) + bytes(1024)))
-    places["pub_conda_huge"] = str(hw.conda_with_payload(tmp / "conda-huge" / filename, INDEX,
-                                                         hw.tar_member("share/huge.bin", hw.HUGE_BYTES, data=b"x" * 4096)))
+    places["pub_conda_bomb"] = str(
+        hw.conda_with_payload(
+            tmp / "conda-bomb" / filename, INDEX, hw.tar_member("share/zeros.bin", hw.BOMB_BYTES) + bytes(1024)
+        )
+    )
+    places["pub_conda_huge"] = str(
+        hw.conda_with_payload(
+            tmp / "conda-huge" / filename, INDEX, hw.tar_member("share/huge.bin", hw.HUGE_BYTES, data=b"x" * 4096)
+        )
+    )
     for how in hw.RECORD_LIES:
         places[f"pub_record_{_key(how)}"] = str(hw.record_lie(good, tmp / f"record-{how}", how))
     other = tw.build_wheel(tw.kernel(payload="y = 2\n"), tmp / "same-name")
-    places.update(pub_same_a=str(good), pub_same_b=str(other), pub_manifest_same=_passed(tmp / "manifest-same", good, other))
+    places.update(
+        pub_same_a=str(good), pub_same_b=str(other), pub_manifest_same=_passed(tmp / "manifest-same", good, other)
+    )
     blocked = tmp / "root-foreign-page"
     (blocked / "torch2.11-cu130").mkdir(parents=True)
     (blocked / "torch2.11-cu130" / "index.html").write_bytes(HAND_MADE)
     places["pub_root_foreign_page"] = str(blocked)
     root = tmp / "root-foreign"
-    publish_wheel_files([str(glue), str(good)], root, manifest_dir=Path(places["pub_manifest_good"]), required=("abi", "import", "gpu"),
-                        dry_run=False, force=False)
+    publish_wheel_files(
+        [str(glue), str(good)],
+        root,
+        manifest_dir=Path(places["pub_manifest_good"]),
+        required=("abi", "import", "gpu"),
+        dry_run=False,
+        force=False,
+    )
     assert (root / FILES / glue.name).is_file()
-    for rel, data in {"README.md": b"our wheels\n", "torch2.10-cu130/index.html": HAND_MADE, "torch2.11-cu130/docs/index.html": HAND_MADE}.items():
+    for rel, data in {
+        "README.md": b"our wheels\n",
+        "torch2.10-cu130/index.html": HAND_MADE,
+        "torch2.11-cu130/docs/index.html": HAND_MADE,
+    }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
     places["pub_root_foreign"] = str(root)

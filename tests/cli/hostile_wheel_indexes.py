@@ -25,18 +25,32 @@ LINKED_BYTES = 16 << 20  # that file: hashed once per link, 2000 links in each o
 
 def _root_pages(projects: list[str]) -> dict[str, bytes]:
     anchors = "".join(f'<a href="{p}/">{p}</a>' for p in projects)
-    return {"index.json": json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": p} for p in projects]}).encode(),
-            "index.html": '<html><head><meta name="pypi:repository-version" '
-                          f'content="1.1"></head><body>{anchors}</body></html>'.encode()}
+    return {
+        "index.json": json.dumps(
+            {"meta": {"api-version": "1.1"}, "projects": [{"name": p} for p in projects]}
+        ).encode(),
+        "index.html": '<html><head><meta name="pypi:repository-version" '
+        f'content="1.1"></head><body>{anchors}</body></html>'.encode(),
+    }
 
 
 def _project_pages(project: str, links: int = 0) -> dict[str, bytes]:
     url = f"../../files/{WHEEL.replace('+', '%2B')}"
-    files = [{"filename": WHEEL, "url": url, "hashes": {"sha256": "0" * 64}, "requires-python": ">=3.11", "size": LINKED_BYTES}] * links
+    files = [
+        {
+            "filename": WHEEL,
+            "url": url,
+            "hashes": {"sha256": "0" * 64},
+            "requires-python": ">=3.11",
+            "size": LINKED_BYTES,
+        }
+    ] * links
     anchors = f'<a href="{url}#sha256={"0" * 64}" data-requires-python="&gt;=3.11">{WHEEL}</a>' * links
-    return {"index.json": json.dumps({"meta": {"api-version": "1.1"}, "name": project, "files": files}).encode(),
-            "index.html": '<html><head><meta name="pypi:repository-version" '
-                          f'content="1.1"></head><body>{anchors}</body></html>'.encode()}
+    return {
+        "index.json": json.dumps({"meta": {"api-version": "1.1"}, "name": project, "files": files}).encode(),
+        "index.html": '<html><head><meta name="pypi:repository-version" '
+        f'content="1.1"></head><body>{anchors}</body></html>'.encode(),
+    }
 
 
 def _write(folder: Path, pages: dict[str, bytes]) -> Path:
@@ -50,7 +64,9 @@ def _empty_channel(channel: Path) -> None:
     """A conda channel with no package, for `page --channel`: the page then stands or falls by the wheel index."""
     for subdir in ("noarch", "linux-64", "linux-aarch64"):
         (channel / subdir).mkdir(parents=True)
-        (channel / subdir / "repodata.json").write_text(json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": {}}))
+        (channel / subdir / "repodata.json").write_text(
+            json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": {}})
+        )
 
 
 def make_wheel_index(kind: str, where: Path) -> Path:

@@ -47,13 +47,16 @@ def real_os_error(action) -> OSError:
     raise AssertionError("no OSError")
 
 
-@pytest.mark.parametrize(("case", "words"), [
-    ("long", "name that is too long"),
-    ("loop", "symbolic link loop"),
-    ("full", "no space left"),
-    ("exists", "exists and is not a folder"),
-    ("not-a-dir", "a file, not a folder"),
-])
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("long", "name that is too long"),
+        ("loop", "symbolic link loop"),
+        ("full", "no space left"),
+        ("exists", "exists and is not a folder"),
+        ("not-a-dir", "a file, not a folder"),
+    ],
+)
 def test_real_os_errors_on_a_users_path_become_bad_input_naming_it(tmp_path, case, words):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     (tmp_path / "file").write_text("x")
@@ -120,8 +123,14 @@ def test_the_readme_table_the_workflows_and_the_gpu_script_agree_with_the_exit_c
     workflows = "".join(p.read_text() for p in (REPO / ".github" / "workflows").glob("*.yml"))
     assert set(re.findall(r"\|\| \[ \$\? -eq (\d+) \]", workflows)) == {str(errors.EXIT_SKIPPED)}
     gpu_script = (REPO / "tests" / "gpu" / "run_on_gpu_machine.sh").read_text()
-    ok, skipped = errors.EXIT_OK, errors.EXIT_SKIPPED  # three runs (FA2's suite, FA3's, the benchmark): each passed or skipped
-    assert f"{ok}/{ok}/{ok}) return {ok} ;;" in gpu_script and f"[{ok}{skipped}]/[{ok}{skipped}]/[{ok}{skipped}]) return {skipped} ;;" in gpu_script
+    ok, skipped = (
+        errors.EXIT_OK,
+        errors.EXIT_SKIPPED,
+    )  # three runs (FA2's suite, FA3's, the benchmark): each passed or skipped
+    assert (
+        f"{ok}/{ok}/{ok}) return {ok} ;;" in gpu_script
+        and f"[{ok}{skipped}]/[{ok}{skipped}]/[{ok}{skipped}]) return {skipped} ;;" in gpu_script
+    )
 
 
 def test_errors_module_needs_only_the_standard_library():

@@ -60,7 +60,9 @@ REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("hostile_classes.yaml")
 KNOWN_BREAKS_FILE = Path(__file__).with_name("known_breaks.txt")
 # Cases that still break the contract (known_breaks.txt says which); each fix takes its case off the list.
-KNOWN_BREAKS = {line.strip() for line in KNOWN_BREAKS_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")}
+KNOWN_BREAKS = {
+    line.strip() for line in KNOWN_BREAKS_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")
+}
 VARIABLE = re.compile(r"FAFORGE_[A-Z0-9_]+")
 SHELL_VARIABLE = re.compile(r"\$\{?(FAFORGE_[A-Z0-9_]+)")
 # Concurrent cases run this many children at a time, after every other case (2 cores: hanging children cost
@@ -70,7 +72,6 @@ POOL_TIMEOUT_S = 40
 # A child that reads /dev/zero or a 2 GB file into memory must fail alone, not take the machine with it.
 CHILD_MEMORY_BYTES = 6 << 30
 ESCAPE = "\x1b"
-
 
 
 def printable(text: str) -> str:
@@ -88,13 +89,34 @@ def load_class_cases() -> list[dict]:
     """hostile_classes.yaml's cases, their ids prefixed by class, `{value}` put into channel and outside too."""
     cases = []
     for case in load_cases(TABLE):
-        words = [case["class"], case["command"], case.get("var", ""), case.get("label", ""), printable(case["value"] or " ".join(case["argv"]))]
-        argv = [a.replace("{value}", case["value"]) if case["value"] is not None else a for a in case["argv"]]  # inside a token too
-        env = {k: str(v).replace("{value}", case["value"]) if case["value"] is not None else v for k, v in case.get("env", {}).items()}
-        cases.append({**case, "argv": argv, **({"env": env} if "env" in case else {}), "id": " ".join(w for w in words if w)[:120], "channel": whole_value(case.get("channel"), case["value"]),
-                      "outside": [whole_value(p, case["value"]) for p in case.get("outside", [])]})
+        words = [
+            case["class"],
+            case["command"],
+            case.get("var", ""),
+            case.get("label", ""),
+            printable(case["value"] or " ".join(case["argv"])),
+        ]
+        argv = [
+            a.replace("{value}", case["value"]) if case["value"] is not None else a for a in case["argv"]
+        ]  # inside a token too
+        env = {
+            k: str(v).replace("{value}", case["value"]) if case["value"] is not None else v
+            for k, v in case.get("env", {}).items()
+        }
+        cases.append(
+            {
+                **case,
+                "argv": argv,
+                **({"env": env} if "env" in case else {}),
+                "id": " ".join(w for w in words if w)[:120],
+                "channel": whole_value(case.get("channel"), case["value"]),
+                "outside": [whole_value(p, case["value"]) for p in case.get("outside", [])],
+            }
+        )
     ids = [c["id"] for c in cases]
-    assert len(ids) == len(set(ids)), f"{TABLE.name}: two cases share an id: {sorted(i for i in ids if ids.count(i) > 1)}"
+    assert len(ids) == len(set(ids)), (
+        f"{TABLE.name}: two cases share an id: {sorted(i for i in ids if ids.count(i) > 1)}"
+    )
     return cases
 
 
@@ -114,8 +136,11 @@ def product_variables() -> set[str]:
     names = set()
     for path in [*(REPO / "scripts" / "faforge").rglob("*.py"), *(REPO / "recipes").rglob("*.py")]:
         with path.open("rb") as f:
-            names |= {tok.string[1:-1] for tok in tokenize.tokenize(f.readline)
-                      if tok.type == tokenize.STRING and VARIABLE.fullmatch(tok.string[1:-1])}
+            names |= {
+                tok.string[1:-1]
+                for tok in tokenize.tokenize(f.readline)
+                if tok.type == tokenize.STRING and VARIABLE.fullmatch(tok.string[1:-1])
+            }
     for folder in ("scripts", "recipes"):
         for path in (REPO / folder).rglob("*.sh"):
             names |= set(SHELL_VARIABLE.findall(path.read_text(errors="replace")))
@@ -125,7 +150,10 @@ def product_variables() -> set[str]:
 def test_every_faforge_variable_the_product_reads_has_cases():
     attacked = {c["var"] for c in CASES if c.get("class") == "env" and not c.get("unknown")}
     attacked |= {k for c in OPTION_CASES for k in c.get("env", {})}
-    attacked |= {*BUILD_SCRIPT_HOSTILE, *BUILD_SCRIPT_CHECKED_IN_USE}  # the recipe's build script: tests/backend/test_options.py
+    attacked |= {
+        *BUILD_SCRIPT_HOSTILE,
+        *BUILD_SCRIPT_CHECKED_IN_USE,
+    }  # the recipe's build script: tests/backend/test_options.py
     found = product_variables()
     assert found, "the scan found no FAFORGE_* variable: it is broken"
     missing = sorted(found - attacked)
@@ -137,8 +165,9 @@ def test_every_faforge_variable_the_product_reads_has_cases():
 def test_the_classes_table_spans_every_class():
     per_class = {c["class"] for c in CASES}
     assert per_class == {"env", "archive", "channel", "server", "interpreter", "gate-record", "wheel-index"}
-    assert not KNOWN_BREAKS - {c["id"] for c in CASES} - {s.id for s in STREAM_CASES}, \
+    assert not KNOWN_BREAKS - {c["id"] for c in CASES} - {s.id for s in STREAM_CASES}, (
         f"{KNOWN_BREAKS_FILE.name} lists cases that do not exist"
+    )
 
 
 def expect_known_break(case_id: str) -> None:
@@ -198,8 +227,12 @@ CHILD_CHANNELS = ("fifo", "zero", "sparse", "huge")
 
 def needs_child(case: dict) -> bool:
     text = " ".join(map(str, [*case["argv"], *case.get("env", {}).values()]))
-    return bool(case.get("subprocess") or case.get("concurrent") or any(k in (case.get("channel") or "") for k in CHILD_CHANNELS)
-                or any(p in text for p in ("{fifo}", "{full}", "{srv}")))
+    return bool(
+        case.get("subprocess")
+        or case.get("concurrent")
+        or any(k in (case.get("channel") or "") for k in CHILD_CHANNELS)
+        or any(p in text for p in ("{fifo}", "{full}", "{srv}"))
+    )
 
 
 def prepare(case: dict, places: dict[str, str], cwd: Path) -> dict[str, str]:
@@ -220,7 +253,9 @@ class Pool:
             filled = prepare(case, places, cwd)
             argv, env, _ = argv_of(case, filled)
             before = snapshots(case, filled, cwd)
-            self.futures[case["id"]] = self.executor.submit(timed_child, argv, env, cwd, case.get("timeout", POOL_TIMEOUT_S))
+            self.futures[case["id"]] = self.executor.submit(
+                timed_child, argv, env, cwd, case.get("timeout", POOL_TIMEOUT_S)
+            )
             self.futures[case["id"]].context = (cwd, filled, before)  # type: ignore[attr-defined]  # the case's folder and snapshots ride on its Future
 
 
@@ -231,8 +266,17 @@ def limit_memory() -> None:
 def timed_child(argv, env, cwd, timeout) -> tuple[int, str, str, float] | str:
     started = time.monotonic()
     try:
-        result = subprocess.run([sys.executable, "-m", "faforge", *argv], capture_output=True, text=True, errors="replace", cwd=cwd,
-                                env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=limit_memory)
+        result = subprocess.run(
+            [sys.executable, "-m", "faforge", *argv],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            cwd=cwd,
+            env={**os.environ, **env},
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=limit_memory,
+        )
     except subprocess.TimeoutExpired:
         return f"hung: no exit within {timeout} s"
     return result.returncode, result.stdout, result.stderr, time.monotonic() - started
@@ -241,7 +285,11 @@ def timed_child(argv, env, cwd, timeout) -> tuple[int, str, str, float] | str:
 @pytest.fixture(scope="session")
 def pool(request, places, tmp_path_factory):
     """Started by the first concurrent case that asks (see ORDERED), for the concurrent cases pytest selected."""
-    selected = {item.callspec.id for item in request.session.items if hasattr(item, "callspec") and item.name.startswith("test_hostile_class")}
+    selected = {
+        item.callspec.id
+        for item in request.session.items
+        if hasattr(item, "callspec") and item.name.startswith("test_hostile_class")
+    }
     cases = [c for c in ORDERED if c.get("concurrent") and c["id"] in selected]
     started = Pool(cases, places, tmp_path_factory.mktemp("pool"))
     yield started
@@ -267,7 +315,9 @@ def run_checked(case_id: str, check) -> None:
 POOLED = (pytest.mark.slow, pytest.mark.xdist_group("hostile-pool"))
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c["id"], marks=POOLED if c.get("concurrent") else ()) for c in ORDERED])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c["id"], marks=POOLED if c.get("concurrent") else ()) for c in ORDERED]
+)
 def test_hostile_class_keeps_the_contract(case, places, request, tmp_path, capsys, monkeypatch):
     if case.get("concurrent"):
         future = request.getfixturevalue("pool").futures[case["id"]]
@@ -283,12 +333,17 @@ def test_hostile_class_keeps_the_contract(case, places, request, tmp_path, capsy
         if result is None:
             argv, env, _ = argv_of(case, filled)
             started = time.monotonic()
-            result = (timed_child(argv, env, cwd, case.get("timeout", HANG_TIMEOUT_S)) if needs_child(case)
-                      else (*run_in_process(argv, env, cwd, capsys, monkeypatch), time.monotonic() - started))
+            result = (
+                timed_child(argv, env, cwd, case.get("timeout", HANG_TIMEOUT_S))
+                if needs_child(case)
+                else (*run_in_process(argv, env, cwd, capsys, monkeypatch), time.monotonic() - started)
+            )
         if isinstance(result, str):
             pytest.fail(result)
         code, out, err, seconds = result
-        assert seconds <= case.get("within", float("inf")), f"took {seconds:.1f} s, more than {case['within']} s (exit {code})\n{err[-1500:]}"
+        assert seconds <= case.get("within", float("inf")), (
+            f"took {seconds:.1f} s, more than {case['within']} s (exit {code})\n{err[-1500:]}"
+        )
         assert ESCAPE not in out + err, f"a raw escape sequence reaches the terminal\n{(out + err)[-2000:]!r}"
         assert_contract(case, code, out, err, filled, argv_of(case, filled)[2])
         check_snapshots(before, case, filled, cwd)
@@ -335,8 +390,14 @@ def shell_run(argv: list[str], redirection: str | None, cwd: Path) -> tuple[int,
     """faforge ARGV under one stream failure; returns exit code, stdout (when it still goes somewhere), stderr."""
     command = " ".join(["exec", *(_quote(a) for a in [sys.executable, "-m", "faforge", *argv])])
     if redirection is None:
-        child = subprocess.Popen(["sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, stdin=subprocess.DEVNULL,
-                                 preexec_fn=limit_memory)
+        child = subprocess.Popen(
+            ["sh", "-c", command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=limit_memory,
+        )
         child.stdout.close()  # the reader is gone before faforge starts
         try:
             err = child.stderr.read()
@@ -345,8 +406,15 @@ def shell_run(argv: list[str], redirection: str | None, cwd: Path) -> tuple[int,
             child.stderr.close()
         return child.returncode, "", err.decode(errors="replace")
     stdout = None if "2>" not in redirection else subprocess.PIPE
-    result = subprocess.run(["sh", "-c", f"{command} {redirection}"], stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            cwd=cwd, timeout=STREAM_TIMEOUT_S, stdin=subprocess.DEVNULL, preexec_fn=limit_memory)
+    result = subprocess.run(
+        ["sh", "-c", f"{command} {redirection}"],
+        stdout=stdout or subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        timeout=STREAM_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=limit_memory,
+    )
     return result.returncode, (result.stdout or b"").decode(errors="replace"), result.stderr.decode(errors="replace")
 
 
@@ -363,8 +431,14 @@ def stream_baselines() -> dict[str, tuple[int, str, str]]:
 def baseline(cmd: str, argv: list[str], places, tmp_path_factory, cache: dict) -> tuple[int, str, str]:
     if cmd not in cache:
         cwd = tmp_path_factory.mktemp("baseline")
-        result = subprocess.run([sys.executable, "-m", "faforge", *argv], capture_output=True, text=True, cwd=cwd,
-                                timeout=STREAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [sys.executable, "-m", "faforge", *argv],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            timeout=STREAM_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
         cache[cmd] = (result.returncode, result.stdout, result.stderr)
     return cache[cmd]
 
@@ -385,12 +459,15 @@ def test_a_failing_stream_keeps_the_contract(cmd, mode, places, stream_baselines
         assert code >= 0, f"killed by signal {-code}\n{shown}"
         if mode in ("stdout-full", "stdout-closed"):
             # exit 2, or the failure the work found (the hostile classes' rule: "exit 2 (or what the work found)")
-            assert code == 2 or code == found != 0, f"a stdout that cannot be written is exit 2 or the work's failure\n{shown}"
+            assert code == 2 or code == found != 0, (
+                f"a stdout that cannot be written is exit 2 or the work's failure\n{shown}"
+            )
             assert len([line for line in err.splitlines() if line.startswith(f"faforge {argv[0]}: error:")]) == 1, shown
         elif mode == "stderr-full":
             assert code == found, f"a full stderr changed the exit code the work found\n{shown}"
-            assert out == good_out or ("--json" in argv and json.loads(out).keys() == json.loads(good_out).keys()), \
+            assert out == good_out or ("--json" in argv and json.loads(out).keys() == json.loads(good_out).keys()), (
                 f"a full stderr cost stdout\n{shown}"
+            )
         else:
             assert code in (found, 2), f"a reader that left early: the exit code is what the work found, or 2\n{shown}"
 

@@ -70,7 +70,12 @@ def value_arguments(parser: argparse.ArgumentParser) -> list[str]:
 def test_every_subcommand_and_every_argument_has_cases():
     covered = Counter((c["command"], c["arg"]) for c in CASES)
     parsers = subparsers_cache()
-    missing = [f"{name} {arg}" for name, parser in parsers.items() for arg in value_arguments(parser) if not covered[(name, arg)]]
+    missing = [
+        f"{name} {arg}"
+        for name, parser in parsers.items()
+        for arg in value_arguments(parser)
+        if not covered[(name, arg)]
+    ]
     assert not missing, f"arguments without hostile cases in {TABLE.name}: {', '.join(missing)}"
     unknown = [f"{c} {a}" for c, a in covered if c not in COMMANDS or a not in [*value_arguments(parsers[c]), "-"]]
     assert not unknown, f"cases for arguments that do not exist: {unknown}"
@@ -104,8 +109,15 @@ def run_in_process(argv, env, cwd, capsys, monkeypatch) -> tuple[int, str, str]:
 
 def run_child(argv, env, cwd, timeout: float = HANG_TIMEOUT_S) -> tuple[int, str, str]:
     try:
-        result = subprocess.run([sys.executable, "-m", "faforge", *argv], capture_output=True, text=True, cwd=cwd,
-                                env={**os.environ, **env}, timeout=timeout, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [sys.executable, "-m", "faforge", *argv],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env={**os.environ, **env},
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"hung: no exit within {timeout} s")
     return result.returncode, result.stdout, result.stderr

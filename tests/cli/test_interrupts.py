@@ -50,6 +50,8 @@ def run_child(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     SIGINT ignored, which the child inherits and keeps, and a process that ignores SIGINT has no Ctrl-C
     to deliver (seen: `.ci/run` started in the background failed these tests with "Exception ignored")."""
     return subprocess.run(argv, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
+
+
 ENTRY_POINTS = {
     "python -m faforge": "import runpy; runpy.run_module('faforge', run_name='__main__')",
     "console script": f"import runpy; runpy.run_path({str(CONSOLE_SCRIPT)!r}, run_name='__main__')",
@@ -64,7 +66,10 @@ def test_an_interrupt_in_a_callback_stops_the_command_with_130_and_no_traceback(
     assert result.returncode == 130, (result.returncode, result.stderr)
     assert result.stderr.startswith("faforge matrix: interrupted"), result.stderr
     # --json: the one object on stdout is the interrupt, not the matrix the command would have printed
-    assert json.loads(result.stdout) == {"version": 1, "error": {"kind": "interrupted", "message": "interrupted", "input": None}}
+    assert json.loads(result.stdout) == {
+        "version": 1,
+        "error": {"kind": "interrupted", "message": "interrupted", "input": None},
+    }
 
 
 def test_the_console_script_is_the_one_that_takes_over_interrupts():

@@ -31,17 +31,24 @@ def test_a_name_inside_a_value_is_not_promoted(monkeypatch):
     assert not line.startswith("$") and "FAFORGE_NOPE" not in line and len(line) < 500
 
 
-@pytest.mark.parametrize(("env", "path", "named"), [
-    ({"FAFORGE_CACHE_DIR": "/c"}, "/c", "FAFORGE_CACHE_DIR"),
-    ({"FAFORGE_CACHE_DIR": "/c/"}, "/c/torch-venvs/x", "FAFORGE_CACHE_DIR"),
-    ({"FAFORGE_CACHE_DIR": "cache"}, "cache/renders/a.json", "FAFORGE_CACHE_DIR"),
-    ({"FAFORGE_ROOT": "/r", "FAFORGE_CACHE_DIR": "/r/cache"}, "/r/cache/x", "FAFORGE_CACHE_DIR"),  # the longest value
-    ({"FAFORGE_ROOT": "/r"}, "/r/variants/releases.yaml", "FAFORGE_ROOT"),
-    ({"FAFORGE_ROOT": "/r"}, "/rx/variants", None),
-    ({"FAFORGE_ROOT": "/"}, "/etc/x", None),  # `/` and `.` name no folder in particular
-    ({"FAFORGE_ROOT": "."}, "x", None),
-    ({"NOT_FAFORGE": "/r"}, "/r/x", None),
-])
+@pytest.mark.parametrize(
+    ("env", "path", "named"),
+    [
+        ({"FAFORGE_CACHE_DIR": "/c"}, "/c", "FAFORGE_CACHE_DIR"),
+        ({"FAFORGE_CACHE_DIR": "/c/"}, "/c/torch-venvs/x", "FAFORGE_CACHE_DIR"),
+        ({"FAFORGE_CACHE_DIR": "cache"}, "cache/renders/a.json", "FAFORGE_CACHE_DIR"),
+        (
+            {"FAFORGE_ROOT": "/r", "FAFORGE_CACHE_DIR": "/r/cache"},
+            "/r/cache/x",
+            "FAFORGE_CACHE_DIR",
+        ),  # the longest value
+        ({"FAFORGE_ROOT": "/r"}, "/r/variants/releases.yaml", "FAFORGE_ROOT"),
+        ({"FAFORGE_ROOT": "/r"}, "/rx/variants", None),
+        ({"FAFORGE_ROOT": "/"}, "/etc/x", None),  # `/` and `.` name no folder in particular
+        ({"FAFORGE_ROOT": "."}, "x", None),
+        ({"NOT_FAFORGE": "/r"}, "/r/x", None),
+    ],
+)
 def test_setting_of_a_path(monkeypatch, env, path, named):
     for name in ("FAFORGE_CACHE_DIR", "FAFORGE_ROOT"):
         monkeypatch.delenv(name, raising=False)

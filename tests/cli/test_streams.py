@@ -23,7 +23,10 @@ RUNS = {
     "matrix": (["matrix", "--kernels", "--json"], 0),
     "render": (["render", "nope", "--json"], 2),
     "plan": (["plan", "--channel", "", "--json"], 2),
-    "build": (["build", "pypi/linux-aarch64/py311/torch2.14/cu130/abi1", "--output-dir", "/nonexistent-never-made", "--json"], 2),
+    "build": (
+        ["build", "pypi/linux-aarch64/py311/torch2.14/cu130/abi1", "--output-dir", "/nonexistent-never-made", "--json"],
+        2,
+    ),
     "check-abi": (["check-abi", "no-such-module.so", "--json"], 2),
     "doctor": (["doctor", "--json"], None),  # healthy or not depends on this interpreter; the run decides
     "verify": (["verify", "no-such.conda", "--manifest", "no-such-dir", "--json"], 2),
@@ -31,7 +34,21 @@ RUNS = {
     "bump": (["bump", "--source", "nope", "--json"], 2),
     "bench-build": (["bench-build", "--cells", "nope", "--json"], 2),
     "bench-gpu": (["bench-gpu", "--dtype", "nope", "--json"], 2),
-    "wheel": (["wheel", "fa3", "no-such.whl", "--cuda", "13.0", "--archs", "90a", "--out", "/nonexistent-never-made", "--json"], 2),
+    "wheel": (
+        [
+            "wheel",
+            "fa3",
+            "no-such.whl",
+            "--cuda",
+            "13.0",
+            "--archs",
+            "90a",
+            "--out",
+            "/nonexistent-never-made",
+            "--json",
+        ],
+        2,
+    ),
 }
 FULL = "/dev/full"
 
@@ -55,7 +72,9 @@ def expected_code(name: str) -> int:
 
 def no_traceback(stderr: bytes) -> str:
     text = stderr.decode(errors="replace")
-    assert "Traceback" not in text and "Exception ignored" not in text and "Error:" not in text.replace("error:", ""), text
+    assert "Traceback" not in text and "Exception ignored" not in text and "Error:" not in text.replace("error:", ""), (
+        text
+    )
     return text
 
 
@@ -100,8 +119,11 @@ def test_a_pipe_whose_reader_left_is_no_error(name):
 def test_a_full_or_closed_stderr_costs_neither_the_work_nor_the_result(name, how):
     argv, _ = RUNS[name]
     with open(FULL, "wb") as full:
-        result = (faforge(argv, stdout=subprocess.PIPE, stderr=full) if how == "full"
-                  else faforge(argv, stdout=subprocess.PIPE, stderr=None, shell_redirect="2>&-"))
+        result = (
+            faforge(argv, stdout=subprocess.PIPE, stderr=full)
+            if how == "full"
+            else faforge(argv, stdout=subprocess.PIPE, stderr=None, shell_redirect="2>&-")
+        )
     assert result.returncode == reference(name).returncode
     report, expected = json.loads(result.stdout), json.loads(reference(name).stdout)
     if name == "doctor":  # the probe's timings differ from run to run; the diagnosis does not

@@ -53,7 +53,14 @@ def _paths_json(root: Path, text_prefix_files: set[str]) -> dict:
     for path in sorted(p for p in root.rglob("*") if p.is_symlink() or p.is_file()):
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():
-            entries.append({"_path": rel, "path_type": "softlink", "sha256": hashlib.sha256(os.readlink(path).encode()).hexdigest(), "size_in_bytes": 0})
+            entries.append(
+                {
+                    "_path": rel,
+                    "path_type": "softlink",
+                    "sha256": hashlib.sha256(os.readlink(path).encode()).hexdigest(),
+                    "size_in_bytes": 0,
+                }
+            )
             continue
         entry = {"_path": rel, "path_type": "hardlink", "sha256": sha256_of(path), "size_in_bytes": path.stat().st_size}
         if rel in text_prefix_files:
@@ -66,25 +73,40 @@ def _zstd_tar(members_root: Path, names: list[str], out: Path, level: int) -> No
     """tar members_root/names into out with zstd; symlinks stay symlinks, owners are normalised."""
     with tempfile.NamedTemporaryFile(dir=out.parent, suffix=".tar") as raw:
         with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
             def reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 return info
+
             for name in names:
                 tar.add(members_root / name, arcname=name, recursive=False, filter=reset)
         raw.flush()
         subprocess.run(["zstd", "-q", "-f", f"-{level}", "-T0", raw.name, "-o", str(out)], check=True)
 
 
-def write_conda(record: Record, files_root: Path, out_dir: Path, *, text_prefix_files: set[str] = frozenset(),
-                link: dict | None = None, level: int = 3) -> Path:
+def write_conda(
+    record: Record,
+    files_root: Path,
+    out_dir: Path,
+    *,
+    text_prefix_files: set[str] = frozenset(),
+    link: dict | None = None,
+    level: int = 3,
+) -> Path:
     """Package everything under files_root as out_dir/<subdir>/<name>-<version>-<build>.conda."""
     target_dir = out_dir / record.subdir
     target_dir.mkdir(parents=True, exist_ok=True)
     index = {
-        "name": record.name, "version": record.version, "build": record.build,
-        "build_number": record.build_number, "depends": list(record.depends), "constrains": list(record.constrains),
-        "subdir": record.subdir, "license": record.license, "timestamp": int(time.time() * 1000),
+        "name": record.name,
+        "version": record.version,
+        "build": record.build,
+        "build_number": record.build_number,
+        "depends": list(record.depends),
+        "constrains": list(record.constrains),
+        "subdir": record.subdir,
+        "license": record.license,
+        "timestamp": int(time.time() * 1000),
     }
     if record.subdir != "noarch":
         index.update(platform="linux", arch={"linux-64": "x86_64", "linux-aarch64": "aarch64"}[record.subdir])

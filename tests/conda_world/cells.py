@@ -24,8 +24,20 @@ class WorldCell:
         return self.id.replace("/", "-")
 
 
-CU130 = WorldCell("linux-64/py312/torch2.11/cu130/abi1", ("conda-forge",), "2.11.0+cu130", "13.0", 1,
-                  frozenset({"cuda-cudart", "pytorch", "libtorch", "python", "python_abi", "libstdcxx", "libgcc"}))
-LEGACY = WorldCell("linux-64/py312/torch2.5/cu124/abi0", ("pytorch", "nvidia", "conda-forge"), "2.5.1+cu124", "12.4", 0,
-                   frozenset({"cuda-cudart", "pytorch", "pytorch-cuda", "pytorch-mutex", "python", "libstdcxx", "libgcc"}))
+CU130 = WorldCell(
+    "linux-64/py312/torch2.11/cu130/abi1",
+    ("conda-forge",),
+    "2.11.0+cu130",
+    "13.0",
+    1,
+    frozenset({"cuda-cudart", "pytorch", "libtorch", "python", "python_abi", "libstdcxx", "libgcc"}),
+)
+LEGACY = WorldCell(
+    "linux-64/py312/torch2.5/cu124/abi0",
+    ("pytorch", "nvidia", "conda-forge"),
+    "2.5.1+cu124",
+    "12.4",
+    0,
+    frozenset({"cuda-cudart", "pytorch", "pytorch-cuda", "pytorch-mutex", "python", "libstdcxx", "libgcc"}),
+)
 CELLS = (CU130, LEGACY)

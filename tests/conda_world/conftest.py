@@ -26,8 +26,13 @@ RECIPE_VERSION = yaml.safe_load(paths.recipe_dir().joinpath("recipe.yaml").read_
 
 
 def faforge(*args, env=None, timeout=1800):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _say(request, line: str) -> None:
@@ -46,10 +51,15 @@ def world(request):
     hold(built)
     for stale in prune_stale_worlds(built.root.parent, inputs_digest()):
         _say(request, f"\nconda world: removed {stale}, a world of other inputs that no run uses")
-    download = f", {built.download_seconds:.0f} s of it downloading wheels" if built.download_seconds is not None else ""
-    _say(request, f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
-                  f"{built.seconds:.0f} s{download} "
-                  f"({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})")
+    download = (
+        f", {built.download_seconds:.0f} s of it downloading wheels" if built.download_seconds is not None else ""
+    )
+    _say(
+        request,
+        f"\nconda world: {built.size_bytes / 2**30:.2f} GiB of packages at {built.root}, generated in "
+        f"{built.seconds:.0f} s{download} "
+        f"({'this run' if time.monotonic() - started > built.seconds / 2 else 'cached'})",
+    )
     return built
 
 
@@ -97,11 +107,21 @@ def build_in_world(world, sdist, tmp_path_factory, request):
         out = tmp_path_factory.mktemp(f"build-{cell.slug}")
         aliases = [arg for channel in cell.channels for arg in ("--channel-alias", f"{channel}={world.url(channel)}")]
         started = time.monotonic()
-        result = faforge("build", cell.id, "--source", str(sdist), *aliases, "--output-dir", str(out),
-                         env={"CCACHE_DIR": str(cache_dir("conda-world") / "ccache"), **world.rattler_env()})
+        result = faforge(
+            "build",
+            cell.id,
+            "--source",
+            str(sdist),
+            *aliases,
+            "--output-dir",
+            str(out),
+            env={"CCACHE_DIR": str(cache_dir("conda-world") / "ccache"), **world.rattler_env()},
+        )
         logs = sorted((out / "logs").glob("*.log"), key=lambda p: not p.name.endswith("-kernels.log"))
         _say(request, f"\nfaforge build {cell.id}: exit {result.returncode} in {time.monotonic() - started:.0f} s")
-        done[cell.id] = Built(result, "".join(p.read_text() for p in logs), sorted((out / "linux-64").glob("flash-attn-*.conda")), out)
+        done[cell.id] = Built(
+            result, "".join(p.read_text() for p in logs), sorted((out / "linux-64").glob("flash-attn-*.conda")), out
+        )
         return done[cell.id]
 
     return build

@@ -73,7 +73,14 @@ def cpython(source_prefix: Path, version: str, stage: Path) -> Payload:
     RUNPATHs become $ORIGIN-relative, and the build prefix in _sysconfigdata, the Makefile and
     scripts becomes the placeholder the installer rewrites to the environment's prefix."""
     lib = f"lib/python{version}"
-    skip = {f"{lib}/test", f"{lib}/idlelib", f"{lib}/tkinter", f"{lib}/turtledemo", f"{lib}/site-packages", f"{lib}/ensurepip"}
+    skip = {
+        f"{lib}/test",
+        f"{lib}/idlelib",
+        f"{lib}/tkinter",
+        f"{lib}/turtledemo",
+        f"{lib}/site-packages",
+        f"{lib}/ensurepip",
+    }
     for sub in ("bin", "lib", "include"):
         for path in sorted((source_prefix / sub).rglob("*")):
             rel = path.relative_to(source_prefix).as_posix()
@@ -81,7 +88,9 @@ def cpython(source_prefix: Path, version: str, stage: Path) -> Payload:
                 continue
             if sub == "bin" and not (path.name.startswith("python") or path.name.startswith("pydoc")):
                 continue
-            if sub == "lib" and not (rel.startswith(f"{lib}/") or path.name.startswith("libpython") or rel.startswith("lib/pkgconfig")):
+            if sub == "lib" and not (
+                rel.startswith(f"{lib}/") or path.name.startswith("libpython") or rel.startswith("lib/pkgconfig")
+            ):
                 continue
             target = stage / rel
             if path.is_symlink():
@@ -91,7 +100,9 @@ def cpython(source_prefix: Path, version: str, stage: Path) -> Payload:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
     (stage / lib / "site-packages").mkdir(parents=True, exist_ok=True)
-    (stage / lib / "site-packages" / "README.txt").write_text("This directory exists so that 3rd party packages can be installed here.\n")
+    (stage / lib / "site-packages" / "README.txt").write_text(
+        "This directory exists so that 3rd party packages can be installed here.\n"
+    )
     old = str(source_prefix)
     for path in stage.rglob("*"):
         if not is_linked_elf(path):
@@ -110,7 +121,10 @@ def _entry_points(dist_info: Path) -> list[str]:
     parser = configparser.ConfigParser(delimiters=("=",))
     parser.optionxform = str
     parser.read_string(ep.read_text())
-    return [f"{name.strip()} = {target.strip()}" for name, target in (parser["console_scripts"].items() if parser.has_section("console_scripts") else [])]
+    return [
+        f"{name.strip()} = {target.strip()}"
+        for name, target in (parser["console_scripts"].items() if parser.has_section("console_scripts") else [])
+    ]
 
 
 def _unpack_wheel(wheel: Path, site: Path, scripts: Path) -> Path:
@@ -166,7 +180,11 @@ TORCH_PYTHON_LIBRARY = "libtorch_python.so"
 def _relink_torch_library(path: Path, prefix_lib: Path) -> None:
     """Point a torch ELF's RUNPATH at the environment's lib/ instead of pip's nvidia/*/lib."""
     runpath = _patchelf("--print-rpath", str(path))
-    kept = [entry for entry in runpath.split(":") if entry and "nvidia" not in entry and "cuda" not in entry and entry != "$ORIGIN"]
+    kept = [
+        entry
+        for entry in runpath.split(":")
+        if entry and "nvidia" not in entry and "cuda" not in entry and entry != "$ORIGIN"
+    ]
     to_lib = os.path.relpath(prefix_lib, path.parent)
     _patchelf("--set-rpath", ":".join(["$ORIGIN" if to_lib == "." else f"$ORIGIN/{to_lib}", *kept]), str(path))
 
@@ -199,7 +217,13 @@ def torch_wheel(wheel: Path, stage: Path, python_version: str) -> Payload:
 
 def _drop_pypi_only_requirements(site: Path) -> None:
     metadata = next(site.glob("torch-*.dist-info")) / "METADATA"
-    metadata.write_text("".join(line for line in metadata.read_text().splitlines(keepends=True) if not PYPI_ONLY_TORCH_REQUIREMENT.match(line)))
+    metadata.write_text(
+        "".join(
+            line
+            for line in metadata.read_text().splitlines(keepends=True)
+            if not PYPI_ONLY_TORCH_REQUIREMENT.match(line)
+        )
+    )
 
 
 def legacy_torch_wheel(wheel: Path, stage: Path, python_version: str) -> Payload:
@@ -224,7 +248,11 @@ def libtorch_wheel(wheel: Path, stage: Path) -> Payload:
     with zipfile.ZipFile(wheel) as zf:
         for info in zf.infolist():
             name = Path(info.filename).name
-            if info.filename.startswith("torch/lib/") and (name.endswith(".so") or ".so." in name) and name != TORCH_PYTHON_LIBRARY:
+            if (
+                info.filename.startswith("torch/lib/")
+                and (name.endswith(".so") or ".so." in name)
+                and name != TORCH_PYTHON_LIBRARY
+            ):
                 (prefix_lib / name).write_bytes(zf.read(info))
                 (prefix_lib / name).chmod(0o755)
                 _relink_torch_library(prefix_lib / name, prefix_lib)
@@ -251,12 +279,16 @@ def wheel_members(wheel: Path, stage: Path, members: dict[str, str]) -> Payload:
 
 def remote_wheel_members(spec: dict, stage: Path) -> Payload:
     """A few files of a PyPI wheel, read with HTTP range requests (faforge.wheelfetch), not downloaded whole."""
-    wheel = wheelfetch.pick_wheel(wheelfetch.list_files(spec["project"]), spec["version"], spec["python_tag"], spec["platform"])
+    wheel = wheelfetch.pick_wheel(
+        wheelfetch.list_files(spec["project"]), spec["version"], spec["python_tag"], spec["platform"]
+    )
     remote = wheelfetch.RemoteZip(wheel.url, wheel.size)
     for member, folder in spec["members"].items():
         data = remote.read(member)
         if Path(member).name == "METADATA":
-            data = b"".join(line for line in data.splitlines(keepends=True) if not PYPI_ONLY_TORCH_REQUIREMENT.match(line.decode()))
+            data = b"".join(
+                line for line in data.splitlines(keepends=True) if not PYPI_ONLY_TORCH_REQUIREMENT.match(line.decode())
+            )
         target = stage / folder / Path(member).name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

@@ -20,8 +20,16 @@ from tests.support.debian_toolchains import (
 )
 
 # Every Dir:: entry apt reads sources, pins, keys or package state from; each must be the private one.
-PRIVATE_DIRS = ("Dir::Etc::sourcelist", "Dir::Etc::sourceparts", "Dir::Etc::preferences", "Dir::Etc::preferencesparts",
-                "Dir::Etc::trustedparts", "Dir::State::lists", "Dir::State::status", "Dir::Cache::archives")
+PRIVATE_DIRS = (
+    "Dir::Etc::sourcelist",
+    "Dir::Etc::sourceparts",
+    "Dir::Etc::preferences",
+    "Dir::Etc::preferencesparts",
+    "Dir::Etc::trustedparts",
+    "Dir::State::lists",
+    "Dir::State::status",
+    "Dir::Cache::archives",
+)
 
 
 def test_the_private_apt_configuration_never_reads_the_machines_sources(tmp_path):
@@ -57,8 +65,10 @@ def test_the_unpacked_nvcc_is_12_4_and_runs_only_its_own_tools(tmp_path):
         pytest.skip("needs g++-12 (nvcc 12.4 takes g++ <= 13)")
     version = subprocess.run([str(cuda.nvcc), "--version"], capture_output=True, text=True, check=True).stdout
     assert "release 12.4, V12.4.131" in version
-    (tmp_path / "k.cu").write_text("#include <cuda_runtime.h>\n__global__ void k(float* x) { x[threadIdx.x] *= 2; }\n"
-                                   "int main() { float* d; cudaMalloc(&d, 4); k<<<1, 1>>>(d); return 0; }\n")
+    (tmp_path / "k.cu").write_text(
+        "#include <cuda_runtime.h>\n__global__ void k(float* x) { x[threadIdx.x] *= 2; }\n"
+        "int main() { float* d; cudaMalloc(&d, 4); k<<<1, 1>>>(d); return 0; }\n"
+    )
     command = [str(cuda.nvcc), "-ccbin", "g++-12", "-gencode", "arch=compute_80,code=sm_80", "-o", "k", "k.cu"]
     dry = subprocess.run([*command, "--dryrun"], cwd=tmp_path, capture_output=True, text=True, check=True).stderr
     path = re.search(r"^#\$ PATH=(.*)$", dry, re.MULTILINE).group(1)
@@ -81,6 +91,10 @@ def test_debians_arm64_python_runs_under_qemu():
         python = arm64_python()
     except DebianUnavailable as exc:
         pytest.skip(str(exc))
-    said = subprocess.run([*python, "-c", "import platform, sys, zlib; print(platform.machine(), sys.version.split()[0])"],
-                          capture_output=True, text=True, check=True).stdout
+    said = subprocess.run(
+        [*python, "-c", "import platform, sys, zlib; print(platform.machine(), sys.version.split()[0])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert said.split() == ["aarch64", "3.11.2"]

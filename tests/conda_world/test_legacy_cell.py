@@ -37,12 +37,23 @@ CELL = "linux-64/py312/torch2.5/cu121/abi0"
 @pytest.fixture(scope="module")
 def legacy_env(world, tmp_path_factory):
     """A user's environment for the legacy cell: our package (its rendered run requirements) + pip."""
-    matrix = subprocess.run([sys.executable, "-m", "faforge", "matrix", "--json"], capture_output=True, text=True, check=True)
+    matrix = subprocess.run(
+        [sys.executable, "-m", "faforge", "matrix", "--json"], capture_output=True, text=True, check=True
+    )
     cell = next(c for c in json.loads(matrix.stdout) if c["id"] == CELL)
     root = tmp_path_factory.mktemp("legacy")
     ours = root / "ours"
-    assemble(PackageSpec("flash-attn", "2.8.3.post2", cell["build_string"], "linux-64", depends=tuple(cell["run_requirements"]),
-                         constrains=tuple(cell["run_constraints"])), ours)
+    assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            cell["build_string"],
+            "linux-64",
+            depends=tuple(cell["run_requirements"]),
+            constrains=tuple(cell["run_constraints"]),
+        ),
+        ours,
+    )
     assemble(pinned_kernel_record(cell["run_requirements"], "linux-64", cell["cuda"]), ours)  # the kernel build it pins
     index(ours)
     channels = [ours.as_uri(), world.url("pytorch"), world.url("nvidia"), world.url("conda-forge")]
@@ -88,7 +99,14 @@ def test_only_the_worlds_cuda_12_4_compiled_it(legacy_build):
     ran = dict(re.findall(r"\[build_flash_attn\]   runs (\S+) (\S+): ", log))
     assert set(ran) == {"cicc", "ptxas", "fatbinary", "nvlink", "cudafe++"}, ran
     assert all(path.startswith("$BUILD_PREFIX/bin/") for path in ran.values()), ran
-    assert len(re.findall(r"\[build_flash_attn\]   runs (?:ptxas|fatbinary|nvlink|cudafe\+\+) \S+: CUDA 12\.4$", log, re.MULTILINE)) == 4
+    assert (
+        len(
+            re.findall(
+                r"\[build_flash_attn\]   runs (?:ptxas|fatbinary|nvlink|cudafe\+\+) \S+: CUDA 12\.4$", log, re.MULTILINE
+            )
+        )
+        == 4
+    )
 
 
 def test_the_abi_gate_reads_abi_0_in_the_binary_and_in_torch(legacy_build):
@@ -101,4 +119,3 @@ def test_the_abi_gate_reads_abi_0_in_the_binary_and_in_torch(legacy_build):
 def test_the_kernel_package_is_the_cu124_one(legacy_build):
     [kernels] = (legacy_build.out / "linux-64").glob("libflash-attn-kernels-*.conda")
     assert "-cu124_sm80_90ptx_philox32_" in kernels.name, kernels.name
-

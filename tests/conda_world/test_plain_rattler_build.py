@@ -67,17 +67,34 @@ def kernel_channel(target: str, folder):
 
 
 def plain_build(line, world, tmp_path, cuda_override):
-    channels = [kernel_channel(line.target_platform, tmp_path / "kernels"), *(world.url(c) if c in world.channels else c for c in line.channel)]
-    args = {"recipe": str(paths.repo_root() / line.recipe / "recipe.yaml"), "variants": str(paths.repo_root() / line.variant_config),
-            "channels": channels, "cell": cell_overrides(paths.repo_root() / line.variant_config, CELL_ID.format(target=line.target_platform)), "out": str(tmp_path / "out"), "target": line.target_platform}
+    channels = [
+        kernel_channel(line.target_platform, tmp_path / "kernels"),
+        *(world.url(c) if c in world.channels else c for c in line.channel),
+    ]
+    args = {
+        "recipe": str(paths.repo_root() / line.recipe / "recipe.yaml"),
+        "variants": str(paths.repo_root() / line.variant_config),
+        "channels": channels,
+        "cell": cell_overrides(paths.repo_root() / line.variant_config, CELL_ID.format(target=line.target_platform)),
+        "out": str(tmp_path / "out"),
+        "target": line.target_platform,
+    }
     env = {**os.environ, "CONDA_OVERRIDE_CUDA": cuda_override}
-    return subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", RUN, json.dumps(args)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", RUN, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def readme_line(target_platform: str):
-    lines = [args for w, args in documented_builds(doc_text(WORLDS, paths.repo_root()))
-             if w == "conda-forge" and args.target_platform == target_platform]
+    lines = [
+        args
+        for w, args in documented_builds(doc_text(WORLDS, paths.repo_root()))
+        if w == "conda-forge" and args.target_platform == target_platform
+    ]
     assert len(lines) == 1, lines
     return lines[0]
 

@@ -91,13 +91,22 @@ def test_the_kernel_package_needs_no_torch_and_the_glue_links_it(built, tmp_path
     _, _, packages, out = built
     [kernels] = (out / "linux-64").glob("libflash-attn-kernels-*.conda")
     index = _index(kernels)
-    assert not {dep.split()[0] for dep in index["depends"]} & {"python", "pytorch", "libtorch", "python_abi"}, index["depends"]
-    assert kernel_pin(_index(packages[0])["depends"]).filename() == kernels.name, "flash-attn pins exactly this kernel build"
+    assert not {dep.split()[0] for dep in index["depends"]} & {"python", "pytorch", "libtorch", "python_abi"}, index[
+        "depends"
+    ]
+    assert kernel_pin(_index(packages[0])["depends"]).filename() == kernels.name, (
+        "flash-attn pins exactly this kernel build"
+    )
     library = _unpack(kernels, tmp_path / "kernels") / "lib" / "libflash_attn_kernels.so"
     assert not [n for n in elf.read_info(library).needed if n.startswith(("libtorch", "libc10", "libpython"))]
-    glue = next(_unpack(packages[0], tmp_path / "flash-attn").glob("lib/python3.12/site-packages/flash_attn_2_cuda*.so"))
+    glue = next(
+        _unpack(packages[0], tmp_path / "flash-attn").glob("lib/python3.12/site-packages/flash_attn_2_cuda*.so")
+    )
     info = elf.read_info(glue)
-    assert "libflash_attn_kernels.so.1" in info.needed and "$ORIGIN/../.." in ":".join(info.runpath or info.rpath), (info.runpath, info.rpath)
+    assert "libflash_attn_kernels.so.1" in info.needed and "$ORIGIN/../.." in ":".join(info.runpath or info.rpath), (
+        info.runpath,
+        info.rpath,
+    )
     assert not list((tmp_path / "flash-attn").rglob("libflash_attn_kernels.so")), "the library is not carried twice"
 
 
@@ -110,17 +119,40 @@ def test_verify_publish_serve_install_import_doctor(built, cell, world, tmp_path
 
     [kernels] = package.parent.glob("libflash-attn-kernels-*.conda")
     manifest = tmp_path / "verification"
-    verified = faforge("verify", str(package), str(kernels), "--gates", "abi,import,gpu", "--manifest", str(manifest), "--json", env=env)
+    verified = faforge(
+        "verify",
+        str(package),
+        str(kernels),
+        "--gates",
+        "abi,import,gpu",
+        "--manifest",
+        str(manifest),
+        "--json",
+        env=env,
+    )
     results = {}
     for r in json.loads(verified.stdout)["results"]:
         results.setdefault(r["package"], {})[r["gate"]] = r["result"]
     # the glue resolves libflash_attn_kernels.so through the RUNPATH rattler-build gave it; the kernel
     # package passes its own torch-free and dlopen gates
-    assert results == {package.name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
-                       kernels.name: {"abi": "passed", "import": "passed", "gpu": "skipped"}}, verified.stdout[-3000:] + verified.stderr[-3000:]
+    assert results == {
+        package.name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
+        kernels.name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
+    }, verified.stdout[-3000:] + verified.stderr[-3000:]
 
     channel = tmp_path / "channel"
-    published = faforge("publish", str(package), str(kernels), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import", env=env)
+    published = faforge(
+        "publish",
+        str(package),
+        str(kernels),
+        "--manifest",
+        str(manifest),
+        "--to",
+        str(channel),
+        "--require",
+        "abi,import",
+        env=env,
+    )
     assert published.returncode == 0, published.stdout + published.stderr
     assert (channel / "linux-64" / package.name).read_bytes() == package.read_bytes()
     assert (channel / "linux-64" / kernels.name).read_bytes() == kernels.read_bytes()
@@ -128,9 +160,15 @@ def test_verify_publish_serve_install_import_doctor(built, cell, world, tmp_path
     prefix = tmp_path / "env"
     with serve_directory(channel) as url:
         # our channel first, the torch world's after it, strict priority: as the README tells users
-        records = solve([url, *(world.url(channel) for channel in cell.channels)], ["python 3.12.*", "flash-attn"], "linux-64",
-                        virtuals={"__glibc": "2.36", "__cuda": cell.cuda, "__linux": "6.1", "__unix": "0"})
-        assert str(records["flash-attn"].channel).rstrip("/").endswith(url.rstrip("/").split("//")[1]) or url in str(records["flash-attn"].url)
+        records = solve(
+            [url, *(world.url(channel) for channel in cell.channels)],
+            ["python 3.12.*", "flash-attn"],
+            "linux-64",
+            virtuals={"__glibc": "2.36", "__cuda": cell.cuda, "__linux": "6.1", "__unix": "0"},
+        )
+        assert str(records["flash-attn"].channel).rstrip("/").endswith(url.rstrip("/").split("//")[1]) or url in str(
+            records["flash-attn"].url
+        )
         assert str(records["pytorch"].version) == cell.torch.split("+")[0]
         install_from_world(world, records, prefix)
     python = prefix / "bin" / "python3.12"
@@ -138,11 +176,17 @@ def test_verify_publish_serve_install_import_doctor(built, cell, world, tmp_path
     # libpython resolves inside the environment (the relocated CPython), and the extension imports
     ldd = subprocess.run(["ldd", str(python)], capture_output=True, text=True, check=True).stdout
     assert f"{prefix}/bin/../lib/libpython3.12.so.1.0" in ldd or f"{prefix}/lib/libpython3.12.so.1.0" in ldd, ldd
-    probe = ("import flash_attn, flash_attn_2_cuda, torch; print(flash_attn.__version__, torch.__version__); "
-             "print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libflash_attn_kernels' in l}))")
+    probe = (
+        "import flash_attn, flash_attn_2_cuda, torch; print(flash_attn.__version__, torch.__version__); "
+        "print(*sorted({l.split()[-1] for l in open('/proc/self/maps') if 'libflash_attn_kernels' in l}))"
+    )
     imported = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr[-3000:]
-    assert imported.stdout.split() == [RECIPE_VERSION, cell.torch, str(prefix / "lib" / "libflash_attn_kernels.so.1")]  # its SONAME
+    assert imported.stdout.split() == [
+        RECIPE_VERSION,
+        cell.torch,
+        str(prefix / "lib" / "libflash_attn_kernels.so.1"),
+    ]  # its SONAME
 
     doctor = faforge("doctor", "--python", str(python), "--json", env=env)
     report = json.loads(doctor.stdout)

@@ -39,8 +39,15 @@ from tests.support.torch_envs import find_python
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "world.yaml"
 FIXTURE = HERE.parent / "fixtures" / "real_packages.yaml"
-INPUTS = [SPEC, FIXTURE, HERE / "archive.py", HERE / "payloads.py", HERE / "world.py", *sorted((HERE / "activation").glob("*")),
-          HERE.parent / "support" / "debian_toolchains.yaml"]
+INPUTS = [
+    SPEC,
+    FIXTURE,
+    HERE / "archive.py",
+    HERE / "payloads.py",
+    HERE / "world.py",
+    *sorted((HERE / "activation").glob("*")),
+    HERE.parent / "support" / "debian_toolchains.yaml",
+]
 VIRTUAL = "__"
 
 
@@ -79,19 +86,31 @@ def _records(spec: dict) -> dict[tuple, dict]:
 def _record(entry: dict, fixture: dict[tuple, dict], world_names: set[str]) -> Record:
     key = (entry["channel"], entry["subdir"], entry["name"], str(entry["version"]), str(entry["build"]))
     if key not in fixture:
-        raise LookupError(f"world.yaml: {'/'.join(key)} has no record in {FIXTURE.name}; add the real, sourced record there first")
+        raise LookupError(
+            f"world.yaml: {'/'.join(key)} has no record in {FIXTURE.name}; add the real, sourced record there first"
+        )
     real = fixture[key]
     # A dependency stays when the world has a package of that name (or it is virtual); the rest of
     # the published list is what the world leaves out (world.yaml: `left_out`).
     published = [*(real.get("depends") or ()), *(real.get("depends_not_stood_in") or ())]
     dropped = set(entry.get("drop_depends", ()))
-    depends = tuple(d for d in published if _match_name(d) not in dropped
-                    and (_match_name(d).startswith(VIRTUAL) or _match_name(d) in world_names))
+    depends = tuple(
+        d
+        for d in published
+        if _match_name(d) not in dropped and (_match_name(d).startswith(VIRTUAL) or _match_name(d) in world_names)
+    )
     return Record(
-        name=real["name"], version=str(real["version"]), build=str(real["build"]), build_number=int(real.get("build_number", 0)),
-        subdir=real["subdir"], depends=depends, constrains=tuple(real.get("constrains") or ()),
-        noarch=real.get("noarch"), track_features=tuple(real.get("track_features") or ()),
-        run_exports=real.get("run_exports") or {}, license=str(real.get("license", "")),
+        name=real["name"],
+        version=str(real["version"]),
+        build=str(real["build"]),
+        build_number=int(real.get("build_number", 0)),
+        subdir=real["subdir"],
+        depends=depends,
+        constrains=tuple(real.get("constrains") or ()),
+        noarch=real.get("noarch"),
+        track_features=tuple(real.get("track_features") or ()),
+        run_exports=real.get("run_exports") or {},
+        license=str(real.get("license", "")),
     )
 
 
@@ -113,8 +132,19 @@ def download_wheels(spec: dict, wheels_root: Path, log) -> None:
         if marker.is_file() and marker.read_text() == want:
             continue
         wheel_dir.mkdir(parents=True, exist_ok=True)
-        command = [str(find_python(wanted["python"])), "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
-                   "-d", str(wheel_dir), *(["--no-deps"] if not wanted.get("deps") else []), *wanted["requirements"]]
+        command = [
+            str(find_python(wanted["python"])),
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(wheel_dir),
+            *(["--no-deps"] if not wanted.get("deps") else []),
+            *wanted["requirements"],
+        ]
         log("+ " + " ".join(command))
         subprocess.run(command, check=True)
         marker.write_text(want)
@@ -134,7 +164,12 @@ def cuda_toolkit() -> Path:
 
 def _python_prefix(version: str) -> Path:
     """Where this machine's CPython <version> is installed (a venv's base, not the venv)."""
-    out = subprocess.run([str(find_python(version)), "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(find_python(version)), "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -142,7 +177,9 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
     kind = payload["kind"]
     wheel_dir = wheels_root / payload.get("group", "")
     if kind == "empty":
-        return payloads.files(stage, {f"share/faforge-world/{stage.name}.txt": "metadata-only stand-in (tests/conda_world/world.yaml)\n"})
+        return payloads.files(
+            stage, {f"share/faforge-world/{stage.name}.txt": "metadata-only stand-in (tests/conda_world/world.yaml)\n"}
+        )
     if kind == "cpython":
         return payloads.cpython(_python_prefix(payload["version"]), payload["version"], stage)
     if kind == "noarch_wheel":
@@ -170,7 +207,9 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
         return payloads.copy_tree(cuda_toolkit(), stage, payload["members"])
     if kind == "debian":
         staged = payloads.copy_tree(ensure_unpacked(payload["toolchain"]), stage, payload["members"])
-        payloads.files(stage, {rel: (HERE / "activation" / src).read_text() for rel, src in payload.get("files", {}).items()})
+        payloads.files(
+            stage, {rel: (HERE / "activation" / src).read_text() for rel, src in payload.get("files", {}).items()}
+        )
         payloads.symlinks(stage, payload.get("links", {}))
         return staged
     if kind == "remote_wheel_members":
@@ -216,8 +255,14 @@ def _build_world_locked(spec: dict, root: Path, log) -> World:
                 stage = Path(scratch) / record.name
                 stage.mkdir()
                 payload = stage_payload(entry.get("payload") or {"kind": "empty"}, stage, wheels_root)
-                path = write_conda(record, payload.root, channels[channel], text_prefix_files=payload.text_prefix_files,
-                                   link=payload.link, level=int(spec.get("zstd_level", 3)))
+                path = write_conda(
+                    record,
+                    payload.root,
+                    channels[channel],
+                    text_prefix_files=payload.text_prefix_files,
+                    link=payload.link,
+                    level=int(spec.get("zstd_level", 3)),
+                )
             log(f"  {channel}/{record.subdir}/{path.name} ({path.stat().st_size / 2**20:.1f} MiB)")
 
     for directory in channels.values():
@@ -238,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     world = build_world(args.out)
     for name, path in world.channels.items():
         print(f"{name}: {path.as_uri()}")
-    print(f"world: {world.size_bytes / 2**30:.2f} GiB of packages, built in {world.seconds:.0f} s "
-          f"({world.download_seconds or 0:.0f} s of it downloading wheels), at {world.root}")
+    print(
+        f"world: {world.size_bytes / 2**30:.2f} GiB of packages, built in {world.seconds:.0f} s "
+        f"({world.download_seconds or 0:.0f} s of it downloading wheels), at {world.root}"
+    )
     return 0
 
 

@@ -24,8 +24,13 @@ def build(root: Path, site: Path) -> subprocess.CompletedProcess:
     if not MKDOCS.is_file():
         pytest.fail(f"{MKDOCS} is missing: the `test` extra installs Material for MkDocs (pip install -e '.[test]')")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([str(MKDOCS), "build", "--strict", "--config-file", str(root / "mkdocs.yml"),
-                           "--site-dir", str(site)], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [str(MKDOCS), "build", "--strict", "--config-file", str(root / "mkdocs.yml"), "--site-dir", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_the_readme_is_a_front_door():

@@ -103,7 +103,12 @@ def real_extension(torch_cuda, builds):
     def make(cxx11_abi: int = 1) -> Path:
         if cxx11_abi not in made:
             out = builds / f"real-abi{cxx11_abi}" / f"{envs.EXTENSION}{envs.ext_suffix(torch_cuda.python)}"
-            made[cxx11_abi] = envs.extension(out, torch_cuda.python, [envs.REAL_TORCH],
-                                             (f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}", *envs.real_torch_args(torch_cuda.site_packages)))
+            made[cxx11_abi] = envs.extension(
+                out,
+                torch_cuda.python,
+                [envs.REAL_TORCH],
+                (f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}", *envs.real_torch_args(torch_cuda.site_packages)),
+            )
         return made[cxx11_abi]
+
     return make

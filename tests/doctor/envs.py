@@ -35,7 +35,10 @@ EXTENSION = "flash_attn_2_cuda"
 SET_DEVICE = {
     "int": ("namespace c10 { namespace cuda { void SetDevice(int); } }", "c10::cuda::SetDevice(0);"),
     "char": ("namespace c10 { namespace cuda { void SetDevice(signed char); } }", "c10::cuda::SetDevice(0);"),
-    "char_bool": ("namespace c10 { namespace cuda { void SetDevice(signed char, bool); } }", "c10::cuda::SetDevice(0, false);"),
+    "char_bool": (
+        "namespace c10 { namespace cuda { void SetDevice(signed char, bool); } }",
+        "c10::cuda::SetDevice(0, false);",
+    ),
 }
 # c10::Error's constructor as flash-attn reaches it (through a derived exception, hence the C2 symbol
 # `_ZN3c105ErrorC2ENS_14SourceLocation...` of the seed reports); -D_GLIBCXX_USE_CXX11_ABI picks the spelling.
@@ -45,8 +48,8 @@ C10_DECLARATIONS = (
     "  class Error { public: Error(SourceLocation, std::string); virtual ~Error(); }; }\n"
 )
 C10_ERROR = (
-    C10_DECLARATIONS +
-    "struct Failure : c10::Error { Failure() : c10::Error({__func__, __FILE__, __LINE__}, std::string(\"x\")) {} };",
+    C10_DECLARATIONS
+    + 'struct Failure : c10::Error { Failure() : c10::Error({__func__, __FILE__, __LINE__}, std::string("x")) {} };',
     "throw Failure();",
 )
 CUDART = ('extern "C" int cudaGetLastError();', "cudaGetLastError();")
@@ -55,7 +58,7 @@ NEW_GLIBC = ('extern "C" int faforge_new_glibc_feature(void);', "faforge_new_gli
 REAL_TORCH = (
     "#include <c10/cuda/CUDAFunctions.h>\n#include <c10/cuda/CUDAException.h>\n#include <c10/util/Exception.h>\n"
     "struct Failure : c10::Error {\n"
-    "  Failure() : c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__}, std::string(\"x\")) {} };",
+    '  Failure() : c10::Error(c10::SourceLocation{__func__, __FILE__, __LINE__}, std::string("x")) {} };',
     "c10::cuda::SetDevice(0);\n  C10_CUDA_CHECK(cudaGetLastError());\n  throw Failure();",
 )
 MODULE = """#include <Python.h>
@@ -73,7 +76,9 @@ PyMODINIT_FUNC PyInit_{name}() {{ return PyModule_Create(&module_def); }}
 def run(cmd: list, **kwargs) -> subprocess.CompletedProcess:
     result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
     if result.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -110,11 +115,26 @@ def overlay(prefix: Path, base_python: Path, base_site: Path) -> Path:
 
 def pip_install(python: Path, *args: str) -> None:
     """Install into another interpreter's environment with the project's own pip (pip --python)."""
-    run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "--no-input",
-         "--disable-pip-version-check", *args])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--no-input",
+            "--disable-pip-version-check",
+            *args,
+        ]
+    )
 
 
-def install_flash_attn(python: Path, extension: Path, tmp_path: Path, version: str = "2.8.3", *, name: str | None = None) -> None:
+def install_flash_attn(
+    python: Path, extension: Path, tmp_path: Path, version: str = "2.8.3", *, name: str | None = None
+) -> None:
     """Install a flash-attn wheel holding `extension` (as file `name`) with pip, as a user's pip would."""
     files = {"flash_attn/__init__.py": f"__version__ = '{version}'\n", name or extension.name: extension.read_bytes()}
     pip_install(python, str(wheel(tmp_path / "wheels", "flash_attn", version, files)))
@@ -128,7 +148,9 @@ def ext_suffix(python: Path) -> str:
     return run([python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"]).stdout.strip()
 
 
-def compile_shared(out: Path, source: str, *, language: str = "c++", args: tuple = (), soname: str | None = None) -> Path:
+def compile_shared(
+    out: Path, source: str, *, language: str = "c++", args: tuple = (), soname: str | None = None
+) -> Path:
     """g++ -shared of one translation unit; `args` carry includes, defines and libraries."""
     slow_work("a g++ compile (tests/doctor/envs.py)")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -151,8 +173,15 @@ def extension(out: Path, python: Path, parts: list[tuple[str, str]], args: tuple
 def real_torch_args(torch_site: Path) -> tuple:
     """Compile and link against a real torch's headers and libraries, and the CUDA toolkit's runtime."""
     toolkit = cuda_home()
-    return (f"-I{torch_site / 'torch' / 'include'}", f"-I{toolkit / 'include'}",
-            f"-L{torch_site / 'torch' / 'lib'}", "-lc10", "-lc10_cuda", f"-L{toolkit / 'lib64'}", "-lcudart")
+    return (
+        f"-I{torch_site / 'torch' / 'include'}",
+        f"-I{toolkit / 'include'}",
+        f"-L{torch_site / 'torch' / 'lib'}",
+        "-lc10",
+        "-lc10_cuda",
+        f"-L{toolkit / 'lib64'}",
+        "-lcudart",
+    )
 
 
 # -- stand-in libraries -------------------------------------------------------------------------
@@ -162,8 +191,12 @@ def standin_c10(lib_dir: Path, *, cxx11_abi: int, set_device: str | None) -> Pat
     """libc10.so exporting c10::Error's constructor in one ABI, and (set_device given) libc10_cuda.so
     exporting one SetDevice spelling; both with their real SONAMEs."""
     abi = (f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}",)
-    compile_shared(lib_dir / "libc10.so", C10_DECLARATIONS +
-                   "c10::Error::Error(SourceLocation, std::string) {}\nc10::Error::~Error() {}\n", args=abi, soname="libc10.so")
+    compile_shared(
+        lib_dir / "libc10.so",
+        C10_DECLARATIONS + "c10::Error::Error(SourceLocation, std::string) {}\nc10::Error::~Error() {}\n",
+        args=abi,
+        soname="libc10.so",
+    )
     if set_device is not None:
         decl = SET_DEVICE[set_device][0].replace(");", ") {}")
         compile_shared(lib_dir / "libc10_cuda.so", decl, args=abi, soname="libc10_cuda.so")
@@ -171,8 +204,12 @@ def standin_c10(lib_dir: Path, *, cxx11_abi: int, set_device: str | None) -> Pat
 
 
 def standin_cudart(lib_dir: Path, major: int) -> Path:
-    return compile_shared(lib_dir / f"libcudart.so.{major}", 'int cudaGetLastError(void) { return 0; }\n', language="c",
-                          soname=f"libcudart.so.{major}")
+    return compile_shared(
+        lib_dir / f"libcudart.so.{major}",
+        "int cudaGetLastError(void) { return 0; }\n",
+        language="c",
+        soname=f"libcudart.so.{major}",
+    )
 
 
 def standin_libc(lib_dir: Path) -> Path:
@@ -180,8 +217,13 @@ def standin_libc(lib_dir: Path) -> Path:
     lib_dir.mkdir(parents=True, exist_ok=True)
     script = lib_dir / "glibc.map"
     script.write_text("GLIBC_2.99 { global: faforge_new_glibc_feature; local: *; };\n")
-    return compile_shared(lib_dir / "libc.so.6", "int faforge_new_glibc_feature(void) { return 1; }\n", language="c",
-                          args=(f"-Wl,--version-script={script}",), soname="libc.so.6")
+    return compile_shared(
+        lib_dir / "libc.so.6",
+        "int faforge_new_glibc_feature(void) { return 1; }\n",
+        language="c",
+        args=(f"-Wl,--version-script={script}",),
+        soname="libc.so.6",
+    )
 
 
 # -- stand-in packages --------------------------------------------------------------------------
@@ -206,18 +248,26 @@ def torch_modules(version: str, cuda: str | None, cxx11_abi: int) -> dict[str, s
 def conda_python_files(site: str, name: str, version: str, modules: dict[str, str]) -> dict[str, str]:
     """`modules` under a conda package's site-packages, with the .dist-info (RECORD included) conda packages carry."""
     info = f"{name.replace('-', '_')}-{version}.dist-info"
-    files = {**modules, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{info}/INSTALLER": "conda\n"}
+    files = {
+        **modules,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/INSTALLER": "conda\n",
+    }
     record = "".join(f"{rel},,\n" for rel in [*files, f"{info}/RECORD"])
     return {f"{site}/{rel}": text for rel, text in {**files, f"{info}/RECORD": record}.items()}
 
 
-def wheel(out_dir: Path, name: str, version: str, files: dict[str, bytes | str], tag: str = "cp311-cp311-linux_x86_64") -> Path:
+def wheel(
+    out_dir: Path, name: str, version: str, files: dict[str, bytes | str], tag: str = "cp311-cp311-linux_x86_64"
+) -> Path:
     """A real wheel file (what pip installs) holding `files`; RECORD carries the hashes pip checks."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    contents = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-                f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: faforge-tests\nRoot-Is-Purelib: false\nTag: {tag}\n"}
+    contents = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: faforge-tests\nRoot-Is-Purelib: false\nTag: {tag}\n",
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{dist}-{version}-{tag}.whl"
     lines = []
@@ -236,8 +286,9 @@ def wheel(out_dir: Path, name: str, version: str, files: dict[str, bytes | str],
 SITE = "lib/python3.11/site-packages"
 
 
-def conda_prefix(prefix: Path, channel_root: Path, channels: dict, specs: list[str], base_python: Path, *,
-                 strict: bool = True) -> Path:
+def conda_prefix(
+    prefix: Path, channel_root: Path, channels: dict, specs: list[str], base_python: Path, *, strict: bool = True
+) -> Path:
     """Assemble and index stand-in channels ({name: [PackageSpec]}), solve `specs` with py-rattler, install
     the result into `prefix`, and give the prefix an interpreter; returns that python."""
     urls = []
@@ -269,9 +320,14 @@ def conda_forge_torch(torch: str, cuda: str, python: str = "3.11"):
     tag, py = cuda.replace(".", ""), python.replace(".", "")
     return [
         *conda_forge_base(cuda, python),
-        PackageSpec("pytorch", torch, f"cuda{tag}_mkl_py{py}_hstandin_300", "linux-64",
-                    depends=(f"libtorch =={torch}", f"python >={python},<{python}.99"),
-                    files=conda_python_files(SITE, "torch", torch, torch_modules(torch, cuda, 1))),
+        PackageSpec(
+            "pytorch",
+            torch,
+            f"cuda{tag}_mkl_py{py}_hstandin_300",
+            "linux-64",
+            depends=(f"libtorch =={torch}", f"python >={python},<{python}.99"),
+            files=conda_python_files(SITE, "torch", torch, torch_modules(torch, cuda, 1)),
+        ),
         PackageSpec("libtorch", torch, f"cuda{tag}_hstandin_300", "linux-64"),
     ]
 
@@ -279,9 +335,14 @@ def conda_forge_torch(torch: str, cuda: str, python: str = "3.11"):
 def legacy_pytorch(torch: str, cuda: str, python: str = "3.11"):
     """The legacy `pytorch` channel: pytorch (pre-C++11 ABI, libtorch inside), pytorch-cuda, pytorch-mutex."""
     return [
-        PackageSpec("pytorch", torch, f"py{python}_cuda{cuda}_cudnn9.1.0_0", "linux-64",
-                    depends=("pytorch-mutex 1.0 cuda", f"pytorch-cuda {cuda}.*"),
-                    files=conda_python_files(SITE, "torch", torch, torch_modules(torch, cuda, 0))),
+        PackageSpec(
+            "pytorch",
+            torch,
+            f"py{python}_cuda{cuda}_cudnn9.1.0_0",
+            "linux-64",
+            depends=("pytorch-mutex 1.0 cuda", f"pytorch-cuda {cuda}.*"),
+            files=conda_python_files(SITE, "torch", torch, torch_modules(torch, cuda, 0)),
+        ),
         PackageSpec("pytorch-cuda", cuda, "ha16c6d3_6", "linux-64"),
         PackageSpec("pytorch-mutex", "1.0", "cuda", "noarch"),
     ]
@@ -292,8 +353,17 @@ def faforge_packages(offer):
     and the kernel build it pins (metadata only: the stand-in extensions link no kernel library)."""
     modules = {"flash_attn/__init__.py": f"__version__ = '{offer.version}'\n"}
     kernels = [pinned_kernel_record(offer.run_requirements, "linux-64")] if kernel_pin(offer.run_requirements) else []
-    return [*kernels, PackageSpec("flash-attn", offer.version, offer.build_string, "linux-64", depends=offer.run_requirements,
-                                  files=conda_python_files(SITE, "flash-attn", offer.version, modules))]
+    return [
+        *kernels,
+        PackageSpec(
+            "flash-attn",
+            offer.version,
+            offer.build_string,
+            "linux-64",
+            depends=offer.run_requirements,
+            files=conda_python_files(SITE, "flash-attn", offer.version, modules),
+        ),
+    ]
 
 
 def cuda_extension(out: Path, python: Path, gencode: str) -> Path:
@@ -302,8 +372,25 @@ def cuda_extension(out: Path, python: Path, gencode: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="faforge-src-") as tmp:
         source = Path(tmp) / "kernel.cu"
-        source.write_text(MODULE.format(
-            name=EXTENSION, decls="__global__ void faforge_kernel(float* x) { x[threadIdx.x] *= 2.0f; }",
-            calls="faforge_kernel<<<1, 1>>>(nullptr);"))
-        run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-gencode", gencode, f"-I{python_include(python)}", source, "-o", out])
+        source.write_text(
+            MODULE.format(
+                name=EXTENSION,
+                decls="__global__ void faforge_kernel(float* x) { x[threadIdx.x] *= 2.0f; }",
+                calls="faforge_kernel<<<1, 1>>>(nullptr);",
+            )
+        )
+        run(
+            [
+                "nvcc",
+                "-shared",
+                "-Xcompiler",
+                "-fPIC",
+                "-gencode",
+                gencode,
+                f"-I{python_include(python)}",
+                source,
+                "-o",
+                out,
+            ]
+        )
     return out

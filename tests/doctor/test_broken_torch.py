@@ -49,7 +49,9 @@ def test_the_fix_for_a_torch_without_its_cuda_wheels_comes_from_its_metadata(run
     pip = result.fix("pip")
     assert "install a CUDA build" not in pip["title"] and f"torch {TORCH} with the CUDA 12.1 libraries" in pip["title"]
     assert pip["commands"][-1].endswith(f"-m pip install --force-reinstall torch=={TORCH}")
-    wheel = result.fix("pip-install")  # then the wheel of that torch's pip cell (its CUDA from the metadata), never a conda line
+    wheel = result.fix(
+        "pip-install"
+    )  # then the wheel of that torch's pip cell (its CUDA from the metadata), never a conda line
     assert wheel["cell"] == "pypi/linux-64/py311/torch2.4/cu121/abi0", wheel
     assert wheel["commands"][-1].endswith(f" torch=={TORCH} flash-attn=={VERSION}+torch2.4.cu121.abi0")
     assert not [f for f in result.report["fixes"] if f["kind"].startswith("conda")]
@@ -57,8 +59,12 @@ def test_the_fix_for_a_torch_without_its_cuda_wheels_comes_from_its_metadata(run
 
 def test_escape_sequences_from_the_probed_interpreter_reach_the_terminal_escaped(real_metadata, tmp_path):
     python = broken_torch_venv(tmp_path, real_metadata, "\x1b[2J\x1b]0;owned\x07" + MISSING_CUDA_WHEEL)
-    result = subprocess.run([sys.executable, "-m", "faforge", "doctor", "--python", str(python)],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "doctor", "--python", str(python)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 1, result.stderr
     assert "\x1b" not in result.stdout + result.stderr and "\x07" not in result.stdout
     assert "\\x1b[2J\\x1b]0;owned\\x07" + MISSING_CUDA_WHEEL in result.stdout, result.stdout

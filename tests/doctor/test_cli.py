@@ -15,13 +15,16 @@ from tests.support.docs import DOCTOR, doc_text
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("given", "message"), [
-    ("/nonexistent/python", "no such file"),
-    ("notes.txt", "not executable, so not a Python interpreter"),
-    ("notes.sh", "cannot run it: Exec format error"),
-    ("/bin/true", "did not run faforge's probe, so it is not a usable Python 3 interpreter (exit 0: no output)"),
-    (str(REPO / "variants"), "a folder without bin/python"),
-])
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("/nonexistent/python", "no such file"),
+        ("notes.txt", "not executable, so not a Python interpreter"),
+        ("notes.sh", "cannot run it: Exec format error"),
+        ("/bin/true", "did not run faforge's probe, so it is not a usable Python 3 interpreter (exit 0: no output)"),
+        (str(REPO / "variants"), "a folder without bin/python"),
+    ],
+)
 def test_bad_python_exits_2_with_one_message(run_doctor, tmp_path, given, message):
     if not given.startswith("/"):  # a text file, with and without the executable bit
         (tmp_path / given).write_text("not a program\n")
@@ -64,8 +67,12 @@ def test_text_report_names_facts_problems_and_fixes(run_doctor, bare_venv):
     assert lines[0] == f"faforge doctor: {bare_venv}"
     assert lines[1].startswith("python      3.12.")
     assert "torch       not installed" in lines
-    assert "  [error] torch-missing: torch is not installed in " + str(bare_venv.parent.parent) + \
-        "; flash-attn needs a CUDA build of torch" in lines
+    assert (
+        "  [error] torch-missing: torch is not installed in "
+        + str(bare_venv.parent.parent)
+        + "; flash-attn needs a CUDA build of torch"
+        in lines
+    )
     assert "Fix:" in lines and f"       $ {bare_venv} -m ensurepip" in lines, "a venv made --without-pip gets pip first"
     install = next(line for line in lines if line.startswith(f"       $ {bare_venv} -m pip install --extra-index-url "))
     assert install.endswith(".abi1") and " --only-binary flash-attn torch==" in install

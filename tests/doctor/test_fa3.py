@@ -33,15 +33,33 @@ def fa3_env(root: Path, torch_version: str) -> Path:
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(root / "venv")], check=True)
     wheel = root / MANIFEST["file"].removesuffix(".xz")
     wheel.write_bytes(lzma.decompress((FOLDER / MANIFEST["file"]).read_bytes()))
-    subprocess.run([str(torch.python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(root / "fa3"), str(wheel)],
-                   check=True)
+    subprocess.run(
+        [
+            str(torch.python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(root / "fa3"),
+            str(wheel),
+        ],
+        check=True,
+    )
     site = next((root / "venv/lib").glob("python3*/site-packages"))
     (site / "faforge-test.pth").write_text(f"{root / 'fa3'}\n{torch.site_packages}\n")
     return root / "venv/bin/python"
 
 
 def doctor(python: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faforge", "doctor", "--python", str(python), *args], capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "doctor", "--python", str(python), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def test_the_canary_beside_torch_2_14_is_healthy_and_its_claim_read_from_the_binary(tmp_path):
@@ -53,7 +71,10 @@ def test_the_canary_beside_torch_2_14_is_healthy_and_its_claim_read_from_the_bin
     assert fa3["healthy"] and fa3["torch"] == "2.14.1+cu130" and fa3["stable_functions"] == 49, fa3
     assert fa3["gpu"] == {"sass": ["sm_90a"], "ptx": []} and [p["kind"] for p in fa3["problems"]] == ["no-gpu"]
     text = doctor(python).stdout
-    assert f"{FLASH_ATTN_3.package}: " in text and "works with torch >= 2.9: imports only torch's stable C functions (49)" in text
+    assert (
+        f"{FLASH_ATTN_3.package}: " in text
+        and "works with torch >= 2.9: imports only torch's stable C functions (49)" in text
+    )
 
 
 def test_beside_a_cpu_torch_it_says_the_binary_cannot_load(tmp_path):

@@ -13,8 +13,11 @@ from faforge.versions import vtuple
 
 def test_each_glob_selects_its_cell_and_no_other(offers):
     for offer in offers:
-        selected = [o.cell.id for o in offers if o.cell.platform == offer.cell.platform
-                    and fnmatch.fnmatchcase(o.build_string, offer.build_glob)]
+        selected = [
+            o.cell.id
+            for o in offers
+            if o.cell.platform == offer.cell.platform and fnmatch.fnmatchcase(o.build_string, offer.build_glob)
+        ]
         assert selected == [offer.cell.id], offer.build_glob
         assert offer.spec == f"flash-attn =={offer.version} {offer.build_glob}"
 
@@ -30,7 +33,11 @@ def test_the_environment_maps_to_its_own_cell(offers):
 
 
 def test_closest_cells_when_none_matches(offers):
-    cells = [o.cell for o in offers if o.cell.platform == "linux-64" and o.cell.python == "3.11" and o.cell.world == "conda-forge"]
+    cells = [
+        o.cell
+        for o in offers
+        if o.cell.platform == "linux-64" and o.cell.python == "3.11" and o.cell.world == "conda-forge"
+    ]
     if not cells:
         pytest.skip("no linux-64 py3.11 conda-forge cell")
     newest = max(cells, key=lambda c: vtuple(c.torch))
@@ -42,11 +49,14 @@ def test_closest_cells_when_none_matches(offers):
     assert all(o.cell.python == "3.11" and o.cell.platform == "linux-64" for o in near)
 
 
-@pytest.mark.parametrize(("build", "cuda"), [
-    ("cuda129_mkl_py312_h1234567_302", "12.9"),
-    ("cuda130_generic_py311_habcdef0_300", "13.0"),
-    ("py3.12_cuda12.1_cudnn9.1.0_0", "12.1"),
-    ("cpu_generic_py312_h1234567_2", None),
-])
+@pytest.mark.parametrize(
+    ("build", "cuda"),
+    [
+        ("cuda129_mkl_py312_h1234567_302", "12.9"),
+        ("cuda130_generic_py311_habcdef0_300", "13.0"),
+        ("py3.12_cuda12.1_cudnn9.1.0_0", "12.1"),
+        ("cpu_generic_py312_h1234567_2", None),
+    ],
+)
 def test_cuda_of_a_pytorch_build_string(build, cuda):
     assert conda_cuda(build) == cuda

@@ -31,8 +31,13 @@ def arm():
 
 
 def doctor(python, env):
-    return subprocess.run([sys.executable, "-m", "faforge", "doctor", "--python", str(python), "--json"],
-                          capture_output=True, text=True, timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": os.environ["HOME"], **env})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "doctor", "--python", str(python), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "HOME": os.environ["HOME"], **env},
+    )
 
 
 def test_the_probe_runs_emulated_and_reports_the_target(arm):
@@ -47,4 +52,7 @@ def test_without_qemu_doctor_says_why_and_runs_nothing(arm):
     result = doctor(arm.python, {})
     assert result.returncode == 2, result.stdout + result.stderr
     error = json.loads(result.stdout)["error"]["message"]
-    assert "is built for aarch64 and this machine is x86_64" in error and "qemu-aarch64 (or qemu-aarch64-static) is not on PATH" in error
+    assert (
+        "is built for aarch64 and this machine is x86_64" in error
+        and "qemu-aarch64 (or qemu-aarch64-static) is not on PATH" in error
+    )

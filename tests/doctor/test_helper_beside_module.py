@@ -15,7 +15,10 @@ import pytest
 
 from tests.doctor import envs
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds the test extensions")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds the test extensions"),
+]
 
 HELPER = "libfa_helper.so"
 
@@ -25,11 +28,18 @@ def flash_attn_with_a_helper(python, builds, tmp_path, *, beside: bool):
     which torch 2.14.1 does not export (it has SetDevice(signed char, bool))."""
     stub = envs.standin_c10(builds / "torch-2.2-libs", cxx11_abi=1, set_device="int")
     decl, call = envs.SET_DEVICE["int"]
-    helper = envs.compile_shared(tmp_path / "helper" / HELPER, f'{decl}\nextern "C" void fa_helper() {{ {call} }}\n',
-                                 args=(f"-L{stub}", "-Wl,--no-as-needed", "-lc10_cuda"), soname=HELPER)
-    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}{envs.ext_suffix(python)}", python,
-                         [('extern "C" void fa_helper();', "fa_helper();")],
-                         (f"-L{helper.parent}", "-Wl,--no-as-needed", f"-l:{HELPER}"))
+    helper = envs.compile_shared(
+        tmp_path / "helper" / HELPER,
+        f'{decl}\nextern "C" void fa_helper() {{ {call} }}\n',
+        args=(f"-L{stub}", "-Wl,--no-as-needed", "-lc10_cuda"),
+        soname=HELPER,
+    )
+    ext = envs.extension(
+        tmp_path / "ext" / f"{envs.EXTENSION}{envs.ext_suffix(python)}",
+        python,
+        [('extern "C" void fa_helper();', "fa_helper();")],
+        (f"-L{helper.parent}", "-Wl,--no-as-needed", f"-l:{HELPER}"),
+    )
     files = {"flash_attn/__init__.py": "__version__ = '2.8.3'\n", ext.name: ext.read_bytes()}
     if beside:
         files[HELPER] = helper.read_bytes()  # site-packages/libfa_helper.so, beside the module
@@ -44,7 +54,9 @@ def test_a_helper_beside_the_module_is_judged_as_loaded_first(run_doctor, cuda_o
     (taken,) = [lib for lib in gate["modules"][0]["libraries"] if lib["beside_module"]]
     assert taken["name"] == HELPER
     assert gate["verdict"] == "problems"
-    assert [(p["demangled"], p["imported_by"]) for p in gate["problems"]] == [("c10::cuda::SetDevice(int)", taken["path"])]
+    assert [(p["demangled"], p["imported_by"]) for p in gate["problems"]] == [
+        ("c10::cuda::SetDevice(int)", taken["path"])
+    ]
     problem = result.problem("signature-drift")
     assert HELPER in problem["message"] and "c10::cuda::SetDevice(int)" in problem["message"]
 

@@ -26,7 +26,7 @@ from tests.support.http_server import free_port
 from tests.support.pip_index_server import requests, serve_index
 
 PYTHON = "3.12"
-PAGE = '<!DOCTYPE html><html><body>\n{links}\n</body></html>\n'
+PAGE = "<!DOCTYPE html><html><body>\n{links}\n</body></html>\n"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,10 @@ def bare(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def build():
     """The pip cell that fix installs: the newest torch's for linux-64 and this Python."""
-    return max((b for b in pip_builds(load_matrix(), "linux-64") if b.cell.python == PYTHON), key=lambda b: vtuple(b.cell.torch))
+    return max(
+        (b for b in pip_builds(load_matrix(), "linux-64") if b.cell.python == PYTHON),
+        key=lambda b: vtuple(b.cell.torch),
+    )
 
 
 def index_root(root: Path, index_name: str, *files: str) -> Path:
@@ -47,8 +50,16 @@ def index_root(root: Path, index_name: str, *files: str) -> Path:
     page.mkdir(parents=True)
     links = "\n".join(f'<a href="../../files/{f}#sha256={"0" * 64}">{f}</a>' for f in files)
     (page / "index.html").write_text(PAGE.format(links=links))
-    (page / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": "flash-attn", "versions": [], "files": [
-        {"filename": f, "url": f"../../files/{f}", "hashes": {"sha256": "0" * 64}} for f in files]}))
+    (page / "index.json").write_text(
+        json.dumps(
+            {
+                "meta": {"api-version": "1.1"},
+                "name": "flash-attn",
+                "versions": [],
+                "files": [{"filename": f, "url": f"../../files/{f}", "hashes": {"sha256": "0" * 64}} for f in files],
+            }
+        )
+    )
     return root
 
 
@@ -64,11 +75,15 @@ def test_index_that_serves_the_wheel(bare, build, tmp_path):
     root = index_root(tmp_path / "wheels", build.cell.index_name, served_name(build))
     with serve_index(root, tmp_path / "log") as base:
         run = doctor("--python", bare, env={"FAFORGE_PIP_INDEX": base})
-    assert run.code == 1, [f["index_check"] for f in run.report["fixes"]]  # the diagnosis's own exit: torch and flash-attn are missing
+    assert run.code == 1, [
+        f["index_check"] for f in run.report["fixes"]
+    ]  # the diagnosis's own exit: torch and flash-attn are missing
     check = check_of(run)
     assert check["status"] == "served" and check["served"] is True and check["found"] == served_name(build)
     assert check["index"] == f"{base.rstrip('/')}/{build.cell.index_name}/"
-    assert [r["path"] for r in requests(tmp_path / "log") if r["path"] != "/"] == [f"/{build.cell.index_name}/flash-attn/"]
+    assert [r["path"] for r in requests(tmp_path / "log") if r["path"] != "/"] == [
+        f"/{build.cell.index_name}/flash-attn/"
+    ]
 
 
 def test_index_without_the_wheel(bare, build, tmp_path):
@@ -94,7 +109,9 @@ def test_index_that_answers_404(bare, build, tmp_path):
         run = doctor("--python", bare, env={"FAFORGE_PIP_INDEX": base})
     assert run.code == 4, run.stderr
     check = check_of(run)
-    assert check["status"] == "not-found" and "HTTP 404" in check["message"] and build.cell.index_name in check["message"]
+    assert (
+        check["status"] == "not-found" and "HTTP 404" in check["message"] and build.cell.index_name in check["message"]
+    )
 
 
 def test_silent_index_is_bounded_and_keeps_the_diagnosis(bare):
@@ -130,7 +147,9 @@ def test_local_index_folder(bare, build, tmp_path):
     """FAFORGE_PIP_INDEX as a file:// URL of an index root folder: its pages are read from disk."""
     root = index_root(tmp_path / "wheels", build.cell.index_name, served_name(build))
     (root / build.cell.index_name / "index.html").write_text(PAGE.format(links='<a href="flash-attn/">flash-attn</a>'))
-    (root / build.cell.index_name / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": "flash-attn"}]}))
+    (root / build.cell.index_name / "index.json").write_text(
+        json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": "flash-attn"}]})
+    )
     run = doctor("--python", bare, env={"FAFORGE_PIP_INDEX": root.as_uri()})
     assert run.code == 1, run.stderr
     assert check_of(run)["status"] == "served"

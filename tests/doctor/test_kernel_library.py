@@ -18,7 +18,10 @@ import pytest
 from faforge.channel import local
 from tests.doctor import envs
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds the library and the extension")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds the library and the extension"),
+]
 
 VERSION = "2.8.3.post2"
 PINNED = "cu130_sm80_90_100_120ptx_philox64_h1a2b3c4_0"
@@ -31,9 +34,17 @@ def conda_meta(prefix: Path, name: str, build: str, depends: list[str], files: l
     """A record as conda writes it into PREFIX/conda-meta/NAME-VERSION-BUILD.json."""
     meta = prefix / "conda-meta"
     meta.mkdir(exist_ok=True)
-    record = {"name": name, "version": VERSION, "build": build, "build_number": 0, "channel": f"{CHANNEL}/linux-64",
-              "subdir": "linux-64", "depends": depends, "files": files,
-              "url": f"{CHANNEL}/linux-64/{name}-{VERSION}-{build}.conda"}
+    record = {
+        "name": name,
+        "version": VERSION,
+        "build": build,
+        "build_number": 0,
+        "channel": f"{CHANNEL}/linux-64",
+        "subdir": "linux-64",
+        "depends": depends,
+        "files": files,
+        "url": f"{CHANNEL}/linux-64/{name}-{VERSION}-{build}.conda",
+    }
     (meta / f"{name}-{VERSION}-{build}.json").write_text(json.dumps(record, indent=2))
 
 
@@ -42,14 +53,24 @@ def split_install(cuda_overlay, tmp_path):
     """The overlay venv with a split flash-attn installed the conda way; returns (python, prefix, library)."""
     python = cuda_overlay
     prefix = Path(envs.run([python, "-c", "import sys; print(sys.prefix)"]).stdout.strip())
-    library = envs.compile_shared(tmp_path / "built" / "libflash_attn_kernels.so", KERNEL_SOURCE, soname="libflash_attn_kernels.so")
+    library = envs.compile_shared(
+        tmp_path / "built" / "libflash_attn_kernels.so", KERNEL_SOURCE, soname="libflash_attn_kernels.so"
+    )
     site = envs.site_packages(python)
-    ext = envs.extension(site / f"{envs.EXTENSION}{envs.ext_suffix(python)}", python, [CALLS_KERNELS],
-                         (f"-L{library.parent}", "-lflash_attn_kernels", "-Wl,-rpath,$ORIGIN/../.."))
+    ext = envs.extension(
+        site / f"{envs.EXTENSION}{envs.ext_suffix(python)}",
+        python,
+        [CALLS_KERNELS],
+        (f"-L{library.parent}", "-lflash_attn_kernels", "-Wl,-rpath,$ORIGIN/../.."),
+    )
     assert site.parent.parent == prefix / "lib", "RUNPATH $ORIGIN/../.. is the prefix's lib/"
-    conda_meta(prefix, "flash-attn", "py311_torch2_14_cu130_cxx11abi1_h7654321_0",
-               ["python >=3.11,<3.12.0a0", f"libflash-attn-kernels =={VERSION} {PINNED}"],
-               [str(ext.relative_to(prefix))])
+    conda_meta(
+        prefix,
+        "flash-attn",
+        "py311_torch2_14_cu130_cxx11abi1_h7654321_0",
+        ["python >=3.11,<3.12.0a0", f"libflash-attn-kernels =={VERSION} {PINNED}"],
+        [str(ext.relative_to(prefix))],
+    )
     return python, prefix, library
 
 
@@ -71,25 +92,36 @@ def test_a_missing_kernel_library_is_named_with_the_install_line(run_doctor, spl
     assert result.code == 1 and not result.report["facts"]["import"]["ok"]
     assert result.kinds() == ["kernel-library-missing"], result.report["problems"]
     problem = result.problem("kernel-library-missing")
-    assert "libflash_attn_kernels.so" in problem["message"] and f"libflash-attn-kernels {VERSION} {PINNED}" in problem["message"]
+    assert (
+        "libflash_attn_kernels.so" in problem["message"]
+        and f"libflash-attn-kernels {VERSION} {PINNED}" in problem["message"]
+    )
     assert any("cannot open shared object file" in d for d in problem["details"])
     command = pinned_install_command(result)
     assert command[:4] == ["conda", "install", "-p", str(prefix)]
     assert command[-3:] == ["-c", CHANNEL, f"libflash-attn-kernels =={VERSION} {PINNED}"]
     # The printed spec selects exactly the pinned build from a real channel holding several.
     channel = prefix.parent / "channel"
-    for build in (PINNED, "cu129_sm80_90_100_120ptx_philox64_h0000000_0", PINNED.replace("philox64", "philox32"), PINNED.replace("_0", "_1")):
+    for build in (
+        PINNED,
+        "cu129_sm80_90_100_120ptx_philox64_h0000000_0",
+        PINNED.replace("philox64", "philox32"),
+        PINNED.replace("_0", "_1"),
+    ):
         local.assemble(local.PackageSpec("libflash-attn-kernels", VERSION, build, "linux-64"), channel)
     local.index(channel)
     solved = local.solve([channel.as_uri()], [command[-1]], "linux-64")
     assert str(solved["libflash-attn-kernels"].build) == PINNED
 
 
-@pytest.mark.parametrize(("installed", "named"), [
-    ("cu129_sm80_90_100_120ptx_philox64_h0000000_0", "CUDA cu129, not cu130"),
-    # Same CUDA and archs, built for torch <= 2.9's 24-byte PhiloxCudaState (variants/kernel-abi.yaml).
-    ("cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0", "Philox layout philox32, not philox64"),
-])
+@pytest.mark.parametrize(
+    ("installed", "named"),
+    [
+        ("cu129_sm80_90_100_120ptx_philox64_h0000000_0", "CUDA cu129, not cu130"),
+        # Same CUDA and archs, built for torch <= 2.9's 24-byte PhiloxCudaState (variants/kernel-abi.yaml).
+        ("cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0", "Philox layout philox32, not philox64"),
+    ],
+)
 def test_another_kernel_build_is_a_mismatch_even_though_it_loads(run_doctor, split_install, installed, named):
     python, prefix, library = split_install
     install_library(prefix, library, installed)

@@ -26,8 +26,12 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
 
 def _situation(module, import_failed=True):
-    return SimpleNamespace(binary=SimpleNamespace(module=module), import_failed=import_failed, torch_words="torch 2.9.1",
-                           gate_problems=lambda *kinds: [p for p in module.problems if p.kind in kinds] if import_failed else [])
+    return SimpleNamespace(
+        binary=SimpleNamespace(module=module),
+        import_failed=import_failed,
+        torch_words="torch 2.9.1",
+        gate_problems=lambda *kinds: [p for p in module.problems if p.kind in kinds] if import_failed else [],
+    )
 
 
 def test_doctor_names_the_break_when_the_import_failed(built):

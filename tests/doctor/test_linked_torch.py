@@ -18,8 +18,10 @@ import pytest
 from tests.abi.test_load_closure import place
 from tests.doctor import envs
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds the extensions and stand-in libraries")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("g++") is None, reason="g++ builds the extensions and stand-in libraries"),
+]
 
 RUNPATH = "$ORIGIN/../../nvidia/cuda_runtime/lib"
 
@@ -30,20 +32,33 @@ def test_torch_lib_linked_from_a_store(run_doctor, builds, tmp_path, layout):
     if base is None:
         pytest.skip("pyenv has no Python 3.11 here")
     python = envs.venv(tmp_path / "venv", base)
-    envs.pip_install(python, str(envs.wheel(tmp_path / "wheels", "torch", "2.7.1", envs.torch_modules("2.7.1", "12.8", 1))))
+    envs.pip_install(
+        python, str(envs.wheel(tmp_path / "wheels", "torch", "2.7.1", envs.torch_modules("2.7.1", "12.8", 1)))
+    )
     site = envs.site_packages(python)
     cudart = envs.standin_cudart(site / "nvidia" / "cuda_runtime" / "lib", 12)
     store = tmp_path / "store" / "0123-torch-2.7.1" / "lib"
     envs.standin_c10(store, cxx11_abi=1, set_device=None)
     decl = envs.SET_DEVICE["char"][0].replace(");", ") {}")
-    envs.compile_shared(store / "libc10_cuda.so", envs.CUDART[0] + "\n" + decl + "\nint faforge_uses_cudart() { return cudaGetLastError(); }\n",
-                        soname="libc10_cuda.so",
-                        args=(f"-L{cudart.parent}", "-Wl,--no-as-needed", "-l:libcudart.so.12", f"-Wl,--enable-new-dtags,-rpath,{RUNPATH}"))
+    envs.compile_shared(
+        store / "libc10_cuda.so",
+        envs.CUDART[0] + "\n" + decl + "\nint faforge_uses_cudart() { return cudaGetLastError(); }\n",
+        soname="libc10_cuda.so",
+        args=(
+            f"-L{cudart.parent}",
+            "-Wl,--no-as-needed",
+            "-l:libcudart.so.12",
+            f"-Wl,--enable-new-dtags,-rpath,{RUNPATH}",
+        ),
+    )
     torch_lib = site / "torch" / "lib"
     place(torch_lib, store, layout)
-    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}{envs.ext_suffix(python)}", python,
-                         [envs.SET_DEVICE["char"], envs.CUDART],
-                         (f"-L{store}", "-lc10_cuda", f"-L{cudart.parent}", "-l:libcudart.so.12"))
+    ext = envs.extension(
+        tmp_path / "ext" / f"{envs.EXTENSION}{envs.ext_suffix(python)}",
+        python,
+        [envs.SET_DEVICE["char"], envs.CUDART],
+        (f"-L{store}", "-lc10_cuda", f"-L{cudart.parent}", "-l:libcudart.so.12"),
+    )
     envs.install_flash_attn(python, ext, tmp_path)
     loaded = subprocess.run([python, "-c", "import torch, flash_attn_2_cuda"], capture_output=True, text=True)
     assert (loaded.returncode == 0) == (layout == "file-links"), loaded.stderr
@@ -65,5 +80,10 @@ def test_torch_lib_linked_from_a_store(run_doctor, builds, tmp_path, layout):
     assert result.kinds() == ["torch-import-failed"], result.report["problems"]
     diagnosis = result.problem("torch-import-failed")
     words = " ".join([diagnosis["message"], *diagnosis["details"]])
-    for said in (f"{torch_lib} is a symlink to a folder", "libcudart.so.12", str(cudart.parent), "link the files, not the directory"):
+    for said in (
+        f"{torch_lib} is a symlink to a folder",
+        "libcudart.so.12",
+        str(cudart.parent),
+        "link the files, not the directory",
+    ):
         assert said in words, (said, diagnosis)

@@ -22,13 +22,22 @@ from tests.support.pinned_wheels import listed
 
 pytestmark = pytest.mark.slow
 
-VLLM = ("vllm-flash-attn", "vllm_flash_attn-2.5.8.post2-cp311-cp311-manylinux1_x86_64.whl",
-        "fbc424eb068e1b458c2d44171b159b0c0e3c5560106a32b00410b305736ff034")
-VLLM_FILES = ("vllm_flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so", "vllm_flash_attn/__init__.py",
-              "vllm_flash_attn/flash_attn_interface.py", *(f"vllm_flash_attn-2.5.8.post2.dist-info/{name}" for name in
-                                                             ("METADATA", "WHEEL", "top_level.txt", "RECORD")))
-CUDART = ("nvidia-cuda-runtime-cu12", "nvidia_cuda_runtime_cu12-12.1.105-py3-none-manylinux1_x86_64.whl",
-          "6e258468ddf5796e25f1dc591a31029fa317d97a0a94ed93468fc86301d61e40")
+VLLM = (
+    "vllm-flash-attn",
+    "vllm_flash_attn-2.5.8.post2-cp311-cp311-manylinux1_x86_64.whl",
+    "fbc424eb068e1b458c2d44171b159b0c0e3c5560106a32b00410b305736ff034",
+)
+VLLM_FILES = (
+    "vllm_flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so",
+    "vllm_flash_attn/__init__.py",
+    "vllm_flash_attn/flash_attn_interface.py",
+    *(f"vllm_flash_attn-2.5.8.post2.dist-info/{name}" for name in ("METADATA", "WHEEL", "top_level.txt", "RECORD")),
+)
+CUDART = (
+    "nvidia-cuda-runtime-cu12",
+    "nvidia_cuda_runtime_cu12-12.1.105-py3-none-manylinux1_x86_64.whl",
+    "6e258468ddf5796e25f1dc591a31029fa317d97a0a94ed93468fc86301d61e40",
+)
 MEMBERS = cache_dir("wheel-members")
 
 
@@ -44,7 +53,9 @@ def test_the_data_names_what_the_real_wheels_hold():
     members = RemoteZip(wheel.url, wheel.size).members
     assert any(n.startswith(f"{build.extension}.cpython-311") and n.endswith(".so") and "/" not in n for n in members)
     assert f"{build.module}/__init__.py" in members
-    assert any(n.startswith(build.distribution.replace("-", "_") + "-") and n.endswith(".dist-info/METADATA") for n in members)
+    assert any(
+        n.startswith(build.distribution.replace("-", "_") + "-") and n.endswith(".dist-info/METADATA") for n in members
+    )
 
 
 def test_vllm_flash_attn_beside_a_torch_it_was_not_built_for(run_doctor, cuda_overlay, tmp_path):
@@ -53,7 +64,9 @@ def test_vllm_flash_attn_beside_a_torch_it_was_not_built_for(run_doctor, cuda_ov
         (site / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, site / name)
     (site / "vllm_flash_attn-2.5.8.post2.dist-info" / "INSTALLER").write_text("pip\n")
-    cudart = real_members(CUDART, ["nvidia/cuda_runtime/lib/libcudart.so.12"])["nvidia/cuda_runtime/lib/libcudart.so.12"].parent
+    cudart = real_members(CUDART, ["nvidia/cuda_runtime/lib/libcudart.so.12"])[
+        "nvidia/cuda_runtime/lib/libcudart.so.12"
+    ].parent
     result = run_doctor("--python", cuda_overlay, "--offline", env={"LD_LIBRARY_PATH": str(cudart)})
     assert result.code == 1, result.stderr
     others = result.report["other_builds"]

@@ -78,11 +78,19 @@ def hardlink_venv(torch214, dest: Path) -> Path:  # noqa: F811 (an imported fixt
 
 def uv_venv(torch214, dest: Path, env: dict) -> Path:  # noqa: F811 (an imported fixture, requested by name)
     """A venv made by real uv (its pyvenv.cfg says `uv = ...`), its site-packages hardlinked into the torch venv's."""
-    made = subprocess.run([str(UV), "venv", "--quiet", "--python", str(torch214.python), str(dest)], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    made = subprocess.run(
+        [str(UV), "venv", "--quiet", "--python", str(torch214.python), str(dest)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr
     site = dest / "lib" / torch214.site_packages.parent.name / "site-packages"
-    linked = subprocess.run(["cp", "-al", f"{torch214.site_packages}/.", str(site)], capture_output=True, text=True, check=False)
+    linked = subprocess.run(
+        ["cp", "-al", f"{torch214.site_packages}/.", str(site)], capture_output=True, text=True, check=False
+    )
     if linked.returncode != 0:
         pytest.skip(f"cannot hardlink the cached torch venv here: {linked.stderr.strip()}")
     return dest / "bin" / "python"
@@ -91,8 +99,12 @@ def uv_venv(torch214, dest: Path, env: dict) -> Path:  # noqa: F811 (an imported
 def install_mismatched(python: Path, tmp_path: Path) -> None:
     """flash-attn 2.3.3 whose extension imports SetDevice(int), as built for torch 2.1-2.2, installed with pip."""
     stub = envs.standin_c10(tmp_path / "torch-2.2-libs", cxx11_abi=1, set_device="int")
-    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", python,
-                         [envs.SET_DEVICE["int"]], (f"-L{stub}", "-lc10_cuda"))
+    ext = envs.extension(
+        tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so",
+        python,
+        [envs.SET_DEVICE["int"]],
+        (f"-L{stub}", "-lc10_cuda"),
+    )
     envs.install_flash_attn(python, ext, tmp_path, "2.3.3")
 
 
@@ -113,8 +125,13 @@ def assert_healthy(python: Path, base: str) -> None:
     fa = after.report["facts"]["flash_attn"]
     assert fa["version"] == GLUE_VERSION and after.report["facts"]["import"]["ok"] is True
     assert after.report["facts"]["torch"]["version"] == "2.14.1", "the installed torch was kept"
-    imported = subprocess.run([str(python), "-c", "import flash_attn, flash_attn_2_cuda; print(flash_attn.__file__)"],
-                              capture_output=True, text=True, timeout=300, check=False)
+    imported = subprocess.run(
+        [str(python), "-c", "import flash_attn, flash_attn_2_cuda; print(flash_attn.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.startswith(str(python.parent.parent)), "flash_attn imports from the venv itself"
 
@@ -133,8 +150,11 @@ def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # no
         assert fix["commands"] == [
             f"{python} -m pip uninstall -y flash-attn",
             f"{python} -m pip install --extra-index-url {url} --only-binary flash-attn torch==2.14.1 "
-            f"flash-attn=={GLUE_VERSION}"]
-        assert not any("conda" in c for f in before.report["fixes"] for c in f["commands"]), "never a conda line for a pip venv"
+            f"flash-attn=={GLUE_VERSION}",
+        ]
+        assert not any("conda" in c for f in before.report["fixes"] for c in f["commands"]), (
+            "never a conda line for a pip venv"
+        )
         printed = doctor("--python", python, json_output=False, env={"FAFORGE_PIP_INDEX": base}).stdout
         assert all(f"$ {c}" in printed for c in fix["commands"]) and f"index: {url}" in printed, printed
         log = run_printed(fix["commands"], dict(os.environ))
@@ -146,8 +166,12 @@ def test_the_printed_pip_line_heals_a_pip_venv(index, torch214, tmp_path):  # no
 def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
     if not UV.is_file():
         pytest.skip("uv is not installed beside this Python (a test extra: pip install -e '.[test]')")
-    env = {**os.environ, "UV_CACHE_DIR": str(cache_dir("uv")), "UV_PYTHON_DOWNLOADS": "never",
-           "PATH": f"{UV.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "UV_CACHE_DIR": str(cache_dir("uv")),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "PATH": f"{UV.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     python = uv_venv(torch214, tmp_path / "venv", env)
     install_mismatched(python, tmp_path)
     with serve_index(index, tmp_path / "requests.jsonl") as base:
@@ -159,9 +183,12 @@ def test_the_printed_uv_line_heals_a_uv_venv(index, torch214, tmp_path):  # noqa
         url = f"{base}{INDEX}/"
         assert (fix["cell"], fix["index_url"]) == (CELL, url)
         assert fix["commands"] == [
-            (f"uv pip install --python {python} --reinstall-package flash-attn --extra-index-url {url} "
-             "--only-binary flash-attn "
-             f"torch==2.14.1 flash-attn=={GLUE_VERSION}")]
+            (
+                f"uv pip install --python {python} --reinstall-package flash-attn --extra-index-url {url} "
+                "--only-binary flash-attn "
+                f"torch==2.14.1 flash-attn=={GLUE_VERSION}"
+            )
+        ]
         log = run_printed(fix["commands"], env)
         assert f" + {FLASH_ATTN.package}=={GLUE_VERSION}" in log and " - flash-attn==2.3.3" in log, log
         assert " + torch" not in log and " - torch" not in log, "uv kept the installed torch"

@@ -57,25 +57,52 @@ def measured_doctor(python: Path, out_dir: Path, timeout_s: int = 60) -> tuple[i
     """(exit code, stdout, stderr, peak RSS in bytes, seconds) of `faforge doctor --json --python PYTHON`."""
     started = time.monotonic()
     argv = [sys.executable, "-m", "faforge", "doctor", "--json", "--python", str(python)]
-    measured = subprocess.run([sys.executable, "-c", MEASURE, str(ADDRESS_SPACE), str(timeout_s),
-                               str(out_dir / "stdout"), str(out_dir / "stderr"), *argv],
-                              capture_output=True, text=True, timeout=timeout_s + 60, check=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    measured = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            MEASURE,
+            str(ADDRESS_SPACE),
+            str(timeout_s),
+            str(out_dir / "stdout"),
+            str(out_dir / "stderr"),
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s + 60,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     code, rss = (int(word) for word in measured.stdout.split())
-    return (code, (out_dir / "stdout").read_text(errors="replace"), (out_dir / "stderr").read_text(errors="replace"),
-            rss, time.monotonic() - started)
+    return (
+        code,
+        (out_dir / "stdout").read_text(errors="replace"),
+        (out_dir / "stderr").read_text(errors="replace"),
+        rss,
+        time.monotonic() - started,
+    )
 
 
-@pytest.mark.parametrize(("body", "stream"), [("tr '\\0' x < /dev/zero", "stdout"), ("tr '\\0' x < /dev/zero >&2", "stderr"),
-                                              ("yes", "stdout"), ("yes >&2", "stderr")],
-                         ids=["stdout-no-newline", "stderr-no-newline", "stdout-lines", "stderr-lines"])
+@pytest.mark.parametrize(
+    ("body", "stream"),
+    [
+        ("tr '\\0' x < /dev/zero", "stdout"),
+        ("tr '\\0' x < /dev/zero >&2", "stderr"),
+        ("yes", "stdout"),
+        ("yes >&2", "stderr"),
+    ],
+    ids=["stdout-no-newline", "stderr-no-newline", "stdout-lines", "stderr-lines"],
+)
 def test_output_without_end_is_read_under_the_cap(tmp_path, body, stream):
     """Before: stdout was kept whole and re-split at every read (quadratic without a newline), stderr kept
     whole: memory ran out under the limit (a traceback) or the flood ran until the deadline."""
     code, out, err, rss, seconds = measured_doctor(interpreter(tmp_path, "python3", body), tmp_path)
     assert "Traceback" not in err, err[-3000:]
     assert code == 1, err[-3000:]
-    assert f"it printed more than {OUTPUT_CAP >> 20} MiB on {stream} waiting for the interpreter to start" in err, err[-3000:]
+    assert f"it printed more than {OUTPUT_CAP >> 20} MiB on {stream} waiting for the interpreter to start" in err, err[
+        -3000:
+    ]
     assert json.loads(out)["error"]["kind"] == "problems"
     assert rss < MAX_RSS, f"doctor peaked at {rss >> 20} MiB"
     assert seconds < 40, f"{seconds:.0f} s: the cap, not the 60 s deadline, must stop it"
@@ -89,9 +116,17 @@ LINES = {
     "invalid-json": ('{"stage": "env", "python": ', "is not valid JSON"),
     "nan": ('{"stage": "env", "python": NaN}', "NaN is not a number JSON allows"),
     "version-number": (PROBE_ENV.replace('"3.12.0"', "3.12"), "env.python.version is a number, not a string"),
-    "capability": (PROBE_ENV + "\n" + PROBE_MARK + '{"stage": "torch", "imported": true, "devices": [{"name": "x", "capability": [9]}]}',
-                   "torch.devices[0].capability is a list, not a list of two"),
-    "imported-text": (PROBE_ENV + "\n" + PROBE_MARK + '{"stage": "torch", "imported": "yes"}', "torch.imported is a string, not true or false"),
+    "capability": (
+        PROBE_ENV
+        + "\n"
+        + PROBE_MARK
+        + '{"stage": "torch", "imported": true, "devices": [{"name": "x", "capability": [9]}]}',
+        "torch.devices[0].capability is a list, not a list of two",
+    ),
+    "imported-text": (
+        PROBE_ENV + "\n" + PROBE_MARK + '{"stage": "torch", "imported": "yes"}',
+        "torch.imported is a string, not true or false",
+    ),
     "twice": (PROBE_ENV + "\n" + PROBE_MARK + PROBE_ENV, "its stage 'env' came twice"),
 }
 
@@ -130,7 +165,9 @@ def daemon_torch(venv: Path, pidfile: Path, fds: tuple[int, ...] = (0, 1, 2)) ->
     """A torch whose import leaves a daemon behind, in a session of its own, then fails to import."""
     torch = envs.site_packages(venv) / "torch"
     torch.mkdir()
-    (torch / "__init__.py").write_text(DAEMON.format(pidfile=str(pidfile), fds=fds) + "raise ImportError('no torch here')\n")
+    (torch / "__init__.py").write_text(
+        DAEMON.format(pidfile=str(pidfile), fds=fds) + "raise ImportError('no torch here')\n"
+    )
 
 
 @pytest.mark.parametrize("fds", [(0, 1, 2), (0,)], ids=["let-go-of-stdio", "holds-stdout"])
@@ -147,14 +184,21 @@ def test_a_daemon_the_probe_leaves_is_gone_when_doctor_returns(run_doctor, tmp_p
     assert not [pid for pid in pids_from(pidfile) if running(pid)], "the probe's daemon outlived doctor"
 
 
-@pytest.mark.parametrize("body", ["setsid sh -c 'echo $$ > {pids}; exec sleep 300' </dev/null >/dev/null 2>&1 &\nsleep 0.5\nexit 1",
-                                  "setsid sh -c 'echo $$ > {pids}; exec sleep 300' &\nexec sleep 300"],
-                         ids=["exits", "hangs"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "setsid sh -c 'echo $$ > {pids}; exec sleep 300' </dev/null >/dev/null 2>&1 &\nsleep 0.5\nexit 1",
+        "setsid sh -c 'echo $$ > {pids}; exec sleep 300' &\nexec sleep 300",
+    ],
+    ids=["exits", "hangs"],
+)
 def test_a_setsid_grandchild_of_a_hostile_interpreter_is_gone(run_doctor, tmp_path, body):
     pidfile = tmp_path / "pids"
     result = run_doctor("--python", interpreter(tmp_path, "python3", body.format(pids=pidfile)), "--timeout", "3")
     assert result.code in (1, 2), result.stderr
-    assert not [pid for pid in pids_from(pidfile) if running(pid)], "the interpreter's setsid grandchild outlived doctor"
+    assert not [pid for pid in pids_from(pidfile) if running(pid)], (
+        "the interpreter's setsid grandchild outlived doctor"
+    )
 
 
 def test_doctor_in_process_leaves_no_daemon_and_this_process_as_it_was(tmp_path, capsys):
@@ -174,9 +218,14 @@ def test_doctor_in_process_leaves_no_daemon_and_this_process_as_it_was(tmp_path,
     assert flag.value == before, "doctor changed the subreaper flag of the process that called it"
 
 
-@pytest.mark.parametrize("raise_", ["raise ImportError('no torch: ' + 'x' * 20_000_000)",
-                                    "class Odd(ImportError):\n    def __str__(self):\n        raise RuntimeError('no str')\nraise Odd()"],
-                         ids=["20-MB-message", "str-raises"])
+@pytest.mark.parametrize(
+    "raise_",
+    [
+        "raise ImportError('no torch: ' + 'x' * 20_000_000)",
+        "class Odd(ImportError):\n    def __str__(self):\n        raise RuntimeError('no str')\nraise Odd()",
+    ],
+    ids=["20-MB-message", "str-raises"],
+)
 def test_a_torch_error_the_probe_cannot_print_whole_is_still_diagnosed(run_doctor, tmp_path, raise_):
     """Before: a 20 MB message made a probe line over the output cap, and a message whose str() raises
     crashed the probe's torch stage; the probe cuts the one and names the other."""
@@ -191,14 +240,20 @@ def test_a_torch_error_the_probe_cannot_print_whole_is_still_diagnosed(run_docto
     assert len(json.dumps(problem)) < 20_000, "the message reached the report uncut"
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)], ids=["ctrl-c", "killed"])
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)], ids=["ctrl-c", "killed"]
+)
 def test_doctor_interrupted_or_killed_leaves_nothing_of_the_probe(tmp_path, signum, code):
     """Ctrl-C: doctor stops the warden on its way out (exit 130). SIGKILL: doctor cannot, and the warden,
     told of its parent's death (PR_SET_PDEATHSIG), clears all the same."""
     pidfile = tmp_path / "pids"
     python = interpreter(tmp_path, "python3", f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 300' &\nexec sleep 300")
-    child = subprocess.Popen([sys.executable, "-m", "faforge", "doctor", "--python", str(python), "--timeout", "120"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "faforge", "doctor", "--python", str(python), "--timeout", "120"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     pids = pids_from(pidfile)
     child.send_signal(signum)
     _, err = child.communicate(timeout=60)

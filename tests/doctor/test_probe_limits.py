@@ -70,11 +70,17 @@ def test_torch_import_that_hangs_is_reported_with_what_was_learned(run_doctor, v
         "import os, subprocess, time\n"
         "child = subprocess.Popen(['sleep', '300'])\n"
         f"open({str(pidfile)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
-        "time.sleep(300)\n")
+        "time.sleep(300)\n"
+    )
     env = {**os.environ, "FAFORGE_DOCTOR_TIMEOUT": "3"}
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "faforge", "doctor", "--python", str(venv312), "--json"],
-                            capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "doctor", "--python", str(venv312), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert time.monotonic() - started < 60
     assert result.returncode == 1, result.stderr
     assert "waiting for `import torch`" in result.stderr and "Traceback" not in result.stderr
@@ -86,8 +92,9 @@ def test_torch_import_that_hangs_is_reported_with_what_was_learned(run_doctor, v
     assert not [pid for pid in pids_from(pidfile) if running(pid)], "the probe's processes outlived doctor"
 
 
-@pytest.mark.parametrize("content", [b'{"url": 5}', bytes(range(256)) * 4, b"[1, 2]"],
-                         ids=["url-is-a-number", "random-bytes", "a-list"])
+@pytest.mark.parametrize(
+    "content", [b'{"url": 5}', bytes(range(256)) * 4, b"[1, 2]"], ids=["url-is-a-number", "random-bytes", "a-list"]
+)
 def test_corrupt_direct_url_is_a_finding(run_doctor, venv312, content):
     dist = envs.site_packages(venv312) / "flash_attn-2.8.3.dist-info"
     dist.mkdir()
@@ -134,8 +141,11 @@ def test_hostile_metadata_file_is_a_bounded_finding(run_doctor, venv312, kind):
     assert [d for d in problem["details"] if d.startswith(str(dist / "direct_url.json") + ": ")], problem
 
 
-@pytest.mark.parametrize("content", [bytes(range(256)) * 4, b"[]", b'{"name": "pytorch", "version": 2.7, "files": 5}'],
-                         ids=["random-bytes", "a-list", "wrong-types"])
+@pytest.mark.parametrize(
+    "content",
+    [bytes(range(256)) * 4, b"[]", b'{"name": "pytorch", "version": 2.7, "files": 5}'],
+    ids=["random-bytes", "a-list", "wrong-types"],
+)
 def test_corrupt_conda_record_is_a_finding(run_doctor, venv312, content):
     prefix = venv312.parent.parent
     (prefix / "conda-meta").mkdir()
@@ -149,16 +159,29 @@ def test_corrupt_conda_record_is_a_finding(run_doctor, venv312, content):
 
 @pytest.mark.slow  # creates a venv with the system Python
 def test_externally_managed_python_gets_a_venv(run_doctor, tmp_path):
-    stdlib = subprocess.run([str(SYSTEM_PYTHON), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
-                            capture_output=True, text=True).stdout.strip() if SYSTEM_PYTHON.exists() else ""
+    stdlib = (
+        subprocess.run(
+            [str(SYSTEM_PYTHON), "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if SYSTEM_PYTHON.exists()
+        else ""
+    )
     if not stdlib or not (Path(stdlib) / "EXTERNALLY-MANAGED").exists():
         pytest.skip(f"{SYSTEM_PYTHON} is not an externally managed (PEP 668) Python here")
-    refused = subprocess.run([str(SYSTEM_PYTHON), "-m", "pip", "install", "--dry-run", "--no-index", "pip"],
-                             capture_output=True, text=True)
+    refused = subprocess.run(
+        [str(SYSTEM_PYTHON), "-m", "pip", "install", "--dry-run", "--no-index", "pip"], capture_output=True, text=True
+    )
     assert "externally-managed-environment" in refused.stderr  # what the old fix would have run into
     env = {**os.environ, "HOME": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "faforge", "doctor", "--python", str(SYSTEM_PYTHON), "--json"],
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "doctor", "--python", str(SYSTEM_PYTHON), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
     report = json.loads(result.stdout)
     if report["facts"]["torch"]["installed"]:
@@ -166,21 +189,35 @@ def test_externally_managed_python_gets_a_venv(run_doctor, tmp_path):
     fix = next(f for f in report["fixes"] if f["kind"] == "pip-install")
     venv = tmp_path / "venvs" / "flash-attn"
     assert fix["commands"][0] == f"{SYSTEM_PYTHON} -m venv {venv}" and len(fix["commands"]) == 2
-    assert fix["commands"][1].startswith(f"{venv}/bin/python -m pip install --extra-index-url {fix['index_url']} --only-binary flash-attn torch==")
+    assert fix["commands"][1].startswith(
+        f"{venv}/bin/python -m pip install --extra-index-url {fix['index_url']} --only-binary flash-attn torch=="
+    )
     assert not [c for c in fix["commands"] if c.startswith(f"{SYSTEM_PYTHON} -m pip")]
     subprocess.run(fix["commands"][0].split(), check=True, capture_output=True, timeout=120)  # the venv really comes up
-    allowed = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--dry-run", "--no-index", "pip"],
-                             capture_output=True, text=True)
+    allowed = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "install", "--dry-run", "--no-index", "pip"],
+        capture_output=True,
+        text=True,
+    )
     assert allowed.returncode == 0, allowed.stderr
 
 
 def _situation(torch_version: str):
     stages = {
-        "env": {"python": {"executable": "/env/bin/python", "version": "3.12.1", "implementation": "cpython",
-                           "soabi": "cpython-312-x86_64-linux-gnu", "ext_suffix": ".cpython-312-x86_64-linux-gnu.so",
-                           "prefix": "/env"},
-                "system": {"os": "Linux", "machine": "x86_64", "glibc": "2.36"},
-                "conda": None, "distributions": [], "torch_package": "/env/lib/python3.12/site-packages/torch"},
+        "env": {
+            "python": {
+                "executable": "/env/bin/python",
+                "version": "3.12.1",
+                "implementation": "cpython",
+                "soabi": "cpython-312-x86_64-linux-gnu",
+                "ext_suffix": ".cpython-312-x86_64-linux-gnu.so",
+                "prefix": "/env",
+            },
+            "system": {"os": "Linux", "machine": "x86_64", "glibc": "2.36"},
+            "conda": None,
+            "distributions": [],
+            "torch_package": "/env/lib/python3.12/site-packages/torch",
+        },
         "torch": {"imported": True, "version": torch_version, "cuda": "12.8", "cxx11_abi": 1},
         "import": {"ok": False, "error": {"type": "ImportError", "message": "undefined symbol: x"}},
     }
@@ -194,10 +231,22 @@ def test_local_build_names_the_cxx_standard_the_build_script_uses(torch, standar
     assert [n for n in fix.notes if f"a {standard} compiler" in n], fix.notes
 
 
-@pytest.mark.parametrize(("args", "env"), [(("--timeout", "0"), {}), (("--timeout", "nan"), {}), (("--timeout", "-5"), {}),
-                                           ((), {"FAFORGE_DOCTOR_TIMEOUT": "soon"})])
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (("--timeout", "0"), {}),
+        (("--timeout", "nan"), {}),
+        (("--timeout", "-5"), {}),
+        ((), {"FAFORGE_DOCTOR_TIMEOUT": "soon"}),
+    ],
+)
 def test_a_timeout_that_is_no_number_of_seconds_is_exit_2(args, env):
-    result = subprocess.run([sys.executable, "-m", "faforge", "doctor", *args], capture_output=True, text=True,
-                            env={**os.environ, **env}, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "doctor", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "not a number of seconds between 0 and 86400" in result.stderr

@@ -25,9 +25,10 @@ def test_the_probe_is_one_text_of_python_38_that_imports_only_the_standard_libra
 
 def test_the_joined_probe_runs_with_the_standard_library_only(tmp_path):
     command = [sys.executable, "-I", "-S", "-", "no_such_extension", "no-such-package", "no-kernels"]
-    result = subprocess.run(command, input=probe_source.probe_source(), capture_output=True, text=True, cwd=tmp_path,
-                            timeout=120)
-    stages = [json.loads(line[len(MARK):])["stage"] for line in result.stdout.splitlines() if line.startswith(MARK)]
+    result = subprocess.run(
+        command, input=probe_source.probe_source(), capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    stages = [json.loads(line[len(MARK) :])["stage"] for line in result.stdout.splitlines() if line.startswith(MARK)]
     assert result.returncode == 0 and stages == ["env", "torch", "import"], result.stderr
 
 

@@ -66,15 +66,19 @@ def test_every_form_is_exported_exactly_in_its_range(wheel):
         for form in function.forms:
             assert (form.symbol in exports[function.library]) == form.exported_by(wheel.torch), (
                 f"{form.symbol} ({form.signature}) in torch {wheel.torch}: table says "
-                f"{'exported' if form.exported_by(wheel.torch) else 'absent'}")
+                f"{'exported' if form.exported_by(wheel.torch) else 'absent'}"
+            )
 
 
 @pytest.mark.slow
 def test_exports_section_is_generated_from_the_wheels():
     """The `exports` section equals what exported_ranges reads from the wheels listed in the table.
     FAFORGE_UPDATE_TORCH_SYMBOLS=1 writes the regenerated file instead of failing."""
-    exports = {(library, wheel.torch): read_dynamic_symbols(torch_library(wheel, library)).exports()
-               for wheel in TABLE_DATA.wheels for library in EXPORT_LIBRARIES}
+    exports = {
+        (library, wheel.torch): read_dynamic_symbols(torch_library(wheel, library)).exports()
+        for wheel in TABLE_DATA.wheels
+        for library in EXPORT_LIBRARIES
+    }
     regenerated = dump_symbol_table(dataclasses.replace(TABLE_DATA, exports=exported_ranges(TABLE_DATA, exports)))
     if os.environ.get("FAFORGE_UPDATE_TORCH_SYMBOLS") == "1":
         TABLE.write_text(regenerated)
@@ -92,13 +96,26 @@ def test_installed_torch_agrees_with_the_table():
     assert all(f.exported_by("2.14.1") for f in forms)
 
 
-@pytest.mark.parametrize(("symbols", "words", "first", "last"), [
-    (["_ZN3c104cuda9SetDeviceEi"], "torch 2.1-2.2", "2.1.0", "2.2.2"),
-    (["_ZN3c104cuda9SetDeviceEa"], "torch 2.3-2.7", "2.3.0", "2.7.1"),
-    (["_ZN3c104cuda9SetDeviceEab", "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb"], "torch 2.10-2.13", "2.10.0", "2.13.0"),
-    (["_ZN3c104cuda9SetDeviceEab", "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"], "torch 2.8-2.9", "2.8.0", "2.9.0"),
-    (["_ZNK3c106SymIntltEl"], "torch 1.13-2.0", "1.13.1", "2.0.1"),
-])
+@pytest.mark.parametrize(
+    ("symbols", "words", "first", "last"),
+    [
+        (["_ZN3c104cuda9SetDeviceEi"], "torch 2.1-2.2", "2.1.0", "2.2.2"),
+        (["_ZN3c104cuda9SetDeviceEa"], "torch 2.3-2.7", "2.3.0", "2.7.1"),
+        (
+            ["_ZN3c104cuda9SetDeviceEab", "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb"],
+            "torch 2.10-2.13",
+            "2.10.0",
+            "2.13.0",
+        ),
+        (
+            ["_ZN3c104cuda9SetDeviceEab", "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib"],
+            "torch 2.8-2.9",
+            "2.8.0",
+            "2.9.0",
+        ),
+        (["_ZNK3c106SymIntltEl"], "torch 1.13-2.0", "1.13.1", "2.0.1"),
+    ],
+)
 def test_built_for_intersects_ranges(symbols, words, first, last):
     result = built_for(TABLE_DATA, [*symbols, "_ZN3c106detail14torchCheckFailEPKcS2_jS2_"])
     assert (result.words, result.first, result.last) == (words, first, last)
@@ -129,4 +146,7 @@ def test_readme_states_the_table_size():
     """The doctor page quotes how many symbols and wheels the table holds."""
     symbols = sum(len(e.symbols) for e in TABLE_DATA.exports)
     text = " ".join(doc_text(DOCTOR).split())
-    assert f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} PyPI torch wheels" in text
+    assert (
+        f"plus the {symbols} c10 symbols that libc10.so and libc10_cuda.so of {len(TABLE_DATA.wheels)} "
+        "PyPI torch wheels" in text
+    )

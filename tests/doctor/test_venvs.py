@@ -32,12 +32,21 @@ def test_venv_without_torch(run_doctor, tmp_path):
     assert result.code == 1
     assert result.kinds() == ["torch-missing", "flash-attn-missing"]
     assert result.report["facts"]["torch"]["installed"] is False
-    assert result.report["facts"]["python"]["environment"] == "venv" and result.report["facts"]["python"]["pip"] is False
-    fix = result.fix("pip-install")  # PyPI's newest torch for this python and its wheel, in one line; never a conda line
-    newest = max((c for c in load_matrix().pip_cells if c.platform == "linux-64" and c.python == "3.12"), key=lambda c: vtuple(c.torch))
+    assert (
+        result.report["facts"]["python"]["environment"] == "venv" and result.report["facts"]["python"]["pip"] is False
+    )
+    fix = result.fix(
+        "pip-install"
+    )  # PyPI's newest torch for this python and its wheel, in one line; never a conda line
+    newest = max(
+        (c for c in load_matrix().pip_cells if c.platform == "linux-64" and c.python == "3.12"),
+        key=lambda c: vtuple(c.torch),
+    )
     assert fix["cell"] == newest.id and fix["index_url"].endswith(f"/{newest.index_name}/")
     assert fix["commands"][0] == f"{python} -m ensurepip"
-    assert fix["commands"][1].endswith(f" torch=={newest.torch} flash-attn==2.8.3.post2+torch{newest.torch_minor}.{newest.cuda_tag}.abi1")
+    assert fix["commands"][1].endswith(
+        f" torch=={newest.torch} flash-attn==2.8.3.post2+torch{newest.torch_minor}.{newest.cuda_tag}.abi1"
+    )
     assert not [f for f in result.report["fixes"] if f["kind"].startswith("conda")]
 
 
@@ -61,21 +70,29 @@ def test_healthy_environment(run_doctor, cuda_overlay, real_extension, tmp_path)
 def test_signature_drift_setdevice_int(run_doctor, cuda_overlay, torch_cuda, builds, tmp_path):
     """Seed reports 000, 001, 003: `undefined symbol: _ZN3c104cuda9SetDeviceEi` with a newer torch."""
     stub = envs.standin_c10(builds / "torch-2.2-libs", cxx11_abi=1, set_device="int")
-    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", cuda_overlay,
-                         [envs.SET_DEVICE["int"]], (f"-L{stub}", "-lc10_cuda"))
+    ext = envs.extension(
+        tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so",
+        cuda_overlay,
+        [envs.SET_DEVICE["int"]],
+        (f"-L{stub}", "-lc10_cuda"),
+    )
     envs.install_flash_attn(cuda_overlay, ext, tmp_path, "2.3.3")
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert result.report["facts"]["import"]["error"]["message"].endswith("undefined symbol: _ZN3c104cuda9SetDeviceEi")
     assert result.kinds() == ["signature-drift"]
     problem = result.problem("signature-drift")
-    assert problem["message"] == ("this flash-attn was built for torch 2.1-2.2 (it imports c10::cuda::SetDevice(int)); "
-                                  "your torch 2.14.1+cu130 exports c10::cuda::SetDevice(signed char, bool)")
+    assert problem["message"] == (
+        "this flash-attn was built for torch 2.1-2.2 (it imports c10::cuda::SetDevice(int)); "
+        "your torch 2.14.1+cu130 exports c10::cuda::SetDevice(signed char, bool)"
+    )
     fix = result.fix("pip-install")
     assert fix["cell"] == CELL_2_14 and fix["resolves"] == ["signature-drift"]
     assert fix["commands"][0] == f"{cuda_overlay} -m pip uninstall -y flash-attn"
-    assert fix["commands"][1] == (f"{cuda_overlay} -m pip install --extra-index-url {fix['index_url']} --only-binary flash-attn "
-                                  f"torch==2.14.1 flash-attn=={GLUE_2_14}")
+    assert fix["commands"][1] == (
+        f"{cuda_overlay} -m pip install --extra-index-url {fix['index_url']} --only-binary flash-attn "
+        f"torch==2.14.1 flash-attn=={GLUE_2_14}"
+    )
 
 
 @needs_gxx
@@ -88,8 +105,10 @@ def test_pre_cxx11_abi_binary_with_cxx11_torch(run_doctor, cuda_overlay, real_ex
     assert "_ZN3c105ErrorC2ENS_14SourceLocationESs" in result.report["facts"]["import"]["error"]["message"]
     assert result.kinds() == ["cxx11-abi-mismatch"]
     problem = result.problem("cxx11-abi-mismatch")
-    assert problem["message"] == ("flash-attn was built with the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0); your torch "
-                                  "2.14.1+cu130 uses the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)")
+    assert problem["message"] == (
+        "flash-attn was built with the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0); your torch "
+        "2.14.1+cu130 uses the C++11 ABI (_GLIBCXX_USE_CXX11_ABI=1)"
+    )
     assert result.report["facts"]["flash_attn"]["claim"]["cxx11_abi"] == 0
     fix = result.fix("pip-install")  # the ABI-1 wheel of PyPI's torch 2.14 (ABI 1 since 2.7)
     assert fix["cell"] == CELL_2_14 and fix["commands"][-1].endswith(f"flash-attn=={GLUE_2_14}")
@@ -97,7 +116,9 @@ def test_pre_cxx11_abi_binary_with_cxx11_torch(run_doctor, cuda_overlay, real_ex
 
 @needs_gxx
 def test_extension_for_another_python(run_doctor, cuda_overlay, real_extension, tmp_path):
-    envs.install_flash_attn(cuda_overlay, real_extension(1), tmp_path, name=f"{envs.EXTENSION}.cpython-310-x86_64-linux-gnu.so")
+    envs.install_flash_attn(
+        cuda_overlay, real_extension(1), tmp_path, name=f"{envs.EXTENSION}.cpython-310-x86_64-linux-gnu.so"
+    )
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert result.kinds() == ["python-tag-mismatch"]
@@ -109,23 +130,31 @@ def test_extension_for_another_python(run_doctor, cuda_overlay, real_extension, 
 @needs_gxx
 def test_cuda_12_binary_with_cuda_13_torch(run_doctor, cuda_overlay, torch_cuda, builds, tmp_path):
     cudart = envs.standin_cudart(builds / "cuda12", 12).parent
-    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", cuda_overlay,
-                         [envs.SET_DEVICE["char_bool"], envs.CUDART],
-                         (f"-L{torch_cuda.torch_lib}", "-lc10_cuda", f"-L{cudart}", "-l:libcudart.so.12"))
+    ext = envs.extension(
+        tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so",
+        cuda_overlay,
+        [envs.SET_DEVICE["char_bool"], envs.CUDART],
+        (f"-L{torch_cuda.torch_lib}", "-lc10_cuda", f"-L{cudart}", "-l:libcudart.so.12"),
+    )
     envs.install_flash_attn(cuda_overlay, ext, tmp_path, "2.8.3+cu12torch2.14cxx11abiTRUE")
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
     assert "libcudart.so.12: cannot open shared object file" in result.report["facts"]["import"]["error"]["message"]
     assert result.kinds() == ["cuda-major-mismatch"]
     assert result.problem("cuda-major-mismatch")["message"] == (
-        "flash-attn was built for CUDA 12 (it needs libcudart.so.12); your torch 2.14.1+cu130 uses CUDA 13.0")
+        "flash-attn was built for CUDA 12 (it needs libcudart.so.12); your torch 2.14.1+cu130 uses CUDA 13.0"
+    )
 
 
 @needs_gxx
 def test_binary_needing_a_newer_glibc(run_doctor, cuda_overlay, builds, tmp_path):
     libc = envs.standin_libc(builds / "glibc-2.99")
-    ext = envs.extension(tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so", cuda_overlay,
-                         [envs.NEW_GLIBC], (str(libc),))
+    ext = envs.extension(
+        tmp_path / "ext" / f"{envs.EXTENSION}.cpython-311-x86_64-linux-gnu.so",
+        cuda_overlay,
+        [envs.NEW_GLIBC],
+        (str(libc),),
+    )
     envs.install_flash_attn(cuda_overlay, ext, tmp_path)
     result = run_doctor("--python", cuda_overlay)
     assert result.code == 1
@@ -133,7 +162,8 @@ def test_binary_needing_a_newer_glibc(run_doctor, cuda_overlay, builds, tmp_path
     assert result.kinds() == ["glibc-too-old"]
     system = result.report["facts"]["system"]["glibc"]
     assert result.problem("glibc-too-old")["message"] == (
-        f"flash-attn's binary needs glibc 2.99 (GLIBC_2.99); this system has glibc {system}")
+        f"flash-attn's binary needs glibc 2.99 (GLIBC_2.99); this system has glibc {system}"
+    )
 
 
 @needs_gxx

@@ -38,23 +38,45 @@ from tests.support.torch_release_libs import release_torch_lib
 SCRIPT = paths.repo_root() / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script
 # Forward only, head dim 128, fp16 and bf16, for sm_80 and sm_90a: both per-file GPU codes and the
 # scheduler, which gets both.
-DISABLED = ("BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,"
-            "HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192")
+DISABLED = (
+    "BACKWARD,SPLIT,PAGEDKV,APPENDKV,LOCAL,SOFTCAP,PACKGQA,FP8,VARLEN,CLUSTER,"
+    "HDIM64,HDIM96,HDIM192,HDIM256,HDIMDIFF64,HDIMDIFF192"
+)
 
 
 def test_the_sources_follow_upstreams_switches():
     full = fa3.sources(frozenset())
-    assert len(full) == 293 and full[0] == fa3.STABLE_GLUE and full[-2:] == ["flash_fwd_combine.cu", "flash_prepare_scheduler.cu"]
+    assert (
+        len(full) == 293
+        and full[0] == fa3.STABLE_GLUE
+        and full[-2:] == ["flash_fwd_combine.cu", "flash_prepare_scheduler.cu"]
+    )
     assert "instantiations/flash_bwd_hdim256_fp16_softcapall_sm90.cu" in full  # softcap_all for sm90 bwd
-    assert not any("packgqa" in s and ("_paged" in s or "_split" in s) for s in full)  # never PackGQA with paged or split
+    assert not any(
+        "packgqa" in s and ("_paged" in s or "_split" in s) for s in full
+    )  # never PackGQA with paged or split
     canary = fa3.sources(fa3.parse_disabled(DISABLED + ",SM8x"))
-    assert canary == [fa3.STABLE_GLUE, "instantiations/flash_fwd_hdim128_bf16_sm90.cu", "instantiations/flash_fwd_hdim128_fp16_sm90.cu",
-                      "flash_prepare_scheduler.cu"]
-    assert fa3.gencode("instantiations/flash_fwd_hdim128_bf16_sm80.cu", ["80", "90a"]) == ["-gencode", "arch=compute_80,code=sm_80"]
-    assert fa3.gencode("flash_prepare_scheduler.cu", ["80", "90a"]) == ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a"]
+    assert canary == [
+        fa3.STABLE_GLUE,
+        "instantiations/flash_fwd_hdim128_bf16_sm90.cu",
+        "instantiations/flash_fwd_hdim128_fp16_sm90.cu",
+        "flash_prepare_scheduler.cu",
+    ]
+    assert fa3.gencode("instantiations/flash_fwd_hdim128_bf16_sm80.cu", ["80", "90a"]) == [
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+    ]
+    assert fa3.gencode("flash_prepare_scheduler.cu", ["80", "90a"]) == [
+        "-gencode",
+        "arch=compute_80,code=sm_80",
+        "-gencode",
+        "arch=compute_90a,code=sm_90a",
+    ]
 
 
-@pytest.mark.parametrize("bad, says", [("SPLIT,NOPE", "unknown FA3 feature NOPE"), ("split", "unknown FA3 feature split")])
+@pytest.mark.parametrize(
+    "bad, says", [("SPLIT,NOPE", "unknown FA3 feature NOPE"), ("split", "unknown FA3 feature split")]
+)
 def test_an_unknown_switch_is_refused(bad, says):
     with pytest.raises(BuildError, match=says):
         fa3.parse_disabled(bad)
@@ -85,9 +107,28 @@ def built(tmp_path_factory):
     tree = fa3_shaped_tree(root / "src", fa3.parse_disabled(DISABLED))
     site = root / "site"
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/cuda/bin:/usr/bin:/bin", "MAX_JOBS": "2"}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--source-dir", str(tree), "--archs", "80;90a", "--disable", DISABLED,
-                             "--build-dir", str(root / "build"), "--install-dir", str(site), "--torch-dir", str(torch.site_packages / "torch")],
-                            capture_output=True, text=True, env=env, timeout=1200)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--source-dir",
+            str(tree),
+            "--archs",
+            "80;90a",
+            "--disable",
+            DISABLED,
+            "--build-dir",
+            str(root / "build"),
+            "--install-dir",
+            str(site),
+            "--torch-dir",
+            str(torch.site_packages / "torch"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
     return result, site, torch
 
 
@@ -97,11 +138,19 @@ def test_the_build_installs_the_stable_abi_extension_and_declares_it(built):
     extension = site / FLASH_ATTN_3.module / fa3.EXTENSION
     assert extension.is_file() and (site / f"{FLASH_ATTN_3.interface_module}.py").is_file()
     config = {}
-    exec((site / f"{FLASH_ATTN_3.config_module}.py").read_text(), config)  # upstream's generated module, written by the build
+    exec(
+        (site / f"{FLASH_ATTN_3.config_module}.py").read_text(), config
+    )  # upstream's generated module, written by the build
     declared = config["CONFIG"]
     assert declared["gpu_archs"] == ["sm_80", "sm_90a"] and len(declared["tus"]) == 6
-    assert declared["build_flags"]["FLASHATTENTION_DISABLE_BACKWARD"] and not declared["build_flags"]["FLASHATTENTION_DISABLE_HDIM128"]
-    assert declared["build_flags"]["FLASH_ATTENTION_DISABLE_HDIMDIFF64"] and len(declared["build_flags"]) == len(fa3.FEATURES) + 1
+    assert (
+        declared["build_flags"]["FLASHATTENTION_DISABLE_BACKWARD"]
+        and not declared["build_flags"]["FLASHATTENTION_DISABLE_HDIM128"]
+    )
+    assert (
+        declared["build_flags"]["FLASH_ATTENTION_DISABLE_HDIMDIFF64"]
+        and len(declared["build_flags"]) == len(fa3.FEATURES) + 1
+    )
     # each TU's own GPU code: sm_80 for the *_sm80.cu, sm_90a for the *_sm90.cu, both for the scheduler
     assert fatbin.read_gpu_archs(extension) == fatbin.GpuArchs(sass=("sm_80", "sm_90a"), ptx=())
     assert "runs ptxas" in result.stdout  # the tools nvcc ran are named
@@ -112,9 +161,24 @@ def test_the_build_installs_the_stable_abi_extension_and_declares_it(built):
 def test_the_built_extension_passes_the_stable_abi_gate(built):
     result, site, torch = built
     assert result.returncode == 0
-    gate = subprocess.run([sys.executable, "-m", "faforge", "check-abi", str(site / FLASH_ATTN_3.module / fa3.EXTENSION), "--stable-abi",
-                           "--against", str(torch.torch_lib), "--library-dir", "/usr/local/cuda/lib64", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    gate = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "check-abi",
+            str(site / FLASH_ATTN_3.module / fa3.EXTENSION),
+            "--stable-abi",
+            "--against",
+            str(torch.torch_lib),
+            "--library-dir",
+            "/usr/local/cuda/lib64",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-2000:]
 
 
@@ -122,17 +186,43 @@ def fa3_package(site: Path, out: Path, extension: Path | None = None) -> Path:
     """The built tree as the linux-64 cu130 flash-attn-3 package of the matrix would hold it (`extension`:
     another binary in the extension's place)."""
     head = next(p for p in load_matrix().fa3 if p.id == "linux-64/cu130/sm80_90a").build_string_head
-    files = {f"lib/python3.10/site-packages/{p.relative_to(site)}": p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    files = {
+        f"lib/python3.10/site-packages/{p.relative_to(site)}": p.read_bytes() for p in site.rglob("*") if p.is_file()
+    }
     if extension:
         files[f"lib/python3.10/site-packages/{FLASH_ATTN_3.module}/{fa3.EXTENSION}"] = extension.read_bytes()
-    return assemble(PackageSpec(FLASH_ATTN_3.package, "3.0.0", f"{head}_faforge_h1a2b3c4_0", "linux-64",
-                                depends=("python >=3.10", "pytorch >=2.9 cuda*", "cuda-version >=13.0,<14"), files=files), out)
+    return assemble(
+        PackageSpec(
+            FLASH_ATTN_3.package,
+            "3.0.0",
+            f"{head}_faforge_h1a2b3c4_0",
+            "linux-64",
+            depends=("python >=3.10", "pytorch >=2.9 cuda*", "cuda-version >=13.0,<14"),
+            files=files,
+        ),
+        out,
+    )
 
 
 def verify_abi(package: Path, tmp_path: Path, *against: Path) -> dict:
-    result = subprocess.run([sys.executable, "-m", "faforge", "verify", str(package), "--gates", "abi,import", "--manifest",
-                             str(tmp_path / "verification"), *(a for path in against for a in ("--against", str(path))), "--json"],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "verify",
+            str(package),
+            "--gates",
+            "abi,import",
+            "--manifest",
+            str(tmp_path / "verification"),
+            *(a for path in against for a in ("--against", str(path))),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return {r["gate"]: (r["result"], r["detail"]) for r in json.loads(result.stdout)["results"]}
 
 
@@ -140,8 +230,12 @@ def test_verify_passes_the_package_on_the_oldest_and_newest_torch_it_serves(buil
     """cu130 serves torch 2.10 to 2.13 (conda-forge has no cu130 torch 2.9): both releases' real libraries."""
     result, site, _ = built
     assert result.returncode == 0
-    gates = verify_abi(fa3_package(site, tmp_path / "out"), tmp_path, release_torch_lib("2.10.0"), release_torch_lib("2.13.0"))
-    assert gates["abi"][0] == "passed" and "loads on torch 2.10.0" in gates["abi"][1] and "2.13.0" in gates["abi"][1], gates
+    gates = verify_abi(
+        fa3_package(site, tmp_path / "out"), tmp_path, release_torch_lib("2.10.0"), release_torch_lib("2.13.0")
+    )
+    assert gates["abi"][0] == "passed" and "loads on torch 2.10.0" in gates["abi"][1] and "2.13.0" in gates["abi"][1], (
+        gates
+    )
     assert gates["import"][0] == "skipped"
 
 
@@ -158,7 +252,9 @@ def test_verify_fails_a_package_whose_binary_uses_the_cxx_api(built, tmp_path):
     result, site, torch = built
     assert result.returncode == 0
     cxx = compile_standin("cxx_api_module", torch)
-    gates = verify_abi(fa3_package(site, tmp_path / "out", cxx), tmp_path, release_torch_lib("2.10.0"), release_torch_lib("2.13.0"))
+    gates = verify_abi(
+        fa3_package(site, tmp_path / "out", cxx), tmp_path, release_torch_lib("2.10.0"), release_torch_lib("2.13.0")
+    )
     assert gates["abi"][0] == "failed" and "unstable import" in gates["abi"][1], gates
 
 
@@ -170,7 +266,9 @@ def _cache_line(log: str) -> tuple[int, int]:
 
 def _nvcc_compiles(log: str) -> list[str]:
     """The TUs ninja compiled with nvcc (its progress lines name each object's source)."""
-    return sorted(set(re.findall(r"(\w+\.cu)\b", "\n".join(line for line in log.splitlines() if re.match(r"\[\d+/\d+\]", line)))))
+    return sorted(
+        set(re.findall(r"(\w+\.cu)\b", "\n".join(line for line in log.splitlines() if re.match(r"\[\d+/\d+\]", line))))
+    )
 
 
 @pytest.mark.slow
@@ -188,18 +286,42 @@ def test_a_piece_fills_the_compiler_cache_that_the_full_build_then_hits(tmp_path
         pytest.skip("ninja is not on PATH (pip install ninja)")
     tree = fa3_shaped_tree(tmp_path / "src", fa3.parse_disabled(DISABLED))
     piece = ["flash_fwd_hdim128_bf16_sm90.cu", "flash_fwd_hdim128_fp16_sm80.cu"]
-    env = {"PATH": f"{Path(ccache).parent}:{Path(sys.executable).parent}:/usr/local/cuda/bin:/usr/bin:/bin", "MAX_JOBS": "2",
-           "CCACHE_DIR": str(tmp_path / "ccache"), "FAFORGE_COMPILER_CACHE": "ccache"}
-    common = [sys.executable, str(SCRIPT), "--source-dir", str(tree), "--archs", "80;90a", "--disable", DISABLED,
-              "--torch-dir", str(torch.site_packages / "torch")]
-    first = subprocess.run([*common, "--build-dir", str(tmp_path / "build-piece")], capture_output=True, text=True,
-                           env={**env, "FAFORGE_BUILD_TUS": " ".join(piece)}, timeout=1200)
+    env = {
+        "PATH": f"{Path(ccache).parent}:{Path(sys.executable).parent}:/usr/local/cuda/bin:/usr/bin:/bin",
+        "MAX_JOBS": "2",
+        "CCACHE_DIR": str(tmp_path / "ccache"),
+        "FAFORGE_COMPILER_CACHE": "ccache",
+    }
+    common = [
+        sys.executable,
+        str(SCRIPT),
+        "--source-dir",
+        str(tree),
+        "--archs",
+        "80;90a",
+        "--disable",
+        DISABLED,
+        "--torch-dir",
+        str(torch.site_packages / "torch"),
+    ]
+    first = subprocess.run(
+        [*common, "--build-dir", str(tmp_path / "build-piece")],
+        capture_output=True,
+        text=True,
+        env={**env, "FAFORGE_BUILD_TUS": " ".join(piece)},
+        timeout=1200,
+    )
     log = first.stdout + first.stderr
     assert first.returncode == 0, log[-3000:]
     assert _cache_line(log) == (0, 2) and _nvcc_compiles(log) == sorted(piece)
     assert "nothing linked or installed" in log and not (tmp_path / "build-piece" / fa3.EXTENSION).exists()
-    full = subprocess.run([*common, "--build-dir", str(tmp_path / "build-all"), "--install-dir", str(tmp_path / "site")],
-                          capture_output=True, text=True, env={**env, "FAFORGE_BUILD_TUS": ""}, timeout=1200)
+    full = subprocess.run(
+        [*common, "--build-dir", str(tmp_path / "build-all"), "--install-dir", str(tmp_path / "site")],
+        capture_output=True,
+        text=True,
+        env={**env, "FAFORGE_BUILD_TUS": ""},
+        timeout=1200,
+    )
     log = full.stdout + full.stderr
     assert full.returncode == 0, log[-3000:]
     # the piece's two objects from the cache; the other two kernels and the scheduler compiled here
@@ -208,7 +330,12 @@ def test_a_piece_fills_the_compiler_cache_that_the_full_build_then_hits(tmp_path
 
 
 def test_a_refused_compiler_cache_value_names_its_variable(tmp_path):
-    result = subprocess.run([sys.executable, str(SCRIPT), "--source-dir", str(tmp_path), "--plan-only"], capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "FAFORGE_COMPILER_CACHE": "sccache"}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--source-dir", str(tmp_path), "--plan-only"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "FAFORGE_COMPILER_CACHE": "sccache"},
+        timeout=120,
+    )
     assert result.returncode == 2 and "$FAFORGE_COMPILER_CACHE='sccache': expected one of none, ccache" in result.stderr
     assert "Traceback" not in result.stderr

@@ -29,10 +29,16 @@ SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
 
 
 def faforge(*args: str, cwd: Path) -> str:
-    env = dict(os.environ, FAFORGE_ROOT=str(REPO), FAFORGE_CACHE_DIR=str(cwd / "cache"), COLUMNS="120",
-               SOURCE_DATE_EPOCH="1796083200")
-    done = subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)
+    env = dict(
+        os.environ,
+        FAFORGE_ROOT=str(REPO),
+        FAFORGE_CACHE_DIR=str(cwd / "cache"),
+        COLUMNS="120",
+        SOURCE_DATE_EPOCH="1796083200",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
     if done.returncode != 0:
         raise RuntimeError(f"faforge {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     return done.stdout
@@ -44,22 +50,36 @@ def write_channel(root: Path, held: list[dict], kernels: list[dict]) -> None:
     entries: dict[str, dict[str, dict]] = {subdir: {} for subdir in SUBDIRS}
     for cell in held:
         entries[cell["platform"]][f"flash-attn-{cell['build_string']}"] = {
-            "name": "flash-attn", "build": cell["build_string"], "depends": cell["run_requirements"],
-            "constrains": cell["run_constraints"], "subdir": cell["platform"]}
+            "name": "flash-attn",
+            "build": cell["build_string"],
+            "depends": cell["run_requirements"],
+            "constrains": cell["run_constraints"],
+            "subdir": cell["platform"],
+        }
     for kernel in kernels:
         entries[kernel["platform"]][kernel["file"]] = {
-            "name": kernel["name"], "build": kernel["build_string"], "depends": [], "subdir": kernel["platform"]}
+            "name": kernel["name"],
+            "build": kernel["build_string"],
+            "depends": [],
+            "subdir": kernel["platform"],
+        }
     for subdir, packages in entries.items():
         version = "2.8.3.post2"
         records = {}
         for key, record in packages.items():
             name = f"{record['name']}-{version}-{record['build']}.conda"
-            records[name] = {**record, "version": version, "build_number": int(record["build"].rsplit("_", 1)[1]),
-                             "md5": hashlib.md5(key.encode()).hexdigest(),
-                             "sha256": hashlib.sha256(key.encode()).hexdigest(), "size": 1000}
+            records[name] = {
+                **record,
+                "version": version,
+                "build_number": int(record["build"].rsplit("_", 1)[1]),
+                "md5": hashlib.md5(key.encode()).hexdigest(),
+                "sha256": hashlib.sha256(key.encode()).hexdigest(),
+                "size": 1000,
+            }
         (root / subdir).mkdir(parents=True, exist_ok=True)
-        (root / subdir / "repodata.json").write_text(json.dumps(
-            {"info": {"subdir": subdir}, "packages": {}, "packages.conda": records}, sort_keys=True))
+        (root / subdir / "repodata.json").write_text(
+            json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": records}, sort_keys=True)
+        )
 
 
 def capture(scratch: Path) -> dict[str, str]:
@@ -96,8 +116,10 @@ def identity_inputs() -> dict[str, str]:
     for family in families():
         for field in ("kernel_inputs", "glue_inputs", "inputs"):
             entries.update(getattr(family, field, ()))
-    return {p.relative_to(REPO).as_posix(): hashlib.sha256(canonical_bytes(p, p.read_bytes())).hexdigest()
-            for p in input_files(REPO, tuple(sorted(entries)))}
+    return {
+        p.relative_to(REPO).as_posix(): hashlib.sha256(canonical_bytes(p, p.read_bytes())).hexdigest()
+        for p in input_files(REPO, tuple(sorted(entries)))
+    }
 
 
 def main() -> None:

@@ -38,4 +38,5 @@ def test_the_identity_inputs_are_unchanged():
     edited = sorted(path for path in set(held) & set(now) if held[path] != now[path])
     assert not (moved_or_gone or new or edited), (
         f"identity inputs gone or moved: {moved_or_gone}; new: {new}; edited (behaviour, not comments): {edited}; "
-        f"each moves build strings; {HINT}")
+        f"each moves build strings; {HINT}"
+    )

@@ -36,12 +36,24 @@ def _record_hash(data: bytes) -> str:
 
 def wheel_from_site(site: Path, out_dir: Path) -> Path:
     """The .whl.xz of `site`'s installed files, with the dist-info pip needs."""
-    files = {str(p.relative_to(site)): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
-    files[f"{DIST}.dist-info/METADATA"] = (f"Metadata-Version: 2.1\nName: {FLASH_ATTN_3.module}\nVersion: {VERSION}\n"
-                                           "Requires-Python: >=3.10\nRequires-Dist: torch>=2.9\n").encode()
-    files[f"{DIST}.dist-info/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: faforge\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode()
-    files[f"{DIST}.dist-info/top_level.txt"] = f"{FLASH_ATTN_3.module}\n{FLASH_ATTN_3.interface_module}\n{FLASH_ATTN_3.config_module}\n".encode()
-    record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files.items()] + [f"{DIST}.dist-info/RECORD,,"]
+    files = {
+        str(p.relative_to(site)): p.read_bytes()
+        for p in sorted(site.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    files[f"{DIST}.dist-info/METADATA"] = (
+        f"Metadata-Version: 2.1\nName: {FLASH_ATTN_3.module}\nVersion: {VERSION}\n"
+        "Requires-Python: >=3.10\nRequires-Dist: torch>=2.9\n"
+    ).encode()
+    files[f"{DIST}.dist-info/WHEEL"] = (
+        f"Wheel-Version: 1.0\nGenerator: faforge\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode()
+    )
+    files[f"{DIST}.dist-info/top_level.txt"] = (
+        f"{FLASH_ATTN_3.module}\n{FLASH_ATTN_3.interface_module}\n{FLASH_ATTN_3.config_module}\n".encode()
+    )
+    record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files.items()] + [
+        f"{DIST}.dist-info/RECORD,,"
+    ]
     files[f"{DIST}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
     wheel = out_dir / f"{DIST}-{TAG}.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as archive:
@@ -67,10 +79,20 @@ def main(argv: list[str]) -> int:
     FOLDER.mkdir(parents=True, exist_ok=True)
     packed = wheel_from_site(site, FOLDER)
     config = declared(site)
-    manifest = {"version": 1, "file": packed.name, "sha256": sha256_of(packed), "size": packed.stat().st_size, "build_command": command,
-                "declares": {"gpu_archs": config["gpu_archs"], "tus": config["tus"], "build_flags": config["build_flags"],
-                             "torch_target_version": config["torch_target_version"]},
-                "date": date.today().isoformat()}
+    manifest = {
+        "version": 1,
+        "file": packed.name,
+        "sha256": sha256_of(packed),
+        "size": packed.stat().st_size,
+        "build_command": command,
+        "declares": {
+            "gpu_archs": config["gpu_archs"],
+            "tus": config["tus"],
+            "build_flags": config["build_flags"],
+            "torch_target_version": config["torch_target_version"],
+        },
+        "date": date.today().isoformat(),
+    }
     (FOLDER / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(json.dumps({k: manifest[k] for k in ("file", "sha256", "size")}))
     return 0

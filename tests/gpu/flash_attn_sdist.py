@@ -43,8 +43,12 @@ def flash_attn_sdist() -> Path:
             except (FetchError, StopIteration) as exc:
                 raise SdistUnavailable(f"cannot download {FILENAME} from PyPI: {exc}") from None
             if hashlib.sha256(data).hexdigest() != SHA256:
-                raise SdistUnavailable(f"{FILENAME} from PyPI has sha256 {hashlib.sha256(data).hexdigest()}, expected {SHA256}")
+                raise SdistUnavailable(
+                    f"{FILENAME} from PyPI has sha256 {hashlib.sha256(data).hexdigest()}, expected {SHA256}"
+                )
             with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-                members = [m for m in archive.getmembers() if m.name.startswith(f"{ROOT}/csrc/flash_attn/") and m.isfile()]
+                members = [
+                    m for m in archive.getmembers() if m.name.startswith(f"{ROOT}/csrc/flash_attn/") and m.isfile()
+                ]
                 archive.extractall(folder, members=members, filter="data")
     return root

@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from faforge.gpu.reference import apply_rotary, assert_within_reference_error, attention_ref
 
 
-def naive_attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, slopes=None, key_lengths=None, keep=None, p=0.0):
+def naive_attention(
+    q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, slopes=None, key_lengths=None, keep=None, p=0.0
+):
     batch, seqlen_q, heads, dim = q.shape
     groups = heads // k.shape[2]
     q, k, v = q.double(), k.double(), v.double()
@@ -84,7 +86,13 @@ def check_against_naive():
         q, k, v = qkv(seqlen_q=seqlen_q, seqlen_k=seqlen_k)
         window = case.get("window", (-1, -1))
         got = attention_ref(
-            q, k, v, causal=case.get("causal", False), window=window, softcap=case.get("softcap", 0.0), alibi_slopes=case.get("slopes")
+            q,
+            k,
+            v,
+            causal=case.get("causal", False),
+            window=window,
+            softcap=case.get("softcap", 0.0),
+            alibi_slopes=case.get("slopes"),
         )
         close(name, got, naive_attention(q, k, v, **case))
 
@@ -118,7 +126,9 @@ def check_rotary():
     turn = torch.polar(torch.ones_like(angle), angle)[positions].unsqueeze(2)  # (2, 7, 1, 8)
     pairs = torch.view_as_complex(x[..., :16].reshape(2, 7, 3, 8, 2).contiguous())
     want = torch.cat((torch.view_as_real(pairs * turn).flatten(-2), x[..., 16:]), dim=-1)
-    close("rotary, interleaved (GPT-J pairs)", apply_rotary(x, angle.cos(), angle.sin(), offsets, interleaved=True), want)
+    close(
+        "rotary, interleaved (GPT-J pairs)", apply_rotary(x, angle.cos(), angle.sin(), offsets, interleaved=True), want
+    )
     halves = torch.complex(x[..., :8], x[..., 8:16]) * turn
     want = torch.cat((halves.real, halves.imag, x[..., 16:]), dim=-1)
     close("rotary, rotate-half (GPT-NeoX)", apply_rotary(x, angle.cos(), angle.sin(), offsets, interleaved=False), want)
@@ -148,7 +158,14 @@ def check_error_rule():
 
 def main() -> int:
     torch.manual_seed(0)
-    for check in (check_against_naive, check_key_padding_and_dropout, check_against_sdpa, check_rotary, check_gradients_with_empty_rows, check_error_rule):
+    for check in (
+        check_against_naive,
+        check_key_padding_and_dropout,
+        check_against_sdpa,
+        check_rotary,
+        check_gradients_with_empty_rows,
+        check_error_rule,
+    ):
         check()
     return 0
 

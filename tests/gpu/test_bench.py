@@ -29,9 +29,17 @@ def test_flops_follow_upstream_counting():
 
 
 def test_ratios_are_none_where_a_backend_did_not_run():
-    got = ratios({"flash-attn": 400.0, "flash-attn-3": 700.0, "sdpa-flash": 200.0, "sdpa-efficient": None, "sdpa-cudnn": 350.0})
-    assert got == {"flash-attn-3/flash-attn": 1.75, "flash-attn-3/sdpa-flash": 3.5, "flash-attn-3/sdpa-cudnn": 2.0,
-                   "flash-attn/sdpa-flash": 2.0, "flash-attn/sdpa-efficient": None, "flash-attn/sdpa-cudnn": 400.0 / 350.0}
+    got = ratios(
+        {"flash-attn": 400.0, "flash-attn-3": 700.0, "sdpa-flash": 200.0, "sdpa-efficient": None, "sdpa-cudnn": 350.0}
+    )
+    assert got == {
+        "flash-attn-3/flash-attn": 1.75,
+        "flash-attn-3/sdpa-flash": 3.5,
+        "flash-attn-3/sdpa-cudnn": 2.0,
+        "flash-attn/sdpa-flash": 2.0,
+        "flash-attn/sdpa-efficient": None,
+        "flash-attn/sdpa-cudnn": 400.0 / 350.0,
+    }
 
 
 def test_the_dense_peak_is_known_for_hopper_and_ampere_only():
@@ -50,15 +58,38 @@ def test_table_shows_ratios_peak_fraction_and_errors():
     }  # fmt: skip
     table = format_results([record])
     row = next(line for line in table.splitlines() if line.startswith("2048"))
-    assert row.split() == ["2048", "8", "128", "yes", "bwd", "300.0", "660.0", "150.0", "n/a", "330.0", "67", "30",
-                           "2.20x", "4.40x", "2.00x", "2.00x", "n/a", "0.91x"]
+    assert row.split() == [
+        "2048",
+        "8",
+        "128",
+        "yes",
+        "bwd",
+        "300.0",
+        "660.0",
+        "150.0",
+        "n/a",
+        "330.0",
+        "67",
+        "30",
+        "2.20x",
+        "4.40x",
+        "2.00x",
+        "2.00x",
+        "n/a",
+        "0.91x",
+    ]
     assert "sdpa-efficient: No available kernel." in table
 
 
 def test_a_family_that_should_have_run_and_did_not_is_a_failure():
     fa3 = Fa3Gate(True, "H200", declared={"build_flags": {"FLASHATTENTION_DISABLE_HDIM64": True}})
-    runs = [{"direction": "fwd", "seqlen": 512, "head_dim": dim, "tflops": {"flash-attn": 1.0, "flash-attn-3": None}} for dim in (64, 128)]
-    assert failures(runs, True, fa3) == ["flash-attn-3 fwd seqlen 512 hdim 128"]  # hdim 64 is not built: n/a, not a failure
+    runs = [
+        {"direction": "fwd", "seqlen": 512, "head_dim": dim, "tflops": {"flash-attn": 1.0, "flash-attn-3": None}}
+        for dim in (64, 128)
+    ]
+    assert failures(runs, True, fa3) == [
+        "flash-attn-3 fwd seqlen 512 hdim 128"
+    ]  # hdim 64 is not built: n/a, not a failure
     assert failures(runs, True, Fa3Gate(False, "not installed")) == []
 
 

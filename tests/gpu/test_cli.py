@@ -57,7 +57,10 @@ def recipe_test_folder(root: Path) -> Path:
 
 def test_recipe_test_files_cover_the_gpu_package():
     shipped = set(RECIPE_TEST_FILES)
-    needed = {str(p.relative_to(REPO / "scripts")) for p in (REPO / "scripts/faforge/gpu").rglob("*.py")} - {"faforge/gpu/bench.py", "faforge/gpu/canary.py"}  # bench-gpu and the canary: not in a recipe test
+    needed = {str(p.relative_to(REPO / "scripts")) for p in (REPO / "scripts/faforge/gpu").rglob("*.py")} - {
+        "faforge/gpu/bench.py",
+        "faforge/gpu/canary.py",
+    }  # bench-gpu and the canary: not in a recipe test
     assert needed <= shipped, f"add {sorted(needed - shipped)} to RECIPE_TEST_FILES (and tell the recipe)"
 
 
@@ -71,7 +74,14 @@ def test_recipe_test_with_a_cuda_torch_and_no_device(tmp_path):
     except TorchEnvUnavailable as exc:
         pytest.skip(str(exc))
     folder = recipe_test_folder(tmp_path / "faforge_checker")
-    command = [str(env.python), "-m", "faforge.gpu.run_suite", "--recipe-test", "--report-dir", str(tmp_path / "report")]
+    command = [
+        str(env.python),
+        "-m",
+        "faforge.gpu.run_suite",
+        "--recipe-test",
+        "--report-dir",
+        str(tmp_path / "report"),
+    ]
     pythonpath = f"{folder}:{recipe_test_site(env.python, 'faforge.gpu.run_suite')}"
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": pythonpath})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

@@ -96,7 +96,9 @@ def test_parse_arch(name, kind, fields):
     assert str(arch) == name
 
 
-@pytest.mark.parametrize(("name", "kind"), [("sm_9", "sm"), ("compute_80", "sm"), ("sm_80", "compute"), ("sm_90x", "sm"), ("80", "sm")])
+@pytest.mark.parametrize(
+    ("name", "kind"), [("sm_9", "sm"), ("compute_80", "sm"), ("sm_80", "compute"), ("sm_90x", "sm"), ("80", "sm")]
+)
 def test_parse_arch_rejects_malformed_names(name, kind):
     with pytest.raises(ValueError, match=repr(name)):
         parse_arch(name, kind)

@@ -38,7 +38,9 @@ def default_deps_python() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (prefix / ".faforge-complete").exists():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(prefix)], check=True)
-            result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", *deps], capture_output=True, text=True)
+            result = subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", *deps], capture_output=True, text=True
+            )
             if result.returncode != 0:
                 pytest.skip(f"cannot install faforge's default dependencies: {result.stderr.strip().splitlines()[-1:]}")
             (prefix / ".faforge-complete").write_text("\n".join(deps) + "\n")
@@ -50,7 +52,11 @@ def plain_install(tmp_path_factory) -> tuple[Path, dict]:
     """(the faforge console script, its environment) after `pip install .` with default dependencies only."""
     python = default_deps_python()
     site = tmp_path_factory.mktemp("plain-install")
-    result = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(REPO)], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(REPO)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "PYTHONPATH": str(site)}
     return site / "bin" / "faforge", env
@@ -59,7 +65,9 @@ def plain_install(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.slow
 def test_test_gpu_after_a_plain_install_exits_3_with_the_reason(plain_install, tmp_path):
     faforge, env = plain_install
-    result = subprocess.run([str(faforge), "test-gpu", "--report-dir", str(tmp_path)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = subprocess.run(
+        [str(faforge), "test-gpu", "--report-dir", str(tmp_path)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-2000:]
     assert "SKIPPED: torch is not importable" in result.stdout, result.stdout[-2000:]
     assert json.loads((tmp_path / "summary.json").read_text())["counts"]["skipped"] > 0
@@ -69,7 +77,9 @@ def test_test_gpu_after_a_plain_install_exits_3_with_the_reason(plain_install, t
 def test_bench_gpu_after_a_plain_install_exits_3(plain_install, tmp_path):
     faforge, env = plain_install
     result = subprocess.run([str(faforge), "bench-gpu"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert result.returncode == 3 and result.stderr.startswith("SKIPPED: torch is not importable"), result.stderr[-2000:]
+    assert result.returncode == 3 and result.stderr.startswith("SKIPPED: torch is not importable"), result.stderr[
+        -2000:
+    ]
 
 
 @pytest.mark.slow

@@ -41,7 +41,9 @@ KERNEL = "__global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n"
 
 def gate_in(python: Path, *prelude: str) -> dict:
     code = "; ".join([*prelude, GATE_JSON])
-    result = subprocess.run([str(python), "-c", code], env={"PYTHONPATH": str(SCRIPTS)}, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [str(python), "-c", code], env={"PYTHONPATH": str(SCRIPTS)}, capture_output=True, text=True, check=True
+    )
     return json.loads(result.stdout)
 
 
@@ -68,7 +70,14 @@ def test_to_json_of_an_open_gate():
     gate = Gate(True, "ok", device="NVIDIA H200", capability=(9, 0), compat=verdict, head_dims=(64, 128))
     data = gate.to_json()
     assert data["capability"] == [9, 0] and data["head_dims"] == [64, 128]
-    assert data["compat"] == {"gpu": "sm_90", "status": NATIVE, "sass": ["sm_90"], "ptx": [], "matching": ["sm_90"], "message": verdict.message}
+    assert data["compat"] == {
+        "gpu": "sm_90",
+        "status": NATIVE,
+        "sass": ["sm_90"],
+        "ptx": [],
+        "matching": ["sm_90"],
+        "message": verdict.message,
+    }
 
 
 @pytest.mark.slow  # g++ compiles
@@ -79,7 +88,11 @@ def test_head_dims_read_from_exported_kernel_symbols(tmp_path):
     (tmp_path / "fwd.cpp").write_text(FWD_KERNELS)
     subprocess.run([gxx, "-shared", "-fPIC", "-o", tmp_path / "ext.so", tmp_path / "fwd.cpp"], check=True)
     assert built_head_dims(tmp_path / "ext.so") == (64, 192)
-    subprocess.run([gxx, "-shared", "-fPIC", "-o", tmp_path / "other.so", "-x", "c++", "-"], input=b"int f() { return 1; }", check=True)
+    subprocess.run(
+        [gxx, "-shared", "-fPIC", "-o", tmp_path / "other.so", "-x", "c++", "-"],
+        input=b"int f() { return 1; }",
+        check=True,
+    )
     assert built_head_dims(tmp_path / "other.so") == ()
 
 
@@ -92,7 +105,10 @@ def sm80_binaries(tmp_path_factory) -> dict[str, Path]:
     (folder / "k.cu").write_text(KERNEL)
     builds = {"sass": "arch=compute_80,code=sm_80", "ptx": "arch=compute_80,code=compute_80"}
     for name, gencode in builds.items():
-        subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-gencode", gencode, "-o", folder / f"{name}.so", folder / "k.cu"], check=True)
+        subprocess.run(
+            [nvcc, "-shared", "-Xcompiler", "-fPIC", "-gencode", gencode, "-o", folder / f"{name}.so", folder / "k.cu"],
+            check=True,
+        )
     return {name: folder / f"{name}.so" for name in builds}
 
 
@@ -118,7 +134,9 @@ def test_no_code_for_a_gpu_the_package_declares_is_a_defect_not_a_skip(sm80_bina
     monkeypatch.setenv(DECLARED_ARCHS_ENV, "80;90")
     gate = judge_binary("NVIDIA H200 (sm_90)", found, HEAD_DIMS, archs)
     assert not gate.usable
-    assert gate.defects == (f"the package declares sm_80, sm_90, which covers sm_90, but {check((9, 0), *archs).message}",)
+    assert gate.defects == (
+        f"the package declares sm_80, sm_90, which covers sm_90, but {check((9, 0), *archs).message}",
+    )
     monkeypatch.setenv(DECLARED_ARCHS_ENV, "80")  # the package never claimed sm_90: nothing verified, no defect
     gate = judge_binary("NVIDIA H200 (sm_90)", found, HEAD_DIMS, archs)
     assert not gate.usable and gate.defects == ()
@@ -136,7 +154,9 @@ def test_declared_head_dims_missing_from_the_binary_are_a_defect(tmp_path, monke
     built = built_head_dims(tmp_path / "ext.so")
     gate = judge_binary("GPU", found, built, (("sm_90",), ()))
     assert gate.usable and gate.head_dims == HEAD_DIMS  # the suite still tests every declared dim
-    assert gate.defects == ("head dims [32, 96, 128, 256] declared but ext.so has no forward kernels for them (it has [64, 192])",)
+    assert gate.defects == (
+        "head dims [32, 96, 128, 256] declared but ext.so has no forward kernels for them (it has [64, 192])",
+    )
     monkeypatch.setenv(DECLARED_HEAD_DIMS_ENV, "64,192")
     assert judge_binary("GPU", found, built, (("sm_90",), ())).defects == ()
 

@@ -44,10 +44,15 @@ def stand_in_flash_attn_wheel(folder: Path) -> Path:
         "flash_attn/__init__.py": b'__version__ = "0.0.0"  # rehearsal stand-in\n',
         "flash_attn-0.0.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: flash_attn\nVersion: 0.0.0\n",
         "flash_attn-0.0.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: faforge-test\n"
-                                            b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}" for name, data in files.items()]
-    files["flash_attn-0.0.0.dist-info/RECORD"] = ("\n".join([*record, "flash_attn-0.0.0.dist-info/RECORD,,"]) + "\n").encode()
+    record = [
+        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for name, data in files.items()
+    ]
+    files["flash_attn-0.0.0.dist-info/RECORD"] = (
+        "\n".join([*record, "flash_attn-0.0.0.dist-info/RECORD,,"]) + "\n"
+    ).encode()
     wheel = folder / "flash_attn-0.0.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in files.items():
@@ -61,7 +66,14 @@ def stand_in_canary(folder: Path, wheel: Path) -> Path:
     packed = folder / f"{wheel.name}.xz"
     packed.write_bytes(lzma.compress(wheel.read_bytes()))
     manifest = canary.make_manifest(
-        REPO, packed, build_command="(stand-in for the rehearsal)", sdist_sha256="0" * 64, torch="none", nvcc="none", archs="90", head_dims=[32, 64]
+        REPO,
+        packed,
+        build_command="(stand-in for the rehearsal)",
+        sdist_sha256="0" * 64,
+        torch="none",
+        nvcc="none",
+        archs="90",
+        head_dims=[32, 64],
     )
     (folder / canary.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return folder
@@ -88,17 +100,35 @@ def test_rehearsal_without_network_exits_3(tmp_path):
     assert not list(wheels.glob("flash_attn*")), "the canary is installed from its folder, not carried twice"
     assert "canary: " in stage.stdout  # the staleness report
     folder = stand_in_canary(tmp_path / "canary", stand_in_flash_attn_wheel(tmp_path))
-    env = {**os.environ, "PYTHON": str(python), "PYTHONPATH": str(rehearsal_site(python)), "FAFORGE_GPU_WHEELS": str(wheels), "FAFORGE_GPU_CANARY": str(folder)}
+    env = {
+        **os.environ,
+        "PYTHON": str(python),
+        "PYTHONPATH": str(rehearsal_site(python)),
+        "FAFORGE_GPU_WHEELS": str(wheels),
+        "FAFORGE_GPU_CANARY": str(folder),
+    }
     result = subprocess.run(
-        ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)], env=env, capture_output=True, text=True
+        ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 3, result.stdout[-4000:] + result.stderr[-2000:]
     digest = json.loads((folder / canary.MANIFEST).read_text())["sha256"]
     assert f"canary: flash_attn-0.0.0-py3-none-any.whl.xz sha256 {digest} equal to the manifest's" in result.stdout
     assert "canary: decompressed flash_attn-0.0.0-py3-none-any.whl (" in result.stdout
-    assert "flash_attn-0.0.0.dist-info" in next(line for line in result.stdout.splitlines() if line.startswith("installed: "))
+    assert "flash_attn-0.0.0.dist-info" in next(
+        line for line in result.stdout.splitlines() if line.startswith("installed: ")
+    )
     assert result.stdout.rstrip().endswith("run_on_gpu_machine.sh: exit 3 (0 passed, 1 failed, 3 not verified)")
-    assert sorted(p.name for p in report.iterdir()) == ["bench.json", "bench.txt", "junit.xml", "pytest.log", "run.log", "summary.json"]
+    assert sorted(p.name for p in report.iterdir()) == [
+        "bench.json",
+        "bench.txt",
+        "junit.xml",
+        "pytest.log",
+        "run.log",
+        "summary.json",
+    ]
     summary = json.loads((report / "summary.json").read_text())
     assert summary["status"] == "skipped" and summary["reason"].startswith("torch is not importable")
     assert json.loads((report / "bench.json").read_text())["status"] == "skipped"
@@ -109,25 +139,43 @@ def test_rehearsal_installs_the_real_fa3_canary_and_it_passes_the_stable_abi_gat
     """The same run with a torch on the machine (PyPI's 2.14.1+cu130, CPython 3.11; no GPU): FlashAttention-3's
     committed canary is checked against its manifest, installed offline, and passes the stable-ABI gate
     against that torch's libraries before the GPU suite exits 3."""
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0
+    ):
         pytest.skip("unshare -n is not available here")
     try:
         torch = torch_env("2.14.1")
     except TorchEnvUnavailable as exc:
         pytest.skip(str(exc))
     wheels, report = tmp_path / "wheels", tmp_path / "report"
-    stage = subprocess.run(["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--dest", str(wheels)], capture_output=True, text=True)
+    stage = subprocess.run(
+        ["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--dest", str(wheels)], capture_output=True, text=True
+    )
     assert stage.returncode == 0, stage.stdout + stage.stderr
     folder = stand_in_canary(tmp_path / "canary", stand_in_flash_attn_wheel(tmp_path))
     fa3 = REPO / "tests/gpu/canary/flash-attn-3"
-    env = {**os.environ, "PYTHON": str(torch.python), "PYTHONPATH": str(pip_target(torch.python, "gpu-rehearsal-py3.11", ("numpy", "pyyaml"))),
-           "FAFORGE_GPU_WHEELS": str(wheels), "FAFORGE_GPU_CANARY": str(folder), "FAFORGE_GPU_CANARY_FA3": str(fa3)}
-    result = subprocess.run(["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)], env=env,
-                            capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "PYTHON": str(torch.python),
+        "PYTHONPATH": str(pip_target(torch.python, "gpu-rehearsal-py3.11", ("numpy", "pyyaml"))),
+        "FAFORGE_GPU_WHEELS": str(wheels),
+        "FAFORGE_GPU_CANARY": str(folder),
+        "FAFORGE_GPU_CANARY_FA3": str(fa3),
+    }
+    result = subprocess.run(
+        ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 3, result.stdout[-4000:] + result.stderr[-2000:]
     manifest = json.loads((fa3 / "manifest.json").read_text())
     assert f"canary: {manifest['file']} sha256 {manifest['sha256']} equal to the manifest's" in result.stdout
-    assert "flash_attn_3-3.0.0.dist-info" in next(line for line in result.stdout.splitlines() if line.startswith("installed: "))
+    assert "flash_attn_3-3.0.0.dist-info" in next(
+        line for line in result.stdout.splitlines() if line.startswith("installed: ")
+    )
     assert "OK: stable ABI, loads on every torch checked (2.14.1+cu130)" in result.stdout, result.stdout[-3000:]
     assert result.stdout.index("OK: stable ABI") < result.stdout.index("== faforge test-gpu")
     # then FA3's own suite: its gate reads the canary's declaration and, with no GPU here, nothing is verified

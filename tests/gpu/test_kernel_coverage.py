@@ -60,7 +60,10 @@ def test_the_reviews_finding_is_reproduced():
         tu = forward_launch(Call(API_DENSE, "fp16", dim, 2, 4, 4, 113, 203)).tu
         assert tu.startswith("flash_fwd_split_" if dim >= 96 else "flash_fwd_hdim"), (dim, tu)
     # With dropout the split kernel is never used (SplitKV is not implemented for dropout).
-    assert forward_launch(Call(API_DENSE, "fp16", 128, 2, 4, 4, 113, 203, dropout_p=0.1)).tu == "flash_fwd_hdim128_fp16_sm80"
+    assert (
+        forward_launch(Call(API_DENSE, "fp16", 128, 2, 4, 4, 113, 203, dropout_p=0.1)).tu
+        == "flash_fwd_hdim128_fp16_sm80"
+    )
 
 
 def test_a_causal_window_runs_the_non_causal_tu():
@@ -102,8 +105,19 @@ def test_num_splits_heuristic_matches_flash_api_cpp(sdist, tmp_path):
     function = re.search(r"^inline int num_splits_heuristic\(.*?^}\n", source, re.MULTILINE | re.DOTALL).group(0)
     (tmp_path / "h.cpp").write_text(HEURISTIC_MAIN % function)
     subprocess.run([gxx, "-O0", "-o", tmp_path / "h", tmp_path / "h.cpp"], check=True)
-    grid = [(bnm, sms, n) for bnm in (1, 2, 5, 8, 16, 24, 48, 64, 100, 200, 211, 212, 256) for sms in (216, 228, 264) for n in (1, 2, 3, 4, 7, 16, 33, 64)]
-    result = subprocess.run([tmp_path / "h"], input="\n".join(" ".join(map(str, g)) for g in grid), capture_output=True, text=True, check=True)
+    grid = [
+        (bnm, sms, n)
+        for bnm in (1, 2, 5, 8, 16, 24, 48, 64, 100, 200, 211, 212, 256)
+        for sms in (216, 228, 264)
+        for n in (1, 2, 3, 4, 7, 16, 33, 64)
+    ]
+    result = subprocess.run(
+        [tmp_path / "h"],
+        input="\n".join(" ".join(map(str, g)) for g in grid),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     expected = [int(line) for line in result.stdout.split()]
     assert [num_splits_heuristic(bnm, sms, n, 128) for bnm, sms, n in grid] == expected
     assert len(set(expected)) > 3  # the grid exercises more than the trivial answers
@@ -150,9 +164,14 @@ def test_tu_of_kernel_reads_demangled_kernel_names(tmp_path):
         pytest.skip("g++, nm and c++filt (binutils) are needed to make real mangled kernel names")
     (tmp_path / "k.cpp").write_text(KERNEL_NAMES)
     subprocess.run([gxx, "-c", "-o", tmp_path / "k.o", tmp_path / "k.cpp"], check=True)
-    symbols = subprocess.run([nm, "--defined-only", "-C", tmp_path / "k.o"], capture_output=True, text=True, check=True).stdout
+    symbols = subprocess.run(
+        [nm, "--defined-only", "-C", tmp_path / "k.o"], capture_output=True, text=True, check=True
+    ).stdout
     names = [line.split(" ", 2)[2] for line in symbols.splitlines() if "flash::flash_" in line]
-    found = {name.split("<", 1)[0].split("::")[-1] + ("#combine" if "combine" in name else ""): tu_of_kernel(name) for name in names}
+    found = {
+        name.split("<", 1)[0].split("::")[-1] + ("#combine" if "combine" in name else ""): tu_of_kernel(name)
+        for name in names
+    }
     assert sorted(map(tu_of_kernel, names), key=str) == sorted(
         [
             "flash_fwd_hdim128_fp16_causal_sm80",

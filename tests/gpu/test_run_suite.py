@@ -122,8 +122,10 @@ def test_a_time_cap_stops_the_run_and_still_writes_the_reports(tmp_path):
 def test_sigterm_stops_the_run_and_still_writes_the_reports(tmp_path):
     """What `timeout` sends: the same as the time cap, so a capped GPU call leaves its reports."""
     report = tmp_path / "report"
-    code = (f"from pathlib import Path; from faforge.gpu.suite_run import run; "
-            f"run(Path({str(report)!r}), suite_dir=Path({str(slow_suite(tmp_path / 'suite'))!r}))")
+    code = (
+        f"from pathlib import Path; from faforge.gpu.suite_run import run; "
+        f"run(Path({str(report)!r}), suite_dir=Path({str(slow_suite(tmp_path / 'suite'))!r}))"
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in child.stdout:  # wait until pytest has collected, then give test_quick time to pass
         if "collected 2 items" in line:

@@ -23,16 +23,23 @@ def test_key_names_every_object_relevant_field():
     cell = load_matrix().cells[0]
     key = kernel_cache_key(cell, "2.8.3.post2")
     assert key.startswith("ccache-v1-fa2.8.3.post2-")
-    assert key.endswith(f"{cell.platform}-torch{torch_minor(cell.torch)}-cu{cell.cuda.replace('.', '')}-"
-                        f"abi{cell.cxx11_abi}-sm{archs_tag(cell.cuda_archs)}")
+    assert key.endswith(
+        f"{cell.platform}-torch{torch_minor(cell.torch)}-cu{cell.cuda.replace('.', '')}-"
+        f"abi{cell.cxx11_abi}-sm{archs_tag(cell.cuda_archs)}"
+    )
 
 
 def test_python_variants_share_a_key_and_other_fields_do_not():
     cells = load_matrix().cells
     cell = cells[0]
     assert kernel_cache_key(dataclasses.replace(cell, python="3.13")) == kernel_cache_key(cell)
-    for field, value in (("torch", "2.99.0"), ("cuda", "13.9"), ("cxx11_abi", 1 - cell.cxx11_abi),
-                         ("cuda_archs", "80"), ("platform", "linux-aarch64")):
+    for field, value in (
+        ("torch", "2.99.0"),
+        ("cuda", "13.9"),
+        ("cxx11_abi", 1 - cell.cxx11_abi),
+        ("cuda_archs", "80"),
+        ("platform", "linux-aarch64"),
+    ):
         assert kernel_cache_key(dataclasses.replace(cell, **{field: value})) != kernel_cache_key(cell), field
     # The real matrix: fewer cache keys than cells, because pythons share.
     assert len({kernel_cache_key(c) for c in cells}) < len(cells)

@@ -34,6 +34,7 @@ from tests.support.pypi import pypi_listing
 
 pytestmark = pytest.mark.slow  # every test measures headers read from PyPI's torch wheels
 
+
 @pytest.fixture(scope="module")
 def flash_src() -> Path:
     if not shutil.which("g++"):
@@ -46,7 +47,9 @@ def flash_src() -> Path:
 
 def measured(version: str) -> kernel_abi.Verdict:
     policy = load_matrix().policy
-    return measure_release(version, list(pypi_listing("torch").values()), TEST_CACHE, policy.flash_attn_version, policy.flash_attn_sha256)
+    return measure_release(
+        version, list(pypi_listing("torch").values()), TEST_CACHE, policy.flash_attn_version, policy.flash_attn_sha256
+    )
 
 
 @pytest.mark.parametrize("version", ["2.9.1", "2.13.0"])
@@ -55,8 +58,14 @@ def test_the_measured_row_is_the_recorded_one(flash_src, version):
     row = measured(version)
     recorded = kernel_abi.load_kernel_abi()[row.minor]
     print(kernel_abi.dump_row(row))
-    assert (row.torch, row.wheel, row.sha256, row.offset_intragraph, row.sizes, row.verdict) == \
-        (recorded.torch, recorded.wheel, recorded.sha256, recorded.offset_intragraph, recorded.sizes, recorded.verdict)
+    assert (row.torch, row.wheel, row.sha256, row.offset_intragraph, row.sizes, row.verdict) == (
+        recorded.torch,
+        recorded.wheel,
+        recorded.sha256,
+        recorded.offset_intragraph,
+        recorded.sizes,
+        recorded.verdict,
+    )
     assert row.source == f"{pypi_listing('torch')[row.wheel].url}#torch/include/{RAW_HEADER}"
 
 
@@ -92,7 +101,9 @@ def test_a_layout_no_kernel_library_has_is_refused(tmp_path, flash_src):
     """torch 2.13's real header with one more field in PhiloxCudaState: neither shim has that layout."""
     wheel, include = copied_headers(tmp_path, "2.13.0")
     raw = include / RAW_HEADER
-    raw.write_text(raw.read_text().replace("bool captured_ = false;", "bool captured_ = false;\n  uint64_t generation_ = 0;"))
+    raw.write_text(
+        raw.read_text().replace("bool captured_ = false;", "bool captured_ = false;\n  uint64_t generation_ = 0;")
+    )
     with pytest.raises(MeasureError) as caught:
         verdict_of("2.13.0", wheel, include, flash_src, tmp_path / "work")
     message = caught.value.message
@@ -108,7 +119,10 @@ def test_a_header_that_does_not_compile_is_refused(tmp_path, flash_src):
     raw.write_text(raw.read_text().replace("uint64_t offset_intragraph_", "offset_type offset_intragraph_"))
     with pytest.raises(MeasureError) as caught:
         verdict_of("2.13.0", wheel, include, flash_src, tmp_path / "work")
-    assert f"{wheel.filename}: torch/include/{RAW_HEADER}" in caught.value.message and "did not compile" in caught.value.message
+    assert (
+        f"{wheel.filename}: torch/include/{RAW_HEADER}" in caught.value.message
+        and "did not compile" in caught.value.message
+    )
 
 
 def test_a_release_with_no_wheel_is_refused():
@@ -123,8 +137,13 @@ def test_a_struct_reached_through_other_headers_is_refused(tmp_path):
     wheel = header_wheel(list(pypi_listing("torch").values()), "2.13.0").filename
     check_include_chain(include, wheel)  # the real headers pass
     state_h = include / MEMBERS[1]
-    state_h.write_text(state_h.read_text().replace("#include <cstdint>", "#include <cstdint>\n#include <c10/macros/Macros.h>"))
-    with pytest.raises(MeasureError, match=re.escape(f"{wheel}: torch/include/{MEMBERS[1]} includes more than <cstdint> and the raw header")):
+    state_h.write_text(
+        state_h.read_text().replace("#include <cstdint>", "#include <cstdint>\n#include <c10/macros/Macros.h>")
+    )
+    with pytest.raises(
+        MeasureError,
+        match=re.escape(f"{wheel}: torch/include/{MEMBERS[1]} includes more than <cstdint> and the raw header"),
+    ):
         check_include_chain(include, wheel)
 
 

@@ -123,9 +123,13 @@ def test_the_real_generator_header_gets_philox_state_only_through_philox_cuda_st
         state_h = (include / MEMBERS[1]).read_text()
         assert "#include <ATen/cuda/PhiloxCudaState.h>" in generator, version
         assert not re.search(r"struct\s+PhiloxCudaState\s*\{", generator), version
-        assert re.findall(r"#include\s*(\S+)", state_h) == ["<cstdint>", "<ATen/cuda/detail/PhiloxCudaStateRaw.cuh>"], version
+        assert re.findall(r"#include\s*(\S+)", state_h) == ["<cstdint>", "<ATen/cuda/detail/PhiloxCudaStateRaw.cuh>"], (
+            version
+        )
         raw = (include / MEMBERS[2]).read_text()
-        assert re.search(r"struct\s+PhiloxCudaState\s*\{", raw) and not re.search(r"^\s*#\s*include", raw, re.M), version
+        assert re.search(r"struct\s+PhiloxCudaState\s*\{", raw) and not re.search(r"^\s*#\s*include", raw, re.M), (
+            version
+        )
 
 
 @pytest.mark.slow
@@ -136,14 +140,20 @@ def test_every_matrix_torch_has_the_layout_its_verdict_claims(matrix_layouts, sh
         differences = layout.differences(shim_layout)
         verdict = verdicts[minor_of(version)]
         measured = kernel_abi.Sizes.of(layout)
-        rows.append(f"torch {version:7} {torch_headers(version)[0]:52} {measured} "
-                    f"{len(differences):2} differences from the shim -> {verdict.verdict}")
+        rows.append(
+            f"torch {version:7} {torch_headers(version)[0]:52} {measured} "
+            f"{len(differences):2} differences from the shim -> {verdict.verdict}"
+        )
         if verdict.sizes != measured or (verdict.verdict == kernel_abi.SHARED) != (not differences):
-            wrong.append(f"torch {version}: recorded {verdict.verdict} {verdict.sizes}, measured {measured}, "
-                         f"differences: {differences[:6]}")
+            wrong.append(
+                f"torch {version}: recorded {verdict.verdict} {verdict.sizes}, measured {measured}, "
+                f"differences: {differences[:6]}"
+            )
         if version == verdict.torch:
             wheel = torch_wheel(version)
-            assert (verdict.wheel, verdict.sha256) == (wheel.filename, wheel.sha256), f"kernel-abi.yaml cites another wheel for {version}"
+            assert (verdict.wheel, verdict.sha256) == (wheel.filename, wheel.sha256), (
+                f"kernel-abi.yaml cites another wheel for {version}"
+            )
     print("\n".join(rows))
     assert not wrong, "\n".join(wrong)
 
@@ -210,4 +220,6 @@ def test_aarch64_lays_the_params_out_as_x86_64_does(tmp_path, toolchain, fields,
     assert (shim.sizes, shim.offsets) == (shim_layout.sizes, shim_layout.offsets)
     for version in versions:
         layout = torch_layout(tmp_path / version, version, toolchain, fields, compiler=cross, run=False)
-        assert (layout.sizes, layout.offsets) == (matrix_layouts[version].sizes, matrix_layouts[version].offsets), version
+        assert (layout.sizes, layout.offsets) == (matrix_layouts[version].sizes, matrix_layouts[version].offsets), (
+            version
+        )

@@ -57,17 +57,36 @@ extern "C" void flash_attn_kernels_set_cuda_error_handler(void (*h)(const char*)
 """
 # name -> (source, g++ flags, what the check must find); each breaks one rule.
 BROKEN = {
-    "returns_string_abi1": ('#include <string>\nnamespace flash { std::string run_mha_name() { return "fwd"; } }\n',
-                            ["-D_GLIBCXX_USE_CXX11_ABI=1"], torchfree.ABI_DEPENDENT_EXPORT),
-    "takes_string_abi1": ('#include <string>\nnamespace flash { int run_mha_named(const std::string& s) { return s.size(); } }\n',
-                          ["-D_GLIBCXX_USE_CXX11_ABI=1"], torchfree.ABI_DEPENDENT_EXPORT),
-    "takes_string_abi0": ('#include <string>\nnamespace flash { int run_mha_named(const std::string& s) { return s.size(); } }\n',
-                          ["-D_GLIBCXX_USE_CXX11_ABI=0"], torchfree.ABI_DEPENDENT_EXPORT),
-    "c10_import": ("namespace c10 { void warn_once(int); }\nnamespace flash { void run_mha_fwd() { c10::warn_once(1); } }\n",
-                   [], torchfree.TORCH_SYMBOL),
-    "python_import": ('extern "C" int Py_IsInitialized();\nnamespace flash { int run_mha_fwd() { return Py_IsInitialized(); } }\n',
-                      [], torchfree.TORCH_SYMBOL),
-    "needs_libc10": ("namespace flash { void run_mha_fwd() {} }\n", ["-Wl,--no-as-needed", "-lc10"], torchfree.TORCH_LIBRARY),
+    "returns_string_abi1": (
+        '#include <string>\nnamespace flash { std::string run_mha_name() { return "fwd"; } }\n',
+        ["-D_GLIBCXX_USE_CXX11_ABI=1"],
+        torchfree.ABI_DEPENDENT_EXPORT,
+    ),
+    "takes_string_abi1": (
+        "#include <string>\nnamespace flash { int run_mha_named(const std::string& s) { return s.size(); } }\n",
+        ["-D_GLIBCXX_USE_CXX11_ABI=1"],
+        torchfree.ABI_DEPENDENT_EXPORT,
+    ),
+    "takes_string_abi0": (
+        "#include <string>\nnamespace flash { int run_mha_named(const std::string& s) { return s.size(); } }\n",
+        ["-D_GLIBCXX_USE_CXX11_ABI=0"],
+        torchfree.ABI_DEPENDENT_EXPORT,
+    ),
+    "c10_import": (
+        "namespace c10 { void warn_once(int); }\nnamespace flash { void run_mha_fwd() { c10::warn_once(1); } }\n",
+        [],
+        torchfree.TORCH_SYMBOL,
+    ),
+    "python_import": (
+        'extern "C" int Py_IsInitialized();\nnamespace flash { int run_mha_fwd() { return Py_IsInitialized(); } }\n',
+        [],
+        torchfree.TORCH_SYMBOL,
+    ),
+    "needs_libc10": (
+        "namespace flash { void run_mha_fwd() {} }\n",
+        ["-Wl,--no-as-needed", "-lc10"],
+        torchfree.TORCH_LIBRARY,
+    ),
 }
 
 
@@ -105,10 +124,28 @@ def kernel_library(tmp_path_factory) -> Path:
     (folder / "kernels.cu").write_text(KERNEL_LIBRARY)
     (folder / "kernels.map").write_text(VERSION_SCRIPT)
     out = folder / "libflash_attn_kernels.so"
-    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared",
-                    "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=[sm_90,compute_90]",
-                    f"-Xlinker=--version-script={folder / 'kernels.map'}", "-Xlinker=--no-undefined",
-                    "-o", str(out), str(folder / "kernels.cu")], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            nvcc,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-cudart",
+            "shared",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=[sm_90,compute_90]",
+            f"-Xlinker=--version-script={folder / 'kernels.map'}",
+            "-Xlinker=--no-undefined",
+            "-o",
+            str(out),
+            str(folder / "kernels.cu"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out
 
 
@@ -116,7 +153,9 @@ def kernel_library(tmp_path_factory) -> Path:
 def broken(tmp_path_factory, gxx) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("broken")
     gxx_shared(gxx, folder / "libc10.so", "namespace c10 { int version() { return 1; } }\n", [], version_script=False)
-    return {name: gxx_shared(gxx, folder / f"lib{name}.so", source, flags) for name, (source, flags, _) in BROKEN.items()}
+    return {
+        name: gxx_shared(gxx, folder / f"lib{name}.so", source, flags) for name, (source, flags, _) in BROKEN.items()
+    }
 
 
 @pytest.mark.slow
@@ -129,7 +168,9 @@ def test_a_library_built_like_the_kernel_library_passes(kernel_library):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("archs, wrong", [("80;90;100;120+PTX", ["SASS", "PTX"]), ("80;90", ["PTX"]), ("90+PTX", ["SASS"])])
+@pytest.mark.parametrize(
+    "archs, wrong", [("80;90;100;120+PTX", ["SASS", "PTX"]), ("80;90", ["PTX"]), ("90+PTX", ["SASS"])]
+)
 def test_gpu_code_must_match_the_arch_list(kernel_library, archs, wrong):
     report = torchfree.check_torch_free(kernel_library, expect_archs=archs)
     assert [(p.kind, p.subject) for p in report.problems] == [(torchfree.GPU_ARCHS, w) for w in wrong]
@@ -154,8 +195,13 @@ def test_abi_dependent_export_names_the_abi(broken):
 
 
 def test_exports_outside_the_allowlist_fail_only_with_an_allowlist(gxx, tmp_path):
-    lib = gxx_shared(gxx, tmp_path / "libleaky.so", "namespace flash { void run_mha_fwd() {} }\nint internal_helper() { return 1; }\n",
-                     [], version_script=False)
+    lib = gxx_shared(
+        gxx,
+        tmp_path / "libleaky.so",
+        "namespace flash { void run_mha_fwd() {} }\nint internal_helper() { return 1; }\n",
+        [],
+        version_script=False,
+    )
     assert torchfree.check_torch_free(lib).ok
     problems = torchfree.check_torch_free(lib, exports=EXPORTS).problems
     assert [(p.kind, p.demangled) for p in problems] == [(torchfree.UNEXPECTED_EXPORT, "internal_helper()")]
@@ -170,17 +216,24 @@ def test_cli_exit_codes_and_json(broken, gxx, tmp_path):
     assert failed.returncode == 1
     assert validated(json.loads(failed.stdout))["problems"][0]["demangled"] == "c10::warn_once(int)"
     text = run_faforge("check-abi", "--torch-free", broken["needs_libc10"])
-    assert text.returncode == 1 and "torch-library: libc10.so" in text.stdout and "fails the torch-free check" in text.stdout
+    assert (
+        text.returncode == 1
+        and "torch-library: libc10.so" in text.stdout
+        and "fails the torch-free check" in text.stdout
+    )
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--torch-free", "/no/such/lib.so"], "no such file"),
-    (["--torch-free", "--against", "/tmp", "LIB"], "drop --against"),
-    (["--torch-free", "--expect-archs", "sm_eighty", "LIB"], "--expect-archs"),
-    (["--torch-free", "--exports", " , ", "LIB"], "--exports"),
-    (["LIB"], "--against DIR"),
-    (["--against", "/tmp", "--exports", "run_mha_*", "LIB"], "go with --torch-free"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--torch-free", "/no/such/lib.so"], "no such file"),
+        (["--torch-free", "--against", "/tmp", "LIB"], "drop --against"),
+        (["--torch-free", "--expect-archs", "sm_eighty", "LIB"], "--expect-archs"),
+        (["--torch-free", "--exports", " , ", "LIB"], "--exports"),
+        (["LIB"], "--against DIR"),
+        (["--against", "/tmp", "--exports", "run_mha_*", "LIB"], "go with --torch-free"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(gxx, tmp_path, args, fragment):
     lib = gxx_shared(gxx, tmp_path / "liblib.so", "namespace flash { void run_mha_fwd() {} }\n", [])
     result = run_faforge("check-abi", *(str(lib) if a == "LIB" else a for a in args))
@@ -190,12 +243,27 @@ def test_bad_input_is_one_line_and_exit_2(gxx, tmp_path, args, fragment):
 
 # -- real binaries nobody here built ----------------------------------------------------------------
 # (project, wheel, sha256 as PyPI lists it, member, cache folder)
-LIBCURAND = ("nvidia-curand-cu12", "nvidia_curand_cu12-10.3.9.90-py3-none-manylinux_2_27_x86_64.whl",
-             "b32331d4f4df5d6eefa0554c565b626c7216f87a06a4f56fab27c3b68a830ec9", "nvidia/curand/lib/libcurand.so.10", "nvidia-libs")
-LIBCUDART = ("nvidia-cuda-runtime-cu12", "nvidia_cuda_runtime_cu12-12.9.79-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
-             "25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3", "nvidia/cuda_runtime/lib/libcudart.so.12", "nvidia-libs")
-LIBC10_CUDA = ("torch", "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",
-               "60fcdcb2f3876e21146cb4524ef06397d727ca9ad5f020818547e25075fe3cb7", "torch/lib/libc10_cuda.so", "torch-libs")
+LIBCURAND = (
+    "nvidia-curand-cu12",
+    "nvidia_curand_cu12-10.3.9.90-py3-none-manylinux_2_27_x86_64.whl",
+    "b32331d4f4df5d6eefa0554c565b626c7216f87a06a4f56fab27c3b68a830ec9",
+    "nvidia/curand/lib/libcurand.so.10",
+    "nvidia-libs",
+)
+LIBCUDART = (
+    "nvidia-cuda-runtime-cu12",
+    "nvidia_cuda_runtime_cu12-12.9.79-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
+    "25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3",
+    "nvidia/cuda_runtime/lib/libcudart.so.12",
+    "nvidia-libs",
+)
+LIBC10_CUDA = (
+    "torch",
+    "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "60fcdcb2f3876e21146cb4524ef06397d727ca9ad5f020818547e25075fe3cb7",
+    "torch/lib/libc10_cuda.so",
+    "torch-libs",
+)
 
 
 def real(spec) -> Path:
@@ -236,4 +304,7 @@ def test_a_bad_arch_list_is_bad_input(broken):
 
 
 def test_schema_names_every_kind():
-    assert tuple(SCHEMA["$defs"]["report"]["properties"]["problems"]["items"]["properties"]["kind"]["enum"]) == torchfree.KINDS
+    assert (
+        tuple(SCHEMA["$defs"]["report"]["properties"]["problems"]["items"]["properties"]["kind"]["enum"])
+        == torchfree.KINDS
+    )

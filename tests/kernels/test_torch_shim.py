@@ -64,8 +64,18 @@ def torch_include():
 
 
 def test_philox_state_and_unpack_match_real_torch(tmp_path, torch_include):
-    real = run_probe(tmp_path, "real", "#include <ATen/cuda/detail/PhiloxCudaStateRaw.cuh>\n#include <ATen/cuda/detail/UnpackRaw.cuh>\n", [torch_include])
-    shim = run_probe(tmp_path, "shim", "#include <ATen/cuda/CUDAGeneratorImpl.h>\n#include <ATen/cuda/detail/UnpackRaw.cuh>\n", [SHIM])
+    real = run_probe(
+        tmp_path,
+        "real",
+        "#include <ATen/cuda/detail/PhiloxCudaStateRaw.cuh>\n#include <ATen/cuda/detail/UnpackRaw.cuh>\n",
+        [torch_include],
+    )
+    shim = run_probe(
+        tmp_path,
+        "shim",
+        "#include <ATen/cuda/CUDAGeneratorImpl.h>\n#include <ATen/cuda/detail/UnpackRaw.cuh>\n",
+        [SHIM],
+    )
     assert shim == real
     assert "unpack=7,11,3,7" in real
 

@@ -35,9 +35,13 @@ def without_docstrings(text: str) -> str:
     tree = ast.parse(text)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return ast.unparse(tree)
 
@@ -55,23 +59,30 @@ def test_comments_docstrings_and_layout_do_not_count(path):
     assert canonical_bytes(path, without_docstrings(text).encode()) == base
 
 
-@pytest.mark.parametrize("edit", [
-    ("FAST_TIMEOUT = 60\n", "FAST_TIMEOUT = 61\n"),
-    ("def f(a, b):\n    return a - b\n", "def f(a, b):\n    return b - a\n"),
-    ("x = 'sm80'\n", "x = 'sm90'\n"),
-    ("def f():\n    pass\n", "async def f():\n    pass\n"),
-    ("def f(a):\n    return a\n", "def f(b):\n    return b\n"),
-    ("def f():\n    '''doc'''\n    return 1\n", "def f():\n    '''doc'''\n    'not a docstring'\n    return 1\n"),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("FAST_TIMEOUT = 60\n", "FAST_TIMEOUT = 61\n"),
+        ("def f(a, b):\n    return a - b\n", "def f(a, b):\n    return b - a\n"),
+        ("x = 'sm80'\n", "x = 'sm90'\n"),
+        ("def f():\n    pass\n", "async def f():\n    pass\n"),
+        ("def f(a):\n    return a\n", "def f(b):\n    return b\n"),
+        ("def f():\n    '''doc'''\n    return 1\n", "def f():\n    '''doc'''\n    'not a docstring'\n    return 1\n"),
+    ],
+)
 def test_what_a_reader_acts_on_counts(edit):
     before, after = edit
     assert canonical_bytes(Path("m.py"), before.encode()) != canonical_bytes(Path("m.py"), after.encode())
 
 
 def test_data_files_count_by_their_data():
-    assert canonical_bytes(Path("a.yaml"), b"a: 1  # note\nb: [2, 3]\n") == canonical_bytes(Path("a.yaml"), b"a: 1\nb:\n  - 2\n  - 3\n")
+    assert canonical_bytes(Path("a.yaml"), b"a: 1  # note\nb: [2, 3]\n") == canonical_bytes(
+        Path("a.yaml"), b"a: 1\nb:\n  - 2\n  - 3\n"
+    )
     assert canonical_bytes(Path("a.yaml"), b"a: 1\nb: 2\n") != canonical_bytes(Path("a.yaml"), b"b: 2\na: 1\n")
-    assert canonical_bytes(Path("a.json"), b'{"a": [1, 2]}') == canonical_bytes(Path("a.json"), b'{\n  "a": [\n    1,\n    2\n  ]\n}\n')
+    assert canonical_bytes(Path("a.json"), b'{"a": [1, 2]}') == canonical_bytes(
+        Path("a.json"), b'{\n  "a": [\n    1,\n    2\n  ]\n}\n'
+    )
     # compiled sources, shell and anything that does not parse count by their bytes
     assert canonical_bytes(Path("a.cpp"), b"int x; // c\n") != canonical_bytes(Path("a.cpp"), b"int x;\n")
     assert canonical_bytes(Path("a.py"), b"def (:\n") == b"def (:\n"
@@ -119,11 +130,18 @@ def test_the_canonical_form_is_the_same_on_another_python(python_3_13):
     paths = [str(p) for p in input_files(REPO, ENTRIES) if p.suffix in (".py", ".yaml", ".json")]
     module = REPO / "scripts/faforge/matrix/canonical.py"
     env = dict(os.environ, PYTHONPATH=str(Path(yaml.__file__).parents[1]))
-    done = subprocess.run([*python_3_13, "-s", "-c", CANONICAL_DIGESTS, str(module), *paths],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [*python_3_13, "-s", "-c", CANONICAL_DIGESTS, str(module), *paths],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     other = json.loads(done.stdout)
     here = {p: hashlib.sha256(canonical_bytes(Path(p), Path(p).read_bytes())).hexdigest() for p in paths}
-    assert "3.13" in subprocess.run([*python_3_13, "-c", "import sys; print(sys.version)"], capture_output=True,
-                                    text=True).stdout
+    assert (
+        "3.13"
+        in subprocess.run([*python_3_13, "-c", "import sys; print(sys.version)"], capture_output=True, text=True).stdout
+    )
     assert len(here) > 40 and other == here

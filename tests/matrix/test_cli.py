@@ -39,7 +39,9 @@ def matrix_json():
 def test_matrix_json_runs_offline_and_matches_schema(matrix_json):
     jsonschema.validate(matrix_json, json.loads(SCHEMA.read_text()))
     assert {(c["platform"], c["torch_source"]) for c in matrix_json} == {
-        ("linux-64", "conda-forge"), ("linux-aarch64", "conda-forge"), ("linux-64", "pytorch"),
+        ("linux-64", "conda-forge"),
+        ("linux-aarch64", "conda-forge"),
+        ("linux-64", "pytorch"),
     }
     assert not [c for c in matrix_json if c["platform"] == "linux-aarch64" and c["cxx11_abi"] == 0]
     counts = Counter((c["platform"], c["build_string"]) for c in matrix_json)
@@ -59,10 +61,15 @@ def test_kernel_packages_json_lists_each_once_with_the_cells_that_name_it(matrix
         assert cell["id"] in package["cells"]
         fields = ("platform", "cuda", "cuda_archs", "philox_offset_bits")
         assert [package[f] for f in fields] == [cell[f] for f in fields]
-        assert cell["kernel_package"] == {k: package[k] for k in ("id", "name", "version", "build_string_prefix", "build_string")}
+        assert cell["kernel_package"] == {
+            k: package[k] for k in ("id", "name", "version", "build_string_prefix", "build_string")
+        }
     assert sum(len(k["cells"]) for k in kernels) == len(matrix_json)
     human = run(["matrix", "--kernels", "--platform", "linux-aarch64"])
-    assert human.returncode == 0 and f"{len([k for k in kernels if k['platform'] == 'linux-aarch64'])} kernel packages" in human.stdout
+    assert (
+        human.returncode == 0
+        and f"{len([k for k in kernels if k['platform'] == 'linux-aarch64'])} kernel packages" in human.stdout
+    )
 
 
 def test_kernel_packages_json_names_the_exact_build_every_cell_pins():
@@ -77,7 +84,8 @@ def test_kernel_packages_json_names_the_exact_build_every_cell_pins():
     pins: dict[str, set[str]] = {}
     for cell in cells:
         pins.setdefault(cell["kernel_package"]["id"], set()).update(
-            r for r in cell["run_requirements"] if r.startswith("libflash-attn-kernels "))
+            r for r in cell["run_requirements"] if r.startswith("libflash-attn-kernels ")
+        )
     human = run(["matrix", "--kernels"]).stdout
     for package in kernels:
         build = package["build_string"]
@@ -86,7 +94,9 @@ def test_kernel_packages_json_names_the_exact_build_every_cell_pins():
         assert pins[package["id"]] == {package["spec"]}, "every cell of the package pins exactly this build"
         assert package["file"] == f"libflash-attn-kernels-{package['version']}-{build}.conda"
         assert build in human
-    assert len({k["build_string"] for k in kernels if k["platform"] == "linux-64"}) == len([k for k in kernels if k["platform"] == "linux-64"])
+    assert len({k["build_string"] for k in kernels if k["platform"] == "linux-64"}) == len(
+        [k for k in kernels if k["platform"] == "linux-64"]
+    )
 
 
 def test_matrix_platform_filter(matrix_json):
@@ -139,8 +149,12 @@ def test_render_fills_the_test_scripts_from_the_cell(matrix_json):
         recipe = json.loads(run(["render", cell["id"], "--json"]).stdout)
         scripts = [t["script"] for t in recipe["tests"] if "script" in t]
         assert not [s for s in scripts if "${{" in json.dumps(s)], scripts
-        assert [s for s in scripts
-                if f'--expect-cxx11-abi {cell["cxx11_abi"]} --expect-archs "{cell["cuda_archs"]}"' in json.dumps(s).replace('\\"', '"')]
+        assert [
+            s
+            for s in scripts
+            if f'--expect-cxx11-abi {cell["cxx11_abi"]} --expect-archs "{cell["cuda_archs"]}"'
+            in json.dumps(s).replace('\\"', '"')
+        ]
 
 
 def test_a_build_string_with_another_hash_names_its_own_cells(matrix_json):

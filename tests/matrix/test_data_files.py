@@ -42,21 +42,43 @@ def _write(tmp_path, text):
     return path
 
 
-HEAD = ("schema: 1\nworlds:\n  conda-forge:\n    channels: [conda-forge]\n    cxx11_abi: 1\n"
-        "    platforms: [linux-64, linux-aarch64]\nreleases:\n")
+HEAD = (
+    "schema: 1\nworlds:\n  conda-forge:\n    channels: [conda-forge]\n    cxx11_abi: 1\n"
+    "    platforms: [linux-64, linux-aarch64]\nreleases:\n"
+)
 
 
 @pytest.mark.parametrize(
     ("row", "key", "value"),
     [
-        ("- world: conda-forge\n  torch: 2.7.1\n  cuda: 12.9\n  python: ['3.12']\n  platforms: [linux-64]\n  source: https://x\n", "releases[0].cuda", "12.9"),
-        ("- world: conda-frge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n"
-         "  platforms: [linux-64]\n  source: https://x\n", "releases[0].world", "conda-frge"),
-        ("- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n  platforms: [win-64]\n  source: https://x\n", "releases[0].platforms[0]", "win-64"),
-        ("- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n"
-         "  platforms: [linux-64]\n  source: ''\n", "releases[0].source", ""),
-        ("- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n"
-         "  platforms: [linux-64]\n  source: https://x\n  abi: 1\n", "releases[0].abi", "unknown key"),
+        (
+            "- world: conda-forge\n  torch: 2.7.1\n  cuda: 12.9\n  python: ['3.12']\n  platforms: [linux-64]\n  source: https://x\n",
+            "releases[0].cuda",
+            "12.9",
+        ),
+        (
+            "- world: conda-frge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n"
+            "  platforms: [linux-64]\n  source: https://x\n",
+            "releases[0].world",
+            "conda-frge",
+        ),
+        (
+            "- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n  platforms: [win-64]\n  source: https://x\n",
+            "releases[0].platforms[0]",
+            "win-64",
+        ),
+        (
+            "- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n"
+            "  platforms: [linux-64]\n  source: ''\n",
+            "releases[0].source",
+            "",
+        ),
+        (
+            "- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n"
+            "  platforms: [linux-64]\n  source: https://x\n  abi: 1\n",
+            "releases[0].abi",
+            "unknown key",
+        ),
     ],
 )
 def test_bad_release_rows_name_file_key_and_value(tmp_path, row, key, value):
@@ -95,11 +117,13 @@ def test_policy_errors_name_the_key(tmp_path, repo):
     ("old", "new", "key"),
     [
         ("offset_intragraph: uint64_t", "offset_intragraph: uint16_t", "offset_intragraph"),
-        ("offset_intragraph: uint64_t\n  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, "
-         "flash_bwd_params: 648}\n  verdict: shared",
-         "offset_intragraph: uint64_t\n  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, "
-         "flash_bwd_params: 648}\n  verdict: own-build",
-         "verdict"),
+        (
+            "offset_intragraph: uint64_t\n  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, "
+            "flash_bwd_params: 648}\n  verdict: shared",
+            "offset_intragraph: uint64_t\n  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, "
+            "flash_bwd_params: 648}\n  verdict: own-build",
+            "verdict",
+        ),
     ],
 )
 def test_a_kernel_abi_row_the_shim_cannot_build_names_its_key(repo, tmp_path, old, new, key):

@@ -14,7 +14,9 @@ from faforge.matrix.variants import GENERATED_HEADER, generated_files, stale_fil
 def _faforge(args, root):
     return subprocess.run(
         [sys.executable, "-m", "faforge", *args],
-        capture_output=True, text=True, env={"FAFORGE_ROOT": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        env={"FAFORGE_ROOT": str(root), "PATH": "/usr/bin:/bin"},
     )
 
 
@@ -29,8 +31,13 @@ def test_generated_variant_configs_are_fresh(repo):
 def test_one_file_per_platform_and_world(repo):
     matrix = load_matrix(repo)
     names = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)}
-    assert names == {"linux-64-conda-forge.yaml", "linux-64-pytorch.yaml", "linux-aarch64-conda-forge.yaml",
-                     "flash-attn-3-linux-64-conda-forge.yaml", "flash-attn-3-linux-aarch64-conda-forge.yaml"}
+    assert names == {
+        "linux-64-conda-forge.yaml",
+        "linux-64-pytorch.yaml",
+        "linux-aarch64-conda-forge.yaml",
+        "flash-attn-3-linux-64-conda-forge.yaml",
+        "flash-attn-3-linux-aarch64-conda-forge.yaml",
+    }
     with_pip = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells)}
     assert with_pip == names | {"linux-64-pypi.yaml", "linux-aarch64-pypi.yaml"}
 
@@ -84,5 +91,8 @@ def test_every_variant_file_zips_each_cells_philox_width(repo):
         assert "philox_offset_bits" in data["zip_keys"][0], path.name
         assert len(data["philox_offset_bits"]) == len(data["torch_version"]), path.name
         widths = dict(zip(data["torch_version"], data["philox_offset_bits"], strict=True))
-        assert widths == {c.torch: str(c.philox_offset_bits) for c in [*matrix.cells, *matrix.pip_cells]
-                          if path.name.startswith(f"{c.platform}-{c.world}.")}
+        assert widths == {
+            c.torch: str(c.philox_offset_bits)
+            for c in [*matrix.cells, *matrix.pip_cells]
+            if path.name.startswith(f"{c.platform}-{c.world}.")
+        }

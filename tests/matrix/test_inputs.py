@@ -40,14 +40,21 @@ def identities(root: Path) -> dict[str, dict[str, str]]:
     cells_by_key = {(c.platform, c.python, c.torch, c.cuda, str(c.cxx11_abi)): c.id for c in matrix.cells}
     out: dict[str, dict[str, str]] = {"cells": {}, "kernels": {}}
     for platform, world in sorted({(c.platform, c.world) for c in matrix.cells}):
-        for variant in render_platform(matrix.recipe_path, variant_config_path(matrix.variants_dir, platform, world), platform):
+        for variant in render_platform(
+            matrix.recipe_path, variant_config_path(matrix.variants_dir, platform, world), platform
+        ):
             recipe, used = variant.recipe.to_dict(), variant.recipe.used_variant
             build = recipe["build"]["string"]
             if recipe["package"]["name"] == FLASH_ATTN.kernel_package:
                 out["kernels"][f"{platform}/{build_string_head(build)}"] = build
             else:
-                key = (platform, str(used["python"]).split(".*")[0], str(used["torch_version"]),
-                       str(used["cuda_compiler_version"]), str(used["cxx11_abi"]))
+                key = (
+                    platform,
+                    str(used["python"]).split(".*")[0],
+                    str(used["torch_version"]),
+                    str(used["cuda_compiler_version"]),
+                    str(used["cxx11_abi"]),
+                )
                 out["cells"][cells_by_key[key]] = build
     return out
 
@@ -90,18 +97,37 @@ def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> 
     entries = [(platform_of[cell], FLASH_ATTN.package, build) for cell, build in held["cells"].items()]
     entries += [(key.split("/")[0], FLASH_ATTN.kernel_package, build) for key, build in held["kernels"].items()]
     for subdir in ("linux-64", "linux-aarch64", "noarch"):
-        packages = {f"{name}-{version}-{build}.conda": {
-            "name": name, "version": version, "build": build, "build_number": int(build.rsplit("_", 1)[1]), "subdir": subdir,
-            "depends": [], "md5": "0" * 32, "sha256": "0" * 64, "size": 1} for sub, name, build in entries if sub == subdir}
+        packages = {
+            f"{name}-{version}-{build}.conda": {
+                "name": name,
+                "version": version,
+                "build": build,
+                "build_number": int(build.rsplit("_", 1)[1]),
+                "subdir": subdir,
+                "depends": [],
+                "md5": "0" * 32,
+                "sha256": "0" * 64,
+                "size": 1,
+            }
+            for sub, name, build in entries
+            if sub == subdir
+        }
         (channel / subdir).mkdir(parents=True)
-        (channel / subdir / "repodata.json").write_text(json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": packages}))
+        (channel / subdir / "repodata.json").write_text(
+            json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": packages})
+        )
     return channel
 
 
 def plan(root: Path, channel: Path, cache: Path) -> dict:
     env = dict(os.environ, FAFORGE_ROOT=str(root), FAFORGE_CACHE_DIR=str(cache))
-    result = subprocess.run([sys.executable, "-m", "faforge", "plan", "--channel", str(channel), "--json"],
-                            capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "plan", "--channel", str(channel), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -121,7 +147,9 @@ def test_plan_rebuilds_what_a_glue_edit_made_stale_and_nothing_after_a_doctor_ed
     # The conda cells' kernel packages are all held; the kernel jobs left are those only pip cells need (the pip world).
     conda = [k for k in data["kernel_packages"] if any(not c.startswith("pypi/") for c in k["cells"])]
     assert conda and all(k["in_channel"] for k in conda)
-    assert {j["cell"].split("/")[0] for stage in ("kernels", "kernel_links") for c in data[stage] for j in c["include"]} <= {"pypi"}
+    assert {
+        j["cell"].split("/")[0] for stage in ("kernels", "kernel_links") for c in data[stage] for j in c["include"]
+    } <= {"pypi"}
     assert len(data["stale"]) == data["cells"] and all(f"/{FLASH_ATTN.package}-" in name for name in data["stale"])
 
 
@@ -134,7 +162,9 @@ def test_the_recipe_counts_per_output_and_its_comments_not_at_all(checkout):
     recipe.write_text(text.replace("python -m faforge.gpu.run_suite", "python -X utf8 -m faforge.gpu.run_suite"))
     glue_test = input_digests(checkout)
     assert glue_test[KERNEL_INPUTS] == base[KERNEL_INPUTS] and glue_test[GLUE_INPUTS] != base[GLUE_INPUTS]
-    recipe.write_text(text.replace("python -m faforge.kernels.torchfree", "python -X utf8 -m faforge.kernels.torchfree"))
+    recipe.write_text(
+        text.replace("python -m faforge.kernels.torchfree", "python -X utf8 -m faforge.kernels.torchfree")
+    )
     kernel_test = input_digests(checkout)
     assert kernel_test[KERNEL_INPUTS] != base[KERNEL_INPUTS] and kernel_test[GLUE_INPUTS] == base[GLUE_INPUTS]
 
@@ -145,13 +175,19 @@ def shipped_files(recipe_path: Path) -> set[Path]:
     for source in yaml.safe_load(recipe_path.read_text())["source"]:
         if "path" in source:
             path = (recipe_path.parent / source["path"]).resolve()
-            out |= {p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts} if path.is_dir() else {path}
+            out |= (
+                {p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+                if path.is_dir()
+                else {path}
+            )
     return out
 
 
 def test_every_file_the_recipe_ships_is_an_input_of_an_output(repo):
     covered = {p.resolve() for p in input_files(repo, FLASH_ATTN.kernel_inputs + FLASH_ATTN.glue_inputs)}
-    missing = sorted(str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN.recipe_dir / "recipe.yaml") - covered)
+    missing = sorted(
+        str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN.recipe_dir / "recipe.yaml") - covered
+    )
     assert not missing, f"add these to faforge.family's kernel_inputs or glue_inputs: {missing}"
     assert not any("doctor" in p.parts for p in covered)
 
@@ -160,7 +196,9 @@ def test_the_committed_variant_files_carry_todays_digests(repo):
     digests = input_digests(repo)
     for path in sorted((repo / "variants").glob("linux-*.yaml")):
         data = yaml.safe_load(path.read_text())
-        assert {key: data[key] for key in digests} == {key: [value] for key, value in digests.items()}, f"run `faforge generate` ({path.name})"
+        assert {key: data[key] for key in digests} == {key: [value] for key, value in digests.items()}, (
+            f"run `faforge generate` ({path.name})"
+        )
 
 
 def fa3_identities(root: Path) -> dict[str, str]:
@@ -178,7 +216,11 @@ def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
     base = fa3_identities(checkout)
     append(checkout / "scripts/faforge/doctor/__init__.py", "\n# a doctor edit\n")
     assert fa3_identities(checkout) == base
-    for edited in ("recipes/flash-attn-3/build_flash_attn_3.py", "scripts/faforge/backend/toolchain.py", "scripts/faforge/abi/stable.py"):
+    for edited in (
+        "recipes/flash-attn-3/build_flash_attn_3.py",
+        "scripts/faforge/backend/toolchain.py",
+        "scripts/faforge/abi/stable.py",
+    ):
         before = fa3_identities(checkout)
         append(checkout / edited, "\n# a comment\n")
         assert fa3_identities(checkout) == before, f"{edited}: a comment changes no behaviour"
@@ -188,5 +230,7 @@ def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
 
 def test_every_file_the_fa3_recipe_ships_is_its_input(repo):
     covered = {p.resolve() for p in input_files(repo, FLASH_ATTN_3.inputs)}
-    missing = sorted(str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN_3.recipe_dir / "recipe.yaml") - covered)
+    missing = sorted(
+        str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN_3.recipe_dir / "recipe.yaml") - covered
+    )
     assert not missing, f"add these to faforge.family's FLASH_ATTN_3.inputs: {missing}"

@@ -27,8 +27,12 @@ def matrix(repo):
 
 def test_one_kernel_package_per_platform_cuda_archs_and_philox_layout(matrix):
     keys = {(c.platform, c.cuda, c.cuda_archs, c.philox_offset_bits) for c in matrix.cells}
-    assert len(matrix.kernels) == len(keys) == 12, "the split build: 10 (platform, CUDA, archs), cu129 twice on both platforms"
-    assert sorted(c for k in matrix.kernels for c in k.cell_ids) == sorted(c.id for c in matrix.cells), "every cell in exactly one"
+    assert len(matrix.kernels) == len(keys) == 12, (
+        "the split build: 10 (platform, CUDA, archs), cu129 twice on both platforms"
+    )
+    assert sorted(c for k in matrix.kernels for c in k.cell_ids) == sorted(c.id for c in matrix.cells), (
+        "every cell in exactly one"
+    )
     cells = {c.id: c for c in matrix.cells}
     for package in matrix.kernels:
         assert package.name == KERNEL_PACKAGE and package.version == matrix.policy.flash_attn_version
@@ -76,8 +80,12 @@ def test_build_string_prefix_follows_the_recipe_convention(matrix):
     cu130 = by_id["linux-64/cu130/sm80_90_100_120ptx/philox64"]
     assert cu130.key.build_string_prefix == "cu130_sm80_90_100_120ptx_philox64_h"
     assert cu130.build_string_matches("cu130_sm80_90_100_120ptx_philox64_h1a2b3c4_0")
-    assert not cu130.build_string_matches("cu130_sm80_90_100_120ptx_philox64_h1a2b3c4_1"), "another build number is another build"
-    assert not cu130.build_string_matches("cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0"), "another layout is another build"
+    assert not cu130.build_string_matches("cu130_sm80_90_100_120ptx_philox64_h1a2b3c4_1"), (
+        "another build number is another build"
+    )
+    assert not cu130.build_string_matches("cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0"), (
+        "another layout is another build"
+    )
     assert not cu130.build_string_matches("cu129_sm80_90_100_120ptx_philox64_h1a2b3c4_0")
     assert by_id["linux-64/cu121/sm80_90ptx/philox32"].key.build_string_prefix == "cu121_sm80_90ptx_philox32_h"
 
@@ -103,8 +111,10 @@ def test_a_kernel_key_in_two_worlds_is_refused(repo, tmp_path):
     shutil.copytree(repo / "variants", root / "variants")
     releases = root / "variants" / "releases.yaml"
     text = releases.read_text()
-    row = ("- world: conda-forge\n  torch: 2.5.1\n  cuda: '12.4'\n  python: ['3.10', '3.11', '3.12']\n"
-           "  platforms: [linux-64]\n  source: a test's made-up row\n")
+    row = (
+        "- world: conda-forge\n  torch: 2.5.1\n  cuda: '12.4'\n  python: ['3.10', '3.11', '3.12']\n"
+        "  platforms: [linux-64]\n  source: a test's made-up row\n"
+    )
     releases.write_text(text.replace("releases:\n", "releases:\n" + row, 1))
     with pytest.raises(DataError) as caught:
         load_matrix(root)
@@ -122,7 +132,9 @@ def rendered_kernel_builds(recipe: Path, variants_dir: Path, platform: str, worl
         recipe_dict = stage1.to_dict()
         if recipe_dict["package"]["name"] == KERNEL_PACKAGE:
             used = stage1.used_variant
-            key = KernelKey(platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]), int(used["philox_offset_bits"]))
+            key = KernelKey(
+                platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]), int(used["philox_offset_bits"])
+            )
             out.setdefault(key, set()).add(recipe_dict["build"]["string"])
     return out
 
@@ -147,7 +159,11 @@ def test_a_torch_derived_context_entry_splits_the_kernel_build_per_torch(matrix,
     """Control, and the trap for the real recipe: a top-level context entry computed from torch_version
     is evaluated for every output, so the kernel output renders one build per torch minor."""
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(TINY_SPLIT_RECIPE.replace("context:\n", "context:\n  torch_minor: ${{ (torch_version | split('.'))[:2] | join('_') }}\n", 1))
+    recipe.write_text(
+        TINY_SPLIT_RECIPE.replace(
+            "context:\n", "context:\n  torch_minor: ${{ (torch_version | split('.'))[:2] | join('_') }}\n", 1
+        )
+    )
     builds = rendered_kernel_builds(recipe, matrix.variants_dir, "linux-64", "conda-forge")
     cu130 = next(k for k in builds if k.cuda == "13.0")
     assert len(builds[cu130]) == len({c.torch_minor for c in matrix.cells if kernel_key(c) == cu130}) > 1
@@ -160,8 +176,12 @@ def test_a_kernel_job_renders_the_kernel_output_of_its_cells_philox_layout(matri
     recipe.write_text(TINY_SPLIT_RECIPE)
     by_key = {k.key: k for k in matrix.kernels}
     cells = {c.id: c for c in matrix.cells}
-    for cell_id in ("linux-64/py312/torch2.9/cu129/abi1", "linux-64/py312/torch2.10/cu129/abi1",
-                    "linux-aarch64/py312/torch2.8/cu129/abi1", "linux-aarch64/py312/torch2.11/cu129/abi1"):
+    for cell_id in (
+        "linux-64/py312/torch2.9/cu129/abi1",
+        "linux-64/py312/torch2.10/cu129/abi1",
+        "linux-aarch64/py312/torch2.8/cu129/abi1",
+        "linux-aarch64/py312/torch2.11/cu129/abi1",
+    ):
         cell = cells[cell_id]
         rendered = render_kernel_output(cell, recipe, matrix.variants_dir)
         assert rendered.recipe["package"]["name"] == KERNEL_PACKAGE
@@ -174,8 +194,10 @@ def test_variants_readme_lists_every_kernel_key(matrix, repo):
     assert len(rows) == len(matrix.kernels)
     for package in matrix.kernels:
         key = package.key
-        row = (f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | "
-               f"{len(package.cell_ids)} (")
+        row = (
+            f"| {key.platform} | {key.cuda} | `{key.cuda_archs}` | philox{key.philox_offset_bits} | "
+            f"{len(package.cell_ids)} ("
+        )
         assert any(line.startswith(row) for line in rows), row
 
 
@@ -191,8 +213,12 @@ def test_a_kernel_packages_exact_build_is_the_one_its_cells_pin(matrix):
     assert all(pin.spec in r.run_requirements for r in mine)
 
     def pinning(cell, build: str):
-        return replace(cell, run_requirements=tuple(f"{KERNEL_PACKAGE} =={package.version} {build}" if s == pin.spec else s
-                                                    for s in cell.run_requirements))
+        return replace(
+            cell,
+            run_requirements=tuple(
+                f"{KERNEL_PACKAGE} =={package.version} {build}" if s == pin.spec else s for s in cell.run_requirements
+            ),
+        )
 
     other = package.key.build_string_prefix + "0000000_" + str(package.build_number)
     with pytest.raises(FaforgeError, match="pin 2 different builds") as caught:

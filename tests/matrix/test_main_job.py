@@ -19,8 +19,9 @@ def run_matrix(*args: str, pip_index: str | None = None) -> subprocess.Completed
     env = {k: v for k, v in os.environ.items() if k != "FAFORGE_PIP_INDEX"}
     if pip_index is not None:
         env["FAFORGE_PIP_INDEX"] = pip_index
-    return subprocess.run([sys.executable, "-m", "faforge", "matrix", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "matrix", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def matrix_text(*args: str, pip_index: str | None = None) -> str:

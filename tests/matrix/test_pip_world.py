@@ -59,8 +59,12 @@ def test_pip_cells_are_apart_from_the_conda_cells_with_unique_world_prefixed_ids
     assert {c.platform for c in matrix.pip_cells} == {"linux-64", "linux-aarch64"}
     minors = sorted({c.torch_minor for c in matrix.pip_cells}, key=vtuple)
     assert minors[0] == matrix.policy.pip_min_torch == "2.4" and vtuple(minors[-1]) >= (2, 15)
-    assert all(c.wheel in row.source for c in matrix.pip_cells for row in matrix.table.pip_releases
-               if (row.torch, c.platform) == (c.torch, c.platform) and c.platform in row.platforms)
+    assert all(
+        c.wheel in row.source
+        for c in matrix.pip_cells
+        for row in matrix.table.pip_releases
+        if (row.torch, c.platform) == (c.torch, c.platform) and c.platform in row.platforms
+    )
 
 
 def test_each_pip_cell_has_its_rows_abi_and_the_rule_holds_for_pypi(matrix):
@@ -80,7 +84,9 @@ def test_python_set_is_per_release(matrix):
     assert pythons[("2.4", "linux-64")] == {"3.10", "3.11", "3.12"}, "3.8 and 3.9 wheels exist, below min_python"
     assert "3.10" not in pythons[("2.15", "linux-64")] and "3.15" in pythons[("2.15", "linux-64")], "2.15 dropped 3.10"
     assert pythons[("2.13", "linux-aarch64")] == {"3.10", "3.11", "3.12", "3.13", "3.14"}
-    assert not any(p == "linux-aarch64" and vtuple(m) < (2, 11) for m, p in pythons), "PyPI's aarch64 torch is CPU-only before 2.11"
+    assert not any(p == "linux-aarch64" and vtuple(m) < (2, 11) for m, p in pythons), (
+        "PyPI's aarch64 torch is CPU-only before 2.11"
+    )
 
 
 def test_a_kernel_key_a_conda_world_has_is_that_very_package(matrix, repo):
@@ -88,10 +94,15 @@ def test_a_kernel_key_a_conda_world_has_is_that_very_package(matrix, repo):
     is byte for byte the conda cells' pin (same build string, hash included), so it is built once."""
     conda_keys = {k.key: k for k in matrix.kernels}
     shared = {kernel_key(c) for c in matrix.pip_cells} & set(conda_keys)
-    assert {k.id for k in shared} >= {"linux-64/cu121/sm80_90ptx/philox32", "linux-64/cu126/sm80_90ptx/philox32",
-                                      "linux-64/cu130/sm80_90_100_120ptx/philox64",
-                                      "linux-aarch64/cu130/sm80_90_100_120ptx/philox64"}
-    pip_renders = render_pip_kernels(matrix.pip_cells, matrix.recipe_path, matrix.variants_dir)  # rattler-build itself, no cache
+    assert {k.id for k in shared} >= {
+        "linux-64/cu121/sm80_90ptx/philox32",
+        "linux-64/cu126/sm80_90ptx/philox32",
+        "linux-64/cu130/sm80_90_100_120ptx/philox64",
+        "linux-aarch64/cu130/sm80_90_100_120ptx/philox64",
+    }
+    pip_renders = render_pip_kernels(
+        matrix.pip_cells, matrix.recipe_path, matrix.variants_dir
+    )  # rattler-build itself, no cache
     rendered = cached_render_cells(matrix.cells, matrix.recipe_path, matrix.variants_dir)
     for key in shared:
         pin = conda_keys[key].exact_build(rendered)
@@ -108,16 +119,26 @@ def test_the_pip_world_brings_its_own_cuda_128_kernel_package_rendered_from_the_
     renders = render_pip_kernels(cells, matrix.recipe_path, matrix.variants_dir)
     for key_id in ("linux-64/cu128/sm80_90_100_120ptx/philox32", "linux-64/cu128/sm80_90_100_120ptx/philox64"):
         r = renders[key_id]
-        assert r.recipe["package"]["name"] == "libflash-attn-kernels" and own[key_id].build_string_matches(r.build_string)
-        assert own[key_id].world == "pypi" and set(own[key_id].cell_ids) == {c.id for c in cells if kernel_key(c).id == key_id}
-    assert cached_pip_kernels(cells, matrix.recipe_path, matrix.variants_dir)[key_id].build_string == renders[key_id].build_string
+        assert r.recipe["package"]["name"] == "libflash-attn-kernels" and own[key_id].build_string_matches(
+            r.build_string
+        )
+        assert own[key_id].world == "pypi" and set(own[key_id].cell_ids) == {
+            c.id for c in cells if kernel_key(c).id == key_id
+        }
+    assert (
+        cached_pip_kernels(cells, matrix.recipe_path, matrix.variants_dir)[key_id].build_string
+        == renders[key_id].build_string
+    )
 
 
 def test_the_recipe_renders_no_flash_attn_conda_package_for_the_pip_world(matrix):
     variant_file = variant_config_path(matrix.variants_dir, "linux-64", "pypi")
     assert set(yaml.safe_load(variant_file.read_text())["torch_world"]) == {"pypi"}
     first = next(c for c in matrix.pip_cells if c.platform == "linux-64")
-    names = {v.recipe.to_dict()["package"]["name"] for v in render_platform(matrix.recipe_path, variant_file, "linux-64", {cell_key(first.variant())})}
+    names = {
+        v.recipe.to_dict()["package"]["name"]
+        for v in render_platform(matrix.recipe_path, variant_file, "linux-64", {cell_key(first.variant())})
+    }
     assert names == {"libflash-attn-kernels"}
 
 
@@ -126,36 +147,61 @@ def test_every_kernel_package_is_listed_once_with_the_cells_of_every_world(matri
     assert len({k.key for k in every}) == len(every) == len(matrix.kernels) + len(matrix.pip_kernels)
     ids = [i for k in every for i in k.cell_ids]
     assert sorted(ids) == sorted([c.id for c in matrix.cells] + [c.id for c in matrix.pip_cells])
-    assert [k.cell_ids for k in matrix.kernels] == [tuple(i for i in k.cell_ids if not i.startswith("pypi/"))
-                                                    for k in every if k.world != "pypi"], "the conda packages keep their cells"
+    assert [k.cell_ids for k in matrix.kernels] == [
+        tuple(i for i in k.cell_ids if not i.startswith("pypi/")) for k in every if k.world != "pypi"
+    ], "the conda packages keep their cells"
 
 
 def test_glue_identity_follows_its_inputs(matrix):
     builds = {b.cell.id: b for b in pip_builds(matrix)}
     b = builds["pypi/linux-64/py312/torch2.11/cu130/abi1"]
     assert re.fullmatch(r"py312_torch2_11_cu130_cxx11abi1_h[0-9a-f]{7}_0", b.build_string)
-    assert b.glue_version == "2.8.3.post2+torch2.11.cu130.abi1" and b.glue_build_tag == "0" + b.build_string.split("_")[-2]
+    assert (
+        b.glue_version == "2.8.3.post2+torch2.11.cu130.abi1" and b.glue_build_tag == "0" + b.build_string.split("_")[-2]
+    )
     assert b.requires_dist == ("torch>=2.11,<2.12", f"libflash-attn-kernels=={b.kernel_wheel_version}", "einops")
     assert b.kernel_wheel_version == kernel_wheel_version("2.8.3.post2", b.kernel_build) and b.kernel_shared
-    assert b.glue_wheel().startswith("flash_attn-2.8.3.post2+torch2.11.cu130.abi1-0h") and b.glue_wheel().endswith("-cp312-cp312-manylinux_*_x86_64.whl")
+    assert b.glue_wheel().startswith("flash_attn-2.8.3.post2+torch2.11.cu130.abi1-0h") and b.glue_wheel().endswith(
+        "-cp312-cp312-manylinux_*_x86_64.whl"
+    )
     assert len({x.build_string for x in builds.values()}) == len(builds)
     args = {"platform": "linux-64", "version": "2.8.3.post2", "build_number": 0}
     base = glue_wheel_hash(b.cell.variant(), {"glue_inputs": "a", "kernel_inputs": "b"}, b.kernel_build, **args)
     assert base == glue_wheel_hash(b.cell.variant(), {"glue_inputs": "a", "kernel_inputs": "b"}, b.kernel_build, **args)
     assert base != glue_wheel_hash(b.cell.variant(), {"glue_inputs": "c", "kernel_inputs": "b"}, b.kernel_build, **args)
-    assert base != glue_wheel_hash(b.cell.variant(), {"glue_inputs": "a", "kernel_inputs": "b"}, b.kernel_build.replace("_h", "_h0"), **args)
-    assert base != glue_wheel_hash({**b.cell.variant(), "torch_version": "2.11.1"}, {"glue_inputs": "a", "kernel_inputs": "b"}, b.kernel_build, **args)
+    assert base != glue_wheel_hash(
+        b.cell.variant(), {"glue_inputs": "a", "kernel_inputs": "b"}, b.kernel_build.replace("_h", "_h0"), **args
+    )
+    assert base != glue_wheel_hash(
+        {**b.cell.variant(), "torch_version": "2.11.1"},
+        {"glue_inputs": "a", "kernel_inputs": "b"},
+        b.kernel_build,
+        **args,
+    )
 
 
 def test_kernel_pins_refuse_a_shared_key_the_pip_world_renders_differently(matrix, repo_copy):
     """Were the pip world's compilers another than the conda world's for a shared CUDA, the 'same' package
     would be two: an error naming the key, not a silent second build."""
     policy = repo_copy / "variants" / "matrix.yaml"
-    policy.write_text(policy.read_text().replace("- world: pypi\n  cuda: '>=12.8'\n  gcc: '14'", "- world: pypi\n  cuda: '>=12.8'\n  gcc: '13'"))
-    assert subprocess.run([sys.executable, "-m", "faforge", "generate"], env={"FAFORGE_ROOT": str(repo_copy), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True).returncode == 0
+    policy.write_text(
+        policy.read_text().replace(
+            "- world: pypi\n  cuda: '>=12.8'\n  gcc: '14'", "- world: pypi\n  cuda: '>=12.8'\n  gcc: '13'"
+        )
+    )
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "faforge", "generate"],
+            env={"FAFORGE_ROOT": str(repo_copy), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+        ).returncode
+        == 0
+    )
     changed = load_matrix(repo_copy)
-    with pytest.raises(FaforgeError, match=r"kernel key linux-64/cu130/\S+: the pypi world renders .* the conda world's cells pin"):
+    with pytest.raises(
+        FaforgeError, match=r"kernel key linux-64/cu130/\S+: the pypi world renders .* the conda world's cells pin"
+    ):
         pip_kernel_pins(changed, [c for c in changed.pip_cells if c.cuda == "13.0" and c.platform == "linux-64"])
 
 
@@ -163,30 +209,57 @@ def test_a_missing_pip_cell_is_explained(matrix):
     table, policy = matrix.table, matrix.policy
     assert "has wheels only for python" in explain_missing(table, policy, "pypi/linux-64/py310/torch2.15/cu132/abi1")
     assert "is C++ ABI 0" in explain_missing(table, policy, "pypi/linux-64/py312/torch2.6/cu124/abi1")
-    assert "no CUDA build of torch 2.8 for linux-aarch64" in explain_missing(table, policy, "pypi/linux-aarch64/py312/torch2.8/cu128/abi1")
+    assert "no CUDA build of torch 2.8 for linux-aarch64" in explain_missing(
+        table, policy, "pypi/linux-aarch64/py312/torch2.8/cu128/abi1"
+    )
 
 
 def _pip_row(**fields) -> str:
-    row = {"world": "pypi", "torch": "2.11.0", "cuda": "'13.0'", "python": "['3.12']", "platforms": "[linux-64]", "cxx11_abi": "1",
-           "source": "[torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl]", **fields}
+    row = {
+        "world": "pypi",
+        "torch": "2.11.0",
+        "cuda": "'13.0'",
+        "python": "['3.12']",
+        "platforms": "[linux-64]",
+        "cxx11_abi": "1",
+        "source": "[torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl]",
+        **fields,
+    }
     return "- " + "\n  ".join(f"{k}: {v}" for k, v in row.items() if v is not None) + "\n"
 
 
-HEAD = ("schema: 1\nworlds:\n  conda-forge:\n    channels: [conda-forge]\n    cxx11_abi: 1\n    platforms: [linux-64]\n"
-        "  pypi:\n    index: https://pypi.org/simple\n    channels: [conda-forge]\n"
-        "    platforms: [linux-64, linux-aarch64]\nreleases:\n")
+HEAD = (
+    "schema: 1\nworlds:\n  conda-forge:\n    channels: [conda-forge]\n    cxx11_abi: 1\n    platforms: [linux-64]\n"
+    "  pypi:\n    index: https://pypi.org/simple\n    channels: [conda-forge]\n"
+    "    platforms: [linux-64, linux-aarch64]\nreleases:\n"
+)
 
 
-@pytest.mark.parametrize(("row", "key", "words"), [
-    (_pip_row(cxx11_abi=None), "releases[0].cxx11_abi", "read from the torch build"),
-    (_pip_row(cxx11_abi="true"), "releases[0].cxx11_abi", "invalid value"),
-    (_pip_row(python="['3.12', '3.13']"), "releases[0].source", "no wheel for python 3.13 on linux-64"),
-    (_pip_row(source="[torch-2.11.1-cp312-cp312-manylinux_2_28_x86_64.whl]"), "releases[0].source[0]", "not a wheel of torch 2.11.0"),
-    (_pip_row(source="[torch-2.11.0-cp312-cp312-manylinux_2_28_aarch64.whl]"), "releases[0].source[0]", "python 3.12 on linux-aarch64 is not among"),
-    (_pip_row(source="[torch-2.11.0-cp313-cp313t-manylinux_2_28_x86_64.whl]"), "releases[0].source[0]", "not a CPython torch wheel"),
-    (_pip_row(index="ftp://x"), "releases[0].index", "invalid value"),
-    (_pip_row(tegra="true"), "releases[0].tegra", "unknown key"),
-])
+@pytest.mark.parametrize(
+    ("row", "key", "words"),
+    [
+        (_pip_row(cxx11_abi=None), "releases[0].cxx11_abi", "read from the torch build"),
+        (_pip_row(cxx11_abi="true"), "releases[0].cxx11_abi", "invalid value"),
+        (_pip_row(python="['3.12', '3.13']"), "releases[0].source", "no wheel for python 3.13 on linux-64"),
+        (
+            _pip_row(source="[torch-2.11.1-cp312-cp312-manylinux_2_28_x86_64.whl]"),
+            "releases[0].source[0]",
+            "not a wheel of torch 2.11.0",
+        ),
+        (
+            _pip_row(source="[torch-2.11.0-cp312-cp312-manylinux_2_28_aarch64.whl]"),
+            "releases[0].source[0]",
+            "python 3.12 on linux-aarch64 is not among",
+        ),
+        (
+            _pip_row(source="[torch-2.11.0-cp313-cp313t-manylinux_2_28_x86_64.whl]"),
+            "releases[0].source[0]",
+            "not a CPython torch wheel",
+        ),
+        (_pip_row(index="ftp://x"), "releases[0].index", "invalid value"),
+        (_pip_row(tegra="true"), "releases[0].tegra", "unknown key"),
+    ],
+)
 def test_bad_pip_rows_name_file_key_and_value(tmp_path, row, key, words):
     path = tmp_path / "releases.yaml"
     path.write_text(HEAD + row)
@@ -197,8 +270,10 @@ def test_bad_pip_rows_name_file_key_and_value(tmp_path, row, key, words):
 
 def test_a_conda_row_may_not_carry_its_own_abi_and_a_pip_release_is_not_repeated(tmp_path):
     path = tmp_path / "releases.yaml"
-    path.write_text(HEAD + "- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n  platforms: [linux-64]\n"
-                    "  cxx11_abi: 1\n  source: https://x\n")
+    path.write_text(
+        HEAD + "- world: conda-forge\n  torch: 2.7.1\n  cuda: '12.9'\n  python: ['3.12']\n  platforms: [linux-64]\n"
+        "  cxx11_abi: 1\n  source: https://x\n"
+    )
     with pytest.raises(DataError, match=re.escape("a conda world's C++ ABI is the world's")):
         load_releases(path)
     path.write_text(HEAD + _pip_row() + _pip_row())
@@ -252,14 +327,19 @@ def _offline(args):
 
 def test_matrix_world_pypi_lists_the_pip_cells_offline_fast_and_to_its_schema(matrix):
     default, _ = _offline(["matrix", "--json"])
-    assert default.returncode == 0 and not [c for c in json.loads(default.stdout) if c["id"].startswith("pypi/")], "default: the conda worlds"
+    assert default.returncode == 0 and not [c for c in json.loads(default.stdout) if c["id"].startswith("pypi/")], (
+        "default: the conda worlds"
+    )
     result, seconds = _offline(["matrix", "--world", "pypi", "--json"])
     assert result.returncode == 0, result.stderr
     cells = json.loads(result.stdout)
     jsonschema.validate(cells, json.loads((SCHEMAS / "matrix.json").read_text()))
     assert [c["id"] for c in cells] == [c.id for c in matrix.pip_cells]
     cell = next(c for c in cells if c["id"] == "pypi/linux-64/py312/torch2.6/cu124/abi0")
-    assert cell["torch_wheel"] == "torch-2.6.0-cp312-cp312-manylinux1_x86_64.whl" and cell["index_name"] == "torch2.6-cu124"
+    assert (
+        cell["torch_wheel"] == "torch-2.6.0-cp312-cp312-manylinux1_x86_64.whl"
+        and cell["index_name"] == "torch2.6-cu124"
+    )
     assert cell["kernel_package"]["torch_source"] == "pytorch" and cell["kernel_package"]["shared"] is True
     every, _ = _offline(["matrix", "--world", "all", "--json"])
     assert len(json.loads(every.stdout)) == len(matrix.cells) + len(matrix.pip_cells)

@@ -27,7 +27,10 @@ WHEEL = re.compile(r"torch-(?P<torch>\d+\.\d+\.\d+)-cp(?P<py>3\d+)-cp3\d+-manyli
 
 
 def record(entry: dict) -> SimpleNamespace:
-    return SimpleNamespace(**entry, url=f"https://conda.anaconda.org/conda-forge/{entry['subdir']}/{entry['name']}-{entry['version']}-{entry['build']}.conda")
+    return SimpleNamespace(
+        **entry,
+        url=f"https://conda.anaconda.org/conda-forge/{entry['subdir']}/{entry['name']}-{entry['version']}-{entry['build']}.conda",
+    )
 
 
 def pypi_pythons(torch: str) -> tuple[str, ...]:
@@ -57,14 +60,20 @@ def test_a_python_comes_and_goes_with_the_releases_that_publish_it():
         by_row[(c.world, c.torch, c.cuda)].add(c.python)
     for row in matrix.table.releases:
         if (row.world, row.torch, row.cuda) in by_row:
-            assert by_row[(row.world, row.torch, row.cuda)] == {p for p in row.python if vtuple(p) >= vtuple(matrix.policy.min_python)}, row
-    assert "3.14" in {c.python for c in matrix.cells} and "3.14" not in {c.python for c in matrix.cells if c.world == "pytorch"}
+            assert by_row[(row.world, row.torch, row.cuda)] == {
+                p for p in row.python if vtuple(p) >= vtuple(matrix.policy.min_python)
+            }, row
+    assert "3.14" in {c.python for c in matrix.cells} and "3.14" not in {
+        c.python for c in matrix.cells if c.world == "pytorch"
+    }
 
     pythons_215, pythons_214 = pypi_pythons("2.15.0"), pypi_pythons("2.14.0")
     assert "3.10" in pythons_214 and "3.10" not in pythons_215 and "3.14" in pythons_215, (pythons_214, pythons_215)
     template = next(r for r in matrix.table.releases if r.torch == "2.13.0" and r.cuda == "13.0")
-    rows = [replace(template, torch=torch, python=pythons, source=(f"https://pypi.org/simple/torch/ ({torch})",))
-            for torch, pythons in (("2.14.0", pythons_214), ("2.15.0", pythons_215))]
+    rows = [
+        replace(template, torch=torch, python=pythons, source=(f"https://pypi.org/simple/torch/ ({torch})",))
+        for torch, pythons in (("2.14.0", pythons_214), ("2.15.0", pythons_215))
+    ]
     philox = replace(matrix.philox, by_minor={**matrix.philox.by_minor, "2.14": 64, "2.15": 64})
     cells = build_cells(replace(matrix.table, releases=matrix.table.releases + tuple(rows)), matrix.policy, philox)
     assert {c.python for c in cells if c.torch_minor == "2.15"} == set(pythons_215)
@@ -77,4 +86,3 @@ def test_a_global_python_list_is_refused(tmp_path):
     path.write_text(text.replace("min_python: '3.10'", "python: ['3.10', '3.11']"))
     with pytest.raises(DataError, match=re.escape("matrix.yaml: python: a global list of pythons is no longer read")):
         load_policy(path)
-

@@ -43,7 +43,12 @@ def documented_builds(readme: str) -> list[tuple[str, argparse.Namespace]]:
 
 
 def _key(values: dict) -> tuple:
-    return (str(values["python"]), str(values["torch_version"]), str(values["cuda_compiler_version"]), str(values["cxx11_abi"]))
+    return (
+        str(values["python"]),
+        str(values["torch_version"]),
+        str(values["cuda_compiler_version"]),
+        str(values["cxx11_abi"]),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +81,28 @@ def test_each_documented_file_renders_to_exactly_its_worlds_cells(repo, builds):
         assert set(yaml.safe_load(path.read_text())["torch_world"]) == {world}
         if world in matrix.table.pip_worlds:
             # Only kernel packages: one per kernel key of the world's cells of that platform, no flash-attn.
-            keys = {(c.cuda, c.cuda_archs, str(c.philox_offset_bits)) for c in matrix.pip_cells
-                    if c.world == world and c.platform == args.target_platform}
-            first = {(c.cuda, c.cuda_archs, str(c.philox_offset_bits)): c for c in reversed(matrix.pip_cells) if c.platform == args.target_platform}
-            rendered = render_platform(matrix.recipe_path, path, args.target_platform, {_key(c.variant()) for c in first.values()})
+            keys = {
+                (c.cuda, c.cuda_archs, str(c.philox_offset_bits))
+                for c in matrix.pip_cells
+                if c.world == world and c.platform == args.target_platform
+            }
+            first = {
+                (c.cuda, c.cuda_archs, str(c.philox_offset_bits)): c
+                for c in reversed(matrix.pip_cells)
+                if c.platform == args.target_platform
+            }
+            rendered = render_platform(
+                matrix.recipe_path, path, args.target_platform, {_key(c.variant()) for c in first.values()}
+            )
             assert {v.recipe.to_dict()["package"]["name"] for v in rendered} == {KERNEL_PACKAGE}
-            assert {(str(v.recipe.used_variant["cuda_compiler_version"]), str(v.recipe.used_variant["cuda_archs"]),
-                     str(v.recipe.used_variant["philox_offset_bits"])) for v in rendered} == keys
+            assert {
+                (
+                    str(v.recipe.used_variant["cuda_compiler_version"]),
+                    str(v.recipe.used_variant["cuda_archs"]),
+                    str(v.recipe.used_variant["philox_offset_bits"]),
+                )
+                for v in rendered
+            } == keys
             continue
         want = {_key(c.variant()) for c in matrix.cells if c.world == world and c.platform == args.target_platform}
         assert want, (world, args.target_platform)
@@ -96,4 +116,6 @@ def test_each_documented_file_renders_to_exactly_its_worlds_cells(repo, builds):
 def test_the_parser_rejects_a_line_without_a_variant_file():
     """Control: a line naming no -m file is not taken for a build of some variant file."""
     with pytest.raises(AssertionError, match="names no variant file"):
-        documented_builds("<!-- build: conda-forge -->\n```bash\nrattler-build build -r recipes/flash-attn -c conda-forge\n```\n")
+        documented_builds(
+            "<!-- build: conda-forge -->\n```bash\nrattler-build build -r recipes/flash-attn -c conda-forge\n```\n"
+        )

@@ -60,7 +60,10 @@ def test_run_requirements_pin_the_torch_build(rendered):
     for r in rendered:
         cell, run = r.cell, set(r.run_requirements)
         # conda-forge's spelling (faforge.matrix.cells.python_variant): no free-threaded or other python.
-        assert f"python {cell.python}.* *_{'cp' + cell.python.replace('.', '') if cell.python >= '3.13' else 'cpython'}" in run
+        assert (
+            f"python {cell.python}.* *_{'cp' + cell.python.replace('.', '') if cell.python >= '3.13' else 'cpython'}"
+            in run
+        )
         assert f"cuda-version >={cell.cuda},<{int(cell.cuda.split('.')[0]) + 1}" in run
         if cell.world == "conda-forge":
             bound = next_minor(cell.torch)

@@ -16,8 +16,19 @@ from faforge.matrix.variants import variant_config_path
 
 
 def fields(rendered) -> list:
-    return [(r.cell, r.build_string, r.hash, r.run_requirements, r.run_constraints, r.host_requirements,
-             r.build_requirements, r.recipe) for r in rendered]
+    return [
+        (
+            r.cell,
+            r.build_string,
+            r.hash,
+            r.run_requirements,
+            r.run_constraints,
+            r.host_requirements,
+            r.build_requirements,
+            r.recipe,
+        )
+        for r in rendered
+    ]
 
 
 @pytest.fixture
@@ -59,7 +70,9 @@ def test_a_warm_run_reads_the_entry(matrix, pytorch_cells, cache):
     for record in data["cells"].values():
         record["build_string"] = "from-the-cache"
     entry.write_text(json.dumps(data))
-    assert {r.build_string for r in cached_render_cells(pytorch_cells, matrix.recipe_path, matrix.variants_dir)} == {"from-the-cache"}
+    assert {r.build_string for r in cached_render_cells(pytorch_cells, matrix.recipe_path, matrix.variants_dir)} == {
+        "from-the-cache"
+    }
 
 
 def _not_json(entry):
@@ -110,8 +123,9 @@ def _link_to_dev_zero(entry):
     entry.symlink_to("/dev/zero")
 
 
-@pytest.mark.parametrize("spoil", [_not_json, _other_key, _wrong_type, _missing_field, _missing_cell, _deep, _huge, _fifo,
-                                   _link_to_dev_zero])
+@pytest.mark.parametrize(
+    "spoil", [_not_json, _other_key, _wrong_type, _missing_field, _missing_cell, _deep, _huge, _fifo, _link_to_dev_zero]
+)
 def test_a_bad_entry_is_rendered_again_and_rewritten(matrix, pytorch_cells, real, cache, spoil):
     cached_render_cells(pytorch_cells, matrix.recipe_path, matrix.variants_dir)
     [entry] = cache.glob("*.json")
@@ -146,8 +160,12 @@ def test_the_key_follows_the_environment_the_recipe_reads(matrix, monkeypatch):
 
 def test_a_recipe_that_reads_the_environment_otherwise_is_never_cached(repo_copy, cache):
     copy = load_matrix(repo_copy)
-    copy.recipe_path.write_text(copy.recipe_path.read_text().replace('env.get("CCACHE_DIR", default="")', 'env.get(name_of_dir)'))
-    assert entry_key(copy.recipe_path, variant_config_path(copy.variants_dir, "linux-64", "pytorch"), "linux-64") is None
+    copy.recipe_path.write_text(
+        copy.recipe_path.read_text().replace('env.get("CCACHE_DIR", default="")', "env.get(name_of_dir)")
+    )
+    assert (
+        entry_key(copy.recipe_path, variant_config_path(copy.variants_dir, "linux-64", "pytorch"), "linux-64") is None
+    )
 
 
 def test_a_missing_variant_file_is_the_renders_own_error(repo_copy, cache):

@@ -14,8 +14,12 @@ from faforge.matrix.variants import variant_config_path
 
 def whole_file_render(recipe_path, variant_file, platform: str) -> list:
     """The render `faforge matrix` used before: one config of every combination in the file."""
-    variants = VariantConfig.from_file_with_context(variant_file, JinjaConfig(platform=PlatformConfig(target_platform=platform)))
-    return Stage0Recipe.from_file(recipe_path).render(variants, RenderConfig(platform=PlatformConfig(target_platform=platform)))
+    variants = VariantConfig.from_file_with_context(
+        variant_file, JinjaConfig(platform=PlatformConfig(target_platform=platform))
+    )
+    return Stage0Recipe.from_file(recipe_path).render(
+        variants, RenderConfig(platform=PlatformConfig(target_platform=platform))
+    )
 
 
 def outputs(rendered: list) -> dict:
@@ -35,7 +39,9 @@ def matrix(repo):
     return load_matrix(repo)
 
 
-@pytest.mark.parametrize("platform, world", [("linux-64", "conda-forge"), ("linux-64", "pytorch"), ("linux-aarch64", "conda-forge")])
+@pytest.mark.parametrize(
+    "platform, world", [("linux-64", "conda-forge"), ("linux-64", "pytorch"), ("linux-aarch64", "conda-forge")]
+)
 def test_one_combination_at_a_time_renders_what_the_whole_file_renders(matrix, platform, world):
     variant_file = variant_config_path(matrix.variants_dir, platform, world)
     expected = outputs(whole_file_render(matrix.recipe_path, variant_file, platform))
@@ -45,7 +51,8 @@ def test_one_combination_at_a_time_renders_what_the_whole_file_renders(matrix, p
         # The whole file renders a kernel output once per cell that shares it; one by one does the same.
         assert renders == expected[key], key
     assert len([c for c in matrix.cells if (c.platform, c.world) == (platform, world)]) == len(
-        [key for key in got if key[0] == "flash-attn"])
+        [key for key in got if key[0] == "flash-attn"]
+    )
 
 
 def test_only_the_cells_asked_for_are_rendered(matrix):

@@ -18,8 +18,12 @@ from faforge.matrix.variants import variant_config_path
 
 
 def faforge(args, root, cache, **env):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"], "FAFORGE_ROOT": str(root), "FAFORGE_CACHE_DIR": str(cache), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], "FAFORGE_ROOT": str(root), "FAFORGE_CACHE_DIR": str(cache), **env},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +31,16 @@ def matrix(repo):
     return load_matrix(repo)
 
 
-@pytest.mark.parametrize("platform,world", [("linux-64", "conda-forge"), ("linux-64", "pytorch"), ("linux-aarch64", "conda-forge")])
+@pytest.mark.parametrize(
+    "platform,world", [("linux-64", "conda-forge"), ("linux-64", "pytorch"), ("linux-aarch64", "conda-forge")]
+)
 def test_the_store_is_todays_real_render(matrix, platform, world):
     cells = [c for c in matrix.cells if (c.platform, c.world) == (platform, world)]
     key = entry_key(matrix.recipe_path, variant_config_path(matrix.variants_dir, platform, world), platform, {})
     expected = entry_text(key, render_cells(cells, matrix.recipe_path, matrix.variants_dir))
-    assert store_path(matrix.variants_dir, platform, world).read_text() == expected, "run `faforge generate` and commit variants/renders/"
+    assert store_path(matrix.variants_dir, platform, world).read_text() == expected, (
+        "run `faforge generate` and commit variants/renders/"
+    )
 
 
 def test_a_cold_matrix_reads_the_store_and_renders_nothing(repo, tmp_path):
@@ -48,7 +56,9 @@ def test_a_cold_matrix_reads_the_store_and_renders_nothing(repo, tmp_path):
 @pytest.mark.slow  # the stale store is not read, so every cell renders with rattler-build (3 s of CPU)
 def test_a_stale_store_is_not_read_and_generate_check_names_it(repo_copy, tmp_path):
     recipe = repo_copy / "recipes" / "flash-attn" / "recipe.yaml"
-    recipe.write_text(recipe.read_text().replace("build_flash_attn.py --kernels-only", "build_flash_attn.py  --kernels-only"))
+    recipe.write_text(
+        recipe.read_text().replace("build_flash_attn.py --kernels-only", "build_flash_attn.py  --kernels-only")
+    )
     stale = store_path(repo_copy / "variants", "linux-64", "pytorch")
     data = stale.read_text().replace('"build_string": "', '"build_string": "from-a-stale-store-')
     stale.write_text(data)

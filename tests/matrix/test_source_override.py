@@ -48,7 +48,9 @@ def test_the_overridden_recipe_sits_beside_the_real_one_and_goes_away(tmp_path):
     with recipe_file(recipe, SourceOverride.from_sdist(sdist)) as overridden:
         assert overridden.name == "recipe.yaml" and overridden.parent.parent == recipe.parent.parent
         # every other file of the recipe folder is there, so relative `path:` sources still resolve
-        assert (overridden.parent / "build_flash_attn.py").resolve() == (recipe.parent / "build_flash_attn.py").resolve()
+        assert (overridden.parent / "build_flash_attn.py").resolve() == (
+            recipe.parent / "build_flash_attn.py"
+        ).resolve()
         assert sdist.as_uri() in overridden.read_text()
     assert not overridden.parent.exists()
     with recipe_file(recipe, None) as plain:
@@ -58,8 +60,19 @@ def test_the_overridden_recipe_sits_beside_the_real_one_and_goes_away(tmp_path):
 def test_a_missing_sdist_is_a_user_error(tmp_path):
     with pytest.raises(FaforgeError, match="no such file"):
         SourceOverride.from_sdist(tmp_path / "missing.tar.gz")
-    result = subprocess.run([sys.executable, "-m", "faforge", "build", "linux-64/py312/torch2.11/cu130/abi1", "--source", str(tmp_path / "missing.tar.gz")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "build",
+            "linux-64/py312/torch2.11/cu130/abi1",
+            "--source",
+            str(tmp_path / "missing.tar.gz"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr and "no such file" in result.stderr
 
 

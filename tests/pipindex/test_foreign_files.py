@@ -38,8 +38,12 @@ def plant(root: Path, files: dict[str, bytes]) -> None:
 def test_foreign_files_beside_the_layout_are_reported_and_kept(tmp_path, wheels):
     glue, kernel, manifest = wheels
     root = tmp_path / "index"
-    foreign = {"README.md": b"our wheels\n", "torch2.10-cu130/index.html": HAND_MADE,
-               "torch2.11-cu130/docs/index.html": HAND_MADE, "torch2.11-cu130/notes.txt": b"notes\n"}
+    foreign = {
+        "README.md": b"our wheels\n",
+        "torch2.10-cu130/index.html": HAND_MADE,
+        "torch2.11-cu130/docs/index.html": HAND_MADE,
+        "torch2.11-cu130/notes.txt": b"notes\n",
+    }
     plant(root, foreign)
     result = publish([glue, kernel], manifest, root)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr

@@ -26,12 +26,18 @@ from tests.support.http_server import serve_directory
 
 pytestmark = pytest.mark.slow
 
-TORCHES = ("2.11.0", "2.14.1", "2.14.1+cu130")  # the venvs: PyPI's 2.11 and 2.14, and PyTorch's own index's 2.14.1+cu130
+TORCHES = (
+    "2.11.0",
+    "2.14.1",
+    "2.14.1+cu130",
+)  # the venvs: PyPI's 2.11 and 2.14, and PyTorch's own index's 2.14.1+cu130
 DOC_BASES = ("https://faforge.github.io/wheels/", "http://127.0.0.1:8000/", "$FAFORGE_PIP_INDEX/")
 # What the docs say of the two unpinned lines, checked beside the measurement (the installing page, pip or uv).
-README_SAYS = {"upgrade": "both take our\n  2.14 glue and **upgrade torch** to PyPI's 2.14.1",
-               "sdist": "pip backtracks from our\n  wheel to PyPI's `flash-attn` sdist, "
-                        "downloads it and runs its build, which fails with a traceback"}
+README_SAYS = {
+    "upgrade": "both take our\n  2.14 glue and **upgrade torch** to PyPI's 2.14.1",
+    "sdist": "pip backtracks from our\n  wheel to PyPI's `flash-attn` sdist, "
+    "downloads it and runs its build, which fails with a traceback",
+}
 KERNEL_128 = f"{tw.SDIST_VERSION}+cu128.sm80.philox64.h0000128"
 
 
@@ -43,16 +49,25 @@ def glue_version(minor: str, cuda: str = "130") -> str:
 def base(tmp_path_factory):
     """The three indexes' loopback base URL (the glue wheels are cp311, as this Python, and need their torch minor)."""
     out, manifest = tmp_path_factory.mktemp("wheels"), tmp_path_factory.mktemp("verification")
-    wheels = [tw.build_wheel(tw.glue("2.14", python="311", pin_torch=True), out), tw.build_wheel(tw.glue("2.11", python="311", pin_torch=True), out),
-              tw.build_wheel(tw.kernel(), out), tw.build_wheel(tw.fa3(), out),
-              tw.build_wheel(tw.glue("2.14", cuda="128", python="311", pin_torch=True, kernel=KERNEL_128), out),
-              tw.build_wheel(tw.kernel(KERNEL_128.split("+")[1]), out)]
+    wheels = [
+        tw.build_wheel(tw.glue("2.14", python="311", pin_torch=True), out),
+        tw.build_wheel(tw.glue("2.11", python="311", pin_torch=True), out),
+        tw.build_wheel(tw.kernel(), out),
+        tw.build_wheel(tw.fa3(), out),
+        tw.build_wheel(tw.glue("2.14", cuda="128", python="311", pin_torch=True, kernel=KERNEL_128), out),
+        tw.build_wheel(tw.kernel(KERNEL_128.split("+")[1]), out),
+    ]
     for wheel in wheels:
         tw.record_gates(manifest, wheel)
     root = tmp_path_factory.mktemp("index") / "wheels"
     published = publish(wheels, manifest, root)
     assert published.returncode == 0, published.stdout + published.stderr
-    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["files", "torch2.11-cu130", "torch2.14-cu128", "torch2.14-cu130"]
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [
+        "files",
+        "torch2.11-cu130",
+        "torch2.14-cu128",
+        "torch2.14-cu130",
+    ]
     with serve_directory(root) as url:
         yield url
 
@@ -62,7 +77,10 @@ def standin(tmp_path_factory):
     """A stand-in for PyPI holding tiny torch 2.11.0 and 2.14.1 wheels: where a resolver backtracks into torch's own
     candidates (pip does, before it refuses), it fetches these, not PyPI's torch and its 1.3 GB of NVIDIA wheels."""
     out = tmp_path_factory.mktemp("torch")
-    wheels = [tw.build_wheel(tw.Spec("torch", torch, "py3-none-any", requires_python=">=3.10", package="torch"), out) for torch in ("2.11.0", "2.14.1")]
+    wheels = [
+        tw.build_wheel(tw.Spec("torch", torch, "py3-none-any", requires_python=">=3.10", package="torch"), out)
+        for torch in ("2.11.0", "2.14.1")
+    ]
     with serve_directory(simple_index(tmp_path_factory.mktemp("standin"), wheels)) as url:
         yield url
 
@@ -88,7 +106,11 @@ def printed(form: str, index: str, pins: tuple[str, ...], python: Path, tmp: Pat
         return instructions.uv_command(index, pins, str(python), "--reinstall-package", FLASH_ATTN.package)
     requirements = tmp / "requirements.txt"
     requirements.write_text(instructions.requirements_txt(index, pins))
-    return f"{python} -m pip install -r {requirements}" if form == "requirements-pip" else f"uv pip install --python {python} -r {requirements}"
+    return (
+        f"{python} -m pip install -r {requirements}"
+        if form == "requirements-pip"
+        else f"uv pip install --python {python} -r {requirements}"
+    )
 
 
 FORMS = ("pip", "uv", "uv-reinstall", "requirements-pip", "requirements-uv")
@@ -102,9 +124,13 @@ def test_every_printed_line_keeps_the_installed_torch_and_adds_only_our_wheels(f
     wheel and keep torch."""
     needs_uv("uv" if "uv" in form else "pip")
     pins = instructions.requirements(glue_version("2.14"), "2.14.1")
-    ran = dry_run(printed(form, instructions.index_url("torch2.14-cu130", base), pins, venvs[installed], tmp_path), tmp_path)
+    ran = dry_run(
+        printed(form, instructions.index_url("torch2.14-cu130", base), pins, venvs[installed], tmp_path), tmp_path
+    )
     assert ran.returncode == 0, ran.output[-3000:]
-    assert ran.install == {FLASH_ATTN.package: glue_version("2.14"), FLASH_ATTN.kernel_package: tw.KERNEL_VERSION}, ran.output[-3000:]
+    assert ran.install == {FLASH_ATTN.package: glue_version("2.14"), FLASH_ATTN.kernel_package: tw.KERNEL_VERSION}, (
+        ran.output[-3000:]
+    )
     assert ran.remove == {}, ran.output[-3000:]
 
 
@@ -115,7 +141,11 @@ def test_a_printed_line_for_another_minors_index_refuses_and_builds_nothing(form
     is the stand-in: pip downloads the held torch's own wheels from it before it concludes (from PyPI, 1.3 GB)."""
     needs_uv("uv" if "uv" in form else "pip")
     pins = instructions.requirements(glue_version("2.14"), "2.11.0")
-    ran = dry_run(printed(form, instructions.index_url("torch2.14-cu130", base), pins, venvs["2.11.0"], tmp_path), tmp_path, standin)
+    ran = dry_run(
+        printed(form, instructions.index_url("torch2.14-cu130", base), pins, venvs["2.11.0"], tmp_path),
+        tmp_path,
+        standin,
+    )
     assert ran.returncode != 0 and ran.install == {}, ran.output[-3000:]
     assert "tar.gz" not in ran.output and "build" not in ran.output.lower(), ran.output[-3000:]
     assert ("No solution found" if "uv" in form else "ResolutionImpossible") in ran.output, ran.output[-3000:]
@@ -123,12 +153,16 @@ def test_a_printed_line_for_another_minors_index_refuses_and_builds_nothing(form
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_an_unpinned_flash_attn_from_another_minors_index_upgrades_torch(installer, base, venvs, tmp_path):
-    """What the installing page warns against, measured: `install flash-attn --extra-index-url <torch 2.14's index>`
-    beside torch 2.11.0 does not refuse: pip and uv both replace torch with PyPI's 2.14.1 (a ~4 GB download, not done here)."""
+    """What the installing page warns against, measured: `install flash-attn --extra-index-url <torch 2.14's
+    index>` beside torch 2.11.0 does not refuse: pip and uv both replace torch with PyPI's 2.14.1 (a ~4 GB
+    download, not done here)."""
     needs_uv(installer)
     index, python = instructions.index_url("torch2.14-cu130", base), venvs["2.11.0"]
-    line = (f"{python} -m pip install --extra-index-url {index} {FLASH_ATTN.package}" if installer == "pip"
-            else f"uv pip install --python {python} --extra-index-url {index} {FLASH_ATTN.package}")
+    line = (
+        f"{python} -m pip install --extra-index-url {index} {FLASH_ATTN.package}"
+        if installer == "pip"
+        else f"uv pip install --python {python} --extra-index-url {index} {FLASH_ATTN.package}"
+    )
     ran = dry_run(line, tmp_path)
     assert ran.returncode == 0, ran.output[-3000:]
     assert ran.torch() == "2.14.1" and ran.install[FLASH_ATTN.package] == glue_version("2.14"), ran.install
@@ -143,12 +177,17 @@ def test_with_torch_held_but_no_only_binary_pip_builds_pypis_sdist_and_fails(ins
     refuses."""
     needs_uv(installer)
     index, python = instructions.index_url("torch2.14-cu130", base), venvs["2.11.0"]
-    line = (f"{python} -m pip install --extra-index-url {index} torch==2.11.0 {FLASH_ATTN.package}" if installer == "pip"
-            else f"uv pip install --python {python} --extra-index-url {index} torch==2.11.0 {FLASH_ATTN.package}")
+    line = (
+        f"{python} -m pip install --extra-index-url {index} torch==2.11.0 {FLASH_ATTN.package}"
+        if installer == "pip"
+        else f"uv pip install --python {python} --extra-index-url {index} torch==2.11.0 {FLASH_ATTN.package}"
+    )
     ran = dry_run(line, tmp_path)
     assert ran.returncode != 0 and ran.install == {}, ran.output[-3000:]
     if installer == "pip":
-        assert f"{FLASH_ATTN.dist_name}-{tw.SDIST_VERSION}.tar.gz" in ran.output and "Traceback" in ran.output, ran.output[-3000:]
+        assert f"{FLASH_ATTN.dist_name}-{tw.SDIST_VERSION}.tar.gz" in ran.output and "Traceback" in ran.output, (
+            ran.output[-3000:]
+        )
     else:
         assert "No solution found" in ran.output and "tar.gz" not in ran.output, ran.output[-3000:]
     assert README_SAYS["sdist"] in doc_text(INSTALLING), f"{INSTALLING}: say that pip builds PyPI's sdist here"
@@ -157,12 +196,21 @@ def test_with_torch_held_but_no_only_binary_pip_builds_pypis_sdist_and_fails(ins
 def readme_lines() -> list[str]:
     """Every pip and uv install line README.md and the docs pages document with an index of ours (continuations
     joined, `$ ` dropped, each once), and their requirements.txt (one line: its options and pins)."""
-    blocks = [block for page in reading_path() for language in ("bash", "text") for block in fenced_blocks(page, language)]
-    lines = [line.removeprefix("$ ") for block in blocks for line in block.replace("\\\n", " ").splitlines()
-             if re.search(r"pip install .*--extra-index-url", line)]
+    blocks = [
+        block for page in reading_path() for language in ("bash", "text") for block in fenced_blocks(page, language)
+    ]
+    lines = [
+        line.removeprefix("$ ")
+        for block in blocks
+        for line in block.replace("\\\n", " ").splitlines()
+        if re.search(r"pip install .*--extra-index-url", line)
+    ]
     requirements = [b for b in blocks if b.startswith("--extra-index-url ")]
     assert len(requirements) == 1, requirements
-    return [*list(dict.fromkeys(re.sub(r"\s+", " ", line).strip() for line in lines)), "-r " + " ".join(requirements[0].split())]
+    return [
+        *list(dict.fromkeys(re.sub(r"\s+", " ", line).strip() for line in lines)),
+        "-r " + " ".join(requirements[0].split()),
+    ]
 
 
 def test_every_readme_install_line_holds_torch_and_takes_only_wheels():
@@ -170,8 +218,12 @@ def test_every_readme_install_line_holds_torch_and_takes_only_wheels():
     assert len(lines) >= 6, lines
     for line in lines:
         assert re.search(r"\btorch==\d+\.\d+\.\d+(\s|$)", line), f"docs: this line does not hold torch: {line}"
-        assert re.search(rf"--only-binary ({FLASH_ATTN.package}|:all:)", line), f"docs: this line may build flash-attn: {line}"
-        assert re.search(rf"{FLASH_ATTN.package}=={re.escape(tw.SDIST_VERSION)}\+torch", line), f"docs: flash-attn unpinned: {line}"
+        assert re.search(rf"--only-binary ({FLASH_ATTN.package}|:all:)", line), (
+            f"docs: this line may build flash-attn: {line}"
+        )
+        assert re.search(rf"{FLASH_ATTN.package}=={re.escape(tw.SDIST_VERSION)}\+torch", line), (
+            f"docs: flash-attn unpinned: {line}"
+        )
 
 
 def test_every_readme_install_line_keeps_the_torch_it_pins(base, venvs, tmp_path):
@@ -188,11 +240,15 @@ def test_every_readme_install_line_keeps_the_torch_it_pins(base, venvs, tmp_path
             requirements = tmp_path / "requirements.txt"
             requirements.write_text("\n".join(re.findall(r"--\S+ \S+|\S+==\S+", line.removeprefix("-r "))) + "\n")
             line = f"{python} -m pip install -r {requirements}"
-        line = re.sub(r"^(VENV/bin/)?python ", f"{python} ", line).replace("--python VENV/bin/python", f"--python {python}")
+        line = re.sub(r"^(VENV/bin/)?python ", f"{python} ", line).replace(
+            "--python VENV/bin/python", f"--python {python}"
+        )
         if line.startswith("uv ") and "--python " not in line:
             line = line.replace("uv pip install ", f"uv pip install --python {python} ", 1)
         if line.startswith("uv "):
             needs_uv("uv")
         ran = dry_run(line, tmp_path)
         assert ran.returncode == 0, f"$ {line}\n{ran.output[-3000:]}"
-        assert ran.install == {FLASH_ATTN.package: glue_version(minor), FLASH_ATTN.kernel_package: tw.KERNEL_VERSION}, f"$ {line}\n{ran.output[-3000:]}"
+        assert ran.install == {FLASH_ATTN.package: glue_version(minor), FLASH_ATTN.kernel_package: tw.KERNEL_VERSION}, (
+            f"$ {line}\n{ran.output[-3000:]}"
+        )

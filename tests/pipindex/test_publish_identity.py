@@ -92,7 +92,9 @@ def test_the_report_names_the_sha256_the_index_holds(tmp_path, two_files):
     assert result.returncode == 1 and row["action"] == "exists" and sha(one)[:12] in row["detail"]
     assert held(root) == {one.name: sha(one)}
     forced = report(publish([two], manifest, root, "--json", "--force"))["packages"][0]
-    assert forced["action"] == "published" and held(root) == {two.name: forced["sha256"]} and forced["sha256"] == sha(two)
+    assert (
+        forced["action"] == "published" and held(root) == {two.name: forced["sha256"]} and forced["sha256"] == sha(two)
+    )
 
 
 def respelled(wheel: Path, folder: Path, dist_info: str) -> Path:
@@ -111,8 +113,14 @@ def respelled(wheel: Path, folder: Path, dist_info: str) -> Path:
     return out
 
 
-@pytest.mark.parametrize("dist_info", ["LibFlash_Attn_Kernels-2.8.3.post2.dist-info", "libflash.attn-kernels-2.8.3.post2.dist-info",
-                                       "libflash_attn_kernels-2.8.3.post2+cu130.sm80.90.100.120ptx.philox64.ha5d2e90.dist-info"])
+@pytest.mark.parametrize(
+    "dist_info",
+    [
+        "LibFlash_Attn_Kernels-2.8.3.post2.dist-info",
+        "libflash.attn-kernels-2.8.3.post2.dist-info",
+        "libflash_attn_kernels-2.8.3.post2+cu130.sm80.90.100.120ptx.philox64.ha5d2e90.dist-info",
+    ],
+)
 def test_a_wheel_publish_accepts_is_one_the_index_reader_accepts(tmp_path, dist_info):
     manifest, root = tmp_path / "verification", tmp_path / "index"
     kernel = respelled(tw.build_wheel(tw.kernel(), tmp_path / "k"), tmp_path / "kernel", dist_info)
@@ -133,7 +141,10 @@ def test_a_wheel_whose_record_is_missing_or_lies_never_reaches_the_index(tmp_pat
     wheel = hw.record_lie(tw.build_wheel(tw.kernel(), tmp_path / "good"), tmp_path / "bad", how)
     tw.record_gates(manifest, wheel)
     result = publish([wheel], manifest, root)
-    assert result.returncode == 2 and str(wheel) in result.stderr and "RECORD" in result.stderr, (result.stdout, result.stderr)
+    assert result.returncode == 2 and str(wheel) in result.stderr and "RECORD" in result.stderr, (
+        result.stdout,
+        result.stderr,
+    )
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
     assert held(root) == {}
 
@@ -143,6 +154,21 @@ def test_what_real_pip_does_with_such_a_wheel(tmp_path, how):
     """Ground truth, pip as installed here: it refuses a wheel without RECORD and installs one whose RECORD
     lies, so the index is the last place such a file can be stopped."""
     wheel = hw.record_lie(tw.build_wheel(tw.kernel(), tmp_path / "good"), tmp_path / "bad", how)
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check",
-                             "--target", str(tmp_path / "site"), str(wheel)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--target",
+            str(tmp_path / "site"),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert (result.returncode != 0) == (how == "no-record"), result.stdout + result.stderr

@@ -34,14 +34,20 @@ KERNEL2 = f"{tw.SDIST_VERSION}+cu130.sm90.philox64.h0000002"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("wheels")
-    wheels = {"glue": tw.build_wheel(tw.glue("2.11"), out), "glue210": tw.build_wheel(tw.glue("2.10"), out),
-              "kernel": tw.build_wheel(tw.kernel(), out), "fa3": tw.build_wheel(tw.fa3(), out),
-              "glue_k2": tw.build_wheel(tw.glue("2.9", kernel=KERNEL2), out)}
+    wheels = {
+        "glue": tw.build_wheel(tw.glue("2.11"), out),
+        "glue210": tw.build_wheel(tw.glue("2.10"), out),
+        "kernel": tw.build_wheel(tw.kernel(), out),
+        "fa3": tw.build_wheel(tw.fa3(), out),
+        "glue_k2": tw.build_wheel(tw.glue("2.9", kernel=KERNEL2), out),
+    }
     other = tmp_path_factory.mktemp("other")
     wheels["glue_other"] = tw.build_wheel(tw.glue("2.11", payload="y = 2\n"), other)  # same name, other bytes
     wheels["kernel2"] = tw.build_wheel(tw.kernel("cu130.sm90.philox64.h0000002"), out)
     big = tmp_path_factory.mktemp("big")
-    wheels["big"] = tw.build_wheel(tw.glue("2.12", payload="# " + random.Random(7).randbytes(300_000).hex() + "\n"), big)
+    wheels["big"] = tw.build_wheel(
+        tw.glue("2.12", payload="# " + random.Random(7).randbytes(300_000).hex() + "\n"), big
+    )
     return wheels
 
 
@@ -81,7 +87,10 @@ def _links(page: Path, root: Path) -> dict[str, str]:
         found = [(a["href"], a.get("data-core-metadata"), None) for a in parser.links]
     else:
         data = json.loads(page.read_text())
-        found = [(f"{f['url']}#sha256={f['hashes']['sha256']}", f"sha256={f['core-metadata']['sha256']}", f["size"]) for f in data["files"]]
+        found = [
+            (f"{f['url']}#sha256={f['hashes']['sha256']}", f"sha256={f['core-metadata']['sha256']}", f["size"])
+            for f in data["files"]
+        ]
     for href, meta_hash, size in found:
         href, _, fragment = href.partition("#")
         target = (page.parent / urllib.parse.unquote(href)).resolve()
@@ -104,7 +113,9 @@ def assert_consistent(root: Path, *, settled: bool = True) -> dict[str, set[str]
         for project in sorted(p for p in index.iterdir() if p.is_dir()):
             pages = {page.suffix: _links(page, root) for page in sorted(project.glob("index.*"))}
             if settled:
-                assert set(pages) == {".html", ".json"} and pages[".html"] == pages[".json"], f"{project}: its pages disagree"
+                assert set(pages) == {".html", ".json"} and pages[".html"] == pages[".json"], (
+                    f"{project}: its pages disagree"
+                )
             for links in pages.values():
                 listed.setdefault(index.name, set()).update(links)
         for page in sorted(index.glob("index.*")):
@@ -115,7 +126,9 @@ def assert_consistent(root: Path, *, settled: bool = True) -> dict[str, set[str]
                 parser.feed(page.read_text())
                 projects = {a["href"].rstrip("/") for a in parser.links}
             present = {p.name for p in index.iterdir() if (p / f"index{page.suffix}").is_file()}
-            assert projects == present if settled else projects <= present, f"{page} lists {projects}, the folder has {present}"
+            assert projects == present if settled else projects <= present, (
+                f"{page} lists {projects}, the folder has {present}"
+            )
     return listed
 
 
@@ -149,17 +162,24 @@ def test_a_glue_wheel_goes_only_with_its_kernel_wheel_and_fa3_only_where_an_inde
     fa3 = publish([built["fa3"]], manifest, root)
     assert fa3.returncode == 1 and "no index of CUDA 130" in fa3.stdout and not root.exists(), fa3.stdout
     refused_kernel = publish([built["glue_k2"], built["kernel2"]], manifest, root)
-    assert refused_kernel.returncode == 1 and "is in this publish but refused" in refused_kernel.stdout, refused_kernel.stdout
+    assert refused_kernel.returncode == 1 and "is in this publish but refused" in refused_kernel.stdout, (
+        refused_kernel.stdout
+    )
     both = publish([built["glue"], built["kernel"], built["fa3"]], manifest, root, "--json")
     assert both.returncode == 0, both.stdout + both.stderr
     report = json.loads(both.stdout)
     jsonschema.validate(report, SCHEMA)
     assert {p["package"]: p["indexes"] for p in report["packages"]} == {
-        built["glue"].name: ["torch2.11-cu130"], built["kernel"].name: ["torch2.11-cu130"], built["fa3"].name: ["torch2.11-cu130"]}
+        built["glue"].name: ["torch2.11-cu130"],
+        built["kernel"].name: ["torch2.11-cu130"],
+        built["fa3"].name: ["torch2.11-cu130"],
+    }
     later = publish([built["glue210"]], manifest, root, "--json")  # its kernel is already in the index
     assert later.returncode == 0, later.stdout
-    assert assert_consistent(root) == {"torch2.11-cu130": names(built, "glue", "kernel", "fa3"),
-                                       "torch2.10-cu130": names(built, "glue210", "kernel", "fa3")}, "the kernel and FA3 follow"
+    assert assert_consistent(root) == {
+        "torch2.11-cu130": names(built, "glue", "kernel", "fa3"),
+        "torch2.10-cu130": names(built, "glue210", "kernel", "fa3"),
+    }, "the kernel and FA3 follow"
 
 
 def test_a_kernel_wheel_the_index_refuses_takes_its_glue_with_it(tmp_path, built, manifest, tmp_path_factory):
@@ -205,7 +225,9 @@ def test_a_different_file_of_the_same_name_is_replaced_only_with_force(tmp_path,
     root = tmp_path / "wheels"
     dry = publish([built["glue"], built["kernel"]], manifest, root, "--dry-run", "--json")
     assert dry.returncode == 0 and not root.exists()
-    assert [(p["action"], p["indexes"]) for p in json.loads(dry.stdout)["packages"]] == [("would-publish", ["torch2.11-cu130"])] * 2
+    assert [(p["action"], p["indexes"]) for p in json.loads(dry.stdout)["packages"]] == [
+        ("would-publish", ["torch2.11-cu130"])
+    ] * 2
     assert publish([built["glue"], built["kernel"]], manifest, root).returncode == 0
     same = publish([built["glue"]], manifest, root, "--json")
     assert [p["action"] for p in json.loads(same.stdout)["packages"]] == ["unchanged"]
@@ -235,7 +257,9 @@ def test_index_heals_missing_cut_stale_and_tampered_pages(tmp_path, built, manif
     (root / "files" / built["glue210"].name).unlink()  # its index has nothing left
     (root / "files" / "README.txt").write_text("not a wheel\n")
     again = faforge("index", "--pip", str(root))
-    assert again.returncode == 1 and "not listed: " in again.stdout and "README.txt: not a wheel" in again.stdout, again.stdout
+    assert again.returncode == 1 and "not listed: " in again.stdout and "README.txt: not a wheel" in again.stdout, (
+        again.stdout
+    )
     assert not (root / "torch2.10-cu130").exists(), "an index without a glue wheel is removed"
     assert not (root / "files" / (built["glue210"].name + ".metadata")).exists()
     assert assert_consistent(root) == {"torch2.11-cu130": names(built, "glue", "kernel", "fa3")}
@@ -252,9 +276,15 @@ def test_a_link_in_the_index_is_refused_before_anything_is_written(tmp_path, bui
     target.mkdir()
     (target / "victim.whl").write_bytes(b"must survive")
     (target / "index.html").write_text("must survive")
-    swap = {"files": root / "files", "index": root / "torch2.11-cu130", "project": root / "torch2.11-cu130" / "flash-attn",
-            "page": root / "torch2.11-cu130" / "flash-attn" / "index.html", "wheel": root / "files" / built["kernel"].name,
-            "lock": root / ".faforge.lock", "metadata": root / "files" / (built["kernel"].name + ".metadata")}[where]
+    swap = {
+        "files": root / "files",
+        "index": root / "torch2.11-cu130",
+        "project": root / "torch2.11-cu130" / "flash-attn",
+        "page": root / "torch2.11-cu130" / "flash-attn" / "index.html",
+        "wheel": root / "files" / built["kernel"].name,
+        "lock": root / ".faforge.lock",
+        "metadata": root / "files" / (built["kernel"].name + ".metadata"),
+    }[where]
     if swap.is_dir():
         shutil.copytree(swap, target / swap.name, dirs_exist_ok=True)
         shutil.rmtree(swap)
@@ -263,36 +293,72 @@ def test_a_link_in_the_index_is_refused_before_anything_is_written(tmp_path, bui
         swap.unlink()
         swap.symlink_to(target / "victim.whl")
     before = snapshot(world)
-    for run in (publish([built["glue210"]], manifest, root), faforge("index", "--pip", str(root)), publish([built["glue"]], manifest, root, "--force")):
-        assert run.returncode == 2 and "is a symbolic link" in run.stderr and "Traceback" not in run.stderr, run.stdout + run.stderr
+    for run in (
+        publish([built["glue210"]], manifest, root),
+        faforge("index", "--pip", str(root)),
+        publish([built["glue"]], manifest, root, "--force"),
+    ):
+        assert run.returncode == 2 and "is a symbolic link" in run.stderr and "Traceback" not in run.stderr, (
+            run.stdout + run.stderr
+        )
         assert run.stderr.count("\n") <= 2
         assert snapshot(world) == before
 
 
 def test_concurrent_publishers_are_serialised(tmp_path, built, manifest):
     root = tmp_path / "wheels"
-    runs = [[built["glue"], built["kernel"]], [built["glue210"], built["kernel"]], [built["kernel"], built["fa3"], built["glue"]], [built["kernel"]]]
-    procs = [subprocess.Popen([sys.executable, "-m", "faforge", "publish", *map(str, r), "--manifest", str(manifest), "--index", str(root)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in runs]
+    runs = [
+        [built["glue"], built["kernel"]],
+        [built["glue210"], built["kernel"]],
+        [built["kernel"], built["fa3"], built["glue"]],
+        [built["kernel"]],
+    ]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faforge",
+                "publish",
+                *map(str, r),
+                "--manifest",
+                str(manifest),
+                "--index",
+                str(root),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in runs
+    ]
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
     for p in procs:
         p.stdout.close()
         p.stderr.close()
-    assert [code for code, *_ in results].count(0) >= 3, results  # the FA3 run is refused if it ran before any glue arrived
+    assert [code for code, *_ in results].count(0) >= 3, (
+        results
+    )  # the FA3 run is refused if it ran before any glue arrived
     assert publish([built["fa3"]], manifest, root).returncode == 0
-    assert assert_consistent(root) == {"torch2.11-cu130": names(built, "glue", "kernel", "fa3"),
-                                       "torch2.10-cu130": names(built, "glue210", "kernel", "fa3")}
+    assert assert_consistent(root) == {
+        "torch2.11-cu130": names(built, "glue", "kernel", "fa3"),
+        "torch2.10-cu130": names(built, "glue210", "kernel", "fa3"),
+    }
     assert not [p for p in root.rglob(".*") if p.name != ".faforge.lock"], "no partial file left"
 
 
-@pytest.mark.slow  # kills and reruns publishes until its time cap (6 s of CPU), as its twin in tests/channel/test_channel_index.py
+# kills and reruns publishes until its time cap (6 s of CPU), as its twin in tests/channel/test_channel_index.py
+@pytest.mark.slow
 def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, built, manifest):
     """SIGKILL or SIGINT at a random moment of a publish (seeded, time-capped): after each, every link has
     its complete file with its sha256; a rerun then lists every wheel."""
     wheels = [built[k] for k in ("glue", "glue210", "kernel", "fa3", "glue_k2")]
     wheels.remove(built["glue_k2"])
     seed = int(os.environ.get("FAFORGE_FAULT_SEED", time.time_ns() % 100_000))
-    rounds, budget = int(os.environ.get("FAFORGE_FAULT_ROUNDS", "12")), float(os.environ.get("FAFORGE_FAULT_SECONDS", "60"))
+    rounds, budget = (
+        int(os.environ.get("FAFORGE_FAULT_ROUNDS", "12")),
+        float(os.environ.get("FAFORGE_FAULT_SECONDS", "60")),
+    )
     print(f"fault injection seed {seed} (rerun with FAFORGE_FAULT_SEED={seed})")
     rng = random.Random(seed)
     prefilled = tmp_path / "prefilled"
@@ -301,13 +367,31 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, built,
     assert publish(wheels, manifest, tmp_path / "timing").returncode == 0
     span = time.monotonic() - timed
     started, done, codes = time.monotonic(), 0, {}
-    expected = {"torch2.11-cu130": names(built, "glue", "kernel", "fa3"), "torch2.10-cu130": names(built, "glue210", "kernel", "fa3")}
+    expected = {
+        "torch2.11-cu130": names(built, "glue", "kernel", "fa3"),
+        "torch2.10-cu130": names(built, "glue210", "kernel", "fa3"),
+    }
     while done < rounds and time.monotonic() - started < budget:
         root = tmp_path / f"r{done}"
         shutil.copytree(prefilled, root)
         signal_, delay = rng.choice([signal.SIGINT, signal.SIGKILL]), rng.uniform(0.2 * span, span)
-        proc = subprocess.Popen([sys.executable, "-m", "faforge", "publish", *map(str, wheels), "--manifest", str(manifest), "--index", str(root)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "faforge",
+                "publish",
+                *map(str, wheels),
+                "--manifest",
+                str(manifest),
+                "--index",
+                str(root),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=default_sigint,
+        )
         time.sleep(delay)
         proc.send_signal(signal_)
         stderr = proc.communicate(timeout=120)[1]
@@ -327,9 +411,14 @@ def test_interrupts_at_random_moments_never_break_the_invariant(tmp_path, built,
 def test_a_full_disk_gives_one_line_and_leaves_a_consistent_index(tmp_path, built, manifest):
     root = tmp_path / "wheels"
     assert publish([built["glue"], built["kernel"]], manifest, root).returncode == 0
-    seen = publish_in_mount(tmp_path, root, "300k", False, [built["big"]], manifest, "--index")  # the wheel is larger than what is left
+    seen = publish_in_mount(
+        tmp_path, root, "300k", False, [built["big"]], manifest, "--index"
+    )  # the wheel is larger than what is left
     assert seen["rc"] == 2 and "No space left on device" in seen["stderr"] and "Traceback" not in seen["stderr"], seen
-    assert seen["stderr"].startswith("faforge publish: error: cannot write to wheel index ") and seen["stderr"].count("\n") == 1
+    assert (
+        seen["stderr"].startswith("faforge publish: error: cannot write to wheel index ")
+        and seen["stderr"].count("\n") == 1
+    )
     assert seen["after"] == seen["before"]
 
 
@@ -337,16 +426,23 @@ def test_a_read_only_index_gives_one_line_and_changes_nothing(tmp_path, built, m
     root = tmp_path / "wheels"
     assert publish([built["kernel"]], manifest, root).returncode == 0
     seen = publish_in_mount(tmp_path, root, "4m", True, [built["glue"]], manifest, "--index")
-    assert seen["rc"] == 2 and "read-only file system" in seen["stderr"] and seen["stderr"].startswith("faforge publish: error: --index ")
+    assert (
+        seen["rc"] == 2
+        and "read-only file system" in seen["stderr"]
+        and seen["stderr"].startswith("faforge publish: error: --index ")
+    )
     assert seen["after"] == seen["before"]
 
 
 def test_conda_options_and_wheels_do_not_mix(tmp_path, built, manifest):
     conda = tmp_path / "x.conda"
     conda.write_bytes(b"")
-    for argv, says in (([built["glue"], conda], "separate calls"), ([built["glue"], "--to", tmp_path / "ch"], "--to names a conda channel"),
-                       ([built["glue"], "--channel", tmp_path / "ch"], "--channel names a conda channel"),
-                       ([conda, "--index", tmp_path / "w"], "--index is the wheel index")):
+    for argv, says in (
+        ([built["glue"], conda], "separate calls"),
+        ([built["glue"], "--to", tmp_path / "ch"], "--to names a conda channel"),
+        ([built["glue"], "--channel", tmp_path / "ch"], "--channel names a conda channel"),
+        ([conda, "--index", tmp_path / "w"], "--index is the wheel index"),
+    ):
         result = faforge("publish", *map(str, argv), "--manifest", str(manifest))
         assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "w").exists() and not (tmp_path / "ch").exists()

@@ -33,10 +33,16 @@ NAMES = ["flash-attn", "Flash_Attn", "FLASH.attn", "a..b", "A-_.b", "x"]
 def test_project_urls_are_the_ones_pips_search_scope_builds():
     from pip._internal.models.search_scope import SearchScope  # noqa: PLC0415 (the installed pip's own code: a pip without it fails this test, not the module)
 
-    for index in ("https://h.example/wheels/torch2.11-cu130/", "https://h.example/wheels/torch2.11-cu130", "file:///srv/w/torch2.11-cu130/"):
+    for index in (
+        "https://h.example/wheels/torch2.11-cu130/",
+        "https://h.example/wheels/torch2.11-cu130",
+        "file:///srv/w/torch2.11-cu130/",
+    ):
         scope = SearchScope.create(find_links=[], index_urls=[index], no_index=False)
         for name in NAMES:
-            assert [project_url(index.rstrip("/") + "/", name)] == [u.rstrip("/") + "/" for u in scope.get_index_urls_locations(name)]
+            assert [project_url(index.rstrip("/") + "/", name)] == [
+                u.rstrip("/") + "/" for u in scope.get_index_urls_locations(name)
+            ]
 
 
 def test_real_pip_asks_for_the_url_our_reader_reads(tmp_path):
@@ -44,11 +50,31 @@ def test_real_pip_asks_for_the_url_our_reader_reads(tmp_path):
     our reader reads for a root that lists Flash_Attn."""
     root = make_wheel_index("valid", tmp_path)
     index = root / "torch2.14-cu130"
-    (index / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": "Flash_Attn"}]}))
+    (index / "index.json").write_text(
+        json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": "Flash_Attn"}]})
+    )
     with serve_index(root, tmp_path / "log.jsonl") as base:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--disable-pip-version-check", "--no-deps", "--no-cache-dir", "--index-url",
-                        f"{base}torch2.14-cu130/", "--dest", str(tmp_path / "dest"), "Flash_Attn"],
-                       capture_output=True, text=True, env=pip_env(), timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--isolated",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-cache-dir",
+                "--index-url",
+                f"{base}torch2.14-cu130/",
+                "--dest",
+                str(tmp_path / "dest"),
+                "Flash_Attn",
+            ],
+            capture_output=True,
+            text=True,
+            env=pip_env(),
+            timeout=120,
+        )
         pip_asked = {r["path"] for r in requests(tmp_path / "log.jsonl") if r["path"] != "/"}
         listing = read_remote(f"{base}torch2.14-cu130/")
     assert pip_asked == {"/torch2.14-cu130/flash-attn/"}, pip_asked
@@ -60,20 +86,33 @@ def test_root_names_that_leave_the_index_read_nothing(tmp_path, monkeypatch):
     asked, opened = [], []
     request, read_bytes = httpclient.request, untrusted.read_bytes
     monkeypatch.setattr(httpclient, "request", lambda url, **kw: asked.append(url) or request(url, **kw))
-    monkeypatch.setattr(untrusted, "read_bytes", lambda path, *a, **kw: opened.append(path) or read_bytes(path, *a, **kw))
+    monkeypatch.setattr(
+        untrusted, "read_bytes", lambda path, *a, **kw: opened.append(path) or read_bytes(path, *a, **kw)
+    )
     with serve_hostile() as server:
         index = f"{server}/escape/wheels/torch2.14-cu130/"
         listing = read_remote(index)
     assert asked and all(url.startswith(index) for url in asked), asked
-    assert len([p for p in listing.problems if "which is no project name pip could ask for" in p]) == 6, listing.problems
+    assert len([p for p in listing.problems if "which is no project name pip could ask for" in p]) == 6, (
+        listing.problems
+    )
     local = make_wheel_index("escape", tmp_path) / "torch2.14-cu130"
     listing = read_local(local)
     assert opened and all(Path(p).parent == local for p in opened), opened
-    assert len([p for p in listing.problems if "which is no project name pip could ask for" in p]) == 7, listing.problems
+    assert len([p for p in listing.problems if "which is no project name pip could ask for" in p]) == 7, (
+        listing.problems
+    )
 
 
-@pytest.mark.parametrize(("mode", "kind", "max_bytes"), [("short", "index page", None), ("cut", "index page", None),
-                                                         ("short", "wheel range", 100_000), ("short", "package", None)])
+@pytest.mark.parametrize(
+    ("mode", "kind", "max_bytes"),
+    [
+        ("short", "index page", None),
+        ("cut", "index page", None),
+        ("short", "wheel range", 100_000),
+        ("short", "package", None),
+    ],
+)
 def test_a_body_cut_short_is_a_failure_for_every_caller(mode, kind, max_bytes):
     with serve_hostile() as server:
         url = f"{server}/{mode}/x"
@@ -86,7 +125,9 @@ def test_the_whole_index_has_one_deadline(monkeypatch):
     monkeypatch.setenv(httpclient.DEADLINE_ENV, "1.5")
     with serve_hostile() as server:
         started = time.monotonic()
-        with pytest.raises(RemoteError, match=re.escape("the 1.5 s of the whole read it is part of (FAFORGE_HTTP_DEADLINE)")):
+        with pytest.raises(
+            RemoteError, match=re.escape("the 1.5 s of the whole read it is part of (FAFORGE_HTTP_DEADLINE)")
+        ):
             read_remote(f"{server}/many/torch2.11-cu130/")
         assert time.monotonic() - started < 3
 

@@ -28,7 +28,9 @@ def canary(tmp_path_factory) -> Path:
 
 
 def faforge(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faforge", "wheel", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "wheel", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_fa3_wheel_from_the_canary(canary, tmp_path):
@@ -39,23 +41,60 @@ def test_the_fa3_wheel_from_the_canary(canary, tmp_path):
     assert report["wheel"]["filename"] == "flash_attn_3-3.0.0+cu130.sm90a-cp310-abi3-manylinux_2_34_x86_64.whl"
     assert report["platform"]["limiting"] == ["GLIBCXX_3.4.29", "GLIBC_2.32", "GLIBC_2.34"]
     assert report["platform"]["external"] == ["libcudart.so.13", "libtorch_cpu.so", "libtorch_cuda.so"]
-    info = analyze_wheel_abi(None, None, Path(report["wheel"]["path"]), frozenset(EXTERNAL), disable_isa_ext_check=False, allow_graft=False)
+    info = analyze_wheel_abi(
+        None, None, Path(report["wheel"]["path"]), frozenset(EXTERNAL), disable_isa_ext_check=False, allow_graft=False
+    )
     assert info.overall_policy.name == report["platform"]["tag"]
-    assert "+ " in result.stderr and "patchelf --set-rpath '$ORIGIN/../torch/lib:$ORIGIN/../nvidia/cu13/lib'" in result.stderr
+    assert (
+        "+ " in result.stderr
+        and "patchelf --set-rpath '$ORIGIN/../torch/lib:$ORIGIN/../nvidia/cu13/lib'" in result.stderr
+    )
     assert "✓ fa3 wheel from" in result.stderr
     text = faforge("fa3", str(canary), "--cuda", "13.0", "--archs", "90a", "--out", str(tmp_path / "again"))
     assert text.returncode == 0 and text.stdout.count("\n") == 1, "one summary line"
-    assert text.stdout.startswith("fa3 wheel: ") and "manylinux_2_34_x86_64: needs GLIBCXX_3.4.29, GLIBC_2.32, GLIBC_2.34" in text.stdout
-    assert read_wheel(next((tmp_path / "again").glob("*.whl"))).sha256 == report["wheel"]["sha256"], "the same bytes again"
+    assert (
+        text.stdout.startswith("fa3 wheel: ")
+        and "manylinux_2_34_x86_64: needs GLIBCXX_3.4.29, GLIBC_2.32, GLIBC_2.34" in text.stdout
+    )
+    assert read_wheel(next((tmp_path / "again").glob("*.whl"))).sha256 == report["wheel"]["sha256"], (
+        "the same bytes again"
+    )
 
 
-@pytest.mark.parametrize("argv, code, says", [
-    (["fa3", "{canary}", "--cuda", "13.0"], 2, "`wheel fa3` needs --archs"),
-    (["fa3", "{canary}", "--cuda", "13.0", "--archs", "90a", "--torch", "2.11"], 2, "--torch goes with `wheel glue`, not `wheel fa3`"),
-    (["fa3", "{canary}", "--cuda", "13.0", "--archs", "80;90a"], 1, "its GPU code is sm_90a, but --archs 80;90a says sm_80, sm_90a"),
-    (["glue", "{canary}", "--kernel-wheel", "{canary}", "--torch", "2.11", "--cuda", "13.0", "--cxx11-abi", "1", "--build-tag", "0h1a2b3c4"],
-     2, "a flash-attn-3 wheel, not libflash-attn-kernels"),
-])
+@pytest.mark.parametrize(
+    "argv, code, says",
+    [
+        (["fa3", "{canary}", "--cuda", "13.0"], 2, "`wheel fa3` needs --archs"),
+        (
+            ["fa3", "{canary}", "--cuda", "13.0", "--archs", "90a", "--torch", "2.11"],
+            2,
+            "--torch goes with `wheel glue`, not `wheel fa3`",
+        ),
+        (
+            ["fa3", "{canary}", "--cuda", "13.0", "--archs", "80;90a"],
+            1,
+            "its GPU code is sm_90a, but --archs 80;90a says sm_80, sm_90a",
+        ),
+        (
+            [
+                "glue",
+                "{canary}",
+                "--kernel-wheel",
+                "{canary}",
+                "--torch",
+                "2.11",
+                "--cuda",
+                "13.0",
+                "--cxx11-abi",
+                "1",
+                "--build-tag",
+                "0h1a2b3c4",
+            ],
+            2,
+            "a flash-attn-3 wheel, not libflash-attn-kernels",
+        ),
+    ],
+)
 def test_refusals_are_one_line(canary, tmp_path, argv, code, says):
     result = faforge(*(str(canary) if a == "{canary}" else a for a in argv), "--out", str(tmp_path), "--json")
     assert result.returncode == code and "Traceback" not in result.stderr, result.stderr

@@ -21,35 +21,58 @@ from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 def test_runpaths_follow_pips_layout():
     assert layout.kernel_runpath("13.0") == ("$ORIGIN/../nvidia/cu13/lib",)
     assert layout.kernel_runpath("12.8") == ("$ORIGIN/../nvidia/cuda_runtime/lib",)
-    assert layout.glue_runpath("13.0") == ("$ORIGIN/libflash_attn_kernels", "$ORIGIN/torch/lib", "$ORIGIN/nvidia/cu13/lib")
-    assert layout.glue_runpath("12.4") == ("$ORIGIN/libflash_attn_kernels", "$ORIGIN/torch/lib", "$ORIGIN/nvidia/cuda_runtime/lib")
+    assert layout.glue_runpath("13.0") == (
+        "$ORIGIN/libflash_attn_kernels",
+        "$ORIGIN/torch/lib",
+        "$ORIGIN/nvidia/cu13/lib",
+    )
+    assert layout.glue_runpath("12.4") == (
+        "$ORIGIN/libflash_attn_kernels",
+        "$ORIGIN/torch/lib",
+        "$ORIGIN/nvidia/cuda_runtime/lib",
+    )
     assert layout.fa3_runpath("13.0") == ("$ORIGIN/../torch/lib", "$ORIGIN/../nvidia/cu13/lib")
     with pytest.raises(FaforgeError, match="no known pip layout"):
         layout.cuda_lib_dir("14.0")
 
 
 def test_labels_and_build_tags():
-    assert wheelnames.kernel_label("cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0") == ("cu130.sm80.90.100.120ptx.philox64.ha5d2e90", "0")
-    assert wheelnames.kernel_label("cu124_sm80_90ptx_philox32_h0b03ec0_3") == ("cu124.sm80.90ptx.philox32.h0b03ec0", "3")
+    assert wheelnames.kernel_label("cu130_sm80_90_100_120ptx_philox64_ha5d2e90_0") == (
+        "cu130.sm80.90.100.120ptx.philox64.ha5d2e90",
+        "0",
+    )
+    assert wheelnames.kernel_label("cu124_sm80_90ptx_philox32_h0b03ec0_3") == (
+        "cu124.sm80.90ptx.philox32.h0b03ec0",
+        "3",
+    )
     assert layout.glue_label("2.11", "13.0", 1) == "torch2.11.cu130.abi1"
     assert layout.glue_label("2.5", "12.4", 0) == "torch2.5.cu124.abi0"
     assert layout.glue_build_tag("py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0") == "0h1a2b3c4"
     assert layout.glue_build_tag("2h1a2b3c4") == "2h1a2b3c4"
-    assert layout.torch_requirement("2.11") == "torch>=2.11,<2.12" and layout.torch_requirement("2.9") == "torch>=2.9,<2.10"
+    assert (
+        layout.torch_requirement("2.11") == "torch>=2.11,<2.12"
+        and layout.torch_requirement("2.9") == "torch>=2.9,<2.10"
+    )
     assert layout.arch_label(layout.parse_archs("80;90a")) == "sm80.90a"
     assert layout.arch_label(layout.parse_archs("80,90,100,120+PTX")) == "sm80.90.100.120ptx"
 
 
-@pytest.mark.parametrize("call, says", [
-    (lambda: wheelnames.kernel_label("py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0"), "not a kernel package's build string"),
-    (lambda: layout.glue_build_tag("h1a2b3c4"), "--build-tag 'h1a2b3c4' is neither"),
-    (lambda: layout.glue_label("2", "13.0", 1), "--torch '2' is not a torch minor"),
-    (lambda: layout.glue_label("2.11", "13", 1), "--cuda '13' is not a CUDA version"),
-    (lambda: layout.glue_label("2.11", "13.0", 2), "--cxx11-abi 2 is not 0 or 1"),
-    (lambda: layout.parse_archs("80;80"), "names an arch twice"),
-    (lambda: layout.parse_archs(";"), "names no arch"),
-    (lambda: layout.parse_archs("sm_80"), "'sm_80' is not an arch"),
-])
+@pytest.mark.parametrize(
+    "call, says",
+    [
+        (
+            lambda: wheelnames.kernel_label("py312_torch2_11_cu130_cxx11abi1_h1a2b3c4_0"),
+            "not a kernel package's build string",
+        ),
+        (lambda: layout.glue_build_tag("h1a2b3c4"), "--build-tag 'h1a2b3c4' is neither"),
+        (lambda: layout.glue_label("2", "13.0", 1), "--torch '2' is not a torch minor"),
+        (lambda: layout.glue_label("2.11", "13", 1), "--cuda '13' is not a CUDA version"),
+        (lambda: layout.glue_label("2.11", "13.0", 2), "--cxx11-abi 2 is not 0 or 1"),
+        (lambda: layout.parse_archs("80;80"), "names an arch twice"),
+        (lambda: layout.parse_archs(";"), "names no arch"),
+        (lambda: layout.parse_archs("sm_80"), "'sm_80' is not an arch"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_option(call, says):
     with pytest.raises(FaforgeError, match=says):
         call()
@@ -63,11 +86,14 @@ def _torch_2_11_metadata() -> Path:
 
 @pytest.mark.slow  # reads PyPI's torch METADATA
 def test_the_cuda_runtime_requirement_of_real_torch_metadata():
-    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires nvidia-cuda-runtime==13.0.96.*);
-    torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the runtime distribution itself, by its CUDA
-    alone, and a torch's METADATA only cross-checks the major."""
+    """torch 2.11.0 and 2.14.1 require cuda-toolkit[...cudart...]==13.0.x (which requires
+    nvidia-cuda-runtime==13.0.96.*); torch 2.4.0 nvidia-cuda-runtime-cu12 (==12.1.105). The kernel wheel names the
+    runtime distribution itself, by its CUDA alone, and a torch's METADATA only cross-checks the major."""
     assert runtime_range_of_kernel_wheel("13.0") == "nvidia-cuda-runtime>=13.0,<14"
-    assert runtime_range_of_kernel_wheel("13.0", requires_dist_of(_torch_2_11_metadata())) == "nvidia-cuda-runtime>=13.0,<14"
+    assert (
+        runtime_range_of_kernel_wheel("13.0", requires_dist_of(_torch_2_11_metadata()))
+        == "nvidia-cuda-runtime>=13.0,<14"
+    )
     try:
         torch = torch_env("2.14.1")
     except TorchEnvUnavailable as exc:

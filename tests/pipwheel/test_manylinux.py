@@ -24,18 +24,28 @@ SOURCES = {
     # std::string of the C++11 ABI: GLIBCXX_3.4.21 (manylinux_2_24)
     "cxx": ('#include <string>\nextern "C" unsigned long cxx(const char* s) { return std::string(s).size(); }', []),
     # pthread_create lives in libc from glibc 2.34 on: GLIBC_2.34
-    "pthread": ('#include <pthread.h>\nextern "C" int th(void* (*f)(void*)) { pthread_t t; return pthread_create(&t, '
-                'nullptr, f, nullptr); }', []),
+    "pthread": (
+        '#include <pthread.h>\nextern "C" int th(void* (*f)(void*)) { pthread_t t; return pthread_create(&t, '
+        "nullptr, f, nullptr); }",
+        [],
+    ),
     # zlib's uncompress2, blacklisted from libz.so.1 by the policies up to manylinux_2_31 (auditwheel's blacklist)
-    "zlib": ('#include <zlib.h>\nextern "C" int z(Bytef* d, uLongf* n, const Bytef* s, '
-             'uLong* m) { return uncompress2(d, n, s, m); }', ["-lz"]),
+    "zlib": (
+        '#include <zlib.h>\nextern "C" int z(Bytef* d, uLongf* n, const Bytef* s, '
+        "uLong* m) { return uncompress2(d, n, s, m); }",
+        ["-lz"],
+    ),
 }
 
 
 def compile_so(work: Path, name: str, source: str, flags: list[str]) -> Path:
     out = work / f"lib{name}.so"
     (work / f"{name}.cpp").write_text(source)
-    subprocess.run(["g++", "-shared", "-fPIC", "-O1", str(work / f"{name}.cpp"), "-o", str(out), *flags], check=True, capture_output=True)
+    subprocess.run(
+        ["g++", "-shared", "-fPIC", "-O1", str(work / f"{name}.cpp"), "-o", str(out), *flags],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -49,8 +59,12 @@ def built(tmp_path_factory) -> dict[str, Path]:
     # A library of our own and one named as torch's, and a module that needs both.
     found["own"] = compile_so(work, "own", 'extern "C" int own() { return 1; }', ["-Wl,-soname,libown.so"])
     found["torchlike"] = compile_so(work, "c10", 'extern "C" int c10() { return 2; }', ["-Wl,-soname,libc10.so"])
-    found["user"] = compile_so(work, "user", 'extern "C" int own(); extern "C" int c10();\nextern "C" int u() { return own() + c10(); }',
-                               [f"-L{work}", "-lown", "-lc10"])
+    found["user"] = compile_so(
+        work,
+        "user",
+        'extern "C" int own(); extern "C" int c10();\nextern "C" int u() { return own() + c10(); }',
+        [f"-L{work}", "-lown", "-lc10"],
+    )
     return found
 
 
@@ -61,16 +75,28 @@ def auditwheel_tag(wheel: Path) -> str:
 
 
 def wheel_of(path: Path, out: Path, tag: str) -> Path:
-    return write_wheel(WheelSpec(name="probe", version="1.0", python_tags=("py3",), abi_tags=("none",), platform_tags=(tag,),
-                                 files={f"probe/{path.name}": path}), out)
+    return write_wheel(
+        WheelSpec(
+            name="probe",
+            version="1.0",
+            python_tags=("py3",),
+            abi_tags=("none",),
+            platform_tags=(tag,),
+            files={f"probe/{path.name}": path},
+        ),
+        out,
+    )
 
 
-@pytest.mark.parametrize("name, tag, limiting", [
-    ("plain", "manylinux_2_5_x86_64", ()),
-    ("cxx", "manylinux_2_24_x86_64", ("CXXABI_1.3.9", "GLIBCXX_3.4.21")),
-    ("pthread", "manylinux_2_34_x86_64", ("GLIBC_2.34",)),
-    ("zlib", "manylinux_2_34_x86_64", ("uncompress2 of libz.so.1",)),
-])
+@pytest.mark.parametrize(
+    "name, tag, limiting",
+    [
+        ("plain", "manylinux_2_5_x86_64", ()),
+        ("cxx", "manylinux_2_24_x86_64", ("CXXABI_1.3.9", "GLIBCXX_3.4.21")),
+        ("pthread", "manylinux_2_34_x86_64", ("GLIBC_2.34",)),
+        ("zlib", "manylinux_2_34_x86_64", ("uncompress2 of libz.so.1",)),
+    ],
+)
 def test_the_tag_is_auditwheels(built, tmp_path, name, tag, limiting):
     verdict = platform_tag([built[name]])
     assert (verdict.tag, verdict.limiting, verdict.machine) == (tag, limiting, "x86_64")
@@ -82,8 +108,14 @@ def test_libraries_external_by_design_are_not_judged_and_unknown_ones_are_refuse
         platform_tag([built["user"]])
     assert caught.value.exit_code == 1
     verdict = platform_tag([built["user"]], inside=["libown.so"])
-    assert verdict.external == ("libc10.so",) and verdict.inside == ("libown.so",) and verdict.tag == "manylinux_2_5_x86_64"
-    assert is_external("libtorch_cuda.so") and is_external("libcudart.so.13") and is_external("libflash_attn_kernels.so.1")
+    assert (
+        verdict.external == ("libc10.so",)
+        and verdict.inside == ("libown.so",)
+        and verdict.tag == "manylinux_2_5_x86_64"
+    )
+    assert (
+        is_external("libtorch_cuda.so") and is_external("libcudart.so.13") and is_external("libflash_attn_kernels.so.1")
+    )
     assert not is_external("libcuda.so.1"), "the driver is the system's, not a wheel's"
 
 
@@ -95,7 +127,11 @@ def aarch64(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("aarch64")
     (work / "a.cpp").write_text(SOURCES["cxx"][0])
     out = work / "liba.so"
-    subprocess.run(["aarch64-linux-gnu-g++", "-shared", "-fPIC", "-O1", str(work / "a.cpp"), "-o", str(out)], check=True, capture_output=True)
+    subprocess.run(
+        ["aarch64-linux-gnu-g++", "-shared", "-fPIC", "-O1", str(work / "a.cpp"), "-o", str(out)],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -110,15 +146,21 @@ def test_files_of_two_architectures_are_refused(built, aarch64):
         platform_tag([built["plain"], aarch64])
 
 
-@pytest.mark.parametrize("tag, expected", [
-    ("manylinux_2_28_x86_64", LinuxPlatform("x86_64", "2.28")),   # PEP 600 spells its floor
-    ("manylinux2014_aarch64", LinuxPlatform("aarch64", "2.17")),  # a legacy alias: auditwheel's policy names its floor
-    ("manylinux1_x86_64", LinuxPlatform("x86_64", "2.5")),
-    ("manylinux2010_x86_64", LinuxPlatform("x86_64", "2.12")),
-    ("linux_x86_64", LinuxPlatform("x86_64", None)),              # no floor
-    ("manylinux1_aarch64", None),                                 # no policy has that alias
-    ("macosx_11_0_arm64", None),
-    ("any", None),
-])
+@pytest.mark.parametrize(
+    "tag, expected",
+    [
+        ("manylinux_2_28_x86_64", LinuxPlatform("x86_64", "2.28")),  # PEP 600 spells its floor
+        (
+            "manylinux2014_aarch64",
+            LinuxPlatform("aarch64", "2.17"),
+        ),  # a legacy alias: auditwheel's policy names its floor
+        ("manylinux1_x86_64", LinuxPlatform("x86_64", "2.5")),
+        ("manylinux2010_x86_64", LinuxPlatform("x86_64", "2.12")),
+        ("linux_x86_64", LinuxPlatform("x86_64", None)),  # no floor
+        ("manylinux1_aarch64", None),  # no policy has that alias
+        ("macosx_11_0_arm64", None),
+        ("any", None),
+    ],
+)
 def test_a_platform_tag_names_its_machine_and_glibc_floor(tag, expected):
     assert linux_platform(tag) == expected

@@ -28,10 +28,25 @@ def conda_style(tmp_path_factory) -> Path:
     if not shutil.which("g++"):
         pytest.skip("g++ is not on PATH")
     work = tmp_path_factory.mktemp("so")
-    (work / "k.cpp").write_text('#include <string>\nextern "C" unsigned long k(const char* s) { return std::string(s).size(); }\n')
+    (work / "k.cpp").write_text(
+        '#include <string>\nextern "C" unsigned long k(const char* s) { return std::string(s).size(); }\n'
+    )
     out = work / "libk.so.1"
-    subprocess.run(["g++", "-shared", "-fPIC", "-O1", str(work / "k.cpp"), "-o", str(out), "-Wl,-soname,libk.so.1",
-                    "-Wl,--disable-new-dtags,-rpath,$ORIGIN/"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "g++",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            str(work / "k.cpp"),
+            "-o",
+            str(out),
+            "-Wl,-soname,libk.so.1",
+            "-Wl,--disable-new-dtags,-rpath,$ORIGIN/",
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert read_info(out).rpath == ("$ORIGIN/",) and not read_info(out).runpath
     return out
 
@@ -44,10 +59,25 @@ def aarch64_style(tmp_path_factory) -> Path:
     if not shutil.which("aarch64-linux-gnu-g++"):
         pytest.skip("aarch64-linux-gnu-g++ is not on PATH (Debian g++-aarch64-linux-gnu)")
     work = tmp_path_factory.mktemp("so-aarch64")
-    (work / "k.cpp").write_text('#include <string>\nextern "C" unsigned long k(const char* s) { return std::string(s).size(); }\n')
+    (work / "k.cpp").write_text(
+        '#include <string>\nextern "C" unsigned long k(const char* s) { return std::string(s).size(); }\n'
+    )
     out = work / "libk.so.1"
-    subprocess.run(["aarch64-linux-gnu-g++", "-shared", "-fPIC", "-O1", str(work / "k.cpp"), "-o", str(out), "-Wl,-soname,libk.so.1",
-                    "-Wl,-rpath,$ORIGIN/torch/lib"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "aarch64-linux-gnu-g++",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            str(work / "k.cpp"),
+            "-o",
+            str(out),
+            "-Wl,-soname,libk.so.1",
+            "-Wl,-rpath,$ORIGIN/torch/lib",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -108,9 +138,13 @@ def test_a_patchelf_that_changes_more_is_refused(conda_style, tmp_path, monkeypa
     real = patch.find_patchelf()
     with ElfFile(conda_style) as elf:
         text = elf.section_by_name(".text").offset
-    fake.write_text(f"#!/bin/sh\n{real} \"$@\" && printf '\\377' | dd of=\"$3\" bs=1 seek={text + 4} conv=notrunc status=none\n")
+    fake.write_text(
+        f'#!/bin/sh\n{real} "$@" && printf \'\\377\' | dd of="$3" bs=1 seek={text + 4} conv=notrunc status=none\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setattr(patch, "find_patchelf", lambda: str(fake))
-    with pytest.raises(FaforgeError, match=r"changed more than the RUNPATH: section \.text: its bytes changed") as caught:
+    with pytest.raises(
+        FaforgeError, match=r"changed more than the RUNPATH: section \.text: its bytes changed"
+    ) as caught:
         set_runpath(conda_style, tmp_path / "out.so", ("$ORIGIN",))
     assert caught.value.exit_code == 1

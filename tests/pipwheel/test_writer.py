@@ -21,10 +21,17 @@ ELF = Path(sys.executable).resolve()  # a real ELF file, so its member gets 0755
 
 
 def spec(**changes) -> WheelSpec:
-    fields = dict(name="flash-attn", version="2.8.3.post2+torch2.11.cu130.abi1", build_tag="0h1a2b3c4",
-                  python_tags=("cp312",), abi_tags=("cp312",), platform_tags=("manylinux_2_28_x86_64",),
-                  requires_python=">=3.12,<3.13", requires_dist=("torch>=2.11,<2.12", "einops"),
-                  files={"flash_attn/__init__.py": b"__version__ = '2.8.3.post2'\n", "zz_ext.so": ELF, "flash_attn/a/b.py": b""})
+    fields = dict(
+        name="flash-attn",
+        version="2.8.3.post2+torch2.11.cu130.abi1",
+        build_tag="0h1a2b3c4",
+        python_tags=("cp312",),
+        abi_tags=("cp312",),
+        platform_tags=("manylinux_2_28_x86_64",),
+        requires_python=">=3.12,<3.13",
+        requires_dist=("torch>=2.11,<2.12", "einops"),
+        files={"flash_attn/__init__.py": b"__version__ = '2.8.3.post2'\n", "zz_ext.so": ELF, "flash_attn/a/b.py": b""},
+    )
     return WheelSpec(**{**fields, **changes})
 
 
@@ -32,8 +39,12 @@ def test_the_name_tags_and_metadata_read_back(tmp_path):
     wheel = write_wheel(spec(), tmp_path)
     assert wheel.name == "flash_attn-2.8.3.post2+torch2.11.cu130.abi1-0h1a2b3c4-cp312-cp312-manylinux_2_28_x86_64.whl"
     facts = read_wheel(wheel)
-    assert (facts.name, facts.version, facts.local, facts.build_tag) == ("flash-attn", "2.8.3.post2+torch2.11.cu130.abi1",
-                                                                         "torch2.11.cu130.abi1", "0h1a2b3c4")
+    assert (facts.name, facts.version, facts.local, facts.build_tag) == (
+        "flash-attn",
+        "2.8.3.post2+torch2.11.cu130.abi1",
+        "torch2.11.cu130.abi1",
+        "0h1a2b3c4",
+    )
     assert facts.requires_dist == ("torch>=2.11,<2.12", "einops") and facts.requires_python == ">=3.12,<3.13"
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -42,13 +53,24 @@ def test_the_name_tags_and_metadata_read_back(tmp_path):
         modes = {i.filename: i.external_attr >> 16 & 0o777 for i in archive.infolist()}
         times = {i.date_time for i in archive.infolist()}
         contents = {n: archive.read(n) for n in names}
-    assert names == ["flash_attn/__init__.py", "flash_attn/a/b.py", "zz_ext.so", *(f"{spec().dist_info}/{n}" for n in ("METADATA", "WHEEL", "RECORD"))]
-    assert "Root-Is-Purelib: false\n" in wheel_file and "Tag: cp312-cp312-manylinux_2_28_x86_64\n" in wheel_file and "Build: 0h1a2b3c4\n" in wheel_file
+    assert names == [
+        "flash_attn/__init__.py",
+        "flash_attn/a/b.py",
+        "zz_ext.so",
+        *(f"{spec().dist_info}/{n}" for n in ("METADATA", "WHEEL", "RECORD")),
+    ]
+    assert (
+        "Root-Is-Purelib: false\n" in wheel_file
+        and "Tag: cp312-cp312-manylinux_2_28_x86_64\n" in wheel_file
+        and "Build: 0h1a2b3c4\n" in wheel_file
+    )
     assert modes["zz_ext.so"] == 0o755 and modes["flash_attn/__init__.py"] == 0o644 and times == {ZIP_EPOCH}
     assert record[-1] == [f"{spec().dist_info}/RECORD", "", ""]
     for name, digest, size in record[:-1]:
         data = contents[name]
-        assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() and int(size) == len(data)
+        assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(
+            b"="
+        ).decode() and int(size) == len(data)
 
 
 def test_the_same_inputs_give_the_same_bytes(tmp_path):
@@ -58,10 +80,28 @@ def test_the_same_inputs_give_the_same_bytes(tmp_path):
 
 
 def test_pip_installs_it_with_its_own_wheel_checks(tmp_path):
-    wheel = write_wheel(spec(python_tags=("py3",), abi_tags=("none",), platform_tags=("any",), requires_python=None,
-                             requires_dist=()), tmp_path)
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(tmp_path / "site"),
-                             "--no-compile", "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=300)
+    wheel = write_wheel(
+        spec(python_tags=("py3",), abi_tags=("none",), platform_tags=("any",), requires_python=None, requires_dist=()),
+        tmp_path,
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(tmp_path / "site"),
+            "--no-compile",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site/zz_ext.so").read_bytes() == ELF.read_bytes()
     assert (tmp_path / "site/zz_ext.so").stat().st_mode & 0o111, "pip keeps the executable bit it reads from the zip"
@@ -69,7 +109,10 @@ def test_pip_installs_it_with_its_own_wheel_checks(tmp_path):
     assert "flash_attn/a/b.py,sha256=" in installed
 
 
-@pytest.mark.parametrize("name", ["/abs.py", "../up.py", "a/../b.py", "a\\b.py", "", "flash_attn-2.8.3.post2+torch2.11.cu130.abi1.dist-info/RECORD"])
+@pytest.mark.parametrize(
+    "name",
+    ["/abs.py", "../up.py", "a/../b.py", "a\\b.py", "", "flash_attn-2.8.3.post2+torch2.11.cu130.abi1.dist-info/RECORD"],
+)
 def test_a_member_name_that_is_not_plain_is_refused(tmp_path, name):
     with pytest.raises(FaforgeError, match=r"is not a plain relative path|is written by faforge"):
         write_wheel(spec(files={name: b"x"}), tmp_path)

@@ -72,8 +72,14 @@ FA3_RANGE = (("2.11.0", "3.12"), ("2.14.1", "3.11"))  # the oldest and newest to
 
 
 def faforge(*args, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, "FAFORGE_CACHE_DIR": str(FAFORGE_CACHE), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "FAFORGE_CACHE_DIR": str(FAFORGE_CACHE), **(env or {})},
+    )
 
 
 def base_venv(torch: str, python: str):
@@ -92,7 +98,9 @@ def base_venv(torch: str, python: str):
 @pytest.fixture
 def venv_of(monkeypatch):
     """A context manager: a hardlink copy of the cached base venv of a torch, removed at the end of the test."""
-    monkeypatch.setenv("FAFORGE_CACHE_DIR", str(FAFORGE_CACHE))  # venv_copy makes it under faforge's cache: the base venv's file system
+    monkeypatch.setenv(
+        "FAFORGE_CACHE_DIR", str(FAFORGE_CACHE)
+    )  # venv_copy makes it under faforge's cache: the base venv's file system
     return venv_copy
 
 
@@ -121,7 +129,9 @@ class Clock:
         totals = {}
         for name, _, seconds in self.rows:
             totals[name] = totals.get(name, 0.0) + seconds
-        return "\n".join(["pip world, time per phase:", *lines, "totals: " + ", ".join(f"{n} {s:.0f} s" for n, s in totals.items())])
+        return "\n".join(
+            ["pip world, time per phase:", *lines, "totals: " + ", ".join(f"{n} {s:.0f} s" for n, s in totals.items())]
+        )
 
 
 @pytest.fixture(scope="session")
@@ -156,7 +166,9 @@ def cuda_12_4_home(tmp_path_factory) -> Path:
     (home / "bin").mkdir()
     (home / "bin" / "nvcc").symlink_to(cuda.nvcc)
     for tool in sorted(cuda.bin.iterdir()):
-        if tool.name != "nvcc":  # usr/bin/nvcc is Debian's wrapper, which execs the machine's /usr/lib/nvidia-cuda-toolkit
+        if (
+            tool.name != "nvcc"
+        ):  # usr/bin/nvcc is Debian's wrapper, which execs the machine's /usr/lib/nvidia-cuda-toolkit
             (home / "bin" / tool.name).symlink_to(tool)
     (home / "include").symlink_to(cuda.include)
     (home / "lib64").symlink_to(cuda.root / "usr" / "lib" / "x86_64-linux-gnu")
@@ -167,8 +179,20 @@ def _build(cell: PipWorldCell, kernel: Path, sdist: Path, cuda: Path, glue_cxx_d
     """`faforge build PIP_CELL --source SDIST --kernel-package K --cuda-home CUDA`: the --json `wheel` object."""
     cxx = [str(glue_cxx_dir)] if glue_cxx_dir else []
     with clock.phase("build", cell.id):
-        result = faforge("build", cell.id, "--source", sdist, "--kernel-package", kernel, "--cuda-home", cuda, "--output-dir", out, "--json",
-                         env={"PATH": os.pathsep.join([*cxx, os.environ["PATH"]])})
+        result = faforge(
+            "build",
+            cell.id,
+            "--source",
+            sdist,
+            "--kernel-package",
+            kernel,
+            "--cuda-home",
+            cuda,
+            "--output-dir",
+            out,
+            "--json",
+            env={"PATH": os.pathsep.join([*cxx, os.environ["PATH"]])},
+        )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     [entry] = json.loads(result.stdout)["builds"]
     assert entry["status"] == "built" and entry["wheel"]["kernel_package"]["from"] == "given", entry
@@ -236,24 +260,42 @@ def published(abi1_wheels, abi0_wheels, fa3_wheel, tmp_path_factory, clock) -> P
     """Every wheel gated (abi, import) into one manifest, then published into one index root, as CI does."""
     work = tmp_path_factory.mktemp("pip-index")
     manifest, root = work / "verification", work / "wheels"
-    wheels = {"abi1-glue": abi1_wheels["glue"]["path"], "abi1-kernel": abi1_wheels["kernel"]["path"],
-              "abi0-glue": abi0_wheels["glue"]["path"], "abi0-kernel": abi0_wheels["kernel"]["path"], "fa3": fa3_wheel["path"]}
+    wheels = {
+        "abi1-glue": abi1_wheels["glue"]["path"],
+        "abi1-kernel": abi1_wheels["kernel"]["path"],
+        "abi0-glue": abi0_wheels["glue"]["path"],
+        "abi0-kernel": abi0_wheels["kernel"]["path"],
+        "fa3": fa3_wheel["path"],
+    }
     wheels = {k: Path(v) for k, v in wheels.items()}
     against = [arg for torch, python in FA3_RANGE for arg in ("--against", base_venv(torch, python).site_packages)]
-    runs = {"abi1": [wheels["abi1-glue"], wheels["abi1-kernel"]], "abi0": [wheels["abi0-glue"], wheels["abi0-kernel"]],
-            "fa3": [wheels["fa3"], *against]}
+    runs = {
+        "abi1": [wheels["abi1-glue"], wheels["abi1-kernel"]],
+        "abi0": [wheels["abi0-glue"], wheels["abi0-kernel"]],
+        "fa3": [wheels["fa3"], *against],
+    }
     reports = {}
     for key, args in runs.items():
         with clock.phase("verify", f"{key} --gates {GATES}"):
             result = faforge("verify", *args, "--gates", GATES, "--manifest", manifest, "--json")
         assert result.stdout.strip(), result.stderr[-3000:]
         reports[key] = json.loads(result.stdout)
-        failed = [(r["package"], r["gate"], r["result"], r["detail"]) for r in reports[key]["results"] if r["result"] != "passed"]
+        failed = [
+            (r["package"], r["gate"], r["result"], r["detail"])
+            for r in reports[key]["results"]
+            if r["result"] != "passed"
+        ]
         assert result.returncode == 0 and not failed, failed or result.stderr[-3000:]
     with clock.phase("publish", f"{len(wheels)} wheels --require {GATES}"):
-        result = faforge("publish", *wheels.values(), "--index", root, "--manifest", manifest, "--require", GATES, "--json")
+        result = faforge(
+            "publish", *wheels.values(), "--index", root, "--manifest", manifest, "--require", GATES, "--json"
+        )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    versions = {"abi1": abi1_wheels["glue"]["version"], "abi0": abi0_wheels["glue"]["version"], "fa3": fa3_wheel["version"]}
+    versions = {
+        "abi1": abi1_wheels["glue"]["version"],
+        "abi0": abi0_wheels["glue"]["version"],
+        "fa3": fa3_wheel["version"],
+    }
     return Published(root, manifest, wheels, reports, json.loads(result.stdout), versions)
 
 

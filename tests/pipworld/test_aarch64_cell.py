@@ -112,13 +112,21 @@ def arm() -> Arm:
     if not UV.is_file():
         pytest.skip("uv is not installed beside this Python (a test extra: pip install -e '.[test]')")
     build = next(b for b in pip_builds(load_matrix()) if b.cell.id == CELL)
-    assert (build.cell.torch, build.cell.python, build.cell.cuda, build.cell.cxx11_abi) == (TORCH, "3.11", "13.0", 1), build.cell
+    assert (build.cell.torch, build.cell.python, build.cell.cuda, build.cell.cxx11_abi) == (TORCH, "3.11", "13.0", 1), (
+        build.cell
+    )
     return Arm(tools, build)
 
 
 def run_emulated(arm: Arm, program: Path, *args, timeout: int = 1800) -> subprocess.CompletedProcess:
-    return subprocess.run(emulated(arm.tools.python, program, *args), capture_output=True, text=True, env=emulated_env(), timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        emulated(arm.tools.python, program, *args),
+        capture_output=True,
+        text=True,
+        env=emulated_env(),
+        timeout=timeout,
+        check=False,
+    )
 
 
 def glibc(arm: Arm) -> str:
@@ -132,10 +140,16 @@ def glibc(arm: Arm) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheels(arm, sdist, tmp_path_factory, clock) -> dict[str, dict]:  # sdist: the conda world's tiny sdist (tests/pipworld/conftest.py)
+def wheels(
+    arm, sdist, tmp_path_factory, clock
+) -> dict[str, dict]:  # sdist: the conda world's tiny sdist (tests/pipworld/conftest.py)
     """The glue and kernel wheels of the cell, as `faforge build CELL --json` reports them (its `wheel` object)."""
-    with clock.phase("cross-build", f"{CELL} (kernel package: the backend's cross build, assembled; faforge build --torch-site)"):
-        built = cross_pip_build(arm.tools, sdist, tmp_path_factory.mktemp("arm-cell"), arm.build, {"FAFORGE_CACHE_DIR": str(FAFORGE_CACHE)})
+    with clock.phase(
+        "cross-build", f"{CELL} (kernel package: the backend's cross build, assembled; faforge build --torch-site)"
+    ):
+        built = cross_pip_build(
+            arm.tools, sdist, tmp_path_factory.mktemp("arm-cell"), arm.build, {"FAFORGE_CACHE_DIR": str(FAFORGE_CACHE)}
+        )
         [entry] = built.report()["builds"]
     return entry["wheel"]
 
@@ -143,16 +157,28 @@ def wheels(arm, sdist, tmp_path_factory, clock) -> dict[str, dict]:  # sdist: th
 def test_the_wheels_are_the_matrix_cells_with_auditwheels_tags(arm, wheels, tmp_path):
     build = arm.build
     glue, kernel = wheels["glue"], wheels["kernel"]
-    assert glue["filename"] == build.glue_wheel(glue["platform_tag"]) and kernel["filename"] == build.kernel_wheel(kernel["platform_tag"])
+    assert glue["filename"] == build.glue_wheel(glue["platform_tag"]) and kernel["filename"] == build.kernel_wheel(
+        kernel["platform_tag"]
+    )
     assert tuple(glue["requires_dist"]) == build.requires_dist
     library = tmp_path / FLASH_ATTN.kernel_soname
-    library.write_bytes(next(data for name, data in wheel_contents(Path(kernel["path"])).items() if name.endswith(FLASH_ATTN.kernel_soname)))
+    library.write_bytes(
+        next(
+            data
+            for name, data in wheel_contents(Path(kernel["path"])).items()
+            if name.endswith(FLASH_ATTN.kernel_soname)
+        )
+    )
     archs = read_gpu_archs(library)
-    assert (archs.sass, archs.ptx) == (("sm_80", "sm_90", "sm_100", "sm_120"), ("compute_120",)), "the cell's arch list 80;90;100;120+PTX"
+    assert (archs.sass, archs.ptx) == (("sm_80", "sm_90", "sm_100", "sm_120"), ("compute_120",)), (
+        "the cell's arch list 80;90;100;120+PTX"
+    )
     for report in (glue, kernel):
         path, tag = Path(report["path"]), report["platform_tag"]
         assert tag.startswith("manylinux_") and tag.endswith("_aarch64"), tag
-        shown = subprocess.run([str(AUDITWHEEL), "show", "--json", str(path)], capture_output=True, text=True, timeout=300, check=False)
+        shown = subprocess.run(
+            [str(AUDITWHEEL), "show", "--json", str(path)], capture_output=True, text=True, timeout=300, check=False
+        )
         assert shown.returncode == 0, shown.stderr
         verdict = json.loads(shown.stdout)
         assert verdict["sym_tag"] == tag, verdict
@@ -175,22 +201,56 @@ def index(arm, wheels, tmp_path_factory, clock) -> Index:
     python = arm.tools.python
     paths = [Path(wheels[k]["path"]) for k in ("glue", "kernel")]
     with clock.phase("verify", f"{CELL} --gates {GATES} (abi natively, import under qemu)"):
-        verified = faforge("verify", *paths, "--gates", GATES, "--against", arm.tools.torch_site, "--manifest", tmp / "verification",
-                           "--qemu", python.qemu, "--sysroot", python.sysroot, "--target-python", python.python, "--json")
+        verified = faforge(
+            "verify",
+            *paths,
+            "--gates",
+            GATES,
+            "--against",
+            arm.tools.torch_site,
+            "--manifest",
+            tmp / "verification",
+            "--qemu",
+            python.qemu,
+            "--sysroot",
+            python.sysroot,
+            "--target-python",
+            python.python,
+            "--json",
+        )
     assert verified.stdout.strip(), verified.stderr[-3000:]
     with clock.phase("publish", f"{CELL} --require {GATES}"):
-        published = faforge("publish", *paths, "--index", tmp / "wheels", "--manifest", tmp / "verification", "--require", GATES, "--json")
+        published = faforge(
+            "publish",
+            *paths,
+            "--index",
+            tmp / "wheels",
+            "--manifest",
+            tmp / "verification",
+            "--require",
+            GATES,
+            "--json",
+        )
     assert published.stdout.strip(), published.stderr[-3000:]
     return Index(tmp / "wheels", json.loads(verified.stdout), json.loads(published.stdout))
 
 
 def test_every_gate_passed_and_both_wheels_are_in_the_cells_index(arm, index):
     results = {(r["package"].split("-")[0], r["gate"]): (r["result"], r["detail"]) for r in index.verify["results"]}
-    assert {k: v[0] for k, v in results.items()} == {(w, g): "passed" for w in ("flash_attn", "libflash_attn_kernels") for g in ("abi", "import")}, results
-    assert "emulated: qemu-aarch64-static" in results["flash_attn", "import"][1] and f"torch {TORCH}+cu130 on aarch64" in results["flash_attn", "import"][1]
-    assert "libcudart" in results["libflash_attn_kernels", "import"][1], "the kernel library was loaded beside the CUDA runtime"
+    assert {k: v[0] for k, v in results.items()} == {
+        (w, g): "passed" for w in ("flash_attn", "libflash_attn_kernels") for g in ("abi", "import")
+    }, results
+    assert (
+        "emulated: qemu-aarch64-static" in results["flash_attn", "import"][1]
+        and f"torch {TORCH}+cu130 on aarch64" in results["flash_attn", "import"][1]
+    )
+    assert "libcudart" in results["libflash_attn_kernels", "import"][1], (
+        "the kernel library was loaded beside the CUDA runtime"
+    )
     index_name = arm.build.cell.index_name
-    assert [(p["action"], p["indexes"]) for p in index.publish["packages"]] == [("published", [index_name])] * 2, index.publish
+    assert [(p["action"], p["indexes"]) for p in index.publish["packages"]] == [("published", [index_name])] * 2, (
+        index.publish
+    )
     assert index.publish["index_problems"] == []
     for project in (FLASH_ATTN.package, FLASH_ATTN.kernel_package):
         assert (index.root / index_name / project / "index.html").is_file(), project
@@ -214,7 +274,11 @@ class Installed:
 
 
 def _changes_of_pip(report: dict) -> dict[str, set[str]]:
-    return {"+": {f"{i['metadata']['name']}=={i['metadata']['version']}" for i in report["install"]}, "-": set(), "~": set()}
+    return {
+        "+": {f"{i['metadata']['name']}=={i['metadata']['version']}" for i in report["install"]},
+        "-": set(),
+        "~": set(),
+    }
 
 
 def _changes_of_uv(log: str) -> dict[str, set[str]]:
@@ -237,9 +301,22 @@ def pip_venv(arm, base, tmp_path_factory, clock) -> Installed:
         python = arm64_venv(arm.tools.python, tmp / "venv", arm.tools.torch_site)
         install_pip(arm.tools.python, python)
     with clock.phase("pip", f"install flash-attn=={build.glue_version} from the loopback index, under qemu"):
-        run = run_emulated(arm, python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--report", tmp / "report.json",
-                           "--index-url", f"{base}{build.cell.index_name}/", "--only-binary=:all:", f"torch=={TORCH}",
-                           f"{FLASH_ATTN.package}=={build.glue_version}")
+        run = run_emulated(
+            arm,
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--report",
+            tmp / "report.json",
+            "--index-url",
+            f"{base}{build.cell.index_name}/",
+            "--only-binary=:all:",
+            f"torch=={TORCH}",
+            f"{FLASH_ATTN.package}=={build.glue_version}",
+        )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return Installed(python, run.stdout + run.stderr, _changes_of_pip(json.loads((tmp / "report.json").read_text())))
 
@@ -250,17 +327,41 @@ def uv_env() -> dict:
 
 def uv_install(arm: Arm, site: Path, base: str, *requirements: str, dry_run: bool) -> subprocess.CompletedProcess:
     """`uv pip install --target SITE` for the emulated machine, our index the extra index (as in doctor's uv line)."""
-    return subprocess.run([str(UV), "pip", "install", *(["--dry-run"] if dry_run else []), "--python", sys.executable, "--target", str(site),
-                           "--python-platform", f"aarch64-manylinux_{glibc(arm).replace('.', '_')}", "--python-version", arm.build.cell.python,
-                           "--extra-index-url", f"{base}{arm.build.cell.index_name}/", "--only-binary", ":all:", *requirements],
-                          capture_output=True, text=True, env=uv_env(), timeout=1800, check=False)
+    return subprocess.run(
+        [
+            str(UV),
+            "pip",
+            "install",
+            *(["--dry-run"] if dry_run else []),
+            "--python",
+            sys.executable,
+            "--target",
+            str(site),
+            "--python-platform",
+            f"aarch64-manylinux_{glibc(arm).replace('.', '_')}",
+            "--python-version",
+            arm.build.cell.python,
+            "--extra-index-url",
+            f"{base}{arm.build.cell.index_name}/",
+            "--only-binary",
+            ":all:",
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+        env=uv_env(),
+        timeout=1800,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def uv_venv(arm, base, tmp_path_factory, clock) -> Installed:
     tmp, build = tmp_path_factory.mktemp("arm-uv"), arm.build
     wanted = (f"torch=={TORCH}", f"{FLASH_ATTN.package}=={build.glue_version}")
-    with clock.phase("uv", f"dry run, then install flash-attn=={build.glue_version} (--target the aarch64 venv's site-packages)"):
+    with clock.phase(
+        "uv", f"dry run, then install flash-attn=={build.glue_version} (--target the aarch64 venv's site-packages)"
+    ):
         python = arm64_venv(arm.tools.python, tmp / "venv", arm.tools.torch_site)
         planned = uv_install(arm, tmp / "venv" / SITE, base, *wanted, dry_run=True)
         assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
@@ -283,8 +384,12 @@ def test_the_installer_adds_our_two_wheels_and_keeps_the_installed_torch(arm, in
     assert "torch" not in _projects(installed.changes["-"] | installed.changes["~"]), installed.changes
     assert _projects(installed.changes["-"] | installed.changes["~"]) <= REINSTALLED_BY_UV, installed.changes
     if installer == "pip":
-        assert f"Requirement already satisfied: torch=={TORCH}" in installed.log, "pip's resolver saw the installed torch"
-        assert re.search(r"Downloading http://127\.0\.0\.1:\d+/files/flash_attn-", installed.log), "from the loopback index"
+        assert f"Requirement already satisfied: torch=={TORCH}" in installed.log, (
+            "pip's resolver saw the installed torch"
+        )
+        assert re.search(r"Downloading http://127\.0\.0\.1:\d+/files/flash_attn-", installed.log), (
+            "from the loopback index"
+        )
 
 
 def test_uv_refuses_a_wrong_torch_and_an_index_without_the_kernel_wheel(arm, index, base, tmp_path):
@@ -296,7 +401,9 @@ def test_uv_refuses_a_wrong_torch_and_an_index_without_the_kernel_wheel(arm, ind
     wrong = uv_install(arm, site, base, "torch==2.10.0", glue, dry_run=True)
     assert wrong.returncode == 1 and "torch" in wrong.stderr and "unsatisfiable" in wrong.stderr, wrong.stderr[-2000:]
     partial = tmp_path / "wheels"
-    shutil.copytree(index.root, partial, ignore=shutil.ignore_patterns(f"{FLASH_ATTN.kernel_package}", "libflash_attn_kernels-*"))
+    shutil.copytree(
+        index.root, partial, ignore=shutil.ignore_patterns(f"{FLASH_ATTN.kernel_package}", "libflash_attn_kernels-*")
+    )
     with serve_directory(partial) as other:
         missing = uv_install(arm, site, other, glue, dry_run=True)
     assert missing.returncode == 1 and FLASH_ATTN.kernel_package in missing.stderr, missing.stderr[-2000:]
@@ -326,15 +433,29 @@ def test_doctor_finds_the_venv_healthy_for_its_torch(arm, installer, base, reque
     installed: Installed = request.getfixturevalue(f"{installer}_venv")
     python = arm.tools.python
     with clock.phase("doctor", f"{installer} venv (probe under qemu)"):
-        run = faforge("doctor", "--python", installed.python, "--json", timeout=1800,
-                      env={"FAFORGE_QEMU": str(python.qemu), "FAFORGE_SYSROOT": str(python.sysroot), "FAFORGE_DOCTOR_TIMEOUT": "1500",
-                           "FAFORGE_PIP_INDEX": base.rstrip("/")})
+        run = faforge(
+            "doctor",
+            "--python",
+            installed.python,
+            "--json",
+            timeout=1800,
+            env={
+                "FAFORGE_QEMU": str(python.qemu),
+                "FAFORGE_SYSROOT": str(python.sysroot),
+                "FAFORGE_DOCTOR_TIMEOUT": "1500",
+                "FAFORGE_PIP_INDEX": base.rstrip("/"),
+            },
+        )
     assert run.stdout.strip(), run.stderr[-3000:]
     report = json.loads(run.stdout)
     assert report["healthy"] is True and run.returncode == 0, report["problems"]
-    assert [p for p in report["problems"] if p["severity"] == "error"] == [] and report["fixes"] == [], report["problems"]
+    assert [p for p in report["problems"] if p["severity"] == "error"] == [] and report["fixes"] == [], report[
+        "problems"
+    ]
     facts = report["facts"]
     assert (facts["system"]["machine"], facts["python"]["environment"]) == ("aarch64", "venv")
-    assert (facts["torch"]["version"], facts["torch"]["cuda"], facts["torch"]["cxx11_abi"]) == (TORCH, "13.0", 1), "the installed torch, kept"
+    assert (facts["torch"]["version"], facts["torch"]["cuda"], facts["torch"]["cxx11_abi"]) == (TORCH, "13.0", 1), (
+        "the installed torch, kept"
+    )
     assert facts["flash_attn"]["version"] == arm.build.glue_version and facts["import"]["ok"] is True
     assert facts["abi_gate"]["ok"] is True, facts["abi_gate"]["problems"]

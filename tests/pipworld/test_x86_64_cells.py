@@ -51,12 +51,18 @@ pytestmark = pytest.mark.slow
 
 UV = Path(sys.executable).with_name("uv")
 CELLS = {c.key: c for c in (ABI1, ABI0, FA3)}
-OURS = {"abi1": {FLASH_ATTN.package, FLASH_ATTN.kernel_package}, "abi0": {FLASH_ATTN.package, FLASH_ATTN.kernel_package},
-        "fa3": {FLASH_ATTN_3.package}}
+OURS = {
+    "abi1": {FLASH_ATTN.package, FLASH_ATTN.kernel_package},
+    "abi0": {FLASH_ATTN.package, FLASH_ATTN.kernel_package},
+    "fa3": {FLASH_ATTN_3.package},
+}
 ALLOWED = {"einops"}  # the glue's one requirement besides torch and its kernel wheel (already in the cached venvs)
 # What `python -I -c "import ..."` must import from the venv (the first one's __file__ is checked).
-IMPORTS = {"abi1": (FLASH_ATTN.module, FLASH_ATTN.extension), "abi0": (FLASH_ATTN.module, FLASH_ATTN.extension),
-           "fa3": (FLASH_ATTN_3.module, f"{FLASH_ATTN_3.module}._C")}
+IMPORTS = {
+    "abi1": (FLASH_ATTN.module, FLASH_ATTN.extension),
+    "abi0": (FLASH_ATTN.module, FLASH_ATTN.extension),
+    "fa3": (FLASH_ATTN_3.module, f"{FLASH_ATTN_3.module}._C"),
+}
 # The wrong torch: the ABI-0 index's flash-attn (torch>=2.5,<2.6, cp312) beside PyPI's torch 2.11.0 for the same
 # CPython 3.12, so that torch is the one thing that disagrees (beside torch 2.14.1, a cp311 venv, the cp312
 # wheel would be refused for its Python tag before torch is even looked at).
@@ -69,8 +75,13 @@ PIP_DOWNLOAD = re.compile(r"^\s*Downloading (?P<what>\S+)", re.MULTILINE)
 def uv_env() -> dict[str, str]:
     """No machine or user configuration; uv's cache in the test cache; `uv` (the test extra) first on PATH."""
     env = {k: v for k, v in clean_pip_env().items() if not k.startswith("UV_")}
-    return {**env, "UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(cache_dir("uv")), "UV_PYTHON_DOWNLOADS": "never",
-            "PATH": os.pathsep.join([str(UV.parent), env.get("PATH", "")])}
+    return {
+        **env,
+        "UV_NO_CONFIG": "1",
+        "UV_CACHE_DIR": str(cache_dir("uv")),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "PATH": os.pathsep.join([str(UV.parent), env.get("PATH", "")]),
+    }
 
 
 def line_for(installer: str, cell: PipWorldCell, version: str, python: Path, base: str, torch: str) -> str:
@@ -80,7 +91,11 @@ def line_for(installer: str, cell: PipWorldCell, version: str, python: Path, bas
         pins = (f"torch=={torch}", f"{FLASH_ATTN_3.package}=={version}")
     else:
         pins = instructions.requirements(version, torch)
-    return instructions.pip_command(index, pins, str(python)) if installer == "pip" else instructions.uv_command(index, pins, str(python))
+    return (
+        instructions.pip_command(index, pins, str(python))
+        if installer == "pip"
+        else instructions.uv_command(index, pins, str(python))
+    )
 
 
 @dataclass(frozen=True)
@@ -92,13 +107,19 @@ class Ran:
     def installed(self, installer: str) -> dict[str, str]:
         """Normalised name -> version of what the installer says it added."""
         if installer == "uv":
-            return {canonicalize_name(m["name"]): m["version"] for m in UV_LINE.finditer(self.output) if m["sign"] == "+"}
+            return {
+                canonicalize_name(m["name"]): m["version"] for m in UV_LINE.finditer(self.output) if m["sign"] == "+"
+            }
         match = re.search(r"^Successfully installed (.+)$", self.output, re.MULTILINE)
-        return {canonicalize_name(item.rpartition("-")[0]): item.rpartition("-")[2] for item in (match[1].split() if match else [])}
+        return {
+            canonicalize_name(item.rpartition("-")[0]): item.rpartition("-")[2]
+            for item in (match[1].split() if match else [])
+        }
 
     def removed(self) -> list[str]:
-        return [m["name"] for m in UV_LINE.finditer(self.output) if m["sign"] == "-"] + \
-            re.findall(r"^\s*Successfully uninstalled (\S+)$", self.output, re.MULTILINE)
+        return [m["name"] for m in UV_LINE.finditer(self.output) if m["sign"] == "-"] + re.findall(
+            r"^\s*Successfully uninstalled (\S+)$", self.output, re.MULTILINE
+        )
 
     def downloads(self) -> list[str]:
         """What pip or uv says it downloaded (pip: `Downloading URL`; uv: `Downloading NAME` for a large file)."""
@@ -106,7 +127,9 @@ class Ran:
 
     def torch_downloads(self) -> list[str]:
         """Downloads of torch or of NVIDIA's wheels (none: the venv's torch is kept, its metadata read locally)."""
-        return [d for d in self.downloads() if Path(urllib.parse.unquote(d)).name.split("-")[0] == "torch" or "nvidia" in d]
+        return [
+            d for d in self.downloads() if Path(urllib.parse.unquote(d)).name.split("-")[0] == "torch" or "nvidia" in d
+        ]
 
 
 def run_line(line: str, installer: str) -> Ran:
@@ -147,8 +170,14 @@ def install_import_doctor(installer: str, key: str, published, base_url: str, se
                 if ".dist-info/" not in member:
                     assert (site_packages(prefix) / member).read_bytes() == data, f"{member} is not {wheel.name}'s"
         modules = IMPORTS[key]
-        imported = subprocess.run([str(python), "-I", "-c", f"import {', '.join(modules)}; print({modules[0]}.__file__)"],
-                                  capture_output=True, text=True, env=clean_pip_env(), timeout=300, check=False)
+        imported = subprocess.run(
+            [str(python), "-I", "-c", f"import {', '.join(modules)}; print({modules[0]}.__file__)"],
+            capture_output=True,
+            text=True,
+            env=clean_pip_env(),
+            timeout=300,
+            check=False,
+        )
         assert imported.returncode == 0, imported.stderr[-3000:]
         assert imported.stdout.strip().startswith(str(site_packages(prefix))), "imported from the venv itself"
         with clock.phase("doctor", f"{key} (after {installer})"):
@@ -156,7 +185,9 @@ def install_import_doctor(installer: str, key: str, published, base_url: str, se
         report = json.loads(doctor.stdout)
         assert doctor.returncode == 0, (report["problems"], report.get(FA3_REPORT), doctor.stderr[-2000:])
         assert report["facts"]["torch"]["version"].split("+")[0] == cell.torch
-        if cell is FA3:  # flash-attn-3 alone is a healthy environment: no flash-attn-missing, no fix to install flash-attn
+        if (
+            cell is FA3
+        ):  # flash-attn-3 alone is a healthy environment: no flash-attn-missing, no fix to install flash-attn
             assert report[FA3_REPORT]["healthy"] is True and report[FA3_REPORT]["torch"].split("+")[0] == cell.torch
             assert report["healthy"] is True and report["fixes"] == [], report["problems"]
             assert not [p for p in report["problems"] if p["severity"] == "error"], report["problems"]
@@ -177,8 +208,11 @@ def test_each_wheel_passed_abi_and_import_and_is_listed_by_its_indexes(published
     assert actions == {p.name: "published" for p in published.wheels.values()}, actions
     files = sorted(p.name for p in (published.root / "files").glob("*.whl"))
     assert files == sorted(p.name for p in published.wheels.values())
-    listed = {index.name: sorted(p.name for p in index.iterdir() if p.is_dir())
-              for index in published.root.iterdir() if index.name != "files" and index.is_dir()}
+    listed = {
+        index.name: sorted(p.name for p in index.iterdir() if p.is_dir())
+        for index in published.root.iterdir()
+        if index.name != "files" and index.is_dir()
+    }
     assert sorted(listed) == [ABI1.index, ABI0.index], "one index per glue's (torch minor, CUDA), nothing else"
     # FA3 (cu130, torch>=2.9): every index of its CUDA that the glue wheels make and its torch range admits: here only
     # torch2.14-cu130.
@@ -187,7 +221,9 @@ def test_each_wheel_passed_abi_and_import_and_is_listed_by_its_indexes(published
 
 
 def test_the_index_passes_its_check_on_disk_and_over_http(published, static_base, tmp_path, clock):
-    with clock.phase("index", "--pip --check ROOT, and two index URLs over python -m http.server and the PEP 691 server"):
+    with clock.phase(
+        "index", "--pip --check ROOT, and two index URLs over python -m http.server and the PEP 691 server"
+    ):
         on_disk = faforge("index", "--pip", "--check", published.root)
         assert on_disk.returncode == 0, on_disk.stdout + on_disk.stderr
         for index in (ABI1.index, ABI0.index):
@@ -203,9 +239,13 @@ def test_the_index_passes_its_check_on_disk_and_over_http(published, static_base
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 @pytest.mark.parametrize("key", ["abi1", "abi0", "fa3"])
-def test_the_documented_line_installs_only_our_wheels_beside_the_kept_torch(installer, key, published, static_base, clock, venv_of):
+def test_the_documented_line_installs_only_our_wheels_beside_the_kept_torch(
+    installer, key, published, static_base, clock, venv_of
+):
     """Over `python -m http.server` (PEP 503 HTML): pip's and uv's own index parsers read it; wheels from loopback."""
-    ran = install_import_doctor(installer, key, published, static_base, "PEP 503 HTML, python -m http.server", clock, venv_of)
+    ran = install_import_doctor(
+        installer, key, published, static_base, "PEP 503 HTML, python -m http.server", clock, venv_of
+    )
     if installer == "pip":
         fetched = {urllib.parse.unquote(Path(d).name) for d in ran.downloads() if d.startswith(f"{static_base}files/")}
         assert {w.name for w in published.of(key)} <= fetched, "from the loopback index"
@@ -226,8 +266,9 @@ def test_pip_and_uv_read_the_pep_691_json(installer, published, tmp_path, clock,
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
-def test_flash_attn_beside_the_wrong_torch_minor_is_a_resolver_error_and_installs_nothing(installer, published, static_base, clock,
-                                                                                           venv_of):
+def test_flash_attn_beside_the_wrong_torch_minor_is_a_resolver_error_and_installs_nothing(
+    installer, published, static_base, clock, venv_of
+):
     """The documented line for the ABI-0 index (flash-attn for torch 2.5) in a venv of PyPI's torch 2.11.0, pinned as
     the line pins the installed torch: both resolvers refuse from metadata alone, before any install or torch
     download."""
@@ -244,7 +285,9 @@ def test_flash_attn_beside_the_wrong_torch_minor_is_a_resolver_error_and_install
         if installer == "pip":
             assert ran.returncode == 1, ran.output[-3000:]
             assert "ResolutionImpossible" in ran.output and "conflicting dependencies" in ran.output, ran.output[-3000:]
-            assert f"The user requested torch=={torch}" in ran.output and "depends on torch<2.6 and >=2.5" in ran.output, ran.output[-3000:]
+            assert (
+                f"The user requested torch=={torch}" in ran.output and "depends on torch<2.6 and >=2.5" in ran.output
+            ), ran.output[-3000:]
         else:
             assert ran.returncode == 1, ran.output[-3000:]
             assert "No solution found when resolving dependencies" in ran.output, ran.output[-3000:]

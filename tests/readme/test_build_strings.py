@@ -17,8 +17,14 @@ KERNEL_FILE = re.compile(r"libflash-attn-kernels-[0-9][\w.]*-(?:cu\d+_\w+?_h[0-9
 def test_every_kernel_package_the_docs_name_is_built_by_the_matrix():
     named = set(KERNEL_FILE.findall(all_text()))
     assert named, "the docs name no exact kernel package: this test's pattern no longer matches their commands"
-    listing = subprocess.run([sys.executable, "-m", "faforge", "matrix", "--kernels", "--json"], capture_output=True,
-                             text=True, timeout=120, cwd=REPO, check=True)
+    listing = subprocess.run(
+        [sys.executable, "-m", "faforge", "matrix", "--kernels", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=True,
+    )
     built = {package["file"] for package in json.loads(listing.stdout)}
     stale = sorted(named - built)
     assert not stale, f"the docs name kernel packages the matrix no longer builds (faforge matrix --kernels): {stale}"

@@ -25,7 +25,9 @@ def test_every_package_has_its_line_in_its_layer():
     assert modules - {"cli"} <= {n for n, layer in listed.items() if layer == "base"}, sorted(modules - set(listed))
     for row, units in enumerate(LAYERS[1:], start=1):  # LAYERS[0] is __main__
         for unit in units:
-            assert listed[unit] == str(row), f"{unit}: {ARCHITECTURE} says layer {listed[unit]}, tests/test_layers.py {row}"
+            assert listed[unit] == str(row), (
+                f"{unit}: {ARCHITECTURE} says layer {listed[unit]}, tests/test_layers.py {row}"
+            )
     assert {n for n, layer in listed.items() if layer == "base"} <= set(BASE)
 
 

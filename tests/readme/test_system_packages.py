@@ -44,8 +44,14 @@ def dev_test(checkout: Path, *args: str, ci: str | None = None) -> tuple[subproc
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
     if ci is not None:
         env["CI"] = ci
-    result = subprocess.run([str(checkout / "scripts/dev"), "test", *args, "--version"], cwd=checkout, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(checkout / "scripts/dev"), "test", *args, "--version"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return result, log.read_text() if log.exists() else ""
 
 

@@ -101,7 +101,9 @@ def build_python(glue_cxx_dir):
         subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", *requirements], check=True)
         (tools / ".complete").write_text("\n".join(requirements) + "\n")
     cxx = [str(glue_cxx_dir)] if glue_cxx_dir else []
-    env = dict(os.environ, PYTHONPATH=str(torch.site_packages), PATH=":".join([*cxx, str(tools / "bin"), os.environ["PATH"]]))
+    env = dict(
+        os.environ, PYTHONPATH=str(torch.site_packages), PATH=":".join([*cxx, str(tools / "bin"), os.environ["PATH"]])
+    )
     try:
         toolkit = cuda_home()
     except NoCudaToolkit as exc:
@@ -115,10 +117,29 @@ def build_python(glue_cxx_dir):
 def _run(build_python, src: Path, abi: str, tmp: Path, *extra: str, script: Path = SCRIPT):
     python, env = build_python
     return subprocess.run(
-        [str(python), str(script), "--source-dir", str(src), "--archs", "90", "--cxx11-abi", abi,
-         "--build-dir", str(tmp / f"build-abi{abi}"), "--wheel-dir", str(tmp / f"dist-abi{abi}"),
-         "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts"), *extra],
-        capture_output=True, text=True, env=env, timeout=1500,
+        [
+            str(python),
+            str(script),
+            "--source-dir",
+            str(src),
+            "--archs",
+            "90",
+            "--cxx11-abi",
+            abi,
+            "--build-dir",
+            str(tmp / f"build-abi{abi}"),
+            "--wheel-dir",
+            str(tmp / f"dist-abi{abi}"),
+            "--max-jobs",
+            "1",
+            "--checker-path",
+            str(paths.repo_root() / "scripts"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
     )
 
 

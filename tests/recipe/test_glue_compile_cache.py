@@ -28,14 +28,23 @@ def test_the_same_compile_in_another_tmp_dir_is_a_hit(tmp_path):
         pytest.skip("no c++ on PATH")
     wrapper = cxx_through_ccache(tmp_path / "run", tmp_path, ccache, cxx)
     # What the build script leaves in the environment in ccache mode; the wrapper must not key on it.
-    env = dict(os.environ, PATH=f"{wrapper}:{os.environ['PATH']}", CCACHE_COMPILERCHECK="string:other", CCACHE_DIR=str(tmp_path / "theirs"))
+    env = dict(
+        os.environ,
+        PATH=f"{wrapper}:{os.environ['PATH']}",
+        CCACHE_COMPILERCHECK="string:other",
+        CCACHE_DIR=str(tmp_path / "theirs"),
+    )
     objects = []
     for build in ("a", "b"):
         (tmp_path / build / "build").mkdir(parents=True)
         (tmp_path / build / "t.cpp").write_text(SOURCE)
         # As torch's ninja file runs it: from the build dir, with a depfile, on an absolute source path.
-        subprocess.run(["c++", "-MMD", "-MF", "t.o.d", "-O2", "-c", str(tmp_path / build / "t.cpp"), "-o", "t.o"],
-                       cwd=tmp_path / build / "build", env=env, check=True)
+        subprocess.run(
+            ["c++", "-MMD", "-MF", "t.o.d", "-O2", "-c", str(tmp_path / build / "t.cpp"), "-o", "t.o"],
+            cwd=tmp_path / build / "build",
+            env=env,
+            check=True,
+        )
         objects.append((tmp_path / build / "build/t.o").read_bytes())
     assert objects[0] == objects[1]
     stats = ccache_counts(ccache, dict(os.environ, CCACHE_DIR=str(tmp_path / "run/ccache")))

@@ -66,7 +66,10 @@ def test_kernel_library_needs_no_torch_and_exports_only_launches(kernel_library)
     launches = {n for n in names if LAUNCHES.match(n)}
     assert len(launches) == 2, sorted(names)
     # The C interface, and the symbol naming the PhiloxCudaState layout the glue must have (64-bit by default).
-    assert names - launches == {"flash_attn_kernels_set_cuda_error_handler", "flash_attn_kernels_philox_offset_intragraph_u64"}, sorted(names)
+    assert names - launches == {
+        "flash_attn_kernels_set_cuda_error_handler",
+        "flash_attn_kernels_philox_offset_intragraph_u64",
+    }, sorted(names)
     assert not [n for n in imported(library) if re.search(r"c10|at[0-9]|torch|__cxx11|Py", n)]
     assert "kernel library: 2 kernel TUs against the shim" in log and "include-view/torch" not in log
     # Exactly the declared GPU code: no stub image from nvcc's device-link step (its default sm_75).
@@ -84,11 +87,15 @@ def test_glue_links_against_the_given_library_and_compiles_no_kernel(build_pytho
     assert not [m for m in members if "libflash_attn_kernels" in m], "an installed library is not carried again"
     glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
     assert "libflash_attn_kernels.so.1" in elf.read_info(glue).needed
-    assert {n for n in imported(glue) if LAUNCHES.match(n)} == {n for n in exported(library) if n.startswith("_ZN5flash12run_mha_fwd_IfLi32E")}
+    assert {n for n in imported(glue) if LAUNCHES.match(n)} == {
+        n for n in exported(library) if n.startswith("_ZN5flash12run_mha_fwd_IfLi32E")
+    }
     # check-abi finds the library only where it is told to look (an installed kernel package's lib/)
     torch = build_python[1]["PYTHONPATH"]
     alone = faforge_cli("check-abi", str(glue), "--against", torch)
-    assert "unverified: libflash_attn_kernels.so.1" in alone.stdout and "GPU code: none" in alone.stdout, alone.stdout + alone.stderr
+    assert "unverified: libflash_attn_kernels.so.1" in alone.stdout and "GPU code: none" in alone.stdout, (
+        alone.stdout + alone.stderr
+    )
     told = faforge_cli("check-abi", str(glue), "--against", torch, "--library-dir", str(library.parent))
     assert told.returncode == 0 and "unverified" not in told.stdout, told.stdout + told.stderr
     assert "GPU code: sm_90" in told.stdout, "the glue's GPU code is its kernel library's"
@@ -122,7 +129,9 @@ def test_glue_of_a_torch_with_another_philox_layout_is_refused_and_would_not_lin
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
     library = tmp_path / "lib/build-abi1/kernels/libflash_attn_kernels.so"
     assert "flash_attn_kernels_philox_offset_intragraph_u32" in exported(library)
-    result = _run(build_python, _tiny_sdist(tmp_path / "glue"), "1", tmp_path / "glue", "--kernel-library", str(library))
+    result = _run(
+        build_python, _tiny_sdist(tmp_path / "glue"), "1", tmp_path / "glue", "--kernel-library", str(library)
+    )
     log = result.stdout + result.stderr
     assert result.returncode != 0 and "Traceback" not in log
     assert f"--kernel-library {library}: built for the 32-bit Philox layout, but torch 2.14.1" in log, log[-3000:]
@@ -132,8 +141,17 @@ def test_glue_of_a_torch_with_another_philox_layout_is_refused_and_would_not_lin
     assert check in SCRIPT.read_text()
     unchecked = tmp_path / "unchecked_build_flash_attn.py"
     unchecked.write_text(SCRIPT.read_text().replace(check, ""))
-    result = _run(build_python, _tiny_sdist(tmp_path / "glue2"), "1", tmp_path / "glue2", "--kernel-library", str(library),
-                  "--shim-dir", str(SHIM), script=unchecked)
+    result = _run(
+        build_python,
+        _tiny_sdist(tmp_path / "glue2"),
+        "1",
+        tmp_path / "glue2",
+        "--kernel-library",
+        str(library),
+        "--shim-dir",
+        str(SHIM),
+        script=unchecked,
+    )
     log = result.stdout + result.stderr
     assert result.returncode != 0 and '"philox_offset_bits": 64' in log
     assert "undefined reference to `flash_attn_kernels_philox_offset_intragraph_u64'" in log, log[-3000:]
@@ -152,10 +170,16 @@ def test_local_wheel_carries_the_library_and_a_cuda_error_is_torchs(build_python
     glue = next(p for m, p in members.items() if m.startswith("flash_attn_2_cuda") and m.endswith(".so"))
     assert elf.read_info(glue).runpath == ("$ORIGIN/flash_attn_2_cuda.libs", "$ORIGIN/torch/lib")
     # The recipe's ABI gate finds the cell's GPU code in the library the module carries.
-    gate = subprocess.run([str(python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", "1", "--expect-archs", "90"],
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(env, PYTHONPATH=f"{tmp_path / 'site'}:{paths.repo_root() / 'scripts'}:{env['PYTHONPATH']}"))
-    assert gate.returncode == 0 and "ABI gate passed: flash_attn_2_cuda" in gate.stdout, gate.stdout[-3000:] + gate.stderr[-2000:]
+    gate = subprocess.run(
+        [str(python), "-m", "faforge.abi.gate", "--expect-cxx11-abi", "1", "--expect-archs", "90"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(env, PYTHONPATH=f"{tmp_path / 'site'}:{paths.repo_root() / 'scripts'}:{env['PYTHONPATH']}"),
+    )
+    assert gate.returncode == 0 and "ABI gate passed: flash_attn_2_cuda" in gate.stdout, (
+        gate.stdout[-3000:] + gate.stderr[-2000:]
+    )
     probe = """
 import torch, flash_attn_2_cuda
 print("twice", flash_attn_2_cuda.twice(torch.ones(2)).tolist())
@@ -196,8 +220,21 @@ int main() {
 """)
     cuda = Path(build_python[1]["CUDA_HOME"])
     exe = tmp_path / "launch"
-    subprocess.run(["g++", "-std=c++17", f"-I{SHIM}", f"-I{src / 'csrc/flash_attn/src'}", f"-I{cuda / 'include'}", str(program),
-                    str(library), f"-Wl,-rpath,{library.parent}:{cuda / 'lib64'}", "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            f"-I{SHIM}",
+            f"-I{src / 'csrc/flash_attn/src'}",
+            f"-I{cuda / 'include'}",
+            str(program),
+            str(library),
+            f"-Wl,-rpath,{library.parent}:{cuda / 'lib64'}",
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120).stdout
     if out.startswith("launched"):
         pytest.skip("a GPU is present, so the launch succeeded; the error path needs a machine without one")

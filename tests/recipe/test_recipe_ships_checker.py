@@ -83,9 +83,22 @@ def test_each_checker_the_recipe_runs_imports_from_the_shipped_files_alone(tmp_p
     for name, origin in shipped_sources().items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(origin, tmp_path / name)
-    modules = sorted(set(re.findall(r"PYTHONPATH=faforge_checker python -m (faforge[\w.]+)", (paths.recipe_dir() / "recipe.yaml").read_text())))
+    modules = sorted(
+        set(
+            re.findall(
+                r"PYTHONPATH=faforge_checker python -m (faforge[\w.]+)",
+                (paths.recipe_dir() / "recipe.yaml").read_text(),
+            )
+        )
+    )
     assert "faforge.kernels.torchfree" in modules, modules
     for module in modules:
-        result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0 and "usage:" in result.stdout, f"{module}: {result.stderr}"

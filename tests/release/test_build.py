@@ -46,7 +46,11 @@ def scratch_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
 @slow("a scratch checkout whose builds run py-rattler-build (1 to 2 s of CPU a test)")
 def project(tmp_path):
     root, channel, env = scratch_checkout(tmp_path)
-    cells = [c for c in json.loads(run(env, "matrix", "--platform", "linux-64", "--json").stdout) if c["torch_source"] == "conda-forge"]
+    cells = [
+        c
+        for c in json.loads(run(env, "matrix", "--platform", "linux-64", "--json").stdout)
+        if c["torch_source"] == "conda-forge"
+    ]
     good, bad = cells[-1]["id"], next(c for c in reversed(cells) if c["python"] != cells[-1]["python"])
     (root / "recipes" / "flash-attn" / "recipe.yaml").write_text(TINY_RECIPE.replace("@FAIL@", bad["python"] + ".*"))
     rendered = {c["id"]: c for c in json.loads(run(env, "matrix", "--platform", "linux-64", "--json").stdout)}
@@ -54,7 +58,9 @@ def project(tmp_path):
 
 
 def run(env, *args):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=900
+    )
 
 
 def test_one_failure_does_not_stop_the_others_and_reruns_resume(project):
@@ -94,9 +100,11 @@ def test_kernel_jobs_build_the_kernel_output_and_a_cell_job_pins_it(project):
     result = run(env, "build", good["id"], "--part", piece.name, "--output-dir", str(output))
     assert result.returncode == 0, result.stdout + result.stderr
     log = (output / "logs" / f"{good['id'].replace('/', '-')}-{piece.name}.log").read_text()
-    assert (f"stand-in kernels for CUDA {good['cuda']}, archs {good['cuda_archs']}, "
-            f"philox offset {good['philox_offset_bits']} bits, "
-            f"TUs [{' '.join(piece.tus)}]") in log
+    assert (
+        f"stand-in kernels for CUDA {good['cuda']}, archs {good['cuda_archs']}, "
+        f"philox offset {good['philox_offset_bits']} bits, "
+        f"TUs [{' '.join(piece.tus)}]"
+    ) in log
     assert not list(output.rglob("*.conda")), "a piece is not a package"
     assert sorted(p.name for p in output.iterdir()) == ["logs"], "nothing of the piece's scratch output is left"
 
@@ -107,9 +115,13 @@ def test_kernel_jobs_build_the_kernel_output_and_a_cell_job_pins_it(project):
     link_log = (output / "logs" / f"{good['id'].replace('/', '-')}-kernels-link.log").read_text()
     assert "TUs []" in link_log, "the kernels-link job is a whole kernel build"
     [kernels] = output.glob("linux-64/*.conda")
-    assert fnmatch(kernels.name, cell_job["kernel-package"]), "the kernel package is the one the plan's cell job expects"
+    assert fnmatch(kernels.name, cell_job["kernel-package"]), (
+        "the kernel package is the one the plan's cell job expects"
+    )
 
-    cell = run(env, "build", good["id"], "--part", "cell", "--output-dir", str(output), "--extra-channel", (output).as_uri())
+    cell = run(
+        env, "build", good["id"], "--part", "cell", "--output-dir", str(output), "--extra-channel", (output).as_uri()
+    )
     assert cell.returncode == 0, cell.stdout + cell.stderr
     cell_log = (output / "logs" / f"{good['id'].replace('/', '-')}-cell.log").read_text()
     assert f"channels {output.as_uri()} " in cell_log, "the kernel packages' channel comes first"
@@ -126,16 +138,29 @@ def test_pieces_need_recipe_support_and_bad_parts_or_cells_are_bad_input(project
     pieces = [p.name for p in split_kernels(load_build_cost(), "linux-64", good["cuda_archs"])]
     for part in (pieces[0], "kernels-link"):
         in_cell = run(env, "build", good["id"], "--part", part, "--output-dir", str(output))
-        assert in_cell.returncode == 0 and "has no libflash-attn-kernels output, so each cell's job compiles its kernels" in in_cell.stderr
+        assert (
+            in_cell.returncode == 0
+            and "has no libflash-attn-kernels output, so each cell's job compiles its kernels" in in_cell.stderr
+        )
         assert "in-cell" in in_cell.stdout and not list(output.glob("*/libflash-attn-kernels-*.conda"))
     # A kernel output that ignores FAFORGE_BUILD_TUS would build the whole kernel package in a piece job.
     recipe = Path(env["FAFORGE_ROOT"]) / "recipes" / "flash-attn" / "recipe.yaml"
-    recipe.write_text(TINY_SPLIT_RECIPE.replace('FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}', 'UNRELATED: "1"'))
+    recipe.write_text(
+        TINY_SPLIT_RECIPE.replace(
+            'FAFORGE_BUILD_TUS: ${{ env.get("FAFORGE_BUILD_TUS", default="") }}', 'UNRELATED: "1"'
+        )
+    )
     refused = run(env, "build", good["id"], "--part", pieces[0], "--output-dir", str(output))
-    assert refused.returncode == 2 and "does not pass FAFORGE_BUILD_TUS" in refused.stderr and "Traceback" not in refused.stderr
+    assert (
+        refused.returncode == 2
+        and "does not pass FAFORGE_BUILD_TUS" in refused.stderr
+        and "Traceback" not in refused.stderr
+    )
     unknown_part = run(env, "build", good["id"], "--part", "bwd-9of9", "--output-dir", str(output))
     assert unknown_part.returncode == 2 and "has no such piece" in unknown_part.stderr
-    assert f"its kernel package's pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
+    assert (
+        f"its kernel package's pieces are {pieces[0]}" in unknown_part.stderr and "Traceback" not in unknown_part.stderr
+    )
     unknown = run(env, "build", "linux-64/py399/torch9.9/cu999/abi1", "--output-dir", str(output))
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
 
@@ -148,8 +173,13 @@ def test_a_whole_build_of_a_split_recipe_makes_the_kernel_package_once_then_each
     (Path(env["FAFORGE_ROOT"]) / "recipes" / "flash-attn" / "recipe.yaml").write_text(TINY_SPLIT_RECIPE)
     cells = json.loads(run(env, "matrix", "--platform", "linux-64", "--json").stdout)
     good = next(c for c in cells if c["id"] == good["id"])  # rendered from the split recipe
-    sibling = next(c for c in cells if c["id"] != good["id"] and c["torch_source"] == good["torch_source"]
-                   and (c["cuda"], c["cuda_archs"], c["torch"]) == (good["cuda"], good["cuda_archs"], good["torch"]))
+    sibling = next(
+        c
+        for c in cells
+        if c["id"] != good["id"]
+        and c["torch_source"] == good["torch_source"]
+        and (c["cuda"], c["cuda_archs"], c["torch"]) == (good["cuda"], good["cuda_archs"], good["torch"])
+    )
     result = run(env, "build", good["id"], sibling["id"], "--output-dir", str(output))
     assert result.returncode == 0, result.stdout + result.stderr
     parts = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("linux-")]
@@ -160,4 +190,6 @@ def test_a_whole_build_of_a_split_recipe_makes_the_kernel_package_once_then_each
         package = output / "linux-64" / f"flash-attn-2.8.3.post2-{cell['build_string']}.conda"
         assert f"{name} =={version} {build}" in read_package(package).depends
     again = run(env, "build", good["id"], "--output-dir", str(output))
-    assert again.returncode == 0 and [line.split()[2] for line in again.stdout.splitlines() if line.startswith("linux-")] == ["present", "present"]
+    assert again.returncode == 0 and [
+        line.split()[2] for line in again.stdout.splitlines() if line.startswith("linux-")
+    ] == ["present", "present"]

@@ -36,31 +36,51 @@ def cell(world: str):
 def test_channels_for_replaces_only_aliased_names_and_keeps_priority_order():
     legacy, forge = cell("pytorch"), cell("conda-forge")
     aliases = {"conda-forge": "file:///srv/mirror/conda-forge", "nvidia": "https://proxy.example/nvidia"}
-    assert channels_for(legacy, aliases) == ["pytorch", "https://proxy.example/nvidia", "file:///srv/mirror/conda-forge"]
+    assert channels_for(legacy, aliases) == [
+        "pytorch",
+        "https://proxy.example/nvidia",
+        "file:///srv/mirror/conda-forge",
+    ]
     assert channels_for(forge, aliases) == ["file:///srv/mirror/conda-forge"]
     assert channels_for(forge, {}) == ["conda-forge"]
     # A cell's job finds its kernel package in this run's folder or the publish channel, searched first.
     assert channels_for(forge, aliases, ["file:///run/kernels", "https://ch.example/faforge"]) == [
-        "file:///run/kernels", "https://ch.example/faforge", "file:///srv/mirror/conda-forge"]
+        "file:///run/kernels",
+        "https://ch.example/faforge",
+        "file:///srv/mirror/conda-forge",
+    ]
 
 
 def test_parse_channel_aliases_accepts_http_https_and_file_urls():
-    entries = ["conda-forge=https://mirror.example/conda-forge", "pytorch=http://10.0.0.1:8080/pytorch", "nvidia=file:///srv/nvidia"]
+    entries = [
+        "conda-forge=https://mirror.example/conda-forge",
+        "pytorch=http://10.0.0.1:8080/pytorch",
+        "nvidia=file:///srv/nvidia",
+    ]
     assert parse_channel_aliases(entries, KNOWN) == {
-        "conda-forge": "https://mirror.example/conda-forge", "pytorch": "http://10.0.0.1:8080/pytorch", "nvidia": "file:///srv/nvidia"}
+        "conda-forge": "https://mirror.example/conda-forge",
+        "pytorch": "http://10.0.0.1:8080/pytorch",
+        "nvidia": "file:///srv/nvidia",
+    }
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ("conda-forg=https://m.example/cf", "unknown channel name 'conda-forg' — name a channel of variants/releases.yaml: "
-         "conda-forge, nvidia, pytorch"),
-    ("conda-forge", "expected NAME=URL"),
-    ("=https://m.example/cf", "expected NAME=URL"),
-    ("conda-forge=", "expected NAME=URL"),
-    ("conda-forge=ftp://m.example/cf", "is not an http://, https:// or file:/// URL"),
-    ("conda-forge=mirror/conda-forge", "is not an http://, https:// or file:/// URL"),
-    ("conda-forge=file://relative/cf", "is not an http://, https:// or file:/// URL"),
-    ("conda-forge=https:///no-host", "is not an http://, https:// or file:/// URL"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            "conda-forg=https://m.example/cf",
+            "unknown channel name 'conda-forg' — name a channel of variants/releases.yaml: "
+            "conda-forge, nvidia, pytorch",
+        ),
+        ("conda-forge", "expected NAME=URL"),
+        ("=https://m.example/cf", "expected NAME=URL"),
+        ("conda-forge=", "expected NAME=URL"),
+        ("conda-forge=ftp://m.example/cf", "is not an http://, https:// or file:/// URL"),
+        ("conda-forge=mirror/conda-forge", "is not an http://, https:// or file:/// URL"),
+        ("conda-forge=file://relative/cf", "is not an http://, https:// or file:/// URL"),
+        ("conda-forge=https:///no-host", "is not an http://, https:// or file:/// URL"),
+    ],
+)
 def test_parse_channel_aliases_rejects_bad_entries(entry, message):
     with pytest.raises(FaforgeError) as raised:
         parse_channel_aliases([entry], KNOWN)
@@ -85,13 +105,26 @@ def test_escape_sequences_in_an_alias_reach_the_terminal_escaped(monkeypatch, ca
 
 
 def faforge(env, *args):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
-@pytest.mark.parametrize(("args", "env_value", "named"), [
-    (["--channel-alias", "pypi=https://m.example/pypi"], None, "--channel-alias pypi=https://m.example/pypi: unknown channel name 'pypi'"),
-    ([], "conda-forge=https://m.example/cf pytorch=gopher://m.example/pt", "FAFORGE_CHANNEL_ALIAS pytorch=gopher://m.example/pt: 'gopher://m.example/pt' is not"),
-])
+@pytest.mark.parametrize(
+    ("args", "env_value", "named"),
+    [
+        (
+            ["--channel-alias", "pypi=https://m.example/pypi"],
+            None,
+            "--channel-alias pypi=https://m.example/pypi: unknown channel name 'pypi'",
+        ),
+        (
+            [],
+            "conda-forge=https://m.example/cf pytorch=gopher://m.example/pt",
+            "FAFORGE_CHANNEL_ALIAS pytorch=gopher://m.example/pt: 'gopher://m.example/pt' is not",
+        ),
+    ],
+)
 def test_cli_rejects_a_bad_alias_with_one_line_before_building(tmp_path, args, env_value, named):
     env = {k: v for k, v in os.environ.items() if k != "FAFORGE_CHANNEL_ALIAS"}
     if env_value is not None:
@@ -109,10 +142,14 @@ def project(tmp_path):
     root = tmp_path / "project"
     for name in ("variants", "recipes"):
         shutil.copytree(REPO / name, root / name)
-    recipe = TINY_RECIPE.replace("@FAIL@", "none").replace("requirements:\n", "requirements:\n  host:\n    - cuda-probe\n")
+    recipe = TINY_RECIPE.replace("@FAIL@", "none").replace(
+        "requirements:\n", "requirements:\n  host:\n    - cuda-probe\n"
+    )
     (root / "recipes" / "flash-attn" / "recipe.yaml").write_text(recipe)
     mirror = tmp_path / "mirror-conda-forge"
-    assemble(PackageSpec(name="cuda-probe", version="1.0", build="h0_0", subdir="linux-64", depends=("__cuda",)), mirror)
+    assemble(
+        PackageSpec(name="cuda-probe", version="1.0", build="h0_0", subdir="linux-64", depends=("__cuda",)), mirror
+    )
     index(mirror)
     env = {k: v for k, v in os.environ.items() if k not in ("CONDA_OVERRIDE_CUDA", "FAFORGE_CHANNEL_ALIAS")}
     env["FAFORGE_ROOT"] = str(root)
@@ -122,7 +159,9 @@ def project(tmp_path):
 def test_build_takes_the_mirror_and_sets_conda_override_cuda_to_the_cells_cuda(project):
     env, mirror, output = project
     target = cell("conda-forge")
-    result = faforge(env, "build", target.id, "--output-dir", str(output), "--channel-alias", f"conda-forge={mirror.as_uri()}")
+    result = faforge(
+        env, "build", target.id, "--output-dir", str(output), "--channel-alias", f"conda-forge={mirror.as_uri()}"
+    )
     log = (output / "logs" / (target.id.replace("/", "-") + ".log")).read_text()
     assert result.returncode == 0, result.stdout + result.stderr + log
     assert f"channels {mirror.as_uri()}\n" in log

@@ -37,11 +37,13 @@ requirements:
   run:
     - pytorch >=${{ fa3_min_torch }} cuda*
     - cuda-version >=${{ cuda_compiler_version }}
-"""
+"""  # noqa: E501 (a recipe script line in YAML cannot wrap)
 
 
 def run(env, *args):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=900
+    )
 
 
 @pytest.fixture
@@ -67,12 +69,19 @@ def test_an_fa3_package_builds_whole_from_its_generated_variant_file_and_a_rerun
     assert package.is_file(), "the package the plan's job names, although the one before it failed"
     facts = read_package(package)
     assert (facts.name, facts.build, facts.fa3_id, facts.cuda, facts.cuda_archs, facts.torch) == (
-        "flash-attn-3", good["build-string"], good["cell"], "13.0", "80;90a", "2.9")
+        "flash-attn-3",
+        good["build-string"],
+        good["cell"],
+        "13.0",
+        "80;90a",
+        "2.9",
+    )
     log = (output / "logs" / "linux-64-cu130-sm80_90a.log").read_text()
     assert f"channels {channel.as_uri()}" in log, "the FA3 world's channels come from variants/releases.yaml"
     assert "CONDA_OVERRIDE_CUDA=13.0" in log
-    assert "stand-in flash-attn-3 for CUDA 13.0, archs 80;90a, headers of torch 2.13.0, serving 2.10,2.11,2.12,2.13" in log, \
-        "the variant is the generated file's (variants/flash-attn-3-linux-64-conda-forge.yaml)"
+    assert (
+        "stand-in flash-attn-3 for CUDA 13.0, archs 80;90a, headers of torch 2.13.0, serving 2.10,2.11,2.12,2.13" in log
+    ), "the variant is the generated file's (variants/flash-attn-3-linux-64-conda-forge.yaml)"
     assert "exit 3" in (output / "logs" / "linux-64-cu129-sm80_90a.log").read_text()
 
     # The plan's chunk, as build-cells.yml's job runs it: the package is there already.
@@ -87,9 +96,14 @@ def test_an_fa3_package_builds_whole_from_its_generated_variant_file_and_a_rerun
 def test_an_unknown_id_or_a_part_of_an_fa3_package_is_bad_input_that_says_where_ids_are(project):
     env, output, jobs, _ = project
     known = next(iter(jobs))
-    for args, says in (([known.replace("sm80_90a", "sm90")], f"{known.replace('sm80_90a', 'sm90')}: no flash-attn-3 package of the matrix"),
-                       ([f"flash-attn-3/{known}"], f"'flash-attn-3/{known}' is not a cell id"),
-                       ([known, "--part", "cell"], f"--part cell: {known} is a flash-attn-3 package without such a piece")):
+    for args, says in (
+        (
+            [known.replace("sm80_90a", "sm90")],
+            f"{known.replace('sm80_90a', 'sm90')}: no flash-attn-3 package of the matrix",
+        ),
+        ([f"flash-attn-3/{known}"], f"'flash-attn-3/{known}' is not a cell id"),
+        ([known, "--part", "cell"], f"--part cell: {known} is a flash-attn-3 package without such a piece"),
+    ):
         result = run(env, "build", *args, "--output-dir", str(output))
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert says in result.stderr

@@ -27,8 +27,13 @@ TAG = "manylinux_2_28_x86_64"
 
 
 def faforge(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +51,31 @@ def toolkit() -> dict:
 
 def test_both_wheels_in_the_output_folder_are_present_and_nothing_is_built(build, toolkit, tmp_path):
     dist = tmp_path / "out" / "dist"
-    kernel = write_wheel(WheelSpec(name=build.kernel.name, version=build.kernel_wheel_version, build_tag=build.kernel_wheel_build_tag,
-                                   python_tags=("py3",), abi_tags=("none",), platform_tags=(TAG,), files={"libflash_attn_kernels/__init__.py": b""}),
-                         dist)
-    glue = write_wheel(WheelSpec(name="flash-attn", version=build.glue_version, build_tag=build.glue_build_tag, python_tags=("cp311",),
-                                 abi_tags=("cp311",), platform_tags=(TAG,), requires_dist=build.requires_dist,
-                                 files={"flash_attn/__init__.py": b""}), dist)
+    kernel = write_wheel(
+        WheelSpec(
+            name=build.kernel.name,
+            version=build.kernel_wheel_version,
+            build_tag=build.kernel_wheel_build_tag,
+            python_tags=("py3",),
+            abi_tags=("none",),
+            platform_tags=(TAG,),
+            files={"libflash_attn_kernels/__init__.py": b""},
+        ),
+        dist,
+    )
+    glue = write_wheel(
+        WheelSpec(
+            name="flash-attn",
+            version=build.glue_version,
+            build_tag=build.glue_build_tag,
+            python_tags=("cp311",),
+            abi_tags=("cp311",),
+            platform_tags=(TAG,),
+            requires_dist=build.requires_dist,
+            files={"flash_attn/__init__.py": b""},
+        ),
+        dist,
+    )
     result = faforge("build", CELL, "--output-dir", str(tmp_path / "out"), "--json", env=toolkit)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -71,8 +95,15 @@ def test_a_wheel_job_without_its_kernel_package_fails_naming_the_job_that_builds
 
 
 def test_a_given_kernel_package_of_another_build_is_refused_before_any_work(build, toolkit, tmp_path):
-    other = assemble(PackageSpec(build.kernel.name, build.kernel.version, build.kernel_build.replace(build.kernel_build.split("_")[-2], "h0000000"),
-                                 "linux-64"), tmp_path / "channel")
+    other = assemble(
+        PackageSpec(
+            build.kernel.name,
+            build.kernel.version,
+            build.kernel_build.replace(build.kernel_build.split("_")[-2], "h0000000"),
+            "linux-64",
+        ),
+        tmp_path / "channel",
+    )
     result = faforge("build", CELL, "--kernel-package", str(other), "--output-dir", str(tmp_path / "out"), env=toolkit)
     assert result.returncode == 2 and build.kernel_build in result.stderr and "none of these cells" in result.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
@@ -89,8 +120,18 @@ def test_a_kernel_package_in_the_output_folder_is_found(build, toolkit, tmp_path
     (tmp_path / "PKG-INFO").write_text("Name: flash_attn\n")
     with tarfile.open(sdist, "w:gz") as tar:
         tar.add(tmp_path / "PKG-INFO", arcname="flash_attn-2.8.3.post2/PKG-INFO")
-    result = faforge("build", CELL, "--part", "wheel", "--output-dir", str(out), "--json", "--source", str(sdist),
-                     env={**toolkit, "FAFORGE_CACHE_DIR": str(cache_dir("faforge"))})
+    result = faforge(
+        "build",
+        CELL,
+        "--part",
+        "wheel",
+        "--output-dir",
+        str(out),
+        "--json",
+        "--source",
+        str(sdist),
+        env={**toolkit, "FAFORGE_CACHE_DIR": str(cache_dir("faforge"))},
+    )
     assert result.returncode == 1, result.stderr
     [entry] = json.loads(result.stdout)["builds"]
     assert entry["status"] == "failed" and "holds no regular file lib/libflash_attn_kernels.so.1" in entry["error"]

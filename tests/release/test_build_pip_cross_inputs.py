@@ -29,8 +29,13 @@ def cross():
 
 
 def build(cell: str, tmp_path: Path, *options) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faforge", "build", cell, "--output-dir", str(tmp_path / "out"), *map(str, options)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "build", cell, "--output-dir", str(tmp_path / "out"), *map(str, options)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def refused(result: subprocess.CompletedProcess, *says: str) -> None:
@@ -43,26 +48,71 @@ def refused(result: subprocess.CompletedProcess, *says: str) -> None:
 def test_an_x86_64_python_is_not_the_target_python(cross, tmp_path):
     x86 = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
     cell = CELL.replace("py311", f"py{sys.version_info[0]}{sys.version_info[1]}")
-    refused(build(cell, tmp_path, "--torch-site", cross.torch_site, "--target-python", x86, "--cuda-home", cross.cuda_home),
-            f"--target-python {x86}: an x86_64 executable; the cell's glue is for aarch64")
+    refused(
+        build(cell, tmp_path, "--torch-site", cross.torch_site, "--target-python", x86, "--cuda-home", cross.cuda_home),
+        f"--target-python {x86}: an x86_64 executable; the cell's glue is for aarch64",
+    )
     assert not (tmp_path / "out" / "logs").exists()
 
 
 def test_a_torch_site_of_another_machine_release_or_python_is_refused(cross, tmp_path):
     x86_site = base_venv("2.14.1", "3.11").site_packages
     arm_python = cross.python.python
-    refused(build(CELL.replace("torch2.11", "torch2.14"), tmp_path, "--torch-site", x86_site, "--target-python", arm_python,
-                  "--cuda-home", cross.cuda_home),
-            f"--torch-site {x86_site}: torch 2.14.1+cu130 (CUDA 13.0, C++ ABI 1, x86_64)", "needs PyPI's torch 2.14.1 for CUDA 13.0, ABI 1, aarch64")
-    refused(build(CELL.replace("torch2.11", "torch2.14"), tmp_path, "--torch-site", cross.torch_site, "--target-python", arm_python,
-                  "--cuda-home", cross.cuda_home),
-            "torch 2.11.0+cu130 (CUDA 13.0, C++ ABI 1, aarch64)", "needs PyPI's torch 2.14.1")
+    refused(
+        build(
+            CELL.replace("torch2.11", "torch2.14"),
+            tmp_path,
+            "--torch-site",
+            x86_site,
+            "--target-python",
+            arm_python,
+            "--cuda-home",
+            cross.cuda_home,
+        ),
+        f"--torch-site {x86_site}: torch 2.14.1+cu130 (CUDA 13.0, C++ ABI 1, x86_64)",
+        "needs PyPI's torch 2.14.1 for CUDA 13.0, ABI 1, aarch64",
+    )
+    refused(
+        build(
+            CELL.replace("torch2.11", "torch2.14"),
+            tmp_path,
+            "--torch-site",
+            cross.torch_site,
+            "--target-python",
+            arm_python,
+            "--cuda-home",
+            cross.cuda_home,
+        ),
+        "torch 2.11.0+cu130 (CUDA 13.0, C++ ABI 1, aarch64)",
+        "needs PyPI's torch 2.14.1",
+    )
     # Debian's arm64 python3.11 is the wrong target for a CPython 3.12 cell: its headers are include/python3.11.
-    refused(build(CELL.replace("py311", "py312"), tmp_path, "--torch-site", cross.torch_site, "--target-python", arm_python,
-                  "--cuda-home", cross.cuda_home),
-            f"--target-python {arm_python}: not a CPython 3.12 executable with include/python3.12/Python.h")
+    refused(
+        build(
+            CELL.replace("py311", "py312"),
+            tmp_path,
+            "--torch-site",
+            cross.torch_site,
+            "--target-python",
+            arm_python,
+            "--cuda-home",
+            cross.cuda_home,
+        ),
+        f"--target-python {arm_python}: not a CPython 3.12 executable with include/python3.12/Python.h",
+    )
 
 
 def test_a_toolkit_without_the_sbsa_target_tree_is_refused(cross, cuda_13_home, tmp_path):  # noqa: F811 (an imported fixture, requested by name)
-    refused(build(CELL, tmp_path, "--torch-site", cross.torch_site, "--target-python", cross.python.python, "--cuda-home", cuda_13_home),
-            f"the CUDA toolkit {cuda_13_home} has no targets/sbsa-linux/include/cuda_runtime.h")
+    refused(
+        build(
+            CELL,
+            tmp_path,
+            "--torch-site",
+            cross.torch_site,
+            "--target-python",
+            cross.python.python,
+            "--cuda-home",
+            cuda_13_home,
+        ),
+        f"the CUDA toolkit {cuda_13_home} has no targets/sbsa-linux/include/cuda_runtime.h",
+    )

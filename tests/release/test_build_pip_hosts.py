@@ -20,7 +20,9 @@ NO_TOOLKIT = Path("/nonexistent-cuda")  # never read on these paths: no cross bu
 @pytest.fixture(scope="module")
 def by_platform():
     builds = pip_builds(load_matrix())
-    return {platform: [b for b in builds if b.cell.platform == platform][:3] for platform in ("linux-64", "linux-aarch64")}
+    return {
+        platform: [b for b in builds if b.cell.platform == platform][:3] for platform in ("linux-64", "linux-aarch64")
+    }
 
 
 @pytest.mark.parametrize(("machine", "platform"), [("x86_64", "linux-64"), ("aarch64", "linux-aarch64")])

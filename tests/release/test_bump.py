@@ -43,33 +43,46 @@ NEW_TORCH = "2.99.1"
 
 
 def record(version, build, subdir, depends=()):
-    return {"name": "pytorch", "version": version, "build": build, "build_number": int(build.rsplit("_", 1)[1]),
-            "subdir": subdir, "depends": list(depends), "md5": "0" * 32, "sha256": "0" * 64, "size": 1}
+    return {
+        "name": "pytorch",
+        "version": version,
+        "build": build,
+        "build_number": int(build.rsplit("_", 1)[1]),
+        "subdir": subdir,
+        "depends": list(depends),
+        "md5": "0" * 32,
+        "sha256": "0" * 64,
+        "size": 1,
+    }
 
 
 def write_channel(root: Path, table) -> Path:
     """conda-forge/<subdir>/repodata.json with pytorch records, the way the real channel lays them out."""
-    newest = max((r for r in table.releases if r.world == "conda-forge"), key=lambda r: tuple(map(int, r.torch.split("."))))
+    newest = max(
+        (r for r in table.releases if r.world == "conda-forge"), key=lambda r: tuple(map(int, r.torch.split(".")))
+    )
     tag = newest.cuda.replace(".", "")
     packages = {"linux-64": {}, "linux-aarch64": {}, "noarch": {}}
 
     def add(subdir, version, build, depends=()):
         packages[subdir][f"pytorch-{version}-{build}.conda"] = record(version, build, subdir, depends)
 
-    add("linux-64", newest.torch, f"cuda{tag}_mkl_py312_h0000001_300")          # already in the table
+    add("linux-64", newest.torch, f"cuda{tag}_mkl_py312_h0000001_300")  # already in the table
     older = f"{newest.torch.rsplit('.', 1)[0]}.0"
     if older != newest.torch:
-        add("linux-64", older, f"cuda{tag}_mkl_py312_h0000002_300")             # older patch: not a new row
+        add("linux-64", older, f"cuda{tag}_mkl_py312_h0000002_300")  # older patch: not a new row
     for py in ("312", "313"):
         add("linux-64", NEW_TORCH, f"cuda130_mkl_py{py}_h00000a{py}_300")
         add("linux-aarch64", NEW_TORCH, f"cuda130_generic_py{py}_h00000b{py}_200", ["arm-variant * sbsa"])
-        add("linux-64", NEW_TORCH, f"cpu_mkl_py{py}_h00000c{py}_100")           # CPU build: ignored
+        add("linux-64", NEW_TORCH, f"cpu_mkl_py{py}_h00000c{py}_100")  # CPU build: ignored
     add("linux-aarch64", NEW_TORCH, "cuda130_generic_py312_h00000d_200", ["arm-variant * tegra"])  # Jetson
     add("linux-aarch64", NEW_TORCH, "cuda126_generic_py312_h00000e_200", ["arm-variant * tegra"])  # Jetson only: no row
     channel = root / "conda-forge"
     for subdir, entries in packages.items():
         (channel / subdir).mkdir(parents=True)
-        (channel / subdir / "repodata.json").write_text(json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": entries}))
+        (channel / subdir / "repodata.json").write_text(
+            json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": entries})
+        )
     return channel
 
 
@@ -84,11 +97,17 @@ def project(tmp_path):
 
 def faforge(project, *args, env=None):
     env = dict(os.environ, FAFORGE_ROOT=str(project), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def digests(project) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((project / "variants").iterdir()) if p.is_file()}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((project / "variants").iterdir())
+        if p.is_file()
+    }
 
 
 @pytest.mark.slow  # regenerates every variant file of the scratch checkout (renders with rattler-build)
@@ -119,7 +138,10 @@ def test_bump_adds_the_new_release_and_regenerates(project, tmp_path):
     assert len(new_table.releases) == len(table.releases) + 1
     check = faforge(project, "generate", "--check")
     assert check.returncode == 0, check.stderr
-    assert all(cell in variant_config_path(project / "variants", cell.split("/")[0], "conda-forge").read_text() for cell in data["new_cells"])
+    assert all(
+        cell in variant_config_path(project / "variants", cell.split("/")[0], "conda-forge").read_text()
+        for cell in data["new_cells"]
+    )
     again = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--json")
     assert again.returncode == 4, "the server is gone now: a remote failure"
 
@@ -135,7 +157,9 @@ def refused_bump(project, tmp_path, wheels: dict[str, Path]):
     before = digests(project)
     with serve_directory(channel.parent) as url:
         env = {"FAFORGE_CACHE_DIR": str(cache), "FAFORGE_SIMPLE_INDEX": url + "simple", **OFFLINE_ENV}
-        result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write", env=env)
+        result = faforge(
+            project, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write", env=env
+        )
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert digests(project) == before, "a refused bump writes nothing"
     return result.stderr
@@ -148,10 +172,15 @@ def test_a_new_torch_minor_with_a_layout_no_kernel_library_has_is_refused_and_no
     changed = tmp_path / "changed"
     shutil.copytree(real, changed)
     raw = changed / RAW_HEADER
-    raw.write_text(raw.read_text().replace("bool captured_ = false;", "bool captured_ = false;\n  uint64_t generation_ = 0;"))
+    raw.write_text(
+        raw.read_text().replace("bool captured_ = false;", "bool captured_ = false;\n  uint64_t generation_ = 0;")
+    )
     wheel = f"torch-{NEW_TORCH}-cp311-cp311-manylinux_2_28_x86_64.whl"
     stderr = refused_bump(project, tmp_path, {wheel: changed})
-    assert f"{wheel}: torch/include/{RAW_HEADER}: at::PhiloxCudaState lays Flash_fwd_params out as no kernel library does" in stderr
+    assert (
+        f"{wheel}: torch/include/{RAW_HEADER}: at::PhiloxCudaState lays Flash_fwd_params out as no kernel library does"
+        in stderr
+    )
 
 
 @pytest.mark.slow  # flash.h from the flash-attn sdist on PyPI
@@ -162,12 +191,16 @@ def test_a_new_torch_minor_without_a_wheel_to_measure_is_refused_and_nothing_wri
 
 def test_unreachable_source_is_a_clear_error_and_changes_nothing(project):
     before = digests(project)
-    result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/conda-forge", "--write")
+    result = faforge(
+        project, "bump", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/conda-forge", "--write"
+    )
     assert result.returncode == 4, "a network failure has its own exit code"
     assert "cannot read repodata of http://127.0.0.1:9/conda-forge" in result.stderr
     [line] = result.stderr.splitlines()  # one line; py-rattler's cause chain only with --verbose
     assert "— check the channel URL and your network" in line and "faforge publish" not in line
-    verbose = faforge(project, "--verbose", "bump", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/conda-forge")
+    verbose = faforge(
+        project, "--verbose", "bump", "--source", "conda-forge", "--channel-url", "http://127.0.0.1:9/conda-forge"
+    )
     assert verbose.returncode == 4 and len(verbose.stderr.splitlines()) > 1, verbose.stderr
     assert digests(project) == before
 
@@ -180,7 +213,10 @@ def test_a_local_mirror_is_never_written_as_the_rows_source(project, tmp_path):
     for given in (str(channel), channel.as_uri()):
         result = faforge(project, "bump", "--source", "conda-forge", "--channel-url", given, "--write")
         assert result.returncode == 2 and "Traceback" not in result.stderr
-        assert f"--channel-url {given}: a local channel" in result.stderr and "serve the mirror over http(s)" in result.stderr
+        assert (
+            f"--channel-url {given}: a local channel" in result.stderr
+            and "serve the mirror over http(s)" in result.stderr
+        )
         assert digests(project) == before
     shown = faforge(project, "bump", "--source", "conda-forge", "--channel-url", str(channel), "--json")
     assert shown.returncode == 0 and [r["torch"] for r in json.loads(shown.stdout)["new_releases"]] == [NEW_TORCH]
@@ -196,17 +232,19 @@ WHEEL_FILES = [
     "torch-2.99.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl",
     "torch-2.99.0%2Bcu130-cp313-cp313-manylinux_2_28_aarch64.whl",
     "torch-2.99.0%2Bcu128-cp313-cp313t-manylinux_2_28_x86_64.whl",
-    "torch-2.99.0%2Bcpu-cp312-cp312-manylinux_2_28_x86_64.whl",       # CPU: ignored
-    "torch-2.99.0%2Bcu130-cp312-cp312-win_amd64.whl",                  # not Linux: ignored
-    "torch-2.13.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl",      # a minor the table lists
-    "torch-2.0.1%2Bcu118-cp311-cp311-linux_x86_64.whl",                # history
+    "torch-2.99.0%2Bcpu-cp312-cp312-manylinux_2_28_x86_64.whl",  # CPU: ignored
+    "torch-2.99.0%2Bcu130-cp312-cp312-win_amd64.whl",  # not Linux: ignored
+    "torch-2.13.0%2Bcu130-cp312-cp312-manylinux_2_28_x86_64.whl",  # a minor the table lists
+    "torch-2.0.1%2Bcu118-cp311-cp311-linux_x86_64.whl",  # history
 ]
 
 
 def write_wheel_index(root: Path) -> Path:
     page = root / "whl" / "torch" / "index.html"
     page.parent.mkdir(parents=True)
-    links = "\n".join(f'<a href="/whl/{name}#sha256={"0" * 64}">{name.replace("%2B", "+")}</a><br/>' for name in WHEEL_FILES)
+    links = "\n".join(
+        f'<a href="/whl/{name}#sha256={"0" * 64}">{name.replace("%2B", "+")}</a><br/>' for name in WHEEL_FILES
+    )
     page.write_text(f"<!DOCTYPE html>\n<html><body><h1>Links for torch</h1>\n{links}\n</body></html>\n")
     return page.parent
 
@@ -220,8 +258,14 @@ def test_wheel_index_lists_minors_ahead_of_the_channels_and_adds_no_rows(project
     assert index.is_dir() and shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     jsonschema.validate(data, SCHEMA)
-    assert data["wheel_only"] == [{"torch": "2.99.0", "cuda": ["12.8", "13.0"], "python": ["3.12", "3.13"],
-                                   "platforms": ["linux-64", "linux-aarch64"]}]
+    assert data["wheel_only"] == [
+        {
+            "torch": "2.99.0",
+            "cuda": ["12.8", "13.0"],
+            "python": ["3.12", "3.13"],
+            "platforms": ["linux-64", "linux-aarch64"],
+        }
+    ]
     assert data["new_releases"] == [] and data["new_cells"] == [] and data["written"] == []
     assert text.returncode == 0 and "no conda world has yet" in text.stdout and "2.99.0" in text.stdout
     assert digests(project) == before, "wheel-only releases never change the table"
@@ -261,7 +305,7 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
         data, kind = found
         match = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         if match:
-            data = data[int(match[1]):int(match[2]) + 1]
+            data = data[int(match[1]) : int(match[2]) + 1]
             self.send_response(206)
         else:
             self.send_response(200)
@@ -298,8 +342,11 @@ def fake_torch_wheel(version: str, cuda: str | None, libc10: bytes | None) -> by
     """A torch wheel as small as the bump needs: torch/version.py as torch writes it, and a real libc10.so."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr("torch/version.py", f"from typing import Optional\n__version__ = '{version}'\n"
-                                       f"cuda: Optional[str] = {cuda!r}\nhip: Optional[str] = None\n")
+        z.writestr(
+            "torch/version.py",
+            f"from typing import Optional\n__version__ = '{version}'\n"
+            f"cuda: Optional[str] = {cuda!r}\nhip: Optional[str] = None\n",
+        )
         if libc10 is not None:
             z.writestr("torch/lib/libc10.so", libc10)
         z.writestr(f"torch-{version.split('+')[0]}.dist-info/RECORD", "")
@@ -312,13 +359,23 @@ def serve_pip_indexes(url: str) -> None:
     page with 2.15.0+cu126 on linux-64 and 2.15.0+cu132 (PyPI's, once its row is in). Every wheel on /files/."""
     libs = {arch: real_libc10(arch) for arch in ("x86_64", "aarch64")}
     pypi, html = [], []
+
     def add(name, version, cuda, arch, listing):
         data = fake_torch_wheel(version, cuda, libs[arch] if cuda else None)
         path = f"/files/{name}"
         RangeHandler.files[path] = (data, "application/octet-stream")
         listing.append((name, url + urllib.parse.quote(path), hashlib.sha256(data).hexdigest(), len(data)))
+
     for arch in ("x86_64", "aarch64"):
-        for tag in ("cp311-cp311", "cp312-cp312", "cp313-cp313", "cp314-cp314", "cp314-cp314t", "cp315-cp315", "cp315-cp315t"):
+        for tag in (
+            "cp311-cp311",
+            "cp312-cp312",
+            "cp313-cp313",
+            "cp314-cp314",
+            "cp314-cp314t",
+            "cp315-cp315",
+            "cp315-cp315t",
+        ):
             add(f"torch-{PIP_TORCH}-{tag}-manylinux_2_28_{arch}.whl", PIP_TORCH, "13.2", arch, pypi)
         add(f"torch-2.14.1-cp312-cp312-manylinux_2_28_{arch}.whl", "2.14.1", "13.0", arch, pypi)
     add("torch-2.10.0-cp312-cp312-manylinux_2_28_aarch64.whl", "2.10.0", None, "aarch64", pypi)
@@ -326,13 +383,22 @@ def serve_pip_indexes(url: str) -> None:
     for tag in ("cp312-cp312", "cp313-cp313"):
         add(f"torch-{PIP_TORCH}+cu126-{tag}-manylinux_2_28_x86_64.whl", f"{PIP_TORCH}+cu126", "12.6", "x86_64", html)
     add(f"torch-{PIP_TORCH}+cu132-cp312-cp312-manylinux_2_28_x86_64.whl", f"{PIP_TORCH}+cu132", "13.2", "x86_64", html)
-    add(f"torch-{PIP_TORCH}+cpu-cp312-cp312-manylinux_2_28_x86_64.whl", f"{PIP_TORCH}+cpu", None, "x86_64", html)  # CPU: no row, not read
-    page = {"meta": {"api-version": "1.1"}, "name": "torch",
-            "files": [{"filename": n, "url": u, "hashes": {"sha256": h}, "size": s} for n, u, h, s in pypi]}
+    add(
+        f"torch-{PIP_TORCH}+cpu-cp312-cp312-manylinux_2_28_x86_64.whl", f"{PIP_TORCH}+cpu", None, "x86_64", html
+    )  # CPU: no row, not read
+    page = {
+        "meta": {"api-version": "1.1"},
+        "name": "torch",
+        "files": [{"filename": n, "url": u, "hashes": {"sha256": h}, "size": s} for n, u, h, s in pypi],
+    }
     RangeHandler.files["/simple/torch/"] = (json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
-    links = "\n".join(f'<a href="{urllib.parse.urlsplit(u).path.replace("+", "%2B")}#sha256={h}">{n}</a><br/>' for n, u, h, _ in html)
-    RangeHandler.files["/whl/cu126/torch/"] = (f"<!DOCTYPE html>\n<html><body><h1>Links for torch</h1>\n{links}\n</body></html>\n".encode(),
-                                               "text/html")
+    links = "\n".join(
+        f'<a href="{urllib.parse.urlsplit(u).path.replace("+", "%2B")}#sha256={h}">{n}</a><br/>' for n, u, h, _ in html
+    )
+    RangeHandler.files["/whl/cu126/torch/"] = (
+        f"<!DOCTYPE html>\n<html><body><h1>Links for torch</h1>\n{links}\n</body></html>\n".encode(),
+        "text/html",
+    )
 
 
 def without_pip_release(project: Path, torch: str) -> None:
@@ -340,10 +406,18 @@ def without_pip_release(project: Path, torch: str) -> None:
     path = project / "variants" / "releases.yaml"
     text = path.read_text()
     table = load_releases(path)
-    path.write_text(dump_releases(replace(table, pip_releases=tuple(r for r in table.pip_releases if r.torch != torch)), header_of(text)))
+    path.write_text(
+        dump_releases(
+            replace(table, pip_releases=tuple(r for r in table.pip_releases if r.torch != torch)), header_of(text)
+        )
+    )
     sources = project / "variants" / "torch-sources.yaml"
-    sources.write_text(sources.read_text().replace("pip_sources:\n", "pip_sources:\n  pytorch-cu126:\n    world: pypi\n"
-                                                   "    index: https://download.pytorch.org/whl/cu126\n"))
+    sources.write_text(
+        sources.read_text().replace(
+            "pip_sources:\n",
+            "pip_sources:\n  pytorch-cu126:\n    world: pypi\n    index: https://download.pytorch.org/whl/cu126\n",
+        )
+    )
     assert faforge(project, "generate").returncode == 0
 
 
@@ -361,20 +435,30 @@ def test_bump_finds_a_new_pypi_release_reads_its_wheels_and_writes_its_rows(proj
     assert load_releases(project / "variants" / "releases.yaml") == before, "without --write nothing changes"
     [row] = data["new_releases"]
     assert (row["world"], row["torch"], row["cuda"], row["cxx11_abi"]) == ("pypi", PIP_TORCH, "13.2", 1)
-    assert row["python"] == ["3.11", "3.12", "3.13", "3.14", "3.15"] and row["platforms"] == ["linux-64", "linux-aarch64"]
+    assert row["python"] == ["3.11", "3.12", "3.13", "3.14", "3.15"] and row["platforms"] == [
+        "linux-64",
+        "linux-aarch64",
+    ]
     assert row["index"] == "https://pypi.org/simple", "the row names PyPI, not the mirror it was read from"
     assert len(row["source"]) == 10 and not [w for w in row["source"] if "t-manylinux" in w or "win" in w]
     assert data["new_cells"] == [] and len(data["new_pip_cells"]) == 10
     assert "pypi/linux-aarch64/py315/torch2.15/cu132/abi1" in data["new_pip_cells"]
 
-    written = faforge(project, "bump", "--source", "pypi", "--channel-url", wheel_server + "/simple", "--write", env=env)
+    written = faforge(
+        project, "bump", "--source", "pypi", "--channel-url", wheel_server + "/simple", "--write", env=env
+    )
     assert written.returncode == 0, written.stderr
     text = (project / "variants" / "releases.yaml").read_text()
     table = load_releases(project / "variants" / "releases.yaml")
     assert dump_releases(table, header_of(text)) == text, "bump must write the canonical form"
     [new] = [r for r in table.pip_releases if r.torch == PIP_TORCH]
-    assert new.index is None and new.wheel("3.13", "linux-aarch64") == "torch-2.15.0-cp313-cp313-manylinux_2_28_aarch64.whl"
-    assert text == (REPO / "variants" / "releases.yaml").read_text(), "the rows read from the wheels are the committed ones"
+    assert (
+        new.index is None
+        and new.wheel("3.13", "linux-aarch64") == "torch-2.15.0-cp313-cp313-manylinux_2_28_aarch64.whl"
+    )
+    assert text == (REPO / "variants" / "releases.yaml").read_text(), (
+        "the rows read from the wheels are the committed ones"
+    )
     check = faforge(project, "generate", "--check")
     assert check.returncode == 0, check.stderr
     assert "pypi/linux-64/py315/torch2.15/cu132/abi1" in (project / "variants" / "linux-64-pypi.yaml").read_text()
@@ -383,15 +467,37 @@ def test_bump_finds_a_new_pypi_release_reads_its_wheels_and_writes_its_rows(proj
 
     # PyTorch's cu126 index (PEP 503 HTML): its 2.15.0+cu126 is a new row with its own index; its +cu132 is PyPI's
     # release.
-    cu126 = faforge(project, "bump", "--source", "pytorch-cu126", "--channel-url", wheel_server + "/whl/cu126", "--write", "--json", env=env)
+    cu126 = faforge(
+        project,
+        "bump",
+        "--source",
+        "pytorch-cu126",
+        "--channel-url",
+        wheel_server + "/whl/cu126",
+        "--write",
+        "--json",
+        env=env,
+    )
     assert cu126.returncode == 0, cu126.stderr
     data = json.loads(cu126.stdout)
     jsonschema.validate(data, SCHEMA)
     [row] = data["new_releases"]
-    assert (row["torch"], row["cuda"], row["cxx11_abi"], row["python"], row["platforms"]) == (PIP_TORCH, "12.6", 1, ["3.12", "3.13"], ["linux-64"])
+    assert (row["torch"], row["cuda"], row["cxx11_abi"], row["python"], row["platforms"]) == (
+        PIP_TORCH,
+        "12.6",
+        1,
+        ["3.12", "3.13"],
+        ["linux-64"],
+    )
     assert row["index"] == "https://download.pytorch.org/whl/cu126"
-    assert row["source"] == [f"torch-{PIP_TORCH}+cu126-cp312-cp312-manylinux_2_28_x86_64.whl", f"torch-{PIP_TORCH}+cu126-cp313-cp313-manylinux_2_28_x86_64.whl"]
-    assert data["new_pip_cells"] == ["pypi/linux-64/py312/torch2.15/cu126/abi1", "pypi/linux-64/py313/torch2.15/cu126/abi1"]
+    assert row["source"] == [
+        f"torch-{PIP_TORCH}+cu126-cp312-cp312-manylinux_2_28_x86_64.whl",
+        f"torch-{PIP_TORCH}+cu126-cp313-cp313-manylinux_2_28_x86_64.whl",
+    ]
+    assert data["new_pip_cells"] == [
+        "pypi/linux-64/py312/torch2.15/cu126/abi1",
+        "pypi/linux-64/py313/torch2.15/cu126/abi1",
+    ]
     table = load_releases(project / "variants" / "releases.yaml")
     [row] = [r for r in table.pip_releases if r.cuda == "12.6" and r.torch == PIP_TORCH]
     assert row.index == "https://download.pytorch.org/whl/cu126" and table.index_of(row) == row.index

@@ -16,15 +16,33 @@ from faforge.release.package import PackageFacts
 # The run requirements of the flash-attn package the real recipe built in the conda world
 # (tests/conda_world/test_recipe_in_world.py), as its info/index.json lists them.
 REAL_BUILD_DEPENDS = (
-    "cuda-cudart >=13.0.96,<14.0a0", "cuda-version >=13.0,<14", "einops", "libgcc >=15", "libstdcxx >=15",
-    "libtorch >=2.11.0,<2.12", "pytorch >=2.11.0,<2.12 cuda130*", "python >=3.12,<3.13.0a0",
-    "python 3.12.* *_cpython", "python_abi 3.12.* *_cp312",
+    "cuda-cudart >=13.0.96,<14.0a0",
+    "cuda-version >=13.0,<14",
+    "einops",
+    "libgcc >=15",
+    "libstdcxx >=15",
+    "libtorch >=2.11.0,<2.12",
+    "pytorch >=2.11.0,<2.12 cuda130*",
+    "python >=3.12,<3.13.0a0",
+    "python 3.12.* *_cpython",
+    "python_abi 3.12.* *_cp312",
 )
 
 
 def test_only_python_requirements_go_to_pip():
-    package = PackageFacts(path=Path("x.conda"), name="flash-attn", version="2.8.3.post2", build="b", subdir="linux-64",
-                           sha256="0", depends=REAL_BUILD_DEPENDS, python="3.12", torch="2.11.0", cuda="13.0", cxx11_abi=1)
+    package = PackageFacts(
+        path=Path("x.conda"),
+        name="flash-attn",
+        version="2.8.3.post2",
+        build="b",
+        subdir="linux-64",
+        sha256="0",
+        depends=REAL_BUILD_DEPENDS,
+        python="3.12",
+        torch="2.11.0",
+        cuda="13.0",
+        cxx11_abi=1,
+    )
     assert clean_env.pip_requirements(package) == ["einops", "pytest"]
 
 
@@ -43,7 +61,9 @@ def test_a_pyenv_shim_that_cannot_run_is_not_a_python(tmp_path, monkeypatch):
 def test_a_working_python_is_found_behind_a_broken_shim(tmp_path, monkeypatch):
     version = "{}.{}".format(*sys.version_info[:2])
     other = "3.10" if version != "3.10" else "3.11"
-    real = sorted(Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv").glob(f"versions/{other}.*/bin/python{other}"))
+    real = sorted(
+        Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv").glob(f"versions/{other}.*/bin/python{other}")
+    )
     if not real:
         pytest.skip(f"no pyenv CPython {other} on this machine to find behind the shim")
     shim = tmp_path / f"python{other}"

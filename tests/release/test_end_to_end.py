@@ -55,8 +55,18 @@ CONDA_FORGE_STANDINS = [
     PackageSpec("einops", "0.8.1", "pyhd8ed1ab_0", "noarch", depends=("python >=3.9",)),
     PackageSpec("cuda-version", "13.0", "h4a4eb4b_3", "noarch", constrains=("__cuda >=13",)),
     PackageSpec("libtorch", TORCH, "cuda130_mkl_h1ca3d63_300", "linux-64", depends=("cuda-version >=13.0,<14",)),
-    PackageSpec("pytorch", TORCH, "cuda130_mkl_py311_h8b0e3c1_300", "linux-64",
-                depends=("__cuda", f"libtorch {TORCH} cuda130_mkl_h1ca3d63_300", "python >=3.11,<3.12.0a0", "cuda-version >=13.0,<14")),
+    PackageSpec(
+        "pytorch",
+        TORCH,
+        "cuda130_mkl_py311_h8b0e3c1_300",
+        "linux-64",
+        depends=(
+            "__cuda",
+            f"libtorch {TORCH} cuda130_mkl_h1ca3d63_300",
+            "python >=3.11,<3.12.0a0",
+            "cuda-version >=13.0,<14",
+        ),
+    ),
 ]
 
 
@@ -68,11 +78,20 @@ def readme_block(marker: str, language: str) -> str:
 def project(tmp_path_factory):
     """A scratch checkout whose release table has the test cell; FAFORGE_ROOT points faforge at it."""
     root = tmp_path_factory.mktemp("project")
-    subprocess.run(["cp", "-r", str(REPO / "variants"), str(REPO / "recipes"), str(REPO / "scripts"), str(root)], check=True)
+    subprocess.run(
+        ["cp", "-r", str(REPO / "variants"), str(REPO / "recipes"), str(REPO / "scripts"), str(root)], check=True
+    )
     path = root / "variants" / "releases.yaml"
     table = load_releases(path)
     template = next(r for r in table.releases if r.world == "conda-forge" and not getattr(r, "tegra", False))
-    row = replace(template, torch=TORCH, cuda=CUDA, python=(PYTHON,), platforms=("linux-64",), source=("tests/release/test_end_to_end.py",))
+    row = replace(
+        template,
+        torch=TORCH,
+        cuda=CUDA,
+        python=(PYTHON,),
+        platforms=("linux-64",),
+        source=("tests/release/test_end_to_end.py",),
+    )
     assert isinstance(row, Release)
     path.write_text(dump_releases(replace(table, releases=(*table.releases, row)), header_of(path.read_text())))
     # Its kernel library layout: torch 2.14.1's PhiloxCudaState is the shim's, 64-bit offset_intragraph_
@@ -85,7 +104,9 @@ def project(tmp_path_factory):
 
 
 def faforge(env, *args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=1800
+    )
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +123,9 @@ def extensions(tmp_path_factory, cell):
         python = find_python(PYTHON)
         work = tmp_path_factory.mktemp("ext")
         library = compile_kernel_library(work / "kernels", cuda_home() / "bin" / "nvcc", cell["cuda_archs"])
-        return {abi: compile_extension(work, torch.torch_lib, python, abi, kernel_library=library) for abi in (1, 0)}, library
+        return {
+            abi: compile_extension(work, torch.torch_lib, python, abi, kernel_library=library) for abi in (1, 0)
+        }, library
     except (TorchEnvUnavailable, CannotCompile, NoCudaToolkit) as exc:
         pytest.skip(str(exc))
 
@@ -127,28 +150,69 @@ def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
     # kernel build the cell pins (the plan's kernel job makes it), beside each flash-attn.
     version = job["package"].removeprefix("flash-attn-").removesuffix(f"-{job['build-string']}.conda")
     pin = kernel_pin(cell["run_requirements"])
-    assert pin is not None and fnmatch(pin.filename(), job["kernel-package"]), (cell["run_requirements"], job["kernel-package"])
-    kernels = {out: standin_kernel_package(work / out, version=pin.version, build=pin.build, subdir="linux-64",
-                                           depends=[f"cuda-version >={CUDA},<14"], library=kernel_library) for out in ("output", "output-bad")}
-    good = standin_package(work / "output", version=version, build=job["build-string"], subdir="linux-64",
-                           depends=cell["run_requirements"], python=PYTHON, extension=extensions[1])
-    bad = standin_package(work / "output-bad", version=version, build=job["build-string"], subdir="linux-64",
-                          depends=cell["run_requirements"], python=PYTHON, extension=extensions[0])
+    assert pin is not None and fnmatch(pin.filename(), job["kernel-package"]), (
+        cell["run_requirements"],
+        job["kernel-package"],
+    )
+    kernels = {
+        out: standin_kernel_package(
+            work / out,
+            version=pin.version,
+            build=pin.build,
+            subdir="linux-64",
+            depends=[f"cuda-version >={CUDA},<14"],
+            library=kernel_library,
+        )
+        for out in ("output", "output-bad")
+    }
+    good = standin_package(
+        work / "output",
+        version=version,
+        build=job["build-string"],
+        subdir="linux-64",
+        depends=cell["run_requirements"],
+        python=PYTHON,
+        extension=extensions[1],
+    )
+    bad = standin_package(
+        work / "output-bad",
+        version=version,
+        build=job["build-string"],
+        subdir="linux-64",
+        depends=cell["run_requirements"],
+        python=PYTHON,
+        extension=extensions[0],
+    )
     assert good.name == bad.name == job["package"]
 
     # verify: CPU gates pass, the GPU gate is skipped here (no GPU), the wrong-ABI build fails. The
     # kernel package passes its own gates (torch-free, dlopen with PyPI's CUDA runtime).
     manifest = work / "verification"
-    verified = faforge(env, "verify", str(good), str(kernels["output"]), "--gates", "abi,import,gpu", "--manifest", str(manifest), "--json")
+    verified = faforge(
+        env,
+        "verify",
+        str(good),
+        str(kernels["output"]),
+        "--gates",
+        "abi,import,gpu",
+        "--manifest",
+        str(manifest),
+        "--json",
+    )
     by_package = {}
     for r in json.loads(verified.stdout)["results"]:
         by_package.setdefault(r["package"], {})[r["gate"]] = r["result"]
-    assert by_package == {good.name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
-                          kernels["output"].name: {"abi": "passed", "import": "passed", "gpu": "skipped"}}, verified.stdout[-3000:] + verified.stderr
+    assert by_package == {
+        good.name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
+        kernels["output"].name: {"abi": "passed", "import": "passed", "gpu": "skipped"},
+    }, verified.stdout[-3000:] + verified.stderr
     assert verified.returncode == 3
     failed = faforge(env, "verify", str(bad), "--manifest", str(manifest), "--json")
     assert failed.returncode == 1
-    assert {r["gate"]: r["result"] for r in json.loads(failed.stdout)["results"]} == {"abi": "failed", "import": "failed"}
+    assert {r["gate"]: r["result"] for r in json.loads(failed.stdout)["results"]} == {
+        "abi": "failed",
+        "import": "failed",
+    }
 
     # publish under the default gates: refused, because skipped is not passed.
     refused = faforge(env, "publish", str(good), "--manifest", str(manifest), "--to", str(channel))
@@ -157,13 +221,28 @@ def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
     assert not (channel / "linux-64" / good.name).exists()
     # a package with a failed gate is refused whatever is required.
     for require in ("abi,import", "gpu"):
-        result = faforge(env, "publish", str(bad), "--manifest", str(manifest), "--to", str(channel), "--require", require)
+        result = faforge(
+            env, "publish", str(bad), "--manifest", str(manifest), "--to", str(channel), "--require", require
+        )
         assert result.returncode == 1 and "refused" in result.stdout and "abi: failed" in result.stdout
     assert not (channel / "linux-64" / bad.name).exists()
     # the happy path.
-    alone = faforge(env, "publish", str(good), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import")
+    alone = faforge(
+        env, "publish", str(good), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import"
+    )
     assert alone.returncode == 1 and pin.filename() in alone.stdout, "never without its kernel package"
-    published = faforge(env, "publish", str(good), str(kernels["output"]), "--manifest", str(manifest), "--to", str(channel), "--require", "abi,import")
+    published = faforge(
+        env,
+        "publish",
+        str(good),
+        str(kernels["output"]),
+        "--manifest",
+        str(manifest),
+        "--to",
+        str(channel),
+        "--require",
+        "abi,import",
+    )
     assert published.returncode == 0, published.stdout + published.stderr
     assert (channel / "linux-64" / good.name).read_bytes() == good.read_bytes()
     assert (channel / "linux-64" / pin.filename()).read_bytes() == kernels["output"].read_bytes()
@@ -174,10 +253,17 @@ def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
 
     # serve the channel exactly as the hosting page says, and solve + install its environment.yml.
     port = free_port()
-    serve = readme_block("serve: local channel", "bash").strip().replace(" 8000", f" {port}").replace("--directory channel", f"--directory {channel}")
+    serve = (
+        readme_block("serve: local channel", "bash")
+        .strip()
+        .replace(" 8000", f" {port}")
+        .replace("--directory channel", f"--directory {channel}")
+    )
     command = serve.split()
     assert command[:3] == ["python", "-m", "http.server"]
-    environment = yaml.safe_load(readme_block("environment.yml: local channel over http", "yaml").replace(":8000/", f":{port}/"))
+    environment = yaml.safe_load(
+        readme_block("environment.yml: local channel over http", "yaml").replace(":8000/", f":{port}/")
+    )
     conda_forge = work / "conda-forge"
     for spec in CONDA_FORGE_STANDINS:
         assemble(spec, conda_forge)
@@ -193,5 +279,7 @@ def test_plan_verify_publish_serve_install(project, extensions, cell, tmp_path):
         install(records, prefix, "linux-64", cache_dir=work / "pkgs")
     installed = list((prefix / "lib" / f"python{PYTHON}" / "site-packages").glob("flash_attn_2_cuda*.so"))
     assert installed and installed[0].read_bytes() == extensions[1].read_bytes()
-    assert (prefix / "lib" / "libflash_attn_kernels.so").read_bytes() == kernel_library.read_bytes(), "the pinned kernel build came with it"
+    assert (prefix / "lib" / "libflash_attn_kernels.so").read_bytes() == kernel_library.read_bytes(), (
+        "the pinned kernel build came with it"
+    )
     assert (prefix / "conda-meta" / f"{good.name.removesuffix('.conda')}.json").is_file()

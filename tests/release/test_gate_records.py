@@ -16,8 +16,18 @@ from faforge.release.manifest import results_for
 from tests.release.test_publish import faforge, package, passed
 from tests.support import tiny_wheels as tw
 
-GOOD = {"version": 1, "gate": "abi", "result": "passed", "detail": "test", "sha256": "", "package": "x", "cell": None,
-        "recorded_at": "2026-12-07T00:00:00+00:00", "host": "h (x86_64)", "faforge": "0.1.0"}
+GOOD = {
+    "version": 1,
+    "gate": "abi",
+    "result": "passed",
+    "detail": "test",
+    "sha256": "",
+    "package": "x",
+    "cell": None,
+    "recorded_at": "2026-12-07T00:00:00+00:00",
+    "host": "h (x86_64)",
+    "faforge": "0.1.0",
+}
 # kind -> what replaces the record (a dict: its JSON; a str: a kind of file)
 HOSTILE = {
     "unknown-key": {"extra": 1},

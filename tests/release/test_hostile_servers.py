@@ -55,8 +55,15 @@ def limits(monkeypatch):
 def faforge(*args, cwd=None, env=None):
     started = time.monotonic()
     try:
-        result = subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                                env={**os.environ, **LIMITS, **(env or {})}, timeout=DEADLINE_S + MARGIN_S, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [sys.executable, "-m", "faforge", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env={**os.environ, **LIMITS, **(env or {})},
+            timeout=DEADLINE_S + MARGIN_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"faforge {' '.join(map(str, args))}: still running past the deadline + {MARGIN_S} s")
     return result, time.monotonic() - started
@@ -98,7 +105,10 @@ def test_index_pages_stop_within_the_deadline_and_the_cap(served, limits, mode):
 def test_plan_page_and_bump_exit_4_within_the_deadline(served, tmp_path, mode):
     base, _ = served
     url = f"{base}/{mode}/ch"
-    for args in (["plan", "--channel", url, "--platform", "linux-64"], ["page", "--channel", url, "--out", tmp_path / "page"]):
+    for args in (
+        ["plan", "--channel", url, "--platform", "linux-64"],
+        ["page", "--channel", url, "--out", tmp_path / "page"],
+    ):
         result, _ = faforge(*args)
         assert_remote_failure(result, url)
     project = tmp_path / "project"
@@ -114,8 +124,17 @@ def test_verify_kernel_download_exits_4_within_the_deadline(served, tmp_path, mo
     """The channel's index answers; the kernel package itself is served by the hostile mode."""
     base, _ = served
     fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
-    result, _ = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", f"{base}/files-{mode}/channel",
-                        "--manifest", tmp_path / "v", env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
+    result, _ = faforge(
+        "verify",
+        fa,
+        "--gates",
+        "gpu",
+        "--kernel-channel",
+        f"{base}/files-{mode}/channel",
+        "--manifest",
+        tmp_path / "v",
+        env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert_remote_failure(result, f"{base}/files-{mode}/channel/linux-aarch64/")
     assert not list((tmp_path / "cache").rglob("*.conda")), "nothing is cached from a failed download"
 
@@ -125,8 +144,15 @@ def test_publish_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_pat
     base, _ = served
     one = package(tmp_path / "a")
     passed(tmp_path / "verification", one)
-    result, _ = faforge("publish", one, "--manifest", tmp_path / "verification", "--to",
-                        f"artifactory:{base}/hang/artifactory/api/conda/my-channel", env={"ARTIFACTORY_TOKEN": "t0ken"})
+    result, _ = faforge(
+        "publish",
+        one,
+        "--manifest",
+        tmp_path / "verification",
+        "--to",
+        f"artifactory:{base}/hang/artifactory/api/conda/my-channel",
+        env={"ARTIFACTORY_TOKEN": "t0ken"},
+    )
     assert_remote_failure(result, f"{base}/hang/artifactory/api/conda/my-channel")
 
 
@@ -151,8 +177,16 @@ def test_an_upload_to_a_hanging_server_exits_4_within_the_deadline(served, tmp_p
     one = package(tmp_path / "a")
     passed(tmp_path / "verification", one)
     to, token_env, extra = UPLOADS[kind]
-    result, took = faforge("publish", one, "--manifest", tmp_path / "verification", "--to", to.format(base=base), *extra,
-                           env={token_env: "t0ken-s3cret"})
+    result, took = faforge(
+        "publish",
+        one,
+        "--manifest",
+        tmp_path / "verification",
+        "--to",
+        to.format(base=base),
+        *extra,
+        env={token_env: "t0ken-s3cret"},
+    )
     assert result.returncode == 4, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
     assert httpclient.DEADLINE_ENV in result.stderr and " — " in result.stderr, result.stderr
@@ -171,8 +205,12 @@ def test_limits_from_the_environment_are_validated(monkeypatch, name, value):
 
 def test_a_bad_limit_is_exit_2_naming_the_variable(served):
     base, _ = served
-    result, _ = faforge("plan", "--channel", f"{base}/ok/ch", "--platform", "linux-64", env={httpclient.DEADLINE_ENV: "nan"})
-    assert result.returncode == 2 and httpclient.DEADLINE_ENV in result.stderr and "Traceback" not in result.stderr, result.stderr
+    result, _ = faforge(
+        "plan", "--channel", f"{base}/ok/ch", "--platform", "linux-64", env={httpclient.DEADLINE_ENV: "nan"}
+    )
+    assert result.returncode == 2 and httpclient.DEADLINE_ENV in result.stderr and "Traceback" not in result.stderr, (
+        result.stderr
+    )
 
 
 # ---------------------------------------------------------------- the single-read timeout
@@ -188,12 +226,20 @@ def faforge_read_timeout(*args, cwd=None, env=None):
     environment = {k: v for k, v in os.environ.items() if k != httpclient.DEADLINE_ENV}
     started = time.monotonic()
     try:
-        result = subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                                env={**environment, httpclient.TIMEOUT_ENV: str(READ_TIMEOUT_S), **(env or {})},
-                                timeout=READ_CHILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [sys.executable, "-m", "faforge", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env={**environment, httpclient.TIMEOUT_ENV: str(READ_TIMEOUT_S), **(env or {})},
+            timeout=READ_CHILD_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"faforge {' '.join(map(str, args))}: still running after {READ_CHILD_TIMEOUT_S} s "
-                    f"({httpclient.TIMEOUT_ENV}={READ_TIMEOUT_S}, the deadline at its default)")
+        pytest.fail(
+            f"faforge {' '.join(map(str, args))}: still running after {READ_CHILD_TIMEOUT_S} s "
+            f"({httpclient.TIMEOUT_ENV}={READ_TIMEOUT_S}, the deadline at its default)"
+        )
     return result, time.monotonic() - started
 
 
@@ -214,18 +260,38 @@ def url_commands(base: str, mode: str, tmp_path) -> dict[str, tuple[list, str, d
         "plan --channel": (["plan", "--channel", ch, "--platform", "linux-64"], ch, {}),
         "page --channel": (["page", "--channel", ch, "--out", tmp_path / "page"], ch, {}),
         "bump conda-forge --channel-url": (["bump", "--source", "conda-forge", "--channel-url", ch], ch, root),
-        "bump pytorch-wheels --channel-url": (["bump", "--source", "pytorch-wheels", "--channel-url", ch + "/"], ch, root),
-        "verify --kernel-channel": (["verify", split, "--gates", "abi", "--kernel-channel", ch, "--manifest", tmp_path / "v"], ch,
-                                    {"FAFORGE_CACHE_DIR": str(tmp_path / "cache")}),
-        "publish --channel": (["publish", split, "--to", tmp_path / "out", "--manifest", tmp_path / "verification", "--channel", ch],
-                              ch, {}),
-        "publish --to prefix:": (["publish", one, "--to", f"prefix:{base}/{mode}/up", "--manifest", tmp_path / "verification"],
-                                 f"{base}/{mode}", {"PREFIX_API_KEY": "t0ken"}),
+        "bump pytorch-wheels --channel-url": (
+            ["bump", "--source", "pytorch-wheels", "--channel-url", ch + "/"],
+            ch,
+            root,
+        ),
+        "verify --kernel-channel": (
+            ["verify", split, "--gates", "abi", "--kernel-channel", ch, "--manifest", tmp_path / "v"],
+            ch,
+            {"FAFORGE_CACHE_DIR": str(tmp_path / "cache")},
+        ),
+        "publish --channel": (
+            ["publish", split, "--to", tmp_path / "out", "--manifest", tmp_path / "verification", "--channel", ch],
+            ch,
+            {},
+        ),
+        "publish --to prefix:": (
+            ["publish", one, "--to", f"prefix:{base}/{mode}/up", "--manifest", tmp_path / "verification"],
+            f"{base}/{mode}",
+            {"PREFIX_API_KEY": "t0ken"},
+        ),
     }
 
 
-URL_COMMANDS = ["plan --channel", "page --channel", "bump conda-forge --channel-url", "bump pytorch-wheels --channel-url",
-                "verify --kernel-channel", "publish --channel", "publish --to prefix:"]
+URL_COMMANDS = [
+    "plan --channel",
+    "page --channel",
+    "bump conda-forge --channel-url",
+    "bump pytorch-wheels --channel-url",
+    "verify --kernel-channel",
+    "publish --channel",
+    "publish --to prefix:",
+]
 
 
 @pytest.mark.parametrize("command", URL_COMMANDS)
@@ -250,8 +316,17 @@ def test_verify_kernel_download_stops_within_the_read_timeout(served, tmp_path, 
     """The channel's index answers; the kernel package's download (faforge's own client) is silent or drips."""
     base, _ = served
     fa = split_flash_attn(tmp_path / "out", subdir="linux-aarch64")
-    result, took = faforge_read_timeout("verify", fa, "--gates", "gpu", "--kernel-channel", f"{base}/files-{mode}/channel",
-                                        "--manifest", tmp_path / "v", env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")})
+    result, took = faforge_read_timeout(
+        "verify",
+        fa,
+        "--gates",
+        "gpu",
+        "--kernel-channel",
+        f"{base}/files-{mode}/channel",
+        "--manifest",
+        tmp_path / "v",
+        env={"FAFORGE_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert_remote_failure(result, f"{base}/files-{mode}/channel/linux-aarch64/")
     assert httpclient.TIMEOUT_ENV in result.stderr and took <= READ_TIMEOUT_S + READ_MARGIN_S, (took, result.stderr)
 
@@ -271,7 +346,9 @@ def test_a_silent_server_ends_a_query_at_the_read_timeout(served, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", modes("drip", "probed"))
-def test_a_drip_within_the_read_timeout_or_a_server_silent_after_the_probe_ends_at_the_deadline(served, monkeypatch, mode):
+def test_a_drip_within_the_read_timeout_or_a_server_silent_after_the_probe_ends_at_the_deadline(
+    served, monkeypatch, mode
+):
     """The bound a single-read timeout cannot give: one byte a second never makes a read wait 2 s, and
     py-rattler's client has only a whole-request timeout; the deadline ends both, naming it."""
     base, _ = served

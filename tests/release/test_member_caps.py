@@ -36,8 +36,13 @@ def run(*args, tmp: Path):
     """`faforge ARGS` with its own TMPDIR (tmp/tmpdir), so what it unpacked can be looked for afterwards."""
     tmpdir = tmp / "tmpdir"
     tmpdir.mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TMPDIR": str(tmpdir)})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )
 
 
 def written_bytes(folder: Path) -> int:
@@ -47,7 +52,9 @@ def written_bytes(folder: Path) -> int:
 def test_real_members_are_within_the_ratio_rule():
     """The numbers the rule was set from (membercaps' docstring, README "Caps and deadlines")."""
     assert membercaps.ratio_problem(220_900_000, 62_100_000) is None  # flash-attn's kernel library, 3.6x
-    assert membercaps.ratio_problem(2_100_329, 2_100_329 // 57) is None  # the most compressible real member of 1 MiB or more
+    assert (
+        membercaps.ratio_problem(2_100_329, 2_100_329 // 57) is None
+    )  # the most compressible real member of 1 MiB or more
     assert membercaps.ratio_problem(577_633, 577_633 // 234) is None  # below the minimum size: any ratio
     assert membercaps.ratio_problem(64 << 20, (64 << 20) // 1000)  # a bomb
 
@@ -61,7 +68,9 @@ def test_a_wheel_with_a_hostile_member_is_refused_before_anything_is_written(tmp
     result = run("verify", wheel, "--manifest", tmp_path / "verification", tmp=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
-    assert str(wheel) in result.stderr and ("decompression bomb" in result.stderr or "declares" in result.stderr), result.stderr
+    assert str(wheel) in result.stderr and ("decompression bomb" in result.stderr or "declares" in result.stderr), (
+        result.stderr
+    )
     assert written_bytes(tmp_path / "tmpdir") < (1 << 20), "the member reached the disk"
     assert not list((tmp_path / "verification").rglob("*.json")), "a gate was recorded for it"
 
@@ -72,7 +81,9 @@ def test_a_conda_package_with_a_hostile_member_is_refused_before_anything_is_wri
     if kind == "bomb":
         payload = hw.tar_member("share/zeros.bin", hw.BOMB_BYTES) + bytes(1024)
     else:
-        payload = hw.tar_member("share/huge.bin", hw.HUGE_BYTES, data=b"x" * 4096)  # cut short: the header alone is judged
+        payload = hw.tar_member(
+            "share/huge.bin", hw.HUGE_BYTES, data=b"x" * 4096
+        )  # cut short: the header alone is judged
     package = hw.conda_with_payload(tmp_path / "in" / filename, INDEX, payload)
     with pytest.raises(FaforgeError) as caught:
         read_package(package)
@@ -96,9 +107,11 @@ def test_a_real_size_member_of_ordinary_ratio_passes(tmp_path, good):
 # Real PyPI wheels whose members the rule was measured on (their central directories, read by HTTP range):
 # torch's libraries, NVIDIA's largest (libcublasLt.so.13, 542 MB) and pysam's libbz2.so (57x, the most
 # compressible real member of 1 MiB or more found among 79 wheels).
-REAL_WHEELS = [("torch", "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
-               ("nvidia-cublas", "nvidia_cublas-13.1.1.3-py3-none-manylinux_2_27_x86_64.whl"),
-               ("pysam", "pysam-0.24.1-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl")]
+REAL_WHEELS = [
+    ("torch", "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
+    ("nvidia-cublas", "nvidia_cublas-13.1.1.3-py3-none-manylinux_2_27_x86_64.whl"),
+    ("pysam", "pysam-0.24.1-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl"),
+]
 
 
 @pytest.mark.slow  # reads PyPI (each wheel's central directory by HTTP range)
@@ -121,8 +134,15 @@ def test_real_libraries_in_a_conda_payload_are_within_the_caps(tmp_path):
     """Two real shared libraries of this venv (PyYAML's and zstandard's, 2.7 and 12 MB), tarred and compressed as
     conda-build does (zstd -19): read_package's ratio rule, which counts each member's compressed bytes as
     the stream goes by, passes them."""
-    libraries = sorted((p for m in (zstandard, yaml) for p in Path(m.__file__).parent.glob("*.so")
-                        if p.stat().st_size >= membercaps.RATIO_MIN_BYTES), key=lambda p: p.stat().st_size)[:2]
+    libraries = sorted(
+        (
+            p
+            for m in (zstandard, yaml)
+            for p in Path(m.__file__).parent.glob("*.so")
+            if p.stat().st_size >= membercaps.RATIO_MIN_BYTES
+        ),
+        key=lambda p: p.stat().st_size,
+    )[:2]
     assert len(libraries) == 2
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:

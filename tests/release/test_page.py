@@ -56,20 +56,39 @@ def pip_lines(cell_id: str, base: str | None = None) -> dict:
     """A pip cell's pip and uv lines, as faforge.pipindex.instructions writes them (the torch its gates ran against)."""
     cell = next(c for c in load_matrix().pip_cells if c.id == cell_id)
     index = instructions.index_url(cell.index_name, base)
-    pins = instructions.requirements(f"{VERSION}+torch{cell.torch_minor}.{cell.cuda_tag}.abi{cell.cxx11_abi}", cell.torch)
-    return {"index_url": index, "pip_install": instructions.pip_command(index, pins), "uv_install": instructions.uv_command(index, pins),
-            "requirements_txt": instructions.requirements_txt(index, pins)}
+    pins = instructions.requirements(
+        f"{VERSION}+torch{cell.torch_minor}.{cell.cuda_tag}.abi{cell.cxx11_abi}", cell.torch
+    )
+    return {
+        "index_url": index,
+        "pip_install": instructions.pip_command(index, pins),
+        "uv_install": instructions.uv_command(index, pins),
+        "requirements_txt": instructions.requirements_txt(index, pins),
+    }
 
 
 @pytest.fixture(scope="module")
 def channel(tmp_path_factory):
     directory = tmp_path_factory.mktemp("channel")
     for subdir, build, torch in PACKAGES:
-        assemble(PackageSpec("flash-attn", VERSION, build, subdir, depends=(f"python {build[2]}.{build[3:5]}.*", torch)), directory)
+        assemble(
+            PackageSpec("flash-attn", VERSION, build, subdir, depends=(f"python {build[2]}.{build[3:5]}.*", torch)),
+            directory,
+        )
     for subdir, build, cuda in FA3:
-        assemble(PackageSpec("flash-attn-3", FA3_VERSION, build, subdir, depends=("python >=3.10", "pytorch >=2.9 cuda*", cuda)), directory)
+        assemble(
+            PackageSpec(
+                "flash-attn-3", FA3_VERSION, build, subdir, depends=("python >=3.10", "pytorch >=2.9 cuda*", cuda)
+            ),
+            directory,
+        )
     index(directory)
-    result = subprocess.run([sys.executable, "-m", "faforge", "page", "--channel", str(directory)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "page", "--channel", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return directory
 
@@ -81,7 +100,9 @@ def test_page_data(channel):
     legacy = next(p for p in data["packages"] if p["cxx11_abi"] == 0)
     assert legacy["world"] == "pytorch" and legacy["torch"] == "2.5.1"
     # The JSON file cannot learn the URL it is served from, so it names the public channel, never a placeholder.
-    assert legacy["install"] == conda_command(match_spec("flash-attn", VERSION, legacy["build"]), [public_channel(), "pytorch", "nvidia", "conda-forge"])
+    assert legacy["install"] == conda_command(
+        match_spec("flash-attn", VERSION, legacy["build"]), [public_channel(), "pytorch", "nvidia", "conda-forge"]
+    )
     assert "@CHANNEL@" not in json.dumps(data["packages"]) and data["install_channel"] == public_channel()
 
 
@@ -94,7 +115,13 @@ def test_page_data_lists_the_fa3_packages_beside_the_cells(channel):
     assert sorted(fa3) == sorted(b for _, b, _ in FA3[:2]), "another builder's flash-attn-3 is not listed"
     x86 = fa3[FA3[0][1]]
     assert (x86["id"], x86["platform"], x86["cuda"], x86["cuda_archs"], x86["served_torch"], x86["python"]) == (
-        "linux-64/cu130/sm80_90a", "linux-64", "13.0", "80;90a", "torch >= 2.9", ">=3.10")
+        "linux-64/cu130/sm80_90a",
+        "linux-64",
+        "13.0",
+        "80;90a",
+        "torch >= 2.9",
+        ">=3.10",
+    )
     spec = match_spec("flash-attn-3", FA3_VERSION, x86["build"])
     assert x86["install"] == conda_command(spec, [public_channel(), "conda-forge"])
     assert x86["environment_yml"] == environment_yml(spec, [public_channel(), "conda-forge"], name="flash-attn-3")
@@ -112,19 +139,28 @@ def test_page_data_gives_each_pip_cell_its_pip_and_uv_lines(channel):
     assert data["pip_index"] is None and all(p["published"] is None and p["wheel"] is None for p in data["pip"])
     entry = next(p for p in data["pip"] if p["cell"] == f"pypi/{PICK}")
     assert entry["grid_cell"] == PICK and entry["index_name"] == "torch2.13-cu130" and entry["torch"] == "2.13.0"
-    assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(entry["cell"])
-    assert entry["pip_install"] == (f"python -m pip install --extra-index-url {instructions.index_base()}/torch2.13-cu130/ --only-binary "
-                                    "flash-attn "
-                                    f"torch==2.13.0 flash-attn=={VERSION}+torch2.13.cu130.abi1")
+    assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(
+        entry["cell"]
+    )
+    assert entry["pip_install"] == (
+        f"python -m pip install --extra-index-url {instructions.index_base()}/torch2.13-cu130/ --only-binary "
+        "flash-attn "
+        f"torch==2.13.0 flash-attn=={VERSION}+torch2.13.cu130.abi1"
+    )
     abi0 = next(p for p in data["pip"] if p["cell"] == "pypi/linux-64/py311/torch2.5/cu124/abi0")
-    assert abi0["uv_install"].endswith(f"--only-binary flash-attn torch==2.5.1 flash-attn=={VERSION}+torch2.5.cu124.abi0")
+    assert abi0["uv_install"].endswith(
+        f"--only-binary flash-attn torch==2.5.1 flash-attn=={VERSION}+torch2.5.cu124.abi0"
+    )
 
 
 @pytest.fixture(scope="module")
 def wheel_index(tmp_path_factory) -> tuple[Path, Path]:
     """A wheel index root: one glue wheel (torch 2.11, CUDA 13.0, cp312) and its kernel wheel, published as CI does."""
     out = tmp_path_factory.mktemp("wheels")
-    glue, kernel = tiny_wheels.build_wheel(tiny_wheels.glue("2.11"), out), tiny_wheels.build_wheel(tiny_wheels.kernel(), out)
+    glue, kernel = (
+        tiny_wheels.build_wheel(tiny_wheels.glue("2.11"), out),
+        tiny_wheels.build_wheel(tiny_wheels.kernel(), out),
+    )
     manifest = tmp_path_factory.mktemp("verification")
     for path in (glue, kernel):
         tiny_wheels.record_gates(manifest, path)
@@ -145,8 +181,12 @@ def test_page_with_the_wheel_index_folder_says_which_cells_are_published(channel
     data = json.loads((tmp_path / "out" / "flash-attn-builds.json").read_text())
     jsonschema.validate(data, SCHEMA)
     assert _published(data) == {PUBLISHED: glue.name}
-    assert data["pip_index"] == str(root) and all(p["published"] is False for p in data["pip"] if p["cell"] != PUBLISHED)
-    assert next(p for p in data["pip"] if p["cell"] == PUBLISHED)["index_url"] == pip_lines(PUBLISHED)["index_url"], "a folder is no URL: the lines name the public base"
+    assert data["pip_index"] == str(root) and all(
+        p["published"] is False for p in data["pip"] if p["cell"] != PUBLISHED
+    )
+    assert next(p for p in data["pip"] if p["cell"] == PUBLISHED)["index_url"] == pip_lines(PUBLISHED)["index_url"], (
+        "a folder is no URL: the lines name the public base"
+    )
     assert f"with the pip and uv lines of {len(data['pip'])} pip cells, 1 published in {root}" in result.stdout
 
 
@@ -158,7 +198,9 @@ def test_page_with_the_wheel_index_url_reads_it_over_http(channel, wheel_index, 
     data = json.loads((tmp_path / "out" / "flash-attn-builds.json").read_text())
     assert _published(data) == {PUBLISHED: glue.name}
     entry = next(p for p in data["pip"] if p["cell"] == PUBLISHED)
-    assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(PUBLISHED, url), "the URL is the lines' base"
+    assert {k: entry[k] for k in ("index_url", "pip_install", "uv_install", "requirements_txt")} == pip_lines(
+        PUBLISHED, url
+    ), "the URL is the lines' base"
 
 
 def test_page_for_a_pip_only_user_needs_no_channel(wheel_index, tmp_path):
@@ -174,7 +216,9 @@ def test_page_for_a_pip_only_user_needs_no_channel(wheel_index, tmp_path):
     assert sorted(p["cell"] for p in data["pip"]) == sorted(c.id for c in load_matrix().pip_cells)
     assert _published(data) == {PUBLISHED: glue.name}
     assert f"1 published in {url}" in result.stdout and "0 packages" in result.stdout
-    local = _page(tmp_path, "--index", str(root), "--out", str(tmp_path / "local"))  # the index root folder, --out given
+    local = _page(
+        tmp_path, "--index", str(root), "--out", str(tmp_path / "local")
+    )  # the index root folder, --out given
     assert local.returncode == 0, local.stderr
     assert _published(json.loads((tmp_path / "local" / "flash-attn-builds.json").read_text())) == {PUBLISHED: glue.name}
 
@@ -209,27 +253,48 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
             picked = browser.evaluate("document.getElementById('picked').textContent")
             hash_ = browser.evaluate("window.location.hash")
             after = browser.screenshot(tmp_path / "after.png")
-            fa3_rows = browser.evaluate("[...document.querySelectorAll('#fa3-table tr[data-fa3]')].map((r) => "
-                                        "[r.dataset.fa3, r.cells[3].textContent, r.querySelector('pre').textContent])")
-            pip_shown = {k: browser.evaluate(f"document.getElementById('{k}').textContent") for k in ("pip-command", "uv-command", "requirements-txt")}
+            fa3_rows = browser.evaluate(
+                "[...document.querySelectorAll('#fa3-table tr[data-fa3]')].map((r) => "
+                "[r.dataset.fa3, r.cells[3].textContent, r.querySelector('pre').textContent])"
+            )
+            pip_shown = {
+                k: browser.evaluate(f"document.getElementById('{k}').textContent")
+                for k in ("pip-command", "uv-command", "requirements-txt")
+            }
             pip_status = browser.evaluate("document.getElementById('pip-status').textContent")
             # A cell only a pip cell fills: its pip and uv lines, and no conda lines.
             browser.evaluate(f"""document.querySelector('button[data-cell="{PIP_ONLY}"]').click()""")
-            pip_only = {k: browser.evaluate(f"document.getElementById('{k}').textContent") for k in ("picked", "pip-command", "uv-command")}
+            pip_only = {
+                k: browser.evaluate(f"document.getElementById('{k}').textContent")
+                for k in ("picked", "pip-command", "uv-command")
+            }
             conda_hidden = browser.evaluate("document.getElementById('conda-details').hidden")
     finally:
         browser.close()
     spec = match_spec("flash-attn", VERSION, PICK_BUILD)
     assert picked == PICK and hash_ == f"#cell={PICK}"
-    assert shown == conda_command(spec, [url, "conda-forge"]), "the page must show the exact command for the clicked package"
+    assert shown == conda_command(spec, [url, "conda-forge"]), (
+        "the page must show the exact command for the clicked package"
+    )
     assert yml == environment_yml(spec, [url, "conda-forge"])
     assert sorted(fa3_rows) == sorted(
-        [[f"{subdir}/{build[:5]}/sm80_90a", "torch >= 2.9", conda_command(match_spec("flash-attn-3", FA3_VERSION, build), [url, "conda-forge"])]
-         for subdir, build, _ in FA3[:2]]), "every FA3 package in its own row, with the install command for the served channel"
+        [
+            [
+                f"{subdir}/{build[:5]}/sm80_90a",
+                "torch >= 2.9",
+                conda_command(match_spec("flash-attn-3", FA3_VERSION, build), [url, "conda-forge"]),
+            ]
+            for subdir, build, _ in FA3[:2]
+        ]
+    ), "every FA3 package in its own row, with the install command for the served channel"
     assert count_colour(before, HIGHLIGHT) == 0
     assert count_colour(after, HIGHLIGHT) > 500, "the clicked cell is not highlighted in the screenshot"
     lines = pip_lines(f"pypi/{PICK}")
-    assert pip_shown == {"pip-command": lines["pip_install"], "uv-command": lines["uv_install"], "requirements-txt": lines["requirements_txt"]}
+    assert pip_shown == {
+        "pip-command": lines["pip_install"],
+        "uv-command": lines["uv_install"],
+        "requirements-txt": lines["requirements_txt"],
+    }
     assert "not read" in pip_status, pip_status
     only = pip_lines(f"pypi/{PIP_ONLY}")
     assert pip_only == {"picked": PIP_ONLY, "pip-command": only["pip_install"], "uv-command": only["uv_install"]}
@@ -237,8 +302,14 @@ def test_pick_a_cell_in_headless_chromium(channel, tmp_path):
 
 
 def _page(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "faforge", "page", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "page", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_page_before_anything_is_published_says_publish_first(tmp_path):
@@ -275,7 +346,9 @@ def test_an_empty_channel_is_refused(tmp_path):
 def test_a_file_given_as_the_channel_folder_is_named_as_such(tmp_path):
     (tmp_path / "notes.txt").write_text("not a channel\n")
     result = _page(tmp_path, "--channel", str(tmp_path / "notes.txt"))
-    assert result.returncode == 2 and "is a file, not a folder" in result.stderr and "does not exist" not in result.stderr
+    assert (
+        result.returncode == 2 and "is a file, not a folder" in result.stderr and "does not exist" not in result.stderr
+    )
 
 
 def test_two_pages_of_one_channel_are_the_same_bytes_under_source_date_epoch(tmp_path):

@@ -29,7 +29,9 @@ ALL_TUS = 72
 
 
 def faforge(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=300, env=env
+    )
 
 
 def plan_json(*args) -> dict:
@@ -86,7 +88,9 @@ def test_a_cell_job_compiles_only_flash_api_and_links(cost):
     part = cell_part(cost)
     assert part.name == "cell" and part.tus == (HOST_TU,)
     assert part.minutes == math.ceil(cost.setup_minutes + cost.link_minutes + cost.safety_factor * cost.host_tu_minutes)
-    assert part.minutes < min(p.minutes for p in split_kernels(cost, "linux-64", "90") if p.tus), "a cell job is shorter than any kernel piece"
+    assert part.minutes < min(p.minutes for p in split_kernels(cost, "linux-64", "90") if p.tus), (
+        "a cell job is shorter than any kernel piece"
+    )
 
 
 def test_chunks_never_exceed_the_matrix_limit(cost, rendered, matrix):
@@ -108,7 +112,9 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
     assert data["to_build"] == [r.cell.id for r in rendered]
     by_slug = {k.key.slug: k for k in matrix.kernels}
     # The conda cells' kernel packages (the pip world's own are tests/release/test_plan_pip.py's).
-    kernels, links = ([j for j in jobs_of(data, stage) if j["kernels"] in by_slug] for stage in ("kernels", "kernel_links"))
+    kernels, links = (
+        [j for j in jobs_of(data, stage) if j["kernels"] in by_slug] for stage in ("kernels", "kernel_links")
+    )
     cells = jobs_of(data, "flash_attn")
     # The kernels: 12 cold builds for the whole matrix (the split build: about 10, one per platform, CUDA and
     # archs, plus CUDA 12.9's second Philox layout on both platforms), each planned once.
@@ -127,12 +133,18 @@ def test_plan_json_schedules_each_kernel_package_once_and_every_cell_after_it(re
     assert sorted(j["cell"] for j in cells) == sorted(data["to_build"])
     kernels_of = {cell_id: k for k in matrix.kernels for cell_id in k.cell_ids}
     for job in cells:
-        assert job["part"] == "cell" and job["kernels"] == kernels_of[job["cell"]].key.slug and not job["kernel-in-channel"]
+        assert (
+            job["part"] == "cell"
+            and job["kernels"] == kernels_of[job["cell"]].key.slug
+            and not job["kernel-in-channel"]
+        )
         assert job["timeout-minutes"] == cell_part(cost).minutes
     for stage in STAGES:
         assert len(data[stage]) <= 2, "fits the 2 chunk jobs per stage of .github/workflows/build.yml"
     pipeline = doc_text(PIPELINE)
-    assert f"the whole matrix is {len(kernels)} piece jobs, {len(links)} link jobs and {len(cells)} cell jobs" in pipeline
+    assert (
+        f"the whole matrix is {len(kernels)} piece jobs, {len(links)} link jobs and {len(cells)} cell jobs" in pipeline
+    )
 
 
 def pinned_build(package, rendered):
@@ -202,7 +214,9 @@ def test_a_channel_without_repodata_is_an_error_unless_new_channels_are_ok(tmp_p
         strict = faforge("plan", "--channel", url, "--platform", "linux-64")
         lenient = faforge("plan", "--channel", url, "--platform", "linux-64", "--new-channel-ok", "--json")
     assert strict.returncode == 4 and "could not find subdir" in strict.stderr and "Traceback" not in strict.stderr
-    assert "--new-channel-ok plans every cell" in strict.stderr.splitlines()[-1], "the hint names the way out for a channel with nothing published"
+    assert "--new-channel-ok plans every cell" in strict.stderr.splitlines()[-1], (
+        "the hint names the way out for a channel with nothing published"
+    )
     assert "faforge publish" not in strict.stderr  # a remote URL
     assert lenient.returncode == 0 and "no repodata yet" in lenient.stderr
     assert json.loads(lenient.stdout)["in_channel"] == []
@@ -212,9 +226,13 @@ def test_plan_output_is_written_only_when_planning_succeeds(tmp_path):
     """`--json > plan.json` leaves an empty file when plan fails (the shell creates it first); --output never does."""
     out = tmp_path / "plan.json"
     out.write_text("the previous plan\n")
-    failed = faforge("plan", "--channel", "http://127.0.0.1:9/no-channel", "--platform", "linux-64", "--output", str(out))
+    failed = faforge(
+        "plan", "--channel", "http://127.0.0.1:9/no-channel", "--platform", "linux-64", "--output", str(out)
+    )
     assert failed.returncode not in (0, 2) and "Traceback" not in failed.stderr
-    assert "check the channel URL and your network" in failed.stderr and "publish" not in failed.stderr  # not a local channel
+    assert (
+        "check the channel URL and your network" in failed.stderr and "publish" not in failed.stderr
+    )  # not a local channel
     assert out.read_text() == "the previous plan\n"
     assert faforge("plan", "--platform", "linux-64", "--output", str(out)).returncode == 0
     assert json.loads(out.read_text()) == json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
@@ -229,7 +247,10 @@ def test_build_with_the_plan_a_failed_plan_left_points_past_it(tmp_path, content
     result = faforge("build", "--plan", str(plan), "--output-dir", str(tmp_path / "output"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--json >" not in result.stderr  # the command that just left it empty
-    assert "faforge plan --output FILE" in result.stderr and "without --channel it plans every cell, offline" in result.stderr
+    assert (
+        "faforge plan --output FILE" in result.stderr
+        and "without --channel it plans every cell, offline" in result.stderr
+    )
     if content == "":
         assert "empty, so the `faforge plan` that was to write it failed" in result.stderr
 
@@ -237,15 +258,33 @@ def test_build_with_the_plan_a_failed_plan_left_points_past_it(tmp_path, content
 def test_an_empty_channel_is_refused_not_ignored():
     """CI passes --channel "$FAFORGE_CHANNEL_URL"; with the variable unset that must not plan every cell silently."""
     result = faforge("plan", "--channel", "", "--platform", "linux-64", "--json")
-    assert result.returncode == 2 and json.loads(result.stdout)["error"]["kind"] == "bad-input" and "--channel '': empty" in result.stderr
+    assert (
+        result.returncode == 2
+        and json.loads(result.stdout)["error"]["kind"] == "bad-input"
+        and "--channel '': empty" in result.stderr
+    )
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
 def test_plan_output_gets_the_mode_the_umask_gives(tmp_path, umask, mode):
     """A file written for the user is as readable as any file the user creates (it was 0600 whatever the umask)."""
     out = tmp_path / "plan.json"
-    result = subprocess.run(["sh", "-c", f'umask {umask:03o}; exec "$0" -m faforge "$@"', sys.executable,
-                             "plan", "--platform", "linux-64", "--output", str(out)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f'umask {umask:03o}; exec "$0" -m faforge "$@"',
+            sys.executable,
+            "plan",
+            "--platform",
+            "linux-64",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert out.stat().st_mode & 0o777 == mode
 
@@ -257,7 +296,10 @@ def test_an_empty_channel_folder_is_an_empty_channel(tmp_path):
     result = faforge("plan", "--channel", str(empty), "--platform", "linux-64", "--json")
     assert result.returncode == 0, result.stderr
     assert "holds no packages yet" in result.stderr
-    planned, everything = json.loads(result.stdout), json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
+    planned, everything = (
+        json.loads(result.stdout),
+        json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout),
+    )
     assert planned == {**everything, "channel": str(empty)}
 
 
@@ -272,7 +314,9 @@ def test_a_channel_folder_with_packages_but_no_index_names_faforge_index(tmp_pat
 
 def fa3_record(package: dict, build: str) -> PackageSpec:
     """A real flash-attn-3 .conda (PackageSpec -> py-rattler-build) of an FA3 package of the plan, under `build`."""
-    return PackageSpec(package["name"], package["version"], build, package["platform"], depends=("pytorch >=2.9 cuda*",))
+    return PackageSpec(
+        package["name"], package["version"], build, package["platform"], depends=("pytorch >=2.9 cuda*",)
+    )
 
 
 def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_matrix_renders(matrix, cost):
@@ -289,11 +333,16 @@ def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_ma
     assert [j["cell"] for j in jobs] == [p["id"] for p in packages]
     for job, package in zip(jobs, packages, strict=True):
         fa3 = by_id[job["cell"]]
-        assert job["part"] == "all" and job["timeout-minutes"] == fa3_parts(cost, fa3, fa3_pieces([fa3], cost)[fa3.id])[-1].minutes
+        assert (
+            job["part"] == "all"
+            and job["timeout-minutes"] == fa3_parts(cost, fa3, fa3_pieces([fa3], cost)[fa3.id])[-1].minutes
+        )
         assert job["package"] == f"{package['name']}-{package['version']}-{package['build_string']}.conda"
         assert job["torch-range"] == f"{fa3.served[0]} {fa3.served[-1]}" and job["cuda"] == fa3.cuda
     # The cells' jobs are what they were; the FA3 jobs add their estimates to the total.
-    assert data["estimated_runner_minutes"] == sum(j["timeout-minutes"] for stage in STAGES for j in jobs_of(data, stage))
+    assert data["estimated_runner_minutes"] == sum(
+        j["timeout-minutes"] for stage in STAGES for j in jobs_of(data, stage)
+    )
     linux64 = json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
     assert [p["id"] for p in linux64[f"{FA3_STAGE}_packages"]] == [p.id for p in matrix.fa3 if p.platform == "linux-64"]
 
@@ -311,7 +360,15 @@ def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all
     for final in finals:
         mine = [j for j in pieces if j["cell"] == final["cell"]]
         assert final["pieces"] == len(mine) == 7 and final["part"] == "all"
-        assert [j["part"] for j in mine] == ["sm90_fwd-1of2", "sm90_fwd-2of2", "sm90_bwd", "sm80_fwd", "sm80_bwd", "combine", "scheduler"]
+        assert [j["part"] for j in mine] == [
+            "sm90_fwd-1of2",
+            "sm90_fwd-2of2",
+            "sm90_bwd",
+            "sm80_fwd",
+            "sm80_bwd",
+            "combine",
+            "scheduler",
+        ]
         assert all(0 < j["timeout-minutes"] <= limit for j in [*mine, final]) and not any(j["pieces"] for j in mine)
         assert all(j["slug"] == f"{final['kernels']}-{j['part']}" and j["kernels"] == final["kernels"] for j in mine)
         assert all(j["package"] == final["package"] and j["name"] == f"{final['name']} [{j['part']}]" for j in mine)
@@ -319,12 +376,16 @@ def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all
         parts = fa3_parts(cost, package, estimates[package.id])
         covered = [tu for part in parts for tu in part.tus]
         cu = [Path(tu).name for tu in fa3_backend.sources(frozenset()) if tu.endswith(".cu")]
-        assert sorted(covered) == sorted(cu), "every .cu TU of a full build in exactly one piece; the glue in the all job"
+        assert sorted(covered) == sorted(cu), (
+            "every .cu TU of a full build in exactly one piece; the glue in the all job"
+        )
     # A package that fits one job stays one `all` job; without an estimate it is one job at the runner's limit.
     package = matrix.fa3[0]
     assert [p.name for p in fa3_parts(cost, package, [replace(parts[-1], name="kernels")])] == ["all"]
     assert fa3_parts(cost, package) == [replace(parts[-1], minutes=limit)]
-    assert STAGES.index(FA3_PIECES_STAGE) == STAGES.index(FA3_STAGE) - 1, "pieces before the all jobs, in `faforge build --plan` too"
+    assert STAGES.index(FA3_PIECES_STAGE) == STAGES.index(FA3_STAGE) - 1, (
+        "pieces before the all jobs, in `faforge build --plan` too"
+    )
 
 
 def test_an_fa3_package_in_the_channel_is_skipped_and_one_from_other_inputs_is_stale(tmp_path):
@@ -349,4 +410,6 @@ def test_an_fa3_package_in_the_channel_is_skipped_and_one_from_other_inputs_is_s
     rows = {line.split()[0]: line for line in human.stdout.splitlines() if line.startswith("linux-64/cu")}
     assert rows[held["id"]].endswith("in the channel") and rows[other["id"]].endswith("to build")
     assert f"1 {other['name']} packages to build in 1 jobs, after 7 piece jobs; 1 already in {channel}" in human.stdout
-    assert {j["cell"] for j in jobs_of(data, FA3_PIECES_STAGE)} == {other["id"]}, "no piece of a package the channel holds"
+    assert {j["cell"] for j in jobs_of(data, FA3_PIECES_STAGE)} == {other["id"]}, (
+        "no piece of a package the channel holds"
+    )

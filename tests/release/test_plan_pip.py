@@ -61,20 +61,41 @@ def test_one_wheel_job_per_pip_cell_after_the_kernel_package_of_its_key(full_pla
     cost = load_build_cost()
     # Each platform's glue is built natively in PyPA's manylinux_2_28 image of its machine, with NVIDIA's RHEL 8 CUDA
     # repository of that machine: linux-aarch64's on GitHub's arm64 runner, where pip installs PyPI's aarch64 torch.
-    machines = {"linux-64": ("ubuntu-latest", "x86_64", "x86_64"), "linux-aarch64": ("ubuntu-24.04-arm", "aarch64", "sbsa")}
+    machines = {
+        "linux-64": ("ubuntu-latest", "x86_64", "x86_64"),
+        "linux-aarch64": ("ubuntu-24.04-arm", "aarch64", "sbsa"),
+    }
     for job in wheels:
         label, machine, repo = machines[job["platform"]]
         runner = cost.wheel_runners[job["platform"]]
-        assert (job["runs-on"], job["container"], job["cuda-repo"]) == (runner.label, runner.container, runner.cuda_repo)
+        assert (job["runs-on"], job["container"], job["cuda-repo"]) == (
+            runner.label,
+            runner.container,
+            runner.cuda_repo,
+        )
         assert (runner.label, runner.container) == (label, f"quay.io/pypa/manylinux_2_28_{machine}")
-        assert runner.cuda_repo == f"https://developer.download.nvidia.com/compute/cuda/repos/rhel8/{repo}/cuda-rhel8.repo"
+        assert (
+            runner.cuda_repo == f"https://developer.download.nvidia.com/compute/cuda/repos/rhel8/{repo}/cuda-rhel8.repo"
+        )
     by_id = {b.cell.id: b for b in builds}
     kernel_slugs = {j["kernels"] for stage in ("kernels", "kernel_links") for j in jobs_of(data, stage)}
     for job in wheels:
         b = by_id[job["cell"]]
-        assert job["part"] == "wheel" and job["kernels"] == kernel_key(b.cell).slug in kernel_slugs and not job["kernel-in-channel"]
-        assert job["kernel-build"] == b.kernel_build and job["build-string"] == b.build_string and job["index-name"] == b.cell.index_name
-        assert job["package"] == b.glue_wheel() and job["kernel-wheel"] == b.kernel_wheel() and job["torch-wheel"] == b.cell.wheel
+        assert (
+            job["part"] == "wheel"
+            and job["kernels"] == kernel_key(b.cell).slug in kernel_slugs
+            and not job["kernel-in-channel"]
+        )
+        assert (
+            job["kernel-build"] == b.kernel_build
+            and job["build-string"] == b.build_string
+            and job["index-name"] == b.cell.index_name
+        )
+        assert (
+            job["package"] == b.glue_wheel()
+            and job["kernel-wheel"] == b.kernel_wheel()
+            and job["torch-wheel"] == b.cell.wheel
+        )
         assert job["timeout-minutes"] == cell_part(cost).minutes, "flash_api.cpp and the link, as a conda cell's job"
 
 
@@ -94,7 +115,8 @@ def test_a_platform_without_a_wheel_runner_gets_no_wheel_job_and_says_why(tmp_pa
     arm = [b.cell.id for b in builds if b.cell.platform == "linux-aarch64"]
     assert [c["id"] for c in plan["pip_not_built"]] == arm and arm
     assert {c["why"] for c in plan["pip_not_built"]} == {
-        "no wheel runner for linux-aarch64 in variants/build-cost.yaml (wheel_runners: label, container, cuda_repo)"}
+        "no wheel runner for linux-aarch64 in variants/build-cost.yaml (wheel_runners: label, container, cuda_repo)"
+    }
     assert {j["platform"] for j in jobs_of(plan, "wheels")} == {"linux-64"} and not set(arm) & set(plan["pip_to_build"])
 
 
@@ -109,14 +131,17 @@ def test_no_kernel_package_is_planned_twice_and_pip_only_keys_are_ordinary_kerne
     cost = load_build_cost()
     for slug, package in pip_only.items():
         mine = [j for j in kernel_jobs if j["kernels"] == slug]
-        assert [j["part"] for j in mine] == [p.name for p in split_kernels(cost, package.key.platform, package.key.cuda_archs)]
+        assert [j["part"] for j in mine] == [
+            p.name for p in split_kernels(cost, package.key.platform, package.key.cuda_archs)
+        ]
         assert {j["cell"] for j in mine} == {package.cell_ids[0]} and package.cell_ids[0].startswith("pypi/")
     listed = {k["id"]: k for k in data["kernel_packages"]}
     assert set(listed) == {k.key.id for k in matrix.all_kernels}, "conda's 12 and pip's own 4, each once"
     for platform in ("linux-64", "linux-aarch64"):
         shared = listed[f"{platform}/cu130/sm80_90_100_120ptx/philox64"]
-        assert {c for c in shared["cells"] if c.startswith("pypi/")} == {c.id for c in matrix.pip_cells if kernel_key(c).cuda == "13.0"
-                                                                        and c.platform == platform}
+        assert {c for c in shared["cells"] if c.startswith("pypi/")} == {
+            c.id for c in matrix.pip_cells if kernel_key(c).cuda == "13.0" and c.platform == platform
+        }
 
 
 def test_build_reads_the_wheel_jobs_of_a_plan_and_an_older_plan_without_them(full_plan, tmp_path):
@@ -147,13 +172,35 @@ def _publish_cell(build, root: Path, tmp_path: Path) -> None:
     """Write the cell's two wheels under the names the matrix gives them (small stand-ins) and publish them
     into `root` through faforge.pipindex, as `faforge publish --index` does after the gates."""
     made = tmp_path / "made"
-    kernel = write_wheel(WheelSpec(name=build.kernel.name, version=build.kernel_wheel_version, build_tag=build.kernel_wheel_build_tag,
-                                   python_tags=("py3",), abi_tags=("none",), platform_tags=(TAG,), requires_python=None,
-                                   requires_dist=(), files={"libflash_attn_kernels/__init__.py": b""}), made)
+    kernel = write_wheel(
+        WheelSpec(
+            name=build.kernel.name,
+            version=build.kernel_wheel_version,
+            build_tag=build.kernel_wheel_build_tag,
+            python_tags=("py3",),
+            abi_tags=("none",),
+            platform_tags=(TAG,),
+            requires_python=None,
+            requires_dist=(),
+            files={"libflash_attn_kernels/__init__.py": b""},
+        ),
+        made,
+    )
     tag = build.cell.python_wheel_tag
-    glue = write_wheel(WheelSpec(name="flash-attn", version=build.glue_version, build_tag=build.glue_build_tag, python_tags=(tag,),
-                                 abi_tags=(tag,), platform_tags=(TAG,), requires_python=build.cell.requires_python,
-                                 requires_dist=build.requires_dist, files={"flash_attn/__init__.py": b""}), made)
+    glue = write_wheel(
+        WheelSpec(
+            name="flash-attn",
+            version=build.glue_version,
+            build_tag=build.glue_build_tag,
+            python_tags=(tag,),
+            abi_tags=(tag,),
+            platform_tags=(TAG,),
+            requires_python=build.cell.requires_python,
+            requires_dist=build.requires_dist,
+            files={"flash_attn/__init__.py": b""},
+        ),
+        made,
+    )
     assert (glue.name, kernel.name) == (build.glue_wheel(TAG), build.kernel_wheel(TAG))
     published = publish_wheels([read_wheel(kernel), read_wheel(glue)], root, dry_run=False, force=False)
     assert {o.action for o in published.outcomes} == {"published"}, published.outcomes
@@ -170,14 +217,19 @@ def test_a_cell_whose_wheels_the_index_holds_gets_no_job_from_a_folder_or_over_h
         else:
             data = plan_json("--index", where, "--platform", "linux-64")
         assert data["pip_in_index"] == [cell.cell.id]
-        assert cell.cell.id not in {j["cell"] for j in jobs_of(data, "wheels")} and cell.cell.id not in data["pip_to_build"]
+        assert (
+            cell.cell.id not in {j["cell"] for j in jobs_of(data, "wheels")}
+            and cell.cell.id not in data["pip_to_build"]
+        )
         assert len(jobs_of(data, "wheels")) == len([b for b in builds if b.cell.platform == "linux-64"]) - 1
         # The other cells of that index, and of the indexes nothing was published to yet, are to build.
         assert "pypi/linux-64/py313/torch2.11/cu130/abi1" in data["pip_to_build"]
     human = faforge("plan", "--index", str(root), "--platform", "linux-64")
     assert human.returncode == 0, human.stderr
     assert f"1 already in {root}" in human.stdout
-    assert f"indexes are not in {root} yet (nothing published there)" in human.stderr and "torch2.15-cu132" in human.stderr
+    assert (
+        f"indexes are not in {root} yet (nothing published there)" in human.stderr and "torch2.15-cu132" in human.stderr
+    )
 
 
 def test_the_index_holds_a_cell_only_with_its_exact_wheels(tmp_path, builds):
@@ -209,17 +261,29 @@ def test_added_runner_hours_per_torch_release(full_plan, builds, matrix):
     assert list(rows) == sorted(rows, key=lambda m: tuple(map(int, m.split("."))))
     per_job = cell_part(cost).minutes
     assert full_plan["pip_cost"]["wheel_job_minutes"] == per_job
-    new = {"2.8": ["linux-64/cu128/sm80_90_100_120ptx/philox32"], "2.10": ["linux-64/cu128/sm80_90_100_120ptx/philox64"],
-           "2.15": ["linux-64/cu132/sm80_90_100_120ptx/philox64", "linux-aarch64/cu132/sm80_90_100_120ptx/philox64"]}
+    new = {
+        "2.8": ["linux-64/cu128/sm80_90_100_120ptx/philox32"],
+        "2.10": ["linux-64/cu128/sm80_90_100_120ptx/philox64"],
+        "2.15": ["linux-64/cu132/sm80_90_100_120ptx/philox64", "linux-aarch64/cu132/sm80_90_100_120ptx/philox64"],
+    }
     for minor, row in rows.items():
         cells = [b for b in builds if b.cell.torch_minor == minor]
-        assert row["pip_cells"] == row["wheel_jobs"] == len(cells) and row["wheel_runner_minutes"] == len(cells) * per_job
+        assert (
+            row["pip_cells"] == row["wheel_jobs"] == len(cells) and row["wheel_runner_minutes"] == len(cells) * per_job
+        )
         assert row["new_kernel_packages"] == new.get(minor, []), minor
-        kernel_minutes = sum(p.minutes for key in row["new_kernel_packages"]
-                             for p in split_kernels(cost, key.split("/")[0], "80;90;100;120+PTX"))
+        kernel_minutes = sum(
+            p.minutes
+            for key in row["new_kernel_packages"]
+            for p in split_kernels(cost, key.split("/")[0], "80;90;100;120+PTX")
+        )
         assert row["kernel_runner_minutes"] == kernel_minutes
-        assert row["runner_minutes"] == len(cells) * per_job + kernel_minutes and row["runner_hours"] == round(row["runner_minutes"] / 60, 1)
-    assert rows["2.14"]["runner_minutes"] == 10 * per_job, "torch 2.14 reuses CUDA 13.0's kernel packages: ten glue jobs only"
+        assert row["runner_minutes"] == len(cells) * per_job + kernel_minutes and row["runner_hours"] == round(
+            row["runner_minutes"] / 60, 1
+        )
+    assert rows["2.14"]["runner_minutes"] == 10 * per_job, (
+        "torch 2.14 reuses CUDA 13.0's kernel packages: ten glue jobs only"
+    )
     human = faforge("plan")
     assert human.returncode == 0, human.stderr
     section = human.stdout.split("pip world: added runner hours per torch release", 1)[1]

@@ -71,12 +71,23 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), Handler).serve_
 
 
 def package(directory: Path, text: str = "one") -> Path:
-    return assemble(PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-64", depends=("python 3.11.*",),
-                                files={"share/flash-attn-standin.txt": text}), directory)
+    return assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            BUILD,
+            "linux-64",
+            depends=("python 3.11.*",),
+            files={"share/flash-attn-standin.txt": text},
+        ),
+        directory,
+    )
 
 
 def faforge(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+    )
 
 
 def passed(manifest: Path, path: Path, gates=("abi", "import", "gpu"), result="passed") -> None:
@@ -95,7 +106,9 @@ def test_gates_are_judged_for_the_exact_file(tmp_path):
     refused = judge(read_package(one), manifest, ("abi", "import", "gpu"))
     assert not refused.allowed and refused.reason == "gpu: skipped"
     other = judge(read_package(two), manifest, ("abi",))
-    assert not other.allowed and other.reason == "abi: not run", "results of another file with the same name must not count"
+    assert not other.allowed and other.reason == "abi: not run", (
+        "results of another file with the same name must not count"
+    )
 
 
 def test_a_failed_gate_refuses_whatever_is_required(tmp_path):
@@ -119,7 +132,9 @@ def test_folder_channel_never_overwrites_without_force(tmp_path):
     first = faforge("publish", str(one), "--manifest", str(manifest), "--to", str(channel), "--json")
     assert first.returncode == 0, first.stderr
     jsonschema.validate(json.loads(first.stdout), SCHEMA)
-    assert [str(r.file_name) for r in query(channel, ["flash-attn"], ["linux-64"])] == [one.name], "indexed with py-rattler"
+    assert [str(r.file_name) for r in query(channel, ["flash-attn"], ["linux-64"])] == [one.name], (
+        "indexed with py-rattler"
+    )
     same = faforge("publish", str(one), "--manifest", str(manifest), "--to", str(channel), "--json")
     assert json.loads(same.stdout)["packages"][0]["action"] == "unchanged"
     clash = faforge("publish", str(two), "--manifest", str(manifest), "--to", str(channel))
@@ -147,7 +162,10 @@ def fake_prefix(tmp_path):
         port, log = free_port(), tmp_path / f"requests-{status}.jsonl"
         script = tmp_path / "fake_server.py"
         script.write_text(FAKE_SERVER)
-        return serve_process([sys.executable, str(script), str(status), str(port), str(log)], f"http://127.0.0.1:{port}/"), log
+        return serve_process(
+            [sys.executable, str(script), str(status), str(port), str(log)], f"http://127.0.0.1:{port}/"
+        ), log
+
     return start
 
 
@@ -165,7 +183,9 @@ def test_upload_token_comes_from_the_environment_and_is_never_printed(tmp_path, 
     assert requests and all(r["auth"] == f"Bearer {TOKEN}" for r in requests), "the token must reach the server"
     assert requests[0]["path"] == "/api/v1/upload/my-channel" and requests[0]["bytes"] >= one.stat().st_size
     probes = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == "HEAD"]
-    assert probes == [{"method": "HEAD", "path": "/", "auth": "", "bytes": 0}], "one probe of the server's root, without the token"
+    assert probes == [{"method": "HEAD", "path": "/", "auth": "", "bytes": 0}], (
+        "one probe of the server's root, without the token"
+    )
     output = result.stdout + result.stderr
     assert TOKEN not in output
     if status == 200:
@@ -192,8 +212,15 @@ def test_other_servers_get_the_token_from_the_environment_and_never_print_it(tmp
     server, log = fake_prefix(status)
     channel = "artifactory/api/conda/my-channel" if kind == "artifactory" else "my-channel"
     with server as url:
-        result = faforge("publish", str(one), "--manifest", str(manifest), "--to", f"{kind}:{url}{channel}",
-                         env=dict(os.environ, **{variable: TOKEN}))
+        result = faforge(
+            "publish",
+            str(one),
+            "--manifest",
+            str(manifest),
+            "--to",
+            f"{kind}:{url}{channel}",
+            env=dict(os.environ, **{variable: TOKEN}),
+        )
     uploads = [r for r in map(json.loads, log.read_text().splitlines()) if r["method"] == method]
     assert uploads and uploads[0]["path"].startswith(path), uploads
     assert one.name in uploads[0]["path"] or uploads[0]["bytes"] >= one.stat().st_size
@@ -288,9 +315,14 @@ def test_anaconda_upload_stages_stores_commits_and_replaces_only_with_force(tmp_
     assert all(r["auth"] == f"token {TOKEN}" for r in api), "the token reaches the API"
     stage = f"/stage/faforge/flash-attn/2.8.3.post2/linux-64/{one.name}"
     assert [r["path"] for r in api if r["method"] == "POST"][:4] == [
-        "/package/faforge/flash-attn", "/release/faforge/flash-attn/2.8.3.post2", stage,
-        f"/commit/faforge/flash-attn/2.8.3.post2/linux-64/{one.name}"]
-    assert any(r["path"] == "/storage" and r["bytes"] >= one.stat().st_size for r in requests), "the file itself is stored"
+        "/package/faforge/flash-attn",
+        "/release/faforge/flash-attn/2.8.3.post2",
+        stage,
+        f"/commit/faforge/flash-attn/2.8.3.post2/linux-64/{one.name}",
+    ]
+    assert any(r["path"] == "/storage" and r["bytes"] >= one.stat().st_size for r in requests), (
+        "the file itself is stored"
+    )
     assert again.returncode == 1 and "already exists" in again.stderr and "Traceback" not in again.stderr
     assert forced.returncode == 0, forced.stderr
     assert any(r["method"] == "DELETE" for r in requests), "--force replaces the existing file"
@@ -320,7 +352,9 @@ def test_file_url_needs_an_absolute_path_and_never_means_the_current_folder(tmp_
     work.mkdir()
     for url in ("file://", "file://channel", "file://host/channel"):
         result = faforge("publish", str(one), "--manifest", str(manifest), "--to", url, cwd=work)
-        assert result.returncode == 2 and "file:///ABSOLUTE/PATH" in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert (
+            result.returncode == 2 and "file:///ABSOLUTE/PATH" in result.stderr and "Traceback" not in result.stderr
+        ), result.stderr
     assert not list(work.iterdir()), "nothing is written into the current folder"
     channel = tmp_path / "my channel"
     result = faforge("publish", str(one), "--manifest", str(manifest), "--to", channel.as_uri(), cwd=work)
@@ -328,19 +362,32 @@ def test_file_url_needs_an_absolute_path_and_never_means_the_current_folder(tmp_
     assert (channel / "linux-64" / one.name).is_file() and not list(work.iterdir())
 
 
-@pytest.mark.parametrize("to", [
-    f"prefix:https://user:{TOKEN}@prefix.dev/my-channel",
-    f"prefix:https://{TOKEN}@prefix.dev/my-channel",
-    f"quetz:https://quetz.example/my-channel?api_key={TOKEN}",
-    f"https://user:{TOKEN}@example.org/channel",
-    f"file://user:{TOKEN}@/tmp/channel",
-], ids=["user-info", "bare-user-info", "query", "unknown-kind", "file-url"])
+@pytest.mark.parametrize(
+    "to",
+    [
+        f"prefix:https://user:{TOKEN}@prefix.dev/my-channel",
+        f"prefix:https://{TOKEN}@prefix.dev/my-channel",
+        f"quetz:https://quetz.example/my-channel?api_key={TOKEN}",
+        f"https://user:{TOKEN}@example.org/channel",
+        f"file://user:{TOKEN}@/tmp/channel",
+    ],
+    ids=["user-info", "bare-user-info", "query", "unknown-kind", "file-url"],
+)
 def test_a_token_in_the_url_is_refused_and_never_printed(tmp_path, to):
     manifest = tmp_path / "verification"
     one = package(tmp_path / "a")
     passed(manifest, one)
     for extra in ([], ["--json"], ["--dry-run"]):
-        result = faforge("publish", str(one), "--manifest", str(manifest), "--to", to, *extra, env=dict(os.environ, PREFIX_API_KEY=TOKEN))
+        result = faforge(
+            "publish",
+            str(one),
+            "--manifest",
+            str(manifest),
+            "--to",
+            to,
+            *extra,
+            env=dict(os.environ, PREFIX_API_KEY=TOKEN),
+        )
         output = result.stdout + result.stderr
         assert result.returncode == 2 and "Traceback" not in output, output
         assert TOKEN not in output and "***" in output, output

@@ -24,9 +24,17 @@ def fa3_package(directory: Path, text: str = "one") -> Path:
     """The matrix's linux-64 cu130 FA3 package's shape: its name, version, build-string head and run requirements."""
     fa3 = next(p for p in load_matrix().fa3 if p.id == "linux-64/cu130/sm80_90a")
     build = f"{fa3.build_string_head}_faforge_h1a2b3c4_0"
-    return assemble(PackageSpec("flash-attn-3", "3.0.0", build, "linux-64",
-                                depends=("python >=3.10", f"pytorch >={fa3.min_torch} cuda*", "cuda-version >=13.0,<14"),
-                                files={"site-packages/flash_attn_3/standin.txt": text}), directory)
+    return assemble(
+        PackageSpec(
+            "flash-attn-3",
+            "3.0.0",
+            build,
+            "linux-64",
+            depends=("python >=3.10", f"pytorch >={fa3.min_torch} cuda*", "cuda-version >=13.0,<14"),
+            files={"site-packages/flash_attn_3/standin.txt": text},
+        ),
+        directory,
+    )
 
 
 @pytest.fixture
@@ -55,7 +63,9 @@ def test_what_verify_records_for_an_fa3_package_today_does_not_publish_it(built)
     verified = faforge("verify", str(path), "--manifest", str(manifest))
     assert verified.returncode == 3, verified.stdout + verified.stderr
     assert {g: r.result for g, r in results_for(manifest, read_package(path).sha256).items()} == {
-        "abi": "skipped", "import": "skipped"}
+        "abi": "skipped",
+        "import": "skipped",
+    }
     for require in ([], ["--require", "abi"]):
         result = faforge("publish", str(path), "--manifest", str(manifest), "--to", str(channel), *require)
         assert result.returncode == 1 and "refused" in result.stdout, result.stdout + result.stderr
@@ -84,7 +94,20 @@ def test_no_layer_below_the_cli_copies_or_uploads_an_unverified_fa3_package(buil
     facts = read_package(path)
     forged = Decision(facts, {}, True, "forged")
     with pytest.raises(FaforgeError, match="has not passed its gates") as caught:
-        publish([forged], parse_target(str(channel)), manifest_dir=manifest, required=("abi", "import", "gpu"), dry_run=False, force=False)
+        publish(
+            [forged],
+            parse_target(str(channel)),
+            manifest_dir=manifest,
+            required=("abi", "import", "gpu"),
+            dry_run=False,
+            force=False,
+        )
     assert caught.value.exit_code == 1 and not channel.exists()
     with pytest.raises(FaforgeError, match="has not passed its gates"):
-        upload(parse_target("prefix:https://prefix.invalid/channel"), [facts], manifest_dir=manifest, required=("abi",), force=False)
+        upload(
+            parse_target("prefix:https://prefix.invalid/channel"),
+            [facts],
+            manifest_dir=manifest,
+            required=("abi",),
+            force=False,
+        )

@@ -40,7 +40,9 @@ def unverified(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("spelling", DEGENERATE)
 @pytest.mark.parametrize("source", ["--require", "$FAFORGE_REQUIRE"])
-def test_a_degenerate_required_set_is_exit_2_naming_its_source(spelling, source, unverified, tmp_path, capsys, monkeypatch):
+def test_a_degenerate_required_set_is_exit_2_naming_its_source(
+    spelling, source, unverified, tmp_path, capsys, monkeypatch
+):
     path, manifest = unverified
     channel = tmp_path / "channel"
     argv = ["publish", str(path), "--manifest", str(manifest), "--to", str(channel)]
@@ -64,7 +66,9 @@ def test_the_option_wins_over_the_environment(unverified, tmp_path, capsys, monk
     manifest = tmp_path / "verification"
     passed(manifest, path, ("abi",))
     monkeypatch.setenv("FAFORGE_REQUIRE", ",")
-    code, _, err = run(["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch"), "--require", "abi"], capsys)
+    code, _, err = run(
+        ["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch"), "--require", "abi"], capsys
+    )
     assert code == 0, err
     assert (tmp_path / "ch" / "linux-64" / path.name).is_file()
 
@@ -74,7 +78,9 @@ def test_spaces_around_names_are_a_clean_list(unverified, tmp_path, capsys, monk
     manifest = tmp_path / "verification"
     passed(manifest, path, ("abi", "import"))
     monkeypatch.setenv("FAFORGE_REQUIRE", "abi, import")
-    code, out, err = run(["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch"), "--json"], capsys)
+    code, out, err = run(
+        ["publish", str(path), "--manifest", str(manifest), "--to", str(tmp_path / "ch"), "--json"], capsys
+    )
     assert code == 0, err
     assert '"required": [\n    "abi",\n    "import"\n  ]' in out
 
@@ -97,7 +103,14 @@ def test_a_forged_decision_copies_nothing(unverified, tmp_path):
     for required in [("abi", "import", "gpu"), ()]:
         for dry_run, force in [(False, False), (False, True), (True, False)]:
             with pytest.raises(FaforgeError) as caught:
-                publish([forged], parse_target(str(channel)), manifest_dir=manifest, required=required, dry_run=dry_run, force=force)
+                publish(
+                    [forged],
+                    parse_target(str(channel)),
+                    manifest_dir=manifest,
+                    required=required,
+                    dry_run=dry_run,
+                    force=force,
+                )
             assert path.name in caught.value.message or "names no gate" in caught.value.message
             assert not (channel / "linux-64" / path.name).exists()
 
@@ -124,7 +137,13 @@ def test_a_file_changed_after_its_gates_is_not_copied(tmp_path):
     assert results_for(manifest, facts.sha256)
     channel = tmp_path / "ch"
     with pytest.raises(FaforgeError) as caught:
-        publish([Decision(facts, results_for(manifest, facts.sha256), True, "judged")], parse_target(str(channel)),
-                manifest_dir=manifest, required=("abi", "import", "gpu"), dry_run=False, force=False)
+        publish(
+            [Decision(facts, results_for(manifest, facts.sha256), True, "judged")],
+            parse_target(str(channel)),
+            manifest_dir=manifest,
+            required=("abi", "import", "gpu"),
+            dry_run=False,
+            force=False,
+        )
     assert "changed since" in caught.value.message
     assert not (channel / "linux-64" / path.name).exists()

@@ -20,15 +20,32 @@ KERNEL_FILE = f"libflash-attn-kernels-{VERSION}-{KERNEL_BUILD}.conda"
 
 
 def kernel_package(directory: Path, build: str = KERNEL_BUILD) -> Path:
-    return assemble(PackageSpec("libflash-attn-kernels", VERSION, build, "linux-64", depends=("cuda-version >=13.0,<14",),
-                                files={"lib/libflash_attn_kernels.so": b"\x7fELF stand-in"}), directory)
+    return assemble(
+        PackageSpec(
+            "libflash-attn-kernels",
+            VERSION,
+            build,
+            "linux-64",
+            depends=("cuda-version >=13.0,<14",),
+            files={"lib/libflash_attn_kernels.so": b"\x7fELF stand-in"},
+        ),
+        directory,
+    )
 
 
 def flash_attn(directory: Path, python: str = "3.12", kernel_build: str = KERNEL_BUILD) -> Path:
     build = f"py{python.replace('.', '')}_torch2_13_cu130_cxx11abi1_h7654321_0"
-    return assemble(PackageSpec("flash-attn", VERSION, build, "linux-64",
-                                depends=(f"python {python}.*", f"libflash-attn-kernels =={VERSION} {kernel_build}"),
-                                files={"share/flash-attn-standin.txt": python}), directory)
+    return assemble(
+        PackageSpec(
+            "flash-attn",
+            VERSION,
+            build,
+            "linux-64",
+            depends=(f"python {python}.*", f"libflash-attn-kernels =={VERSION} {kernel_build}"),
+            files={"share/flash-attn-standin.txt": python},
+        ),
+        directory,
+    )
 
 
 def passed(manifest: Path, *paths: Path, result: str = "passed") -> None:
@@ -38,7 +55,9 @@ def passed(manifest: Path, *paths: Path, result: str = "passed") -> None:
 
 
 def publish(*args):
-    return subprocess.run([sys.executable, "-m", "faforge", "publish", *map(str, args)], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", "publish", *map(str, args)], capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture
@@ -74,7 +93,10 @@ def test_published_together_then_a_later_flash_attn_finds_the_kernel_in_the_chan
     assert later.returncode == 0, later.stdout + later.stderr
     # One pinning another kernel build (same name and version, another hash; or the other Philox layout,
     # a torch <= 2.9 cell's) is refused all the same.
-    for python, other in (("3.13", "cu130_sm80_90_100_120ptx_philox64_h9999999_0"), ("3.10", "cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0")):
+    for python, other in (
+        ("3.13", "cu130_sm80_90_100_120ptx_philox64_h9999999_0"),
+        ("3.10", "cu130_sm80_90_100_120ptx_philox32_h1a2b3c4_0"),
+    ):
         stray = flash_attn(tmp_path / "stray", python=python, kernel_build=other)
         passed(manifest, stray)
         refused = publish(stray, "--manifest", manifest, "--to", channel)
@@ -83,8 +105,16 @@ def test_published_together_then_a_later_flash_attn_finds_the_kernel_in_the_chan
 
 def test_a_kernel_package_that_fails_its_gates_takes_its_flash_attn_with_it(built):
     tmp_path, manifest, _, fa312 = built
-    broken = assemble(PackageSpec("libflash-attn-kernels", VERSION, KERNEL_BUILD, "linux-64",
-                                  files={"lib/libflash_attn_kernels.so": b"\x7fELF another build"}), tmp_path / "broken")
+    broken = assemble(
+        PackageSpec(
+            "libflash-attn-kernels",
+            VERSION,
+            KERNEL_BUILD,
+            "linux-64",
+            files={"lib/libflash_attn_kernels.so": b"\x7fELF another build"},
+        ),
+        tmp_path / "broken",
+    )
     record(manifest, read_package(broken), "abi", "failed", "torch symbol in a kernel library")
     result = publish(fa312, broken, "--manifest", manifest, "--to", tmp_path / "channel")
     assert result.returncode == 1

@@ -54,7 +54,9 @@ pytestmark = pytest.mark.slow
 def faforge(root: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
     environment = {**os.environ, "FAFORGE_ROOT": str(root), **(env or {})}
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=environment, timeout=1200)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, env=environment, timeout=1200
+    )
     return result, time.monotonic() - start
 
 
@@ -88,8 +90,16 @@ def before_213(root: Path) -> None:
     path = root / "variants" / "releases.yaml"
     text = path.read_text()
     table = load_releases(path)
-    path.write_text(dump_releases(replace(table, releases=tuple(r for r in table.releases if r.torch_minor != MINOR),
-                                          pip_releases=tuple(r for r in table.pip_releases if r.torch_minor != MINOR)), header_of(text)))
+    path.write_text(
+        dump_releases(
+            replace(
+                table,
+                releases=tuple(r for r in table.releases if r.torch_minor != MINOR),
+                pip_releases=tuple(r for r in table.pip_releases if r.torch_minor != MINOR),
+            ),
+            header_of(text),
+        )
+    )
     abi = root / "variants" / "kernel-abi.yaml"
     abi.write_text(re.sub(rf"- minor: '{re.escape(MINOR)}'\n(  .*\n)+", "", abi.read_text()))
     assert MINOR not in kernel_abi.load_kernel_abi(abi)
@@ -103,13 +113,29 @@ def channel_of_every_cell(root: Path, folder: Path) -> set[str]:
     records = []
     for r in rendered:
         package = r.recipe["package"]
-        records.append({"name": package["name"], "version": str(package["version"]), "build": r.build_string,
-                        "build_number": int(r.build_string.rsplit("_", 1)[1]), "subdir": r.cell.platform, "depends": []})
+        records.append(
+            {
+                "name": package["name"],
+                "version": str(package["version"]),
+                "build": r.build_string,
+                "build_number": int(r.build_string.rsplit("_", 1)[1]),
+                "subdir": r.cell.platform,
+                "depends": [],
+            }
+        )
     for k in matrix.kernels:  # the exact build the cells pin: its hash covers the kernel inputs' digest
         build = kernel_build(k, rendered)
         assert build and k.build_string_matches(build), (k.key.id, build)
-        records.append({"name": k.name, "version": k.version, "build": build,
-                        "build_number": k.build_number, "subdir": k.key.platform, "depends": []})
+        records.append(
+            {
+                "name": k.name,
+                "version": k.version,
+                "build": build,
+                "build_number": k.build_number,
+                "subdir": k.key.platform,
+                "depends": [],
+            }
+        )
     write_channel(folder, records, name="published")
     return {r.cell.id for r in rendered}
 
@@ -129,7 +155,17 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     offline = {"FAFORGE_CACHE_DIR": str(cache), **OFFLINE_ENV}
     with serve_directory(served) as url:
         offline["FAFORGE_SIMPLE_INDEX"] = url + "simple"
-        bump, bump_s = faforge(root, "bump", "--source", "conda-forge", "--channel-url", url + "conda-forge", "--write", "--json", env=offline)
+        bump, bump_s = faforge(
+            root,
+            "bump",
+            "--source",
+            "conda-forge",
+            "--channel-url",
+            url + "conda-forge",
+            "--write",
+            "--json",
+            env=offline,
+        )
     assert bump.returncode == 0, bump.stderr
     report = json.loads(bump.stdout)
     jsonschema.validate(report, json.loads((SCHEMAS / "bump.json").read_text()))
@@ -147,12 +183,20 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     check, _ = faforge(root, "generate", "--check")
     assert regenerated.returncode == 0 and check.returncode == 0, regenerated.stderr + check.stderr
     changed = git(root, "status", "--porcelain").split("\n")
-    hand_written = [line for line in changed if line and not re.search(r"variants/(releases|kernel-abi|(flash-attn-3-)?linux-[^/]*)\.yaml$|variants/renders/", line)]
+    hand_written = [
+        line
+        for line in changed
+        if line
+        and not re.search(r"variants/(releases|kernel-abi|(flash-attn-3-)?linux-[^/]*)\.yaml$|variants/renders/", line)
+    ]
     assert hand_written == [], "the bump changes only what bump and generate write"
 
     # FlashAttention-3's packages follow without a hand-written line: compiled against 2.13's headers, serving 2.13 too
     fa3 = {p["id"]: p for p in json.loads(faforge(root, "matrix", "--fa3", "--json")[0].stdout)}
-    assert fa3["linux-64/cu130/sm80_90a"]["headers_torch"] == TORCH and fa3["linux-64/cu130/sm80_90a"]["served_torch_minors"][-1] == MINOR
+    assert (
+        fa3["linux-64/cu130/sm80_90a"]["headers_torch"] == TORCH
+        and fa3["linux-64/cu130/sm80_90a"]["served_torch_minors"][-1] == MINOR
+    )
 
     plan, plan_s = faforge(root, "plan", "--channel", str(published / "published"), "--json")
     assert plan.returncode == 0, plan.stderr
@@ -161,8 +205,16 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     new_cells = set(report["new_cells"])
     assert new_cells and all(f"/torch{MINOR}/" in c for c in new_cells)
     assert set(data["to_build"]) == new_cells and set(data["in_channel"]) == other_cells
-    conda_kernel_jobs = [j for stage in ("kernels", "kernel_links") for c in data[stage] for j in c["include"] if not j["cell"].startswith("pypi/")]
-    assert conda_kernel_jobs == [], "2.13's kernel packages are 2.10-2.12's (the pip world's own are not in this channel)"
+    conda_kernel_jobs = [
+        j
+        for stage in ("kernels", "kernel_links")
+        for c in data[stage]
+        for j in c["include"]
+        if not j["cell"].startswith("pypi/")
+    ]
+    assert conda_kernel_jobs == [], (
+        "2.13's kernel packages are 2.10-2.12's (the pip world's own are not in this channel)"
+    )
     cell_jobs = [j for chunk in data["flash_attn"] for j in chunk["include"]]
     assert sorted(j["cell"] for j in cell_jobs) == sorted(new_cells) and all(j["kernel-in-channel"] for j in cell_jobs)
     human, _ = faforge(root, "plan", "--channel", str(published / "published"))
@@ -170,12 +222,16 @@ def test_torch_213_goes_from_released_to_a_bump_pr_with_no_hand_written_file(tmp
     assert f"estimated runner time: {hours:.1f} hours" in human.stdout
 
     diff = git(root, "diff", "--", "variants/releases.yaml", "variants/kernel-abi.yaml")
-    print("\n=== the bump PR's diff: the facts (generated variant configs and render store below as --stat) ===\n" + diff)
+    print(
+        "\n=== the bump PR's diff: the facts (generated variant configs and render store below as --stat) ===\n" + diff
+    )
     print(git(root, "diff", "--stat"))
-    print(f"=== rehearsal: torch {TORCH}: {len(report['new_releases'])} release rows, kernel-abi row {measured.verdict} "
-          f"({measured.offset_intragraph}), {len(new_cells)} new cells; plan: {len(data['kernels'])} kernel jobs, "
-          f"{len(data['kernel_links'])} link jobs, {len(cell_jobs)} cell jobs, "
-          f"{len(data['in_channel'])} cells in the channel; "
-          f"estimated runner time {hours:.1f} h ({data['estimated_runner_minutes']} min); wall: bump {bump_s:.1f} s, "
-          f"generate {generate_s:.1f} s, plan {plan_s:.1f} s ===")
+    print(
+        f"=== rehearsal: torch {TORCH}: {len(report['new_releases'])} release rows, kernel-abi row {measured.verdict} "
+        f"({measured.offset_intragraph}), {len(new_cells)} new cells; plan: {len(data['kernels'])} kernel jobs, "
+        f"{len(data['kernel_links'])} link jobs, {len(cell_jobs)} cell jobs, "
+        f"{len(data['in_channel'])} cells in the channel; "
+        f"estimated runner time {hours:.1f} h ({data['estimated_runner_minutes']} min); wall: bump {bump_s:.1f} s, "
+        f"generate {generate_s:.1f} s, plan {plan_s:.1f} s ==="
+    )
     print(human.stdout)

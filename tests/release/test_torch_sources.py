@@ -29,14 +29,17 @@ def real_torch_builds(channel: str) -> list[str]:
     return sorted({p["build"] for p in REAL_PACKAGES if p["name"] == "pytorch" and p["channel"] == channel})
 
 
-@pytest.mark.parametrize(("build", "expected"), [
-    # The old shape: conda-forge/linux-64::pytorch-2.4.1-cuda120_py313h6ccb88c_302, as conda printed
-    # it when installing conda-forge's CUDA 12.0 build of torch 2.4.1 (a torch our matrix builds for);
-    # the feedstock's template at 054fb31 line 186 spells exactly this shape.
-    ("cuda120_py313h6ccb88c_302", ("12.0", "3.13")),
-    # The shape of the few hours between 0350217 and 2eef900 (from the template; no record seen).
-    ("cuda126_mkl_py312h0123abc_306", ("12.6", "3.12")),
-])
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        # The old shape: conda-forge/linux-64::pytorch-2.4.1-cuda120_py313h6ccb88c_302, as conda printed
+        # it when installing conda-forge's CUDA 12.0 build of torch 2.4.1 (a torch our matrix builds for);
+        # the feedstock's template at 054fb31 line 186 spells exactly this shape.
+        ("cuda120_py313h6ccb88c_302", ("12.0", "3.13")),
+        # The shape of the few hours between 0350217 and 2eef900 (from the template; no record seen).
+        ("cuda126_mkl_py312h0123abc_306", ("12.6", "3.12")),
+    ],
+)
 def test_conda_forge_pattern_reads_older_build_strings(build, expected):
     assert cuda_and_python(SOURCES["conda-forge"], build) == expected
 
@@ -57,10 +60,13 @@ def test_legacy_pattern_reads_every_real_build_in_the_fixture():
         assert build.startswith(f"py{python}_cuda{cuda}_")
 
 
-@pytest.mark.parametrize("build", [
-    "cpu_mkl_py312_h0123abc_100",     # CPU builds are not rows
-    "cpu_mkl_py313hbc6f0e9_102",      # ... in the old shape too
-    "cuda120py310h783a43a_203",       # pytorch-gpu's metapackage string, not a pytorch build
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        "cpu_mkl_py312_h0123abc_100",  # CPU builds are not rows
+        "cpu_mkl_py313hbc6f0e9_102",  # ... in the old shape too
+        "cuda120py310h783a43a_203",  # pytorch-gpu's metapackage string, not a pytorch build
+    ],
+)
 def test_conda_forge_pattern_ignores_what_is_not_a_cuda_torch_build(build):
     assert cuda_and_python(SOURCES["conda-forge"], build) is None

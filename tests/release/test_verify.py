@@ -25,15 +25,25 @@ def faforge(*args):
 
 
 def test_foreign_platform_package_is_skipped_not_passed(tmp_path):
-    path = assemble(PackageSpec("flash-attn", "2.8.3.post2", "py312_torch2_13_cu130_cxx11abi1_h1234567_0", "linux-aarch64",
-                                depends=("python 3.12.*", "pytorch >=2.13.0,<2.14 cuda130*")), tmp_path / "out")
+    path = assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            "py312_torch2_13_cu130_cxx11abi1_h1234567_0",
+            "linux-aarch64",
+            depends=("python 3.12.*", "pytorch >=2.13.0,<2.14 cuda130*"),
+        ),
+        tmp_path / "out",
+    )
     manifest = tmp_path / "verification"
     result = faforge("verify", str(path), "--gates", "import,gpu", "--manifest", str(manifest), "--json")
     assert result.returncode == 3, result.stderr
     data = json.loads(result.stdout)
     jsonschema.validate(data, SCHEMA)
     assert {r["gate"]: r["result"] for r in data["results"]} == {"import": "skipped", "gpu": "skipped"}
-    details = {r["gate"]: r["detail"] for r in data["results"]}  # no qemu or no aarch64 Python here: tests/release/test_verify_foreign.py
+    details = {
+        r["gate"]: r["detail"] for r in data["results"]
+    }  # no qemu or no aarch64 Python here: tests/release/test_verify_foreign.py
     assert details["import"].startswith("not run: ") and "GPU runner of that machine (aarch64" in details["gpu"]
     facts = read_package(path)
     recorded = results_for(manifest, facts.sha256)
@@ -60,15 +70,26 @@ def test_bad_input_is_exit_2(tmp_path):
 
 
 def _foreign(tmp_path: Path) -> Path:
-    return assemble(PackageSpec("flash-attn", "2.8.3.post2", "py312_torch2_13_cu130_cxx11abi1_h1234567_0", "linux-aarch64",
-                                depends=("python 3.12.*", "pytorch >=2.13.0,<2.14 cuda130*")), tmp_path / "out")
+    return assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            "py312_torch2_13_cu130_cxx11abi1_h1234567_0",
+            "linux-aarch64",
+            depends=("python 3.12.*", "pytorch >=2.13.0,<2.14 cuda130*"),
+        ),
+        tmp_path / "out",
+    )
 
 
 def test_all_gates_skipped_does_not_look_like_a_pass(tmp_path):
     result = faforge("verify", str(_foreign(tmp_path)), "--manifest", str(tmp_path / "v"))
     assert result.returncode == 3
     assert "✓" not in result.stderr
-    assert "\N{EN DASH} verify flash-attn-2.8.3.post2-py312_torch2_13_cu130_cxx11abi1_h1234567_0.conda (abi, import)" in result.stderr
+    assert (
+        "\N{EN DASH} verify flash-attn-2.8.3.post2-py312_torch2_13_cu130_cxx11abi1_h1234567_0.conda (abi, import)"
+        in result.stderr
+    )
     assert "skipped: abi, import not verified" in result.stderr
 
 
@@ -90,13 +111,30 @@ def test_each_package_table_is_printed_before_a_later_package_fails(tmp_path):
 def test_first_use_of_a_torch_venv_is_announced(tmp_path):
     """Building the cell's torch venv takes from seconds to minutes; the line comes before pip starts.
     pip is pointed at an empty index here, so the install fails fast and the gate is skipped."""
-    path = assemble(PackageSpec("flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0", "linux-64",
-                                depends=("python 3.11.*", "pytorch >=2.14.1,<2.15 cuda130*")), tmp_path / "out")
+    path = assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            "py311_torch2_14_cu130_cxx11abi1_h1234567_0",
+            "linux-64",
+            depends=("python 3.11.*", "pytorch >=2.14.1,<2.15 cuda130*"),
+        ),
+        tmp_path / "out",
+    )
     (tmp_path / "no-wheels").mkdir()
-    env = {**os.environ, "FAFORGE_CACHE_DIR": str(tmp_path / "cache"), "PIP_NO_INDEX": "1",
-           "PIP_FIND_LINKS": str(tmp_path / "no-wheels")}
-    result = subprocess.run([sys.executable, "-m", "faforge", "verify", str(path), "--gates", "import",
-                             "--manifest", str(tmp_path / "v")], capture_output=True, text=True, timeout=600, env=env)
+    env = {
+        **os.environ,
+        "FAFORGE_CACHE_DIR": str(tmp_path / "cache"),
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(tmp_path / "no-wheels"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "verify", str(path), "--gates", "import", "--manifest", str(tmp_path / "v")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert result.returncode == 3, result.stderr
     assert f"first use: creating {tmp_path / 'cache' / 'torch-venvs'}/torch-2.14.1-py3.11" in result.stderr
     announced = result.stderr.index("first use: creating")
@@ -105,7 +143,10 @@ def test_first_use_of_a_torch_venv_is_announced(tmp_path):
 
 def test_a_package_with_no_extension_fails_its_abi_gate(tmp_path):
     """Nothing in it to load is the package's fault: a failed gate (exit 1, recorded), not bad input (2)."""
-    path = assemble(PackageSpec("flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0", "linux-64"), tmp_path / "out")
+    path = assemble(
+        PackageSpec("flash-attn", "2.8.3.post2", "py311_torch2_14_cu130_cxx11abi1_h1234567_0", "linux-64"),
+        tmp_path / "out",
+    )
     torch_lib = tmp_path / "torch" / "lib"
     torch_lib.mkdir(parents=True)
     shutil.copy(sys.executable, torch_lib / "libc10.so")  # a torch library by name: the package is what is judged

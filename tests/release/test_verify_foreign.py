@@ -40,11 +40,15 @@ ctypes.CDLL(os.path.join(os.path.dirname(__file__), "lib", "libc10.so"), mode=ct
 
 
 def faforge(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=900, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *args], capture_output=True, text=True, timeout=900, env=env
+    )
 
 
 def _gcc(*args):
-    subprocess.run(["aarch64-linux-gnu-gcc", "-shared", "-fPIC", "-O1", *args], check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["aarch64-linux-gnu-gcc", "-shared", "-fPIC", "-O1", *args], check=True, capture_output=True, text=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +69,29 @@ def arm(tmp_path_factory):
     _gcc("-Wl,-soname,libc10.so", "-o", str(torch / "lib/libc10.so"), str(tmp / "c10.c"))
     (tmp / "ext.c").write_text(EXTENSION_SOURCE)
     root = python.python.parents[2]
-    _gcc(f"-I{python.include}", f"-I{root / 'usr/include'}", "-o", str(tmp / EXTENSION), str(tmp / "ext.c"), f"-L{torch / 'lib'}", "-lc10")
-    package = assemble(PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-aarch64",
-                                   depends=("python 3.11.*", "pytorch >=2.11.0,<2.12 cuda130*"),
-                                   files={f"{SITE}/flash_attn/__init__.py": "import flash_attn_2_cuda\n",
-                                          f"{SITE}/{EXTENSION}": (tmp / EXTENSION).read_bytes()}), tmp / "out")
+    _gcc(
+        f"-I{python.include}",
+        f"-I{root / 'usr/include'}",
+        "-o",
+        str(tmp / EXTENSION),
+        str(tmp / "ext.c"),
+        f"-L{torch / 'lib'}",
+        "-lc10",
+    )
+    package = assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            BUILD,
+            "linux-aarch64",
+            depends=("python 3.11.*", "pytorch >=2.11.0,<2.12 cuda130*"),
+            files={
+                f"{SITE}/flash_attn/__init__.py": "import flash_attn_2_cuda\n",
+                f"{SITE}/{EXTENSION}": (tmp / EXTENSION).read_bytes(),
+            },
+        ),
+        tmp / "out",
+    )
     return python, package, tmp / "site", tmp
 
 
@@ -80,40 +102,123 @@ def _results(result):
 
 def test_the_import_gate_runs_under_qemu_and_says_so(arm):
     python, package, site, tmp = arm
-    result = faforge("verify", str(package), "--gates", "abi,import,gpu", "--against", str(site), "--manifest", str(tmp / "v1"),
-                     "--qemu", str(python.qemu), "--sysroot", str(python.sysroot), "--target-python", str(python.python), "--json")
+    result = faforge(
+        "verify",
+        str(package),
+        "--gates",
+        "abi,import,gpu",
+        "--against",
+        str(site),
+        "--manifest",
+        str(tmp / "v1"),
+        "--qemu",
+        str(python.qemu),
+        "--sysroot",
+        str(python.sysroot),
+        "--target-python",
+        str(python.python),
+        "--json",
+    )
     gates = _results(result)
     assert gates["abi"][0] == "passed", gates["abi"]
     assert gates["import"][0] == "passed", gates["import"]
-    assert "emulated: qemu-aarch64-static -L" in gates["import"][1] and "torch 2.11.0+cu130 on aarch64" in gates["import"][1]
+    assert (
+        "emulated: qemu-aarch64-static -L" in gates["import"][1]
+        and "torch 2.11.0+cu130 on aarch64" in gates["import"][1]
+    )
     assert gates["gpu"][0] == "skipped" and "GPU runner of that machine (aarch64" in gates["gpu"][1]
     assert result.returncode == 3  # gpu not verified here
 
 
 def test_a_module_that_cannot_load_fails_the_emulated_import(arm, tmp_path):
     python, _, site, _ = arm
-    (tmp_path / "bad.c").write_text(EXTENSION_SOURCE.replace("c10_anchor();", "c10_gone();").replace("c10_anchor(void)", "c10_gone(void)"))
-    _gcc(f"-I{python.include}", f"-I{python.python.parents[2] / 'usr/include'}", "-o", str(tmp_path / EXTENSION), str(tmp_path / "bad.c"))
-    bad = assemble(PackageSpec("flash-attn", "2.8.3.post2", BUILD, "linux-aarch64", depends=("python 3.11.*",),
-                               files={f"{SITE}/flash_attn/__init__.py": "import flash_attn_2_cuda\n",
-                                      f"{SITE}/{EXTENSION}": (tmp_path / EXTENSION).read_bytes()}), tmp_path / "out")
-    env = {"PATH": "/usr/bin:/bin", "FAFORGE_QEMU": str(python.qemu), "FAFORGE_SYSROOT": str(python.sysroot),
-           "FAFORGE_TARGET_PYTHON": str(python.python), "HOME": str(Path.home())}
-    gates = _results(faforge("verify", str(bad), "--gates", "import", "--against", str(site), "--manifest", str(tmp_path / "v"), "--json", env=env))
+    (tmp_path / "bad.c").write_text(
+        EXTENSION_SOURCE.replace("c10_anchor();", "c10_gone();").replace("c10_anchor(void)", "c10_gone(void)")
+    )
+    _gcc(
+        f"-I{python.include}",
+        f"-I{python.python.parents[2] / 'usr/include'}",
+        "-o",
+        str(tmp_path / EXTENSION),
+        str(tmp_path / "bad.c"),
+    )
+    bad = assemble(
+        PackageSpec(
+            "flash-attn",
+            "2.8.3.post2",
+            BUILD,
+            "linux-aarch64",
+            depends=("python 3.11.*",),
+            files={
+                f"{SITE}/flash_attn/__init__.py": "import flash_attn_2_cuda\n",
+                f"{SITE}/{EXTENSION}": (tmp_path / EXTENSION).read_bytes(),
+            },
+        ),
+        tmp_path / "out",
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "FAFORGE_QEMU": str(python.qemu),
+        "FAFORGE_SYSROOT": str(python.sysroot),
+        "FAFORGE_TARGET_PYTHON": str(python.python),
+        "HOME": str(Path.home()),
+    }
+    gates = _results(
+        faforge(
+            "verify",
+            str(bad),
+            "--gates",
+            "import",
+            "--against",
+            str(site),
+            "--manifest",
+            str(tmp_path / "v"),
+            "--json",
+            env=env,
+        )
+    )
     assert gates["import"][0] == "failed" and "c10_gone" in gates["import"][1] and "emulated:" in gates["import"][1]
 
 
 def test_without_qemu_the_import_gate_is_skipped_with_the_reason(arm, tmp_path):
     python, package, site, _ = arm
     env = {"PATH": str(tmp_path), "HOME": str(Path.home()), "FAFORGE_TARGET_PYTHON": str(python.python)}
-    result = faforge("verify", str(package), "--gates", "import", "--against", str(site), "--manifest", str(tmp_path / "v"), "--json", env=env)
+    result = faforge(
+        "verify",
+        str(package),
+        "--gates",
+        "import",
+        "--against",
+        str(site),
+        "--manifest",
+        str(tmp_path / "v"),
+        "--json",
+        env=env,
+    )
     gates = _results(result)
-    assert gates["import"][0] == "skipped" and "qemu-aarch64 (or qemu-aarch64-static) is not on PATH" in gates["import"][1]
+    assert (
+        gates["import"][0] == "skipped" and "qemu-aarch64 (or qemu-aarch64-static) is not on PATH" in gates["import"][1]
+    )
     assert result.returncode == 3
 
 
 def test_a_target_python_of_the_wrong_machine_is_bad_input(arm, tmp_path):
     python, package, site, _ = arm
-    result = faforge("verify", str(package), "--gates", "import", "--against", str(site), "--manifest", str(tmp_path / "v"),
-                     "--qemu", str(python.qemu), "--target-python", sys.executable)
-    assert result.returncode == 2 and f"an ELF program for {platform.machine()}, not a Python interpreter for aarch64" in result.stderr
+    result = faforge(
+        "verify",
+        str(package),
+        "--gates",
+        "import",
+        "--against",
+        str(site),
+        "--manifest",
+        str(tmp_path / "v"),
+        "--qemu",
+        str(python.qemu),
+        "--target-python",
+        sys.executable,
+    )
+    assert (
+        result.returncode == 2
+        and f"an ELF program for {platform.machine()}, not a Python interpreter for aarch64" in result.stderr
+    )

@@ -26,24 +26,58 @@ FLASH_ATTN_BUILD = "py312_torch2_13_cu130_cxx11abi1_h7654321_0"
 
 
 def faforge(*args, env: dict | None = None):
-    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
-def kernel_package(directory: Path, build: str = KERNEL_BUILD, library: bytes = b"\x7fELF stand-in", subdir: str = "linux-64") -> Path:
-    return assemble(PackageSpec("libflash-attn-kernels", VERSION, build, subdir, depends=("cuda-version >=13.0,<14",),
-                                files={"lib/libflash_attn_kernels.so": library}), directory)
+def kernel_package(
+    directory: Path, build: str = KERNEL_BUILD, library: bytes = b"\x7fELF stand-in", subdir: str = "linux-64"
+) -> Path:
+    return assemble(
+        PackageSpec(
+            "libflash-attn-kernels",
+            VERSION,
+            build,
+            subdir,
+            depends=("cuda-version >=13.0,<14",),
+            files={"lib/libflash_attn_kernels.so": library},
+        ),
+        directory,
+    )
 
 
 def split_flash_attn(directory: Path, kernel_build: str = KERNEL_BUILD, subdir: str = "linux-64") -> Path:
-    return assemble(PackageSpec("flash-attn", VERSION, FLASH_ATTN_BUILD, subdir,
-                                depends=("python 3.12.*", "pytorch >=2.13.0,<2.14 cuda130*",
-                                         f"libflash-attn-kernels =={VERSION} {kernel_build}")), directory)
+    return assemble(
+        PackageSpec(
+            "flash-attn",
+            VERSION,
+            FLASH_ATTN_BUILD,
+            subdir,
+            depends=(
+                "python 3.12.*",
+                "pytorch >=2.13.0,<2.14 cuda130*",
+                f"libflash-attn-kernels =={VERSION} {kernel_build}",
+            ),
+        ),
+        directory,
+    )
 
 
 def facts(build: str):
-    return facts_from_metadata(path=Path("k.conda"), name="libflash-attn-kernels", version=VERSION, build=build,
-                               subdir="linux-64", depends=(), sha256="0" * 64)
+    return facts_from_metadata(
+        path=Path("k.conda"),
+        name="libflash-attn-kernels",
+        version=VERSION,
+        build=build,
+        subdir="linux-64",
+        depends=(),
+        sha256="0" * 64,
+    )
 
 
 def test_kernel_build_strings_name_cuda_and_arch_list():
@@ -77,7 +111,11 @@ def test_a_kernel_package_of_another_build_is_not_picked_up(tmp_path):
     # Named as the pinned file but holding another build: refused, not trusted by its name.
     shutil.copy(other, fa.parent / KERNEL_FILE)
     renamed = faforge("verify", fa, "--gates", "abi", "--manifest", tmp_path / "v")
-    assert renamed.returncode == 2 and "its metadata says libflash-attn-kernels 2.8.3.post2 cu130_sm90_philox64_h9999999_0 (linux-64)" in renamed.stderr
+    assert (
+        renamed.returncode == 2
+        and "its metadata says libflash-attn-kernels 2.8.3.post2 cu130_sm90_philox64_h9999999_0 (linux-64)"
+        in renamed.stderr
+    )
 
 
 def test_the_kernel_package_is_found_among_the_arguments_or_beside(tmp_path):
@@ -96,7 +134,9 @@ def test_the_kernel_package_is_found_among_the_arguments_or_beside(tmp_path):
     assert alone.returncode == 3, alone.stdout + alone.stderr
     # A flash-attn of another platform does not take a linux-64 kernel package of the pinned build.
     solo = split_flash_attn(tmp_path / "solo", subdir="linux-aarch64")
-    other_platform = faforge("verify", solo, kernel_package(tmp_path / "x64"), "--gates", "gpu", "--manifest", tmp_path / "v")
+    other_platform = faforge(
+        "verify", solo, kernel_package(tmp_path / "x64"), "--gates", "gpu", "--manifest", tmp_path / "v"
+    )
     assert other_platform.returncode == 2 and KERNEL_FILE in other_platform.stderr
 
 
@@ -138,7 +178,9 @@ def test_a_kernel_library_importing_a_torch_symbol_fails_its_abi_gate(tmp_path):
     source = tmp_path / "kernels.cpp"
     source.write_text(TORCH_USING_LIBRARY)
     library = tmp_path / "libflash_attn_kernels.so"
-    subprocess.run(["g++", "-shared", "-fPIC", "-Wl,-soname,libflash_attn_kernels.so", str(source), "-o", str(library)], check=True)
+    subprocess.run(
+        ["g++", "-shared", "-fPIC", "-Wl,-soname,libflash_attn_kernels.so", str(source), "-o", str(library)], check=True
+    )
     kernels = kernel_package(tmp_path / "out", library=library.read_bytes())
     result = faforge("verify", kernels, "--gates", "abi", "--manifest", tmp_path / "v", "--json")
     assert result.returncode == 1, result.stdout + result.stderr
@@ -156,7 +198,9 @@ def test_the_kernel_package_is_fetched_from_the_kernel_channel(tmp_path):
     published = kernel_package(channel, subdir="linux-aarch64")
     index(channel)
     cache = {"FAFORGE_CACHE_DIR": str(tmp_path / "cache")}
-    fetched = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache)
+    fetched = faforge(
+        "verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache
+    )
     assert fetched.returncode == 3, fetched.stdout + fetched.stderr
     cached = tmp_path / "cache" / "kernel-packages" / "linux-aarch64" / KERNEL_FILE
     assert cached.read_bytes() == published.read_bytes()
@@ -164,12 +208,20 @@ def test_the_kernel_package_is_fetched_from_the_kernel_channel(tmp_path):
     empty = tmp_path / "empty"
     kernel_package(empty, build="cu130_sm90_philox64_h9999999_0", subdir="linux-aarch64")
     index(empty)
-    missing = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", empty, "--manifest", tmp_path / "v", env=cache)
-    assert missing.returncode == 2 and "holds no libflash-attn-kernels 2.8.3.post2 cu130_sm90_philox64_h1a2b3c4_0 for linux-aarch64" in missing.stderr
+    missing = faforge(
+        "verify", fa, "--gates", "gpu", "--kernel-channel", empty, "--manifest", tmp_path / "v", env=cache
+    )
+    assert (
+        missing.returncode == 2
+        and "holds no libflash-attn-kernels 2.8.3.post2 cu130_sm90_philox64_h1a2b3c4_0 for linux-aarch64"
+        in missing.stderr
+    )
     # the channel's file changed after indexing: the sha256 no longer matches, nothing is cached
     cached.unlink()
     published.write_bytes(published.read_bytes() + b"tampered")
-    tampered = faforge("verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache)
+    tampered = faforge(
+        "verify", fa, "--gates", "gpu", "--kernel-channel", channel, "--manifest", tmp_path / "v", env=cache
+    )
     assert tampered.returncode == 4 and "does not have the sha256 its repodata says" in tampered.stderr, tampered.stderr
     assert not cached.exists() and "Traceback" not in tampered.stderr
     # the file is gone from the channel that still lists it: a remote failure (exit 4) naming its URL

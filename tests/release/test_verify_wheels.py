@@ -41,7 +41,9 @@ EXTENSION = "flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"
 
 def faforge(*args, timeout: int = 1800) -> subprocess.CompletedProcess:
     env = dict(os.environ, FAFORGE_CACHE_DIR=str(VERIFY_CACHE))
-    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def gates_of(run: subprocess.CompletedProcess) -> dict[tuple[str, str], dict]:
@@ -59,9 +61,20 @@ def repacked(wheel: Path, out: Path, member: str, runpath: tuple[str, ...]) -> P
     (out / "before.so").write_bytes(files[member])
     set_runpath(out / "before.so", out / "after.so", runpath)
     files[member] = (out / "after.so").read_bytes()
-    return write_wheel(WheelSpec(name=facts.name, version=facts.version, python_tags=facts.python_tags, abi_tags=facts.abi_tags,
-                                 platform_tags=facts.platform_tags, files=files, build_tag=facts.build_tag,
-                                 requires_python=facts.requires_python, requires_dist=facts.requires_dist), out)
+    return write_wheel(
+        WheelSpec(
+            name=facts.name,
+            version=facts.version,
+            python_tags=facts.python_tags,
+            abi_tags=facts.abi_tags,
+            platform_tags=facts.platform_tags,
+            files=files,
+            build_tag=facts.build_tag,
+            requires_python=facts.requires_python,
+            requires_dist=facts.requires_dist,
+        ),
+        out,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,17 +99,28 @@ def test_the_glue_and_kernel_wheels_pass_their_gates_on_pypi_torch(verified, rea
     gates = gates_of(run)
     glue_abi, glue_import, glue_gpu = (gates["flash_attn", g] for g in ("abi", "import", "gpu"))
     assert glue_abi["result"] == "passed", glue_abi["detail"]
-    assert "against torch 2.14.1+cu130 (CUDA 13.0)" in glue_abi["detail"] and f"from {real['kernel'].name}" in glue_abi["detail"]
+    assert (
+        "against torch 2.14.1+cu130 (CUDA 13.0)" in glue_abi["detail"]
+        and f"from {real['kernel'].name}" in glue_abi["detail"]
+    )
     assert "torch-venvs/torch-2.14.1-py3.11" in glue_abi["detail"], "the cached base venv of the cell's PyPI torch"
     assert glue_import["result"] == "passed", glue_import["detail"]
-    assert ("imported flash_attn, flash_attn_2_cuda, torch's, "
-            "the kernel wheel's and the CUDA runtime's libraries all loaded from the venv") in glue_import["detail"]
-    assert "from the loopback index http://127.0.0.1:" in glue_import["detail"] and "/torch2.14-cu130/" in glue_import["detail"]
+    assert (
+        "imported flash_attn, flash_attn_2_cuda, torch's, "
+        "the kernel wheel's and the CUDA runtime's libraries all loaded from the venv"
+    ) in glue_import["detail"]
+    assert (
+        "from the loopback index http://127.0.0.1:" in glue_import["detail"]
+        and "/torch2.14-cu130/" in glue_import["detail"]
+    )
     assert "torch kept" in glue_import["detail"]
     assert glue_abi["cell"] == CELL, "the matrix's pip cell, read from the wheel's label and tags"
     kernel_gates = {g: gates["libflash_attn_kernels", g] for g in ("abi", "import", "gpu")}
     assert kernel_gates["abi"]["result"] == "passed", kernel_gates["abi"]["detail"]
-    assert "GPU code sm_80, sm_90, sm_100, sm_120, compute_120 = arch list 80;90;100;120+PTX" in kernel_gates["abi"]["detail"]
+    assert (
+        "GPU code sm_80, sm_90, sm_100, sm_120, compute_120 = arch list 80;90;100;120+PTX"
+        in kernel_gates["abi"]["detail"]
+    )
     assert kernel_gates["import"]["result"] == "passed", kernel_gates["import"]["detail"]
     assert "nothing preloaded: its RUNPATH finds libcudart in the venv" in kernel_gates["import"]["detail"]
     assert kernel_gates["gpu"]["detail"].startswith(f"the GPU suite through {real['glue'].name}")
@@ -113,15 +137,42 @@ def test_the_glue_and_kernel_wheels_pass_their_gates_on_pypi_torch(verified, rea
 def test_publish_takes_the_verified_wheels_and_refuses_unverified_ones(verified, real, tmp_path):
     """The gated publish reads the same manifest: by sha256, so an unverified copy is refused."""
     _, manifest = verified
-    unverified = faforge("publish", real["glue"], real["kernel"], "--index", tmp_path / "index", "--manifest", tmp_path / "empty",
-                         "--require", "abi,import", "--json")
+    unverified = faforge(
+        "publish",
+        real["glue"],
+        real["kernel"],
+        "--index",
+        tmp_path / "index",
+        "--manifest",
+        tmp_path / "empty",
+        "--require",
+        "abi,import",
+        "--json",
+    )
     assert unverified.returncode == 1, unverified.stdout + unverified.stderr
     assert not (tmp_path / "index" / "files").exists() or not list((tmp_path / "index" / "files").glob("*.whl"))
-    published = faforge("publish", real["glue"], real["kernel"], "--index", tmp_path / "index", "--manifest", manifest,
-                        "--require", "abi,import", "--json")
-    actions = {r["package"].split("-")[0]: r for r in json.loads(published.stdout)["packages"]} if published.stdout.strip() else {}
+    published = faforge(
+        "publish",
+        real["glue"],
+        real["kernel"],
+        "--index",
+        tmp_path / "index",
+        "--manifest",
+        manifest,
+        "--require",
+        "abi,import",
+        "--json",
+    )
+    actions = (
+        {r["package"].split("-")[0]: r for r in json.loads(published.stdout)["packages"]}
+        if published.stdout.strip()
+        else {}
+    )
     assert published.returncode == 0, published.stdout[-2000:] + published.stderr[-2000:]
-    assert {k: r["action"] for k, r in actions.items()} == {"flash_attn": "published", "libflash_attn_kernels": "published"}
+    assert {k: r["action"] for k, r in actions.items()} == {
+        "flash_attn": "published",
+        "libflash_attn_kernels": "published",
+    }
     assert (tmp_path / "index" / "torch2.14-cu130" / "flash-attn" / "index.html").is_file()
 
 
@@ -131,12 +182,24 @@ def test_a_glue_wheel_checked_against_another_torch_fails_its_abi_gate(real, tmp
     std::string is spelled the old way too. The gate reads the real libraries of those PyPI wheels."""
     for torch, python, says in (("2.11.0", "3.12", "signature-drift"), ("2.5.1", "3.12", "pre-C++11 ABI")):
         venv = base_venv(torch, python)
-        run = faforge("verify", real["glue"], real["kernel"], "--gates", "abi", "--against", venv.site_packages,
-                      "--manifest", tmp_path / torch, "--json")
+        run = faforge(
+            "verify",
+            real["glue"],
+            real["kernel"],
+            "--gates",
+            "abi",
+            "--against",
+            venv.site_packages,
+            "--manifest",
+            tmp_path / torch,
+            "--json",
+        )
         gates = gates_of(run)
         assert run.returncode == 1
         abi = gates["flash_attn", "abi"]
-        assert abi["result"] == "failed" and says in abi["detail"] and "c10_cuda_check_implementation" in abi["detail"], abi["detail"]
+        assert (
+            abi["result"] == "failed" and says in abi["detail"] and "c10_cuda_check_implementation" in abi["detail"]
+        ), abi["detail"]
         assert f"against torch {torch}" in abi["detail"]
 
 
@@ -149,7 +212,10 @@ def test_a_glue_whose_runpath_misses_the_kernel_folder_installs_but_fails_to_imp
     assert gates["flash_attn", "abi"]["result"] == "passed", gates["flash_attn", "abi"]["detail"]
     found = gates["flash_attn", "import"]
     assert found["result"] == "failed", found["detail"]
-    assert f"{FLASH_ATTN.kernel_soname}: cannot open shared object file" in found["detail"] and "pip installed" in found["detail"]
+    assert (
+        f"{FLASH_ATTN.kernel_soname}: cannot open shared object file" in found["detail"]
+        and "pip installed" in found["detail"]
+    )
     assert run.returncode == 1
 
 
@@ -158,14 +224,20 @@ def test_a_kernel_wheel_whose_runpath_misses_the_cuda_runtime_fails_to_load(real
     """CUDA 12's layout (nvidia/cuda_runtime/lib) for a CUDA 13 library: nothing is preloaded, so the loader finds no
     libcudart.so.13 in pip's layout: none at all, or (a machine with a CUDA toolkit in ld.so.cache, as this one) the
     system's, which the gate names."""
-    broken = repacked(real["kernel"], tmp_path / "broken", f"libflash_attn_kernels/{FLASH_ATTN.kernel_soname}",
-                      ("$ORIGIN/../nvidia/cuda_runtime/lib",))
+    broken = repacked(
+        real["kernel"],
+        tmp_path / "broken",
+        f"libflash_attn_kernels/{FLASH_ATTN.kernel_soname}",
+        ("$ORIGIN/../nvidia/cuda_runtime/lib",),
+    )
     run = faforge("verify", broken, "--gates", "abi,import", "--manifest", tmp_path / "m", "--json")
     gates = gates_of(run)
     assert gates["libflash_attn_kernels", "abi"]["result"] == "passed"
     assert gates["libflash_attn_kernels", "import"]["result"] == "failed"
     detail = gates["libflash_attn_kernels", "import"]["detail"]
-    assert "libcudart.so.13: cannot open shared object file" in detail or "loaded libcudart.so.13 from /" in detail, detail
+    assert "libcudart.so.13: cannot open shared object file" in detail or "loaded libcudart.so.13 from /" in detail, (
+        detail
+    )
     assert run.returncode == 1
 
 
@@ -175,16 +247,39 @@ def test_the_fa3_wheel_is_checked_over_the_torch_range_of_its_indexes(real, tmp_
     one end only: skipped, naming the other. The import is pip's, beside PyPI's torch 2.14.1, from the loopback
     index."""
     oldest, newest = base_venv("2.11.0", "3.12"), base_venv("2.14.1", "3.11")
-    run = faforge("verify", real["fa3"], "--gates", "abi,import,gpu", "--against", oldest.site_packages, "--against", newest.site_packages,
-                  "--manifest", tmp_path / "m", "--json")
+    run = faforge(
+        "verify",
+        real["fa3"],
+        "--gates",
+        "abi,import,gpu",
+        "--against",
+        oldest.site_packages,
+        "--against",
+        newest.site_packages,
+        "--manifest",
+        tmp_path / "m",
+        "--json",
+    )
     gates = gates_of(run)
     abi, imported = gates["flash_attn_3", "abi"], gates["flash_attn_3", "import"]
     assert abi["result"] == "passed" and "serves 2.11 to 2.14" in abi["detail"], abi["detail"]
     assert imported["result"] == "passed", imported["detail"]
-    assert ("imported flash_attn_3, flash_attn_3._C, flash_attn_interface, "
-            "torch's and the CUDA runtime's libraries all loaded") in imported["detail"]
+    assert (
+        "imported flash_attn_3, flash_attn_3._C, flash_attn_interface, "
+        "torch's and the CUDA runtime's libraries all loaded"
+    ) in imported["detail"]
     assert "/torch2.14-cu130/" in imported["detail"] and "PyPI torch 2.14.1+cu130" in imported["detail"]
-    narrow = faforge("verify", real["fa3"], "--gates", "abi", "--against", newest.site_packages, "--manifest", tmp_path / "n", "--json")
+    narrow = faforge(
+        "verify",
+        real["fa3"],
+        "--gates",
+        "abi",
+        "--against",
+        newest.site_packages,
+        "--manifest",
+        tmp_path / "n",
+        "--json",
+    )
     assert narrow.returncode == 3
     assert "also check torch 2.11 (--against)" in gates_of(narrow)["flash_attn_3", "abi"]["detail"]
 
@@ -199,7 +294,10 @@ def test_a_glue_wheel_needs_its_kernel_wheel_among_the_arguments_or_beside_it(tm
     error = json.loads(run.stdout)
     jsonschema.validate(error, SCHEMA)
     assert f"needs its kernel wheel libflash-attn-kernels=={KERNEL_VERSION}" in error["error"]["message"]
-    assert "neither among the wheels given nor beside it" in error["error"]["message"] and "pass it too" in error["error"]["hint"]
+    assert (
+        "neither among the wheels given nor beside it" in error["error"]["message"]
+        and "pass it too" in error["error"]["hint"]
+    )
     assert not (tmp_path / "m").exists() or not any((tmp_path / "m").iterdir()), "nothing recorded"
 
 
@@ -226,9 +324,18 @@ def test_a_glue_wheel_pip_could_install_only_by_replacing_torch_fails_its_import
     """Requires-Dist wants torch>=2.15, the cell's torch is 2.14.1, pinned: pip's resolver refuses, fetching nothing."""
     base_venv("2.14.1", "3.11")
     folder = tmp_path / "w"
-    greedy = build_wheel(Spec(FLASH_ATTN.dist_name, f"{SDIST_VERSION}+torch2.14.cu130.abi1", "cp311-cp311-manylinux_2_28_x86_64",
-                              requires_python=">=3.11,<3.12", requires_dist=("torch>=2.15", f"{FLASH_ATTN.kernel_package}=={KERNEL_VERSION}"),
-                              build="0h1234567", package=FLASH_ATTN.module), folder)
+    greedy = build_wheel(
+        Spec(
+            FLASH_ATTN.dist_name,
+            f"{SDIST_VERSION}+torch2.14.cu130.abi1",
+            "cp311-cp311-manylinux_2_28_x86_64",
+            requires_python=">=3.11,<3.12",
+            requires_dist=("torch>=2.15", f"{FLASH_ATTN.kernel_package}=={KERNEL_VERSION}"),
+            build="0h1234567",
+            package=FLASH_ATTN.module,
+        ),
+        folder,
+    )
     build_wheel(kernel(), folder)
     run = faforge("verify", greedy, "--gates", "import", "--manifest", tmp_path / "m", "--json")
     found = gates_of(run)["flash_attn", "import"]

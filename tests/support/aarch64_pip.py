@@ -56,8 +56,24 @@ def bootstrap_wheels() -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        result = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(folder),
-                                 *BOOTSTRAP], capture_output=True, text=True, timeout=600, check=False)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                str(folder),
+                *BOOTSTRAP,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         if result.returncode != 0:
             raise Arm64VenvUnavailable(f"pip could not download {', '.join(BOOTSTRAP)}: {result.stderr.strip()[-300:]}")
         done.write_text(json.dumps({"requirements": list(BOOTSTRAP)}) + "\n")
@@ -67,8 +83,13 @@ def bootstrap_wheels() -> Path:
 def arm64_venv(python: Arm64Python, dest: Path, torch_site: Path) -> Path:
     """A venv of Debian's arm64 python3.11 at `dest` holding the torch site's files (hardlinks); its bin/python."""
     slow_work("an emulated arm64 venv (tests/support/aarch64_pip.py)")
-    subprocess.run(emulated(python, python.python, "-m", "venv", "--without-pip", dest), check=True, capture_output=True, text=True,
-                   timeout=EMULATED_TIMEOUT_S)
+    subprocess.run(
+        emulated(python, python.python, "-m", "venv", "--without-pip", dest),
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=EMULATED_TIMEOUT_S,
+    )
     site = dest / SITE
     subprocess.run(["cp", "-al", f"{torch_site}/.", str(site)], check=True, capture_output=True, text=True)
     return dest / "bin" / "python"
@@ -88,13 +109,32 @@ def bootstrap_site(python: Arm64Python) -> Path:
             return site
         shutil.rmtree(folder, ignore_errors=True)
         pip_wheel = next(wheels.glob(f"pip-{BOOTSTRAP[0].split('==')[1]}-*.whl"))
-        run = subprocess.run(emulated(python, python.python, f"{pip_wheel}/pip", "install", "--quiet", "--disable-pip-version-check",
-                                      "--no-index", "--find-links", wheels, "--target", site, *BOOTSTRAP),
-                             capture_output=True, text=True, timeout=EMULATED_TIMEOUT_S, env={**emulated_env(), "PIP_NO_CACHE_DIR": "1"},
-                             check=False)
+        run = subprocess.run(
+            emulated(
+                python,
+                python.python,
+                f"{pip_wheel}/pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-index",
+                "--find-links",
+                wheels,
+                "--target",
+                site,
+                *BOOTSTRAP,
+            ),
+            capture_output=True,
+            text=True,
+            timeout=EMULATED_TIMEOUT_S,
+            env={**emulated_env(), "PIP_NO_CACHE_DIR": "1"},
+            check=False,
+        )
         if run.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
-            raise Arm64VenvUnavailable(f"the emulated pip could not install {', '.join(BOOTSTRAP)}: {run.stderr.strip()[-300:]}")
+            raise Arm64VenvUnavailable(
+                f"the emulated pip could not install {', '.join(BOOTSTRAP)}: {run.stderr.strip()[-300:]}"
+            )
         done.write_text(json.dumps({"requirements": list(BOOTSTRAP)}) + "\n")
     return site
 

@@ -75,32 +75,69 @@ def _entries() -> list[dict]:
 def kernel_tus(label: str, out: Path, env: dict[str, str], philox: str) -> dict:
     build = out / f"tus-{label}"
     started = time.monotonic()
-    result = subprocess.run([sys.executable, str(SCRIPT), "--kernels-only", "--only-tus", ",".join(TUS), "--philox-offset-bits", philox,
-                             "--source-dir", str(SDIST), "--build-dir", str(build), "--archs", "80", "--max-jobs", "2",
-                             "--checker-path", str(paths.repo_root() / "scripts")],
-                            capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--kernels-only",
+            "--only-tus",
+            ",".join(TUS),
+            "--philox-offset-bits",
+            philox,
+            "--source-dir",
+            str(SDIST),
+            "--build-dir",
+            str(build),
+            "--archs",
+            "80",
+            "--max-jobs",
+            "2",
+            "--checker-path",
+            str(paths.repo_root() / "scripts"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     log = result.stdout + result.stderr
     (out / f"tus-{label}.log").write_text(log)
     objects = sorted((build / "kernels").rglob("*.o"))
-    return {"exit": result.returncode, "wall_s": round(time.monotonic() - started, 1),
-            "tools": [line.strip() for line in log.splitlines() if "runs " in line or line.strip().startswith("nvcc ")],
-            "objects": {o.name: elf.read_info(o).machine for o in objects}, "log_tail": log[-600:] if result.returncode else ""}
+    return {
+        "exit": result.returncode,
+        "wall_s": round(time.monotonic() - started, 1),
+        "tools": [line.strip() for line in log.splitlines() if "runs " in line or line.strip().startswith("nvcc ")],
+        "objects": {o.name: elf.read_info(o).machine for o in objects},
+        "log_tail": log[-600:] if result.returncode else "",
+    }
 
 
 def check_abi(binary: Path, against: Path, extra: list[str] = ()) -> dict:
-    result = subprocess.run([sys.executable, "-m", "faforge", "check-abi", str(binary), "--against", str(against), *extra, "--json"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "check-abi", str(binary), "--against", str(against), *extra, "--json"],
+        capture_output=True,
+        text=True,
+    )
     try:
         report = json.loads(result.stdout)
     except json.JSONDecodeError:
         return {"exit": result.returncode, "stderr": result.stderr[-400:]}
     problems = report.get("problems", [])
     # The glue links the kernel library's launches (run_mha_*), built apart (--kernels-only): missing here by design.
-    kernel = [p for p in problems if p.get("kind") == "missing-symbol" and "run_mha_" in (p.get("demangled") or p.get("symbol") or "")]
+    kernel = [
+        p
+        for p in problems
+        if p.get("kind") == "missing-symbol" and "run_mha_" in (p.get("demangled") or p.get("symbol") or "")
+    ]
     others = [p for p in problems if p not in kernel]
-    return {"exit": result.returncode, "torch": report.get("torch"), "declares": [m.get("declares") for m in report.get("modules", [])],
-            "kernel_launches_missing": len(kernel), "other_problems": len(others), "other_kinds": sorted({p.get("kind") for p in others}),
-            "examples": [(p.get("demangled") or p.get("symbol") or p.get("detail", ""))[:120] for p in others[:3]]}
+    return {
+        "exit": result.returncode,
+        "torch": report.get("torch"),
+        "declares": [m.get("declares") for m in report.get("modules", [])],
+        "kernel_launches_missing": len(kernel),
+        "other_problems": len(others),
+        "other_kinds": sorted({p.get("kind") for p in others}),
+        "examples": [(p.get("demangled") or p.get("symbol") or p.get("detail", ""))[:120] for p in others[:3]],
+    }
 
 
 def glue(label: str, out: Path, cxx: str, flags: list[str], libraries: list[str]) -> tuple[Path, dict]:
@@ -110,9 +147,25 @@ def glue(label: str, out: Path, cxx: str, flags: list[str], libraries: list[str]
     started = time.monotonic()
     if not ext.is_file():
         ext.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([cxx, "-shared", "-fPIC", "-O1", "-std=c++17", "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda", "-DTORCH_API_INCLUDE_EXTENSION_H",
-                        f"-I{SDIST / 'csrc/flash_attn/src'}", f"-I{SDIST / 'csrc/cutlass/include'}", *flags,
-                        str(SDIST / "csrc/flash_attn/flash_api.cpp"), "-o", str(ext), *libraries], check=True)
+        subprocess.run(
+            [
+                cxx,
+                "-shared",
+                "-fPIC",
+                "-O1",
+                "-std=c++17",
+                "-DTORCH_EXTENSION_NAME=flash_attn_2_cuda",
+                "-DTORCH_API_INCLUDE_EXTENSION_H",
+                f"-I{SDIST / 'csrc/flash_attn/src'}",
+                f"-I{SDIST / 'csrc/cutlass/include'}",
+                *flags,
+                str(SDIST / "csrc/flash_attn/flash_api.cpp"),
+                "-o",
+                str(ext),
+                *libraries,
+            ],
+            check=True,
+        )
     return ext, {"wall_s": round(time.monotonic() - started, 1), "machine": elf.read_info(ext).machine}
 
 
@@ -122,7 +175,10 @@ def torch_wheel_tree(out: Path, pattern: str) -> Path:
     root = out / wheel.stem
     if not (root / "torch/lib").is_dir():
         with zipfile.ZipFile(wheel) as z:
-            z.extractall(root, [n for n in z.namelist() if n.startswith(("torch/include/", "torch/lib/")) or n == "torch/version.py"])
+            z.extractall(
+                root,
+                [n for n in z.namelist() if n.startswith(("torch/include/", "torch/lib/")) or n == "torch/version.py"],
+            )
     return root / "torch"
 
 
@@ -145,29 +201,64 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, CUDA_HOME=str(home124), PREFIX=str(home124), PATH=clean_path)
         report["tus_nvcc_12.4"] = kernel_tus("nvcc12.4", args.out, env, "32")
     if "tuscross" in steps:
-        env = dict(os.environ, target_platform="linux-aarch64", build_platform="linux-64", CXX=CROSS_CXX, CUDA_HOME=str(sbsa), PATH=f"{ninja}:{os.environ['PATH']}")
+        env = dict(
+            os.environ,
+            target_platform="linux-aarch64",
+            build_platform="linux-64",
+            CXX=CROSS_CXX,
+            CUDA_HOME=str(sbsa),
+            PATH=f"{ninja}:{os.environ['PATH']}",
+        )
         report["tus_cross_aarch64"] = kernel_tus("cross", args.out, env, "64")
     if "glue0" in steps:
         torch251 = torch_wheel_tree(args.out, "torch-2.5.1-cp312-*.whl")  # PyPI's 2.5.1 is +cu124, pre-C++11 ABI
         py = Path(sys.base_prefix) / "include" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-        ext, info = glue("abi0", args.out, "g++", ["-D_GLIBCXX_USE_CXX11_ABI=0", f"-I{torch251 / 'include'}", f"-I{torch251 / 'include/torch/csrc/api/include'}",
-                                                  f"-I{py}", f"-I{home124 / 'targets/x86_64-linux/include'}"],
-                         [f"-L{torch251 / 'lib'}", *TORCH_LIBRARIES])
+        ext, info = glue(
+            "abi0",
+            args.out,
+            "g++",
+            [
+                "-D_GLIBCXX_USE_CXX11_ABI=0",
+                f"-I{torch251 / 'include'}",
+                f"-I{torch251 / 'include/torch/csrc/api/include'}",
+                f"-I{py}",
+                f"-I{home124 / 'targets/x86_64-linux/include'}",
+            ],
+            [f"-L{torch251 / 'lib'}", *TORCH_LIBRARIES],
+        )
         other = torch_wheel_tree(args.out, "torch-2.11.0-cp312-*.whl")
-        runtime = ["--library-dir", str(home124 / "lib")]  # libcudart.so.12 (12.4.127), which PyPI's torch takes from nvidia-* wheels
-        info["check_abi"] = {"own torch 2.5.1": check_abi(ext, torch251 / "lib", runtime),
-                             "torch 2.11.0 (C++11 ABI, another minor)": check_abi(ext, other / "lib", runtime)}
+        runtime = [
+            "--library-dir",
+            str(home124 / "lib"),
+        ]  # libcudart.so.12 (12.4.127), which PyPI's torch takes from nvidia-* wheels
+        info["check_abi"] = {
+            "own torch 2.5.1": check_abi(ext, torch251 / "lib", runtime),
+            "torch 2.11.0 (C++11 ABI, another minor)": check_abi(ext, other / "lib", runtime),
+        }
         report["glue_abi0"] = info
     if "gluecross" in steps:
         python = arm64_plain_python()
         torch = torch_site / "torch"
-        ext, info = glue("aarch64", args.out, CROSS_CXX, ["-D_GLIBCXX_USE_CXX11_ABI=1", f"-I{torch / 'include'}", f"-I{torch / 'include/torch/csrc/api/include'}",
-                                                        f"-I{python.include}", f"-I{python.python.parents[1] / 'include'}", f"-I{sbsa / 'targets/sbsa-linux/include'}"],
-                         [f"-L{torch / 'lib'}", *TORCH_LIBRARIES])
+        ext, info = glue(
+            "aarch64",
+            args.out,
+            CROSS_CXX,
+            [
+                "-D_GLIBCXX_USE_CXX11_ABI=1",
+                f"-I{torch / 'include'}",
+                f"-I{torch / 'include/torch/csrc/api/include'}",
+                f"-I{python.include}",
+                f"-I{python.python.parents[1] / 'include'}",
+                f"-I{sbsa / 'targets/sbsa-linux/include'}",
+            ],
+            [f"-L{torch / 'lib'}", *TORCH_LIBRARIES],
+        )
         older = arm64_torch_site("2.10.0", "3.11") / "torch"
         sysroot = ["--library-dir", "/usr/aarch64-linux-gnu/lib"]
-        info["check_abi"] = {"own aarch64 torch 2.11.0+cu130": check_abi(ext, torch_site, sysroot),
-                             "aarch64 torch 2.10.0 (PyPI's aarch64 default: +cpu, another minor)": check_abi(ext, older.parent, sysroot)}
+        info["check_abi"] = {
+            "own aarch64 torch 2.11.0+cu130": check_abi(ext, torch_site, sysroot),
+            "aarch64 torch 2.10.0 (PyPI's aarch64 default: +cpu, another minor)": check_abi(ext, older.parent, sysroot),
+        }
         report["glue_aarch64"] = info
     print(json.dumps(report, indent=1))
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-TEST_CACHE = Path(os.environ.get("FAFORGE_TEST_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "faforge-tests")
+TEST_CACHE = Path(
+    os.environ.get("FAFORGE_TEST_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "faforge-tests"
+)
 
 
 def cache_dir(name: str) -> Path:

@@ -17,8 +17,16 @@ import time
 from pathlib import Path
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars", "--remote-debugging-pipe",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--remote-debugging-pipe",
 ]
 
 
@@ -41,10 +49,18 @@ class Chromium:
         self._from_browser, from_browser_w = os.pipe()
         # Chromium must see our pipe ends as its fds 3 (commands in) and 4 (replies out); a shell
         # redirection puts them there just before exec (bash: dash rejects fd numbers above 9).
-        browser = [chromium_binary(), *FLAGS, f"--user-data-dir={self.profile.name}", f"--window-size={width},{height}", "about:blank"]
+        browser = [
+            chromium_binary(),
+            *FLAGS,
+            f"--user-data-dir={self.profile.name}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ]
         self.process = subprocess.Popen(
             ["bash", "-c", f'exec "$@" 3<&{to_browser_r} 4>&{from_browser_w}', "bash", *browser],
-            pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(to_browser_r, from_browser_w),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -55,7 +71,11 @@ class Chromium:
         self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         self.call("Page.enable", session=True)
         self.call("Runtime.enable", session=True)
-        self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=True)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=True,
+        )
 
     def _read_message(self, deadline: float) -> dict:
         while b"\0" not in self._buffer:
@@ -100,7 +120,9 @@ class Chromium:
         self.wait_for_event("Page.loadEventFired")
 
     def evaluate(self, expression: str):
-        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, session=True)
+        result = self.call(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, session=True
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -108,7 +130,11 @@ class Chromium:
     def click(self, x: float, y: float) -> None:
         """A real mouse click (press and release) at page coordinates."""
         for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}, session=True)
+            self.call(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
+                session=True,
+            )
 
     def screenshot(self, path: Path) -> Path:
         data = self.call("Page.captureScreenshot", {"format": "png"}, session=True)["data"]

@@ -59,8 +59,10 @@ class Toolchain:
 @cache
 def toolchains() -> dict[str, Toolchain]:
     data = load_yaml(DATA)
-    return {name: Toolchain(name, entry["cache"], entry["source"], tuple(entry["architectures"]), entry["packages"])
-            for name, entry in data.items()}
+    return {
+        name: Toolchain(name, entry["cache"], entry["source"], tuple(entry["architectures"]), entry["packages"])
+        for name, entry in data.items()
+    }
 
 
 def apt_options(apt_root: Path, architectures: tuple[str, ...]) -> list[str]:
@@ -88,7 +90,13 @@ def apt_options(apt_root: Path, architectures: tuple[str, ...]) -> list[str]:
 
 def write_apt_root(apt_root: Path, source: str) -> None:
     """The folders and files apt_options names: one sources.list line, empty parts folders, no packages installed."""
-    for sub in ("etc/sources.list.d", "etc/preferences.d", "etc/trusted.gpg.d", "state/lists/partial", "cache/archives/partial"):
+    for sub in (
+        "etc/sources.list.d",
+        "etc/preferences.d",
+        "etc/trusted.gpg.d",
+        "state/lists/partial",
+        "cache/archives/partial",
+    ):
         (apt_root / sub).mkdir(parents=True, exist_ok=True)
     (apt_root / "etc/sources.list").write_text(source + "\n")
     (apt_root / "state/status").touch()
@@ -98,8 +106,10 @@ def _apt(tool: str, toolchain: Toolchain, *args: str, cwd: Path | None = None) -
     command = [tool, *apt_options(toolchain.folder / "apt", toolchain.architectures), *args]
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise DebianUnavailable(f"`{tool} ... {' '.join(args)}` for {toolchain.name} failed (exit {done.returncode}): "
-                                f"{done.stderr.strip()[-600:]}")
+        raise DebianUnavailable(
+            f"`{tool} ... {' '.join(args)}` for {toolchain.name} failed (exit {done.returncode}): "
+            f"{done.stderr.strip()[-600:]}"
+        )
     return done.stdout
 
 
@@ -126,7 +136,9 @@ def _deb_of(debs: Path, name: str, version: str) -> Path:
 def unpack(deb: Path, root: Path, members: list[str] | None = None) -> None:
     """deb's files (or only `members`) under root, as dpkg -x would place them."""
     tar = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
-    extract = subprocess.run(["tar", "-x", "-C", str(root), *(members or [])], stdin=tar.stdout, capture_output=True, text=True)
+    extract = subprocess.run(
+        ["tar", "-x", "-C", str(root), *(members or [])], stdin=tar.stdout, capture_output=True, text=True
+    )
     tar.stdout.close()
     if tar.wait() != 0 or extract.returncode != 0:
         raise DebianUnavailable(f"cannot unpack {deb}: {extract.stderr.strip()[-400:]}")
@@ -159,10 +171,13 @@ def ensure_unpacked(name: str, log=lambda line: None) -> Path:
             debs.append({"file": deb.name, "bytes": deb.stat().st_size})
         if name in FINISH:
             FINISH[name](root)
-        record = {"packages": debs, "download_bytes": sum(d["bytes"] for d in debs),
-                  "download_seconds": round(downloaded - started, 1),
-                  "unpack_seconds": round(time.monotonic() - downloaded, 1),
-                  "unpacked_bytes": sum(p.lstat().st_size for p in root.rglob("*"))}
+        record = {
+            "packages": debs,
+            "download_bytes": sum(d["bytes"] for d in debs),
+            "download_seconds": round(downloaded - started, 1),
+            "unpack_seconds": round(time.monotonic() - downloaded, 1),
+            "unpacked_bytes": sum(p.lstat().st_size for p in root.rglob("*")),
+        }
         done.write_text(json.dumps(record, indent=1) + "\n")
     return root
 
@@ -214,8 +229,16 @@ def arm64_python(log=lambda line: None) -> list[str]:
     qemu = ensure_unpacked("qemu-user-static", log) / "usr/bin/qemu-aarch64-static"
     python = ensure_unpacked("python-3.11-arm64", log) / "usr"
     libs = f"{python}/lib/aarch64-linux-gnu:{python.parent}/lib/aarch64-linux-gnu"
-    return [str(qemu), "-L", str(CROSS_SYSROOT), "-E", f"LD_LIBRARY_PATH={libs}", "-E", f"PYTHONHOME={python}",
-            str(python / "bin/python3.11")]
+    return [
+        str(qemu),
+        "-L",
+        str(CROSS_SYSROOT),
+        "-E",
+        f"LD_LIBRARY_PATH={libs}",
+        "-E",
+        f"PYTHONHOME={python}",
+        str(python / "bin/python3.11"),
+    ]
 
 
 @dataclass(frozen=True)
@@ -261,5 +284,11 @@ def amd64_python_3_13(log=lambda line: None) -> list[str]:
     usr = ensure_unpacked("python-3.13-amd64", log) / "usr"
     libs = usr / "lib/x86_64-linux-gnu"
     # Run through the loader, /proc/self/exe is ld.so, so Python is told its prefix.
-    return ["env", f"PYTHONHOME={usr}", str(libs / "ld-linux-x86-64.so.2"), "--library-path", str(libs),
-            str(usr / "bin/python3.13")]
+    return [
+        "env",
+        f"PYTHONHOME={usr}",
+        str(libs / "ld-linux-x86-64.so.2"),
+        "--library-path",
+        str(libs),
+        str(usr / "bin/python3.13"),
+    ]

@@ -37,7 +37,7 @@ def nav_pages(root: Path = REPO) -> list[str]:
     def walk(items) -> list[str]:
         pages = []
         for item in items:
-            for value in (item.values() if isinstance(item, dict) else [item]):
+            for value in item.values() if isinstance(item, dict) else [item]:
                 pages += walk(value) if isinstance(value, list) else [value]
         return pages
 
@@ -82,7 +82,10 @@ def bash_blocks(page: str, root: Path = REPO) -> list[str]:
 
 def marked_block(page: str, marker: str, language: str, root: Path = REPO) -> str:
     """The one fenced block right under `<!-- marker -->`, which the tests that run it look for."""
-    match = re.search(rf"<!-- {re.escape(marker)} -->\n```{re.escape(language)}\n(.*?)^```", doc_text(page, root),
-                      re.MULTILINE | re.DOTALL)
+    match = re.search(
+        rf"<!-- {re.escape(marker)} -->\n```{re.escape(language)}\n(.*?)^```",
+        doc_text(page, root),
+        re.MULTILINE | re.DOTALL,
+    )
     assert match, f"{page} lost its `{marker}` block"
     return match.group(1)

@@ -34,12 +34,33 @@ def check(extension: Path, version: str, runtime: Path, machine: str = "x86_64")
     for member in CUDA_MEMBERS:
         if not (LIBS / release_wheel(version, machine) / member).is_file():
             fetch_member(remote, member, LIBS)
-    run = subprocess.run([sys.executable, "-m", "faforge", "check-abi", str(extension), "--stable-abi", "--against", str(lib),
-                          "--library-dir", str(runtime), "--json"], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "faforge",
+            "check-abi",
+            str(extension),
+            "--stable-abi",
+            "--against",
+            str(lib),
+            "--library-dir",
+            str(runtime),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     report = json.loads(run.stdout)
-    return {"torch": version, "exit": run.returncode, "ok": report.get("ok"), "checked": [r["torch"] for r in report.get("releases", [])],
-            "stable_imports": len(report.get("stable_imports", [])), "unstable_imports": len(report.get("unstable_imports", [])),
-            "problems": sorted({p["kind"] for r in report.get("releases", []) for p in r["report"]["problems"]})}
+    return {
+        "torch": version,
+        "exit": run.returncode,
+        "ok": report.get("ok"),
+        "checked": [r["torch"] for r in report.get("releases", [])],
+        "stable_imports": len(report.get("stable_imports", [])),
+        "unstable_imports": len(report.get("unstable_imports", [])),
+        "problems": sorted({p["kind"] for r in report.get("releases", []) for p in r["report"]["problems"]}),
+    }
 
 
 def main(argv: list[str]) -> int:

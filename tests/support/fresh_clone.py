@@ -11,8 +11,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def fresh_clone(dest: Path) -> Path:
     """The working tree's tracked and untracked, not ignored files (uncommitted changes included) under dest."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         source = REPO / name
         if source.is_file():

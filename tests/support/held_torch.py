@@ -46,8 +46,14 @@ def fake_torch_venvs(folder: Path, torches: tuple[str, ...]) -> dict[str, Path]:
     pypi_listing("pip")  # skips the calling test, with the reason, where PyPI cannot be reached
     first = folder / "pip"
     subprocess.run([sys.executable, "-m", "venv", str(first)], check=True, timeout=300, env=clean_pip_env())
-    pip = subprocess.run([str(first / "bin" / "python"), "-m", "pip", "install", "-q", f"pip=={PIP_VERSION}"], capture_output=True,
-                         text=True, env=clean_pip_env(), timeout=600, check=False)
+    pip = subprocess.run(
+        [str(first / "bin" / "python"), "-m", "pip", "install", "-q", f"pip=={PIP_VERSION}"],
+        capture_output=True,
+        text=True,
+        env=clean_pip_env(),
+        timeout=600,
+        check=False,
+    )
     assert pip.returncode == 0, pip.stdout + pip.stderr
     pythons = {}
     for torch in torches:
@@ -57,7 +63,9 @@ def fake_torch_venvs(folder: Path, torches: tuple[str, ...]) -> dict[str, Path]:
         dist_info.mkdir()
         (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch}\n")
         (dist_info / "INSTALLER").write_text("pip\n")
-        (dist_info / "RECORD").write_text("".join(f"{dist_info.name}/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD")))
+        (dist_info / "RECORD").write_text(
+            "".join(f"{dist_info.name}/{name},,\n" for name in ("METADATA", "INSTALLER", "RECORD"))
+        )
         pythons[torch] = venv / "bin" / "python"
     return pythons
 
@@ -88,7 +96,10 @@ def dry_run(line: str, tmp: Path, default_index: str | None = None) -> DryRun:
         env = uv_env(UV_NO_CONFIG="1", **({"UV_DEFAULT_INDEX": default_index} if default_index else {}))
         ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
         output = ran.stdout + ran.stderr
-        changes = {s: {canonicalize_name(m["name"]): m["version"] for m in _UV_CHANGE.finditer(output) if m["sign"] == s} for s in "+-"}
+        changes = {
+            s: {canonicalize_name(m["name"]): m["version"] for m in _UV_CHANGE.finditer(output) if m["sign"] == s}
+            for s in "+-"
+        }
         return DryRun(line, ran.returncode, output, changes["+"], changes["-"])
     report = tmp / f"report-{hashlib.sha256(line.encode()).hexdigest()[:12]}.json"
     argv = [*argv[:at], "--dry-run", "--report", str(report), *argv[at:]]
@@ -96,7 +107,10 @@ def dry_run(line: str, tmp: Path, default_index: str | None = None) -> DryRun:
     ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900, check=False)
     install = {}
     if ran.returncode == 0:
-        install = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+        install = {
+            canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+            for i in json.loads(report.read_text())["install"]
+        }
     return DryRun(line, ran.returncode, ran.stdout + ran.stderr, install, {})
 
 
@@ -112,7 +126,11 @@ def simple_index(root: Path, wheels: list[Path]) -> Path:
         links = []
         for wheel in files:
             os.link(wheel, folder / wheel.name)
-            links.append(f'<a href="{wheel.name}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}">{wheel.name}</a>')
+            links.append(
+                f'<a href="{wheel.name}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}">{wheel.name}</a>'
+            )
         (folder / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
-    (root / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(f'<a href="{p}/">{p}</a>' for p in projects) + "\n</body></html>\n")
+    (root / "index.html").write_text(
+        "<!DOCTYPE html><html><body>\n" + "\n".join(f'<a href="{p}/">{p}</a>' for p in projects) + "\n</body></html>\n"
+    )
     return root

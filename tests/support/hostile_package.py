@@ -12,14 +12,22 @@ import zipfile
 from pathlib import Path
 
 
-def member(name: str, data: bytes = b"x", *, kind: bytes = tarfile.REGTYPE, link: str = "") -> tuple[tarfile.TarInfo, bytes]:
+def member(
+    name: str, data: bytes = b"x", *, kind: bytes = tarfile.REGTYPE, link: str = ""
+) -> tuple[tarfile.TarInfo, bytes]:
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.size = kind, link, len(data) if kind == tarfile.REGTYPE else 0
     return info, data
 
 
-def rewrite(source: Path, dest: Path, *, patch: dict | None = None, index: bytes | None = None,
-            extra: list[tuple[tarfile.TarInfo, bytes]] = ()) -> Path:
+def rewrite(
+    source: Path,
+    dest: Path,
+    *,
+    patch: dict | None = None,
+    index: bytes | None = None,
+    extra: list[tuple[tarfile.TarInfo, bytes]] = (),
+) -> Path:
     """`source` with its index.json updated by `patch` (or replaced by `index` bytes) and `extra` members appended."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(source) as old, zipfile.ZipFile(dest, "w", zipfile.ZIP_STORED) as new:
@@ -34,7 +42,10 @@ def rewrite(source: Path, dest: Path, *, patch: dict | None = None, index: bytes
 def _info(compressed: bytes, patch, index, extra) -> bytes:
     raw = subprocess.run(["zstd", "-dqc"], input=compressed, capture_output=True, check=True).stdout
     out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(raw)) as tar, tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as new:
+    with (
+        tarfile.open(fileobj=io.BytesIO(raw)) as tar,
+        tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as new,
+    ):
         for info in tar.getmembers():
             data = tar.extractfile(info).read()
             if info.name == "info/index.json":

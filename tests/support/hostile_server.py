@@ -131,7 +131,9 @@ class Handler(socketserver.BaseRequestHandler):
         if not path.is_file():
             return self.send("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close")
         body = path.read_bytes()
-        self.send(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close", b"" if method == b"HEAD" else body)
+        self.send(
+            f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close", b"" if method == b"HEAD" else body
+        )
 
     def mode_ok(self, path):
         self.send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close", b"ok")
@@ -162,24 +164,33 @@ class Handler(socketserver.BaseRequestHandler):
         self.request.close()
 
     def mode_bomb(self, path):
-        self.send(f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(self.bomb)}\r\nConnection: close", self.bomb)
+        self.send(
+            f"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {len(self.bomb)}\r\nConnection: close",
+            self.bomb,
+        )
 
     def mode_badjson(self, path):
-        self.send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\nConnection: close", b"{not json")
+        self.send(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\nConnection: close", b"{not json"
+        )
 
     def mode_huge(self, path):
         self.send("HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\nConnection: close")
         time.sleep(FOREVER_S)
 
     def page(self, body: bytes = EMPTY_PAGE, kind: str = PIP_JSON, extra: int = 0) -> None:
-        self.send(f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {len(body) + extra}\r\nConnection: close", body)
+        self.send(
+            f"HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {len(body) + extra}\r\nConnection: close", body
+        )
 
     def mode_short(self, path):
         self.page(extra=1000)
 
     def mode_cut(self, path):
-        self.send(f"HTTP/1.1 200 OK\r\nContent-Type: {PIP_JSON}\r\nTransfer-Encoding: chunked\r\nConnection: close",
-                  f"{len(EMPTY_PAGE):x}\r\n".encode() + EMPTY_PAGE + b"\r\n")
+        self.send(
+            f"HTTP/1.1 200 OK\r\nContent-Type: {PIP_JSON}\r\nTransfer-Encoding: chunked\r\nConnection: close",
+            f"{len(EMPTY_PAGE):x}\r\n".encode() + EMPTY_PAGE + b"\r\n",
+        )
 
     def mode_jsontyped(self, path):
         self.page(kind="application/json")
@@ -188,14 +199,25 @@ class Handler(socketserver.BaseRequestHandler):
         if not INDEX_ROOT.fullmatch(path.split("?")[0]):
             return self.page()
         host = f"127.0.0.1:{self.server.server_address[1]}"
-        names = ["../escaped", "../../escaped", f"//{host}/escape/escaped", f"http://{host}/escape/escaped", "/escape/escaped", ".."]
+        names = [
+            "../escaped",
+            "../../escaped",
+            f"//{host}/escape/escaped",
+            f"http://{host}/escape/escaped",
+            "/escape/escaped",
+            "..",
+        ]
         self.page(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": n} for n in names]}).encode())
 
     def mode_many(self, path):
         if not INDEX_ROOT.fullmatch(path.split("?")[0]):
             time.sleep(MANY_DELAY_S)
             return self.page()
-        self.page(json.dumps({"meta": {"api-version": "1.1"}, "projects": [{"name": f"p{i}"} for i in range(MANY_PROJECTS)]}).encode())
+        self.page(
+            json.dumps(
+                {"meta": {"api-version": "1.1"}, "projects": [{"name": f"p{i}"} for i in range(MANY_PROJECTS)]}
+            ).encode()
+        )
 
 
 class Server(socketserver.ThreadingTCPServer):

@@ -39,7 +39,9 @@ def _write(members: dict[str, bytes], out: Path, *, compress: dict[str, int] | N
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in members.items():
-            archive.writestr(name, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=(compress or {}).get(name, 6))
+            archive.writestr(
+                name, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=(compress or {}).get(name, 6)
+            )
     return out
 
 
@@ -55,7 +57,9 @@ def record_lie(wheel: Path, folder: Path, how: str) -> Path:
     elif how == "wrong-hash":
         rows = [f"{body},{_hash(b'other bytes')},{len(members[body])}" if r.startswith(f"{body},") else r for r in rows]
     elif how == "wrong-size":
-        rows = [f"{body},{_hash(members[body])},{len(members[body]) + 1}" if r.startswith(f"{body},") else r for r in rows]
+        rows = [
+            f"{body},{_hash(members[body])},{len(members[body]) + 1}" if r.startswith(f"{body},") else r for r in rows
+        ]
     elif how == "names-a-ghost":
         rows.insert(0, f"{body.rsplit('/', 1)[0]}/ghost.py,{_hash(b'')},0")
     else:
@@ -81,7 +85,7 @@ def declared_huge_wheel(wheel: Path, folder: Path) -> Path:
     data = bytearray(path.read_bytes())
     name = b"pkg_huge/huge.bin"
     at = -1
-    while data[at + 46:at + 46 + len(name)] != name or at < 0:
+    while data[at + 46 : at + 46 + len(name)] != name or at < 0:
         at = data.index(b"PK\x01\x02", at + 1)  # the central directory entries, until ours
     struct.pack_into("<I", data, at + 24, HUGE_BYTES)  # uncompressed size
     path.write_bytes(bytes(data))

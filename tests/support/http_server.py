@@ -26,7 +26,9 @@ def wait_until_up(url: str, process: subprocess.Popen, timeout: float = 30.0) ->
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server for {url} exited with {process.returncode}: {process.stderr.read() if process.stderr else ''}")
+            raise RuntimeError(
+                f"server for {url} exited with {process.returncode}: {process.stderr.read() if process.stderr else ''}"
+            )
         try:
             urllib.request.urlopen(url, timeout=2).close()
             return

@@ -18,13 +18,16 @@ def add_kernel_abi_row(variants_dir: Path, torch: str, reason: str) -> None:
     path = variants_dir / "kernel-abi.yaml"
     if any(str(row.get("minor")) == minor for row in yaml.safe_load(path.read_text()).get("torch") or []):
         return  # measured from the real wheel (faforge bump): the made-up row would be its second verdict
-    path.write_text(path.read_text() + (
-        f"- minor: '{minor}'\n"
-        f"  torch: {torch}\n"
-        f"  wheel: torch-{torch}-cp311-cp311-manylinux_2_28_x86_64.whl\n"
-        f"  sha256: '{'0' * 64}'\n"
-        "  offset_intragraph: uint64_t\n"
-        "  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, flash_bwd_params: 648}\n"
-        "  verdict: shared\n"
-        f"  reason: {reason}\n"
-    ))
+    path.write_text(
+        path.read_text()
+        + (
+            f"- minor: '{minor}'\n"
+            f"  torch: {torch}\n"
+            f"  wheel: torch-{torch}-cp311-cp311-manylinux_2_28_x86_64.whl\n"
+            f"  sha256: '{'0' * 64}'\n"
+            "  offset_intragraph: uint64_t\n"
+            "  sizes: {philox_cuda_state: 32, flash_fwd_params: 472, flash_bwd_params: 648}\n"
+            "  verdict: shared\n"
+            f"  reason: {reason}\n"
+        )
+    )

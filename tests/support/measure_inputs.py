@@ -19,8 +19,14 @@ from faforge.wheelfetch import RemoteFile
 from tests.gpu.flash_attn_sdist import SdistUnavailable, flash_attn_sdist
 
 OFFLINE = "http://127.0.0.1:9"  # a closed port as every proxy: any request not to loopback fails
-OFFLINE_ENV = {"http_proxy": OFFLINE, "https_proxy": OFFLINE, "HTTP_PROXY": OFFLINE, "HTTPS_PROXY": OFFLINE,
-               "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
+OFFLINE_ENV = {
+    "http_proxy": OFFLINE,
+    "https_proxy": OFFLINE,
+    "HTTP_PROXY": OFFLINE,
+    "HTTPS_PROXY": OFFLINE,
+    "no_proxy": "127.0.0.1",
+    "NO_PROXY": "127.0.0.1",
+}
 
 
 def measure_cache(root: Path, headers: dict[str, Path]) -> Path:
@@ -33,8 +39,11 @@ def measure_cache(root: Path, headers: dict[str, Path]) -> Path:
     except SdistUnavailable as exc:
         pytest.skip(str(exc))
     version = load_matrix().policy.flash_attn_version
-    shutil.copytree(flash, root / "flash-attn-sdist" / f"flash_attn-{version}" / "csrc" / "flash_attn" / "src",
-                    ignore=lambda folder, names: [n for n in names if not n.endswith(".h") and not (Path(folder) / n).is_dir()])
+    shutil.copytree(
+        flash,
+        root / "flash-attn-sdist" / f"flash_attn-{version}" / "csrc" / "flash_attn" / "src",
+        ignore=lambda folder, names: [n for n in names if not n.endswith(".h") and not (Path(folder) / n).is_dir()],
+    )
     for wheel, include in headers.items():
         shutil.copytree(include, root / "torch-headers" / wheel / "torch" / "include")
     return root
@@ -44,6 +53,16 @@ def simple_page(root: Path, files: list[RemoteFile]) -> Path:
     """root/simple/torch/index.html: a PEP 691 JSON page listing `files` (serve root over http)."""
     page = root / "simple" / "torch" / "index.html"
     page.parent.mkdir(parents=True)
-    page.write_text(json.dumps({"meta": {"api-version": "1.0"}, "name": "torch", "files": [
-        {"filename": f.filename, "url": f.url, "hashes": {"sha256": f.sha256}, "size": f.size} for f in files]}))
+    page.write_text(
+        json.dumps(
+            {
+                "meta": {"api-version": "1.0"},
+                "name": "torch",
+                "files": [
+                    {"filename": f.filename, "url": f.url, "hashes": {"sha256": f.sha256}, "size": f.size}
+                    for f in files
+                ],
+            }
+        )
+    )
     return page

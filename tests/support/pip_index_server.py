@@ -59,8 +59,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             target = target / ("index.json" if kind == JSON_TYPE else "index.html")
         found = target is not None and target.is_file()
         with open(self.log, "a") as handle:
-            handle.write(json.dumps({"method": self.command, "path": path, "accept": self.headers.get("Accept", ""),
-                                     "type": kind, "status": 200 if found else 404}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "method": self.command,
+                        "path": path,
+                        "accept": self.headers.get("Accept", ""),
+                        "type": kind,
+                        "status": 200 if found else 404,
+                    }
+                )
+                + "\n"
+            )
         if not found:
             return self.reply(404, b"not found\n", "text/plain", {}, body)
         self.reply(200, target.read_bytes(), kind, {}, body)

@@ -24,7 +24,7 @@ def read_rgb(path: Path) -> tuple[int, int, list[bytes]]:
     pos, idat, header = len(SIGNATURE), b"", None
     while pos < len(data):
         length, kind = struct.unpack_from(">I4s", data, pos)
-        body = data[pos + 8:pos + 8 + length]
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -36,7 +36,7 @@ def read_rgb(path: Path) -> tuple[int, int, list[bytes]]:
     n = CHANNELS[colour]
     raw, stride, rows, previous = zlib.decompress(idat), width * n, [], bytearray(width * n)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             left = line[i - n] if i >= n else 0
             up, corner = previous[i], previous[i - n] if i >= n else 0
@@ -49,4 +49,4 @@ def read_rgb(path: Path) -> tuple[int, int, list[bytes]]:
 def count_colour(path: Path, rgb: tuple[int, int, int]) -> int:
     _, _, rows = read_rgb(path)
     target = bytes(rgb)
-    return sum(sum(1 for x in range(0, len(row), 3) if row[x:x + 3] == target) for row in rows)
+    return sum(sum(1 for x in range(0, len(row), 3) if row[x : x + 3] == target) for row in rows)

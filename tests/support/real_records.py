@@ -18,8 +18,14 @@ RECORD_KEYS = ("name", "version", "build", "build_number", "subdir", "constrains
 def torch_records(channel: str = "conda-forge") -> list[dict]:
     """repodata entries of every `pytorch` record of `channel` in the fixture."""
     packages = yaml.safe_load(FIXTURE.read_text())["packages"]
-    return [{**{k: p[k] for k in RECORD_KEYS if k in p}, "depends": [*p.get("depends", ()), *p.get("depends_not_stood_in", ())]}
-            for p in packages if p["name"] == "pytorch" and p["channel"] == channel]
+    return [
+        {
+            **{k: p[k] for k in RECORD_KEYS if k in p},
+            "depends": [*p.get("depends", ()), *p.get("depends_not_stood_in", ())],
+        }
+        for p in packages
+        if p["name"] == "pytorch" and p["channel"] == channel
+    ]
 
 
 def write_channel(root: Path, records: list[dict], name: str = "conda-forge") -> Path:
@@ -31,5 +37,7 @@ def write_channel(root: Path, records: list[dict], name: str = "conda-forge") ->
         by_subdir.setdefault(r["subdir"], {})[f"{r['name']}-{r['version']}-{r['build']}.conda"] = entry
     for subdir, entries in by_subdir.items():
         (channel / subdir).mkdir(parents=True)
-        (channel / subdir / "repodata.json").write_text(json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": entries}))
+        (channel / subdir / "repodata.json").write_text(
+            json.dumps({"info": {"subdir": subdir}, "packages": {}, "packages.conda": entries})
+        )
     return channel

@@ -39,8 +39,12 @@ def recipe_test_requirements(entry_point: str) -> tuple[str, ...]:
 
 def recipe_test_site(python: Path, entry_point: str) -> Path:
     """A folder for PYTHONPATH holding what that recipe test's environment installs besides python and torch."""
-    version = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return pip_target(python, f"{entry_point}-py{version}", recipe_test_requirements(entry_point))
 
 
@@ -54,8 +58,20 @@ def pip_target(python: Path, name: str, requirements: Sequence[str]) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not marker.exists() or marker.read_text() != wanted:
             shutil.rmtree(folder, ignore_errors=True)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                            "--target", str(folder), *requirements], check=True)
+            subprocess.run(
+                [
+                    str(python),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--target",
+                    str(folder),
+                    *requirements,
+                ],
+                check=True,
+            )
             marker.write_text(wanted)
     return folder
 
@@ -65,6 +81,8 @@ def _tests(entries: list) -> Iterator[dict]:
     for entry in entries:
         if "if" in entry:
             branches = (entry.get("then", []), entry.get("else", []))
-            yield from _tests([test for branch in branches for test in (branch if isinstance(branch, list) else [branch])])
+            yield from _tests(
+                [test for branch in branches for test in (branch if isinstance(branch, list) else [branch])]
+            )
         else:
             yield entry

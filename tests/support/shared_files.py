@@ -18,7 +18,9 @@ from pathlib import Path
 from tests.support.cache import cache_dir
 
 SMALLEST_SHARED = 1 << 20  # smaller files are most of the count and little of the bytes
-CLEAN_ENV_VENV = re.compile(r"^torch-(?P<torch>[^-+]+)-py(?P<python>\d+\.\d+)\+")  # clean_env's name: torch-2.14.1-py3.11+einops+pytest
+CLEAN_ENV_VENV = re.compile(
+    r"^torch-(?P<torch>[^-+]+)-py(?P<python>\d+\.\d+)\+"
+)  # clean_env's name: torch-2.14.1-py3.11+einops+pytest
 
 
 def share_identical_files(first: Path, second: Path, smallest: int = SMALLEST_SHARED) -> int:

@@ -34,7 +34,12 @@ def load_fixture() -> dict:
 
 def _cudart_version(fixture: dict, cuda: str, platform: str, channel: str) -> str:
     for pkg in fixture["packages"]:
-        if pkg["name"] == "cuda-cudart" and pkg["channel"] == channel and pkg["subdir"] == platform and pkg["version"].startswith(cuda + "."):
+        if (
+            pkg["name"] == "cuda-cudart"
+            and pkg["channel"] == channel
+            and pkg["subdir"] == platform
+            and pkg["version"].startswith(cuda + ".")
+        ):
             return pkg["version"]
     raise LookupError(f"fixture has no cuda-cudart {cuda} for {platform} in {channel}")
 
@@ -57,7 +62,10 @@ def injected_run_exports(fixture: dict, rendered: RenderedCell) -> list[str]:
         specs.append(f"cuda-cudart >={cudart},<{major + 1}.0a0")
     except LookupError:
         pass  # no stand-in for this CUDA: the cell is not solvable here anyway
-    specs += [f"python >={cell.python},<{py_next}.0a0", f"python_abi {cell.python}.* *_cp{cell.python.replace('.', '')}"]
+    specs += [
+        f"python >={cell.python},<{py_next}.0a0",
+        f"python_abi {cell.python}.* *_cp{cell.python.replace('.', '')}",
+    ]
     if cell.world == "conda-forge":
         upper = next_minor(cell.torch)
         specs += [f"pytorch >={cell.torch},<{upper}.0a0", f"libtorch >={cell.torch},<{upper}.0a0"]
@@ -78,8 +86,12 @@ def build_channels(root: Path, rendered: list[RenderedCell]) -> dict[str, Path]:
         directory = channels.setdefault(pkg["channel"], root / pkg["channel"])
         assemble(
             PackageSpec(
-                name=pkg["name"], version=str(pkg["version"]), build=pkg["build"], subdir=pkg["subdir"],
-                depends=tuple(pkg.get("depends") or ()), constrains=tuple(pkg.get("constrains") or ()),
+                name=pkg["name"],
+                version=str(pkg["version"]),
+                build=pkg["build"],
+                subdir=pkg["subdir"],
+                depends=tuple(pkg.get("depends") or ()),
+                constrains=tuple(pkg.get("constrains") or ()),
                 build_number=int(pkg.get("build_number", 0)),
             ),
             directory,
@@ -90,11 +102,16 @@ def build_channels(root: Path, rendered: list[RenderedCell]) -> dict[str, Path]:
         pin = kernel_pin(r.run_requirements)
         if pin is not None and (pin, r.cell.platform) not in kernels:
             kernels.add((pin, r.cell.platform))
-            assemble(pinned_kernel_record(r.run_requirements, r.cell.platform, depends=kernel_run_exports(fixture, r)), ours)
+            assemble(
+                pinned_kernel_record(r.run_requirements, r.cell.platform, depends=kernel_run_exports(fixture, r)), ours
+            )
     for r in rendered:
         assemble(
             PackageSpec(
-                name="flash-attn", version=r.recipe["package"]["version"], build=r.build_string, subdir=r.cell.platform,
+                name="flash-attn",
+                version=r.recipe["package"]["version"],
+                build=r.build_string,
+                subdir=r.cell.platform,
                 depends=tuple(dict.fromkeys([*r.run_requirements, *injected_run_exports(fixture, r)])),
                 build_number=int(r.recipe["build"]["number"]),
             ),

@@ -53,7 +53,12 @@ class CannotCompile(Exception):
 
 
 def python_include(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -66,14 +71,34 @@ def compile_kernel_library(work: Path, nvcc: Path, cuda_archs: str) -> Path:
     source.write_text(KERNEL_LIBRARY_SOURCE)
     gencode = build.gencode_flags(build.parse_arch_list(cuda_archs))
     out = work / "libflash_attn_kernels.so"
-    result = subprocess.run([str(nvcc), "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden", "-cudart", "shared", *gencode, str(source), "-o", str(out),
-                             "-Xlinker", "-soname=libflash_attn_kernels.so"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            str(nvcc),
+            "-shared",
+            "-Xcompiler",
+            "-fPIC,-fvisibility=hidden",
+            "-cudart",
+            "shared",
+            *gencode,
+            str(source),
+            "-o",
+            str(out),
+            "-Xlinker",
+            "-soname=libflash_attn_kernels.so",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
-        raise CannotCompile(f"nvcc could not build the stand-in kernel library for {cuda_archs}: {result.stderr[-500:]}")
+        raise CannotCompile(
+            f"nvcc could not build the stand-in kernel library for {cuda_archs}: {result.stderr[-500:]}"
+        )
     return out
 
 
-def compile_extension(work: Path, torch_lib: Path, python: Path, cxx11_abi: int, kernel_library: Path | None = None) -> Path:
+def compile_extension(
+    work: Path, torch_lib: Path, python: Path, cxx11_abi: int, kernel_library: Path | None = None
+) -> Path:
     """flash_attn_2_cuda.so linked against libc10/libc10_cuda in torch_lib, with the given C++ ABI; with
     `kernel_library`, also against it, with the RUNPATH rattler-build gives a module in site-packages."""
     slow_work("a g++ compile (tests/support/standin_flash_attn.py)")
@@ -83,17 +108,41 @@ def compile_extension(work: Path, torch_lib: Path, python: Path, cxx11_abi: int,
         raise CannotCompile(f"need g++ and Python.h (g++: {gxx}, {include})")
     work.mkdir(parents=True, exist_ok=True)
     source = work / "standin.cpp"
-    declaration, call = ('extern "C" void flash_attn_kernels_standin_launch(float*);', "flash_attn_kernels_standin_launch(nullptr);") \
-        if kernel_library else ("", "")
+    declaration, call = (
+        ('extern "C" void flash_attn_kernels_standin_launch(float*);', "flash_attn_kernels_standin_launch(nullptr);")
+        if kernel_library
+        else ("", "")
+    )
     source.write_text(EXTENSION_SOURCE.replace("KERNEL_DECLARATION", declaration).replace("KERNEL_CALL", call))
     out = work / f"flash_attn_2_cuda-abi{cxx11_abi}.so"
-    kernels = [f"-L{kernel_library.parent}", "-lflash_attn_kernels", "-Wl,-rpath,$ORIGIN/../.."] if kernel_library else []
-    subprocess.run([gxx, "-shared", "-fPIC", "-O1", f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}", f"-I{include}", str(source),
-                    f"-L{torch_lib}", "-lc10", "-lc10_cuda", *kernels, "-o", str(out)], check=True, capture_output=True)
+    kernels = (
+        [f"-L{kernel_library.parent}", "-lflash_attn_kernels", "-Wl,-rpath,$ORIGIN/../.."] if kernel_library else []
+    )
+    subprocess.run(
+        [
+            gxx,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            f"-D_GLIBCXX_USE_CXX11_ABI={cxx11_abi}",
+            f"-I{include}",
+            str(source),
+            f"-L{torch_lib}",
+            "-lc10",
+            "-lc10_cuda",
+            *kernels,
+            "-o",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
-def standin_package(channel_dir: Path, *, version: str, build: str, subdir: str, depends, python: str, extension: Path) -> Path:
+def standin_package(
+    channel_dir: Path, *, version: str, build: str, subdir: str, depends, python: str, extension: Path
+) -> Path:
     """Assemble flash-attn-<version>-<build>.conda holding flash_attn/ and the extension."""
     site = f"lib/python{python}/site-packages/"
     tag = "cpython-" + python.replace(".", "") + "-" + ("x86_64" if subdir == "linux-64" else "aarch64") + "-linux-gnu"
@@ -101,15 +150,27 @@ def standin_package(channel_dir: Path, *, version: str, build: str, subdir: str,
         site + "flash_attn/__init__.py": f"import flash_attn_2_cuda  # noqa: F401\n__version__ = {version!r}\n",
         site + f"flash_attn_2_cuda.{tag}.so": extension.read_bytes(),
     }
-    return assemble(PackageSpec(name="flash-attn", version=version, build=build, subdir=subdir, depends=tuple(depends), files=files), channel_dir)
-
-
+    return assemble(
+        PackageSpec(
+            name="flash-attn", version=version, build=build, subdir=subdir, depends=tuple(depends), files=files
+        ),
+        channel_dir,
+    )
 
 
 def standin_kernel_package(channel_dir: Path, *, version: str, build: str, subdir: str, depends, library: Path) -> Path:
     """Assemble libflash-attn-kernels-<version>-<build>.conda holding lib/libflash_attn_kernels.so."""
-    return assemble(PackageSpec(name=KERNEL_PACKAGE, version=version, build=build, subdir=subdir, depends=tuple(depends),
-                                files={"lib/libflash_attn_kernels.so": library.read_bytes()}), channel_dir)
+    return assemble(
+        PackageSpec(
+            name=KERNEL_PACKAGE,
+            version=version,
+            build=build,
+            subdir=subdir,
+            depends=tuple(depends),
+            files={"lib/libflash_attn_kernels.so": library.read_bytes()},
+        ),
+        channel_dir,
+    )
 
 
 def pinned_kernel_record(run_requirements, subdir: str, cuda: str | None = None, depends=()) -> PackageSpec:

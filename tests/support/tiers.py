@@ -47,7 +47,7 @@ def slow_fixtures(item: pytest.Item) -> list[str]:
     """The slow fixtures in a test's closure, as `name (why)`."""
     info = getattr(item, "_fixtureinfo", None)
     found = []
-    for name, defs in (info.name2fixturedefs.items() if info else ()):
+    for name, defs in info.name2fixturedefs.items() if info else ():
         why = next((getattr(d.func, "faforge_slow", None) for d in defs if getattr(d.func, "faforge_slow", None)), None)
         if why:
             found.append(f"{name} ({why})")
@@ -57,8 +57,11 @@ def slow_fixtures(item: pytest.Item) -> list[str]:
 def slow_work(what: str) -> None:
     """Called first by a helper that downloads, compiles or creates a venv: fails its caller in the fast tier."""
     if _fast:
-        pytest.fail(f"fast tier: this test reached {what}; decorate the fixture doing it `@slow(...)` or mark "
-                    "the test `pytest.mark.slow` (tests/support/tiers.py)", pytrace=False)
+        pytest.fail(
+            f"fast tier: this test reached {what}; decorate the fixture doing it `@slow(...)` or mark "
+            "the test `pytest.mark.slow` (tests/support/tiers.py)",
+            pytrace=False,
+        )
 
 
 def enter_fast_tier(monkeypatch: pytest.MonkeyPatch) -> None:

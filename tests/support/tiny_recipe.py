@@ -22,7 +22,7 @@ build:
 requirements:
   run:
     - python ${{ python }}
-"""
+"""  # noqa: E501 (a build-string template in YAML cannot wrap)
 
 # The split recipe in miniature: a libflash-attn-kernels output that uses only CUDA, the
 # arch list and the Philox offset width (build string cu<tag>_sm<archs>_philox<bits>_h<hash>_<n>, as
@@ -69,4 +69,4 @@ outputs:
       run:
         - python ${{ python }}
         - ${{ pin_subpackage('libflash-attn-kernels', exact=True) }}
-"""
+"""  # noqa: E501 (a build-string template in YAML cannot wrap)

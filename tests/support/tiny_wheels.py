@@ -44,37 +44,82 @@ class Spec:
 def build_wheel(spec: Spec, folder: Path) -> Path:
     """folder/<spec.filename>, written by faforge.pipwheel.writer (deterministic: the same spec, the same bytes)."""
     python, abi, platform = spec.tag.split("-")
-    path = write_wheel(WheelSpec(name=spec.name, version=spec.version, python_tags=tuple(python.split(".")), abi_tags=tuple(abi.split(".")),
-                                 platform_tags=tuple(platform.split(".")), files={f"{spec.package}/__init__.py": spec.payload.encode()},
-                                 build_tag=spec.build, requires_python=spec.requires_python, requires_dist=spec.requires_dist), folder)
+    path = write_wheel(
+        WheelSpec(
+            name=spec.name,
+            version=spec.version,
+            python_tags=tuple(python.split(".")),
+            abi_tags=tuple(abi.split(".")),
+            platform_tags=tuple(platform.split(".")),
+            files={f"{spec.package}/__init__.py": spec.payload.encode()},
+            build_tag=spec.build,
+            requires_python=spec.requires_python,
+            requires_dist=spec.requires_dist,
+        ),
+        folder,
+    )
     assert path.name == spec.filename, (path.name, spec.filename)
     return path
 
 
-def glue(torch: str = "2.11", cuda: str = "130", python: str = "312", abi: int = 1, *, kernel: str = KERNEL_VERSION,
-         payload: str = "x = 1\n", build: str = "0h1234567", pin_torch: bool = False) -> Spec:
+def glue(
+    torch: str = "2.11",
+    cuda: str = "130",
+    python: str = "312",
+    abi: int = 1,
+    *,
+    kernel: str = KERNEL_VERSION,
+    payload: str = "x = 1\n",
+    build: str = "0h1234567",
+    pin_torch: bool = False,
+) -> Spec:
     """A flash-attn glue wheel of one (torch minor, CUDA, Python, ABI), pinning its kernel wheel exactly (and,
     with `pin_torch`, its torch minor as the real glue does: the resolver tests have no torch to offer)."""
     major, minor = torch.split(".")
     pins = (f"torch>={torch},<{major}.{int(minor) + 1}",) if pin_torch else ()
-    return Spec(FLASH_ATTN.dist_name, f"{SDIST_VERSION}+torch{torch}.cu{cuda}.abi{abi}", f"cp{python}-cp{python}-{LINUX_X86}",
-                requires_python=f">={python[0]}.{python[1:]},<{python[0]}.{int(python[1:]) + 1}",
-                requires_dist=(*pins, f"{FLASH_ATTN.kernel_package}=={kernel}"), build=build, package=FLASH_ATTN.module,
-                payload=payload)
+    return Spec(
+        FLASH_ATTN.dist_name,
+        f"{SDIST_VERSION}+torch{torch}.cu{cuda}.abi{abi}",
+        f"cp{python}-cp{python}-{LINUX_X86}",
+        requires_python=f">={python[0]}.{python[1:]},<{python[0]}.{int(python[1:]) + 1}",
+        requires_dist=(*pins, f"{FLASH_ATTN.kernel_package}=={kernel}"),
+        build=build,
+        package=FLASH_ATTN.module,
+        payload=payload,
+    )
 
 
 def kernel(local: str = KERNEL_LOCAL, payload: str = "") -> Spec:
-    return Spec(FLASH_ATTN.kernel_package.replace("-", "_"), f"{SDIST_VERSION}+{local}", f"py3-none-{LINUX_X86}",
-                requires_python=">=3.9", build="0", package="libkernels_standin", payload=payload)
+    return Spec(
+        FLASH_ATTN.kernel_package.replace("-", "_"),
+        f"{SDIST_VERSION}+{local}",
+        f"py3-none-{LINUX_X86}",
+        requires_python=">=3.9",
+        build="0",
+        package="libkernels_standin",
+        payload=payload,
+    )
 
 
 def fa3(cuda: str = "130", torch_spec: str = ">=2.9") -> Spec:
-    return Spec(FLASH_ATTN_3.module, f"3.0.0+cu{cuda}.sm80.90a", f"cp310-abi3-{LINUX_X86}", requires_python=">=3.10",
-                requires_dist=(f"torch{torch_spec}",), package=FLASH_ATTN_3.module)
+    return Spec(
+        FLASH_ATTN_3.module,
+        f"3.0.0+cu{cuda}.sm80.90a",
+        f"cp310-abi3-{LINUX_X86}",
+        requires_python=">=3.10",
+        requires_dist=(f"torch{torch_spec}",),
+        package=FLASH_ATTN_3.module,
+    )
 
 
 def record_gates(manifest: Path, wheel: Path, gates=("abi", "import", "gpu"), result: str = "passed") -> None:
     """Gate results for the wheel's exact sha256, as `faforge verify` records them (release.manifest.record)."""
     facts = read_wheel(wheel)
     for gate in gates:
-        record(manifest, SimpleNamespace(sha256=facts.sha256, filename=facts.filename, cell_id=None, path=wheel), gate, result, "test")
+        record(
+            manifest,
+            SimpleNamespace(sha256=facts.sha256, filename=facts.filename, cell_id=None, path=wheel),
+            gate,
+            result,
+            "test",
+        )

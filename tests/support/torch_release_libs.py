@@ -55,8 +55,11 @@ def release_torch_libraries(version: str, machine: str = "aarch64") -> Path:
     if not done.is_file():
         remote = pypi_listing("torch")[wheel]
         zipped = RemoteZip(remote.url, remote.size)
-        members = [m for m in zipped.members if m == "torch/version.py"
-                   or re.fullmatch(r"torch/lib/[^/]+\.so[.\d]*|torch\.libs/[^/]+\.so[.\d]*", m)]
+        members = [
+            m
+            for m in zipped.members
+            if m == "torch/version.py" or re.fullmatch(r"torch/lib/[^/]+\.so[.\d]*|torch\.libs/[^/]+\.so[.\d]*", m)
+        ]
         for member in members:
             if not (folder / member).is_file():
                 save(folder / member, zipped.read(member))
@@ -65,12 +68,16 @@ def release_torch_libraries(version: str, machine: str = "aarch64") -> Path:
 
 
 def _fetch_cuda_runtime(torch_wheel, site: Path, machine: str) -> None:
-    metadata = fetch_member(torch_wheel, f"torch-{_WHEEL_VERSION.match(torch_wheel.filename)['version']}.dist-info/METADATA", LIBS)
+    metadata = fetch_member(
+        torch_wheel, f"torch-{_WHEEL_VERSION.match(torch_wheel.filename)['version']}.dist-info/METADATA", LIBS
+    )
     pin = re.search(r"^Requires-Dist: (nvidia-cuda-runtime(?:-cu\d+)?)==([\d.]+)", metadata.read_text(), re.MULTILINE)
     if pin is None:  # a CPU build, or a torch that bundles its CUDA runtime
         return
     project, version = pin.groups()
-    wheels = [f for name, f in pypi_listing(project).items() if f"-{version}-" in name and name.endswith(f"{machine}.whl")]
+    wheels = [
+        f for name, f in pypi_listing(project).items() if f"-{version}-" in name and name.endswith(f"{machine}.whl")
+    ]
     runtime = RemoteZip(wheels[0].url, wheels[0].size)
     for member in runtime.members:
         if re.fullmatch(r"nvidia/cu(?:da_runtime|\d+)/lib/libcudart\.so\.\d+", member):
