@@ -8,12 +8,12 @@ from typing import Any
 
 import yaml
 
+from faforge.errors import DataError
+from faforge.paths import read_user_file
+
 # libyaml's parser: every command reads several variants files, 10x faster than the pure-Python parser; a PyYAML
 # built without libyaml has no CSafeLoader and reads the same data, slower.
 SafeLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-from faforge.errors import DataError
-from faforge.paths import read_user_file
 
 
 def load_yaml(path: Path, *, hint: str | None = None) -> Any:
