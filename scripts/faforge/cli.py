@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
+import os
 import sys
 import traceback
 from typing import NoReturn
@@ -71,6 +71,8 @@ def _chosen_command(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+# py-rattler and py-rattler-build run threads of their own (faforge.cli.console_main ends the process after them).
+RATTLER_MODULES = frozenset({"rattler", "rattler_build"})
 VERBOSE_HELP = "show the cause chain of errors (e.g. py-rattler's) and tracebacks of OS errors"
 
 # The exit codes of faforge.errors in --help's words; the CLI reference page renders them as its table.
@@ -117,13 +119,16 @@ def console_main() -> int:
     deliver_swallowed_interrupts()
     reserve_standard_fds()
     try:
-        return main()
+        code = main()
     finally:
-        # py-rattler's runtime threads can still hold Python objects (a finished index or solve); left to
-        # interpreter shutdown they abort it in PyGILState_Release, so collect them before exiting. Not in
-        # main(): a process that goes on (pytest's, with a large heap) would pay a full collection per call.
-        gc.collect()
         settle_for_exit()
+    if RATTLER_MODULES & sys.modules.keys():
+        # py-rattler's runtime threads can still hold Python objects (a finished index or solve) or still be in a
+        # request a deadline abandoned; CPython's finalization under them aborts (PyGILState_Release: SIGABRT or
+        # SIGSEGV, about 1 exit in 30 after a deadline), turning the command's exit status into a crash. The
+        # streams are flushed and the command's folders cleaned up by now, so the process ends here, as it is.
+        os._exit(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
