@@ -54,6 +54,7 @@ def test_no_page_names_an_issue_number():
         assert not found, f"{page}: {found}"
 
 
+@pytest.mark.slow  # two more whole site builds (about 10 s of CPU): the strict build above stays in the fast tier
 def test_a_broken_link_or_a_page_outside_the_nav_fails_the_build(tmp_path):
     copy = tmp_path / "repo"
     copy.mkdir()
