@@ -24,6 +24,7 @@ LAYERS = (
     ("cli",),  # the console entry and its parser
     ("commands",),  # one module per subcommand: parse, call the layers below, print
     ("buildcost",),  # build-cost estimates; FA3's piece jobs use the release pipeline's job splitter
+    ("families",),  # one package per family behind the stages' protocols (faforge.families)
     ("release", "doctor"),  # the release pipeline, the installed-env diagnosis
     ("pipindex",),  # the pip wheel index (PEP 503/691 pages, publish, read, validate); reads wheels with pipwheel.facts
     (
@@ -33,7 +34,6 @@ LAYERS = (
         "emulator",
         "pipwheel",
     ),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter, wheels for pip
-    ("fa3_backend",),  # FlashAttention-3's build (hopper/'s TUs, flags, ninja), on the shared backend
     ("kernels", "backend"),  # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend
     ("abi",),  # ELF reading and the ABI gate
 )

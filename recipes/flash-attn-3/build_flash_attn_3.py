@@ -4,7 +4,7 @@
 The recipe's build script, and a local build (any prefix with a CUDA torch >= 2.9, nvcc and ninja). It
 finds torch's headers and libraries without importing torch (a cross build's host torch cannot run
 here), compiles each TU with its own GPU code and the glue against torch/csrc/stable
-(faforge.fa3_backend says what hopper/setup.py does and where), links, and installs into --install-dir.
+(faforge.families.flash_attn_3.backend says what hopper/setup.py does and where), links, and installs into --install-dir.
 --disable drops FA3 features as FLASH_ATTENTION_DISABLE_* does upstream (the GPU canary's trimmed build);
 the package declares what it contains in flash_attn_config.py, as upstream's build does. --only-tus
 (env FAFORGE_BUILD_TUS) compiles just those TUs and stops: a piece job of a package too long for one CI job,
@@ -29,7 +29,7 @@ _pre = argparse.ArgumentParser(add_help=False)
 _pre.add_argument("--checker-path", default=os.environ.get("FAFORGE_CHECKER_PATH"))
 _explicit = _pre.parse_known_args()[0].checker_path
 _roots = [Path(_explicit)] if _explicit else [HERE / "faforge_checker", HERE.parent.parent / "scripts"]
-_root = next((r for r in _roots if (r / "faforge/fa3_backend/__init__.py").is_file()), None)
+_root = next((r for r in _roots if (r / "faforge/families/flash_attn_3/backend.py").is_file()), None)
 if _root is None:
     print(
         f"build_flash_attn_3: error: no faforge/backend in {' or '.join(map(str, _roots))}; pass --checker-path",
@@ -38,7 +38,7 @@ if _root is None:
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge import fa3_backend as fa3  # noqa: E402 (sys.path set above)
+from faforge.families.flash_attn_3 import backend as fa3  # noqa: E402 (sys.path set above)
 from faforge.backend import ccache, options, toolchain  # noqa: E402 (sys.path set above)
 from faforge.backend.errors import BuildError  # noqa: E402 (sys.path set above)
 from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402 (sys.path set above)

@@ -183,7 +183,9 @@ FLASH_ATTN_3 = StableAbiFamily(
         "scripts/faforge/family.py",
         "scripts/faforge/abi",
         "scripts/faforge/backend",
-        "scripts/faforge/fa3_backend",
+        "scripts/faforge/families/__init__.py",
+        "scripts/faforge/families/flash_attn_3/__init__.py",
+        "scripts/faforge/families/flash_attn_3/backend.py",
     ),
 )
 

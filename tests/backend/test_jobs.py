@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from faforge import fa3_backend
 from faforge.backend import jobs as build
+from faforge.families.flash_attn_3 import backend as fa3_backend
 
 
 def test_max_jobs_never_oversubscribes_a_24_gib_2_core_runner():

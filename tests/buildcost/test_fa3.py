@@ -1,4 +1,4 @@
-"""FlashAttention-3's build cost (faforge.buildcost.fa3) from the committed variants/build-measurements.yaml:
+"""FlashAttention-3's build cost (faforge.families.flash_attn_3.cost) from the committed variants/build-measurements.yaml:
 its FA3 samples, the per-package and matrix CPU hours, the measured/estimated labels and the piece jobs."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from faforge import fa3_backend
 from faforge.buildcost import fa3, fa3_report, samples
+from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.matrix import load_matrix
 from faforge.release.cost import KERNELS_LINK_PART, load_build_cost
 

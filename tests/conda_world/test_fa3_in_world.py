@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from faforge import fa3_backend as fa3
 from faforge import paths
 from faforge.channel.local import PackageSpec, assemble, index, solve
+from faforge.families.flash_attn_3 import backend as fa3
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.render import SourceOverride, recipe_file
 from faforge.matrix.variants import fa3_variant_config_name

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from faforge import fa3_backend as fa3
 from faforge import paths
 from faforge.abi import elf, fatbin
 from faforge.backend.errors import BuildError
 from faforge.buildcost import reuse
 from faforge.channel.local import PackageSpec, assemble
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3 import backend as fa3
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from tests.abi.test_stable_abi import compile_standin

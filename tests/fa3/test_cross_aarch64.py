@@ -18,10 +18,10 @@ import sys
 
 import pytest
 
-from faforge import fa3_backend as fa3
 from faforge import paths
 from faforge.abi import elf
 from faforge.channel.local import PackageSpec, assemble
+from faforge.families.flash_attn_3 import backend as fa3
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from tests.backend.test_cross_aarch64_real import CXX, cross  # noqa: F401  (the module's fixture: toolkit, torch, python)

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from faforge.commands.bench_gpu import failures, format_results
+from faforge.families.flash_attn_3.gpu_gate import Fa3Gate
 from faforge.gpu import bench
 from faforge.gpu.bench import HIDDEN, IMPLEMENTATIONS, TOTAL_TOKENS, Shape, ratios, shapes
-from faforge.gpu.fa3_gate import Fa3Gate
 
 
 def test_shapes_keep_16k_tokens_and_cover_the_grid():

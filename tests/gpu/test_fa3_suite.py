@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from faforge import fa3_backend, paths
+from faforge import paths
+from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.family import FLASH_ATTN_3
 from faforge.gpu import fa3_gate, fa3_kernels
 from faforge.gpu.coverage import compare_declared

@@ -13,9 +13,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from faforge.families.flash_attn_3.matrix import fa3_packages, load_fa3_policy
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
-from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
 from faforge.matrix.render import render_platform
 from faforge.matrix.variants import fa3_variant_config_name
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from faforge import fa3_backend
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.commands.plan import fa3_pieces
+from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells

@@ -1,6 +1,6 @@
 """A tiny FlashAttention-3-shaped source tree: upstream's layout with one-line kernels, for the second family's builds.
 
-hopper/ holds the TUs hopper/setup.py would compile for a feature set (faforge.fa3_backend.sources),
+hopper/ holds the TUs hopper/setup.py would compile for a feature set (faforge.families.flash_attn_3.backend.sources),
 each a one-line kernel, and as its glue the stable-ABI stand-in of tests/fixtures/stable_abi; beside it
 csrc/cutlass/include, the flash_attn_3 package, flash_attn_interface.py and the LICENSE the recipe
 ships. The build script and the recipe build it in seconds, as the tiny sdist stands in for flash-attn 2.
@@ -12,8 +12,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from faforge import fa3_backend as fa3
 from faforge import paths
+from faforge.families.flash_attn_3 import backend as fa3
 from faforge.family import FLASH_ATTN_3
 
 GLUE = paths.repo_root() / "tests" / "fixtures" / "stable_abi" / "stable_op.cpp"

@@ -71,7 +71,7 @@ def kernel_link_flags(shim: Path, cudart_dirs: list[str]) -> list[str]:
 
 
 # A C++ TU's compile with $cxx and $cflags, its header deps in gcc's depfile: the glue's cross build
-# (faforge.backend.foreign) and FA3's host sources (faforge.fa3_backend) write it into their ninja files.
+# (faforge.backend.foreign) and FA3's host sources (faforge.families.flash_attn_3.backend) write it into their ninja files.
 CXX_COMPILE_RULE = (
     "rule compile",
     "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",

@@ -10,7 +10,7 @@ its source.  `fa3_builds` and `fa3_samples` are timed compiles of FlashAttention
 hopper/ folder): a build says what it compiled (target platform, GPU archs, the features it disabled,
 nvcc, torch headers) and, when /usr/bin/time wrapped it, its CPU time; a sample is one TU of a build,
 with its own CPU time where it was timed alone, or only the wall time its build's ninja log gives.
-faforge.buildcost.fa3 extrapolates them to whole packages. Hand-entered too, each with its source.
+faforge.families.flash_attn_3.cost extrapolates them to whole packages. Hand-entered too, each with its source.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 
-from faforge import fa3_backend, paths
+from faforge import paths
 from faforge.backend.errors import BuildError
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
+from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
 from faforge.matrix.releases import PLATFORMS

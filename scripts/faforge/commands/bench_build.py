@@ -5,7 +5,7 @@ two rattler-build-like trees (one python cold, a second python through the compi
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
 entries it also prints the matrix before and after the kernel split (faforge.buildcost.split); with its
 FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
-piece jobs each splits into (faforge.buildcost.fa3); and, for the pip world, the runner and CPU hours
+piece jobs each splits into (faforge.families.flash_attn_3.cost); and, for the pip world, the runner and CPU hours
 each torch release adds (faforge.buildcost.pip_world).
 """
 
@@ -22,9 +22,10 @@ from pathlib import Path
 from faforge import paths
 from faforge.backend.errors import BuildError
 from faforge.backend.toolchain import find_cuda_home
-from faforge.buildcost import bench, extrapolate_report, fa3_report, pip_world, samples, split
+from faforge.buildcost import bench, extrapolate_report, pip_world, samples, split
 from faforge.buildcost.reuse import TuRun
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
+from faforge.families.flash_attn_3 import cost_report as fa3_report
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
 from faforge.matrix import load_matrix

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from faforge import paths
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED
+from faforge.families.flash_attn_3 import gpu_gate as fa3_gate
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.gpu import bench, fa3_gate
+from faforge.gpu import bench
 from faforge.gpu.gate import evaluate
 from faforge.options import int_range, positive_ints
 from faforge.table import format_table

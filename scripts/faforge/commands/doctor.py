@@ -13,7 +13,7 @@ why, the nearest cells and the local-build command.
 Other distributions of flash-attn 2's extension (vllm-flash-attn, aphrodite-flash-attn: variants/flash-attn-builds.yaml)
 get a section each, diagnosed by the same rules (faforge.doctor.other_builds).
 Where FlashAttention-3 (flash_attn_3) is installed, a second section reads its stable-ABI claim
-("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.doctor.stable_abi).
+("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.families.flash_attn_3.doctor).
 The probe never runs longer than --timeout (it is stopped with every process it
 started, and what it reported until then is diagnosed); stderr says what it waits for.
 A pip or uv fix's wheel index is read (bounded by the HTTP read timeout and deadline) to check that it serves
@@ -60,9 +60,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     # Imported here: the doctor pulls in the ABI gate (pyelftools) and the matrix, which other commands' startup
     # need not pay for.
-    from faforge.doctor import index_check, other_builds, stable_abi  # noqa: PLC0415 (the gate and matrix: slow)
+    from faforge.doctor import index_check, other_builds  # noqa: PLC0415 (the gate and matrix: slow)
     from faforge.doctor.examine import examine  # noqa: PLC0415 (the gate and matrix: slow)
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415 (the gate and matrix: slow)
+    from faforge.families.flash_attn_3 import doctor as stable_abi  # noqa: PLC0415 (the gate and matrix: slow)
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
     report = examine(args.python, timeout, progress=progress, offline=args.offline)

@@ -18,9 +18,9 @@ from pathlib import Path
 from faforge import config, paths
 from faforge.channel.repodata import channel_url, query
 from faforge.errors import EXIT_OK, FaforgeError, shorten, why_not_a_folder
+from faforge.families.flash_attn_3.matrix import load_fa3_policy
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import load_matrix
-from faforge.matrix.flash_attn_3 import load_fa3_policy
 from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.releases import PLATFORMS
 from faforge.pipindex.instructions import index_base

@@ -4,7 +4,7 @@ Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three s
 (faforge.release.plan): kernel packages (whole, or TU pieces when one is too long for a hosted job,
 variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; beside
 them, the TU pieces of each FlashAttention-3 package (`faforge matrix --fa3`) too long for one job, then
-one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.buildcost.fa3). The pip cells
+one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.families.flash_attn_3.cost). The pip cells
 (the pip world) get one wheel job each after the kernel stages (faforge.release.pip_plan), minus those whose wheels
 the wheel index `--index` holds; the plan ends with the runner hours each torch release adds to CI.
 """
@@ -18,11 +18,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from faforge import atomic, paths, progress
-from faforge.buildcost import fa3_report, samples
+from faforge.buildcost import samples
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
+from faforge.families.flash_attn_3 import cost_report as fa3_report
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
 from faforge.release.cost import BuildCost, Part

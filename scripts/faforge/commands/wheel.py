@@ -212,7 +212,7 @@ def _glue(args: argparse.Namespace, work: Path) -> BuiltWheel:
 
 
 def _fa3(args: argparse.Namespace, work: Path) -> BuiltWheel:
-    from faforge.pipwheel.fa3 import repack_fa3_wheel  # noqa: PLC0415 (keeps `faforge --help` fast)
+    from faforge.families.flash_attn_3.wheel import repack_fa3_wheel  # noqa: PLC0415 (keeps `faforge --help` fast)
 
     raw = paths.input_file(args.source, "SOURCE", f"the {FLASH_ATTN_3.package} build's wheel")
     return repack_fa3_wheel(raw, cuda=args.cuda, archs=args.archs, out_dir=args.out, work=work / "wheel", say=say)

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import TextIO
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
+from faforge.families.flash_attn_3 import gpu_gate as fa3_gate
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.gpu import fa3_gate
 from faforge.gpu.coverage import compare, compare_declared
 from faforge.gpu.gate import evaluate
 from faforge.gpu.junit import count_outcomes, parse_junit
 from faforge.gpu.suite_child import missing_requirements, run_child, suite_env
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
-FA3_SUITE_DIR = Path(__file__).resolve().parent / "fa3_suite"
+FA3_SUITE_DIR = Path(__file__).resolve().parents[1] / "families" / "flash_attn_3" / "gpu_suite"
 SCHEMA_VERSION = 1
 # pytest's exit status for a command-line usage error (pytest.ExitCode.USAGE_ERROR): bad input, not a failed run.
 PYTEST_USAGE_ERROR = 4

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faforge import paths
+from faforge.families.flash_attn_3.matrix import Fa3Package, fa3_packages, load_fa3_policy
 from faforge.family import FLASH_ATTN
 from faforge.kernels.kernel_abi import PhiloxWidths, load_philox_widths
 from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
-from faforge.matrix.flash_attn_3 import Fa3Package, fa3_packages, load_fa3_policy
 from faforge.matrix.kernels import KernelPackage, all_kernel_packages, kernel_packages, pip_kernel_packages
 from faforge.matrix.policy import BuildPolicy, load_policy
 from faforge.matrix.releases import ReleaseTable

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 import yaml
 
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN
 from faforge.matrix.cells import Cell
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
 from faforge.matrix.variants import variant_config_path
 

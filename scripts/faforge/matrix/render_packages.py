@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import PipCell
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelKey, kernel_key
 from faforge.matrix.render import RenderedCell, cell_key, render_platform, rendered_cell
 from faforge.matrix.variants import fa3_variant_config_name, variant_config_path

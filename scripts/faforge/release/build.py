@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, TextIO, cast
 from urllib.parse import urlsplit
 
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import Cell
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.render import RenderedCell, RenderedFa3, render_platform
 from faforge.matrix.variants import fa3_variant_config_name
 from faforge.release.package_cache import evict

@@ -13,17 +13,17 @@ import re
 
 from faforge import paths, untrusted
 from faforge.errors import FaforgeError, shorten
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
 from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, find_cell
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.missing_cells import explain_missing
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.plan import LATER_STAGES, STAGES
 from faforge.release.plan_jobs import FA3_PART, Fa3Estimator, fa3_parts
 
-# An FA3 package id as faforge.matrix.flash_attn_3 spells it: platform/cu<CUDA>/sm<archs>.
+# An FA3 package id as faforge.families.flash_attn_3.matrix spells it: platform/cu<CUDA>/sm<archs>.
 FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
 # Not `--json > FILE`: the shell creates FILE even when plan fails.
 PLAN_HINT = (

@@ -5,7 +5,7 @@ A job is a cell and a part (faforge.release.cost): `kernels`, a kernel piece, `k
 `cell`, or `all`. An `all` job of a recipe with a kernel-package output becomes two steps, the
 cell's kernel package (once per kernel key in a run) and then its flash-attn, which finds it in the
 output dir: rattler-build indexes its output dir and solves from it as a channel. A cell whose
-kernel package failed is not built. A job may also be an FA3 package (faforge.matrix.flash_attn_3),
+kernel package failed is not built. A job may also be an FA3 package (faforge.families.flash_attn_3.matrix),
 whole (`all`) or one of its TU pieces, from recipes/flash-attn-3 and its platform's generated variant file. A pip
 cell (pypi/<platform>/...) builds its kernel package's parts here as a conda cell does, and its wheels
 (`wheel`, or `all`: its kernel package first when none is found) through faforge.release.pip_build, after the rest.

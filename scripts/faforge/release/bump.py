@@ -26,10 +26,10 @@ from faforge import atomic
 from faforge.channel.repodata import query
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
+from faforge.families.flash_attn_3.matrix import fa3_packages, load_fa3_policy
 from faforge.kernels.kernel_abi import PhiloxWidths, Verdict, dump_row
 from faforge.kernels.measure_abi import measure_release
 from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
-from faforge.matrix.flash_attn_3 import fa3_packages, load_fa3_policy
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import (
     PipRelease,

@@ -12,7 +12,7 @@ So a plan has five stages, each a list of chunks; the first three run one after 
 - `flash_attn`: one job per cell, making its flash-attn package, after its kernel package exists;
 - `flash_attn_3_pieces`: the TU pieces of each FlashAttention-3 package too long for a hosted job, each
   filling the package's compiler cache, as a kernel package's pieces do;
-- `flash_attn_3`: one job per FlashAttention-3 package (faforge.matrix.flash_attn_3: one per platform,
+- `flash_attn_3`: one job per FlashAttention-3 package (faforge.families.flash_attn_3.matrix: one per platform,
   CUDA and arch list, serving a range of torch minors through the stable ABI), built whole from
   recipes/flash-attn-3 and its generated variant file, after its pieces when it has them (then with their
   objects in the compiler cache, as a kernels-link job); it needs no kernel package, so these two stages
@@ -155,7 +155,7 @@ def make_plan(
     index: str | None = None,
     pip_costs: Sequence[TorchReleaseCost] = (),
 ) -> Plan:
-    """`fa3_pieces`: each FA3 package's split_kernels jobs by id (faforge.buildcost.fa3), see fa3_parts. `pip`: the
+    """`fa3_pieces`: each FA3 package's split_kernels jobs by id (faforge.families.flash_attn_3.cost), see fa3_parts. `pip`: the
     pip cells (faforge.matrix.pip_builds), `pip_kernels` the kernel packages only they need, `pip_in_index` the ids
     of those whose wheels the target index holds."""
     kernels_of = {cell_id: k for k in kernels for cell_id in k.cell_ids}

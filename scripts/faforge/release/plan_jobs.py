@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import Cell
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.pip_builds import PipBuild
 from faforge.matrix.render import RenderedCell, RenderedFa3
@@ -22,7 +22,7 @@ from faforge.release.pip_plan import WHEEL_PART, wheel_part
 # An FA3 package's own job builds it whole (`faforge build ID`, its default part): alone, or after its pieces.
 FA3_PART = "all"
 # The one place an FA3 package's jobs and their estimates are decided. Its piece jobs come from the commands
-# layer (`pieces`: faforge.buildcost.fa3, whose timed TU classes go through split_kernels, as a kernel package's
+# layer (`pieces`: faforge.families.flash_attn_3.cost, whose timed TU classes go through split_kernels, as a kernel package's
 # do; release may not import buildcost: tests/test_layers.py): split_kernels' [kernels] (the package fits one
 # job) or its pieces and kernels-link. Either whole job is this package's `all`. Without an estimate the
 # package is one `all` job timed at the runner's job limit, an upper bound.

@@ -5,7 +5,7 @@ arguments, beside it, or from the kernel channel), and a kernel package's GPU ga
 arguments that pin it. The results of each package go to `done` as soon as they are recorded, so that
 a later package's error cannot lose them. A flash-attn built for another machine gets its gates from
 faforge.release.verify_foreign (abi natively, import under qemu, gpu on a runner of that machine); a
-flash-attn-3, which serves a torch range through the stable ABI, from faforge.release.verify_stable.
+flash-attn-3, which serves a torch range through the stable ABI, from faforge.families.flash_attn_3.verify.
 A wheel (.whl) gets its gates from faforge.release.wheel_gates: a glue wheel with the kernel wheel it pins
 (among the arguments or beside it), a kernel wheel's gpu gate through the glue wheels that pin it.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from faforge.families.flash_attn_3.verify import is_stable_abi_package, stable_gates
 from faforge.release.clean_env import matching_torch_venv
 from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.manifest import GateResult, record
@@ -23,7 +24,6 @@ from faforge.release.reporter import Reporter
 from faforge.release.verify import Check, abi_gate, gpu_gate, import_gate, torch_gates
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, foreign_gates, foreign_machine
 from faforge.release.verify_kernel import kernel_gate
-from faforge.release.verify_stable import is_stable_abi_package, stable_gates
 from faforge.release.wheel_gates import wheel_gates
 from faforge.release.wheel_identity import WheelPackage, is_wheel_path, wheel_package
 from faforge.release.wheel_pairs import find_kernel_wheel, pins

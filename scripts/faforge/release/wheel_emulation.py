@@ -20,12 +20,12 @@ from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
 from faforge.emulator import Emulator
+from faforge.families.flash_attn_3.verify import FA3_PYTHON, torch_python, torch_sites
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.release.pip_env import loopback_index, pip_target
 from faforge.release.verify import Check, output_tail
 from faforge.release.verify_foreign import EMULATED_TIMEOUT_S, Emulation, emulator_for, import_from, target_python
 from faforge.release.verify_kernel import DLOPEN
-from faforge.release.verify_stable import FA3_PYTHON, torch_python, torch_sites
 from faforge.release.wheel_identity import KERNEL, KERNEL_MEMBER, WheelPackage
 from faforge.release.wheel_pairs import fa3_range
 

@@ -11,7 +11,7 @@ Which gate runs how, for each kind of wheel (faforge.release.wheel_identity read
   * libflash-attn-kernels, the kernel wheel: its own gates (faforge.release.wheel_kernel_gates).
   * flash-attn-3 (abi3, +cu130.sm90a, Requires-Dist torch>=2.9): the torch range it serves is that of its
     indexes (faforge.release.wheel_pairs.fa3_range).
-    - abi: the stable-ABI check over that range (faforge.release.verify_stable.stable_abi_check): --against
+    - abi: the stable-ABI check over that range (faforge.families.flash_attn_3.verify.stable_abi_check): --against
       must hold its oldest and newest minor, else `skipped` naming them, as for the conda FA3;
     - import and gpu: as the glue's, beside PyPI's torch of the range's newest minor, with the FA3 suite.
   * a linux-aarch64 wheel on an x86_64 machine: abi natively against --against (the aarch64 torch) with the
@@ -29,6 +29,7 @@ from pathlib import Path
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
 from faforge.emulator import is_foreign
+from faforge.families.flash_attn_3.verify import FA3_PYTHON, stable_abi_check
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.cells import PipCell
 from faforge.pipwheel.layout import KERNEL_DIR
@@ -37,7 +38,6 @@ from faforge.release.pip_env import unpacked_wheels
 from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check, judge_abi, torch_gates
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, emulator_for, no_torch_against, target_python
-from faforge.release.verify_stable import FA3_PYTHON, stable_abi_check
 from faforge.release.wheel_emulation import emulated_wheel_import, gpu_skipped_text
 from faforge.release.wheel_identity import WheelPackage
 from faforge.release.wheel_kernel_gates import kernel_gate

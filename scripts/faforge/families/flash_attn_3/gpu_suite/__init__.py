@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from faforge.families.flash_attn_3.gpu_gate import evaluate
 from faforge.family import FLASH_ATTN_3
-from faforge.gpu.fa3_gate import evaluate
 
 if TYPE_CHECKING:
     import pytest

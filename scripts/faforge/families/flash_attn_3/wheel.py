@@ -1,6 +1,6 @@
 """The FlashAttention-3 wheel: one abi3 wheel per (platform, CUDA, arch list), for every torch >= 2.9.
 
-FA3 is built against torch's stable C ABI (TORCH_TARGET_VERSION 2.9, faforge.fa3_backend), so one binary
+FA3 is built against torch's stable C ABI (TORCH_TARGET_VERSION 2.9, faforge.families.flash_attn_3.backend), so one binary
 serves every later torch minor: no per-torch glue, no kernel split. The build's wheel (tests/gpu/fa3_canary.py
 packs the build's install folder as flash_attn_3-3.0.0-cp310-abi3-linux_x86_64.whl) is repacked as
   flash_attn_3-3.0.0+cu130.sm80.90a-cp310-abi3-<manylinux tag>.whl
@@ -23,7 +23,7 @@ from packaging.version import Version
 from faforge.abi.elf import read_info
 from faforge.abi.fatbin import read_gpu_archs
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
-from faforge.fa3_backend import EXTENSION, TORCH_TARGET_VERSION
+from faforge.families.flash_attn_3.backend import EXTENSION, TORCH_TARGET_VERSION
 from faforge.family import FLASH_ATTN_3
 from faforge.pipwheel import layout
 from faforge.pipwheel.built import BuiltWheel

@@ -1,16 +1,17 @@
 """The FA3 section of `faforge bench-build` (tables, notes, JSON) beside upstream's reported build times: the
-timed TUs, faforge.buildcost.fa3's per-class model over them, and what each package costs
-(faforge.buildcost.fa3_packages)."""
+timed TUs, faforge.families.flash_attn_3.cost's per-class model over them, and what each package costs
+(faforge.families.flash_attn_3.cost_packages)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
-from faforge import fa3_backend
 from faforge.backend.jobs import RESERVED_GB
 from faforge.buildcost.extrapolate import runner_fit
-from faforge.buildcost.fa3 import (
+from faforge.buildcost.samples import Measurements
+from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.families.flash_attn_3.cost import (
     CLASSES,
     REFERENCE_PLATFORM,
     ClassCost,
@@ -20,9 +21,8 @@ from faforge.buildcost.fa3 import (
     platform_ratio,
     timed,
 )
-from faforge.buildcost.fa3_packages import PackageCost, package_cost
-from faforge.buildcost.samples import Measurements
-from faforge.matrix.flash_attn_3 import Fa3Package
+from faforge.families.flash_attn_3.cost_packages import PackageCost, package_cost
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.release.cost import KERNELS_LINK_PART, BuildCost
 
 # Upstream's report for a full build (Dao-AILab/flash-attention#1486: MAX_JOBS=8 on a 112-core machine,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from faforge.gpu.fa3_gate import evaluate
-from faforge.gpu.fa3_suite import gate_marks, needs
+from faforge.families.flash_attn_3.gpu_gate import evaluate
+from faforge.families.flash_attn_3.gpu_suite import gate_marks, needs
 
 pytestmark = gate_marks()
 GATE = evaluate()
@@ -18,7 +18,7 @@ if GATE.usable:
     import torch
     from flash_attn_interface import flash_attn_with_kvcache, get_scheduler_metadata
 
-    from faforge.gpu.fa3_suite.harness import BATCH, DEVICE, DTYPES, HEADS
+    from faforge.families.flash_attn_3.gpu_suite.harness import BATCH, DEVICE, DTYPES, HEADS
     from faforge.gpu.reference import attention_ref
 
 

@@ -1,6 +1,6 @@
 """FA3's attention calls against the fp32 reference, each where the package's declaration says the
-binary holds it (faforge.gpu.fa3_gate: build_flags, head dims, dtypes): dense, MQA/GQA, local windows,
-softcap, split KV, varlen and the FP8 forward. The rule they are held to is faforge.gpu.fa3_suite.harness's;
+binary holds it (faforge.families.flash_attn_3.gpu_gate: build_flags, head dims, dtypes): dense, MQA/GQA, local windows,
+softcap, split KV, varlen and the FP8 forward. The rule they are held to is faforge.families.flash_attn_3.gpu_suite.harness's;
 the KV cache is test_fa3_kvcache.py's.
 """
 
@@ -10,8 +10,8 @@ import itertools
 
 import pytest
 
-from faforge.gpu.fa3_gate import evaluate
-from faforge.gpu.fa3_suite import gate_marks, needs
+from faforge.families.flash_attn_3.gpu_gate import evaluate
+from faforge.families.flash_attn_3.gpu_suite import gate_marks, needs
 
 pytestmark = gate_marks()
 GATE = evaluate()
@@ -19,7 +19,15 @@ if GATE.usable:
     import torch
     from flash_attn_interface import flash_attn_func, flash_attn_varlen_func
 
-    from faforge.gpu.fa3_suite.harness import BATCH, DEVICE, DTYPES, HEADS, check, forward_backward, inputs
+    from faforge.families.flash_attn_3.gpu_suite.harness import (
+        BATCH,
+        DEVICE,
+        DTYPES,
+        HEADS,
+        check,
+        forward_backward,
+        inputs,
+    )
     from faforge.gpu.reference import attention_ref
 
 SHAPES = {

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from flash_attn_interface import flash_attn_func
 
-from faforge.gpu.fa3_gate import evaluate
+from faforge.families.flash_attn_3.gpu_gate import evaluate
 from faforge.gpu.reference import assert_within_reference_error, attention_ref
 
 torch.set_float32_matmul_precision("highest")  # the reference must be fp32, not TF32 (faforge.gpu.suite.harness)

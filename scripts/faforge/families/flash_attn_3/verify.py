@@ -2,7 +2,7 @@
 
 Its abi gate is `check-abi --stable-abi` (faforge.abi.stable) on the package: it may import only torch's
 stable C functions, and it must load on every torch of the range it serves. The range is the matrix's
-(faforge.matrix.flash_attn_3, found by the package's platform, CUDA and arch list); each `--against` is
+(faforge.families.flash_attn_3.matrix, found by the package's platform, CUDA and arch list); each `--against` is
 one torch release, and together they must hold the oldest and the newest minor of that range: a
 narrower check proves less than the package claims, so it is `skipped` with what is missing, never
 `passed`. The import gate imports flash_attn_3, its extension and flash_attn_interface with each
@@ -26,9 +26,9 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.stable import check_stable
 from faforge.emulator import is_foreign
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
-from faforge.matrix.flash_attn_3 import Fa3Package
 from faforge.release.clean_env import MACHINE_SUBDIRS, cuda_runtime_venv, pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.venv_cache import Unavailable, find_python

@@ -9,7 +9,7 @@ The template parameter lists are those of hopper/ at the commit variants/matrix.
 (mainloop_fwd_sm80.hpp L26-L28), ...BwdSm90 (mainloop_bwd_sm90_tma_gmma_ws.hpp L30-L34), ...BwdSm80
 (mainloop_bwd_sm80.hpp L24-L28). A forward TU instantiates run_mha_fwd_<Arch, T, kHeadDim, kHeadDimV,
 Split, PagedKVNonTMA, Has_softcap, PackGQA>, whose flags reach the mainloop unchanged
-(flash_fwd_launch_template.h L201-L219); the TU's name carries them as in faforge.fa3_backend.sources.
+(flash_fwd_launch_template.h L201-L219); the TU's name carries them as in faforge.families.flash_attn_3.backend.sources.
 Standard library only (plus faforge.abi.demangle, itself ctypes): the suite runs in bare test envs.
 """
 
@@ -113,7 +113,7 @@ def _name(kind: str, hdim: str, dtype: str, suffix: str, sm: int) -> str:
 
 
 def tu_of_kernel(name: str, tus: list[str] | tuple[str, ...]) -> str | None:
-    """The TU of `tus` (the package's declared list, as faforge.fa3_backend.sources gives it) that holds
+    """The TU of `tus` (the package's declared list, as faforge.families.flash_attn_3.backend.sources gives it) that holds
     the kernel `name`, or None for a kernel that is no FA3 kernel or not from any TU listed."""
     if _SCHEDULER in name:
         candidates = [SCHEDULER_TU]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from faforge.gpu.fa3_gate import evaluate
+from faforge.families.flash_attn_3.gpu_gate import evaluate
 from faforge.gpu.suite_hooks import check_declaration_kept
 
 pytestmark = pytest.mark.gpu

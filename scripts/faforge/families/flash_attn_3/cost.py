@@ -44,10 +44,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge import fa3_backend
 from faforge.buildcost.extrapolate import linear_fit
 from faforge.buildcost.samples import Fa3Build, Fa3Sample
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3 import backend as fa3_backend
 
 KERNEL_CLASSES = ("sm90_fwd", "sm90_bwd", "sm80_fwd", "sm80_bwd")
 CLASSES = (*KERNEL_CLASSES, "combine", "scheduler", "glue")
@@ -68,7 +68,9 @@ def tu_class(tu: str) -> str:
         return "scheduler"
     match = _KERNEL.fullmatch(name)
     if not match:
-        raise FaforgeError(f"{name}: not a TU this cost model knows", hint="add its class to faforge.buildcost.fa3")
+        raise FaforgeError(
+            f"{name}: not a TU this cost model knows", hint="add its class to faforge.families.flash_attn_3.cost"
+        )
     return f"sm{match[5]}_{match[1]}"
 
 

@@ -1,7 +1,7 @@
 """What one FlashAttention-3 package of the matrix costs, per TU class, and the piece jobs it splits into.
 
-The per-class model is faforge.buildcost.fa3's; the tables, notes and JSON of `faforge bench-build` that show
-these costs are faforge.buildcost.fa3_report's. `faforge plan` needs only the jobs.
+The per-class model is faforge.families.flash_attn_3.cost's; the tables, notes and JSON of `faforge bench-build` that show
+these costs are faforge.families.flash_attn_3.cost_report's. `faforge plan` needs only the jobs.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from faforge import fa3_backend
-from faforge.buildcost.fa3 import CLASSES, ClassCost, passes, tu_class
 from faforge.errors import FaforgeError
-from faforge.matrix.flash_attn_3 import Fa3Package
+from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.families.flash_attn_3.cost import CLASSES, ClassCost, passes, tu_class
+from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.release.cost import BuildCost, Part, Runner, TuClass, parallel_jobs, split_kernels
 
 

@@ -4,7 +4,7 @@ The package declares what it contains in flash_attn_config.py (upstream's genera
 adds its GPU archs and TUs), read here without importing anything of FA3. Checks, in the order a person
 debugs: torch, a CUDA torch, a device, flash_attn_3's extension, its declaration, then the binary:
 its GPU code against the declaration and the device (faforge.gpu.compat), and a registered kernel
-for every declared TU (faforge.gpu.fa3_kernels). FA3 runs on sm_90 (sm_90a code) and on sm_80-class
+for every declared TU (faforge.families.flash_attn_3.gpu_kernels). FA3 runs on sm_90 (sm_90a code) and on sm_80-class
 GPUs where the Ampere fallback is built; any other GPU closes the gate: exit 3, never 0.
 A binary lacking what it declares is a defect: the suite fails. Standard library at module level.
 """
@@ -18,9 +18,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.gpu_kernels import tus_in_binary
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.gpu.compat import JIT, check
-from faforge.gpu.fa3_kernels import tus_in_binary
 from faforge.gpu.gate import read_embedded_archs
 from faforge.untrusted import read_text
 

@@ -1,0 +1,7 @@
+"""flash-attn 2 behind the stages' protocols (faforge.families.protocol.FamilyModule)."""
+
+from __future__ import annotations
+
+from faforge.family import FLASH_ATTN
+
+spec = FLASH_ATTN
