@@ -13,11 +13,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from faforge.families.flash_attn_3.matrix import fa3_packages, load_fa3_policy
+from faforge.families.flash_attn_3.matrix import fa3_packages, fa3_variant_config_name, load_fa3_policy, packages_of
+from faforge.families.registry import FAMILIES
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_platform
-from faforge.matrix.variants import fa3_variant_config_name
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "tests" / "schemas" / "matrix-fa3.json"
@@ -25,14 +25,19 @@ SCHEMA = REPO / "tests" / "schemas" / "matrix-fa3.json"
 
 @pytest.fixture(scope="module")
 def matrix():
-    return load_matrix(REPO)
+    return load_matrix(REPO, FAMILIES)
 
 
 @pytest.fixture(scope="module")
-def rendered(matrix):
+def packages(matrix):
+    return packages_of(matrix)
+
+
+@pytest.fixture(scope="module")
+def rendered(matrix, packages):
     """{(platform, cuda, archs): rendered recipe dict} over every FA3 variant file."""
     out = {}
-    for platform in sorted({p.platform for p in matrix.fa3}):
+    for platform in sorted({p.platform for p in packages}):
         for variant in render_platform(
             REPO / FLASH_ATTN_3.recipe_dir / "recipe.yaml",
             matrix.variants_dir / fa3_variant_config_name(platform, "conda-forge"),
@@ -45,15 +50,15 @@ def rendered(matrix):
     return out
 
 
-def test_one_package_per_platform_cuda_and_arch_list(matrix, rendered):
-    assert [p.id for p in matrix.fa3] == [
+def test_one_package_per_platform_cuda_and_arch_list(matrix, rendered, packages):
+    assert [p.id for p in packages] == [
         "linux-64/cu129/sm80_90a",
         "linux-64/cu130/sm80_90a",
         "linux-aarch64/cu129/sm80_90a",
         "linux-aarch64/cu130/sm80_90a",
     ]
-    assert set(rendered) == {(p.platform, p.cuda, p.cuda_archs) for p in matrix.fa3}
-    for package in matrix.fa3:
+    assert set(rendered) == {(p.platform, p.cuda, p.cuda_archs) for p in packages}
+    for package in packages:
         recipe = rendered[(package.platform, package.cuda, package.cuda_archs)]
         assert recipe["package"] == {"name": FLASH_ATTN_3.package, "version": "3.0.0"}
         assert re.fullmatch(rf"{package.build_string_head}_faforge_h[0-9a-f]{{7}}_0", recipe["build"]["string"]), (
@@ -61,8 +66,8 @@ def test_one_package_per_platform_cuda_and_arch_list(matrix, rendered):
         )
 
 
-def test_run_requirements_serve_a_torch_range_and_every_python_from_the_floor(matrix, rendered):
-    for package in matrix.fa3:
+def test_run_requirements_serve_a_torch_range_and_every_python_from_the_floor(matrix, rendered, packages):
+    for package in packages:
         recipe = rendered[(package.platform, package.cuda, package.cuda_archs)]
         major = int(package.cuda.split(".")[0])
         sbsa = ["arm-variant * sbsa"] if package.platform == "linux-aarch64" else []
@@ -85,11 +90,11 @@ def test_run_requirements_serve_a_torch_range_and_every_python_from_the_floor(ma
         assert ",".join(package.served) in recipe["about"]["description"]
 
 
-def test_each_package_serves_the_minors_its_cuda_range_admits(matrix):
-    served = {p.id: p.served for p in matrix.fa3}
+def test_each_package_serves_the_minors_its_cuda_range_admits(matrix, packages):
+    served = {p.id: p.served for p in packages}
     assert served["linux-64/cu129/sm80_90a"] == ("2.9", "2.10", "2.11", "2.12", "2.13")
     assert served["linux-64/cu130/sm80_90a"] == ("2.10", "2.11", "2.12", "2.13")  # conda-forge has no cu130 torch 2.9
-    for package in matrix.fa3:  # each served minor has a torch build of this CUDA on this platform
+    for package in packages:  # each served minor has a torch build of this CUDA on this platform
         for minor in package.served:
             assert any(
                 r.torch_minor == minor and r.cuda == package.cuda and package.platform in r.platforms
@@ -97,13 +102,13 @@ def test_each_package_serves_the_minors_its_cuda_range_admits(matrix):
             )
 
 
-def test_faforge_matrix_lists_them(matrix):
+def test_faforge_matrix_lists_them(matrix, packages):
     result = subprocess.run(
         [sys.executable, "-m", "faforge", "matrix", "--fa3", "--json"], capture_output=True, text=True, check=True
     )
     listed = json.loads(result.stdout)
     jsonschema.validate(listed, json.loads(SCHEMA.read_text()))
-    assert [r["id"] for r in listed] == [p.id for p in matrix.fa3]
+    assert [r["id"] for r in listed] == [p.id for p in packages]
     human = subprocess.run(
         [sys.executable, "-m", "faforge", "matrix", "--fa3", "--platform", "linux-64"],
         capture_output=True,

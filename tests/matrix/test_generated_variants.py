@@ -7,6 +7,7 @@ import sys
 
 import yaml
 
+from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
 from faforge.matrix.variants import GENERATED_HEADER, generated_files, stale_files
 
@@ -21,16 +22,16 @@ def _faforge(args, root):
 
 
 def test_generated_variant_configs_are_fresh(repo):
-    matrix = load_matrix(repo)
-    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells)
+    matrix = load_matrix(repo, FAMILIES)
+    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.families, matrix.pip_cells)
     assert stale_files(expected) == [], "run `faforge generate` and commit variants/"
     for path in expected:
         assert path.read_text().startswith(GENERATED_HEADER)
 
 
 def test_one_file_per_platform_and_world(repo):
-    matrix = load_matrix(repo)
-    names = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3)}
+    matrix = load_matrix(repo, FAMILIES)
+    names = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.families)}
     assert names == {
         "linux-64-conda-forge.yaml",
         "linux-64-pytorch.yaml",
@@ -38,15 +39,17 @@ def test_one_file_per_platform_and_world(repo):
         "flash-attn-3-linux-64-conda-forge.yaml",
         "flash-attn-3-linux-aarch64-conda-forge.yaml",
     }
-    with_pip = {path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells)}
+    with_pip = {
+        path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.families, matrix.pip_cells)
+    }
     assert with_pip == names | {"linux-64-pypi.yaml", "linux-aarch64-pypi.yaml"}
 
 
 def test_generated_files_are_marked_in_gitattributes_and_readme(repo):
     attributes = (repo / ".gitattributes").read_text()
     readme = (repo / "variants" / "README.md").read_text()
-    matrix = load_matrix(repo)
-    for path in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells):
+    matrix = load_matrix(repo, FAMILIES)
+    for path in generated_files(matrix.cells, matrix.variants_dir, matrix.families, matrix.pip_cells):
         assert f"variants/{path.name} linguist-generated=true" in attributes
         assert path.name in readme
     assert "faforge generate" in readme

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
 from faforge.matrix.render_store import obsolete_store_files, store_files
 from faforge.matrix.variants import generated_files, obsolete_files, stale_files
@@ -24,8 +25,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    matrix = load_matrix()
-    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.fa3, matrix.pip_cells)
+    matrix = load_matrix(families=FAMILIES)
+    # Each family with packages of its own adds its variant files (faforge.matrix.stage.FamilyRows).
+    expected = generated_files(matrix.cells, matrix.variants_dir, matrix.families, matrix.pip_cells)
     stale = stale_files(expected)
     obsolete = obsolete_files(matrix.variants_dir, expected)
     if not args.check:

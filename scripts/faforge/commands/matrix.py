@@ -1,16 +1,5 @@
-"""List the build matrix (offline): its cells, or its kernel or FlashAttention-3 packages.
-
-Each cell comes with its build string and kernel package (`--json` adds its channels, run requirements
-and constraints); `--kernels` lists the kernel packages instead, each with its exact build (the one its
-cells pin, from their cached renders) and the cells that depend on it; `--fa3` the FlashAttention-3
-packages, each with the torch minors it serves.
-
-`--world` picks the torch worlds: `pypi` lists the pip cells, each with its torch wheel, the URL of our index
-for it (what a pip or uv user passes as --extra-index-url), its kernel package's exact build and its wheels as far
-as the matrix decides them; `all` lists both, and with `--kernels` every kernel package once with the cells of
-every world that pin it. Without `--world` the table lists every world, since it is the Quickstart's main job
-and a pip user needs the pip cells' index URLs; `--json` and `--kernels` keep the conda worlds (conda-forge and
-pytorch), as before the pip world."""
+"""List the build matrix (offline); the description `faforge matrix --help` prints is DESCRIPTION, with
+the words of each family's own listing (faforge.matrix.stage.ListingOption) filled in."""
 
 from __future__ import annotations
 
@@ -21,16 +10,42 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from faforge.errors import EXIT_OK, FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.families.registry import FAMILIES
+from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.kernels import KernelPackage, KernelPin
 from faforge.matrix.pip_builds import PipBuild, pip_builds, pip_kernel_pins
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell
 from faforge.matrix.render_cache import cached_render_cells, selected_cells
-from faforge.matrix.render_packages import fa3_build_strings
+from faforge.matrix.stage import Listing, ListingOption
 from faforge.pipindex.instructions import index_url
 from faforge.table import format_table
+
+DESCRIPTION = """List the build matrix (offline): its cells, or its {nouns} packages.
+
+Each cell comes with its build string and kernel package (`--json` adds its channels, run requirements
+and constraints); `--kernels` lists the kernel packages instead, each with its exact build (the one its
+cells pin, from their cached renders) and the cells that depend on it{listings}.
+
+`--world` picks the torch worlds: `pypi` lists the pip cells, each with its torch wheel, the URL of our index
+for it (what a pip or uv user passes as --extra-index-url), its kernel package's exact build and its wheels as far
+as the matrix decides them; `all` lists both, and with `--kernels` every kernel package once with the cells of
+every world that pin it. Without `--world` the table lists every world, since it is the Quickstart's main job
+and a pip user needs the pip cells' index URLs; `--json` and `--kernels` keep the conda worlds (conda-forge and
+pytorch), as before the pip world."""
+
+
+def describe(listings: Sequence[ListingOption]) -> str:
+    """DESCRIPTION with each family listing's noun ('its kernel or X packages') and clause."""
+    nouns = ["kernel", *(option.noun for option in listings)]
+    joined = f"{', '.join(nouns[:-1])} or {nouns[-1]}" if len(nouns) > 1 else nouns[0]
+    return DESCRIPTION.format(nouns=joined, listings="".join(f"; {option.description}" for option in listings))
+
+
+# The families' own listings, each an option of the group beside --kernels, in the families' order.
+LISTINGS = {family.spec.key: option for family in FAMILIES if (option := family.matrix.listing_option)}
+__doc__ = describe(list(LISTINGS.values()))
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -49,19 +64,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "per platform, CUDA, arch list and Philox offset width), "
         "each with the exact build its cells pin, instead of the cells",
     )
-    which.add_argument(
-        "--fa3",
-        action="store_true",
-        help=f"list the {FLASH_ATTN_3.package} packages (one per "
-        "platform, CUDA and arch list) with the torch minors each "
-        "serves, instead of the cells",
-    )
+    for key, option in LISTINGS.items():
+        which.add_argument(option.flag, action="store_true", dest=listing_dest(key), help=option.help)
     parser.add_argument(
         "--json",
         action="store_true",
         help="print a JSON list of cells (schema: tests/schemas/matrix.json), or with --kernels of kernel packages "
-        "(tests/schemas/matrix-kernels.json), or with --fa3 of those packages (tests/schemas/matrix-fa3.json)",
+        "(tests/schemas/matrix-kernels.json)" + "".join(f", or {option.json_help}" for option in LISTINGS.values()),
     )
+
+
+def listing_dest(key: str) -> str:
+    """The argparse destination of the listing option of the family whose key is `key`."""
+    return f"list_{key}"
 
 
 def cell_record(rendered: RenderedCell, kernels: KernelPackage, pin: KernelPin | None) -> dict:
@@ -174,30 +189,13 @@ def print_kernels(
     return EXIT_OK
 
 
-def print_fa3(matrix: Matrix, platform: str, as_json: bool) -> int:
-    """Each FA3 package with its build string as rattler-build renders it from the generated variant file."""
-    packages = [p for p in matrix.fa3 if platform in ("all", p.platform)]
-    builds = fa3_build_strings(matrix, packages)
-    records = [{**p.to_json(), "build_string": builds[p.id]} for p in packages]
+def print_listing(listing: Listing, as_json: bool) -> int:
+    """A family's own listing (faforge.matrix.stage.FamilyRows.listing)."""
     if as_json:
-        print(json.dumps(records, indent=2))
+        print(json.dumps(listing.records, indent=2))
         return EXIT_OK
-    rows = [
-        [
-            r["id"],
-            r["cuda"],
-            r["cuda_archs"],
-            r["build_string"],
-            r["headers_torch"],
-            ", ".join(r["served_torch_minors"]),
-        ]
-        for r in records
-    ]
-    print(format_table(["package", "cuda", "archs", "build string", "headers", "serves torch"], rows))
-    print(
-        f"\n{len(records)} {FLASH_ATTN_3.package} packages, each serving "
-        f"python {records[0]['python'] if records else '-'} (limited API)"
-    )
+    print(format_table(listing.header, listing.rows))
+    print(f"\n{listing.summary}")
     return EXIT_OK
 
 
@@ -231,15 +229,11 @@ def print_pip_cells(builds: list[PipBuild]) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    matrix = load_matrix()
+    matrix = load_matrix(families=FAMILIES)
     conda, pip = selected_worlds(matrix, args.world)
-    if args.fa3:
-        if args.world is not None:
-            raise FaforgeError(
-                "--fa3 lists the FlashAttention-3 packages of their one world; --world does not apply",
-                hint="leave out --world",
-            )
-        return print_fa3(matrix, args.platform, args.json)
+    for family in matrix.families:
+        if getattr(args, listing_dest(family.key), False):
+            return print_listing(family.listing(args.platform, args.world), args.json)
     if args.kernels:
         return print_kernels(matrix, args.platform, args.json, conda, pip)
     if args.world is None and not args.json:

@@ -66,7 +66,7 @@ def pick(path: Path, name: str, entries: tuple[RangeRule, ...], cuda: str, world
 
 
 def rules(path: Path, raw: dict, name: str, value_key: str, where: str = "") -> tuple[RangeRule, ...]:
-    """The list `name` of `raw` as range rules; `where` prefixes the key errors name (a section, 'flash_attn_3.')."""
+    """The list `name` of `raw` as range rules; `where` prefixes the key errors name (a family's section, 'key.')."""
     entries = raw.get(name)
     if not isinstance(entries, list) or not entries:
         raise DataError(path, where + name, f"expected a list of {{cuda: <constraint>, {value_key}: ...}}")

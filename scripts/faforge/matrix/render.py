@@ -2,8 +2,8 @@
 
 The build string and run requirements come from rattler-build's own render, never from a
 re-implementation, so what `faforge matrix` prints is what a build will produce. Here: a cell's flash-attn and
-its kernel output; the packages keyed by CUDA and archs alone (the pip world's kernels, FA3) are
-faforge.matrix.render_packages'.
+its kernel output; the packages keyed by CUDA and archs alone (the pip world's kernels, a family's own
+packages) are faforge.matrix.render_packages'.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN
 from faforge.matrix.cells import Cell
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, kernel_key
@@ -46,43 +45,6 @@ class RenderedCell:
     variant: object = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
-class RenderedFa3:
-    """An FA3 package of the matrix as rattler-build renders it from its generated variant file."""
-
-    package: Fa3Package
-    build_string: str
-    recipe: dict
-    # py-rattler-build's RenderedVariant, which `faforge build` runs.
-    variant: object = field(default=None, compare=False, repr=False)
-
-    @property
-    def cell(self) -> Fa3Package:
-        """What is built, as faforge.release.build reads a RenderedCell's cell: id, platform, cuda, channels."""
-        return self.package
-
-    @property
-    def name(self) -> str:
-        return self.recipe["package"]["name"]
-
-    @property
-    def version(self) -> str:
-        return str(self.recipe["package"]["version"])
-
-    def to_json(self) -> dict:
-        p = self.package
-        return {
-            "id": p.id,
-            "name": self.name,
-            "version": self.version,
-            "build_string": self.build_string,
-            "platform": p.platform,
-            "cuda": p.cuda,
-            "cuda_archs": p.cuda_archs,
-            "served_torch_minors": list(p.served),
-        }
-
-
 # py312_torch2_7_cu129_cxx11abi1_h1a2b3c4_0: what the cell is, then the variant hash and build number.
 BUILD_HASH = re.compile(r"^(?P<head>.+)_h[0-9a-f]+_\d+$")
 
@@ -102,8 +64,8 @@ def cell_key(values: dict) -> tuple:
     )
 
 
-# The recipe's upstream source: its first `url:` entry and the `sha256:` line after it, or (flash-attn-3,
-# whose C++ sources no sdist carries) its `git:` entry and the `rev:` line after it.
+# The recipe's upstream source: its first `url:` entry and the `sha256:` line after it, or (a recipe whose
+# C++ sources no sdist carries) its `git:` entry and the `rev:` line after it.
 UPSTREAM_SOURCE = re.compile(
     r"^(?P<indent>\s*)- (?:url: .*\n(?P=indent)  sha256: .*|git: .*\n(?P=indent)  rev: .*)$", re.MULTILINE
 )
@@ -171,7 +133,20 @@ def recipe_file(recipe_path: Path, source: SourceOverride | None) -> Iterator[Pa
 
 def render_platform(recipe_path: Path, variant_file: Path, platform: str, cell_keys: set[tuple] | None = None) -> list:
     """rattler-build's render of the variant file for `platform`: of every combination, or with
-    `cell_keys` of only those cells' combinations (see cell_key).
+    `cell_keys` of only those cells' combinations (see cell_key)."""
+    return [
+        rendered
+        for _, rendered in render_combinations(
+            recipe_path, variant_file, platform, lambda c: cell_keys is None or cell_key(c) in cell_keys
+        )
+    ]
+
+
+def render_combinations(
+    recipe_path: Path, variant_file: Path, platform: str, keep: Callable[[dict], bool] = lambda _: True
+) -> list[tuple[dict, RenderedVariant]]:
+    """(combination, rendered output) for each output rattler-build renders from each combination of the
+    variant file for `platform` that `keep` accepts.
 
     Each combination is rendered alone, as a variant config of that one combination: rattler-build's
     time for one config grows with the square of its combinations (72: 4 s, against 1.2 s one by one),
@@ -191,9 +166,9 @@ def render_platform(recipe_path: Path, variant_file: Path, platform: str, cell_k
         recipe = Stage0Recipe.from_file(recipe_path)
         config = RenderConfig(platform=PlatformConfig(target_platform=platform))
         return [
-            rendered
+            (combination, rendered)
             for combination in variants.combinations()
-            if cell_keys is None or cell_key(combination) in cell_keys
+            if keep(combination)
             for rendered in recipe.render(VariantConfig({key: [value] for key, value in combination.items()}), config)
         ]
     except Exception as exc:  # py-rattler-build raises its own exception types per failure

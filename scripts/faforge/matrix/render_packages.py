@@ -1,25 +1,26 @@
-"""Renders of the packages keyed by (platform, CUDA, archs) rather than by a cell: the pip world's kernel
-packages and FlashAttention-3's.
+"""Renders of the packages that are not a cell's: the pip world's kernel packages, keyed by (platform, CUDA,
+archs), and each family's own packages (faforge.matrix.stage).
 
 faforge.matrix.render renders a cell's flash-attn and its kernel output; these read a whole variant file and map
-each rendered output back to its package by the CUDA and arch list it used.
+each rendered output back to its package: a kernel package by the CUDA and arch list it used, a family's
+package by the combination it was rendered from.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_3.matrix import Fa3Package
-from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelKey, kernel_key
-from faforge.matrix.render import RenderedCell, cell_key, render_platform, rendered_cell
-from faforge.matrix.variants import fa3_variant_config_name, variant_config_path
+from faforge.matrix.render import RenderedCell, cell_key, render_combinations, render_platform, rendered_cell
+from faforge.matrix.variants import variant_config_path
 
 if TYPE_CHECKING:
-    from faforge.matrix import Matrix
+    from faforge.matrix.stage import MatrixPackage
 
 
 def render_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Path) -> dict[str, RenderedCell]:
@@ -65,22 +66,64 @@ def render_pip_kernels(cells: list[PipCell], recipe_path: Path, variants_dir: Pa
     return out
 
 
-def fa3_build_strings(matrix: Matrix, packages: list[Fa3Package]) -> dict[str, str]:
-    """{FA3 package id: its build string}, from rattler-build's render of the generated FA3 variant files."""
-    recipe = matrix.variants_dir.parent / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
-    wanted = {(p.platform, p.cuda, p.cuda_archs): p.id for p in packages}
-    found = {}
+P = TypeVar("P", bound="MatrixPackage")
+
+
+@dataclass(frozen=True)
+class RenderedPackage(Generic[P]):
+    """A family's package (faforge.matrix.stage.MatrixPackage) as rattler-build renders it from its
+    generated variant file."""
+
+    package: P
+    build_string: str
+    recipe: dict
+    # py-rattler-build's RenderedVariant, which `faforge build` runs.
+    variant: object = field(default=None, compare=False, repr=False)
+
+    @property
+    def cell(self) -> P:
+        """What is built, as faforge.release.build reads a RenderedCell's cell: id, platform, cuda, channels."""
+        return self.package
+
+    @property
+    def name(self) -> str:
+        return self.recipe["package"]["name"]
+
+    @property
+    def version(self) -> str:
+        return str(self.recipe["package"]["version"])
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.package.id,
+            "name": self.name,
+            "version": self.version,
+            "build_string": self.build_string,
+            **self.package.rendered_json(),
+        }
+
+
+def render_family_packages(
+    packages: Sequence[P], recipe_path: Path, name: str, variant_file: Callable[[str, str], Path]
+) -> list[RenderedPackage[P]]:
+    """Each package's output `name`, rendered from the variant file `variant_file(platform, world)` of its
+    platform and world as `rattler-build build -m` that file would, in the order of `packages`: a
+    combination of the file is the package whose variant() it holds (the file zips one per package)."""
+    out: dict[str, RenderedPackage[P]] = {}
     for platform, world in sorted({(p.platform, p.world) for p in packages}):
-        for variant in render_platform(
-            recipe, matrix.variants_dir / fa3_variant_config_name(platform, world), platform
-        ):
-            used = variant.recipe.used_variant
-            key = (platform, str(used["cuda_compiler_version"]), str(used["cuda_archs"]))
-            if key in wanted:
-                found[wanted[key]] = variant.recipe.to_dict()["build"]["string"]
-    missing = sorted(set(wanted.values()) - set(found))
+        own = [p for p in packages if (p.platform, p.world) == (platform, world)]
+        for combination, variant in render_combinations(recipe_path, variant_file(platform, world), platform):
+            recipe = variant.recipe.to_dict()
+            held = (p for p in own if all(str(combination.get(k)) == v for k, v in p.variant().items()))
+            package = next(held, None)
+            if package is not None and recipe["package"]["name"] == name:
+                out[package.id] = RenderedPackage(
+                    package=package, build_string=recipe["build"]["string"], recipe=recipe, variant=variant
+                )
+    missing = [p.id for p in packages if p.id not in out]
     if missing:
         raise FaforgeError(
-            f"{recipe} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}", hint="run `faforge generate`"
+            f"{recipe_path} renders no {name} for {', '.join(missing)}",
+            hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules",
         )
-    return found
+    return [out[p.id] for p in packages]

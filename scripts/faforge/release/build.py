@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, TextIO, cast
 from urllib.parse import urlsplit
 
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_3.matrix import Fa3Package
+from faforge.families.flash_attn_3.matrix import Fa3Package, RenderedFa3, fa3_variant_config_name
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import Cell
-from faforge.matrix.render import RenderedCell, RenderedFa3, render_platform
-from faforge.matrix.variants import fa3_variant_config_name
+from faforge.matrix.render import RenderedCell, render_platform
 from faforge.release.package_cache import evict
 from faforge.release.plan_jobs import job_slug, package_filename
 

@@ -13,7 +13,7 @@ import re
 
 from faforge import paths, untrusted
 from faforge.errors import FaforgeError, shorten
-from faforge.families.flash_attn_3.matrix import Fa3Package
+from faforge.families.flash_attn_3.matrix import Fa3Package, packages_of
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
 from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, find_cell
@@ -80,7 +80,7 @@ def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
 def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
     """Every id a cell of the matrix, a pip cell, or one of its FA3 packages;
     else a bad-input error naming it and where the ids are listed."""
-    fa3 = [p.id for p in matrix.fa3]
+    fa3 = [p.id for p in packages_of(matrix)]
     listed = (
         "`faforge matrix` lists every cell, `faforge matrix --world "
         "pypi` every pip cell, `faforge matrix --fa3` every "
@@ -109,7 +109,7 @@ def fa3_jobs(
 ) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
     """The FA3 jobs among the wanted ones, each once, in order: (package, part, the piece's TUs or () for `all`),
     the pieces as faforge plan split the package (faforge.release.plan_jobs.fa3_parts over `estimate`)."""
-    by_id = {p.id: p for p in matrix.fa3}
+    by_id = {p.id: p for p in packages_of(matrix)}
     asked = list(dict.fromkeys((key, part) for key, part in wanted if key in by_id))
     split = [by_id[key] for key, part in asked if part != FA3_PART]
     cost = load_build_cost() if split else None

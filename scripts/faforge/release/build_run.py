@@ -30,13 +30,13 @@ from faforge.matrix.kernels import KERNEL_PACKAGE, kernel_key
 from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.render import (
     RenderedCell,
-    RenderedFa3,
     SourceOverride,
     recipe_file,
     recipe_output_names,
     render_cells,
     render_kernel_output,
 )
+from faforge.matrix.render_packages import RenderedPackage as RenderedFa3
 from faforge.release.build import (
     CHANNEL_ALIAS_ENV,
     TUS_ENV,

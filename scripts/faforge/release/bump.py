@@ -26,7 +26,7 @@ from faforge import atomic
 from faforge.channel.repodata import query
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
-from faforge.families.flash_attn_3.matrix import fa3_packages, load_fa3_policy
+from faforge.families.flash_attn_3 import matrix as fa3_matrix
 from faforge.kernels.kernel_abi import PhiloxWidths, Verdict, dump_row
 from faforge.kernels.measure_abi import measure_release
 from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
@@ -230,8 +230,8 @@ def write(
         reloaded = replace(load_releases(Path(tmp.name)), path=path)
         cells = build_cells(reloaded, policy, philox)
         pip_cells = build_pip_cells(reloaded, policy, philox)
-        fa3 = fa3_packages(reloaded, policy, load_fa3_policy(policy.path))
-        generated = generated_files(cells, variants_dir, fa3, pip_cells)
+        fa3 = fa3_matrix.rows(reloaded, policy, variants_dir)
+        generated = generated_files(cells, variants_dir, [fa3], pip_cells)
         os.replace(tmp.name, path)
     finally:
         if os.path.exists(tmp.name):

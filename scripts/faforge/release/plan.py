@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.kernels import KernelPackage, kernel_key
 from faforge.matrix.pip_builds import PipBuild
-from faforge.matrix.render import RenderedCell, RenderedFa3
+from faforge.matrix.render import RenderedCell
+from faforge.matrix.render_packages import RenderedPackage as RenderedFa3
 from faforge.release.cost import KERNELS_LINK_PART, BuildCost, Part, split_kernels
 from faforge.release.pip_plan import PIP_STAGE, TorchReleaseCost, no_wheel_runner, wheel_part
 from faforge.release.plan_held import kernel_build, kernel_in, stale_packages

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from faforge.matrix.kernels import KernelPackage
-from faforge.matrix.render import RenderedCell, RenderedFa3, build_string_head
+from faforge.matrix.render import RenderedCell, build_string_head
+from faforge.matrix.render_packages import RenderedPackage as RenderedFa3
 
 if TYPE_CHECKING:
     from rattler import RepoDataRecord

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from faforge.families.flash_attn_3.matrix import Fa3Package
+from faforge.families.flash_attn_3.matrix import Fa3Package, RenderedFa3
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import Cell
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.pip_builds import PipBuild
-from faforge.matrix.render import RenderedCell, RenderedFa3
+from faforge.matrix.render import RenderedCell
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, WheelRunner, cell_part
 from faforge.release.pip_plan import WHEEL_PART, wheel_part
 

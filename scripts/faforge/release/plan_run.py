@@ -12,13 +12,15 @@ from urllib.request import url2pathname
 
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
 from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.matrix.releases import PLATFORMS
-from faforge.matrix.render import RenderedCell, RenderedFa3
+from faforge.matrix.render import RenderedCell
 from faforge.matrix.render_cache import selected_cells
+from faforge.matrix.render_packages import RenderedPackage as RenderedFa3
 from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
 from faforge.release.pip_plan import added_per_torch_release, index_holdings
@@ -98,7 +100,9 @@ def plan_builds(
     matrix = load_matrix()
     rendered = selected_cells(matrix, platform)
     fa3 = render_fa3(
-        [p for p in matrix.fa3 if platform in ("all", p.platform)], fa3_recipe(matrix.variants_dir), matrix.variants_dir
+        [p for p in packages_of(matrix) if platform in ("all", p.platform)],
+        fa3_recipe(matrix.variants_dir),
+        matrix.variants_dir,
     )
     pip = pip_builds(matrix, platform)
     present = (

@@ -26,7 +26,7 @@ from faforge.abi.elf_file import ElfError
 from faforge.abi.stable import check_stable
 from faforge.emulator import is_foreign
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_3.matrix import Fa3Package
+from faforge.families.flash_attn_3.matrix import Fa3Package, packages_of
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.release.clean_env import MACHINE_SUBDIRS, cuda_runtime_venv, pypi_torch_venv, unpacked
@@ -57,7 +57,7 @@ def is_stable_abi_package(package: PackageFacts) -> bool:
 
 def served_package(package: PackageFacts) -> Fa3Package | None:
     """The matrix's FA3 package this file was built as (its id, from platform and build string), if any."""
-    return next((p for p in load_matrix().fa3 if p.id == package.fa3_id), None) if package.fa3_id else None
+    return next((p for p in packages_of(load_matrix()) if p.id == package.fa3_id), None) if package.fa3_id else None
 
 
 def stable_gates(
