@@ -18,10 +18,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from faforge import atomic, paths, progress
-from faforge.buildcost import samples
 from faforge.channel.repodata import channel_url
+from faforge.costmodel import samples
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.families.flash_attn_3 import cost_report as fa3_report
+from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.releases import PLATFORMS
@@ -81,7 +82,7 @@ def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Pa
     """Each FA3 package's jobs by id, from its timed TU classes (variants/build-measurements.yaml, the model of
     `faforge bench-build`); none without FA3 samples (each package is then one job at the runner's limit)."""
     measurements = samples.load()
-    if not measurements.fa3_samples:
+    if not fa3_measurements(measurements).samples:
         return {}
     return {p.id: list(p.jobs) for p in fa3_report.report(measurements, packages, cost).packages}
 

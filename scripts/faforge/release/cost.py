@@ -100,7 +100,7 @@ class BuildCost:
 
 def sass_archs(cuda_archs: str) -> int:
     """SASS arch count of '80;90;120+PTX' (3): `+PTX` on an arch that also gets SASS costs nothing
-    extra (faforge.buildcost.extrapolate, from `nvcc --dryrun`)."""
+    extra (faforge.costmodel.extrapolate, from `nvcc --dryrun`)."""
     try:
         return len(parse_arch_list(cuda_archs))
     except BuildError as exc:
