@@ -23,9 +23,10 @@ LAYERS = (
     ("__main__",),  # `python -m faforge`
     ("cli",),  # the console entry and its parser
     ("commands",),  # one module per subcommand: parse, call the layers below, print
-    ("buildcost",),  # build-cost estimates; FA3's piece jobs use the release pipeline's job splitter
+    ("buildcost",),  # build-cost measurements and their reports (faforge bench-build)
     ("families",),  # one package per family behind the stages' protocols (faforge.families)
     ("release", "doctor"),  # the release pipeline, the installed-env diagnosis
+    ("costmodel",),  # the build-cost model the plan and the families' plans use (measurements and their fits)
     ("pipindex",),  # the pip wheel index (PEP 503/691 pages, publish, read, validate); reads wheels with pipwheel.facts
     (
         "channel",

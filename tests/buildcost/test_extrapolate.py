@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from faforge.buildcost import extrapolate
-from faforge.buildcost.samples import Sample
+from faforge.costmodel import extrapolate
+from faforge.costmodel.samples import Sample
 from faforge.errors import FaforgeError
 from faforge.kernels.tus import CLASSES
 from faforge.matrix import load_matrix

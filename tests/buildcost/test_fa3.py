@@ -1,5 +1,6 @@
-"""FlashAttention-3's build cost (faforge.families.flash_attn_3.cost) from the committed variants/build-measurements.yaml:
-its FA3 samples, the per-package and matrix CPU hours, the measured/estimated labels and the piece jobs."""
+"""FlashAttention-3's build cost (faforge.families.flash_attn_3.cost) from the committed
+variants/build-measurements.yaml: its FA3 samples, the per-package and matrix CPU hours, the measured/estimated
+labels and the piece jobs."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from faforge.buildcost import fa3, fa3_report, samples
+from faforge.costmodel import samples
 from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.families.flash_attn_3 import cost as fa3
+from faforge.families.flash_attn_3 import cost_report as fa3_report
+from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.matrix import load_matrix
 from faforge.release.cost import KERNELS_LINK_PART, load_build_cost
 
@@ -26,22 +30,27 @@ def data():
 
 
 @pytest.fixture(scope="module")
+def measured(data):
+    return fa3_measurements(data)
+
+
+@pytest.fixture(scope="module")
 def report(data):
     return fa3_report.report(data, load_matrix().fa3, load_build_cost())
 
 
-def test_the_data_file_has_fa3_samples_of_full_and_trimmed_builds_for_both_platforms(data):
-    builds = {b.build: b for b in data.fa3_builds}
-    assert data.fa3_samples and all(s.build in builds for s in data.fa3_samples)
-    for s in data.fa3_samples:
+def test_the_data_file_has_fa3_samples_of_full_and_trimmed_builds_for_both_platforms(measured):
+    builds = {b.build: b for b in measured.builds}
+    assert measured.samples and all(s.build in builds for s in measured.samples)
+    for s in measured.samples:
         build = builds[s.build]
         assert s.tu in {Path(tu).name for tu in fa3_backend.sources(build.disabled_set)}, s
         assert s.source.strip() and build.source.strip()
         assert s.cpu_s is not None or s.wall_s > 0
-    full = [b for b in data.fa3_builds if not b.disabled_set]
-    trimmed = [b for b in data.fa3_builds if b.disabled_set]
+    full = [b for b in measured.builds if not b.disabled_set]
+    trimmed = [b for b in measured.builds if b.disabled_set]
     assert full and trimmed, "a full build's samples and a trimmed build's to scale against"
-    assert {b.platform for b in data.fa3_builds} == {"linux-64", "linux-aarch64"}
+    assert {b.platform for b in measured.builds} == {"linux-64", "linux-aarch64"}
     # the trimmed canary builds say what they left out, so their samples are never read as full TUs
     assert all("SPLIT" in b.disabled_set and "SM8x" in b.disabled_set for b in trimmed)
 
@@ -68,12 +77,12 @@ def test_cpu_hours_per_package_and_for_the_matrix(report):
             assert package.cpu_h == pytest.approx(twin.cpu_h * (arm_factor or 1.0), abs=0.11)
 
 
-def test_classes_are_labelled_measured_or_estimated(report, data):
+def test_classes_are_labelled_measured_or_estimated(report, measured):
     assert list(report.costs) == list(fa3.CLASSES)
     full_classes = {
         fa3.tu_class(s.tu)
-        for s in data.fa3_samples
-        if not data.fa3_build(s.build).disabled_set and data.fa3_build(s.build).platform == fa3.REFERENCE_PLATFORM
+        for s in measured.samples
+        if not measured.build(s.build).disabled_set and measured.build(s.build).platform == fa3.REFERENCE_PLATFORM
     }
     for name, cost in report.costs.items():
         assert cost.status.split(":")[0].split(" x ")[0] in {

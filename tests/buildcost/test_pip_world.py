@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jsonschema
 
-from faforge.buildcost import samples
-from faforge.buildcost.extrapolate import cell_cost, class_costs
+from faforge.costmodel import samples
+from faforge.costmodel.extrapolate import cell_cost, class_costs
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import pip_builds

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from faforge.buildcost import samples
+from faforge.costmodel import samples
 from faforge.errors import DataError
+from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 
 
 def test_committed_file_is_in_canonical_form():
@@ -98,5 +99,19 @@ def test_bad_entries_name_the_key(tmp_path, text, key):
     path = tmp_path / "m.yaml"
     path.write_text(text)
     with pytest.raises(DataError) as info:
-        samples.load(path)
+        fa3_measurements(samples.load(path))  # the family checks its own sections
     assert info.value.key == key
+
+
+def test_a_familys_sections_and_the_header_are_kept_as_read(tmp_path):
+    """The file's reader knows no family: another family's lists come back as they were, and so does the comment
+    block a file starts with; a file written anew gets the generic header."""
+    path = tmp_path / "m.yaml"
+    text = f"# measured by hand\n{BASE}pure_builds:\n- build: b\n  cpu_s: 1\n"
+    path.write_text(text)
+    loaded = samples.load(path)
+    assert loaded.sections == {"pure_builds": [{"build": "b", "cpu_s": 1}]}
+    assert samples.dump(loaded) == text
+    fresh = tmp_path / "new.yaml"
+    samples.append(fresh, [], [])
+    assert fresh.read_text().startswith(samples.HEADER)

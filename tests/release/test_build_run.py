@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from faforge.commands.plan import fa3_pieces
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.plan import piece_estimates as fa3_pieces
 from faforge.matrix import load_matrix
 from faforge.release.build_jobs import build_steps, fa3_jobs, jobs_from_plan, require_known_ids
 from faforge.release.plan_run import github_outputs
@@ -71,17 +71,15 @@ def test_a_plan_a_chunk_and_a_job_each_give_their_jobs(tmp_path):
 
 def test_github_outputs_name_every_chunk_slot_of_every_stage():
     chunk = {"include": [{"cell": "a"}]}
-    text = github_outputs(
-        {
-            "kernels": [],
-            "kernel_links": [],
-            "flash_attn": [chunk],
-            "wheels": [chunk],
-            "flash_attn_3_pieces": [chunk],
-            "flash_attn_3": [chunk, chunk],
-        },
-        max_chunks=2,
-    )
+    data = {
+        "kernels": [],
+        "kernel_links": [],
+        "flash_attn": [chunk],
+        "wheels": [chunk],
+        "flash_attn_3_pieces": [chunk],
+        "flash_attn_3": [chunk, chunk],
+    }
+    text = github_outputs(data, tuple(data), max_chunks=2)
     assert text.splitlines() == [
         "kernels-chunks=0",
         "kernels-0=",

@@ -12,20 +12,27 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from faforge import progress
 from faforge.channel.local import PackageSpec, assemble, index
-from faforge.commands.plan import fa3_pieces
 from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.families.flash_attn_3.plan import PIECES_STAGE as FA3_PIECES_STAGE
+from faforge.families.flash_attn_3.plan import STAGE as FA3_STAGE
+from faforge.families.flash_attn_3.plan import fa3_parts
+from faforge.families.flash_attn_3.plan import piece_estimates as fa3_pieces
+from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
 from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
-from faforge.release.plan import FA3_PIECES_STAGE, FA3_STAGE, STAGES, make_plan
-from faforge.release.plan_jobs import fa3_parts
+from faforge.release.plan import Holdings, make_plan
 from tests.support.docs import PIPELINE, doc_text
 from tests.support.http_server import serve_directory
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "plan.json").read_text())
 ALL_TUS = 72
+
+
+STAGES = tuple(stage for family in FAMILIES for stage in family.plan.stages)
 
 
 def faforge(*args, env=None):
@@ -93,10 +100,12 @@ def test_a_cell_job_compiles_only_flash_api_and_links(cost):
     )
 
 
-def test_chunks_never_exceed_the_matrix_limit(cost, rendered, matrix):
+def test_chunks_never_exceed_the_matrix_limit(cost, matrix):
     small = replace(cost, max_jobs_per_matrix=5)
-    plan = make_plan(rendered, matrix.kernels, small, set(), None)
+    wanted = [family.plan.wanted(matrix, "all") for family in FAMILIES]
+    plan = make_plan(wanted, Holdings(present=set(), cost=small, channel=None, index=None, report=progress), None)
     data = plan.to_json()
+    assert plan.stages == STAGES
     for stage in STAGES:
         assert [j for c in data[stage] for j in c["include"]] == plan.jobs[stage]
         assert all(len(c["include"]) <= 5 for c in data[stage])

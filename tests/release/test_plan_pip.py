@@ -24,8 +24,7 @@ from faforge.pipwheel.facts import read_wheel
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 from faforge.release.build_jobs import jobs_from_plan
 from faforge.release.cost import cell_part, load_build_cost, split_kernels
-from faforge.release.plan import STAGES
-from tests.release.test_plan import faforge, plan_json
+from tests.release.test_plan import STAGES, faforge, plan_json
 from tests.support.pip_index_server import serve_index
 
 TAG = "manylinux_2_28_x86_64"

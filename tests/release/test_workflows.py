@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
-from faforge.release.plan import STAGES
 from tests.support.cache import cache_dir
 from tests.support.tiers import slow
 
@@ -188,6 +188,9 @@ def jobs_running_faforge_build() -> list[tuple[str, str, dict]]:
             if any("faforge build" in step.get("run", "") for step in job.get("steps", [])):
                 out.append((workflow.name, job_id, job))
     return out
+
+
+STAGES = tuple(stage for family in FAMILIES for stage in family.plan.stages)
 
 
 @pytest.fixture(scope="module")

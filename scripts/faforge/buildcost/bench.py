@@ -25,7 +25,7 @@ from faforge.buildcost import reuse
 from faforge.buildcost.layout import LayoutSources, make_layout
 from faforge.buildcost.measure import CompileSpec
 from faforge.buildcost.reuse import TuRun
-from faforge.buildcost.samples import ReuseRun, Sample
+from faforge.costmodel.samples import ReuseRun, Sample
 from faforge.errors import FaforgeError
 
 DEFAULT_TUS = ("flash_fwd_hdim32_fp16_sm80.cu", "flash_fwd_split_hdim32_fp16_sm80.cu", "flash_bwd_hdim32_fp16_sm80.cu")

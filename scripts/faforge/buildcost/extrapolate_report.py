@@ -1,7 +1,7 @@
 """flash-attn 2's section of `faforge bench-build`: the measured TU compiles, the model's per-class and per-cell
 costs over the matrix, the MAX_JOBS each runner gets, ccache's cross-python reuse, as tables and JSON.
 
-The model itself (per class, per cell, per runner) is faforge.buildcost.extrapolate's, which the split and the
+The model itself (per class, per cell, per runner) is faforge.costmodel.extrapolate's, which the split and the
 pip world's report use too; this module only lays it out over the matrix.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from faforge.buildcost.extrapolate import CellCost, ClassCost, RunnerFit, cell_cost, class_costs, runner_fit, wall_hours
-from faforge.buildcost.samples import Measurements
+from faforge.costmodel.extrapolate import CellCost, ClassCost, RunnerFit, cell_cost, class_costs, runner_fit, wall_hours
+from faforge.costmodel.samples import Measurements
 from faforge.kernels.cachekey import kernel_cache_key
 from faforge.kernels.tus import CLASSES
 from faforge.matrix import load_matrix

@@ -3,7 +3,7 @@ world, the runner hours CI adds (faforge.release.pip_plan: one wheel job per pip
 kernel packages its cells need that no conda cell and no older minor needs, at variants/build-cost.yaml's
 estimates, setup and safety factor included) and the CPU hours of compiling, from the measured data
 (variants/build-measurements.yaml): flash_api.cpp's measured CPU time per pip cell, and each new kernel
-package at the measured per-TU CPU time x its SASS archs (faforge.buildcost.extrapolate). The kernel TUs are
+package at the measured per-TU CPU time x its SASS archs (faforge.costmodel.extrapolate). The kernel TUs are
 never compiled for a wheel: a kernel key a conda world has is its package, repacked.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from faforge.buildcost.extrapolate import ClassCost, cell_cost
-from faforge.buildcost.samples import Measurements
+from faforge.costmodel.extrapolate import ClassCost, cell_cost
+from faforge.costmodel.samples import Measurements
 from faforge.errors import FaforgeError
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.pip_builds import PipBuild

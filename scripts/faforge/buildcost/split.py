@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from faforge.buildcost.extrapolate import ClassCost, cell_cost, sass_arch_count
-from faforge.buildcost.samples import Measurements, SizeSample
+from faforge.costmodel.extrapolate import ClassCost, cell_cost, sass_arch_count
+from faforge.costmodel.samples import Measurements, SizeSample
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import kernel_cache_key

@@ -22,10 +22,12 @@ from pathlib import Path
 from faforge import paths
 from faforge.backend.errors import BuildError
 from faforge.backend.toolchain import find_cuda_home
-from faforge.buildcost import bench, extrapolate_report, pip_world, samples, split
+from faforge.buildcost import bench, extrapolate_report, pip_world, split
 from faforge.buildcost.reuse import TuRun
+from faforge.costmodel import samples
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.families.flash_attn_3 import cost_report as fa3_report
+from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.kernels.tus import parse_tu
@@ -199,7 +201,9 @@ def execute(args: argparse.Namespace) -> int:
     before_after = (
         split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
     )
-    fa3_section = fa3_report.report(data, packages_of(matrix), load_build_cost()) if data.fa3_samples else None
+    fa3_section = (
+        fa3_report.report(data, packages_of(matrix), load_build_cost()) if fa3_measurements(data).samples else None
+    )
     builds = pip_builds(matrix)
     pip_section = (
         pip_world.report(data, report.costs, builds, matrix.kernels, load_build_cost())

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from faforge import progress
-from faforge.commands.plan import fa3_pieces
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
+from faforge.families.flash_attn_3.plan import piece_estimates as fa3_pieces
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.release.build import CHANNEL_ALIAS_ENV, CellBuild
 from faforge.release.build_run import BuildRequest, run_build

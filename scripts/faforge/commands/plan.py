@@ -1,36 +1,29 @@
-"""Plan CI builds: the matrix minus what a channel holds, as GitHub Actions matrix chunks.
+"""Plan CI builds: each family's packages minus what a channel holds, as GitHub Actions matrix chunks.
 
-Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. Three stages run in order
-(faforge.release.plan): kernel packages (whole, or TU pieces when one is too long for a hosted job,
-variants/build-cost.yaml), the final link jobs of split kernel packages, then one job per cell; beside
-them, the TU pieces of each FlashAttention-3 package (`faforge matrix --fa3`) too long for one job, then
-one job per FA3 package. FA3's estimates are `faforge bench-build`'s (faforge.families.flash_attn_3.cost). The pip cells
-(the pip world) get one wheel job each after the kernel stages (faforge.release.pip_plan), minus those whose wheels
-the wheel index `--index` holds; the plan ends with the runner hours each torch release adds to CI.
+Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. The families (faforge.families.registry)
+are handed to the plan (faforge.release.plan), which asks each for its stages and jobs (faforge.families.<name>.plan:
+flash-attn's kernel packages, cells and pip cells, minus the pip cells whose wheels the wheel index `--index`
+holds; every other family's packages); the text shows each family's tables and lines, then the runner time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from faforge import atomic, paths, progress
-from faforge.buildcost import samples
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
-from faforge.families.flash_attn_3 import cost_report as fa3_report
-from faforge.families.flash_attn_3.matrix import Fa3Package
-from faforge.family import FLASH_ATTN_3
+from faforge.families.registry import FAMILIES
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
-from faforge.release.cost import BuildCost, Part
-from faforge.release.pip_plan import PIP_STAGE
-from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES, Plan
+from faforge.release.plan import Plan
 from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
+
+STAGE_NAMES = ", ".join(stage for family in FAMILIES for stage in family.plan.stages)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +58,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--github-output",
         metavar="FILE",
-        help=f"also write <stage>-N chunk outputs and their counts for a workflow (stages: {', '.join(STAGES)}; "
+        help=f"also write <stage>-N chunk outputs and their counts for a workflow (stages: {STAGE_NAMES}; "
         'e.g. "$GITHUB_OUTPUT")',
     )
     parser.add_argument(
@@ -75,15 +68,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="chunks per stage the workflow has jobs for (default 2); more is an error, not a silent drop",
     )
-
-
-def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Part]]:
-    """Each FA3 package's jobs by id, from its timed TU classes (variants/build-measurements.yaml, the model of
-    `faforge bench-build`); none without FA3 samples (each package is then one job at the runner's limit)."""
-    measurements = samples.load()
-    if not measurements.fa3_samples:
-        return {}
-    return {p.id: list(p.jobs) for p in fa3_report.report(measurements, packages, cost).packages}
 
 
 def index_root(value: str) -> str:
@@ -107,49 +91,6 @@ def index_root(value: str) -> str:
     return value
 
 
-def print_pip(plan: Plan, data: dict, index: str | None) -> None:
-    """The pip cells' lines: how many to build, and what each torch release adds to CI."""
-    where = index or "no index"
-    print(
-        f"{len(data['pip_to_build'])} pip cells to build in "
-        f"{len(plan.jobs[PIP_STAGE])} wheel jobs (glue and kernel wheel each, "
-        "from the kernel packages above: no kernel TU compiled "
-        f"for pip); {len(data['pip_in_index'])} already in {where}"
-    )
-    if data["pip_not_built"]:
-        print(
-            f"{len(data['pip_not_built'])} linux-aarch64 pip cells get no job yet: {data['pip_not_built'][0]['why']} "
-            "(the table below counts them: what they will cost)"
-        )
-    rows = [
-        [
-            r["torch_minor"],
-            r["world"],
-            r["pip_cells"],
-            r["wheel_jobs"],
-            len(r["new_kernel_packages"]),
-            r["kernel_jobs"],
-            f"{r['runner_hours']:.1f}",
-        ]
-        for r in data["pip_cost"]["per_torch_release"]
-    ]
-    if rows:
-        print("\npip world: added runner hours per torch release")
-        print(
-            format_table(
-                ["torch", "world", "pip cells", "wheel jobs", "new kernel packages", "kernel jobs", "runner hours"],
-                rows,
-            )
-        )
-        print(
-            f"(a wheel job {data['pip_cost']['wheel_job_minutes']} min, as "
-            "a conda cell's job; a new kernel package's jobs as planned "
-            "above; both from variants/build-cost.yaml, setup and safety "
-            "factor included. A kernel package a conda cell or an "
-            "older torch minor needs is not counted again: it is built once and shared)"
-        )
-
-
 def execute(args: argparse.Namespace) -> int:
     if args.github_output is not None:  # before the work: a wrong path fails now, not after reading the channel
         paths.output_file(args.github_output, "--github-output")
@@ -168,13 +109,13 @@ def execute(args: argparse.Namespace) -> int:
     )
     index = None if args.index is None else index_root(args.index)
     plan = plan_builds(
+        FAMILIES,
         platform=args.platform,
         channel=channel,
         given=args.channel,
         new_channel_ok=args.new_channel_ok,
         max_chunks=args.max_chunks,
         report=progress,
-        fa3_pieces=fa3_pieces,
         index=index,
     )
     data = plan.to_json()
@@ -183,62 +124,40 @@ def execute(args: argparse.Namespace) -> int:
             atomic.write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.github_output is not None:
         with paths.user_path("--github-output", args.github_output), open(args.github_output, "a") as out:
-            out.write(github_outputs(data, args.max_chunks))
+            out.write(github_outputs(data, plan.stages, args.max_chunks))
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    kernel_rows = [
-        [k["id"], k["build_string_prefix"] + "*", "in the channel" if k["in_channel"] else "to build", len(k["cells"])]
-        for k in data["kernel_packages"]
-    ]
-    if kernel_rows:
-        print(
-            format_table(["kernel package", "build string", "status", "cells to build that need it"], kernel_rows)
-            + "\n"
-        )
-    fa3_rows = [
-        [
-            p["id"],
-            p["build_string"],
-            f"{p['served_torch_minors'][0]} to {p['served_torch_minors'][-1]}",
-            "in the channel" if p["in_channel"] else "to build",
-        ]
-        for p in data[f"{FA3_STAGE}_packages"]
-    ]
-    if fa3_rows:
-        print(
-            format_table([f"{FLASH_ATTN_3.package} package", "build string", "serves torch", "status"], fa3_rows) + "\n"
-        )
+    print_text(plan)
+    return EXIT_OK
+
+
+def print_text(plan: Plan) -> None:
+    """Each family's tables, the job table, each family's lines, the runner time, then the stale packages."""
+    for part in plan.parts:
+        for table in part.tables:
+            print(table)
     rows = [
-        [stage, j["name"], j["part"], j["runs-on"], j["timeout-minutes"]] for stage in STAGES for j in plan.jobs[stage]
+        [stage, j["name"], j["part"], j["runs-on"], j["timeout-minutes"]]
+        for stage, jobs in plan.jobs.items()
+        for j in jobs
     ]
     if rows:
         print(format_table(["stage", "job", "part", "runner", "timeout (min)"], rows))
-    built = len(plan.kernels) - len(plan.kernels_in_channel)
-    print(
-        f"\n{len(plan.todo)} cells to build in {len(plan.jobs[CELL_STAGE])} "
-        f"cell jobs, after {built} kernel packages in "
-        f"{len(plan.jobs['kernels'])} + {len(plan.jobs['kernel_links'])} "
-        f"link jobs ({len(plan.kernels_in_channel)} kernel packages "
-        f"already there); {len(plan.present)} cells already in {args.channel or 'no channel'}",
-        file=sys.stdout,
-    )
-    print(
-        f"{len(plan.fa3_todo)} {FLASH_ATTN_3.package} packages to build in {len(plan.jobs[FA3_STAGE])} jobs, after "
-        f"{len(plan.jobs[FA3_PIECES_STAGE])} piece jobs; "
-        f"{len(plan.fa3_in_channel)} already in {args.channel or 'no channel'}"
-    )
+    for part in plan.parts:
+        for line in part.lines:
+            print(line)
     print(
         f"estimated runner time: {plan.runner_minutes / 60:.1f} "
         f"hours ({plan.runner_minutes} minutes: every job's estimate "
         "from variants/build-cost.yaml, setup and safety factor "
-        f"included; a {FLASH_ATTN_3.package} package's from its timed "
-        "TUs, variants/build-measurements.yaml)"
+        f"included{''.join(part.estimate for part in plan.parts)})"
     )
-    print_pip(plan, data, args.index)
+    for part in plan.parts:
+        for line in part.notes:
+            print(line)
     if plan.stale:
         print(
             f"{len(plan.stale)} packages in the channel were built "
             f"from other inputs and are rebuilt: {' '.join(plan.stale)}"
         )
-    return EXIT_OK

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from faforge.family import Family, StableAbiFamily
 from faforge.matrix.stage import MatrixFamily
+from faforge.release.plan import PlanFamily
 
 
 class FamilyModule(Protocol):
@@ -18,3 +19,6 @@ class FamilyModule(Protocol):
 
     @property
     def matrix(self) -> MatrixFamily: ...
+
+    @property
+    def plan(self) -> PlanFamily: ...

@@ -10,18 +10,31 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 
 from faforge import paths, untrusted
 from faforge.errors import FaforgeError, shorten
 from faforge.families.flash_attn_3.matrix import Fa3Package, packages_of
+from faforge.families.flash_attn_3.plan import FA3_PART, fa3_parts
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
 from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, find_cell
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.missing_cells import explain_missing
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
-from faforge.release.plan import LATER_STAGES, STAGES
-from faforge.release.plan_jobs import FA3_PART, Fa3Estimator, fa3_parts
+from faforge.release.cost import (
+    CELL_PART,
+    KERNELS_LINK_PART,
+    KERNELS_PART,
+    BuildCost,
+    Part,
+    load_build_cost,
+    split_kernels,
+)
+from faforge.release.plan import jobs_in_plan
+
+# What `faforge build` is handed to find an FA3 piece's TUs: each package's split_kernels jobs by id
+# (faforge.families.flash_attn_3.plan.piece_estimates).
+Fa3Estimator = Callable[[list[Fa3Package], BuildCost], Mapping[str, Sequence[Part]]]
 
 # An FA3 package id as faforge.families.flash_attn_3.matrix spells it: platform/cu<CUDA>/sm<archs>.
 FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
@@ -43,9 +56,10 @@ def jobs_from_plan(path: str) -> list[tuple[str, str]]:
         )
     data = untrusted.parse_json(text, f"--plan {path}", hint=PLAN_HINT)
     try:
-        # A plan of version 2 has no FA3 stage, 3 no FA3 pieces, 4 no wheels: their other stages make it a plan.
-        if isinstance(data, dict) and all(stage in data for stage in STAGES if stage not in LATER_STAGES):
-            jobs = [job for stage in STAGES for chunk in data.get(stage, []) for job in chunk["include"]]
+        # A plan of any version: its stages are the lists of chunks it holds, in its order.
+        planned = jobs_in_plan(data) if isinstance(data, dict) else None
+        if planned is not None:
+            jobs = planned
         elif isinstance(data, dict) and "include" in data:
             jobs = list(data["include"])
         else:
@@ -108,7 +122,7 @@ def fa3_jobs(
     matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimator | None
 ) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
     """The FA3 jobs among the wanted ones, each once, in order: (package, part, the piece's TUs or () for `all`),
-    the pieces as faforge plan split the package (faforge.release.plan_jobs.fa3_parts over `estimate`)."""
+    the pieces as faforge plan split the package (faforge.families.flash_attn_3.plan.fa3_parts over `estimate`)."""
     by_id = {p.id: p for p in packages_of(matrix)}
     asked = list(dict.fromkeys((key, part) for key, part in wanted if key in by_id))
     split = [by_id[key] for key, part in asked if part != FA3_PART]

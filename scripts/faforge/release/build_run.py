@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from faforge import paths
 from faforge.channel.repodata import channel_url
 from faforge.errors import FaforgeError, why_not_a_file
+from faforge.families.flash_attn_3.plan import FA3_PART
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import Matrix, load_matrix
 from faforge.matrix.cells import Cell
@@ -46,14 +47,13 @@ from faforge.release.build import (
     parse_channel_aliases,
     render_fa3,
 )
-from faforge.release.build_jobs import build_steps, fa3_jobs, jobs_from_plan, piece_tus, require_known_ids
+from faforge.release.build_jobs import Fa3Estimator, build_steps, fa3_jobs, jobs_from_plan, piece_tus, require_known_ids
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
 from faforge.release.package import read_package
 from faforge.release.pip_build import WheelBuild, build_wheels
 from faforge.release.pip_inputs import WheelWhere, cuda_toolkit, match_given
 from faforge.release.pip_plan import WHEEL_PART
 from faforge.release.pip_target import cross_target
-from faforge.release.plan_jobs import FA3_PART, Fa3Estimator
 from faforge.release.reporter import Reporter
 
 if TYPE_CHECKING:

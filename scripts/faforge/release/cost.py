@@ -81,7 +81,7 @@ class BuildCost:
     runners: dict[str, Runner]
     max_jobs_per_matrix: int
     wheel_runners: dict[str, WheelRunner] = field(default_factory=dict)  # platforms without one get no wheel job
-    # Peak GB of one nvcc job at the family's worst TU, which bounds MAX_JOBS (FA3 sets its own).
+    # Peak GB of one nvcc job at the family's worst TU, which bounds MAX_JOBS (another family's model sets its own).
     worst_gb_per_job: float = WORST_CASE_GB_PER_JOB
 
     def tus(self, tu_class: str) -> tuple[str, ...]:
@@ -100,7 +100,7 @@ class BuildCost:
 
 def sass_archs(cuda_archs: str) -> int:
     """SASS arch count of '80;90;120+PTX' (3): `+PTX` on an arch that also gets SASS costs nothing
-    extra (faforge.buildcost.extrapolate, from `nvcc --dryrun`)."""
+    extra (faforge.costmodel.extrapolate, from `nvcc --dryrun`)."""
     try:
         return len(parse_arch_list(cuda_archs))
     except BuildError as exc:

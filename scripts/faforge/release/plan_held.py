@@ -8,15 +8,29 @@ other inputs (or another variant), so the plan lists it as stale and builds it a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.render import RenderedCell, build_string_head
-from faforge.matrix.render_packages import RenderedPackage as RenderedFa3
+from faforge.release import plan_jobs
 
 if TYPE_CHECKING:
     from rattler import RepoDataRecord
+
+
+class Built(Protocol):
+    """What is built, as a render says: its platform (a cell's or a package's)."""
+
+    @property
+    def platform(self) -> str: ...
+
+
+class Rendered(plan_jobs.Rendered, Protocol):
+    """A package as its recipe renders it, and what it builds (a cell, or another family's package)."""
+
+    @property
+    def cell(self) -> Built: ...
 
 
 def present_keys(records: Iterable[RepoDataRecord]) -> set[tuple[str, str, str, str]]:
@@ -41,14 +55,9 @@ def kernel_in(kernels: KernelPackage, present: set[tuple[str, str, str, str]], b
     return build in held if build else any(kernels.build_string_matches(b) for b in held)
 
 
-def stale_packages(
-    todo: list[RenderedCell | RenderedFa3],
-    kernels: list[KernelPackage],
-    builds: dict[str, str | None],
-    present: set[tuple[str, str, str, str]],
-) -> list[str]:
+def stale_packages(todo: Sequence[Rendered], present: set[tuple[str, str, str, str]]) -> frozenset[str]:
     """What the channel holds under the build string of a package to build, with another hash."""
-    out = set()
+    out: set[str] = set()
     for r in todo:
         package = r.recipe["package"]
         name, version = package["name"], str(package["version"])
@@ -57,11 +66,20 @@ def stale_packages(
             for b in _held(name, version, r.cell.platform, present)
             if b != r.build_string and build_string_head(b) == build_string_head(r.build_string)
         }
+    return frozenset(out)
+
+
+def stale_kernels(
+    kernels: list[KernelPackage], builds: dict[str, str | None], present: set[tuple[str, str, str, str]]
+) -> frozenset[str]:
+    """What the channel holds of a kernel package to build under its build string's head, with another build."""
+    out: set[str] = set()
     for k in kernels:
-        if builds.get(k.key.id):
+        build = builds.get(k.key.id)
+        if build:
             out |= {
                 f"{k.key.platform}/{k.name}-{k.version}-{b}.conda"
                 for b in _held(k.name, k.version, k.key.platform, present)
-                if b != builds[k.key.id] and k.build_string_matches(b)
+                if b != build and k.build_string_matches(b)
             }
-    return sorted(out)
+    return frozenset(out)

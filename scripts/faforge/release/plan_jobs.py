@@ -1,46 +1,35 @@
 """One job of the plan, as the GitHub Actions matrix include row the workflows read: its slug, name, runner,
 timeout, the package it makes and the keys its stage reads.
 
-Every kind of job has its constructor here (a kernel package's whole build, piece or link; a cell's job; a pip
-cell's wheel job; an FA3 package's piece or whole build), so that the keys a workflow reads are spelled in one
-place, apart from the planning that decides which jobs there are (faforge.release.plan).
+The jobs of the kernel packages, cells and pip cells have their constructors here (a kernel package's whole
+build, piece or link; a cell's job; a pip cell's wheel job), apart from the planning that decides which jobs
+there are (faforge.families.<name>.plan); another family's jobs are its plan module's, with the keys its own
+workflow reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
-from faforge.families.flash_attn_3.matrix import Fa3Package, RenderedFa3
-from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import Cell
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.pip_builds import PipBuild
 from faforge.matrix.render import RenderedCell
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, WheelRunner, cell_part
+from faforge.release.cost import CELL_PART, BuildCost, Part, WheelRunner, cell_part
 from faforge.release.pip_plan import WHEEL_PART, wheel_part
 
-# An FA3 package's own job builds it whole (`faforge build ID`, its default part): alone, or after its pieces.
-FA3_PART = "all"
-# The one place an FA3 package's jobs and their estimates are decided. Its piece jobs come from the commands
-# layer (`pieces`: faforge.families.flash_attn_3.cost, whose timed TU classes go through split_kernels, as a kernel package's
-# do; release may not import buildcost: tests/test_layers.py): split_kernels' [kernels] (the package fits one
-# job) or its pieces and kernels-link. Either whole job is this package's `all`. Without an estimate the
-# package is one `all` job timed at the runner's job limit, an upper bound.
-# What the commands layer passes in: each FA3 package's split_kernels jobs by id, given the packages and the cost.
-Fa3Estimator = Callable[[list[Fa3Package], BuildCost], Mapping[str, Sequence[Part]]]
+
+class Rendered(Protocol):
+    """A package as its recipe renders it: the file it makes is named from these."""
+
+    @property
+    def build_string(self) -> str: ...
+
+    @property
+    def recipe(self) -> dict: ...
 
 
-def fa3_parts(cost: BuildCost, package: Fa3Package, pieces: Sequence[Part] = ()) -> list[Part]:
-    """An FA3 package's jobs: its TU pieces (`faforge build ID --part PIECE`), then its whole build (`all`)."""
-    if not pieces:
-        return [Part(name=FA3_PART, tus=(), minutes=cost.runner_for(package.platform).job_limit_minutes)]
-    return [
-        Part(name=FA3_PART, tus=(), minutes=p.minutes) if p.name in (KERNELS_PART, KERNELS_LINK_PART) else p
-        for p in pieces
-    ]
-
-
-def package_filename(rendered: RenderedCell | RenderedFa3) -> str:
+def package_filename(rendered: Rendered) -> str:
     package = rendered.recipe["package"]
     return f"{package['name']}-{package['version']}-{rendered.build_string}.conda"
 
@@ -123,29 +112,4 @@ def wheel_job(
         "kernel-wheel": build.kernel_wheel(),
         "pieces": 0,
         "kernel-in-channel": kernel_in_channel,
-    }
-
-
-def fa3_job(rendered: RenderedFa3, runner_label: str, part: Part, pieces: int = 0) -> dict:
-    """An FA3 package's job: a piece, or the whole package from recipes/flash-attn-3 then its stable-ABI gate
-    against the oldest and the newest torch minor it serves (`torch-range`). `kernels` keys the package's
-    compiler cache and its pieces' artifacts, as a kernel package's slug does; `pieces` is how many piece
-    artifacts its `all` job must find before it builds."""
-    package = rendered.package
-    return {
-        "cell": package.id,
-        "part": part.name,
-        "slug": f"{FLASH_ATTN_3.package}-{job_slug(package.id, part.name)}",
-        "name": f"{FLASH_ATTN_3.package} {package.id}" + ("" if part.name == FA3_PART else f" [{part.name}]"),
-        "platform": package.platform,
-        "runs-on": runner_label,
-        "timeout-minutes": part.minutes,
-        "python": package.python,
-        "torch": package.torch,
-        "cuda": package.cuda,
-        "build-string": rendered.build_string,
-        "package": package_filename(rendered),
-        "kernels": f"{FLASH_ATTN_3.package}-{job_slug(package.id, FA3_PART)}",
-        "pieces": pieces,
-        "torch-range": f"{package.served[0]} {package.served[-1]}",
     }

@@ -1,32 +1,21 @@
-"""`faforge plan`'s work: the platform's cells, pip cells and FA3 packages, what the channel and the wheel index
-already hold, the plan, and its chunks checked against the
-workflow's chunk jobs; faforge.release.plan is the pure part."""
+"""`faforge plan`'s work: what each family would build for the platform, what the channel already holds of it,
+the plan, and its chunks checked against the workflow's chunk jobs; faforge.release.plan is the pure part."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_3.matrix import packages_of
-from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
-from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
-from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.matrix.releases import PLATFORMS
-from faforge.matrix.render import RenderedCell
-from faforge.matrix.render_cache import selected_cells
-from faforge.matrix.render_packages import RenderedPackage as RenderedFa3
-from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
-from faforge.release.pip_plan import added_per_torch_release, index_holdings
-from faforge.release.plan import STAGES, Plan, make_plan
+from faforge.release.plan import Holdings, Plan, PlannedFamily, Present, Wanted, channel_names, make_plan
 from faforge.release.plan_held import present_keys
-from faforge.release.plan_jobs import Fa3Estimator
 from faforge.release.reporter import Reporter
 
 
@@ -42,13 +31,13 @@ def _holds_packages(folder: Path) -> bool:
 
 
 def channel_holds(
-    given: str, channel: str, rendered: list[RenderedCell | RenderedFa3], new_channel_ok: bool, report: Reporter
-) -> set[tuple[str, str, str, str]]:
+    given: str, channel: str, wanted: Sequence[Wanted], new_channel_ok: bool, report: Reporter
+) -> Present:
     """What the channel (`given` as the user wrote it, `channel` its URL) holds of the packages a plan builds;
     an empty or new channel holds nothing, a folder of packages without repodata is an error."""
-    platforms = sorted({r.cell.platform for r in rendered}) or list(PLATFORMS)
+    platforms = sorted(frozenset().union(*(w.platforms for w in wanted))) or list(PLATFORMS)
     try:
-        return present_keys(query(channel, [FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, FLASH_ATTN_3.package], platforms))
+        return present_keys(query(channel, channel_names(wanted), platforms))
     except ChannelNotFound as exc:
         folder = _folder_of(channel)
         if folder is not None and not _holds_packages(folder):
@@ -70,19 +59,8 @@ def channel_holds(
     return set()
 
 
-def pip_in_index(index: str, builds: Sequence[PipBuild], report: Reporter) -> frozenset[str]:
-    """The ids of the pip cells whose two wheels the index root `index` (a folder or a URL) already lists."""
-    holdings = index_holdings(index, {b.cell.index_name for b in builds})
-    if holdings.missing:
-        report.say(
-            f"faforge plan: {len(holdings.missing)} of the "
-            f"{len(holdings.missing) + len(holdings.files)} indexes are not in "
-            f"{index} yet (nothing published there): {' '.join(holdings.missing)}"
-        )
-    return frozenset(b.cell.id for b in builds if holdings.holds(b))
-
-
 def plan_builds(
+    families: Iterable[PlannedFamily],
     *,
     platform: str,
     channel: str | None,
@@ -90,45 +68,20 @@ def plan_builds(
     new_channel_ok: bool,
     max_chunks: int,
     report: Reporter,
-    fa3_pieces: Fa3Estimator | None = None,
     index: str | None = None,
 ) -> Plan:
-    """The plan for the platform's cells, pip cells and FA3 packages (`all` for every one) minus what the channel
-    (conda packages) and the wheel index root `index` (pip cells) hold (none: plan every one), refused when a stage
-    needs more chunks than the workflow has jobs for. `fa3_pieces` estimates the FA3 packages' jobs
-    (faforge.release.plan_jobs.fa3_parts); without it each is one job."""
+    """The plan for each family's packages of the platform (`all` for every one) minus what the channel (conda
+    packages) and the wheel index root `index` (pip cells) hold (none: plan every one), refused when a stage
+    needs more chunks than the workflow has jobs for."""
     matrix = load_matrix()
-    rendered = selected_cells(matrix, platform)
-    fa3 = render_fa3(
-        [p for p in packages_of(matrix) if platform in ("all", p.platform)],
-        fa3_recipe(matrix.variants_dir),
-        matrix.variants_dir,
+    wanted = [family.plan.wanted(matrix, platform) for family in families]
+    present: Present = (
+        set() if given is None or channel is None else channel_holds(given, channel, wanted, new_channel_ok, report)
     )
-    pip = pip_builds(matrix, platform)
-    present = (
-        set()
-        if given is None or channel is None
-        else channel_holds(given, channel, [*rendered, *fa3], new_channel_ok, report)
-    )
-    in_index = frozenset() if index is None else pip_in_index(index, pip, report)
-    cost = load_build_cost()
-    pieces = fa3_pieces([r.package for r in fa3], cost) if fa3_pieces and fa3 else {}
-    plan = make_plan(
-        rendered,
-        matrix.kernels,
-        cost,
-        present,
-        given,
-        fa3=fa3,
-        fa3_pieces=pieces,
-        pip=pip,
-        pip_kernels=[k for k in matrix.pip_kernels if platform in ("all", k.key.platform)],
-        pip_in_index=in_index,
-        index=index,
-        pip_costs=added_per_torch_release(pip, matrix.kernels, cost),
-    )
+    holdings = Holdings(present=present, cost=load_build_cost(), channel=given, index=index, report=report)
+    plan = make_plan(wanted, holdings, given, index)
     data = plan.to_json()
-    for kind in STAGES:
+    for kind in plan.stages:
         if len(data[kind]) > max_chunks:
             raise FaforgeError(
                 f"the plan needs {len(data[kind])} {kind} chunks of at most "
@@ -139,10 +92,10 @@ def plan_builds(
     return plan
 
 
-def github_outputs(data: dict, max_chunks: int) -> str:
+def github_outputs(data: dict, stages: Sequence[str], max_chunks: int) -> str:
     """The workflow's step outputs: each stage's chunk count and its chunks `<stage>-N` (empty past the last)."""
     lines = []
-    for kind in STAGES:
+    for kind in stages:
         lines.append(f"{kind}-chunks={len(data[kind])}\n")
         for i in range(max_chunks):
             value = json.dumps(data[kind][i], separators=(",", ":")) if i < len(data[kind]) else ""

@@ -4,7 +4,7 @@ Model (each rule is checked in tests/buildcost/test_fa3.py):
 - a package compiles fa3_backend.sources() with no feature disabled (293 TUs at the pinned commit) and
   each TU once per GPU arch fa3_backend.gencode gives it: *_sm90.cu sm_90a, *_sm80.cu sm_80, the
   combine and scheduler TUs every arch of the list, the C++ glue none (it counts as one pass). A TU's
-  CPU time is proportional to its pass count, as for flash-attn 2 (faforge.buildcost.extrapolate);
+  CPU time is proportional to its pass count, as for flash-attn 2 (faforge.costmodel.extrapolate);
 - TUs fall into seven classes: sm90_fwd, sm90_bwd, sm80_fwd, sm80_bwd (the kernels), combine,
   scheduler and glue. A class's CPU time per TU and pass comes, best first, from:
   measured: samples of a full build (nothing disabled) for the reference platform, linux-64;
@@ -44,10 +44,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from faforge.buildcost.extrapolate import linear_fit
-from faforge.buildcost.samples import Fa3Build, Fa3Sample
+from faforge.costmodel.extrapolate import linear_fit
 from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.families.flash_attn_3.cost_samples import Fa3Build, Fa3Sample
 
 KERNEL_CLASSES = ("sm90_fwd", "sm90_bwd", "sm80_fwd", "sm80_bwd")
 CLASSES = (*KERNEL_CLASSES, "combine", "scheduler", "glue")

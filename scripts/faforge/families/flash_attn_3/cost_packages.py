@@ -1,7 +1,7 @@
 """What one FlashAttention-3 package of the matrix costs, per TU class, and the piece jobs it splits into.
 
-The per-class model is faforge.families.flash_attn_3.cost's; the tables, notes and JSON of `faforge bench-build` that show
-these costs are faforge.families.flash_attn_3.cost_report's. `faforge plan` needs only the jobs.
+The per-class model is faforge.families.flash_attn_3.cost's; the tables, notes and JSON of `faforge bench-build` that
+show these costs are faforge.families.flash_attn_3.cost_report's. `faforge plan` needs only the jobs.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from faforge.backend.jobs import RESERVED_GB
-from faforge.buildcost.extrapolate import runner_fit
-from faforge.buildcost.samples import Measurements
+from faforge.costmodel.extrapolate import runner_fit
+from faforge.costmodel.samples import Measurements
 from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.families.flash_attn_3.cost import (
     CLASSES,
@@ -22,6 +22,7 @@ from faforge.families.flash_attn_3.cost import (
     timed,
 )
 from faforge.families.flash_attn_3.cost_packages import PackageCost, package_cost
+from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.release.cost import KERNELS_LINK_PART, BuildCost
 
@@ -273,8 +274,8 @@ class Fa3Report:
 
 def report(measurements: Measurements, packages: list[Fa3Package], build_cost: BuildCost) -> Fa3Report:
     """The FA3 section of `faforge bench-build`: `packages` are faforge matrix --fa3's (load_matrix().fa3)."""
-    builds = {b.build: b for b in measurements.fa3_builds}
-    samples = tuple(timed(s, builds[s.build]) for s in measurements.fa3_samples)
+    measured = fa3_measurements(measurements)
+    samples = tuple(timed(s, measured.build(s.build)) for s in measured.samples)
     used = best_timed(samples)
     costs, ratio, ratio_from = class_costs([t for t in used if t.build.platform == REFERENCE_PLATFORM])
     factors = {p: platform_ratio(used, p) for p in sorted({pkg.platform for pkg in packages} - {REFERENCE_PLATFORM})}

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from faforge.backend import archs, jobs
 from faforge.backend.errors import BuildError
-from faforge.buildcost.samples import Sample
+from faforge.costmodel.samples import Sample
 from faforge.errors import FaforgeError
 from faforge.kernels.tus import CLASSES, HEAD_DIMS, class_counts, default_grid, parse_tu
 
