@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from faforge.family import Family, StableAbiFamily
+from faforge.gpu.stage import GpuFamily
 
 
 class FamilyModule(Protocol):
@@ -14,3 +15,7 @@ class FamilyModule(Protocol):
 
     @property
     def spec(self) -> Family | StableAbiFamily: ...
+
+    @property
+    def gpu(self) -> GpuFamily | None:
+        """Its GPU suite, gate and benchmark entry (faforge.gpu.stage); None: it has no GPU suite."""

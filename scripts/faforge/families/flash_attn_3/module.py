@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from faforge.families.flash_attn_3 import gpu  # noqa: F401 (its stage namespace, read by the GPU stage)
 from faforge.family import FLASH_ATTN_3
 
 spec = FLASH_ATTN_3
