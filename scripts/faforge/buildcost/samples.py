@@ -5,7 +5,7 @@ cross-python compiler-cache benchmark.  `faforge bench-build --measure --write` 
 file; `faforge bench-build` (and `faforge plan`, through extrapolate.py) read it.  `glue` entries
 are compiles of flash_api.cpp, the one TU a cell's own job compiles once the kernels are a separate
 package; `sizes` entries are bytes of a real build's binaries, from which `faforge bench-build`
-models package sizes per arch count (faforge.buildcost.split).  Both are hand-entered, each with
+models package sizes per arch count (faforge.bench.kernel_split).  Both are hand-entered, each with
 its source.  `fa3_builds` and `fa3_samples` are timed compiles of FlashAttention-3's TUs (upstream's
 hopper/ folder): a build says what it compiled (target platform, GPU archs, the features it disabled,
 nvcc, torch headers) and, when /usr/bin/time wrapped it, its CPU time; a sample is one TU of a build,

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
+from faforge.bench.kernel_split import new_kernel_builds, size_model, split_report
 from faforge.buildcost import samples
 from faforge.buildcost.extrapolate import class_costs
-from faforge.buildcost.split import new_kernel_builds, size_model, split_report
 from faforge.errors import DataError
 from faforge.kernels.cachekey import kernel_cache_key
 from faforge.matrix import load_matrix
