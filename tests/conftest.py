@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.buildcost.reuse import find_ccache
+from faforge.bench.cache_reuse import find_ccache
 from faforge.errors import FaforgeError
 from tests.support import tiers
 from tests.support.compile_cache import cxx_through_ccache

@@ -5,7 +5,7 @@ mapped to its unit: the top-level package or one-file module it belongs to. Each
 makes, at the top or inside a function, must go to its own unit or to a lower row of LAYERS, as in an
 import-linter "layers" contract. Units sharing a row are independent of each other, except in the
 base row, whose one-file helpers may use one another. Code under `if __name__ == "__main__":` is a
-script entry (`python -m faforge.buildcost.bench` is `faforge bench-build`), not part of the module
+script entry (`python -m faforge.bench.build_cost` is `faforge bench-build`), not part of the module
 other modules import, so it is skipped.
 """
 
@@ -23,6 +23,7 @@ LAYERS = (
     ("__main__",),  # `python -m faforge`
     ("cli",),  # the console entry and its parser
     ("commands",),  # one module per subcommand: parse, call the layers below, print
+    ("bench",),  # bench-build's measurements and the build-cost studies; nothing below imports them
     ("buildcost",),  # build-cost measurements and their reports (faforge bench-build)
     ("families",),  # one package per family behind the stages' protocols (faforge.families)
     ("release", "doctor"),  # the release pipeline, the installed-env diagnosis
@@ -155,7 +156,7 @@ def test_no_module_imports_a_higher_layer():
     [
         ("faforge.kernels.tus", "from faforge.buildcost import samples\n", "faforge.buildcost.samples"),
         ("faforge.abi.elf", "import faforge.matrix.cells\n", "faforge.matrix.cells"),
-        ("faforge.buildcost.bench", "def main():\n    from faforge.cli import main\n", "faforge.cli.main"),
+        ("faforge.bench.build_cost", "def main():\n    from faforge.cli import main\n", "faforge.cli.main"),
         (
             "faforge.channel.index",
             "from faforge.release.package import sha256_of\n",
@@ -174,7 +175,7 @@ def test_a_new_upward_or_sideways_import_is_reported(module, source, target):
 def test_downward_imports_and_script_entries_pass():
     modules = {
         "faforge.commands.build": "from faforge.release.build import build_cell\nfrom faforge import errors, paths\n",
-        "faforge.buildcost.bench": "from faforge.kernels import tus\nif __name__ == '__main__':\n"
+        "faforge.bench.build_cost": "from faforge.kernels import tus\nif __name__ == '__main__':\n"
         "    from faforge.cli import main\n",
         "faforge.kernels": "from . import tus\nfrom faforge.abi.elf import read_elf\n",
         "faforge.paths": "from faforge.untrusted import load_json\nfrom faforge import __version__\n",

@@ -115,7 +115,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def console_main() -> int:
     """The `faforge` console script. It owns its process, so it takes over the interrupt handling;
-    main() does not, since tests and `faforge.buildcost.bench` call it inside their own processes."""
+    main() does not, since tests and `faforge.bench.build_cost` call it inside their own processes."""
     deliver_swallowed_interrupts()
     reserve_standard_fds()
     try:

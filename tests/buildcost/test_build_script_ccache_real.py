@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.buildcost import reuse
+from faforge.bench import cache_reuse as reuse
 from faforge.errors import FaforgeError
 from tests.recipe.test_build_script_real import _run, _tiny_sdist, build_python  # noqa: F401  (fixture)
 

@@ -1,4 +1,4 @@
-"""`faforge bench-build` and `python -m faforge.buildcost.bench` as a user runs them (report mode)."""
+"""`faforge bench-build` and `python -m faforge.bench.build_cost` as a user runs them (report mode)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_report_tables_and_the_module_entry_agree():
     ):
         assert title in table.stdout
     module = subprocess.run(
-        [sys.executable, "-m", "faforge.buildcost.bench", "--runner", "2:22"],
+        [sys.executable, "-m", "faforge.bench.build_cost", "--runner", "2:22"],
         capture_output=True,
         text=True,
         timeout=120,

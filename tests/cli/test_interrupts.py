@@ -77,7 +77,7 @@ def test_the_console_script_is_the_one_that_takes_over_interrupts():
 
 
 def test_calling_main_inside_another_process_leaves_its_unraisable_hook_alone(capsys):
-    """Tests and faforge.buildcost.bench call cli.main in their own process (here pytest's, whose hook
+    """Tests and faforge.bench.build_cost call cli.main in their own process (here pytest's, whose hook
     reports unraisable exceptions of later tests)."""
     before = sys.unraisablehook
     assert cli.main(["matrix", "--json"]) == 0

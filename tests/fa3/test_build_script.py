@@ -22,7 +22,7 @@ import pytest
 from faforge import paths
 from faforge.abi import elf, fatbin
 from faforge.backend.errors import BuildError
-from faforge.buildcost import reuse
+from faforge.bench import cache_reuse as reuse
 from faforge.channel.local import PackageSpec, assemble
 from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3 import backend as fa3

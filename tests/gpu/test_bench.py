@@ -7,9 +7,14 @@ import time
 import pytest
 
 from faforge.commands.bench_gpu import failures, format_results
+from faforge.families.flash_attn_3 import gpu as fa3_gpu
 from faforge.families.flash_attn_3.gpu_gate import Fa3Gate
-from faforge.gpu import bench
-from faforge.gpu.bench import HIDDEN, IMPLEMENTATIONS, TOTAL_TOKENS, Shape, ratios, shapes
+from faforge.gpu import bench, builtin
+from faforge.gpu.bench import HIDDEN, TOTAL_TOKENS, Shape, implementations, ratio_pairs, ratios, shapes
+from faforge.gpu.gate import Gate
+
+FAMILIES = (builtin, fa3_gpu)  # the registry's order: flash-attn, then flash-attn-3
+IMPLEMENTATIONS = implementations(FAMILIES)
 
 
 def test_shapes_keep_16k_tokens_and_cover_the_grid():
@@ -30,7 +35,8 @@ def test_flops_follow_upstream_counting():
 
 def test_ratios_are_none_where_a_backend_did_not_run():
     got = ratios(
-        {"flash-attn": 400.0, "flash-attn-3": 700.0, "sdpa-flash": 200.0, "sdpa-efficient": None, "sdpa-cudnn": 350.0}
+        {"flash-attn": 400.0, "flash-attn-3": 700.0, "sdpa-flash": 200.0, "sdpa-efficient": None, "sdpa-cudnn": 350.0},
+        ratio_pairs(FAMILIES),
     )
     assert got == {
         "flash-attn-3/flash-attn": 1.75,
@@ -52,11 +58,12 @@ def test_table_shows_ratios_peak_fraction_and_errors():
     tflops = dict(zip(IMPLEMENTATIONS, (300.0, 660.0, 150.0, None, 330.0), strict=True))
     record = {
         "batch": 8, "seqlen": 2048, "heads": 16, "head_dim": 128, "causal": True, "direction": "bwd",
-        "tflops": tflops, "ratios": ratios(tflops),
+        "tflops": tflops, "ratios": ratios(tflops, ratio_pairs(FAMILIES)),
         "peak_fraction": {name: rate and rate / 989.4 for name, rate in tflops.items()},
         "errors": {"sdpa-efficient": "No available kernel."},
     }  # fmt: skip
-    table = format_results([record])
+    assert IMPLEMENTATIONS == ("flash-attn", "flash-attn-3", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+    table = format_results([record], FAMILIES)
     row = next(line for line in table.splitlines() if line.startswith("2048"))
     assert row.split() == [
         "2048",
@@ -87,10 +94,11 @@ def test_a_family_that_should_have_run_and_did_not_is_a_failure():
         {"direction": "fwd", "seqlen": 512, "head_dim": dim, "tflops": {"flash-attn": 1.0, "flash-attn-3": None}}
         for dim in (64, 128)
     ]
-    assert failures(runs, True, fa3) == [
+    fa2 = Gate(True, "H200")
+    assert failures(runs, {"flash-attn": fa2, "flash-attn-3": fa3}, FAMILIES) == [
         "flash-attn-3 fwd seqlen 512 hdim 128"
     ]  # hdim 64 is not built: n/a, not a failure
-    assert failures(runs, True, Fa3Gate(False, "not installed")) == []
+    assert failures(runs, {"flash-attn": fa2, "flash-attn-3": Fa3Gate(False, "not installed")}, FAMILIES) == []
 
 
 @pytest.mark.gpu

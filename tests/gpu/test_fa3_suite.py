@@ -17,9 +17,10 @@ import pytest
 
 from faforge import paths
 from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.families.flash_attn_3 import gpu_gate as fa3_gate
+from faforge.families.flash_attn_3 import gpu_kernels as fa3_kernels
+from faforge.families.flash_attn_3.gpu import coverage as compare_declared
 from faforge.family import FLASH_ATTN_3
-from faforge.gpu import fa3_gate, fa3_kernels
-from faforge.gpu.coverage import compare_declared
 from tests.gpu.fa3_canary import FOLDER
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
@@ -84,10 +85,8 @@ def test_a_declaration_the_binary_does_not_keep_is_a_defect(site, tmp_path):
 
 def test_a_declared_tu_the_profiler_never_saw_is_reported():
     observed = {"sms": 132, "tests": {"a": ["instantiations/flash_fwd_hdim128_bf16_sm90.cu"], "b": []}}
-    coverage = compare_declared(
-        observed,
-        ("flash_api_stable.cpp", "instantiations/flash_fwd_hdim128_bf16_sm90.cu", "flash_prepare_scheduler.cu"),
-    )
+    declared = ("flash_api_stable.cpp", "instantiations/flash_fwd_hdim128_bf16_sm90.cu", "flash_prepare_scheduler.cu")
+    coverage = compare_declared(observed, fa3_gate.Fa3Gate(True, "H100", declared={"tus": list(declared)}))
     assert coverage["never_seen"] == ["flash_prepare_scheduler.cu"] and coverage["package_tus"] == 2
 
 

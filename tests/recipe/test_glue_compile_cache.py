@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from faforge.backend.ccache import CCACHE_HIT_COUNTERS, ccache_counts
-from faforge.buildcost.reuse import find_ccache
+from faforge.bench.cache_reuse import find_ccache
 from faforge.errors import FaforgeError
 from tests.support.compile_cache import cxx_through_ccache
 

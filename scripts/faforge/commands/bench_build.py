@@ -3,10 +3,10 @@
 Reports from variants/build-measurements.yaml; with --measure, first compiles a small TU subset in
 two rattler-build-like trees (one python cold, a second python through the compiler cache the first
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
-entries it also prints the matrix before and after the kernel split (faforge.buildcost.split); with its
+entries it also prints the matrix before and after the kernel split (faforge.bench.kernel_split); with its
 FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
 piece jobs each splits into (faforge.families.flash_attn_3.cost); and, for the pip world, the runner and CPU hours
-each torch release adds (faforge.buildcost.pip_world).
+each torch release adds (faforge.bench.pip_world_cost).
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from pathlib import Path
 from faforge import paths
 from faforge.backend.errors import BuildError
 from faforge.backend.toolchain import find_cuda_home
-from faforge.buildcost import bench, extrapolate_report, pip_world, split
-from faforge.buildcost.reuse import TuRun
+from faforge.bench import build_cost as bench
+from faforge.bench import kernel_split as split
+from faforge.bench import pip_world_cost as pip_world
+from faforge.bench.cache_reuse import TuRun
+from faforge.buildcost import extrapolate_report
 from faforge.costmodel import samples
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.families.flash_attn_3 import cost_report as fa3_report

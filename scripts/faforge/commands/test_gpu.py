@@ -13,11 +13,18 @@ import argparse
 
 from faforge import paths
 from faforge.errors import EXIT_OK
+from faforge.families.registry import FAMILIES
 from faforge.gpu import canary, run_suite
+from faforge.gpu.stage import GpuFamily
+
+
+def gpu_families() -> list[GpuFamily]:
+    """The families with a GPU suite, in the registry's order (the first is --family's default)."""
+    return [family.gpu for family in FAMILIES if family.gpu is not None]
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    run_suite.add_arguments(parser)
+    run_suite.add_arguments(parser, gpu_families())
     parser.add_argument(
         "--canary-status",
         action="store_true",
@@ -30,4 +37,4 @@ def execute(args: argparse.Namespace) -> int:
     if args.canary_status:
         print("\n".join(canary.status_lines(paths.repo_root())))
         return EXIT_OK
-    return run_suite.execute(args)
+    return run_suite.execute(args, gpu_families())

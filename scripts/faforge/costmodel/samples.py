@@ -5,7 +5,7 @@ cross-python compiler-cache benchmark.  `faforge bench-build --measure --write` 
 file; `faforge bench-build` (and `faforge plan`, through extrapolate.py) read it.  `glue` entries
 are compiles of flash_api.cpp, the one TU a cell's own job compiles once the kernels are a separate
 package; `sizes` entries are bytes of a real build's binaries, from which `faforge bench-build`
-models package sizes per arch count (faforge.buildcost.split).  Both are hand-entered, each with
+models package sizes per arch count (faforge.bench.kernel_split).  Both are hand-entered, each with
 its source.  Any other top-level list is a family's own timed compiles, kept here as read (`sections`):
 the family that owns it reads and checks its entries (faforge.families.<name>), so this file's model
 stays the same whichever families it holds.  The comment block at the top of the file is kept as read.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from faforge.family import Family, StableAbiFamily
+from faforge.gpu.stage import GpuFamily
 from faforge.matrix.stage import MatrixFamily
 from faforge.release.plan import PlanFamily
 
@@ -22,3 +23,7 @@ class FamilyModule(Protocol):
 
     @property
     def plan(self) -> PlanFamily: ...
+
+    @property
+    def gpu(self) -> GpuFamily | None:
+        """Its GPU suite, gate and benchmark entry (faforge.gpu.stage); None: it has no GPU suite."""

@@ -1,5 +1,6 @@
-"""Forward and backward TFLOP/s of flash-attn, flash-attn-3 and PyTorch's SDPA (flash, efficient and cuDNN
-backends), same shapes, each as ratios to the others and as a fraction of the GPU's dense peak.
+"""Forward and backward TFLOP/s of each flash-attn family's attention function (faforge.gpu.stage.GpuFamily) and
+PyTorch's SDPA (flash, efficient and cuDNN backends), same shapes, as ratios and as a fraction of the GPU's
+dense peak.
 
 The shapes follow upstream's benchmarks/benchmark_flash_attention.py: hidden size
 2048 split into heads of 64 or 128, batch x seqlen kept at 16k tokens for
@@ -10,7 +11,7 @@ calls, back to back between two CUDA events, after at least 100 ms of untimed wa
 
 torch and flash_attn are imported inside `run_benchmark` only, so the faforge
 CLI starts without them. An implementation that is not installed, or that cannot take a shape (an SDPA
-backend; a flash-attn-3 built without that head dim), is n/a with its reason, not a failure.
+backend; a family's package built without that head dim), is n/a with its reason, not a failure.
 """
 
 from __future__ import annotations
@@ -21,32 +22,21 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-
 if TYPE_CHECKING:
     import torch
+
+    from faforge.gpu.stage import GpuFamily
 
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 TOTAL_TOKENS = 16384
 HIDDEN = 2048
-IMPLEMENTATIONS = (FLASH_ATTN.package, FLASH_ATTN_3.package, "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
-# (faster?, than) pairs reported as ratios: FA3 against FA2 and SDPA, FA2 against SDPA.
-RATIOS = (
-    (FLASH_ATTN_3.package, FLASH_ATTN.package),
-    (FLASH_ATTN_3.package, "sdpa-flash"),
-    (FLASH_ATTN_3.package, "sdpa-cudnn"),
-    (FLASH_ATTN.package, "sdpa-flash"),
-    (FLASH_ATTN.package, "sdpa-efficient"),
-    (FLASH_ATTN.package, "sdpa-cudnn"),
-)
+SDPA = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 # Dense (no 2:4 sparsity) fp16/bf16 tensor-core peak in TFLOP/s, by a part of torch's device name; first match wins.
 # H100 SXM5 and H200 (same GH100 compute): 989.4 (NVIDIA's figures as tabulated at
 # https://glennklockwood.com/garden/processors/h100, "BF16 | 133.8 | 989.4 | 1978.9"); H100 PCIe: 756
 # (datasheet: 1,513 with sparsity); A100: 312 (A100 datasheet, BF16 tensor core, dense).
 DENSE_PEAK_TFLOPS = (("H200", 989.4), ("GH200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4), ("A100", 312.0))
-# Both families' dense entry point, flash_attn_func (flash_attn/__init__.py; hopper/flash_attn_interface.py)
-ATTENTION_FUNCTION = f"{FLASH_ATTN.module}_func"
 BACKWARD_FLOPS_FACTOR = 2.5  # upstream's count: backward = 2.5 x forward matmul FLOPs
 
 
@@ -106,18 +96,19 @@ def dense_peak(device: str | None) -> float | None:
     return next((peak for part, peak in DENSE_PEAK_TFLOPS if device and part in device), None)
 
 
-def installed() -> dict[str, Callable[..., Any] | str]:
-    """{implementation: its attention function, or the reason it is not here} for the two flash-attn families."""
-    found: dict[str, Callable[..., Any] | str] = {}
-    for package, module in (
-        (FLASH_ATTN.package, FLASH_ATTN.module),
-        (FLASH_ATTN_3.package, FLASH_ATTN_3.interface_module),
-    ):
-        try:
-            found[package] = getattr(__import__(module), ATTENTION_FUNCTION)
-        except (ImportError, OSError, AttributeError) as exc:
-            found[package] = f"not installed here ({exc})"
-    return found
+def implementations(families: Sequence[GpuFamily]) -> tuple[str, ...]:
+    """The benchmark's columns: each family's package, in the families' order, then SDPA's backends."""
+    return (*(family.package for family in families), *SDPA)
+
+
+def ratio_pairs(families: Sequence[GpuFamily]) -> tuple[tuple[str, str], ...]:
+    """(faster?, than) pairs reported as ratios: the newest family first, each against its baselines."""
+    return tuple((family.package, baseline) for family in reversed(families) for baseline in family.bench_baselines)
+
+
+def installed(families: Sequence[GpuFamily]) -> dict[str, Callable[..., Any] | str]:
+    """{package: its attention function, or the reason it is not here} for each family."""
+    return {family.package: family.attention_function() for family in families}
 
 
 def _attention_calls(
@@ -164,16 +155,15 @@ def measure(
     dtype: torch.dtype,
     *,
     repeats: int,
-    flash_functions: dict[str, Callable[..., Any] | str] | None = None,
+    flash_functions: dict[str, Callable[..., Any] | str],
+    pairs: Sequence[tuple[str, str]],
     peak: float | None = None,
 ) -> list[dict]:
     """Two records (fwd, bwd) for one shape: TFLOP/s per implementation, or the error that stopped it."""
     import torch  # noqa: PLC0415 (torch only when run)
 
     records: dict[str, _Rates] = {d: {"tflops": {}, "errors": {}} for d in ("fwd", "bwd")}
-    for name, call in _attention_calls(
-        shape, dtype, installed() if flash_functions is None else flash_functions
-    ).items():
+    for name, call in _attention_calls(shape, dtype, flash_functions).items():
         if isinstance(call, str):
             for record in records.values():
                 record["tflops"][name], record["errors"][name] = None, call
@@ -207,7 +197,7 @@ def measure(
             "causal": shape.causal,
             "direction": direction,
             "tflops": record["tflops"],
-            "ratios": ratios(record["tflops"]),
+            "ratios": ratios(record["tflops"], pairs),
             "peak_fraction": {
                 name: (rate / peak if rate and peak else None) for name, rate in record["tflops"].items()
             },
@@ -217,12 +207,13 @@ def measure(
     ]
 
 
-def ratios(tflops: dict) -> dict:
-    """Each pair of RATIOS as a speed-up (None where either did not run)."""
-    return {f"{a}/{b}": (tflops[a] / tflops[b] if tflops.get(a) and tflops.get(b) else None) for a, b in RATIOS}
+def ratios(tflops: dict, pairs: Sequence[tuple[str, str]]) -> dict:
+    """Each of `pairs` (ratio_pairs) as a speed-up (None where either did not run)."""
+    return {f"{a}/{b}": (tflops[a] / tflops[b] if tflops.get(a) and tflops.get(b) else None) for a, b in pairs}
 
 
 def run_benchmark(
+    families: Sequence[GpuFamily],
     *,
     dtype_name: str = "bf16",
     seqlens: Sequence[int] = SEQLENS,
@@ -234,9 +225,9 @@ def run_benchmark(
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     torch.manual_seed(0)
-    functions, peak = installed(), dense_peak(torch.cuda.get_device_name(0))
+    functions, peak, pairs = installed(families), dense_peak(torch.cuda.get_device_name(0)), ratio_pairs(families)
     results = []
     for shape in shapes(seqlens, head_dims):
         progress(shape)
-        results += measure(shape, dtype, repeats=repeats, flash_functions=functions, peak=peak)
+        results += measure(shape, dtype, repeats=repeats, flash_functions=functions, pairs=pairs, peak=peak)
     return results

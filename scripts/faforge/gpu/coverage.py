@@ -22,7 +22,7 @@ KERNELS_JSON_ENV = "FAFORGE_GPU_KERNELS_JSON"
 
 
 class KernelRecorder:
-    """Both suites' conftests: each test's CUDA kernels, by torch.profiler's names, mapped to TUs by
+    """Every suite's conftest: each test's CUDA kernels, by torch.profiler's names, mapped to TUs by
     `tu_of` and written to KERNELS_JSON_ENV's file at the end. Only when test-gpu asks and the gate
     is open: the profiler costs time."""
 
@@ -88,18 +88,3 @@ def format_coverage(coverage: dict) -> list[str]:
         for m in coverage["mismatches"]
     ]
     return lines
-
-
-def compare_declared(observed: dict, tus: tuple[str, ...]) -> dict:
-    """FA3's coverage record (same shape as `compare`'s): the declared .cu TUs against those the profiler
-    saw. FA3 has no dispatch emulation, so a TU never seen is the finding (and fails test-gpu)."""
-    seen = set().union(*map(set, observed["tests"].values())) if observed["tests"] else set()
-    declared = sorted(tu for tu in tus if tu.endswith(".cu"))
-    return {
-        "sms": observed["sms"],
-        "package_tus": len(declared),
-        "expected_tus": declared,
-        "seen_tus": sorted(seen),
-        "never_seen": sorted(set(declared) - seen),
-        "mismatches": [],
-    }

@@ -105,7 +105,7 @@ def attention_ref(
     attention = attention.masked_fill(masked.all(dim=-1, keepdim=True), 0.0)  # rows that see no key
     if dropout_keep is not None:
         attention = attention.masked_fill(~dropout_keep, 0.0)
-    if intermediate_dtype is not None:  # FA3's FP8 forward rounds P to fp8 before P @ V (hopper/test_util.py L343-L344)
+    if intermediate_dtype is not None:  # an FP8 forward rounds P to fp8 before P @ V (upstream's test_util.py)
         attention = attention.to(intermediate_dtype).to(attention.dtype)
     out = torch.einsum("bhts,bshd->bthd", attention, v / (1 - dropout_p))
     return out.to(dtype)

@@ -22,15 +22,16 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from faforge.errors import EXIT_OK, EXIT_SKIPPED, FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.gpu import builtin
 from faforge.gpu.coverage import format_coverage
 from faforge.gpu.gate import DECLARED_ARCHS_ENV, DECLARED_HEAD_DIMS_ENV, declaration, evaluate
+from faforge.gpu.stage import GpuFamily, load
 from faforge.gpu.suite_run import run
 
-FAMILIES = (FLASH_ATTN.package, FLASH_ATTN_3.package)
 # The files (relative to the folder holding faforge/) that the line above needs; nothing else of faforge.
 RECIPE_TEST_FILES = (
     "faforge/__init__.py",
@@ -44,21 +45,15 @@ RECIPE_TEST_FILES = (
     "faforge/abi/elf_versions.py",
     "faforge/abi/fatbin.py",
     "faforge/gpu/__init__.py",
+    "faforge/gpu/builtin.py",
     "faforge/gpu/compat.py",
     "faforge/gpu/coverage.py",
     "faforge/gpu/dispatch.py",
-    "faforge/gpu/fa3_gate.py",
-    "faforge/gpu/fa3_kernels.py",
-    "faforge/families/flash_attn_3/gpu_suite/__init__.py",
-    "faforge/families/flash_attn_3/gpu_suite/conftest.py",
-    "faforge/families/flash_attn_3/gpu_suite/harness.py",
-    "faforge/families/flash_attn_3/gpu_suite/test_fa3_attention.py",
-    "faforge/families/flash_attn_3/gpu_suite/test_fa3_declaration.py",
-    "faforge/families/flash_attn_3/gpu_suite/test_fa3_kvcache.py",
     "faforge/gpu/gate.py",
     "faforge/gpu/junit.py",
     "faforge/gpu/reference.py",
     "faforge/gpu/run_suite.py",
+    "faforge/gpu/stage.py",
     "faforge/gpu/suite_child.py",
     "faforge/gpu/suite_hooks.py",
     "faforge/gpu/suite_run.py",
@@ -95,14 +90,16 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by `faforge test-gpu` and `python -m faforge.gpu.run_suite`."""
+def add_arguments(parser: argparse.ArgumentParser, families: Sequence[GpuFamily] = ()) -> None:
+    """Options shared by `faforge test-gpu` (`families`: those with a GPU suite) and `python -m
+    faforge.gpu.run_suite` (no families: --family names a package, faforge.gpu.stage.load finds its suite)."""
+    default = families[0].package if families else builtin.package
+    notes = [f"{f.package} declares its contents in {f.declares_in}" for f in families if f.declares_in]
     parser.add_argument(
         "--family",
-        choices=FAMILIES,
-        default=FLASH_ATTN.package,
-        help=f"which installed package to test (default {FLASH_ATTN.package}); {FLASH_ATTN_3.package} declares "
-        f"its contents in {FLASH_ATTN_3.config_module}.py",
+        choices=[f.package for f in families] or None,
+        default=default,
+        help="; ".join([f"which installed package to test (default {default})", *notes]),
     )
     parser.add_argument("--report-dir", type=Path, help="write junit.xml, summary.json and pytest.log there")
     parser.add_argument(
@@ -119,27 +116,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--declared-head-dims",
         help="the package's head dims, e.g. 32,64,96,128,192,256 (env "
-        f"{DECLARED_HEAD_DIMS_ENV}; default: {FLASH_ATTN.package} 2's)",
+        f"{DECLARED_HEAD_DIMS_ENV}; default: {builtin.package} 2's)",
     )
     parser.add_argument(
         "pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest after `--`, e.g. -- -k dense"
     )
 
 
-def execute(args: argparse.Namespace) -> int:
-    """Run, print the summary (JSON or text; pytest's output goes to stderr with --json), return the exit code."""
+def execute(args: argparse.Namespace, families: Sequence[GpuFamily] = ()) -> int:
+    """Run --family's suite (one of `families`, else found by faforge.gpu.stage.load), print the summary (JSON
+    or text; pytest's output goes to stderr with --json), return the exit code."""
     if args.time_cap_s is not None and not (math.isfinite(args.time_cap_s) and args.time_cap_s > 0):
         raise FaforgeError(
             "--time-cap-s must be a finite number of seconds above 0",
             input=f"--time-cap-s {args.time_cap_s}",
             hint="e.g. --time-cap-s 600",
         )
-    if args.family == FLASH_ATTN_3.package and (args.declared_archs or args.declared_head_dims):
+    family = next((f for f in families if f.package == args.family), None) or load(args.family)
+    if family.declares_in and (args.declared_archs or args.declared_head_dims):
         raise FaforgeError(
-            f"--declared-archs/--declared-head-dims are for {FLASH_ATTN.package}",
+            f"--declared-archs/--declared-head-dims are for {builtin.package}",
             input=f"--family {args.family}",
-            hint=f"{FLASH_ATTN_3.package} declares its GPU code and TUs in "
-            f"its {FLASH_ATTN_3.config_module}.py; drop the options",
+            hint=f"{family.package} declares its GPU code and TUs in its {family.declares_in}; drop the options",
         )
     for value, name in ((args.declared_archs, DECLARED_ARCHS_ENV), (args.declared_head_dims, DECLARED_HEAD_DIMS_ENV)):
         if value is not None:
@@ -153,9 +151,7 @@ def execute(args: argparse.Namespace) -> int:
             str(exc), hint="e.g. --declared-archs '80;90;120+PTX' --declared-head-dims 32,64,96,128,192,256"
         ) from None
     output = sys.stderr if args.json else sys.stdout
-    summary = run(
-        args.report_dir, tuple(args.pytest_args), output=output, time_cap_s=args.time_cap_s, family=args.family
-    )
+    summary = run(args.report_dir, tuple(args.pytest_args), output=output, time_cap_s=args.time_cap_s, family=family)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return summary["exit_code"]
 

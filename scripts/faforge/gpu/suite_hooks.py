@@ -1,5 +1,5 @@
-"""The pytest hooks both GPU suites' conftests install (faforge/gpu/suite for flash-attn, fa3_suite for
-flash-attn-3): the `gpu` marker, the gate's verdict in pytest's header, each test's kernel TUs recorded
+"""The pytest hooks every family's GPU suite installs from its conftest (faforge.gpu.stage.GpuFamily.suite):
+the `gpu` marker, the gate's verdict in pytest's header, each test's kernel TUs recorded
 for test-gpu's coverage (faforge.gpu.coverage.KernelRecorder), and the declaration test, which is not
 behind the gate's skip: a binary lacking what its package declares fails (exit 1), never skips (3).
 Imported only inside a suite run, where pytest exists."""

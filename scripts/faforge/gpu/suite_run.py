@@ -18,15 +18,12 @@ from pathlib import Path
 from typing import TextIO
 
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, path_error
-from faforge.families.flash_attn_3 import gpu_gate as fa3_gate
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.gpu.coverage import compare, compare_declared
-from faforge.gpu.gate import evaluate
+from faforge.gpu import builtin
 from faforge.gpu.junit import count_outcomes, parse_junit
+from faforge.gpu.stage import GpuFamily
 from faforge.gpu.suite_child import missing_requirements, run_child, suite_env
 
-SUITE_DIR = Path(__file__).resolve().parent / "suite"
-FA3_SUITE_DIR = Path(__file__).resolve().parents[1] / "families" / "flash_attn_3" / "gpu_suite"
+SUITE_DIR = builtin.suite
 SCHEMA_VERSION = 1
 # pytest's exit status for a command-line usage error (pytest.ExitCode.USAGE_ERROR): bad input, not a failed run.
 PYTEST_USAGE_ERROR = 4
@@ -66,9 +63,9 @@ def run(
     output: TextIO = sys.stdout,
     time_cap_s: float | None = None,
     suite_dir: Path | None = None,
-    family: str = FLASH_ATTN.package,
+    family: GpuFamily = builtin,
 ) -> dict:
-    """Run the suite (its output goes to `output`) and return the versioned summary; see tests/schemas/test-gpu.json.
+    """Run `family`'s suite (its output goes to `output`); the versioned summary (tests/schemas/test-gpu.json).
 
     A time cap, or SIGTERM (e.g. from `timeout`), interrupts pytest like Ctrl-C, so it still writes junit.xml
     and the report files hold every test that ran; the verdict is then "failed" with the reason."""
@@ -78,9 +75,8 @@ def run(
             f"the GPU suite needs {', '.join(missing)}, which this Python ({sys.executable}) cannot import",
             hint=f"{sys.executable} -m pip install {' '.join(repr(m) if '>' in m else m for m in missing)}",
         )
-    fa3 = family == FLASH_ATTN_3.package
-    gate = fa3_gate.evaluate() if fa3 else evaluate()
-    suite_dir = suite_dir or (FA3_SUITE_DIR if fa3 else SUITE_DIR)
+    gate = family.evaluate()
+    suite_dir = suite_dir or family.suite
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="faforge-gpu-") as scratch:
         work = Path(report_dir) if report_dir else Path(scratch)
@@ -98,13 +94,7 @@ def run(
         output.flush()
         tests = parse_junit(junit) if junit.exists() else []
         observed = json.loads(kernels.read_text()) if kernels.exists() else None
-        coverage = (
-            None
-            if observed is None
-            else compare_declared(observed, gate.tus)
-            if isinstance(gate, fa3_gate.Fa3Gate)
-            else compare(observed, gate.head_dims)
-        )
+        coverage = None if observed is None else family.coverage(observed, gate)
     if pytest_exit_code == PYTEST_USAGE_ERROR and not tests and not stopped:
         raise FaforgeError(
             "pytest rejected the arguments after `--` (its message is above)",
@@ -112,14 +102,14 @@ def run(
             hint="see `python -m pytest --help`",
         )
     exit_code, status, reason = verdict(pytest_exit_code, tests, stopped, suite_dir)
-    if fa3 and coverage and coverage["never_seen"] and exit_code == EXIT_OK:
+    if family.coverage_fails and coverage and coverage["never_seen"] and exit_code == EXIT_OK:
         exit_code, status, reason = (
             EXIT_PROBLEMS,
             "failed",
             f"declared TUs never launched: {', '.join(coverage['never_seen'])}",
         )
     summary = {
-        "family": family,
+        "family": family.package,
         "version": SCHEMA_VERSION,
         "status": status,
         "exit_code": exit_code,

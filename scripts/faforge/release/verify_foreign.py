@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from faforge.abi.resolve import torch_lib_dirs
 from faforge.emulator import Emulator, NoEmulator, find_emulator, is_foreign, machine_of
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
+from faforge.gpu.stage import not_run_here
 from faforge.paths import user_path
 from faforge.release.clean_env import unpacked
 from faforge.release.package import PackageFacts
@@ -190,12 +190,8 @@ def no_torch_against(machine: str) -> Check:
 
 
 def gpu_skipped(package: PackageFacts, machine: str) -> Check:
-    return Check(
-        "gpu",
-        "skipped",
-        f"a {package.subdir} package's GPU suite runs natively on a GPU runner of that machine ({machine}; "
-        f"CI: gpu-test where FAFORGE_GPU_RUNNER_AARCH64 is true); this machine is {platform.machine()}",
-    )
+    runner = "; CI: gpu-test where FAFORGE_GPU_RUNNER_AARCH64 is true"
+    return Check("gpu", "skipped", not_run_here("package", package.subdir, machine, runner))
 
 
 def foreign_machine(package: PackageFacts) -> str | None:

@@ -11,7 +11,6 @@ sysroot and a target Python (faforge.release.verify_foreign), none of which the 
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ from faforge.abi.check import PLATFORM_MACHINES
 from faforge.emulator import Emulator
 from faforge.families.flash_attn_3.verify import FA3_PYTHON, torch_python, torch_sites
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.gpu.stage import not_run_here
 from faforge.release.pip_env import loopback_index, pip_target
 from faforge.release.verify import Check, output_tail
 from faforge.release.verify_foreign import EMULATED_TIMEOUT_S, Emulation, emulator_for, import_from, target_python
@@ -31,10 +31,7 @@ from faforge.release.wheel_pairs import fa3_range
 
 
 def gpu_skipped_text(wheel: WheelPackage, machine: str) -> str:
-    return (
-        f"a {wheel.subdir} wheel's GPU suite runs natively on a GPU runner of that machine ({machine}); "
-        f"this machine is {platform.machine()}"
-    )
+    return not_run_here("wheel", wheel.subdir or "", machine)
 
 
 def emulated_kernel_import(wheel: WheelPackage, machine: str, against: Sequence[Path], emulation: Emulation) -> Check:

@@ -113,8 +113,8 @@ def _name(kind: str, hdim: str, dtype: str, suffix: str, sm: int) -> str:
 
 
 def tu_of_kernel(name: str, tus: list[str] | tuple[str, ...]) -> str | None:
-    """The TU of `tus` (the package's declared list, as faforge.families.flash_attn_3.backend.sources gives it) that holds
-    the kernel `name`, or None for a kernel that is no FA3 kernel or not from any TU listed."""
+    """The TU of `tus` (the package's declared list, as faforge.families.flash_attn_3.backend.sources gives it)
+    that holds the kernel `name`, or None for a kernel that is no FA3 kernel or not from any TU listed."""
     if _SCHEDULER in name:
         candidates = [SCHEDULER_TU]
     elif _COMBINE + "<" in name:

@@ -1,5 +1,6 @@
 """The FA3 suite's marker, its gate's verdict in pytest's header, and the FA3 TUs each test launched
-(torch.profiler's kernel names, faforge.families.flash_attn_3.gpu_kernels.tu_of_kernel) for test-gpu's coverage check."""
+(torch.profiler's kernel names, faforge.families.flash_attn_3.gpu_kernels.tu_of_kernel) for test-gpu's
+coverage check."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """FA3's attention calls against the fp32 reference, each where the package's declaration says the
-binary holds it (faforge.families.flash_attn_3.gpu_gate: build_flags, head dims, dtypes): dense, MQA/GQA, local windows,
-softcap, split KV, varlen and the FP8 forward. The rule they are held to is faforge.families.flash_attn_3.gpu_suite.harness's;
-the KV cache is test_fa3_kvcache.py's.
+binary holds it (faforge.families.flash_attn_3.gpu_gate: build_flags, head dims, dtypes): dense, MQA/GQA,
+local windows, softcap, split KV, varlen and the FP8 forward. The rule they are held to is
+faforge.families.flash_attn_3.gpu_suite.harness's; the KV cache is test_fa3_kvcache.py's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The build-cost benchmark: `python -m faforge.buildcost.bench` (same as `faforge bench-build`).
+"""The build-cost benchmark: `python -m faforge.bench.build_cost` (same as `faforge bench-build`).
 
 Without --measure it reports from variants/build-measurements.yaml: per-TU-class cost, the
 extrapolated cost of a cell for every arch list in variants/matrix.yaml, the MAX_JOBS the build
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.backend import flags, toolchain
-from faforge.buildcost import reuse
+from faforge.bench import cache_reuse as reuse
+from faforge.bench.cache_reuse import TuRun
 from faforge.buildcost.layout import LayoutSources, make_layout
 from faforge.buildcost.measure import CompileSpec
-from faforge.buildcost.reuse import TuRun
 from faforge.costmodel.samples import ReuseRun, Sample
 from faforge.errors import FaforgeError
 
@@ -173,7 +173,7 @@ def measure(
 
 
 if __name__ == "__main__":
-    # `python -m faforge.buildcost.bench` is `faforge bench-build`: one parser, the CLI's. Only this
+    # `python -m faforge.bench.build_cost` is `faforge bench-build`: one parser, the CLI's. Only this
     # script entry reaches the CLI; imported, the module stays below it (tests/test_layers.py).
     from faforge.cli import main
 

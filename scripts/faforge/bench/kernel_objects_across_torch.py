@@ -1,8 +1,8 @@
-"""Kernel objects across torch minors: `python -m faforge.buildcost.moonshot`.
+"""Kernel objects across torch minors: `python -m faforge.bench.kernel_objects_across_torch`.
 
 Compiles one kernel TU (default: flash_fwd_hdim32_fp16_sm80.cu, the cheapest) against each given
 torch include dir and against the torch shim (torch_shim/, ahead of the first torch), then compares
-every pair: preprocessed source (torchdiff.source_diff), SASS and cubins (cuobjdump) and the torch
+every pair: preprocessed source (torch_preprocess_diff.source_diff), SASS and cubins (cuobjdump) and the torch
 symbols the host code needs.  The shim's preprocessed source names no torch header, so its objects
 are the same for every torch; the question answered here is whether they are also the same
 instructions as a build against the real torch.  Slow: one full nvcc compile per variant.
@@ -18,9 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from faforge.buildcost.bench import torch_version_at
+from faforge.bench.build_cost import torch_version_at
+from faforge.bench.torch_preprocess_diff import object_diff, preprocess, source_diff
 from faforge.buildcost.measure import CompileSpec, nvcc_command, run_timed
-from faforge.buildcost.torchdiff import object_diff, preprocess, source_diff
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.kernels import TORCH_SHIM
@@ -59,7 +59,9 @@ def run(sdist: Path, torch_includes: list[Path], tu: str, arch: str, cuda_home: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m faforge.buildcost.moonshot", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m faforge.bench.kernel_objects_across_torch", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--sdist", type=Path, required=True, help=f"unpacked {FLASH_ATTN.package} sdist")
     parser.add_argument(
         "--torch-include", type=Path, action="append", required=True, help="a torch include dir (give two or more)"

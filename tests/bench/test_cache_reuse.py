@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faforge.backend import ccache as compiler_cache
-from faforge.buildcost import reuse
+from faforge.bench import cache_reuse as reuse
 from faforge.buildcost.layout import LayoutSources, make_layout
 from faforge.buildcost.measure import CompileSpec
 from faforge.errors import FaforgeError

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from faforge.buildcost import torchdiff
-from faforge.buildcost.torchdiff import (
+from faforge.bench import torch_preprocess_diff as torchdiff
+from faforge.bench.torch_preprocess_diff import (
     count_diff,
     object_diff,
     sass_lines,

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from faforge.buildcost.split import new_kernel_builds, size_model, split_report
+from faforge.bench.kernel_split import new_kernel_builds, size_model, split_report
 from faforge.costmodel import samples
 from faforge.costmodel.extrapolate import class_costs
 from faforge.errors import DataError

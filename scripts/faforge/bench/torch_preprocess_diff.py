@@ -1,6 +1,6 @@
 """Does a kernel TU depend on the torch minor?  Preprocessed sources and object code, compared.
 
-`python -m faforge.buildcost.torchdiff preprocess ...` runs the preprocessor passes nvcc runs
+`python -m faforge.bench.torch_preprocess_diff preprocess ...` runs the preprocessor passes nvcc runs
 (host, and device per arch; taken from `nvcc --dryrun --keep`) against two torch include dirs
 and counts what differs; `... objects A.o B.o` compares two compiled kernel objects: their SASS
 (cuobjdump -sass), their cubins (cuobjdump -xelf) and the symbols their host code needs.
@@ -190,7 +190,9 @@ def object_diff(a: Path, b: Path) -> ObjectDiff:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m faforge.buildcost.torchdiff", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m faforge.bench.torch_preprocess_diff", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="what", required=True)
     objects = sub.add_parser("objects", help="compare two compiled kernel objects")
     objects.add_argument("a", type=Path)
