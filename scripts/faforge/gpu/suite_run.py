@@ -26,7 +26,7 @@ from faforge.gpu.junit import count_outcomes, parse_junit
 from faforge.gpu.suite_child import missing_requirements, run_child, suite_env
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
-FA3_SUITE_DIR = Path(__file__).resolve().parents[1] / "families" / "flash_attn_3" / "gpu_suite"
+FA3_SUITE_DIR = Path(fa3_gate.__file__).resolve().parent / "gpu_suite"
 SCHEMA_VERSION = 1
 # pytest's exit status for a command-line usage error (pytest.ExitCode.USAGE_ERROR): bad input, not a failed run.
 PYTEST_USAGE_ERROR = 4
