@@ -18,6 +18,7 @@ have little else; the recipe lists pyelftools there):
   library_sets  per-torch library sets: the member a package picks for a torch (variants/torch-library-sets.yaml)
   load_problems  what ld.so refuses in one load: a missing library, a version, an unbound symbol
   check     all of the above for one PATH: check_path(), check_module(), torch_facts()
+  platforms the conda subdirs and their machines (uname -m, ELF, wheel tag), for every layer above
   gate      `python -m faforge.abi.gate`, the recipe's test-time entry point
 The CLI is faforge.commands.check_abi (`faforge check-abi`).
 """

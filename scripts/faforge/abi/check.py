@@ -18,6 +18,7 @@ from faforge.abi.inputs import package_binaries
 from faforge.abi.ld_search import beside_module, system_library_dirs
 from faforge.abi.library import Library
 from faforge.abi.load_problems import import_problems, library_problems
+from faforge.abi.platforms import SUBDIR_MACHINE as PLATFORM_MACHINES
 from faforge.abi.report import Declared, LoadedLibrary, ModuleVerdict, Problem, TorchFacts, Verdict
 from faforge.abi.resolve import (
     Closure,
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
     from faforge.abi.resolve import TorchLoad
 
 ET_DYN = 3
-# conda subdir -> ELF machine as faforge.abi.elf names it.
-PLATFORM_MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": "ppc64le"}
 _TORCH_VERSION = re.compile(r"^__version__\s*=\s*['\"]([^'\"]+)", re.MULTILINE)
 _TORCH_CUDA = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)", re.MULTILINE)
 

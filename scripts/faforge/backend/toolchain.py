@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from faforge.abi.platforms import SUBDIR_MACHINE as CONDA_MACHINES
 from faforge.backend.errors import BuildError
 
 # The tools nvcc runs to compile and link. It finds them through the PATH its nvcc.profile puts in
@@ -38,8 +39,6 @@ _DRYRUN_TOP = re.compile(r"^#\$ TOP=(.+)$", re.MULTILINE)
 # CUDA's targets/ folder per machine (uname -m): aarch64 servers are sbsa; Jetson's aarch64-linux
 # tree is a cross build's explicit triplet, not a machine's.
 CUDA_TRIPLETS = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux", "ppc64le": "ppc64le-linux"}
-# conda's subdir -> the machine (uname -m) it builds for.
-CONDA_MACHINES = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "linux-ppc64le": "ppc64le"}
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from faforge.abi.platforms import PLATFORM_MACHINE, PLATFORMS
 from faforge.sandbox import Sandbox, open_new, plain_name  # noqa: F401 (the channel's names for them)
 
 # The platform folders faforge publishes and indexes; a package says which in its info/index.json.
-SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
+SUBDIRS = (*PLATFORMS, "noarch")
 # conda's (platform, arch) of each, as index.json spells them; noarch packages name neither.
-PLATFORM_ARCH = {"linux-64": ("linux", "x86_64"), "linux-aarch64": ("linux", "aarch64"), "noarch": (None, None)}
+PLATFORM_ARCH: dict[str, tuple[str | None, str | None]] = {
+    **{platform: ("linux", machine) for platform, machine in PLATFORM_MACHINE.items()},
+    "noarch": (None, None),
+}
 LINK_HINT = (
     "faforge follows no link inside a channel; replace the link with the real folder or file "
     "(or point --to at the real channel folder)"

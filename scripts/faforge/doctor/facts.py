@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# `uname -m` -> conda subdir.
-PLATFORMS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
+from faforge.abi.platforms import MACHINE_PLATFORM as PLATFORMS
+
 # conda channel names whose torch is the legacy pre-C++11-ABI build (CONTEXT.md section 2).
 LEGACY_TORCH_CHANNELS = ("pytorch", "pytorch-nightly", "pytorch-test")
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from faforge.abi.platforms import PLATFORM_MACHINE as WHEEL_ARCH
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.matrix.cells import PipCell
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 # PEP 427: a distribution name in a wheel file name has its `-` as `_`.
 GLUE_DIST = FLASH_ATTN.package
 KERNEL_DIST = FLASH_ATTN.kernel_package
-WHEEL_ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 
 
 def wheel_name_part(name: str) -> str:

@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faforge.abi.platforms import MACHINE_PLATFORM as WHEEL_ARCH_PLATFORMS
+from faforge.abi.platforms import PLATFORMS
 from faforge.versions import minor_of, vtuple
 
-PLATFORMS = ("linux-64", "linux-aarch64")
 # A CPython torch wheel as PyPI and PyTorch's per-CUDA indexes name it:
 # torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl, torch-2.10.0-3-cp312-... (a build tag: a rebuild, which pip
 # prefers), torch-2.8.0+cu126-cp312-... (a local label). Free-threaded wheels (cp313t) are no cell's: their ABI tag
@@ -28,7 +29,6 @@ TORCH_WHEEL = re.compile(
     r"torch-(?P<version>\d+\.\d+\.\d+)(?:\+(?P<local>[0-9a-z.]+))?(?:-(?P<build>\d[0-9A-Za-z_.]*))?"
     r"-cp(?P<py>3\d{1,2})-cp(?P=py)-(?P<tags>(?:many)?linux[0-9a-z_.]*?_(?P<arch>x86_64|aarch64))\.whl"
 )
-WHEEL_ARCH_PLATFORMS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 
 
 def wheel_python(match: re.Match) -> str:

@@ -26,6 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from faforge import paths, wheelnames
+from faforge.abi.platforms import PLATFORM_MACHINE as SUBDIR_MACHINE
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel import layout
@@ -35,7 +36,6 @@ from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 
-SUBDIR_MACHINE = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 # The distribution that holds libcudart, in a torch wheel's Requires-Dist: NVIDIA's runtime wheel itself
 # (nvidia-cuda-runtime-cu12==12.8.90 for torch 2.7-2.10 +cu12x), or the CUDA 13 meta package with its
 # cudart extra (torch 2.11.0: cuda-toolkit[cublas,cudart,...]==13.0.2; its own METADATA then requires

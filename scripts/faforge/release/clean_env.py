@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 from faforge import wheelfetch
+from faforge.abi.platforms import MACHINE_PLATFORM as MACHINE_SUBDIRS
 from faforge.release.package import PackageFacts
 from faforge.release.venv_cache import Unavailable, cached_venv, find_python
 from faforge.wheelnames import cuda_runtime_dist
@@ -42,7 +43,6 @@ SUITE_EXTRAS = ("pytest",)
 BASE_EXTRAS = tuple(sorted({*PYPI_NAMES.values(), *SUITE_EXTRAS}))
 # Wheel platform tags per conda subdir.
 WHEEL_PLATFORMS = {"linux-64": r"manylinux[^-]*_x86_64", "linux-aarch64": r"manylinux[^-]*_aarch64"}
-MACHINE_SUBDIRS = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import unquote, urldefrag, urljoin
 
 from faforge.abi.check import torch_facts
+from faforge.abi.platforms import MACHINE_PLATFORM as PLATFORM
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError, RemoteError
 from faforge.matrix.releases import ReleaseTable
@@ -30,7 +31,6 @@ from faforge.wheelfetch import SIMPLE_JSON, FetchError, RemoteFile, fetch_member
 WHEEL = re.compile(
     r"torch-(?P<torch>\d+\.\d+\.\d+)\+cu(?P<cuda>\d{2,4})-cp(?P<py>3\d{1,2})-cp3\d+t?-[^\s\"'<>]*?(?P<arch>x86_64|aarch64)\.whl"
 )
-PLATFORM = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 
 
 @dataclass(frozen=True)
