@@ -9,6 +9,7 @@ place, apart from the planning that decides which jobs there are (faforge.releas
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
@@ -18,6 +19,9 @@ from faforge.matrix.pip_builds import PipBuild
 from faforge.matrix.render import RenderedCell, RenderedFa3
 from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part, WheelRunner, cell_part
 from faforge.release.pip_plan import WHEEL_PART, wheel_part
+
+if TYPE_CHECKING:
+    from faforge.release.build_stage import RenderedBuild
 
 # An FA3 package's own job builds it whole (`faforge build ID`, its default part): alone, or after its pieces.
 FA3_PART = "all"
@@ -40,7 +44,7 @@ def fa3_parts(cost: BuildCost, package: Fa3Package, pieces: Sequence[Part] = ())
     ]
 
 
-def package_filename(rendered: RenderedCell | RenderedFa3) -> str:
+def package_filename(rendered: RenderedBuild) -> str:
     package = rendered.recipe["package"]
     return f"{package['name']}-{package['version']}-{rendered.build_string}.conda"
 

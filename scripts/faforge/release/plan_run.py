@@ -12,6 +12,8 @@ from urllib.request import url2pathname
 
 from faforge.channel.repodata import ChannelNotFound, query
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.build import recipe as fa3_recipe
+from faforge.families.flash_attn_3.build import render as render_fa3
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE
@@ -19,7 +21,6 @@ from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.matrix.releases import PLATFORMS
 from faforge.matrix.render import RenderedCell, RenderedFa3
 from faforge.matrix.render_cache import selected_cells
-from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import load_build_cost
 from faforge.release.pip_plan import added_per_torch_release, index_holdings
 from faforge.release.plan import STAGES, Plan, make_plan

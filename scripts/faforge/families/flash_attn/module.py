@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from faforge.families.flash_attn import build as build
 from faforge.family import FLASH_ATTN
 
 spec = FLASH_ATTN

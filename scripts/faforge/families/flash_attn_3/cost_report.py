@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from faforge.backend.jobs import RESERVED_GB
 from faforge.buildcost.extrapolate import runner_fit
-from faforge.buildcost.samples import Measurements
+from faforge.buildcost.samples import Measurements, load
 from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.families.flash_attn_3.cost import (
     CLASSES,
@@ -23,7 +23,7 @@ from faforge.families.flash_attn_3.cost import (
 )
 from faforge.families.flash_attn_3.cost_packages import PackageCost, package_cost
 from faforge.families.flash_attn_3.matrix import Fa3Package
-from faforge.release.cost import KERNELS_LINK_PART, BuildCost
+from faforge.release.cost import KERNELS_LINK_PART, BuildCost, Part
 
 # Upstream's report for a full build (Dao-AILab/flash-attention#1486: MAX_JOBS=8 on a 112-core machine,
 # "maybe ~1 hour"; MAX_JOBS=128 there, about 15 minutes), for a sanity check, not a measurement.
@@ -289,3 +289,12 @@ def report(measurements: Measurements, packages: list[Fa3Package], build_cost: B
         platform_factors=factors,
         packages=costed,
     )
+
+
+def piece_estimates(packages: list[Fa3Package], build_cost: BuildCost) -> dict[str, list[Part]]:
+    """Each package's jobs by id, from the timed TU classes of variants/build-measurements.yaml (`faforge
+    bench-build`'s model); none without samples (each package is then one job at the runner's limit)."""
+    measurements = load()
+    if not measurements.fa3_samples:
+        return {}
+    return {p.id: list(p.jobs) for p in report(measurements, packages, build_cost).packages}

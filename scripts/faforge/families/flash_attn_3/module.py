@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from faforge.families.flash_attn_3 import build as build
 from faforge.family import FLASH_ATTN_3
 
 spec = FLASH_ATTN_3
