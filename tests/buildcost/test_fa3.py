@@ -17,6 +17,7 @@ from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.families.flash_attn_3 import cost as fa3
 from faforge.families.flash_attn_3 import cost_report as fa3_report
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
+from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.matrix import load_matrix
 from faforge.release.cost import KERNELS_LINK_PART, load_build_cost
 
@@ -36,7 +37,7 @@ def measured(data):
 
 @pytest.fixture(scope="module")
 def report(data):
-    return fa3_report.report(data, load_matrix().fa3, load_build_cost())
+    return fa3_report.report(data, packages_of(load_matrix()), load_build_cost())
 
 
 def test_the_data_file_has_fa3_samples_of_full_and_trimmed_builds_for_both_platforms(measured):
@@ -57,7 +58,7 @@ def test_the_data_file_has_fa3_samples_of_full_and_trimmed_builds_for_both_platf
 
 def test_every_fa3_package_compiles_the_293_tus_of_a_full_build(report):
     assert len(FULL_TUS) == 293
-    assert [p.id for p in report.packages] == [p.id for p in load_matrix().fa3]
+    assert [p.id for p in report.packages] == [p.id for p in packages_of(load_matrix())]
     for package in report.packages:
         assert package.tus == 293
         assert sorted(tu for line in package.lines for tu in line.tus) == sorted(FULL_TUS)
@@ -167,7 +168,7 @@ def test_bench_build_prints_the_fa3_section_and_its_json_matches_the_schema():
     report = json.loads(as_json.stdout)
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     section = report["fa3"]
-    assert section["tus"] == 293 and len(section["packages"]) == len(load_matrix().fa3)
+    assert section["tus"] == 293 and len(section["packages"]) == len(packages_of(load_matrix()))
     assert section["matrix_cpu_h"] == pytest.approx(sum(p["cpu_h"] for p in section["packages"]), abs=0.11)
     measured = [name for name, c in section["classes"].items() if c["measured"]]
     estimated = [name for name, c in section["classes"].items() if not c["measured"]]

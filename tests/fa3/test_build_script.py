@@ -26,6 +26,7 @@ from faforge.bench import cache_reuse as reuse
 from faforge.channel.local import PackageSpec, assemble
 from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3 import backend as fa3
+from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from tests.abi.test_stable_abi import compile_standin
@@ -185,7 +186,7 @@ def test_the_built_extension_passes_the_stable_abi_gate(built):
 def fa3_package(site: Path, out: Path, extension: Path | None = None) -> Path:
     """The built tree as the linux-64 cu130 flash-attn-3 package of the matrix would hold it (`extension`:
     another binary in the extension's place)."""
-    head = next(p for p in load_matrix().fa3 if p.id == "linux-64/cu130/sm80_90a").build_string_head
+    head = next(p for p in packages_of(load_matrix()) if p.id == "linux-64/cu130/sm80_90a").build_string_head
     files = {
         f"lib/python3.10/site-packages/{p.relative_to(site)}": p.read_bytes() for p in site.rglob("*") if p.is_file()
     }

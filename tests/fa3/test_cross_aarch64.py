@@ -22,6 +22,7 @@ from faforge import paths
 from faforge.abi import elf
 from faforge.channel.local import PackageSpec, assemble
 from faforge.families.flash_attn_3 import backend as fa3
+from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
 from tests.backend.test_cross_aarch64_real import CXX, cross  # noqa: F401  (the module's fixture: toolkit, torch, python)
@@ -81,7 +82,7 @@ def test_cross_build_stable_gate_and_emulated_import(cross):  # noqa: F811 (an i
     extension = site / FLASH_ATTN_3.module / fa3.EXTENSION
     assert elf.read_info(extension).machine == "aarch64"
 
-    head = next(p for p in load_matrix().fa3 if p.id == "linux-aarch64/cu130/sm80_90a").build_string_head
+    head = next(p for p in packages_of(load_matrix()) if p.id == "linux-aarch64/cu130/sm80_90a").build_string_head
     files = {
         f"lib/python3.10/site-packages/{p.relative_to(site)}": p.read_bytes() for p in site.rglob("*") if p.is_file()
     }

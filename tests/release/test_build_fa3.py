@@ -68,7 +68,7 @@ def test_an_fa3_package_builds_whole_from_its_generated_variant_file_and_a_rerun
     package = output / "linux-64" / good["package"]
     assert package.is_file(), "the package the plan's job names, although the one before it failed"
     facts = read_package(package)
-    assert (facts.name, facts.build, facts.fa3_id, facts.cuda, facts.cuda_archs, facts.torch) == (
+    assert (facts.name, facts.build, facts.package_id, facts.cuda, facts.cuda_archs, facts.torch) == (
         "flash-attn-3",
         good["build-string"],
         good["cell"],

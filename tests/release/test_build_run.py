@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import tarfile
 from types import SimpleNamespace
 
 import pytest
 
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_3.plan import piece_estimates as fa3_pieces
+from faforge.families.flash_attn_3.matrix import packages_of
+from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
-from faforge.release.build_jobs import build_steps, fa3_jobs, jobs_from_plan, require_known_ids
+from faforge.release.build import CellBuild
+from faforge.release.build_jobs import build_steps, jobs_from_plan, require_known_ids
+from faforge.release.build_run import run_build
+from faforge.release.build_stage import Batch, BuildRequest, BuildWords
 from faforge.release.plan_run import github_outputs
 
 
@@ -107,51 +112,116 @@ def matrix():
     return load_matrix()
 
 
-def test_every_id_is_a_cell_or_an_fa3_package_and_an_unknown_one_says_where_ids_are_listed(matrix):
-    fa3 = matrix.fa3[0].id
-    require_known_ids(matrix, [matrix.cells[0].id, fa3])
+def test_every_id_is_owned_by_one_family_and_an_unknown_one_says_where_each_familys_ids_are_listed(matrix):
+    """The build stage asks each family's `build` which ids are its own; the messages join their words."""
+    families = [f.build for f in FAMILIES]
+    package = packages_of(matrix)[0].id
+    owners = require_known_ids(matrix, [matrix.cells[0].id, matrix.pip_cells[0].id, package], families)
+    assert [owners[key] for key in (matrix.cells[0].id, matrix.pip_cells[0].id, package)] == [
+        FAMILIES[0].build,
+        FAMILIES[0].build,
+        FAMILIES[1].build,
+    ]
     for unknown, says in (
         (
-            fa3.replace("sm80_90a", "sm80_90"),
-            f"{fa3.replace('sm80_90a', 'sm80_90')}: no flash-attn-3 package of the matrix",
+            package.replace("sm80_90a", "sm80_90"),
+            f"{package.replace('sm80_90a', 'sm80_90')}: no flash-attn-3 package of the matrix",
         ),
         (
-            "flash-attn-3/" + fa3,
+            "flash-attn-3/" + package,
             "is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1) or a flash-attn-3 package id",
         ),
         ("linux-64/py312/torch9.9/cu129/abi1", "conda-forge has no torch 9.9"),
     ):
         with pytest.raises(FaforgeError) as caught:
-            require_known_ids(matrix, [unknown])
+            require_known_ids(matrix, [unknown], families)
         assert says in caught.value.message and caught.value.exit_code == 2
-        assert (
-            "`faforge matrix --fa3` every flash-attn-3 package" in caught.value.hint
-            and "`faforge plan`" in caught.value.hint
+        assert caught.value.hint == (
+            "`faforge matrix` lists every cell, `faforge matrix --world pypi` every pip cell, "
+            "`faforge matrix --fa3` every flash-attn-3 package, `faforge plan` the jobs a channel lacks"
         )
 
 
-def test_an_fa3_package_is_one_whole_job_listed_once(matrix):
-    a, b = matrix.fa3[0], matrix.fa3[1]
-    cell = matrix.cells[0].id
-    assert fa3_jobs(matrix, [(b.id, "all"), (cell, "cell"), (a.id, "all"), (b.id, "all")], fa3_pieces) == [
-        (b, "all", ()),
-        (a, "all", ()),
+class NextFamily:
+    """A family the build stage has never seen (a pure-Python noarch package, no kernels, no pieces): it plugs in
+    through the BuildFamily protocol alone."""
+
+    words = BuildWords(
+        ids=("next package ids",),
+        parts=(),
+        whole=("next package",),
+        source="next packages from this sdist",
+        listing="`faforge matrix --next` every next package",
+        named="next packages",
+        built="next packages",
+        about="A next package id builds its noarch package.",
+    )
+
+    def __init__(self):
+        self.ran = []
+
+    def owns(self, matrix, key):
+        return key.startswith("noarch/next-")
+
+    def refusal(self, matrix, key):
+        return None
+
+    def example(self, matrix):
+        return "a next package id (e.g. noarch/next-1.0)"
+
+    def jobs(self, matrix, wanted, request, source):
+        family = self
+
+        class Jobs:
+            from_recipe = bool(wanted)
+
+            def batches(self, where, stack):
+                def run(report, first, total):
+                    family.ran.append((wanted, first, total, where.output_dir))
+                    return [CellBuild(key, part, "built", 0.0, None, where.log_dir / "x.log") for key, part in wanted]
+
+                return [Batch(len(wanted), run)] if wanted else []
+
+        return Jobs()
+
+
+def request(tmp_path, cells, source=None):
+    return BuildRequest(
+        cells=cells,
+        part="all",
+        plan=None,
+        output_dir=tmp_path / "out",
+        log_dir=None,
+        source=source,
+        channel_alias=[],
+        extra_channel=[],
+    )
+
+
+def test_a_next_family_builds_through_the_protocol_with_no_edit_to_the_build_stage(matrix, tmp_path):
+    families = [*(f.build for f in FAMILIES), NextFamily()]
+    results = run_build(request(tmp_path, ["noarch/next-1.0", "noarch/next-2.0"]), None, families)
+    assert [(r.cell, r.status) for r in results] == [("noarch/next-1.0", "built"), ("noarch/next-2.0", "built")]
+    assert families[-1].ran == [
+        ([("noarch/next-1.0", "all"), ("noarch/next-2.0", "all")], 1, 2, (tmp_path / "out").resolve())
     ]
+    with pytest.raises(FaforgeError) as caught:
+        run_build(request(tmp_path, []), None, families)
+    assert caught.value.hint == (
+        "name cells (see `faforge matrix`), flash-attn-3 packages (`faforge matrix --fa3`) or next packages, "
+        "or pass --plan FILE"
+    )
+    with pytest.raises(FaforgeError, match=r"is not a cell id .* or a next package id"):
+        run_build(request(tmp_path, ["nope"]), None, families)
 
 
-def test_an_fa3_piece_compiles_the_tus_faforge_plan_gave_it_and_an_unknown_part_says_which_exist(matrix):
-    """A piece job (`faforge build ID --part sm80_bwd`) builds the TUs plan's split gave that piece: the
-    package's sm80 backward kernels, through FAFORGE_BUILD_TUS; its `all` job builds the package."""
-    a = matrix.fa3[0]
-    (package, part, tus), whole = fa3_jobs(matrix, [(a.id, "sm80_bwd"), (a.id, "all")], fa3_pieces)
-    assert (package, part, whole) == (a, "sm80_bwd", (a, "all", ()))
-    assert tus and all(t.startswith("flash_bwd_") and t.endswith("_sm80.cu") for t in tus)
-    for part in ("cell", "kernels-link", "sm90_fwd"):
-        with pytest.raises(
-            FaforgeError, match=f"--part {part}: {a.id} is a flash-attn-3 package without such a piece"
-        ) as caught:
-            fa3_jobs(matrix, [(a.id, part)], fa3_pieces)
-        assert "sm90_fwd-1of2" in caught.value.hint and caught.value.hint.endswith("then all")
-    with pytest.raises(FaforgeError, match="without such a piece") as caught:  # no estimate: one whole job
-        fa3_jobs(matrix, [(a.id, "sm80_bwd")], None)
-    assert "--part all" in caught.value.hint
+def test_source_serves_one_familys_recipe(matrix, tmp_path):
+    families = [*(f.build for f in FAMILIES), NextFamily()]
+    sdist = tmp_path / "flash_attn-2.8.3.tar.gz"
+    with tarfile.open(sdist, "w:gz"):
+        pass  # an empty archive: checked as an sdist, never built, since the request is refused first
+    with pytest.raises(
+        FaforgeError,
+        match="--source replaces one recipe's source, but these jobs build flash-attn cells and next packages",
+    ):
+        run_build(request(tmp_path, [matrix.cells[0].id, "noarch/next-1.0"], source=sdist), None, families)

@@ -15,6 +15,7 @@ import pytest
 from faforge import progress
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.families.flash_attn_3.plan import PIECES_STAGE as FA3_PIECES_STAGE
 from faforge.families.flash_attn_3.plan import STAGE as FA3_STAGE
 from faforge.families.flash_attn_3.plan import fa3_parts
@@ -336,9 +337,9 @@ def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_ma
     listed = json.loads(faforge("matrix", "--fa3", "--json").stdout)
     packages = data[f"{FA3_STAGE}_packages"]
     assert [(p["id"], p["build_string"]) for p in packages] == [(p["id"], p["build_string"]) for p in listed]
-    assert len(packages) == len(matrix.fa3) == 4 and not any(p["in_channel"] for p in packages)
+    assert len(packages) == len(packages_of(matrix)) == 4 and not any(p["in_channel"] for p in packages)
     jobs = jobs_of(data, FA3_STAGE)
-    by_id = {p.id: p for p in matrix.fa3}
+    by_id = {p.id: p for p in packages_of(matrix)}
     assert [j["cell"] for j in jobs] == [p["id"] for p in packages]
     for job, package in zip(jobs, packages, strict=True):
         fa3 = by_id[job["cell"]]
@@ -353,7 +354,9 @@ def test_plan_lists_every_fa3_package_beside_the_cells_with_the_build_strings_ma
         j["timeout-minutes"] for stage in STAGES for j in jobs_of(data, stage)
     )
     linux64 = json.loads(faforge("plan", "--platform", "linux-64", "--json").stdout)
-    assert [p["id"] for p in linux64[f"{FA3_STAGE}_packages"]] == [p.id for p in matrix.fa3 if p.platform == "linux-64"]
+    assert [p["id"] for p in linux64[f"{FA3_STAGE}_packages"]] == [
+        p.id for p in packages_of(matrix) if p.platform == "linux-64"
+    ]
 
 
 def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all_job(matrix, cost):
@@ -364,8 +367,8 @@ def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all
     data = plan_json("--platform", "linux-64")
     limit = cost.runner_for("linux-64").job_limit_minutes
     pieces, finals = jobs_of(data, FA3_PIECES_STAGE), jobs_of(data, FA3_STAGE)
-    assert [j["cell"] for j in finals] == [p.id for p in matrix.fa3 if p.platform == "linux-64"]
-    estimates = fa3_pieces(list(matrix.fa3), cost)
+    assert [j["cell"] for j in finals] == [p.id for p in packages_of(matrix) if p.platform == "linux-64"]
+    estimates = fa3_pieces(packages_of(matrix), cost)
     for final in finals:
         mine = [j for j in pieces if j["cell"] == final["cell"]]
         assert final["pieces"] == len(mine) == 7 and final["part"] == "all"
@@ -381,7 +384,7 @@ def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all
         assert all(0 < j["timeout-minutes"] <= limit for j in [*mine, final]) and not any(j["pieces"] for j in mine)
         assert all(j["slug"] == f"{final['kernels']}-{j['part']}" and j["kernels"] == final["kernels"] for j in mine)
         assert all(j["package"] == final["package"] and j["name"] == f"{final['name']} [{j['part']}]" for j in mine)
-        package = next(p for p in matrix.fa3 if p.id == final["cell"])
+        package = next(p for p in packages_of(matrix) if p.id == final["cell"])
         parts = fa3_parts(cost, package, estimates[package.id])
         covered = [tu for part in parts for tu in part.tus]
         cu = [Path(tu).name for tu in fa3_backend.sources(frozenset()) if tu.endswith(".cu")]
@@ -389,7 +392,7 @@ def test_an_fa3_package_too_long_for_one_job_is_split_into_pieces_before_its_all
             "every .cu TU of a full build in exactly one piece; the glue in the all job"
         )
     # A package that fits one job stays one `all` job; without an estimate it is one job at the runner's limit.
-    package = matrix.fa3[0]
+    package = packages_of(matrix)[0]
     assert [p.name for p in fa3_parts(cost, package, [replace(parts[-1], name="kernels")])] == ["all"]
     assert fa3_parts(cost, package) == [replace(parts[-1], minutes=limit)]
     assert STAGES.index(FA3_PIECES_STAGE) == STAGES.index(FA3_STAGE) - 1, (

@@ -12,6 +12,7 @@ import pytest
 
 from faforge.channel.local import PackageSpec, assemble
 from faforge.errors import FaforgeError
+from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.matrix import load_matrix
 from faforge.release.manifest import results_for
 from faforge.release.package import read_package
@@ -22,7 +23,7 @@ from tests.release.test_publish import faforge, passed
 
 def fa3_package(directory: Path, text: str = "one") -> Path:
     """The matrix's linux-64 cu130 FA3 package's shape: its name, version, build-string head and run requirements."""
-    fa3 = next(p for p in load_matrix().fa3 if p.id == "linux-64/cu130/sm80_90a")
+    fa3 = next(p for p in packages_of(load_matrix()) if p.id == "linux-64/cu130/sm80_90a")
     build = f"{fa3.build_string_head}_faforge_h1a2b3c4_0"
     return assemble(
         PackageSpec(

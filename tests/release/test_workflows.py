@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
 from tests.support.cache import cache_dir
@@ -210,7 +211,7 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
     # `wheel` builds a pip cell's wheels (--part wheel): no conda solve (test_the_wheel_job_... below).
     assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell"), ("build-cells.yml", "wheel")]
     matrix = load_matrix(REPO)
-    cuda_of = {c.id: c.cuda for c in [*matrix.cells, *matrix.pip_cells]} | {p.id: p.cuda for p in matrix.fa3}
+    cuda_of = {c.id: c.cuda for c in [*matrix.cells, *matrix.pip_cells]} | {p.id: p.cuda for p in packages_of(matrix)}
     for workflow, job_id, job in builds[:1]:
         value = (job.get("env") or {}).get("CONDA_OVERRIDE_CUDA", "")
         match = MATRIX_VALUE.match(value)

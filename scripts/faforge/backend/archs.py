@@ -1,8 +1,8 @@
 """GPU arch lists: parsing, what nvcc and the kernels support, and nvcc's -gencode flags.
 
 An arch is (SM number, with PTX); a list of them is what one compile targets. A family whose TUs
-target different archs per file (FA3's hopper/ instantiations) calls gencode_flags once per file's
-list and hands the result to ninja.kernel_ninja's per-file flags.
+target different archs per file (a stable-ABI extension's per-arch instantiations) calls gencode_flags once
+per file's list and hands the result to ninja.kernel_ninja's per-file flags.
 """
 
 from __future__ import annotations

@@ -71,7 +71,8 @@ def kernel_link_flags(shim: Path, cudart_dirs: list[str]) -> list[str]:
 
 
 # A C++ TU's compile with $cxx and $cflags, its header deps in gcc's depfile: the glue's cross build
-# (faforge.backend.foreign) and FA3's host sources (faforge.families.flash_attn_3.backend) write it into their ninja files.
+# (faforge.backend.foreign) and a stable-ABI extension's host sources (its family's backend) write it into their
+# ninja files.
 CXX_COMPILE_RULE = (
     "rule compile",
     "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",
@@ -102,7 +103,7 @@ def kernel_ninja(
 ) -> str:
     """A ninja file for the library: one compile per TU (in the order ninja should start them), one link.
     `file_flags` adds flags to single kernel TUs (by their path in `kernels`), for a family whose TUs
-    differ in -gencode or feature defines (FA3's per-file archs)."""
+    differ in -gencode or feature defines (a stable-ABI extension's per-file archs)."""
     file_flags = file_flags or {}
     sources = [*(str(source_dir / k) for k in ordered_kernels(kernels)), str(shim / "kernel_errors.cpp")]
     extra = {str(source_dir / k): flags for k, flags in file_flags.items()}

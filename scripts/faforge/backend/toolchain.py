@@ -112,9 +112,9 @@ def cross_compiler(environ: dict[str, str], target: str) -> str:
 
 
 def find_cuda_home() -> str:
-    """The one rule every build finds its CUDA toolkit by (the kernel library, FA3, the pip world's glue):
-    CUDA_HOME, CUDA_PATH (as torch.utils.cpp_extension reads them), the toolkit of the nvcc on PATH as
-    that nvcc says (toolkit_of_nvcc), then /usr/local/cuda."""
+    """The one rule every build finds its CUDA toolkit by (the kernel library, a stable-ABI extension, the
+    pip world's glue): CUDA_HOME, CUDA_PATH (as torch.utils.cpp_extension reads them), the toolkit of the nvcc
+    on PATH as that nvcc says (toolkit_of_nvcc), then /usr/local/cuda."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             return os.environ[var]

@@ -4,18 +4,7 @@ Cells already in the output dir are skipped (resumable); a failed cell does not 
 others, and the exit status is 1 if any failed. Channels come from each cell's torch world
 in variants/releases.yaml, or from the mirrors `--channel-alias NAME=URL` (or FAFORGE_CHANNEL_ALIAS)
 points them at; `--extra-channel` adds channels searched first (where a cell's job finds its kernel
-package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset. `--part` builds one job as
-`faforge plan` made it: `kernels` and `kernels-link` build the recipe's libflash-attn-kernels output
-for the cell's kernel key (platform, CUDA, archs, Philox layout), a piece compiles its share of those TUs into the
-compiler cache; `cell` builds the cell's flash-attn against a kernel package it finds in a channel. `all` (the default)
-builds both, as a plain `rattler-build build` of the recipe would: the cell's kernel package first (once per kernel key
-in a run, skipped when already in the output dir), then its flash-attn, which finds it there: rattler-build indexes its
-output dir and solves from it as a channel. A FlashAttention-3 package id (`faforge matrix --fa3`:
-platform/cu<CUDA>/sm<archs>) builds that package whole from recipes/flash-attn-3 and its platform's generated variant
-file. A pip cell id (`faforge matrix --world pypi`: pypi/<platform>/py<XY>/torch<minor>/cu<NNN>/abi<N>) builds its glue
-wheel and kernel wheel into OUTPUT_DIR/dist/ (faforge.release.pip_build): its kernel package given (--kernel-package),
-in OUTPUT_DIR, in --kernel-channel, or (`all`) built first as for conda; `--part wheel` is its plan job,
-`--part kernels` and the pieces build its kernel package as for a conda cell. No kernel TU is compiled for a wheel.
+package). CONDA_OVERRIDE_CUDA is set to each cell's CUDA when unset.
 """
 
 from __future__ import annotations
@@ -27,14 +16,20 @@ from pathlib import Path
 
 from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
-from faforge.families.flash_attn_3.plan import piece_estimates as fa3_pieces
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.families.registry import FAMILIES
+from faforge.family import FLASH_ATTN
 from faforge.release.build import CHANNEL_ALIAS_ENV, CellBuild
-from faforge.release.build_run import BuildRequest, run_build
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
+from faforge.release.build_run import run_build
+from faforge.release.build_stage import BuildRequest, listed
 from faforge.release.pip_build import WheelBuild
-from faforge.release.pip_plan import WHEEL_PART
 from faforge.table import format_table
+
+WORDS = [family.build.words for family in FAMILIES]
+# The command's description goes on with what each family's ids and parts build, then the builds that come after
+# every family's packages (faforge.cli shows it in `faforge build --help` and docs/reference/cli.md).
+__doc__ = " ".join(
+    [(__doc__ or "").rstrip(), *(w.about for w in WORDS), *(w.about_after for w in WORDS if w.about_after)]
+)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +37,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "cells",
         nargs="*",
         metavar="ID",
-        help=f"cell ids as `faforge matrix` prints them, pip cell ids as `faforge matrix --world pypi` does, or "
-        f"{FLASH_ATTN_3.package} package ids as `faforge matrix --fa3` does",
+        help=listed([item for w in WORDS for item in w.ids]),
     )
     parser.add_argument(
         "--plan", metavar="FILE", help="build the jobs of a `faforge plan --json` file, or of one of its chunks"
@@ -51,10 +45,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--part",
         default="all",
-        help=f"the plan job to build (its `part`: {KERNELS_PART}, a "
-        f"kernel piece such as bwd-1of4, {KERNELS_LINK_PART}, "
-        f"{CELL_PART}, {WHEEL_PART} (a pip cell's wheels), or a {FLASH_ATTN_3.package} package's piece such as "
-        f"sm90_fwd-1of2); default: all, a whole cell, pip cell or {FLASH_ATTN_3.package} package",
+        help=f"the plan job to build (its `part`: {listed([item for w in WORDS for item in w.parts])}); "
+        f"default: all, a whole {listed([item for w in WORDS for item in w.whole], ' or ')}",
     )
     parser.add_argument(
         "--output-dir",
@@ -67,8 +59,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--source",
         type=Path,
         metavar="SDIST",
-        help=f"build from this {FLASH_ATTN.package} sdist instead of the recipe's PyPI one, or {FLASH_ATTN_3.package} "
-        "packages from this source tarball instead of the recipe's git commit (only the source entry changes)",
+        help=f"build {listed([w.source for w in WORDS])} (only the source entry changes)",
     )
     parser.add_argument(
         "--channel-alias",
@@ -168,7 +159,7 @@ def execute(args: argparse.Namespace) -> int:
         torch_site=args.torch_site,
         target_python=args.target_python,
     )
-    results = run_build(request, progress, fa3_pieces=fa3_pieces)
+    results = run_build(request, progress, [family.build for family in FAMILIES])
     failed = [b for b in results if b.status == "failed"]
     if args.json:
         print(json.dumps(report_json(results), indent=2))

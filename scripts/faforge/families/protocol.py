@@ -9,6 +9,7 @@ from typing import Protocol
 from faforge.family import Family, StableAbiFamily
 from faforge.gpu.stage import GpuFamily
 from faforge.matrix.stage import MatrixFamily
+from faforge.release.build_stage import BuildFamily
 from faforge.release.plan import PlanFamily
 
 
@@ -27,3 +28,6 @@ class FamilyModule(Protocol):
     @property
     def gpu(self) -> GpuFamily | None:
         """Its GPU suite, gate and benchmark entry (faforge.gpu.stage); None: it has no GPU suite."""
+
+    @property
+    def build(self) -> BuildFamily: ...

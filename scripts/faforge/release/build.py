@@ -16,16 +16,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 from urllib.parse import urlsplit
 
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_3.matrix import Fa3Package, RenderedFa3, fa3_variant_config_name
-from faforge.family import FLASH_ATTN_3
-from faforge.matrix.cells import Cell
-from faforge.matrix.render import RenderedCell, render_platform
+from faforge.release.build_stage import Buildable, RenderedBuild
 from faforge.release.package_cache import evict
 from faforge.release.plan_jobs import job_slug, package_filename
+from faforge.release.reporter import Reporter
 
 if TYPE_CHECKING:
     from rattler_build import RenderedVariant
@@ -91,43 +89,14 @@ def parse_channel_aliases(entries: list[str], known: set[str], origin: str = "--
     return aliases
 
 
-def fa3_recipe(variants_dir: Path) -> Path:
-    """recipes/flash-attn-3/recipe.yaml of the checkout whose variants/ the matrix was read from."""
-    return variants_dir.parent / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
-
-
-def render_fa3(packages: list[Fa3Package], recipe_path: Path, variants_dir: Path) -> list[RenderedFa3]:
-    """Each FA3 package rendered from its platform's generated variant file
-    (variants/flash-attn-3-<platform>-<world>.yaml), as `rattler-build build -m`
-    that file would: matched by platform, CUDA and arch list."""
-    out = {}
-    for platform, world in sorted({(p.platform, p.world) for p in packages}):
-        wanted = {(p.cuda, p.cuda_archs): p for p in packages if (p.platform, p.world) == (platform, world)}
-        for variant in render_platform(recipe_path, variants_dir / fa3_variant_config_name(platform, world), platform):
-            used = variant.recipe.used_variant
-            package = wanted.get((str(used["cuda_compiler_version"]), str(used["cuda_archs"])))
-            if package is not None:
-                recipe = variant.recipe.to_dict()
-                out[package.id] = RenderedFa3(
-                    package=package, build_string=recipe["build"]["string"], recipe=recipe, variant=variant
-                )
-    missing = [p.id for p in packages if p.id not in out]
-    if missing:
-        raise FaforgeError(
-            f"{recipe_path} renders no {FLASH_ATTN_3.package} for {', '.join(missing)}",
-            hint="run `faforge generate` to refresh variants/, then check the recipe's skip rules",
-        )
-    return [out[p.id] for p in packages]
-
-
-def channels_for(cell: Cell | Fa3Package, aliases: dict[str, str], extra: Sequence[str] = ()) -> list[str]:
+def channels_for(cell: Buildable, aliases: dict[str, str], extra: Sequence[str] = ()) -> list[str]:
     """The extra channels (a cell job's kernel package), then the cell's world channels in priority
     order, each replaced by its alias if it has one."""
     return [*extra, *(aliases.get(channel, channel) for channel in cell.channels)]
 
 
 @contextmanager
-def cuda_override(cell: Cell | Fa3Package) -> Iterator[str]:
+def cuda_override(cell: Buildable) -> Iterator[str]:
     """CONDA_OVERRIDE_CUDA for this cell's solves: the caller's value, else the cell's CUDA.
     Yields the line that says which, for the cell's log."""
     given = os.environ.get(CUDA_OVERRIDE_ENV)
@@ -187,7 +156,7 @@ class _LogWriter:
         self._write(f"downloaded {event.url}")
 
 
-def require_piece_support(rendered: RenderedCell | RenderedFa3, tus: tuple[str, ...]) -> None:
+def require_piece_support(rendered: RenderedBuild, tus: tuple[str, ...]) -> None:
     """A recipe that ignored the TU list would build the whole cell in a job sized for a piece."""
     script = (rendered.recipe.get("build") or {}).get("script")
     env = (script.get("env") or {}) if isinstance(script, dict) else {}
@@ -215,7 +184,7 @@ def failed_download(log_path: Path) -> str | None:
 
 
 def build_cell(
-    rendered: RenderedCell | RenderedFa3,
+    rendered: RenderedBuild,
     *,
     output_dir: Path,
     log_dir: Path,
@@ -225,7 +194,7 @@ def build_cell(
     channel_aliases: dict[str, str] | None = None,
     extra_channels: Sequence[str] = (),
 ) -> CellBuild:
-    """Build one cell (or FA3 package) into output_dir/<platform>/ (skipped if already there), or one piece of it.
+    """Build one cell or package into output_dir/<platform>/ (skipped if already there), or one piece of it.
 
     A piece (`tus` given; the recipe must have been rendered with them in TUS_ENV) only fills the
     compiler cache: its package is a by-product, built in a scratch dir and deleted.
@@ -295,3 +264,21 @@ def build_cell(
         log=log_path,
         cache=cache_summary(log_path),
     )
+
+
+def piece_env(tus: tuple[str, ...]) -> None:
+    """A recipe reads a piece's TUs at render time (env.get), so set them (or clear them) before rendering."""
+    if tus:
+        os.environ[TUS_ENV] = " ".join(tus)
+    else:
+        os.environ.pop(TUS_ENV, None)
+
+
+def build_step(title: str, rendered: RenderedBuild, report: Reporter, **build: Any) -> CellBuild:
+    """One build with its progress lines; a failure is warned about, never raised."""
+    with report.step(title) as state:
+        result = build_cell(rendered, live=lambda line: report.say(f"  {title}: {line}"), **build)
+        state.failed = result.status == "failed"
+    if state.failed:
+        report.warn(f"{result.cell} failed: {result.error}; log: {result.log}")
+    return result

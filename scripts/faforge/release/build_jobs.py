@@ -1,6 +1,7 @@
 """Which jobs one `faforge build` means, all checked before the first build: the ids and parts asked for on
-the command line or in a plan file, each a cell of the matrix, a pip cell or an FA3 package, a piece of one as
-`faforge plan` split it, and the builds an `all` job takes (its kernel package once per kernel key, then its cell).
+the command line or in a plan file, each an id of one family (a cell of the matrix, a pip cell, a package), a
+piece of one as `faforge plan` split it, and the builds an `all` job takes (its kernel package once per kernel
+key, then its cell).
 
 Apart from running them (faforge.release.build_run) so that a bad id, part or plan file is refused, naming it and
 where the ids are listed, before any build starts.
@@ -9,35 +10,17 @@ where the ids are listed, before any build starts.
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 from faforge import paths, untrusted
 from faforge.errors import FaforgeError, shorten
-from faforge.families.flash_attn_3.matrix import Fa3Package, packages_of
-from faforge.families.flash_attn_3.plan import FA3_PART, fa3_parts
-from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
-from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, Cell, find_cell
+from faforge.matrix.cells import Cell
 from faforge.matrix.kernels import kernel_key
-from faforge.matrix.missing_cells import explain_missing
-from faforge.release.cost import (
-    CELL_PART,
-    KERNELS_LINK_PART,
-    KERNELS_PART,
-    BuildCost,
-    Part,
-    load_build_cost,
-    split_kernels,
-)
+from faforge.release.build_stage import BuildFamily, listed
+from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART, load_build_cost, split_kernels
 from faforge.release.plan import jobs_in_plan
 
-# What `faforge build` is handed to find an FA3 piece's TUs: each package's split_kernels jobs by id
-# (faforge.families.flash_attn_3.plan.piece_estimates).
-Fa3Estimator = Callable[[list[Fa3Package], BuildCost], Mapping[str, Sequence[Part]]]
-
-# An FA3 package id as faforge.families.flash_attn_3.matrix spells it: platform/cu<CUDA>/sm<archs>.
-FA3_ID = re.compile(r"(linux-64|linux-aarch64)/cu\d+/sm[0-9a-z_]+")
 # Not `--json > FILE`: the shell creates FILE even when plan fails.
 PLAN_HINT = (
     "write it with `faforge plan --output FILE` (written only when "
@@ -91,61 +74,22 @@ def piece_tus(cell: Cell, part: str) -> tuple[str, ...]:
     )
 
 
-def require_known_ids(matrix: Matrix, ids: list[str]) -> None:
-    """Every id a cell of the matrix, a pip cell, or one of its FA3 packages;
-    else a bad-input error naming it and where the ids are listed."""
-    fa3 = [p.id for p in packages_of(matrix)]
-    listed = (
-        "`faforge matrix` lists every cell, `faforge matrix --world "
-        "pypi` every pip cell, `faforge matrix --fa3` every "
-        f"{FLASH_ATTN_3.package} package, `faforge plan` the jobs a channel lacks"
-    )
-    cells: list[Cell] = [*matrix.cells, *matrix.pip_cells]
+def require_known_ids(matrix: Matrix, ids: list[str], families: Sequence[BuildFamily]) -> dict[str, BuildFamily]:
+    """The family that owns each id (the first that says so); else a bad-input error naming the id and where
+    each family's ids are listed."""
+    listing = ", ".join([*(f.words.listing for f in families), "`faforge plan` the jobs a channel lacks"])
+    owners: dict[str, BuildFamily] = {}
     for key in ids:
-        if key in fa3 or find_cell(cells, key) is not None:
+        owner = next((f for f in families if f.owns(matrix, key)), None)
+        if owner is not None:
+            owners[key] = owner
             continue
-        if CELL_ID.fullmatch(key) or PIP_CELL_ID.fullmatch(key):
-            raise FaforgeError(explain_missing(matrix.table, matrix.policy, key), hint=listed)
-        if FA3_ID.fullmatch(key):
-            raise FaforgeError(
-                f"{key}: no {FLASH_ATTN_3.package} package of the "
-                f"matrix has this id (it has {', '.join(fa3) or 'none'})",
-                hint=listed,
-            )
-        example = f" or a {FLASH_ATTN_3.package} package id (e.g. {fa3[0]})" if fa3 else ""
-        raise FaforgeError(
-            f"{shorten(repr(key))} is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1){example}", hint=listed
-        )
-
-
-def fa3_jobs(
-    matrix: Matrix, wanted: list[tuple[str, str]], estimate: Fa3Estimator | None
-) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
-    """The FA3 jobs among the wanted ones, each once, in order: (package, part, the piece's TUs or () for `all`),
-    the pieces as faforge plan split the package (faforge.families.flash_attn_3.plan.fa3_parts over `estimate`)."""
-    by_id = {p.id: p for p in packages_of(matrix)}
-    asked = list(dict.fromkeys((key, part) for key, part in wanted if key in by_id))
-    split = [by_id[key] for key, part in asked if part != FA3_PART]
-    cost = load_build_cost() if split else None
-    estimates = estimate(split, cost) if cost is not None and estimate else {}
-    jobs: list[tuple[Fa3Package, str, tuple[str, ...]]] = []
-    for key, part in asked:
-        package = by_id[key]
-        if part == FA3_PART:
-            jobs.append((package, part, ()))
-            continue
-        assert cost is not None  # loaded above for every package asked for in pieces (`split`)
-        pieces = [p for p in fa3_parts(cost, package, estimates.get(key, ())) if p.tus]
-        piece = next((p for p in pieces if p.name == part), None)
-        if piece is None:
-            raise FaforgeError(
-                f"--part {part}: {key} is a {FLASH_ATTN_3.package} package without such a piece",
-                hint=f"its pieces are {', '.join(p.name for p in pieces)}, then {FA3_PART}"
-                if pieces
-                else f"it fits one job on its runner (variants/build-cost.yaml): --part {FA3_PART} (the default)",
-            )
-        jobs.append((package, part, piece.tus))
-    return jobs
+        refusal = next((why for f in families if (why := f.refusal(matrix, key)) is not None), None)
+        if refusal is not None:
+            raise FaforgeError(refusal, hint=listing)
+        examples = [e for f in families if (e := f.example(matrix)) is not None]
+        raise FaforgeError(f"{shorten(repr(key))} is not {listed(examples, ' or ')}", hint=listing)
+    return owners
 
 
 def build_steps(

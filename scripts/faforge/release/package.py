@@ -1,5 +1,5 @@
 """What a built package says about itself: name, build string, cell (flash-attn), kernel key
-(libflash-attn-kernels) or package id (flash-attn-3), sha256.
+(libflash-attn-kernels) or package id (a package serving a range of torch minors), sha256.
 
 Everything is read from the package file (info/index.json and its bytes), so `verify` and
 `publish` judge exactly the file they are given, whatever matrix produced it.
@@ -15,7 +15,7 @@ from pathlib import Path
 from faforge import paths
 from faforge.channel.archive import check_payload, read_index_json
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import archs_of_tag, archs_tag
 from faforge.matrix.kernels import KERNEL_BUILD, KERNEL_PACKAGE, KernelPin, kernel_pin
 from faforge.packagefile import PACKAGE_SUFFIXES, sha256_of
@@ -27,9 +27,9 @@ BUILD_STRING = re.compile(
 # The run requirement that names the exact torch: `pytorch >=2.7.1,<2.8 cuda129*` (conda-forge)
 # or `pytorch ==2.5.1 py3*` (legacy pytorch channel).
 TORCH_PIN = re.compile(r"^pytorch\s+(?:>=|==)\s*(?P<version>\d+(?:\.\d+)+)")
-# cu130_sm80_90a_faforge_h<hash>_<n> (`_trimmed` before the hash: a build with FA3 features switched off),
-# as recipes/flash-attn-3/recipe.yaml writes it: CUDA and GPU code, no python, torch or C++ ABI.
-FA3_BUILD = re.compile(r"cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)_faforge(?:_trimmed)?_h[0-9a-f]+_\d+")
+# cu130_sm80_90a_faforge_h<hash>_<n> (`_trimmed` before the hash: a build with features switched off): a package
+# on torch's stable ABI, serving a range of torch minors, names CUDA and GPU code, no python, torch or C++ ABI.
+TORCH_RANGE_BUILD = re.compile(r"cu(?P<cuda>\d+)_sm(?P<archs>[0-9a-z_]+?)_faforge(?:_trimmed)?_h[0-9a-f]+_\d+")
 
 
 def cuda_of_tag(tag: str) -> str:
@@ -50,9 +50,7 @@ class PackageFacts:
     torch: str | None
     cuda: str | None
     cxx11_abi: int | None
-    cuda_archs: str | None = (
-        None  # a kernel or flash-attn-3 package's arch list ('80;90;100;120+PTX'), from its build string
-    )
+    cuda_archs: str | None = None  # a kernel or torch-range package's arch list ('80;90;100;120+PTX'), from its build
 
     @property
     def is_kernel_package(self) -> bool:
@@ -80,10 +78,10 @@ class PackageFacts:
         return f"{self.subdir}/py{py}/torch{self.torch_minor}/cu{self.cuda.replace('.', '')}/abi{self.cxx11_abi}"
 
     @property
-    def fa3_id(self) -> str | None:
-        """A flash-attn-3 package's id (linux-64/cu130/sm80_90a, as `faforge matrix --fa3` and `faforge plan` name it),
+    def package_id(self) -> str | None:
+        """A torch-range package's id (linux-64/cu130/sm80_90a, as `faforge matrix` and `faforge plan` name it),
         when its build string has one; its `torch` is then the oldest torch it serves (its run requirement's floor)."""
-        if self.name != FLASH_ATTN_3.package or self.cuda is None or self.cuda_archs is None:
+        if not TORCH_RANGE_BUILD.fullmatch(self.build) or self.cuda is None or self.cuda_archs is None:
             return None
         return f"{self.subdir}/cu{self.cuda.replace('.', '')}/sm{archs_tag(self.cuda_archs)}"
 
@@ -92,7 +90,7 @@ def facts_from_metadata(
     *, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str], sha256: str
 ) -> PackageFacts:
     """Facts from repodata-like metadata (an index.json or a channel's repodata record)."""
-    if name in (KERNEL_PACKAGE, FLASH_ATTN_3.package):
+    if name == KERNEL_PACKAGE or TORCH_RANGE_BUILD.fullmatch(build):
         return _torch_free_build_facts(
             path=path, name=name, version=version, build=build, subdir=subdir, depends=depends, sha256=sha256
         )
@@ -118,18 +116,15 @@ def facts_from_metadata(
 def _torch_free_build_facts(
     *, path: Path, name: str, version: str, build: str, subdir: str, depends: Sequence[str], sha256: str
 ) -> PackageFacts:
-    """A kernel package or a flash-attn-3 has no python, torch or C++ ABI in its build string, which names CUDA
-    and the arch list. A flash-attn-3 serves a torch range: its `torch` is the range's floor (pytorch >=2.9 cuda*)."""
-    match = (KERNEL_BUILD.match if name == KERNEL_PACKAGE else FA3_BUILD.fullmatch)(build)
+    """A kernel package or a torch-range package has no python, torch or C++ ABI in its build string, which names
+    CUDA and the arch list. A torch-range package's `torch` is the range's floor (pytorch >=2.9 cuda*)."""
+    kernels = name == KERNEL_PACKAGE
+    match = (KERNEL_BUILD.match if kernels else TORCH_RANGE_BUILD.fullmatch)(build)
     try:
         archs = archs_of_tag(match["archs"]) if match else None
     except ValueError:
         archs = None
-    floor = (
-        next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None)
-        if name == FLASH_ATTN_3.package
-        else None
-    )
+    floor = None if kernels else next((m["version"] for m in (TORCH_PIN.match(d) for d in depends) if m), None)
     return PackageFacts(
         path=path,
         name=name,

@@ -68,7 +68,7 @@ def fa3_entry(facts: PackageFacts, channels: list[str]) -> dict:
         (d.split(None, 1)[1] for d in facts.depends if d.startswith("python ") and len(d.split(None, 1)) == 2), None
     )
     return {
-        "id": facts.fa3_id,
+        "id": facts.package_id,
         "platform": facts.subdir,
         "cuda": facts.cuda,
         "cuda_archs": facts.cuda_archs,
@@ -155,7 +155,7 @@ def page_data(
             depends=[str(d) for d in record.depends],
             sha256=record.sha256.hex() if record.sha256 else "",
         )
-        if facts.fa3_id is not None and fa3_world is not None:
+        if facts.package_id is not None and fa3_world is not None:
             fa3.append(fa3_entry(facts, [channel, *fa3_world.channels]))
             continue
         if facts.cell_id is None or facts.cxx11_abi is None:

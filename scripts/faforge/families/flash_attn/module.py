@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from faforge.families.flash_attn import build as build
 from faforge.families.flash_attn import matrix as matrix
 from faforge.families.flash_attn import plan as plan
 from faforge.family import FLASH_ATTN

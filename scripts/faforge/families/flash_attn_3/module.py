@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from faforge.families.flash_attn_3 import build as build
 from faforge.families.flash_attn_3 import gpu as gpu
 from faforge.families.flash_attn_3 import matrix as matrix
 from faforge.families.flash_attn_3 import plan as plan

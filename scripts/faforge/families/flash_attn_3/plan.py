@@ -25,9 +25,9 @@ from faforge.costmodel import samples
 from faforge.families.flash_attn_3 import cost_report
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import Fa3Package, RenderedFa3, packages_of
+from faforge.families.flash_attn_3.render import recipe, render
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
-from faforge.release.build import fa3_recipe, render_fa3
 from faforge.release.cost import KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part
 from faforge.release.plan import FamilyPlan, Holdings
 from faforge.release.plan_held import stale_packages
@@ -147,4 +147,4 @@ class Packages:
 def wanted(matrix: Matrix, platform: str) -> Packages:
     """The platform's FA3 packages (`all`: every platform's), rendered from their generated variant files."""
     packages = [p for p in packages_of(matrix) if platform in ("all", p.platform)]
-    return Packages(rendered=render_fa3(packages, fa3_recipe(matrix.variants_dir), matrix.variants_dir))
+    return Packages(rendered=render(packages, recipe(matrix.variants_dir), matrix.variants_dir))

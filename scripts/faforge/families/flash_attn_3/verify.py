@@ -57,7 +57,11 @@ def is_stable_abi_package(package: PackageFacts) -> bool:
 
 def served_package(package: PackageFacts) -> Fa3Package | None:
     """The matrix's FA3 package this file was built as (its id, from platform and build string), if any."""
-    return next((p for p in packages_of(load_matrix()) if p.id == package.fa3_id), None) if package.fa3_id else None
+    return (
+        next((p for p in packages_of(load_matrix()) if p.id == package.package_id), None)
+        if package.package_id
+        else None
+    )
 
 
 def stable_gates(
