@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from faforge.doctor.sections import DoctorFamily
 from faforge.family import Family, StableAbiFamily
 
 
@@ -14,3 +15,6 @@ class FamilyModule(Protocol):
 
     @property
     def spec(self) -> Family | StableAbiFamily: ...
+
+    @property
+    def doctor(self) -> DoctorFamily: ...

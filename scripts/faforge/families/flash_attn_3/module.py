@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from faforge.doctor.sections import DoctorFamily
+from faforge.families.flash_attn_3 import doctor as _doctor
 from faforge.family import FLASH_ATTN_3
 
 spec = FLASH_ATTN_3
+# Each stage's namespace typed as that stage's Protocol, so mypy checks the module against it.
+doctor: DoctorFamily = _doctor
