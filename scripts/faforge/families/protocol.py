@@ -8,6 +8,7 @@ from typing import Protocol
 
 from faforge.doctor.sections import DoctorFamily
 from faforge.family import Family, StableAbiFamily
+from faforge.release.page import PageFamily
 
 
 class FamilyModule(Protocol):
@@ -18,3 +19,6 @@ class FamilyModule(Protocol):
 
     @property
     def doctor(self) -> DoctorFamily: ...
+
+    @property
+    def page(self) -> PageFamily: ...
