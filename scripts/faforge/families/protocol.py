@@ -8,6 +8,7 @@ from typing import Protocol
 
 from faforge.doctor.sections import DoctorFamily
 from faforge.family import Family, StableAbiFamily
+from faforge.release.bump import BumpFamily
 from faforge.release.page import PageFamily
 
 
@@ -22,3 +23,6 @@ class FamilyModule(Protocol):
 
     @property
     def page(self) -> PageFamily: ...
+
+    @property
+    def bump(self) -> BumpFamily: ...
