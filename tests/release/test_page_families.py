@@ -30,6 +30,10 @@ NEXT_FAMILY = SimpleNamespace(
         key="flash_attn_4",
         conda_packages=(NEXT,),
         entries=next_entries,
+        # Its pip line installs the beta with its dependency set held by a constraints file.
+        pip_entries=lambda matrix, base, index: [
+            {"pip_install": f"python -m pip install {NEXT}==4.0.0b1 -c {base}/{NEXT}/constraints.txt"}
+        ],
         summary=lambda found: f"{len(found)} {NEXT} packages",
     )
 )
@@ -43,10 +47,13 @@ def test_a_next_family_gets_its_list_and_lines(tmp_path):
     families = [*FAMILIES, NEXT_FAMILY]
     names = [name for f in families for name in f.page.conda_packages]
     records = query(str(channel), names, ["linux-64"])
-    table = load_matrix().table
-    data = page_data(records, table, HERE, families)
+    matrix = load_matrix()
+    pip = [e for f in families for e in f.page.pip_entries(matrix, "https://example.org/wheels", None)]
+    data = page_data(records, matrix.table, HERE, families, pip)
     assert list(data)[4:] == ["packages", "flash_attn_3", "flash_attn_4", "pip_index", "pip"]
     assert data["packages"] == data["flash_attn_3"] == []
+    assert data["pip"][-1]["pip_install"].endswith("-c https://example.org/wheels/flash-attn-4/constraints.txt")
+    assert len(data["pip"]) == len(matrix.pip_cells) + 1, "flash-attn's pip cells, then the next family's"
     [entry] = data["flash_attn_4"]
     spec = match_spec(NEXT, "4.0.0b1", build)
     assert entry["install"] == conda_command(spec, [CHANNEL_PLACEHOLDER, "conda-forge"])

@@ -21,17 +21,9 @@ from faforge.channel.repodata import channel_url, query
 from faforge.errors import EXIT_OK, FaforgeError, shorten, why_not_a_folder
 from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
-from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.releases import PLATFORMS
 from faforge.pipindex.instructions import index_base
-from faforge.release.page import (
-    DATA_FILE,
-    HERE,
-    page_data,
-    pip_entries,
-    published_glue_wheels,
-    write_page,
-)
+from faforge.release.page import DATA_FILE, HERE, page_data, write_page
 
 PIP_ONLY_OUT = Path("page")  # where the page of the pip cells goes without a channel or --out
 
@@ -100,8 +92,7 @@ def execute(args: argparse.Namespace) -> int:
         paths.output_dir(args.out, "--out")
     base = index.rstrip("/") if index and index.startswith(("http://", "https://")) else index_base()
     matrix = load_matrix()
-    builds = pip_builds(matrix)
-    published = published_glue_wheels(index, {b.cell.index_name for b in builds}) if index is not None else None
+    pip = [entry for f in FAMILIES for entry in f.page.pip_entries(matrix, base, index)]
     channel = args.channel if args.channel is not None else default_channel(pip_only=index is not None)
     names = [name for f in FAMILIES for name in f.page.conda_packages]
     records = query(channel, names, list(PLATFORMS)) if channel is not None else []
@@ -110,12 +101,11 @@ def execute(args: argparse.Namespace) -> int:
         Path(channel) if channel is not None else PIP_ONLY_OUT
     )  # never into the wheel index: its paths are faforge's
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
-    data = page_data(records, matrix.table, install_channel, FAMILIES, pip_entries(builds, base, published), index)
+    data = page_data(records, matrix.table, install_channel, FAMILIES, pip, index)
     keys = [f.page.key for f in FAMILIES]
     with paths.user_path("--channel" if in_channel else "--out", out):
         page, data_file = write_page(data, out, config.public_channel(), keys)
     listed = [words for f in FAMILIES if (words := f.page.summary(data[f.page.key])) is not None]
-    pip = data["pip"]
     on_index = f", {sum(1 for p in pip if p['published'])} published in {index}" if index is not None else ""
     print(
         f"wrote {page} and {data_file} ({', '.join(listed)})"

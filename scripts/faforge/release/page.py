@@ -7,10 +7,10 @@ packages are listed beside it, each with its own install lines. The lines are co
 families, not in the page's script; the page only fills in its own URL when it is served from the
 channel folder itself (install channel `here`).
 
-Beside the conda lines of a cell stand the pip and uv lines of its pip cell: the matrix's pip
-cells for PyPI's torch of that minor, CUDA, ABI and python, each installed from the wheel index of its torch
-minor and CUDA (faforge.pipindex.instructions). Given the wheel index (a local root or its base URL), each
-pip cell says whether its glue wheel is published there yet.
+Beside the conda lines stand each family's pip and uv lines (PageFamily.pip_entries): for flash-attn, those
+of the matrix's pip cells for PyPI's torch of that minor, CUDA, ABI and python, each installed from the wheel
+index of its torch minor and CUDA (faforge.pipindex.instructions). Given the wheel index (a local root or its
+base URL), each entry says whether its wheel is published there yet.
 """
 
 from __future__ import annotations
@@ -21,19 +21,16 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from rattler import RepoDataRecord
 
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
-from faforge.matrix.pip_builds import PipBuild
+from faforge.matrix import Matrix
 from faforge.matrix.releases import ReleaseTable
-from faforge.pipindex import instructions
-from faforge.pipindex.read import read_published
 from faforge.release.package import PackageFacts, facts_from_metadata
-from faforge.versions import vtuple
 
 PAGE_VERSION = 1
 TEMPLATE = Path(__file__).with_name("page.html")
@@ -61,6 +58,11 @@ class PageFamily(Protocol):
         each with its install lines from `channel` (install_lines); a package it cannot list is left out."""
         ...
 
+    def pip_entries(self, matrix: Matrix, base: str, index: str | None) -> list[dict]:
+        """Its pip, uv and requirements.txt lines, from the wheel indexes under `base`; with `index` (a wheel
+        index's root folder or base URL, read), whether each entry's wheel is published there (None: not read)."""
+        ...
+
     def summary(self, entries: list[dict]) -> str | None:
         """What `faforge page` says it listed ("12 packages"); None: nothing worth saying."""
         ...
@@ -80,56 +82,6 @@ def install_lines(facts: PackageFacts, channels: list[str]) -> dict:
     }
 
 
-def published_glue_wheels(where: str, index_names: set[str]) -> dict[str, tuple[str, ...]]:
-    """Index name -> the flash-attn wheel files its index lists, for each of `index_names` the wheel index at
-    `where` holds (a root folder `faforge publish --index` wrote, or its base URL; an index it lacks is left out),
-    read as `plan --index` reads it (faforge.pipindex.read.read_published: a page it cannot read is an error)."""
-    found = {}
-    for name in sorted(index_names):
-        listing = read_published(where, name)
-        if listing is not None:
-            found[name] = tuple(f.filename for f in listing.files().get(FLASH_ATTN.package, ()))
-    return found
-
-
-def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[str, ...]] | None) -> list[dict]:
-    """One entry per pip cell with its pip, uv and requirements.txt lines; with `published` (the wheel index
-    read), whether its glue wheel is there (None: the index was not read)."""
-    entries: list[dict[str, Any]] = []  # the page's JSON
-    for b in builds:
-        c = b.cell
-        index = instructions.index_url(c.index_name, base)
-        pins = instructions.requirements(b.glue_version, c.torch)
-        wheel = None
-        if published is not None:
-            wheel = next((f for f in published.get(c.index_name, ()) if b.glue_wheel_pattern().fullmatch(f)), None)
-        entries.append(
-            {
-                "cell": c.id,
-                "grid_cell": c.id.split("/", 1)[1],
-                "platform": c.platform,
-                "python": c.python,
-                "torch": c.torch,
-                "torch_minor": c.torch_minor,
-                "cuda": c.cuda,
-                "cxx11_abi": c.cxx11_abi,
-                "torch_wheel": c.wheel,
-                "index_name": c.index_name,
-                "index_url": index,
-                "version": b.glue_version,
-                "published": None if published is None else wheel is not None,
-                "wheel": wheel,
-                "pip_install": instructions.pip_command(index, pins),
-                "uv_install": instructions.uv_command(index, pins),
-                "requirements_txt": instructions.requirements_txt(index, pins),
-            }
-        )
-    entries.sort(
-        key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), vtuple(p["python"])), reverse=True
-    )
-    return entries
-
-
 def page_data(
     records: Iterable[RepoDataRecord],
     table: ReleaseTable,
@@ -138,8 +90,8 @@ def page_data(
     pip: list[dict] | None = None,
     pip_index: str | None = None,
 ) -> dict:
-    """The page's data: each family's entries under its key (PageFamily), then the pip cells' entries
-    (pip_entries) read from the wheel index `pip_index` (None: not read)."""
+    """The page's data: each family's entries under its key (PageFamily), then the families' pip entries
+    (PageFamily.pip_entries) and the wheel index `pip_index` they were read from (None: not read)."""
     channel = CHANNEL_PLACEHOLDER if install_channel == HERE else install_channel
     facts = [
         facts_from_metadata(

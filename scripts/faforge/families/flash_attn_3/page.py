@@ -11,6 +11,7 @@ from rattler import Version
 from faforge import paths
 from faforge.families.flash_attn_3.matrix import load_fa3_policy
 from faforge.family import FLASH_ATTN_3
+from faforge.matrix import Matrix
 from faforge.matrix.releases import ReleaseTable
 from faforge.release.package import PackageFacts
 from faforge.release.page import install_lines
@@ -50,6 +51,11 @@ def entry(facts: PackageFacts, channels: list[str]) -> dict:
         "sha256": facts.sha256,
         **install_lines(facts, channels),
     }
+
+
+def pip_entries(matrix: Matrix, base: str, index: str | None) -> list[dict]:
+    """None on the page yet: its wheels are installed from the glue wheels' indexes, with no lines of their own."""
+    return []
 
 
 def summary(found: list[dict]) -> str | None:
