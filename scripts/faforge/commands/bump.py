@@ -18,6 +18,7 @@ import json
 from faforge import config, paths
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
+from faforge.families.registry import FAMILIES
 from faforge.kernels.kernel_abi import dump_row
 from faforge.matrix import load_matrix
 from faforge.matrix.releases import PipRelease
@@ -115,7 +116,7 @@ def execute(args: argparse.Namespace) -> int:
     cells = new_cells(matrix.table, table, matrix.policy, philox)
     pip_cells = new_pip_cells(matrix.table, table, matrix.policy, philox)
     written = (
-        write(table, matrix.policy, philox, matrix.variants_dir, matrix.recipe_path, verdicts)
+        write(table, matrix.policy, philox, matrix.variants_dir, matrix.recipe_path, FAMILIES, verdicts)
         if args.write and (rows or pip_rows)
         else []
     )

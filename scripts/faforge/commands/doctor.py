@@ -12,8 +12,8 @@ from that cell's wheel index ($FAFORGE_PIP_INDEX/torch2.11-cu130/); where no cel
 why, the nearest cells and the local-build command.
 Other distributions of flash-attn 2's extension (vllm-flash-attn, aphrodite-flash-attn: variants/flash-attn-builds.yaml)
 get a section each, diagnosed by the same rules (faforge.doctor.other_builds).
-Where FlashAttention-3 (flash_attn_3) is installed, a second section reads its stable-ABI claim
-("works with torch >= 2.9") from the binary and checks it, the import and its GPU code (faforge.families.flash_attn_3.doctor).
+Each other family installed there adds its own section, asked through its `doctor` namespace
+(faforge.doctor.sections): what it checks (a stable-ABI claim, its GPU code, its pinned dependencies) is its own.
 The probe never runs longer than --timeout (it is stopped with every process it
 started, and what it reported until then is diagnosed); stderr says what it waits for.
 A pip or uv fix's wheel index is read (bounded by the HTTP read timeout and deadline) to check that it serves
@@ -63,28 +63,26 @@ def execute(args: argparse.Namespace) -> int:
     from faforge.doctor import index_check, other_builds  # noqa: PLC0415 (the gate and matrix: slow)
     from faforge.doctor.examine import examine  # noqa: PLC0415 (the gate and matrix: slow)
     from faforge.doctor.report import text_lines, to_json  # noqa: PLC0415 (the gate and matrix: slow)
-    from faforge.families.flash_attn_3 import doctor as stable_abi  # noqa: PLC0415 (the gate and matrix: slow)
+    from faforge.doctor.sections import beside, family_sections  # noqa: PLC0415 (the gate and matrix: slow)
+    from faforge.families.registry import FAMILIES  # noqa: PLC0415 (each family's stages: slow)
 
     timeout, progress = probe_timeout(args.timeout), (lambda message: say(f"faforge doctor: {message}"))
     report = examine(args.python, timeout, progress=progress, offline=args.offline)
-    fa3 = (
-        stable_abi.examine_stable(resolve_interpreter(args.python), timeout, progress)
-        if stable_abi.installed(report.situation.facts)
-        else None
-    )
+    python = resolve_interpreter(args.python)
+    sections = family_sections(FAMILIES, python, report.situation.facts, timeout, progress)
     others = [
-        other_builds.examine_other(resolve_interpreter(args.python), b, timeout, progress)
+        other_builds.examine_other(python, b, timeout, progress)
         for b in other_builds.load_builds()
         if b.installed(report.situation.facts)
     ]
-    report = other_builds.beside(stable_abi.beside(report, fa3), others)
-    healthy = stable_abi.healthy(report, fa3) and all(o.healthy for o in others)
+    report = beside(report, bool(sections or others))
+    healthy = report.healthy and all(s.healthy for _, s in sections) and all(o.healthy for o in others)
     # The diagnosis is printed whole; a fix whose index answered without its wheel adds the error of exit 4.
     error = None if healthy else index_check.blocking_error(report.fixes)
     if args.json:
         json.dump(
             to_json(report)
-            | ({stable_abi.JSON_KEY: fa3.to_json()} if fa3 else {})
+            | {key: s.to_json() for key, s in sections}
             | ({other_builds.JSON_KEY: [o.to_json() for o in others]} if others else {})
             | ({"error": error.to_json()["error"]} if error else {}),
             sys.stdout,
@@ -95,7 +93,7 @@ def execute(args: argparse.Namespace) -> int:
         print(
             "\n".join(
                 text_lines(report)
-                + (stable_abi.text_lines(fa3) if fa3 else [])
+                + [line for _, s in sections for line in s.text_lines()]
                 + [line for o in others for line in other_builds.text_lines(o)]
             )
         )

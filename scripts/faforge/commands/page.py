@@ -1,8 +1,9 @@
 """Write the channel page: a static index.html (plus JSON) where users find the build for their torch.
 
 It lists the flash-attn packages a channel holds as a torch x CUDA grid per platform, C++ ABI and
-python, with the exact install command and environment.yml for each cell, and beside them its
-flash-attn-3 packages (platform, CUDA, GPU archs, the torch range they serve), each with its own.
+python, with the exact install command and environment.yml for each cell, and beside them each other
+family's packages (faforge.release.page.PageFamily: for one, platform, CUDA, GPU archs and the torch range
+they serve), each with its own.
 Each cell also gets the pip and uv lines of its pip cell (the matrix's cells for PyPI's torch), from the
 wheel index of its torch minor and CUDA; with --index, each says whether its wheel is published there.
 A user of pip only needs no channel: with --index and neither --channel nor ./channel, the page holds the pip
@@ -18,22 +19,12 @@ from pathlib import Path
 from faforge import config, paths
 from faforge.channel.repodata import channel_url, query
 from faforge.errors import EXIT_OK, FaforgeError, shorten, why_not_a_folder
-from faforge.families.flash_attn_3.matrix import load_fa3_policy
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
-from faforge.matrix.pip_builds import pip_builds
 from faforge.matrix.releases import PLATFORMS
 from faforge.pipindex.instructions import index_base
-from faforge.release.page import (
-    DATA_FILE,
-    HERE,
-    page_data,
-    pip_entries,
-    published_glue_wheels,
-    write_page,
-)
+from faforge.release.page import DATA_FILE, HERE, page_data, write_page
 
-PACKAGE_NAME = FLASH_ATTN.package
 PIP_ONLY_OUT = Path("page")  # where the page of the pip cells goes without a channel or --out
 
 
@@ -101,26 +92,23 @@ def execute(args: argparse.Namespace) -> int:
         paths.output_dir(args.out, "--out")
     base = index.rstrip("/") if index and index.startswith(("http://", "https://")) else index_base()
     matrix = load_matrix()
-    builds = pip_builds(matrix)
-    published = published_glue_wheels(index, {b.cell.index_name for b in builds}) if index is not None else None
+    pip = [entry for f in FAMILIES for entry in f.page.pip_entries(matrix, base, index)]
     channel = args.channel if args.channel is not None else default_channel(pip_only=index is not None)
-    records = query(channel, [PACKAGE_NAME, FLASH_ATTN_3.package], list(PLATFORMS)) if channel is not None else []
+    names = [name for f in FAMILIES for name in f.page.conda_packages]
+    records = query(channel, names, list(PLATFORMS)) if channel is not None else []
     in_channel = args.out is None and channel is not None
     out = args.out or (
         Path(channel) if channel is not None else PIP_ONLY_OUT
     )  # never into the wheel index: its paths are faforge's
     install_channel = args.install_channel or (HERE if in_channel else config.public_channel())
-    table = matrix.table
-    fa3_world = table.worlds.get(load_fa3_policy(paths.variants_dir() / "matrix.yaml").world)
-    data = page_data(records, table, install_channel, fa3_world, pip_entries(builds, base, published), index)
+    data = page_data(records, matrix.table, install_channel, FAMILIES, pip, index)
+    keys = [f.page.key for f in FAMILIES]
     with paths.user_path("--channel" if in_channel else "--out", out):
-        page, data_file = write_page(data, out, config.public_channel())
-    fa3 = data[FLASH_ATTN_3.key]
-    pip = data["pip"]
+        page, data_file = write_page(data, out, config.public_channel(), keys)
+    listed = [words for f in FAMILIES if (words := f.page.summary(data[f.page.key])) is not None]
     on_index = f", {sum(1 for p in pip if p['published'])} published in {index}" if index is not None else ""
     print(
-        f"wrote {page} and {data_file} ({len(data['packages'])} packages"
-        + (f", {len(fa3)} {FLASH_ATTN_3.package} packages)" if fa3 else ")")
+        f"wrote {page} and {data_file} ({', '.join(listed)})"
         + f" with the pip and uv lines of {len(pip)} pip cells{on_index}"
     )
     return EXIT_OK

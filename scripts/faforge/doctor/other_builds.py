@@ -3,7 +3,7 @@ aphrodite-flash-attn): variants/flash-attn-builds.yaml lists them, read from the
 
 Each is flash-attn 2's C++ code, built against one torch and installed as its own distribution, so it breaks
 as flash-attn does (`undefined symbol` beside another torch) and the same rules explain it. For each one
-installed, the probe runs again with its names (as for FlashAttention-3), and the flash-attn rules judge the
+installed, the probe runs again with its names (as for a family's own section), and the flash-attn rules judge the
 Situation it gives; their words are put in its names. Before, a venv whose `import vllm_flash_attn` died with
 `undefined symbol` was told only "flash-attn is not installed".
 """
@@ -14,19 +14,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from faforge import paths
 from faforge.datafile import load_yaml
 from faforge.doctor import facts as env_facts
 from faforge.doctor import probe_facts
 from faforge.doctor.diagnose import diagnose
-from faforge.doctor.situation import ERROR, PACKAGE_MISSING, Problem
+from faforge.doctor.situation import ERROR, Problem
 from faforge.errors import DataError
 from faforge.family import FLASH_ATTN
-
-if TYPE_CHECKING:
-    from faforge.doctor.examine import Report
 
 DATA_FILE = f"{FLASH_ATTN.package}-builds.yaml"  # variants/, beside the data of the family itself
 JSON_KEY = "other_builds"  # the section of `faforge doctor --json` (tests/schemas/doctor.json)
@@ -113,15 +109,6 @@ def examine_other(
     return OtherBuildReport(
         build, s.flash_attn.version, facts.extension or next(iter(facts.extension_files), None), problems
     )
-
-
-def beside(flash_attn_report: Report, others: list[OtherBuildReport]) -> Report:
-    """The flash-attn report beside the other builds': an environment holding one does not lack flash-attn."""
-    if not others or flash_attn_report.situation.flash_attn.installed:
-        return flash_attn_report
-    problems = tuple(p for p in flash_attn_report.problems if p.kind != PACKAGE_MISSING)
-    fixes = tuple(f for f in flash_attn_report.fixes if set(f.resolves) - {PACKAGE_MISSING})
-    return replace(flash_attn_report, problems=problems, fixes=fixes)
 
 
 def text_lines(report: OtherBuildReport) -> list[str]:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from faforge.doctor.sections import DoctorFamily
 from faforge.family import Family, StableAbiFamily
 from faforge.gpu.stage import GpuFamily
 from faforge.matrix.stage import MatrixFamily
 from faforge.release.build_stage import BuildFamily
+from faforge.release.bump import BumpFamily
+from faforge.release.page import PageFamily
 from faforge.release.plan import PlanFamily
 
 
@@ -26,8 +29,17 @@ class FamilyModule(Protocol):
     def plan(self) -> PlanFamily: ...
 
     @property
-    def gpu(self) -> GpuFamily | None:
-        """Its GPU suite, gate and benchmark entry (faforge.gpu.stage); None: it has no GPU suite."""
+    def build(self) -> BuildFamily: ...
 
     @property
-    def build(self) -> BuildFamily: ...
+    def doctor(self) -> DoctorFamily: ...
+
+    @property
+    def page(self) -> PageFamily: ...
+
+    @property
+    def bump(self) -> BumpFamily: ...
+
+    @property
+    def gpu(self) -> GpuFamily | None:
+        """Its GPU suite, gate and benchmark entry (faforge.gpu.stage); None: it has no GPU suite."""

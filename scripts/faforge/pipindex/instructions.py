@@ -6,11 +6,11 @@ What each word is for:
 
 - The index URL, BASE/torch2.11-cu130/: one index per (torch minor, CUDA), as PyTorch serves one per CUDA
   (download.pytorch.org/whl/cu130/). It holds only the glue wheels built for that torch minor and CUDA (one
-  per CPython), their kernel wheel, and the FA3 wheels of that CUDA, so every `flash-attn` in it requires
-  that torch minor. That alone holds nothing: pip and uv meet an unpinned `flash-attn` from the index of
-  another minor by upgrading torch (a ~4 GB download), and pip, with torch held but no `--only-binary`,
-  backtracks to PyPI's sdist and fails in its build (tests/pipindex/test_install_lines_hold_torch.py).
-  Hence both pins below, on every line.
+  per CPython), their kernel wheel, and the torch-range wheels of that CUDA (faforge.pipindex.placement), so
+  every `flash-attn` in it requires that torch minor. That alone holds nothing: pip and uv meet an unpinned
+  `flash-attn` from the index of another minor by upgrading torch (a ~4 GB download), and pip, with torch held
+  but no `--only-binary`, backtracks to PyPI's sdist and fails in its build
+  (tests/pipindex/test_install_lines_hold_torch.py). Hence both pins below, on every line.
 - `--extra-index-url INDEX`: ours beside the user's default index (PyPI, or the mirror they configured),
   which serves torch, einops and NVIDIA's CUDA wheels. uv ranks an extra index before the default one and,
   by its default index strategy (first-index), takes each package from the first index that has it at all:

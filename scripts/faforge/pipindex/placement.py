@@ -4,8 +4,9 @@
   torch2.11-cu130), whose torch minor its own torch requirement, if any, must admit;
 - a kernel wheel (libflash-attn-kernels): every index of a glue wheel that pins its exact version,
   so it is published along with them; pinned by none yet, it waits in files/ (no problem);
-- a FlashAttention-3 wheel: every index of its CUDA (local label cu130...) whose torch minor its torch
-  requirement (torch>=2.9) admits, among the indexes the glue wheels make.
+- a torch-range wheel (one binary for every torch from a floor on, built against torch's stable ABI): every
+  index of its CUDA (local label cu130...) whose torch minor its torch requirement (torch>=2.9) admits,
+  among the indexes the glue wheels make.
 
 The function is pure: the same wheels give the same placement, whatever order they come in.
 """
@@ -26,8 +27,10 @@ from faforge.wheelnames import CUDA_LABEL, GLUE_LABEL
 
 GLUE = canonicalize_name(FLASH_ATTN.package)
 KERNEL = canonicalize_name(FLASH_ATTN.kernel_package)
-FA3 = canonicalize_name(FLASH_ATTN_3.package)
-PROJECTS = (KERNEL, FA3, GLUE)  # the order pages are written in: what a glue wheel needs is there first
+# The torch-range wheels' project: still spelled here, as the folder survey, heal and publish place wheels
+# without the families in hand.
+TORCH_RANGE = canonicalize_name(FLASH_ATTN_3.package)
+PROJECTS = (KERNEL, TORCH_RANGE, GLUE)  # the order pages are written in: what a glue wheel needs is there first
 
 
 @dataclass(frozen=True)
@@ -92,29 +95,12 @@ def place(wheels: Iterable[WheelFacts]) -> Placement:
             waiting.append(
                 (wheel, f"no {FLASH_ATTN.package} wheel in the index pins it yet; it joins their indexes when one does")
             )
-    for wheel in (w for w in wheels if w.name == FA3):
-        match = CUDA_LABEL.fullmatch(wheel.local or "")
-        if not match:
-            problems.append(
-                (
-                    wheel,
-                    f"its local version label {wheel.local!r} names no "
-                    "CUDA (e.g. +cu130.sm80.90a), so no index takes it",
-                )
-            )
-            continue
-        torch = requirement(wheel, "torch")
-        fits = sorted(n for n, (minor, cuda) in glue_indexes.items() if cuda == match["cuda"] and admits(torch, minor))
+    for wheel in (w for w in wheels if w.name == TORCH_RANGE):
+        fits, why = torch_range_indexes(wheel, glue_indexes)
         for name in fits:
             indexes[name].append(wheel)
-        if not fits:
-            problems.append(
-                (
-                    wheel,
-                    f"no index of CUDA {match['cuda']} with a torch its requirement {torch} admits holds a "
-                    f"{FLASH_ATTN.package} wheel yet (the indexes are those of the {FLASH_ATTN.package} wheels)",
-                )
-            )
+        if why is not None:
+            problems.append((wheel, why))
     for wheel in (w for w in wheels if w.name not in PROJECTS):
         problems.append(
             (wheel, f"{wheel.name} is none of the projects this index serves ({', '.join(sorted(PROJECTS))})")
@@ -123,6 +109,21 @@ def place(wheels: Iterable[WheelFacts]) -> Placement:
         {n: tuple(sorted(ws, key=lambda w: w.filename)) for n, ws in sorted(indexes.items())},
         tuple(waiting),
         tuple(sorted(problems, key=lambda p: p[0].filename)),
+    )
+
+
+def torch_range_indexes(wheel: WheelFacts, glue_indexes: dict[str, tuple[str, str]]) -> tuple[list[str], str | None]:
+    """(the indexes of `glue_indexes`, name -> (torch minor, CUDA), that take a torch-range wheel, why none)."""
+    match = CUDA_LABEL.fullmatch(wheel.local or "")
+    if not match:
+        return [], f"its local version label {wheel.local!r} names no CUDA (e.g. +cu130.sm80.90a), so no index takes it"
+    torch = requirement(wheel, "torch")
+    fits = sorted(n for n, (minor, cuda) in glue_indexes.items() if cuda == match["cuda"] and admits(torch, minor))
+    if fits:
+        return fits, None
+    return [], (
+        f"no index of CUDA {match['cuda']} with a torch its requirement {torch} admits holds a "
+        f"{FLASH_ATTN.package} wheel yet (the indexes are those of the {FLASH_ATTN.package} wheels)"
     )
 
 

@@ -8,7 +8,8 @@ A torch minor variants/kernel-abi.yaml has no row for gets one measured from its
 (faforge.kernels.measure_abi), so no row is written by hand.
 
 A pip source (PyPI, one of PyTorch's per-CUDA indexes) gives a pip world's rows: faforge.release.bump_pip.
-Everything is computed in memory; writing happens only after the new table loads and yields cells.
+Everything is computed in memory; writing happens only after the new table loads and yields cells and each
+family's own variant files (BumpFamily).
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from faforge import atomic
 from faforge.channel.repodata import query
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
-from faforge.families.flash_attn_3 import matrix as fa3_matrix
 from faforge.kernels.kernel_abi import PhiloxWidths, Verdict, dump_row
 from faforge.kernels.measure_abi import measure_release
 from faforge.matrix.cells import Cell, PipCell, build_cells, build_pip_cells
@@ -49,6 +49,20 @@ if TYPE_CHECKING:
     from rattler import RepoDataRecord
 
 TEGRA = re.compile(r"^arm-variant\s+\*\s+tegra$")
+
+
+class BumpFamily(Protocol):
+    """A family's part of `faforge bump` (its module's `bump`)."""
+
+    def variant_files(self, table: ReleaseTable, policy: BuildPolicy, variants_dir: Path) -> dict[Path, str]:
+        """The generated variant files of its own packages, beyond the matrix's cells, for `table`, with their
+        expected content: a new torch release regenerates them with the cells' files."""
+        ...
+
+
+class _HasBump(Protocol):
+    @property
+    def bump(self) -> BumpFamily: ...
 
 
 @dataclass(frozen=True)
@@ -214,10 +228,11 @@ def write(
     philox: PhiloxWidths,
     variants_dir: Path,
     recipe_path: Path,
+    families: Sequence[_HasBump],
     verdicts: Sequence[Verdict] = (),
 ) -> list[Path]:
     """Write releases.yaml (canonical form), append the measured kernel-abi rows, and regenerate the
-    variant configs and the render store.
+    variant configs (the cells', then each family's own) and the render store.
 
     The new text is loaded back and turned into cells before anything is replaced, so a table
     that would not load is never written."""
@@ -230,8 +245,9 @@ def write(
         reloaded = replace(load_releases(Path(tmp.name)), path=path)
         cells = build_cells(reloaded, policy, philox)
         pip_cells = build_pip_cells(reloaded, policy, philox)
-        fa3 = fa3_matrix.rows(reloaded, policy, variants_dir)
-        generated = generated_files(cells, variants_dir, [fa3], pip_cells)
+        generated = generated_files(cells, variants_dir, pip_cells=pip_cells)
+        for family in families:
+            generated |= family.bump.variant_files(reloaded, policy, variants_dir)
         os.replace(tmp.name, path)
     finally:
         if os.path.exists(tmp.name):

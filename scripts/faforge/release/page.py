@@ -1,16 +1,16 @@
 """The channel page: which flash-attn builds a channel holds, as static HTML plus JSON.
 
 Users pick platform, C++ ABI and python, then a torch x CUDA cell, and copy the exact
-install lines (faforge.channel.instructions) for that package. FlashAttention-3's packages
-(flash-attn-3: one per platform, CUDA and arch list, each serving every torch from its floor on)
-are listed beside the grid, each with its own install lines. The lines are computed here,
-not in the page's script; the page only fills in its own URL when it is served from the
+install lines (faforge.channel.instructions) for that package. Each family gives its own list of
+entries through its `page` namespace (PageFamily): flash-attn's cells make the grid, another family's
+packages are listed beside it, each with its own install lines. The lines are computed here and in the
+families, not in the page's script; the page only fills in its own URL when it is served from the
 channel folder itself (install channel `here`).
 
-Beside the conda lines of a cell stand the pip and uv lines of its pip cell: the matrix's pip
-cells for PyPI's torch of that minor, CUDA, ABI and python, each installed from the wheel index of its torch
-minor and CUDA (faforge.pipindex.instructions). Given the wheel index (a local root or its base URL), each
-pip cell says whether its glue wheel is published there yet.
+Beside the conda lines stand each family's pip and uv lines (PageFamily.pip_entries): for flash-attn, those
+of the matrix's pip cells for PyPI's torch of that minor, CUDA, ABI and python, each installed from the wheel
+index of its torch minor and CUDA (faforge.pipindex.instructions). Given the wheel index (a local root or its
+base URL), each entry says whether its wheel is published there yet.
 """
 
 from __future__ import annotations
@@ -18,22 +18,19 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-from rattler import RepoDataRecord, Version
+from rattler import RepoDataRecord
 
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix.pip_builds import PipBuild
-from faforge.matrix.releases import ReleaseTable, World
-from faforge.pipindex import instructions
-from faforge.pipindex.read import read_published
+from faforge.family import FLASH_ATTN
+from faforge.matrix import Matrix
+from faforge.matrix.releases import ReleaseTable
 from faforge.release.package import PackageFacts, facts_from_metadata
-from faforge.versions import vtuple
 
 PAGE_VERSION = 1
 TEMPLATE = Path(__file__).with_name("page.html")
@@ -43,17 +40,40 @@ HERE = "here"
 CHANNEL_PLACEHOLDER = "@CHANNEL@"
 
 
-def world_for_abi(table: ReleaseTable, abi: int) -> World:
-    for world in table.worlds.values():
-        if world.cxx11_abi == abi:
-            return world
-    raise FaforgeError(
-        f"no torch world in {table.path} uses C++ ABI {abi}",
-        hint="the channel holds a package this checkout's release table does not know",
-    )
+class PageFamily(Protocol):
+    """A family's part of the page (its module's `page`)."""
+
+    @property
+    def key(self) -> str:
+        """Its list's key in the page's JSON."""
+        ...
+
+    @property
+    def conda_packages(self) -> tuple[str, ...]:
+        """The conda packages of it the page asks the channel for."""
+        ...
+
+    def entries(self, packages: Sequence[PackageFacts], channel: str, table: ReleaseTable) -> list[dict]:
+        """Its entries, in the page's order, for these packages of the channel (those named conda_packages),
+        each with its install lines from `channel` (install_lines); a package it cannot list is left out."""
+        ...
+
+    def pip_entries(self, matrix: Matrix, base: str, index: str | None) -> list[dict]:
+        """Its pip, uv and requirements.txt lines, from the wheel indexes under `base`; with `index` (a wheel
+        index's root folder or base URL, read), whether each entry's wheel is published there (None: not read)."""
+        ...
+
+    def summary(self, entries: list[dict]) -> str | None:
+        """What `faforge page` says it listed ("12 packages"); None: nothing worth saying."""
+        ...
 
 
-def _install(facts: PackageFacts, channels: list[str]) -> dict:
+class _HasPage(Protocol):
+    @property
+    def page(self) -> PageFamily: ...
+
+
+def install_lines(facts: PackageFacts, channels: list[str]) -> dict:
     """The exact install lines of one package, from these channels in this order."""
     spec = match_spec(facts.name, facts.version, facts.build)
     return {
@@ -62,91 +82,19 @@ def _install(facts: PackageFacts, channels: list[str]) -> dict:
     }
 
 
-def fa3_entry(facts: PackageFacts, channels: list[str]) -> dict:
-    """A flash-attn-3 package: no python, torch or C++ ABI in its build; it serves every torch from its floor on."""
-    python = next(
-        (d.split(None, 1)[1] for d in facts.depends if d.startswith("python ") and len(d.split(None, 1)) == 2), None
-    )
-    return {
-        "id": facts.package_id,
-        "platform": facts.subdir,
-        "cuda": facts.cuda,
-        "cuda_archs": facts.cuda_archs,
-        "min_torch": facts.torch,
-        "served_torch": f"torch >= {facts.torch}" if facts.torch else None,
-        "python": python,
-        "filename": facts.filename,
-        "version": facts.version,
-        "build": facts.build,
-        "sha256": facts.sha256,
-        **_install(facts, channels),
-    }
-
-
-def published_glue_wheels(where: str, index_names: set[str]) -> dict[str, tuple[str, ...]]:
-    """Index name -> the flash-attn wheel files its index lists, for each of `index_names` the wheel index at
-    `where` holds (a root folder `faforge publish --index` wrote, or its base URL; an index it lacks is left out),
-    read as `plan --index` reads it (faforge.pipindex.read.read_published: a page it cannot read is an error)."""
-    found = {}
-    for name in sorted(index_names):
-        listing = read_published(where, name)
-        if listing is not None:
-            found[name] = tuple(f.filename for f in listing.files().get(FLASH_ATTN.package, ()))
-    return found
-
-
-def pip_entries(builds: list[PipBuild], base: str, published: dict[str, tuple[str, ...]] | None) -> list[dict]:
-    """One entry per pip cell with its pip, uv and requirements.txt lines; with `published` (the wheel index
-    read), whether its glue wheel is there (None: the index was not read)."""
-    entries: list[dict[str, Any]] = []  # the page's JSON
-    for b in builds:
-        c = b.cell
-        index = instructions.index_url(c.index_name, base)
-        pins = instructions.requirements(b.glue_version, c.torch)
-        wheel = None
-        if published is not None:
-            wheel = next((f for f in published.get(c.index_name, ()) if b.glue_wheel_pattern().fullmatch(f)), None)
-        entries.append(
-            {
-                "cell": c.id,
-                "grid_cell": c.id.split("/", 1)[1],
-                "platform": c.platform,
-                "python": c.python,
-                "torch": c.torch,
-                "torch_minor": c.torch_minor,
-                "cuda": c.cuda,
-                "cxx11_abi": c.cxx11_abi,
-                "torch_wheel": c.wheel,
-                "index_name": c.index_name,
-                "index_url": index,
-                "version": b.glue_version,
-                "published": None if published is None else wheel is not None,
-                "wheel": wheel,
-                "pip_install": instructions.pip_command(index, pins),
-                "uv_install": instructions.uv_command(index, pins),
-                "requirements_txt": instructions.requirements_txt(index, pins),
-            }
-        )
-    entries.sort(
-        key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), vtuple(p["python"])), reverse=True
-    )
-    return entries
-
-
 def page_data(
     records: Iterable[RepoDataRecord],
     table: ReleaseTable,
     install_channel: str,
-    fa3_world: World | None = None,
+    families: Sequence[_HasPage],
     pip: list[dict] | None = None,
     pip_index: str | None = None,
 ) -> dict:
-    """The page's data: the flash-attn cells, the flash-attn-3 packages installed from `fa3_world`'s channels,
-    and the pip cells' entries (pip_entries) read from the wheel index `pip_index` (None: not read)."""
+    """The page's data: each family's entries under its key (PageFamily), then the families' pip entries
+    (PageFamily.pip_entries) and the wheel index `pip_index` they were read from (None: not read)."""
     channel = CHANNEL_PLACEHOLDER if install_channel == HERE else install_channel
-    packages, fa3 = [], []
-    for record in records:
-        facts = facts_from_metadata(
+    facts = [
+        facts_from_metadata(
             path=Path(record.file_name),
             name=record.name.normalized,
             version=str(record.version),
@@ -155,42 +103,18 @@ def page_data(
             depends=[str(d) for d in record.depends],
             sha256=record.sha256.hex() if record.sha256 else "",
         )
-        if facts.package_id is not None and fa3_world is not None:
-            fa3.append(fa3_entry(facts, [channel, *fa3_world.channels]))
-            continue
-        if facts.cell_id is None or facts.cxx11_abi is None:
-            continue  # not a faforge cell build (no python/torch/CUDA/ABI in its build string)
-        world = world_for_abi(table, facts.cxx11_abi)
-        packages.append(
-            {
-                "cell": facts.cell_id,
-                "platform": facts.subdir,
-                "python": facts.python,
-                "torch": facts.torch,
-                "torch_minor": facts.torch_minor,
-                "cuda": facts.cuda,
-                "cxx11_abi": facts.cxx11_abi,
-                "world": world.name,
-                "filename": facts.filename,
-                "version": facts.version,
-                "build": facts.build,
-                "sha256": facts.sha256,
-                **_install(facts, [channel, *world.channels]),
-            }
-        )
-    # Newest flash-attn first, so the page's grid shows the newest build of each cell.
-    packages.sort(
-        key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), p["python"], Version(p["version"])),
-        reverse=True,
-    )
-    fa3.sort(key=lambda p: (p["platform"], vtuple(p["cuda"]), p["cuda_archs"], Version(p["version"])), reverse=True)
+        for record in records
+    ]
+    listed = {
+        f.page.key: f.page.entries([p for p in facts if p.name in f.page.conda_packages], channel, table)
+        for f in families
+    }
     return {
         "version": PAGE_VERSION,
         "generated": generated_at(),
         "install_channel": None if install_channel == HERE else install_channel,
         "channel_placeholder": CHANNEL_PLACEHOLDER,
-        "packages": packages,
-        FLASH_ATTN_3.key: fa3,
+        **listed,
         "pip_index": pip_index,
         "pip": pip or [],
     }
@@ -210,23 +134,25 @@ def generated_at() -> str:
     return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds")
 
 
-def with_channel(data: dict, channel: str) -> dict:
-    """The data with the page's placeholder replaced: a JSON file, unlike the page, cannot learn its own URL."""
+def with_channel(data: dict, channel: str, keys: Sequence[str]) -> dict:
+    """The data with the page's placeholder replaced in the install lines of the lists under `keys` (the
+    families'): a JSON file, unlike the page, cannot learn its own URL."""
     if data["install_channel"] is not None:
         return data
     fill = lambda text: text.replace(CHANNEL_PLACEHOLDER, channel)  # noqa: E731 (a one-line helper)
     filled = {
         key: [{**p, "install": fill(p["install"]), "environment_yml": fill(p["environment_yml"])} for p in data[key]]
-        for key in ("packages", FLASH_ATTN_3.key)
+        for key in keys
     }
     return {**data, "install_channel": channel, **filled}
 
 
-def write_page(data: dict, out_dir: Path, file_channel: str) -> tuple[Path, Path]:
-    """index.html (which fills in its own URL for `here`) and the JSON file (which names `file_channel` instead)."""
+def write_page(data: dict, out_dir: Path, file_channel: str, keys: Sequence[str]) -> tuple[Path, Path]:
+    """index.html (which fills in its own URL for `here`) and the JSON file (which names `file_channel` instead
+    in the lists under `keys`, the families')."""
     out_dir.mkdir(parents=True, exist_ok=True)
     data_path = out_dir / DATA_FILE
-    data_path.write_text(json.dumps(with_channel(data, file_channel), indent=2) + "\n")
+    data_path.write_text(json.dumps(with_channel(data, file_channel, keys), indent=2) + "\n")
     # Embedded too, so the page also works opened from disk (file://), where fetch() is blocked.
     embedded = json.dumps(data).replace("</", "<\\/")
     text = (

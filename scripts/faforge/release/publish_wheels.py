@@ -5,8 +5,8 @@ wheel's exact sha256 in the verification manifest, no gate `failed`, and the fil
 when it is copied (release.manifest.require_passed, checked again right before the copy, in a dry run
 too). Then what the index itself needs (faforge.pipindex.placement): a wheel of one of its projects,
 with a Requires-Python for its links; a flash-attn glue wheel only with the exact kernel wheel it pins,
-allowed in the same publish or already in the index's files/; a FlashAttention-3 wheel only where an
-index of its CUDA and torch range exists.
+allowed in the same publish or already in the index's files/; a torch-range wheel only where an index of
+its CUDA and torch range exists.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from faforge.pipindex.folder import survey
-from faforge.pipindex.placement import FA3, GLUE, KERNEL, PROJECTS, admits, glue_index, place
+from faforge.pipindex.placement import GLUE, KERNEL, PROJECTS, TORCH_RANGE, admits, glue_index, place
 from faforge.pipindex.publish import IndexPublished, Outcome, publish_wheels
 from faforge.pipwheel.facts import WheelFacts, identity, read_wheel, requirement
 from faforge.pipwheel.record import check_record
@@ -110,7 +110,7 @@ def admit(decisions: list[Decision[WheelFacts]], held: list[WheelFacts], root: P
     glues = [out[id(d)].package for d in decisions if out[id(d)].allowed and d.package.name == GLUE] + [
         w for w in held if w.name == GLUE
     ]
-    for d in (d for d in decisions if out[id(d)].allowed and d.package.name == FA3):
+    for d in (d for d in decisions if out[id(d)].allowed and d.package.name == TORCH_RANGE):
         placed = place([*glues, d.package])
         if not placed.indexes_of(d.package.filename):
             refuse(

@@ -12,27 +12,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from faforge.abi.elf_file import ElfError
 from faforge.abi.fatbin import GpuArchs, read_gpu_archs
 from faforge.abi.stable import StableVerdict, check_stable
 from faforge.doctor import facts as env_facts
 from faforge.doctor import probe_facts
-from faforge.doctor.situation import ERROR, PACKAGE_MISSING, WARNING, Problem
+from faforge.doctor.situation import ERROR, WARNING, Problem
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.gpu import compat
 from faforge.versions import vtuple
 
-if TYPE_CHECKING:
-    from faforge.doctor.examine import Report
-
 MIN_TORCH = "2.9"  # TORCH_TARGET_VERSION of hopper/setup.py (variants/matrix.yaml, flash_attn_3.min_torch)
 NAMES = (FLASH_ATTN_3.extension, FLASH_ATTN_3.package, "-")  # no kernel package: one binary
-JSON_KEY = FLASH_ATTN_3.key  # the section of `faforge doctor --json` (tests/schemas/doctor.json)
+json_key = FLASH_ATTN_3.key  # the section of `faforge doctor --json` (tests/schemas/doctor.json)
 
 
 @dataclass(frozen=True)
@@ -61,11 +57,37 @@ class StableAbiReport:
             ],
         }
 
+    def text_lines(self) -> list[str]:
+        """The FA3 section of the doctor's text report."""
+        claim = (
+            f"works with torch >= {MIN_TORCH}: imports only torch's stable C functions ({self.stable_functions})"
+            if self.stable_functions is not None and not any(p.kind == "not-stable-abi" for p in self.problems)
+            else "stable ABI not confirmed"
+        )
+        gpu = ", ".join([*self.gpu.sass, *self.gpu.ptx]) if self.gpu else "unknown"
+        lines = [
+            "",
+            f"{FLASH_ATTN_3.package}: {self.extension}",
+            f"  {claim}; torch here: {self.torch or 'not importable'}; GPU code: {gpu}",
+        ]
+        for p in self.problems:
+            lines.append(f"  {p.severity}: {p.kind}: {p.message}")
+            lines += [f"    {d}" for d in p.details]
+        lines.append(f"  {FLASH_ATTN_3.package}: {'healthy' if self.healthy else 'problems found'}")
+        return lines
+
 
 def installed(facts: env_facts.EnvFacts) -> bool:
     """Whether flash_attn_3 is on the interpreter's path, from the facts the flash-attn probe already has:
     the second probe (which imports torch again) runs only where there is something to examine."""
     return any((Path(d) / FLASH_ATTN_3.module / "__init__.py").is_file() for d in facts.site_dirs)
+
+
+def examine(
+    python: Path, facts: env_facts.EnvFacts, timeout_s: float, progress: Callable[[str], None]
+) -> StableAbiReport | None:
+    """The FA3 section (faforge.doctor.sections.DoctorFamily): only where flash_attn_3 is on the path."""
+    return examine_stable(python, timeout_s, progress) if installed(facts) else None
 
 
 def examine_stable(
@@ -199,39 +221,3 @@ def _gpu_problems(facts: env_facts.EnvFacts, archs: GpuArchs | None) -> list[Pro
             )
         )
     return problems
-
-
-def beside(flash_attn_report: Report, fa3: StableAbiReport | None) -> Report:
-    """The flash-attn report as the doctor shows it beside flash-attn-3's: an environment holding only
-    flash-attn-3 does not lack flash-attn, so neither that problem nor a fix for it is shown (before, its
-    exit was 0 while its report said unhealthy and offered to install flash-attn)."""
-    if fa3 is None or flash_attn_report.situation.flash_attn.installed:
-        return flash_attn_report
-    problems = tuple(p for p in flash_attn_report.problems if p.kind != PACKAGE_MISSING)
-    fixes = tuple(f for f in flash_attn_report.fixes if set(f.resolves) - {PACKAGE_MISSING})
-    return replace(flash_attn_report, problems=problems, fixes=fixes)
-
-
-def healthy(flash_attn_report: Report, fa3: StableAbiReport | None) -> bool:
-    """The doctor's verdict over both families (the flash-attn report as `beside` gives it)."""
-    return flash_attn_report.healthy and (fa3 is None or fa3.healthy)
-
-
-def text_lines(report: StableAbiReport) -> list[str]:
-    """The FA3 section of the doctor's text report."""
-    claim = (
-        f"works with torch >= {MIN_TORCH}: imports only torch's stable C functions ({report.stable_functions})"
-        if report.stable_functions is not None and not any(p.kind == "not-stable-abi" for p in report.problems)
-        else "stable ABI not confirmed"
-    )
-    gpu = ", ".join([*report.gpu.sass, *report.gpu.ptx]) if report.gpu else "unknown"
-    lines = [
-        "",
-        f"{FLASH_ATTN_3.package}: {report.extension}",
-        f"  {claim}; torch here: {report.torch or 'not importable'}; GPU code: {gpu}",
-    ]
-    for p in report.problems:
-        lines.append(f"  {p.severity}: {p.kind}: {p.message}")
-        lines += [f"    {d}" for d in p.details]
-    lines.append(f"  {FLASH_ATTN_3.package}: {'healthy' if report.healthy else 'problems found'}")
-    return lines

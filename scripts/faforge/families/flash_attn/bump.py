@@ -1,0 +1,13 @@
+"""flash-attn 2 in `faforge bump`: its packages are the matrix's cells, whose variant files bump regenerates
+itself (faforge.release.bump.write), so it adds none (faforge.release.bump.BumpFamily)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from faforge.matrix.policy import BuildPolicy
+from faforge.matrix.releases import ReleaseTable
+
+
+def variant_files(table: ReleaseTable, policy: BuildPolicy, variants_dir: Path) -> dict[Path, str]:
+    return {}
