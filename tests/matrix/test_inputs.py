@@ -1,6 +1,7 @@
 """Package identity per output, on real rattler-build renders of a scratch checkout:
 an edit to a kernel input gives every kernel package and every cell a new build string, an edit to a
-glue-only input every cell and no kernel package, an edit elsewhere (doctor/) none."""
+glue-only input every cell and no kernel package, an edit elsewhere (doctor/) none; a move alone none, and an
+edit of what is packed around the kernel objects (the checker) keeps their objects digest."""
 
 from __future__ import annotations
 
@@ -9,14 +10,23 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix import load_matrix
-from faforge.matrix.inputs import GLUE_INPUTS, KERNEL_INPUTS, input_digests, input_files
+from faforge.matrix import inputs, load_matrix
+from faforge.matrix.inputs import (
+    FA3_INPUTS,
+    GLUE_INPUTS,
+    KERNEL_INPUTS,
+    fa3_input_digests,
+    input_digests,
+    input_files,
+    objects_digests,
+)
 from faforge.matrix.render import build_string_head, render_platform
 from faforge.matrix.render_packages import fa3_build_strings
 from faforge.matrix.variants import generated_files, variant_config_path
@@ -234,3 +244,49 @@ def test_every_file_the_fa3_recipe_ships_is_its_input(repo):
         str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN_3.recipe_dir / "recipe.yaml") - covered
     )
     assert not missing, f"add these to faforge.family's FLASH_ATTN_3.inputs: {missing}"
+
+
+def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
+    """Each file is digested under its logical name: moving the torch-free check and the checker (and pointing
+    the family row and the recipe at the new places) leaves every digest as it was."""
+    before = {**input_digests(checkout), **fa3_input_digests(checkout), **objects_digests(checkout)}
+    moves = {"scripts/faforge/kernels/torchfree.py": "scripts/faforge/moved/torchfree.py"}
+    moves["scripts/faforge/abi"] = "scripts/faforge/moved/abi"
+    (checkout / "scripts/faforge/moved").mkdir()
+    for old, new in moves.items():
+        (checkout / old).rename(checkout / new)
+    for family in (FLASH_ATTN, FLASH_ATTN_3):
+        recipe = checkout / family.recipe_dir / "recipe.yaml"
+        text = recipe.read_text()
+        for old, new in moves.items():
+            text = text.replace(f"../../{old}", f"../../{new}")
+        recipe.write_text(text)
+
+    def moved(entries):
+        return tuple((name, moves.get(path, path)) for name, path in entries)
+
+    monkeypatch.setattr(
+        inputs, "FLASH_ATTN", replace(FLASH_ATTN, kernel_pack_inputs=moved(FLASH_ATTN.kernel_pack_inputs))
+    )
+    monkeypatch.setattr(inputs, "FLASH_ATTN_3", replace(FLASH_ATTN_3, pack_inputs=moved(FLASH_ATTN_3.pack_inputs)))
+    assert {**input_digests(checkout), **fa3_input_digests(checkout), **objects_digests(checkout)} == before
+
+
+def test_a_checker_edit_repacks_the_same_objects_and_a_shim_edit_compiles_new_ones(checkout):
+    """What is packed around the binary (the checker, abi/) moves each package's digest, so its build string,
+    but not its objects digest, the key of the compiled objects a repack reuses (faforge.release.plan_reuse);
+    the shim and the build script move both."""
+    base = {**input_digests(checkout), **fa3_input_digests(checkout)}
+    objects = objects_digests(checkout)
+    append(checkout / "scripts/faforge/abi/check.py", "\n_A_CHECKER_EDIT = 1\n")
+    checker = {**input_digests(checkout), **fa3_input_digests(checkout)}
+    assert checker[KERNEL_INPUTS] != base[KERNEL_INPUTS] and checker[FA3_INPUTS] != base[FA3_INPUTS]
+    assert checker[GLUE_INPUTS] == base[GLUE_INPUTS]
+    assert objects_digests(checkout) == objects
+    recipe = checkout / FLASH_ATTN.recipe_dir / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace("- pyelftools", "- pyelftools >=0.30"))
+    assert objects_digests(checkout) == objects, "a test requirement is packing"
+    append(checkout / "scripts/faforge/kernels/torch_shim/kernel_errors.cpp", "\nint a_shim_edit;\n")
+    assert objects_digests(checkout)[KERNEL_INPUTS] != objects[KERNEL_INPUTS]
+    append(checkout / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script, "\n_A_BUILD_EDIT = 1\n")
+    assert objects_digests(checkout)[FA3_INPUTS] != objects[FA3_INPUTS]
