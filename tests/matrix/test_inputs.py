@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,11 +35,16 @@ from faforge.matrix.variants import generated_files, variant_config_path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def copy_checkout(root: Path) -> Path:
+    """A scratch checkout at `root`: what a render and a plan read."""
+    for name in ("variants", "recipes", "scripts"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
 @pytest.fixture
 def checkout(tmp_path):
-    for name in ("variants", "recipes", "scripts"):
-        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path
+    return copy_checkout(tmp_path)
 
 
 def identities(root: Path) -> dict[str, dict[str, str]]:
@@ -99,18 +105,24 @@ def test_each_output_is_stale_exactly_when_its_inputs_change(checkout):
     assert changed(glue["cells"], kernel["cells"]) == set(kernel["cells"])
 
 
-def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> Path:
-    """A channel's repodata holding exactly the packages of `held` (an identities() result)."""
+def held_channel(
+    root: Path, channel: Path, held: dict[str, dict[str, str]], more: Sequence[tuple[str, str, str, str]] = ()
+) -> Path:
+    """A channel's repodata holding exactly the packages of `held` (an identities() result) and `more`
+    (subdir, name, version, build)."""
     matrix = load_matrix(root)
     version = matrix.policy.flash_attn_version
     platform_of = {c.id: c.platform for c in matrix.cells}
-    entries = [(platform_of[cell], FLASH_ATTN.package, build) for cell, build in held["cells"].items()]
-    entries += [(key.split("/")[0], FLASH_ATTN.kernel_package, build) for key, build in held["kernels"].items()]
+    entries = [(platform_of[cell], FLASH_ATTN.package, version, build) for cell, build in held["cells"].items()]
+    entries += [
+        (key.split("/")[0], FLASH_ATTN.kernel_package, version, build) for key, build in held["kernels"].items()
+    ]
+    entries += more
     for subdir in ("linux-64", "linux-aarch64", "noarch"):
         packages = {
-            f"{name}-{version}-{build}.conda": {
+            f"{name}-{package_version}-{build}.conda": {
                 "name": name,
-                "version": version,
+                "version": package_version,
                 "build": build,
                 "build_number": int(build.rsplit("_", 1)[1]),
                 "subdir": subdir,
@@ -119,7 +131,7 @@ def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> 
                 "sha256": "0" * 64,
                 "size": 1,
             }
-            for sub, name, build in entries
+            for sub, name, package_version, build in entries
             if sub == subdir
         }
         (channel / subdir).mkdir(parents=True)
@@ -129,10 +141,10 @@ def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> 
     return channel
 
 
-def plan(root: Path, channel: Path, cache: Path) -> dict:
+def plan(root: Path, channel: Path, cache: Path, *args: str) -> dict:
     env = dict(os.environ, FAFORGE_ROOT=str(root), FAFORGE_CACHE_DIR=str(cache))
     result = subprocess.run(
-        [sys.executable, "-m", "faforge", "plan", "--channel", str(channel), "--json"],
+        [sys.executable, "-m", "faforge", "plan", "--channel", str(channel), "--json", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -24,11 +24,13 @@ from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.families.flash_attn_3 import cost_report as fa3_report
 from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
+from faforge.matrix.inputs import FA3_INPUTS, KERNEL_INPUTS, objects_digests
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
 from faforge.release.cost import BuildCost, Part
 from faforge.release.pip_plan import PIP_STAGE
 from faforge.release.plan import CELL_STAGE, FA3_PIECES_STAGE, FA3_STAGE, STAGES, Plan
+from faforge.release.plan_reuse import CompiledStages, plan_reusing_objects, read_cached
 from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
 
@@ -69,6 +71,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         'e.g. "$GITHUB_OUTPUT")',
     )
     parser.add_argument(
+        "--cached-objects",
+        metavar="FILE",
+        help="cache keys CI holds, one a line (`gh cache list --key ccache- --json key --jq '.[].key'`): a "
+        "package whose objects key is listed is linked and packed from them, compiling no TU "
+        "(faforge.release.plan_reuse); the --github-output `objects` names each package's key",
+    )
+    parser.add_argument(
         "--max-chunks",
         type=int_range(1, 256),
         default=2,
@@ -84,6 +93,27 @@ def fa3_pieces(packages: list[Fa3Package], cost: BuildCost) -> dict[str, list[Pa
     if not measurements.fa3_samples:
         return {}
     return {p.id: list(p.jobs) for p in fa3_report.report(measurements, packages, cost).packages}
+
+
+# The variant values a kernel package's objects follow, besides its slug's: the recipe's kernel output reads only
+# these (faforge.matrix.kernels says why).
+KERNEL_VARIANT_KEYS = (
+    "cuda_compiler_version",
+    "cuda_archs",
+    "philox_offset_bits",
+    "c_compiler_version",
+    "cxx_compiler_version",
+    "c_stdlib_version",
+)
+
+
+def compiled_stages(root: Path) -> list[CompiledStages]:
+    """Each compiled output's piece and final stages, with its objects digest (faforge.release.plan_reuse)."""
+    digests = objects_digests(root)
+    return [
+        CompiledStages("kernels", "kernel_links", digests[KERNEL_INPUTS], KERNEL_VARIANT_KEYS),
+        CompiledStages(FA3_PIECES_STAGE, FA3_STAGE, digests[FA3_INPUTS]),
+    ]
 
 
 def index_root(value: str) -> str:
@@ -177,13 +207,16 @@ def execute(args: argparse.Namespace) -> int:
         fa3_pieces=fa3_pieces,
         index=index,
     )
+    stages = compiled_stages(paths.repo_root())
+    cached = frozenset() if args.cached_objects is None else read_cached(args.cached_objects)
+    plan, objects = plan_reusing_objects(plan, stages, cached)
     data = plan.to_json()
     if args.output:
         with paths.user_path("--output", args.output):
             atomic.write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.github_output is not None:
         with paths.user_path("--github-output", args.github_output), open(args.github_output, "a") as out:
-            out.write(github_outputs(data, args.max_chunks))
+            out.write(github_outputs(data, args.max_chunks) + f"objects={json.dumps(objects, separators=(',', ':'))}\n")
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK
