@@ -10,11 +10,25 @@ environments have only the standard library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # A package's identity inputs: (logical name, file or folder relative to the repository root). The name says what
 # the input is for, and stays when the file moves.
 Inputs = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One identity digest of a family's packages (faforge.matrix.inputs): the variant key that carries it into
+    the variant files, the recipe output it covers (None: the whole recipe of a one-package family), whether the
+    recipe outside `outputs:` (the sdist, version, sources) counts too, and its inputs: what can change its
+    object files, then what is packed around them."""
+
+    key: str
+    output: str | None
+    compile_inputs: Inputs
+    pack_inputs: Inputs = ()
+    with_top: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,12 @@ class Family:
     def kernel_inputs(self) -> Inputs:
         """Everything that enters the kernel package: what compiles its objects, then what packs them."""
         return self.kernel_compile_inputs + self.kernel_pack_inputs
+
+    @property
+    def identities(self) -> tuple[Identity, ...]:
+        """The kernel package's digest (the flash-attn output reads it too: it links that build), and the glue's."""
+        kernel = Identity("kernel_inputs", self.kernel_package, self.kernel_compile_inputs, self.kernel_pack_inputs)
+        return (replace(kernel, with_top=True), Identity("glue_inputs", self.package, self.glue_inputs))
 
     @property
     def kernel_exports(self) -> str:
@@ -171,10 +191,15 @@ class StableAbiFamily:
     # tests/matrix/test_inputs.py); an edit of pack_inputs alone repacks from cached objects.
     compile_inputs: Inputs
     pack_inputs: Inputs
+    inputs_key: str  # the variant key that carries their digest
 
     @property
     def inputs(self) -> Inputs:
         return self.compile_inputs + self.pack_inputs
+
+    @property
+    def identities(self) -> tuple[Identity, ...]:
+        return (Identity(self.inputs_key, None, self.compile_inputs, self.pack_inputs, with_top=True),)
 
     @property
     def imports(self) -> tuple[str, ...]:
@@ -211,6 +236,7 @@ FLASH_ATTN_3 = StableAbiFamily(
         ("errors", "scripts/faforge/errors.py"),
         ("checker", "scripts/faforge/abi"),
     ),
+    inputs_key="fa3_inputs",
 )
 
 

@@ -30,12 +30,12 @@ from pathlib import Path
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3, Inputs
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3, Family, Identity, Inputs, StableAbiFamily, families
 from faforge.matrix.canonical import FORM_VERSION, canonical_bytes
 
-KERNEL_INPUTS = "kernel_inputs"
-GLUE_INPUTS = "glue_inputs"
-FA3_INPUTS = "fa3_inputs"  # flash-attn-3's one output: its whole recipe and FLASH_ATTN_3.inputs
+KERNEL_INPUTS, GLUE_INPUTS = (identity.key for identity in FLASH_ATTN.identities)
+FA3_INPUTS = FLASH_ATTN_3.inputs_key  # flash-attn-3's one output: its whole recipe and FLASH_ATTN_3.inputs
+AnyFamily = Family | StableAbiFamily
 DIGEST_CHARS = 16
 SKIPPED_PARTS = ("__pycache__",)
 # What a recipe or output says around its binary, not how it compiles it.
@@ -116,14 +116,11 @@ def _sources(recipe_path: Path, root: Path, recipe: Mapping, compile: Inputs, pa
     return compiled, packed
 
 
-def _outputs(recipe_path: Path, recipe: Mapping) -> dict[str, dict]:
-    outputs = {str((o.get("package") or {}).get("name")): o for o in recipe.get("outputs") or [] if isinstance(o, dict)}
-    for name in (FLASH_ATTN.kernel_package, FLASH_ATTN.package):
-        if name not in outputs:
-            raise FaforgeError(
-                f"the recipe {recipe_path} has no {name} output", hint="the identity digests need both outputs"
-            )
-    return outputs
+def _output(recipe_path: Path, recipe: Mapping, name: str) -> dict:
+    for output in recipe.get("outputs") or []:
+        if isinstance(output, dict) and str((output.get("package") or {}).get("name")) == name:
+            return output
+    raise FaforgeError(f"the recipe {recipe_path} has no {name} output", hint="each identity digest needs its output")
 
 
 def _digest(root: Path, entries: Inputs, recipe_part: object) -> str:
@@ -135,62 +132,52 @@ def _digest(root: Path, entries: Inputs, recipe_part: object) -> str:
     return h.hexdigest()[:DIGEST_CHARS]
 
 
-def _kernel_parts(root: Path) -> tuple[str, str]:
-    """(objects digest, packing digest) of the kernel output."""
-    recipe_path = root / FLASH_ATTN.recipe_dir / "recipe.yaml"
+def _parts(root: Path, family: AnyFamily, identity: Identity) -> tuple[str, str]:
+    """(objects digest, packing digest) of one identity: its inputs, with its part of the recipe."""
+    recipe_path = root / family.recipe_dir / "recipe.yaml"
     recipe = _read_recipe(recipe_path)
-    compile_sources, pack_sources = _sources(
-        recipe_path,
-        root,
-        recipe,
-        FLASH_ATTN.kernel_compile_inputs + FLASH_ATTN.glue_inputs,
-        FLASH_ATTN.kernel_pack_inputs,
-    )
-    top_compiled, top_packed = _split({k: v for k, v in recipe.items() if k != "outputs"})
-    out_compiled, out_packed = _split(_outputs(recipe_path, recipe)[FLASH_ATTN.kernel_package])
+    top = {k: v for k, v in recipe.items() if k != "outputs"}
+    compiled, packed = _split(top if identity.output is None else _output(recipe_path, recipe, identity.output))
+    compiled_parts: list = [compiled]
+    packed_parts: list = [packed]
+    if identity.with_top:
+        if identity.output is not None:
+            top_compiled, top_packed = _split(top)
+            compiled_parts.append(top_compiled)
+            packed_parts.append(top_packed)
+        compiles = tuple(entry for i in family.identities for entry in i.compile_inputs)
+        packs = tuple(entry for i in family.identities for entry in i.pack_inputs)
+        sources = _sources(recipe_path, root, recipe, compiles, packs)
+        compiled_parts.append(sources[0])
+        packed_parts.append(sources[1])
     return (
-        _digest(root, FLASH_ATTN.kernel_compile_inputs, [top_compiled, compile_sources, out_compiled]),
-        _digest(root, FLASH_ATTN.kernel_pack_inputs, [top_packed, pack_sources, out_packed]),
+        _digest(root, identity.compile_inputs, compiled_parts),
+        _digest(root, identity.pack_inputs, packed_parts),
     )
 
 
-def _fa3_parts(root: Path) -> tuple[str, str]:
-    """(objects digest, packing digest) of the flash-attn-3 package."""
-    recipe_path = root / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
-    recipe = _read_recipe(recipe_path)
-    compile_sources, pack_sources = _sources(
-        recipe_path, root, recipe, FLASH_ATTN_3.compile_inputs, FLASH_ATTN_3.pack_inputs
-    )
-    compiled, packed = _split(recipe)
-    return (
-        _digest(root, FLASH_ATTN_3.compile_inputs, [compiled, compile_sources]),
-        _digest(root, FLASH_ATTN_3.pack_inputs, [packed, pack_sources]),
-    )
-
-
-def _whole(parts: tuple[str, str]) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:DIGEST_CHARS]
-
-
-def fa3_input_digests(root: Path) -> dict[str, str]:
-    """{FA3_INPUTS: digest} of the flash-attn-3 recipe (read as YAML) and the files it ships."""
-    return {FA3_INPUTS: _whole(_fa3_parts(root))}
-
-
-def input_digests(root: Path) -> dict[str, str]:
-    """{variant key: digest} for the repository at `root`, as the variant files carry them."""
-    recipe_path = root / FLASH_ATTN.recipe_dir / "recipe.yaml"
-    glue = _outputs(recipe_path, _read_recipe(recipe_path))[FLASH_ATTN.package]
+def family_input_digests(root: Path, family: AnyFamily) -> dict[str, str]:
+    """{variant key: digest} of a family's packages for the repository at `root`, as its variant files carry them:
+    each of both parts, its objects and what is packed around them."""
     return {
-        KERNEL_INPUTS: _whole(_kernel_parts(root)),
-        GLUE_INPUTS: _digest(root, FLASH_ATTN.glue_inputs, glue),
+        identity.key: hashlib.sha256("\0".join(_parts(root, family, identity)).encode()).hexdigest()[:DIGEST_CHARS]
+        for identity in family.identities
     }
 
 
 def objects_digests(root: Path) -> dict[str, str]:
-    """{variant key: objects digest} of each compiled output: what its object files follow. A change that leaves
-    it, and moves only its variant key's digest, is a repack: the objects cached under it serve."""
-    return {KERNEL_INPUTS: _kernel_parts(root)[0], FA3_INPUTS: _fa3_parts(root)[0]}
+    """{variant key: objects digest} of every family's identities: what its object files follow. A change that
+    leaves it, and moves only its variant key's digest, is a repack: the objects cached under it serve."""
+    return {identity.key: _parts(root, family, identity)[0] for family in families() for identity in family.identities}
+
+
+# faforge.matrix.variants writes each family's digests into its own variant files.
+def input_digests(root: Path) -> dict[str, str]:
+    return family_input_digests(root, FLASH_ATTN)
+
+
+def fa3_input_digests(root: Path) -> dict[str, str]:
+    return family_input_digests(root, FLASH_ATTN_3)
 
 
 GLUE_WHEEL_HASH_CHARS = 7  # as rattler-build's variant hash in a build string
