@@ -118,16 +118,12 @@ def capture(scratch: Path) -> dict[str, str]:
     return {name: text.replace(str(scratch), "<tmp>") for name, text in out.items()}
 
 
-# The input rows of each family (faforge.family): what enters its packages' identities.
-INPUT_FIELDS = ("kernel_compile_inputs", "kernel_pack_inputs", "glue_inputs", "compile_inputs", "pack_inputs")
-
-
 def identity_inputs() -> dict[str, dict[str, str]]:
     """{family key/logical name: {path, sha256 of its canonical form}} of every file a family names as a package
     input: the name a build string digests it under (faforge.matrix.inputs), and where it lies today."""
     out: dict[str, dict[str, str]] = {}
     for family in families():
-        entries = tuple(entry for field in INPUT_FIELDS for entry in getattr(family, field, ()))
+        entries = tuple(entry for i in family.identities for entry in (*i.compile_inputs, *i.pack_inputs))
         for name, path in named_files(REPO, entries).items():
             out[f"{family.key}/{name}"] = {
                 "path": path.relative_to(REPO).as_posix(),
