@@ -118,8 +118,10 @@ def read_cached(path: str | Path) -> frozenset[str]:
 def plan_reusing_objects(plan: P, stages: Sequence[CompiledStages], cached: frozenset[str]) -> tuple[P, dict[str, str]]:
     """The plan with every package whose objects key is `cached` linked and packed only, and {slug: objects key}
     of every compiled package it builds (the workflows save and restore its compiler cache under that key)."""
-    cells: dict[str, object] = {r.cell.id: r.cell for r in [*plan.todo, *plan.present]}
-    cells |= {b.cell.id: b.cell for b in plan.pip} | {r.cell.id: r.cell for r in plan.fa3}
+    # Every rendered cell or package the plan lists (each family's: what a job's `cell` names), whatever its list.
+    listed = [getattr(plan, f.name) for f in dataclasses.fields(plan)]
+    built = [getattr(item, "cell", None) for value in listed if isinstance(value, list) for item in value]
+    cells = {cell_id: cell for cell in built if isinstance(cell_id := getattr(cell, "id", None), str)}
     keys = objects_keys(plan.jobs, stages, cells)
     reused = {slug for slug, key in keys.items() if key in cached}
     return dataclasses.replace(plan, jobs=reuse_objects(plan.jobs, stages, reused)), keys
