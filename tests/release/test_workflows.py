@@ -442,7 +442,7 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     [restore] = [s for s in steps if s.get("uses") == "actions/cache/restore@v5" and s["with"]["path"] == ".ccache"]
     [save] = [s for s in steps if s.get("uses") == "actions/cache/save@v5" and s["with"]["path"] == ".ccache"]
     prefix = "ccache-${{ matrix.kernels }}-"
-    objects = "fromJSON(inputs.objects)[matrix.kernels]"
+    objects = "fromJSON(inputs.objects || '{}')[matrix.kernels]"
     assert save["with"]["key"] == f"${{{{ {objects} || format('ccache-{{0}}-{{1}}', matrix.kernels, github.run_id) }}}}"
     assert restore["with"]["key"] == save["with"]["key"] and restore["with"]["restore-keys"].strip() == prefix
     assert {p for p in PARTS if _runs_for_part(restore.get("if"), *p)} == {
@@ -886,3 +886,24 @@ def test_the_wheels_pass_the_gpu_gate_on_their_platforms_runner_and_are_publishe
     assert steps.index(publish) < steps.index(index_upload) and index_upload["with"]["path"] == "wheels"
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
     assert '--index "$FAFORGE_PIP_INDEX"' in plan_step["run"], "pip cells whose wheels the index lists are not rebuilt"
+
+
+def test_the_plan_repacks_from_the_objects_ci_caches():
+    """The plan job lists the compiler caches the repository holds and plans from them (faforge.release.plan_reuse);
+    every build job gets each package's objects key, under which its compiler cache is restored and saved."""
+    jobs = _load("build.yml")["jobs"]
+    plan = jobs["plan"]
+    assert (
+        plan["permissions"]["actions"] == "read" and plan["outputs"]["objects"] == "${{ steps.plan.outputs.objects }}"
+    )
+    listing = next(s for s in plan["steps"] if s.get("name") == "Compiled objects in the cache")
+    planning = next(s for s in plan["steps"] if s.get("id") == "plan")
+    assert (
+        "gh cache list" in listing["run"]
+        and "--key ccache-" in listing["run"]
+        and "> cached-objects.txt" in (listing["run"])
+    )
+    assert "--cached-objects cached-objects.txt" in planning["run"]
+    assert plan["steps"].index(listing) < plan["steps"].index(planning)
+    calls = [job for job in jobs.values() if job.get("uses") == "./.github/workflows/build-cells.yml"]
+    assert calls and all(job["with"]["objects"] == "${{ needs.plan.outputs.objects }}" for job in calls)
