@@ -10,7 +10,25 @@ environments have only the standard library.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+# A package's identity inputs: (logical name, file or folder relative to the repository root). The name says what
+# the input is for, and stays when the file moves.
+Inputs = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One identity digest of a family's packages (faforge.matrix.inputs): the variant key that carries it into
+    the variant files, the recipe output it covers (None: the whole recipe of a one-package family), whether the
+    recipe outside `outputs:` (the sdist, version, sources) counts too, and its inputs: what can change its
+    object files, then what is packed around them."""
+
+    key: str
+    output: str | None
+    compile_inputs: Inputs
+    pack_inputs: Inputs = ()
+    with_top: bool = False
 
 
 @dataclass(frozen=True)
@@ -31,15 +49,30 @@ class Family:
     include_dirs: tuple[str, ...]  # the sdist's include folders every TU compiles with, in order
     kernel_glob: str  # the kernel TUs' file names in kernel_source_dir
     gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
-    # What enters each conda output besides its variant (its identity inputs), as files or folders relative
-    # to the repository root; the recipe's own part of each output is added by faforge.matrix.inputs.
-    # kernel_inputs: the shim, the kernel part of the backend (its compile flags too), the build script
-    # and the kernel package's test (faforge.kernels.torchfree and what it imports); glue_inputs: the
-    # glue part of the backend and the checker the flash-attn package's tests run. A cell's identity
-    # covers both (it links its kernel build); tests/matrix/test_inputs.py checks that every file the
-    # recipe ships is in one of them.
-    kernel_inputs: tuple[str, ...]
-    glue_inputs: tuple[str, ...]
+    # What enters each conda output besides its variant (its identity inputs), as (logical name, file or folder
+    # relative to the repository root): faforge.matrix.inputs digests each file under its logical name, not its
+    # path, so a move alone changes no build string; the recipe's own part of each output is added there.
+    # The kernel package's inputs come in two parts: kernel_compile_inputs, what can change its object files
+    # (the build script, the shim, the backend's flags, sources and toolchain rules), and kernel_pack_inputs,
+    # what is linked and packed around them (the post-link checks, the checker its test runs, the licences).
+    # An edit of the second part alone repacks the package from cached objects (faforge.release.plan_reuse).
+    # glue_inputs: the glue part of the backend and the checker the flash-attn package's tests run. A cell's
+    # identity covers all three (it links its kernel build); tests/matrix/test_inputs.py checks that every
+    # file the recipe ships is in one of them.
+    kernel_compile_inputs: Inputs
+    kernel_pack_inputs: Inputs
+    glue_inputs: Inputs
+
+    @property
+    def kernel_inputs(self) -> Inputs:
+        """Everything that enters the kernel package: what compiles its objects, then what packs them."""
+        return self.kernel_compile_inputs + self.kernel_pack_inputs
+
+    @property
+    def identities(self) -> tuple[Identity, ...]:
+        """The kernel package's digest (the flash-attn output reads it too: it links that build), and the glue's."""
+        kernel = Identity("kernel_inputs", self.kernel_package, self.kernel_compile_inputs, self.kernel_pack_inputs)
+        return (replace(kernel, with_top=True), Identity("glue_inputs", self.package, self.glue_inputs))
 
     @property
     def kernel_exports(self) -> str:
@@ -89,13 +122,11 @@ FLASH_ATTN = Family(
     include_dirs=("csrc/flash_attn", "csrc/flash_attn/src", "csrc/cutlass/include"),
     kernel_glob="flash_*_sm80.cu",
     gates=("abi", "import"),
-    kernel_inputs=(
-        "recipes/flash-attn/build_flash_attn.py",
-        "recipes/flash-attn/LICENSE_CUTLASS.txt",
-        "recipes/flash-attn/LICENSE_PYTORCH.txt",
-        "scripts/faforge/kernels/torch_shim",
+    kernel_compile_inputs=(
+        ("build script", "recipes/flash-attn/build_flash_attn.py"),
+        ("torch shim", "scripts/faforge/kernels/torch_shim"),
         *(
-            f"scripts/faforge/backend/{name}.py"
+            (f"backend/{name}.py", f"scripts/faforge/backend/{name}.py")
             for name in (
                 "__init__",
                 "archs",
@@ -108,25 +139,29 @@ FLASH_ATTN = Family(
                 "ninja",
                 "options",
                 "plan",
-                "postlink",
                 "sources",
                 "toolchain",
             )
         ),
-        "scripts/faforge/__init__.py",
-        "scripts/faforge/errors.py",
-        "scripts/faforge/family.py",
-        "scripts/faforge/abi",
-        "scripts/faforge/kernels/__init__.py",
-        "scripts/faforge/kernels/torchfree.py",
+        ("faforge", "scripts/faforge/__init__.py"),
+        ("family names", "scripts/faforge/family.py"),
+    ),
+    kernel_pack_inputs=(
+        ("licence of CUTLASS", "recipes/flash-attn/LICENSE_CUTLASS.txt"),
+        ("licence of PyTorch", "recipes/flash-attn/LICENSE_PYTORCH.txt"),
+        ("backend/postlink.py", "scripts/faforge/backend/postlink.py"),
+        ("errors", "scripts/faforge/errors.py"),
+        ("checker", "scripts/faforge/abi"),
+        ("kernels", "scripts/faforge/kernels/__init__.py"),
+        ("torch-free check", "scripts/faforge/kernels/torchfree.py"),
     ),
     glue_inputs=(
-        "scripts/faforge/backend/glue.py",
-        "scripts/faforge/backend/foreign.py",
-        "scripts/faforge/backend/target_torch.py",
-        "scripts/faforge/gpu",
-        "scripts/faforge/untrusted.py",
-        "scripts/faforge/kernels/tus.py",
+        ("backend/glue.py", "scripts/faforge/backend/glue.py"),
+        ("backend/foreign.py", "scripts/faforge/backend/foreign.py"),
+        ("backend/target_torch.py", "scripts/faforge/backend/target_torch.py"),
+        ("gpu gate", "scripts/faforge/gpu"),
+        ("bounded reader", "scripts/faforge/untrusted.py"),
+        ("kernel TUs", "scripts/faforge/kernels/tus.py"),
     ),
 )
 
@@ -149,10 +184,22 @@ class StableAbiFamily:
     host_source: str  # the stable-ABI glue TU
     include_dirs: tuple[str, ...]
     gates: tuple[str, ...]
-    # What enters the package besides its variant and upstream's commit: the files its recipe ships (the
-    # build script, the backend, the checker its test runs). Their digest is the variant key `fa3_inputs`,
-    # so the build string follows them (faforge.matrix.inputs; tests/matrix/test_inputs.py).
-    inputs: tuple[str, ...]
+    # What enters the package besides its variant and upstream's commit, as (logical name, path) like a Family's:
+    # the files its recipe ships. compile_inputs can change its object files (the build script, the backend,
+    # the family's own backend); pack_inputs are packed around them (the checker its test runs). Their digest is
+    # the variant key `fa3_inputs`, so the build string follows them (faforge.matrix.inputs;
+    # tests/matrix/test_inputs.py); an edit of pack_inputs alone repacks from cached objects.
+    compile_inputs: Inputs
+    pack_inputs: Inputs
+    inputs_key: str  # the variant key that carries their digest
+
+    @property
+    def inputs(self) -> Inputs:
+        return self.compile_inputs + self.pack_inputs
+
+    @property
+    def identities(self) -> tuple[Identity, ...]:
+        return (Identity(self.inputs_key, None, self.compile_inputs, self.pack_inputs, with_top=True),)
 
     @property
     def imports(self) -> tuple[str, ...]:
@@ -176,17 +223,20 @@ FLASH_ATTN_3 = StableAbiFamily(
     host_source="hopper/flash_api_stable.cpp",
     include_dirs=("hopper", "csrc/cutlass/include"),
     gates=("abi", "import"),
-    inputs=(
-        "recipes/flash-attn-3/build_flash_attn_3.py",
-        "scripts/faforge/__init__.py",
-        "scripts/faforge/errors.py",
-        "scripts/faforge/family.py",
-        "scripts/faforge/abi",
-        "scripts/faforge/backend",
-        "scripts/faforge/families/__init__.py",
-        "scripts/faforge/families/flash_attn_3/__init__.py",
-        "scripts/faforge/families/flash_attn_3/backend.py",
+    compile_inputs=(
+        ("build script", "recipes/flash-attn-3/build_flash_attn_3.py"),
+        ("faforge", "scripts/faforge/__init__.py"),
+        ("family names", "scripts/faforge/family.py"),
+        ("backend", "scripts/faforge/backend"),
+        ("families", "scripts/faforge/families/__init__.py"),
+        ("family package", "scripts/faforge/families/flash_attn_3/__init__.py"),
+        ("family backend", "scripts/faforge/families/flash_attn_3/backend.py"),
     ),
+    pack_inputs=(
+        ("errors", "scripts/faforge/errors.py"),
+        ("checker", "scripts/faforge/abi"),
+    ),
+    inputs_key="fa3_inputs",
 )
 
 

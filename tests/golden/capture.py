@@ -1,7 +1,8 @@
 """What faforge tells its users, captured whole, so a refactoring of the house can prove it changed nothing.
 
 `python -m tests.golden.capture` writes every output below into tests/golden/outputs/ and the canonical
-digest of every identity input into tests/golden/identity-inputs.json; tests/golden/test_outputs.py
+digest of every identity input, under its logical name, into tests/golden/identity-inputs.json (emptying the
+list of changes against it, tests/golden/identity-changes.yaml); tests/golden/test_outputs.py
 captures them again and compares. The outputs: the matrix as JSON and text (every world, the kernel
 packages, the FlashAttention-3 packages), a sample of rendered recipes per world, the plan against an empty
 channel and index and against a channel holding half the conda cells, and the page of that channel. Paths
@@ -20,11 +21,18 @@ from pathlib import Path
 
 from faforge.family import families
 from faforge.matrix.canonical import canonical_bytes
-from faforge.matrix.inputs import input_files
+from faforge.matrix.inputs import named_files
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("outputs")
 IDENTITY_INPUTS = Path(__file__).with_name("identity-inputs.json")
+# Each identity input that differs from IDENTITY_INPUTS, and why (tests/golden/test_outputs.py reads it).
+IDENTITY_CHANGES = Path(__file__).with_name("identity-changes.yaml")
+NO_CHANGES = (
+    "# Each identity input that differs from identity-inputs.json (the record before this change), as\n"
+    "# family/logical name: {status: moved | edited | new | removed, from: old path, to: new path, why: ...}.\n"
+    "# tests/golden/test_outputs.py fails on a change not listed here, or listed but not seen.\n{}\n"
+)
 SUBDIRS = ("linux-64", "linux-aarch64", "noarch")
 
 
@@ -110,16 +118,18 @@ def capture(scratch: Path) -> dict[str, str]:
     return {name: text.replace(str(scratch), "<tmp>") for name, text in out.items()}
 
 
-def identity_inputs() -> dict[str, str]:
-    """{path: sha256 of its canonical form} of every file a family names as a package input."""
-    entries: set[str] = set()
+def identity_inputs() -> dict[str, dict[str, str]]:
+    """{family key/logical name: {path, sha256 of its canonical form}} of every file a family names as a package
+    input: the name a build string digests it under (faforge.matrix.inputs), and where it lies today."""
+    out: dict[str, dict[str, str]] = {}
     for family in families():
-        for field in ("kernel_inputs", "glue_inputs", "inputs"):
-            entries.update(getattr(family, field, ()))
-    return {
-        p.relative_to(REPO).as_posix(): hashlib.sha256(canonical_bytes(p, p.read_bytes())).hexdigest()
-        for p in input_files(REPO, tuple(sorted(entries)))
-    }
+        entries = tuple(entry for i in family.identities for entry in (*i.compile_inputs, *i.pack_inputs))
+        for name, path in named_files(REPO, entries).items():
+            out[f"{family.key}/{name}"] = {
+                "path": path.relative_to(REPO).as_posix(),
+                "sha256": hashlib.sha256(canonical_bytes(path, path.read_bytes())).hexdigest(),
+            }
+    return dict(sorted(out.items()))
 
 
 def main() -> None:
@@ -131,6 +141,7 @@ def main() -> None:
     for name, text in outputs.items():
         (GOLDEN / name).write_text(text)
     IDENTITY_INPUTS.write_text(json.dumps(identity_inputs(), indent=1, sort_keys=True) + "\n")
+    IDENTITY_CHANGES.write_text(NO_CHANGES)  # the new record holds what the listed changes made
     print(f"wrote {len(outputs)} outputs to {GOLDEN} and {IDENTITY_INPUTS}")
 
 

@@ -1,6 +1,7 @@
 """Package identity per output, on real rattler-build renders of a scratch checkout:
 an edit to a kernel input gives every kernel package and every cell a new build string, an edit to a
-glue-only input every cell and no kernel package, an edit elsewhere (doctor/) none."""
+glue-only input every cell and no kernel package, an edit elsewhere (doctor/) none; a move alone none, and an
+edit of what is packed around the kernel objects (the checker) keeps their objects digest."""
 
 from __future__ import annotations
 
@@ -9,26 +10,41 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from faforge.families.flash_attn_3 import matrix as fa3_matrix
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
-from faforge.matrix import load_matrix
-from faforge.matrix.inputs import GLUE_INPUTS, KERNEL_INPUTS, input_digests, input_files
+from faforge.matrix import inputs, load_matrix
+from faforge.matrix.inputs import (
+    FA3_INPUTS,
+    GLUE_INPUTS,
+    KERNEL_INPUTS,
+    fa3_input_digests,
+    input_digests,
+    input_files,
+    objects_digests,
+)
 from faforge.matrix.render import build_string_head, render_platform
-from faforge.matrix.render_packages import fa3_build_strings
 from faforge.matrix.variants import generated_files, variant_config_path
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+def copy_checkout(root: Path) -> Path:
+    """A scratch checkout at `root`: what a render and a plan read."""
+    for name in ("variants", "recipes", "scripts"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
 @pytest.fixture
 def checkout(tmp_path):
-    for name in ("variants", "recipes", "scripts"):
-        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    return tmp_path
+    return copy_checkout(tmp_path)
 
 
 def identities(root: Path) -> dict[str, dict[str, str]]:
@@ -89,18 +105,24 @@ def test_each_output_is_stale_exactly_when_its_inputs_change(checkout):
     assert changed(glue["cells"], kernel["cells"]) == set(kernel["cells"])
 
 
-def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> Path:
-    """A channel's repodata holding exactly the packages of `held` (an identities() result)."""
+def held_channel(
+    root: Path, channel: Path, held: dict[str, dict[str, str]], more: Sequence[tuple[str, str, str, str]] = ()
+) -> Path:
+    """A channel's repodata holding exactly the packages of `held` (an identities() result) and `more`
+    (subdir, name, version, build)."""
     matrix = load_matrix(root)
     version = matrix.policy.flash_attn_version
     platform_of = {c.id: c.platform for c in matrix.cells}
-    entries = [(platform_of[cell], FLASH_ATTN.package, build) for cell, build in held["cells"].items()]
-    entries += [(key.split("/")[0], FLASH_ATTN.kernel_package, build) for key, build in held["kernels"].items()]
+    entries = [(platform_of[cell], FLASH_ATTN.package, version, build) for cell, build in held["cells"].items()]
+    entries += [
+        (key.split("/")[0], FLASH_ATTN.kernel_package, version, build) for key, build in held["kernels"].items()
+    ]
+    entries += more
     for subdir in ("linux-64", "linux-aarch64", "noarch"):
         packages = {
-            f"{name}-{version}-{build}.conda": {
+            f"{name}-{package_version}-{build}.conda": {
                 "name": name,
-                "version": version,
+                "version": package_version,
                 "build": build,
                 "build_number": int(build.rsplit("_", 1)[1]),
                 "subdir": subdir,
@@ -109,7 +131,7 @@ def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> 
                 "sha256": "0" * 64,
                 "size": 1,
             }
-            for sub, name, build in entries
+            for sub, name, package_version, build in entries
             if sub == subdir
         }
         (channel / subdir).mkdir(parents=True)
@@ -119,10 +141,10 @@ def held_channel(root: Path, channel: Path, held: dict[str, dict[str, str]]) -> 
     return channel
 
 
-def plan(root: Path, channel: Path, cache: Path) -> dict:
+def plan(root: Path, channel: Path, cache: Path, *args: str) -> dict:
     env = dict(os.environ, FAFORGE_ROOT=str(root), FAFORGE_CACHE_DIR=str(cache))
     result = subprocess.run(
-        [sys.executable, "-m", "faforge", "plan", "--channel", str(channel), "--json"],
+        [sys.executable, "-m", "faforge", "plan", "--channel", str(channel), "--json", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -204,9 +226,10 @@ def test_the_committed_variant_files_carry_todays_digests(repo):
 def fa3_identities(root: Path) -> dict[str, str]:
     """Regenerate the checkout's variant files (FA3's too) and render FA3's: {package id: build string}."""
     matrix = load_matrix(root)
-    for path, text in generated_files(matrix.cells, matrix.variants_dir, matrix.fa3).items():
+    rows = fa3_matrix.rows(matrix.table, matrix.policy, matrix.variants_dir)
+    for path, text in generated_files(matrix.cells, matrix.variants_dir, [rows]).items():
         path.write_text(text)
-    return fa3_build_strings(matrix, matrix.fa3)
+    return {r.package.id: r.build_string for r in rows.render()}
 
 
 def test_an_fa3_package_is_stale_when_its_build_inputs_change(checkout):
@@ -234,3 +257,54 @@ def test_every_file_the_fa3_recipe_ships_is_its_input(repo):
         str(p.relative_to(repo)) for p in shipped_files(repo / FLASH_ATTN_3.recipe_dir / "recipe.yaml") - covered
     )
     assert not missing, f"add these to faforge.family's FLASH_ATTN_3.inputs: {missing}"
+
+
+def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
+    """Each file is digested under its logical name: moving the torch-free check and the checker (and pointing
+    the family row and the recipe at the new places) leaves every digest as it was."""
+    before = {**input_digests(checkout), **fa3_input_digests(checkout), **objects_digests(checkout)}
+    moves = {"scripts/faforge/kernels/torchfree.py": "scripts/faforge/moved/torchfree.py"}
+    moves["scripts/faforge/abi"] = "scripts/faforge/moved/abi"
+    (checkout / "scripts/faforge/moved").mkdir()
+    for old, new in moves.items():
+        (checkout / old).rename(checkout / new)
+    for family in (FLASH_ATTN, FLASH_ATTN_3):
+        recipe = checkout / family.recipe_dir / "recipe.yaml"
+        text = recipe.read_text()
+        for old, new in moves.items():
+            text = text.replace(f"../../{old}", f"../../{new}")
+        recipe.write_text(text)
+
+    def moved(entries):
+        return tuple((name, moves.get(path, path)) for name, path in entries)
+
+    rows = (
+        replace(FLASH_ATTN, kernel_pack_inputs=moved(FLASH_ATTN.kernel_pack_inputs)),
+        replace(FLASH_ATTN_3, pack_inputs=moved(FLASH_ATTN_3.pack_inputs)),
+    )
+    monkeypatch.setattr(inputs, "FLASH_ATTN", rows[0])
+    monkeypatch.setattr(inputs, "FLASH_ATTN_3", rows[1])
+    monkeypatch.setattr(inputs, "families", lambda: rows)
+    assert {**input_digests(checkout), **fa3_input_digests(checkout), **objects_digests(checkout)} == before
+
+
+def test_a_checker_edit_repacks_the_same_objects_and_a_shim_edit_compiles_new_ones(checkout):
+    """What is packed around the binary (the checker, abi/) moves each package's digest, so its build string,
+    but not its objects digest, the key of the compiled objects a repack reuses (faforge.release.plan_reuse);
+    the shim and the build script move both."""
+    base = {**input_digests(checkout), **fa3_input_digests(checkout)}
+    objects = objects_digests(checkout)
+    append(checkout / "scripts/faforge/abi/check.py", "\n_A_CHECKER_EDIT = 1\n")
+    checker = {**input_digests(checkout), **fa3_input_digests(checkout)}
+    assert checker[KERNEL_INPUTS] != base[KERNEL_INPUTS] and checker[FA3_INPUTS] != base[FA3_INPUTS]
+    assert checker[GLUE_INPUTS] == base[GLUE_INPUTS]
+    assert objects_digests(checkout) == objects
+    recipe = checkout / FLASH_ATTN.recipe_dir / "recipe.yaml"
+    text = recipe.read_text()
+    recipe.write_text(text.replace("- pyelftools", "- pyelftools >=0.30", 1))  # the kernel package's test's
+    assert objects_digests(checkout)[KERNEL_INPUTS] == objects[KERNEL_INPUTS], "a test requirement is packing"
+    assert input_digests(checkout)[KERNEL_INPUTS] != checker[KERNEL_INPUTS]
+    append(checkout / "scripts/faforge/kernels/torch_shim/kernel_errors.cpp", "\nint a_shim_edit;\n")
+    assert objects_digests(checkout)[KERNEL_INPUTS] != objects[KERNEL_INPUTS]
+    append(checkout / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script, "\n_A_BUILD_EDIT = 1\n")
+    assert objects_digests(checkout)[FA3_INPUTS] != objects[FA3_INPUTS]

@@ -379,18 +379,16 @@ def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_i
         assert (
             " ".join(gates[3:]) == f"--manifest verification --against /rt/torch-{oldest} --against /rt/torch-{newest}"
         )
-    # What an FA3 job uploads and caches: its package and gate results; no kernel package, pieces or compiler cache.
+    # What an FA3 job uploads and caches: its package and gate results; no kernel package or pieces. It restores
+    # its compiler cache (a package repacked from its objects has no pieces: faforge.release.plan_reuse).
     runs = {
         s.get("name") or s["uses"]: _runs_for_part(s.get("if", "").removeprefix("always() && ") or None, "all")
         for s in steps
         if not re.search(r"matrix\.(?!part )", str(s.get("if")))
     }  # the steps whose `if` reads only matrix.part
     assert runs["Upload the package and its gate results"] and runs["actions/cache@v5"]
-    assert not any(
-        runs[n]
-        for n in runs
-        if n.startswith(("The kernel package", "Kernel objects", "Save the kernel", "Every piece"))
-    )
+    assert not any(runs[n] for n in runs if n.startswith(("Kernel objects", "Save the kernel", "Every piece")))
+    assert runs["The kernel package's compiler cache"]
 
 
 def _load(name: str) -> dict:
@@ -438,7 +436,9 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     """The compiler cache per kernel package: each piece job saved its own .ccache per run (over 100 entries of
     hundreds of MB against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
     cache by prefix, and only the job that completes the package saves it, keyed by the package. A split FA3
-    package's jobs do the same (its pieces, then its `all` job); an FA3 package built in one job has none."""
+    package's jobs do the same (its pieces, then its `all` job); an FA3 package built in one job restores it only.
+    The key is the package's objects key from the plan (faforge.release.plan_reuse), so a later run finds the
+    objects of the same sources and compilers, and the plan repacks from them."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
     assert not [
         s for s in steps if s.get("uses", "").startswith("actions/cache@") and s["with"]["path"] == ".ccache"
@@ -446,7 +446,8 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     [restore] = [s for s in steps if s.get("uses") == "actions/cache/restore@v5" and s["with"]["path"] == ".ccache"]
     [save] = [s for s in steps if s.get("uses") == "actions/cache/save@v5" and s["with"]["path"] == ".ccache"]
     prefix = "ccache-${{ matrix.kernels }}-"
-    assert save["with"]["key"] == prefix + "${{ github.run_id }}"
+    objects = "fromJSON(inputs.objects || '{}')[matrix.kernels]"
+    assert save["with"]["key"] == f"${{{{ {objects} || format('ccache-{{0}}-{{1}}', matrix.kernels, github.run_id) }}}}"
     assert restore["with"]["key"] == save["with"]["key"] and restore["with"]["restore-keys"].strip() == prefix
     assert {p for p in PARTS if _runs_for_part(restore.get("if"), *p)} == {
         ("fwd-1of4", 0),
@@ -454,6 +455,7 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
         ("kernels", 0),
         ("kernels-link", 4),
         ("sm90_fwd-1of2", 0),
+        ("all", 0),
         ("all", 7),
     }
     assert {p for p in PARTS if _runs_for_part(save.get("if"), *p)} == {("kernels", 0), ("kernels-link", 4), ("all", 7)}
@@ -888,3 +890,24 @@ def test_the_wheels_pass_the_gpu_gate_on_their_platforms_runner_and_are_publishe
     assert steps.index(publish) < steps.index(index_upload) and index_upload["with"]["path"] == "wheels"
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
     assert '--index "$FAFORGE_PIP_INDEX"' in plan_step["run"], "pip cells whose wheels the index lists are not rebuilt"
+
+
+def test_the_plan_repacks_from_the_objects_ci_caches():
+    """The plan job lists the compiler caches the repository holds and plans from them (faforge.release.plan_reuse);
+    every build job gets each package's objects key, under which its compiler cache is restored and saved."""
+    jobs = _load("build.yml")["jobs"]
+    plan = jobs["plan"]
+    assert (
+        plan["permissions"]["actions"] == "read" and plan["outputs"]["objects"] == "${{ steps.plan.outputs.objects }}"
+    )
+    listing = next(s for s in plan["steps"] if s.get("name") == "Compiled objects in the cache")
+    planning = next(s for s in plan["steps"] if s.get("id") == "plan")
+    assert (
+        "gh cache list" in listing["run"]
+        and "--key ccache-" in listing["run"]
+        and "> cached-objects.txt" in (listing["run"])
+    )
+    assert "--cached-objects cached-objects.txt" in planning["run"]
+    assert plan["steps"].index(listing) < plan["steps"].index(planning)
+    calls = [job for job in jobs.values() if job.get("uses") == "./.github/workflows/build-cells.yml"]
+    assert calls and all(job["with"]["objects"] == "${{ needs.plan.outputs.objects }}" for job in calls)

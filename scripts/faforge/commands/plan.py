@@ -20,6 +20,7 @@ from faforge.families.registry import FAMILIES
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
 from faforge.release.plan import Plan
+from faforge.release.plan_reuse import plan_reusing_objects, read_cached
 from faforge.release.plan_run import github_outputs, plan_builds
 from faforge.table import format_table
 
@@ -60,6 +61,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=f"also write <stage>-N chunk outputs and their counts for a workflow (stages: {STAGE_NAMES}; "
         'e.g. "$GITHUB_OUTPUT")',
+    )
+    parser.add_argument(
+        "--cached-objects",
+        metavar="FILE",
+        help="cache keys CI holds, one a line (`gh cache list --key ccache- --json key --jq '.[].key'`): a "
+        "package whose objects key is listed is linked and packed from them, compiling no TU "
+        "(faforge.release.plan_reuse); the --github-output `objects` names each package's key",
     )
     parser.add_argument(
         "--max-chunks",
@@ -118,13 +126,16 @@ def execute(args: argparse.Namespace) -> int:
         report=progress,
         index=index,
     )
+    cached = frozenset() if args.cached_objects is None else read_cached(args.cached_objects)
+    plan, objects = plan_reusing_objects(plan, cached)
     data = plan.to_json()
     if args.output:
         with paths.user_path("--output", args.output):
             atomic.write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.github_output is not None:
         with paths.user_path("--github-output", args.github_output), open(args.github_output, "a") as out:
-            out.write(github_outputs(data, plan.stages, args.max_chunks))
+            objects_line = f"objects={json.dumps(objects, separators=(',', ':'))}\n"
+            out.write(github_outputs(data, plan.stages, args.max_chunks) + objects_line)
     if args.json:
         print(json.dumps(data, indent=2))
         return EXIT_OK

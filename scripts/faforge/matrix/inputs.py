@@ -11,89 +11,173 @@ its own part: the kernel digest covers the recipe outside `outputs:` (the sdist,
 sources) and the kernel output, the glue digest the flash-attn output. The recipe is read as YAML, and
 every input file enters in its canonical form (faforge.matrix.canonical), so a comment, docstring or
 formatting edit changes nothing.
+
+Each file enters under its logical name (the family row's, plus its place inside a named folder), never its
+path, and the recipe's `path:` sources under the same names: a move alone changes no digest. A compiled
+output's digest is made of two: its objects digest (what can change its object files: the compile inputs,
+the recipe's build script and build/host requirements) and what is packed around them (the checker, the
+recipe's tests, run requirements and metadata). `objects_digests` gives the first, the key of the compiler
+cache a later build repacks from (faforge.release.plan_reuse).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3, Family, Identity, Inputs, StableAbiFamily, families
 from faforge.matrix.canonical import FORM_VERSION, canonical_bytes
 
-KERNEL_INPUTS = "kernel_inputs"
-GLUE_INPUTS = "glue_inputs"
-FA3_INPUTS = "fa3_inputs"  # flash-attn-3's one output: its whole recipe and FLASH_ATTN_3.inputs
+KERNEL_INPUTS, GLUE_INPUTS = (identity.key for identity in FLASH_ATTN.identities)
+FA3_INPUTS = FLASH_ATTN_3.inputs_key  # flash-attn-3's one output: its whole recipe and FLASH_ATTN_3.inputs
+AnyFamily = Family | StableAbiFamily
 DIGEST_CHARS = 16
 SKIPPED_PARTS = ("__pycache__",)
+# What a recipe or output says around its binary, not how it compiles it.
+PACK_KEYS = frozenset({"tests", "about", "extra"})
+PACK_REQUIREMENTS = frozenset({"run", "run_exports", "run_constraints", "ignore_run_exports"})
 
 
-def _files(root: Path, entry: str) -> list[Path]:
+def _files(root: Path, name: str, entry: str) -> dict[str, Path]:
     path = root / entry
     if path.is_file():
-        return [path]
+        return {name: path}
     if path.is_dir():
-        return sorted(
-            p for p in path.rglob("*") if p.is_file() and not set(p.relative_to(root).parts) & set(SKIPPED_PARTS)
-        )
+        return {
+            f"{name}/{p.relative_to(path).as_posix()}": p
+            for p in sorted(path.rglob("*"))
+            if p.is_file() and not set(p.relative_to(root).parts) & set(SKIPPED_PARTS)
+        }
     raise FaforgeError(
-        f"faforge.family names {entry} as a package input, but {path} does not exist",
-        hint="fix the family row's kernel_inputs/glue_inputs, or restore the file",
+        f"faforge.family names {entry} as the package input {name!r}, but {path} does not exist",
+        hint="fix the family row's inputs, or restore the file",
     )
 
 
-def input_files(root: Path, entries: tuple[str, ...]) -> list[Path]:
-    """Every file the entries (files or folders, relative to `root`) name, each once, sorted."""
-    return sorted({f for entry in entries for f in _files(root, entry)})
+def named_files(root: Path, entries: Inputs) -> dict[str, Path]:
+    """{logical name: file} of every file the entries (name, file or folder relative to `root`) name."""
+    out: dict[str, Path] = {}
+    for name, entry in entries:
+        for logical, path in _files(root, name, entry).items():
+            if out.setdefault(logical, path) != path:
+                raise FaforgeError(
+                    f"faforge.family names two inputs {logical!r}: {out[logical]} and {path}",
+                    hint="give each input its own logical name",
+                )
+    return out
 
 
-def recipe_parts(recipe_path: Path) -> dict[str, object]:
-    """The recipe's part of each digest: {KERNEL_INPUTS: top
-    level and kernel output, GLUE_INPUTS: flash-attn output}."""
+def input_files(root: Path, entries: Inputs) -> list[Path]:
+    """Every file the entries (of one family or several) name, each once, sorted."""
+    return sorted({path for name, entry in entries for path in _files(root, name, entry).values()})
+
+
+def _read_recipe(recipe_path: Path) -> dict:
     try:
         recipe = yaml.safe_load(recipe_path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise FaforgeError(f"cannot read the recipe {recipe_path}: {exc}", hint="fix the recipe's YAML") from None
-    outputs = {str((o.get("package") or {}).get("name")): o for o in recipe.get("outputs") or [] if isinstance(o, dict)}
-    for name in (FLASH_ATTN.kernel_package, FLASH_ATTN.package):
-        if name not in outputs:
-            raise FaforgeError(
-                f"the recipe {recipe_path} has no {name} output", hint="the identity digests need both outputs"
-            )
-    top = {key: value for key, value in recipe.items() if key != "outputs"}
-    return {KERNEL_INPUTS: [top, outputs[FLASH_ATTN.kernel_package]], GLUE_INPUTS: outputs[FLASH_ATTN.package]}
+    return recipe if isinstance(recipe, dict) else {}
 
 
-def _digest(root: Path, entries: tuple[str, ...], recipe_part: object) -> str:
+def _split(node: Mapping) -> tuple[dict, dict]:
+    """(compile part, pack part) of a recipe or one of its outputs; its sources are split by _sources."""
+    compiled: dict = {}
+    packed: dict = {}
+    for key, value in node.items():
+        if key in PACK_KEYS:
+            packed[key] = value
+        elif key == "requirements" and isinstance(value, dict):
+            compiled[key] = {k: v for k, v in value.items() if k not in PACK_REQUIREMENTS}
+            packed[key] = {k: v for k, v in value.items() if k in PACK_REQUIREMENTS}
+        elif key != "source":
+            compiled[key] = value
+    return compiled, packed
+
+
+def _sources(recipe_path: Path, root: Path, recipe: Mapping, compile: Inputs, pack: Inputs) -> tuple[list, list]:
+    """The recipe's sources as (compile, pack) lists, each `path:` one that is an input under its logical name."""
+    names = {(root / entry).resolve(): (name, False) for name, entry in compile}
+    names |= {(root / entry).resolve(): (name, True) for name, entry in pack}
+    compiled: list = []
+    packed: list = []
+    for source in recipe.get("source") or []:
+        path = source.get("path") if isinstance(source, dict) else None
+        named = None if path is None else names.get((recipe_path.parent / str(path)).resolve())
+        if named is None:
+            compiled.append(source)
+            continue
+        (packed if named[1] else compiled).append({**source, "path": f"<{named[0]}>"})
+    return compiled, packed
+
+
+def _output(recipe_path: Path, recipe: Mapping, name: str) -> dict:
+    for output in recipe.get("outputs") or []:
+        if isinstance(output, dict) and str((output.get("package") or {}).get("name")) == name:
+            return output
+    raise FaforgeError(f"the recipe {recipe_path} has no {name} output", hint="each identity digest needs its output")
+
+
+def _digest(root: Path, entries: Inputs, recipe_part: object) -> str:
     h = hashlib.sha256(json.dumps([FORM_VERSION, recipe_part], sort_keys=True, default=str).encode())
-    for path in input_files(root, entries):
+    for name, path in sorted(named_files(root, entries).items()):
         data = canonical_bytes(path, path.read_bytes())
-        h.update(f"\0{path.relative_to(root).as_posix()}\0{len(data)}\0".encode())
+        h.update(f"\0{name}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()[:DIGEST_CHARS]
 
 
-def fa3_input_digests(root: Path) -> dict[str, str]:
-    """{FA3_INPUTS: digest} of the flash-attn-3 recipe (read as YAML) and the files it ships."""
-    recipe_path = root / FLASH_ATTN_3.recipe_dir / "recipe.yaml"
-    try:
-        recipe = yaml.safe_load(recipe_path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise FaforgeError(f"cannot read the recipe {recipe_path}: {exc}", hint="fix the recipe's YAML") from None
-    return {FA3_INPUTS: _digest(root, FLASH_ATTN_3.inputs, recipe)}
+def _parts(root: Path, family: AnyFamily, identity: Identity) -> tuple[str, str]:
+    """(objects digest, packing digest) of one identity: its inputs, with its part of the recipe."""
+    recipe_path = root / family.recipe_dir / "recipe.yaml"
+    recipe = _read_recipe(recipe_path)
+    top = {k: v for k, v in recipe.items() if k != "outputs"}
+    compiled, packed = _split(top if identity.output is None else _output(recipe_path, recipe, identity.output))
+    compiled_parts: list = [compiled]
+    packed_parts: list = [packed]
+    if identity.with_top:
+        if identity.output is not None:
+            top_compiled, top_packed = _split(top)
+            compiled_parts.append(top_compiled)
+            packed_parts.append(top_packed)
+        compiles = tuple(entry for i in family.identities for entry in i.compile_inputs)
+        packs = tuple(entry for i in family.identities for entry in i.pack_inputs)
+        sources = _sources(recipe_path, root, recipe, compiles, packs)
+        compiled_parts.append(sources[0])
+        packed_parts.append(sources[1])
+    return (
+        _digest(root, identity.compile_inputs, compiled_parts),
+        _digest(root, identity.pack_inputs, packed_parts),
+    )
 
 
-def input_digests(root: Path) -> dict[str, str]:
-    """{variant key: digest} for the repository at `root`, as the variant files carry them."""
-    parts = recipe_parts(root / FLASH_ATTN.recipe_dir / "recipe.yaml")
+def family_input_digests(root: Path, family: AnyFamily) -> dict[str, str]:
+    """{variant key: digest} of a family's packages for the repository at `root`, as its variant files carry them:
+    each of both parts, its objects and what is packed around them."""
     return {
-        KERNEL_INPUTS: _digest(root, FLASH_ATTN.kernel_inputs, parts[KERNEL_INPUTS]),
-        GLUE_INPUTS: _digest(root, FLASH_ATTN.glue_inputs, parts[GLUE_INPUTS]),
+        identity.key: hashlib.sha256("\0".join(_parts(root, family, identity)).encode()).hexdigest()[:DIGEST_CHARS]
+        for identity in family.identities
     }
+
+
+def objects_digests(root: Path) -> dict[str, str]:
+    """{variant key: objects digest} of every family's identities: what its object files follow. A change that
+    leaves it, and moves only its variant key's digest, is a repack: the objects cached under it serve."""
+    return {identity.key: _parts(root, family, identity)[0] for family in families() for identity in family.identities}
+
+
+# faforge.matrix.variants writes each family's digests into its own variant files.
+def input_digests(root: Path) -> dict[str, str]:
+    return family_input_digests(root, FLASH_ATTN)
+
+
+def fa3_input_digests(root: Path) -> dict[str, str]:
+    return family_input_digests(root, FLASH_ATTN_3)
 
 
 GLUE_WHEEL_HASH_CHARS = 7  # as rattler-build's variant hash in a build string

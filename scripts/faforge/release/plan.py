@@ -24,6 +24,7 @@ from typing import Protocol
 
 from faforge.matrix import Matrix
 from faforge.release.cost import BuildCost
+from faforge.release.plan_reuse import CompiledStages
 from faforge.release.reporter import Reporter
 
 # The plan's schema version (tests/schemas/plan.json); `faforge build --plan` reads older ones too.
@@ -59,6 +60,10 @@ class FamilyPlan:
     lines: tuple[str, ...] = ()
     estimate: str = ""
     notes: tuple[str, ...] = ()
+    # Its compiled outputs' stages and each package's objects key (faforge.release.plan_reuse): a package whose
+    # objects CI holds is linked and packed, not compiled.
+    compiled: tuple[CompiledStages, ...] = ()
+    objects: dict[str, str] = field(default_factory=dict)
 
 
 class Wanted(Protocol):

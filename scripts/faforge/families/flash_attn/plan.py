@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from faforge.families.flash_attn import plan_text
 from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix
+from faforge.matrix.inputs import KERNEL_INPUTS, objects_digests
 from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelPackage, kernel_key
 from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.matrix.render import RenderedCell
@@ -35,6 +36,7 @@ from faforge.release.pip_plan import PIP_STAGE, added_per_torch_release, index_h
 from faforge.release.plan import FamilyPlan, Holdings, Present
 from faforge.release.plan_held import kernel_build, kernel_in, stale_kernels, stale_packages
 from faforge.release.plan_jobs import cell_job, kernel_job, wheel_job
+from faforge.release.plan_reuse import CompiledStages, objects_keys
 from faforge.release.reporter import Reporter
 
 CELL_STAGE = FLASH_ATTN.key
@@ -64,6 +66,18 @@ def _split(rendered: list[RenderedCell], present: Present) -> tuple[list[Rendere
     return todo, done
 
 
+# The variant values a kernel package's objects follow, besides its slug's: the recipe's kernel output reads only
+# these (faforge.matrix.kernels says why).
+KERNEL_VARIANT_KEYS = (
+    "cuda_compiler_version",
+    "cuda_archs",
+    "philox_offset_bits",
+    "c_compiler_version",
+    "cxx_compiler_version",
+    "c_stdlib_version",
+)
+
+
 @dataclass(frozen=True)
 class Cells:
     """The cells, pip cells and kernel packages of the planned platforms."""
@@ -72,6 +86,7 @@ class Cells:
     kernels: list[KernelPackage]
     pip: list[PipBuild]
     pip_kernels: list[KernelPackage]  # the kernel packages only pip cells need
+    objects_digest: str  # what the kernel packages' object files follow (faforge.matrix.inputs.objects_digests)
     names: tuple[str, ...] = (FLASH_ATTN_PACKAGE, KERNEL_PACKAGE)
 
     @property
@@ -153,8 +168,12 @@ class Cells:
         }
         where = holdings.channel or "no channel"
         counts = (len(jobs[CELL_STAGE]), len(jobs["kernels"]), len(jobs["kernel_links"]))
+        cells = {r.cell.id: r.cell for r in self.rendered} | {b.cell.id: b.cell for b in pip}
+        compiled = (CompiledStages("kernels", "kernel_links", self.objects_digest, KERNEL_VARIANT_KEYS),)
         return FamilyPlan(
             stages=jobs,
+            compiled=compiled,
+            objects=objects_keys(jobs, compiled, cells),
             head={"cells": len(todo) + len(done)},
             status={"in_channel": [r.cell.id for r in done], "to_build": [r.cell.id for r in todo]},
             listings=listings,
@@ -172,4 +191,5 @@ def wanted(matrix: Matrix, platform: str) -> Cells:
         kernels=matrix.kernels,
         pip=pip_builds(matrix, platform),
         pip_kernels=[k for k in matrix.pip_kernels if platform in ("all", k.key.platform)],
+        objects_digest=objects_digests(matrix.variants_dir.parent)[KERNEL_INPUTS],
     )

@@ -28,10 +28,12 @@ from faforge.families.flash_attn_3.matrix import Fa3Package, RenderedFa3, packag
 from faforge.families.flash_attn_3.render import recipe, render
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
+from faforge.matrix.inputs import objects_digests
 from faforge.release.cost import KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part
 from faforge.release.plan import FamilyPlan, Holdings
 from faforge.release.plan_held import stale_packages
 from faforge.release.plan_jobs import job_slug, package_filename
+from faforge.release.plan_reuse import CompiledStages, objects_keys
 from faforge.table import format_table
 
 STAGE = FLASH_ATTN_3.key
@@ -107,6 +109,7 @@ class Packages:
     """The FA3 packages of the planned platforms, rendered."""
 
     rendered: list[RenderedFa3]
+    objects_digest: str  # what its object files follow (faforge.matrix.inputs.objects_digests)
     names: tuple[str, ...] = (FLASH_ATTN_3.package,)
 
     @property
@@ -131,8 +134,12 @@ class Packages:
                     jobs[PIECES_STAGE].append(fa3_job(fa, runner.label, part))
         listing = [{**r.to_json(), "in_channel": r.package.id in held} for r in self.rendered]
         where = holdings.channel or "no channel"
+        # Its objects follow its whole variant (no variant keys named).
+        compiled = (CompiledStages(PIECES_STAGE, STAGE, self.objects_digest),)
         return FamilyPlan(
             stages=jobs,
+            compiled=compiled,
+            objects=objects_keys(jobs, compiled, {r.package.id: r.package for r in self.rendered}),
             listings={f"{STAGE}_packages": listing},
             stale=stale_packages(todo, present),
             tables=_table(listing),
@@ -147,4 +154,7 @@ class Packages:
 def wanted(matrix: Matrix, platform: str) -> Packages:
     """The platform's FA3 packages (`all`: every platform's), rendered from their generated variant files."""
     packages = [p for p in packages_of(matrix) if platform in ("all", p.platform)]
-    return Packages(rendered=render(packages, recipe(matrix.variants_dir), matrix.variants_dir))
+    return Packages(
+        rendered=render(packages, recipe(matrix.variants_dir), matrix.variants_dir),
+        objects_digest=objects_digests(matrix.variants_dir.parent)[FLASH_ATTN_3.inputs_key],
+    )
