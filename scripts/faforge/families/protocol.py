@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from faforge.family import Family, StableAbiFamily
+from faforge.release.verify_family import VerifyFamily
 
 
 class FamilyModule(Protocol):
@@ -14,3 +15,6 @@ class FamilyModule(Protocol):
 
     @property
     def spec(self) -> Family | StableAbiFamily: ...
+
+    @property
+    def verify(self) -> VerifyFamily: ...
