@@ -52,13 +52,13 @@ class PureFamily:
     def owns(self, package: PackageFacts) -> bool:
         return False
 
-    def package_gates(self, package, gates, against, *, kernel, users, emulation, announce) -> list[Check]:
+    def package_gates(self, package, call, *, kernel, users) -> list[Check]:
         raise AssertionError("it makes no conda package here")
 
-    def wheel_gates(self, wheel, gates, against, *, kernel, users, emulation, announce) -> list[Check]:
-        self.asked.append((wheel.kind, gates))
+    def wheel_gates(self, wheel, call, *, kernel, users) -> list[Check]:
+        self.asked.append((wheel.kind, call.gates))
         assert kernel is None and users == ()
-        return [Check(g, "passed" if g == "import" else "skipped", f"{g} of {wheel.filename}") for g in gates]
+        return [Check(g, "passed" if g == "import" else "skipped", f"{g} of {wheel.filename}") for g in call.gates]
 
 
 class Report:

@@ -8,6 +8,7 @@ A pure-Python family owns its one wheel, gates its import in a clean venv and ha
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -17,6 +18,17 @@ from faforge.release.package import PackageFacts
 from faforge.release.verify import Check
 from faforge.release.verify_foreign import Emulation
 from faforge.release.wheel_identity import WheelPackage
+
+
+@dataclass(frozen=True)
+class GateCall:
+    """What one `faforge verify` call asks of each of its packages: the gates, the --against torches, the emulation
+    named for another machine's packages, and who hears about slow set-up (a torch venv built on first use)."""
+
+    gates: tuple[str, ...]
+    against: list[Path] | None
+    emulation: Emulation
+    announce: Callable[[str], None]
 
 
 class VerifyFamily(Protocol):
@@ -35,32 +47,16 @@ class VerifyFamily(Protocol):
         ...
 
     def package_gates(
-        self,
-        package: PackageFacts,
-        gates: tuple[str, ...],
-        against: list[Path] | None,
-        *,
-        kernel: PackageFacts | None,
-        users: tuple[PackageFacts, ...],
-        emulation: Emulation,
-        announce: Callable[[str], None],
+        self, package: PackageFacts, call: GateCall, *, kernel: PackageFacts | None, users: tuple[PackageFacts, ...]
     ) -> list[Check]:
-        """`gates` of one of its packages. `kernel`: the kernel package it pins; `users`: the call's packages
-        that pin it (a kernel package's gpu gate runs through them)."""
+        """The call's gates of one of its packages. `kernel`: the kernel package it pins; `users`: the call's
+        packages that pin it (a kernel package's gpu gate runs through them)."""
         ...
 
     def wheel_gates(
-        self,
-        wheel: WheelPackage,
-        gates: tuple[str, ...],
-        against: list[Path] | None,
-        *,
-        kernel: WheelPackage | None,
-        users: tuple[WheelPackage, ...],
-        emulation: Emulation,
-        announce: Callable[[str], None],
+        self, wheel: WheelPackage, call: GateCall, *, kernel: WheelPackage | None, users: tuple[WheelPackage, ...]
     ) -> list[Check]:
-        """`gates` of one of its wheels, as package_gates."""
+        """The call's gates of one of its wheels, as package_gates."""
         ...
 
 

@@ -18,7 +18,7 @@ from faforge.release.kernel_package import find_kernel_package, pins_kernel
 from faforge.release.manifest import GateResult, record
 from faforge.release.package import PackageFacts, read_package
 from faforge.release.reporter import Reporter
-from faforge.release.verify_family import VerifyFamily, package_owner, wheel_kinds, wheel_owner
+from faforge.release.verify_family import GateCall, VerifyFamily, package_owner, wheel_kinds, wheel_owner
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation
 from faforge.release.wheel_identity import WheelPackage, is_wheel_path, wheel_package
 from faforge.release.wheel_pairs import find_kernel_wheel, pins
@@ -39,6 +39,7 @@ def verify_packages(
     """The manifest entries of every package's gates, in order; `families`' verify namespaces judge them."""
     entries = []
     kinds = wheel_kinds(families)
+    call = GateCall(gates, against, emulation, report.say)
     read: dict[str, PackageFacts | WheelPackage] = {}
 
     def facts(path: str) -> PackageFacts | WheelPackage:
@@ -67,13 +68,9 @@ def verify_packages(
         checked = []
         with report.step(f"verify {package.filename} ({', '.join(gates)})") as state:
             if isinstance(package, WheelPackage):
-                checks = wheel_owner(families, package).wheel_gates(
-                    package, gates, against, kernel=kernel_wheel, users=users, emulation=emulation, announce=report.say
-                )
+                checks = wheel_owner(families, package).wheel_gates(package, call, kernel=kernel_wheel, users=users)
             else:
-                checks = package_owner(families, package).package_gates(
-                    package, gates, against, kernel=kernel, users=users, emulation=emulation, announce=report.say
-                )
+                checks = package_owner(families, package).package_gates(package, call, kernel=kernel, users=users)
             for check in checks:
                 checked.append(record(manifest, package, check.gate, check.result, check.detail))
                 report.say(f"  {check.gate}: {check.result}: {check.detail}")

@@ -32,6 +32,7 @@ from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv
 from faforge.release.pip_env import unpacked_wheels
 from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check, judge_abi, torch_gates
+from faforge.release.verify_family import GateCall
 from faforge.release.verify_foreign import Emulation, emulator_for, no_torch_against, target_python
 from faforge.release.wheel_emulation import emulated_wheel_import, gpu_skipped_text
 from faforge.release.wheel_identity import WheelPackage
@@ -43,10 +44,8 @@ AbiGate = Callable[[list[Path], Sequence[Path]], Check]
 
 def placed_gates(
     wheel: WheelPackage,
-    gates: tuple[str, ...],
-    against: list[Path] | None,
+    call: GateCall,
     kernel: WheelPackage | None,
-    emulation: Emulation,
     *,
     abi: AbiGate,
     imports: tuple[str, ...],
@@ -56,7 +55,7 @@ def placed_gates(
     """The gates of a wheel that runs beside a torch, where its platform tags place it: none of one Linux machine,
     all `skipped`; another machine's, foreign_gates; this machine's, `native()`. `imports`, `python`: its family's
     (what the import gate imports; the CPython an emulated install resolves for when nothing names one)."""
-    machine = PLATFORM_MACHINES.get(wheel.subdir or "")
+    machine, gates = PLATFORM_MACHINES.get(wheel.subdir or ""), call.gates
     if machine is None:
         return [
             Check(
@@ -68,7 +67,9 @@ def placed_gates(
             for g in gates
         ]
     if is_foreign(machine):
-        return foreign_gates(wheel, machine, gates, against, kernel, emulation, abi=abi, imports=imports, python=python)
+        return foreign_gates(
+            wheel, machine, gates, call.against, kernel, call.emulation, abi=abi, imports=imports, python=python
+        )
     return native()
 
 

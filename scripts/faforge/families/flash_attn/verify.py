@@ -10,15 +10,13 @@ packages and wheels, each judged beside the torch of its cell.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 from faforge.families.flash_attn.wheel import GLUE_WHEEL, KERNEL_WHEEL
 from faforge.family import FLASH_ATTN
 from faforge.release.clean_env import matching_torch_venv
 from faforge.release.package import PackageFacts
 from faforge.release.verify import Check, abi_gate, gpu_gate, import_gate, torch_gates
-from faforge.release.verify_foreign import NOTHING_NAMED, Emulation, foreign_gates, foreign_machine
+from faforge.release.verify_family import GateCall
+from faforge.release.verify_foreign import foreign_gates, foreign_machine
 from faforge.release.verify_kernel import kernel_gate
 from faforge.release.wheel_gates import glue_gates, placed_gates, wheel_abi_gate
 from faforge.release.wheel_identity import WheelPackage
@@ -40,23 +38,16 @@ def owns(package: PackageFacts) -> bool:
 
 
 def package_gates(
-    package: PackageFacts,
-    gates: tuple[str, ...],
-    against: list[Path] | None,
-    *,
-    kernel: PackageFacts | None = None,
-    users: tuple[PackageFacts, ...] = (),
-    emulation: Emulation = NOTHING_NAMED,
-    announce: Callable[[str], None] = lambda message: None,
+    package: PackageFacts, call: GateCall, *, kernel: PackageFacts | None = None, users: tuple[PackageFacts, ...] = ()
 ) -> list[Check]:
     """Gates without a matching torch are skipped. `kernel`: the kernel package a split flash-attn pins (found by
     faforge.release.kernel_package.find_kernel_package); for a kernel package, `users`: the flash-attn packages
-    of the same call that pin it (its gpu gate runs through them). `announce` hears about slow set-up (a torch
-    venv built on first use) before it starts."""
+    of the same call that pin it (its gpu gate runs through them)."""
+    gates, against, announce = call.gates, call.against, call.announce
     if package.is_kernel_package:
         return [kernel_gate(gate, package, users, announce) for gate in gates]
     if machine := foreign_machine(package):
-        return foreign_gates(package, machine, gates, against, kernel, emulation)
+        return foreign_gates(package, machine, gates, against, kernel, call.emulation)
     return torch_gates(
         gates,
         against,
@@ -68,30 +59,23 @@ def package_gates(
 
 
 def wheel_gates(
-    wheel: WheelPackage,
-    gates: tuple[str, ...],
-    against: list[Path] | None,
-    *,
-    kernel: WheelPackage | None = None,
-    users: tuple[WheelPackage, ...] = (),
-    emulation: Emulation = NOTHING_NAMED,
-    announce: Callable[[str], None] = lambda message: None,
+    wheel: WheelPackage, call: GateCall, *, kernel: WheelPackage | None = None, users: tuple[WheelPackage, ...] = ()
 ) -> list[Check]:
     """`kernel`: the kernel wheel a glue wheel pins (find_kernel_wheel); `users`: for a kernel wheel, the glue
     wheels of the call that pin it."""
     if wheel.kind == KERNEL_WHEEL.kind:
         return [
-            kernel_wheel_gate(gate, wheel, users, announce, against=against or [], emulation=emulation, python=PYTHON)
-            for gate in gates
+            kernel_wheel_gate(
+                gate, wheel, users, call.announce, against=call.against or [], emulation=call.emulation, python=PYTHON
+            )
+            for gate in call.gates
         ]
     return placed_gates(
         wheel,
-        gates,
-        against,
+        call,
         kernel,
-        emulation,
         abi=lambda libraries, system_dirs: wheel_abi_gate(wheel, libraries, kernel, system_dirs),
         imports=FLASH_ATTN.imports,
         python=PYTHON,
-        native=lambda: glue_gates(wheel, gates, against, kernel, announce, FLASH_ATTN.imports),
+        native=lambda: glue_gates(wheel, call.gates, call.against, kernel, call.announce, FLASH_ATTN.imports),
     )

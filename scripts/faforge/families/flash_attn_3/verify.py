@@ -31,8 +31,8 @@ from faforge.release.clean_env import pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.venv_cache import Unavailable, find_python
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
+from faforge.release.verify_family import GateCall
 from faforge.release.verify_foreign import (
-    NOTHING_NAMED,
     Emulation,
     emulated_import_gate,
     emulator_for,
@@ -58,23 +58,16 @@ def served_package(package: PackageFacts) -> Fa3Package | None:
 
 
 def package_gates(
-    package: PackageFacts,
-    gates: tuple[str, ...],
-    against: list[Path] | None,
-    *,
-    kernel: PackageFacts | None = None,
-    users: tuple[PackageFacts, ...] = (),
-    emulation: Emulation = NOTHING_NAMED,
-    announce: Callable[[str], None] = lambda message: None,
+    package: PackageFacts, call: GateCall, *, kernel: PackageFacts | None = None, users: tuple[PackageFacts, ...] = ()
 ) -> list[Check]:
-    """One binary for a torch range: its own gates, on any machine (it pins no kernel build and none pins it).
-    `announce` hears about slow set-up (a torch venv built on first use) before it starts."""
+    """One binary for a torch range: its own gates, on any machine (it pins no kernel build and none pins it)."""
+    against = call.against
     run = {
         "abi": lambda: stable_abi_gate(package, against or []),
-        "import": lambda: stable_import_gate(package, against or [], emulation),
-        "gpu": lambda: stable_gpu_gate(package, against or [], announce),
+        "import": lambda: stable_import_gate(package, against or [], call.emulation),
+        "gpu": lambda: stable_gpu_gate(package, against or [], call.announce),
     }
-    return [run[gate]() for gate in gates]
+    return [run[gate]() for gate in call.gates]
 
 
 def stable_import_gate(package: PackageFacts, against: list[Path], emulation: Emulation) -> Check:

@@ -17,7 +17,7 @@ from faforge.matrix.cells import PipCell
 from faforge.release.clean_env import BASE_EXTRAS, pypi_torch_venv
 from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check
-from faforge.release.verify_foreign import NOTHING_NAMED, Emulation
+from faforge.release.verify_family import GateCall
 from faforge.release.wheel_gates import placed_gates
 from faforge.release.wheel_identity import WheelPackage
 from faforge.release.wheel_pairs import torch_range
@@ -28,26 +28,17 @@ SUITE = ("--family", FLASH_ATTN_3.package)
 
 
 def wheel_gates(
-    wheel: WheelPackage,
-    gates: tuple[str, ...],
-    against: list[Path] | None,
-    *,
-    kernel: WheelPackage | None = None,
-    users: tuple[WheelPackage, ...] = (),
-    emulation: Emulation = NOTHING_NAMED,
-    announce: Callable[[str], None] = lambda message: None,
+    wheel: WheelPackage, call: GateCall, *, kernel: WheelPackage | None = None, users: tuple[WheelPackage, ...] = ()
 ) -> list[Check]:
     """Its gates where its platform places it (it pins no kernel wheel and none pins it)."""
     return placed_gates(
         wheel,
-        gates,
-        against,
+        call,
         kernel,
-        emulation,
         abi=lambda libraries, system_dirs: range_abi(wheel, torch_range(wheel), libraries),
         imports=FLASH_ATTN_3.imports,
         python=FA3_PYTHON,
-        native=lambda: native_gates(wheel, gates, against or [], announce),
+        native=lambda: native_gates(wheel, call.gates, call.against or [], call.announce),
     )
 
 
