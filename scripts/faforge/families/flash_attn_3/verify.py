@@ -10,6 +10,8 @@ narrower check proves less than the package claims, so it is `skipped` with what
 prefix: natively, or under qemu for a package of another machine (faforge.release.verify_foreign).
 The gpu gate runs the FA3 suite (`faforge test-gpu --family flash-attn-3`) beside the newest of them,
 or, given none (CI's GPU job), beside PyPI's torch of the newest minor the package serves.
+This module is the family's `verify` namespace (faforge.release.verify_family.VerifyFamily): its packages'
+gates here, its wheel's in faforge.families.flash_attn_3.verify_wheel.
 """
 
 from __future__ import annotations
