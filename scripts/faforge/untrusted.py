@@ -24,6 +24,7 @@ MIB = 1 << 20
 CAPS = {
     "repodata": 256 * MIB,  # a channel subdir's repodata.json (conda-forge's largest is ~250 MB; ours are small)
     "plan": 16 * MIB,  # `faforge plan --output` (all 1,000+ cells of the matrix: ~1 MB)
+    "cache list": 4 * MIB,  # `plan --cached-objects`: CI's cache keys, one a line (each at most 512 characters)
     "gate result": 1 * MIB,  # one verification/<sha256>/<gate>.json
     "package": 2048 * MIB,  # a conda package read into memory (verify --kernel-channel's download)
     "data": 16 * MIB,  # YAML/JSON data: variants/*.yaml, kernel-abi, measurements, bench-build --data

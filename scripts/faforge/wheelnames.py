@@ -24,9 +24,10 @@ KERNEL_BUILD = re.compile(
 # A build string's identity tail: _h<hash>_<number>.
 IDENTITY = re.compile(r"_h(?P<hash>[0-9a-f]{7,40})_(?P<number>[0-9]{1,6})$")
 # The labels as written below, read back (the index places a wheel by them, verify finds its cell):
-# a glue's torch2.11.cu130.abi1; a kernel's cu130.sm80.90.100.120ptx.philox64.h<hash>; FA3's cu130.sm80.90a.
+# a glue's torch2.11.cu130.abi1; a kernel's cu130.sm80.90.100.120ptx.philox64.h<hash>; a stable-ABI wheel's CUDA
+# and arch list, cu130.sm80.90a.
 GLUE_LABEL = re.compile(r"torch(?P<torch>[0-9]+\.[0-9]+)\.cu(?P<cuda>[0-9]{3,4})\.abi(?P<abi>[01])")
-FA3_LABEL = re.compile(r"cu(?P<cuda>[0-9]{3,4})\.sm(?P<archs>[0-9a-z]+(?:\.[0-9a-z]+)*)")
+CUDA_ARCHS_LABEL = re.compile(r"cu(?P<cuda>[0-9]{3,4})\.sm(?P<archs>[0-9a-z]+(?:\.[0-9a-z]+)*)")
 CUDA_LABEL = re.compile(r"cu(?P<cuda>[0-9]{3,4})(?:\..*)?")
 
 
@@ -49,8 +50,8 @@ def glue_label(torch_minor: str, cuda_tag: str, cxx11_abi: int) -> str:
 
 
 def cuda_of_label(label: str) -> str | None:
-    """The CUDA a kernel or FA3 wheel's label starts with: 'cu130.sm80...' -> '13.0' (the last digit is the minor,
-    as torch's and conda-forge's tags spell it); None for another label."""
+    """The CUDA a kernel or stable-ABI wheel's label starts with: 'cu130.sm80...' -> '13.0' (the last digit is the
+    minor, as torch's and conda-forge's tags spell it); None for another label."""
     match = CUDA_LABEL.fullmatch(label or "")
     return f"{match['cuda'][:-1]}.{match['cuda'][-1]}" if match else None
 

@@ -31,7 +31,7 @@ def test_runpaths_follow_pips_layout():
         "$ORIGIN/torch/lib",
         "$ORIGIN/nvidia/cuda_runtime/lib",
     )
-    assert layout.fa3_runpath("13.0") == ("$ORIGIN/../torch/lib", "$ORIGIN/../nvidia/cu13/lib")
+    assert layout.package_runpath("13.0") == ("$ORIGIN/../torch/lib", "$ORIGIN/../nvidia/cu13/lib")
     with pytest.raises(FaforgeError, match="no known pip layout"):
         layout.cuda_lib_dir("14.0")
 

@@ -1,4 +1,4 @@
-"""The stable-ABI claim of a binary (FlashAttention-3's): it loads on every torch of a range, not only
+"""The stable-ABI claim of a binary built on torch's stable C ABI: it loads on every torch of a range, not only
 on the one whose headers built it.
 
 Torch's "LibTorch Stable ABI" note (https://docs.pytorch.org/docs/2.14/notes/libtorch_stable_abi.html)
@@ -32,7 +32,6 @@ from faforge.abi.report_text import render_text
 from faforge.abi.resolve import environment_dirs, is_torch_library, load_closure, loaded_by_torch, torch_lib_dirs
 from faforge.abi.signature import parse_signature
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, FaforgeError
-from faforge.family import FLASH_ATTN_3
 
 # The stable C interface's names (shim.h of both folders above).
 STABLE_C_NAME = re.compile(r"^(?:aoti_torch_|torch_)[A-Za-z0-9_]+$")
@@ -156,9 +155,9 @@ def render_stable_text(verdict: StableVerdict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The recipe's stable-ABI gate in the package's own test environment (flash-attn-3's):
+    """A recipe's stable-ABI gate in the package's own test environment (the package names its extension):
 
-        python -m faforge.abi.stable --module flash_attn_3/_C --expect-archs "80;90a" --served "2.10,2.11,2.12,2.13"
+        python -m faforge.abi.stable --module PACKAGE/_C --expect-archs "80;90a" --served "2.10,2.11,2.12,2.13"
 
     Finds the installed extension as faforge.abi.gate does, checks it against this environment's torch
     (one release of the range the package serves) and that its GPU code is the declared arch list.
@@ -169,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--module",
         required=True,
-        help="the extension's path under site-packages without the "
-        f"suffix, e.g. {FLASH_ATTN_3.extension.replace('.', '/')}",
+        help="the extension's path under site-packages without the suffix, e.g. PACKAGE/_C",
     )
     parser.add_argument("--expect-archs", required=True)
     parser.add_argument(

@@ -116,6 +116,7 @@ def execute(args: argparse.Namespace) -> int:
         )
     )
     index = None if args.index is None else index_root(args.index)
+    cached = frozenset() if args.cached_objects is None else read_cached(args.cached_objects)
     plan = plan_builds(
         FAMILIES,
         platform=args.platform,
@@ -126,7 +127,6 @@ def execute(args: argparse.Namespace) -> int:
         report=progress,
         index=index,
     )
-    cached = frozenset() if args.cached_objects is None else read_cached(args.cached_objects)
     plan, objects = plan_reusing_objects(plan, cached)
     data = plan.to_json()
     if args.output:

@@ -14,10 +14,8 @@ A linux-aarch64 flash-attn on an x86_64 machine: abi natively against --against 
 import under qemu (--qemu/$FAFORGE_QEMU or qemu-aarch64 on PATH; --sysroot; --target-python), gpu
 skipped: faforge.release.verify_foreign.
 A wheel (.whl, the pip world) gets the same gates on PyPI's torch with real pip (faforge.release.wheel_gates):
-a glue wheel's abi against the torch of its pip cell, its import in a clean venv where pip installs it and the
-kernel wheel it pins (among the PACKAGE arguments or beside it; nowhere is exit 2) from a loopback index; a
-kernel wheel's torch-free check and dlopen beside PyPI's CUDA runtime; an FA3 wheel's stable-ABI check over
-the torch range of its indexes; a linux-aarch64 wheel's import under qemu. Results go to the same manifest.
+each kind's gates as its family says them (_description); a linux-aarch64 wheel's import under qemu. Results go
+to the same manifest.
 Exit status: 0 all passed, 1 a gate failed, 3 none failed but some were skipped.
 """
 
@@ -31,6 +29,7 @@ from faforge import config, paths, progress
 from faforge.channel.repodata import channel_url
 from faforge.emulator import check_named
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
+from faforge.families.registry import FAMILIES
 from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates
 from faforge.release.verify_foreign import Emulation
@@ -41,7 +40,14 @@ CPU_GATES = FLASH_ATTN.gates
 VERIFY_VERSION = 1
 
 
+def _description() -> str:
+    """The module's text with each family's wheel kinds' gates, in words, where its wheel paragraph names them."""
+    wheels = "; ".join(family.verify.gates_help for family in FAMILIES if family.verify.wheels)
+    return (__doc__ or "").replace("each kind's gates as its family says them (_description)", wheels)
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = _description()
     parser.add_argument(
         "packages",
         nargs="+",
@@ -134,6 +140,7 @@ def execute(args: argparse.Namespace) -> int:
         kernel_channel=kernel_channel,
         report=progress,
         emulation=Emulation(args.qemu, args.sysroot, args.target_python),
+        families=[family.verify for family in FAMILIES],
         done=done,
     )
     if args.json:

@@ -14,6 +14,7 @@ from faforge.release.build_stage import BuildFamily
 from faforge.release.bump import BumpFamily
 from faforge.release.page import PageFamily
 from faforge.release.plan import PlanFamily
+from faforge.release.verify_family import VerifyFamily
 
 
 class FamilyModule(Protocol):
@@ -39,6 +40,9 @@ class FamilyModule(Protocol):
 
     @property
     def bump(self) -> BumpFamily: ...
+
+    @property
+    def verify(self) -> VerifyFamily: ...
 
     @property
     def gpu(self) -> GpuFamily | None:

@@ -8,7 +8,8 @@
   patch      a binary's RUNPATH set with patchelf, and the proof that nothing else changed
   kernel     the kernel wheel from a kernel package's library (and the CUDA runtime torch's METADATA names)
   glue       the glue wheel of one pip cell from the backend's raw wheel
-  fa3        the abi3 FlashAttention-3 wheel from the FA3 build's wheel
+  kinds      WheelKind: a kind of wheel a family makes, how its label reads and how it is packed
   built      BuiltWheel, what packing returns
-The CLI is faforge.commands.wheel (`faforge wheel kernel|glue|fa3`).
+A family's own wheels are packed in its package (faforge.families.<name>.wheel); the CLI is
+faforge.commands.wheel (`faforge wheel KIND`).
 """

@@ -1,5 +1,5 @@
 """pip's layout and our wheels' names: where torch's and NVIDIA's libraries land in site-packages, the
-RUNPATH each of our binaries gets, and the versions, local labels and build tags of our three wheels.
+RUNPATH each of our binaries gets, and the versions, local labels and build tags of our wheels.
 
 pip unpacks every wheel into one site-packages folder:
   site-packages/torch/lib/                     libc10.so, libtorch*.so (torch's wheel)
@@ -8,7 +8,7 @@ pip unpacks every wheel into one site-packages folder:
   site-packages/nvidia/cuda_runtime/lib/       libcudart.so.12 (nvidia-cuda-runtime-cu12, CUDA 12 torches)
   site-packages/libflash_attn_kernels/         the kernel library (our kernel wheel)
   site-packages/flash_attn_2_cuda.*.so         the glue (our glue wheel), beside flash_attn/
-  site-packages/flash_attn_3/_C.abi3.so        FlashAttention-3 (our FA3 wheel)
+  site-packages/<module>/_C.abi3.so            a stable-ABI extension inside its Python package
 so each RUNPATH is relative to $ORIGIN and names only those folders: a binary loads before `import torch`,
 and nothing is bundled that torch's wheels ship.
 """
@@ -74,8 +74,9 @@ def glue_runpath(cuda: str) -> tuple[str, ...]:
     return (f"$ORIGIN/{KERNEL_DIR}", "$ORIGIN/torch/lib", f"$ORIGIN/{cuda_lib_dir(cuda)}")
 
 
-def fa3_runpath(cuda: str) -> tuple[str, ...]:
-    """site-packages/flash_attn_3/ -> torch's libraries, the CUDA runtime."""
+def package_runpath(cuda: str) -> tuple[str, ...]:
+    """A stable-ABI extension inside its Python package, site-packages/<module>/ -> torch's libraries, the CUDA
+    runtime."""
     return ("$ORIGIN/../torch/lib", f"$ORIGIN/../{cuda_lib_dir(cuda)}")
 
 

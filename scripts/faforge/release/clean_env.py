@@ -38,7 +38,7 @@ PYPI_NAMES = {"einops": "einops"}
 # Always in the base venv: the GPU gate runs faforge.gpu.run_suite, which runs pytest.
 SUITE_EXTRAS = ("pytest",)
 # The base venv of flash-attn's gates (its conda package's, pip_requirements; its glue wheel's and, beside the same
-# torch, the FA3 wheel's) and of the pip build's glue: flash-attn's Python run requirement on PyPI (einops) and the
+# torch, a stable-ABI wheel's) and of the pip build's glue: flash-attn's Python run requirement on PyPI (einops) and the
 # suite's pytest, so that they all share one cached venv of a torch and Python (torch-2.14.1-py3.11+einops+pytest).
 BASE_EXTRAS = tuple(sorted({*PYPI_NAMES.values(), *SUITE_EXTRAS}))
 # Wheel platform tags per conda subdir.

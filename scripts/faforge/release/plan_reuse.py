@@ -19,16 +19,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from faforge import paths
+from faforge.errors import FaforgeError
 from faforge.release.cost import KERNELS_LINK_PART, KERNELS_PART
 
 OBJECTS_CACHE = "ccache-"  # the prefix of the workflows' compiler-cache keys
 KEY_CHARS = 16
+MAX_KEY_CHARS = 512  # GitHub's own limit on a cache key
+CACHE_KEY = re.compile(rf"[!-~]{{1,{MAX_KEY_CHARS}}}")
 if TYPE_CHECKING:
     from faforge.release.plan import Plan
 
@@ -109,10 +113,20 @@ def reuse_objects(
 
 
 def read_cached(path: str | Path) -> frozenset[str]:
-    """The cache keys a file lists, one a line (`gh cache list --key ccache- --json key --jq '.[].key'`)."""
-    with paths.user_path("--cached-objects", path):
-        text = Path(path).read_text()
-    return frozenset(line.strip() for line in text.splitlines() if line.strip())
+    """The cache keys a file lists, one a line (`gh cache list --key ccache- --json key --jq '.[].key'`): read
+    through faforge.untrusted (capped, a FIFO or a folder refused), each line a printable key without spaces."""
+    hint = "pass the keys `gh cache list --key ccache- --json key --jq '.[].key'` prints, one a line"
+    text = paths.read_user_file(path, "--cached-objects", hint=hint, kind="cache list")
+    keys = [line.strip() for line in text.splitlines() if line.strip()]
+    bad = next((n for n, key in enumerate(keys, 1) if not CACHE_KEY.fullmatch(key)), None)
+    if bad is not None:
+        raise FaforgeError(
+            f"--cached-objects {path}: key {bad} ({keys[bad - 1][:80]!r}) is not a cache key "
+            f"(printable, no spaces, at most {MAX_KEY_CHARS} characters)",
+            hint=hint,
+            input=str(path),
+        )
+    return frozenset(keys)
 
 
 def plan_reusing_objects(plan: P, cached: frozenset[str]) -> tuple[P, dict[str, str]]:

@@ -6,8 +6,8 @@ matching torch exists here every gate that needs one is `skipped`, with the reas
 read as a pass. A split flash-attn (the split build) pins one kernel build (`libflash-attn-kernels ==V BUILD`);
 its gates run with that kernel package installed beside it: the ABI gate resolves the glue's
 libflash_attn_kernels.so from the kernel package's lib/, and the clean env holds both packages.
-The gates of the kernel package itself are faforge.release.verify_kernel's; which gates a package gets is
-faforge.release.verify_run's.
+The gates of the kernel package itself are faforge.release.verify_kernel's; which gates a package gets is its
+family's (faforge.release.verify_family).
 """
 
 from __future__ import annotations

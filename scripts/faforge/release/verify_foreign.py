@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ from faforge.release.verify import Check, abi_gate
 # Emulated, `import torch` alone took 43 s on a free core (an aarch64 import gate, measured); a loaded runner is slower.
 EMULATED_TIMEOUT_S = 1800
 TORCH_IMPORTED = "@@faforge-torch-imported@@"
+# torch/_C.cpython-311-x86_64-linux-gnu.so: the CPython a torch site-packages was installed for.
+TORCH_PYTHON = re.compile(r"_C\.cpython-3(\d+)")
 
 
 def import_code(imports: tuple[str, ...]) -> str:
@@ -93,6 +96,17 @@ def torch_site(against: list[Path]) -> Path | None:
             if lib.name == "lib" and lib.parent.name == "torch":
                 return lib.parent.parent
     return None
+
+
+def torch_sites(against: Sequence[Path]) -> list[Path]:
+    """The --against torches that are site-packages (importable), in the order given."""
+    return list(dict.fromkeys(site for folder in against if (site := torch_site([folder])) is not None))
+
+
+def torch_python(site: Path) -> str | None:
+    """'3.11' for a site-packages whose torch/_C is cpython-311."""
+    found = next((m for p in (site / "torch").glob("_C.cpython-3*.so") if (m := TORCH_PYTHON.search(p.name))), None)
+    return f"3.{found.group(1)}" if found else None
 
 
 def emulated_import_gate(

@@ -11,15 +11,19 @@ it has no python and no torch, so its gates mean:
   * gpu: its GPU code runs only through a flash-attn that calls it, so the GPU suite runs in the
     clean env of a flash-attn of the same verify call that pins exactly this build (one run serves
     both packages); `skipped` when the call holds none, or none has a matching torch here.
-A kernel wheel's gates reuse these verdicts (faforge.release.wheel_kernel_gates).
+A kernel wheel's gates (faforge.release.wheel_kernel_gates) are these gates over its own files: the skeleton of
+each (torch_free_gate, kernel_cuda_runtime, kernel_gates, gpu_through) has its one home here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from faforge.abi.check import PLATFORM_MACHINES
@@ -48,32 +52,51 @@ handle.{FLASH_ATTN.kernel_api_prefix}set_cuda_error_handler
 
 def kernel_abi_gate(package: PackageFacts) -> Check:
     """The torch-free check of the kernel library, with the arch list and platform the package names."""
-    if package.cuda_archs is None:
-        return Check(
-            "abi",
-            "skipped",
-            f"{package.filename}: its build string names no arch list "
-            "(cu<CUDA>_sm<archs>_philox<bits>_h<hash>_<n>), so its GPU code cannot be judged",
-        )
-    with unpacked(package) as prefix:
-        library = prefix / "lib" / KERNEL_LIBRARY
-        if not library.is_file():
-            return Check(
-                "abi",
-                "failed",
-                f"holds no lib/{KERNEL_LIBRARY}, the library every {FLASH_ATTN.package} pinning it loads",
-            )
-        try:
-            report = check_torch_free(library, expect_archs=package.cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
-        except ElfError as exc:
-            return Check("abi", "failed", f"lib/{KERNEL_LIBRARY}: {exc.message}")
+
+    @contextlib.contextmanager
+    def library() -> Iterator[Path | None]:
+        with unpacked(package) as prefix:
+            found = prefix / "lib" / KERNEL_LIBRARY
+            yield found if found.is_file() else None
+
     machine = PLATFORM_MACHINES.get(package.subdir)
-    platform_problems = (
-        [f"wrong-architecture: built for {report.machine}, but {package.subdir} runs {machine}"]
-        if machine and report.machine != machine
-        else []
+    return torch_free_gate(
+        package.cuda_archs,
+        library,
+        where=f"lib/{KERNEL_LIBRARY}",
+        no_archs=f"{package.filename}: its build string names no arch list "
+        "(cu<CUDA>_sm<archs>_philox<bits>_h<hash>_<n>), so its GPU code cannot be judged",
+        missing=f"holds no lib/{KERNEL_LIBRARY}, the library every {FLASH_ATTN.package} pinning it loads",
+        platform_problems=lambda built: (
+            [f"wrong-architecture: built for {built}, but {package.subdir} runs {machine}"]
+            if machine and built != machine
+            else []
+        ),
     )
-    return judge_torch_free(report, f"lib/{KERNEL_LIBRARY}", package.cuda_archs, platform_problems)
+
+
+def torch_free_gate(
+    cuda_archs: str | None,
+    library: Callable[[], AbstractContextManager[Path | None]],
+    *,
+    where: str,
+    no_archs: str,
+    missing: str,
+    platform_problems: Callable[[str], list[str]],
+) -> Check:
+    """The abi gate of a kernel library (a package's or a wheel's): `skipped` with `no_archs` when its name gives no
+    arch list, `failed` with `missing` when `library()` yields none, else check_torch_free's verdict on it. `where`:
+    where the artifact holds it; `platform_problems(machine it was built for)`: its platform's complaints."""
+    if cuda_archs is None:
+        return Check("abi", "skipped", no_archs)
+    with library() as found:
+        if found is None:
+            return Check("abi", "failed", missing)
+        try:
+            report = check_torch_free(found, expect_archs=cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
+        except ElfError as exc:
+            return Check("abi", "failed", f"{where}: {exc.message}")
+    return judge_torch_free(report, where, cuda_archs, platform_problems(report.machine))
 
 
 def judge_torch_free(report: TorchFreeReport, library: str, cuda_archs: str, platform_problems: list[str]) -> Check:
@@ -150,18 +173,27 @@ def kernel_import_gate(package: PackageFacts, announce: Callable[[str], None]) -
 def kernel_gate(
     gate: str, package: PackageFacts, users: tuple[PackageFacts, ...], announce: Callable[[str], None]
 ) -> Check:
-    if gate == "abi":
-        return kernel_abi_gate(package)
-    if gate == "import":
-        return kernel_import_gate(package, announce)
-    return gpu_through(
-        users,
-        lambda user: matching_torch_venv(user, announce),
-        lambda user, venv: gpu_gate(user, venv, package),
-        what=FLASH_ATTN.package,
-        none=f"its GPU code runs only through a {FLASH_ATTN.package} that pins this build; "
-        "pass one (e.g. from the same output folder) in the same verify call",
+    return kernel_gates(
+        gate,
+        abi=lambda: kernel_abi_gate(package),
+        imports=lambda: kernel_import_gate(package, announce),
+        gpu=lambda: gpu_through(
+            users,
+            lambda user: matching_torch_venv(user, announce),
+            lambda user, venv: gpu_gate(user, venv, package),
+            what=FLASH_ATTN.package,
+            none=f"its GPU code runs only through a {FLASH_ATTN.package} that pins this build; "
+            "pass one (e.g. from the same output folder) in the same verify call",
+        ),
     )
+
+
+def kernel_gates(
+    gate: str, *, abi: Callable[[], Check], imports: Callable[[], Check], gpu: Callable[[], Check]
+) -> Check:
+    """A kernel library's gate by name, a package's or a wheel's alike: the torch-free check, the dlopen beside
+    PyPI's CUDA runtime, the GPU suite through a user (gpu_through)."""
+    return {"abi": abi, "import": imports}.get(gate, gpu)()
 
 
 def gpu_through(users: tuple, torch_venv: Callable, suite: Callable, *, what: str, none: str) -> Check:

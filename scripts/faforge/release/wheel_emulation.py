@@ -19,26 +19,35 @@ from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
 from faforge.emulator import Emulator
-from faforge.families.flash_attn_3.verify import FA3_PYTHON, torch_python, torch_sites
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.gpu.stage import not_run_here
 from faforge.release.pip_env import loopback_index, pip_target
 from faforge.release.verify import Check, output_tail
-from faforge.release.verify_foreign import EMULATED_TIMEOUT_S, Emulation, emulator_for, import_from, target_python
+from faforge.release.verify_foreign import (
+    EMULATED_TIMEOUT_S,
+    Emulation,
+    emulator_for,
+    import_from,
+    target_python,
+    torch_python,
+    torch_sites,
+)
 from faforge.release.verify_kernel import DLOPEN
 from faforge.release.wheel_identity import KERNEL, KERNEL_MEMBER, WheelPackage
-from faforge.release.wheel_pairs import fa3_range
+from faforge.release.wheel_pairs import torch_range
 
 
 def gpu_skipped_text(wheel: WheelPackage, machine: str) -> str:
     return not_run_here("wheel", wheel.subdir or "", machine)
 
 
-def emulated_kernel_import(wheel: WheelPackage, machine: str, against: Sequence[Path], emulation: Emulation) -> Check:
+def emulated_kernel_import(
+    wheel: WheelPackage, machine: str, against: Sequence[Path], emulation: Emulation, python_default: str
+) -> Check:
     """The kernel wheel of another machine: this machine's pip installs it for its platform into a folder from the
     loopback index, beside the CUDA runtime of an --against torch's site-packages (its nvidia/ folder, where pip puts
     PyPI's runtime wheel), and the target's Python dlopen()s it under qemu with nothing preloaded and no
-    LD_LIBRARY_PATH: its RUNPATH ($ORIGIN/../nvidia/cu13/lib) must find libcudart, its C interface resolve."""
+    LD_LIBRARY_PATH: its RUNPATH ($ORIGIN/../nvidia/cu13/lib) must find libcudart, its C interface resolve.
+    `python_default`: the CPython pip resolves for when the torch's site names none (its family's)."""
     emulator, why_not = emulator_for(machine, emulation)
     if emulator is None:
         return Check("import", "skipped", f"not run: {why_not}")
@@ -67,7 +76,7 @@ def emulated_kernel_import(wheel: WheelPackage, machine: str, against: Sequence[
             [wheel.requirement],
             index_url=url,
             platforms=list(wheel.facts.platform_tags),
-            python=torch_python(site) or FA3_PYTHON,
+            python=torch_python(site) or python_default,
             abi=None,
         )
         if run.returncode != 0:
@@ -125,9 +134,13 @@ def emulated_wheel_import(
     emulator: Emulator | None,
     why_not: str | None,
     python: Path | None,
+    *,
+    imports: tuple[str, ...],
+    python_default: str,
 ) -> Check:
     """pip installs our wheels for the wheel's platform into a folder from the loopback index; the target's
-    Python imports them under qemu with the newest --against torch behind them."""
+    Python imports them (`imports`, its family's) under qemu with the newest --against torch behind them.
+    `python_default`: the CPython pip resolves for when neither the wheel's tags nor the torch's site name one."""
     machine = emulator.machine if emulator else PLATFORM_MACHINES.get(wheel.subdir or "", "?")
     if emulator is None:
         return Check("import", "skipped", f"not run: {why_not}")
@@ -147,11 +160,10 @@ def emulated_wheel_import(
             "--target DIR --platform manylinux_2_28_aarch64 --only-binary=:all: torch==VERSION)",
         )
     site = sites[-1]
-    version = wheel.python or torch_python(site) or FA3_PYTHON
+    version = wheel.python or torch_python(site) or python_default
     ours = (wheel, *((kernel,) if kernel else ()))
-    imports = FLASH_ATTN_3.imports if wheel.kind == "fa3" else FLASH_ATTN.imports
     cuda = (wheel.cuda or "").replace(".", "")
-    served = fa3_range(wheel) if wheel.kind == "fa3" else []
+    served = [] if wheel.torch_minor else torch_range(wheel)  # a wheel of one torch minor names it
     # The staging index, named as ours are.
     index = f"torch{wheel.torch_minor or (served[-1].torch_minor if served else '')}-cu{cuda}"
     with (
@@ -166,7 +178,8 @@ def emulated_wheel_import(
             index_url=url,
             platforms=platforms,
             python=version,
-            abi=f"cp{version.replace('.', '')}" if wheel.kind == "glue" else None,
+            # a wheel of one CPython ABI (cp311) is resolved for it; abi3 and pure wheels for none
+            abi=f"cp{version.replace('.', '')}" if any(t.startswith("cp") for t in wheel.facts.abi_tags) else None,
         )
         if run.returncode != 0:
             return Check(

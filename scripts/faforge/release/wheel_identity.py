@@ -1,12 +1,12 @@
 """What a wheel under `faforge verify` is (the pip world): its kind, its machine and glibc floor, its pip cell.
 
-A wheel says what it is in its file name and METADATA (faforge.pipwheel.facts); its project is its kind:
-flash-attn is the glue, libflash-attn-kernels the kernel wheel, flash-attn-3 the FA3 wheel. Its platform tags
-name its machine and glibc floor (faforge.pipwheel.manylinux.linux_platform); a glue's local label
-(+torch2.14.cu130.abi1) and its one CPython tag name its pip cell of the matrix; a kernel or FA3 wheel's label
-names its CUDA and arch list. A fact a wheel lacks stays None, so the gates that need it are `skipped` with the
-reason, never passed. One reading of a wheel, apart from the gates, so that pairing (faforge.release.wheel_pairs),
-the gates and the manifest all see the same wheel.
+A wheel says what it is in its file name and METADATA (faforge.pipwheel.facts); its project is its kind, as the
+families list them (faforge.pipwheel.kinds.WheelKind): flash-attn is the glue, libflash-attn-kernels the kernel
+wheel. Its platform tags name its machine and glibc floor (faforge.pipwheel.manylinux.linux_platform); a glue's
+local label (+torch2.14.cu130.abi1) and its one CPython tag name its pip cell of the matrix; a kernel wheel's
+label, or a stable-ABI wheel's, names its CUDA and arch list. A fact a wheel lacks stays None, so the gates that
+need it are `skipped` with the reason, never passed. One reading of a wheel, apart from the gates, so that pairing
+(faforge.release.wheel_pairs), the gates and the manifest all see the same wheel.
 """
 
 from __future__ import annotations
@@ -20,23 +20,21 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN
 from faforge.kernels.cachekey import archs_of_tag
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import PipCell
 from faforge.matrix.kernels import KERNEL_BUILD
 from faforge.pipwheel.facts import WheelFacts, read_wheel, requirement
+from faforge.pipwheel.kinds import ARCHS_LABEL, CELL_LABEL, KERNEL_LABEL, WheelKind
 from faforge.pipwheel.layout import KERNEL_DIR
 from faforge.pipwheel.manylinux import linux_platform
 from faforge.release.clean_env import MACHINE_SUBDIRS
 from faforge.release.package import cuda_of_tag
 from faforge.versions import vtuple
-from faforge.wheelnames import FA3_LABEL, GLUE_LABEL
+from faforge.wheelnames import CUDA_ARCHS_LABEL, GLUE_LABEL
 
-GLUE, KERNEL, FA3 = (
-    canonicalize_name(n) for n in (FLASH_ATTN.package, FLASH_ATTN.kernel_package, FLASH_ATTN_3.package)
-)
-KINDS: dict[str, str] = {GLUE: "glue", KERNEL: "kernel", FA3: "fa3"}
+KERNEL = canonicalize_name(FLASH_ATTN.kernel_package)
 # The kernel wheel's library, in its folder (faforge.pipwheel.layout).
 KERNEL_MEMBER = f"{KERNEL_DIR}/{FLASH_ATTN.kernel_soname}"
 CPYTHON_TAG = re.compile(r"cp3(?P<minor>[0-9]{1,2})")
@@ -48,14 +46,14 @@ class WheelPackage:
     manifest records (path, filename, sha256, cell_id), so release.manifest.record takes it as a package."""
 
     facts: WheelFacts
-    kind: str  # glue | kernel | fa3
+    kind: str  # its WheelKind's word: glue | kernel | ...
     subdir: str | None  # linux-64 | linux-aarch64, from its platform tag's machine
     glibc: str | None  # its manylinux tag's glibc floor
     python: str | None = None  # a glue's one CPython (3.11)
     torch_minor: str | None = None  # a glue's torch minor (2.14)
     cuda: str | None = None  # 13.0
     cxx11_abi: int | None = None  # a glue's C++ ABI
-    cuda_archs: str | None = None  # a kernel or FA3 wheel's arch list, '80;90;100;120+PTX'
+    cuda_archs: str | None = None  # a kernel or stable-ABI wheel's arch list, '80;90;100;120+PTX'
     cell: PipCell | None = None  # a glue's pip cell of the matrix
 
     @property
@@ -110,21 +108,22 @@ def _platform(facts: WheelFacts) -> tuple[str | None, str | None]:
     return subdirs.pop(), (min(floors, key=vtuple) if len(floors) == len(tags) else None)
 
 
-def wheel_package(path: str | Path) -> WheelPackage:
+def wheel_package(path: str | Path, kinds: tuple[WheelKind, ...]) -> WheelPackage:
     """The wheel at `path` (read by faforge.pipwheel.facts.read_wheel: a bad file is exit 2) and what its
-    name says: a wheel of none of our projects is exit 2 too, as a file that is no conda package is."""
+    name says: a wheel of none of the projects of `kinds` is exit 2 too, as a file that is no conda package is."""
     facts = read_wheel(path)
-    kind = KINDS.get(facts.name)
-    if kind is None:
+    projects: dict[str, WheelKind] = {canonicalize_name(k.project): k for k in kinds}
+    found = projects.get(facts.name)
+    if found is None:
         raise FaforgeError(
-            f"{path}: a {facts.name} wheel, none of the projects faforge verifies ({', '.join(sorted(KINDS))})",
+            f"{path}: a {facts.name} wheel, none of the projects faforge verifies ({', '.join(sorted(projects))})",
             hint="pass the wheels `faforge wheel` wrote",
             input=str(path),
         )
-    subdir, glibc = _platform(facts)
+    (subdir, glibc), kind = _platform(facts), found.kind
     base = WheelPackage(facts=facts, kind=kind, subdir=subdir, glibc=glibc)
     local = facts.local or ""
-    if kind == "glue":
+    if found.label == CELL_LABEL:
         label, python = (
             GLUE_LABEL.fullmatch(local),
             CPYTHON_TAG.fullmatch(facts.python_tags[0]) if len(facts.python_tags) == 1 else None,
@@ -144,10 +143,10 @@ def wheel_package(path: str | Path) -> WheelPackage:
             cxx11_abi=int(label["abi"]),
             cell=cell,
         )
-    if kind == "kernel":
+    if found.label == KERNEL_LABEL:
         build = KERNEL_BUILD.match(local.replace(".", "_") + f"_{facts.build_tag or 0}")
     else:
-        build = FA3_LABEL.fullmatch(local)
+        build = CUDA_ARCHS_LABEL.fullmatch(local) if found.label == ARCHS_LABEL else None
     if not build:
         return base
     try:

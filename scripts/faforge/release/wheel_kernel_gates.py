@@ -12,25 +12,24 @@ code, so its gates are not the glue's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
-from faforge.abi.elf_file import ElfError
 from faforge.emulator import is_foreign
 from faforge.family import FLASH_ATTN
-from faforge.kernels.torchfree import KERNEL_LIBRARY_EXPORTS, check_torch_free
 from faforge.pipwheel.members import check_members
 from faforge.release.clean_env import TorchVenv
 from faforge.release.pip_env import pip_install_file, site_packages, venv_copy
 from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import Check, output_tail
 from faforge.release.verify_foreign import NOTHING_NAMED, Emulation
-from faforge.release.verify_kernel import DLOPEN, gpu_through, judge_torch_free, kernel_cuda_runtime
+from faforge.release.verify_kernel import DLOPEN, gpu_through, kernel_cuda_runtime, kernel_gates, torch_free_gate
 from faforge.release.wheel_emulation import emulated_kernel_import, gpu_skipped_text
 from faforge.release.wheel_identity import KERNEL_MEMBER, WheelPackage
 from faforge.release.wheel_venv import REPORT_LOADED, cell_venv, loaded_from_elsewhere, pip_gpu_gate
@@ -45,7 +44,7 @@ def kernel_library(wheel: WheelPackage, folder: Path) -> Path | None:
         return Path(archive.extract(KERNEL_MEMBER, folder))
 
 
-def kernel_gate(
+def kernel_wheel_gate(
     gate: str,
     wheel: WheelPackage,
     users: tuple[WheelPackage, ...],
@@ -53,64 +52,61 @@ def kernel_gate(
     *,
     against: Sequence[Path] = (),
     emulation: Emulation = NOTHING_NAMED,
+    python: str,
 ) -> Check:
-    if gate == "abi":
-        return kernel_abi_gate(wheel)
-    if gate == "import":
-        machine = PLATFORM_MACHINES.get(wheel.subdir or "")
-        return (
-            emulated_kernel_import(wheel, machine, against, emulation)
-            if is_foreign(machine)
-            else kernel_import_gate(wheel, announce)
-        )
+    """`python`: the CPython an emulated install resolves for when the --against torch names none (its family's)."""
+    machine = PLATFORM_MACHINES.get(wheel.subdir or "")
 
     def user_torch(user: WheelPackage) -> TorchVenv:
-        machine = PLATFORM_MACHINES.get(user.subdir or "")
-        if is_foreign(machine):
-            raise Unavailable(gpu_skipped_text(user, machine))
+        user_machine = PLATFORM_MACHINES.get(user.subdir or "")
+        if is_foreign(user_machine):
+            raise Unavailable(gpu_skipped_text(user, user_machine))
         return cell_venv(user, announce)
 
-    return gpu_through(
-        users,
-        user_torch,
-        lambda user, venv: pip_gpu_gate(user, (wheel,), venv),
-        what=f"{FLASH_ATTN.package} wheel",
-        none=f"its GPU code runs only through a {FLASH_ATTN.package} wheel that pins this one; pass one "
-        "(e.g. from the same output folder) in the same verify call",
+    return kernel_gates(
+        gate,
+        abi=lambda: kernel_abi_gate(wheel),
+        imports=lambda: (
+            emulated_kernel_import(wheel, machine, against, emulation, python)
+            if is_foreign(machine)
+            else kernel_import_gate(wheel, announce)
+        ),
+        gpu=lambda: gpu_through(
+            users,
+            user_torch,
+            lambda user, venv: pip_gpu_gate(user, (wheel,), venv),
+            what=f"{FLASH_ATTN.package} wheel",
+            none=f"its GPU code runs only through a {FLASH_ATTN.package} wheel that pins this one; pass one "
+            "(e.g. from the same output folder) in the same verify call",
+        ),
     )
 
 
 def kernel_abi_gate(wheel: WheelPackage) -> Check:
     """The torch-free check of the kernel library, with the arch list its label names and its platform's machine."""
-    if wheel.cuda_archs is None:
-        return Check(
-            "abi",
-            "skipped",
-            f"{wheel.filename}: its local label names no arch list "
-            "(+cu<CUDA>.sm<archs>.philox<bits>.h<hash>), so its GPU code cannot be judged",
-        )
-    with tempfile.TemporaryDirectory(prefix="faforge-kernel-wheel-") as tmp:
-        library = kernel_library(wheel, Path(tmp))
-        if library is None:
-            return Check(
-                "abi",
-                "failed",
-                f"holds no {KERNEL_MEMBER}, the library every {FLASH_ATTN.package} wheel pinning it loads",
-            )
-        try:
-            report = check_torch_free(library, expect_archs=wheel.cuda_archs, exports=KERNEL_LIBRARY_EXPORTS)
-        except ElfError as exc:
-            return Check("abi", "failed", f"{KERNEL_MEMBER}: {exc.message}")
-    machine = PLATFORM_MACHINES.get(wheel.subdir or "")
-    if machine is None:
-        platform_problems = [f"platform: its tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine"]
-    elif report.machine != machine:
-        platform_problems = [
-            f"wrong-architecture: built for {report.machine}, but its tag {wheel.facts.platform_tags[0]} says {machine}"
-        ]
-    else:
-        platform_problems = []
-    return judge_torch_free(report, KERNEL_MEMBER, wheel.cuda_archs, platform_problems)
+
+    @contextlib.contextmanager
+    def library() -> Iterator[Path | None]:
+        with tempfile.TemporaryDirectory(prefix="faforge-kernel-wheel-") as tmp:
+            yield kernel_library(wheel, Path(tmp))
+
+    def platform_problems(built: str) -> list[str]:
+        machine = PLATFORM_MACHINES.get(wheel.subdir or "")
+        if machine is None:
+            return [f"platform: its tags {'.'.join(wheel.facts.platform_tags)} name no one Linux machine"]
+        if built != machine:
+            return [f"wrong-architecture: built for {built}, but its tag {wheel.facts.platform_tags[0]} says {machine}"]
+        return []
+
+    return torch_free_gate(
+        wheel.cuda_archs,
+        library,
+        where=KERNEL_MEMBER,
+        no_archs=f"{wheel.filename}: its local label names no arch list "
+        "(+cu<CUDA>.sm<archs>.philox<bits>.h<hash>), so its GPU code cannot be judged",
+        missing=f"holds no {KERNEL_MEMBER}, the library every {FLASH_ATTN.package} wheel pinning it loads",
+        platform_problems=platform_problems,
+    )
 
 
 def kernel_import_gate(wheel: WheelPackage, announce: Callable[[str], None]) -> Check:

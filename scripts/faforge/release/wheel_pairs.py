@@ -1,8 +1,9 @@
-"""What a wheel under `faforge verify` goes with: a glue wheel's kernel wheel, an FA3 wheel's torch range.
+"""What a wheel under `faforge verify` goes with: a glue wheel's kernel wheel, a stable-ABI wheel's torch range.
 
 A glue wheel requires its kernel wheel exactly (libflash-attn-kernels==V of its Requires-Dist, local label
-included): it is found among the wheels of the call, else beside the glue. An FA3 wheel (abi3, Requires-Dist
-torch>=2.9) serves the torch minors of the pip cells of its platform and CUDA that its torch requirement admits.
+included): it is found among the wheels of the call, else beside the glue. A wheel of a torch range (abi3,
+Requires-Dist torch>=2.9) serves the torch minors of the pip cells of its platform and CUDA that its torch
+requirement admits.
 Apart from the gates because faforge.release.verify_run pairs the call's wheels before any gate runs, and the
 native and emulated gates read the same pairs.
 """
@@ -14,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from faforge.errors import FaforgeError
 from faforge.matrix.cells import PipCell
+from faforge.pipwheel.kinds import WheelKind
 from faforge.release.wheel_identity import KERNEL, WheelPackage, pip_cells, wheel_package
 from faforge.versions import vtuple
 
@@ -28,9 +30,12 @@ def pins(glue: WheelPackage, kernel: WheelPackage) -> bool:
         return False
 
 
-def find_kernel_wheel(glue: WheelPackage, given: list[WheelPackage]) -> WheelPackage | None:
+def find_kernel_wheel(
+    glue: WheelPackage, given: list[WheelPackage], kinds: tuple[WheelKind, ...]
+) -> WheelPackage | None:
     """The kernel wheel a glue wheel pins: among `given` (this call's wheels), else beside it (same folder,
-    its file name's project and version). None when it pins none; FaforgeError (exit 2) when it is nowhere."""
+    its file name's project and version, read as one of `kinds`). None when it pins none; FaforgeError (exit 2)
+    when it is nowhere."""
     pin = glue.kernel_pin
     if pin is None:
         return None
@@ -40,7 +45,7 @@ def find_kernel_wheel(glue: WheelPackage, given: list[WheelPackage]) -> WheelPac
     stem = f"{KERNEL.replace('-', '_')}-{pin}-"
     for candidate in sorted(glue.path.parent.glob("*.whl")):
         if candidate.name.startswith(stem) and candidate != glue.path:
-            found = wheel_package(candidate)
+            found = wheel_package(candidate, kinds)
             if pins(glue, found):
                 return found
     raise FaforgeError(
@@ -52,8 +57,8 @@ def find_kernel_wheel(glue: WheelPackage, given: list[WheelPackage]) -> WheelPac
     )
 
 
-def fa3_range(wheel: WheelPackage) -> list[PipCell]:
-    """The newest pip cell of each torch minor the FA3 wheel's indexes serve (its platform and CUDA, a torch its
+def torch_range(wheel: WheelPackage) -> list[PipCell]:
+    """The newest pip cell of each torch minor a stable-ABI wheel's indexes serve (its platform and CUDA, a torch its
     Requires-Dist admits), oldest minor first; empty when it has no CUDA label or no index takes it."""
     torch = wheel.requires("torch")
     newest: dict[str, PipCell] = {}

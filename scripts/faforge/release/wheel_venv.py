@@ -1,13 +1,13 @@
 """The venv a wheel's import and gpu gates run in, and those two gates: our wheels installed by real pip.
 
 The venv is a hardlink copy of the cached base venv of PyPI's torch (faforge.release.clean_env): the torch
-release of a glue's pip cell, or the newest torch of an FA3 wheel's range. Real pip installs our wheels into it
+release of a glue's pip cell, or the newest torch of a stable-ABI wheel's range. Real pip installs our wheels into it
 from a loopback staging index of just these wheels (faforge.release.pip_env), with the index that serves that
 torch (PyPI) as the extra index and the torch pinned, so pip must keep the torch it finds; pip replacing torch
 is a failure. The import gate then runs `python -I -c "import torch; import flash_attn; import
 flash_attn_2_cuda"` and checks that torch's, the kernel wheel's and the CUDA runtime's libraries were all mapped
 from the venv; the gpu gate runs faforge.gpu.run_suite there (exit 0 passed, 1 failed, 3 skipped: no GPU here).
-One home, so the glue, kernel and FA3 wheels are installed and judged alike.
+One home, so every family's wheels are installed and judged alike.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN
 from faforge.release.clean_env import BASE_EXTRAS, TorchVenv, pypi_torch_venv
 from faforge.release.pip_env import PipRun, loopback_index, pip_install, venv_copy
 from faforge.release.venv_cache import Unavailable
 from faforge.release.verify import FAFORGE_SOURCE, Check, output_tail, run_isolated, suite_check
 from faforge.release.wheel_identity import WheelPackage
-from faforge.release.wheel_pairs import fa3_range
+from faforge.release.wheel_pairs import torch_range
 from faforge.wheelfetch import PYPI_SIMPLE_INDEX
 
 # Appended to an import or dlopen run: the files the process has mapped (/proc/self/maps), one JSON line after the mark.
@@ -141,7 +141,7 @@ def _pip_env(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchV
     PyPI's simple index; PyPI's for a torch no pip cell names, none today) as the extra index, as a user's
     install line names it."""
     torch = venv.torch.split("+")[0]
-    cell = wheel.cell or next((c for c in reversed(fa3_range(wheel)) if c.torch == torch), None)
+    cell = wheel.cell or next((c for c in reversed(torch_range(wheel)) if c.torch == torch), None)
     return _PipEnv(
         (wheel, *others), venv, [wheel.requirement, f"torch=={torch}"], cell.index if cell else PYPI_SIMPLE_INDEX
     )
@@ -178,15 +178,16 @@ def pip_import_gate(
 
 
 @cache  # a kernel wheel's gpu gate is its glue's run: one verify call runs it once
-def pip_gpu_gate(wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv) -> Check:
-    """The GPU suite (faforge.gpu.run_suite) in a clean venv where
+def pip_gpu_gate(
+    wheel: WheelPackage, others: tuple[WheelPackage, ...], venv: TorchVenv, suite: tuple[str, ...] = ()
+) -> Check:
+    """The GPU suite (faforge.gpu.run_suite, with `suite` its family's arguments) in a clean venv where
     pip installed the wheel: exit 0 passed, 1 failed, 3 skipped."""
-    family = ["--family", FLASH_ATTN_3.package] if wheel.kind == "fa3" else []
     with _pip_env(wheel, others, venv) as env:
         if env.problem:
             return Check("gpu", "skipped", f"not run: {env.problem}")
         result = subprocess.run(
-            [str(env.python), "-m", "faforge.gpu.run_suite", *family, "--json"],
+            [str(env.python), "-m", "faforge.gpu.run_suite", *suite, "--json"],
             capture_output=True,
             text=True,
             env=dict(os.environ, PYTHONPATH=str(FAFORGE_SOURCE)),

@@ -9,6 +9,7 @@ from faforge.families.flash_attn import doctor as _doctor
 from faforge.families.flash_attn import matrix as _matrix
 from faforge.families.flash_attn import page as _page
 from faforge.families.flash_attn import plan as _plan
+from faforge.families.flash_attn import verify as _verify
 from faforge.family import FLASH_ATTN
 from faforge.gpu import builtin as _gpu
 from faforge.gpu.stage import GpuFamily
@@ -17,6 +18,7 @@ from faforge.release.build_stage import BuildFamily
 from faforge.release.bump import BumpFamily
 from faforge.release.page import PageFamily
 from faforge.release.plan import PlanFamily
+from faforge.release.verify_family import VerifyFamily
 
 spec = FLASH_ATTN
 # Each stage's namespace typed as that stage's Protocol, so mypy checks the module against it.
@@ -26,5 +28,6 @@ build: BuildFamily = _build
 doctor: DoctorFamily = _doctor
 page: PageFamily = _page
 bump: BumpFamily = _bump
+verify: VerifyFamily = _verify
 # Its GPU suite ships with its recipe, whose test environment has gpu/ but not families/.
 gpu: GpuFamily | None = _gpu

@@ -10,6 +10,7 @@ from faforge.families.flash_attn_3 import gpu as _gpu
 from faforge.families.flash_attn_3 import matrix as _matrix
 from faforge.families.flash_attn_3 import page as _page
 from faforge.families.flash_attn_3 import plan as _plan
+from faforge.families.flash_attn_3 import verify as _verify
 from faforge.family import FLASH_ATTN_3
 from faforge.gpu.stage import GpuFamily
 from faforge.matrix.stage import MatrixFamily
@@ -17,6 +18,7 @@ from faforge.release.build_stage import BuildFamily
 from faforge.release.bump import BumpFamily
 from faforge.release.page import PageFamily
 from faforge.release.plan import PlanFamily
+from faforge.release.verify_family import VerifyFamily
 
 spec = FLASH_ATTN_3
 # Each stage's namespace typed as that stage's Protocol, so mypy checks the module against it.
@@ -26,4 +28,5 @@ build: BuildFamily = _build
 doctor: DoctorFamily = _doctor
 page: PageFamily = _page
 bump: BumpFamily = _bump
+verify: VerifyFamily = _verify
 gpu: GpuFamily | None = _gpu

@@ -10,48 +10,47 @@ narrower check proves less than the package claims, so it is `skipped` with what
 prefix: natively, or under qemu for a package of another machine (faforge.release.verify_foreign).
 The gpu gate runs the FA3 suite (`faforge test-gpu --family flash-attn-3`) beside the newest of them,
 or, given none (CI's GPU job), beside PyPI's torch of the newest minor the package serves.
+This module is the family's `verify` namespace (faforge.release.verify_family.VerifyFamily): its packages'
+gates here, its wheel's in faforge.families.flash_attn_3.verify_wheel.
 """
 
 from __future__ import annotations
 
 import os
-import platform
-import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
-from faforge.abi.elf_file import ElfError
-from faforge.abi.stable import check_stable
 from faforge.emulator import is_foreign
-from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3.matrix import Fa3Package, packages_of
+from faforge.families.flash_attn_3.stable_check import FA3_PYTHON, stable_abi_check
+from faforge.families.flash_attn_3.verify_wheel import wheel_gates as wheel_gates  # its protocol's hook
+from faforge.families.flash_attn_3.wheel import FA3_WHEEL
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import load_matrix
-from faforge.release.clean_env import MACHINE_SUBDIRS, cuda_runtime_venv, pypi_torch_venv, unpacked
+from faforge.release.clean_env import pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.venv_cache import Unavailable, find_python
 from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
+from faforge.release.verify_family import GateCall
 from faforge.release.verify_foreign import (
-    NOTHING_NAMED,
     Emulation,
     emulated_import_gate,
     emulator_for,
     gpu_skipped,
     import_in_prefix,
     target_python,
-    torch_site,
+    torch_python,
+    torch_sites,
 )
 
-# The CPython of the venv an FA3 package's or wheel's gates make (abi3: it serves every CPython of its range) when
-# no --against torch names one.
-FA3_PYTHON = "3.11"
-# torch/_C.cpython-311-x86_64-linux-gnu.so: the CPython a torch site-packages was installed for.
-TORCH_PYTHON = re.compile(r"_C\.cpython-3(\d+)")
+# What `faforge wheel` packs and `faforge verify` gates of this family as wheels (their gates: verify_wheel).
+wheels = (FA3_WHEEL,)
+gates_help = "an FA3 wheel's stable-ABI check over the torch range of its indexes"
 
 
-def is_stable_abi_package(package: PackageFacts) -> bool:
+def owns(package: PackageFacts) -> bool:
     return package.name == FLASH_ATTN_3.package
 
 
@@ -64,31 +63,17 @@ def served_package(package: PackageFacts) -> Fa3Package | None:
     )
 
 
-def stable_gates(
-    package: PackageFacts,
-    gates: tuple[str, ...],
-    against: list[Path] | None,
-    emulation: Emulation = NOTHING_NAMED,
-    announce: Callable[[str], None] = lambda message: None,
+def package_gates(
+    package: PackageFacts, call: GateCall, *, kernel: PackageFacts | None = None, users: tuple[PackageFacts, ...] = ()
 ) -> list[Check]:
-    """`announce` hears about slow set-up (a torch venv built on first use) before it starts."""
+    """One binary for a torch range: its own gates, on any machine (it pins no kernel build and none pins it)."""
+    against = call.against
     run = {
         "abi": lambda: stable_abi_gate(package, against or []),
-        "import": lambda: stable_import_gate(package, against or [], emulation),
-        "gpu": lambda: stable_gpu_gate(package, against or [], announce),
+        "import": lambda: stable_import_gate(package, against or [], call.emulation),
+        "gpu": lambda: stable_gpu_gate(package, against or [], call.announce),
     }
-    return [run[gate]() for gate in gates]
-
-
-def torch_sites(against: Sequence[Path]) -> list[Path]:
-    """The --against torches that are site-packages (importable), in the order given."""
-    return list(dict.fromkeys(site for folder in against if (site := torch_site([folder])) is not None))
-
-
-def torch_python(site: Path) -> str | None:
-    """'3.11' for a site-packages whose torch/_C is cpython-311."""
-    found = next((m for p in (site / "torch").glob("_C.cpython-3*.so") if (m := TORCH_PYTHON.search(p.name))), None)
-    return f"3.{found.group(1)}" if found else None
+    return [run[gate]() for gate in call.gates]
 
 
 def stable_import_gate(package: PackageFacts, against: list[Path], emulation: Emulation) -> Check:
@@ -187,61 +172,4 @@ def stable_abi_gate(package: PackageFacts, against: list[Path]) -> Check:
         )
     return stable_abi_check(
         package.path, subdir=package.subdir, cuda=served.cuda, served=served.served, against=against
-    )
-
-
-def stable_abi_check(path: Path, *, subdir: str, cuda: str, served: tuple[str, ...], against: list[Path]) -> Check:
-    """The stable-ABI gate of one binary (a package or a wheel) of CUDA
-    `cuda` that serves the torch minors `served`, oldest first."""
-    range_text = f"{served[0]} to {served[-1]}"
-    if not against:
-        return Check(
-            "abi",
-            "skipped",
-            f"serves torch {range_text}: name the oldest and the newest release with --against "
-            "(each one torch: torch/lib, site-packages or a prefix)",
-        )
-    # The package's own CUDA runtime (its cuda-version pins the env's cuda-cudart), not the torch's: a cu130
-    # package beside torch 2.10.0+cu128's libraries still loads PyPI's CUDA 13.0 runtime, as conda installs it.
-    runtime_dirs: list[Path] = []
-    if MACHINE_SUBDIRS.get(platform.machine()) == subdir:
-        try:
-            runtime_dirs = sorted({p.parent for p in cuda_runtime_venv(cuda).cudart()})
-        except Unavailable as exc:
-            return Check("abi", "skipped", f"the CUDA {cuda} runtime it loads could not be had: {exc}")
-    try:
-        verdict = check_stable(path, against, platform=subdir, library_dirs=runtime_dirs)
-    except ElfError as exc:
-        return Check("abi", "failed", exc.message)
-    except FaforgeError as exc:
-        return Check("abi", "skipped", f"a torch given with --against could not be read: {exc.message}")
-    checked = [v.torch.version or "?" for v in verdict.releases]
-    minors = {".".join(v.split(".")[:2]) for v in checked}
-    problems = [
-        f"unstable import {u.demangled or u.symbol} (from {u.library or 'torch'})" for u in verdict.unstable[:5]
-    ]
-    problems += [
-        f"torch {v.torch.version}: {p.kind}: {p.demangled or p.symbol or ''} {p.detail}".strip()
-        for v in verdict.releases
-        if not v.ok
-        for m in v.modules
-        for p in m.problems
-    ][:5]
-    if problems:
-        return Check(
-            "abi", "failed", f"{len(problems)} problem(s) against torch {', '.join(checked)}: " + "; ".join(problems)
-        )
-    missing = [m for m in (served[0], served[-1]) if m not in minors]
-    if missing:
-        return Check(
-            "abi",
-            "skipped",
-            f"loads on torch {', '.join(checked)} with {len(verdict.stable_imports)} stable C functions, but it "
-            f"serves {range_text}: also check torch {' and '.join(dict.fromkeys(missing))} (--against)",
-        )
-    return Check(
-        "abi",
-        "passed",
-        f"stable ABI: {len(verdict.stable_imports)} stable C functions and no other torch symbol; loads on torch "
-        f"{', '.join(checked)} (serves {range_text})",
     )

@@ -1,7 +1,7 @@
 """The FlashAttention-3 wheel: one abi3 wheel per (platform, CUDA, arch list), for every torch >= 2.9.
 
-FA3 is built against torch's stable C ABI (TORCH_TARGET_VERSION 2.9, faforge.families.flash_attn_3.backend), so one binary
-serves every later torch minor: no per-torch glue, no kernel split. The build's wheel (tests/gpu/fa3_canary.py
+FA3 is built against torch's stable C ABI (TORCH_TARGET_VERSION 2.9, faforge.families.flash_attn_3.backend), so one
+binary serves every later torch minor: no per-torch glue, no kernel split. The build's wheel (tests/gpu/fa3_canary.py
 packs the build's install folder as flash_attn_3-3.0.0-cp310-abi3-linux_x86_64.whl) is repacked as
   flash_attn_3-3.0.0+cu130.sm80.90a-cp310-abi3-<manylinux tag>.whl
 with the local label naming CUDA and the arch list (so that pip and uv never take a CUDA 12 build for a
@@ -12,6 +12,7 @@ CUDA runtime the one named.
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from faforge import paths
 from faforge.abi.elf import read_info
 from faforge.abi.fatbin import read_gpu_archs
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
@@ -29,9 +31,11 @@ from faforge.pipwheel import layout
 from faforge.pipwheel.built import BuiltWheel
 from faforge.pipwheel.facts import dist_info_dir, read_wheel, wheel_contents
 from faforge.pipwheel.filename import parse_wheel_filename
+from faforge.pipwheel.kinds import ARCHS_LABEL, WheelKind
 from faforge.pipwheel.manylinux import platform_tag
 from faforge.pipwheel.patch import set_runpath
 from faforge.pipwheel.writer import ELF_MAGIC, WheelSpec, rewrite_wheel
+from faforge.progress import say
 
 
 def torch_floor() -> str:
@@ -99,7 +103,7 @@ def repack_fa3_wheel(
             hint="pass the CUDA it was built with",
             exit_code=EXIT_PROBLEMS,
         )
-    runpath = layout.fa3_runpath(cuda)
+    runpath = layout.package_runpath(cuda)
     patched = work / EXTENSION
     set_runpath(original, patched, runpath, say=say)
     verdict = platform_tag([patched], what=raw.name)
@@ -123,3 +127,24 @@ def repack_fa3_wheel(
     return BuiltWheel(
         path=path, facts=read_wheel(path), verdict=verdict, runpath=runpath, gpu=gpu, seconds=time.monotonic() - started
     )
+
+
+def pack(args: argparse.Namespace, work: Path) -> BuiltWheel:
+    """`faforge wheel fa3`: the wheel of the build's raw wheel SOURCE."""
+    raw = paths.input_file(args.source, "SOURCE", f"the {FLASH_ATTN_3.package} build's wheel")
+    return repack_fa3_wheel(raw, cuda=args.cuda, archs=args.archs, out_dir=args.out, work=work / "wheel", say=say)
+
+
+FA3_WHEEL = WheelKind(
+    kind="fa3",
+    project=FLASH_ATTN_3.package,
+    label=ARCHS_LABEL,
+    usage="RAW.whl --cuda 13.0 --archs '80;90a' --out DIR",
+    makes="the abi3 FlashAttention-3 wheel of the FA3 build's wheel: version label, torch>=2.9, RUNPATH",
+    what=f"the {FLASH_ATTN_3.package} wheel",
+    source="the FA3 build's wheel",
+    options=frozenset({"cuda", "archs"}),
+    required=("cuda", "archs"),
+    pack=pack,
+    kept="; only the binary's RUNPATH changed",
+)
