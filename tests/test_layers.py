@@ -33,7 +33,6 @@ LAYERS = (
         "channel",
         "gpu",
         "matrix",
-        "emulator",
         "pipwheel",
     ),  # conda channels, the GPU gate, the build matrix, qemu for a foreign interpreter, wheels for pip
     ("kernels", "backend"),  # the kernel library (shim, TUs, tags, Philox layout, torch-free check); the build backend

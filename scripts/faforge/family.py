@@ -104,6 +104,12 @@ class Family:
         """What the import gate imports, in order: torch first, as users do."""
         return ("torch", self.module, self.extension)
 
+    @property
+    def wheel_projects(self) -> tuple[tuple[str, str], ...]:
+        """Its wheels' projects and how the wheel index places each (faforge.pipindex.placement): the kernel
+        wheel beside the glue wheels that pin it, a glue wheel in the index its local label names."""
+        return ((self.kernel_package, "kernel"), (self.package, "glue"))
+
 
 FLASH_ATTN = Family(
     title="flash-attn 2",
@@ -205,6 +211,11 @@ class StableAbiFamily:
     def imports(self) -> tuple[str, ...]:
         """What the import gate imports, in order: torch first, then what upstream's recipe test imports."""
         return ("torch", self.module, self.extension, self.interface_module)
+
+    @property
+    def wheel_projects(self) -> tuple[tuple[str, str], ...]:
+        """Its one wheel serves a torch range: every index of its CUDA whose torch its requirement admits."""
+        return ((self.package, "torch-range"),)
 
 
 # hopper/setup.py at the pinned commit (variants/matrix.yaml cites it): PACKAGE_NAME flash_attn_3 (L36),

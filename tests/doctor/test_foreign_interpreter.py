@@ -1,5 +1,5 @@
 """`faforge doctor --python` on an aarch64 interpreter from this x86_64 machine (the aarch64 cells): the probe runs
-through the same qemu wrapper as verify's import gate (faforge.emulator), so its facts are the target's;
+through the same qemu wrapper as verify's import gate (faforge.abi.emulator), so its facts are the target's;
 without qemu doctor says why it cannot look, and runs nothing.
 
 The interpreter is Debian's arm64 python3.11 as a plain prefix (tests/support/debian_toolchains.py).

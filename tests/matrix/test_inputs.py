@@ -21,10 +21,9 @@ from faforge.families.flash_attn_3 import matrix as fa3_matrix
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix import inputs, load_matrix
 from faforge.matrix.inputs import (
-    FA3_INPUTS,
     GLUE_INPUTS,
     KERNEL_INPUTS,
-    fa3_input_digests,
+    family_input_digests,
     input_digests,
     input_files,
     objects_digests,
@@ -262,7 +261,7 @@ def test_every_file_the_fa3_recipe_ships_is_its_input(repo):
 def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
     """Each file is digested under its logical name: moving the torch-free check and the checker (and pointing
     the family row and the recipe at the new places) leaves every digest as it was."""
-    before = {**input_digests(checkout), **fa3_input_digests(checkout), **objects_digests(checkout)}
+    before = {**input_digests(checkout), **family_input_digests(checkout, FLASH_ATTN_3), **objects_digests(checkout)}
     moves = {"scripts/faforge/kernels/torchfree.py": "scripts/faforge/moved/torchfree.py"}
     moves["scripts/faforge/abi"] = "scripts/faforge/moved/abi"
     (checkout / "scripts/faforge/moved").mkdir()
@@ -285,18 +284,25 @@ def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
     monkeypatch.setattr(inputs, "FLASH_ATTN", rows[0])
     monkeypatch.setattr(inputs, "FLASH_ATTN_3", rows[1])
     monkeypatch.setattr(inputs, "families", lambda: rows)
-    assert {**input_digests(checkout), **fa3_input_digests(checkout), **objects_digests(checkout)} == before
+    assert {
+        **input_digests(checkout),
+        **family_input_digests(checkout, FLASH_ATTN_3),
+        **objects_digests(checkout),
+    } == before
 
 
 def test_a_checker_edit_repacks_the_same_objects_and_a_shim_edit_compiles_new_ones(checkout):
     """What is packed around the binary (the checker, abi/) moves each package's digest, so its build string,
     but not its objects digest, the key of the compiled objects a repack reuses (faforge.release.plan_reuse);
     the shim and the build script move both."""
-    base = {**input_digests(checkout), **fa3_input_digests(checkout)}
+    base = {**input_digests(checkout), **family_input_digests(checkout, FLASH_ATTN_3)}
     objects = objects_digests(checkout)
     append(checkout / "scripts/faforge/abi/check.py", "\n_A_CHECKER_EDIT = 1\n")
-    checker = {**input_digests(checkout), **fa3_input_digests(checkout)}
-    assert checker[KERNEL_INPUTS] != base[KERNEL_INPUTS] and checker[FA3_INPUTS] != base[FA3_INPUTS]
+    checker = {**input_digests(checkout), **family_input_digests(checkout, FLASH_ATTN_3)}
+    assert (
+        checker[KERNEL_INPUTS] != base[KERNEL_INPUTS]
+        and checker[FLASH_ATTN_3.inputs_key] != base[FLASH_ATTN_3.inputs_key]
+    )
     assert checker[GLUE_INPUTS] == base[GLUE_INPUTS]
     assert objects_digests(checkout) == objects
     recipe = checkout / FLASH_ATTN.recipe_dir / "recipe.yaml"
@@ -307,4 +313,4 @@ def test_a_checker_edit_repacks_the_same_objects_and_a_shim_edit_compiles_new_on
     append(checkout / "scripts/faforge/kernels/torch_shim/kernel_errors.cpp", "\nint a_shim_edit;\n")
     assert objects_digests(checkout)[KERNEL_INPUTS] != objects[KERNEL_INPUTS]
     append(checkout / FLASH_ATTN_3.recipe_dir / FLASH_ATTN_3.build_script, "\n_A_BUILD_EDIT = 1\n")
-    assert objects_digests(checkout)[FA3_INPUTS] != objects[FA3_INPUTS]
+    assert objects_digests(checkout)[FLASH_ATTN_3.inputs_key] != objects[FLASH_ATTN_3.inputs_key]

@@ -35,7 +35,7 @@ put it there):
     test cache's uv folder after the first run.
   - import: `import torch, flash_attn, flash_attn_2_cuda` under qemu in each venv, the kernel library and the CUDA
     runtime loaded from the venv (pip's layout, through the RUNPATHs);
-  - doctor: `faforge doctor --python VENV/bin/python --json` (under qemu, faforge.emulator) is healthy: the glue for
+  - doctor: `faforge doctor --python VENV/bin/python --json` (under qemu, faforge.abi.emulator) is healthy: the glue for
     torch 2.11.0 (C++ ABI 1, CUDA 13.0), its abi gate ok, no fix to run (no GPU here: a warning only).
 Every phase's time goes to the terminal and into the pip world's table (the `clock` of tests/pipworld/conftest.py).
 """

@@ -18,7 +18,7 @@ import pytest
 
 from faforge.abi.classify import cxx11_abi_of
 from faforge.abi.elf import read_dynamic_symbols, read_info
-from faforge.emulator import find_emulator
+from faforge.abi.emulator import find_emulator
 from faforge.family import FLASH_ATTN
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds

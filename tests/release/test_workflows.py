@@ -562,7 +562,7 @@ def test_the_gpu_job_is_skipped_with_a_message_where_no_gpu_runner_exists(tmp_pa
 
 def test_a_linux_aarch64_cell_runs_its_import_gate_under_qemu_on_the_hosted_runner(tmp_path):
     """The aarch64 cells are cross-compiled on hosted x86_64 runners; their import gate runs
-    there under qemu (faforge.emulator), with the settings verify reads, and their abi gate against the
+    there under qemu (faforge.abi.emulator), with the settings verify reads, and their abi gate against the
     same aarch64 torch. The gpu gate of an aarch64 package is gpu-test's (previous test)."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
     setup = next(s for s in steps if "qemu-user-static" in s.get("run", ""))

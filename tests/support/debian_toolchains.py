@@ -257,7 +257,7 @@ class Arm64Python:
 def arm64_plain_python(log=lambda line: None) -> Arm64Python:
     """Debian's unpacked arm64 python3.11 and a sysroot for qemu's -L: one lib/ folder of links to the cross libc
     (CROSS_SYSROOT) and to the unpacked root's multiarch libraries (libexpat, zlib, libffi, libpython), where
-    the emulated loader looks first, so the wrapper faforge.emulator builds needs no LD_LIBRARY_PATH or
+    the emulated loader looks first, so the wrapper faforge.abi.emulator builds needs no LD_LIBRARY_PATH or
     PYTHONHOME. Python finds its own prefix (ROOT/usr) from the executable's location."""
     if not (CROSS_SYSROOT / "lib/ld-linux-aarch64.so.1").exists():
         raise DebianUnavailable(f"{CROSS_SYSROOT} has no ld-linux-aarch64.so.1: install g++-aarch64-linux-gnu")

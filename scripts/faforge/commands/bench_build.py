@@ -3,10 +3,10 @@
 Reports from variants/build-measurements.yaml; with --measure, first compiles a small TU subset in
 two rattler-build-like trees (one python cold, a second python through the compiler cache the first
 filled) and reports that run; --write appends it to the data file. With the file's glue and size
-entries it also prints the matrix before and after the kernel split (faforge.bench.kernel_split); with its
-FA3 samples, what each FA3 package of `faforge matrix --fa3` and the whole FA3 matrix cost, and the
-piece jobs each splits into (faforge.families.flash_attn_3.cost); and, for the pip world, the runner and CPU hours
-each torch release adds (faforge.bench.pip_world_cost).
+entries it also prints the matrix before and after the kernel split (faforge.bench.kernel_split); each
+family's own section where it has timed compiles of its own (its plan namespace's cost_section: what each of
+its packages costs and the piece jobs it splits into); and, for the pip world, the runner and CPU hours each
+torch release adds (faforge.bench.pip_world_cost).
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from faforge.bench import pip_world_cost as pip_world
 from faforge.bench.cache_reuse import TuRun
 from faforge.buildcost import extrapolate_report
 from faforge.costmodel import samples
+from faforge.costmodel.section import CostSection
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
-from faforge.families.flash_attn_3 import cost_report as fa3_report
-from faforge.families.flash_attn_3.cost_samples import fa3_measurements
-from faforge.families.flash_attn_3.matrix import packages_of
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.families.registry import FAMILIES
+from faforge.family import FLASH_ATTN
 from faforge.kernels.tus import parse_tu
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
@@ -204,9 +203,7 @@ def execute(args: argparse.Namespace) -> int:
     before_after = (
         split.split_report(data, report.costs, matrix.cells, matrix.kernels) if data.glue and data.sizes else None
     )
-    fa3_section = (
-        fa3_report.report(data, packages_of(matrix), load_build_cost()) if fa3_measurements(data).samples else None
-    )
+    sections = [s for f in FAMILIES if (s := f.plan.cost_section(data, matrix, load_build_cost())) is not None]
     builds = pip_builds(matrix)
     pip_section = (
         pip_world.report(data, report.costs, builds, matrix.kernels, load_build_cost())
@@ -216,7 +213,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         extra = (
             ({"kernel_split": before_after.as_json()} if before_after else {})
-            | ({"fa3": fa3_section.as_json()} if fa3_section else {})
+            | {s.key: s.as_json() for s in sections}
             | ({"pip_world": pip_section.as_json()} if pip_section else {})
         )
         print(json.dumps({"version": SCHEMA_VERSION, **report.as_json(), **extra}, indent=2))
@@ -228,9 +225,9 @@ def execute(args: argparse.Namespace) -> int:
             "once per platform, CUDA, archs and Philox layout)"
         )
         print(format_table(["", "before", "after"], before_after.rows()))
-    if fa3_section:
-        print(f"\n{FLASH_ATTN_3.title}: {fa3_section.tus} TUs a package, model in faforge/buildcost/fa3.py")
-        _print_section(fa3_section)
+    for section in sections:
+        print(f"\n{section.heading}")
+        _print_section(section)
     if pip_section:
         _print_section(pip_section)
     return EXIT_OK
@@ -243,8 +240,8 @@ def _print_tables(tables: Iterable[tuple[str, list[str], list[list]]]) -> None:
         print(format_table(headers, rows))
 
 
-def _print_section(section: fa3_report.Fa3Report | pip_world.PipWorldReport) -> None:
-    """A report section (the FA3 model, the pip world): its tables, a blank line, then its notes."""
+def _print_section(section: CostSection | pip_world.PipWorldReport) -> None:
+    """A report section (a family's own, the pip world): its tables, a blank line, then its notes."""
     _print_tables(section.tables())
     print()
     for note in section.notes():

@@ -11,7 +11,7 @@ kernel library of the split build): no torch/c10/Python/pybind11 library or symb
 depends on the C++ ABI, optionally only exports matching --exports, and exactly the GPU code of
 --expect-archs (faforge.kernels.torchfree).
 With --stable-abi, each --against is one torch release: PATH must import from torch only its stable C
-interface (aoti_torch_*, torch_*; faforge.abi.stable) and load on every one of them (FlashAttention-3's claim).
+interface (aoti_torch_*, torch_*; faforge.abi.stable) and load on every one of them (a stable-ABI package's claim).
 In a wheel, conda package or folder, what the package loads is checked: its extension modules (PyInit_*)
 and the libraries its own Python code opens after import torch (torch.ops.load_library: no PyInit_, needs
 torch's libraries), each named by its path in the package; of a per-torch library set

@@ -26,8 +26,8 @@ import json
 from pathlib import Path
 
 from faforge import config, paths, progress
+from faforge.abi.emulator import check_named
 from faforge.channel.repodata import channel_url
-from faforge.emulator import check_named
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, why_not_a_folder
 from faforge.families.registry import FAMILIES
 from faforge.family import FLASH_ATTN

@@ -15,11 +15,11 @@ from pathlib import Path
 from faforge.abi.check import check_module, torch_facts
 from faforge.abi.elf import read_dynamic_symbols, read_elf
 from faforge.abi.elf_file import ElfError
+from faforge.abi.emulator import NoEmulator, find_emulator, is_foreign
 from faforge.abi.report import ModuleVerdict, Verdict
 from faforge.abi.resolve import environment_dirs, opened
 from faforge.doctor.facts import EnvFacts
 from faforge.doctor.torch_symbols import BuiltFor, SymbolTable, built_for, dating, offered
-from faforge.emulator import NoEmulator, find_emulator, is_foreign
 from faforge.family import FLASH_ATTN
 
 # flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so -> "cpython-310-x86_64-linux-gnu"

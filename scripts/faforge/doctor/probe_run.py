@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from faforge.abi.emulator import interpreter_command
 from faforge.doctor.probe_lines import MARK, read_line
 from faforge.doctor.probe_source import probe_source
-from faforge.emulator import interpreter_command
 from faforge.errors import EXIT_BAD_INPUT, EXIT_PROBLEMS, FaforgeError
 from faforge.family import FLASH_ATTN
 
@@ -257,7 +257,7 @@ def run_probe(
         try:
             # The source goes in on stdin (`python -`), so `ps` shows a short command line; the family's
             # names go as arguments, since the target interpreter cannot import faforge.family.
-            # Another machine's interpreter (an aarch64 prefix here) runs under qemu: faforge.emulator.
+            # Another machine's interpreter (an aarch64 prefix here) runs under qemu: faforge.abi.emulator.
             cmd = [*interpreter_command(python), "-", *names]
             ended = _run_bounded(cmd, probe_source(), timeout_s, on_line, cwd=cwd, env=env)
         except OSError as exc:

@@ -30,11 +30,10 @@ from pathlib import Path
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3, Family, Identity, Inputs, StableAbiFamily, families
+from faforge.family import FLASH_ATTN, Family, Identity, Inputs, StableAbiFamily, families
 from faforge.matrix.canonical import FORM_VERSION, canonical_bytes
 
 KERNEL_INPUTS, GLUE_INPUTS = (identity.key for identity in FLASH_ATTN.identities)
-FA3_INPUTS = FLASH_ATTN_3.inputs_key  # flash-attn-3's one output: its whole recipe and FLASH_ATTN_3.inputs
 AnyFamily = Family | StableAbiFamily
 DIGEST_CHARS = 16
 SKIPPED_PARTS = ("__pycache__",)
@@ -174,10 +173,6 @@ def objects_digests(root: Path) -> dict[str, str]:
 # faforge.matrix.variants writes each family's digests into its own variant files.
 def input_digests(root: Path) -> dict[str, str]:
     return family_input_digests(root, FLASH_ATTN)
-
-
-def fa3_input_digests(root: Path) -> dict[str, str]:
-    return family_input_digests(root, FLASH_ATTN_3)
 
 
 GLUE_WHEEL_HASH_CHARS = 7  # as rattler-build's variant hash in a build string

@@ -20,17 +20,22 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN, families
 from faforge.pipindex.layout import index_name, parse_index_name
 from faforge.pipwheel.facts import WheelFacts, requirement
 from faforge.wheelnames import CUDA_LABEL, GLUE_LABEL
 
 GLUE = canonicalize_name(FLASH_ATTN.package)
 KERNEL = canonicalize_name(FLASH_ATTN.kernel_package)
-# The torch-range wheels' project: still spelled here, as the folder survey, heal and publish place wheels
-# without the families in hand.
-TORCH_RANGE = canonicalize_name(FLASH_ATTN_3.package)
-PROJECTS = (KERNEL, TORCH_RANGE, GLUE)  # the order pages are written in: what a glue wheel needs is there first
+# Each project of the families' wheels by its placement rule (faforge.family: wheel_projects), in the order pages
+# are written in: what a glue wheel needs (its kernel, a torch-range wheel beside it) is there first.
+RULES = ("kernel", "torch-range", "glue")
+_PROJECTS = sorted(
+    ((canonicalize_name(project), rule) for family in families() for project, rule in family.wheel_projects),
+    key=lambda pair: RULES.index(pair[1]),
+)
+PROJECTS = tuple(project for project, _ in _PROJECTS)
+TORCH_RANGE = frozenset(project for project, rule in _PROJECTS if rule == "torch-range")
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def place(wheels: Iterable[WheelFacts]) -> Placement:
             waiting.append(
                 (wheel, f"no {FLASH_ATTN.package} wheel in the index pins it yet; it joins their indexes when one does")
             )
-    for wheel in (w for w in wheels if w.name == TORCH_RANGE):
+    for wheel in (w for w in wheels if w.name in TORCH_RANGE):
         fits, why = torch_range_indexes(wheel, glue_indexes)
         for name in fits:
             indexes[name].append(wheel)

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from faforge.costmodel.samples import Measurements
+from faforge.costmodel.section import CostSection
 from faforge.matrix import Matrix
 from faforge.release.cost import BuildCost
 from faforge.release.plan_reuse import CompiledStages
@@ -92,6 +94,10 @@ class PlanFamily(Protocol):
 
     def wanted(self, matrix: Matrix, platform: str) -> Wanted:
         """Its packages for `platform` (`all`: every platform), rendered, as `faforge build` would build them."""
+        ...
+
+    def cost_section(self, measurements: Measurements, matrix: Matrix, build_cost: BuildCost) -> CostSection | None:
+        """Its own section of `faforge bench-build`'s report (faforge.costmodel.section), or None."""
         ...
 
 

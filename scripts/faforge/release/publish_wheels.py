@@ -110,7 +110,7 @@ def admit(decisions: list[Decision[WheelFacts]], held: list[WheelFacts], root: P
     glues = [out[id(d)].package for d in decisions if out[id(d)].allowed and d.package.name == GLUE] + [
         w for w in held if w.name == GLUE
     ]
-    for d in (d for d in decisions if out[id(d)].allowed and d.package.name == TORCH_RANGE):
+    for d in (d for d in decisions if out[id(d)].allowed and d.package.name in TORCH_RANGE):
         placed = place([*glues, d.package])
         if not placed.indexes_of(d.package.filename):
             refuse(

@@ -4,7 +4,7 @@
   target's torch: PyPI's aarch64 wheel installed with `pip install --target --platform`, or an
   aarch64 prefix); the target's libc and libstdc++ come from the emulator's sysroot when one is found;
 * import: the package (and the kernel build it pins) extracted into a temporary prefix and imported
-  by the target's Python under qemu (faforge.emulator), with the --against torch (else its own) on its path. The
+  by the target's Python under qemu (faforge.abi.emulator), with the --against torch (else its own) on its path. The
   Python is --target-python or $FAFORGE_TARGET_PYTHON (a conda aarch64 prefix's bin/python, or a
   plain one). `skipped` with the reason when qemu, the sysroot, that Python or the torch is missing;
   its detail says it ran emulated;
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
+from faforge.abi.emulator import Emulator, NoEmulator, find_emulator, is_foreign, machine_of
 from faforge.abi.resolve import torch_lib_dirs
-from faforge.emulator import Emulator, NoEmulator, find_emulator, is_foreign, machine_of
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.gpu.stage import not_run_here

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
-from faforge.emulator import Emulator
+from faforge.abi.emulator import Emulator
 from faforge.gpu.stage import not_run_here
 from faforge.release.pip_env import loopback_index, pip_target
 from faforge.release.verify import Check, output_tail

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES, check_path
 from faforge.abi.elf_file import ElfError
-from faforge.emulator import is_foreign
+from faforge.abi.emulator import is_foreign
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel.layout import KERNEL_DIR
 from faforge.release.clean_env import MACHINE_SUBDIRS, TorchVenv

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
-from faforge.emulator import is_foreign
+from faforge.abi.emulator import is_foreign
 from faforge.family import FLASH_ATTN
 from faforge.pipwheel.members import check_members
 from faforge.release.clean_env import TorchVenv

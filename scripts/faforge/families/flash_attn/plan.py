@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from faforge.costmodel.samples import Measurements
 from faforge.families.flash_attn import plan_text
 from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix
@@ -31,7 +32,7 @@ from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelPac
 from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.matrix.render import RenderedCell
 from faforge.matrix.render_cache import selected_cells
-from faforge.release.cost import KERNELS_LINK_PART, split_kernels
+from faforge.release.cost import KERNELS_LINK_PART, BuildCost, split_kernels
 from faforge.release.pip_plan import PIP_STAGE, added_per_torch_release, index_holdings, no_wheel_runner, wheel_part
 from faforge.release.plan import FamilyPlan, Holdings, Present
 from faforge.release.plan_held import kernel_build, kernel_in, stale_kernels, stale_packages
@@ -193,3 +194,8 @@ def wanted(matrix: Matrix, platform: str) -> Cells:
         pip_kernels=[k for k in matrix.pip_kernels if platform in ("all", k.key.platform)],
         objects_digest=objects_digests(matrix.variants_dir.parent)[KERNEL_INPUTS],
     )
+
+
+def cost_section(measurements: Measurements, matrix: Matrix, build_cost: BuildCost) -> None:
+    """None: flash-attn's costs are `faforge bench-build`'s own report (faforge.buildcost.extrapolate_report)."""
+    return None

@@ -24,6 +24,7 @@ from faforge.families.flash_attn_3.cost import (
 from faforge.families.flash_attn_3.cost_packages import PackageCost, package_cost
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import Fa3Package
+from faforge.family import FLASH_ATTN_3
 from faforge.release.cost import KERNELS_LINK_PART, BuildCost
 
 # Upstream's report for a full build (Dao-AILab/flash-attention#1486: MAX_JOBS=8 on a 112-core machine,
@@ -48,6 +49,12 @@ class Fa3Report:
     def tus(self) -> int:
         """TUs of one package (every package of the matrix compiles the same set)."""
         return self.packages[0].tus if self.packages else 0
+
+    key = "fa3"  # its section of `bench-build --json` (faforge.costmodel.section.CostSection)
+
+    @property
+    def heading(self) -> str:
+        return f"{FLASH_ATTN_3.title}: {self.tus} TUs a package, model in faforge/families/flash_attn_3/cost.py"
 
     @property
     def matrix_cpu_h(self) -> float:

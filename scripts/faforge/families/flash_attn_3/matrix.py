@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3.matrix_rows import Fa3Package, Fa3Policy, fa3_packages, load_fa3_policy
 from faforge.family import FLASH_ATTN_3
-from faforge.matrix.inputs import fa3_input_digests
+from faforge.matrix.inputs import family_input_digests
 from faforge.matrix.policy import BuildPolicy
 from faforge.matrix.releases import ReleaseTable
 from faforge.matrix.render_packages import RenderedPackage, render_family_packages
@@ -55,7 +55,7 @@ class Fa3Rows:
 
     def variant_files(self) -> dict[Path, str]:
         """One variant file per (platform, world) that has packages, its digest of the recipe's inputs beside."""
-        digests = fa3_input_digests(self.variants_dir.parent) if self.packages else {}
+        digests = family_input_digests(self.variants_dir.parent, FLASH_ATTN_3) if self.packages else {}
         files = {}
         for platform, world in sorted({(p.platform, p.world) for p in self.packages}):
             name = fa3_variant_config_name(platform, world)

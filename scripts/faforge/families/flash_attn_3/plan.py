@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from faforge.costmodel import samples
+from faforge.costmodel.samples import Measurements
 from faforge.families.flash_attn_3 import cost_report
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import Fa3Package, RenderedFa3, packages_of
@@ -158,3 +159,10 @@ def wanted(matrix: Matrix, platform: str) -> Packages:
         rendered=render(packages, recipe(matrix.variants_dir), matrix.variants_dir),
         objects_digest=objects_digests(matrix.variants_dir.parent)[FLASH_ATTN_3.inputs_key],
     )
+
+
+def cost_section(measurements: Measurements, matrix: Matrix, build_cost: BuildCost) -> cost_report.Fa3Report | None:
+    """Its section of `faforge bench-build`: each package's cost and pieces from its timed TUs, if any."""
+    if not fa3_measurements(measurements).samples:
+        return None
+    return cost_report.report(measurements, packages_of(matrix), build_cost)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faforge.abi.check import PLATFORM_MACHINES
-from faforge.emulator import is_foreign
+from faforge.abi.emulator import is_foreign
 from faforge.families.flash_attn_3.matrix import Fa3Package, packages_of
 from faforge.families.flash_attn_3.stable_check import FA3_PYTHON, stable_abi_check
 from faforge.families.flash_attn_3.verify_wheel import wheel_gates as wheel_gates  # its protocol's hook

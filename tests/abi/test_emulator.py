@@ -1,4 +1,4 @@
-"""faforge.emulator: which qemu and sysroot run a foreign interpreter, and what a wrong named one says."""
+"""faforge.abi.emulator: which qemu and sysroot run a foreign interpreter, and what a wrong named one says."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.emulator import Emulator, NoEmulator, find_emulator, is_foreign, machine_of
+from faforge.abi.emulator import Emulator, NoEmulator, find_emulator, is_foreign, machine_of
 from faforge.errors import FaforgeError
 
 
