@@ -161,7 +161,7 @@ def test_no_module_imports_a_higher_layer():
             "from faforge.release.package import sha256_of\n",
             "faforge.release.package.sha256_of",
         ),
-        ("faforge.release.build", "from faforge.doctor import facts\n", "faforge.doctor.facts"),
+        ("faforge.release.build.steps", "from faforge.doctor import facts\n", "faforge.doctor.facts"),
         ("faforge.kernels.torchfree", "from ..gpu import gate\n", "faforge.gpu.gate"),
         ("faforge.errors", "from faforge import abi\n", "faforge.abi"),
     ],
@@ -173,10 +173,67 @@ def test_a_new_upward_or_sideways_import_is_reported(module, source, target):
 
 def test_downward_imports_and_script_entries_pass():
     modules = {
-        "faforge.commands.build": "from faforge.release.build import build_cell\nfrom faforge import errors, paths\n",
+        "faforge.commands.build": (
+            "from faforge.release.build.steps import build_cell\nfrom faforge import errors, paths\n"
+        ),
         "faforge.bench.build_cost": "from faforge.kernels import tus\nif __name__ == '__main__':\n"
         "    from faforge.cli import main\n",
         "faforge.kernels": "from . import tus\nfrom faforge.abi.elf import read_elf\n",
         "faforge.paths": "from faforge.untrusted import load_json\nfrom faforge import __version__\n",
     }
     assert violations(modules, packages={"faforge.kernels"}) == []
+
+
+# Inside the release pipeline, its stages in the same way, top to bottom; its one-file modules (package facts,
+# records, clean environments, the reporter) sit below every stage. The cost model is below release altogether
+# (faforge.costmodel), so the plan needs no estimate handed in.
+RELEASE_STAGES = (("publish", "bump", "page"), ("verify",), ("build",), ("plan",))
+STAGE_ROW = {stage: row for row, stages in enumerate(RELEASE_STAGES) for stage in stages}
+
+
+def stage_of(module: str) -> str | None:
+    """'faforge.release.plan.jobs' -> 'plan'; a shared module of release/ -> 'shared'; outside release -> None."""
+    parts = module.split(".")
+    if parts[:2] != ["faforge", "release"]:
+        return None
+    return parts[2] if len(parts) > 2 and parts[2] in STAGE_ROW else "shared"
+
+
+def stage_violations(modules: dict[str, str], packages: set[str] = frozenset()) -> list[str]:
+    found = []
+    for module, source in sorted(modules.items()):
+        stage = stage_of(module)
+        if stage is None:
+            continue
+        for line, target in imported_modules(module, source, is_package=module in packages):
+            other = stage_of(target)
+            if other is None or other == stage or other == "shared":
+                continue
+            if stage == "shared" or STAGE_ROW[other] <= STAGE_ROW[stage]:
+                found.append(
+                    f"{module}:{line} imports {target}: the release stage {other!r} is not below {stage!r} "
+                    "(tests/test_layers.py RELEASE_STAGES)"
+                )
+    return found
+
+
+def test_the_release_stages_import_downward():
+    packages = {".".join(("faforge", *p.parent.relative_to(PACKAGE).parts)) for p in PACKAGE.rglob("__init__.py")}
+    assert stage_violations(source_modules(), packages) == []
+
+
+def test_a_stage_importing_a_later_stage_is_reported():
+    modules = {
+        "faforge.release.plan.jobs": "from faforge.release.build.steps import build_step\n",
+        "faforge.release.package": "from faforge.release.verify import gates\n",
+        "faforge.release.page": "from faforge.release.bump.releases import bump\n",
+        "faforge.release.verify.run": (
+            "from faforge.release.build.steps import x\nfrom faforge.release import package\n"
+        ),
+    }
+    found = stage_violations(modules)
+    assert [f.split(":")[0] for f in found] == [
+        "faforge.release.package",
+        "faforge.release.page",
+        "faforge.release.plan.jobs",
+    ]

@@ -4,12 +4,13 @@
 The recipe's build script, and a local build (any prefix with a CUDA torch >= 2.9, nvcc and ninja). It
 finds torch's headers and libraries without importing torch (a cross build's host torch cannot run
 here), compiles each TU with its own GPU code and the glue against torch/csrc/stable
-(faforge.families.flash_attn_3.backend says what hopper/setup.py does and where), links, and installs into --install-dir.
+(faforge.families.flash_attn_3.backend says what hopper/setup.py does and where), links, and installs into
+--install-dir.
 --disable drops FA3 features as FLASH_ATTENTION_DISABLE_* does upstream (the GPU canary's trimmed build);
 the package declares what it contains in flash_attn_config.py, as upstream's build does. --only-tus
 (env FAFORGE_BUILD_TUS) compiles just those TUs and stops: a piece job of a package too long for one CI job,
 which with --compiler-cache ccache (env FAFORGE_COMPILER_CACHE) fills the cache the final full build reads
-(faforge.release.plan), as flash-attn's kernel pieces do.
+(faforge.release.plan.stage), as flash-attn's kernel pieces do.
 """
 
 from __future__ import annotations
@@ -38,13 +39,13 @@ if _root is None:
     sys.exit(2)
 sys.path.insert(0, str(_root.resolve()))
 
-from faforge.families.flash_attn_3 import backend as fa3  # noqa: E402 (sys.path set above)
 from faforge.backend import ccache, options, toolchain  # noqa: E402 (sys.path set above)
 from faforge.backend.errors import BuildError  # noqa: E402 (sys.path set above)
 from faforge.backend.jobs import available_memory_gb, derive_max_jobs  # noqa: E402 (sys.path set above)
 from faforge.backend.logger import log  # noqa: E402 (sys.path set above)
 from faforge.backend.ninja import run_ninja  # noqa: E402 (sys.path set above)
 from faforge.backend.sources import select_kernels  # noqa: E402 (sys.path set above)
+from faforge.families.flash_attn_3 import backend as fa3  # noqa: E402 (sys.path set above)
 from faforge.family import FLASH_ATTN_3  # noqa: E402 (sys.path set above)
 
 # Where torch's stable C functions live (aoti_torch_* in libtorch_cpu, the CUDA stream one in libtorch_cuda),

@@ -7,7 +7,7 @@ steps; the backend, faforge.backend, does the work (its __init__ says why it rep
 setup.py), from the recipe's copy in faforge_checker/ or the repository's: the same code. --kernels-only
 builds the kernel library (the recipe's libflash-attn-kernels, no torch needed); --kernel-library PATH
 the glue against it (the recipe's flash-attn); neither both, the wheel carrying the library.
---only-tus compiles just those kernel TUs into the compiler cache and stops (faforge.release.cost).
+--only-tus compiles just those kernel TUs into the compiler cache and stops (faforge.costmodel.runners).
 --torch-site DIR builds the glue against a torch it does not import (a cross build's target torch:
 faforge.backend.foreign), with the target Python's headers (--python-include) and libpython (--python-library).
 """

@@ -55,7 +55,7 @@ class Family:
     # The kernel package's inputs come in two parts: kernel_compile_inputs, what can change its object files
     # (the build script, the shim, the backend's flags, sources and toolchain rules), and kernel_pack_inputs,
     # what is linked and packed around them (the post-link checks, the checker its test runs, the licences).
-    # An edit of the second part alone repacks the package from cached objects (faforge.release.plan_reuse).
+    # An edit of the second part alone repacks the package from cached objects (faforge.release.plan.reuse).
     # glue_inputs: the glue part of the backend and the checker the flash-attn package's tests run. A cell's
     # identity covers all three (it links its kernel build); tests/matrix/test_inputs.py checks that every
     # file the recipe ships is in one of them.
@@ -103,6 +103,11 @@ class Family:
     def imports(self) -> tuple[str, ...]:
         """What the import gate imports, in order: torch first, as users do."""
         return ("torch", self.module, self.extension)
+
+    @property
+    def measurement_sections(self) -> tuple[str, ...]:
+        """No lists of its own in variants/build-measurements.yaml: its TUs are the file's `samples`."""
+        return ()
 
     @property
     def wheel_projects(self) -> tuple[tuple[str, str], ...]:
@@ -190,6 +195,8 @@ class StableAbiFamily:
     host_source: str  # the stable-ABI glue TU
     include_dirs: tuple[str, ...]
     gates: tuple[str, ...]
+    # Its own lists in variants/build-measurements.yaml (timed builds and TUs), which its cost model reads.
+    measurement_sections: tuple[str, ...]
     # What enters the package besides its variant and upstream's commit, as (logical name, path) like a Family's:
     # the files its recipe ships. compile_inputs can change its object files (the build script, the backend,
     # the family's own backend); pack_inputs are packed around them (the checker its test runs). Their digest is
@@ -234,6 +241,7 @@ FLASH_ATTN_3 = StableAbiFamily(
     host_source="hopper/flash_api_stable.cpp",
     include_dirs=("hopper", "csrc/cutlass/include"),
     gates=("abi", "import"),
+    measurement_sections=("fa3_builds", "fa3_samples"),
     compile_inputs=(
         ("build script", "recipes/flash-attn-3/build_flash_attn_3.py"),
         ("faforge", "scripts/faforge/__init__.py"),

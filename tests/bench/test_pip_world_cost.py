@@ -12,10 +12,10 @@ import jsonschema
 
 from faforge.costmodel import samples
 from faforge.costmodel.extrapolate import cell_cost, class_costs
+from faforge.costmodel.runners import cell_part, load_build_cost, split_kernels
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import pip_builds
-from faforge.release.cost import cell_part, load_build_cost, split_kernels
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "bench-build.json").read_text())
 TITLE = "pip world: added runner hours per torch release"

@@ -13,13 +13,13 @@ import jsonschema
 import pytest
 
 from faforge.costmodel import samples
+from faforge.costmodel.runners import KERNELS_LINK_PART, load_build_cost
 from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.families.flash_attn_3 import cost as fa3
 from faforge.families.flash_attn_3 import cost_report as fa3_report
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.matrix import load_matrix
-from faforge.release.cost import KERNELS_LINK_PART, load_build_cost
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "bench-build.json"
 FULL_TUS = [Path(tu).name for tu in fa3_backend.sources(frozenset())]

@@ -11,7 +11,7 @@ from faforge.pipindex.layout import FILES
 from faforge.pipwheel.facts import read_wheel
 from faforge.release.manifest import record
 from faforge.release.package import read_package
-from faforge.release.publish_wheels import publish_wheel_files
+from faforge.release.publish.wheels import publish_wheel_files
 from tests.cli.hostile_class_places import BUILD, INDEX, NAME, VERSION
 from tests.release.test_gate_records import make_record
 from tests.support import hostile_wheels as hw

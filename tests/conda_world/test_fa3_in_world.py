@@ -24,9 +24,9 @@ import yaml
 from faforge import paths
 from faforge.channel.local import PackageSpec, assemble, index, solve
 from faforge.families.flash_attn_3 import backend as fa3
+from faforge.families.flash_attn_3.matrix import fa3_variant_config_name
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix.render import SourceOverride, recipe_file
-from faforge.matrix.variants import fa3_variant_config_name
 from faforge.release.package_cache import cache_root
 from tests.conda_world.archive import read_info
 from tests.conda_world.cells import CU130
@@ -69,7 +69,7 @@ BUILD = textwrap.dedent("""
     from pathlib import Path
     from rattler_build import ToolConfiguration
     from faforge.matrix.render import render_platform
-    from faforge.release.build import _LogWriter
+    from faforge.release.build.steps import _LogWriter
     args = json.loads(sys.argv[1])
     (variant,) = render_platform(Path(args["recipe"]), Path(args["variants"]), "linux-64")
     with open(args["log"], "w") as log:  # rattler-build's own log, as `faforge build` keeps it

@@ -18,7 +18,7 @@ import pytest
 
 from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.matrix.canonical import canonical_bytes
-from faforge.matrix.inputs import fa3_input_digests, input_digests, input_files
+from faforge.matrix.inputs import family_input_digests, input_digests, input_files
 from tests.support.debian_toolchains import DebianUnavailable, amd64_python_3_13
 from tests.support.tiers import slow
 
@@ -91,11 +91,11 @@ def test_data_files_count_by_their_data():
 def test_a_whole_sweep_over_a_checkout_moves_no_identity(tmp_path):
     for name in ("variants", "recipes", "scripts"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    before = {**input_digests(tmp_path), **fa3_input_digests(tmp_path)}
+    before = {**input_digests(tmp_path), **family_input_digests(tmp_path, FLASH_ATTN_3)}
     for path in input_files(tmp_path, ENTRIES):
         if path.suffix == ".py":
             path.write_text(without_docstrings(reformatted(path.read_text())))
-    assert {**input_digests(tmp_path), **fa3_input_digests(tmp_path)} == before
+    assert {**input_digests(tmp_path), **family_input_digests(tmp_path, FLASH_ATTN_3)} == before
     kernel_source = tmp_path / "scripts/faforge/backend/flags.py"
     kernel_source.write_text(kernel_source.read_text() + "\n_AN_EDIT = 1\n")
     after = input_digests(tmp_path)

@@ -293,7 +293,7 @@ def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
 
 def test_a_checker_edit_repacks_the_same_objects_and_a_shim_edit_compiles_new_ones(checkout):
     """What is packed around the binary (the checker, abi/) moves each package's digest, so its build string,
-    but not its objects digest, the key of the compiled objects a repack reuses (faforge.release.plan_reuse);
+    but not its objects digest, the key of the compiled objects a repack reuses (faforge.release.plan.reuse);
     the shim and the build script move both."""
     base = {**input_digests(checkout), **family_input_digests(checkout, FLASH_ATTN_3)}
     objects = objects_digests(checkout)

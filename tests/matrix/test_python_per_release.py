@@ -18,7 +18,7 @@ from faforge.errors import DataError
 from faforge.matrix import load_matrix
 from faforge.matrix.cells import build_cells
 from faforge.matrix.policy import load_policy
-from faforge.release.bump import load_sources, new_releases, parse_builds
+from faforge.release.bump.releases import load_sources, new_releases, parse_builds
 from faforge.versions import vtuple
 from tests.support.pypi import pypi_listing
 from tests.support.real_records import torch_records

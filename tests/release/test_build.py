@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from faforge.channel.local import index
+from faforge.costmodel.runners import load_build_cost, split_kernels
 from faforge.matrix.releases import dump_releases, header_of
 from faforge.matrix.releases_read import load_releases
-from faforge.release.cost import load_build_cost, split_kernels
 from faforge.release.package import read_package
 from tests.support.tiers import slow
 from tests.support.tiny_recipe import TINY_RECIPE, TINY_SPLIT_RECIPE

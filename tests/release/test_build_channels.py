@@ -22,7 +22,7 @@ from faforge import cli
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.errors import FaforgeError
 from faforge.matrix import load_matrix
-from faforge.release.build import channels_for, parse_channel_aliases
+from faforge.release.build.steps import channels_for, parse_channel_aliases
 from tests.support.tiny_recipe import TINY_RECIPE
 
 REPO = Path(__file__).resolve().parents[2]

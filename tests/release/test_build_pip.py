@@ -14,10 +14,10 @@ import jsonschema
 import pytest
 
 from faforge.channel.local import PackageSpec, assemble
+from faforge.costmodel.runners import load_build_cost, split_kernels
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
 from faforge.pipwheel.writer import WheelSpec, write_wheel
-from faforge.release.cost import load_build_cost, split_kernels
 from tests.support.cache import cache_dir
 from tests.support.cuda_toolkit import NoCudaToolkit, cuda_home
 

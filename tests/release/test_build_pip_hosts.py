@@ -12,7 +12,7 @@ import pytest
 from faforge.errors import EXIT_BAD_INPUT, FaforgeError
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
-from faforge.release.pip_target import cross_target
+from faforge.release.build.pip_target import cross_target
 
 NO_TOOLKIT = Path("/nonexistent-cuda")  # never read on these paths: no cross build is asked for
 

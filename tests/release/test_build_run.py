@@ -1,4 +1,4 @@
-"""faforge.release.build_run's pure parts: which steps a build's jobs take, and reading a plan file's jobs."""
+"""faforge.release.build.run's pure parts: which steps a build's jobs take, and reading a plan file's jobs."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
-from faforge.release.build import CellBuild
-from faforge.release.build_jobs import build_steps, jobs_from_plan, require_known_ids
-from faforge.release.build_run import run_build
-from faforge.release.build_stage import Batch, BuildRequest, BuildWords
-from faforge.release.plan_run import github_outputs
+from faforge.release.build.jobs import build_steps, jobs_from_plan, require_known_ids
+from faforge.release.build.run import run_build
+from faforge.release.build.stage import Batch, BuildRequest, BuildWords
+from faforge.release.build.steps import CellBuild
+from faforge.release.plan.run import github_outputs
 
 
 def cell(name: str, cuda: str = "12.9"):

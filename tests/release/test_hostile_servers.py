@@ -17,7 +17,7 @@ from faforge import httpclient, wheelfetch
 from faforge.channel.local import index
 from faforge.channel.repodata import query
 from faforge.errors import FaforgeError
-from faforge.release.wheels import read_index
+from faforge.release.bump.torch_wheels import read_index
 from tests.release.test_bump import REPO
 from tests.release.test_publish import package, passed
 from tests.release.test_verify_kernels import kernel_package, split_flash_attn

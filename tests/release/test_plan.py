@@ -14,6 +14,7 @@ import pytest
 
 from faforge import progress
 from faforge.channel.local import PackageSpec, assemble, index
+from faforge.costmodel.runners import HOST_TU, cell_part, load_build_cost, split_kernels
 from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.families.flash_attn_3.plan import PIECES_STAGE as FA3_PIECES_STAGE
@@ -24,8 +25,7 @@ from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_pin
 from faforge.matrix.render_cache import selected_cells
-from faforge.release.cost import HOST_TU, cell_part, load_build_cost, split_kernels
-from faforge.release.plan import Holdings, make_plan
+from faforge.release.plan.stage import Holdings, make_plan
 from tests.support.docs import PIPELINE, doc_text
 from tests.support.http_server import serve_directory
 

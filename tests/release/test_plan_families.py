@@ -1,4 +1,4 @@
-"""The plan asks each family it is handed for its part (faforge.release.plan.PlanFamily): a family the plan has
+"""The plan asks each family it is handed for its part (faforge.release.plan.stage.PlanFamily): a family the plan has
 never heard of, shaped as a pure-Python package repacked from a PyPI wheel (no kernels, no pieces, no wheels to
 build), gets its own stage, listing and stale packages with no change to the plan."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from faforge import progress
-from faforge.release.cost import load_build_cost
-from faforge.release.plan import FamilyPlan, Holdings, jobs_in_plan, make_plan
+from faforge.costmodel.runners import load_build_cost
+from faforge.release.plan.stage import FamilyPlan, Holdings, jobs_in_plan, make_plan
 
 HELD = ("pure-attn", "4.0.0", "pyhd8ed1ab_0", "noarch")
 

@@ -16,14 +16,14 @@ import pytest
 import yaml
 
 from faforge.channel.local import PackageSpec, assemble, index
+from faforge.costmodel.runners import cell_part, load_build_cost, split_kernels
 from faforge.matrix import load_matrix
 from faforge.matrix.kernels import kernel_key
 from faforge.matrix.pip_builds import pip_builds
 from faforge.pipindex.publish import publish_wheels
 from faforge.pipwheel.facts import read_wheel
 from faforge.pipwheel.writer import WheelSpec, write_wheel
-from faforge.release.build_jobs import jobs_from_plan
-from faforge.release.cost import cell_part, load_build_cost, split_kernels
+from faforge.release.build.jobs import jobs_from_plan
 from tests.release.test_plan import STAGES, faforge, plan_json
 from tests.support.pip_index_server import serve_index
 

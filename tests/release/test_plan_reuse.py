@@ -1,4 +1,4 @@
-"""A package whose objects CI holds is linked and packed, not compiled (faforge.release.plan_reuse)."""
+"""A package whose objects CI holds is linked and packed, not compiled (faforge.release.plan.reuse)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from faforge.costmodel.runners import KERNELS_LINK_PART, KERNELS_PART
 from faforge.family import FLASH_ATTN_3
-from faforge.release.cost import KERNELS_LINK_PART, KERNELS_PART
-from faforge.release.plan_reuse import CompiledStages, objects_key, objects_keys, read_cached, reuse_objects
+from faforge.release.plan.reuse import CompiledStages, objects_key, objects_keys, read_cached, reuse_objects
 from tests.matrix.test_inputs import append, copy_checkout, held_channel, identities, plan
 
 COMPILERS = ("c_compiler_version", "c_stdlib_version")

@@ -18,7 +18,7 @@ from faforge.channel.local import PackageSpec, assemble
 from faforge.channel.repodata import query
 from faforge.release.manifest import record
 from faforge.release.package import read_package
-from faforge.release.publish import judge
+from faforge.release.publish.channel import judge
 from tests.support.http_server import free_port, serve_process
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.matrix import load_matrix
 from faforge.release.manifest import results_for
 from faforge.release.package import read_package
-from faforge.release.publish import Decision, publish
-from faforge.release.targets import parse_target, upload
+from faforge.release.publish.channel import Decision, publish
+from faforge.release.publish.targets import parse_target, upload
 from tests.release.test_publish import faforge, passed
 
 

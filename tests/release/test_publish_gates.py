@@ -14,8 +14,8 @@ from faforge import cli
 from faforge.errors import FaforgeError
 from faforge.release.manifest import results_for
 from faforge.release.package import read_package
-from faforge.release.publish import Decision, publish
-from faforge.release.targets import parse_target, upload
+from faforge.release.publish.channel import Decision, publish
+from faforge.release.publish.targets import parse_target, upload
 from tests.release.test_publish import package, passed
 
 # Each is refused: empty, blank, only commas, a gap an unset variable leaves ($A,$B,abi / abi,$GPU),

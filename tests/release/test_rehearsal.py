@@ -37,7 +37,7 @@ from faforge.matrix import load_matrix
 from faforge.matrix.releases import dump_releases, header_of
 from faforge.matrix.releases_read import load_releases
 from faforge.matrix.render_cache import selected_cells
-from faforge.release.plan_held import kernel_build
+from faforge.release.plan.held import kernel_build
 from tests.support.cache import cache_dir
 from tests.support.http_server import serve_directory
 from tests.support.measure_inputs import OFFLINE_ENV, measure_cache, simple_page

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from faforge.release.bump import cuda_and_python, load_sources
+from faforge.release.bump.releases import cuda_and_python, load_sources
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = load_sources(REPO / "variants" / "torch-sources.yaml")

@@ -1,4 +1,4 @@
-"""`faforge verify` asks each family's verify namespace (faforge.release.verify_family.VerifyFamily): a next family
+"""`faforge verify` asks each family's verify namespace (faforge.release.verify.family.VerifyFamily): a next family
 fits with no edit to the generic code. A pure-Python family (one py3-none-any wheel, no local label, an import
 gate of its own and no abi gate) is declared here only, and verify_packages reads its wheel, hands it to that
 family and records what the family's gates say; the real families own their packages and wheels by name."""
@@ -15,10 +15,10 @@ from faforge.family import FLASH_ATTN, FLASH_ATTN_3
 from faforge.pipwheel.kinds import NO_LABEL, WheelKind
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 from faforge.release.package import PackageFacts
-from faforge.release.verify import Check
-from faforge.release.verify_family import VerifyFamily, package_owner, wheel_kinds
-from faforge.release.verify_run import verify_packages
-from faforge.release.wheel_identity import wheel_package
+from faforge.release.verify.family import VerifyFamily, package_owner, wheel_kinds
+from faforge.release.verify.gates import Check
+from faforge.release.verify.run import verify_packages
+from faforge.release.verify.wheel_identity import wheel_package
 
 
 def _unused_pack(args, work):

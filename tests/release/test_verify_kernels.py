@@ -1,6 +1,6 @@
 """`faforge verify` on the split packages (the split build), without building kernels: a flash-attn that pins
 a kernel build needs that exact kernel package (given, or beside it), else exit 2; a kernel package's
-gates are its own (faforge.release.verify). Packages are real .conda files assembled with
+gates are its own (faforge.release.verify.gates). Packages are real .conda files assembled with
 py-rattler-build; the "libraries" are real ELF files compiled with g++ here.
 tests/release/test_verify_split_real.py runs the gates on a real nvcc-built pair."""
 

@@ -380,7 +380,7 @@ def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_i
             " ".join(gates[3:]) == f"--manifest verification --against /rt/torch-{oldest} --against /rt/torch-{newest}"
         )
     # What an FA3 job uploads and caches: its package and gate results; no kernel package or pieces. It restores
-    # its compiler cache (a package repacked from its objects has no pieces: faforge.release.plan_reuse).
+    # its compiler cache (a package repacked from its objects has no pieces: faforge.release.plan.reuse).
     runs = {
         s.get("name") or s["uses"]: _runs_for_part(s.get("if", "").removeprefix("always() && ") or None, "all")
         for s in steps
@@ -437,7 +437,7 @@ def test_one_compiler_cache_per_kernel_package_restored_by_its_pieces_and_saved_
     hundreds of MB against GitHub's 10 GB per repository); now every kernel job restores the kernel package's newest
     cache by prefix, and only the job that completes the package saves it, keyed by the package. A split FA3
     package's jobs do the same (its pieces, then its `all` job); an FA3 package built in one job restores it only.
-    The key is the package's objects key from the plan (faforge.release.plan_reuse), so a later run finds the
+    The key is the package's objects key from the plan (faforge.release.plan.reuse), so a later run finds the
     objects of the same sources and compilers, and the plan repacks from them."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
     assert not [
@@ -893,7 +893,7 @@ def test_the_wheels_pass_the_gpu_gate_on_their_platforms_runner_and_are_publishe
 
 
 def test_the_plan_repacks_from_the_objects_ci_caches():
-    """The plan job lists the compiler caches the repository holds and plans from them (faforge.release.plan_reuse);
+    """The plan job lists the compiler caches the repository holds and plans from them (faforge.release.plan.reuse);
     every build job gets each package's objects key, under which its compiler cache is restored and saved."""
     jobs = _load("build.yml")["jobs"]
     plan = jobs["plan"]

@@ -1,5 +1,5 @@
 """What a torch release costs the pip world, for `faforge bench-build`: per torch minor of each pip
-world, the runner hours CI adds (faforge.release.pip_plan: one wheel job per pip cell, plus the jobs of the
+world, the runner hours CI adds (faforge.release.plan.pip: one wheel job per pip cell, plus the jobs of the
 kernel packages its cells need that no conda cell and no older minor needs, at variants/build-cost.yaml's
 estimates, setup and safety factor included) and the CPU hours of compiling, from the measured data
 (variants/build-measurements.yaml): flash_api.cpp's measured CPU time per pip cell, and each new kernel
@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from faforge.costmodel.extrapolate import ClassCost, cell_cost
+from faforge.costmodel.runners import BuildCost
 from faforge.costmodel.samples import Measurements
 from faforge.errors import FaforgeError
 from faforge.matrix.kernels import KernelPackage
 from faforge.matrix.pip_builds import PipBuild
-from faforge.release.cost import BuildCost
-from faforge.release.pip_plan import TorchReleaseCost, added_per_torch_release, wheel_part
+from faforge.release.plan.pip import TorchReleaseCost, added_per_torch_release, wheel_part
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from faforge.bench import pip_world_cost as pip_world
 from faforge.bench.cache_reuse import TuRun
 from faforge.buildcost import extrapolate_report
 from faforge.costmodel import samples
+from faforge.costmodel.runners import load_build_cost
 from faforge.costmodel.section import CostSection
 from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.families.registry import FAMILIES
@@ -36,7 +37,6 @@ from faforge.kernels.tus import parse_tu
 from faforge.matrix import load_matrix
 from faforge.matrix.pip_builds import pip_builds
 from faforge.options import int_range
-from faforge.release.cost import load_build_cost
 from faforge.table import format_table
 
 SCHEMA_VERSION = 1

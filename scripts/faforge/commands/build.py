@@ -18,10 +18,10 @@ from faforge import progress
 from faforge.errors import EXIT_OK, EXIT_PROBLEMS
 from faforge.families.registry import FAMILIES
 from faforge.family import FLASH_ATTN
-from faforge.release.build import CHANNEL_ALIAS_ENV, CellBuild
-from faforge.release.build_run import run_build
-from faforge.release.build_stage import BuildRequest, listed
-from faforge.release.pip_build import WheelBuild
+from faforge.release.build.pip import WheelBuild
+from faforge.release.build.run import run_build
+from faforge.release.build.stage import BuildRequest, listed
+from faforge.release.build.steps import CHANNEL_ALIAS_ENV, CellBuild
 from faforge.table import format_table
 
 WORDS = [family.build.words for family in FAMILIES]

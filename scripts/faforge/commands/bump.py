@@ -22,7 +22,8 @@ from faforge.families.registry import FAMILIES
 from faforge.kernels.kernel_abi import dump_row
 from faforge.matrix import load_matrix
 from faforge.matrix.releases import PipRelease
-from faforge.release.bump import (
+from faforge.release.bump.pip import find_new_pip, load_pip_sources
+from faforge.release.bump.releases import (
     extended,
     find_new,
     load_sources,
@@ -32,8 +33,7 @@ from faforge.release.bump import (
     with_rows,
     write,
 )
-from faforge.release.bump_pip import find_new_pip, load_pip_sources
-from faforge.release.wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
+from faforge.release.bump.torch_wheels import ahead_of_table, load_wheel_indexes, read_index, wheel_releases
 from faforge.table import format_table
 
 BUMP_VERSION = 1

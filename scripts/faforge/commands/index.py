@@ -25,7 +25,7 @@ from faforge.pipindex.check import check_index, reindex
 from faforge.pipindex.folder import BadFile as UnlistedFile
 
 if TYPE_CHECKING:
-    from faforge.release.targets import Target
+    from faforge.release.publish.targets import Target
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

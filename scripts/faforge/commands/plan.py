@@ -1,7 +1,8 @@
 """Plan CI builds: each family's packages minus what a channel holds, as GitHub Actions matrix chunks.
 
-Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. The families (faforge.families.registry)
-are handed to the plan (faforge.release.plan), which asks each for its stages and jobs (faforge.families.<name>.plan:
+Each chunk ({"include": [...]}) is directly usable as `strategy.matrix`. The families
+(faforge.families.registry) are handed to the plan (faforge.release.plan.stage), which asks each for its stages
+and jobs (faforge.families.<name>.plan:
 flash-attn's kernel packages, cells and pip cells, minus the pip cells whose wheels the wheel index `--index`
 holds; every other family's packages); the text shows each family's tables and lines, then the runner time.
 """
@@ -19,9 +20,9 @@ from faforge.errors import EXIT_OK, FaforgeError, why_not_a_folder
 from faforge.families.registry import FAMILIES
 from faforge.matrix.releases import PLATFORMS
 from faforge.options import int_range
-from faforge.release.plan import Plan
-from faforge.release.plan_reuse import plan_reusing_objects, read_cached
-from faforge.release.plan_run import github_outputs, plan_builds
+from faforge.release.plan.reuse import plan_reusing_objects, read_cached
+from faforge.release.plan.run import github_outputs, plan_builds
+from faforge.release.plan.stage import Plan
 from faforge.table import format_table
 
 STAGE_NAMES = ", ".join(stage for family in FAMILIES for stage in family.plan.stages)
@@ -67,7 +68,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="cache keys CI holds, one a line (`gh cache list --key ccache- --json key --jq '.[].key'`): a "
         "package whose objects key is listed is linked and packed from them, compiling no TU "
-        "(faforge.release.plan_reuse); the --github-output `objects` names each package's key",
+        "(faforge.release.plan.reuse); the --github-output `objects` names each package's key",
     )
     parser.add_argument(
         "--max-chunks",

@@ -7,7 +7,7 @@ A flash-attn whose kernel package (libflash-attn-kernels) is neither published w
 channel (the target folder, or --channel for a server) is refused.
 
 Wheels (.whl files) go into a pip wheel index folder instead, --index (default ./wheels), under the
-same gates (faforge.release.publish_wheels); conda packages and wheels are published in separate calls.
+same gates (faforge.release.publish.wheels); conda packages and wheels are published in separate calls.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from faforge.family import FLASH_ATTN
 from faforge.pipindex.folder import BadFile as UnlistedFile
 from faforge.pipindex.layout import FILES, WHEEL_SUFFIX, index_name
 from faforge.release.manifest import Artifact, parse_gates, verify_hint
-from faforge.release.publish import Decision, publish_files
-from faforge.release.publish_wheels import publish_wheel_files
-from faforge.release.targets import TOKEN_ENV, parse_target
+from faforge.release.publish.channel import Decision, publish_files
+from faforge.release.publish.targets import TOKEN_ENV, parse_target
+from faforge.release.publish.wheels import publish_wheel_files
 from faforge.table import format_table
 
 PUBLISH_VERSION = 1

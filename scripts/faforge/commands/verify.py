@@ -5,15 +5,15 @@ an import in a clean environment (a fresh venv with the matching PyPI torch whee
 channel is reachable). `--gates gpu` runs the GPU suite the same way on a GPU runner. A gate that
 cannot run here is recorded as `skipped` with the reason; `publish` never counts that as passed.
 A kernel package (libflash-attn-kernels) gets the same gate names with their own meaning (see
-faforge.release.verify): abi is the torch-free check against its arch list, import a dlopen with
+faforge.release.verify.gates): abi is the torch-free check against its arch list, import a dlopen with
 PyPI's CUDA runtime, gpu the GPU suite through a flash-attn of the same call that pins it. A split
 flash-attn's gates need the kernel build it pins: among the PACKAGE arguments, else beside it
 (same folder, exact file name), else from --kernel-channel (downloaded into faforge's cache, checked
 against the channel's sha256); nowhere is a usage error (exit 2), not a failed gate.
 A linux-aarch64 flash-attn on an x86_64 machine: abi natively against --against (the aarch64 torch),
 import under qemu (--qemu/$FAFORGE_QEMU or qemu-aarch64 on PATH; --sysroot; --target-python), gpu
-skipped: faforge.release.verify_foreign.
-A wheel (.whl, the pip world) gets the same gates on PyPI's torch with real pip (faforge.release.wheel_gates):
+skipped: faforge.release.verify.foreign.
+A wheel (.whl, the pip world) gets the same gates on PyPI's torch with real pip (faforge.release.verify.wheel_gates):
 each kind's gates as its family says them (_description); a linux-aarch64 wheel's import under qemu. Results go
 to the same manifest.
 Exit status: 0 all passed, 1 a gate failed, 3 none failed but some were skipped.
@@ -32,8 +32,8 @@ from faforge.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_SKIPPED, FaforgeError, w
 from faforge.families.registry import FAMILIES
 from faforge.family import FLASH_ATTN
 from faforge.release.manifest import parse_gates
-from faforge.release.verify_foreign import Emulation
-from faforge.release.verify_run import verify_packages
+from faforge.release.verify.foreign import Emulation
+from faforge.release.verify.run import verify_packages
 from faforge.table import format_table
 
 CPU_GATES = FLASH_ATTN.gates

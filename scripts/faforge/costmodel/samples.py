@@ -22,7 +22,7 @@ import yaml
 from faforge import paths
 from faforge.datafile import load_yaml
 from faforge.errors import DataError, FaforgeError
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, families
 from faforge.kernels.tus import parse_tu
 
 if TYPE_CHECKING:
@@ -145,12 +145,17 @@ def entry(path: Path, key: str, raw: object, cls: type[D]) -> D:
 
 def load(path: Path | None = None) -> Measurements:
     path = path or default_path()
-    text = path.read_text() if path.is_file() else ""
     raw = load_yaml(path, hint="measure with `faforge bench-build --measure --write`")
-    if not isinstance(raw, dict) or raw.get("schema") != 1 or not {"schema", "samples", "reuse"} <= set(raw):
+    known = {*KEYS, *(key for family in families() for key in family.measurement_sections)}
+    if not isinstance(raw, dict) or raw.get("schema") != 1 or not {"schema", "samples", "reuse"} <= set(raw) <= known:
         raise DataError(
-            path, "schema", "expected keys schema: 1, samples, reuse (and optionally glue, sizes, a family's lists)"
+            path,
+            "schema",
+            "expected keys schema: 1, samples, reuse (and optionally "
+            f"{', '.join(sorted(known - {'schema', 'samples', 'reuse'}))})",
         )
+    # The comment block at its top, kept as read: read as load_yaml read it (capped, a regular UTF-8 file).
+    text = paths.read_user_file(path, kind="data")
     for key in ("samples", "reuse"):
         if not isinstance(raw[key], (list, type(None))):
             raise DataError(path, key, f"invalid value {raw[key]!r}", hint="a list of measurements")

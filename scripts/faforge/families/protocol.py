@@ -10,11 +10,11 @@ from faforge.doctor.sections import DoctorFamily
 from faforge.family import Family, StableAbiFamily
 from faforge.gpu.stage import GpuFamily
 from faforge.matrix.stage import MatrixFamily
-from faforge.release.build_stage import BuildFamily
-from faforge.release.bump import BumpFamily
+from faforge.release.build.stage import BuildFamily
+from faforge.release.bump.releases import BumpFamily
 from faforge.release.page import PageFamily
-from faforge.release.plan import PlanFamily
-from faforge.release.verify_family import VerifyFamily
+from faforge.release.plan.stage import PlanFamily
+from faforge.release.verify.family import VerifyFamily
 
 
 class FamilyModule(Protocol):

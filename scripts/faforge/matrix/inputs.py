@@ -17,7 +17,7 @@ path, and the recipe's `path:` sources under the same names: a move alone change
 output's digest is made of two: its objects digest (what can change its object files: the compile inputs,
 the recipe's build script and build/host requirements) and what is packed around them (the checker, the
 recipe's tests, run requirements and metadata). `objects_digests` gives the first, the key of the compiler
-cache a later build repacks from (faforge.release.plan_reuse).
+cache a later build repacks from (faforge.release.plan.reuse).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ class RenderedPackage(Generic[P]):
 
     @property
     def cell(self) -> P:
-        """What is built, as faforge.release.build reads a RenderedCell's cell: id, platform, cuda, channels."""
+        """What is built, as faforge.release.build.steps reads a RenderedCell's cell: id, platform, cuda, channels."""
         return self.package
 
     @property

@@ -1,6 +1,6 @@
 """Copy wheels into an index root and heal its pages, under the root's lock (faforge.pipindex.folder).
 
-Which wheels may come is decided above (faforge.release.publish_wheels: the gates, per sha256); this
+Which wheels may come is decided above (faforge.release.publish.wheels: the gates, per sha256); this
 layer copies exactly what it is given, each copy renamed in only with the sha256 it was judged for.
 
 A wheel supersedes the files of its slot (project, version and tags) with another build tag: a glue

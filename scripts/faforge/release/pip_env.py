@@ -13,7 +13,7 @@
     download, because the venv already holds the torch it pins;
   * pip_target: this machine's pip installs wheels of another platform into a folder (`--platform ...
     --target DIR --only-binary=:all: --no-deps`), for the emulated import of an aarch64 wheel.
-Everything returns plain data; faforge.release.wheel_venv, wheel_kernel_gates and wheel_emulation judge it.
+Everything returns plain data; faforge.release.verify.wheel_venv, wheel_kernel_gates and wheel_emulation judge it.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Each is built on first use under a file lock (two verify calls at once build it once), from a working CPython of
 the asked version (this one, python3.X on PATH, or pyenv's), with wheels only; a pip that cannot reach its index
 says so. Any failure is Unavailable: the gate that needed the venv is `skipped` with that reason, never passed.
-Apart from what the venvs hold (faforge.release.clean_env: PyPI's torch, its CUDA runtime; faforge.release.pip_wheels:
-the glue build's tools).
+Apart from what the venvs hold (faforge.release.clean_env: PyPI's torch, its CUDA runtime;
+faforge.release.build.pip_wheels: the glue build's tools).
 """
 
 from __future__ import annotations

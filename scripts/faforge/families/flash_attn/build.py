@@ -1,17 +1,17 @@
-"""flash-attn 2's build stage (faforge.release.build_stage.BuildFamily): its ids are the matrix's cells and pip
-cells, built from recipes/flash-attn (a cell's kernel package and flash-attn, faforge.release.build_cells) and
-its pip cells' wheels (faforge.release.pip_build), after every family's packages."""
+"""flash-attn 2's build stage (faforge.release.build.stage.BuildFamily): its ids are the matrix's cells and pip
+cells, built from recipes/flash-attn (a cell's kernel package and flash-attn, faforge.release.build.cells) and
+its pip cells' wheels (faforge.release.build.pip), after every family's packages."""
 
 from __future__ import annotations
 
+from faforge.costmodel.runners import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
 from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix
 from faforge.matrix.cells import CELL_ID, PIP_CELL_ID, find_cell
 from faforge.matrix.missing_cells import explain_missing
-from faforge.release.build_cells import cell_jobs
-from faforge.release.build_stage import BuildWords
-from faforge.release.cost import CELL_PART, KERNELS_LINK_PART, KERNELS_PART
-from faforge.release.pip_plan import WHEEL_PART
+from faforge.release.build.cells import cell_jobs
+from faforge.release.build.stage import BuildWords
+from faforge.release.plan.pip import WHEEL_PART
 
 words = BuildWords(
     ids=("cell ids as `faforge matrix` prints them", "pip cell ids as `faforge matrix --world pypi` does"),
@@ -38,7 +38,7 @@ words = BuildWords(
     ),
     about_after=(
         "A pip cell id (`faforge matrix --world pypi`: pypi/<platform>/py<XY>/torch<minor>/cu<NNN>/abi<N>) builds "
-        "its glue wheel and kernel wheel into OUTPUT_DIR/dist/ (faforge.release.pip_build): its kernel package "
+        "its glue wheel and kernel wheel into OUTPUT_DIR/dist/ (faforge.release.build.pip): its kernel package "
         "given (--kernel-package), in OUTPUT_DIR, in --kernel-channel, or (`all`) built first as for conda; "
         "`--part wheel` is its plan job, `--part kernels` and the pieces build its kernel package as for a conda "
         "cell. No kernel TU is compiled for a wheel."

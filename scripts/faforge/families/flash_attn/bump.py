@@ -1,5 +1,5 @@
 """flash-attn 2 in `faforge bump`: its packages are the matrix's cells, whose variant files bump regenerates
-itself (faforge.release.bump.write), so it adds none (faforge.release.bump.BumpFamily)."""
+itself (faforge.release.bump.releases.write), so it adds none (faforge.release.bump.releases.BumpFamily)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""flash-attn 2's part of `faforge plan` (faforge.release.plan.PlanFamily): its kernel packages, its cells and its
+"""flash-attn 2's part of `faforge plan` (faforge.release.plan.stage.PlanFamily): its kernel packages, its cells and its
 pip cells.
 
 The kernels are built once per kernel package (libflash-attn-kernels, one per platform, CUDA, arch list and
@@ -11,7 +11,7 @@ links it against its kernel package, which it takes from this run's artifacts or
   links the library and packages it;
 - `flash_attn`: one job per cell, making its flash-attn package, after its kernel package exists
   (the workflows read `flash_attn-N`);
-- `wheels`: one job per pip cell (the pip world: faforge.release.pip_plan), after the kernel stages: the cell's
+- `wheels`: one job per pip cell (the pip world: faforge.release.plan.pip), after the kernel stages: the cell's
   glue wheel and the kernel wheel; a kernel key only pip cells have is an ordinary kernel package of the first
   two stages.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from faforge.costmodel.runners import KERNELS_LINK_PART, BuildCost, split_kernels
 from faforge.costmodel.samples import Measurements
 from faforge.families.flash_attn import plan_text
 from faforge.family import FLASH_ATTN
@@ -32,12 +33,11 @@ from faforge.matrix.kernels import FLASH_ATTN_PACKAGE, KERNEL_PACKAGE, KernelPac
 from faforge.matrix.pip_builds import PipBuild, pip_builds
 from faforge.matrix.render import RenderedCell
 from faforge.matrix.render_cache import selected_cells
-from faforge.release.cost import KERNELS_LINK_PART, BuildCost, split_kernels
-from faforge.release.pip_plan import PIP_STAGE, added_per_torch_release, index_holdings, no_wheel_runner, wheel_part
-from faforge.release.plan import FamilyPlan, Holdings, Present
-from faforge.release.plan_held import kernel_build, kernel_in, stale_kernels, stale_packages
-from faforge.release.plan_jobs import cell_job, kernel_job, wheel_job
-from faforge.release.plan_reuse import CompiledStages, objects_keys
+from faforge.release.plan.held import kernel_build, kernel_in, stale_kernels, stale_packages
+from faforge.release.plan.jobs import cell_job, kernel_job, wheel_job
+from faforge.release.plan.pip import PIP_STAGE, added_per_torch_release, index_holdings, no_wheel_runner, wheel_part
+from faforge.release.plan.reuse import CompiledStages, objects_keys
+from faforge.release.plan.stage import FamilyPlan, Holdings, Present
 from faforge.release.reporter import Reporter
 
 CELL_STAGE = FLASH_ATTN.key

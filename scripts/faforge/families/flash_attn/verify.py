@@ -1,11 +1,11 @@
-"""flash-attn 2's gates under `faforge verify` (faforge.release.verify_family.VerifyFamily): the split build's
+"""flash-attn 2's gates under `faforge verify` (faforge.release.verify.family.VerifyFamily): the split build's
 packages and wheels, each judged beside the torch of its cell.
 
-  * flash-attn (conda): abi against the cell's torch, import and gpu in a clean env (faforge.release.verify), with
-    the kernel package it pins; built for another machine: faforge.release.verify_foreign;
-  * libflash-attn-kernels (conda): the torch-free gates (faforge.release.verify_kernel);
-  * the glue wheel: faforge.release.wheel_gates beside its pip cell's torch; the kernel wheel: its torch-free
-    gates (faforge.release.wheel_kernel_gates).
+  * flash-attn (conda): abi against the cell's torch, import and gpu in a clean env (faforge.release.verify.gates), with
+    the kernel package it pins; built for another machine: faforge.release.verify.foreign;
+  * libflash-attn-kernels (conda): the torch-free gates (faforge.release.verify.kernel);
+  * the glue wheel: faforge.release.verify.wheel_gates beside its pip cell's torch; the kernel wheel: its torch-free
+    gates (faforge.release.verify.wheel_kernel_gates).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from faforge.families.flash_attn.wheel import GLUE_WHEEL, KERNEL_WHEEL
 from faforge.family import FLASH_ATTN
 from faforge.release.clean_env import matching_torch_venv
 from faforge.release.package import PackageFacts
-from faforge.release.verify import Check, abi_gate, gpu_gate, import_gate, torch_gates
-from faforge.release.verify_family import GateCall
-from faforge.release.verify_foreign import foreign_gates, foreign_machine
-from faforge.release.verify_kernel import kernel_gate
-from faforge.release.wheel_gates import glue_gates, placed_gates, wheel_abi_gate
-from faforge.release.wheel_identity import WheelPackage
-from faforge.release.wheel_kernel_gates import kernel_wheel_gate
+from faforge.release.verify.family import GateCall
+from faforge.release.verify.foreign import foreign_gates, foreign_machine
+from faforge.release.verify.gates import Check, abi_gate, gpu_gate, import_gate, torch_gates
+from faforge.release.verify.kernel import kernel_gate
+from faforge.release.verify.wheel_gates import glue_gates, placed_gates, wheel_abi_gate
+from faforge.release.verify.wheel_identity import WheelPackage
+from faforge.release.verify.wheel_kernel_gates import kernel_wheel_gate
 
 wheels = (KERNEL_WHEEL, GLUE_WHEEL)
 gates_help = (

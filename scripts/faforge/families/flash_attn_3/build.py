@@ -1,4 +1,4 @@
-"""FlashAttention-3's build stage (faforge.release.build_stage.BuildFamily): its ids are the matrix's packages
+"""FlashAttention-3's build stage (faforge.release.build.stage.BuildFamily): its ids are the matrix's packages
 (platform/cu<CUDA>/sm<archs>), each built whole or one TU piece at a time, as `faforge plan` split it, from
 recipes/flash-attn-3 and its platform's generated variant file."""
 
@@ -10,6 +10,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from faforge.costmodel.runners import BuildCost, Part, load_build_cost
 from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3.matrix import Fa3Package, packages_of
 from faforge.families.flash_attn_3.plan import FA3_PART, fa3_parts, piece_estimates
@@ -17,10 +18,9 @@ from faforge.families.flash_attn_3.render import recipe, render
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
 from faforge.matrix.render import SourceOverride, recipe_file
-from faforge.release.build import CellBuild, build_step, piece_env
-from faforge.release.build_stage import Batch, BuildRequest, BuildWhere, BuildWords
-from faforge.release.cost import BuildCost, Part, load_build_cost
-from faforge.release.pip_build import WheelBuild
+from faforge.release.build.pip import WheelBuild
+from faforge.release.build.stage import Batch, BuildRequest, BuildWhere, BuildWords
+from faforge.release.build.steps import CellBuild, build_step, piece_env
 from faforge.release.reporter import Reporter
 
 # A package id as faforge.families.flash_attn_3.matrix spells it: platform/cu<CUDA>/sm<archs>.
@@ -64,7 +64,8 @@ def package_jobs(
     matrix: Matrix, wanted: list[tuple[str, str]], estimate: Estimator | None = piece_estimates
 ) -> list[tuple[Fa3Package, str, tuple[str, ...]]]:
     """The package jobs among the wanted ones, each once, in order: (package, part, the piece's TUs or () for
-    `all`), the pieces as faforge plan split the package (fa3_parts over `estimate`, the plan's piece_estimates; None: each package one job)."""
+    `all`), the pieces as faforge plan split the package (fa3_parts over `estimate`, the plan's piece_estimates;
+    None: each package one job)."""
     by_id = {p.id: p for p in packages_of(matrix)}
     asked = list(dict.fromkeys((key, part) for key, part in wanted if key in by_id))
     split = [by_id[key] for key, part in asked if part != FA3_PART]
@@ -92,7 +93,7 @@ def package_jobs(
 
 @dataclass(frozen=True)
 class PackageJobs:
-    """This run's packages (faforge.release.build_stage.FamilyJobs), each from the recipe and its variant file."""
+    """This run's packages (faforge.release.build.stage.FamilyJobs), each from the recipe and its variant file."""
 
     matrix: Matrix
     jobs: list[tuple[Fa3Package, str, tuple[str, ...]]]

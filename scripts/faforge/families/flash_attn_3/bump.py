@@ -1,5 +1,5 @@
 """FlashAttention-3 in `faforge bump`: a new torch release can widen the torch range its packages serve, so
-their variant files are regenerated with the cells' (faforge.release.bump.BumpFamily)."""
+their variant files are regenerated with the cells' (faforge.release.bump.releases.BumpFamily)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ Model (each rule is checked in tests/buildcost/test_fa3.py):
   compiles share the cores, which the samples did unevenly;
 - a sample timed alone replaces the ninja-log estimate of the same compile (TU, platform, archs,
   features): a build's CPU/elapsed ratio spreads a loaded machine's losses evenly, and they were not;
-- piece jobs are faforge.release.cost.split_kernels on variants/build-cost.yaml's runners, setup,
+- piece jobs are faforge.costmodel.runners.split_kernels on variants/build-cost.yaml's runners, setup,
   link and safety factor, with these classes (each at its mean per-TU cost): a class's TUs in equal
   runs until each fits the job limit, then a final link job, which also compiles the glue (the
   build script's --only-tus takes .cu TUs only); the link itself is not measured for FA3. MAX_JOBS

@@ -10,11 +10,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from faforge.costmodel.runners import BuildCost, Part, Runner, TuClass, parallel_jobs, split_kernels
 from faforge.errors import FaforgeError
 from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.families.flash_attn_3.cost import CLASSES, ClassCost, passes, tu_class
 from faforge.families.flash_attn_3.matrix import Fa3Package
-from faforge.release.cost import BuildCost, Part, Runner, TuClass, parallel_jobs, split_kernels
 
 
 @dataclass(frozen=True)

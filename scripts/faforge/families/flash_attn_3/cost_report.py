@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from faforge.backend.jobs import RESERVED_GB
 from faforge.costmodel.extrapolate import runner_fit
+from faforge.costmodel.runners import KERNELS_LINK_PART, BuildCost
 from faforge.costmodel.samples import Measurements
 from faforge.families.flash_attn_3 import backend as fa3_backend
 from faforge.families.flash_attn_3.cost import (
@@ -25,7 +26,6 @@ from faforge.families.flash_attn_3.cost_packages import PackageCost, package_cos
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
 from faforge.families.flash_attn_3.matrix import Fa3Package
 from faforge.family import FLASH_ATTN_3
-from faforge.release.cost import KERNELS_LINK_PART, BuildCost
 
 # Upstream's report for a full build (Dao-AILab/flash-attention#1486: MAX_JOBS=8 on a 112-core machine,
 # "maybe ~1 hour"; MAX_JOBS=128 there, about 15 minutes), for a sanity check, not a measurement.
@@ -167,7 +167,8 @@ class Fa3Report:
         )
         out.append(
             (
-                "FA3: piece jobs per package (faforge.release.cost.split_kernels, variants/build-cost.yaml runners)",
+                "FA3: piece jobs per package (faforge.costmodel.runners.split_kernels, variants/build-cost.yaml "
+                "runners)",
                 ["packages", "runner", "job", "TUs", "minutes"],
                 self._job_rows(),
             )

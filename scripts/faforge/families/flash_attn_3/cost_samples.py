@@ -17,9 +17,10 @@ from faforge.backend.errors import BuildError
 from faforge.costmodel.samples import Measurements, entry
 from faforge.errors import DataError
 from faforge.families.flash_attn_3 import backend as fa3_backend
+from faforge.family import FLASH_ATTN_3
 from faforge.matrix.releases import PLATFORMS
 
-BUILDS, SAMPLES = "fa3_builds", "fa3_samples"
+BUILDS, SAMPLES = FLASH_ATTN_3.measurement_sections
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from faforge.families.flash_attn_3 import verify as _verify
 from faforge.family import FLASH_ATTN_3
 from faforge.gpu.stage import GpuFamily
 from faforge.matrix.stage import MatrixFamily
-from faforge.release.build_stage import BuildFamily
-from faforge.release.bump import BumpFamily
+from faforge.release.build.stage import BuildFamily
+from faforge.release.bump.releases import BumpFamily
 from faforge.release.page import PageFamily
-from faforge.release.plan import PlanFamily
-from faforge.release.verify_family import VerifyFamily
+from faforge.release.plan.stage import PlanFamily
+from faforge.release.verify.family import VerifyFamily
 
 spec = FLASH_ATTN_3
 # Each stage's namespace typed as that stage's Protocol, so mypy checks the module against it.

@@ -1,4 +1,4 @@
-"""FlashAttention-3's part of `faforge plan` (faforge.release.plan.PlanFamily): one job per package, after its
+"""FlashAttention-3's part of `faforge plan` (faforge.release.plan.stage.PlanFamily): one job per package, after its
 TU pieces when it is too long for one job.
 
 Its packages (faforge.families.flash_attn_3.matrix: one per platform, CUDA and arch list, serving a range of torch
@@ -11,7 +11,7 @@ no kernel package, so its two stages run beside flash-attn's:
   the compiler cache, as a kernels-link job).
 
 The pieces come from the cost model: the package's timed TU classes (variants/build-measurements.yaml, the model
-of `faforge bench-build`: faforge.families.flash_attn_3.cost) through faforge.release.cost.split_kernels, as a
+of `faforge bench-build`: faforge.families.flash_attn_3.cost) through faforge.costmodel.runners.split_kernels, as a
 kernel package's do. Without FA3 samples each package is one `all` job timed at the runner's job limit, an upper
 bound.
 """
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from faforge.costmodel import samples
+from faforge.costmodel.runners import KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part
 from faforge.costmodel.samples import Measurements
 from faforge.families.flash_attn_3 import cost_report
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
@@ -30,11 +31,10 @@ from faforge.families.flash_attn_3.render import recipe, render
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
 from faforge.matrix.inputs import objects_digests
-from faforge.release.cost import KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part
-from faforge.release.plan import FamilyPlan, Holdings
-from faforge.release.plan_held import stale_packages
-from faforge.release.plan_jobs import job_slug, package_filename
-from faforge.release.plan_reuse import CompiledStages, objects_keys
+from faforge.release.plan.held import stale_packages
+from faforge.release.plan.jobs import job_slug, package_filename
+from faforge.release.plan.reuse import CompiledStages, objects_keys
+from faforge.release.plan.stage import FamilyPlan, Holdings
 from faforge.table import format_table
 
 STAGE = FLASH_ATTN_3.key

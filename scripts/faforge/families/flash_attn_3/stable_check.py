@@ -13,7 +13,7 @@ from faforge.abi.stable import check_stable
 from faforge.errors import FaforgeError
 from faforge.release.clean_env import MACHINE_SUBDIRS, cuda_runtime_venv
 from faforge.release.venv_cache import Unavailable
-from faforge.release.verify import Check
+from faforge.release.verify.gates import Check
 
 # The CPython of the venv an FA3 package's or wheel's gates make (abi3: it serves every CPython of its range) when
 # no --against torch names one.

@@ -7,10 +7,10 @@ one torch release, and together they must hold the oldest and the newest minor o
 narrower check proves less than the package claims, so it is `skipped` with what is missing, never
 `passed`. The import gate imports flash_attn_3, its extension and flash_attn_interface with each
 `--against` torch that is a site-packages (torch/ with its Python files), by `python -I` in a fresh
-prefix: natively, or under qemu for a package of another machine (faforge.release.verify_foreign).
+prefix: natively, or under qemu for a package of another machine (faforge.release.verify.foreign).
 The gpu gate runs the FA3 suite (`faforge test-gpu --family flash-attn-3`) beside the newest of them,
 or, given none (CI's GPU job), beside PyPI's torch of the newest minor the package serves.
-This module is the family's `verify` namespace (faforge.release.verify_family.VerifyFamily): its packages'
+This module is the family's `verify` namespace (faforge.release.verify.family.VerifyFamily): its packages'
 gates here, its wheel's in faforge.families.flash_attn_3.verify_wheel.
 """
 
@@ -32,9 +32,8 @@ from faforge.matrix import load_matrix
 from faforge.release.clean_env import pypi_torch_venv, unpacked
 from faforge.release.package import PackageFacts
 from faforge.release.venv_cache import Unavailable, find_python
-from faforge.release.verify import FAFORGE_SOURCE, Check, suite_check
-from faforge.release.verify_family import GateCall
-from faforge.release.verify_foreign import (
+from faforge.release.verify.family import GateCall
+from faforge.release.verify.foreign import (
     Emulation,
     emulated_import_gate,
     emulator_for,
@@ -44,6 +43,7 @@ from faforge.release.verify_foreign import (
     torch_python,
     torch_sites,
 )
+from faforge.release.verify.gates import FAFORGE_SOURCE, Check, suite_check
 
 # What `faforge wheel` packs and `faforge verify` gates of this family as wheels (their gates: verify_wheel).
 wheels = (FA3_WHEEL,)

@@ -1,9 +1,9 @@
 """`faforge verify`'s gates of the FlashAttention-3 wheel (abi3, +cu130.sm90a, Requires-Dist torch>=2.9): the torch
-range it serves is that of its indexes (faforge.release.wheel_pairs.torch_range).
+range it serves is that of its indexes (faforge.release.verify.wheel_pairs.torch_range).
   - abi: the stable-ABI check over that range (faforge.families.flash_attn_3.stable_check): --against must hold
     its oldest and newest minor, else `skipped` naming them, as for the conda package;
   - import and gpu: as the glue's, beside PyPI's torch of the range's newest minor, with the FA3 suite;
-  - a wheel of another machine: faforge.release.wheel_gates.placed_gates, with this abi gate.
+  - a wheel of another machine: faforge.release.verify.wheel_gates.placed_gates, with this abi gate.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from faforge.family import FLASH_ATTN_3
 from faforge.matrix.cells import PipCell
 from faforge.release.clean_env import BASE_EXTRAS, pypi_torch_venv
 from faforge.release.venv_cache import Unavailable
-from faforge.release.verify import Check
-from faforge.release.verify_family import GateCall
-from faforge.release.wheel_gates import placed_gates
-from faforge.release.wheel_identity import WheelPackage
-from faforge.release.wheel_pairs import torch_range
-from faforge.release.wheel_venv import pip_gpu_gate, pip_import_gate
+from faforge.release.verify.family import GateCall
+from faforge.release.verify.gates import Check
+from faforge.release.verify.wheel_gates import placed_gates
+from faforge.release.verify.wheel_identity import WheelPackage
+from faforge.release.verify.wheel_pairs import torch_range
+from faforge.release.verify.wheel_venv import pip_gpu_gate, pip_import_gate
 
 # The GPU suite's arguments for this family (faforge.gpu.run_suite).
 SUITE = ("--family", FLASH_ATTN_3.package)

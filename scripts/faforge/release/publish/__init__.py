@@ -1,0 +1,1 @@
+"""The publish stage: verified packages into a conda channel, verified wheels into the wheel index."""
