@@ -156,6 +156,8 @@ FLASH_ATTN = Family(
         ),
         ("faforge", "scripts/faforge/__init__.py"),
         ("family names", "scripts/faforge/family.py"),
+        # backend/toolchain.py reads the one machine<->subdir table there (its target triple)
+        ("platform table", "scripts/faforge/abi/platforms.py"),
     ),
     kernel_pack_inputs=(
         ("licence of CUTLASS", "recipes/flash-attn/LICENSE_CUTLASS.txt"),
@@ -247,6 +249,7 @@ FLASH_ATTN_3 = StableAbiFamily(
         ("faforge", "scripts/faforge/__init__.py"),
         ("family names", "scripts/faforge/family.py"),
         ("backend", "scripts/faforge/backend"),
+        ("platform table", "scripts/faforge/abi/platforms.py"),
         ("families", "scripts/faforge/families/__init__.py"),
         ("family package", "scripts/faforge/families/flash_attn_3/__init__.py"),
         ("family backend", "scripts/faforge/families/flash_attn_3/backend.py"),

@@ -7,6 +7,7 @@ import pytest
 from faforge.costmodel import samples
 from faforge.errors import DataError
 from faforge.families.flash_attn_3.cost_samples import fa3_measurements
+from faforge.family import FLASH_ATTN_3
 
 
 def test_committed_file_is_in_canonical_form():
@@ -104,13 +105,19 @@ def test_bad_entries_name_the_key(tmp_path, text, key):
 
 
 def test_a_familys_sections_and_the_header_are_kept_as_read(tmp_path):
-    """The file's reader knows no family: another family's lists come back as they were, and so does the comment
-    block a file starts with; a file written anew gets the generic header."""
+    """The file's reader checks no family's entries: a family's own lists (the keys its row declares) come back
+    as they were, and so does the comment block a file starts with; a key no family declares is refused; a
+    file written anew gets the generic header."""
+    section = FLASH_ATTN_3.measurement_sections[0]
     path = tmp_path / "m.yaml"
-    text = f"# measured by hand\n{BASE}pure_builds:\n- build: b\n  cpu_s: 1\n"
+    text = f"# measured by hand\n{BASE}{section}:\n- build: b\n  cpu_s: 1\n"
     path.write_text(text)
     loaded = samples.load(path)
-    assert loaded.sections == {"pure_builds": [{"build": "b", "cpu_s": 1}]}
+    assert loaded.sections == {section: [{"build": "b", "cpu_s": 1}]}
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(f"{BASE}sampels:\n- tu: x\n")
+    with pytest.raises(DataError, match="expected keys"):
+        samples.load(typo)
     assert samples.dump(loaded) == text
     fresh = tmp_path / "new.yaml"
     samples.append(fresh, [], [])

@@ -282,11 +282,10 @@ def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
         replace(FLASH_ATTN_3, pack_inputs=moved(FLASH_ATTN_3.pack_inputs)),
     )
     monkeypatch.setattr(inputs, "FLASH_ATTN", rows[0])
-    monkeypatch.setattr(inputs, "FLASH_ATTN_3", rows[1])
     monkeypatch.setattr(inputs, "families", lambda: rows)
     assert {
         **input_digests(checkout),
-        **family_input_digests(checkout, FLASH_ATTN_3),
+        **family_input_digests(checkout, rows[1]),
         **objects_digests(checkout),
     } == before
 

@@ -46,16 +46,18 @@ def test_a_plan_a_chunk_and_a_job_each_give_their_jobs(tmp_path):
     job = {"cell": "a", "part": "cell"}
     fa3 = {"cell": "linux-64/cu130/sm80_90a", "part": "all"}
     shapes = {
-        "plan": {"kernels": [], "kernel_links": [], "flash_attn": [{"include": [job]}]},
+        "plan": {"version": 2, "kernels": [], "kernel_links": [], "flash_attn": [{"include": [job]}]},
         "chunk": {"include": [job]},
         "job": job,
         "plan v3": {
+            "version": 3,
             "kernels": [],
             "kernel_links": [],
             "flash_attn": [{"include": [job]}],
             "flash_attn_3": [{"include": [fa3]}],
         },
         "plan v4": {
+            "version": 4,
             "kernels": [],
             "kernel_links": [],
             "flash_attn": [{"include": [job]}],

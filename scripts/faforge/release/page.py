@@ -21,9 +21,7 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
-
-from rattler import RepoDataRecord
+from typing import TYPE_CHECKING, Protocol
 
 from faforge.channel.instructions import conda_command, environment_yml, match_spec
 from faforge.errors import FaforgeError
@@ -31,6 +29,9 @@ from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix
 from faforge.matrix.releases import ReleaseTable
 from faforge.release.package import PackageFacts, facts_from_metadata
+
+if TYPE_CHECKING:
+    from rattler import RepoDataRecord  # py-rattler loads only where a page is written
 
 PAGE_VERSION = 1
 TEMPLATE = Path(__file__).with_name("page.html")
@@ -163,3 +164,10 @@ def write_page(data: dict, out_dir: Path, file_channel: str, keys: Sequence[str]
     page_path = out_dir / "index.html"
     page_path.write_text(text)
     return page_path, data_path
+
+
+def conda_version(text: str) -> object:
+    """A package version as conda orders it (py-rattler, loaded only where a page is written)."""
+    from rattler import Version  # noqa: PLC0415 (py-rattler loads only where a page is written)
+
+    return Version(text)

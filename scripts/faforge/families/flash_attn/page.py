@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rattler import Version
-
 from faforge.errors import FaforgeError
 from faforge.family import FLASH_ATTN
 from faforge.matrix import Matrix
@@ -18,7 +16,7 @@ from faforge.matrix.releases import ReleaseTable, World
 from faforge.pipindex import instructions
 from faforge.pipindex.read import read_published
 from faforge.release.package import PackageFacts
-from faforge.release.page import install_lines
+from faforge.release.page import conda_version, install_lines
 from faforge.versions import vtuple
 
 key = "packages"
@@ -60,7 +58,7 @@ def entries(packages: Sequence[PackageFacts], channel: str, table: ReleaseTable)
             }
         )
     found.sort(
-        key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), p["python"], Version(p["version"])),
+        key=lambda p: (p["platform"], vtuple(p["torch"]), vtuple(p["cuda"]), p["python"], conda_version(p["version"])),
         reverse=True,
     )
     return found

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rattler import Version
-
 from faforge import paths
 from faforge.families.flash_attn_3.matrix import load_fa3_policy
 from faforge.family import FLASH_ATTN_3
 from faforge.matrix import Matrix
 from faforge.matrix.releases import ReleaseTable
 from faforge.release.package import PackageFacts
-from faforge.release.page import install_lines
+from faforge.release.page import conda_version, install_lines
 from faforge.versions import vtuple
 
 key = FLASH_ATTN_3.key
@@ -28,7 +26,9 @@ def entries(packages: Sequence[PackageFacts], channel: str, table: ReleaseTable)
     if world is None:
         return []
     found = [entry(facts, [channel, *world.channels]) for facts in packages if facts.package_id is not None]
-    found.sort(key=lambda p: (p["platform"], vtuple(p["cuda"]), p["cuda_archs"], Version(p["version"])), reverse=True)
+    found.sort(
+        key=lambda p: (p["platform"], vtuple(p["cuda"]), p["cuda_archs"], conda_version(p["version"])), reverse=True
+    )
     return found
 
 

@@ -170,12 +170,12 @@ def make_plan(wanted: Sequence[Wanted], holdings: Holdings, channel: str | None,
 
 def jobs_in_plan(data: dict) -> list | None:
     """The jobs of a plan file's stages in its order (every list of `{"include": [...]}` chunks it has), whichever
-    families and version wrote it; None when `data` is no plan (no version and no stage with jobs)."""
+    families and version wrote it; None when `data` is no plan: every plan `faforge plan` writes has its version."""
+    if not isinstance(data.get("version"), int) or isinstance(data.get("version"), bool):
+        return None
     stages = [
         value
         for value in data.values()
         if isinstance(value, list) and value and all(isinstance(c, dict) and "include" in c for c in value)
     ]
-    if "version" not in data and not stages:
-        return None
     return [job for chunks in stages for chunk in chunks for job in chunk["include"]]
