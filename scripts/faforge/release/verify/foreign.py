@@ -122,12 +122,7 @@ def emulated_import_gate(
     if emulator is None:
         return Check("import", "skipped", f"not run: {why_not}")
     if python is None:
-        return Check(
-            "import",
-            "skipped",
-            f"not run: no {machine} Python to import with; name one with --target-python or "
-            "$FAFORGE_TARGET_PYTHON (a conda linux-aarch64 prefix's bin/python, or a plain prefix's)",
-        )
+        return no_target_python(machine, "a conda linux-aarch64 prefix's bin/python, or a plain prefix's")
     site = torch_site(against or [])  # None: the Python's own torch (a conda aarch64 prefix's)
 
     def how(seconds: float) -> str:
@@ -191,6 +186,16 @@ def import_from(
     if result.returncode != 0:
         return Check("import", "failed", f"`import {', '.join(imports)}` failed ({ran}): {tail}")
     return Check("import", "passed", f"imported {', '.join(imports[1:])} with torch {torch_line} on {machine} ({ran})")
+
+
+def no_target_python(machine: str, which: str) -> Check:
+    """The import gate skipped for want of the target's Python: which to name, and how."""
+    return Check(
+        "import",
+        "skipped",
+        f"not run: no {machine} Python to import with; name one with --target-python or "
+        f"$FAFORGE_TARGET_PYTHON ({which})",
+    )
 
 
 def no_torch_against(machine: str) -> Check:

@@ -26,6 +26,7 @@ from faforge.release.verify.foreign import (
     Emulation,
     emulator_for,
     import_from,
+    no_target_python,
     target_python,
     torch_python,
     torch_sites,
@@ -145,12 +146,7 @@ def emulated_wheel_import(
     if emulator is None:
         return Check("import", "skipped", f"not run: {why_not}")
     if python is None:
-        return Check(
-            "import",
-            "skipped",
-            f"not run: no {machine} Python to import with; name one with --target-python or "
-            "$FAFORGE_TARGET_PYTHON (a plain prefix's bin/python, or a conda linux-aarch64 prefix's)",
-        )
+        return no_target_python(machine, "a plain prefix's bin/python, or a conda linux-aarch64 prefix's")
     sites = torch_sites(against)
     if not sites:
         return Check(
