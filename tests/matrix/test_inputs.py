@@ -274,12 +274,22 @@ def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
             text = text.replace(f"../../{old}", f"../../{new}")
         recipe.write_text(text)
 
+    def new_path(path):
+        folder = next((old for old in moves if path.startswith(f"{old}/")), None)
+        return moves.get(path) or (moves[folder] + path[len(folder) :] if folder else path)
+
     def moved(entries):
-        return tuple((name, moves.get(path, path)) for name, path in entries)
+        return tuple((name, new_path(path)) for name, path in entries)
 
     rows = (
-        replace(FLASH_ATTN, kernel_pack_inputs=moved(FLASH_ATTN.kernel_pack_inputs)),
-        replace(FLASH_ATTN_3, pack_inputs=moved(FLASH_ATTN_3.pack_inputs)),
+        replace(
+            FLASH_ATTN,
+            kernel_pack_inputs=moved(FLASH_ATTN.kernel_pack_inputs),
+            kernel_compile_inputs=moved(FLASH_ATTN.kernel_compile_inputs),
+        ),
+        replace(
+            FLASH_ATTN_3, pack_inputs=moved(FLASH_ATTN_3.pack_inputs), compile_inputs=moved(FLASH_ATTN_3.compile_inputs)
+        ),
     )
     monkeypatch.setattr(inputs, "FLASH_ATTN", rows[0])
     monkeypatch.setattr(inputs, "families", lambda: rows)
