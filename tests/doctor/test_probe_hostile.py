@@ -253,6 +253,9 @@ def test_doctor_interrupted_or_killed_leaves_nothing_of_the_probe(tmp_path, sign
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
+        # SIGINT at its default, as a terminal's process has it: a suite started in the background (`.ci/run &`)
+        # runs with SIGINT ignored, which doctor would inherit and keep, and then no Ctrl-C reaches it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     pids = pids_from(pidfile)
     child.send_signal(signum)
