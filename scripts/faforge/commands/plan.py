@@ -127,6 +127,7 @@ def execute(args: argparse.Namespace) -> int:
         max_chunks=args.max_chunks,
         report=progress,
         index=index,
+        objects=args.github_output is not None or args.cached_objects is not None,
     )
     plan, objects = plan_reusing_objects(plan, cached)
     data = plan.to_json()

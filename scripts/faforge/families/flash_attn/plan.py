@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from faforge.costmodel.runners import KERNELS_LINK_PART, BuildCost, split_kernels
 from faforge.costmodel.samples import Measurements
@@ -87,7 +88,7 @@ class Cells:
     kernels: list[KernelPackage]
     pip: list[PipBuild]
     pip_kernels: list[KernelPackage]  # the kernel packages only pip cells need
-    objects_digest: str  # what the kernel packages' object files follow (faforge.matrix.inputs.objects_digests)
+    root: Path  # the checkout whose build inputs the objects key digests (faforge.matrix.inputs.objects_digests)
     names: tuple[str, ...] = (FLASH_ATTN_PACKAGE, KERNEL_PACKAGE)
 
     @property
@@ -170,11 +171,12 @@ class Cells:
         where = holdings.channel or "no channel"
         counts = (len(jobs[CELL_STAGE]), len(jobs["kernels"]), len(jobs["kernel_links"]))
         cells = {r.cell.id: r.cell for r in self.rendered} | {b.cell.id: b.cell for b in pip}
-        compiled = (CompiledStages("kernels", "kernel_links", self.objects_digest, KERNEL_VARIANT_KEYS),)
+        digest = objects_digests(self.root)[KERNEL_INPUTS] if holdings.objects else ""
+        compiled = (CompiledStages("kernels", "kernel_links", digest, KERNEL_VARIANT_KEYS),)
         return FamilyPlan(
             stages=jobs,
             compiled=compiled,
-            objects=objects_keys(jobs, compiled, cells),
+            objects=objects_keys(jobs, compiled, cells) if holdings.objects else {},
             head={"cells": len(todo) + len(done)},
             status={"in_channel": [r.cell.id for r in done], "to_build": [r.cell.id for r in todo]},
             listings=listings,
@@ -192,7 +194,7 @@ def wanted(matrix: Matrix, platform: str) -> Cells:
         kernels=matrix.kernels,
         pip=pip_builds(matrix, platform),
         pip_kernels=[k for k in matrix.pip_kernels if platform in ("all", k.key.platform)],
-        objects_digest=objects_digests(matrix.variants_dir.parent)[KERNEL_INPUTS],
+        root=matrix.variants_dir.parent,
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from faforge.costmodel import samples
 from faforge.costmodel.runners import KERNELS_LINK_PART, KERNELS_PART, BuildCost, Part
@@ -110,7 +111,7 @@ class Packages:
     """The FA3 packages of the planned platforms, rendered."""
 
     rendered: list[RenderedFa3]
-    objects_digest: str  # what its object files follow (faforge.matrix.inputs.objects_digests)
+    root: Path  # the checkout whose build inputs the objects key digests (faforge.matrix.inputs.objects_digests)
     names: tuple[str, ...] = (FLASH_ATTN_3.package,)
 
     @property
@@ -136,11 +137,14 @@ class Packages:
         listing = [{**r.to_json(), "in_channel": r.package.id in held} for r in self.rendered]
         where = holdings.channel or "no channel"
         # Its objects follow its whole variant (no variant keys named).
-        compiled = (CompiledStages(PIECES_STAGE, STAGE, self.objects_digest),)
+        digest = objects_digests(self.root)[FLASH_ATTN_3.inputs_key] if holdings.objects else ""
+        compiled = (CompiledStages(PIECES_STAGE, STAGE, digest),)
         return FamilyPlan(
             stages=jobs,
             compiled=compiled,
-            objects=objects_keys(jobs, compiled, {r.package.id: r.package for r in self.rendered}),
+            objects=objects_keys(jobs, compiled, {r.package.id: r.package for r in self.rendered})
+            if holdings.objects
+            else {},
             listings={f"{STAGE}_packages": listing},
             stale=stale_packages(todo, present),
             tables=_table(listing),
@@ -157,7 +161,7 @@ def wanted(matrix: Matrix, platform: str) -> Packages:
     packages = [p for p in packages_of(matrix) if platform in ("all", p.platform)]
     return Packages(
         rendered=render(packages, recipe(matrix.variants_dir), matrix.variants_dir),
-        objects_digest=objects_digests(matrix.variants_dir.parent)[FLASH_ATTN_3.inputs_key],
+        root=matrix.variants_dir.parent,
     )
 
 

@@ -69,6 +69,7 @@ def plan_builds(
     max_chunks: int,
     report: Reporter,
     index: str | None = None,
+    objects: bool = False,
 ) -> Plan:
     """The plan for each family's packages of the platform (`all` for every one) minus what the channel (conda
     packages) and the wheel index root `index` (pip cells) hold (none: plan every one), refused when a stage
@@ -78,7 +79,9 @@ def plan_builds(
     present: Present = (
         set() if given is None or channel is None else channel_holds(given, channel, wanted, new_channel_ok, report)
     )
-    holdings = Holdings(present=present, cost=load_build_cost(), channel=given, index=index, report=report)
+    holdings = Holdings(
+        present=present, cost=load_build_cost(), channel=given, index=index, report=report, objects=objects
+    )
     plan = make_plan(wanted, holdings, given, index)
     data = plan.to_json()
     for kind in plan.stages:

@@ -44,6 +44,9 @@ class Holdings:
     channel: str | None  # the channel as given, for the summary lines
     index: str | None
     report: Reporter
+    # Whether to key each compiled package's objects (faforge.release.plan.reuse): what `--github-output` and
+    # `--cached-objects` need; a plan without them reads no build input (a checkout of variants/ alone plans).
+    objects: bool = False
 
 
 @dataclass(frozen=True)
