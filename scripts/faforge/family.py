@@ -1,4 +1,4 @@
-"""A package family (flash-attn 2 today, flash-attn 3 next) as data: its names are spelled here only.
+"""A package family (flash-attn 2, flash-attn 3, flash-attn 4) as data: its names are spelled here only.
 
 Everything that tells one family from the next lives in one `Family` row: the recipe, the conda
 outputs, the Python modules, the kernel library and its C interface, the section of
@@ -49,16 +49,11 @@ class Family:
     include_dirs: tuple[str, ...]  # the sdist's include folders every TU compiles with, in order
     kernel_glob: str  # the kernel TUs' file names in kernel_source_dir
     gates: tuple[str, ...]  # the CPU gates `faforge verify` runs by default
-    # What enters each conda output besides its variant (its identity inputs), as (logical name, file or folder
-    # relative to the repository root): faforge.matrix.inputs digests each file under its logical name, not its
-    # path, so a move alone changes no build string; the recipe's own part of each output is added there.
-    # The kernel package's inputs come in two parts: kernel_compile_inputs, what can change its object files
-    # (the build script, the shim, the backend's flags, sources and toolchain rules), and kernel_pack_inputs,
-    # what is linked and packed around them (the post-link checks, the checker its test runs, the licences).
-    # An edit of the second part alone repacks the package from cached objects (faforge.release.plan.reuse).
-    # glue_inputs: the glue part of the backend and the checker the flash-attn package's tests run. A cell's
-    # identity covers all three (it links its kernel build); tests/matrix/test_inputs.py checks that every
-    # file the recipe ships is in one of them.
+    # Each conda output's identity inputs besides its variant, as (logical name, file or folder): digested under
+    # the logical name (faforge.matrix.inputs), so a move alone changes no build string. The kernel package's
+    # come in two parts: kernel_compile_inputs can change its objects, kernel_pack_inputs are packed around them
+    # (an edit of those alone repacks from cached objects: faforge.release.plan.reuse). glue_inputs: the glue's
+    # backend and checker. tests/matrix/test_inputs.py checks every file the recipe ships is in one of them.
     kernel_compile_inputs: Inputs
     kernel_pack_inputs: Inputs
     glue_inputs: Inputs
@@ -139,20 +134,8 @@ FLASH_ATTN = Family(
         *(
             (f"backend/{name}.py", f"scripts/faforge/backend/{name}.py")
             for name in (
-                "__init__",
-                "archs",
-                "ccache",
-                "errors",
-                "flags",
-                "jobs",
-                "layout",
-                "logger",
-                "ninja",
-                "options",
-                "plan",
-                "sources",
-                "toolchain",
-            )
+                "__init__ archs ccache errors flags jobs layout logger ninja options plan sources toolchain"
+            ).split()
         ),
         ("faforge", "scripts/faforge/__init__.py"),
         ("family names", "scripts/faforge/family.py"),
@@ -262,5 +245,56 @@ FLASH_ATTN_3 = StableAbiFamily(
 )
 
 
-def families() -> tuple[Family | StableAbiFamily, ...]:
-    return (FLASH_ATTN, FLASH_ATTN_3)
+@dataclass(frozen=True)
+class PurePythonFamily:
+    """One pure-Python wheel that compiles its kernels at run time (FlashAttention-4): nothing is built here. Each
+    package is upstream's wheel plus the known-good set (its data file) of one torch minor and CUDA, as conda run
+    requirements or wheel metadata; its wheel's label names both (cu130.torch2.11), so the torch-range rule
+    places it in the one index of its torch minor."""
+
+    title: str
+    key: str  # its section of plans and pages
+    package: str  # the conda output and PyPI project users install
+    module: str  # what users import
+    namespace: str  # the import package it shares with another family (flash_attn), shipping no __init__.py
+    recipe_dir: str
+    data_file: str  # its releases and known-good sets
+    gates: tuple[str, ...]
+    pack_inputs: Inputs  # what its packages are made of besides upstream's wheel
+    inputs_key: str
+    measurement_sections: tuple[str, ...] = ()
+
+    @property
+    def identities(self) -> tuple[Identity, ...]:
+        return (Identity(self.inputs_key, None, (), self.pack_inputs, with_top=True),)
+
+    @property
+    def imports(self) -> tuple[str, ...]:
+        return ("torch", self.module)
+
+    @property
+    def wheel_projects(self) -> tuple[tuple[str, str], ...]:
+        return ((self.package, "torch-range"),)
+
+
+FLASH_ATTN_4 = PurePythonFamily(
+    title="flash-attn 4",
+    key="flash_attn_4",
+    package="flash-attn-4",
+    module="flash_attn.cute",
+    namespace="flash_attn",
+    recipe_dir="recipes/flash-attn-4",
+    data_file="variants/flash-attn-4.yaml",
+    gates=("import",),
+    pack_inputs=(
+        ("known-good sets", "variants/flash-attn-4.yaml"),
+        ("sets reader", "scripts/faforge/families/flash_attn_4/sets.py"),
+    ),
+    inputs_key="fa4_inputs",
+)
+
+AnyFamily = Family | StableAbiFamily | PurePythonFamily
+
+
+def families() -> tuple[AnyFamily, ...]:
+    return (FLASH_ATTN, FLASH_ATTN_3, FLASH_ATTN_4)

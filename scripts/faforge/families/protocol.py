@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from faforge.doctor.sections import DoctorFamily
-from faforge.family import Family, StableAbiFamily
+from faforge.family import AnyFamily
 from faforge.gpu.stage import GpuFamily
 from faforge.matrix.stage import MatrixFamily
 from faforge.release.build.stage import BuildFamily
@@ -21,7 +21,7 @@ class FamilyModule(Protocol):
     """A family package's `module` (faforge.families.<name>.module), as cibuildwheel's PlatformModule."""
 
     @property
-    def spec(self) -> Family | StableAbiFamily: ...
+    def spec(self) -> AnyFamily: ...
 
     @property
     def matrix(self) -> MatrixFamily: ...

@@ -30,11 +30,10 @@ from pathlib import Path
 import yaml
 
 from faforge.errors import FaforgeError
-from faforge.family import FLASH_ATTN, Family, Identity, Inputs, StableAbiFamily, families
+from faforge.family import FLASH_ATTN, AnyFamily, Identity, Inputs, families
 from faforge.matrix.canonical import FORM_VERSION, canonical_bytes
 
 KERNEL_INPUTS, GLUE_INPUTS = (identity.key for identity in FLASH_ATTN.identities)
-AnyFamily = Family | StableAbiFamily
 DIGEST_CHARS = 16
 SKIPPED_PARTS = ("__pycache__",)
 # What a recipe or output says around its binary, not how it compiles it.
