@@ -48,7 +48,7 @@ class Proof:
 
 @dataclass(frozen=True)
 class KnownGoodSet:
-    flash_attn_4: str
+    version: str  # the release it is the set of
     torch: str  # the torch minor, "2.11"
     cuda: str  # "13.0"
     python: tuple[str, ...]
@@ -85,8 +85,8 @@ class Fa4Data:
         """The set of this torch minor and CUDA (of `version`, default the newest release that has one)."""
         found = [s for s in self.sets if s.torch == torch_minor and s.cuda == cuda]
         if version is not None:
-            found = [s for s in found if s.flash_attn_4 == version]
-        return max(found, key=lambda s: Version(s.flash_attn_4), default=None)
+            found = [s for s in found if s.version == version]
+        return max(found, key=lambda s: Version(s.version), default=None)
 
     def requirements(self, kgs: KnownGoodSet) -> list[str]:
         """Its packages as PEP 508 requirements, each by the pin policy of the data file (`pins`)."""
@@ -150,10 +150,10 @@ def _proof(path: Path, key: str, raw: object) -> Proof:
 
 
 def _set(path: Path, key: str, raw: object, releases: set[str]) -> KnownGoodSet:
-    row = _mapping(path, key, raw, {"flash_attn_4", "torch", "cuda", "python", "platforms", "packages", "proofs"})
-    version = _version(path, f"{key}.flash_attn_4", row["flash_attn_4"])
+    row = _mapping(path, key, raw, {"version", "torch", "cuda", "python", "platforms", "packages", "proofs"})
+    version = _version(path, f"{key}.version", row["version"])
     if version not in releases:
-        raise DataError(path, f"{key}.flash_attn_4", f"{version} is not among `releases`", hint="add its release row")
+        raise DataError(path, f"{key}.version", f"{version} is not among `releases`", hint="add its release row")
     for field in ("torch", "cuda"):
         if not MINOR.fullmatch(_str(path, f"{key}.{field}", row[field])):
             raise DataError(path, f"{key}.{field}", f"{row[field]!r} is not a MAJOR.MINOR version")
@@ -171,7 +171,7 @@ def _set(path: Path, key: str, raw: object, releases: set[str]) -> KnownGoodSet:
     if not isinstance(proofs, list):
         raise DataError(path, f"{key}.proofs", f"{proofs!r} is not a list")
     return KnownGoodSet(
-        flash_attn_4=version,
+        version=version,
         torch=row["torch"],
         cuda=row["cuda"],
         python=_strs(path, f"{key}.python", row["python"]),
@@ -197,7 +197,7 @@ def load(path: Path | None = None) -> Fa4Data:
     for i, kgs in enumerate(sets):
         if unpinned := sorted(set(kgs.packages) - exact - floor):
             raise DataError(path, f"sets[{i}].packages", f"{unpinned} are in neither pins.exact nor pins.floor")
-    keys = [(s.flash_attn_4, s.torch, s.cuda) for s in sets]
+    keys = [(s.version, s.torch, s.cuda) for s in sets]
     if len(set(keys)) != len(keys):
-        raise DataError(path, "sets", "two sets have the same flash_attn_4, torch and cuda")
+        raise DataError(path, "sets", "two sets have the same version, torch and cuda")
     return Fa4Data(path, releases, exact, floor, sets)
