@@ -22,8 +22,8 @@ MACHINES = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 TIMEOUT_S = 3600  # a torch install with its CUDA libraries from an index
 BY = "faforge bump --gate"
 PROBE = (
-    "import importlib.metadata, flash_attn.cute\n"
-    f"print(importlib.metadata.version({FLASH_ATTN_4.package!r}), flash_attn.cute.__file__)\n"
+    f"import importlib.metadata, {FLASH_ATTN_4.module}\n"
+    f"print(importlib.metadata.version({FLASH_ATTN_4.package!r}), {FLASH_ATTN_4.module}.__file__)\n"
 )
 
 
@@ -62,7 +62,7 @@ def run(kgs: sets.KnownGoodSet, torch: str, wheel: Path) -> sets.Proof:
         pins = [f"torch=={torch}", *(f"{name}=={v}" for name, v in kgs.packages.items()), str(wheel)]
         pip = [str(env / "bin" / "python"), "-m", "pip", "install", "--no-input", "--only-binary", ":all:", *pins]
         _step(pip, "pip install", kgs)
-        said = _step([str(env / "bin" / "python"), "-c", PROBE], "import flash_attn.cute", kgs).split()
+        said = _step([str(env / "bin" / "python"), "-c", PROBE], f"import {FLASH_ATTN_4.module}", kgs).split()
     if not said or said[0] != kgs.version:
         raise FaforgeError(f"import gate of {kgs.id}: the environment has {FLASH_ATTN_4.package} {said[:1]}")
     return sets.Proof(
