@@ -10,6 +10,7 @@ release, never a traceback.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import json
 import os
@@ -95,7 +96,7 @@ def bumped(project: Path, url: str, *args: str, env: dict | None = None) -> tupl
 
 @pytest.fixture(scope="module")
 @slow("downloads flash-attn-4 4.0.0b40's wheel from PyPI (570 KB, cached)")
-def b40_wheel() -> bytes:
+def b40_wheel() -> Path:
     entry = b40_file(PAGE)
     target = cache_dir("fa4-wheels") / entry["filename"]
     if not target.is_file():
@@ -108,14 +109,14 @@ def b40_wheel() -> bytes:
             )
         except FetchError as exc:
             pytest.skip(f"PyPI is not reachable ({exc})")
-    return target.read_bytes()
+    return target
 
 
 @pytest.mark.slow  # resolves both sets with real uv against PyPI (about 2 minutes)
 def test_bump_proposes_the_committed_b40_rows_and_writes_them(project, tmp_path, b40_wheel) -> None:
     data_file = project / "variants" / "flash-attn-4.yaml"
     before = data_file.read_text()
-    with serve_directory(serve_tree(tmp_path / "served", PAGE, b40_wheel)) as url:
+    with serve_directory(serve_tree(tmp_path / "served", PAGE, b40_wheel.read_bytes())) as url:
         code, report = bumped(project, url + "pypi", "--write", env=AS_OF)
         if code == 4 and "uv cannot resolve" in report.get("error", {}).get("message", ""):
             pytest.skip(f"PyPI is not reachable for uv: {report['error']['message'][:300]}")
@@ -252,3 +253,29 @@ def test_the_gate_refuses_a_machine_the_set_does_not_serve(tmp_path) -> None:
     elsewhere = replace(kgs, python=("3.99",))
     with pytest.raises(FaforgeError, match=r"not among the set torch2\.14-cu130's"):
         gate.run(elsewhere, "2.14.1", tmp_path / "no.whl")
+
+
+@pytest.mark.slow  # a clean venv: pip installs torch 2.14.1 and the set (this machine's wheels, else PyPI: minutes)
+def test_the_gate_imports_the_committed_set_here_and_says_so(b40_wheel) -> None:
+    kgs = sets.load(REPO / "variants" / "flash-attn-4.yaml").set_for("2.14", "13.0", B40)
+    assert kgs is not None
+    where, python = gate.here()
+    if where not in kgs.platforms or python not in kgs.python:
+        pytest.skip(f"the gate runs on a platform and Python the set serves, not {where} {python}")
+    proof = gate.run(kgs, "2.14.1", b40_wheel)
+    assert (proof.level, proof.platform, proof.python, proof.by) == ("import-gated", where, python, gate.BY)
+    assert proof.date == datetime.date.today().isoformat() and proof.where
+
+
+def test_a_gated_set_row_reads_back_with_its_proof(project) -> None:
+    trimmed = sets.load(project / "variants" / "flash-attn-4.yaml")
+    committed = sets.load(REPO / "variants" / "flash-attn-4.yaml")
+    proof = sets.Proof("import-gated", "linux-64", "3.11", "build-7.example", "2026-12-07", gate.BY)
+    kgs = replace(committed.sets[-1], proofs=(proof,))
+    text = trimmed.path.read_text()
+    rows, new_text = bump.added(text, [committed.releases[0]], [kgs], ["2.14.1"], trimmed)
+    assert new_text.startswith(text.split("\npins:")[0]) and new_text.endswith(rows.split("  # proposed")[-1])
+    project_file = trimmed.path
+    project_file.write_text(new_text)
+    assert sets.load(project_file).sets[-1] == kgs and sets.load(project_file).sets[-1].level == "import-gated"
+    assert '        python: "3.11"\n' in rows and '        date: "2026-12-07"\n' in rows

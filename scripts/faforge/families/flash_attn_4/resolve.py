@@ -49,12 +49,19 @@ def extra(cuda: str) -> str:
 
 
 def compile_one(
-    version: str, torch_minor: str, cuda: str, names: list[str], python: str, platform: str, held: dict[str, str]
+    uv: str,
+    version: str,
+    torch_minor: str,
+    cuda: str,
+    names: list[str],
+    python: str,
+    platform: str,
+    held: dict[str, str],
 ) -> dict[str, str]:
     """What uv resolves for one Python and platform: canonical name -> version (the whole closure)."""
     lines = [f"torch=={torch_minor}.*", f"{FLASH_ATTN_4.package}{extra(cuda)}=={version}", *names]
     command = [
-        find_uv_bin(),
+        uv,
         "pip",
         "compile",
         "-",
@@ -98,10 +105,16 @@ def resolve(
 ) -> Resolved:
     """The set of `names` for every Python x platform, one version each (network: PyPI through uv)."""
     combos = [(python, platform) for python in pythons for platform in platforms]
+    try:
+        uv = find_uv_bin()  # once, before the threads: it reads sysconfig, whose first read races
+    except FileNotFoundError as exc:
+        raise FaforgeError(f"uv: {exc}", hint="install faforge with its dependencies (uv is one)") from None
 
     def run(held: dict[str, str]) -> list[dict[str, str]]:
         with ThreadPoolExecutor(WORKERS) as pool:
-            return list(pool.map(lambda c: compile_one(version, torch_minor, cuda, names, c[0], c[1], held), combos))
+            return list(
+                pool.map(lambda c: compile_one(uv, version, torch_minor, cuda, names, c[0], c[1], held), combos)
+            )
 
     first = run({})
     missing = sorted({n for n in names for found in first if n not in found})
