@@ -5,7 +5,8 @@ Shows the new release rows and the cells they add. With --write, adds the rows t
 error and leaves every file as it was. Pip sources (torch-sources.yaml `pip_sources`: PyPI, PyTorch's
 per-CUDA indexes) add a pip world's rows, each read from its wheels (CUDA, C++ ABI, pythons).
 Wheel indexes (`wheel_indexes`) add no rows: they list torch minors that exist as wheels before any
-conda world has them.
+conda world has them. A family whose releases are data (its module's bump.proposals) is a source too, named by
+its package: its new upstream releases are shown with the rows proposed for its data file (--gate gates them here).
 A new torch minor gets its variants/kernel-abi.yaml row measured from its PyPI wheel
 (faforge.kernels.measure_abi); a layout no kernel library has stops the bump (exit 1) with nothing written.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from faforge import config, paths
+from faforge import atomic, config, paths
 from faforge.channel.repodata import channel_url
 from faforge.errors import EXIT_OK, FaforgeError
 from faforge.families.registry import FAMILIES
@@ -24,6 +25,7 @@ from faforge.matrix import load_matrix
 from faforge.matrix.releases import PipRelease
 from faforge.release.bump.pip import find_new_pip, load_pip_sources
 from faforge.release.bump.releases import (
+    Proposal,
     extended,
     find_new,
     load_sources,
@@ -44,16 +46,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--source",
         action="append",
         metavar="NAME",
-        help="a source, pip source or wheel index from variants/torch-sources.yaml (repeatable; default: all of them)",
+        help="a source, pip source or wheel index from variants/torch-sources.yaml, or a family's package "
+        "(its upstream releases) (repeatable; default: all of them)",
     )
     parser.add_argument(
         "--channel-url",
         metavar="URL",
         help="read this channel (or pip source's index root, or wheel "
-        "index) instead of the source's (a mirror); needs one --source",
+        "index, or family's PyPI JSON API root) instead of the source's (a mirror); needs one --source",
     )
     parser.add_argument(
         "--write", action="store_true", help="add the rows to releases.yaml and regenerate the variant configs"
+    )
+    parser.add_argument(
+        "--gate",
+        action="store_true",
+        help="gate the rows proposed for a family's new releases on this machine (a clean venv with torch: slow)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the versioned result (schema: tests/schemas/bump.json)"
@@ -64,12 +72,14 @@ def execute(args: argparse.Namespace) -> int:
     sources_file = paths.variants_dir() / "torch-sources.yaml"
     sources, wheel_indexes = load_sources(sources_file), load_wheel_indexes(sources_file)
     pip_sources = load_pip_sources(sources_file)
-    names = args.source or [*sources, *pip_sources, *wheel_indexes]
-    unknown = [n for n in names if n not in sources and n not in pip_sources and n not in wheel_indexes]
+    families = {f.spec.package: f for f in FAMILIES}
+    names = args.source or [*sources, *pip_sources, *wheel_indexes, *families]
+    unknown = [n for n in names if n not in {**sources, **pip_sources, **wheel_indexes, **families}]
     if unknown:
         raise FaforgeError(
             f"--source {unknown[0]}: unknown",
-            hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *pip_sources, *wheel_indexes])}",
+            hint=f"sources in variants/torch-sources.yaml: {', '.join([*sources, *pip_sources, *wheel_indexes])}; "
+            f"families: {', '.join(families)}",
         )
     if args.channel_url is not None and not args.channel_url.strip():
         raise FaforgeError(
@@ -77,7 +87,11 @@ def execute(args: argparse.Namespace) -> int:
         )
     if args.channel_url and len(names) != 1:
         raise FaforgeError("--channel-url replaces one source's channel", hint="pass exactly one --source with it")
-    if args.channel_url and names[0] in pip_sources and not args.channel_url.startswith(("http://", "https://")):
+    if (
+        args.channel_url
+        and names[0] in {**pip_sources, **families}
+        and not args.channel_url.startswith(("http://", "https://"))
+    ):
         raise FaforgeError(
             f"--channel-url {args.channel_url}: a pip source's index is read over http(s)",
             hint="serve the mirror's simple pages over http(s) and pass its root (the URL before /torch/)",
@@ -111,6 +125,11 @@ def execute(args: argparse.Namespace) -> int:
     for name in names:
         if name in wheel_indexes:
             wheel_only += ahead_of_table(table, wheel_releases(read_index(args.channel_url or wheel_indexes[name])))
+    proposals: list[Proposal] = []
+    for name in names:
+        if name in families:
+            found = families[name].bump.proposals(args.channel_url, args.gate)
+            proposals += [found] if found is not None else []
     verdicts = measured_rows([*rows, *pip_rows], matrix.philox, matrix.policy, config.cache_dir())
     philox = with_rows(matrix.philox, verdicts)
     cells = new_cells(matrix.table, table, matrix.policy, philox)
@@ -120,6 +139,10 @@ def execute(args: argparse.Namespace) -> int:
         if args.write and (rows or pip_rows)
         else []
     )
+    for proposal in proposals if args.write else ():
+        if proposal.releases:
+            atomic.write_text(proposal.path, proposal.text)
+            written.append(proposal.path)
     if args.json:
         print(
             json.dumps(
@@ -167,6 +190,15 @@ def execute(args: argparse.Namespace) -> int:
                         for v in verdicts
                     ],
                     "written": [str(p) for p in written],
+                    "family_releases": [
+                        {
+                            "family": p.family,
+                            "releases": list(p.releases),
+                            "skipped": list(p.skipped),
+                            "rows": p.data,
+                        }
+                        for p in proposals
+                    ],
                     "wheel_only": [
                         {
                             "torch": w.torch,
@@ -190,6 +222,10 @@ def execute(args: argparse.Namespace) -> int:
             )
             + "\n"
         )
+    for proposal in proposals:
+        _print_proposal(proposal, args.write)
+    if all(name in families for name in names):
+        return EXIT_OK
     if not rows and not pip_rows:
         print(f"no torch releases missing from {matrix.table.path.name} ({', '.join(names)})")
         return EXIT_OK
@@ -235,3 +271,13 @@ def execute(args: argparse.Namespace) -> int:
     else:
         print("\nrun with --write to add them to the table and regenerate the variant configs")
     return EXIT_OK
+
+
+def _print_proposal(proposal: Proposal, wrote: bool) -> None:
+    for line in proposal.skipped:
+        print(f"{proposal.family}: skipped {line}")
+    if not proposal.releases:
+        print(f"no {proposal.family} releases missing from {proposal.path.name}\n")
+        return
+    done = f"added to {proposal.path}" if wrote else f"run with --write to add them to {proposal.path.name}"
+    print(f"{proposal.family} {', '.join(proposal.releases)}: proposed rows ({done}):\n{proposal.rows}")

@@ -11,3 +11,7 @@ from faforge.matrix.releases import ReleaseTable
 
 def variant_files(table: ReleaseTable, policy: BuildPolicy, variants_dir: Path) -> dict[Path, str]:
     return {}
+
+
+def proposals(mirror: str | None, gate: bool) -> None:
+    return None  # its releases are the matrix's cells, which the torch sources bring

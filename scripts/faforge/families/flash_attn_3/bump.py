@@ -13,3 +13,7 @@ from faforge.matrix.releases import ReleaseTable
 def variant_files(table: ReleaseTable, policy: BuildPolicy, variants_dir: Path) -> dict[Path, str]:
     """Its packages' variant files for `table`, as `faforge generate` writes them (its matrix rows)."""
     return rows(table, policy, variants_dir).variant_files()
+
+
+def proposals(mirror: str | None, gate: bool) -> None:
+    return None  # its releases are the matrix's rows, which the torch sources bring

@@ -59,6 +59,27 @@ class BumpFamily(Protocol):
         expected content: a new torch release regenerates them with the cells' files."""
         ...
 
+    def proposals(self, mirror: str | None, gate: bool) -> Proposal | None:
+        """The family's own upstream releases that its data lacks, with proposed rows (network; None: a family
+        whose releases are not data, as the matrix's). `mirror` replaces the upstream index; `gate` runs the
+        family's gate on this machine and records it as a proof of the rows."""
+        ...
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """New upstream releases of a family's own package that its data file lacks, and the rows that would serve
+    them: `text` is the data file with the rows added (checked: it loads and keeps every row it had), written
+    by `faforge bump --write`; `rows` is what is added, as the file spells it; `data` the same for --json."""
+
+    family: str
+    path: Path
+    releases: tuple[str, ...]
+    skipped: tuple[str, ...]  # newer releases not proposed, each with the reason
+    rows: str
+    text: str
+    data: list[dict]
+
 
 class _HasBump(Protocol):
     @property
