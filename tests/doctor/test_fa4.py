@@ -160,3 +160,11 @@ def test_beside_flash_attn_2_the_package_is_flash_attn_2s_and_doctor_says_fa2_pl
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3\n")
     section = doctor(run_doctor, python)  # its exit: flash-attn 2 stand-in has no extension
     assert section["layout"] == "FA2 + FA4" and section["beside"] == "2.8.3" and section["healthy"], section
+    # flash-attn 2's __init__ runs first on `import flash_attn.cute`: where it fails, FA4 fails with it, and says where
+    (site / "flash_attn" / "__init__.py").write_text(
+        "raise ImportError('flash_attn_2_cuda: undefined symbol: _ZN3c10')\n"
+    )
+    broken = doctor(run_doctor, python)
+    (problem,) = [p for p in broken["problems"] if p["kind"] == "import-failed"]
+    assert problem["details"] == [f"at {site / 'flash_attn' / '__init__.py'}:1"], problem
+    assert broken["layout"] == "FA2 + FA4" and broken["import"]["error"].endswith("undefined symbol: _ZN3c10")

@@ -23,8 +23,9 @@ A100 = env_facts.Gpu("NVIDIA A100-SXM4-80GB", (8, 0), "580.65.06", "nvidia-smi")
 V100 = env_facts.Gpu("Tesla V100-SXM2-32GB", (7, 0), "580.65.06", "nvidia-smi")
 
 
-def env(torch: str | None = "2.14.1+cu130", cuda: str | None = "13.0", gpus=(H100,), conda: bool = False):
+def env(torch="2.14.1+cu130", cuda="13.0", gpus=(H100,), conda=False, venv=None):
     python = {"executable": "/v/bin/python", "version": "3.11.7", "implementation": "cpython", "prefix": "/v"}
+    python["venv"] = venv
     stages = {
         "env": {"python": python, "system": {"os": "Linux", "machine": "x86_64"}, "conda": [] if conda else None},
         "torch": {"imported": True, "version": torch, "cuda": cuda} if torch else {"imported": False},
@@ -98,6 +99,11 @@ def test_a_conda_prefix_gets_the_conda_line_and_pip_as_a_note():
     (fix,) = doctor.judge(env(conda=True), fa4(quack_kernels=None), DATA).fixes
     assert fix.commands[0].startswith("conda install -p /v -c faforge -c conda-forge 'flash-attn-4 ==4.0.0b40'")
     assert "'pytorch ==2.14.1'" in fix.commands[0] and fix.notes[0].startswith("or with pip: /v/bin/python -m pip")
+
+
+def test_a_uv_venv_gets_the_uv_line():
+    (fix,) = doctor.judge(env(venv={"uv": "0.13.9"}), fa4(packaging=None), DATA).fixes
+    assert fix.commands[0].startswith("uv pip install --python /v/bin/python torch==2.14.1 flash-attn-4==4.0.0b40 ")
 
 
 def test_a_release_without_a_set_is_an_error():
