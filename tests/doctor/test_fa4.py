@@ -168,3 +168,23 @@ def test_beside_flash_attn_2_the_package_is_flash_attn_2s_and_doctor_says_fa2_pl
     (problem,) = [p for p in broken["problems"] if p["kind"] == "import-failed"]
     assert problem["details"] == [f"at {site / 'flash_attn' / '__init__.py'}:1"], problem
     assert broken["layout"] == "FA2 + FA4" and broken["import"]["error"].endswith("undefined symbol: _ZN3c10")
+
+
+def test_a_torch_without_a_set_is_named_with_the_sets_that_exist(tmp_path, torch, run_doctor):
+    """PyPI's torch 2.13.0 CPU build: no set (FA4's compiled stack is gated with 2.11 and 2.14 on CUDA 13.0), and no
+    triton, which quack imports undeclared, so the import fails too. The line moves to the newest set's torch."""
+    try:
+        cpu = torch_env("2.13.0")
+    except TorchEnvUnavailable as exc:
+        pytest.skip(str(exc))
+    python = fa4_env(tmp_path / "venv", cpu)
+    section = doctor(run_doctor, python, 1)
+    (problem,) = [p for p in section["problems"] if p["kind"] == "no-known-good-set"]
+    assert "torch 2.13.0+cpu (CUDA none: a CPU build)" in problem["message"], problem
+    assert "torch 2.11 with CUDA 13.0, torch 2.14 with CUDA 13.0" in problem["message"]
+    assert (
+        section["known_good_set"] is None
+        and section["import"]["error"] == "ModuleNotFoundError: No module named 'triton'"
+    )
+    (fix,) = section["fixes"]
+    assert "torch==2.14.*" in fix["commands"][0] and "triton==3.8.0" in fix["commands"][0]
