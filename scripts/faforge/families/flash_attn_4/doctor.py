@@ -67,7 +67,7 @@ class Fa4Report:
             "cuda": self.cuda,
             "known_good_set": None
             if kgs is None
-            else {"id": kgs.id, "version": kgs.flash_attn_4, "level": kgs.level},
+            else {"id": kgs.id, "version": kgs.version, "level": kgs.level},
             "dependencies": {n: {"installed": i, "set": s} for n, (i, s) in self.dependencies.items()},
             "import": {"ok": self.imported, "error": self.import_error},
             "healthy": self.healthy,
@@ -170,7 +170,7 @@ def judge(facts: EnvFacts, fa4: Fa4Facts, data: sets.Fa4Data) -> Fa4Report:
 
 def _newest(data: sets.Fa4Data, cuda: str | None) -> sets.KnownGoodSet | None:
     """The set a torch without one moves to: the newest torch of its CUDA, else the newest at all."""
-    ranked = sorted(data.sets, key=lambda s: (s.cuda == cuda, Version(s.torch), Version(s.flash_attn_4)))
+    ranked = sorted(data.sets, key=lambda s: (s.cuda == cuda, Version(s.torch), Version(s.version)))
     return ranked[-1] if ranked else None
 
 

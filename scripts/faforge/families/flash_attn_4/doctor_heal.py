@@ -31,12 +31,12 @@ def torch_pin(facts: EnvFacts, kgs: KnownGoodSet) -> str:
 
 
 def pins(data: Fa4Data, kgs: KnownGoodSet, facts: EnvFacts) -> list[str]:
-    return [torch_pin(facts, kgs), f"{FLASH_ATTN_4.package}=={kgs.flash_attn_4}", *data.requirements(kgs)]
+    return [torch_pin(facts, kgs), f"{FLASH_ATTN_4.package}=={kgs.version}", *data.requirements(kgs)]
 
 
 def index_line(facts: EnvFacts, kgs: KnownGoodSet) -> str:
     """The same set from faforge's index of this torch minor and CUDA (BASE/torch2.14-cu130/)."""
-    wheel = f"{FLASH_ATTN_4.package}=={kgs.flash_attn_4}+{kgs.local_label}"
+    wheel = f"{FLASH_ATTN_4.package}=={kgs.version}+{kgs.local_label}"
     index = instructions.index_url(kgs.id)
     python = facts.python.executable
     return shlex.join([python, "-m", "pip", "install", "--extra-index-url", index, torch_pin(facts, kgs), wheel])
@@ -45,7 +45,7 @@ def index_line(facts: EnvFacts, kgs: KnownGoodSet) -> str:
 def conda_line(facts: EnvFacts, kgs: KnownGoodSet) -> str:
     """The conda package of the set (its run requirements are the set) beside this prefix's torch."""
     torch = torch_pin(facts, kgs).removeprefix("torch==")
-    specs = [f"{FLASH_ATTN_4.package} =={kgs.flash_attn_4}", f"pytorch =={torch}"]
+    specs = [f"{FLASH_ATTN_4.package} =={kgs.version}", f"pytorch =={torch}"]
     channels = ["-c", config.public_channel(), "-c", "conda-forge"]
     return shlex.join(["conda", "install", "-p", facts.python.prefix, *channels, *specs])
 
@@ -55,7 +55,7 @@ def heal(data: Fa4Data, kgs: KnownGoodSet, facts: EnvFacts, resolves: tuple[str,
     python = facts.python.executable
     again = f"then run `faforge doctor --python {python}` again"
     level = kgs.level or "not yet gated"
-    title = f"install {FLASH_ATTN_4.package} {kgs.flash_attn_4} with its known-good set {kgs.id} ({level})"
+    title = f"install {FLASH_ATTN_4.package} {kgs.version} with its known-good set {kgs.id} ({level})"
     exact = pins(data, kgs, facts)
     if facts.conda is not None:
         pip = shlex.join([python, "-m", "pip", "install", *exact])
