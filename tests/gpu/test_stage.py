@@ -83,7 +83,7 @@ def test_the_benchmark_columns_ratios_and_failures_come_from_the_families():
 
 def test_the_registry_hands_each_family_with_a_suite_to_the_commands():
     assert gpu_families() == [family.gpu for family in FAMILIES]
-    assert [f.package for f in gpu_families()] == ["flash-attn", "flash-attn-3"]
+    assert [f.package for f in gpu_families()] == ["flash-attn", "flash-attn-3", "flash-attn-4"]
 
 
 def test_the_standalone_runner_finds_a_family_by_its_package_name():

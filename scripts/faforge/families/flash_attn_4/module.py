@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # each stage's namespace as that stage's Protocol, so mypy ch
     from faforge.families.flash_attn_4 import build as _build
     from faforge.families.flash_attn_4 import bump as _bump
     from faforge.families.flash_attn_4 import doctor as _doctor
+    from faforge.families.flash_attn_4 import gpu as _gpu
     from faforge.families.flash_attn_4 import matrix as _matrix
     from faforge.families.flash_attn_4 import page as _page
     from faforge.families.flash_attn_4 import plan as _plan
@@ -33,9 +34,7 @@ if TYPE_CHECKING:  # each stage's namespace as that stage's Protocol, so mypy ch
     page: PageFamily = _page
     bump: BumpFamily = _bump
     verify: VerifyFamily = _verify
-    gpu: GpuFamily | None
-
-gpu = None  # STUB
+    gpu: GpuFamily | None = _gpu
 
 # At run time each namespace is imported when its stage first asks (faforge.families.lazy).
 __getattr__ = stage_loader(
@@ -48,5 +47,6 @@ __getattr__ = stage_loader(
         "page": "faforge.families.flash_attn_4.page",
         "bump": "faforge.families.flash_attn_4.bump",
         "verify": "faforge.families.flash_attn_4.verify",
+        "gpu": "faforge.families.flash_attn_4.gpu",
     },
 )

@@ -1,0 +1,92 @@
+"""FlashAttention-4's GPU gate on this GPU-less machine: it closes with the reason a person needs (no torch, no
+CUDA device, an arch FA4 does not run, a package of its import path missing, flash_attn.cute not FA4's own
+files) and reads versions from distribution metadata; its stage plugs into test-gpu and bench-gpu."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from faforge.families.flash_attn_4 import gpu as fa4_gpu
+from faforge.families.flash_attn_4.gpu_gate import FLAVOURS, IMPORT_PATH, Fa4Gate, judge, missing
+from faforge.families.registry import FAMILIES
+from faforge.gpu.stage import load
+
+COMPLETE = dict.fromkeys(IMPORT_PATH + FLAVOURS[:1], "1.0")
+
+
+def found(capability: tuple[int, int], versions: dict) -> dict:
+    return {"torch": "2.11.0+cu130", "device": "NVIDIA H100 80GB HBM3", "capability": capability, "versions": versions}
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (8, 9), (7, 5)])
+def test_an_arch_outside_fa4s_own_check_closes_the_gate_naming_it(capability):
+    gate = judge(found(capability, COMPLETE))
+    arch = f"sm_{capability[0]}{capability[1]}"
+    assert not gate.usable and f"{arch} is outside what flash-attn-4 runs forward and backward on" in gate.reason
+    assert "compute capability 9.x, 10.x, 11.x, 12.x" in gate.reason
+
+
+def test_a_missing_package_of_the_import_path_closes_the_gate_naming_each():
+    versions = {**COMPLETE, "quack-kernels": None, "triton": None, FLAVOURS[0]: None}
+    gate = judge(found((9, 0), versions))
+    assert not gate.usable
+    assert "quack-kernels, triton, nvidia-cutlass-dsl-libs-cu13 or nvidia-cutlass-dsl-libs-cu12 not installed" in (
+        gate.reason
+    )
+    assert "gpu_payload" in gate.reason  # where the GPU machine's payload comes from
+
+
+def test_one_cuda_flavour_of_the_dsl_is_enough():
+    assert missing({**COMPLETE, FLAVOURS[0]: None, FLAVOURS[1]: "4.8.1"}) == []
+    assert missing(COMPLETE) == []
+
+
+def test_a_complete_set_whose_import_fails_closes_the_gate_with_the_import_error():
+    """Here flash_attn.cute is not installed (the main venv has no FA4): the import's own error is the reason."""
+    gate = judge(found((10, 0), COMPLETE))
+    assert not gate.usable and gate.reason.startswith("`import flash_attn.cute` fails: ModuleNotFoundError")
+
+
+def test_the_gate_json_carries_versions_and_first_calls():
+    gate = Fa4Gate(False, "why", versions={"flash-attn-4": None})
+    gate.first_calls["fwd bf16 hdim128 causal=False"] = 12.5
+    data = gate.to_json()
+    assert data["versions"] == {"flash-attn-4": None} and data["first_calls"] == {"fwd bf16 hdim128 causal=False": 12.5}
+
+
+def test_the_stage_is_the_registrys_and_the_standalone_runners():
+    assert next(f for f in FAMILIES if f.spec.package == "flash-attn-4").gpu is fa4_gpu
+    assert load("flash-attn-4") is fa4_gpu
+    assert fa4_gpu.kernel_of("kernel_cutlass_FlashAttentionForwardSm90_object_at_0x7f") == "FlashAttentionForwardSm90"
+    assert fa4_gpu.kernel_of("kernel_FlashAttentionBackwardPostprocess_0") == "FlashAttentionBackwardPostprocess"
+    assert fa4_gpu.kernel_of("void at::native::vectorized_elementwise_kernel<4>") is None
+
+
+def test_first_calls_are_timed_once_per_shape_class():
+    class Tensor:
+        dtype, shape, requires_grad = "torch.bfloat16", (2, 128, 4, 64), True
+
+    calls = []
+    record: dict[str, float] = {}
+    torch_stub = type(sys)("torch")
+    torch_stub.cuda = type("cuda", (), {"synchronize": staticmethod(lambda: None)})
+    sys.modules.setdefault("torch", torch_stub)
+    try:
+        timed = fa4_gpu.timed_first_calls(lambda q, k, v, causal: calls.append(causal) or ("out", "lse"), record)
+        assert timed(Tensor, Tensor, Tensor, causal=True) == "out"
+        assert timed(Tensor, Tensor, Tensor, causal=True) == "out"
+    finally:
+        if sys.modules.get("torch") is torch_stub:
+            del sys.modules["torch"]
+    assert calls == [True, True] and list(record) == ["fwd bfloat16 hdim64 causal=True grad=True"]
+
+
+def test_test_gpu_without_torch_exits_3_with_the_reason():
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "test-gpu", "--family", "flash-attn-4"], capture_output=True, text=True
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "SKIPPED: torch is not importable" in result.stdout
