@@ -15,6 +15,7 @@ import base64
 import hashlib
 import importlib
 import importlib.metadata as metadata
+import importlib.util
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -127,6 +128,20 @@ def foreign_copy(module_file: str | None) -> str | None:
     return None
 
 
+def probe_file() -> str | None:
+    """The PROBE file `import` would load, found without importing anything (the shared package's locations, in
+    order: a regular package has one, a namespace package one per portion)."""
+    try:
+        spec = importlib.util.find_spec(FLASH_ATTN_4.namespace)
+    except (ImportError, ValueError):
+        return None
+    relative = PROBE.split("/", 1)[1]
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(location) / relative).is_file():
+            return str(Path(location) / relative)
+    return None
+
+
 @lru_cache(maxsize=1)
 def evaluate() -> Fa4Gate:
     """Run the checks once per process (the suite's modules, bench-gpu and test-gpu all ask)."""
@@ -159,13 +174,12 @@ def judge(found: dict) -> Fa4Gate:
             "not installed (on a GPU machine without a network: faforge.families.flash_attn_4.gpu_payload)",
             **found,
         )
+    if foreign := foreign_copy(probe_file()):  # before importing: a mixed copy fails to import for another reason
+        return Fa4Gate(False, foreign, **found)
     try:
         module = importlib.import_module(FLASH_ATTN_4.module)
-        interface = importlib.import_module(f"{FLASH_ATTN_4.module}.interface")
     except Exception as exc:  # any import failure closes the gate; its text is the reason
         return Fa4Gate(False, f"`import {FLASH_ATTN_4.module}` fails: {type(exc).__name__}: {exc}", **found)
-    if foreign := foreign_copy(getattr(interface, "__file__", None)):
-        return Fa4Gate(False, foreign, **found)
     version = found["versions"][FLASH_ATTN_4.package]
     notes = (
         f"{FLASH_ATTN_4.module}.__version__ says {getattr(module, '__version__', None)}; "
