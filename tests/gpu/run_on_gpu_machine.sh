@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU gate in one call on a GPU machine with no network (the H200 device machine: x86_64, CPython 3.12
+# The GPU gate in one call on a GPU machine with no network (the device machine: x86_64, CPython 3.12
 # with torch 2.11.0+cu130 as `python3`, nvcc 13.0):
 #   1. decompresses the canary (tests/gpu/canary/, the flash_attn build under test, committed) after checking
 #      its sha256 against manifest.json, and installs it with the wheels carried in .gpu-wheels/ (PyPI's small
@@ -7,19 +7,27 @@
 #      FlashAttention-3's canary (tests/gpu/canary/flash-attn-3/) is checked and installed the same way, then
 #      passes `faforge check-abi --stable-abi` against this machine's torch;
 #   2. runs `faforge test-gpu` with the archs and head dims the canary's manifest declares (the suite: compat
-#      check first, then numerics; capped at 240 s, after which the reports are still written);
-#      then `faforge test-gpu --family flash-attn-3` (what its flash_attn_config.py declares; capped at 60 s);
-#   3. runs `faforge bench-gpu` (TFLOP/s vs PyTorch SDPA; capped at 60 s);
-#   4. leaves run.log, summary.json, junit.xml, pytest.log, bench.json and bench.txt in REPORT_DIR (FA3's suite: REPORT_DIR/fa3/).
-# The whole run stays under 5 minutes on an H200 (the caps add up to 290 s).
+#      check first, then numerics; capped, after which the reports are still written);
+#      then `faforge test-gpu --family flash-attn-3` (what its flash_attn_config.py declares);
+#   3. FlashAttention-4: puts its payload back together from build/gpu-payload/part*/ (carried one part per call,
+#      faforge.families.flash_attn_4.gpu_payload; every part's and wheel's sha256 checked), installs it and copies
+#      it over the private folder as pip would into one site-packages (FA4's flash_attn/cute/ over flash-attn 2's
+#      copy), then runs `faforge test-gpu --family flash-attn-4` (bf16; first calls, the DSL's compiles, in
+#      REPORT_DIR/fa4/first_calls.json) with the DSL's kernel cache on, so that the benchmark reuses them;
+#   4. runs `faforge bench-gpu` (TFLOP/s of FA2, FA3 and FA4 beside PyTorch SDPA; FA4's first calls in fa4_gate);
+#   5. leaves run.log, summary.json, junit.xml, pytest.log, bench.json and bench.txt in REPORT_DIR (FA3's suite:
+#      REPORT_DIR/fa3/, FA4's: REPORT_DIR/fa4/).
+# The whole run stays under 5 minutes (the caps add up to 290 s; the installs take about 20 s).
 #
 # usage: bash tests/gpu/run_on_gpu_machine.sh REPORT_DIR
 #   environment: PYTHON (default python3), FAFORGE_GPU_WHEELS (default <repo>/.gpu-wheels),
 #                FAFORGE_GPU_CANARY (default <repo>/tests/gpu/canary; the offline rehearsal points it at a stand-in),
-#                FAFORGE_GPU_CANARY_FA3 (default $FAFORGE_GPU_CANARY/flash-attn-3: FlashAttention-3's canary)
-# exit: 0 suite passed and benchmark ran; 1 a failure (install, a test, the benchmark, a time cap);
+#                FAFORGE_GPU_CANARY_FA3 (default $FAFORGE_GPU_CANARY/flash-attn-3: FlashAttention-3's canary),
+#                FAFORGE_GPU_FA4_PAYLOAD (default <repo>/build/gpu-payload: FlashAttention-4's parts)
+# exit: 0 suites passed and benchmark ran; 1 a failure (install, a test, the benchmark, a time cap);
 #       3 nothing verified (no usable GPU, no CUDA torch, no flash_attn, or a binary without code for this GPU).
-# Device tool: command="bash tests/gpu/run_on_gpu_machine.sh $OUT", carry=[".gpu-wheels"], timeout_s=420.
+# Device tool (docs/maintaining/gpu-gate.md): payload calls carry build/gpu-payload/part1, part2; then
+#   command="bash tests/gpu/run_on_gpu_machine.sh $OUT", carry=[".gpu-wheels", "build/gpu-payload/part3"], timeout_s=330.
 set -uo pipefail
 
 REPORT=${1:?usage: run_on_gpu_machine.sh REPORT_DIR}
@@ -27,10 +35,14 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WHEELS=${FAFORGE_GPU_WHEELS:-$REPO/.gpu-wheels}
 CANARY=${FAFORGE_GPU_CANARY:-$REPO/tests/gpu/canary}
 CANARY_FA3=${FAFORGE_GPU_CANARY_FA3:-$CANARY/flash-attn-3}
+FA4_PAYLOAD=${FAFORGE_GPU_FA4_PAYLOAD:-$REPO/build/gpu-payload}
 PY=${PYTHON:-python3}
-TEST_CAP_S=170
-FA3_CAP_S=60
-BENCH_CAP_S=60
+TEST_CAP_S=120
+FA3_CAP_S=45
+FA4_CAP_S=75
+BENCH_CAP_S=50
+# The benchmark's shapes here: two seqlens of the default six, so that three families fit the cap.
+BENCH_SEQLENS=2048,8192
 
 unpack_canary() {
   # $1: a canary folder (an xz'd wheel + manifest.json), $2: where the checked, decompressed wheel goes
@@ -122,16 +134,39 @@ main() {
     fa3_rc=$?
   fi
 
+  local fa4_rc=3
+  if compgen -G "$FA4_PAYLOAD/part*/manifest.json" >/dev/null; then
+    echo "== flash-attn-4 payload from $FA4_PAYLOAD (parts and wheels checked, pip --no-index --no-deps)"
+    local fa4site
+    fa4site=$(mktemp -d /tmp/faforge-gpu-fa4.XXXXXX)
+    "$PY" -m faforge.families.flash_attn_4.gpu_payload install --from "$FA4_PAYLOAD" --target "$fa4site" >/dev/null \
+      || return 1
+    # one site-packages, as pip makes it: FA4's flash_attn/cute/ files replace flash-attn 2's copy of them
+    cp -a "$fa4site"/. "$site"/ && rm -rf "$fa4site"
+    PYTHONPATH=$("$PY" -m faforge.families.flash_attn_4.gpu_payload pythonpath "$site")${PYTHONPATH#"$site"} || return 1
+    echo "installed: flash-attn-4 $(cd "$site" && ls -d flash_attn_4-*.dist-info nvidia_cutlass_dsl-*.dist-info | tr '\n' ' ')"
+    export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1
+    FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=$(mktemp -d /tmp/faforge-gpu-fa4-kernels.XXXXXX)
+    export FLASH_ATTENTION_CUTE_DSL_CACHE_DIR
+    echo "== faforge test-gpu --family flash-attn-4 (bf16)"
+    timeout $((FA4_CAP_S + 30)) "$PY" -m faforge test-gpu --family flash-attn-4 --report-dir "$REPORT/fa4" \
+      --time-cap-s "$FA4_CAP_S" -- -k "bf16 or metadata"
+    fa4_rc=$?
+    [ -f "$REPORT/fa4/first_calls.json" ] && cat "$REPORT/fa4/first_calls.json"
+  else
+    echo "note: no flash-attn-4 payload in $FA4_PAYLOAD (build it and carry its parts: docs/maintaining/gpu-gate.md)"
+  fi
+
   echo "== faforge bench-gpu"
-  timeout "$BENCH_CAP_S" "$PY" -m faforge bench-gpu --report-dir "$REPORT" | tee "$REPORT/bench.txt"
+  timeout "$BENCH_CAP_S" "$PY" -m faforge bench-gpu --seqlens "$BENCH_SEQLENS" --report-dir "$REPORT" | tee "$REPORT/bench.txt"
   local bench_rc=${PIPESTATUS[0]}
   [ "$bench_rc" -eq 124 ] && echo "faforge bench-gpu: stopped after ${BENCH_CAP_S}s"
 
-  echo "== exit codes: test-gpu $test_rc, test-gpu flash-attn-3 $fa3_rc, bench-gpu $bench_rc"
-  rm -rf "$site" "$unpacked"
-  case "$test_rc/$fa3_rc/$bench_rc" in
-    0/0/0) return 0 ;;
-    [03]/[03]/[03]) return 3 ;;
+  echo "== exit codes: test-gpu $test_rc, test-gpu flash-attn-3 $fa3_rc, test-gpu flash-attn-4 $fa4_rc, bench-gpu $bench_rc"
+  rm -rf "$site" "$unpacked" "${FLASH_ATTENTION_CUTE_DSL_CACHE_DIR:-}"
+  case "$test_rc/$fa3_rc/$fa4_rc/$bench_rc" in
+    0/0/0/0) return 0 ;;
+    [03]/[03]/[03]/[03]) return 3 ;;
     *) return 1 ;;
   esac
 }

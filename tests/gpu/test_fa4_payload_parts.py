@@ -11,7 +11,14 @@ import shutil
 import pytest
 
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_4.gpu_payload_parts import MANIFEST, reassemble, sha256_of, split
+from faforge.families.flash_attn_4.gpu_payload_parts import (
+    MANIFEST,
+    part_states,
+    read_manifest,
+    reassemble,
+    sha256_of,
+    split,
+)
 
 
 @pytest.fixture
@@ -48,6 +55,7 @@ def test_the_parts_put_back_together_are_the_wheels_byte_for_byte(wheels, tmp_pa
 def test_a_missing_part_is_refused_by_name(wheels, tmp_path):
     split(wheels, tmp_path / "payload", 4000, {})
     there = carried(tmp_path / "payload", tmp_path, ["part1", "part3"])
+    assert part_states(there, read_manifest(there)) == {"part1": "ok", "part2": "missing", "part3": "ok"}
     with pytest.raises(FaforgeError, match=r"part part2 of the payload is missing") as caught:
         reassemble(there, tmp_path / "out")
     assert "carry gpu-payload/part2 in a device call" in caught.value.hint
@@ -60,6 +68,7 @@ def test_a_corrupt_part_is_refused_by_name(wheels, tmp_path):
     data = bytearray((there / "part3" / "part3.bin").read_bytes())
     data[100] ^= 0xFF
     (there / "part3" / "part3.bin").write_bytes(bytes(data))
+    assert part_states(there, read_manifest(there)) == {"part1": "ok", "part2": "ok", "part3": "corrupt"}
     with pytest.raises(FaforgeError, match=r"part part3 of the payload is corrupt: 3166 bytes, sha256 [0-9a-f]{64}"):
         reassemble(there, tmp_path / "out")
 

@@ -21,16 +21,20 @@ import lzma
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from faforge.gpu import canary
+from tests.support.cache import cache_dir
 from tests.support.recipe_test_envs import pip_target
 from tests.support.torch_envs import TorchEnvUnavailable, find_python, torch_env
 
 REPO = Path(__file__).resolve().parents[2]
+# FlashAttention-4's payload wheels (PyPI), shared with tests/gpu/test_fa4_payload.py
+FA4_DOWNLOADS = cache_dir("fa4-gpu-payload") / "cp311-torch2.14"
 
 
 def rehearsal_site(python: Path) -> Path:
@@ -106,6 +110,7 @@ def test_rehearsal_without_network_exits_3(tmp_path):
         "PYTHONPATH": str(rehearsal_site(python)),
         "FAFORGE_GPU_WHEELS": str(wheels),
         "FAFORGE_GPU_CANARY": str(folder),
+        "FAFORGE_GPU_FA4_PAYLOAD": str(tmp_path / "no-fa4-payload"),
     }
     result = subprocess.run(
         ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)],
@@ -162,6 +167,7 @@ def test_rehearsal_installs_the_real_fa3_canary_and_it_passes_the_stable_abi_gat
         "FAFORGE_GPU_WHEELS": str(wheels),
         "FAFORGE_GPU_CANARY": str(folder),
         "FAFORGE_GPU_CANARY_FA3": str(fa3),
+        "FAFORGE_GPU_FA4_PAYLOAD": str(tmp_path / "no-fa4-payload"),
     }
     result = subprocess.run(
         ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)],
@@ -181,4 +187,55 @@ def test_rehearsal_installs_the_real_fa3_canary_and_it_passes_the_stable_abi_gat
     # then FA3's own suite: its gate reads the canary's declaration and, with no GPU here, nothing is verified
     fa3_summary = json.loads((report / "fa3" / "summary.json").read_text())
     assert fa3_summary["family"] == "flash-attn-3" and fa3_summary["exit_code"] == 3, fa3_summary["reason"]
-    assert "== exit codes: test-gpu 3, test-gpu flash-attn-3 3, bench-gpu" in result.stdout
+    assert "== exit codes: test-gpu 3, test-gpu flash-attn-3 3, test-gpu flash-attn-4 3, bench-gpu" in result.stdout
+
+
+@pytest.mark.slow
+def test_rehearsal_installs_the_fa4_payload_from_its_parts_over_flash_attn_2(tmp_path):
+    """FlashAttention-4's part of the same run (torch 2.14.1+cu130, CPython 3.11; no GPU): its payload, built from
+    real PyPI wheels and carried as parts, is checked, put back together, installed offline and copied over the
+    flash-attn 2 install as pip would; FA4's suite then sees flash-attn-4 4.0.0b40 by its metadata and, with no
+    GPU here, verifies nothing (3), and the benchmark's JSON carries FA4's gate."""
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0
+    ):
+        pytest.skip("unshare -n is not available here")
+    try:
+        torch = torch_env("2.14.1")
+    except TorchEnvUnavailable as exc:
+        pytest.skip(str(exc))
+    wheels, report, payload = tmp_path / "wheels", tmp_path / "report", tmp_path / "gpu-payload"
+    stage = subprocess.run(
+        ["bash", str(REPO / "tests/gpu/stage_gpu_wheels.sh"), "--dest", str(wheels)], capture_output=True, text=True
+    )
+    assert stage.returncode == 0, stage.stdout + stage.stderr
+    built = subprocess.run(
+        [sys.executable, "-m", "faforge.families.flash_attn_4.gpu_payload", "build", "--torch", "2.14", "--python",
+         "3.11", "--image-has", "triton,typing-extensions", "--downloads", str(FA4_DOWNLOADS), "--out", str(payload)],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    env = {
+        **os.environ,
+        "PYTHON": str(torch.python),
+        "PYTHONPATH": str(pip_target(torch.python, "gpu-rehearsal-py3.11", ("numpy", "pyyaml"))),
+        "FAFORGE_GPU_WHEELS": str(wheels),
+        "FAFORGE_GPU_CANARY": str(stand_in_canary(tmp_path / "canary", stand_in_flash_attn_wheel(tmp_path))),
+        "FAFORGE_GPU_FA4_PAYLOAD": str(payload),
+    }
+    result = subprocess.run(
+        ["unshare", "-n", "bash", str(REPO / "tests/gpu/run_on_gpu_machine.sh"), str(report)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 3, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "installed: flash-attn-4 flash_attn_4-4.0.0b40.dist-info nvidia_cutlass_dsl-4.8.1.dist-info" in result.stdout
+    fa4 = json.loads((report / "fa4" / "summary.json").read_text())
+    assert fa4["family"] == "flash-attn-4" and fa4["exit_code"] == 3
+    assert fa4["reason"].startswith("no CUDA device visible to torch 2.14.1"), fa4["reason"]
+    assert fa4["gate"]["versions"]["flash-attn-4"] == "4.0.0b40"
+    assert "== exit codes: test-gpu 3, test-gpu flash-attn-3 0, test-gpu flash-attn-4 3, bench-gpu 3" in result.stdout
+    assert json.loads((report / "bench.json").read_text())["fa4_gate"]["versions"]["quack-kernels"] == "0.6.5"

@@ -2,6 +2,8 @@
 
     python -m faforge.families.flash_attn_4.gpu_payload build [--torch 2.11 --cuda 13.0 --python 3.12]
     python -m faforge.families.flash_attn_4.gpu_payload install --from build/gpu-payload --target DIR
+    python -m faforge.families.flash_attn_4.gpu_payload check --from build/gpu-payload
+    python -m faforge.families.flash_attn_4.gpu_payload pythonpath DIR
 
 `build` downloads the set's wheels for one CPython and platform with pip (PyPI only: `--isolated`, so no local
 find-links or constraints can slip in a file), checks each one's sha256 against PyPI's index (and FA4's against
@@ -11,7 +13,10 @@ nvidia-cutlass-dsl-libs-cu12: the DSL loads the highest CUDA flavour not newer t
 torch means a CUDA 13 driver. `install` puts the parts back together, checks every sha256, installs the wheels
 with `pip install --no-index --no-deps --target DIR`, and prints the PYTHONPATH that makes DIR act as a site
 folder: DIR, then what its .pth files add (nvidia-cutlass-dsl's puts `cutlass` on the path; a --target folder's
-.pth files are not read). Only `build` needs faforge's dependencies.
+.pth files are not read); `pythonpath` prints it for a folder the wheels were copied into; `check`, a payload
+call's command, reports each part carried so far (ok, missing, corrupt: exit 1), so a bad transfer is redone then.
+Only `build` needs faforge's dependencies. Reached here, not through `faforge test-gpu`, which has no per-family
+hook for a payload.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import urllib.request
 from pathlib import Path
 
 from faforge.errors import FaforgeError, RemoteError
-from faforge.families.flash_attn_4.gpu_payload_parts import reassemble, sha256_of, split
+from faforge.families.flash_attn_4.gpu_payload_parts import part_states, read_manifest, reassemble, sha256_of, split
 from faforge.family import FLASH_ATTN_4
 
 # Already in the GPU machine's image (docs/maintaining/gpu-gate.md), so not carried.
@@ -165,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     put.add_argument("--from", dest="source", type=Path, default=Path("build/gpu-payload"))
     put.add_argument("--target", type=Path, required=True, help="the folder pip installs into")
     put.add_argument("--python", default=sys.executable, help="whose pip installs (default: this Python)")
+    check = commands.add_parser("check", help="there, in a payload call: the parts carried so far, each checked")
+    check.add_argument("--from", dest="source", type=Path, default=Path("build/gpu-payload"))
+    path = commands.add_parser("pythonpath", help="the PYTHONPATH that makes a folder act as a site folder")
+    path.add_argument("folder", type=Path, help="e.g. a --target folder the payload was copied into")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -176,8 +185,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(manifest['wheels'])} wheels, {total / (1 << 20):.1f} MiB in {len(manifest['parts'])} parts; "
                 f"left out: {', '.join(manifest['left_out']) or 'nothing'}"
             )
-        else:
+        elif args.command == "check":
+            states = part_states(args.source, read_manifest(args.source))
+            print(", ".join(f"{name} {state}" for name, state in states.items()))
+            return 1 if "corrupt" in states.values() else 0
+        elif args.command == "install":
             print(":".join(install(args)))  # the PYTHONPATH that makes --target a site folder
+        else:
+            print(":".join(site_path(args.folder)))
     except FaforgeError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code

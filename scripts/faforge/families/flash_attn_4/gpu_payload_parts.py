@@ -109,6 +109,21 @@ def read_manifest(folder: Path) -> dict:
     return manifest
 
 
+def part_states(folder: Path, manifest: dict) -> dict[str, str]:
+    """{part: "ok", "missing" or "corrupt"}: what a payload call reports of the parts carried so far."""
+    states = {}
+    for part in manifest["parts"]:
+        path = folder / part["name"] / f"{part['name']}.bin"
+        states[part["name"]] = (
+            "missing"
+            if not path.is_file()
+            else "ok"
+            if path.stat().st_size == part["size"] and sha256_of(path) == part["sha256"]
+            else "corrupt"
+        )
+    return states
+
+
 def check_parts(folder: Path, manifest: dict) -> list[Path]:
     """Every part's file, each present with its size and sha256; else the first that is not, by name."""
     files = []
