@@ -10,7 +10,8 @@
 # here says whether the canary's kernel inputs changed since it was built (a report, not a failure).
 #
 # usage: tests/gpu/stage_gpu_wheels.sh [--flash-attn-wheel PATH] [--dest DIR]
-# then:  device run  command="bash tests/gpu/run_on_gpu_machine.sh $OUT"  carry=[".gpu-wheels"]  timeout_s=420
+# then:  device run  command="bash tests/gpu/run_on_gpu_machine.sh $OUT"  carry=[".gpu-wheels"]  timeout_s=330
+#        (FlashAttention-4's payload parts first: docs/maintaining/gpu-gate.md)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
