@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from faforge.families.flash_attn_4 import gpu as fa4_gpu
-from faforge.families.flash_attn_4.gpu_gate import FLAVOURS, IMPORT_PATH, Fa4Gate, judge, missing
+from faforge.families.flash_attn_4.gpu_gate import FLAVOURS, IMPORT_PATH, Fa4Gate, judge, missing, set_note
 from faforge.families.registry import FAMILIES
 from faforge.gpu.stage import load
 
@@ -90,3 +90,12 @@ def test_test_gpu_without_torch_exits_3_with_the_reason():
     )
     assert result.returncode == 3, result.stdout + result.stderr
     assert "SKIPPED: torch is not importable" in result.stdout
+
+
+def test_a_usable_gate_says_which_known_good_set_the_run_proves():
+    """By the data file's pin policy: exact pins must match, floor pins may be newer (this venv has
+    typing-extensions 4.16 against the set's floor of 4.15; nothing of FA4)."""
+    note = set_note("2.11.0+cu130", "13.0")
+    assert note.startswith("the known-good set torch2.11-cu130, except: flash-attn-4 absent (set: 4.0.0b40), ")
+    assert "typing-extensions" not in note
+    assert set_note("2.9.1+cu128", "12.8") == "no known-good set of flash-attn-4 for torch 2.9 and CUDA 12.8"

@@ -22,6 +22,7 @@ import pytest
 from faforge import paths
 from faforge.family import FLASH_ATTN_4
 from tests.support.cache import cache_dir
+from tests.support.recipe_test_envs import pip_target
 from tests.support.torch_envs import TorchEnvUnavailable, torch_env
 
 pytestmark = pytest.mark.slow
@@ -34,9 +35,9 @@ IMAGE_HAS = "triton,typing-extensions"
 FA2_CANARY = REPO / "tests" / "gpu" / "canary" / "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl.xz"
 GATE = """
 import json
-from faforge.families.flash_attn_4.gpu_gate import installed_versions, judge
+from faforge.families.flash_attn_4.gpu_gate import installed_versions, judge, set_note
 gate = judge({"torch": "2.14.1", "device": "NVIDIA H100", "capability": (9, 0), "versions": installed_versions()})
-print(json.dumps(gate.to_json()))
+print(json.dumps({**gate.to_json(), "set": set_note("2.14.1+cu130", "13.0")}))
 """
 
 
@@ -94,7 +95,8 @@ def test_installed_from_the_parts_alone_flash_attn_cute_imports_beside_real_torc
     assert result.returncode == 0, result.stderr
     pythonpath = result.stdout.strip().splitlines()[-1]
     assert pythonpath == f"{target}:{target}/nvidia_cutlass_dsl/dsl_packages"
-    env = dict(os.environ, PYTHONPATH=f"{SCRIPTS}:{pythonpath}", TVM_FFI_DISABLE_TORCH_C_DLPACK="1")
+    image = pip_target(torch_python, "gpu-rehearsal-py3.11", ("numpy", "pyyaml"))  # as the GPU machine's image has
+    env = dict(os.environ, PYTHONPATH=f"{SCRIPTS}:{pythonpath}:{image}")
     code = f"import importlib.metadata as m, {FLASH_ATTN_4.module} as fa; print(fa.__file__, m.version('flash-attn-4'))"
     imported = subprocess.run([str(torch_python), "-c", code], capture_output=True, text=True, env=env)
     assert imported.returncode == 0, imported.stderr[-2000:]
@@ -104,6 +106,8 @@ def test_installed_from_the_parts_alone_flash_attn_cute_imports_beside_real_torc
     gate = json.loads(opened.stdout.splitlines()[-1])
     assert gate["usable"], gate["reason"]
     assert gate["versions"]["nvidia-cutlass-dsl-libs-cu13"] == "4.8.1" and gate["versions"]["triton"] == "3.8.0"
+    # the payload's own cuda-bindings shadows the torch env's 13.5.0; only the CUDA 12 flavour was left out
+    assert gate["set"] == "the known-good set torch2.14-cu130, except: nvidia-cutlass-dsl-libs-cu12 absent (set: 4.8.1)"
 
     with zipfile.ZipFile(io.BytesIO(lzma.decompress(FA2_CANARY.read_bytes()))) as fa2:
         (target / "flash_attn" / "cute" / "interface.py").write_bytes(fa2.read("flash_attn/cute/interface.py"))

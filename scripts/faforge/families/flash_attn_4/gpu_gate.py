@@ -16,7 +16,7 @@ import hashlib
 import importlib
 import importlib.metadata as metadata
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -159,7 +159,38 @@ def evaluate() -> Fa4Gate:
         return Fa4Gate(False, why, **found)
     found["capability"] = tuple(torch.cuda.get_device_capability(0))
     found["device"] = torch.cuda.get_device_name(0)
-    return judge(found)
+    gate = judge(found)
+    return replace(gate, notes=(*gate.notes, set_note(torch.__version__, torch.version.cuda))) if gate.usable else gate
+
+
+def set_note(torch_version: str, cuda: str) -> str:
+    """How this environment compares with the known-good set of its torch minor and CUDA (variants/), so that a
+    passing run says which set it proves; the data file is read where the checkout is at hand."""
+    minor = ".".join(torch_version.split("+")[0].split(".")[:2])
+    try:
+        from packaging.version import Version  # noqa: PLC0415 (only here)
+
+        from faforge.families.flash_attn_4.sets import load  # noqa: PLC0415 (yaml, packaging: only here)
+
+        data = load()
+        kgs = data.set_for(minor, cuda)
+    except Exception as exc:  # no checkout, no yaml: a note, never a closed gate
+        return f"the known-good sets were not read ({type(exc).__name__}: {exc})"
+    if kgs is None:
+        return f"no known-good set of {FLASH_ATTN_4.package} for torch {minor} and CUDA {cuda}"
+    wanted = {FLASH_ATTN_4.package: kgs.flash_attn_4, **kgs.packages}
+    found = installed_versions(tuple(wanted))
+
+    def kept(name: str, want: str) -> bool:  # the set's pin policy: a floor-pinned package may be newer
+        have = found[name]
+        return have is not None and (Version(have) >= Version(want) if name in data.floor else have == want)
+
+    differ = [
+        f"{name} {found[name] or 'absent'} (set: {want})" for name, want in wanted.items() if not kept(name, want)
+    ]
+    if not differ:
+        return f"the known-good set {kgs.id}, every pin kept"
+    return f"the known-good set {kgs.id}, except: {', '.join(differ)}"
 
 
 def judge(found: dict) -> Fa4Gate:
