@@ -65,22 +65,23 @@ def test_the_stage_is_the_registrys_and_the_standalone_runners():
     assert fa4_gpu.kernel_of("void at::native::vectorized_elementwise_kernel<4>") is None
 
 
-def test_first_calls_are_timed_once_per_shape_class():
+@pytest.fixture
+def torch_stub(monkeypatch):
+    """Just enough torch for the benchmark's wrapper (torch.cuda.synchronize): the main venv has none."""
+    stub = type(sys)("torch")
+    stub.cuda = type("cuda", (), {"synchronize": staticmethod(lambda: None)})
+    monkeypatch.setitem(sys.modules, "torch", stub)
+
+
+def test_first_calls_are_timed_once_per_shape_class(torch_stub):
     class Tensor:
         dtype, shape, requires_grad = "torch.bfloat16", (2, 128, 4, 64), True
 
     calls = []
     record: dict[str, float] = {}
-    torch_stub = type(sys)("torch")
-    torch_stub.cuda = type("cuda", (), {"synchronize": staticmethod(lambda: None)})
-    sys.modules.setdefault("torch", torch_stub)
-    try:
-        timed = fa4_gpu.timed_first_calls(lambda q, k, v, causal: calls.append(causal) or ("out", "lse"), record)
-        assert timed(Tensor, Tensor, Tensor, causal=True) == "out"
-        assert timed(Tensor, Tensor, Tensor, causal=True) == "out"
-    finally:
-        if sys.modules.get("torch") is torch_stub:
-            del sys.modules["torch"]
+    timed = fa4_gpu.timed_first_calls(lambda q, k, v, causal: calls.append(causal) or ("out", "lse"), record)
+    assert timed(Tensor, Tensor, Tensor, causal=True) == "out"
+    assert timed(Tensor, Tensor, Tensor, causal=True) == "out"
     assert calls == [True, True] and list(record) == ["fwd bfloat16 hdim64 causal=True grad=True"]
 
 
@@ -99,3 +100,16 @@ def test_a_usable_gate_says_which_known_good_set_the_run_proves():
     assert note.startswith("the known-good set torch2.11-cu130, except: flash-attn-4 absent (set: 4.0.0b40), ")
     assert "typing-extensions" not in note
     assert set_note("2.9.1+cu128", "12.8") == "no known-good set of flash-attn-4 for torch 2.9 and CUDA 12.8"
+
+
+def test_a_shape_fa4_refuses_on_its_first_call_is_na_in_the_benchmark_not_a_crash(torch_stub):
+    """bench-gpu takes a RuntimeError as "this implementation cannot take this shape"; FA4 asserts instead."""
+
+    class Tensor:
+        dtype, shape, requires_grad = "torch.float16", (2, 128, 4, 512), False
+
+    def refuses(q, k, v, causal):
+        raise AssertionError("(head_dim, head_dim_v)=(512, 512) is not supported on SM90")
+
+    with pytest.raises(RuntimeError, match=r"flash-attn-4: AssertionError: \(head_dim, head_dim_v\)=\(512, 512\)"):
+        fa4_gpu.timed_first_calls(refuses, {})(Tensor, Tensor, Tensor, causal=False)

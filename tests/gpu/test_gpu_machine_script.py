@@ -19,6 +19,7 @@ import hashlib
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,18 @@ def stand_in_canary(folder: Path, wheel: Path) -> Path:
     )
     (folder / canary.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return folder
+
+
+def test_the_caps_fit_one_call_under_five_minutes_with_the_timeout_the_docs_give():
+    """flash-attn 2's, FA3's and FA4's suites and the benchmark in one device call: their caps leave the installs
+    (about 20 s) room under 300 s, and the documented timeout leaves the caps' kill margins room too."""
+    script = (REPO / "tests/gpu/run_on_gpu_machine.sh").read_text()
+    caps = {name: int(value) for name, value in re.findall(r"^(\w+_CAP_S)=(\d+)$", script, re.MULTILINE)}
+    assert set(caps) == {"TEST_CAP_S", "FA3_CAP_S", "FA4_CAP_S", "BENCH_CAP_S"} and sum(caps.values()) <= 290
+    assert f"(the caps add up to {sum(caps.values())} s" in script
+    docs = (REPO / "docs/maintaining/gpu-gate.md").read_text()
+    assert 'carry:   [".gpu-wheels", "build/gpu-payload/part3"]        timeout_s: 330' in docs
+    assert 'carry=[".gpu-wheels", "build/gpu-payload/part3"], timeout_s=330' in script
 
 
 @pytest.mark.slow
