@@ -178,7 +178,7 @@ def set_note(torch_version: str, cuda: str) -> str:
         return f"the known-good sets were not read ({type(exc).__name__}: {exc})"
     if kgs is None:
         return f"no known-good set of {FLASH_ATTN_4.package} for torch {minor} and CUDA {cuda}"
-    wanted = {FLASH_ATTN_4.package: kgs.flash_attn_4, **kgs.packages}
+    wanted = {FLASH_ATTN_4.package: kgs.version, **kgs.packages}
     found = installed_versions(tuple(wanted))
 
     def kept(name: str, want: str) -> bool:  # the set's pin policy: a floor-pinned package may be newer

@@ -59,9 +59,9 @@ def requirements(torch: str, cuda: str, image_has: tuple[str, ...]) -> tuple[lis
             hint=f"one of: {', '.join(f'--torch {s.torch} --cuda {s.cuda}' for s in data.sets)}",
         )
     left_out = {**LEFT_OUT, **dict.fromkeys(image_has, "in the GPU machine's image")}
-    pins = [f"{FLASH_ATTN_4.package}=={kgs.flash_attn_4}"]
+    pins = [f"{FLASH_ATTN_4.package}=={kgs.version}"]
     pins += [f"{name}=={version}" for name, version in kgs.packages.items() if name not in left_out]
-    known = {r.wheel: r.sha256 for r in data.releases if r.version == kgs.flash_attn_4}
+    known = {r.wheel: r.sha256 for r in data.releases if r.version == kgs.version}
     return pins, {name: why for name, why in left_out.items() if name in kgs.packages}, known
 
 
