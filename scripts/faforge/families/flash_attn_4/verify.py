@@ -18,9 +18,9 @@ from __future__ import annotations
 from packaging.requirements import Requirement
 
 from faforge.families.flash_attn_4 import sets
+from faforge.families.flash_attn_4.lines import torch_cell
 from faforge.families.flash_attn_4.wheel import FA4_WHEEL
 from faforge.family import FLASH_ATTN_4
-from faforge.matrix.cells import PipCell
 from faforge.release.clean_env import BASE_EXTRAS, pypi_torch_venv
 from faforge.release.package import PackageFacts
 from faforge.release.venv_cache import Unavailable
@@ -28,7 +28,6 @@ from faforge.release.verify.family import GateCall
 from faforge.release.verify.gates import Check
 from faforge.release.verify.wheel_identity import WheelPackage, pip_cells
 from faforge.release.verify.wheel_venv import pip_import_gate
-from faforge.versions import vtuple
 from faforge.wheelnames import torch_requirement
 
 wheels = (FA4_WHEEL,)
@@ -84,16 +83,8 @@ def metadata_gate(wheel: WheelPackage, data: sets.Fa4Data) -> Check:
     )
 
 
-def torch_cell(known: sets.KnownGoodSet) -> PipCell | None:
-    """The matrix's linux-64 pip cell of the set's torch minor and CUDA with the newest torch release."""
-    cells = [
-        c for c in pip_cells() if c.platform == "linux-64" and c.torch_minor == known.torch and c.cuda == known.cuda
-    ]
-    return max(cells, key=lambda c: vtuple(c.torch), default=None)
-
-
 def import_gate(wheel: WheelPackage, known: sets.KnownGoodSet, call: GateCall) -> Check:
-    cell = torch_cell(known)
+    cell = torch_cell(pip_cells(), known)
     if cell is None:
         return Check("import", "skipped", f"no linux-64 pip cell of torch {known.torch} and CUDA {known.cuda}")
     python = PYTHON if PYTHON in known.python else known.python[-1]

@@ -1,0 +1,160 @@
+"""Acceptance (the pip world, FlashAttention-4): real pip and real uv run the page's lines of a known-good set against
+a loopback wheel index and real PyPI, beside a real PyPI torch that they must leave untouched.
+
+Upstream's real b40 wheel (PyPI, sha256 of the data file's release row) is repacked by `faforge wheel fa4`'s packer
+for every set and published with faforge's publish layer (faforge.pipindex.publish) into one index root, beside tiny
+stand-ins of the flash-attn glue wheels of the same indexes (the torch-range rule places a wheel in the indexes the
+glue wheels make). Each line runs in a hardlink copy of the cached venv of PyPI's torch 2.14.1 (CUDA 13.0, CPython
+3.11); the set's packages come from real PyPI (the installers' caches live in the test cache, so the 200 MB of
+cutlass-dsl wheels download once per machine). The import runs on this CPU machine: no driver is needed for it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from faforge.families.flash_attn_4 import page, sets
+from faforge.families.flash_attn_4.lines import wheel_version
+from faforge.families.flash_attn_4.wheel import repack_fa4_wheel
+from faforge.family import FLASH_ATTN_4
+from faforge.matrix import load_matrix
+from faforge.pipindex.publish import publish_wheels
+from faforge.pipwheel.facts import read_wheel, wheel_contents
+from faforge.release.pip_env import clean_pip_env, site_packages
+from tests.pipworld.conftest import base_venv
+from tests.pipworld.test_x86_64_cells import UV, Ran, assert_torch_untouched, uv_env
+from tests.support import tiny_wheels
+from tests.support.cache import cache_dir
+from tests.support.fa4_upstream import upstream_wheel
+from tests.support.pip_index_server import requests, serve_index
+
+pytestmark = pytest.mark.slow
+
+DATA = sets.load()
+TORCH, PYTHON = "2.14.1", "3.11"  # the cached base venv of PyPI's torch (tests/pipworld/conftest.py: base_venv)
+SET = DATA.set_for("2.14", "13.0")
+FA4 = canonicalize_name(FLASH_ATTN_4.package)
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    """The index root, every set's FA4 wheel published beside stand-in glue wheels, served on loopback."""
+    work, root = tmp_path_factory.mktemp("fa4-wheels"), tmp_path_factory.mktemp("fa4-index")
+    built = {s.id: repack_fa4_wheel(upstream_wheel(), torch=s.torch, cuda=s.cuda, out_dir=work) for s in DATA.sets}
+    glues = [tiny_wheels.build_wheel(tiny_wheels.glue(s.torch, pin_torch=True), work) for s in DATA.sets]
+    wheels = [read_wheel(p) for p in [*glues, tiny_wheels.build_wheel(tiny_wheels.kernel(), work)]]
+    published = publish_wheels([*wheels, *(b.facts for b in built.values())], root, dry_run=False, force=False)
+    placed = {o.wheel.filename: o.indexes for o in published.outcomes}
+    assert {placed[b.path.name] for b in built.values()} == {(i,) for i in built}, placed
+    log = tmp_path_factory.mktemp("log") / "requests.jsonl"
+    with serve_index(root, log) as url:
+        yield SimpleNamespace(url=url, log=log, built=built)
+
+
+def page_entry(url: str, monkeypatch) -> dict:
+    """The page's entry of the set, its lines naming the loopback index (FAFORGE_PIP_INDEX, as a deployment sets it)."""
+    monkeypatch.setenv("FAFORGE_PIP_INDEX", url)
+    [entry] = [e for e in page.entries([], "https://example.org/ch", load_matrix().table) if e["id"] == SET.id]
+    assert entry["torch"] == TORCH and entry["wheel_version"] == wheel_version(SET)
+    return entry
+
+
+def run(line: str, installer: str) -> tuple[Ran, float]:
+    env = uv_env() if installer == "uv" else {**clean_pip_env(), "PIP_CACHE_DIR": str(cache_dir("pip-fa4"))}
+    started = time.monotonic()
+    result = subprocess.run(shlex.split(line), capture_output=True, text=True, env=env, timeout=1800, check=False)
+    return Ran(line, result.returncode, result.stdout + result.stderr), time.monotonic() - started
+
+
+def for_venv(line: str, installer: str, python: Path) -> str:
+    """The page's line as a user runs it in that venv: its python for pip, `--python` for uv."""
+    if installer == "pip":
+        return line.replace("python -m pip", f"{python} -m pip", 1)
+    return line.replace("uv pip install", f"{UV} pip install --python {python}", 1)
+
+
+def distributions(python: Path) -> dict[str, str]:
+    code = (
+        "import json, importlib.metadata as m; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+    )
+    out = subprocess.run(
+        [str(python), "-I", "-c", code], capture_output=True, text=True, env=clean_pip_env(), check=True
+    )
+    return {canonicalize_name(k): v for k, v in json.loads(out.stdout).items()}
+
+
+def need_uv(installer: str) -> None:
+    if installer == "uv" and not UV.is_file():
+        pytest.skip(f"uv is not installed beside {sys.executable} (a test extra: pip install -e '.[test]')")
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_the_page_line_installs_our_fa4_and_exactly_its_set_beside_the_kept_torch(
+    installer, index, venv_of, monkeypatch, capsys
+):
+    need_uv(installer)
+    entry = page_entry(index.url, monkeypatch)
+    base = base_venv(TORCH, PYTHON)
+    with venv_of(base.prefix) as prefix:
+        python = prefix / "bin" / "python"
+        before = distributions(python)
+        line = for_venv(entry["pip_install" if installer == "pip" else "uv_install"], installer, python)
+        ran, seconds = run(line, installer)
+        assert ran.returncode == 0, f"$ {line}\n{ran.output[-4000:]}"
+        after = distributions(python)
+        assert after[FA4] == entry["wheel_version"], ran.output[-3000:]
+        for name, version in SET.packages.items():
+            pin = SpecifierSet(f"=={version}" if name in DATA.exact else f">={version}")
+            assert after.get(name) is not None and after[name] in pin, (name, after.get(name), ran.output[-3000:])
+        changed = {n for n in before if before[n] != after.get(n)}
+        assert changed <= set(SET.packages), f"only packages of the set may change: {changed}"
+        assert after["torch"] == before["torch"] == TORCH
+        assert_torch_untouched(prefix, base)
+        wheel = index.built[SET.id].path
+        for member, data in wheel_contents(wheel).items():
+            if ".dist-info/" not in member:
+                assert (site_packages(prefix) / member).read_bytes() == data, f"{member} is not {wheel.name}'s"
+        assert not (site_packages(prefix) / "flash_attn" / "__init__.py").exists(), "FA4 ships no flash_attn/__init__"
+        probe = (
+            "import importlib.metadata as m, flash_attn, flash_attn.cute as c; "
+            f"print(m.version({FLASH_ATTN_4.package!r}), c.__version__, list(flash_attn.__path__))"
+        )
+        imported = subprocess.run(
+            [str(python), "-I", "-c", probe], capture_output=True, text=True, env=clean_pip_env(), timeout=600
+        )
+        assert imported.returncode == 0, imported.stderr[-3000:]
+        version, cute_version, _ = imported.stdout.split(maxsplit=2)
+        assert (version, cute_version) == (entry["wheel_version"], "0.0.0"), imported.stdout
+    fetched = [r["path"] for r in requests(index.log) if r["path"].endswith(".whl")]
+    assert any(p.endswith(wheel.name) for p in fetched), fetched
+    with capsys.disabled():
+        print(f"\nfa4 {installer}: {seconds:.1f} s, changed beside torch: {sorted(changed)}\n  $ {line}")
+
+
+def test_uv_without_the_pin_takes_flash_attn_4_from_our_index_only(index, venv_of, monkeypatch):
+    """A user who drops the pin: uv's first-index strategy still never reads PyPI's flash-attn-4 (b3..b40, yanked
+    0.0.1), because our index, named first, has the project."""
+    need_uv("uv")
+    entry = page_entry(index.url, monkeypatch)
+    base = base_venv(TORCH, PYTHON)
+    with venv_of(base.prefix) as prefix:
+        line = (
+            f"{UV} pip install --dry-run --python {prefix / 'bin' / 'python'} --extra-index-url {entry['index_url']} "
+        )
+        ran, _ = run(line + f"torch=={TORCH} {FLASH_ATTN_4.package}", "uv")
+        assert ran.returncode == 0, ran.output[-3000:]
+        assert f" + {FLASH_ATTN_4.package}=={entry['wheel_version']}" in ran.output, ran.output[-3000:]
+        public = SET.flash_attn_4
+        ran, _ = run(line + f"torch=={TORCH} {FLASH_ATTN_4.package}=={public}", "uv")
+        assert f" + {FLASH_ATTN_4.package}=={entry['wheel_version']}" in ran.output, ran.output[-3000:]
