@@ -66,7 +66,7 @@ def entries(packages: Sequence[PackageFacts], channel: str, table: ReleaseTable)
         found.append(
             {
                 "id": known.id,
-                "flash_attn_4": known.flash_attn_4,
+                "version": known.flash_attn_4,
                 "torch_minor": known.torch,
                 "cuda": known.cuda,
                 "torch": cell.torch if cell else None,
@@ -80,7 +80,7 @@ def entries(packages: Sequence[PackageFacts], channel: str, table: ReleaseTable)
                 **(set_lines(known, cell.torch, index_base()) if cell else dict.fromkeys(LINE_KEYS)),
             }
         )
-    found.sort(key=lambda e: (Version(e["flash_attn_4"]), Version(e["torch_minor"]), e["cuda"]), reverse=True)
+    found.sort(key=lambda e: (Version(e["version"]), Version(e["torch_minor"]), e["cuda"]), reverse=True)
     return found
 
 
