@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 from faforge.families.flash_attn_4 import page, sets
 from faforge.families.flash_attn_4.lines import wheel_version
 from faforge.families.flash_attn_4.wheel import repack_fa4_wheel
-from faforge.family import FLASH_ATTN_4
+from faforge.family import FLASH_ATTN, FLASH_ATTN_4
 from faforge.matrix import load_matrix
 from faforge.pipindex.publish import publish_wheels
 from faforge.pipwheel.facts import read_wheel, wheel_contents
@@ -51,7 +51,7 @@ def index(tmp_path_factory):
     """The index root, every set's FA4 wheel published beside stand-in glue wheels, served on loopback."""
     work, root = tmp_path_factory.mktemp("fa4-wheels"), tmp_path_factory.mktemp("fa4-index")
     built = {s.id: repack_fa4_wheel(upstream_wheel(), torch=s.torch, cuda=s.cuda, out_dir=work) for s in DATA.sets}
-    glues = [tiny_wheels.build_wheel(tiny_wheels.glue(s.torch, pin_torch=True), work) for s in DATA.sets]
+    glues = [tiny_wheels.build_wheel(tiny_wheels.glue(s.torch, python="311", pin_torch=True), work) for s in DATA.sets]
     wheels = [read_wheel(p) for p in [*glues, tiny_wheels.build_wheel(tiny_wheels.kernel(), work)]]
     published = publish_wheels([*wheels, *(b.facts for b in built.values())], root, dry_run=False, force=False)
     placed = {o.wheel.filename: o.indexes for o in published.outcomes}
@@ -158,3 +158,51 @@ def test_uv_without_the_pin_takes_flash_attn_4_from_our_index_only(index, venv_o
         public = SET.flash_attn_4
         ran, _ = run(line + f"torch=={TORCH} {FLASH_ATTN_4.package}=={public}", "uv")
         assert f" + {FLASH_ATTN_4.package}=={entry['wheel_version']}" in ran.output, ran.output[-3000:]
+
+
+def test_flash_attn_and_flash_attn_4_share_flash_attn_and_outlive_each_others_uninstall(index, venv_of, monkeypatch):
+    """pip installs a flash-attn glue (its stand-in: flash_attn/__init__.py, no flash_attn/cute/) and FA4 side by side;
+    `import flash_attn` is then flash-attn's package and flash_attn.cute FA4's; uninstalling either leaves the other
+    whole (pip removes only the files of its RECORD)."""
+    entry = page_entry(index.url, monkeypatch)
+    glue = tiny_wheels.glue(SET.torch, python="311", pin_torch=True)
+    base = base_venv(TORCH, PYTHON)
+    with venv_of(base.prefix) as prefix:
+        python = prefix / "bin" / "python"
+        fa2 = f"{FLASH_ATTN.package}=={glue.version}"
+        line = for_venv(entry["pip_install"], "pip", python) + f" --only-binary {FLASH_ATTN.package} {fa2}"
+        ran, _ = run(line, "pip")
+        assert ran.returncode == 0, f"$ {line}\n{ran.output[-4000:]}"
+        probe = (
+            "import importlib.metadata as m, flash_attn, flash_attn.cute as c; "
+            f"print(m.version({FLASH_ATTN.package!r}), m.version({FLASH_ATTN_4.package!r}), "
+            "flash_attn.__file__, c.__file__)"
+        )
+        both = imported(python, probe)
+        assert both.split()[:2] == [glue.version, entry["wheel_version"]], both
+        site = site_packages(prefix)
+        assert both.split()[2:] == [str(site / "flash_attn/__init__.py"), str(site / "flash_attn/cute/__init__.py")]
+        cute = sorted(p.relative_to(site) for p in (site / "flash_attn" / "cute").rglob("*.py"))
+        uninstall(python, FLASH_ATTN.package)
+        assert sorted(p.relative_to(site) for p in (site / "flash_attn" / "cute").rglob("*.py")) == cute
+        assert "flash_attn" in imported(python, "import flash_attn.cute, flash_attn; print(flash_attn.__path__)")
+        ran, _ = run(line, "pip")
+        assert ran.returncode == 0, ran.output[-3000:]
+        uninstall(python, FLASH_ATTN_4.package)
+        assert not (site / "flash_attn" / "cute").exists() and (site / "flash_attn" / "__init__.py").is_file()
+        assert imported(python, f"import importlib.metadata as m, flash_attn; print(m.version({FLASH_ATTN.package!r}))")
+
+
+def imported(python: Path, code: str) -> str:
+    result = subprocess.run(
+        [str(python), "-I", "-c", code], capture_output=True, text=True, env=clean_pip_env(), timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip()
+
+
+def uninstall(python: Path, project: str) -> None:
+    result = subprocess.run(
+        [str(python), "-m", "pip", "uninstall", "-y", project], capture_output=True, text=True, env=clean_pip_env()
+    )
+    assert result.returncode == 0 and f"Successfully uninstalled {project}" in result.stdout, result.stdout
