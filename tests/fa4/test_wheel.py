@@ -5,6 +5,7 @@ by the index's torch-range rule in exactly its set's index, and judged by verify
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from faforge.pipwheel.writer import WheelSpec, record_hash, write_wheel
 from faforge.release.verify.wheel_identity import wheel_package
 from faforge.wheelnames import torch_requirement
 from tests.support import tiny_wheels
+from tests.support.cache import cache_dir
 from tests.support.fa4_upstream import upstream_wheel
 from tests.support.tiers import slow
 
@@ -119,3 +121,28 @@ def test_each_set_wheel_is_placed_in_exactly_its_index_and_passes_the_metadata_g
     )
     check = metadata_gate(wheel_package(loose, (FA4_WHEEL,)), DATA)
     assert check.result == "failed" and "nvidia-cutlass-dsl==4.8.1" in check.detail, check
+
+
+def test_verify_passes_its_metadata_and_import_gates_and_leaves_gpu_to_the_gpu_stage(upstream, tmp_path):
+    """`faforge verify --gates abi,import,gpu` of the torch 2.14 set's wheel: real pip installs it from a loopback
+    index, the set from PyPI, into a copy of the cached venv of PyPI's torch 2.14.1, and imports flash_attn.cute on
+    this CPU machine (no driver); gpu is skipped, so the exit status is 3."""
+    known = DATA.set_for("2.14", "13.0")
+    wheel = repack_fa4_wheel(upstream, torch=known.torch, cuda=known.cuda, out_dir=tmp_path).path
+    manifest = ["--manifest", str(tmp_path / "manifest")]
+    result = subprocess.run(
+        [sys.executable, "-m", "faforge", "verify", "--gates", "abi,import,gpu", "--json", *manifest, str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "FAFORGE_CACHE_DIR": str(cache_dir("faforge"))},  # the cached torch venvs
+    )
+    assert result.returncode == 3, result.stderr[-3000:]
+    checks = {r["gate"]: r for r in json.loads(result.stdout)["results"]}
+    assert (checks["abi"]["result"], checks["import"]["result"], checks["gpu"]["result"]) == (
+        "passed",
+        "passed",
+        "skipped",
+    ), checks
+    assert "imported flash_attn.cute" in checks["import"]["detail"] and "torch kept" in checks["import"]["detail"]
+    assert known.id in checks["abi"]["detail"]
