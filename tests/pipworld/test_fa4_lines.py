@@ -56,6 +56,13 @@ def index(tmp_path_factory):
     published = publish_wheels([*wheels, *(b.facts for b in built.values())], root, dry_run=False, force=False)
     placed = {o.wheel.filename: o.indexes for o in published.outcomes}
     assert {placed[b.path.name] for b in built.values()} == {(i,) for i in built}, placed
+    checked = subprocess.run(
+        [sys.executable, "-m", "faforge", "index", "--pip", "--check", str(root)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert all(
+        f"{i}: {FLASH_ATTN.package} (1 files), {FLASH_ATTN_4.package} (1 files)" in checked.stdout for i in built
+    )
     log = tmp_path_factory.mktemp("log") / "requests.jsonl"
     with serve_index(root, log) as url:
         yield SimpleNamespace(url=url, log=log, built=built)
