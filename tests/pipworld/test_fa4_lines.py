@@ -4,8 +4,8 @@ a loopback wheel index and real PyPI, beside a real PyPI torch that they must le
 Upstream's real b40 wheel (PyPI, sha256 of the data file's release row) is repacked by `faforge wheel fa4`'s packer
 for every set and published with faforge's publish layer (faforge.pipindex.publish) into one index root, beside tiny
 stand-ins of the flash-attn glue wheels of the same indexes (the torch-range rule places a wheel in the indexes the
-glue wheels make). Each line runs in a hardlink copy of the cached venv of PyPI's torch 2.14.1 (CUDA 13.0, CPython
-3.11); the set's packages come from real PyPI (the installers' caches live in the test cache, so the 200 MB of
+glue wheels make). Each line runs in a hardlink copy of the cached venv of PyPI's torch of its set (2.14.1 with
+CPython 3.11, 2.11.0 with CPython 3.12; CUDA 13.0); the set's packages come from real PyPI (the installers' caches live in the test cache, so the 200 MB of
 cutlass-dsl wheels download once per machine). The import runs on this CPU machine: no driver is needed for it.
 """
 
@@ -41,7 +41,9 @@ from tests.support.pip_index_server import requests, serve_index
 pytestmark = pytest.mark.slow
 
 DATA = sets.load()
-TORCH, PYTHON = "2.14.1", "3.11"  # the cached base venv of PyPI's torch (tests/pipworld/conftest.py: base_venv)
+# (torch minor, PyPI's torch, CPython) of the cached base venvs (tests/pipworld/conftest.py: base_venv), one per set
+TORCHES = (("2.14", "2.14.1", "3.11"), ("2.11", "2.11.0", "3.12"))
+TORCH, PYTHON = TORCHES[0][1:]
 SET = DATA.set_for("2.14", "13.0")
 FA4 = canonicalize_name(FLASH_ATTN_4.package)
 
@@ -68,11 +70,11 @@ def index(tmp_path_factory):
         yield SimpleNamespace(url=url, log=log, built=built)
 
 
-def page_entry(url: str, monkeypatch) -> dict:
+def page_entry(url: str, monkeypatch, known: sets.KnownGoodSet = SET, torch: str = TORCH) -> dict:
     """The page's entry of the set, its lines naming the loopback index (FAFORGE_PIP_INDEX, as a deployment sets it)."""
     monkeypatch.setenv("FAFORGE_PIP_INDEX", url)
-    [entry] = [e for e in page.entries([], "https://example.org/ch", load_matrix().table) if e["id"] == SET.id]
-    assert entry["torch"] == TORCH and entry["wheel_version"] == wheel_version(SET)
+    [entry] = [e for e in page.entries([], "https://example.org/ch", load_matrix().table) if e["id"] == known.id]
+    assert entry["torch"] == torch and entry["wheel_version"] == wheel_version(known)
     return entry
 
 
@@ -106,13 +108,15 @@ def need_uv(installer: str) -> None:
         pytest.skip(f"uv is not installed beside {sys.executable} (a test extra: pip install -e '.[test]')")
 
 
+@pytest.mark.parametrize(("minor", "torch", "cpython"), TORCHES, ids=[f"torch{t[0]}" for t in TORCHES])
 @pytest.mark.parametrize("installer", ["pip", "uv"])
 def test_the_page_line_installs_our_fa4_and_exactly_its_set_beside_the_kept_torch(
-    installer, index, venv_of, monkeypatch, capsys
+    installer, minor, torch, cpython, index, venv_of, monkeypatch, capsys
 ):
     need_uv(installer)
-    entry = page_entry(index.url, monkeypatch)
-    base = base_venv(TORCH, PYTHON)
+    known = DATA.set_for(minor, "13.0")
+    entry = page_entry(index.url, monkeypatch, known, torch)
+    base = base_venv(torch, cpython)
     with venv_of(base.prefix) as prefix:
         python = prefix / "bin" / "python"
         before = distributions(python)
@@ -121,14 +125,14 @@ def test_the_page_line_installs_our_fa4_and_exactly_its_set_beside_the_kept_torc
         assert ran.returncode == 0, f"$ {line}\n{ran.output[-4000:]}"
         after = distributions(python)
         assert after[FA4] == entry["wheel_version"], ran.output[-3000:]
-        for name, version in SET.packages.items():
+        for name, version in known.packages.items():
             pin = SpecifierSet(f"=={version}" if name in DATA.exact else f">={version}")
             assert after.get(name) is not None and after[name] in pin, (name, after.get(name), ran.output[-3000:])
         changed = {n for n in before if before[n] != after.get(n)}
-        assert changed <= set(SET.packages), f"only packages of the set may change: {changed}"
-        assert after["torch"] == before["torch"] == TORCH
+        assert changed <= set(known.packages), f"only packages of the set may change: {changed}"
+        assert after["torch"] == before["torch"] == torch
         assert_torch_untouched(prefix, base)
-        wheel = index.built[SET.id].path
+        wheel = index.built[known.id].path
         for member, data in wheel_contents(wheel).items():
             if ".dist-info/" not in member:
                 assert (site_packages(prefix) / member).read_bytes() == data, f"{member} is not {wheel.name}'s"
@@ -146,7 +150,7 @@ def test_the_page_line_installs_our_fa4_and_exactly_its_set_beside_the_kept_torc
     fetched = [r["path"] for r in requests(index.log) if r["path"].endswith(".whl")]
     assert any(p.endswith(wheel.name) for p in fetched), fetched
     with capsys.disabled():
-        print(f"\nfa4 {installer}: {seconds:.1f} s, changed beside torch: {sorted(changed)}\n  $ {line}")
+        print(f"\nfa4 {installer} {known.id}: {seconds:.1f} s, changed beside torch: {sorted(changed)}\n  $ {line}")
 
 
 def test_uv_without_the_pin_takes_flash_attn_4_from_our_index_only(index, venv_of, monkeypatch):
