@@ -5,8 +5,9 @@ Upstream's real b40 wheel (PyPI, sha256 of the data file's release row) is repac
 for every set and published with faforge's publish layer (faforge.pipindex.publish) into one index root, beside tiny
 stand-ins of the flash-attn glue wheels of the same indexes (the torch-range rule places a wheel in the indexes the
 glue wheels make). Each line runs in a hardlink copy of the cached venv of PyPI's torch of its set (2.14.1 with
-CPython 3.11, 2.11.0 with CPython 3.12; CUDA 13.0); the set's packages come from real PyPI (the installers' caches live in the test cache, so the 200 MB of
-cutlass-dsl wheels download once per machine). The import runs on this CPU machine: no driver is needed for it.
+CPython 3.11, 2.11.0 with CPython 3.12; CUDA 13.0); the set's packages come from real PyPI (the installers' caches
+live in the test cache, so the 200 MB of cutlass-dsl wheels download once per machine). The import runs on this CPU
+machine: no driver is needed for it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tomllib
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
@@ -35,6 +37,7 @@ from tests.pipworld.conftest import base_venv
 from tests.pipworld.test_x86_64_cells import UV, Ran, assert_torch_untouched, uv_env
 from tests.support import tiny_wheels
 from tests.support.cache import cache_dir
+from tests.support.docs import INSTALLING, fenced_blocks
 from tests.support.fa4_upstream import upstream_wheel
 from tests.support.pip_index_server import requests, serve_index
 
@@ -217,3 +220,28 @@ def uninstall(python: Path, project: str) -> None:
         [str(python), "-m", "pip", "uninstall", "-y", project], capture_output=True, text=True, env=clean_pip_env()
     )
     assert result.returncode == 0 and f"Successfully uninstalled {project}" in result.stdout, result.stdout
+
+
+def test_the_documented_uv_project_locks_fa4_from_our_index_and_its_set_from_pypi(index, tmp_path):
+    """`uv lock` of the installing page's FA4 project (only the index URL swapped for the loopback one): flash-attn-4
+    from our index alone, its version our wheel's, every package of the set at its version from PyPI, torch kept at
+    the project's pin."""
+    need_uv("uv")
+    [block] = [b for b in fenced_blocks(INSTALLING, "toml") if f'"{FLASH_ATTN_4.package}==' in b]
+    ours = f"{index.url}{SET.id}/"
+    assert f"https://faforge.github.io/wheels/{SET.id}/" in block, block
+    assert 'requires-python = "==3.12.*"' in block, block
+    project = block.replace(f"https://faforge.github.io/wheels/{SET.id}/", ours)
+    (tmp_path / "pyproject.toml").write_text(project.replace('"==3.12.*"', '"==3.11.*"'))  # this machine's CPython
+    # The project's own [tool.uv] is configuration that UV_NO_CONFIG would drop; the user's stays out instead.
+    env = {**{k: v for k, v in uv_env().items() if k != "UV_NO_CONFIG"}, "XDG_CONFIG_HOME": str(tmp_path / "none")}
+    result = subprocess.run([str(UV), "lock"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
+    packages = {p["name"]: p for p in tomllib.loads((tmp_path / "uv.lock").read_text())["package"]}
+    assert packages[FLASH_ATTN_4.package]["source"] == {"registry": ours}
+    assert packages[FLASH_ATTN_4.package]["version"] == wheel_version(SET)
+    assert packages["torch"]["version"] == TORCH
+    for name, version in SET.packages.items():
+        assert packages[name]["source"] == {"registry": "https://pypi.org/simple"}, packages[name]
+        if name in DATA.exact:
+            assert packages[name]["version"] == version, (name, packages[name]["version"])
