@@ -13,6 +13,7 @@ import yaml
 
 from faforge.channel.local import solve
 from faforge.errors import FaforgeError
+from faforge.family import FLASH_ATTN_4
 from faforge.matrix import load_matrix
 from faforge.matrix.render import render_cells
 from tests.support.docs import INSTALLING, doc_text, marked_block
@@ -32,10 +33,11 @@ def channels(tmp_path_factory, repo):
 
 
 def readme_install_commands() -> list[tuple[list[str], list[str]]]:
-    """(channels, specs) of every `conda install` line of README.md and the installing page, each once."""
+    """(channels, specs) of every flash-attn `conda install` line of README.md and the installing page, each once
+    (FlashAttention-4's are the conda world's: tests/fa4/test_documented_lines.py checks their form)."""
     out = []
     for line in dict.fromkeys(doc_text(README_PAGE).splitlines() + doc_text(INSTALLING).splitlines()):
-        if line.startswith("conda install "):
+        if line.startswith("conda install ") and f" {FLASH_ATTN_4.package} " not in line:
             words = shlex.split(line)[2:]
             chans = [words[i + 1] for i, w in enumerate(words) if w == "-c"]
             specs = [w for i, w in enumerate(words) if w != "-c" and (i == 0 or words[i - 1] != "-c")]

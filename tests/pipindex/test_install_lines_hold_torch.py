@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_4
 from faforge.pipindex import instructions
 from tests.pipindex.test_publish_index import publish
 from tests.support import tiny_wheels as tw
@@ -194,8 +194,9 @@ def test_with_torch_held_but_no_only_binary_pip_builds_pypis_sdist_and_fails(ins
 
 
 def readme_lines() -> list[str]:
-    """Every pip and uv install line README.md and the docs pages document with an index of ours (continuations
-    joined, `$ ` dropped, each once), and their requirements.txt (one line: its options and pins)."""
+    """Every pip and uv install line of flash-attn README.md and the docs pages document with an index of ours
+    (continuations joined, `$ ` dropped, each once), and their requirements.txt (one line: its options and pins).
+    FlashAttention-4's lines are tests/fa4/test_documented_lines.py's and tests/pipworld/test_fa4_lines.py's."""
     blocks = [
         block for page in reading_path() for language in ("bash", "text") for block in fenced_blocks(page, language)
     ]
@@ -203,7 +204,7 @@ def readme_lines() -> list[str]:
         line.removeprefix("$ ")
         for block in blocks
         for line in block.replace("\\\n", " ").splitlines()
-        if re.search(r"pip install .*--extra-index-url", line)
+        if re.search(r"pip install .*--extra-index-url", line) and f"{FLASH_ATTN_4.package}==" not in line
     ]
     requirements = [b for b in blocks if b.startswith("--extra-index-url ")]
     assert len(requirements) == 1, requirements

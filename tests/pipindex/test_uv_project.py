@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3, FLASH_ATTN_4
 from faforge.release.pip_env import site_packages
 from tests.pipindex.test_install_lines_hold_torch import base, glue_version, standin  # noqa: F401  (module fixtures)
 from tests.support import tiny_wheels as tw
@@ -24,6 +24,7 @@ from tests.support.held_torch import UV, uv_env
 pytestmark = pytest.mark.slow
 
 DOC_INDEX = "https://faforge.github.io/wheels/torch2.14-cu130/"
+FA4_PIN = f"{FLASH_ATTN_4.package}=="  # FlashAttention-4's project: tests/pipworld/test_fa4_lines.py locks it
 PYPI = "https://pypi.org/simple"
 
 
@@ -36,7 +37,7 @@ def _uv():
 def readme_project(index: str, *, sources: bool = True) -> str:
     """The installing page's pyproject.toml with `index` for ours (its pin follows the index's CUDA), for
     CPython 3.11."""
-    blocks = [b for b in fenced_blocks(INSTALLING, "toml") if "[tool.uv.sources]" in b]
+    blocks = [b for b in fenced_blocks(INSTALLING, "toml") if "[tool.uv.sources]" in b and FA4_PIN not in b]
     assert len(blocks) == 1, f"{INSTALLING}: {len(blocks)} ```toml blocks hold [tool.uv.sources]"
     text = blocks[0]
     assert (

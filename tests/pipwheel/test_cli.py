@@ -68,7 +68,7 @@ def test_the_fa3_wheel_from_the_canary(canary, tmp_path):
         (
             ["fa3", "{canary}", "--cuda", "13.0", "--archs", "90a", "--torch", "2.11"],
             2,
-            "--torch goes with `wheel glue`, not `wheel fa3`",
+            "--torch goes with `wheel glue` and `wheel fa4`, not `wheel fa3`",
         ),
         (
             ["fa3", "{canary}", "--cuda", "13.0", "--archs", "80;90a"],

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, FLASH_ATTN_4
 from faforge.release.pip_env import clean_pip_env, site_packages
 from tests.pipworld.conftest import ABI1, base_venv
 from tests.pipworld.test_x86_64_cells import UV, assert_torch_untouched, run_line, uv_env
@@ -24,11 +24,12 @@ from tests.support.docs import INSTALLING, fenced_blocks
 pytestmark = pytest.mark.slow
 
 DOC_BASE = "https://faforge.github.io/wheels/"
+FA4_PIN = f"{FLASH_ATTN_4.package}=="  # FlashAttention-4's blocks: tests/pipworld/test_fa4_lines.py runs them
 
 
 def readme_block(language: str, holding: str) -> str:
     """The one fenced block of `language` on the installing page that holds `holding`."""
-    blocks = [b for b in fenced_blocks(INSTALLING, language) if holding in b]
+    blocks = [b for b in fenced_blocks(INSTALLING, language) if holding in b and FA4_PIN not in b]
     assert len(blocks) == 1, f"{INSTALLING}: {len(blocks)} ```{language} blocks hold {holding!r}"
     return blocks[0]
 

@@ -135,7 +135,7 @@ STEPS = (
         skip="installs from a wheel index and PyPI (network); tests/pipworld "
         "and tests/doctor/test_pip_fix_real.py run these lines against a loopback index",
     ),
-    Step(r"faforge wheel (kernel|glue|fa3) ", codes=(2,), cause=(r"does not exist",), wrong=("Traceback",)),
+    Step(r"faforge wheel (kernel|glue|fa3|fa4) ", codes=(2,), cause=(r"does not exist",), wrong=("Traceback",)),
     Step(
         r"faforge build pypi/\S+( --output-dir output)?$",
         codes=(1,),

@@ -1,64 +1,61 @@
-"""The page asks each family for its list (faforge.release.page.PageFamily): a next family, here a pure-Python
-noarch package whose install lines pin its compiled dependencies, gets its own list and its own lines by
-being handed to the page, with no edit to the page's code; the JSON file names the channel in its lines too."""
+"""The page asks each family for its list (faforge.release.page.PageFamily): flash-attn-4, a pure-Python noarch
+package whose install lines pin its compiled dependencies, gets its own list, one entry per known-good set, by being a
+family of the registry, with no edit to the page's code; the JSON file names the channel in its lines too."""
 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+from pathlib import Path
+
+import jsonschema
 
 from faforge.channel.instructions import conda_command, match_spec
 from faforge.channel.local import PackageSpec, assemble, index
 from faforge.channel.repodata import query
+from faforge.families.flash_attn_4 import sets
+from faforge.families.flash_attn_4.lines import pins, pip_line, uv_line
 from faforge.families.registry import FAMILIES
+from faforge.family import FLASH_ATTN_4
 from faforge.matrix import load_matrix
-from faforge.release.page import CHANNEL_PLACEHOLDER, HERE, install_lines, page_data, write_page
+from faforge.release.page import CHANNEL_PLACEHOLDER, HERE, page_data, write_page
 
-NEXT = "flash-attn-4"
-PINS = ("cuda-python ==13.0.1", "nvidia-cutlass-dsl ==4.2.1")  # its known-good dependency set
-
-
-def next_entries(packages, channel, table):
-    return [
-        {"build": p.build, "pins": list(PINS), **install_lines(p, [channel, "conda-forge"])}
-        for p in sorted(packages, key=lambda p: p.build)
-    ]
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "page.json").read_text())
+BASE = "https://example.org/wheels"
 
 
-NEXT_FAMILY = SimpleNamespace(
-    page=SimpleNamespace(
-        key="flash_attn_4",
-        conda_packages=(NEXT,),
-        entries=next_entries,
-        # Its pip line installs the beta with its dependency set held by a constraints file.
-        pip_entries=lambda matrix, base, index: [
-            {"pip_install": f"python -m pip install {NEXT}==4.0.0b1 -c {base}/{NEXT}/constraints.txt"}
-        ],
-        summary=lambda found: f"{len(found)} {NEXT} packages",
-    )
-)
-
-
-def test_a_next_family_gets_its_list_and_lines(tmp_path):
+def test_flash_attn_4_gets_its_list_of_sets_with_conda_and_pip_lines(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAFORGE_PIP_INDEX", BASE)
+    data_file = sets.load()
+    known = data_file.set_for("2.14", "13.0")
     channel = tmp_path / "channel"
-    build = "py_faforge_h1234567_0"
-    assemble(PackageSpec(NEXT, "4.0.0b1", build, "noarch", depends=("python >=3.10", *PINS)), channel)
+    build = f"torch{known.torch}_cu{known.cuda.replace('.', '')}_pyh1234567_0"
+    depends = ("python >=3.10,<3.13", "pytorch >=2.14,<2.15.0a0 cuda130*", "nvidia-cutlass-dsl ==4.8.1")
+    assemble(PackageSpec(FLASH_ATTN_4.package, known.flash_attn_4, build, "noarch", depends=depends), channel)
     index(channel)
-    families = [*FAMILIES, NEXT_FAMILY]
-    names = [name for f in families for name in f.page.conda_packages]
+    names = [name for f in FAMILIES for name in f.page.conda_packages]
     records = query(str(channel), names, ["linux-64"])
     matrix = load_matrix()
-    pip = [e for f in families for e in f.page.pip_entries(matrix, "https://example.org/wheels", None)]
-    data = page_data(records, matrix.table, HERE, families, pip)
+    pip = [e for f in FAMILIES for e in f.page.pip_entries(matrix, BASE, None)]
+    data = page_data(records, matrix.table, HERE, FAMILIES, pip)
+    jsonschema.validate(data, SCHEMA)
     assert list(data)[4:] == ["packages", "flash_attn_3", "flash_attn_4", "pip_index", "pip"]
     assert data["packages"] == data["flash_attn_3"] == []
-    assert data["pip"][-1]["pip_install"].endswith("-c https://example.org/wheels/flash-attn-4/constraints.txt")
-    assert len(data["pip"]) == len(matrix.pip_cells) + 1, "flash-attn's pip cells, then the next family's"
-    [entry] = data["flash_attn_4"]
-    spec = match_spec(NEXT, "4.0.0b1", build)
-    assert entry["install"] == conda_command(spec, [CHANNEL_PLACEHOLDER, "conda-forge"])
-    keys = [f.page.key for f in families]
-    _, data_file = write_page(data, tmp_path / "page", "https://example.org/ch", keys)
-    written = json.loads(data_file.read_text())
-    assert written["flash_attn_4"][0]["install"] == conda_command(spec, ["https://example.org/ch", "conda-forge"])
-    assert [f.page.summary(data[f.page.key]) for f in families] == ["0 packages", None, f"1 {NEXT} packages"]
+    assert len(data["pip"]) == len(matrix.pip_cells), "the pip list stays the grid's pip cells"
+    listed = {e["id"]: e for e in data["flash_attn_4"]}
+    assert sorted(listed) == sorted(s.id for s in data_file.sets)
+    entry, other = listed[known.id], next(e for i, e in listed.items() if i != known.id)
+    spec = match_spec(FLASH_ATTN_4.package, known.flash_attn_4, build)
+    assert entry["install"] == conda_command(spec, [CHANNEL_PLACEHOLDER, "conda-forge"]) and entry["build"] == build
+    assert other["install"] == "" and other["filename"] is None, "no package of that set in the channel"
+    index_url = f"{BASE}/{known.id}/"
+    assert entry["pip_install"] == pip_line(index_url, pins(known, entry["torch"]))
+    assert entry["uv_install"] == uv_line(index_url, pins(known, entry["torch"]))
+    assert entry["pip_install"].endswith(f"torch=={entry['torch']} {FLASH_ATTN_4.package}==4.0.0b40+cu130.torch2.14")
+    assert "--pre" not in entry["pip_install"] + entry["uv_install"], "an exact pin admits the pre-release"
+    assert entry["requires"] == data_file.requirements(known) and entry["level"] == known.level
+    keys = [f.page.key for f in FAMILIES]
+    _, written_file = write_page(data, tmp_path / "page", "https://example.org/ch", keys)
+    written = {e["id"]: e for e in json.loads(written_file.read_text())["flash_attn_4"]}
+    assert written[known.id]["install"] == conda_command(spec, ["https://example.org/ch", "conda-forge"])
+    summaries = [f.page.summary(data[f.page.key]) for f in FAMILIES]
+    assert summaries == ["0 packages", None, f"{len(listed)} {FLASH_ATTN_4.package} sets (1 in the channel)"]
