@@ -75,7 +75,7 @@ def test_the_wheel_of_each_set_keeps_upstreams_files_and_pins_the_set(upstream, 
     report = json.loads(result.stdout)
     jsonschema.validate(report, SCHEMA)
     wheel = report["wheel"]
-    assert wheel["filename"] == f"flash_attn_4-{known.flash_attn_4}+{known.local_label}-py3-none-any.whl"
+    assert wheel["filename"] == f"flash_attn_4-{known.version}+{known.local_label}-py3-none-any.whl"
     requires = [str(Requirement(r)) for r in wheel["requires_dist"]]
     assert requires[0] == str(Requirement(torch_requirement(known.torch))), "its one torch minor"
     assert requires[1:] == [str(Requirement(r)) for r in DATA.requirements(known)]
@@ -83,7 +83,7 @@ def test_the_wheel_of_each_set_keeps_upstreams_files_and_pins_the_set(upstream, 
     ours, theirs = wheel_contents(Path(wheel["path"])), wheel_contents(upstream)
     outside = lambda files: {n: d for n, d in files.items() if ".dist-info/" not in n}  # noqa: E731
     assert outside(ours) == outside(theirs) and len(outside(ours)) == 58, "upstream's modules, byte for byte"
-    info = f"flash_attn_4-{known.flash_attn_4}+{known.local_label}.dist-info"
+    info = f"flash_attn_4-{known.version}+{known.local_label}.dist-info"
     assert {n.rsplit("/", 1)[-1] for n in ours if n.startswith(info)} >= {"LICENSE", "AUTHORS", "top_level.txt"}
     record = {row.split(",")[0]: row.split(",")[1] for row in ours[f"{info}/RECORD"].decode().splitlines()}
     assert all(record[n] == record_hash(d) for n, d in ours.items() if not n.endswith("/RECORD")), "RECORD is new"

@@ -30,7 +30,7 @@ def test_flash_attn_4_gets_its_list_of_sets_with_conda_and_pip_lines(tmp_path, m
     channel = tmp_path / "channel"
     build = f"torch{known.torch}_cu{known.cuda.replace('.', '')}_pyh1234567_0"
     depends = ("python >=3.10,<3.13", "pytorch >=2.14,<2.15.0a0 cuda130*", "nvidia-cutlass-dsl ==4.8.1")
-    assemble(PackageSpec(FLASH_ATTN_4.package, known.flash_attn_4, build, "noarch", depends=depends), channel)
+    assemble(PackageSpec(FLASH_ATTN_4.package, known.version, build, "noarch", depends=depends), channel)
     index(channel)
     names = [name for f in FAMILIES for name in f.page.conda_packages]
     records = query(str(channel), names, ["linux-64"])
@@ -44,7 +44,7 @@ def test_flash_attn_4_gets_its_list_of_sets_with_conda_and_pip_lines(tmp_path, m
     listed = {e["id"]: e for e in data["flash_attn_4"]}
     assert sorted(listed) == sorted(s.id for s in data_file.sets)
     entry, other = listed[known.id], next(e for i, e in listed.items() if i != known.id)
-    spec = match_spec(FLASH_ATTN_4.package, known.flash_attn_4, build)
+    spec = match_spec(FLASH_ATTN_4.package, known.version, build)
     assert entry["install"] == conda_command(spec, [CHANNEL_PLACEHOLDER, "conda-forge"]) and entry["build"] == build
     assert other["install"] == "" and other["filename"] is None, "no package of that set in the channel"
     index_url = f"{BASE}/{known.id}/"

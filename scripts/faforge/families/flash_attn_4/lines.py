@@ -27,7 +27,7 @@ def torch_cell(cells: list[PipCell] | tuple[PipCell, ...], known: KnownGoodSet) 
 
 
 def wheel_version(known: KnownGoodSet) -> str:
-    return f"{known.flash_attn_4}+{known.local_label}"
+    return f"{known.version}+{known.local_label}"
 
 
 def pins(known: KnownGoodSet, torch: str) -> tuple[str, str]:

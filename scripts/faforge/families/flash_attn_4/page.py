@@ -36,7 +36,7 @@ def set_of_package(facts: PackageFacts, data: sets.Fa4Data) -> sets.KnownGoodSet
         return None
     cuda = f"{match['cuda'][:-1]}.{match['cuda'][-1]}"
     return next(
-        (s for s in data.sets if (s.flash_attn_4, s.torch, s.cuda) == (facts.version, match["torch"], cuda)), None
+        (s for s in data.sets if (s.version, s.torch, s.cuda) == (facts.version, match["torch"], cuda)), None
     )
 
 
@@ -59,14 +59,14 @@ def entries(packages: Sequence[PackageFacts], channel: str, table: ReleaseTable)
     newest: dict[tuple[str, str, str], PackageFacts] = {}
     for facts in sorted(packages, key=lambda p: int(p.build.rsplit("_", 1)[-1]) if p.build[-1:].isdigit() else -1):
         if (known := set_of_package(facts, data)) is not None:
-            newest[(known.flash_attn_4, known.torch, known.cuda)] = facts
+            newest[(known.version, known.torch, known.cuda)] = facts
     found = []
     for known in data.sets:
         cell = torch_cell(cells, known)
         found.append(
             {
                 "id": known.id,
-                "version": known.flash_attn_4,
+                "version": known.version,
                 "torch_minor": known.torch,
                 "cuda": known.cuda,
                 "torch": cell.torch if cell else None,
@@ -76,7 +76,7 @@ def entries(packages: Sequence[PackageFacts], channel: str, table: ReleaseTable)
                 "proofs": [f"{p.level} on {p.platform} (python {p.python}, {p.where}, {p.date})" for p in known.proofs],
                 "packages": [f"{name}=={version}" for name, version in known.packages.items()],
                 "requires": data.requirements(known),
-                **conda_fields(newest.get((known.flash_attn_4, known.torch, known.cuda)), channel),
+                **conda_fields(newest.get((known.version, known.torch, known.cuda)), channel),
                 **(set_lines(known, cell.torch, index_base()) if cell else dict.fromkeys(LINE_KEYS)),
             }
         )

@@ -53,11 +53,11 @@ def package_gates(
 def set_of(wheel: WheelPackage, data: sets.Fa4Data) -> tuple[sets.KnownGoodSet | None, str]:
     """The known-good set the wheel's version names (4.0.0b40+cu130.torch2.11), or None and why not."""
     version, _, label = wheel.facts.version.partition("+")
-    found = next((s for s in data.sets if s.flash_attn_4 == version and s.local_label == label), None)
+    found = next((s for s in data.sets if s.version == version and s.local_label == label), None)
     if found is None:
         return None, (
             f"{wheel.filename}: its version {wheel.facts.version} names no known-good set of {data.path.name} "
-            f"(theirs: {', '.join(f'{s.flash_attn_4}+{s.local_label}' for s in data.sets)})"
+            f"(theirs: {', '.join(f'{s.version}+{s.local_label}' for s in data.sets)})"
         )
     return found, ""
 

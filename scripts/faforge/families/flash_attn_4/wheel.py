@@ -72,7 +72,7 @@ def repack_fa4_wheel(
     release = upstream_release(raw, data)
     known = data.set_for(torch, cuda, release.version)
     if known is None:
-        listed = ", ".join(s.id for s in data.sets if s.flash_attn_4 == release.version) or "none"
+        listed = ", ".join(s.id for s in data.sets if s.version == release.version) or "none"
         raise FaforgeError(
             f"{FLASH_ATTN_4.package} {release.version} has no known-good set for torch {torch} and CUDA {cuda} "
             f"in {data.path.name} (its sets: {listed})",
