@@ -89,6 +89,8 @@ def test_the_wheel_of_each_set_keeps_upstreams_files_and_pins_the_set(upstream, 
     assert all(record[n] == record_hash(d) for n, d in ours.items() if not n.endswith("/RECORD")), "RECORD is new"
     metadata = ours[f"{info}/METADATA"].decode()
     assert "Author: Tri Dao" in metadata and "Provides-Extra" not in metadata and "Project-URL: Homepage" in metadata
+    # the set's oldest Python, not upstream's >=3.10: pip and uv on 3.10 say so instead of failing to resolve
+    assert "\nRequires-Python: >=3.11\n" in metadata
     assert (
         faforge(
             "fa4", str(upstream), "--torch", known.torch, "--cuda", known.cuda, "--out", str(tmp_path / "b")

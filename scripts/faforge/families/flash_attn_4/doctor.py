@@ -65,9 +65,7 @@ class Fa4Report:
             "beside": self.flash_attn_2,  # flash-attn 2's version where it shares the import package
             "torch": self.torch,
             "cuda": self.cuda,
-            "known_good_set": None
-            if kgs is None
-            else {"id": kgs.id, "version": kgs.version, "level": kgs.level},
+            "known_good_set": None if kgs is None else {"id": kgs.id, "version": kgs.version, "level": kgs.level},
             "dependencies": {n: {"installed": i, "set": s} for n, (i, s) in self.dependencies.items()},
             "import": {"ok": self.imported, "error": self.import_error},
             "healthy": self.healthy,

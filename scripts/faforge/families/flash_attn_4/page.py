@@ -35,9 +35,7 @@ def set_of_package(facts: PackageFacts, data: sets.Fa4Data) -> sets.KnownGoodSet
     if match is None:
         return None
     cuda = f"{match['cuda'][:-1]}.{match['cuda'][-1]}"
-    return next(
-        (s for s in data.sets if (s.version, s.torch, s.cuda) == (facts.version, match["torch"], cuda)), None
-    )
+    return next((s for s in data.sets if (s.version, s.torch, s.cuda) == (facts.version, match["torch"], cuda)), None)
 
 
 def conda_fields(facts: PackageFacts | None, channel: str) -> dict:

@@ -67,6 +67,11 @@ class KnownGoodSet:
         return f"cu{self.cuda.replace('.', '')}.torch{self.torch}"
 
     @property
+    def requires_python(self) -> str:
+        """The Requires-Python of its wheel: from the oldest Python it was resolved for."""
+        return ">=" + min(self.python, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+    @property
     def level(self) -> str | None:
         """How far it is proven: gpu-proven beats import-gated; None: not gated at all yet."""
         levels = {p.level for p in self.proofs}
@@ -157,6 +162,9 @@ def _set(path: Path, key: str, raw: object, releases: set[str]) -> KnownGoodSet:
     for field in ("torch", "cuda"):
         if not MINOR.fullmatch(_str(path, f"{key}.{field}", row[field])):
             raise DataError(path, f"{key}.{field}", f"{row[field]!r} is not a MAJOR.MINOR version")
+    pythons = _strs(path, f"{key}.python", row["python"])
+    if not pythons or (bad := [p for p in pythons if not MINOR.fullmatch(p)]):
+        raise DataError(path, f"{key}.python", f"{row['python']!r} is not a non-empty list of MAJOR.MINOR versions")
     platforms = _strs(path, f"{key}.platforms", row["platforms"])
     if bad := [p for p in platforms if p not in PLATFORMS]:
         raise DataError(path, f"{key}.platforms", f"{bad} are none of {', '.join(PLATFORMS)}")
@@ -174,7 +182,7 @@ def _set(path: Path, key: str, raw: object, releases: set[str]) -> KnownGoodSet:
         version=version,
         torch=row["torch"],
         cuda=row["cuda"],
-        python=_strs(path, f"{key}.python", row["python"]),
+        python=pythons,
         platforms=platforms,
         packages=packages,
         proofs=tuple(_proof(path, f"{key}.proofs[{i}]", p) for i, p in enumerate(proofs)),

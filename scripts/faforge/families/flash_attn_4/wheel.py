@@ -88,7 +88,7 @@ def repack_fa4_wheel(
         python_tags=facts.python_tags,
         abi_tags=facts.abi_tags,
         platform_tags=facts.platform_tags,
-        requires_python=facts.requires_python,
+        requires_python=known.requires_python,
         requires_dist=(torch_requirement(known.torch), *data.requirements(known)),
         summary=f"{FLASH_ATTN_4.package} {release.version} with its known-good set for torch {known.torch} "
         f"and CUDA {known.cuda} ({known.id})",
