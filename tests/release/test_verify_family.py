@@ -11,7 +11,7 @@ import pytest
 
 from faforge.errors import FaforgeError
 from faforge.families.registry import FAMILIES
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3, FLASH_ATTN_4
 from faforge.pipwheel.kinds import NO_LABEL, WheelKind
 from faforge.pipwheel.writer import WheelSpec, write_wheel
 from faforge.release.package import PackageFacts
@@ -121,7 +121,12 @@ def test_a_wheel_no_family_owns_is_bad_input(tmp_path):
 def test_each_family_owns_its_packages_and_wheels_by_name():
     families = [f.verify for f in FAMILIES]
     kinds = {k.project: k.kind for k in wheel_kinds(families)}
-    assert kinds == {FLASH_ATTN.kernel_package: "kernel", FLASH_ATTN.package: "glue", FLASH_ATTN_3.package: "fa3"}
+    assert kinds == {
+        FLASH_ATTN.kernel_package: "kernel",
+        FLASH_ATTN.package: "glue",
+        FLASH_ATTN_3.package: "fa3",
+        FLASH_ATTN_4.package: "fa4",
+    }
 
     def named(name: str) -> PackageFacts:
         return PackageFacts(
@@ -140,3 +145,4 @@ def test_each_family_owns_its_packages_and_wheels_by_name():
 
     assert package_owner(families, named(FLASH_ATTN_3.package)) is FAMILIES[1].verify
     assert package_owner(families, named(FLASH_ATTN.kernel_package)) is FAMILIES[0].verify
+    assert package_owner(families, named(FLASH_ATTN_4.package)) is FAMILIES[2].verify

@@ -14,11 +14,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from faforge.abi.platforms import MACHINE_PLATFORM
 from faforge.errors import EXIT_PROBLEMS, FaforgeError
 from faforge.families.flash_attn_4 import sets
 from faforge.family import FLASH_ATTN_4
 
-MACHINES = {"x86_64": "linux-64", "aarch64": "linux-aarch64"}
 TIMEOUT_S = 3600  # a torch install with its CUDA libraries from an index
 BY = "faforge bump --gate"
 PROBE = (
@@ -29,7 +29,7 @@ PROBE = (
 
 def here() -> tuple[str, str]:
     """(platform, Python) of this machine, as a set names them."""
-    return MACHINES.get(platform.machine(), platform.machine()), f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return MACHINE_PLATFORM.get(platform.machine(), platform.machine()), f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def _step(command: list[str], what: str, kgs: sets.KnownGoodSet) -> str:

@@ -13,13 +13,13 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from faforge.abi.platforms import PLATFORMS
 from faforge.datafile import load_yaml
 from faforge.errors import DataError
 from faforge.family import FLASH_ATTN_4
 from faforge.paths import repo_root
 
 LEVELS = ("import-gated", "gpu-proven")
-PLATFORMS = ("linux-64", "linux-aarch64")
 MINOR = re.compile(r"[0-9]+\.[0-9]+")
 
 
