@@ -43,3 +43,20 @@ def test_the_module_finds_torchs_libraries_by_itself_in_either_layout():
         f"-Wl,-rpath,$ORIGIN/{glue.WHEEL_LIBS_DIR}",
         "-Wl,-rpath,$ORIGIN/torch/lib",
     ]
+
+
+def test_the_glue_wheel_leaves_out_another_familys_package_nested_in_flash_attn(tmp_path, monkeypatch):
+    """Upstream's sdist carries an old flash_attn/cute/ at flash-attn 4's paths: setuptools' package list of the
+    glue wheel (and so of the conda package, which pip-installs it) leaves it out, and keeps everything else."""
+    from setuptools import find_packages  # noqa: PLC0415 (setuptools: slow to import)
+
+    from faforge.backend.glue import nested_family_modules  # noqa: PLC0415
+    from faforge.family import FLASH_ATTN_4  # noqa: PLC0415
+
+    for package in ("flash_attn", "flash_attn/layers", "flash_attn/cute", "flash_attn/cute/sub", "flash_attn/ops"):
+        (tmp_path / package).mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert FLASH_ATTN_4.module in nested_family_modules()
+    found = find_packages(include=["flash_attn*"], exclude=nested_family_modules())
+    assert sorted(found) == ["flash_attn", "flash_attn.layers", "flash_attn.ops"]

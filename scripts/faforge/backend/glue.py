@@ -28,7 +28,7 @@ from faforge.backend.logger import log
 from faforge.backend.ninja import KERNEL_SONAME
 from faforge.backend.postlink import drop_libpython_needed, verify_abi
 from faforge.backend.toolchain import cuda_triplet, nvcc_cuda_include_dirs, target_machine
-from faforge.family import FLASH_ATTN
+from faforge.family import FLASH_ATTN, families
 
 if TYPE_CHECKING:
     from setuptools import Extension
@@ -124,6 +124,13 @@ def finish_extension(path: Path, *, libpython: str | None, abi: int, library: Pa
         shutil.copy2(library, path.parent / WHEEL_LIBS_DIR / KERNEL_SONAME)  # the name DT_NEEDED has
 
 
+def nested_family_modules() -> list[str]:
+    """Another family's package inside flash_attn (flash_attn.cute): upstream's sdist carries an old copy of it
+    at that family's paths, which one environment's installer would let the two packages overwrite."""
+    inside = [f.module for f in families() if f.module.startswith(FLASH_ATTN.module + ".")]
+    return [pattern for module in inside for pattern in (module, f"{module}.*")]
+
+
 def pack_wheel(
     *, source_dir: Path, build_dir: Path, wheel_dir: Path, version: str, extension: Extension, cmdclass: dict
 ) -> Path:
@@ -135,7 +142,7 @@ def pack_wheel(
     setup(
         name=FLASH_ATTN.module,
         version=version,
-        packages=find_packages(include=[f"{FLASH_ATTN.module}*"]),
+        packages=find_packages(include=[f"{FLASH_ATTN.module}*"], exclude=nested_family_modules()),
         python_requires=">=3.9",
         install_requires=["torch", "einops"],
         ext_modules=[extension],
