@@ -28,6 +28,7 @@ class Release:
     version: str
     published: str
     wheel: str
+    url: str  # where the wheel is on PyPI (files.pythonhosted.org): the conda recipe's source
     sha256: str
     requires_python: str
     requires: tuple[str, ...]
@@ -110,6 +111,13 @@ def _strs(path: Path, key: str, value: object) -> tuple[str, ...]:
     return tuple(_str(path, f"{key}[{i}]", v) for i, v in enumerate(value))
 
 
+def _url(path: Path, key: str, value: object, wheel: object) -> str:
+    text = _str(path, key, value)
+    if not text.startswith("https://files.pythonhosted.org/packages/") or not text.endswith(f"/{wheel}"):
+        raise DataError(path, key, f"{text!r} is not a files.pythonhosted.org URL of {wheel}", hint="copy it from PyPI")
+    return text
+
+
 def _version(path: Path, key: str, value: object) -> str:
     text = _str(path, key, value)
     try:
@@ -130,7 +138,7 @@ def _mapping(path: Path, key: str, value: object, keys: set[str]) -> dict:
 
 
 def _release(path: Path, key: str, raw: object) -> Release:
-    row = _mapping(path, key, raw, {"version", "published", "wheel", "sha256", "requires_python", "requires"})
+    row = _mapping(path, key, raw, {"version", "published", "wheel", "url", "sha256", "requires_python", "requires"})
     sha = _str(path, f"{key}.sha256", row["sha256"])
     if not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise DataError(path, f"{key}.sha256", f"{sha!r} is not a sha256 hex digest")
@@ -138,6 +146,7 @@ def _release(path: Path, key: str, raw: object) -> Release:
         version=_version(path, f"{key}.version", row["version"]),
         published=_str(path, f"{key}.published", row["published"]),
         wheel=_str(path, f"{key}.wheel", row["wheel"]),
+        url=_url(path, f"{key}.url", row["url"], row["wheel"]),
         sha256=sha,
         requires_python=_str(path, f"{key}.requires_python", row["requires_python"]),
         requires=_strs(path, f"{key}.requires", row["requires"]),
