@@ -130,7 +130,9 @@ def _entry_points(dist_info: Path) -> list[str]:
 def _unpack_wheel(wheel: Path, site: Path, scripts: Path) -> Path:
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
-    dist_info = next(site.glob("*.dist-info"))
+        # this wheel's own dist-info: several wheels may share one site-packages (python_wheels)
+        (metadata,) = (n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+    dist_info = site / metadata.split("/")[0]
     for data in site.glob("*.data"):
         for kind in data.iterdir():
             if kind.name in ("purelib", "platlib"):
@@ -166,11 +168,15 @@ def _console_scripts(dist_info: Path, bin_dir: Path, python_version: str) -> set
     return written
 
 
-def python_wheel(wheel: Path, stage: Path, python_version: str) -> Payload:
-    """A wheel with compiled code as a python-version-specific package (lib/pythonX.Y/site-packages)."""
+def python_wheel(wheels: list[Path], stage: Path, python_version: str) -> Payload:
+    """Wheels with compiled code as one python-version-specific package (lib/pythonX.Y/site-packages): one wheel,
+    or several that conda-forge ships as one package (nvidia-cutlass-dsl: PyPI's meta wheel, whose .pth puts its
+    dsl_packages/ on sys.path, and the libs wheels). Every file of each wheel is kept, .pth files included."""
     site = stage / f"lib/python{python_version}/site-packages"
-    dist_info = _unpack_wheel(wheel, site, stage / "bin")
-    return Payload(stage, _console_scripts(dist_info, stage / "bin", python_version))
+    scripts = set()
+    for wheel in wheels:
+        scripts |= _console_scripts(_unpack_wheel(wheel, site, stage / "bin"), stage / "bin", python_version)
+    return Payload(stage, scripts)
 
 
 # The one torch library conda-forge's pytorch (not libtorch) ships: it needs python.
@@ -194,7 +200,7 @@ def torch_wheel(wheel: Path, stage: Path, python_version: str) -> Payload:
     environment's lib/ where `libtorch` keeps the libraries (conda-forge's build.sh does the same),
     libtorch_python.so itself in lib/, RUNPATHs at lib/ instead of pip's nvidia/*/lib, and METADATA
     that lists what a conda build's does (no nvidia-*/cuda-*/triton wheels)."""
-    payload = python_wheel(wheel, stage, python_version)
+    payload = python_wheel([wheel], stage, python_version)
     site = stage / f"lib/python{python_version}/site-packages"
     _drop_pypi_only_requirements(site)
     prefix_lib = stage / "lib"
@@ -230,7 +236,7 @@ def legacy_torch_wheel(wheel: Path, stage: Path, python_version: str) -> Payload
     """PyPI's torch as the legacy pytorch channel's `pytorch`: one package whose libraries stay in
     site-packages/torch/lib (where that channel's packages keep them), each RUNPATH its own folder and
     the environment's lib/ (the nvidia channel's CUDA libraries) instead of pip's nvidia/*/lib."""
-    payload = python_wheel(wheel, stage, python_version)
+    payload = python_wheel([wheel], stage, python_version)
     site = stage / f"lib/python{python_version}/site-packages"
     _drop_pypi_only_requirements(site)
     for path in (site / "torch").rglob("*.so*"):

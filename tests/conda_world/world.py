@@ -185,7 +185,8 @@ def stage_payload(payload: dict, stage: Path, wheels_root: Path) -> payloads.Pay
     if kind == "noarch_wheel":
         return payloads.noarch_python_wheel(_wheel(wheel_dir, payload["wheel"]), stage)
     if kind == "python_wheel":
-        return payloads.python_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
+        wheels = [_wheel(wheel_dir, pattern) for pattern in payload.get("wheels", [payload.get("wheel")])]
+        return payloads.python_wheel(wheels, stage, payload["python"])
     if kind == "torch":
         return payloads.torch_wheel(_wheel(wheel_dir, payload["wheel"]), stage, payload["python"])
     if kind == "legacy_torch":
