@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from faforge.commands.matrix import describe
 from faforge.families.flash_attn_3.matrix import packages_of
 from faforge.families.registry import FAMILIES
-from faforge.family import FLASH_ATTN_3
+from faforge.family import FLASH_ATTN_3, FLASH_ATTN_4
 from faforge.matrix import load_matrix
 from faforge.matrix.stage import Listing, ListingOption
 from faforge.matrix.variants import generated_files
@@ -73,7 +73,8 @@ PURE = SimpleNamespace(matrix=SimpleNamespace(listing_option=OPTION, rows=pure_r
 
 def test_the_registered_families_add_their_own_packages(repo):
     matrix = load_matrix(repo, FAMILIES)
-    assert [rows.key for rows in matrix.families] == [FLASH_ATTN_3.key]  # flash-attn 2's rows are the cells
+    # flash-attn 2's rows are the cells
+    assert [rows.key for rows in matrix.families] == [FLASH_ATTN_3.key, FLASH_ATTN_4.key]
     assert matrix.rows_of(FLASH_ATTN_3.key).packages == tuple(packages_of(matrix))
     files = generated_files(matrix.cells, matrix.variants_dir, matrix.families)
     assert {p.name for p in files if p.name.startswith(FLASH_ATTN_3.package)} == {

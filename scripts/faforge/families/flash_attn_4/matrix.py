@@ -15,7 +15,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 
 from faforge.errors import DataError, FaforgeError
-from faforge.families.version import sets
+from faforge.families.flash_attn_4 import sets
 from faforge.family import FLASH_ATTN_4
 from faforge.matrix.inputs import family_input_digests
 from faforge.matrix.policy import BuildPolicy
@@ -72,7 +72,7 @@ def conda_pins(data: sets.Fa4Data, kgs: sets.KnownGoodSet) -> dict[str, str]:
             raise DataError(
                 data.path,
                 "sets.packages",
-                f"{name} has no conda name in faforge.families.version.matrix.CONDA_NAMES",
+                f"{name} has no conda name in faforge.families.flash_attn_4.matrix.CONDA_NAMES",
                 hint="add it there (None when conda-forge folds it into another package) and to the recipe",
             )
         conda = CONDA_NAMES[name]
