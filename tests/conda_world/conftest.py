@@ -71,6 +71,11 @@ def sdist(tmp_path_factory) -> Path:
     for path in (src / "PKG-INFO", src / "flash_attn/__init__.py"):
         path.write_text(path.read_text().replace("0.0.1", RECIPE_VERSION))
     (src / "LICENSE").write_text("BSD-3-Clause (test stand-in)\n")
+    # Upstream's sdist ships an old flash_attn/cute/ at flash-attn-4's paths (2.8.3.post2: 21 files); the recipe
+    # leaves it out of flash-attn (tests/conda_world/test_fa4_in_world.py checks the two packages share no file).
+    (src / "flash_attn/cute").mkdir()
+    for name in ("__init__.py", "interface.py"):
+        (src / "flash_attn/cute" / name).write_text("raise ImportError('flash-attn 2.8.3.post2: an old FA4 copy')\n")
     tarball = root / f"flash_attn-{RECIPE_VERSION}.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         tar.add(src, arcname=f"flash_attn-{RECIPE_VERSION}")
