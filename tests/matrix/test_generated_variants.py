@@ -38,6 +38,7 @@ def test_one_file_per_platform_and_world(repo):
         "linux-aarch64-conda-forge.yaml",
         "flash-attn-3-linux-64-conda-forge.yaml",
         "flash-attn-3-linux-aarch64-conda-forge.yaml",
+        "flash-attn-4-conda-forge.yaml",  # noarch: one file for every platform
     }
     with_pip = {
         path.name for path in generated_files(matrix.cells, matrix.variants_dir, matrix.families, matrix.pip_cells)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from faforge.families.flash_attn_3 import matrix as fa3_matrix
-from faforge.family import FLASH_ATTN, FLASH_ATTN_3
+from faforge.family import FLASH_ATTN, FLASH_ATTN_3, FLASH_ATTN_4
 from faforge.matrix import inputs, load_matrix
 from faforge.matrix.inputs import (
     GLUE_INPUTS,
@@ -290,6 +290,7 @@ def test_a_move_alone_changes_no_digest(checkout, monkeypatch):
         replace(
             FLASH_ATTN_3, pack_inputs=moved(FLASH_ATTN_3.pack_inputs), compile_inputs=moved(FLASH_ATTN_3.compile_inputs)
         ),
+        FLASH_ATTN_4,  # names neither moved file
     )
     monkeypatch.setattr(inputs, "FLASH_ATTN", rows[0])
     monkeypatch.setattr(inputs, "families", lambda: rows)
