@@ -224,7 +224,7 @@ def test_flash_attn_2_and_4_share_no_file_and_import_side_by_side(built, build_i
     assert not fa4_installed & fa2_paths
 
     channel = tmp_path / "channel"
-    for package in fa2.packages:
+    for package in [*fa2.packages, fa2.kernel_package()]:
         (channel / "linux-64").mkdir(parents=True, exist_ok=True)
         shutil.copy(package, channel / "linux-64" / package.name)
     index(channel)
