@@ -26,12 +26,15 @@ import yaml
 from faforge import paths
 from faforge.channel.local import index, solve
 from faforge.errors import FaforgeError
-from faforge.families.flash_attn_4 import sets
+from faforge.families.flash_attn_4 import build, sets
 from faforge.families.flash_attn_4.matrix import variant_config_name
+from faforge.families.registry import FAMILIES
 from faforge.family import FLASH_ATTN_4
+from faforge.matrix import load_matrix
 from faforge.release.package_cache import cache_root
 from tests.conda_world.archive import read_info
 from tests.conda_world.cells import CU130
+from tests.conda_world.conftest import faforge
 from tests.conda_world.world_cache import install_from_world
 
 pytestmark = pytest.mark.slow
@@ -62,6 +65,10 @@ BUILD = textwrap.dedent("""
         built.append({"packages": [str(p) for p in result.packages], "seconds": time.monotonic() - started})
     print(json.dumps(built))
 """)
+
+
+def packages_of_matrix() -> list:
+    return build.packages_of(load_matrix(paths.repo_root(), FAMILIES))
 
 
 def fa4_variants(folder: Path) -> Path:
@@ -244,3 +251,24 @@ def test_flash_attn_2_and_4_share_no_file_and_import_side_by_side(built, build_i
     assert namespace_file == str(site / "flash_attn/__init__.py")
     assert cute_file == str(site / "flash_attn/cute/__init__.py")
     assert "importlib.metadata" in (site / "flash_attn/cute/__init__.py").read_text()  # FA4's, not the old copy
+
+
+def test_faforge_build_builds_a_package_by_its_id(built, world, tmp_path):
+    """`faforge build <id>`: one job per package, from the generated variant file, its recipe test run against the
+    world with our quack-kernels and apache-tvm-ffi as an extra channel; the same package the recipe built above."""
+    packages, out = built
+    package_id = next(p.id for p in packages_of_matrix() if p.set_id == SET)
+    result = faforge(
+        "build",
+        package_id,
+        "--channel-alias",
+        f"conda-forge={world.url('conda-forge')}",
+        "--extra-channel",
+        out.as_uri(),
+        "--output-dir",
+        str(tmp_path / "out"),
+        env=world.rattler_env(),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    (package,) = (tmp_path / "out" / "noarch").glob(f"{FLASH_ATTN_4.package}-*.conda")
+    assert package.name == packages[FLASH_ATTN_4.package][0].name
