@@ -53,12 +53,13 @@ def proposals(mirror: str | None, gate: bool) -> Proposal:
     for candidate in found:
         meta = upstream.metadata(upstream.fetch_wheel(candidate, wheel_cache()), candidate)
         release = sets.Release(
-            candidate.version,
-            candidate.published,
-            candidate.wheel,
-            candidate.sha256,
-            meta.requires_python,
-            meta.requires,
+            version=candidate.version,
+            published=candidate.published,
+            wheel=candidate.wheel,
+            url=candidate.url,
+            sha256=candidate.sha256,
+            requires_python=meta.requires_python,
+            requires=meta.requires,
         )
         releases.append(release)
         for torch_minor, cuda in dict.fromkeys((s.torch, s.cuda) for s in data.sets):
@@ -168,6 +169,7 @@ def _release_row(release: sets.Release) -> str:
         f"  - version: {_scalar(release.version)}",
         f"    published: {_scalar(release.published)}",
         f"    wheel: {_scalar(release.wheel)}",
+        f"    url: {_scalar(release.url)}",
         f"    sha256: {release.sha256}",
         f"    requires_python: {_scalar(release.requires_python)}",
         "    requires:",

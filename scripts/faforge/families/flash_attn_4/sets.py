@@ -28,7 +28,7 @@ class Release:
     version: str
     published: str
     wheel: str
-    url: str  # where the wheel is on PyPI (files.pythonhosted.org): the conda recipe's source
+    url: str  # where the wheel is (PyPI's files.pythonhosted.org, or the mirror bump read): the conda recipe's source
     sha256: str
     requires_python: str
     requires: tuple[str, ...]
@@ -113,8 +113,8 @@ def _strs(path: Path, key: str, value: object) -> tuple[str, ...]:
 
 def _url(path: Path, key: str, value: object, wheel: object) -> str:
     text = _str(path, key, value)
-    if not text.startswith("https://files.pythonhosted.org/packages/") or not text.endswith(f"/{wheel}"):
-        raise DataError(path, key, f"{text!r} is not a files.pythonhosted.org URL of {wheel}", hint="copy it from PyPI")
+    if not text.startswith(("https://", "http://")) or not text.endswith(f"/{wheel}"):
+        raise DataError(path, key, f"{text!r} is not an http(s) URL of {wheel}", hint="copy it from PyPI's page")
     return text
 
 
