@@ -156,6 +156,7 @@ def test_the_solver_takes_the_set_beside_the_worlds_torch_and_refuses_what_is_ou
     versions = {name: str(r.version) for name, r in records.items()}
     assert versions["pytorch"] == "2.11.0" and str(records["pytorch"].build).startswith("cuda130")
     expected = {"nvidia-cutlass-dsl": "4.8.1", "quack-kernels": "0.6.5", "apache-tvm-ffi": "0.1.15.post2"}
+    # cuda-bindings and its cuda-pathfinder come through cutlass-dsl's cuda-python 13.4.4 (<13.5: matrix.CONDA_NAMES)
     expected |= {"cuda-bindings": "13.4.4", "cuda-pathfinder": "1.8.3", "triton": "3.6.0", "einops": "0.8.2"}
     assert {name: versions.get(name) for name in expected} == expected
     # each package outside the set exists in the world and solves alone: refused only beside flash-attn-4

@@ -42,8 +42,12 @@ CONDA_NAMES: dict[str, str | None] = {
     "nvidia-cutlass-dsl-libs-core": None,
     "nvidia-cutlass-dsl-libs-cu12": None,
     "nvidia-cutlass-dsl-libs-cu13": None,
-    "cuda-bindings": "cuda-bindings",
-    "cuda-pathfinder": "cuda-pathfinder",
+    # Not pinned by the conda package: conda-forge's nvidia-cutlass-dsl depends on cuda-python, whose 13.4.x
+    # metapackage pins cuda-bindings >=13.4.x,<13.5.0a0 (conda-forge/cuda-python-feedstock recipe.yaml: pin_subpackage
+    # upper_bound x.x), and no cuda-python 13.5 exists (PyPI's newest is 13.4.4), so the sets' cuda-bindings 13.5.0
+    # would make the package unsolvable on conda-forge. That chain chooses them (13.4.4 and its cuda-pathfinder).
+    "cuda-bindings": None,
+    "cuda-pathfinder": None,
     "quack-kernels": "quack-kernels",
     "apache-tvm-ffi": "apache-tvm-ffi",
     "torch-c-dlpack-ext": "torch-c-dlpack-ext",
