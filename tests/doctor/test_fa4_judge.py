@@ -146,3 +146,19 @@ def test_a_probe_that_dies_in_the_import_is_a_crash_not_a_silence(tmp_path):
     python.chmod(0o755)
     found = doctor_facts.collect(Path(python), ("x",), 30, lambda message: None)
     assert found.versions == {"x": "1.0"} and found.import_outcome.crashed and not found.import_outcome.ok
+
+
+def test_a_conda_prefix_holds_only_what_the_conda_package_pins():
+    """conda-forge's nvidia-cutlass-dsl folds PyPI's libs wheels into one package and its cuda-python chooses
+    cuda-bindings: a prefix our conda package made (no libs dists, cuda-bindings 13.4.4) is healthy; a venv is not."""
+    made_by_conda = fa4(
+        nvidia_cutlass_dsl_libs_base=None,
+        nvidia_cutlass_dsl_libs_core=None,
+        nvidia_cutlass_dsl_libs_cu12=None,
+        nvidia_cutlass_dsl_libs_cu13=None,
+        cuda_bindings="13.4.4",
+        cuda_pathfinder="1.8.3",
+    )
+    assert kinds(doctor.judge(env(conda=True), made_by_conda, DATA)) == []
+    assert "dependency-missing" in kinds(doctor.judge(env(), made_by_conda, DATA))
+    assert kinds(doctor.judge(env(conda=True), fa4(quack_kernels="0.6.2"), DATA)) == ["outside-set"]

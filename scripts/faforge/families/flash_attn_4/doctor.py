@@ -24,6 +24,7 @@ from faforge.doctor.facts import EnvFacts
 from faforge.doctor.fix_commands import Fix
 from faforge.doctor.situation import ERROR, WARNING, Problem
 from faforge.families.flash_attn_4 import doctor_facts, sets
+from faforge.families.flash_attn_4.conda_names import conda_pinned
 from faforge.families.flash_attn_4.doctor_facts import Fa4Facts
 from faforge.families.flash_attn_4.doctor_heal import heal
 from faforge.family import FLASH_ATTN, FLASH_ATTN_4
@@ -142,7 +143,11 @@ def judge(facts: EnvFacts, fa4: Fa4Facts, data: sets.Fa4Data) -> Fa4Report:
         )
     target = kgs or _newest(data, cuda)
     problems += _release_problems(version, data)
-    dependencies = {n: (fa4.versions.get(n), v) for n, v in (target.packages.items() if target else ())}
+    # In a conda prefix only what the conda package pins is the set's to hold (faforge.families.flash_attn_4
+    # .conda_names): conda-forge's nvidia-cutlass-dsl folds PyPI's libs wheels in and chooses cuda-bindings itself.
+    held = (lambda name: conda_pinned(name)) if facts.conda is not None else (lambda name: True)
+    packages = target.packages.items() if target else ()
+    dependencies = {n: (fa4.versions.get(n), v) for n, v in packages if held(n)}
     if kgs is not None:
         problems += _dependency_problems(dependencies, data, _requires(version, data))
     if not fa4.import_outcome.ok:
