@@ -131,7 +131,7 @@ def test_every_id_is_owned_by_one_family_and_an_unknown_one_says_where_each_fami
         ),
         (
             "flash-attn-3/" + package,
-            "is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1) or a flash-attn-3 package id",
+            "is not a cell id (e.g. linux-64/py312/torch2.7/cu129/abi1), a flash-attn-3 package id",
         ),
         ("linux-64/py312/torch9.9/cu129/abi1", "conda-forge has no torch 9.9"),
     ):
@@ -140,7 +140,8 @@ def test_every_id_is_owned_by_one_family_and_an_unknown_one_says_where_each_fami
         assert says in caught.value.message and caught.value.exit_code == 2
         assert caught.value.hint == (
             "`faforge matrix` lists every cell, `faforge matrix --world pypi` every pip cell, "
-            "`faforge matrix --fa3` every flash-attn-3 package, `faforge plan` the jobs a channel lacks"
+            "`faforge matrix --fa3` every flash-attn-3 package, `faforge matrix --fa4` every flash-attn-4 package, "
+            "`faforge plan` the jobs a channel lacks"
         )
 
 
@@ -210,7 +211,8 @@ def test_a_next_family_builds_through_the_protocol_with_no_edit_to_the_build_sta
     with pytest.raises(FaforgeError) as caught:
         run_build(request(tmp_path, []), None, families)
     assert caught.value.hint == (
-        "name cells (see `faforge matrix`), flash-attn-3 packages (`faforge matrix --fa3`) or next packages, "
+        "name cells (see `faforge matrix`), flash-attn-3 packages (`faforge matrix --fa3`), flash-attn-4 packages "
+        "(`faforge matrix --fa4`) or next packages, "
         "or pass --plan FILE"
     )
     with pytest.raises(FaforgeError, match=r"is not a cell id .* or a next package id"):
