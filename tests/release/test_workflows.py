@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from faforge.families.flash_attn_3.matrix import packages_of
+from faforge.families.flash_attn_4.build import packages_of as fa4_packages_of
 from faforge.families.registry import FAMILIES
 from faforge.matrix import load_matrix
 from tests.support.cache import cache_dir
@@ -209,10 +210,18 @@ def test_every_cell_job_sets_conda_override_cuda_from_the_plan(plan_jobs):
     """conda-forge's CUDA pytorch depends on __cuda; hosted runners have no driver (found in the conda world)."""
     builds = jobs_running_faforge_build()
     # `wheel` builds a pip cell's wheels (--part wheel): no conda solve (test_the_wheel_job_... below).
-    assert [(w, j) for w, j, _ in builds] == [("build-cells.yml", "cell"), ("build-cells.yml", "wheel")]
+    assert [(w, j) for w, j, _ in builds] == [
+        ("build-cells.yml", "cell"),
+        ("build-cells.yml", "wheel"),
+        ("build-noarch.yml", "package"),
+    ]
     matrix = load_matrix(REPO)
-    cuda_of = {c.id: c.cuda for c in [*matrix.cells, *matrix.pip_cells]} | {p.id: p.cuda for p in packages_of(matrix)}
-    for workflow, job_id, job in builds[:1]:
+    cuda_of = (
+        {c.id: c.cuda for c in [*matrix.cells, *matrix.pip_cells]}
+        | {p.id: p.cuda for p in packages_of(matrix)}
+        | {p.id: p.cuda for p in fa4_packages_of(matrix)}
+    )
+    for workflow, job_id, job in (builds[0], builds[2]):
         value = (job.get("env") or {}).get("CONDA_OVERRIDE_CUDA", "")
         match = MATRIX_VALUE.match(value)
         assert match, f"{workflow} {job_id}: env.CONDA_OVERRIDE_CUDA must come from the plan's job, got {value!r}"
@@ -230,7 +239,10 @@ STAGE_JOBS = (
     ("wheels", "wheels"),
     ("flash_attn_3_pieces", "flash-attn-3-pieces"),
     ("flash_attn_3", "flash-attn-3"),
+    ("flash_attn_4", "flash-attn-4"),
 )
+# The stages whose packages are noarch repacks of upstream's wheel: build-noarch.yml, not build-cells.yml.
+NOARCH_STAGES = ("flash_attn_4",)
 
 
 def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
@@ -246,7 +258,8 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
         called[stage] = [f"{prefix}-{i}" for i in range(chunks)]
         for i, job_id in enumerate(called[stage]):
             job = jobs[job_id]
-            assert job["uses"] == "./.github/workflows/build-cells.yml"
+            reusable = "build-noarch.yml" if stage in NOARCH_STAGES else "build-cells.yml"
+            assert job["uses"] == f"./.github/workflows/{reusable}"
             assert job["with"]["matrix"] == f"${{{{ needs.plan.outputs.{stage}-{i} }}}}"
             assert jobs["plan"]["outputs"][f"{stage}-{i}"] == f"${{{{ steps.plan.outputs.{stage}-{i} }}}}"
             assert "inputs.channel" in job["with"]["channel"]
@@ -257,7 +270,7 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
     assert not [
         j
         for j in jobs
-        if re.fullmatch(r"(kernels|kernel-links|flash-attn|wheels|flash-attn-3|flash-attn-3-pieces)-\d+", j)
+        if re.fullmatch(r"(kernels|kernel-links|flash-attn|wheels|flash-attn-[34]|flash-attn-3-pieces)-\d+", j)
         and j not in every_called
     ]
     for job_id in called["kernel_links"]:
@@ -267,7 +280,9 @@ def test_every_plan_stage_has_its_chunk_jobs_and_they_run_in_order():
         assert jobs[job_id]["if"].startswith("${{ !cancelled() && ")
     assert set(called["flash_attn"]) | set(called["wheels"]) | set(called["flash_attn_3_pieces"]) | set(
         called["flash_attn_3"]
-    ) <= set(jobs["gpu-test"]["needs"])
+    ) | set(called["flash_attn_4"]) <= set(jobs["gpu-test"]["needs"])
+    for job_id in called["flash_attn_4"]:
+        assert jobs[job_id]["needs"] == "plan", "a noarch FA4 package waits for no kernel job"
     for job_id in called["flash_attn_3_pieces"]:
         assert jobs[job_id]["needs"] == "plan", "an FA3 piece waits for no kernel job"
     for job_id in called["flash_attn_3"]:
@@ -346,7 +361,7 @@ def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_i
     them (`faforge`, `python` stand-ins): `faforge build ID` whole, PyPI's torch of the oldest and the newest
     minor it serves, and verify against both, so its abi gate can pass (a narrower check is `skipped`)."""
     steps = _load("build-cells.yml")["jobs"]["cell"]["steps"]
-    fa3 = [j for j in plan_jobs if j["part"] == "all"]
+    fa3 = [j for j in plan_jobs if j["part"] == "all" and j["slug"].startswith("flash-attn-3-")]
     assert {j["platform"] for j in fa3} == {"linux-64", "linux-aarch64"}
     _stand_in(tmp_path / "bin", "faforge", "python")
 
@@ -389,6 +404,45 @@ def test_an_fa3_job_builds_its_package_whole_and_gates_it_against_both_ends_of_i
     assert runs["Upload the package and its gate results"] and runs["actions/cache@v5"]
     assert not any(runs[n] for n in runs if n.startswith(("Kernel objects", "Save the kernel", "Every piece")))
     assert runs["The kernel package's compiler cache"]
+
+
+def test_an_fa4_job_builds_its_noarch_package_with_the_channel_and_gates_it(plan_jobs, tmp_path):
+    """A flash-attn-4 job of the real plan through build-noarch.yml's steps (`faforge` a stand-in): `faforge build ID`
+    with the channel as --extra-channel (quack-kernels and apache-tvm-ffi for the recipe's import test), then verify
+    and upload the noarch file the plan names."""
+    job = _load("build-noarch.yml")["jobs"]["package"]
+    fa4 = [j for j in plan_jobs if j["slug"].startswith("flash-attn-4-")]
+    assert fa4 and {j["platform"] for j in fa4} == {"noarch"}
+    _stand_in(tmp_path / "bin", "faforge")
+
+    def run(planned: dict, name: str) -> list[str]:
+        step = next(s for s in job["steps"] if s.get("name") == name)
+        env = {
+            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+            "CHANNEL": "https://ch.example/faforge",
+            **{k: _expand(str(v), planned) for k, v in (step.get("env") or {}).items() if "inputs." not in str(v)},
+        }
+        result = subprocess.run(
+            ["bash", "-e", "-c", _expand(step["run"], planned)], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    for planned in fa4:
+        assert run(planned, "Build") == [
+            "faforge",
+            "build",
+            planned["cell"],
+            "--output-dir",
+            "output",
+            "--extra-channel",
+            "https://ch.example/faforge",
+        ]
+        gates = run(planned, "CPU gates")
+        assert gates == ["faforge", "verify", f"output/noarch/{planned['package']}", "--manifest", "verification"]
+        upload = next(s for s in job["steps"] if s.get("name") == "Upload the package and its gate results")
+        assert f"output/noarch/{planned['package']}" in _expand(upload["with"]["path"], planned).split()
+        assert _expand(upload["with"]["name"], planned) == f"package-{planned['slug']}", "gpu-test and publish merge it"
 
 
 def _load(name: str) -> dict:
