@@ -169,7 +169,7 @@ def test_uv_without_the_pin_takes_flash_attn_4_from_our_index_only(index, venv_o
         ran, _ = run(line + f"torch=={TORCH} {FLASH_ATTN_4.package}", "uv")
         assert ran.returncode == 0, ran.output[-3000:]
         assert f" + {FLASH_ATTN_4.package}=={entry['wheel_version']}" in ran.output, ran.output[-3000:]
-        public = SET.flash_attn_4
+        public = SET.version
         ran, _ = run(line + f"torch=={TORCH} {FLASH_ATTN_4.package}=={public}", "uv")
         assert f" + {FLASH_ATTN_4.package}=={entry['wheel_version']}" in ran.output, ran.output[-3000:]
 

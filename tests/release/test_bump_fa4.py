@@ -132,7 +132,10 @@ def test_bump_proposes_the_committed_b40_rows_and_writes_them(project, tmp_path,
 
     committed = sets.load(REPO / "variants" / "flash-attn-4.yaml")
     written = sets.load(data_file)
-    assert written.releases[-1] == committed.releases[0], "the release row is its wheel's METADATA, as committed"
+    release = written.releases[-1]
+    # the wheel's URL is the page's (here the loopback mirror's), the same PyPI path under it
+    assert release.url.startswith(url) and release.url.endswith(committed.releases[0].url.split("/packages/", 1)[1])
+    assert replace(release, url=committed.releases[0].url) == committed.releases[0], "its METADATA, as committed"
     assert len(written.sets) == 4 and [s.version for s in written.sets[2:]] == [B40, B40]
     for proposed in written.sets[2:]:
         kept = committed.set_for(proposed.torch, proposed.cuda, B40)
