@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,18 +47,20 @@ def test_the_module_finds_torchs_libraries_by_itself_in_either_layout():
     ]
 
 
-def test_the_glue_wheel_leaves_out_another_familys_package_nested_in_flash_attn(tmp_path, monkeypatch):
+def test_the_glue_wheel_leaves_out_another_familys_package_nested_in_flash_attn(tmp_path):
     """Upstream's sdist carries an old flash_attn/cute/ at flash-attn 4's paths: setuptools' package list of the
     glue wheel (and so of the conda package, which pip-installs it) leaves it out, and keeps everything else."""
-    from setuptools import find_packages  # noqa: PLC0415 (setuptools: slow to import)
-
     from faforge.backend.glue import nested_family_modules  # noqa: PLC0415
     from faforge.family import FLASH_ATTN_4  # noqa: PLC0415
 
     for package in ("flash_attn", "flash_attn/layers", "flash_attn/cute", "flash_attn/cute/sub", "flash_attn/ops"):
         (tmp_path / package).mkdir(parents=True)
         (tmp_path / package / "__init__.py").write_text("")
-    monkeypatch.chdir(tmp_path)
     assert FLASH_ATTN_4.module in nested_family_modules()
-    found = find_packages(include=["flash_attn*"], exclude=nested_family_modules())
-    assert sorted(found) == ["flash_attn", "flash_attn.layers", "flash_attn.ops"]
+    # setuptools in a child: imported here, its distutils shim would warn in every later pip import of this worker
+    script = (
+        "from setuptools import find_packages; "
+        f"print(sorted(find_packages(include=['flash_attn*'], exclude={nested_family_modules()!r})))"
+    )
+    found = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "['flash_attn', 'flash_attn.layers', 'flash_attn.ops']"
